@@ -1,0 +1,253 @@
+/*
+ * pydb-crashtest - the pure-C threaded read benchmark (experiments.md §1).
+ *
+ * After OpenIsis 0.9's crashtest: read every record 1..max MFN in one
+ * thread ("sequential read"), then run 8, 2, 1 and 4 threads, each reading
+ * the whole list of records (each thread starting at a different offset in
+ * the list and wrapping), and report the rows per second of all threads
+ * together.  Until the inverted index exists the list is the active MFNs
+ * of the XRF.  Python's twin is pydb/crashtest.py; `python -m pydb
+ * crashtest` runs both and compares them.
+ *
+ * Uses only the public header pydb.h.
+ */
+#define _GNU_SOURCE
+#include "pydb.h"
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    const char *db_path;
+    int threads[16], nthreads;
+    const char *cache;     /* warm | cold | direct */
+    int lock;
+    int io;                /* for warm/cold */
+    int reps;
+    double min_time;
+    int json;
+} config;
+
+typedef struct {
+    pydb_db *db;
+    const int32_t *mfns;
+    size_t n;
+    size_t start;
+    double deadline;       /* monotonic seconds; passes repeat until then */
+    pthread_barrier_t *barrier;
+    long long rows;
+    int rc;
+    pydb_error err;
+} worker;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const pydb_error *e)
+{
+    fprintf(stderr, "pydb-crashtest: %s: %s: %s (file %s, offset %lld)\n",
+            what, pydb_strerror(e->code), e->message, e->path,
+            (long long)e->offset);
+    exit(2);
+}
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    pydb_record *rec = NULL;
+    w->rows = 0;
+    w->rc = 0;
+    pthread_barrier_wait(w->barrier);
+    do {
+        for (size_t i = 0; i < w->n; i++) {
+            int32_t mfn = w->mfns[(w->start + i) % w->n];
+            w->rc = pydb_read(&rec, w->db, mfn, &w->err);
+            if (w->rc) goto out;
+            w->rows++;
+        }
+    } while (now() < w->deadline);
+out:
+    pydb_record_free(rec);
+    return NULL;
+}
+
+static void report(const config *c, const char *phase, int threads,
+                   int rep, long long rows, double secs)
+{
+    double rps = secs > 0 ? (double)rows / secs : 0.0;
+    if (c->json) {
+        printf("{\"impl\": \"c\", \"phase\": \"%s\", \"threads\": %d, "
+               "\"rep\": %d, \"rows\": %lld, \"seconds\": %.9f, "
+               "\"rows_per_sec\": %.3f, \"cache\": \"%s\", \"lock\": \"%s\"}\n",
+               phase, threads, rep, rows, secs, rps, c->cache,
+               c->lock ? "mutex" : "none");
+    } else if (strcmp(phase, "seq") == 0) {
+        printf("sequential read %lld rows in %.3f seconds %.0f rows per sec\n",
+               rows, secs, rps);
+    } else {
+        printf("%d threads  %.0f rows per sec\n", threads, rps);
+    }
+    fflush(stdout);
+}
+
+static void usage(void)
+{
+    fputs("usage: pydb-crashtest [--threads 8,2,1,4] [--cache warm|cold|direct]\n"
+          "                      [--lock none|mutex] [--io pread|mmap]\n"
+          "                      [--reps N] [--min-time SECONDS] [--json] DB\n",
+          stderr);
+    exit(2);
+}
+
+static void parse(config *c, int argc, char **argv)
+{
+    memset(c, 0, sizeof *c);
+    c->threads[0] = 8; c->threads[1] = 2; c->threads[2] = 1; c->threads[3] = 4;
+    c->nthreads = 4;
+    c->cache = "warm";
+    c->reps = 1;
+    c->io = PYDB_IO_PREAD;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) { c->json = 1; continue; }
+        if (a[0] != '-') { c->db_path = a; continue; }
+        if (!v) usage();
+        i++;
+        if (!strcmp(a, "--threads")) {
+            char *s = strdup(v), *tok, *save = NULL;
+            c->nthreads = 0;
+            for (tok = strtok_r(s, ",", &save); tok && c->nthreads < 16;
+                 tok = strtok_r(NULL, ",", &save)) {
+                int t = atoi(tok);
+                if (t < 1 || t > 1024) usage();
+                c->threads[c->nthreads++] = t;
+            }
+            free(s);
+        } else if (!strcmp(a, "--cache")) {
+            if (strcmp(v, "warm") && strcmp(v, "cold") && strcmp(v, "direct"))
+                usage();
+            c->cache = v;
+        } else if (!strcmp(a, "--lock")) {
+            if (!strcmp(v, "none")) c->lock = PYDB_LOCK_NONE;
+            else if (!strcmp(v, "mutex")) c->lock = PYDB_LOCK_MUTEX;
+            else usage();
+        } else if (!strcmp(a, "--io")) {
+            c->io = pydb_io_from_name(v);
+            if (c->io < 0 || c->io == PYDB_IO_DIRECT) usage();
+        } else if (!strcmp(a, "--reps")) {
+            c->reps = atoi(v);
+            if (c->reps < 1) usage();
+        } else if (!strcmp(a, "--min-time")) {
+            c->min_time = atof(v);
+            if (c->min_time < 0) usage();
+        } else usage();
+    }
+    if (!c->db_path) usage();
+}
+
+int main(int argc, char **argv)
+{
+    config c;
+    pydb_db *db;
+    pydb_options opt;
+    pydb_error e;
+    pydb_record *rec = NULL;
+    int32_t *mfns = NULL, next = 1, maxmfn;
+    size_t n = 0, cap = 0, got;
+    int rc;
+
+    parse(&c, argc, argv);
+    opt.io = strcmp(c.cache, "direct") == 0 ? PYDB_IO_DIRECT : c.io;
+    opt.lock = c.lock;
+    if ((rc = pydb_open(&db, c.db_path, &opt, &e))) die("open", &e);
+    maxmfn = pydb_max_mfn(db);
+    while (next <= maxmfn) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 4096;
+            mfns = realloc(mfns, cap * sizeof *mfns);
+            if (!mfns) { perror("realloc"); return 2; }
+        }
+        if ((rc = pydb_list_mfns(mfns + n, cap - n, &got, &next, db, next, 0, &e)))
+            die("XRF scan", &e);
+        n += got;
+    }
+    if (n == 0) {
+        fprintf(stderr, "pydb-crashtest: %s has no active records\n", c.db_path);
+        return 2;
+    }
+    if (!c.json) {
+        printf("%zu records (from the XRF; the index phase comes with the index)\n", n);
+        printf("%zu postings max mfn %d\n", n, (int)maxmfn);
+    }
+    for (int rep = 0; rep < c.reps; rep++) {
+        long long rows = 0;
+        double t0, secs, deadline;
+        if (!strcmp(c.cache, "cold") && (rc = pydb_drop_cache(db, &e)))
+            die("drop cache", &e);
+        t0 = now();
+        deadline = t0 + c.min_time;
+        do {
+            for (int32_t m = 1; m <= maxmfn; m++) {
+                rc = pydb_read(&rec, db, m, &e);
+                if (rc == PYDB_ENOTFOUND) continue;
+                if (rc) die("sequential read", &e);
+                rows++;
+            }
+        } while (now() < deadline);
+        secs = now() - t0;
+        report(&c, "seq", 1, rep, rows, secs);
+    }
+    for (int ti = 0; ti < c.nthreads; ti++) {
+        int t = c.threads[ti];
+        for (int rep = 0; rep < c.reps; rep++) {
+            pthread_t *tid = calloc((size_t)t, sizeof *tid);
+            worker *w = calloc((size_t)t, sizeof *w);
+            pthread_barrier_t barrier;
+            long long rows = 0;
+            double t0, secs;
+            if (!tid || !w) { perror("calloc"); return 2; }
+            if (!strcmp(c.cache, "cold") && (rc = pydb_drop_cache(db, &e)))
+                die("drop cache", &e);
+            pthread_barrier_init(&barrier, NULL, (unsigned)t + 1);
+            t0 = now();
+            for (int i = 0; i < t; i++) {
+                w[i].db = db;
+                w[i].mfns = mfns;
+                w[i].n = n;
+                w[i].start = n * (size_t)i / (size_t)t;
+                w[i].barrier = &barrier;
+                w[i].deadline = 0;
+                if (pthread_create(&tid[i], NULL, work, &w[i])) {
+                    perror("pthread_create");
+                    return 2;
+                }
+            }
+            t0 = now();
+            for (int i = 0; i < t; i++) w[i].deadline = t0 + c.min_time;
+            pthread_barrier_wait(&barrier);
+            t0 = now();
+            for (int i = 0; i < t; i++) {
+                pthread_join(tid[i], NULL);
+                if (w[i].rc) die("threaded read", &w[i].err);
+                rows += w[i].rows;
+            }
+            secs = now() - t0;
+            report(&c, "threads", t, rep, rows, secs);
+            pthread_barrier_destroy(&barrier);
+            free(tid);
+            free(w);
+        }
+    }
+    pydb_record_free(rec);
+    free(mfns);
+    pydb_close(db);
+    return 0;
+}

@@ -1,0 +1,233 @@
+/*
+ * build.c - the bulk writer: a new database whose records are appended in
+ * MFN order, then closed by writing the control record and the XRF.
+ *
+ * Placement follows isis-formats.md §2.3 and §10 (writer checklist):
+ * records start on a 2-byte boundary (2^MSTXL when MSTXL > 0); the leader
+ * up to BASE never straddles a 512-byte block; MFRL is even (a multiple of
+ * 2^MSTXL) with blank padding; the file is zero-filled to a whole block;
+ * XRF blocks carry XRFPOS = block number, negated on the last block.
+ * Records get the XRF "new" flag (0x400, not yet inverted) as CISIS loads do.
+ *
+ * This is not the transactional write path: a crash while building leaves
+ * a half-written new database, which pydb_builder_free() removes.
+ */
+#include "pydb_int.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OUTBUF (1 << 16)
+
+struct pydb_builder {
+    int fd_mst, fd_xrf;
+    int layout, mstxl, finished;
+    int64_t pos;           /* next free byte in the .mst                   */
+    int32_t *offsets_xrf;  /* encoded XRF value per MFN                    */
+    size_t n, cap;
+    uint8_t *rec;          /* scratch record                               */
+    size_t reccap;
+    char mst_path[1100], xrf_path[1100];
+};
+
+int pydb_builder_open(pydb_builder **out, const char *path, int layout,
+                      int mstxl, pydb_error *err)
+{
+    pydb_builder *b;
+    uint8_t ctl[PYDB_CTL_SIZE];
+    int rc = PYDB_OK;
+
+    *out = NULL;
+    if (layout < 0 || layout > 3 || mstxl < 0 || mstxl > 6)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
+                          "bad layout %d or MSTXL %d", layout, mstxl);
+    b = calloc(1, sizeof *b);
+    if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+    b->fd_mst = b->fd_xrf = -1;
+    b->layout = layout;
+    b->mstxl = mstxl;
+    b->pos = PYDB_CTL_SIZE;
+    snprintf(b->mst_path, sizeof b->mst_path, "%s.mst", path);
+    snprintf(b->xrf_path, sizeof b->xrf_path, "%s.xrf", path);
+    b->fd_mst = pydb__vfs->open(b->mst_path, O_RDWR | O_CREAT | O_EXCL, 0644);
+    if (b->fd_mst < 0) {
+        rc = PYDB_OSERROR(err, errno, b->mst_path, -1, "cannot create: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
+    b->fd_xrf = pydb__vfs->open(b->xrf_path, O_RDWR | O_CREAT | O_EXCL, 0644);
+    if (b->fd_xrf < 0) {
+        rc = PYDB_OSERROR(err, errno, b->xrf_path, -1, "cannot create: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
+    memset(ctl, 0, sizeof ctl);   /* placeholder until finish */
+    if (pydb__vfs->pwrite(b->fd_mst, ctl, sizeof ctl, 0) != sizeof ctl) {
+        rc = PYDB_OSERROR(err, errno, b->mst_path, 0, "write failed: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
+    *out = b;
+    return PYDB_OK;
+cleanup:
+    pydb_builder_free(b);
+    return rc;
+}
+
+int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
+                     uint32_t nfields, pydb_error *err)
+{
+    const pydb_geom *g = &pydb__geom[b->layout];
+    int64_t base = g->leader + (int64_t)nfields * g->entry, data = 0, mfrl;
+    int64_t align = b->mstxl ? (1 << b->mstxl) : 2, start, gap;
+    int32_t mfn = (int32_t)b->n + 1;
+    uint32_t i;
+    uint8_t *p;
+
+    if (b->finished)
+        return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1, "finished");
+    if (nfields > 65535)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, b->mst_path, -1,
+                          "record of MFN %d has %u fields; NVF is 16-bit "
+                          "(at most 65535)", (int)mfn, nfields);
+    for (i = 0; i < nfields; i++) {
+        if (fields[i].tag > 65535)
+            return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1,
+                              "tag %u is outside 0..65535", fields[i].tag);
+        data += fields[i].len;
+    }
+    mfrl = base + data;
+    mfrl = (mfrl + align - 1) / align * align;
+    if (!g->ffi && (mfrl > 32767 || data > 65535))
+        return PYDB_ERROR(err, PYDB_ETOOBIG, b->mst_path, -1,
+                          "record of MFN %d needs %lld bytes; the ISIS "
+                          "layouts allow 32767 (16-bit MFRL); use an FFI "
+                          "layout for larger records", (int)mfn,
+                          (long long)mfrl);
+    if (mfrl > PYDB_MAX_FFI_MFRL)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, b->mst_path, -1,
+                          "record of MFN %d needs %lld bytes; the limit is "
+                          "%d", (int)mfn, (long long)mfrl, PYDB_MAX_FFI_MFRL);
+    if ((size_t)mfrl > b->reccap) {
+        uint8_t *r = realloc(b->rec, (size_t)mfrl);
+        if (!r) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+        b->rec = r;
+        b->reccap = (size_t)mfrl;
+    }
+    if (b->n == b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 1024;
+        int32_t *x = realloc(b->offsets_xrf, nc * sizeof *x);
+        if (!x) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+        b->offsets_xrf = x;
+        b->cap = nc;
+    }
+    /* Placement: alignment, then the never-split rule. */
+    start = (b->pos + align - 1) / align * align;
+    if (start % PYDB_BLOCK > PYDB_BLOCK - (g->leader - 4))
+        start = (start / PYDB_BLOCK + 1) * PYDB_BLOCK;
+    p = b->rec;
+    memset(p, 0, (size_t)g->leader);
+    pydb__put32(p, (uint32_t)mfn);
+    if (g->ffi) {
+        pydb__put32(p + g->off_mfrl, (uint32_t)mfrl);
+        pydb__put32(p + g->off_base, (uint32_t)base);
+    } else {
+        pydb__put16(p + g->off_mfrl, (uint32_t)mfrl);
+        pydb__put16(p + g->off_base, (uint32_t)base);
+    }
+    pydb__put16(p + g->off_nvf, nfields);
+    data = 0;
+    for (i = 0; i < nfields; i++) {
+        uint8_t *d = p + g->leader + (int64_t)i * g->entry;
+        memset(d, 0, (size_t)g->entry);
+        pydb__put16(d, fields[i].tag);
+        if (g->ffi) {
+            pydb__put32(d + g->dir_pos, (uint32_t)data);
+            pydb__put32(d + g->dir_len, fields[i].len);
+        } else {
+            pydb__put16(d + g->dir_pos, (uint32_t)data);
+            pydb__put16(d + g->dir_len, fields[i].len);
+        }
+        if (fields[i].len)
+            memcpy(p + base + data, fields[i].value, fields[i].len);
+        data += fields[i].len;
+    }
+    memset(p + base + data, ' ', (size_t)(mfrl - base - data));
+    gap = start - b->pos;
+    if (gap > 0) {
+        static const uint8_t zeros[PYDB_BLOCK];
+        if (pydb__vfs->pwrite(b->fd_mst, zeros, (size_t)gap, b->pos) != gap)
+            return PYDB_OSERROR(err, errno, b->mst_path, b->pos,
+                                "write failed: %s", strerror(errno));
+    }
+    if (pydb__vfs->pwrite(b->fd_mst, p, (size_t)mfrl, start) != mfrl)
+        return PYDB_OSERROR(err, errno, b->mst_path, start,
+                            "write failed: %s", strerror(errno));
+    b->offsets_xrf[b->n++] = pydb__xrf_encode(start, PYDB_FLAG_NEW, b->mstxl);
+    b->pos = start + mfrl;
+    return PYDB_OK;
+}
+
+int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err)
+{
+    uint8_t ctl[PYDB_CTL_SIZE], blk[PYDB_BLOCK];
+    int64_t end = b->pos, padded, nblocks, bi;
+    static const uint8_t zeros[PYDB_BLOCK];
+
+    memset(ctl, 0, sizeof ctl);
+    pydb__put32(ctl + 4, (uint32_t)(b->n + 1));
+    pydb__put32(ctl + 8, (uint32_t)(end / PYDB_BLOCK + 1));
+    pydb__put16(ctl + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+    ctl[14] = 0;
+    ctl[15] = (uint8_t)b->mstxl;
+    padded = (end + PYDB_BLOCK - 1) / PYDB_BLOCK * PYDB_BLOCK;
+    if (padded > end &&
+        pydb__vfs->pwrite(b->fd_mst, zeros, (size_t)(padded - end), end) !=
+            padded - end)
+        return PYDB_OSERROR(err, errno, b->mst_path, end, "write failed: %s",
+                            strerror(errno));
+    if (pydb__vfs->pwrite(b->fd_mst, ctl, sizeof ctl, 0) != sizeof ctl)
+        return PYDB_OSERROR(err, errno, b->mst_path, 0, "write failed: %s",
+                            strerror(errno));
+    nblocks = ((int64_t)b->n + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK;
+    if (nblocks == 0) nblocks = 1;
+    for (bi = 0; bi < nblocks; bi++) {
+        memset(blk, 0, sizeof blk);
+        pydb__put32(blk, (uint32_t)(bi == nblocks - 1 ? -(bi + 1) : bi + 1));
+        for (int s = 0; s < PYDB_XRF_PER_BLOCK; s++) {
+            size_t m = (size_t)bi * PYDB_XRF_PER_BLOCK + (size_t)s;
+            if (m < b->n) pydb__put32(blk + 4 + 4 * s, (uint32_t)b->offsets_xrf[m]);
+        }
+        if (pydb__vfs->pwrite(b->fd_xrf, blk, sizeof blk, bi * PYDB_BLOCK) !=
+            (ssize_t)sizeof blk)
+            return PYDB_OSERROR(err, errno, b->xrf_path, bi * PYDB_BLOCK,
+                                "write failed: %s", strerror(errno));
+    }
+    if (sync) {
+        if (pydb__vfs->fsync(b->fd_mst) != 0)
+            return PYDB_OSERROR(err, errno, b->mst_path, -1,
+                                "fsync failed: %s", strerror(errno));
+        if (pydb__vfs->fsync(b->fd_xrf) != 0)
+            return PYDB_OSERROR(err, errno, b->xrf_path, -1,
+                                "fsync failed: %s", strerror(errno));
+    }
+    b->finished = 1;
+    return PYDB_OK;
+}
+
+void pydb_builder_free(pydb_builder *b)
+{
+    if (!b) return;
+    if (b->fd_mst >= 0) pydb__vfs->close(b->fd_mst);
+    if (b->fd_xrf >= 0) pydb__vfs->close(b->fd_xrf);
+    if (!b->finished) {
+        if (b->fd_mst >= 0) unlink(b->mst_path);
+        if (b->fd_xrf >= 0) unlink(b->xrf_path);
+    }
+    free(b->offsets_xrf);
+    free(b->rec);
+    free(b);
+}

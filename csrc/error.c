@@ -1,0 +1,68 @@
+/* error.c - error detail and names. */
+#include "pydb_int.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int pydb__error_set(pydb_error *err, int code, int sys_errno, const char *path,
+                    int64_t offset, const char *src_file, int src_line,
+                    const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->code = code;
+        err->sys_errno = sys_errno;
+        err->offset = offset;
+        snprintf(err->path, sizeof err->path, "%s", path ? path : "");
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+        err->src_file = src_file;
+        err->src_line = src_line;
+    }
+    return code;
+}
+
+const char *pydb_strerror(int code)
+{
+    switch (code) {
+    case PYDB_OK: return "success";
+    case PYDB_ECORRUPT: return "database file is corrupt";
+    case PYDB_ENOTFOUND: return "record not found";
+    case PYDB_EIO: return "input/output error";
+    case PYDB_ENOMEM: return "out of memory";
+    case PYDB_EINVAL: return "invalid argument";
+    case PYDB_EUNSUPPORTED: return "unsupported";
+    case PYDB_ETOOBIG: return "record too large for the layout";
+    default: return "unknown error";
+    }
+}
+
+static const char *const layout_names[4] = {
+    "isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"};
+
+const char *pydb_layout_name(int layout)
+{
+    return (layout >= 0 && layout < 4) ? layout_names[layout] : "unknown";
+}
+
+int pydb_layout_from_name(const char *name)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, layout_names[i]) == 0) return i;
+    return -1;
+}
+
+static const char *const io_names[3] = {"pread", "mmap", "direct"};
+
+const char *pydb_io_name(int io)
+{
+    return (io >= 0 && io < 3) ? io_names[io] : "unknown";
+}
+
+int pydb_io_from_name(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, io_names[i]) == 0) return i;
+    return -1;
+}

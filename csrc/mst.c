@@ -1,0 +1,735 @@
+/*
+ * mst.c - opening a database and reading records through the XRF.
+ *
+ * Formats: ../shared/docs/isis-formats.md §2 (master file) and §3
+ * (cross-reference file).  Every offset and length taken from a file is
+ * checked against the file size and the format's limits before use; a
+ * violation is PYDB_ECORRUPT with the file, the byte offset and the reason.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pydb_int.h"
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Leader geometry per layout, formats §2.2 (table). */
+const pydb_geom pydb__geom[4] = {
+    /* leader entry ffi mfrl mfbwb mfbwp base nvf status dpos dlen */
+    {18, 6, 0, 4, 6, 10, 12, 14, 16, 2, 4},   /* ISIS packed  */
+    {20, 6, 0, 4, 8, 12, 14, 16, 18, 2, 4},   /* ISIS aligned */
+    {22, 10, 1, 4, 8, 12, 14, 18, 20, 2, 6},  /* FFI packed   */
+    {24, 12, 1, 4, 8, 12, 16, 20, 22, 4, 8},  /* FFI aligned  */
+};
+
+/* Known extensions of database files, formats §1 (stripped from a path). */
+static const char *const known_ext[] = {
+    "mst", "xrf", "cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2",
+    "iyp", "iy0", "fdt", "fst", "stw", "pft", "fmt", "any", NULL};
+
+/* ---------------------------------------------------------------- paths */
+
+/* Find `base`.`ext` with the extension (and, failing an exact match, the
+ * whole file name) matched without regard to case.  Writes the path found
+ * into out; returns 0 or -ENOENT. */
+static int find_file(char *out, size_t outsz, const char *base, const char *ext)
+{
+    char want[1024], dir[1024];
+    const char *slash, *name;
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
+    char upper[8];
+    size_t i;
+
+    snprintf(out, outsz, "%s.%s", base, ext);
+    if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+    for (i = 0; ext[i] && i < sizeof upper - 1; i++)
+        upper[i] = (char)toupper((unsigned char)ext[i]);
+    upper[i] = 0;
+    snprintf(out, outsz, "%s.%s", base, upper);
+    if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+
+    slash = strrchr(base, '/');
+    if (slash) {
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - base + 1), base);
+        name = slash + 1;
+    } else {
+        snprintf(dir, sizeof dir, "./");
+        name = base;
+    }
+    snprintf(want, sizeof want, "%s.%s", name, ext);
+    d = opendir(dir);
+    if (!d) return -ENOENT;
+    while ((de = readdir(d)) != NULL) {
+        if (strcasecmp(de->d_name, want) == 0) {
+            snprintf(out, outsz, "%s%s", slash ? dir : "", de->d_name);
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+                closedir(d);
+                return 0;
+            }
+        }
+    }
+    closedir(d);
+    snprintf(out, outsz, "%s.%s", base, ext);
+    return -ENOENT;
+}
+
+/* Strip a known database-file extension from path into base. */
+static void base_name(char *base, size_t sz, const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    const char *slash = strrchr(path, '/');
+    snprintf(base, sz, "%s", path);
+    if (!dot || (slash && dot < slash)) return;
+    for (int i = 0; known_ext[i]; i++) {
+        if (strcasecmp(dot + 1, known_ext[i]) == 0) {
+            base[dot - path] = 0;
+            return;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- files */
+
+static void file_init(pydb_file *f)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->dfd = -1;
+}
+
+static void file_close(pydb_file *f)
+{
+    if (f->map) munmap((void *)f->map, (size_t)f->size);
+    if (f->fd >= 0) pydb__vfs->close(f->fd);
+    if (f->dfd >= 0) pydb__vfs->close(f->dfd);
+    file_init(f);
+}
+
+static int file_open(pydb_file *f, const char *path, int io, pydb_error *err)
+{
+    struct stat st;
+
+    snprintf(f->path, sizeof f->path, "%s", path);
+    f->fd = pydb__vfs->open(path, O_RDONLY, 0);
+    if (f->fd < 0)
+        return PYDB_OSERROR(err, errno, path, -1, "cannot open: %s",
+                            strerror(errno));
+    if (fstat(f->fd, &st) != 0)
+        return PYDB_OSERROR(err, errno, path, -1, "cannot stat: %s",
+                            strerror(errno));
+    f->size = (int64_t)st.st_size;
+    if (io == PYDB_IO_MMAP && f->size > 0) {
+        void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED, f->fd, 0);
+        if (m == MAP_FAILED)
+            return PYDB_OSERROR(err, errno, path, -1, "cannot mmap: %s",
+                                strerror(errno));
+        f->map = m;
+    }
+    if (io == PYDB_IO_DIRECT) {
+        f->dfd = pydb__vfs->open(path, O_RDONLY | O_DIRECT, 0);
+        if (f->dfd < 0) {
+            int e = errno;
+            if (e == EINVAL)
+                return pydb__error_set(err, PYDB_EUNSUPPORTED, e, path, -1,
+                                       __FILE__, __LINE__,
+                                       "the file system refuses O_DIRECT "
+                                       "(use io=\"pread\" or \"mmap\")");
+            return PYDB_OSERROR(err, e, path, -1, "cannot open with "
+                                "O_DIRECT: %s", strerror(e));
+        }
+    }
+    return PYDB_OK;
+}
+
+/* ------------------------------------------------------------ XRF values */
+
+int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl)
+{
+    int64_t block = offset / PYDB_BLOCK + 1;
+    int64_t low = offset % PYDB_BLOCK;
+    if (flags & PYDB_FLAG_PENDING) low |= 0x200;
+    if (flags & PYDB_FLAG_NEW) low |= 0x400;
+    return (int32_t)(block * (2048 >> mstxl) + (low >> mstxl));
+}
+
+/* Decode a stored XRF value, formats §3.2.  `where` is its offset in the
+ * XRF, for the message. */
+static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
+                      int32_t mfn, int64_t where, pydb_error *err)
+{
+    int k = db->mstxl;
+    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
+    int64_t block = v >> (11 - k);
+    int64_t low = v & ((1 << (11 - k)) - 1);
+    int64_t off;
+
+    e->raw = raw;
+    e->flags = 0;
+    e->offset = -1;
+    if (raw == 0) {
+        e->state = PYDB_XRF_UNUSED;
+        return PYDB_OK;
+    }
+    off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> k)) << k);
+    if (raw < 0 && (off == 0 || raw == -2048)) {
+        e->state = PYDB_XRF_PDELETED;
+        return PYDB_OK;
+    }
+    if (block < 1 || off < PYDB_CTL_SIZE)
+        return PYDB_CORRUPT(err, db->xrf.path, where,
+                            "XRF entry of MFN %d (value %d) points at "
+                            "offset %lld, inside the control record",
+                            (int)mfn, (int)raw, (long long)off);
+    if (off >= db->mst.size)
+        return PYDB_CORRUPT(err, db->xrf.path, where,
+                            "XRF entry of MFN %d (value %d) points at "
+                            "offset %lld, past the end of %s (%lld bytes)",
+                            (int)mfn, (int)raw, (long long)off, db->mst.path,
+                            (long long)db->mst.size);
+    if (low & (0x200 >> k)) e->flags |= PYDB_FLAG_PENDING;
+    if (low & (0x400 >> k)) e->flags |= PYDB_FLAG_NEW;
+    e->state = raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
+    e->offset = off;
+    return PYDB_OK;
+}
+
+static int check_xrfpos(const uint8_t *blk, int64_t b)
+{
+    int32_t pos = (int32_t)pydb__u32(blk);
+    return pos == b + 1 || pos == -(b + 1);
+}
+
+int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
+                 pydb_error *err)
+{
+    uint8_t buf[PYDB_BLOCK];
+    int64_t b, slot, start, where;
+    int rc;
+
+    if (mfn < 1 || mfn >= db->next_mfn)
+        return PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
+                          "MFN %d is outside 1..%d", (int)mfn,
+                          (int)(db->next_mfn - 1));
+    b = (mfn - 1) / PYDB_XRF_PER_BLOCK;
+    slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
+    start = b * PYDB_BLOCK;
+    where = start + 4 + slot * 4;
+    rc = pydb__file_read(&db->xrf, db->io, buf, (size_t)(where + 4 - start),
+                         start, "XRF block", err);
+    if (rc) return rc;
+    if (!check_xrfpos(buf, b))
+        return PYDB_CORRUPT(err, db->xrf.path, start,
+                            "XRF block %lld holds XRFPOS %d (expected "
+                            "%lld or its negation)", (long long)(b + 1),
+                            (int)(int32_t)pydb__u32(buf), (long long)(b + 1));
+    return xrf_decode(out, db, (int32_t)pydb__u32(buf + (where - start)), mfn,
+                      where, err);
+}
+
+/* ------------------------------------------------------------- records */
+
+static size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* Make *rec hold at least `raw` record bytes and `nf` fields. */
+static int record_reserve(pydb_record **rec, size_t raw, size_t nf,
+                          pydb_error *err)
+{
+    size_t need = round8(sizeof(pydb_record)) + round8(raw) +
+                  nf * sizeof(pydb_field);
+    pydb_record *r = *rec;
+    if (r && r->capacity >= need) return PYDB_OK;
+    r = realloc(r, need);
+    if (!r)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "no memory for a %zu-byte record", need);
+    r->capacity = need;
+    *rec = r;
+    return PYDB_OK;
+}
+
+static uint8_t *record_raw(pydb_record *r)
+{
+    return (uint8_t *)r + round8(sizeof(pydb_record));
+}
+
+void pydb_record_free(pydb_record *rec) { free(rec); }
+
+/* Read and validate the version of `mfn` stored at `off`. */
+static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
+                        int64_t off, pydb_error *err)
+{
+    const pydb_geom *g = &pydb__geom[db->layout];
+    const char *path = db->mst.path;
+    int64_t avail = db->mst.size - off;
+    size_t first, mfrl;
+    int64_t smfrl, base, nvf, i, datalen = 0, mfbwb, mfbwp;
+    int32_t got_mfn;
+    uint8_t *raw;
+    pydb_field *fields;
+    int rc;
+
+    if (off < PYDB_CTL_SIZE || avail < g->leader)
+        return PYDB_CORRUPT(err, path, off,
+                            "record of MFN %d: a %d-byte leader at offset "
+                            "%lld does not fit in the file (%lld bytes)",
+                            (int)mfn, g->leader, (long long)off,
+                            (long long)db->mst.size);
+    first = 1024;
+    if (db->io == PYDB_IO_DIRECT)
+        first = PYDB_DIRECT_ALIGN - (size_t)(off % PYDB_DIRECT_ALIGN);
+    if ((int64_t)first > avail) first = (size_t)avail;
+    if (first < (size_t)g->leader) first = (size_t)g->leader;
+    rc = record_reserve(rec, first, 0, err);
+    if (rc) return rc;
+    raw = record_raw(*rec);
+    rc = pydb__file_read(&db->mst, db->io, raw, first, off, "record", err);
+    if (rc) return rc;
+
+    got_mfn = (int32_t)pydb__u32(raw);
+    if (got_mfn != mfn)
+        return PYDB_CORRUPT(err, path, off,
+                            "the record at offset %lld has MFN %d, but the "
+                            "XRF entry of MFN %d points there",
+                            (long long)off, (int)got_mfn, (int)mfn);
+    if (g->ffi)
+        smfrl = (int32_t)pydb__u32(raw + g->off_mfrl);
+    else
+        smfrl = (int16_t)pydb__u16(raw + g->off_mfrl);
+    (*rec)->locked = smfrl < 0;
+    if (smfrl < 0) smfrl = -smfrl;
+    if (smfrl < g->leader || smfrl > (g->ffi ? PYDB_MAX_FFI_MFRL : 32768))
+        return PYDB_CORRUPT(err, path, off + g->off_mfrl,
+                            "record of MFN %d has an impossible MFRL %lld",
+                            (int)mfn, (long long)smfrl);
+    if (smfrl > avail)
+        return PYDB_CORRUPT(err, path, off + g->off_mfrl,
+                            "record of MFN %d: MFRL %lld at offset %lld "
+                            "passes the end of the file (%lld bytes)",
+                            (int)mfn, (long long)smfrl, (long long)off,
+                            (long long)db->mst.size);
+    mfrl = (size_t)smfrl;
+    base = g->ffi ? (int64_t)pydb__u32(raw + g->off_base)
+                  : (int64_t)pydb__u16(raw + g->off_base);
+    nvf = pydb__u16(raw + g->off_nvf);
+    if (base != g->leader + nvf * g->entry || base > (int64_t)mfrl)
+        return PYDB_CORRUPT(err, path, off + g->off_base,
+                            "record of MFN %d: BASE %lld and NVF %lld do not "
+                            "fit (expected BASE %lld within MFRL %zu)",
+                            (int)mfn, (long long)base, (long long)nvf,
+                            (long long)(g->leader + nvf * g->entry), mfrl);
+    mfbwb = (int32_t)pydb__u32(raw + g->off_mfbwb);
+    mfbwp = pydb__u16(raw + g->off_mfbwp);
+    (*rec)->status = pydb__u16(raw + g->off_status);
+
+    rc = record_reserve(rec, mfrl, (size_t)nvf, err);
+    if (rc) return rc;
+    raw = record_raw(*rec);
+    if (mfrl > first) {
+        rc = pydb__file_read(&db->mst, db->io, raw + first, mfrl - first,
+                             off + (int64_t)first, "record", err);
+        if (rc) return rc;
+    }
+    fields = (pydb_field *)(raw + round8(mfrl));
+    for (i = 0; i < nvf; i++) {
+        const uint8_t *d = raw + g->leader + i * g->entry;
+        int64_t pos, len;
+        if (g->ffi) {
+            pos = pydb__u32(d + g->dir_pos);
+            len = pydb__u32(d + g->dir_len);
+        } else {
+            pos = pydb__u16(d + g->dir_pos);
+            len = pydb__u16(d + g->dir_len);
+        }
+        if (pos + len > (int64_t)mfrl - base)
+            return PYDB_CORRUPT(err, path, off + g->leader + i * g->entry,
+                                "record of MFN %d: directory entry %lld "
+                                "(tag %u, pos %lld, len %lld) passes the end "
+                                "of the record (%lld data bytes)",
+                                (int)mfn, (long long)(i + 1),
+                                (unsigned)pydb__u16(d), (long long)pos,
+                                (long long)len,
+                                (long long)((int64_t)mfrl - base));
+        fields[i].tag = pydb__u16(d);
+        fields[i].len = (uint32_t)len;
+        fields[i].value = raw + base + pos;
+        datalen += len;
+    }
+    (*rec)->mfn = mfn;
+    (*rec)->offset = off;
+    (*rec)->back_offset =
+        mfbwb > 0 ? (int64_t)(mfbwb - 1) * PYDB_BLOCK + mfbwp : -1;
+    (*rec)->mfrl = (uint32_t)mfrl;
+    (*rec)->nfields = (uint32_t)nvf;
+    (*rec)->fields = fields;
+    (*rec)->data_len = (size_t)datalen;
+    return PYDB_OK;
+}
+
+int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
+{
+    pydb_xrf_entry e;
+    int rc;
+
+    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
+    rc = pydb_xrf_get(&e, db, mfn, err);
+    if (rc) goto cleanup;
+    if (e.state == PYDB_XRF_UNUSED || e.state == PYDB_XRF_PDELETED) {
+        rc = PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
+                        "MFN %d is %s", (int)mfn,
+                        e.state == PYDB_XRF_UNUSED ? "not in use"
+                                                   : "physically deleted");
+        goto cleanup;
+    }
+    rc = read_version(rec, db, mfn, e.offset, err);
+    if (rc) goto cleanup;
+    (*rec)->deleted = e.state == PYDB_XRF_LDELETED;
+    (*rec)->flags = e.flags;
+cleanup:
+    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_unlock(&db->mutex);
+    return rc;
+}
+
+int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
+                 pydb_error *err)
+{
+    int rc;
+    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
+    rc = read_version(rec, db, mfn, offset, err);
+    if (rc == PYDB_OK) {
+        (*rec)->deleted = (*rec)->status == 1;
+        (*rec)->flags = 0;
+    }
+    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_unlock(&db->mutex);
+    return rc;
+}
+
+/* ------------------------------------------------------------ XRF scans */
+
+#define SCAN_BLOCKS 64
+
+/* Call fn on each XRF entry of MFN from..max, reading SCAN_BLOCKS blocks
+ * at a time.  fn returns nonzero to stop. */
+typedef int (*xrf_visit)(void *ctx, int32_t mfn, const pydb_xrf_entry *e);
+
+static int xrf_scan(pydb_db *db, int32_t from, xrf_visit fn, void *ctx,
+                    int32_t *stopped_at, pydb_error *err)
+{
+    uint8_t *buf = NULL;
+    int32_t max = db->next_mfn - 1, mfn = from < 1 ? 1 : from;
+    int rc = PYDB_OK;
+
+    *stopped_at = max + 1;
+    buf = malloc(SCAN_BLOCKS * PYDB_BLOCK);
+    if (!buf)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for XRF scan");
+    while (mfn <= max) {
+        int64_t b0 = (mfn - 1) / PYDB_XRF_PER_BLOCK;
+        int64_t blast = (max - 1) / PYDB_XRF_PER_BLOCK;
+        int64_t nb = blast - b0 + 1, b;
+        if (nb > SCAN_BLOCKS) nb = SCAN_BLOCKS;
+        rc = pydb__file_read(&db->xrf, db->io, buf, (size_t)nb * PYDB_BLOCK,
+                             b0 * PYDB_BLOCK, "XRF block", err);
+        if (rc) goto cleanup;
+        for (b = b0; b < b0 + nb; b++) {
+            const uint8_t *blk = buf + (b - b0) * PYDB_BLOCK;
+            if (!check_xrfpos(blk, b)) {
+                rc = PYDB_CORRUPT(err, db->xrf.path, b * PYDB_BLOCK,
+                                  "XRF block %lld holds XRFPOS %d (expected "
+                                  "%lld or its negation)", (long long)(b + 1),
+                                  (int)(int32_t)pydb__u32(blk),
+                                  (long long)(b + 1));
+                goto cleanup;
+            }
+            for (; mfn <= max && (mfn - 1) / PYDB_XRF_PER_BLOCK == b; mfn++) {
+                int64_t slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
+                pydb_xrf_entry e;
+                rc = xrf_decode(&e, db,
+                                (int32_t)pydb__u32(blk + 4 + slot * 4), mfn,
+                                b * PYDB_BLOCK + 4 + slot * 4, err);
+                if (rc) goto cleanup;
+                if (fn(ctx, mfn, &e)) {
+                    *stopped_at = mfn + 1;
+                    goto cleanup;
+                }
+            }
+        }
+    }
+cleanup:
+    free(buf);
+    return rc;
+}
+
+static int count_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
+{
+    pydb_counts *c = ctx;
+    (void)mfn;
+    switch (e->state) {
+    case PYDB_XRF_ACTIVE: c->active++; break;
+    case PYDB_XRF_LDELETED: c->ldeleted++; break;
+    case PYDB_XRF_PDELETED: c->pdeleted++; break;
+    default: c->unused++; break;
+    }
+    if (e->flags & PYDB_FLAG_NEW) c->flag_new++;
+    if (e->flags & PYDB_FLAG_PENDING) c->flag_pending++;
+    return 0;
+}
+
+int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err)
+{
+    int32_t stop;
+    memset(out, 0, sizeof *out);
+    return xrf_scan(db, 1, count_visit, out, &stop, err);
+}
+
+struct list_ctx {
+    int32_t *mfns;
+    size_t cap, n;
+    int include_deleted;
+};
+
+static int list_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
+{
+    struct list_ctx *c = ctx;
+    if (e->state == PYDB_XRF_ACTIVE ||
+        (c->include_deleted && e->state == PYDB_XRF_LDELETED))
+        c->mfns[c->n++] = mfn;
+    return c->n == c->cap;
+}
+
+int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
+                   pydb_db *db, int32_t from, int include_deleted,
+                   pydb_error *err)
+{
+    struct list_ctx c = {mfns, cap, 0, include_deleted};
+    int rc;
+    *n = 0;
+    *next = db->next_mfn;
+    if (cap == 0) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "cap is 0");
+    rc = xrf_scan(db, from, list_visit, &c, next, err);
+    *n = c.n;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- open */
+
+/* Does the record at `off` look like MFN `mfn` in layout `lay`? */
+static int layout_fits(const pydb_db *db, int lay, int32_t mfn, int64_t off)
+{
+    const pydb_geom *g = &pydb__geom[lay];
+    uint8_t h[24];
+    int64_t mfrl, base, nvf;
+    if (pydb__file_read(&db->mst, db->io, h, (size_t)g->leader, off, "leader",
+                        NULL) != PYDB_OK)
+        return 0;
+    if ((int32_t)pydb__u32(h) != mfn) return 0;
+    mfrl = g->ffi ? (int32_t)pydb__u32(h + 4) : (int16_t)pydb__u16(h + 4);
+    if (mfrl < 0) mfrl = -mfrl;
+    base = g->ffi ? pydb__u32(h + g->off_base) : pydb__u16(h + g->off_base);
+    nvf = pydb__u16(h + g->off_nvf);
+    return base == g->leader + nvf * g->entry && mfrl >= base &&
+           off + mfrl <= db->mst.size;
+}
+
+struct detect_ctx {
+    pydb_db *db;
+    int votes[4];
+    int tried;
+};
+
+static int detect_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
+{
+    struct detect_ctx *c = ctx;
+    if (e->state != PYDB_XRF_ACTIVE && e->state != PYDB_XRF_LDELETED)
+        return 0;
+    for (int lay = 0; lay < 4; lay++)
+        c->votes[lay] += layout_fits(c->db, lay, mfn, e->offset);
+    return ++c->tried >= 16;
+}
+
+/* Formats §2.5: try the four leaders on up to 16 records named by the XRF
+ * and keep the layout that fits most of them. */
+static int detect_layout(pydb_db *db, pydb_error *err)
+{
+    struct detect_ctx c;
+    int32_t stop;
+    int best = -1, rc;
+
+    memset(&c, 0, sizeof c);
+    c.db = db;
+    db->layout = PYDB_LAYOUT_ISIS_PACKED;
+    rc = xrf_scan(db, 1, detect_visit, &c, &stop, err);
+    if (rc) return rc;
+    if (c.tried == 0) return PYDB_OK;  /* no record: nothing to detect */
+    for (int lay = 0; lay < 4; lay++)
+        if (c.votes[lay] > 0 && (best < 0 || c.votes[lay] > c.votes[best]))
+            best = lay;
+    if (best < 0)
+        return PYDB_CORRUPT(err, db->mst.path, -1,
+                            "the records named by the XRF fit none of the "
+                            "four leader layouts (isis/ffi, packed/aligned)");
+    db->layout = best;
+    return PYDB_OK;
+}
+
+static int read_control(pydb_db *db, pydb_error *err)
+{
+    uint8_t c[32];
+    int32_t ctlmfn;
+    int64_t end, need;
+    int rc;
+
+    if (db->mst.size < 32)
+        return PYDB_CORRUPT(err, db->mst.path, 0,
+                            "the master file has %lld bytes, too short for "
+                            "the 32-byte control record",
+                            (long long)db->mst.size);
+    rc = pydb__file_read(&db->mst, db->io, c, sizeof c, 0, "control record",
+                         err);
+    if (rc) return rc;
+    ctlmfn = (int32_t)pydb__u32(c);
+    if (ctlmfn != 0) {
+        /* Big-endian files decode to CTLMFN 0 with swapped bytes too (it is
+         * zero either way), so look at NXTMFN for a plausible swap. */
+        return PYDB_CORRUPT(err, db->mst.path, 0,
+                            "control record: CTLMFN is %d, expected 0",
+                            (int)ctlmfn);
+    }
+    db->next_mfn = (int32_t)pydb__u32(c + 4);
+    db->next_block = (int32_t)pydb__u32(c + 8);
+    db->next_pos = pydb__u16(c + 12);
+    db->mftype = c[14];
+    db->mstxl = c[15];
+    db->reccnt = (int32_t)pydb__u32(c + 16);
+    if (db->next_mfn < 1 || db->next_block < 1 || db->next_pos < 1 ||
+        db->next_pos > PYDB_BLOCK + 1) {
+        /* A big-endian control record decodes to absurd values here. */
+        uint32_t be = ((uint32_t)c[4] << 24) | ((uint32_t)c[5] << 16) |
+                      ((uint32_t)c[6] << 8) | c[7];
+        if (be >= 1 && be < 0x01000000 && db->next_mfn > 0x01000000)
+            return PYDB_ERROR(err, PYDB_EUNSUPPORTED, db->mst.path, 4,
+                              "this master file looks big-endian (NXTMFN "
+                              "%u when byte-swapped); only little-endian "
+                              "files are supported", be);
+        return PYDB_CORRUPT(err, db->mst.path, 4,
+                            "control record: impossible NXTMFN %d / NXTMFB "
+                            "%d / NXTMFP %d", (int)db->next_mfn,
+                            (int)db->next_block, (int)db->next_pos);
+    }
+    if (db->mstxl > 6)
+        return PYDB_CORRUPT(err, db->mst.path, 15,
+                            "control record: MSTXL %d is not a known shift "
+                            "(0..6)", db->mstxl);
+    end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
+    if (end > db->mst.size)
+        return PYDB_CORRUPT(err, db->mst.path, 8,
+                            "control record: NXTMFB/NXTMFP %d/%d say the "
+                            "records end at byte %lld, but the file has %lld "
+                            "bytes (truncated?)", (int)db->next_block,
+                            (int)db->next_pos, (long long)end,
+                            (long long)db->mst.size);
+    need = (int64_t)((db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
+                     PYDB_XRF_PER_BLOCK) * PYDB_BLOCK;
+    if (db->xrf.size < need)
+        return PYDB_CORRUPT(err, db->xrf.path, db->xrf.size,
+                            "the XRF has %lld bytes, but NXTMFN %d needs "
+                            "%lld (truncated?)", (long long)db->xrf.size,
+                            (int)db->next_mfn, (long long)need);
+    return PYDB_OK;
+}
+
+int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
+              pydb_error *err)
+{
+    char base[1024], mst[1400], xrf[1400];
+    pydb_db *db = NULL;
+    int io = opt ? opt->io : PYDB_IO_PREAD;
+    int lock = opt ? opt->lock : PYDB_LOCK_NONE;
+    int rc;
+
+    *out = NULL;
+    if (!path || !*path || strlen(path) >= sizeof base)
+        return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
+                          "empty or too long database path");
+    if (io < 0 || io > 2 || lock < 0 || lock > 1)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "bad io or lock mode");
+    base_name(base, sizeof base, path);
+    if (find_file(mst, sizeof mst, base, "mst") != 0)
+        return PYDB_OSERROR(err, ENOENT, mst, -1,
+                            "no master file (.mst) for database %s", base);
+    if (find_file(xrf, sizeof xrf, base, "xrf") != 0)
+        return PYDB_OSERROR(err, ENOENT, xrf, -1,
+                            "no cross-reference file (.xrf) for database %s",
+                            base);
+    db = calloc(1, sizeof *db);
+    if (!db)
+        return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory for handle");
+    file_init(&db->mst);
+    file_init(&db->xrf);
+    db->io = io;
+    db->lock = lock;
+    pthread_mutex_init(&db->mutex, NULL);
+    rc = file_open(&db->mst, mst, io, err);
+    if (rc) goto cleanup;
+    rc = file_open(&db->xrf, xrf, io, err);
+    if (rc) goto cleanup;
+    rc = read_control(db, err);
+    if (rc) goto cleanup;
+    rc = detect_layout(db, err);
+    if (rc) goto cleanup;
+    *out = db;
+    db = NULL;
+cleanup:
+    if (db) pydb_close(db);
+    return rc;
+}
+
+void pydb_close(pydb_db *db)
+{
+    if (!db) return;
+    file_close(&db->mst);
+    file_close(&db->xrf);
+    pthread_mutex_destroy(&db->mutex);
+    free(db);
+}
+
+void pydb_info_get(const pydb_db *db, pydb_info *o)
+{
+    o->next_mfn = db->next_mfn;
+    o->next_block = db->next_block;
+    o->next_pos = db->next_pos;
+    o->mftype = db->mftype;
+    o->mstxl = db->mstxl;
+    o->reccnt = db->reccnt;
+    o->layout = db->layout;
+    o->io = db->io;
+    o->lock = db->lock;
+    o->mst_size = db->mst.size;
+    o->xrf_size = db->xrf.size;
+    o->mst_path = db->mst.path;
+    o->xrf_path = db->xrf.path;
+}
+
+int32_t pydb_max_mfn(const pydb_db *db) { return db->next_mfn - 1; }
+
+int pydb_drop_cache(pydb_db *db, pydb_error *err)
+{
+    pydb_file *files[2] = {&db->mst, &db->xrf};
+    for (int i = 0; i < 2; i++) {
+        pydb_file *f = files[i];
+        if (f->map) madvise((void *)f->map, (size_t)f->size, MADV_DONTNEED);
+        if (posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
+            return PYDB_OSERROR(err, errno, f->path, -1,
+                                "posix_fadvise(DONTNEED) failed");
+    }
+    return PYDB_OK;
+}

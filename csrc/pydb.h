@@ -1,0 +1,232 @@
+/*
+ * pydb.h - the public C API of the pydb core.
+ *
+ * The core reads (and, for bulk loads, writes) CDS/ISIS master files
+ * (.mst) and cross-reference files (.xrf) as described in
+ * ../shared/docs/isis-formats.md sections 2 and 3 (referred to below as
+ * "formats §N").  It never includes Python.h and never calls into Python.
+ *
+ * Conventions
+ *   - Every fallible function returns int: PYDB_OK (0) or a negative
+ *     PYDB_E* code.  The detail (message, file, byte offset, errno) goes
+ *     into the caller's pydb_error, so concurrent threads never share
+ *     error state.  Pass NULL if the detail is not wanted.
+ *   - Out-parameters come first.
+ *   - MFNs are 1-based; offsets and sizes are in bytes.
+ *
+ * Threads
+ *   A pydb_db is immutable after pydb_open() except for its optional read
+ *   mutex: any number of threads may call the read functions on one
+ *   handle at once (pread/mmap, no shared file offset, no global state).
+ *   pydb_close() must not race with readers; the caller ensures that.
+ */
+#ifndef PYDB_H
+#define PYDB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes: a reserved negative range that cannot collide with errno. */
+#define PYDB_OK            0
+#define PYDB_ECORRUPT      (-30700) /* a file violates the format          */
+#define PYDB_ENOTFOUND     (-30701) /* MFN never created / physically gone */
+#define PYDB_EIO           (-30702) /* OS call failed; see sys_errno       */
+#define PYDB_ENOMEM        (-30703) /* allocation failed                   */
+#define PYDB_EINVAL        (-30704) /* bad argument from the caller        */
+#define PYDB_EUNSUPPORTED  (-30705) /* valid but unsupported file/feature  */
+#define PYDB_ETOOBIG       (-30706) /* record above the layout's limit     */
+
+typedef struct pydb_error {
+    int code;            /* PYDB_E* */
+    int sys_errno;       /* errno for PYDB_EIO (and O_DIRECT refusal), else 0 */
+    int64_t offset;      /* byte offset in `path` where the fault is, or -1 */
+    char path[1024];     /* file concerned, or "" */
+    char message[512];   /* human-readable reason */
+    const char *src_file;/* where in csrc/ the error was raised */
+    int src_line;
+} pydb_error;
+
+/* Human-readable name of a PYDB_E* code (static string). */
+const char *pydb_strerror(int code);
+
+/* Leader layouts, formats §2.2. */
+enum pydb_layout {
+    PYDB_LAYOUT_ISIS_PACKED = 0,   /* 18-byte leader, 6-byte dir entries  */
+    PYDB_LAYOUT_ISIS_ALIGNED = 1,  /* 20-byte leader, 6-byte dir entries  */
+    PYDB_LAYOUT_FFI_PACKED = 2,    /* 22-byte leader, 10-byte dir entries */
+    PYDB_LAYOUT_FFI_ALIGNED = 3    /* 24-byte leader, 12-byte dir entries */
+};
+const char *pydb_layout_name(int layout);  /* "isis-packed", ... */
+int pydb_layout_from_name(const char *name); /* -1 if unknown */
+
+/* I/O modes. */
+enum pydb_io {
+    PYDB_IO_PREAD = 0,   /* pread(2) into the caller's buffer             */
+    PYDB_IO_MMAP = 1,    /* read-only mapping, copied out on each read     */
+    PYDB_IO_DIRECT = 2   /* O_DIRECT, aligned bounce buffers: no page cache */
+};
+const char *pydb_io_name(int io);
+int pydb_io_from_name(const char *name);
+
+/* Lock modes for reads. */
+enum pydb_lock {
+    PYDB_LOCK_NONE = 0,  /* readers run concurrently                      */
+    PYDB_LOCK_MUTEX = 1  /* every record read holds one per-handle mutex  */
+};
+
+typedef struct pydb_options {
+    int io;    /* enum pydb_io   */
+    int lock;  /* enum pydb_lock */
+} pydb_options;
+
+typedef struct pydb_db pydb_db;
+
+/* What pydb_info() reports: the control record (formats §2.1) and the
+ * layout detected from the files (formats §2.5). */
+typedef struct pydb_info {
+    int32_t next_mfn;    /* NXTMFN: the MFN the next new record gets       */
+    int32_t next_block;  /* NXTMFB, 1-based                                */
+    int32_t next_pos;    /* NXTMFP, 1-based                                */
+    int32_t mftype;      /* 0 user database, 1 system database             */
+    int32_t mstxl;       /* MSTXL shift (0 classic; 3, 6 seen in practice) */
+    int32_t reccnt;      /* RECCNT as stored (statistics only)             */
+    int layout;          /* enum pydb_layout                               */
+    int io;              /* enum pydb_io in use                            */
+    int lock;            /* enum pydb_lock in use                          */
+    int64_t mst_size;    /* bytes, at open                                 */
+    int64_t xrf_size;    /* bytes, at open                                 */
+    const char *mst_path;
+    const char *xrf_path;
+} pydb_info;
+
+/* XRF entry states, formats §3.2. */
+enum pydb_xrf_state {
+    PYDB_XRF_UNUSED = 0,     /* value 0: never created                     */
+    PYDB_XRF_ACTIVE = 1,     /* positive pointer                           */
+    PYDB_XRF_LDELETED = 2,   /* negated pointer: logically deleted         */
+    PYDB_XRF_PDELETED = 3    /* -2048 (block -1, offset 0): physically gone */
+};
+#define PYDB_FLAG_PENDING 0x1  /* XRF 0x200: inverted file not yet updated */
+#define PYDB_FLAG_NEW     0x2  /* XRF 0x400: new record, not yet inverted  */
+
+typedef struct pydb_xrf_entry {
+    int32_t raw;       /* the stored 32-bit value                          */
+    int state;         /* enum pydb_xrf_state                              */
+    int flags;         /* PYDB_FLAG_*                                      */
+    int64_t offset;    /* byte offset of the record in the .mst, or -1     */
+} pydb_xrf_entry;
+
+/* One field of a record: its tag and a view of its value inside the
+ * record's buffer (valid until the record is freed or reused). */
+typedef struct pydb_field {
+    uint32_t tag;      /* 1..65535 (0 is stored as found)                  */
+    uint32_t len;      /* bytes                                            */
+    const uint8_t *value;
+} pydb_field;
+
+/* A record version read from the master file.  One allocation holds the
+ * struct, the raw record bytes and the field array. */
+typedef struct pydb_record {
+    int32_t mfn;         /* 1-based                                        */
+    int status;          /* leader STATUS: 0 active, 1 logically deleted   */
+    int deleted;         /* 1 if the XRF pointer is negated (formats §3.2) */
+    int flags;           /* PYDB_FLAG_* from the XRF                       */
+    int64_t offset;      /* byte offset of this version in the .mst        */
+    int64_t back_offset; /* offset of the previous version (MFBWB/MFBWP), or -1 */
+    uint32_t mfrl;       /* record length in bytes, abs(MFRL)              */
+    int locked;          /* MFRL was negative (record lock sign)           */
+    uint32_t nfields;
+    pydb_field *fields;  /* nfields entries, in stored (directory) order   */
+    size_t data_len;     /* bytes of field data (sum of field lengths)     */
+    size_t capacity;     /* bytes allocated for the whole block            */
+} pydb_record;
+
+/*
+ * Open the database named by `path`: the base name ("data/cds") or any
+ * of its files ("data/cds.mst", "data/CDS.XRF"); extensions match in any
+ * case.  Reads the control record and detects byte order, layout and
+ * MSTXL.  Errors: PYDB_EIO (missing file: sys_errno ENOENT), PYDB_ECORRUPT,
+ * PYDB_EUNSUPPORTED (big-endian files; O_DIRECT refused by the file
+ * system, sys_errno EINVAL), PYDB_ENOMEM, PYDB_EINVAL.
+ */
+int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
+              pydb_error *err);
+void pydb_close(pydb_db *db);
+void pydb_info_get(const pydb_db *db, pydb_info *out);
+
+/* Highest MFN ever assigned (NXTMFN - 1); 0 for an empty database. */
+int32_t pydb_max_mfn(const pydb_db *db);
+
+/* Decode the XRF entry of `mfn` (1..max MFN). */
+int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
+                 pydb_error *err);
+
+/*
+ * Read the current version of record `mfn`.  *rec may be NULL (a new
+ * block is allocated) or a record from an earlier call, which is reused
+ * (and grown if needed): a reading loop allocates once.  Free with
+ * pydb_record_free().  Logically deleted records are returned with
+ * deleted = 1.  Errors: PYDB_ENOTFOUND (out of range, never created or
+ * physically deleted), PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM.
+ */
+int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err);
+
+/* Read the record version stored at byte `offset` of the .mst (a back
+ * version); its MFN must be `mfn`. */
+int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
+                 pydb_error *err);
+
+void pydb_record_free(pydb_record *rec);
+
+/* Counts of XRF states over MFN 1..max (a scan of the XRF). */
+typedef struct pydb_counts {
+    int32_t active, ldeleted, pdeleted, unused;
+    int32_t flag_new, flag_pending;
+} pydb_counts;
+int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err);
+
+/*
+ * List the MFNs >= `from` whose records are active (and logically
+ * deleted too if `include_deleted`), in MFN order, up to `cap` of them.
+ * *n receives how many were stored; *next the MFN to continue from
+ * (max MFN + 1 at the end).
+ */
+int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
+                   pydb_db *db, int32_t from, int include_deleted,
+                   pydb_error *err);
+
+/* Drop the database files from the page cache (posix_fadvise DONTNEED,
+ * and MADV_DONTNEED on the mappings in mmap mode).  Best effort. */
+int pydb_drop_cache(pydb_db *db, pydb_error *err);
+
+/* ---- bulk writer: a new database, records appended in MFN order ---- */
+
+typedef struct pydb_builder pydb_builder;
+
+/*
+ * Create a new, empty database at `path` (base name; ".mst"/".xrf" are
+ * added) with the given layout and MSTXL shift (0..6).  Fails with
+ * PYDB_EIO/EEXIST if the files exist.  Records are appended with
+ * pydb_builder_add() and the control record and XRF are written by
+ * pydb_builder_finish(), which also fsyncs when `sync` is nonzero.
+ * Placement follows formats §2.3 (never-split rule, 2-byte or 2^MSTXL
+ * alignment, even MFRL padded with blanks).
+ */
+int pydb_builder_open(pydb_builder **out, const char *path, int layout,
+                      int mstxl, pydb_error *err);
+/* Append one record (MFN = previous + 1).  PYDB_ETOOBIG when the record
+ * exceeds the layout's limit (ISIS: 32767 bytes). */
+int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
+                     uint32_t nfields, pydb_error *err);
+int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err);
+/* Free the builder; if not finished, the partial files are removed. */
+void pydb_builder_free(pydb_builder *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PYDB_H */

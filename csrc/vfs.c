@@ -1,0 +1,112 @@
+/*
+ * vfs.c - every file operation of the core goes through one table
+ * (pydb__vfs), so that tests can swap in failing or slow versions.
+ * Also the one function that reads bytes of a database file in each of
+ * the three I/O modes.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pydb_int.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int posix_open(const char *path, int flags, int mode)
+{
+    return open(path, flags | O_CLOEXEC, mode);
+}
+
+pydb_vfs pydb__vfs_posix = {posix_open, pread, pwrite, fsync, close};
+pydb_vfs *pydb__vfs = &pydb__vfs_posix;
+
+/* Read n bytes at off with fd, retrying on EINTR and short reads.
+ * Returns bytes read (< n only at end of file) or -errno. */
+static ssize_t read_full(int fd, uint8_t *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pydb__vfs->pread(fd, buf + done, n - done,
+                                     (off_t)(off + (int64_t)done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (r == 0) break;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
+int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
+                    int64_t off, const char *what, pydb_error *err)
+{
+    ssize_t got;
+
+    if (off < 0 || (int64_t)n > f->size || off > f->size - (int64_t)n)
+        return PYDB_CORRUPT(err, f->path, off,
+                            "%s: %zu bytes at offset %lld pass the end of "
+                            "the file (%lld bytes)",
+                            what, n, (long long)off, (long long)f->size);
+    if (n == 0) return PYDB_OK;
+    if (io == PYDB_IO_MMAP && f->map) {
+        memcpy(buf, f->map + off, n);
+        return PYDB_OK;
+    }
+    if (io == PYDB_IO_DIRECT && f->dfd >= 0) {
+        int64_t start = off & ~(int64_t)(PYDB_DIRECT_ALIGN - 1);
+        int64_t end = off + (int64_t)n;
+        size_t len = (size_t)(((end - start) + PYDB_DIRECT_ALIGN - 1) &
+                              ~(int64_t)(PYDB_DIRECT_ALIGN - 1));
+        uint8_t *bounce = NULL;
+        int rc = PYDB_OK;
+        if (posix_memalign((void **)&bounce, PYDB_DIRECT_ALIGN, len) != 0)
+            return PYDB_ERROR(err, PYDB_ENOMEM, f->path, off,
+                              "no memory for a %zu-byte O_DIRECT buffer", len);
+        got = read_full(f->dfd, bounce, len, start);
+        if (got == -EINVAL)
+            rc = pydb__error_set(err, PYDB_EUNSUPPORTED, EINVAL, f->path, off,
+                                 __FILE__, __LINE__,
+                                 "the file system refuses O_DIRECT reads");
+        else if (got < 0)
+            rc = PYDB_OSERROR(err, (int)-got, f->path, off,
+                              "reading %s: %s", what, strerror((int)-got));
+        else if (got < end - start)
+            rc = PYDB_CORRUPT(err, f->path, off,
+                              "%s: file ended at %lld bytes (it shrank "
+                              "after open?)", what, (long long)(start + got));
+        else
+            memcpy(buf, bounce + (off - start), n);
+        free(bounce);
+        return rc;
+    }
+    got = read_full(f->fd, buf, n, off);
+    if (got < 0)
+        return PYDB_OSERROR(err, (int)-got, f->path, off, "reading %s: %s",
+                            what, strerror((int)-got));
+    if ((size_t)got < n)
+        return PYDB_CORRUPT(err, f->path, off,
+                            "%s: file ended at %lld bytes (it shrank after "
+                            "open?)", what, (long long)(off + got));
+    return PYDB_OK;
+}
+
+/* ---- test hook: a table whose pread sleeps first (GIL-release tests) ---- */
+
+static unsigned read_delay_usec;
+
+static ssize_t slow_pread(int fd, void *buf, size_t n, off_t off)
+{
+    if (read_delay_usec) usleep(read_delay_usec);
+    return pread(fd, buf, n, off);
+}
+
+static pydb_vfs vfs_slow = {posix_open, slow_pread, pwrite, fsync, close};
+
+void pydb__test_set_read_delay(unsigned usec)
+{
+    read_delay_usec = usec;
+    pydb__vfs = usec ? &vfs_slow : &pydb__vfs_posix;
+}

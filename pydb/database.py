@@ -1,0 +1,179 @@
+"""Database and Record: the Python face of the C core (pydb._pydb)."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator
+
+from . import _pydb
+from .errors import ClosedError, CorruptionError, NotFoundError, UnsupportedError
+from .subfields import Subfields, parse_subfields
+
+__all__ = ["Database", "Record", "Field", "open", "DEFAULT_IO"]
+
+#: The default I/O mode, chosen by measurement (see benchmarks/).
+DEFAULT_IO = "pread"
+
+Field = _pydb.Field
+
+
+class Record(_pydb.Record):
+    """One version of a record read from a master file.
+
+    Attributes (read-only): ``mfn`` (int, 1-based), ``deleted`` (bool: the
+    XRF pointer is negated, i.e. logically deleted), ``status`` (leader
+    STATUS, 0 or 1), ``new`` / ``pending`` (XRF flags 0x400 / 0x200),
+    ``locked`` (MFRL stored negative), ``offset`` / ``back_offset`` (bytes
+    into the .mst), ``mfrl`` (bytes), ``fields`` (tuple of
+    ``Field(tag, value)`` in stored order, each with ``.raw`` bytes),
+    ``tags`` (tuple of int), ``encoding`` (str).
+
+    ``rec[tag]`` is the list of that tag's values (str, occurrence order;
+    empty if absent); ``rec.raw(tag)`` the same as bytes; ``rec.get(tag)``
+    the first value or a default; ``tag in rec``; ``len(rec)`` the number
+    of fields.  Values are decoded when accessed, with the database's
+    encoding and error handler.
+    """
+
+    __slots__ = ()
+
+    def subfields(self, tag: int) -> list[Subfields]:
+        """Parsed subfields of every occurrence of `tag` (list of
+        :class:`~pydb.subfields.Subfields`; see :func:`parse_subfields`)."""
+        return [parse_subfields(v) for v in self[tag]]
+
+    def to_dict(self) -> dict[int, list[str]]:
+        """``{tag: [values...]}`` with tags in order of first appearance."""
+        out: dict[int, list[str]] = {}
+        for tag, value in self.fields:
+            out.setdefault(tag, []).append(value)
+        return out
+
+    def __repr__(self) -> str:
+        state = " deleted" if self.deleted else ""
+        return f"<pydb.Record mfn={self.mfn}{state} fields={len(self)}>"
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (self.mfn == other.mfn and self.deleted == other.deleted
+                and [(f.tag, f.raw) for f in self.fields]
+                == [(f.tag, f.raw) for f in other.fields])
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_pydb._set_record_class(Record)
+
+
+class Database(_pydb.Database):
+    """An open CDS/ISIS database (master file + cross-reference file).
+
+    Create with :func:`pydb.open`.  ``len(db)`` is the number of active
+    records (XRF entries with a positive pointer); ``db.max_mfn`` the
+    highest MFN ever assigned; ``db[mfn]`` the current version of a record
+    (logically deleted records too, flagged ``deleted``), raising
+    :class:`~pydb.NotFoundError` (a KeyError) for an MFN outside
+    1..max_mfn, never created, or physically deleted.  Iterating yields the
+    active records in MFN order, reading 256 records per GIL release.
+    Thread-safe: any number of threads may read one Database at once.
+    """
+
+    def __init__(self, path, *, readonly: bool = True, encoding: str = "utf-8",
+                 errors: str = "surrogateescape", io: str = DEFAULT_IO,
+                 lock: str = "none"):
+        if not readonly:
+            raise UnsupportedError(0, "writing is not available yet: open "
+                                      "with readonly=True", os.fspath(path))
+        super().__init__(path, encoding=encoding, errors=errors, io=io, lock=lock)
+
+    # -- conveniences --------------------------------------------------
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<pydb.Database {self.path!r} closed>"
+        return f"<pydb.Database {self.path!r} max_mfn={self.max_mfn}>"
+
+    def __contains__(self, mfn) -> bool:
+        """True if `mfn` names an active or logically deleted record."""
+        if not isinstance(mfn, int) or mfn < 1 or mfn > self.max_mfn:
+            return False
+        return self.xrf_entry(mfn)["state"] in ("active", "logically deleted")
+
+    def get(self, mfn: int, default=None):
+        """``db[mfn]``, or `default` if there is no such record."""
+        try:
+            return self[mfn]
+        except NotFoundError:
+            return default
+
+    @property
+    def layout(self) -> str:
+        """Leader layout detected from the files: ``"isis-packed"``,
+        ``"isis-aligned"``, ``"ffi-packed"`` or ``"ffi-aligned"``
+        (isis-formats.md §2.2, §2.5)."""
+        return self.info()["layout"]
+
+    def versions(self, mfn: int) -> list[Record]:
+        """The current version of `mfn` followed by its back versions
+        (newest first), following MFBWB/MFBWP (isis-formats.md §2.4).
+
+        Raises :class:`~pydb.NotFoundError` if there is no such record and
+        :class:`~pydb.CorruptionError` if a back pointer does not point
+        strictly backwards in the file (which also rules out cycles).
+        """
+        current = self[mfn]
+        out = [current]
+        info = self.info()
+        while current.back_offset is not None:
+            back = current.back_offset
+            if back >= current.offset:
+                raise CorruptionError(
+                    info["mst_path"], current.offset,
+                    f"record of MFN {mfn}: back pointer to offset {back} does "
+                    f"not point before the version at {current.offset} (cycle?)")
+            current = self._read_at(mfn, back)
+            out.append(current)
+        return out
+
+
+def open(path, *, readonly: bool = True, encoding: str = "utf-8",
+         errors: str = "surrogateescape", io: str = DEFAULT_IO,
+         lock: str = "none") -> Database:
+    """Open a CDS/ISIS database.
+
+    Args:
+        path: base name (``"data/cds"``) or any file of the database
+            (``"data/cds.mst"``, ``"data/CDS.XRF"``); extensions match in
+            any case.  str, bytes or os.PathLike.
+        readonly: must be True for now (writing arrives with the write path).
+        encoding: codec for field values as str (any Python codec name;
+            CDS/ISIS files carry no marker, isis-formats.md §9: DOS databases
+            are usually ``"cp850"``, WinISIS ``"cp1252"``, ABCD ``"utf-8"``).
+            Bytes are always available through ``Field.raw``/``Record.raw``.
+        errors: codec error handler; the default ``"surrogateescape"`` never
+            fails and re-encodes to the stored bytes.
+        io: ``"pread"``, ``"mmap"`` or ``"direct"`` (O_DIRECT: every read
+            goes to the disk, bypassing the page cache).
+        lock: ``"none"`` or ``"mutex"`` (one mutex serialises every record
+            read; for the crashtest's "with mutex" runs).
+
+    Returns:
+        A :class:`Database` (also a context manager).
+
+    Raises:
+        DatabaseNotFoundError: the .mst or .xrf file is missing.
+        CorruptionError: the control record or XRF is damaged (with file,
+            byte offset and reason).
+        UnsupportedError: big-endian files; ``io="direct"`` where the file
+            system refuses O_DIRECT; ``readonly=False``.
+        DiskError: another operating-system error.
+        ValueError, LookupError: a bad `io`/`lock` or unknown `encoding`.
+    """
+    return Database(path, readonly=readonly, encoding=encoding, errors=errors,
+                    io=io, lock=lock)

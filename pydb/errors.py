@@ -1,0 +1,75 @@
+"""The exceptions of pydb: one tree under :class:`Error`.
+
+::
+
+    Error
+    ├── CorruptionError            a file violates the CDS/ISIS format
+    ├── NotFoundError (KeyError)   no such record (MFN never created or
+    │                              physically deleted)
+    ├── DiskError (OSError)        an operating-system call failed
+    │   └── DatabaseNotFoundError (FileNotFoundError)
+    ├── UnsupportedError (OSError) valid but unsupported (big-endian files,
+    │                              O_DIRECT refused by the file system, ...)
+    ├── RecordTooLargeError (ValueError)
+    └── ClosedError (ValueError)   the database was closed
+"""
+
+__all__ = [
+    "Error", "CorruptionError", "NotFoundError", "DiskError",
+    "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
+    "ClosedError",
+]
+
+
+class Error(Exception):
+    """Root of every exception pydb raises on purpose."""
+
+
+class CorruptionError(Error):
+    """A database file violates the format.
+
+    Attributes: ``filename`` (str or None), ``offset`` (int, byte offset in
+    that file where the fault was found, or -1), ``reason`` (str).
+    """
+
+    def __init__(self, filename, offset, reason):
+        super().__init__(filename, offset, reason)
+        self.filename = filename
+        self.offset = offset
+        self.reason = reason
+
+    def __str__(self):
+        where = f" at byte {self.offset}" if self.offset is not None and self.offset >= 0 else ""
+        return f"{self.filename}{where}: {self.reason}"
+
+
+class NotFoundError(Error, KeyError):
+    """No record with that MFN: outside 1..max_mfn, never created, or
+    physically deleted.  A :class:`KeyError`, so ``db.get()`` patterns work."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else "record not found"
+
+
+class DiskError(Error, OSError):
+    """An operating-system call failed (``errno``, ``strerror``,
+    ``filename`` as for :class:`OSError`)."""
+
+
+class DatabaseNotFoundError(DiskError, FileNotFoundError):
+    """The master file or cross-reference file of a database is missing."""
+
+
+class UnsupportedError(Error, OSError):
+    """A valid request or file that pydb does not support, such as a
+    big-endian master file or ``io="direct"`` on a file system that refuses
+    O_DIRECT (``errno`` is then EINVAL)."""
+
+
+class RecordTooLargeError(Error, ValueError):
+    """A record exceeds the limit of the chosen leader layout (ISIS: 32767
+    bytes; the FFI layouts allow records up to 1 GiB)."""
+
+
+class ClosedError(Error, ValueError):
+    """An operation on a closed database."""

@@ -1,0 +1,70 @@
+"""Build pydb: the extension module pydb._pydb (binding + C core) and the
+pure-C benchmark pydb-crashtest, installed inside the package.
+
+Environment switches (style.md recommendation 12):
+  PYDB_SANITIZE=address   build with -fsanitize=address,undefined
+  PYDB_SANITIZE=thread    build with -fsanitize=thread
+  PYDB_DEBUG=1            -O0 -g, assertions on
+"""
+
+import glob
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+CORE = sorted(glob.glob("csrc/*.c"))
+CFLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+          "-fvisibility=hidden"]
+LDFLAGS = ["-pthread"]
+
+sanitize = os.environ.get("PYDB_SANITIZE", "")
+if sanitize == "address":
+    CFLAGS += ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+               "-fno-omit-frame-pointer"]
+    LDFLAGS += ["-fsanitize=address,undefined"]
+elif sanitize == "thread":
+    CFLAGS += ["-fsanitize=thread", "-fno-omit-frame-pointer"]
+    LDFLAGS += ["-fsanitize=thread"]
+elif sanitize:
+    sys.exit(f"PYDB_SANITIZE must be 'address' or 'thread', not {sanitize!r}")
+if os.environ.get("PYDB_DEBUG"):
+    CFLAGS += ["-O0", "-g", "-UNDEBUG"]
+else:
+    CFLAGS += ["-O2"]
+
+
+class BuildWithCrashtest(build_ext):
+    """build_ext that also links benchmarks/crashtest.c against the core
+    into <package>/pydb-crashtest."""
+
+    def run(self):
+        super().run()
+        self.build_crashtest()
+
+    def build_crashtest(self):
+        cc = self.compiler
+        objects = cc.compile(CORE + ["benchmarks/crashtest.c"],
+                             output_dir=self.build_temp,
+                             include_dirs=["csrc"], extra_postargs=CFLAGS)
+        if self.inplace:
+            out_dir = "pydb"
+        else:
+            out_dir = os.path.join(self.build_lib, "pydb")
+        os.makedirs(out_dir, exist_ok=True)
+        cc.link_executable(objects, "pydb-crashtest", output_dir=out_dir,
+                           extra_postargs=LDFLAGS)
+
+
+setup(
+    ext_modules=[Extension(
+        "pydb._pydb",
+        sources=["pydb/_pydb.c"] + CORE,
+        include_dirs=["csrc"],
+        extra_compile_args=CFLAGS,
+        extra_link_args=LDFLAGS,
+        depends=glob.glob("csrc/*.h"),
+    )],
+    cmdclass={"build_ext": BuildWithCrashtest},
+)
