@@ -12,7 +12,7 @@ from .subfields import Subfields, parse_subfields
 __all__ = ["Database", "Record", "Field", "open", "DEFAULT_IO"]
 
 #: The default I/O mode, chosen by measurement (see benchmarks/).
-DEFAULT_IO = "pread"
+DEFAULT_IO = "mmap"
 
 Field = _pydb.Field
 
