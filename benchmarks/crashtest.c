@@ -28,6 +28,7 @@ typedef struct {
     int io;                /* for warm/cold */
     int reps;
     double min_time;
+    double max_time;
     int json;
 } config;
 
@@ -37,6 +38,7 @@ typedef struct {
     size_t n;
     size_t start;
     double deadline;       /* monotonic seconds; passes repeat until then */
+    double stop;           /* monotonic seconds; a pass is cut off then    */
     pthread_barrier_t *barrier;
     long long rows;
     int rc;
@@ -71,6 +73,7 @@ static void *work(void *arg)
             w->rc = pydb_read(&rec, w->db, mfn, &w->err);
             if (w->rc) goto out;
             w->rows++;
+            if ((w->rows & 255) == 0 && now() >= w->stop) goto out;
         }
     } while (now() < w->deadline);
 out:
@@ -101,7 +104,10 @@ static void usage(void)
 {
     fputs("usage: pydb-crashtest [--threads 8,2,1,4] [--cache warm|cold|direct]\n"
           "                      [--lock none|mutex] [--io pread|mmap]\n"
-          "                      [--reps N] [--min-time SECONDS] [--json] DB\n",
+          "                      [--reps N] [--min-time SECONDS]\n"
+          "                      [--max-time SECONDS] [--json] DB\n"
+          "A pass reads the whole list once, repeats until --min-time has\n"
+          "passed (default 0), and is cut off after --max-time (default 60).\n",
           stderr);
     exit(2);
 }
@@ -113,7 +119,8 @@ static void parse(config *c, int argc, char **argv)
     c->nthreads = 4;
     c->cache = "warm";
     c->reps = 1;
-    c->io = PYDB_IO_PREAD;
+    c->io = PYDB_IO_MMAP;
+    c->max_time = 60;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -145,6 +152,9 @@ static void parse(config *c, int argc, char **argv)
         } else if (!strcmp(a, "--reps")) {
             c->reps = atoi(v);
             if (c->reps < 1) usage();
+        } else if (!strcmp(a, "--max-time")) {
+            c->max_time = atof(v);
+            if (c->max_time <= 0) usage();
         } else if (!strcmp(a, "--min-time")) {
             c->min_time = atof(v);
             if (c->min_time < 0) usage();
@@ -189,19 +199,22 @@ int main(int argc, char **argv)
     }
     for (int rep = 0; rep < c.reps; rep++) {
         long long rows = 0;
-        double t0, secs, deadline;
+        double t0, secs, deadline, stop;
         if (!strcmp(c.cache, "cold") && (rc = pydb_drop_cache(db, &e)))
             die("drop cache", &e);
         t0 = now();
         deadline = t0 + c.min_time;
+        stop = t0 + c.max_time;
         do {
             for (int32_t m = 1; m <= maxmfn; m++) {
                 rc = pydb_read(&rec, db, m, &e);
                 if (rc == PYDB_ENOTFOUND) continue;
                 if (rc) die("sequential read", &e);
                 rows++;
+                if ((rows & 255) == 0 && now() >= stop) goto seq_done;
             }
         } while (now() < deadline);
+    seq_done:
         secs = now() - t0;
         report(&c, "seq", 1, rep, rows, secs);
     }
@@ -231,7 +244,10 @@ int main(int argc, char **argv)
                 }
             }
             t0 = now();
-            for (int i = 0; i < t; i++) w[i].deadline = t0 + c.min_time;
+            for (int i = 0; i < t; i++) {
+                w[i].deadline = t0 + c.min_time;
+                w[i].stop = t0 + c.max_time;
+            }
             pthread_barrier_wait(&barrier);
             t0 = now();
             for (int i = 0; i < t; i++) {

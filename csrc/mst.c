@@ -209,8 +209,17 @@ static int check_xrfpos(const uint8_t *blk, int64_t b)
     return pos == b + 1 || pos == -(b + 1);
 }
 
-int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
-                 pydb_error *err)
+/* Read through the I/O mode, or only from the page cache if `nowait`. */
+static int file_read(const pydb_file *f, int io, void *buf, size_t n,
+                     int64_t off, const char *what, pydb_error *err,
+                     int nowait)
+{
+    if (nowait) return pydb__file_read_nowait(f, io, buf, n, off, what, err);
+    return pydb__file_read(f, io, buf, n, off, what, err);
+}
+
+static int xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
+                   pydb_error *err, int nowait)
 {
     uint8_t buf[PYDB_BLOCK];
     int64_t b, slot, start, where;
@@ -224,8 +233,8 @@ int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
     slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
     start = b * PYDB_BLOCK;
     where = start + 4 + slot * 4;
-    rc = pydb__file_read(&db->xrf, db->io, buf, (size_t)(where + 4 - start),
-                         start, "XRF block", err);
+    rc = file_read(&db->xrf, db->io, buf, (size_t)(where + 4 - start),
+                   start, "XRF block", err, nowait);
     if (rc) return rc;
     if (!check_xrfpos(buf, b))
         return PYDB_CORRUPT(err, db->xrf.path, start,
@@ -234,6 +243,12 @@ int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
                             (int)(int32_t)pydb__u32(buf), (long long)(b + 1));
     return xrf_decode(out, db, (int32_t)pydb__u32(buf + (where - start)), mfn,
                       where, err);
+}
+
+int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
+                 pydb_error *err)
+{
+    return xrf_get(out, db, mfn, err, 0);
 }
 
 /* ------------------------------------------------------------- records */
@@ -266,7 +281,7 @@ void pydb_record_free(pydb_record *rec) { free(rec); }
 
 /* Read and validate the version of `mfn` stored at `off`. */
 static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
-                        int64_t off, pydb_error *err)
+                        int64_t off, pydb_error *err, int nowait)
 {
     const pydb_geom *g = &pydb__geom[db->layout];
     const char *path = db->mst.path;
@@ -292,7 +307,7 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     rc = record_reserve(rec, first, 0, err);
     if (rc) return rc;
     raw = record_raw(*rec);
-    rc = pydb__file_read(&db->mst, db->io, raw, first, off, "record", err);
+    rc = file_read(&db->mst, db->io, raw, first, off, "record", err, nowait);
     if (rc) return rc;
 
     got_mfn = (int32_t)pydb__u32(raw);
@@ -335,8 +350,8 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     if (rc) return rc;
     raw = record_raw(*rec);
     if (mfrl > first) {
-        rc = pydb__file_read(&db->mst, db->io, raw + first, mfrl - first,
-                             off + (int64_t)first, "record", err);
+        rc = file_read(&db->mst, db->io, raw + first, mfrl - first,
+                       off + (int64_t)first, "record", err, nowait);
         if (rc) return rc;
     }
     fields = (pydb_field *)(raw + round8(mfrl));
@@ -375,13 +390,18 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     return PYDB_OK;
 }
 
-int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
+static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
+                        pydb_error *err, int nowait)
 {
     pydb_xrf_entry e;
     int rc;
 
-    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
-    rc = pydb_xrf_get(&e, db, mfn, err);
+    if (db->lock == PYDB_LOCK_MUTEX) {
+        if (!nowait) pthread_mutex_lock(&db->mutex);
+        else if (pthread_mutex_trylock(&db->mutex) != 0)
+            return PYDB_EWOULDBLOCK;
+    }
+    rc = xrf_get(&e, db, mfn, err, nowait);
     if (rc) goto cleanup;
     if (e.state == PYDB_XRF_UNUSED || e.state == PYDB_XRF_PDELETED) {
         rc = PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
@@ -390,7 +410,7 @@ int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
                                                    : "physically deleted");
         goto cleanup;
     }
-    rc = read_version(rec, db, mfn, e.offset, err);
+    rc = read_version(rec, db, mfn, e.offset, err, nowait);
     if (rc) goto cleanup;
     (*rec)->deleted = e.state == PYDB_XRF_LDELETED;
     (*rec)->flags = e.flags;
@@ -399,12 +419,23 @@ cleanup:
     return rc;
 }
 
+int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
+{
+    return read_current(rec, db, mfn, err, 0);
+}
+
+int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
+                     pydb_error *err)
+{
+    return read_current(rec, db, mfn, err, 1);
+}
+
 int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
                  pydb_error *err)
 {
     int rc;
     if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
-    rc = read_version(rec, db, mfn, offset, err);
+    rc = read_version(rec, db, mfn, offset, err, 0);
     if (rc == PYDB_OK) {
         (*rec)->deleted = (*rec)->status == 1;
         (*rec)->flags = 0;

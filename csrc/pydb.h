@@ -39,6 +39,7 @@ extern "C" {
 #define PYDB_EINVAL        (-30704) /* bad argument from the caller        */
 #define PYDB_EUNSUPPORTED  (-30705) /* valid but unsupported file/feature  */
 #define PYDB_ETOOBIG       (-30706) /* record above the layout's limit     */
+#define PYDB_EWOULDBLOCK   (-30707) /* pydb_read_nowait: data not cached    */
 
 typedef struct pydb_error {
     int code;            /* PYDB_E* */
@@ -174,6 +175,18 @@ int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
  * physically deleted), PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM.
  */
 int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err);
+
+/*
+ * Like pydb_read(), but only if it cannot wait for the disk: every byte it
+ * needs must come from the page cache without waiting (pread mode:
+ * preadv2(2) with RWF_NOWAIT; mmap and direct modes: never, since a copy
+ * out of a mapping may fault on the disk) and, in mutex mode, the mutex
+ * must be free.  Otherwise it returns PYDB_EWOULDBLOCK and the caller uses
+ * pydb_read().  The binding calls it with the GIL held, so that cache hits
+ * cost no GIL hand-off (style.md, GIL rule 6).
+ */
+int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
+                     pydb_error *err);
 
 /* Read the record version stored at byte `offset` of the .mst (a back
  * version); its MFN must be `mfn`. */

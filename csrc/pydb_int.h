@@ -36,6 +36,8 @@ typedef struct pydb_vfs {
     ssize_t (*pwrite)(int fd, const void *buf, size_t n, off_t off);
     int (*fsync)(int fd);
     int (*close)(int fd);
+    /* pread that fails with EAGAIN instead of waiting for the disk */
+    ssize_t (*pread_nowait)(int fd, void *buf, size_t n, off_t off);
 } pydb_vfs;
 extern pydb_vfs *pydb__vfs;   /* the table in use (default: POSIX)       */
 extern pydb_vfs pydb__vfs_posix;
@@ -54,6 +56,10 @@ typedef struct pydb_file {
  * being read, for the message). */
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                     int64_t off, const char *what, pydb_error *err);
+/* The same, but PYDB_EWOULDBLOCK (no detail set) unless the bytes are in
+ * the page cache already. */
+int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
+                           int64_t off, const char *what, pydb_error *err);
 
 struct pydb_db {
     pydb_file mst, xrf;

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int posix_open(const char *path, int flags, int mode)
@@ -19,7 +20,20 @@ static int posix_open(const char *path, int flags, int mode)
     return open(path, flags | O_CLOEXEC, mode);
 }
 
-pydb_vfs pydb__vfs_posix = {posix_open, pread, pwrite, fsync, close};
+static ssize_t posix_pread_nowait(int fd, void *buf, size_t n, off_t off)
+{
+#ifdef RWF_NOWAIT
+    struct iovec iov = {buf, n};
+    return preadv2(fd, &iov, 1, off, RWF_NOWAIT);
+#else
+    (void)fd; (void)buf; (void)n; (void)off;
+    errno = EAGAIN;
+    return -1;
+#endif
+}
+
+pydb_vfs pydb__vfs_posix = {posix_open, pread, pwrite, fsync, close,
+                            posix_pread_nowait};
 pydb_vfs *pydb__vfs = &pydb__vfs_posix;
 
 /* Read n bytes at off with fd, retrying on EINTR and short reads.
@@ -93,6 +107,23 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
     return PYDB_OK;
 }
 
+int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
+                           int64_t off, const char *what, pydb_error *err)
+{
+    ssize_t got;
+    if (off < 0 || (int64_t)n > f->size || off > f->size - (int64_t)n ||
+        n == 0)  /* let the blocking path report it */
+        return PYDB_EWOULDBLOCK;
+    /* mmap: a copy out of the mapping may fault on the disk, and must
+     * happen with the GIL released (DESIGN.md §3), so never here.
+     * direct: always goes to the disk. */
+    if (io != PYDB_IO_PREAD) return PYDB_EWOULDBLOCK;
+    got = pydb__vfs->pread_nowait(f->fd, buf, n, (off_t)off);
+    if (got < 0 || (size_t)got != n) return PYDB_EWOULDBLOCK;
+    (void)what; (void)err;
+    return PYDB_OK;
+}
+
 /* ---- test hook: a table whose pread sleeps first (GIL-release tests) ---- */
 
 static unsigned read_delay_usec;
@@ -103,7 +134,15 @@ static ssize_t slow_pread(int fd, void *buf, size_t n, off_t off)
     return pread(fd, buf, n, off);
 }
 
-static pydb_vfs vfs_slow = {posix_open, slow_pread, pwrite, fsync, close};
+static ssize_t never_cached(int fd, void *buf, size_t n, off_t off)
+{
+    (void)fd; (void)buf; (void)n; (void)off;
+    errno = EAGAIN;
+    return -1;
+}
+
+static pydb_vfs vfs_slow = {posix_open, slow_pread, pwrite, fsync, close,
+                            never_cached};
 
 void pydb__test_set_read_delay(unsigned usec)
 {

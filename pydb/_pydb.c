@@ -75,6 +75,7 @@ static PyObject *set_error(module_state *st, int rc, const pydb_error *e)
         exc = st->UnsupportedError;
         args = Py_BuildValue("(isz)", e->sys_errno, e->message, path);
         break;
+    case PYDB_EWOULDBLOCK:  /* never escapes the binding; defensive */
     case PYDB_ETOOBIG:
         PyErr_SetString(st->RecordTooLargeError, e->message);
         return NULL;
@@ -501,7 +502,11 @@ static PyObject *database_read(DatabaseObject *self, PyObject *arg)
 
     if (!st || check_open(st, self) < 0 || parse_mfn(arg, &mfn) < 0)
         return NULL;
-    UNLOCKED(self, rc = pydb_read(&rec, self->db, mfn, &e));
+    /* Cache hit: read with the GIL held (it cannot wait for the disk).
+     * Otherwise release the GIL and read. */
+    rc = pydb_read_nowait(&rec, self->db, mfn, &e);
+    if (rc == PYDB_EWOULDBLOCK)
+        UNLOCKED(self, rc = pydb_read(&rec, self->db, mfn, &e));
     if (rc) {
         pydb_record_free(rec);
         return set_error(st, rc, &e);

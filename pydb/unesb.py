@@ -1,0 +1,129 @@
+"""A deterministic synthetic bibliographic database, shaped like UNESCO's
+"unesb" catalogue that OpenIsis's crashtest ran on (experiments.md §1):
+58,880 records x `scale`, with titles, personal and corporate authors,
+subjects from a controlled vocabulary with a long-tailed (Zipf)
+distribution, languages, years, pages, notes, repeated fields and
+subfields.  It is the crashtest's default database, built on first use into
+a cache directory and rebuilt when GENERATOR_VERSION changes.
+
+The same (scale, seed) always gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+from . import _pydb
+
+__all__ = ["GENERATOR_VERSION", "RECORDS_PER_SCALE", "generate", "default_database"]
+
+GENERATOR_VERSION = 1
+RECORDS_PER_SCALE = 58_880
+
+_SYLLABLES = ("ba be bi bo bu ca ce ci co cu da de di do du fa fe fi fo ga ge gi go "
+              "la le li lo lu ma me mi mo mu na ne ni no nu pa pe pi po pu ra re ri "
+              "ro ru sa se si so su ta te ti to tu va ve vi vo za ze zi zo tion ment "
+              "al ic ous ing er est an en on ar or").split()
+_LANGS = ["en", "fr", "es", "ru", "ar", "zh", "de", "pt"]
+_LANG_WEIGHTS = [40, 20, 15, 8, 5, 5, 4, 3]
+_PLACES = ["Paris", "London", "New York", "Geneva", "Nairobi", "Bangkok", "Santiago",
+           "Dakar", "Montevideo", "New Delhi", "Moscow", "Cairo", "Rome", "Beirut"]
+
+
+def _word(rng: random.Random) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))
+
+
+def _records(n: int, seed: int):
+    rng = random.Random(seed)
+    vocab_rng = random.Random(seed + 1)
+    subjects = sorted({_word(vocab_rng).capitalize() + (" " + _word(vocab_rng) if i % 3 == 0 else "")
+                       for i in range(1200)})
+    # Zipf-like weights: subject k has weight 1/(k+1)
+    subj_weights = [1.0 / (k + 1) for k in range(len(subjects))]
+    surnames = [_word(vocab_rng).capitalize() for _ in range(5000)]
+    corporate = [f"{rng.choice(['Institute', 'Council', 'Office', 'Centre'])} of "
+                 f"{_word(vocab_rng).capitalize()} {_word(vocab_rng)}" for _ in range(300)]
+    publishers = ["Unesco", "FAO", "WHO", "ILO", "UNDP", "IAEA"] + corporate[:20]
+    for mfn in range(1, n + 1):
+        f = []
+        title_words = [_word(rng) for _ in range(rng.randint(3, 12))]
+        title = " ".join(title_words).capitalize()
+        if rng.random() < 0.2:
+            title = "<The> " + title
+        f.append((24, title))
+        for _ in range(rng.choices([0, 1, 2, 3, 4], [10, 45, 25, 15, 5])[0]):
+            f.append((70, f"{rng.choice(surnames)}, {rng.choice('ABCDEFGHJKLMNPRSTW')}."))
+        if rng.random() < 0.3:
+            f.append((71, rng.choice(corporate)))
+        year = rng.randint(1946, 2005)
+        f.append((26, f"^a{rng.choice(_PLACES)}^b{rng.choice(publishers)}^c{year}"))
+        f.append((30, f"^a{rng.randint(1, 900)} p.^b" + rng.choice(["illus.", "tables", "maps", "graphs"])))
+        f.append((40, rng.choices(_LANGS, _LANG_WEIGHTS)[0]))
+        subj = rng.choices(subjects, subj_weights, k=rng.randint(1, 5))
+        f.append((69, "".join(f"<{s}>" for s in dict.fromkeys(subj))))
+        if rng.random() < 0.35:
+            f.append((50, "Incl. bibl." if rng.random() < 0.6 else " ".join(_word(rng) for _ in range(rng.randint(4, 20)))))
+        if rng.random() < 0.15:
+            f.append((44, " ".join(_word(rng) for _ in range(rng.randint(2, 6))).capitalize()))
+        yield [(tag, value.encode("ascii")) for tag, value in f]
+
+
+def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packed",
+             name: str = "unesb") -> Path:
+    """Write the synthetic database `directory`/`name`.mst/.xrf.
+
+    Args:
+        directory: folder to create it in (created if missing).
+        scale: size factor: 58,880 x scale records (int >= 1).
+        seed: random seed (int); equal (scale, seed) give identical files.
+        layout: leader layout (isis-formats.md §2.2).
+        name: base name of the files.
+
+    Returns:
+        The base path of the new database (Path, without extension).
+
+    Raises:
+        FileExistsError (as pydb.DiskError): the files exist already.
+        ValueError: scale < 1 or an unknown layout.
+    """
+    if scale < 1:
+        raise ValueError("scale must be >= 1")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    base = directory / name
+    _pydb._build(os.fspath(base), layout, 0, _records(RECORDS_PER_SCALE * scale, seed), True)
+    return base
+
+
+def default_cache_dir() -> Path:
+    """Where the default database lives: $PYDB_CACHE_DIR, else
+    $XDG_CACHE_HOME/pydb, else ~/.cache/pydb."""
+    env = os.environ.get("PYDB_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "pydb" if xdg else Path.home() / ".cache" / "pydb"
+
+
+def default_database(scale: int = 1) -> Path:
+    """The crashtest's default database, built on first use (a few seconds)
+    and reused afterwards; rebuilt when GENERATOR_VERSION changes.
+
+    Returns its base path (Path)."""
+    folder = default_cache_dir() / f"unesb-v{GENERATOR_VERSION}-x{scale}"
+    base = folder / "unesb"
+    if (folder / "complete").exists():
+        return base
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    generate(tmp, scale=scale)
+    (tmp / "complete").write_text(f"generator {GENERATOR_VERSION}\n")
+    try:
+        os.rename(tmp, folder)
+    except OSError:  # another process won the race
+        shutil.rmtree(tmp, ignore_errors=True)
+    return base
