@@ -5,6 +5,31 @@ written by WinISIS, CISIS and ABCD, through a C core that releases the GIL
 whenever it may touch the disk.  Start with :func:`pydb.open`.
 """
 
+import glob as _glob
+import os as _os
+import sys as _sys
+
+
+def _find_installed_copy():
+    """When this package is imported from a source checkout that has no
+    built extension (``pip install .`` puts the build in site-packages, but
+    ``python -m pydb`` run in the checkout finds ./pydb first), return the
+    folder of an installed pydb that has one, else None."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if _glob.glob(_os.path.join(here, "_pydb*.so")) or _glob.glob(_os.path.join(here, "_pydb*.pyd")):
+        return None
+    for entry in _sys.path:
+        cand = _os.path.join(_os.path.abspath(entry or _os.curdir), "pydb")
+        if cand != here and _glob.glob(_os.path.join(cand, "_pydb*.so")):
+            return cand
+    return None
+
+
+_installed = _find_installed_copy()
+if _installed:
+    __path__[:] = [_installed]  # load every submodule from the installed build
+del _installed
+
 from .errors import (ClosedError, CorruptionError, DatabaseNotFoundError,
                      DiskError, Error, NotFoundError, RecordTooLargeError,
                      UnsupportedError)
