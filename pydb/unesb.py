@@ -73,7 +73,7 @@ def _records(n: int, seed: int):
 
 
 def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packed",
-             name: str = "unesb") -> Path:
+             name: str = "unesb", count: int | None = None) -> Path:
     """Write the synthetic database `directory`/`name`.mst/.xrf.
 
     Args:
@@ -82,6 +82,7 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
         seed: random seed (int); equal (scale, seed) give identical files.
         layout: leader layout (isis-formats.md §2.2).
         name: base name of the files.
+        count: number of records, overriding 58,880 x scale (for tests).
 
     Returns:
         The base path of the new database (Path, without extension).
@@ -95,7 +96,8 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     base = directory / name
-    _pydb._build(os.fspath(base), layout, 0, _records(RECORDS_PER_SCALE * scale, seed), True)
+    n = RECORDS_PER_SCALE * scale if count is None else count
+    _pydb._build(os.fspath(base), layout, 0, _records(n, seed), True)
     return base
 
 

@@ -1,0 +1,172 @@
+"""The Python API: errors tree, subfields, records, options, memory."""
+
+import errno
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+import pydb
+from pydb import _pydb, parse_subfields
+from pydb.unesb import generate
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    base = tmp_path_factory.mktemp("api") / "t"
+    recs = [[(24, b"A title"), (70, b"Smith, J."), (70, b"Doe, A."),
+             (26, b"^aParis^bUnesco^c1965"), (245, b"10^aMain title^bsub^aagain")],
+            [(24, b"caf\xc3\xa9"), (99, b"\xff\xfe")]]
+    _pydb._build(str(base), "isis-aligned", 0, recs, True)
+    return base
+
+
+def test_error_tree():
+    assert issubclass(pydb.CorruptionError, pydb.Error)
+    assert issubclass(pydb.NotFoundError, KeyError) and issubclass(pydb.NotFoundError, pydb.Error)
+    assert issubclass(pydb.DiskError, OSError)
+    assert issubclass(pydb.DatabaseNotFoundError, FileNotFoundError)
+    assert issubclass(pydb.UnsupportedError, OSError)
+    e = pydb.CorruptionError("x.mst", 100, "bad")
+    assert (e.filename, e.offset, e.reason, str(e)) == ("x.mst", 100, "bad", "x.mst at byte 100: bad")
+
+
+def test_record_access(db_path):
+    with pydb.open(db_path) as db:
+        r = db[1]
+        assert r.mfn == 1 and not r.deleted and r.status == 0
+        assert r[70] == ["Smith, J.", "Doe, A."] and r.raw(70) == [b"Smith, J.", b"Doe, A."]
+        assert r[999] == [] and r.get(999) is None and r.get(999, "x") == "x"
+        assert r.get(70) == "Smith, J." and 70 in r and 71 not in r
+        assert r.tags == (24, 70, 70, 26, 245) and len(r) == 5
+        assert r.fields[0] == (24, "A title") and r.fields[0].raw == b"A title"
+        assert r.to_dict()[70] == ["Smith, J.", "Doe, A."]
+        sf = r.subfields(26)[0]
+        assert (sf["a"], sf["b"], sf["c"], sf.indicators) == ("Paris", "Unesco", "1965", None)
+        marc = r.subfields(245)[0]
+        assert marc.indicators == "10" and marc["a"] == "Main title"
+        assert marc.getall("a") == ["Main title", "again"]
+        with pytest.raises(TypeError):
+            r["70"]
+        assert r == db.read(1) and r != db[2]
+        assert repr(r) == "<pydb.Record mfn=1 fields=5>"
+
+
+def test_encodings(db_path):
+    with pydb.open(db_path) as db:   # utf-8 with surrogateescape: lossless
+        v = db[2][99][0]
+        assert db[2][24] == ["café"] and v.encode("utf-8", "surrogateescape") == b"\xff\xfe"
+    with pydb.open(db_path, encoding="latin-1") as db:
+        assert db[2][24] == ["cafÃ©"] and db[2].encoding == "latin-1"
+    with pydb.open(db_path, errors="strict") as db:
+        with pytest.raises(UnicodeDecodeError):
+            db[2][99]
+        assert db[2].raw(99) == [b"\xff\xfe"]
+    with pytest.raises(LookupError):
+        pydb.open(db_path, encoding="no-such-codec")
+
+
+def test_subfield_parsing():
+    s = parse_subfields("^aParis^bUnesco^c-1965")
+    assert dict(s) == {"a": "Paris", "b": "Unesco", "c": "-1965"} and s.text == ""
+    s = parse_subfields("Plain text")
+    assert len(s) == 0 and s.text == "Plain text" and s.indicators is None
+    s = parse_subfields("#1^AUpper^")
+    assert s.indicators == "#1" and s["a"] == "Upper" and s["A"] == "Upper"
+    s = parse_subfields("Lead^aX")
+    assert s.text == "Lead" and s.indicators is None
+    s = parse_subfields("\x1fanew\x1fbsub", delimiter="\x1f")
+    assert s["a"] == "new" and s["b"] == "sub"
+
+
+def test_not_found_and_bad_arguments(db_path):
+    with pydb.open(db_path) as db:
+        for mfn in (0, -1, 3, 2 ** 40):
+            with pytest.raises(pydb.NotFoundError):
+                db[mfn]
+            assert mfn not in db and db.get(mfn) is None
+        with pytest.raises(TypeError):
+            db["1"]
+        with pytest.raises(pydb.NotFoundError):
+            db.read_many([1, 2, 3])
+        assert [r.mfn for r in db.read_many([2, 1, 2])] == [2, 1, 2]
+        assert db.read_many([]) == []
+    for kw in ({"io": "async"}, {"lock": "spin"}):
+        with pytest.raises(ValueError):
+            pydb.open(db_path, **kw)
+    with pytest.raises(pydb.UnsupportedError):
+        pydb.open(db_path, readonly=False)
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(pydb.DatabaseNotFoundError) as e:
+        pydb.open(tmp_path / "nothing")
+    assert e.value.errno == errno.ENOENT and e.value.filename.endswith("nothing.mst")
+    (tmp_path / "half.mst").write_bytes(b"\0" * 512)
+    with pytest.raises(pydb.DatabaseNotFoundError, match=r"\.xrf"):
+        pydb.open(tmp_path / "half.MST")
+
+
+def test_paths_and_case(db_path, tmp_path):
+    for p in (db_path, str(db_path) + ".mst", str(db_path) + ".xrf", os.fsencode(db_path)):
+        with pydb.open(p) as db:
+            assert db.max_mfn == 2
+    for name in ("t.mst", "t.xrf"):
+        (tmp_path / name.upper()).write_bytes((db_path.parent / name).read_bytes())
+    with pydb.open(tmp_path / "t") as db:      # finds T.MST / T.XRF
+        assert db[1][24] == ["A title"]
+
+
+def test_close(db_path):
+    db = pydb.open(db_path)
+    it = iter(db)
+    db.close()
+    db.close()
+    assert db.closed and "closed" in repr(db)
+    for op in (lambda: db[1], lambda: len(db), lambda: list(it), lambda: db.read_many([1]),
+               lambda: db.max_mfn, db.counts):
+        with pytest.raises(pydb.ClosedError):
+            op()
+
+
+def test_info(db_path):
+    with pydb.open(db_path, io="pread", lock="mutex") as db:
+        info = db.info()
+        assert (info["layout"], info["io"], info["lock"], info["next_mfn"]) == \
+            ("isis-aligned", "pread", "mutex", 3)
+        assert db.xrf_entry(1)["state"] == "active" and db.xrf_entry(1)["new"] is True
+
+
+def test_cli(db_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pydb", *a], capture_output=True, text=True)
+    r = run("dump", str(db_path), "1")
+    assert r.returncode == 0
+    assert r.stdout.splitlines()[:3] == ["!ID 000001", "!v024!A title", "!v070!Smith, J."]
+    r = run("info", str(db_path))
+    assert r.returncode == 0 and "isis-aligned" in r.stdout and "active: 2" in r.stdout
+    r = run("info", str(db_path) + "-missing")
+    assert r.returncode == 1 and "no master file" in r.stderr
+
+
+def test_memory_does_not_grow_with_database_size(tmp_path):
+    """Opening reads the control record and XRF on demand: RSS after opening
+    and iterating a 20,000-record database with io=pread stays flat."""
+    base = generate(tmp_path, count=20000)
+    code = f"""
+import resource, pydb
+def rss(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = rss()
+db = pydb.open({str(base)!r}, io="pread")
+n = 0
+for rec in db:
+    n += 1
+after = rss()
+print(n, after - before)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    n, grew_kib = map(int, out.stdout.split())
+    size_kib = base.with_suffix(".mst").stat().st_size // 1024
+    assert n == 20000
+    assert grew_kib < 2048 and grew_kib < size_kib // 2, (grew_kib, size_kib)
