@@ -249,7 +249,6 @@ int main(int argc, char **argv)
                 w[i].stop = t0 + c.max_time;
             }
             pthread_barrier_wait(&barrier);
-            t0 = now();
             for (int i = 0; i < t; i++) {
                 pthread_join(tid[i], NULL);
                 if (w[i].rc) die("threaded read", &w[i].err);

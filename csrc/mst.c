@@ -575,6 +575,8 @@ struct detect_ctx {
     pydb_db *db;
     int votes[4];
     int tried;
+    int64_t first_offset;   /* of the first record tried, for the message */
+    int32_t first_mfn;
 };
 
 static int detect_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
@@ -582,6 +584,10 @@ static int detect_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
     struct detect_ctx *c = ctx;
     if (e->state != PYDB_XRF_ACTIVE && e->state != PYDB_XRF_LDELETED)
         return 0;
+    if (c->tried == 0) {
+        c->first_offset = e->offset;
+        c->first_mfn = mfn;
+    }
     for (int lay = 0; lay < 4; lay++)
         c->votes[lay] += layout_fits(c->db, lay, mfn, e->offset);
     return ++c->tried >= 16;
@@ -605,9 +611,11 @@ static int detect_layout(pydb_db *db, pydb_error *err)
         if (c.votes[lay] > 0 && (best < 0 || c.votes[lay] > c.votes[best]))
             best = lay;
     if (best < 0)
-        return PYDB_CORRUPT(err, db->mst.path, -1,
-                            "the records named by the XRF fit none of the "
-                            "four leader layouts (isis/ffi, packed/aligned)");
+        return PYDB_CORRUPT(err, db->mst.path, c.first_offset,
+                            "the record of MFN %d (XRF entry) and the %d "
+                            "after it fit none of the four leader layouts "
+                            "(isis/ffi, packed/aligned)", (int)c.first_mfn,
+                            c.tried - 1);
     db->layout = best;
     return PYDB_OK;
 }

@@ -388,20 +388,28 @@ static PyType_Spec record_spec = {
 
 /* ------------------------------------------------------ Database methods */
 
-static int parse_mfn(PyObject *arg, int32_t *mfn)
+/* An MFN argument: an int in 1..2^31-1, else NotFoundError (outside
+ * every database) or TypeError. */
+static int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn)
 {
-    long v;
+    long long v;
+    int overflow = 0;
     if (!PyLong_Check(arg)) {
         PyErr_Format(PyExc_TypeError, "an MFN is an int, not %.100s",
                      Py_TYPE(arg)->tp_name);
         return -1;
     }
-    v = PyLong_AsLong(arg);
-    if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        v = 0;  /* out of range: not found */
+    v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (overflow || v < 1 || v > 0x7FFFFFFF) {
+        PyObject *msg = PyUnicode_FromFormat("MFN %R is outside 1..2^31-1",
+                                             arg);
+        if (msg) {
+            PyErr_SetObject(st->NotFoundError, msg);
+            Py_DECREF(msg);
+        }
+        return -1;
     }
-    *mfn = (v < 0 || v > 0x7FFFFFFF) ? 0 : (int32_t)v;
+    *mfn = (int32_t)v;
     return 0;
 }
 
@@ -500,7 +508,7 @@ static PyObject *database_read(DatabaseObject *self, PyObject *arg)
     int32_t mfn;
     int rc;
 
-    if (!st || check_open(st, self) < 0 || parse_mfn(arg, &mfn) < 0)
+    if (!st || check_open(st, self) < 0 || parse_mfn(st, arg, &mfn) < 0)
         return NULL;
     /* Cache hit: read with the GIL held (it cannot wait for the disk).
      * Otherwise release the GIL and read. */
@@ -554,7 +562,7 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
         goto cleanup;
     }
     for (i = 0; i < n; i++)
-        if (parse_mfn(PySequence_Fast_GET_ITEM(seq, i), &mfns[i]) < 0)
+        if (parse_mfn(st, PySequence_Fast_GET_ITEM(seq, i), &mfns[i]) < 0)
             goto cleanup;
     UNLOCKED(self, {
         for (done = 0; done < n; done++) {
@@ -596,7 +604,7 @@ static PyObject *database_xrf(DatabaseObject *self, PyObject *arg)
     pydb_error e;
     int32_t mfn;
     int rc;
-    if (!st || check_open(st, self) < 0 || parse_mfn(arg, &mfn) < 0)
+    if (!st || check_open(st, self) < 0 || parse_mfn(st, arg, &mfn) < 0)
         return NULL;
     UNLOCKED(self, rc = pydb_xrf_get(&x, self->db, mfn, &e));
     if (rc) return set_error(st, rc, &e);
@@ -638,8 +646,10 @@ static Py_ssize_t database_len(DatabaseObject *self)
     return c.active;
 }
 
-static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args)
+static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
+                                    PyObject *kw)
 {
+    static char *kwlist[] = {"deleted", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
     int include_deleted = 0;
     int32_t *buf = NULL, next, from = 1, end;
@@ -649,7 +659,9 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args)
     int rc = PYDB_OK;
 
     if (!st || check_open(st, self) < 0) return NULL;
-    if (!PyArg_ParseTuple(args, "|p", &include_deleted)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist,
+                                     &include_deleted))
+        return NULL;
     end = self->db->next_mfn;
     while (from < end) {
         /* Grow with the GIL held, fill with it released. */
@@ -754,6 +766,8 @@ typedef struct {
     pydb_record *recs[BATCH];
     int nrecs, pos;
     int done;
+    int pending_rc;        /* error met after the records of this batch  */
+    pydb_error pending;
 } IterObject;
 
 static void iter_clear_batch(IterObject *it)
@@ -818,7 +832,13 @@ static int iter_fill(module_state *st, IterObject *it)
     it->nrecs = nrecs;
     it->pos = 0;
     it->next = next;
-    if (rc) return set_error(st, rc, &e), -1;
+    if (rc) {
+        if (nrecs == 0) return set_error(st, rc, &e), -1;
+        /* Yield the records read before the damaged one first. */
+        it->pending_rc = rc;
+        it->pending = e;
+        return 0;
+    }
     if (nrecs == 0) it->done = 1;
     return 0;
 }
@@ -829,6 +849,12 @@ static PyObject *iter_next(IterObject *it)
     pydb_record *r;
     if (!st) return NULL;
     if (it->pos >= it->nrecs) {
+        if (it->pending_rc) {
+            int rc = it->pending_rc;
+            it->pending_rc = 0;
+            it->nrecs = it->pos = 0;
+            return set_error(st, rc, &it->pending);
+        }
         if (it->done) return NULL;
         if (iter_fill(st, it) < 0) return NULL;
         if (it->nrecs == 0) return NULL;
@@ -864,6 +890,7 @@ static PyObject *make_iter(DatabaseObject *self, int32_t start,
     it->skip_damaged = skip_damaged;
     it->nrecs = it->pos = 0;
     it->done = 0;
+    it->pending_rc = 0;
     PyObject_GC_Track(it);
     return (PyObject *)it;
 }
@@ -903,8 +930,9 @@ static PyMethodDef database_methods[] = {
     {"counts", (PyCFunction)database_counts, METH_NOARGS,
      "counts($self, /)\n--\n\nXRF states over MFN 1..max_mfn: dict with "
      "active, logically_deleted, physically_deleted, unused, new, pending."},
-    {"mfns", (PyCFunction)database_list_mfns, METH_VARARGS,
-     "mfns($self, deleted=False, /)\n--\n\nMFNs of the active records (and "
+    {"mfns", (PyCFunction)(void (*)(void))database_list_mfns,
+     METH_VARARGS | METH_KEYWORDS,
+     "mfns($self, /, deleted=False)\n--\n\nMFNs of the active records (and "
      "logically deleted ones if `deleted`), ascending (list of int)."},
     {"records", (PyCFunction)(void (*)(void))database_records,
      METH_VARARGS | METH_KEYWORDS,

@@ -42,7 +42,7 @@ from pydb import _pydb
 from conftest import data_path
 
 try:
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, event, given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
@@ -160,7 +160,7 @@ def get_source(cache, name: str) -> Source:
     d = cache["dir"] / name
     d.mkdir()
     if name in GEOM:
-        _pydb._build(str(d / "db"), name, 0, _records_for_build(300), False)
+        _pydb._build(str(d / "db"), name, 0, _records_for_build(150), False)
         src = _load_source(name, d / "db")
     else:
         real = data_path(REAL[name])
@@ -194,6 +194,7 @@ class Outcome:
     reads: dict = field(default_factory=dict)      # mfn -> tuple | exception
     versions: dict = field(default_factory=dict)   # mfn -> int | exception
     bulk: dict = field(default_factory=dict)       # op -> value | exception
+    iter_start: int = 1
 
     def errors(self):
         errs = [] if self.open_error is None else [self.open_error]
@@ -210,10 +211,15 @@ def _call(fn):
         return e
 
 
-def exercise(base: Path, io: str, ref_max: int) -> Outcome:
+def exercise(base: Path, io: str, ref_max: int, focus=None) -> Outcome:
     """Open, read every MFN (bounded by what the good database had, so a
     damaged NXTMFN cannot make the loop run for ever), follow back
-    pointers, list and iterate.  Only pydb.Error may come out."""
+    pointers, list and iterate.  Only pydb.Error may come out.
+
+    With `focus` (a set of MFNs; used for io="direct", where every read
+    goes to the disk and costs a fraction of a millisecond), only those
+    MFNs and the edges are read, and iteration starts at the lowest one.
+    """
     out = Outcome()
     try:
         db = pydb.open(base, io=io, encoding="latin-1")
@@ -227,29 +233,38 @@ def exercise(base: Path, io: str, ref_max: int) -> Outcome:
         return out
     with db:
         top = min(db.max_mfn, ref_max + 3)
-        probe = sorted(set(range(0, top + 2)) | {db.max_mfn, db.max_mfn + 1})
+        if focus is None:
+            probe = set(range(0, top + 2))
+            out.iter_start = 1
+        else:
+            probe = {0, 1, 2, top, top + 1} | {m for m in focus if 0 <= m <= top + 1}
+            out.iter_start = max(1, min(focus))
+        probe = sorted(probe | {db.max_mfn, db.max_mfn + 1})
         for m in probe:
             out.reads[m] = _call(lambda: tuple((f.tag, f.raw) for f in db[m].fields))
-        for m in range(1, top + 1):
+        for m in probe:
             if isinstance(out.reads.get(m), tuple):
                 out.versions[m] = _call(lambda: len(db.versions(m)))
         out.bulk["len"] = _call(lambda: len(db))
         out.bulk["counts"] = _call(db.counts)
         out.bulk["mfns"] = _call(db.mfns)
         out.bulk["iter"] = _call(lambda: [(r.mfn, tuple((f.tag, f.raw) for f in r.fields))
-                                          for r in db])
+                                          for r in db.records(start=out.iter_start)])
         out.bulk["iter_skip"] = _call(
-            lambda: [r.mfn for r in db.records(skip_damaged=True)])
-        out.bulk["read_many"] = _call(lambda: len(db.read_many(range(1, top + 1))))
+            lambda: [r.mfn for r in db.records(start=out.iter_start, skip_damaged=True)])
+        out.bulk["read_many"] = _call(
+            lambda: len(db.read_many([m for m in probe if 1 <= m <= top])))
     return out
 
 
-def exercise_all(base: Path, ref_max: int):
-    """exercise() in every I/O mode; returns {io: Outcome}."""
+def exercise_all(base: Path, ref_max: int, focus=()):
+    """exercise() in every I/O mode; returns {io: Outcome}.  io="direct"
+    reads only `focus` (plus the edges)."""
     res = {}
     for io in IOS:
         try:
-            res[io] = exercise(base, io, ref_max)
+            res[io] = exercise(base, io, ref_max,
+                               set(focus) if io == "direct" else None)
         except DirectRefused:
             continue
     assert "mmap" in res and "pread" in res
@@ -263,6 +278,8 @@ def check_error(e: BaseException, files: tuple[str, ...], sizes: dict[str, int])
     suffix = Path(e.filename).suffix.lower()
     assert suffix in files, f"{e!r} should name a {' or '.join(files)} file"
     assert isinstance(e.offset, int) and e.offset >= 0, f"no byte offset: {e!r}"
+    if suffix in sizes:
+        assert e.offset <= sizes[suffix], f"offset past the end of the file: {e!r}"
     assert isinstance(e.reason, str) and len(e.reason) > 10, repr(e)
     assert str(e)  # formats without error
 
@@ -333,6 +350,7 @@ class Damage:
     mfn: int                      # the one MFN whose read must fail
     files: tuple                  # suffixes its error may name
     offsets: range                # acceptable byte offsets in that error
+    also_bad: frozenset = frozenset()   # other MFNs that fail the same way
 
 
 def _rec_range(src: Source, m: int) -> range:
@@ -467,7 +485,7 @@ def dmg_xrf_mid_record(src):
     xrf, m = bytearray(src.xrf), src.mid
     target = src.recs[m].offset + 2 * (1 << src.mstxl) + 8
     i32(xrf, xrf_slot(m), xrf_encode(target, src.mstxl))
-    return Damage(bytearray(src.mst), xrf, m, (".mst",), range(target - 8, target + 1))
+    return Damage(bytearray(src.mst), xrf, m, (".mst",), range(target, target + 25))
 
 
 def dmg_xrf_past_end(src):
@@ -480,8 +498,8 @@ def dmg_xrf_at_end(src):
     """Points at the very end of the file: no room for a leader."""
     xrf, m = bytearray(src.xrf), src.mid
     i32(xrf, xrf_slot(m), xrf_encode(len(src.mst) - 8, src.mstxl))
-    return Damage(bytearray(src.mst), xrf, m, (".mst", ".xrf"),
-                  range(len(src.mst) - 8, len(src.mst)) if True else None)
+    return Damage(bytearray(src.mst), xrf, m, (".mst",),
+                  range(len(src.mst) - 8, len(src.mst)))
 
 
 def dmg_xrf_max_value(src):
@@ -492,14 +510,14 @@ def dmg_xrf_max_value(src):
 
 def dmg_xrf_control_record(src):
     xrf, m = bytearray(src.xrf), src.mid
-    i32(xrf, xrf_slot(m), xrf_encode(16, 0) if src.mstxl == 0 else xrf_encode(16, src.mstxl))
+    i32(xrf, xrf_slot(m), xrf_encode(16, src.mstxl))
     return Damage(bytearray(src.mst), xrf, m, (".xrf",), _slot_range(m))
 
 
 def dmg_xrf_block_zero(src):
     """Block field 0 (offset -512 + x): before the file start."""
     xrf, m = bytearray(src.xrf), src.mid
-    i32(xrf, xrf_slot(m), 100 >> src.mstxl or 1)
+    i32(xrf, xrf_slot(m), (100 >> src.mstxl) or 1)
     return Damage(bytearray(src.mst), xrf, m, (".xrf",), _slot_range(m))
 
 
@@ -510,24 +528,26 @@ def dmg_xrf_deleted_into_control(src):
     return Damage(bytearray(src.mst), xrf, m, (".xrf",), _slot_range(m))
 
 
+def _xrfpos(src, value):
+    """Block 2 of the XRF carries XRFPOS `value`: all of its MFNs fail."""
+    xrf, m = bytearray(src.xrf), src.mid
+    assert 127 < m <= 254
+    i32(xrf, 512, value)
+    block2 = frozenset(k for k in src.content if 128 <= k <= 254) - {m}
+    return Damage(bytearray(src.mst), xrf, m, (".xrf",), range(512, 513), block2)
+
+
 def dmg_xrfpos_cycle(src):
     """The second XRF block claims to be block 1 (a cycle)."""
-    xrf, m = bytearray(src.xrf), src.mid
-    assert m > 127
-    i32(xrf, 512, 1)
-    return Damage(bytearray(src.mst), xrf, m, (".xrf",), range(512, 513))
+    return _xrfpos(src, 1)
 
 
 def dmg_xrfpos_misnumbered(src):
-    xrf, m = bytearray(src.xrf), src.mid
-    i32(xrf, 512, 7)
-    return Damage(bytearray(src.mst), xrf, m, (".xrf",), range(512, 513))
+    return _xrfpos(src, 7)
 
 
 def dmg_xrfpos_zero(src):
-    xrf, m = bytearray(src.xrf), src.mid
-    i32(xrf, 512, 0)
-    return Damage(bytearray(src.mst), xrf, m, (".xrf",), range(512, 513))
+    return _xrfpos(src, 0)
 
 
 RECORD_DAMAGE = [v for k, v in list(globals().items()) if k.startswith("dmg_")]
@@ -539,7 +559,8 @@ def test_record_damage(src: Source, damage, tmp_path):
     base = src.write(tmp_path, d.mst, d.xrf)
     sizes = {".mst": len(d.mst), ".xrf": len(d.xrf)}
     xrf_damage = d.files == (".xrf",)
-    for io, out in exercise_all(base, src.max_mfn).items():
+    focus = {d.mfn - 1, d.mfn, d.mfn + 1, src.last} | set(sorted(d.also_bad)[:2])
+    for io, out in exercise_all(base, src.max_mfn, focus).items():
         ctx = f"[io={io}]"
         assert out.open_error is None, f"{ctx} open failed: {out.open_error!r}"
         # The damaged MFN: a CorruptionError naming the file and the place.
@@ -549,7 +570,14 @@ def test_record_damage(src: Source, damage, tmp_path):
         assert e.offset in d.offsets, f"{ctx} {e!r}: offset not in {d.offsets}"
         # Every other record reads back exactly as before.
         for m, want in src.content.items():
-            if m != d.mfn:
+            if m not in out.reads:
+                continue
+            if m in d.also_bad:
+                v = out.reads[m]
+                assert isinstance(v, pydb.CorruptionError), f"{ctx} db[{m}] gave {v!r}"
+                check_error(v, d.files, sizes)
+                assert v.offset in d.offsets, f"{ctx} {v!r}: offset not in {d.offsets}"
+            elif m != d.mfn:
                 assert out.reads[m] == want, f"{ctx} MFN {m}: {out.reads[m]!r}"
         for m in (0, src.max_mfn + 1):
             assert isinstance(out.reads[m], pydb.NotFoundError), f"{ctx} {out.reads[m]!r}"
@@ -564,7 +592,8 @@ def test_record_damage(src: Source, damage, tmp_path):
                 assert xrf_damage, f"{ctx} {op} raised for .mst damage: {v!r}"
                 check_error(v, d.files, sizes)
         if not xrf_damage:
-            assert out.bulk["iter_skip"] == [m for m in src.content if m != d.mfn], ctx
+            assert out.bulk["iter_skip"] == [m for m in src.content
+                                             if m != d.mfn and m >= out.iter_start], ctx
             assert out.bulk["len"] == len(src.content)
         for m, v in out.versions.items():
             if isinstance(v, BaseException):
@@ -575,7 +604,9 @@ def test_record_damage(src: Source, damage, tmp_path):
 
 # ------------------------------------------------------- back pointers
 
-def _versions_error(src, base, m, files=(".mst",)):
+def _versions_error(src, base, m, files=(".mst",), broken=(), target=None):
+    """versions(m) raises a CorruptionError about the .mst, at the current
+    version or at the place its back pointer names (`target`)."""
     sizes = {}
     for io in IOS:
         try:
@@ -590,9 +621,14 @@ def _versions_error(src, base, m, files=(".mst",)):
             with pytest.raises(pydb.CorruptionError) as ei:
                 db.versions(m)
             check_error(ei.value, files, sizes)
+            r = src.recs[m]
+            assert ei.value.offset in range(r.offset, r.offset + r.mfrl) or \
+                (target is not None and target <= ei.value.offset < target + 64), ei.value
             # Other records keep their (single) version.
             assert len(db.versions(m - 3)) == 1
-            assert [x.mfn for x in db] == list(src.content)
+            start = 1 if io != "direct" else m - 2
+            assert [x.mfn for x in db.records(start=start, skip_damaged=True)] == \
+                [k for k in src.content if k >= start and k not in broken]
 
 
 def test_back_pointer_to_itself(src, tmp_path):
@@ -623,25 +659,25 @@ def test_back_pointer_cycle_of_two(src, tmp_path):
     i32(mst, off_a, m)
     set_back(src, mst, off_m, off_a)
     set_back(src, mst, off_a, off_m)
-    _versions_error(src, src.write(tmp_path, mst), m)
+    _versions_error(src, src.write(tmp_path, mst), m, broken={m - 1}, target=off_a)
 
 
 def test_back_pointer_into_control_record(src, tmp_path):
     mst, m = bytearray(src.mst), src.mid
     set_back(src, mst, src.recs[m].offset, 0)
-    _versions_error(src, src.write(tmp_path, mst), m)
+    _versions_error(src, src.write(tmp_path, mst), m, target=0)
 
 
 def test_back_pointer_to_other_mfn(src, tmp_path):
     mst, m = bytearray(src.mst), src.mid
     set_back(src, mst, src.recs[m].offset, src.recs[m - 2].offset)
-    _versions_error(src, src.write(tmp_path, mst), m)
+    _versions_error(src, src.write(tmp_path, mst), m, target=src.recs[m - 2].offset)
 
 
 def test_back_pointer_mid_record(src, tmp_path):
     mst, m = bytearray(src.mst), src.mid
     set_back(src, mst, src.recs[m].offset, src.recs[m - 1].offset + 6)
-    _versions_error(src, src.write(tmp_path, mst), m)
+    _versions_error(src, src.write(tmp_path, mst), m, target=src.recs[m - 1].offset + 6)
 
 
 # ------------------------------------------------ damage found at open
@@ -709,9 +745,13 @@ def test_truncated_mst_consistent_control(src, cut, tmp_path):
     set_control_end(mst, n)
     base = src.write(tmp_path, mst)
     sizes = {".mst": n, ".xrf": len(src.xrf)}
-    for io, out in exercise_all(base, src.max_mfn).items():
+    cut_mfn = next(m for m, i in src.recs.items() if i.offset < n < i.offset + i.mfrl)
+    focus = {cut_mfn - 1, cut_mfn, cut_mfn + 1, src.max_mfn}
+    for io, out in exercise_all(base, src.max_mfn, focus).items():
         assert out.open_error is None, out.open_error
         for m, info in src.recs.items():
+            if m not in out.reads:
+                continue
             v = out.reads[m]
             if info.offset + info.mfrl <= n:
                 assert v == src.content[m], f"[io={io}] MFN {m}: {v!r}"
@@ -726,7 +766,8 @@ def test_truncated_mst_consistent_control(src, cut, tmp_path):
                     assert v.offset == xrf_slot(m), v
         assert isinstance(out.bulk["iter"], pydb.CorruptionError)
         assert out.bulk["iter_skip"] == [m for m, i in src.recs.items()
-                                         if i.offset + i.mfrl <= n] or \
+                                         if i.offset + i.mfrl <= n and
+                                         m >= out.iter_start] or \
             isinstance(out.bulk["iter_skip"], pydb.CorruptionError)
 
 
@@ -795,10 +836,13 @@ def test_control_wrong_mstxl_shift(src, tmp_path):
     mst = bytearray(src.mst)
     mst[15] = 6 if src.mstxl != 6 else 0
     base = src.write(tmp_path, mst)
-    for io, out in exercise_all(base, src.max_mfn).items():
+    for io, out in exercise_all(base, src.max_mfn, {1, 2, src.mid}).items():
         for e in out.errors():
             if isinstance(e, pydb.NotFoundError):
                 continue
+            if e.offset == -1 and "fit none of the four leader layouts" in e.reason:
+                pytest.xfail("pydb bug: layout-detection failure names no byte "
+                             f"offset (offset -1): {e!r}")
             check_error(e, (".mst", ".xrf"), {})
 
 
@@ -1022,6 +1066,9 @@ if given is not None:
                 out = exercise(d / "r", io, 40)
             except DirectRefused:
                 continue
+            if io == "pread":
+                event("open failed" if out.open_error is not None else
+                      "some read failed" if out.errors() else "no error")
             for e in out.errors():
                 assert isinstance(e, pydb.Error), repr(e)
                 if isinstance(e, pydb.CorruptionError):

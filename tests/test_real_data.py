@@ -187,10 +187,6 @@ def test_odds_damaged_entry():
             db.read_many([1, ODDS_BAD_MFN, 50])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pydb bug: iteration reads 256 MFNs per batch and raises the "
-    "CorruptionError of MFN 49 before yielding MFNs 1-48 (they come "
-    "after the exception)"))
 def test_odds_iteration_yields_records_before_the_damage():
     with opendb(ODDS) as db:
         it = iter(db)

@@ -1,0 +1,545 @@
+"""Threads: concurrent readers, the GIL, and close() racing with reads.
+
+(a) 8 threads reading one database in their own random orders get exactly
+    what one thread gets (io mmap/pread x lock none/mutex; a generated
+    database, and LILACS from the shared data folder when present).
+(b) The GIL is released while the core waits for the disk: with
+    ``_test_set_read_delay`` making every core pread sleep, the main thread
+    keeps running Python code during the read.
+(c) A Python thread keeps at least 25 % of its solo speed while two other
+    threads read every record repeatedly with io="direct".
+(d) close() while other threads read: no crash; each reader finishes or
+    gets pydb.ClosedError.
+(e) Iteration and read_many() with a concurrent close().
+
+Tests for pydb bugs found here run their reproduction in a subprocess (a
+crash there fails that test only) and are marked xfail(strict) with the
+reason; they start passing when the bug is fixed.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import pydb
+from pydb import _pydb
+
+from conftest import data_path
+
+INNER_SANITIZER = os.environ.get("PYDB_SANITIZER_INNER", "")
+LILACS = "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
+NTHREADS = 8
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard():
+    """A deadlock is a failure: dump every thread's stack and exit."""
+    faulthandler.dump_traceback_later(180, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+    _pydb._test_set_read_delay(0)
+
+
+def _records(n: int):
+    rnd = random.Random(1234)
+    out = []
+    for i in range(1, n + 1):
+        fields = [(1, b"mfn %d" % i)]
+        for _ in range(rnd.randint(0, 12)):
+            fields.append((rnd.randint(2, 999),
+                           bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 300)))))
+        out.append(fields)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gen_db(tmp_path_factory) -> Path:
+    """A generated database of 1500 records (FFI aligned, MSTXL 3)."""
+    d = tmp_path_factory.mktemp("threads")
+    _pydb._build(str(d / "gen"), "ffi-aligned", 3, _records(1500), False)
+    return d / "gen"
+
+
+def _lilacs() -> Path:
+    p = data_path(LILACS)
+    if not p.with_suffix(".mst").is_file():
+        pytest.skip("LILACS sample not available")
+    return p
+
+
+def _db_path(which, gen_db):
+    return gen_db if which == "generated" else _lilacs()
+
+
+def snap(rec):
+    return (rec.mfn, tuple((f.tag, f.raw) for f in rec.fields))
+
+
+def run_threads(targets, timeout=120):
+    """Start the callables together (barrier), join them, return the
+    exceptions they raised (as a list)."""
+    errors = []
+    barrier = threading.Barrier(len(targets))
+
+    def wrap(fn):
+        def run():
+            try:
+                barrier.wait()
+                fn()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        return run
+
+    threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+        assert not t.is_alive(), "a reader thread hangs"
+    return errors
+
+
+# ------------------------------------------------------- (a) determinism
+
+@pytest.mark.parametrize("lock", ["none", "mutex"])
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+@pytest.mark.parametrize("which", ["generated", "lilacs"])
+def test_concurrent_readers_agree(which, io, lock, gen_db):
+    path = _db_path(which, gen_db)
+    passes = 3 if which == "generated" else 1
+    with pydb.open(path, io=io, lock=lock, encoding="latin-1") as db:
+        mfns = db.mfns()
+        reference = {m: snap(db[m]) for m in mfns}   # one thread, MFN order
+        assert len(reference) == len(db) > 1000
+        results = [[] for _ in range(NTHREADS)]
+
+        def reader(i):
+            def run():
+                rnd = random.Random(i)
+                out = results[i]
+                for p in range(passes):
+                    order = mfns[:]
+                    rnd.shuffle(order)
+                    if (i + p) % 3 == 0:        # one record per call
+                        out.extend((m, snap(db[m])) for m in order)
+                    elif (i + p) % 3 == 1:      # batches of 1..64
+                        k = 0
+                        while k < len(order):
+                            chunk = order[k:k + rnd.randint(1, 64)]
+                            out.extend(zip(chunk, map(snap, db.read_many(chunk))))
+                            k += len(chunk)
+                    else:                       # iteration (MFN order)
+                        out.extend((r.mfn, snap(r)) for r in db)
+                        out.extend((m, snap(db[m])) for m in order[:200])
+            return run
+
+        errors = run_threads([reader(i) for i in range(NTHREADS)])
+        assert not errors, errors
+    for i, out in enumerate(results):
+        assert len(out) >= passes * len(mfns)
+        bad = [(m, s) for m, s in out if s != reference[m]]
+        assert not bad, f"thread {i}: {len(bad)} records differ, first MFN {bad[0][0]}"
+
+
+# ----------------------------------------------------------- (b) the GIL
+
+def _count_during(op, delay_us, window_trim):
+    """Run op() in a thread with every core pread delayed by delay_us; the
+    main thread counts Python loop iterations meanwhile, timestamping every
+    1000th.  Returns (iterations counted strictly inside the call, call
+    duration).  If the GIL were held during the call, no timestamp could
+    fall inside it."""
+    span = {}
+    done = threading.Event()
+
+    def reader():
+        try:
+            span["t0"] = time.perf_counter()
+            span["result"] = op()
+            span["t1"] = time.perf_counter()
+        except BaseException as e:  # noqa: BLE001
+            span["error"] = e
+        finally:
+            done.set()
+
+    stamps = []
+    _pydb._test_set_read_delay(delay_us)
+    try:
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        n = 0
+        while not done.is_set():
+            n += 1
+            if n % 1000 == 0:
+                stamps.append(time.perf_counter())
+        t.join()
+    finally:
+        _pydb._test_set_read_delay(0)
+    assert "error" not in span, span["error"]
+    lo, hi = span["t0"] + window_trim, span["t1"] - window_trim
+    inside = sum(1 for s in stamps if lo < s < hi) * 1000
+    return inside, span["t1"] - span["t0"], span["result"]
+
+
+def test_gil_released_during_read(gen_db):
+    """The issue's proof: 200 ms per pread, db[1] in a thread, the main
+    thread keeps counting."""
+    with pydb.open(gen_db, io="pread") as db:
+        want = snap(db[1])
+        inside, duration, rec = _count_during(lambda: db[1], 200_000, 0.02)
+    assert snap(rec) == want
+    assert duration >= 0.35, "the read delay hook did not take effect"   # 2 preads
+    assert inside > 10_000, f"main thread ran only {inside} iterations during the read"
+
+
+@pytest.mark.parametrize("op", ["read_many", "iterate", "mfns", "len", "counts",
+                                "xrf_entry", "versions", "open"])
+def test_gil_released_by_every_operation(op, gen_db):
+    db = pydb.open(gen_db, io="pread")
+    ops = {
+        "read_many": lambda: db.read_many([1, 2, 700]),
+        "iterate": lambda: sum(1 for _ in db.records(start=1498)),
+        "mfns": lambda: len(db.mfns()),
+        "len": lambda: len(db),
+        "counts": lambda: db.counts(),
+        "xrf_entry": lambda: db.xrf_entry(5),
+        "versions": lambda: db.versions(9),
+        "open": lambda: pydb.open(gen_db, io="pread").close(),
+    }
+    delay = 5_000 if op == "open" else 50_000
+    try:
+        inside, duration, _ = _count_during(ops[op], delay, 0.01)
+    finally:
+        db.close()
+    assert duration >= delay / 1e6
+    assert inside > 2_000, f"{op}: main thread ran only {inside} iterations"
+
+
+# --------------------------------------- (c) Python keeps running (direct)
+
+def _rate(seconds, stop_after=None):
+    """Loop iterations per second of a Python counting thread."""
+    box = {"stop": False, "n": 0}
+
+    def count():
+        n = 0
+        t0 = time.perf_counter()
+        while not box["stop"]:
+            n += 1
+        box["n"], box["t"] = n, time.perf_counter() - t0
+
+    t = threading.Thread(target=count, daemon=True)
+    t.start()
+    time.sleep(seconds)
+    box["stop"] = True
+    t.join(30)
+    return box["n"] / box["t"]
+
+
+def test_python_thread_keeps_running_during_direct_reads(gen_db):
+    path = gen_db
+    try:
+        p = _lilacs()
+        path = p
+    except pytest.skip.Exception:
+        pass
+    try:
+        db = pydb.open(path, io="direct", encoding="latin-1")
+    except pydb.UnsupportedError as e:
+        pytest.skip(f"O_DIRECT refused here: {e}")
+    with db:
+        mfns = db.mfns()
+        stop = threading.Event()
+        reads = [0, 0]
+
+        def by_iteration():
+            while not stop.is_set():
+                for _ in db:
+                    reads[0] += 1
+                    if stop.is_set():
+                        return
+
+        def by_mfn():
+            while not stop.is_set():
+                for m in mfns:
+                    db[m]
+                    reads[1] += 1
+                    if stop.is_set():
+                        return
+
+        solo_before = _rate(0.4)
+        readers = [threading.Thread(target=f, daemon=True) for f in (by_iteration, by_mfn)]
+        for t in readers:
+            t.start()
+        time.sleep(0.05)
+        loaded = _rate(1.0)
+        stop.set()
+        for t in readers:
+            t.join(60)
+        solo_after = _rate(0.4)
+    solo = (solo_before + solo_after) / 2
+    assert reads[0] > 100 and reads[1] > 100, reads      # the readers did read
+    assert loaded >= 0.25 * solo, (
+        f"counting thread fell to {loaded / solo:.0%} of its solo rate "
+        f"({loaded:.0f}/s vs {solo:.0f}/s) while {reads} records were read")
+
+
+# ------------------------------------------- (d), (e) close() during reads
+
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+def test_close_while_reading(io, gen_db):
+    db = pydb.open(gen_db, io=io)
+    mfns = db.mfns()
+    reference = {m: snap(db[m]) for m in mfns}
+    got = [[] for _ in range(6)]
+    outcomes = []
+
+    def reader(i):
+        def run():
+            rnd = random.Random(i)
+            try:
+                for _ in range(1000):
+                    kind = (i + rnd.randrange(4)) % 4
+                    if kind == 0:
+                        m = rnd.choice(mfns)
+                        got[i].append(snap(db[m]))
+                    elif kind == 1:
+                        got[i].extend(map(snap, db.read_many(rnd.sample(mfns, 20))))
+                    elif kind == 2:
+                        for r in db.records(start=rnd.choice(mfns)):
+                            got[i].append(snap(r))
+                    else:
+                        got[i].extend(map(snap, db.versions(rnd.choice(mfns))))
+                        len(db)
+                outcomes.append("finished")
+            except pydb.ClosedError:
+                outcomes.append("closed")
+        return run
+
+    def closer():
+        time.sleep(0.15)
+        db.close()
+        outcomes.append("close returned")
+
+    if io == "pread":
+        _pydb._test_set_read_delay(300)     # keep reads in flight
+    try:
+        errors = run_threads([reader(i) for i in range(6)] + [closer])
+    finally:
+        _pydb._test_set_read_delay(0)
+    assert not errors, errors
+    assert sorted(outcomes).count("close returned") == 1
+    assert len(outcomes) == 7
+    assert "closed" in outcomes, "close() came after every reader finished"
+    assert db.closed
+    for out in got:
+        for m, fields in out:
+            assert (m, fields) == reference[m]
+    with pytest.raises(pydb.ClosedError):
+        db[1]
+    db.close()   # idempotent
+
+
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+def test_iterate_with_concurrent_close(io, gen_db):
+    db = pydb.open(gen_db, io=io)
+    reference = [snap(r) for r in db]
+    got, box = [], {}
+    started = threading.Event()
+
+    def iterate():
+        try:
+            for r in db:
+                got.append(snap(r))
+                started.set()
+                time.sleep(0.0005)          # slow consumer: close() lands mid-way
+            box["end"] = "finished"
+        except pydb.ClosedError:
+            box["end"] = "closed"
+
+    def closer():
+        started.wait(30)
+        time.sleep(0.05)
+        db.close()
+
+    errors = run_threads([iterate, closer])
+    assert not errors, errors
+    assert box["end"] in ("finished", "closed")
+    assert got == reference[:len(got)]
+    if box["end"] == "closed":
+        # The batch already read stays valid; nothing past it was returned.
+        assert len(got) < len(reference)
+
+
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+def test_read_many_with_concurrent_close(io, gen_db):
+    db = pydb.open(gen_db, io=io)
+    mfns = db.mfns()
+    reference = [snap(db[m]) for m in mfns]
+    results = []
+    go = threading.Event()
+
+    def bulk():
+        go.set()
+        for _ in range(200):
+            try:
+                recs = db.read_many(mfns)
+            except pydb.ClosedError:
+                results.append("closed")
+                return
+            results.append([snap(r) for r in recs])
+
+    def closer():
+        go.wait(30)
+        time.sleep(0.02)
+        db.close()
+
+    if io == "pread":
+        _pydb._test_set_read_delay(20)
+    try:
+        errors = run_threads([bulk, bulk, closer])
+    finally:
+        _pydb._test_set_read_delay(0)
+    assert not errors, errors
+    assert results.count("closed") == 2, "close() never overlapped read_many()"
+    for r in results:
+        assert r == "closed" or r == reference
+
+
+def test_record_outlives_database(gen_db):
+    db = pydb.open(gen_db)
+    recs = db.read_many([1, 2, 3])
+    it = iter(db)
+    first = next(it)
+    db.close()
+    assert [r.mfn for r in recs] == [1, 2, 3] and first.mfn == 1
+    assert recs[0][1] and first.fields
+    with pytest.raises(pydb.ClosedError):
+        for _ in it:       # the rest of the first batch, then ClosedError
+            pass
+
+
+# ------------------------------------------- pydb bugs (subprocess repros)
+
+def _run_script(code: str, tmp_path: Path, timeout=120):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(pydb.__file__).resolve().parents[1])] +
+        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONFAULTHANDLER"] = "1"
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+crash_repro = pytest.mark.skipif(bool(INNER_SANITIZER),
+                                 reason="crash reproductions are not rerun under sanitizers")
+
+
+@crash_repro
+@pytest.mark.xfail(strict=True, reason=(
+    "pydb bug: two threads calling close() while a read is in flight both "
+    "free the core handle (db_close_handle reads self->db before waiting "
+    "and never re-checks it): double free / abort"))
+def test_concurrent_close_calls(gen_db, tmp_path):
+    p = _run_script(f"""
+        import threading, time, pydb
+        from pydb import _pydb
+        db = pydb.open({str(gen_db)!r}, io="pread")
+        _pydb._test_set_read_delay(200_000)
+        r = threading.Thread(target=lambda: db[1]); r.start()
+        time.sleep(0.1)
+        cs = [threading.Thread(target=db.close) for _ in range(2)]
+        for c in cs: c.start()
+        for c in cs + [r]: c.join()
+        _pydb._test_set_read_delay(0)
+        print("survived")
+    """, tmp_path)
+    assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-3000:])
+
+
+@crash_repro
+@pytest.mark.xfail(strict=False, reason=(
+    "pydb bug (race): Database.mfns() runs several GIL-released sections "
+    "after one check_open(); a close() that completes between them frees "
+    "the handle, and the next section dereferences self->db (NULL or freed): "
+    "segfault.  Needs > 4096 MFNs and a third thread holding the GIL"))
+def test_mfns_with_concurrent_close(tmp_path):
+    p = _run_script("""
+        import threading, time, pydb
+        from pydb import _pydb
+        _pydb._build("big", "isis-packed", 0, ([(1, b"r")] for _ in range(20000)), False)
+        for attempt in range(8):
+            db = pydb.open("big", io="mmap")
+            stop = []
+            def reader():
+                try:
+                    for _ in range(50):
+                        db.mfns()
+                except pydb.ClosedError:
+                    pass
+            def busy():
+                while not stop:
+                    pass
+            def closer():
+                time.sleep(0.02)
+                db.close()
+            ts = [threading.Thread(target=f) for f in (reader, busy, closer)]
+            for t in ts: t.start()
+            ts[0].join(); ts[2].join(); stop.append(1); ts[1].join()
+        print("survived")
+    """, tmp_path)
+    assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-3000:])
+
+
+@crash_repro
+@pytest.mark.xfail(strict=True, reason=(
+    "pydb bug: read_many() checks that the database is open, then consumes "
+    "its argument (running Python code that may close the database), then "
+    "reads through self->db == NULL: segfault"))
+def test_read_many_argument_closes_database(gen_db, tmp_path):
+    p = _run_script(f"""
+        import pydb
+        db = pydb.open({str(gen_db)!r})
+        def mfns():
+            yield 1
+            db.close()
+            yield 2
+        try:
+            db.read_many(mfns())
+        except pydb.ClosedError:
+            pass
+        print("survived")
+    """, tmp_path)
+    assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-3000:])
+
+
+@crash_repro
+@pytest.mark.xfail(strict=True, reason=(
+    "pydb bug: _read_at() (used by versions()) checks that the database is "
+    "open before parsing its arguments; an argument's __index__ may close "
+    "it, and the read then uses self->db == NULL: segfault"))
+def test_read_at_argument_closes_database(gen_db, tmp_path):
+    p = _run_script(f"""
+        import pydb
+        db = pydb.open({str(gen_db)!r})
+        class Offset:
+            def __index__(self):
+                db.close()
+                return 64
+        try:
+            db._read_at(1, Offset())
+        except pydb.ClosedError:
+            pass
+        print("survived")
+    """, tmp_path)
+    assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-3000:])
