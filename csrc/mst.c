@@ -322,7 +322,7 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
         smfrl = (int16_t)pydb__u16(raw + g->off_mfrl);
     (*rec)->locked = smfrl < 0;
     if (smfrl < 0) smfrl = -smfrl;
-    if (smfrl < g->leader || smfrl > (g->ffi ? PYDB_MAX_FFI_MFRL : 32768))
+    if (smfrl < g->leader || smfrl > (g->ffi ? PYDB_MAX_FFI_MFRL : 32767))
         return PYDB_CORRUPT(err, path, off + g->off_mfrl,
                             "record of MFN %d has an impossible MFRL %lld",
                             (int)mfn, (long long)smfrl);
@@ -676,8 +676,8 @@ static int read_control(pydb_db *db, pydb_error *err)
                             "bytes (truncated?)", (int)db->next_block,
                             (int)db->next_pos, (long long)end,
                             (long long)db->mst.size);
-    need = (int64_t)((db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-                     PYDB_XRF_PER_BLOCK) * PYDB_BLOCK;
+    need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
+           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
     if (db->xrf.size < need)
         return PYDB_CORRUPT(err, db->xrf.path, db->xrf.size,
                             "the XRF has %lld bytes, but NXTMFN %d needs "

@@ -59,8 +59,11 @@ static PyObject *set_error(module_state *st, int rc, const pydb_error *e)
         PyErr_SetString(PyExc_ValueError, e->message);
         return NULL;
     case PYDB_ENOTFOUND:
-        PyErr_SetObject(st->NotFoundError,
-                        PyUnicode_FromString(e->message));
+        args = PyUnicode_FromString(e->message);
+        if (args) {
+            PyErr_SetObject(st->NotFoundError, args);
+            Py_DECREF(args);
+        }
         return NULL;
     case PYDB_ECORRUPT:
         exc = st->CorruptionError;
@@ -123,7 +126,7 @@ static int check_open(module_state *st, DatabaseObject *self)
 static void db_close_handle(DatabaseObject *self)
 {
     pydb_db *db = self->db;
-    if (!db) return;
+    if (!db || self->closing) return;  /* closed, or another close waits */
     self->closing = 1;
     Py_BEGIN_ALLOW_THREADS
     while (atomic_load(&self->active) > 0) usleep(50);
@@ -508,7 +511,9 @@ static PyObject *database_read(DatabaseObject *self, PyObject *arg)
     int32_t mfn;
     int rc;
 
-    if (!st || check_open(st, self) < 0 || parse_mfn(st, arg, &mfn) < 0)
+    /* check_open() comes last: nothing may run Python code between it and
+     * the core call (a __index__ could close the database). */
+    if (!st || parse_mfn(st, arg, &mfn) < 0 || check_open(st, self) < 0)
         return NULL;
     /* Cache hit: read with the GIL held (it cannot wait for the disk).
      * Otherwise release the GIL and read. */
@@ -531,8 +536,9 @@ static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
     long long off;
     int rc;
 
-    if (!st || check_open(st, self) < 0) return NULL;
-    if (!PyArg_ParseTuple(args, "iL", &mfn, &off)) return NULL;
+    if (!st || !PyArg_ParseTuple(args, "iL", &mfn, &off) ||
+        check_open(st, self) < 0)
+        return NULL;
     UNLOCKED(self, rc = pydb_read_at(&rec, self->db, mfn, off, &e));
     if (rc) {
         pydb_record_free(rec);
@@ -551,7 +557,7 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
     Py_ssize_t n, i, done = 0;
     int rc = PYDB_OK;
 
-    if (!st || check_open(st, self) < 0) return NULL;
+    if (!st) return NULL;
     seq = PySequence_Fast(arg, "read_many() takes an iterable of MFNs");
     if (!seq) return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
@@ -564,6 +570,7 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
     for (i = 0; i < n; i++)
         if (parse_mfn(st, PySequence_Fast_GET_ITEM(seq, i), &mfns[i]) < 0)
             goto cleanup;
+    if (check_open(st, self) < 0) goto cleanup;
     UNLOCKED(self, {
         for (done = 0; done < n; done++) {
             rc = pydb_read(&recs[done], self->db, mfns[done], &e);
@@ -604,7 +611,7 @@ static PyObject *database_xrf(DatabaseObject *self, PyObject *arg)
     pydb_error e;
     int32_t mfn;
     int rc;
-    if (!st || check_open(st, self) < 0 || parse_mfn(st, arg, &mfn) < 0)
+    if (!st || parse_mfn(st, arg, &mfn) < 0 || check_open(st, self) < 0)
         return NULL;
     UNLOCKED(self, rc = pydb_xrf_get(&x, self->db, mfn, &e));
     if (rc) return set_error(st, rc, &e);
@@ -658,9 +665,9 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
     PyObject *list = NULL;
     int rc = PYDB_OK;
 
-    if (!st || check_open(st, self) < 0) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist,
-                                     &include_deleted))
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist,
+                                            &include_deleted) ||
+        check_open(st, self) < 0)
         return NULL;
     end = self->db->next_mfn;
     while (from < end) {
@@ -673,6 +680,7 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
         }
         buf = g;
         cap = ncap;
+        if (check_open(st, self) < 0) goto cleanup;  /* GIL was free */
         UNLOCKED(self, {
             while (rc == PYDB_OK && from < end && total < cap) {
                 rc = pydb_list_mfns(buf + total, cap - total, &n, &next,
