@@ -448,12 +448,12 @@ int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
 
 #define SCAN_BLOCKS 64
 
-/* Call fn on each XRF entry of MFN from..max, reading SCAN_BLOCKS blocks
+/* Call fn on each XRF entry of MFN from..max, reading at most max_blocks (<= SCAN_BLOCKS) blocks
  * at a time.  fn returns nonzero to stop. */
 typedef int (*xrf_visit)(void *ctx, int32_t mfn, const pydb_xrf_entry *e);
 
 static int xrf_scan(pydb_db *db, int32_t from, xrf_visit fn, void *ctx,
-                    int32_t *stopped_at, pydb_error *err)
+                    int32_t *stopped_at, int64_t max_blocks, pydb_error *err)
 {
     uint8_t *buf = NULL;
     int32_t max = db->next_mfn - 1, mfn = from < 1 ? 1 : from;
@@ -467,7 +467,7 @@ static int xrf_scan(pydb_db *db, int32_t from, xrf_visit fn, void *ctx,
         int64_t b0 = (mfn - 1) / PYDB_XRF_PER_BLOCK;
         int64_t blast = (max - 1) / PYDB_XRF_PER_BLOCK;
         int64_t nb = blast - b0 + 1, b;
-        if (nb > SCAN_BLOCKS) nb = SCAN_BLOCKS;
+        if (nb > max_blocks) nb = max_blocks;
         rc = pydb__file_read(&db->xrf, db->io, buf, (size_t)nb * PYDB_BLOCK,
                              b0 * PYDB_BLOCK, "XRF block", err);
         if (rc) goto cleanup;
@@ -519,7 +519,7 @@ int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err)
 {
     int32_t stop;
     memset(out, 0, sizeof *out);
-    return xrf_scan(db, 1, count_visit, out, &stop, err);
+    return xrf_scan(db, 1, count_visit, out, &stop, SCAN_BLOCKS, err);
 }
 
 struct list_ctx {
@@ -546,7 +546,10 @@ int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
     *n = 0;
     *next = db->next_mfn;
     if (cap == 0) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "cap is 0");
-    rc = xrf_scan(db, from, list_visit, &c, next, err);
+    /* Read no more XRF blocks at a time than `cap` entries can fill. */
+    int64_t blocks = (int64_t)(cap / PYDB_XRF_PER_BLOCK) + 2;
+    rc = xrf_scan(db, from, list_visit, &c, next,
+                  blocks < SCAN_BLOCKS ? blocks : SCAN_BLOCKS, err);
     *n = c.n;
     return rc;
 }
@@ -604,7 +607,7 @@ static int detect_layout(pydb_db *db, pydb_error *err)
     memset(&c, 0, sizeof c);
     c.db = db;
     db->layout = PYDB_LAYOUT_ISIS_PACKED;
-    rc = xrf_scan(db, 1, detect_visit, &c, &stop, err);
+    rc = xrf_scan(db, 1, detect_visit, &c, &stop, 1, err);
     if (rc) return rc;
     if (c.tried == 0) return PYDB_OK;  /* no record: nothing to detect */
     for (int lay = 0; lay < 4; lay++)
@@ -637,8 +640,7 @@ static int read_control(pydb_db *db, pydb_error *err)
     if (rc) return rc;
     ctlmfn = (int32_t)pydb__u32(c);
     if (ctlmfn != 0) {
-        /* Big-endian files decode to CTLMFN 0 with swapped bytes too (it is
-         * zero either way), so look at NXTMFN for a plausible swap. */
+        /* CTLMFN is 0 in either byte order: this is damage, not a swap. */
         return PYDB_CORRUPT(err, db->mst.path, 0,
                             "control record: CTLMFN is %d, expected 0",
                             (int)ctlmfn);

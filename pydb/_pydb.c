@@ -1013,7 +1013,7 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
     /* _build(path, layout, mstxl, records, sync): records is an iterable
      * of sequences of (tag, bytes). */
     module_state *st = PyModule_GetState(m);
-    PyObject *path_obj, *records, *it = NULL, *item = NULL, *pb = NULL;
+    PyObject *records, *it = NULL, *item = NULL, *pb = NULL;
     const char *layout_name;
     int mstxl, sync, layout, rc = PYDB_OK;
     pydb_builder *b = NULL;
@@ -1025,7 +1025,6 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "O&siOp", PyUnicode_FSConverter, &pb,
                           &layout_name, &mstxl, &records, &sync))
         return NULL;
-    (void)path_obj;
     layout = pydb_layout_from_name(layout_name);
     if (layout < 0) {
         Py_DECREF(pb);

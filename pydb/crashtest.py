@@ -135,7 +135,7 @@ def run_python(s: Settings) -> list[dict]:
                 errors: list[BaseException] = []
                 timing = {}
 
-                def work(i, order=None):
+                def work(i):
                     order = orders[i]
                     rows = 0
                     barrier.wait()

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Iterable, Iterator
-
 from . import _pydb
-from .errors import ClosedError, CorruptionError, NotFoundError, UnsupportedError
-from .subfields import Subfields, parse_subfields
+from .errors import CorruptionError, NotFoundError, UnsupportedError
+from .subfields import Subfields, parse_subfields  # noqa: F401 (re-export)
 
 __all__ = ["Database", "Record", "Field", "open", "DEFAULT_IO"]
 
