@@ -60,11 +60,11 @@ class BuildWithCrashtest(build_ext):
 setup(
     ext_modules=[Extension(
         "pydb._pydb",
-        sources=["pydb/_pydb.c"] + CORE,
+        sources=sorted(glob.glob("pydb/_pydb*.c")) + CORE,
         include_dirs=["csrc"],
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
-        depends=glob.glob("csrc/*.h"),
+        depends=glob.glob("csrc/*.h") + ["pydb/_pydb.h"],
     )],
     cmdclass={"build_ext": BuildWithCrashtest},
 )

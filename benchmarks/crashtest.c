@@ -175,6 +175,7 @@ int main(int argc, char **argv)
     int rc;
 
     parse(&c, argc, argv);
+    memset(&opt, 0, sizeof opt);
     opt.io = strcmp(c.cache, "direct") == 0 ? PYDB_IO_DIRECT : c.io;
     opt.lock = c.lock;
     if ((rc = pydb_open(&db, c.db_path, &opt, &e))) die("open", &e);

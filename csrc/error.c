@@ -34,6 +34,11 @@ const char *pydb_strerror(int code)
     case PYDB_EINVAL: return "invalid argument";
     case PYDB_EUNSUPPORTED: return "unsupported";
     case PYDB_ETOOBIG: return "record too large for the layout";
+    case PYDB_EWOULDBLOCK: return "data not in the page cache";
+    case PYDB_ESYNTAX: return "search expression syntax error";
+    case PYDB_EFST: return "field select table error";
+    case PYDB_EREADONLY: return "database is read-only";
+    case PYDB_ELOCKED: return "database is locked by another writer";
     default: return "unknown error";
     }
 }

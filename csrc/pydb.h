@@ -40,6 +40,11 @@ extern "C" {
 #define PYDB_EUNSUPPORTED  (-30705) /* valid but unsupported file/feature  */
 #define PYDB_ETOOBIG       (-30706) /* record above the layout's limit     */
 #define PYDB_EWOULDBLOCK   (-30707) /* pydb_read_nowait: data not cached    */
+#define PYDB_ESYNTAX       (-30708) /* search expression: offset = position */
+#define PYDB_EFST          (-30709) /* FST: offset = 1-based line number    */
+#define PYDB_EREADONLY     (-30710) /* write on a read-only handle (opened
+                                       read-only, or after a failed fsync) */
+#define PYDB_ELOCKED       (-30711) /* writer lock not obtained in time     */
 
 typedef struct pydb_error {
     int code;            /* PYDB_E* */
@@ -82,6 +87,7 @@ enum pydb_lock {
 typedef struct pydb_options {
     int io;    /* enum pydb_io   */
     int lock;  /* enum pydb_lock */
+    int flags; /* PYDB_OPEN_* (write path); 0 = read-only                 */
 } pydb_options;
 
 typedef struct pydb_db pydb_db;
@@ -238,6 +244,127 @@ int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
 int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err);
 /* Free the builder; if not finished, the partial files are removed. */
 void pydb_builder_free(pydb_builder *b);
+
+
+/* ======================================================================
+ * Write path (issue 3): transactions on an open database.
+ * A database opened with PYDB_OPEN_WRITE may have one transaction at a
+ * time (per process: a mutex; across processes: an fcntl lock).
+ * Readers never wait for the writer.  Recovery runs in pydb_open().
+ * ====================================================================== */
+#define PYDB_OPEN_WRITE 0x1      /* pydb_options.flags                     */
+#define PYDB_OPEN_NOSYNC 0x2     /* commits do not fsync (sync=False)      */
+
+typedef struct pydb_txn pydb_txn;
+
+/* Begin a transaction; waits up to timeout_ms for the writer lock
+ * (PYDB_ELOCKED after that; PYDB_EREADONLY on a read-only handle). */
+int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
+                   pydb_error *err);
+/* Append a new record; *mfn receives its MFN (NXTMFN at the time). */
+int pydb_txn_append(pydb_txn *t, const pydb_field *fields, uint32_t nfields,
+                    int32_t *mfn, pydb_error *err);
+/* Write a new version of record `mfn` (back pointer to the old one). */
+int pydb_txn_update(pydb_txn *t, int32_t mfn, const pydb_field *fields,
+                    uint32_t nfields, pydb_error *err);
+/* Logical deletion (negated XRF pointer) and its undo. */
+int pydb_txn_delete(pydb_txn *t, int32_t mfn, pydb_error *err);
+int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
+/* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC) and
+ * visible; frees t whatever the outcome. */
+int pydb_txn_commit(pydb_txn *t, pydb_error *err);
+/* Discard the transaction; frees t. */
+void pydb_txn_abort(pydb_txn *t);
+
+/* One record change of a transaction, as the commit hook sees it. */
+typedef struct pydb_change {
+    int32_t mfn;
+    const pydb_record *before;  /* version replaced/deleted, or NULL       */
+    const pydb_field *after;    /* new fields, or NULL for a deletion      */
+    uint32_t nafter;
+    int deleted_after;          /* 1 if the record is logically deleted now */
+} pydb_change;
+
+/* A commit hook lets another structure (the native index) join every
+ * transaction: prepare() runs before the commit point and may add whole
+ * files to the transaction with pydb_txn_put_file(); it must leave
+ * nothing visible.  publish() runs after the commit point (no failure
+ * allowed: it only swaps in-memory state). */
+typedef struct pydb_commit_hook {
+    int (*prepare)(void *ctx, pydb_txn *t, const pydb_change *changes,
+                   size_t n, pydb_error *err);
+    void (*publish)(void *ctx, pydb_txn *t);
+    void (*abort)(void *ctx, pydb_txn *t);
+    void *ctx;
+} pydb_commit_hook;
+int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
+                         pydb_error *err);
+/* Replace the whole content of file `path` atomically as part of the
+ * transaction (logged in the write-ahead log, replayed by recovery). */
+int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
+                      size_t len, pydb_error *err);
+
+/* ======================================================================
+ * Inverted index (issue 4): one interface over the native index and the
+ * ISIS inverted files (formats §4-6).
+ * ====================================================================== */
+typedef struct pydb_posting {
+    int32_t mfn;     /* 1-based                                            */
+    uint32_t tag;    /* FST line ID (formats §5.1)                         */
+    uint32_t occ;    /* 1-based FST output line ("occurrence")             */
+    uint32_t cnt;    /* 1-based term position within the line              */
+} pydb_posting;
+
+/* A growable array of postings, sorted by (mfn, tag, occ, cnt). */
+typedef struct pydb_postings {
+    pydb_posting *v;
+    size_t n, cap;
+} pydb_postings;
+void pydb_postings_free(pydb_postings *p);   /* frees v; zeroes the struct */
+
+enum pydb_index_kind {
+    PYDB_INDEX_NATIVE = 0,        /* pydb's own segments                    */
+    PYDB_INDEX_ISIS_CLASSIC = 1,  /* .cnt/.n0x/.l0x/.ifp                   */
+    PYDB_INDEX_ISIS_LIND = 2,     /* .cnt/.n0x/.ly0x/.iyp: no TAG/OCC      */
+    PYDB_INDEX_MEMORY = 3         /* in-memory (tests, recent commits)     */
+};
+/* What the postings of an index carry (LIND: MFN, maybe CNT only). */
+#define PYDB_POSTING_TAG 0x1
+#define PYDB_POSTING_OCC 0x2
+#define PYDB_POSTING_CNT 0x4
+
+typedef struct pydb_index pydb_index;
+
+/* Called once per key in ascending byte order; return nonzero to stop
+ * (the enumeration then returns PYDB_OK). */
+typedef int (*pydb_term_fn)(void *ctx, const uint8_t *key, size_t len,
+                            uint64_t count);
+
+/* Enumerate the keys that start with `prefix` and are >= `start` (NULL:
+ * from the first), with their posting counts.  A range scan, no cap. */
+int pydb_index_terms(pydb_index *ix, const uint8_t *prefix, size_t prefix_len,
+                     const uint8_t *start, size_t start_len, pydb_term_fn fn,
+                     void *ctx, pydb_error *err);
+/* Append the postings of exactly `key` (already in key form) to *out. */
+int pydb_index_postings(pydb_postings *out, pydb_index *ix,
+                        const uint8_t *key, size_t len, pydb_error *err);
+/* Bring a search term into key form (case table / Unicode folding,
+ * truncation), into out[cap]; *out_len receives the length. */
+int pydb_index_key(pydb_index *ix, const uint8_t *term, size_t len,
+                   uint8_t *out, size_t cap, size_t *out_len,
+                   pydb_error *err);
+int pydb_index_kind(const pydb_index *ix);
+int pydb_index_caps(const pydb_index *ix);     /* PYDB_POSTING_* bits      */
+void pydb_index_close(pydb_index *ix);
+
+/* Open the ISIS inverted file of the database `path` (base name). */
+int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err);
+
+/* Evaluate a search expression (formats §6) against `ix`; `db` (may be
+ * NULL) drops logically deleted records.  *mfns (malloc'ed, free()) gets
+ * the sorted, distinct MFNs.  PYDB_ESYNTAX: err->offset = position. */
+int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
+                const char *expr, size_t len, pydb_error *err);
 
 #ifdef __cplusplus
 }

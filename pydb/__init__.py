@@ -30,9 +30,10 @@ if _installed:
     __path__[:] = [_installed]  # load every submodule from the installed build
 del _installed
 
-from .errors import (ClosedError, CorruptionError, DatabaseNotFoundError,
-                     DiskError, Error, NotFoundError, RecordTooLargeError,
-                     UnsupportedError)
+from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
+                     DatabaseNotFoundError, DiskError, Error, FSTError,
+                     LockTimeoutError, NotFoundError, ReadOnlyError,
+                     RecordTooLargeError, SearchSyntaxError, UnsupportedError)
 from .database import DEFAULT_IO, Database, Field, Record, open
 from .subfields import Subfields, parse_subfields
 
@@ -42,5 +43,6 @@ __all__ = [
     "open", "Database", "Record", "Field", "Subfields", "parse_subfields",
     "DEFAULT_IO", "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
-    "ClosedError", "__version__",
+    "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
+    "FSTError", "DatabaseExistsError", "__version__",
 ]

@@ -15,30 +15,14 @@
  * exception classes are defined in Python (pydb/errors.py) and looked up
  * at module execution.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_pydb.h"
 #include <structmember.h>
-#include <stdatomic.h>
 #include <unistd.h>
-#include "pydb.h"
-#include "pydb_int.h"
 
 #define BATCH 256   /* records read per GIL release when iterating */
 
-typedef struct {
-    PyTypeObject *database_type;
-    PyTypeObject *record_type;      /* base Record type                   */
-    PyTypeObject *record_class;     /* class instantiated (pydb.Record)   */
-    PyTypeObject *iter_type;
-    PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
-    PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
-        *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
-        *ClosedError;
-} module_state;
 
-static struct PyModuleDef pydb_module;
-
-static module_state *state_of_type(PyTypeObject *tp)
+module_state *state_of_type(PyTypeObject *tp)
 {
     PyObject *m = PyType_GetModuleByDef(tp, &pydb_module);
     return m ? (module_state *)PyModule_GetState(m) : NULL;
@@ -47,7 +31,7 @@ static module_state *state_of_type(PyTypeObject *tp)
 /* ------------------------------------------------------------- errors */
 
 /* Turn a core error into the matching exception (GIL held). */
-static PyObject *set_error(module_state *st, int rc, const pydb_error *e)
+PyObject *set_error(module_state *st, int rc, const pydb_error *e)
 {
     PyObject *exc = NULL, *args = NULL;
     const char *path = e->path[0] ? e->path : NULL;
@@ -69,14 +53,30 @@ static PyObject *set_error(module_state *st, int rc, const pydb_error *e)
         exc = st->CorruptionError;
         args = Py_BuildValue("(zLs)", path, (long long)e->offset, e->message);
         break;
-    case PYDB_EIO:
-        exc = e->sys_errno == ENOENT ? st->DatabaseNotFoundError
-                                     : st->DiskError;
-        args = Py_BuildValue("(isz)", e->sys_errno, e->message, path);
-        break;
     case PYDB_EUNSUPPORTED:
         exc = st->UnsupportedError;
         args = Py_BuildValue("(isz)", e->sys_errno, e->message, path);
+        break;
+    case PYDB_EIO:
+        exc = e->sys_errno == ENOENT ? st->DatabaseNotFoundError
+            : e->sys_errno == EEXIST ? st->DatabaseExistsError
+                                     : st->DiskError;
+        args = Py_BuildValue("(isz)", e->sys_errno, e->message, path);
+        break;
+    case PYDB_ESYNTAX:
+        exc = st->SearchSyntaxError;
+        args = Py_BuildValue("(sL)", e->message, (long long)e->offset);
+        break;
+    case PYDB_EFST:
+        exc = st->FSTError;
+        args = Py_BuildValue("(zLs)", path, (long long)e->offset, e->message);
+        break;
+    case PYDB_EREADONLY:
+        PyErr_SetString(st->ReadOnlyError, e->message);
+        return NULL;
+    case PYDB_ELOCKED:
+        args = Py_BuildValue("(isz)", EAGAIN, e->message, path);
+        exc = st->LockTimeoutError;
         break;
     case PYDB_EWOULDBLOCK:  /* never escapes the binding; defensive */
     case PYDB_ETOOBIG:
@@ -95,27 +95,7 @@ static PyObject *set_error(module_state *st, int rc, const pydb_error *e)
 
 /* ------------------------------------------------------------- Database */
 
-typedef struct {
-    PyObject_HEAD
-    pydb_db *db;
-    atomic_int active;   /* operations in flight with the GIL released */
-    int closing;
-    PyObject *encoding;  /* str */
-    PyObject *errors;    /* str */
-    PyObject *path;      /* str, as given */
-    PyObject *weakreflist;
-} DatabaseObject;
-
-#define UNLOCKED(self, stmt)                                   \
-    do {                                                       \
-        atomic_fetch_add(&(self)->active, 1);                  \
-        Py_BEGIN_ALLOW_THREADS                                 \
-        stmt;                                                  \
-        atomic_fetch_sub(&(self)->active, 1);                  \
-        Py_END_ALLOW_THREADS                                   \
-    } while (0)
-
-static int check_open(module_state *st, DatabaseObject *self)
+int check_open(module_state *st, DatabaseObject *self)
 {
     if (self->db && !self->closing) return 0;
     PyErr_SetString(st->ClosedError, "the database is closed");
@@ -393,7 +373,7 @@ static PyType_Spec record_spec = {
 
 /* An MFN argument: an int in 1..2^31-1, else NotFoundError (outside
  * every database) or TypeError. */
-static int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn)
+int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn)
 {
     long long v;
     int overflow = 0;
@@ -436,6 +416,7 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Database is already open");
         return -1;
     }
+    memset(&opt, 0, sizeof opt);
     opt.io = pydb_io_from_name(io);
     if (opt.io < 0) {
         PyErr_Format(PyExc_ValueError,
@@ -1152,6 +1133,11 @@ static int module_exec(PyObject *m)
     GET_EXC(UnsupportedError);
     GET_EXC(RecordTooLargeError);
     GET_EXC(ClosedError);
+    GET_EXC(SearchSyntaxError);
+    GET_EXC(FSTError);
+    GET_EXC(ReadOnlyError);
+    GET_EXC(LockTimeoutError);
+    GET_EXC(DatabaseExistsError);
     Py_DECREF(errors);
     return 0;
 fail:
@@ -1176,6 +1162,11 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->UnsupportedError);
     Py_VISIT(st->RecordTooLargeError);
     Py_VISIT(st->ClosedError);
+    Py_VISIT(st->SearchSyntaxError);
+    Py_VISIT(st->FSTError);
+    Py_VISIT(st->ReadOnlyError);
+    Py_VISIT(st->LockTimeoutError);
+    Py_VISIT(st->DatabaseExistsError);
     return 0;
 }
 
@@ -1195,6 +1186,11 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->UnsupportedError);
     Py_CLEAR(st->RecordTooLargeError);
     Py_CLEAR(st->ClosedError);
+    Py_CLEAR(st->SearchSyntaxError);
+    Py_CLEAR(st->FSTError);
+    Py_CLEAR(st->ReadOnlyError);
+    Py_CLEAR(st->LockTimeoutError);
+    Py_CLEAR(st->DatabaseExistsError);
     return 0;
 }
 
@@ -1204,7 +1200,7 @@ static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
     {0, NULL}};
 
-static struct PyModuleDef pydb_module = {
+struct PyModuleDef pydb_module = {
     PyModuleDef_HEAD_INIT, "pydb._pydb",
     "Binding of the pydb C core (use the pydb package, not this module).",
     sizeof(module_state), module_methods, module_slots, module_traverse,

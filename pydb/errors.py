@@ -7,17 +7,23 @@
     ├── NotFoundError (KeyError)   no such record (MFN never created or
     │                              physically deleted)
     ├── DiskError (OSError)        an operating-system call failed
-    │   └── DatabaseNotFoundError (FileNotFoundError)
+    │   ├── DatabaseNotFoundError (FileNotFoundError)
+    │   └── DatabaseExistsError (FileExistsError)
     ├── UnsupportedError (OSError) valid but unsupported (big-endian files,
     │                              O_DIRECT refused by the file system, ...)
     ├── RecordTooLargeError (ValueError)
-    └── ClosedError (ValueError)   the database was closed
+    ├── ClosedError (ValueError)   the database was closed
+    ├── ReadOnlyError              write on a read-only handle
+    ├── LockTimeoutError (TimeoutError)  another writer holds the lock
+    ├── SearchSyntaxError (ValueError)   bad search expression
+    └── FSTError (ValueError)      bad field select table
 """
 
 __all__ = [
     "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
-    "ClosedError",
+    "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
+    "FSTError", "DatabaseExistsError",
 ]
 
 
@@ -73,3 +79,52 @@ class RecordTooLargeError(Error, ValueError):
 
 class ClosedError(Error, ValueError):
     """An operation on a closed database."""
+
+
+class DatabaseExistsError(DiskError, FileExistsError):
+    """Creating a database whose master file or cross-reference file
+    already exists."""
+
+
+class ReadOnlyError(Error):
+    """A write on a database opened read-only, or on a handle that turned
+    read-only after a failed fsync (reopen it to write again: the data
+    committed before the failure is intact)."""
+
+
+class LockTimeoutError(Error, TimeoutError):
+    """Another thread or process holds the database's writer lock and did
+    not release it within the timeout (``errno`` EAGAIN, ``filename``)."""
+
+
+class SearchSyntaxError(Error, ValueError):
+    """A search expression that does not parse.
+
+    Attributes: ``reason`` (str), ``position`` (int, 0-based character
+    offset in the expression where the fault is).
+    """
+
+    def __init__(self, reason, position):
+        super().__init__(reason, position)
+        self.reason = reason
+        self.position = position
+
+    def __str__(self):
+        return f"{self.reason} (at position {self.position})"
+
+
+class FSTError(Error, ValueError):
+    """A field select table that pydb cannot parse or evaluate.
+
+    Attributes: ``filename`` (str or None), ``line`` (int, 1-based line
+    number), ``reason`` (str, naming the construct).
+    """
+
+    def __init__(self, filename, line, reason):
+        super().__init__(filename, line, reason)
+        self.filename = filename
+        self.line = line
+        self.reason = reason
+
+    def __str__(self):
+        return f"{self.filename or '<fst>'}, line {self.line}: {self.reason}"

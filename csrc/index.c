@@ -1,0 +1,56 @@
+/* index.c - dispatch of the pydb_index_* functions (pydb.h) to the
+ * implementation behind each handle (index_int.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "index_int.h"
+
+int pydb_index_terms(pydb_index *ix, const uint8_t *prefix, size_t prefix_len,
+                     const uint8_t *start, size_t start_len, pydb_term_fn fn,
+                     void *ctx, pydb_error *err)
+{
+    return ix->ops->terms(ix, prefix, prefix_len, start, start_len, fn, ctx,
+                          err);
+}
+
+int pydb_index_postings(pydb_postings *out, pydb_index *ix,
+                        const uint8_t *key, size_t len, pydb_error *err)
+{
+    return ix->ops->postings(out, ix, key, len, err);
+}
+
+int pydb_index_key(pydb_index *ix, const uint8_t *term, size_t len,
+                   uint8_t *out, size_t cap, size_t *out_len, pydb_error *err)
+{
+    return ix->ops->key(ix, term, len, out, cap, out_len, err);
+}
+
+int pydb_index_kind(const pydb_index *ix) { return ix->kind; }
+int pydb_index_caps(const pydb_index *ix) { return ix->caps; }
+
+void pydb_index_close(pydb_index *ix)
+{
+    if (ix) ix->ops->close(ix);
+}
+
+void pydb_postings_free(pydb_postings *p)
+{
+    free(p->v);
+    memset(p, 0, sizeof *p);
+}
+
+int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
+                        pydb_error *err)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        pydb_posting *nv = realloc(p->v, cap * sizeof *nv);
+        if (!nv)
+            return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                              "cannot grow a posting list to %zu entries",
+                              cap);
+        p->v = nv;
+        p->cap = cap;
+    }
+    p->v[p->n++] = *v;
+    return PYDB_OK;
+}

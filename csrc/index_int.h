@@ -1,0 +1,32 @@
+/* index_int.h - the interface every index implementation fills in
+ * (native segments, ISIS classic/LIND files, in-memory).  Each
+ * implementation embeds struct pydb_index as its first member; the
+ * pydb_index_* functions of pydb.h dispatch through ops. */
+#ifndef PYDB_INDEX_INT_H
+#define PYDB_INDEX_INT_H
+
+#include "pydb_int.h"
+
+typedef struct pydb_index_ops {
+    const char *name;
+    int (*terms)(pydb_index *ix, const uint8_t *prefix, size_t prefix_len,
+                 const uint8_t *start, size_t start_len, pydb_term_fn fn,
+                 void *ctx, pydb_error *err);
+    int (*postings)(pydb_postings *out, pydb_index *ix, const uint8_t *key,
+                    size_t len, pydb_error *err);
+    int (*key)(pydb_index *ix, const uint8_t *term, size_t len, uint8_t *out,
+               size_t cap, size_t *out_len, pydb_error *err);
+    void (*close)(pydb_index *ix);
+} pydb_index_ops;
+
+struct pydb_index {
+    const pydb_index_ops *ops;
+    int kind;   /* enum pydb_index_kind */
+    int caps;   /* PYDB_POSTING_* */
+};
+
+/* Append one posting to *p, growing it (PYDB_ENOMEM on failure). */
+int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
+                        pydb_error *err);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * _pydb.h - what the files of the binding (pydb/_pydb*.c) share: the
+ * module state, the Database object, the GIL-release macro and the one
+ * error mapping.  Each area of the binding lives in its own file
+ * (_pydb.c: Database/Record/iteration; further areas in _pydb_<area>.c)
+ * and adds its types and functions to the module from an exec hook
+ * called by module_exec() in _pydb.c.
+ */
+#ifndef PYDB_BINDING_H
+#define PYDB_BINDING_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdatomic.h>
+#include "pydb.h"
+#include "pydb_int.h"
+
+typedef struct {
+    PyTypeObject *database_type;
+    PyTypeObject *record_type;      /* base Record type                   */
+    PyTypeObject *record_class;     /* class instantiated (pydb.Record)   */
+    PyTypeObject *iter_type;
+    PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
+    PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
+        *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
+        *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
+        *LockTimeoutError, *DatabaseExistsError;
+} module_state;
+
+extern struct PyModuleDef pydb_module;
+
+/* The module state of a heap type defined by this module (NULL + exception
+ * if the type is not ours). */
+module_state *state_of_type(PyTypeObject *tp);
+
+/* Raise the exception for core error `rc` with detail `e`; returns NULL.
+ * The only place where core error codes become exceptions. */
+PyObject *set_error(module_state *st, int rc, const pydb_error *e);
+
+/* ------------------------------------------------------------- Database */
+
+typedef struct {
+    PyObject_HEAD
+    pydb_db *db;
+    atomic_int active;   /* operations in flight with the GIL released */
+    int closing;
+    PyObject *encoding;  /* str */
+    PyObject *errors;    /* str */
+    PyObject *path;      /* str, as given */
+    PyObject *weakreflist;
+} DatabaseObject;
+
+#define UNLOCKED(self, stmt)                                   \
+    do {                                                       \
+        atomic_fetch_add(&(self)->active, 1);                  \
+        Py_BEGIN_ALLOW_THREADS                                 \
+        stmt;                                                  \
+        atomic_fetch_sub(&(self)->active, 1);                  \
+        Py_END_ALLOW_THREADS                                   \
+    } while (0)
+
+/* 0 if `self` is open, else -1 with ClosedError set. */
+int check_open(module_state *st, DatabaseObject *self);
+
+/* Convert a Python int to a 1-based MFN (NotFoundError outside
+ * 1..2^31-1, TypeError for non-ints).  0 on success, -1 on error. */
+int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn);
+
+#endif
