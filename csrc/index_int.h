@@ -29,4 +29,22 @@ struct pydb_index {
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err);
 
+/* ---- key normalisation, formats §5.3 (csrc/keys.c) ---- */
+typedef struct pydb_keyrules {
+    uint8_t upper[256];  /* case table (ISISUC.TAB) for 8-bit data         */
+    uint8_t word[256];   /* 1 = word character (ISISAC.TAB), technique 4/8 */
+    int utf8;            /* keys are UTF-8: Unicode case and accent folding */
+    size_t max_key;      /* longer keys are truncated to this many bytes   */
+} pydb_keyrules;
+
+/* The default rules: the CDS/ISIS default tables for 8-bit data, or
+ * Unicode folding when utf8; keys cut to max_key bytes. */
+void pydb__keyrules_default(pydb_keyrules *r, int utf8, size_t max_key);
+/* Bring `in` into key form: case table / folding, leading and trailing
+ * blanks removed, truncated to max_key (never inside a UTF-8 sequence).
+ * PYDB_EINVAL if out[cap] is too small. */
+int pydb__key_normalize(const pydb_keyrules *r, const uint8_t *in,
+                        size_t len, uint8_t *out, size_t cap,
+                        size_t *out_len, pydb_error *err);
+
 #endif

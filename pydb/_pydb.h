@@ -21,6 +21,7 @@ typedef struct {
     PyTypeObject *record_class;     /* class instantiated (pydb.Record)   */
     PyTypeObject *iter_type;
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
+    PyTypeObject *index_type;       /* _pydb_index.c                      */
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
@@ -65,5 +66,26 @@ int check_open(module_state *st, DatabaseObject *self);
 /* Convert a Python int to a 1-based MFN (NotFoundError outside
  * 1..2^31-1, TypeError for non-ints).  0 on success, -1 on error. */
 int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn);
+
+/* ------------------------------------------------------------- Index */
+/* _pydb_index.c: a handle over any pydb_index (native, ISIS, memory). */
+
+typedef struct {
+    PyObject_HEAD
+    pydb_index *ix;
+    atomic_int active;   /* operations in flight with the GIL released */
+    int closing;
+    PyObject *owner;     /* object kept alive with the index, or None  */
+} IndexObject;
+
+/* Wrap an open index (ownership moves to the new object, which closes it
+ * on failure too).  `owner` (may be NULL) is kept alive with it. */
+PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner);
+/* List of (mfn, tag, occ, cnt) tuples from p, which is freed. */
+PyObject *postings_to_list(pydb_postings *p);
+
+/* ------------------------------------------------------------- exec hooks
+ * Called by module_exec() in _pydb.c, one per area file. */
+int index_exec(PyObject *m, module_state *st);
 
 #endif
