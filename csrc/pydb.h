@@ -357,8 +357,38 @@ int pydb_index_kind(const pydb_index *ix);
 int pydb_index_caps(const pydb_index *ix);     /* PYDB_POSTING_* bits      */
 void pydb_index_close(pydb_index *ix);
 
-/* Open the ISIS inverted file of the database `path` (base name). */
+/* Open the ISIS inverted file of the database `path` (base name, or any
+ * of its files): .cnt + .n01/.n02 with the classic .l01/.l02/.ifp or the
+ * LIND .ly1/.ly2/.iyp set (formats §4), extensions in any case.  Where
+ * both sets are present the one that validates against .cnt/.n0x is used
+ * (formats §4.8).  Errors: PYDB_EIO with sys_errno ENOENT (no .cnt: the
+ * database has no inverted file), PYDB_ECORRUPT (file, offset, reason),
+ * PYDB_ENOMEM, PYDB_EINVAL. */
 int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err);
+
+/* What pydb_isis_index_describe() reports about an open ISIS index.  The
+ * strings belong to the index (valid until it is closed). */
+typedef struct pydb_isis_index_info {
+    int kind;            /* PYDB_INDEX_ISIS_CLASSIC or PYDB_INDEX_ISIS_LIND */
+    int le1, le2;        /* key lengths of tree 1 / tree 2 (formats §4.1)  */
+    int cnt_aligned;     /* .cnt has 28-byte (aligned) records, else 26    */
+    int key_pad;         /* pad bytes after a 10/30 key (aligned): 0 or 2  */
+    int infx;            /* LIND: INFO1/INFO3 size, 4 or 8; classic: 0     */
+    int infx_align;      /* LIND: alignment of INFX fields (1, 4 or 8)     */
+    int mfn_bytes;       /* MFN width in postings: 3, or 4 (LIND4)         */
+    struct {
+        int empty;       /* LIV -1 (or no leaves)                          */
+        int liv;         /* index levels below the root                    */
+        int32_t root, nodes, leaves;   /* POSRX, NMAXPOS, FMAXPOS          */
+        size_t node_size, leaf_size;   /* record sizes in bytes            */
+        const char *node_path, *leaf_path;
+    } tree[2];
+    const char *cnt_path, *postings_path;
+    const char *note;    /* which file set was used and why                */
+} pydb_isis_index_info;
+/* Describe an index opened by pydb_isis_index_open (PYDB_EINVAL for any
+ * other kind of index). */
+int pydb_isis_index_describe(const pydb_index *ix, pydb_isis_index_info *out);
 
 /* Evaluate a search expression (formats §6) against `ix`; `db` (may be
  * NULL) drops logically deleted records.  *mfns (malloc'ed, free()) gets
