@@ -4,6 +4,8 @@ Commands:
   crashtest [DB]   C threads against Python threads (see pydb.crashtest)
   info DB          control record, layout and record counts
   dump DB [MFN..]  records as text (CISIS .id style: !ID / !vTTT!value)
+  terms DB [PREFIX] keys of the inverted index with posting counts
+  postings DB KEY  postings (MFN, TAG, OCC, CNT) of one key
   gen-unesb DIR    write the synthetic unesb database into DIR
 """
 
@@ -39,6 +41,43 @@ def _cmd_dump(args) -> int:
     return 0
 
 
+def _open_with_index(args):
+    """The database with its inverted index, or None (message printed)."""
+    from . import open as open_db
+    db = open_db(args.db, encoding=args.encoding)
+    if db.index is None:
+        db.close()
+        print(f"pydb: {args.db}: the database has no inverted index", file=sys.stderr)
+        return None
+    return db
+
+
+def _cmd_terms(args) -> int:
+    """One key per line: KEY<TAB>COUNT, in key order."""
+    out = sys.stdout
+    db = _open_with_index(args)
+    if db is None:
+        return 1
+    with db:
+        for n, term in enumerate(db.terms(args.prefix, args.start)):
+            if args.limit is not None and n >= args.limit:
+                break
+            out.write(f"{term.key}\t{term.count}\n")
+    return 0
+
+
+def _cmd_postings(args) -> int:
+    """One posting per line: MFN TAG OCC CNT (tab separated)."""
+    out = sys.stdout
+    db = _open_with_index(args)
+    if db is None:
+        return 1
+    with db:
+        for p in db.postings(args.key, raw=args.raw):
+            out.write(f"{p.mfn}\t{p.tag}\t{p.occ}\t{p.cnt}\n")
+    return 0
+
+
 def _cmd_gen_unesb(args) -> int:
     from .unesb import generate
     base = generate(args.dir, scale=args.scale, seed=args.seed)
@@ -65,6 +104,21 @@ def main(argv=None) -> int:
     p.add_argument("--encoding", default="utf-8")
     p.add_argument("--deleted", action="store_true", help="include logically deleted records")
     p.set_defaults(func=_cmd_dump)
+    p = sub.add_parser("terms", help="keys of the inverted index, in order, with posting counts")
+    p.add_argument("db")
+    p.add_argument("prefix", nargs="?", default="",
+                   help="only keys starting with this (brought into key form)")
+    p.add_argument("--start", default=None, help="first key (inclusive)")
+    p.add_argument("--limit", type=int, default=None, help="at most N keys")
+    p.add_argument("--encoding", default="utf-8")
+    p.set_defaults(func=_cmd_terms)
+    p = sub.add_parser("postings", help="postings (MFN TAG OCC CNT) of one key")
+    p.add_argument("db")
+    p.add_argument("key")
+    p.add_argument("--raw", action="store_true",
+                   help="look the key up as given (no upper-casing)")
+    p.add_argument("--encoding", default="utf-8")
+    p.set_defaults(func=_cmd_postings)
     p = sub.add_parser("gen-unesb", help="write the synthetic unesb database")
     p.add_argument("dir")
     p.add_argument("--scale", type=int, default=1)

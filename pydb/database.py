@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
+from typing import Iterator, Optional
+
 from . import _pydb
-from .errors import CorruptionError, NotFoundError, UnsupportedError
+from .errors import (ClosedError, CorruptionError, DatabaseNotFoundError,
+                     NotFoundError, UnsupportedError)
+from .index import Index, Posting, Term
 from .subfields import Subfields, parse_subfields  # noqa: F401 (re-export)
 
 __all__ = ["Database", "Record", "Field", "open", "DEFAULT_IO"]
+
+_UNSET = object()   # Database._index before the first access
 
 #: The default I/O mode, chosen by measurement (see benchmarks/).
 DEFAULT_IO = "mmap"
@@ -84,6 +92,108 @@ class Database(_pydb.Database):
             raise UnsupportedError(0, "writing is not available yet: open "
                                       "with readonly=True", os.fspath(path))
         super().__init__(path, encoding=encoding, errors=errors, io=io, lock=lock)
+        self._errors = errors
+        self._index_lock = threading.Lock()
+        self._index = _UNSET
+
+    # -- inverted index (isis-formats.md §4-6) -------------------------
+    def _open_native_index(self) -> Optional[Index]:
+        """The native pydb index of this database, or None.
+
+        Hook for the native index (issue 4, item 2): once it exists, it is
+        opened here and takes precedence over the ISIS inverted file.
+        """
+        return None
+
+    def _open_isis_index(self) -> Optional[Index]:
+        """The CDS/ISIS inverted file shipped with the database (.cnt +
+        classic or LIND files, isis-formats.md §4), or None without one."""
+        try:
+            return Index.open_isis(self.info()["mst_path"],
+                                   encoding=self.encoding,
+                                   errors=self._errors)
+        except DatabaseNotFoundError:
+            return None
+
+    @property
+    def index(self) -> Optional[Index]:
+        """The inverted index of this database (an :class:`~pydb.index.Index`),
+        opened on first use and kept until :meth:`close`; None if the
+        database has none.
+
+        Precedence: the native pydb index (when built), else the CDS/ISIS
+        inverted file that came with the database (classic or LIND,
+        isis-formats.md §4; see ``db.index.info``).
+
+        Raises:
+            CorruptionError: the index files exist but no file set
+                validates (file, byte offset, reason).  Not cached: the
+                next access tries again.
+            ClosedError: the database is closed.
+        """
+        ix = self._index
+        if ix is not _UNSET:
+            if self.closed:
+                raise ClosedError("the database is closed")
+            return ix
+        with self._index_lock:
+            if self.closed:
+                raise ClosedError("the database is closed")
+            if self._index is _UNSET:
+                ix = self._open_native_index()
+                if ix is None:
+                    ix = self._open_isis_index()
+                self._index = ix
+            return self._index
+
+    def _require_index(self) -> Index:
+        ix = self.index
+        if ix is None:
+            raise UnsupportedError(errno.ENOENT, "the database has no inverted index "
+                                      "(no .cnt/.n0x files)", self.path)
+        return ix
+
+    def terms(self, prefix="", start=None) -> Iterator[Term]:
+        """Iterate over the keys of the inverted index that start with
+        `prefix` and are >= `start`, in key order, as ``Term(key, count)``.
+
+        An uncapped range scan: ``db.terms("Z")`` sees every key that
+        starts with Z.  A str prefix/start is brought into key form first
+        (upper-cased, isis-formats.md §5.3); bytes are used as they are.
+        See :meth:`pydb.index.Index.terms`.
+
+        Raises:
+            UnsupportedError: the database has no inverted index.
+            CorruptionError: damaged index files (file, offset, reason).
+            ClosedError: the database is closed.
+        """
+        return self._require_index().terms(prefix, start)
+
+    def postings(self, key, *, raw: bool = False) -> list[Posting]:
+        """The postings of `key` as a list of ``Posting(mfn, tag, occ,
+        cnt)`` sorted ascending (``[]`` if the key is absent).
+
+        A str key is brought into key form first (``db.postings("london")``
+        looks up ``LONDON``); bytes, or ``raw=True``, are looked up as
+        given.  LIND indexes carry no TAG/OCC (0), see ``db.index.caps``.
+        See :meth:`pydb.index.Index.postings`.
+
+        Raises:
+            UnsupportedError: the database has no inverted index.
+            CorruptionError: the posting list is damaged.
+            ClosedError: the database is closed.
+        """
+        return self._require_index().postings(key, raw=raw)
+
+    def close(self) -> None:
+        """Close the database and its inverted index (idempotent)."""
+        lock = self.__dict__.get("_index_lock")
+        if lock is not None:
+            with lock:
+                ix = self._index
+                if ix is not _UNSET and ix is not None:
+                    ix.close()
+        super().close()
 
     # -- conveniences --------------------------------------------------
     def __enter__(self) -> "Database":
