@@ -29,7 +29,12 @@
  * is PYDB_ECORRUPT with the file, the byte offset and the reason.  Loops
  * are bounded: a descent reads at most LIV+1 nodes, a leaf chain visits
  * at most FMAXPOS leaves and keys must ascend along it, a posting chain
- * has at most IFPTOTP non-empty segments.
+ * is followed only until IFPTOTP postings are read (as CISIS posting()
+ * does; ABCD's odds.ifp has chains with empty trailing segments) and has
+ * fewer segments than the IFP has 20-byte headers.
+ * Postings must not descend within a list (§4.5 says strictly ascending;
+ * ABCD's rda.ifp repeats one posting, (805,905,1,1), so equal neighbours
+ * are accepted and returned as stored).
  *
  * Threads: the handle is immutable after open; every operation works on
  * its own buffers, so any number of threads may use one index at once.
@@ -413,11 +418,11 @@ static int ifp_postings(const isis_index *ix, int32_t block, int32_t word,
                 q.occ = p[5];
                 q.cnt = (uint32_t)((p[6] << 8) | p[7]);
                 if (q.mfn < 1 ||
-                    (out->n > first && post_cmp(&out->v[out->n - 1], &q) >= 0))
+                    (out->n > first && post_cmp(&out->v[out->n - 1], &q) > 0))
                     return PYDB_CORRUPT(err, f->f.path,
                                         ifp_addr(b, w) + 8 * (int64_t)i,
-                                        "posting (%d,%u,%u,%u) is not "
-                                        "ascending or has MFN 0", (int)q.mfn,
+                                        "posting (%d,%u,%u,%u) is below "
+                                        "the one before it or has MFN 0", (int)q.mfn,
                                         q.tag, q.occ, q.cnt);
                 rc = pydb__postings_push(out, &q, err);
                 if (rc) return rc;
@@ -426,14 +431,14 @@ static int ifp_postings(const isis_index *ix, int32_t block, int32_t word,
             got += k;
             w += 2 * k;
         }
-        if (h[0] == 0 && h[1] == 0) break;
-        if (got >= total)
+        /* like CISIS posting(): IFPTOTP postings are read, following
+         * the chain (over empty segments) only while some are missing;
+         * what the chain holds after them is not part of the list */
+        if (got == total || (h[0] == 0 && h[1] == 0)) break;
+        if (++segs > f->f.size / 20)
             return PYDB_CORRUPT(err, f->f.path, ifp_addr(block, word),
-                                "IFP segment chain continues after all "
-                                "%lld postings", (long long)total);
-        if (h[3] == 0 || ++segs > total)
-            return PYDB_CORRUPT(err, f->f.path, ifp_addr(block, word),
-                                "empty IFP segment inside a chain");
+                                "IFP segment chain longer than the file "
+                                "can hold: a cycle");
         block = h[0];
         word = h[1];
         rc = ifp_header(ix, block, word, h, err);
@@ -537,7 +542,7 @@ static int lind_postings(const isis_index *ix, const lind_ref *r, int w,
         int32_t c = r->info3 > 0 ? (p[w] << 8) | p[w + 1] : 0;
         pydb_posting q = {m, 0, 0, (uint32_t)c};
         int bad = m < 1 || (nxtmfn > 0 && m >= nxtmfn) || m < prev ||
-                  (m == prev && (r->info3 == 0 || c <= prevcnt));
+                  (m == prev && (r->info3 == 0 || c < prevcnt));
         if (bad) {
             rc = PYDB_CORRUPT(err, path,
                               r->addr + (int64_t)((const uint8_t *)p - buf),
