@@ -60,6 +60,7 @@
 #define MAX_LIV 32             /* sanity cap on B-tree depth             */
 #define MAX_LE 1024
 #define WIDTH_SAMPLE 256       /* LIND lists sampled for the MFN width   */
+#define CAPS_SAMPLE 65536      /* LIND keys sampled for (MFN,CNT) lists  */
 
 /* ------------------------------------------------------------- files */
 
@@ -484,7 +485,7 @@ static int lind_postings(const isis_index *ix, const lind_ref *r, int w,
                             "LIND list: address %lld count %d",
                             (long long)r->addr, (int)r->n);
     if (r->info3 < 0) {
-        if (-r->info3 > size) goto beyond;
+        if (r->info3 < -size) goto beyond;
         len = -r->info3;
     } else {
         if ((int64_t)r->n > size) goto beyond;
@@ -743,7 +744,12 @@ static int isis_terms(pydb_index *base, const uint8_t *prefix,
     int rc = PYDB_OK;
 
     memset(c, 0, sizeof c);
-    if (!prefix) prefix_len = 0;
+    if (!prefix) {
+        prefix = (const uint8_t *)"";
+        prefix_len = 0;
+        lo = prefix;
+        lolen = 0;
+    }
     if (start && kcmp(start, start_len, prefix, prefix_len) > 0) {
         lo = start;
         lolen = start_len;
@@ -1109,16 +1115,27 @@ static int try_set(isis_index *ix, int lind, pydb_error *err)
      * and fit the database; of two, the one giving smaller MFNs. */
     {
         int32_t mx[2] = {0, 0};
-        int ok[2];
+        int ok[2] = {0, 0};
         pydb_error e3, e4;
-        for (int w = 3; w <= 4; w++) {
-            pydb_error *pe = w == 3 ? &e3 : &e4;
-            ok[w - 3] = 1;
-            for (int t = 0; t < 2 && ok[w - 3]; t++)
-                if (!ix->tr[t].empty &&
-                    check_lists(ix, &ix->tr[t], w, WIDTH_SAMPLE, &mx[w - 3],
-                                pe) != PYDB_OK)
-                    ok[w - 3] = 0;
+        /* bounded by the master file's NXTMFN first; an index newer than
+         * the master file is then tried without that bound */
+        for (int pass = 0; pass < 2 && !ok[0] && !ok[1]; pass++) {
+            int32_t saved_nxt = ix->nxtmfn;
+            if (pass == 1) {
+                if (!saved_nxt) break;
+                ix->nxtmfn = 0;
+            }
+            for (int w = 3; w <= 4; w++) {
+                pydb_error *pe = w == 3 ? &e3 : &e4;
+                ok[w - 3] = 1;
+                mx[w - 3] = 0;
+                for (int t = 0; t < 2 && ok[w - 3]; t++)
+                    if (!ix->tr[t].empty &&
+                        check_lists(ix, &ix->tr[t], w, WIDTH_SAMPLE,
+                                    &mx[w - 3], pe) != PYDB_OK)
+                        ok[w - 3] = 0;
+            }
+            ix->nxtmfn = saved_nxt;
         }
         if (ok[0] && (!ok[1] || mx[0] <= mx[1]))
             ix->mfn_bytes = 3;
@@ -1334,13 +1351,14 @@ int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err)
                                     PYDB_POSTING_CNT
                               : 0;
     if (ix->lind) {
-        /* CNT only where (MFN,CNT) lists exist; found by a sample */
+        /* CNT only where (MFN,CNT) lists exist: set if one of the first
+         * CAPS_SAMPLE keys of a tree has one */
         for (int t = 0; t < 2 && !ix->base.caps; t++) {
             cursor c;
             const tree *tr = &ix->tr[t];
             if (tr->empty) continue;
             rc = cursor_init(&c, tr, (const uint8_t *)"", 0, err);
-            for (int k = 0; !rc && k < 1 << 20; k++) {
+            for (int k = 0; !rc && k < CAPS_SAMPLE; k++) {
                 const uint8_t *e;
                 lind_ref r;
                 rc = cursor_peek(&c, &e, err);
