@@ -53,8 +53,13 @@ def _open_with_index(args):
 
 
 def _cmd_terms(args) -> int:
-    """One key per line: KEY<TAB>COUNT, in key order."""
+    """One key per line: KEY<TAB>COUNT, in key order.  Bytes of a key that
+    are not valid in --encoding are written back as stored (stdout with
+    errors="surrogateescape"): ISIS keys can be cut inside a multi-byte
+    character (truncation to LE, isis-formats.md §5.3)."""
     out = sys.stdout
+    if hasattr(out, "reconfigure"):
+        out.reconfigure(errors="surrogateescape")
     db = _open_with_index(args)
     if db is None:
         return 1

@@ -481,6 +481,22 @@ def test_cli_terms_and_postings(capsys):
     assert "no inverted index" in capsys.readouterr().err
 
 
+def test_cli_terms_writes_stored_bytes():
+    """A key that is not valid UTF-8 (odds: TW_ESPA\\xd1OLA, CP1252 data)
+    is printed as stored, under the default --encoding utf-8."""
+    import subprocess
+    import sys
+    base = need(ODDS)
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    p = subprocess.run([sys.executable, "-m", "pydb", "terms", base, "TW_ESP"],
+                       capture_output=True, env=env, timeout=60,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr
+    with Index.open_isis(base) as ix:
+        n = len(ix.postings(b"TW_ESPA\xd1OLA"))
+    assert p.stdout == b"TW_ESPA\xd1OLA\t%d\n" % n and n > 0
+
+
 def test_threads_share_one_index():
     with Index.open_isis(need(RDA)) as ix:
         keys = [k for k, _ in ix.raw_terms(b"C")][:400]
