@@ -739,3 +739,37 @@ def test_cli_real_damaged_and_missing_xrf(isis_data):
     assert "error: mfn-mismatch MFN 49:" in p.stdout and "at byte 28976" in p.stdout
     p = cli(data_path("bireme__cisis/tests/CDS.std"))
     assert p.returncode == 2 and "no cross-reference file" in p.stderr
+
+
+# ------------------------------------------------------------- the C API
+
+@pytest.fixture(scope="module")
+def check_main(tmp_path_factory):
+    """tests/c/check_main.c linked against the core sources (no Python)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not sys.platform.startswith("linux"):
+        pytest.skip("no C compiler")
+    exe = tmp_path_factory.mktemp("c") / "check_main"
+    srcs = sorted(str(p) for p in (REPO / "csrc").glob("*.c"))
+    p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", "-I", str(REPO / "csrc"),
+                        str(REPO / "tests" / "c" / "check_main.c"), *srcs, "-o", str(exe),
+                        "-pthread"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return exe
+
+
+def test_c_api_matches_python(check_main, tmp_path):
+    base = build(tmp_path, "ffi-packed", n=50)
+    mst = base.with_suffix(".mst")
+    for m in (7, 8, 9):
+        patch(mst, offset_of(base, m) + GEOM["ffi-packed"]["status"], struct.pack("<H", 4))
+    patch(base.with_suffix(".xrf"), 4 + 4 * 19, b"\0\0\0\0")      # MFN 20: orphan
+    p = subprocess.run([str(check_main), str(base)], capture_output=True, text=True)
+    assert p.returncode == 1, p.stderr
+    rep = run_check(base)
+    lines = p.stdout.splitlines()
+    assert lines[:-1] == [f"{q.severity} {q.kind} {q.mfn} {q.offset} {q.file}" for q in rep]
+    assert lines[-1] == "errors=3 warnings=1 versions=49 orphans=1 stopped=0"
+    # The callback may stop the walk.
+    p = subprocess.run([str(check_main), str(base), "2"], capture_output=True, text=True)
+    assert p.stdout.splitlines()[-1] == "errors=2 warnings=0 versions=8 orphans=0 stopped=1"
