@@ -470,6 +470,18 @@ def test_fault_committed_end_short(built):
     assert errors(rep) == [("mfrl", N, mst.name, last + g["mfrl"])]
 
 
+def test_fault_control_end_before_records(built):
+    """NXTMFB/NXTMFP 1/1 put the committed end at byte 0, inside the
+    control record: a control error, and every XRF entry points past it."""
+    layout, g, base, mst, xrf = built
+    patch(mst, 8, struct.pack("<iH", 1, 1))
+    rep = run_check(base)
+    errs = errors(rep)
+    assert errs[0] == ("control", 0, mst.name, 8)
+    assert errs[1:] == [("xrf-pointer", m, xrf.name, ((m - 1) // 127) * 512 + 4 + ((m - 1) % 127) * 4)
+                        for m in range(1, N + 1)]
+
+
 def test_fault_control_lock_words(built):
     layout, g, base, mst, xrf = built
     patch(mst, 28, struct.pack("<i", 1))
