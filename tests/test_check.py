@@ -763,7 +763,10 @@ def check_main(tmp_path_factory):
         pytest.skip("no C compiler")
     exe = tmp_path_factory.mktemp("c") / "check_main"
     srcs = sorted(str(p) for p in (REPO / "csrc").glob("*.c"))
-    p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", "-I", str(REPO / "csrc"),
+    # Under tests/test_sanitizers.py's ASan run, the C program is checked too.
+    san = (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-g"]
+           if os.environ.get("PYDB_SANITIZER_INNER") == "address" else [])
+    p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", *san, "-I", str(REPO / "csrc"),
                         str(REPO / "tests" / "c" / "check_main.c"), *srcs, "-o", str(exe),
                         "-pthread"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

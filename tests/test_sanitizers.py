@@ -75,6 +75,8 @@ def _copy_sources(dst: Path):
                  "tsan.supp"):
         if (REPO / "tests" / name).is_file():
             shutil.copy2(REPO / "tests" / name, dst / "tests" / name)
+    if (REPO / "tests" / "c").is_dir():
+        shutil.copytree(REPO / "tests" / "c", dst / "tests" / "c", ignore=ignore)
 
 
 class Build:
