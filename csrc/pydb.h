@@ -343,9 +343,11 @@ int pydb_check_kind_severity(int kind);       /* PYDB_CHECK_* or 0         */
 /*
  * Validate an open database.  Returns PYDB_OK when the walk ran (whatever
  * it found: see *out), PYDB_ENOMEM if the fixed work buffers cannot be
- * allocated.  Memory use is bounded (two 64 KiB buffers, a directory buffer
- * of at most 786 KiB, and a table of at most 4 Mi record versions); a
- * database with more versions gets a PYDB_CHECK_LIMIT warning.  Reads go
+ * allocated.  Memory use is bounded: a 64 KiB buffer, a directory buffer
+ * of at most 786 KiB, and a table of at most 4 Mi record versions (16
+ * bytes each at load <= 1/2, plus a sorted copy: at most 192 MiB); a
+ * database with more versions gets a PYDB_CHECK_LIMIT warning and skips
+ * the overlap and orphan checks.  Reads go
  * through the handle's I/O mode; the handle is not modified, so readers
  * may run at the same time.
  */

@@ -541,6 +541,9 @@ def test_api_errors(tmp_path):
     with pytest.raises(pydb.ClosedError):
         db.check()
     assert KINDS["mfn-mismatch"] == "error" and KINDS["orphan"] == "warning"
+    import pydb.check as check_module
+    for kind, sev in KINDS.items():     # every kind is documented, with its severity
+        assert re.search(rf"^{re.escape(kind)}\s+{sev}\s", check_module.__doc__, re.M), kind
     p = Problem("status", "error", 3, "x.mst", 10, "why")
     assert str(p) == "error: status MFN 3: x.mst at byte 10: why"
 
@@ -788,3 +791,11 @@ def test_c_api_matches_python(check_main, tmp_path):
     # The callback may stop the walk.
     p = subprocess.run([str(check_main), str(base), "2"], capture_output=True, text=True)
     assert p.stdout.splitlines()[-1] == "errors=2 warnings=0 versions=8 orphans=0 stopped=1"
+
+
+def test_cli_progress_bar(tmp_path):
+    base = build(tmp_path, "isis-packed", n=3000)
+    p = cli(base, "--progress")
+    assert p.returncode == 0
+    assert "check:" in p.stderr and "step" in p.stderr     # tqdm on stderr
+    assert p.stdout.strip().endswith("OK")
