@@ -247,6 +247,117 @@ void pydb_builder_free(pydb_builder *b);
 
 
 /* ======================================================================
+ * Validator (issue 3, item 5): csrc/check.c.  Walks the control record,
+ * every XRF block and entry, every record version reachable from the XRF
+ * and every back-pointer chain, then scans the master file sequentially
+ * for versions nothing points at (formats §2-3; reliability.md §2.1
+ * "A validator").  Every fault is reported to a callback with its kind,
+ * severity and location; the walk never stops at the first fault.
+ * ====================================================================== */
+
+/* Kinds of fault.  Each kind has one severity (pydb_check_kind_severity):
+ * an ERROR is something a reader fails on or that loses data; a WARNING
+ * is non-canonical or wasteful but readable without loss. */
+enum pydb_check_kind {
+    /* errors */
+    PYDB_CHECK_CONTROL = 0,      /* control record contradicts the files    */
+    PYDB_CHECK_XRF_BLOCK,        /* XRFPOS is not the block number; XRF
+                                    shorter than NXTMFN needs              */
+    PYDB_CHECK_XRF_POINTER,      /* XRF entry points outside the records
+                                    (control record, past the committed end
+                                    or the end of the file)               */
+    PYDB_CHECK_XRF_BEYOND_END,   /* non-zero XRF entry for MFN >= NXTMFN    */
+    PYDB_CHECK_MFN_MISMATCH,     /* leader MFN is not the MFN looked for    */
+    PYDB_CHECK_MFRL,             /* MFRL impossible, or the record passes
+                                    the end of the file / committed end    */
+    PYDB_CHECK_BASE,             /* BASE != leader + NVF*entry, or > MFRL   */
+    PYDB_CHECK_DIRECTORY,        /* a field passes the end of the record    */
+    PYDB_CHECK_STATUS,           /* leader STATUS is neither 0 nor 1        */
+    PYDB_CHECK_BACK_POINTER,     /* MFBWB/MFBWP malformed, not strictly
+                                    earlier in the file, or leading into
+                                    another MFN's chain                    */
+    PYDB_CHECK_OVERLAP,          /* two reachable versions share bytes      */
+    PYDB_CHECK_IO,               /* a read failed (EIO, ...)                */
+    /* warnings */
+    PYDB_CHECK_MFRL_PADDING,     /* MFRL odd / not a multiple of 2^MSTXL    */
+    PYDB_CHECK_PLACEMENT,        /* start not aligned, or leader splits a
+                                    block (never-split rule, formats §2.3) */
+    PYDB_CHECK_STATUS_MISMATCH,  /* STATUS disagrees with the XRF sign      */
+    PYDB_CHECK_LOCKED,           /* current version has a negative MFRL
+                                    (record lock left set)                 */
+    PYDB_CHECK_DIRECTORY_ORDER,  /* fields not stored back to back in
+                                    directory order (gaps or overlaps)     */
+    PYDB_CHECK_XRFPOS_SIGN,      /* XRFPOS negative on a block that is not
+                                    the last, or positive on the last      */
+    PYDB_CHECK_FILE_SIZE,        /* .mst/.xrf not a multiple of 512 bytes   */
+    PYDB_CHECK_CONTROL_END,      /* a record ends past NXTMFB/NXTMFP, but
+                                    before the next (aligned) append       */
+    PYDB_CHECK_CONTROL_FLAGS,    /* MFTYPE not 0/1; CISIS lock words set    */
+    PYDB_CHECK_ORPHAN,           /* a record version nothing reaches
+                                    (garbage left by updates)              */
+    PYDB_CHECK_LIMIT,            /* too many versions to track: overlap and
+                                    orphan checks skipped                  */
+    PYDB_CHECK_NKINDS
+};
+#define PYDB_CHECK_WARNING 1
+#define PYDB_CHECK_ERROR   2
+
+/* One fault, as the callback sees it (pointers valid during the call). */
+typedef struct pydb_check_problem {
+    int kind;             /* enum pydb_check_kind                          */
+    const char *name;     /* kind name, e.g. "mfn-mismatch" (static)       */
+    int severity;         /* PYDB_CHECK_ERROR or PYDB_CHECK_WARNING        */
+    int32_t mfn;          /* MFN concerned, or 0                           */
+    const char *path;     /* file where the fault is                       */
+    int64_t offset;       /* byte offset in that file, or -1               */
+    const char *message;  /* human-readable reason                         */
+} pydb_check_problem;
+
+/* Receives each fault; return nonzero to stop the walk. */
+typedef int (*pydb_check_fn)(void *ctx, const pydb_check_problem *p);
+
+typedef struct pydb_check_summary {
+    int64_t errors, warnings;
+    int64_t by_kind[PYDB_CHECK_NKINDS];
+    int32_t mfns;          /* XRF entries walked (MFN 1..NXTMFN-1)         */
+    int64_t versions;      /* current versions checked                     */
+    int64_t back_versions; /* back versions checked along MFBWB/MFBWP      */
+    int64_t orphans;       /* versions found only by the sequential scan   */
+    int64_t orphan_bytes;  /* their MFRL total                             */
+    int scanned;           /* 1 if the sequential scan ran to the end      */
+    int stopped;           /* 1 if the callback stopped the walk           */
+} pydb_check_summary;
+
+typedef struct pydb_check_options {
+    pydb_check_fn problem; /* may be NULL: only the summary is filled      */
+    void *ctx;
+    /* Called now and then from the walking thread with work done / total
+     * (units: XRF entries + 512-byte blocks scanned).  May be NULL. */
+    void (*progress)(void *ctx, int64_t done, int64_t total);
+    void *progress_ctx;
+} pydb_check_options;
+
+const char *pydb_check_kind_name(int kind);   /* "?" if unknown            */
+int pydb_check_kind_severity(int kind);       /* PYDB_CHECK_* or 0         */
+
+/*
+ * Validate an open database.  Returns PYDB_OK when the walk ran (whatever
+ * it found: see *out), PYDB_ENOMEM if the fixed work buffers cannot be
+ * allocated.  Memory use is bounded: a 64 KiB buffer, a directory buffer
+ * of at most 786 KiB, and a table of at most 4 Mi record versions (16
+ * bytes each at load <= 1/2, plus a sorted copy: at most 192 MiB); a
+ * database with more versions gets a PYDB_CHECK_LIMIT warning and skips
+ * the overlap and orphan checks.  Reads go
+ * through the handle's I/O mode; the handle is not modified, so readers
+ * may run at the same time.
+ */
+int pydb_check_ex(pydb_db *db, const pydb_check_options *opt,
+                  pydb_check_summary *out, pydb_error *err);
+int pydb_check(pydb_db *db, pydb_check_fn fn, void *ctx,
+               pydb_check_summary *out, pydb_error *err);
+
+
+/* ======================================================================
  * Write path (issue 3): transactions on an open database.
  * A database opened with PYDB_OPEN_WRITE may have one transaction at a
  * time (per process: a mutex; across processes: an fcntl lock).

@@ -6,6 +6,8 @@ Commands:
   dump DB [MFN..]  records as text (CISIS .id style: !ID / !vTTT!value)
   terms DB [PREFIX] keys of the inverted index with posting counts
   postings DB KEY  postings (MFN, TAG, OCC, CNT) of one key
+  check DB         validate everything; exit 0 sound, 1 damaged, 2 cannot
+                   open / usage (see pydb.check)
   gen-unesb DIR    write the synthetic unesb database into DIR
 """
 
@@ -81,6 +83,64 @@ def _cmd_postings(args) -> int:
         for p in db.postings(args.key, raw=args.raw):
             out.write(f"{p.mfn}\t{p.tag}\t{p.occ}\t{p.cnt}\n")
     return 0
+def _cmd_check(args) -> int:
+    """Exit status: 0 no error (warnings allowed unless --strict), 1 any
+    error (or any warning with --strict), 2 the database cannot be opened
+    (missing file, I/O error, unsupported) or bad usage."""
+    import json
+    from . import open as open_db
+    from .check import CheckReport, Problem
+    from .errors import CorruptionError, Error
+    if args.max_problems < 0:
+        print("pydb check: --max-problems must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        db = open_db(args.db)
+    except CorruptionError as e:
+        # Damage that stops the open is a finding, not a usage error.
+        prob = Problem("open", "error", 0, e.filename or args.db,
+                       e.offset if e.offset is not None else -1, e.reason)
+        report = CheckReport(args.db, [prob], {"open": 1},
+                             {"errors": 1, "warnings": 0, "truncated": False})
+    except (Error, OSError) as e:
+        print(f"pydb check: cannot open {args.db}: {e}", file=sys.stderr)
+        return 2
+    else:
+        with db:
+            bar = None
+            progress = None
+            show = args.progress if args.progress is not None else sys.stderr.isatty()
+            if show:
+                total = db.max_mfn + db.info()["mst_size"] // 512
+                if total >= 2048 or args.progress:
+                    from tqdm import tqdm
+                    bar = tqdm(total=total, unit="step", desc="check",
+                               file=sys.stderr, leave=False)
+
+                    def progress(done, total):
+                        bar.total = total
+                        bar.update(done - bar.n)
+            try:
+                report = db.check(max_problems=args.max_problems, progress=progress)
+            finally:
+                if bar is not None:
+                    bar.close()
+    failed = report.errors > 0 or (args.strict and report.warnings > 0)
+    if args.json:
+        d = report.to_dict()
+        d["exit_status"] = 1 if failed else 0
+        print(json.dumps(d, indent=1))
+    else:
+        out = sys.stdout
+        for p in report.problems:
+            if args.errors_only and p.severity != "error":
+                continue
+            out.write(f"{p}\n")
+        if report.truncated:
+            out.write(f"... {report.errors + report.warnings - len(report.problems)} "
+                      f"more (raise --max-problems)\n")
+        out.write(report.summary() + "\n")
+    return 1 if failed else 0
 
 
 def _cmd_gen_unesb(args) -> int:
@@ -124,6 +184,22 @@ def main(argv=None) -> int:
                    help="look the key up as given (no upper-casing)")
     p.add_argument("--encoding", default="utf-8")
     p.set_defaults(func=_cmd_postings)
+    p = sub.add_parser("check", help="validate a database (exit 0 sound, 1 damaged, 2 cannot open)",
+                       description="Walk the control record, every XRF entry, every record "
+                       "version and back-pointer chain, and scan the master file for "
+                       "unreachable versions; print each fault with its location, then a "
+                       "count per kind.  Exit status: 0 no error (warnings allowed unless "
+                       "--strict), 1 errors found, 2 cannot open the database or bad usage.")
+    p.add_argument("db")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--max-problems", type=int, default=1000, metavar="N",
+                   help="print at most N problems (all are counted; default 1000)")
+    p.add_argument("--strict", action="store_true", help="warnings also make the exit status 1")
+    p.add_argument("--errors-only", action="store_true", help="print only errors (text output)")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="progress bar on stderr (default: on a terminal, for large databases)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=_cmd_check)
     p = sub.add_parser("gen-unesb", help="write the synthetic unesb database")
     p.add_argument("dir")
     p.add_argument("--scale", type=int, default=1)

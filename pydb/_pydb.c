@@ -1125,6 +1125,7 @@ static int module_exec(PyObject *m)
         return -1;
     if (index_exec(m, st) < 0) return -1;
     if (isisidx_exec(m, st) < 0) return -1;
+    if (check_exec(m, st) < 0) return -1;
     errors = PyImport_ImportModule("pydb.errors");
     if (!errors) return -1;
     GET_EXC(Error);
@@ -1157,6 +1158,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->iter_type);
     Py_VISIT(st->field_type);
     Py_VISIT(st->index_type);
+    Py_VISIT(st->checkrun_type);
     Py_VISIT(st->Error);
     Py_VISIT(st->CorruptionError);
     Py_VISIT(st->NotFoundError);
@@ -1182,6 +1184,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->iter_type);
     Py_CLEAR(st->field_type);
     Py_CLEAR(st->index_type);
+    Py_CLEAR(st->checkrun_type);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->CorruptionError);
     Py_CLEAR(st->NotFoundError);

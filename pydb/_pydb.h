@@ -22,6 +22,7 @@ typedef struct {
     PyTypeObject *iter_type;
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
     PyTypeObject *index_type;       /* _pydb_index.c                      */
+    PyTypeObject *checkrun_type;    /* _pydb_check.c                      */
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
@@ -88,5 +89,6 @@ PyObject *postings_to_list(pydb_postings *p);
  * Called by module_exec() in _pydb.c, one per area file. */
 int index_exec(PyObject *m, module_state *st);
 int isisidx_exec(PyObject *m, module_state *st);   /* _pydb_isisidx.c */
+int check_exec(PyObject *m, module_state *st);
 
 #endif

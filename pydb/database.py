@@ -249,6 +249,36 @@ class Database(_pydb.Database):
             out.append(current)
         return out
 
+    def check(self, *, max_problems: int = 1000, progress=None):
+        """Validate the database: walk the control record, every XRF entry,
+        every reachable record version and back-pointer chain, and scan the
+        master file for unreachable versions (isis-formats.md §2-3;
+        reliability.md §2.1).  Faults in the files are reported, never
+        raised.
+
+        Args:
+            max_problems: keep at most this many problems (every fault is
+                still counted in ``counts``).
+            progress: optional ``progress(done, total)`` callable, called
+                from this thread while the walk runs (GIL released) in a
+                helper thread.
+
+        Returns:
+            A :class:`pydb.check.CheckReport`: ``.ok`` (no error),
+            ``.problems`` (list of ``Problem(kind, severity, mfn, file,
+            offset, message)``; offset in bytes, MFN 1-based or 0),
+            ``.counts`` (dict kind -> count), ``.summary()`` (text);
+            iterable over the problems.  The kinds and their severities
+            are listed in :mod:`pydb.check`.
+
+        Raises:
+            ClosedError: the database is closed.
+            ValueError: `max_problems` < 0.
+            MemoryError: the work buffers cannot be allocated.
+        """
+        from .check import check
+        return check(self, max_problems=max_problems, progress=progress)
+
 
 def open(path, *, readonly: bool = True, encoding: str = "utf-8",
          errors: str = "surrogateescape", io: str = DEFAULT_IO,

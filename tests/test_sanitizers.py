@@ -3,8 +3,8 @@
 The extension is rebuilt with ``PYDB_SANITIZE=address`` (ASan + UBSan, see
 setup.py) from a copy of the sources in a temporary folder -- the checkout
 is never touched -- and tests/test_hostile.py, tests/test_threads.py and
-tests/test_isis_index.py (ISIS inverted files, hostile copies) run in a
-child Python with the ASan runtime preloaded.  A ThreadSanitizer build
+the tests of the other C readers (INNER_TESTS) run in a child Python with
+the ASan runtime preloaded.  A ThreadSanitizer build
 (``PYDB_SANITIZE=thread``) runs tests/test_threads.py the same way.  The
 child runs get PYDB_SANITIZER_INNER, so they neither recurse into this
 file nor rerun the crash reproductions (which crash on purpose).
@@ -38,8 +38,12 @@ pytestmark = [
 ]
 
 INNER_TESTS = {
-    "address": ["tests/test_hostile.py", "tests/test_threads.py",
-                "tests/test_isis_index.py"],
+    "address": [
+        "tests/test_hostile.py",
+        "tests/test_threads.py",
+        "tests/test_isis_index.py",
+        "tests/test_check.py",
+    ],
     "thread": ["tests/test_threads.py"],
 }
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
@@ -72,10 +76,12 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "pydb", dst / "pydb", ignore=ignore)
     shutil.copytree(REPO / "benchmarks", dst / "benchmarks", ignore=ignore)
     (dst / "tests").mkdir()
-    for name in ("conftest.py", "test_hostile.py", "test_threads.py",
-                 "test_isis_index.py", "tsan.supp"):
+    inner = {Path(t).name for tests in INNER_TESTS.values() for t in tests}
+    for name in ("conftest.py", "tsan.supp", *sorted(inner)):
         if (REPO / "tests" / name).is_file():
             shutil.copy2(REPO / "tests" / name, dst / "tests" / name)
+    if (REPO / "tests" / "c").is_dir():
+        shutil.copytree(REPO / "tests" / "c", dst / "tests" / "c", ignore=ignore)
 
 
 class Build:

@@ -1,0 +1,831 @@
+/*
+ * check.c - the validator: walk everything, report every fault.
+ *
+ * In the spirit of Firebird's `gfix -v -f`: the walk never stops at the
+ * first fault; each one goes to the caller's callback with its kind,
+ * severity, MFN and location (file + byte offset), and the summary counts
+ * them per kind.  Formats: ../shared/docs/isis-formats.md §2 (master
+ * file: control record §2.1, leaders §2.2, placement §2.3, versions §2.4)
+ * and §3 (XRF); the checks follow reliability.md §2.1 "A validator".
+ *
+ * Steps, in order (each a function below; a step that finds its input
+ * unusable reports it and the later steps still run):
+ *   1. control record   NXTMFN/NXTMFB/NXTMFP against the file sizes,
+ *                        MFTYPE, the CISIS lock words, file sizes;
+ *   2. XRF              every block of the file: XRFPOS number and sign,
+ *                        every entry decoded; entries past NXTMFN must be 0;
+ *   3. versions         for each XRF entry that names a position: the
+ *                        record there (leader MFN, MFRL, BASE/NVF, STATUS
+ *                        vs XRF sign, directory, placement), then its
+ *                        back-pointer chain (each back version readable,
+ *                        same MFN, strictly earlier offsets: no cycles);
+ *                        steps 2 and 3 run interleaved, one XRF chunk at
+ *                        a time;
+ *   4. sequential scan  the versions reached in step 3, sorted by offset,
+ *                        must not overlap; the gaps between them are
+ *                        scanned for leaders that parse as records of a
+ *                        valid MFN: versions nothing reaches (orphans).
+ * The write path's write-ahead log (<base>.wal, not on this branch) adds a
+ * step between 1 and 2 here: check the log's header/checksums and that
+ * every record it would replay lies inside the files (add its kinds to
+ * enum pydb_check_kind and call the step from pydb_check_ex()).
+ *
+ * Severities (one per kind, table `kinds` below): an ERROR is something a
+ * reader fails on or that loses data; a WARNING is non-canonical or
+ * wasteful but reads back without loss.  Orphans are warnings: the ISIS
+ * update technique leaves superseded versions behind legitimately (§2.4).
+ *
+ * Safety: every offset and length taken from a file is checked against
+ * the file size and the format limits before use; loops are bounded by
+ * the file sizes (back chains strictly decrease); memory is bounded (see
+ * pydb.h).  No global state: any number of checks may run at once, also
+ * alongside readers of the same handle.
+ */
+#include "pydb_int.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK (64 * 1024)            /* scan / XRF read unit (bytes)      */
+#define XRF_CHUNK_BLOCKS (CHUNK / PYDB_BLOCK)
+#define MAX_TRACKED (1 << 22)        /* record versions in the table      */
+#define PROGRESS_EVERY 4096          /* units between progress calls      */
+
+static const struct {
+    const char *name;
+    int severity;
+} kinds[PYDB_CHECK_NKINDS] = {
+    [PYDB_CHECK_CONTROL] = {"control", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_XRF_BLOCK] = {"xrf-block", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_XRF_POINTER] = {"xrf-pointer", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_XRF_BEYOND_END] = {"xrf-beyond-end", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_MFN_MISMATCH] = {"mfn-mismatch", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_MFRL] = {"mfrl", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_BASE] = {"base", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_DIRECTORY] = {"directory", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_STATUS] = {"status", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_BACK_POINTER] = {"back-pointer", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_OVERLAP] = {"overlap", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_IO] = {"io", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_MFRL_PADDING] = {"mfrl-padding", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_PLACEMENT] = {"placement", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_STATUS_MISMATCH] = {"status-mismatch", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_LOCKED] = {"locked", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_DIRECTORY_ORDER] = {"directory-order", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_XRFPOS_SIGN] = {"xrfpos-sign", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_FILE_SIZE] = {"file-size", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_CONTROL_END] = {"control-end", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_CONTROL_FLAGS] = {"control-flags", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_ORPHAN] = {"orphan", PYDB_CHECK_WARNING},
+    [PYDB_CHECK_LIMIT] = {"limit", PYDB_CHECK_WARNING},
+};
+
+const char *pydb_check_kind_name(int kind)
+{
+    return kind >= 0 && kind < PYDB_CHECK_NKINDS ? kinds[kind].name : "?";
+}
+
+int pydb_check_kind_severity(int kind)
+{
+    return kind >= 0 && kind < PYDB_CHECK_NKINDS ? kinds[kind].severity : 0;
+}
+
+/* A record version reached from the XRF (current or back version). */
+typedef struct {
+    int64_t off;      /* -1 = empty slot */
+    uint32_t mfrl;
+    int32_t mfn;
+} version;
+
+/* What check_version() learnt about a readable version. */
+typedef struct {
+    uint32_t mfrl;
+    int64_t back;     /* offset of the previous version, or -1 */
+} vinfo;
+
+typedef struct {
+    pydb_db *db;
+    const pydb_geom *g;
+    const pydb_check_options *opt;
+    pydb_check_summary *sum;
+    int stop;
+    int64_t end;          /* committed end of the records (NXTMFB/NXTMFP) */
+    int64_t append_at;    /* where the next append starts: end, aligned   */
+    int64_t align;        /* record start alignment: 2 or 2^MSTXL        */
+    int64_t max_mfrl;
+    /* version table: open addressing on the offset */
+    version *tab;
+    size_t tab_cap, tab_n;
+    int tracking;         /* 0 once the table is full (LIMIT reported)    */
+    uint8_t *dir;         /* leader + directory buffer                    */
+    size_t dir_cap;
+    uint8_t *chunk;       /* scan / XRF buffer                            */
+    int64_t chunk_off, chunk_len;
+    int64_t done, total, next_progress;
+    int64_t scan_base;    /* `done` when the sequential scan started     */
+    char msg[512];
+} ck;
+
+/* ------------------------------------------------------------ reports */
+
+static int report(ck *c, int kind, int32_t mfn, const char *path,
+                  int64_t off, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static int report(ck *c, int kind, int32_t mfn, const char *path,
+                  int64_t off, const char *fmt, ...)
+{
+    va_list ap;
+    pydb_check_problem p;
+
+    if (c->stop) return 1;
+    c->sum->by_kind[kind]++;
+    if (kinds[kind].severity == PYDB_CHECK_ERROR) c->sum->errors++;
+    else c->sum->warnings++;
+    if (!c->opt->problem) return 0;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+    p.kind = kind;
+    p.name = kinds[kind].name;
+    p.severity = kinds[kind].severity;
+    p.mfn = mfn;
+    p.path = path;
+    p.offset = off;
+    p.message = c->msg;
+    if (c->opt->problem(c->opt->ctx, &p)) {
+        c->stop = 1;
+        c->sum->stopped = 1;
+    }
+    return c->stop;
+}
+
+/* The scan has reached byte `pos` of the master file. */
+static void progress(ck *c, int64_t units, int force);
+static void scan_progress(ck *c, int64_t pos)
+{
+    int64_t d = c->scan_base + pos / PYDB_BLOCK;
+    if (d > c->done) progress(c, d - c->done, 0);
+}
+
+static void progress(ck *c, int64_t units, int force)
+{
+    c->done += units;
+    if (!c->opt->progress) return;
+    if (force || c->done >= c->next_progress) {
+        c->opt->progress(c->opt->progress_ctx, c->done, c->total);
+        c->next_progress = c->done + PROGRESS_EVERY;
+    }
+}
+
+/* Read through the handle; a failure becomes an IO problem (reads are
+ * bounds-checked by the callers, so this is a real I/O error). */
+static int ck_read(ck *c, const pydb_file *f, void *buf, size_t n,
+                   int64_t off, int32_t mfn, const char *what)
+{
+    pydb_error e;
+    int rc = pydb__file_read(f, c->db->io, buf, n, off, what, &e);
+    if (rc == PYDB_OK) return 0;
+    report(c, PYDB_CHECK_IO, mfn, f->path, off, "reading %s: %s", what,
+           e.message);
+    return -1;
+}
+
+/* ------------------------------------------------------ version table */
+
+static uint64_t hash_off(int64_t off)
+{
+    uint64_t h = (uint64_t)off * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
+static version *tab_find(ck *c, int64_t off)
+{
+    size_t i;
+    if (!c->tab) return NULL;
+    for (i = hash_off(off) & (c->tab_cap - 1);; i = (i + 1) & (c->tab_cap - 1)) {
+        if (c->tab[i].off == off) return &c->tab[i];
+        if (c->tab[i].off < 0) return NULL;
+    }
+}
+
+static void tab_put(version *tab, size_t cap, const version *v)
+{
+    size_t i;
+    for (i = hash_off(v->off) & (cap - 1); tab[i].off >= 0;
+         i = (i + 1) & (cap - 1)) {
+    }
+    tab[i] = *v;
+}
+
+/* Remember a version; on a full table or no memory, stop tracking. */
+static void tab_add(ck *c, int64_t off, uint32_t mfrl, int32_t mfn)
+{
+    version v = {off, mfrl, mfn};
+    if (!c->tracking) return;
+    if (c->tab_n + 1 > c->tab_cap / 2) {
+        size_t ncap = c->tab_cap ? c->tab_cap * 2 : 1024, i;
+        version *nt = NULL;
+        if (c->tab_n + 1 <= MAX_TRACKED) nt = malloc(ncap * sizeof *nt);
+        if (!nt) {
+            c->tracking = 0;
+            free(c->tab);
+            c->tab = NULL;
+            c->tab_cap = c->tab_n = 0;
+            report(c, PYDB_CHECK_LIMIT, 0, c->db->mst.path, -1,
+                   "more than %d record versions (or no memory for "
+                   "them): the overlap and orphan checks are skipped and "
+                   "shared back chains are walked again", MAX_TRACKED);
+            return;
+        }
+        for (i = 0; i < ncap; i++) nt[i].off = -1;
+        for (i = 0; i < c->tab_cap; i++)
+            if (c->tab[i].off >= 0) tab_put(nt, ncap, &c->tab[i]);
+        free(c->tab);
+        c->tab = nt;
+        c->tab_cap = ncap;
+    }
+    tab_put(c->tab, c->tab_cap, &v);
+    c->tab_n++;
+}
+
+/* ------------------------------------------------------------ records */
+
+static int64_t leader_mfrl(const ck *c, const uint8_t *h, int *locked)
+{
+    int64_t m = c->g->ffi ? (int64_t)(int32_t)pydb__u32(h + c->g->off_mfrl)
+                          : (int64_t)(int16_t)pydb__u16(h + c->g->off_mfrl);
+    *locked = m < 0;
+    return m < 0 ? -m : m;
+}
+
+static int64_t leader_base(const ck *c, const uint8_t *h)
+{
+    return c->g->ffi ? (int64_t)pydb__u32(h + c->g->off_base)
+                     : (int64_t)pydb__u16(h + c->g->off_base);
+}
+
+/* Make the directory buffer hold n bytes (n <= leader + 65535 * 12). */
+static int dir_reserve(ck *c, size_t n)
+{
+    uint8_t *b;
+    if (n <= c->dir_cap) return 0;
+    b = realloc(c->dir, n);
+    if (!b) return -1;
+    c->dir = b;
+    c->dir_cap = n;
+    return 0;
+}
+
+/*
+ * Check the version of `mfn` at `off` (already known to lie in
+ * [64, file size)).  `xrf_state` is the XRF state for a current version,
+ * or -1 for a back version.  Returns 0 and fills *vi when the version is
+ * readable (possibly with faults reported), -1 when it is not.
+ */
+static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
+                         vinfo *vi)
+{
+    const pydb_geom *g = c->g;
+    const char *path = c->db->mst.path;
+    const char *what = xrf_state < 0 ? "back version" : "record";
+    int64_t size = c->db->mst.size, mfrl, base, nvf, i, expect = 0;
+    int64_t mfbwb, mfbwp, lim = PYDB_BLOCK - (g->leader - 4);
+    int32_t got;
+    int locked, status, order_reported = 0;
+    uint8_t *h;
+
+    if (size - off < g->leader) {
+        report(c, PYDB_CHECK_MFRL, mfn, path, off,
+               "%s of MFN %d at offset %lld: the %d-byte leader passes the "
+               "end of the file (%lld bytes)", what, (int)mfn,
+               (long long)off, g->leader, (long long)size);
+        return -1;
+    }
+    if (dir_reserve(c, (size_t)g->leader) < 0) return -1;
+    h = c->dir;
+    if (ck_read(c, &c->db->mst, h, (size_t)g->leader, off, mfn, "leader"))
+        return -1;
+    got = (int32_t)pydb__u32(h);
+    if (got != mfn) {
+        report(c, PYDB_CHECK_MFN_MISMATCH, mfn, path, off,
+               "the %s of MFN %d at offset %lld carries MFN %d in its "
+               "leader", what, (int)mfn, (long long)off, (int)got);
+        return -1;
+    }
+    mfrl = leader_mfrl(c, h, &locked);
+    if (mfrl < g->leader || mfrl > c->max_mfrl) {
+        report(c, PYDB_CHECK_MFRL, mfn, path, off + g->off_mfrl,
+               "%s of MFN %d at offset %lld: impossible MFRL %lld "
+               "(%d..%lld)", what, (int)mfn, (long long)off,
+               (long long)mfrl, g->leader, (long long)c->max_mfrl);
+        return -1;
+    }
+    if (mfrl > size - off) {
+        report(c, PYDB_CHECK_MFRL, mfn, path, off + g->off_mfrl,
+               "%s of MFN %d at offset %lld: MFRL %lld passes the end of "
+               "the file (%lld bytes)", what, (int)mfn, (long long)off,
+               (long long)mfrl, (long long)size);
+        return -1;
+    }
+    /* The next append starts at the committed end, aligned (§2.3). */
+    if (off < c->end && off + mfrl > c->append_at)
+        report(c, PYDB_CHECK_MFRL, mfn, path, off + g->off_mfrl,
+               "%s of MFN %d at offset %lld: its %lld bytes pass the "
+               "committed end %lld (NXTMFB/NXTMFP): the next append "
+               "overwrites it", what, (int)mfn, (long long)off,
+               (long long)mfrl, (long long)c->end);
+    else if (off < c->end && off + mfrl > c->end)
+        report(c, PYDB_CHECK_CONTROL_END, mfn, path, 8,
+               "%s of MFN %d at offset %lld ends at %lld, past the "
+               "committed end %lld (NXTMFB/NXTMFP %d/%d, off by %lld; the "
+               "next append, aligned, does not overwrite it)", what,
+               (int)mfn, (long long)off, (long long)(off + mfrl),
+               (long long)c->end, (int)c->db->next_block,
+               (int)c->db->next_pos, (long long)(off + mfrl - c->end));
+    if (locked && xrf_state >= 0)
+        report(c, PYDB_CHECK_LOCKED, mfn, path, off + g->off_mfrl,
+               "record of MFN %d at offset %lld: MFRL stored negative "
+               "(-%lld): a record lock was left set", (int)mfn,
+               (long long)off, (long long)mfrl);
+    if (mfrl % c->align)
+        report(c, PYDB_CHECK_MFRL_PADDING, mfn, path, off + g->off_mfrl,
+               "%s of MFN %d at offset %lld: MFRL %lld is not a multiple "
+               "of %lld (%s)", what, (int)mfn, (long long)off,
+               (long long)mfrl, (long long)c->align,
+               c->db->mstxl ? "2^MSTXL" : "records are even");
+    if (off % c->align || off % PYDB_BLOCK > lim)
+        report(c, PYDB_CHECK_PLACEMENT, mfn, path, off,
+               "%s of MFN %d starts at offset %lld: %s", what, (int)mfn,
+               (long long)off,
+               off % c->align ? "not on the record alignment boundary"
+                              : "its leader splits a 512-byte block "
+                                "(never-split rule)");
+    base = leader_base(c, h);
+    nvf = pydb__u16(h + g->off_nvf);
+    if (base != g->leader + nvf * g->entry || base > mfrl) {
+        report(c, PYDB_CHECK_BASE, mfn, path, off + g->off_base,
+               "%s of MFN %d at offset %lld: BASE %lld and NVF %lld do "
+               "not fit (expected BASE %lld within MFRL %lld)", what,
+               (int)mfn, (long long)off, (long long)base, (long long)nvf,
+               (long long)(g->leader + nvf * g->entry), (long long)mfrl);
+        return -1;
+    }
+    status = pydb__u16(h + g->off_status);
+    if (status > 1)
+        report(c, PYDB_CHECK_STATUS, mfn, path, off + g->off_status,
+               "%s of MFN %d at offset %lld: STATUS %d (0 active, 1 "
+               "deleted)", what, (int)mfn, (long long)off, status);
+    else if ((xrf_state == PYDB_XRF_ACTIVE && status == 1) ||
+             (xrf_state == PYDB_XRF_LDELETED && status == 0))
+        report(c, PYDB_CHECK_STATUS_MISMATCH, mfn, path, off + g->off_status,
+               "record of MFN %d at offset %lld: STATUS %d but the XRF "
+               "pointer is %s", (int)mfn, (long long)off, status,
+               status ? "positive (active)" : "negated (deleted)");
+    mfbwb = (int32_t)pydb__u32(h + g->off_mfbwb);
+    mfbwp = pydb__u16(h + g->off_mfbwp);
+    vi->mfrl = (uint32_t)mfrl;
+    vi->back = -1;
+    if (mfbwb != 0 || mfbwp != 0) {
+        if (mfbwb < 1 || mfbwp >= PYDB_BLOCK)
+            report(c, PYDB_CHECK_BACK_POINTER, mfn, path, off + g->off_mfbwb,
+                   "%s of MFN %d at offset %lld: malformed back pointer "
+                   "MFBWB/MFBWP %lld/%lld", what, (int)mfn, (long long)off,
+                   (long long)mfbwb, (long long)mfbwp);
+        else
+            vi->back = (mfbwb - 1) * PYDB_BLOCK + mfbwp;
+    }
+    /* Directory: every field inside the record, stored back to back. */
+    if (nvf > 0) {
+        if (dir_reserve(c, (size_t)base) < 0) {
+            report(c, PYDB_CHECK_LIMIT, mfn, path, off,
+                   "no memory for a %lld-byte directory", (long long)base);
+            return 0;
+        }
+        if (ck_read(c, &c->db->mst, c->dir + g->leader,
+                    (size_t)(base - g->leader), off + g->leader, mfn,
+                    "directory"))
+            return -1;
+        for (i = 0; i < nvf && !c->stop; i++) {
+            const uint8_t *d = c->dir + g->leader + i * g->entry;
+            int64_t pos, len;
+            if (g->ffi) {
+                pos = pydb__u32(d + g->dir_pos);
+                len = pydb__u32(d + g->dir_len);
+            } else {
+                pos = pydb__u16(d + g->dir_pos);
+                len = pydb__u16(d + g->dir_len);
+            }
+            if (pos + len > mfrl - base) {
+                report(c, PYDB_CHECK_DIRECTORY, mfn, path,
+                       off + g->leader + i * g->entry,
+                       "%s of MFN %d at offset %lld: directory entry %lld "
+                       "(tag %u, pos %lld, len %lld) passes the end of the "
+                       "record (%lld data bytes)", what, (int)mfn,
+                       (long long)off, (long long)(i + 1),
+                       (unsigned)pydb__u16(d), (long long)pos,
+                       (long long)len, (long long)(mfrl - base));
+                continue;
+            }
+            if (pos != expect && !order_reported) {
+                order_reported = 1;
+                report(c, PYDB_CHECK_DIRECTORY_ORDER, mfn, path,
+                       off + g->leader + i * g->entry,
+                       "%s of MFN %d at offset %lld: directory entry %lld "
+                       "(tag %u) starts at data byte %lld, expected %lld "
+                       "(fields not back to back in directory order)",
+                       what, (int)mfn, (long long)off, (long long)(i + 1),
+                       (unsigned)pydb__u16(d), (long long)pos,
+                       (long long)expect);
+            }
+            expect = pos + len;
+        }
+    }
+    return 0;
+}
+
+/* Check the current version of `mfn` at `off`, then its back chain. */
+static void check_chain(ck *c, int32_t mfn, int64_t off, int state)
+{
+    const char *path = c->db->mst.path;
+    const pydb_geom *g = c->g;
+    version *seen;
+    vinfo vi;
+    int64_t cur = off;
+
+    seen = tab_find(c, off);
+    if (seen) {
+        /* Another XRF entry reached this offset first. */
+        if (seen->mfn != mfn)
+            report(c, PYDB_CHECK_MFN_MISMATCH, mfn, path, off,
+                   "the XRF entry of MFN %d points at offset %lld, which "
+                   "holds a version of MFN %d", (int)mfn, (long long)off,
+                   (int)seen->mfn);
+        return;
+    }
+    if (check_version(c, mfn, off, state, &vi) < 0) return;
+    c->sum->versions++;
+    tab_add(c, off, vi.mfrl, mfn);
+    while (vi.back >= 0 && !c->stop) {
+        int64_t back = vi.back;
+        if (back >= cur) {
+            report(c, PYDB_CHECK_BACK_POINTER, mfn, path, cur + g->off_mfbwb,
+                   "version of MFN %d at offset %lld: back pointer to "
+                   "offset %lld is not strictly earlier in the file "
+                   "(cycle?)", (int)mfn, (long long)cur, (long long)back);
+            return;
+        }
+        if (back < PYDB_CTL_SIZE) {
+            report(c, PYDB_CHECK_BACK_POINTER, mfn, path, cur + g->off_mfbwb,
+                   "version of MFN %d at offset %lld: back pointer to "
+                   "offset %lld, inside the control record", (int)mfn,
+                   (long long)cur, (long long)back);
+            return;
+        }
+        seen = tab_find(c, back);
+        if (seen) {
+            if (seen->mfn != mfn)
+                report(c, PYDB_CHECK_BACK_POINTER, mfn, path,
+                       cur + g->off_mfbwb,
+                       "version of MFN %d at offset %lld: back pointer to "
+                       "offset %lld, a version of MFN %d", (int)mfn,
+                       (long long)cur, (long long)back, (int)seen->mfn);
+            return;   /* the rest of the chain was checked already */
+        }
+        if (check_version(c, mfn, back, -1, &vi) < 0) return;
+        c->sum->back_versions++;
+        tab_add(c, back, vi.mfrl, mfn);
+        cur = back;
+    }
+}
+
+/* ---------------------------------------------------- step 1: control */
+
+static void check_control(ck *c)
+{
+    pydb_db *db = c->db;
+    uint8_t h[32];
+    int32_t delock, ewlock;
+
+    if (db->mst.size % PYDB_BLOCK)
+        report(c, PYDB_CHECK_FILE_SIZE, 0, db->mst.path, db->mst.size,
+               "the master file has %lld bytes, not a multiple of 512",
+               (long long)db->mst.size);
+    if (db->xrf.size % PYDB_BLOCK)
+        report(c, PYDB_CHECK_FILE_SIZE, 0, db->xrf.path, db->xrf.size,
+               "the XRF has %lld bytes, not a multiple of 512 (the partial "
+               "block is ignored)", (long long)db->xrf.size);
+    if (c->end < PYDB_CTL_SIZE || c->end > db->mst.size)
+        report(c, PYDB_CHECK_CONTROL, 0, db->mst.path, 8,
+               "control record: NXTMFB/NXTMFP %d/%d put the end of the "
+               "records at byte %lld, outside %d..%lld", (int)db->next_block,
+               (int)db->next_pos, (long long)c->end, PYDB_CTL_SIZE,
+               (long long)db->mst.size);
+    if (db->next_pos > PYDB_BLOCK)
+        report(c, PYDB_CHECK_CONTROL, 0, db->mst.path, 12,
+               "control record: NXTMFP %d is past the 512-byte block",
+               (int)db->next_pos);
+    if (db->mftype > 1)
+        report(c, PYDB_CHECK_CONTROL_FLAGS, 0, db->mst.path, 14,
+               "control record: MFTYPE %d (0 user, 1 system database)",
+               (int)db->mftype);
+    if (ck_read(c, &db->mst, h, sizeof h, 0, 0, "control record")) return;
+    delock = (int32_t)pydb__u32(h + 24);
+    ewlock = (int32_t)pydb__u32(h + 28);
+    if (delock != 0 || ewlock != 0)
+        report(c, PYDB_CHECK_CONTROL_FLAGS, 0, db->mst.path,
+               delock ? 24 : 28,
+               "control record: CISIS lock words set (data-entry locks "
+               "%d, exclusive write lock %d): a writer did not finish",
+               (int)delock, (int)ewlock);
+}
+
+/* --------------------------------------------- steps 2+3: XRF, records */
+
+static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
+{
+    pydb_db *db = c->db;
+    int k = db->mstxl;
+    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
+    int64_t block = v >> (11 - k);
+    int64_t low = v & ((1 << (11 - k)) - 1);
+    int64_t off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> k)) << k);
+
+    if (raw == 0) return;                         /* never created */
+    if (raw < 0 && (raw == -2048 || off == 0)) return;  /* physically gone */
+    if (block < 1 || off < PYDB_CTL_SIZE) {
+        report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
+               "XRF entry of MFN %d (value %d) points at offset %lld, "
+               "inside the control record", (int)mfn, (int)raw,
+               (long long)off);
+        return;
+    }
+    if (off >= db->mst.size) {
+        report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
+               "XRF entry of MFN %d (value %d) points at offset %lld, past "
+               "the end of the master file (%lld bytes)", (int)mfn,
+               (int)raw, (long long)off, (long long)db->mst.size);
+        return;
+    }
+    if (off >= c->end)   /* reported, and the version is still checked */
+        report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
+               "XRF entry of MFN %d (value %d) points at offset %lld, past "
+               "the committed end %lld (NXTMFB/NXTMFP): the next append "
+               "overwrites the record", (int)mfn, (int)raw, (long long)off,
+               (long long)c->end);
+    check_chain(c, mfn, off, raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE);
+}
+
+static void check_xrf(ck *c)
+{
+    pydb_db *db = c->db;
+    int64_t nblocks = db->xrf.size / PYDB_BLOCK, b, b0;
+    int64_t need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
+                   PYDB_XRF_PER_BLOCK;
+    int neg_reported = 0;
+
+    if (nblocks < need)
+        report(c, PYDB_CHECK_XRF_BLOCK, 0, db->xrf.path, db->xrf.size,
+               "the XRF has %lld whole blocks, NXTMFN %d needs %lld: MFN "
+               "%lld..%d have no entry", (long long)nblocks,
+               (int)db->next_mfn, (long long)need,
+               (long long)(nblocks * PYDB_XRF_PER_BLOCK + 1),
+               (int)(db->next_mfn - 1));
+    for (b0 = 0; b0 < nblocks && !c->stop; b0 += XRF_CHUNK_BLOCKS) {
+        int64_t nb = nblocks - b0 < XRF_CHUNK_BLOCKS ? nblocks - b0
+                                                     : XRF_CHUNK_BLOCKS;
+        uint8_t *buf = c->chunk;
+        c->chunk_len = 0;   /* the scan buffer no longer holds MST bytes */
+        if (ck_read(c, &db->xrf, buf, (size_t)(nb * PYDB_BLOCK),
+                    b0 * PYDB_BLOCK, 0, "XRF blocks"))
+            return;
+        for (b = b0; b < b0 + nb && !c->stop; b++) {
+            const uint8_t *blk = buf + (b - b0) * PYDB_BLOCK;
+            int32_t pos = (int32_t)pydb__u32(blk);
+            int64_t apos = pos < 0 ? -(int64_t)pos : pos;
+            if (apos != b + 1)
+                report(c, PYDB_CHECK_XRF_BLOCK, 0, db->xrf.path,
+                       b * PYDB_BLOCK,
+                       "XRF block %lld holds XRFPOS %d (expected %lld or "
+                       "its negation): readers refuse its %d entries",
+                       (long long)(b + 1), (int)pos, (long long)(b + 1),
+                       PYDB_XRF_PER_BLOCK);
+            else if (pos < 0 && b != nblocks - 1 && !neg_reported) {
+                neg_reported = 1;
+                report(c, PYDB_CHECK_XRFPOS_SIGN, 0, db->xrf.path,
+                       b * PYDB_BLOCK,
+                       "XRF block %lld is not the last but its XRFPOS is "
+                       "negative (%d)", (long long)(b + 1), (int)pos);
+            } else if (pos > 0 && b == nblocks - 1)
+                report(c, PYDB_CHECK_XRFPOS_SIGN, 0, db->xrf.path,
+                       b * PYDB_BLOCK,
+                       "XRF block %lld is the last but its XRFPOS is "
+                       "positive (%d)", (long long)(b + 1), (int)pos);
+            for (int s = 0; s < PYDB_XRF_PER_BLOCK && !c->stop; s++) {
+                int64_t mfn = b * PYDB_XRF_PER_BLOCK + s + 1;
+                int64_t where = b * PYDB_BLOCK + 4 + 4 * s;
+                int32_t raw = (int32_t)pydb__u32(blk + 4 + 4 * s);
+                if (mfn >= db->next_mfn) {
+                    if (raw != 0)
+                        report(c, PYDB_CHECK_XRF_BEYOND_END, (int32_t)mfn,
+                               db->xrf.path, where,
+                               "XRF entry of MFN %lld holds %d, but NXTMFN "
+                               "is %d: a record readers cannot see (or "
+                               "NXTMFN too small)", (long long)mfn,
+                               (int)raw, (int)db->next_mfn);
+                    continue;
+                }
+                c->sum->mfns++;
+                check_xrf_entry(c, (int32_t)mfn, raw, where);
+                progress(c, 1, 0);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------- step 4: sequential scan */
+
+static int cmp_version(const void *a, const void *b)
+{
+    const version *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Bytes [off, off+n) of the master file from the scan buffer (refilled
+ * as needed; n <= CHUNK), or NULL if they pass the end of the file or
+ * cannot be read. */
+static const uint8_t *peek(ck *c, int64_t off, int64_t n)
+{
+    pydb_file *f = &c->db->mst;
+    int64_t len;
+    if (off < 0 || n > CHUNK || off > f->size - n) return NULL;
+    if (off >= c->chunk_off && off + n <= c->chunk_off + c->chunk_len)
+        return c->chunk + (off - c->chunk_off);
+    len = f->size - off < CHUNK ? f->size - off : CHUNK;
+    c->chunk_len = 0;
+    if (ck_read(c, f, c->chunk, (size_t)len, off, 0, "master file"))
+        return NULL;
+    c->chunk_off = off;
+    c->chunk_len = len;
+    return c->chunk;
+}
+
+/* Does a record of a valid MFN start at q and end by `limit`?  Sets
+ * *mfrl and *mfn. */
+static int plausible(ck *c, int64_t q, int64_t limit, int64_t *mfrl,
+                     int32_t *mfn)
+{
+    const pydb_geom *g = c->g;
+    const uint8_t *h = peek(c, q, g->leader);
+    int64_t base, nvf, m, i, mfbwb, mfbwp;
+    int locked;
+    if (!h) return 0;
+    *mfn = (int32_t)pydb__u32(h);
+    if (*mfn < 1 || *mfn > c->db->next_mfn) return 0;
+    m = leader_mfrl(c, h, &locked);
+    base = leader_base(c, h);
+    nvf = pydb__u16(h + g->off_nvf);
+    mfbwb = (int32_t)pydb__u32(h + g->off_mfbwb);
+    mfbwp = pydb__u16(h + g->off_mfbwp);
+    if (m < g->leader || m > c->max_mfrl || q + m > limit) return 0;
+    if (base != g->leader + nvf * g->entry || base > m) return 0;
+    if (pydb__u16(h + g->off_status) > 1 || mfbwb < 0 ||
+        mfbwp >= PYDB_BLOCK)
+        return 0;
+    if (base <= CHUNK) {
+        const uint8_t *d = peek(c, q, base);
+        if (!d) return 0;
+        for (i = 0; i < nvf; i++) {
+            const uint8_t *e = d + g->leader + i * g->entry;
+            int64_t pos = g->ffi ? pydb__u32(e + g->dir_pos)
+                                 : pydb__u16(e + g->dir_pos);
+            int64_t len = g->ffi ? pydb__u32(e + g->dir_len)
+                                 : pydb__u16(e + g->dir_len);
+            if (pos + len > m - base) return 0;
+        }
+    }
+    *mfrl = m;
+    return 1;
+}
+
+/* Look for records in the gap [a, b) that nothing reaches. */
+static void scan_gap(ck *c, int64_t a, int64_t b)
+{
+    int64_t q = (a + c->align - 1) / c->align * c->align, m;
+    int32_t mfn;
+
+    while (q + c->g->leader <= b && !c->stop) {
+        if (plausible(c, q, b, &m, &mfn)) {
+            c->sum->orphans++;
+            c->sum->orphan_bytes += m;
+            report(c, PYDB_CHECK_ORPHAN, mfn, c->db->mst.path, q,
+                   "a %lld-byte version of MFN %d at offset %lld is reached "
+                   "neither from the XRF nor by a back pointer%s",
+                   (long long)m, (int)mfn, (long long)q,
+                   q >= c->end ? " (past the committed end: an append "
+                                 "that was never committed)"
+                               : " (garbage left by an update)");
+            q = (q + m + c->align - 1) / c->align * c->align;
+        } else {
+            q += c->align;
+        }
+        scan_progress(c, q);
+    }
+}
+
+static void check_scan(ck *c)
+{
+    version *v = NULL;
+    size_t n = 0, i;
+    int64_t prev_end = PYDB_CTL_SIZE;
+    int32_t prev_mfn = 0;
+    int64_t prev_off = -1;
+
+    if (!c->tracking || c->stop) return;
+    c->scan_base = c->done;
+    if (c->tab_n) {
+        v = malloc(c->tab_n * sizeof *v);
+        if (!v) {
+            report(c, PYDB_CHECK_LIMIT, 0, c->db->mst.path, -1,
+                   "no memory to sort %zu versions: the overlap and orphan "
+                   "checks are skipped", c->tab_n);
+            return;
+        }
+        for (i = 0; i < c->tab_cap; i++)
+            if (c->tab[i].off >= 0) v[n++] = c->tab[i];
+        qsort(v, n, sizeof *v, cmp_version);
+    }
+    for (i = 0; i < n && !c->stop; i++) {
+        int64_t vend = v[i].off + v[i].mfrl;
+        if (v[i].off < prev_end && prev_off >= 0)
+            report(c, PYDB_CHECK_OVERLAP, v[i].mfn, c->db->mst.path,
+                   v[i].off,
+                   "the version of MFN %d at offset %lld starts inside the "
+                   "version of MFN %d at offset %lld (which ends at %lld)",
+                   (int)v[i].mfn, (long long)v[i].off, (int)prev_mfn,
+                   (long long)prev_off, (long long)prev_end);
+        else
+            scan_gap(c, prev_end, v[i].off);
+        scan_progress(c, v[i].off);
+        if (vend > prev_end) {
+            prev_end = vend;
+            prev_off = v[i].off;
+            prev_mfn = v[i].mfn;
+        }
+    }
+    if (!c->stop) scan_gap(c, prev_end, c->db->mst.size);
+    free(v);
+    if (!c->stop) c->sum->scanned = 1;
+}
+
+/* ----------------------------------------------------------- driver */
+
+int pydb_check_ex(pydb_db *db, const pydb_check_options *opt,
+                  pydb_check_summary *out, pydb_error *err)
+{
+    pydb_check_options none = {0};
+    ck c;
+    int rc = PYDB_OK;
+
+    memset(out, 0, sizeof *out);
+    if (!db) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no database");
+    memset(&c, 0, sizeof c);
+    c.db = db;
+    c.g = &pydb__geom[db->layout];
+    c.opt = opt ? opt : &none;
+    c.sum = out;
+    c.end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
+    c.align = db->mstxl ? ((int64_t)1 << db->mstxl) : 2;
+    c.append_at = (c.end + c.align - 1) / c.align * c.align;
+    c.max_mfrl = c.g->ffi ? PYDB_MAX_FFI_MFRL : 32767;
+    c.tracking = 1;
+    c.total = (int64_t)(db->next_mfn - 1) + db->mst.size / PYDB_BLOCK;
+    c.chunk = malloc(CHUNK);
+    c.dir_cap = 4096;
+    c.dir = malloc(c.dir_cap);
+    if (!c.chunk || !c.dir) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the check");
+        goto cleanup;
+    }
+    check_control(&c);
+    /* A write-ahead-log step goes here (see the top of this file). */
+    check_xrf(&c);
+    check_scan(&c);
+    if (c.done < c.total) c.done = c.total;
+    progress(&c, 0, 1);
+cleanup:
+    free(c.chunk);
+    free(c.dir);
+    free(c.tab);
+    return rc;
+}
+
+int pydb_check(pydb_db *db, pydb_check_fn fn, void *ctx,
+               pydb_check_summary *out, pydb_error *err)
+{
+    pydb_check_options o = {0};
+    o.problem = fn;
+    o.ctx = ctx;
+    return pydb_check_ex(db, &o, out, err);
+}

@@ -1,0 +1,801 @@
+"""The validator: db.check(), pydb.check.CheckReport and ``python -m pydb check``.
+
+* Every real database under ../shared/data/isis that SOURCES.md calls
+  sound checks without errors, and the walk accounts for every physical
+  version that SOURCES.md counted (current + back + orphan = phys); the
+  damaged and non-canonical ones (ABCD ``odds``, the pyisis fixtures
+  ``cds`` and ``testflag``, cisis ``CDS.std`` without XRF) report exactly
+  the faults SOURCES.md describes, at their byte offsets.
+* For each kind of fault, a database built with ``pydb._pydb._build`` (all
+  four leader layouts) or a real one is damaged at one precise byte in a
+  copy under tmp_path, and the check names exactly that fault: kind, MFN,
+  file and offset (isis-formats.md §2-3 give the byte layout).
+* Hostile random damage (hypothesis) never crashes or hangs the check, and
+  whenever a reader fails on the damaged files, the check reports an error.
+* The command line: exit status 0/1/2, text and JSON output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pydb
+from pydb import _pydb
+from pydb.__main__ import main as cli_main
+from pydb.check import KINDS, CheckReport, Problem
+
+from conftest import DATA, REPO, all_master_files, data_path
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
+# Leader geometry, isis-formats.md §2.2.
+GEOM = {
+    "isis-packed": dict(leader=18, entry=6, ffi=False, mfrl=4, mfbwb=6,
+                        mfbwp=10, base=12, nvf=14, status=16, dpos=2, dlen=4),
+    "isis-aligned": dict(leader=20, entry=6, ffi=False, mfrl=4, mfbwb=8,
+                         mfbwp=12, base=14, nvf=16, status=18, dpos=2, dlen=4),
+    "ffi-packed": dict(leader=22, entry=10, ffi=True, mfrl=4, mfbwb=8,
+                       mfbwp=12, base=14, nvf=18, status=20, dpos=2, dlen=6),
+    "ffi-aligned": dict(leader=24, entry=12, ffi=True, mfrl=4, mfbwb=8,
+                        mfbwp=12, base=16, nvf=20, status=22, dpos=4, dlen=8),
+}
+N = 300   # records in a built database: 3 XRF blocks (127 entries each)
+
+
+# ----------------------------------------------------------------- helpers
+
+def sources_table() -> dict:
+    """{relative .mst path: (act, ldel, pdel, phys)} from SOURCES.md."""
+    out = {}
+    text = (DATA / "SOURCES.md").read_text(encoding="utf-8")
+    for line in text.splitlines():
+        m = re.match(r"\| `([^`]+\.mst)` \| (\d+) \| ([\w-]+) \| (\d+) \| (\d+) \| (\d+) \| "
+                     r"([-\d]+)/([-\d]+)/([-\d]+) \|", line)
+        if m:
+            a, l, p = (int(x) if x != "-" else 0 for x in m.group(7, 8, 9))
+            out[m.group(1)] = (a, l, p, int(m.group(6)))
+    return out
+
+
+def rel(p: Path) -> str:
+    return p.relative_to(DATA).as_posix()
+
+
+def copy_db(src_mst: Path, dst: Path) -> Path:
+    """Copy the .mst and .xrf of a real database into dst; returns the
+    base path of the copy."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src_mst.parent.iterdir():
+        if f.stem == src_mst.stem and f.suffix.lower() in (".mst", ".xrf"):
+            shutil.copy2(f, dst / (f.stem + f.suffix.lower()))
+    return dst / src_mst.stem
+
+
+def records(n: int):
+    """n records with 1-4 fields; odd and even data lengths."""
+    out = []
+    for i in range(1, n + 1):
+        fields = [(24, f"Title {i} ".encode() * (1 + i % 5)), (70, f"Author {i}".encode())]
+        if i % 3 == 0:
+            fields.append((300, b"x" * (i % 7)))
+        if i % 4 == 0:
+            fields.append((90, b""))
+        out.append(fields)
+    return out
+
+
+def build(tmp: Path, layout: str, n: int = N, mstxl: int = 0) -> Path:
+    base = tmp / f"b-{layout}-{mstxl}"
+    _pydb._build(str(base), layout, mstxl, records(n), False)
+    return base
+
+
+def offset_of(base: Path, mfn: int) -> int:
+    with pydb.open(base) as db:
+        return db.xrf_entry(mfn)["offset"]
+
+
+def patch(path: Path, off: int, data: bytes):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(data)
+
+
+def read_at(path: Path, off: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(off)
+        return f.read(n)
+
+
+def run_check(base, **kw) -> CheckReport:
+    with pydb.open(base) as db:
+        return db.check(max_problems=100000, **kw)
+
+
+def errors(rep: CheckReport):
+    return [(p.kind, p.mfn, Path(p.file).name, p.offset) for p in rep if p.severity == "error"]
+
+
+def warnings_(rep: CheckReport):
+    return [(p.kind, p.mfn, Path(p.file).name, p.offset) for p in rep if p.severity == "warning"]
+
+
+def committed_end(db) -> int:
+    i = db.info()
+    return (i["next_block"] - 1) * 512 + i["next_pos"] - 1
+
+
+# ----------------------------------------------------------- real data
+
+MASTERS = all_master_files()
+DAMAGED = {
+    "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds.mst",
+    "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/cds.mst",
+}
+NO_XRF = {"bireme__cisis/tests/CDS.std.mst"}
+# Non-canonical pyisis files whose SOURCES.md physical count leaves out a
+# superseded version the scan does find (checked one by one below).
+PHYS_EXCEPTIONS = {
+    "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/cds.mst",
+    "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/testflag.mst",
+}
+
+
+@pytest.mark.parametrize("mst", MASTERS, ids=lambda p: rel(p))
+def test_real_database(mst, isis_data):
+    """Sound databases: no error; the versions checked plus the orphans
+    found inside the committed region are SOURCES.md's physical count,
+    and the current versions are its active + logically deleted."""
+    r = rel(mst)
+    if r in NO_XRF:
+        with pytest.raises(pydb.DatabaseNotFoundError):
+            pydb.open(mst)
+        return
+    table = sources_table()
+    with pydb.open(mst) as db:
+        rep = db.check(max_problems=100000)
+        end = committed_end(db)
+        counts = db.counts()
+        max_mfn = db.max_mfn
+    assert set(rep.counts) <= set(KINDS)
+    assert sum(rep.counts.values()) == rep.errors + rep.warnings == len(rep.problems)
+    assert rep.stats["scanned"] is True
+    assert rep.stats["mfns"] == max_mfn
+    if r in DAMAGED:
+        assert not rep.ok
+    else:
+        assert rep.ok, rep.summary() + "\n" + "\n".join(map(str, rep.problems[:20]))
+    act, ldel, pdel, phys = table[r]
+    if r != "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds.mst":
+        assert rep.stats["versions"] == act + ldel == counts["active"] + counts["logically_deleted"]
+    inside = [p for p in rep if p.kind == "orphan" and p.offset < end]
+    assert rep.stats["orphans"] == sum(1 for p in rep if p.kind == "orphan")
+    if r not in PHYS_EXCEPTIONS:
+        assert rep.stats["versions"] + rep.stats["back_versions"] + len(inside) == phys
+
+
+def test_odds_mfn_49(isis_data):
+    """SOURCES.md: one XRF entry of ABCD odds points at a record with a
+    different MFN.  It is MFN 49 (offset 28976, where text bytes give MFN
+    2019440690); the 8 current versions with a negative MFRL are lock
+    warnings; the rest of the 229 versions are reachable or orphans."""
+    mst = data_path("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds.mst")
+    if not mst.is_file():
+        pytest.skip("odds not present")
+    rep = run_check(mst)
+    assert errors(rep) == [("mfn-mismatch", 49, "odds.mst", 28976)]
+    assert "carries MFN 2019440690" in rep.problems[[p.kind for p in rep].index("mfn-mismatch")].message
+    assert sorted(p.mfn for p in rep if p.kind == "locked") == [2, 9, 11, 40, 45, 51, 57, 58]
+    assert rep.counts == {"mfn-mismatch": 1, "locked": 8, "orphan": 127}
+    assert rep.stats["versions"] + rep.stats["back_versions"] + rep.stats["orphans"] == 229
+
+
+def test_pyisis_fixture_cds(isis_data):
+    """SOURCES.md: re-saved by pyisis, 69 records with odd MFRL (warnings).
+    Its NXTMFB/NXTMFP (123/319: end 62782) also lag behind the file: MFN
+    150 (offset 62558, MFRL 225) ends at 62783, and MFN 31's current
+    version was written at 62784, past the committed end (XRF entry at
+    byte 124); its superseded version at 11416 is an orphan."""
+    mst = data_path("scieloorg__pyisis/pyisis/pyisis/tests/fixtures/cds.mst")
+    if not mst.is_file():
+        pytest.skip("fixture not present")
+    rep = run_check(mst)
+    assert errors(rep) == [("xrf-pointer", 31, "cds.xrf", 124),
+                           ("mfrl", 150, "cds.mst", 62558 + 4)]
+    assert rep.counts["mfrl-padding"] == 69
+    assert [(p.mfn, p.offset) for p in rep if p.kind == "orphan"] == [(31, 11416)]
+
+
+def test_pyisis_testflag(isis_data):
+    """SOURCES.md: 1 record at an odd offset, file of 1338 bytes.  Readable
+    without loss: warnings only.  The version at 64 (STATUS 1) is an
+    orphan; the current one at 947 (STATUS 0, XRF 4531) is odd-placed,
+    odd-sized, and ends one byte past NXTMFB/NXTMFP 3/314 (end 1337)."""
+    mst = data_path("scieloorg__pyisis/pyisis/pyisis/tests/fixtures/testflag.mst")
+    if not mst.is_file():
+        pytest.skip("fixture not present")
+    rep = run_check(mst)
+    assert rep.ok
+    assert sorted(warnings_(rep)) == sorted([
+        ("file-size", 0, "testflag.mst", 1338),
+        ("placement", 1, "testflag.mst", 947),
+        ("mfrl-padding", 1, "testflag.mst", 951),
+        ("control-end", 1, "testflag.mst", 8),
+        ("orphan", 1, "testflag.mst", 64),
+    ])
+
+
+def test_winisis_bibl_chain(isis_data):
+    """WinISIS BIBL: MFN 5's back pointer 4/242 (offset 1778) is walked,
+    MFN 3 is logically deleted with STATUS 1: no fault but 2 orphans."""
+    mst = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL.mst")
+    if not mst.is_file():
+        pytest.skip("BIBL not present")
+    rep = run_check(mst)
+    assert rep.ok and rep.stats["back_versions"] == 1
+    assert rep.counts == {"orphan": 2}
+
+
+def test_winisis_bibl_damaged_back_version(isis_data, tmp_path):
+    """The back version of MFN 5 at offset 1778 gets another MFN: the
+    chain walk reports it there."""
+    base = copy_db(data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL.mst"), tmp_path)
+    patch(base.with_suffix(".mst"), 1778, struct.pack("<i", 4))
+    rep = run_check(base)
+    assert errors(rep) == [("mfn-mismatch", 5, "BIBL.mst", 1778)]
+    assert "back version of MFN 5" in [p for p in rep if p.severity == "error"][0].message
+
+
+def test_winisis_bibl_back_pointer_cycle(isis_data, tmp_path):
+    """MFN 5's back pointer aimed at itself (block 7 offset 228 = 3300)."""
+    base = copy_db(data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL.mst"), tmp_path)
+    mst = base.with_suffix(".mst")
+    patch(mst, 3300 + 6, struct.pack("<iH", 3300 // 512 + 1, 3300 % 512))
+    rep = run_check(base)
+    assert errors(rep) == [("back-pointer", 5, "BIBL.mst", 3306)]
+    # the old version at 1778 is now reached by nothing
+    assert (5, 1778) in [(p.mfn, p.offset) for p in rep if p.kind == "orphan"]
+
+
+# -------------------------------------------------- built databases, per fault
+
+@pytest.fixture(params=LAYOUTS)
+def built(request, tmp_path):
+    layout = request.param
+    base = build(tmp_path, layout)
+    return layout, GEOM[layout], base, base.with_suffix(".mst"), base.with_suffix(".xrf")
+
+
+def test_built_is_clean(built):
+    layout, g, base, mst, xrf = built
+    rep = run_check(base)
+    assert rep.problems == [] and rep.ok
+    assert rep.stats["mfns"] == N and rep.stats["versions"] == N
+    assert rep.stats["orphans"] == 0
+
+
+def test_fault_leader_mfn(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 200)
+    patch(mst, off, struct.pack("<i", 201))
+    rep = run_check(base)
+    assert errors(rep) == [("mfn-mismatch", 200, "b-%s-0.mst" % layout, off)]
+    # What lies there now looks like a version of MFN 201 that nothing reaches.
+    assert warnings_(rep) == [("orphan", 201, mst.name, off)]
+
+
+def test_fault_mfrl_past_file(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 17)
+    patch(mst, off + g["mfrl"], struct.pack("<i", 1 << 29) if g["ffi"] else struct.pack("<h", 32000))
+    rep = run_check(base)
+    assert errors(rep) == [("mfrl", 17, mst.name, off + g["mfrl"])]
+
+
+def test_fault_base(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 5)
+    fmt = "<I" if g["ffi"] else "<H"
+    old = struct.unpack(fmt, read_at(mst, off + g["base"], struct.calcsize(fmt)))[0]
+    patch(mst, off + g["base"], struct.pack(fmt, old + 2))
+    rep = run_check(base)
+    assert errors(rep) == [("base", 5, mst.name, off + g["base"])]
+
+
+def test_fault_directory_len(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 9)
+    entry = off + g["leader"] + 1 * g["entry"]      # second field (tag 70)
+    fmt = "<I" if g["ffi"] else "<H"
+    patch(mst, entry + g["dlen"], struct.pack(fmt, 5000))
+    rep = run_check(base)
+    assert errors(rep) == [("directory", 9, mst.name, entry)]
+
+
+def test_fault_directory_order(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 12)                       # 4 fields
+    e0 = off + g["leader"]
+    e1 = e0 + g["entry"]
+    fmt = "<I" if g["ffi"] else "<H"
+    sz = struct.calcsize(fmt)
+    p1 = struct.unpack(fmt, read_at(mst, e1 + g["dpos"], sz))[0]
+    patch(mst, e1 + g["dpos"], struct.pack(fmt, p1 - 1))   # overlaps field 1
+    rep = run_check(base)
+    assert rep.ok
+    assert warnings_(rep) == [("directory-order", 12, mst.name, e1)]
+
+
+def test_fault_status(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 33)
+    patch(mst, off + g["status"], struct.pack("<H", 7))
+    rep = run_check(base)
+    assert errors(rep) == [("status", 33, mst.name, off + g["status"])]
+
+
+def test_fault_status_mismatch(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 34)
+    patch(mst, off + g["status"], struct.pack("<H", 1))
+    rep = run_check(base)
+    assert rep.ok
+    assert warnings_(rep) == [("status-mismatch", 34, mst.name, off + g["status"])]
+
+
+def test_fault_locked(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 35)
+    fmt = "<i" if g["ffi"] else "<h"
+    sz = struct.calcsize(fmt)
+    m = struct.unpack(fmt, read_at(mst, off + g["mfrl"], sz))[0]
+    patch(mst, off + g["mfrl"], struct.pack(fmt, -m))
+    rep = run_check(base)
+    assert rep.ok
+    assert warnings_(rep) == [("locked", 35, mst.name, off + g["mfrl"])]
+    with pydb.open(base) as db:      # and readers agree: readable, locked
+        assert db[35].locked
+
+
+def test_fault_xrfpos(built):
+    layout, g, base, mst, xrf = built
+    patch(xrf, 512, struct.pack("<i", 7))
+    rep = run_check(base)
+    assert errors(rep) == [("xrf-block", 0, xrf.name, 512)]
+    with pytest.raises(pydb.CorruptionError):    # readers refuse the block
+        pydb.open(base)[130]
+
+
+def test_fault_xrfpos_sign(built):
+    layout, g, base, mst, xrf = built
+    patch(xrf, 1024, struct.pack("<i", 3))       # last block, positive
+    rep = run_check(base)
+    assert rep.ok and warnings_(rep) == [("xrfpos-sign", 0, xrf.name, 1024)]
+
+
+def test_fault_xrf_past_file(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 100)
+    size = mst.stat().st_size
+    patch(xrf, 4 + 99 * 4, struct.pack("<i", (size // 512 + 5) * 2048))
+    rep = run_check(base)
+    assert errors(rep) == [("xrf-pointer", 100, xrf.name, 400)]
+    # The record is still there, now reached by nothing.
+    assert warnings_(rep) == [("orphan", 100, mst.name, off)]
+
+
+def test_fault_xrf_into_control_record(built):
+    layout, g, base, mst, xrf = built
+    slot = 512 + 4 + (140 - 128) * 4          # MFN 140 in block 2
+    patch(xrf, slot, struct.pack("<i", 2048 + 10))
+    rep = run_check(base)
+    assert ("xrf-pointer", 140, xrf.name, slot) in errors(rep)
+    assert len(errors(rep)) == 1
+
+
+def test_fault_xrf_beyond_next_mfn(built):
+    layout, g, base, mst, xrf = built
+    slot = 1024 + 4 + (N + 5 - 255) * 4        # MFN 305, block 3
+    patch(xrf, slot, struct.pack("<i", 2048 + 64))
+    rep = run_check(base)
+    assert errors(rep) == [("xrf-beyond-end", N + 5, xrf.name, slot)]
+
+
+def test_fault_hole_makes_orphan(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 77)
+    patch(xrf, 4 + 76 * 4, b"\0\0\0\0")
+    rep = run_check(base)
+    assert rep.ok and warnings_(rep) == [("orphan", 77, mst.name, off)]
+
+
+def test_fault_overlap(built):
+    layout, g, base, mst, xrf = built
+    off1, off2 = offset_of(base, 1), offset_of(base, 2)
+    fmt = "<i" if g["ffi"] else "<h"
+    patch(mst, off1 + g["mfrl"], struct.pack(fmt, off2 - off1 + 2))
+    rep = run_check(base)
+    assert errors(rep) == [("overlap", 2, mst.name, off2)]
+
+
+def test_fault_back_pointer_forward(built):
+    layout, g, base, mst, xrf = built
+    off, later = offset_of(base, 50), offset_of(base, 60)
+    patch(mst, off + g["mfbwb"], struct.pack("<i", later // 512 + 1))
+    patch(mst, off + g["mfbwp"], struct.pack("<H", later % 512))
+    rep = run_check(base)
+    assert errors(rep) == [("back-pointer", 50, mst.name, off + g["mfbwb"])]
+
+
+def test_fault_back_pointer_other_mfn(built):
+    layout, g, base, mst, xrf = built
+    off, earlier = offset_of(base, 50), offset_of(base, 40)
+    patch(mst, off + g["mfbwb"], struct.pack("<i", earlier // 512 + 1))
+    patch(mst, off + g["mfbwp"], struct.pack("<H", earlier % 512))
+    rep = run_check(base)
+    assert errors(rep) == [("back-pointer", 50, mst.name, off + g["mfbwb"])]
+    assert "a version of MFN 40" in [p for p in rep if p.severity == "error"][0].message
+
+
+def test_fault_back_pointer_malformed(built):
+    layout, g, base, mst, xrf = built
+    off = offset_of(base, 51)
+    patch(mst, off + g["mfbwb"], struct.pack("<i", -3))
+    rep = run_check(base)
+    assert errors(rep) == [("back-pointer", 51, mst.name, off + g["mfbwb"])]
+
+
+def test_fault_committed_end_short(built):
+    """NXTMFB/NXTMFP moved back into the last record: the next append would
+    overwrite it."""
+    layout, g, base, mst, xrf = built
+    last = offset_of(base, N)
+    end = last + 2
+    patch(mst, 8, struct.pack("<iH", end // 512 + 1, end % 512 + 1))
+    rep = run_check(base)
+    assert errors(rep) == [("mfrl", N, mst.name, last + g["mfrl"])]
+
+
+def test_fault_control_end_before_records(built):
+    """NXTMFB/NXTMFP 1/1 put the committed end at byte 0, inside the
+    control record: a control error, and every XRF entry points past it."""
+    layout, g, base, mst, xrf = built
+    patch(mst, 8, struct.pack("<iH", 1, 1))
+    rep = run_check(base)
+    errs = errors(rep)
+    assert errs[0] == ("control", 0, mst.name, 8)
+    assert errs[1:] == [("xrf-pointer", m, xrf.name, ((m - 1) // 127) * 512 + 4 + ((m - 1) % 127) * 4)
+                        for m in range(1, N + 1)]
+
+
+def test_fault_control_lock_words(built):
+    layout, g, base, mst, xrf = built
+    patch(mst, 28, struct.pack("<i", 1))
+    rep = run_check(base)
+    assert rep.ok and warnings_(rep) == [("control-flags", 0, mst.name, 28)]
+
+
+def test_fault_mfrl_padding_mstxl(tmp_path):
+    """With MSTXL 3 an MFRL that is even but not a multiple of 8."""
+    base = build(tmp_path, "ffi-aligned", n=20, mstxl=3)
+    mst = base.with_suffix(".mst")
+    off = offset_of(base, 3)
+    m = struct.unpack("<i", read_at(mst, off + 4, 4))[0]
+    assert m % 8 == 0
+    patch(mst, off + 4, struct.pack("<i", m - 2))
+    rep = run_check(base)
+    kinds = {(p.kind, p.mfn, p.offset) for p in rep}
+    assert ("mfrl-padding", 3, off + 4) in kinds
+    assert all(p.severity == "warning" or p.kind == "directory" for p in rep)
+
+
+def test_many_problems_truncated(tmp_path):
+    """Every record's STATUS damaged: all counted, max_problems kept."""
+    base = build(tmp_path, "isis-packed")
+    mst = base.with_suffix(".mst")
+    for m in range(1, N + 1):
+        patch(mst, offset_of(base, m) + 16, struct.pack("<H", 9))
+    with pydb.open(base) as db:
+        rep = db.check(max_problems=10)
+    assert rep.counts == {"status": N} and rep.errors == N
+    assert len(rep) == 10 and rep.truncated
+    assert [p.mfn for p in rep] == list(range(1, 11))
+    assert "status" in rep.summary() and "DAMAGED" in rep.summary()
+
+
+def test_progress_and_threads(tmp_path):
+    base = build(tmp_path, "isis-aligned", n=2000)
+    calls = []
+    with pydb.open(base) as db:
+        rep = db.check(progress=lambda d, t: calls.append((d, t)))
+        total = 2000 + db.info()["mst_size"] // 512
+    assert rep.ok
+    assert calls and calls[-1] == (total, total)
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+
+
+def test_api_errors(tmp_path):
+    base = build(tmp_path, "isis-packed", n=3)
+    db = pydb.open(base)
+    with pytest.raises(ValueError):
+        db.check(max_problems=-1)
+    run = _pydb.CheckRun(db)
+    run.run()
+    with pytest.raises(RuntimeError):
+        run.run()
+    db.close()
+    with pytest.raises(pydb.ClosedError):
+        db.check()
+    assert KINDS["mfn-mismatch"] == "error" and KINDS["orphan"] == "warning"
+    import pydb.check as check_module
+    for kind, sev in KINDS.items():     # every kind is documented, with its severity
+        assert re.search(rf"^{re.escape(kind)}\s+{sev}\s", check_module.__doc__, re.M), kind
+    p = Problem("status", "error", 3, "x.mst", 10, "why")
+    assert str(p) == "error: status MFN 3: x.mst at byte 10: why"
+
+
+def test_check_runs_while_reading(tmp_path):
+    """The check runs (GIL released) while other threads read the handle."""
+    import threading
+    base = build(tmp_path, "isis-packed", n=3000)
+    with pydb.open(base) as db:
+        stop = threading.Event()
+        seen = []
+
+        def reader():
+            while not stop.is_set():
+                seen.append(db[1500].mfn)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            rep = db.check()
+        finally:
+            stop.set()
+            t.join()
+    assert rep.ok and seen and set(seen) == {1500}
+
+
+# ------------------------------------------------------- hostile damage
+
+EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+
+
+def _reads_fail(base) -> bool:
+    """Does any reader call fail with CorruptionError on these files?"""
+    try:
+        db = pydb.open(base)
+    except pydb.CorruptionError:
+        return True
+    with db:
+        for m in range(1, db.max_mfn + 1):
+            try:
+                db.versions(m)
+            except pydb.NotFoundError:
+                pass
+            except pydb.CorruptionError:
+                return True
+    return False
+
+
+if given is not None:
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(layout=st.sampled_from(LAYOUTS),
+           damage=st.lists(st.tuples(st.booleans(), st.integers(0, 1 << 20),
+                                     st.integers(1, 255)), min_size=1, max_size=8),
+           truncate=st.one_of(st.none(), st.integers(0, 1 << 20)))
+    def test_random_damage(tmp_path_factory, layout, damage, truncate):
+        """Random bytes xor-ed into both files (and maybe a truncation):
+        the check returns, every problem names a kind, a file and an
+        offset inside that file, and if a reader fails, an error."""
+        tmp = tmp_path_factory.mktemp("h")
+        base = build(tmp, layout, n=140)
+        mst, xrf = base.with_suffix(".mst"), base.with_suffix(".xrf")
+        for in_xrf, pos, x in damage:
+            f = xrf if in_xrf else mst
+            size = f.stat().st_size
+            b = read_at(f, pos % size, 1)
+            patch(f, pos % size, bytes([b[0] ^ x]))
+        if truncate is not None:
+            with open(mst, "r+b") as f:
+                f.truncate(truncate % (mst.stat().st_size + 1))
+        try:
+            db = pydb.open(base)
+        except pydb.CorruptionError:
+            return
+        with db:
+            rep = db.check(max_problems=100000)
+            sizes = {str(mst): mst.stat().st_size, str(xrf): xrf.stat().st_size}
+        for p in rep:
+            assert p.kind in KINDS and p.severity == KINDS[p.kind]
+            assert p.file in sizes and -1 <= p.offset <= sizes[p.file]
+            assert 0 <= p.mfn
+        if _reads_fail(base):
+            assert rep.errors > 0, rep.summary()
+
+    FIELDS = ["mfn", "base", "nvf", "xrfpos", "xrf"]
+
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(layout=st.sampled_from(LAYOUTS), mfn=st.integers(1, 140),
+           field=st.sampled_from(FIELDS), byte=st.integers(0, 3), x=st.integers(1, 255))
+    def test_damage_that_matters_is_reported(tmp_path_factory, layout, mfn, field, byte, x):
+        """A byte changed in a field that every reader relies on (leader
+        MFN, BASE, NVF, XRFPOS, the XRF pointer without its flag bits) is
+        always reported."""
+        g = GEOM[layout]
+        tmp = tmp_path_factory.mktemp("m")
+        base = build(tmp, layout, n=140)
+        mst, xrf = base.with_suffix(".mst"), base.with_suffix(".xrf")
+        off = offset_of(base, mfn)
+        if field == "mfn":
+            where, f = off + byte, mst
+        elif field == "base":
+            where, f = off + g["base"] + byte % (4 if g["ffi"] else 2), mst
+        elif field == "nvf":
+            where, f = off + g["nvf"] + byte % 2, mst
+        elif field == "xrfpos":
+            where, f = ((mfn - 1) // 127) * 512 + byte, xrf
+        else:
+            where, f = ((mfn - 1) // 127) * 512 + 4 + ((mfn - 1) % 127) * 4 + byte, xrf
+            if byte == 1:
+                x &= ~0x06         # bits 0x200/0x400 are flags, not position
+                if not x:
+                    x = 0x08
+        b = read_at(f, where, 1)
+        patch(f, where, bytes([b[0] ^ x]))
+        try:
+            db = pydb.open(base)
+        except pydb.CorruptionError:
+            return            # the open itself names the damage
+        with db:
+            rep = db.check()
+        assert len(rep.problems) > 0
+        assert rep.errors > 0 or {p.kind for p in rep} <= {"status-mismatch", "orphan",
+                                                            "xrfpos-sign"}
+
+
+# ----------------------------------------------------------- command line
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "pydb", "check", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_sound(tmp_path):
+    base = build(tmp_path, "isis-packed", n=10)
+    p = cli(base)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "OK"
+    assert "0 error(s), 0 warning(s) in 10 MFNs" in p.stdout
+
+
+def test_cli_damaged_text_and_json(tmp_path, capsys):
+    base = build(tmp_path, "isis-aligned", n=10)
+    mst = base.with_suffix(".mst")
+    off = offset_of(base, 4)
+    patch(mst, off, struct.pack("<i", 99))
+    p = cli(base)
+    assert p.returncode == 1
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("error:")]
+    assert line == [f"error: mfn-mismatch MFN 4: {mst} at byte {off}: the record of MFN 4 "
+                    f"at offset {off} carries MFN 99 in its leader"]
+    assert re.search(r"^\s+1\s+error\s+mfn-mismatch$", p.stdout, re.M)
+    assert "DAMAGED" in p.stdout
+    assert cli_main(["check", str(base), "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["ok"] is False and d["exit_status"] == 1 and d["counts"] == {"mfn-mismatch": 1}
+    assert d["problems"][0] == {"kind": "mfn-mismatch", "severity": "error", "mfn": 4,
+                                "file": str(mst), "offset": off,
+                                "message": f"the record of MFN 4 at offset {off} carries MFN 99 in its leader"}
+
+
+def test_cli_warnings_and_strict(tmp_path, capsys):
+    base = build(tmp_path, "isis-packed", n=10)
+    patch(base.with_suffix(".xrf"), 4 + 4 * 4, b"\0\0\0\0")    # MFN 5 -> orphan
+    assert cli_main(["check", str(base)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: orphan MFN 5" in out and out.rstrip().endswith("OK")
+    assert cli_main(["check", str(base), "--strict"]) == 1
+    capsys.readouterr()
+    assert cli_main(["check", str(base), "--errors-only"]) == 0
+    assert "warning:" not in capsys.readouterr().out
+
+
+def test_cli_max_problems(tmp_path, capsys):
+    base = build(tmp_path, "isis-packed", n=20)
+    mst = base.with_suffix(".mst")
+    for m in range(1, 21):
+        patch(mst, offset_of(base, m) + 16, struct.pack("<H", 9))
+    assert cli_main(["check", str(base), "--max-problems", "3"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("error: status") == 3
+    assert "... 17 more (raise --max-problems)" in out
+    assert re.search(r"^\s+20\s+error\s+status$", out, re.M)
+
+
+def test_cli_cannot_open_and_usage(tmp_path, capsys):
+    assert cli_main(["check", str(tmp_path / "nothing")]) == 2
+    assert "cannot open" in capsys.readouterr().err
+    base = build(tmp_path, "isis-packed", n=3)
+    assert cli_main(["check", str(base), "--max-problems", "-1"]) == 2
+    p = cli()          # argparse: missing DB
+    assert p.returncode == 2
+
+
+def test_cli_corrupt_at_open(tmp_path, capsys):
+    """Damage that stops the open (CTLMFN != 0) is one 'open' error, exit 1."""
+    base = build(tmp_path, "isis-packed", n=3)
+    patch(base.with_suffix(".mst"), 0, struct.pack("<i", 5))
+    assert cli_main(["check", str(base)]) == 1
+    out = capsys.readouterr().out
+    assert f"error: open: {base.with_suffix('.mst')} at byte 0: control record: CTLMFN is 5" in out
+
+
+def test_cli_real_damaged_and_missing_xrf(isis_data):
+    odds = data_path("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds")
+    p = cli(odds, "--errors-only")
+    assert p.returncode == 1
+    assert "error: mfn-mismatch MFN 49:" in p.stdout and "at byte 28976" in p.stdout
+    p = cli(data_path("bireme__cisis/tests/CDS.std"))
+    assert p.returncode == 2 and "no cross-reference file" in p.stderr
+
+
+# ------------------------------------------------------------- the C API
+
+@pytest.fixture(scope="module")
+def check_main(tmp_path_factory):
+    """tests/c/check_main.c linked against the core sources (no Python)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not sys.platform.startswith("linux"):
+        pytest.skip("no C compiler")
+    exe = tmp_path_factory.mktemp("c") / "check_main"
+    srcs = sorted(str(p) for p in (REPO / "csrc").glob("*.c"))
+    # Under tests/test_sanitizers.py's ASan run, the C program is checked too.
+    san = (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-g"]
+           if os.environ.get("PYDB_SANITIZER_INNER") == "address" else [])
+    p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", *san, "-I", str(REPO / "csrc"),
+                        str(REPO / "tests" / "c" / "check_main.c"), *srcs, "-o", str(exe),
+                        "-pthread"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return exe
+
+
+def test_c_api_matches_python(check_main, tmp_path):
+    base = build(tmp_path, "ffi-packed", n=50)
+    mst = base.with_suffix(".mst")
+    for m in (7, 8, 9):
+        patch(mst, offset_of(base, m) + GEOM["ffi-packed"]["status"], struct.pack("<H", 4))
+    patch(base.with_suffix(".xrf"), 4 + 4 * 19, b"\0\0\0\0")      # MFN 20: orphan
+    p = subprocess.run([str(check_main), str(base)], capture_output=True, text=True)
+    assert p.returncode == 1, p.stderr
+    rep = run_check(base)
+    lines = p.stdout.splitlines()
+    assert lines[:-1] == [f"{q.severity} {q.kind} {q.mfn} {q.offset} {q.file}" for q in rep]
+    assert lines[-1] == "errors=3 warnings=1 versions=49 orphans=1 stopped=0"
+    # The callback may stop the walk.
+    p = subprocess.run([str(check_main), str(base), "2"], capture_output=True, text=True)
+    assert p.stdout.splitlines()[-1] == "errors=2 warnings=0 versions=8 orphans=0 stopped=1"
+
+
+def test_cli_progress_bar(tmp_path):
+    base = build(tmp_path, "isis-packed", n=3000)
+    p = cli(base, "--progress")
+    assert p.returncode == 0
+    assert "check:" in p.stderr and "step" in p.stderr     # tqdm on stderr
+    assert p.stdout.strip().endswith("OK")
