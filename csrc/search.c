@@ -945,6 +945,51 @@ static int eval(plist *out, const node *n, eval_ctx *c)
     return PYDB_OK;
 }
 
+/* Keep the MFNs of v[*n] (ascending, distinct) whose XRF entry is active.
+ * Sparse results look each MFN up; dense ones (at least one candidate per
+ * DENSE MFNs of their range) merge with a scan of the active MFNs. */
+#define DENSE 16
+#define SCAN_BATCH 4096
+
+static int drop_inactive(int32_t *v, size_t *n, pydb_db *db, pydb_error *err)
+{
+    size_t i = 0, o = 0, cnt = *n;
+    int rc;
+
+    if (cnt == 0) return PYDB_OK;
+    if ((int64_t)cnt * DENSE < (int64_t)v[cnt - 1] - v[0] + 1) {
+        for (i = 0; i < cnt; i++) {
+            pydb_xrf_entry x;
+            rc = pydb_xrf_get(&x, db, v[i], err);
+            if (rc == PYDB_ENOTFOUND) continue;   /* above the highest MFN */
+            if (rc) return rc;
+            if (x.state == PYDB_XRF_ACTIVE) v[o++] = v[i];
+        }
+        *n = o;
+        return PYDB_OK;
+    }
+    int32_t *buf = malloc(SCAN_BATCH * sizeof *buf);
+    if (!buf)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for a scan");
+    rc = PYDB_OK;
+    while (i < cnt && v[i] <= pydb_max_mfn(db)) {
+        size_t bn = 0, k = 0;
+        int32_t next = 0;
+        rc = pydb_list_mfns(buf, SCAN_BATCH, &bn, &next, db, v[i], 0, err);
+        if (rc) break;
+        /* the batch decides every candidate below `next` (> v[i]: the
+         * scan stops after a full batch or at the end of the XRF) */
+        while (i < cnt && v[i] < next) {
+            while (k < bn && buf[k] < v[i]) k++;
+            if (k < bn && buf[k] == v[i]) v[o++] = v[i];
+            i++;
+        }
+    }
+    free(buf);
+    *n = o;
+    return rc;
+}
+
 /* ---------------------------------------------------------------- public */
 
 int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
@@ -994,21 +1039,9 @@ int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
                         l.n);
         goto cleanup;
     }
-    for (size_t i = 0; i < l.n; i++) {
-        int32_t m = l.v[i].mfn;
-        if (o && v[o - 1] == m) continue;
-        if (db) {
-            pydb_xrf_entry x;
-            rc = pydb_xrf_get(&x, db, m, err);
-            if (rc == PYDB_ENOTFOUND) {
-                rc = PYDB_OK;
-                continue;
-            }
-            if (rc) goto cleanup;
-            if (x.state != PYDB_XRF_ACTIVE) continue;
-        }
-        v[o++] = m;
-    }
+    for (size_t i = 0; i < l.n; i++)
+        if (!o || v[o - 1] != l.v[i].mfn) v[o++] = l.v[i].mfn;
+    if (db && (rc = drop_inactive(v, &o, db, err))) goto cleanup;
     *mfns = v;
     *n = o;
     v = NULL;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import threading
 from itertools import product
 
 import pytest
@@ -388,6 +389,37 @@ def test_deleted_records_dropped(tmp_path, ix):
         search(ix, "APPLE", "not a database")
 
 
+def _xrf_put(base, mfn, raw):
+    """Overwrite the XRF entry of `mfn` (isis-formats.md §3.1)."""
+    with open(str(base) + ".xrf", "r+b") as f:
+        f.seek(((mfn - 1) // 127) * 512 + 4 + ((mfn - 1) % 127) * 4)
+        f.write(struct.pack("<i", raw))
+
+
+def test_deleted_records_dense_and_sparse(tmp_path):
+    """Dense results are checked by a scan of the XRF, sparse ones entry
+    by entry (csrc/search.c drop_inactive); both give the same answer."""
+    base = tmp_path / "many"
+    _pydb._build(str(base), "isis-packed", 0, [[(1, b"r%d" % i)] for i in range(300)], True)
+    with pydb.open(base) as db:
+        raw = {m: db.xrf_entry(m)["raw"] for m in (3, 250)}
+    _xrf_put(base, 3, -raw[3])
+    _xrf_put(base, 250, -raw[250])
+    _xrf_put(base, 5, -2048)
+    ix = _pydb._memory_index({
+        b"DENSE": [(m, 1, 1, 1) for m in range(1, 311)],       # 301..310: no record
+        b"SPARSE": [(m, 1, 1, 1) for m in (3, 5, 7, 250, 299, 400)],
+        b"HALF": [(m, 1, 1, 1) for m in range(2, 311, 2)],
+    })
+    with pydb.open(base, io="pread") as db:
+        active = set(db.mfns())
+        assert active == set(range(1, 301)) - {3, 5, 250}
+        assert s(ix, "DENSE", db) == sorted(active)
+        assert s(ix, "SPARSE", db) == [7, 299]
+        assert s(ix, "HALF", db) == [m for m in range(2, 301, 2) if m != 250]
+        assert s(ix, "DENSE ^ HALF", db) == [m for m in range(1, 301, 2) if m not in (3, 5)]
+
+
 def test_expression_encoding(tmp_path):
     """With a database, the expression is encoded with its encoding."""
     ix = _pydb._memory_index({"CAFÉ".encode("cp850"): [(1, 1, 1, 1)],
@@ -553,3 +585,36 @@ def test_every_operator_pair_against_model(ix):
         right = ("op", o1, n1, t[0], ("op", o2, n2, t[1], t[2]))
         for tree in (left, right):
             assert s(ix, render(tree)) == _mfns(ref_eval(tree, table)), render(tree)
+
+
+def test_threads_share_an_index(ix):
+    """Searches run with the GIL released on one index from many threads;
+    close() waits for those in flight, later ones raise ClosedError."""
+    local = _pydb._memory_index({**TABLE, **ZOO})
+    exprs = {"AP$ * BANANA": [1, 2, 3, 4, 5, 7, 8], "ZOO$/(10)": list(range(100, 150, 2)),
+             "(APPLE . . BANANA) $ $ $ CHERRY": [2]}
+    errors, closed = [], []
+    start = threading.Barrier(8)
+
+    def worker(k):
+        start.wait()
+        for i in range(300):
+            e = list(exprs)[(i + k) % 3]
+            try:
+                got = s(local, e)
+            except ClosedError:
+                closed.append(k)
+                return
+            if got != exprs[e]:
+                errors.append((e, got))
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads[:4]:
+        t.join()
+    local.close()
+    for t in threads[4:]:
+        t.join()
+    assert errors == []
+    with pytest.raises(ClosedError):
+        search(local, "APPLE")
