@@ -12,7 +12,8 @@ Run (a benchmark, not a test; nothing is asserted about time):
 The expressions use the most frequent word (W1), the most frequent words
 with at most 2,000 (W2) and 200 (W3) postings, the two most frequent
 words of titles (T1, T2; tag 24) for the positional operators, and one- and two-letter
-prefixes for truncation; extra_info records the words, their posting
+prefixes for truncation, and an OR of the 100 most frequent words
+(OR100); extra_info records the words, their posting
 counts and the number of hits.
 """
 
@@ -53,8 +54,10 @@ def corpus():
         title[k] += sum(1 for p in v if p[1] == 24)
     t = sorted(title, key=lambda k: (-title[k], k))
     words = {"W1": by_count[0].decode(), "W2": near(2000), "W3": near(200),
-             "T1": t[0].decode(), "T2": t[1].decode()}
-    counts = {f"{w}_postings": len(table[words[w].encode()]) for w in words}
+             "T1": t[0].decode(), "T2": t[1].decode(),
+             "OR100": " + ".join(k.decode() for k in by_count[:100])}
+    counts = {f"{w}_postings": len(table[words[w].encode()])
+              for w in words if w != "OR100"}
     info = {"keys": len(table), "postings": sum(map(len, table.values())),
             "records": records, **words, **counts}
     return ix, base, words, info
@@ -79,6 +82,7 @@ EXPRS = [
     "{T1}/(24)",
     "BA$/(24) * ({W2} + {W3})",
     "(BA$ . . BE$) (F) BI$",
+    "{OR100}",
 ]
 
 

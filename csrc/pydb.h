@@ -361,8 +361,12 @@ void pydb_index_close(pydb_index *ix);
 int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err);
 
 /* Evaluate a search expression (formats §6) against `ix`; `db` (may be
- * NULL) drops logically deleted records.  *mfns (malloc'ed, free()) gets
- * the sorted, distinct MFNs.  PYDB_ESYNTAX: err->offset = position. */
+ * NULL) drops the MFNs whose XRF entry is not active (logically or
+ * physically deleted, never created, above the highest MFN).  *mfns
+ * (malloc'ed, free()) gets the sorted, distinct MFNs.  PYDB_ESYNTAX:
+ * err->offset = 0-based byte position of the fault; PYDB_EUNSUPPORTED:
+ * an operator needs posting fields the index lacks (LIND).  The language
+ * and the postings each operator yields: csrc/search.c. */
 int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
                 const char *expr, size_t len, pydb_error *err);
 /* Limits of pydb_search(): longer expressions and deeper parentheses are

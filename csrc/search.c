@@ -73,7 +73,9 @@
  * 5. Cost.  Every operator is one linear merge of two sorted lists; a
  *    truncation collects the keys first (the term callback must not read
  *    postings), then merges the per-key runs pairwise, bottom-up:
- *    O(N log k) for N postings over k keys.
+ *    O(N log k) for N postings over k keys; a chain of k '+' is merged
+ *    the same way.  An operand after an empty left side of *, ^, (G), (F)
+ *    or proximity is not evaluated.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -840,12 +842,51 @@ oom:
     return 1;
 }
 
+/* l->v holds nruns sorted runs back to back, run r starting at runs[r]
+ * (runs[nruns] = l->n; runs has nruns + 1 entries and is overwritten).
+ * Merge them pairwise, bottom-up, into one sorted distinct list: O(N log
+ * nruns). */
+static int merge_runs(plist *l, size_t *runs, size_t nruns, pydb_error *err)
+{
+    plist tmp = {0};
+    int rc;
+
+    runs[nruns] = l->n;
+    if (nruns < 2) return PYDB_OK;
+    if ((rc = pl_reserve(&tmp, l->n, err))) return rc;
+    while (nruns > 1) {
+        size_t o = 0, r, w = 0;
+        /* each step reads runs[r..r+2] before writing runs[w], w <= r */
+        for (r = 0; r + 1 < nruns; r += 2) {
+            size_t s0 = runs[r], s1 = runs[r + 1], e1 = runs[r + 2];
+            runs[w++] = o;
+            merge_into(tmp.v, &o, l->v + s0, s1 - s0, l->v + s1, e1 - s1);
+        }
+        if (r < nruns) {   /* odd run out */
+            size_t s0 = runs[r], e0 = runs[r + 1];
+            runs[w++] = o;
+            memcpy(tmp.v + o, l->v + s0, (e0 - s0) * sizeof *tmp.v);
+            o += e0 - s0;
+        }
+        runs[w] = o;
+        nruns = w;
+        pydb_posting *sw = l->v;
+        size_t swcap = l->cap;
+        l->v = tmp.v;
+        l->cap = tmp.cap;
+        l->n = o;
+        tmp.v = sw;
+        tmp.cap = swcap;
+    }
+    pydb_postings_free(&tmp);
+    return PYDB_OK;
+}
+
 /* Postings of one term node (truncation: all keys with the prefix). */
 static int eval_term(plist *out, const node *t, eval_ctx *c)
 {
     key_list keys = {0};
     size_t *runs = NULL, nruns = 0;
-    plist tmp = {0};
     int rc;
 
     memset(out, 0, sizeof *out);
@@ -879,41 +920,48 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
         out->n = start + n;
         if (n) runs[nruns++] = start;
     }
-    runs[nruns] = out->n;
-    /* bottom-up pairwise merging of the runs */
-    if (nruns > 1) {
-        if ((rc = pl_reserve(&tmp, out->n, c->err))) goto cleanup;
-        while (nruns > 1) {
-            size_t o = 0, r = 0, w = 0;
-            for (r = 0; r + 1 < nruns; r += 2) {
-                size_t s0 = runs[r], s1 = runs[r + 1], e1 = runs[r + 2];
-                runs[w++] = o;
-                merge_into(tmp.v, &o, out->v + s0, s1 - s0, out->v + s1,
-                           e1 - s1);
-            }
-            if (r < nruns) {   /* odd run out */
-                size_t s0 = runs[r], e0 = runs[r + 1];
-                runs[w++] = o;
-                memcpy(tmp.v + o, out->v + s0, (e0 - s0) * sizeof *tmp.v);
-                o += e0 - s0;
-            }
-            runs[w] = o;
-            nruns = w;
-            pydb_posting *sw = out->v;
-            size_t swcap = out->cap;
-            out->v = tmp.v;
-            out->cap = tmp.cap;
-            out->n = o;
-            tmp.v = sw;
-            tmp.cap = swcap;
-        }
-    }
+    rc = merge_runs(out, runs, nruns, c->err);
 cleanup:
     free(keys.arena);
     free(keys.off);
     free(keys.len);
     free(runs);
-    pydb_postings_free(&tmp);
+    if (rc) pydb_postings_free(out);
+    return rc;
+}
+
+static int eval(plist *out, const node *n, eval_ctx *c);
+
+/* A chain of '+' (a level-0 chain holds nothing else): the operands side
+ * by side, then one k-way merge -- not k - 1 growing copies. */
+static int eval_or(plist *out, const node *n, eval_ctx *c)
+{
+    size_t *runs = malloc((n->nitems + 1) * sizeof *runs), nruns = 0;
+    plist part = {0};
+    int rc = PYDB_OK;
+
+    memset(out, 0, sizeof *out);
+    if (!runs)
+        return PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1, "no memory for runs");
+    for (size_t i = 0; i < n->nitems; i++) {
+        if ((rc = eval(&part, n->items[i].node, c))) break;
+        if (part.n) {
+            if (out->n == 0) {   /* adopt the first list */
+                *out = part;
+                memset(&part, 0, sizeof part);
+                runs[nruns++] = 0;
+                continue;
+            }
+            if ((rc = pl_reserve(out, out->n + part.n, c->err))) break;
+            memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
+            runs[nruns++] = out->n;
+            out->n += part.n;
+        }
+        pydb_postings_free(&part);
+    }
+    if (!rc) rc = merge_runs(out, runs, nruns, c->err);
+    pydb_postings_free(&part);
+    free(runs);
     if (rc) pydb_postings_free(out);
     return rc;
 }
@@ -924,6 +972,7 @@ static int eval(plist *out, const node *n, eval_ctx *c)
     int rc;
 
     if (n->kind == N_TERM) return eval_term(out, n, c);
+    if (n->items[1].op == OP_OR) return eval_or(out, n, c);
     rc = eval(&acc, n->items[0].node, c);
     for (size_t i = 1; !rc && i < n->nitems; i++) {
         const item *it = &n->items[i];
