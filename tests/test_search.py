@@ -436,6 +436,52 @@ def test_expression_encoding(tmp_path):
     assert s(ix, "CAFÉ") == [2]
 
 
+# -------------------------------------------------- real data: the CDS sample
+
+CDS_STOP = set(b"A AN AND AS BY FOR FROM IN INTO ITS OF ON THE TO UPON WITH".split())
+
+
+def _cds_index(db):
+    """An in-memory index of the CDS sample following its FST
+    (db/cds.fst: ``70 0 MHU,(V70/)``, ``24 4 MHU,V24``, ``69 2 V69``;
+    isis-formats.md §5.2) and stop words, written out by hand for these
+    three lines only: 70 = each author one key, OCC per occurrence;
+    24 = letter runs, stop words skipped but counted; 69 = each <term>."""
+    table: dict[bytes, list] = {}
+    for r in db:
+        for occ, v in enumerate(r.raw(70), 1):
+            table.setdefault(v.upper().strip(), []).append((r.mfn, 70, occ, 1))
+        for occ, v in enumerate(r.raw(24), 1):
+            for cnt, m in enumerate(re.finditer(rb"[A-Za-z]+", v), 1):
+                if m.group().upper() not in CDS_STOP:
+                    table.setdefault(m.group().upper(), []).append((r.mfn, 24, occ, cnt))
+        for occ, v in enumerate(r.raw(69), 1):
+            for cnt, m in enumerate(re.finditer(rb"<([^>]*)>", v), 1):
+                table.setdefault(m.group(1).upper().strip(), []).append((r.mfn, 69, occ, cnt))
+    return _pydb._memory_index(table)
+
+
+@pytest.mark.parametrize("expr, expected", [
+    # checked against the CISIS text dump db/cds.txt (isis-formats.md §8):
+    # 24 "...measurement of transpiration...", "...and transpiration"
+    ("TRANSPIRATION", [1, 2]),
+    ("MEASUREMENT $ $ TRANSPIRATION", [1]),     # OF (a stop word) between
+    ("MEASUREMENT $ TRANSPIRATION", []),
+    ("PLANT . CHAMBER", [2, 3]),                # "the plant chamber"
+    ('"PLANT TRANSPIRATION"', [1, 4, 5, 8, 19, 23]),
+    ('"plant transpiration" ^ TRANSPIRATION', [4, 5, 8, 19, 23]),
+    ("BOSIAN$", [2, 3]),                        # 70 "Bosian, G."
+    ('"BOSIAN, G."/(70)', [2, 3]),
+    ("WATER * SOIL$/(69)", [5]),
+    ("PLANT$/(69)", list(range(1, 20)) + [21, 22, 23, 24, 25, 26, 54, 62, 69, 80]),
+])
+def test_cds_sample(isis_data, expr, expected):
+    with pydb.open(isis_data / "scieloorg__pyisis/db/cds", encoding="cp850") as db:
+        assert len(db) == 150
+        ix = _cds_index(db)
+        assert s(ix, expr, db) == expected
+
+
 # ------------------------------------------- brute-force reference model
 
 def _key_form(term: str) -> bytes:
