@@ -96,27 +96,39 @@ class SearchResult(Sequence):
         more = ", ..." if len(self.mfns) > 10 else ""
         return f"<SearchResult {self.expr!r}: {len(self.mfns)} MFNs [{shown}{more}]>"
 
-    def records(self) -> Iterator["Record"]:
-        """The records of the result, read one at a time as the iterator
-        advances (``db[mfn]``, in MFN order).  A record deleted physically
-        since the search is skipped; one deleted logically since is
-        yielded with ``deleted`` True.
+    def records(self, batch: int = 256) -> Iterator["Record"]:
+        """The records of the result in MFN order, read lazily: `batch`
+        records (int >= 1) per GIL release (``db.read_many``) as the
+        iterator advances.  A record deleted physically since the search is
+        skipped; one deleted logically since is yielded with ``deleted``
+        True.
 
         Raises:
-            ValueError: the result has no database (``search(..., db=None)``).
+            ValueError: the result has no database (``search(..., db=None)``)
+                or `batch` < 1.
             ClosedError, CorruptionError, DiskError: from reading the
                 master file.
         """
         if self.db is None:
             raise ValueError("this search result has no database to read "
                              "records from (search(..., db=None))")
-        db = self.db
-        for mfn in self.mfns:
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+        return self._records(self.db, batch)
+
+    def _records(self, db, batch: int) -> Iterator["Record"]:
+        for i in range(0, len(self.mfns), batch):
+            chunk = self.mfns[i:i + batch]
             try:
-                rec = db[mfn]
-            except NotFoundError:
-                continue
-            yield rec
+                recs = db.read_many(chunk)
+            except NotFoundError:      # one of them is gone: one at a time
+                recs = []
+                for mfn in chunk:
+                    try:
+                        recs.append(db[mfn])
+                    except NotFoundError:
+                        continue
+            yield from recs
 
 
 def search(index, expr: str, db: Optional["Database"] = None) -> SearchResult:

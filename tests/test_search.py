@@ -362,7 +362,7 @@ def _db_with_deletions(tmp_path):
 
 def test_deleted_records_dropped(tmp_path, ix):
     base = _db_with_deletions(tmp_path)
-    with pydb.open(base) as db:
+    with pydb.open(base, io="pread") as db:   # sees the XRF rewrites below
         assert db.xrf_entry(3)["state"] == "logically deleted"
         assert db.xrf_entry(5)["state"] == "physically deleted"
         assert s(ix, "APPLE") == [1, 2, 3, 4, 5, 6, 8]
@@ -381,8 +381,18 @@ def test_deleted_records_dropped(tmp_path, ix):
         assert first.mfn == 1 and first[10] == ["record 1"]
         assert [x.mfn for x in recs] == [2, 4, 6, 8, 9, 10]
         assert re.match(r"<SearchResult 'AP\$ \^ \"APPLE PIE\"': 7 MFNs \[1, 2, 4", repr(r))
+        # batches, and a record physically deleted after the search
+        r = search(ix, "APPLE + BANANA", db)
+        assert [x.mfn for x in r.records(batch=3)] == [1, 2, 4, 6, 7, 8]
+        raw4 = db.xrf_entry(4)["raw"]
+        _xrf_put(base, 4, -2048)
+        assert [x.mfn for x in r.records(batch=2)] == [1, 2, 6, 7, 8]
+        _xrf_put(base, 4, -raw4)
+        assert [(x.mfn, x.deleted) for x in r.records()][2] == (4, True)
+        with pytest.raises(ValueError, match="batch"):
+            r.records(batch=0)
     with pytest.raises(ValueError, match="no database"):
-        next(search(ix, "APPLE").records())
+        search(ix, "APPLE").records()
     with pytest.raises(ClosedError):
         search(ix, "APPLE", db)
     with pytest.raises(TypeError):
