@@ -502,10 +502,30 @@ typedef struct pydb_isis_index_info {
 int pydb_isis_index_describe(const pydb_index *ix, pydb_isis_index_info *out);
 
 /* Evaluate a search expression (formats §6) against `ix`; `db` (may be
- * NULL) drops logically deleted records.  *mfns (malloc'ed, free()) gets
- * the sorted, distinct MFNs.  PYDB_ESYNTAX: err->offset = position. */
+ * NULL) drops the MFNs whose XRF entry is not active (logically or
+ * physically deleted, never created, above the highest MFN).  *mfns
+ * (malloc'ed, free()) gets the sorted, distinct MFNs.  PYDB_ESYNTAX:
+ * err->offset = 0-based byte position of the fault; PYDB_EUNSUPPORTED:
+ * an operator needs posting fields the index lacks (LIND).  The language
+ * and the postings each operator yields: csrc/search.c. */
 int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
                 const char *expr, size_t len, pydb_error *err);
+/* Limits of pydb_search(): longer expressions and deeper parentheses are
+ * refused with PYDB_ESYNTAX (csrc/search.c explains the language). */
+#define PYDB_SEARCH_MAX_LEN 65536    /* bytes                             */
+#define PYDB_SEARCH_MAX_DEPTH 100    /* nested parentheses                */
+
+/* An in-memory index (kind PYDB_INDEX_MEMORY) whose postings carry the
+ * fields in `caps` (PYDB_POSTING_* bits; the others are stored as 0).
+ * Its key form is the term with ASCII a-z upper-cased, nothing else.
+ * Readers may share it; pydb_memindex_add() must not run concurrently
+ * with any other call on the same index. */
+int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err);
+/* Add n postings (MFN >= 1) to `key` (taken as given, in key form);
+ * creates the key if absent (not if n = 0).  Keys added in ascending
+ * byte order are appended in O(1); others are inserted in place. */
+int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
+                      const pydb_posting *p, size_t n, pydb_error *err);
 
 #ifdef __cplusplus
 }

@@ -90,5 +90,6 @@ PyObject *postings_to_list(pydb_postings *p);
 int index_exec(PyObject *m, module_state *st);
 int isisidx_exec(PyObject *m, module_state *st);   /* _pydb_isisidx.c */
 int check_exec(PyObject *m, module_state *st);
+int search_exec(PyObject *m, module_state *st);   /* _pydb_search.c */
 
 #endif

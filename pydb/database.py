@@ -185,6 +185,29 @@ class Database(_pydb.Database):
         """
         return self._require_index().postings(key, raw=raw)
 
+    def search(self, expr: str):
+        """Search the inverted index with a CDS/ISIS search expression
+        (isis-formats.md §6): ``+`` OR, ``*`` AND, ``^`` AND NOT, ``(G)``
+        same field, ``(F)`` same occurrence, ``.``/``$`` proximity, ``$``
+        right truncation, ``/(tag,...)`` qualifier, parentheses, quoted
+        terms.  See :mod:`pydb.search` for the exact semantics.
+
+        Returns:
+            A :class:`pydb.search.SearchResult`: the sorted MFNs (1-based)
+            of the active records that match; ``.records()`` reads them
+            lazily.
+
+        Raises:
+            UnsupportedError: the database has no inverted index, or the
+                expression uses (G)/(F)/proximity/qualifiers on an index
+                without TAG/OCC (ISIS LIND).
+            SearchSyntaxError: the expression does not parse (``reason``,
+                ``position``: 0-based character offset).
+            CorruptionError: damaged index files.
+            ClosedError: the database is closed.
+        """
+        return self._require_index().search(expr, self)
+
     def close(self) -> None:
         """Close the database and its inverted index (idempotent)."""
         lock = self.__dict__.get("_index_lock")

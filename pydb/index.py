@@ -244,6 +244,24 @@ class Index:
         return [make(t) for t in self._h.postings(k)]
 
     # -- life cycle ----------------------------------------------------
+    def search(self, expr: str, db=None):
+        """Evaluate the CDS/ISIS search expression `expr` (isis-formats.md
+        §6) against this index; see :func:`pydb.search.search`.
+
+        Returns:
+            A :class:`pydb.search.SearchResult`: sorted distinct MFNs
+            (1-based), logically deleted records left out when `db` (the
+            :class:`pydb.Database` this index belongs to) is given.
+
+        Raises:
+            SearchSyntaxError: the expression does not parse (``position``).
+            UnsupportedError: (G), (F), proximity or a qualifier on an index
+                whose postings carry no TAG/OCC (ISIS LIND).
+            ClosedError, CorruptionError, DiskError: as for :meth:`postings`.
+        """
+        from .search import search
+        return search(self._h, expr, db)
+
     def close(self) -> None:
         """Release the index files (idempotent; waits for calls in
         flight in other threads)."""

@@ -5,7 +5,7 @@ setup.py) from a copy of the sources in a temporary folder -- the checkout
 is never touched -- and tests/test_hostile.py, tests/test_threads.py and
 the tests of the other C readers (INNER_TESTS) run in a child Python with
 the ASan runtime preloaded.  A ThreadSanitizer build
-(``PYDB_SANITIZE=thread``) runs tests/test_threads.py the same way.  The
+(``PYDB_SANITIZE=thread``) runs its own list the same way.  The
 child runs get PYDB_SANITIZER_INNER, so they neither recurse into this
 file nor rerun the crash reproductions (which crash on purpose).
 
@@ -43,8 +43,9 @@ INNER_TESTS = {
         "tests/test_threads.py",
         "tests/test_isis_index.py",
         "tests/test_check.py",
+        "tests/test_search.py",
     ],
-    "thread": ["tests/test_threads.py"],
+    "thread": ["tests/test_threads.py", "tests/test_search.py"],
 }
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
 REPORT = {

@@ -1,0 +1,164 @@
+"""The CDS/ISIS search language (isis-formats.md §6) over an inverted index.
+
+Expressions combine terms with the operators of isis-formats.md §6.2,
+highest precedence first:
+
+==============  ===========================================================
+``A . B``       near: same MFN, TAG and OCC, ``|CNT(A) - CNT(B)| <= n``
+``A $ B``       exact distance: the same with ``= n``; ``n`` is the number
+                of ``.`` (or ``$``) written, each operator surrounded by
+                blanks: ``A . . B`` (or ``A .. B``) means n = 2
+``A (F) B``     same occurrence: same MFN, TAG and OCC (also ``WITH``)
+``A (G) B``     same field: same MFN and TAG
+``A * B``       AND (also ``AND``); ``A ^ B`` AND NOT (also ``AND NOT``)
+``A + B``       OR (also ``OR``)
+==============  ===========================================================
+
+Parentheses group; ``"..."`` quotes a term containing blanks, operators or
+parentheses; ``ROOT$`` (or ``"..."$``) is right truncation, the OR of every
+key that starts with ROOT (no cap); ``term/(t1,t2)`` keeps the postings of
+the term whose TAG (FST line ID) is listed (only directly after a term).
+The words AND, OR, NOT, WITH are operators only in upper case.
+
+Each operator yields postings, not just MFNs, so positional operators
+nest: ``A + B`` keeps both lists, ``A * B`` the postings of A and B in the
+records they share, ``A ^ B`` those of A in records without B, ``(G)``,
+``(F)`` and proximity the postings of each side that found a partner on
+the other side -- ``(A . B) . C`` finds C near A or B where A and B are
+near each other.  The answer is the sorted, distinct MFNs; csrc/search.c
+has the full definition.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Optional, overload
+
+from . import _pydb
+from .errors import NotFoundError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .database import Database, Record
+
+__all__ = ["SearchResult", "search"]
+
+
+class SearchResult(Sequence):
+    """The records an expression found: a sorted sequence of distinct MFNs
+    (int, 1-based) supporting ``len()``, iteration, indexing and slicing
+    (a slice is a list of MFNs) and ``mfn in result`` (binary search).
+
+    Attributes: ``expr`` (str, the expression), ``mfns`` (tuple of int),
+    ``db`` (the Database the MFNs refer to, or None).
+    """
+
+    __slots__ = ("expr", "mfns", "db")
+
+    def __init__(self, expr: str, mfns, db: Optional["Database"] = None):
+        self.expr = expr
+        self.mfns = tuple(mfns)
+        self.db = db
+
+    def __len__(self) -> int:
+        return len(self.mfns)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(self.mfns[i])
+        return self.mfns[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.mfns)
+
+    def __contains__(self, mfn) -> bool:
+        if not isinstance(mfn, int):
+            return False
+        k = bisect_left(self.mfns, mfn)
+        return k < len(self.mfns) and self.mfns[k] == mfn
+
+    def __eq__(self, other):
+        if isinstance(other, SearchResult):
+            return self.mfns == other.mfns
+        if isinstance(other, (list, tuple)):
+            return list(self.mfns) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(map(str, self.mfns[:10]))
+        more = ", ..." if len(self.mfns) > 10 else ""
+        return f"<SearchResult {self.expr!r}: {len(self.mfns)} MFNs [{shown}{more}]>"
+
+    def records(self, batch: int = 256) -> Iterator["Record"]:
+        """The records of the result in MFN order, read lazily: `batch`
+        records (int >= 1) per GIL release (``db.read_many``) as the
+        iterator advances.  A record deleted physically since the search is
+        skipped; one deleted logically since is yielded with ``deleted``
+        True.
+
+        Raises:
+            ValueError: the result has no database (``search(..., db=None)``)
+                or `batch` < 1.
+            ClosedError, CorruptionError, DiskError: from reading the
+                master file.
+        """
+        if self.db is None:
+            raise ValueError("this search result has no database to read "
+                             "records from (search(..., db=None))")
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+        return self._records(self.db, batch)
+
+    def _records(self, db, batch: int) -> Iterator["Record"]:
+        for i in range(0, len(self.mfns), batch):
+            chunk = self.mfns[i:i + batch]
+            try:
+                recs = db.read_many(chunk)
+            except NotFoundError:      # one of them is gone: one at a time
+                recs = []
+                for mfn in chunk:
+                    try:
+                        recs.append(db[mfn])
+                    except NotFoundError:
+                        continue
+            yield from recs
+
+
+def search(index, expr: str, db: Optional["Database"] = None) -> SearchResult:
+    """Evaluate the search expression `expr` against `index`.
+
+    Args:
+        index: a ``pydb._pydb.Index`` (native, ISIS or in-memory index).
+        expr: the expression (str), in the language of this module's
+            docstring (isis-formats.md §6).  It is encoded with `db`'s
+            encoding when `db` is given, else UTF-8, and its terms are
+            brought into the index's key form (isis-formats.md §5.3).
+        db: the Database the index belongs to, or None.  With a database,
+            MFNs whose records are not active (logically or physically
+            deleted, never created) are left out, and
+            :meth:`SearchResult.records` can read the records.
+
+    Returns:
+        A :class:`SearchResult` (sorted distinct MFNs).
+
+    Raises:
+        SearchSyntaxError: the expression does not parse (``reason``,
+            ``position``: 0-based character offset of the fault); also for
+            expressions over 65,536 bytes or parentheses nested deeper
+            than 100.
+        UnsupportedError: an operator the index cannot answer: (G), (F),
+            proximity or a field qualifier on an index without TAG/OCC
+            (ISIS LIND, isis-formats.md §4.7).
+        ClosedError: the index or the database is closed.
+        CorruptionError, DiskError: reading the index or the XRF failed.
+        UnicodeEncodeError: `expr` cannot be encoded in `db`'s encoding.
+        TypeError: `index` is not an Index, `db` not a Database.
+    """
+    return SearchResult(expr, _pydb._search(index, expr, db), db)
