@@ -6,6 +6,7 @@ Commands:
   dump DB [MFN..]  records as text (CISIS .id style: !ID / !vTTT!value)
   terms DB [PREFIX] keys of the inverted index with posting counts
   postings DB KEY  postings (MFN, TAG, OCC, CNT) of one key
+  search DB EXPR   MFNs matching a CDS/ISIS search expression
   check DB         validate everything; exit 0 sound, 1 damaged, 2 cannot
                    open / usage (see pydb.check)
   gen-unesb DIR    write the synthetic unesb database into DIR
@@ -83,6 +84,33 @@ def _cmd_postings(args) -> int:
         for p in db.postings(args.key, raw=args.raw):
             out.write(f"{p.mfn}\t{p.tag}\t{p.occ}\t{p.cnt}\n")
     return 0
+def _cmd_search(args) -> int:
+    """Print "N records" then the matching MFNs, one per line (or, with
+    --dump, the records as text).  Exit 1 on a syntax error."""
+    from .errors import SearchSyntaxError
+    db = _open_with_index(args)
+    if db is None:
+        return 1
+    with db:
+        try:
+            result = db.search(args.expr)
+        except SearchSyntaxError as e:
+            print(f"pydb search: {e.reason}", file=sys.stderr)
+            print(f"  {args.expr}\n  {' ' * e.position}^", file=sys.stderr)
+            return 1
+        out = sys.stdout
+        out.write(f"{len(result)} records\n")
+        if args.dump:
+            for rec in result.records():
+                out.write(f"!ID {rec.mfn:07d}\n")
+                for f in rec.fields:
+                    out.write(f"!v{f.tag:03d}!{f.value}\n")
+        else:
+            for mfn in result:
+                out.write(f"{mfn}\n")
+    return 0
+
+
 def _cmd_check(args) -> int:
     """Exit status: 0 no error (warnings allowed unless --strict), 1 any
     error (or any warning with --strict), 2 the database cannot be opened
@@ -184,6 +212,12 @@ def main(argv=None) -> int:
                    help="look the key up as given (no upper-casing)")
     p.add_argument("--encoding", default="utf-8")
     p.set_defaults(func=_cmd_postings)
+    p = sub.add_parser("search", help="MFNs matching a CDS/ISIS search expression")
+    p.add_argument("db")
+    p.add_argument("expr", help='e.g. "PLANT$ * WATER/(24)"')
+    p.add_argument("--dump", action="store_true", help="print the records, not just MFNs")
+    p.add_argument("--encoding", default="utf-8")
+    p.set_defaults(func=_cmd_search)
     p = sub.add_parser("check", help="validate a database (exit 0 sound, 1 damaged, 2 cannot open)",
                        description="Walk the control record, every XRF entry, every record "
                        "version and back-pointer chain, and scan the master file for "

@@ -698,3 +698,17 @@ def test_cds_sample_shipped_index(isis_data, expr, expected):
         result = db.search(expr)
         assert list(result) == expected
         assert [r.mfn for r in result.records()] == expected
+
+
+def test_cli_search(isis_data, capsys):
+    from pydb.__main__ import main as cli_main
+    base = str(isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds")
+    assert cli_main(["search", base, "PLANT . CHAMBER", "--encoding", "cp850"]) == 0
+    assert capsys.readouterr().out == "2 records\n2\n3\n"
+    assert cli_main(["search", base, "BOSIAN$", "--dump", "--encoding", "cp850"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 records\n!ID 0000002\n")
+    assert "!v070!Bosian, G.\n" in out
+    assert cli_main(["search", base, "PLANT . ("]) == 1
+    err = capsys.readouterr().err
+    assert "expected a term" in err and err.endswith("  PLANT . (\n           ^\n")
