@@ -458,6 +458,10 @@ def plot(samples: list[dict], path, title: str = "") -> None:
         ax.set_ylabel("rows per second")
         ax.set_yscale("log")
         ax.set_xscale("log", base=2)
+        all_ts = sorted({x["threads"] for x in samples if x["phase"] == "threads"})
+        ax.set_xticks(all_ts)
+        ax.set_xticklabels([str(t) for t in all_ts])
+        ax.minorticks_off()
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     for ax in list(axes.flat)[len(modes):]:

@@ -225,5 +225,5 @@ def test_command_line(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "at least 3 data points" in r.stderr
     r = subprocess.run([sys.executable, "-m", "pydb", "ministat", "-c", "97", "iguana"],
-                       cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 2
+                       cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert r.returncode == 2 and "-c takes" in r.stderr
