@@ -245,3 +245,19 @@ def test_unesb_is_deterministic(tmp_path):
         tags = {t for r in db for t in r.tags}
         assert {24, 26, 30, 40, 69} <= tags <= {24, 26, 30, 40, 44, 50, 69, 70, 71, 76}
         assert all(r.get(26).startswith("^a") for r in db)
+
+
+def test_real_database_lilacs(isis_data):
+    # LILACS sample: 3 225 active records, max MFN 3225 (SOURCES.md)
+    base = isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
+    if not base.with_suffix(".mst").exists():
+        pytest.skip("LILACS sample absent")
+    with pydb.open(base) as db:
+        header, mfns = crashtest.XrfRows().rows(db)
+    assert header == ["3225 records (from the XRF; no index phase)",
+                      "3225 postings max mfn 3225"]
+    s = settings(base, threads=[2], reps=1)
+    for py_read in crashtest.PY_READS:
+        s.py_read = py_read
+        assert [x["rows"] for x in crashtest.run_python(s)] == [3225, 6450]
+    assert [x["rows"] for x in crashtest.run_c(s)] == [3225, 6450]
