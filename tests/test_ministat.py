@@ -60,6 +60,23 @@ def test_incomplete_beta_closed_forms():
         assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, rel=1e-13)
 
 
+def test_t_cdf_against_the_integrated_density():
+    # An independent check of the incomplete-beta route: Simpson's rule on
+    # the t density f(x) = G((v+1)/2) / (sqrt(v pi) G(v/2)) (1 + x^2/v)^-((v+1)/2)
+    def density(x, v):
+        return math.exp(math.lgamma((v + 1) / 2) - math.lgamma(v / 2)
+                        - 0.5 * math.log(v * math.pi)
+                        - (v + 1) / 2 * math.log1p(x * x / v))
+
+    for v in (1, 3, 7.5, 18, 60):
+        for t in (0.4, 1.7, 3.2):
+            steps = 2000
+            h = t / steps
+            acc = density(0, v) + density(t, v) + sum(
+                (4 if k % 2 else 2) * density(k * h, v) for k in range(1, steps))
+            assert t_cdf(t, v) - 0.5 == pytest.approx(acc * h / 3, rel=1e-9, abs=1e-12)
+
+
 def test_summary_by_hand():
     s = summarize([50, 200, 150, 400, 750, 400, 150])
     assert (s.n, s.min, s.max, s.median, s.avg) == (7, 50, 750, 200, 300)
