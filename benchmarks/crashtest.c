@@ -235,7 +235,13 @@ int main(int argc, char **argv)
         n += got;
     }
     if (n == 0) {
-        fprintf(stderr, "pydb-crashtest: %s has no active records\n", c.db_path);
+        if (c.list_path)
+            fprintf(stderr, "pydb-crashtest: %s lists no MFNs\n", c.list_path);
+        else
+            fprintf(stderr, "pydb-crashtest: %s has no active records\n",
+                    c.db_path);
+        free(mfns);
+        pydb_close(db);
         return 2;
     }
     if (!c.json && c.list_path) {

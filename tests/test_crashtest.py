@@ -90,6 +90,10 @@ def test_c_program_reads_a_given_list(small_db, tmp_path):
     r = subprocess.run([binary, "--list", str(lst), str(small_db)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "not a list of MFNs" in r.stderr
+    lst.write_text("")
+    r = subprocess.run([binary, "--list", str(lst), str(small_db)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "lists no MFNs" in r.stderr
 
 
 def test_python_reads_per_record_and_in_batches_alike(small_db):
