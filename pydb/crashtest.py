@@ -576,6 +576,8 @@ def main(argv=None) -> int:
             s = Settings(db=db_path, threads=threads, cache=cache, lock=lock, reps=reps,
                          min_time=min_time, max_time=max_time, io=args.io,
                          mfns=mfns if index is not None else None)
+            print(f"(running cache {cache}, lock {lock}: C, then "
+                  f"{', '.join(impls[1:])}; {reps} repetitions...)", file=sys.stderr)
             try:
                 samples = run_c(s)
                 for r in py_reads:
@@ -598,9 +600,12 @@ def main(argv=None) -> int:
         settings = {"threads": threads, "caches": caches, "locks": locks, "reps": reps,
                     "min_time": min_time, "max_time": max_time, "io": args.io,
                     "py_read": py_reads, "row_source": how}
+        import platform
+        machine = {"cpus": os.cpu_count(), "python": sys.version,
+                   "platform": platform.platform()}
         Path(args.json).write_text(json.dumps(
-            {"db": db_path, "settings": settings, "header": header, "samples": everything},
-            indent=1))
+            {"db": db_path, "settings": settings, "machine": machine, "header": header,
+             "samples": everything}, indent=1))
     if args.plot:
         plot(everything, args.plot, title=f"crashtest: {os.path.basename(db_path)}")
         print(f"\nplot written to {args.plot}")

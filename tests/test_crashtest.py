@@ -193,6 +193,9 @@ def test_command_line(small_db, tmp_path):
     assert {x["impl"] for x in data["samples"]} == {"c", "python", "python-record"}
     assert len(data["samples"]) == 3 * 3 * 3      # impls x phases x repetitions
     assert data["settings"]["reps"] == 3
+    assert data["machine"]["cpus"] == os.cpu_count()
+    assert "(running cache warm, lock none: C, then python, python-record; 3 repetitions" \
+        in r.stderr
 
 
 def test_plot(small_db, tmp_path):
