@@ -36,6 +36,9 @@ def _open(base: Path) -> Index:
 
 
 def _rate(benchmark, what: str, n: int) -> None:
+    assert n > 0
+    if benchmark.stats is None:   # --benchmark-disable: the untimed plain run
+        return
     med = benchmark.stats.stats.median
     benchmark.extra_info[what] = n
     benchmark.extra_info[f"{what}_per_s"] = round(n / med) if med else None

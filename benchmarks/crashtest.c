@@ -5,9 +5,12 @@
  * thread ("sequential read"), then run 8, 2, 1 and 4 threads, each reading
  * the whole list of records (each thread starting at a different offset in
  * the list and wrapping), and report the rows per second of all threads
- * together.  Until the inverted index exists the list is the active MFNs
- * of the XRF.  Python's twin is pydb/crashtest.py; `python -m pydb
- * crashtest` runs both and compares them.
+ * together.  The list is the active MFNs of the XRF, or the MFNs given in
+ * a file (--list: one MFN per line, e.g. those named by the postings of
+ * the index keys with prefix Z, as the Python runner computes them), so
+ * that the row source stays pluggable.  Python's twin is
+ * pydb/crashtest.py; `python -m pydb crashtest` runs both and compares
+ * them.
  *
  * Uses only the public header pydb.h.
  */
@@ -22,6 +25,7 @@
 
 typedef struct {
     const char *db_path;
+    const char *list_path; /* NULL: the XRF's active MFNs */
     int threads[16], nthreads;
     const char *cache;     /* warm | cold | direct */
     int lock;
@@ -105,11 +109,48 @@ static void usage(void)
     fputs("usage: pydb-crashtest [--threads 8,2,1,4] [--cache warm|cold|direct]\n"
           "                      [--lock none|mutex] [--io pread|mmap]\n"
           "                      [--reps N] [--min-time SECONDS]\n"
-          "                      [--max-time SECONDS] [--json] DB\n"
+          "                      [--max-time SECONDS] [--list FILE] [--json] DB\n"
           "A pass reads the whole list once, repeats until --min-time has\n"
-          "passed (default 0), and is cut off after --max-time (default 60).\n",
+          "passed (default 0), and is cut off after --max-time (default 60).\n"
+          "--list FILE: read the MFNs in FILE (one per line) instead of the\n"
+          "XRF's active records.\n",
           stderr);
     exit(2);
+}
+
+/* Read the MFN list of --list: decimal MFNs 1..maxmfn, one per line. */
+static int32_t *read_list(const char *path, int32_t maxmfn, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    int32_t *v = NULL;
+    size_t cap = 0;
+    long long m;
+    int got;
+
+    *n = 0;
+    if (!f) {
+        fprintf(stderr, "pydb-crashtest: %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    while ((got = fscanf(f, "%lld", &m)) == 1) {
+        if (m < 1 || m > maxmfn) {
+            fprintf(stderr, "pydb-crashtest: %s: MFN %lld outside 1..%d\n",
+                    path, m, (int)maxmfn);
+            exit(2);
+        }
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 4096;
+            v = realloc(v, cap * sizeof *v);
+            if (!v) { perror("realloc"); exit(2); }
+        }
+        v[(*n)++] = (int32_t)m;
+    }
+    if (got != EOF) {
+        fprintf(stderr, "pydb-crashtest: %s: not a list of MFNs\n", path);
+        exit(2);
+    }
+    fclose(f);
+    return v;
 }
 
 static void parse(config *c, int argc, char **argv)
@@ -138,6 +179,8 @@ static void parse(config *c, int argc, char **argv)
                 c->threads[c->nthreads++] = t;
             }
             free(s);
+        } else if (!strcmp(a, "--list")) {
+            c->list_path = v;
         } else if (!strcmp(a, "--cache")) {
             if (strcmp(v, "warm") && strcmp(v, "cold") && strcmp(v, "direct"))
                 usage();
@@ -180,7 +223,8 @@ int main(int argc, char **argv)
     opt.lock = c.lock;
     if ((rc = pydb_open(&db, c.db_path, &opt, &e))) die("open", &e);
     maxmfn = pydb_max_mfn(db);
-    while (next <= maxmfn) {
+    if (c.list_path) mfns = read_list(c.list_path, maxmfn, &n);
+    else while (next <= maxmfn) {
         if (n == cap) {
             cap = cap ? cap * 2 : 4096;
             mfns = realloc(mfns, cap * sizeof *mfns);
@@ -191,11 +235,19 @@ int main(int argc, char **argv)
         n += got;
     }
     if (n == 0) {
-        fprintf(stderr, "pydb-crashtest: %s has no active records\n", c.db_path);
+        if (c.list_path)
+            fprintf(stderr, "pydb-crashtest: %s lists no MFNs\n", c.list_path);
+        else
+            fprintf(stderr, "pydb-crashtest: %s has no active records\n",
+                    c.db_path);
+        free(mfns);
+        pydb_close(db);
         return 2;
     }
-    if (!c.json) {
-        printf("%zu records (from the XRF; the index phase comes with the index)\n", n);
+    if (!c.json && c.list_path) {
+        printf("%zu postings max mfn %d\n", n, (int)maxmfn);
+    } else if (!c.json) {
+        printf("%zu records (from the XRF; no index phase)\n", n);
         printf("%zu postings max mfn %d\n", n, (int)maxmfn);
     }
     for (int rep = 0; rep < c.reps; rep++) {

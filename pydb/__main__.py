@@ -9,7 +9,8 @@ Commands:
   search DB EXPR   MFNs matching a CDS/ISIS search expression
   check DB         validate everything; exit 0 sound, 1 damaged, 2 cannot
                    open / usage (see pydb.check)
-  gen-unesb DIR    write the synthetic unesb database into DIR
+  gen-unesb DIR    write the synthetic unesb database (and its FST) into DIR
+  ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
 """
 
 from __future__ import annotations
@@ -184,9 +185,13 @@ def main(argv=None) -> int:
     if argv and argv[0] == "crashtest":
         from .crashtest import main as crashtest_main
         return crashtest_main(argv[1:])
+    if argv and argv[0] == "ministat":
+        from .ministat import main as ministat_main
+        return ministat_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pydb", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("crashtest", help="C vs Python threaded read benchmark (crashtest --help)")
+    sub.add_parser("ministat", help="statistics of repeated measurements (ministat --help)")
     p = sub.add_parser("info", help="control record, layout and counts")
     p.add_argument("db")
     p.add_argument("--encoding", default="utf-8")

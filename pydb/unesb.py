@@ -3,14 +3,27 @@
 58,880 records x `scale`, with titles, personal and corporate authors,
 subjects from a controlled vocabulary with a long-tailed (Zipf)
 distribution, languages, years, pages, notes, repeated fields and
-subfields.  It is the crashtest's default database, built on first use into
-a cache directory and rebuilt when GENERATOR_VERSION changes.
+subfields, and geographic descriptors (tag 76) that the FST written beside
+the database (``unesb.fst``, isis-formats.md §5) indexes under the prefix
+``Z``: exactly 4,205 postings of 409 terms at scale 1 (the original's
+figures, experiments.md §1), 4,205 x scale postings of round(409 x
+sqrt(scale)) terms in general.  It is the crashtest's default database,
+built on first use into a cache directory and rebuilt when
+GENERATOR_VERSION changes.
+
+Fields (CDS conventions): 24 title (sometimes with a ``<The>`` filing
+article), 70 personal authors (repeated), 71 corporate author, 26 imprint
+(``^a`` place ``^b`` publisher ``^c`` year), 30 collation (``^a`` pages
+``^b`` illustrations), 40 language, 44 series, 50 notes, 69 subjects from a
+controlled vocabulary of 1,200 descriptors drawn with Zipf weights (each in
+``<...>``), 76 geographic descriptors (``<...>``, in about 5% of records).
 
 The same (scale, seed) always gives byte-identical files.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -18,10 +31,28 @@ from pathlib import Path
 
 from . import _pydb
 
-__all__ = ["GENERATOR_VERSION", "RECORDS_PER_SCALE", "generate", "default_database"]
+__all__ = ["GENERATOR_VERSION", "RECORDS_PER_SCALE", "FST", "Z_TERMS", "Z_POSTINGS",
+           "z_counts", "generate", "default_database"]
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 RECORDS_PER_SCALE = 58_880
+#: The original unesb's Z prefix at scale 1 (experiments.md §1).
+Z_TERMS, Z_POSTINGS = 409, 4205
+
+#: The FST written beside the database as <name>.fst (isis-formats.md §5:
+#: ``ID IT FORMAT``).  Line 76 gives the crashtest's ``Z`` keys: technique
+#: 6 = technique 2 (each ``<...>`` term) with the prefix between the
+#: delimiters of the leading literal ``'/Z/'``.  Techniques 2/6 run in
+#: the default proof mode, which keeps the ``<...>`` that heading mode
+#: (``mhu``) would remove.
+FST = """24 4 mhu,v24
+70 0 mhu,(v70/)
+71 0 mhu,(v71/)
+69 2 v69
+76 6 '/Z/'v76
+40 0 'LA=',v40
+26 0 'YR=',v26^c
+"""
 
 _SYLLABLES = ("ba be bi bo bu ca ce ci co cu da de di do du fa fe fi fo ga ge gi go "
               "la le li lo lu ma me mi mo mu na ne ni no nu pa pe pi po pu ra re ri "
@@ -37,7 +68,51 @@ def _word(rng: random.Random) -> str:
     return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))
 
 
+def z_counts(n: int) -> tuple[int, int]:
+    """(terms, postings) of the ``Z`` prefix for a database of `n` records:
+    (409, 4205) for 58,880, postings proportional to `n`, terms growing
+    with its square root (Heaps' law)."""
+    ratio = n / 58_880                    # the original's size, whatever the scale unit
+    postings = max(1, round(Z_POSTINGS * ratio))
+    terms = max(1, min(postings, round(Z_TERMS * math.sqrt(ratio))))
+    return terms, postings
+
+
+def _z_descriptors(n: int, seed: int) -> dict[int, list[str]]:
+    """{mfn: [geographic descriptor, ...]} for the records that have a
+    tag 76: exactly z_counts(n) (terms, postings), every (record, term)
+    pair distinct, every term used, the rest drawn with Zipf weights."""
+    rng = random.Random(seed + 2)
+    n_terms, n_postings = z_counts(n)
+    names: set[str] = set()
+    while len(names) < n_terms:
+        w = " ".join(_word(rng) for _ in range(rng.choice((1, 1, 2))))
+        if len(w) <= 24:                  # 'Z' + key fits the 30-byte key limit
+            names.add(w.capitalize())
+    vocab = sorted(names)
+    rng.shuffle(vocab)
+    weights = [1.0 / (k + 1) for k in range(n_terms)]
+    sizes, total = [], 0                  # descriptors per record: 1-3
+    while total < n_postings:
+        sizes.append(min(rng.choices((1, 2, 3), (60, 30, 10))[0], n_postings - total))
+        total += sizes[-1]
+    if len(sizes) > n:
+        raise ValueError(f"{n} records cannot hold {n_postings} Z postings")
+    mfns = sorted(rng.sample(range(1, n + 1), len(sizes)))
+    cover = iter(vocab)                   # the first n_terms slots use each term once
+    out = {}
+    for mfn, k in zip(mfns, sizes):
+        terms: list[str] = []
+        while len(terms) < k:
+            t = next(cover, None) or rng.choices(vocab, weights)[0]
+            if t not in terms:
+                terms.append(t)
+        out[mfn] = terms
+    return out
+
+
 def _records(n: int, seed: int):
+    zdesc = _z_descriptors(n, seed)
     rng = random.Random(seed)
     vocab_rng = random.Random(seed + 1)
     subjects = sorted({_word(vocab_rng).capitalize() + (" " + _word(vocab_rng) if i % 3 == 0 else "")
@@ -67,6 +142,8 @@ def _records(n: int, seed: int):
         f.append((69, "".join(f"<{s}>" for s in dict.fromkeys(subj))))
         if rng.random() < 0.35:
             f.append((50, "Incl. bibl." if rng.random() < 0.6 else " ".join(_word(rng) for _ in range(rng.randint(4, 20)))))
+        if mfn in zdesc:
+            f.append((76, "".join(f"<{t}>" for t in zdesc[mfn])))
         if rng.random() < 0.15:
             f.append((44, " ".join(_word(rng) for _ in range(rng.randint(2, 6))).capitalize()))
         yield [(tag, value.encode("ascii")) for tag, value in f]
@@ -74,7 +151,8 @@ def _records(n: int, seed: int):
 
 def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packed",
              name: str = "unesb", count: int | None = None) -> Path:
-    """Write the synthetic database `directory`/`name`.mst/.xrf.
+    """Write the synthetic database `directory`/`name`.mst/.xrf and its
+    FST `directory`/`name`.fst (:data:`FST`).
 
     Args:
         directory: folder to create it in (created if missing).
@@ -89,7 +167,8 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
 
     Raises:
         FileExistsError (as pydb.DiskError): the files exist already.
-        ValueError: scale < 1 or an unknown layout.
+        ValueError: scale < 1, an unknown layout, or `count` too small
+            to hold the Z postings (fewer records than postings / 3).
     """
     if scale < 1:
         raise ValueError("scale must be >= 1")
@@ -98,6 +177,7 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
     base = directory / name
     n = RECORDS_PER_SCALE * scale if count is None else count
     _pydb._build(os.fspath(base), layout, 0, _records(n, seed), True)
+    base.with_suffix(".fst").write_text(FST, encoding="ascii")
     return base
 
 

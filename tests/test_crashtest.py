@@ -6,11 +6,16 @@ import os
 import subprocess
 import sys
 
+import re
+
 import pytest
 
 import pydb
-from pydb import crashtest
+from pydb import crashtest, ministat, unesb
+from pydb.index import Posting, Term
 from pydb.unesb import generate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(crashtest.__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -62,39 +67,162 @@ def test_min_and_max_time(small_db):
 def test_c_program_text_output(small_db):
     out = subprocess.run([str(crashtest.crashtest_binary()), "--threads", "2,1", str(small_db)],
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[0].startswith("500 records")
+    assert out[0] == "500 records (from the XRF; no index phase)"
     assert out[1] == "500 postings max mfn 500"
     assert out[2].startswith("sequential read 500 rows in ")
     assert out[2].endswith(" rows per sec")
     assert out[3].startswith("2 threads  ") and out[4].startswith("1 threads  ")
 
 
-def test_c_program_errors(tmp_path):
+def test_c_program_reads_a_given_list(small_db, tmp_path):
+    lst = tmp_path / "mfns"
+    lst.write_text("7\n3\n3\n500\n")
     binary = str(crashtest.crashtest_binary())
-    r = subprocess.run([binary, str(tmp_path / "missing")], capture_output=True, text=True)
-    assert r.returncode == 2 and "no master file" in r.stderr
-    r = subprocess.run([binary, "--threads", "0", "x"], capture_output=True, text=True)
-    assert r.returncode == 2 and "usage" in r.stderr
+    r = subprocess.run([binary, "--list", str(lst), "--threads", "3", "--json", str(small_db)],
+                       capture_output=True, text=True, check=True)
+    rows = [json.loads(x)["rows"] for x in r.stdout.splitlines()]
+    assert rows == [500, 12]            # sequential: every record; 3 threads x 4 MFNs
+    lst.write_text("7\n501\n")
+    r = subprocess.run([binary, "--list", str(lst), str(small_db)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "MFN 501 outside 1..500" in r.stderr
+    lst.write_text("7\nseven\n")
+    r = subprocess.run([binary, "--list", str(lst), str(small_db)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "not a list of MFNs" in r.stderr
+    lst.write_text("")
+    r = subprocess.run([binary, "--list", str(lst), str(small_db)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "lists no MFNs" in r.stderr
+
+
+def test_python_reads_per_record_and_in_batches_alike(small_db):
+    for py_read in crashtest.PY_READS:
+        s = settings(small_db, py_read=py_read, threads=[2], mfns=[5, 9, 9, 400] * 100)
+        samples = crashtest.run_python(s)
+        assert [(x["impl"], x["phase"], x["rows"]) for x in samples] == [
+            (crashtest.impl_name(py_read), "seq", 500)] * 2 + [
+            (crashtest.impl_name(py_read), "threads", 800)] * 2
+    s = settings(small_db, threads=[2], mfns=[5, 9, 9, 400] * 100)
+    assert [x["rows"] for x in crashtest.run_c(s)] == [500, 500, 800, 800]
+    with pytest.raises(ValueError):
+        crashtest.run_python(settings(small_db, py_read="bulk"))
+
+
+class DictIndex:
+    """An in-memory index with the interface PrefixRows uses (terms by
+    prefix in key order, postings by key), built here from tag 76 of the
+    generated records: each <...> term under the key 'Z' + term."""
+
+    def __init__(self, db):
+        self.postings_of = {}
+        for rec in db:
+            for cnt, term in enumerate(re.findall(r"<([^>]*)>", "".join(rec[76])), 1):
+                self.postings_of.setdefault("Z" + term.upper(), []).append(
+                    Posting(rec.mfn, 76, 1, cnt))
+
+    def terms(self, prefix):
+        return [Term(k, len(v)) for k, v in sorted(self.postings_of.items())
+                if k.startswith(prefix)]
+
+    def postings(self, key, raw=False):
+        return self.postings_of[key]
+
+
+def test_prefix_row_source(tmp_path):
+    base = generate(tmp_path, count=6000)
+    with pydb.open(base) as db:
+        index = DictIndex(db)
+        header, mfns = crashtest.PrefixRows("Z", index).rows(db)
+        terms, postings = unesb.z_counts(6000)
+        assert header == [f"{terms} terms", f"{postings} postings max mfn 6000"]
+        assert len(mfns) == postings
+        assert mfns == [p.mfn for t in index.terms("Z") for p in index.postings(t.key)]
+        assert crashtest.PrefixRows("ZZZZZZ", index).rows(db) == (
+            ["0 terms", "0 postings max mfn 6000"], [])
+        header, xrf = crashtest.XrfRows().rows(db)
+        assert xrf == list(range(1, 6001))
+    s = settings(base, threads=[4], reps=1, mfns=mfns)
+    for samples in (crashtest.run_c(s), crashtest.run_python(s)):
+        assert [x["rows"] for x in samples] == [6000, 4 * postings]
+
+
+def test_comparison_verdicts():
+    def mk(impl, threads, values, phase="threads"):
+        return [{"impl": impl, "phase": phase, "threads": threads, "rows_per_sec": v,
+                 "cache": "warm", "lock": "none", "rows": 1, "rep": i}
+                for i, v in enumerate(values)]
+    samples = (mk("c", 1, [100, 101, 99], "seq") + mk("python", 1, [50, 51, 49], "seq")
+               + mk("c", 1, [100, 102, 98]) + mk("c", 2, [200, 202, 198])
+               + mk("python", 1, [10, 11, 9]) + mk("python", 2, [10, 12, 8]))
+    rows = crashtest.comparison(samples, [2, 1], ["c", "python"])
+    assert [r["label"] for r in rows] == ["sequential", "2 threads", "1 threads"]
+    seq, two, one = rows
+    ratio, v = seq["vs_c"]["python"]
+    assert ratio == 0.5 and v.significant and v.pct == pytest.approx(-50.0)
+    assert v.diff_ci == pytest.approx(ministat.student_t(95, 4) * 1.0 * (2 / 3) ** 0.5)
+    ratio, v = two["scaling"]["c"]
+    assert ratio == 2.0 and v.significant and v.pct == pytest.approx(100.0)
+    ratio, v = two["scaling"]["python"]
+    assert ratio == 1.0 and not v.significant
+    assert one["scaling"] == {}
+    s = crashtest.Settings(db="x", threads=[2, 1], reps=3)
+    text = crashtest.format_table(samples, s)
+    assert "-50.0% +/- " in text and "+100.0% +/- " in text and "no difference" in text
+    lines = text.splitlines()
+    assert lines[2].split()[:4] == ["sequential", "100", "50", "0.500"]
 
 
 def test_command_line(small_db, tmp_path):
     out_json = tmp_path / "samples.json"
     r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", str(small_db), "--quick",
-                        "--cache", "warm", "--threads", "2,1", "--json", str(out_json)],
+                        "--cache", "warm", "--threads", "2,1", "--py-read", "batch,record",
+                        "--json", str(out_json)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     text = r.stdout
-    assert "== c, cache warm, lock none" in text and "== python, cache warm, lock none" in text
-    assert "-- C vs Python, cache warm, lock none" in text
+    for impl in ("C", "Python", "python-record"):
+        assert f"== {impl}, cache warm, lock none (median of 3)" in text
+    assert "500 records (from the XRF; no index phase)\n500 postings max mfn 500" in text
     table = text.split("-- C vs Python, cache warm, lock none")[1].splitlines()
+    assert table[1].split()[:3] == ["C", "rows/s", "Python"]
     assert [line.split()[0] for line in table[2:5]] == ["sequential", "2", "1"]
+    assert "-- thread scaling vs 1 thread, cache warm, lock none" in text
+    assert "-- DESIGN.md §9 targets" in text
     data = json.loads(out_json.read_text())
-    assert {x["impl"] for x in data["samples"]} == {"c", "python"}
-    assert len(data["samples"]) == 2 * 3
+    assert {x["impl"] for x in data["samples"]} == {"c", "python", "python-record"}
+    assert len(data["samples"]) == 3 * 3 * 3      # impls x phases x repetitions
+    assert data["settings"]["reps"] == 3
+    assert data["machine"]["cpus"] == os.cpu_count()
+    assert "(running cache warm, lock none: C, then python, python-record; 3 repetitions" \
+        in r.stderr
+
+
+def test_plot(small_db, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "ct.png"
+    r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", str(small_db), "--quick",
+                        "--cache", "warm", "--threads", "2,1", "--plot", str(png)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib(small_db, tmp_path):
+    # a directory named matplotlib that fails to import stands in for a missing one
+    fake = tmp_path / "fake"
+    (fake / "matplotlib").mkdir(parents=True)
+    (fake / "matplotlib" / "__init__.py").write_text("raise ImportError('no')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), ROOT]))
+    r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", str(small_db),
+                        "--plot", str(tmp_path / "x.png")], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 2 and "pip install 'pydb[plot]'" in r.stderr
 
 
 def test_command_line_rejects_bad_options(small_db):
-    for bad in (["--cache", "lukewarm"], ["--threads", "a,b"], ["--lock", "spin"]):
+    for bad in (["--cache", "lukewarm"], ["--threads", "a,b"], ["--lock", "spin"],
+                ["--py-read", "bulk"]):
         r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", str(small_db)] + bad,
                            capture_output=True, text=True)
         assert r.returncode == 2 and "error" in r.stderr
@@ -122,5 +250,21 @@ def test_unesb_is_deterministic(tmp_path):
     assert a.with_suffix(".mst").read_bytes() != c.with_suffix(".mst").read_bytes()
     with pydb.open(a) as db:
         tags = {t for r in db for t in r.tags}
-        assert {24, 26, 30, 40, 69} <= tags <= {24, 26, 30, 40, 44, 50, 69, 70, 71}
+        assert {24, 26, 30, 40, 69} <= tags <= {24, 26, 30, 40, 44, 50, 69, 70, 71, 76}
         assert all(r.get(26).startswith("^a") for r in db)
+
+
+def test_real_database_lilacs(isis_data):
+    # LILACS sample: 3 225 active records, max MFN 3225 (SOURCES.md)
+    base = isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
+    if not base.with_suffix(".mst").exists():
+        pytest.skip("LILACS sample absent")
+    with pydb.open(base) as db:
+        header, mfns = crashtest.XrfRows().rows(db)
+    assert header == ["3225 records (from the XRF; no index phase)",
+                      "3225 postings max mfn 3225"]
+    s = settings(base, threads=[2], reps=1)
+    for py_read in crashtest.PY_READS:
+        s.py_read = py_read
+        assert [x["rows"] for x in crashtest.run_python(s)] == [3225, 6450]
+    assert [x["rows"] for x in crashtest.run_c(s)] == [3225, 6450]

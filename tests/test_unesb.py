@@ -1,0 +1,102 @@
+"""The synthetic unesb: its shape, and the ``Z`` prefix of its FST
+(409 terms, 4205 postings at scale 1, experiments.md §1), evaluated here
+by a small pure-Python reading of just that FST rule (isis-formats.md §5)
+since the index lives elsewhere."""
+
+import re
+from collections import Counter
+
+import pytest
+
+import pydb
+from pydb import unesb
+
+TECHNIQUE_BASE = {5: 1, 6: 2, 7: 3, 8: 4}
+
+
+def z_rule(fst_text):
+    """The FST line whose keys carry the prefix Z: (id, technique, tag)."""
+    for line in fst_text.splitlines():
+        m = re.match(r"\s*(\d+)\s+(\d+)\s+'(.)([^']*)\3'(v(\d+))\s*$", line)
+        if m and m.group(4) == "Z":
+            return int(m.group(1)), int(m.group(2)), int(m.group(6))
+    raise AssertionError("no Z prefix rule in the FST")
+
+
+def z_postings(base):
+    """Postings (key, mfn, tag, occ, cnt) of the Z rule over every record:
+    technique 6 = technique 2 (each <...> term of the field's value, CNT
+    +1 per term) with the literal's text as prefix; keys upper-cased, cut
+    to 30 bytes, blanks trimmed, empty keys dropped (isis-formats.md
+    §5.2-5.5)."""
+    fst = base.with_suffix(".fst").read_text(encoding="ascii")
+    fst_id, technique, tag = z_rule(fst)
+    assert TECHNIQUE_BASE[technique] == 2
+    out = []
+    with pydb.open(base) as db:
+        for rec in db:
+            value = "".join(rec[tag])          # vTAG: all occurrences, one line
+            if not value:
+                continue
+            cnt = 0
+            for term in re.findall(r"<([^>]*)>", value):
+                key = ("Z" + term).upper()[:30].strip()
+                cnt += 1
+                if key:
+                    out.append((key, rec.mfn, fst_id, 1, cnt))
+    return out
+
+
+@pytest.fixture(scope="module")
+def scale1(tmp_path_factory):
+    return unesb.generate(tmp_path_factory.mktemp("unesb1"))
+
+
+def test_z_prefix_matches_the_original_at_scale_1(scale1):
+    postings = z_postings(scale1)
+    terms = Counter(p[0] for p in postings)
+    assert len(terms) == 409
+    assert len(postings) == 4205
+    assert len(set(postings)) == 4205 and len({(p[0], p[1]) for p in postings}) == 4205
+    # long-tailed: the commonest term has far more postings than the median one
+    counts = sorted(terms.values(), reverse=True)
+    assert counts[0] > 10 * counts[len(counts) // 2]
+    with pydb.open(scale1) as db:
+        assert len(db) == db.max_mfn == 58_880
+
+
+def test_z_prefix_grows_with_the_database(tmp_path):
+    assert unesb.z_counts(58_880) == (409, 4205)
+    assert unesb.z_counts(2 * 58_880) == (578, 8410)      # round(409 * sqrt 2)
+    assert unesb.z_counts(10 * 58_880) == (1293, 42050)
+    for n in (3_000, 12_000):
+        base = unesb.generate(tmp_path / str(n), count=n)
+        postings = z_postings(base)
+        assert (len({p[0] for p in postings}), len(postings)) == unesb.z_counts(n)
+
+
+def test_shape_of_the_records(scale1):
+    with pydb.open(scale1) as db:
+        tags = Counter()
+        repeated = 0
+        langs = Counter()
+        years = set()
+        for rec in db.read_many(range(1, 5001)):
+            tags.update(set(rec.tags))
+            repeated += len(rec[70]) > 1
+            langs[rec.get(40)] += 1
+            years.add(int(rec.subfields(26)[0]["c"]))
+            assert rec[24] and rec.get(30).startswith("^a")
+            assert all(v.startswith("<") and v.endswith(">") for v in rec[69])
+    assert set(tags) == {24, 26, 30, 40, 44, 50, 69, 70, 71, 76}
+    assert tags[24] == tags[26] == tags[69] == 5000
+    assert 0.2 < tags[71] / 5000 < 0.4 and 0.02 < tags[76] / 5000 < 0.08
+    assert repeated > 1000                              # personal authors repeat
+    assert langs.most_common(1)[0][0] == "en" and len(langs) == 8
+    assert min(years) >= 1946 and max(years) <= 2005
+
+
+def test_fst_file_is_written(tmp_path):
+    base = unesb.generate(tmp_path, count=300)
+    assert base.with_suffix(".fst").read_text() == unesb.FST
+    assert z_rule(unesb.FST) == (76, 6, 76)
