@@ -4,13 +4,51 @@ Commands:
   crashtest [DB]   C threads against Python threads (see pydb.crashtest)
   info DB          control record, layout and record counts
   dump DB [MFN..]  records as text (CISIS .id style: !ID / !vTTT!value)
+  import SRC DB    ISO 2709 or JSON Lines file into a new database
+  export DB DST    database to ISO 2709 (CDS/ISIS or MARC flavour) or JSON Lines
   gen-unesb DIR    write the synthetic unesb database into DIR
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from contextlib import contextmanager
+
+
+@contextmanager
+def _progress(total, unit, desc):
+    """A tqdm progress bar on stderr when it is a terminal (``disable=None``),
+    yielding a function that advances it; a no-op when tqdm is missing."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is a dependency, but reading must not need it
+        yield None
+        return
+    bar = tqdm(total=total, unit=unit, desc=desc, disable=None, leave=False,
+               unit_scale=unit == "B", dynamic_ncols=True)
+    try:
+        yield bar.update if not bar.disable else None
+    finally:
+        bar.close()
+
+
+def _format_of(path, given):
+    if given:
+        return given
+    return "jsonl" if os.fsdecode(path).lower().endswith((".jsonl", ".json", ".ndjson")) else None
+
+
+def _report(rep, what, verbose_errors=5):
+    for e in rep.errors[:verbose_errors]:
+        print(f"pydb: skipped: {e}", file=sys.stderr)
+    if len(rep.errors) > verbose_errors:
+        print(f"pydb: ... and {len(rep.errors) - verbose_errors} more skipped record(s)",
+              file=sys.stderr)
+    extra = f", {rep.repaired} repaired" if rep.repaired else ""
+    print(f"{what} {rep.records} record(s){extra}, {len(rep.errors)} skipped", file=sys.stderr)
+    return 1 if rep.errors else 0
 
 
 def _cmd_info(args) -> int:
@@ -31,12 +69,52 @@ def _cmd_dump(args) -> int:
     out = sys.stdout
     with open_db(args.db, encoding=args.encoding) as db:
         recs = db.read_many(args.mfn) if args.mfn else db.records(deleted=args.deleted)
-        for rec in recs:
-            flag = " (deleted)" if rec.deleted else ""
-            out.write(f"!ID {rec.mfn:06d}{flag}\n")
-            for f in rec.fields:
-                out.write(f"!v{f.tag:03d}!{f.value}\n")
+        total = len(args.mfn) if args.mfn else len(db.mfns(deleted=args.deleted))
+        # the bar only when stdout is not the terminal it would garble
+        with _progress(total if not out.isatty() else 0, "rec", "dump") as tick:
+            for rec in recs:
+                flag = " (deleted)" if rec.deleted else ""
+                out.write(f"!ID {rec.mfn:06d}{flag}\n")
+                for f in rec.fields:
+                    out.write(f"!v{f.tag:03d}!{f.value}\n")
+                if tick and not out.isatty():
+                    tick(1)
     return 0
+
+
+def _cmd_import(args) -> int:
+    from . import import_iso, import_jsonl
+    fmt = "jsonl" if args.flavour == "jsonl" or (
+        args.flavour is None and _format_of(args.src, None) == "jsonl") else "iso"
+    size = os.path.getsize(args.src)
+    if fmt == "jsonl":
+        with _progress(None, "rec", "import") as tick:
+            rep = import_jsonl(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
+                               encoding=args.encoding, on_error=args.on_error,
+                               progress=tick)
+    else:
+        with _progress(size, "B", "import") as tick:
+            rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
+                             layout=args.layout, mstxl=args.mstxl, encoding=args.encoding,
+                             on_error=args.on_error, mfn_tag=args.mfn_tag, progress=tick)
+    return _report(rep, "imported")
+
+
+def _cmd_export(args) -> int:
+    from . import export_iso, export_jsonl
+    from . import open as open_db
+    fmt = args.flavour or ("jsonl" if _format_of(args.dst, None) == "jsonl" else "isis")
+    with open_db(args.db, encoding=args.encoding) as db:
+        total = len(db.mfns(deleted=args.deleted))
+        with _progress(total, "rec", "export") as tick:
+            if fmt == "jsonl":
+                rep = export_jsonl(db, args.dst, deleted=args.deleted, encoding=args.encoding,
+                                   on_error=args.on_error, progress=tick)
+            else:
+                rep = export_iso(db, args.dst, fmt, line_ending=args.line_ending,
+                                 deleted=args.deleted, mfn_tag=args.mfn_tag,
+                                 on_error=args.on_error, progress=tick)
+    return _report(rep, "exported")
 
 
 def _cmd_gen_unesb(args) -> int:
@@ -65,6 +143,41 @@ def main(argv=None) -> int:
     p.add_argument("--encoding", default="utf-8")
     p.add_argument("--deleted", action="store_true", help="include logically deleted records")
     p.set_defaults(func=_cmd_dump)
+    p = sub.add_parser("import", help="ISO 2709 or JSON Lines file into a new database")
+    p.add_argument("src", help="ISO 2709 file, or JSON Lines (.jsonl, or --flavour jsonl)")
+    p.add_argument("db", help="base name of the new database (.mst/.xrf are created)")
+    p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl"], default=None,
+                   help="input format (default: auto-detected ISO 2709; .jsonl files: JSON Lines)")
+    p.add_argument("--layout", default="isis-packed",
+                   choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"])
+    p.add_argument("--mstxl", type=int, default=0, help="MSTXL alignment shift 0..6")
+    p.add_argument("--encoding", default="utf-8",
+                   help="character set of the input (ISO: for lengths counted in "
+                        "characters; JSON Lines: to turn strings back into bytes)")
+    p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
+                   help="skip bad records and report them (exit status 1), or stop")
+    p.add_argument("--mfn-tag", type=int, default=None,
+                   help="tag of the field that carries each record's MFN (export --mfn-tag)")
+    p.set_defaults(func=_cmd_import)
+    p = sub.add_parser("export", help="database to ISO 2709 or JSON Lines")
+    p.add_argument("db")
+    p.add_argument("dst")
+    p.add_argument("--flavour", choices=["isis", "marc", "jsonl"], default=None,
+                   help="isis (default; '#' terminators, 80-column lines), marc, or "
+                        "jsonl (default when DST ends in .jsonl)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--crlf", dest="line_ending", action="store_const", const="\r\n",
+                   help="CRLF line ends (WinISIS)")
+    g.add_argument("--lf", dest="line_ending", action="store_const", const="\n",
+                   help="LF line ends (default for the isis flavour)")
+    p.add_argument("--encoding", default="utf-8",
+                   help="database character set (JSON Lines strings; MARC leader)")
+    p.add_argument("--deleted", action="store_true",
+                   help="also export logically deleted records (status d)")
+    p.add_argument("--mfn-tag", type=int, default=None,
+                   help="carry each MFN in a first field of this tag")
+    p.add_argument("--on-error", choices=["skip", "stop"], default="skip")
+    p.set_defaults(func=_cmd_export)
     p = sub.add_parser("gen-unesb", help="write the synthetic unesb database")
     p.add_argument("dir")
     p.add_argument("--scale", type=int, default=1)
@@ -74,7 +187,7 @@ def main(argv=None) -> int:
     from .errors import Error
     try:
         return args.func(args)
-    except (Error, OSError) as e:
+    except (Error, OSError, ValueError, LookupError) as e:
         print(f"pydb: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:

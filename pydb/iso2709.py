@@ -270,21 +270,28 @@ class IsoReader:
         raise self._error(rec.number, rec.offset, f"no MFN field (tag {self.mfn_tag})")
 
     def _resync(self, buf, start: int) -> int:
-        """Start of the next plausible record after a bad one at `start`:
-        just after the next record terminator that is followed by a line
-        break, end of file or a leader."""
+        """Start of the next plausible record after a bad one at `start`: a
+        leader that follows a record terminator, or that starts a line and
+        reads as a record."""
         n = len(buf)
         rts = [_RT[self.flavour]] if self.flavour != "auto" else [0x1D, 0x23]
         pos = start + 1
         while pos < n:
             m = _LEADER_RE.search(buf, pos)
-            cand = m.start() if m else n
-            # the byte before the candidate (line breaks skipped) must be an RT
+            if not m:
+                return n
+            cand = m.start()
             q = cand - 1
             while q > start and buf[q] in _SEP:
                 q -= 1
-            if q > start and buf[q] in rts or cand >= n:
+            if q > start and buf[q] in rts:
                 return cand
+            if buf[cand - 1] in _SEP:
+                try:
+                    self._parse(buf, cand, 0)
+                    return cand
+                except IsoRecordError:
+                    pass
             pos = cand + 1
         return n
 
@@ -533,12 +540,27 @@ class IsoReader:
         if end < 0:
             raise _Bad("no record terminator found after the directory"
                        + (" (truncated)" if limit >= n else ""))
+        for m in _LEADER_RE.finditer(buf, pos, end):
+            cand = m.start()
+            if buf[cand - 1] in _EOL and self._sound_at(buf, cand):
+                raise _Bad(f"truncated: a sound record starts at byte {cand}, "
+                           "inside this one")
         data = bytes(buf[pos:end]).replace(b"\r", b"").replace(b"\n", b"")
         pieces = data.split(bytes([ft]))
+        span = end + 1 - start
         if len(pieces) == len(entries) + 1 and pieces[-1] == b"":
+            # at most twice the length in the leader (8-bit text transcoded
+            # to UTF-8 after writing), plus line breaks
+            if span > 2 * length + 2 * (2 * length // _LINE + 1) + 16:
+                raise _Bad(f"the terminators found span {span} bytes, too far from "
+                           f"the record length {length}")
             values = pieces[:-1]
         elif not entries:
             raise _Bad("data after a directory with no entry")
+        elif span > length + 2 * (length // _LINE + 1) + 16:
+            raise _Bad(f"{len(pieces) - 1} field terminators for {len(entries)} "
+                       f"directory entries, and the record terminator found "
+                       f"{span} bytes on is past the record length {length}")
         else:
             repairs.append(f"{len(pieces) - 1} field terminators for {len(entries)} "
                            "directory entries; fields cut by the directory's start "
@@ -550,6 +572,20 @@ class IsoReader:
         fields = [(tag, self._value(v, flav)) for (tag, _, _), v in zip(entries, values)]
         return IsoRecord(number, start, leader, fields, None, leader[5:6] == b"d",
                          repairs, flav), end + 1
+
+    def _sound_at(self, buf, start) -> bool:
+        """True when a record that needs no repair of its lengths starts at
+        `start` (wrapped or not)."""
+        length = int(buf[start:start + 5])
+        for wrapped in (False, True):
+            got = self._collect_bytes(buf, start, length, wrapped)
+            if got is not None and length >= _MIN_RECORD:
+                try:
+                    self._strict(got[0], start, 0, got[1], [], None)
+                    return True
+                except _Bad:
+                    pass
+        return False
 
     @staticmethod
     def _find_end(buf, pos, limit, has_fields, rt):
@@ -648,7 +684,8 @@ def _fields_of(rec) -> Tuple[list, Optional[int], bool, Optional[bytes]]:
     return list(rec), None, False, None
 
 
-def _encode_record(fields, flavour, mfn, deleted, leader, encoding) -> bytes:
+def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
+                   subfields="isis") -> bytes:
     """One record in ISO 2709 form (no line breaks); raises ValueError with
     the reason when the record cannot be represented."""
     ft, rt = _FT[flavour], _RT[flavour]
@@ -662,10 +699,11 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding) -> bytes:
         value = bytes(value)
         if flavour == "marc":
             bad = next((c for c in (0x1D, 0x1E, 0x1F) if c in value), None)
-            if bad is not None:
+            if bad is not None and (bad != 0x1F or subfields == "isis"):
                 raise ValueError(f"field {tag} contains byte 0x{bad:02X}, which the MARC "
                                  "flavour reserves (write it in the CDS/ISIS flavour)")
-            value = value.replace(b"^", b"\x1f")
+            if subfields == "isis":
+                value = value.replace(b"^", b"\x1f")
         if isinstance(tag, str) and not (tag.isascii() and tag.isdigit()):
             if len(tag) != 3 or not tag.isascii() or not tag.isprintable():
                 raise ValueError(f"tag {tag!r} is not 3 printable ASCII characters")
@@ -725,7 +763,7 @@ def _wrap(rec: bytes, width: Optional[int], eol: bytes) -> bytes:
 def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
           line_ending: Optional[str] = None, line_width: Optional[int] = None,
           encoding: str = "utf-8", mfn_tag: Optional[int] = None,
-          on_error: str = "stop", progress: Optional[Callable[[int], None]] = None
+          subfields: str = "isis", on_error: str = "stop", progress: Optional[Callable[[int], None]] = None
           ) -> "Report":
     """Write records to an ISO 2709 file (isis-formats.md §7).
 
@@ -747,6 +785,9 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
         encoding: codec for str values.
         mfn_tag: when set, each record that has an MFN gets a first field
             of this tag holding the MFN in decimal (see :func:`read`).
+        subfields: MARC flavour only: ``"isis"`` (default) writes ``^`` as
+            the subfield delimiter 0x1F (§7.3); ``"raw"`` writes values as
+            they are (for records read with ``subfields="raw"``).
         on_error: ``"stop"`` (default): a record that cannot be written
             raises :class:`~pydb.IsoRecordError`; ``"skip"``: it is left out
             and reported in the result's ``errors``.
@@ -764,6 +805,8 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
     """
     if flavour not in FLAVOURS:
         raise ValueError(f"flavour must be 'isis' or 'marc', not {flavour!r}")
+    if subfields not in ("isis", "raw"):
+        raise ValueError(f"subfields must be 'isis' or 'raw', not {subfields!r}")
     _check_on_error(on_error)
     if line_ending is None:
         line_ending = "\n" if flavour == "isis" else ""
@@ -786,7 +829,8 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
             if mfn_tag is not None and mfn is not None:
                 fields = [(mfn_tag, str(mfn).encode("ascii"))] + fields
             try:
-                data = _encode_record(fields, flavour, mfn, deleted, leader, encoding)
+                data = _encode_record(fields, flavour, mfn, deleted, leader, encoding,
+                                      subfields)
             except (ValueError, UnicodeError) as e:
                 err = IsoRecordError(name if isinstance(name, str) else None, number,
                                      -1, str(e), mfn)
@@ -1044,6 +1088,7 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
     finally:
         reader.close()
     report.errors[:0] = reader.errors
+    report.errors.sort(key=lambda e: e.number or 0)
     report.repaired = reader.repaired
     return report
 
@@ -1201,4 +1246,5 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
 
     _load(records(), db_path, layout, mstxl, sync, on_error, report, name)
     report.errors[:0] = errs
+    report.errors.sort(key=lambda e: e.number or 0)
     return report
