@@ -18,12 +18,15 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def _progress(total, unit, desc):
+def _progress(total, unit, desc, enabled=True):
     """A tqdm progress bar on stderr when it is a terminal (``disable=None``),
-    yielding a function that advances it; a no-op when tqdm is missing."""
+    yielding a function that advances it, or None (no bar: not a terminal,
+    `enabled` false, or tqdm missing)."""
     try:
         from tqdm import tqdm
     except ImportError:  # tqdm is a dependency, but reading must not need it
+        tqdm = None
+    if tqdm is None or not enabled:
         yield None
         return
     bar = tqdm(total=total, unit=unit, desc=desc, disable=None, leave=False,
@@ -70,14 +73,14 @@ def _cmd_dump(args) -> int:
     with open_db(args.db, encoding=args.encoding) as db:
         recs = db.read_many(args.mfn) if args.mfn else db.records(deleted=args.deleted)
         total = len(args.mfn) if args.mfn else len(db.mfns(deleted=args.deleted))
-        # the bar only when stdout is not the terminal it would garble
-        with _progress(total if not out.isatty() else 0, "rec", "dump") as tick:
+        # a bar only when the text goes elsewhere than the terminal
+        with _progress(total, "rec", "dump", enabled=not out.isatty()) as tick:
             for rec in recs:
                 flag = " (deleted)" if rec.deleted else ""
                 out.write(f"!ID {rec.mfn:06d}{flag}\n")
                 for f in rec.fields:
                     out.write(f"!v{f.tag:03d}!{f.value}\n")
-                if tick and not out.isatty():
+                if tick:
                     tick(1)
     return 0
 
