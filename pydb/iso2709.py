@@ -81,6 +81,29 @@ _GEOM = {"isis-packed": (18, 6, False), "isis-aligned": (20, 6, False),
 # A plausible start of the next record, for resynchronisation after a bad
 # one: 5 digits, 15 printable characters, the 4-digit entry map.
 _LEADER_RE = re.compile(rb"(?=\d{5}[\x20-\x7e]{15}\d{4})")
+_TERM_RE = re.compile(rb"[#\x1d\x1e]")
+_HIGH_RE = re.compile(rb"[\x80-\xff]")
+# "##" with line breaks allowed between: the end of an ISIS-flavour record
+_ISIS_END_RE = re.compile(rb"#[\r\n]*#")
+
+
+def _max_span(length: int) -> int:
+    """Most bytes a record of leader length `length` may take in the file
+    when the leader is wrong (8-bit text transcoded to UTF-8 after writing
+    doubles it at most), line breaks included."""
+    return 2 * length + 2 * (2 * length // 80 + 1) + 16
+
+
+def _last_byte_at(buf, start: int, length: int, wrapped: bool):
+    """Offset of the last byte of a record of `length` bytes at `start`
+    (80-byte lines when `wrapped`, with the line break found after the
+    first line), or None when it lies past the end of `buf`."""
+    if not wrapped:
+        last = start + length - 1
+    else:
+        eol = 2 if buf[start + 80:start + 82] == b"\r\n" else 1
+        last = start + length - 1 + (length - 1) // 80 * eol
+    return last if last < len(buf) else None
 
 Tag = Union[int, str]
 Source = Union[str, bytes, "os.PathLike[str]", BinaryIO]
@@ -199,6 +222,8 @@ class IsoReader:
             if not isinstance(self._buf, (bytes, bytearray)):
                 raise TypeError("read() needs a file opened in binary mode")
         self.size = len(self._buf)
+        self._rts = (0x23, 0x1D) if flavour == "auto" else (_RT[flavour],)
+        self._memo: dict = {}
         self._it = self._records()
 
     def __iter__(self) -> Iterator[IsoRecord]:
@@ -286,12 +311,8 @@ class IsoReader:
                 q -= 1
             if q > start and buf[q] in rts:
                 return cand
-            if buf[cand - 1] in _SEP:
-                try:
-                    self._parse(buf, cand, 0)
-                    return cand
-                except IsoRecordError:
-                    pass
+            if buf[cand - 1] in _SEP and self._sound_at(buf, cand):
+                return cand
             pos = cand + 1
         return n
 
@@ -316,6 +337,13 @@ class IsoReader:
         #    from the byte after the first 80, the other way tried next).
         wrapped_first = length > _LINE and start + _LINE < n and buf[start + _LINE] in _EOL
         for wrapped in ((True, False) if wrapped_first else (False, True)):
+            last = _last_byte_at(buf, start, length, wrapped)
+            if last is None:
+                continue
+            if buf[last] not in self._rts:
+                reasons.append(f"the byte before the computed end is "
+                               f"{_show(buf[last:last + 1])}, not a record terminator")
+                continue
             got = self._collect_bytes(buf, start, length, wrapped)
             if got is None:
                 continue
@@ -327,8 +355,11 @@ class IsoReader:
         if not reasons:
             reasons.append(f"record length {length} runs past the end of the file "
                            f"({n - start} byte(s) left)")
-        # 2. lengths counted in characters of `encoding` (§7.4, EuTeAmo.iso)
-        if _multibyte(self.encoding):
+        # 2. lengths counted in characters of `encoding` (§7.4, EuTeAmo.iso),
+        #    only worth trying when the record has 8-bit bytes
+        if _multibyte(self.encoding) and self._memo_search(
+                "high", start, start + 4 * length, lambda p, lim: _start_or_none(
+                    _HIGH_RE.search(buf, p, lim))) is not None:
             got = self._collect_chars(buf, start, length)
             if got is not None:
                 logical, end = got
@@ -436,18 +467,16 @@ class IsoReader:
         leader = seq[:24]
         ll, ls, li = self._entry_map(leader, repairs)
         esize = 3 + ll + ls + li
-        # the directory ends at the first FT found at an entry boundary
-        pos = 24
-        dir_end = -1
-        while pos < L:
-            c = ord(seq[pos]) if is_str else seq[pos]
-            if c in (0x23, 0x1E) and self._terminators(c) is not None:
-                dir_end = pos
-                break
-            pos += esize
-        if dir_end < 0:
+        # the directory ends at the first field terminator, at an entry
+        # boundary
+        ends = [i for i in (seq.find("#" if is_str else b"#", 24),
+                            seq.find("\x1e" if is_str else b"\x1e", 24)) if i >= 0]
+        dir_end = min(ends) if ends else -1
+        if dir_end < 0 or (dir_end - 24) % esize or self._terminators(
+                ord(seq[dir_end]) if is_str else seq[dir_end]) is None:
             raise _Bad("no field terminator after the directory (bad directory "
-                       f"of {L - 24} bytes, entries of {esize})")
+                       f"of {(dir_end if dir_end >= 0 else L) - 24} bytes, entries "
+                       f"of {esize})")
         flav, ft, rt = self._terminators(ord(seq[dir_end]) if is_str else seq[dir_end])
         if last != rt:
             raise _Bad(f"the byte before the computed end is {_show(seq[-1:])}, "
@@ -504,25 +533,22 @@ class IsoReader:
         ll, ls, li = self._entry_map(leader, repairs)
         esize = 3 + ll + ls + li
         pos = start + 24
-        # directory: entries until a field terminator (line breaks dropped)
-        dbytes = bytearray()
-        while True:
-            if pos >= n:
-                raise _Bad("truncated: the file ends inside the directory")
-            c = buf[pos]
-            if c in _EOL:
-                pos += 1
-                continue
-            if len(dbytes) % esize == 0 and c in (0x23, 0x1E) and self._terminators(c):
-                break
-            if c in (0x1D, 0x1E, 0x23):
-                raise _Bad(f"bad directory: terminator {_show(bytes([c]))} after "
-                           f"{len(dbytes)} bytes, not a multiple of the entry size {esize}")
-            dbytes.append(c)
-            pos += 1
-            if len(dbytes) > 12 * _MAX_RECORD:
-                raise _Bad("bad directory: no field terminator")
-        flav, ft, rt = self._terminators(buf[pos])
+        limit = min(n, start + _max_span(length))
+        # directory: entries up to the first terminator (line breaks dropped)
+        def finder(p, lim):
+            m = _TERM_RE.search(buf, p, lim)
+            return m.start() if m else None
+        t = self._memo_search("term", pos, limit, finder)
+        if t is None:
+            raise _Bad("no terminator after the directory" +
+                       (" (truncated)" if limit >= n else ""))
+        dbytes = bytes(buf[pos:t]).replace(b"\r", b"").replace(b"\n", b"")
+        pos = t
+        c = buf[pos]
+        if len(dbytes) % esize or self._terminators(c) is None:
+            raise _Bad(f"bad directory: terminator {_show(bytes([c]))} after "
+                       f"{len(dbytes)} bytes, not a multiple of the entry size {esize}")
+        flav, ft, rt = self._terminators(c)
         pos += 1
         entries = []
         for k in range(0, len(dbytes), esize):
@@ -535,16 +561,14 @@ class IsoReader:
             if impl and impl.isdigit() and tag.isdigit():
                 tag = impl + tag
             entries.append((_int_tag(tag), int(ent[3:3 + ll]), int(ent[3 + ll:3 + ll + ls])))
-        limit = min(n, start + 2 * length + 2 * (length // _LINE) + 64)
         end = self._find_end(buf, pos, limit, bool(entries), rt)
         if end < 0:
             raise _Bad("no record terminator found after the directory"
                        + (" (truncated)" if limit >= n else ""))
-        for m in _LEADER_RE.finditer(buf, pos, end):
-            cand = m.start()
-            if buf[cand - 1] in _EOL and self._sound_at(buf, cand):
-                raise _Bad(f"truncated: a sound record starts at byte {cand}, "
-                           "inside this one")
+        cand = self._next_sound(buf, pos, end)
+        if cand is not None:
+            raise _Bad(f"truncated: a sound record starts at byte {cand}, "
+                       "inside this one")
         data = bytes(buf[pos:end]).replace(b"\r", b"").replace(b"\n", b"")
         pieces = data.split(bytes([ft]))
         span = end + 1 - start
@@ -573,11 +597,46 @@ class IsoReader:
         return IsoRecord(number, start, leader, fields, None, leader[5:6] == b"d",
                          repairs, flav), end + 1
 
+    def _memo_search(self, key, pos, limit, finder):
+        """``finder(p, limit)`` (first match in [p, limit) or None),
+        remembering the last answer per `key`: a damaged file makes the
+        reader probe many nearby starts, and this keeps the searches at
+        O(file size) in all."""
+        p0, reached, found = self._memo.get(key, (-1, -1, None))
+        if p0 <= pos <= reached:
+            if found is not None:
+                return found if found < limit else None
+            if limit <= reached:
+                return None
+            begin = reached
+        else:
+            p0 = begin = pos
+        res = finder(begin, limit)
+        self._memo[key] = (p0, limit, None) if res is None else (p0, res, res)
+        return res
+
+    def _next_sound(self, buf, pos, end):
+        """The first offset in [pos, end) that starts a line and a sound
+        record (see _sound_at), or None."""
+        def finder(p, limit):
+            while True:
+                m = _LEADER_RE.search(buf, p, limit)
+                if not m:
+                    return None
+                cand = m.start()
+                if cand > 0 and buf[cand - 1] in _EOL and self._sound_at(buf, cand):
+                    return cand
+                p = cand + 1
+        return self._memo_search("sound", pos, end, finder)
+
     def _sound_at(self, buf, start) -> bool:
         """True when a record that needs no repair of its lengths starts at
         `start` (wrapped or not)."""
         length = int(buf[start:start + 5])
         for wrapped in (False, True):
+            last = _last_byte_at(buf, start, length, wrapped)
+            if last is None or buf[last] not in self._rts:
+                continue
             got = self._collect_bytes(buf, start, length, wrapped)
             if got is not None and length >= _MIN_RECORD:
                 try:
@@ -587,8 +646,7 @@ class IsoReader:
                     pass
         return False
 
-    @staticmethod
-    def _find_end(buf, pos, limit, has_fields, rt):
+    def _find_end(self, buf, pos, limit, has_fields, rt):
         """Index of the record terminator of a record whose data area
         starts at `pos`, or -1.  For ``#`` (FT = RT) it is the second
         ``#`` of a ``##`` (line breaks allowed between) that is followed by
@@ -601,21 +659,44 @@ class IsoReader:
             return j
 
         if rt != 0x23:
-            return buf.find(bytes([rt]), pos, limit)
+            def finder(p, lim):
+                i = buf.find(bytes([rt]), p, lim)
+                return i if i >= 0 else None
+            res = self._memo_search("rt", pos, limit, finder)
+            return -1 if res is None else res
         if not has_fields:
             j = skip(pos)
             return j if j < n and buf[j] == rt else -1
-        i = pos
-        while True:
-            i = buf.find(b"#", i, limit)
-            if i < 0:
-                return -1
-            j = skip(i + 1)
-            if j < n and buf[j] == 0x23:
+
+        def finder(p, lim):
+            m = _ISIS_END_RE.search(buf, p, lim)
+            while m:
+                j = m.end() - 1
                 k = skip(j + 1)
                 if k >= n or _LEADER_RE.match(buf, k):
                     return j
-            i += 1
+                m = _ISIS_END_RE.search(buf, m.start() + 1, lim)
+            return None
+        # the memo keys on the first '#' of the pair; report its second
+        res = self._memo_search("isis-end", pos, limit, lambda p, lim: _first_hash(
+            finder(p, lim), buf))
+        if res is None:
+            return -1
+        return skip(res + 1)
+
+
+def _start_or_none(m):
+    return m.start() if m else None
+
+
+def _first_hash(j, buf):
+    """The first '#' of the '##' pair whose second '#' is at `j`."""
+    if j is None:
+        return None
+    i = j - 1
+    while buf[i] in _EOL:
+        i -= 1
+    return i
 
 
 def _chars(x) -> str:

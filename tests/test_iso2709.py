@@ -522,3 +522,27 @@ def test_pymarc_files_rewrite_identically(isis_data, tmp_path):
         out = tmp_path / name
         iso2709.write(out, recs, "marc", subfields="raw")
         assert out.read_bytes() == src.read_bytes().rstrip(b"\n"), name
+
+
+LINE = b"9999900000000000000000004500"
+ADVERSARIAL = {
+    # name: (one 81-byte line, errors for 3000 such lines)
+    "leader-like lines, no terminator": (LINE + b"0" * 52 + b"\n", 1),
+    "leader-like lines ending in '#'": (LINE + b"0" * 51 + b"#\n", 3000),
+    "8-bit lines ending in '#'": (LINE + b"\xc3\xa9" * 25 + b"0#\n", 3000),
+    "MARC terminators on every line": (LINE + b"\x1e" * 10 + b"0" * 41 + b"\x1d\n", 3000),
+    "'##' everywhere": (LINE + b"##" * 25 + b"0#\n", 3000),
+    "short records of '#'": (b"00099" + b"0" * 23 + b"#" * 52 + b"\n", 3000),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_adversarial_files_stay_linear(name):
+    """Lines that each look like the start of a long record: every start
+    is probed, and the reader's searches are remembered so that the work
+    stays proportional to the file (a quadratic reader would take minutes
+    on these 240 KB)."""
+    line, nerr = ADVERSARIAL[name]
+    recs, r = read_all(line * 3000 + GOOD)
+    assert [x.fields for x in recs] == [F] and len(r.errors) == nerr
+    assert r.position == r.size
