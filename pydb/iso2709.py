@@ -487,32 +487,38 @@ class IsoReader:
             repairs.append(f"base address {_show(lb)} in the leader; the directory "
                            f"ends at {base}")
         fields = []
-        for k in range(24, dir_end, esize):
-            ent = seq[k:k + esize]
-            tag = _chars(ent[:3])
-            ln, st, impl = _chars(ent[3:3 + ll]), _chars(ent[3 + ll:3 + ll + ls]), \
-                _chars(ent[3 + ll + ls:])
-            if not (ln.isascii() and ln.isdigit() and st.isascii() and st.isdigit()):
-                raise _Bad(f"directory entry {(k - 24) // esize + 1} {_show(ent)} has a "
-                           "length or start that is not digits")
-            if not tag.isascii() or not tag.isprintable():
-                raise _Bad(f"directory entry {(k - 24) // esize + 1} has tag {_show(ent[:3])}")
+        directory = _chars(seq[24:dir_end])
+        conv = flav == "marc" and self.subfields == "isis"
+        e1, e2 = 3 + ll, 3 + ll + ls
+        for i in range(0, dir_end - 24, esize):
+            ent = directory[i:i + esize]
+            tag, ln, st = ent[:3], ent[3:e1], ent[e1:e2]
+            if not (ln.isdigit() and st.isdigit() and ln.isascii() and st.isascii()):
+                raise _Bad(f"directory entry {i // esize + 1} {ent!r} has a length or "
+                           "start that is not digits")
             flen, fst = int(ln), int(st)
             a, b = base + fst, base + fst + flen
             if flen < 1 or b > L - 1:
-                raise _Bad(f"field {tag} (directory entry {(k - 24) // esize + 1}): start "
+                raise _Bad(f"field {tag} (directory entry {i // esize + 1}): start "
                            f"{fst} + length {flen} runs past the data area "
                            f"({L - 1 - base} bytes)")
-            c = ord(seq[b - 1]) if is_str else seq[b - 1]
-            if c != ft:
-                raise _Bad(f"field {tag} (directory entry {(k - 24) // esize + 1}) does "
+            if (ord(seq[b - 1]) if is_str else seq[b - 1]) != ft:
+                raise _Bad(f"field {tag} (directory entry {i // esize + 1}) does "
                            f"not end with the field terminator")
             value = seq[a:b - 1]
             if is_str:
                 value = value.encode(enc, "surrogateescape")
-            if impl and impl.isascii() and impl.isdigit() and tag.isdigit():
-                tag = impl + tag
-            fields.append((_int_tag(tag), self._value(value, flav)))
+            elif conv and 0x1F in value:
+                value = value.replace(b"\x1f", b"^")
+            if tag.isdigit() and tag.isascii():
+                impl = ent[e2:]
+                tag = int(impl + tag) if impl and impl.isdigit() and impl.isascii() \
+                    else int(tag)
+            elif not tag.isprintable():
+                raise _Bad(f"directory entry {i // esize + 1} has tag {tag!r}")
+            fields.append((tag, value))
+        if is_str and conv:
+            fields = [(t, self._value(v, flav)) for t, v in fields]
         leader_b = leader.encode(enc, "surrogateescape") if is_str else bytes(leader)
         return IsoRecord(number, start, leader_b, fields, None,
                          leader_b[5:6] == b"d", repairs, flav), end
