@@ -107,16 +107,18 @@ def _cmd_export(args) -> int:
     from . import export_iso, export_jsonl
     from . import open as open_db
     fmt = args.flavour or ("jsonl" if _format_of(args.dst, None) == "jsonl" else "isis")
-    with open_db(args.db, encoding=args.encoding) as db:
+    with open_db(args.db, encoding=args.encoding or "utf-8") as db:
         total = len(db.mfns(deleted=args.deleted))
         with _progress(total, "rec", "export") as tick:
             if fmt == "jsonl":
-                rep = export_jsonl(db, args.dst, deleted=args.deleted, encoding=args.encoding,
+                rep = export_jsonl(db, args.dst, deleted=args.deleted,
+                                   encoding=args.encoding or "utf-8",
                                    on_error=args.on_error, progress=tick)
             else:
                 rep = export_iso(db, args.dst, fmt, line_ending=args.line_ending,
                                  deleted=args.deleted, mfn_tag=args.mfn_tag,
-                                 on_error=args.on_error, progress=tick)
+                                 encoding=args.encoding, on_error=args.on_error,
+                                 progress=tick)
     return _report(rep, "exported")
 
 
@@ -173,8 +175,10 @@ def main(argv=None) -> int:
                    help="CRLF line ends (WinISIS)")
     g.add_argument("--lf", dest="line_ending", action="store_const", const="\n",
                    help="LF line ends (default for the isis flavour)")
-    p.add_argument("--encoding", default="utf-8",
-                   help="database character set (JSON Lines strings; MARC leader)")
+    p.add_argument("--encoding", default=None,
+                   help="database character set: JSON Lines strings (default utf-8; "
+                        "undecodable values are written as base64) and the MARC "
+                        "leader (position 9 'a' only when utf-8 is given)")
     p.add_argument("--deleted", action="store_true",
                    help="also export logically deleted records (status d)")
     p.add_argument("--mfn-tag", type=int, default=None,

@@ -771,8 +771,12 @@ def _fields_of(rec) -> Tuple[list, Optional[int], bool, Optional[bytes]]:
     return list(rec), None, False, None
 
 
+def _is_utf8(encoding) -> bool:
+    return bool(encoding) and encoding.lower().replace("_", "-") in ("utf-8", "utf8")
+
+
 def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
-                   subfields="isis") -> bytes:
+                   subfields="isis", utf8=None) -> bytes:
     """One record in ISO 2709 form (no line breaks); raises ValueError with
     the reason when the record cannot be represented."""
     ft, rt = _FT[flavour], _RT[flavour]
@@ -820,8 +824,9 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
         if deleted and mid[:1] != b"d":
             mid = b"d" + mid[1:]
     elif flavour == "marc":
-        mid = (b"d" if deleted else b"n") + b"   " + \
-            (b"a" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else b" ") + b"22"
+        if utf8 is None:
+            utf8 = _is_utf8(encoding)
+        mid = (b"d" if deleted else b"n") + b"   " + (b"a" if utf8 else b" ") + b"22"
         tail = b"   "
     else:
         mid = (b"d" if deleted else b"0") + b"000000"
@@ -850,7 +855,8 @@ def _wrap(rec: bytes, width: Optional[int], eol: bytes) -> bytes:
 def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
           line_ending: Optional[str] = None, line_width: Optional[int] = None,
           encoding: str = "utf-8", mfn_tag: Optional[int] = None,
-          subfields: str = "isis", on_error: str = "stop", progress: Optional[Callable[[int], None]] = None
+          subfields: str = "isis", on_error: str = "stop",
+          progress: Optional[Callable[[int], None]] = None, marc_utf8: Optional[bool] = None
           ) -> "Report":
     """Write records to an ISO 2709 file (isis-formats.md §7).
 
@@ -879,6 +885,9 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
             raises :class:`~pydb.IsoRecordError`; ``"skip"``: it is left out
             and reported in the result's ``errors``.
         progress: called with 1 after each record (for a progress bar).
+        marc_utf8: MARC flavour: whether leader position 9 says UTF-8
+            (``a``) or not (blank) for records without a leader of their
+            own; None (default): UTF-8 when `encoding` is.
 
     Returns:
         A :class:`Report` (``records`` written, ``errors``).
@@ -917,7 +926,7 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
                 fields = [(mfn_tag, str(mfn).encode("ascii"))] + fields
             try:
                 data = _encode_record(fields, flavour, mfn, deleted, leader, encoding,
-                                      subfields)
+                                      subfields, marc_utf8)
             except (ValueError, UnicodeError) as e:
                 err = IsoRecordError(name if isinstance(name, str) else None, number,
                                      -1, str(e), mfn)
@@ -994,8 +1003,8 @@ def _open_db(db):
 
 def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional[str] = None,
                deleted: bool = False, mfn_tag: Optional[int] = None,
-               on_error: str = "skip", progress: Optional[Callable[[int], None]] = None
-               ) -> Report:
+               encoding: Optional[str] = None, on_error: str = "skip",
+               progress: Optional[Callable[[int], None]] = None) -> Report:
     """Export the records of a database to an ISO 2709 file, in MFN order.
 
     Args:
@@ -1008,6 +1017,9 @@ def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional
         deleted: also export logically deleted records (status ``d``).
         mfn_tag: carry each record's MFN in a first field of this tag, so
             that :func:`import_iso` with the same `mfn_tag` keeps MFNs.
+        encoding: the database's character set, if known; only recorded
+            in the MARC leader (position 9 ``a`` for UTF-8).  Field bytes
+            are written unchanged either way.
         on_error: ``"skip"`` (default): a record that cannot be read
             (:class:`~pydb.CorruptionError`) or written
             (:class:`~pydb.IsoRecordError`) is left out and listed in the
@@ -1027,7 +1039,7 @@ def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional
         report = Report()
         recs = _db_records(handle, deleted, on_error, report, progress)
         w = write(path, recs, flavour, line_ending=line_ending, mfn_tag=mfn_tag,
-                  on_error=on_error, encoding=getattr(handle, "encoding", "utf-8"))
+                  on_error=on_error, marc_utf8=_is_utf8(encoding))
         report.records = w.records
         report.errors.extend(w.errors)
         return report

@@ -546,3 +546,17 @@ def test_adversarial_files_stay_linear(name):
     recs, r = read_all(line * 3000 + GOOD)
     assert [x.fields for x in recs] == [F] and len(r.errors) == nerr
     assert r.position == r.size
+
+
+def test_marc_leader(isis_data, tmp_path):
+    src = data_path("bireme__isis2json/fixtures/cds/cds")      # UTF-8 data
+    pydb.export_iso(src, tmp_path / "a.mrc", "marc", encoding="utf-8", deleted=True)
+    pydb.export_iso(src, tmp_path / "b.mrc", "marc")
+    a = list(iso2709.read(tmp_path / "a.mrc", subfields="raw"))
+    b = list(iso2709.read(tmp_path / "b.mrc", subfields="raw"))
+    assert len(a) == len(b) == 150
+    assert a[0].leader[5:12] == b"n   a22" and b[0].leader[5:12] == b"n    22"
+    assert a[0].leader[20:24] == b"4500" and int(a[0].leader[:5]) == len(
+        iso2709._encode_record(a[0].fields, "marc", None, False, a[0].leader, "utf-8", "raw"))
+    # ISIS '^a' became the MARC subfield delimiter
+    assert any(b"\x1fa" in v for x in a for _, v in x.fields)
