@@ -58,7 +58,7 @@ import mmap
 import os
 import re
 from typing import (Any, BinaryIO, Callable, Iterable, Iterator, List,
-                    Optional, Sequence, Tuple, Union)
+                    Optional, Tuple, Union)
 
 from .errors import CorruptionError, IsoRecordError, UnsupportedError
 
@@ -259,8 +259,6 @@ class IsoReader:
                 number += 1
                 try:
                     rec, end = self._parse(buf, pos, number)
-                    if self.mfn_tag is not None:
-                        self._take_mfn(rec)
                 except IsoRecordError as e:
                     if self.on_error == "stop":
                         raise
@@ -268,6 +266,14 @@ class IsoReader:
                     pos = self._resync(buf, pos)
                     continue
                 pos = end
+                if self.mfn_tag is not None:
+                    try:
+                        self._take_mfn(rec)
+                    except IsoRecordError as e:
+                        if self.on_error == "stop":
+                            raise
+                        self.errors.append(e)
+                        continue
                 self.position = pos
                 self.count += 1
                 if rec.repairs:
@@ -287,7 +293,7 @@ class IsoReader:
             if tag == self.mfn_tag:
                 if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 2**31:
                     raise self._error(rec.number, rec.offset,
-                                      f"MFN field {self.mfn_tag} holds {value[:20]!r}, "
+                                      f"MFN field {self.mfn_tag} holds {_show(value[:20])}, "
                                       "not an MFN (1..2147483647)")
                 rec.mfn = int(value)
                 del rec.fields[i]

@@ -5,7 +5,6 @@ hostile inputs, and random records (hypothesis)."""
 
 import io
 import json
-import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -560,3 +559,15 @@ def test_marc_leader(isis_data, tmp_path):
         iso2709._encode_record(a[0].fields, "marc", None, False, a[0].leader, "utf-8", "raw"))
     # ISIS '^a' became the MARC subfield delimiter
     assert any(b"\x1fa" in v for x in a for _, v in x.fields)
+
+
+def test_mfn_tag_errors(tmp_path):
+    recs = [[(1000, b"1"), (10, b"a")], [(10, b"no mfn")], [(1000, b"x1"), (10, b"b")],
+            [(10, b"c"), (1000, b"7")]]
+    iso2709.write(tmp_path / "m.iso", recs)
+    r = iso2709.read(tmp_path / "m.iso", mfn_tag=1000)
+    got = [(x.number, x.mfn, x.fields) for x in r]
+    assert got == [(1, 1, [(10, b"a")]), (4, 7, [(10, b"c")])]
+    assert [(e.number, e.reason) for e in r.errors] == [
+        (2, "no MFN field (tag 1000)"),
+        (3, "MFN field 1000 holds 'x1', not an MFN (1..2147483647)")]
