@@ -12,7 +12,10 @@ ISO 2709 (ANSI Z39.2) is how CDS/ISIS databases travel between systems
   0x1D, subfield delimiter 0x1F, indicator count and identifier length 2,
   no line breaks.  Converting to ISIS storage, 0x1F becomes ``^`` and the
   indicators stay the first two characters of the value (IsisMarc / ABCD
-  practice); writing does the reverse.
+  practice); writing does the reverse.  Export then import is therefore
+  lossless in both flavours for any field value, except that the MARC
+  flavour cannot carry the bytes 0x1D-0x1F inside a value (such a record
+  is reported, not written).
 
 Reading is tolerant (§7.4): line breaks between records are skipped,
 wrapping is detected per record, a record whose byte at the computed end is
@@ -37,7 +40,7 @@ for a deleted record), and imported as logically deleted.
 
 Tags above 999 do not fit the 3-character tag of the directory.  pydb then
 writes the leading digits in the directory's implementation-defined part
-(leader position 22 gives its length, ISO 2709 §4.4), so tag 3018 is
+(leader position 22 gives its length, §7.1 entry map), so tag 3018 is
 stored as tag ``018`` with implementation part ``3``; readers that honour
 the entry map skip it, and pydb's reader joins it back.  Likewise a field
 longer than 9999 bytes widens the length-of-field part (position 20).
@@ -70,7 +73,6 @@ __all__ = ["read", "write", "IsoRecord", "IsoReader", "Report",
 FLAVOURS = ("isis", "marc")
 _FT = {"isis": 0x23, "marc": 0x1E}
 _RT = {"isis": 0x23, "marc": 0x1D}
-_SF = 0x1F
 _EOL = b"\r\n"
 _SEP = b"\r\n\x1a\x00"          # skipped between records (CR, LF, DOS EOF, NUL)
 _LINE = 80
@@ -104,6 +106,7 @@ def _last_byte_at(buf, start: int, length: int, wrapped: bool):
         eol = 2 if buf[start + 80:start + 82] == b"\r\n" else 1
         last = start + length - 1 + (length - 1) // 80 * eol
     return last if last < len(buf) else None
+
 
 Tag = Union[int, str]
 Source = Union[str, bytes, "os.PathLike[str]", BinaryIO]
