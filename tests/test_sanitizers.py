@@ -37,7 +37,7 @@ pytestmark = [
 ]
 
 INNER_TESTS = {
-    "address": ["tests/test_hostile.py", "tests/test_threads.py"],
+    "address": ["tests/test_hostile.py", "tests/test_threads.py", "tests/test_build_gaps.py"],
     "thread": ["tests/test_threads.py"],
 }
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
@@ -70,7 +70,8 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "pydb", dst / "pydb", ignore=ignore)
     shutil.copytree(REPO / "benchmarks", dst / "benchmarks", ignore=ignore)
     (dst / "tests").mkdir()
-    for name in ("conftest.py", "test_hostile.py", "test_threads.py", "tsan.supp"):
+    for name in ("conftest.py", "test_hostile.py", "test_threads.py", "test_build_gaps.py",
+                 "tsan.supp"):
         if (REPO / "tests" / name).is_file():
             shutil.copy2(REPO / "tests" / name, dst / "tests" / name)
 
