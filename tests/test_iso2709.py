@@ -571,3 +571,36 @@ def test_mfn_tag_errors(tmp_path):
     assert [(e.number, e.reason) for e in r.errors] == [
         (2, "no MFN field (tag 1000)"),
         (3, "MFN field 1000 holds 'x1', not an MFN (1..2147483647)")]
+
+
+def test_export_skips_what_iso_cannot_hold(tmp_path):
+    """An FFI record over 99,999 bytes has no ISO 2709 form: reported by MFN,
+    the others exported (or raised with on_error="stop")."""
+    from pydb import _pydb
+    recs = [[(10, b"small")], [(10, b"x" * 150000)], [(10, b"after")]]
+    _pydb._build(str(tmp_path / "big"), "ffi-packed", 0, recs, True)
+    rep = pydb.export_iso(tmp_path / "big", tmp_path / "big.iso")
+    assert rep.records == 2 and len(rep.errors) == 1
+    e = rep.errors[0]
+    assert isinstance(e, pydb.IsoRecordError) and e.mfn == 2 and "99999" in e.reason
+    assert "MFN 2" in str(e)
+    assert [x.fields for x in iso2709.read(tmp_path / "big.iso")] == [[(10, b"small")],
+                                                                      [(10, b"after")]]
+    with pytest.raises(pydb.IsoRecordError):
+        pydb.export_iso(tmp_path / "big", tmp_path / "big2.iso", on_error="stop")
+    # JSON Lines has no such limit
+    pydb.export_jsonl(tmp_path / "big", tmp_path / "big.jsonl")
+    pydb.import_jsonl(tmp_path / "big.jsonl", tmp_path / "big2", layout="ffi-packed")
+    with pydb.open(tmp_path / "big2") as db:
+        assert db[2].raw(10) == [b"x" * 150000]
+
+
+def test_export_reports_unreadable_record(isis_data, tmp_path):
+    """odds.mst: the XRF entry of MFN 49 points at another record (SOURCES.md);
+    export leaves it out with the core's CorruptionError and goes on."""
+    src = data_path(ABCD + "odds/data/odds")
+    rep = pydb.export_iso(src, tmp_path / "o.iso")
+    assert rep.records == 86 and len(rep.errors) == 1      # 87 active in the XRF
+    assert isinstance(rep.errors[0], pydb.CorruptionError) and "MFN 49" in str(rep.errors[0])
+    with pytest.raises(pydb.CorruptionError):
+        pydb.export_iso(src, tmp_path / "o2.iso", on_error="stop")
