@@ -99,7 +99,8 @@ def _cmd_import(args) -> int:
         with _progress(size, "B", "import") as tick:
             rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
                              layout=args.layout, mstxl=args.mstxl, encoding=args.encoding,
-                             on_error=args.on_error, mfn_tag=args.mfn_tag, progress=tick)
+                             db_encoding=args.db_encoding, on_error=args.on_error,
+                             mfn_tag=args.mfn_tag, progress=tick)
     return _report(rep, "imported")
 
 
@@ -159,6 +160,9 @@ def main(argv=None) -> int:
     p.add_argument("--encoding", default="utf-8",
                    help="character set of the input (ISO: for lengths counted in "
                         "characters; JSON Lines: to turn strings back into bytes)")
+    p.add_argument("--db-encoding", default=None,
+                   help="ISO input: transcode values from --encoding to this "
+                        "character set (default: store the file's bytes)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="skip bad records and report them (exit status 1), or stop")
     p.add_argument("--mfn-tag", type=int, default=None,

@@ -55,6 +55,7 @@ value whose bytes are not valid in that encoding is written as
 from __future__ import annotations
 
 import base64
+import codecs
 import errno as _errno
 import json
 import mmap
@@ -1134,6 +1135,7 @@ def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, lay
 
 def import_iso(source: Source, db_path, *, flavour: str = "auto",
                layout: str = "isis-packed", mstxl: int = 0, encoding: str = "utf-8",
+               db_encoding: Optional[str] = None,
                on_error: str = "skip", mfn_tag: Optional[int] = None,
                sync: bool = True, progress: Optional[Callable[[int], None]] = None
                ) -> Report:
@@ -1152,6 +1154,11 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
         source: ISO file path or binary file object.
         db_path: base name of the new database (``.mst``/``.xrf`` added).
         flavour, encoding, mfn_tag: as for :func:`read`.
+        db_encoding: when given and different from `encoding`, every value
+            is transcoded from `encoding` to `db_encoding` (e.g. a CP850
+            DOS export into a UTF-8 database, isis-formats.md §9); a value
+            that does not decode or encode makes its record an error.
+            None (default): the file's bytes are stored unchanged.
         layout: leader layout of the new master file (``"isis-packed"``,
             the default, as WinISIS writes; ``"isis-aligned"``,
             ``"ffi-packed"``, ``"ffi-aligned"``).
@@ -1179,6 +1186,8 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
     _check_new(db_path)
     reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)
     report = Report()
+    recode = db_encoding is not None and \
+        codecs.lookup(db_encoding).name != codecs.lookup(encoding).name
 
     def records():
         done = 0
@@ -1187,7 +1196,20 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
                 if progress:
                     progress(reader.position - done)
                     done = reader.position
-                yield rec.mfn, rec.deleted, rec.fields, (rec.number, rec.offset)
+                fields = rec.fields
+                if recode:
+                    try:
+                        fields = [(t, v.decode(encoding).encode(db_encoding))
+                                  for t, v in fields]
+                    except UnicodeError as e:
+                        err = IsoRecordError(reader.filename, rec.number, rec.offset,
+                                             f"cannot transcode from {encoding} to "
+                                             f"{db_encoding}: {e}", rec.mfn)
+                        if on_error == "stop":
+                            raise err from None
+                        report.errors.append(err)
+                        continue
+                yield rec.mfn, rec.deleted, fields, (rec.number, rec.offset)
             if progress and reader.position > done:
                 progress(reader.position - done)
 

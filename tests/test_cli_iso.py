@@ -151,3 +151,13 @@ def test_progress_bar_on_a_terminal(isis_data, tmp_path):
     out = b"".join(chunks)
     assert p.returncode == 0
     assert b"import" in out and b"%|" in out and b"imported 150 record(s)" in out
+
+
+def test_import_db_encoding(isis_data, tmp_path):
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
+    assert run("export", src, tmp_path / "b.iso", "--crlf").returncode == 0
+    r = run("import", tmp_path / "b.iso", tmp_path / "u", "--encoding", "cp850",
+            "--db-encoding", "utf-8")
+    assert r.returncode == 0, r.stderr
+    with pydb.open(src, encoding="cp850") as a, pydb.open(tmp_path / "u") as b:
+        assert [r.to_dict() for r in a] == [r.to_dict() for r in b]

@@ -604,3 +604,27 @@ def test_export_reports_unreadable_record(isis_data, tmp_path):
     assert isinstance(rep.errors[0], pydb.CorruptionError) and "MFN 49" in str(rep.errors[0])
     with pytest.raises(pydb.CorruptionError):
         pydb.export_iso(src, tmp_path / "o2.iso", on_error="stop")
+
+
+def test_import_transcodes(isis_data, tmp_path):
+    """A CP850 (DOS) database exported and imported into UTF-8 (§9)."""
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
+    pydb.export_iso(src, tmp_path / "b.iso")
+    rep = pydb.import_iso(tmp_path / "b.iso", tmp_path / "u", encoding="cp850",
+                          db_encoding="utf-8")
+    assert rep.records == 4 and not rep.errors
+    with pydb.open(src, encoding="cp850") as a, pydb.open(tmp_path / "u") as b:
+        assert [[(f.tag, f.value) for f in r.fields] for r in a] == \
+            [[(f.tag, f.value) for f in r.fields] for r in b]
+        assert any(0x82 in f.raw for r in a for f in r.fields)
+        assert any("\u00e9".encode() in f.raw for r in b for f in r.fields)
+    # bytes that are not UTF-8 cannot be transcoded from UTF-8: reported
+    rep = pydb.import_iso(tmp_path / "b.iso", tmp_path / "v", encoding="utf-8",
+                          db_encoding="latin-1")
+    assert rep.records + len(rep.errors) == 4 and rep.errors
+    assert all("cannot transcode from utf-8 to latin-1" in e.reason for e in rep.errors)
+    # same codec under another name: bytes stored unchanged
+    rep = pydb.import_iso(tmp_path / "b.iso", tmp_path / "w", encoding="cp850",
+                          db_encoding="IBM850")
+    with pydb.open(src) as a, pydb.open(tmp_path / "w") as b:
+        assert [fields_of(r) for r in a] == [fields_of(r) for r in b]
