@@ -77,6 +77,19 @@ cleanup:
     return rc;
 }
 
+/* Room for one more XRF value. */
+static int grow_xrf(pydb_builder *b, pydb_error *err)
+{
+    if (b->n == b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 1024;
+        int32_t *x = realloc(b->offsets_xrf, nc * sizeof *x);
+        if (!x) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+        b->offsets_xrf = x;
+        b->cap = nc;
+    }
+    return PYDB_OK;
+}
+
 int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
                      uint32_t nfields, pydb_error *err)
 {
@@ -117,13 +130,7 @@ int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
         b->rec = r;
         b->reccap = (size_t)mfrl;
     }
-    if (b->n == b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 1024;
-        int32_t *x = realloc(b->offsets_xrf, nc * sizeof *x);
-        if (!x) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
-        b->offsets_xrf = x;
-        b->cap = nc;
-    }
+    if (grow_xrf(b, err)) return PYDB_ENOMEM;
     /* Placement: alignment, then the never-split rule. */
     start = (b->pos + align - 1) / align * align;
     if (start % PYDB_BLOCK > PYDB_BLOCK - (g->leader - 4))
@@ -168,6 +175,39 @@ int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
                             "write failed: %s", strerror(errno));
     b->offsets_xrf[b->n++] = pydb__xrf_encode(start, PYDB_FLAG_NEW, b->mstxl);
     b->pos = start + mfrl;
+    return PYDB_OK;
+}
+
+int pydb_builder_skip(pydb_builder *b, pydb_error *err)
+{
+    if (b->finished)
+        return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1, "finished");
+    if (grow_xrf(b, err)) return PYDB_ENOMEM;
+    /* block -1, offset 0: the value WinISIS leaves for an MFN that is not
+     * in the master file (formats §2.4, §3.2). */
+    b->offsets_xrf[b->n++] = -2048 >> b->mstxl;
+    return PYDB_OK;
+}
+
+int pydb_builder_delete_last(pydb_builder *b, pydb_error *err)
+{
+    const pydb_geom *g = &pydb__geom[b->layout];
+    int32_t v;
+    int64_t off;
+    uint8_t status[2];
+
+    if (b->finished || b->n == 0 || b->offsets_xrf[b->n - 1] <= 0)
+        return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1,
+                          "no record was just added");
+    v = b->offsets_xrf[b->n - 1];
+    /* Decode the pointer we encoded: block * (2048 >> k) + (low >> k). */
+    off = (int64_t)(v / (2048 >> b->mstxl) - 1) * PYDB_BLOCK +
+          (((int64_t)(v % (2048 >> b->mstxl)) << b->mstxl) & 0x1FF);
+    pydb__put16(status, 1);
+    if (pydb__vfs->pwrite(b->fd_mst, status, 2, off + g->off_status) != 2)
+        return PYDB_OSERROR(err, errno, b->mst_path, off + g->off_status,
+                            "write failed: %s", strerror(errno));
+    b->offsets_xrf[b->n - 1] = -v;
     return PYDB_OK;
 }
 

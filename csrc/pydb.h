@@ -241,6 +241,13 @@ int pydb_builder_open(pydb_builder **out, const char *path, int layout,
  * exceeds the layout's limit (ISIS: 32767 bytes). */
 int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
                      uint32_t nfields, pydb_error *err);
+/* Leave the next MFN out of the master file: its XRF entry says
+ * "physically deleted" (-2048, formats §3.2), as after a WinISIS
+ * reorganisation.  Used by ISO/JSON Lines import to keep MFN gaps. */
+int pydb_builder_skip(pydb_builder *b, pydb_error *err);
+/* Mark the record just added logically deleted: STATUS = 1 in its leader
+ * and its XRF pointer negated (formats §2.4). */
+int pydb_builder_delete_last(pydb_builder *b, pydb_error *err);
 int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err);
 /* Free the builder; if not finished, the partial files are removed. */
 void pydb_builder_free(pydb_builder *b);

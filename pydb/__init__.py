@@ -32,10 +32,11 @@ del _installed
 
 from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
                      DatabaseNotFoundError, DiskError, Error, FSTError,
-                     LockTimeoutError, NotFoundError, ReadOnlyError,
+                     IsoRecordError, LockTimeoutError, NotFoundError, ReadOnlyError,
                      RecordTooLargeError, SearchSyntaxError, UnsupportedError)
 from .database import DEFAULT_IO, Database, Field, Record, open
 from .subfields import Subfields, parse_subfields
+from .iso2709 import export_iso, export_jsonl, import_iso, import_jsonl
 
 __version__ = "0.1.0"
 
@@ -44,5 +45,6 @@ __all__ = [
     "DEFAULT_IO", "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
-    "FSTError", "DatabaseExistsError", "__version__",
+    "FSTError", "DatabaseExistsError", "IsoRecordError", "__version__",
+    "export_iso", "import_iso", "export_jsonl", "import_jsonl",
 ]

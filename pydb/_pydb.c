@@ -991,10 +991,12 @@ static PyObject *mod_test_read_delay(PyObject *m, PyObject *arg)
 
 static PyObject *mod_build(PyObject *m, PyObject *args)
 {
-    /* _build(path, layout, mstxl, records, sync): records is an iterable
-     * of sequences of (tag, bytes). */
+    /* _build(path, layout, mstxl, records, sync[, deleted]): records is an
+     * iterable of sequences of (tag, bytes), or None for an MFN left out
+     * (physically deleted); `deleted` a container of MFNs to store
+     * logically deleted. */
     module_state *st = PyModule_GetState(m);
-    PyObject *records, *it = NULL, *item = NULL, *pb = NULL;
+    PyObject *records, *it = NULL, *item = NULL, *pb = NULL, *deleted = NULL;
     const char *layout_name;
     int mstxl, sync, layout, rc = PYDB_OK;
     pydb_builder *b = NULL;
@@ -1003,9 +1005,10 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
     size_t fcap = 0;
     long count = 0;
 
-    if (!PyArg_ParseTuple(args, "O&siOp", PyUnicode_FSConverter, &pb,
-                          &layout_name, &mstxl, &records, &sync))
+    if (!PyArg_ParseTuple(args, "O&siOp|O", PyUnicode_FSConverter, &pb,
+                          &layout_name, &mstxl, &records, &sync, &deleted))
         return NULL;
+    if (deleted == Py_None) deleted = NULL;
     layout = pydb_layout_from_name(layout_name);
     if (layout < 0) {
         Py_DECREF(pb);
@@ -1020,9 +1023,17 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
     it = PyObject_GetIter(records);
     if (!it) goto fail_py;
     while ((item = PyIter_Next(it)) != NULL) {
-        PyObject *fs = PySequence_Fast(item, "a record is a sequence of "
-                                             "(tag, bytes) pairs");
+        PyObject *fs;
         Py_ssize_t nf, i;
+        if (item == Py_None) {
+            rc = pydb_builder_skip(b, &e);
+            Py_CLEAR(item);
+            if (rc) goto fail;
+            count++;
+            continue;
+        }
+        fs = PySequence_Fast(item, "a record is a sequence of (tag, bytes) "
+                                   "pairs, or None");
         if (!fs) goto fail_py;
         nf = PySequence_Fast_GET_SIZE(fs);
         if ((size_t)nf > fcap) {
@@ -1054,6 +1065,14 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
         Py_CLEAR(item);
         if (rc) goto fail;
         count++;
+        if (deleted) {
+            PyObject *key = PyLong_FromLong(count);
+            int is_del = key ? PySequence_Contains(deleted, key) : -1;
+            Py_XDECREF(key);
+            if (is_del < 0) goto fail_py;
+            if (is_del && (rc = pydb_builder_delete_last(b, &e)) != PYDB_OK)
+                goto fail;
+        }
     }
     if (PyErr_Occurred()) goto fail_py;
     Py_BEGIN_ALLOW_THREADS
@@ -1082,9 +1101,11 @@ static PyMethodDef module_methods[] = {
      "_test_set_read_delay(usec, /)\n--\n\nTests only: make every pread of "
      "the core sleep `usec` microseconds first (0 turns it off)."},
     {"_build", mod_build, METH_VARARGS,
-     "_build(path, layout, mstxl, records, sync, /)\n--\n\nWrite a new "
-     "database from an iterable of records, each a sequence of (tag, bytes)."
-     "  Returns the number of records written."},
+     "_build(path, layout, mstxl, records, sync, deleted=None, /)\n--\n\n"
+     "Write a new database from an iterable of records, each a sequence of "
+     "(tag, bytes), or None for an MFN left out (XRF: physically deleted); "
+     "the MFNs in the container `deleted` are stored logically deleted.  "
+     "Returns the number of MFNs assigned."},
     {NULL}};
 
 static PyStructSequence_Field field_fields[] = {

@@ -1,7 +1,7 @@
 """Type stub of the extension module pydb._pydb (binding of csrc/)."""
 
 from os import PathLike
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Container, Iterable, Iterator, Sequence
 
 class Field(tuple):
     tag: int
@@ -55,7 +55,8 @@ class Database:
 def _set_record_class(cls: type, /) -> None: ...
 def _test_set_read_delay(usec: int, /) -> None: ...
 def _build(path: str | bytes | PathLike[str], layout: str, mstxl: int,
-           records: Iterable[Sequence[tuple[int, bytes]]], sync: bool, /) -> int: ...
+           records: Iterable[Sequence[tuple[int, bytes]] | None], sync: bool,
+           deleted: Container[int] | None = None, /) -> int: ...
 
 class Index:
     kind: str

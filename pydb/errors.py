@@ -16,14 +16,16 @@
     ├── ReadOnlyError              write on a read-only handle
     ├── LockTimeoutError (TimeoutError)  another writer holds the lock
     ├── SearchSyntaxError (ValueError)   bad search expression
-    └── FSTError (ValueError)      bad field select table
+    ├── FSTError (ValueError)      bad field select table
+    └── IsoRecordError (ValueError)  a record of an exchange file (ISO 2709,
+                                   JSON Lines) that cannot be read or written
 """
 
 __all__ = [
     "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
-    "FSTError", "DatabaseExistsError",
+    "FSTError", "DatabaseExistsError", "IsoRecordError",
 ]
 
 
@@ -128,3 +130,34 @@ class FSTError(Error, ValueError):
 
     def __str__(self):
         return f"{self.filename or '<fst>'}, line {self.line}: {self.reason}"
+
+
+class IsoRecordError(Error, ValueError):
+    """A record of an exchange file that cannot be read or written: an ISO
+    2709 record whose leader, directory or terminators are damaged beyond
+    the tolerant rules of isis-formats.md §7.4, a JSON Lines line that is
+    not a record, or a record that the chosen format cannot represent.
+
+    Attributes: ``filename`` (str or None), ``number`` (int, 1-based
+    position of the record in the file, or None), ``offset`` (int, byte
+    offset of the start of the record in the file, or -1), ``reason``
+    (str), ``mfn`` (int or None: the MFN, when the record has one).
+    """
+
+    def __init__(self, filename, number, offset, reason, mfn=None):
+        super().__init__(filename, number, offset, reason)
+        self.filename = filename
+        self.number = number
+        self.offset = offset
+        self.reason = reason
+        self.mfn = mfn
+
+    def __str__(self):
+        where = []
+        if self.number is not None:
+            where.append(f"record {self.number}")
+        if self.mfn is not None:
+            where.append(f"MFN {self.mfn}")
+        if self.offset is not None and self.offset >= 0:
+            where.append(f"byte {self.offset}")
+        return f"{self.filename or '<stream>'}: {', '.join(where) or 'record'}: {self.reason}"

@@ -44,6 +44,7 @@ INNER_TESTS = {
         "tests/test_isis_index.py",
         "tests/test_check.py",
         "tests/test_search.py",
+        "tests/test_build_gaps.py",
     ],
     "thread": ["tests/test_threads.py", "tests/test_search.py"],
 }

@@ -1,0 +1,163 @@
+"""Command line: ``python -m pydb import | export`` (ISO 2709 both
+flavours, JSON Lines), errors as one line with a non-zero exit status,
+and the progress bar only on a terminal."""
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+import pydb
+from pydb.__main__ import main
+
+from conftest import REPO, data_path
+
+CDS = "bireme__cisis/tests/CDS"
+BAD = "edsu__pymarc/test/bad_records.mrc"
+
+
+def run(*args, **kw):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "pydb", *map(str, args)], cwd=REPO,
+                          capture_output=True, env=env, timeout=120, **kw)
+
+
+def test_export_isis_matches_cisis(isis_data, tmp_path, capsys):
+    assert main(["export", str(data_path(CDS)), str(tmp_path / "c.iso")]) == 0
+    assert (tmp_path / "c.iso").read_bytes() == data_path(CDS + ".iso").read_bytes()
+    assert "exported 150 record(s), 0 skipped" in capsys.readouterr().err
+
+
+def test_export_crlf_marc_jsonl_and_import_back(isis_data, tmp_path, capsys):
+    src = str(data_path(CDS))
+    assert main(["export", src, str(tmp_path / "c.iso"), "--crlf"]) == 0
+    text = (tmp_path / "c.iso").read_bytes()
+    assert text.count(b"\r\n") == text.count(b"\n") > 150
+    assert main(["export", src, str(tmp_path / "c.mrc"), "--flavour", "marc"]) == 0
+    assert b"\n" not in (tmp_path / "c.mrc").read_bytes()[:2000]
+    assert main(["export", src, str(tmp_path / "c.jsonl")]) == 0
+    assert (tmp_path / "c.jsonl").read_bytes().count(b"\n") == 150
+    with pydb.open(src) as db:
+        want = [[(f.tag, f.raw) for f in r.fields] for r in db]
+    for name, extra in (("c.iso", []), ("c.mrc", ["--flavour", "marc"]),
+                        ("c.jsonl", []), ("c.iso", ["--layout", "ffi-aligned", "--mstxl", "3"])):
+        out = tmp_path / (name + "-" + "-".join(extra) + "db")
+        assert main(["import", str(tmp_path / name), str(out), *extra]) == 0
+        with pydb.open(out) as db:
+            assert [[(f.tag, f.raw) for f in r.fields] for r in db] == want
+            if extra[:2] == ["--layout", "ffi-aligned"]:
+                assert db.layout == "ffi-aligned" and db.info()["mstxl"] == 3
+    assert "imported 150 record(s), 0 skipped" in capsys.readouterr().err
+
+
+def test_mfns_and_deleted_through_the_cli(isis_data, tmp_path):
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
+    r = run("export", src, tmp_path / "b.iso", "--deleted", "--mfn-tag", "9000")
+    assert r.returncode == 0, r.stderr
+    r = run("import", tmp_path / "b.iso", tmp_path / "b", "--mfn-tag", "9000")
+    assert r.returncode == 0, r.stderr
+    with pydb.open(src) as a, pydb.open(tmp_path / "b") as b:
+        assert [(x.mfn, x.deleted, x.fields) for x in a.records(deleted=True)] == \
+            [(x.mfn, x.deleted, x.fields) for x in b.records(deleted=True)]
+    r = run("dump", tmp_path / "b", "--deleted", "--encoding", "cp850")
+    assert r.returncode == 0 and b"!ID 000003 (deleted)" in r.stdout
+
+
+def test_import_skip_reports_and_exits_1(isis_data, tmp_path):
+    r = run("import", data_path(BAD), tmp_path / "bad")
+    assert r.returncode == 1
+    err = r.stderr.decode().splitlines()
+    assert len(err) == 3
+    assert err[0].startswith("pydb: skipped: ") and "record 4, byte 381: " in err[0]
+    assert "record 5, byte 509: " in err[1]
+    assert err[2] == "imported 6 record(s), 3 repaired, 2 skipped"
+    with pydb.open(tmp_path / "bad") as db:
+        assert len(db) == 6
+
+
+def test_import_stop_one_line_no_database(isis_data, tmp_path):
+    r = run("import", data_path(BAD), tmp_path / "bad", "--on-error", "stop")
+    assert r.returncode == 1
+    err = r.stderr.decode().splitlines()
+    assert len(err) == 1 and err[0].startswith("pydb: ") and "record 4, byte 381" in err[0]
+    assert "Traceback" not in r.stderr.decode()
+    assert not (tmp_path / "bad.mst").exists() and not (tmp_path / "bad.xrf").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["import", "{missing}", "{tmp}/x"],
+    ["import", "{iso}", "{tmp}/exists"],
+    ["export", "{tmp}/nodb", "{tmp}/out.iso"],
+    ["import", "{iso}", "{tmp}/y", "--encoding", "no-such-codec"],
+    ["import", "{iso}", "{tmp}/z", "--mstxl", "9"],
+])
+def test_errors_are_one_line(tmp_path, args):
+    (tmp_path / "a.iso").write_bytes(
+        b"000330000000000290004500001000200000#x##\n")
+    assert main(["import", str(tmp_path / "a.iso"), str(tmp_path / "exists")]) == 0
+    fmt = dict(missing=tmp_path / "nothing.iso", tmp=tmp_path, iso=tmp_path / "a.iso")
+    r = run(*[a.format(**fmt) for a in args])
+    err = r.stderr.decode().splitlines()
+    assert r.returncode == 1 and len(err) == 1 and err[0].startswith("pydb: "), r.stderr
+    assert not (tmp_path / "z.mst").exists()
+
+
+def test_existing_database_message(tmp_path):
+    (tmp_path / "a.iso").write_bytes(b"000330000000000290004500001000200000#x##\n")
+    assert run("import", tmp_path / "a.iso", tmp_path / "d").returncode == 0
+    r = run("import", tmp_path / "a.iso", tmp_path / "d")
+    assert r.returncode == 1 and b"db.transaction()" in r.stderr
+
+
+def test_no_progress_bar_off_a_terminal(isis_data, tmp_path):
+    r = run("export", data_path(CDS), tmp_path / "c.iso")
+    assert r.returncode == 0 and r.stderr == b"exported 150 record(s), 0 skipped\n"
+    r = run("dump", data_path(CDS))
+    assert r.returncode == 0 and r.stderr == b""
+    assert r.stdout.count(b"!ID ") == 150 and r.stdout.startswith(b"!ID 000001\n!v044!")
+
+
+def test_progress_bar_on_a_terminal(isis_data, tmp_path):
+    """With stderr on a terminal tqdm draws its bar (``disable=None``)."""
+    pytest.importorskip("tqdm")
+    master, slave = pty.openpty()
+    # a terminal of 100 columns (a new pty has 0: tqdm would draw nothing)
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    try:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        p = subprocess.run([sys.executable, "-m", "pydb", "import",
+                            str(data_path(CDS + ".iso")), str(tmp_path / "t")],
+                           cwd=REPO, stdout=subprocess.PIPE, stderr=slave, env=env, timeout=120)
+        os.close(slave)
+        slave = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    out = b"".join(chunks)
+    assert p.returncode == 0
+    assert b"import" in out and b"%|" in out and b"imported 150 record(s)" in out
+
+
+def test_import_db_encoding(isis_data, tmp_path):
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
+    assert run("export", src, tmp_path / "b.iso", "--crlf").returncode == 0
+    r = run("import", tmp_path / "b.iso", tmp_path / "u", "--encoding", "cp850",
+            "--db-encoding", "utf-8")
+    assert r.returncode == 0, r.stderr
+    with pydb.open(src, encoding="cp850") as a, pydb.open(tmp_path / "u") as b:
+        assert [r.to_dict() for r in a] == [r.to_dict() for r in b]

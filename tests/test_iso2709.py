@@ -1,0 +1,630 @@
+"""ISO 2709 and JSON Lines (pydb.iso2709): the real .iso files of
+../shared/data/isis against SOURCES.md and their master files, export then
+import of every master file, the tolerated defects of isis-formats.md §7.4,
+hostile inputs, and random records (hypothesis)."""
+
+import io
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pydb
+from pydb import iso2709
+
+from conftest import all_master_files, data_path
+
+ABCD = "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/"
+
+# file -> (records read, bad, repaired, flavour).  Records/bad are the
+# "records read"/"bad" columns of SOURCES.md ("ISO 2709 files" tables),
+# except for the two files marked (*), where SOURCES.md's reader gave up and
+# pydb's tolerant reader (§7.4) recovers more:
+#  * marcuni.iso: SOURCES "1 read, 1 bad" -- its reader stopped at the first
+#    record, whose leader length counts UTF-8 bytes of a file transcoded to
+#    Latin-1 after writing (byte at the computed end '6').  pydb recovers
+#    all 53 records by scanning for the terminators (22 need it) and they
+#    equal MFN 1..53 of marcuni.mst as text (test below).
+#  * bad_records.mrc: SOURCES "4 read, 4 bad".  The file holds 8 records
+#    (pymarc's permissive-reader test: good, base 99937, base 00000,
+#    13-byte directory, non-ASCII directory, base 'f0037', no fields,
+#    good).  pydb reads 6: the three bad base addresses are replaced by the
+#    directory's end (repaired), the empty record is a record with no
+#    field, and the two bad directories are reported (records 4 and 5).
+ISO_FILES = {
+    "scieloorg__pyisis/db/cds.iso": (150, 0, 0, "isis"),
+    "scieloorg__pyisis/pyisis/pyisis/sample/cds.iso": (156, 0, 0, "isis"),
+    "bireme__cisis/tests/CDS.iso": (150, 0, 0, "isis"),
+    "bireme__cisis/wxis_src/examples/cdsx/cds.iso": (153, 0, 0, "isis"),
+    "bireme__isis2json/fixtures/LILACS1.iso": (1, 0, 0, "marc"),
+    "bireme__isis2json/fixtures/cds/cds-var.iso": (150, 0, 0, "marc"),
+    "bireme__isis2json/fixtures/cds/cds.iso": (150, 0, 0, "marc"),
+    "bireme__isis2json/fixtures/field3/field3.iso": (1, 0, 0, "marc"),
+    "bireme__isis2json/fixtures/lilacs30/lilacs30.iso": (30, 0, 0, "isis"),
+    "heitorbarbieri__Bruma/EuTeAmo.iso": (1, 0, 1, "isis"),
+    ABCD + "dubcore/data/htmlgizmo.iso": (144, 0, 0, "isis"),
+    ABCD + "marcuni/data/1-37.iso": (37, 0, 0, "isis"),
+    ABCD + "marcuni/data/37-70.iso": (38, 0, 1, "isis"),
+    ABCD + "marcuni/data/40-70.iso": (38, 0, 1, "isis"),
+    ABCD + "marcuni/data/marcuni.iso": (53, 0, 22, "isis"),          # (*)
+    ABCD + "marcuni/data/marcutf8.iso": (4, 0, 0, "isis"),
+    ABCD + "odds/data/odds.iso": (45, 0, 0, "isis"),
+    ABCD + "unicode/data/unicode.iso": (39, 0, 0, "isis"),
+    ABCD + "unicode/data/unicode2.iso": (38, 0, 0, "isis"),
+    "edsu__pymarc/test/alphatag.dat": (1, 0, 0, "marc"),
+    "edsu__pymarc/test/bad_records.mrc": (6, 2, 3, "marc"),           # (*)
+    "edsu__pymarc/test/diacritic.dat": (1, 0, 0, "marc"),
+    "edsu__pymarc/test/marc.dat": (20, 0, 0, "marc"),
+    "edsu__pymarc/test/marc8.dat": (1, 0, 0, "marc"),
+    "edsu__pymarc/test/one.dat": (1, 0, 0, "marc"),
+    "edsu__pymarc/test/test.dat": (10, 0, 0, "marc"),
+    "edsu__pymarc/test/utf8_with_leader_flag.dat": (1, 0, 0, "marc"),
+    "edsu__pymarc/test/utf8_without_leader_flag.dat": (1, 0, 0, "marc"),
+}
+
+# ISO file -> (database, number of leading records equal field for field)
+ISO_VS_MST = {
+    "scieloorg__pyisis/db/cds.iso": ("scieloorg__pyisis/db/cds", 150),
+    "scieloorg__pyisis/pyisis/pyisis/sample/cds.iso":
+        ("scieloorg__pyisis/pyisis/pyisis/sample/cdsffi", 156),
+    "bireme__cisis/tests/CDS.iso": ("bireme__cisis/tests/CDS", 150),
+    "bireme__isis2json/fixtures/cds/cds.iso": ("scieloorg__pyisis/db/cds", 150),
+    "bireme__isis2json/fixtures/cds/cds-var.iso": ("scieloorg__pyisis/db/cds", 150),
+    "bireme__isis2json/fixtures/LILACS1.iso": ("bireme__isis2json/fixtures/LILACS1", 1),
+    "bireme__isis2json/fixtures/field3/field3.iso": ("bireme__isis2json/fixtures/field3/FIELD3", 1),
+    "bireme__isis2json/fixtures/lilacs30/lilacs30.iso":
+        ("bireme__isis2json/fixtures/lilacs30/lilacs30", 30),
+    "heitorbarbieri__Bruma/EuTeAmo.iso": ("heitorbarbieri__Bruma/EuTeAmo", 1),
+    ABCD + "dubcore/data/htmlgizmo.iso": (ABCD + "dubcore/data/htmlgizmo", 144),
+    ABCD + "marcuni/data/1-37.iso": (ABCD + "marcuni/data/marcuni", 37),
+    ABCD + "marcuni/data/37-70.iso": (ABCD + "marcuni/data/marcuni", 37),
+    ABCD + "unicode/data/unicode2.iso": (ABCD + "unicode/data/unicode", 38),
+}
+
+
+def fields_of(rec):
+    return [(f.tag, f.raw) for f in rec.fields]
+
+
+@pytest.mark.parametrize("rel", sorted(ISO_FILES))
+def test_real_iso_counts(isis_data, rel):
+    nrec, nbad, nrep, flavour = ISO_FILES[rel]
+    path = data_path(rel)
+    with iso2709.read(path) as r:
+        recs = list(r)
+    assert (len(recs), len(r.errors), r.repaired) == (nrec, nbad, nrep)
+    assert r.count == nrec and r.position == r.size == path.stat().st_size
+    assert {x.flavour for x in recs} == {flavour}
+    assert [x.number for x in recs] == sorted(x.number for x in recs)
+    for e in r.errors:
+        assert isinstance(e, pydb.IsoRecordError) and isinstance(e, pydb.Error)
+        assert e.filename == str(path) and e.offset >= 0 and e.reason
+
+
+def test_bad_records_mrc_details(isis_data):
+    path = data_path("edsu__pymarc/test/bad_records.mrc")
+    r = iso2709.read(path)
+    recs = list(r)
+    assert [x.number for x in recs] == [1, 2, 3, 6, 7, 8]
+    assert [(e.number, e.offset) for e in r.errors] == [(4, 381), (5, 509)]
+    assert all("directory" in e.reason for e in r.errors)
+    assert "record 4, byte 381" in str(r.errors[0])
+    good = recs[0].fields
+    assert good == [(245, b"01^aThe pragmatic programmer : ^bfrom journeyman to master /"
+                          b"^cAndrew Hunt, David Thomas.")]
+    for x in recs[1:3] + recs[3:4]:          # bad base addresses, repaired
+        assert x.fields == good and "base address" in x.repairs[0]
+    assert recs[4].fields == [] and recs[5].fields == good
+    raw = list(iso2709.read(path, subfields="raw"))
+    assert raw[0].fields[0][1].startswith(b"01\x1faThe pragmatic")
+    with pytest.raises(pydb.IsoRecordError) as exc:
+        list(iso2709.read(path, on_error="stop"))
+    assert (exc.value.number, exc.value.offset) == (4, 381)
+
+
+@pytest.mark.parametrize("rel", sorted(ISO_VS_MST))
+def test_iso_equals_master_file(isis_data, rel):
+    db_rel, n = ISO_VS_MST[rel]
+    recs = list(iso2709.read(data_path(rel)))
+    with pydb.open(data_path(db_rel)) as db:
+        mst = [fields_of(r) for r in db]
+    assert [x.fields for x in recs[:n]] == mst[:n]
+    assert n == len(recs) or n == len(recs) - 1
+
+
+def test_marcuni_transcoded_iso_recovered(isis_data):
+    """marcuni.iso was transcoded to Latin-1 after writing (§7.4): every
+    record still comes back, equal as text to the UTF-8 master file."""
+    recs = list(iso2709.read(data_path(ABCD + "marcuni/data/marcuni.iso")))
+    with pydb.open(data_path(ABCD + "marcuni/data/marcuni")) as db:
+        mst = [[(f.tag, f.raw.decode("utf-8")) for f in r.fields] for r in db]
+    got = [[(t, v.decode("latin-1")) for t, v in x.fields] for x in recs]
+    assert len(got) == 53
+    differ = [i + 1 for i, (a, b) in enumerate(zip(got, mst)) if a != b]
+    # records edited in the master file after the export (fields added,
+    # removed or reordered; MFN 38 holds a doubly encoded "Ã¤" in the ISO)
+    assert differ == [1, 7, 38, 44, 46, 50, 51, 52]
+    repaired_equal = [i + 1 for i, x in enumerate(recs) if x.repairs and i + 1 not in differ]
+    assert len(repaired_equal) == 22 - 6
+    # every record carries its number in field 001
+    assert [dict(x.fields).get(1) for x in recs] == \
+        [str(i).encode() for i in range(1, 54)]
+
+
+def test_eutamo_character_lengths(isis_data):
+    r = list(iso2709.read(data_path("heitorbarbieri__Bruma/EuTeAmo.iso")))
+    assert r[0].repairs == ("lengths count characters, not bytes",)
+    # without a multi-byte encoding the record is found by scanning instead
+    r2 = list(iso2709.read(data_path("heitorbarbieri__Bruma/EuTeAmo.iso"), encoding="latin-1"))
+    assert len(r2) == 1 and "scanning" in r2[0].repairs[0]
+
+
+# ------------------------------------------------------- round trips
+
+def _records(db):
+    out = []
+    for mfn in db.mfns(deleted=True):
+        try:
+            r = db[mfn]
+        except pydb.CorruptionError:   # odds.mst MFN 49: an XRF entry to tolerate
+            continue
+        out.append((r.mfn, r.deleted, fields_of(r)))
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["isis", "marc", "jsonl"])
+@pytest.mark.parametrize("mst", all_master_files(), ids=lambda p: p.parent.name + "/" + p.name)
+def test_export_import_round_trip(tmp_path, mst, fmt):
+    try:
+        db = pydb.open(mst)
+    except pydb.DatabaseNotFoundError:
+        pytest.skip("master file without a cross-reference file (CDS.std.mst)")
+    with db:
+        want = _records(db)
+        out = tmp_path / ("x." + fmt)
+        if fmt == "jsonl":
+            rep = pydb.export_jsonl(db, out, deleted=True)
+            rep2 = pydb.import_jsonl(out, tmp_path / "new")
+        else:
+            rep = pydb.export_iso(db, out, fmt, deleted=True, mfn_tag=99999,
+                                  line_ending="\r\n" if fmt == "isis" else None)
+            rep2 = pydb.import_iso(out, tmp_path / "new", mfn_tag=99999)
+        unreadable = len(db.mfns(deleted=True)) - len(want)
+    assert rep.records == len(want) and len(rep.errors) == unreadable
+    assert rep2.records == len(want) and rep2.errors == [] and rep2.repaired == 0
+    with pydb.open(tmp_path / "new") as new:
+        assert _records(new) == want
+    if fmt == "isis":
+        text = out.read_bytes()
+        assert all(len(line) <= 80 for line in text.split(b"\r\n"))
+
+
+def test_round_trip_without_mfns_renumbers(isis_data, tmp_path):
+    """Without mfn_tag nothing in the file says the MFN (§7.2): records are
+    numbered 1, 2, ... on import; winisis-cds has MFN 23 physically deleted."""
+    src = data_path("bireme__isis2json/fixtures/cds/winisis-cds")
+    with pydb.open(src) as db:
+        want = [fields_of(r) for r in db]
+        assert 23 not in db.mfns()
+        pydb.export_iso(db, tmp_path / "w.iso")
+    rep = pydb.import_iso(tmp_path / "w.iso", tmp_path / "w")
+    assert rep.records == rep.max_mfn == len(want) == 150
+    with pydb.open(tmp_path / "w") as db:
+        assert [fields_of(r) for r in db] == want and db.mfns() == list(range(1, 151))
+
+
+def test_logically_deleted_kept(isis_data, tmp_path):
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
+    pydb.export_iso(src, tmp_path / "b.iso", deleted=True, mfn_tag=1000)
+    leaders = [x.leader[5:6] for x in iso2709.read(tmp_path / "b.iso")]
+    assert leaders == [b"0", b"0", b"d", b"0", b"0"]
+    rep = pydb.import_iso(tmp_path / "b.iso", tmp_path / "b", mfn_tag=1000)
+    assert rep.deleted == 1
+    with pydb.open(tmp_path / "b") as db:
+        assert db[3].deleted and db[3].status == 1 and db.xrf_entry(3)["state"] == "logically deleted"
+        assert len(db) == 4
+
+
+def test_gaps_become_physically_deleted(tmp_path):
+    recs = [[(1000, b"2"), (10, b"two")], [(1000, b"5"), (10, b"five")]]
+    iso2709.write(tmp_path / "g.iso", recs)
+    rep = pydb.import_iso(tmp_path / "g.iso", tmp_path / "g", mfn_tag=1000)
+    assert rep.max_mfn == 5 and rep.records == 2
+    with pydb.open(tmp_path / "g") as db:
+        assert db.mfns() == [2, 5]
+        assert db.counts()["physically_deleted"] == 3
+        assert db[5].raw(10) == [b"five"]
+
+
+def test_import_into_existing_database_unsupported(tmp_path):
+    iso2709.write(tmp_path / "a.iso", [[(1, b"x")]])
+    pydb.import_iso(tmp_path / "a.iso", tmp_path / "db")
+    before = (tmp_path / "db.mst").read_bytes()
+    with pytest.raises(pydb.UnsupportedError, match="transaction"):
+        pydb.import_iso(tmp_path / "a.iso", tmp_path / "db")
+    with pytest.raises(pydb.UnsupportedError):
+        pydb.import_jsonl(io.BytesIO(b""), tmp_path / "db.mst")
+    assert (tmp_path / "db.mst").read_bytes() == before
+
+
+def test_stop_leaves_no_database(tmp_path):
+    good = iso2709._encode_record([(1, b"a")], "isis", None, False, None, "utf-8")
+    (tmp_path / "s.iso").write_bytes(good + b"\n" + b"00030" + b"x" * 40 + b"\n" + good)
+    with pytest.raises(pydb.IsoRecordError) as exc:
+        pydb.import_iso(tmp_path / "s.iso", tmp_path / "s", on_error="stop")
+    assert exc.value.number == 2 and exc.value.offset == len(good) + 1
+    assert not (tmp_path / "s.mst").exists() and not (tmp_path / "s.xrf").exists()
+    rep = pydb.import_iso(tmp_path / "s.iso", tmp_path / "s")
+    assert rep.records == 2 and [e.number for e in rep.errors] == [2]
+
+
+def test_tags_and_long_fields_beyond_the_entry_map(tmp_path):
+    """Tags > 999 (marc.mst has 3018) and fields > 9999 bytes widen the
+    directory through the entry map (leader 20-22)."""
+    recs = [[(3018, b"big tag"), (5, b"x" * 12000), ("ABC", b"alpha")]]
+    buf = io.BytesIO()
+    iso2709.write(buf, recs, "marc")
+    data = buf.getvalue()
+    assert data[20:24] == b"5510"
+    got = list(iso2709.read(io.BytesIO(data)))
+    assert got[0].fields == [(3018, b"big tag"), (5, b"x" * 12000), ("ABC", b"alpha")]
+    rep = pydb.import_iso(io.BytesIO(data), tmp_path / "t")
+    assert rep.records == 0 and "tag 'ABC'" in rep.errors[0].reason
+
+
+def test_write_errors(tmp_path):
+    with pytest.raises(pydb.IsoRecordError, match="0x1E"):
+        iso2709.write(tmp_path / "m.mrc", [[(10, b"a\x1eb")]], "marc")
+    with pytest.raises(pydb.IsoRecordError, match="99999"):
+        iso2709.write(tmp_path / "m.iso", [[(10, b"a" * 100000)]])
+    rep = iso2709.write(tmp_path / "m.iso", [[(10, b"a" * 100000)], [(10, b"ok")]],
+                        on_error="skip")
+    assert rep.records == 1 and rep.errors[0].number == 1
+    assert [x.fields for x in iso2709.read(tmp_path / "m.iso")] == [[(10, b"ok")]]
+    with pytest.raises(ValueError):
+        iso2709.write(tmp_path / "m.iso", [], "unimarc")
+    with pytest.raises(ValueError):
+        iso2709.read(tmp_path / "m.iso", on_error="ignore")
+
+
+def test_isis_flavour_layout_matches_cisis(isis_data, tmp_path):
+    """pydb's CDS/ISIS-flavour export of CDS is byte-identical to the
+    CDS.iso that CISIS wrote from the same master file (§7.2 layout)."""
+    with pydb.open(data_path("bireme__cisis/tests/CDS")) as db:
+        pydb.export_iso(db, tmp_path / "c.iso")
+    mine = (tmp_path / "c.iso").read_bytes()
+    theirs = data_path("bireme__cisis/tests/CDS.iso").read_bytes()
+    assert mine == theirs
+
+
+def test_jsonl_lossless_for_non_utf8(isis_data, tmp_path):
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")   # CP850 bytes
+    pydb.export_jsonl(src, tmp_path / "b.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text("utf-8").splitlines()]
+    assert [x["mfn"] for x in lines] == [1, 2, 4, 5]
+    assert any(isinstance(v, dict) and "base64" in v for x in lines for _, v in x["fields"])
+    pydb.import_jsonl(tmp_path / "b.jsonl", tmp_path / "b")
+    with pydb.open(src) as a, pydb.open(tmp_path / "b") as b:
+        assert [(r.mfn, fields_of(r)) for r in a] == [(r.mfn, fields_of(r)) for r in b]
+    pydb.export_jsonl(src, tmp_path / "c.jsonl", encoding="cp850")
+    text = (tmp_path / "c.jsonl").read_text("utf-8")
+    assert "base64" not in text and "\u00e9" in text      # 0x82 = e-acute
+
+
+def test_jsonl_bad_lines(tmp_path):
+    p = tmp_path / "j.jsonl"
+    p.write_bytes(b'{"mfn": 1, "fields": [[10, "a"]]}\n\nnot json\n'
+                  b'{"mfn": 3, "fields": [[10, {"base64": "/w=="}]]}\n'
+                  b'{"mfn": 2, "fields": []}\n{"fields": [["x", "y"]]}\n')
+    lines = p.read_bytes().splitlines(keepends=True)
+    starts = [sum(map(len, lines[:i])) for i in range(len(lines))]
+    rep = pydb.import_jsonl(p, tmp_path / "j")
+    assert rep.records == 2 and rep.max_mfn == 3
+    assert [(e.number, e.offset) for e in rep.errors] == [(3, starts[2]), (5, starts[4]),
+                                                          (6, starts[5])]
+    assert "MFN 2 does not follow MFN 3" in rep.errors[1].reason
+    with pydb.open(tmp_path / "j") as db:
+        assert db[3].raw(10) == [b"\xff"]
+    with pytest.raises(pydb.IsoRecordError, match="line 3"):
+        pydb.import_jsonl(p, tmp_path / "k", on_error="stop")
+
+
+# ---------------------------------------------- §7.4 defects, hand-made
+
+def rec_bytes(fields, flavour="isis", leader=None):
+    return iso2709._encode_record(fields, flavour, None, False, leader, "utf-8")
+
+
+F = [(24, b"Title of the record, long enough to need more than one line " * 2),
+     (70, b"Smith, J."), (26, b"^aParis^bUnesco^c1965")]
+
+
+def read_all(data, **kw):
+    r = iso2709.read(io.BytesIO(data), **kw)
+    return list(r), r
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_wrapped_lines_and_separators(eol):
+    one = rec_bytes(F)
+    wrapped = iso2709._wrap(one, 80, eol)
+    data = eol + wrapped + eol + b"\x1a" + wrapped + wrapped.rstrip(b"\r\n") + b"\x1a\x00"
+    recs, r = read_all(data)
+    assert [x.fields for x in recs] == [F, F, F] and r.errors == [] and r.repaired == 0
+    assert [x.offset for x in recs] == [len(eol), len(eol) + len(wrapped) + len(eol) + 1,
+                                        len(eol) + 2 * len(wrapped) + len(eol) + 1]
+
+
+def test_unwrapped_and_mixed():
+    one = rec_bytes(F)
+    recs, r = read_all(one + iso2709._wrap(one, 80, b"\n") + one)
+    assert [x.fields for x in recs] == [F, F, F] and not r.errors
+
+
+def test_values_with_line_breaks_and_terminators_kept():
+    f = [(1, b"a#b"), (2, b"line\nbreak\r\n"), (3, b"")]
+    one = rec_bytes(f)
+    recs, r = read_all(iso2709._wrap(one, 80, b"\n") * 2)
+    assert [x.fields for x in recs] == [f, f] and r.repaired == 0
+
+
+def test_lengths_off_after_transcoding():
+    """marcuni-style: lengths count UTF-8 bytes, the file holds Latin-1."""
+    f = [(10, "Cl\u00e1udia Sim\u00f5es".encode("utf-8")), (20, b"x" * 90)]
+    one = rec_bytes(f)
+    damaged = iso2709._wrap(one, 80, b"\n").replace("\u00e1".encode(), b"\xe1") \
+        .replace("\u00f5".encode(), b"\xf5")
+    recs, r = read_all(damaged + iso2709._wrap(rec_bytes(F), 80, b"\n"))
+    assert recs[0].fields == [(10, "Cl\u00e1udia Sim\u00f5es".encode("latin-1")), (20, b"x" * 90)]
+    assert "scanning" in recs[0].repairs[0] and recs[1].fields == F and not r.errors
+
+
+def char_record(fields):
+    """An ISIS-flavour record whose lengths count characters (str)."""
+    dirs, data, pos = "", "", 0
+    for tag, v in fields:
+        dirs += f"{tag:03d}{len(v) + 1:04d}{pos:05d}"
+        data += v + "#"
+        pos += len(v) + 1
+    base = 24 + len(dirs) + 1
+    total = base + len(data) + 1
+    return f"{total:05d}0000000{base:05d}0004500" + dirs + "#" + data + "#"
+
+
+def test_character_counted_lengths():
+    """EuTeAmo-style: lengths and 80-column wrapping count characters."""
+    f = [(1, "\u0411\u044a\u043b\u0433\u0430\u0440\u0441\u043a\u0438\n" * 12),
+         (2, "plain")]
+    text = char_record(f)
+    data = "\n".join(text[i:i + 80] for i in range(0, len(text), 80)).encode() + b"\n"
+    recs, r = read_all(data + data)
+    want = [(t, v.encode()) for t, v in f]
+    assert [x.fields for x in recs] == [want, want] and not r.errors
+    assert recs[0].repairs == ("lengths count characters, not bytes",)
+
+
+def test_bad_base_address_and_entry_map_repaired():
+    one = bytearray(rec_bytes(F))
+    one[12:17] = b"99999"
+    one[20:24] = b"xx00"
+    recs, r = read_all(bytes(one))
+    assert recs[0].fields == F and len(recs[0].repairs) == 2 and not r.errors
+
+
+# ------------------------------------------------------- hostile inputs
+
+GOOD = rec_bytes(F)
+# defects no reader can undo: one clear error for the record
+HOSTILE = {
+    "truncated": GOOD[:len(GOOD) // 2],
+    "truncated leader": b"0012",
+    "length not digits": b"0x123" + GOOD[5:],
+    "length too small": b"00010" + GOOD[5:],
+    "length past end, truncated": b"99999" + GOOD[5:-10],
+    "directory not digits": GOOD[:27] + b"ab" + GOOD[29:],
+    "directory cut": GOOD[:24] + b"0240121" + b"#" + GOOD[61:],
+    "no terminators": b"00100" + b"0" * 95,
+    "binary junk": bytes(range(1, 256)) * 4,
+    "only digits": b"0" * 500,
+}
+# lengths out of range over intact data: recovered, with the repair named
+REPAIRABLE = {
+    "length past end": (b"99999" + GOOD[5:], "record length 99999"),
+    "field past the data": (GOOD[:27] + b"9999" + GOOD[31:], "record length"),
+    "base address junk": (GOOD[:12] + b"f0037" + GOOD[17:], "base address"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_record_reported_and_skipped(name):
+    bad = HOSTILE[name]
+    data = GOOD + b"\n" + bad + b"\n" + GOOD
+    recs, r = read_all(data)
+    # the good records around it survive; the bad one is one clear error
+    assert [x.fields for x in recs] == [F, F] and [x.number for x in recs] == [1, 3]
+    assert len(r.errors) == 1
+    e = r.errors[0]
+    assert e.number == 2 and e.offset == len(GOOD) + 1 and e.reason
+    assert f"record 2, byte {len(GOOD) + 1}: " in str(e)
+    with pytest.raises(pydb.IsoRecordError):
+        list(iso2709.read(io.BytesIO(data), on_error="stop"))
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_alone(name):
+    recs, r = read_all(HOSTILE[name])
+    assert recs == [] and len(r.errors) >= 1 and r.errors[0].offset == 0
+
+
+@pytest.mark.parametrize("name", sorted(REPAIRABLE))
+def test_out_of_range_lengths_repaired(name):
+    bad, note = REPAIRABLE[name]
+    recs, r = read_all(GOOD + b"\n" + bad + b"\n" + GOOD)
+    assert [x.fields for x in recs] == [F, F, F] and not r.errors
+    assert not recs[0].repairs and note in recs[1].repairs[0] and not recs[2].repairs
+
+
+def test_empty_input():
+    recs, r = read_all(b"")
+    assert recs == [] and r.errors == [] and r.size == 0
+    recs, r = read_all(b"\r\n\n")
+    assert recs == [] and r.errors == []
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=600))
+def test_fuzz_never_hangs(data):
+    r = iso2709.read(io.BytesIO(GOOD + data + GOOD))
+    recs = list(r)
+    assert recs[0].fields == F
+    assert r.position == r.size
+    for e in r.errors:
+        assert 0 <= e.offset < r.size
+
+
+# ------------------------------------------------ random records
+
+field_values = st.binary(max_size=300)
+isis_field = st.tuples(st.integers(0, 99999), field_values)
+marc_field = st.tuples(st.integers(0, 99999),
+                       field_values.filter(lambda v: not any(c in v for c in b"\x1d\x1e\x1f")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(isis_field, max_size=12), max_size=6),
+       st.sampled_from(["\n", "\r\n"]))
+def test_random_records_round_trip_isis(records, eol):
+    buf = io.BytesIO()
+    iso2709.write(buf, records, "isis", line_ending=eol)
+    r = iso2709.read(io.BytesIO(buf.getvalue()), "isis")
+    assert [x.fields for x in r] == [list(x) for x in records]
+    assert r.errors == [] and r.repaired == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(marc_field, max_size=12), max_size=6))
+def test_random_records_round_trip_marc(records):
+    buf = io.BytesIO()
+    iso2709.write(buf, records, "marc")
+    r = iso2709.read(io.BytesIO(buf.getvalue()))
+    assert [x.fields for x in r] == [list(x) for x in records]
+    assert r.errors == [] and r.repaired == 0
+
+
+def test_pymarc_files_rewrite_identically(isis_data, tmp_path):
+    """Reading a MARC file and writing its records back (leaders kept)
+    gives the same bytes."""
+    for name in ("marc.dat", "test.dat", "diacritic.dat", "alphatag.dat"):
+        src = data_path("edsu__pymarc/test/" + name)
+        recs = list(iso2709.read(src, subfields="raw"))
+        out = tmp_path / name
+        iso2709.write(out, recs, "marc", subfields="raw")
+        assert out.read_bytes() == src.read_bytes().rstrip(b"\n"), name
+
+
+LINE = b"9999900000000000000000004500"
+ADVERSARIAL = {
+    # name: (one 81-byte line, errors for 3000 such lines)
+    "leader-like lines, no terminator": (LINE + b"0" * 52 + b"\n", 1),
+    "leader-like lines ending in '#'": (LINE + b"0" * 51 + b"#\n", 3000),
+    "8-bit lines ending in '#'": (LINE + b"\xc3\xa9" * 25 + b"0#\n", 3000),
+    "MARC terminators on every line": (LINE + b"\x1e" * 10 + b"0" * 41 + b"\x1d\n", 3000),
+    "'##' everywhere": (LINE + b"##" * 25 + b"0#\n", 3000),
+    "short records of '#'": (b"00099" + b"0" * 23 + b"#" * 52 + b"\n", 3000),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_adversarial_files_stay_linear(name):
+    """Lines that each look like the start of a long record: every start
+    is probed, and the reader's searches are remembered so that the work
+    stays proportional to the file (a quadratic reader would take minutes
+    on these 240 KB)."""
+    line, nerr = ADVERSARIAL[name]
+    recs, r = read_all(line * 3000 + GOOD)
+    assert [x.fields for x in recs] == [F] and len(r.errors) == nerr
+    assert r.position == r.size
+
+
+def test_marc_leader(isis_data, tmp_path):
+    src = data_path("bireme__isis2json/fixtures/cds/cds")      # UTF-8 data
+    pydb.export_iso(src, tmp_path / "a.mrc", "marc", encoding="utf-8", deleted=True)
+    pydb.export_iso(src, tmp_path / "b.mrc", "marc")
+    a = list(iso2709.read(tmp_path / "a.mrc", subfields="raw"))
+    b = list(iso2709.read(tmp_path / "b.mrc", subfields="raw"))
+    assert len(a) == len(b) == 150
+    assert a[0].leader[5:12] == b"n   a22" and b[0].leader[5:12] == b"n    22"
+    assert a[0].leader[20:24] == b"4500" and int(a[0].leader[:5]) == len(
+        iso2709._encode_record(a[0].fields, "marc", None, False, a[0].leader, "utf-8", "raw"))
+    # ISIS '^a' became the MARC subfield delimiter
+    assert any(b"\x1fa" in v for x in a for _, v in x.fields)
+
+
+def test_mfn_tag_errors(tmp_path):
+    recs = [[(1000, b"1"), (10, b"a")], [(10, b"no mfn")], [(1000, b"x1"), (10, b"b")],
+            [(10, b"c"), (1000, b"7")]]
+    iso2709.write(tmp_path / "m.iso", recs)
+    r = iso2709.read(tmp_path / "m.iso", mfn_tag=1000)
+    got = [(x.number, x.mfn, x.fields) for x in r]
+    assert got == [(1, 1, [(10, b"a")]), (4, 7, [(10, b"c")])]
+    assert [(e.number, e.reason) for e in r.errors] == [
+        (2, "no MFN field (tag 1000)"),
+        (3, "MFN field 1000 holds 'x1', not an MFN (1..2147483647)")]
+
+
+def test_export_skips_what_iso_cannot_hold(tmp_path):
+    """An FFI record over 99,999 bytes has no ISO 2709 form: reported by MFN,
+    the others exported (or raised with on_error="stop")."""
+    from pydb import _pydb
+    recs = [[(10, b"small")], [(10, b"x" * 150000)], [(10, b"after")]]
+    _pydb._build(str(tmp_path / "big"), "ffi-packed", 0, recs, True)
+    rep = pydb.export_iso(tmp_path / "big", tmp_path / "big.iso")
+    assert rep.records == 2 and len(rep.errors) == 1
+    e = rep.errors[0]
+    assert isinstance(e, pydb.IsoRecordError) and e.mfn == 2 and "99999" in e.reason
+    assert "MFN 2" in str(e)
+    assert [x.fields for x in iso2709.read(tmp_path / "big.iso")] == [[(10, b"small")],
+                                                                      [(10, b"after")]]
+    with pytest.raises(pydb.IsoRecordError):
+        pydb.export_iso(tmp_path / "big", tmp_path / "big2.iso", on_error="stop")
+    # JSON Lines has no such limit
+    pydb.export_jsonl(tmp_path / "big", tmp_path / "big.jsonl")
+    pydb.import_jsonl(tmp_path / "big.jsonl", tmp_path / "big2", layout="ffi-packed")
+    with pydb.open(tmp_path / "big2") as db:
+        assert db[2].raw(10) == [b"x" * 150000]
+
+
+def test_export_reports_unreadable_record(isis_data, tmp_path):
+    """odds.mst: the XRF entry of MFN 49 points at another record (SOURCES.md);
+    export leaves it out with the core's CorruptionError and goes on."""
+    src = data_path(ABCD + "odds/data/odds")
+    rep = pydb.export_iso(src, tmp_path / "o.iso")
+    assert rep.records == 86 and len(rep.errors) == 1      # 87 active in the XRF
+    assert isinstance(rep.errors[0], pydb.CorruptionError) and "MFN 49" in str(rep.errors[0])
+    with pytest.raises(pydb.CorruptionError):
+        pydb.export_iso(src, tmp_path / "o2.iso", on_error="stop")
+
+
+def test_import_transcodes(isis_data, tmp_path):
+    """A CP850 (DOS) database exported and imported into UTF-8 (§9)."""
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
+    pydb.export_iso(src, tmp_path / "b.iso")
+    rep = pydb.import_iso(tmp_path / "b.iso", tmp_path / "u", encoding="cp850",
+                          db_encoding="utf-8")
+    assert rep.records == 4 and not rep.errors
+    with pydb.open(src, encoding="cp850") as a, pydb.open(tmp_path / "u") as b:
+        assert [[(f.tag, f.value) for f in r.fields] for r in a] == \
+            [[(f.tag, f.value) for f in r.fields] for r in b]
+        assert any(0x82 in f.raw for r in a for f in r.fields)
+        assert any("\u00e9".encode() in f.raw for r in b for f in r.fields)
+    # bytes that are not UTF-8 cannot be transcoded from UTF-8: reported
+    rep = pydb.import_iso(tmp_path / "b.iso", tmp_path / "v", encoding="utf-8",
+                          db_encoding="latin-1")
+    assert rep.records + len(rep.errors) == 4 and rep.errors
+    assert all("cannot transcode from utf-8 to latin-1" in e.reason for e in rep.errors)
+    # same codec under another name: bytes stored unchanged
+    rep = pydb.import_iso(tmp_path / "b.iso", tmp_path / "w", encoding="cp850",
+                          db_encoding="IBM850")
+    with pydb.open(src) as a, pydb.open(tmp_path / "w") as b:
+        assert [fields_of(r) for r in a] == [fields_of(r) for r in b]
