@@ -944,7 +944,7 @@ static PyGetSetDef database_getset[] = {
 
 static PyMemberDef database_members[] = {
     {"__weaklistoffset__", T_PYSSIZET,
-     offsetof(DatabaseObject, weakreflist), READONLY},
+     offsetof(DatabaseObject, weakreflist), READONLY, NULL},
     {NULL}};
 
 static PyType_Slot database_slots[] = {
