@@ -1124,6 +1124,7 @@ static int module_exec(PyObject *m)
         PyModule_AddObjectRef(m, "Field", (PyObject *)st->field_type) < 0)
         return -1;
     if (index_exec(m, st) < 0) return -1;
+    if (native_exec(m, st) < 0) return -1;
     errors = PyImport_ImportModule("pydb.errors");
     if (!errors) return -1;
     GET_EXC(Error);

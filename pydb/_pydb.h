@@ -87,5 +87,6 @@ PyObject *postings_to_list(pydb_postings *p);
 /* ------------------------------------------------------------- exec hooks
  * Called by module_exec() in _pydb.c, one per area file. */
 int index_exec(PyObject *m, module_state *st);
+int native_exec(PyObject *m, module_state *st);   /* _pydb_native.c */
 
 #endif
