@@ -843,11 +843,15 @@ static int out_value(ev *e, const uint8_t *v, size_t l, int whole)
             o[k++] = ' ';
             continue;
         }
-        if (c == '<') {
+        if (c == '<') {   /* <shown=filed>: the shown part stays */
             const uint8_t *gt = memchr(v + i, '>', l - i);
             if (gt) {
                 const uint8_t *eq = memchr(v + i, '=', (size_t)(gt - v - i));
-                if (eq) i = (size_t)(eq - v);
+                if (eq) {
+                    memcpy(o + k, v + i + 1, (size_t)(eq - v) - i - 1);
+                    k += (size_t)(eq - v) - i - 1;
+                    i = (size_t)(gt - v);
+                }
                 continue;
             }
         }
@@ -1285,11 +1289,12 @@ static int line_keys(kx *k, int tech, const uint8_t *t, size_t l,
                      pydb_posting *p)
 {
     int rc, em;
-    p->cnt = 0;
     switch (tech) {
     case 0:
-        p->cnt = 1;
-        return emit(k, t, l, p, 0, &em);
+        p->cnt++;
+        if ((rc = emit(k, t, l, p, 0, &em))) return rc;
+        if (!em) p->cnt--;
+        return PYDB_OK;
     case 1: {
         size_t i = 0, st = 0;
         while (i <= l) {
@@ -1381,29 +1386,43 @@ int pydb__fst_keys(const pydb_fst *fst, const pydb_keyrules *r,
                 }
             }
         }
+        /* '%' separates occurrences (OCC + 1, CNT restarts); new lines
+         * separate keys (technique 0) and end items and words, CNT goes
+         * on [E: pyisis sample cds, (V70/) gives OCC 1, CNT 1, 2, ...] */
         while (i < ol) {
-            size_t e = i;
-            while (e < ol && o[e] != '\n' && o[e] != '\r' && o[e] != '%') e++;
-            const uint8_t *t = o + i;
-            size_t l = e - i;
-            i = e + 1;
-            while (l > 0 && t[0] == ' ') t++, l--;
-            while (l > 0 && t[l - 1] == ' ') l--;
-            if (l == 0) continue;
-            p.mfn = mfn;
-            if (ext && l > 2 && t[0] == '/') {   /* IT+1000: /MFN/ first */
-                size_t j = 1;
-                int64_t m = 0;
-                while (j < l && t[j] >= '0' && t[j] <= '9' && m < 1 << 30)
-                    m = m * 10 + (t[j++] - '0');
-                if (j > 1 && j < l && t[j] == '/' && m >= 1) {
-                    p.mfn = (int32_t)m;
-                    t += j + 1;
-                    l -= j + 1;
+            size_t oe = i;
+            int had = 0;
+            while (oe < ol && o[oe] != '%') oe++;
+            p.cnt = 0;
+            while (i < oe) {
+                size_t e = i;
+                while (e < oe && o[e] != '\n' && o[e] != '\r') e++;
+                const uint8_t *t = o + i;
+                size_t l = e - i;
+                i = e + 1;
+                while (l > 0 && t[0] == ' ') t++, l--;
+                while (l > 0 && t[l - 1] == ' ') l--;
+                if (l == 0) continue;
+                p.mfn = mfn;
+                if (ext && l > 2 && t[0] == '/') {   /* IT+1000: /MFN/ */
+                    size_t j = 1;
+                    int64_t m = 0;
+                    while (j < l && t[j] >= '0' && t[j] <= '9' &&
+                           m < 1 << 30)
+                        m = m * 10 + (t[j++] - '0');
+                    if (j > 1 && j < l && t[j] == '/' && m >= 1) {
+                        p.mfn = (int32_t)m;
+                        t += j + 1;
+                        l -= j + 1;
+                    }
                 }
+                if (!had) {
+                    p.occ++;
+                    had = 1;
+                }
+                if ((rc = line_keys(&k, tech, t, l, &p))) return rc;
             }
-            p.occ++;
-            if ((rc = line_keys(&k, tech, t, l, &p))) return rc;
+            i = oe + 1;
         }
     }
     return PYDB_OK;

@@ -825,8 +825,8 @@ static int parse_manifest(manifest *m, const uint8_t *d, size_t n,
     /* the checksum line covers everything before it */
     {
         const uint8_t *q = e;
-        if (n < 22 || e[-1] != '\n') BAD("missing end line");
-        q = e - 22;
+        if (n < 21 || e[-1] != '\n') BAD("missing end line");
+        q = e - 21;
         if (memcmp(q, "end ", 4) != 0) BAD("missing end line");
         uint64_t want = 0;
         for (int i = 0; i < 16; i++) {
@@ -888,7 +888,7 @@ static int parse_manifest(manifest *m, const uint8_t *d, size_t n,
     }
     while (p < e) {
         unsigned long long g;
-        if ((size_t)(e - p) < 26 || memcmp(p, "segment seg-", 12) != 0 ||
+        if ((size_t)(e - p) < 25 || memcmp(p, "segment seg-", 12) != 0 ||
             sscanf((const char *)p + 12, "%8llu.pds\n", &g) != 1 ||
             memcmp(p + 20, ".pds\n", 5) != 0)
             BAD("bad segment line");
