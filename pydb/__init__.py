@@ -36,6 +36,8 @@ from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
                      RecordTooLargeError, SearchSyntaxError, UnsupportedError)
 from .database import DEFAULT_IO, Database, Field, Record, open
 from .subfields import Subfields, parse_subfields
+from .fst import FieldRule, FSTRule, parse_fst
+from .native import build_index, open_index
 
 __version__ = "0.1.0"
 
@@ -45,4 +47,5 @@ __all__ = [
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
     "FSTError", "DatabaseExistsError", "__version__",
+    "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
 ]
