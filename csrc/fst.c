@@ -1368,6 +1368,7 @@ int pydb__fst_keys(const pydb_fst *fst, const pydb_keyrules *r,
     for (size_t ri = 0; ri < fst->nrules; ri++) {
         const rule *ru = &fst->rules[ri];
         int tech = ru->tech % 1000, ext = ru->tech >= 1000;
+        /* p.mfn: the record's, or the one named by an IT+1000 output */
         pydb_posting p = {mfn, ru->id, 0, 0};
         if ((rc = pydb__fst_format(fst, ri, mfn, fields, n, s, err)))
             return rc;
@@ -1375,13 +1376,25 @@ int pydb__fst_keys(const pydb_fst *fst, const pydb_keyrules *r,
         size_t ol = s->out_len, i = 0;
         k.prefix = NULL;
         k.prefix_len = 0;
+        if (ext && ol > 2 && o[0] == '/') {
+            /* CISIS IT+1000: the output starts with /MFN/, the record
+             * whose postings the keys become */
+            size_t j = 1;
+            int64_t m = 0;
+            while (j < ol && o[j] >= '0' && o[j] <= '9' && m < 1 << 30)
+                m = m * 10 + (o[j++] - '0');
+            if (j > 1 && j < ol && o[j] == '/' && m >= 1) {
+                p.mfn = (int32_t)m;
+                i = j + 1;
+            }
+        }
         if (tech >= 5) {
             tech -= 4;
-            if (ol >= 2) {
-                const uint8_t *c = memchr(o + 1, o[0], ol - 1);
+            if (ol - i >= 2) {
+                const uint8_t *c = memchr(o + i + 1, o[i], ol - i - 1);
                 if (c) {
-                    k.prefix = o + 1;
-                    k.prefix_len = (size_t)(c - o) - 1;
+                    k.prefix = o + i + 1;
+                    k.prefix_len = (size_t)(c - o) - i - 1;
                     i = (size_t)(c - o) + 1;
                 }
             }
@@ -1403,19 +1416,6 @@ int pydb__fst_keys(const pydb_fst *fst, const pydb_keyrules *r,
                 while (l > 0 && t[0] == ' ') t++, l--;
                 while (l > 0 && t[l - 1] == ' ') l--;
                 if (l == 0) continue;
-                p.mfn = mfn;
-                if (ext && l > 2 && t[0] == '/') {   /* IT+1000: /MFN/ */
-                    size_t j = 1;
-                    int64_t m = 0;
-                    while (j < l && t[j] >= '0' && t[j] <= '9' &&
-                           m < 1 << 30)
-                        m = m * 10 + (t[j++] - '0');
-                    if (j > 1 && j < l && t[j] == '/' && m >= 1) {
-                        p.mfn = (int32_t)m;
-                        t += j + 1;
-                        l -= j + 1;
-                    }
-                }
                 if (!had) {
                     p.occ++;
                     had = 1;
