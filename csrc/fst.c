@@ -23,7 +23,8 @@
  * Outside a group, the occurrences of a selector without repeatable
  * literals are separated by "; ".  A literal that is never closed runs to
  * the end of the line; a conditional/repeatable literal that no selector
- * follows or precedes produces nothing.  Anything else is PYDB_EFST with
+ * follows or precedes produces nothing (also before mfn: ABCD's
+ * "CN_"mfn is indexed as 000001).  Anything else is PYDB_EFST with
  * the line (err->offset) and the construct.
  */
 #ifndef _GNU_SOURCE
@@ -509,8 +510,9 @@ static int parse_list(parser *p, int stop, int *head)
                     expect_char(p, ')', "mfn(N): ')' expected") < 0)
                     return perr(p, "mfn(N): width expected");
             }
-            p->f->nodes[n].pre_cond = pre_cond;
-            p->f->nodes[n].pre_rep = pre_rep;
+            /* a conditional/repeatable literal before mfn stays
+             * unattached and shows nothing [E: ABCD dubcore.fst
+             * "CN_"mfn indexed as 000001] */
             pre_cond.off = pre_rep.off = -1;
             APPEND(n);
             continue;
@@ -1120,9 +1122,7 @@ static int eval_list(ev *e, int head)
         case N_MFN: {
             int w = nd->w > 0 && nd->w < 32 ? nd->w : 6;
             int l = snprintf(buf, sizeof buf, "%0*d", w, (int)e->mfn);
-            if (out_span(e, nd->pre_cond) < 0 || out_span(e, nd->pre_rep) < 0 ||
-                out_put(e, buf, (size_t)l) < 0)
-                return -1;
+            if (out_put(e, buf, (size_t)l) < 0) return -1;
             break;
         }
         case N_NL:

@@ -163,6 +163,7 @@ def test_format_language_subset():
     assert fmt(b"1 0 if p(v245^b) and a(v999) then 'yes' fi", 0, rec) == b"yes"
     assert fmt(b"1 0 replace(v245^a,'it', 'IT')", 0, rec) == b"TITle"
     assert fmt(b"1 0 f(mfn,1,0),'/',mfn", 0, rec, mfn=42) == b"42/000042"
+    assert fmt(b'1 0 "CN_"mfn', 0, rec, mfn=1) == b"000001"   # [E] ABCD dubcore.fst
     assert fmt(b"1 0 v100^a /* a comment ) */ v245^a", 0, rec) == b"SmithTitle"
     rep = [(7, b"a"), (7, b"b"), (7, b"c")]
     assert fmt(b"1 0 (|<|v7|>|)", 0, rep) == b"<a><b><c>"

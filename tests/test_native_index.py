@@ -1,0 +1,367 @@
+"""The native inverted index (csrc/nidx.c): bulk build, terms, postings,
+comparison with the index shipped with the pyisis cds sample, damaged
+files, and the commit hook driven without a writer."""
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import pydb
+from pydb import _pydb
+from pydb.index import Posting, Term
+
+from conftest import REPO
+
+SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
+
+
+# ---- a small independent reader of classic ISIS inverted files ----------
+# isis-formats.md §4.4 (leaves) and §4.5 (.IFP), written for this test only.
+
+def read_classic(base, le=(10, 30), aligned=True):
+    """{key: [(mfn, tag, occ, cnt), ...]} for both trees, and the keys per
+    tree."""
+    ifp = open(f"{base}.ifp", "rb").read()
+    out, per_tree = {}, {}
+    for tree, width in ((1, le[0]), (2, le[1])):
+        data = open(f"{base}.l0{tree}", "rb").read()
+        pad = (4 - width % 4) % 4 if aligned else 0
+        esz = width + pad + 8
+        rsz = 12 + 10 * esz
+        assert len(data) % rsz == 0
+        per_tree[tree] = 0
+        for r in range(len(data) // rsz):
+            rec = data[r * rsz:(r + 1) * rsz]
+            _pos, ock, _it, _ps = struct.unpack_from("<iHHi", rec, 0)
+            for j in range(ock):
+                o = 12 + j * esz
+                key = rec[o:o + width].rstrip(b" ")
+                block, word = struct.unpack_from("<ii", rec, o + width + pad)
+                p = (block - 1) * 512 + 4 + 4 * word
+                nxtb, _nxtp, totp, segp, _segc = struct.unpack_from("<5i", ifp, p)
+                assert nxtb == 0 and totp == segp   # sequentially loaded
+                p += 20
+                posts = []
+                for _ in range(segp):
+                    off = p % 512
+                    if off == 0:                  # skip the next IFPBLK
+                        p += 4
+                    elif 512 - off < 8:           # a posting never straddles
+                        p += 512 - off + 4
+                    m2, m1, m0, t1, t0, oc, c1, c0 = ifp[p:p + 8]
+                    posts.append(((m2 << 16) | (m1 << 8) | m0, (t1 << 8) | t0, oc,
+                                  (c1 << 8) | c0))
+                    p += 8
+                out[key] = posts
+                per_tree[tree] += 1
+    return out, per_tree
+
+
+def all_terms(ix, prefix=b"", batch=100000):
+    out, start = [], None
+    while True:
+        chunk = ix.terms(prefix, (start, True) if start is not None else None, batch)
+        if not chunk:
+            return out
+        out += chunk
+        start = chunk[-1][0]
+
+
+def copy_db(src_base, dst_dir, extra=()):
+    os.makedirs(dst_dir, exist_ok=True)
+    name = os.path.basename(src_base)
+    for ext in ("mst", "xrf") + tuple(extra):
+        shutil.copy(f"{src_base}.{ext}", os.path.join(dst_dir, f"{name}.{ext}"))
+    return os.path.join(dst_dir, name)
+
+
+@pytest.fixture
+def cds(isis_data, tmp_path):
+    """A copy of the pyisis sample cds (with its .fst and .stw) and its
+    native index built like the shipped one (keys cut to 30 bytes)."""
+    base = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path), ("fst", "stw"))
+    pydb.build_index(base, progress=False, max_key=30)
+    return base
+
+
+def test_native_equals_shipped_index_of_the_cds_sample(isis_data, cds):
+    shipped, per_tree = read_classic(str(isis_data / SAMPLE / "cds"))
+    # SOURCES.md: 1:classic LE10 keys=679 posts=1309; 2:classic LE30 keys=630 posts=1040
+    assert per_tree == {1: 679, 2: 630}
+    assert sum(len(v) for k, v in shipped.items() if len(k) <= 10) == 1309
+    assert sum(len(v) for k, v in shipped.items() if len(k) > 10) == 1040
+    ix = _pydb._open_native_index(cds)
+    native = {k: [tuple(p) for p in ix.postings(k)] for k, _ in all_terms(ix)}
+    # Documented differences (isis-formats.md §4.5/§5.3): none remain for
+    # this sample — accents fold through the default table, <a=b> keeps a.
+    assert native == shipped
+    assert len(native) == 1309
+    assert sum(map(len, native.values())) == 2349
+
+
+def test_native_equals_shipped_packed_index_without_stop_words(isis_data, tmp_path):
+    # pyisis db/cds: packed classic index, the folder has no .stw, so the
+    # shipped index holds THE, OF, ... too.
+    src = isis_data / "scieloorg__pyisis/db/cds"
+    base = copy_db(str(src), str(tmp_path), ("fst",))
+    assert pydb.build_index(base, progress=False, max_key=30) == 150
+    shipped, _ = read_classic(str(src), aligned=False)
+    ix = _pydb._open_native_index(base)
+    native = {k: [tuple(p) for p in ix.postings(k)] for k, _ in all_terms(ix)}
+    assert native == shipped
+    assert len(native) == 1324 and sum(map(len, native.values())) == 2772
+
+
+def test_terms_prefix_start_and_counts(isis_data, cds):
+    shipped, _ = read_classic(str(isis_data / SAMPLE / "cds"))
+    idx = pydb.open_index(cds)
+    want = sorted((k.decode("latin-1"), len(v)) for k, v in shipped.items()
+                  if k.startswith(b"WAT"))
+    got = [tuple(t) for t in idx.terms("wat")]
+    assert got == want and ("WATER", 15) in got
+    # start, inclusive; the handle also takes (start, True) as exclusive
+    assert [t.key for t in idx.terms("WAT", start="WATER B")][0] == "WATER BALANCE"
+    assert idx.handle.terms(b"WAT", (b"WATER", True), 1) == [(b"WATER BALANCE", 6)]
+    assert all(isinstance(t, Term) for t in idx.terms("Z"))
+    # uncapped: a batch of 7 still sees every key
+    assert len(list(idx.terms("", batch=7))) == 1309
+    assert idx.postings("water")[:2] == [Posting(4, 24, 1, 7), Posting(5, 24, 1, 14)]
+    assert idx.postings("no such key") == []
+    assert idx.handle.kind == "native"
+    assert idx.handle.caps == {"tag": True, "occ": True, "cnt": True}
+    assert idx.key(b"caf\x82") == b"CAFE"          # CP850 é, default table
+    idx.close()
+
+
+def test_progress_callback_and_record_count(isis_data, tmp_path):
+    base = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path), ("fst",))
+    seen = []
+    n = _pydb._index_build(base, b"24 4 v24", lambda d, t: seen.append((d, t)), batch=64)
+    assert n == 150
+    assert seen == [(64, 150), (128, 150), (150, 150)]
+
+
+def test_field_rules_build_the_same_index(isis_data, tmp_path):
+    a = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path / "a"))
+    b = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path / "b"))
+    pydb.build_index(a, fst=[pydb.FieldRule(24, 4, [24]), pydb.FieldRule(70, 0, [70])],
+                     progress=False)
+    pydb.build_index(b, fst="24 4 mhu,(v24|%|/)\n70 0 mhu,(v70|%|/)\n", progress=False)
+    ia, ib = _pydb._open_native_index(a), _pydb._open_native_index(b)
+    ta, tb = all_terms(ia), all_terms(ib)
+    assert ta == tb and len(ta) == 811
+    assert all(ia.postings(k) == ib.postings(k) for k, _ in ta)
+
+
+def test_missing_and_damaged_files(isis_data, cds, tmp_path):
+    with pytest.raises(pydb.DatabaseNotFoundError):
+        pydb.open_index(str(tmp_path / "nothing"))
+    seg = [f for f in os.listdir(cds + ".pdx") if f.endswith(".pds")]
+    assert len(seg) == 1
+    seg = os.path.join(cds + ".pdx", seg[0])
+    data = bytearray(open(seg, "rb").read())
+    # one flipped byte in a posting list
+    bad = bytearray(data)
+    bad[100] ^= 0x40
+    open(seg, "wb").write(bad)
+    with pytest.raises(pydb.CorruptionError) as ei:
+        pydb.open_index(cds)
+    assert ei.value.filename == seg and "checksum" in ei.value.reason
+    # truncated segment
+    open(seg, "wb").write(data[:len(data) // 2])
+    with pytest.raises(pydb.CorruptionError):
+        pydb.open_index(cds)
+    open(seg, "wb").write(data[:40])
+    with pytest.raises(pydb.CorruptionError):
+        pydb.open_index(cds)
+    open(seg, "wb").write(data)
+    pydb.open_index(cds).close()
+    # damaged manifest
+    man = os.path.join(cds + ".pdx", "MANIFEST")
+    text = open(man, "rb").read()
+    open(man, "wb").write(text.replace(b"max_key 30", b"max_key 31"))
+    with pytest.raises(pydb.CorruptionError) as ei:
+        pydb.open_index(cds)
+    assert "manifest" in ei.value.reason
+    open(man, "wb").write(text[:-5])
+    with pytest.raises(pydb.CorruptionError):
+        pydb.open_index(cds)
+
+
+def test_damaged_segment_with_valid_checksum(cds):
+    """A segment whose checksum was recomputed over garbage still fails
+    cleanly (bounds checks, not only the checksum)."""
+    from pydb import _pydb as m
+    seg = [os.path.join(cds + ".pdx", f) for f in os.listdir(cds + ".pdx")
+           if f.endswith(".pds")][0]
+    data = bytearray(open(seg, "rb").read())
+    dict_off = struct.unpack_from("<Q", data, 32)[0]
+    for pos in (dict_off + 8, dict_off + 9, 70, 64):
+        bad = bytearray(data)
+        bad[pos] = 0xFF
+        struct.pack_into("<Q", bad, len(bad) - 8, _checksum(bytes(bad[:-8])))
+        open(seg, "wb").write(bad)
+        try:
+            ix = m._open_native_index(cds)
+        except pydb.CorruptionError:
+            continue
+        with pytest.raises(pydb.CorruptionError):
+            for k, _ in all_terms(ix):
+                ix.postings(k)
+    open(seg, "wb").write(data)
+
+
+def _checksum(b):
+    """csrc/nidx.c checksum(), for forging damaged files."""
+    M = (1 << 64) - 1
+    h = 0x243F6A8885A308D3 ^ len(b)
+    i = 0
+    while i + 8 <= len(b):
+        w = int.from_bytes(b[i:i + 8], "little")
+        h = ((h ^ w) * 0x9E3779B97F4A7C15) & M
+        h ^= h >> 29
+        i += 8
+    while i < len(b):
+        h = ((h ^ b[i]) * 0x100000001B3) & M
+        i += 1
+    h ^= h >> 31
+    h = (h * 0xBF58476D1CE4E5B9) & M
+    return h ^ (h >> 32)
+
+
+# ---- the commit hook, driven directly (no writer on this branch) --------
+
+def test_hook_prepare_publish(cds):
+    ix = _pydb._open_native_index(cds)
+    before = dict(all_terms(ix))
+    assert ix.postings(b"TECHNIQUES")[0] == (1, 24, 1, 1)
+    _pydb._native_hook(ix, "prepare", [
+        (1, [(24, b"Zebra crossing techniques"), (70, b"Doe, J.")], False),
+        (2, None, True),                                     # deleted
+        (151, [(24, b"A zebra")], False),                    # new record
+    ])
+    # prepared, not committed: nothing visible, in memory or on disk
+    assert ix.postings(b"ZEBRA") == []
+    assert dict(all_terms(ix)) == before
+    assert dict(all_terms(_pydb._open_native_index(cds))) == before
+    _pydb._native_hook(ix, "commit")
+    assert ix.postings(b"ZEBRA") == [(1, 24, 1, 1), (151, 24, 1, 2)]
+    # MFN 1's old postings are gone, its new ones in
+    techniques = ix.postings(b"TECHNIQUES")
+    assert (1, 24, 1, 1) not in techniques and (1, 24, 1, 3) in techniques
+    assert ix.postings(b"MAGALHAES, A.C.") == []
+    assert ix.postings(b"DOE, J.") == [(1, 70, 1, 1)]
+    # MFN 2 (deleted): none of its postings remain anywhere
+    after = dict(all_terms(ix))
+    for k in after:
+        assert all(p[0] != 2 for p in ix.postings(k))
+    assert after[b"TECHNIQUES"] == len(techniques)
+    assert b"BOSIAN, G." in before and after[b"BOSIAN, G."] == before[b"BOSIAN, G."] - 1
+    # a fresh open reads the committed manifest: the same state
+    again = _pydb._open_native_index(cds)
+    assert dict(all_terms(again)) == after
+    assert again.postings(b"ZEBRA") == ix.postings(b"ZEBRA")
+    # a second commit on top, touching MFN 1 again
+    _pydb._native_hook(ix, "prepare", [(1, [(24, b"zebra")], False)])
+    _pydb._native_hook(ix, "commit")
+    assert ix.postings(b"ZEBRA") == [(1, 24, 1, 1), (151, 24, 1, 2)]
+    assert ix.postings(b"DOE, J.") == [] and ix.postings(b"CROSSING") == []
+    assert len([f for f in os.listdir(cds + ".pdx") if f.endswith(".pds")]) == 3
+
+
+def test_hook_abort_leaves_nothing(cds):
+    ix = _pydb._open_native_index(cds)
+    files = sorted(os.listdir(cds + ".pdx"))
+    manifest = open(os.path.join(cds + ".pdx", "MANIFEST"), "rb").read()
+    _pydb._native_hook(ix, "prepare", [(3, [(24, b"yak")], False)])
+    assert len(os.listdir(cds + ".pdx")) == len(files) + 1   # written, unreferenced
+    _pydb._native_hook(ix, "abort")
+    assert sorted(os.listdir(cds + ".pdx")) == files
+    assert open(os.path.join(cds + ".pdx", "MANIFEST"), "rb").read() == manifest
+    assert ix.postings(b"YAK") == []
+    # publish without a prepared change does nothing
+    _pydb._native_hook(ix, "publish")
+    assert ix.postings(b"YAK") == []
+
+
+def test_readers_see_one_committed_state(cds):
+    """Readers enumerate while commits are published: every enumeration
+    sees the keys QQZEBRAA..QQZEBRA<k> for one k (a committed state)."""
+    ix = _pydb._open_native_index(cds)
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        while not stop.is_set():
+            keys = [k for k, _ in ix.terms(b"QQZEBRA", None, 10000)]
+            want = [b"QQZEBRA" + bytes([65 + i]) for i in range(len(keys))]
+            if sorted(keys) != sorted(want):
+                errors.append(keys)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(20):
+        _pydb._native_hook(ix, "prepare", [(200 + i, [(24, b"qqzebra" + bytes([97 + i]))], False)])
+        _pydb._native_hook(ix, "commit")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(ix.terms(b"QQZEBRA", None, 100)) == 20
+
+
+def test_cli_index(isis_data, tmp_path):
+    base = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path), ("fst", "stw"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "pydb", "index", base, "--quiet",
+                        "--max-key", "30"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("indexed 151 MFNs") or r.stdout.startswith("indexed 150 MFNs")
+    assert len(all_terms(_pydb._open_native_index(base))) == 1309
+    r = subprocess.run([sys.executable, "-m", "pydb", "index", str(tmp_path / "none"),
+                        "--quiet", "--fst", os.path.join(str(tmp_path), "cds.fst")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "pydb:" in r.stderr
+
+
+def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
+    """Every shipped database that comes with an FST indexes every record
+    through its own FST; the one with a damaged record (ABCD odds: an XRF
+    entry points at another MFN's record, SOURCES.md) fails the build with
+    CorruptionError instead of giving a partial index."""
+    done = 0
+    for fst in sorted(isis_data.rglob("*")):
+        if fst.suffix.lower() != ".fst":
+            continue
+        stem = fst.with_suffix("")
+        mst = [p for p in fst.parent.iterdir() if p.stem == stem.name and p.suffix.lower() == ".mst"]
+        if not mst:
+            continue
+        exts = [p.suffix[1:] for p in fst.parent.iterdir() if p.stem == stem.name
+                and p.suffix.lower() in (".mst", ".xrf")]
+        dst = tmp_path / str(done)
+        dst.mkdir()
+        for e in exts:
+            shutil.copy(f"{stem}.{e}", dst / f"{stem.name}.{e}")
+        utf8 = "unicode" in str(fst) or "utf-8" in str(fst) or "rda" in str(fst)
+        with pydb.open(dst / stem.name) as db:
+            max_mfn = db.max_mfn
+        if stem.name == "odds":
+            with pytest.raises(pydb.CorruptionError) as ei:
+                _pydb._index_build(str(dst / stem.name), fst.read_bytes())
+            assert ei.value.offset == 28976
+            done += 1
+            continue
+        n = _pydb._index_build(str(dst / stem.name), fst.read_bytes(), utf8=utf8)
+        assert n == max_mfn, fst
+        ix = _pydb._open_native_index(str(dst / stem.name))
+        if max_mfn and fst.stat().st_size > 0 and "dcdspace" not in str(fst):
+            assert all_terms(ix), fst
+        done += 1
+    assert done == 17
