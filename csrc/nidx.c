@@ -625,6 +625,17 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
         cs[i].idx = i;
         if ((rc = cur_seek(&cs[i], from, from_len, err))) goto cleanup;
     }
+    if (ss->n == 1 && !ss->newer_tombs[0]) {   /* one segment: no merge */
+        cursor *c = &cs[0];
+        while (c->valid) {
+            if (c->klen < prefix_len ||
+                (prefix_len && memcmp(c->key, prefix, prefix_len) != 0))
+                break;
+            if (fn(ctx, c->key, c->klen, c->count)) break;
+            if ((rc = cur_next(c, err))) goto cleanup;
+        }
+        goto cleanup;
+    }
     for (;;) {
         cursor *min = NULL;
         uint64_t total = 0;

@@ -523,7 +523,99 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
     return NULL;
 }
 
+/* ---- benchmark helper: enumerate (and decode) entirely in C ---- */
+typedef struct {
+    uint64_t terms;
+    uint8_t *arena;
+    size_t used, size;
+    size_t *off, *len;
+    size_t n, cap;
+    int keep, oom;
+} scan_ctx;
+
+static int scan_term(void *ctx, const uint8_t *key, size_t len, uint64_t c)
+{
+    scan_ctx *s = ctx;
+    s->terms++;
+    if (!s->keep) return 0;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 4096;
+        size_t *o = realloc(s->off, cap * sizeof *o);
+        if (!o) return s->oom = 1;
+        s->off = o;
+        size_t *l = realloc(s->len, cap * sizeof *l);
+        if (!l) return s->oom = 1;
+        s->len = l;
+        s->cap = cap;
+    }
+    if (s->used + len > s->size) {
+        size_t size = (s->size + len) * 2 + 4096;
+        uint8_t *a = realloc(s->arena, size);
+        if (!a) return s->oom = 1;
+        s->arena = a;
+        s->size = size;
+    }
+    memcpy(s->arena + s->used, key, len);
+    s->off[s->n] = s->used;
+    s->len[s->n++] = len;
+    s->used += len;
+    return 0;
+}
+
+PyDoc_STRVAR(bench_scan_doc,
+"_bench_scan(index, prefix=b'', postings=False)\n--\n\n"
+"Benchmark helper: enumerate every key starting with `prefix` in C (GIL\n"
+"released, no Python objects); with postings=True also decode the\n"
+"postings of every key.  Returns (terms, postings).");
+
+static PyObject *bench_scan(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *index_obj;
+    Py_buffer prefix = {0};
+    int postings = 0, rc;
+    scan_ctx s;
+    pydb_error e;
+    uint64_t nposts = 0;
+    IndexObject *io;
+
+    memset(&s, 0, sizeof s);
+    if (!PyArg_ParseTuple(args, "O!|y*p", st->index_type, &index_obj, &prefix,
+                          &postings))
+        return NULL;
+    io = (IndexObject *)index_obj;
+    if (!io->ix) {
+        PyBuffer_Release(&prefix);
+        PyErr_SetString(st->ClosedError, "the index is closed");
+        return NULL;
+    }
+    s.keep = postings;
+    UNLOCKED(io, {
+        rc = pydb_index_terms(io->ix, prefix.buf, (size_t)prefix.len, NULL, 0,
+                              scan_term, &s, &e);
+        if (rc == 0 && postings && !s.oom) {
+            pydb_postings p = {0};
+            for (size_t i = 0; i < s.n && rc == 0; i++) {
+                p.n = 0;
+                rc = pydb_index_postings(&p, io->ix, s.arena + s.off[i],
+                                         s.len[i], &e);
+                nposts += p.n;
+            }
+            pydb_postings_free(&p);
+        }
+    });
+    free(s.arena);
+    free(s.off);
+    free(s.len);
+    PyBuffer_Release(&prefix);
+    if (s.oom) return PyErr_NoMemory();
+    if (rc) return set_error(st, rc, &e);
+    return Py_BuildValue("(KK)", (unsigned long long)s.terms,
+                         (unsigned long long)nposts);
+}
+
 static PyMethodDef native_methods[] = {
+    {"_bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
     {"_fst_parse", (PyCFunction)(void (*)(void))fst_parse,
      METH_VARARGS | METH_KEYWORDS, fst_parse_doc},
     {"_fst_keys", (PyCFunction)(void (*)(void))fst_keys,
