@@ -592,9 +592,12 @@ static int parse_list(parser *p, int stop, int *head)
             if (l)
                 snprintf(msg, sizeof msg,
                          "unsupported format construct '%s'", w);
-            else
+            else if (c >= 0x20 && c < 0x7f)
                 snprintf(msg, sizeof msg,
                          "unsupported format construct '%c'", c);
+            else
+                snprintf(msg, sizeof msg,
+                         "unsupported format construct: byte 0x%02x", c);
             return perr(p, msg);
         }
     }

@@ -272,3 +272,35 @@ def test_truncation_8bit_and_stop_word_lookup():
     assert norm(b"abc" + b" " * 30 + b"d", max_key=30) == b"ABC"   # trailing blank trimmed
     assert keys(b"1 4 v1", [(1, b"Of mice and men")], stw=b"OF\r\nand\n") == [
         (b"MICE", 1, 1, 1, 2), (b"MEN", 1, 1, 1, 4)]
+
+
+# ---- hostile input: random FST text never crashes the parser/evaluator ----
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    given = None
+
+EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+PIECES = ["v24", "v70", "^a", "^*", "*3", ".2", "(", ")", "'x'", '"y"', "|z|", "/", "#",
+          "%", ",", " ", "mhu", "mpl", "if ", " then ", " else ", " fi", "p(v70)",
+          "a(v26)", "=", "<", "'T'", "iocc", "break", "f(mfn,3,1)", "mfn", "size(v24)",
+          "replace(v24,'a','bb')", "/*", "*/", " and ", " or ", " not ", "1", "\n", "0 ", "4 "]
+
+
+if given is not None:
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.sampled_from(PIECES), max_size=30), st.integers(0, 8),
+           st.binary(max_size=40))
+    def test_random_formats_never_crash(pieces, tech, noise):
+        text = f"24 {tech} ".encode() + "".join(pieces).encode() + noise
+        try:
+            rules = _pydb._fst_parse(text)
+        except pydb.FSTError as e:
+            assert e.line >= 1
+            return
+        for i in range(len(rules)):
+            _pydb._fst_format(text, i, REC1)
+        _pydb._fst_keys(text, REC1, max_key=7, utf8=bool(tech % 2))

@@ -365,3 +365,45 @@ def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
             assert all_terms(ix), fst
         done += 1
     assert done == 17
+
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    given = None
+
+EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+
+if given is not None:
+    @pytest.fixture(scope="module")
+    def small_index(tmp_path_factory, isis_data):
+        d = tmp_path_factory.mktemp("fuzz")
+        base = copy_db(str(isis_data / SAMPLE / "cds"), str(d))
+        _pydb._index_build(base, b"24 4 v24\n70 0 (v70/)\n")
+        seg = [os.path.join(base + ".pdx", f) for f in os.listdir(base + ".pdx")
+               if f.endswith(".pds")][0]
+        return base, seg, open(seg, "rb").read()
+
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)),
+                    min_size=1, max_size=4))
+    def test_random_segment_damage_is_corruption(small_index, edits):
+        """Bytes overwritten anywhere (checksum forged to match): the index
+        opens and reads, or raises CorruptionError; never a crash."""
+        base, seg, data = small_index
+        bad = bytearray(data)
+        for pos, val in edits:
+            bad[pos % (len(bad) - 8)] = val
+        struct.pack_into("<Q", bad, len(bad) - 8, _checksum(bytes(bad[:-8])))
+        open(seg, "wb").write(bad)
+        try:
+            ix = _pydb._open_native_index(base)
+            for k, _ in all_terms(ix):
+                ix.postings(k)
+            _pydb._bench_scan(ix, b"", True)
+        except pydb.CorruptionError:
+            pass
+        finally:
+            open(seg, "wb").write(data)

@@ -37,8 +37,9 @@ pytestmark = [
 ]
 
 INNER_TESTS = {
-    "address": ["tests/test_hostile.py", "tests/test_threads.py"],
-    "thread": ["tests/test_threads.py"],
+    "address": ["tests/test_hostile.py", "tests/test_threads.py", "tests/test_fst.py",
+                "tests/test_native_index.py"],
+    "thread": ["tests/test_threads.py", "tests/test_native_index.py::test_readers_see_one_committed_state"],
 }
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
 REPORT = {
@@ -70,7 +71,8 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "pydb", dst / "pydb", ignore=ignore)
     shutil.copytree(REPO / "benchmarks", dst / "benchmarks", ignore=ignore)
     (dst / "tests").mkdir()
-    for name in ("conftest.py", "test_hostile.py", "test_threads.py", "tsan.supp"):
+    for name in ("conftest.py", "test_hostile.py", "test_threads.py", "test_fst.py",
+                 "test_native_index.py", "tsan.supp"):
         if (REPO / "tests" / name).is_file():
             shutil.copy2(REPO / "tests" / name, dst / "tests" / name)
 
