@@ -34,7 +34,9 @@
  * Readers take a reference to the current segment list (a mutex held
  * only for the pointer copy) and never wait for the writer; a commit
  * publishes a new list (the old one is freed by its last reader).
- * Segments are not merged yet: each commit adds one small segment.
+ * Each commit adds one small segment; when there would be more than
+ * MERGE_AT, the commit's segment also takes in all segments after the
+ * bulk-built base (dropping their dead postings).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -55,6 +57,7 @@
 #define SEG_MAGIC "PYDBSEG1"
 #define SEG_HDR 64
 #define BLOCK_TERMS 32
+#define MERGE_AT 8            /* segments before a commit merges the tail */
 #define MANIFEST_MAGIC "pydb-native-index 1\n"
 
 /* The write path provides these; absent on a build without it. */
@@ -583,6 +586,7 @@ typedef struct nidx {
     void *put_ctx;
     seg *pending;
     uint64_t pending_gen;
+    int pending_merge;         /* the pending segment replaces the tail */
     pydb_fst_scratch scratch;
     /* test double of pydb_txn_put_file (pydb__nidx_use_test_put) */
     char test_path[1100];
@@ -1617,6 +1621,65 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Merge the segments after the first (the bulk-built base) into `a`:
+ * their live postings, less the records this commit replaces; their
+ * tombstones join `tombs` (they still apply to the base). */
+static int merge_tail(acc *a, const segset *ss, int32_t **tombs, size_t *nt,
+                      pydb_error *err)
+{
+    pydb_postings p = {0};
+    cursor c;
+    int rc = PYDB_OK;
+    size_t extra = 0;
+    const int32_t *commit = *tombs;
+    size_t ncommit = *nt;
+
+    memset(&c, 0, sizeof c);
+    for (size_t i = 1; i < ss->n; i++) extra += ss->v[i]->ntomb;
+    int32_t *all = malloc((ncommit + extra + 1) * sizeof *all);
+    if (!all) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    memcpy(all, commit, ncommit * sizeof *all);
+    size_t na = ncommit;
+    for (size_t i = 1; i < ss->n; i++)
+        for (uint32_t k = 0; k < ss->v[i]->ntomb; k++)
+            all[na++] = seg_tomb(ss->v[i], k);
+    for (size_t i = 1; i < ss->n && rc == PYDB_OK; i++) {
+        const seg *sg = ss->v[i];
+        uint64_t live;
+        c.s = sg;
+        c.valid = 0;
+        if (sg->nterms == 0) continue;
+        if ((rc = cur_block(&c, 0, err))) break;
+        for (;;) {
+            if ((rc = cur_next(&c, err)) || !c.valid) break;
+            p.n = 0;
+            if ((rc = decode_postings(&p, ss, i, sg, c.pstart, c.plen,
+                                      c.count, &live, err)))
+                break;
+            for (size_t k = 0; k < p.n && rc == PYDB_OK; k++) {
+                int32_t m = p.v[k].mfn;
+                if (bsearch(&m, commit, ncommit, sizeof m, cmp_i32)) continue;
+                rc = acc_add(a, c.key, c.klen, &p.v[k]);
+            }
+            if (rc) break;
+        }
+    }
+    free(c.key);
+    pydb_postings_free(&p);
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    qsort(all, na, sizeof *all, cmp_i32);
+    size_t w = 0;
+    for (size_t i = 0; i < na; i++)
+        if (w == 0 || all[w - 1] != all[i]) all[w++] = all[i];
+    free(*tombs);
+    *tombs = all;
+    *nt = w;
+    return PYDB_OK;
+}
+
 static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
                         size_t n, pydb_error *err)
 {
@@ -1624,11 +1687,11 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     acc a;
     buf segb = {0}, man = {0};
     int32_t *tombs = NULL;
-    size_t nt = 0;
+    size_t nt = 0, ngens;
     uint64_t *gens = NULL, gen;
     char path[1100];
     segset *ss = NULL;
-    int rc = PYDB_OK, written = 0;
+    int rc = PYDB_OK, written = 0, merge;
 
     memset(&a, 0, sizeof a);
     a.err = err;
@@ -1641,14 +1704,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    for (size_t i = 0; i < n; i++) {
-        tombs[nt++] = ch[i].mfn;
-        if (ch[i].after && !ch[i].deleted_after &&
-            (rc = pydb__fst_keys(x->fst, &x->rules, &x->sw, ch[i].mfn,
-                                 ch[i].after, ch[i].nafter, &x->scratch,
-                                 acc_add, &a, err)))
-            goto cleanup;
-    }
+    for (size_t i = 0; i < n; i++) tombs[nt++] = ch[i].mfn;
     qsort(tombs, nt, sizeof *tombs, cmp_i32);
     {
         size_t w = 0;
@@ -1656,8 +1712,20 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
             if (w == 0 || tombs[w - 1] != tombs[i]) tombs[w++] = tombs[i];
         nt = w;
     }
-    if ((rc = acc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
     ss = acquire(x);
+    /* Too many segments: this commit's segment also takes in every
+     * segment after the base (their dead postings dropped), so a
+     * commit's cost stays proportional to the changes since the last
+     * bulk build and readers merge at most MERGE_AT lists. */
+    merge = ss->n + 1 > MERGE_AT && ss->n >= 2;
+    if (merge && (rc = merge_tail(&a, ss, &tombs, &nt, err))) goto cleanup;
+    for (size_t i = 0; i < n; i++)
+        if (ch[i].after && !ch[i].deleted_after &&
+            (rc = pydb__fst_keys(x->fst, &x->rules, &x->sw, ch[i].mfn,
+                                 ch[i].after, ch[i].nafter, &x->scratch,
+                                 acc_add, &a, err)))
+            goto cleanup;
+    if ((rc = acc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
     gen = x->gen + 1;
     for (size_t i = 0; i < ss->n; i++)
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
@@ -1671,13 +1739,15 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    for (size_t i = 0; i < ss->n; i++) gens[i] = ss->v[i]->gen;
-    gens[ss->n] = gen;
+    ngens = merge ? 1 : ss->n;
+    for (size_t i = 0; i < ngens; i++) gens[i] = ss->v[i]->gen;
+    gens[ngens++] = gen;
     if ((rc = manifest_bytes(&man, gen, &x->rules, x->fst_text, x->fst_len,
-                             x->stw_text, x->stw_len, gens, ss->n + 1, err)))
+                             x->stw_text, x->stw_len, gens, ngens, err)))
         goto cleanup;
     if ((rc = seg_open(&x->pending, path, gen, err))) goto cleanup;
     x->pending_gen = gen;
+    x->pending_merge = merge;
     if (x->put_file)
         rc = x->put_file(x->put_ctx, t, x->manifest, man.p, man.n, err);
     else if (pydb_txn_put_file)
@@ -1706,10 +1776,12 @@ static void hook_publish(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;
     segset *old, *ns;
+    size_t keep;
     if (!x->pending) return;
     pthread_mutex_lock(&x->mu);
     old = x->cur;
-    ns = segset_new(old->n + 1);
+    keep = x->pending_merge ? (old->n ? 1 : 0) : old->n;
+    ns = segset_new(keep + 1);
     if (!ns) {
         /* cannot fail here: keep serving the old list; the next open
          * reads the committed manifest */
@@ -1718,16 +1790,19 @@ static void hook_publish(void *ctx, pydb_txn *t)
         x->pending = NULL;
         return;
     }
-    for (size_t i = 0; i < old->n; i++) {
+    for (size_t i = 0; i < keep; i++) {
         ns->v[i] = old->v[i];
         atomic_fetch_add(&old->v[i]->refs, 1);
     }
-    ns->v[old->n] = x->pending;
+    ns->v[keep] = x->pending;
     segset_finish(ns);
     x->cur = ns;
     x->gen = x->pending_gen;
     x->pending = NULL;
     pthread_mutex_unlock(&x->mu);
+    /* merged segments are no longer named by the manifest: remove their
+     * files (readers holding the old list keep their mappings) */
+    for (size_t i = keep; i < old->n; i++) unlink(old->v[i]->path);
     segset_unref(old);
 }
 

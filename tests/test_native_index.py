@@ -407,3 +407,26 @@ if given is not None:
             pass
         finally:
             open(seg, "wb").write(data)
+
+
+def test_commits_merge_the_tail_segments(cds):
+    """Commit segments after the base are merged once there would be more
+    than 8: the files stay bounded and dead postings are dropped."""
+    ix = _pydb._open_native_index(cds)
+    pdx = cds + ".pdx"
+    base_water = ix.postings(b"WATER")
+    for i in range(20):
+        # MFN 4 (a WATER record) rewritten each time; MFN 300+i appended
+        _pydb._native_hook(ix, "prepare", [
+            (4, [(24, b"water round %s" % bytes([97 + i]))], False),
+            (300 + i, [(24, b"water")], False)])
+        _pydb._native_hook(ix, "commit")
+        segs = [f for f in os.listdir(pdx) if f.endswith(".pds")]
+        assert len(segs) <= 8
+    want = sorted([p for p in base_water if p[0] != 4] + [(4, 24, 1, 1)] +
+                  [(300 + i, 24, 1, 1) for i in range(20)])
+    assert ix.postings(b"WATER") == want
+    assert [k for k, _ in ix.terms(b"ROUND", None, 10)] == [b"ROUND"]
+    assert ix.postings(b"ROUND") == [(4, 24, 1, 2)]
+    assert ix.terms(b"T", None, 100000) == _pydb._open_native_index(cds).terms(b"T", None, 100000)
+    assert _pydb._open_native_index(cds).postings(b"WATER") == want
