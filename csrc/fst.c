@@ -87,9 +87,12 @@ struct pydb_fst {
 
 /* ------------------------------------------------------------ parsing */
 
+#define MAX_DEPTH 32   /* nesting of groups, ifs, functions, conditions */
+
 typedef struct parser {
     pydb_fst *f;
     int pos, end, line;
+    int depth, in_group;
     pydb_error *err;
 } parser;
 
@@ -365,7 +368,10 @@ static int parse_cmp(parser *p)
 static int parse_not(parser *p)
 {
     if (accept_word(p, "not")) {
+        if (++p->depth > MAX_DEPTH)
+            return perr(p, "condition nested too deeply");
         int a = parse_not(p), e;
+        p->depth--;
         if (a < 0) return -1;
         e = new_expr(p, E_NOT);
         if (e < 0) return -1;
@@ -392,7 +398,10 @@ static int parse_and(parser *p)
 
 static int parse_cond(parser *p)
 {
+    if (++p->depth > MAX_DEPTH) return perr(p, "condition nested too deeply");
     int a = parse_and(p);
+    p->depth--;
+    if (a < 0) return -1;
     while (a >= 0 && accept_word(p, "or")) {
         int b = parse_and(p), e;
         if (b < 0) return -1;
@@ -407,7 +416,18 @@ static int parse_cond(parser *p)
 
 /* A list of items up to `stop` (')' for groups/functions, 'e' for
  * "else"/"fi", ',' for a function argument, 0 for the end of the rule). */
+static int parse_list_body(parser *p, int stop, int *head);
+
 static int parse_list(parser *p, int stop, int *head)
+{
+    int rc;
+    if (++p->depth > MAX_DEPTH) return perr(p, "format nested too deeply");
+    rc = parse_list_body(p, stop, head);
+    p->depth--;
+    return rc;
+}
+
+static int parse_list_body(parser *p, int stop, int *head)
 {
     int last = -1;
     span pre_cond = {-1, 0}, pre_rep = {-1, 0};
@@ -471,10 +491,14 @@ static int parse_list(parser *p, int stop, int *head)
             continue;
         }
         if (c == '(') {
+            if (p->in_group)
+                return perr(p, "repeatable groups cannot be nested");
             p->pos++;
             if ((n = new_node(p, N_GROUP)) < 0) return -1;
             int h;
+            p->in_group = 1;
             if (parse_list(p, ')', &h) < 0) return -1;
+            p->in_group = 0;
             p->f->nodes[n].child = h;
             if (expect_char(p, ')', "group: ')' expected") < 0) return -1;
             APPEND(n);
@@ -658,6 +682,8 @@ int pydb_fst_parse(pydb_fst **out, const char *text, size_t len,
         p.line = line;
         p.pos = (int)s;
         p.end = (int)t;
+        p.depth = 0;
+        p.in_group = 0;
         if (!isdigit((unsigned char)text[s])) {
             perr(&p, "rule must start with a numeric ID");
             rc = PYDB_EFST;
