@@ -119,7 +119,7 @@ static int buf_reserve(buf *b, size_t more)
 
 static void buf_put(buf *b, const void *p, size_t n)
 {
-    if (buf_reserve(b, n) < 0) return;
+    if (n == 0 || buf_reserve(b, n) < 0) return;
     memcpy(b->p + b->n, p, n);
     b->n += n;
 }
@@ -462,7 +462,7 @@ static int cur_next(cursor *c, pydb_error *err)
         c->key = nv;
         c->kcap = cap;
     }
-    memcpy(c->key + shared, c->p, (size_t)slen);
+    if (slen) memcpy(c->key + shared, c->p, (size_t)slen);
     c->p += slen;
     c->klen = (size_t)(shared + slen);
     if (rd_varint(&c->p, c->end, &c->count) ||
