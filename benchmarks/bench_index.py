@@ -146,3 +146,43 @@ def test_postings_frequent_key_python(benchmark, unesb_index):
     key = max(unesb_index.terms(b"", None, 1_000_000), key=lambda t: t[1])[0]
     posts = benchmark(unesb_index.postings, key)
     _rate(benchmark, len(posts), "postings_per_s")
+
+
+# ---- side by side: SQLite FTS5 indexing the same fields ----------------
+
+def _fts5_available():
+    import sqlite3
+    try:
+        sqlite3.connect(":memory:").execute("create virtual table t using fts5(a)")
+        return True
+    except sqlite3.Error:
+        return False
+
+
+@pytest.mark.skipif(not _fts5_available(), reason="sqlite3 without FTS5")
+def test_bulk_index_unesb_sqlite_fts5(benchmark, unesb_copy, tmp_path):
+    """The nearest FTS5 equivalent of UNESB_FST: one row per record with
+    title+notes (words), authors, subjects, imprint, language columns;
+    rows read beforehand (only the indexing is timed), one transaction,
+    on-disk database with synchronous=FULL like the native build's fsync."""
+    import sqlite3
+    with pydb.open(unesb_copy, encoding="ascii") as db:
+        rows = [(r.mfn, " ".join(r[24] + r[50] + r[44]), "; ".join(r[70] + r[71]),
+                 "".join(r[69]), "".join(r[26]), "".join(r[40])) for r in db]
+    path = tmp_path / "fts.sqlite"
+
+    def build():
+        if path.exists():
+            path.unlink()
+        con = sqlite3.connect(path)
+        con.execute("pragma synchronous=FULL")
+        con.execute("create virtual table r using fts5(words, authors, subjects, imprint,"
+                    " lang, tokenize='unicode61 remove_diacritics 2')")
+        with con:
+            con.executemany("insert into r(rowid, words, authors, subjects, imprint, lang)"
+                            " values (?, ?, ?, ?, ?, ?)", rows)
+        con.close()
+        return len(rows)
+    n = benchmark.pedantic(build, rounds=3, iterations=1, warmup_rounds=0)
+    assert n == 58_880
+    _rate(benchmark, n, "records_per_s")
