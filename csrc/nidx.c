@@ -1680,6 +1680,46 @@ static int merge_tail(acc *a, const segset *ss, int32_t **tombs, size_t *nt,
     return PYDB_OK;
 }
 
+/* Remove segment files that neither the live list nor the MANIFEST on
+ * disk names (segments merged away, orphans of uncommitted prepares).
+ * The manifest on disk may lag behind the committed one until the write
+ * path applies its log, so its segments are kept until it does.  Best
+ * effort: errors are ignored. */
+static void collect_garbage(nidx *x, const segset *ss)
+{
+    uint8_t *data = NULL;
+    size_t len;
+    manifest m;
+    pydb_error e;
+    DIR *d;
+    struct dirent *de;
+
+    memset(&m, 0, sizeof m);
+    if (pydb__read_file(x->manifest, &data, &len, &e) != PYDB_OK) return;
+    if (parse_manifest(&m, data, len, x->manifest, &e) != PYDB_OK) {
+        free(data);
+        return;
+    }
+    d = opendir(x->dir);
+    while (d && (de = readdir(d)) != NULL) {
+        unsigned long long g;
+        int used = 0;
+        char path[1100];
+        if (strlen(de->d_name) != 16 ||
+            sscanf(de->d_name, "seg-%8llu.pds", &g) != 1)
+            continue;
+        for (size_t i = 0; i < ss->n && !used; i++) used = ss->v[i]->gen == g;
+        for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
+        if (!used) {
+            seg_path(path, sizeof path, x->dir, g);
+            unlink(path);
+        }
+    }
+    if (d) closedir(d);
+    free(m.segs);
+    free(data);
+}
+
 static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
                         size_t n, pydb_error *err)
 {
@@ -1713,6 +1753,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         nt = w;
     }
     ss = acquire(x);
+    collect_garbage(x, ss);
     /* Too many segments: this commit's segment also takes in every
      * segment after the base (their dead postings dropped), so a
      * commit's cost stays proportional to the changes since the last
@@ -1800,9 +1841,8 @@ static void hook_publish(void *ctx, pydb_txn *t)
     x->gen = x->pending_gen;
     x->pending = NULL;
     pthread_mutex_unlock(&x->mu);
-    /* merged segments are no longer named by the manifest: remove their
-     * files (readers holding the old list keep their mappings) */
-    for (size_t i = keep; i < old->n; i++) unlink(old->v[i]->path);
+    /* merged segments are removed by a later prepare (collect_garbage),
+     * once no manifest on disk can still name them */
     segset_unref(old);
 }
 

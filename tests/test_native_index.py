@@ -421,8 +421,19 @@ def test_commits_merge_the_tail_segments(cds):
             (4, [(24, b"water round %s" % bytes([97 + i]))], False),
             (300 + i, [(24, b"water")], False)])
         _pydb._native_hook(ix, "commit")
+        named = [line.split()[1] for line in
+                 open(os.path.join(pdx, "MANIFEST"), "rb").read().decode("latin-1").splitlines()
+                 if line.startswith("segment ")]
         segs = [f for f in os.listdir(pdx) if f.endswith(".pds")]
-        assert len(segs) <= 8
+        assert len(named) <= 8
+        # files merged away are removed by the next commit's prepare
+        assert len(segs) <= 8 + 7
+    _pydb._native_hook(ix, "prepare", [(5, [(24, b"yak")], False)])
+    _pydb._native_hook(ix, "commit")
+    named = [line.split()[1] for line in
+             open(os.path.join(pdx, "MANIFEST"), "rb").read().decode("latin-1").splitlines()
+             if line.startswith("segment ")]
+    assert sorted(f for f in os.listdir(pdx) if f.endswith(".pds")) == sorted(named)
     want = sorted([p for p in base_water if p[0] != 4] + [(4, 24, 1, 1)] +
                   [(300 + i, 24, 1, 1) for i in range(20)])
     assert ix.postings(b"WATER") == want
