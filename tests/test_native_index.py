@@ -428,7 +428,7 @@ def test_commits_merge_the_tail_segments(cds):
         assert len(named) <= 8
         # files merged away are removed by the next commit's prepare
         assert len(segs) <= 8 + 7
-    _pydb._native_hook(ix, "prepare", [(5, [(24, b"yak")], False)])
+    _pydb._native_hook(ix, "prepare", [(999, [(24, b"yak")], False)])
     _pydb._native_hook(ix, "commit")
     named = [line.split()[1] for line in
              open(os.path.join(pdx, "MANIFEST"), "rb").read().decode("latin-1").splitlines()
