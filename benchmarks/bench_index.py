@@ -186,3 +186,24 @@ def test_bulk_index_unesb_sqlite_fts5(benchmark, unesb_copy, tmp_path):
     n = benchmark.pedantic(build, rounds=3, iterations=1, warmup_rounds=0)
     assert n == 58_880
     _rate(benchmark, n, "records_per_s")
+
+
+@pytest.fixture(scope="module")
+def unesb_index_after_commits(tmp_path_factory):
+    """The unesb index after 7 commits of 50 updated records each (8
+    segments with tombstones), through the commit hook's test driver."""
+    base = _copy(Path(unesb.default_database()), tmp_path_factory.mktemp("unesb8"))
+    _pydb._index_build(base, UNESB_FST)
+    ix = _pydb._open_native_index(base)
+    for k in range(7):
+        _pydb._native_hook(ix, "prepare", [(100 + 50 * k + j, [(24, b"new title %d" % j)], False)
+                                          for j in range(50)])
+        _pydb._native_hook(ix, "commit")
+    return ix
+
+
+def test_terms_enumeration_c_8_segments(benchmark, unesb_index_after_commits):
+    terms, _ = benchmark.pedantic(_pydb._bench_scan, (unesb_index_after_commits,),
+                                  rounds=10, iterations=1, warmup_rounds=1)
+    assert terms > 400_000
+    _rate(benchmark, terms, "terms_per_s")

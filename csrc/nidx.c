@@ -232,6 +232,9 @@ typedef struct segset {
     size_t n;
     seg **v;                 /* oldest first */
     uint8_t *newer_tombs;    /* [i]: some segment after i has tombstones */
+    uint8_t **dead;          /* [i]: bitmap of the MFNs tombstoned after i
+                                (MFN < dead_bits[i]), or NULL            */
+    uint32_t *dead_bits;
 } segset;
 
 static void seg_unref(seg *s)
@@ -244,9 +247,14 @@ static void seg_unref(seg *s)
 static void segset_unref(segset *ss)
 {
     if (!ss || atomic_fetch_sub(&ss->refs, 1) != 1) return;
-    for (size_t i = 0; i < ss->n; i++) seg_unref(ss->v[i]);
+    for (size_t i = 0; i < ss->n; i++) {
+        seg_unref(ss->v[i]);
+        if (ss->dead) free(ss->dead[i]);
+    }
     free(ss->v);
     free(ss->newer_tombs);
+    free(ss->dead);
+    free(ss->dead_bits);
     free(ss);
 }
 
@@ -267,18 +275,58 @@ static segset *segset_new(size_t n)
     return ss;
 }
 
-static void segset_finish(segset *ss)
-{
-    int any = 0;
-    for (size_t i = ss->n; i-- > 0;) {
-        ss->newer_tombs[i] = (uint8_t)any;
-        if (ss->v[i]->ntomb) any = 1;
-    }
-}
-
 static int32_t seg_tomb(const seg *s, uint32_t i)
 {
     return (int32_t)pydb__u32(s->tomb + 4 * (size_t)i);
+}
+
+/* Flags and dead-MFN bitmaps for the list.  A bitmap that cannot be
+ * allocated is left NULL (is_dead then searches the tombstones). */
+static void segset_finish(segset *ss)
+{
+    int any = 0;
+    int32_t maxm = 0;
+    for (size_t i = ss->n; i-- > 0;) {
+        ss->newer_tombs[i] = (uint8_t)any;
+        if (ss->v[i]->ntomb) {
+            any = 1;
+            int32_t m = seg_tomb(ss->v[i], ss->v[i]->ntomb - 1);
+            if (m > maxm) maxm = m;
+        }
+    }
+    if (!any || ss->n < 2) return;
+    ss->dead = calloc(ss->n, sizeof *ss->dead);
+    ss->dead_bits = calloc(ss->n, sizeof *ss->dead_bits);
+    if (!ss->dead || !ss->dead_bits) {
+        free(ss->dead);
+        free(ss->dead_bits);
+        ss->dead = NULL;
+        ss->dead_bits = NULL;
+        return;
+    }
+    size_t bytes = (size_t)maxm / 8 + 1;
+    uint8_t *acc = NULL;      /* union of the tombstones after i */
+    for (size_t i = ss->n - 1; i-- > 0;) {
+        const seg *nx = ss->v[i + 1];
+        if (nx->ntomb) {
+            uint8_t *b = malloc(bytes);
+            if (!b) break;
+            if (acc) memcpy(b, acc, bytes);
+            else memset(b, 0, bytes);
+            for (uint32_t k = 0; k < nx->ntomb; k++) {
+                int32_t m = seg_tomb(nx, k);
+                if (m >= 0) b[m >> 3] |= (uint8_t)(1u << (m & 7));
+            }
+            acc = b;
+        } else if (acc) {
+            uint8_t *b = malloc(bytes);
+            if (!b) break;
+            memcpy(b, acc, bytes);
+            acc = b;
+        }
+        ss->dead[i] = acc;
+        ss->dead_bits[i] = acc ? (uint32_t)bytes * 8 : 0;
+    }
 }
 
 static int seg_has_tomb(const seg *s, int32_t mfn)
@@ -297,6 +345,9 @@ static int seg_has_tomb(const seg *s, int32_t mfn)
 static int is_dead(const segset *ss, size_t i, int32_t mfn)
 {
     if (!ss->newer_tombs[i]) return 0;
+    if (ss->dead && ss->dead[i])
+        return mfn >= 0 && (uint32_t)mfn < ss->dead_bits[i] &&
+               (ss->dead[i][mfn >> 3] >> (mfn & 7)) & 1;
     for (size_t j = i + 1; j < ss->n; j++)
         if (ss->v[j]->ntomb && seg_has_tomb(ss->v[j], mfn)) return 1;
     return 0;
