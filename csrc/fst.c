@@ -782,10 +782,18 @@ typedef struct ev {
     pydb_error *err;
 } ev;
 
+#define MAX_OUTPUT ((size_t)64 << 20)   /* bytes of format output per rule */
+
 static int out_reserve(ev *e, size_t more)
 {
     pydb_fst_scratch *s = e->s;
     if (s->out_len + more <= s->out_cap) return 0;
+    if (s->out_len + more > MAX_OUTPUT) {
+        PYDB_ERROR(e->err, PYDB_ETOOBIG, "", -1,
+                   "FST format output of record %d passes %zu bytes",
+                   (int)e->mfn, MAX_OUTPUT);
+        return -1;
+    }
     size_t cap = (s->out_cap ? s->out_cap : 1024);
     while (cap < s->out_len + more) cap *= 2;
     uint8_t *nv = realloc(s->out, cap);

@@ -308,3 +308,11 @@ if given is not None:
         for i in range(len(rules)):
             _pydb._fst_format(text, i, REC1)
         _pydb._fst_keys(text, REC1, max_key=7, utf8=bool(tech % 2))
+
+
+def test_runaway_format_output_is_capped():
+    # each replace() multiplies the text by 10: 10**9 bytes if unchecked
+    fst = b"1 0 " + b"replace(" * 9 + b"v1" + b",'a','aaaaaaaaaa')" * 9
+    with pytest.raises(pydb.RecordTooLargeError) as ei:
+        _pydb._fst_keys(fst, [(1, b"a")], mfn=3)
+    assert "record 3" in str(ei.value)
