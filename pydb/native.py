@@ -5,6 +5,12 @@ The index lives beside the master file in the directory ``<base>.pdx``:
 a ``MANIFEST`` (key rules, FST, stop words, live segments) and immutable
 segment files (sorted term dictionary in prefix-compressed blocks,
 delta/varint-compressed posting lists, tombstones); see csrc/nidx.c.
+Commits made through the write path update the index in the same
+transaction (csrc/nidx.c, pydb_native_index_attach): each adds a small
+segment whose tombstones hide the superseded postings; past 8 segments a
+commit also merges the segments after the bulk-built one.  Rebuilding with
+:func:`build_index` replaces the whole index: reopen handles afterwards.
+
 Keys are normalised as isis-formats.md §5.3 says (the database's
 ISISUC.TAB/ISISAC.TAB when present, else the CDS/ISIS defaults for 8-bit
 data, or Unicode case and accent folding for UTF-8); a posting is
