@@ -117,6 +117,23 @@ def test_native_equals_shipped_packed_index_without_stop_words(isis_data, tmp_pa
     assert len(native) == 1324 and sum(map(len, native.values())) == 2772
 
 
+def test_native_equals_shipped_cisis_tests_index(isis_data, tmp_path):
+    # bireme cisis tests/CDS: its FST wraps every rule in if p(..) then ..
+    # fi and ends rule 69 with '/'.  The classic .l0x/.ifp set (formats
+    # §4.8: .n0x/.cnt there belong to the LIND4 set) was loaded without the
+    # folder's CDS.stw: THE, OF, ... are keys.
+    src = isis_data / "bireme__cisis/tests/CDS"
+    base = copy_db(str(src), str(tmp_path))
+    _pydb._index_build(base, (isis_data / "bireme__cisis/tests/CDS.fst").read_bytes(),
+                       max_key=30)
+    shipped, per_tree = read_classic(str(src))
+    assert per_tree == {1: 694, 2: 630}    # SOURCES.md: keys=694 / keys=630
+    ix = _pydb._open_native_index(base)
+    native = {k: [tuple(p) for p in ix.postings(k)] for k, _ in all_terms(ix)}
+    assert native == shipped
+    assert sum(map(len, native.values())) == 1732 + 1040
+
+
 def test_terms_prefix_start_and_counts(isis_data, cds):
     shipped, _ = read_classic(str(isis_data / SAMPLE / "cds"))
     idx = pydb.open_index(cds)
