@@ -134,6 +134,39 @@ def test_native_equals_shipped_cisis_tests_index(isis_data, tmp_path):
     assert sum(map(len, native.values())) == 1732 + 1040
 
 
+def test_native_equals_shipped_abcd_marc_index(isis_data, tmp_path):
+    """ABCD marc (83 FST rules: prefixes, |..|%|, mpu/mdu, if/fi, *off.len,
+    classic packed 16/60 index).  Documented differences:
+    * the case and word tables used to build it are not in its folder
+      (isis-formats.md §5.3: ABCD keeps them with the installation): the
+      Latin-1 ISISUC.TAB of ABCD's servers base folds its accents, and its
+      ISISAC.TAB plus the digits 0-9 (the index holds words such as 1850)
+      reproduce every key;
+    * the shipped lists repeat identical postings where two rules with one
+      ID (650 1 and 650 4, ...) make the same key at the same place; pydb
+      keeps one copy (isis-formats.md §4.5 calls lists strictly ascending).
+    * marc.stw lists lower-case words, which CISIS never matches (§5.4)."""
+    abcd = isis_data / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows"
+    src = abcd / "marc/data/marc"
+    base = copy_db(str(src), str(tmp_path))
+    shutil.copy(abcd / "servers/data/isisuc.tab", tmp_path / "isisuc.tab")
+    ac = (abcd / "servers/data/isisac.tab").read_text()
+    (tmp_path / "isisac.tab").write_text(ac + " " + " ".join(map(str, range(48, 58))))
+    _pydb._index_build(base, (abcd / "marc/data/marc.fst").read_bytes(), max_key=60,
+                       stw=(abcd / "marc/data/marc.stw").read_bytes())
+    shipped, per_tree = read_classic(str(src), le=(16, 60), aligned=False)
+    # SOURCES.md: 1:classic LE16 keys=7394 posts=20568; 2:classic LE60 keys=2736 posts=3688
+    assert per_tree == {1: 7394, 2: 2736}
+    assert sum(map(len, shipped.values())) == 20568 + 3688
+    ix = _pydb._open_native_index(base)
+    native = {k: [tuple(p) for p in ix.postings(k)] for k, _ in all_terms(ix)}
+    assert native == {k: sorted(set(v)) for k, v in shipped.items()}
+    duplicates = sum(len(v) - len(set(v)) for v in shipped.values())
+    assert duplicates == 822
+    assert sum(map(len, native.values())) == 20568 + 3688 - 822
+    assert b"1850" in native and b"THE" in native
+
+
 def test_terms_prefix_start_and_counts(isis_data, cds):
     shipped, _ = read_classic(str(isis_data / SAMPLE / "cds"))
     idx = pydb.open_index(cds)
