@@ -458,16 +458,9 @@ int pydb__stopwords_parse(pydb_stopwords *sw, const pydb_keyrules *r,
         while (e < len && text[e] != '\n' && text[e] != '\r' && text[e] != 26)
             e++;
         if (e > i) {
-            /* compared as written, blanks trimmed: CISIS does not case-map
-             * the .STW (formats §5.4: one upper-case word per line) [E: ABCD
-             * marc.stw lists "a", "an", "the" and its index holds A, AN,
-             * THE] */
-            size_t b = i, t = e;
-            while (b < t && (text[b] == ' ' || text[b] == '\t')) b++;
-            while (t > b && (text[t - 1] == ' ' || text[t - 1] == '\t')) t--;
-            kl = t - b;
-            memcpy(sw->arena + used, text + b, kl);
-            (void)r;
+            rc = pydb__key_normalize(r, text + i, e - i, sw->arena + used,
+                                     cap - used, &kl, err);
+            if (rc) goto cleanup;
             if (kl > 0) {
                 sw->off[sw->n] = used;
                 sw->len[sw->n] = (uint32_t)kl;

@@ -26,8 +26,7 @@ int pydb__keyrules_load_dir(pydb_keyrules *r, const char *dir, int *found,
 size_t pydb__word_char(const pydb_keyrules *r, const uint8_t *p, size_t n,
                        int *is_word);
 
-/* Stop words (.STW): the lines as written (blanks trimmed, no case
- * mapping, as CISIS), sorted, looked up exactly against words in key form. */
+/* Stop words (.STW): keys in key form, sorted, looked up exactly. */
 typedef struct pydb_stopwords {
     uint8_t *arena;
     size_t *off;
