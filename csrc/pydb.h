@@ -396,8 +396,11 @@ typedef struct pydb_nidx_options {
 typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
 
 /* Build (or rebuild) the native index of the database `db_path` from
- * `fst`: files in the directory <base>.pdx beside the .mst.  The new
- * index replaces the old one atomically. */
+ * `fst`: files in the directory <base>.pdx beside the .mst.  Active
+ * records only (logically deleted ones are skipped); a damaged record
+ * fails the build (PYDB_ECORRUPT naming it) rather than leaving it out.
+ * The new index replaces the old one atomically; handles opened before
+ * must be reopened.  `fst` must outlive the build. */
 int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
                             const pydb_nidx_options *opt,
                             pydb_progress_fn progress, void *ctx,
@@ -418,8 +421,10 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b);
 int pydb_native_index_open(pydb_index **out, const char *db_path,
                            pydb_error *err);
 /* Make every commit on `db` update the native index `ix` (opened on the
- * same database) in the same transaction (pydb_set_commit_hook).  ix
- * must stay open while db is. */
+ * same database) in the same transaction (pydb_set_commit_hook): prepare
+ * writes a segment and hands the new MANIFEST to pydb_txn_put_file;
+ * publish makes it visible to searches on ix.  ix must stay open while db
+ * is.  PYDB_EUNSUPPORTED when the write path is not linked in. */
 int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
 
 #ifdef __cplusplus
