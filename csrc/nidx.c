@@ -1736,8 +1736,9 @@ static int merge_tail(acc *a, const segset *ss, int32_t **tombs, size_t *nt,
  * The manifest on disk may lag behind the committed one until the write
  * path applies its log, so its segments are kept until it does.  Best
  * effort: errors are ignored. */
-static void collect_garbage(nidx *x, const segset *ss)
+static uint64_t collect_garbage(nidx *x, const segset *ss)
 {
+    uint64_t top = 0;
     uint8_t *data = NULL;
     size_t len;
     manifest m;
@@ -1746,10 +1747,10 @@ static void collect_garbage(nidx *x, const segset *ss)
     struct dirent *de;
 
     memset(&m, 0, sizeof m);
-    if (pydb__read_file(x->manifest, &data, &len, &e) != PYDB_OK) return;
+    if (pydb__read_file(x->manifest, &data, &len, &e) != PYDB_OK) return 0;
     if (parse_manifest(&m, data, len, x->manifest, &e) != PYDB_OK) {
         free(data);
-        return;
+        return 0;
     }
     d = opendir(x->dir);
     while (d && (de = readdir(d)) != NULL) {
@@ -1764,11 +1765,64 @@ static void collect_garbage(nidx *x, const segset *ss)
         if (!used) {
             seg_path(path, sizeof path, x->dir, g);
             unlink(path);
+        } else if (g > top) {
+            top = g;
         }
     }
     if (d) closedir(d);
     free(m.segs);
     free(data);
+    return top;
+}
+
+/* Another process may have committed since this handle read the
+ * MANIFEST (it holds the writer lock now, so the file on disk is at least
+ * as new as its last commit): adopt a newer manifest's segment list. */
+static int refresh(nidx *x, pydb_error *err)
+{
+    uint8_t *data = NULL;
+    size_t len;
+    manifest m;
+    segset *ns = NULL, *old;
+    int rc;
+
+    memset(&m, 0, sizeof m);
+    if ((rc = pydb__read_file(x->manifest, &data, &len, err))) return rc;
+    if ((rc = parse_manifest(&m, data, len, x->manifest, err))) goto cleanup;
+    if (m.gen <= x->gen) goto cleanup;
+    old = x->cur;   /* only the writer changes x->cur: no lock to read it */
+    ns = segset_new(m.nsegs);
+    if (!ns) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
+        goto cleanup;
+    }
+    ns->n = 0;
+    for (size_t i = 0; i < m.nsegs; i++) {
+        seg *sg = NULL;
+        for (size_t j = 0; j < old->n && !sg; j++)
+            if (old->v[j]->gen == m.segs[i]) {
+                sg = old->v[j];
+                atomic_fetch_add(&sg->refs, 1);
+            }
+        if (!sg) {
+            char path[1100];
+            seg_path(path, sizeof path, x->dir, m.segs[i]);
+            if ((rc = seg_open(&sg, path, m.segs[i], err))) goto cleanup;
+        }
+        ns->v[ns->n++] = sg;
+    }
+    segset_finish(ns);
+    pthread_mutex_lock(&x->mu);
+    x->cur = ns;
+    x->gen = m.gen;
+    pthread_mutex_unlock(&x->mu);
+    segset_unref(old);
+    ns = NULL;
+cleanup:
+    segset_unref(ns);
+    free(m.segs);
+    free(data);
+    return rc;
 }
 
 static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
@@ -1779,7 +1833,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     buf segb = {0}, man = {0};
     int32_t *tombs = NULL;
     size_t nt = 0, ngens;
-    uint64_t *gens = NULL, gen;
+    uint64_t *gens = NULL, gen, top;
     char path[1100];
     segset *ss = NULL;
     int rc = PYDB_OK, written = 0, merge;
@@ -1803,8 +1857,9 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
             if (w == 0 || tombs[w - 1] != tombs[i]) tombs[w++] = tombs[i];
         nt = w;
     }
+    if ((rc = refresh(x, err))) goto cleanup;
     ss = acquire(x);
-    collect_garbage(x, ss);
+    top = collect_garbage(x, ss);
     /* Too many segments: this commit's segment also takes in every
      * segment after the base (their dead postings dropped), so a
      * commit's cost stays proportional to the changes since the last
@@ -1819,6 +1874,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
             goto cleanup;
     if ((rc = acc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
     gen = x->gen + 1;
+    if (top >= gen) gen = top + 1;   /* never reuse a live file's name */
     for (size_t i = 0; i < ss->n; i++)
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
     seg_path(path, sizeof path, x->dir, gen);

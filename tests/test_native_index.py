@@ -492,3 +492,27 @@ def test_commits_merge_the_tail_segments(cds):
     assert ix.postings(b"ROUND") == [(4, 24, 1, 2)]
     assert ix.terms(b"T", None, 100000) == _pydb._open_native_index(cds).terms(b"T", None, 100000)
     assert _pydb._open_native_index(cds).postings(b"WATER") == want
+
+
+def test_two_handles_commit_in_turn(cds):
+    """Two handles (as two processes would) commit in turn: each adopts
+    the other's newer MANIFEST before preparing, so no commit is lost and
+    no live segment file is reused or removed."""
+    a = _pydb._open_native_index(cds)
+    b = _pydb._open_native_index(cds)
+    _pydb._native_hook(a, "prepare", [(1, [(24, b"aardvark")], False)])
+    _pydb._native_hook(a, "commit")
+    _pydb._native_hook(b, "prepare", [(2, [(24, b"bison")], False)])
+    _pydb._native_hook(b, "commit")
+    fresh = _pydb._open_native_index(cds)
+    for ix in (b, fresh):
+        assert ix.postings(b"AARDVARK") == [(1, 24, 1, 1)]
+        assert ix.postings(b"BISON") == [(2, 24, 1, 1)]
+        assert ix.postings(b"TECHNIQUES")[0][0] != 1    # MFN 1 replaced
+    # `a` has not seen b's commit yet (no reads of the manifest between
+    # commits), but its own next commit adopts it
+    assert a.postings(b"BISON") == []
+    _pydb._native_hook(a, "prepare", [(3, [(24, b"camel")], False)])
+    _pydb._native_hook(a, "commit")
+    assert a.postings(b"BISON") == [(2, 24, 1, 1)]
+    assert _pydb._open_native_index(cds).postings(b"CAMEL") == [(3, 24, 1, 1)]
