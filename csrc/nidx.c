@@ -664,7 +664,8 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
     segset *ss = acquire(x);
     cursor *cs = calloc(ss->n ? ss->n : 1, sizeof *cs);
     const uint8_t *from = prefix;
-    size_t from_len = prefix_len;
+    size_t from_len = prefix_len, nord = 0;
+    cursor **ord = NULL;
     int rc = PYDB_OK;
 
     if (!cs) {
@@ -691,25 +692,39 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
         }
         goto cleanup;
     }
-    for (;;) {
-        cursor *min = NULL;
+    /* k-way merge: the valid cursors kept sorted by their current key, so
+     * each key costs about one comparison per cursor that shares it */
+    ord = malloc(ss->n * sizeof *ord);
+    if (!ord) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "cannot allocate");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < ss->n; i++) {
+        if (!cs[i].valid) continue;
+        size_t p = nord;
+        while (p > 0 && keycmp(cs[i].key, cs[i].klen, ord[p - 1]->key,
+                               ord[p - 1]->klen) < 0) {
+            ord[p] = ord[p - 1];
+            p--;
+        }
+        ord[p] = &cs[i];
+        nord++;
+    }
+    while (nord > 0) {
+        cursor *min = ord[0];
         uint64_t total = 0;
-        for (size_t i = 0; i < ss->n; i++)
-            if (cs[i].valid &&
-                (!min || keycmp(cs[i].key, cs[i].klen, min->key,
-                                min->klen) < 0))
-                min = &cs[i];
-        if (!min || min->klen < prefix_len ||
-            memcmp(min->key, prefix, prefix_len) != 0)
+        size_t k = 1;
+        if (min->klen < prefix_len ||
+            (prefix_len && memcmp(min->key, prefix, prefix_len) != 0))
             break;
-        for (size_t i = 0; i < ss->n; i++) {
-            cursor *c = &cs[i];
-            if (!c->valid || (c != min && keycmp(c->key, c->klen, min->key,
-                                                 min->klen) != 0))
-                continue;
-            if (ss->newer_tombs[i]) {
+        while (k < nord && keycmp(ord[k]->key, ord[k]->klen, min->key,
+                                  min->klen) == 0)
+            k++;
+        for (size_t j = 0; j < k; j++) {
+            cursor *c = ord[j];
+            if (ss->newer_tombs[c->idx]) {
                 uint64_t live;
-                if ((rc = decode_postings(NULL, ss, i, c->s, c->pstart,
+                if ((rc = decode_postings(NULL, ss, c->idx, c->s, c->pstart,
                                           c->plen, c->count, &live, err)))
                     goto cleanup;
                 total += live;
@@ -718,21 +733,31 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
             }
         }
         if (total > 0 && fn(ctx, min->key, min->klen, total)) break;
-        /* advance every cursor on this key (min last: its key is the
-         * reference) */
-        for (size_t i = 0; i < ss->n; i++) {
-            cursor *c = &cs[i];
-            if (c == min || !c->valid ||
-                keycmp(c->key, c->klen, min->key, min->klen) != 0)
-                continue;
-            if ((rc = cur_next(c, err))) goto cleanup;
+        /* advance the k cursors on this key and put them back in order */
+        cursor *moved[k];
+        size_t nm = 0;
+        for (size_t j = 0; j < k; j++) {
+            if ((rc = cur_next(ord[j], err))) goto cleanup;
+            if (ord[j]->valid) moved[nm++] = ord[j];
         }
-        if ((rc = cur_next(min, err))) goto cleanup;
+        memmove(ord, ord + k, (nord - k) * sizeof *ord);
+        nord -= k;
+        for (size_t j = 0; j < nm; j++) {
+            cursor *c = moved[j];
+            size_t p = 0;
+            while (p < nord && keycmp(ord[p]->key, ord[p]->klen, c->key,
+                                      c->klen) < 0)
+                p++;
+            memmove(ord + p + 1, ord + p, (nord - p) * sizeof *ord);
+            ord[p] = c;
+            nord++;
+        }
     }
 cleanup:
     if (cs)
         for (size_t i = 0; i < ss->n; i++) free(cs[i].key);
     free(cs);
+    free(ord);
     segset_unref(ss);
     return rc;
 }
