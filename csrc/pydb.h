@@ -534,6 +534,67 @@ int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err);
 int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
                       const pydb_posting *p, size_t n, pydb_error *err);
 
+
+/* ======================================================================
+ * FST and native index (issue 4, csrc/fst.c, csrc/keys.c, csrc/nidx.c).
+ * ====================================================================== */
+typedef struct pydb_fst pydb_fst;
+
+/* Compile FST text (formats §5.1: one "ID IT FORMAT" rule per line; blank
+ * lines ignored).  `filename` names the source in errors (may be NULL).
+ * PYDB_EFST: err->offset = 1-based line, message names the construct. */
+int pydb_fst_parse(pydb_fst **out, const char *text, size_t len,
+                   const char *filename, pydb_error *err);
+void pydb_fst_free(pydb_fst *f);
+size_t pydb_fst_count(const pydb_fst *f);
+/* Rule i: its ID, technique (0-8, or 1000-1008) and format text. */
+void pydb_fst_rule(const pydb_fst *f, size_t i, uint32_t *id, int *technique,
+                   const char **format, size_t *format_len, int *line);
+
+typedef struct pydb_nidx_options {
+    int utf8;               /* keys are UTF-8 (Unicode folding)           */
+    size_t max_key;         /* keys cut to this many bytes; 0 = no limit  */
+    const uint8_t *stw;     /* stop-word text (.STW), or NULL             */
+    size_t stw_len;
+    int tables;             /* 1: load ISISUC.TAB/ISISAC.TAB from the
+                               database's directory when present          */
+} pydb_nidx_options;
+
+/* Progress of a bulk build: records done of total; nonzero cancels. */
+typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
+
+/* Build (or rebuild) the native index of the database `db_path` from
+ * `fst`: files in the directory <base>.pdx beside the .mst.  Active
+ * records only (logically deleted ones are skipped); a damaged record
+ * fails the build (PYDB_ECORRUPT naming it) rather than leaving it out.
+ * The new index replaces the old one atomically; handles opened before
+ * must be reopened.  `fst` must outlive the build. */
+int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
+                            const pydb_nidx_options *opt,
+                            pydb_progress_fn progress, void *ctx,
+                            pydb_error *err);
+/* The same in steps (a binding reports progress between them). */
+typedef struct pydb_nidx_builder pydb_nidx_builder;
+int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
+                           const pydb_fst *fst, const pydb_nidx_options *opt,
+                           pydb_error *err);
+/* Index up to `max` more records; *done and *total report progress; *more
+ * is 0 once every record has been read. */
+int pydb_nidx_builder_step(pydb_nidx_builder *b, int32_t max, int64_t *done,
+                           int64_t *total, int *more, pydb_error *err);
+int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err);
+void pydb_nidx_builder_free(pydb_nidx_builder *b);
+
+/* Open the native index of `db_path` (PYDB_EIO/ENOENT if none). */
+int pydb_native_index_open(pydb_index **out, const char *db_path,
+                           pydb_error *err);
+/* Make every commit on `db` update the native index `ix` (opened on the
+ * same database) in the same transaction (pydb_set_commit_hook): prepare
+ * writes a segment and hands the new MANIFEST to pydb_txn_put_file;
+ * publish makes it visible to searches on ix.  ix must stay open while db
+ * is.  PYDB_EUNSUPPORTED when the write path is not linked in. */
+int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,6 +37,8 @@ from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
 from .database import DEFAULT_IO, Database, Field, Record, open
 from .subfields import Subfields, parse_subfields
 from .iso2709 import export_iso, export_jsonl, import_iso, import_jsonl
+from .fst import FieldRule, FSTRule, parse_fst
+from .native import build_index, open_index
 
 __version__ = "0.1.0"
 
@@ -46,5 +48,6 @@ __all__ = [
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
     "FSTError", "DatabaseExistsError", "IsoRecordError", "__version__",
+    "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
 ]

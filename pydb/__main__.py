@@ -13,6 +13,8 @@ Commands:
   export DB DST    database to ISO 2709 (CDS/ISIS or MARC flavour) or JSON Lines
   gen-unesb DIR    write the synthetic unesb database (and its FST) into DIR
   ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
+  index DB         build the native inverted index (FST: the database's own
+                   .fst or --fst FILE), with a progress bar
 """
 
 from __future__ import annotations
@@ -263,6 +265,17 @@ def _cmd_gen_unesb(args) -> int:
     return 0
 
 
+def _cmd_index(args) -> int:
+    import time
+    from .native import build_index
+    t0 = time.perf_counter()
+    n = build_index(args.db, fst=args.fst, stw=args.stw, progress=not args.quiet,
+                    encoding=args.encoding, max_key=args.max_key)
+    dt = time.perf_counter() - t0
+    print(f"indexed {n} MFNs in {dt:.2f} s ({n / dt if dt else 0:,.0f} records/s)")
+    return 0
+
+
 def main(argv=None) -> int:
     """Entry point of ``python -m pydb`` and the ``pydb`` script."""
     argv = sys.argv[1:] if argv is None else argv
@@ -368,6 +381,16 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=_cmd_gen_unesb)
+    p = sub.add_parser("index", help="build the native inverted index")
+    p.add_argument("db")
+    p.add_argument("--fst", help="FST file (default: the database's .fst)")
+    p.add_argument("--stw", help="stop-word file (default: the database's .stw)")
+    p.add_argument("--encoding", default="latin-1",
+                   help="utf-8 folds keys by Unicode rules; else 8-bit ISIS tables")
+    p.add_argument("--max-key", type=int, default=0,
+                   help="cut keys to this many bytes (30: classic ISIS); 0 = no limit")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_index)
     args = ap.parse_args(argv)
     from .errors import Error
     try:

@@ -1148,6 +1148,7 @@ static int module_exec(PyObject *m)
     if (isisidx_exec(m, st) < 0) return -1;
     if (check_exec(m, st) < 0) return -1;
     if (search_exec(m, st) < 0) return -1;
+    if (native_exec(m, st) < 0) return -1;
     errors = PyImport_ImportModule("pydb.errors");
     if (!errors) return -1;
     GET_EXC(Error);

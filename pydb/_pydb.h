@@ -91,5 +91,6 @@ int index_exec(PyObject *m, module_state *st);
 int isisidx_exec(PyObject *m, module_state *st);   /* _pydb_isisidx.c */
 int check_exec(PyObject *m, module_state *st);
 int search_exec(PyObject *m, module_state *st);   /* _pydb_search.c */
+int native_exec(PyObject *m, module_state *st);   /* _pydb_native.c */
 
 #endif
