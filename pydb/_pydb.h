@@ -22,6 +22,7 @@ typedef struct {
     PyTypeObject *iter_type;
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
     PyTypeObject *index_type;       /* _pydb_index.c                      */
+    PyTypeObject *txn_type;         /* _pydb_write.c: Transaction         */
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
@@ -49,7 +50,13 @@ typedef struct {
     PyObject *errors;    /* str */
     PyObject *path;      /* str, as given */
     PyObject *weakreflist;
+    pydb_txn *txn;       /* the open write transaction (_pydb_write.c),
+                            aborted by close(); changed with the GIL held */
 } DatabaseObject;
+
+/* Abort the open transaction of `self`, if any (GIL held; no operation in
+ * flight).  Called by close() and dealloc. */
+void write_abort_open(DatabaseObject *self);
 
 #define UNLOCKED(self, stmt)                                   \
     do {                                                       \
@@ -87,5 +94,6 @@ PyObject *postings_to_list(pydb_postings *p);
 /* ------------------------------------------------------------- exec hooks
  * Called by module_exec() in _pydb.c, one per area file. */
 int index_exec(PyObject *m, module_state *st);
+int write_exec(PyObject *m, module_state *st);
 
 #endif
