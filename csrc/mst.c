@@ -232,8 +232,12 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
     uint64_t seq;
     int rc;
 
-    if (mfn >= 1 && mfn >= pydb__next_mfn(db) && !nowait)
-        pydb__refresh(db);   /* committed since we looked? */
+    if (mfn >= 1 && mfn >= pydb__next_mfn(db)) {
+        /* Committed since we looked (another handle or process)?  That
+         * re-reads the control record: not for the no-wait path. */
+        if (nowait) return PYDB_EWOULDBLOCK;
+        pydb__refresh(db);
+    }
     if (mfn < 1 || mfn >= pydb__next_mfn(db))
         return PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
                           "MFN %d is outside 1..%d", (int)mfn,

@@ -722,6 +722,35 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
     return PYDB_OK;
 }
 
+/* The bytes after NXTMFB/NXTMFP should be the zero fill of the last block
+ * (formats §2.1).  Some writers (pyisis) store an end that falls inside
+ * their last record: never write over such bytes; start after the end of
+ * the file instead. */
+static int check_tail(pydb_txn *t, pydb_error *err)
+{
+    pydb_db *db = t->db;
+    int64_t size = pydb__fsize(&db->mst), off = t->start;
+    uint8_t buf[PYDB_BLOCK];
+
+    if (size - off > ((int64_t)1 << 20)) {
+        t->start = t->pos = size;
+        return PYDB_OK;
+    }
+    while (off < size) {
+        size_t n = (size_t)(size - off < PYDB_BLOCK ? size - off : PYDB_BLOCK);
+        int rc = pydb__file_read(&db->mst, PYDB_IO_PREAD, buf, n, off,
+                                 "master file tail", err);
+        if (rc) return rc;
+        for (size_t i = 0; i < n; i++)
+            if (buf[i]) {
+                t->start = t->pos = size;
+                return PYDB_OK;
+            }
+        off += (int64_t)n;
+    }
+    return PYDB_OK;
+}
+
 int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
                    pydb_error *err)
 {
@@ -800,6 +829,8 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     t->next_mfn = (int32_t)pydb__u32(t->ctl + 4);
     t->start = t->pos = (int64_t)((int32_t)pydb__u32(t->ctl + 8) - 1) *
                             PYDB_BLOCK + pydb__u16(t->ctl + 12) - 1;
+    rc = check_tail(t, err);
+    if (rc) goto fail;
     *out = t;
     return PYDB_OK;
 fail:
