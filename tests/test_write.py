@@ -432,6 +432,19 @@ def test_every_real_database_updated(tmp_path, isis_data, mst):
             facts = dict(layout=db.layout, mstxl=db.info()["mstxl"], nxt=db.max_mfn + 1,
                          act=c["active"], ldel=c["logically_deleted"],
                          pdel=c["physically_deleted"])
+    if not before:   # an empty database (SOURCES.md: layout "empty")
+        assert facts["nxt"] == 1
+        with pydb.open(base, readonly=False, sync=False) as db:
+            assert db.append([(1, b"first")]) == 1
+            with db.transaction() as tx:
+                assert tx.append([(1, b"second")]) == 2
+                tx.update(1, [(1, b"first v2")])
+                tx.delete(2)
+        with pydb.open(base) as db:
+            assert db.layout == "isis-packed" and db.max_mfn == 2
+            assert [(r.mfn, r.deleted, raw_fields(r)) for r in db.records(deleted=True)] == \
+                [(1, False, [(1, b"first v2")]), (2, True, [(1, b"second")])]
+        return
     with pydb.open(base) as db:
         assert db.layout == facts["layout"] and db.info()["mstxl"] == facts["mstxl"]
         assert db.max_mfn == facts["nxt"] - 1
