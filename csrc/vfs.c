@@ -188,6 +188,7 @@ static long fault_at;        /* fail the fault_at-th operation (1-based)  */
 static int fault_errno;
 static int fault_short;      /* short write at fault_at, error after it   */
 static long fault_count;     /* operations counted                        */
+static int fault_was_short;  /* the fault_at-th operation wrote short     */
 static const char *fault_fired;
 
 /* 1 if this operation must fail (errno set). */
@@ -199,7 +200,7 @@ static int fault_hit(const char *name)
         errno = fault_errno;
         return 1;
     }
-    if (fault_short && fault_at > 0 && n == fault_at + 1) {
+    if (fault_was_short && n == fault_at + 1) {
         errno = fault_errno;
         return 1;
     }
@@ -212,6 +213,7 @@ static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
     if (fault_short && fault_at > 0 && next == fault_at && n > 1) {
         __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
         if (!fault_fired) fault_fired = "pwrite (short)";
+        fault_was_short = 1;
         return pwrite(fd, buf, n / 2, off);
     }
     if (fault_hit("pwrite")) return -1;
@@ -246,6 +248,7 @@ void pydb__test_fail_io(long n, int eno, int short_write)
     fault_short = short_write;
     fault_count = 0;
     fault_fired = NULL;
+    fault_was_short = 0;
     pydb__vfs = n == 0 ? &pydb__vfs_posix : &vfs_faulty;
 }
 
