@@ -515,7 +515,88 @@ static PyObject *mod_test_io_fired(PyObject *m, PyObject *unused)
     return PyUnicode_FromString(s);
 }
 
+/* ---- test hook: a commit hook that writes a summary of each
+ * transaction's changes into a whole file (pydb_txn_put_file), so that the
+ * hook interface and whole-file log entries can be tested from Python. */
+
+typedef struct {
+    char path[1024];
+    long prepared, published, aborted;
+} test_hook_ctx;
+
+static test_hook_ctx the_test_hook;   /* tests only */
+
+static int test_hook_prepare(void *ctx, pydb_txn *t, const pydb_change *c,
+                             size_t n, pydb_error *err)
+{
+    test_hook_ctx *h = ctx;
+    size_t cap = 64 + n * 64, len = 0;
+    char *buf = malloc(cap);
+    int rc;
+    if (!buf) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%d %d %d %d\n",
+                                (int)c[i].mfn,
+                                c[i].before ? (int)c[i].before->nfields : -1,
+                                c[i].after ? (int)c[i].nafter : -1,
+                                c[i].deleted_after);
+    rc = pydb_txn_put_file(t, h->path, buf, len, err);
+    free(buf);
+    if (rc == PYDB_OK) h->prepared++;
+    return rc;
+}
+
+static void test_hook_publish(void *ctx, pydb_txn *t)
+{
+    (void)t;
+    ((test_hook_ctx *)ctx)->published++;
+}
+
+static void test_hook_abort(void *ctx, pydb_txn *t)
+{
+    (void)t;
+    ((test_hook_ctx *)ctx)->aborted++;
+}
+
+static PyObject *mod_test_commit_hook(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo, *pb = NULL;
+    pydb_commit_hook hook = {test_hook_prepare, test_hook_publish,
+                             test_hook_abort, &the_test_hook};
+    pydb_error e;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O!O&", st->database_type, &dbo,
+                          PyUnicode_FSConverter, &pb))
+        return NULL;
+    if (check_open(st, (DatabaseObject *)dbo) < 0) {
+        Py_DECREF(pb);
+        return NULL;
+    }
+    memset(&the_test_hook, 0, sizeof the_test_hook);
+    snprintf(the_test_hook.path, sizeof the_test_hook.path, "%s",
+             PyBytes_AS_STRING(pb));
+    Py_DECREF(pb);
+    rc = pydb_set_commit_hook(((DatabaseObject *)dbo)->db, &hook, &e);
+    if (rc) return set_error(st, rc, &e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_test_hook_counts(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return Py_BuildValue("(lll)", the_test_hook.prepared,
+                         the_test_hook.published, the_test_hook.aborted);
+}
+
 static PyMethodDef write_functions[] = {
+    {"_test_commit_hook", mod_test_commit_hook, METH_VARARGS,
+     "_test_commit_hook(db, path, /)\n--\n\nTests only: install a commit "
+     "hook that writes one line 'mfn nbefore nafter deleted' per change "
+     "into the file `path` as part of each transaction."},
+    {"_test_hook_counts", mod_test_hook_counts, METH_NOARGS,
+     "Tests only: (prepared, published, aborted) of the test hook."},
     {"_txn_begin", mod_txn_begin, METH_VARARGS,
      "_txn_begin(db, timeout=None, /)\n--\n\nBegin a write transaction on "
      "`db`, waiting up to `timeout` seconds (default 10) for the writer "

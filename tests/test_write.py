@@ -564,3 +564,44 @@ def test_readers_see_whole_records_while_writer_commits(tmp_path):
             t.join()
     assert errors == []
     assert all(c > 0 for c in counts)
+
+
+# ------------------------------------------------- commit hook and whole files
+
+def test_commit_hook_and_whole_file_in_the_log(tmp_path):
+    """pydb_set_commit_hook / pydb_txn_put_file through a test hook: the
+    hook sees each change, its file is replaced atomically with the commit,
+    an aborted commit leaves nothing, and a commit that died after its log
+    was durable gets its file from recovery."""
+    base = tmp_path / "db"
+    side = tmp_path / "side.txt"
+    with pydb.create(base, sync=True) as db:
+        pydb._pydb._test_commit_hook(db, str(side))
+        with db.transaction() as tx:
+            tx.append([(1, b"a"), (2, b"b")])
+            tx.append([(1, b"c")])
+            tx.update(1, [(1, b"a2")])
+            tx.delete(2)
+        assert side.read_text() == "1 -1 2 0\n2 -1 1 0\n1 2 1 0\n2 1 -1 1\n"
+        assert pydb._pydb._test_hook_counts() == (1, 1, 0)
+        # a failed log write: hook aborted, file unchanged
+        pydb._pydb._test_fail_io(1, 28)
+        try:
+            with pytest.raises(pydb.DiskError):
+                db.update(1, [(1, b"never")])
+        finally:
+            pydb._pydb._test_fail_io(0)
+        assert pydb._pydb._test_hook_counts() == (2, 1, 1)
+        assert side.read_text().startswith("1 -1 2 0\n") and db[1].raw(1) == [b"a2"]
+        # log durable, then the .mst write fails: recovery writes the file
+        pydb._pydb._test_fail_io(3, 5)
+        try:
+            with pytest.raises(pydb.DiskError):
+                db.undelete(2)
+        finally:
+            pydb._pydb._test_fail_io(0)
+    assert side.read_text().startswith("1 -1 2 0\n")
+    with pydb.open(base, readonly=False) as db:
+        assert not db[2].deleted
+    assert side.read_text() == "2 1 1 0\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db.mst", "db.wal", "db.xrf", "side.txt"]
