@@ -2,9 +2,11 @@
 
 The extension is rebuilt with ``PYDB_SANITIZE=address`` (ASan + UBSan, see
 setup.py) from a copy of the sources in a temporary folder -- the checkout
-is never touched -- and tests/test_hostile.py and tests/test_threads.py run
-in a child Python with the ASan runtime preloaded.  A ThreadSanitizer build
-(``PYDB_SANITIZE=thread``) runs tests/test_threads.py the same way.  The
+is never touched -- and tests/test_hostile.py, test_threads.py,
+test_write.py and test_faults.py run in a child Python with the ASan
+runtime preloaded.  A ThreadSanitizer build (``PYDB_SANITIZE=thread``)
+runs tests/test_threads.py and test_write.py (readers during commits,
+writers across handles) the same way.  The
 child runs get PYDB_SANITIZER_INNER, so they neither recurse into this
 file nor rerun the crash reproductions (which crash on purpose).
 
@@ -37,8 +39,9 @@ pytestmark = [
 ]
 
 INNER_TESTS = {
-    "address": ["tests/test_hostile.py", "tests/test_threads.py"],
-    "thread": ["tests/test_threads.py"],
+    "address": ["tests/test_hostile.py", "tests/test_threads.py", "tests/test_write.py",
+                "tests/test_faults.py"],
+    "thread": ["tests/test_threads.py", "tests/test_write.py"],
 }
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
 REPORT = {
@@ -70,7 +73,8 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "pydb", dst / "pydb", ignore=ignore)
     shutil.copytree(REPO / "benchmarks", dst / "benchmarks", ignore=ignore)
     (dst / "tests").mkdir()
-    for name in ("conftest.py", "test_hostile.py", "test_threads.py", "tsan.supp"):
+    for name in ("conftest.py", "test_hostile.py", "test_threads.py", "tsan.supp",
+                 "test_write.py", "test_faults.py", "writer_model.py"):
         if (REPO / "tests" / name).is_file():
             shutil.copy2(REPO / "tests" / name, dst / "tests" / name)
 
