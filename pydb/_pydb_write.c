@@ -21,6 +21,7 @@ typedef struct {
     DatabaseObject *db;  /* strong reference                           */
     pydb_txn *txn;       /* NULL once committed, aborted or closed      */
     int done;            /* 1 committed, 2 aborted                      */
+    int busy;            /* a call is in progress with the GIL released */
 } TxnObject;
 
 void write_abort_open(DatabaseObject *self)
@@ -220,6 +221,7 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
     tx->db = (DatabaseObject *)Py_NewRef(db);
     tx->txn = t;
     tx->done = 0;
+    tx->busy = 0;
     db->txn = t;
     PyObject_GC_Track(tx);
     return (PyObject *)tx;
@@ -228,6 +230,11 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
 /* 0 if the transaction can be used, else -1 with ClosedError/ValueError. */
 static int txn_check(module_state *st, TxnObject *self)
 {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the transaction is in use by "
+                        "another thread");
+        return -1;
+    }
     if (!self->txn || self->db->txn != self->txn) {
         PyErr_SetString(st->ClosedError,
                         self->done == 1 ? "the transaction is committed"
@@ -282,7 +289,9 @@ static PyObject *txn_update(TxnObject *self, PyObject *args)
         fieldbuf_free(&b);
         return NULL;
     }
+    self->busy = 1;
     UNLOCKED(self->db, rc = pydb_txn_update(self->txn, mfn, b.f, b.n, &e));
+    self->busy = 0;
     fieldbuf_free(&b);
     if (rc) return set_error(st, rc, &e);
     Py_RETURN_NONE;
@@ -296,8 +305,10 @@ static PyObject *txn_set_deleted(TxnObject *self, PyObject *arg, int del)
     int rc;
     if (!st || parse_mfn(st, arg, &mfn) < 0 || txn_check(st, self) < 0)
         return NULL;
+    self->busy = 1;
     UNLOCKED(self->db, rc = del ? pydb_txn_delete(self->txn, mfn, &e)
                                 : pydb_txn_undelete(self->txn, mfn, &e));
+    self->busy = 0;
     if (rc) return set_error(st, rc, &e);
     Py_RETURN_NONE;
 }
@@ -331,6 +342,11 @@ static PyObject *txn_commit(TxnObject *self, PyObject *unused)
 static PyObject *txn_abort(TxnObject *self, PyObject *unused)
 {
     (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the transaction is in use by "
+                        "another thread");
+        return NULL;
+    }
     if (self->txn && self->db->txn == self->txn) {
         pydb_txn *t = self->txn;
         txn_end(self, 2);
