@@ -3,10 +3,11 @@
 The extension is rebuilt with ``PYDB_SANITIZE=address`` (ASan + UBSan, see
 setup.py) from a copy of the sources in a temporary folder -- the checkout
 is never touched -- and tests/test_hostile.py, test_threads.py,
-test_write.py and test_faults.py run in a child Python with the ASan
-runtime preloaded.  A ThreadSanitizer build (``PYDB_SANITIZE=thread``)
-runs tests/test_threads.py and test_write.py (readers during commits,
-writers across handles) the same way.  The
+test_faults.py and the main tests of test_write.py run in a child Python
+with the ASan runtime preloaded.  A ThreadSanitizer build
+(``PYDB_SANITIZE=thread``) runs tests/test_threads.py and the concurrent
+tests of test_write.py (readers during commits, writers across handles)
+the same way.  The
 child runs get PYDB_SANITIZER_INNER, so they neither recurse into this
 file nor rerun the crash reproductions (which crash on purpose).
 
@@ -38,10 +39,18 @@ pytestmark = [
                        reason="sanitizer runs are set up for Linux/gcc"),
 ]
 
+_W = "tests/test_write.py::"
 INNER_TESTS = {
-    "address": ["tests/test_hostile.py", "tests/test_threads.py", "tests/test_write.py",
-                "tests/test_faults.py"],
-    "thread": ["tests/test_threads.py", "tests/test_write.py"],
+    "address": ["tests/test_hostile.py", "tests/test_threads.py", "tests/test_faults.py",
+                _W + "test_write_then_read_every_layout",
+                _W + "test_recovery_replays_complete_log_and_drops_torn",
+                _W + "test_commit_hook_and_whole_file_in_the_log",
+                _W + "test_transaction_abort_and_states",
+                _W + "test_readers_see_whole_records_while_writer_commits"],
+    "thread": ["tests/test_threads.py",
+               _W + "test_readers_see_whole_records_while_writer_commits",
+               _W + "test_readonly_and_lock_timeout_across_handles",
+               _W + "test_other_handle_sees_later_commits"],
 }
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
 REPORT = {
