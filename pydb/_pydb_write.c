@@ -198,11 +198,8 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
     db = (DatabaseObject *)dbo;
     if (timeout_ms_of(timeout, &ms) < 0 || check_open(st, db) < 0)
         return NULL;
-    if (db->txn) {
-        PyErr_SetString(st->LockTimeoutError, "this Database already has an "
-                        "open transaction (commit or abort it first)");
-        return NULL;
-    }
+    /* Another thread's open transaction: pydb_txn_begin() waits for it
+     * (up to the timeout); this thread's own: it fails at once. */
     memset(&e, 0, sizeof e);
     UNLOCKED(db, rc = pydb_txn_begin(&t, db->db, ms, &e));
     if (rc) return set_error(st, rc, &e);

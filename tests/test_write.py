@@ -605,3 +605,39 @@ def test_commit_hook_and_whole_file_in_the_log(tmp_path):
         assert not db[2].deleted
     assert side.read_text() == "2 1 1 0\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db.mst", "db.wal", "db.xrf", "side.txt"]
+
+
+def test_writer_threads_take_turns(tmp_path):
+    """Several threads writing through one Database wait for each other
+    (the per-handle writer mutex); a thread that opens a second
+    transaction while it holds one fails at once instead of waiting."""
+    with pydb.create(tmp_path / "db", sync=False, lock_timeout=30) as db:
+        errors = []
+        holding = threading.Event()
+
+        def holder():
+            with db.transaction() as tx:
+                holding.set()
+                tx.append([(1, b"holder")])
+                with pytest.raises(pydb.LockTimeoutError, match="this thread"):
+                    db.transaction()
+                time.sleep(0.3)
+
+        def appender(k):
+            try:
+                holding.wait()
+                for i in range(50):
+                    db.append([(1, b"t%d-%d" % (k, i))])
+            except Exception as e:                    # pragma: no cover
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=holder)] + \
+                  [threading.Thread(target=appender, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert db.max_mfn == 201 and db[1].raw(1) == [b"holder"]
+        values = sorted(db[m].raw(1)[0] for m in range(2, 202))
+        assert values == sorted(b"t%d-%d" % (k, i) for k in range(4) for i in range(50))
