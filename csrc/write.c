@@ -41,7 +41,9 @@
  * opens that can write the files): under the writer lock, a log that is
  * complete (header, length, trailer and CRC agree) is replayed and the
  * files fsync'ed; a torn one (a crash before the commit point) is
- * discarded.  Either way the log is then truncated.
+ * discarded.  Either way the log is then truncated.  (With sync, the
+ * directory is fsync'ed when the files or the log are created, so their
+ * names survive a power loss too.)
  *
  * Locks.  One transaction per handle at a time (wmutex + wcond + wbusy,
  * with a timeout), and one writer per database across handles and
@@ -206,13 +208,27 @@ void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
 
 /* ---------------------------------------------------------- log replay */
 
+/* fsync the directory holding `path` (after creating or renaming a file in
+ * it, so that the name survives a power loss).  0 or errno. */
+static int fsync_dir_of(const char *path)
+{
+    char dir[MAX_PUT_PATH + 1];
+    int dfd, e = 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    dfd = pydb__vfs->open(dirname(dir), O_RDONLY | O_DIRECTORY, 0);
+    if (dfd < 0) return 0;   /* cannot open a directory: nothing to sync */
+    if (pydb__vfs->fsync(dfd) != 0) e = errno;
+    pydb__vfs->close(dfd);
+    return e;
+}
+
 /* Whole-file replacement: data to path.pydb-tmp, fsync, rename, fsync the
  * directory.  Returns 0 or a PYDB error (fsync failures flagged in
  * *synced_failed). */
 static int put_file_apply(const char *path, const uint8_t *data, size_t len,
                           int sync, int *fsync_failed, pydb_error *err)
 {
-    char tmp[MAX_PUT_PATH + 16], dir[MAX_PUT_PATH + 1];
+    char tmp[MAX_PUT_PATH + 16];
     int fd, rc = PYDB_OK, e;
 
     snprintf(tmp, sizeof tmp, "%s.pydb-tmp", path);
@@ -236,19 +252,10 @@ static int put_file_apply(const char *path, const uint8_t *data, size_t len,
                           strerror(errno));
         goto cleanup;
     }
-    if (sync) {
-        int dfd;
-        snprintf(dir, sizeof dir, "%s", path);
-        dfd = pydb__vfs->open(dirname(dir), O_RDONLY | O_DIRECTORY, 0);
-        if (dfd >= 0) {
-            if (pydb__vfs->fsync(dfd) != 0) {
-                *fsync_failed = 1;
-                rc = PYDB_OSERROR(err, errno, path, -1,
-                                  "fsync of the directory failed: %s",
-                                  strerror(errno));
-            }
-            pydb__vfs->close(dfd);
-        }
+    if (sync && (e = fsync_dir_of(path)) != 0) {
+        *fsync_failed = 1;
+        rc = PYDB_OSERROR(err, e, path, -1,
+                          "fsync of the directory failed: %s", strerror(e));
     }
 cleanup:
     pydb__vfs->close(fd);
@@ -487,14 +494,22 @@ static void set_fatal(pydb_db *db)
 
 int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
 {
-    int rc, failed = 0, replayed;
+    int rc, failed = 0, replayed, e;
+    struct stat st;
+    int existed;
 
     wal_name(db->wal_path, sizeof db->wal_path, db, base);
+    existed = stat(db->wal_path, &st) == 0;
     db->wal_fd = pydb__vfs->open(db->wal_path, O_RDWR | O_CREAT, 0644);
     if (db->wal_fd < 0)
         return PYDB_OSERROR(err, errno, db->wal_path, -1,
                             "cannot open the write-ahead log: %s",
                             strerror(errno));
+    /* A new log's name must survive a power loss like its content. */
+    if (!existed && !(db->flags & PYDB_OPEN_NOSYNC) &&
+        (e = fsync_dir_of(db->wal_path)) != 0)
+        return PYDB_OSERROR(err, e, db->wal_path, -1,
+                            "fsync of the directory failed: %s", strerror(e));
     /* Recover now if no writer is active; else the next transaction will. */
     if (lock_wal(db, -1, NULL) != PYDB_OK) return PYDB_OK;
     rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
@@ -566,6 +581,15 @@ int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
     rc = pydb_builder_finish(b, !(o.flags & PYDB_OPEN_NOSYNC), err);
     pydb_builder_free(b);  /* removes the files if not finished */
     if (rc) return rc;
+    if (!(o.flags & PYDB_OPEN_NOSYNC)) {
+        char mst[1100];
+        int e;
+        snprintf(mst, sizeof mst, "%s.mst", path);
+        if ((e = fsync_dir_of(mst)) != 0)
+            return PYDB_OSERROR(err, e, path, -1,
+                                "fsync of the directory failed: %s",
+                                strerror(e));
+    }
     return pydb_open(out, path, &o, err);
 }
 

@@ -149,3 +149,53 @@ def test_fail_every_operation(tmp_path, pristine, mode):
         shutil.rmtree(d)
     print(f"fault sweep {name}: {total} operations failed one by one: {outcomes}")
     assert sum(outcomes.values()) == total
+
+
+@pytest.mark.parametrize("eno", [errno.EIO, errno.ENOSPC])
+def test_fail_every_operation_of_recovery(tmp_path, pristine, eno):
+    """A complete log left behind (the .mst write failed after the log was
+    durable); each write/fsync/truncate of the recovery that replays it is
+    failed in turn: opening raises DiskError with the errno, and a later
+    open still recovers everything."""
+    base0, oracle0 = pristine
+    d = tmp_path / "left"
+    d.mkdir()
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+    oracle = oracle0.copy()
+    with open_db(d / "db") as db:
+        _pydb._test_fail_io(3, errno.EIO)      # log pwrite, log fdatasync, .mst pwrite
+        try:
+            with pytest.raises(pydb.DiskError):
+                with db.transaction() as tx:
+                    for k in range(130):         # crosses an XRF block boundary
+                        tx.append(content(121 + k, 777, k))
+                    tx.update(1, content(1, 778, 50))
+                    tx.delete(2)
+        finally:
+            _pydb._test_fail_io(0)
+    oracle.apply([("A", 121 + k, 777, k) for k in range(130)] +
+                 [("U", 1, 778, 50), ("D", 2)])
+    saved = {ext: (d / f"db{ext}").read_bytes() for ext in (".mst", ".xrf", ".wal")}
+    assert saved[".wal"][:8] == b"PYDBWAL1"
+    # count the operations of one recovery
+    _pydb._test_fail_io(-1)
+    try:
+        open_db(d / "db").close()
+        total = _pydb._test_io_count()
+    finally:
+        _pydb._test_fail_io(0)
+    assert total >= 5                              # writes, 2 fdatasync, truncate, fdatasync
+    for n in range(1, total + 1):
+        for ext, data in saved.items():
+            (d / f"db{ext}").write_bytes(data)
+        _pydb._test_fail_io(n, eno)
+        try:
+            with pytest.raises(pydb.DiskError) as e:
+                open_db(d / "db").close()
+        finally:
+            _pydb._test_fail_io(0)
+        assert e.value.errno == eno and e.value.filename.startswith(str(d))
+        with pydb.open(d / "db", readonly=False) as db:   # recovers now
+            assert oracle.matches(db)[0]
+        check_files(d / "db")
