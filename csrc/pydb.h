@@ -105,8 +105,8 @@ typedef struct pydb_info {
     int layout;          /* enum pydb_layout                               */
     int io;              /* enum pydb_io in use                            */
     int lock;            /* enum pydb_lock in use                          */
-    int64_t mst_size;    /* bytes, at open                                 */
-    int64_t xrf_size;    /* bytes, at open                                 */
+    int64_t mst_size;    /* bytes known to the handle (grows with commits) */
+    int64_t xrf_size;    /* bytes known to the handle (grows with commits) */
     const char *mst_path;
     const char *xrf_path;
 } pydb_info;
