@@ -189,6 +189,7 @@ static int fault_errno;
 static int fault_short;      /* short write at fault_at, error after it   */
 static long fault_count;     /* operations counted                        */
 static int fault_was_short;  /* the fault_at-th operation wrote short     */
+static int fault_crash;      /* _exit(137) instead of failing (crash point) */
 static const char *fault_fired;
 
 /* 1 if this operation must fail (errno set). */
@@ -196,6 +197,7 @@ static int fault_hit(const char *name)
 {
     long n = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
     if (fault_at > 0 && n == fault_at) {
+        if (fault_crash) _exit(137);
         if (!fault_fired) fault_fired = name;
         errno = fault_errno;
         return 1;
@@ -210,6 +212,7 @@ static int fault_hit(const char *name)
 static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
     long next = __atomic_load_n(&fault_count, __ATOMIC_RELAXED) + 1;
+    if (fault_crash && fault_at > 0 && next == fault_at) _exit(137);
     if (fault_short && fault_at > 0 && next == fault_at && n > 1) {
         __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
         if (!fault_fired) fault_fired = "pwrite (short)";
@@ -245,7 +248,8 @@ void pydb__test_fail_io(long n, int eno, int short_write)
 {
     fault_at = n;
     fault_errno = eno;
-    fault_short = short_write;
+    fault_short = short_write == 1;
+    fault_crash = short_write == 2;
     fault_count = 0;
     fault_fired = NULL;
     fault_was_short = 0;

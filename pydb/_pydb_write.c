@@ -501,14 +501,14 @@ static PyObject *mod_create(PyObject *m, PyObject *args)
 
 static PyObject *mod_test_fail_io(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"n", "errno", "short", NULL};
+    static char *kwlist[] = {"n", "errno", "short", "crash", NULL};
     long n;
-    int eno = EIO, shortw = 0;
+    int eno = EIO, shortw = 0, crash = 0;
     (void)m;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ip", kwlist, &n, &eno,
-                                     &shortw))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ipp", kwlist, &n, &eno,
+                                     &shortw, &crash))
         return NULL;
-    pydb__test_fail_io(n, eno, shortw);
+    pydb__test_fail_io(n, eno, crash ? 2 : shortw);
     Py_RETURN_NONE;
 }
 
@@ -623,8 +623,9 @@ static PyMethodDef write_functions[] = {
      "_test_fail_io(n, errno=EIO, short=False)\n--\n\nTests only: make the "
      "n-th write-side file operation of the core (pwrite, fsync, fdatasync, "
      "ftruncate, rename, unlink) fail with `errno`; with `short`, the n-th "
-     "pwrite writes half and the next operation fails.  n=0 turns it off, "
-     "n<0 only counts.  Process-wide."},
+     "pwrite writes half and the next operation fails; with `crash`, the "
+     "process exits with status 137 just before the n-th operation (a "
+     "crash point).  n=0 turns it off, n<0 only counts.  Process-wide."},
     {"_test_io_count", mod_test_io_count, METH_NOARGS,
      "Tests only: write-side operations counted since _test_fail_io()."},
     {"_test_io_fired", mod_test_io_fired, METH_NOARGS,

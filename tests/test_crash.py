@@ -122,3 +122,98 @@ def test_kill9_loop(tmp_path):
     stats["seconds"] = round(time.monotonic() - t0, 1)
     print("crash loop:", stats)
     assert stats["kills"] == KILLS and stats["acked"] > KILLS
+
+
+def test_crash_at_every_operation(tmp_path):
+    """Deterministic crash points (reliability.md §2.1): a forked writer
+    runs a fixed script of transactions and exits (_exit, as a crash)
+    just before its n-th write-side file operation, for every n; after
+    each, recovery gives exactly the acknowledged transactions plus the
+    one in flight entirely or not at all."""
+    from writer_model import content
+    from pydb import _pydb
+
+    script = [[("A", 10), ("A", 700)], [("U", 1, 3000), ("D", 2), ("A", 5)],
+              [("A", 20)] * 130, [("X", 2), ("U", 2, 1)], [("D", 1)]]
+
+    def run(db, report):
+        ver = 100
+        for txn in script:
+            ver += 1
+            ops = []
+            with db.transaction() as tx:
+                for op in txn:
+                    if op[0] == "A":
+                        m = tx.append(content(db.max_mfn + 1 + sum(o[0] == "A" for o in ops),
+                                              ver, op[1]))
+                        ops.append(("A", m, ver, op[1]))
+                    elif op[0] == "U":
+                        tx.update(op[1], content(op[1], ver, op[2]))
+                        ops.append(("U", op[1], ver, op[2]))
+                    else:
+                        getattr(tx, "delete" if op[0] == "D" else "undelete")(op[1])
+                        ops.append(op)
+                report(b"P %s\n" % encode_ops(ops).encode())
+            report(b"C\n")
+
+    base0 = tmp_path / "pristine"
+    with pydb.create(base0, "ffi-aligned", 3, sync=True) as db:
+        pass
+    # count the operations of the whole script
+    shutil_copy(base0, tmp_path / "count")
+    with open_db(tmp_path / "count") as db:
+        _pydb._test_fail_io(-1)
+        try:
+            run(db, lambda b: None)
+            total = _pydb._test_io_count()
+        finally:
+            _pydb._test_fail_io(0)
+    assert total > 5 * 7
+    states = 0
+    for n in range(1, total + 2):
+        base = tmp_path / f"n{n}"
+        shutil_copy(base0, base)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                db = open_db(base)
+                _pydb._test_fail_io(n, 0, crash=True)
+                run(db, lambda b: os.write(w, b))
+                os._exit(0)
+            finally:
+                os._exit(3)
+        os.close(w)
+        buf = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            buf += chunk
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        code = os.WEXITSTATUS(status)
+        assert code == (0 if n > total else 137), (n, status)
+        oracle, pending = Oracle(), None
+        for line in buf.decode().splitlines():
+            if line.startswith("P "):
+                pending = decode_ops(line[2:])
+            elif line == "C":
+                oracle.apply(pending)
+                pending = None
+        with pydb.open(base) as db:                     # recovery
+            ok, why = oracle.matches(db)
+            if not ok:
+                new = oracle.copy()
+                new.apply(pending or [])
+                assert pending is not None and new.matches(db)[0], (n, why)
+        check_files(base)
+        states += 1
+    print(f"crash points: {states} states checked ({total} operations)")
+
+
+def shutil_copy(src, dst):
+    import shutil
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{src}{ext}", f"{dst}{ext}")
