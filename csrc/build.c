@@ -93,37 +93,15 @@ static int grow_xrf(pydb_builder *b, pydb_error *err)
 int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
                      uint32_t nfields, pydb_error *err)
 {
-    const pydb_geom *g = &pydb__geom[b->layout];
-    int64_t base = g->leader + (int64_t)nfields * g->entry, data = 0, mfrl;
-    int64_t align = b->mstxl ? (1 << b->mstxl) : 2, start, gap;
+    int64_t mfrl, start, gap;
     int32_t mfn = (int32_t)b->n + 1;
-    uint32_t i;
-    uint8_t *p;
+    int rc;
 
     if (b->finished)
         return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1, "finished");
-    if (nfields > 65535)
-        return PYDB_ERROR(err, PYDB_ETOOBIG, b->mst_path, -1,
-                          "record of MFN %d has %u fields; NVF is 16-bit "
-                          "(at most 65535)", (int)mfn, nfields);
-    for (i = 0; i < nfields; i++) {
-        if (fields[i].tag > 65535)
-            return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1,
-                              "tag %u is outside 0..65535", fields[i].tag);
-        data += fields[i].len;
-    }
-    mfrl = base + data;
-    mfrl = (mfrl + align - 1) / align * align;
-    if (!g->ffi && (mfrl > 32767 || data > 65535))
-        return PYDB_ERROR(err, PYDB_ETOOBIG, b->mst_path, -1,
-                          "record of MFN %d needs %lld bytes; the ISIS "
-                          "layouts allow 32767 (16-bit MFRL); use an FFI "
-                          "layout for larger records", (int)mfn,
-                          (long long)mfrl);
-    if (mfrl > PYDB_MAX_FFI_MFRL)
-        return PYDB_ERROR(err, PYDB_ETOOBIG, b->mst_path, -1,
-                          "record of MFN %d needs %lld bytes; the limit is "
-                          "%d", (int)mfn, (long long)mfrl, PYDB_MAX_FFI_MFRL);
+    rc = pydb__record_size(&mfrl, b->layout, b->mstxl, mfn, fields, nfields,
+                           b->mst_path, err);
+    if (rc) return rc;
     if ((size_t)mfrl > b->reccap) {
         uint8_t *r = realloc(b->rec, (size_t)mfrl);
         if (!r) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
@@ -131,38 +109,9 @@ int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
         b->reccap = (size_t)mfrl;
     }
     if (grow_xrf(b, err)) return PYDB_ENOMEM;
-    /* Placement: alignment, then the never-split rule. */
-    start = (b->pos + align - 1) / align * align;
-    if (start % PYDB_BLOCK > PYDB_BLOCK - (g->leader - 4))
-        start = (start / PYDB_BLOCK + 1) * PYDB_BLOCK;
-    p = b->rec;
-    memset(p, 0, (size_t)g->leader);
-    pydb__put32(p, (uint32_t)mfn);
-    if (g->ffi) {
-        pydb__put32(p + g->off_mfrl, (uint32_t)mfrl);
-        pydb__put32(p + g->off_base, (uint32_t)base);
-    } else {
-        pydb__put16(p + g->off_mfrl, (uint32_t)mfrl);
-        pydb__put16(p + g->off_base, (uint32_t)base);
-    }
-    pydb__put16(p + g->off_nvf, nfields);
-    data = 0;
-    for (i = 0; i < nfields; i++) {
-        uint8_t *d = p + g->leader + (int64_t)i * g->entry;
-        memset(d, 0, (size_t)g->entry);
-        pydb__put16(d, fields[i].tag);
-        if (g->ffi) {
-            pydb__put32(d + g->dir_pos, (uint32_t)data);
-            pydb__put32(d + g->dir_len, fields[i].len);
-        } else {
-            pydb__put16(d + g->dir_pos, (uint32_t)data);
-            pydb__put16(d + g->dir_len, fields[i].len);
-        }
-        if (fields[i].len)
-            memcpy(p + base + data, fields[i].value, fields[i].len);
-        data += fields[i].len;
-    }
-    memset(p + base + data, ' ', (size_t)(mfrl - base - data));
+    /* Placement: alignment, then the never-split rule (write.c). */
+    start = pydb__place(b->layout, b->mstxl, b->pos);
+    pydb__record_encode(b->rec, b->layout, mfrl, mfn, fields, nfields, -1, 0);
     gap = start - b->pos;
     if (gap > 0) {
         static const uint8_t zeros[PYDB_BLOCK];
@@ -170,7 +119,7 @@ int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
             return PYDB_OSERROR(err, errno, b->mst_path, b->pos,
                                 "write failed: %s", strerror(errno));
     }
-    if (pydb__vfs->pwrite(b->fd_mst, p, (size_t)mfrl, start) != mfrl)
+    if (pydb__vfs->pwrite(b->fd_mst, b->rec, (size_t)mfrl, start) != mfrl)
         return PYDB_OSERROR(err, errno, b->mst_path, start,
                             "write failed: %s", strerror(errno));
     b->offsets_xrf[b->n++] = pydb__xrf_encode(start, PYDB_FLAG_NEW, b->mstxl);

@@ -109,18 +109,19 @@ static void file_init(pydb_file *f)
 
 static void file_close(pydb_file *f)
 {
-    if (f->map) munmap((void *)f->map, (size_t)f->size);
+    if (f->map) munmap((void *)f->map, f->map_len);
     if (f->fd >= 0) pydb__vfs->close(f->fd);
     if (f->dfd >= 0) pydb__vfs->close(f->dfd);
     file_init(f);
 }
 
-static int file_open(pydb_file *f, const char *path, int io, pydb_error *err)
+static int file_open(pydb_file *f, const char *path, int io, int writable,
+                     pydb_error *err)
 {
     struct stat st;
 
     snprintf(f->path, sizeof f->path, "%s", path);
-    f->fd = pydb__vfs->open(path, O_RDONLY, 0);
+    f->fd = pydb__vfs->open(path, writable ? O_RDWR : O_RDONLY, 0);
     if (f->fd < 0)
         return PYDB_OSERROR(err, errno, path, -1, "cannot open: %s",
                             strerror(errno));
@@ -128,12 +129,17 @@ static int file_open(pydb_file *f, const char *path, int io, pydb_error *err)
         return PYDB_OSERROR(err, errno, path, -1, "cannot stat: %s",
                             strerror(errno));
     f->size = (int64_t)st.st_size;
-    if (io == PYDB_IO_MMAP && f->size > 0) {
-        void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED, f->fd, 0);
+    if (io == PYDB_IO_MMAP) {
+        /* Map more than the file holds, so that records appended later
+         * (by this handle or another process) are read through the same
+         * mapping; pages past the end of the file are never touched. */
+        size_t len = (size_t)(f->size + PYDB_MAP_HEADROOM);
+        void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
         if (m == MAP_FAILED)
             return PYDB_OSERROR(err, errno, path, -1, "cannot mmap: %s",
                                 strerror(errno));
         f->map = m;
+        f->map_len = len;
     }
     if (io == PYDB_IO_DIRECT) {
         f->dfd = pydb__vfs->open(path, O_RDONLY | O_DIRECT, 0);
@@ -190,12 +196,12 @@ static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, inside the control record",
                             (int)mfn, (int)raw, (long long)off);
-    if (off >= db->mst.size)
+    if (off >= pydb__fsize(&db->mst))
         return PYDB_CORRUPT(err, db->xrf.path, where,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, past the end of %s (%lld bytes)",
                             (int)mfn, (int)raw, (long long)off, db->mst.path,
-                            (long long)db->mst.size);
+                            (long long)pydb__fsize(&db->mst));
     if (low & (0x200 >> k)) e->flags |= PYDB_FLAG_PENDING;
     if (low & (0x400 >> k)) e->flags |= PYDB_FLAG_NEW;
     e->state = raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
@@ -223,18 +229,30 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
 {
     uint8_t buf[PYDB_BLOCK];
     int64_t b, slot, start, where;
+    uint64_t seq;
     int rc;
 
-    if (mfn < 1 || mfn >= db->next_mfn)
+    if (mfn >= 1 && mfn >= pydb__next_mfn(db)) {
+        /* Committed since we looked (another handle or process)?  That
+         * re-reads the control record: not for the no-wait path. */
+        if (nowait) return PYDB_EWOULDBLOCK;
+        pydb__refresh(db);
+    }
+    if (mfn < 1 || mfn >= pydb__next_mfn(db))
         return PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
                           "MFN %d is outside 1..%d", (int)mfn,
-                          (int)(db->next_mfn - 1));
+                          (int)(pydb__next_mfn(db) - 1));
     b = (mfn - 1) / PYDB_XRF_PER_BLOCK;
     slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
     start = b * PYDB_BLOCK;
     where = start + 4 + slot * 4;
-    rc = file_read(&db->xrf, db->io, buf, (size_t)(where + 4 - start),
-                   start, "XRF block", err, nowait);
+    do {
+        if (nowait && (__atomic_load_n(&db->seq, __ATOMIC_ACQUIRE) & 1))
+            return PYDB_EWOULDBLOCK;
+        seq = pydb__seq_begin(db);
+        rc = file_read(&db->xrf, db->io, buf, (size_t)(where + 4 - start),
+                       start, "XRF block", err, nowait);
+    } while (pydb__seq_retry(db, seq));
     if (rc) return rc;
     if (!check_xrfpos(buf, b))
         return PYDB_CORRUPT(err, db->xrf.path, start,
@@ -285,7 +303,8 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
 {
     const pydb_geom *g = &pydb__geom[db->layout];
     const char *path = db->mst.path;
-    int64_t avail = db->mst.size - off;
+    int64_t mst_size = pydb__fsize(&db->mst);
+    int64_t avail = mst_size - off;
     size_t first, mfrl;
     int64_t smfrl, base, nvf, i, datalen = 0, mfbwb, mfbwp;
     int32_t got_mfn;
@@ -298,7 +317,7 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
                             "record of MFN %d: a %d-byte leader at offset "
                             "%lld does not fit in the file (%lld bytes)",
                             (int)mfn, g->leader, (long long)off,
-                            (long long)db->mst.size);
+                            (long long)mst_size);
     first = 1024;
     if (db->io == PYDB_IO_DIRECT)
         first = PYDB_DIRECT_ALIGN - (size_t)(off % PYDB_DIRECT_ALIGN);
@@ -331,7 +350,7 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
                             "record of MFN %d: MFRL %lld at offset %lld "
                             "passes the end of the file (%lld bytes)",
                             (int)mfn, (long long)smfrl, (long long)off,
-                            (long long)db->mst.size);
+                            (long long)mst_size);
     mfrl = (size_t)smfrl;
     base = g->ffi ? (int64_t)pydb__u32(raw + g->off_base)
                   : (int64_t)pydb__u16(raw + g->off_base);
@@ -456,8 +475,9 @@ static int xrf_scan(pydb_db *db, int32_t from, xrf_visit fn, void *ctx,
                     int32_t *stopped_at, int64_t max_blocks, pydb_error *err)
 {
     uint8_t *buf = NULL;
-    int32_t max = db->next_mfn - 1, mfn = from < 1 ? 1 : from;
+    int32_t max = pydb__next_mfn(db) - 1, mfn = from < 1 ? 1 : from;
     int rc = PYDB_OK;
+    uint64_t seq;
 
     *stopped_at = max + 1;
     buf = malloc(SCAN_BLOCKS * PYDB_BLOCK);
@@ -468,8 +488,12 @@ static int xrf_scan(pydb_db *db, int32_t from, xrf_visit fn, void *ctx,
         int64_t blast = (max - 1) / PYDB_XRF_PER_BLOCK;
         int64_t nb = blast - b0 + 1, b;
         if (nb > max_blocks) nb = max_blocks;
-        rc = pydb__file_read(&db->xrf, db->io, buf, (size_t)nb * PYDB_BLOCK,
-                             b0 * PYDB_BLOCK, "XRF block", err);
+        do {
+            seq = pydb__seq_begin(db);
+            rc = pydb__file_read(&db->xrf, db->io, buf,
+                                 (size_t)nb * PYDB_BLOCK, b0 * PYDB_BLOCK,
+                                 "XRF block", err);
+        } while (pydb__seq_retry(db, seq));
         if (rc) goto cleanup;
         for (b = b0; b < b0 + nb; b++) {
             const uint8_t *blk = buf + (b - b0) * PYDB_BLOCK;
@@ -519,6 +543,7 @@ int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err)
 {
     int32_t stop;
     memset(out, 0, sizeof *out);
+    pydb__refresh(db);
     return xrf_scan(db, 1, count_visit, out, &stop, SCAN_BLOCKS, err);
 }
 
@@ -544,7 +569,8 @@ int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
     struct list_ctx c = {mfns, cap, 0, include_deleted};
     int rc;
     *n = 0;
-    *next = db->next_mfn;
+    if (from <= 1) pydb__refresh(db);
+    *next = pydb__next_mfn(db);
     if (cap == 0) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "cap is 0");
     /* Read no more XRF blocks at a time than `cap` entries can fill. */
     int64_t blocks = (int64_t)(cap / PYDB_XRF_PER_BLOCK) + 2;
@@ -571,7 +597,7 @@ static int layout_fits(const pydb_db *db, int lay, int32_t mfn, int64_t off)
     base = g->ffi ? pydb__u32(h + g->off_base) : pydb__u16(h + g->off_base);
     nvf = pydb__u16(h + g->off_nvf);
     return base == g->leader + nvf * g->entry && mfrl >= base &&
-           off + mfrl <= db->mst.size;
+           off + mfrl <= pydb__fsize(&db->mst);
 }
 
 struct detect_ctx {
@@ -606,7 +632,9 @@ static int detect_layout(pydb_db *db, pydb_error *err)
 
     memset(&c, 0, sizeof c);
     c.db = db;
-    db->layout = PYDB_LAYOUT_ISIS_PACKED;
+    /* An empty database: the layout given when it was opened, if any. */
+    db->layout = (db->flags >> 8) & 7 ? ((db->flags >> 8) & 7) - 1
+                                      : PYDB_LAYOUT_ISIS_PACKED;
     rc = xrf_scan(db, 1, detect_visit, &c, &stop, 1, err);
     if (rc) return rc;
     if (c.tried == 0) return PYDB_OK;  /* no record: nothing to detect */
@@ -630,11 +658,11 @@ static int read_control(pydb_db *db, pydb_error *err)
     int64_t end, need;
     int rc;
 
-    if (db->mst.size < 32)
+    if (pydb__fsize(&db->mst) < 32)
         return PYDB_CORRUPT(err, db->mst.path, 0,
                             "the master file has %lld bytes, too short for "
                             "the 32-byte control record",
-                            (long long)db->mst.size);
+                            (long long)pydb__fsize(&db->mst));
     rc = pydb__file_read(&db->mst, db->io, c, sizeof c, 0, "control record",
                          err);
     if (rc) return rc;
@@ -671,21 +699,79 @@ static int read_control(pydb_db *db, pydb_error *err)
                             "control record: MSTXL %d is not a known shift "
                             "(0..6)", db->mstxl);
     end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
-    if (end > db->mst.size)
+    if (end > pydb__fsize(&db->mst))
         return PYDB_CORRUPT(err, db->mst.path, 8,
                             "control record: NXTMFB/NXTMFP %d/%d say the "
                             "records end at byte %lld, but the file has %lld "
                             "bytes (truncated?)", (int)db->next_block,
                             (int)db->next_pos, (long long)end,
-                            (long long)db->mst.size);
+                            (long long)pydb__fsize(&db->mst));
     need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
            PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
-    if (db->xrf.size < need)
-        return PYDB_CORRUPT(err, db->xrf.path, db->xrf.size,
+    if (pydb__fsize(&db->xrf) < need)
+        return PYDB_CORRUPT(err, db->xrf.path, pydb__fsize(&db->xrf),
                             "the XRF has %lld bytes, but NXTMFN %d needs "
-                            "%lld (truncated?)", (long long)db->xrf.size,
+                            "%lld (truncated?)",
+                            (long long)pydb__fsize(&db->xrf),
                             (int)db->next_mfn, (long long)need);
     return PYDB_OK;
+}
+
+/* Read the control record of the file: 0 and NXTMFN/NXTMFB/NXTMFP/RECCNT,
+ * or -1 if it does not read back the same twice (a concurrent write). */
+static int peek_control(pydb_db *db, int32_t v[4])
+{
+    uint8_t a[20], b[20];
+    if (pydb__file_read(&db->mst, PYDB_IO_PREAD, a, sizeof a, 0,
+                        "control record", NULL) != PYDB_OK ||
+        pydb__file_read(&db->mst, PYDB_IO_PREAD, b, sizeof b, 0,
+                        "control record", NULL) != PYDB_OK ||
+        memcmp(a, b, sizeof a) != 0 || pydb__u32(a) != 0)
+        return -1;
+    v[0] = (int32_t)pydb__u32(a + 4);
+    v[1] = (int32_t)pydb__u32(a + 8);
+    v[2] = pydb__u16(a + 12);
+    v[3] = (int32_t)pydb__u32(a + 16);
+    return 0;
+}
+
+int pydb__refresh(pydb_db *db)
+{
+    struct stat ms, xs;
+    int32_t v[4], cur;
+    int64_t end, need;
+    uint8_t ent[4];
+
+    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) return 0;
+    cur = pydb__next_mfn(db);
+    if (peek_control(db, v) != 0 || v[0] <= cur || v[1] < 1 || v[2] < 1 ||
+        v[2] > PYDB_BLOCK + 1)
+        return 0;
+    end = (int64_t)(v[1] - 1) * PYDB_BLOCK + v[2] - 1;
+    need = ((int64_t)v[0] - 1 + PYDB_XRF_PER_BLOCK - 1) /
+           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
+    if (end > (int64_t)ms.st_size || need > (int64_t)xs.st_size) return 0;
+    /* The control record is written last: the XRF entry of the highest
+     * MFN it announces must be there already, else it is torn. */
+    {
+        int64_t m = v[0] - 1;
+        int64_t at = ((m - 1) / PYDB_XRF_PER_BLOCK) * PYDB_BLOCK + 4 +
+                     ((m - 1) % PYDB_XRF_PER_BLOCK) * 4;
+        pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
+        if (pydb__file_read(&db->xrf, PYDB_IO_PREAD, ent, 4, at, "XRF entry",
+                            NULL) != PYDB_OK || pydb__u32(ent) == 0)
+            return 0;
+    }
+    pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
+    /* Publish: positions first, NXTMFN last (readers key on it). */
+    __atomic_store_n(&db->next_block, v[1], __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, v[2], __ATOMIC_RELAXED);
+    __atomic_store_n(&db->reccnt, v[3], __ATOMIC_RELAXED);
+    while (cur < v[0] &&
+           !__atomic_compare_exchange_n(&db->next_mfn, &cur, v[0], 1,
+                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
+    return 0;
 }
 
 int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
@@ -718,10 +804,29 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     file_init(&db->xrf);
     db->io = io;
     db->lock = lock;
+    db->flags = opt ? opt->flags : 0;
+    db->wal_fd = -1;
     pthread_mutex_init(&db->mutex, NULL);
-    rc = file_open(&db->mst, mst, io, err);
+    pthread_mutex_init(&db->wmutex, NULL);
+    pthread_cond_init(&db->wcond, NULL);
+    if (db->flags & PYDB_OPEN_WRITE) {
+        /* Recovery first: it may rewrite the files before they are read. */
+        rc = file_open(&db->mst, mst, PYDB_IO_PREAD, 1, err);
+        if (rc) goto cleanup;
+        rc = file_open(&db->xrf, xrf, PYDB_IO_PREAD, 1, err);
+        if (rc) goto cleanup;
+        rc = pydb__write_open(db, base, err);
+        if (rc) goto cleanup;
+        /* Reopen with the handle's I/O mode (sizes after recovery). */
+        file_close(&db->mst);
+        file_close(&db->xrf);
+    } else {
+        rc = pydb__recover_readonly(db, base, err);
+        if (rc) goto cleanup;
+    }
+    rc = file_open(&db->mst, mst, io, db->flags & PYDB_OPEN_WRITE, err);
     if (rc) goto cleanup;
-    rc = file_open(&db->xrf, xrf, io, err);
+    rc = file_open(&db->xrf, xrf, io, db->flags & PYDB_OPEN_WRITE, err);
     if (rc) goto cleanup;
     rc = read_control(db, err);
     if (rc) goto cleanup;
@@ -737,37 +842,40 @@ cleanup:
 void pydb_close(pydb_db *db)
 {
     if (!db) return;
+    pydb__write_close(db);
     file_close(&db->mst);
     file_close(&db->xrf);
     pthread_mutex_destroy(&db->mutex);
+    pthread_mutex_destroy(&db->wmutex);
+    pthread_cond_destroy(&db->wcond);
     free(db);
 }
 
 void pydb_info_get(const pydb_db *db, pydb_info *o)
 {
-    o->next_mfn = db->next_mfn;
-    o->next_block = db->next_block;
-    o->next_pos = db->next_pos;
+    o->next_mfn = pydb__next_mfn(db);
+    o->next_block = __atomic_load_n(&db->next_block, __ATOMIC_RELAXED);
+    o->next_pos = __atomic_load_n(&db->next_pos, __ATOMIC_RELAXED);
     o->mftype = db->mftype;
     o->mstxl = db->mstxl;
-    o->reccnt = db->reccnt;
+    o->reccnt = __atomic_load_n(&db->reccnt, __ATOMIC_RELAXED);
     o->layout = db->layout;
     o->io = db->io;
     o->lock = db->lock;
-    o->mst_size = db->mst.size;
-    o->xrf_size = db->xrf.size;
+    o->mst_size = pydb__fsize(&db->mst);
+    o->xrf_size = pydb__fsize(&db->xrf);
     o->mst_path = db->mst.path;
     o->xrf_path = db->xrf.path;
 }
 
-int32_t pydb_max_mfn(const pydb_db *db) { return db->next_mfn - 1; }
+int32_t pydb_max_mfn(const pydb_db *db) { return pydb__next_mfn(db) - 1; }
 
 int pydb_drop_cache(pydb_db *db, pydb_error *err)
 {
     pydb_file *files[2] = {&db->mst, &db->xrf};
     for (int i = 0; i < 2; i++) {
         pydb_file *f = files[i];
-        if (f->map) madvise((void *)f->map, (size_t)f->size, MADV_DONTNEED);
+        if (f->map) madvise((void *)f->map, f->map_len, MADV_DONTNEED);
         if (posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
             return PYDB_OSERROR(err, errno, f->path, -1,
                                 "posix_fadvise(DONTNEED) failed");

@@ -15,10 +15,11 @@
  *   - MFNs are 1-based; offsets and sizes are in bytes.
  *
  * Threads
- *   A pydb_db is immutable after pydb_open() except for its optional read
- *   mutex: any number of threads may call the read functions on one
- *   handle at once (pread/mmap, no shared file offset, no global state).
- *   pydb_close() must not race with readers; the caller ensures that.
+ *   Any number of threads may call the read functions on one handle at
+ *   once (pread/mmap, no shared file offset, no global state), also while
+ *   one thread runs a write transaction on it (see "Write path" below).
+ *   pydb_close() must not race with readers or a transaction; the caller
+ *   ensures that.
  */
 #ifndef PYDB_H
 #define PYDB_H
@@ -104,8 +105,8 @@ typedef struct pydb_info {
     int layout;          /* enum pydb_layout                               */
     int io;              /* enum pydb_io in use                            */
     int lock;            /* enum pydb_lock in use                          */
-    int64_t mst_size;    /* bytes, at open                                 */
-    int64_t xrf_size;    /* bytes, at open                                 */
+    int64_t mst_size;    /* bytes known to the handle (grows with commits) */
+    int64_t xrf_size;    /* bytes known to the handle (grows with commits) */
     const char *mst_path;
     const char *xrf_path;
 } pydb_info;
@@ -372,6 +373,42 @@ int pydb_check(pydb_db *db, pydb_check_fn fn, void *ctx,
  * ====================================================================== */
 #define PYDB_OPEN_WRITE 0x1      /* pydb_options.flags                     */
 #define PYDB_OPEN_NOSYNC 0x2     /* commits do not fsync (sync=False)      */
+/* Layout to assume when the files hold no record to detect it from (an
+ * empty database): PYDB_OPEN_LAYOUT(PYDB_LAYOUT_FFI_PACKED) | ...        */
+#define PYDB_OPEN_LAYOUT(layout) ((((layout) & 3) + 1) << 8)
+
+/*
+ * What readers observe (the contract of this section):
+ *   - A commit is applied after it is durable in the write-ahead log
+ *     <base>.wal: the new record versions are written to free space at the
+ *     end of the .mst, then the XRF blocks, then the control record.
+ *     Record versions are never overwritten in place.
+ *   - A reader on the same handle (any thread) sees a commit as soon as
+ *     pydb_txn_commit() returns, never sees a half-written record, and
+ *     never waits for the writer's lock or fsyncs.  A single read (one
+ *     record, or one XRF batch of a listing) sees each record either
+ *     before or after the commit; a reader that reads several records one
+ *     by one while a commit is applied may see some of them from before
+ *     the commit and later ones from after it (there are no snapshots).
+ *   - A handle opened elsewhere (another handle, another process) picks up
+ *     later commits when it re-reads the control record: when asked for an
+ *     MFN beyond the highest it knows, and at pydb_count()/listings from
+ *     MFN 1.  It too sees every record whole, but may see a multi-record
+ *     commit partly applied while the committing process is applying it,
+ *     and, if that process dies then, until the next writer (or an open)
+ *     runs recovery.
+ *   - WinISIS/CISIS know nothing of the log: after recovery the .mst/.xrf
+ *     alone are consistent.
+ */
+
+/*
+ * Create a new, empty database `path` (base name; .mst/.xrf are added)
+ * with the given layout and MSTXL (0..6), and open it for writing with
+ * `opt` (io, lock; flags gets PYDB_OPEN_WRITE and the layout added).
+ * PYDB_EIO with sys_errno EEXIST if either file exists.
+ */
+int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
+                const pydb_options *opt, pydb_error *err);
 
 typedef struct pydb_txn pydb_txn;
 
@@ -379,17 +416,30 @@ typedef struct pydb_txn pydb_txn;
  * (PYDB_ELOCKED after that; PYDB_EREADONLY on a read-only handle). */
 int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
                    pydb_error *err);
-/* Append a new record; *mfn receives its MFN (NXTMFN at the time). */
+/* Append a new record; *mfn receives its MFN (NXTMFN at the time).
+ * PYDB_ETOOBIG above the layout's limit (ISIS: 32767 bytes).  New records
+ * get the XRF flag "new" (0x400, formats §3.2). */
 int pydb_txn_append(pydb_txn *t, const pydb_field *fields, uint32_t nfields,
                     int32_t *mfn, pydb_error *err);
-/* Write a new version of record `mfn` (back pointer to the old one). */
+/* Write a new version of record `mfn` (back pointer MFBWB/MFBWP to the
+ * version it replaces, formats §2.4).  The XRF entry keeps the "new" flag
+ * if the record has it (never inverted), else gets "update pending"
+ * (0x200).  A logically deleted record stays deleted.  PYDB_ENOTFOUND if
+ * the record does not exist or is physically deleted. */
 int pydb_txn_update(pydb_txn *t, int32_t mfn, const pydb_field *fields,
                     uint32_t nfields, pydb_error *err);
-/* Logical deletion (negated XRF pointer) and its undo. */
+/* Logical deletion: a new version with leader STATUS 1 and the XRF
+ * pointer negated (formats §2.4, §3.2); undelete writes a version with
+ * STATUS 0 and a positive pointer.  Either is a no-op if the record is
+ * already in that state. */
 int pydb_txn_delete(pydb_txn *t, int32_t mfn, pydb_error *err);
 int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
 /* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC) and
- * visible; frees t whatever the outcome. */
+ * visible; frees t whatever the outcome.  PYDB_EIO (errno in sys_errno)
+ * when a write or fsync fails: a failure before the log is durable leaves
+ * the database as it was; any failed fsync, or a failure while applying
+ * the durable log, makes the handle read-only (PYDB_EREADONLY) until it is
+ * reopened, and the transaction then appears (whole) after recovery. */
 int pydb_txn_commit(pydb_txn *t, pydb_error *err);
 /* Discard the transaction; frees t. */
 void pydb_txn_abort(pydb_txn *t);

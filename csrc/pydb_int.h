@@ -38,18 +38,42 @@ typedef struct pydb_vfs {
     int (*close)(int fd);
     /* pread that fails with EAGAIN instead of waiting for the disk */
     ssize_t (*pread_nowait)(int fd, void *buf, size_t n, off_t off);
+    /* write path (write.c) */
+    int (*fdatasync)(int fd);
+    int (*ftruncate)(int fd, off_t len);
+    int (*rename)(const char *from, const char *to);
+    int (*unlink)(const char *path);
 } pydb_vfs;
 extern pydb_vfs *pydb__vfs;   /* the table in use (default: POSIX)       */
 extern pydb_vfs pydb__vfs_posix;
 
-/* A database file opened for reading. */
+/* A database file opened for reading (and writing, for a writer). */
 typedef struct pydb_file {
-    int fd;          /* buffered fd (pread / mmap modes)                  */
+    int fd;          /* buffered fd (pread / mmap modes; O_RDWR if writer) */
     int dfd;         /* O_DIRECT fd, or -1                                 */
-    int64_t size;    /* bytes, at open                                     */
+    int64_t size;    /* bytes known to hold data; grows with commits:
+                        read it with pydb__fsize()                         */
     const uint8_t *map; /* read-only mapping in mmap mode, else NULL       */
+    size_t map_len;  /* bytes mapped: the size at open plus headroom, so
+                        the file can grow under the mapping; reads past it
+                        fall back to pread                                 */
     char path[1024];
 } pydb_file;
+
+static inline int64_t pydb__fsize(const pydb_file *f)
+{
+    return __atomic_load_n(&f->size, __ATOMIC_ACQUIRE);
+}
+/* Raise f->size to at least `size` (never lowers it). */
+static inline void pydb__fsize_raise(pydb_file *f, int64_t size)
+{
+    int64_t cur = __atomic_load_n(&f->size, __ATOMIC_RELAXED);
+    while (cur < size &&
+           !__atomic_compare_exchange_n(&f->size, &cur, size, 1,
+                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
+}
+#define PYDB_MAP_HEADROOM ((int64_t)1 << 30) /* bytes mapped past the size */
 
 /* Read exactly n bytes at off (n > 0), through the handle's I/O mode.
  * A read past the end of the file is corruption (`what` names the thing
@@ -61,6 +85,19 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
 int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
                            int64_t off, const char *what, pydb_error *err);
 
+/*
+ * The handle.  Readers and the writer share it:
+ *   - next_mfn, next_block, next_pos, reccnt and the file sizes change when
+ *     a commit is applied; they are read and written with __atomic builtins
+ *     (pydb__next_mfn(), pydb__fsize()).  A commit raises the sizes before
+ *     it publishes XRF entries, and next_mfn last.
+ *   - seq is a sequence lock around the moment a commit writes XRF blocks
+ *     into the page cache (odd while it does): readers of the XRF re-read
+ *     when it moved, so they never decode a half-written XRF block.  It
+ *     never covers a disk wait (fsyncs come after it is even again).
+ *   - the writer fields (write.c) are used under wmutex / by the thread
+ *     that holds the transaction.
+ */
 struct pydb_db {
     pydb_file mst, xrf;
     int io, lock;
@@ -68,7 +105,55 @@ struct pydb_db {
     int mstxl;
     int32_t next_mfn, next_block, next_pos, mftype, reccnt;
     pthread_mutex_t mutex;   /* used in PYDB_LOCK_MUTEX mode only          */
+    uint64_t seq;            /* XRF sequence lock (see above)              */
+    /* ---- write path (write.c) ---- */
+    int flags;               /* PYDB_OPEN_* given to pydb_open()           */
+    int fatal;               /* atomic: 1 after a failed fsync/apply       */
+    int wal_fd;              /* <base>.wal (O_RDWR) of a writer, else -1   */
+    char wal_path[1100];
+    pthread_mutex_t wmutex;  /* guards wbusy / wowner                      */
+    pthread_cond_t wcond;
+    int wbusy;               /* a transaction is open                      */
+    pthread_t wowner;        /* thread that began it                       */
+    uint64_t commit_seq;     /* commits written to the log by this handle  */
+    pydb_commit_hook hook;   /* hook.prepare == NULL: none                 */
 };
+
+static inline int32_t pydb__next_mfn(const pydb_db *db)
+{
+    return __atomic_load_n(&db->next_mfn, __ATOMIC_ACQUIRE);
+}
+
+/* Sequence lock for XRF reads (see struct pydb_db). */
+uint64_t pydb__seq_begin(const pydb_db *db);
+static inline int pydb__seq_retry(const pydb_db *db, uint64_t s)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&db->seq, __ATOMIC_RELAXED) != s;
+}
+
+/* Re-read the control record and the file sizes, so that a handle sees
+ * records that another handle or process committed after it was opened.
+ * Never lowers what the handle knows.  Best effort: returns 0. */
+int pydb__refresh(pydb_db *db);
+
+/* Write n bytes at off, retrying short writes and EINTR.  0 or -errno. */
+int pydb__write_full(int fd, const void *buf, size_t n, int64_t off);
+
+/* Record layout helpers shared by the bulk writer and the write path
+ * (formats §2.2-2.3). */
+int64_t pydb__place(int layout, int mstxl, int64_t pos);
+int pydb__record_size(int64_t *mfrl, int layout, int mstxl, int32_t mfn,
+                      const pydb_field *fields, uint32_t nfields,
+                      const char *path, pydb_error *err);
+void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
+                         const pydb_field *fields, uint32_t nfields,
+                         int64_t back_offset, int status);
+
+/* Write-path steps of pydb_open()/pydb_close() (write.c). */
+int pydb__write_open(pydb_db *db, const char *base, pydb_error *err);
+int pydb__recover_readonly(pydb_db *db, const char *base, pydb_error *err);
+void pydb__write_close(pydb_db *db);
 
 /* Geometry of a leader layout. */
 typedef struct pydb_geom {
@@ -101,5 +186,16 @@ int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl);
 /* Test hook: every pread of the core sleeps `usec` microseconds first
  * (0 restores the POSIX table).  Not thread-safe; tests only. */
 void pydb__test_set_read_delay(unsigned usec);
+
+/* Test hook (fault injection): make the n-th (1-based) write-side file
+ * operation (pwrite, fsync, fdatasync, ftruncate, rename, unlink) fail with
+ * `eno`; with `short_write` = 1, an n-th pwrite writes less than asked and
+ * the next one fails with `eno`; with `short_write` = 2 the process exits
+ * (_exit(137), a crash point) instead of doing the n-th operation.
+ * n = 0 restores the POSIX table; n < 0 only counts.  Not thread-safe to
+ * switch; tests only. */
+void pydb__test_fail_io(long n, int eno, int short_write);
+long pydb__test_io_count(void);        /* operations counted so far      */
+const char *pydb__test_io_fired(void); /* name of the failed op, or NULL  */
 
 #endif

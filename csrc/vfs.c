@@ -10,8 +10,10 @@
 #include "pydb_int.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -32,8 +34,11 @@ static ssize_t posix_pread_nowait(int fd, void *buf, size_t n, off_t off)
 #endif
 }
 
+static int posix_ftruncate(int fd, off_t len) { return ftruncate(fd, len); }
+
 pydb_vfs pydb__vfs_posix = {posix_open, pread, pwrite, fsync, close,
-                            posix_pread_nowait};
+                            posix_pread_nowait, fdatasync, posix_ftruncate,
+                            rename, unlink};
 pydb_vfs *pydb__vfs = &pydb__vfs_posix;
 
 /* Read n bytes at off with fd, retrying on EINTR and short reads.
@@ -54,18 +59,43 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t n, int64_t off)
     return (ssize_t)done;
 }
 
+int pydb__write_full(int fd, const void *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = pydb__vfs->pwrite(fd, (const uint8_t *)buf + done,
+                                      n - done, (off_t)(off + (int64_t)done));
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (w == 0) return -EIO;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+uint64_t pydb__seq_begin(const pydb_db *db)
+{
+    uint64_t s;
+    while ((s = __atomic_load_n(&db->seq, __ATOMIC_ACQUIRE)) & 1)
+        sched_yield();  /* a commit is copying XRF blocks: microseconds */
+    return s;
+}
+
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                     int64_t off, const char *what, pydb_error *err)
 {
     ssize_t got;
+    int64_t size = pydb__fsize(f);
 
-    if (off < 0 || (int64_t)n > f->size || off > f->size - (int64_t)n)
+    if (off < 0 || (int64_t)n > size || off > size - (int64_t)n)
         return PYDB_CORRUPT(err, f->path, off,
                             "%s: %zu bytes at offset %lld pass the end of "
                             "the file (%lld bytes)",
-                            what, n, (long long)off, (long long)f->size);
+                            what, n, (long long)off, (long long)size);
     if (n == 0) return PYDB_OK;
-    if (io == PYDB_IO_MMAP && f->map) {
+    if (io == PYDB_IO_MMAP && f->map && off + (int64_t)n <= (int64_t)f->map_len) {
         memcpy(buf, f->map + off, n);
         return PYDB_OK;
     }
@@ -111,7 +141,8 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
                            int64_t off, const char *what, pydb_error *err)
 {
     ssize_t got;
-    if (off < 0 || (int64_t)n > f->size || off > f->size - (int64_t)n ||
+    int64_t size = pydb__fsize(f);
+    if (off < 0 || (int64_t)n > size || off > size - (int64_t)n ||
         n == 0)  /* let the blocking path report it */
         return PYDB_EWOULDBLOCK;
     /* mmap: a copy out of the mapping may fault on the disk, and must
@@ -142,10 +173,92 @@ static ssize_t never_cached(int fd, void *buf, size_t n, off_t off)
 }
 
 static pydb_vfs vfs_slow = {posix_open, slow_pread, pwrite, fsync, close,
-                            never_cached};
+                            never_cached, fdatasync, posix_ftruncate, rename,
+                            unlink};
 
 void pydb__test_set_read_delay(unsigned usec)
 {
     read_delay_usec = usec;
     pydb__vfs = usec ? &vfs_slow : &pydb__vfs_posix;
 }
+
+/* ---- test hook: fault injection on the write-side operations ---- */
+
+static long fault_at;        /* fail the fault_at-th operation (1-based)  */
+static int fault_errno;
+static int fault_short;      /* short write at fault_at, error after it   */
+static long fault_count;     /* operations counted                        */
+static int fault_was_short;  /* the fault_at-th operation wrote short     */
+static int fault_crash;      /* _exit(137) instead of failing (crash point) */
+static const char *fault_fired;
+
+/* 1 if this operation must fail (errno set). */
+static int fault_hit(const char *name)
+{
+    long n = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
+    if (fault_at > 0 && n == fault_at) {
+        if (fault_crash) _exit(137);
+        if (!fault_fired) fault_fired = name;
+        errno = fault_errno;
+        return 1;
+    }
+    if (fault_was_short && n == fault_at + 1) {
+        errno = fault_errno;
+        return 1;
+    }
+    return 0;
+}
+
+static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    long next = __atomic_load_n(&fault_count, __ATOMIC_RELAXED) + 1;
+    if (fault_crash && fault_at > 0 && next == fault_at) _exit(137);
+    if (fault_short && fault_at > 0 && next == fault_at && n > 1) {
+        __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
+        if (!fault_fired) fault_fired = "pwrite (short)";
+        fault_was_short = 1;
+        return pwrite(fd, buf, n / 2, off);
+    }
+    if (fault_hit("pwrite")) return -1;
+    return pwrite(fd, buf, n, off);
+}
+static int faulty_fsync(int fd) { return fault_hit("fsync") ? -1 : fsync(fd); }
+static int faulty_fdatasync(int fd)
+{
+    return fault_hit("fdatasync") ? -1 : fdatasync(fd);
+}
+static int faulty_ftruncate(int fd, off_t len)
+{
+    return fault_hit("ftruncate") ? -1 : ftruncate(fd, len);
+}
+static int faulty_rename(const char *a, const char *b)
+{
+    return fault_hit("rename") ? -1 : rename(a, b);
+}
+static int faulty_unlink(const char *a)
+{
+    return fault_hit("unlink") ? -1 : unlink(a);
+}
+
+static pydb_vfs vfs_faulty = {posix_open, pread, faulty_pwrite, faulty_fsync,
+                              close, posix_pread_nowait, faulty_fdatasync,
+                              faulty_ftruncate, faulty_rename, faulty_unlink};
+
+void pydb__test_fail_io(long n, int eno, int short_write)
+{
+    fault_at = n;
+    fault_errno = eno;
+    fault_short = short_write == 1;
+    fault_crash = short_write == 2;
+    fault_count = 0;
+    fault_fired = NULL;
+    fault_was_short = 0;
+    pydb__vfs = n == 0 ? &pydb__vfs_posix : &vfs_faulty;
+}
+
+long pydb__test_io_count(void)
+{
+    return __atomic_load_n(&fault_count, __ATOMIC_RELAXED);
+}
+
+const char *pydb__test_io_fired(void) { return fault_fired; }

@@ -1,8 +1,10 @@
 """pydb: an embedded record database for Python in the CDS/ISIS tradition.
 
-pydb reads CDS/ISIS master files (.mst) and cross-reference files (.xrf)
-written by WinISIS, CISIS and ABCD, through a C core that releases the GIL
-whenever it may touch the disk.  Start with :func:`pydb.open`.
+pydb reads and writes CDS/ISIS master files (.mst) and cross-reference
+files (.xrf) as WinISIS, CISIS and ABCD do, through a C core that releases
+the GIL whenever it may touch the disk, with atomic, durable transactions
+(a write-ahead log beside the files).  Start with :func:`pydb.open` or
+:func:`pydb.create`.
 """
 
 import glob as _glob
@@ -34,7 +36,8 @@ from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
                      DatabaseNotFoundError, DiskError, Error, FSTError,
                      IsoRecordError, LockTimeoutError, NotFoundError, ReadOnlyError,
                      RecordTooLargeError, SearchSyntaxError, UnsupportedError)
-from .database import DEFAULT_IO, Database, Field, Record, open
+from .database import (DEFAULT_IO, LAYOUTS, Database, Field, Record,
+                       Transaction, create, open)
 from .subfields import Subfields, parse_subfields
 from .iso2709 import export_iso, export_jsonl, import_iso, import_jsonl
 from .fst import FieldRule, FSTRule, parse_fst
@@ -43,7 +46,8 @@ from .native import build_index, open_index
 __version__ = "0.1.0"
 
 __all__ = [
-    "open", "Database", "Record", "Field", "Subfields", "parse_subfields",
+    "open", "create", "Database", "Record", "Field", "Transaction", "LAYOUTS",
+    "Subfields", "parse_subfields",
     "DEFAULT_IO", "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",

@@ -111,6 +111,7 @@ static void db_close_handle(DatabaseObject *self)
     Py_BEGIN_ALLOW_THREADS
     while (atomic_load(&self->active) > 0) usleep(50);
     Py_END_ALLOW_THREADS
+    write_abort_open(self);
     self->db = NULL;
     pydb_close(db);
 }
@@ -398,7 +399,8 @@ int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn)
 
 static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"path", "encoding", "errors", "io", "lock", NULL};
+    static char *kwlist[] = {"path", "encoding", "errors", "io", "lock",
+                             "flags", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
     PyObject *path_obj, *path_bytes = NULL;
     const char *encoding = "utf-8", *errors = "surrogateescape";
@@ -406,11 +408,11 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
     pydb_options opt;
     pydb_error e;
     pydb_db *db = NULL;
-    int rc;
+    int rc, flags = 0;
 
     if (!st) return -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ssss", kwlist, &path_obj,
-                                     &encoding, &errors, &io, &lock))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ssssi", kwlist, &path_obj,
+                                     &encoding, &errors, &io, &lock, &flags))
         return -1;
     if (self->db) {
         PyErr_SetString(PyExc_RuntimeError, "Database is already open");
@@ -430,6 +432,7 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
                      "not '%s'", lock);
         return -1;
     }
+    opt.flags = flags;
     if (!PyCodec_KnownEncoding(encoding)) {  /* fail early */
         PyErr_Format(PyExc_LookupError, "unknown encoding: %s", encoding);
         return -1;
@@ -461,6 +464,7 @@ static void database_dealloc(DatabaseObject *self)
     if (self->weakreflist) PyObject_ClearWeakRefs((PyObject *)self);
     if (self->db) {
         /* No operation can be in flight: it would hold a reference. */
+        write_abort_open(self);
         pydb_close(self->db);
         self->db = NULL;
     }
@@ -650,7 +654,7 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
                                             &include_deleted) ||
         check_open(st, self) < 0)
         return NULL;
-    end = self->db->next_mfn;
+    end = pydb_max_mfn(self->db) + 1;
     while (from < end) {
         /* Grow with the GIL held, fill with it released. */
         size_t ncap = cap ? cap * 2 : 4096;
@@ -796,7 +800,7 @@ static int iter_fill(module_state *st, IterObject *it)
 
     if (check_open(st, self) < 0) return -1;
     UNLOCKED(self, {
-        while (nrecs == 0 && next < self->db->next_mfn) {
+        while (nrecs == 0 && next <= pydb_max_mfn(self->db)) {
             rc = pydb_list_mfns(mfns, BATCH, &n, &next, self->db, next,
                                 it->include_deleted, &e);
             if (rc) break;
@@ -1149,6 +1153,7 @@ static int module_exec(PyObject *m)
     if (check_exec(m, st) < 0) return -1;
     if (search_exec(m, st) < 0) return -1;
     if (native_exec(m, st) < 0) return -1;
+    if (write_exec(m, st) < 0) return -1;
     errors = PyImport_ImportModule("pydb.errors");
     if (!errors) return -1;
     GET_EXC(Error);
@@ -1182,6 +1187,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->field_type);
     Py_VISIT(st->index_type);
     Py_VISIT(st->checkrun_type);
+    Py_VISIT(st->txn_type);
     Py_VISIT(st->Error);
     Py_VISIT(st->CorruptionError);
     Py_VISIT(st->NotFoundError);
@@ -1208,6 +1214,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->field_type);
     Py_CLEAR(st->index_type);
     Py_CLEAR(st->checkrun_type);
+    Py_CLEAR(st->txn_type);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->CorruptionError);
     Py_CLEAR(st->NotFoundError);

@@ -23,6 +23,7 @@ typedef struct {
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
     PyTypeObject *index_type;       /* _pydb_index.c                      */
     PyTypeObject *checkrun_type;    /* _pydb_check.c                      */
+    PyTypeObject *txn_type;         /* _pydb_write.c: Transaction         */
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
@@ -50,7 +51,13 @@ typedef struct {
     PyObject *errors;    /* str */
     PyObject *path;      /* str, as given */
     PyObject *weakreflist;
+    pydb_txn *txn;       /* the open write transaction (_pydb_write.c),
+                            aborted by close(); changed with the GIL held */
 } DatabaseObject;
+
+/* Abort the open transaction of `self`, if any (GIL held; no operation in
+ * flight).  Called by close() and dealloc. */
+void write_abort_open(DatabaseObject *self);
 
 #define UNLOCKED(self, stmt)                                   \
     do {                                                       \
@@ -92,5 +99,6 @@ int isisidx_exec(PyObject *m, module_state *st);   /* _pydb_isisidx.c */
 int check_exec(PyObject *m, module_state *st);
 int search_exec(PyObject *m, module_state *st);   /* _pydb_search.c */
 int native_exec(PyObject *m, module_state *st);   /* _pydb_native.c */
+int write_exec(PyObject *m, module_state *st);
 
 #endif

@@ -8,12 +8,18 @@ import threading
 from typing import Iterator, Optional
 
 from . import _pydb
-from .errors import (ClosedError, CorruptionError, DatabaseNotFoundError,
-                     NotFoundError, UnsupportedError)
+from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
+                     DatabaseNotFoundError, NotFoundError, UnsupportedError)
 from .index import Index, Posting, Term
 from .subfields import Subfields, parse_subfields  # noqa: F401 (re-export)
 
-__all__ = ["Database", "Record", "Field", "open", "DEFAULT_IO"]
+__all__ = ["Database", "Record", "Field", "Transaction", "open", "create",
+           "DEFAULT_IO", "LAYOUTS"]
+
+#: Leader layouts a new database can have (isis-formats.md §2.2).
+LAYOUTS = ("isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned")
+
+Transaction = _pydb.Transaction
 
 _UNSET = object()   # Database._index before the first access
 
@@ -82,16 +88,39 @@ class Database(_pydb.Database):
     :class:`~pydb.NotFoundError` (a KeyError) for an MFN outside
     1..max_mfn, never created, or physically deleted.  Iterating yields the
     active records in MFN order, reading 256 records per GIL release.
-    Thread-safe: any number of threads may read one Database at once.
+    Thread-safe: any number of threads may read one Database at once, also
+    while one of them writes.
+
+    Writing (a Database opened with ``readonly=False`` or made by
+    :func:`pydb.create`): ``with db.transaction() as tx:`` groups appends,
+    updates, deletions and undeletions into one atomic commit;
+    :meth:`append`, :meth:`update`, :meth:`delete` and :meth:`undelete`
+    commit one change each.  What readers see while a commit is applied:
+    every record whole, either before or after the commit; a read of one
+    record (or one batch of an iteration) never mixes the two, but records
+    read one after the other during the commit may come from either side
+    of it (there are no snapshots yet).  Another Database (another process)
+    on the same files sees a commit when it next re-reads the control
+    record: when asked for an MFN above the highest it knows, by ``len()``
+    and ``counts()``, and when an iteration starts.
     """
 
     def __init__(self, path, *, readonly: bool = True, encoding: str = "utf-8",
                  errors: str = "surrogateescape", io: str = DEFAULT_IO,
-                 lock: str = "none"):
+                 lock: str = "none", sync: bool = True,
+                 lock_timeout: float = 10.0, _flags: int = 0):
+        flags = _flags
         if not readonly:
-            raise UnsupportedError(0, "writing is not available yet: open "
-                                      "with readonly=True", os.fspath(path))
-        super().__init__(path, encoding=encoding, errors=errors, io=io, lock=lock)
+            flags |= _pydb.OPEN_WRITE
+            if not sync:
+                flags |= _pydb.OPEN_NOSYNC
+        if lock_timeout is None or not lock_timeout >= 0:
+            raise ValueError("lock_timeout must be a number of seconds >= 0")
+        super().__init__(path, encoding=encoding, errors=errors, io=io, lock=lock,
+                         flags=flags)
+        self._readonly = not (flags & _pydb.OPEN_WRITE)
+        self._sync = not (flags & _pydb.OPEN_NOSYNC)
+        self._lock_timeout = float(lock_timeout)
         self._errors = errors
         self._index_lock = threading.Lock()
         self._index = _UNSET
@@ -218,6 +247,96 @@ class Database(_pydb.Database):
                     ix.close()
         super().close()
 
+    # -- writing -------------------------------------------------------
+    @property
+    def readonly(self) -> bool:
+        """True if the database was opened read-only (writes raise
+        :class:`~pydb.ReadOnlyError`).  A handle opened for writing whose
+        fsync failed also refuses writes, but still reports False here."""
+        return self._readonly
+
+    @property
+    def sync(self) -> bool:
+        """True if commits are fsync'ed (the default; see :func:`open`)."""
+        return self._sync
+
+    def transaction(self, timeout: float | None = None) -> "Transaction":
+        """Begin a write transaction; use it as a context manager::
+
+            with db.transaction() as tx:
+                mfn = tx.append([(70, "Smith, J."), (24, "A title")])
+                tx.update(5, [(24, "New title")])
+                tx.delete(7)
+
+        The block commits on normal exit (atomically: after a crash either
+        every change is there or none) and aborts on an exception.
+        ``tx.commit()`` / ``tx.abort()`` may also be called directly.  One
+        transaction at a time per database, across threads and processes.
+
+        Args:
+            timeout: seconds to wait for the writer lock (float; default:
+                the ``lock_timeout`` given to :func:`open`).
+
+        Returns:
+            A :class:`Transaction` (methods ``append(fields) -> MFN``,
+            ``update(mfn, fields)``, ``delete(mfn)``, ``undelete(mfn)``,
+            ``commit()``, ``abort()``).
+
+        Raises:
+            ReadOnlyError: opened read-only, or read-only after a failed
+                fsync (reopen the database; recovery restores every
+                committed transaction).
+            LockTimeoutError: another thread or process kept the writer
+                lock for `timeout` seconds (or this Database already has an
+                open transaction).
+            DiskError: recovery of a crashed writer's log failed.
+            ClosedError: the database is closed.
+        """
+        return _pydb._txn_begin(self, self._lock_timeout if timeout is None
+                                else timeout)
+
+    def append(self, fields) -> int:
+        """Add one record and commit: ``tx.append`` in its own transaction.
+
+        Args:
+            fields: iterable of ``(tag, value)`` pairs (tag: int 1..65535;
+                value: str, encoded with the database's encoding, or bytes),
+                or a :class:`Record` (its fields are copied as stored).
+
+        Returns:
+            The new record's MFN (int, 1-based).
+
+        Raises:
+            RecordTooLargeError: above the layout's limit (ISIS: 32767
+                bytes per record; the FFI layouts allow more).
+            ReadOnlyError, LockTimeoutError, DiskError: as for
+                :meth:`transaction` and ``Transaction.commit``.
+        """
+        with self.transaction() as tx:
+            return tx.append(fields)
+
+    def update(self, mfn: int, fields) -> None:
+        """Write a new version of record `mfn` (1-based) and commit.  The
+        previous version stays in the master file, linked by MFBWB/MFBWP
+        (isis-formats.md §2.4; see :meth:`versions`).  Raises
+        :class:`~pydb.NotFoundError` if there is no such record, and as
+        :meth:`append`."""
+        with self.transaction() as tx:
+            tx.update(mfn, fields)
+
+    def delete(self, mfn: int) -> None:
+        """Logically delete record `mfn` and commit (isis-formats.md §2.4,
+        §3.2: a new version with STATUS 1, negated XRF pointer; the record
+        stays readable with ``deleted`` True).  Raises NotFoundError."""
+        with self.transaction() as tx:
+            tx.delete(mfn)
+
+    def undelete(self, mfn: int) -> None:
+        """Undo the logical deletion of record `mfn` and commit.  Raises
+        NotFoundError."""
+        with self.transaction() as tx:
+            tx.undelete(mfn)
+
     # -- conveniences --------------------------------------------------
     def __enter__(self) -> "Database":
         return self
@@ -305,14 +424,19 @@ class Database(_pydb.Database):
 
 def open(path, *, readonly: bool = True, encoding: str = "utf-8",
          errors: str = "surrogateescape", io: str = DEFAULT_IO,
-         lock: str = "none") -> Database:
+         lock: str = "none", sync: bool = True,
+         lock_timeout: float = 10.0) -> Database:
     """Open a CDS/ISIS database.
 
     Args:
         path: base name (``"data/cds"``) or any file of the database
             (``"data/cds.mst"``, ``"data/CDS.XRF"``); extensions match in
             any case.  str, bytes or os.PathLike.
-        readonly: must be True for now (writing arrives with the write path).
+        readonly: False opens for writing: a write-ahead log ``<base>.wal``
+            is created beside the files if missing, and recovery runs if a
+            writer crashed in the middle of a commit (it replays a complete
+            log, drops a torn one).  Read-only opens also run that recovery
+            when they can write the files and no writer is active.
         encoding: codec for field values as str (any Python codec name;
             CDS/ISIS files carry no marker, isis-formats.md §9: DOS databases
             are usually ``"cp850"``, WinISIS ``"cp1252"``, ABCD ``"utf-8"``).
@@ -323,6 +447,18 @@ def open(path, *, readonly: bool = True, encoding: str = "utf-8",
             goes to the disk, bypassing the page cache).
         lock: ``"none"`` or ``"mutex"`` (one mutex serialises every record
             read; for the crashtest's "with mutex" runs).
+        sync: with True (default) a commit returns only once it is on the
+            disk (the log, then the .mst/.xrf, are fdatasync'ed): it
+            survives kill -9, an OS crash and power loss.  With False no
+            fsync is done: a commit that returned survives the process
+            being killed (kill -9, a crash of Python), because the
+            operating system already holds the writes, but an OS crash or
+            power loss may lose any commit of the last few seconds (the
+            kernel's writeback delay, ``vm.dirty_expire_centisecs``) and
+            may leave the .mst/.xrf inconsistent (records or XRF blocks
+            written partly), which recovery cannot repair.
+        lock_timeout: seconds a write waits for the writer lock held by
+            another thread or process (float, default 10).
 
     Returns:
         A :class:`Database` (also a context manager).
@@ -332,9 +468,53 @@ def open(path, *, readonly: bool = True, encoding: str = "utf-8",
         CorruptionError: the control record or XRF is damaged (with file,
             byte offset and reason).
         UnsupportedError: big-endian files; ``io="direct"`` where the file
-            system refuses O_DIRECT; ``readonly=False``.
-        DiskError: another operating-system error.
+            system refuses O_DIRECT.
+        DiskError: another operating-system error (e.g. the folder is not
+            writable with ``readonly=False``, or recovery failed).
         ValueError, LookupError: a bad `io`/`lock` or unknown `encoding`.
     """
     return Database(path, readonly=readonly, encoding=encoding, errors=errors,
-                    io=io, lock=lock)
+                    io=io, lock=lock, sync=sync, lock_timeout=lock_timeout)
+
+
+def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
+           encoding: str = "utf-8", errors: str = "surrogateescape",
+           io: str = DEFAULT_IO, sync: bool = True,
+           lock_timeout: float = 10.0) -> Database:
+    """Create a new, empty CDS/ISIS database and open it for writing.
+
+    Writes ``path.mst`` (control record: NXTMFN 1, NXTMFB 1, NXTMFP 65,
+    the MSTXL byte; zero-filled to 512 bytes) and ``path.xrf`` (one block,
+    XRFPOS -1), as WinISIS/CISIS do (isis-formats.md §2.1, §3.1).
+
+    Args:
+        path: base name of the files (str or os.PathLike), e.g. ``"out/books"``.
+        layout: leader layout (isis-formats.md §2.2): ``"isis-packed"``
+            (default: WinISIS / CISIS for Windows; records up to 32767
+            bytes), ``"isis-aligned"`` (CISIS for Linux), ``"ffi-packed"``
+            or ``"ffi-aligned"`` (CISIS FFI "big records": up to 1 GiB).
+        mstxl: MSTXL shift 0..6 (isis-formats.md §2.1, §3.2): records start
+            on 2^mstxl-byte boundaries and the master file may grow to
+            512 MiB x 2^mstxl (0: 512 MiB; CISIS uses 3 or 6 with FFI).
+        encoding, errors, io, sync, lock_timeout: as for :func:`open`.
+
+    Returns:
+        A writable :class:`Database`.  An empty database carries no mark of
+        its layout: reopen it with the same layout by writing a record
+        first, or it is read as ``"isis-packed"`` until then.
+
+    Raises:
+        DatabaseExistsError: ``path.mst`` or ``path.xrf`` exists already
+            (nothing is overwritten).
+        ValueError: unknown layout or mstxl outside 0..6.
+        DiskError: the files cannot be written.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    p = os.fspath(path)
+    for ext in (".mst", ".xrf", ".MST", ".XRF"):
+        if os.path.exists(p + ext):
+            raise DatabaseExistsError(17, "the database exists already", p + ext)
+    flags = _pydb._create(p, layout, mstxl, sync)
+    return Database(p, readonly=False, encoding=encoding, errors=errors, io=io,
+                    sync=sync, lock_timeout=lock_timeout, _flags=flags)

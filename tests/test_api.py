@@ -96,8 +96,12 @@ def test_not_found_and_bad_arguments(db_path):
     for kw in ({"io": "async"}, {"lock": "spin"}):
         with pytest.raises(ValueError):
             pydb.open(db_path, **kw)
-    with pytest.raises(pydb.UnsupportedError):
-        pydb.open(db_path, readonly=False)
+    with pydb.open(db_path, readonly=False) as db:   # writing is supported now
+        assert not db.readonly and db.sync
+    with pydb.open(db_path) as db:
+        assert db.readonly
+        with pytest.raises(pydb.ReadOnlyError):
+            db.append([(1, "x")])
 
 
 def test_missing_files(tmp_path):

@@ -37,6 +37,7 @@ pytestmark = [
                        reason="sanitizer runs are set up for Linux/gcc"),
 ]
 
+_W = "tests/test_write.py::"
 INNER_TESTS = {
     "address": [
         "tests/test_hostile.py",
@@ -47,11 +48,20 @@ INNER_TESTS = {
         "tests/test_build_gaps.py",
         "tests/test_fst.py",
         "tests/test_native_index.py",
+        "tests/test_faults.py",
+        _W + "test_write_then_read_every_layout",
+        _W + "test_recovery_replays_complete_log_and_drops_torn",
+        _W + "test_commit_hook_and_whole_file_in_the_log",
+        _W + "test_transaction_abort_and_states",
+        _W + "test_readers_see_whole_records_while_writer_commits",
     ],
     "thread": [
         "tests/test_threads.py",
         "tests/test_search.py",
         "tests/test_native_index.py::test_readers_see_one_committed_state",
+        _W + "test_readers_see_whole_records_while_writer_commits",
+        _W + "test_readonly_and_lock_timeout_across_handles",
+        _W + "test_other_handle_sees_later_commits",
     ],
 }
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
@@ -85,7 +95,7 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "benchmarks", dst / "benchmarks", ignore=ignore)
     (dst / "tests").mkdir()
     inner = {Path(t.split('::')[0]).name for tests in INNER_TESTS.values() for t in tests}
-    for name in ("conftest.py", "tsan.supp", *sorted(inner)):
+    for name in ("conftest.py", "tsan.supp", "writer_model.py", *sorted(inner)):
         if (REPO / "tests" / name).is_file():
             shutil.copy2(REPO / "tests" / name, dst / "tests" / name)
     if (REPO / "tests" / "c").is_dir():

@@ -1,0 +1,1412 @@
+/*
+ * write.c - the write path: transactions on an open database, the
+ * write-ahead log that makes a commit atomic and durable, recovery, and
+ * pydb_create().
+ *
+ * DESIGN
+ *
+ * Files.  The database stays a plain CDS/ISIS .mst/.xrf pair that WinISIS
+ * and CISIS read (isis-formats.md §2-3).  Beside it lives <base>.wal, a
+ * redo log that holds at most one commit and is empty between commits.
+ *
+ * ISIS update technique (formats §2.4, §10).  Every change writes a new
+ * record version at the end of the master file (NXTMFB/NXTMFP): records
+ * start on a 2-byte boundary (2^MSTXL if MSTXL > 0) and obey the
+ * never-split rule (the leader up to BASE inside one 512-byte block);
+ * MFRL is even (a multiple of 2^MSTXL) with blank padding; the file is
+ * zero-filled to a whole block.  An update's MFBWB/MFBWP point to the
+ * version it replaces.  XRF flags (formats §3.2): a new record gets 0x400
+ * "new"; a change of a record that has "new" keeps it (it was never
+ * inverted); any other change sets 0x200 "update pending".  Deletion
+ * writes a version with STATUS 1 and negates the XRF pointer; undelete
+ * writes one with STATUS 0 and a positive pointer.  XRFPOS is negative on
+ * the last XRF block only.  The control record gets the new NXTMFN,
+ * NXTMFB and NXTMFP; its other bytes (MFTYPE, MSTXL, RECCNT, MFCXX*) are
+ * kept.  Nothing is ever written in place over a record version, so a
+ * reader that follows an XRF pointer always finds a whole record.
+ *
+ * Commit.  (1) the commit hook's prepare() runs (it may add whole files);
+ * (2) every byte the commit will write (the master-file region from the
+ * committed end to the new block-padded end, each changed XRF block, the
+ * control record, each whole file) goes to <base>.wal with a header, a
+ * trailer and a CRC-32C over both; the log is fdatasync'ed (not with
+ * PYDB_OPEN_NOSYNC) -- this is the commit point; (3) the bytes are
+ * written to the .mst, the .xrf (inside the handle's sequence lock), the
+ * control record last, and whole files by write-temp + rename; (4) the
+ * .mst/.xrf are fdatasync'ed and (5) the log is truncated to zero.  The
+ * log only ever holds the latest commit, and (3) starts only once it is
+ * durable, so replaying it is idempotent.
+ *
+ * Recovery (open with PYDB_OPEN_WRITE, pydb_txn_begin(), and read-only
+ * opens that can write the files): under the writer lock, a log that is
+ * complete (header, length, trailer and CRC agree) is replayed and the
+ * files fsync'ed; a torn one (a crash before the commit point) is
+ * discarded.  Either way the log is then truncated.  (With sync, the
+ * directory is fsync'ed when the files or the log are created, so their
+ * names survive a power loss too.)
+ *
+ * Locks.  One transaction per handle at a time (wmutex + wcond + wbusy,
+ * with a timeout), and one writer per database across handles and
+ * processes: an open-file-description lock (F_OFD_SETLK) on the whole
+ * .wal file, polled until the timeout.  Both are held from
+ * pydb_txn_begin() to commit/abort.  Readers take neither.
+ *
+ * Failures.  Every write, fsync, truncate and rename goes through the vfs
+ * table.  A failure before the commit point leaves the files as they were
+ * and the handle usable.  A failed fsync anywhere, or a failure after the
+ * commit point, sets db->fatal: the handle refuses further transactions
+ * (PYDB_EREADONLY) until it is reopened; reopening replays the log.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pydb_int.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAL_MAGIC "PYDBWAL1"
+#define WAL_END "PYDBEND1"
+#define WAL_HEAD 40
+#define WAL_TAIL 16
+#define WAL_ENTRY 24
+#define WAL_MST 1
+#define WAL_XRF 2
+#define WAL_FILE 3
+#define WAL_MAX_BODY ((uint64_t)1 << 40)  /* sanity bound on a log length */
+#define MAX_PUT_PATH 4096
+
+/* ------------------------------------------------------------ CRC-32C */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & -(c & 1));
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    crc = ~crc;
+    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    pydb__put32(p, (uint32_t)v);
+    pydb__put32(p + 4, (uint32_t)(v >> 32));
+}
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)pydb__u32(p) | ((uint64_t)pydb__u32(p + 4) << 32);
+}
+
+/* ------------------------------------------------ record layout helpers */
+
+int64_t pydb__place(int layout, int mstxl, int64_t pos)
+{
+    const pydb_geom *g = &pydb__geom[layout];
+    int64_t align = mstxl ? ((int64_t)1 << mstxl) : 2;
+    int64_t start = (pos + align - 1) / align * align;
+    /* Never-split rule (formats §2.3): leader up to BASE in one block. */
+    if (start % PYDB_BLOCK > PYDB_BLOCK - (g->leader - 4))
+        start = (start / PYDB_BLOCK + 1) * PYDB_BLOCK;
+    return start;
+}
+
+int pydb__record_size(int64_t *out, int layout, int mstxl, int32_t mfn,
+                      const pydb_field *fields, uint32_t nfields,
+                      const char *path, pydb_error *err)
+{
+    const pydb_geom *g = &pydb__geom[layout];
+    int64_t align = mstxl ? ((int64_t)1 << mstxl) : 2;
+    int64_t data = 0, mfrl;
+
+    if (nfields > 65535)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
+                          "record of MFN %d has %u fields; NVF is 16-bit "
+                          "(at most 65535)", (int)mfn, nfields);
+    for (uint32_t i = 0; i < nfields; i++) {
+        if (fields[i].tag > 65535)
+            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
+                              "tag %u is outside 0..65535", fields[i].tag);
+        if (fields[i].len && !fields[i].value)
+            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
+                              "field %u has no value", i + 1);
+        data += fields[i].len;
+        if (data > PYDB_MAX_FFI_MFRL) break;
+    }
+    mfrl = g->leader + (int64_t)nfields * g->entry + data;
+    mfrl = (mfrl + align - 1) / align * align;
+    if (!g->ffi && (mfrl > 32767 || data > 65535))
+        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
+                          "record of MFN %d needs %lld bytes; the ISIS "
+                          "layouts allow 32767 (16-bit MFRL); use an FFI "
+                          "layout (ffi-packed or ffi-aligned) for larger "
+                          "records", (int)mfn, (long long)mfrl);
+    if (mfrl > PYDB_MAX_FFI_MFRL)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
+                          "record of MFN %d needs %lld bytes; the FFI limit "
+                          "is %d", (int)mfn, (long long)mfrl,
+                          PYDB_MAX_FFI_MFRL);
+    *out = mfrl;
+    return PYDB_OK;
+}
+
+void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
+                         const pydb_field *fields, uint32_t nfields,
+                         int64_t back_offset, int status)
+{
+    const pydb_geom *g = &pydb__geom[layout];
+    int64_t base = g->leader + (int64_t)nfields * g->entry, data = 0;
+
+    memset(p, 0, (size_t)g->leader);
+    pydb__put32(p, (uint32_t)mfn);
+    if (g->ffi) {
+        pydb__put32(p + g->off_mfrl, (uint32_t)mfrl);
+        pydb__put32(p + g->off_base, (uint32_t)base);
+    } else {
+        pydb__put16(p + g->off_mfrl, (uint32_t)mfrl);
+        pydb__put16(p + g->off_base, (uint32_t)base);
+    }
+    if (back_offset >= 0) {
+        pydb__put32(p + g->off_mfbwb, (uint32_t)(back_offset / PYDB_BLOCK + 1));
+        pydb__put16(p + g->off_mfbwp, (uint32_t)(back_offset % PYDB_BLOCK));
+    }
+    pydb__put16(p + g->off_nvf, nfields);
+    pydb__put16(p + g->off_status, (uint32_t)status);
+    for (uint32_t i = 0; i < nfields; i++) {
+        uint8_t *d = p + g->leader + (int64_t)i * g->entry;
+        memset(d, 0, (size_t)g->entry);
+        pydb__put16(d, fields[i].tag);
+        if (g->ffi) {
+            pydb__put32(d + g->dir_pos, (uint32_t)data);
+            pydb__put32(d + g->dir_len, fields[i].len);
+        } else {
+            pydb__put16(d + g->dir_pos, (uint32_t)data);
+            pydb__put16(d + g->dir_len, fields[i].len);
+        }
+        if (fields[i].len)
+            memcpy(p + base + data, fields[i].value, fields[i].len);
+        data += fields[i].len;
+    }
+    memset(p + base + data, ' ', (size_t)(mfrl - base - data));
+}
+
+/* ---------------------------------------------------------- log replay */
+
+/* fsync the directory holding `path` (after creating or renaming a file in
+ * it, so that the name survives a power loss).  0 or errno. */
+static int fsync_dir_of(const char *path)
+{
+    char dir[MAX_PUT_PATH + 1];
+    int dfd, e = 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    dfd = pydb__vfs->open(dirname(dir), O_RDONLY | O_DIRECTORY, 0);
+    if (dfd < 0) return 0;   /* cannot open a directory: nothing to sync */
+    if (pydb__vfs->fsync(dfd) != 0) e = errno;
+    pydb__vfs->close(dfd);
+    return e;
+}
+
+/* Whole-file replacement: data to path.pydb-tmp, fsync, rename, fsync the
+ * directory.  Returns 0 or a PYDB error (fsync failures flagged in
+ * *synced_failed). */
+static int put_file_apply(const char *path, const uint8_t *data, size_t len,
+                          int sync, int *fsync_failed, pydb_error *err)
+{
+    char tmp[MAX_PUT_PATH + 16];
+    int fd, rc = PYDB_OK, e;
+
+    snprintf(tmp, sizeof tmp, "%s.pydb-tmp", path);
+    fd = pydb__vfs->open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return PYDB_OSERROR(err, errno, tmp, -1, "cannot create: %s",
+                            strerror(errno));
+    e = len ? -pydb__write_full(fd, data, len, 0) : 0;
+    if (e) {
+        rc = PYDB_OSERROR(err, e, tmp, 0, "write failed: %s", strerror(e));
+        goto cleanup;
+    }
+    if (sync && pydb__vfs->fsync(fd) != 0) {
+        *fsync_failed = 1;
+        rc = PYDB_OSERROR(err, errno, tmp, -1, "fsync failed: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
+    if (pydb__vfs->rename(tmp, path) != 0) {
+        rc = PYDB_OSERROR(err, errno, path, -1, "rename failed: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
+    if (sync && (e = fsync_dir_of(path)) != 0) {
+        *fsync_failed = 1;
+        rc = PYDB_OSERROR(err, e, path, -1,
+                          "fsync of the directory failed: %s", strerror(e));
+    }
+cleanup:
+    pydb__vfs->close(fd);
+    if (rc) pydb__vfs->unlink(tmp);
+    return rc;
+}
+
+/* Read the whole log into *out (malloc'ed) if it holds a complete,
+ * checksummed commit: returns 1 (complete), 0 (empty or torn), or a
+ * negative PYDB error. */
+static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
+                    const char *wal_path, pydb_error *err)
+{
+    struct stat st;
+    uint8_t head[WAL_HEAD], *buf;
+    uint64_t body, total;
+    ssize_t got;
+
+    *out = NULL;
+    if (fstat(wal_fd, &st) != 0)
+        return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
+                            strerror(errno));
+    if (st.st_size < WAL_HEAD + WAL_TAIL) return 0;
+    got = pydb__vfs->pread(wal_fd, head, WAL_HEAD, 0);
+    if (got < 0)
+        return PYDB_OSERROR(err, errno, wal_path, 0, "read failed: %s",
+                            strerror(errno));
+    if (got != WAL_HEAD || memcmp(head, WAL_MAGIC, 8) != 0 ||
+        pydb__u32(head + 8) != 1 ||
+        crc32c(0, head, 32) != pydb__u32(head + 32))
+        return 0;
+    body = get64(head + 16);
+    if (body > WAL_MAX_BODY) return 0;
+    total = WAL_HEAD + body + WAL_TAIL;
+    if (total > (uint64_t)st.st_size) return 0;  /* torn: shorter */
+    buf = malloc((size_t)total);
+    if (!buf)
+        return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
+                          "no memory for a %llu-byte log",
+                          (unsigned long long)total);
+    for (size_t done = 0; done < total;) {
+        got = pydb__vfs->pread(wal_fd, buf + done, (size_t)total - done,
+                               (off_t)done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int e = got < 0 ? errno : EIO;
+            free(buf);
+            return PYDB_OSERROR(err, e, wal_path, (int64_t)done,
+                                "read failed: %s", strerror(e));
+        }
+        done += (size_t)got;
+    }
+    {
+        const uint8_t *t = buf + WAL_HEAD + body;
+        if (memcmp(t, WAL_END, 8) != 0 ||
+            crc32c(0, buf, (size_t)(WAL_HEAD + body)) != pydb__u32(t + 8)) {
+            free(buf);
+            return 0;
+        }
+    }
+    *out = buf;
+    *out_len = (size_t)total;
+    return 1;
+}
+
+/* Apply a loaded log to the files (fds given).  fsync'ed unless !sync. */
+static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
+                     const char *mst_path, const char *xrf_path, int sync,
+                     int *fsync_failed, pydb_error *err)
+{
+    uint32_t n = pydb__u32(buf + 12);
+    size_t pos = WAL_HEAD, end = len - WAL_TAIL;
+    int rc, e, files = 0;
+
+    /* Pass 1: .mst and .xrf writes, in log order (control record last). */
+    for (int pass = 0; pass < 2; pass++) {
+        pos = WAL_HEAD;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t kind, nlen;
+            uint64_t off, dlen;
+            const uint8_t *name, *data;
+            if (end - pos < WAL_ENTRY)
+                return PYDB_CORRUPT(err, mst_path, -1, "log entry %u "
+                                    "passes the end of the log", i + 1);
+            kind = pydb__u32(buf + pos);
+            nlen = pydb__u32(buf + pos + 4);
+            off = get64(buf + pos + 8);
+            dlen = get64(buf + pos + 16);
+            pos += WAL_ENTRY;
+            if (nlen > MAX_PUT_PATH || dlen > end - pos ||
+                nlen > end - pos - dlen)
+                return PYDB_CORRUPT(err, mst_path, -1, "log entry %u has "
+                                    "impossible lengths", i + 1);
+            name = buf + pos;
+            data = buf + pos + nlen;
+            pos += nlen + dlen;
+            pos = (pos + 7) & ~(size_t)7;
+            if (pos > end) pos = end;
+            if (pass == 0 && (kind == WAL_MST || kind == WAL_XRF)) {
+                int fd = kind == WAL_MST ? mst_fd : xrf_fd;
+                e = -pydb__write_full(fd, data, (size_t)dlen, (int64_t)off);
+                if (e)
+                    return PYDB_OSERROR(err, e,
+                                        kind == WAL_MST ? mst_path : xrf_path,
+                                        (int64_t)off, "write failed: %s",
+                                        strerror(e));
+            } else if (pass == 1 && kind == WAL_FILE) {
+                char path[MAX_PUT_PATH + 1];
+                memcpy(path, name, nlen);
+                path[nlen] = 0;
+                rc = put_file_apply(path, data, (size_t)dlen, sync,
+                                    fsync_failed, err);
+                if (rc) return rc;
+                files++;
+            }
+        }
+        if (pass == 0 && sync) {
+            if (pydb__vfs->fdatasync(mst_fd) != 0) {
+                *fsync_failed = 1;
+                return PYDB_OSERROR(err, errno, mst_path, -1,
+                                    "fdatasync failed: %s", strerror(errno));
+            }
+            if (pydb__vfs->fdatasync(xrf_fd) != 0) {
+                *fsync_failed = 1;
+                return PYDB_OSERROR(err, errno, xrf_path, -1,
+                                    "fdatasync failed: %s", strerror(errno));
+            }
+        }
+    }
+    (void)files;
+    return PYDB_OK;
+}
+
+/* Empty the log (after a commit is applied, or a torn log is dropped). */
+static int wal_reset(int wal_fd, const char *wal_path, int *fsync_failed,
+                     pydb_error *err)
+{
+    if (pydb__vfs->ftruncate(wal_fd, 0) != 0)
+        return PYDB_OSERROR(err, errno, wal_path, -1, "ftruncate failed: %s",
+                            strerror(errno));
+    if (pydb__vfs->fdatasync(wal_fd) != 0) {
+        *fsync_failed = 1;
+        return PYDB_OSERROR(err, errno, wal_path, -1, "fdatasync failed: %s",
+                            strerror(errno));
+    }
+    return PYDB_OK;
+}
+
+/* Recovery with the writer lock held: replay a complete log, drop a torn
+ * one.  *replayed = 1 if something was replayed. */
+static int recover(int wal_fd, const char *wal_path, int mst_fd, int xrf_fd,
+                   const char *mst_path, const char *xrf_path,
+                   int *fsync_failed, int *replayed, pydb_error *err)
+{
+    struct stat st;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc;
+
+    *replayed = 0;
+    if (fstat(wal_fd, &st) != 0)
+        return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
+                            strerror(errno));
+    if (st.st_size == 0) return PYDB_OK;
+    rc = wal_load(&buf, &len, wal_fd, wal_path, err);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+        rc = wal_apply(buf, len, mst_fd, xrf_fd, mst_path, xrf_path, 1,
+                       fsync_failed, err);
+        free(buf);
+        if (rc) return rc;
+        *replayed = 1;
+    }
+    return wal_reset(wal_fd, wal_path, fsync_failed, err);
+}
+
+/* ------------------------------------------------------------- locking */
+
+static int ofd_lock(int fd, int type)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = (short)type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 0;
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Take the cross-process writer lock, polling until `deadline` (ms,
+ * CLOCK_MONOTONIC; < 0: one try). */
+static int lock_wal(pydb_db *db, int64_t deadline, pydb_error *err)
+{
+    useconds_t nap = 500;
+    for (;;) {
+        if (ofd_lock(db->wal_fd, F_WRLCK) == 0) return PYDB_OK;
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR)
+            return PYDB_OSERROR(err, errno, db->wal_path, -1,
+                                "fcntl(F_OFD_SETLK) failed: %s",
+                                strerror(errno));
+        if (deadline < 0 || now_ms() >= deadline)
+            return PYDB_ERROR(err, PYDB_ELOCKED, db->wal_path, -1,
+                              "another process (or handle) holds the writer "
+                              "lock of this database");
+        usleep(nap);
+        if (nap < 20000) nap *= 2;
+    }
+}
+
+static void unlock_wal(pydb_db *db)
+{
+    ofd_lock(db->wal_fd, F_UNLCK);
+}
+
+/* ------------------------------------------------------ open and close */
+
+static void wal_name(char *out, size_t sz, const pydb_db *db, const char *base)
+{
+    /* Follow the case of the master file's extension (BIBL.MST: BIBL.WAL). */
+    const char *dot = strrchr(db->mst.path, '.');
+    int upper = dot && strcmp(dot, ".MST") == 0;
+    snprintf(out, sz, "%s.%s", base, upper ? "WAL" : "wal");
+}
+
+static void set_fatal(pydb_db *db)
+{
+    __atomic_store_n(&db->fatal, 1, __ATOMIC_RELEASE);
+}
+
+int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
+{
+    int rc, failed = 0, replayed, e;
+    struct stat st;
+    int existed;
+
+    wal_name(db->wal_path, sizeof db->wal_path, db, base);
+    existed = stat(db->wal_path, &st) == 0;
+    db->wal_fd = pydb__vfs->open(db->wal_path, O_RDWR | O_CREAT, 0644);
+    if (db->wal_fd < 0)
+        return PYDB_OSERROR(err, errno, db->wal_path, -1,
+                            "cannot open the write-ahead log: %s",
+                            strerror(errno));
+    /* A new log's name must survive a power loss like its content. */
+    if (!existed && !(db->flags & PYDB_OPEN_NOSYNC) &&
+        (e = fsync_dir_of(db->wal_path)) != 0)
+        return PYDB_OSERROR(err, e, db->wal_path, -1,
+                            "fsync of the directory failed: %s", strerror(e));
+    /* Recover now if no writer is active; else the next transaction will. */
+    if (lock_wal(db, -1, NULL) != PYDB_OK) return PYDB_OK;
+    rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
+                 db->mst.path, db->xrf.path, &failed, &replayed, err);
+    unlock_wal(db);
+    return rc;
+}
+
+int pydb__recover_readonly(pydb_db *db, const char *base, pydb_error *err)
+{
+    char wal[1100], mstp[1100];
+    struct stat st;
+    int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0, replayed;
+    char mst[1400], xrf[1400];
+
+    /* Find the files as pydb_open() did: it found them already, so the
+     * paths are rebuilt from the same base with either case. */
+    snprintf(mstp, sizeof mstp, "%s.wal", base);
+    snprintf(wal, sizeof wal, "%s.WAL", base);
+    if (stat(mstp, &st) == 0) snprintf(wal, sizeof wal, "%s", mstp);
+    else if (stat(wal, &st) != 0) return PYDB_OK;   /* no log: nothing */
+    if (st.st_size == 0) return PYDB_OK;
+    snprintf(mst, sizeof mst, "%s.mst", base);
+    if (stat(mst, &st) != 0) snprintf(mst, sizeof mst, "%s.MST", base);
+    snprintf(xrf, sizeof xrf, "%s.xrf", base);
+    if (stat(xrf, &st) != 0) snprintf(xrf, sizeof xrf, "%s.XRF", base);
+    wfd = pydb__vfs->open(wal, O_RDWR, 0);
+    mfd = pydb__vfs->open(mst, O_RDWR, 0);
+    xfd = pydb__vfs->open(xrf, O_RDWR, 0);
+    if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
+    {
+        struct flock fl;
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        if (fcntl(wfd, F_OFD_SETLK, &fl) != 0) goto cleanup;  /* writer busy */
+    }
+    rc = recover(wfd, wal, mfd, xfd, mst, xrf, &failed, &replayed, err);
+cleanup:
+    if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */
+    if (mfd >= 0) pydb__vfs->close(mfd);
+    if (xfd >= 0) pydb__vfs->close(xfd);
+    (void)db;
+    return rc;
+}
+
+void pydb__write_close(pydb_db *db)
+{
+    if (db->wal_fd >= 0) pydb__vfs->close(db->wal_fd);
+    db->wal_fd = -1;
+}
+
+int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
+                const pydb_options *opt, pydb_error *err)
+{
+    pydb_builder *b = NULL;
+    pydb_options o;
+    int rc;
+
+    *out = NULL;
+    if (layout < 0 || layout > 3 || mstxl < 0 || mstxl > 6)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
+                          "bad layout %d or MSTXL %d", layout, mstxl);
+    memset(&o, 0, sizeof o);
+    if (opt) o = *opt;
+    o.flags |= PYDB_OPEN_WRITE | PYDB_OPEN_LAYOUT(layout);
+    rc = pydb_builder_open(&b, path, layout, mstxl, err);
+    if (rc) return rc;
+    rc = pydb_builder_finish(b, !(o.flags & PYDB_OPEN_NOSYNC), err);
+    pydb_builder_free(b);  /* removes the files if not finished */
+    if (rc) return rc;
+    if (!(o.flags & PYDB_OPEN_NOSYNC)) {
+        char mst[1100];
+        int e;
+        snprintf(mst, sizeof mst, "%s.mst", path);
+        if ((e = fsync_dir_of(mst)) != 0)
+            return PYDB_OSERROR(err, e, path, -1,
+                                "fsync of the directory failed: %s",
+                                strerror(e));
+    }
+    return pydb_open(out, path, &o, err);
+}
+
+/* ---------------------------------------------------------- transactions */
+
+typedef struct txn_op {
+    int32_t mfn;
+    int32_t xrf_raw;          /* new XRF value                             */
+    int64_t offset;           /* where the new version goes in the .mst    */
+    pydb_record *before;      /* version replaced, or NULL (append)        */
+    int own_before;           /* before was read from disk (we free it)    */
+    pydb_record *after;       /* the new version, encoded in after's block */
+    int deleted_after;
+} txn_op;
+
+typedef struct put_file {
+    char *path;
+    uint8_t *data;
+    size_t len;
+} put_file;
+
+struct pydb_txn {
+    pydb_db *db;
+    uint8_t ctl[PYDB_CTL_SIZE];   /* control record at begin            */
+    int64_t start;                /* committed end of the .mst          */
+    int64_t pos;                  /* next free byte after this txn      */
+    int32_t next_mfn;
+    txn_op *ops;
+    size_t nops, opcap;
+    int32_t *hkey;                /* MFN -> index of its latest op      */
+    size_t *hval;
+    size_t hcap;
+    put_file *files;
+    size_t nfiles;
+};
+
+static size_t hslot(int32_t mfn, size_t cap)
+{
+    return ((uint32_t)mfn * 2654435761u) & (cap - 1);
+}
+
+static long hget(const pydb_txn *t, int32_t mfn)
+{
+    if (!t->hcap) return -1;
+    for (size_t i = hslot(mfn, t->hcap);; i = (i + 1) & (t->hcap - 1)) {
+        if (t->hkey[i] == 0) return -1;
+        if (t->hkey[i] == mfn) return (long)t->hval[i];
+    }
+}
+
+static int hput(pydb_txn *t, int32_t mfn, size_t idx, pydb_error *err)
+{
+    if ((t->nops + 1) * 2 > t->hcap) {
+        size_t ncap = t->hcap ? t->hcap * 2 : 64;
+        int32_t *nk = calloc(ncap, sizeof *nk);
+        size_t *nv = calloc(ncap, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+        }
+        for (size_t i = 0; i < t->hcap; i++) {
+            if (!t->hkey[i]) continue;
+            size_t j = hslot(t->hkey[i], ncap);
+            while (nk[j]) j = (j + 1) & (ncap - 1);
+            nk[j] = t->hkey[i];
+            nv[j] = t->hval[i];
+        }
+        free(t->hkey);
+        free(t->hval);
+        t->hkey = nk;
+        t->hval = nv;
+        t->hcap = ncap;
+    }
+    for (size_t i = hslot(mfn, t->hcap);; i = (i + 1) & (t->hcap - 1)) {
+        if (t->hkey[i] == 0 || t->hkey[i] == mfn) {
+            t->hkey[i] = mfn;
+            t->hval[i] = idx;
+            return PYDB_OK;
+        }
+    }
+}
+
+static void release_writer(pydb_db *db)
+{
+    unlock_wal(db);
+    pthread_mutex_lock(&db->wmutex);
+    db->wbusy = 0;
+    pthread_cond_signal(&db->wcond);
+    pthread_mutex_unlock(&db->wmutex);
+}
+
+static void txn_free(pydb_txn *t)
+{
+    for (size_t i = 0; i < t->nops; i++) {
+        if (t->ops[i].own_before) pydb_record_free(t->ops[i].before);
+        pydb_record_free(t->ops[i].after);
+    }
+    for (size_t i = 0; i < t->nfiles; i++) {
+        free(t->files[i].path);
+        free(t->files[i].data);
+    }
+    free(t->files);
+    free(t->ops);
+    free(t->hkey);
+    free(t->hval);
+    free(t);
+}
+
+/* Re-read the control record and sizes with the writer lock held (another
+ * process may have committed, or recovery run). */
+static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
+{
+    struct stat ms, xs;
+    int32_t nmfn, nb, np;
+    int64_t end, need;
+    ssize_t got;
+
+    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0)
+        return PYDB_OSERROR(err, errno, db->mst.path, -1, "cannot stat: %s",
+                            strerror(errno));
+    got = pydb__vfs->pread(db->mst.fd, ctl, PYDB_CTL_SIZE, 0);
+    if (got != PYDB_CTL_SIZE)
+        return got < 0 ? PYDB_OSERROR(err, errno, db->mst.path, 0,
+                                      "cannot read the control record: %s",
+                                      strerror(errno))
+                       : PYDB_CORRUPT(err, db->mst.path, 0,
+                                      "the control record is truncated");
+    nmfn = (int32_t)pydb__u32(ctl + 4);
+    nb = (int32_t)pydb__u32(ctl + 8);
+    np = pydb__u16(ctl + 12);
+    end = (int64_t)(nb - 1) * PYDB_BLOCK + np - 1;
+    need = ((int64_t)nmfn - 1 + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK *
+           PYDB_BLOCK;
+    if (pydb__u32(ctl) != 0 || nmfn < 1 || nb < 1 || np < 1 ||
+        np > PYDB_BLOCK + 1 || end < PYDB_CTL_SIZE ||
+        end > (int64_t)ms.st_size || need > (int64_t)xs.st_size ||
+        ctl[15] != db->mstxl)
+        return PYDB_CORRUPT(err, db->mst.path, 0,
+                            "control record: NXTMFN %d, NXTMFB/NXTMFP %d/%d "
+                            "do not fit the files (%lld and %lld bytes)",
+                            (int)nmfn, (int)nb, (int)np,
+                            (long long)ms.st_size, (long long)xs.st_size);
+    if (nmfn < pydb__next_mfn(db))
+        return PYDB_CORRUPT(err, db->mst.path, 4,
+                            "control record: NXTMFN went back from %d to %d "
+                            "(files replaced under an open handle?)",
+                            (int)pydb__next_mfn(db), (int)nmfn);
+    pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
+    pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
+    __atomic_store_n(&db->next_block, nb, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, np, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_mfn, nmfn, __ATOMIC_RELEASE);
+    return PYDB_OK;
+}
+
+/* The bytes after NXTMFB/NXTMFP should be the zero fill of the last block
+ * (formats §2.1).  Some writers (pyisis) store an end that falls inside
+ * their last record: never write over such bytes; start after the end of
+ * the file instead. */
+static int check_tail(pydb_txn *t, pydb_error *err)
+{
+    pydb_db *db = t->db;
+    int64_t size = pydb__fsize(&db->mst), off = t->start;
+    uint8_t buf[PYDB_BLOCK];
+
+    if (size - off > ((int64_t)1 << 20)) {
+        t->start = t->pos = size;
+        return PYDB_OK;
+    }
+    while (off < size) {
+        size_t n = (size_t)(size - off < PYDB_BLOCK ? size - off : PYDB_BLOCK);
+        int rc = pydb__file_read(&db->mst, PYDB_IO_PREAD, buf, n, off,
+                                 "master file tail", err);
+        if (rc) return rc;
+        for (size_t i = 0; i < n; i++)
+            if (buf[i]) {
+                t->start = t->pos = size;
+                return PYDB_OK;
+            }
+        off += (int64_t)n;
+    }
+    return PYDB_OK;
+}
+
+int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
+                   pydb_error *err)
+{
+    pydb_txn *t = NULL;
+    int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    int rc, failed = 0, replayed = 0;
+
+    *out = NULL;
+    if (!(db->flags & PYDB_OPEN_WRITE))
+        return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
+                          "the database was opened read-only");
+    if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE))
+        return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
+                          "the handle is read-only after a failed write or "
+                          "fsync; reopen the database (recovery restores "
+                          "every committed transaction)");
+    pthread_mutex_lock(&db->wmutex);
+    if (db->wbusy && pthread_equal(db->wowner, pthread_self())) {
+        pthread_mutex_unlock(&db->wmutex);
+        return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
+                          "this thread already has a transaction open on "
+                          "this handle");
+    }
+    while (db->wbusy) {
+        struct timespec ts;
+        int64_t left = deadline - now_ms();
+        if (left <= 0) {
+            pthread_mutex_unlock(&db->wmutex);
+            return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
+                              "another thread holds the writer lock of this "
+                              "handle (waited %d ms)", timeout_ms);
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += left / 1000;
+        ts.tv_nsec += (left % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&db->wcond, &db->wmutex, &ts);
+    }
+    db->wbusy = 1;
+    db->wowner = pthread_self();
+    pthread_mutex_unlock(&db->wmutex);
+
+    rc = lock_wal(db, deadline, err);
+    if (rc) {
+        pthread_mutex_lock(&db->wmutex);
+        db->wbusy = 0;
+        pthread_cond_signal(&db->wcond);
+        pthread_mutex_unlock(&db->wmutex);
+        return rc;
+    }
+    /* A writer that died mid-commit (or a log left by a failed reset):
+     * replay it inside the sequence lock, as a commit's apply would be. */
+    {
+        struct stat st;
+        int pending = fstat(db->wal_fd, &st) == 0 && st.st_size > 0;
+        if (pending) __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);
+        rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
+                     db->mst.path, db->xrf.path, &failed, &replayed, err);
+        if (pending) __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);
+    }
+    if (rc) {
+        if (failed) set_fatal(db);
+        goto fail;
+    }
+    t = calloc(1, sizeof *t);
+    if (!t) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+        goto fail;
+    }
+    t->db = db;
+    rc = load_state(db, t->ctl, err);
+    if (rc) goto fail;
+    t->next_mfn = (int32_t)pydb__u32(t->ctl + 4);
+    t->start = t->pos = (int64_t)((int32_t)pydb__u32(t->ctl + 8) - 1) *
+                            PYDB_BLOCK + pydb__u16(t->ctl + 12) - 1;
+    rc = check_tail(t, err);
+    if (rc) goto fail;
+    *out = t;
+    return PYDB_OK;
+fail:
+    free(t);
+    release_writer(db);
+    return rc;
+}
+
+/* Add an op writing a new version of `mfn` with these fields/status. */
+static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
+                       uint32_t nfields, int status, int deleted,
+                       pydb_record *before, int own_before, int flags,
+                       pydb_error *err)
+{
+    pydb_db *db = t->db;
+    int64_t mfrl, start, capacity;
+    size_t need;
+    pydb_record *r;
+    txn_op *op;
+    const pydb_geom *g = &pydb__geom[db->layout];
+    int rc;
+
+    rc = pydb__record_size(&mfrl, db->layout, db->mstxl, mfn, fields, nfields,
+                           db->mst.path, err);
+    if (rc) goto fail;
+    start = pydb__place(db->layout, db->mstxl, t->pos);
+    capacity = ((int64_t)1 << (20 + db->mstxl)) * PYDB_BLOCK;
+    if (start + mfrl > capacity - PYDB_BLOCK) {
+        rc = PYDB_ERROR(err, PYDB_ETOOBIG, db->mst.path, start,
+                        "the master file would pass %lld bytes, the most an "
+                        "XRF pointer can address with MSTXL %d",
+                        (long long)capacity, db->mstxl);
+        goto fail;
+    }
+    if (t->nops == t->opcap) {
+        size_t nc = t->opcap ? t->opcap * 2 : 16;
+        txn_op *o = realloc(t->ops, nc * sizeof *o);
+        if (!o) {
+            rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+            goto fail;
+        }
+        t->ops = o;
+        t->opcap = nc;
+    }
+    need = ((sizeof(pydb_record) + 7) & ~(size_t)7) +
+           (((size_t)mfrl + 7) & ~(size_t)7) + nfields * sizeof(pydb_field);
+    r = malloc(need);
+    if (!r) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for a record");
+        goto fail;
+    }
+    {
+        uint8_t *raw = (uint8_t *)r + ((sizeof(pydb_record) + 7) & ~(size_t)7);
+        pydb_field *f = (pydb_field *)(raw + (((size_t)mfrl + 7) & ~(size_t)7));
+        int64_t base = g->leader + (int64_t)nfields * g->entry, d = 0;
+        pydb__record_encode(raw, db->layout, mfrl, mfn, fields, nfields,
+                            before ? before->offset : -1, status);
+        for (uint32_t i = 0; i < nfields; i++) {
+            f[i].tag = fields[i].tag;
+            f[i].len = fields[i].len;
+            f[i].value = raw + base + d;
+            d += fields[i].len;
+        }
+        r->mfn = mfn;
+        r->status = status;
+        r->deleted = deleted;
+        r->flags = flags;
+        r->offset = start;
+        r->back_offset = before ? before->offset : -1;
+        r->mfrl = (uint32_t)mfrl;
+        r->locked = 0;
+        r->nfields = nfields;
+        r->fields = f;
+        r->data_len = (size_t)d;
+        r->capacity = need;
+    }
+    rc = hput(t, mfn, t->nops, err);
+    if (rc) {
+        free(r);
+        goto fail;
+    }
+    op = &t->ops[t->nops++];
+    op->mfn = mfn;
+    op->offset = start;
+    op->before = before;
+    op->own_before = own_before;
+    op->after = r;
+    op->deleted_after = deleted;
+    op->xrf_raw = pydb__xrf_encode(start, flags, db->mstxl);
+    if (deleted) op->xrf_raw = -op->xrf_raw;
+    t->pos = start + mfrl;
+    return PYDB_OK;
+fail:
+    if (own_before) pydb_record_free(before);
+    return rc;
+}
+
+int pydb_txn_append(pydb_txn *t, const pydb_field *fields, uint32_t nfields,
+                    int32_t *mfn, pydb_error *err)
+{
+    int rc;
+    if (t->next_mfn >= 0x7FFFFFFF)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, t->db->mst.path, -1,
+                          "no MFN left (NXTMFN is %d)", (int)t->next_mfn);
+    rc = add_version(t, t->next_mfn, fields, nfields, 0, 0, NULL, 0,
+                     PYDB_FLAG_NEW, err);
+    if (rc) return rc;
+    *mfn = t->next_mfn++;
+    return PYDB_OK;
+}
+
+/* The current version of `mfn` as this transaction sees it. */
+static int current(pydb_record **rec, int *own, pydb_txn *t, int32_t mfn,
+                   pydb_error *err)
+{
+    long i = hget(t, mfn);
+    int rc;
+    *rec = NULL;
+    *own = 0;
+    if (i >= 0) {
+        *rec = t->ops[i].after;
+        return PYDB_OK;
+    }
+    if (mfn < 1 || mfn >= t->next_mfn)
+        return PYDB_ERROR(err, PYDB_ENOTFOUND, t->db->mst.path, -1,
+                          "MFN %d is outside 1..%d", (int)mfn,
+                          (int)(t->next_mfn - 1));
+    rc = pydb_read(rec, t->db, mfn, err);
+    if (rc) {
+        pydb_record_free(*rec);
+        *rec = NULL;
+        return rc;
+    }
+    *own = 1;
+    return PYDB_OK;
+}
+
+/* New XRF flags for a change of a record that had `old` (formats §3.2). */
+static int changed_flags(int old)
+{
+    return (old & PYDB_FLAG_NEW) ? PYDB_FLAG_NEW : PYDB_FLAG_PENDING;
+}
+
+int pydb_txn_update(pydb_txn *t, int32_t mfn, const pydb_field *fields,
+                    uint32_t nfields, pydb_error *err)
+{
+    pydb_record *cur;
+    int own, rc = current(&cur, &own, t, mfn, err);
+    if (rc) return rc;
+    return add_version(t, mfn, fields, nfields, cur->deleted ? 1 : 0,
+                       cur->deleted, cur, own, changed_flags(cur->flags), err);
+}
+
+static int set_deleted(pydb_txn *t, int32_t mfn, int deleted, pydb_error *err)
+{
+    pydb_record *cur;
+    int own, rc = current(&cur, &own, t, mfn, err);
+    if (rc) return rc;
+    if (!!cur->deleted == deleted) {
+        if (own) pydb_record_free(cur);
+        return PYDB_OK;
+    }
+    return add_version(t, mfn, cur->fields, cur->nfields, deleted, deleted,
+                       cur, own, changed_flags(cur->flags), err);
+}
+
+int pydb_txn_delete(pydb_txn *t, int32_t mfn, pydb_error *err)
+{
+    return set_deleted(t, mfn, 1, err);
+}
+
+int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err)
+{
+    return set_deleted(t, mfn, 0, err);
+}
+
+int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
+                      size_t len, pydb_error *err)
+{
+    put_file *f;
+    if (!path || strlen(path) > MAX_PUT_PATH || (len && !data))
+        return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
+                          "bad path or data for pydb_txn_put_file()");
+    f = realloc(t->files, (t->nfiles + 1) * sizeof *f);
+    if (!f) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    t->files = f;
+    f = &t->files[t->nfiles];
+    f->path = strdup(path);
+    f->data = malloc(len ? len : 1);
+    f->len = len;
+    if (!f->path || !f->data) {
+        free(f->path);
+        free(f->data);
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    }
+    if (len) memcpy(f->data, data, len);
+    t->nfiles++;
+    return PYDB_OK;
+}
+
+int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
+                         pydb_error *err)
+{
+    pthread_mutex_lock(&db->wmutex);
+    if (db->wbusy) {
+        pthread_mutex_unlock(&db->wmutex);
+        return PYDB_ERROR(err, PYDB_EINVAL, db->mst.path, -1,
+                          "cannot change the commit hook during a "
+                          "transaction");
+    }
+    if (hook) db->hook = *hook;
+    else memset(&db->hook, 0, sizeof db->hook);
+    pthread_mutex_unlock(&db->wmutex);
+    return PYDB_OK;
+}
+
+/* ------------------------------------------------------------- commit */
+
+typedef struct xblock {
+    int64_t index;
+    uint8_t data[PYDB_BLOCK];
+} xblock;
+
+/* A growable byte buffer for the log image. */
+typedef struct wbuf {
+    uint8_t *p;
+    size_t n, cap;
+} wbuf;
+
+static uint8_t *wbuf_grow(wbuf *b, size_t more)
+{
+    if (b->n + more > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->n + more) nc *= 2;
+        uint8_t *q = realloc(b->p, nc);
+        if (!q) return NULL;
+        b->p = q;
+        b->cap = nc;
+    }
+    b->n += more;
+    return b->p + b->n - more;
+}
+
+/* Append one entry; returns a pointer to its data (len bytes) or NULL. */
+static uint8_t *wal_entry(wbuf *b, uint32_t kind, const char *name,
+                          uint64_t off, uint64_t len, uint32_t *count)
+{
+    size_t nlen = name ? strlen(name) : 0;
+    size_t total = WAL_ENTRY + nlen + (size_t)len;
+    size_t pad = ((total + 7) & ~(size_t)7) - total;
+    uint8_t *e = wbuf_grow(b, total + pad);
+    if (!e) return NULL;
+    pydb__put32(e, kind);
+    pydb__put32(e + 4, (uint32_t)nlen);
+    put64(e + 8, off);
+    put64(e + 16, len);
+    if (nlen) memcpy(e + WAL_ENTRY, name, nlen);
+    memset(e + total, 0, pad);
+    (*count)++;
+    return e + WAL_ENTRY + nlen;
+}
+
+static int cmp_block(const void *a, const void *b)
+{
+    int64_t x = ((const xblock *)a)->index, y = ((const xblock *)b)->index;
+    return x < y ? -1 : x > y;
+}
+
+/* Build the log image of the transaction: MST region, XRF blocks,
+ * control record, whole files.  Also fills *mst_end. */
+static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
+                     int64_t *mst_end, uint8_t ctl[PYDB_CTL_SIZE],
+                     pydb_error *err)
+{
+    pydb_db *db = t->db;
+    int64_t end = t->pos, padded = (end + PYDB_BLOCK - 1) / PYDB_BLOCK *
+                                   PYDB_BLOCK;
+    int64_t old_blocks = pydb__fsize(&db->xrf) / PYDB_BLOCK;
+    int64_t need_blocks = ((int64_t)t->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
+                          PYDB_XRF_PER_BLOCK;
+    int64_t new_blocks = need_blocks > old_blocks ? need_blocks : old_blocks;
+    xblock *xb = NULL;
+    size_t nxb = 0, cap = 0;
+    uint32_t count = 0;
+    uint8_t *d;
+    int rc = PYDB_OK;
+
+    if (new_blocks < 1) new_blocks = 1;
+    *xb_out = NULL;
+    *nxb_out = 0;
+    if (!wbuf_grow(log, WAL_HEAD)) goto nomem;
+    /* 1. master file region: [start, padded) */
+    if (padded > t->start) {
+        d = wal_entry(log, WAL_MST, NULL, (uint64_t)t->start,
+                      (uint64_t)(padded - t->start), &count);
+        if (!d) goto nomem;
+        memset(d, 0, (size_t)(padded - t->start));
+        for (size_t i = 0; i < t->nops; i++)
+            memcpy(d + (t->ops[i].offset - t->start),
+                   (uint8_t *)t->ops[i].after +
+                       ((sizeof(pydb_record) + 7) & ~(size_t)7),
+                   t->ops[i].after->mfrl);
+    }
+    /* 2. XRF blocks: each touched entry's block, plus the old and new last
+     * blocks (XRFPOS sign: negative on the last block only). */
+    {
+        int64_t want[2] = {old_blocks - 1, new_blocks - 1};
+        size_t nwant = old_blocks != new_blocks ? 2 : 0;
+        size_t total = t->nops + nwant;
+        cap = total ? total : 1;
+        xb = malloc(cap * sizeof *xb);
+        if (!xb) goto nomem;
+        for (size_t i = 0; i < total; i++) {
+            int64_t bi = i < t->nops ? (t->ops[i].mfn - 1) / PYDB_XRF_PER_BLOCK
+                                     : want[i - t->nops];
+            if (bi < 0) continue;
+            if (nxb && xb[nxb - 1].index == bi) continue;
+            xb[nxb++].index = bi;
+        }
+        qsort(xb, nxb, sizeof *xb, cmp_block);
+        {   /* unique */
+            size_t k = 0;
+            for (size_t i = 0; i < nxb; i++)
+                if (k == 0 || xb[k - 1].index != xb[i].index) xb[k++] = xb[i];
+            nxb = k;
+        }
+        for (size_t i = 0; i < nxb; i++) {
+            int64_t bi = xb[i].index;
+            if (bi < old_blocks) {
+                rc = pydb__file_read(&db->xrf, PYDB_IO_PREAD, xb[i].data,
+                                     PYDB_BLOCK, bi * PYDB_BLOCK, "XRF block",
+                                     err);
+                if (rc) goto cleanup;
+            } else {
+                memset(xb[i].data, 0, PYDB_BLOCK);
+            }
+            pydb__put32(xb[i].data, (uint32_t)(bi == new_blocks - 1
+                                                   ? -(bi + 1) : bi + 1));
+        }
+        /* Blocks between the old end and a new last block must exist too
+         * (XRFPOS + zero entries) when a transaction skips none: appends are
+         * consecutive, so every new block holds an op -- except when no op
+         * lands in it, which cannot happen (MFNs are dense). */
+        for (size_t i = 0; i < t->nops; i++) {
+            int64_t bi = (t->ops[i].mfn - 1) / PYDB_XRF_PER_BLOCK;
+            size_t lo = 0, hi = nxb;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (xb[mid].index < bi) lo = mid + 1;
+                else hi = mid;
+            }
+            pydb__put32(xb[lo].data + 4 +
+                            ((t->ops[i].mfn - 1) % PYDB_XRF_PER_BLOCK) * 4,
+                        (uint32_t)t->ops[i].xrf_raw);
+        }
+        for (size_t i = 0; i < nxb;) {
+            size_t j = i + 1;
+            while (j < nxb && xb[j].index == xb[j - 1].index + 1) j++;
+            d = wal_entry(log, WAL_XRF, NULL,
+                          (uint64_t)(xb[i].index * PYDB_BLOCK),
+                          (uint64_t)((j - i) * PYDB_BLOCK), &count);
+            if (!d) goto nomem;
+            for (size_t k = i; k < j; k++)
+                memcpy(d + (k - i) * PYDB_BLOCK, xb[k].data, PYDB_BLOCK);
+            i = j;
+        }
+    }
+    /* 3. control record, last of the ISIS writes */
+    memcpy(ctl, t->ctl, PYDB_CTL_SIZE);
+    pydb__put32(ctl + 4, (uint32_t)t->next_mfn);
+    pydb__put32(ctl + 8, (uint32_t)(end / PYDB_BLOCK + 1));
+    pydb__put16(ctl + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+    d = wal_entry(log, WAL_MST, NULL, 0, PYDB_CTL_SIZE, &count);
+    if (!d) goto nomem;
+    memcpy(d, ctl, PYDB_CTL_SIZE);
+    /* 4. whole files */
+    for (size_t i = 0; i < t->nfiles; i++) {
+        d = wal_entry(log, WAL_FILE, t->files[i].path, 0, t->files[i].len,
+                      &count);
+        if (!d) goto nomem;
+        if (t->files[i].len) memcpy(d, t->files[i].data, t->files[i].len);
+    }
+    /* header and trailer */
+    {
+        uint8_t *h = log->p;
+        uint64_t body = log->n - WAL_HEAD;
+        uint8_t *tl;
+        memcpy(h, WAL_MAGIC, 8);
+        pydb__put32(h + 8, 1);
+        pydb__put32(h + 12, count);
+        put64(h + 16, body);
+        put64(h + 24, ++db->commit_seq);
+        pydb__put32(h + 32, crc32c(0, h, 32));
+        pydb__put32(h + 36, 0);
+        tl = wbuf_grow(log, WAL_TAIL);
+        if (!tl) goto nomem;
+        memcpy(tl, WAL_END, 8);
+        pydb__put32(tl + 8, crc32c(0, log->p, (size_t)(WAL_HEAD + body)));
+        pydb__put32(tl + 12, 0);
+    }
+    *mst_end = padded;
+    *xb_out = xb;
+    *nxb_out = nxb;
+    return PYDB_OK;
+nomem:
+    rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the log");
+cleanup:
+    free(xb);
+    return rc;
+}
+
+int pydb_txn_commit(pydb_txn *t, pydb_error *err)
+{
+    pydb_db *db = t->db;
+    int sync = !(db->flags & PYDB_OPEN_NOSYNC);
+    pydb_change *changes = NULL;
+    wbuf log = {NULL, 0, 0};
+    xblock *xb = NULL;
+    size_t nxb = 0;
+    int64_t mst_end = 0;
+    uint8_t ctl[PYDB_CTL_SIZE];
+    int rc = PYDB_OK, e, hooked = 0, fsync_failed = 0;
+
+    if (t->nops == 0 && t->nfiles == 0) goto done;  /* nothing to write */
+    if (db->hook.prepare && t->nops) {
+        changes = calloc(t->nops, sizeof *changes);
+        if (!changes) {
+            rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+            goto done;
+        }
+        for (size_t i = 0; i < t->nops; i++) {
+            changes[i].mfn = t->ops[i].mfn;
+            changes[i].before = t->ops[i].before;
+            changes[i].after = t->ops[i].deleted_after ? NULL
+                                                       : t->ops[i].after->fields;
+            changes[i].nafter = t->ops[i].deleted_after
+                                    ? 0 : t->ops[i].after->nfields;
+            changes[i].deleted_after = t->ops[i].deleted_after;
+        }
+        rc = db->hook.prepare(db->hook.ctx, t, changes, t->nops, err);
+        if (rc) goto done;
+        hooked = 1;
+    }
+    rc = build_log(&log, t, &xb, &nxb, &mst_end, ctl, err);
+    if (rc) goto done;
+
+    /* The log, then the commit point. */
+    e = -pydb__write_full(db->wal_fd, log.p, log.n, 0);
+    if (e) {
+        rc = PYDB_OSERROR(err, e, db->wal_path, 0,
+                          "writing the write-ahead log failed: %s",
+                          strerror(e));
+        pydb__vfs->ftruncate(db->wal_fd, 0);  /* best effort; torn anyway */
+        goto done;
+    }
+    if (sync && pydb__vfs->fdatasync(db->wal_fd) != 0) {
+        e = errno;
+        set_fatal(db);
+        rc = PYDB_OSERROR(err, e, db->wal_path, -1,
+                          "fdatasync of the write-ahead log failed: %s",
+                          strerror(e));
+        goto done;
+    }
+
+    /* Apply.  Record bytes first (unreachable until the XRF says so). */
+    {
+        const uint8_t *p = log.p + WAL_HEAD;
+        if (mst_end > t->start) {
+            p += WAL_ENTRY;  /* the first entry is the MST region */
+            e = -pydb__write_full(db->mst.fd, p, (size_t)(mst_end - t->start),
+                                  t->start);
+            if (e) {
+                rc = PYDB_OSERROR(err, e, db->mst.path, t->start,
+                                  "write failed: %s", strerror(e));
+                goto apply_failed;
+            }
+            pydb__fsize_raise(&db->mst, mst_end);
+        }
+    }
+    __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);   /* odd */
+    for (size_t i = 0; i < nxb; i++) {
+        e = -pydb__write_full(db->xrf.fd, xb[i].data, PYDB_BLOCK,
+                              xb[i].index * PYDB_BLOCK);
+        if (e) {
+            __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);
+            rc = PYDB_OSERROR(err, e, db->xrf.path, xb[i].index * PYDB_BLOCK,
+                              "write failed: %s", strerror(e));
+            goto apply_failed;
+        }
+        pydb__fsize_raise(&db->xrf, (xb[i].index + 1) * PYDB_BLOCK);
+    }
+    e = -pydb__write_full(db->mst.fd, ctl, PYDB_CTL_SIZE, 0);
+    if (e) {
+        __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);
+        rc = PYDB_OSERROR(err, e, db->mst.path, 0, "write failed: %s",
+                          strerror(e));
+        goto apply_failed;
+    }
+    __atomic_store_n(&db->next_block, (int32_t)pydb__u32(ctl + 8),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, (int32_t)pydb__u16(ctl + 12),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_mfn, t->next_mfn, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);   /* even */
+
+    if (sync) {
+        if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
+            e = errno;
+            fsync_failed = 1;
+            rc = PYDB_OSERROR(err, e, db->mst.path, -1,
+                              "fdatasync failed: %s", strerror(e));
+            goto apply_failed;
+        }
+        if (pydb__vfs->fdatasync(db->xrf.fd) != 0) {
+            e = errno;
+            fsync_failed = 1;
+            rc = PYDB_OSERROR(err, e, db->xrf.path, -1,
+                              "fdatasync failed: %s", strerror(e));
+            goto apply_failed;
+        }
+    }
+    for (size_t i = 0; i < t->nfiles; i++) {
+        rc = put_file_apply(t->files[i].path, t->files[i].data,
+                            t->files[i].len, sync, &fsync_failed, err);
+        if (rc) goto apply_failed;
+    }
+    if (hooked && db->hook.publish) db->hook.publish(db->hook.ctx, t);
+    hooked = 0;
+    /* The commit is in the files: empty the log.  If that fails, the log
+     * still holds this (applied) commit; replaying it is harmless and the
+     * next transaction tries again, so the commit is reported as done. */
+    pydb__vfs->ftruncate(db->wal_fd, 0);
+    goto done;
+
+apply_failed:
+    /* The log is durable (or, with NOSYNC, in the page cache): reopening
+     * replays it.  This handle's view may be partial: make it read-only. */
+    (void)fsync_failed;
+    set_fatal(db);
+done:
+    if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
+    free(changes);
+    free(log.p);
+    free(xb);
+    release_writer(db);
+    txn_free(t);
+    return rc;
+}
+
+void pydb_txn_abort(pydb_txn *t)
+{
+    if (!t) return;
+    release_writer(t->db);
+    txn_free(t);
+}

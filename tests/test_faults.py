@@ -1,0 +1,201 @@
+"""I/O error injection (reliability.md §2.3 b1): a fixed write script runs
+once per write-side file operation it performs (pwrite, fdatasync/fsync,
+ftruncate, rename, unlink: counted through the core's vfs table), and the
+n-th operation is made to fail, for every n, with ENOSPC and with EIO, and
+as a short write followed by ENOSPC.  After each run:
+
+- the failure surfaced as pydb.DiskError (an OSError) with that errno and a
+  file name -- except a failure to empty the log after a commit was
+  applied, which is not an error (the commit is durable; the stale log is
+  replayed harmlessly and emptied by the next transaction);
+- after a failed fsync the handle refuses writes (ReadOnlyError);
+- reopened (recovery), the database holds every transaction acknowledged
+  before the failure, exactly, and the failed one entirely or not at all;
+  the ISIS files alone are consistent; it accepts new writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+
+import pytest
+
+import pydb
+from pydb import _pydb
+from writer_model import Oracle, check_files, content, open_db
+
+SCRIPT = [
+    [("A", 3000, 5)], [("A", 3001, 700)],
+    [("A", 3002, 10), ("U", 1, 3002, 300), ("D", 2)],
+    [("U", 3, 3003, 3000)],
+    [("X", 2), ("D", 4)],
+    [("A", 3005, 40)] * 40,            # crosses an XRF block boundary
+    [("U", 5, 3006, 0), ("U", 5, 3007, 20)],
+]
+
+
+def run_script(db, oracle, results):
+    """Run SCRIPT; `oracle` gets each acknowledged transaction."""
+    for txn in SCRIPT:
+        with db.transaction() as tx:
+            ops = []
+            for op in txn:
+                if op[0] == "A":
+                    m = tx.append(content(oracle.max_mfn + 1 + len(ops), op[1], op[2]))
+                    ops.append(("A", m, op[1], op[2]))
+                elif op[0] == "U":
+                    tx.update(op[1], content(op[1], op[2], op[3]))
+                    ops.append(op)
+                elif op[0] == "D":
+                    tx.delete(op[1])
+                    ops.append(op)
+                else:
+                    tx.undelete(op[1])
+                    ops.append(op)
+            results["pending"] = ops
+        oracle.apply(ops)
+        results["pending"] = None
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    d = tmp_path_factory.mktemp("faults")
+    base = d / "db"
+    with pydb.create(base, "isis-aligned", sync=False) as db:
+        with db.transaction() as tx:
+            for m in range(1, 121):
+                tx.append(content(m, m, m * 7 % 500))
+    oracle = Oracle({m: (False, m, m * 7 % 500) for m in range(1, 121)})
+    return base, oracle
+
+
+def count_ops(tmp_path, pristine):
+    base0, oracle0 = pristine
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{base0}{ext}", f"{tmp_path}/c{ext}")
+    with open_db(tmp_path / "c") as db:
+        _pydb._test_fail_io(-1)
+        try:
+            run_script(db, oracle0.copy(), {})
+            n = _pydb._test_io_count()
+        finally:
+            _pydb._test_fail_io(0)
+    return n
+
+
+MODES = [("ENOSPC", errno.ENOSPC, False), ("EIO", errno.EIO, False),
+         ("short+ENOSPC", errno.ENOSPC, True)]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m[0] for m in MODES])
+def test_fail_every_operation(tmp_path, pristine, mode):
+    name, eno, short = mode
+    base0, oracle0 = pristine
+    total = count_ops(tmp_path, pristine)
+    assert total >= 7 * 8                      # log, data, fsyncs per commit
+    outcomes = {}
+    for n in range(1, total + 1):
+        d = tmp_path / f"n{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf", ".wal"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        base = d / "db"
+        oracle = oracle0.copy()
+        results = {"pending": None}
+        db = open_db(base)
+        raised = None
+        _pydb._test_fail_io(n, eno, short)
+        try:
+            run_script(db, oracle, results)
+        except pydb.Error as e:
+            raised = e
+        finally:
+            fired = _pydb._test_io_fired()
+            _pydb._test_fail_io(0)
+        assert fired, f"n={n}: the fault was not reached"
+        kind = fired.split()[0]
+        if raised is None:
+            # only emptying the log after an applied commit may fail silently
+            assert kind == "ftruncate", (n, fired)
+            outcomes["ftruncate (ignored)"] = outcomes.get("ftruncate (ignored)", 0) + 1
+        else:
+            assert isinstance(raised, pydb.DiskError) and isinstance(raised, OSError), \
+                (n, fired, repr(raised))
+            assert raised.errno == eno, (n, fired, raised)
+            assert raised.filename and raised.filename.startswith(str(d)), raised.filename
+            assert results["pending"] is not None        # it failed inside a commit
+            if kind in ("fsync", "fdatasync"):
+                with pytest.raises(pydb.ReadOnlyError):
+                    db.append([(1, b"refused")])
+            outcomes[kind] = outcomes.get(kind, 0) + 1
+        db.close()
+        # reopen: recovery; acknowledged data intact; failed txn all or nothing
+        with pydb.open(base) as ro:
+            ok, why = oracle.matches(ro)
+            if not ok:
+                assert results["pending"] is not None, (n, fired, why)
+                new = oracle.copy()
+                new.apply(results["pending"])
+                ok2, why2 = new.matches(ro)
+                assert ok2, (n, fired, why, why2)
+                oracle = new
+        check_files(base)
+        with open_db(base) as db:                 # usable again
+            m = db.append(content(oracle.max_mfn + 1, 9999, 3))
+            oracle.apply([("A", m, 9999, 3)])
+        with pydb.open(base) as ro:
+            assert oracle.matches(ro)[0]
+        shutil.rmtree(d)
+    print(f"fault sweep {name}: {total} operations failed one by one: {outcomes}")
+    assert sum(outcomes.values()) == total
+
+
+@pytest.mark.parametrize("eno", [errno.EIO, errno.ENOSPC])
+def test_fail_every_operation_of_recovery(tmp_path, pristine, eno):
+    """A complete log left behind (the .mst write failed after the log was
+    durable); each write/fsync/truncate of the recovery that replays it is
+    failed in turn: opening raises DiskError with the errno, and a later
+    open still recovers everything."""
+    base0, oracle0 = pristine
+    d = tmp_path / "left"
+    d.mkdir()
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+    oracle = oracle0.copy()
+    with open_db(d / "db") as db:
+        _pydb._test_fail_io(3, errno.EIO)      # log pwrite, log fdatasync, .mst pwrite
+        try:
+            with pytest.raises(pydb.DiskError):
+                with db.transaction() as tx:
+                    for k in range(130):         # crosses an XRF block boundary
+                        tx.append(content(121 + k, 777, k))
+                    tx.update(1, content(1, 778, 50))
+                    tx.delete(2)
+        finally:
+            _pydb._test_fail_io(0)
+    oracle.apply([("A", 121 + k, 777, k) for k in range(130)] +
+                 [("U", 1, 778, 50), ("D", 2)])
+    saved = {ext: (d / f"db{ext}").read_bytes() for ext in (".mst", ".xrf", ".wal")}
+    assert saved[".wal"][:8] == b"PYDBWAL1"
+    # count the operations of one recovery
+    _pydb._test_fail_io(-1)
+    try:
+        open_db(d / "db").close()
+        total = _pydb._test_io_count()
+    finally:
+        _pydb._test_fail_io(0)
+    assert total >= 5                              # writes, 2 fdatasync, truncate, fdatasync
+    for n in range(1, total + 1):
+        for ext, data in saved.items():
+            (d / f"db{ext}").write_bytes(data)
+        _pydb._test_fail_io(n, eno)
+        try:
+            with pytest.raises(pydb.DiskError) as e:
+                open_db(d / "db").close()
+        finally:
+            _pydb._test_fail_io(0)
+        assert e.value.errno == eno and e.value.filename.startswith(str(d))
+        with pydb.open(d / "db", readonly=False) as db:   # recovers now
+            assert oracle.matches(db)[0]
+        check_files(d / "db")

@@ -1,0 +1,643 @@
+"""The write path (csrc/write.c): transactions with the ISIS update
+technique (isis-formats.md §2.3, §2.4, §3.2, §10), every layout and MSTXL,
+the write-ahead log and recovery, locks, and every real master file under
+../shared/data/isis copied, updated and re-read."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import pydb
+from conftest import DATA, all_master_files
+
+LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
+LEADER = {"isis-packed": 18, "isis-aligned": 20, "ffi-packed": 22, "ffi-aligned": 24}
+
+
+def sample(i: int) -> list[tuple[int, bytes]]:
+    rec = [(24, f"Title {i} ".encode() * (i % 7 + 1)), (70, b"Smith, J."),
+           (26, b"^aParis^bUnesco^c19%02d" % (i % 100))]
+    if i % 3 == 0:
+        rec.append((70, "Andr\u00e9, \u00c9.".encode("utf-8")))
+    if i % 5 == 0:
+        rec.append((900, b""))           # zero-length field is kept
+    if i % 11 == 0:
+        rec.append((65535, b"x" * (i % 300)))
+    return rec
+
+
+def raw_fields(rec) -> list[tuple[int, bytes]]:
+    return [(f.tag, f.raw) for f in rec.fields]
+
+
+def read_ctl(base):
+    mst = open(f"{base}.mst", "rb").read()
+    ctlmfn, nxtmfn, nxtmfb, nxtmfp, mftype, mstxl = struct.unpack_from("<iiiHBB", mst, 0)
+    return mst, ctlmfn, nxtmfn, nxtmfb, nxtmfp, mstxl
+
+
+def check_files(base, layout, mstxl, n_mfn):
+    """File-level invariants of formats §2.1, §2.3, §3.1, §10."""
+    mst, ctlmfn, nxtmfn, nxtmfb, nxtmfp, shift = read_ctl(base)
+    xrf = open(f"{base}.xrf", "rb").read()
+    assert (ctlmfn, nxtmfn, shift) == (0, n_mfn + 1, mstxl)
+    end = (nxtmfb - 1) * 512 + nxtmfp - 1
+    assert len(mst) % 512 == 0 and end <= len(mst)
+    assert mst[end:] == b"\0" * (len(mst) - end)        # zero-filled tail
+    nblocks = len(xrf) // 512
+    assert len(xrf) % 512 == 0 and nblocks == max(1, -(-n_mfn // 127))
+    for b in range(nblocks):
+        pos = struct.unpack_from("<i", xrf, b * 512)[0]
+        assert pos == (-(b + 1) if b == nblocks - 1 else b + 1)
+    return mst, xrf
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mstxl", [0, 3, 6])
+def test_write_then_read_every_layout(tmp_path, layout, mstxl):
+    base = tmp_path / "db"
+    expected: dict[int, list] = {}
+    with pydb.create(base, layout, mstxl, sync=False) as db:
+        assert db.layout == layout and db.max_mfn == 0 and len(db) == 0
+        for i in range(1, 201):                         # autocommit appends
+            if i <= 20:
+                assert db.append(sample(i)) == i
+            else:
+                break
+        with db.transaction() as tx:                    # one batch of 280
+            for i in range(21, 301):
+                assert tx.append(sample(i)) == i
+        expected = {i: sample(i) for i in range(1, 301)}
+        db.update(7, [(1, b"seven"), (2, "\u00e9t\u00e9")])
+        expected[7] = [(1, b"seven"), (2, "\u00e9t\u00e9".encode())]
+        with db.transaction() as tx:
+            tx.update(8, [(1, b"eight v2")])
+            tx.update(8, [(1, b"eight v3")])            # twice in one transaction
+            tx.delete(9)
+            tx.delete(10)
+            tx.undelete(10)                             # net: active again
+            new = tx.append([(5, b"appended last")])
+        expected[8] = [(1, b"eight v3")]
+        expected[new] = [(5, b"appended last")]
+        assert new == 301
+
+        def verify(db):
+            assert db.layout == layout and db.max_mfn == 301
+            assert db.counts() == {"active": 300, "logically_deleted": 1,
+                                   "physically_deleted": 0, "unused": 0,
+                                   "new": 301, "pending": 0}
+            for mfn, fields in expected.items():
+                r = db[mfn]
+                assert raw_fields(r) == fields, mfn
+                assert r.deleted == (mfn == 9) and r.status == (mfn == 9)
+                assert r.new and not r.pending           # never inverted
+                assert r.offset % (2 ** mstxl if mstxl else 2) == 0
+                assert r.offset % 512 <= 512 - (LEADER[layout] - 4)  # never-split
+                assert r.mfrl % 2 == 0 and r.mfrl % (2 ** mstxl) == 0
+                assert not r.locked
+            # version chains: newest first, back pointers strictly backwards
+            v8 = db.versions(8)
+            assert [raw_fields(v) for v in v8] == [[(1, b"eight v3")], [(1, b"eight v2")],
+                                                   sample(8)]
+            v10 = db.versions(10)
+            assert [v.status for v in v10] == [0, 1, 0]
+            assert all(raw_fields(v) == sample(10) for v in v10)
+            assert db.versions(1)[0].back_offset is None and len(db.versions(1)) == 1
+            assert [r.mfn for r in db] == [m for m in range(1, 302) if m != 9]
+            assert db.mfns(deleted=True) == list(range(1, 302))
+
+        verify(db)
+    mst, _ = check_files(base, layout, mstxl, 301)
+    # blank padding inside MFRL (formats §2.2)
+    with pydb.open(base) as db:
+        verify(db)
+        r = db[1]
+        g = {"isis-packed": 6, "isis-aligned": 6, "ffi-packed": 10, "ffi-aligned": 12}[layout]
+        content = LEADER[layout] + g * len(r) + sum(len(f.raw) for f in r.fields)
+        assert mst[r.offset + content:r.offset + r.mfrl] == b" " * (r.mfrl - content)
+    assert os.path.getsize(f"{base}.wal") == 0          # log empty between commits
+
+
+def test_flags_pending_on_inverted_records(tmp_path):
+    """A record without the "new" flag (as after an inversion) gets "update
+    pending" (0x200) when changed, and its XRF pointer is negated on delete
+    (formats §2.4, §3.2)."""
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        db.append([(1, b"a")])
+        db.append([(1, b"b")])
+    # clear the "new" flag of MFN 1 as an inversion would
+    xrf = bytearray(open(f"{base}.xrf", "rb").read())
+    v = struct.unpack_from("<i", xrf, 4)[0]
+    struct.pack_into("<i", xrf, 4, v & ~0x400)
+    open(f"{base}.xrf", "wb").write(bytes(xrf))
+    with pydb.open(base, readonly=False, sync=False) as db:
+        assert not db[1].new and not db[1].pending
+        old = db[1].offset
+        db.update(1, [(1, b"a2")])
+        r = db[1]
+        assert r.pending and not r.new and r.back_offset == old
+        db.delete(1)
+        e = db.xrf_entry(1)
+        assert e["state"] == "logically deleted" and e["raw"] < 0 and e["pending"]
+        assert e["offset"] == db[1].offset and db[1].status == 1
+        db.update(2, [(1, b"b2")])
+        assert db[2].new and not db[2].pending      # still never inverted
+
+
+def test_control_record_fields_kept(tmp_path):
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-aligned", 0, sync=False) as db:
+        pass
+    mst = bytearray(open(f"{base}.mst", "rb").read())
+    struct.pack_into("<i", mst, 16, 151)             # RECCNT as WinISIS writes it
+    struct.pack_into("<iii", mst, 20, 7, 8, 0)
+    open(f"{base}.mst", "wb").write(bytes(mst))
+    with pydb.open(base, readonly=False, sync=False) as db:
+        db.append([(1, b"x" * 600)])                 # spans a block boundary
+        info = db.info()
+        assert (info["reccnt"], info["next_mfn"]) == (151, 2)
+    mst = open(f"{base}.mst", "rb").read()
+    assert struct.unpack_from("<iiii", mst, 16) == (151, 7, 8, 0)
+    # NXTMFB/NXTMFP point just past the record (formats §2.1 notes)
+    _, _, nxtmfn, nxtmfb, nxtmfp, _ = read_ctl(base)
+    with pydb.open(base) as db:
+        r = db[1]
+        assert r.offset == 64 and (nxtmfb - 1) * 512 + nxtmfp - 1 == 64 + r.mfrl
+
+
+def test_too_large_names_limit_and_ffi(tmp_path):
+    with pydb.create(tmp_path / "a", sync=False) as db:
+        with pytest.raises(pydb.RecordTooLargeError, match="32767.*FFI"):
+            db.append([(10, b"x" * 40000)])
+        assert db.max_mfn == 0                       # nothing written
+        db.append([(10, b"x" * 32700)])               # fits (18+6+32700 -> 32724)
+        with pytest.raises(pydb.RecordTooLargeError, match="32767"):
+            db.update(1, [(10, b"y" * 32760)])
+        assert db[1].raw(10) == [b"x" * 32700]
+    with pydb.create(tmp_path / "b", "ffi-packed", sync=False) as db:
+        db.append([(10, b"x" * 400000)])
+        assert db[1].raw(10) == [b"x" * 400000]
+
+
+def test_create_refuses_existing(tmp_path):
+    with pydb.create(tmp_path / "db", sync=False) as db:
+        db.append([(1, b"keep")])
+    before = open(tmp_path / "db.mst", "rb").read()
+    with pytest.raises(pydb.DatabaseExistsError):
+        pydb.create(tmp_path / "db")
+    (tmp_path / "x.xrf").write_bytes(b"")
+    with pytest.raises(pydb.DatabaseExistsError):
+        pydb.create(tmp_path / "x")
+    assert open(tmp_path / "db.mst", "rb").read() == before
+    with pytest.raises(ValueError):
+        pydb.create(tmp_path / "y", layout="isis-wide")
+    with pytest.raises(ValueError):
+        pydb.create(tmp_path / "z", mstxl=7)
+
+
+def test_fields_arguments(tmp_path):
+    with pydb.create(tmp_path / "db", encoding="cp850", sync=False) as db:
+        m = db.append([(1, "Andr\u00e9"), [2, b"\x82"], (3, bytearray(b"ba")),
+                       (4, memoryview(b"mv"))])
+        assert db[m].raw(1) == [b"Andr\x82"] and db[m][2] == ["\u00e9"]
+        assert db[m].raw(3) == [b"ba"] and db[m].raw(4) == [b"mv"]
+        copy = db.append(db[m])                     # a Record: stored bytes
+        assert raw_fields(db[copy]) == raw_fields(db[m])
+        db.update(copy, list(db[m].fields)[:2])
+        assert raw_fields(db[copy]) == [(1, b"Andr\x82"), (2, b"\x82")]
+        assert db.append([]) == 3 and len(db[3]) == 0
+        for bad, exc in [([(0, b"x")], ValueError), ([(65536, b"x")], ValueError),
+                         ([("1", b"x")], TypeError), ([(1, 5)], TypeError),
+                         ([(1, b"x", 2)], ValueError), ("abc", TypeError),
+                         ([5], TypeError), (5, TypeError)]:
+            with pytest.raises(exc):
+                db.append(bad)
+        with pytest.raises(pydb.NotFoundError):
+            db.update(99, [(1, b"x")])
+        with pytest.raises(pydb.NotFoundError):
+            db.delete(0)
+        assert db.max_mfn == 3
+
+
+def test_transaction_abort_and_states(tmp_path):
+    with pydb.create(tmp_path / "db", sync=False) as db:
+        db.append([(1, b"one")])
+        with pytest.raises(RuntimeError):
+            with db.transaction() as tx:
+                tx.append([(1, b"two")])
+                tx.update(1, [(1, b"changed")])
+                raise RuntimeError("boom")
+        assert not tx.active
+        assert db.max_mfn == 1 and db[1].raw(1) == [b"one"]
+        with pytest.raises(pydb.ClosedError):
+            tx.append([(1, b"x")])
+        tx = db.transaction()
+        assert tx.active
+        with pytest.raises(pydb.LockTimeoutError):
+            db.transaction(timeout=0)                # one per handle
+        assert tx.append([(1, b"two")]) == 2
+        assert db.max_mfn == 1                       # not visible before commit
+        with pytest.raises(pydb.NotFoundError):
+            db[2]
+        tx.commit()
+        assert db[2].raw(1) == [b"two"]
+        with pytest.raises(pydb.ClosedError):
+            tx.commit()
+        tx.abort()                                    # idempotent
+        tx = db.transaction()
+        tx.append([(1, b"three")])
+    # close() aborted the open transaction
+    with pydb.open(tmp_path / "db") as db:
+        assert db.max_mfn == 2
+    with pytest.raises(pydb.ClosedError):
+        tx.append([(1, b"x")])
+
+
+def test_readonly_and_lock_timeout_across_handles(tmp_path):
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        db.append([(1, b"a")])
+    with pydb.open(base) as ro:
+        with pytest.raises(pydb.ReadOnlyError):
+            ro.transaction()
+        with pytest.raises(pydb.ReadOnlyError):
+            ro.delete(1)
+    w1 = pydb.open(base, readonly=False, lock_timeout=0.2)
+    w2 = pydb.open(base, readonly=False, lock_timeout=0.2)
+    tx = w1.transaction()
+    t0 = time.monotonic()
+    with pytest.raises(pydb.LockTimeoutError) as e:
+        w2.append([(1, b"b")])
+    assert 0.15 < time.monotonic() - t0 < 5 and e.value.filename.endswith(".wal")
+    tx.append([(1, b"from w1")])
+    tx.commit()
+    assert w2.append([(1, b"from w2")]) == 3        # sees w1's commit first
+    assert w1[3].raw(1) == [b"from w2"]             # w1 picks up w2's commit
+    w1.close()
+    w2.close()
+
+
+def test_lock_across_processes(tmp_path):
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        db.append([(1, b"a")])
+    code = ("import pydb,sys,time\n"
+            "db=pydb.open(sys.argv[1],readonly=False)\n"
+            "tx=db.transaction(); tx.append([(1,b'child')]); print('locked',flush=True)\n"
+            "time.sleep(1.0); tx.commit(); print('done',flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE,
+                         text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert p.stdout.readline().strip() == "locked"
+    with pydb.open(base, readonly=False, lock_timeout=0.1) as db:
+        with pytest.raises(pydb.LockTimeoutError):
+            db.append([(1, b"parent")])
+        t0 = time.monotonic()
+        m = db.transaction(timeout=20)
+        assert time.monotonic() - t0 > 0.3            # waited for the child
+        mfn = m.append([(1, b"parent")])
+        m.commit()
+        assert mfn == 3 and db[2].raw(1) == [b"child"]
+    assert p.stdout.readline().strip() == "done" and p.wait() == 0
+
+
+def test_other_handle_sees_later_commits(tmp_path):
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        db.append([(1, b"a")])
+    for io in ("mmap", "pread", "direct"):
+        try:
+            reader = pydb.open(base, io=io)
+        except pydb.UnsupportedError:
+            continue                                   # O_DIRECT refused here
+        with pydb.open(base, readonly=False, sync=False) as w:
+            big = [(2, b"z" * 5000)] * 3              # grow the files under the mapping
+            mfns = [w.append(big) for _ in range(300)]
+            w.update(1, [(1, b"a2")])
+        assert reader[mfns[-1]].raw(2) == [b"z" * 5000] * 3
+        assert reader[1].raw(1) == [b"a2"]
+        assert len(reader) == reader.max_mfn == mfns[-1]
+        assert sum(1 for _ in reader) == mfns[-1]
+        reader.close()
+
+
+def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
+    """A log left by a writer that died after the commit point is replayed
+    on open; a torn one is dropped; either way the ISIS files alone are
+    then consistent (no .wal needed by WinISIS/CISIS)."""
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        for i in range(1, 51):
+            db.append(sample(i))
+    good_mst = open(f"{base}.mst", "rb").read()
+    good_xrf = open(f"{base}.xrf", "rb").read()
+    # Capture a complete log: fail the first write to the .mst after it.
+    with pydb.open(base, readonly=False) as db:
+        pydb._pydb._test_fail_io(3, 5)               # wal pwrite, wal fdatasync, mst pwrite
+        try:
+            with pytest.raises(pydb.DiskError):
+                with db.transaction() as tx:
+                    tx.update(3, [(1, b"recovered")])
+                    tx.append([(1, b"new one")])
+            assert pydb._pydb._test_io_fired() == "pwrite"
+        finally:
+            pydb._pydb._test_fail_io(0)
+        with pytest.raises(pydb.ReadOnlyError):       # handle turned read-only
+            db.append([(1, b"x")])
+    wal = open(f"{base}.wal", "rb").read()
+    assert wal[:8] == b"PYDBWAL1" and len(wal) > 100
+    assert open(f"{base}.mst", "rb").read() == good_mst  # nothing applied
+    with pydb.open(base) as db:                          # read-only open recovers
+        assert db[3].raw(1) == [b"recovered"] and db[51].raw(1) == [b"new one"]
+    assert os.path.getsize(f"{base}.wal") == 0
+    check_files(base, "isis-packed", 0, 51)
+    recovered = open(f"{base}.mst", "rb").read(), open(f"{base}.xrf", "rb").read()
+    # A torn log (every proper prefix) is dropped and changes nothing.
+    for cut in sorted({1, 8, 39, 40, 100, len(wal) // 2, len(wal) - 17, len(wal) - 1}):
+        open(f"{base}.wal", "wb").write(wal[:cut])
+        with pydb.open(base, readonly=False) as db:
+            assert db[3].raw(1) == [b"recovered"]
+        assert (open(f"{base}.mst", "rb").read(), open(f"{base}.xrf", "rb").read()) == recovered
+        assert os.path.getsize(f"{base}.wal") == 0
+    # A flipped byte in the body fails the checksum: dropped.
+    bad = bytearray(wal)
+    bad[len(bad) // 2] ^= 0xFF
+    open(f"{base}.mst", "wb").write(good_mst)
+    open(f"{base}.xrf", "wb").write(good_xrf)
+    open(f"{base}.wal", "wb").write(bytes(bad))
+    with pydb.open(base, readonly=False) as db:
+        assert db.max_mfn == 50 and raw_fields(db[3]) == sample(3)
+
+
+def test_sync_commit_leaves_only_the_isis_files_and_an_empty_log(tmp_path):
+    base = tmp_path / "db"
+    with pydb.create(base, sync=True) as db:
+        assert db.sync and not db.readonly
+        db.append([(1, b"x")])
+        db.update(1, [(1, b"y")])
+    assert sorted(os.listdir(tmp_path)) == ["db.mst", "db.wal", "db.xrf"]
+    assert os.path.getsize(base.with_suffix(".wal")) == 0
+
+
+# ---------------------------------------------------------------- real data
+
+def _sources_counts():
+    """act/ldel/pdel and layout per master file, from SOURCES.md."""
+    out = {}
+    src = DATA / "SOURCES.md"
+    if not src.is_file():
+        return out
+    for line in src.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\| `([^`]+\.mst)` \| (\d+) \| ([a-z-]+) \| (\d+) \| (\d+) \| (\d+) \| "
+                     r"(\d+)/(\d+)/(\d+) \|", line, re.I)
+        if m:
+            out[m.group(1)] = dict(layout=m.group(3), mstxl=int(m.group(4)),
+                                   nxt=int(m.group(5)), act=int(m.group(7)),
+                                   ldel=int(m.group(8)), pdel=int(m.group(9)))
+    return out
+
+
+SOURCES = _sources_counts()
+REAL = all_master_files()
+
+
+@pytest.mark.parametrize("mst", REAL, ids=[str(p.relative_to(DATA)) for p in REAL])
+def test_every_real_database_updated(tmp_path, isis_data, mst):
+    rel = str(mst.relative_to(DATA))
+    facts = SOURCES.get(rel)
+    xrf = [p for p in mst.parent.iterdir() if p.stem == mst.stem and p.suffix.lower() == ".xrf"]
+    if not xrf:
+        pytest.skip("no XRF for this master file (SOURCES.md)")
+    # copy the pair (keeping the case of the names) into tmp
+    shutil.copy2(mst, tmp_path / mst.name)
+    shutil.copy2(xrf[0], tmp_path / xrf[0].name)
+    base = tmp_path / mst.stem
+    try:
+        with pydb.open(base) as db:
+            before = {m: db[m] for m in db.mfns(deleted=True)}
+    except pydb.CorruptionError:
+        pytest.skip("damaged sample (SOURCES.md lists its faults); not written to")
+    if facts is None:   # SOURCES.md gives no counts: take them from the reader
+        with pydb.open(base) as db:
+            c = db.counts()
+            facts = dict(layout=db.layout, mstxl=db.info()["mstxl"], nxt=db.max_mfn + 1,
+                         act=c["active"], ldel=c["logically_deleted"],
+                         pdel=c["physically_deleted"])
+    if not before:   # an empty database (SOURCES.md: layout "empty")
+        assert facts["nxt"] == 1
+        with pydb.open(base, readonly=False, sync=False) as db:
+            assert db.append([(1, b"first")]) == 1
+            with db.transaction() as tx:
+                assert tx.append([(1, b"second")]) == 2
+                tx.update(1, [(1, b"first v2")])
+                tx.delete(2)
+        with pydb.open(base) as db:
+            assert db.layout == "isis-packed" and db.max_mfn == 2
+            assert [(r.mfn, r.deleted, raw_fields(r)) for r in db.records(deleted=True)] == \
+                [(1, False, [(1, b"first v2")]), (2, True, [(1, b"second")])]
+        return
+    with pydb.open(base) as db:
+        assert db.layout == facts["layout"] and db.info()["mstxl"] == facts["mstxl"]
+        assert db.max_mfn == facts["nxt"] - 1
+        c = db.counts()
+        assert (c["active"], c["logically_deleted"], c["physically_deleted"]) == \
+            (facts["act"], facts["ldel"], facts["pdel"])
+    expected = {m: (r.deleted, raw_fields(r)) for m, r in before.items()}
+    active = [m for m, (d, _) in expected.items() if not d]
+    deleted = [m for m, (d, _) in expected.items() if d]
+    appended = [(1, b"appended"), (2, "\u00fcber".encode("utf-8"))]
+    a = active[0]
+    b = active[len(active) // 2] if len(active) > 1 else facts["nxt"]  # else: the new one
+    changed = expected[a][1] + [(999, b"changed by pydb \xe9")]
+    with pydb.open(base, readonly=False, sync=False) as db:
+        with db.transaction() as tx:
+            new = tx.append(appended)
+            tx.update(a, changed)
+            tx.delete(b)
+        assert new == facts["nxt"]
+        db.undelete(b)
+        db.delete(a)
+        if deleted:
+            db.undelete(deleted[0])
+    expected[a] = (True, changed)
+    expected[new] = (False, appended)
+    orig_b = (raw_fields(before[b]), before[b].status) if b in before else (appended, 0)
+    if deleted:
+        expected[deleted[0]] = (False, expected[deleted[0]][1])
+    for attempt in range(2):                         # reopened twice: stable
+        with pydb.open(base) as db:
+            assert db.layout == facts["layout"]
+            assert db.max_mfn == facts["nxt"]
+            c = db.counts()
+            undel = 1 if deleted else 0
+            assert (c["active"], c["logically_deleted"], c["physically_deleted"]) == \
+                (facts["act"] - 1 + 1 + undel, facts["ldel"] + 1 - undel, facts["pdel"])
+            for m, (d, fields) in expected.items():
+                r = db[m]
+                assert (r.deleted, raw_fields(r)) == (d, fields), m
+            vs = chain(db, a, 3)
+            assert [raw_fields(v) for v in vs] == [changed, changed, raw_fields(before[a])]
+            assert [v.status for v in vs] == [1, 0, before[a].status]
+            assert vs[2].offset == before[a].offset
+            vs = chain(db, b, 3)
+            assert [raw_fields(v) for v in vs] == [orig_b[0]] * 3
+            assert [v.status for v in vs] == [0, 1, orig_b[1]]
+    assert os.path.getsize(tmp_path / f"{mst.stem}.{'WAL' if mst.suffix == '.MST' else 'wal'}") == 0
+
+
+def chain(db, mfn, n):
+    """The current version of `mfn` and up to n-1 back versions."""
+    out = [db[mfn]]
+    while len(out) < n and out[-1].back_offset is not None:
+        assert out[-1].back_offset < out[-1].offset
+        out.append(db._read_at(mfn, out[-1].back_offset))
+    return out
+
+
+# ------------------------------------------------------------------ threads
+
+def test_readers_see_whole_records_while_writer_commits(tmp_path):
+    """8 reader threads read while a writer commits (updates that change a
+    record's size and contents, appends): every record read is complete and
+    self-consistent, and never older than a commit that returned."""
+    base = tmp_path / "db"
+
+    def rec(mfn, gen):
+        body = f"{mfn}:{gen}:".encode()
+        return [(1, body * (1 + (mfn * 7 + gen) % 40)), (2, b"%d" % gen), (3, body)]
+
+    def valid(r):
+        gen = int(r.raw(2)[0])
+        return raw_fields(r) == rec(r.mfn, gen), gen
+
+    with pydb.create(base, sync=False) as db:
+        with db.transaction() as tx:
+            for m in range(1, 301):
+                tx.append(rec(m, 0))
+    stop = threading.Event()
+    errors: list = []
+    committed = {"gen": 0, "max": 300}
+    counts = [0] * 8
+    with pydb.open(base, readonly=False, sync=False) as db:
+        def reader(k):
+            import random
+            rnd = random.Random(k)
+            try:
+                while not stop.is_set():
+                    floor = committed["gen"]
+                    top = committed["max"]
+                    m = rnd.randint(1, top)
+                    r = db[m]
+                    ok, gen = valid(r)
+                    if not ok or (m <= 300 and gen < floor):
+                        errors.append((m, gen, floor))
+                    if rnd.random() < 0.05:
+                        batch = db.read_many(range(1, 31))
+                        if not all(valid(x)[0] for x in batch):
+                            errors.append("batch")
+                    counts[k] += 1
+            except Exception as e:                   # pragma: no cover
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for gen in range(1, 41):
+            with db.transaction() as tx:
+                for m in range(1, 301):
+                    tx.update(m, rec(m, gen))
+                for j in range(3):
+                    assert tx.append(rec(db.max_mfn + 1 + j, gen)) == db.max_mfn + 1 + j
+            committed["gen"] = gen
+            committed["max"] = db.max_mfn
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert all(c > 0 for c in counts)
+
+
+# ------------------------------------------------- commit hook and whole files
+
+def test_commit_hook_and_whole_file_in_the_log(tmp_path):
+    """pydb_set_commit_hook / pydb_txn_put_file through a test hook: the
+    hook sees each change, its file is replaced atomically with the commit,
+    an aborted commit leaves nothing, and a commit that died after its log
+    was durable gets its file from recovery."""
+    base = tmp_path / "db"
+    side = tmp_path / "side.txt"
+    with pydb.create(base, sync=True) as db:
+        pydb._pydb._test_commit_hook(db, str(side))
+        with db.transaction() as tx:
+            tx.append([(1, b"a"), (2, b"b")])
+            tx.append([(1, b"c")])
+            tx.update(1, [(1, b"a2")])
+            tx.delete(2)
+        assert side.read_text() == "1 -1 2 0\n2 -1 1 0\n1 2 1 0\n2 1 -1 1\n"
+        assert pydb._pydb._test_hook_counts() == (1, 1, 0)
+        # a failed log write: hook aborted, file unchanged
+        pydb._pydb._test_fail_io(1, 28)
+        try:
+            with pytest.raises(pydb.DiskError):
+                db.update(1, [(1, b"never")])
+        finally:
+            pydb._pydb._test_fail_io(0)
+        assert pydb._pydb._test_hook_counts() == (2, 1, 1)
+        assert side.read_text().startswith("1 -1 2 0\n") and db[1].raw(1) == [b"a2"]
+        # log durable, then the .mst write fails: recovery writes the file
+        pydb._pydb._test_fail_io(3, 5)
+        try:
+            with pytest.raises(pydb.DiskError):
+                db.undelete(2)
+        finally:
+            pydb._pydb._test_fail_io(0)
+    assert side.read_text().startswith("1 -1 2 0\n")
+    with pydb.open(base, readonly=False) as db:
+        assert not db[2].deleted
+    assert side.read_text() == "2 1 1 0\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db.mst", "db.wal", "db.xrf", "side.txt"]
+
+
+def test_writer_threads_take_turns(tmp_path):
+    """Several threads writing through one Database wait for each other
+    (the per-handle writer mutex); a thread that opens a second
+    transaction while it holds one fails at once instead of waiting."""
+    with pydb.create(tmp_path / "db", sync=False, lock_timeout=30) as db:
+        errors = []
+        holding = threading.Event()
+
+        def holder():
+            with db.transaction() as tx:
+                holding.set()
+                tx.append([(1, b"holder")])
+                with pytest.raises(pydb.LockTimeoutError, match="this thread"):
+                    db.transaction()
+                time.sleep(0.3)
+
+        def appender(k):
+            try:
+                holding.wait()
+                for i in range(50):
+                    db.append([(1, b"t%d-%d" % (k, i))])
+            except Exception as e:                    # pragma: no cover
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=holder)] + \
+                  [threading.Thread(target=appender, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert db.max_mfn == 201 and db[1].raw(1) == [b"holder"]
+        values = sorted(db[m].raw(1)[0] for m in range(2, 202))
+        assert values == sorted(b"t%d-%d" % (k, i) for k in range(4) for i in range(50))

@@ -1,0 +1,120 @@
+"""Shared by the crash and fault tests: a deterministic record content, an
+oracle of what the database must hold, and checks of the files.
+
+A transaction is described as a list of operations, each a tuple:
+("A", mfn, ver, size) append, ("U", mfn, ver, size) update,
+("D", mfn) delete, ("X", mfn) undelete.  The content of a record version
+is a function of (mfn, ver, size), so the oracle stores only those.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pydb
+
+
+def content(mfn: int, ver: int, size: int) -> list[tuple[int, bytes]]:
+    return [(1, b"%d:%d" % (mfn, ver)), (2, bytes([65 + ver % 26]) * size), (3, b"end")]
+
+
+class Oracle:
+    """MFN -> (deleted, ver, size) for the acknowledged state."""
+
+    def __init__(self, state=None):
+        self.state: dict[int, tuple[bool, int, int]] = dict(state or {})
+
+    def copy(self) -> "Oracle":
+        return Oracle(self.state)
+
+    def apply(self, ops) -> None:
+        for op in ops:
+            kind, mfn = op[0], op[1]
+            if kind == "A":
+                assert mfn == len(self.state) + 1, (mfn, len(self.state))
+                self.state[mfn] = (False, op[2], op[3])
+            elif kind == "U":
+                d = self.state[mfn][0]
+                self.state[mfn] = (d, op[2], op[3])
+            elif kind == "D":
+                self.state[mfn] = (True,) + self.state[mfn][1:]
+            elif kind == "X":
+                self.state[mfn] = (False,) + self.state[mfn][1:]
+
+    @property
+    def max_mfn(self) -> int:
+        return len(self.state)
+
+    def matches(self, db) -> tuple[bool, str]:
+        """(True, "") if `db` holds exactly this state."""
+        if db.max_mfn != self.max_mfn:
+            return False, f"max_mfn {db.max_mfn} != {self.max_mfn}"
+        recs = db.read_many(range(1, self.max_mfn + 1)) if self.max_mfn else []
+        for r in recs:
+            d, ver, size = self.state[r.mfn]
+            got = [(f.tag, f.raw) for f in r.fields]
+            if r.deleted != d or got != content(r.mfn, ver, size):
+                return False, f"MFN {r.mfn}: deleted={r.deleted} {got[:1]} != {d} {ver}"
+        return True, ""
+
+
+def encode_ops(ops) -> str:
+    return ";".join(",".join(str(x) for x in op) for op in ops)
+
+
+def decode_ops(text: str):
+    out = []
+    for part in text.split(";"):
+        if not part:
+            continue
+        f = part.split(",")
+        out.append((f[0],) + tuple(int(x) for x in f[1:]))
+    return out
+
+
+def run_random_txn(db, rnd, ver: int):
+    """Build (but do not commit) a random transaction on open `db`; returns
+    (tx, ops)."""
+    tx = db.transaction()
+    ops = []
+    top = db.max_mfn
+    for _ in range(rnd.randint(1, 5)):
+        r = rnd.random()
+        if r < 0.45 or top == 0:
+            size = rnd.choice([0, 10, 300, 700, 3000])
+            mfn = tx.append(content(top + 1, ver, size))
+            assert mfn == top + 1
+            top += 1
+            ops.append(("A", mfn, ver, size))
+        else:
+            mfn = rnd.randint(1, top)
+            if r < 0.8:
+                size = rnd.choice([0, 10, 300, 700, 3000])
+                tx.update(mfn, content(mfn, ver, size))
+                ops.append(("U", mfn, ver, size))
+            elif r < 0.9:
+                tx.delete(mfn)
+                ops.append(("D", mfn))
+            else:
+                tx.undelete(mfn)
+                ops.append(("X", mfn))
+    return tx, ops
+
+
+def check_files(base) -> None:
+    """The ISIS files alone are consistent (formats §2.1, §3.1): control
+    record within the file, zero fill after NXTMFB/NXTMFP, XRFPOS."""
+    mst = open(f"{base}.mst", "rb").read()
+    xrf = open(f"{base}.xrf", "rb").read()
+    ctlmfn, nxtmfn, nxtmfb, nxtmfp = struct.unpack_from("<iiiH", mst, 0)
+    end = (nxtmfb - 1) * 512 + nxtmfp - 1
+    assert ctlmfn == 0 and 64 <= end <= len(mst)
+    assert mst[end:] == b"\0" * (len(mst) - end), "non-zero bytes after the committed end"
+    n = len(xrf) // 512
+    assert n >= max(1, -(-(nxtmfn - 1) // 127))
+    for b in range(n):
+        assert struct.unpack_from("<i", xrf, b * 512)[0] == (-(b + 1) if b == n - 1 else b + 1)
+
+
+def open_db(base, **kw):
+    return pydb.open(base, readonly=False, **kw)
