@@ -410,13 +410,7 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
         for (i = 0; i < nvf && !c->stop; i++) {
             const uint8_t *d = c->dir + g->leader + i * g->entry;
             int64_t pos, len;
-            if (g->ffi) {
-                pos = pydb__u32(d + g->dir_pos);
-                len = pydb__u32(d + g->dir_len);
-            } else {
-                pos = pydb__u16(d + g->dir_pos);
-                len = pydb__u16(d + g->dir_len);
-            }
+            pydb__dir_entry(g, d, &pos, &len);
             if (pos + len > mfrl - base) {
                 report(c, PYDB_CHECK_DIRECTORY, mfn, path,
                        off + g->leader + i * g->entry,
@@ -698,10 +692,8 @@ static int plausible(ck *c, int64_t q, int64_t limit, int64_t *mfrl,
         if (!d) return 0;
         for (i = 0; i < nvf; i++) {
             const uint8_t *e = d + g->leader + i * g->entry;
-            int64_t pos = g->ffi ? pydb__u32(e + g->dir_pos)
-                                 : pydb__u16(e + g->dir_pos);
-            int64_t len = g->ffi ? pydb__u32(e + g->dir_len)
-                                 : pydb__u16(e + g->dir_len);
+            int64_t pos, len;
+            pydb__dir_entry(g, e, &pos, &len);
             if (pos + len > m - base) return 0;
         }
     }

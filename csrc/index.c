@@ -38,6 +38,16 @@ void pydb_postings_free(pydb_postings *p)
     memset(p, 0, sizeof *p);
 }
 
+int pydb__posting_cmp(const void *a, const void *b)
+{
+    const pydb_posting *x = a, *y = b;
+    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
+    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
+    if (x->occ != y->occ) return x->occ < y->occ ? -1 : 1;
+    if (x->cnt != y->cnt) return x->cnt < y->cnt ? -1 : 1;
+    return 0;
+}
+
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err)
 {

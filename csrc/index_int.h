@@ -25,6 +25,9 @@ struct pydb_index {
     int caps;   /* PYDB_POSTING_* */
 };
 
+/* qsort comparator: postings in (mfn, tag, occ, cnt) order. */
+int pydb__posting_cmp(const void *a, const void *b);
+
 /* Append one posting to *p, growing it (PYDB_ENOMEM on failure). */
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err);

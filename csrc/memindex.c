@@ -139,16 +139,6 @@ int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err)
     return PYDB_OK;
 }
 
-static int posting_cmp(const void *a, const void *b)
-{
-    const pydb_posting *x = a, *y = b;
-    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
-    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
-    if (x->occ != y->occ) return x->occ < y->occ ? -1 : 1;
-    if (x->cnt != y->cnt) return x->cnt < y->cnt ? -1 : 1;
-    return 0;
-}
-
 int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
                       const pydb_posting *p, size_t n, pydb_error *err)
 {
@@ -224,12 +214,12 @@ int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
     e->p.n = old + n;
     /* keep the list sorted and distinct */
     for (k = old ? old : 1; k < e->p.n; k++)
-        if (posting_cmp(&e->p.v[k - 1], &e->p.v[k]) >= 0) break;
+        if (pydb__posting_cmp(&e->p.v[k - 1], &e->p.v[k]) >= 0) break;
     if (k < e->p.n) {
         size_t o = 1;
-        qsort(e->p.v, e->p.n, sizeof *e->p.v, posting_cmp);
+        qsort(e->p.v, e->p.n, sizeof *e->p.v, pydb__posting_cmp);
         for (k = 1; k < e->p.n; k++)
-            if (posting_cmp(&e->p.v[o - 1], &e->p.v[k]) != 0)
+            if (pydb__posting_cmp(&e->p.v[o - 1], &e->p.v[k]) != 0)
                 e->p.v[o++] = e->p.v[k];
         e->p.n = o;
     }

@@ -377,13 +377,7 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     for (i = 0; i < nvf; i++) {
         const uint8_t *d = raw + g->leader + i * g->entry;
         int64_t pos, len;
-        if (g->ffi) {
-            pos = pydb__u32(d + g->dir_pos);
-            len = pydb__u32(d + g->dir_len);
-        } else {
-            pos = pydb__u16(d + g->dir_pos);
-            len = pydb__u16(d + g->dir_len);
-        }
+        pydb__dir_entry(g, d, &pos, &len);
         if (pos + len > (int64_t)mfrl - base)
             return PYDB_CORRUPT(err, path, off + g->leader + i * g->entry,
                                 "record of MFN %d: directory entry %lld "

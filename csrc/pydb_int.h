@@ -180,6 +180,20 @@ static inline void pydb__put32(uint8_t *p, uint32_t v) {
     p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
 }
 
+/* POS and LEN of the directory entry at d (formats §2.2), whatever the
+ * layout's widths. */
+static inline void pydb__dir_entry(const pydb_geom *g, const uint8_t *d,
+                                   int64_t *pos, int64_t *len)
+{
+    if (g->ffi) {
+        *pos = pydb__u32(d + g->dir_pos);
+        *len = pydb__u32(d + g->dir_len);
+    } else {
+        *pos = pydb__u16(d + g->dir_pos);
+        *len = pydb__u16(d + g->dir_len);
+    }
+}
+
 /* XRF pointer encoding, formats §3.2. */
 int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl);
 
