@@ -415,6 +415,25 @@ static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
             return PYDB_EWOULDBLOCK;
     }
     rc = xrf_get(&e, db, mfn, err, nowait);
+    if (rc == PYDB_OK &&
+        (e.state == PYDB_XRF_ACTIVE || e.state == PYDB_XRF_LDELETED))
+        rc = read_version(rec, db, mfn, e.offset, err, nowait);
+    if (rc == PYDB_ECORRUPT) {
+        /* Another handle or process may have committed since our sizes
+         * were taken: what looks like a pointer past the end may be a new
+         * version.  Re-take the sizes (not on the no-wait path: fstat and
+         * a re-read are the blocking path's job) and read once more. */
+        if (nowait) {
+            rc = PYDB_EWOULDBLOCK;
+            goto cleanup;
+        }
+        if (pydb__refresh_sizes(db)) {
+            rc = xrf_get(&e, db, mfn, err, 0);
+            if (rc == PYDB_OK &&
+                (e.state == PYDB_XRF_ACTIVE || e.state == PYDB_XRF_LDELETED))
+                rc = read_version(rec, db, mfn, e.offset, err, 0);
+        }
+    }
     if (rc) goto cleanup;
     if (e.state == PYDB_XRF_UNUSED || e.state == PYDB_XRF_PDELETED) {
         rc = PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
@@ -423,8 +442,6 @@ static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
                                                    : "physically deleted");
         goto cleanup;
     }
-    rc = read_version(rec, db, mfn, e.offset, err, nowait);
-    if (rc) goto cleanup;
     (*rec)->deleted = e.state == PYDB_XRF_LDELETED;
     (*rec)->flags = e.flags;
 cleanup:
@@ -693,6 +710,13 @@ static int read_control(pydb_db *db, pydb_error *err)
                             "control record: MSTXL %d is not a known shift "
                             "(0..6)", db->mstxl);
     end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
+    need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
+           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
+    /* The sizes were taken before the control record was read; a commit
+     * in between (another process) writes the records first and the
+     * control record last, so sizes taken now cover what it announces. */
+    if (end > pydb__fsize(&db->mst) || need > pydb__fsize(&db->xrf))
+        pydb__refresh_sizes(db);
     if (end > pydb__fsize(&db->mst))
         return PYDB_CORRUPT(err, db->mst.path, 8,
                             "control record: NXTMFB/NXTMFP %d/%d say the "
@@ -700,8 +724,6 @@ static int read_control(pydb_db *db, pydb_error *err)
                             "bytes (truncated?)", (int)db->next_block,
                             (int)db->next_pos, (long long)end,
                             (long long)pydb__fsize(&db->mst));
-    need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
     if (pydb__fsize(&db->xrf) < need)
         return PYDB_CORRUPT(err, db->xrf.path, pydb__fsize(&db->xrf),
                             "the XRF has %lld bytes, but NXTMFN %d needs "
@@ -729,6 +751,22 @@ static int peek_control(pydb_db *db, int32_t v[4])
     return 0;
 }
 
+int pydb__refresh_sizes(pydb_db *db)
+{
+    struct stat ms, xs;
+    int grew = 0;
+    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) return 0;
+    if ((int64_t)xs.st_size > pydb__fsize(&db->xrf)) {
+        pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
+        grew = 1;
+    }
+    if ((int64_t)ms.st_size > pydb__fsize(&db->mst)) {
+        pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
+        grew = 1;
+    }
+    return grew;
+}
+
 int pydb__refresh(pydb_db *db)
 {
     struct stat ms, xs;
@@ -736,6 +774,9 @@ int pydb__refresh(pydb_db *db)
     int64_t end, need;
     uint8_t ent[4];
 
+    /* Sizes first: an update of existing records grows the files
+     * without changing NXTMFN. */
+    pydb__refresh_sizes(db);
     if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) return 0;
     cur = pydb__next_mfn(db);
     if (peek_control(db, v) != 0 || v[0] <= cur || v[1] < 1 || v[2] < 1 ||
@@ -825,6 +866,10 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     rc = read_control(db, err);
     if (rc) goto cleanup;
     rc = detect_layout(db, err);
+    /* A commit of another process between taking the sizes and reading
+     * the XRF makes new pointers look past the end: sizes again, once. */
+    if (rc == PYDB_ECORRUPT && pydb__refresh_sizes(db))
+        rc = detect_layout(db, err);
     if (rc) goto cleanup;
     *out = db;
     db = NULL;

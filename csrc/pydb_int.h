@@ -136,6 +136,9 @@ static inline int pydb__seq_retry(const pydb_db *db, uint64_t s)
  * records that another handle or process committed after it was opened.
  * Never lowers what the handle knows.  Best effort: returns 0. */
 int pydb__refresh(pydb_db *db);
+/* Raise the cached file sizes to what fstat says now (they never shrink);
+ * 1 if one grew, else 0. */
+int pydb__refresh_sizes(pydb_db *db);
 
 /* Write n bytes at off, retrying short writes and EINTR.  0 or -errno. */
 int pydb__write_full(int fd, const void *buf, size_t n, int64_t off);

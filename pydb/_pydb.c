@@ -727,6 +727,9 @@ static PyObject *database_get_max_mfn(DatabaseObject *self, void *c)
     module_state *st = state_of_type(Py_TYPE(self));
     (void)c;
     if (!st || check_open(st, self) < 0) return NULL;
+    /* Records committed by another handle or process since: re-read the
+     * control record (a small read; the GIL is released for it). */
+    UNLOCKED(self, pydb__refresh(self->db));
     return PyLong_FromLong(pydb_max_mfn(self->db));
 }
 
@@ -939,7 +942,9 @@ static PyMethodDef database_methods[] = {
 
 static PyGetSetDef database_getset[] = {
     {"max_mfn", (getter)database_get_max_mfn, NULL,
-     "Highest MFN ever assigned, NXTMFN - 1 (int; 0 when empty).", NULL},
+     "Highest MFN ever assigned, NXTMFN - 1 (int; 0 when empty), as the "
+     "control record says now (commits of other handles and processes "
+     "included).", NULL},
     {"closed", (getter)database_get_closed, NULL, "True once closed.", NULL},
     {"encoding", (getter)database_get_encoding, NULL,
      "Encoding used to decode field values (str).", NULL},
