@@ -236,6 +236,10 @@ def _cmd_import(args) -> int:
                              layout=args.layout, mstxl=args.mstxl, encoding=args.encoding,
                              db_encoding=args.db_encoding, on_error=args.on_error,
                              mfn_tag=args.mfn_tag, progress=tick)
+    if rep.records == 0 and not rep.errors and size > 0:
+        print(f"pydb: no record found in {args.src} ({size} bytes): not "
+              f"{'JSON Lines' if fmt == 'jsonl' else 'ISO 2709'}?", file=sys.stderr)
+        return 1
     return _report(rep, "imported")
 
 
@@ -243,6 +247,9 @@ def _cmd_export(args) -> int:
     from . import export_iso, export_jsonl
     from . import open as open_db
     fmt = args.flavour or ("jsonl" if _format_of(args.dst, None) == "jsonl" else "isis")
+    if os.path.exists(args.dst) and not args.force:
+        print(f"pydb: {args.dst} exists (use --force to replace it)", file=sys.stderr)
+        return 1
     with open_db(args.db, encoding=args.encoding or "utf-8") as db:
         total = len(db.mfns(deleted=args.deleted))
         with _progress(total, "rec", "export") as tick:
@@ -374,7 +381,11 @@ def main(argv=None) -> int:
                    help="also export logically deleted records (status d)")
     p.add_argument("--mfn-tag", type=int, default=None,
                    help="carry each MFN in a first field of this tag")
-    p.add_argument("--on-error", choices=["skip", "stop"], default="skip")
+    p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
+                   help="skip: leave out (and list) records that cannot be read or "
+                        "written and go on (default); stop: fail at the first one")
+    p.add_argument("--force", action="store_true",
+                   help="replace DST if it exists (never one of the database's files)")
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("gen-unesb", help="write the synthetic unesb database")
     p.add_argument("dir")

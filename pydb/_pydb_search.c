@@ -196,7 +196,7 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
     PyObject *result = NULL;
     IndexObject *ix;
     DatabaseObject *db = NULL;
-    const char *encoding = "utf-8";
+    const char *encoding = "utf-8", *errors = "strict";
     int32_t *mfns = NULL;
     size_t n = 0;
     pydb_error e;
@@ -221,8 +221,12 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
         }
         encoding = PyUnicode_AsUTF8(db->encoding);
         if (!encoding) return NULL;
+        /* The database's error handler (surrogateescape by default), so
+         * that a key read from terms() can be searched as it came. */
+        errors = db->errors ? PyUnicode_AsUTF8(db->errors) : "strict";
+        if (!errors) return NULL;
     }
-    encoded = PyUnicode_AsEncodedString(expr, encoding, "strict");
+    encoded = PyUnicode_AsEncodedString(expr, encoding, errors);
     if (!encoded) return NULL;
     /* The open checks come last: nothing may run Python code between them
      * and the core call (it could close the handles). */

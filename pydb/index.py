@@ -140,7 +140,9 @@ class Index:
     def _bytes(self, value: KeyLike) -> bytes:
         if isinstance(value, str):
             return value.encode(self.encoding, self.errors)
-        return bytes(value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)
+        raise TypeError(f"a key is str or bytes, not {type(value).__name__}")
 
     def key(self, term: KeyLike) -> bytes:
         """`term` in this index's key form (bytes): the case table of
@@ -156,7 +158,7 @@ class Index:
         """A str is brought into key form; bytes are taken as they are."""
         if isinstance(value, str):
             return self.key(value)
-        return bytes(value)
+        return self._bytes(value)
 
     def _decode(self, key: bytes) -> str:
         return key.decode(self.encoding, self.errors)

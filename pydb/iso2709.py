@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import errno as _errno
 import json
 import mmap
@@ -1011,6 +1012,31 @@ def _open_db(db):
     return open_db(db), True
 
 
+@contextlib.contextmanager
+def _atomic_target(handle, path):
+    """Yield what to write to instead of `path`: for a path, a temporary
+    file beside it that replaces `path` only when the export succeeds (a
+    failed export leaves no partial file and an existing `path` intact);
+    a file object is yielded as it is.  A path that is one of the
+    database's own files is refused before anything is written."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        yield path
+        return
+    target = os.fsdecode(path)
+    info = handle.info()
+    for own in (info["mst_path"], info["xrf_path"]):
+        if os.path.exists(target) and os.path.samefile(target, own):
+            raise ValueError(f"{target} is a file of the database being exported; "
+                             "choose another target")
+    tmp = f"{target}.part{os.getpid()}"
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional[str] = None,
                deleted: bool = False, mfn_tag: Optional[int] = None,
                encoding: Optional[str] = None, on_error: str = "skip",
@@ -1042,14 +1068,19 @@ def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional
     Raises:
         CorruptionError, IsoRecordError: with ``on_error="stop"``.
         OSError: reading the database or writing the file failed.
+        ValueError: `path` is one of the database's own files.
+
+    A path is written through a temporary file beside it that replaces it
+    only when the export succeeds: a failed export leaves no partial file.
     """
     _check_on_error(on_error)
     handle, close = _open_db(db)
     try:
         report = Report()
         recs = _db_records(handle, deleted, on_error, report, progress)
-        w = write(path, recs, flavour, line_ending=line_ending, mfn_tag=mfn_tag,
-                  on_error=on_error, marc_utf8=_is_utf8(encoding))
+        with _atomic_target(handle, path) as target:
+            w = write(target, recs, flavour, line_ending=line_ending, mfn_tag=mfn_tag,
+                      on_error=on_error, marc_utf8=_is_utf8(encoding))
         report.records = w.records
         report.errors.extend(w.errors)
         return report
@@ -1260,24 +1291,32 @@ def export_jsonl(db, path: Source, *, deleted: bool = False, encoding: str = "ut
     Raises:
         CorruptionError: with ``on_error="stop"``.
         OSError: reading or writing failed.
+        ValueError: `path` is one of the database's own files.
+
+    A path is written through a temporary file beside it that replaces it
+    only when the export succeeds.
     """
     _check_on_error(on_error)
     "".encode(encoding)
     handle, close = _open_db(db)
     own = isinstance(path, (str, bytes, os.PathLike))
-    f = open(path, "wb") if own else path
     try:
         report = Report()
-        for r in _db_records(handle, deleted, on_error, report, progress):
-            obj = {"mfn": r.mfn, "deleted": bool(r.deleted),
-                   "fields": [[fl.tag, _json_value(fl.raw, encoding)] for fl in r.fields]}
-            f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
-            report.records += 1
-            report.deleted += bool(r.deleted)
+        with _atomic_target(handle, path) as target:
+            f = open(target, "wb") if own else target
+            try:
+                for r in _db_records(handle, deleted, on_error, report, progress):
+                    obj = {"mfn": r.mfn, "deleted": bool(r.deleted),
+                           "fields": [[fl.tag, _json_value(fl.raw, encoding)]
+                                      for fl in r.fields]}
+                    f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
+                    report.records += 1
+                    report.deleted += bool(r.deleted)
+            finally:
+                if own:
+                    f.close()
         return report
     finally:
-        if own:
-            f.close()
         if close:
             handle.close()
 

@@ -161,3 +161,42 @@ def test_import_db_encoding(isis_data, tmp_path):
     assert r.returncode == 0, r.stderr
     with pydb.open(src, encoding="cp850") as a, pydb.open(tmp_path / "u") as b:
         assert [r.to_dict() for r in a] == [r.to_dict() for r in b]
+
+
+def _small_db(tmp_path):
+    base = str(tmp_path / "small")
+    with pydb.create(base) as db:
+        db.append([(24, "A title")])
+        db.append([(24, "Another")])
+    return base
+
+
+@pytest.mark.parametrize("own", [".mst", ".xrf"])
+def test_export_refuses_the_databases_own_files(tmp_path, capsys, own):
+    base = _small_db(tmp_path)
+    before = open(base + own, "rb").read()
+    for extra in ([], ["--force"]):
+        assert main(["export", base, base + own, *extra]) == 1
+        assert open(base + own, "rb").read() == before
+    err = capsys.readouterr().err
+    assert "exists (use --force" in err and "is a file of the database" in err
+    with pydb.open(base) as db:
+        assert [r[24] for r in db] == [["A title"], ["Another"]]
+
+
+def test_export_replaces_only_with_force_and_never_leaves_partial_files(tmp_path, capsys):
+    base = _small_db(tmp_path)
+    out = tmp_path / "out.iso"
+    out.write_bytes(b"keep me")
+    assert main(["export", base, str(out)]) == 1
+    assert out.read_bytes() == b"keep me"
+    assert main(["export", base, str(out), "--force"]) == 0
+    assert out.read_bytes().count(b"##") == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == ["out.iso"]
+
+
+def test_import_of_a_file_without_records_fails(tmp_path, capsys):
+    src = tmp_path / "nul.iso"
+    src.write_bytes(b"\0\0\0")
+    assert main(["import", str(src), str(tmp_path / "x")]) == 1
+    assert "no record found in" in capsys.readouterr().err

@@ -712,3 +712,17 @@ def test_cli_search(isis_data, capsys):
     assert cli_main(["search", base, "PLANT . ("]) == 1
     err = capsys.readouterr().err
     assert "expected a term" in err and err.endswith("  PLANT . (\n           ^\n")
+
+
+def test_keys_from_terms_are_searchable_and_keys_are_str_or_bytes(isis_data):
+    """A key read from terms() (surrogate-escaped bytes that are not valid
+    in the encoding) can be searched as it came; an int key is a TypeError,
+    not bytes(n)."""
+    with pydb.open(isis_data / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds") as db:
+        bad = next(t for t in db.terms() if any(0xDC80 <= ord(c) <= 0xDCFF for c in t.key))
+        result = db.search(f'"{bad.key}"')
+        assert len(result) == len({p.mfn for p in db.postings(bad.key, raw=True)} & set(db.mfns()))
+        with pytest.raises(TypeError):
+            db.postings(5)
+        with pytest.raises(TypeError):
+            list(db.terms(5))
