@@ -844,6 +844,8 @@ static PyObject *iter_next(IterObject *it)
     module_state *st = state_of_type(Py_TYPE(it));
     pydb_record *r;
     if (!st) return NULL;
+    if (!(it->done && it->pos >= it->nrecs) && check_open(st, it->db) < 0)
+        return NULL;
     if (it->pos >= it->nrecs) {
         if (it->pending_rc) {
             int rc = it->pending_rc;
@@ -913,13 +915,21 @@ static PyMethodDef database_methods[] = {
      "in other threads; later calls raise ClosedError.  Idempotent."},
     {"read", (PyCFunction)database_read, METH_O,
      "read($self, mfn, /)\n--\n\nThe current version of record `mfn` "
-     "(1-based).  Same as db[mfn]."},
+     "(int, 1-based) as a Record; logically deleted records too (deleted "
+     "is True).  Same as db[mfn].\n\nRaises NotFoundError (a KeyError) "
+     "for an MFN outside 1..max_mfn, never created or physically deleted; "
+     "CorruptionError (file, byte offset, reason) for a damaged record or "
+     "XRF; DiskError for an I/O error; ClosedError; TypeError for a "
+     "non-int."},
     {"_read_at", (PyCFunction)database_read_at, METH_VARARGS,
      "_read_at($self, mfn, offset, /)\n--\n\nThe version of `mfn` stored at "
      "byte `offset` of the .mst."},
     {"read_many", (PyCFunction)database_read_many, METH_O,
-     "read_many($self, mfns, /)\n--\n\nRecords for an iterable of MFNs, in "
-     "the order given (list of Record), read with one GIL release."},
+     "read_many($self, mfns, /)\n--\n\nThe records of an iterable of MFNs "
+     "(ints, 1-based), in the order given, as a list of Record, read with "
+     "one GIL release.\n\nRaises, for the first MFN that fails: "
+     "NotFoundError, CorruptionError, DiskError (as read()); ClosedError; "
+     "TypeError."},
     {"xrf_entry", (PyCFunction)database_xrf, METH_O,
      "xrf_entry($self, mfn, /)\n--\n\nThe decoded XRF entry of `mfn`: dict "
      "with raw, state, offset, new, pending."},
@@ -933,7 +943,13 @@ static PyMethodDef database_methods[] = {
     {"records", (PyCFunction)(void (*)(void))database_records,
      METH_VARARGS | METH_KEYWORDS,
      "records($self, /, *, start=1, deleted=False, skip_damaged=False)\n--\n"
-     "\nIterate records in MFN order from `start`."},
+     "\nAn iterator of the records (Record) from MFN `start` (1-based) in "
+     "MFN order: the active ones, and the logically deleted ones too if "
+     "`deleted`; 256 records are read per GIL release.  With "
+     "`skip_damaged`, damaged records are left out instead of raising."
+     "\n\nRaises (while iterating): CorruptionError for a damaged record "
+     "(after yielding the records before it) unless skip_damaged; "
+     "DiskError; ClosedError once the database is closed."},
     {"drop_cache", (PyCFunction)database_drop_cache, METH_NOARGS,
      "drop_cache($self, /)\n--\n\nDrop the files from the page cache."},
     {"info", (PyCFunction)database_info, METH_NOARGS,

@@ -174,3 +174,12 @@ print(n, after - before)
     size_kib = base.with_suffix(".mst").stat().st_size // 1024
     assert n == 20000
     assert grew_kib < 2048 and grew_kib < size_kib // 2, (grew_kib, size_kib)
+
+
+def test_iteration_stops_with_closed_error_after_close(isis_data):
+    db = pydb.open(isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds")
+    it = iter(db)
+    assert next(it).mfn == 1
+    db.close()
+    with pytest.raises(pydb.ClosedError):
+        next(it)
