@@ -1850,9 +1850,23 @@ cleanup:
     return rc;
 }
 
+typedef struct change_ref {
+    int32_t mfn;
+    size_t i;
+} change_ref;
+
+/* By MFN, then by position in the transaction. */
+static int cmp_change_ref(const void *a, const void *b)
+{
+    const change_ref *x = a, *y = b;
+    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
 static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
                         size_t n, pydb_error *err)
 {
+    change_ref *last = NULL;
     nidx *x = ctx;
     acc a;
     buf segb = {0}, man = {0};
@@ -1891,12 +1905,27 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
      * bulk build and readers merge at most MERGE_AT lists. */
     merge = ss->n + 1 > MERGE_AT && ss->n >= 2;
     if (merge && (rc = merge_tail(&a, ss, &tombs, &nt, err))) goto cleanup;
-    for (size_t i = 0; i < n; i++)
+    /* A transaction may change one MFN several times (update, then
+     * delete...): only its last change is the record's new state. */
+    last = malloc(n * sizeof *last);
+    if (!last) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < n; i++) {
+        last[i].mfn = ch[i].mfn;
+        last[i].i = i;
+    }
+    qsort(last, n, sizeof *last, cmp_change_ref);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = last[k].i;
+        if (k + 1 < n && last[k + 1].mfn == last[k].mfn) continue;
         if (ch[i].after && !ch[i].deleted_after &&
             (rc = pydb__fst_keys(x->fst, &x->rules, &x->sw, ch[i].mfn,
                                  ch[i].after, ch[i].nafter, &x->scratch,
                                  acc_add, &a, err)))
             goto cleanup;
+    }
     if ((rc = acc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
     gen = x->gen + 1;
     if (top >= gen) gen = top + 1;   /* never reuse a live file's name */
@@ -1938,6 +1967,7 @@ cleanup:
     }
     segset_unref(ss);
     acc_free(&a);
+    free(last);
     free(tombs);
     free(gens);
     free(segb.p);
