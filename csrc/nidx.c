@@ -655,13 +655,11 @@ static segset *acquire(nidx *x)
     return ss;
 }
 
-static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
-                      size_t prefix_len, const uint8_t *start,
-                      size_t start_len, pydb_term_fn fn, void *ctx,
-                      pydb_error *err)
+static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
+                    size_t prefix_len, const uint8_t *start,
+                    size_t start_len, pydb_term_fn fn, void *ctx,
+                    pydb_error *err)
 {
-    nidx *x = (nidx *)ix;
-    segset *ss = acquire(x);
     cursor *cs = calloc(ss->n ? ss->n : 1, sizeof *cs);
     const uint8_t *from = prefix;
     size_t from_len = prefix_len, nord = 0;
@@ -758,6 +756,18 @@ cleanup:
         for (size_t i = 0; i < ss->n; i++) free(cs[i].key);
     free(cs);
     free(ord);
+    return rc;
+}
+
+static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
+                      size_t prefix_len, const uint8_t *start,
+                      size_t start_len, pydb_term_fn fn, void *ctx,
+                      pydb_error *err)
+{
+    nidx *x = (nidx *)ix;
+    segset *ss = acquire(x);
+    int rc = terms_in(x, ss, prefix, prefix_len, start, start_len, fn, ctx,
+                      err);
     segset_unref(ss);
     return rc;
 }
@@ -772,11 +782,9 @@ static int cmp_posting(const void *a, const void *b)
     return 0;
 }
 
-static int nidx_postings(pydb_postings *out, pydb_index *ix,
-                         const uint8_t *key, size_t len, pydb_error *err)
+static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
+                       size_t len, pydb_error *err)
 {
-    nidx *x = (nidx *)ix;
-    segset *ss = acquire(x);
     size_t first = out->n;
     int rc = PYDB_OK, parts = 0;
     cursor c;
@@ -796,6 +804,14 @@ static int nidx_postings(pydb_postings *out, pydb_index *ix,
         qsort(out->v + first, out->n - first, sizeof *out->v, cmp_posting);
 cleanup:
     free(c.key);
+    return rc;
+}
+
+static int nidx_postings(pydb_postings *out, pydb_index *ix,
+                         const uint8_t *key, size_t len, pydb_error *err)
+{
+    segset *ss = acquire((nidx *)ix);
+    int rc = postings_in(out, ss, key, len, err);
     segset_unref(ss);
     return rc;
 }
@@ -826,8 +842,63 @@ static void nidx_close(pydb_index *ix)
     free(x);
 }
 
+/* A pinned view: the segment list current when it was made.  It borrows
+ * the key rules of its index, which must outlive it. */
+typedef struct nidx_view {
+    pydb_index base;
+    nidx *x;
+    segset *ss;
+} nidx_view;
+
+static int view_terms(pydb_index *ix, const uint8_t *prefix,
+                      size_t prefix_len, const uint8_t *start,
+                      size_t start_len, pydb_term_fn fn, void *ctx,
+                      pydb_error *err)
+{
+    nidx_view *v = (nidx_view *)ix;
+    return terms_in(v->x, v->ss, prefix, prefix_len, start, start_len, fn,
+                    ctx, err);
+}
+
+static int view_postings(pydb_postings *out, pydb_index *ix,
+                         const uint8_t *key, size_t len, pydb_error *err)
+{
+    return postings_in(out, ((nidx_view *)ix)->ss, key, len, err);
+}
+
+static int view_key(pydb_index *ix, const uint8_t *term, size_t len,
+                    uint8_t *out, size_t cap, size_t *out_len,
+                    pydb_error *err)
+{
+    return pydb__key_normalize(&((nidx_view *)ix)->x->rules, term, len, out,
+                               cap, out_len, err);
+}
+
+static void view_close(pydb_index *ix)
+{
+    nidx_view *v = (nidx_view *)ix;
+    segset_unref(v->ss);
+    free(v);
+}
+
+static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
+                                        view_key, view_close, NULL};
+
+static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
+{
+    nidx *x = (nidx *)ix;
+    nidx_view *v = calloc(1, sizeof *v);
+    if (!v) return PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
+    v->base = x->base;
+    v->base.ops = &view_ops;
+    v->x = x;
+    v->ss = acquire(x);
+    *out = &v->base;
+    return PYDB_OK;
+}
+
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
-                                        nidx_key, nidx_close};
+                                        nidx_key, nidx_close, nidx_pin};
 
 /* ------------------------------------------------------------ manifest */
 
