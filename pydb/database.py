@@ -99,9 +99,10 @@ class Database(_pydb.Database):
     every record whole, either before or after the commit; a read of one
     record (or one batch of an iteration) never mixes the two, but records
     read one after the other during the commit may come from either side
-    of it (there are no snapshots yet).  Another Database (another process)
-    on the same files sees a commit when it next re-reads the control
-    record: when asked for an MFN above the highest it knows, by ``len()``
+    of it (there are no snapshots yet; a search of the attached native
+    index sees one committed state, see :attr:`index`).  Another Database
+    (another process) on the same files sees a commit when it next re-reads
+    the control record: when asked for an MFN above the highest it knows, by ``len()``
     and ``counts()``, and when an iteration starts.
     """
 
