@@ -827,10 +827,10 @@ static int nidx_key(pydb_index *ix, const uint8_t *term, size_t len,
 static void nidx_close(pydb_index *ix)
 {
     nidx *x = (nidx *)ix;
-    if (x->pending) {
-        unlink(x->pending->path);
-        seg_unref(x->pending);
-    }
+    /* A pending segment here belongs to a commit that failed once its log
+     * may have been durable (pydb.h, pydb_commit_hook): recovery may name
+     * it, so it stays; if it does not, a later prepare collects it. */
+    if (x->pending) seg_unref(x->pending);
     segset_unref(x->cur);
     pydb_fst_free(x->fst);
     pydb__stopwords_free(&x->sw);
@@ -2004,8 +2004,8 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
     seg_path(path, sizeof path, x->dir, gen);
     unlink(path);   /* an orphan of an earlier, uncommitted prepare */
+    written = 1;    /* from here on, a failure removes the file */
     if ((rc = write_file(path, segb.p, segb.n, 1, err))) goto cleanup;
-    written = 1;
     if ((rc = fsync_dir(x->dir, err))) goto cleanup;
     gens = malloc((ss->n + 1) * sizeof *gens);
     if (!gens) {
