@@ -17,6 +17,11 @@ typedef struct pydb_index_ops {
     int (*key)(pydb_index *ix, const uint8_t *term, size_t len, uint8_t *out,
                size_t cap, size_t *out_len, pydb_error *err);
     void (*close)(pydb_index *ix);
+    /* Optional: a read-only view of the index as it is now, unchanged by
+     * later commits (closed with pydb_index_close); NULL when the index
+     * never changes while open.  pydb_search() evaluates a whole
+     * expression on one view, so it sees one committed state. */
+    int (*pin)(pydb_index *ix, pydb_index **view, pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {

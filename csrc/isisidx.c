@@ -846,7 +846,7 @@ static void isis_close(pydb_index *base)
 }
 
 static const pydb_index_ops isis_ops = {"isis", isis_terms, isis_postings,
-                                        isis_key, isis_close};
+                                        isis_key, isis_close, NULL};
 
 /* ------------------------------------------------------------- open */
 

@@ -119,7 +119,7 @@ static void mem_close(pydb_index *ix)
 }
 
 static const pydb_index_ops mem_ops = {
-    "memory", mem_terms, mem_postings, mem_key, mem_close};
+    "memory", mem_terms, mem_postings, mem_key, mem_close, NULL};
 
 int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err)
 {

@@ -655,13 +655,11 @@ static segset *acquire(nidx *x)
     return ss;
 }
 
-static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
-                      size_t prefix_len, const uint8_t *start,
-                      size_t start_len, pydb_term_fn fn, void *ctx,
-                      pydb_error *err)
+static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
+                    size_t prefix_len, const uint8_t *start,
+                    size_t start_len, pydb_term_fn fn, void *ctx,
+                    pydb_error *err)
 {
-    nidx *x = (nidx *)ix;
-    segset *ss = acquire(x);
     cursor *cs = calloc(ss->n ? ss->n : 1, sizeof *cs);
     const uint8_t *from = prefix;
     size_t from_len = prefix_len, nord = 0;
@@ -758,6 +756,18 @@ cleanup:
         for (size_t i = 0; i < ss->n; i++) free(cs[i].key);
     free(cs);
     free(ord);
+    return rc;
+}
+
+static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
+                      size_t prefix_len, const uint8_t *start,
+                      size_t start_len, pydb_term_fn fn, void *ctx,
+                      pydb_error *err)
+{
+    nidx *x = (nidx *)ix;
+    segset *ss = acquire(x);
+    int rc = terms_in(x, ss, prefix, prefix_len, start, start_len, fn, ctx,
+                      err);
     segset_unref(ss);
     return rc;
 }
@@ -772,11 +782,9 @@ static int cmp_posting(const void *a, const void *b)
     return 0;
 }
 
-static int nidx_postings(pydb_postings *out, pydb_index *ix,
-                         const uint8_t *key, size_t len, pydb_error *err)
+static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
+                       size_t len, pydb_error *err)
 {
-    nidx *x = (nidx *)ix;
-    segset *ss = acquire(x);
     size_t first = out->n;
     int rc = PYDB_OK, parts = 0;
     cursor c;
@@ -796,6 +804,14 @@ static int nidx_postings(pydb_postings *out, pydb_index *ix,
         qsort(out->v + first, out->n - first, sizeof *out->v, cmp_posting);
 cleanup:
     free(c.key);
+    return rc;
+}
+
+static int nidx_postings(pydb_postings *out, pydb_index *ix,
+                         const uint8_t *key, size_t len, pydb_error *err)
+{
+    segset *ss = acquire((nidx *)ix);
+    int rc = postings_in(out, ss, key, len, err);
     segset_unref(ss);
     return rc;
 }
@@ -811,10 +827,10 @@ static int nidx_key(pydb_index *ix, const uint8_t *term, size_t len,
 static void nidx_close(pydb_index *ix)
 {
     nidx *x = (nidx *)ix;
-    if (x->pending) {
-        unlink(x->pending->path);
-        seg_unref(x->pending);
-    }
+    /* A pending segment here belongs to a commit that failed once its log
+     * may have been durable (pydb.h, pydb_commit_hook): recovery may name
+     * it, so it stays; if it does not, a later prepare collects it. */
+    if (x->pending) seg_unref(x->pending);
     segset_unref(x->cur);
     pydb_fst_free(x->fst);
     pydb__stopwords_free(&x->sw);
@@ -826,8 +842,63 @@ static void nidx_close(pydb_index *ix)
     free(x);
 }
 
+/* A pinned view: the segment list current when it was made.  It borrows
+ * the key rules of its index, which must outlive it. */
+typedef struct nidx_view {
+    pydb_index base;
+    nidx *x;
+    segset *ss;
+} nidx_view;
+
+static int view_terms(pydb_index *ix, const uint8_t *prefix,
+                      size_t prefix_len, const uint8_t *start,
+                      size_t start_len, pydb_term_fn fn, void *ctx,
+                      pydb_error *err)
+{
+    nidx_view *v = (nidx_view *)ix;
+    return terms_in(v->x, v->ss, prefix, prefix_len, start, start_len, fn,
+                    ctx, err);
+}
+
+static int view_postings(pydb_postings *out, pydb_index *ix,
+                         const uint8_t *key, size_t len, pydb_error *err)
+{
+    return postings_in(out, ((nidx_view *)ix)->ss, key, len, err);
+}
+
+static int view_key(pydb_index *ix, const uint8_t *term, size_t len,
+                    uint8_t *out, size_t cap, size_t *out_len,
+                    pydb_error *err)
+{
+    return pydb__key_normalize(&((nidx_view *)ix)->x->rules, term, len, out,
+                               cap, out_len, err);
+}
+
+static void view_close(pydb_index *ix)
+{
+    nidx_view *v = (nidx_view *)ix;
+    segset_unref(v->ss);
+    free(v);
+}
+
+static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
+                                        view_key, view_close, NULL};
+
+static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
+{
+    nidx *x = (nidx *)ix;
+    nidx_view *v = calloc(1, sizeof *v);
+    if (!v) return PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
+    v->base = x->base;
+    v->base.ops = &view_ops;
+    v->x = x;
+    v->ss = acquire(x);
+    *out = &v->base;
+    return PYDB_OK;
+}
+
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
-                                        nidx_key, nidx_close};
+                                        nidx_key, nidx_close, nidx_pin};
 
 /* ------------------------------------------------------------ manifest */
 
@@ -1850,9 +1921,23 @@ cleanup:
     return rc;
 }
 
+typedef struct change_ref {
+    int32_t mfn;
+    size_t i;
+} change_ref;
+
+/* By MFN, then by position in the transaction. */
+static int cmp_change_ref(const void *a, const void *b)
+{
+    const change_ref *x = a, *y = b;
+    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
 static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
                         size_t n, pydb_error *err)
 {
+    change_ref *last = NULL;
     nidx *x = ctx;
     acc a;
     buf segb = {0}, man = {0};
@@ -1891,12 +1976,27 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
      * bulk build and readers merge at most MERGE_AT lists. */
     merge = ss->n + 1 > MERGE_AT && ss->n >= 2;
     if (merge && (rc = merge_tail(&a, ss, &tombs, &nt, err))) goto cleanup;
-    for (size_t i = 0; i < n; i++)
+    /* A transaction may change one MFN several times (update, then
+     * delete...): only its last change is the record's new state. */
+    last = malloc(n * sizeof *last);
+    if (!last) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < n; i++) {
+        last[i].mfn = ch[i].mfn;
+        last[i].i = i;
+    }
+    qsort(last, n, sizeof *last, cmp_change_ref);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = last[k].i;
+        if (k + 1 < n && last[k + 1].mfn == last[k].mfn) continue;
         if (ch[i].after && !ch[i].deleted_after &&
             (rc = pydb__fst_keys(x->fst, &x->rules, &x->sw, ch[i].mfn,
                                  ch[i].after, ch[i].nafter, &x->scratch,
                                  acc_add, &a, err)))
             goto cleanup;
+    }
     if ((rc = acc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
     gen = x->gen + 1;
     if (top >= gen) gen = top + 1;   /* never reuse a live file's name */
@@ -1904,8 +2004,8 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
     seg_path(path, sizeof path, x->dir, gen);
     unlink(path);   /* an orphan of an earlier, uncommitted prepare */
+    written = 1;    /* from here on, a failure removes the file */
     if ((rc = write_file(path, segb.p, segb.n, 1, err))) goto cleanup;
-    written = 1;
     if ((rc = fsync_dir(x->dir, err))) goto cleanup;
     gens = malloc((ss->n + 1) * sizeof *gens);
     if (!gens) {
@@ -1938,6 +2038,7 @@ cleanup:
     }
     segset_unref(ss);
     acc_free(&a);
+    free(last);
     free(tombs);
     free(gens);
     free(segb.p);

@@ -457,7 +457,13 @@ typedef struct pydb_change {
  * transaction: prepare() runs before the commit point and may add whole
  * files to the transaction with pydb_txn_put_file(); it must leave
  * nothing visible.  publish() runs after the commit point (no failure
- * allowed: it only swaps in-memory state). */
+ * allowed: it only swaps in-memory state); abort() when the commit fails
+ * before its log can be durable (it removes what prepare wrote).  When a
+ * commit fails once its log may be durable (a failed fsync of the log, a
+ * failure while applying it) neither is called: the handle becomes
+ * read-only, recovery at the next open may put the prepared files in
+ * place, so they must stay; the hook's owner drops its pending state
+ * (without deleting files) when it is closed. */
 typedef struct pydb_commit_hook {
     int (*prepare)(void *ctx, pydb_txn *t, const pydb_change *changes,
                    size_t n, pydb_error *err);

@@ -1046,6 +1046,7 @@ int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
 {
     parser p;
     node *root = NULL;
+    pydb_index *view = NULL;
     plist l = {0};
     eval_ctx c;
     int32_t *v = NULL;
@@ -1079,7 +1080,9 @@ int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
                     : "expected an operator but found %s%s", found, "");
         goto cleanup;
     }
-    c.ix = ix;
+    /* one committed state of an index that commits change */
+    if (ix->ops->pin && (rc = ix->ops->pin(ix, &view, err))) goto cleanup;
+    c.ix = view ? view : ix;
     c.err = err;
     if ((rc = eval(&l, root, &c))) goto cleanup;
     v = malloc((l.n ? l.n : 1) * sizeof *v);
@@ -1097,6 +1100,7 @@ int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
 cleanup:
     free(v);
     pydb_postings_free(&l);
+    if (view) pydb_index_close(view);
     free(c.sc.ma);
     free(c.sc.mb);
     free_nodes(p.nodes);

@@ -1313,6 +1313,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (sync && pydb__vfs->fdatasync(db->wal_fd) != 0) {
         e = errno;
         set_fatal(db);
+        hooked = 0;   /* the log may be durable anyway: see apply_failed */
         rc = PYDB_OSERROR(err, e, db->wal_path, -1,
                           "fdatasync of the write-ahead log failed: %s",
                           strerror(e));
@@ -1391,9 +1392,13 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 
 apply_failed:
     /* The log is durable (or, with NOSYNC, in the page cache): reopening
-     * replays it.  This handle's view may be partial: make it read-only. */
+     * replays it.  This handle's view may be partial: make it read-only.
+     * The hook's prepared files are named by the durable log (recovery
+     * puts them in place): neither publish nor abort (which would delete
+     * them) is called. */
     (void)fsync_failed;
     set_fatal(db);
+    hooked = 0;
 done:
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);

@@ -9,7 +9,8 @@ Commands:
   search DB EXPR   MFNs matching a CDS/ISIS search expression
   check DB         validate everything; exit 0 sound, 1 damaged, 2 cannot
                    open / usage (see pydb.check)
-  import SRC DB    ISO 2709 or JSON Lines file into a new database
+  import SRC DB    ISO 2709 or JSON Lines file into a new database, or
+                   appended to an existing one
   export DB DST    database to ISO 2709 (CDS/ISIS or MARC flavour) or JSON Lines
   gen-unesb DIR    write the synthetic unesb database (and its FST) into DIR
   ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
@@ -343,9 +344,11 @@ def main(argv=None) -> int:
                    help="progress bar on stderr (default: on a terminal, for large databases)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_cmd_check)
-    p = sub.add_parser("import", help="ISO 2709 or JSON Lines file into a new database")
+    p = sub.add_parser("import", help="ISO 2709 or JSON Lines file into a new database "
+                       "(or appended to an existing one)")
     p.add_argument("src", help="ISO 2709 file, or JSON Lines (.jsonl, or --flavour jsonl)")
-    p.add_argument("db", help="base name of the new database (.mst/.xrf are created)")
+    p.add_argument("db", help="base name of the database (.mst/.xrf are created if "
+                   "missing; an existing database gets the records appended)")
     p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl"], default=None,
                    help="input format (default: auto-detected ISO 2709; .jsonl files: JSON Lines)")
     p.add_argument("--layout", default="isis-packed",

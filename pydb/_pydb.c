@@ -114,6 +114,10 @@ static void db_close_handle(DatabaseObject *self)
     write_abort_open(self);
     self->db = NULL;
     pydb_close(db);
+    if (self->hooked_index) {   /* after pydb_close: no commit can run */
+        index_release_hooked(self->hooked_index);
+        Py_CLEAR(self->hooked_index);
+    }
 }
 
 /* ------------------------------------------------------------- Record */
@@ -468,6 +472,10 @@ static void database_dealloc(DatabaseObject *self)
         pydb_close(self->db);
         self->db = NULL;
     }
+    if (self->hooked_index) {
+        index_release_hooked(self->hooked_index);
+        Py_CLEAR(self->hooked_index);
+    }
     Py_CLEAR(self->encoding);
     Py_CLEAR(self->errors);
     Py_CLEAR(self->path);
@@ -477,6 +485,7 @@ static void database_dealloc(DatabaseObject *self)
 
 static int database_traverse(DatabaseObject *self, visitproc visit, void *arg)
 {
+    Py_VISIT(self->hooked_index);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }

@@ -53,6 +53,9 @@ typedef struct {
     PyObject *weakreflist;
     pydb_txn *txn;       /* the open write transaction (_pydb_write.c),
                             aborted by close(); changed with the GIL held */
+    PyObject *hooked_index; /* IndexObject attached as the commit hook
+                            (_pydb_native.c), or NULL; its pydb_index is
+                            freed only after pydb_close() */
 } DatabaseObject;
 
 /* Abort the open transaction of `self`, if any (GIL held; no operation in
@@ -84,7 +87,14 @@ typedef struct {
     atomic_int active;   /* operations in flight with the GIL released */
     int closing;
     PyObject *owner;     /* object kept alive with the index, or None  */
+    int hooked;          /* attached to a Database as its commit hook:
+                            close() only marks it closed; the pydb_index
+                            is freed by index_release_hooked()          */
 } IndexObject;
+
+/* Free the pydb_index of an IndexObject that was a Database's commit
+ * hook, once that database's pydb_db is closed (GIL held). */
+void index_release_hooked(PyObject *index);
 
 /* Wrap an open index (ownership moves to the new object, which closes it
  * on failure too).  `owner` (may be NULL) is kept alive with it. */

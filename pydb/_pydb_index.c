@@ -32,6 +32,7 @@ PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner)
     self->ix = ix;
     atomic_store(&self->active, 0);
     self->closing = 0;
+    self->hooked = 0;
     self->owner = Py_NewRef(owner ? owner : Py_None);
     return (PyObject *)self;
 }
@@ -44,6 +45,24 @@ static void index_close_handle(IndexObject *self)
     Py_BEGIN_ALLOW_THREADS
     while (atomic_load(&self->active) > 0) usleep(50);
     Py_END_ALLOW_THREADS
+    /* A commit hook of an open database: the writer may still use the
+     * pydb_index; the database frees it once closed. */
+    if (self->hooked || self->ix != ix) return;
+    self->ix = NULL;
+    pydb_index_close(ix);
+}
+
+void index_release_hooked(PyObject *index)
+{
+    IndexObject *self = (IndexObject *)index;
+    pydb_index *ix = self->ix;
+    self->hooked = 0;
+    if (!ix) return;
+    self->closing = 1;
+    Py_BEGIN_ALLOW_THREADS
+    while (atomic_load(&self->active) > 0) usleep(50);
+    Py_END_ALLOW_THREADS
+    if (self->ix != ix) return;
     self->ix = NULL;
     pydb_index_close(ix);
 }

@@ -425,6 +425,52 @@ static PyObject *open_native(PyObject *m, PyObject *arg)
     return index_wrap(st, ix, NULL);
 }
 
+PyDoc_STRVAR(attach_native_doc,
+"_attach_native_index(db, index)\n--\n\n"
+"Make every commit on the writable Database `db` update the native Index\n"
+"`index` (opened on the same database) in the same transaction\n"
+"(pydb_native_index_attach).  From then on the database holds the index:\n"
+"index.close() only marks it closed, and its files are released when the\n"
+"database is closed.  Raises ValueError if either is attached already,\n"
+"ClosedError if either is closed, UnsupportedError for an index that is\n"
+"not native.");
+
+static PyObject *attach_native(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *db_obj, *index_obj;
+    DatabaseObject *db;
+    IndexObject *io;
+    pydb_error e;
+    int rc;
+
+    if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &db_obj,
+                          st->index_type, &index_obj))
+        return NULL;
+    db = (DatabaseObject *)db_obj;
+    io = (IndexObject *)index_obj;
+    if (check_open(st, db) < 0) return NULL;
+    if (!io->ix || io->closing) {
+        PyErr_SetString(st->ClosedError, "the index is closed");
+        return NULL;
+    }
+    if (db->hooked_index || io->hooked) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a native index is attached already");
+        return NULL;
+    }
+    if (db->txn) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cannot attach an index during a transaction");
+        return NULL;
+    }
+    UNLOCKED(db, rc = pydb_native_index_attach(io->ix, db->db, &e));
+    if (rc) return set_error(st, rc, &e);
+    io->hooked = 1;
+    db->hooked_index = Py_NewRef(index_obj);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(native_hook_doc,
 "_native_hook(index, action, changes=None)\n--\n\n"
 "Unit-test driver of the native index's commit hook, without a writer:\n"
@@ -630,6 +676,8 @@ static PyMethodDef native_methods[] = {
      METH_VARARGS | METH_KEYWORDS, index_build_doc},
     {"_open_native_index", (PyCFunction)open_native, METH_O,
      open_native_doc},
+    {"_attach_native_index", (PyCFunction)attach_native, METH_VARARGS,
+     attach_native_doc},
     {"_native_hook", (PyCFunction)native_hook, METH_VARARGS, native_hook_doc},
     {NULL}};
 

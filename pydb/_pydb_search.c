@@ -181,7 +181,10 @@ PyDoc_STRVAR(search_doc,
 "the language of csrc/search.c) against `index` (an Index).  The\n"
 "expression is encoded with `db`'s encoding when a Database is given,\n"
 "else UTF-8.  With `db`, MFNs whose record is not active (logically or\n"
-"physically deleted, never created) are dropped.  Returns the sorted,\n"
+"physically deleted, never created) are dropped; the native index a\n"
+"writable Database has attached holds no postings of inactive records\n"
+"and is not filtered by the XRF.  A native index is evaluated on one\n"
+"pinned segment list (one committed state).  Returns the sorted,\n"
 "distinct MFNs (list of int).  Evaluated with the GIL released.\n"
 "Raises SearchSyntaxError (reason, 0-based character position),\n"
 "UnsupportedError (operator the index cannot answer, e.g. (G) on a LIND\n"
@@ -238,7 +241,11 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
     atomic_fetch_add(&ix->active, 1);
     if (db) atomic_fetch_add(&db->active, 1);
     Py_BEGIN_ALLOW_THREADS
-    rc = pydb_search(&mfns, &n, ix->ix, db ? db->db : NULL,
+    /* A native index attached to the database is updated in the same
+     * transaction as the records: deleted records have no postings in
+     * it.  Filtering by the XRF, which a commit changes at another
+     * moment than it publishes the index, could mix two states. */
+    rc = pydb_search(&mfns, &n, ix->ix, db && !ix->hooked ? db->db : NULL,
                      PyBytes_AS_STRING(encoded),
                      (size_t)PyBytes_GET_SIZE(encoded), &e);
     if (db) atomic_fetch_sub(&db->active, 1);

@@ -99,9 +99,10 @@ class Database(_pydb.Database):
     every record whole, either before or after the commit; a read of one
     record (or one batch of an iteration) never mixes the two, but records
     read one after the other during the commit may come from either side
-    of it (there are no snapshots yet).  Another Database (another process)
-    on the same files sees a commit when it next re-reads the control
-    record: when asked for an MFN above the highest it knows, by ``len()``
+    of it (there are no snapshots yet; a search of the attached native
+    index sees one committed state, see :attr:`index`).  Another Database
+    (another process) on the same files sees a commit when it next re-reads
+    the control record: when asked for an MFN above the highest it knows, by ``len()``
     and ``counts()``, and when an iteration starts.
     """
 
@@ -124,15 +125,43 @@ class Database(_pydb.Database):
         self._errors = errors
         self._index_lock = threading.Lock()
         self._index = _UNSET
+        if not self._readonly:
+            # A writable handle attaches the native index now, so that
+            # every commit (also before the first use of .index) updates
+            # it in the same transaction.
+            try:
+                ix = self._open_native_index()
+                if ix is not None:
+                    _pydb._attach_native_index(self, ix._h)
+            except BaseException:
+                super().close()
+                raise
+            if ix is not None:
+                self._index = ix
 
     # -- inverted index (isis-formats.md §4-6) -------------------------
-    def _open_native_index(self) -> Optional[Index]:
-        """The native pydb index of this database, or None.
-
-        Hook for the native index (issue 4, item 2): once it exists, it is
-        opened here and takes precedence over the ISIS inverted file.
-        """
+    def _native_base(self) -> Optional[str]:
+        """The base name whose ``<base>.pdx`` directory holds the native
+        index (tried: the path as given, then the .mst's own name), or
+        None."""
+        given = os.fsdecode(self.path)
+        root, ext = os.path.splitext(given)
+        bases = [root if ext.lower() in (".mst", ".xrf") else given,
+                 os.path.splitext(os.fsdecode(self.info()["mst_path"]))[0]]
+        for base in bases:
+            if os.path.isfile(os.path.join(base + ".pdx", "MANIFEST")):
+                return base
         return None
+
+    def _open_native_index(self) -> Optional[Index]:
+        """The native pydb index of this database (``<base>.pdx``, built
+        by :func:`pydb.build_index` or :func:`create` with an FST), or
+        None.  Raises CorruptionError for a damaged manifest or segment."""
+        base = self._native_base()
+        if base is None:
+            return None
+        return Index(_pydb._open_native_index(base), encoding=self.encoding,
+                     errors=self._errors)
 
     def _open_isis_index(self) -> Optional[Index]:
         """The CDS/ISIS inverted file shipped with the database (.cnt +
@@ -150,9 +179,26 @@ class Database(_pydb.Database):
         opened on first use and kept until :meth:`close`; None if the
         database has none.
 
-        Precedence: the native pydb index (when built), else the CDS/ISIS
-        inverted file that came with the database (classic or LIND,
-        isis-formats.md §4; see ``db.index.info``).
+        Precedence: the native pydb index (the directory ``<base>.pdx``,
+        made by :func:`pydb.build_index` or ``pydb.create(..., fst=...)``),
+        else the CDS/ISIS inverted file that came with the database
+        (classic or LIND, isis-formats.md §4; see ``db.index.info``).
+
+        A writable Database attaches its native index when it is opened:
+        every commit (:meth:`transaction`, :meth:`append`, :meth:`update`,
+        :meth:`delete`, :meth:`undelete`) writes the index change in the
+        same transaction (a new segment whose tombstones hide the
+        record's old postings, the new MANIFEST logged in the write-ahead
+        log), so once a commit returns :meth:`search`, :meth:`terms` and
+        :meth:`postings` see it, and after a crash recovery leaves records
+        and index in agreement.  Readers never wait for the writer: each
+        call reads the segment list current when it starts.  A read-only
+        Database sees the index as of its first access.  The ISIS inverted
+        file is never updated by commits.
+
+        Closing this Index while the Database is open makes it raise
+        ClosedError; a writable Database keeps updating the index files
+        and releases them when it is closed.
 
         Raises:
             CorruptionError: the index files exist but no file set
@@ -482,7 +528,8 @@ def open(path, *, readonly: bool = True, encoding: str = "utf-8",
 def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
            encoding: str = "utf-8", errors: str = "surrogateescape",
            io: str = DEFAULT_IO, sync: bool = True,
-           lock_timeout: float = 10.0) -> Database:
+           lock_timeout: float = 10.0, fst=None, stw=None,
+           max_key: int = 0) -> Database:
     """Create a new, empty CDS/ISIS database and open it for writing.
 
     Writes ``path.mst`` (control record: NXTMFN 1, NXTMFB 1, NXTMFP 65,
@@ -499,6 +546,15 @@ def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
             on 2^mstxl-byte boundaries and the master file may grow to
             512 MiB x 2^mstxl (0: 512 MiB; CISIS uses 3 or 6 with FFI).
         encoding, errors, io, sync, lock_timeout: as for :func:`open`.
+        fst: None (no inverted index), or FST text, a path to an FST file
+            or an iterable of :class:`pydb.fst.FieldRule`, as
+            :func:`pydb.build_index` accepts: an empty native index
+            (``path.pdx``) is created with these rules and attached, so
+            every commit updates it (see :attr:`Database.index`).  Keys
+            are UTF-8 (Unicode folding) when `encoding` is UTF-8, else
+            8-bit ISIS tables.
+        stw, max_key: stop words and key length limit of that index, as
+            for :func:`pydb.build_index`.
 
     Returns:
         A writable :class:`Database`.  An empty database carries no mark of
@@ -510,6 +566,8 @@ def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
             (nothing is overwritten).
         ValueError: unknown layout or mstxl outside 0..6.
         DiskError: the files cannot be written.
+        FSTError: `fst` does not parse (the database files are created
+            but no index is).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
@@ -517,6 +575,13 @@ def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
     for ext in (".mst", ".xrf", ".MST", ".XRF"):
         if os.path.exists(p + ext):
             raise DatabaseExistsError(17, "the database exists already", p + ext)
+    if fst is not None:
+        from .fst import fst_text
+        fst = fst_text(fst)            # FSTError before any file is made
     flags = _pydb._create(p, layout, mstxl, sync)
+    if fst is not None:
+        from .native import build_index
+        build_index(p, fst, progress=False, stw=stw, encoding=encoding,
+                    max_key=max_key)
     return Database(p, readonly=False, encoding=encoding, errors=errors, io=io,
                     sync=sync, lock_timeout=lock_timeout, _flags=flags)

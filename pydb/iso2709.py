@@ -33,8 +33,10 @@ on with the next record (``on_error="skip"``) or stops (``"stop"``).
 The format stores no MFN (§7.2): records are numbered on import.  pydb can
 carry MFNs through a file with ``mfn_tag``: on export each record starts
 with a field of that tag holding its MFN in decimal, and on import that
-field is removed again and the MFN kept (gaps become physically deleted
-XRF entries).  Logically deleted records are exported only on request
+field is removed again and the MFN kept in a new database (gaps become
+physically deleted XRF entries); imported into an existing database,
+records are appended through the transactional writer and take the MFNs
+after its highest one.  Logically deleted records are exported only on request
 (``deleted=True``), with record status ``d`` in the leader (the MARC code
 for a deleted record), and imported as logically deleted.
 
@@ -65,7 +67,7 @@ import re
 from typing import (Any, BinaryIO, Callable, Iterable, Iterator, List,
                     Optional, Tuple, Union)
 
-from .errors import CorruptionError, IsoRecordError, UnsupportedError
+from .errors import CorruptionError, IsoRecordError
 
 __all__ = ["read", "write", "IsoRecord", "IsoReader", "Report",
            "export_iso", "import_iso", "export_jsonl", "import_jsonl",
@@ -1091,19 +1093,64 @@ def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional
 
 # ------------------------------------------------------ database import
 
-def _check_new(db_path) -> str:
+def _base_of(db_path) -> str:
     base = os.fsdecode(db_path)
     low = base.lower()
     for ext in (".mst", ".xrf"):
         if low.endswith(ext):
             base = base[:-4]
-    for ext in (".mst", ".xrf", ".MST", ".XRF"):
-        if os.path.exists(base + ext):
-            raise UnsupportedError(
-                _errno.EEXIST, "importing into an existing database needs the "
-                "transactional writer (db.transaction()), which is not available "
-                "yet: import into a new database path", base + ext)
     return base
+
+
+def _exists(base: str) -> bool:
+    return any(os.path.exists(base + ext) for ext in (".mst", ".xrf", ".MST", ".XRF"))
+
+
+#: Records appended per transaction when importing into an existing database.
+APPEND_BATCH = 1000
+
+
+def _append(records: Iterator[Tuple[Optional[int], bool, list, Any]], base: str, sync,
+            on_error, report: Report, filename, batch: Optional[int] = None) -> Report:
+    """Append (mfn, deleted, fields, where) tuples to the existing database
+    `base` through the transactional writer, `batch` records per
+    transaction: the records take the MFNs after the database's highest
+    (MFNs carried by the file are not kept), deleted ones are appended and
+    logically deleted in the same transaction.  A native index attached to
+    the database is updated by every commit."""
+    from . import database
+    from .errors import RecordTooLargeError
+    batch = batch or APPEND_BATCH
+
+    def problem(where, reason, mfn=None):
+        err = IsoRecordError(filename, where[0], where[1], reason, mfn)
+        if on_error == "stop":
+            raise err
+        report.errors.append(err)
+
+    with database.open(base, readonly=False, sync=sync) as db:
+        it = iter(records)
+        more = True
+        while more:
+            more = False
+            with db.transaction() as tx:
+                n = 0
+                for mfn, deleted, fields, where in it:
+                    try:
+                        new = tx.append(fields)
+                    except (ValueError, TypeError, RecordTooLargeError) as e:
+                        problem(where, str(e), mfn)
+                        continue
+                    if deleted:
+                        tx.delete(new)
+                        report.deleted += 1
+                    report.records += 1
+                    n += 1
+                    if n >= batch:
+                        more = True
+                        break
+        report.max_mfn = db.max_mfn
+    return report
 
 
 def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, layout,
@@ -1116,7 +1163,7 @@ def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, lay
                          "ffi-packed, ffi-aligned)")
     leader, entry, ffi = _GEOM[layout]
     align = 2 ** mstxl if mstxl else 2
-    base = _check_new(db_path)
+    base = _base_of(db_path)
     deleted_mfns = set()
 
     def problem(where, reason, mfn=None):
@@ -1170,35 +1217,43 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
                on_error: str = "skip", mfn_tag: Optional[int] = None,
                sync: bool = True, progress: Optional[Callable[[int], None]] = None
                ) -> Report:
-    """Import an ISO 2709 file into a NEW database.
+    """Import an ISO 2709 file into a new or an existing database.
 
-    Records get MFN 1, 2, ... in file order, unless the file carries MFNs
-    (`mfn_tag`, as written by :func:`export_iso`): then they are kept and
-    the MFNs in between become physically deleted XRF entries.  Records
-    with status ``d`` are stored logically deleted.  Values are stored as
-    the file's bytes (MARC subfield delimiters as ``^``, §7.3).
-
-    Appending into an existing database will go through
-    ``db.transaction()``; that is not available yet.
+    A NEW database is written by the bulk builder: records get MFN 1, 2,
+    ... in file order, unless the file carries MFNs (`mfn_tag`, as written
+    by :func:`export_iso`): then they are kept and the MFNs in between
+    become physically deleted XRF entries.  Into an EXISTING database the
+    records are appended through the transactional writer
+    (``db.transaction()``, :data:`APPEND_BATCH` records per commit): they
+    take the MFNs after its highest one in file order (MFNs carried by
+    the file are not kept), `layout` and `mstxl` are those of the
+    database, and a native index attached to it is updated by each commit.
+    Records with status ``d`` are stored logically deleted.  Values are
+    stored as the file's bytes (MARC subfield delimiters as ``^``, §7.3).
 
     Args:
         source: ISO file path or binary file object.
-        db_path: base name of the new database (``.mst``/``.xrf`` added).
+        db_path: base name of the database (``.mst``/``.xrf`` added).
         flavour, encoding, mfn_tag: as for :func:`read`.
         db_encoding: when given and different from `encoding`, every value
             is transcoded from `encoding` to `db_encoding` (e.g. a CP850
             DOS export into a UTF-8 database, isis-formats.md §9); a value
             that does not decode or encode makes its record an error.
             None (default): the file's bytes are stored unchanged.
-        layout: leader layout of the new master file (``"isis-packed"``,
+        layout: leader layout of a new master file (``"isis-packed"``,
             the default, as WinISIS writes; ``"isis-aligned"``,
-            ``"ffi-packed"``, ``"ffi-aligned"``).
-        mstxl: MSTXL shift 0..6 (record alignment 2**mstxl).
+            ``"ffi-packed"``, ``"ffi-aligned"``); ignored for an existing
+            database.
+        mstxl: MSTXL shift 0..6 (record alignment 2**mstxl) of a new
+            database.
         on_error: ``"skip"`` (default): bad records (unreadable, tags that
             ISIS cannot store, records over the layout's limit, MFNs out
             of order) are left out and listed in the report's ``errors``;
-            ``"stop"``: the first one is raised and no database is left.
-        sync: fsync the new files before returning.
+            ``"stop"``: the first one is raised; a new database is then
+            not left behind, an existing one keeps the batches committed
+            before (the batch in progress is rolled back).
+        sync: fsync the new files before returning (existing database:
+            each commit is fsync'ed, see :func:`pydb.open`).
         progress: called with the number of bytes of the ISO file consumed
             since the last call.
 
@@ -1207,14 +1262,16 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
         ``max_mfn``, ``deleted``).
 
     Raises:
-        UnsupportedError: the database already exists (errno EEXIST).
         IsoRecordError: with ``on_error="stop"``.
         DiskError: creating or writing the database failed (partial files
-            are removed).
+            of a new database are removed).
+        ReadOnlyError, LockTimeoutError, CorruptionError: appending to an
+            existing database (as for :meth:`pydb.Database.transaction`).
         ValueError: a bad argument.
     """
     _check_on_error(on_error)
-    _check_new(db_path)
+    base = _base_of(db_path)
+    existing = _exists(base)
     reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)
     report = Report()
     recode = db_encoding is not None and \
@@ -1245,7 +1302,11 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
                 progress(reader.position - done)
 
     try:
-        _load(records(), db_path, layout, mstxl, sync, on_error, report, reader.filename)
+        if existing:
+            _append(records(), base, sync, on_error, report, reader.filename)
+        else:
+            _load(records(), db_path, layout, mstxl, sync, on_error, report,
+                  reader.filename)
     finally:
         reader.close()
     report.errors[:0] = reader.errors
@@ -1385,10 +1446,13 @@ def read_jsonl(source: Source, *, encoding: str = "utf-8", on_error: str = "skip
 def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl: int = 0,
                  encoding: str = "utf-8", on_error: str = "skip", sync: bool = True,
                  progress: Optional[Callable[[int], None]] = None) -> Report:
-    """Import a JSON Lines file (:func:`export_jsonl`) into a NEW database,
-    keeping the MFNs it carries (gaps become physically deleted XRF
-    entries; records without ``mfn`` take the next one) and the deleted
-    state.  Appending into an existing database is not available yet.
+    """Import a JSON Lines file (:func:`export_jsonl`) into a database.
+
+    A NEW database keeps the MFNs the file carries (gaps become physically
+    deleted XRF entries; records without ``mfn`` take the next one) and
+    the deleted state.  Into an EXISTING database the records are appended
+    in file order through ``db.transaction()`` with the MFNs after its
+    highest one, as :func:`import_iso` does.
 
     Args: as for :func:`import_iso`; `encoding` turns JSON strings back
     into bytes; `progress` gets 1 per line.
@@ -1397,12 +1461,13 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
         A :class:`Report`.
 
     Raises:
-        UnsupportedError: the database already exists.
         IsoRecordError: with ``on_error="stop"``.
         DiskError: creating or writing the database failed.
+        ReadOnlyError, LockTimeoutError: appending to an existing database.
     """
     _check_on_error(on_error)
-    _check_new(db_path)
+    base = _base_of(db_path)
+    existing = _exists(base)
     errs: list = []
     report = Report()
     name = os.fsdecode(source) if isinstance(source, (str, bytes, os.PathLike)) else None
@@ -1413,7 +1478,10 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
                 progress(1)
             yield rec.mfn, rec.deleted, rec.fields, (rec.number, rec.offset)
 
-    _load(records(), db_path, layout, mstxl, sync, on_error, report, name)
+    if existing:
+        _append(records(), base, sync, on_error, report, name)
+    else:
+        _load(records(), db_path, layout, mstxl, sync, on_error, report, name)
     report.errors[:0] = errs
     report.errors.sort(key=lambda e: e.number or 0)
     return report

@@ -6,7 +6,9 @@ a ``MANIFEST`` (key rules, FST, stop words, live segments) and immutable
 segment files (sorted term dictionary in prefix-compressed blocks,
 delta/varint-compressed posting lists, tombstones); see csrc/nidx.c.
 Commits made through the write path update the index in the same
-transaction (csrc/nidx.c, pydb_native_index_attach): each adds a small
+transaction (csrc/nidx.c, pydb_native_index_attach; a Database opened for
+writing attaches its native index when it opens, see
+:attr:`pydb.Database.index`): each adds a small
 segment whose tombstones hide the superseded postings; past 8 segments a
 commit also merges the segments after the bulk-built one.  Rebuilding with
 :func:`build_index` replaces the whole index: reopen handles afterwards.

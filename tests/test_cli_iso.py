@@ -91,7 +91,6 @@ def test_import_stop_one_line_no_database(isis_data, tmp_path):
 
 @pytest.mark.parametrize("args", [
     ["import", "{missing}", "{tmp}/x"],
-    ["import", "{iso}", "{tmp}/exists"],
     ["export", "{tmp}/nodb", "{tmp}/out.iso"],
     ["import", "{iso}", "{tmp}/y", "--encoding", "no-such-codec"],
     ["import", "{iso}", "{tmp}/z", "--mstxl", "9"],
@@ -107,11 +106,13 @@ def test_errors_are_one_line(tmp_path, args):
     assert not (tmp_path / "z.mst").exists()
 
 
-def test_existing_database_message(tmp_path):
+def test_import_appends_to_an_existing_database(tmp_path):
     (tmp_path / "a.iso").write_bytes(b"000330000000000290004500001000200000#x##\n")
     assert run("import", tmp_path / "a.iso", tmp_path / "d").returncode == 0
     r = run("import", tmp_path / "a.iso", tmp_path / "d")
-    assert r.returncode == 1 and b"db.transaction()" in r.stderr
+    assert r.returncode == 0, r.stderr
+    with pydb.open(tmp_path / "d") as db:
+        assert db.max_mfn == 2 and db[1].raw(1) == db[2].raw(1) == [b"x"]
 
 
 def test_no_progress_bar_off_a_terminal(isis_data, tmp_path):

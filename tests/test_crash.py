@@ -6,6 +6,12 @@ writer acknowledged (it reports each one through a pipe after commit()
 returned): zero acknowledged commits lost, zero torn records, and the
 transaction that was in flight is there entirely or not at all.
 
+The database carries a native index (writer_model.INDEX_FST), which every
+commit updates in the same transaction: at every reopen the index must
+agree with the records recovered (keys and postings of the active
+records, nothing of a deleted record or a superseded version), so a torn
+commit leaves neither records nor index changes.
+
 Default: 200 kills (PYDB_CRASH_KILLS=N for more).  The writer is forked
 from this process (pydb already imported), so a kill costs milliseconds;
 one writer in four runs with sync=True, the others with sync=False
@@ -21,7 +27,8 @@ import signal
 import time
 
 import pydb
-from writer_model import Oracle, check_files, decode_ops, encode_ops, open_db, run_random_txn
+from writer_model import (Oracle, check_files, create_indexed, decode_ops, encode_ops,
+                          index_agrees, open_db, run_random_txn)
 
 KILLS = int(os.environ.get("PYDB_CRASH_KILLS", "200"))
 
@@ -43,12 +50,12 @@ def writer(base, wfd, seed, ver0, sync):
 
 def test_kill9_loop(tmp_path):
     base = tmp_path / "crash"
-    with pydb.create(base, "isis-packed", sync=False) as db:
+    with create_indexed(base, "isis-packed", sync=False) as db:
         pass
     oracle = Oracle()
     rnd = random.Random(12345)
     stats = dict(kills=0, acked=0, pending_old=0, pending_new=0, records_checked=0,
-                 recovered_logs=0)
+                 recovered_logs=0, index_states=0, postings_checked=0)
     t0 = time.monotonic()
     for it in range(KILLS):
         r, w = os.pipe()
@@ -108,6 +115,8 @@ def test_kill9_loop(tmp_path):
             elif pending is not None:
                 stats["pending_old"] += 1
             stats["records_checked"] += db.max_mfn
+            stats["postings_checked"] += index_agrees(db)
+            stats["index_states"] += 1
         assert wal.stat().st_size == 0                 # recovery emptied the log
         check_files(base)
     # the database is still writable and sound after all that
@@ -118,6 +127,8 @@ def test_kill9_loop(tmp_path):
     with pydb.open(base) as db:
         assert db.max_mfn == n and db[n].raw(1) == [b"after 99"]
         assert oracle.matches(db)[1].startswith("max_mfn")  # only the 100 new ones differ
+        index_agrees(db)
+        assert list(db.search('"AFTER 99"')) == [n]
     check_files(base)
     stats["seconds"] = round(time.monotonic() - t0, 1)
     print("crash loop:", stats)
@@ -157,7 +168,7 @@ def test_crash_at_every_operation(tmp_path):
             report(b"C\n")
 
     base0 = tmp_path / "pristine"
-    with pydb.create(base0, "ffi-aligned", 3, sync=True) as db:
+    with create_indexed(base0, "ffi-aligned", 3, sync=True) as db:
         pass
     # count the operations of the whole script
     shutil_copy(base0, tmp_path / "count")
@@ -208,6 +219,7 @@ def test_crash_at_every_operation(tmp_path):
                 new = oracle.copy()
                 new.apply(pending or [])
                 assert pending is not None and new.matches(db)[0], (n, why)
+            index_agrees(db)
         check_files(base)
         states += 1
     print(f"crash points: {states} states checked ({total} operations)")
@@ -217,3 +229,5 @@ def shutil_copy(src, dst):
     import shutil
     for ext in (".mst", ".xrf", ".wal"):
         shutil.copy(f"{src}{ext}", f"{dst}{ext}")
+    if os.path.isdir(f"{src}.pdx"):
+        shutil.copytree(f"{src}.pdx", f"{dst}.pdx")

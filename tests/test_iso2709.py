@@ -237,15 +237,81 @@ def test_gaps_become_physically_deleted(tmp_path):
         assert db[5].raw(10) == [b"five"]
 
 
-def test_import_into_existing_database_unsupported(tmp_path):
-    iso2709.write(tmp_path / "a.iso", [[(1, b"x")]])
-    pydb.import_iso(tmp_path / "a.iso", tmp_path / "db")
-    before = (tmp_path / "db.mst").read_bytes()
-    with pytest.raises(pydb.UnsupportedError, match="transaction"):
-        pydb.import_iso(tmp_path / "a.iso", tmp_path / "db")
-    with pytest.raises(pydb.UnsupportedError):
-        pydb.import_jsonl(io.BytesIO(b""), tmp_path / "db.mst")
-    assert (tmp_path / "db.mst").read_bytes() == before
+def test_import_into_existing_database_appends(isis_data, tmp_path):
+    """An existing database gets the records appended through
+    db.transaction(), in batches, with the MFNs after its highest one; the
+    file's own MFNs (mfn_tag) are not kept; deleted records stay deleted."""
+    cds = data_path("scieloorg__pyisis/pyisis/pyisis/sample/cds")
+    with pydb.open(cds) as src:
+        first = [src[m] for m in (1, 2, 3)]
+    iso2709.write(tmp_path / "three.iso",
+                  [[(1000, b"%d" % r.mfn)] + [(f.tag, f.raw) for f in r.fields] for r in first])
+    base = tmp_path / "db"
+    rep = pydb.import_iso(cds.with_suffix(".iso"), base)
+    assert rep.records == 156 and rep.max_mfn == 156
+    rep = pydb.import_iso(tmp_path / "three.iso", base, mfn_tag=1000)
+    assert (rep.records, rep.max_mfn, rep.deleted, rep.errors) == (3, 159, 0, [])
+    with pydb.open(base) as db:
+        assert db.max_mfn == 159 and len(db) == 159
+        for i, r in enumerate(first):
+            assert [(f.tag, f.raw) for f in db[157 + i].fields] == \
+                [(f.tag, f.raw) for f in r.fields]
+    # JSON Lines too, with a deleted record, across several batches
+    lines = [json.dumps({"mfn": 1, "fields": [[10, "kept %d" % i]]}) for i in range(5)]
+    lines.append(json.dumps({"mfn": 2, "deleted": True, "fields": [[10, "gone"]]}))
+    (tmp_path / "x.jsonl").write_text("\n".join(lines) + "\n")
+    old = iso2709.APPEND_BATCH
+    iso2709.APPEND_BATCH = 2
+    try:
+        rep = pydb.import_jsonl(tmp_path / "x.jsonl", tmp_path / "db.mst")
+    finally:
+        iso2709.APPEND_BATCH = old
+    assert (rep.records, rep.max_mfn, rep.deleted) == (6, 165, 1)
+    with pydb.open(base) as db:
+        assert [db[m].raw(10) for m in range(160, 165)] == [[b"kept %d" % i] for i in range(5)]
+        assert db[165].deleted and db[165].raw(10) == [b"gone"]
+        assert len(db) == 164
+
+
+def test_import_into_existing_database_errors(tmp_path):
+    """Records the writer refuses (tag 0, too large for the ISIS layout)
+    are reported and skipped; with on_error="stop" the batch in progress
+    is rolled back and the batches committed before stay."""
+    base = tmp_path / "e"
+    with pydb.create(base) as db:
+        db.append([(1, b"existing")])
+    recs = [[(5, b"a")], [(0, b"tag zero")], [(5, b"x" * 40000)], [(5, b"b")]]
+    iso2709.write(tmp_path / "e.iso", recs)
+    rep = pydb.import_iso(tmp_path / "e.iso", base)
+    assert (rep.records, rep.max_mfn) == (2, 3)
+    assert [e.number for e in rep.errors] == [2, 3]
+    assert "tag 0" in rep.errors[0].reason and "40024 bytes" in rep.errors[1].reason
+    with pydb.open(base) as db:
+        assert [db[m].raw(5) for m in (2, 3)] == [[b"a"], [b"b"]]
+    old = iso2709.APPEND_BATCH
+    iso2709.APPEND_BATCH = 1
+    try:
+        with pytest.raises(pydb.IsoRecordError) as exc:
+            pydb.import_iso(tmp_path / "e.iso", base, on_error="stop")
+    finally:
+        iso2709.APPEND_BATCH = old
+    assert exc.value.number == 2
+    with pydb.open(base) as db:
+        assert db.max_mfn == 4 and db[4].raw(5) == [b"a"]
+
+
+def test_import_into_database_with_native_index(tmp_path):
+    """The appended records are in the attached native index as soon as
+    the import returns."""
+    base = tmp_path / "ix"
+    with pydb.create(base, fst="5 4 v5\n") as db:
+        db.append([(5, b"alpha beta")])
+    iso2709.write(tmp_path / "i.iso", [[(5, b"beta gamma")], [(5, b"gamma")]])
+    rep = pydb.import_iso(tmp_path / "i.iso", base)
+    assert rep.records == 2
+    with pydb.open(base) as db:
+        assert list(db.search("BETA")) == [1, 2]
+        assert list(db.search("GAMMA")) == [2, 3]
 
 
 def test_stop_leaves_no_database(tmp_path):

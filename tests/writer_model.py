@@ -116,5 +116,48 @@ def check_files(base) -> None:
         assert struct.unpack_from("<i", xrf, b * 512)[0] == (-(b + 1) if b == n - 1 else b + 1)
 
 
+#: FST of the native index the crash tests keep beside the database: the
+#: version stamp "mfn:ver" (technique 0), the filler run cut to 30 bytes
+#: (technique 0) and the words of field 3 (technique 4).
+INDEX_FST = "1 0 v1\n2 0 v2\n3 4 v3\n"
+INDEX_MAX_KEY = 30
+
+
+def create_indexed(base, *args, **kw):
+    """pydb.create with the crash tests' native index attached."""
+    return pydb.create(base, *args, fst=INDEX_FST, max_key=INDEX_MAX_KEY, **kw)
+
+
+def index_agrees(db) -> int:
+    """Assert that the native index of `db` holds exactly the keys and
+    postings the FST gives for its active records (none of a logically
+    deleted record or of a superseded version; term counts equal to the
+    postings listed).  Returns the number of postings compared."""
+    from pydb import _pydb
+    expected: dict[bytes, list] = {}
+    recs = db.read_many(range(1, db.max_mfn + 1)) if db.max_mfn else []
+    for r in recs:
+        if r.deleted:
+            continue
+        for k, m, t, o, c in _pydb._fst_keys(INDEX_FST, [(f.tag, f.raw) for f in r.fields],
+                                             mfn=r.mfn, utf8=True, max_key=INDEX_MAX_KEY):
+            expected.setdefault(k, []).append((m, t, o, c))
+    for v in expected.values():
+        v.sort()
+    ix = db.index
+    assert ix is not None and ix.kind == "native", ix
+    got: dict[bytes, list] = {}
+    for k, count in ix.raw_terms():
+        got[k] = [tuple(p) for p in ix.postings(k)]
+        assert len(got[k]) == count, (k, count, got[k])
+    if got != expected:
+        diff = sorted(set(got) ^ set(expected))[:5]
+        wrong = [k for k in set(got) & set(expected) if got[k] != expected[k]][:3]
+        raise AssertionError(f"index disagrees with the records: keys only on one side "
+                             f"{diff}, different postings "
+                             f"{[(k, got[k], expected[k]) for k in wrong]}")
+    return sum(len(v) for v in got.values())
+
+
 def open_db(base, **kw):
     return pydb.open(base, readonly=False, **kw)

@@ -1,0 +1,391 @@
+"""The native index rides on the write path's transactions (issue 4,
+item 2; DESIGN.md §5-6): a writable Database attaches its native index,
+every commit updates it in the same transaction, searches see a commit as
+soon as it returns, and readers searching during commits always see one
+committed state."""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import shutil
+import threading
+import time
+
+import pytest
+
+import pydb
+from pydb import ClosedError
+from pydb.fst import FieldRule
+from pydb.index import Posting
+
+from conftest import DATA
+
+SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
+
+FST = "1 0 v1\n2 4 v2\n"
+
+
+def mfns(result):
+    return list(result)
+
+
+def test_create_with_fst_commits_update_the_index(tmp_path):
+    base = tmp_path / "books"
+    with pydb.create(base, fst=FST) as db:
+        assert db.index.kind == "native"
+        assert os.path.isfile(f"{base}.pdx/MANIFEST")
+        assert list(db.terms()) == []
+        m1 = db.append([(1, "Alpha"), (2, "red green")])
+        m2 = db.append([(1, "Beta"), (2, "green blue")])
+        assert (m1, m2) == (1, 2)
+        # visible as soon as the commit returns
+        assert mfns(db.search("GREEN")) == [1, 2]
+        assert db.postings("green") == [Posting(1, 2, 1, 2), Posting(2, 2, 1, 1)]
+        assert list(db.terms()) == [("ALPHA", 1), ("BETA", 1), ("BLUE", 1), ("GREEN", 2),
+                                    ("RED", 1)]
+        # an update replaces the record's old postings
+        db.update(1, [(1, "Gamma"), (2, "blue")])
+        assert list(db.terms()) == [("BETA", 1), ("BLUE", 2), ("GAMMA", 1), ("GREEN", 1)]
+        assert db.postings("RED") == [] and db.postings("ALPHA") == []
+        assert mfns(db.search("BLUE")) == [1, 2]
+        # a deletion drops the record from the index and the results
+        db.delete(2)
+        assert mfns(db.search("BLUE")) == [1]
+        assert db.postings("BETA") == [] and db.postings("GREEN") == []
+        assert list(db.terms()) == [("BLUE", 1), ("GAMMA", 1)]
+        db.undelete(2)
+        assert mfns(db.search("BLUE")) == [1, 2]
+        assert db.postings("BETA") == [Posting(2, 1, 1, 1)]
+        # one transaction, several changes (also twice the same MFN)
+        with db.transaction() as tx:
+            m3 = tx.append([(1, "Delta"), (2, "red")])
+            tx.update(2, [(1, "Beta"), (2, "white")])
+            tx.update(1, [(1, "Gamma"), (2, "red red")])
+            tx.delete(1)
+        assert m3 == 3
+        assert mfns(db.search("RED")) == [3]
+        assert mfns(db.search("WHITE")) == [2]
+        assert db.postings("GAMMA") == [] and db.postings("BLUE") == []
+    # the same state after reopening, read-only and writable
+    with pydb.open(base) as db:
+        assert db.index.kind == "native"
+        assert list(db.terms()) == [("BETA", 1), ("DELTA", 1), ("RED", 1), ("WHITE", 1)]
+    with pydb.open(base, readonly=False) as db:
+        db.undelete(1)
+        assert mfns(db.search("RED")) == [1, 3]
+        assert db.postings("RED") == [Posting(1, 2, 1, 1), Posting(1, 2, 1, 2),
+                                      Posting(3, 2, 1, 1)]
+
+
+def test_aborted_transaction_leaves_no_index_change(tmp_path):
+    base = tmp_path / "ab"
+    with pydb.create(base, fst=FST) as db:
+        db.append([(1, "Keep")])
+        segs = sorted(os.listdir(f"{base}.pdx"))
+        manifest = open(f"{base}.pdx/MANIFEST", "rb").read()
+        with pytest.raises(RuntimeError):
+            with db.transaction() as tx:
+                tx.append([(1, "Lost")])
+                tx.update(1, [(1, "Changed")])
+                raise RuntimeError("abort")
+        assert db.postings("LOST") == [] and db.postings("CHANGED") == []
+        assert mfns(db.search("KEEP")) == [1]
+        assert open(f"{base}.pdx/MANIFEST", "rb").read() == manifest
+        assert sorted(os.listdir(f"{base}.pdx")) == segs
+
+
+def test_create_with_field_rules_and_fst_errors(tmp_path):
+    rules = [FieldRule(1, 0, [1]), FieldRule(2, 4, [2])]
+    with pydb.create(tmp_path / "fr", fst=rules) as db:
+        db.append([(2, "one two")])
+        assert [t.key for t in db.terms()] == ["ONE", "TWO"]
+    with pytest.raises(pydb.FSTError):
+        pydb.create(tmp_path / "bad", fst="1 0 v1(\n")
+    assert not os.path.exists(tmp_path / "bad.mst")
+
+
+def test_create_without_fst_has_no_index(tmp_path):
+    with pydb.create(tmp_path / "plain") as db:
+        db.append([(1, "x")])
+        assert db.index is None
+        with pytest.raises(pydb.UnsupportedError):
+            db.search("X")
+
+
+def test_index_closed_before_the_database(tmp_path):
+    base = tmp_path / "co"
+    db = pydb.create(base, fst=FST)
+    db.append([(1, "One")])
+    ix = db.index
+    ix.close()
+    assert ix.closed
+    with pytest.raises(ClosedError):
+        db.search("ONE")
+    # commits go on updating the index files
+    db.append([(1, "Two")])
+    db.close()
+    with pytest.raises(ClosedError):
+        ix.postings("ONE")
+    with pydb.open(base) as db2:
+        assert mfns(db2.search("ONE + TWO")) == [1, 2]
+
+
+def test_database_closed_while_index_referenced(tmp_path):
+    base = tmp_path / "cl"
+    db = pydb.create(base, fst=FST)
+    db.append([(1, "One")])
+    ix = db.index
+    terms = ix.terms()
+    db.close()
+    for call in (lambda: ix.postings("ONE"), lambda: list(terms), lambda: ix.search("ONE")):
+        with pytest.raises(ClosedError):
+            call()
+    with pytest.raises(ClosedError):
+        db.index
+    del db
+    gc.collect()
+    with pytest.raises(ClosedError):
+        ix.postings("ONE")
+    ix.close()   # idempotent
+
+
+def test_build_index_then_open_writable(isis_data, tmp_path):
+    """The CDS sample with its shipped ISIS inverted file: before a native
+    index is built db.index is the ISIS file; after pydb.build_index the
+    native one takes precedence (same results from the same FST), and a
+    writable handle keeps it up to date."""
+    src = isis_data / SAMPLE / "cds"
+    for ext in ("mst", "xrf", "fst", "stw", "cnt", "n01", "n02", "l01", "l02", "ifp"):
+        shutil.copy(f"{src}.{ext}", tmp_path / f"cds.{ext}")
+    base = tmp_path / "cds"
+    with pydb.open(base) as db:
+        assert db.index.kind == "isis-classic"
+        water = mfns(db.search("WATER"))
+        plants = mfns(db.search("PLANTS"))
+    assert water == [4, 5, 10, 11, 12, 13, 14, 16, 22, 23, 24, 42, 51, 56]
+    pydb.build_index(base, progress=False, max_key=30)
+    with pydb.open(base, readonly=False) as db:
+        assert db.index.kind == "native"
+        assert mfns(db.search("WATER")) == water
+        assert mfns(db.search("PLANTS")) == plants
+        rec = db[1].to_dict()
+        db.update(1, [(24, "Water for plants"), (70, "Magalhaes, A.C.")])
+        db.delete(4)
+        mfn = db.append([(24, "Water pumps"), (70, "Someone, X.")])
+        assert mfn == 151
+        assert mfns(db.search("WATER")) == sorted(set(water) - {4} | {1, 151})
+        assert mfns(db.search("PLANTS")) == sorted(set(plants) - {4} | {1})
+        # the old version's keys are gone (its title words, field 69)
+        assert "TRANSPIRATION" in rec[24][0].upper()
+        assert 1 not in [p.mfn for p in db.postings("TRANSPIRATION")]
+        assert db.postings("SOMEONE, X.") == [Posting(151, 70, 1, 1)]
+    with pydb.open(base) as db:      # a read-only handle opened afterwards
+        assert mfns(db.search("WATER")) == sorted(set(water) - {4} | {1, 151})
+
+
+# ---- readers during commits ----------------------------------------------
+
+WORDS = ["RED", "GREEN", "BLUE", "WHITE"]
+QUERIES = ["RED", "GREEN", "BLUE * RED", "WHITE + GREEN", "RED ^ BLUE", "N$"]
+
+
+def _script(n_commits, seed):
+    """Deterministic transactions and the expected result of every query
+    after each commit (state 0: the empty database)."""
+    rnd = random.Random(seed)
+    recs: dict[int, tuple[bool, set]] = {}
+    txns, states = [], []
+
+    def expect():
+        active = {m: w for m, (d, w) in recs.items() if not d}
+
+        def has(word):
+            return {m for m, w in active.items() if word in w}
+        return {"RED": sorted(has("RED")), "GREEN": sorted(has("GREEN")),
+                "BLUE * RED": sorted(has("BLUE") & has("RED")),
+                "WHITE + GREEN": sorted(has("WHITE") | has("GREEN")),
+                "RED ^ BLUE": sorted(has("RED") - has("BLUE")),
+                "N$": sorted(active)}
+
+    states.append(expect())
+    for k in range(1, n_commits + 1):
+        ops = []
+        for _ in range(rnd.randint(1, 4)):
+            r = rnd.random()
+            words = set(rnd.sample(WORDS, rnd.randint(0, 3)))
+            if r < 0.4 or not recs:
+                mfn = len(recs) + 1
+                recs[mfn] = (False, words)
+                ops.append(("A", mfn, words))
+            elif r < 0.75:
+                mfn = rnd.randint(1, len(recs))
+                recs[mfn] = (recs[mfn][0], words)
+                ops.append(("U", mfn, words))
+            elif r < 0.9:
+                mfn = rnd.randint(1, len(recs))
+                recs[mfn] = (True, recs[mfn][1])
+                ops.append(("D", mfn))
+            else:
+                mfn = rnd.randint(1, len(recs))
+                recs[mfn] = (False, recs[mfn][1])
+                ops.append(("X", mfn))
+        txns.append(ops)
+        states.append(expect())
+    return txns, states
+
+
+def test_readers_search_during_commits_see_committed_states(tmp_path):
+    """A writer commits appends/updates/deletes/undeletes while 8 reader
+    threads search: every result equals the expected result of one
+    committed state, no older than the last commit that had returned when
+    the search began and no newer than the one in flight when it ended
+    (a commit is published just before it returns); the states a reader
+    sees never go backwards."""
+    n_commits = 150
+    txns, states = _script(n_commits, 7)
+    db = pydb.create(tmp_path / "rw", sync=False, fst="1 0 v1\n2 4 v2\n")
+    done = [0]
+    stop = threading.Event()
+    errors: list = []
+    seen = [0] * 8
+    searches = [0] * 8
+
+    def writer():
+        try:
+            for k, ops in enumerate(txns, 1):
+                with db.transaction() as tx:
+                    for op in ops:
+                        if op[0] == "A":
+                            got = tx.append([(1, "n"), (2, " ".join(sorted(op[2])))])
+                            assert got == op[1]
+                        elif op[0] == "U":
+                            tx.update(op[1], [(1, "n"), (2, " ".join(sorted(op[2])))])
+                        elif op[0] == "D":
+                            tx.delete(op[1])
+                        else:
+                            tx.undelete(op[1])
+                done[0] = k
+        except BaseException as e:   # pragma: no cover - reported below
+            errors.append(("writer", repr(e)))
+        finally:
+            stop.set()
+
+    def reader(i):
+        rnd = random.Random(i)
+        lo = 0
+        try:
+            while True:
+                last = stop.is_set()   # this search starts after the last commit
+                q = rnd.choice(QUERIES)
+                before = done[0]
+                res = list(db.search(q))
+                after = done[0]
+                searches[i] += 1
+                first = max(lo, before)
+                for j in range(first, min(after + 1, n_commits) + 1):
+                    if states[j][q] == res:
+                        lo = j
+                        break
+                else:
+                    errors.append((i, q, res, first, after))
+                    return
+                if last and searches[i] >= 20:
+                    break
+                time.sleep(0.0002)   # leave the writer some CPU
+            seen[i] = lo
+        except BaseException as e:   # pragma: no cover - reported below
+            errors.append((i, repr(e)))
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    w = threading.Thread(target=writer)
+    w.start()
+    w.join()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert done[0] == n_commits
+        assert all(s == n_commits for s in seen), seen   # the last searches see the end
+        for q in QUERIES:
+            assert list(db.search(q)) == states[-1][q]
+        print(f"readers: {sum(searches)} searches during {n_commits} commits")
+    finally:
+        db.close()
+
+
+def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
+    """Each write-side operation of one commit (index segment, log,
+    master file, XRF, index MANIFEST...) fails in turn with EIO: a
+    failure before the log is durable leaves neither records nor index
+    changes, and no file of the failed commit; a failure after it leaves
+    the handle read-only and reopening replays records and index
+    together.  Either way the index agrees with the records."""
+    import errno
+    from pydb import _pydb
+    base0 = tmp_path / "p"
+    with pydb.create(base0, fst=FST) as db:
+        db.append([(1, "One"), (2, "old words")])
+    _pydb._test_fail_io(-1)
+    shutil.copytree(f"{base0}.pdx", tmp_path / "c.pdx")
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{base0}{ext}", tmp_path / f"c{ext}")
+    with pydb.open(tmp_path / "c", readonly=False) as db:
+        _pydb._test_fail_io(-1)
+        try:
+            with db.transaction() as tx:
+                tx.append([(1, "Two"), (2, "new words")])
+                tx.update(1, [(1, "One"), (2, "changed")])
+            total = _pydb._test_io_count()
+        finally:
+            _pydb._test_fail_io(0)
+    assert total >= 8
+    kinds = {}
+    for n in range(1, total + 1):
+        base = tmp_path / f"n{n}"
+        shutil.copytree(f"{base0}.pdx", f"{base}.pdx")
+        for ext in (".mst", ".xrf", ".wal"):
+            shutil.copy(f"{base0}{ext}", f"{base}{ext}")
+        files0 = sorted(os.listdir(f"{base}.pdx"))
+        db = pydb.open(base, readonly=False)
+        _pydb._test_fail_io(n, errno.EIO)
+        raised = None
+        try:
+            with db.transaction() as tx:
+                tx.append([(1, "Two"), (2, "new words")])
+                tx.update(1, [(1, "One"), (2, "changed")])
+        except pydb.DiskError as e:
+            raised = e
+        finally:
+            fired = _pydb._test_io_fired()
+            _pydb._test_fail_io(0)
+        kinds[fired.split()[0]] = kinds.get(fired.split()[0], 0) + 1
+        if raised is None:       # emptying the log after the commit: ignored
+            assert fired.split()[0] == "ftruncate" and db.max_mfn == 2, (n, fired)
+        durable = db.max_mfn == 2 or db.readonly or _is_readonly(db)
+        db.close()
+        if not durable:
+            assert sorted(os.listdir(f"{base}.pdx")) == files0, (n, fired)
+        with pydb.open(base, readonly=False) as db:      # recovery
+            if db.max_mfn == 2:
+                assert mfns(db.search("CHANGED")) == [1] and mfns(db.search("NEW")) == [2]
+                assert db.postings("OLD") == []
+            else:
+                assert not durable, (n, fired)
+                assert mfns(db.search("OLD")) == [1] and db.postings("TWO") == []
+            db.append([(1, "Four")])
+            assert mfns(db.search("FOUR")) == [db.max_mfn]
+    print(f"index faults: {total} operations, {kinds}")
+
+
+def _is_readonly(db) -> bool:
+    """True once a failed commit has made the handle refuse writes."""
+    try:
+        with db.transaction():
+            pass
+    except pydb.ReadOnlyError:
+        return True
+    return False
