@@ -24,7 +24,8 @@ keeps authors, subjects and descriptors as whole keys); queries
 isis-formats.md §6.2) -> ``NEAR(a b, 0)``; ``A . . . B`` (at most 2
 words between) -> ``NEAR(a b, 2)``; ``T/(24)`` -> ``title : t``.  Both
 return the sorted MFNs (rowids); ``extra_info["hits"]`` shows how closely
-the two agree.
+the two agree.  With tantivy-py installed (extra ``tantivy``), the same
+indexing and the nearest tantivy queries (``test_*_tantivy``) run too.
 """
 
 import os
@@ -356,3 +357,93 @@ def test_terms_enumeration_c_8_segments(benchmark, unesb_index_after_commits):
                                   rounds=10, iterations=1, warmup_rounds=1)
     assert terms > 400_000
     _rate(benchmark, terms, "terms_per_s")
+
+
+# ---- the same with tantivy-py (extra "tantivy"), when it is installed ---
+
+def _tantivy_build(path, columns, rows):
+    """A tantivy index of `rows` (MFN first, as an indexed fast integer
+    field) with one text field per column (tokenizer "default": words,
+    lower-cased), committed and merged on disk."""
+    import tantivy
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    sb = tantivy.SchemaBuilder()
+    sb.add_integer_field("mfn", stored=True, indexed=True, fast=True)
+    for c in columns:
+        sb.add_text_field(c, stored=False)
+    schema = sb.build()
+    index = tantivy.Index(schema, path=os.fspath(path))
+    w = index.writer()
+    for row in rows:
+        w.add_document(tantivy.Document(mfn=row[0], **dict(zip(columns, row[1:]))))
+    w.commit()
+    w.wait_merging_threads()
+    return len(rows)
+
+
+def test_bulk_index_unesb_tantivy(benchmark, unesb_copy, unesb_records, tmp_path):
+    pytest.importorskip("tantivy", reason="tantivy-py not installed (pip install 'pydb[tantivy]')")
+    rows = _unesb_rows(unesb_copy)
+    n = benchmark.pedantic(_tantivy_build, (tmp_path / "tv", UNESB_COLUMNS, rows),
+                           rounds=3, iterations=1, warmup_rounds=0)
+    assert n == unesb_records
+    _rate(benchmark, n, "records_per_s")
+
+
+@pytest.mark.skipif(not Path(f"{LILACS}.mst").exists(), reason="LILACS sample absent")
+def test_bulk_index_lilacs_tantivy(benchmark, tmp_path):
+    pytest.importorskip("tantivy", reason="tantivy-py not installed (pip install 'pydb[tantivy]')")
+    rows = _lilacs_rows(LILACS)
+    n = benchmark.pedantic(_tantivy_build, (tmp_path / "tv", LILACS_COLUMNS, rows),
+                           rounds=5, iterations=1, warmup_rounds=1)
+    assert n == 3225
+    _rate(benchmark, n, "records_per_s")
+
+
+@pytest.fixture(scope="module")
+def unesb_tantivy(unesb_copy, tmp_path_factory):
+    tantivy = pytest.importorskip("tantivy",
+                                  reason="tantivy-py not installed (pip install 'pydb[tantivy]')")
+    path = tmp_path_factory.mktemp("tantivy") / "tv"
+    _tantivy_build(path, UNESB_COLUMNS, _unesb_rows(unesb_copy))
+    index = tantivy.Index.open(os.fspath(path))
+    index.reload()
+    return tantivy, index
+
+
+#: The nearest tantivy query per QUERIES name (query parser over every
+#: text field; phrases are ordered, ``~2`` allows two words between;
+#: truncation is a regex query per field).
+TANTIVY_QUERIES = {
+    "term": "{t1}", "and": "{t1} AND {t2}", "or": "{t1} OR {t2}",
+    "truncation": None, "truncation_and": "{t1}",
+    "adjacent": '"{t1} {t2}"', "proximity": '"{t1} {t2}"~2', "qualifier": "title:{t1}",
+}
+
+
+@pytest.mark.parametrize("name", list(TANTIVY_QUERIES))
+def test_query_tantivy(benchmark, unesb_tantivy, query_words, name):
+    tantivy, index = unesb_tantivy
+    Q, O = tantivy.Query, tantivy.Occur
+    schema = index.schema
+    searcher = index.searcher()
+    n = searcher.num_docs
+    text = TANTIVY_QUERIES[name]
+
+    def prefix_query():
+        return Q.boolean_query([(O.Should, Q.regex_query(schema, c, "ba.*"))
+                                for c in UNESB_COLUMNS])
+
+    def run():
+        if name == "truncation":
+            q = prefix_query()
+        else:
+            q = index.parse_query(text.format(**query_words), list(UNESB_COLUMNS))
+            if name == "truncation_and":
+                q = Q.boolean_query([(O.Must, prefix_query()), (O.Must, q)])
+        return sorted(v for v, _ in searcher.search(q, n, order_by_field="mfn").hits)
+    result = benchmark(run)
+    benchmark.extra_info.update(expr=name if text is None else text.format(**query_words),
+                                hits=len(result))
+    assert name in ("adjacent", "proximity") or len(result) > 0
