@@ -1,14 +1,31 @@
-"""Native index benchmarks (pytest-benchmark): bulk index throughput,
-term enumeration, postings decoding.
+"""Native index benchmarks (pytest-benchmark), side by side with SQLite
+FTS5 (Python's sqlite3) on the same data: bulk index throughput on the
+synthetic unesb and the LILACS sample, term enumeration (C and Python),
+postings decoding (C and Python), and query latency for typical
+expressions with pydb's search language against the nearest FTS5 query.
 
     PYDB_SKIP_SANITIZERS=1 python -m pytest benchmarks/bench_index.py \\
         --benchmark-only -p no:cacheprovider
 
-Each benchmark stores its rate in ``extra_info`` (records/s, terms/s,
-postings/s, computed from the median round); the numbers in the issue
-notes are those medians.  DESIGN.md §9 targets: bulk load + index >=
-200,000 records/s on the synthetic unesb; term enumeration >= 10 million
-terms/s (C).
+Timed, the unesb benchmarks run on the crashtest's default database
+(58,880 records); in the untimed plain run on the small database of
+benchmarks/conftest.py.  Each benchmark stores its rate in ``extra_info``
+(records/s, terms/s, postings/s, computed from the median round); the
+numbers in the issue notes are those medians.  DESIGN.md §9 targets: bulk
+load + index >= 200,000 records/s on the synthetic unesb; term
+enumeration >= 10 million terms/s (C); ahead of SQLite FTS5 on indexing
+and search.
+
+FTS5 equivalents: one row per record, one column per FST line (the FTS5
+``unicode61`` tokenizer splits every column into words, where the FST
+keeps authors, subjects and descriptors as whole keys); queries
+(pydb -> FTS5): ``T`` -> ``t``; ``A * B`` -> ``a AND b``; ``A + B`` ->
+``a OR b``; ``BA$`` -> ``ba*``; ``A $ B`` (adjacent, either order,
+isis-formats.md §6.2) -> ``NEAR(a b, 0)``; ``A . . . B`` (at most 2
+words between) -> ``NEAR(a b, 2)``; ``T/(24)`` -> ``title : t``.  Both
+return the sorted MFNs (rowids); ``extra_info["hits"]`` shows how closely
+the two agree.  With tantivy-py installed (extra ``tantivy``), the same
+indexing and the nearest tantivy queries (``test_*_tantivy``) run too.
 """
 
 import os
@@ -87,8 +104,16 @@ def _rate(benchmark, amount, unit):
 
 
 @pytest.fixture(scope="module")
-def unesb_copy(tmp_path_factory):
-    return _copy(Path(unesb.default_database()), tmp_path_factory.mktemp("unesb"))
+def unesb_copy(bench_db, tmp_path_factory):
+    """A copy of the benchmark database (the default database when timed,
+    a small one in the plain run), without index."""
+    return _copy(Path(bench_db), tmp_path_factory.mktemp("unesb"))
+
+
+@pytest.fixture(scope="module")
+def unesb_records(unesb_copy):
+    with pydb.open(unesb_copy) as db:
+        return len(db)
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +122,10 @@ def unesb_index(unesb_copy):
     return _pydb._open_native_index(unesb_copy)
 
 
-def test_bulk_index_unesb(benchmark, unesb_copy):
+def test_bulk_index_unesb(benchmark, unesb_copy, unesb_records):
     n = benchmark.pedantic(_pydb._index_build, (unesb_copy, UNESB_FST),
                            rounds=5, iterations=1, warmup_rounds=1)
-    assert n == 58_880
+    assert n == unesb_records
     _rate(benchmark, n, "records_per_s")
     _cpu_rate(benchmark, _pydb._index_build, (unesb_copy, UNESB_FST), n)
 
@@ -115,41 +140,63 @@ def test_bulk_index_lilacs(benchmark, tmp_path):
     _cpu_rate(benchmark, _pydb._index_build, (base, LILACS_FST), n)
 
 
-def test_terms_enumeration_c(benchmark, unesb_index):
+@pytest.fixture(scope="module")
+def unesb_terms(unesb_index):
+    """Every (key, posting count) of the unesb index."""
+    return unesb_index.terms(b"", None, 10_000_000)
+
+
+def test_terms_enumeration_c(benchmark, unesb_index, unesb_terms):
     terms, _ = benchmark.pedantic(_pydb._bench_scan, (unesb_index,), rounds=10,
                                   iterations=1, warmup_rounds=1)
-    assert terms > 400_000
+    assert terms == len(unesb_terms)
     _rate(benchmark, terms, "terms_per_s")
 
 
-def test_terms_prefix_c(benchmark, unesb_index):
+def test_terms_prefix_c(benchmark, unesb_index, unesb_terms):
     terms, _ = benchmark.pedantic(_pydb._bench_scan, (unesb_index, b"B"), rounds=20,
                                   iterations=1, warmup_rounds=1)
-    assert terms > 10_000
+    assert terms == sum(1 for k, _ in unesb_terms if k.startswith(b"B")) > 0
     _rate(benchmark, terms, "terms_per_s")
 
 
-def test_terms_prefix_python(benchmark, unesb_copy, unesb_index):
+def test_terms_prefix_python(benchmark, unesb_copy, unesb_index, unesb_terms):
     idx = pydb.open_index(unesb_copy)
 
     def run():
         return sum(1 for _ in idx.terms("B"))
     terms = benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
+    assert terms == sum(1 for k, _ in unesb_terms if k.startswith(b"B"))
     _rate(benchmark, terms, "terms_per_s")
+    idx.close()
 
 
-def test_postings_decoding_c(benchmark, unesb_index):
+def test_postings_decoding_c(benchmark, unesb_index, unesb_terms):
     # every key of the dictionary looked up and its postings decoded
     _, posts = benchmark.pedantic(_pydb._bench_scan, (unesb_index, b"", True),
                                   rounds=3, iterations=1, warmup_rounds=1)
-    assert posts > 1_000_000
+    assert posts == sum(c for _, c in unesb_terms)
     _rate(benchmark, posts, "postings_per_s")
 
 
-def test_postings_frequent_key_python(benchmark, unesb_index):
-    key = max(unesb_index.terms(b"", None, 1_000_000), key=lambda t: t[1])[0]
+def test_postings_frequent_key_python(benchmark, unesb_index, unesb_terms):
+    key, count = max(unesb_terms, key=lambda t: t[1])
     posts = benchmark(unesb_index.postings, key)
+    assert len(posts) == count
     _rate(benchmark, len(posts), "postings_per_s")
+
+
+def test_postings_prefix_python(benchmark, unesb_index, unesb_terms):
+    # the postings of every key starting with B, one call per key (Python
+    # tuples built for each posting)
+    keys = [k for k, _ in unesb_terms if k.startswith(b"B")]
+    postings = unesb_index.postings
+
+    def run():
+        return sum(len(postings(k)) for k in keys)
+    posts = benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1)
+    assert posts == sum(c for k, c in unesb_terms if k.startswith(b"B"))
+    _rate(benchmark, posts, "postings_per_s")
 
 
 # ---- side by side: SQLite FTS5 indexing the same fields ----------------
@@ -163,33 +210,132 @@ def _fts5_available():
         return False
 
 
-@pytest.mark.skipif(not _fts5_available(), reason="sqlite3 without FTS5")
-def test_bulk_index_unesb_sqlite_fts5(benchmark, unesb_copy, tmp_path):
-    """The nearest FTS5 equivalent of UNESB_FST: one row per record with
-    title+notes (words), authors, subjects, imprint, language columns;
-    rows read beforehand (only the indexing is timed), one transaction,
-    on-disk database with synchronous=FULL like the native build's fsync."""
-    import sqlite3
-    with pydb.open(unesb_copy, encoding="ascii") as db:
-        rows = [(r.mfn, " ".join(r[24] + r[50] + r[44]), "; ".join(r[70] + r[71]),
-                 "".join(r[69]), "".join(r[26]), "".join(r[40])) for r in db]
-    path = tmp_path / "fts.sqlite"
+needs_fts5 = pytest.mark.skipif(not _fts5_available(), reason="sqlite3 without FTS5")
 
-    def build():
-        if path.exists():
-            path.unlink()
-        con = sqlite3.connect(path)
-        con.execute("pragma synchronous=FULL")
-        con.execute("create virtual table r using fts5(words, authors, subjects, imprint,"
-                    " lang, tokenize='unicode61 remove_diacritics 2')")
-        with con:
-            con.executemany("insert into r(rowid, words, authors, subjects, imprint, lang)"
-                            " values (?, ?, ?, ?, ?, ?)", rows)
-        con.close()
-        return len(rows)
-    n = benchmark.pedantic(build, rounds=3, iterations=1, warmup_rounds=0)
-    assert n == 58_880
+#: FTS5 columns standing for the lines of UNESB_FST.
+UNESB_COLUMNS = ("title", "notes", "series", "authors", "corporate", "subjects",
+                 "imprint", "lang")
+
+
+def _unesb_rows(base):
+    with pydb.open(base, encoding="ascii") as db:
+        return [(r.mfn, "\n".join(r[24]), "\n".join(r[50]), "\n".join(r[44]),
+                 "\n".join(r[70]), "\n".join(r[71]), "".join(r[69]), "".join(r[26]),
+                 "".join(r[40])) for r in db]
+
+
+#: FTS5 columns standing for the lines of LILACS_FST.
+LILACS_COLUMNS = ("ident", "authors", "title", "title_en", "journal", "lang", "year",
+                  "descriptors", "descriptors2", "words")
+
+
+def _lilacs_rows(base):
+    def sub_d(rec, tag):
+        return "\n".join(s.get("d", "") for s in rec.subfields(tag))
+    with pydb.open(base, encoding="latin-1") as db:
+        return [(r.mfn, "".join(r[1]), "\n".join(r[10]), "\n".join(r[12]), "\n".join(r[13]),
+                 "".join(r[30]), "\n".join(r[40]), "".join(r[65])[:4],
+                 "\n".join(r[76]) + "\n" + sub_d(r, 87), sub_d(r, 88), "\n".join(r[83]))
+                for r in db]
+
+
+def _fts5_build(path, columns, rows):
+    """An on-disk FTS5 table of `rows` (rowid first), one transaction,
+    synchronous=FULL like the native build's fsync."""
+    import sqlite3
+    if path.exists():
+        path.unlink()
+    con = sqlite3.connect(path)
+    con.execute("pragma synchronous=FULL")
+    con.execute(f"create virtual table r using fts5({', '.join(columns)},"
+                " tokenize='unicode61 remove_diacritics 2')")
+    with con:
+        con.executemany(f"insert into r(rowid, {', '.join(columns)}) values "
+                        f"(?, {', '.join('?' * len(columns))})", rows)
+    con.close()
+    return len(rows)
+
+
+@needs_fts5
+def test_bulk_index_unesb_sqlite_fts5(benchmark, unesb_copy, unesb_records, tmp_path):
+    """The nearest FTS5 equivalent of UNESB_FST (one column per FST line);
+    rows read beforehand (only the indexing is timed)."""
+    rows = _unesb_rows(unesb_copy)
+    n = benchmark.pedantic(_fts5_build, (tmp_path / "fts.sqlite", UNESB_COLUMNS, rows),
+                           rounds=3, iterations=1, warmup_rounds=0)
+    assert n == unesb_records
     _rate(benchmark, n, "records_per_s")
+
+
+@needs_fts5
+@pytest.mark.skipif(not Path(f"{LILACS}.mst").exists(), reason="LILACS sample absent")
+def test_bulk_index_lilacs_sqlite_fts5(benchmark, tmp_path):
+    rows = _lilacs_rows(LILACS)
+    n = benchmark.pedantic(_fts5_build, (tmp_path / "fts.sqlite", LILACS_COLUMNS, rows),
+                           rounds=5, iterations=1, warmup_rounds=1)
+    assert n == 3225
+    _rate(benchmark, n, "records_per_s")
+
+
+# ---- query latency: pydb's search language vs FTS5 ----------------------
+
+#: (name, pydb expression, FTS5 MATCH expression); T1/T2: the two most
+#: frequent title words, BA: a two-letter prefix.
+QUERIES = [
+    ("term", "{T1}", "{t1}"),
+    ("and", "{T1} * {T2}", "{t1} AND {t2}"),
+    ("or", "{T1} + {T2}", "{t1} OR {t2}"),
+    ("truncation", "BA$", "ba*"),
+    ("truncation_and", "BA$ * {T1}", "ba* AND {t1}"),
+    ("adjacent", "{T1} $ {T2}", "NEAR({t1} {t2}, 0)"),
+    ("proximity", "{T1} . . . {T2}", "NEAR({t1} {t2}, 2)"),
+    ("qualifier", "{T1}/(24)", "title : {t1}"),
+]
+
+
+@pytest.fixture(scope="module")
+def query_words(unesb_index, unesb_terms):
+    """Among the 50 most frequent word keys, the two with the most title
+    (FST line 24) postings."""
+    import re
+    counts = {k: c for k, c in unesb_terms if re.fullmatch(rb"[A-Z]{3,}", k)}
+    top = sorted(counts, key=lambda k: (-counts[k], k))[:50]
+    title = sorted(top, key=lambda k: (-sum(1 for p in unesb_index.postings(k) if p[1] == 24),
+                                       k))
+    t1, t2 = title[0].decode(), title[1].decode()
+    return {"T1": t1, "T2": t2, "t1": t1.lower(), "t2": t2.lower()}
+
+
+@pytest.fixture(scope="module")
+def unesb_fts5(unesb_copy, tmp_path_factory):
+    import sqlite3
+    path = tmp_path_factory.mktemp("fts5") / "fts.sqlite"
+    _fts5_build(path, UNESB_COLUMNS, _unesb_rows(unesb_copy))
+    con = sqlite3.connect(path, check_same_thread=False)
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("name,expr,_", QUERIES, ids=[q[0] for q in QUERIES])
+def test_query_pydb(benchmark, unesb_index, query_words, name, expr, _):
+    from pydb.search import search
+    expr = expr.format(**query_words)
+    result = benchmark(search, unesb_index, expr)
+    benchmark.extra_info.update(expr=expr, hits=len(result))
+    assert name in ("adjacent", "proximity") or len(result) > 0
+
+
+@needs_fts5
+@pytest.mark.parametrize("name,_,match", QUERIES, ids=[q[0] for q in QUERIES])
+def test_query_sqlite_fts5(benchmark, unesb_fts5, query_words, name, _, match):
+    match = match.format(**query_words)
+
+    def run():
+        return [m for (m,) in unesb_fts5.execute("select rowid from r where r match ?"
+                                                 " order by rowid", (match,))]
+    result = benchmark(run)
+    benchmark.extra_info.update(expr=match, hits=len(result))
+    assert name in ("adjacent", "proximity") or len(result) > 0
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +357,93 @@ def test_terms_enumeration_c_8_segments(benchmark, unesb_index_after_commits):
                                   rounds=10, iterations=1, warmup_rounds=1)
     assert terms > 400_000
     _rate(benchmark, terms, "terms_per_s")
+
+
+# ---- the same with tantivy-py (extra "tantivy"), when it is installed ---
+
+def _tantivy_build(path, columns, rows):
+    """A tantivy index of `rows` (MFN first, as an indexed fast integer
+    field) with one text field per column (tokenizer "default": words,
+    lower-cased), committed and merged on disk."""
+    import tantivy
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    sb = tantivy.SchemaBuilder()
+    sb.add_integer_field("mfn", stored=True, indexed=True, fast=True)
+    for c in columns:
+        sb.add_text_field(c, stored=False)
+    schema = sb.build()
+    index = tantivy.Index(schema, path=os.fspath(path))
+    w = index.writer()
+    for row in rows:
+        w.add_document(tantivy.Document(mfn=row[0], **dict(zip(columns, row[1:]))))
+    w.commit()
+    w.wait_merging_threads()
+    return len(rows)
+
+
+def test_bulk_index_unesb_tantivy(benchmark, unesb_copy, unesb_records, tmp_path):
+    pytest.importorskip("tantivy", reason="tantivy-py not installed (pip install 'pydb[tantivy]')")
+    rows = _unesb_rows(unesb_copy)
+    n = benchmark.pedantic(_tantivy_build, (tmp_path / "tv", UNESB_COLUMNS, rows),
+                           rounds=3, iterations=1, warmup_rounds=0)
+    assert n == unesb_records
+    _rate(benchmark, n, "records_per_s")
+
+
+@pytest.mark.skipif(not Path(f"{LILACS}.mst").exists(), reason="LILACS sample absent")
+def test_bulk_index_lilacs_tantivy(benchmark, tmp_path):
+    pytest.importorskip("tantivy", reason="tantivy-py not installed (pip install 'pydb[tantivy]')")
+    rows = _lilacs_rows(LILACS)
+    n = benchmark.pedantic(_tantivy_build, (tmp_path / "tv", LILACS_COLUMNS, rows),
+                           rounds=5, iterations=1, warmup_rounds=1)
+    assert n == 3225
+    _rate(benchmark, n, "records_per_s")
+
+
+@pytest.fixture(scope="module")
+def unesb_tantivy(unesb_copy, tmp_path_factory):
+    tantivy = pytest.importorskip("tantivy",
+                                  reason="tantivy-py not installed (pip install 'pydb[tantivy]')")
+    path = tmp_path_factory.mktemp("tantivy") / "tv"
+    _tantivy_build(path, UNESB_COLUMNS, _unesb_rows(unesb_copy))
+    index = tantivy.Index.open(os.fspath(path))
+    index.reload()
+    return tantivy, index
+
+
+#: The nearest tantivy query per QUERIES name (query parser over every
+#: text field; phrases are ordered, ``~2`` allows two words between;
+#: truncation is a regex query per field).
+TANTIVY_QUERIES = {
+    "term": "{t1}", "and": "{t1} AND {t2}", "or": "{t1} OR {t2}",
+    "truncation": None, "truncation_and": "{t1}",
+    "adjacent": '"{t1} {t2}"', "proximity": '"{t1} {t2}"~2', "qualifier": "title:{t1}",
+}
+
+
+@pytest.mark.parametrize("name", list(TANTIVY_QUERIES))
+def test_query_tantivy(benchmark, unesb_tantivy, query_words, name):
+    tantivy, index = unesb_tantivy
+    Q, O = tantivy.Query, tantivy.Occur
+    schema = index.schema
+    searcher = index.searcher()
+    n = searcher.num_docs
+    text = TANTIVY_QUERIES[name]
+
+    def prefix_query():
+        return Q.boolean_query([(O.Should, Q.regex_query(schema, c, "ba.*"))
+                                for c in UNESB_COLUMNS])
+
+    def run():
+        if name == "truncation":
+            q = prefix_query()
+        else:
+            q = index.parse_query(text.format(**query_words), list(UNESB_COLUMNS))
+            if name == "truncation_and":
+                q = Q.boolean_query([(O.Must, prefix_query()), (O.Must, q)])
+        return sorted(v for v, _ in searcher.search(q, n, order_by_field="mfn").hits)
+    result = benchmark(run)
+    benchmark.extra_info.update(expr=name if text is None else text.format(**query_words),
+                                hits=len(result))
+    assert name in ("adjacent", "proximity") or len(result) > 0

@@ -25,7 +25,7 @@ from collections import defaultdict
 import pytest
 
 import pydb
-from pydb import _pydb, unesb
+from pydb import _pydb
 from pydb.search import search
 
 WORD = re.compile(rb"[A-Za-z]+")
@@ -33,8 +33,9 @@ SUBFIELD = re.compile(rb"\^.")   # heading mode: delimiters become blanks
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    base = unesb.default_database()
+def corpus(bench_db):
+    # the default database when timed, the small one in the plain run
+    base = bench_db
     table = defaultdict(list)
     with pydb.open(base) as db:
         records = db.max_mfn

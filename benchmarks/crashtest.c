@@ -5,12 +5,17 @@
  * thread ("sequential read"), then run 8, 2, 1 and 4 threads, each reading
  * the whole list of records (each thread starting at a different offset in
  * the list and wrapping), and report the rows per second of all threads
- * together.  The list is the active MFNs of the XRF, or the MFNs given in
- * a file (--list: one MFN per line, e.g. those named by the postings of
- * the index keys with prefix Z, as the Python runner computes them), so
- * that the row source stays pluggable.  Python's twin is
- * pydb/crashtest.py; `python -m pydb crashtest` runs both and compares
- * them.
+ * together.  The list comes from one of three row sources:
+ *   --prefix P  the original's index phase: enumerate the keys of the
+ *               database's inverted index (the native index, else the
+ *               ISIS inverted file) that start with P in key form, print
+ *               "N terms" and "M postings max mfn X", and read the MFN of
+ *               every posting of those keys, in key order (a record named
+ *               by several postings is read several times);
+ *   --list FILE the MFNs in FILE, one per line;
+ *   neither     the active MFNs of the XRF.
+ * Python's twin is pydb/crashtest.py; `python -m pydb crashtest` runs
+ * both and compares them.
  *
  * Uses only the public header pydb.h.
  */
@@ -26,6 +31,7 @@
 typedef struct {
     const char *db_path;
     const char *list_path; /* NULL: the XRF's active MFNs */
+    const char *prefix;    /* index phase: keys with this prefix */
     int threads[16], nthreads;
     const char *cache;     /* warm | cold | direct */
     int lock;
@@ -109,11 +115,14 @@ static void usage(void)
     fputs("usage: pydb-crashtest [--threads 8,2,1,4] [--cache warm|cold|direct]\n"
           "                      [--lock none|mutex] [--io pread|mmap]\n"
           "                      [--reps N] [--min-time SECONDS]\n"
-          "                      [--max-time SECONDS] [--list FILE] [--json] DB\n"
+          "                      [--max-time SECONDS] [--prefix P | --list FILE]\n"
+          "                      [--json] DB\n"
           "A pass reads the whole list once, repeats until --min-time has\n"
           "passed (default 0), and is cut off after --max-time (default 60).\n"
-          "--list FILE: read the MFNs in FILE (one per line) instead of the\n"
-          "XRF's active records.\n",
+          "--prefix P: read the records named by the postings of the index\n"
+          "keys that start with P (native index, else the ISIS inverted file).\n"
+          "--list FILE: read the MFNs in FILE (one per line).\n"
+          "Neither: read the XRF's active records.\n",
           stderr);
     exit(2);
 }
@@ -181,6 +190,8 @@ static void parse(config *c, int argc, char **argv)
             free(s);
         } else if (!strcmp(a, "--list")) {
             c->list_path = v;
+        } else if (!strcmp(a, "--prefix")) {
+            c->prefix = v;
         } else if (!strcmp(a, "--cache")) {
             if (strcmp(v, "warm") && strcmp(v, "cold") && strcmp(v, "direct"))
                 usage();
@@ -203,7 +214,104 @@ static void parse(config *c, int argc, char **argv)
             if (c->min_time < 0) usage();
         } else usage();
     }
-    if (!c->db_path) usage();
+    if (!c->db_path || (c->prefix && c->list_path)) usage();
+}
+
+/* ---- index phase ---------------------------------------------------- */
+
+typedef struct {
+    uint8_t *buf;          /* the keys, each preceded by its length      */
+    size_t len, cap;
+    size_t nkeys;
+    int oom;
+} keylist;
+
+static int collect_key(void *ctx, const uint8_t *key, size_t len,
+                       uint64_t count)
+{
+    keylist *k = ctx;
+    (void)count;
+    if (k->len + sizeof(size_t) + len > k->cap) {
+        size_t cap = k->cap ? k->cap : 65536;
+        while (cap < k->len + sizeof(size_t) + len) cap *= 2;
+        uint8_t *b = realloc(k->buf, cap);
+        if (!b) { k->oom = 1; return 1; }  /* stops the scan */
+        k->buf = b;
+        k->cap = cap;
+    }
+    memcpy(k->buf + k->len, &len, sizeof len);
+    memcpy(k->buf + k->len + sizeof len, key, len);
+    k->len += sizeof len + len;
+    k->nkeys++;
+    return 0;
+}
+
+/* The original's index phase: open the native index of the database (else
+ * its ISIS inverted file), enumerate the keys that start with `prefix`
+ * (brought into key form by the index), and return the MFN of every
+ * posting of every key, in key order; *nterms gets the number of keys. */
+static int32_t *index_rows(const char *db_path, const char *prefix,
+                           int32_t maxmfn, size_t *n, size_t *nterms,
+                           double *secs)
+{
+    pydb_index *ix = NULL;
+    pydb_error e;
+    pydb_postings p = {0};
+    keylist keys = {0};
+    uint8_t kp[1024];
+    size_t kp_len = 0, cap = 0, off = 0;
+    int32_t *v = NULL;
+    int rc;
+    double t0 = now();
+
+    *n = *nterms = 0;
+    rc = pydb_native_index_open(&ix, db_path, &e);
+    if (rc == PYDB_EIO && e.sys_errno == ENOENT)
+        rc = pydb_isis_index_open(&ix, db_path, &e);
+    if (rc == PYDB_EIO && e.sys_errno == ENOENT) {
+        fprintf(stderr, "pydb-crashtest: %s has no inverted index (no native "
+                "index, no ISIS inverted file); --prefix needs one\n", db_path);
+        exit(2);
+    }
+    if (rc) die("open index", &e);
+    if ((rc = pydb_index_key(ix, (const uint8_t *)prefix, strlen(prefix), kp,
+                             sizeof kp, &kp_len, &e)))
+        die("prefix", &e);
+    if ((rc = pydb_index_terms(ix, kp, kp_len, NULL, 0, collect_key, &keys,
+                               &e)))
+        die("index terms", &e);
+    if (keys.oom) {
+        fputs("pydb-crashtest: out of memory collecting keys\n", stderr);
+        exit(2);
+    }
+    for (size_t k = 0; k < keys.nkeys; k++) {
+        size_t len;
+        memcpy(&len, keys.buf + off, sizeof len);
+        p.n = 0;
+        if ((rc = pydb_index_postings(&p, ix, keys.buf + off + sizeof len,
+                                      len, &e)))
+            die("index postings", &e);
+        off += sizeof len + len;
+        for (size_t i = 0; i < p.n; i++) {
+            if (p.v[i].mfn < 1 || p.v[i].mfn > maxmfn) {
+                fprintf(stderr, "pydb-crashtest: posting names MFN %d outside "
+                        "1..%d\n", (int)p.v[i].mfn, (int)maxmfn);
+                exit(2);
+            }
+            if (*n == cap) {
+                cap = cap ? cap * 2 : 4096;
+                v = realloc(v, cap * sizeof *v);
+                if (!v) { perror("realloc"); exit(2); }
+            }
+            v[(*n)++] = p.v[i].mfn;
+        }
+    }
+    *nterms = keys.nkeys;
+    *secs = now() - t0;
+    pydb_postings_free(&p);
+    free(keys.buf);
+    pydb_index_close(ix);
+    return v;
 }
 
 int main(int argc, char **argv)
@@ -214,7 +322,8 @@ int main(int argc, char **argv)
     pydb_error e;
     pydb_record *rec = NULL;
     int32_t *mfns = NULL, next = 1, maxmfn;
-    size_t n = 0, cap = 0, got;
+    size_t n = 0, cap = 0, got, nterms = 0;
+    double index_secs = 0;
     int rc;
 
     parse(&c, argc, argv);
@@ -223,7 +332,10 @@ int main(int argc, char **argv)
     opt.lock = c.lock;
     if ((rc = pydb_open(&db, c.db_path, &opt, &e))) die("open", &e);
     maxmfn = pydb_max_mfn(db);
-    if (c.list_path) mfns = read_list(c.list_path, maxmfn, &n);
+    if (c.prefix)
+        mfns = index_rows(c.db_path, c.prefix, maxmfn, &n, &nterms,
+                          &index_secs);
+    else if (c.list_path) mfns = read_list(c.list_path, maxmfn, &n);
     else while (next <= maxmfn) {
         if (n == cap) {
             cap = cap ? cap * 2 : 4096;
@@ -234,8 +346,23 @@ int main(int argc, char **argv)
             die("XRF scan", &e);
         n += got;
     }
+    if (c.json && c.prefix) {
+        printf("{\"impl\": \"c\", \"phase\": \"index\", \"prefix\": \"");
+        for (const unsigned char *q = (const unsigned char *)c.prefix; *q; q++) {
+            if (*q < 0x20 || *q == '"' || *q == '\\') printf("\\u%04x", *q);
+            else putchar(*q);
+        }
+        printf("\", \"terms\": %zu, \"postings\": %zu, \"max_mfn\": %d, "
+               "\"seconds\": %.9f}\n", nterms, n, (int)maxmfn, index_secs);
+    } else if (c.prefix) {
+        printf("%zu terms\n", nterms);
+        printf("%zu postings max mfn %d\n", n, (int)maxmfn);
+    }
     if (n == 0) {
-        if (c.list_path)
+        if (c.prefix)
+            fprintf(stderr, "pydb-crashtest: no postings under the prefix %s "
+                    "in %s\n", c.prefix, c.db_path);
+        else if (c.list_path)
             fprintf(stderr, "pydb-crashtest: %s lists no MFNs\n", c.list_path);
         else
             fprintf(stderr, "pydb-crashtest: %s has no active records\n",
@@ -244,9 +371,11 @@ int main(int argc, char **argv)
         pydb_close(db);
         return 2;
     }
-    if (!c.json && c.list_path) {
+    if (c.json || c.prefix) {
+        /* header already printed (or none in JSON) */
+    } else if (c.list_path) {
         printf("%zu postings max mfn %d\n", n, (int)maxmfn);
-    } else if (!c.json) {
+    } else {
         printf("%zu records (from the XRF; no index phase)\n", n);
         printf("%zu postings max mfn %d\n", n, (int)maxmfn);
     }

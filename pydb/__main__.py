@@ -12,7 +12,8 @@ Commands:
   import SRC DB    ISO 2709 or JSON Lines file into a new database, or
                    appended to an existing one
   export DB DST    database to ISO 2709 (CDS/ISIS or MARC flavour) or JSON Lines
-  gen-unesb DIR    write the synthetic unesb database (and its FST) into DIR
+  gen-unesb DIR    write the synthetic unesb database, its FST and its native
+                   index into DIR (--no-index: without the index)
   ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
   index DB         build the native inverted index (FST: the database's own
                    .fst or --fst FILE), with a progress bar
@@ -268,7 +269,9 @@ def _cmd_export(args) -> int:
 
 def _cmd_gen_unesb(args) -> int:
     from .unesb import generate
-    base = generate(args.dir, scale=args.scale, seed=args.seed)
+    base = generate(args.dir, scale=args.scale, seed=args.seed, count=args.count,
+                    index=not args.no_index,
+                    progress=not args.no_index)
     print(base)
     return 0
 
@@ -390,10 +393,15 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true",
                    help="replace DST if it exists (never one of the database's files)")
     p.set_defaults(func=_cmd_export)
-    p = sub.add_parser("gen-unesb", help="write the synthetic unesb database")
+    p = sub.add_parser("gen-unesb", help="write the synthetic unesb database, its FST "
+                       "and its native index")
     p.add_argument("dir")
     p.add_argument("--scale", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--count", type=int, default=None,
+                   help="number of records, overriding 58,880 x scale")
+    p.add_argument("--no-index", action="store_true",
+                   help="skip the native index (build it later: python -m pydb index DIR/unesb)")
     p.set_defaults(func=_cmd_gen_unesb)
     p = sub.add_parser("index", help="build the native inverted index")
     p.add_argument("db")

@@ -10,12 +10,18 @@ this package) and the Python twin below run the same workload:
    (thread i of T at i*n/T) and wrapping, reporting the rows per second of
    all threads together.
 
-The list comes from a pluggable *row source* (:class:`RowSource`): today
-:class:`XrfRows`, the active MFNs of the XRF; with an inverted index,
-:class:`PrefixRows` enumerates the keys of a prefix (``--prefix``, default
-``Z``) and collects the MFNs of their postings, as the original did
-(issue 4 item 6).  The list is handed to the C program as a file
-(``--list``), so both implementations always read the same records.
+The list comes from a pluggable *row source* (:class:`RowSource`).  Where
+the database has an inverted index (its native index, else the ISIS
+inverted file: :func:`open_row_index`), the crashtest starts as the
+original did with the index phase, :class:`PrefixRows`: enumerate the keys
+of a prefix (``--prefix``, default ``Z``), print "N terms" and "M postings
+max mfn X", and read the MFN of every posting of those keys (409 terms and
+4,205 postings on the default database, the original's figures).  The C
+program does its own index phase (``--prefix``, through
+pydb_native_index_open / pydb_index_terms / pydb_index_postings) and the
+runner checks that it found as many postings as Python did.  Without an
+index, :class:`XrfRows` reads the active MFNs of the XRF (a list file,
+``--list``, is the C program's third source).
 
 Modes: cache ``warm`` (files in the page cache), ``cold`` (files dropped
 from the page cache with posix_fadvise before each pass; a pass then reads
@@ -49,6 +55,7 @@ Python threads cannot add throughput to warm reads, only overlap waits.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import statistics
@@ -61,10 +68,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from . import ministat
+from . import _pydb, ministat
 from .database import open as open_db
+from .errors import DatabaseNotFoundError, UnsupportedError
+from .index import Index
 
-__all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "run_python", "run_c",
+__all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "open_row_index",
+           "has_index", "run_python", "run_c",
            "crashtest_binary", "comparison", "format_block", "format_table", "plot",
            "main", "c_main", "CACHES", "LOCKS", "PY_READS", "BATCH"]
 
@@ -98,33 +108,61 @@ class XrfRows:
 
 class PrefixRows:
     """The original's index phase: enumerate the keys of the database's
-    inverted index that start with `prefix` and collect the MFN of each of
-    their postings, in key order (a record named by several postings is
-    read several times, as in OpenIsis's crashtest).  Uses
-    :attr:`pydb.Database.index` (native index, else the ISIS inverted
-    file) unless another `index` with the same ``terms(prefix)`` and
-    ``postings(key, raw=True)`` is given."""
+    inverted index that start with `prefix` (brought into key form) and
+    collect the MFN of each of their postings, in key order (a record
+    named by several postings is read several times, as in OpenIsis's
+    crashtest).  Uses :func:`open_row_index` (native index, else the ISIS
+    inverted file) unless another `index` with the same ``terms(prefix)``
+    and ``postings(key, raw=True)`` is given.  Raises
+    :class:`~pydb.UnsupportedError` when the database has no index."""
 
     def __init__(self, prefix: str = "Z", index=None):
         self.prefix, self.index = prefix, index
 
     def rows(self, db) -> tuple[list[str], list[int]]:
-        index = self.index if self.index is not None else db.index
-        keys = [t.key for t in index.terms(self.prefix)]
-        mfns = [p.mfn for k in keys for p in index.postings(k, raw=True)]
+        index, owned = (self.index, False) if self.index is not None else open_row_index(db)
+        if index is None:
+            raise UnsupportedError(errno.ENOENT, "the database has no inverted index "
+                                   "(no native index, no ISIS inverted file)", db.path)
+        try:
+            keys = [t.key for t in index.terms(self.prefix)]
+            mfns = [p.mfn for k in keys for p in index.postings(k, raw=True)]
+        finally:
+            if owned:
+                index.close()
         return ([f"{len(keys)} terms",
                  f"{len(mfns)} postings max mfn {db.max_mfn}"], mfns)
+
+
+def open_row_index(db):
+    """The inverted index the index phase reads, as ``(index, owned)``:
+    the database's native index (pydb.native, opened here: owned, the
+    caller closes it) when it has one, else :attr:`pydb.Database.index`
+    (the ISIS inverted file; not owned), else ``(None, False)``.  The same
+    precedence as the C program's ``--prefix``.  A damaged index is
+    reported on stderr and treated as absent."""
+    try:
+        handle = _pydb._open_native_index(db.info()["mst_path"])
+        return Index(handle, encoding=db.encoding), True
+    except DatabaseNotFoundError:
+        pass
+    except Exception as e:  # noqa: BLE001 - a damaged index: say so, try the next
+        print(f"crashtest: native index of {db.path} unusable ({e})", file=sys.stderr)
+    try:
+        return db.index, False
+    except Exception as e:  # noqa: BLE001 - a damaged index: say so, use the XRF
+        print(f"crashtest: index of {db.path} unusable ({e}); reading the XRF's MFNs",
+              file=sys.stderr)
+        return None, False
 
 
 def has_index(db) -> bool:
     """True if `db` has an inverted index usable for :class:`PrefixRows`
     (a damaged one is reported on stderr and treated as absent)."""
-    try:
-        return db.index is not None
-    except Exception as e:  # noqa: BLE001 - a damaged index: say so, use the XRF
-        print(f"crashtest: index of {db.path} unusable ({e}); reading the XRF's MFNs",
-              file=sys.stderr)
-        return False
+    index, owned = open_row_index(db)
+    if owned:
+        index.close()
+    return index is not None
 
 
 # ---------------------------------------------------------------- settings
@@ -141,7 +179,8 @@ class Settings:
     max_time: float = 2.0
     io: str = "mmap"
     py_read: str = "batch"
-    mfns: list[int] | None = None      # the row list; None: the XRF's active MFNs
+    mfns: list[int] | None = None      # the row list; None: from `prefix`, else the XRF
+    prefix: str | None = None          # index phase: rows from the postings of this prefix
 
     def pass_min_time(self) -> float:
         # A cold or direct pass reads the list once: repeating it would
@@ -164,7 +203,11 @@ def crashtest_binary() -> Path:
 def run_c(s: Settings) -> list[dict]:
     """Run ``pydb-crashtest --json`` with settings `s`; returns its samples
     (list of dicts: impl, phase, threads, rep, rows, seconds, rows_per_sec,
-    cache, lock).  Raises RuntimeError if the program fails."""
+    cache, lock).  With ``s.prefix`` the program does its own index phase
+    (``--prefix``); when ``s.mfns`` is given too, the number of postings it
+    found must equal ``len(s.mfns)``.  Otherwise ``s.mfns`` is handed over
+    as ``--list``, or the program reads the XRF's active MFNs.  Raises
+    RuntimeError if the program fails or its index phase disagrees."""
     cmd = [os.fspath(crashtest_binary()), "--json",
            "--threads", ",".join(map(str, s.threads)), "--cache", s.cache,
            "--lock", s.lock, "--reps", str(s.reps),
@@ -173,7 +216,9 @@ def run_c(s: Settings) -> list[dict]:
         cmd += ["--io", s.io]
     tmp = None
     try:
-        if s.mfns is not None:
+        if s.prefix is not None:
+            cmd += ["--prefix", s.prefix]
+        elif s.mfns is not None:
             tmp = tempfile.NamedTemporaryFile("w", suffix=".mfns", delete=False)
             with tmp:
                 tmp.write("".join(f"{m}\n" for m in s.mfns))
@@ -184,7 +229,15 @@ def run_c(s: Settings) -> list[dict]:
             os.unlink(tmp.name)
     if proc.returncode != 0:
         raise RuntimeError(f"pydb-crashtest failed ({proc.returncode}): {proc.stderr.strip()}")
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    index = [x for x in lines if x["phase"] == "index"]
+    if s.prefix is not None:
+        if len(index) != 1:
+            raise RuntimeError("pydb-crashtest --prefix reported no index phase")
+        if s.mfns is not None and index[0]["postings"] != len(s.mfns):
+            raise RuntimeError(f"index phase: the C program found {index[0]['postings']} "
+                               f"postings under {s.prefix!r}, Python {len(s.mfns)}")
+    return [x for x in lines if x["phase"] != "index"]
 
 
 def _sample(impl: str, s: Settings, phase: str, threads: int, rep: int, rows: int,
@@ -202,7 +255,8 @@ def impl_name(py_read: str) -> str:
 
 def run_python(s: Settings) -> list[dict]:
     """The Python twin of pydb-crashtest: same phases, same order, same
-    record list (``s.mfns``, or the XRF's active MFNs).  ``s.py_read``
+    record list (``s.mfns``; else the postings of ``s.prefix``,
+    :class:`PrefixRows`; else the XRF's active MFNs).  ``s.py_read``
     ``"batch"``: the sequential read iterates ``db.records(deleted=True)``
     (256 records per GIL release) and the threads call
     ``db.read_many`` on 256 MFNs at a time; ``"record"``: one ``db[mfn]``
@@ -215,7 +269,12 @@ def run_python(s: Settings) -> list[dict]:
     batch = s.py_read == "batch"
     out = []
     with open_db(s.db, io=io, lock=s.lock) as db:
-        mfns = list(s.mfns) if s.mfns is not None else db.mfns()
+        if s.mfns is not None:
+            mfns = list(s.mfns)
+        elif s.prefix is not None:
+            mfns = PrefixRows(s.prefix).rows(db)[1]
+        else:
+            mfns = db.mfns()
         if not mfns:
             raise RuntimeError(f"{s.db} has no records to read")
         max_mfn = db.max_mfn
@@ -550,12 +609,18 @@ def main(argv=None) -> int:
                   "on first use...", file=sys.stderr)
         db_path = os.fspath(default_database())
     with open_db(db_path) as db:
-        indexed = has_index(db)
-        source: RowSource = PrefixRows(args.prefix) if indexed else XrfRows()
-        header, mfns = source.rows(db)
+        index, owned = open_row_index(db)
+        indexed = index is not None
+        try:
+            source: RowSource = PrefixRows(args.prefix, index) if indexed else XrfRows()
+            header, mfns = source.rows(db)
+        finally:
+            if owned:
+                index.close()
         n_records, max_mfn = len(db), db.max_mfn
     if not mfns:
-        print(f"crashtest: no records to read in {db_path}", file=sys.stderr)
+        what = f"no postings under the prefix {args.prefix!r}" if indexed else "no records"
+        print(f"crashtest: {what} to read in {db_path}", file=sys.stderr)
         return 1
     how = f"index, prefix {args.prefix!r}" if indexed else "XRF (no index: every active record)"
     print(f"crashtest on {db_path}: {n_records} active records, max MFN {max_mfn}; "
@@ -566,7 +631,8 @@ def main(argv=None) -> int:
         for lock in locks:
             s = Settings(db=db_path, threads=threads, cache=cache, lock=lock, reps=reps,
                          min_time=min_time, max_time=max_time, io=args.io,
-                         mfns=mfns if indexed else None)
+                         mfns=mfns if indexed else None,
+                         prefix=args.prefix if indexed else None)
             print(f"(running cache {cache}, lock {lock}: C, then "
                   f"{', '.join(impls[1:])}; {reps} repetitions...)", file=sys.stderr)
             try:

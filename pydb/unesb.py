@@ -7,9 +7,12 @@ subfields, and geographic descriptors (tag 76) that the FST written beside
 the database (``unesb.fst``, isis-formats.md §5) indexes under the prefix
 ``Z``: exactly 4,205 postings of 409 terms at scale 1 (the original's
 figures, experiments.md §1), 4,205 x scale postings of round(409 x
-sqrt(scale)) terms in general.  It is the crashtest's default database,
-built on first use into a cache directory and rebuilt when
-GENERATOR_VERSION changes.
+sqrt(scale)) terms in general.  No other FST line yields a key that
+starts with Z (no generated word begins with a z syllable), so the
+native index's ``Z`` range holds exactly those keys.  It is the
+crashtest's default database, built with its native index (pydb.native)
+on first use into a cache directory and rebuilt when GENERATOR_VERSION
+changes.
 
 Fields (CDS conventions): 24 title (sometimes with a ``<The>`` filing
 article), 70 personal authors (repeated), 71 corporate author, 26 imprint
@@ -34,7 +37,10 @@ from . import _pydb
 __all__ = ["GENERATOR_VERSION", "RECORDS_PER_SCALE", "FST", "Z_TERMS", "Z_POSTINGS",
            "z_counts", "generate", "default_database"]
 
-GENERATOR_VERSION = 2
+#: Version 3: no word starts with a z syllable (titles, authors and
+#: subjects gave keys in the Z range); the default database carries its
+#: native index.
+GENERATOR_VERSION = 3
 RECORDS_PER_SCALE = 58_880
 #: The original unesb's Z prefix at scale 1 (experiments.md §1).
 Z_TERMS, Z_POSTINGS = 409, 4205
@@ -58,6 +64,9 @@ _SYLLABLES = ("ba be bi bo bu ca ce ci co cu da de di do du fa fe fi fo ga ge gi
               "la le li lo lu ma me mi mo mu na ne ni no nu pa pe pi po pu ra re ri "
               "ro ru sa se si so su ta te ti to tu va ve vi vo za ze zi zo tion ment "
               "al ic ous ing er est an en on ar or").split()
+#: A word's first syllable: none starts with z, so that only the FST's
+#: '/Z/' line makes keys beginning with Z.
+_FIRST = tuple(x for x in _SYLLABLES if not x.startswith("z"))
 _LANGS = ["en", "fr", "es", "ru", "ar", "zh", "de", "pt"]
 _LANG_WEIGHTS = [40, 20, 15, 8, 5, 5, 4, 3]
 _PLACES = ["Paris", "London", "New York", "Geneva", "Nairobi", "Bangkok", "Santiago",
@@ -65,7 +74,8 @@ _PLACES = ["Paris", "London", "New York", "Geneva", "Nairobi", "Bangkok", "Santi
 
 
 def _word(rng: random.Random) -> str:
-    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))
+    n = rng.randint(2, 4)
+    return rng.choice(_FIRST) + "".join(rng.choice(_SYLLABLES) for _ in range(n - 1))
 
 
 def z_counts(n: int) -> tuple[int, int]:
@@ -150,9 +160,12 @@ def _records(n: int, seed: int):
 
 
 def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packed",
-             name: str = "unesb", count: int | None = None) -> Path:
+             name: str = "unesb", count: int | None = None, index: bool = False,
+             progress=False) -> Path:
     """Write the synthetic database `directory`/`name`.mst/.xrf and its
-    FST `directory`/`name`.fst (:data:`FST`).
+    FST `directory`/`name`.fst (:data:`FST`), and with `index` its native
+    inverted index `directory`/`name`.pdx built from that FST
+    (:func:`pydb.build_index`, 8-bit keys, no length limit).
 
     Args:
         directory: folder to create it in (created if missing).
@@ -161,6 +174,8 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
         layout: leader layout (isis-formats.md §2.2).
         name: base name of the files.
         count: number of records, overriding 58,880 x scale (for tests).
+        index: also build the native index (about 1 s per 58,880 records).
+        progress: passed to :func:`pydb.build_index` (True: a tqdm bar).
 
     Returns:
         The base path of the new database (Path, without extension).
@@ -178,6 +193,9 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
     n = RECORDS_PER_SCALE * scale if count is None else count
     _pydb._build(os.fspath(base), layout, 0, _records(n, seed), True)
     base.with_suffix(".fst").write_text(FST, encoding="ascii")
+    if index:
+        from .native import build_index
+        build_index(base, progress=progress)
     return base
 
 
@@ -191,18 +209,24 @@ def default_cache_dir() -> Path:
     return Path(xdg) / "pydb" if xdg else Path.home() / ".cache" / "pydb"
 
 
-def default_database(scale: int = 1) -> Path:
-    """The crashtest's default database, built on first use (a few seconds)
-    and reused afterwards; rebuilt when GENERATOR_VERSION changes.
+def default_database(scale: int = 1, cache_dir=None) -> Path:
+    """The crashtest's default database with its FST and native index
+    (:func:`generate` with ``index=True``), built on first use (a few
+    seconds) in ``<cache>/unesb-v<GENERATOR_VERSION>-x<scale>`` and reused
+    afterwards; a new GENERATOR_VERSION builds a new folder (older ones are
+    left for the user to delete).  `cache_dir` overrides
+    :func:`default_cache_dir`.
 
     Returns its base path (Path)."""
-    folder = default_cache_dir() / f"unesb-v{GENERATOR_VERSION}-x{scale}"
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = cache / f"unesb-v{GENERATOR_VERSION}-x{scale}"
     base = folder / "unesb"
     if (folder / "complete").exists():
         return base
+    folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    generate(tmp, scale=scale)
+    generate(tmp, scale=scale, index=True)
     (tmp / "complete").write_text(f"generator {GENERATOR_VERSION}\n")
     try:
         os.rename(tmp, folder)

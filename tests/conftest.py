@@ -32,3 +32,14 @@ def all_master_files():
     if not DATA.is_dir():
         return []
     return sorted(p for p in DATA.rglob("*") if p.suffix.lower() == ".mst")
+
+
+@pytest.fixture(scope="session")
+def unesb_cache(tmp_path_factory) -> Path:
+    """A cache folder holding the crashtest's default database (synthetic
+    unesb, 58,880 records, with its FST and native index), built once per
+    session by pydb.unesb.default_database (pass it as PYDB_CACHE_DIR)."""
+    from pydb import unesb
+    cache = tmp_path_factory.mktemp("pydb-cache")
+    unesb.default_database(cache_dir=cache)
+    return cache

@@ -268,3 +268,94 @@ def test_real_database_lilacs(isis_data):
         s.py_read = py_read
         assert [x["rows"] for x in crashtest.run_python(s)] == [3225, 6450]
     assert [x["rows"] for x in crashtest.run_c(s)] == [3225, 6450]
+
+
+# ---------------------------------------------------------------- index phase
+
+@pytest.fixture(scope="module")
+def default_db(unesb_cache):
+    """The crashtest's default database (58,880 records, native index)."""
+    return unesb.default_database(cache_dir=unesb_cache)
+
+
+def test_index_phase_of_the_default_database(default_db):
+    # The original's figures (experiments.md §1), from the real native index
+    with pydb.open(default_db) as db:
+        index, owned = crashtest.open_row_index(db)
+        assert owned and index.kind == "native"
+        index.close()
+        header, mfns = crashtest.PrefixRows("Z").rows(db)
+    assert header == ["409 terms", "4205 postings max mfn 58880"]
+    assert len(mfns) == 4205 and len(set(mfns)) < 4205       # records named twice
+    with pydb.open_index(default_db) as ix:
+        assert mfns == [p.mfn for t in ix.terms("Z") for p in ix.postings(t.key)]
+
+
+def test_c_program_index_phase(default_db):
+    binary = str(crashtest.crashtest_binary())
+    out = subprocess.run([binary, "--prefix", "Z", "--threads", "2,1", str(default_db)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[:2] == ["409 terms", "4205 postings max mfn 58880"]
+    assert out[2].startswith("sequential read 58880 rows in ")
+    assert out[3].startswith("2 threads  ") and out[4].startswith("1 threads  ")
+    r = subprocess.run([binary, "--prefix", "z", "--threads", "3", "--json", str(default_db)],
+                       capture_output=True, text=True, check=True)
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert {k: lines[0][k] for k in ("phase", "prefix", "terms", "postings", "max_mfn")} == {
+        "phase": "index", "prefix": "z", "terms": 409, "postings": 4205, "max_mfn": 58880}
+    assert [(x["phase"], x["rows"]) for x in lines[1:]] == [("seq", 58880), ("threads", 3 * 4205)]
+    r = subprocess.run([binary, "--prefix", "ZZZZZZZZ", str(default_db)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout.splitlines() == ["0 terms", "0 postings max mfn 58880"]
+    assert "no postings under the prefix ZZZZZZZZ" in r.stderr
+
+
+def test_c_program_prefix_needs_an_index(small_db, tmp_path):
+    binary = str(crashtest.crashtest_binary())
+    r = subprocess.run([binary, "--prefix", "Z", str(small_db)], capture_output=True, text=True)
+    assert r.returncode == 2 and "has no inverted index" in r.stderr
+    lst = tmp_path / "mfns"
+    lst.write_text("1\n")
+    r = subprocess.run([binary, "--prefix", "Z", "--list", str(lst), str(small_db)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_c_and_python_index_phases_agree_on_an_isis_inverted_file(isis_data):
+    # CDS sample: classic 10/30 inverted file, no native index (SOURCES.md)
+    base = isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds"
+    if not base.with_suffix(".mst").exists():
+        pytest.skip("CDS sample absent")
+    with pydb.open(base) as db:
+        index, owned = crashtest.open_row_index(db)
+        assert not owned and index.kind == "isis-classic"
+        header, mfns = crashtest.PrefixRows("A").rows(db)
+        n_terms = len(list(index.terms("A")))
+    assert header == [f"{n_terms} terms", f"{len(mfns)} postings max mfn 150"]
+    assert n_terms > 10 and len(mfns) > n_terms
+    out = subprocess.run([str(crashtest.crashtest_binary()), "--prefix", "A", "--threads", "1",
+                          str(base)], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[:2] == header
+    s = settings(base, threads=[2], reps=1, prefix="A", mfns=mfns)
+    assert [x["rows"] for x in crashtest.run_c(s)] == [150, 2 * len(mfns)]
+    s.mfns = None
+    assert [x["rows"] for x in crashtest.run_python(s)] == [150, 2 * len(mfns)]
+    s.mfns = mfns[1:]
+    with pytest.raises(RuntimeError, match=f"C program found {len(mfns)} postings"):
+        crashtest.run_c(s)
+
+
+def test_command_line_default_database(unesb_cache):
+    # no database argument: the default one, from the cache, with the index phase
+    env = dict(os.environ, PYDB_CACHE_DIR=str(unesb_cache))
+    r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", "--quick", "--cache", "warm",
+                        "--threads", "2,1"], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert "building the default database" not in r.stderr
+    text = r.stdout
+    assert text.splitlines()[0].endswith("58880 active records, max MFN 58880; "
+                                         "rows from the index, prefix 'Z'")
+    for impl in ("C", "Python"):
+        assert (f"== {impl}, cache warm, lock none (median of 3)\n"
+                "409 terms\n4205 postings max mfn 58880\nsequential read ") in text

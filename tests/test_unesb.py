@@ -1,7 +1,8 @@
 """The synthetic unesb: its shape, and the ``Z`` prefix of its FST
-(409 terms, 4205 postings at scale 1, experiments.md §1), evaluated here
+(409 terms, 4205 postings at scale 1, experiments.md §1), evaluated both
 by a small pure-Python reading of just that FST rule (isis-formats.md §5)
-since the index lives elsewhere."""
+and by the native index built from the whole FST (pydb.build_index), which
+must agree posting for posting."""
 
 import re
 from collections import Counter
@@ -48,8 +49,9 @@ def z_postings(base):
 
 
 @pytest.fixture(scope="module")
-def scale1(tmp_path_factory):
-    return unesb.generate(tmp_path_factory.mktemp("unesb1"))
+def scale1(unesb_cache):
+    """The default database (scale 1, seed 1, with its native index)."""
+    return unesb.default_database(cache_dir=unesb_cache)
 
 
 def test_z_prefix_matches_the_original_at_scale_1(scale1):
@@ -100,3 +102,52 @@ def test_fst_file_is_written(tmp_path):
     base = unesb.generate(tmp_path, count=300)
     assert base.with_suffix(".fst").read_text() == unesb.FST
     assert z_rule(unesb.FST) == (76, 6, 76)
+
+
+def test_native_index_z_prefix_is_the_original(scale1):
+    # The default database carries its native index, built from the whole
+    # FST: its Z range holds exactly the keys of the '/Z/' line (no other
+    # line makes a key starting with Z), 409 keys and 4,205 postings, and
+    # they are the postings the pure-Python reading of that line gives.
+    assert (scale1.parent / "complete").read_text() == f"generator {unesb.GENERATOR_VERSION}\n"
+    with pydb.open_index(scale1) as ix:
+        terms = list(ix.terms("Z"))
+        got = sorted((t.key, *p) for t in terms for p in ix.postings(t.key))
+    assert len(terms) == 409
+    assert sum(t.count for t in terms) == len(got) == 4205
+    assert got == sorted(z_postings(scale1))
+    assert max(p[1] for p in got) == 58_875
+    assert {p[2] for p in got} == {76}
+
+
+def test_no_word_starts_with_z():
+    import random
+    rng = random.Random(5)
+    assert not any(unesb._word(rng).startswith("z") for _ in range(10_000))
+
+
+def test_generate_with_index(tmp_path):
+    base = unesb.generate(tmp_path, count=3_000, index=True)
+    with pydb.open_index(base) as ix:
+        terms = list(ix.terms("Z"))
+        n = sum(t.count for t in terms)
+    assert (len(terms), n) == unesb.z_counts(3_000)
+    assert not (tmp_path / "b").exists()
+    unesb.generate(tmp_path / "b", count=300)
+    with pytest.raises(pydb.DatabaseNotFoundError):
+        pydb.open_index(tmp_path / "b" / "unesb")
+
+
+def test_gen_unesb_command(tmp_path):
+    import subprocess
+    import sys
+    for extra, indexed in (([], True), (["--no-index"], False)):
+        out = tmp_path / ("i" if indexed else "n")
+        r = subprocess.run([sys.executable, "-m", "pydb", "gen-unesb", str(out), "--seed", "3",
+                            "--count", "2000"]
+                           + extra, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == str(out / "unesb")
+        assert (out / "unesb.pdx" / "MANIFEST").exists() == indexed
+        with pydb.open(out / "unesb") as db:
+            assert len(db) == 2000
