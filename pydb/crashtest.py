@@ -68,10 +68,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from . import _pydb, ministat
+from . import ministat
 from .database import open as open_db
-from .errors import DatabaseNotFoundError, UnsupportedError
-from .index import Index
+from .errors import UnsupportedError
 
 __all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "open_row_index",
            "has_index", "run_python", "run_c",
@@ -120,49 +119,34 @@ class PrefixRows:
         self.prefix, self.index = prefix, index
 
     def rows(self, db) -> tuple[list[str], list[int]]:
-        index, owned = (self.index, False) if self.index is not None else open_row_index(db)
+        index = self.index if self.index is not None else open_row_index(db)
         if index is None:
             raise UnsupportedError(errno.ENOENT, "the database has no inverted index "
                                    "(no native index, no ISIS inverted file)", db.path)
-        try:
-            keys = [t.key for t in index.terms(self.prefix)]
-            mfns = [p.mfn for k in keys for p in index.postings(k, raw=True)]
-        finally:
-            if owned:
-                index.close()
+        keys = [t.key for t in index.terms(self.prefix)]
+        mfns = [p.mfn for k in keys for p in index.postings(k, raw=True)]
         return ([f"{len(keys)} terms",
                  f"{len(mfns)} postings max mfn {db.max_mfn}"], mfns)
 
 
 def open_row_index(db):
-    """The inverted index the index phase reads, as ``(index, owned)``:
-    the database's native index (pydb.native, opened here: owned, the
-    caller closes it) when it has one, else :attr:`pydb.Database.index`
-    (the ISIS inverted file; not owned), else ``(None, False)``.  The same
-    precedence as the C program's ``--prefix``.  A damaged index is
-    reported on stderr and treated as absent."""
+    """The inverted index the index phase reads: :attr:`pydb.Database.index`
+    (the native index, else the ISIS inverted file; closed with the
+    database), or None without one.  The same precedence as the C
+    program's ``--prefix``.  A damaged index is reported on stderr and
+    treated as absent."""
     try:
-        handle = _pydb._open_native_index(db.info()["mst_path"])
-        return Index(handle, encoding=db.encoding), True
-    except DatabaseNotFoundError:
-        pass
-    except Exception as e:  # noqa: BLE001 - a damaged index: say so, try the next
-        print(f"crashtest: native index of {db.path} unusable ({e})", file=sys.stderr)
-    try:
-        return db.index, False
+        return db.index
     except Exception as e:  # noqa: BLE001 - a damaged index: say so, use the XRF
         print(f"crashtest: index of {db.path} unusable ({e}); reading the XRF's MFNs",
               file=sys.stderr)
-        return None, False
+        return None
 
 
 def has_index(db) -> bool:
     """True if `db` has an inverted index usable for :class:`PrefixRows`
     (a damaged one is reported on stderr and treated as absent)."""
-    index, owned = open_row_index(db)
-    if owned:
-        index.close()
-    return index is not None
+    return open_row_index(db) is not None
 
 
 # ---------------------------------------------------------------- settings
@@ -609,14 +593,10 @@ def main(argv=None) -> int:
                   "on first use...", file=sys.stderr)
         db_path = os.fspath(default_database())
     with open_db(db_path) as db:
-        index, owned = open_row_index(db)
+        index = open_row_index(db)
         indexed = index is not None
-        try:
-            source: RowSource = PrefixRows(args.prefix, index) if indexed else XrfRows()
-            header, mfns = source.rows(db)
-        finally:
-            if owned:
-                index.close()
+        source: RowSource = PrefixRows(args.prefix, index) if indexed else XrfRows()
+        header, mfns = source.rows(db)
         n_records, max_mfn = len(db), db.max_mfn
     if not mfns:
         what = f"no postings under the prefix {args.prefix!r}" if indexed else "no records"

@@ -281,9 +281,8 @@ def default_db(unesb_cache):
 def test_index_phase_of_the_default_database(default_db):
     # The original's figures (experiments.md §1), from the real native index
     with pydb.open(default_db) as db:
-        index, owned = crashtest.open_row_index(db)
-        assert owned and index.kind == "native"
-        index.close()
+        index = crashtest.open_row_index(db)
+        assert index is db.index and index.kind == "native"
         header, mfns = crashtest.PrefixRows("Z").rows(db)
     assert header == ["409 terms", "4205 postings max mfn 58880"]
     assert len(mfns) == 4205 and len(set(mfns)) < 4205       # records named twice
@@ -327,8 +326,8 @@ def test_c_and_python_index_phases_agree_on_an_isis_inverted_file(isis_data):
     if not base.with_suffix(".mst").exists():
         pytest.skip("CDS sample absent")
     with pydb.open(base) as db:
-        index, owned = crashtest.open_row_index(db)
-        assert not owned and index.kind == "isis-classic"
+        index = crashtest.open_row_index(db)
+        assert index.kind == "isis-classic"
         header, mfns = crashtest.PrefixRows("A").rows(db)
         n_terms = len(list(index.terms("A")))
     assert header == [f"{n_terms} terms", f"{len(mfns)} postings max mfn 150"]
