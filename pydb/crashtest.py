@@ -543,7 +543,7 @@ def main(argv=None) -> int:
                     help="cache modes, comma-separated: warm, cold, direct (default all)")
     ap.add_argument("--lock", default="none,mutex",
                     help="lock modes, comma-separated: none, mutex (default both)")
-    ap.add_argument("--reps", type=int, default=5,
+    ap.add_argument("--reps", type=int, default=None,
                     help="repetitions of every cell, the samples of the verdicts (default 5)")
     ap.add_argument("--min-time", type=float, default=0.2,
                     help="warm passes repeat the list until this many seconds (default 0.2)")
@@ -558,7 +558,8 @@ def main(argv=None) -> int:
                     help="index phase: read the records named by the postings of the keys "
                          "with this prefix, where the database has an index (default Z)")
     ap.add_argument("--quick", action="store_true",
-                    help="3 repetitions of short passes, lock none only (under a minute)")
+                    help="short passes, lock none only, 3 repetitions unless --reps is "
+                         "given (under a minute)")
     ap.add_argument("--json", metavar="FILE", help="write every sample to FILE as JSON")
     ap.add_argument("--plot", metavar="FILE.png",
                     help="chart rows/s against threads per mode (needs matplotlib: "
@@ -567,16 +568,18 @@ def main(argv=None) -> int:
 
     try:
         threads = [int(t) for t in args.threads.split(",")]
-        if not threads or any(t < 1 for t in threads):
+        if not threads or len(threads) > 16 or any(not 1 <= t <= 1024 for t in threads):
             raise ValueError
     except ValueError:
-        ap.error("--threads takes positive integers separated by commas")
+        ap.error("--threads takes up to 16 thread counts of 1..1024, separated by commas")
     caches = _csv(args.cache, CACHES, "cache mode", ap)
     locks = _csv(args.lock, LOCKS, "lock mode", ap)
     py_reads = _csv(args.py_read, PY_READS, "Python read", ap)
     reps, min_time, max_time = args.reps, args.min_time, args.max_time
     if args.quick:
-        reps, min_time, max_time, locks = 3, 0.05, 0.25, ["none"]
+        min_time, max_time, locks = 0.05, 0.25, ["none"]
+    if reps is None:
+        reps = 3 if args.quick else 5
     if reps < 1 or max_time <= 0 or min_time < 0:
         ap.error("--reps must be >= 1, --max-time > 0, --min-time >= 0")
     if args.plot:
