@@ -772,16 +772,6 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
     return rc;
 }
 
-static int cmp_posting(const void *a, const void *b)
-{
-    const pydb_posting *x = a, *y = b;
-    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
-    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
-    if (x->occ != y->occ) return x->occ < y->occ ? -1 : 1;
-    if (x->cnt != y->cnt) return x->cnt < y->cnt ? -1 : 1;
-    return 0;
-}
-
 static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
                        size_t len, pydb_error *err)
 {
@@ -801,7 +791,7 @@ static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
         parts += live > 0;
     }
     if (parts > 1)
-        qsort(out->v + first, out->n - first, sizeof *out->v, cmp_posting);
+        qsort(out->v + first, out->n - first, sizeof *out->v, pydb__posting_cmp);
 cleanup:
     free(c.key);
     return rc;
@@ -1430,14 +1420,14 @@ static int acc_segment(acc *a, const int32_t *tombs, size_t ntombs, buf *out,
         size_t n = (size_t)t->n, pbeg = out->n;
         const uint8_t *key = a->arena.p + t->off;
         for (size_t i = 1; i < n; i++)
-            if (cmp_posting(&v[i - 1], &v[i]) >= 0) {
-                qsort(v, n, sizeof *v, cmp_posting);
+            if (pydb__posting_cmp(&v[i - 1], &v[i]) >= 0) {
+                qsort(v, n, sizeof *v, pydb__posting_cmp);
                 break;
             }
         /* drop exact duplicates (two rules with one ID may repeat one) */
         size_t w = 0;
         for (size_t i = 0; i < n; i++)
-            if (w == 0 || cmp_posting(&v[w - 1], &v[i]) != 0) v[w++] = v[i];
+            if (w == 0 || pydb__posting_cmp(&v[w - 1], &v[i]) != 0) v[w++] = v[i];
         n = w;
         pydb_posting last = {0, 0, 0, 0};
         for (size_t i = 0; i < n; i++) {
