@@ -791,7 +791,8 @@ static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
         parts += live > 0;
     }
     if (parts > 1)
-        qsort(out->v + first, out->n - first, sizeof *out->v, pydb__posting_cmp);
+        qsort(out->v + first, out->n - first, sizeof *out->v,
+              pydb__posting_cmp);
 cleanup:
     free(c.key);
     return rc;
@@ -1427,7 +1428,8 @@ static int acc_segment(acc *a, const int32_t *tombs, size_t ntombs, buf *out,
         /* drop exact duplicates (two rules with one ID may repeat one) */
         size_t w = 0;
         for (size_t i = 0; i < n; i++)
-            if (w == 0 || pydb__posting_cmp(&v[w - 1], &v[i]) != 0) v[w++] = v[i];
+            if (w == 0 || pydb__posting_cmp(&v[w - 1], &v[i]) != 0)
+                v[w++] = v[i];
         n = w;
         pydb_posting last = {0, 0, 0, 0};
         for (size_t i = 0; i < n; i++) {
