@@ -192,8 +192,10 @@ class Database(_pydb.Database):
         log), so once a commit returns :meth:`search`, :meth:`terms` and
         :meth:`postings` see it, and after a crash recovery leaves records
         and index in agreement.  Readers never wait for the writer: each
-        call reads the segment list current when it starts.  A read-only
-        Database sees the index as of its first access.  The ISIS inverted
+        call reads the segment list current when it starts.  Any handle
+        (read-only too, in this or another process) picks up commits made
+        through another handle at its next call: the index MANIFEST is
+        checked (one stat) on each terms/postings/search call.  The ISIS inverted
         file is never updated by commits.
 
         Closing this Index while the Database is open makes it raise
