@@ -34,6 +34,12 @@
  * Readers take a reference to the current segment list (a mutex held
  * only for the pointer copy) and never wait for the writer; a commit
  * publishes a new list (the old one is freed by its last reader).
+ * Commits made through another handle or process are picked up on the
+ * next terms/postings/pin call: the MANIFEST's generation line is read
+ * (open, one pread of its first bytes, close -- a stat() would miss a
+ * replacement that reuses the inode, size and coarse mtime); when it is
+ * newer, the whole MANIFEST is read and its segment list built outside
+ * the lock (segments already open are shared) and swapped in under it.
  * Each commit adds one small segment; when there would be more than
  * MERGE_AT, the commit's segment also takes in all segments after the
  * bulk-built base (dropping their dead postings).
@@ -759,27 +765,20 @@ cleanup:
     return rc;
 }
 
+static int refresh(nidx *x, int force, pydb_error *err);
+
 static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
                       size_t prefix_len, const uint8_t *start,
                       size_t start_len, pydb_term_fn fn, void *ctx,
                       pydb_error *err)
 {
     nidx *x = (nidx *)ix;
+    int rc = refresh(x, 0, err);
+    if (rc) return rc;
     segset *ss = acquire(x);
-    int rc = terms_in(x, ss, prefix, prefix_len, start, start_len, fn, ctx,
-                      err);
+    rc = terms_in(x, ss, prefix, prefix_len, start, start_len, fn, ctx, err);
     segset_unref(ss);
     return rc;
-}
-
-static int cmp_posting(const void *a, const void *b)
-{
-    const pydb_posting *x = a, *y = b;
-    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
-    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
-    if (x->occ != y->occ) return x->occ < y->occ ? -1 : 1;
-    if (x->cnt != y->cnt) return x->cnt < y->cnt ? -1 : 1;
-    return 0;
 }
 
 static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
@@ -801,7 +800,8 @@ static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
         parts += live > 0;
     }
     if (parts > 1)
-        qsort(out->v + first, out->n - first, sizeof *out->v, cmp_posting);
+        qsort(out->v + first, out->n - first, sizeof *out->v,
+              pydb__posting_cmp);
 cleanup:
     free(c.key);
     return rc;
@@ -810,8 +810,10 @@ cleanup:
 static int nidx_postings(pydb_postings *out, pydb_index *ix,
                          const uint8_t *key, size_t len, pydb_error *err)
 {
+    int rc = refresh((nidx *)ix, 0, err);
+    if (rc) return rc;
     segset *ss = acquire((nidx *)ix);
-    int rc = postings_in(out, ss, key, len, err);
+    rc = postings_in(out, ss, key, len, err);
     segset_unref(ss);
     return rc;
 }
@@ -887,6 +889,8 @@ static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
 static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 {
     nidx *x = (nidx *)ix;
+    int rc = refresh(x, 0, err);
+    if (rc) return rc;
     nidx_view *v = calloc(1, sizeof *v);
     if (!v) return PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
     v->base = x->base;
@@ -1430,14 +1434,15 @@ static int acc_segment(acc *a, const int32_t *tombs, size_t ntombs, buf *out,
         size_t n = (size_t)t->n, pbeg = out->n;
         const uint8_t *key = a->arena.p + t->off;
         for (size_t i = 1; i < n; i++)
-            if (cmp_posting(&v[i - 1], &v[i]) >= 0) {
-                qsort(v, n, sizeof *v, cmp_posting);
+            if (pydb__posting_cmp(&v[i - 1], &v[i]) >= 0) {
+                qsort(v, n, sizeof *v, pydb__posting_cmp);
                 break;
             }
         /* drop exact duplicates (two rules with one ID may repeat one) */
         size_t w = 0;
         for (size_t i = 0; i < n; i++)
-            if (w == 0 || cmp_posting(&v[w - 1], &v[i]) != 0) v[w++] = v[i];
+            if (w == 0 || pydb__posting_cmp(&v[w - 1], &v[i]) != 0)
+                v[w++] = v[i];
         n = w;
         pydb_posting last = {0, 0, 0, 0};
         for (size_t i = 0; i < n; i++) {
@@ -1871,22 +1876,61 @@ static uint64_t collect_garbage(nidx *x, const segset *ss)
     return top;
 }
 
-/* Another process may have committed since this handle read the
- * MANIFEST (it holds the writer lock now, so the file on disk is at least
- * as new as its last commit): adopt a newer manifest's segment list. */
-static int refresh(nidx *x, pydb_error *err)
+/* Adopt the segment list of a MANIFEST newer than the one this handle
+ * serves: another handle or process has committed.  Called by readers
+ * on every entry (force 0: only the head of the MANIFEST is read unless
+ * its generation is newer; a missing MANIFEST keeps the current list)
+ * and by
+ * the writer before it prepares a commit (force 1: it holds the writer
+ * lock, so the file on disk is at least as new as its last commit).
+ * The new list is built outside the lock (segments already open are
+ * shared) and swapped in under it only if no newer one was installed
+ * meanwhile, so concurrent refreshes and commits never mix lists.  A
+ * segment that vanished between reading the MANIFEST and opening it
+ * (merged away by a later commit) makes it read the MANIFEST again. */
+/* The generation a MANIFEST's head announces, or 0 when the file is
+ * missing or its head does not parse (the full read then decides). */
+static uint64_t head_generation(const char *path)
+{
+    char hb[96];
+    size_t ml = strlen(MANIFEST_MAGIC);
+    unsigned long long g;
+    ssize_t r;
+    int fd = pydb__vfs->open(path, O_RDONLY, 0);
+    if (fd < 0) return 0;
+    r = pydb__vfs->pread(fd, hb, sizeof hb - 1, 0);
+    pydb__vfs->close(fd);
+    if (r < (ssize_t)ml || memcmp(hb, MANIFEST_MAGIC, ml) != 0) return 0;
+    hb[r] = '\0';
+    if (sscanf(hb + ml, "generation %llu\n", &g) != 1) return 0;
+    return (uint64_t)g;
+}
+
+static int refresh(nidx *x, int force, pydb_error *err)
 {
     uint8_t *data = NULL;
     size_t len;
     manifest m;
-    segset *ns = NULL, *old;
-    int rc;
+    segset *ns = NULL, *old = NULL;
+    uint64_t cur_gen;
+    int rc = PYDB_OK, tries = 0;
 
+again:
     memset(&m, 0, sizeof m);
-    if ((rc = pydb__read_file(x->manifest, &data, &len, err))) return rc;
+    if (!force) {
+        uint64_t g = head_generation(x->manifest);
+        pthread_mutex_lock(&x->mu);
+        cur_gen = x->gen;
+        pthread_mutex_unlock(&x->mu);
+        if (g <= cur_gen) return PYDB_OK;   /* also: no MANIFEST now */
+    }
+    if ((rc = pydb__read_file(x->manifest, &data, &len, err))) goto cleanup;
     if ((rc = parse_manifest(&m, data, len, x->manifest, err))) goto cleanup;
-    if (m.gen <= x->gen) goto cleanup;
-    old = x->cur;   /* only the writer changes x->cur: no lock to read it */
+    old = acquire(x);
+    pthread_mutex_lock(&x->mu);
+    cur_gen = x->gen;
+    pthread_mutex_unlock(&x->mu);
+    if (m.gen <= cur_gen) goto cleanup;
     ns = segset_new(m.nsegs);
     if (!ns) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
@@ -1903,19 +1947,33 @@ static int refresh(nidx *x, pydb_error *err)
         if (!sg) {
             char path[1100];
             seg_path(path, sizeof path, x->dir, m.segs[i]);
-            if ((rc = seg_open(&sg, path, m.segs[i], err))) goto cleanup;
+            if ((rc = seg_open(&sg, path, m.segs[i], err))) {
+                if (err->sys_errno == ENOENT && ++tries < 5) {
+                    segset_unref(ns);
+                    segset_unref(old);
+                    free(m.segs);
+                    free(data);
+                    ns = old = NULL;
+                    data = NULL;
+                    goto again;
+                }
+                goto cleanup;
+            }
         }
         ns->v[ns->n++] = sg;
     }
     segset_finish(ns);
     pthread_mutex_lock(&x->mu);
-    x->cur = ns;
-    x->gen = m.gen;
+    if (m.gen > x->gen) {
+        segset *prev = x->cur;
+        x->cur = ns;
+        x->gen = m.gen;
+        ns = prev;   /* released below */
+    }
     pthread_mutex_unlock(&x->mu);
-    segset_unref(old);
-    ns = NULL;
 cleanup:
     segset_unref(ns);
+    segset_unref(old);
     free(m.segs);
     free(data);
     return rc;
@@ -1967,7 +2025,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
             if (w == 0 || tombs[w - 1] != tombs[i]) tombs[w++] = tombs[i];
         nt = w;
     }
-    if ((rc = refresh(x, err))) goto cleanup;
+    if ((rc = refresh(x, 1, err))) goto cleanup;
     ss = acquire(x);
     top = collect_garbage(x, ss);
     /* Too many segments: this commit's segment also takes in every
@@ -1998,7 +2056,9 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
             goto cleanup;
     }
     if ((rc = acc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
+    pthread_mutex_lock(&x->mu);
     gen = x->gen + 1;
+    pthread_mutex_unlock(&x->mu);
     if (top >= gen) gen = top + 1;   /* never reuse a live file's name */
     for (size_t i = 0; i < ss->n; i++)
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
@@ -2053,6 +2113,14 @@ static void hook_publish(void *ctx, pydb_txn *t)
     size_t keep;
     if (!x->pending) return;
     pthread_mutex_lock(&x->mu);
+    if (x->gen >= x->pending_gen) {
+        /* a reader's refresh adopted this commit's MANIFEST already
+         * (the write path applied it before publishing) */
+        pthread_mutex_unlock(&x->mu);
+        seg_unref(x->pending);
+        x->pending = NULL;
+        return;
+    }
     old = x->cur;
     keep = x->pending_merge ? (old->n ? 1 : 0) : old->n;
     ns = segset_new(keep + 1);

@@ -570,9 +570,20 @@ int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
     int rc;
 
     *out = NULL;
-    if (layout < 0 || layout > 3 || mstxl < 0 || mstxl > 6)
+    if (layout < 0 || layout > 3)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "bad layout %d",
+                          layout);
+    if (mstxl < 0 || mstxl > 6)
         return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
-                          "bad layout %d or MSTXL %d", layout, mstxl);
+                          "bad MSTXL %d (0..6)", mstxl);
+    {
+        /* "dir/" would make the hidden files dir/.mst and dir/.xrf */
+        const char *slash = strrchr(path, '/');
+        const char *name = slash ? slash + 1 : path;
+        if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
+                              "the base name of the files is empty");
+    }
     memset(&o, 0, sizeof o);
     if (opt) o = *opt;
     o.flags |= PYDB_OPEN_WRITE | PYDB_OPEN_LAYOUT(layout);

@@ -231,13 +231,14 @@ def _cmd_import(args) -> int:
         with _progress(None, "rec", "import") as tick:
             rep = import_jsonl(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
                                encoding=args.encoding, on_error=args.on_error,
-                               progress=tick)
+                               progress=tick, max_gap=args.max_gap)
     else:
         with _progress(size, "B", "import") as tick:
             rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
                              layout=args.layout, mstxl=args.mstxl, encoding=args.encoding,
                              db_encoding=args.db_encoding, on_error=args.on_error,
-                             mfn_tag=args.mfn_tag, progress=tick)
+                             mfn_tag=args.mfn_tag, progress=tick,
+                             max_gap=args.max_gap)
     if rep.records == 0 and not rep.errors and size > 0:
         print(f"pydb: no record found in {args.src} ({size} bytes): not "
               f"{'JSON Lines' if fmt == 'jsonl' else 'ISO 2709'}?", file=sys.stderr)
@@ -367,6 +368,9 @@ def main(argv=None) -> int:
                    help="skip bad records and report them (exit status 1), or stop")
     p.add_argument("--mfn-tag", type=int, default=None,
                    help="tag of the field that carries each record's MFN (export --mfn-tag)")
+    p.add_argument("--max-gap", type=int, default=1_000_000,
+                   help="new database: a record whose MFN lies more than this beyond "
+                        "the previous one is an error (default 1000000)")
     p.set_defaults(func=_cmd_import)
     p = sub.add_parser("export", help="database to ISO 2709 or JSON Lines")
     p.add_argument("db")

@@ -244,8 +244,13 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
     /* A native index attached to the database is updated in the same
      * transaction as the records: deleted records have no postings in
      * it.  Filtering by the XRF, which a commit changes at another
-     * moment than it publishes the index, could mix two states. */
-    rc = pydb_search(&mfns, &n, ix->ix, db && !ix->hooked ? db->db : NULL,
+     * moment than it publishes the index, could mix two states.  The
+     * same holds for a native index read through another handle: every
+     * pydb commit changes it with the records (nidx.c refresh). */
+    rc = pydb_search(&mfns, &n, ix->ix,
+                     db && !ix->hooked &&
+                             pydb_index_kind(ix->ix) != PYDB_INDEX_NATIVE ? db->db
+                                                               : NULL,
                      PyBytes_AS_STRING(encoded),
                      (size_t)PyBytes_GET_SIZE(encoded), &e);
     if (db) atomic_fetch_sub(&db->active, 1);

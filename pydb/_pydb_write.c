@@ -479,11 +479,16 @@ static PyObject *mod_create(PyObject *m, PyObject *args)
                           &layout_name, &mstxl, &sync))
         return NULL;
     layout = pydb_layout_from_name(layout_name);
-    if (layout < 0 || mstxl < 0 || mstxl > 6) {
+    if (layout < 0) {
         Py_DECREF(pb);
         PyErr_Format(PyExc_ValueError, "layout must be isis-packed, "
-                     "isis-aligned, ffi-packed or ffi-aligned (not '%s') and "
-                     "mstxl 0..6 (not %d)", layout_name, mstxl);
+                     "isis-aligned, ffi-packed or ffi-aligned, not '%s'",
+                     layout_name);
+        return NULL;
+    }
+    if (mstxl < 0 || mstxl > 6) {
+        Py_DECREF(pb);
+        PyErr_Format(PyExc_ValueError, "mstxl must be 0..6, not %d", mstxl);
         return NULL;
     }
     memset(&opt, 0, sizeof opt);

@@ -192,8 +192,10 @@ class Database(_pydb.Database):
         log), so once a commit returns :meth:`search`, :meth:`terms` and
         :meth:`postings` see it, and after a crash recovery leaves records
         and index in agreement.  Readers never wait for the writer: each
-        call reads the segment list current when it starts.  A read-only
-        Database sees the index as of its first access.  The ISIS inverted
+        call reads the segment list current when it starts.  Any handle
+        (read-only too, in this or another process) picks up commits made
+        through another handle at its next call: the index MANIFEST is
+        checked (one stat) on each terms/postings/search call.  The ISIS inverted
         file is never updated by commits.
 
         Closing this Index while the Database is open makes it raise
@@ -537,7 +539,9 @@ def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
     XRFPOS -1), as WinISIS/CISIS do (isis-formats.md §2.1, §3.1).
 
     Args:
-        path: base name of the files (str or os.PathLike), e.g. ``"out/books"``.
+        path: base name of the files (str, bytes or os.PathLike), e.g.
+            ``"out/books"``; a path ending in a separator (``"out/"``) is
+            refused.
         layout: leader layout (isis-formats.md §2.2): ``"isis-packed"``
             (default: WinISIS / CISIS for Windows; records up to 32767
             bytes), ``"isis-aligned"`` (CISIS for Linux), ``"ffi-packed"``
@@ -564,14 +568,23 @@ def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
     Raises:
         DatabaseExistsError: ``path.mst`` or ``path.xrf`` exists already
             (nothing is overwritten).
-        ValueError: unknown layout or mstxl outside 0..6.
+        ValueError: unknown layout, mstxl outside 0..6 (one message per
+            bad argument), or a path whose base name is empty.
+        TypeError: mstxl is not an int.
         DiskError: the files cannot be written.
         FSTError: `fst` does not parse (the database files are created
             but no index is).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
-    p = os.fspath(path)
+    if isinstance(mstxl, bool) or not isinstance(mstxl, int):
+        raise TypeError(f"mstxl must be an int, not {type(mstxl).__name__}")
+    if not 0 <= mstxl <= 6:
+        raise ValueError(f"mstxl must be 0..6, not {mstxl}")
+    p = os.fsdecode(path)      # str, bytes or os.PathLike, as open() takes
+    if os.path.basename(p) in ("", ".", ".."):
+        raise ValueError(f"path {p!r} names a directory, not the base name "
+                         "of the files (e.g. 'out/books')")
     for ext in (".mst", ".xrf", ".MST", ".XRF"):
         if os.path.exists(p + ext):
             raise DatabaseExistsError(17, "the database exists already", p + ext)

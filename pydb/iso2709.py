@@ -1153,11 +1153,33 @@ def _append(records: Iterator[Tuple[Optional[int], bool, list, Any]], base: str,
     return report
 
 
+#: Default of `max_gap` (import_iso, import_jsonl): the largest step from
+#: one record's MFN to the next (or from 0 to the first) a file may make
+#: when importing into a new database.  The MFNs skipped become physically
+#: deleted XRF entries (4 bytes each, isis-formats.md §3.1), so a file
+#: naming MFN 1000000000 would otherwise make a 4 GB XRF.
+MAX_MFN_GAP = 1_000_000
+
+#: The highest MFN the XRF can address (a signed 32-bit pointer).
+MAX_MFN = 2**31 - 1
+
+
+def _check_max_gap(max_gap) -> int:
+    if isinstance(max_gap, bool) or not isinstance(max_gap, int) or max_gap < 1:
+        raise ValueError(f"max_gap must be an int >= 1, not {max_gap!r}")
+    return max_gap
+
+
 def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, layout,
-          mstxl, sync, on_error, report: Report, filename) -> Report:
+          mstxl, sync, on_error, report: Report, filename,
+          max_gap: int = MAX_MFN_GAP) -> Report:
     """Build a new database from (mfn or None, deleted, fields, where)
-    tuples; `where` is (number, offset) for error messages."""
+    tuples; `where` is (number, offset) for error messages.  A record whose
+    MFN is not 1..MAX_MFN, does not increase, or lies more than `max_gap`
+    beyond the previous one is a record error, as is a tag outside
+    1..65535 (as for :meth:`pydb.Database.append`)."""
     from . import _pydb
+    max_gap = _check_max_gap(max_gap)
     if layout not in _GEOM:
         raise ValueError(f"unknown layout {layout!r} (isis-packed, isis-aligned, "
                          "ffi-packed, ffi-aligned)")
@@ -1175,15 +1197,27 @@ def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, lay
     def gen():
         last = 0
         for mfn, deleted, fields, where in records:
+            if mfn is not None and (isinstance(mfn, bool) or not isinstance(mfn, int)
+                                    or not 1 <= mfn <= MAX_MFN):
+                problem(where, f"MFN {mfn!r} is invalid (MFNs are 1..{MAX_MFN})",
+                        mfn if isinstance(mfn, int) else None)
+                continue
             if mfn is not None and mfn <= last:
                 problem(where, f"MFN {mfn} does not follow MFN {last} (MFNs must "
                         "increase)", mfn)
                 continue
+            if mfn is not None and mfn - last > max_gap:
+                problem(where, f"MFN {mfn} is {mfn - last} beyond "
+                        f"{'MFN ' + str(last) if last else 'the start'}: more than "
+                        f"max_gap={max_gap} (the skipped MFNs would each take an "
+                        "XRF entry)", mfn)
+                continue
             out = []
             bad = None
             for tag, value in fields:
-                if not isinstance(tag, int) or not 0 <= tag <= 65535:
-                    bad = f"tag {tag!r} is not an ISIS tag (0..65535)"
+                if isinstance(tag, bool) or not isinstance(tag, int) \
+                        or not 1 <= tag <= 65535:
+                    bad = f"tag {tag!r} is not an ISIS tag (1..65535)"
                     break
                 out.append((tag, value))
             if bad is None and not ffi:
@@ -1215,8 +1249,8 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
                layout: str = "isis-packed", mstxl: int = 0, encoding: str = "utf-8",
                db_encoding: Optional[str] = None,
                on_error: str = "skip", mfn_tag: Optional[int] = None,
-               sync: bool = True, progress: Optional[Callable[[int], None]] = None
-               ) -> Report:
+               sync: bool = True, progress: Optional[Callable[[int], None]] = None,
+               max_gap: int = MAX_MFN_GAP) -> Report:
     """Import an ISO 2709 file into a new or an existing database.
 
     A NEW database is written by the bulk builder: records get MFN 1, 2,
@@ -1247,8 +1281,10 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
         mstxl: MSTXL shift 0..6 (record alignment 2**mstxl) of a new
             database.
         on_error: ``"skip"`` (default): bad records (unreadable, tags that
-            ISIS cannot store, records over the layout's limit, MFNs out
-            of order) are left out and listed in the report's ``errors``;
+            ISIS cannot store -- outside 1..65535, as for
+            :meth:`pydb.Database.append` --, records over the layout's
+            limit, MFNs out of order, outside 1..2147483647 or more than
+            `max_gap` beyond the previous record's) are left out and listed in the report's ``errors``;
             ``"stop"``: the first one is raised; a new database is then
             not left behind, an existing one keeps the batches committed
             before (the batch in progress is rolled back).
@@ -1256,6 +1292,10 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
             each commit is fsync'ed, see :func:`pydb.open`).
         progress: called with the number of bytes of the ISO file consumed
             since the last call.
+        max_gap: new database with MFNs from the file: the largest step
+            from one record's MFN to the next (from 0 for the first), default
+            :data:`MAX_MFN_GAP` (1,000,000); the MFNs in between become
+            XRF entries (4 bytes each), so a larger step is a record error.
 
     Returns:
         A :class:`Report` (``records`` stored, ``errors``, ``repaired``,
@@ -1270,6 +1310,7 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
         ValueError: a bad argument.
     """
     _check_on_error(on_error)
+    _check_max_gap(max_gap)
     base = _base_of(db_path)
     existing = _exists(base)
     reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)
@@ -1306,7 +1347,7 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
             _append(records(), base, sync, on_error, report, reader.filename)
         else:
             _load(records(), db_path, layout, mstxl, sync, on_error, report,
-                  reader.filename)
+                  reader.filename, max_gap)
     finally:
         reader.close()
     report.errors[:0] = reader.errors
@@ -1445,7 +1486,8 @@ def read_jsonl(source: Source, *, encoding: str = "utf-8", on_error: str = "skip
 
 def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl: int = 0,
                  encoding: str = "utf-8", on_error: str = "skip", sync: bool = True,
-                 progress: Optional[Callable[[int], None]] = None) -> Report:
+                 progress: Optional[Callable[[int], None]] = None,
+                 max_gap: int = MAX_MFN_GAP) -> Report:
     """Import a JSON Lines file (:func:`export_jsonl`) into a database.
 
     A NEW database keeps the MFNs the file carries (gaps become physically
@@ -1454,8 +1496,10 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
     in file order through ``db.transaction()`` with the MFNs after its
     highest one, as :func:`import_iso` does.
 
-    Args: as for :func:`import_iso`; `encoding` turns JSON strings back
-    into bytes; `progress` gets 1 per line.
+    Args: as for :func:`import_iso` (also `max_gap`, and the same record
+    errors: MFN outside 1..2147483647 or more than `max_gap` beyond the
+    previous one, tag outside 1..65535); `encoding` turns JSON strings
+    back into bytes; `progress` gets 1 per line.
 
     Returns:
         A :class:`Report`.
@@ -1464,8 +1508,10 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
         IsoRecordError: with ``on_error="stop"``.
         DiskError: creating or writing the database failed.
         ReadOnlyError, LockTimeoutError: appending to an existing database.
+        ValueError: a bad argument.
     """
     _check_on_error(on_error)
+    _check_max_gap(max_gap)
     base = _base_of(db_path)
     existing = _exists(base)
     errs: list = []
@@ -1481,7 +1527,7 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
     if existing:
         _append(records(), base, sync, on_error, report, name)
     else:
-        _load(records(), db_path, layout, mstxl, sync, on_error, report, name)
+        _load(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
     report.errors[:0] = errs
     report.errors.sort(key=lambda e: e.number or 0)
     return report

@@ -201,3 +201,33 @@ def test_import_of_a_file_without_records_fails(tmp_path, capsys):
     src.write_bytes(b"\0\0\0")
     assert main(["import", str(src), str(tmp_path / "x")]) == 1
     assert "no record found in" in capsys.readouterr().err
+
+
+def test_import_refuses_huge_mfn_gap_and_tag_0(tmp_path):
+    """A JSON Lines record naming MFN 1000000000 is a record error at once
+    (more than --max-gap beyond the previous MFN), not a 4 GB XRF; tag 0
+    is refused as db.append refuses it; the other records are imported."""
+    src = tmp_path / "m3.jsonl"
+    src.write_text('{"mfn": 1, "fields": [[1, "a"]]}\n'
+                   '{"mfn": 1000000000, "fields": [[1, "x"]]}\n'
+                   '{"fields": [[0, "x"]]}\n'
+                   '{"mfn": 3, "fields": [[2, "b"]]}\n')
+    r = run("import", src, tmp_path / "m3")
+    err = r.stderr.decode().splitlines()
+    assert r.returncode == 1, r.stderr
+    assert len(err) == 3, err
+    assert "record 2, MFN 1000000000, byte 33: MFN 1000000000 is 999999999 beyond " \
+        "MFN 1: more than max_gap=1000000" in err[0]
+    assert "record 3, byte 75: tag 0 is not an ISIS tag (1..65535)" in err[1]
+    assert err[2] == "imported 2 record(s), 2 skipped"
+    with pydb.open(tmp_path / "m3") as db:
+        assert db.max_mfn == 3 and db[3].raw(2) == [b"b"]
+        assert os.path.getsize(db.info()["xrf_path"]) == 512
+    # --max-gap overrides the limit
+    src.write_text('{"mfn": 1, "fields": [[1, "a"]]}\n{"mfn": 12, "fields": [[1, "x"]]}\n')
+    r = run("import", src, tmp_path / "g10", "--max-gap", "10")
+    assert r.returncode == 1 and b"MFN 12 is 11 beyond MFN 1" in r.stderr
+    r = run("import", src, tmp_path / "g11", "--max-gap", "11", "--on-error", "stop")
+    assert r.returncode == 0, r.stderr
+    with pydb.open(tmp_path / "g11") as db:
+        assert db.max_mfn == 12 and len(db) == 2

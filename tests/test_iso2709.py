@@ -694,3 +694,43 @@ def test_import_transcodes(isis_data, tmp_path):
                           db_encoding="IBM850")
     with pydb.open(src) as a, pydb.open(tmp_path / "w") as b:
         assert [fields_of(r) for r in a] == [fields_of(r) for r in b]
+
+
+def test_import_mfn_limits_and_tag_0(tmp_path):
+    """New database: an MFN outside 1..2**31-1 is said to be invalid (not
+    "does not follow"), a step over max_gap is refused (skip: reported;
+    stop: raised, no database left), tag 0 is refused as by db.append, in
+    JSON Lines, ISO 2709 and appends to an existing database alike."""
+    from pydb import iso2709
+    from pydb.errors import IsoRecordError
+    rep = iso2709.Report()
+    recs = [(1, False, [(1, b"a")], (1, 0)), (-5, False, [(1, b"x")], (2, 10)),
+            (2**31, False, [(1, b"x")], (3, 20)), (2, False, [(1, b"b")], (4, 30))]
+    iso2709._load(iter(recs), tmp_path / "l", "isis-packed", 0, False, "skip", rep, "f")
+    assert [e.reason for e in rep.errors] == [
+        "MFN -5 is invalid (MFNs are 1..2147483647)",
+        "MFN 2147483648 is invalid (MFNs are 1..2147483647)"]
+    assert rep.records == 2 and rep.max_mfn == 2
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"mfn": 2000001, "fields": [[1, "x"]]}\n')
+    with pytest.raises(IsoRecordError, match="MFN 2000001 is 2000001 beyond the start: "
+                       "more than max_gap=1000000"):
+        pydb.import_jsonl(src, tmp_path / "j", on_error="stop")
+    assert not (tmp_path / "j.mst").exists() and not (tmp_path / "j.xrf").exists()
+    rep = pydb.import_jsonl(src, tmp_path / "k", max_gap=5)
+    assert rep.records == 0 and len(rep.errors) == 1
+    with pytest.raises(ValueError, match="max_gap"):
+        pydb.import_jsonl(src, tmp_path / "k2", max_gap=0)
+    src.write_text('{"fields": [[0, "x"]]}\n{"fields": [[1, "y"]]}\n')
+    rep = pydb.import_jsonl(src, tmp_path / "t")
+    assert [e.reason for e in rep.errors] == ["tag 0 is not an ISIS tag (1..65535)"]
+    with pydb.open(tmp_path / "t") as db:
+        assert db.max_mfn == 1 and db[1].raw(1) == [b"y"] and list(db[1].tags) == [1]
+    # appending to an existing database refuses it the same way (db.append)
+    rep = pydb.import_jsonl(src, tmp_path / "t")
+    assert rep.records == 1 and len(rep.errors) == 1 and "tag" in rep.errors[0].reason
+    # ISO 2709: a field with tag 000
+    iso = tmp_path / "a.iso"
+    iso.write_bytes(b"000330000000000290004500000000200000#x##\n")
+    rep = pydb.import_iso(iso, tmp_path / "i")
+    assert [e.reason for e in rep.errors] == ["tag 0 is not an ISIS tag (1..65535)"]

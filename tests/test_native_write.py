@@ -389,3 +389,168 @@ def _is_readonly(db) -> bool:
     except pydb.ReadOnlyError:
         return True
     return False
+
+
+_OTHER_WRITER = r"""
+import sys, pydb
+base, op = sys.argv[1], sys.argv[2]
+with pydb.open(base, readonly=False) as db:
+    if op == "append":
+        print(db.append([(1, "Gamma"), (2, "red white")]))
+    elif op == "update":
+        db.update(1, [(1, "Alpha"), (2, "blue")])
+    else:
+        db.delete(2)
+"""
+
+
+def _commit_in_other_process(base, op):
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-c", _OTHER_WRITER, str(base), op],
+                   check=True, capture_output=True, text=True, timeout=120)
+
+
+def test_read_only_handle_sees_commits_of_another_process(tmp_path):
+    """A read-only handle that has used the native index sees, at its
+    next call, the commits another process made since (the MANIFEST is
+    checked on every terms/postings/search call)."""
+    base = tmp_path / "books"
+    with pydb.create(base, fst=FST) as db:
+        db.append([(1, "Alpha"), (2, "red green")])
+    with pydb.open(base) as ro:
+        assert mfns(ro.search("RED")) == [1]
+        assert list(ro.terms()) == [("ALPHA", 1), ("GREEN", 1), ("RED", 1)]
+        _commit_in_other_process(base, "append")
+        assert mfns(ro.search("RED")) == [1, 2]
+        assert mfns(ro.search("WHITE")) == [2]
+        assert ro.postings("RED") == [Posting(1, 2, 1, 1), Posting(2, 2, 1, 1)]
+        _commit_in_other_process(base, "update")
+        assert list(ro.terms()) == [("ALPHA", 1), ("BLUE", 1), ("GAMMA", 1),
+                                    ("RED", 1), ("WHITE", 1)]
+        assert mfns(ro.search("RED")) == [2]
+        _commit_in_other_process(base, "delete")
+        assert mfns(ro.search("RED + BLUE")) == [1]
+        assert ro.postings("WHITE") == []
+
+
+def test_read_only_handle_sees_commits_of_another_handle(tmp_path):
+    """The same within one process: a read-only and a writable Database
+    on the same files; the reader follows every commit, also merges
+    (more commits than MERGE_AT), and an Index taken before keeps
+    working."""
+    base = tmp_path / "books"
+    pydb.create(base, fst=FST).close()
+    with pydb.open(base) as ro, pydb.open(base, readonly=False) as rw:
+        assert mfns(ro.search("N$")) == []
+        ix = ro.index
+        for k in range(1, 40):
+            rw.append([(1, f"n{k}"), (2, "red" if k % 2 else "blue")])
+            assert mfns(ro.search("RED")) == list(range(1, k + 1, 2))
+            assert len(ix.postings("BLUE")) == k // 2
+        rw.delete(1)
+        assert mfns(ro.search("RED"))[:2] == [3, 5]
+
+
+def test_readers_on_another_handle_follow_concurrent_commits(tmp_path):
+    """8 reader threads search through a read-only handle while a writer
+    commits through another handle: every result equals one committed
+    state, never older than the last commit that had returned when the
+    search began, and never going backwards; at the end the readers see
+    the last commit (the handle refreshes its segment list concurrently
+    with the searches and with other refreshes)."""
+    n_commits = 120
+    txns, states = _script(n_commits, 11)
+    base = tmp_path / "rw"
+    db = pydb.create(base, sync=False, fst="1 0 v1\n2 4 v2\n")
+    ro = pydb.open(base)
+    done = [0]
+    stop = threading.Event()
+    errors: list = []
+    seen = [0] * 8
+
+    def writer():
+        try:
+            for k, ops in enumerate(txns, 1):
+                with db.transaction() as tx:
+                    for op in ops:
+                        if op[0] == "A":
+                            tx.append([(1, "n"), (2, " ".join(sorted(op[2])))])
+                        elif op[0] == "U":
+                            tx.update(op[1], [(1, "n"), (2, " ".join(sorted(op[2])))])
+                        elif op[0] == "D":
+                            tx.delete(op[1])
+                        else:
+                            tx.undelete(op[1])
+                done[0] = k
+        except BaseException as e:   # pragma: no cover - reported below
+            errors.append(("writer", repr(e)))
+        finally:
+            stop.set()
+
+    def reader(i):
+        rnd = random.Random(i)
+        lo = 0
+        try:
+            while True:
+                last = stop.is_set()
+                q = rnd.choice(QUERIES)
+                before = done[0]
+                res = list(ro.search(q))
+                after = done[0]
+                first = max(lo, before)
+                for j in range(first, min(after + 1, n_commits) + 1):
+                    if states[j][q] == res:
+                        lo = j
+                        break
+                else:
+                    errors.append((i, q, res, first, after))
+                    return
+                if last:
+                    break
+                time.sleep(0.0002)
+            seen[i] = lo
+        except BaseException as e:   # pragma: no cover - reported below
+            errors.append((i, repr(e)))
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    w = threading.Thread(target=writer)
+    w.start()
+    w.join()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert done[0] == n_commits
+        assert all(s == n_commits for s in seen), seen
+    finally:
+        ro.close()
+        db.close()
+
+
+def test_read_only_handle_follows_every_commit_of_another_handle(tmp_path):
+    """After each of 200 commits (appends, updates, deletions, undeletions,
+    merges) through a writable handle, a read-only handle's searches give
+    exactly the committed state.  Successive MANIFESTs often have the
+    same size, inode (reused by the write-temp + rename) and coarse
+    mtime, so the check must not rely on stat() alone."""
+    n_commits = 200
+    txns, states = _script(n_commits, 11)
+    base = tmp_path / "rw"
+    with pydb.create(base, sync=False, fst="1 0 v1\n2 4 v2\n") as db, \
+            pydb.open(base) as ro:
+        for k, ops in enumerate(txns, 1):
+            with db.transaction() as tx:
+                for op in ops:
+                    if op[0] == "A":
+                        tx.append([(1, "n"), (2, " ".join(sorted(op[2])))])
+                    elif op[0] == "U":
+                        tx.update(op[1], [(1, "n"), (2, " ".join(sorted(op[2])))])
+                    elif op[0] == "D":
+                        tx.delete(op[1])
+                    else:
+                        tx.undelete(op[1])
+            got = {q: list(ro.search(q)) for q in QUERIES}
+            assert got == states[k], k

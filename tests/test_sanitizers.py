@@ -61,6 +61,7 @@ INNER_TESTS = {
         "tests/test_search.py",
         "tests/test_native_index.py::test_readers_see_one_committed_state",
         "tests/test_native_write.py::test_readers_search_during_commits_see_committed_states",
+        "tests/test_native_write.py::test_readers_on_another_handle_follow_concurrent_commits",
         _W + "test_readers_see_whole_records_while_writer_commits",
         _W + "test_readonly_and_lock_timeout_across_handles",
         _W + "test_other_handle_sees_later_commits",

@@ -205,6 +205,39 @@ def test_create_refuses_existing(tmp_path):
         pydb.create(tmp_path / "z", mstxl=7)
 
 
+def test_create_argument_errors_and_path_types(tmp_path):
+    """One message per bad argument; bytes and PathLike paths as open()
+    takes them; a path with an empty base name is refused before any file
+    is made."""
+    with pytest.raises(ValueError, match=r"^mstxl must be 0\.\.6, not 7$"):
+        pydb.create(tmp_path / "a", "isis-packed", mstxl=7)
+    with pytest.raises(ValueError, match=r"layout must be .*not 'isis-wide'$") as ei:
+        pydb.create(tmp_path / "a", "isis-wide", mstxl=0)
+    assert "mstxl" not in str(ei.value)
+    with pytest.raises(TypeError, match="mstxl must be an int"):
+        pydb.create(tmp_path / "a", mstxl="3")
+    with pytest.raises(ValueError, match="mstxl must be 0..6, not -1"):
+        pydb._pydb._create(str(tmp_path / "a"), "isis-packed", -1, False)
+    with pytest.raises(ValueError, match="not 'x'$"):
+        pydb._pydb._create(str(tmp_path / "a"), "x", 3, False)
+    assert sorted(os.listdir(tmp_path)) == []
+    with pydb.create(os.fsencode(tmp_path / "b"), mstxl=3, sync=False) as db:
+        db.append([(1, b"x")])
+    assert os.path.isfile(tmp_path / "b.mst") and os.path.isfile(tmp_path / "b.xrf")
+    with pydb.open(os.fsencode(tmp_path / "b")) as db:
+        assert db[1].raw(1) == [b"x"]
+    (tmp_path / "d").mkdir()
+    for bad in (str(tmp_path / "d") + os.sep, os.fsencode(tmp_path / "d") + b"/",
+                str(tmp_path / "d") + "/."):
+        with pytest.raises(ValueError, match="base name"):
+            pydb.create(bad, sync=False)
+    assert os.listdir(tmp_path / "d") == []
+    # the core refuses it too (C callers)
+    with pytest.raises(ValueError, match="base name"):
+        pydb._pydb._create(str(tmp_path / "d") + "/", "isis-packed", 0, False)
+    assert os.listdir(tmp_path / "d") == []
+
+
 def test_fields_arguments(tmp_path):
     with pydb.create(tmp_path / "db", encoding="cp850", sync=False) as db:
         m = db.append([(1, "Andr\u00e9"), [2, b"\x82"], (3, bytearray(b"ba")),
