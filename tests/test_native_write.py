@@ -236,16 +236,16 @@ def _script(n_commits, seed):
     return txns, states
 
 
-def test_readers_search_during_commits_see_committed_states(tmp_path):
-    """A writer commits appends/updates/deletes/undeletes while 8 reader
-    threads search: every result equals the expected result of one
+def _writer_and_searching_readers(db, searched, n_commits, seed, min_searches=0):
+    """Run the transactions of _script(n_commits, seed) through `db` in one
+    thread while 8 reader threads search `searched` (the same handle or
+    another one).  Every result must equal the expected result of one
     committed state, no older than the last commit that had returned when
-    the search began and no newer than the one in flight when it ended
-    (a commit is published just before it returns); the states a reader
-    sees never go backwards."""
-    n_commits = 150
-    txns, states = _script(n_commits, 7)
-    db = pydb.create(tmp_path / "rw", sync=False, fst="1 0 v1\n2 4 v2\n")
+    the search began and no newer than the one in flight when it ended (a
+    commit is published just before it returns); the states a reader sees
+    never go backwards, and its last searches see the last commit.
+    Returns the number of searches."""
+    txns, states = _script(n_commits, seed)
     done = [0]
     stop = threading.Event()
     errors: list = []
@@ -280,7 +280,7 @@ def test_readers_search_during_commits_see_committed_states(tmp_path):
                 last = stop.is_set()   # this search starts after the last commit
                 q = rnd.choice(QUERIES)
                 before = done[0]
-                res = list(db.search(q))
+                res = list(searched.search(q))
                 after = done[0]
                 searches[i] += 1
                 first = max(lo, before)
@@ -291,7 +291,7 @@ def test_readers_search_during_commits_see_committed_states(tmp_path):
                 else:
                     errors.append((i, q, res, first, after))
                     return
-                if last and searches[i] >= 20:
+                if last and searches[i] >= min_searches:
                     break
                 time.sleep(0.0002)   # leave the writer some CPU
             seen[i] = lo
@@ -306,15 +306,20 @@ def test_readers_search_during_commits_see_committed_states(tmp_path):
     w.join()
     for t in threads:
         t.join()
-    try:
-        assert errors == []
-        assert done[0] == n_commits
-        assert all(s == n_commits for s in seen), seen   # the last searches see the end
-        for q in QUERIES:
-            assert list(db.search(q)) == states[-1][q]
-        print(f"readers: {sum(searches)} searches during {n_commits} commits")
-    finally:
-        db.close()
+    assert errors == []
+    assert done[0] == n_commits
+    assert all(x == n_commits for x in seen), seen   # the last searches see the end
+    for q in QUERIES:
+        assert list(searched.search(q)) == states[-1][q]
+    return sum(searches)
+
+
+def test_readers_search_during_commits_see_committed_states(tmp_path):
+    """A writer commits appends/updates/deletes/undeletes while 8 reader
+    threads search the same handle (see _writer_and_searching_readers)."""
+    with pydb.create(tmp_path / "rw", sync=False, fst="1 0 v1\n2 4 v2\n") as db:
+        n = _writer_and_searching_readers(db, db, 150, 7, min_searches=20)
+        print(f"readers: {n} searches during 150 commits")
 
 
 def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
@@ -454,80 +459,13 @@ def test_read_only_handle_sees_commits_of_another_handle(tmp_path):
 
 def test_readers_on_another_handle_follow_concurrent_commits(tmp_path):
     """8 reader threads search through a read-only handle while a writer
-    commits through another handle: every result equals one committed
-    state, never older than the last commit that had returned when the
-    search began, and never going backwards; at the end the readers see
-    the last commit (the handle refreshes its segment list concurrently
-    with the searches and with other refreshes)."""
-    n_commits = 120
-    txns, states = _script(n_commits, 11)
+    commits through another handle (see _writer_and_searching_readers):
+    the read-only handle refreshes its segment list concurrently with the
+    searches and with other refreshes."""
     base = tmp_path / "rw"
-    db = pydb.create(base, sync=False, fst="1 0 v1\n2 4 v2\n")
-    ro = pydb.open(base)
-    done = [0]
-    stop = threading.Event()
-    errors: list = []
-    seen = [0] * 8
-
-    def writer():
-        try:
-            for k, ops in enumerate(txns, 1):
-                with db.transaction() as tx:
-                    for op in ops:
-                        if op[0] == "A":
-                            tx.append([(1, "n"), (2, " ".join(sorted(op[2])))])
-                        elif op[0] == "U":
-                            tx.update(op[1], [(1, "n"), (2, " ".join(sorted(op[2])))])
-                        elif op[0] == "D":
-                            tx.delete(op[1])
-                        else:
-                            tx.undelete(op[1])
-                done[0] = k
-        except BaseException as e:   # pragma: no cover - reported below
-            errors.append(("writer", repr(e)))
-        finally:
-            stop.set()
-
-    def reader(i):
-        rnd = random.Random(i)
-        lo = 0
-        try:
-            while True:
-                last = stop.is_set()
-                q = rnd.choice(QUERIES)
-                before = done[0]
-                res = list(ro.search(q))
-                after = done[0]
-                first = max(lo, before)
-                for j in range(first, min(after + 1, n_commits) + 1):
-                    if states[j][q] == res:
-                        lo = j
-                        break
-                else:
-                    errors.append((i, q, res, first, after))
-                    return
-                if last:
-                    break
-                time.sleep(0.0002)
-            seen[i] = lo
-        except BaseException as e:   # pragma: no cover - reported below
-            errors.append((i, repr(e)))
-
-    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    w = threading.Thread(target=writer)
-    w.start()
-    w.join()
-    for t in threads:
-        t.join()
-    try:
-        assert errors == []
-        assert done[0] == n_commits
-        assert all(s == n_commits for s in seen), seen
-    finally:
-        ro.close()
-        db.close()
+    with pydb.create(base, sync=False, fst="1 0 v1\n2 4 v2\n") as db, \
+            pydb.open(base) as ro:
+        _writer_and_searching_readers(db, ro, 120, 11)
 
 
 def test_read_only_handle_follows_every_commit_of_another_handle(tmp_path):
