@@ -96,8 +96,8 @@ class RowSource(Protocol):
 
 
 class XrfRows:
-    """The active MFNs of the XRF, in MFN order (until the index exists,
-    the crashtest's default row source)."""
+    """The active MFNs of the XRF, in MFN order: the row source of a
+    database without an inverted index."""
 
     def rows(self, db) -> tuple[list[str], list[int]]:
         mfns = db.mfns()
