@@ -14,7 +14,6 @@ the median round), which ``--benchmark-json`` writes out.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 

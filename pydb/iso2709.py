@@ -59,7 +59,6 @@ from __future__ import annotations
 import base64
 import codecs
 import contextlib
-import errno as _errno
 import json
 import mmap
 import os

@@ -2,7 +2,6 @@
 
 import errno
 import os
-import resource
 import subprocess
 import sys
 

@@ -9,8 +9,6 @@ import pydb
 from pydb import _pydb
 from pydb.fst import FieldRule, fst_text, parse_fst
 
-from conftest import DATA
-
 # Rules per FST file under ../shared/data/isis (= its non-blank lines).
 FST_RULES = {
     "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/dcdspace/data/dcdspace.fst": 19,

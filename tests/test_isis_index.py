@@ -27,7 +27,6 @@ import pytest
 
 import pydb
 import pydb.index as pindex
-from pydb import _pydb
 from pydb.__main__ import main as cli_main
 from pydb.index import Index, Posting, Term
 

@@ -20,8 +20,6 @@ from pydb import ClosedError
 from pydb.fst import FieldRule
 from pydb.index import Posting
 
-from conftest import DATA
-
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
 FST = "1 0 v1\n2 4 v2\n"

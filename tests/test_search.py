@@ -17,7 +17,7 @@ import threading
 from itertools import product
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pydb
