@@ -28,10 +28,12 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def _progress(total, unit, desc, enabled=True):
+def _progress(total, unit, desc, enabled=True, force=False, absolute=False):
     """A tqdm progress bar on stderr when it is a terminal (``disable=None``),
-    yielding a function that advances it, or None (no bar: not a terminal,
-    `enabled` false, or tqdm missing)."""
+    or always with `force`.  Yields a function that advances it, or None
+    (no bar: not a terminal, `enabled` false, or tqdm missing).  The
+    function takes the count just done, or with `absolute` the pair
+    (done so far, total) that ``Database.check`` reports."""
     try:
         from tqdm import tqdm
     except ImportError:  # tqdm is a dependency, but reading must not need it
@@ -39,10 +41,18 @@ def _progress(total, unit, desc, enabled=True):
     if tqdm is None or not enabled:
         yield None
         return
-    bar = tqdm(total=total, unit=unit, desc=desc, disable=None, leave=False,
-               unit_scale=unit == "B", dynamic_ncols=True)
+    bar = tqdm(total=total, unit=unit, desc=desc, disable=False if force else None,
+               leave=False, unit_scale=unit == "B", dynamic_ncols=True, file=sys.stderr)
+    if bar.disable:
+        tick = None
+    elif absolute:
+        def tick(done, total):
+            bar.total = total
+            bar.update(done - bar.n)
+    else:
+        tick = bar.update
     try:
-        yield bar.update if not bar.disable else None
+        yield tick
     finally:
         bar.close()
 
@@ -188,24 +198,12 @@ def _cmd_check(args) -> int:
         return 2
     else:
         with db:
-            bar = None
-            progress = None
             show = args.progress if args.progress is not None else sys.stderr.isatty()
-            if show:
-                total = db.max_mfn + db.info()["mst_size"] // 512
-                if total >= 2048 or args.progress:
-                    from tqdm import tqdm
-                    bar = tqdm(total=total, unit="step", desc="check",
-                               file=sys.stderr, leave=False)
-
-                    def progress(done, total):
-                        bar.total = total
-                        bar.update(done - bar.n)
-            try:
+            total = db.max_mfn + db.info()["mst_size"] // 512 if show else 0
+            with _progress(total, "step", "check", enabled=show and (
+                    total >= 2048 or args.progress), force=bool(args.progress),
+                    absolute=True) as progress:
                 report = db.check(max_problems=args.max_problems, progress=progress)
-            finally:
-                if bar is not None:
-                    bar.close()
     failed = report.errors > 0 or (args.strict and report.warnings > 0)
     if args.json:
         d = report.to_dict()
