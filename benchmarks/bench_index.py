@@ -40,9 +40,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import pydb  # noqa: E402
+from conftest import DATA  # noqa: E402  (tests/conftest.py)
 from pydb import _pydb, unesb  # noqa: E402
 
-DATA = Path(os.environ.get("PYDB_TEST_DATA", REPO.parent / "shared" / "data" / "isis"))
+from .conftest import median_s  # noqa: E402
 LILACS = DATA / "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
 
 # LILACS ships no FST: authors, journal, descriptors as whole keys; title
@@ -85,7 +86,7 @@ def _copy(base: Path, dst: Path) -> str:
 def _cpu_rate(benchmark, fn, args, amount):
     """Records per CPU second of one extra run (the machines are shared:
     wall time includes waiting for a core and for fsync)."""
-    if benchmark.stats is None:   # --benchmark-disable: the untimed plain run
+    if median_s(benchmark) is None:   # the untimed plain run
         return
     import resource
     r0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -96,9 +97,9 @@ def _cpu_rate(benchmark, fn, args, amount):
 
 
 def _rate(benchmark, amount, unit):
-    if benchmark.stats is None:   # --benchmark-disable: the untimed plain run
+    med = median_s(benchmark)
+    if med is None:   # the untimed plain run
         return
-    med = benchmark.stats.stats.median
     benchmark.extra_info[unit] = round(amount / med) if med else None
     benchmark.extra_info["amount"] = amount
 

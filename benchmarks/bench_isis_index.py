@@ -24,6 +24,8 @@ from conftest import DATA  # noqa: E402
 
 from pydb.index import Index  # noqa: E402
 
+from .conftest import median_s  # noqa: E402
+
 RDA = DATA / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/rda/data/rda"
 XCDS = DATA / "scieloorg__pyisis/pycisis/tests/xcds"
 
@@ -36,9 +38,9 @@ def _open(base: Path) -> Index:
 
 def _rate(benchmark, what: str, n: int) -> None:
     assert n > 0
-    if benchmark.stats is None:   # --benchmark-disable: the untimed plain run
+    med = median_s(benchmark)
+    if med is None:   # the untimed plain run
         return
-    med = benchmark.stats.stats.median
     benchmark.extra_info[what] = n
     benchmark.extra_info[f"{what}_per_s"] = round(n / med) if med else None
 

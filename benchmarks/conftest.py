@@ -74,6 +74,14 @@ if not HAVE_PLUGIN:
         return _Once()
 
 
+def median_s(benchmark):
+    """Median seconds of a benchmark's timed rounds, or None in an untimed
+    run (``--benchmark-disable``, or the stand-in fixture without
+    pytest-benchmark), where there is no rate to record."""
+    stats = getattr(benchmark, "stats", None)
+    return stats.stats.median if stats is not None else None
+
+
 # ---------------------------------------------------------------- data
 
 @pytest.fixture(scope="session")
