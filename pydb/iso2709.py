@@ -1105,6 +1105,28 @@ def _exists(base: str) -> bool:
     return any(os.path.exists(base + ext) for ext in (".mst", ".xrf", ".MST", ".XRF"))
 
 
+def _problem_sink(filename, on_error, report: Report):
+    """The function that _append and _load call with a bad record's
+    (number, offset), reason and MFN: raises the IsoRecordError with
+    ``on_error="stop"``, else adds it to `report`."""
+    def problem(where, reason, mfn=None):
+        err = IsoRecordError(filename, where[0], where[1], reason, mfn)
+        if on_error == "stop":
+            raise err
+        report.errors.append(err)
+    return problem
+
+
+def _store(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, layout,
+           mstxl, sync, on_error, report: Report, filename, max_gap: int) -> Report:
+    """Append the records to the database at `db_path` if it exists
+    (:func:`_append`), else build it from them (:func:`_load`)."""
+    base = _base_of(db_path)
+    if _exists(base):
+        return _append(records, base, sync, on_error, report, filename)
+    return _load(records, db_path, layout, mstxl, sync, on_error, report, filename, max_gap)
+
+
 #: Records appended per transaction when importing into an existing database.
 APPEND_BATCH = 1000
 
@@ -1121,11 +1143,7 @@ def _append(records: Iterator[Tuple[Optional[int], bool, list, Any]], base: str,
     from .errors import RecordTooLargeError
     batch = batch or APPEND_BATCH
 
-    def problem(where, reason, mfn=None):
-        err = IsoRecordError(filename, where[0], where[1], reason, mfn)
-        if on_error == "stop":
-            raise err
-        report.errors.append(err)
+    problem = _problem_sink(filename, on_error, report)
 
     with database.open(base, readonly=False, sync=sync) as db:
         it = iter(records)
@@ -1187,11 +1205,7 @@ def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, lay
     base = _base_of(db_path)
     deleted_mfns = set()
 
-    def problem(where, reason, mfn=None):
-        err = IsoRecordError(filename, where[0], where[1], reason, mfn)
-        if on_error == "stop":
-            raise err
-        report.errors.append(err)
+    problem = _problem_sink(filename, on_error, report)
 
     def gen():
         last = 0
@@ -1310,8 +1324,6 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
     """
     _check_on_error(on_error)
     _check_max_gap(max_gap)
-    base = _base_of(db_path)
-    existing = _exists(base)
     reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)
     report = Report()
     recode = db_encoding is not None and \
@@ -1342,11 +1354,8 @@ def import_iso(source: Source, db_path, *, flavour: str = "auto",
                 progress(reader.position - done)
 
     try:
-        if existing:
-            _append(records(), base, sync, on_error, report, reader.filename)
-        else:
-            _load(records(), db_path, layout, mstxl, sync, on_error, report,
-                  reader.filename, max_gap)
+        _store(records(), db_path, layout, mstxl, sync, on_error, report,
+               reader.filename, max_gap)
     finally:
         reader.close()
     report.errors[:0] = reader.errors
@@ -1511,8 +1520,6 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
     """
     _check_on_error(on_error)
     _check_max_gap(max_gap)
-    base = _base_of(db_path)
-    existing = _exists(base)
     errs: list = []
     report = Report()
     name = os.fsdecode(source) if isinstance(source, (str, bytes, os.PathLike)) else None
@@ -1523,10 +1530,7 @@ def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl:
                 progress(1)
             yield rec.mfn, rec.deleted, rec.fields, (rec.number, rec.offset)
 
-    if existing:
-        _append(records(), base, sync, on_error, report, name)
-    else:
-        _load(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
+    _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
     report.errors[:0] = errs
     report.errors.sort(key=lambda e: e.number or 0)
     return report
