@@ -74,6 +74,16 @@ def _report(rep, what, verbose_errors=5):
     return 1 if rep.errors else 0
 
 
+def _write_record(out, rec, mfn_digits, mark_deleted):
+    """A record as text: "!ID MFN" (zero-padded to `mfn_digits`, plus
+    " (deleted)" for a logically deleted record with `mark_deleted`), then
+    one "!vTAG!value" line per field."""
+    flag = " (deleted)" if mark_deleted and rec.deleted else ""
+    out.write(f"!ID {rec.mfn:0{mfn_digits}d}{flag}\n")
+    for f in rec.fields:
+        out.write(f"!v{f.tag:03d}!{f.value}\n")
+
+
 def _cmd_info(args) -> int:
     from . import open as open_db
     with open_db(args.db, encoding=args.encoding) as db:
@@ -96,10 +106,7 @@ def _cmd_dump(args) -> int:
         # a bar only when the text goes elsewhere than the terminal
         with _progress(total, "rec", "dump", enabled=not out.isatty()) as tick:
             for rec in recs:
-                flag = " (deleted)" if rec.deleted else ""
-                out.write(f"!ID {rec.mfn:06d}{flag}\n")
-                for f in rec.fields:
-                    out.write(f"!v{f.tag:03d}!{f.value}\n")
+                _write_record(out, rec, 6, True)
                 if tick:
                     tick(1)
     return 0
@@ -165,9 +172,7 @@ def _cmd_search(args) -> int:
         out.write(f"{len(result)} records\n")
         if args.dump:
             for rec in result.records():
-                out.write(f"!ID {rec.mfn:07d}\n")
-                for f in rec.fields:
-                    out.write(f"!v{f.tag:03d}!{f.value}\n")
+                _write_record(out, rec, 7, False)
         else:
             for mfn in result:
                 out.write(f"{mfn}\n")
