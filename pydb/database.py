@@ -29,6 +29,23 @@ DEFAULT_IO = "mmap"
 Field = _pydb.Field
 
 
+def _base_name(path) -> str:
+    """`path` (str, bytes or os.PathLike) as a str without a trailing
+    ``.mst``/``.xrf`` in any letter case: the base name of a database's
+    files."""
+    p = os.fsdecode(path)
+    root, ext = os.path.splitext(p)
+    return root if ext.lower() in (".mst", ".xrf") else p
+
+
+def _existing_file(base: str) -> Optional[str]:
+    """The first of ``base`` + .mst, .xrf, .MST, .XRF that exists, or None."""
+    for ext in (".mst", ".xrf", ".MST", ".XRF"):
+        if os.path.exists(base + ext):
+            return base + ext
+    return None
+
+
 class Record(_pydb.Record):
     """One version of a record read from a master file.
 
@@ -144,9 +161,7 @@ class Database(_pydb.Database):
         """The base name whose ``<base>.pdx`` directory holds the native
         index (tried: the path as given, then the .mst's own name), or
         None."""
-        given = os.fsdecode(self.path)
-        root, ext = os.path.splitext(given)
-        bases = [root if ext.lower() in (".mst", ".xrf") else given,
+        bases = [_base_name(self.path),
                  os.path.splitext(os.fsdecode(self.info()["mst_path"]))[0]]
         for base in bases:
             if os.path.isfile(os.path.join(base + ".pdx", "MANIFEST")):
@@ -585,9 +600,9 @@ def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
     if os.path.basename(p) in ("", ".", ".."):
         raise ValueError(f"path {p!r} names a directory, not the base name "
                          "of the files (e.g. 'out/books')")
-    for ext in (".mst", ".xrf", ".MST", ".XRF"):
-        if os.path.exists(p + ext):
-            raise DatabaseExistsError(17, "the database exists already", p + ext)
+    existing = _existing_file(p)
+    if existing is not None:
+        raise DatabaseExistsError(17, "the database exists already", existing)
     if fst is not None:
         from .fst import fst_text
         fst = fst_text(fst)            # FSTError before any file is made

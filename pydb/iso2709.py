@@ -1092,19 +1092,6 @@ def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional
 
 # ------------------------------------------------------ database import
 
-def _base_of(db_path) -> str:
-    base = os.fsdecode(db_path)
-    low = base.lower()
-    for ext in (".mst", ".xrf"):
-        if low.endswith(ext):
-            base = base[:-4]
-    return base
-
-
-def _exists(base: str) -> bool:
-    return any(os.path.exists(base + ext) for ext in (".mst", ".xrf", ".MST", ".XRF"))
-
-
 def _problem_sink(filename, on_error, report: Report):
     """The function that _append and _load call with a bad record's
     (number, offset), reason and MFN: raises the IsoRecordError with
@@ -1121,8 +1108,9 @@ def _store(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, la
            mstxl, sync, on_error, report: Report, filename, max_gap: int) -> Report:
     """Append the records to the database at `db_path` if it exists
     (:func:`_append`), else build it from them (:func:`_load`)."""
-    base = _base_of(db_path)
-    if _exists(base):
+    from .database import _base_name, _existing_file
+    base = _base_name(db_path)
+    if _existing_file(base) is not None:
         return _append(records, base, sync, on_error, report, filename)
     return _load(records, db_path, layout, mstxl, sync, on_error, report, filename, max_gap)
 
@@ -1202,7 +1190,8 @@ def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, lay
                          "ffi-packed, ffi-aligned)")
     leader, entry, ffi = _GEOM[layout]
     align = 2 ** mstxl if mstxl else 2
-    base = _base_of(db_path)
+    from .database import _base_name
+    base = _base_name(db_path)
     deleted_mfns = set()
 
     problem = _problem_sink(filename, on_error, report)

@@ -26,24 +26,17 @@ import os
 from typing import Callable, Iterator, Optional, Union
 
 from . import _pydb
+from .database import _base_name
 from .fst import fst_text, read_text
 from .index import Posting, Term
 
 __all__ = ["build_index", "open_index", "NativeIndex", "find_sidecar"]
 
 
-def _base(db_path) -> str:
-    p = os.fspath(db_path)
-    if isinstance(p, bytes):
-        p = os.fsdecode(p)
-    root, ext = os.path.splitext(p)
-    return root if ext.lower() in (".mst", ".xrf") else p
-
-
 def find_sidecar(db_path, ext: str) -> Optional[str]:
     """The file ``<base>.<ext>`` of a database in any letter case (e.g.
     its ``.fst`` or ``.stw``), or None."""
-    base = _base(db_path)
+    base = _base_name(db_path)
     folder, name = os.path.split(base)
     want = (name + "." + ext).lower()
     for cand in glob.glob(os.path.join(glob.escape(folder or "."), "*")):
@@ -82,7 +75,7 @@ def build_index(db_path, fst=None, progress=True, *, stw=None,
     if fst is None:
         path = find_sidecar(db_path, "fst")
         if path is None:
-            raise FileNotFoundError(f"{_base(db_path)}.fst: the database has no FST; "
+            raise FileNotFoundError(f"{_base_name(db_path)}.fst: the database has no FST; "
                                     "pass fst=")
         fst = path
     text = fst_text(fst)
