@@ -6,6 +6,7 @@ cleanly when the folder is absent.  PYDB_TEST_DATA overrides the location.
 """
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,27 @@ def isis_data() -> Path:
     if not DATA.is_dir():
         pytest.skip(f"real CDS/ISIS data not found at {DATA}")
     return DATA
+
+
+def copy_db(src, dst, extra=()) -> Path:
+    """Copy a database's .mst and .xrf, plus the files of the `extra`
+    extensions (e.g. ("fst", "stw")), into the folder `dst` (created).
+    `src` is the base path or the .mst path; the files are found in any
+    letter case of their extension and copied under lower-case ones.
+    Returns the base path of the copy.  Raises FileNotFoundError when one
+    of the files is missing."""
+    src, dst = Path(src), Path(dst)
+    if src.suffix.lower() == ".mst":
+        src = src.with_suffix("")
+    want = ("mst", "xrf") + tuple(extra)
+    found = {f.suffix[1:].lower(): f for f in src.parent.iterdir()
+             if f.stem == src.name and f.suffix[1:].lower() in want}
+    dst.mkdir(parents=True, exist_ok=True)
+    for ext in want:
+        if ext not in found:
+            raise FileNotFoundError(f"{src}.{ext}: no such file (in any letter case)")
+        shutil.copy2(found[ext], dst / f"{src.name}.{ext}")
+    return dst / src.name
 
 
 def all_master_files():

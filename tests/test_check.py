@@ -33,7 +33,7 @@ from pydb import _pydb
 from pydb.__main__ import main as cli_main
 from pydb.check import KINDS, CheckReport, Problem
 
-from conftest import DATA, REPO, all_master_files, data_path
+from conftest import DATA, REPO, all_master_files, copy_db, data_path
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -73,16 +73,6 @@ def sources_table() -> dict:
 
 def rel(p: Path) -> str:
     return p.relative_to(DATA).as_posix()
-
-
-def copy_db(src_mst: Path, dst: Path) -> Path:
-    """Copy the .mst and .xrf of a real database into dst; returns the
-    base path of the copy."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src_mst.parent.iterdir():
-        if f.stem == src_mst.stem and f.suffix.lower() in (".mst", ".xrf"):
-            shutil.copy2(f, dst / (f.stem + f.suffix.lower()))
-    return dst / src_mst.stem
 
 
 def records(n: int):

@@ -15,7 +15,7 @@ import pydb
 from pydb import _pydb
 from pydb.index import Posting, Term
 
-from conftest import REPO
+from conftest import REPO, copy_db
 
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
@@ -72,19 +72,11 @@ def all_terms(ix, prefix=b"", batch=100000):
         start = chunk[-1][0]
 
 
-def copy_db(src_base, dst_dir, extra=()):
-    os.makedirs(dst_dir, exist_ok=True)
-    name = os.path.basename(src_base)
-    for ext in ("mst", "xrf") + tuple(extra):
-        shutil.copy(f"{src_base}.{ext}", os.path.join(dst_dir, f"{name}.{ext}"))
-    return os.path.join(dst_dir, name)
-
-
 @pytest.fixture
 def cds(isis_data, tmp_path):
     """A copy of the pyisis sample cds (with its .fst and .stw) and its
     native index built like the shipped one (keys cut to 30 bytes)."""
-    base = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path), ("fst", "stw"))
+    base = str(copy_db(isis_data / SAMPLE / "cds", tmp_path, ("fst", "stw")))
     pydb.build_index(base, progress=False, max_key=30)
     return base
 
@@ -108,7 +100,7 @@ def test_native_equals_shipped_packed_index_without_stop_words(isis_data, tmp_pa
     # pyisis db/cds: packed classic index, the folder has no .stw, so the
     # shipped index holds THE, OF, ... too.
     src = isis_data / "scieloorg__pyisis/db/cds"
-    base = copy_db(str(src), str(tmp_path), ("fst",))
+    base = str(copy_db(src, tmp_path, ("fst",)))
     assert pydb.build_index(base, progress=False, max_key=30) == 150
     shipped, _ = read_classic(str(src), aligned=False)
     ix = _pydb._open_native_index(base)
@@ -123,7 +115,7 @@ def test_native_equals_shipped_cisis_tests_index(isis_data, tmp_path):
     # §4.8: .n0x/.cnt there belong to the LIND4 set) was loaded without the
     # folder's CDS.stw: THE, OF, ... are keys.
     src = isis_data / "bireme__cisis/tests/CDS"
-    base = copy_db(str(src), str(tmp_path))
+    base = str(copy_db(src, tmp_path))
     _pydb._index_build(base, (isis_data / "bireme__cisis/tests/CDS.fst").read_bytes(),
                        max_key=30)
     shipped, per_tree = read_classic(str(src))
@@ -150,7 +142,7 @@ def test_native_equals_shipped_abcd_marc_index(isis_data, tmp_path):
       build here uses none either."""
     abcd = isis_data / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows"
     src = abcd / "marc/data/marc"
-    base = copy_db(str(src), str(tmp_path))
+    base = str(copy_db(src, tmp_path))
     shutil.copy(abcd / "servers/data/isisuc.tab", tmp_path / "isisuc.tab")
     ac = (abcd / "servers/data/isisac.tab").read_text()
     (tmp_path / "isisac.tab").write_text(ac + " " + " ".join(map(str, range(48, 58))))
@@ -190,7 +182,7 @@ def test_terms_prefix_start_and_counts(isis_data, cds):
 
 
 def test_progress_callback_and_record_count(isis_data, tmp_path):
-    base = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path), ("fst",))
+    base = str(copy_db(isis_data / SAMPLE / "cds", tmp_path, ("fst",)))
     seen = []
     n = _pydb._index_build(base, b"24 4 v24", lambda d, t: seen.append((d, t)), batch=64)
     assert n == 150
@@ -198,8 +190,8 @@ def test_progress_callback_and_record_count(isis_data, tmp_path):
 
 
 def test_field_rules_build_the_same_index(isis_data, tmp_path):
-    a = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path / "a"))
-    b = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path / "b"))
+    a = str(copy_db(isis_data / SAMPLE / "cds", tmp_path / "a"))
+    b = str(copy_db(isis_data / SAMPLE / "cds", tmp_path / "b"))
     pydb.build_index(a, fst=[pydb.FieldRule(24, 4, [24]), pydb.FieldRule(70, 0, [70])],
                      progress=False)
     pydb.build_index(b, fst="24 4 mhu,(v24|%|/)\n70 0 mhu,(v70|%|/)\n", progress=False)
@@ -368,7 +360,7 @@ def test_readers_see_one_committed_state(cds):
 
 
 def test_cli_index(isis_data, tmp_path):
-    base = copy_db(str(isis_data / SAMPLE / "cds"), str(tmp_path), ("fst", "stw"))
+    base = str(copy_db(isis_data / SAMPLE / "cds", tmp_path, ("fst", "stw")))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "pydb", "index", base, "--quiet",
                         "--max-key", "30"], capture_output=True, text=True, env=env)
@@ -430,7 +422,7 @@ if given is not None:
     @pytest.fixture(scope="module")
     def small_index(tmp_path_factory, isis_data):
         d = tmp_path_factory.mktemp("fuzz")
-        base = copy_db(str(isis_data / SAMPLE / "cds"), str(d))
+        base = str(copy_db(isis_data / SAMPLE / "cds", d))
         _pydb._index_build(base, b"24 4 v24\n70 0 (v70/)\n")
         seg = [os.path.join(base + ".pdx", f) for f in os.listdir(base + ".pdx")
                if f.endswith(".pds")][0]
