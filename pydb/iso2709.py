@@ -99,6 +99,31 @@ def _max_span(length: int) -> int:
     return 2 * length + 2 * (2 * length // 80 + 1) + 16
 
 
+def _unwrap(seq, pos: int, length: int, crlf, lf, empty):
+    """The `length` units (bytes of a buffer, or characters of a str) of
+    a record stored from `pos` in lines of _LINE units, each full line but
+    the last followed by a line break (`crlf` or `lf`): (the units joined
+    with `empty`, offset just after them), or None when `seq` ends first
+    or a line break is missing."""
+    n = len(seq)
+    parts, left = [], length
+    while left > 0:
+        k = min(_LINE, left)
+        if pos + k > n:
+            return None
+        parts.append(seq[pos:pos + k])
+        pos += k
+        left -= k
+        if left > 0:
+            if seq[pos:pos + 2] == crlf:
+                pos += 2
+            elif seq[pos:pos + 1] == lf:
+                pos += 1
+            else:
+                return None
+    return empty.join(parts), pos
+
+
 def _last_byte_at(buf, start: int, length: int, wrapped: bool):
     """Offset of the last byte of a record of `length` bytes at `start`
     (80-byte lines when `wrapped`, with the line break found after the
@@ -390,27 +415,11 @@ class IsoReader:
 
     @staticmethod
     def _collect_bytes(buf, start, length, wrapped):
-        n = len(buf)
         if not wrapped:
-            if start + length > n:
+            if start + length > len(buf):
                 return None
             return bytes(buf[start:start + length]), start + length
-        parts, pos, left = [], start, length
-        while left > 0:
-            k = min(_LINE, left)
-            if pos + k > n:
-                return None
-            parts.append(buf[pos:pos + k])
-            pos += k
-            left -= k
-            if left > 0:
-                if buf[pos:pos + 2] == b"\r\n":
-                    pos += 2
-                elif pos < n and buf[pos] == 0x0A:
-                    pos += 1
-                else:
-                    return None
-        return b"".join(parts), pos
+        return _unwrap(buf, start, length, b"\r\n", b"\n", b"")
 
     def _collect_chars(self, buf, start, length):
         # at most 4 bytes a character and 2 bytes of line break per line
@@ -422,27 +431,10 @@ class IsoReader:
                     return None
                 logical, used = text[:length], length
             else:
-                parts, pos, left = [], 0, length
-                ok = True
-                while left > 0:
-                    k = min(_LINE, left)
-                    if pos + k > len(text):
-                        ok = False
-                        break
-                    parts.append(text[pos:pos + k])
-                    pos += k
-                    left -= k
-                    if left > 0:
-                        if text.startswith("\r\n", pos):
-                            pos += 2
-                        elif text.startswith("\n", pos):
-                            pos += 1
-                        else:
-                            ok = False
-                            break
-                if not ok:
+                got = _unwrap(text, 0, length, "\r\n", "\n", "")
+                if got is None:
                     continue
-                logical, used = "".join(parts), pos
+                logical, used = got
             if logical and logical[-1] in "#\x1d":
                 end = start + len(text[:used].encode(self.encoding, "surrogateescape"))
                 return logical, end
