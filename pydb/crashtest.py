@@ -399,18 +399,17 @@ def comparison(samples: list[dict], threads: Sequence[int], impls: Sequence[str]
     for label, phase, t in phases:
         row = {"label": label, "phase": phase, "threads": t, "median": {}, "vs_c": {},
                "scaling": {}}
+        c = _values(samples, "c", phase, t)
         for impl in impls:
             v = _values(samples, impl, phase, t)
             if not v:
                 continue
-            row["median"][impl] = statistics.median(v)
-            c = _values(samples, "c", phase, t)
+            med = row["median"][impl] = statistics.median(v)
             if impl != "c" and c:
-                row["vs_c"][impl] = (statistics.median(v) / statistics.median(c),
-                                     _verdict(c, v, confidence))
+                row["vs_c"][impl] = (med / statistics.median(c), _verdict(c, v, confidence))
             one = _values(samples, impl, "threads", 1)
             if phase == "threads" and t != 1 and one:
-                row["scaling"][impl] = (statistics.median(v) / statistics.median(one),
+                row["scaling"][impl] = (med / statistics.median(one),
                                         _verdict(one, v, confidence))
         rows.append(row)
     return rows
