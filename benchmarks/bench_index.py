@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import pydb  # noqa: E402
-from conftest import DATA  # noqa: E402  (tests/conftest.py)
+from conftest import DATA, copy_db  # noqa: E402  (tests/conftest.py)
 from pydb import _pydb, unesb  # noqa: E402
 
 from .conftest import median_s  # noqa: E402
@@ -76,13 +76,6 @@ UNESB_FST = b"""\
 """
 
 
-def _copy(base: Path, dst: Path) -> str:
-    dst.mkdir(parents=True, exist_ok=True)
-    for ext in ("mst", "xrf"):
-        shutil.copy(f"{base}.{ext}", dst / f"{base.name}.{ext}")
-    return str(dst / base.name)
-
-
 def _cpu_rate(benchmark, fn, args, amount):
     """Records per CPU second of one extra run (the machines are shared:
     wall time includes waiting for a core and for fsync)."""
@@ -108,7 +101,7 @@ def _rate(benchmark, amount, unit):
 def unesb_copy(bench_db, tmp_path_factory):
     """A copy of the benchmark database (the default database when timed,
     a small one in the plain run), without index."""
-    return _copy(Path(bench_db), tmp_path_factory.mktemp("unesb"))
+    return str(copy_db(bench_db, tmp_path_factory.mktemp("unesb")))
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +126,7 @@ def test_bulk_index_unesb(benchmark, unesb_copy, unesb_records):
 
 @pytest.mark.skipif(not Path(f"{LILACS}.mst").exists(), reason="LILACS sample absent")
 def test_bulk_index_lilacs(benchmark, tmp_path):
-    base = _copy(LILACS, tmp_path)
+    base = str(copy_db(LILACS, tmp_path))
     n = benchmark.pedantic(_pydb._index_build, (base, LILACS_FST),
                            rounds=5, iterations=1, warmup_rounds=1)
     assert n == 3225
@@ -343,7 +336,7 @@ def test_query_sqlite_fts5(benchmark, unesb_fts5, query_words, name, _, match):
 def unesb_index_after_commits(tmp_path_factory):
     """The unesb index after 7 commits of 50 updated records each (8
     segments with tombstones), through the commit hook's test driver."""
-    base = _copy(Path(unesb.default_database()), tmp_path_factory.mktemp("unesb8"))
+    base = str(copy_db(unesb.default_database(), tmp_path_factory.mktemp("unesb8")))
     _pydb._index_build(base, UNESB_FST)
     ix = _pydb._open_native_index(base)
     for k in range(7):
