@@ -424,11 +424,11 @@ def main(argv=None) -> int:
     from .errors import Error
     try:
         return args.func(args)
+    except BrokenPipeError:     # `pydb dump DB | head`: the reader had enough
+        return 0
     except (Error, OSError, ValueError, LookupError) as e:
         print(f"pydb: {e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

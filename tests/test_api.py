@@ -182,3 +182,21 @@ def test_iteration_stops_with_closed_error_after_close(isis_data):
     db.close()
     with pytest.raises(pydb.ClosedError):
         next(it)
+
+
+def test_cli_closed_pipe_is_not_an_error(isis_data, monkeypatch, capsys):
+    """`python -m pydb dump DB | head`: when the reader closes the pipe,
+    the command stops quietly with status 0."""
+    from pydb.__main__ import main
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    base = isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds"
+    assert main(["dump", str(base)]) == 0
+    assert capsys.readouterr().err == ""
