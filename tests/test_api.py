@@ -196,6 +196,9 @@ def test_cli_closed_pipe_is_not_an_error(isis_data, monkeypatch, capsys):
         def flush(self):
             pass
 
+        def isatty(self):
+            return False
+
     monkeypatch.setattr("sys.stdout", ClosedPipe())
     base = isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds"
     assert main(["dump", str(base)]) == 0
