@@ -54,10 +54,10 @@ PyObject *index_open_path(module_state *st, PyObject *path,
     return index_wrap(st, ix, NULL);
 }
 
-static void index_close_handle(IndexObject *self)
+/* Mark closed, wait for in-flight operations, then free `ix` unless the
+ * handle is (still) a database's commit hook or another close got it. */
+static void index_close_after_wait(IndexObject *self, pydb_index *ix)
 {
-    pydb_index *ix = self->ix;
-    if (!ix || self->closing) return;
     self->closing = 1;
     wait_idle(&self->active);
     /* A commit hook of an open database: the writer may still use the
@@ -67,17 +67,18 @@ static void index_close_handle(IndexObject *self)
     pydb_index_close(ix);
 }
 
+static void index_close_handle(IndexObject *self)
+{
+    if (!self->ix || self->closing) return;
+    index_close_after_wait(self, self->ix);
+}
+
 void index_release_hooked(PyObject *index)
 {
     IndexObject *self = (IndexObject *)index;
-    pydb_index *ix = self->ix;
     self->hooked = 0;
-    if (!ix) return;
-    self->closing = 1;
-    wait_idle(&self->active);
-    if (self->ix != ix) return;
-    self->ix = NULL;
-    pydb_index_close(ix);
+    if (!self->ix) return;
+    index_close_after_wait(self, self->ix);
 }
 
 static void index_dealloc(IndexObject *self)
