@@ -479,11 +479,8 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!s|O", st->index_type, &index_obj, &action,
                           &changes))
         return NULL;
+    if (index_check_open(st, (IndexObject *)index_obj) < 0) return NULL;
     ix = ((IndexObject *)index_obj)->ix;
-    if (!ix) {
-        PyErr_SetString(st->ClosedError, "the index is closed");
-        return NULL;
-    }
     if ((rc = pydb__nidx_hook(ix, &h, &e))) return set_error(st, rc, &e);
     if (strcmp(action, "prepare") == 0) {
         PyObject *fast = PySequence_Fast(changes, "changes must be a list");
@@ -616,9 +613,8 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
                           &postings))
         return NULL;
     io = (IndexObject *)index_obj;
-    if (!io->ix) {
+    if (index_check_open(st, io) < 0) {
         PyBuffer_Release(&prefix);
-        PyErr_SetString(st->ClosedError, "the index is closed");
         return NULL;
     }
     s.keep = postings;
