@@ -102,15 +102,20 @@ int check_open(module_state *st, DatabaseObject *self)
     return -1;
 }
 
+void wait_idle(atomic_int *active)
+{
+    Py_BEGIN_ALLOW_THREADS
+    while (atomic_load(active) > 0) usleep(50);
+    Py_END_ALLOW_THREADS
+}
+
 /* Wait (GIL released) for in-flight operations, then free the handle. */
 static void db_close_handle(DatabaseObject *self)
 {
     pydb_db *db = self->db;
     if (!db || self->closing) return;  /* closed, or another close waits */
     self->closing = 1;
-    Py_BEGIN_ALLOW_THREADS
-    while (atomic_load(&self->active) > 0) usleep(50);
-    Py_END_ALLOW_THREADS
+    wait_idle(&self->active);
     write_abort_open(self);
     self->db = NULL;
     pydb_close(db);

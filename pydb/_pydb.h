@@ -74,6 +74,10 @@ void write_abort_open(DatabaseObject *self);
 /* 0 if `self` is open, else -1 with ClosedError set. */
 int check_open(module_state *st, DatabaseObject *self);
 
+/* Wait, with the GIL released, until no operation counted in `active`
+ * (by UNLOCKED) is in flight.  Used by close() of Database and Index. */
+void wait_idle(atomic_int *active);
+
 /* Convert a Python int to a 1-based MFN (NotFoundError outside
  * 1..2^31-1, TypeError for non-ints).  0 on success, -1 on error. */
 int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn);
@@ -92,6 +96,9 @@ typedef struct {
                             is freed by index_release_hooked()          */
 } IndexObject;
 
+/* 0 if `self` is open, else -1 with ClosedError set. */
+int index_check_open(module_state *st, IndexObject *self);
+
 /* Free the pydb_index of an IndexObject that was a Database's commit
  * hook, once that database's pydb_db is closed (GIL held). */
 void index_release_hooked(PyObject *index);
@@ -99,6 +106,11 @@ void index_release_hooked(PyObject *index);
 /* Wrap an open index (ownership moves to the new object, which closes it
  * on failure too).  `owner` (may be NULL) is kept alive with it. */
 PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner);
+/* Open the index of the database at `path` (str, bytes or os.PathLike)
+ * with `open_fn` (GIL released) and wrap it; NULL + exception on error. */
+PyObject *index_open_path(module_state *st, PyObject *path,
+                          int (*open_fn)(pydb_index **, const char *,
+                                         pydb_error *));
 /* List of (mfn, tag, occ, cnt) tuples from p, which is freed. */
 PyObject *postings_to_list(pydb_postings *p);
 

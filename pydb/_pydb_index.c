@@ -10,11 +10,10 @@
 #include "_pydb.h"
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define TERM_BATCH 4096   /* keys collected per GIL release */
 
-static int index_check_open(module_state *st, IndexObject *self)
+int index_check_open(module_state *st, IndexObject *self)
 {
     if (self->ix && !self->closing) return 0;
     PyErr_SetString(st->ClosedError, "the index is closed");
@@ -37,14 +36,30 @@ PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner)
     return (PyObject *)self;
 }
 
-static void index_close_handle(IndexObject *self)
+PyObject *index_open_path(module_state *st, PyObject *path,
+                          int (*open_fn)(pydb_index **, const char *,
+                                         pydb_error *))
 {
-    pydb_index *ix = self->ix;
-    if (!ix || self->closing) return;
-    self->closing = 1;
+    PyObject *bytes = NULL;
+    pydb_index *ix = NULL;
+    pydb_error e;
+    int rc;
+
+    if (!PyUnicode_FSConverter(path, &bytes)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    while (atomic_load(&self->active) > 0) usleep(50);
+    rc = open_fn(&ix, PyBytes_AS_STRING(bytes), &e);
     Py_END_ALLOW_THREADS
+    Py_DECREF(bytes);
+    if (rc) return set_error(st, rc, &e);
+    return index_wrap(st, ix, NULL);
+}
+
+/* Mark closed, wait for in-flight operations, then free `ix` unless the
+ * handle is (still) a database's commit hook or another close got it. */
+static void index_close_after_wait(IndexObject *self, pydb_index *ix)
+{
+    self->closing = 1;
+    wait_idle(&self->active);
     /* A commit hook of an open database: the writer may still use the
      * pydb_index; the database frees it once closed. */
     if (self->hooked || self->ix != ix) return;
@@ -52,19 +67,18 @@ static void index_close_handle(IndexObject *self)
     pydb_index_close(ix);
 }
 
+static void index_close_handle(IndexObject *self)
+{
+    if (!self->ix || self->closing) return;
+    index_close_after_wait(self, self->ix);
+}
+
 void index_release_hooked(PyObject *index)
 {
     IndexObject *self = (IndexObject *)index;
-    pydb_index *ix = self->ix;
     self->hooked = 0;
-    if (!ix) return;
-    self->closing = 1;
-    Py_BEGIN_ALLOW_THREADS
-    while (atomic_load(&self->active) > 0) usleep(50);
-    Py_END_ALLOW_THREADS
-    if (self->ix != ix) return;
-    self->ix = NULL;
-    pydb_index_close(ix);
+    if (!self->ix) return;
+    index_close_after_wait(self, self->ix);
 }
 
 static void index_dealloc(IndexObject *self)

@@ -18,21 +18,7 @@ PyDoc_STRVAR(open_isis_index_doc,
 
 static PyObject *open_isis_index(PyObject *m, PyObject *arg)
 {
-    module_state *st = PyModule_GetState(m);
-    PyObject *bytes = NULL;
-    pydb_index *ix = NULL;
-    pydb_error e;
-    const char *path;
-    int rc;
-
-    if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
-    path = PyBytes_AS_STRING(bytes);
-    Py_BEGIN_ALLOW_THREADS
-    rc = pydb_isis_index_open(&ix, path, &e);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(bytes);
-    if (rc) return set_error(st, rc, &e);
-    return index_wrap(st, ix, NULL);
+    return index_open_path(PyModule_GetState(m), arg, pydb_isis_index_open);
 }
 
 static PyObject *str_or_none(const char *s)
@@ -64,10 +50,7 @@ static PyObject *isis_index_info(PyObject *m, PyObject *arg)
         return NULL;
     }
     self = (IndexObject *)arg;
-    if (!self->ix || self->closing) {
-        PyErr_SetString(st->ClosedError, "the index is closed");
-        return NULL;
-    }
+    if (index_check_open(st, self) < 0) return NULL;
     if (pydb_isis_index_describe(self->ix, &in) != PYDB_OK) {
         PyErr_SetString(PyExc_TypeError, "not an ISIS inverted file");
         return NULL;

@@ -411,18 +411,7 @@ PyDoc_STRVAR(open_native_doc,
 
 static PyObject *open_native(PyObject *m, PyObject *arg)
 {
-    module_state *st = PyModule_GetState(m);
-    PyObject *path_obj = NULL;
-    pydb_index *ix = NULL;
-    pydb_error e;
-    int rc;
-    if (!PyUnicode_FSConverter(arg, &path_obj)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = pydb_native_index_open(&ix, PyBytes_AS_STRING(path_obj), &e);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(path_obj);
-    if (rc) return set_error(st, rc, &e);
-    return index_wrap(st, ix, NULL);
+    return index_open_path(PyModule_GetState(m), arg, pydb_native_index_open);
 }
 
 PyDoc_STRVAR(attach_native_doc,
@@ -450,10 +439,7 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
     db = (DatabaseObject *)db_obj;
     io = (IndexObject *)index_obj;
     if (check_open(st, db) < 0) return NULL;
-    if (!io->ix || io->closing) {
-        PyErr_SetString(st->ClosedError, "the index is closed");
-        return NULL;
-    }
+    if (index_check_open(st, io) < 0) return NULL;
     if (db->hooked_index || io->hooked) {
         PyErr_SetString(PyExc_ValueError,
                         "a native index is attached already");
@@ -493,11 +479,8 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!s|O", st->index_type, &index_obj, &action,
                           &changes))
         return NULL;
+    if (index_check_open(st, (IndexObject *)index_obj) < 0) return NULL;
     ix = ((IndexObject *)index_obj)->ix;
-    if (!ix) {
-        PyErr_SetString(st->ClosedError, "the index is closed");
-        return NULL;
-    }
     if ((rc = pydb__nidx_hook(ix, &h, &e))) return set_error(st, rc, &e);
     if (strcmp(action, "prepare") == 0) {
         PyObject *fast = PySequence_Fast(changes, "changes must be a list");
@@ -630,9 +613,8 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
                           &postings))
         return NULL;
     io = (IndexObject *)index_obj;
-    if (!io->ix) {
+    if (index_check_open(st, io) < 0) {
         PyBuffer_Release(&prefix);
-        PyErr_SetString(st->ClosedError, "the index is closed");
         return NULL;
     }
     s.keep = postings;

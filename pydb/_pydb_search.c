@@ -233,10 +233,7 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
     if (!encoded) return NULL;
     /* The open checks come last: nothing may run Python code between them
      * and the core call (it could close the handles). */
-    if (!ix->ix || ix->closing) {
-        PyErr_SetString(st->ClosedError, "the index is closed");
-        goto cleanup;
-    }
+    if (index_check_open(st, ix) < 0) goto cleanup;
     if (db && check_open(st, db) < 0) goto cleanup;
     atomic_fetch_add(&ix->active, 1);
     if (db) atomic_fetch_add(&db->active, 1);
