@@ -1028,20 +1028,50 @@ static PyObject *mod_test_read_delay(PyObject *m, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* One record of a _build batch: what the core is asked to do with it. */
+typedef struct {
+    int skip;          /* MFN left out (physically deleted)               */
+    int deleted;       /* store logically deleted                          */
+    size_t first, nf;  /* its fields in the batch's field array            */
+} build_op;
+
+#define BUILD_BATCH 256   /* records handed to the core per GIL release */
+
+/* Run a batch of records through the builder (GIL released by the caller);
+ * returns the first error, PYDB_OK otherwise. */
+static int build_batch(pydb_builder *b, const build_op *ops, size_t n,
+                       const pydb_field *fields, pydb_error *e)
+{
+    int rc = PYDB_OK;
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        if (ops[i].skip) {
+            rc = pydb_builder_skip(b, e);
+            continue;
+        }
+        rc = pydb_builder_add(b, fields + ops[i].first, (uint32_t)ops[i].nf, e);
+        if (rc == PYDB_OK && ops[i].deleted) rc = pydb_builder_delete_last(b, e);
+    }
+    return rc;
+}
+
 static PyObject *mod_build(PyObject *m, PyObject *args)
 {
     /* _build(path, layout, mstxl, records, sync[, deleted]): records is an
      * iterable of sequences of (tag, bytes), or None for an MFN left out
      * (physically deleted); `deleted` a container of MFNs to store
-     * logically deleted. */
+     * logically deleted.  Records are converted in batches with the GIL
+     * held, then written with it released (the field values stay owned
+     * by the batch's sequences until then). */
     module_state *st = PyModule_GetState(m);
     PyObject *records, *it = NULL, *item = NULL, *pb = NULL, *deleted = NULL;
+    PyObject *hold[BUILD_BATCH];
+    build_op ops[BUILD_BATCH];
+    size_t nops = 0, nhold = 0, nfields = 0, fcap = 0;
     const char *layout_name;
     int mstxl, sync, layout, rc = PYDB_OK;
     pydb_builder *b = NULL;
     pydb_error e;
     pydb_field *fields = NULL;
-    size_t fcap = 0;
     long count = 0;
 
     if (!PyArg_ParseTuple(args, "O&siOp|O", PyUnicode_FSConverter, &pb,
@@ -1061,57 +1091,67 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
     if (rc) goto fail;
     it = PyObject_GetIter(records);
     if (!it) goto fail_py;
-    while ((item = PyIter_Next(it)) != NULL) {
+    for (;;) {
         PyObject *fs;
         Py_ssize_t nf, i;
-        if (item == Py_None) {
-            rc = pydb_builder_skip(b, &e);
-            Py_CLEAR(item);
+        item = PyIter_Next(it);
+        if (item == NULL || nops == BUILD_BATCH) {
+            /* Write what is collected, then let go of its values. */
+            Py_BEGIN_ALLOW_THREADS
+            rc = build_batch(b, ops, nops, fields, &e);
+            Py_END_ALLOW_THREADS
+            while (nhold) Py_DECREF(hold[--nhold]);
+            nops = nfields = 0;
             if (rc) goto fail;
-            count++;
+            if (item == NULL) break;
+        }
+        count++;
+        ops[nops].skip = item == Py_None;
+        ops[nops].first = nfields;
+        ops[nops].nf = 0;
+        ops[nops].deleted = 0;
+        if (item == Py_None) {
+            Py_CLEAR(item);
+            nops++;
             continue;
         }
         fs = PySequence_Fast(item, "a record is a sequence of (tag, bytes) "
                                    "pairs, or None");
+        Py_CLEAR(item);
         if (!fs) goto fail_py;
+        hold[nhold++] = fs;
         nf = PySequence_Fast_GET_SIZE(fs);
-        if ((size_t)nf > fcap) {
-            pydb_field *g = PyMem_Realloc(fields, sizeof *g * (size_t)nf);
+        if (nfields + (size_t)nf > fcap) {
+            size_t cap = (nfields + (size_t)nf) * 2;
+            pydb_field *g = PyMem_Realloc(fields, sizeof *g * cap);
             if (!g) {
-                Py_DECREF(fs);
                 PyErr_NoMemory();
                 goto fail_py;
             }
             fields = g;
-            fcap = (size_t)nf;
+            fcap = cap;
         }
         for (i = 0; i < nf; i++) {
             PyObject *pair = PySequence_Fast_GET_ITEM(fs, i);
             unsigned int tag;
             const char *v;
             Py_ssize_t len;
-            if (!PyArg_ParseTuple(pair, "Iy#", &tag, &v, &len)) {
-                Py_DECREF(fs);
+            if (!PyArg_ParseTuple(pair, "Iy#", &tag, &v, &len))
                 goto fail_py;
-            }
-            fields[i].tag = tag;
-            fields[i].value = (const uint8_t *)v;
-            fields[i].len = (uint32_t)len;
+            fields[nfields + (size_t)i].tag = tag;
+            fields[nfields + (size_t)i].value = (const uint8_t *)v;
+            fields[nfields + (size_t)i].len = (uint32_t)len;
         }
-        /* Small writes: the GIL is kept (buffers belong to `fs`). */
-        rc = pydb_builder_add(b, fields, (uint32_t)nf, &e);
-        Py_DECREF(fs);
-        Py_CLEAR(item);
-        if (rc) goto fail;
-        count++;
+        ops[nops].nf = (size_t)nf;
+        nfields += (size_t)nf;
         if (deleted) {
             PyObject *key = PyLong_FromLong(count);
             int is_del = key ? PySequence_Contains(deleted, key) : -1;
             Py_XDECREF(key);
             if (is_del < 0) goto fail_py;
-            if (is_del && (rc = pydb_builder_delete_last(b, &e)) != PYDB_OK)
-                goto fail;
+            ops[nops].deleted = is_del;
         }
+        nops++;
     }
     if (PyErr_Occurred()) goto fail_py;
     Py_BEGIN_ALLOW_THREADS
@@ -1126,6 +1166,7 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
 fail:
     set_error(st, rc, &e);
 fail_py:
+    while (nhold) Py_DECREF(hold[--nhold]);
     pydb_builder_free(b);
     PyMem_Free(fields);
     Py_XDECREF(item);
