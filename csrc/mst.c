@@ -769,15 +769,14 @@ int pydb__refresh_sizes(pydb_db *db)
 
 int pydb__refresh(pydb_db *db)
 {
-    struct stat ms, xs;
     int32_t v[4], cur;
     int64_t end, need;
     uint8_t ent[4];
 
     /* Sizes first: an update of existing records grows the files
-     * without changing NXTMFN. */
+     * without changing NXTMFN.  What they are now (never lower than what
+     * fstat said) bounds what the control record may announce. */
     pydb__refresh_sizes(db);
-    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) return 0;
     cur = pydb__next_mfn(db);
     if (peek_control(db, v) != 0 || v[0] <= cur || v[1] < 1 || v[2] < 1 ||
         v[2] > PYDB_BLOCK + 1)
@@ -785,19 +784,17 @@ int pydb__refresh(pydb_db *db)
     end = (int64_t)(v[1] - 1) * PYDB_BLOCK + v[2] - 1;
     need = ((int64_t)v[0] - 1 + PYDB_XRF_PER_BLOCK - 1) /
            PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
-    if (end > (int64_t)ms.st_size || need > (int64_t)xs.st_size) return 0;
+    if (end > pydb__fsize(&db->mst) || need > pydb__fsize(&db->xrf)) return 0;
     /* The control record is written last: the XRF entry of the highest
      * MFN it announces must be there already, else it is torn. */
     {
         int64_t m = v[0] - 1;
         int64_t at = ((m - 1) / PYDB_XRF_PER_BLOCK) * PYDB_BLOCK + 4 +
                      ((m - 1) % PYDB_XRF_PER_BLOCK) * 4;
-        pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
         if (pydb__file_read(&db->xrf, PYDB_IO_PREAD, ent, 4, at, "XRF entry",
                             NULL) != PYDB_OK || pydb__u32(ent) == 0)
             return 0;
     }
-    pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
     /* Publish: positions first, NXTMFN last (readers key on it). */
     __atomic_store_n(&db->next_block, v[1], __ATOMIC_RELAXED);
     __atomic_store_n(&db->next_pos, v[2], __ATOMIC_RELAXED);
