@@ -540,15 +540,14 @@ static void check_control(ck *c)
 static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
 {
     pydb_db *db = c->db;
-    int k = db->mstxl;
-    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
-    int64_t block = v >> (11 - k);
-    int64_t low = v & ((1 << (11 - k)) - 1);
-    int64_t off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> k)) << k);
+    pydb_xrf_entry e;
+    int64_t off;
 
-    if (raw == 0) return;                         /* never created */
-    if (raw < 0 && (raw == -2048 || off == 0)) return;  /* physically gone */
-    if (block < 1 || off < PYDB_CTL_SIZE) {
+    pydb__xrf_unpack(&e, raw, db->mstxl);
+    if (e.state == PYDB_XRF_UNUSED || e.state == PYDB_XRF_PDELETED)
+        return;                   /* never created / physically gone */
+    off = e.offset;
+    if (off < PYDB_CTL_SIZE) {
         report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
                "XRF entry of MFN %d (value %d) points at offset %lld, "
                "inside the control record", (int)mfn, (int)raw,
@@ -568,7 +567,7 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
                "the committed end %lld (NXTMFB/NXTMFP): the next append "
                "overwrites the record", (int)mfn, (int)raw, (long long)off,
                (long long)c->end);
-    check_chain(c, mfn, off, raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE);
+    check_chain(c, mfn, off, e.state);
 }
 
 static void check_xrf(ck *c)

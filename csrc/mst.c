@@ -168,44 +168,25 @@ int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl)
     return (int32_t)(block * (2048 >> mstxl) + (low >> mstxl));
 }
 
-/* Decode a stored XRF value, formats §3.2.  `where` is its offset in the
- * XRF, for the message. */
+/* Decode a stored XRF value and check the offset it names against the
+ * files, formats §3.2.  `where` is its offset in the XRF, for the message. */
 static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
                       int32_t mfn, int64_t where, pydb_error *err)
 {
-    int k = db->mstxl;
-    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
-    int64_t block = v >> (11 - k);
-    int64_t low = v & ((1 << (11 - k)) - 1);
-    int64_t off;
-
-    e->raw = raw;
-    e->flags = 0;
-    e->offset = -1;
-    if (raw == 0) {
-        e->state = PYDB_XRF_UNUSED;
+    pydb__xrf_unpack(e, raw, db->mstxl);
+    if (e->state == PYDB_XRF_UNUSED || e->state == PYDB_XRF_PDELETED)
         return PYDB_OK;
-    }
-    off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> k)) << k);
-    if (raw < 0 && (off == 0 || raw == -2048)) {
-        e->state = PYDB_XRF_PDELETED;
-        return PYDB_OK;
-    }
-    if (block < 1 || off < PYDB_CTL_SIZE)
+    if (e->offset < PYDB_CTL_SIZE)
         return PYDB_CORRUPT(err, db->xrf.path, where,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, inside the control record",
-                            (int)mfn, (int)raw, (long long)off);
-    if (off >= pydb__fsize(&db->mst))
+                            (int)mfn, (int)raw, (long long)e->offset);
+    if (e->offset >= pydb__fsize(&db->mst))
         return PYDB_CORRUPT(err, db->xrf.path, where,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, past the end of %s (%lld bytes)",
-                            (int)mfn, (int)raw, (long long)off, db->mst.path,
-                            (long long)pydb__fsize(&db->mst));
-    if (low & (0x200 >> k)) e->flags |= PYDB_FLAG_PENDING;
-    if (low & (0x400 >> k)) e->flags |= PYDB_FLAG_NEW;
-    e->state = raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
-    e->offset = off;
+                            (int)mfn, (int)raw, (long long)e->offset,
+                            db->mst.path, (long long)pydb__fsize(&db->mst));
     return PYDB_OK;
 }
 

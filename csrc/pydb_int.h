@@ -200,6 +200,36 @@ static inline void pydb__dir_entry(const pydb_geom *g, const uint8_t *d,
 /* XRF pointer encoding, formats §3.2. */
 int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl);
 
+/* Decode a stored XRF value (formats §3.2) without checking it against
+ * the files: raw, state, flags and the byte offset it names.  UNUSED (0)
+ * and PDELETED (-2048, or a negated pointer to offset 0) get offset -1;
+ * for the others the caller checks the offset: below PYDB_CTL_SIZE (which
+ * covers a block number < 1) or past the master file is damage. */
+static inline void pydb__xrf_unpack(pydb_xrf_entry *e, int32_t raw,
+                                    int mstxl)
+{
+    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
+    int64_t block = v >> (11 - mstxl);
+    int64_t low = v & ((1 << (11 - mstxl)) - 1);
+    int64_t off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> mstxl)) << mstxl);
+
+    e->raw = raw;
+    e->flags = 0;
+    e->offset = -1;
+    if (raw == 0) {
+        e->state = PYDB_XRF_UNUSED;
+        return;
+    }
+    if (raw < 0 && (off == 0 || raw == -2048)) {
+        e->state = PYDB_XRF_PDELETED;
+        return;
+    }
+    if (low & (0x200 >> mstxl)) e->flags |= PYDB_FLAG_PENDING;
+    if (low & (0x400 >> mstxl)) e->flags |= PYDB_FLAG_NEW;
+    e->state = raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
+    e->offset = off;
+}
+
 /* Test hook: every pread of the core sleeps `usec` microseconds first
  * (0 restores the POSIX table).  Not thread-safe; tests only. */
 void pydb__test_set_read_delay(unsigned usec);
