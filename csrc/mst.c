@@ -834,7 +834,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
         file_close(&db->mst);
         file_close(&db->xrf);
     } else {
-        rc = pydb__recover_readonly(db, base, err);
+        rc = pydb__recover_readonly(base, mst, xrf, err);
         if (rc) goto cleanup;
     }
     rc = file_open(&db->mst, mst, io, db->flags & PYDB_OPEN_WRITE, err);

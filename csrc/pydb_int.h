@@ -155,7 +155,10 @@ void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
 
 /* Write-path steps of pydb_open()/pydb_close() (write.c). */
 int pydb__write_open(pydb_db *db, const char *base, pydb_error *err);
-int pydb__recover_readonly(pydb_db *db, const char *base, pydb_error *err);
+/* A read-only open replays a complete log if it can write the files
+ * (mst/xrf: the paths pydb_open() found) and no writer holds the lock. */
+int pydb__recover_readonly(const char *base, const char *mst,
+                           const char *xrf, pydb_error *err);
 void pydb__write_close(pydb_db *db);
 
 /* Geometry of a leader layout. */

@@ -518,41 +518,28 @@ int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
     return rc;
 }
 
-int pydb__recover_readonly(pydb_db *db, const char *base, pydb_error *err)
+int pydb__recover_readonly(const char *base, const char *mst,
+                           const char *xrf, pydb_error *err)
 {
-    char wal[1100], mstp[1100];
+    char wal[1100], lower[1100];
     struct stat st;
     int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0, replayed;
-    char mst[1400], xrf[1400];
 
-    /* Find the files as pydb_open() did: it found them already, so the
-     * paths are rebuilt from the same base with either case. */
-    snprintf(mstp, sizeof mstp, "%s.wal", base);
+    snprintf(lower, sizeof lower, "%s.wal", base);
     snprintf(wal, sizeof wal, "%s.WAL", base);
-    if (stat(mstp, &st) == 0) snprintf(wal, sizeof wal, "%s", mstp);
+    if (stat(lower, &st) == 0) snprintf(wal, sizeof wal, "%s", lower);
     else if (stat(wal, &st) != 0) return PYDB_OK;   /* no log: nothing */
     if (st.st_size == 0) return PYDB_OK;
-    snprintf(mst, sizeof mst, "%s.mst", base);
-    if (stat(mst, &st) != 0) snprintf(mst, sizeof mst, "%s.MST", base);
-    snprintf(xrf, sizeof xrf, "%s.xrf", base);
-    if (stat(xrf, &st) != 0) snprintf(xrf, sizeof xrf, "%s.XRF", base);
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
     if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
-    {
-        struct flock fl;
-        memset(&fl, 0, sizeof fl);
-        fl.l_type = F_WRLCK;
-        fl.l_whence = SEEK_SET;
-        if (fcntl(wfd, F_OFD_SETLK, &fl) != 0) goto cleanup;  /* writer busy */
-    }
+    if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
     rc = recover(wfd, wal, mfd, xfd, mst, xrf, &failed, &replayed, err);
 cleanup:
     if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */
     if (mfd >= 0) pydb__vfs->close(mfd);
     if (xfd >= 0) pydb__vfs->close(xfd);
-    (void)db;
     return rc;
 }
 
