@@ -252,13 +252,10 @@ int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
 
 /* ------------------------------------------------------------- records */
 
-static size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
-
-/* Make *rec hold at least `raw` record bytes and `nf` fields. */
-static int record_reserve(pydb_record **rec, size_t raw, size_t nf,
-                          pydb_error *err)
+int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
+                         pydb_error *err)
 {
-    size_t need = round8(sizeof(pydb_record)) + round8(raw) +
+    size_t need = pydb__round8(sizeof(pydb_record)) + pydb__round8(raw) +
                   nf * sizeof(pydb_field);
     pydb_record *r = *rec;
     if (r && r->capacity >= need) return PYDB_OK;
@@ -269,11 +266,6 @@ static int record_reserve(pydb_record **rec, size_t raw, size_t nf,
     r->capacity = need;
     *rec = r;
     return PYDB_OK;
-}
-
-static uint8_t *record_raw(pydb_record *r)
-{
-    return (uint8_t *)r + round8(sizeof(pydb_record));
 }
 
 void pydb_record_free(pydb_record *rec) { free(rec); }
@@ -304,9 +296,9 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
         first = PYDB_DIRECT_ALIGN - (size_t)(off % PYDB_DIRECT_ALIGN);
     if ((int64_t)first > avail) first = (size_t)avail;
     if (first < (size_t)g->leader) first = (size_t)g->leader;
-    rc = record_reserve(rec, first, 0, err);
+    rc = pydb__record_reserve(rec, first, 0, err);
     if (rc) return rc;
-    raw = record_raw(*rec);
+    raw = pydb__record_raw(*rec);
     rc = file_read(&db->mst, db->io, raw, first, off, "record", err, nowait);
     if (rc) return rc;
 
@@ -346,15 +338,15 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     mfbwp = pydb__u16(raw + g->off_mfbwp);
     (*rec)->status = pydb__u16(raw + g->off_status);
 
-    rc = record_reserve(rec, mfrl, (size_t)nvf, err);
+    rc = pydb__record_reserve(rec, mfrl, (size_t)nvf, err);
     if (rc) return rc;
-    raw = record_raw(*rec);
+    raw = pydb__record_raw(*rec);
     if (mfrl > first) {
         rc = file_read(&db->mst, db->io, raw + first, mfrl - first,
                        off + (int64_t)first, "record", err, nowait);
         if (rc) return rc;
     }
-    fields = (pydb_field *)(raw + round8(mfrl));
+    fields = pydb__record_fields(*rec, mfrl);
     for (i = 0; i < nvf; i++) {
         const uint8_t *d = raw + g->leader + i * g->entry;
         int64_t pos, len;

@@ -153,6 +153,22 @@ void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
                          const pydb_field *fields, uint32_t nfields,
                          int64_t back_offset, int status);
 
+/* A pydb_record is one malloc'ed block: the struct, the record's bytes
+ * (MFRL of them) and its field array, each part 8-aligned (mst.c). */
+static inline size_t pydb__round8(size_t n) { return (n + 7) & ~(size_t)7; }
+static inline uint8_t *pydb__record_raw(const pydb_record *r)
+{
+    return (uint8_t *)r + pydb__round8(sizeof(pydb_record));
+}
+static inline pydb_field *pydb__record_fields(const pydb_record *r,
+                                              size_t raw)
+{
+    return (pydb_field *)(pydb__record_raw(r) + pydb__round8(raw));
+}
+/* Make *rec (NULL: a new one) hold `raw` record bytes and `nf` fields. */
+int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
+                         pydb_error *err);
+
 /* Write-path steps of pydb_open()/pydb_close() (write.c). */
 int pydb__write_open(pydb_db *db, const char *base, pydb_error *err);
 /* A read-only open replays a complete log if it can write the files

@@ -869,7 +869,6 @@ static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
 {
     pydb_db *db = t->db;
     int64_t mfrl, start, capacity;
-    size_t need;
     pydb_record *r;
     txn_op *op;
     const pydb_geom *g = &pydb__geom[db->layout];
@@ -897,16 +896,12 @@ static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
         t->ops = o;
         t->opcap = nc;
     }
-    need = ((sizeof(pydb_record) + 7) & ~(size_t)7) +
-           (((size_t)mfrl + 7) & ~(size_t)7) + nfields * sizeof(pydb_field);
-    r = malloc(need);
-    if (!r) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for a record");
-        goto fail;
-    }
+    r = NULL;
+    rc = pydb__record_reserve(&r, (size_t)mfrl, nfields, err);
+    if (rc) goto fail;
     {
-        uint8_t *raw = (uint8_t *)r + ((sizeof(pydb_record) + 7) & ~(size_t)7);
-        pydb_field *f = (pydb_field *)(raw + (((size_t)mfrl + 7) & ~(size_t)7));
+        uint8_t *raw = pydb__record_raw(r);
+        pydb_field *f = pydb__record_fields(r, (size_t)mfrl);
         int64_t base = g->leader + (int64_t)nfields * g->entry, d = 0;
         pydb__record_encode(raw, db->layout, mfrl, mfn, fields, nfields,
                             before ? before->offset : -1, status);
@@ -927,7 +922,6 @@ static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
         r->nfields = nfields;
         r->fields = f;
         r->data_len = (size_t)d;
-        r->capacity = need;
     }
     rc = hput(t, mfn, t->nops, err);
     if (rc) {
@@ -1152,8 +1146,7 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
         memset(d, 0, (size_t)(padded - t->start));
         for (size_t i = 0; i < t->nops; i++)
             memcpy(d + (t->ops[i].offset - t->start),
-                   (uint8_t *)t->ops[i].after +
-                       ((sizeof(pydb_record) + 7) & ~(size_t)7),
+                   pydb__record_raw(t->ops[i].after),
                    t->ops[i].after->mfrl);
     }
     /* 2. XRF blocks: each touched entry's block, plus the old and new last
