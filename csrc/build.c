@@ -167,9 +167,7 @@ int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err)
     static const uint8_t zeros[PYDB_BLOCK];
 
     memset(ctl, 0, sizeof ctl);
-    pydb__put32(ctl + 4, (uint32_t)(b->n + 1));
-    pydb__put32(ctl + 8, (uint32_t)(end / PYDB_BLOCK + 1));
-    pydb__put16(ctl + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+    pydb__ctl_set_next(ctl, (int32_t)(b->n + 1), end);
     ctl[14] = 0;
     ctl[15] = (uint8_t)b->mstxl;
     padded = (end + PYDB_BLOCK - 1) / PYDB_BLOCK * PYDB_BLOCK;
@@ -181,7 +179,7 @@ int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err)
     if (pydb__vfs->pwrite(b->fd_mst, ctl, sizeof ctl, 0) != sizeof ctl)
         return PYDB_OSERROR(err, errno, b->mst_path, 0, "write failed: %s",
                             strerror(errno));
-    nblocks = ((int64_t)b->n + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK;
+    nblocks = pydb__xrf_blocks((int64_t)b->n + 1);
     if (nblocks == 0) nblocks = 1;
     for (bi = 0; bi < nblocks; bi++) {
         memset(blk, 0, sizeof blk);

@@ -574,8 +574,7 @@ static void check_xrf(ck *c)
 {
     pydb_db *db = c->db;
     int64_t nblocks = db->xrf.size / PYDB_BLOCK, b, b0;
-    int64_t need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-                   PYDB_XRF_PER_BLOCK;
+    int64_t need = pydb__xrf_blocks(db->next_mfn);
     int neg_reported = 0;
 
     if (nblocks < need)
@@ -786,7 +785,7 @@ int pydb_check_ex(pydb_db *db, const pydb_check_options *opt,
     c.g = &pydb__geom[db->layout];
     c.opt = opt ? opt : &none;
     c.sum = out;
-    c.end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
+    c.end = pydb__ctl_end(db->next_block, db->next_pos);
     c.align = db->mstxl ? ((int64_t)1 << db->mstxl) : 2;
     c.append_at = (c.end + c.align - 1) / c.align * c.align;
     c.max_mfrl = c.g->ffi ? PYDB_MAX_FFI_MFRL : 32767;

@@ -638,7 +638,7 @@ static int detect_layout(pydb_db *db, pydb_error *err)
 static int read_control(pydb_db *db, pydb_error *err)
 {
     uint8_t c[32];
-    int32_t ctlmfn;
+    pydb_ctl ctl;
     int64_t end, need;
     int rc;
 
@@ -650,21 +650,20 @@ static int read_control(pydb_db *db, pydb_error *err)
     rc = pydb__file_read(&db->mst, db->io, c, sizeof c, 0, "control record",
                          err);
     if (rc) return rc;
-    ctlmfn = (int32_t)pydb__u32(c);
-    if (ctlmfn != 0) {
+    pydb__ctl_decode(&ctl, c);
+    if (ctl.ctlmfn != 0) {
         /* CTLMFN is 0 in either byte order: this is damage, not a swap. */
         return PYDB_CORRUPT(err, db->mst.path, 0,
                             "control record: CTLMFN is %d, expected 0",
-                            (int)ctlmfn);
+                            (int)ctl.ctlmfn);
     }
-    db->next_mfn = (int32_t)pydb__u32(c + 4);
-    db->next_block = (int32_t)pydb__u32(c + 8);
-    db->next_pos = pydb__u16(c + 12);
-    db->mftype = c[14];
-    db->mstxl = c[15];
-    db->reccnt = (int32_t)pydb__u32(c + 16);
-    if (db->next_mfn < 1 || db->next_block < 1 || db->next_pos < 1 ||
-        db->next_pos > PYDB_BLOCK + 1) {
+    db->next_mfn = ctl.next_mfn;
+    db->next_block = ctl.next_block;
+    db->next_pos = ctl.next_pos;
+    db->mftype = ctl.mftype;
+    db->mstxl = ctl.mstxl;
+    db->reccnt = ctl.reccnt;
+    if (!pydb__ctl_sane(&ctl)) {
         /* A big-endian control record decodes to absurd values here. */
         uint32_t be = ((uint32_t)c[4] << 24) | ((uint32_t)c[5] << 16) |
                       ((uint32_t)c[6] << 8) | c[7];
@@ -682,9 +681,8 @@ static int read_control(pydb_db *db, pydb_error *err)
         return PYDB_CORRUPT(err, db->mst.path, 15,
                             "control record: MSTXL %d is not a known shift "
                             "(0..6)", db->mstxl);
-    end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
-    need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
+    end = pydb__ctl_end(db->next_block, db->next_pos);
+    need = pydb__xrf_blocks(db->next_mfn) * PYDB_BLOCK;
     /* The sizes were taken before the control record was read; a commit
      * in between (another process) writes the records first and the
      * control record last, so sizes taken now cover what it announces. */
@@ -706,9 +704,9 @@ static int read_control(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Read the control record of the file: 0 and NXTMFN/NXTMFB/NXTMFP/RECCNT,
- * or -1 if it does not read back the same twice (a concurrent write). */
-static int peek_control(pydb_db *db, int32_t v[4])
+/* Read the control record of the file into *c: 0, or -1 if it does not
+ * read back the same twice (a concurrent write) or CTLMFN is not 0. */
+static int peek_control(pydb_db *db, pydb_ctl *c)
 {
     uint8_t a[20], b[20];
     if (pydb__file_read(&db->mst, PYDB_IO_PREAD, a, sizeof a, 0,
@@ -717,10 +715,7 @@ static int peek_control(pydb_db *db, int32_t v[4])
                         "control record", NULL) != PYDB_OK ||
         memcmp(a, b, sizeof a) != 0 || pydb__u32(a) != 0)
         return -1;
-    v[0] = (int32_t)pydb__u32(a + 4);
-    v[1] = (int32_t)pydb__u32(a + 8);
-    v[2] = pydb__u16(a + 12);
-    v[3] = (int32_t)pydb__u32(a + 16);
+    pydb__ctl_decode(c, a);
     return 0;
 }
 
@@ -742,8 +737,8 @@ int pydb__refresh_sizes(pydb_db *db)
 
 int pydb__refresh(pydb_db *db)
 {
-    int32_t v[4], cur;
-    int64_t end, need;
+    pydb_ctl v;
+    int32_t cur;
     uint8_t ent[4];
 
     /* Sizes first: an update of existing records grows the files
@@ -751,17 +746,14 @@ int pydb__refresh(pydb_db *db)
      * fstat said) bounds what the control record may announce. */
     pydb__refresh_sizes(db);
     cur = pydb__next_mfn(db);
-    if (peek_control(db, v) != 0 || v[0] <= cur || v[1] < 1 || v[2] < 1 ||
-        v[2] > PYDB_BLOCK + 1)
+    if (peek_control(db, &v) != 0 || v.next_mfn <= cur || !pydb__ctl_sane(&v) ||
+        pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
+        pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK > pydb__fsize(&db->xrf))
         return 0;
-    end = (int64_t)(v[1] - 1) * PYDB_BLOCK + v[2] - 1;
-    need = ((int64_t)v[0] - 1 + PYDB_XRF_PER_BLOCK - 1) /
-           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
-    if (end > pydb__fsize(&db->mst) || need > pydb__fsize(&db->xrf)) return 0;
     /* The control record is written last: the XRF entry of the highest
      * MFN it announces must be there already, else it is torn. */
     {
-        int64_t m = v[0] - 1;
+        int64_t m = v.next_mfn - 1;
         int64_t at = ((m - 1) / PYDB_XRF_PER_BLOCK) * PYDB_BLOCK + 4 +
                      ((m - 1) % PYDB_XRF_PER_BLOCK) * 4;
         if (pydb__file_read(&db->xrf, PYDB_IO_PREAD, ent, 4, at, "XRF entry",
@@ -769,11 +761,11 @@ int pydb__refresh(pydb_db *db)
             return 0;
     }
     /* Publish: positions first, NXTMFN last (readers key on it). */
-    __atomic_store_n(&db->next_block, v[1], __ATOMIC_RELAXED);
-    __atomic_store_n(&db->next_pos, v[2], __ATOMIC_RELAXED);
-    __atomic_store_n(&db->reccnt, v[3], __ATOMIC_RELAXED);
-    while (cur < v[0] &&
-           !__atomic_compare_exchange_n(&db->next_mfn, &cur, v[0], 1,
+    __atomic_store_n(&db->next_block, v.next_block, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, v.next_pos, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->reccnt, v.reccnt, __ATOMIC_RELAXED);
+    while (cur < v.next_mfn &&
+           !__atomic_compare_exchange_n(&db->next_mfn, &cur, v.next_mfn, 1,
                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
         ;
     return 0;

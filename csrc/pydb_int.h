@@ -202,6 +202,48 @@ static inline void pydb__put32(uint8_t *p, uint32_t v) {
     p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
 }
 
+/* ---- control record, formats §2.1 ---- */
+typedef struct pydb_ctl {
+    int32_t ctlmfn, next_mfn, next_block, next_pos, reccnt;
+    int mftype, mstxl;
+} pydb_ctl;
+
+/* Decode the first 20 bytes of a control record. */
+static inline void pydb__ctl_decode(pydb_ctl *c, const uint8_t *p)
+{
+    c->ctlmfn = (int32_t)pydb__u32(p);
+    c->next_mfn = (int32_t)pydb__u32(p + 4);
+    c->next_block = (int32_t)pydb__u32(p + 8);
+    c->next_pos = pydb__u16(p + 12);
+    c->mftype = p[14];
+    c->mstxl = p[15];
+    c->reccnt = (int32_t)pydb__u32(p + 16);
+}
+/* NXTMFN, NXTMFB and NXTMFP are in range (NXTMFP 1..513). */
+static inline int pydb__ctl_sane(const pydb_ctl *c)
+{
+    return c->next_mfn >= 1 && c->next_block >= 1 && c->next_pos >= 1 &&
+           c->next_pos <= PYDB_BLOCK + 1;
+}
+/* The byte offset where the records end, from NXTMFB/NXTMFP. */
+static inline int64_t pydb__ctl_end(int32_t next_block, int32_t next_pos)
+{
+    return (int64_t)(next_block - 1) * PYDB_BLOCK + next_pos - 1;
+}
+/* Store NXTMFN and the NXTMFB/NXTMFP of `end` into a control record. */
+static inline void pydb__ctl_set_next(uint8_t *p, int32_t next_mfn,
+                                      int64_t end)
+{
+    pydb__put32(p + 4, (uint32_t)next_mfn);
+    pydb__put32(p + 8, (uint32_t)(end / PYDB_BLOCK + 1));
+    pydb__put16(p + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+}
+/* XRF blocks that hold the entries of MFN 1..next_mfn-1 (formats §3). */
+static inline int64_t pydb__xrf_blocks(int64_t next_mfn)
+{
+    return (next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK;
+}
+
 /* POS and LEN of the directory entry at d (formats §2.2), whatever the
  * layout's widths. */
 static inline void pydb__dir_entry(const pydb_geom *g, const uint8_t *d,

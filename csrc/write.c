@@ -702,8 +702,8 @@ static void txn_free(pydb_txn *t)
 static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
 {
     struct stat ms, xs;
-    int32_t nmfn, nb, np;
-    int64_t end, need;
+    pydb_ctl c;
+    int64_t end;
     ssize_t got;
 
     if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0)
@@ -716,31 +716,28 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
                                       strerror(errno))
                        : PYDB_CORRUPT(err, db->mst.path, 0,
                                       "the control record is truncated");
-    nmfn = (int32_t)pydb__u32(ctl + 4);
-    nb = (int32_t)pydb__u32(ctl + 8);
-    np = pydb__u16(ctl + 12);
-    end = (int64_t)(nb - 1) * PYDB_BLOCK + np - 1;
-    need = ((int64_t)nmfn - 1 + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK *
-           PYDB_BLOCK;
-    if (pydb__u32(ctl) != 0 || nmfn < 1 || nb < 1 || np < 1 ||
-        np > PYDB_BLOCK + 1 || end < PYDB_CTL_SIZE ||
-        end > (int64_t)ms.st_size || need > (int64_t)xs.st_size ||
-        ctl[15] != db->mstxl)
+    pydb__ctl_decode(&c, ctl);
+    end = pydb__ctl_end(c.next_block, c.next_pos);
+    if (c.ctlmfn != 0 || !pydb__ctl_sane(&c) || end < PYDB_CTL_SIZE ||
+        end > (int64_t)ms.st_size ||
+        pydb__xrf_blocks(c.next_mfn) * PYDB_BLOCK > (int64_t)xs.st_size ||
+        c.mstxl != db->mstxl)
         return PYDB_CORRUPT(err, db->mst.path, 0,
                             "control record: NXTMFN %d, NXTMFB/NXTMFP %d/%d "
                             "do not fit the files (%lld and %lld bytes)",
-                            (int)nmfn, (int)nb, (int)np,
-                            (long long)ms.st_size, (long long)xs.st_size);
-    if (nmfn < pydb__next_mfn(db))
+                            (int)c.next_mfn, (int)c.next_block,
+                            (int)c.next_pos, (long long)ms.st_size,
+                            (long long)xs.st_size);
+    if (c.next_mfn < pydb__next_mfn(db))
         return PYDB_CORRUPT(err, db->mst.path, 4,
                             "control record: NXTMFN went back from %d to %d "
                             "(files replaced under an open handle?)",
-                            (int)pydb__next_mfn(db), (int)nmfn);
+                            (int)pydb__next_mfn(db), (int)c.next_mfn);
     pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
     pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
-    __atomic_store_n(&db->next_block, nb, __ATOMIC_RELAXED);
-    __atomic_store_n(&db->next_pos, np, __ATOMIC_RELAXED);
-    __atomic_store_n(&db->next_mfn, nmfn, __ATOMIC_RELEASE);
+    __atomic_store_n(&db->next_block, c.next_block, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, c.next_pos, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_mfn, c.next_mfn, __ATOMIC_RELEASE);
     return PYDB_OK;
 }
 
@@ -848,9 +845,12 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     t->db = db;
     rc = load_state(db, t->ctl, err);
     if (rc) goto fail;
-    t->next_mfn = (int32_t)pydb__u32(t->ctl + 4);
-    t->start = t->pos = (int64_t)((int32_t)pydb__u32(t->ctl + 8) - 1) *
-                            PYDB_BLOCK + pydb__u16(t->ctl + 12) - 1;
+    {
+        pydb_ctl c;
+        pydb__ctl_decode(&c, t->ctl);
+        t->next_mfn = c.next_mfn;
+        t->start = t->pos = pydb__ctl_end(c.next_block, c.next_pos);
+    }
     rc = check_tail(t, err);
     if (rc) goto fail;
     *out = t;
@@ -1125,8 +1125,7 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
     int64_t end = t->pos, padded = (end + PYDB_BLOCK - 1) / PYDB_BLOCK *
                                    PYDB_BLOCK;
     int64_t old_blocks = pydb__fsize(&db->xrf) / PYDB_BLOCK;
-    int64_t need_blocks = ((int64_t)t->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-                          PYDB_XRF_PER_BLOCK;
+    int64_t need_blocks = pydb__xrf_blocks(t->next_mfn);
     int64_t new_blocks = need_blocks > old_blocks ? need_blocks : old_blocks;
     xblock *xb = NULL;
     size_t nxb = 0, cap = 0;
@@ -1215,9 +1214,7 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
     }
     /* 3. control record, last of the ISIS writes */
     memcpy(ctl, t->ctl, PYDB_CTL_SIZE);
-    pydb__put32(ctl + 4, (uint32_t)t->next_mfn);
-    pydb__put32(ctl + 8, (uint32_t)(end / PYDB_BLOCK + 1));
-    pydb__put16(ctl + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+    pydb__ctl_set_next(ctl, t->next_mfn, end);
     d = wal_entry(log, WAL_MST, NULL, 0, PYDB_CTL_SIZE, &count);
     if (!d) goto nomem;
     memcpy(d, ctl, PYDB_CTL_SIZE);
