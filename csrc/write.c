@@ -267,18 +267,14 @@ cleanup:
  * checksummed commit: returns 1 (complete), 0 (empty or torn), or a
  * negative PYDB error. */
 static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
-                    const char *wal_path, pydb_error *err)
+                    int64_t size, const char *wal_path, pydb_error *err)
 {
-    struct stat st;
     uint8_t head[WAL_HEAD], *buf;
     uint64_t body, total;
     ssize_t got;
 
     *out = NULL;
-    if (fstat(wal_fd, &st) != 0)
-        return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
-                            strerror(errno));
-    if (st.st_size < WAL_HEAD + WAL_TAIL) return 0;
+    if (size < WAL_HEAD + WAL_TAIL) return 0;
     got = pydb__vfs->pread(wal_fd, head, WAL_HEAD, 0);
     if (got < 0)
         return PYDB_OSERROR(err, errno, wal_path, 0, "read failed: %s",
@@ -290,7 +286,7 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
     body = get64(head + 16);
     if (body > WAL_MAX_BODY) return 0;
     total = WAL_HEAD + body + WAL_TAIL;
-    if (total > (uint64_t)st.st_size) return 0;  /* torn: shorter */
+    if (total > (uint64_t)size) return 0;  /* torn: shorter */
     buf = malloc((size_t)total);
     if (!buf)
         return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
@@ -321,34 +317,42 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
     return 1;
 }
 
-/* Apply a loaded log to the files (fds given).  fsync'ed unless !sync. */
+/* Apply a loaded log to the files (fds given).  fsync'ed unless !sync.
+ * `seq` (or NULL): the sequence lock of a handle reading these files,
+ * held odd while the .mst/.xrf bytes are written (not over the fsyncs). */
 static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
                      const char *mst_path, const char *xrf_path, int sync,
-                     int *fsync_failed, pydb_error *err)
+                     uint64_t *seq, int *fsync_failed, pydb_error *err)
 {
     uint32_t n = pydb__u32(buf + 12);
     size_t pos = WAL_HEAD, end = len - WAL_TAIL;
-    int rc, e, files = 0;
+    int rc, e, pass;
 
-    /* Pass 1: .mst and .xrf writes, in log order (control record last). */
-    for (int pass = 0; pass < 2; pass++) {
+    /* Pass 0: .mst and .xrf writes, in log order (control record last);
+     * pass 1: whole files. */
+    for (pass = 0; pass < 2; pass++) {
         pos = WAL_HEAD;
+        if (pass == 0 && seq) __atomic_add_fetch(seq, 1, __ATOMIC_ACQ_REL);
         for (uint32_t i = 0; i < n; i++) {
             uint32_t kind, nlen;
             uint64_t off, dlen;
             const uint8_t *name, *data;
-            if (end - pos < WAL_ENTRY)
-                return PYDB_CORRUPT(err, mst_path, -1, "log entry %u "
-                                    "passes the end of the log", i + 1);
+            if (end - pos < WAL_ENTRY) {
+                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u passes "
+                                  "the end of the log", i + 1);
+                goto failed;
+            }
             kind = pydb__u32(buf + pos);
             nlen = pydb__u32(buf + pos + 4);
             off = get64(buf + pos + 8);
             dlen = get64(buf + pos + 16);
             pos += WAL_ENTRY;
             if (nlen > MAX_PUT_PATH || dlen > end - pos ||
-                nlen > end - pos - dlen)
-                return PYDB_CORRUPT(err, mst_path, -1, "log entry %u has "
-                                    "impossible lengths", i + 1);
+                nlen > end - pos - dlen) {
+                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u has "
+                                  "impossible lengths", i + 1);
+                goto failed;
+            }
             name = buf + pos;
             data = buf + pos + nlen;
             pos += nlen + dlen;
@@ -357,11 +361,13 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
             if (pass == 0 && (kind == WAL_MST || kind == WAL_XRF)) {
                 int fd = kind == WAL_MST ? mst_fd : xrf_fd;
                 e = -pydb__write_full(fd, data, (size_t)dlen, (int64_t)off);
-                if (e)
-                    return PYDB_OSERROR(err, e,
-                                        kind == WAL_MST ? mst_path : xrf_path,
-                                        (int64_t)off, "write failed: %s",
-                                        strerror(e));
+                if (e) {
+                    rc = PYDB_OSERROR(err, e,
+                                      kind == WAL_MST ? mst_path : xrf_path,
+                                      (int64_t)off, "write failed: %s",
+                                      strerror(e));
+                    goto failed;
+                }
             } else if (pass == 1 && kind == WAL_FILE) {
                 char path[MAX_PUT_PATH + 1];
                 memcpy(path, name, nlen);
@@ -369,9 +375,9 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
                 rc = put_file_apply(path, data, (size_t)dlen, sync,
                                     fsync_failed, err);
                 if (rc) return rc;
-                files++;
             }
         }
+        if (pass == 0 && seq) __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
         if (pass == 0 && sync) {
             if (pydb__vfs->fdatasync(mst_fd) != 0) {
                 *fsync_failed = 1;
@@ -385,8 +391,10 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
             }
         }
     }
-    (void)files;
     return PYDB_OK;
+failed:
+    if (seq && pass == 0) __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
+    return rc;
 }
 
 /* Empty the log (after a commit is applied, or a torn log is dropped). */
@@ -405,29 +413,27 @@ static int wal_reset(int wal_fd, const char *wal_path, int *fsync_failed,
 }
 
 /* Recovery with the writer lock held: replay a complete log, drop a torn
- * one.  *replayed = 1 if something was replayed. */
+ * one.  `seq`: as for wal_apply(). */
 static int recover(int wal_fd, const char *wal_path, int mst_fd, int xrf_fd,
-                   const char *mst_path, const char *xrf_path,
-                   int *fsync_failed, int *replayed, pydb_error *err)
+                   const char *mst_path, const char *xrf_path, uint64_t *seq,
+                   int *fsync_failed, pydb_error *err)
 {
     struct stat st;
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc;
 
-    *replayed = 0;
     if (fstat(wal_fd, &st) != 0)
         return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
                             strerror(errno));
     if (st.st_size == 0) return PYDB_OK;
-    rc = wal_load(&buf, &len, wal_fd, wal_path, err);
+    rc = wal_load(&buf, &len, wal_fd, (int64_t)st.st_size, wal_path, err);
     if (rc < 0) return rc;
     if (rc == 1) {
-        rc = wal_apply(buf, len, mst_fd, xrf_fd, mst_path, xrf_path, 1,
+        rc = wal_apply(buf, len, mst_fd, xrf_fd, mst_path, xrf_path, 1, seq,
                        fsync_failed, err);
         free(buf);
         if (rc) return rc;
-        *replayed = 1;
     }
     return wal_reset(wal_fd, wal_path, fsync_failed, err);
 }
@@ -494,7 +500,7 @@ static void set_fatal(pydb_db *db)
 
 int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
 {
-    int rc, failed = 0, replayed, e;
+    int rc, failed = 0, e;
     struct stat st;
     int existed;
 
@@ -513,7 +519,7 @@ int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
     /* Recover now if no writer is active; else the next transaction will. */
     if (lock_wal(db, -1, NULL) != PYDB_OK) return PYDB_OK;
     rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
-                 db->mst.path, db->xrf.path, &failed, &replayed, err);
+                 db->mst.path, db->xrf.path, NULL, &failed, err);
     unlock_wal(db);
     return rc;
 }
@@ -523,7 +529,7 @@ int pydb__recover_readonly(const char *base, const char *mst,
 {
     char wal[1100], lower[1100];
     struct stat st;
-    int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0, replayed;
+    int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
 
     snprintf(lower, sizeof lower, "%s.wal", base);
     snprintf(wal, sizeof wal, "%s.WAL", base);
@@ -535,7 +541,7 @@ int pydb__recover_readonly(const char *base, const char *mst,
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
     if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
     if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
-    rc = recover(wfd, wal, mfd, xfd, mst, xrf, &failed, &replayed, err);
+    rc = recover(wfd, wal, mfd, xfd, mst, xrf, NULL, &failed, err);
 cleanup:
     if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */
     if (mfd >= 0) pydb__vfs->close(mfd);
@@ -775,7 +781,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
 {
     pydb_txn *t = NULL;
     int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-    int rc, failed = 0, replayed = 0;
+    int rc, failed = 0;
 
     *out = NULL;
     if (!(db->flags & PYDB_OPEN_WRITE))
@@ -816,23 +822,11 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     pthread_mutex_unlock(&db->wmutex);
 
     rc = lock_wal(db, deadline, err);
-    if (rc) {
-        pthread_mutex_lock(&db->wmutex);
-        db->wbusy = 0;
-        pthread_cond_signal(&db->wcond);
-        pthread_mutex_unlock(&db->wmutex);
-        return rc;
-    }
+    if (rc) goto fail;   /* (unlocking a lock not held is a no-op) */
     /* A writer that died mid-commit (or a log left by a failed reset):
      * replay it inside the sequence lock, as a commit's apply would be. */
-    {
-        struct stat st;
-        int pending = fstat(db->wal_fd, &st) == 0 && st.st_size > 0;
-        if (pending) __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);
-        rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
-                     db->mst.path, db->xrf.path, &failed, &replayed, err);
-        if (pending) __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);
-    }
+    rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
+                 db->mst.path, db->xrf.path, &db->seq, &failed, err);
     if (rc) {
         if (failed) set_fatal(db);
         goto fail;
