@@ -1258,7 +1258,9 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     size_t nxb = 0;
     int64_t mst_end = 0;
     uint8_t ctl[PYDB_CTL_SIZE];
-    int rc = PYDB_OK, e, hooked = 0, fsync_failed = 0;
+    int rc = PYDB_OK, e, hooked = 0;
+    int fsync_failed = 0;   /* put_file_apply() sets it; any apply failure
+                               makes the handle read-only anyway */
 
     if (t->nops == 0 && t->nfiles == 0) goto done;  /* nothing to write */
     if (db->hook.prepare && t->nops) {
@@ -1346,14 +1348,12 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (sync) {
         if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
             e = errno;
-            fsync_failed = 1;
             rc = PYDB_OSERROR(err, e, db->mst.path, -1,
                               "fdatasync failed: %s", strerror(e));
             goto apply_failed;
         }
         if (pydb__vfs->fdatasync(db->xrf.fd) != 0) {
             e = errno;
-            fsync_failed = 1;
             rc = PYDB_OSERROR(err, e, db->xrf.path, -1,
                               "fdatasync failed: %s", strerror(e));
             goto apply_failed;
@@ -1378,7 +1378,6 @@ apply_failed:
      * The hook's prepared files are named by the durable log (recovery
      * puts them in place): neither publish nor abort (which would delete
      * them) is called. */
-    (void)fsync_failed;
     set_fatal(db);
     hooked = 0;
 done:
