@@ -37,10 +37,8 @@ static const char *const known_ext[] = {
 
 /* ---------------------------------------------------------------- paths */
 
-/* Find `base`.`ext` with the extension (and, failing an exact match, the
- * whole file name) matched without regard to case.  Writes the path found
- * into out; returns 0 or -ENOENT. */
-static int find_file(char *out, size_t outsz, const char *base, const char *ext)
+int pydb__find_file(char *out, size_t outsz, const char *base,
+                    const char *ext)
 {
     char want[1024], dir[1024];
     const char *slash, *name;
@@ -83,8 +81,7 @@ static int find_file(char *out, size_t outsz, const char *base, const char *ext)
     return -ENOENT;
 }
 
-/* Strip a known database-file extension from path into base. */
-static void base_name(char *base, size_t sz, const char *path)
+void pydb__strip_ext(char *base, size_t sz, const char *path)
 {
     const char *dot = strrchr(path, '.');
     const char *slash = strrchr(path, '/');
@@ -786,11 +783,11 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
                           "empty or too long database path");
     if (io < 0 || io > 2 || lock < 0 || lock > 1)
         return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "bad io or lock mode");
-    base_name(base, sizeof base, path);
-    if (find_file(mst, sizeof mst, base, "mst") != 0)
+    pydb__strip_ext(base, sizeof base, path);
+    if (pydb__find_file(mst, sizeof mst, base, "mst") != 0)
         return PYDB_OSERROR(err, ENOENT, mst, -1,
                             "no master file (.mst) for database %s", base);
-    if (find_file(xrf, sizeof xrf, base, "xrf") != 0)
+    if (pydb__find_file(xrf, sizeof xrf, base, "xrf") != 0)
         return PYDB_OSERROR(err, ENOENT, xrf, -1,
                             "no cross-reference file (.xrf) for database %s",
                             base);

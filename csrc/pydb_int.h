@@ -29,6 +29,17 @@ int pydb__error_set(pydb_error *err, int code, int sys_errno,
     pydb__error_set((err), PYDB_EIO, (eno), (path), (off), __FILE__, \
                     __LINE__, __VA_ARGS__)
 
+/* ---- file names, formats §1 (mst.c) ---- */
+/* Copy path into base without a known database-file extension (.mst,
+ * .xrf, .cnt, .n01, ... any case). */
+void pydb__strip_ext(char *base, size_t sz, const char *path);
+/* Find the regular file `base`.`ext`: the extension as given, then upper
+ * case, then the whole file name matched without regard to case in the
+ * directory.  Writes the path found (else base.ext) into out; 0 or
+ * -ENOENT. */
+int pydb__find_file(char *out, size_t outsz, const char *base,
+                    const char *ext);
+
 /* ---- file operations table (swappable by tests for fault injection) ---- */
 typedef struct pydb_vfs {
     int (*open)(const char *path, int flags, int mode);

@@ -527,15 +527,13 @@ int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
 int pydb__recover_readonly(const char *base, const char *mst,
                            const char *xrf, pydb_error *err)
 {
-    char wal[1100], lower[1100];
+    char wal[1100];
     struct stat st;
     int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
 
-    snprintf(lower, sizeof lower, "%s.wal", base);
-    snprintf(wal, sizeof wal, "%s.WAL", base);
-    if (stat(lower, &st) == 0) snprintf(wal, sizeof wal, "%s", lower);
-    else if (stat(wal, &st) != 0) return PYDB_OK;   /* no log: nothing */
-    if (st.st_size == 0) return PYDB_OK;
+    if (pydb__find_file(wal, sizeof wal, base, "wal") != 0 ||
+        stat(wal, &st) != 0 || st.st_size == 0)
+        return PYDB_OK;   /* no log, or an empty one: nothing to do */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
