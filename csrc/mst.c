@@ -187,10 +187,16 @@ static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
     return PYDB_OK;
 }
 
-static int check_xrfpos(const uint8_t *blk, int64_t b)
+/* XRF block b (0-based) must start with XRFPOS b + 1 or its negation. */
+static int check_xrfpos(const pydb_db *db, const uint8_t *blk, int64_t b,
+                        pydb_error *err)
 {
     int32_t pos = (int32_t)pydb__u32(blk);
-    return pos == b + 1 || pos == -(b + 1);
+    if (pos == b + 1 || pos == -(b + 1)) return PYDB_OK;
+    return PYDB_CORRUPT(err, db->xrf.path, b * PYDB_BLOCK,
+                        "XRF block %lld holds XRFPOS %d (expected %lld or "
+                        "its negation)", (long long)(b + 1), (int)pos,
+                        (long long)(b + 1));
 }
 
 /* Read through the I/O mode, or only from the page cache if `nowait`. */
@@ -232,11 +238,8 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
                        start, "XRF block", err, nowait);
     } while (pydb__seq_retry(db, seq));
     if (rc) return rc;
-    if (!check_xrfpos(buf, b))
-        return PYDB_CORRUPT(err, db->xrf.path, start,
-                            "XRF block %lld holds XRFPOS %d (expected "
-                            "%lld or its negation)", (long long)(b + 1),
-                            (int)(int32_t)pydb__u32(buf), (long long)(b + 1));
+    rc = check_xrfpos(db, buf, b, err);
+    if (rc) return rc;
     return xrf_decode(out, db, (int32_t)pydb__u32(buf + (where - start)), mfn,
                       where, err);
 }
@@ -478,14 +481,8 @@ static int xrf_scan(pydb_db *db, int32_t from, xrf_visit fn, void *ctx,
         if (rc) goto cleanup;
         for (b = b0; b < b0 + nb; b++) {
             const uint8_t *blk = buf + (b - b0) * PYDB_BLOCK;
-            if (!check_xrfpos(blk, b)) {
-                rc = PYDB_CORRUPT(err, db->xrf.path, b * PYDB_BLOCK,
-                                  "XRF block %lld holds XRFPOS %d (expected "
-                                  "%lld or its negation)", (long long)(b + 1),
-                                  (int)(int32_t)pydb__u32(blk),
-                                  (long long)(b + 1));
-                goto cleanup;
-            }
+            rc = check_xrfpos(db, blk, b, err);
+            if (rc) goto cleanup;
             for (; mfn <= max && (mfn - 1) / PYDB_XRF_PER_BLOCK == b; mfn++) {
                 int64_t slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
                 pydb_xrf_entry e;
