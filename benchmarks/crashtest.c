@@ -128,6 +128,18 @@ static void usage(void)
 }
 
 /* Read the MFN list of --list: decimal MFNs 1..maxmfn, one per line. */
+/* Append m to the growing list v (n used, cap allocated); exits on no
+ * memory. */
+static void push_mfn(int32_t **v, size_t *n, size_t *cap, int32_t m)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 4096;
+        *v = realloc(*v, *cap * sizeof **v);
+        if (!*v) { perror("realloc"); exit(2); }
+    }
+    (*v)[(*n)++] = m;
+}
+
 static int32_t *read_list(const char *path, int32_t maxmfn, size_t *n)
 {
     FILE *f = fopen(path, "r");
@@ -147,12 +159,7 @@ static int32_t *read_list(const char *path, int32_t maxmfn, size_t *n)
                     path, m, (int)maxmfn);
             exit(2);
         }
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 4096;
-            v = realloc(v, cap * sizeof *v);
-            if (!v) { perror("realloc"); exit(2); }
-        }
-        v[(*n)++] = (int32_t)m;
+        push_mfn(&v, n, &cap, (int32_t)m);
     }
     if (got != EOF) {
         fprintf(stderr, "pydb-crashtest: %s: not a list of MFNs\n", path);
@@ -298,12 +305,7 @@ static int32_t *index_rows(const char *db_path, const char *prefix,
                         "1..%d\n", (int)p.v[i].mfn, (int)maxmfn);
                 exit(2);
             }
-            if (*n == cap) {
-                cap = cap ? cap * 2 : 4096;
-                v = realloc(v, cap * sizeof *v);
-                if (!v) { perror("realloc"); exit(2); }
-            }
-            v[(*n)++] = p.v[i].mfn;
+            push_mfn(&v, n, &cap, p.v[i].mfn);
         }
     }
     *nterms = keys.nkeys;
@@ -412,14 +414,12 @@ int main(int argc, char **argv)
             if (!strcmp(c.cache, "cold") && (rc = pydb_drop_cache(db, &e)))
                 die("drop cache", &e);
             pthread_barrier_init(&barrier, NULL, (unsigned)t + 1);
-            t0 = now();
             for (int i = 0; i < t; i++) {
                 w[i].db = db;
                 w[i].mfns = mfns;
                 w[i].n = n;
                 w[i].start = n * (size_t)i / (size_t)t;
                 w[i].barrier = &barrier;
-                w[i].deadline = 0;
                 if (pthread_create(&tid[i], NULL, work, &w[i])) {
                     perror("pthread_create");
                     return 2;

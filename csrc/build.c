@@ -141,6 +141,7 @@ int pydb_builder_skip(pydb_builder *b, pydb_error *err)
 int pydb_builder_delete_last(pydb_builder *b, pydb_error *err)
 {
     const pydb_geom *g = &pydb__geom[b->layout];
+    pydb_xrf_entry e;
     int32_t v;
     int64_t off;
     uint8_t status[2];
@@ -149,9 +150,8 @@ int pydb_builder_delete_last(pydb_builder *b, pydb_error *err)
         return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1,
                           "no record was just added");
     v = b->offsets_xrf[b->n - 1];
-    /* Decode the pointer we encoded: block * (2048 >> k) + (low >> k). */
-    off = (int64_t)(v / (2048 >> b->mstxl) - 1) * PYDB_BLOCK +
-          (((int64_t)(v % (2048 >> b->mstxl)) << b->mstxl) & 0x1FF);
+    pydb__xrf_unpack(&e, v, b->mstxl);   /* the pointer we encoded */
+    off = e.offset;
     pydb__put16(status, 1);
     if (pydb__vfs->pwrite(b->fd_mst, status, 2, off + g->off_status) != 2)
         return PYDB_OSERROR(err, errno, b->mst_path, off + g->off_status,
@@ -167,9 +167,7 @@ int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err)
     static const uint8_t zeros[PYDB_BLOCK];
 
     memset(ctl, 0, sizeof ctl);
-    pydb__put32(ctl + 4, (uint32_t)(b->n + 1));
-    pydb__put32(ctl + 8, (uint32_t)(end / PYDB_BLOCK + 1));
-    pydb__put16(ctl + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+    pydb__ctl_set_next(ctl, (int32_t)(b->n + 1), end);
     ctl[14] = 0;
     ctl[15] = (uint8_t)b->mstxl;
     padded = (end + PYDB_BLOCK - 1) / PYDB_BLOCK * PYDB_BLOCK;
@@ -181,7 +179,7 @@ int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err)
     if (pydb__vfs->pwrite(b->fd_mst, ctl, sizeof ctl, 0) != sizeof ctl)
         return PYDB_OSERROR(err, errno, b->mst_path, 0, "write failed: %s",
                             strerror(errno));
-    nblocks = ((int64_t)b->n + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK;
+    nblocks = pydb__xrf_blocks((int64_t)b->n + 1);
     if (nblocks == 0) nblocks = 1;
     for (bi = 0; bi < nblocks; bi++) {
         memset(blk, 0, sizeof blk);

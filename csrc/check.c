@@ -540,15 +540,14 @@ static void check_control(ck *c)
 static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
 {
     pydb_db *db = c->db;
-    int k = db->mstxl;
-    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
-    int64_t block = v >> (11 - k);
-    int64_t low = v & ((1 << (11 - k)) - 1);
-    int64_t off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> k)) << k);
+    pydb_xrf_entry e;
+    int64_t off;
 
-    if (raw == 0) return;                         /* never created */
-    if (raw < 0 && (raw == -2048 || off == 0)) return;  /* physically gone */
-    if (block < 1 || off < PYDB_CTL_SIZE) {
+    pydb__xrf_unpack(&e, raw, db->mstxl);
+    if (e.state == PYDB_XRF_UNUSED || e.state == PYDB_XRF_PDELETED)
+        return;                   /* never created / physically gone */
+    off = e.offset;
+    if (off < PYDB_CTL_SIZE) {
         report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
                "XRF entry of MFN %d (value %d) points at offset %lld, "
                "inside the control record", (int)mfn, (int)raw,
@@ -568,15 +567,14 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
                "the committed end %lld (NXTMFB/NXTMFP): the next append "
                "overwrites the record", (int)mfn, (int)raw, (long long)off,
                (long long)c->end);
-    check_chain(c, mfn, off, raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE);
+    check_chain(c, mfn, off, e.state);
 }
 
 static void check_xrf(ck *c)
 {
     pydb_db *db = c->db;
     int64_t nblocks = db->xrf.size / PYDB_BLOCK, b, b0;
-    int64_t need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-                   PYDB_XRF_PER_BLOCK;
+    int64_t need = pydb__xrf_blocks(db->next_mfn);
     int neg_reported = 0;
 
     if (nblocks < need)
@@ -787,7 +785,7 @@ int pydb_check_ex(pydb_db *db, const pydb_check_options *opt,
     c.g = &pydb__geom[db->layout];
     c.opt = opt ? opt : &none;
     c.sum = out;
-    c.end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
+    c.end = pydb__ctl_end(db->next_block, db->next_pos);
     c.align = db->mstxl ? ((int64_t)1 << db->mstxl) : 2;
     c.append_at = (c.end + c.align - 1) / c.align * c.align;
     c.max_mfrl = c.g->ffi ? PYDB_MAX_FFI_MFRL : 32767;

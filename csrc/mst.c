@@ -37,10 +37,8 @@ static const char *const known_ext[] = {
 
 /* ---------------------------------------------------------------- paths */
 
-/* Find `base`.`ext` with the extension (and, failing an exact match, the
- * whole file name) matched without regard to case.  Writes the path found
- * into out; returns 0 or -ENOENT. */
-static int find_file(char *out, size_t outsz, const char *base, const char *ext)
+int pydb__find_file(char *out, size_t outsz, const char *base,
+                    const char *ext)
 {
     char want[1024], dir[1024];
     const char *slash, *name;
@@ -83,8 +81,7 @@ static int find_file(char *out, size_t outsz, const char *base, const char *ext)
     return -ENOENT;
 }
 
-/* Strip a known database-file extension from path into base. */
-static void base_name(char *base, size_t sz, const char *path)
+void pydb__strip_ext(char *base, size_t sz, const char *path)
 {
     const char *dot = strrchr(path, '.');
     const char *slash = strrchr(path, '/');
@@ -168,51 +165,38 @@ int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl)
     return (int32_t)(block * (2048 >> mstxl) + (low >> mstxl));
 }
 
-/* Decode a stored XRF value, formats §3.2.  `where` is its offset in the
- * XRF, for the message. */
+/* Decode a stored XRF value and check the offset it names against the
+ * files, formats §3.2.  `where` is its offset in the XRF, for the message. */
 static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
                       int32_t mfn, int64_t where, pydb_error *err)
 {
-    int k = db->mstxl;
-    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
-    int64_t block = v >> (11 - k);
-    int64_t low = v & ((1 << (11 - k)) - 1);
-    int64_t off;
-
-    e->raw = raw;
-    e->flags = 0;
-    e->offset = -1;
-    if (raw == 0) {
-        e->state = PYDB_XRF_UNUSED;
+    pydb__xrf_unpack(e, raw, db->mstxl);
+    if (e->state == PYDB_XRF_UNUSED || e->state == PYDB_XRF_PDELETED)
         return PYDB_OK;
-    }
-    off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> k)) << k);
-    if (raw < 0 && (off == 0 || raw == -2048)) {
-        e->state = PYDB_XRF_PDELETED;
-        return PYDB_OK;
-    }
-    if (block < 1 || off < PYDB_CTL_SIZE)
+    if (e->offset < PYDB_CTL_SIZE)
         return PYDB_CORRUPT(err, db->xrf.path, where,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, inside the control record",
-                            (int)mfn, (int)raw, (long long)off);
-    if (off >= pydb__fsize(&db->mst))
+                            (int)mfn, (int)raw, (long long)e->offset);
+    if (e->offset >= pydb__fsize(&db->mst))
         return PYDB_CORRUPT(err, db->xrf.path, where,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, past the end of %s (%lld bytes)",
-                            (int)mfn, (int)raw, (long long)off, db->mst.path,
-                            (long long)pydb__fsize(&db->mst));
-    if (low & (0x200 >> k)) e->flags |= PYDB_FLAG_PENDING;
-    if (low & (0x400 >> k)) e->flags |= PYDB_FLAG_NEW;
-    e->state = raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
-    e->offset = off;
+                            (int)mfn, (int)raw, (long long)e->offset,
+                            db->mst.path, (long long)pydb__fsize(&db->mst));
     return PYDB_OK;
 }
 
-static int check_xrfpos(const uint8_t *blk, int64_t b)
+/* XRF block b (0-based) must start with XRFPOS b + 1 or its negation. */
+static int check_xrfpos(const pydb_db *db, const uint8_t *blk, int64_t b,
+                        pydb_error *err)
 {
     int32_t pos = (int32_t)pydb__u32(blk);
-    return pos == b + 1 || pos == -(b + 1);
+    if (pos == b + 1 || pos == -(b + 1)) return PYDB_OK;
+    return PYDB_CORRUPT(err, db->xrf.path, b * PYDB_BLOCK,
+                        "XRF block %lld holds XRFPOS %d (expected %lld or "
+                        "its negation)", (long long)(b + 1), (int)pos,
+                        (long long)(b + 1));
 }
 
 /* Read through the I/O mode, or only from the page cache if `nowait`. */
@@ -254,11 +238,8 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
                        start, "XRF block", err, nowait);
     } while (pydb__seq_retry(db, seq));
     if (rc) return rc;
-    if (!check_xrfpos(buf, b))
-        return PYDB_CORRUPT(err, db->xrf.path, start,
-                            "XRF block %lld holds XRFPOS %d (expected "
-                            "%lld or its negation)", (long long)(b + 1),
-                            (int)(int32_t)pydb__u32(buf), (long long)(b + 1));
+    rc = check_xrfpos(db, buf, b, err);
+    if (rc) return rc;
     return xrf_decode(out, db, (int32_t)pydb__u32(buf + (where - start)), mfn,
                       where, err);
 }
@@ -271,13 +252,10 @@ int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
 
 /* ------------------------------------------------------------- records */
 
-static size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
-
-/* Make *rec hold at least `raw` record bytes and `nf` fields. */
-static int record_reserve(pydb_record **rec, size_t raw, size_t nf,
-                          pydb_error *err)
+int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
+                         pydb_error *err)
 {
-    size_t need = round8(sizeof(pydb_record)) + round8(raw) +
+    size_t need = pydb__round8(sizeof(pydb_record)) + pydb__round8(raw) +
                   nf * sizeof(pydb_field);
     pydb_record *r = *rec;
     if (r && r->capacity >= need) return PYDB_OK;
@@ -288,11 +266,6 @@ static int record_reserve(pydb_record **rec, size_t raw, size_t nf,
     r->capacity = need;
     *rec = r;
     return PYDB_OK;
-}
-
-static uint8_t *record_raw(pydb_record *r)
-{
-    return (uint8_t *)r + round8(sizeof(pydb_record));
 }
 
 void pydb_record_free(pydb_record *rec) { free(rec); }
@@ -323,9 +296,9 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
         first = PYDB_DIRECT_ALIGN - (size_t)(off % PYDB_DIRECT_ALIGN);
     if ((int64_t)first > avail) first = (size_t)avail;
     if (first < (size_t)g->leader) first = (size_t)g->leader;
-    rc = record_reserve(rec, first, 0, err);
+    rc = pydb__record_reserve(rec, first, 0, err);
     if (rc) return rc;
-    raw = record_raw(*rec);
+    raw = pydb__record_raw(*rec);
     rc = file_read(&db->mst, db->io, raw, first, off, "record", err, nowait);
     if (rc) return rc;
 
@@ -365,15 +338,15 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     mfbwp = pydb__u16(raw + g->off_mfbwp);
     (*rec)->status = pydb__u16(raw + g->off_status);
 
-    rc = record_reserve(rec, mfrl, (size_t)nvf, err);
+    rc = pydb__record_reserve(rec, mfrl, (size_t)nvf, err);
     if (rc) return rc;
-    raw = record_raw(*rec);
+    raw = pydb__record_raw(*rec);
     if (mfrl > first) {
         rc = file_read(&db->mst, db->io, raw + first, mfrl - first,
                        off + (int64_t)first, "record", err, nowait);
         if (rc) return rc;
     }
-    fields = (pydb_field *)(raw + round8(mfrl));
+    fields = pydb__record_fields(*rec, mfrl);
     for (i = 0; i < nvf; i++) {
         const uint8_t *d = raw + g->leader + i * g->entry;
         int64_t pos, len;
@@ -508,14 +481,8 @@ static int xrf_scan(pydb_db *db, int32_t from, xrf_visit fn, void *ctx,
         if (rc) goto cleanup;
         for (b = b0; b < b0 + nb; b++) {
             const uint8_t *blk = buf + (b - b0) * PYDB_BLOCK;
-            if (!check_xrfpos(blk, b)) {
-                rc = PYDB_CORRUPT(err, db->xrf.path, b * PYDB_BLOCK,
-                                  "XRF block %lld holds XRFPOS %d (expected "
-                                  "%lld or its negation)", (long long)(b + 1),
-                                  (int)(int32_t)pydb__u32(blk),
-                                  (long long)(b + 1));
-                goto cleanup;
-            }
+            rc = check_xrfpos(db, blk, b, err);
+            if (rc) goto cleanup;
             for (; mfn <= max && (mfn - 1) / PYDB_XRF_PER_BLOCK == b; mfn++) {
                 int64_t slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
                 pydb_xrf_entry e;
@@ -665,7 +632,7 @@ static int detect_layout(pydb_db *db, pydb_error *err)
 static int read_control(pydb_db *db, pydb_error *err)
 {
     uint8_t c[32];
-    int32_t ctlmfn;
+    pydb_ctl ctl;
     int64_t end, need;
     int rc;
 
@@ -677,21 +644,20 @@ static int read_control(pydb_db *db, pydb_error *err)
     rc = pydb__file_read(&db->mst, db->io, c, sizeof c, 0, "control record",
                          err);
     if (rc) return rc;
-    ctlmfn = (int32_t)pydb__u32(c);
-    if (ctlmfn != 0) {
+    pydb__ctl_decode(&ctl, c);
+    if (ctl.ctlmfn != 0) {
         /* CTLMFN is 0 in either byte order: this is damage, not a swap. */
         return PYDB_CORRUPT(err, db->mst.path, 0,
                             "control record: CTLMFN is %d, expected 0",
-                            (int)ctlmfn);
+                            (int)ctl.ctlmfn);
     }
-    db->next_mfn = (int32_t)pydb__u32(c + 4);
-    db->next_block = (int32_t)pydb__u32(c + 8);
-    db->next_pos = pydb__u16(c + 12);
-    db->mftype = c[14];
-    db->mstxl = c[15];
-    db->reccnt = (int32_t)pydb__u32(c + 16);
-    if (db->next_mfn < 1 || db->next_block < 1 || db->next_pos < 1 ||
-        db->next_pos > PYDB_BLOCK + 1) {
+    db->next_mfn = ctl.next_mfn;
+    db->next_block = ctl.next_block;
+    db->next_pos = ctl.next_pos;
+    db->mftype = ctl.mftype;
+    db->mstxl = ctl.mstxl;
+    db->reccnt = ctl.reccnt;
+    if (!pydb__ctl_sane(&ctl)) {
         /* A big-endian control record decodes to absurd values here. */
         uint32_t be = ((uint32_t)c[4] << 24) | ((uint32_t)c[5] << 16) |
                       ((uint32_t)c[6] << 8) | c[7];
@@ -709,9 +675,8 @@ static int read_control(pydb_db *db, pydb_error *err)
         return PYDB_CORRUPT(err, db->mst.path, 15,
                             "control record: MSTXL %d is not a known shift "
                             "(0..6)", db->mstxl);
-    end = (int64_t)(db->next_block - 1) * PYDB_BLOCK + db->next_pos - 1;
-    need = ((int64_t)db->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
+    end = pydb__ctl_end(db->next_block, db->next_pos);
+    need = pydb__xrf_blocks(db->next_mfn) * PYDB_BLOCK;
     /* The sizes were taken before the control record was read; a commit
      * in between (another process) writes the records first and the
      * control record last, so sizes taken now cover what it announces. */
@@ -733,9 +698,9 @@ static int read_control(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Read the control record of the file: 0 and NXTMFN/NXTMFB/NXTMFP/RECCNT,
- * or -1 if it does not read back the same twice (a concurrent write). */
-static int peek_control(pydb_db *db, int32_t v[4])
+/* Read the control record of the file into *c: 0, or -1 if it does not
+ * read back the same twice (a concurrent write) or CTLMFN is not 0. */
+static int peek_control(pydb_db *db, pydb_ctl *c)
 {
     uint8_t a[20], b[20];
     if (pydb__file_read(&db->mst, PYDB_IO_PREAD, a, sizeof a, 0,
@@ -744,10 +709,7 @@ static int peek_control(pydb_db *db, int32_t v[4])
                         "control record", NULL) != PYDB_OK ||
         memcmp(a, b, sizeof a) != 0 || pydb__u32(a) != 0)
         return -1;
-    v[0] = (int32_t)pydb__u32(a + 4);
-    v[1] = (int32_t)pydb__u32(a + 8);
-    v[2] = pydb__u16(a + 12);
-    v[3] = (int32_t)pydb__u32(a + 16);
+    pydb__ctl_decode(c, a);
     return 0;
 }
 
@@ -769,41 +731,35 @@ int pydb__refresh_sizes(pydb_db *db)
 
 int pydb__refresh(pydb_db *db)
 {
-    struct stat ms, xs;
-    int32_t v[4], cur;
-    int64_t end, need;
+    pydb_ctl v;
+    int32_t cur;
     uint8_t ent[4];
 
     /* Sizes first: an update of existing records grows the files
-     * without changing NXTMFN. */
+     * without changing NXTMFN.  What they are now (never lower than what
+     * fstat said) bounds what the control record may announce. */
     pydb__refresh_sizes(db);
-    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) return 0;
     cur = pydb__next_mfn(db);
-    if (peek_control(db, v) != 0 || v[0] <= cur || v[1] < 1 || v[2] < 1 ||
-        v[2] > PYDB_BLOCK + 1)
+    if (peek_control(db, &v) != 0 || v.next_mfn <= cur || !pydb__ctl_sane(&v) ||
+        pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
+        pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK > pydb__fsize(&db->xrf))
         return 0;
-    end = (int64_t)(v[1] - 1) * PYDB_BLOCK + v[2] - 1;
-    need = ((int64_t)v[0] - 1 + PYDB_XRF_PER_BLOCK - 1) /
-           PYDB_XRF_PER_BLOCK * PYDB_BLOCK;
-    if (end > (int64_t)ms.st_size || need > (int64_t)xs.st_size) return 0;
     /* The control record is written last: the XRF entry of the highest
      * MFN it announces must be there already, else it is torn. */
     {
-        int64_t m = v[0] - 1;
+        int64_t m = v.next_mfn - 1;
         int64_t at = ((m - 1) / PYDB_XRF_PER_BLOCK) * PYDB_BLOCK + 4 +
                      ((m - 1) % PYDB_XRF_PER_BLOCK) * 4;
-        pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
         if (pydb__file_read(&db->xrf, PYDB_IO_PREAD, ent, 4, at, "XRF entry",
                             NULL) != PYDB_OK || pydb__u32(ent) == 0)
             return 0;
     }
-    pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
     /* Publish: positions first, NXTMFN last (readers key on it). */
-    __atomic_store_n(&db->next_block, v[1], __ATOMIC_RELAXED);
-    __atomic_store_n(&db->next_pos, v[2], __ATOMIC_RELAXED);
-    __atomic_store_n(&db->reccnt, v[3], __ATOMIC_RELAXED);
-    while (cur < v[0] &&
-           !__atomic_compare_exchange_n(&db->next_mfn, &cur, v[0], 1,
+    __atomic_store_n(&db->next_block, v.next_block, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, v.next_pos, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->reccnt, v.reccnt, __ATOMIC_RELAXED);
+    while (cur < v.next_mfn &&
+           !__atomic_compare_exchange_n(&db->next_mfn, &cur, v.next_mfn, 1,
                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
         ;
     return 0;
@@ -824,11 +780,11 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
                           "empty or too long database path");
     if (io < 0 || io > 2 || lock < 0 || lock > 1)
         return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "bad io or lock mode");
-    base_name(base, sizeof base, path);
-    if (find_file(mst, sizeof mst, base, "mst") != 0)
+    pydb__strip_ext(base, sizeof base, path);
+    if (pydb__find_file(mst, sizeof mst, base, "mst") != 0)
         return PYDB_OSERROR(err, ENOENT, mst, -1,
                             "no master file (.mst) for database %s", base);
-    if (find_file(xrf, sizeof xrf, base, "xrf") != 0)
+    if (pydb__find_file(xrf, sizeof xrf, base, "xrf") != 0)
         return PYDB_OSERROR(err, ENOENT, xrf, -1,
                             "no cross-reference file (.xrf) for database %s",
                             base);
@@ -856,7 +812,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
         file_close(&db->mst);
         file_close(&db->xrf);
     } else {
-        rc = pydb__recover_readonly(db, base, err);
+        rc = pydb__recover_readonly(base, mst, xrf, err);
         if (rc) goto cleanup;
     }
     rc = file_open(&db->mst, mst, io, db->flags & PYDB_OPEN_WRITE, err);

@@ -29,6 +29,17 @@ int pydb__error_set(pydb_error *err, int code, int sys_errno,
     pydb__error_set((err), PYDB_EIO, (eno), (path), (off), __FILE__, \
                     __LINE__, __VA_ARGS__)
 
+/* ---- file names, formats §1 (mst.c) ---- */
+/* Copy path into base without a known database-file extension (.mst,
+ * .xrf, .cnt, .n01, ... any case). */
+void pydb__strip_ext(char *base, size_t sz, const char *path);
+/* Find the regular file `base`.`ext`: the extension as given, then upper
+ * case, then the whole file name matched without regard to case in the
+ * directory.  Writes the path found (else base.ext) into out; 0 or
+ * -ENOENT. */
+int pydb__find_file(char *out, size_t outsz, const char *base,
+                    const char *ext);
+
 /* ---- file operations table (swappable by tests for fault injection) ---- */
 typedef struct pydb_vfs {
     int (*open)(const char *path, int flags, int mode);
@@ -153,9 +164,28 @@ void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
                          const pydb_field *fields, uint32_t nfields,
                          int64_t back_offset, int status);
 
+/* A pydb_record is one malloc'ed block: the struct, the record's bytes
+ * (MFRL of them) and its field array, each part 8-aligned (mst.c). */
+static inline size_t pydb__round8(size_t n) { return (n + 7) & ~(size_t)7; }
+static inline uint8_t *pydb__record_raw(const pydb_record *r)
+{
+    return (uint8_t *)r + pydb__round8(sizeof(pydb_record));
+}
+static inline pydb_field *pydb__record_fields(const pydb_record *r,
+                                              size_t raw)
+{
+    return (pydb_field *)(pydb__record_raw(r) + pydb__round8(raw));
+}
+/* Make *rec (NULL: a new one) hold `raw` record bytes and `nf` fields. */
+int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
+                         pydb_error *err);
+
 /* Write-path steps of pydb_open()/pydb_close() (write.c). */
 int pydb__write_open(pydb_db *db, const char *base, pydb_error *err);
-int pydb__recover_readonly(pydb_db *db, const char *base, pydb_error *err);
+/* A read-only open replays a complete log if it can write the files
+ * (mst/xrf: the paths pydb_open() found) and no writer holds the lock. */
+int pydb__recover_readonly(const char *base, const char *mst,
+                           const char *xrf, pydb_error *err);
 void pydb__write_close(pydb_db *db);
 
 /* Geometry of a leader layout. */
@@ -183,6 +213,48 @@ static inline void pydb__put32(uint8_t *p, uint32_t v) {
     p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
 }
 
+/* ---- control record, formats §2.1 ---- */
+typedef struct pydb_ctl {
+    int32_t ctlmfn, next_mfn, next_block, next_pos, reccnt;
+    int mftype, mstxl;
+} pydb_ctl;
+
+/* Decode the first 20 bytes of a control record. */
+static inline void pydb__ctl_decode(pydb_ctl *c, const uint8_t *p)
+{
+    c->ctlmfn = (int32_t)pydb__u32(p);
+    c->next_mfn = (int32_t)pydb__u32(p + 4);
+    c->next_block = (int32_t)pydb__u32(p + 8);
+    c->next_pos = pydb__u16(p + 12);
+    c->mftype = p[14];
+    c->mstxl = p[15];
+    c->reccnt = (int32_t)pydb__u32(p + 16);
+}
+/* NXTMFN, NXTMFB and NXTMFP are in range (NXTMFP 1..513). */
+static inline int pydb__ctl_sane(const pydb_ctl *c)
+{
+    return c->next_mfn >= 1 && c->next_block >= 1 && c->next_pos >= 1 &&
+           c->next_pos <= PYDB_BLOCK + 1;
+}
+/* The byte offset where the records end, from NXTMFB/NXTMFP. */
+static inline int64_t pydb__ctl_end(int32_t next_block, int32_t next_pos)
+{
+    return (int64_t)(next_block - 1) * PYDB_BLOCK + next_pos - 1;
+}
+/* Store NXTMFN and the NXTMFB/NXTMFP of `end` into a control record. */
+static inline void pydb__ctl_set_next(uint8_t *p, int32_t next_mfn,
+                                      int64_t end)
+{
+    pydb__put32(p + 4, (uint32_t)next_mfn);
+    pydb__put32(p + 8, (uint32_t)(end / PYDB_BLOCK + 1));
+    pydb__put16(p + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+}
+/* XRF blocks that hold the entries of MFN 1..next_mfn-1 (formats §3). */
+static inline int64_t pydb__xrf_blocks(int64_t next_mfn)
+{
+    return (next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK;
+}
+
 /* POS and LEN of the directory entry at d (formats §2.2), whatever the
  * layout's widths. */
 static inline void pydb__dir_entry(const pydb_geom *g, const uint8_t *d,
@@ -199,6 +271,36 @@ static inline void pydb__dir_entry(const pydb_geom *g, const uint8_t *d,
 
 /* XRF pointer encoding, formats §3.2. */
 int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl);
+
+/* Decode a stored XRF value (formats §3.2) without checking it against
+ * the files: raw, state, flags and the byte offset it names.  UNUSED (0)
+ * and PDELETED (-2048, or a negated pointer to offset 0) get offset -1;
+ * for the others the caller checks the offset: below PYDB_CTL_SIZE (which
+ * covers a block number < 1) or past the master file is damage. */
+static inline void pydb__xrf_unpack(pydb_xrf_entry *e, int32_t raw,
+                                    int mstxl)
+{
+    int64_t v = raw < 0 ? -(int64_t)raw : (int64_t)raw;
+    int64_t block = v >> (11 - mstxl);
+    int64_t low = v & ((1 << (11 - mstxl)) - 1);
+    int64_t off = (block - 1) * PYDB_BLOCK + ((low & (0x1FF >> mstxl)) << mstxl);
+
+    e->raw = raw;
+    e->flags = 0;
+    e->offset = -1;
+    if (raw == 0) {
+        e->state = PYDB_XRF_UNUSED;
+        return;
+    }
+    if (raw < 0 && (off == 0 || raw == -2048)) {
+        e->state = PYDB_XRF_PDELETED;
+        return;
+    }
+    if (low & (0x200 >> mstxl)) e->flags |= PYDB_FLAG_PENDING;
+    if (low & (0x400 >> mstxl)) e->flags |= PYDB_FLAG_NEW;
+    e->state = raw < 0 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
+    e->offset = off;
+}
 
 /* Test hook: every pread of the core sleeps `usec` microseconds first
  * (0 restores the POSIX table).  Not thread-safe; tests only. */

@@ -267,18 +267,14 @@ cleanup:
  * checksummed commit: returns 1 (complete), 0 (empty or torn), or a
  * negative PYDB error. */
 static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
-                    const char *wal_path, pydb_error *err)
+                    int64_t size, const char *wal_path, pydb_error *err)
 {
-    struct stat st;
     uint8_t head[WAL_HEAD], *buf;
     uint64_t body, total;
     ssize_t got;
 
     *out = NULL;
-    if (fstat(wal_fd, &st) != 0)
-        return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
-                            strerror(errno));
-    if (st.st_size < WAL_HEAD + WAL_TAIL) return 0;
+    if (size < WAL_HEAD + WAL_TAIL) return 0;
     got = pydb__vfs->pread(wal_fd, head, WAL_HEAD, 0);
     if (got < 0)
         return PYDB_OSERROR(err, errno, wal_path, 0, "read failed: %s",
@@ -290,7 +286,7 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
     body = get64(head + 16);
     if (body > WAL_MAX_BODY) return 0;
     total = WAL_HEAD + body + WAL_TAIL;
-    if (total > (uint64_t)st.st_size) return 0;  /* torn: shorter */
+    if (total > (uint64_t)size) return 0;  /* torn: shorter */
     buf = malloc((size_t)total);
     if (!buf)
         return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
@@ -321,34 +317,42 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
     return 1;
 }
 
-/* Apply a loaded log to the files (fds given).  fsync'ed unless !sync. */
+/* Apply a loaded log to the files (fds given).  fsync'ed unless !sync.
+ * `seq` (or NULL): the sequence lock of a handle reading these files,
+ * held odd while the .mst/.xrf bytes are written (not over the fsyncs). */
 static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
                      const char *mst_path, const char *xrf_path, int sync,
-                     int *fsync_failed, pydb_error *err)
+                     uint64_t *seq, int *fsync_failed, pydb_error *err)
 {
     uint32_t n = pydb__u32(buf + 12);
     size_t pos = WAL_HEAD, end = len - WAL_TAIL;
-    int rc, e, files = 0;
+    int rc, e, pass;
 
-    /* Pass 1: .mst and .xrf writes, in log order (control record last). */
-    for (int pass = 0; pass < 2; pass++) {
+    /* Pass 0: .mst and .xrf writes, in log order (control record last);
+     * pass 1: whole files. */
+    for (pass = 0; pass < 2; pass++) {
         pos = WAL_HEAD;
+        if (pass == 0 && seq) __atomic_add_fetch(seq, 1, __ATOMIC_ACQ_REL);
         for (uint32_t i = 0; i < n; i++) {
             uint32_t kind, nlen;
             uint64_t off, dlen;
             const uint8_t *name, *data;
-            if (end - pos < WAL_ENTRY)
-                return PYDB_CORRUPT(err, mst_path, -1, "log entry %u "
-                                    "passes the end of the log", i + 1);
+            if (end - pos < WAL_ENTRY) {
+                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u passes "
+                                  "the end of the log", i + 1);
+                goto failed;
+            }
             kind = pydb__u32(buf + pos);
             nlen = pydb__u32(buf + pos + 4);
             off = get64(buf + pos + 8);
             dlen = get64(buf + pos + 16);
             pos += WAL_ENTRY;
             if (nlen > MAX_PUT_PATH || dlen > end - pos ||
-                nlen > end - pos - dlen)
-                return PYDB_CORRUPT(err, mst_path, -1, "log entry %u has "
-                                    "impossible lengths", i + 1);
+                nlen > end - pos - dlen) {
+                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u has "
+                                  "impossible lengths", i + 1);
+                goto failed;
+            }
             name = buf + pos;
             data = buf + pos + nlen;
             pos += nlen + dlen;
@@ -357,11 +361,13 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
             if (pass == 0 && (kind == WAL_MST || kind == WAL_XRF)) {
                 int fd = kind == WAL_MST ? mst_fd : xrf_fd;
                 e = -pydb__write_full(fd, data, (size_t)dlen, (int64_t)off);
-                if (e)
-                    return PYDB_OSERROR(err, e,
-                                        kind == WAL_MST ? mst_path : xrf_path,
-                                        (int64_t)off, "write failed: %s",
-                                        strerror(e));
+                if (e) {
+                    rc = PYDB_OSERROR(err, e,
+                                      kind == WAL_MST ? mst_path : xrf_path,
+                                      (int64_t)off, "write failed: %s",
+                                      strerror(e));
+                    goto failed;
+                }
             } else if (pass == 1 && kind == WAL_FILE) {
                 char path[MAX_PUT_PATH + 1];
                 memcpy(path, name, nlen);
@@ -369,9 +375,9 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
                 rc = put_file_apply(path, data, (size_t)dlen, sync,
                                     fsync_failed, err);
                 if (rc) return rc;
-                files++;
             }
         }
+        if (pass == 0 && seq) __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
         if (pass == 0 && sync) {
             if (pydb__vfs->fdatasync(mst_fd) != 0) {
                 *fsync_failed = 1;
@@ -385,8 +391,10 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
             }
         }
     }
-    (void)files;
     return PYDB_OK;
+failed:
+    if (seq && pass == 0) __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
+    return rc;
 }
 
 /* Empty the log (after a commit is applied, or a torn log is dropped). */
@@ -405,29 +413,27 @@ static int wal_reset(int wal_fd, const char *wal_path, int *fsync_failed,
 }
 
 /* Recovery with the writer lock held: replay a complete log, drop a torn
- * one.  *replayed = 1 if something was replayed. */
+ * one.  `seq`: as for wal_apply(). */
 static int recover(int wal_fd, const char *wal_path, int mst_fd, int xrf_fd,
-                   const char *mst_path, const char *xrf_path,
-                   int *fsync_failed, int *replayed, pydb_error *err)
+                   const char *mst_path, const char *xrf_path, uint64_t *seq,
+                   int *fsync_failed, pydb_error *err)
 {
     struct stat st;
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc;
 
-    *replayed = 0;
     if (fstat(wal_fd, &st) != 0)
         return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
                             strerror(errno));
     if (st.st_size == 0) return PYDB_OK;
-    rc = wal_load(&buf, &len, wal_fd, wal_path, err);
+    rc = wal_load(&buf, &len, wal_fd, (int64_t)st.st_size, wal_path, err);
     if (rc < 0) return rc;
     if (rc == 1) {
-        rc = wal_apply(buf, len, mst_fd, xrf_fd, mst_path, xrf_path, 1,
+        rc = wal_apply(buf, len, mst_fd, xrf_fd, mst_path, xrf_path, 1, seq,
                        fsync_failed, err);
         free(buf);
         if (rc) return rc;
-        *replayed = 1;
     }
     return wal_reset(wal_fd, wal_path, fsync_failed, err);
 }
@@ -494,7 +500,7 @@ static void set_fatal(pydb_db *db)
 
 int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
 {
-    int rc, failed = 0, replayed, e;
+    int rc, failed = 0, e;
     struct stat st;
     int existed;
 
@@ -513,46 +519,31 @@ int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
     /* Recover now if no writer is active; else the next transaction will. */
     if (lock_wal(db, -1, NULL) != PYDB_OK) return PYDB_OK;
     rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
-                 db->mst.path, db->xrf.path, &failed, &replayed, err);
+                 db->mst.path, db->xrf.path, NULL, &failed, err);
     unlock_wal(db);
     return rc;
 }
 
-int pydb__recover_readonly(pydb_db *db, const char *base, pydb_error *err)
+int pydb__recover_readonly(const char *base, const char *mst,
+                           const char *xrf, pydb_error *err)
 {
-    char wal[1100], mstp[1100];
+    char wal[1100];
     struct stat st;
-    int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0, replayed;
-    char mst[1400], xrf[1400];
+    int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
 
-    /* Find the files as pydb_open() did: it found them already, so the
-     * paths are rebuilt from the same base with either case. */
-    snprintf(mstp, sizeof mstp, "%s.wal", base);
-    snprintf(wal, sizeof wal, "%s.WAL", base);
-    if (stat(mstp, &st) == 0) snprintf(wal, sizeof wal, "%s", mstp);
-    else if (stat(wal, &st) != 0) return PYDB_OK;   /* no log: nothing */
-    if (st.st_size == 0) return PYDB_OK;
-    snprintf(mst, sizeof mst, "%s.mst", base);
-    if (stat(mst, &st) != 0) snprintf(mst, sizeof mst, "%s.MST", base);
-    snprintf(xrf, sizeof xrf, "%s.xrf", base);
-    if (stat(xrf, &st) != 0) snprintf(xrf, sizeof xrf, "%s.XRF", base);
+    if (pydb__find_file(wal, sizeof wal, base, "wal") != 0 ||
+        stat(wal, &st) != 0 || st.st_size == 0)
+        return PYDB_OK;   /* no log, or an empty one: nothing to do */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
     if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
-    {
-        struct flock fl;
-        memset(&fl, 0, sizeof fl);
-        fl.l_type = F_WRLCK;
-        fl.l_whence = SEEK_SET;
-        if (fcntl(wfd, F_OFD_SETLK, &fl) != 0) goto cleanup;  /* writer busy */
-    }
-    rc = recover(wfd, wal, mfd, xfd, mst, xrf, &failed, &replayed, err);
+    if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
+    rc = recover(wfd, wal, mfd, xfd, mst, xrf, NULL, &failed, err);
 cleanup:
     if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */
     if (mfd >= 0) pydb__vfs->close(mfd);
     if (xfd >= 0) pydb__vfs->close(xfd);
-    (void)db;
     return rc;
 }
 
@@ -715,8 +706,8 @@ static void txn_free(pydb_txn *t)
 static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
 {
     struct stat ms, xs;
-    int32_t nmfn, nb, np;
-    int64_t end, need;
+    pydb_ctl c;
+    int64_t end;
     ssize_t got;
 
     if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0)
@@ -729,31 +720,28 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
                                       strerror(errno))
                        : PYDB_CORRUPT(err, db->mst.path, 0,
                                       "the control record is truncated");
-    nmfn = (int32_t)pydb__u32(ctl + 4);
-    nb = (int32_t)pydb__u32(ctl + 8);
-    np = pydb__u16(ctl + 12);
-    end = (int64_t)(nb - 1) * PYDB_BLOCK + np - 1;
-    need = ((int64_t)nmfn - 1 + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK *
-           PYDB_BLOCK;
-    if (pydb__u32(ctl) != 0 || nmfn < 1 || nb < 1 || np < 1 ||
-        np > PYDB_BLOCK + 1 || end < PYDB_CTL_SIZE ||
-        end > (int64_t)ms.st_size || need > (int64_t)xs.st_size ||
-        ctl[15] != db->mstxl)
+    pydb__ctl_decode(&c, ctl);
+    end = pydb__ctl_end(c.next_block, c.next_pos);
+    if (c.ctlmfn != 0 || !pydb__ctl_sane(&c) || end < PYDB_CTL_SIZE ||
+        end > (int64_t)ms.st_size ||
+        pydb__xrf_blocks(c.next_mfn) * PYDB_BLOCK > (int64_t)xs.st_size ||
+        c.mstxl != db->mstxl)
         return PYDB_CORRUPT(err, db->mst.path, 0,
                             "control record: NXTMFN %d, NXTMFB/NXTMFP %d/%d "
                             "do not fit the files (%lld and %lld bytes)",
-                            (int)nmfn, (int)nb, (int)np,
-                            (long long)ms.st_size, (long long)xs.st_size);
-    if (nmfn < pydb__next_mfn(db))
+                            (int)c.next_mfn, (int)c.next_block,
+                            (int)c.next_pos, (long long)ms.st_size,
+                            (long long)xs.st_size);
+    if (c.next_mfn < pydb__next_mfn(db))
         return PYDB_CORRUPT(err, db->mst.path, 4,
                             "control record: NXTMFN went back from %d to %d "
                             "(files replaced under an open handle?)",
-                            (int)pydb__next_mfn(db), (int)nmfn);
+                            (int)pydb__next_mfn(db), (int)c.next_mfn);
     pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
     pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
-    __atomic_store_n(&db->next_block, nb, __ATOMIC_RELAXED);
-    __atomic_store_n(&db->next_pos, np, __ATOMIC_RELAXED);
-    __atomic_store_n(&db->next_mfn, nmfn, __ATOMIC_RELEASE);
+    __atomic_store_n(&db->next_block, c.next_block, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, c.next_pos, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_mfn, c.next_mfn, __ATOMIC_RELEASE);
     return PYDB_OK;
 }
 
@@ -791,7 +779,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
 {
     pydb_txn *t = NULL;
     int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-    int rc, failed = 0, replayed = 0;
+    int rc, failed = 0;
 
     *out = NULL;
     if (!(db->flags & PYDB_OPEN_WRITE))
@@ -832,23 +820,11 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     pthread_mutex_unlock(&db->wmutex);
 
     rc = lock_wal(db, deadline, err);
-    if (rc) {
-        pthread_mutex_lock(&db->wmutex);
-        db->wbusy = 0;
-        pthread_cond_signal(&db->wcond);
-        pthread_mutex_unlock(&db->wmutex);
-        return rc;
-    }
+    if (rc) goto fail;   /* (unlocking a lock not held is a no-op) */
     /* A writer that died mid-commit (or a log left by a failed reset):
      * replay it inside the sequence lock, as a commit's apply would be. */
-    {
-        struct stat st;
-        int pending = fstat(db->wal_fd, &st) == 0 && st.st_size > 0;
-        if (pending) __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);
-        rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
-                     db->mst.path, db->xrf.path, &failed, &replayed, err);
-        if (pending) __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);
-    }
+    rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
+                 db->mst.path, db->xrf.path, &db->seq, &failed, err);
     if (rc) {
         if (failed) set_fatal(db);
         goto fail;
@@ -861,9 +837,12 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     t->db = db;
     rc = load_state(db, t->ctl, err);
     if (rc) goto fail;
-    t->next_mfn = (int32_t)pydb__u32(t->ctl + 4);
-    t->start = t->pos = (int64_t)((int32_t)pydb__u32(t->ctl + 8) - 1) *
-                            PYDB_BLOCK + pydb__u16(t->ctl + 12) - 1;
+    {
+        pydb_ctl c;
+        pydb__ctl_decode(&c, t->ctl);
+        t->next_mfn = c.next_mfn;
+        t->start = t->pos = pydb__ctl_end(c.next_block, c.next_pos);
+    }
     rc = check_tail(t, err);
     if (rc) goto fail;
     *out = t;
@@ -882,7 +861,6 @@ static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
 {
     pydb_db *db = t->db;
     int64_t mfrl, start, capacity;
-    size_t need;
     pydb_record *r;
     txn_op *op;
     const pydb_geom *g = &pydb__geom[db->layout];
@@ -910,16 +888,12 @@ static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
         t->ops = o;
         t->opcap = nc;
     }
-    need = ((sizeof(pydb_record) + 7) & ~(size_t)7) +
-           (((size_t)mfrl + 7) & ~(size_t)7) + nfields * sizeof(pydb_field);
-    r = malloc(need);
-    if (!r) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for a record");
-        goto fail;
-    }
+    r = NULL;
+    rc = pydb__record_reserve(&r, (size_t)mfrl, nfields, err);
+    if (rc) goto fail;
     {
-        uint8_t *raw = (uint8_t *)r + ((sizeof(pydb_record) + 7) & ~(size_t)7);
-        pydb_field *f = (pydb_field *)(raw + (((size_t)mfrl + 7) & ~(size_t)7));
+        uint8_t *raw = pydb__record_raw(r);
+        pydb_field *f = pydb__record_fields(r, (size_t)mfrl);
         int64_t base = g->leader + (int64_t)nfields * g->entry, d = 0;
         pydb__record_encode(raw, db->layout, mfrl, mfn, fields, nfields,
                             before ? before->offset : -1, status);
@@ -940,7 +914,6 @@ static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
         r->nfields = nfields;
         r->fields = f;
         r->data_len = (size_t)d;
-        r->capacity = need;
     }
     rc = hput(t, mfn, t->nops, err);
     if (rc) {
@@ -1144,8 +1117,7 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
     int64_t end = t->pos, padded = (end + PYDB_BLOCK - 1) / PYDB_BLOCK *
                                    PYDB_BLOCK;
     int64_t old_blocks = pydb__fsize(&db->xrf) / PYDB_BLOCK;
-    int64_t need_blocks = ((int64_t)t->next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) /
-                          PYDB_XRF_PER_BLOCK;
+    int64_t need_blocks = pydb__xrf_blocks(t->next_mfn);
     int64_t new_blocks = need_blocks > old_blocks ? need_blocks : old_blocks;
     xblock *xb = NULL;
     size_t nxb = 0, cap = 0;
@@ -1165,8 +1137,7 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
         memset(d, 0, (size_t)(padded - t->start));
         for (size_t i = 0; i < t->nops; i++)
             memcpy(d + (t->ops[i].offset - t->start),
-                   (uint8_t *)t->ops[i].after +
-                       ((sizeof(pydb_record) + 7) & ~(size_t)7),
+                   pydb__record_raw(t->ops[i].after),
                    t->ops[i].after->mfrl);
     }
     /* 2. XRF blocks: each touched entry's block, plus the old and new last
@@ -1235,9 +1206,7 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
     }
     /* 3. control record, last of the ISIS writes */
     memcpy(ctl, t->ctl, PYDB_CTL_SIZE);
-    pydb__put32(ctl + 4, (uint32_t)t->next_mfn);
-    pydb__put32(ctl + 8, (uint32_t)(end / PYDB_BLOCK + 1));
-    pydb__put16(ctl + 12, (uint32_t)(end % PYDB_BLOCK + 1));
+    pydb__ctl_set_next(ctl, t->next_mfn, end);
     d = wal_entry(log, WAL_MST, NULL, 0, PYDB_CTL_SIZE, &count);
     if (!d) goto nomem;
     memcpy(d, ctl, PYDB_CTL_SIZE);
@@ -1287,7 +1256,9 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     size_t nxb = 0;
     int64_t mst_end = 0;
     uint8_t ctl[PYDB_CTL_SIZE];
-    int rc = PYDB_OK, e, hooked = 0, fsync_failed = 0;
+    int rc = PYDB_OK, e, hooked = 0;
+    int fsync_failed = 0;   /* put_file_apply() sets it; any apply failure
+                               makes the handle read-only anyway */
 
     if (t->nops == 0 && t->nfiles == 0) goto done;  /* nothing to write */
     if (db->hook.prepare && t->nops) {
@@ -1375,14 +1346,12 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (sync) {
         if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
             e = errno;
-            fsync_failed = 1;
             rc = PYDB_OSERROR(err, e, db->mst.path, -1,
                               "fdatasync failed: %s", strerror(e));
             goto apply_failed;
         }
         if (pydb__vfs->fdatasync(db->xrf.fd) != 0) {
             e = errno;
-            fsync_failed = 1;
             rc = PYDB_OSERROR(err, e, db->xrf.path, -1,
                               "fdatasync failed: %s", strerror(e));
             goto apply_failed;
@@ -1407,7 +1376,6 @@ apply_failed:
      * The hook's prepared files are named by the durable log (recovery
      * puts them in place): neither publish nor abort (which would delete
      * them) is called. */
-    (void)fsync_failed;
     set_fatal(db);
     hooked = 0;
 done:
