@@ -48,6 +48,18 @@ int pydb__posting_cmp(const void *a, const void *b)
     return 0;
 }
 
+void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from)
+{
+    size_t i, o;
+    for (i = from; i < *n; i++)
+        if (pydb__posting_cmp(&v[i - 1], &v[i]) >= 0) break;
+    if (i >= *n) return;
+    qsort(v, *n, sizeof *v, pydb__posting_cmp);
+    for (i = 1, o = 1; i < *n; i++)
+        if (pydb__posting_cmp(&v[o - 1], &v[i]) != 0) v[o++] = v[i];
+    *n = o;
+}
+
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err)
 {

@@ -535,12 +535,6 @@ static int cur_next(cursor *c, pydb_error *err)
     return PYDB_OK;
 }
 
-static int keycmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
-{
-    int c = memcmp(a, b, al < bl ? al : bl);
-    return c ? c : (al > bl) - (al < bl);
-}
-
 /* Position at the first key >= target. */
 static int cur_seek(cursor *c, const uint8_t *t, size_t tl, pydb_error *err)
 {
@@ -560,13 +554,14 @@ static int cur_seek(cursor *c, const uint8_t *t, size_t tl, pydb_error *err)
             return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
                                 "dictionary: bad first key of block %llu",
                                 (unsigned long long)mid);
-        if (keycmp(p, (size_t)l, t, tl) <= 0) lo = mid;
+        if (pydb__keycmp(p, (size_t)l, t, tl) <= 0) lo = mid;
         else hi = mid;
     }
     if ((rc = cur_block(c, lo, err))) return rc;
     for (;;) {
         if ((rc = cur_next(c, err))) return rc;
-        if (!c->valid || keycmp(c->key, c->klen, t, tl) >= 0) return PYDB_OK;
+        if (!c->valid || pydb__keycmp(c->key, c->klen, t, tl) >= 0)
+            return PYDB_OK;
     }
 }
 
@@ -676,7 +671,7 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "cannot allocate");
         goto cleanup;
     }
-    if (start && keycmp(start, start_len, prefix, prefix_len) > 0) {
+    if (start && pydb__keycmp(start, start_len, prefix, prefix_len) > 0) {
         from = start;
         from_len = start_len;
     }
@@ -706,8 +701,8 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
     for (size_t i = 0; i < ss->n; i++) {
         if (!cs[i].valid) continue;
         size_t p = nord;
-        while (p > 0 && keycmp(cs[i].key, cs[i].klen, ord[p - 1]->key,
-                               ord[p - 1]->klen) < 0) {
+        while (p > 0 && pydb__keycmp(cs[i].key, cs[i].klen, ord[p - 1]->key,
+                                     ord[p - 1]->klen) < 0) {
             ord[p] = ord[p - 1];
             p--;
         }
@@ -721,8 +716,8 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
         if (min->klen < prefix_len ||
             (prefix_len && memcmp(min->key, prefix, prefix_len) != 0))
             break;
-        while (k < nord && keycmp(ord[k]->key, ord[k]->klen, min->key,
-                                  min->klen) == 0)
+        while (k < nord && pydb__keycmp(ord[k]->key, ord[k]->klen, min->key,
+                                        min->klen) == 0)
             k++;
         for (size_t j = 0; j < k; j++) {
             cursor *c = ord[j];
@@ -749,8 +744,8 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
         for (size_t j = 0; j < nm; j++) {
             cursor *c = moved[j];
             size_t p = 0;
-            while (p < nord && keycmp(ord[p]->key, ord[p]->klen, c->key,
-                                      c->klen) < 0)
+            while (p < nord && pydb__keycmp(ord[p]->key, ord[p]->klen,
+                                            c->key, c->klen) < 0)
                 p++;
             memmove(ord + p + 1, ord + p, (nord - p) * sizeof *ord);
             ord[p] = c;
@@ -793,7 +788,7 @@ static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
         uint64_t live;
         c.s = ss->v[i];
         if ((rc = cur_seek(&c, key, len, err))) goto cleanup;
-        if (!c.valid || keycmp(c.key, c.klen, key, len) != 0) continue;
+        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
         if ((rc = decode_postings(out, ss, i, c.s, c.pstart, c.plen, c.count,
                                   &live, err)))
             goto cleanup;
@@ -1325,7 +1320,8 @@ static int cmp_term(const void *x, const void *y, void *ctx)
 {
     const acc *a = ctx;
     const aterm *s = &a->t[*(const uint32_t *)x], *t = &a->t[*(const uint32_t *)y];
-    return keycmp(a->arena.p + s->off, s->len, a->arena.p + t->off, t->len);
+    return pydb__keycmp(a->arena.p + s->off, s->len, a->arena.p + t->off,
+                        t->len);
 }
 
 typedef struct skey {

@@ -632,24 +632,6 @@ static int pcmp(const pydb_posting *a, const pydb_posting *b, int level)
     return 0;
 }
 
-static int pcmp_qsort(const void *a, const void *b)
-{
-    return pcmp(a, b, 4);
-}
-
-/* Sort (if needed) and drop duplicates, in place. */
-static void pl_normalize(pydb_posting *v, size_t *n)
-{
-    size_t i, o;
-    for (i = 1; i < *n; i++)
-        if (pcmp(&v[i - 1], &v[i], 4) >= 0) break;
-    if (i >= *n) return;
-    qsort(v, *n, sizeof *v, pcmp_qsort);
-    for (i = 1, o = 1; i < *n; i++)
-        if (pcmp(&v[o - 1], &v[i], 4) != 0) v[o++] = v[i];
-    *n = o;
-}
-
 /* Keep the postings whose TAG is in tags[ntags] (sorted). */
 static void pl_filter_tags(pydb_posting *v, size_t *n, const uint32_t *tags,
                            size_t ntags)
@@ -893,7 +875,7 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
     if (!t->trunc) {
         rc = pydb_index_postings(out, c->ix, t->key, t->key_len, c->err);
         if (rc) goto cleanup;
-        pl_normalize(out->v, &out->n);
+        pydb__postings_normalize(out->v, &out->n, 1);
         if (t->tags) pl_filter_tags(out->v, &out->n, t->tags, t->ntags);
         goto cleanup;
     }
@@ -915,7 +897,7 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
                                  keys.len[k], c->err);
         if (rc) goto cleanup;
         size_t n = out->n - start;
-        pl_normalize(out->v + start, &n);
+        pydb__postings_normalize(out->v + start, &n, 1);
         if (t->tags) pl_filter_tags(out->v + start, &n, t->tags, t->ntags);
         out->n = start + n;
         if (n) runs[nruns++] = start;
