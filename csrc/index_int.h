@@ -48,6 +48,10 @@ static inline int pydb__keycmp(const uint8_t *a, size_t al, const uint8_t *b,
  * sorted list costs one pass from there and no sort. */
 void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from);
 
+/* Make room for n postings in *p (capacity doubles; PYDB_ENOMEM on
+ * failure, *p unchanged). */
+int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err);
+
 /* Append one posting to *p, growing it (PYDB_ENOMEM on failure). */
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err);

@@ -604,20 +604,6 @@ static int parse_expr(parser *p, node **out)
 
 typedef pydb_postings plist;
 
-static int pl_reserve(plist *l, size_t n, pydb_error *err)
-{
-    if (n <= l->cap) return PYDB_OK;
-    size_t cap = l->cap ? l->cap : 64;
-    while (cap < n) cap *= 2;
-    pydb_posting *v = realloc(l->v, cap * sizeof *v);
-    if (!v)
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                          "no memory for %zu postings", cap);
-    l->v = v;
-    l->cap = cap;
-    return PYDB_OK;
-}
-
 /* Compare postings on their first `level` fields (1 MFN, 2 +TAG, 3 +OCC,
  * 4 +CNT). */
 static int pcmp(const pydb_posting *a, const pydb_posting *b, int level)
@@ -718,13 +704,15 @@ static int combine(plist *out, const plist *a, const plist *b, int op,
 
     memset(out, 0, sizeof *out);
     if (op == OP_OR) {
-        if ((rc = pl_reserve(out, na + nb, err))) return rc;
+        if ((rc = pydb__postings_reserve(out, na + nb, err))) return rc;
         merge_into(out->v, &o, A, na, B, nb);
         out->n = o;
         return PYDB_OK;
     }
     level = op == OP_AND || op == OP_NOT ? 1 : op == OP_G ? 2 : 3;
-    if ((rc = pl_reserve(out, op == OP_NOT ? na : na + nb, err))) return rc;
+    if ((rc = pydb__postings_reserve(out, op == OP_NOT ? na : na + nb,
+                                     err)))
+        return rc;
     while (i < na && j < nb) {
         int c = pcmp(&A[i], &B[j], level);
         if (c < 0) {
@@ -835,7 +823,7 @@ static int merge_runs(plist *l, size_t *runs, size_t nruns, pydb_error *err)
 
     runs[nruns] = l->n;
     if (nruns < 2) return PYDB_OK;
-    if ((rc = pl_reserve(&tmp, l->n, err))) return rc;
+    if ((rc = pydb__postings_reserve(&tmp, l->n, err))) return rc;
     while (nruns > 1) {
         size_t o = 0, r, w = 0;
         /* each step reads runs[r..r+2] before writing runs[w], w <= r */
@@ -934,7 +922,8 @@ static int eval_or(plist *out, const node *n, eval_ctx *c)
                 runs[nruns++] = 0;
                 continue;
             }
-            if ((rc = pl_reserve(out, out->n + part.n, c->err))) break;
+            if ((rc = pydb__postings_reserve(out, out->n + part.n, c->err)))
+                break;
             memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
             runs[nruns++] = out->n;
             out->n += part.n;
