@@ -66,13 +66,6 @@
 #define MERGE_AT 8            /* segments before a commit merges the tail */
 #define MANIFEST_MAGIC "pydb-native-index 1\n"
 
-/* The write path provides these; absent on a build without it. */
-extern int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
-                             size_t len, pydb_error *err)
-    __attribute__((weak));
-extern int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
-                                pydb_error *err) __attribute__((weak));
-
 /* ------------------------------------------------------------ helpers */
 
 static uint64_t rd64(const uint8_t *p)
@@ -1734,8 +1727,6 @@ cleanup:
     return rc;
 }
 
-typedef struct { pydb_progress_fn fn; void *ctx; } prog;
-
 int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
                             const pydb_nidx_options *opt,
                             pydb_progress_fn progress, void *ctx,
@@ -2079,11 +2070,8 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     x->pending_merge = merge;
     if (x->put_file)
         rc = x->put_file(x->put_ctx, t, x->manifest, man.p, man.n, err);
-    else if (pydb_txn_put_file)
-        rc = pydb_txn_put_file(t, x->manifest, man.p, man.n, err);
     else
-        rc = PYDB_ERROR(err, PYDB_EUNSUPPORTED, x->manifest, -1,
-                        "this build has no transactional writer");
+        rc = pydb_txn_put_file(t, x->manifest, man.p, man.n, err);
 cleanup:
     if (rc) {
         if (x->pending) {
@@ -2176,10 +2164,6 @@ int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err)
     pydb_commit_hook h;
     int rc = pydb__nidx_hook(ix, &h, err);
     if (rc) return rc;
-    if (!pydb_set_commit_hook || (!pydb_txn_put_file &&
-                                  !((nidx *)ix)->put_file))
-        return PYDB_ERROR(err, PYDB_EUNSUPPORTED, "", -1,
-                          "this build has no transactional writer");
     return pydb_set_commit_hook(db, &h, err);
 }
 
