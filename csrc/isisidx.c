@@ -359,15 +359,6 @@ static int ifp_header(const isis_index *ix, int32_t block, int32_t word,
     return PYDB_OK;
 }
 
-static int post_cmp(const pydb_posting *a, const pydb_posting *b)
-{
-    if (a->mfn != b->mfn) return a->mfn < b->mfn ? -1 : 1;
-    if (a->tag != b->tag) return a->tag < b->tag ? -1 : 1;
-    if (a->occ != b->occ) return a->occ < b->occ ? -1 : 1;
-    if (a->cnt != b->cnt) return a->cnt < b->cnt ? -1 : 1;
-    return 0;
-}
-
 /* Append the classic posting list at (block, word) to out (§4.5). */
 static int ifp_postings(const isis_index *ix, int32_t block, int32_t word,
                         pydb_postings *out, pydb_error *err)
@@ -412,7 +403,8 @@ static int ifp_postings(const isis_index *ix, int32_t block, int32_t word,
                 q.occ = p[5];
                 q.cnt = (uint32_t)((p[6] << 8) | p[7]);
                 if (q.mfn < 1 ||
-                    (out->n > first && post_cmp(&out->v[out->n - 1], &q) > 0))
+                    (out->n > first &&
+                     pydb__posting_cmp(&out->v[out->n - 1], &q) > 0))
                     return PYDB_CORRUPT(err, f->f.path,
                                         ifp_addr(b, w) + 8 * (int64_t)i,
                                         "posting (%d,%u,%u,%u) is below "
