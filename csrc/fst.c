@@ -107,20 +107,29 @@ static int perr(parser *p, const char *what)
     return -1;
 }
 
+/* The array v (n used, *cap allocated elements of `size` bytes) with
+ * room for one more: v itself, or v moved to a larger block (first
+ * `init` elements, then doubling); NULL when out of memory (v and *cap
+ * unchanged). */
+static void *grow(void *v, size_t n, size_t *cap, size_t size, size_t init)
+{
+    if (n < *cap) return v;
+    size_t c = *cap ? *cap * 2 : init;
+    void *nv = realloc(v, c * size);
+    if (nv) *cap = c;
+    return nv;
+}
+
 static int new_node(parser *p, int kind)
 {
     pydb_fst *f = p->f;
-    if (f->nn == f->ncap) {
-        size_t cap = f->ncap ? f->ncap * 2 : 64;
-        node *nv = realloc(f->nodes, cap * sizeof *nv);
-        if (!nv) {
-            pydb__error_set(p->err, PYDB_ENOMEM, 0, "", -1, __FILE__, __LINE__,
-                            "cannot allocate FST nodes");
-            return -1;
-        }
-        f->nodes = nv;
-        f->ncap = cap;
+    node *nv = grow(f->nodes, f->nn, &f->ncap, sizeof *nv, 64);
+    if (!nv) {
+        pydb__error_set(p->err, PYDB_ENOMEM, 0, "", -1, __FILE__, __LINE__,
+                        "cannot allocate FST nodes");
+        return -1;
     }
+    f->nodes = nv;
     node *n = &f->nodes[f->nn];
     memset(n, 0, sizeof *n);
     n->kind = kind;
@@ -135,17 +144,13 @@ static int new_node(parser *p, int kind)
 static int new_expr(parser *p, int kind)
 {
     pydb_fst *f = p->f;
-    if (f->ne == f->ecap) {
-        size_t cap = f->ecap ? f->ecap * 2 : 32;
-        expr *nv = realloc(f->ex, cap * sizeof *nv);
-        if (!nv) {
-            pydb__error_set(p->err, PYDB_ENOMEM, 0, "", -1, __FILE__, __LINE__,
-                            "cannot allocate FST expressions");
-            return -1;
-        }
-        f->ex = nv;
-        f->ecap = cap;
+    expr *ev = grow(f->ex, f->ne, &f->ecap, sizeof *ev, 32);
+    if (!ev) {
+        pydb__error_set(p->err, PYDB_ENOMEM, 0, "", -1, __FILE__, __LINE__,
+                        "cannot allocate FST expressions");
+        return -1;
     }
+    f->ex = ev;
     expr *e = &f->ex[f->ne];
     memset(e, 0, sizeof *e);
     e->kind = kind;
@@ -631,15 +636,11 @@ static int parse_list_body(parser *p, int stop, int *head)
 
 static int add_rule(pydb_fst *f, rule *r, pydb_error *err)
 {
-    if (f->nrules == f->rcap) {
-        size_t cap = f->rcap ? f->rcap * 2 : 16;
-        rule *nv = realloc(f->rules, cap * sizeof *nv);
-        if (!nv)
-            return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                              "cannot allocate FST rules");
-        f->rules = nv;
-        f->rcap = cap;
-    }
+    rule *rv = grow(f->rules, f->nrules, &f->rcap, sizeof *rv, 16);
+    if (!rv)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "cannot allocate FST rules");
+    f->rules = rv;
     f->rules[f->nrules++] = *r;
     return PYDB_OK;
 }

@@ -48,19 +48,37 @@ int pydb__posting_cmp(const void *a, const void *b)
     return 0;
 }
 
+void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from)
+{
+    size_t i, o;
+    for (i = from; i < *n; i++)
+        if (pydb__posting_cmp(&v[i - 1], &v[i]) >= 0) break;
+    if (i >= *n) return;
+    qsort(v, *n, sizeof *v, pydb__posting_cmp);
+    for (i = 1, o = 1; i < *n; i++)
+        if (pydb__posting_cmp(&v[o - 1], &v[i]) != 0) v[o++] = v[i];
+    *n = o;
+}
+
+int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err)
+{
+    if (n <= p->cap) return PYDB_OK;
+    size_t cap = p->cap ? p->cap : 64;
+    while (cap < n) cap *= 2;
+    pydb_posting *v = realloc(p->v, cap * sizeof *v);
+    if (!v)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "no memory for %zu postings", cap);
+    p->v = v;
+    p->cap = cap;
+    return PYDB_OK;
+}
+
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        pydb_posting *nv = realloc(p->v, cap * sizeof *nv);
-        if (!nv)
-            return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                              "cannot grow a posting list to %zu entries",
-                              cap);
-        p->v = nv;
-        p->cap = cap;
-    }
+    int rc = pydb__postings_reserve(p, p->n + 1, err);
+    if (rc) return rc;
     p->v[p->n++] = *v;
     return PYDB_OK;
 }

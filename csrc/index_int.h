@@ -5,6 +5,7 @@
 #ifndef PYDB_INDEX_INT_H
 #define PYDB_INDEX_INT_H
 
+#include <string.h>
 #include "pydb_int.h"
 
 typedef struct pydb_index_ops {
@@ -32,6 +33,24 @@ struct pydb_index {
 
 /* qsort comparator: postings in (mfn, tag, occ, cnt) order. */
 int pydb__posting_cmp(const void *a, const void *b);
+
+/* Keys in index order: bytewise, a key before its longer extensions. */
+static inline int pydb__keycmp(const uint8_t *a, size_t al, const uint8_t *b,
+                               size_t bl)
+{
+    size_t n = al < bl ? al : bl;
+    int c = n ? memcmp(a, b, n) : 0;
+    return c ? c : (al > bl) - (al < bl);
+}
+
+/* Bring v[*n] into pydb__posting_cmp order without duplicates, in place;
+ * v[0..from) is known to be sorted already (from >= 1), so an already
+ * sorted list costs one pass from there and no sort. */
+void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from);
+
+/* Make room for n postings in *p (capacity doubles; PYDB_ENOMEM on
+ * failure, *p unchanged). */
+int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err);
 
 /* Append one posting to *p, growing it (PYDB_ENOMEM on failure). */
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,

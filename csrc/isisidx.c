@@ -197,33 +197,49 @@ static int64_t leaf_off(const tree *tr, int32_t r)
     return (int64_t)(r - 1) * (int64_t)tr->lrec;
 }
 
-/* Read node record r into buf (tr->nrec bytes) and check POS/OCK/IT. */
-static int read_node(const tree *tr, int32_t r, uint8_t *buf, int *ock,
-                     pydb_error *err)
+/* Read record r of the node file (leaf 0, tr->nrec bytes) or the leaf
+ * file (leaf 1, tr->lrec bytes) into buf and check POS/OCK/IT; *ock =
+ * active keys (a node has at least one, a leaf may have none). */
+static int read_rec(const tree *tr, int leaf, int32_t r, uint8_t *buf,
+                    int *ock, pydb_error *err)
 {
-    int rc, n;
-    int64_t off = node_off(tr, r);
-    if (r < 1 || r > tr->nmax)
-        return PYDB_CORRUPT(err, tr->nf->f.path, -1,
-                            "node record %d of tree %d outside 1..NMAXPOS "
-                            "(%d)", (int)r, tr->t, (int)tr->nmax);
-    rc = rd(tr->nf, buf, tr->nrec, off, "B-tree node", err);
+    const ixfile *f = leaf ? tr->lf : tr->nf;
+    const char *kind = leaf ? "leaf" : "node";
+    int32_t max = leaf ? tr->fmax : tr->nmax;
+    int rc, n, lim = 2 * (leaf ? tr->ordf : tr->ordn);
+    int64_t off = leaf ? leaf_off(tr, r) : node_off(tr, r);
+    if (r < 1 || r > max)
+        return PYDB_CORRUPT(err, f->f.path, -1,
+                            "%s record %d of tree %d outside 1..%s (%d)",
+                            kind, (int)r, tr->t,
+                            leaf ? "FMAXPOS" : "NMAXPOS", (int)max);
+    rc = rd(f, buf, leaf ? tr->lrec : tr->nrec, off,
+            leaf ? "B-tree leaf" : "B-tree node", err);
     if (rc) return rc;
     n = pydb__u16(buf + 4);
     if (i32(buf) != r)
-        return PYDB_CORRUPT(err, tr->nf->f.path, off,
-                            "node record %d has POS %d", (int)r,
-                            (int)i32(buf));
+        return PYDB_CORRUPT(err, f->f.path, off, "%s record %d has POS %d",
+                            kind, (int)r, (int)i32(buf));
     if (pydb__u16(buf + 6) != tr->t)
-        return PYDB_CORRUPT(err, tr->nf->f.path, off + 6,
-                            "node record %d has IT %d, not %d", (int)r,
+        return PYDB_CORRUPT(err, f->f.path, off + 6,
+                            "%s record %d has IT %d, not %d", kind, (int)r,
                             pydb__u16(buf + 6), tr->t);
-    if (n < 1 || n > 2 * tr->ordn)
-        return PYDB_CORRUPT(err, tr->nf->f.path, off + 4,
+    if (!leaf && (n < 1 || n > lim))
+        return PYDB_CORRUPT(err, f->f.path, off + 4,
                             "node record %d has OCK %d outside 1..%d",
-                            (int)r, n, 2 * tr->ordn);
+                            (int)r, n, lim);
+    if (leaf && n > lim)
+        return PYDB_CORRUPT(err, f->f.path, off + 4,
+                            "leaf record %d has OCK %d above %d", (int)r, n,
+                            lim);
     *ock = n;
     return PYDB_OK;
+}
+
+static int read_node(const tree *tr, int32_t r, uint8_t *buf, int *ock,
+                     pydb_error *err)
+{
+    return read_rec(tr, 0, r, buf, ock, err);
 }
 
 static const uint8_t *node_key(const tree *tr, const uint8_t *buf, int j)
@@ -235,33 +251,10 @@ static int32_t node_punt(const tree *tr, const uint8_t *buf, int j)
     return i32(buf + 8 + (size_t)j * tr->nent + tr->le + tr->pad);
 }
 
-/* Read leaf record r and check POS/OCK/IT; *ock = active keys. */
 static int read_leaf(const tree *tr, int32_t r, uint8_t *buf, int *ock,
                      pydb_error *err)
 {
-    int rc, n;
-    int64_t off = leaf_off(tr, r);
-    if (r < 1 || r > tr->fmax)
-        return PYDB_CORRUPT(err, tr->lf->f.path, -1,
-                            "leaf record %d of tree %d outside 1..FMAXPOS "
-                            "(%d)", (int)r, tr->t, (int)tr->fmax);
-    rc = rd(tr->lf, buf, tr->lrec, off, "B-tree leaf", err);
-    if (rc) return rc;
-    n = pydb__u16(buf + 4);
-    if (i32(buf) != r)
-        return PYDB_CORRUPT(err, tr->lf->f.path, off,
-                            "leaf record %d has POS %d", (int)r,
-                            (int)i32(buf));
-    if (pydb__u16(buf + 6) != tr->t)
-        return PYDB_CORRUPT(err, tr->lf->f.path, off + 6,
-                            "leaf record %d has IT %d, not %d", (int)r,
-                            pydb__u16(buf + 6), tr->t);
-    if (n > 2 * tr->ordf)
-        return PYDB_CORRUPT(err, tr->lf->f.path, off + 4,
-                            "leaf record %d has OCK %d above %d", (int)r, n,
-                            2 * tr->ordf);
-    *ock = n;
-    return PYDB_OK;
+    return read_rec(tr, 1, r, buf, ock, err);
 }
 
 static const uint8_t *leaf_key(const tree *tr, const uint8_t *buf, int j)
@@ -366,15 +359,6 @@ static int ifp_header(const isis_index *ix, int32_t block, int32_t word,
     return PYDB_OK;
 }
 
-static int post_cmp(const pydb_posting *a, const pydb_posting *b)
-{
-    if (a->mfn != b->mfn) return a->mfn < b->mfn ? -1 : 1;
-    if (a->tag != b->tag) return a->tag < b->tag ? -1 : 1;
-    if (a->occ != b->occ) return a->occ < b->occ ? -1 : 1;
-    if (a->cnt != b->cnt) return a->cnt < b->cnt ? -1 : 1;
-    return 0;
-}
-
 /* Append the classic posting list at (block, word) to out (§4.5). */
 static int ifp_postings(const isis_index *ix, int32_t block, int32_t word,
                         pydb_postings *out, pydb_error *err)
@@ -419,7 +403,8 @@ static int ifp_postings(const isis_index *ix, int32_t block, int32_t word,
                 q.occ = p[5];
                 q.cnt = (uint32_t)((p[6] << 8) | p[7]);
                 if (q.mfn < 1 ||
-                    (out->n > first && post_cmp(&out->v[out->n - 1], &q) > 0))
+                    (out->n > first &&
+                     pydb__posting_cmp(&out->v[out->n - 1], &q) > 0))
                     return PYDB_CORRUPT(err, f->f.path,
                                         ifp_addr(b, w) + 8 * (int64_t)i,
                                         "posting (%d,%u,%u,%u) is below "

@@ -259,33 +259,51 @@ int pydb__key_normalize(const pydb_keyrules *r, const uint8_t *in,
 
 /* ---- tables ---- */
 
-int pydb__keyrules_parse_uc(pydb_keyrules *r, const uint8_t *text, size_t len,
-                            const char *path, pydb_error *err)
+/* The next decimal code 0..255 of a table at text[*i..len), skipping
+ * blanks, commas and the DOS end-of-file byte; *code = -1 at the end.
+ * *at is where the code starts; `what` names the table in errors. */
+static int next_code(const uint8_t *text, size_t len, size_t *i, int *code,
+                     size_t *at, const char *what, const char *path,
+                     pydb_error *err)
 {
-    size_t i = 0;
-    int n = 0;
-    uint8_t t[256];
-
-    while (i < len) {
-        uint8_t c = text[i];
+    *code = -1;
+    while (*i < len) {
+        uint8_t c = text[*i];
         if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' ||
             c == 26) {
-            i++;
+            (*i)++;
             continue;
         }
         if (c < '0' || c > '9')
-            return PYDB_CORRUPT(err, path, (int64_t)i,
-                                "case table: byte 0x%02x is not a decimal "
-                                "digit", c);
-        size_t start = i;
+            return PYDB_CORRUPT(err, path, (int64_t)*i,
+                                "%s: byte 0x%02x is not a decimal digit",
+                                what, c);
         unsigned v = 0;
-        while (i < len && text[i] >= '0' && text[i] <= '9' && v < 1000)
-            v = v * 10 + (unsigned)(text[i++] - '0');
+        *at = *i;
+        while (*i < len && text[*i] >= '0' && text[*i] <= '9' && v < 1000)
+            v = v * 10 + (unsigned)(text[(*i)++] - '0');
         if (v > 255)
-            return PYDB_CORRUPT(err, path, (int64_t)start,
-                                "case table: code %u above 255", v);
+            return PYDB_CORRUPT(err, path, (int64_t)*at,
+                                "%s: code %u above 255", what, v);
+        *code = (int)v;
+        return PYDB_OK;
+    }
+    return PYDB_OK;
+}
+
+int pydb__keyrules_parse_uc(pydb_keyrules *r, const uint8_t *text, size_t len,
+                            const char *path, pydb_error *err)
+{
+    size_t i = 0, at = 0;
+    int n = 0, v, rc;
+    uint8_t t[256];
+
+    for (;;) {
+        if ((rc = next_code(text, len, &i, &v, &at, "case table", path, err)))
+            return rc;
+        if (v < 0) break;
         if (n == 256)
-            return PYDB_CORRUPT(err, path, (int64_t)start,
+            return PYDB_CORRUPT(err, path, (int64_t)at,
                                 "case table: more than 256 codes");
         t[n++] = (uint8_t)v;
     }
@@ -300,28 +318,14 @@ int pydb__keyrules_parse_ac(pydb_keyrules *r, const uint8_t *text, size_t len,
                             const char *path, pydb_error *err)
 {
     uint8_t w[256] = {0};
-    size_t i = 0;
-    int n = 0;
+    size_t i = 0, at = 0;
+    int n = 0, v, rc;
 
-    while (i < len) {
-        uint8_t c = text[i];
-        if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' ||
-            c == 26) {
-            i++;
-            continue;
-        }
-        if (c < '0' || c > '9')
-            return PYDB_CORRUPT(err, path, (int64_t)i,
-                                "word-character table: byte 0x%02x is not a "
-                                "decimal digit", c);
-        size_t start = i;
-        unsigned v = 0;
-        while (i < len && text[i] >= '0' && text[i] <= '9' && v < 1000)
-            v = v * 10 + (unsigned)(text[i++] - '0');
-        if (v > 255)
-            return PYDB_CORRUPT(err, path, (int64_t)start,
-                                "word-character table: code %u above 255",
-                                v);
+    for (;;) {
+        if ((rc = next_code(text, len, &i, &v, &at, "word-character table",
+                            path, err)))
+            return rc;
+        if (v < 0) break;
         w[v] = 1;
         n++;
     }

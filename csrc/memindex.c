@@ -26,21 +26,14 @@ typedef struct memindex {
     size_t n, cap;
 } memindex;
 
-static int key_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
-{
-    size_t n = al < bl ? al : bl;
-    int c = n ? memcmp(a, b, n) : 0;
-    if (c) return c;
-    return (al > bl) - (al < bl);
-}
-
 /* First entry whose key is >= key. */
 static size_t lower_bound(const memindex *m, const uint8_t *key, size_t len)
 {
     size_t lo = 0, hi = m->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (key_cmp(m->e[mid].key, m->e[mid].len, key, len) < 0) lo = mid + 1;
+        if (pydb__keycmp(m->e[mid].key, m->e[mid].len, key, len) < 0)
+            lo = mid + 1;
         else hi = mid;
     }
     return lo;
@@ -73,7 +66,7 @@ static int mem_postings(pydb_postings *out, pydb_index *ix,
     const memindex *m = (const memindex *)ix;
     size_t i = lower_bound(m, key, len);
     const pydb_postings *p;
-    if (i >= m->n || key_cmp(m->e[i].key, m->e[i].len, key, len) != 0)
+    if (i >= m->n || pydb__keycmp(m->e[i].key, m->e[i].len, key, len) != 0)
         return PYDB_OK;
     p = &m->e[i].p;
     if (out->n + p->n > out->cap) {
@@ -157,12 +150,12 @@ int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
                               (int)p[k].mfn);
     if (n == 0) return PYDB_OK;
     /* find or insert the entry */
-    if (m->n && key_cmp(m->e[m->n - 1].key, m->e[m->n - 1].len, key,
-                        len) < 0)
+    if (m->n && pydb__keycmp(m->e[m->n - 1].key, m->e[m->n - 1].len, key,
+                             len) < 0)
         i = m->n;   /* ascending input: append */
     else
         i = lower_bound(m, key, len);
-    if (i >= m->n || key_cmp(m->e[i].key, m->e[i].len, key, len) != 0) {
+    if (i >= m->n || pydb__keycmp(m->e[i].key, m->e[i].len, key, len) != 0) {
         uint8_t *copy;
         if (m->n == m->cap) {
             size_t cap = m->cap ? m->cap * 2 : 64;
@@ -213,15 +206,6 @@ int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
     }
     e->p.n = old + n;
     /* keep the list sorted and distinct */
-    for (k = old ? old : 1; k < e->p.n; k++)
-        if (pydb__posting_cmp(&e->p.v[k - 1], &e->p.v[k]) >= 0) break;
-    if (k < e->p.n) {
-        size_t o = 1;
-        qsort(e->p.v, e->p.n, sizeof *e->p.v, pydb__posting_cmp);
-        for (k = 1; k < e->p.n; k++)
-            if (pydb__posting_cmp(&e->p.v[o - 1], &e->p.v[k]) != 0)
-                e->p.v[o++] = e->p.v[k];
-        e->p.n = o;
-    }
+    pydb__postings_normalize(e->p.v, &e->p.n, old ? old : 1);
     return PYDB_OK;
 }

@@ -66,13 +66,6 @@
 #define MERGE_AT 8            /* segments before a commit merges the tail */
 #define MANIFEST_MAGIC "pydb-native-index 1\n"
 
-/* The write path provides these; absent on a build without it. */
-extern int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
-                             size_t len, pydb_error *err)
-    __attribute__((weak));
-extern int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
-                                pydb_error *err) __attribute__((weak));
-
 /* ------------------------------------------------------------ helpers */
 
 static uint64_t rd64(const uint8_t *p)
@@ -535,12 +528,6 @@ static int cur_next(cursor *c, pydb_error *err)
     return PYDB_OK;
 }
 
-static int keycmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
-{
-    int c = memcmp(a, b, al < bl ? al : bl);
-    return c ? c : (al > bl) - (al < bl);
-}
-
 /* Position at the first key >= target. */
 static int cur_seek(cursor *c, const uint8_t *t, size_t tl, pydb_error *err)
 {
@@ -560,13 +547,14 @@ static int cur_seek(cursor *c, const uint8_t *t, size_t tl, pydb_error *err)
             return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
                                 "dictionary: bad first key of block %llu",
                                 (unsigned long long)mid);
-        if (keycmp(p, (size_t)l, t, tl) <= 0) lo = mid;
+        if (pydb__keycmp(p, (size_t)l, t, tl) <= 0) lo = mid;
         else hi = mid;
     }
     if ((rc = cur_block(c, lo, err))) return rc;
     for (;;) {
         if ((rc = cur_next(c, err))) return rc;
-        if (!c->valid || keycmp(c->key, c->klen, t, tl) >= 0) return PYDB_OK;
+        if (!c->valid || pydb__keycmp(c->key, c->klen, t, tl) >= 0)
+            return PYDB_OK;
     }
 }
 
@@ -676,7 +664,7 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "cannot allocate");
         goto cleanup;
     }
-    if (start && keycmp(start, start_len, prefix, prefix_len) > 0) {
+    if (start && pydb__keycmp(start, start_len, prefix, prefix_len) > 0) {
         from = start;
         from_len = start_len;
     }
@@ -706,8 +694,8 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
     for (size_t i = 0; i < ss->n; i++) {
         if (!cs[i].valid) continue;
         size_t p = nord;
-        while (p > 0 && keycmp(cs[i].key, cs[i].klen, ord[p - 1]->key,
-                               ord[p - 1]->klen) < 0) {
+        while (p > 0 && pydb__keycmp(cs[i].key, cs[i].klen, ord[p - 1]->key,
+                                     ord[p - 1]->klen) < 0) {
             ord[p] = ord[p - 1];
             p--;
         }
@@ -721,8 +709,8 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
         if (min->klen < prefix_len ||
             (prefix_len && memcmp(min->key, prefix, prefix_len) != 0))
             break;
-        while (k < nord && keycmp(ord[k]->key, ord[k]->klen, min->key,
-                                  min->klen) == 0)
+        while (k < nord && pydb__keycmp(ord[k]->key, ord[k]->klen, min->key,
+                                        min->klen) == 0)
             k++;
         for (size_t j = 0; j < k; j++) {
             cursor *c = ord[j];
@@ -749,8 +737,8 @@ static int terms_in(nidx *x, segset *ss, const uint8_t *prefix,
         for (size_t j = 0; j < nm; j++) {
             cursor *c = moved[j];
             size_t p = 0;
-            while (p < nord && keycmp(ord[p]->key, ord[p]->klen, c->key,
-                                      c->klen) < 0)
+            while (p < nord && pydb__keycmp(ord[p]->key, ord[p]->klen,
+                                            c->key, c->klen) < 0)
                 p++;
             memmove(ord + p + 1, ord + p, (nord - p) * sizeof *ord);
             ord[p] = c;
@@ -793,7 +781,7 @@ static int postings_in(pydb_postings *out, segset *ss, const uint8_t *key,
         uint64_t live;
         c.s = ss->v[i];
         if ((rc = cur_seek(&c, key, len, err))) goto cleanup;
-        if (!c.valid || keycmp(c.key, c.klen, key, len) != 0) continue;
+        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
         if ((rc = decode_postings(out, ss, i, c.s, c.pstart, c.plen, c.count,
                                   &live, err)))
             goto cleanup;
@@ -1325,7 +1313,8 @@ static int cmp_term(const void *x, const void *y, void *ctx)
 {
     const acc *a = ctx;
     const aterm *s = &a->t[*(const uint32_t *)x], *t = &a->t[*(const uint32_t *)y];
-    return keycmp(a->arena.p + s->off, s->len, a->arena.p + t->off, t->len);
+    return pydb__keycmp(a->arena.p + s->off, s->len, a->arena.p + t->off,
+                        t->len);
 }
 
 typedef struct skey {
@@ -1738,8 +1727,6 @@ cleanup:
     return rc;
 }
 
-typedef struct { pydb_progress_fn fn; void *ctx; } prog;
-
 int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
                             const pydb_nidx_options *opt,
                             pydb_progress_fn progress, void *ctx,
@@ -2083,11 +2070,8 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     x->pending_merge = merge;
     if (x->put_file)
         rc = x->put_file(x->put_ctx, t, x->manifest, man.p, man.n, err);
-    else if (pydb_txn_put_file)
-        rc = pydb_txn_put_file(t, x->manifest, man.p, man.n, err);
     else
-        rc = PYDB_ERROR(err, PYDB_EUNSUPPORTED, x->manifest, -1,
-                        "this build has no transactional writer");
+        rc = pydb_txn_put_file(t, x->manifest, man.p, man.n, err);
 cleanup:
     if (rc) {
         if (x->pending) {
@@ -2180,10 +2164,6 @@ int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err)
     pydb_commit_hook h;
     int rc = pydb__nidx_hook(ix, &h, err);
     if (rc) return rc;
-    if (!pydb_set_commit_hook || (!pydb_txn_put_file &&
-                                  !((nidx *)ix)->put_file))
-        return PYDB_ERROR(err, PYDB_EUNSUPPORTED, "", -1,
-                          "this build has no transactional writer");
     return pydb_set_commit_hook(db, &h, err);
 }
 

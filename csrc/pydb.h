@@ -648,7 +648,7 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
  * same database) in the same transaction (pydb_set_commit_hook): prepare
  * writes a segment and hands the new MANIFEST to pydb_txn_put_file;
  * publish makes it visible to searches on ix.  ix must stay open while db
- * is.  PYDB_EUNSUPPORTED when the write path is not linked in. */
+ * is. */
 int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
 
 #ifdef __cplusplus

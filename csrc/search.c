@@ -604,20 +604,6 @@ static int parse_expr(parser *p, node **out)
 
 typedef pydb_postings plist;
 
-static int pl_reserve(plist *l, size_t n, pydb_error *err)
-{
-    if (n <= l->cap) return PYDB_OK;
-    size_t cap = l->cap ? l->cap : 64;
-    while (cap < n) cap *= 2;
-    pydb_posting *v = realloc(l->v, cap * sizeof *v);
-    if (!v)
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                          "no memory for %zu postings", cap);
-    l->v = v;
-    l->cap = cap;
-    return PYDB_OK;
-}
-
 /* Compare postings on their first `level` fields (1 MFN, 2 +TAG, 3 +OCC,
  * 4 +CNT). */
 static int pcmp(const pydb_posting *a, const pydb_posting *b, int level)
@@ -630,24 +616,6 @@ static int pcmp(const pydb_posting *a, const pydb_posting *b, int level)
     if (level < 4) return 0;
     if (a->cnt != b->cnt) return a->cnt < b->cnt ? -1 : 1;
     return 0;
-}
-
-static int pcmp_qsort(const void *a, const void *b)
-{
-    return pcmp(a, b, 4);
-}
-
-/* Sort (if needed) and drop duplicates, in place. */
-static void pl_normalize(pydb_posting *v, size_t *n)
-{
-    size_t i, o;
-    for (i = 1; i < *n; i++)
-        if (pcmp(&v[i - 1], &v[i], 4) >= 0) break;
-    if (i >= *n) return;
-    qsort(v, *n, sizeof *v, pcmp_qsort);
-    for (i = 1, o = 1; i < *n; i++)
-        if (pcmp(&v[o - 1], &v[i], 4) != 0) v[o++] = v[i];
-    *n = o;
 }
 
 /* Keep the postings whose TAG is in tags[ntags] (sorted). */
@@ -736,13 +704,15 @@ static int combine(plist *out, const plist *a, const plist *b, int op,
 
     memset(out, 0, sizeof *out);
     if (op == OP_OR) {
-        if ((rc = pl_reserve(out, na + nb, err))) return rc;
+        if ((rc = pydb__postings_reserve(out, na + nb, err))) return rc;
         merge_into(out->v, &o, A, na, B, nb);
         out->n = o;
         return PYDB_OK;
     }
     level = op == OP_AND || op == OP_NOT ? 1 : op == OP_G ? 2 : 3;
-    if ((rc = pl_reserve(out, op == OP_NOT ? na : na + nb, err))) return rc;
+    if ((rc = pydb__postings_reserve(out, op == OP_NOT ? na : na + nb,
+                                     err)))
+        return rc;
     while (i < na && j < nb) {
         int c = pcmp(&A[i], &B[j], level);
         if (c < 0) {
@@ -853,7 +823,7 @@ static int merge_runs(plist *l, size_t *runs, size_t nruns, pydb_error *err)
 
     runs[nruns] = l->n;
     if (nruns < 2) return PYDB_OK;
-    if ((rc = pl_reserve(&tmp, l->n, err))) return rc;
+    if ((rc = pydb__postings_reserve(&tmp, l->n, err))) return rc;
     while (nruns > 1) {
         size_t o = 0, r, w = 0;
         /* each step reads runs[r..r+2] before writing runs[w], w <= r */
@@ -893,7 +863,7 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
     if (!t->trunc) {
         rc = pydb_index_postings(out, c->ix, t->key, t->key_len, c->err);
         if (rc) goto cleanup;
-        pl_normalize(out->v, &out->n);
+        pydb__postings_normalize(out->v, &out->n, 1);
         if (t->tags) pl_filter_tags(out->v, &out->n, t->tags, t->ntags);
         goto cleanup;
     }
@@ -915,7 +885,7 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
                                  keys.len[k], c->err);
         if (rc) goto cleanup;
         size_t n = out->n - start;
-        pl_normalize(out->v + start, &n);
+        pydb__postings_normalize(out->v + start, &n, 1);
         if (t->tags) pl_filter_tags(out->v + start, &n, t->tags, t->ntags);
         out->n = start + n;
         if (n) runs[nruns++] = start;
@@ -952,7 +922,8 @@ static int eval_or(plist *out, const node *n, eval_ctx *c)
                 runs[nruns++] = 0;
                 continue;
             }
-            if ((rc = pl_reserve(out, out->n + part.n, c->err))) break;
+            if ((rc = pydb__postings_reserve(out, out->n + part.n, c->err)))
+                break;
             memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
             runs[nruns++] = out->n;
             out->n += part.n;
