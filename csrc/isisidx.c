@@ -1186,22 +1186,6 @@ static int find_files(isis_index *ix, const char *base, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Strip a known index/database extension from path. */
-static void strip_ext(char *base, size_t sz, const char *path)
-{
-    static const char *const ext[] = {"mst", "xrf", "cnt", "n01", "n02",
-                                      "l01", "l02", "ifp", "ly1", "ly2",
-                                      "iyp", "fst", "fdt", "stw", NULL};
-    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
-    snprintf(base, sz, "%s", path);
-    if (!dot || (slash && dot < slash)) return;
-    for (int i = 0; ext[i]; i++)
-        if (strcasecmp(dot + 1, ext[i]) == 0) {
-            base[dot - path] = 0;
-            return;
-        }
-}
-
 static int64_t newest(const isis_index *ix, int a, int b, int c)
 {
     int64_t m = ix->files[a].mtime_ns;
@@ -1223,7 +1207,7 @@ int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err)
     if (!path || !*path || strlen(path) >= sizeof base - 8)
         return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
                           "empty or too long database path");
-    strip_ext(base, sizeof base, path);
+    pydb__strip_ext(base, sizeof base, path);
     ix = calloc(1, sizeof *ix);
     if (!ix)
         return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory for index");

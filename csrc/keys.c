@@ -23,7 +23,6 @@
 #define _GNU_SOURCE
 #endif
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -378,41 +377,25 @@ int pydb__read_file(const char *path, uint8_t **data, size_t *len,
     return PYDB_OK;
 }
 
-/* Find `name` in dir in any letter case; path receives the full path. */
-static int find_ci(const char *dir, const char *name, char *path, size_t cap)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    int found = 0;
-    if (!d) return 0;
-    while ((de = readdir(d)) != NULL) {
-        if (strcasecmp(de->d_name, name) == 0) {
-            snprintf(path, cap, "%s/%s", dir, de->d_name);
-            found = 1;
-            break;
-        }
-    }
-    closedir(d);
-    return found;
-}
-
 int pydb__keyrules_load_dir(pydb_keyrules *r, const char *dir, int *found,
                             pydb_error *err)
 {
-    char path[1024];
+    char path[1024], stem[1024];
     uint8_t *data;
     size_t len;
     int rc;
 
     *found = 0;
-    if (find_ci(dir, "isisuc.tab", path, sizeof path)) {
+    snprintf(stem, sizeof stem, "%.1000s/isisuc", dir);
+    if (pydb__find_file(path, sizeof path, stem, "tab") == 0) {
         if ((rc = pydb__read_file(path, &data, &len, err))) return rc;
         rc = pydb__keyrules_parse_uc(r, data, len, path, err);
         free(data);
         if (rc) return rc;
         *found |= 1;
     }
-    if (find_ci(dir, "isisac.tab", path, sizeof path)) {
+    snprintf(stem, sizeof stem, "%.1000s/isisac", dir);
+    if (pydb__find_file(path, sizeof path, stem, "tab") == 0) {
         if ((rc = pydb__read_file(path, &data, &len, err))) return rc;
         rc = pydb__keyrules_parse_ac(r, data, len, path, err);
         free(data);
