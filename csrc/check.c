@@ -110,6 +110,10 @@ typedef struct {
     const pydb_check_options *opt;
     pydb_check_summary *sum;
     int stop;
+    /* The handle's state, taken once at the start: a commit on the same
+     * handle during the walk does not move what the walk checks against. */
+    int64_t mst_size, xrf_size;
+    int32_t next_mfn, next_block, next_pos;
     int64_t end;          /* committed end of the records (NXTMFB/NXTMFP) */
     int64_t append_at;    /* where the next append starts: end, aligned   */
     int64_t align;        /* record start alignment: 2 or 2^MSTXL        */
@@ -290,7 +294,7 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
     const pydb_geom *g = c->g;
     const char *path = c->db->mst.path;
     const char *what = xrf_state < 0 ? "back version" : "record";
-    int64_t size = c->db->mst.size, mfrl, base, nvf, i, expect = 0;
+    int64_t size = c->mst_size, mfrl, base, nvf, i, expect = 0;
     int64_t mfbwb, mfbwp, lim = PYDB_BLOCK - (g->leader - 4);
     int32_t got;
     int locked, status, order_reported = 0;
@@ -342,8 +346,8 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
                "committed end %lld (NXTMFB/NXTMFP %d/%d, off by %lld; the "
                "next append, aligned, does not overwrite it)", what,
                (int)mfn, (long long)off, (long long)(off + mfrl),
-               (long long)c->end, (int)c->db->next_block,
-               (int)c->db->next_pos, (long long)(off + mfrl - c->end));
+               (long long)c->end, (int)c->next_block,
+               (int)c->next_pos, (long long)(off + mfrl - c->end));
     if (locked && xrf_state >= 0)
         report(c, PYDB_CHECK_LOCKED, mfn, path, off + g->off_mfrl,
                "record of MFN %d at offset %lld: MFRL stored negative "
@@ -502,24 +506,24 @@ static void check_control(ck *c)
     uint8_t h[32];
     int32_t delock, ewlock;
 
-    if (db->mst.size % PYDB_BLOCK)
-        report(c, PYDB_CHECK_FILE_SIZE, 0, db->mst.path, db->mst.size,
+    if (c->mst_size % PYDB_BLOCK)
+        report(c, PYDB_CHECK_FILE_SIZE, 0, db->mst.path, c->mst_size,
                "the master file has %lld bytes, not a multiple of 512",
-               (long long)db->mst.size);
-    if (db->xrf.size % PYDB_BLOCK)
-        report(c, PYDB_CHECK_FILE_SIZE, 0, db->xrf.path, db->xrf.size,
+               (long long)c->mst_size);
+    if (c->xrf_size % PYDB_BLOCK)
+        report(c, PYDB_CHECK_FILE_SIZE, 0, db->xrf.path, c->xrf_size,
                "the XRF has %lld bytes, not a multiple of 512 (the partial "
-               "block is ignored)", (long long)db->xrf.size);
-    if (c->end < PYDB_CTL_SIZE || c->end > db->mst.size)
+               "block is ignored)", (long long)c->xrf_size);
+    if (c->end < PYDB_CTL_SIZE || c->end > c->mst_size)
         report(c, PYDB_CHECK_CONTROL, 0, db->mst.path, 8,
                "control record: NXTMFB/NXTMFP %d/%d put the end of the "
-               "records at byte %lld, outside %d..%lld", (int)db->next_block,
-               (int)db->next_pos, (long long)c->end, PYDB_CTL_SIZE,
-               (long long)db->mst.size);
-    if (db->next_pos > PYDB_BLOCK)
+               "records at byte %lld, outside %d..%lld", (int)c->next_block,
+               (int)c->next_pos, (long long)c->end, PYDB_CTL_SIZE,
+               (long long)c->mst_size);
+    if (c->next_pos > PYDB_BLOCK)
         report(c, PYDB_CHECK_CONTROL, 0, db->mst.path, 12,
                "control record: NXTMFP %d is past the 512-byte block",
-               (int)db->next_pos);
+               (int)c->next_pos);
     if (db->mftype > 1)
         report(c, PYDB_CHECK_CONTROL_FLAGS, 0, db->mst.path, 14,
                "control record: MFTYPE %d (0 user, 1 system database)",
@@ -554,11 +558,11 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
                (long long)off);
         return;
     }
-    if (off >= db->mst.size) {
+    if (off >= c->mst_size) {
         report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
                "XRF entry of MFN %d (value %d) points at offset %lld, past "
                "the end of the master file (%lld bytes)", (int)mfn,
-               (int)raw, (long long)off, (long long)db->mst.size);
+               (int)raw, (long long)off, (long long)c->mst_size);
         return;
     }
     if (off >= c->end)   /* reported, and the version is still checked */
@@ -573,17 +577,17 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
 static void check_xrf(ck *c)
 {
     pydb_db *db = c->db;
-    int64_t nblocks = db->xrf.size / PYDB_BLOCK, b, b0;
-    int64_t need = pydb__xrf_blocks(db->next_mfn);
+    int64_t nblocks = c->xrf_size / PYDB_BLOCK, b, b0;
+    int64_t need = pydb__xrf_blocks(c->next_mfn);
     int neg_reported = 0;
 
     if (nblocks < need)
-        report(c, PYDB_CHECK_XRF_BLOCK, 0, db->xrf.path, db->xrf.size,
+        report(c, PYDB_CHECK_XRF_BLOCK, 0, db->xrf.path, c->xrf_size,
                "the XRF has %lld whole blocks, NXTMFN %d needs %lld: MFN "
                "%lld..%d have no entry", (long long)nblocks,
-               (int)db->next_mfn, (long long)need,
+               (int)c->next_mfn, (long long)need,
                (long long)(nblocks * PYDB_XRF_PER_BLOCK + 1),
-               (int)(db->next_mfn - 1));
+               (int)(c->next_mfn - 1));
     for (b0 = 0; b0 < nblocks && !c->stop; b0 += XRF_CHUNK_BLOCKS) {
         int64_t nb = nblocks - b0 < XRF_CHUNK_BLOCKS ? nblocks - b0
                                                      : XRF_CHUNK_BLOCKS;
@@ -618,14 +622,14 @@ static void check_xrf(ck *c)
                 int64_t mfn = b * PYDB_XRF_PER_BLOCK + s + 1;
                 int64_t where = b * PYDB_BLOCK + 4 + 4 * s;
                 int32_t raw = (int32_t)pydb__u32(blk + 4 + 4 * s);
-                if (mfn >= db->next_mfn) {
+                if (mfn >= c->next_mfn) {
                     if (raw != 0)
                         report(c, PYDB_CHECK_XRF_BEYOND_END, (int32_t)mfn,
                                db->xrf.path, where,
                                "XRF entry of MFN %lld holds %d, but NXTMFN "
                                "is %d: a record readers cannot see (or "
                                "NXTMFN too small)", (long long)mfn,
-                               (int)raw, (int)db->next_mfn);
+                               (int)raw, (int)c->next_mfn);
                     continue;
                 }
                 c->sum->mfns++;
@@ -674,7 +678,7 @@ static int plausible(ck *c, int64_t q, int64_t limit, int64_t *mfrl,
     int locked;
     if (!h) return 0;
     *mfn = (int32_t)pydb__u32(h);
-    if (*mfn < 1 || *mfn > c->db->next_mfn) return 0;
+    if (*mfn < 1 || *mfn > c->next_mfn) return 0;
     m = leader_mfrl(c, h, &locked);
     base = leader_base(c, h);
     nvf = pydb__u16(h + g->off_nvf);
@@ -764,7 +768,7 @@ static void check_scan(ck *c)
             prev_mfn = v[i].mfn;
         }
     }
-    if (!c->stop) scan_gap(c, prev_end, c->db->mst.size);
+    if (!c->stop) scan_gap(c, prev_end, c->mst_size);
     free(v);
     if (!c->stop) c->sum->scanned = 1;
 }
@@ -785,12 +789,17 @@ int pydb_check_ex(pydb_db *db, const pydb_check_options *opt,
     c.g = &pydb__geom[db->layout];
     c.opt = opt ? opt : &none;
     c.sum = out;
-    c.end = pydb__ctl_end(db->next_block, db->next_pos);
+    c.mst_size = pydb__fsize(&db->mst);
+    c.xrf_size = pydb__fsize(&db->xrf);
+    c.next_block = __atomic_load_n(&db->next_block, __ATOMIC_ACQUIRE);
+    c.next_pos = __atomic_load_n(&db->next_pos, __ATOMIC_ACQUIRE);
+    c.next_mfn = pydb__next_mfn(db);
+    c.end = pydb__ctl_end(c.next_block, c.next_pos);
     c.align = db->mstxl ? ((int64_t)1 << db->mstxl) : 2;
     c.append_at = (c.end + c.align - 1) / c.align * c.align;
     c.max_mfrl = c.g->ffi ? PYDB_MAX_FFI_MFRL : 32767;
     c.tracking = 1;
-    c.total = (int64_t)(db->next_mfn - 1) + db->mst.size / PYDB_BLOCK;
+    c.total = (int64_t)(c.next_mfn - 1) + c.mst_size / PYDB_BLOCK;
     c.chunk = malloc(CHUNK);
     c.dir_cap = 4096;
     c.dir = malloc(c.dir_cap);
