@@ -1,5 +1,5 @@
 /* nidx_int.h - internals of the FST, key extraction and native index
- * (csrc/keys.c, csrc/fst.c, csrc/nidx.c); not installed. */
+ * (csrc/keys.c, csrc/fst*.c, csrc/nidx_*.c); not installed. */
 #ifndef PYDB_NIDX_INT_H
 #define PYDB_NIDX_INT_H
 
@@ -72,7 +72,7 @@ int pydb__fst_format(const pydb_fst *fst, size_t i, int32_t mfn,
                      const pydb_field *fields, uint32_t n,
                      pydb_fst_scratch *s, pydb_error *err);
 
-/* ---- nidx.c: test double for pydb_txn_put_file ---- */
+/* ---- nidx_commit.c: the commit hook and its test double ---- */
 typedef int (*pydb_put_file_fn)(void *ctx, pydb_txn *t, const char *path,
                                 const void *data, size_t len,
                                 pydb_error *err);

@@ -1,0 +1,551 @@
+/*
+ * nidx_handle.c - the native index handle (nidx_handle.h): segment sets
+ * and dead postings, open/close, following newer MANIFESTs, and the read
+ * operations of pydb_index (terms with a k-way merge over the segments,
+ * postings, pinned views).
+ *
+ * Depends on: nidx_seg.h (segments, cursors), nidx_manifest.h (reading
+ * the MANIFEST), the FST parser and stop words (nidx_int.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "nidx_handle.h"
+
+void pydb__nsegset_unref(nidx_segset *ss)
+{
+    if (!ss || atomic_fetch_sub(&ss->refs, 1) != 1) return;
+    for (size_t i = 0; i < ss->n; i++) {
+        pydb__nseg_unref(ss->v[i]);
+        if (ss->dead) free(ss->dead[i]);
+    }
+    free(ss->v);
+    free(ss->newer_tombs);
+    free(ss->dead);
+    free(ss->dead_bits);
+    free(ss);
+}
+
+nidx_segset *pydb__nsegset_new(size_t n)
+{
+    nidx_segset *ss = calloc(1, sizeof *ss);
+    if (!ss) return NULL;
+    ss->v = calloc(n ? n : 1, sizeof *ss->v);
+    ss->newer_tombs = calloc(n ? n : 1, 1);
+    if (!ss->v || !ss->newer_tombs) {
+        free(ss->v);
+        free(ss->newer_tombs);
+        free(ss);
+        return NULL;
+    }
+    atomic_init(&ss->refs, 1);
+    ss->n = n;
+    return ss;
+}
+
+/* Flags and dead-MFN bitmaps for the list.  A bitmap that cannot be
+ * allocated is left NULL (is_dead then searches the tombstones). */
+void pydb__nsegset_finish(nidx_segset *ss)
+{
+    int any = 0;
+    int32_t maxm = 0;
+    for (size_t i = ss->n; i-- > 0;) {
+        ss->newer_tombs[i] = (uint8_t)any;
+        if (ss->v[i]->ntomb) {
+            any = 1;
+            int32_t m = pydb__nseg_tomb(ss->v[i], ss->v[i]->ntomb - 1);
+            if (m > maxm) maxm = m;
+        }
+    }
+    if (!any || ss->n < 2) return;
+    ss->dead = calloc(ss->n, sizeof *ss->dead);
+    ss->dead_bits = calloc(ss->n, sizeof *ss->dead_bits);
+    if (!ss->dead || !ss->dead_bits) {
+        free(ss->dead);
+        free(ss->dead_bits);
+        ss->dead = NULL;
+        ss->dead_bits = NULL;
+        return;
+    }
+    size_t bytes = (size_t)maxm / 8 + 1;
+    uint8_t *acc = NULL;      /* union of the tombstones after i */
+    for (size_t i = ss->n - 1; i-- > 0;) {
+        const nidx_seg *nx = ss->v[i + 1];
+        if (nx->ntomb) {
+            uint8_t *b = malloc(bytes);
+            if (!b) break;
+            if (acc) memcpy(b, acc, bytes);
+            else memset(b, 0, bytes);
+            for (uint32_t k = 0; k < nx->ntomb; k++) {
+                int32_t m = pydb__nseg_tomb(nx, k);
+                if (m >= 0) b[m >> 3] |= (uint8_t)(1u << (m & 7));
+            }
+            acc = b;
+        } else if (acc) {
+            uint8_t *b = malloc(bytes);
+            if (!b) break;
+            memcpy(b, acc, bytes);
+            acc = b;
+        }
+        ss->dead[i] = acc;
+        ss->dead_bits[i] = acc ? (uint32_t)bytes * 8 : 0;
+    }
+}
+
+static int is_dead(const nidx_segset *ss, size_t i, int32_t mfn)
+{
+    if (!ss->newer_tombs[i]) return 0;
+    if (ss->dead && ss->dead[i])
+        return mfn >= 0 && (uint32_t)mfn < ss->dead_bits[i] &&
+               (ss->dead[i][mfn >> 3] >> (mfn & 7)) & 1;
+    for (size_t j = i + 1; j < ss->n; j++)
+        if (ss->v[j]->ntomb && pydb__nseg_has_tomb(ss->v[j], mfn)) return 1;
+    return 0;
+}
+
+typedef struct dead_in {
+    const nidx_segset *ss;
+    size_t i;
+} dead_in;
+
+static int dead_after(const void *ctx, int32_t mfn)
+{
+    const dead_in *d = ctx;
+    return is_dead(d->ss, d->i, mfn);
+}
+
+int pydb__nidx_decode_live(pydb_postings *out, const nidx_segset *ss,
+                           size_t i, const nidx_cursor *c, uint64_t *live,
+                           pydb_error *err)
+{
+    dead_in d = {ss, i};
+    PYDB_ASSERT(i < ss->n && c->s == ss->v[i]);
+    return pydb__nseg_decode(out, c, ss->newer_tombs[i] ? dead_after : NULL,
+                             &d, live, err);
+}
+
+/* <base>.pdx for a database path ("x/cds", "x/cds.mst", "x/CDS.XRF"). */
+int pydb__nidx_dir(char *out, size_t cap, const char *db_path,
+                   pydb_error *err)
+{
+    size_t l = strlen(db_path);
+    if (l >= 4 && db_path[l - 4] == '.' &&
+        (strcasecmp(db_path + l - 3, "mst") == 0 ||
+         strcasecmp(db_path + l - 3, "xrf") == 0))
+        l -= 4;
+    if (l == 0 || l + 5 >= cap)
+        return PYDB_ERROR(err, PYDB_EINVAL, db_path, -1,
+                          "database path too long or empty");
+    memcpy(out, db_path, l);
+    memcpy(out + l, ".pdx", 5);
+    return PYDB_OK;
+}
+
+nidx_segset *pydb__nidx_acquire(nidx *x)
+{
+    nidx_segset *ss;
+    pthread_mutex_lock(&x->mu);
+    ss = x->cur;
+    atomic_fetch_add(&ss->refs, 1);
+    pthread_mutex_unlock(&x->mu);
+    return ss;
+}
+
+static int terms_in(nidx *x, nidx_segset *ss, const uint8_t *prefix,
+                    size_t prefix_len, const uint8_t *start,
+                    size_t start_len, pydb_term_fn fn, void *ctx,
+                    pydb_error *err)
+{
+    nidx_cursor *cs = calloc(ss->n ? ss->n : 1, sizeof *cs);
+    const uint8_t *from = prefix;
+    size_t from_len = prefix_len, nord = 0;
+    nidx_cursor **ord = NULL;
+    int rc = PYDB_OK;
+
+    if (!cs) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "cannot allocate");
+        goto cleanup;
+    }
+    if (start && pydb__keycmp(start, start_len, prefix, prefix_len) > 0) {
+        from = start;
+        from_len = start_len;
+    }
+    for (size_t i = 0; i < ss->n; i++) {
+        cs[i].s = ss->v[i];
+        cs[i].idx = i;
+        if ((rc = pydb__ncur_seek(&cs[i], from, from_len, err))) goto cleanup;
+    }
+    if (ss->n == 1 && !ss->newer_tombs[0]) {   /* one segment: no merge */
+        nidx_cursor *c = &cs[0];
+        while (c->valid) {
+            if (c->klen < prefix_len ||
+                (prefix_len && memcmp(c->key, prefix, prefix_len) != 0))
+                break;
+            if (fn(ctx, c->key, c->klen, c->count)) break;
+            if ((rc = pydb__ncur_next(c, err))) goto cleanup;
+        }
+        goto cleanup;
+    }
+    /* k-way merge: the valid cursors kept sorted by their current key, so
+     * each key costs about one comparison per cursor that shares it */
+    ord = malloc(ss->n * sizeof *ord);
+    if (!ord) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "cannot allocate");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < ss->n; i++) {
+        if (!cs[i].valid) continue;
+        size_t p = nord;
+        while (p > 0 && pydb__keycmp(cs[i].key, cs[i].klen, ord[p - 1]->key,
+                                     ord[p - 1]->klen) < 0) {
+            ord[p] = ord[p - 1];
+            p--;
+        }
+        ord[p] = &cs[i];
+        nord++;
+    }
+    while (nord > 0) {
+        nidx_cursor *min = ord[0];
+        uint64_t total = 0;
+        size_t k = 1;
+        if (min->klen < prefix_len ||
+            (prefix_len && memcmp(min->key, prefix, prefix_len) != 0))
+            break;
+        while (k < nord && pydb__keycmp(ord[k]->key, ord[k]->klen, min->key,
+                                        min->klen) == 0)
+            k++;
+        for (size_t j = 0; j < k; j++) {
+            nidx_cursor *c = ord[j];
+            if (ss->newer_tombs[c->idx]) {
+                uint64_t live;
+                if ((rc = pydb__nidx_decode_live(NULL, ss, c->idx, c, &live,
+                                                 err)))
+                    goto cleanup;
+                total += live;
+            } else {
+                total += c->count;
+            }
+        }
+        if (total > 0 && fn(ctx, min->key, min->klen, total)) break;
+        /* advance the k cursors on this key and put them back in order */
+        nidx_cursor *moved[k];
+        size_t nm = 0;
+        for (size_t j = 0; j < k; j++) {
+            if ((rc = pydb__ncur_next(ord[j], err))) goto cleanup;
+            if (ord[j]->valid) moved[nm++] = ord[j];
+        }
+        memmove(ord, ord + k, (nord - k) * sizeof *ord);
+        nord -= k;
+        for (size_t j = 0; j < nm; j++) {
+            nidx_cursor *c = moved[j];
+            size_t p = 0;
+            while (p < nord && pydb__keycmp(ord[p]->key, ord[p]->klen,
+                                            c->key, c->klen) < 0)
+                p++;
+            memmove(ord + p + 1, ord + p, (nord - p) * sizeof *ord);
+            ord[p] = c;
+            nord++;
+        }
+    }
+cleanup:
+    if (cs)
+        for (size_t i = 0; i < ss->n; i++) free(cs[i].key);
+    free(cs);
+    free(ord);
+    return rc;
+}
+
+static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
+                      size_t prefix_len, const uint8_t *start,
+                      size_t start_len, pydb_term_fn fn, void *ctx,
+                      pydb_error *err)
+{
+    nidx *x = (nidx *)ix;
+    int rc = pydb__nidx_refresh(x, 0, err);
+    if (rc) return rc;
+    nidx_segset *ss = pydb__nidx_acquire(x);
+    rc = terms_in(x, ss, prefix, prefix_len, start, start_len, fn, ctx, err);
+    pydb__nsegset_unref(ss);
+    return rc;
+}
+
+static int postings_in(pydb_postings *out, nidx_segset *ss,
+                       const uint8_t *key, size_t len, pydb_error *err)
+{
+    size_t first = out->n;
+    int rc = PYDB_OK, parts = 0;
+    nidx_cursor c;
+
+    memset(&c, 0, sizeof c);
+    for (size_t i = 0; i < ss->n; i++) {
+        uint64_t live;
+        c.s = ss->v[i];
+        if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
+        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
+        if ((rc = pydb__nidx_decode_live(out, ss, i, &c, &live, err)))
+            goto cleanup;
+        parts += live > 0;
+    }
+    if (parts > 1)
+        qsort(out->v + first, out->n - first, sizeof *out->v,
+              pydb__posting_cmp);
+cleanup:
+    free(c.key);
+    return rc;
+}
+
+static int nidx_postings(pydb_postings *out, pydb_index *ix,
+                         const uint8_t *key, size_t len, pydb_error *err)
+{
+    int rc = pydb__nidx_refresh((nidx *)ix, 0, err);
+    if (rc) return rc;
+    nidx_segset *ss = pydb__nidx_acquire((nidx *)ix);
+    rc = postings_in(out, ss, key, len, err);
+    pydb__nsegset_unref(ss);
+    return rc;
+}
+
+static int nidx_key(pydb_index *ix, const uint8_t *term, size_t len,
+                    uint8_t *out, size_t cap, size_t *out_len,
+                    pydb_error *err)
+{
+    return pydb__key_normalize(&((nidx *)ix)->rules, term, len, out, cap,
+                               out_len, err);
+}
+
+static void nidx_close(pydb_index *ix)
+{
+    nidx *x = (nidx *)ix;
+    /* A pending segment here belongs to a commit that failed once its log
+     * may have been durable (pydb.h, pydb_commit_hook): recovery may name
+     * it, so it stays; if it does not, a later prepare collects it. */
+    if (x->pending) pydb__nseg_unref(x->pending);
+    pydb__nsegset_unref(x->cur);
+    pydb_fst_free(x->fst);
+    pydb__stopwords_free(&x->sw);
+    pydb__fst_scratch_free(&x->scratch);
+    free(x->fst_text);
+    free(x->stw_text);
+    free(x->test_data);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+}
+
+/* A pinned view: the segment list current when it was made.  It borrows
+ * the key rules of its index, which must outlive it. */
+typedef struct nidx_view {
+    pydb_index base;
+    nidx *x;
+    nidx_segset *ss;
+} nidx_view;
+
+static int view_terms(pydb_index *ix, const uint8_t *prefix,
+                      size_t prefix_len, const uint8_t *start,
+                      size_t start_len, pydb_term_fn fn, void *ctx,
+                      pydb_error *err)
+{
+    nidx_view *v = (nidx_view *)ix;
+    return terms_in(v->x, v->ss, prefix, prefix_len, start, start_len, fn,
+                    ctx, err);
+}
+
+static int view_postings(pydb_postings *out, pydb_index *ix,
+                         const uint8_t *key, size_t len, pydb_error *err)
+{
+    return postings_in(out, ((nidx_view *)ix)->ss, key, len, err);
+}
+
+static int view_key(pydb_index *ix, const uint8_t *term, size_t len,
+                    uint8_t *out, size_t cap, size_t *out_len,
+                    pydb_error *err)
+{
+    return pydb__key_normalize(&((nidx_view *)ix)->x->rules, term, len, out,
+                               cap, out_len, err);
+}
+
+static void view_close(pydb_index *ix)
+{
+    nidx_view *v = (nidx_view *)ix;
+    pydb__nsegset_unref(v->ss);
+    free(v);
+}
+
+static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
+                                        view_key, view_close, NULL};
+
+static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
+{
+    nidx *x = (nidx *)ix;
+    int rc = pydb__nidx_refresh(x, 0, err);
+    if (rc) return rc;
+    nidx_view *v = calloc(1, sizeof *v);
+    if (!v) return PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
+    v->base = x->base;
+    v->base.ops = &view_ops;
+    v->x = x;
+    v->ss = pydb__nidx_acquire(x);
+    *out = &v->base;
+    return PYDB_OK;
+}
+
+static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
+                                        nidx_key, nidx_close, nidx_pin};
+
+int pydb__nidx_is_native(const pydb_index *ix)
+{
+    return ix && ix->ops == &nidx_ops;
+}
+
+int pydb_native_index_open(pydb_index **out, const char *db_path,
+                           pydb_error *err)
+{
+    nidx *x = calloc(1, sizeof *x);
+    uint8_t *data = NULL;
+    size_t len;
+    nidx_manifest m;
+    int rc;
+
+    *out = NULL;
+    memset(&m, 0, sizeof m);
+    if (!x) return PYDB_ERROR(err, PYDB_ENOMEM, db_path, -1, "no memory");
+    pthread_mutex_init(&x->mu, NULL);
+    x->base.ops = &nidx_ops;
+    x->base.kind = PYDB_INDEX_NATIVE;
+    x->base.caps = PYDB_POSTING_TAG | PYDB_POSTING_OCC | PYDB_POSTING_CNT;
+    if ((rc = pydb__nidx_dir(x->dir, sizeof x->dir, db_path, err)))
+        goto cleanup;
+    snprintf(x->manifest, sizeof x->manifest, "%s/MANIFEST", x->dir);
+    if ((rc = pydb__read_file(x->manifest, &data, &len, err))) goto cleanup;
+    if ((rc = pydb__nman_parse(&m, data, len, x->manifest, err))) goto cleanup;
+    x->rules = m.rules;
+    x->gen = m.gen;
+    x->fst_text = malloc(m.fst_len + 1);
+    x->stw_text = malloc(m.stw_len + 1);
+    if (!x->fst_text || !x->stw_text) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
+        goto cleanup;
+    }
+    memcpy(x->fst_text, m.fst, m.fst_len);
+    x->fst_len = m.fst_len;
+    memcpy(x->stw_text, m.stw, m.stw_len);
+    x->stw_len = m.stw_len;
+    if ((rc = pydb_fst_parse(&x->fst, x->fst_text, x->fst_len, x->manifest,
+                             err)))
+        goto cleanup;
+    if ((rc = pydb__stopwords_parse(&x->sw, &x->rules, x->stw_text,
+                                    x->stw_len, err)))
+        goto cleanup;
+    x->cur = pydb__nsegset_new(m.nsegs);
+    if (!x->cur) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
+        goto cleanup;
+    }
+    x->cur->n = 0;
+    for (size_t i = 0; i < m.nsegs; i++) {
+        char path[1100];
+        pydb__nseg_path(path, sizeof path, x->dir, m.segs[i]);
+        if ((rc = pydb__nseg_open(&x->cur->v[i], path, m.segs[i], err)))
+            goto cleanup;
+        x->cur->n = i + 1;
+    }
+    pydb__nsegset_finish(x->cur);
+cleanup:
+    free(m.segs);
+    free(data);
+    if (rc) {
+        nidx_close(&x->base);
+        return rc;
+    }
+    *out = &x->base;
+    return PYDB_OK;
+}
+
+/* Adopt the segment list of a MANIFEST newer than the one this handle
+ * serves: another handle or process has committed.  Called by readers
+ * on every entry (force 0: only the head of the MANIFEST is read unless
+ * its generation is newer; a missing MANIFEST keeps the current list)
+ * and by
+ * the writer before it prepares a commit (force 1: it holds the writer
+ * lock, so the file on disk is at least as new as its last commit).
+ * The new list is built outside the lock (segments already open are
+ * shared) and swapped in under it only if no newer one was installed
+ * meanwhile, so concurrent refreshes and commits never mix lists.  A
+ * segment that vanished between reading the MANIFEST and opening it
+ * (merged away by a later commit) makes it read the MANIFEST again. */
+int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
+{
+    uint8_t *data = NULL;
+    size_t len;
+    nidx_manifest m;
+    nidx_segset *ns = NULL, *old = NULL;
+    uint64_t cur_gen;
+    int rc = PYDB_OK, tries = 0;
+
+again:
+    memset(&m, 0, sizeof m);
+    if (!force) {
+        uint64_t g = pydb__nman_head_generation(x->manifest);
+        pthread_mutex_lock(&x->mu);
+        cur_gen = x->gen;
+        pthread_mutex_unlock(&x->mu);
+        if (g <= cur_gen) return PYDB_OK;   /* also: no MANIFEST now */
+    }
+    if ((rc = pydb__read_file(x->manifest, &data, &len, err))) goto cleanup;
+    if ((rc = pydb__nman_parse(&m, data, len, x->manifest, err))) goto cleanup;
+    old = pydb__nidx_acquire(x);
+    pthread_mutex_lock(&x->mu);
+    cur_gen = x->gen;
+    pthread_mutex_unlock(&x->mu);
+    if (m.gen <= cur_gen) goto cleanup;
+    ns = pydb__nsegset_new(m.nsegs);
+    if (!ns) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
+        goto cleanup;
+    }
+    ns->n = 0;
+    for (size_t i = 0; i < m.nsegs; i++) {
+        nidx_seg *sg = NULL;
+        for (size_t j = 0; j < old->n && !sg; j++)
+            if (old->v[j]->gen == m.segs[i]) {
+                sg = old->v[j];
+                atomic_fetch_add(&sg->refs, 1);
+            }
+        if (!sg) {
+            char path[1100];
+            pydb__nseg_path(path, sizeof path, x->dir, m.segs[i]);
+            if ((rc = pydb__nseg_open(&sg, path, m.segs[i], err))) {
+                if (err->sys_errno == ENOENT && ++tries < 5) {
+                    pydb__nsegset_unref(ns);
+                    pydb__nsegset_unref(old);
+                    free(m.segs);
+                    free(data);
+                    ns = old = NULL;
+                    data = NULL;
+                    goto again;
+                }
+                goto cleanup;
+            }
+        }
+        ns->v[ns->n++] = sg;
+    }
+    pydb__nsegset_finish(ns);
+    pthread_mutex_lock(&x->mu);
+    if (m.gen > x->gen) {
+        nidx_segset *prev = x->cur;
+        x->cur = ns;
+        x->gen = m.gen;
+        ns = prev;   /* released below */
+    }
+    pthread_mutex_unlock(&x->mu);
+cleanup:
+    pydb__nsegset_unref(ns);
+    pydb__nsegset_unref(old);
+    free(m.segs);
+    free(data);
+    return rc;
+}
+

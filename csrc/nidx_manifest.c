@@ -1,0 +1,222 @@
+/*
+ * nidx_manifest.c - the native index's MANIFEST (format in
+ * nidx_manifest.h): encode, parse, read the generation, publish.
+ *
+ * Depends on: nidx_bytes.h (buffer, checksum, file write, directory
+ * fsync), index_int.h (key rules), the vfs.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "nidx_int.h"
+#include "nidx_manifest.h"
+
+static void hex_put(nidx_buf *b, const uint8_t *p, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    if (pydb__nbuf_reserve(b, n * 2) < 0) return;
+    for (size_t i = 0; i < n; i++) {
+        b->p[b->n++] = (uint8_t)hx[p[i] >> 4];
+        b->p[b->n++] = (uint8_t)hx[p[i] & 15];
+    }
+}
+
+int pydb__nman_encode(nidx_buf *b, uint64_t gen, const pydb_keyrules *r,
+                      const char *fst, size_t fst_len, const uint8_t *stw,
+                      size_t stw_len, const uint64_t *gens, size_t ngens,
+                      pydb_error *err)
+{
+    char line[128];
+    int l;
+    for (size_t i = 0; i < ngens; i++)   /* oldest first, none newer */
+        PYDB_ASSERT(gens[i] <= gen && (i == 0 || gens[i - 1] < gens[i]));
+    pydb__nbuf_put(b, NIDX_MANIFEST_MAGIC, strlen(NIDX_MANIFEST_MAGIC));
+    l = snprintf(line, sizeof line, "generation %llu\nutf8 %d\nmax_key %zu\n",
+                 (unsigned long long)gen, r->utf8, r->max_key);
+    pydb__nbuf_put(b, line, (size_t)l);
+    pydb__nbuf_put(b, "upper ", 6);
+    hex_put(b, r->upper, 256);
+    pydb__nbuf_put(b, "\nword ", 6);
+    hex_put(b, r->word, 256);
+    l = snprintf(line, sizeof line, "\nfst %zu\n", fst_len);
+    pydb__nbuf_put(b, line, (size_t)l);
+    pydb__nbuf_put(b, fst, fst_len);
+    l = snprintf(line, sizeof line, "\nstw %zu\n", stw_len);
+    pydb__nbuf_put(b, line, (size_t)l);
+    if (stw_len) pydb__nbuf_put(b, stw, stw_len);
+    pydb__nbuf_put(b, "\n", 1);
+    for (size_t i = 0; i < ngens; i++) {
+        l = snprintf(line, sizeof line, "segment seg-%08llu.pds\n",
+                     (unsigned long long)gens[i]);
+        pydb__nbuf_put(b, line, (size_t)l);
+    }
+    l = snprintf(line, sizeof line, "end %016llx\n",
+                 (unsigned long long)pydb__nidx_checksum(b->p, b->n));
+    pydb__nbuf_put(b, line, (size_t)l);
+    if (b->oom)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "cannot allocate the manifest");
+    return PYDB_OK;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
+                     const char *path, pydb_error *err)
+{
+    const uint8_t *p = d, *e = d + n;
+    size_t ml = strlen(NIDX_MANIFEST_MAGIC), cap = 0;
+    unsigned long long v;
+    int k;
+    char *end;
+
+    memset(m, 0, sizeof *m);
+#define BAD(what) \
+    do { \
+        free(m->segs); \
+        m->segs = NULL; \
+        return PYDB_CORRUPT(err, path, (int64_t)(p - d), "manifest: %s", what); \
+    } while (0)
+    if (n < ml || memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0) BAD("bad magic line");
+    /* the checksum line covers everything before it */
+    {
+        const uint8_t *q = e;
+        if (n < 21 || e[-1] != '\n') BAD("missing end line");
+        q = e - 21;
+        if (memcmp(q, "end ", 4) != 0) BAD("missing end line");
+        uint64_t want = 0;
+        for (int i = 0; i < 16; i++) {
+            int h = hexval(q[4 + i]);
+            if (h < 0) BAD("bad checksum");
+            want = want << 4 | (uint64_t)h;
+        }
+        if (pydb__nidx_checksum(d, (size_t)(q - d)) != want) {
+            p = q;
+            BAD("checksum mismatch");
+        }
+        e = q;
+    }
+    p += ml;
+    if (sscanf((const char *)p, "generation %llu\nutf8 %d\nmax_key %zu\n",
+               &v, &m->rules.utf8, &m->rules.max_key) != 3)
+        BAD("bad header lines");
+    m->gen = v;
+    for (k = 0; k < 3; k++) {
+        const uint8_t *nl = memchr(p, '\n', (size_t)(e - p));
+        if (!nl) BAD("truncated");
+        p = nl + 1;
+    }
+    for (int t = 0; t < 2; t++) {
+        uint8_t *dst = t ? m->rules.word : m->rules.upper;
+        const char *name = t ? "word " : "upper ";
+        size_t nl = strlen(name);
+        if ((size_t)(e - p) < nl + 513 || memcmp(p, name, nl) != 0)
+            BAD("bad table line");
+        p += nl;
+        for (int i = 0; i < 256; i++) {
+            int h = hexval(p[2 * i]), l2 = hexval(p[2 * i + 1]);
+            if (h < 0 || l2 < 0) BAD("bad table digit");
+            dst[i] = (uint8_t)(h << 4 | l2);
+        }
+        p += 512;
+        if (*p++ != '\n') BAD("bad table line end");
+    }
+    for (int t = 0; t < 2; t++) {
+        const char *name = t ? "stw " : "fst ";
+        if ((size_t)(e - p) < 5 || memcmp(p, name, 4) != 0)
+            BAD("bad text section");
+        p += 4;
+        errno = 0;
+        v = strtoull((const char *)p, &end, 10);
+        if ((const uint8_t *)end >= e || *end != '\n' || errno)
+            BAD("bad text length");
+        p = (const uint8_t *)end + 1;
+        if (v > (unsigned long long)(e - p) - 1) BAD("text passes the end");
+        if (t) {
+            m->stw = p;
+            m->stw_len = (size_t)v;
+        } else {
+            m->fst = (const char *)p;
+            m->fst_len = (size_t)v;
+        }
+        p += v;
+        if (*p++ != '\n') BAD("bad text section end");
+    }
+    while (p < e) {
+        unsigned long long g;
+        if ((size_t)(e - p) < 25 || memcmp(p, "segment seg-", 12) != 0 ||
+            sscanf((const char *)p + 12, "%8llu.pds\n", &g) != 1 ||
+            memcmp(p + 20, ".pds\n", 5) != 0)
+            BAD("bad segment line");
+        if (m->nsegs == cap) {
+            cap = cap ? cap * 2 : 8;
+            uint64_t *nv = realloc(m->segs, cap * sizeof *nv);
+            if (!nv) BAD("out of memory");
+            m->segs = nv;
+        }
+        m->segs[m->nsegs++] = g;
+        p += 25;
+    }
+#undef BAD
+    return PYDB_OK;
+}
+
+uint64_t pydb__nman_head_generation(const char *path)
+{
+    char hb[96];
+    size_t ml = strlen(NIDX_MANIFEST_MAGIC);
+    unsigned long long g;
+    ssize_t r;
+    int fd = pydb__vfs->open(path, O_RDONLY, 0);
+    if (fd < 0) return 0;
+    r = pydb__vfs->pread(fd, hb, sizeof hb - 1, 0);
+    pydb__vfs->close(fd);
+    if (r < (ssize_t)ml || memcmp(hb, NIDX_MANIFEST_MAGIC, ml) != 0) return 0;
+    hb[r] = '\0';
+    if (sscanf(hb + ml, "generation %llu\n", &g) != 1) return 0;
+    return (uint64_t)g;
+}
+
+uint64_t pydb__nman_top_generation(const char *dir)
+{
+    char path[1100];
+    uint8_t *d;
+    size_t n;
+    nidx_manifest m;
+    pydb_error e;
+    uint64_t gen = 0;
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    if (pydb__read_file(path, &d, &n, &e)) return 0;
+    if (pydb__nman_parse(&m, d, n, path, &e) == PYDB_OK) {
+        gen = m.gen;
+        for (size_t i = 0; i < m.nsegs; i++)
+            if (m.segs[i] > gen) gen = m.segs[i];
+        free(m.segs);
+    }
+    free(d);
+    return gen;
+}
+
+int pydb__nman_publish(const char *dir, const void *data, size_t len,
+                       pydb_error *err)
+{
+    char tmp[1100], path[1100];
+    int rc;
+    snprintf(tmp, sizeof tmp, "%s/MANIFEST.tmp", dir);
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    if ((rc = pydb__nidx_write_file(tmp, data, len, 0, err))) return rc;
+    if (rename(tmp, path) != 0)
+        return PYDB_OSERROR(err, errno, path, -1, "cannot rename %s", tmp);
+    return pydb__nidx_fsync_dir(dir, err);
+}

@@ -1,0 +1,59 @@
+/*
+ * nidx_manifest.h - the MANIFEST of a native index (<base>.pdx/MANIFEST):
+ * its text format, reading it, and publishing a new one atomically
+ * (nidx_manifest.c).
+ *
+ * The MANIFEST is text: a magic line with the format version, the
+ * generation, the key rules (utf8, max_key, case and word tables in
+ * hex), the FST and stop-word texts, the live segments (oldest first),
+ * and a checksum line covering everything before it.  It is replaced
+ * whole: by a bulk build (pydb__nman_publish: MANIFEST.tmp, fsync,
+ * rename, fsync the directory) or by a commit through pydb_txn_put_file()
+ * (written with the records' write-ahead log and replayed by recovery),
+ * so the index flips with the records.  Each new MANIFEST has a higher
+ * generation than the one it replaces.
+ *
+ * Depends on: nidx_bytes.h, index_int.h (key rules).
+ */
+#ifndef PYDB_NIDX_MANIFEST_H
+#define PYDB_NIDX_MANIFEST_H
+
+#include "index_int.h"
+#include "nidx_bytes.h"
+
+#define NIDX_MANIFEST_MAGIC "pydb-native-index 1\n"
+
+/* A parsed MANIFEST.  fst and stw point into the bytes it was parsed
+ * from; segs is malloc'ed (free it). */
+typedef struct nidx_manifest {
+    uint64_t gen;
+    pydb_keyrules rules;
+    const char *fst;
+    size_t fst_len;
+    const uint8_t *stw;
+    size_t stw_len;
+    uint64_t *segs;
+    size_t nsegs;
+} nidx_manifest;
+
+/* Append the MANIFEST text for generation gen, the rules, texts and the
+ * segments gens[ngens] (ascending) to b. */
+int pydb__nman_encode(nidx_buf *b, uint64_t gen, const pydb_keyrules *r,
+                      const char *fst, size_t fst_len, const uint8_t *stw,
+                      size_t stw_len, const uint64_t *gens, size_t ngens,
+                      pydb_error *err);
+/* Parse d[n] (read from path) into *m; PYDB_ECORRUPT (path, offset,
+ * reason) for damage or another format version. */
+int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
+                     const char *path, pydb_error *err);
+/* The generation a MANIFEST's head announces, or 0 when the file is
+ * missing or its head does not parse (a full read then decides). */
+uint64_t pydb__nman_head_generation(const char *path);
+/* The highest generation <dir>/MANIFEST names (its own or a segment's);
+ * 0 when there is none or it cannot be read. */
+uint64_t pydb__nman_top_generation(const char *dir);
+/* Replace <dir>/MANIFEST by data[len] atomically and durably. */
+int pydb__nman_publish(const char *dir, const void *data, size_t len,
+                       pydb_error *err);
+
+#endif

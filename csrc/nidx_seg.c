@@ -1,0 +1,459 @@
+/*
+ * nidx_seg.c - the segment file of the native index (layout in
+ * nidx_seg.h): open and validate, dictionary cursors, posting list
+ * decoding, and the encoder that writes a segment.
+ *
+ * Depends on: nidx_bytes.h (codec, buffer, checksum), index_int.h (key
+ * order, posting lists), the vfs.  Nothing here knows about other
+ * segments, the MANIFEST or the index handle.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "nidx_seg.h"
+
+/* ------------------------------------------------------------ varints */
+
+static void buf_varint(nidx_buf *b, uint64_t v)
+{
+    if (pydb__nbuf_reserve(b, 10) < 0) return;
+    uint8_t *o = b->p + b->n;
+    while (v >= 0x80) {
+        *o++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *o++ = (uint8_t)v;
+    b->n = (size_t)(o - b->p);
+}
+
+static inline int rd_varint(const uint8_t **pp, const uint8_t *end,
+                            uint64_t *v)
+{
+    const uint8_t *p = *pp;
+    uint64_t r = 0;
+    int shift = 0;
+    while (p < end) {
+        uint8_t c = *p++;
+        r |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) {
+            *pp = p;
+            *v = r;
+            return 0;
+        }
+        shift += 7;
+        if (shift > 63) return -1;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------ reading */
+
+void pydb__nseg_unref(nidx_seg *s)
+{
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    if (s->map) munmap(s->map, s->size);
+    free(s);
+}
+
+int pydb__nseg_has_tomb(const nidx_seg *s, int32_t mfn)
+{
+    uint32_t lo = 0, hi = s->ntomb;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        int32_t v = pydb__nseg_tomb(s, mid);
+        if (v == mfn) return 1;
+        if (v < mfn) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0;
+}
+
+int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
+                    pydb_error *err)
+{
+    struct stat st;
+    nidx_seg *s = NULL;
+    int fd = -1, rc = PYDB_OK;
+    const uint8_t *m;
+
+    *out = NULL;
+    fd = pydb__vfs->open(path, O_RDONLY, 0);
+    if (fd < 0) return PYDB_OSERROR(err, errno, path, -1, "cannot open");
+    if (fstat(fd, &st) != 0) {
+        rc = PYDB_OSERROR(err, errno, path, -1, "cannot stat");
+        goto cleanup;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "cannot allocate");
+        goto cleanup;
+    }
+    atomic_init(&s->refs, 1);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    s->gen = gen;
+    s->size = (size_t)st.st_size;
+    if (s->size < NIDX_SEG_HDR + 4 + 8) {
+        rc = PYDB_CORRUPT(err, path, 0, "segment of %zu bytes is too short",
+                          s->size);
+        goto cleanup;
+    }
+    s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        rc = PYDB_OSERROR(err, errno, path, -1, "cannot map");
+        goto cleanup;
+    }
+    m = s->map;
+    if (memcmp(m, NIDX_SEG_MAGIC, 8) != 0 ||
+        pydb__u32(m + 8) != NIDX_SEG_VERSION ||
+        pydb__u32(m + 12) != NIDX_BLOCK_TERMS) {
+        rc = PYDB_CORRUPT(err, path, 0, "not a pydb index segment (magic, "
+                          "version or block size)");
+        goto cleanup;
+    }
+    if (pydb__nidx_checksum(m, s->size - 8) != nidx_rd64(m + s->size - 8)) {
+        rc = PYDB_CORRUPT(err, path, (int64_t)(s->size - 8),
+                          "segment checksum mismatch");
+        goto cleanup;
+    }
+    s->nterms = nidx_rd64(m + 16);
+    s->nposts = nidx_rd64(m + 24);
+    s->dict_off = nidx_rd64(m + 32);
+    s->bidx_off = nidx_rd64(m + 40);
+    s->nblocks = nidx_rd64(m + 48);
+    s->tomb_off = nidx_rd64(m + 56);
+    if (s->dict_off < NIDX_SEG_HDR || s->dict_off > s->bidx_off ||
+        s->bidx_off > s->tomb_off || s->tomb_off > s->size - 12 ||
+        s->nblocks != (s->nterms + NIDX_BLOCK_TERMS - 1) / NIDX_BLOCK_TERMS ||
+        s->nblocks > (s->tomb_off - s->bidx_off) / 8 ||
+        s->bidx_off + s->nblocks * 8 != s->tomb_off) {
+        rc = PYDB_CORRUPT(err, path, 16, "segment header offsets are "
+                          "inconsistent with the file size");
+        goto cleanup;
+    }
+    s->ntomb = pydb__u32(m + s->tomb_off);
+    if ((uint64_t)s->ntomb * 4 != s->size - 8 - s->tomb_off - 4) {
+        rc = PYDB_CORRUPT(err, path, (int64_t)s->tomb_off,
+                          "tombstone count does not match the file size");
+        goto cleanup;
+    }
+    s->tomb = m + s->tomb_off + 4;
+    for (uint32_t i = 1; i < s->ntomb; i++)
+        if (pydb__nseg_tomb(s, i) <= pydb__nseg_tomb(s, i - 1)) {
+            rc = PYDB_CORRUPT(err, path, (int64_t)(s->tomb_off + 4 + 4 * i),
+                              "tombstones not ascending");
+            goto cleanup;
+        }
+    for (uint64_t b = 0; b < s->nblocks; b++) {
+        uint64_t o = nidx_rd64(m + s->bidx_off + 8 * b);
+        uint64_t prev = b ? nidx_rd64(m + s->bidx_off + 8 * (b - 1)) : 0;
+        if (o < s->dict_off || o + 8 > s->bidx_off || (b && o <= prev)) {
+            rc = PYDB_CORRUPT(err, path, (int64_t)(s->bidx_off + 8 * b),
+                              "dictionary block offset out of range");
+            goto cleanup;
+        }
+    }
+cleanup:
+    if (fd >= 0) pydb__vfs->close(fd);
+    if (rc) {
+        if (s && s->map) munmap(s->map, s->size);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return PYDB_OK;
+}
+
+static int cur_corrupt(const nidx_cursor *c, const char *what,
+                       pydb_error *err)
+{
+    return PYDB_CORRUPT(err, c->s->path,
+                        c->p ? (int64_t)(c->p - c->s->map) : -1,
+                        "dictionary: %s", what);
+}
+
+int pydb__ncur_block(nidx_cursor *c, uint64_t b, pydb_error *err)
+{
+    const nidx_seg *s = c->s;
+    uint64_t o = nidx_rd64(s->map + s->bidx_off + 8 * b);
+    uint64_t e = b + 1 < s->nblocks
+                     ? nidx_rd64(s->map + s->bidx_off + 8 * (b + 1))
+                     : s->bidx_off;
+    c->blk = b;
+    c->term = b * NIDX_BLOCK_TERMS;
+    c->p = s->map + o + 8;
+    c->end = s->map + e;
+    c->poff = nidx_rd64(s->map + o);
+    c->klen = 0;
+    if (c->poff < NIDX_SEG_HDR || c->poff > s->dict_off)
+        return cur_corrupt(c, "block postings offset out of range", err);
+    return PYDB_OK;
+}
+
+/* Decode the next entry into the cursor (valid = 0 at the end). */
+int pydb__ncur_next(nidx_cursor *c, pydb_error *err)
+{
+    const nidx_seg *s = c->s;
+    uint64_t shared, slen;
+    if (c->term >= s->nterms) {
+        c->valid = 0;
+        return PYDB_OK;
+    }
+    if (c->term > 0 && c->term % NIDX_BLOCK_TERMS == 0 &&
+        c->term / NIDX_BLOCK_TERMS != c->blk) {
+        int rc = pydb__ncur_block(c, c->term / NIDX_BLOCK_TERMS, err);
+        if (rc) return rc;
+    }
+    if (rd_varint(&c->p, c->end, &shared) || rd_varint(&c->p, c->end, &slen))
+        return cur_corrupt(c, "truncated entry", err);
+    if (shared > c->klen || slen > (uint64_t)(c->end - c->p) ||
+        (c->term % NIDX_BLOCK_TERMS == 0 && shared != 0))
+        return cur_corrupt(c, "key length out of range", err);
+    if (shared + slen > c->kcap) {
+        size_t cap = (size_t)(shared + slen) * 2 + 32;
+        uint8_t *nv = realloc(c->key, cap);
+        if (!nv)
+            return PYDB_ERROR(err, PYDB_ENOMEM, s->path, -1,
+                              "cannot allocate a key");
+        c->key = nv;
+        c->kcap = cap;
+    }
+    if (slen) memcpy(c->key + shared, c->p, (size_t)slen);
+    c->p += slen;
+    c->klen = (size_t)(shared + slen);
+    if (rd_varint(&c->p, c->end, &c->count) ||
+        rd_varint(&c->p, c->end, &c->plen))
+        return cur_corrupt(c, "truncated entry", err);
+    c->pstart = c->poff;
+    if (c->plen > s->dict_off - c->pstart || c->count == 0 ||
+        c->count > c->plen)
+        return cur_corrupt(c, "posting list out of range", err);
+    c->poff += c->plen;
+    c->term++;
+    c->valid = 1;
+    return PYDB_OK;
+}
+
+/* Position at the first key >= target. */
+int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
+                    pydb_error *err)
+{
+    const nidx_seg *s = c->s;
+    uint64_t lo = 0, hi = s->nblocks;
+    int rc;
+    c->valid = 0;
+    if (s->nterms == 0) return PYDB_OK;
+    /* last block whose first key <= target */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        const uint8_t *p =
+            s->map + nidx_rd64(s->map + s->bidx_off + 8 * mid) + 8;
+        const uint8_t *e = s->map + s->bidx_off;
+        uint64_t sh, l;
+        if (rd_varint(&p, e, &sh) || rd_varint(&p, e, &l) || sh != 0 ||
+            l > (uint64_t)(e - p))
+            return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
+                                "dictionary: bad first key of block %llu",
+                                (unsigned long long)mid);
+        if (pydb__keycmp(p, (size_t)l, t, tl) <= 0) lo = mid;
+        else hi = mid;
+    }
+    if ((rc = pydb__ncur_block(c, lo, err))) return rc;
+    for (;;) {
+        if ((rc = pydb__ncur_next(c, err))) return rc;
+        if (!c->valid || pydb__keycmp(c->key, c->klen, t, tl) >= 0)
+            return PYDB_OK;
+    }
+}
+
+/* Decode the posting list at the cursor's entry (nidx_seg.h). */
+int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
+                      nidx_dead_fn dead, const void *dead_ctx,
+                      uint64_t *live, pydb_error *err)
+{
+    const nidx_seg *s = cur->s;
+    uint64_t start = cur->pstart, plen = cur->plen, count = cur->count;
+    const uint8_t *p = s->map + start, *e = p + plen;
+    uint64_t m = 0, tag = 0, occ = 0, cnt = 0, n = 0;
+    PYDB_ASSERT(cur->valid && start >= NIDX_SEG_HDR && plen <= s->dict_off &&
+                start <= s->dict_off - plen);
+    *live = 0;
+    while (p < e) {
+        uint64_t dm, a, b, c;
+        if (rd_varint(&p, e, &dm) || rd_varint(&p, e, &a) ||
+            rd_varint(&p, e, &b) || rd_varint(&p, e, &c))
+            return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
+                                "posting list truncated");
+        if (dm) {
+            m += dm;
+            tag = a;
+            occ = b;
+            cnt = c;
+        } else if (a) {
+            tag += a;
+            occ = b;
+            cnt = c;
+        } else if (b) {
+            occ += b;
+            cnt = c;
+        } else {
+            cnt += c;
+        }
+        if (m < 1 || m > INT32_MAX || tag > UINT32_MAX || occ > UINT32_MAX ||
+            cnt > UINT32_MAX || (n > 0 && dm == 0 && a == 0 && b == 0 &&
+                                 c == 0))
+            return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
+                                "posting out of range or not ascending");
+        n++;
+        if (dead && dead(dead_ctx, (int32_t)m)) continue;
+        (*live)++;
+        if (out) {
+            pydb_posting v = {(int32_t)m, (uint32_t)tag, (uint32_t)occ,
+                              (uint32_t)cnt};
+            int rc = pydb__postings_push(out, &v, err);
+            if (rc) return rc;
+        }
+    }
+    if (n != count)
+        return PYDB_CORRUPT(err, s->path, (int64_t)start,
+                            "posting list holds %llu postings, dictionary "
+                            "says %llu", (unsigned long long)n,
+                            (unsigned long long)count);
+    return PYDB_OK;
+}
+
+void pydb__nseg_path(char *out, size_t cap, const char *dir, uint64_t gen)
+{
+    snprintf(out, cap, "%s/seg-%08llu.pds", dir, (unsigned long long)gen);
+}
+
+
+/* ------------------------------------------------------------ writing */
+
+int pydb__nseg_enc_begin(nidx_seg_enc *e, nidx_buf *out, uint64_t nterms,
+                         pydb_error *err)
+{
+    uint8_t hdr[NIDX_SEG_HDR];
+    memset(e, 0, sizeof *e);
+    e->out = out;
+    e->want_terms = nterms;
+    e->nblocks = (nterms + NIDX_BLOCK_TERMS - 1) / NIDX_BLOCK_TERMS;
+    e->blocks = malloc((e->nblocks ? e->nblocks : 1) * sizeof *e->blocks);
+    if (!e->blocks)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "cannot build a segment");
+    memset(hdr, 0, sizeof hdr);
+    pydb__nbuf_put(out, hdr, NIDX_SEG_HDR);
+    return PYDB_OK;
+}
+
+void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
+                         const pydb_posting *v, size_t n)
+{
+    nidx_buf *out = e->out;
+    size_t pbeg = out->n;
+    pydb_posting last = {0, 0, 0, 0};
+
+    PYDB_ASSERT(e->nterms < e->want_terms && n >= 1);
+    PYDB_ASSERT(e->nterms % NIDX_BLOCK_TERMS == 0 ||
+                pydb__keycmp(e->prev, e->prev_len, key, len) < 0);
+    for (size_t i = 0; i < n; i++) {
+        const pydb_posting *q = &v[i];
+        PYDB_ASSERT(i == 0 || pydb__posting_cmp(&v[i - 1], q) < 0);
+        if (i == 0 || q->mfn != last.mfn) {
+            buf_varint(out, (uint64_t)(q->mfn - last.mfn));
+            buf_varint(out, q->tag);
+            buf_varint(out, q->occ);
+            buf_varint(out, q->cnt);
+        } else if (q->tag != last.tag) {
+            buf_varint(out, 0);
+            buf_varint(out, q->tag - last.tag);
+            buf_varint(out, q->occ);
+            buf_varint(out, q->cnt);
+        } else if (q->occ != last.occ) {
+            buf_varint(out, 0);
+            buf_varint(out, 0);
+            buf_varint(out, q->occ - last.occ);
+            buf_varint(out, q->cnt);
+        } else {
+            buf_varint(out, 0);
+            buf_varint(out, 0);
+            buf_varint(out, 0);
+            buf_varint(out, q->cnt - last.cnt);
+        }
+        last = *q;
+    }
+    if (e->nterms % NIDX_BLOCK_TERMS == 0) {
+        uint8_t b8[8];
+        e->blocks[e->nterms / NIDX_BLOCK_TERMS] = e->dict.n;
+        nidx_wr64(b8, pbeg);
+        pydb__nbuf_put(&e->dict, b8, 8);
+        e->prev_len = 0;
+    }
+    size_t sh = 0;
+    while (sh < e->prev_len && sh < len && e->prev[sh] == key[sh]) sh++;
+    buf_varint(&e->dict, sh);
+    buf_varint(&e->dict, len - sh);
+    pydb__nbuf_put(&e->dict, key + sh, len - sh);
+    buf_varint(&e->dict, n);
+    buf_varint(&e->dict, out->n - pbeg);
+    e->prev = key;
+    e->prev_len = len;
+    e->nterms++;
+    e->nposts += n;
+}
+
+int pydb__nseg_enc_finish(nidx_seg_enc *e, const int32_t *tombs,
+                          size_t ntombs, pydb_error *err)
+{
+    nidx_buf *out = e->out;
+    uint8_t b8[8], b4[4];
+
+    PYDB_ASSERT(e->nterms == e->want_terms);
+    uint64_t dict_off = out->n;
+    pydb__nbuf_put(out, e->dict.p, e->dict.n);
+    uint64_t bidx_off = out->n;
+    for (uint64_t b = 0; b < e->nblocks; b++) {
+        nidx_wr64(b8, dict_off + e->blocks[b]);
+        pydb__nbuf_put(out, b8, 8);
+    }
+    uint64_t tomb_off = out->n;
+    pydb__put32(b4, (uint32_t)ntombs);
+    pydb__nbuf_put(out, b4, 4);
+    for (size_t i = 0; i < ntombs; i++) {
+        PYDB_ASSERT(i == 0 || tombs[i - 1] < tombs[i]);
+        pydb__put32(b4, (uint32_t)tombs[i]);
+        pydb__nbuf_put(out, b4, 4);
+    }
+    if (out->oom || e->dict.oom) goto oom;
+    memcpy(out->p, NIDX_SEG_MAGIC, 8);
+    pydb__put32(out->p + 8, NIDX_SEG_VERSION);
+    pydb__put32(out->p + 12, NIDX_BLOCK_TERMS);
+    nidx_wr64(out->p + 16, e->nterms);
+    nidx_wr64(out->p + 24, e->nposts);
+    nidx_wr64(out->p + 32, dict_off);
+    nidx_wr64(out->p + 40, bidx_off);
+    nidx_wr64(out->p + 48, e->nblocks);
+    nidx_wr64(out->p + 56, tomb_off);
+    nidx_wr64(b8, pydb__nidx_checksum(out->p, out->n));
+    pydb__nbuf_put(out, b8, 8);
+    if (out->oom) goto oom;
+    return PYDB_OK;
+oom:
+    return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "cannot build a segment");
+}
+
+void pydb__nseg_enc_free(nidx_seg_enc *e)
+{
+    free(e->dict.p);
+    free(e->blocks);
+    e->dict.p = NULL;
+    e->blocks = NULL;
+}

@@ -1,0 +1,127 @@
+/*
+ * nidx_seg.h - the segment file of the native index: its layout, opening
+ * and validating a segment, cursors over its dictionary, decoding and
+ * encoding posting lists (nidx_seg.c).
+ *
+ * A segment (seg-GGGGGGGG.pds, immutable once written; little-endian):
+ *   0   header, 64 bytes: "PYDBSEG1", u32 format version, u32 terms per
+ *       block (32), u64 terms, u64 postings, u64 dictionary offset, u64
+ *       block index offset, u64 blocks, u64 tombstone offset
+ *   64  posting lists, one per term in key order: per posting four
+ *       LEB128 varints — MFN delta; TAG (delta if same MFN); OCC (delta
+ *       if same MFN and TAG); CNT (delta if same MFN, TAG, OCC)
+ *   dictionary: blocks of 32 terms; a block starts with the u64 offset of
+ *       its first term's postings, then per term: varint shared prefix
+ *       length with the previous key of the block (0 for the first),
+ *       varint suffix length, suffix bytes, varint posting count, varint
+ *       posting bytes
+ *   block index: u64 file offset of each block
+ *   tombstones: u32 n, then n ascending i32 MFNs: records this segment
+ *       supersedes — their postings in every older segment are dead
+ *   u64 checksum of all bytes before it
+ * Every offset and length is checked against the file before use; a
+ * damaged segment is PYDB_ECORRUPT (file, offset, reason).
+ *
+ * This layer knows one segment at a time; which segments are live, and
+ * which postings a newer segment's tombstones kill, is the segment set's
+ * business (nidx_handle.h), passed in here as a callback.
+ *
+ * Depends on: nidx_bytes.h, index_int.h (postings, key order).
+ */
+#ifndef PYDB_NIDX_SEG_H
+#define PYDB_NIDX_SEG_H
+
+#include <stdatomic.h>
+#include "index_int.h"
+#include "nidx_bytes.h"
+
+#define NIDX_SEG_MAGIC "PYDBSEG1"
+#define NIDX_SEG_VERSION 1
+#define NIDX_SEG_HDR 64
+#define NIDX_BLOCK_TERMS 32
+
+/* An open (mapped) segment, shared by reference count between segment
+ * sets; immutable after pydb__nseg_open. */
+typedef struct nidx_seg {
+    atomic_int refs;
+    char path[1100];
+    uint8_t *map;
+    size_t size;
+    uint64_t nterms, nposts, nblocks, dict_off, bidx_off, tomb_off;
+    uint32_t ntomb;
+    const uint8_t *tomb;     /* ntomb i32, little-endian */
+    uint64_t gen;
+} nidx_seg;
+
+/* Map and validate the segment at path (generation gen); *out holds one
+ * reference.  PYDB_ECORRUPT (path, offset, reason) for a damaged or
+ * foreign file, or one of another format version. */
+int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
+                    pydb_error *err);
+/* Drop one reference (NULL is ignored); the last one unmaps. */
+void pydb__nseg_unref(nidx_seg *s);
+/* Tombstone i (< s->ntomb), ascending in i. */
+static inline int32_t pydb__nseg_tomb(const nidx_seg *s, uint32_t i)
+{
+    return (int32_t)pydb__u32(s->tomb + 4 * (size_t)i);
+}
+/* 1 if the segment tombstones mfn. */
+int pydb__nseg_has_tomb(const nidx_seg *s, int32_t mfn);
+/* <dir>/seg-GGGGGGGG.pds */
+void pydb__nseg_path(char *out, size_t cap, const char *dir, uint64_t gen);
+
+/* A cursor over the dictionary of one segment. */
+typedef struct nidx_cursor {
+    const nidx_seg *s;
+    size_t idx;              /* position in the segment list (caller's) */
+    uint64_t blk, term;      /* current block; global term number */
+    const uint8_t *p, *end;  /* next entry; end of the block */
+    uint64_t poff;           /* postings offset of the next entry */
+    uint8_t *key;            /* malloc'ed; the caller frees it */
+    size_t klen, kcap;
+    uint64_t count, pstart, plen;
+    int valid;
+} nidx_cursor;
+
+/* Position before the first entry of block b (< s->nblocks). */
+int pydb__ncur_block(nidx_cursor *c, uint64_t b, pydb_error *err);
+/* Decode the next entry into the cursor (valid = 0 at the end). */
+int pydb__ncur_next(nidx_cursor *c, pydb_error *err);
+/* Position at the first key >= target (valid = 0: none). */
+int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
+                    pydb_error *err);
+
+/* 1 if the postings of mfn are dead (tombstoned by a newer segment). */
+typedef int (*nidx_dead_fn)(const void *ctx, int32_t mfn);
+
+/* Decode the posting list at the cursor's current entry: *live gets the
+ * number of postings dead() (NULL: none dead) does not kill, and those
+ * are appended to out (NULL: only counted). */
+int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *c,
+                      nidx_dead_fn dead, const void *dead_ctx,
+                      uint64_t *live, pydb_error *err);
+
+/* Writing a segment: begin with the number of terms, one call per term
+ * in key order, finish with the tombstones. */
+typedef struct nidx_seg_enc {
+    nidx_buf *out;
+    nidx_buf dict;
+    uint64_t *blocks;        /* dictionary offset of each block */
+    uint64_t nblocks, nterms, want_terms, nposts;
+    const uint8_t *prev;     /* previous key of the block */
+    size_t prev_len;
+} nidx_seg_enc;
+
+/* Start a segment of nterms terms in out (empty). */
+int pydb__nseg_enc_begin(nidx_seg_enc *e, nidx_buf *out, uint64_t nterms,
+                         pydb_error *err);
+/* Add a term: key (greater than the previous one, alive until the next
+ * call) and its postings v[n] (n >= 1, ascending, no duplicates). */
+void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
+                         const pydb_posting *v, size_t n);
+/* Add the tombstones (ascending), the header and the checksum. */
+int pydb__nseg_enc_finish(nidx_seg_enc *e, const int32_t *tombs,
+                          size_t ntombs, pydb_error *err);
+void pydb__nseg_enc_free(nidx_seg_enc *e);
+
+#endif

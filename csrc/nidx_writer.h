@@ -1,0 +1,62 @@
+/*
+ * nidx_writer.h - the segment writer of the native index
+ * (nidx_writer.c): an accumulator that collects (key, posting) pairs
+ * from key extraction and turns them into the bytes of one segment.
+ * Used by the bulk build (nidx_build.c) and by the commit hook
+ * (nidx_commit.c).
+ *
+ * Keys are staged in batches, hashed into a table of distinct terms
+ * (with the hash slots prefetched per batch), then sorted (radix on an
+ * 8-byte prefix, comparison sort inside equal prefixes); postings are
+ * bucketed per term by a counting sort that keeps their arrival order.
+ *
+ * Depends on: nidx_seg.h (the segment encoder), index_int.h.
+ */
+#ifndef PYDB_NIDX_WRITER_H
+#define PYDB_NIDX_WRITER_H
+
+#include "nidx_seg.h"
+
+typedef struct nidx_aterm {
+    uint64_t off;            /* key in arena */
+    uint32_t len, hash;
+    uint64_t n;              /* postings */
+} nidx_aterm;
+
+typedef struct nidx_apost {
+    uint32_t term;
+    pydb_posting p;
+} nidx_apost;
+
+typedef struct nidx_staged {
+    uint64_t off;            /* in acc.stage_keys */
+    uint32_t len, hash;
+    pydb_posting p;
+} nidx_staged;
+
+/* Zero-initialise; err is where pydb__nacc_add reports errors. */
+typedef struct nidx_acc {
+    nidx_staged *st;
+    size_t nst;
+    nidx_buf stage_keys;
+    nidx_buf arena;
+    nidx_aterm *t;
+    size_t nt, tcap;
+    uint64_t *ht;            /* hash << 32 | (term index + 1); 0 = empty */
+    size_t hcap;
+    nidx_apost *p;
+    size_t np, pcap;
+    pydb_error *err;
+} nidx_acc;
+
+/* pydb_key_fn: add one (key, posting); ctx is the nidx_acc. */
+int pydb__nacc_add(void *ctx, const uint8_t *key, size_t len,
+                   const pydb_posting *p);
+/* Append the segment of everything added, with tombstones tombs[ntombs]
+ * (ascending), to out. */
+int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
+                       nidx_buf *out, pydb_error *err);
+/* Free the accumulator's memory and zero it. */
+void pydb__nacc_free(nidx_acc *a);
+
+#endif
