@@ -3,6 +3,7 @@
 #define PYDB_INT_H
 
 #include "pydb.h"
+#include "util.h"
 #include <pthread.h>
 #include <sys/types.h>
 
@@ -151,9 +152,6 @@ int pydb__refresh(pydb_db *db);
  * 1 if one grew, else 0. */
 int pydb__refresh_sizes(pydb_db *db);
 
-/* Write n bytes at off, retrying short writes and EINTR.  0 or -errno. */
-int pydb__write_full(int fd, const void *buf, size_t n, int64_t off);
-
 /* Record layout helpers shared by the bulk writer and the write path
  * (formats §2.2-2.3). */
 int64_t pydb__place(int layout, int mstxl, int64_t pos);
@@ -197,21 +195,6 @@ typedef struct pydb_geom {
     int dir_pos, dir_len;  /* offsets of POS and LEN inside an entry       */
 } pydb_geom;
 extern const pydb_geom pydb__geom[4];
-
-static inline uint16_t pydb__u16(const uint8_t *p) {
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static inline uint32_t pydb__u32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-static inline void pydb__put16(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
-}
-static inline void pydb__put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
-}
 
 /* ---- control record, formats §2.1 ---- */
 typedef struct pydb_ctl {

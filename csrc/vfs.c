@@ -59,22 +59,6 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t n, int64_t off)
     return (ssize_t)done;
 }
 
-int pydb__write_full(int fd, const void *buf, size_t n, int64_t off)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = pydb__vfs->pwrite(fd, (const uint8_t *)buf + done,
-                                      n - done, (off_t)(off + (int64_t)done));
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        if (w == 0) return -EIO;
-        done += (size_t)w;
-    }
-    return 0;
-}
-
 uint64_t pydb__seq_begin(const pydb_db *db)
 {
     uint64_t s;

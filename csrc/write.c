@@ -82,38 +82,6 @@
 #define WAL_MAX_BODY ((uint64_t)1 << 40)  /* sanity bound on a log length */
 #define MAX_PUT_PATH 4096
 
-/* ------------------------------------------------------------ CRC-32C */
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & -(c & 1));
-        crc_table[i] = c;
-    }
-}
-
-static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n)
-{
-    pthread_once(&crc_once, crc_init);
-    crc = ~crc;
-    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return ~crc;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    pydb__put32(p, (uint32_t)v);
-    pydb__put32(p + 4, (uint32_t)(v >> 32));
-}
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)pydb__u32(p) | ((uint64_t)pydb__u32(p + 4) << 32);
-}
-
 /* ------------------------------------------------ record layout helpers */
 
 int64_t pydb__place(int layout, int mstxl, int64_t pos)
@@ -208,61 +176,6 @@ void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
 
 /* ---------------------------------------------------------- log replay */
 
-/* fsync the directory holding `path` (after creating or renaming a file in
- * it, so that the name survives a power loss).  0 or errno. */
-static int fsync_dir_of(const char *path)
-{
-    char dir[MAX_PUT_PATH + 1];
-    int dfd, e = 0;
-    snprintf(dir, sizeof dir, "%s", path);
-    dfd = pydb__vfs->open(dirname(dir), O_RDONLY | O_DIRECTORY, 0);
-    if (dfd < 0) return 0;   /* cannot open a directory: nothing to sync */
-    if (pydb__vfs->fsync(dfd) != 0) e = errno;
-    pydb__vfs->close(dfd);
-    return e;
-}
-
-/* Whole-file replacement: data to path.pydb-tmp, fsync, rename, fsync the
- * directory.  Returns 0 or a PYDB error (fsync failures flagged in
- * *synced_failed). */
-static int put_file_apply(const char *path, const uint8_t *data, size_t len,
-                          int sync, int *fsync_failed, pydb_error *err)
-{
-    char tmp[MAX_PUT_PATH + 16];
-    int fd, rc = PYDB_OK, e;
-
-    snprintf(tmp, sizeof tmp, "%s.pydb-tmp", path);
-    fd = pydb__vfs->open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return PYDB_OSERROR(err, errno, tmp, -1, "cannot create: %s",
-                            strerror(errno));
-    e = len ? -pydb__write_full(fd, data, len, 0) : 0;
-    if (e) {
-        rc = PYDB_OSERROR(err, e, tmp, 0, "write failed: %s", strerror(e));
-        goto cleanup;
-    }
-    if (sync && pydb__vfs->fsync(fd) != 0) {
-        *fsync_failed = 1;
-        rc = PYDB_OSERROR(err, errno, tmp, -1, "fsync failed: %s",
-                          strerror(errno));
-        goto cleanup;
-    }
-    if (pydb__vfs->rename(tmp, path) != 0) {
-        rc = PYDB_OSERROR(err, errno, path, -1, "rename failed: %s",
-                          strerror(errno));
-        goto cleanup;
-    }
-    if (sync && (e = fsync_dir_of(path)) != 0) {
-        *fsync_failed = 1;
-        rc = PYDB_OSERROR(err, e, path, -1,
-                          "fsync of the directory failed: %s", strerror(e));
-    }
-cleanup:
-    pydb__vfs->close(fd);
-    if (rc) pydb__vfs->unlink(tmp);
-    return rc;
-}
-
 /* Read the whole log into *out (malloc'ed) if it holds a complete,
  * checksummed commit: returns 1 (complete), 0 (empty or torn), or a
  * negative PYDB error. */
@@ -281,9 +194,9 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
                             strerror(errno));
     if (got != WAL_HEAD || memcmp(head, WAL_MAGIC, 8) != 0 ||
         pydb__u32(head + 8) != 1 ||
-        crc32c(0, head, 32) != pydb__u32(head + 32))
+        pydb__crc32c(0, head, 32) != pydb__u32(head + 32))
         return 0;
-    body = get64(head + 16);
+    body = pydb__u64(head + 16);
     if (body > WAL_MAX_BODY) return 0;
     total = WAL_HEAD + body + WAL_TAIL;
     if (total > (uint64_t)size) return 0;  /* torn: shorter */
@@ -307,7 +220,7 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
     {
         const uint8_t *t = buf + WAL_HEAD + body;
         if (memcmp(t, WAL_END, 8) != 0 ||
-            crc32c(0, buf, (size_t)(WAL_HEAD + body)) != pydb__u32(t + 8)) {
+            pydb__crc32c(0, buf, (size_t)(WAL_HEAD + body)) != pydb__u32(t + 8)) {
             free(buf);
             return 0;
         }
@@ -344,8 +257,8 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
             }
             kind = pydb__u32(buf + pos);
             nlen = pydb__u32(buf + pos + 4);
-            off = get64(buf + pos + 8);
-            dlen = get64(buf + pos + 16);
+            off = pydb__u64(buf + pos + 8);
+            dlen = pydb__u64(buf + pos + 16);
             pos += WAL_ENTRY;
             if (nlen > MAX_PUT_PATH || dlen > end - pos ||
                 nlen > end - pos - dlen) {
@@ -372,8 +285,8 @@ static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
                 char path[MAX_PUT_PATH + 1];
                 memcpy(path, name, nlen);
                 path[nlen] = 0;
-                rc = put_file_apply(path, data, (size_t)dlen, sync,
-                                    fsync_failed, err);
+                rc = pydb__replace_file(path, NULL, data, (size_t)dlen, sync,
+                                        fsync_failed, err);
                 if (rc) return rc;
             }
         }
@@ -500,7 +413,7 @@ static void set_fatal(pydb_db *db)
 
 int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
 {
-    int rc, failed = 0, e;
+    int rc, failed = 0;
     struct stat st;
     int existed;
 
@@ -513,9 +426,8 @@ int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
                             strerror(errno));
     /* A new log's name must survive a power loss like its content. */
     if (!existed && !(db->flags & PYDB_OPEN_NOSYNC) &&
-        (e = fsync_dir_of(db->wal_path)) != 0)
-        return PYDB_OSERROR(err, e, db->wal_path, -1,
-                            "fsync of the directory failed: %s", strerror(e));
+        (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)
+        return rc;
     /* Recover now if no writer is active; else the next transaction will. */
     if (lock_wal(db, -1, NULL) != PYDB_OK) return PYDB_OK;
     rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
@@ -585,12 +497,9 @@ int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
     if (rc) return rc;
     if (!(o.flags & PYDB_OPEN_NOSYNC)) {
         char mst[1100];
-        int e;
         snprintf(mst, sizeof mst, "%s.mst", path);
-        if ((e = fsync_dir_of(mst)) != 0)
-            return PYDB_OSERROR(err, e, path, -1,
-                                "fsync of the directory failed: %s",
-                                strerror(e));
+        rc = pydb__fsync_parent(mst, err);
+        if (rc) return rc;
     }
     return pydb_open(out, path, &o, err);
 }
@@ -1062,39 +971,19 @@ typedef struct xblock {
     uint8_t data[PYDB_BLOCK];
 } xblock;
 
-/* A growable byte buffer for the log image. */
-typedef struct wbuf {
-    uint8_t *p;
-    size_t n, cap;
-} wbuf;
-
-static uint8_t *wbuf_grow(wbuf *b, size_t more)
-{
-    if (b->n + more > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->n + more) nc *= 2;
-        uint8_t *q = realloc(b->p, nc);
-        if (!q) return NULL;
-        b->p = q;
-        b->cap = nc;
-    }
-    b->n += more;
-    return b->p + b->n - more;
-}
-
 /* Append one entry; returns a pointer to its data (len bytes) or NULL. */
-static uint8_t *wal_entry(wbuf *b, uint32_t kind, const char *name,
+static uint8_t *wal_entry(pydb_buf *b, uint32_t kind, const char *name,
                           uint64_t off, uint64_t len, uint32_t *count)
 {
     size_t nlen = name ? strlen(name) : 0;
     size_t total = WAL_ENTRY + nlen + (size_t)len;
     size_t pad = ((total + 7) & ~(size_t)7) - total;
-    uint8_t *e = wbuf_grow(b, total + pad);
+    uint8_t *e = pydb__buf_grow(b, total + pad);
     if (!e) return NULL;
     pydb__put32(e, kind);
     pydb__put32(e + 4, (uint32_t)nlen);
-    put64(e + 8, off);
-    put64(e + 16, len);
+    pydb__put64(e + 8, off);
+    pydb__put64(e + 16, len);
     if (nlen) memcpy(e + WAL_ENTRY, name, nlen);
     memset(e + total, 0, pad);
     (*count)++;
@@ -1109,7 +998,7 @@ static int cmp_block(const void *a, const void *b)
 
 /* Build the log image of the transaction: MST region, XRF blocks,
  * control record, whole files.  Also fills *mst_end. */
-static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
+static int build_log(pydb_buf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
                      int64_t *mst_end, uint8_t ctl[PYDB_CTL_SIZE],
                      pydb_error *err)
 {
@@ -1128,7 +1017,7 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
     if (new_blocks < 1) new_blocks = 1;
     *xb_out = NULL;
     *nxb_out = 0;
-    if (!wbuf_grow(log, WAL_HEAD)) goto nomem;
+    if (!pydb__buf_grow(log, WAL_HEAD)) goto nomem;
     /* 1. master file region: [start, padded) */
     if (padded > t->start) {
         d = wal_entry(log, WAL_MST, NULL, (uint64_t)t->start,
@@ -1225,14 +1114,14 @@ static int build_log(wbuf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
         memcpy(h, WAL_MAGIC, 8);
         pydb__put32(h + 8, 1);
         pydb__put32(h + 12, count);
-        put64(h + 16, body);
-        put64(h + 24, ++db->commit_seq);
-        pydb__put32(h + 32, crc32c(0, h, 32));
+        pydb__put64(h + 16, body);
+        pydb__put64(h + 24, ++db->commit_seq);
+        pydb__put32(h + 32, pydb__crc32c(0, h, 32));
         pydb__put32(h + 36, 0);
-        tl = wbuf_grow(log, WAL_TAIL);
+        tl = pydb__buf_grow(log, WAL_TAIL);
         if (!tl) goto nomem;
         memcpy(tl, WAL_END, 8);
-        pydb__put32(tl + 8, crc32c(0, log->p, (size_t)(WAL_HEAD + body)));
+        pydb__put32(tl + 8, pydb__crc32c(0, log->p, (size_t)(WAL_HEAD + body)));
         pydb__put32(tl + 12, 0);
     }
     *mst_end = padded;
@@ -1251,13 +1140,13 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     pydb_db *db = t->db;
     int sync = !(db->flags & PYDB_OPEN_NOSYNC);
     pydb_change *changes = NULL;
-    wbuf log = {NULL, 0, 0};
+    pydb_buf log = {0};
     xblock *xb = NULL;
     size_t nxb = 0;
     int64_t mst_end = 0;
     uint8_t ctl[PYDB_CTL_SIZE];
     int rc = PYDB_OK, e, hooked = 0;
-    int fsync_failed = 0;   /* put_file_apply() sets it; any apply failure
+    int fsync_failed = 0;   /* pydb__replace_file() sets it; any apply failure
                                makes the handle read-only anyway */
 
     if (t->nops == 0 && t->nfiles == 0) goto done;  /* nothing to write */
@@ -1358,8 +1247,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         }
     }
     for (size_t i = 0; i < t->nfiles; i++) {
-        rc = put_file_apply(t->files[i].path, t->files[i].data,
-                            t->files[i].len, sync, &fsync_failed, err);
+        rc = pydb__replace_file(t->files[i].path, NULL, t->files[i].data,
+                                t->files[i].len, sync, &fsync_failed, err);
         if (rc) goto apply_failed;
     }
     if (hooked && db->hook.publish) db->hook.publish(db->hook.ctx, t);

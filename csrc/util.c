@@ -1,0 +1,209 @@
+/*
+ * util.c - the helpers declared in util.h: growable buffer, CRC-32C,
+ * write_full, the fsync-the-directory policy, whole-file writes and the
+ * atomic replace of a file, and the PYDB_ASSERT failure path.
+ *
+ * Depends on: vfs.c (pydb__vfs: every file operation goes through the
+ * table, so fault injection sees it), error.c (pydb__error_set).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pydb_int.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PATH_LEN 4096
+
+/* ------------------------------------------------------------ asserts */
+
+void pydb__assert_fail(const char *cond, const char *file, int line)
+{
+    fprintf(stderr, "pydb: assertion failed: %s (%s:%d)\n", cond, file,
+            line);
+    fflush(stderr);
+    abort();
+}
+
+/* ------------------------------------------------------------- buffer */
+
+int pydb__buf_reserve(pydb_buf *b, size_t more)
+{
+    size_t cap;
+    uint8_t *nv;
+    if (b->n + more <= b->cap) return 0;
+    cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + more) cap *= 2;
+    nv = realloc(b->p, cap);
+    if (!nv) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = nv;
+    b->cap = cap;
+    return 0;
+}
+
+uint8_t *pydb__buf_grow(pydb_buf *b, size_t more)
+{
+    if (pydb__buf_reserve(b, more) < 0) return NULL;
+    b->n += more;
+    return b->p + b->n - more;
+}
+
+void pydb__buf_put(pydb_buf *b, const void *p, size_t n)
+{
+    if (n == 0 || pydb__buf_reserve(b, n) < 0) return;
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+void pydb__buf_free(pydb_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+}
+
+/* ------------------------------------------------------------ CRC-32C */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & -(c & 1));
+        crc_table[i] = c;
+    }
+}
+
+uint32_t pydb__crc32c(uint32_t crc, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    pthread_once(&crc_once, crc_init);
+    crc = ~crc;
+    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* -------------------------------------------------------------- files */
+
+int pydb__write_full(int fd, const void *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = pydb__vfs->pwrite(fd, (const uint8_t *)buf + done,
+                                      n - done, (off_t)(off + (int64_t)done));
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (w == 0) return -EIO;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+int pydb__fsync_dir(const char *dir, pydb_error *err)
+{
+    int fd = pydb__vfs->open(dir, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return PYDB_OSERROR(err, errno, dir, -1,
+                            "cannot open the directory: %s", strerror(errno));
+    if (pydb__vfs->fsync(fd) != 0 && errno != EINVAL) {
+        int e = errno;
+        pydb__vfs->close(fd);
+        return PYDB_OSERROR(err, e, dir, -1,
+                            "fsync of the directory failed: %s", strerror(e));
+    }
+    pydb__vfs->close(fd);
+    return PYDB_OK;
+}
+
+int pydb__fsync_parent(const char *path, pydb_error *err)
+{
+    char dir[MAX_PATH_LEN + 1];
+    if (strlen(path) > MAX_PATH_LEN)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "path too long");
+    snprintf(dir, sizeof dir, "%s", path);
+    return pydb__fsync_dir(dirname(dir), err);
+}
+
+/* pydb__write_file(); *created: the file was created (so a caller that
+ * gives up may remove it). */
+static int write_file(const char *path, const void *data, size_t len,
+                      int excl, int sync, int *fsync_failed, int *created,
+                      pydb_error *err)
+{
+    int fd, e, rc = PYDB_OK;
+
+    *created = 0;
+    fd = pydb__vfs->open(path, O_RDWR | O_CREAT | (excl ? O_EXCL : O_TRUNC),
+                         0644);
+    if (fd < 0)
+        return PYDB_OSERROR(err, errno, path, -1, "cannot create: %s",
+                            strerror(errno));
+    *created = 1;
+    e = len ? -pydb__write_full(fd, data, len, 0) : 0;
+    if (e) {
+        rc = PYDB_OSERROR(err, e, path, 0, "write failed: %s", strerror(e));
+        goto cleanup;
+    }
+    if (sync && pydb__vfs->fsync(fd) != 0) {
+        if (fsync_failed) *fsync_failed = 1;
+        rc = PYDB_OSERROR(err, errno, path, -1, "fsync failed: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
+cleanup:
+    if (pydb__vfs->close(fd) != 0 && rc == PYDB_OK)
+        rc = PYDB_OSERROR(err, errno, path, -1, "close failed: %s",
+                          strerror(errno));
+    return rc;
+}
+
+int pydb__write_file(const char *path, const void *data, size_t len,
+                     int excl, int sync, int *fsync_failed, pydb_error *err)
+{
+    int created;
+    return write_file(path, data, len, excl, sync, fsync_failed, &created,
+                      err);
+}
+
+int pydb__replace_file(const char *path, const char *tmp, const void *data,
+                       size_t len, int sync, int *fsync_failed,
+                       pydb_error *err)
+{
+    char tmpbuf[MAX_PATH_LEN + 16];
+    int rc, created;
+
+    if (!tmp) {
+        if (strlen(path) > MAX_PATH_LEN)
+            return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "path too long");
+        snprintf(tmpbuf, sizeof tmpbuf, "%s.pydb-tmp", path);
+        tmp = tmpbuf;
+    }
+    rc = write_file(tmp, data, len, 0, sync, fsync_failed, &created, err);
+    if (rc) {
+        if (created) pydb__vfs->unlink(tmp);
+        return rc;
+    }
+    if (pydb__vfs->rename(tmp, path) != 0) {
+        rc = PYDB_OSERROR(err, errno, path, -1, "rename failed: %s",
+                          strerror(errno));
+        pydb__vfs->unlink(tmp);
+        return rc;
+    }
+    if (sync && (rc = pydb__fsync_parent(path, err)) != PYDB_OK) {
+        if (fsync_failed) *fsync_failed = 1;
+        return rc;
+    }
+    return PYDB_OK;
+}

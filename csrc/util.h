@@ -1,0 +1,113 @@
+/*
+ * util.h - byte-level helpers shared by every file of csrc/: a growable
+ * buffer, little-endian codecs, CRC-32C, writing a whole buffer, the one
+ * fsync-the-directory policy and the one atomic replace-a-file routine,
+ * and PYDB_ASSERT.
+ *
+ * Depends on: pydb.h (pydb_error, error codes), the vfs table (vfs.c;
+ * every file operation here goes through pydb__vfs so that the fault
+ * injection of the tests sees it) and error.c.  Nothing here knows about
+ * databases, records or indexes.
+ */
+#ifndef PYDB_UTIL_H
+#define PYDB_UTIL_H
+
+#include "pydb.h"
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- assertions ----
+ * PYDB_ASSERT(cond): with PYDB_DEBUG defined, a failed condition prints
+ * the condition, file and line to stderr and aborts (whatever NDEBUG
+ * says); without it the condition is not evaluated.  Use it at
+ * invariants a reviewer wants checked, never for input validation (bad
+ * input is an error code, not an assertion). */
+void pydb__assert_fail(const char *cond, const char *file, int line)
+    __attribute__((noreturn));
+#ifdef PYDB_DEBUG
+#define PYDB_ASSERT(cond) \
+    ((cond) ? (void)0 : pydb__assert_fail(#cond, __FILE__, __LINE__))
+#else
+#define PYDB_ASSERT(cond) ((void)sizeof(!(cond)))
+#endif
+
+/* ---- little-endian codecs ---- */
+static inline uint16_t pydb__u16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t pydb__u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+static inline uint64_t pydb__u64(const uint8_t *p) {
+    return (uint64_t)pydb__u32(p) | ((uint64_t)pydb__u32(p + 4) << 32);
+}
+static inline void pydb__put16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
+}
+static inline void pydb__put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+static inline void pydb__put64(uint8_t *p, uint64_t v) {
+    pydb__put32(p, (uint32_t)v);
+    pydb__put32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* ---- growable byte buffer ----
+ * Zero-initialise (pydb_buf b = {0}), append, free with pydb__buf_free().
+ * A failed allocation sets `oom` and leaves the contents as they were;
+ * the appenders that return void just do nothing, so a writer may append
+ * a run of pieces and test `oom` once at the end. */
+typedef struct pydb_buf {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;        /* an allocation failed                               */
+} pydb_buf;
+
+/* Room for `more` bytes after n (capacity doubles from 4096): 0, or -1
+ * with oom set. */
+int pydb__buf_reserve(pydb_buf *b, size_t more);
+/* Append `more` uninitialised bytes; their address, or NULL (oom set). */
+uint8_t *pydb__buf_grow(pydb_buf *b, size_t more);
+/* Append n bytes (nothing if n is 0 or the allocation fails: oom set). */
+void pydb__buf_put(pydb_buf *b, const void *p, size_t n);
+void pydb__buf_free(pydb_buf *b);
+
+/* ---- checksum ----
+ * CRC-32C (Castagnoli, reflected, as in iSCSI/ext4): start with crc 0;
+ * pass the result back in to continue over more bytes. */
+uint32_t pydb__crc32c(uint32_t crc, const void *p, size_t n);
+
+/* ---- file helpers (all through pydb__vfs) ---- */
+
+/* Write n bytes at off, retrying short writes and EINTR.  0 or -errno. */
+int pydb__write_full(int fd, const void *buf, size_t n, int64_t off);
+
+/* fsync a directory, so that names created or renamed in it survive a
+ * power loss.  Policy (the one for the whole core): a directory that
+ * cannot be opened or whose fsync fails is reported (PYDB_EIO with the
+ * errno); the one exception is fsync failing with EINVAL, which is how a
+ * file system says it does not support fsync on a directory: that counts
+ * as done.  Returns 0 or PYDB_EIO. */
+int pydb__fsync_dir(const char *dir, pydb_error *err);
+/* The same for the directory that holds `path` (a file name). */
+int pydb__fsync_parent(const char *path, pydb_error *err);
+
+/* Create `path` (O_EXCL if excl, else truncate what is there), write
+ * len bytes and, if sync, fsync it; then close it.  A failed fsync also
+ * sets *fsync_failed (may be NULL).  0 or a PYDB error. */
+int pydb__write_file(const char *path, const void *data, size_t len,
+                     int excl, int sync, int *fsync_failed, pydb_error *err);
+
+/* Atomically replace `path` with len bytes: write them to `tmp` (NULL:
+ * "<path>.pydb-tmp"), fsync it, rename it over path, fsync the parent
+ * directory (both fsyncs only if sync).  Readers see the old file or the
+ * new one, never a mixture.  On failure before the rename the temporary
+ * file is removed and path is untouched.  A failed fsync also sets
+ * *fsync_failed (may be NULL).  0 or a PYDB error. */
+int pydb__replace_file(const char *path, const char *tmp, const void *data,
+                       size_t len, int sync, int *fsync_failed,
+                       pydb_error *err);
+
+#endif
