@@ -95,7 +95,7 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
     }
     /* the FST text, rebuilt from the rules, goes into the manifest */
     {
-        nidx_buf t = {0};
+        pydb_buf t = {0};
         for (size_t i = 0; i < pydb_fst_count(fst); i++) {
             char line[64];
             uint32_t id;
@@ -104,9 +104,9 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
             size_t fl;
             pydb_fst_rule(fst, i, &id, &tech, &fmt, &fl, NULL);
             int l = snprintf(line, sizeof line, "%u %d ", id, tech);
-            pydb__nbuf_put(&t, line, (size_t)l);
-            pydb__nbuf_put(&t, fmt, fl);
-            pydb__nbuf_put(&t, "\n", 1);
+            pydb__buf_put(&t, line, (size_t)l);
+            pydb__buf_put(&t, fmt, fl);
+            pydb__buf_put(&t, "\n", 1);
         }
         if (t.oom) {
             free(t.p);
@@ -150,7 +150,7 @@ int pydb_nidx_builder_step(pydb_nidx_builder *b, int32_t max, int64_t *done,
 
 int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
 {
-    nidx_buf segb = {0}, man = {0};
+    pydb_buf segb = {0}, man = {0};
     char path[1100];
     uint64_t gen;
     int rc;
@@ -170,7 +170,7 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     pydb__nacc_free(&b->a);
     pydb__nseg_path(path, sizeof path, b->dir, gen);
     unlink(path);   /* an orphan of an unfinished commit */
-    if ((rc = pydb__nidx_write_file(path, segb.p, segb.n, 1, err)))
+    if ((rc = pydb__write_file(path, segb.p, segb.n, 1, 1, NULL, err)))
         goto cleanup;
     if ((rc = pydb__nman_encode(&man, gen, &b->rules, b->fst_text, b->fst_len,
                                 b->stw_text, b->stw_len, &gen, 1, err)))

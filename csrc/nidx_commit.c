@@ -166,7 +166,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     change_ref *last = NULL;
     nidx *x = ctx;
     nidx_acc a;
-    nidx_buf segb = {0}, man = {0};
+    pydb_buf segb = {0}, man = {0};
     int32_t *tombs = NULL;
     size_t nt = 0, ngens;
     uint64_t *gens = NULL, gen, top;
@@ -233,9 +233,9 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     pydb__nseg_path(path, sizeof path, x->dir, gen);
     unlink(path);   /* an orphan of an earlier, uncommitted prepare */
     written = 1;    /* from here on, a failure removes the file */
-    if ((rc = pydb__nidx_write_file(path, segb.p, segb.n, 1, err)))
+    if ((rc = pydb__write_file(path, segb.p, segb.n, 1, 1, NULL, err)))
         goto cleanup;
-    if ((rc = pydb__nidx_fsync_dir(x->dir, err))) goto cleanup;
+    if ((rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
     gens = malloc((ss->n + 1) * sizeof *gens);
     if (!gens) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
@@ -381,15 +381,12 @@ int pydb__nidx_test_commit_point(pydb_index *ix, pydb_error *err)
     int rc;
     if (!x->test_data) return PYDB_OK;
     snprintf(tmp, sizeof tmp, "%s.tmp", x->test_path);
-    if ((rc = pydb__nidx_write_file(tmp, x->test_data, x->test_len, 0,
-                                    err)))
+    if ((rc = pydb__replace_file(x->test_path, tmp, x->test_data,
+                                 x->test_len, 1, NULL, err)))
         return rc;
-    if (rename(tmp, x->test_path) != 0)
-        return PYDB_OSERROR(err, errno, x->test_path, -1, "cannot rename");
-    rc = pydb__nidx_fsync_dir(x->dir, err);
     free(x->test_data);
     x->test_data = NULL;
-    return rc;
+    return PYDB_OK;
 }
 
 void pydb__nidx_test_drop(pydb_index *ix)

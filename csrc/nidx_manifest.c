@@ -2,8 +2,8 @@
  * nidx_manifest.c - the native index's MANIFEST (format in
  * nidx_manifest.h): encode, parse, read the generation, publish.
  *
- * Depends on: nidx_bytes.h (buffer, checksum, file write, directory
- * fsync), index_int.h (key rules), the vfs.
+ * Depends on: util.h (buffer, CRC-32C, atomic replace), index_int.h (key
+ * rules), the vfs; pydb__read_file (keys.c).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -17,17 +17,17 @@
 #include "nidx_int.h"
 #include "nidx_manifest.h"
 
-static void hex_put(nidx_buf *b, const uint8_t *p, size_t n)
+static void hex_put(pydb_buf *b, const uint8_t *p, size_t n)
 {
     static const char hx[] = "0123456789abcdef";
-    if (pydb__nbuf_reserve(b, n * 2) < 0) return;
+    if (pydb__buf_reserve(b, n * 2) < 0) return;
     for (size_t i = 0; i < n; i++) {
         b->p[b->n++] = (uint8_t)hx[p[i] >> 4];
         b->p[b->n++] = (uint8_t)hx[p[i] & 15];
     }
 }
 
-int pydb__nman_encode(nidx_buf *b, uint64_t gen, const pydb_keyrules *r,
+int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
                       const char *fst, size_t fst_len, const uint8_t *stw,
                       size_t stw_len, const uint64_t *gens, size_t ngens,
                       pydb_error *err)
@@ -36,29 +36,29 @@ int pydb__nman_encode(nidx_buf *b, uint64_t gen, const pydb_keyrules *r,
     int l;
     for (size_t i = 0; i < ngens; i++)   /* oldest first, none newer */
         PYDB_ASSERT(gens[i] <= gen && (i == 0 || gens[i - 1] < gens[i]));
-    pydb__nbuf_put(b, NIDX_MANIFEST_MAGIC, strlen(NIDX_MANIFEST_MAGIC));
+    pydb__buf_put(b, NIDX_MANIFEST_MAGIC, strlen(NIDX_MANIFEST_MAGIC));
     l = snprintf(line, sizeof line, "generation %llu\nutf8 %d\nmax_key %zu\n",
                  (unsigned long long)gen, r->utf8, r->max_key);
-    pydb__nbuf_put(b, line, (size_t)l);
-    pydb__nbuf_put(b, "upper ", 6);
+    pydb__buf_put(b, line, (size_t)l);
+    pydb__buf_put(b, "upper ", 6);
     hex_put(b, r->upper, 256);
-    pydb__nbuf_put(b, "\nword ", 6);
+    pydb__buf_put(b, "\nword ", 6);
     hex_put(b, r->word, 256);
     l = snprintf(line, sizeof line, "\nfst %zu\n", fst_len);
-    pydb__nbuf_put(b, line, (size_t)l);
-    pydb__nbuf_put(b, fst, fst_len);
+    pydb__buf_put(b, line, (size_t)l);
+    pydb__buf_put(b, fst, fst_len);
     l = snprintf(line, sizeof line, "\nstw %zu\n", stw_len);
-    pydb__nbuf_put(b, line, (size_t)l);
-    if (stw_len) pydb__nbuf_put(b, stw, stw_len);
-    pydb__nbuf_put(b, "\n", 1);
+    pydb__buf_put(b, line, (size_t)l);
+    if (stw_len) pydb__buf_put(b, stw, stw_len);
+    pydb__buf_put(b, "\n", 1);
     for (size_t i = 0; i < ngens; i++) {
         l = snprintf(line, sizeof line, "segment seg-%08llu.pds\n",
                      (unsigned long long)gens[i]);
-        pydb__nbuf_put(b, line, (size_t)l);
+        pydb__buf_put(b, line, (size_t)l);
     }
-    l = snprintf(line, sizeof line, "end %016llx\n",
-                 (unsigned long long)pydb__nidx_checksum(b->p, b->n));
-    pydb__nbuf_put(b, line, (size_t)l);
+    l = snprintf(line, sizeof line, "end %08x\n",
+                 (unsigned)pydb__crc32c(0, b->p, b->n));
+    pydb__buf_put(b, line, (size_t)l);
     if (b->oom)
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
                           "cannot allocate the manifest");
@@ -88,20 +88,31 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
         m->segs = NULL; \
         return PYDB_CORRUPT(err, path, (int64_t)(p - d), "manifest: %s", what); \
     } while (0)
-    if (n < ml || memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0) BAD("bad magic line");
+    if (n >= ml && memcmp(d, NIDX_MANIFEST_MAGIC, ml - 2) == 0 &&
+        memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0) {
+        const uint8_t *nl = memchr(d + ml - 2, '\n', n - (ml - 2));
+        int vl = nl ? (int)(nl - (d + ml - 2)) : 0;
+        return PYDB_CORRUPT(err, path, (int64_t)(ml - 2),
+                            "manifest: format version %.*s, this pydb reads "
+                            "version %d (rebuild the index)",
+                            vl > 16 ? 16 : vl, (const char *)d + ml - 2,
+                            NIDX_FORMAT_VERSION);
+    }
+    if (n < ml || memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0)
+        BAD("bad magic line");
     /* the checksum line covers everything before it */
     {
         const uint8_t *q = e;
-        if (n < 21 || e[-1] != '\n') BAD("missing end line");
-        q = e - 21;
+        if (n < ml + 13 || e[-1] != '\n') BAD("missing end line");
+        q = e - 13;
         if (memcmp(q, "end ", 4) != 0) BAD("missing end line");
-        uint64_t want = 0;
-        for (int i = 0; i < 16; i++) {
+        uint32_t want = 0;
+        for (int i = 0; i < 8; i++) {
             int h = hexval(q[4 + i]);
             if (h < 0) BAD("bad checksum");
-            want = want << 4 | (uint64_t)h;
+            want = want << 4 | (uint32_t)h;
         }
-        if (pydb__nidx_checksum(d, (size_t)(q - d)) != want) {
+        if (pydb__crc32c(0, d, (size_t)(q - d)) != want) {
             p = q;
             BAD("checksum mismatch");
         }
@@ -212,11 +223,7 @@ int pydb__nman_publish(const char *dir, const void *data, size_t len,
                        pydb_error *err)
 {
     char tmp[1100], path[1100];
-    int rc;
     snprintf(tmp, sizeof tmp, "%s/MANIFEST.tmp", dir);
     snprintf(path, sizeof path, "%s/MANIFEST", dir);
-    if ((rc = pydb__nidx_write_file(tmp, data, len, 0, err))) return rc;
-    if (rename(tmp, path) != 0)
-        return PYDB_OSERROR(err, errno, path, -1, "cannot rename %s", tmp);
-    return pydb__nidx_fsync_dir(dir, err);
+    return pydb__replace_file(path, tmp, data, len, 1, NULL, err);
 }

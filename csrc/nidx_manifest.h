@@ -6,22 +6,28 @@
  * The MANIFEST is text: a magic line with the format version, the
  * generation, the key rules (utf8, max_key, case and word tables in
  * hex), the FST and stop-word texts, the live segments (oldest first),
- * and a checksum line covering everything before it.  It is replaced
+ * and a checksum line ("end" and the CRC-32C of everything before it,
+ * 8 hex digits).  It is replaced
  * whole: by a bulk build (pydb__nman_publish: MANIFEST.tmp, fsync,
  * rename, fsync the directory) or by a commit through pydb_txn_put_file()
  * (written with the records' write-ahead log and replayed by recovery),
  * so the index flips with the records.  Each new MANIFEST has a higher
  * generation than the one it replaces.
  *
- * Depends on: nidx_bytes.h, index_int.h (key rules).
+ * Depends on: nidx_seg.h (only NIDX_FORMAT_VERSION), util.h (buffer,
+ * CRC-32C, atomic replace), index_int.h (key rules).
  */
 #ifndef PYDB_NIDX_MANIFEST_H
 #define PYDB_NIDX_MANIFEST_H
 
 #include "index_int.h"
-#include "nidx_bytes.h"
+#include "nidx_seg.h"
 
-#define NIDX_MANIFEST_MAGIC "pydb-native-index 1\n"
+#define NIDX_STR_(x) #x
+#define NIDX_STR(x) NIDX_STR_(x)
+/* The first line, with the format version (NIDX_FORMAT_VERSION). */
+#define NIDX_MANIFEST_MAGIC \
+    "pydb-native-index " NIDX_STR(NIDX_FORMAT_VERSION) "\n"
 
 /* A parsed MANIFEST.  fst and stw point into the bytes it was parsed
  * from; segs is malloc'ed (free it). */
@@ -38,7 +44,7 @@ typedef struct nidx_manifest {
 
 /* Append the MANIFEST text for generation gen, the rules, texts and the
  * segments gens[ngens] (ascending) to b. */
-int pydb__nman_encode(nidx_buf *b, uint64_t gen, const pydb_keyrules *r,
+int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
                       const char *fst, size_t fst_len, const uint8_t *stw,
                       size_t stw_len, const uint64_t *gens, size_t ngens,
                       pydb_error *err);

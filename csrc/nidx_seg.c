@@ -3,8 +3,8 @@
  * nidx_seg.h): open and validate, dictionary cursors, posting list
  * decoding, and the encoder that writes a segment.
  *
- * Depends on: nidx_bytes.h (codec, buffer, checksum), index_int.h (key
- * order, posting lists), the vfs.  Nothing here knows about other
+ * Depends on: util.h (codecs, buffer, CRC-32C), index_int.h (key order,
+ * posting lists), the vfs.  Nothing here knows about other
  * segments, the MANIFEST or the index handle.
  */
 #ifndef _GNU_SOURCE
@@ -22,9 +22,9 @@
 
 /* ------------------------------------------------------------ varints */
 
-static void buf_varint(nidx_buf *b, uint64_t v)
+static void buf_varint(pydb_buf *b, uint64_t v)
 {
-    if (pydb__nbuf_reserve(b, 10) < 0) return;
+    if (pydb__buf_reserve(b, 10) < 0) return;
     uint8_t *o = b->p + b->n;
     while (v >= 0x80) {
         *o++ = (uint8_t)(v | 0x80);
@@ -113,23 +113,29 @@ int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
     }
     m = s->map;
     if (memcmp(m, NIDX_SEG_MAGIC, 8) != 0 ||
-        pydb__u32(m + 8) != NIDX_SEG_VERSION ||
         pydb__u32(m + 12) != NIDX_BLOCK_TERMS) {
-        rc = PYDB_CORRUPT(err, path, 0, "not a pydb index segment (magic, "
-                          "version or block size)");
+        rc = PYDB_CORRUPT(err, path, 0, "not a pydb index segment (magic "
+                          "or block size)");
         goto cleanup;
     }
-    if (pydb__nidx_checksum(m, s->size - 8) != nidx_rd64(m + s->size - 8)) {
+    if (pydb__u32(m + 8) != NIDX_FORMAT_VERSION) {
+        rc = PYDB_CORRUPT(err, path, 8, "index segment format version %u, "
+                          "this pydb reads version %d (rebuild the index)",
+                          (unsigned)pydb__u32(m + 8), NIDX_FORMAT_VERSION);
+        goto cleanup;
+    }
+    if ((uint64_t)pydb__crc32c(0, m, s->size - 8) !=
+        pydb__u64(m + s->size - 8)) {
         rc = PYDB_CORRUPT(err, path, (int64_t)(s->size - 8),
                           "segment checksum mismatch");
         goto cleanup;
     }
-    s->nterms = nidx_rd64(m + 16);
-    s->nposts = nidx_rd64(m + 24);
-    s->dict_off = nidx_rd64(m + 32);
-    s->bidx_off = nidx_rd64(m + 40);
-    s->nblocks = nidx_rd64(m + 48);
-    s->tomb_off = nidx_rd64(m + 56);
+    s->nterms = pydb__u64(m + 16);
+    s->nposts = pydb__u64(m + 24);
+    s->dict_off = pydb__u64(m + 32);
+    s->bidx_off = pydb__u64(m + 40);
+    s->nblocks = pydb__u64(m + 48);
+    s->tomb_off = pydb__u64(m + 56);
     if (s->dict_off < NIDX_SEG_HDR || s->dict_off > s->bidx_off ||
         s->bidx_off > s->tomb_off || s->tomb_off > s->size - 12 ||
         s->nblocks != (s->nterms + NIDX_BLOCK_TERMS - 1) / NIDX_BLOCK_TERMS ||
@@ -153,8 +159,8 @@ int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
             goto cleanup;
         }
     for (uint64_t b = 0; b < s->nblocks; b++) {
-        uint64_t o = nidx_rd64(m + s->bidx_off + 8 * b);
-        uint64_t prev = b ? nidx_rd64(m + s->bidx_off + 8 * (b - 1)) : 0;
+        uint64_t o = pydb__u64(m + s->bidx_off + 8 * b);
+        uint64_t prev = b ? pydb__u64(m + s->bidx_off + 8 * (b - 1)) : 0;
         if (o < s->dict_off || o + 8 > s->bidx_off || (b && o <= prev)) {
             rc = PYDB_CORRUPT(err, path, (int64_t)(s->bidx_off + 8 * b),
                               "dictionary block offset out of range");
@@ -183,15 +189,15 @@ static int cur_corrupt(const nidx_cursor *c, const char *what,
 int pydb__ncur_block(nidx_cursor *c, uint64_t b, pydb_error *err)
 {
     const nidx_seg *s = c->s;
-    uint64_t o = nidx_rd64(s->map + s->bidx_off + 8 * b);
+    uint64_t o = pydb__u64(s->map + s->bidx_off + 8 * b);
     uint64_t e = b + 1 < s->nblocks
-                     ? nidx_rd64(s->map + s->bidx_off + 8 * (b + 1))
+                     ? pydb__u64(s->map + s->bidx_off + 8 * (b + 1))
                      : s->bidx_off;
     c->blk = b;
     c->term = b * NIDX_BLOCK_TERMS;
     c->p = s->map + o + 8;
     c->end = s->map + e;
-    c->poff = nidx_rd64(s->map + o);
+    c->poff = pydb__u64(s->map + o);
     c->klen = 0;
     if (c->poff < NIDX_SEG_HDR || c->poff > s->dict_off)
         return cur_corrupt(c, "block postings offset out of range", err);
@@ -255,7 +261,7 @@ int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
         const uint8_t *p =
-            s->map + nidx_rd64(s->map + s->bidx_off + 8 * mid) + 8;
+            s->map + pydb__u64(s->map + s->bidx_off + 8 * mid) + 8;
         const uint8_t *e = s->map + s->bidx_off;
         uint64_t sh, l;
         if (rd_varint(&p, e, &sh) || rd_varint(&p, e, &l) || sh != 0 ||
@@ -338,7 +344,7 @@ void pydb__nseg_path(char *out, size_t cap, const char *dir, uint64_t gen)
 
 /* ------------------------------------------------------------ writing */
 
-int pydb__nseg_enc_begin(nidx_seg_enc *e, nidx_buf *out, uint64_t nterms,
+int pydb__nseg_enc_begin(nidx_seg_enc *e, pydb_buf *out, uint64_t nterms,
                          pydb_error *err)
 {
     uint8_t hdr[NIDX_SEG_HDR];
@@ -350,14 +356,14 @@ int pydb__nseg_enc_begin(nidx_seg_enc *e, nidx_buf *out, uint64_t nterms,
     if (!e->blocks)
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "cannot build a segment");
     memset(hdr, 0, sizeof hdr);
-    pydb__nbuf_put(out, hdr, NIDX_SEG_HDR);
+    pydb__buf_put(out, hdr, NIDX_SEG_HDR);
     return PYDB_OK;
 }
 
 void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
                          const pydb_posting *v, size_t n)
 {
-    nidx_buf *out = e->out;
+    pydb_buf *out = e->out;
     size_t pbeg = out->n;
     pydb_posting last = {0, 0, 0, 0};
 
@@ -393,15 +399,15 @@ void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
     if (e->nterms % NIDX_BLOCK_TERMS == 0) {
         uint8_t b8[8];
         e->blocks[e->nterms / NIDX_BLOCK_TERMS] = e->dict.n;
-        nidx_wr64(b8, pbeg);
-        pydb__nbuf_put(&e->dict, b8, 8);
+        pydb__put64(b8, pbeg);
+        pydb__buf_put(&e->dict, b8, 8);
         e->prev_len = 0;
     }
     size_t sh = 0;
     while (sh < e->prev_len && sh < len && e->prev[sh] == key[sh]) sh++;
     buf_varint(&e->dict, sh);
     buf_varint(&e->dict, len - sh);
-    pydb__nbuf_put(&e->dict, key + sh, len - sh);
+    pydb__buf_put(&e->dict, key + sh, len - sh);
     buf_varint(&e->dict, n);
     buf_varint(&e->dict, out->n - pbeg);
     e->prev = key;
@@ -413,37 +419,37 @@ void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
 int pydb__nseg_enc_finish(nidx_seg_enc *e, const int32_t *tombs,
                           size_t ntombs, pydb_error *err)
 {
-    nidx_buf *out = e->out;
+    pydb_buf *out = e->out;
     uint8_t b8[8], b4[4];
 
     PYDB_ASSERT(e->nterms == e->want_terms);
     uint64_t dict_off = out->n;
-    pydb__nbuf_put(out, e->dict.p, e->dict.n);
+    pydb__buf_put(out, e->dict.p, e->dict.n);
     uint64_t bidx_off = out->n;
     for (uint64_t b = 0; b < e->nblocks; b++) {
-        nidx_wr64(b8, dict_off + e->blocks[b]);
-        pydb__nbuf_put(out, b8, 8);
+        pydb__put64(b8, dict_off + e->blocks[b]);
+        pydb__buf_put(out, b8, 8);
     }
     uint64_t tomb_off = out->n;
     pydb__put32(b4, (uint32_t)ntombs);
-    pydb__nbuf_put(out, b4, 4);
+    pydb__buf_put(out, b4, 4);
     for (size_t i = 0; i < ntombs; i++) {
         PYDB_ASSERT(i == 0 || tombs[i - 1] < tombs[i]);
         pydb__put32(b4, (uint32_t)tombs[i]);
-        pydb__nbuf_put(out, b4, 4);
+        pydb__buf_put(out, b4, 4);
     }
     if (out->oom || e->dict.oom) goto oom;
     memcpy(out->p, NIDX_SEG_MAGIC, 8);
-    pydb__put32(out->p + 8, NIDX_SEG_VERSION);
+    pydb__put32(out->p + 8, NIDX_FORMAT_VERSION);
     pydb__put32(out->p + 12, NIDX_BLOCK_TERMS);
-    nidx_wr64(out->p + 16, e->nterms);
-    nidx_wr64(out->p + 24, e->nposts);
-    nidx_wr64(out->p + 32, dict_off);
-    nidx_wr64(out->p + 40, bidx_off);
-    nidx_wr64(out->p + 48, e->nblocks);
-    nidx_wr64(out->p + 56, tomb_off);
-    nidx_wr64(b8, pydb__nidx_checksum(out->p, out->n));
-    pydb__nbuf_put(out, b8, 8);
+    pydb__put64(out->p + 16, e->nterms);
+    pydb__put64(out->p + 24, e->nposts);
+    pydb__put64(out->p + 32, dict_off);
+    pydb__put64(out->p + 40, bidx_off);
+    pydb__put64(out->p + 48, e->nblocks);
+    pydb__put64(out->p + 56, tomb_off);
+    pydb__put64(b8, pydb__crc32c(0, out->p, out->n));
+    pydb__buf_put(out, b8, 8);
     if (out->oom) goto oom;
     return PYDB_OK;
 oom:

@@ -4,9 +4,10 @@
  * encoding posting lists (nidx_seg.c).
  *
  * A segment (seg-GGGGGGGG.pds, immutable once written; little-endian):
- *   0   header, 64 bytes: "PYDBSEG1", u32 format version, u32 terms per
- *       block (32), u64 terms, u64 postings, u64 dictionary offset, u64
- *       block index offset, u64 blocks, u64 tombstone offset
+ *   0   header, 64 bytes: "PYDBSEG1", u32 format version
+ *       (NIDX_FORMAT_VERSION), u32 terms per block (32), u64 terms, u64
+ *       postings, u64 dictionary offset, u64 block index offset, u64
+ *       blocks, u64 tombstone offset
  *   64  posting lists, one per term in key order: per posting four
  *       LEB128 varints — MFN delta; TAG (delta if same MFN); OCC (delta
  *       if same MFN and TAG); CNT (delta if same MFN, TAG, OCC)
@@ -18,7 +19,7 @@
  *   block index: u64 file offset of each block
  *   tombstones: u32 n, then n ascending i32 MFNs: records this segment
  *       supersedes — their postings in every older segment are dead
- *   u64 checksum of all bytes before it
+ *   u64 checksum: CRC-32C of all bytes before it (high 32 bits zero)
  * Every offset and length is checked against the file before use; a
  * damaged segment is PYDB_ECORRUPT (file, offset, reason).
  *
@@ -26,17 +27,21 @@
  * which postings a newer segment's tombstones kill, is the segment set's
  * business (nidx_handle.h), passed in here as a callback.
  *
- * Depends on: nidx_bytes.h, index_int.h (postings, key order).
+ * Depends on: util.h (codecs, buffer, CRC-32C), index_int.h (postings,
+ * key order).
  */
 #ifndef PYDB_NIDX_SEG_H
 #define PYDB_NIDX_SEG_H
 
 #include <stdatomic.h>
 #include "index_int.h"
-#include "nidx_bytes.h"
 
+/* Format version of the segments and of the MANIFEST that names them.
+ * 2: the checksums are CRC-32C (version 1 used an ad-hoc 64-bit hash).
+ * A file of another version is PYDB_ECORRUPT saying so: rebuild the
+ * index. */
+#define NIDX_FORMAT_VERSION 2
 #define NIDX_SEG_MAGIC "PYDBSEG1"
-#define NIDX_SEG_VERSION 1
 #define NIDX_SEG_HDR 64
 #define NIDX_BLOCK_TERMS 32
 
@@ -104,8 +109,8 @@ int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *c,
 /* Writing a segment: begin with the number of terms, one call per term
  * in key order, finish with the tombstones. */
 typedef struct nidx_seg_enc {
-    nidx_buf *out;
-    nidx_buf dict;
+    pydb_buf *out;
+    pydb_buf dict;
     uint64_t *blocks;        /* dictionary offset of each block */
     uint64_t nblocks, nterms, want_terms, nposts;
     const uint8_t *prev;     /* previous key of the block */
@@ -113,7 +118,7 @@ typedef struct nidx_seg_enc {
 } nidx_seg_enc;
 
 /* Start a segment of nterms terms in out (empty). */
-int pydb__nseg_enc_begin(nidx_seg_enc *e, nidx_buf *out, uint64_t nterms,
+int pydb__nseg_enc_begin(nidx_seg_enc *e, pydb_buf *out, uint64_t nterms,
                          pydb_error *err);
 /* Add a term: key (greater than the previous one, alive until the next
  * call) and its postings v[n] (n >= 1, ascending, no duplicates). */

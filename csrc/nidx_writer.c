@@ -94,7 +94,7 @@ static int acc_insert(nidx_acc *a, const uint8_t *key, size_t len,
         a->t[ti].len = (uint32_t)len;
         a->t[ti].hash = h;
         a->t[ti].n = 0;
-        pydb__nbuf_put(&a->arena, key, len);
+        pydb__buf_put(&a->arena, key, len);
         if (a->arena.oom) goto oom;
         a->ht[j] = (uint64_t)h << 32 | (uint64_t)(ti + 1);
     }
@@ -155,7 +155,7 @@ int pydb__nacc_add(void *ctx, const uint8_t *key, size_t len,
     s->len = (uint32_t)len;
     s->hash = key_hash(key, len);
     s->p = *p;
-    pydb__nbuf_put(&a->stage_keys, key, len);
+    pydb__buf_put(&a->stage_keys, key, len);
     if (a->stage_keys.oom)
         return PYDB_ERROR(a->err, PYDB_ENOMEM, "", -1, "no memory");
     return a->nst == STAGE ? acc_flush(a) : PYDB_OK;
@@ -228,7 +228,7 @@ static int sort_terms(nidx_acc *a, uint32_t *order)
 
 /* Build the bytes of a segment from the accumulated postings. */
 int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
-                       nidx_buf *out, pydb_error *err)
+                       pydb_buf *out, pydb_error *err)
 {
     uint32_t *order = NULL;
     uint64_t *start = NULL;

@@ -38,8 +38,8 @@ typedef struct nidx_staged {
 typedef struct nidx_acc {
     nidx_staged *st;
     size_t nst;
-    nidx_buf stage_keys;
-    nidx_buf arena;
+    pydb_buf stage_keys;
+    pydb_buf arena;
     nidx_aterm *t;
     size_t nt, tcap;
     uint64_t *ht;            /* hash << 32 | (term index + 1); 0 = empty */
@@ -55,7 +55,7 @@ int pydb__nacc_add(void *ctx, const uint8_t *key, size_t len,
 /* Append the segment of everything added, with tombstones tombs[ntombs]
  * (ascending), to out. */
 int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
-                       nidx_buf *out, pydb_error *err);
+                       pydb_buf *out, pydb_error *err);
 /* Free the accumulator's memory and zero it. */
 void pydb__nacc_free(nidx_acc *a);
 

@@ -244,6 +244,8 @@ def test_damaged_segment_with_valid_checksum(cds):
            if f.endswith(".pds")][0]
     data = bytearray(open(seg, "rb").read())
     dict_off = struct.unpack_from("<Q", data, 32)[0]
+    # the forging helper computes what the writer wrote
+    assert _checksum(bytes(data[:-8])) == struct.unpack_from("<Q", data, len(data) - 8)[0]
     for pos in (dict_off + 8, dict_off + 9, 70, 64):
         bad = bytearray(data)
         bad[pos] = 0xFF
@@ -259,22 +261,26 @@ def test_damaged_segment_with_valid_checksum(cds):
     open(seg, "wb").write(data)
 
 
+def _crc32c_table():
+    t = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+        t.append(c)
+    return t
+
+
+_CRC32C = _crc32c_table()
+
+
 def _checksum(b):
-    """csrc/nidx.c checksum(), for forging damaged files."""
-    M = (1 << 64) - 1
-    h = 0x243F6A8885A308D3 ^ len(b)
-    i = 0
-    while i + 8 <= len(b):
-        w = int.from_bytes(b[i:i + 8], "little")
-        h = ((h ^ w) * 0x9E3779B97F4A7C15) & M
-        h ^= h >> 29
-        i += 8
-    while i < len(b):
-        h = ((h ^ b[i]) * 0x100000001B3) & M
-        i += 1
-    h ^= h >> 31
-    h = (h * 0xBF58476D1CE4E5B9) & M
-    return h ^ (h >> 32)
+    """The segment checksum (CRC-32C, csrc/util.c pydb__crc32c; format
+    version 2), for forging damaged files."""
+    c = 0xFFFFFFFF
+    for x in b:
+        c = _CRC32C[(c ^ x) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
 
 
 # ---- the commit hook, driven directly (no writer on this branch) --------
