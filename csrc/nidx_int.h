@@ -43,7 +43,7 @@ void pydb__stopwords_free(pydb_stopwords *sw);
 int pydb__read_file(const char *path, uint8_t **data, size_t *len,
                     pydb_error *err);
 
-/* ---- fst.c: key extraction ---- */
+/* ---- fst_keys.c (key extraction), fst_format.c (format evaluation) ---- */
 
 /* Called once per key of a record: key in key form, and its posting;
  * returns PYDB_OK or an error code (with err filled by the callee). */
