@@ -1,5 +1,8 @@
 /* index.c - dispatch of the pydb_index_* functions (pydb.h) to the
- * implementation behind each handle (index_int.h). */
+ * implementation behind each handle (index_int.h), and the posting-list
+ * helpers every implementation shares (order, normalise, grow).
+ *
+ * Depends on: index_int.h, pydb_int.h (errors).  Knows no index kind. */
 #include <stdlib.h>
 #include <string.h>
 #include "index_int.h"

@@ -1,7 +1,10 @@
 /* index_int.h - the interface every index implementation fills in
  * (native segments, ISIS classic/LIND files, in-memory).  Each
  * implementation embeds struct pydb_index as its first member; the
- * pydb_index_* functions of pydb.h dispatch through ops. */
+ * pydb_index_* functions of pydb.h dispatch through ops.  Also the key
+ * rules of key normalisation (keys.c).
+ *
+ * Depends on: pydb_int.h. */
 #ifndef PYDB_INDEX_INT_H
 #define PYDB_INDEX_INT_H
 

@@ -18,6 +18,12 @@
  * characters: letters of those ranges and every code point >= U+0530
  * outside the punctuation blocks; digits split words as in 8-bit data.
  * Invalid UTF-8 bytes are copied unchanged (and are not word characters).
+ *
+ * Also pydb__read_file (a whole file through the vfs), which the table,
+ * stop-word and MANIFEST readers use.
+ *
+ * Depends on: index_int.h (pydb_keyrules), pydb_int.h (vfs, errors,
+ * pydb__find_file).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

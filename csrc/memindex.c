@@ -9,6 +9,8 @@
  * Keys compare as unsigned byte strings, a shorter key before its
  * extensions.  Postings carry only the fields named by the caps given at
  * creation; the others are stored as 0.
+ *
+ * Depends on: index.c (the interface, posting helpers).
  */
 #include <stdlib.h>
 #include <string.h>

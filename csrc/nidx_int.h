@@ -1,5 +1,9 @@
-/* nidx_int.h - internals of the FST, key extraction and native index
- * (csrc/keys.c, csrc/fst*.c, csrc/nidx_*.c); not installed. */
+/* nidx_int.h - the cross-file interface of key tables and stop words
+ * (keys.c), FST key extraction (fst_keys.c, fst_format.c) and the native
+ * index's commit hook and test doubles (nidx_commit.c); the binding's
+ * _pydb_native.c includes it.  Not installed.
+ *
+ * Depends on: index_int.h. */
 #ifndef PYDB_NIDX_INT_H
 #define PYDB_NIDX_INT_H
 
