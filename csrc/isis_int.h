@@ -69,11 +69,7 @@ static inline int32_t i32(const uint8_t *p) { return (int32_t)pydb__u32(p); }
 
 static inline int16_t i16(const uint8_t *p) { return (int16_t)pydb__u16(p); }
 
-static inline int64_t i64(const uint8_t *p)
-{
-    return (int64_t)((uint64_t)pydb__u32(p) |
-                     ((uint64_t)pydb__u32(p + 4) << 32));
-}
+static inline int64_t i64(const uint8_t *p) { return (int64_t)pydb__u64(p); }
 
 typedef struct tree {
     int t;                 /* 1 or 2                                       */
@@ -104,7 +100,8 @@ typedef struct isis_index {
 
 /* Compare two keys as blank-padded strings (the order of the trees,
  * §4.1): missing bytes count as blanks. */
-static inline int kcmp(const uint8_t *a, size_t la, const uint8_t *b, size_t lb)
+static inline int kcmp(const uint8_t *a, size_t la, const uint8_t *b,
+                       size_t lb)
 {
     size_t n = la > lb ? la : lb;
     for (size_t i = 0; i < n; i++) {
@@ -131,7 +128,8 @@ static inline int64_t leaf_off(const tree *tr, int32_t r)
     return (int64_t)(r - 1) * (int64_t)tr->lrec;
 }
 
-static inline const uint8_t *node_key(const tree *tr, const uint8_t *buf, int j)
+static inline const uint8_t *node_key(const tree *tr, const uint8_t *buf,
+                                      int j)
 {
     return buf + 8 + (size_t)j * tr->nent;
 }
@@ -141,7 +139,8 @@ static inline int32_t node_punt(const tree *tr, const uint8_t *buf, int j)
     return i32(buf + 8 + (size_t)j * tr->nent + tr->le + tr->pad);
 }
 
-static inline const uint8_t *leaf_key(const tree *tr, const uint8_t *buf, int j)
+static inline const uint8_t *leaf_key(const tree *tr, const uint8_t *buf,
+                                      int j)
 {
     return buf + tr->lhdr + (size_t)j * tr->lent;
 }

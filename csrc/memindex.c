@@ -71,16 +71,8 @@ static int mem_postings(pydb_postings *out, pydb_index *ix,
     if (i >= m->n || pydb__keycmp(m->e[i].key, m->e[i].len, key, len) != 0)
         return PYDB_OK;
     p = &m->e[i].p;
-    if (out->n + p->n > out->cap) {
-        size_t cap = out->cap ? out->cap : 64;
-        while (cap < out->n + p->n) cap *= 2;
-        pydb_posting *v = realloc(out->v, cap * sizeof *v);
-        if (!v)
-            return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                              "no memory for %zu postings", cap);
-        out->v = v;
-        out->cap = cap;
-    }
+    int rc = pydb__postings_reserve(out, out->n + p->n, err);
+    if (rc) return rc;
     if (p->n) memcpy(out->v + out->n, p->v, p->n * sizeof *p->v);
     out->n += p->n;
     return PYDB_OK;

@@ -221,8 +221,7 @@ typedef struct eval_ctx {
 } eval_ctx;
 
 typedef struct key_list {
-    uint8_t *arena;
-    size_t used, size;
+    pydb_buf arena;
     size_t *off, *len;
     size_t n, cap;
     int oom;
@@ -243,17 +242,11 @@ static int collect_key(void *ctx, const uint8_t *key, size_t len,
         k->len = l;
         k->cap = cap;
     }
-    if (k->used + len > k->size) {
-        size_t size = (k->size + len) * 2 + 256;
-        uint8_t *a = realloc(k->arena, size);
-        if (!a) goto oom;
-        k->arena = a;
-        k->size = size;
-    }
-    if (len) memcpy(k->arena + k->used, key, len);
-    k->off[k->n] = k->used;
+    /* reserve at least one byte, so arena.p is never NULL */
+    if (pydb__buf_reserve(&k->arena, len ? len : 1) < 0) goto oom;
+    k->off[k->n] = k->arena.n;
     k->len[k->n] = len;
-    k->used += len;
+    pydb__buf_put(&k->arena, key, len);
     k->n++;
     return 0;
 oom:
@@ -330,7 +323,7 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
     /* one sorted run per key, back to back in out */
     for (size_t k = 0; k < keys.n; k++) {
         size_t start = out->n;
-        rc = pydb_index_postings(out, c->ix, keys.arena + keys.off[k],
+        rc = pydb_index_postings(out, c->ix, keys.arena.p + keys.off[k],
                                  keys.len[k], c->err);
         if (rc) goto cleanup;
         size_t n = out->n - start;
@@ -341,7 +334,7 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
     }
     rc = merge_runs(out, runs, nruns, c->err);
 cleanup:
-    free(keys.arena);
+    pydb__buf_free(&keys.arena);
     free(keys.off);
     free(keys.len);
     free(runs);
