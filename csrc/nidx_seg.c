@@ -189,10 +189,14 @@ static int cur_corrupt(const nidx_cursor *c, const char *what,
 int pydb__ncur_block(nidx_cursor *c, uint64_t b, pydb_error *err)
 {
     const nidx_seg *s = c->s;
+    PYDB_ASSERT(b < s->nblocks);
     uint64_t o = pydb__u64(s->map + s->bidx_off + 8 * b);
     uint64_t e = b + 1 < s->nblocks
                      ? pydb__u64(s->map + s->bidx_off + 8 * (b + 1))
                      : s->bidx_off;
+    /* pydb__nseg_open checked the block index: blocks lie in the
+     * dictionary, in order */
+    PYDB_ASSERT(o >= s->dict_off && o + 8 <= e && e <= s->bidx_off);
     c->blk = b;
     c->term = b * NIDX_BLOCK_TERMS;
     c->p = s->map + o + 8;
@@ -245,6 +249,7 @@ int pydb__ncur_next(nidx_cursor *c, pydb_error *err)
     c->poff += c->plen;
     c->term++;
     c->valid = 1;
+    PYDB_ASSERT(c->p <= c->end && c->poff <= s->dict_off);
     return PYDB_OK;
 }
 
