@@ -1,4 +1,4 @@
-"""The native inverted index (csrc/nidx.c): bulk build, terms, postings,
+"""The native inverted index (csrc/nidx_*.c): bulk build, terms, postings,
 comparison with the index shipped with the pyisis cds sample, damaged
 files, and the commit hook driven without a writer."""
 
