@@ -177,12 +177,16 @@ class Settings:
 
 
 def crashtest_binary() -> Path:
-    """Path of the pure-C benchmark built by ``pip install .``.
+    """Path of the pure-C benchmark ``pydb/pydb-crashtest``, built with the
+    extension by ``pip install -e .``, ``pip install .`` or ``python
+    setup.py build_ext --inplace``.
 
-    Raises FileNotFoundError if it is missing (a broken install)."""
+    Raises FileNotFoundError if it is missing (not built, or a broken
+    install)."""
     p = Path(__file__).with_name("pydb-crashtest")
     if not p.exists():
-        raise FileNotFoundError(f"{p} is missing: reinstall pydb (pip install .)")
+        raise FileNotFoundError(f"{p} is missing: build it (pip install -e ., or "
+                                "python setup.py build_ext --inplace) or reinstall pydb")
     return p
 
 
