@@ -69,6 +69,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from . import _pydb
 
@@ -139,6 +140,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """True when no error was found (warnings allowed)."""
         return self.errors == 0
 
     def __iter__(self) -> Iterator[Problem]:
@@ -178,7 +180,9 @@ class CheckReport:
                 "counts": dict(self.counts), "stats": dict(self.stats),
                 "problems": [asdict(p) for p in self.problems]}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
+        """:meth:`to_dict` as a JSON document; `kw` go to :func:`json.dumps`
+        (e.g. ``indent=1``)."""
         return json.dumps(self.to_dict(), **kw)
 
 

@@ -308,7 +308,9 @@ class Database(_pydb.Database):
         return self._require_index().search(expr, self)
 
     def close(self) -> None:
-        """Close the database and its inverted index (idempotent)."""
+        """Close the database and its inverted index (idempotent).  Waits
+        for reads in flight in other threads; later calls raise
+        :class:`~pydb.ClosedError`."""
         lock = self.__dict__.get("_index_lock")
         if lock is not None:
             with lock:
@@ -438,7 +440,8 @@ class Database(_pydb.Database):
     def layout(self) -> str:
         """Leader layout detected from the files: ``"isis-packed"``,
         ``"isis-aligned"``, ``"ffi-packed"`` or ``"ffi-aligned"``
-        (docs/isis-formats.md §2.2, §2.5)."""
+        (docs/isis-formats.md §2.2, §2.5).  Raises
+        :class:`~pydb.ClosedError` once closed."""
         return self.info()["layout"]
 
     def versions(self, mfn: int) -> list[Record]:

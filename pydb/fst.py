@@ -131,8 +131,11 @@ class FieldRule:
 
 
 def read_text(source: str | bytes | os.PathLike) -> bytes:
-    """FST (or stop-word) text from a path, or the text itself if
-    `source` is bytes or a str containing a newline or not naming a file."""
+    """FST (or stop-word) text as bytes: read from the file at `source` if
+    it is os.PathLike or a str without a newline that names a file; else
+    `source` itself (bytes as given, a str encoded as UTF-8).
+
+    Raises OSError when that file cannot be read."""
     if isinstance(source, bytes):
         return source
     if isinstance(source, os.PathLike) or (isinstance(source, str)
