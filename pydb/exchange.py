@@ -427,7 +427,7 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
     finally:
         reader.close()
     report.errors[:0] = reader.errors
-    report.errors.sort(key=lambda e: e.number or 0)
+    report.errors.sort(key=lambda e: getattr(e, "number", None) or 0)
     report.repaired = reader.repaired
     return report
 
@@ -531,5 +531,5 @@ def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed
 
     _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
     report.errors[:0] = errs
-    report.errors.sort(key=lambda e: e.number or 0)
+    report.errors.sort(key=lambda e: getattr(e, "number", None) or 0)
     return report

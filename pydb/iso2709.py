@@ -58,7 +58,7 @@ import re
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
-from .errors import IsoRecordError
+from .errors import CorruptionError, IsoRecordError
 from .paths import Source, opened, source_name
 
 __all__ = ["read", "write", "IsoRecord", "IsoReader", "Report", "FLAVOURS",
@@ -944,9 +944,9 @@ class Report:
     only), ``deleted`` (int, records stored or written logically deleted).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records = 0
-        self.errors: list = []
+        self.errors: list[IsoRecordError | CorruptionError] = []
         self.repaired = 0
         self.max_mfn = 0
         self.deleted = 0

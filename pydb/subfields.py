@@ -30,7 +30,8 @@ class Subfields(Mapping[str, str]):
 
     __slots__ = ("indicators", "text", "items_", "_first")
 
-    def __init__(self, indicators, text, items):
+    def __init__(self, indicators: str | None, text: str,
+                 items: list[tuple[str, str]]) -> None:
         self.indicators = indicators
         self.text = text
         self.items_ = items
