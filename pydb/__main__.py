@@ -287,8 +287,13 @@ def _cmd_index(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    """Entry point of ``python -m pydb`` and the ``pydb`` script."""
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m pydb`` and the ``pydb`` script: run the
+    command in `argv` (default ``sys.argv[1:]``) and return the exit status
+    (0 done; 1 failed, with the reason on stderr; ``check`` documents its
+    own).  pydb errors, OSError, ValueError and LookupError become a
+    message and status 1, a closed stdout (BrokenPipeError) status 0.
+    Raises SystemExit (status 2) for bad usage, from argparse."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "crashtest":
         return crashtest.main(argv[1:])

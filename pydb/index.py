@@ -177,7 +177,9 @@ class Index:
         the native index of a UTF-8 database), blanks trimmed, truncated
         to the longest key the index stores (LE2 bytes for ISIS files).
 
-        Raises :class:`~pydb.ClosedError` once closed.
+        Raises :class:`~pydb.ClosedError` once closed, TypeError when
+        `term` is neither str nor bytes, UnicodeEncodeError when a str
+        does not encode with the index's encoding and error handler.
         """
         return self._h.key(self._bytes(term))
 
