@@ -5,43 +5,64 @@ files (.xrf) as WinISIS, CISIS and ABCD do, through a C core that releases
 the GIL whenever it may touch the disk, with atomic, durable transactions
 (a write-ahead log beside the files).  Start with :func:`pydb.open` or
 :func:`pydb.create`.
+
+Modules, bottom up (each imports only modules above it in this list):
+:mod:`pydb.errors` (exceptions), :mod:`pydb.paths` (base names and the
+files of a database), :mod:`pydb.subfields`, :mod:`pydb.iso2709` and
+:mod:`pydb.jsonl` (exchange formats), :mod:`pydb.fst` (field select
+tables), :mod:`pydb.search` (search language), :mod:`pydb.index`
+(:class:`~pydb.index.Index`), :mod:`pydb.native` (building the native
+index), :mod:`pydb.check` (validator), :mod:`pydb.database`
+(:class:`Database`), :mod:`pydb.exchange` (import/export between a
+database and ISO 2709 or JSON Lines files), then the tools
+(:mod:`pydb.unesb`, :mod:`pydb.ministat`, :mod:`pydb.crashtest`) and the
+command line (:mod:`pydb.__main__`).
 """
 
-import glob as _glob
-import os as _os
-import sys as _sys
+try:
+    from . import _pydb  # noqa: F401  (the C core; every module below needs it)
+except ImportError as _e:
+    # A source checkout (setup.py beside this folder) without a build of
+    # the extension for this interpreter: say what to do.  Anything else
+    # (an installed package, a build that fails to load) keeps its error.
+    import importlib.machinery as _machinery
+    import os as _os
 
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _root = _os.path.dirname(_here)
+    _built = [n for n in _os.listdir(_here) if n.startswith("_pydb.")
+              and n.endswith(tuple(_machinery.EXTENSION_SUFFIXES))]
+    if not _os.path.isfile(_os.path.join(_root, "setup.py")) or _built:
+        raise
+    raise ImportError(
+        f"pydb is imported from the source checkout {_root}, where the C "
+        "extension pydb._pydb is not built for this Python.  Build it there "
+        "with `pip install -e .` (editable install) or `python setup.py "
+        "build_ext --inplace`, or run from another directory to use an "
+        "installed pydb.", name="pydb._pydb") from _e
 
-def _find_installed_copy():
-    """When this package is imported from a source checkout that has no
-    built extension (``pip install .`` puts the build in site-packages, but
-    ``python -m pydb`` run in the checkout finds ./pydb first), return the
-    folder of an installed pydb that has one, else None."""
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    if _glob.glob(_os.path.join(here, "_pydb*.so")) or _glob.glob(_os.path.join(here, "_pydb*.pyd")):
-        return None
-    for entry in _sys.path:
-        cand = _os.path.join(_os.path.abspath(entry or _os.curdir), "pydb")
-        if cand != here and _glob.glob(_os.path.join(cand, "_pydb*.so")):
-            return cand
-    return None
-
-
-_installed = _find_installed_copy()
-if _installed:
-    __path__[:] = [_installed]  # load every submodule from the installed build
-del _installed
-
-from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
-                     DatabaseNotFoundError, DiskError, Error, FSTError,
-                     IsoRecordError, LockTimeoutError, NotFoundError, ReadOnlyError,
-                     RecordTooLargeError, SearchSyntaxError, UnsupportedError)
-from .database import (DEFAULT_IO, LAYOUTS, Database, Field, Record,
-                       Transaction, create, open)
-from .subfields import Subfields, parse_subfields
-from .iso2709 import export_iso, export_jsonl, import_iso, import_jsonl
+from .database import DEFAULT_IO, LAYOUTS, Database, Field, Record, Transaction, create, open
+from .errors import (
+    ClosedError,
+    CorruptionError,
+    DatabaseExistsError,
+    DatabaseNotFoundError,
+    DiskError,
+    Error,
+    FSTError,
+    IsoRecordError,
+    LockTimeoutError,
+    NotFoundError,
+    ReadOnlyError,
+    RecordTooLargeError,
+    SearchSyntaxError,
+    UnsupportedError,
+)
+from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
 from .fst import FieldRule, FSTRule, parse_fst
-from .native import build_index, open_index
+from .index import open_index
+from .native import build_index
+from .subfields import Subfields, parse_subfields
 
 __version__ = "0.1.0"
 

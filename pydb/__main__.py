@@ -22,9 +22,19 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 from contextlib import contextmanager
+
+from . import crashtest, ministat
+from .check import CheckReport, Problem
+from .database import open as open_db
+from .errors import CorruptionError, Error, SearchSyntaxError
+from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
+from .native import build_index
+from .unesb import generate
 
 
 @contextmanager
@@ -35,7 +45,7 @@ def _progress(total, unit, desc, enabled=True, force=False, absolute=False):
     function takes the count just done, or with `absolute` the pair
     (done so far, total) that ``Database.check`` reports."""
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
     except ImportError:  # tqdm is a dependency, but reading must not need it
         tqdm = None
     if tqdm is None or not enabled:
@@ -85,7 +95,6 @@ def _write_record(out, rec, mfn_digits, mark_deleted):
 
 
 def _cmd_info(args) -> int:
-    from . import open as open_db
     with open_db(args.db, encoding=args.encoding) as db:
         info = db.info()
         counts = db.counts()
@@ -98,7 +107,6 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_dump(args) -> int:
-    from . import open as open_db
     out = sys.stdout
     with open_db(args.db, encoding=args.encoding) as db:
         recs = db.read_many(args.mfn) if args.mfn else db.records(deleted=args.deleted)
@@ -114,7 +122,6 @@ def _cmd_dump(args) -> int:
 
 def _open_with_index(args):
     """The database with its inverted index, or None (message printed)."""
-    from . import open as open_db
     db = open_db(args.db, encoding=args.encoding)
     if db.index is None:
         db.close()
@@ -127,7 +134,7 @@ def _cmd_terms(args) -> int:
     """One key per line: KEY<TAB>COUNT, in key order.  Bytes of a key that
     are not valid in --encoding are written back as stored (stdout with
     errors="surrogateescape"): ISIS keys can be cut inside a multi-byte
-    character (truncation to LE, isis-formats.md §5.3)."""
+    character (truncation to LE, docs/isis-formats.md §5.3)."""
     out = sys.stdout
     if hasattr(out, "reconfigure"):
         out.reconfigure(errors="surrogateescape")
@@ -157,7 +164,6 @@ def _cmd_postings(args) -> int:
 def _cmd_search(args) -> int:
     """Print "N records" then the matching MFNs, one per line (or, with
     --dump, the records as text).  Exit 1 on a syntax error."""
-    from .errors import SearchSyntaxError
     db = _open_with_index(args)
     if db is None:
         return 1
@@ -183,10 +189,6 @@ def _cmd_check(args) -> int:
     """Exit status: 0 no error (warnings allowed unless --strict), 1 any
     error (or any warning with --strict), 2 the database cannot be opened
     (missing file, I/O error, unsupported) or bad usage."""
-    import json
-    from . import open as open_db
-    from .check import CheckReport, Problem
-    from .errors import CorruptionError, Error
     if args.max_problems < 0:
         print("pydb check: --max-problems must be >= 0", file=sys.stderr)
         return 2
@@ -226,7 +228,6 @@ def _cmd_check(args) -> int:
         out.write(report.summary() + "\n")
     return 1 if failed else 0
 def _cmd_import(args) -> int:
-    from . import import_iso, import_jsonl
     fmt = "jsonl" if args.flavour == "jsonl" or (
         args.flavour is None and _format_of(args.src, None) == "jsonl") else "iso"
     size = os.path.getsize(args.src)
@@ -250,8 +251,6 @@ def _cmd_import(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from . import export_iso, export_jsonl
-    from . import open as open_db
     fmt = args.flavour or ("jsonl" if _format_of(args.dst, None) == "jsonl" else "isis")
     if os.path.exists(args.dst) and not args.force:
         print(f"pydb: {args.dst} exists (use --force to replace it)", file=sys.stderr)
@@ -272,7 +271,6 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_gen_unesb(args) -> int:
-    from .unesb import generate
     base = generate(args.dir, scale=args.scale, seed=args.seed, count=args.count,
                     index=not args.no_index,
                     progress=not args.no_index)
@@ -281,8 +279,6 @@ def _cmd_gen_unesb(args) -> int:
 
 
 def _cmd_index(args) -> int:
-    import time
-    from .native import build_index
     t0 = time.perf_counter()
     n = build_index(args.db, fst=args.fst, stw=args.stw, progress=not args.quiet,
                     encoding=args.encoding, max_key=args.max_key)
@@ -291,15 +287,18 @@ def _cmd_index(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    """Entry point of ``python -m pydb`` and the ``pydb`` script."""
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m pydb`` and the ``pydb`` script: run the
+    command in `argv` (default ``sys.argv[1:]``) and return the exit status
+    (0 done; 1 failed, with the reason on stderr; ``check`` documents its
+    own).  pydb errors, OSError, ValueError and LookupError become a
+    message and status 1, a closed stdout (BrokenPipeError) status 0.
+    Raises SystemExit (status 2) for bad usage, from argparse."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "crashtest":
-        from .crashtest import main as crashtest_main
-        return crashtest_main(argv[1:])
+        return crashtest.main(argv[1:])
     if argv and argv[0] == "ministat":
-        from .ministat import main as ministat_main
-        return ministat_main(argv[1:])
+        return ministat.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pydb", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("crashtest", help="C vs Python threaded read benchmark (crashtest --help)")
@@ -421,7 +420,6 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_index)
     args = ap.parse_args(argv)
-    from .errors import Error
     try:
         return args.func(args)
     except BrokenPipeError:     # `pydb dump DB | head`: the reader had enough

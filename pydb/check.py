@@ -5,8 +5,8 @@ walks the control record, every XRF block and entry, every record version
 reachable from the XRF and every back-pointer chain, then scans the master
 file sequentially for versions nothing reaches; it reports *every* fault
 with its location instead of stopping at the first.  Formats:
-isis-formats.md §2 (master file) and §3 (XRF); the list of checks follows
-reliability.md §2.1 ("A validator").
+docs/isis-formats.md §2 (master file) and §3 (XRF); the list of checks follows
+docs/reliability.md §2.1 ("A validator").
 
 Kinds of fault (``KINDS`` maps each to its severity).  An **error** is
 something a reader fails on or that loses data; a **warning** is
@@ -67,8 +67,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator, Optional
+from typing import Any
 
 from . import _pydb
 
@@ -139,6 +140,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """True when no error was found (warnings allowed)."""
         return self.errors == 0
 
     def __iter__(self) -> Iterator[Problem]:
@@ -178,12 +180,14 @@ class CheckReport:
                 "counts": dict(self.counts), "stats": dict(self.stats),
                 "problems": [asdict(p) for p in self.problems]}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
+        """:meth:`to_dict` as a JSON document; `kw` go to :func:`json.dumps`
+        (e.g. ``indent=1``)."""
         return json.dumps(self.to_dict(), **kw)
 
 
 def check(db, *, max_problems: int = 1000,
-          progress: Optional[Callable[[int, int], None]] = None,
+          progress: Callable[[int, int], object] | None = None,
           interval: float = 0.1) -> CheckReport:
     """Validate an open database; see the module docstring for the kinds.
 

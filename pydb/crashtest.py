@@ -1,6 +1,6 @@
 """The crashtest: C threads against Python threads on one database.
 
-After OpenIsis 0.9's multithreaded read test (experiments.md §1).  The
+After OpenIsis 0.9's multithreaded read test (docs/experiments.md §1).  The
 pure-C program ``pydb-crashtest`` (benchmarks/crashtest.c, installed inside
 this package) and the Python twin below run the same workload:
 
@@ -55,22 +55,26 @@ Python threads cannot add throughput to warm reads, only overlap waits.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Protocol
 
 from . import ministat
 from .database import open as open_db
 from .errors import UnsupportedError
+from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
 
 __all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "open_row_index",
            "has_index", "run_python", "run_c",
@@ -173,12 +177,16 @@ class Settings:
 
 
 def crashtest_binary() -> Path:
-    """Path of the pure-C benchmark built by ``pip install .``.
+    """Path of the pure-C benchmark ``pydb/pydb-crashtest``, built with the
+    extension by ``pip install -e .``, ``pip install .`` or ``python
+    setup.py build_ext --inplace``.
 
-    Raises FileNotFoundError if it is missing (a broken install)."""
+    Raises FileNotFoundError if it is missing (not built, or a broken
+    install)."""
     p = Path(__file__).with_name("pydb-crashtest")
     if not p.exists():
-        raise FileNotFoundError(f"{p} is missing: reinstall pydb (pip install .)")
+        raise FileNotFoundError(f"{p} is missing: build it (pip install -e ., or "
+                                "python setup.py build_ext --inplace) or reinstall pydb")
     return p
 
 
@@ -308,7 +316,7 @@ def _threads_pass(db, s: Settings, orders, chunks, batch: bool) -> tuple[int, fl
     counts = [0] * t
     barrier = threading.Barrier(t + 1)
     errors: list[BaseException] = []
-    timing = {}
+    timing: dict[str, float] = {}
     read, read_many, clock = db.read, db.read_many, time.perf_counter
 
     def work(i):
@@ -397,8 +405,8 @@ def comparison(samples: list[dict], threads: Sequence[int], impls: Sequence[str]
     rows = []
     phases = [("sequential", "seq", 1)] + [(f"{t} threads", "threads", t) for t in threads]
     for label, phase, t in phases:
-        row = {"label": label, "phase": phase, "threads": t, "median": {}, "vs_c": {},
-               "scaling": {}}
+        row: dict[str, Any] = {"label": label, "phase": phase, "threads": t, "median": {},
+                               "vs_c": {}, "scaling": {}}
         c = _values(samples, "c", phase, t)
         for impl in impls:
             v = _values(samples, impl, phase, t)
@@ -474,9 +482,10 @@ def plot(samples: list[dict], path, title: str = "") -> None:
     (one panel per cache x lock; medians with min-max bars; log scale)
     into the PNG `path`.  Raises ImportError without matplotlib
     (``pip install 'pydb[plot]'``)."""
-    import matplotlib
+    # matplotlib is optional (pydb[plot]): imported only when a chart is drawn
+    import matplotlib  # type: ignore[import-not-found, unused-ignore]
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
 
     modes = sorted({(x["cache"], x["lock"]) for x in samples},
                    key=lambda m: (CACHES.index(m[0]), LOCKS.index(m[1])))
@@ -484,7 +493,7 @@ def plot(samples: list[dict], path, title: str = "") -> None:
     ncol = min(2, len(modes))
     nrow = (len(modes) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 4 * nrow), squeeze=False)
-    for ax, (cache, lock) in zip(axes.flat, modes):
+    for ax, (cache, lock) in zip(axes.flat, modes, strict=False):  # spare panels
         for impl in impls:
             ts = sorted({x["threads"] for x in samples if x["phase"] == "threads"
                          and x["impl"] == impl and x["cache"] == cache and x["lock"] == lock})
@@ -492,7 +501,8 @@ def plot(samples: list[dict], path, title: str = "") -> None:
                 continue
             vals = [_values(samples, impl, "threads", t, cache, lock) for t in ts]
             med = [statistics.median(v) for v in vals]
-            err = [[m - min(v) for m, v in zip(med, vals)], [max(v) - m for m, v in zip(med, vals)]]
+            err = [[m - min(v) for m, v in zip(med, vals, strict=True)],
+                   [max(v) - m for m, v in zip(med, vals, strict=True)]]
             ax.errorbar(ts, med, yerr=err, marker="o", capsize=3,
                         label={"c": "C", "python": "Python"}.get(impl, impl))
         ax.set_title(f"cache {cache}, lock {lock}")
@@ -531,9 +541,6 @@ def main(argv=None) -> int:
     comparison tables with ministat verdicts, and optionally write every
     sample (``--json``) and a chart (``--plot``).  Returns the exit
     status."""
-    import argparse
-    from .unesb import default_database
-
     ap = argparse.ArgumentParser(prog="python -m pydb crashtest",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("db", nargs="?", help="database (default: the built-in synthetic unesb)")
@@ -639,7 +646,6 @@ def main(argv=None) -> int:
         settings = {"threads": threads, "caches": caches, "locks": locks, "reps": reps,
                     "min_time": min_time, "max_time": max_time, "io": args.io,
                     "py_read": py_reads, "row_source": how}
-        import platform
         machine = {"cpus": os.cpu_count(), "python": sys.version,
                    "platform": platform.platform()}
         Path(args.json).write_text(json.dumps(
@@ -652,7 +658,7 @@ def main(argv=None) -> int:
 
 
 def _print_targets(samples: list[dict], impls: Sequence[str]) -> None:
-    # DESIGN.md §9 rows that this run measures.
+    # docs/design.md §9 rows that this run measures.
     lines = []
 
     def ratio(a, b):
@@ -686,7 +692,6 @@ def _print_targets(samples: list[dict], impls: Sequence[str]) -> None:
 
 
 def _default_ready() -> bool:
-    from .unesb import GENERATOR_VERSION, default_cache_dir
     return (default_cache_dir() / f"unesb-v{GENERATOR_VERSION}-x1" / "complete").exists()
 
 

@@ -1,49 +1,51 @@
-"""Database and Record: the Python face of the C core (pydb._pydb)."""
+"""Database and Record: the Python face of the C core (pydb._pydb).
+
+:func:`open` and :func:`create` make a :class:`Database` (reads, writes,
+transactions, versions, validation); its :attr:`Database.index` is a
+:class:`pydb.index.Index`.  Paths follow :mod:`pydb.paths`.
+"""
 
 from __future__ import annotations
 
 import errno
 import os
 import threading
-from typing import Iterator, Optional
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 from . import _pydb
-from .errors import (ClosedError, CorruptionError, DatabaseExistsError,
-                     DatabaseNotFoundError, NotFoundError, UnsupportedError)
-from .index import Index, Posting, Term
-from .subfields import Subfields, parse_subfields  # noqa: F401 (re-export)
+from .check import CheckReport
+from .check import check as _check
+from .errors import (
+    ClosedError,
+    CorruptionError,
+    DatabaseExistsError,
+    DatabaseNotFoundError,
+    NotFoundError,
+    UnsupportedError,
+)
+from .fst import fst_text
+from .index import Index, KeyLike, Posting, Term, open_index
+from .native import build_index
+from .paths import PathArg, base_name, existing_file, has_native_index, new_base_name
+from .search import SearchResult
+from .subfields import Subfields, parse_subfields
 
 __all__ = ["Database", "Record", "Field", "Transaction", "open", "create",
            "DEFAULT_IO", "LAYOUTS"]
 
-#: Leader layouts a new database can have (isis-formats.md §2.2).
+#: Leader layouts a new database can have (docs/isis-formats.md §2.2).
 LAYOUTS = ("isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned")
 
 Transaction = _pydb.Transaction
-
-_UNSET = object()   # Database._index before the first access
 
 #: The default I/O mode, chosen by measurement (see benchmarks/).
 DEFAULT_IO = "mmap"
 
 Field = _pydb.Field
 
-
-def _base_name(path) -> str:
-    """`path` (str, bytes or os.PathLike) as a str without a trailing
-    ``.mst``/``.xrf`` in any letter case: the base name of a database's
-    files."""
-    p = os.fsdecode(path)
-    root, ext = os.path.splitext(p)
-    return root if ext.lower() in (".mst", ".xrf") else p
-
-
-def _existing_file(base: str) -> Optional[str]:
-    """The first of ``base`` + .mst, .xrf, .MST, .XRF that exists, or None."""
-    for ext in (".mst", ".xrf", ".MST", ".XRF"):
-        if os.path.exists(base + ext):
-            return base + ext
-    return None
+#: What Database.append/update and Transaction methods take as a record.
+Fields = Iterable[tuple[int, str | bytes]] | _pydb.Record
 
 
 class Record(_pydb.Record):
@@ -82,7 +84,7 @@ class Record(_pydb.Record):
         state = " deleted" if self.deleted else ""
         return f"<pydb.Record mfn={self.mfn}{state} fields={len(self)}>"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, Record):
             return NotImplemented
         return (self.mfn == other.mfn and self.deleted == other.deleted
@@ -123,10 +125,13 @@ class Database(_pydb.Database):
     and ``counts()``, and when an iteration starts.
     """
 
-    def __init__(self, path, *, readonly: bool = True, encoding: str = "utf-8",
+    def __init__(self, path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
                  errors: str = "surrogateescape", io: str = DEFAULT_IO,
                  lock: str = "none", sync: bool = True,
-                 lock_timeout: float = 10.0, _flags: int = 0):
+                 lock_timeout: float = 10.0, _flags: int = 0) -> None:
+        """Open the database at `path`; see :func:`open` for the arguments
+        and the exceptions (`_flags`: internal, the flags :func:`create`
+        got from the C core)."""
         flags = _flags
         if not readonly:
             flags |= _pydb.OPEN_WRITE
@@ -141,7 +146,8 @@ class Database(_pydb.Database):
         self._lock_timeout = float(lock_timeout)
         self._errors = errors
         self._index_lock = threading.Lock()
-        self._index = _UNSET
+        self._index: Index | None = None
+        self._index_known = False   # _index is the answer (None: no index)
         if not self._readonly:
             # A writable handle attaches the native index now, so that
             # every commit (also before the first use of .index) updates
@@ -153,34 +159,33 @@ class Database(_pydb.Database):
             except BaseException:
                 super().close()
                 raise
-            if ix is not None:
-                self._index = ix
+            self._index = ix
+            self._index_known = ix is not None
 
-    # -- inverted index (isis-formats.md §4-6) -------------------------
-    def _native_base(self) -> Optional[str]:
+    # -- inverted index (docs/isis-formats.md §4-6) -------------------------
+    def _native_base(self) -> str | None:
         """The base name whose ``<base>.pdx`` directory holds the native
         index (tried: the path as given, then the .mst's own name), or
         None."""
-        bases = [_base_name(self.path),
+        bases = [base_name(self.path),
                  os.path.splitext(os.fsdecode(self.info()["mst_path"]))[0]]
         for base in bases:
-            if os.path.isfile(os.path.join(base + ".pdx", "MANIFEST")):
+            if has_native_index(base):
                 return base
         return None
 
-    def _open_native_index(self) -> Optional[Index]:
+    def _open_native_index(self) -> Index | None:
         """The native pydb index of this database (``<base>.pdx``, built
         by :func:`pydb.build_index` or :func:`create` with an FST), or
         None.  Raises CorruptionError for a damaged manifest or segment."""
         base = self._native_base()
         if base is None:
             return None
-        return Index(_pydb._open_native_index(base), encoding=self.encoding,
-                     errors=self._errors)
+        return open_index(base, self.encoding, errors=self._errors)
 
-    def _open_isis_index(self) -> Optional[Index]:
+    def _open_isis_index(self) -> Index | None:
         """The CDS/ISIS inverted file shipped with the database (.cnt +
-        classic or LIND files, isis-formats.md §4), or None without one."""
+        classic or LIND files, docs/isis-formats.md §4), or None without one."""
         try:
             return Index.open_isis(self.info()["mst_path"],
                                    encoding=self.encoding,
@@ -189,7 +194,7 @@ class Database(_pydb.Database):
             return None
 
     @property
-    def index(self) -> Optional[Index]:
+    def index(self) -> Index | None:
         """The inverted index of this database (an :class:`~pydb.index.Index`),
         opened on first use and kept until :meth:`close`; None if the
         database has none.
@@ -197,7 +202,7 @@ class Database(_pydb.Database):
         Precedence: the native pydb index (the directory ``<base>.pdx``,
         made by :func:`pydb.build_index` or ``pydb.create(..., fst=...)``),
         else the CDS/ISIS inverted file that came with the database
-        (classic or LIND, isis-formats.md §4; see ``db.index.info``).
+        (classic or LIND, docs/isis-formats.md §4; see ``db.index.info``).
 
         A writable Database attaches its native index when it is opened:
         every commit (:meth:`transaction`, :meth:`append`, :meth:`update`,
@@ -223,19 +228,19 @@ class Database(_pydb.Database):
                 next access tries again.
             ClosedError: the database is closed.
         """
-        ix = self._index
-        if ix is not _UNSET:
+        if self._index_known:
             if self.closed:
                 raise ClosedError("the database is closed")
-            return ix
+            return self._index
         with self._index_lock:
             if self.closed:
                 raise ClosedError("the database is closed")
-            if self._index is _UNSET:
+            if not self._index_known:
                 ix = self._open_native_index()
                 if ix is None:
                     ix = self._open_isis_index()
                 self._index = ix
+                self._index_known = True
             return self._index
 
     def _require_index(self) -> Index:
@@ -245,13 +250,13 @@ class Database(_pydb.Database):
                                       "(no .cnt/.n0x files)", self.path)
         return ix
 
-    def terms(self, prefix="", start=None) -> Iterator[Term]:
+    def terms(self, prefix: KeyLike = "", start: KeyLike | None = None) -> Iterator[Term]:
         """Iterate over the keys of the inverted index that start with
         `prefix` and are >= `start`, in key order, as ``Term(key, count)``.
 
         An uncapped range scan: ``db.terms("Z")`` sees every key that
         starts with Z.  A str prefix/start is brought into key form first
-        (upper-cased, isis-formats.md §5.3); bytes are used as they are.
+        (upper-cased, docs/isis-formats.md §5.3); bytes are used as they are.
         See :meth:`pydb.index.Index.terms`.
 
         Raises:
@@ -261,7 +266,7 @@ class Database(_pydb.Database):
         """
         return self._require_index().terms(prefix, start)
 
-    def postings(self, key, *, raw: bool = False) -> list[Posting]:
+    def postings(self, key: KeyLike, *, raw: bool = False) -> list[Posting]:
         """The postings of `key` as a list of ``Posting(mfn, tag, occ,
         cnt)`` sorted ascending (``[]`` if the key is absent).
 
@@ -277,9 +282,9 @@ class Database(_pydb.Database):
         """
         return self._require_index().postings(key, raw=raw)
 
-    def search(self, expr: str):
+    def search(self, expr: str) -> SearchResult:
         """Search the inverted index with a CDS/ISIS search expression
-        (isis-formats.md §6): ``+`` OR, ``*`` AND, ``^`` AND NOT, ``(G)``
+        (docs/isis-formats.md §6): ``+`` OR, ``*`` AND, ``^`` AND NOT, ``(G)``
         same field, ``(F)`` same occurrence, ``.``/``$`` proximity, ``$``
         right truncation, ``/(tag,...)`` qualifier, parentheses, quoted
         terms.  See :mod:`pydb.search` for the exact semantics.
@@ -303,12 +308,14 @@ class Database(_pydb.Database):
         return self._require_index().search(expr, self)
 
     def close(self) -> None:
-        """Close the database and its inverted index (idempotent)."""
+        """Close the database and its inverted index (idempotent).  Waits
+        for reads in flight in other threads; later calls raise
+        :class:`~pydb.ClosedError`."""
         lock = self.__dict__.get("_index_lock")
         if lock is not None:
             with lock:
                 ix = self._index
-                if ix is not _UNSET and ix is not None:
+                if ix is not None:
                     ix.close()
         super().close()
 
@@ -325,7 +332,7 @@ class Database(_pydb.Database):
         """True if commits are fsync'ed (the default; see :func:`open`)."""
         return self._sync
 
-    def transaction(self, timeout: float | None = None) -> "Transaction":
+    def transaction(self, timeout: float | None = None) -> _pydb.Transaction:
         """Begin a write transaction; use it as a context manager::
 
             with db.transaction() as tx:
@@ -360,7 +367,7 @@ class Database(_pydb.Database):
         return _pydb._txn_begin(self, self._lock_timeout if timeout is None
                                 else timeout)
 
-    def append(self, fields) -> int:
+    def append(self, fields: Fields) -> int:
         """Add one record and commit: ``tx.append`` in its own transaction.
 
         Args:
@@ -380,17 +387,17 @@ class Database(_pydb.Database):
         with self.transaction() as tx:
             return tx.append(fields)
 
-    def update(self, mfn: int, fields) -> None:
+    def update(self, mfn: int, fields: Fields) -> None:
         """Write a new version of record `mfn` (1-based) and commit.  The
         previous version stays in the master file, linked by MFBWB/MFBWP
-        (isis-formats.md §2.4; see :meth:`versions`).  Raises
+        (docs/isis-formats.md §2.4; see :meth:`versions`).  Raises
         :class:`~pydb.NotFoundError` if there is no such record, and as
         :meth:`append`."""
         with self.transaction() as tx:
             tx.update(mfn, fields)
 
     def delete(self, mfn: int) -> None:
-        """Logically delete record `mfn` and commit (isis-formats.md §2.4,
+        """Logically delete record `mfn` and commit (docs/isis-formats.md §2.4,
         §3.2: a new version with STATUS 1, negated XRF pointer; the record
         stays readable with ``deleted`` True).  Raises NotFoundError."""
         with self.transaction() as tx:
@@ -403,10 +410,10 @@ class Database(_pydb.Database):
             tx.undelete(mfn)
 
     # -- conveniences --------------------------------------------------
-    def __enter__(self) -> "Database":
+    def __enter__(self) -> Database:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -414,14 +421,16 @@ class Database(_pydb.Database):
             return f"<pydb.Database {self.path!r} closed>"
         return f"<pydb.Database {self.path!r} max_mfn={self.max_mfn}>"
 
-    def __contains__(self, mfn) -> bool:
+    def __contains__(self, mfn: object) -> bool:
         """True if `mfn` names an active or logically deleted record."""
         if not isinstance(mfn, int) or mfn < 1 or mfn > self.max_mfn:
             return False
         return self.xrf_entry(mfn)["state"] in ("active", "logically deleted")
 
-    def get(self, mfn: int, default=None):
-        """``db[mfn]``, or `default` if there is no such record."""
+    def get(self, mfn: int, default: Any = None) -> Any:
+        """``db[mfn]`` (a :class:`Record`), or `default` if there is no such
+        record (see :class:`~pydb.NotFoundError`).  Raises as ``db[mfn]``
+        otherwise (CorruptionError, ClosedError, DiskError)."""
         try:
             return self[mfn]
         except NotFoundError:
@@ -431,18 +440,19 @@ class Database(_pydb.Database):
     def layout(self) -> str:
         """Leader layout detected from the files: ``"isis-packed"``,
         ``"isis-aligned"``, ``"ffi-packed"`` or ``"ffi-aligned"``
-        (isis-formats.md §2.2, §2.5)."""
+        (docs/isis-formats.md §2.2, §2.5).  Raises
+        :class:`~pydb.ClosedError` once closed."""
         return self.info()["layout"]
 
     def versions(self, mfn: int) -> list[Record]:
         """The current version of `mfn` followed by its back versions
-        (newest first), following MFBWB/MFBWP (isis-formats.md §2.4).
+        (newest first), following MFBWB/MFBWP (docs/isis-formats.md §2.4).
 
         Raises :class:`~pydb.NotFoundError` if there is no such record and
         :class:`~pydb.CorruptionError` if a back pointer does not point
         strictly backwards in the file (which also rules out cycles).
         """
-        current = self[mfn]
+        current = cast(Record, self[mfn])   # the C core makes this class
         out = [current]
         info = self.info()
         while current.back_offset is not None:
@@ -452,15 +462,16 @@ class Database(_pydb.Database):
                     info["mst_path"], current.offset,
                     f"record of MFN {mfn}: back pointer to offset {back} does "
                     f"not point before the version at {current.offset} (cycle?)")
-            current = self._read_at(mfn, back)
+            current = cast(Record, self._read_at(mfn, back))
             out.append(current)
         return out
 
-    def check(self, *, max_problems: int = 1000, progress=None):
+    def check(self, *, max_problems: int = 1000,
+              progress: Callable[[int, int], object] | None = None) -> CheckReport:
         """Validate the database: walk the control record, every XRF entry,
         every reachable record version and back-pointer chain, and scan the
-        master file for unreachable versions (isis-formats.md §2-3;
-        reliability.md §2.1).  Faults in the files are reported, never
+        master file for unreachable versions (docs/isis-formats.md §2-3;
+        docs/reliability.md §2.1).  Faults in the files are reported, never
         raised.
 
         Args:
@@ -483,11 +494,10 @@ class Database(_pydb.Database):
             ValueError: `max_problems` < 0.
             MemoryError: the work buffers cannot be allocated.
         """
-        from .check import check
-        return check(self, max_problems=max_problems, progress=progress)
+        return _check(self, max_problems=max_problems, progress=progress)
 
 
-def open(path, *, readonly: bool = True, encoding: str = "utf-8",
+def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
          errors: str = "surrogateescape", io: str = DEFAULT_IO,
          lock: str = "none", sync: bool = True,
          lock_timeout: float = 10.0) -> Database:
@@ -503,7 +513,7 @@ def open(path, *, readonly: bool = True, encoding: str = "utf-8",
             log, drops a torn one).  Read-only opens also run that recovery
             when they can write the files and no writer is active.
         encoding: codec for field values as str (any Python codec name;
-            CDS/ISIS files carry no marker, isis-formats.md §9: DOS databases
+            CDS/ISIS files carry no marker, docs/isis-formats.md §9: DOS databases
             are usually ``"cp850"``, WinISIS ``"cp1252"``, ABCD ``"utf-8"``).
             Bytes are always available through ``Field.raw``/``Record.raw``.
         errors: codec error handler; the default ``"surrogateescape"`` never
@@ -542,26 +552,28 @@ def open(path, *, readonly: bool = True, encoding: str = "utf-8",
                     io=io, lock=lock, sync=sync, lock_timeout=lock_timeout)
 
 
-def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
+def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
            encoding: str = "utf-8", errors: str = "surrogateescape",
            io: str = DEFAULT_IO, sync: bool = True,
-           lock_timeout: float = 10.0, fst=None, stw=None,
+           lock_timeout: float = 10.0,
+           fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
+           stw: str | bytes | os.PathLike[str] | None = None,
            max_key: int = 0) -> Database:
     """Create a new, empty CDS/ISIS database and open it for writing.
 
     Writes ``path.mst`` (control record: NXTMFN 1, NXTMFB 1, NXTMFP 65,
     the MSTXL byte; zero-filled to 512 bytes) and ``path.xrf`` (one block,
-    XRFPOS -1), as WinISIS/CISIS do (isis-formats.md §2.1, §3.1).
+    XRFPOS -1), as WinISIS/CISIS do (docs/isis-formats.md §2.1, §3.1).
 
     Args:
         path: base name of the files (str, bytes or os.PathLike), e.g.
             ``"out/books"``; a path ending in a separator (``"out/"``) is
             refused.
-        layout: leader layout (isis-formats.md §2.2): ``"isis-packed"``
+        layout: leader layout (docs/isis-formats.md §2.2): ``"isis-packed"``
             (default: WinISIS / CISIS for Windows; records up to 32767
             bytes), ``"isis-aligned"`` (CISIS for Linux), ``"ffi-packed"``
             or ``"ffi-aligned"`` (CISIS FFI "big records": up to 1 GiB).
-        mstxl: MSTXL shift 0..6 (isis-formats.md §2.1, §3.2): records start
+        mstxl: MSTXL shift 0..6 (docs/isis-formats.md §2.1, §3.2): records start
             on 2^mstxl-byte boundaries and the master file may grow to
             512 MiB x 2^mstxl (0: 512 MiB; CISIS uses 3 or 6 with FFI).
         encoding, errors, io, sync, lock_timeout: as for :func:`open`.
@@ -596,20 +608,14 @@ def create(path, layout: str = "isis-packed", mstxl: int = 0, *,
         raise TypeError(f"mstxl must be an int, not {type(mstxl).__name__}")
     if not 0 <= mstxl <= 6:
         raise ValueError(f"mstxl must be 0..6, not {mstxl}")
-    p = os.fsdecode(path)      # str, bytes or os.PathLike, as open() takes
-    if os.path.basename(p) in ("", ".", ".."):
-        raise ValueError(f"path {p!r} names a directory, not the base name "
-                         "of the files (e.g. 'out/books')")
-    existing = _existing_file(p)
+    p = new_base_name(path)    # str, bytes or os.PathLike, as open() takes
+    existing = existing_file(p)
     if existing is not None:
-        raise DatabaseExistsError(17, "the database exists already", existing)
-    if fst is not None:
-        from .fst import fst_text
-        fst = fst_text(fst)            # FSTError before any file is made
+        raise DatabaseExistsError(errno.EEXIST, "the database exists already", existing)
+    text = None if fst is None else fst_text(fst)   # FSTError before any file is made
     flags = _pydb._create(p, layout, mstxl, sync)
-    if fst is not None:
-        from .native import build_index
-        build_index(p, fst, progress=False, stw=stw, encoding=encoding,
+    if text is not None:
+        build_index(p, text, progress=False, stw=stw, encoding=encoding,
                     max_key=max_key)
     return Database(p, readonly=False, encoding=encoding, errors=errors, io=io,
                     sync=sync, lock_timeout=lock_timeout, _flags=flags)

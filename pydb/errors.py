@@ -135,7 +135,7 @@ class FSTError(Error, ValueError):
 class IsoRecordError(Error, ValueError):
     """A record of an exchange file that cannot be read or written: an ISO
     2709 record whose leader, directory or terminators are damaged beyond
-    the tolerant rules of isis-formats.md §7.4, a JSON Lines line that is
+    the tolerant rules of docs/isis-formats.md §7.4, a JSON Lines line that is
     not a record, or a record that the chosen format cannot represent.
 
     Attributes: ``filename`` (str or None), ``number`` (int, 1-based

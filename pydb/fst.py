@@ -1,7 +1,7 @@
 """Field select tables (FST): which keys of a record go into the index.
 
 An FST is a list of rules, one per line of CDS/ISIS FST text
-(isis-formats.md §5.1)::
+(docs/isis-formats.md §5.1)::
 
     ID  TECHNIQUE  FORMAT
     70  0          MHU,(V70/)          # each author (field 70) is one key
@@ -10,7 +10,7 @@ An FST is a list of rules, one per line of CDS/ISIS FST text
 
 * ``ID`` (1..65535) is stored as the TAG of every posting the rule makes;
   it need not be a real field tag.
-* ``TECHNIQUE`` (isis-formats.md §5.2): 0 the whole line, 1 each
+* ``TECHNIQUE`` (docs/isis-formats.md §5.2): 0 the whole line, 1 each
   subfield, 2 each ``<term>``, 3 each ``/term/``, 4 each word (letters
   only: digits split words; stop words skipped but counted); 5-8 as 1-4
   with a prefix put before every key (§5.5: the format starts with a
@@ -23,7 +23,7 @@ An FST is a list of rules, one per line of CDS/ISIS FST text
   ``replace()``, ``iocc``, ``break``); anything else raises
   :class:`~pydb.FSTError` naming the line and the construct.
 
-Posting numbers (isis-formats.md §4.5, §5.2, checked against the shipped
+Posting numbers (docs/isis-formats.md §4.5, §5.2, checked against the shipped
 index of the pyisis ``cds`` sample): OCC counts the occurrences of the
 rule's output separated by ``%`` (1 when there is no ``%``); CNT counts
 the keys (technique 0), items (1-3) or words (4, stop words included)
@@ -36,8 +36,9 @@ they are compiled to FST text and from there to the same C form.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple, Optional, Sequence, Union
+from typing import NamedTuple
 
 from . import _pydb
 
@@ -66,12 +67,12 @@ class FieldRule:
 
     Args:
         id: posting TAG, 1..65535.
-        technique: 0-8 (isis-formats.md §5.2).
+        technique: 0-8 (docs/isis-formats.md §5.2).
         tags: field tags whose occurrences are indexed (each occurrence is a
             new OCC).
         subfields: subfield codes to take (e.g. ``"a"`` or ``"ab"``); None
             takes the whole field.
-        prefix: text put before every key (isis-formats.md §5.5).  With
+        prefix: text put before every key (docs/isis-formats.md §5.5).  With
             technique 0 it becomes a repeatable literal; techniques 1-4 with a
             prefix are the prefix techniques 5-8, so pass those.
         mode: formatting mode, ``"mhu"`` (heading: subfield delimiters and
@@ -83,8 +84,8 @@ class FieldRule:
     id: int
     technique: int
     tags: Sequence[int] = field(default_factory=list)
-    subfields: Optional[str] = None
-    prefix: Optional[str] = None
+    subfields: str | None = None
+    prefix: str | None = None
     mode: str = "mhu"
 
     def __post_init__(self):
@@ -98,7 +99,7 @@ class FieldRule:
             raise ValueError(f"unknown mode {self.mode!r}")
         if self.prefix and 1 <= self.technique <= 4:
             raise ValueError("a prefix needs technique 0 or 5-8 "
-                             "(isis-formats.md §5.5)")
+                             "(docs/isis-formats.md §5.5)")
         if self.technique >= 5 and not self.prefix:
             raise ValueError(f"technique {self.technique} needs a prefix")
 
@@ -107,7 +108,8 @@ class FieldRule:
         """The rule's format in CDS/ISIS formatting language."""
         parts = []
         if self.technique >= 5:
-            delim = next((d for d in _DELIMS if d not in self.prefix), None)
+            prefix = self.prefix or ""
+            delim = next((d for d in _DELIMS if d not in prefix), None)
             if delim is None:
                 raise ValueError(f"no delimiter free for prefix {self.prefix!r}")
             parts.append(f"'{delim}{self.prefix}{delim}'")
@@ -128,9 +130,12 @@ class FieldRule:
         return f"{self.id} {self.technique} {self.format}"
 
 
-def read_text(source: Union[str, bytes, os.PathLike]) -> bytes:
-    """FST (or stop-word) text from a path, or the text itself if
-    `source` is bytes or a str containing a newline or not naming a file."""
+def read_text(source: str | bytes | os.PathLike) -> bytes:
+    """FST (or stop-word) text as bytes: read from the file at `source` if
+    it is os.PathLike or a str without a newline that names a file; else
+    `source` itself (bytes as given, a str encoded as UTF-8).
+
+    Raises OSError when that file cannot be read."""
     if isinstance(source, bytes):
         return source
     if isinstance(source, os.PathLike) or (isinstance(source, str)
@@ -141,11 +146,17 @@ def read_text(source: Union[str, bytes, os.PathLike]) -> bytes:
     return str(source).encode("utf-8")
 
 
-def fst_text(rules: Union[str, bytes, os.PathLike, Iterable]) -> bytes:
-    """FST text for `rules`: FST text/bytes/path as given, or an iterable
-    of :class:`FieldRule` / :class:`FSTRule` joined into lines.  Validated:
-    raises :class:`~pydb.FSTError` (with ``line``) if pydb cannot evaluate
-    it."""
+def fst_text(rules: str | bytes | os.PathLike[str] | Iterable[FieldRule | FSTRule]) -> bytes:
+    """FST text (bytes) for `rules`: FST text/bytes/path as given (see
+    :func:`read_text`), or an iterable of :class:`FieldRule` /
+    :class:`FSTRule` joined into lines.
+
+    Raises:
+        FSTError: pydb cannot evaluate a rule (``filename``, ``line``:
+            1-based, ``reason``).
+        ValueError: a :class:`FieldRule` that cannot be written as FST.
+        OSError: a path that cannot be read.
+    """
     if isinstance(rules, (str, bytes, os.PathLike)):
         text = read_text(rules)
         name = os.fspath(rules) if not isinstance(rules, bytes) and \
@@ -157,12 +168,12 @@ def fst_text(rules: Union[str, bytes, os.PathLike, Iterable]) -> bytes:
     return text
 
 
-def parse_fst(source: Union[str, bytes, os.PathLike],
+def parse_fst(source: str | bytes | os.PathLike,
               encoding: str = "latin-1") -> list[FSTRule]:
     """Parse FST text (or the file at path `source`) into its rules.
 
     Blank lines are skipped; every other line must be ``ID TECHNIQUE
-    FORMAT`` (isis-formats.md §5.1).  Returns a list of :class:`FSTRule`
+    FORMAT`` (docs/isis-formats.md §5.1).  Returns a list of :class:`FSTRule`
     (formats decoded with `encoding`).  Raises :class:`~pydb.FSTError`
     (``filename``, ``line``: 1-based, ``reason``: the construct) for a rule
     pydb cannot evaluate, and OSError if the file cannot be read.

@@ -1,46 +1,58 @@
-"""Inverted index: terms, postings and search (isis-formats.md §4-6).
+"""Inverted index: terms, postings and search (docs/isis-formats.md §4-6).
 
 A posting says where a key occurs: in record ``mfn`` (1-based), under
 the FST line ``tag`` (the FST ID, not necessarily a field tag), in the
 ``occ``-th output line (1-based) of that FST line, at term position
 ``cnt`` (1-based).  Keys are byte strings in the database's encoding,
-normalised as isis-formats.md §5.3 says; they are shown as ``str``
+normalised as docs/isis-formats.md §5.3 says; they are shown as ``str``
 decoded with the database's encoding.
 
-:class:`Index` wraps any low-level index handle of the C core (the native
-pydb index, the CDS/ISIS inverted files that come with a database, an
-in-memory index).  :meth:`Index.open_isis` opens the ISIS files as they
-are (classic ``.l01/.l02/.ifp`` with LE 10/30, 16/60, 16/256 or 16/512,
-packed or aligned; CISIS LIND ``.ly1/.ly2/.iyp``), without rebuilding.
+:class:`Index` is the one Python class over every low-level index handle
+of the C core (the native pydb index, the CDS/ISIS inverted files that
+come with a database, an in-memory index).  :func:`open_index` opens the
+native index (``<base>.pdx``, built by :func:`pydb.build_index`);
+:meth:`Index.open_isis` opens the ISIS files as they are (classic
+``.l01/.l02/.ifp`` with LE 10/30, 16/60, 16/256 or 16/512, packed or
+aligned; CISIS LIND ``.ly1/.ly2/.iyp``), without rebuilding;
+:attr:`pydb.Database.index` picks whichever a database has.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Iterator, NamedTuple, Optional, Union
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _pydb
+from .paths import PathArg
+from .search import SearchResult, search
 
-__all__ = ["Term", "Posting", "Index", "TERM_BATCH"]
+if TYPE_CHECKING:  # for annotations only; database imports this module
+    from .database import Database
 
-#: Keys fetched per call into the C core (one GIL release per batch).
+__all__ = ["Term", "Posting", "Index", "TERM_BATCH", "open_index"]
+
+#: Keys fetched per call into the C core (one GIL release per batch), when
+#: :meth:`Index.terms` is not given a batch size.
 TERM_BATCH = 4096
 
-KeyLike = Union[str, bytes, bytearray, memoryview]
+KeyLike = str | bytes | bytearray | memoryview
 
 
 class Term(NamedTuple):
-    """A key of the dictionary and how many postings it has."""
+    """A key of the dictionary (str, decoded with the index's encoding)
+    and how many postings it has (int)."""
     key: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, on purpose
 
 
 class Posting(NamedTuple):
-    """One occurrence of a key: (MFN, TAG, OCC, CNT), isis-formats.md §4.5.
+    """One occurrence of a key: (MFN, TAG, OCC, CNT), docs/isis-formats.md
+    §4.5; MFN, OCC and CNT are 1-based.
 
-    Fields an index does not record are 0: a LIND index (isis-formats.md
-    §4.7) has no TAG and OCC, and CNT only in its (MFN, CNT) lists; see
-    :attr:`Index.caps`.
+    Fields an index does not record are 0: a LIND index
+    (docs/isis-formats.md §4.7) has no TAG and OCC, and CNT only in its
+    (MFN, CNT) lists; see :attr:`Index.caps`.
     """
     mfn: int
     tag: int
@@ -61,20 +73,22 @@ class Index:
     Attributes (read-only): ``kind`` (``"native"``, ``"isis-classic"``,
     ``"isis-lind"`` or ``"memory"``), ``caps`` (dict: which posting fields
     are meaningful, ``{"tag": bool, "occ": bool, "cnt": bool}``),
-    ``encoding`` (str), ``closed`` (bool), :attr:`info`.
+    ``encoding`` (str), ``errors`` (str, codec error handler),
+    ``closed`` (bool), :attr:`info`, :attr:`handle`.
     """
 
-    def __init__(self, handle, *, encoding: str = "utf-8",
-                 errors: str = "surrogateescape"):
+    def __init__(self, handle: _pydb.Index, *, encoding: str = "utf-8",
+                 errors: str = "surrogateescape") -> None:
         """Wrap a low-level handle (``pydb._pydb.Index``); normally made by
-        :meth:`open_isis` or :attr:`pydb.Database.index`."""
+        :func:`open_index`, :meth:`open_isis` or :attr:`pydb.Database.index`.
+        The Index owns the handle: :meth:`close` closes it."""
         self._h = handle
         self.encoding = encoding
         self.errors = errors
 
     @classmethod
-    def open_isis(cls, path, *, encoding: str = "utf-8",
-                  errors: str = "surrogateescape") -> "Index":
+    def open_isis(cls, path: PathArg, *, encoding: str = "utf-8",
+                  errors: str = "surrogateescape") -> Index:
         """Open the CDS/ISIS inverted file of a database, as it is.
 
         Args:
@@ -88,7 +102,7 @@ class Index:
             An :class:`Index` of kind ``"isis-classic"`` or ``"isis-lind"``.
             Where a directory holds both a classic and a LIND file set, the
             one that validates against the ``.cnt``/``.n0x`` files is used
-            (isis-formats.md §4.8); :attr:`info` says which and why.
+            (docs/isis-formats.md §4.8); :attr:`info` says which and why.
 
         Raises:
             DatabaseNotFoundError: there is no ``.cnt`` file (the database
@@ -102,24 +116,37 @@ class Index:
 
     # -- attributes ----------------------------------------------------
     @property
+    def handle(self) -> _pydb.Index:
+        """The low-level :class:`pydb._pydb.Index` handle (for the C-level
+        calls of benchmarks and tests)."""
+        return self._h
+
+    @property
     def kind(self) -> str:
+        """``"native"``, ``"isis-classic"``, ``"isis-lind"`` or ``"memory"``.
+        Raises :class:`~pydb.ClosedError` once closed."""
         return self._h.kind
 
     @property
-    def caps(self) -> dict:
+    def caps(self) -> dict[str, bool]:
+        """Which posting fields the index records: ``{"tag": bool, "occ":
+        bool, "cnt": bool}`` (a field it does not record is 0 in every
+        :class:`Posting`).  Raises :class:`~pydb.ClosedError` once closed."""
         return self._h.caps
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` was called (on this Index or, for an
+        attached native index, when its Database closed)."""
         return self._h.closed
 
     @property
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """What was detected when the index was opened (no I/O).
 
         For ISIS inverted files: ``kind``, ``le1``/``le2`` (key lengths of
         trees 1 and 2, bytes), ``layout`` (``"packed"`` or ``"aligned"``:
-        ``.cnt`` records of 26 or 28 bytes, isis-formats.md §4.2),
+        ``.cnt`` records of 26 or 28 bytes, docs/isis-formats.md §4.2),
         ``key_pad`` (bytes after a 10/30 key in aligned files),
         ``infx``/``infx_align`` (LIND INFO1/INFO3 size and alignment in
         bytes, 0 for classic, §4.7), ``mfn_bytes`` (3, or 4 for LIND4),
@@ -131,7 +158,7 @@ class Index:
         Raises :class:`~pydb.ClosedError` once closed.
         """
         if self._h.closed:
-            self._h.kind  # raises ClosedError
+            _ = self._h.kind  # raises ClosedError
         if self._h.kind.startswith("isis-"):
             return _pydb._isis_index_info(self._h)
         return {"kind": self._h.kind}
@@ -146,11 +173,13 @@ class Index:
 
     def key(self, term: KeyLike) -> bytes:
         """`term` in this index's key form (bytes): the case table of
-        isis-formats.md §5.3 (ISIS upper-case table; Unicode folding for
+        docs/isis-formats.md §5.3 (ISIS upper-case table; Unicode folding for
         the native index of a UTF-8 database), blanks trimmed, truncated
         to the longest key the index stores (LE2 bytes for ISIS files).
 
-        Raises :class:`~pydb.ClosedError` once closed.
+        Raises :class:`~pydb.ClosedError` once closed, TypeError when
+        `term` is neither str nor bytes, UnicodeEncodeError when a str
+        does not encode with the index's encoding and error handler.
         """
         return self._h.key(self._bytes(term))
 
@@ -164,57 +193,74 @@ class Index:
         return key.decode(self.encoding, self.errors)
 
     # -- terms ---------------------------------------------------------
-    def terms(self, prefix: KeyLike = "", start: Optional[KeyLike] = None,
-              ) -> Iterator[Term]:
+    def _pages(self, prefix: bytes, start: bytes | None,
+               batch: int | None) -> Iterator[list[tuple[bytes, int]]]:
+        """The keys from `start` (inclusive; None: from the prefix) that
+        start with `prefix`, as lists of up to `batch` (key, count) pairs
+        (default :data:`TERM_BATCH`), one call into the C core each.  A
+        short list is the last; each next call starts after the last key
+        seen."""
+        size = TERM_BATCH if batch is None else batch
+        if size < 1:
+            raise ValueError(f"batch must be >= 1, not {size}")
+        h = self._h
+        arg: bytes | tuple[bytes, bool] | None = start
+        while True:
+            page = h.terms(prefix, arg, size)
+            if page:
+                yield page
+            if len(page) < size:
+                return
+            arg = (page[-1][0], True)
+
+    def terms(self, prefix: KeyLike = "", start: KeyLike | None = None,
+              batch: int | None = None) -> Iterator[Term]:
         """Iterate over the keys that start with `prefix` and are >=
         `start`, in ascending key order, as :class:`Term` (key, count).
 
-        A range scan over the B-trees (isis-formats.md §4.3-4.4, tree 1
-        and tree 2 merged in key order): no cap on the number of keys.
-        Keys are fetched :data:`TERM_BATCH` at a time with the GIL
-        released; iteration continues after the last key seen, so it is
-        never repeated.
+        A range scan without cap on the number of keys (ISIS files: the
+        B-trees of docs/isis-formats.md §4.3-4.4, tree 1 and tree 2 merged
+        in key order; native index: the segments merged, deleted postings
+        left out).  Keys are fetched `batch` at a time with the GIL
+        released; iteration continues after the last key seen, so a key is
+        never repeated, and a commit between two batches is seen from the
+        next batch on.
 
         Args:
             prefix: str (brought into key form: upper-cased and trimmed,
                 see :meth:`key`) or bytes (used as they are).  ``""``: all.
             start: the smallest key wanted (inclusive), str (key form) or
-                bytes; None to start at the prefix.  Keys compare as
-                blank-padded byte strings, the order of the ISIS trees.
+                bytes; None (or ``""``) to start at the prefix.  Keys
+                compare as byte strings (ISIS trees: blank-padded).
+            batch: keys per call into the C core (int >= 1); None:
+                :data:`TERM_BATCH` (4096).
 
         Yields:
             Term(key: str, count: int), count = postings of the key.
 
         Raises:
-            CorruptionError: a damaged node, leaf or posting header (file,
-                byte offset, reason); keys yielded before stay valid.
+            ValueError: `batch` < 1.
+            TypeError: `prefix` or `start` is neither str nor bytes.
+            CorruptionError: a damaged node, leaf, segment or posting
+                header (file, byte offset, reason); keys yielded before
+                stay valid.
             ClosedError: the index was closed.
         """
         p = self._prepare(prefix)
-        arg = None if start is None else self._prepare(start)
-        h = self._h
+        s = None if start is None else self._prepare(start)
         decode = self._decode
-        while True:
-            batch = h.terms(p, arg, TERM_BATCH)
-            if not batch:
-                return
-            for key, count in batch:
+        for page in self._pages(p, s, batch):
+            for key, count in page:
                 yield Term(decode(key), count)
-            if len(batch) < TERM_BATCH:
-                return
-            arg = (batch[-1][0], True)
 
-    def raw_terms(self, prefix: bytes = b"", start: Optional[bytes] = None,
-                  ) -> Iterator[tuple]:
-        """As :meth:`terms`, with keys as stored bytes: (key: bytes,
-        count: int) tuples; prefix and start are bytes used as they are."""
-        arg = None if start is None else bytes(start)
-        while True:
-            batch = self._h.terms(bytes(prefix), arg, TERM_BATCH)
-            yield from batch
-            if len(batch) < TERM_BATCH:
-                return
-            arg = (batch[-1][0], True)
+    def raw_terms(self, prefix: bytes = b"", start: bytes | None = None,
+                  batch: int | None = None) -> Iterator[tuple[bytes, int]]:
+        """As :meth:`terms`, with keys as stored bytes: ``(key: bytes,
+        count: int)`` tuples; `prefix` and `start` are bytes used as they
+        are.  Raises as :meth:`terms`."""
+        s = None if start is None else bytes(start)
+        for page in self._pages(bytes(prefix), s, batch):
+            yield from page
 
     # -- postings ------------------------------------------------------
     def postings(self, key: KeyLike, *, raw: bool = False) -> list[Posting]:
@@ -229,13 +275,14 @@ class Index:
         Returns:
             list of :class:`Posting` (MFN 1-based; fields the index does
             not record are 0, see :attr:`caps`); ``[]`` if the key is
-            absent.  Decoded with the GIL released (isis-formats.md §4.5
+            absent.  Decoded with the GIL released (docs/isis-formats.md §4.5
             classic segments, §4.7 LIND bit strings / MFN lists / (MFN,
             CNT) pairs).
 
         Raises:
             CorruptionError: the key's posting list is damaged (file, byte
                 offset, reason).
+            TypeError: `key` is neither str nor bytes.
             ClosedError: the index was closed.
         """
         if raw or not isinstance(key, str):
@@ -245,10 +292,11 @@ class Index:
         make = Posting._make
         return [make(t) for t in self._h.postings(k)]
 
-    # -- life cycle ----------------------------------------------------
-    def search(self, expr: str, db=None):
-        """Evaluate the CDS/ISIS search expression `expr` (isis-formats.md
-        §6) against this index; see :func:`pydb.search.search`.
+    # -- search --------------------------------------------------------
+    def search(self, expr: str, db: Database | None = None) -> SearchResult:
+        """Evaluate the CDS/ISIS search expression `expr`
+        (docs/isis-formats.md §6) against this index; see
+        :func:`pydb.search.search`.
 
         Returns:
             A :class:`pydb.search.SearchResult`: sorted distinct MFNs
@@ -261,21 +309,46 @@ class Index:
                 whose postings carry no TAG/OCC (ISIS LIND).
             ClosedError, CorruptionError, DiskError: as for :meth:`postings`.
         """
-        from .search import search
         return search(self._h, expr, db)
 
+    # -- life cycle ----------------------------------------------------
     def close(self) -> None:
         """Release the index files (idempotent; waits for calls in
         flight in other threads)."""
         self._h.close()
 
-    def __enter__(self) -> "Index":
+    def __enter__(self) -> Index:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
         if self.closed:
             return "<pydb.Index closed>"
         return f"<pydb.Index {self.kind}>"
+
+
+def open_index(db_path: PathArg, encoding: str = "utf-8", *,
+               errors: str = "surrogateescape") -> Index:
+    """Open the native index of the database at `db_path` (the directory
+    ``<base>.pdx`` that :func:`pydb.build_index` writes), read-only.
+
+    Args:
+        db_path: base name or ``.mst``/``.xrf`` file of the database (str,
+            bytes or os.PathLike).
+        encoding, errors: codec of the keys, as for :class:`Index`.
+
+    Returns:
+        An :class:`Index` of kind ``"native"``; close it when done.  It
+        sees commits made through any other handle from its next call on.
+
+    Raises:
+        DatabaseNotFoundError: the database has no native index (build one
+            with :func:`pydb.build_index`).
+        CorruptionError: a damaged MANIFEST or segment (file, byte offset,
+            reason).
+        DiskError: another operating-system error.
+    """
+    return Index(_pydb._open_native_index(os.fsdecode(db_path)), encoding=encoding,
+                 errors=errors)

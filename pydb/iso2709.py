@@ -1,7 +1,7 @@
-"""ISO 2709 exchange files and JSON Lines: reading, writing, import, export.
+"""ISO 2709 exchange files: reading and writing the format.
 
 ISO 2709 (ANSI Z39.2) is how CDS/ISIS databases travel between systems
-(isis-formats.md §7).  Two flavours exist:
+(docs/isis-formats.md §7).  Two flavours exist:
 
 * **CDS/ISIS** (``"isis"``, CISIS ``mx iso=``, WinISIS export, §7.2): field
   and record terminator ``#``; the byte stream of each record is cut into
@@ -30,15 +30,13 @@ recovered raises or is reported as :class:`~pydb.IsoRecordError` naming
 the file, the record number, its byte offset and the reason; reading goes
 on with the next record (``on_error="skip"``) or stops (``"stop"``).
 
-The format stores no MFN (§7.2): records are numbered on import.  pydb can
-carry MFNs through a file with ``mfn_tag``: on export each record starts
-with a field of that tag holding its MFN in decimal, and on import that
-field is removed again and the MFN kept in a new database (gaps become
-physically deleted XRF entries); imported into an existing database,
-records are appended through the transactional writer and take the MFNs
-after its highest one.  Logically deleted records are exported only on request
-(``deleted=True``), with record status ``d`` in the leader (the MARC code
-for a deleted record), and imported as logically deleted.
+The format stores no MFN (§7.2).  pydb can carry MFNs through a file with
+``mfn_tag``: :func:`write` puts a first field of that tag holding the MFN in
+decimal before each record that has one, and :func:`read` removes that
+field again and puts its value in :attr:`IsoRecord.mfn`.  A record status
+``d`` in the leader (the MARC code for a deleted record) marks a logically
+deleted record (:attr:`IsoRecord.deleted`).  What an import into a database
+does with MFNs and deleted records is :mod:`pydb.exchange`'s business.
 
 Tags above 999 do not fit the 3-character tag of the directory.  pydb then
 writes the leading digits in the directory's implementation-defined part
@@ -47,30 +45,24 @@ stored as tag ``018`` with implementation part ``3``; readers that honour
 the entry map skip it, and pydb's reader joins it back.  Likewise a field
 longer than 9999 bytes widens the length-of-field part (position 20).
 
-JSON Lines (DESIGN.md §8): one JSON object per line and record,
-``{"mfn": 1, "deleted": false, "fields": [[24, "Title"], [70, ...]]}``.
-Values are strings decoded with the file's encoding (default UTF-8); a
-value whose bytes are not valid in that encoding is written as
-``{"base64": "..."}`` instead, so the export is lossless for any bytes.
+This module knows nothing of databases: :mod:`pydb.exchange` moves records
+between a :class:`pydb.Database` and these files (and JSON Lines,
+:mod:`pydb.jsonl`).
 """
 
 from __future__ import annotations
 
-import base64
-import codecs
-import contextlib
-import json
 import mmap
 import os
 import re
-from typing import (Any, BinaryIO, Callable, Iterable, Iterator, List,
-                    Optional, Tuple, Union)
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any
 
 from .errors import CorruptionError, IsoRecordError
+from .paths import Source, opened, source_name
 
-__all__ = ["read", "write", "IsoRecord", "IsoReader", "Report",
-           "export_iso", "import_iso", "export_jsonl", "import_jsonl",
-           "read_jsonl", "FLAVOURS"]
+__all__ = ["read", "write", "IsoRecord", "IsoReader", "Report", "FLAVOURS",
+           "check_on_error", "is_utf8"]
 
 #: Flavours understood by :func:`read` and :func:`write`.
 FLAVOURS = ("isis", "marc")
@@ -81,8 +73,6 @@ _SEP = b"\r\n\x1a\x00"          # skipped between records (CR, LF, DOS EOF, NUL)
 _LINE = 80
 _MIN_RECORD = 26                  # leader 24 + FT + RT (a record with no field)
 _MAX_RECORD = 99999               # 5-digit record length
-_GEOM = {"isis-packed": (18, 6, False), "isis-aligned": (20, 6, False),
-         "ffi-packed": (22, 10, True), "ffi-aligned": (24, 12, True)}
 # A plausible start of the next record, for resynchronisation after a bad
 # one: 5 digits, 15 printable characters, the 4-digit entry map.
 _LEADER_RE = re.compile(rb"(?=\d{5}[\x20-\x7e]{15}\d{4})")
@@ -136,8 +126,7 @@ def _last_byte_at(buf, start: int, length: int, wrapped: bool):
     return last if last < len(buf) else None
 
 
-Tag = Union[int, str]
-Source = Union[str, bytes, "os.PathLike[str]", BinaryIO]
+Tag = int | str
 
 
 class IsoRecord:
@@ -192,7 +181,10 @@ class _Bad(Exception):
     """Internal: why one parse attempt of a record failed."""
 
 
-def _check_on_error(on_error):
+def check_on_error(on_error: str) -> None:
+    """Raise ValueError unless `on_error` is ``"skip"`` or ``"stop"`` (the
+    two ways every reader, writer, import and export of pydb treats a bad
+    record)."""
     if on_error not in ("skip", "stop"):
         raise ValueError(f"on_error must be 'skip' or 'stop', not {on_error!r}")
 
@@ -217,45 +209,42 @@ class IsoReader:
 
     def __init__(self, source: Source, flavour: str = "auto", encoding: str = "utf-8",
                  on_error: str = "skip", subfields: str = "isis",
-                 mfn_tag: Optional[int] = None):
+                 mfn_tag: int | None = None):
         if flavour not in ("auto",) + FLAVOURS:
             raise ValueError(f"flavour must be 'auto', 'isis' or 'marc', not {flavour!r}")
         if subfields not in ("isis", "raw"):
             raise ValueError(f"subfields must be 'isis' or 'raw', not {subfields!r}")
-        _check_on_error(on_error)
+        check_on_error(on_error)
         "".encode(encoding)  # LookupError now for an unknown codec
         self.flavour = flavour
         self.encoding = encoding
         self.on_error = on_error
         self.subfields = subfields
         self.mfn_tag = mfn_tag
-        self.errors: List[IsoRecordError] = []
+        self.errors: list[IsoRecordError] = []
         self.count = 0
         self.repaired = 0
         self.position = 0
-        self._close = None
+        self._close: Callable[[], None] | None = None
+        self.filename: str | None = source_name(source)
+        self._buf: mmap.mmap | bytes | bytearray
         if isinstance(source, (str, bytes, os.PathLike)):
-            self.filename = os.fsdecode(source)
-            f = open(source, "rb")
-            try:
+            with open(source, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                self._buf = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                             if size else b"")
-            finally:
-                f.close()
-            if size:
-                self._close = self._buf.close
+                if size:
+                    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self._buf, self._close = m, m.close
+                else:
+                    self._buf = b""
         else:
-            self.filename = getattr(source, "name", None)
-            if not isinstance(self.filename, str):
-                self.filename = None
-            self._buf = source.read()
-            if not isinstance(self._buf, (bytes, bytearray)):
+            data = source.read()
+            if not isinstance(data, (bytes, bytearray)):
                 raise TypeError("read() needs a file opened in binary mode")
+            self._buf = data
         self.size = len(self._buf)
         self._rts = (0x23, 0x1D) if flavour == "auto" else (_RT[flavour],)
-        self._memo: dict = {}
-        self._it = self._records()
+        self._memo: dict[str, tuple[int, int, int | None]] = {}
+        self._it: Generator[IsoRecord, None, None] = self._records()
 
     def __iter__(self) -> Iterator[IsoRecord]:
         return self
@@ -263,21 +252,22 @@ class IsoReader:
     def __next__(self) -> IsoRecord:
         return next(self._it)
 
-    def __enter__(self):
+    def __enter__(self) -> IsoReader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Release the input file (records already yielded stay valid)."""
+        """Release the input file (records already yielded stay valid);
+        iteration ends.  Idempotent."""
         self._it.close()
         if self._close:
             self._close()
             self._close = None
 
     # -- the walk over the file ------------------------------------------
-    def _records(self) -> Iterator[IsoRecord]:
+    def _records(self) -> Generator[IsoRecord, None, None]:
         buf, n = self._buf, len(self._buf)
         pos, number = 0, 0
         try:
@@ -353,7 +343,7 @@ class IsoReader:
             pos = cand + 1
         return n
 
-    def _parse(self, buf, start: int, number: int) -> Tuple[IsoRecord, int]:
+    def _parse(self, buf, start: int, number: int) -> tuple[IsoRecord, int]:
         n = len(buf)
         head = bytes(buf[start:start + 24])
         if len(head) < 5 or not (head[:5].isascii() and head[:5].isdigit()):
@@ -600,10 +590,11 @@ class IsoReader:
                            "directory entries; fields cut by the directory's start "
                            "and length")
             values = []
-            for tag, flen, fst in entries:
+            for _tag, flen, fst in entries:
                 v = data[fst:fst + flen]
                 values.append(v[:-1] if v.endswith(bytes([ft])) else v)
-        fields = [(tag, self._value(v, flav)) for (tag, _, _), v in zip(entries, values)]
+        fields = [(tag, self._value(v, flav)) for (tag, _, _), v in zip(entries, values,
+                                                                           strict=True)]
         return IsoRecord(number, start, leader, fields, None, leader[5:6] == b"d",
                          repairs, flav), end + 1
 
@@ -726,8 +717,8 @@ def _multibyte(encoding: str) -> bool:
 
 def read(source: Source, flavour: str = "auto", *, encoding: str = "utf-8",
          on_error: str = "skip", subfields: str = "isis",
-         mfn_tag: Optional[int] = None) -> IsoReader:
-    """Read the records of an ISO 2709 file (isis-formats.md §7).
+         mfn_tag: int | None = None) -> IsoReader:
+    """Read the records of an ISO 2709 file (docs/isis-formats.md §7).
 
     Args:
         source: a path (str, bytes, os.PathLike) or a binary file object
@@ -764,7 +755,7 @@ def read(source: Source, flavour: str = "auto", *, encoding: str = "utf-8",
 
 # ---------------------------------------------------------------- writing
 
-def _fields_of(rec) -> Tuple[list, Optional[int], bool, Optional[bytes]]:
+def _fields_of(rec) -> tuple[list, int | None, bool, bytes | None]:
     """(fields, mfn, deleted, leader) of a record given to write()."""
     if isinstance(rec, IsoRecord):
         return list(rec.fields), rec.mfn, rec.deleted, rec.leader
@@ -775,8 +766,11 @@ def _fields_of(rec) -> Tuple[list, Optional[int], bool, Optional[bytes]]:
     return list(rec), None, False, None
 
 
-def _is_utf8(encoding) -> bool:
-    return bool(encoding) and encoding.lower().replace("_", "-") in ("utf-8", "utf8")
+def is_utf8(encoding: str | None) -> bool:
+    """True if the codec name `encoding` spells UTF-8 (``"utf-8"``,
+    ``"UTF8"``, ``"utf_8"``): what the MARC leader's position 9 says.
+    False for None, ``""`` and anything else."""
+    return encoding is not None and encoding.lower().replace("_", "-") in ("utf-8", "utf8")
 
 
 def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
@@ -829,7 +823,7 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
             mid = b"d" + mid[1:]
     elif flavour == "marc":
         if utf8 is None:
-            utf8 = _is_utf8(encoding)
+            utf8 = is_utf8(encoding)
         mid = (b"d" if deleted else b"n") + b"   " + (b"a" if utf8 else b" ") + b"22"
         tail = b"   "
     else:
@@ -838,7 +832,7 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
     out = bytearray(b"%05d" % total)
     out += mid + b"%05d" % base + tail + b"%d%d%d0" % (ll, ls, li)
     pos = 0
-    for (t3, impl), v in zip(tags, values):
+    for (t3, impl), v in zip(tags, values, strict=True):
         out += t3.encode("ascii") + b"%0*d" % (ll, len(v) + 1) + b"%0*d" % (ls, pos)
         out += impl.rjust(li, "0").encode("ascii")
         pos += len(v) + 1
@@ -850,19 +844,19 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
     return bytes(out)
 
 
-def _wrap(rec: bytes, width: Optional[int], eol: bytes) -> bytes:
+def _wrap(rec: bytes, width: int | None, eol: bytes) -> bytes:
     if not width:
         return rec + eol
     return eol.join(rec[i:i + width] for i in range(0, len(rec), width)) + eol
 
 
 def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
-          line_ending: Optional[str] = None, line_width: Optional[int] = None,
-          encoding: str = "utf-8", mfn_tag: Optional[int] = None,
+          line_ending: str | None = None, line_width: int | None = None,
+          encoding: str = "utf-8", mfn_tag: int | None = None,
           subfields: str = "isis", on_error: str = "stop",
-          progress: Optional[Callable[[int], None]] = None, marc_utf8: Optional[bool] = None
-          ) -> "Report":
-    """Write records to an ISO 2709 file (isis-formats.md §7).
+          progress: Callable[[int], None] | None = None, marc_utf8: bool | None = None
+          ) -> Report:
+    """Write records to an ISO 2709 file (docs/isis-formats.md §7).
 
     Args:
         target: a path (created or truncated) or a binary file object.
@@ -907,7 +901,7 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
         raise ValueError(f"flavour must be 'isis' or 'marc', not {flavour!r}")
     if subfields not in ("isis", "raw"):
         raise ValueError(f"subfields must be 'isis' or 'raw', not {subfields!r}")
-    _check_on_error(on_error)
+    check_on_error(on_error)
     if line_ending is None:
         line_ending = "\n" if flavour == "isis" else ""
     if line_ending not in ("\n", "\r\n", ""):
@@ -918,12 +912,8 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
         raise ValueError("line_width needs a line_ending")
     eol = line_ending.encode("ascii")
     report = Report()
-    name = os.fsdecode(target) if isinstance(target, (str, bytes, os.PathLike)) else \
-        getattr(target, "name", None)
-    own = isinstance(target, (str, bytes, os.PathLike))
-    f = open(target, "wb") if own else target
-    try:
-        out = f
+    name = source_name(target)
+    with opened(target, "wb") as out:
         for number, rec in enumerate(records, 1):
             fields, mfn, deleted, leader = _fields_of(rec)
             if mfn_tag is not None and mfn is not None:
@@ -932,8 +922,7 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
                 data = _encode_record(fields, flavour, mfn, deleted, leader, encoding,
                                       subfields, marc_utf8)
             except (ValueError, UnicodeError) as e:
-                err = IsoRecordError(name if isinstance(name, str) else None, number,
-                                     -1, str(e), mfn)
+                err = IsoRecordError(name, number, -1, str(e), mfn)
                 if on_error == "stop":
                     raise err from None
                 report.errors.append(err)
@@ -942,9 +931,6 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
             report.records += 1
             if progress:
                 progress(1)
-    finally:
-        if own:
-            f.close()
     return report
 
 
@@ -958,9 +944,9 @@ class Report:
     only), ``deleted`` (int, records stored or written logically deleted).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records = 0
-        self.errors: list = []
+        self.errors: list[IsoRecordError | CorruptionError] = []
         self.repaired = 0
         self.max_mfn = 0
         self.deleted = 0
@@ -968,550 +954,3 @@ class Report:
     def __repr__(self):
         return (f"<Report records={self.records} errors={len(self.errors)} "
                 f"repaired={self.repaired} max_mfn={self.max_mfn}>")
-
-
-# ------------------------------------------------------ database export
-
-def _db_records(db, deleted: bool, on_error: str, report: Report,
-                progress) -> Iterator[Any]:
-    """Records of `db` in MFN order; a record the core cannot read is
-    reported (or raised) and left out."""
-    mfns = db.mfns(deleted=deleted)
-    for i in range(0, len(mfns), 256):
-        batch = mfns[i:i + 256]
-        try:
-            recs = db.read_many(batch)
-        except CorruptionError:
-            recs = []
-            for mfn in batch:
-                try:
-                    recs.append(db[mfn])
-                except CorruptionError as e:
-                    if on_error == "stop":
-                        raise
-                    report.errors.append(e)
-                    if progress:
-                        progress(1)
-        for r in recs:
-            if progress:
-                progress(1)
-            yield r
-
-
-def _open_db(db):
-    from .database import Database, open as open_db
-    if isinstance(db, Database):
-        return db, False
-    return open_db(db), True
-
-
-@contextlib.contextmanager
-def _atomic_target(handle, path):
-    """Yield what to write to instead of `path`: for a path, a temporary
-    file beside it that replaces `path` only when the export succeeds (a
-    failed export leaves no partial file and an existing `path` intact);
-    a file object is yielded as it is.  A path that is one of the
-    database's own files is refused before anything is written."""
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        yield path
-        return
-    target = os.fsdecode(path)
-    info = handle.info()
-    for own in (info["mst_path"], info["xrf_path"]):
-        if os.path.exists(target) and os.path.samefile(target, own):
-            raise ValueError(f"{target} is a file of the database being exported; "
-                             "choose another target")
-    tmp = f"{target}.part{os.getpid()}"
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def export_iso(db, path: Source, flavour: str = "isis", *, line_ending: Optional[str] = None,
-               deleted: bool = False, mfn_tag: Optional[int] = None,
-               encoding: Optional[str] = None, on_error: str = "skip",
-               progress: Optional[Callable[[int], None]] = None) -> Report:
-    """Export the records of a database to an ISO 2709 file, in MFN order.
-
-    Args:
-        db: an open :class:`pydb.Database`, or the path of one (opened
-            read-only and closed again).
-        path: the ISO file to write (created or truncated), or a binary
-            file object.
-        flavour: ``"isis"`` (default) or ``"marc"`` (see :func:`write`).
-        line_ending: ``"\\n"`` or ``"\\r\\n"`` (see :func:`write`).
-        deleted: also export logically deleted records (status ``d``).
-        mfn_tag: carry each record's MFN in a first field of this tag, so
-            that :func:`import_iso` with the same `mfn_tag` keeps MFNs.
-        encoding: the database's character set, if known; only recorded
-            in the MARC leader (position 9 ``a`` for UTF-8).  Field bytes
-            are written unchanged either way.
-        on_error: ``"skip"`` (default): a record that cannot be read
-            (:class:`~pydb.CorruptionError`) or written
-            (:class:`~pydb.IsoRecordError`) is left out and listed in the
-            report's ``errors``; ``"stop"``: it is raised.
-        progress: called with 1 per MFN done.
-
-    Returns:
-        A :class:`Report`.
-
-    Raises:
-        CorruptionError, IsoRecordError: with ``on_error="stop"``.
-        OSError: reading the database or writing the file failed.
-        ValueError: `path` is one of the database's own files.
-
-    A path is written through a temporary file beside it that replaces it
-    only when the export succeeds: a failed export leaves no partial file.
-    """
-    _check_on_error(on_error)
-    handle, close = _open_db(db)
-    try:
-        report = Report()
-        recs = _db_records(handle, deleted, on_error, report, progress)
-        with _atomic_target(handle, path) as target:
-            w = write(target, recs, flavour, line_ending=line_ending, mfn_tag=mfn_tag,
-                      on_error=on_error, marc_utf8=_is_utf8(encoding))
-        report.records = w.records
-        report.errors.extend(w.errors)
-        return report
-    finally:
-        if close:
-            handle.close()
-
-
-# ------------------------------------------------------ database import
-
-def _problem_sink(filename, on_error, report: Report):
-    """The function that _append and _load call with a bad record's
-    (number, offset), reason and MFN: raises the IsoRecordError with
-    ``on_error="stop"``, else adds it to `report`."""
-    def problem(where, reason, mfn=None):
-        err = IsoRecordError(filename, where[0], where[1], reason, mfn)
-        if on_error == "stop":
-            raise err
-        report.errors.append(err)
-    return problem
-
-
-def _store(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, layout,
-           mstxl, sync, on_error, report: Report, filename, max_gap: int) -> Report:
-    """Append the records to the database at `db_path` if it exists
-    (:func:`_append`), else build it from them (:func:`_load`)."""
-    from .database import _base_name, _existing_file
-    base = _base_name(db_path)
-    if _existing_file(base) is not None:
-        return _append(records, base, sync, on_error, report, filename)
-    return _load(records, db_path, layout, mstxl, sync, on_error, report, filename, max_gap)
-
-
-#: Records appended per transaction when importing into an existing database.
-APPEND_BATCH = 1000
-
-
-def _append(records: Iterator[Tuple[Optional[int], bool, list, Any]], base: str, sync,
-            on_error, report: Report, filename, batch: Optional[int] = None) -> Report:
-    """Append (mfn, deleted, fields, where) tuples to the existing database
-    `base` through the transactional writer, `batch` records per
-    transaction: the records take the MFNs after the database's highest
-    (MFNs carried by the file are not kept), deleted ones are appended and
-    logically deleted in the same transaction.  A native index attached to
-    the database is updated by every commit."""
-    from . import database
-    from .errors import RecordTooLargeError
-    batch = batch or APPEND_BATCH
-
-    problem = _problem_sink(filename, on_error, report)
-
-    with database.open(base, readonly=False, sync=sync) as db:
-        it = iter(records)
-        more = True
-        while more:
-            more = False
-            with db.transaction() as tx:
-                n = 0
-                for mfn, deleted, fields, where in it:
-                    try:
-                        new = tx.append(fields)
-                    except (ValueError, TypeError, RecordTooLargeError) as e:
-                        problem(where, str(e), mfn)
-                        continue
-                    if deleted:
-                        tx.delete(new)
-                        report.deleted += 1
-                    report.records += 1
-                    n += 1
-                    if n >= batch:
-                        more = True
-                        break
-        report.max_mfn = db.max_mfn
-    return report
-
-
-#: Default of `max_gap` (import_iso, import_jsonl): the largest step from
-#: one record's MFN to the next (or from 0 to the first) a file may make
-#: when importing into a new database.  The MFNs skipped become physically
-#: deleted XRF entries (4 bytes each, isis-formats.md §3.1), so a file
-#: naming MFN 1000000000 would otherwise make a 4 GB XRF.
-MAX_MFN_GAP = 1_000_000
-
-#: The highest MFN the XRF can address (a signed 32-bit pointer).
-MAX_MFN = 2**31 - 1
-
-
-def _check_max_gap(max_gap) -> int:
-    if isinstance(max_gap, bool) or not isinstance(max_gap, int) or max_gap < 1:
-        raise ValueError(f"max_gap must be an int >= 1, not {max_gap!r}")
-    return max_gap
-
-
-def _load(records: Iterator[Tuple[Optional[int], bool, list, Any]], db_path, layout,
-          mstxl, sync, on_error, report: Report, filename,
-          max_gap: int = MAX_MFN_GAP) -> Report:
-    """Build a new database from (mfn or None, deleted, fields, where)
-    tuples; `where` is (number, offset) for error messages.  A record whose
-    MFN is not 1..MAX_MFN, does not increase, or lies more than `max_gap`
-    beyond the previous one is a record error, as is a tag outside
-    1..65535 (as for :meth:`pydb.Database.append`)."""
-    from . import _pydb
-    max_gap = _check_max_gap(max_gap)
-    if layout not in _GEOM:
-        raise ValueError(f"unknown layout {layout!r} (isis-packed, isis-aligned, "
-                         "ffi-packed, ffi-aligned)")
-    leader, entry, ffi = _GEOM[layout]
-    align = 2 ** mstxl if mstxl else 2
-    from .database import _base_name
-    base = _base_name(db_path)
-    deleted_mfns = set()
-
-    problem = _problem_sink(filename, on_error, report)
-
-    def gen():
-        last = 0
-        for mfn, deleted, fields, where in records:
-            if mfn is not None and (isinstance(mfn, bool) or not isinstance(mfn, int)
-                                    or not 1 <= mfn <= MAX_MFN):
-                problem(where, f"MFN {mfn!r} is invalid (MFNs are 1..{MAX_MFN})",
-                        mfn if isinstance(mfn, int) else None)
-                continue
-            if mfn is not None and mfn <= last:
-                problem(where, f"MFN {mfn} does not follow MFN {last} (MFNs must "
-                        "increase)", mfn)
-                continue
-            if mfn is not None and mfn - last > max_gap:
-                problem(where, f"MFN {mfn} is {mfn - last} beyond "
-                        f"{'MFN ' + str(last) if last else 'the start'}: more than "
-                        f"max_gap={max_gap} (the skipped MFNs would each take an "
-                        "XRF entry)", mfn)
-                continue
-            out = []
-            bad = None
-            for tag, value in fields:
-                if isinstance(tag, bool) or not isinstance(tag, int) \
-                        or not 1 <= tag <= 65535:
-                    bad = f"tag {tag!r} is not an ISIS tag (1..65535)"
-                    break
-                out.append((tag, value))
-            if bad is None and not ffi:
-                size = leader + entry * len(out) + sum(len(v) for _, v in out)
-                size = (size + align - 1) // align * align
-                if size > 32767:
-                    bad = (f"record needs {size} bytes; the {layout} layout allows 32767 "
-                           "(use an FFI layout for larger records)")
-            if bad is not None:
-                problem(where, bad, mfn)
-                continue
-            target = last + 1 if mfn is None else mfn
-            while last + 1 < target:
-                last += 1
-                yield None
-            last = target
-            if deleted:
-                deleted_mfns.add(target)
-            report.records += 1
-            yield out
-        report.max_mfn = last
-
-    _pydb._build(base, layout, mstxl, gen(), sync, deleted_mfns)
-    report.deleted = len(deleted_mfns)
-    return report
-
-
-def import_iso(source: Source, db_path, *, flavour: str = "auto",
-               layout: str = "isis-packed", mstxl: int = 0, encoding: str = "utf-8",
-               db_encoding: Optional[str] = None,
-               on_error: str = "skip", mfn_tag: Optional[int] = None,
-               sync: bool = True, progress: Optional[Callable[[int], None]] = None,
-               max_gap: int = MAX_MFN_GAP) -> Report:
-    """Import an ISO 2709 file into a new or an existing database.
-
-    A NEW database is written by the bulk builder: records get MFN 1, 2,
-    ... in file order, unless the file carries MFNs (`mfn_tag`, as written
-    by :func:`export_iso`): then they are kept and the MFNs in between
-    become physically deleted XRF entries.  Into an EXISTING database the
-    records are appended through the transactional writer
-    (``db.transaction()``, :data:`APPEND_BATCH` records per commit): they
-    take the MFNs after its highest one in file order (MFNs carried by
-    the file are not kept), `layout` and `mstxl` are those of the
-    database, and a native index attached to it is updated by each commit.
-    Records with status ``d`` are stored logically deleted.  Values are
-    stored as the file's bytes (MARC subfield delimiters as ``^``, §7.3).
-
-    Args:
-        source: ISO file path or binary file object.
-        db_path: base name of the database (``.mst``/``.xrf`` added).
-        flavour, encoding, mfn_tag: as for :func:`read`.
-        db_encoding: when given and different from `encoding`, every value
-            is transcoded from `encoding` to `db_encoding` (e.g. a CP850
-            DOS export into a UTF-8 database, isis-formats.md §9); a value
-            that does not decode or encode makes its record an error.
-            None (default): the file's bytes are stored unchanged.
-        layout: leader layout of a new master file (``"isis-packed"``,
-            the default, as WinISIS writes; ``"isis-aligned"``,
-            ``"ffi-packed"``, ``"ffi-aligned"``); ignored for an existing
-            database.
-        mstxl: MSTXL shift 0..6 (record alignment 2**mstxl) of a new
-            database.
-        on_error: ``"skip"`` (default): bad records (unreadable, tags that
-            ISIS cannot store -- outside 1..65535, as for
-            :meth:`pydb.Database.append` --, records over the layout's
-            limit, MFNs out of order, outside 1..2147483647 or more than
-            `max_gap` beyond the previous record's) are left out and listed in the report's ``errors``;
-            ``"stop"``: the first one is raised; a new database is then
-            not left behind, an existing one keeps the batches committed
-            before (the batch in progress is rolled back).
-        sync: fsync the new files before returning (existing database:
-            each commit is fsync'ed, see :func:`pydb.open`).
-        progress: called with the number of bytes of the ISO file consumed
-            since the last call.
-        max_gap: new database with MFNs from the file: the largest step
-            from one record's MFN to the next (from 0 for the first), default
-            :data:`MAX_MFN_GAP` (1,000,000); the MFNs in between become
-            XRF entries (4 bytes each), so a larger step is a record error.
-
-    Returns:
-        A :class:`Report` (``records`` stored, ``errors``, ``repaired``,
-        ``max_mfn``, ``deleted``).
-
-    Raises:
-        IsoRecordError: with ``on_error="stop"``.
-        DiskError: creating or writing the database failed (partial files
-            of a new database are removed).
-        ReadOnlyError, LockTimeoutError, CorruptionError: appending to an
-            existing database (as for :meth:`pydb.Database.transaction`).
-        ValueError: a bad argument.
-    """
-    _check_on_error(on_error)
-    _check_max_gap(max_gap)
-    reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)
-    report = Report()
-    recode = db_encoding is not None and \
-        codecs.lookup(db_encoding).name != codecs.lookup(encoding).name
-
-    def records():
-        done = 0
-        with reader:
-            for rec in reader:
-                if progress:
-                    progress(reader.position - done)
-                    done = reader.position
-                fields = rec.fields
-                if recode:
-                    try:
-                        fields = [(t, v.decode(encoding).encode(db_encoding))
-                                  for t, v in fields]
-                    except UnicodeError as e:
-                        err = IsoRecordError(reader.filename, rec.number, rec.offset,
-                                             f"cannot transcode from {encoding} to "
-                                             f"{db_encoding}: {e}", rec.mfn)
-                        if on_error == "stop":
-                            raise err from None
-                        report.errors.append(err)
-                        continue
-                yield rec.mfn, rec.deleted, fields, (rec.number, rec.offset)
-            if progress and reader.position > done:
-                progress(reader.position - done)
-
-    try:
-        _store(records(), db_path, layout, mstxl, sync, on_error, report,
-               reader.filename, max_gap)
-    finally:
-        reader.close()
-    report.errors[:0] = reader.errors
-    report.errors.sort(key=lambda e: e.number or 0)
-    report.repaired = reader.repaired
-    return report
-
-
-# ------------------------------------------------------------ JSON Lines
-
-def _json_value(raw: bytes, encoding: str):
-    try:
-        return raw.decode(encoding)
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(raw).decode("ascii")}
-
-
-def export_jsonl(db, path: Source, *, deleted: bool = False, encoding: str = "utf-8",
-                 on_error: str = "skip", progress: Optional[Callable[[int], None]] = None
-                 ) -> Report:
-    """Export a database as JSON Lines (DESIGN.md §8): one object per line,
-    ``{"mfn": int, "deleted": bool, "fields": [[tag, value], ...]}`` in MFN
-    order, fields in stored order.
-
-    A value is a JSON string holding the field's bytes decoded with
-    `encoding` (default UTF-8); when the bytes are not valid in that
-    encoding the value is ``{"base64": "..."}`` with the exact bytes, so
-    the export is lossless for any content.  Import with the same
-    `encoding`.
-
-    Args:
-        db: an open :class:`pydb.Database` or the path of one.
-        path: the file to write (created or truncated) or a binary file.
-        deleted: also export logically deleted records.
-        encoding: codec between field bytes and JSON strings.
-        on_error: ``"skip"`` (default) or ``"stop"`` for records the core
-            cannot read (:class:`~pydb.CorruptionError`).
-        progress: called with 1 per MFN done.
-
-    Returns:
-        A :class:`Report`.
-
-    Raises:
-        CorruptionError: with ``on_error="stop"``.
-        OSError: reading or writing failed.
-        ValueError: `path` is one of the database's own files.
-
-    A path is written through a temporary file beside it that replaces it
-    only when the export succeeds.
-    """
-    _check_on_error(on_error)
-    "".encode(encoding)
-    handle, close = _open_db(db)
-    own = isinstance(path, (str, bytes, os.PathLike))
-    try:
-        report = Report()
-        with _atomic_target(handle, path) as target:
-            f = open(target, "wb") if own else target
-            try:
-                for r in _db_records(handle, deleted, on_error, report, progress):
-                    obj = {"mfn": r.mfn, "deleted": bool(r.deleted),
-                           "fields": [[fl.tag, _json_value(fl.raw, encoding)]
-                                      for fl in r.fields]}
-                    f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
-                    report.records += 1
-                    report.deleted += bool(r.deleted)
-            finally:
-                if own:
-                    f.close()
-        return report
-    finally:
-        if close:
-            handle.close()
-
-
-def read_jsonl(source: Source, *, encoding: str = "utf-8", on_error: str = "skip",
-               errors: Optional[list] = None) -> Iterator[IsoRecord]:
-    """Read a JSON Lines file written by :func:`export_jsonl`.
-
-    Yields :class:`IsoRecord` objects (``number`` = line number, ``offset``
-    = byte offset of the line, ``mfn`` and ``deleted`` from the object,
-    ``leader`` empty).  Blank lines are skipped.  A line that is not such an
-    object is an :class:`~pydb.IsoRecordError`: raised with
-    ``on_error="stop"``, else appended to `errors` (a list you pass).
-
-    Raises:
-        IsoRecordError: with ``on_error="stop"``.
-        OSError: the file cannot be read.
-    """
-    _check_on_error(on_error)
-    own = isinstance(source, (str, bytes, os.PathLike))
-    name = os.fsdecode(source) if own else getattr(source, "name", None)
-    f = open(source, "rb") if own else source
-    try:
-        offset = 0
-        for number, line in enumerate(f, 1):
-            here, offset = offset, offset + len(line)
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict) or not isinstance(obj.get("fields"), list):
-                    raise ValueError("not an object with a list of fields")
-                mfn = obj.get("mfn")
-                if mfn is not None and (not isinstance(mfn, int) or isinstance(mfn, bool)
-                                        or not 0 < mfn < 2**31):
-                    raise ValueError(f"mfn {mfn!r} is not 1..2147483647")
-                fields = []
-                for item in obj["fields"]:
-                    if not (isinstance(item, list) and len(item) == 2
-                            and isinstance(item[0], int) and not isinstance(item[0], bool)):
-                        raise ValueError(f"field {item!r} is not [tag, value]")
-                    tag, value = item
-                    if isinstance(value, str):
-                        value = value.encode(encoding)
-                    elif isinstance(value, dict) and isinstance(value.get("base64"), str):
-                        value = base64.b64decode(value["base64"], validate=True)
-                    else:
-                        raise ValueError(f"field {tag}: value {value!r} is neither a "
-                                         "string nor {\"base64\": ...}")
-                    fields.append((tag, value))
-                rec = IsoRecord(number, here, b"", fields, mfn, bool(obj.get("deleted")))
-            except (ValueError, UnicodeError, TypeError) as e:
-                err = IsoRecordError(name if isinstance(name, str) else None, number,
-                                     here, f"line {number}: {e}")
-                if on_error == "stop":
-                    raise err from None
-                if errors is not None:
-                    errors.append(err)
-                continue
-            yield rec
-    finally:
-        if own:
-            f.close()
-
-
-def import_jsonl(source: Source, db_path, *, layout: str = "isis-packed", mstxl: int = 0,
-                 encoding: str = "utf-8", on_error: str = "skip", sync: bool = True,
-                 progress: Optional[Callable[[int], None]] = None,
-                 max_gap: int = MAX_MFN_GAP) -> Report:
-    """Import a JSON Lines file (:func:`export_jsonl`) into a database.
-
-    A NEW database keeps the MFNs the file carries (gaps become physically
-    deleted XRF entries; records without ``mfn`` take the next one) and
-    the deleted state.  Into an EXISTING database the records are appended
-    in file order through ``db.transaction()`` with the MFNs after its
-    highest one, as :func:`import_iso` does.
-
-    Args: as for :func:`import_iso` (also `max_gap`, and the same record
-    errors: MFN outside 1..2147483647 or more than `max_gap` beyond the
-    previous one, tag outside 1..65535); `encoding` turns JSON strings
-    back into bytes; `progress` gets 1 per line.
-
-    Returns:
-        A :class:`Report`.
-
-    Raises:
-        IsoRecordError: with ``on_error="stop"``.
-        DiskError: creating or writing the database failed.
-        ReadOnlyError, LockTimeoutError: appending to an existing database.
-        ValueError: a bad argument.
-    """
-    _check_on_error(on_error)
-    _check_max_gap(max_gap)
-    errs: list = []
-    report = Report()
-    name = os.fsdecode(source) if isinstance(source, (str, bytes, os.PathLike)) else None
-
-    def records():
-        for rec in read_jsonl(source, encoding=encoding, on_error=on_error, errors=errs):
-            if progress:
-                progress(1)
-            yield rec.mfn, rec.deleted, rec.fields, (rec.number, rec.offset)
-
-    _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
-    report.errors[:0] = errs
-    report.errors.sort(key=lambda e: e.number or 0)
-    return report

@@ -1,7 +1,7 @@
 """ministat: is the difference between two sets of measurements real?
 
 A Python port of FreeBSD's ``ministat(1)`` (usr.bin/ministat/ministat.c,
-Poul-Henning Kamp; method in experiments.md §2), as a library for the
+Poul-Henning Kamp; method in docs/experiments.md §2), as a library for the
 crashtest and the GC test and as ``python -m pydb ministat``.
 
 The method (Student's two-sample t test with pooled variance):
@@ -40,9 +40,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
 
 __all__ = ["CONFIDENCES", "Stats", "Verdict", "summarize", "compare", "student_t",
            "t_cdf", "betainc", "read_values", "render", "main"]
@@ -207,7 +207,7 @@ class Verdict:
 
 
 def _g(x: float) -> str:
-    return "%g" % x
+    return f"{x:g}"
 
 
 def compare(a: Sequence[float] | Stats, b: Sequence[float] | Stats,
@@ -272,7 +272,8 @@ def read_values(lines: Iterable[str], column: int = 1, delimiters: str = " \t",
 
 
 def _split(line: str, delimiters: str) -> list[str]:
-    parts, cur = [], []
+    parts: list[str] = []
+    cur: list[str] = []
     for ch in line:
         if ch in delimiters:
             parts.append("".join(cur))
@@ -314,9 +315,9 @@ class _Plot:
         if self.span == 0:
             return
         bar_i = val - 1 if self.separate else 0
-        if self.bars[bar_i] is None:
-            self.bars[bar_i] = [""] * self.width
         bar = self.bars[bar_i]
+        if bar is None:
+            bar = self.bars[bar_i] = [""] * self.width
         cols = [self.col(p) for p in sorted(points)]
         m, i, j = 1, -1, 0
         for x in cols:
@@ -366,8 +367,8 @@ HEADER = "    N           Min           Max        Median           Avg        S
 def vitals_line(s: Stats, index: int) -> str:
     """One table row (ministat.c Vitals(): ``%c %3zu`` then five
     ``%13.8g``); `index` 0 is the first data set (symbol x)."""
-    return "%c %3d %13.8g %13.8g %13.8g %13.8g %13.8g" % (
-        SYMBOLS[index + 1], s.n, s.min, s.max, s.median, s.avg, s.stddev)
+    return (f"{SYMBOLS[index + 1]} {s.n:3d} {s.min:13.8g} {s.max:13.8g} "
+            f"{s.median:13.8g} {s.avg:13.8g} {s.stddev:13.8g}")
 
 
 def render(datasets: Sequence[Sequence[float]], names: Sequence[str],
@@ -396,7 +397,7 @@ def render(datasets: Sequence[Sequence[float]], names: Sequence[str],
         plot = _Plot(width, separate, len(datasets))
         for s in stats:
             plot.dim(s)
-        for i, (d, s) in enumerate(zip(datasets, stats)):
+        for i, (d, s) in enumerate(zip(datasets, stats, strict=True)):
             plot.add(d, s, i + 1)
         out += plot.dump()
     if not quiet:

@@ -1,57 +1,53 @@
-"""pydb's native inverted index: build it from a database and an FST,
-open it, enumerate terms and read postings.
+"""Building pydb's native inverted index from a database and an FST.
 
 The index lives beside the master file in the directory ``<base>.pdx``:
 a ``MANIFEST`` (key rules, FST, stop words, live segments) and immutable
 segment files (sorted term dictionary in prefix-compressed blocks,
-delta/varint-compressed posting lists, tombstones); see csrc/nidx.c.
-Commits made through the write path update the index in the same
-transaction (csrc/nidx.c, pydb_native_index_attach; a Database opened for
-writing attaches its native index when it opens, see
-:attr:`pydb.Database.index`): each adds a small
+delta/varint-compressed posting lists, tombstones); see csrc/nidx.c and
+docs/design.md §5.  Commits made through the write path update the index
+in the same transaction (a Database opened for writing attaches its native
+index when it opens, see :attr:`pydb.Database.index`): each adds a small
 segment whose tombstones hide the superseded postings; past 8 segments a
 commit also merges the segments after the bulk-built one.  Rebuilding with
 :func:`build_index` replaces the whole index: reopen handles afterwards.
 
-Keys are normalised as isis-formats.md §5.3 says (the database's
+Keys are normalised as docs/isis-formats.md §5.3 says (the database's
 ISISUC.TAB/ISISAC.TAB when present, else the CDS/ISIS defaults for 8-bit
 data, or Unicode case and accent folding for UTF-8); a posting is
-(MFN, TAG, OCC, CNT) as in §4.5.
+(MFN, TAG, OCC, CNT) as in §4.5.  Reading the index: :func:`pydb.open_index`
+and :class:`pydb.index.Index`.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-from typing import Callable, Iterator, Optional, Union
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from . import _pydb
-from .database import _base_name
 from .fst import fst_text, read_text
-from .index import Posting, Term
+from .paths import PathArg, base_name, find_sidecar
 
-__all__ = ["build_index", "open_index", "NativeIndex", "find_sidecar"]
-
-
-def find_sidecar(db_path, ext: str) -> Optional[str]:
-    """The file ``<base>.<ext>`` of a database in any letter case (e.g.
-    its ``.fst`` or ``.stw``), or None."""
-    base = _base_name(db_path)
-    folder, name = os.path.split(base)
-    want = (name + "." + ext).lower()
-    for cand in glob.glob(os.path.join(glob.escape(folder or "."), "*")):
-        if os.path.basename(cand).lower() == want:
-            return cand
-    return None
+__all__ = ["build_index"]
 
 
-def build_index(db_path, fst=None, progress=True, *, stw=None,
-                utf8: Optional[bool] = None, encoding: Optional[str] = None,
+def _is_utf8(encoding: str | None) -> bool:
+    """True if the codec name `encoding` spells UTF-8 (``"utf-8"``,
+    ``"UTF8"``, ``"utf_8"``); False for None, ``""`` and anything else.
+    (pydb.iso2709 has the same rule for the MARC leader.)"""
+    return encoding is not None and encoding.lower().replace("_", "-") in ("utf-8", "utf8")
+
+
+def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
+                progress: bool | Callable[[int, int], object] = True, *,
+                stw: str | bytes | os.PathLike[str] | None = None,
+                utf8: bool | None = None, encoding: str | None = None,
                 max_key: int = 0, tables: bool = True) -> int:
     """Build (or rebuild) the native index of the database at `db_path`.
 
     Args:
-        db_path: base name or any file of the database (str or PathLike).
+        db_path: base name or ``.mst``/``.xrf`` file of the database (str,
+            bytes or os.PathLike).
         fst: FST text, a path to an FST file, or an iterable of
             :class:`pydb.fst.FieldRule`; None uses the database's own
             ``<base>.fst`` (FileNotFoundError if there is none).
@@ -59,23 +55,33 @@ def build_index(db_path, fst=None, progress=True, *, stw=None,
             called as ``progress(done, total)`` between batches, False shows
             nothing.
         stw: stop words (text, bytes or a path); None uses ``<base>.stw``
-            when present (isis-formats.md §5.4).
+            when present (docs/isis-formats.md §5.4).
         utf8 / encoding: keys are UTF-8 (Unicode case and accent folding)
             when utf8 is True or encoding names UTF-8; else 8-bit ISIS
             tables.
         max_key: keys are cut to this many bytes (0: no limit; 30 gives
             the classic ISIS key length, never inside a UTF-8 sequence).
         tables: load ISISUC.TAB/ISISAC.TAB from the database's folder when
-            present (isis-formats.md §5.3).
+            present (docs/isis-formats.md §5.3).
 
-    Returns the number of MFNs read.  The new index replaces the old one
-    atomically.  Raises :class:`~pydb.FSTError`, :class:`~pydb.CorruptionError`,
-    :class:`~pydb.DatabaseNotFoundError`, :class:`~pydb.DiskError`.
+    Returns:
+        The number of MFNs read (int).  The new index replaces the old one
+        atomically; handles opened before keep reading the old one until
+        reopened.
+
+    Raises:
+        FileNotFoundError: `fst` is None and the database has no ``.fst``.
+        FSTError: the FST does not parse (``line``, ``reason``).
+        DatabaseNotFoundError: the database's .mst or .xrf is missing.
+        CorruptionError: a record cannot be read (file, byte offset, reason).
+        DiskError: writing the index failed (the old index stays).
+        OSError: an `fst` or `stw` path cannot be read.
+        ImportError: ``progress=True`` and tqdm is not installed.
     """
     if fst is None:
         path = find_sidecar(db_path, "fst")
         if path is None:
-            raise FileNotFoundError(f"{_base_name(db_path)}.fst: the database has no FST; "
+            raise FileNotFoundError(f"{base_name(db_path)}.fst: the database has no FST; "
                                     "pass fst=")
         fst = path
     text = fst_text(fst)
@@ -85,17 +91,19 @@ def build_index(db_path, fst=None, progress=True, *, stw=None,
     else:
         stw_bytes = read_text(stw)
     if utf8 is None:
-        utf8 = bool(encoding) and encoding.lower().replace("_", "-") in ("utf-8", "utf8")
-    bar = None
-    callback: Optional[Callable[[int, int], None]] = None
+        utf8 = _is_utf8(encoding)
+    bar: Any = None
+    callback: Callable[[int, int], object] | None = None
     if progress is True:
-        from tqdm import tqdm
+        # tqdm is a dependency, imported only when a bar is asked for
+        from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
         bar = tqdm(total=0, unit="rec", desc="index", leave=False)
 
-        def callback(done, total):
+        def show(done: int, total: int) -> None:
             bar.total = total
             bar.n = done
             bar.refresh()
+        callback = show
     elif callable(progress):
         callback = progress
     try:
@@ -104,67 +112,3 @@ def build_index(db_path, fst=None, progress=True, *, stw=None,
     finally:
         if bar is not None:
             bar.close()
-
-
-class NativeIndex:
-    """An open native index (see :func:`open_index`).  Thread-safe; readers
-    never wait for a writer."""
-
-    def __init__(self, handle, encoding: str = "utf-8", errors: str = "surrogateescape"):
-        self._h = handle
-        self.encoding = encoding
-        self.errors = errors
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    @property
-    def handle(self):
-        """The low-level :class:`pydb._pydb.Index` handle."""
-        return self._h
-
-    def close(self) -> None:
-        """Release the segment files (idempotent)."""
-        self._h.close()
-
-    def key(self, term: Union[str, bytes]) -> bytes:
-        """`term` in key form (isis-formats.md §5.3), as bytes."""
-        if isinstance(term, str):
-            term = term.encode(self.encoding, self.errors)
-        return self._h.key(term)
-
-    def terms(self, prefix: Union[str, bytes] = "", start: Union[str, bytes, None] = None,
-              batch: int = 4096) -> Iterator[Term]:
-        """Keys that start with `prefix` (brought into key form) and are
-        >= `start`, in ascending byte order, with their posting counts: a
-        range scan without cap, fetched `batch` keys per GIL release."""
-        p = self.key(prefix) if prefix else b""
-        s = self.key(start) if start else None
-        cur = s
-        excl = False
-        while True:
-            chunk = self._h.terms(p, (cur, True) if excl else cur, batch)
-            if not chunk:
-                return
-            for k, c in chunk:
-                yield Term(k.decode(self.encoding, self.errors), c)
-            cur, excl = chunk[-1][0], True
-
-    def postings(self, key: Union[str, bytes]) -> list[Posting]:
-        """The postings of exactly `key` (brought into key form) as a list
-        of :class:`~pydb.index.Posting` (mfn, tag, occ, cnt), sorted;
-        decoded with the GIL released."""
-        return [Posting(*p) for p in self._h.postings(self.key(key))]
-
-
-def open_index(db_path, encoding: str = "utf-8") -> NativeIndex:
-    """Open the native index of the database at `db_path`.
-
-    Raises :class:`~pydb.DatabaseNotFoundError` when the database has no
-    native index (build one with :func:`build_index`) and
-    :class:`~pydb.CorruptionError` for a damaged manifest or segment.
-    """
-    return NativeIndex(_pydb._open_native_index(os.fspath(db_path)), encoding)

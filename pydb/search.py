@@ -1,6 +1,6 @@
-"""The CDS/ISIS search language (isis-formats.md §6) over an inverted index.
+"""The CDS/ISIS search language (docs/isis-formats.md §6) over an inverted index.
 
-Expressions combine terms with the operators of isis-formats.md §6.2,
+Expressions combine terms with the operators of docs/isis-formats.md §6.2,
 highest precedence first:
 
 ==============  ===========================================================
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Optional, overload
+from typing import TYPE_CHECKING, overload
 
 from . import _pydb
 from .errors import NotFoundError
@@ -55,7 +55,7 @@ class SearchResult(Sequence):
 
     __slots__ = ("expr", "mfns", "db")
 
-    def __init__(self, expr: str, mfns, db: Optional["Database"] = None):
+    def __init__(self, expr: str, mfns, db: Database | None = None):
         self.expr = expr
         self.mfns = tuple(mfns)
         self.db = db
@@ -96,7 +96,7 @@ class SearchResult(Sequence):
         more = ", ..." if len(self.mfns) > 10 else ""
         return f"<SearchResult {self.expr!r}: {len(self.mfns)} MFNs [{shown}{more}]>"
 
-    def records(self, batch: int = 256) -> Iterator["Record"]:
+    def records(self, batch: int = 256) -> Iterator[Record]:
         """The records of the result in MFN order, read lazily: `batch`
         records (int >= 1) per GIL release (``db.read_many``) as the
         iterator advances.  A record deleted physically since the search is
@@ -116,7 +116,7 @@ class SearchResult(Sequence):
             raise ValueError("batch must be >= 1")
         return self._records(self.db, batch)
 
-    def _records(self, db, batch: int) -> Iterator["Record"]:
+    def _records(self, db, batch: int) -> Iterator[Record]:
         for i in range(0, len(self.mfns), batch):
             chunk = self.mfns[i:i + batch]
             try:
@@ -131,15 +131,15 @@ class SearchResult(Sequence):
             yield from recs
 
 
-def search(index, expr: str, db: Optional["Database"] = None) -> SearchResult:
+def search(index, expr: str, db: Database | None = None) -> SearchResult:
     """Evaluate the search expression `expr` against `index`.
 
     Args:
         index: a ``pydb._pydb.Index`` (native, ISIS or in-memory index).
         expr: the expression (str), in the language of this module's
-            docstring (isis-formats.md §6).  It is encoded with `db`'s
+            docstring (docs/isis-formats.md §6).  It is encoded with `db`'s
             encoding when `db` is given, else UTF-8, and its terms are
-            brought into the index's key form (isis-formats.md §5.3).
+            brought into the index's key form (docs/isis-formats.md §5.3).
         db: the Database the index belongs to, or None.  With a database,
             MFNs whose records are not active (logically or physically
             deleted, never created) are left out, and
@@ -155,7 +155,7 @@ def search(index, expr: str, db: Optional["Database"] = None) -> SearchResult:
             than 100.
         UnsupportedError: an operator the index cannot answer: (G), (F),
             proximity or a field qualifier on an index without TAG/OCC
-            (ISIS LIND, isis-formats.md §4.7).
+            (ISIS LIND, docs/isis-formats.md §4.7).
         ClosedError: the index or the database is closed.
         CorruptionError, DiskError: reading the index or the XRF failed.
         UnicodeEncodeError: `expr` cannot be encoded in `db`'s encoding.

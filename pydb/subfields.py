@@ -1,7 +1,7 @@
 """Subfield parsing for CDS/ISIS field values.
 
 CDS/ISIS stores subfields inside a field value as ``^a...^b...``
-(isis-formats.md §7.2): a delimiter ``^`` followed by a one-character code.
+(docs/isis-formats.md §7.2): a delimiter ``^`` followed by a one-character code.
 Codes are case-insensitive (``^A`` is ``^a``).  MARC-style databases put two
 indicator characters before the first subfield (``10^aTitle``); they are
 kept out of subfield ``a`` and returned as :attr:`Subfields.indicators`.
@@ -9,7 +9,7 @@ kept out of subfield ``a`` and returned as :attr:`Subfields.indicators`.
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 __all__ = ["Subfields", "parse_subfields"]
 
@@ -30,7 +30,8 @@ class Subfields(Mapping[str, str]):
 
     __slots__ = ("indicators", "text", "items_", "_first")
 
-    def __init__(self, indicators, text, items):
+    def __init__(self, indicators: str | None, text: str,
+                 items: list[tuple[str, str]]) -> None:
         self.indicators = indicators
         self.text = text
         self.items_ = items

@@ -1,12 +1,12 @@
 """A deterministic synthetic bibliographic database, shaped like UNESCO's
-"unesb" catalogue that OpenIsis's crashtest ran on (experiments.md §1):
+"unesb" catalogue that OpenIsis's crashtest ran on (docs/experiments.md §1):
 58,880 records x `scale`, with titles, personal and corporate authors,
 subjects from a controlled vocabulary with a long-tailed (Zipf)
 distribution, languages, years, pages, notes, repeated fields and
 subfields, and geographic descriptors (tag 76) that the FST written beside
-the database (``unesb.fst``, isis-formats.md §5) indexes under the prefix
+the database (``unesb.fst``, docs/isis-formats.md §5) indexes under the prefix
 ``Z``: exactly 4,205 postings of 409 terms at scale 1 (the original's
-figures, experiments.md §1), 4,205 x scale postings of round(409 x
+figures, docs/experiments.md §1), 4,205 x scale postings of round(409 x
 sqrt(scale)) terms in general.  No other FST line yields a key that
 starts with Z (no generated word begins with a z syllable), so the
 native index's ``Z`` range holds exactly those keys.  It is the
@@ -33,6 +33,7 @@ import shutil
 from pathlib import Path
 
 from . import _pydb
+from .native import build_index
 
 __all__ = ["GENERATOR_VERSION", "RECORDS_PER_SCALE", "FST", "Z_TERMS", "Z_POSTINGS",
            "z_counts", "generate", "default_database"]
@@ -42,10 +43,10 @@ __all__ = ["GENERATOR_VERSION", "RECORDS_PER_SCALE", "FST", "Z_TERMS", "Z_POSTIN
 #: native index.
 GENERATOR_VERSION = 3
 RECORDS_PER_SCALE = 58_880
-#: The original unesb's Z prefix at scale 1 (experiments.md §1).
+#: The original unesb's Z prefix at scale 1 (docs/experiments.md §1).
 Z_TERMS, Z_POSTINGS = 409, 4205
 
-#: The FST written beside the database as <name>.fst (isis-formats.md §5:
+#: The FST written beside the database as <name>.fst (docs/isis-formats.md §5:
 #: ``ID IT FORMAT``).  Line 76 gives the crashtest's ``Z`` keys: technique
 #: 6 = technique 2 (each ``<...>`` term) with the prefix between the
 #: delimiters of the leading literal ``'/Z/'``.  Techniques 2/6 run in
@@ -111,7 +112,7 @@ def _z_descriptors(n: int, seed: int) -> dict[int, list[str]]:
     mfns = sorted(rng.sample(range(1, n + 1), len(sizes)))
     cover = iter(vocab)                   # the first n_terms slots use each term once
     out = {}
-    for mfn, k in zip(mfns, sizes):
+    for mfn, k in zip(mfns, sizes, strict=True):
         terms: list[str] = []
         while len(terms) < k:
             t = next(cover, None) or rng.choices(vocab, weights)[0]
@@ -125,7 +126,8 @@ def _records(n: int, seed: int):
     zdesc = _z_descriptors(n, seed)
     rng = random.Random(seed)
     vocab_rng = random.Random(seed + 1)
-    subjects = sorted({_word(vocab_rng).capitalize() + (" " + _word(vocab_rng) if i % 3 == 0 else "")
+    subjects = sorted({_word(vocab_rng).capitalize()
+                       + (" " + _word(vocab_rng) if i % 3 == 0 else "")
                        for i in range(1200)})
     # Zipf-like weights: subject k has weight 1/(k+1)
     subj_weights = [1.0 / (k + 1) for k in range(len(subjects))]
@@ -146,12 +148,14 @@ def _records(n: int, seed: int):
             f.append((71, rng.choice(corporate)))
         year = rng.randint(1946, 2005)
         f.append((26, f"^a{rng.choice(_PLACES)}^b{rng.choice(publishers)}^c{year}"))
-        f.append((30, f"^a{rng.randint(1, 900)} p.^b" + rng.choice(["illus.", "tables", "maps", "graphs"])))
+        f.append((30, f"^a{rng.randint(1, 900)} p.^b"
+                  + rng.choice(["illus.", "tables", "maps", "graphs"])))
         f.append((40, rng.choices(_LANGS, _LANG_WEIGHTS)[0]))
         subj = rng.choices(subjects, subj_weights, k=rng.randint(1, 5))
         f.append((69, "".join(f"<{s}>" for s in dict.fromkeys(subj))))
         if rng.random() < 0.35:
-            f.append((50, "Incl. bibl." if rng.random() < 0.6 else " ".join(_word(rng) for _ in range(rng.randint(4, 20)))))
+            f.append((50, "Incl. bibl." if rng.random() < 0.6
+                      else " ".join(_word(rng) for _ in range(rng.randint(4, 20)))))
         if mfn in zdesc:
             f.append((76, "".join(f"<{t}>" for t in zdesc[mfn])))
         if rng.random() < 0.15:
@@ -171,7 +175,7 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
         directory: folder to create it in (created if missing).
         scale: size factor: 58,880 x scale records (int >= 1).
         seed: random seed (int); equal (scale, seed) give identical files.
-        layout: leader layout (isis-formats.md §2.2).
+        layout: leader layout (docs/isis-formats.md §2.2).
         name: base name of the files.
         count: number of records, overriding 58,880 x scale (for tests).
         index: also build the native index (about 1 s per 58,880 records).
@@ -194,7 +198,6 @@ def generate(directory, scale: int = 1, seed: int = 1, layout: str = "isis-packe
     _pydb._build(os.fspath(base), layout, 0, _records(n, seed), True)
     base.with_suffix(".fst").write_text(FST, encoding="ascii")
     if index:
-        from .native import build_index
         build_index(base, progress=progress)
     return base
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pydb
-from pydb import iso2709
+from pydb import exchange, iso2709
 
 from conftest import all_master_files, data_path
 
@@ -260,12 +260,12 @@ def test_import_into_existing_database_appends(isis_data, tmp_path):
     lines = [json.dumps({"mfn": 1, "fields": [[10, "kept %d" % i]]}) for i in range(5)]
     lines.append(json.dumps({"mfn": 2, "deleted": True, "fields": [[10, "gone"]]}))
     (tmp_path / "x.jsonl").write_text("\n".join(lines) + "\n")
-    old = iso2709.APPEND_BATCH
-    iso2709.APPEND_BATCH = 2
+    old = exchange.APPEND_BATCH
+    exchange.APPEND_BATCH = 2
     try:
         rep = pydb.import_jsonl(tmp_path / "x.jsonl", tmp_path / "db.mst")
     finally:
-        iso2709.APPEND_BATCH = old
+        exchange.APPEND_BATCH = old
     assert (rep.records, rep.max_mfn, rep.deleted) == (6, 165, 1)
     with pydb.open(base) as db:
         assert [db[m].raw(10) for m in range(160, 165)] == [[b"kept %d" % i] for i in range(5)]
@@ -288,13 +288,13 @@ def test_import_into_existing_database_errors(tmp_path):
     assert "tag 0" in rep.errors[0].reason and "40024 bytes" in rep.errors[1].reason
     with pydb.open(base) as db:
         assert [db[m].raw(5) for m in (2, 3)] == [[b"a"], [b"b"]]
-    old = iso2709.APPEND_BATCH
-    iso2709.APPEND_BATCH = 1
+    old = exchange.APPEND_BATCH
+    exchange.APPEND_BATCH = 1
     try:
         with pytest.raises(pydb.IsoRecordError) as exc:
             pydb.import_iso(tmp_path / "e.iso", base, on_error="stop")
     finally:
-        iso2709.APPEND_BATCH = old
+        exchange.APPEND_BATCH = old
     assert exc.value.number == 2
     with pydb.open(base) as db:
         assert db.max_mfn == 4 and db[4].raw(5) == [b"a"]
@@ -706,7 +706,7 @@ def test_import_mfn_limits_and_tag_0(tmp_path):
     rep = iso2709.Report()
     recs = [(1, False, [(1, b"a")], (1, 0)), (-5, False, [(1, b"x")], (2, 10)),
             (2**31, False, [(1, b"x")], (3, 20)), (2, False, [(1, b"b")], (4, 30))]
-    iso2709._load(iter(recs), tmp_path / "l", "isis-packed", 0, False, "skip", rep, "f")
+    exchange._load(iter(recs), tmp_path / "l", "isis-packed", 0, False, "skip", rep, "f")
     assert [e.reason for e in rep.errors] == [
         "MFN -5 is invalid (MFNs are 1..2147483647)",
         "MFN 2147483648 is invalid (MFNs are 1..2147483647)"]

@@ -1,0 +1,535 @@
+"""Import and export between a database and exchange files.
+
+:func:`export_iso` / :func:`import_iso` (ISO 2709, :mod:`pydb.iso2709`) and
+:func:`export_jsonl` / :func:`import_jsonl` (JSON Lines, :mod:`pydb.jsonl`)
+move records between a :class:`pydb.Database` and those files; the format
+modules know nothing of databases, and the database knows nothing of them.
+
+Exports read the records in MFN order, in batches of 256 per GIL release,
+and write through a temporary file that replaces the target only when the
+export succeeds.  Logically deleted records are exported only on request
+(``deleted=True``), with record status ``d`` (ISO) or ``"deleted": true``
+(JSON Lines).
+
+Imports into a NEW database use the bulk builder (``pydb._pydb._build``):
+records keep the MFNs the file carries (ISO with ``mfn_tag``; JSON Lines
+``mfn``), the MFNs in between become physically deleted XRF entries, and
+records without an MFN take the next one.  Imports into an EXISTING
+database append through the transactional writer, :data:`APPEND_BATCH`
+records per commit, with the MFNs after its highest one (MFNs carried by
+the file are not kept); a native index attached to it is updated by every
+commit.  Deleted records are stored logically deleted either way.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import _pydb
+from .database import Database, Record
+from .database import open as open_db
+from .errors import CorruptionError, IsoRecordError, RecordTooLargeError
+from .iso2709 import Report, check_on_error, is_utf8, read, write
+from .jsonl import encode_line, read_jsonl
+from .paths import PathArg, Source, base_name, existing_file, opened
+
+__all__ = ["export_iso", "import_iso", "export_jsonl", "import_jsonl",
+           "APPEND_BATCH", "MAX_MFN_GAP", "MAX_MFN"]
+
+#: A progress callback: called with the amount just done (records, or
+#: bytes of the input for :func:`import_iso`).
+Progress = Callable[[int], object]
+
+#: One record on its way into a database: (MFN or None, deleted, fields as
+#: (tag, bytes), where = (record number, byte offset) for error messages).
+Incoming = tuple[int | None, bool, list[tuple[Any, bytes]], tuple[int, int]]
+
+#: Leader geometry of each layout, for the size check of :func:`_load`:
+#: (leader bytes, directory entry bytes, FFI).  docs/isis-formats.md §2.2.
+_GEOM = {"isis-packed": (18, 6, False), "isis-aligned": (20, 6, False),
+         "ffi-packed": (22, 10, True), "ffi-aligned": (24, 12, True)}
+
+
+def _db_records(db: Database, deleted: bool, on_error: str, report: Report,
+                progress: Progress | None) -> Iterator[Record]:
+    """Records of `db` in MFN order; a record the core cannot read is
+    reported (or raised) and left out."""
+    mfns = db.mfns(deleted=deleted)
+    for i in range(0, len(mfns), 256):
+        batch = mfns[i:i + 256]
+        try:
+            recs: list[Any] = db.read_many(batch)
+        except CorruptionError:
+            recs = []
+            for mfn in batch:
+                try:
+                    recs.append(db[mfn])
+                except CorruptionError as e:
+                    if on_error == "stop":
+                        raise
+                    report.errors.append(e)
+                    if progress:
+                        progress(1)
+        for r in recs:
+            if progress:
+                progress(1)
+            yield r
+
+
+def _open_db(db: Database | PathArg) -> tuple[Database, bool]:
+    """(`db` as an open Database, whether this call opened it and must
+    close it): a path is opened read-only."""
+    if isinstance(db, Database):
+        return db, False
+    return open_db(db), True
+
+
+@contextlib.contextmanager
+def _atomic_target(handle: Database, path: Source) -> Iterator[Source]:
+    """Yield what to write to instead of `path`: for a path, a temporary
+    file beside it that replaces `path` only when the export succeeds (a
+    failed export leaves no partial file and an existing `path` intact);
+    a file object is yielded as it is.  A path that is one of the
+    database's own files is refused before anything is written."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        yield path
+        return
+    target = os.fsdecode(path)
+    info = handle.info()
+    for own in (info["mst_path"], info["xrf_path"]):
+        if os.path.exists(target) and os.path.samefile(target, own):
+            raise ValueError(f"{target} is a file of the database being exported; "
+                             "choose another target")
+    tmp = f"{target}.part{os.getpid()}"
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
+               line_ending: str | None = None,
+               deleted: bool = False, mfn_tag: int | None = None,
+               encoding: str | None = None, on_error: str = "skip",
+               progress: Progress | None = None) -> Report:
+    """Export the records of a database to an ISO 2709 file, in MFN order.
+
+    Args:
+        db: an open :class:`pydb.Database`, or the path of one (opened
+            read-only and closed again).
+        path: the ISO file to write (created or truncated), or a binary
+            file object.
+        flavour: ``"isis"`` (default) or ``"marc"`` (see
+            :func:`pydb.iso2709.write`).
+        line_ending: ``"\\n"`` or ``"\\r\\n"`` (see
+            :func:`pydb.iso2709.write`).
+        deleted: also export logically deleted records (status ``d``).
+        mfn_tag: carry each record's MFN in a first field of this tag, so
+            that :func:`import_iso` with the same `mfn_tag` keeps MFNs.
+        encoding: the database's character set, if known; only recorded
+            in the MARC leader (position 9 ``a`` for UTF-8).  Field bytes
+            are written unchanged either way.
+        on_error: ``"skip"`` (default): a record that cannot be read
+            (:class:`~pydb.CorruptionError`) or written
+            (:class:`~pydb.IsoRecordError`) is left out and listed in the
+            report's ``errors``; ``"stop"``: it is raised.
+        progress: called with 1 per MFN done.
+
+    Returns:
+        A :class:`~pydb.iso2709.Report` (``records`` written, ``errors``).
+
+    Raises:
+        CorruptionError, IsoRecordError: with ``on_error="stop"``.
+        DatabaseNotFoundError: `db` is a path with no database.
+        OSError: reading the database or writing the file failed.
+        ValueError: `path` is one of the database's own files, or a bad
+            `flavour`, `line_ending` or `on_error`.
+
+    A path is written through a temporary file beside it that replaces it
+    only when the export succeeds: a failed export leaves no partial file.
+    """
+    check_on_error(on_error)
+    handle, close = _open_db(db)
+    try:
+        report = Report()
+        recs = _db_records(handle, deleted, on_error, report, progress)
+        with _atomic_target(handle, path) as target:
+            w = write(target, recs, flavour, line_ending=line_ending, mfn_tag=mfn_tag,
+                      on_error=on_error, marc_utf8=is_utf8(encoding))
+        report.records = w.records
+        report.errors.extend(w.errors)
+        return report
+    finally:
+        if close:
+            handle.close()
+
+
+# ------------------------------------------------------ database import
+
+def _problem_sink(filename: str | None, on_error: str,
+                  report: Report) -> Callable[..., None]:
+    """The function that _append and _load call with a bad record's
+    (number, offset), reason and MFN: raises the IsoRecordError with
+    ``on_error="stop"``, else adds it to `report`."""
+    def problem(where: tuple[int, int], reason: str, mfn: int | None = None) -> None:
+        err = IsoRecordError(filename, where[0], where[1], reason, mfn)
+        if on_error == "stop":
+            raise err
+        report.errors.append(err)
+    return problem
+
+
+def _store(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: int,
+           sync: bool, on_error: str, report: Report, filename: str | None,
+           max_gap: int) -> Report:
+    """Append the records to the database at `db_path` if it exists
+    (:func:`_append`), else build it from them (:func:`_load`)."""
+    base = base_name(db_path)
+    if existing_file(base) is not None:
+        return _append(records, base, sync, on_error, report, filename)
+    return _load(records, db_path, layout, mstxl, sync, on_error, report, filename, max_gap)
+
+
+#: Records appended per transaction when importing into an existing database.
+APPEND_BATCH = 1000
+
+
+def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
+            report: Report, filename: str | None, batch: int | None = None) -> Report:
+    """Append (mfn, deleted, fields, where) tuples to the existing database
+    `base` through the transactional writer, `batch` records per
+    transaction: the records take the MFNs after the database's highest
+    (MFNs carried by the file are not kept), deleted ones are appended and
+    logically deleted in the same transaction.  A native index attached to
+    the database is updated by every commit."""
+    batch = batch or APPEND_BATCH
+
+    problem = _problem_sink(filename, on_error, report)
+
+    with open_db(base, readonly=False, sync=sync) as db:
+        it = iter(records)
+        more = True
+        while more:
+            more = False
+            with db.transaction() as tx:
+                n = 0
+                for mfn, deleted, fields, where in it:
+                    try:
+                        new = tx.append(fields)
+                    except (ValueError, TypeError, RecordTooLargeError) as e:
+                        problem(where, str(e), mfn)
+                        continue
+                    if deleted:
+                        tx.delete(new)
+                        report.deleted += 1
+                    report.records += 1
+                    n += 1
+                    if n >= batch:
+                        more = True
+                        break
+        report.max_mfn = db.max_mfn
+    return report
+
+
+#: Default of `max_gap` (import_iso, import_jsonl): the largest step from
+#: one record's MFN to the next (or from 0 to the first) a file may make
+#: when importing into a new database.  The MFNs skipped become physically
+#: deleted XRF entries (4 bytes each, docs/isis-formats.md §3.1), so a file
+#: naming MFN 1000000000 would otherwise make a 4 GB XRF.
+MAX_MFN_GAP = 1_000_000
+
+#: The highest MFN the XRF can address (a signed 32-bit pointer).
+MAX_MFN = 2**31 - 1
+
+
+def _check_max_gap(max_gap: object) -> int:
+    if isinstance(max_gap, bool) or not isinstance(max_gap, int) or max_gap < 1:
+        raise ValueError(f"max_gap must be an int >= 1, not {max_gap!r}")
+    return max_gap
+
+
+def _load(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: int,
+          sync: bool, on_error: str, report: Report, filename: str | None,
+          max_gap: int = MAX_MFN_GAP) -> Report:
+    """Build a new database from (mfn or None, deleted, fields, where)
+    tuples; `where` is (number, offset) for error messages.  A record whose
+    MFN is not 1..MAX_MFN, does not increase, or lies more than `max_gap`
+    beyond the previous one is a record error, as is a tag outside
+    1..65535 (as for :meth:`pydb.Database.append`)."""
+    max_gap = _check_max_gap(max_gap)
+    if layout not in _GEOM:
+        raise ValueError(f"unknown layout {layout!r} (isis-packed, isis-aligned, "
+                         "ffi-packed, ffi-aligned)")
+    leader, entry, ffi = _GEOM[layout]
+    align = 2 ** mstxl if mstxl else 2
+    base = base_name(db_path)
+    deleted_mfns: set[int] = set()
+
+    problem = _problem_sink(filename, on_error, report)
+
+    def gen() -> Iterator[list[tuple[int, bytes]] | None]:
+        last = 0
+        for mfn, deleted, fields, where in records:
+            if mfn is not None and (isinstance(mfn, bool) or not isinstance(mfn, int)
+                                    or not 1 <= mfn <= MAX_MFN):
+                problem(where, f"MFN {mfn!r} is invalid (MFNs are 1..{MAX_MFN})",
+                        mfn if isinstance(mfn, int) else None)
+                continue
+            if mfn is not None and mfn <= last:
+                problem(where, f"MFN {mfn} does not follow MFN {last} (MFNs must "
+                        "increase)", mfn)
+                continue
+            if mfn is not None and mfn - last > max_gap:
+                problem(where, f"MFN {mfn} is {mfn - last} beyond "
+                        f"{'MFN ' + str(last) if last else 'the start'}: more than "
+                        f"max_gap={max_gap} (the skipped MFNs would each take an "
+                        "XRF entry)", mfn)
+                continue
+            out = []
+            bad = None
+            for tag, value in fields:
+                if isinstance(tag, bool) or not isinstance(tag, int) \
+                        or not 1 <= tag <= 65535:
+                    bad = f"tag {tag!r} is not an ISIS tag (1..65535)"
+                    break
+                out.append((tag, value))
+            if bad is None and not ffi:
+                size = leader + entry * len(out) + sum(len(v) for _, v in out)
+                size = (size + align - 1) // align * align
+                if size > 32767:
+                    bad = (f"record needs {size} bytes; the {layout} layout allows 32767 "
+                           "(use an FFI layout for larger records)")
+            if bad is not None:
+                problem(where, bad, mfn)
+                continue
+            target = last + 1 if mfn is None else mfn
+            while last + 1 < target:
+                last += 1
+                yield None
+            last = target
+            if deleted:
+                deleted_mfns.add(target)
+            report.records += 1
+            yield out
+        report.max_mfn = last
+
+    _pydb._build(base, layout, mstxl, gen(), sync, deleted_mfns)
+    report.deleted = len(deleted_mfns)
+    return report
+
+
+def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
+               layout: str = "isis-packed", mstxl: int = 0, encoding: str = "utf-8",
+               db_encoding: str | None = None,
+               on_error: str = "skip", mfn_tag: int | None = None,
+               sync: bool = True, progress: Progress | None = None,
+               max_gap: int = MAX_MFN_GAP) -> Report:
+    """Import an ISO 2709 file into a new or an existing database.
+
+    A NEW database is written by the bulk builder: records get MFN 1, 2,
+    ... in file order, unless the file carries MFNs (`mfn_tag`, as written
+    by :func:`export_iso`): then they are kept and the MFNs in between
+    become physically deleted XRF entries.  Into an EXISTING database the
+    records are appended through the transactional writer
+    (``db.transaction()``, :data:`APPEND_BATCH` records per commit): they
+    take the MFNs after its highest one in file order (MFNs carried by
+    the file are not kept), `layout` and `mstxl` are those of the
+    database, and a native index attached to it is updated by each commit.
+    Records with status ``d`` are stored logically deleted.  Values are
+    stored as the file's bytes (MARC subfield delimiters as ``^``, §7.3).
+
+    Args:
+        source: ISO file path or binary file object.
+        db_path: base name of the database (``.mst``/``.xrf`` added).
+        flavour, encoding, mfn_tag: as for :func:`pydb.iso2709.read`.
+        db_encoding: when given and different from `encoding`, every value
+            is transcoded from `encoding` to `db_encoding` (e.g. a CP850
+            DOS export into a UTF-8 database, docs/isis-formats.md §9); a value
+            that does not decode or encode makes its record an error.
+            None (default): the file's bytes are stored unchanged.
+        layout: leader layout of a new master file (``"isis-packed"``,
+            the default, as WinISIS writes; ``"isis-aligned"``,
+            ``"ffi-packed"``, ``"ffi-aligned"``); ignored for an existing
+            database.
+        mstxl: MSTXL shift 0..6 (record alignment 2**mstxl) of a new
+            database.
+        on_error: ``"skip"`` (default): bad records (unreadable, tags that
+            ISIS cannot store -- outside 1..65535, as for
+            :meth:`pydb.Database.append` --, records over the layout's
+            limit, MFNs out of order, outside 1..2147483647 or more than
+            `max_gap` beyond the previous record's) are left out and listed
+            in the report's ``errors``;
+            ``"stop"``: the first one is raised; a new database is then
+            not left behind, an existing one keeps the batches committed
+            before (the batch in progress is rolled back).
+        sync: fsync the new files before returning (existing database:
+            each commit is fsync'ed, see :func:`pydb.open`).
+        progress: called with the number of bytes of the ISO file consumed
+            since the last call.
+        max_gap: new database with MFNs from the file: the largest step
+            from one record's MFN to the next (from 0 for the first), default
+            :data:`MAX_MFN_GAP` (1,000,000); the MFNs in between become
+            XRF entries (4 bytes each), so a larger step is a record error.
+
+    Returns:
+        A :class:`~pydb.iso2709.Report` (``records`` stored, ``errors``,
+        ``repaired``, ``max_mfn``, ``deleted``).
+
+    Raises:
+        IsoRecordError: with ``on_error="stop"``.
+        DiskError: creating or writing the database failed (partial files
+            of a new database are removed).
+        ReadOnlyError, LockTimeoutError, CorruptionError: appending to an
+            existing database (as for :meth:`pydb.Database.transaction`).
+        OSError: the ISO file cannot be opened.
+        ValueError, LookupError: a bad argument or unknown encoding.
+    """
+    check_on_error(on_error)
+    _check_max_gap(max_gap)
+    reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)
+    report = Report()
+    target = encoding if db_encoding is None else db_encoding
+    recode = codecs.lookup(target).name != codecs.lookup(encoding).name
+
+    def records() -> Iterator[Incoming]:
+        done = 0
+        with reader:
+            for rec in reader:
+                if progress:
+                    progress(reader.position - done)
+                    done = reader.position
+                fields = rec.fields
+                if recode:
+                    try:
+                        fields = [(t, v.decode(encoding).encode(target))
+                                  for t, v in fields]
+                    except UnicodeError as e:
+                        err = IsoRecordError(reader.filename, rec.number, rec.offset,
+                                             f"cannot transcode from {encoding} to "
+                                             f"{db_encoding}: {e}", rec.mfn)
+                        if on_error == "stop":
+                            raise err from None
+                        report.errors.append(err)
+                        continue
+                yield rec.mfn, rec.deleted, fields, (rec.number, rec.offset)
+            if progress and reader.position > done:
+                progress(reader.position - done)
+
+    try:
+        _store(records(), db_path, layout, mstxl, sync, on_error, report,
+               reader.filename, max_gap)
+    finally:
+        reader.close()
+    report.errors[:0] = reader.errors
+    report.errors.sort(key=lambda e: getattr(e, "number", None) or 0)
+    report.repaired = reader.repaired
+    return report
+
+
+# ------------------------------------------------------------ JSON Lines
+
+def export_jsonl(db: Database | PathArg, path: Source, *, deleted: bool = False,
+                 encoding: str = "utf-8", on_error: str = "skip",
+                 progress: Progress | None = None) -> Report:
+    """Export a database as JSON Lines (:mod:`pydb.jsonl`, docs/design.md
+    §8): one object per line,
+    ``{"mfn": int, "deleted": bool, "fields": [[tag, value], ...]}`` in MFN
+    order, fields in stored order.
+
+    A value is a JSON string holding the field's bytes decoded with
+    `encoding` (default UTF-8); when the bytes are not valid in that
+    encoding the value is ``{"base64": "..."}`` with the exact bytes, so
+    the export is lossless for any content.  Import with the same
+    `encoding`.
+
+    Args:
+        db: an open :class:`pydb.Database` or the path of one.
+        path: the file to write (created or truncated) or a binary file.
+        deleted: also export logically deleted records.
+        encoding: codec between field bytes and JSON strings.
+        on_error: ``"skip"`` (default) or ``"stop"`` for records the core
+            cannot read (:class:`~pydb.CorruptionError`).
+        progress: called with 1 per MFN done.
+
+    Returns:
+        A :class:`~pydb.iso2709.Report` (``records`` written, ``deleted``
+        among them, ``errors``).
+
+    Raises:
+        CorruptionError: with ``on_error="stop"``.
+        DatabaseNotFoundError: `db` is a path with no database.
+        OSError: reading or writing failed.
+        ValueError: `path` is one of the database's own files, or a bad
+            `on_error`.
+        LookupError: unknown `encoding`.
+
+    A path is written through a temporary file beside it that replaces it
+    only when the export succeeds.
+    """
+    check_on_error(on_error)
+    "".encode(encoding)
+    handle, close = _open_db(db)
+    try:
+        report = Report()
+        with _atomic_target(handle, path) as target, opened(target, "wb") as f:
+            for r in _db_records(handle, deleted, on_error, report, progress):
+                f.write(encode_line(r.mfn, r.deleted, [(fl.tag, fl.raw) for fl in r.fields],
+                                    encoding))
+                report.records += 1
+                report.deleted += bool(r.deleted)
+        return report
+    finally:
+        if close:
+            handle.close()
+
+
+def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed",
+                 mstxl: int = 0, encoding: str = "utf-8", on_error: str = "skip",
+                 sync: bool = True, progress: Progress | None = None,
+                 max_gap: int = MAX_MFN_GAP) -> Report:
+    """Import a JSON Lines file (:func:`export_jsonl`) into a database.
+
+    A NEW database keeps the MFNs the file carries (gaps become physically
+    deleted XRF entries; records without ``mfn`` take the next one) and
+    the deleted state.  Into an EXISTING database the records are appended
+    in file order through ``db.transaction()`` with the MFNs after its
+    highest one, as :func:`import_iso` does.
+
+    Args: as for :func:`import_iso` (also `max_gap`, and the same record
+    errors: MFN outside 1..2147483647 or more than `max_gap` beyond the
+    previous one, tag outside 1..65535); `encoding` turns JSON strings
+    back into bytes; `progress` gets 1 per line.
+
+    Returns:
+        A :class:`~pydb.iso2709.Report` (``records`` stored, ``errors``,
+        ``max_mfn``, ``deleted``).
+
+    Raises:
+        IsoRecordError: with ``on_error="stop"``.
+        DiskError: creating or writing the database failed.
+        ReadOnlyError, LockTimeoutError: appending to an existing database.
+        OSError: the JSON Lines file cannot be read.
+        ValueError: a bad argument.
+    """
+    check_on_error(on_error)
+    _check_max_gap(max_gap)
+    errs: list[IsoRecordError] = []
+    report = Report()
+    name = os.fsdecode(source) if isinstance(source, (str, bytes, os.PathLike)) else None
+
+    def records() -> Iterator[Incoming]:
+        for rec in read_jsonl(source, encoding=encoding, on_error=on_error, errors=errs):
+            if progress:
+                progress(1)
+            yield rec.mfn, rec.deleted, rec.fields, (rec.number, rec.offset)
+
+    _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
+    report.errors[:0] = errs
+    report.errors.sort(key=lambda e: getattr(e, "number", None) or 0)
+    return report

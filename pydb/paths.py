@@ -1,0 +1,121 @@
+"""Database paths: base names, extensions and the files beside a database.
+
+A CDS/ISIS database is a set of files that share a base name
+(docs/isis-formats.md §1): ``<base>.mst`` (master file), ``<base>.xrf``
+(cross-reference file), optionally ``<base>.fst``/``<base>.stw`` (field
+select table, stop words), the ISIS inverted file (``.cnt``, ``.n0x``,
+...) and pydb's own ``<base>.wal`` (write-ahead log) and ``<base>.pdx``
+(native index directory).  Every function here takes a path as str, bytes
+or os.PathLike and works on str; none of them opens a database.
+
+This is the only Python module that knows these rules; the C core has its
+own copy for the files it opens (csrc, ``pydb__strip_ext`` and
+``pydb__find_file``), with the same case rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+from collections.abc import Iterator
+from typing import IO, Any, Union
+
+__all__ = ["PathArg", "Source", "DB_EXTENSIONS", "is_path", "base_name",
+           "existing_file", "new_base_name", "find_sidecar", "has_native_index",
+           "source_name", "opened"]
+
+#: A path as pydb accepts it.
+PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+#: A path, or a binary file object (exchange files: ISO 2709, JSON Lines).
+Source = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]", IO[bytes]]
+
+#: The extensions of the two files that make a database (lower case; any
+#: letter case matches).
+DB_EXTENSIONS = (".mst", ".xrf")
+
+
+def is_path(obj: object) -> bool:
+    """True if `obj` is a path (str, bytes or os.PathLike), False for
+    anything else (such as an open file object)."""
+    return isinstance(obj, (str, bytes, os.PathLike))
+
+
+def base_name(path: PathArg) -> str:
+    """`path` as a str without a trailing ``.mst``/``.xrf`` in any letter
+    case: the base name of a database's files (``"data/CDS.MST"`` ->
+    ``"data/CDS"``, ``"data/cds"`` unchanged).
+
+    Raises TypeError if `path` is not str, bytes or os.PathLike.
+    """
+    p = os.fsdecode(path)
+    root, ext = os.path.splitext(p)
+    return root if ext.lower() in DB_EXTENSIONS else p
+
+
+def existing_file(base: str) -> str | None:
+    """The first of ``base`` + ``.mst``, ``.xrf``, ``.MST``, ``.XRF`` that
+    exists (any kind of file), or None: does a database exist at `base`?"""
+    for ext in (".mst", ".xrf", ".MST", ".XRF"):
+        if os.path.exists(base + ext):
+            return base + ext
+    return None
+
+
+def new_base_name(path: PathArg) -> str:
+    """`path` as the str base name of a database to be created.
+
+    Unlike :func:`base_name` no extension is stripped (``create("x.mst")``
+    makes ``x.mst.mst``, as it always did).
+
+    Raises:
+        ValueError: `path` names a directory (it ends in a separator, or
+            in ``.``/``..``), not the base name of the files.
+        TypeError: `path` is not str, bytes or os.PathLike.
+    """
+    p = os.fsdecode(path)
+    if os.path.basename(p) in ("", ".", ".."):
+        raise ValueError(f"path {p!r} names a directory, not the base name "
+                         "of the files (e.g. 'out/books')")
+    return p
+
+
+def find_sidecar(db_path: PathArg, ext: str) -> str | None:
+    """The file ``<base>.<ext>`` of a database in any letter case (e.g.
+    its ``.fst`` or ``.stw``; `ext` without the dot), or None.  `db_path`
+    is the base name or a ``.mst``/``.xrf`` file of the database."""
+    base = base_name(db_path)
+    folder, name = os.path.split(base)
+    want = (name + "." + ext).lower()
+    for cand in glob.glob(os.path.join(glob.escape(folder or "."), "*")):
+        if os.path.basename(cand).lower() == want:
+            return cand
+    return None
+
+
+def has_native_index(base: str) -> bool:
+    """True if ``<base>.pdx/MANIFEST`` exists: the database with base name
+    `base` has a native pydb index."""
+    return os.path.isfile(os.path.join(base + ".pdx", "MANIFEST"))
+
+
+def source_name(source: Any) -> str | None:
+    """The file name to show in messages about `source`: the path as str,
+    the ``name`` of a file object when that is a str, else None."""
+    if is_path(source):
+        return os.fsdecode(source)
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else None
+
+
+@contextlib.contextmanager
+def opened(source: Source, mode: str) -> Iterator[IO[bytes]]:
+    """`source` as a binary file: a path is opened in `mode` (``"rb"`` or
+    ``"wb"``) and closed when the block ends; a file object is yielded as
+    it is and left open.  Raises OSError when the path cannot be opened."""
+    if isinstance(source, (str, bytes, os.PathLike)):
+        with open(source, mode) as f:
+            yield f   # type: ignore[misc]  # open() in a binary mode: IO[bytes]
+    else:
+        yield source
