@@ -4,7 +4,7 @@ synthetic unesb and the LILACS sample, term enumeration (C and Python),
 postings decoding (C and Python), and query latency for typical
 expressions with pydb's search language against the nearest FTS5 query.
 
-    PYDB_SKIP_SANITIZERS=1 python -m pytest benchmarks/bench_index.py \\
+    python -m pytest benchmarks/bench_index.py \\
         --benchmark-only -p no:cacheprovider
 
 Timed, the unesb benchmarks run on the crashtest's default database

@@ -33,7 +33,8 @@ from pydb import _pydb
 from pydb.__main__ import main as cli_main
 from pydb.check import KINDS, CheckReport, Problem
 
-from conftest import DATA, REPO, all_master_files, copy_db, data_path
+from conftest import (DATA, GEOM, LAYOUTS, REPO, SANITIZER, all_master_files, build_db, copy_db,
+                      data_path, hypothesis_examples)
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -41,18 +42,10 @@ try:
 except ImportError:  # pragma: no cover
     given = None
 
-LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
-# Leader geometry, isis-formats.md §2.2.
-GEOM = {
-    "isis-packed": dict(leader=18, entry=6, ffi=False, mfrl=4, mfbwb=6,
-                        mfbwp=10, base=12, nvf=14, status=16, dpos=2, dlen=4),
-    "isis-aligned": dict(leader=20, entry=6, ffi=False, mfrl=4, mfbwb=8,
-                         mfbwp=12, base=14, nvf=16, status=18, dpos=2, dlen=4),
-    "ffi-packed": dict(leader=22, entry=10, ffi=True, mfrl=4, mfbwb=8,
-                       mfbwp=12, base=14, nvf=18, status=20, dpos=2, dlen=6),
-    "ffi-aligned": dict(leader=24, entry=12, ffi=True, mfrl=4, mfbwb=8,
-                        mfbwp=12, base=16, nvf=20, status=22, dpos=4, dlen=8),
-}
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
+
 N = 300   # records in a built database: 3 XRF blocks (127 entries each)
 
 
@@ -89,9 +82,7 @@ def records(n: int):
 
 
 def build(tmp: Path, layout: str, n: int = N, mstxl: int = 0) -> Path:
-    base = tmp / f"b-{layout}-{mstxl}"
-    _pydb._build(str(base), layout, mstxl, records(n), False)
-    return base
+    return build_db(tmp / f"b-{layout}-{mstxl}", layout, records(n), mstxl)
 
 
 def offset_of(base: Path, mfn: int) -> int:
@@ -562,7 +553,7 @@ def test_check_runs_while_reading(tmp_path):
 
 # ------------------------------------------------------- hostile damage
 
-EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = hypothesis_examples(200)
 
 
 def _reads_fail(base) -> bool:
@@ -583,7 +574,7 @@ def _reads_fail(base) -> bool:
 
 
 if given is not None:
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(SANITIZER),
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(layout=st.sampled_from(LAYOUTS),
            damage=st.lists(st.tuples(st.booleans(), st.integers(0, 1 << 20),
@@ -620,7 +611,7 @@ if given is not None:
 
     FIELDS = ["mfn", "base", "nvf", "xrfpos", "xrf"]
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(SANITIZER),
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(layout=st.sampled_from(LAYOUTS), mfn=st.integers(1, 140),
            field=st.sampled_from(FIELDS), byte=st.integers(0, 3), x=st.integers(1, 255))
@@ -758,7 +749,7 @@ def check_main(tmp_path_factory):
     srcs = sorted(str(p) for p in (REPO / "csrc").glob("*.c"))
     # Under tests/test_sanitizers.py's ASan run, the C program is checked too.
     san = (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-g"]
-           if os.environ.get("PYDB_SANITIZER_INNER") == "address" else [])
+           if SANITIZER == "address" else [])
     p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", *san, "-I", str(REPO / "csrc"),
                         str(REPO / "tests" / "c" / "check_main.c"), *srcs, "-o", str(exe),
                         "-pthread"], capture_output=True, text=True, timeout=300)

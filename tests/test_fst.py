@@ -9,6 +9,12 @@ import pydb
 from pydb import _pydb
 from pydb.fst import FieldRule, fst_text, parse_fst
 
+from conftest import hypothesis_examples
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
+
 # Rules per FST file under ../shared/data/isis (= its non-blank lines).
 FST_RULES = {
     "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/dcdspace/data/dcdspace.fst": 19,
@@ -285,7 +291,7 @@ try:
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
 
-EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = hypothesis_examples(200)
 PIECES = ["v24", "v70", "^a", "^*", "*3", ".2", "(", ")", "'x'", '"y"', "|z|", "/", "#",
           "%", ",", " ", "mhu", "mpl", "if ", " then ", " else ", " fi", "p(v70)",
           "a(v26)", "=", "<", "'T'", "iocc", "break", "f(mfn,3,1)", "mfn", "size(v24)",

@@ -30,13 +30,17 @@ import pydb.index as pindex
 from pydb.__main__ import main as cli_main
 from pydb.index import Index, Posting, Term
 
-from conftest import DATA, data_path
+from conftest import DATA, SANITIZER, data_path, hypothesis_examples
 
 try:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
 
 BIBL = "cpan__Biblio-Isis-0.24/data/winisis/BIBL"
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/cds"     # classic 10/30 aligned
@@ -614,10 +618,10 @@ def test_hostile_lind_list_beyond_file(tmp_path):
 
 
 if given is not None:
-    EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "150"))
+    EXAMPLES = hypothesis_examples(150)
 
     @settings(max_examples=EXAMPLES, deadline=None,
-              derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+              derandomize=bool(SANITIZER),
               suppress_health_check=[HealthCheck.function_scoped_fixture,
                                      HealthCheck.too_slow])
     @given(which=st.sampled_from([BIBL, XCDS]),

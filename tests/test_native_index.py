@@ -15,7 +15,11 @@ import pydb
 from pydb import _pydb
 from pydb.index import Posting, Term
 
-from conftest import REPO, copy_db
+from conftest import REPO, copy_db, hypothesis_examples
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
 
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
@@ -332,6 +336,7 @@ def test_hook_abort_leaves_nothing(cds):
     assert ix.postings(b"YAK") == []
 
 
+@pytest.mark.sanitize_thread
 def test_readers_see_one_committed_state(cds):
     """Readers enumerate while commits are published: every enumeration
     sees the keys QQZEBRAA..QQZEBRA<k> for one k (a committed state)."""
@@ -416,7 +421,7 @@ try:
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
 
-EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = hypothesis_examples(200)
 
 if given is not None:
     @pytest.fixture(scope="module")

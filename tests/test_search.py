@@ -25,6 +25,12 @@ from pydb import _pydb
 from pydb.errors import (ClosedError, SearchSyntaxError, UnsupportedError)
 from pydb.search import SearchResult, search
 
+from conftest import hypothesis_examples
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = [pytest.mark.sanitize_address, pytest.mark.sanitize_thread]
+
+
 # (mfn, tag, occ, cnt).  Tags: 10 title, 20 subject (repeatable: OCC 1, 2),
 # 30 abstract, 40 notes, 50 phrases.
 TABLE = {
@@ -562,7 +568,7 @@ trees = st.recursive(
                           st.integers(1, 4), sub, sub),
     max_leaves=8)
 
-EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "300"))
+EXAMPLES = hypothesis_examples(300)
 HYP = settings(max_examples=EXAMPLES, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -17,9 +17,8 @@ import time
 import pytest
 
 import pydb
-from conftest import DATA, all_master_files
+from conftest import DATA, LAYOUTS, all_master_files
 
-LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
 LEADER = {"isis-packed": 18, "isis-aligned": 20, "ffi-packed": 22, "ffi-aligned": 24}
 
 
@@ -63,6 +62,7 @@ def check_files(base, layout, mstxl, n_mfn):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mstxl", [0, 3, 6])
+@pytest.mark.sanitize_address
 def test_write_then_read_every_layout(tmp_path, layout, mstxl):
     base = tmp_path / "db"
     expected: dict[int, list] = {}
@@ -262,6 +262,7 @@ def test_fields_arguments(tmp_path):
         assert db.max_mfn == 3
 
 
+@pytest.mark.sanitize_address
 def test_transaction_abort_and_states(tmp_path):
     with pydb.create(tmp_path / "db", sync=False) as db:
         db.append([(1, b"one")])
@@ -296,6 +297,7 @@ def test_transaction_abort_and_states(tmp_path):
         tx.append([(1, b"x")])
 
 
+@pytest.mark.sanitize_thread
 def test_readonly_and_lock_timeout_across_handles(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, sync=False) as db:
@@ -343,6 +345,7 @@ def test_lock_across_processes(tmp_path):
     assert p.stdout.readline().strip() == "done" and p.wait() == 0
 
 
+@pytest.mark.sanitize_thread
 def test_other_handle_sees_later_commits(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, sync=False) as db:
@@ -363,6 +366,7 @@ def test_other_handle_sees_later_commits(tmp_path):
         reader.close()
 
 
+@pytest.mark.sanitize_address
 def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
     """A log left by a writer that died after the commit point is replayed
     on open; a torn one is dropped; either way the ISIS files alone are
@@ -538,6 +542,8 @@ def chain(db, mfn, n):
 
 # ------------------------------------------------------------------ threads
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_readers_see_whole_records_while_writer_commits(tmp_path):
     """8 reader threads read while a writer commits (updates that change a
     record's size and contents, appends): every record read is complete and
@@ -601,6 +607,7 @@ def test_readers_see_whole_records_while_writer_commits(tmp_path):
 
 # ------------------------------------------------- commit hook and whole files
 
+@pytest.mark.sanitize_address
 def test_commit_hook_and_whole_file_in_the_log(tmp_path):
     """pydb_set_commit_hook / pydb_txn_put_file through a test hook: the
     hook sees each change, its file is replaced atomically with the commit,
