@@ -90,6 +90,79 @@ def make_db(tmp_path):
     return make
 
 
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    """A two-record isis-aligned database with subfields, 8-bit and UTF-8
+    data (the API and command-line tests), built once per module."""
+    base = tmp_path_factory.mktemp("api") / "t"
+    recs = [[(24, b"A title"), (70, b"Smith, J."), (70, b"Doe, A."),
+             (26, b"^aParis^bUnesco^c1965"), (245, b"10^aMain title^bsub^aagain")],
+            [(24, b"caf\xc3\xa9"), (99, b"\xff\xfe")]]
+    return build_db(base, "isis-aligned", recs, sync=True)
+
+
+def varied_records(n: int):
+    """n records with 1-4 fields; odd and even data lengths."""
+    out = []
+    for i in range(1, n + 1):
+        fields = [(24, f"Title {i} ".encode() * (1 + i % 5)), (70, f"Author {i}".encode())]
+        if i % 3 == 0:
+            fields.append((300, b"x" * (i % 7)))
+        if i % 4 == 0:
+            fields.append((90, b""))
+        out.append(fields)
+    return out
+
+
+def build_varied(tmp: Path, layout: str, n: int = 300, mstxl: int = 0) -> Path:
+    """A database of varied_records(n) (300: three XRF blocks of 127
+    entries) in the folder `tmp`, named after layout and MSTXL."""
+    return build_db(tmp / f"b-{layout}-{mstxl}", layout, varied_records(n), mstxl)
+
+
+# ------------------------------------------------------------ byte surgery
+
+def offset_of(base: Path, mfn: int) -> int:
+    """Byte offset of the record of `mfn` in the master file (from its XRF)."""
+    import pydb
+    with pydb.open(base) as db:
+        return db.xrf_entry(mfn)["offset"]
+
+
+def patch_file(path: Path, off: int, data: bytes):
+    """Overwrite `data` at byte `off` of the file `path`."""
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(data)
+
+
+def read_at(path: Path, off: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(off)
+        return f.read(n)
+
+
+# --------------------------------------------------------------- real data
+
+def need(rel: str) -> str:
+    """Base path of a shared database, skipping when the data is absent."""
+    p = data_path(rel)
+    if not p.parent.is_dir():
+        pytest.skip(f"real CDS/ISIS data not found at {DATA}")
+    return str(p)
+
+
+def all_terms(ix, prefix=b"", batch=100000):
+    """Every (key, count) of a raw _pydb.Index from `prefix` on, paging by `batch`."""
+    out, start = [], None
+    while True:
+        chunk = ix.terms(prefix, (start, True) if start is not None else None, batch)
+        if not chunk:
+            return out
+        out += chunk
+        start = chunk[-1][0]
+
+
 # -------------------------------------------------------------------- hooks
 
 def pytest_collection_modifyitems(config, items):

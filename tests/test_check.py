@@ -12,13 +12,12 @@
   file and offset (isis-formats.md §2-3 give the byte layout).
 * Hostile random damage (hypothesis) never crashes or hangs the check, and
   whenever a reader fails on the damaged files, the check reports an error.
-* The command line: exit status 0/1/2, text and JSON output.
+* The command line (`pydb check`: exit status 0/1/2, text and JSON output)
+  is tested in tests/test_cli.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import struct
@@ -30,11 +29,23 @@ import pytest
 
 import pydb
 from pydb import _pydb
-from pydb.__main__ import main as cli_main
 from pydb.check import KINDS, CheckReport, Problem
 
-from conftest import (DATA, GEOM, LAYOUTS, REPO, SANITIZER, all_master_files, build_db, copy_db,
-                      data_path, hypothesis_examples)
+from conftest import (
+    DATA,
+    GEOM,
+    LAYOUTS,
+    REPO,
+    SANITIZER,
+    all_master_files,
+    copy_db,
+    data_path,
+    hypothesis_examples,
+    offset_of,
+    read_at,
+)
+from conftest import build_varied as build
+from conftest import patch_file as patch
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -66,40 +77,6 @@ def sources_table() -> dict:
 
 def rel(p: Path) -> str:
     return p.relative_to(DATA).as_posix()
-
-
-def records(n: int):
-    """n records with 1-4 fields; odd and even data lengths."""
-    out = []
-    for i in range(1, n + 1):
-        fields = [(24, f"Title {i} ".encode() * (1 + i % 5)), (70, f"Author {i}".encode())]
-        if i % 3 == 0:
-            fields.append((300, b"x" * (i % 7)))
-        if i % 4 == 0:
-            fields.append((90, b""))
-        out.append(fields)
-    return out
-
-
-def build(tmp: Path, layout: str, n: int = N, mstxl: int = 0) -> Path:
-    return build_db(tmp / f"b-{layout}-{mstxl}", layout, records(n), mstxl)
-
-
-def offset_of(base: Path, mfn: int) -> int:
-    with pydb.open(base) as db:
-        return db.xrf_entry(mfn)["offset"]
-
-
-def patch(path: Path, off: int, data: bytes):
-    with open(path, "r+b") as f:
-        f.seek(off)
-        f.write(data)
-
-
-def read_at(path: Path, off: int, n: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(off)
-        return f.read(n)
 
 
 def run_check(base, **kw) -> CheckReport:
@@ -651,92 +628,6 @@ if given is not None:
                                                             "xrfpos-sign"}
 
 
-# ----------------------------------------------------------- command line
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pydb", "check", *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-
-
-def test_cli_sound(tmp_path):
-    base = build(tmp_path, "isis-packed", n=10)
-    p = cli(base)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip().splitlines()[-1] == "OK"
-    assert "0 error(s), 0 warning(s) in 10 MFNs" in p.stdout
-
-
-def test_cli_damaged_text_and_json(tmp_path, capsys):
-    base = build(tmp_path, "isis-aligned", n=10)
-    mst = base.with_suffix(".mst")
-    off = offset_of(base, 4)
-    patch(mst, off, struct.pack("<i", 99))
-    p = cli(base)
-    assert p.returncode == 1
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("error:")]
-    assert line == [f"error: mfn-mismatch MFN 4: {mst} at byte {off}: the record of MFN 4 "
-                    f"at offset {off} carries MFN 99 in its leader"]
-    assert re.search(r"^\s+1\s+error\s+mfn-mismatch$", p.stdout, re.M)
-    assert "DAMAGED" in p.stdout
-    assert cli_main(["check", str(base), "--json"]) == 1
-    d = json.loads(capsys.readouterr().out)
-    assert d["ok"] is False and d["exit_status"] == 1 and d["counts"] == {"mfn-mismatch": 1}
-    assert d["problems"][0] == {"kind": "mfn-mismatch", "severity": "error", "mfn": 4,
-                                "file": str(mst), "offset": off,
-                                "message": f"the record of MFN 4 at offset {off} carries MFN 99 in its leader"}
-
-
-def test_cli_warnings_and_strict(tmp_path, capsys):
-    base = build(tmp_path, "isis-packed", n=10)
-    patch(base.with_suffix(".xrf"), 4 + 4 * 4, b"\0\0\0\0")    # MFN 5 -> orphan
-    assert cli_main(["check", str(base)]) == 0
-    out = capsys.readouterr().out
-    assert "warning: orphan MFN 5" in out and out.rstrip().endswith("OK")
-    assert cli_main(["check", str(base), "--strict"]) == 1
-    capsys.readouterr()
-    assert cli_main(["check", str(base), "--errors-only"]) == 0
-    assert "warning:" not in capsys.readouterr().out
-
-
-def test_cli_max_problems(tmp_path, capsys):
-    base = build(tmp_path, "isis-packed", n=20)
-    mst = base.with_suffix(".mst")
-    for m in range(1, 21):
-        patch(mst, offset_of(base, m) + 16, struct.pack("<H", 9))
-    assert cli_main(["check", str(base), "--max-problems", "3"]) == 1
-    out = capsys.readouterr().out
-    assert out.count("error: status") == 3
-    assert "... 17 more (raise --max-problems)" in out
-    assert re.search(r"^\s+20\s+error\s+status$", out, re.M)
-
-
-def test_cli_cannot_open_and_usage(tmp_path, capsys):
-    assert cli_main(["check", str(tmp_path / "nothing")]) == 2
-    assert "cannot open" in capsys.readouterr().err
-    base = build(tmp_path, "isis-packed", n=3)
-    assert cli_main(["check", str(base), "--max-problems", "-1"]) == 2
-    p = cli()          # argparse: missing DB
-    assert p.returncode == 2
-
-
-def test_cli_corrupt_at_open(tmp_path, capsys):
-    """Damage that stops the open (CTLMFN != 0) is one 'open' error, exit 1."""
-    base = build(tmp_path, "isis-packed", n=3)
-    patch(base.with_suffix(".mst"), 0, struct.pack("<i", 5))
-    assert cli_main(["check", str(base)]) == 1
-    out = capsys.readouterr().out
-    assert f"error: open: {base.with_suffix('.mst')} at byte 0: control record: CTLMFN is 5" in out
-
-
-def test_cli_real_damaged_and_missing_xrf(isis_data):
-    odds = data_path("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds")
-    p = cli(odds, "--errors-only")
-    assert p.returncode == 1
-    assert "error: mfn-mismatch MFN 49:" in p.stdout and "at byte 28976" in p.stdout
-    p = cli(data_path("bireme__cisis/tests/CDS.std"))
-    assert p.returncode == 2 and "no cross-reference file" in p.stderr
-
-
 # ------------------------------------------------------------- the C API
 
 @pytest.fixture(scope="module")
@@ -774,9 +665,3 @@ def test_c_api_matches_python(check_main, tmp_path):
     assert p.stdout.splitlines()[-1] == "errors=2 warnings=0 versions=8 orphans=0 stopped=1"
 
 
-def test_cli_progress_bar(tmp_path):
-    base = build(tmp_path, "isis-packed", n=3000)
-    p = cli(base, "--progress")
-    assert p.returncode == 0
-    assert "check:" in p.stderr and "step" in p.stderr     # tqdm on stderr
-    assert p.stdout.strip().endswith("OK")

@@ -23,6 +23,7 @@ import pytest
 
 import pydb
 from pydb import _pydb
+
 from writer_model import Oracle, check_files, content, open_db
 
 # Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).

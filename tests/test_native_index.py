@@ -5,8 +5,6 @@ files, and the commit hook driven without a writer."""
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -15,7 +13,7 @@ import pydb
 from pydb import _pydb
 from pydb.index import Posting, Term
 
-from conftest import REPO, copy_db, hypothesis_examples
+from conftest import all_terms, copy_db, hypothesis_examples
 
 # Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
 pytestmark = pytest.mark.sanitize_address
@@ -64,16 +62,6 @@ def read_classic(base, le=(10, 30), aligned=True):
                 out[key] = posts
                 per_tree[tree] += 1
     return out, per_tree
-
-
-def all_terms(ix, prefix=b"", batch=100000):
-    out, start = [], None
-    while True:
-        chunk = ix.terms(prefix, (start, True) if start is not None else None, batch)
-        if not chunk:
-            return out
-        out += chunk
-        start = chunk[-1][0]
 
 
 @pytest.fixture
@@ -362,20 +350,6 @@ def test_readers_see_one_committed_state(cds):
         t.join()
     assert errors == []
     assert len(ix.terms(b"QQZEBRA", None, 100)) == 20
-
-
-def test_cli_index(isis_data, tmp_path):
-    base = str(copy_db(isis_data / SAMPLE / "cds", tmp_path, ("fst", "stw")))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "pydb", "index", base, "--quiet",
-                        "--max-key", "30"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("indexed 151 MFNs") or r.stdout.startswith("indexed 150 MFNs")
-    assert len(all_terms(_pydb._open_native_index(base))) == 1309
-    r = subprocess.run([sys.executable, "-m", "pydb", "index", str(tmp_path / "none"),
-                        "--quiet", "--fst", os.path.join(str(tmp_path), "cds.fst")],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 1 and "pydb:" in r.stderr
 
 
 def test_every_database_with_an_fst_indexes(isis_data, tmp_path):

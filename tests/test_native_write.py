@@ -333,6 +333,7 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
     the handle read-only and reopening replays records and index
     together.  Either way the index agrees with the records."""
     import errno
+
     from pydb import _pydb
     base0 = tmp_path / "p"
     with pydb.create(base0, fst=FST) as db:

@@ -18,6 +18,7 @@ from collections import namedtuple
 import pytest
 
 import pydb
+
 from conftest import DATA, all_master_files, data_path
 
 pytestmark = pytest.mark.usefixtures("isis_data")

@@ -10,7 +10,6 @@ reversed) and 3 (record 5, order reversed).
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 import threading
@@ -22,7 +21,7 @@ from hypothesis import strategies as st
 
 import pydb
 from pydb import _pydb
-from pydb.errors import (ClosedError, SearchSyntaxError, UnsupportedError)
+from pydb.errors import ClosedError, SearchSyntaxError, UnsupportedError
 from pydb.search import SearchResult, search
 
 from conftest import hypothesis_examples
@@ -704,20 +703,6 @@ def test_cds_sample_shipped_index(isis_data, expr, expected):
         result = db.search(expr)
         assert list(result) == expected
         assert [r.mfn for r in result.records()] == expected
-
-
-def test_cli_search(isis_data, capsys):
-    from pydb.__main__ import main as cli_main
-    base = str(isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds")
-    assert cli_main(["search", base, "PLANT . CHAMBER", "--encoding", "cp850"]) == 0
-    assert capsys.readouterr().out == "2 records\n2\n3\n"
-    assert cli_main(["search", base, "BOSIAN$", "--dump", "--encoding", "cp850"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("2 records\n!ID 0000002\n")
-    assert "!v070!Bosian, G.\n" in out
-    assert cli_main(["search", base, "PLANT . ("]) == 1
-    err = capsys.readouterr().err
-    assert "expected a term" in err and err.endswith("  PLANT . (\n           ^\n")
 
 
 def test_keys_from_terms_are_searchable_and_keys_are_str_or_bytes(isis_data):

@@ -17,6 +17,7 @@ import time
 import pytest
 
 import pydb
+
 from conftest import DATA, LAYOUTS, all_master_files
 
 LEADER = {"isis-packed": 18, "isis-aligned": 20, "ffi-packed": 22, "ffi-aligned": 24}
