@@ -24,7 +24,9 @@ keeps authors, subjects and descriptors as whole keys); queries
 isis-formats.md §6.2) -> ``NEAR(a b, 0)``; ``A . . . B`` (at most 2
 words between) -> ``NEAR(a b, 2)``; ``T/(24)`` -> ``title : t``.  Both
 return the sorted MFNs (rowids); ``extra_info["hits"]`` shows how closely
-the two agree.  With tantivy-py installed (extra ``tantivy``), the same
+the two agree, and the untimed tests ``test_hits_*`` check it: the same
+MFNs where both index the same words, pydb's hits within FTS5's (each
+difference explained) where the FST keeps whole keys.  With tantivy-py installed (extra ``tantivy``), the same
 indexing and the nearest tantivy queries (``test_*_tantivy``) run too.
 """
 
@@ -40,10 +42,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import pydb  # noqa: E402
-from conftest import DATA, copy_db  # noqa: E402  (tests/conftest.py)
 from pydb import _pydb, unesb  # noqa: E402
 
 from .conftest import median_s  # noqa: E402
+from conftest import DATA, copy_db  # noqa: E402  (tests/conftest.py)
+
 LILACS = DATA / "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
 
 # LILACS ships no FST: authors, journal, descriptors as whole keys; title
@@ -330,6 +333,80 @@ def test_query_sqlite_fts5(benchmark, unesb_fts5, query_words, name, _, match):
     result = benchmark(run)
     benchmark.extra_info.update(expr=match, hits=len(result))
     assert name in ("adjacent", "proximity") or len(result) > 0
+
+
+
+# ---- the same hits: pydb's search against FTS5 --------------------------
+#
+# Not timed: a plain test (no benchmark fixture), run once in the normal
+# suite on the small database (skipped under --benchmark-only).
+#
+# Where both sides cut the same text into the same words, the hits must be
+# the same MFNs: the words of titles, notes and series (FST technique 4 on
+# tags 24, 50, 44: runs of letters, upper-cased) against the FTS5 columns
+# title, notes, series (unicode61: runs of letters and digits, lower-cased;
+# the synthetic text has no digits inside words).  pydb qualifies by tag
+# (``/(24,50,44)``), FTS5 by column filter (``{title notes series} :``).
+#
+# Unqualified, the two index different keys for the other fields: the FST
+# keeps an author (70), a corporate author (71), a <subject> (69) and an
+# imprint subfield (26) as one whole key, where FTS5 splits each into words
+# (and glues the subfield code to the first word: "^aCairo" is the token
+# "acairo").  So a word found only inside such a value is an FTS5 hit and
+# not a pydb hit: pydb's hits are a subset of FTS5's, and every FTS5-only
+# hit has the word in one of those columns and in none of the word columns.
+
+WORD_COLUMNS = "{{title notes series}}"   # braces doubled: the queries go through str.format
+WHOLE_KEY_COLUMNS = ("authors", "corporate", "subjects", "imprint")
+
+#: (name, pydb expression, FTS5 MATCH expression) over the same words.
+SAME_HITS = [
+    ("term", "{T1}/(24,50,44)", WORD_COLUMNS + " : {t1}"),
+    ("and", "{T1}/(24,50,44) * {T2}/(24,50,44)", WORD_COLUMNS + " : ({t1} AND {t2})"),
+    ("or", "{T1}/(24,50,44) + {T2}/(24,50,44)", WORD_COLUMNS + " : ({t1} OR {t2})"),
+    ("and_not", "{T1}/(24,50,44) ^ {T2}/(24,50,44)", WORD_COLUMNS + " : ({t1} NOT {t2})"),
+    ("title_and", "{T1}/(24) * {T2}/(24)", "title : ({t1} AND {t2})"),
+    ("truncation", "BA$/(24)", "title : ba*"),
+]
+
+#: Unqualified: pydb's hits are a subset of FTS5's (see above).
+SUBSET_HITS = [
+    ("term", "{T1}", "{t1}", ["{t1}"]),
+    ("and", "{T1} * {T2}", "{t1} AND {t2}", ["{t1}", "{t2}"]),
+    ("or", "{T1} + {T2}", "{t1} OR {t2}", ["{t1}", "{t2}"]),
+]
+
+
+def _fts5_mfns(con, match):
+    return [m for (m,) in con.execute("select rowid from r where r match ? order by rowid",
+                                      (match,))]
+
+
+@needs_fts5
+@pytest.mark.parametrize("name,expr,match", SAME_HITS, ids=[q[0] for q in SAME_HITS])
+def test_hits_same_as_fts5(unesb_index, unesb_fts5, query_words, name, expr, match):
+    from pydb.search import search
+    expr, match = expr.format(**query_words), match.format(**query_words)
+    got = sorted(search(unesb_index, expr))
+    want = _fts5_mfns(unesb_fts5, match)
+    assert got == want, (expr, match, sorted(set(got) ^ set(want))[:20])
+    assert name == "and_not" or got, f"{expr}: no hits, nothing compared"
+
+
+@needs_fts5
+@pytest.mark.parametrize("name,expr,match,words", SUBSET_HITS, ids=[q[0] for q in SUBSET_HITS])
+def test_hits_unqualified_within_fts5(unesb_index, unesb_fts5, query_words, name, expr, match,
+                                      words):
+    from pydb.search import search
+    expr, match = expr.format(**query_words), match.format(**query_words)
+    words = [w.format(**query_words) for w in words]
+    got = set(search(unesb_index, expr))
+    want = set(_fts5_mfns(unesb_fts5, match))
+    assert got and got <= want, (expr, match, sorted(got - want)[:20])
+    # Each FTS5-only hit is explained by a word inside a whole-key field.
+    inside = " OR ".join(f"{{{' '.join(WHOLE_KEY_COLUMNS)}}} : {w}" for w in words)
+    explained = set(_fts5_mfns(unesb_fts5, inside))
+    assert want - got <= explained, (expr, sorted(want - got - explained)[:20])
 
 
 @pytest.fixture(scope="module")
