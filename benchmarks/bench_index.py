@@ -26,7 +26,8 @@ words between) -> ``NEAR(a b, 2)``; ``T/(24)`` -> ``title : t``.  Both
 return the sorted MFNs (rowids); ``extra_info["hits"]`` shows how closely
 the two agree, and the untimed tests ``test_hits_*`` check it: the same
 MFNs where both index the same words, pydb's hits within FTS5's (each
-difference explained) where the FST keeps whole keys.  With tantivy-py installed (extra ``tantivy``), the same
+difference explained) where the FST keeps whole keys.  With tantivy-py
+installed (extra ``tantivy``), the same
 indexing and the nearest tantivy queries (``test_*_tantivy``) run too.
 """
 
@@ -447,7 +448,7 @@ def _tantivy_build(path, columns, rows):
     index = tantivy.Index(schema, path=os.fspath(path))
     w = index.writer()
     for row in rows:
-        w.add_document(tantivy.Document(mfn=row[0], **dict(zip(columns, row[1:]))))
+        w.add_document(tantivy.Document(mfn=row[0], **dict(zip(columns, row[1:], strict=True))))
     w.commit()
     w.wait_merging_threads()
     return len(rows)
@@ -496,14 +497,14 @@ TANTIVY_QUERIES = {
 @pytest.mark.parametrize("name", list(TANTIVY_QUERIES))
 def test_query_tantivy(benchmark, unesb_tantivy, query_words, name):
     tantivy, index = unesb_tantivy
-    Q, O = tantivy.Query, tantivy.Occur
+    Q, Occ = tantivy.Query, tantivy.Occur
     schema = index.schema
     searcher = index.searcher()
     n = searcher.num_docs
     text = TANTIVY_QUERIES[name]
 
     def prefix_query():
-        return Q.boolean_query([(O.Should, Q.regex_query(schema, c, "ba.*"))
+        return Q.boolean_query([(Occ.Should, Q.regex_query(schema, c, "ba.*"))
                                 for c in UNESB_COLUMNS])
 
     def run():
@@ -512,7 +513,7 @@ def test_query_tantivy(benchmark, unesb_tantivy, query_words, name):
         else:
             q = index.parse_query(text.format(**query_words), list(UNESB_COLUMNS))
             if name == "truncation_and":
-                q = Q.boolean_query([(O.Must, prefix_query()), (O.Must, q)])
+                q = Q.boolean_query([(Occ.Must, prefix_query()), (Occ.Must, q)])
         return sorted(v for v, _ in searcher.search(q, n, order_by_field="mfn").hits)
     result = benchmark(run)
     benchmark.extra_info.update(expr=name if text is None else text.format(**query_words),

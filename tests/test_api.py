@@ -19,7 +19,8 @@ def test_error_tree():
     assert issubclass(pydb.DatabaseNotFoundError, FileNotFoundError)
     assert issubclass(pydb.UnsupportedError, OSError)
     e = pydb.CorruptionError("x.mst", 100, "bad")
-    assert (e.filename, e.offset, e.reason, str(e)) == ("x.mst", 100, "bad", "x.mst at byte 100: bad")
+    assert (e.filename, e.offset, e.reason, str(e)) == \
+        ("x.mst", 100, "bad", "x.mst at byte 100: bad")
 
 
 def test_record_access(db_path):

@@ -70,8 +70,8 @@ def sources_table() -> dict:
         m = re.match(r"\| `([^`]+\.mst)` \| (\d+) \| ([\w-]+) \| (\d+) \| (\d+) \| (\d+) \| "
                      r"([-\d]+)/([-\d]+)/([-\d]+) \|", line)
         if m:
-            a, l, p = (int(x) if x != "-" else 0 for x in m.group(7, 8, 9))
-            out[m.group(1)] = (a, l, p, int(m.group(6)))
+            a, ld, p = (int(x) if x != "-" else 0 for x in m.group(7, 8, 9))
+            out[m.group(1)] = (a, ld, p, int(m.group(6)))
     return out
 
 
@@ -156,7 +156,8 @@ def test_odds_mfn_49(isis_data):
         pytest.skip("odds not present")
     rep = run_check(mst)
     assert errors(rep) == [("mfn-mismatch", 49, "odds.mst", 28976)]
-    assert "carries MFN 2019440690" in rep.problems[[p.kind for p in rep].index("mfn-mismatch")].message
+    assert "carries MFN 2019440690" in \
+        rep.problems[[p.kind for p in rep].index("mfn-mismatch")].message
     assert sorted(p.mfn for p in rep if p.kind == "locked") == [2, 9, 11, 40, 45, 51, 57, 58]
     assert rep.counts == {"mfn-mismatch": 1, "locked": 8, "orphan": 127}
     assert rep.stats["versions"] + rep.stats["back_versions"] + rep.stats["orphans"] == 229
@@ -251,7 +252,7 @@ def test_fault_leader_mfn(built):
     off = offset_of(base, 200)
     patch(mst, off, struct.pack("<i", 201))
     rep = run_check(base)
-    assert errors(rep) == [("mfn-mismatch", 200, "b-%s-0.mst" % layout, off)]
+    assert errors(rep) == [("mfn-mismatch", 200, f"b-{layout}-0.mst", off)]
     # What lies there now looks like a version of MFN 201 that nothing reaches.
     assert warnings_(rep) == [("orphan", 201, mst.name, off)]
 
@@ -259,7 +260,8 @@ def test_fault_leader_mfn(built):
 def test_fault_mfrl_past_file(built):
     layout, g, base, mst, xrf = built
     off = offset_of(base, 17)
-    patch(mst, off + g["mfrl"], struct.pack("<i", 1 << 29) if g["ffi"] else struct.pack("<h", 32000))
+    patch(mst, off + g["mfrl"],
+          struct.pack("<i", 1 << 29) if g["ffi"] else struct.pack("<h", 32000))
     rep = run_check(base)
     assert errors(rep) == [("mfrl", 17, mst.name, off + g["mfrl"])]
 
@@ -436,7 +438,8 @@ def test_fault_control_end_before_records(built):
     rep = run_check(base)
     errs = errors(rep)
     assert errs[0] == ("control", 0, mst.name, 8)
-    assert errs[1:] == [("xrf-pointer", m, xrf.name, ((m - 1) // 127) * 512 + 4 + ((m - 1) % 127) * 4)
+    assert errs[1:] == [("xrf-pointer", m, xrf.name,
+                         ((m - 1) // 127) * 512 + 4 + ((m - 1) % 127) * 4)
                         for m in range(1, N + 1)]
 
 
@@ -483,7 +486,7 @@ def test_progress_and_threads(tmp_path):
         total = 2000 + db.info()["mst_size"] // 512
     assert rep.ok
     assert calls and calls[-1] == (total, total)
-    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:], strict=False))
 
 
 def test_api_errors(tmp_path):

@@ -258,7 +258,10 @@ def test_import_refuses_huge_mfn_gap_and_tag_0(tmp_path):
 # --------------------------------------------------------------- dump, info
 
 def test_cli(db_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "pydb", *a], capture_output=True, text=True)
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "pydb", *a], capture_output=True,
+                              text=True)
+
     r = run("dump", str(db_path), "1")
     assert r.returncode == 0
     assert r.stdout.splitlines()[:3] == ["!ID 000001", "!v024!A title", "!v070!Smith, J."]
@@ -323,7 +326,8 @@ def test_cli_damaged_text_and_json(tmp_path, capsys):
     assert d["ok"] is False and d["exit_status"] == 1 and d["counts"] == {"mfn-mismatch": 1}
     assert d["problems"][0] == {"kind": "mfn-mismatch", "severity": "error", "mfn": 4,
                                 "file": str(mst), "offset": off,
-                                "message": f"the record of MFN 4 at offset {off} carries MFN 99 in its leader"}
+                                "message": f"the record of MFN 4 at offset {off} "
+                                           "carries MFN 99 in its leader"}
 
 
 @pytest.mark.sanitize_address

@@ -270,9 +270,9 @@ def test_unicode_folding():
     assert u("αβγ", max_key=5) == "ΑΒ"
     assert u("abcdef", max_key=3) == "ABC"
     assert norm(b"abc\xffdef", utf8=True) == b"ABC\xffDEF"   # invalid byte kept
-    assert keys("1 4 v1".encode(), [(1, "Ça coûte 5€, señor".encode())], utf8=True) == [
-        ("CA".encode(), 1, 1, 1, 1), ("COUTE".encode(), 1, 1, 1, 2),
-        ("SENOR".encode(), 1, 1, 1, 3)]
+    assert keys(b"1 4 v1", [(1, "Ça coûte 5€, señor".encode())], utf8=True) == [
+        (b"CA", 1, 1, 1, 1), (b"COUTE", 1, 1, 1, 2),
+        (b"SENOR", 1, 1, 1, 3)]
 
 
 def test_truncation_8bit_and_stop_word_lookup():

@@ -235,10 +235,10 @@ def exercise(base: Path, io: str, ref_max: int, focus=None) -> Outcome:
             out.iter_start = max(1, min(focus))
         probe = sorted(probe | {db.max_mfn, db.max_mfn + 1})
         for m in probe:
-            out.reads[m] = _call(lambda: tuple((f.tag, f.raw) for f in db[m].fields))
+            out.reads[m] = _call(lambda m=m: tuple((f.tag, f.raw) for f in db[m].fields))
         for m in probe:
             if isinstance(out.reads.get(m), tuple):
-                out.versions[m] = _call(lambda: len(db.versions(m)))
+                out.versions[m] = _call(lambda m=m: len(db.versions(m)))
         out.bulk["len"] = _call(lambda: len(db))
         out.bulk["counts"] = _call(db.counts)
         out.bulk["mfns"] = _call(db.mfns)
@@ -787,7 +787,8 @@ def test_xrf_entry_one_past_end_at_open(src, tmp_path):
     """XRF damage inside the records that layout detection reads."""
     xrf = bytearray(src.xrf)
     i32(xrf, xrf_slot(3), xrf_encode(len(src.mst) + 512, src.mstxl))
-    _expect_open_error(src, src.write(tmp_path, xrf=xrf), (".xrf",), range(xrf_slot(3), xrf_slot(3) + 1))
+    _expect_open_error(src, src.write(tmp_path, xrf=xrf), (".xrf",),
+                       range(xrf_slot(3), xrf_slot(3) + 1))
 
 
 # Control record (isis-formats.md §2.1).
@@ -829,7 +830,7 @@ def test_control_wrong_mstxl_shift(src, tmp_path):
     mst = bytearray(src.mst)
     mst[15] = 6 if src.mstxl != 6 else 0
     base = src.write(tmp_path, mst)
-    for io, out in exercise_all(base, src.max_mfn, {1, 2, src.mid}).items():
+    for _io, out in exercise_all(base, src.max_mfn, {1, 2, src.mid}).items():
         for e in out.errors():
             if isinstance(e, pydb.NotFoundError):
                 continue

@@ -443,7 +443,7 @@ def test_database_index_lifecycle():
         assert [t.key for t in db.terms("AND")] == ["AND", "ANDRE"]
     assert ix.closed
     with pytest.raises(pydb.ClosedError):
-        db.index
+        _ = db.index
     with pytest.raises(pydb.ClosedError):
         ix.postings("A")
 

@@ -362,7 +362,8 @@ def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
         if fst.suffix.lower() != ".fst":
             continue
         stem = fst.with_suffix("")
-        mst = [p for p in fst.parent.iterdir() if p.stem == stem.name and p.suffix.lower() == ".mst"]
+        mst = [p for p in fst.parent.iterdir()
+               if p.stem == stem.name and p.suffix.lower() == ".mst"]
         if not mst:
             continue
         exts = [p.suffix[1:] for p in fst.parent.iterdir() if p.stem == stem.name

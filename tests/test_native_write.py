@@ -145,7 +145,7 @@ def test_database_closed_while_index_referenced(tmp_path):
         with pytest.raises(ClosedError):
             call()
     with pytest.raises(ClosedError):
-        db.index
+        _ = db.index
     del db
     gc.collect()
     with pytest.raises(ClosedError):
@@ -212,7 +212,7 @@ def _script(n_commits, seed):
                 "N$": sorted(active)}
 
     states.append(expect())
-    for k in range(1, n_commits + 1):
+    for _k in range(1, n_commits + 1):
         ops = []
         for _ in range(rnd.randint(1, 4)):
             r = rnd.random()

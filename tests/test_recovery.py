@@ -201,7 +201,7 @@ def test_crash_at_every_operation(tmp_path):
                 os.close(r)
                 db = open_db(base)
                 _pydb._test_fail_io(n, 0, crash=True)
-                run(db, lambda b: os.write(w, b))
+                run(db, lambda b, w=w: os.write(w, b))
                 os._exit(0)
             finally:
                 os._exit(3)

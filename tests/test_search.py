@@ -438,7 +438,7 @@ def test_deleted_records_dense_and_sparse(tmp_path):
 def test_expression_encoding(tmp_path):
     """With a database, the expression is encoded with its encoding."""
     ix = _pydb._memory_index({"CAFÉ".encode("cp850"): [(1, 1, 1, 1)],
-                              "CAFÉ".encode("utf-8"): [(2, 1, 1, 1)]})
+                              "CAFÉ".encode(): [(2, 1, 1, 1)]})
     base = tmp_path / "enc"
     _pydb._build(str(base), "isis-packed", 0, [[(1, b"x")], [(1, b"y")]], True)
     with pydb.open(base, encoding="cp850") as db:
@@ -562,7 +562,7 @@ term_nodes = st.builds(
                                      min_size=1, max_size=3).map(tuple)))
 trees = st.recursive(
     term_nodes,
-    lambda sub: st.builds(lambda op, n, l, r: ("op", op, n, l, r),
+    lambda sub: st.builds(lambda op, n, left, r: ("op", op, n, left, r),
                           st.sampled_from(["+", "*", "^", "(G)", "(F)", ".", "$"]),
                           st.integers(1, 4), sub, sub),
     max_leaves=8)
@@ -709,7 +709,8 @@ def test_keys_from_terms_are_searchable_and_keys_are_str_or_bytes(isis_data):
     """A key read from terms() (surrogate-escaped bytes that are not valid
     in the encoding) can be searched as it came; an int key is a TypeError,
     not bytes(n)."""
-    with pydb.open(isis_data / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds") as db:
+    odds = isis_data / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds"
+    with pydb.open(odds) as db:
         bad = next(t for t in db.terms() if any(0xDC80 <= ord(c) <= 0xDCFF for c in t.key))
         result = db.search(f'"{bad.key}"')
         assert len(result) == len({p.mfn for p in db.postings(bad.key, raw=True)} & set(db.mfns()))

@@ -142,7 +142,7 @@ def test_concurrent_readers_agree(which, io, lock, gen_db):
                         k = 0
                         while k < len(order):
                             chunk = order[k:k + rnd.randint(1, 64)]
-                            out.extend(zip(chunk, map(snap, db.read_many(chunk))))
+                            out.extend(zip(chunk, map(snap, db.read_many(chunk)), strict=True))
                             k += len(chunk)
                     else:                       # iteration (MFN order)
                         out.extend((r.mfn, snap(r)) for r in

@@ -511,7 +511,7 @@ def test_every_real_database_updated(tmp_path, isis_data, mst):
     orig_b = (raw_fields(before[b]), before[b].status) if b in before else (appended, 0)
     if deleted:
         expected[deleted[0]] = (False, expected[deleted[0]][1])
-    for attempt in range(2):                         # reopened twice: stable
+    for _attempt in range(2):                        # reopened twice: stable
         with pydb.open(base) as db:
             assert db.layout == facts["layout"]
             assert db.max_mfn == facts["nxt"]
