@@ -80,16 +80,6 @@ def build_db(base, layout: str = "isis-packed", records=(), mstxl: int = 0,
     return Path(base)
 
 
-@pytest.fixture
-def make_db(tmp_path):
-    """Factory fixture: make_db(layout="isis-packed", records=(), mstxl=0,
-    name="db", **kw) builds a database in tmp_path (build_db) and returns its
-    base path."""
-    def make(layout="isis-packed", records=(), mstxl=0, name="db", **kw):
-        return build_db(tmp_path / name, layout, records, mstxl, **kw)
-    return make
-
-
 @pytest.fixture(scope="module")
 def db_path(tmp_path_factory):
     """A two-record isis-aligned database with subfields, 8-bit and UTF-8
