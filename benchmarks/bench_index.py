@@ -4,7 +4,7 @@ synthetic unesb and the LILACS sample, term enumeration (C and Python),
 postings decoding (C and Python), and query latency for typical
 expressions with pydb's search language against the nearest FTS5 query.
 
-    PYDB_SKIP_SANITIZERS=1 python -m pytest benchmarks/bench_index.py \\
+    python -m pytest benchmarks/bench_index.py \\
         --benchmark-only -p no:cacheprovider
 
 Timed, the unesb benchmarks run on the crashtest's default database
@@ -24,7 +24,10 @@ keeps authors, subjects and descriptors as whole keys); queries
 isis-formats.md §6.2) -> ``NEAR(a b, 0)``; ``A . . . B`` (at most 2
 words between) -> ``NEAR(a b, 2)``; ``T/(24)`` -> ``title : t``.  Both
 return the sorted MFNs (rowids); ``extra_info["hits"]`` shows how closely
-the two agree.  With tantivy-py installed (extra ``tantivy``), the same
+the two agree, and the untimed tests ``test_hits_*`` check it: the same
+MFNs where both index the same words, pydb's hits within FTS5's (each
+difference explained) where the FST keeps whole keys.  With tantivy-py
+installed (extra ``tantivy``), the same
 indexing and the nearest tantivy queries (``test_*_tantivy``) run too.
 """
 
@@ -40,10 +43,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import pydb  # noqa: E402
-from conftest import DATA, copy_db  # noqa: E402  (tests/conftest.py)
 from pydb import _pydb, unesb  # noqa: E402
 
 from .conftest import median_s  # noqa: E402
+from conftest import DATA, copy_db  # noqa: E402  (tests/conftest.py)
+
 LILACS = DATA / "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
 
 # LILACS ships no FST: authors, journal, descriptors as whole keys; title
@@ -332,6 +336,109 @@ def test_query_sqlite_fts5(benchmark, unesb_fts5, query_words, name, _, match):
     assert name in ("adjacent", "proximity") or len(result) > 0
 
 
+
+# ---- the same hits: pydb's search against FTS5 --------------------------
+#
+# Not timed: a plain test (no benchmark fixture), run once in the normal
+# suite on the small database (skipped under --benchmark-only).
+#
+# Where both sides cut the same text into the same words, the hits must be
+# the same MFNs: the words of titles, notes and series (FST technique 4 on
+# tags 24, 50, 44: runs of letters, upper-cased) against the FTS5 columns
+# title, notes, series (unicode61: runs of letters and digits, lower-cased;
+# the synthetic text has no digits inside words).  pydb qualifies by tag
+# (``/(24,50,44)``), FTS5 by column filter (``{title notes series} :``).
+#
+# Unqualified, the two index different keys for the other fields: the FST
+# keeps an author (70), a corporate author (71), a <subject> (69) and an
+# imprint subfield (26) as one whole key, where FTS5 splits each into words
+# (and glues the subfield code to the first word: "^aCairo" is the token
+# "acairo").  So a word found only inside such a value is an FTS5 hit and
+# not a pydb hit: pydb's hits are a subset of FTS5's, and every FTS5-only
+# hit has the word in one of those columns and in none of the word columns.
+
+WORD_COLUMNS = "{{title notes series}}"   # braces doubled: the queries go through str.format
+WHOLE_KEY_COLUMNS = ("authors", "corporate", "subjects", "imprint")
+
+#: (name, pydb expression, FTS5 MATCH expression) over the same words;
+#: A/B and TA/TB from same_words (upper case for pydb, lower for FTS5).
+SAME_HITS = [
+    ("term", "{A}/(24,50,44)", WORD_COLUMNS + " : {a}"),
+    ("and", "{A}/(24,50,44) * {B}/(24,50,44)", WORD_COLUMNS + " : ({a} AND {b})"),
+    ("or", "{A}/(24,50,44) + {B}/(24,50,44)", WORD_COLUMNS + " : ({a} OR {b})"),
+    ("and_not", "{A}/(24,50,44) ^ {B}/(24,50,44)", WORD_COLUMNS + " : ({a} NOT {b})"),
+    ("title_and", "{TA}/(24) * {TB}/(24)", "title : ({ta} AND {tb})"),
+    ("truncation", "BA$/(24)", "title : ba*"),
+]
+
+
+@pytest.fixture(scope="module")
+def same_words(unesb_index, unesb_terms):
+    """Words for SAME_HITS chosen so that no query is empty on this
+    database: A, the most frequent word key of the word fields (tags 24, 50,
+    44), and B, the word that shares the most records with A there while
+    also occurring without it (so AND, OR and AND NOT all have hits); TA
+    and TB the same within titles (tag 24)."""
+    import re
+    words = [k for k, _ in sorted(unesb_terms, key=lambda t: (-t[1], t[0]))
+             if re.fullmatch(rb"[A-Z]{3,}", k)][:200]
+
+    def records(tags):
+        return {k: {p[0] for p in unesb_index.postings(k) if p[1] in tags} for k in words}
+
+    def pair(sets):
+        a = max(sets, key=lambda k: (len(sets[k]), k))
+        b = max((k for k in sets if k != a and sets[k] - sets[a]),
+                key=lambda k: (len(sets[k] & sets[a]), k))
+        assert sets[a] & sets[b], "no two words share a record"
+        return a.decode(), b.decode()
+
+    a, b = pair(records({24, 50, 44}))
+    ta, tb = pair(records({24}))
+    return {"A": a, "B": b, "a": a.lower(), "b": b.lower(),
+            "TA": ta, "TB": tb, "ta": ta.lower(), "tb": tb.lower()}
+
+
+#: Unqualified: pydb's hits are a subset of FTS5's (see above).
+SUBSET_HITS = [
+    ("term", "{T1}", "{t1}", ["{t1}"]),
+    ("and", "{T1} * {T2}", "{t1} AND {t2}", ["{t1}", "{t2}"]),
+    ("or", "{T1} + {T2}", "{t1} OR {t2}", ["{t1}", "{t2}"]),
+]
+
+
+def _fts5_mfns(con, match):
+    return [m for (m,) in con.execute("select rowid from r where r match ? order by rowid",
+                                      (match,))]
+
+
+@needs_fts5
+@pytest.mark.parametrize("name,expr,match", SAME_HITS, ids=[q[0] for q in SAME_HITS])
+def test_hits_same_as_fts5(unesb_index, unesb_fts5, same_words, name, expr, match):
+    from pydb.search import search
+    expr, match = expr.format(**same_words), match.format(**same_words)
+    got = sorted(search(unesb_index, expr))
+    want = _fts5_mfns(unesb_fts5, match)
+    assert got == want, (expr, match, sorted(set(got) ^ set(want))[:20])
+    assert got, f"{expr}: no hits, nothing compared"
+
+
+@needs_fts5
+@pytest.mark.parametrize("name,expr,match,words", SUBSET_HITS, ids=[q[0] for q in SUBSET_HITS])
+def test_hits_unqualified_within_fts5(unesb_index, unesb_fts5, query_words, name, expr, match,
+                                      words):
+    from pydb.search import search
+    expr, match = expr.format(**query_words), match.format(**query_words)
+    words = [w.format(**query_words) for w in words]
+    got = set(search(unesb_index, expr))
+    want = set(_fts5_mfns(unesb_fts5, match))
+    assert got and got <= want, (expr, match, sorted(got - want)[:20])
+    # Each FTS5-only hit is explained by a word inside a whole-key field.
+    inside = " OR ".join(f"{{{' '.join(WHOLE_KEY_COLUMNS)}}} : {w}" for w in words)
+    explained = set(_fts5_mfns(unesb_fts5, inside))
+    assert want - got <= explained, (expr, sorted(want - got - explained)[:20])
+
+
 @pytest.fixture(scope="module")
 def unesb_index_after_commits(tmp_path_factory):
     """The unesb index after 7 commits of 50 updated records each (8
@@ -370,7 +477,7 @@ def _tantivy_build(path, columns, rows):
     index = tantivy.Index(schema, path=os.fspath(path))
     w = index.writer()
     for row in rows:
-        w.add_document(tantivy.Document(mfn=row[0], **dict(zip(columns, row[1:]))))
+        w.add_document(tantivy.Document(mfn=row[0], **dict(zip(columns, row[1:], strict=True))))
     w.commit()
     w.wait_merging_threads()
     return len(rows)
@@ -419,14 +526,14 @@ TANTIVY_QUERIES = {
 @pytest.mark.parametrize("name", list(TANTIVY_QUERIES))
 def test_query_tantivy(benchmark, unesb_tantivy, query_words, name):
     tantivy, index = unesb_tantivy
-    Q, O = tantivy.Query, tantivy.Occur
+    Q, Occ = tantivy.Query, tantivy.Occur
     schema = index.schema
     searcher = index.searcher()
     n = searcher.num_docs
     text = TANTIVY_QUERIES[name]
 
     def prefix_query():
-        return Q.boolean_query([(O.Should, Q.regex_query(schema, c, "ba.*"))
+        return Q.boolean_query([(Occ.Should, Q.regex_query(schema, c, "ba.*"))
                                 for c in UNESB_COLUMNS])
 
     def run():
@@ -435,7 +542,7 @@ def test_query_tantivy(benchmark, unesb_tantivy, query_words, name):
         else:
             q = index.parse_query(text.format(**query_words), list(UNESB_COLUMNS))
             if name == "truncation_and":
-                q = Q.boolean_query([(O.Must, prefix_query()), (O.Must, q)])
+                q = Q.boolean_query([(Occ.Must, prefix_query()), (Occ.Must, q)])
         return sorted(v for v, _ in searcher.search(q, n, order_by_field="mfn").hits)
     result = benchmark(run)
     benchmark.extra_info.update(expr=name if text is None else text.format(**query_words),

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from conftest import DATA  # noqa: E402
-
 from pydb.index import Index  # noqa: E402
 
 from .conftest import median_s  # noqa: E402
+from conftest import DATA  # noqa: E402
 
 RDA = DATA / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/rda/data/rda"
 XCDS = DATA / "scieloorg__pyisis/pycisis/tests/xcds"

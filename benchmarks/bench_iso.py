@@ -49,13 +49,13 @@ def main(argv=None) -> int:
             for fmt in ("isis", "marc", "jsonl"):
                 out = os.path.join(tmp, "x." + fmt)
                 if fmt == "jsonl":
-                    t = best(args.reps, lambda: pydb.export_jsonl(db, out))
+                    t = best(args.reps, lambda out=out: pydb.export_jsonl(db, out))
                 else:
-                    t = best(args.reps, lambda: pydb.export_iso(db, out, fmt))
+                    t = best(args.reps, lambda out=out, fmt=fmt: pydb.export_iso(db, out, fmt))
                 size = os.path.getsize(out)
                 k = [0]
 
-                def imp():
+                def imp(k=k, fmt=fmt, out=out):
                     k[0] += 1
                     target = os.path.join(tmp, f"imp-{fmt}-{k[0]}")
                     if fmt == "jsonl":

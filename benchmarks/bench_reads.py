@@ -11,7 +11,7 @@ from .conftest import SAMPLE, THREADS
 from .peers import run_threads, serialize
 
 
-@pytest.mark.benchmark(group="read one record by key (x%d)" % SAMPLE)
+@pytest.mark.benchmark(group=f"read one record by key (x{SAMPLE})")
 def test_read_single(benchmark, engine, sample):
     get = engine.get
 
@@ -25,7 +25,7 @@ def test_read_single(benchmark, engine, sample):
     assert first is not None
 
 
-@pytest.mark.benchmark(group="read a batch of %d keys" % SAMPLE)
+@pytest.mark.benchmark(group=f"read a batch of {SAMPLE} keys")
 def test_read_batch(benchmark, engine, sample):
     got = benchmark(engine.get_many, sample)
     assert len(got) == len(sample)
@@ -36,7 +36,7 @@ def test_scan(benchmark, engine, records):
     assert benchmark(engine.scan) == len(records)
 
 
-@pytest.mark.benchmark(group="%d threads, batches of 256 keys" % THREADS)
+@pytest.mark.benchmark(group=f"{THREADS} threads, batches of 256 keys")
 def test_read_threads(benchmark, engine, sample):
     chunks = [sample[k:k + 256] for k in range(0, len(sample), 256)]
     readers = [engine.reader() for _ in range(THREADS)]

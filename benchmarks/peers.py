@@ -79,7 +79,7 @@ class SqliteEngine(Engine):
         out = []
         for k in range(0, len(mfns), 256):
             part = mfns[k:k + 256]
-            q = "SELECT data FROM rec WHERE mfn IN (%s)" % ",".join("?" * len(part))
+            q = "SELECT data FROM rec WHERE mfn IN ({})".format(",".join("?" * len(part)))
             out += [r[0] for r in con.execute(q, part)]
         return out
 

@@ -1,8 +1,26 @@
-"""Shared fixtures.
+"""Shared fixtures, factories and tables of the test suite.
 
 Real CDS/ISIS files live outside the project in ../shared/data/isis (see its
 SOURCES.md); tests that need them use the `isis_data` fixture, which skips
 cleanly when the folder is absent.  PYDB_TEST_DATA overrides the location.
+
+Markers (registered in pyproject.toml [tool.pytest.ini_options]):
+  sanitize_address  runs again under ASan+UBSan in tests/test_sanitizers.py
+                    (`pytest -m sanitize_address tests` in the instrumented
+                    build)
+  sanitize_thread   runs again under TSan there (`-m sanitize_thread`)
+  crash_repro       reproduces a crash of the interpreter on purpose (in a
+                    child process); skipped inside a sanitizer run
+  sanitizers        rebuilds the extension with sanitizers and reruns the
+                    marked tests (slow; `-m "not sanitizers"` leaves it out)
+
+Environment, read here only:
+  PYDB_TEST_DATA            folder of the real CDS/ISIS files
+  PYDB_SANITIZER_INNER      set by tests/test_sanitizers.py in the runs it
+                            starts ("address" or "thread"): SANITIZER below
+  PYDB_HYPOTHESIS_EXAMPLES  max_examples of the property tests
+                            (hypothesis_examples(); each file has a default)
+  PYDB_CRASH_KILLS          kills of tests/test_recovery.py (default 200)
 """
 
 import os
@@ -13,6 +31,139 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("PYDB_TEST_DATA", REPO.parent / "shared" / "data" / "isis"))
+# "address" or "thread" inside a sanitizer run of tests/test_sanitizers.py, else "".
+SANITIZER = os.environ.get("PYDB_SANITIZER_INNER", "")
+
+
+def hypothesis_examples(default: int) -> int:
+    """max_examples of a property test: PYDB_HYPOTHESIS_EXAMPLES, else `default`."""
+    return int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", str(default)))
+
+
+# ------------------------------------------------------------------ layouts
+
+# The four leader layouts of a master file, and their geometry written down
+# here from the format description (docs/isis-formats.md §2.2), independently
+# of the code: the tests patch bytes at these offsets and check what the
+# writer wrote against them (tests/test_build.py), so a wrong offset in the
+# C core or in the table shows up as a failure, not as an agreement.
+#   leader  bytes of the leader          entry  bytes of a directory entry
+#   ffi     FFI layout (32-bit MFRL, BASE, POS, LEN)
+#   mfrl, mfbwb, mfbwp, base, nvf, status   offsets of the leader fields
+#                                           (MFN is at 0, 4 bytes)
+#   dpos, dlen   offsets of POS and LEN inside a directory entry (TAG at 0)
+LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
+GEOM = {
+    "isis-packed": dict(leader=18, entry=6, ffi=False, mfrl=4, mfbwb=6,
+                        mfbwp=10, base=12, nvf=14, status=16, dpos=2, dlen=4),
+    "isis-aligned": dict(leader=20, entry=6, ffi=False, mfrl=4, mfbwb=8,
+                         mfbwp=12, base=14, nvf=16, status=18, dpos=2, dlen=4),
+    "ffi-packed": dict(leader=22, entry=10, ffi=True, mfrl=4, mfbwb=8,
+                       mfbwp=12, base=14, nvf=18, status=20, dpos=2, dlen=6),
+    "ffi-aligned": dict(leader=24, entry=12, ffi=True, mfrl=4, mfbwb=8,
+                        mfbwp=12, base=16, nvf=20, status=22, dpos=4, dlen=8),
+}
+
+
+def build_db(base, layout: str = "isis-packed", records=(), mstxl: int = 0,
+             sync: bool = False, deleted=None) -> Path:
+    """Write a new database at `base` with the bulk builder (one record per
+    item of `records`, each a list of (tag, bytes); None leaves a gap) and
+    return `base` as a Path.  The one place the tests call the builder
+    through the factory; `deleted` (MFNs written as logically deleted) is
+    passed only when given."""
+    from pydb import _pydb
+    args = [str(base), layout, mstxl, list(records), sync]
+    if deleted is not None:
+        args.append(deleted)
+    _pydb._build(*args)
+    return Path(base)
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    """A two-record isis-aligned database with subfields, 8-bit and UTF-8
+    data (the API and command-line tests), built once per module."""
+    base = tmp_path_factory.mktemp("api") / "t"
+    recs = [[(24, b"A title"), (70, b"Smith, J."), (70, b"Doe, A."),
+             (26, b"^aParis^bUnesco^c1965"), (245, b"10^aMain title^bsub^aagain")],
+            [(24, b"caf\xc3\xa9"), (99, b"\xff\xfe")]]
+    return build_db(base, "isis-aligned", recs, sync=True)
+
+
+def varied_records(n: int):
+    """n records with 1-4 fields; odd and even data lengths."""
+    out = []
+    for i in range(1, n + 1):
+        fields = [(24, f"Title {i} ".encode() * (1 + i % 5)), (70, f"Author {i}".encode())]
+        if i % 3 == 0:
+            fields.append((300, b"x" * (i % 7)))
+        if i % 4 == 0:
+            fields.append((90, b""))
+        out.append(fields)
+    return out
+
+
+def build_varied(tmp: Path, layout: str, n: int = 300, mstxl: int = 0) -> Path:
+    """A database of varied_records(n) (300: three XRF blocks of 127
+    entries) in the folder `tmp`, named after layout and MSTXL."""
+    return build_db(tmp / f"b-{layout}-{mstxl}", layout, varied_records(n), mstxl)
+
+
+# ------------------------------------------------------------ byte surgery
+
+def offset_of(base: Path, mfn: int) -> int:
+    """Byte offset of the record of `mfn` in the master file (from its XRF)."""
+    import pydb
+    with pydb.open(base) as db:
+        return db.xrf_entry(mfn)["offset"]
+
+
+def patch_file(path: Path, off: int, data: bytes):
+    """Overwrite `data` at byte `off` of the file `path`."""
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(data)
+
+
+def read_at(path: Path, off: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(off)
+        return f.read(n)
+
+
+# --------------------------------------------------------------- real data
+
+def need(rel: str) -> str:
+    """Base path of a shared database, skipping when the data is absent."""
+    p = data_path(rel)
+    if not p.parent.is_dir():
+        pytest.skip(f"real CDS/ISIS data not found at {DATA}")
+    return str(p)
+
+
+def all_terms(ix, prefix=b"", batch=100000):
+    """Every (key, count) of a raw _pydb.Index from `prefix` on, paging by `batch`."""
+    out, start = [], None
+    while True:
+        chunk = ix.terms(prefix, (start, True) if start is not None else None, batch)
+        if not chunk:
+            return out
+        out += chunk
+        start = chunk[-1][0]
+
+
+# -------------------------------------------------------------------- hooks
+
+def pytest_collection_modifyitems(config, items):
+    """Inside a sanitizer run, the crash reproductions are skipped: they
+    kill a child interpreter on purpose, which a sanitizer reports."""
+    if not SANITIZER:
+        return
+    skip = pytest.mark.skip(reason=f"crash reproduction; not rerun under {SANITIZER} sanitizer")
+    for item in items:
+        if item.get_closest_marker("crash_repro"):
+            item.add_marker(skip)
 
 
 def data_path(rel: str) -> Path:

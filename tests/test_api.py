@@ -8,18 +8,8 @@ import sys
 import pytest
 
 import pydb
-from pydb import _pydb, parse_subfields
+from pydb import parse_subfields
 from pydb.unesb import generate
-
-
-@pytest.fixture(scope="module")
-def db_path(tmp_path_factory):
-    base = tmp_path_factory.mktemp("api") / "t"
-    recs = [[(24, b"A title"), (70, b"Smith, J."), (70, b"Doe, A."),
-             (26, b"^aParis^bUnesco^c1965"), (245, b"10^aMain title^bsub^aagain")],
-            [(24, b"caf\xc3\xa9"), (99, b"\xff\xfe")]]
-    _pydb._build(str(base), "isis-aligned", 0, recs, True)
-    return base
 
 
 def test_error_tree():
@@ -29,7 +19,8 @@ def test_error_tree():
     assert issubclass(pydb.DatabaseNotFoundError, FileNotFoundError)
     assert issubclass(pydb.UnsupportedError, OSError)
     e = pydb.CorruptionError("x.mst", 100, "bad")
-    assert (e.filename, e.offset, e.reason, str(e)) == ("x.mst", 100, "bad", "x.mst at byte 100: bad")
+    assert (e.filename, e.offset, e.reason, str(e)) == \
+        ("x.mst", 100, "bad", "x.mst at byte 100: bad")
 
 
 def test_record_access(db_path):
@@ -142,17 +133,6 @@ def test_info(db_path):
         assert db.xrf_entry(1)["state"] == "active" and db.xrf_entry(1)["new"] is True
 
 
-def test_cli(db_path):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "pydb", *a], capture_output=True, text=True)
-    r = run("dump", str(db_path), "1")
-    assert r.returncode == 0
-    assert r.stdout.splitlines()[:3] == ["!ID 000001", "!v024!A title", "!v070!Smith, J."]
-    r = run("info", str(db_path))
-    assert r.returncode == 0 and "isis-aligned" in r.stdout and "active: 2" in r.stdout
-    r = run("info", str(db_path) + "-missing")
-    assert r.returncode == 1 and "no master file" in r.stderr
-
-
 def test_memory_does_not_grow_with_database_size(tmp_path):
     """Opening reads the control record and XRF on demand: RSS after opening
     and iterating a 20,000-record database with io=pread stays flat."""
@@ -184,22 +164,3 @@ def test_iteration_stops_with_closed_error_after_close(isis_data):
         next(it)
 
 
-def test_cli_closed_pipe_is_not_an_error(isis_data, monkeypatch, capsys):
-    """`python -m pydb dump DB | head`: when the reader closes the pipe,
-    the command stops quietly with status 0."""
-    from pydb.__main__ import main
-
-    class ClosedPipe:
-        def write(self, text):
-            raise BrokenPipeError(32, "Broken pipe")
-
-        def flush(self):
-            pass
-
-        def isatty(self):
-            return False
-
-    monkeypatch.setattr("sys.stdout", ClosedPipe())
-    base = isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds"
-    assert main(["dump", str(base)]) == 0
-    assert capsys.readouterr().err == ""

@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 import pydb
+
 from conftest import all_master_files
 
 PERL = shutil.which("perl")

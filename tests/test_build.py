@@ -9,8 +9,9 @@ import pytest
 import pydb
 from pydb import _pydb
 
-LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
-LEADER = {"isis-packed": 18, "isis-aligned": 20, "ffi-packed": 22, "ffi-aligned": 24}
+from conftest import GEOM, LAYOUTS, build_db
+
+LEADER = {layout: g["leader"] for layout, g in GEOM.items()}
 
 
 def sample_records(n):
@@ -44,6 +45,40 @@ def test_roundtrip(tmp_path, layout, mstxl):
             assert r.offset % 512 <= 512 - (LEADER[layout] - 4)   # never-split rule
             assert r.mfrl % 2 == 0 and (mstxl == 0 or r.mfrl % 2 ** mstxl == 0)
             assert r.back_offset is None and not r.deleted and r.new
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_leader_geometry_matches_the_table(tmp_path, layout):
+    """What the writer puts on disk, read at the offsets of the test's own
+    geometry table (conftest.GEOM, written from the format description):
+    MFN, MFRL, BASE, NVF, STATUS and the directory (TAG, POS, LEN) of
+    every record, and the field data at BASE + POS."""
+    g = GEOM[layout]
+    wide, narrow = ("<i", "<h") if g["ffi"] else ("<h", "<h")
+    recs = sample_records(40)
+    base = build_db(tmp_path / "db", layout, recs)
+    mst = base.with_suffix(".mst").read_bytes()
+    with pydb.open(base, io="pread") as db:
+        offsets = {r.mfn: (r.offset, r.mfrl) for r in db}
+    for mfn, fields in enumerate(recs, 1):
+        off, mfrl = offsets[mfn]
+        assert struct.unpack_from("<i", mst, off)[0] == mfn
+        assert struct.unpack_from(wide, mst, off + g["mfrl"])[0] == mfrl
+        assert struct.unpack_from("<i", mst, off + g["mfbwb"])[0] == 0     # no back pointer
+        assert struct.unpack_from(narrow, mst, off + g["mfbwp"])[0] == 0
+        nvf = struct.unpack_from(narrow, mst, off + g["nvf"])[0]
+        assert nvf == len(fields)
+        base_ = struct.unpack_from(wide, mst, off + g["base"])[0]
+        assert base_ == g["leader"] + nvf * g["entry"]
+        assert struct.unpack_from(narrow, mst, off + g["status"])[0] == 0
+        for i, (tag, data) in enumerate(fields):
+            e = off + g["leader"] + i * g["entry"]
+            assert struct.unpack_from("<H", mst, e)[0] == tag
+            pos = struct.unpack_from(wide, mst, e + g["dpos"])[0]
+            ln = struct.unpack_from(wide, mst, e + g["dlen"])[0]
+            assert ln == len(data)
+            assert mst[off + base_ + pos:off + base_ + pos + ln] == data
+            assert base_ + pos + ln <= mfrl
 
 
 def test_file_shape(tmp_path):

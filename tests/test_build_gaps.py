@@ -9,8 +9,13 @@ import pytest
 import pydb
 from pydb import _pydb
 
-LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
-STATUS_OFF = {"isis-packed": 16, "isis-aligned": 18, "ffi-packed": 20, "ffi-aligned": 22}
+from conftest import GEOM, LAYOUTS
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
+
+STATUS_OFF = {layout: g["status"] for layout, g in GEOM.items()}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -12,13 +12,12 @@
   file and offset (isis-formats.md §2-3 give the byte layout).
 * Hostile random damage (hypothesis) never crashes or hangs the check, and
   whenever a reader fails on the damaged files, the check reports an error.
-* The command line: exit status 0/1/2, text and JSON output.
+* The command line (`pydb check`: exit status 0/1/2, text and JSON output)
+  is tested in tests/test_cli.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import struct
@@ -30,10 +29,23 @@ import pytest
 
 import pydb
 from pydb import _pydb
-from pydb.__main__ import main as cli_main
 from pydb.check import KINDS, CheckReport, Problem
 
-from conftest import DATA, REPO, all_master_files, copy_db, data_path
+from conftest import (
+    DATA,
+    GEOM,
+    LAYOUTS,
+    REPO,
+    SANITIZER,
+    all_master_files,
+    copy_db,
+    data_path,
+    hypothesis_examples,
+    offset_of,
+    read_at,
+)
+from conftest import build_varied as build
+from conftest import patch_file as patch
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -41,18 +53,10 @@ try:
 except ImportError:  # pragma: no cover
     given = None
 
-LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
-# Leader geometry, isis-formats.md §2.2.
-GEOM = {
-    "isis-packed": dict(leader=18, entry=6, ffi=False, mfrl=4, mfbwb=6,
-                        mfbwp=10, base=12, nvf=14, status=16, dpos=2, dlen=4),
-    "isis-aligned": dict(leader=20, entry=6, ffi=False, mfrl=4, mfbwb=8,
-                         mfbwp=12, base=14, nvf=16, status=18, dpos=2, dlen=4),
-    "ffi-packed": dict(leader=22, entry=10, ffi=True, mfrl=4, mfbwb=8,
-                       mfbwp=12, base=14, nvf=18, status=20, dpos=2, dlen=6),
-    "ffi-aligned": dict(leader=24, entry=12, ffi=True, mfrl=4, mfbwb=8,
-                        mfbwp=12, base=16, nvf=20, status=22, dpos=4, dlen=8),
-}
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
+
 N = 300   # records in a built database: 3 XRF blocks (127 entries each)
 
 
@@ -66,49 +70,13 @@ def sources_table() -> dict:
         m = re.match(r"\| `([^`]+\.mst)` \| (\d+) \| ([\w-]+) \| (\d+) \| (\d+) \| (\d+) \| "
                      r"([-\d]+)/([-\d]+)/([-\d]+) \|", line)
         if m:
-            a, l, p = (int(x) if x != "-" else 0 for x in m.group(7, 8, 9))
-            out[m.group(1)] = (a, l, p, int(m.group(6)))
+            a, ld, p = (int(x) if x != "-" else 0 for x in m.group(7, 8, 9))
+            out[m.group(1)] = (a, ld, p, int(m.group(6)))
     return out
 
 
 def rel(p: Path) -> str:
     return p.relative_to(DATA).as_posix()
-
-
-def records(n: int):
-    """n records with 1-4 fields; odd and even data lengths."""
-    out = []
-    for i in range(1, n + 1):
-        fields = [(24, f"Title {i} ".encode() * (1 + i % 5)), (70, f"Author {i}".encode())]
-        if i % 3 == 0:
-            fields.append((300, b"x" * (i % 7)))
-        if i % 4 == 0:
-            fields.append((90, b""))
-        out.append(fields)
-    return out
-
-
-def build(tmp: Path, layout: str, n: int = N, mstxl: int = 0) -> Path:
-    base = tmp / f"b-{layout}-{mstxl}"
-    _pydb._build(str(base), layout, mstxl, records(n), False)
-    return base
-
-
-def offset_of(base: Path, mfn: int) -> int:
-    with pydb.open(base) as db:
-        return db.xrf_entry(mfn)["offset"]
-
-
-def patch(path: Path, off: int, data: bytes):
-    with open(path, "r+b") as f:
-        f.seek(off)
-        f.write(data)
-
-
-def read_at(path: Path, off: int, n: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(off)
-        return f.read(n)
 
 
 def run_check(base, **kw) -> CheckReport:
@@ -188,7 +156,8 @@ def test_odds_mfn_49(isis_data):
         pytest.skip("odds not present")
     rep = run_check(mst)
     assert errors(rep) == [("mfn-mismatch", 49, "odds.mst", 28976)]
-    assert "carries MFN 2019440690" in rep.problems[[p.kind for p in rep].index("mfn-mismatch")].message
+    assert "carries MFN 2019440690" in \
+        rep.problems[[p.kind for p in rep].index("mfn-mismatch")].message
     assert sorted(p.mfn for p in rep if p.kind == "locked") == [2, 9, 11, 40, 45, 51, 57, 58]
     assert rep.counts == {"mfn-mismatch": 1, "locked": 8, "orphan": 127}
     assert rep.stats["versions"] + rep.stats["back_versions"] + rep.stats["orphans"] == 229
@@ -283,7 +252,7 @@ def test_fault_leader_mfn(built):
     off = offset_of(base, 200)
     patch(mst, off, struct.pack("<i", 201))
     rep = run_check(base)
-    assert errors(rep) == [("mfn-mismatch", 200, "b-%s-0.mst" % layout, off)]
+    assert errors(rep) == [("mfn-mismatch", 200, f"b-{layout}-0.mst", off)]
     # What lies there now looks like a version of MFN 201 that nothing reaches.
     assert warnings_(rep) == [("orphan", 201, mst.name, off)]
 
@@ -291,7 +260,8 @@ def test_fault_leader_mfn(built):
 def test_fault_mfrl_past_file(built):
     layout, g, base, mst, xrf = built
     off = offset_of(base, 17)
-    patch(mst, off + g["mfrl"], struct.pack("<i", 1 << 29) if g["ffi"] else struct.pack("<h", 32000))
+    patch(mst, off + g["mfrl"],
+          struct.pack("<i", 1 << 29) if g["ffi"] else struct.pack("<h", 32000))
     rep = run_check(base)
     assert errors(rep) == [("mfrl", 17, mst.name, off + g["mfrl"])]
 
@@ -468,7 +438,8 @@ def test_fault_control_end_before_records(built):
     rep = run_check(base)
     errs = errors(rep)
     assert errs[0] == ("control", 0, mst.name, 8)
-    assert errs[1:] == [("xrf-pointer", m, xrf.name, ((m - 1) // 127) * 512 + 4 + ((m - 1) % 127) * 4)
+    assert errs[1:] == [("xrf-pointer", m, xrf.name,
+                         ((m - 1) // 127) * 512 + 4 + ((m - 1) % 127) * 4)
                         for m in range(1, N + 1)]
 
 
@@ -515,7 +486,7 @@ def test_progress_and_threads(tmp_path):
         total = 2000 + db.info()["mst_size"] // 512
     assert rep.ok
     assert calls and calls[-1] == (total, total)
-    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:], strict=False))
 
 
 def test_api_errors(tmp_path):
@@ -562,7 +533,7 @@ def test_check_runs_while_reading(tmp_path):
 
 # ------------------------------------------------------- hostile damage
 
-EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = hypothesis_examples(200)
 
 
 def _reads_fail(base) -> bool:
@@ -583,7 +554,7 @@ def _reads_fail(base) -> bool:
 
 
 if given is not None:
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(SANITIZER),
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(layout=st.sampled_from(LAYOUTS),
            damage=st.lists(st.tuples(st.booleans(), st.integers(0, 1 << 20),
@@ -620,7 +591,7 @@ if given is not None:
 
     FIELDS = ["mfn", "base", "nvf", "xrfpos", "xrf"]
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=bool(SANITIZER),
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(layout=st.sampled_from(LAYOUTS), mfn=st.integers(1, 140),
            field=st.sampled_from(FIELDS), byte=st.integers(0, 3), x=st.integers(1, 255))
@@ -660,92 +631,6 @@ if given is not None:
                                                             "xrfpos-sign"}
 
 
-# ----------------------------------------------------------- command line
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pydb", "check", *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-
-
-def test_cli_sound(tmp_path):
-    base = build(tmp_path, "isis-packed", n=10)
-    p = cli(base)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip().splitlines()[-1] == "OK"
-    assert "0 error(s), 0 warning(s) in 10 MFNs" in p.stdout
-
-
-def test_cli_damaged_text_and_json(tmp_path, capsys):
-    base = build(tmp_path, "isis-aligned", n=10)
-    mst = base.with_suffix(".mst")
-    off = offset_of(base, 4)
-    patch(mst, off, struct.pack("<i", 99))
-    p = cli(base)
-    assert p.returncode == 1
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("error:")]
-    assert line == [f"error: mfn-mismatch MFN 4: {mst} at byte {off}: the record of MFN 4 "
-                    f"at offset {off} carries MFN 99 in its leader"]
-    assert re.search(r"^\s+1\s+error\s+mfn-mismatch$", p.stdout, re.M)
-    assert "DAMAGED" in p.stdout
-    assert cli_main(["check", str(base), "--json"]) == 1
-    d = json.loads(capsys.readouterr().out)
-    assert d["ok"] is False and d["exit_status"] == 1 and d["counts"] == {"mfn-mismatch": 1}
-    assert d["problems"][0] == {"kind": "mfn-mismatch", "severity": "error", "mfn": 4,
-                                "file": str(mst), "offset": off,
-                                "message": f"the record of MFN 4 at offset {off} carries MFN 99 in its leader"}
-
-
-def test_cli_warnings_and_strict(tmp_path, capsys):
-    base = build(tmp_path, "isis-packed", n=10)
-    patch(base.with_suffix(".xrf"), 4 + 4 * 4, b"\0\0\0\0")    # MFN 5 -> orphan
-    assert cli_main(["check", str(base)]) == 0
-    out = capsys.readouterr().out
-    assert "warning: orphan MFN 5" in out and out.rstrip().endswith("OK")
-    assert cli_main(["check", str(base), "--strict"]) == 1
-    capsys.readouterr()
-    assert cli_main(["check", str(base), "--errors-only"]) == 0
-    assert "warning:" not in capsys.readouterr().out
-
-
-def test_cli_max_problems(tmp_path, capsys):
-    base = build(tmp_path, "isis-packed", n=20)
-    mst = base.with_suffix(".mst")
-    for m in range(1, 21):
-        patch(mst, offset_of(base, m) + 16, struct.pack("<H", 9))
-    assert cli_main(["check", str(base), "--max-problems", "3"]) == 1
-    out = capsys.readouterr().out
-    assert out.count("error: status") == 3
-    assert "... 17 more (raise --max-problems)" in out
-    assert re.search(r"^\s+20\s+error\s+status$", out, re.M)
-
-
-def test_cli_cannot_open_and_usage(tmp_path, capsys):
-    assert cli_main(["check", str(tmp_path / "nothing")]) == 2
-    assert "cannot open" in capsys.readouterr().err
-    base = build(tmp_path, "isis-packed", n=3)
-    assert cli_main(["check", str(base), "--max-problems", "-1"]) == 2
-    p = cli()          # argparse: missing DB
-    assert p.returncode == 2
-
-
-def test_cli_corrupt_at_open(tmp_path, capsys):
-    """Damage that stops the open (CTLMFN != 0) is one 'open' error, exit 1."""
-    base = build(tmp_path, "isis-packed", n=3)
-    patch(base.with_suffix(".mst"), 0, struct.pack("<i", 5))
-    assert cli_main(["check", str(base)]) == 1
-    out = capsys.readouterr().out
-    assert f"error: open: {base.with_suffix('.mst')} at byte 0: control record: CTLMFN is 5" in out
-
-
-def test_cli_real_damaged_and_missing_xrf(isis_data):
-    odds = data_path("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds")
-    p = cli(odds, "--errors-only")
-    assert p.returncode == 1
-    assert "error: mfn-mismatch MFN 49:" in p.stdout and "at byte 28976" in p.stdout
-    p = cli(data_path("bireme__cisis/tests/CDS.std"))
-    assert p.returncode == 2 and "no cross-reference file" in p.stderr
-
-
 # ------------------------------------------------------------- the C API
 
 @pytest.fixture(scope="module")
@@ -758,7 +643,7 @@ def check_main(tmp_path_factory):
     srcs = sorted(str(p) for p in (REPO / "csrc").glob("*.c"))
     # Under tests/test_sanitizers.py's ASan run, the C program is checked too.
     san = (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-g"]
-           if os.environ.get("PYDB_SANITIZER_INNER") == "address" else [])
+           if SANITIZER == "address" else [])
     p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", *san, "-I", str(REPO / "csrc"),
                         str(REPO / "tests" / "c" / "check_main.c"), *srcs, "-o", str(exe),
                         "-pthread"], capture_output=True, text=True, timeout=300)
@@ -783,9 +668,3 @@ def test_c_api_matches_python(check_main, tmp_path):
     assert p.stdout.splitlines()[-1] == "errors=2 warnings=0 versions=8 orphans=0 stopped=1"
 
 
-def test_cli_progress_bar(tmp_path):
-    base = build(tmp_path, "isis-packed", n=3000)
-    p = cli(base, "--progress")
-    assert p.returncode == 0
-    assert "check:" in p.stderr and "step" in p.stderr     # tqdm on stderr
-    assert p.stdout.strip().endswith("OK")

@@ -3,10 +3,9 @@ on small generated databases (speed is measured in benchmarks, not here)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
-
-import re
 
 import pytest
 

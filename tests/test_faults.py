@@ -23,7 +23,12 @@ import pytest
 
 import pydb
 from pydb import _pydb
+
 from writer_model import Oracle, check_files, content, open_db
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
 
 SCRIPT = [
     [("A", 3000, 5)], [("A", 3001, 700)],

@@ -9,6 +9,12 @@ import pydb
 from pydb import _pydb
 from pydb.fst import FieldRule, fst_text, parse_fst
 
+from conftest import hypothesis_examples
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
+
 # Rules per FST file under ../shared/data/isis (= its non-blank lines).
 FST_RULES = {
     "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/dcdspace/data/dcdspace.fst": 19,
@@ -264,9 +270,9 @@ def test_unicode_folding():
     assert u("αβγ", max_key=5) == "ΑΒ"
     assert u("abcdef", max_key=3) == "ABC"
     assert norm(b"abc\xffdef", utf8=True) == b"ABC\xffDEF"   # invalid byte kept
-    assert keys("1 4 v1".encode(), [(1, "Ça coûte 5€, señor".encode())], utf8=True) == [
-        ("CA".encode(), 1, 1, 1, 1), ("COUTE".encode(), 1, 1, 1, 2),
-        ("SENOR".encode(), 1, 1, 1, 3)]
+    assert keys(b"1 4 v1", [(1, "Ça coûte 5€, señor".encode())], utf8=True) == [
+        (b"CA", 1, 1, 1, 1), (b"COUTE", 1, 1, 1, 2),
+        (b"SENOR", 1, 1, 1, 3)]
 
 
 def test_truncation_8bit_and_stop_word_lookup():
@@ -285,7 +291,7 @@ try:
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
 
-EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = hypothesis_examples(200)
 PIECES = ["v24", "v70", "^a", "^*", "*3", ".2", "(", ")", "'x'", '"y"', "|z|", "/", "#",
           "%", ",", " ", "mhu", "mpl", "if ", " then ", " else ", " fi", "p(v70)",
           "a(v26)", "=", "<", "'T'", "iocc", "break", "f(mfn,3,1)", "mfn", "size(v24)",

@@ -42,7 +42,7 @@ import pytest
 import pydb
 from pydb import _pydb
 
-from conftest import data_path
+from conftest import GEOM, LAYOUTS, SANITIZER, build_db, data_path, hypothesis_examples
 
 try:
     from hypothesis import HealthCheck, event, given, settings
@@ -50,22 +50,12 @@ try:
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
 
-LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
-IOS = ["mmap", "pread", "direct"]
-INNER_SANITIZER = os.environ.get("PYDB_SANITIZER_INNER", "")
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
 
-# Leader geometry, isis-formats.md §2.2 (offsets of the leader fields and
-# of POS/LEN inside a directory entry).
-GEOM = {
-    "isis-packed": dict(leader=18, entry=6, ffi=False, mfrl=4, mfbwb=6,
-                        mfbwp=10, base=12, nvf=14, status=16, dpos=2, dlen=4),
-    "isis-aligned": dict(leader=20, entry=6, ffi=False, mfrl=4, mfbwb=8,
-                         mfbwp=12, base=14, nvf=16, status=18, dpos=2, dlen=4),
-    "ffi-packed": dict(leader=22, entry=10, ffi=True, mfrl=4, mfbwb=8,
-                       mfbwp=12, base=14, nvf=18, status=20, dpos=2, dlen=6),
-    "ffi-aligned": dict(leader=24, entry=12, ffi=True, mfrl=4, mfbwb=8,
-                        mfbwp=12, base=16, nvf=20, status=22, dpos=4, dlen=8),
-}
+
+IOS = ["mmap", "pread", "direct"]
+
 
 # Real databases (copied into tmp_path at test time, never into the repo).
 REAL = {
@@ -167,7 +157,7 @@ def get_source(cache, name: str) -> Source:
     d = cache["dir"] / name
     d.mkdir()
     if name in GEOM:
-        _pydb._build(str(d / "db"), name, 0, _records_for_build(150), False)
+        build_db(d / "db", name, _records_for_build(150))
         src = _load_source(name, d / "db")
     else:
         for ext in (".mst", ".xrf"):
@@ -245,10 +235,10 @@ def exercise(base: Path, io: str, ref_max: int, focus=None) -> Outcome:
             out.iter_start = max(1, min(focus))
         probe = sorted(probe | {db.max_mfn, db.max_mfn + 1})
         for m in probe:
-            out.reads[m] = _call(lambda: tuple((f.tag, f.raw) for f in db[m].fields))
+            out.reads[m] = _call(lambda m=m: tuple((f.tag, f.raw) for f in db[m].fields))
         for m in probe:
             if isinstance(out.reads.get(m), tuple):
-                out.versions[m] = _call(lambda: len(db.versions(m)))
+                out.versions[m] = _call(lambda m=m: len(db.versions(m)))
         out.bulk["len"] = _call(lambda: len(db))
         out.bulk["counts"] = _call(db.counts)
         out.bulk["mfns"] = _call(db.mfns)
@@ -797,7 +787,8 @@ def test_xrf_entry_one_past_end_at_open(src, tmp_path):
     """XRF damage inside the records that layout detection reads."""
     xrf = bytearray(src.xrf)
     i32(xrf, xrf_slot(3), xrf_encode(len(src.mst) + 512, src.mstxl))
-    _expect_open_error(src, src.write(tmp_path, xrf=xrf), (".xrf",), range(xrf_slot(3), xrf_slot(3) + 1))
+    _expect_open_error(src, src.write(tmp_path, xrf=xrf), (".xrf",),
+                       range(xrf_slot(3), xrf_slot(3) + 1))
 
 
 # Control record (isis-formats.md §2.1).
@@ -839,7 +830,7 @@ def test_control_wrong_mstxl_shift(src, tmp_path):
     mst = bytearray(src.mst)
     mst[15] = 6 if src.mstxl != 6 else 0
     base = src.write(tmp_path, mst)
-    for io, out in exercise_all(base, src.max_mfn, {1, 2, src.mid}).items():
+    for _io, out in exercise_all(base, src.max_mfn, {1, 2, src.mid}).items():
         for e in out.errors():
             if isinstance(e, pydb.NotFoundError):
                 continue
@@ -958,7 +949,7 @@ def test_file_shrinks_after_open(io, which, tmp_path, source_cache):
             list(db)
 
 
-@pytest.mark.skipif(bool(INNER_SANITIZER), reason="crash test; not under sanitizers")
+@pytest.mark.crash_repro          # skipped under sanitizers (conftest.py)
 @pytest.mark.xfail(strict=True, reason=(
     "pydb bug: with io='mmap' (the default) a master file truncated by "
     "another process after open() kills the interpreter with SIGBUS"))
@@ -983,7 +974,7 @@ def test_file_shrinks_after_open_mmap(tmp_path, source_cache):
 # ------------------------------------------------- random damage (property)
 
 if given is not None:
-    EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+    EXAMPLES = hypothesis_examples(200)
     INTERESTING = [0, 1, -1, 2, 64, 511, 512, 2047, 2048, -2048, 0x7FFF, 0x8000,
                    0xFFFF, 0x10000, 2**31 - 1, -(2**31), 2**30]
 
@@ -1040,7 +1031,7 @@ if given is not None:
         return out, tmp_path_factory.mktemp("hostile-random")
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              derandomize=bool(INNER_SANITIZER),
+              derandomize=bool(SANITIZER),
               suppress_health_check=[HealthCheck.function_scoped_fixture,
                                      HealthCheck.too_slow])
     @given(which=st.sampled_from(["isis-packed-0", "isis-packed-3",

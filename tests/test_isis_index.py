@@ -27,16 +27,19 @@ import pytest
 
 import pydb
 import pydb.index as pindex
-from pydb.__main__ import main as cli_main
 from pydb.index import Index, Posting, Term
 
-from conftest import DATA, data_path
+from conftest import DATA, SANITIZER, data_path, hypothesis_examples, need
 
 try:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
 
 BIBL = "cpan__Biblio-Isis-0.24/data/winisis/BIBL"
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/cds"     # classic 10/30 aligned
@@ -52,14 +55,6 @@ FIELD3 = "bireme__isis2json/fixtures/field3/FIELD3"
 #: Directories holding two index sets, and the one that is current there
 #: (SOURCES.md notes: "the .n0x/.cnt belong to the LIND4 set").
 CURRENT_SET = {CISIS_CDS: "lind"}
-
-
-def need(rel: str) -> str:
-    """Base path of a shared database, skipping when the data is absent."""
-    p = data_path(rel)
-    if not p.parent.is_dir():
-        pytest.skip(f"real CDS/ISIS data not found at {DATA}")
-    return str(p)
 
 
 def all_terms(ix) -> list:
@@ -439,7 +434,7 @@ def test_extension_case_and_any_file(tmp_path):
         assert ix.postings("7875") == [(5, 991, 1, 3)]
 
 
-# ------------------------------------------------------------ database / CLI
+# --------------------------------------- database (the CLI: tests/test_cli.py)
 
 def test_database_index_lifecycle():
     with pydb.open(need(BIBL), encoding="cp850") as db:
@@ -448,7 +443,7 @@ def test_database_index_lifecycle():
         assert [t.key for t in db.terms("AND")] == ["AND", "ANDRE"]
     assert ix.closed
     with pytest.raises(pydb.ClosedError):
-        db.index
+        _ = db.index
     with pytest.raises(pydb.ClosedError):
         ix.postings("A")
 
@@ -466,34 +461,6 @@ def test_database_without_index():
         Index.open_isis(need("scieloorg__pyisis/db/cds"))
     with pytest.raises(pydb.DatabaseNotFoundError):
         Index.open_isis(need("cpan__Biblio-Isis-0.24/data/isismarc/BIBL"))
-
-
-def test_cli_terms_and_postings(capsys):
-    base = need(SAMPLE)
-    assert cli_main(["terms", base, "wat", "--limit", "2", "--encoding", "cp850"]) == 0
-    assert capsys.readouterr().out == "WATER\t15\nWATER BALANCE\t6\n"
-    assert cli_main(["terms", base, "--start", "WATER Y", "--limit", "1"]) == 0
-    assert capsys.readouterr().out == "WATER YIELD\t1\n"
-    assert cli_main(["postings", need(BIBL), "7875"]) == 0
-    assert capsys.readouterr().out == "5\t991\t1\t3\n"
-    assert cli_main(["terms", need("bireme__isis2json/fixtures/cds/cds")]) == 1
-    assert "no inverted index" in capsys.readouterr().err
-
-
-def test_cli_terms_writes_stored_bytes():
-    """A key that is not valid UTF-8 (odds: TW_ESPA\\xd1OLA, CP1252 data)
-    is printed as stored, under the default --encoding utf-8."""
-    import subprocess
-    import sys
-    base = need(ODDS)
-    env = dict(os.environ, PYTHONIOENCODING="utf-8")
-    p = subprocess.run([sys.executable, "-m", "pydb", "terms", base, "TW_ESP"],
-                       capture_output=True, env=env, timeout=60,
-                       cwd=Path(__file__).resolve().parents[1])
-    assert p.returncode == 0, p.stderr
-    with Index.open_isis(base) as ix:
-        n = len(ix.postings(b"TW_ESPA\xd1OLA"))
-    assert p.stdout == b"TW_ESPA\xd1OLA\t%d\n" % n and n > 0
 
 
 def test_threads_share_one_index():
@@ -614,10 +581,10 @@ def test_hostile_lind_list_beyond_file(tmp_path):
 
 
 if given is not None:
-    EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "150"))
+    EXAMPLES = hypothesis_examples(150)
 
     @settings(max_examples=EXAMPLES, deadline=None,
-              derandomize=bool(os.environ.get("PYDB_SANITIZER_INNER")),
+              derandomize=bool(SANITIZER),
               suppress_health_check=[HealthCheck.function_scoped_fixture,
                                      HealthCheck.too_slow])
     @given(which=st.sampled_from([BIBL, XCDS]),

@@ -5,8 +5,6 @@ files, and the commit hook driven without a writer."""
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -15,7 +13,11 @@ import pydb
 from pydb import _pydb
 from pydb.index import Posting, Term
 
-from conftest import REPO, copy_db
+from conftest import all_terms, copy_db, hypothesis_examples
+
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
 
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
@@ -60,16 +62,6 @@ def read_classic(base, le=(10, 30), aligned=True):
                 out[key] = posts
                 per_tree[tree] += 1
     return out, per_tree
-
-
-def all_terms(ix, prefix=b"", batch=100000):
-    out, start = [], None
-    while True:
-        chunk = ix.terms(prefix, (start, True) if start is not None else None, batch)
-        if not chunk:
-            return out
-        out += chunk
-        start = chunk[-1][0]
 
 
 @pytest.fixture
@@ -338,6 +330,7 @@ def test_hook_abort_leaves_nothing(cds):
     assert ix.postings(b"YAK") == []
 
 
+@pytest.mark.sanitize_thread
 def test_readers_see_one_committed_state(cds):
     """Readers enumerate while commits are published: every enumeration
     sees the keys QQZEBRAA..QQZEBRA<k> for one k (a committed state)."""
@@ -365,20 +358,6 @@ def test_readers_see_one_committed_state(cds):
     assert len(ix.terms(b"QQZEBRA", None, 100)) == 20
 
 
-def test_cli_index(isis_data, tmp_path):
-    base = str(copy_db(isis_data / SAMPLE / "cds", tmp_path, ("fst", "stw")))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "pydb", "index", base, "--quiet",
-                        "--max-key", "30"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("indexed 151 MFNs") or r.stdout.startswith("indexed 150 MFNs")
-    assert len(all_terms(_pydb._open_native_index(base))) == 1309
-    r = subprocess.run([sys.executable, "-m", "pydb", "index", str(tmp_path / "none"),
-                        "--quiet", "--fst", os.path.join(str(tmp_path), "cds.fst")],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 1 and "pydb:" in r.stderr
-
-
 def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
     """Every shipped database that comes with an FST indexes every record
     through its own FST; the one with a damaged record (ABCD odds: an XRF
@@ -389,7 +368,8 @@ def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
         if fst.suffix.lower() != ".fst":
             continue
         stem = fst.with_suffix("")
-        mst = [p for p in fst.parent.iterdir() if p.stem == stem.name and p.suffix.lower() == ".mst"]
+        mst = [p for p in fst.parent.iterdir()
+               if p.stem == stem.name and p.suffix.lower() == ".mst"]
         if not mst:
             continue
         exts = [p.suffix[1:] for p in fst.parent.iterdir() if p.stem == stem.name
@@ -422,7 +402,7 @@ try:
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     given = None
 
-EXAMPLES = int(os.environ.get("PYDB_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = hypothesis_examples(200)
 
 if given is not None:
     @pytest.fixture(scope="module")

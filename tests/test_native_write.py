@@ -20,6 +20,10 @@ from pydb import ClosedError
 from pydb.fst import FieldRule
 from pydb.index import Posting
 
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = pytest.mark.sanitize_address
+
+
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
 FST = "1 0 v1\n2 4 v2\n"
@@ -141,7 +145,7 @@ def test_database_closed_while_index_referenced(tmp_path):
         with pytest.raises(ClosedError):
             call()
     with pytest.raises(ClosedError):
-        db.index
+        _ = db.index
     del db
     gc.collect()
     with pytest.raises(ClosedError):
@@ -208,7 +212,7 @@ def _script(n_commits, seed):
                 "N$": sorted(active)}
 
     states.append(expect())
-    for k in range(1, n_commits + 1):
+    for _k in range(1, n_commits + 1):
         ops = []
         for _ in range(rnd.randint(1, 4)):
             r = rnd.random()
@@ -312,6 +316,7 @@ def _writer_and_searching_readers(db, searched, n_commits, seed, min_searches=0)
     return sum(searches)
 
 
+@pytest.mark.sanitize_thread
 def test_readers_search_during_commits_see_committed_states(tmp_path):
     """A writer commits appends/updates/deletes/undeletes while 8 reader
     threads search the same handle (see _writer_and_searching_readers)."""
@@ -328,6 +333,7 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
     the handle read-only and reopening replays records and index
     together.  Either way the index agrees with the records."""
     import errno
+
     from pydb import _pydb
     base0 = tmp_path / "p"
     with pydb.create(base0, fst=FST) as db:
@@ -407,6 +413,7 @@ with pydb.open(base, readonly=False) as db:
 """
 
 
+
 def _commit_in_other_process(base, op):
     import subprocess
     import sys
@@ -455,6 +462,7 @@ def test_read_only_handle_sees_commits_of_another_handle(tmp_path):
         assert mfns(ro.search("RED"))[:2] == [3, 5]
 
 
+@pytest.mark.sanitize_thread
 def test_readers_on_another_handle_follow_concurrent_commits(tmp_path):
     """8 reader threads search through a read-only handle while a writer
     commits through another handle (see _writer_and_searching_readers):

@@ -18,6 +18,7 @@ from collections import namedtuple
 import pytest
 
 import pydb
+
 from conftest import DATA, all_master_files, data_path
 
 pytestmark = pytest.mark.usefixtures("isis_data")
@@ -322,7 +323,7 @@ def read_iso(path):
     every field terminator and record terminator.
     """
     data = path.read_bytes()
-    stream = b"".join(l[:-1] if l.endswith(b"\r") else l for l in data.split(b"\n"))
+    stream = b"".join(ln[:-1] if ln.endswith(b"\r") else ln for ln in data.split(b"\n"))
     recs, p = [], 0
     while p < len(stream):
         n = int(stream[p:p + 5])
@@ -391,10 +392,10 @@ def test_cdsx_iso_export():
     with opendb(CISIS + "wxis_src/examples/cdsx/cds") as db:
         assert (db.layout, db.info()["mstxl"]) == ("ffi-aligned", 3)
         assert len(expected) == len(db) == 153
-        for rec, exp in zip(db, expected):
+        for rec, exp in zip(db, expected, strict=True):
             got = fields_of(rec)
             assert [t for t, _ in got] == [t for t, _ in exp]
-            diff = [t for (t, v), (_, w) in zip(got, exp) if v != w]
+            diff = [t for (t, v), (_, w) in zip(got, exp, strict=True) if v != w]
             assert diff == ([garbled[rec.mfn]] if rec.mfn in garbled else [])
         assert db[16].raw(69) == [b"<droughtiololow and iololow and instlow and "
                                   b"instrumeand instruments>"]
@@ -411,7 +412,7 @@ def test_cds_packed_vs_aligned_identical():
     with opendb(CDS_PACKED) as a, opendb(SAMPLE + "cds") as b:
         assert (a.layout, b.layout) == ("isis-packed", "isis-aligned")
         assert a.mfns() == b.mfns() == list(range(1, 151))
-        for ra, rb in zip(a, b):
+        for ra, rb in zip(a, b, strict=True):
             assert fields_of(ra) == fields_of(rb)
             assert ra == rb
 
@@ -422,13 +423,13 @@ def test_cds_isis2json_is_utf8_reencoding():
     with opendb(CDS_PACKED, encoding="latin-1") as a, \
             opendb(I2J + "cds/cds", encoding="utf-8", errors="strict") as b:
         assert a.mfns() == b.mfns() == list(range(1, 151))
-        for ra, rb in zip(a, b):
+        for ra, rb in zip(a, b, strict=True):
             assert [(f.tag, f.value) for f in ra.fields] == \
                    [(f.tag, f.value) for f in rb.fields]
         assert a[28].raw(24) != b[28].raw(24)
     # and the real text is CP850: undo the re-encoding
     with opendb(CDS_PACKED, encoding="cp850") as a, opendb(I2J + "cds/cds") as b:
-        for ra, rb in zip(a, b):
+        for ra, rb in zip(a, b, strict=True):
             assert [f.value for f in ra.fields] == \
                    [f.raw.decode("utf-8").encode("latin-1").decode("cp850")
                     for f in rb.fields]
@@ -445,7 +446,7 @@ def test_cds_twins_same_fields_per_tag(other, layout, mstxl, order_differs):
         assert (b.layout, b.info()["mstxl"]) == (layout, mstxl)
         assert a.mfns() == b.mfns()
         differs = []
-        for ra, rb in zip(a, b):
+        for ra, rb in zip(a, b, strict=True):
             assert ra.mfn == rb.mfn
             assert by_tag(fields_of(ra)) == by_tag(fields_of(rb))
             assert sorted(fields_of(ra)) == sorted(fields_of(rb))
@@ -475,7 +476,7 @@ def test_cdsffi_and_xcds_are_twins():
         assert (f.layout, f.info()["mstxl"]) == ("ffi-aligned", 3)
         assert (x.layout, x.info()["mstxl"]) == ("isis-aligned", 0)
         assert f.mfns() == x.mfns() == list(range(1, 157))
-        for rf, rx in zip(f, x):
+        for rf, rx in zip(f, x, strict=True):
             assert fields_of(rf) == fields_of(rx)
         assert f[151].fields == ((1, "Registro novo"),)
         assert f[2].raw(100) == [b"1001"]
@@ -751,7 +752,8 @@ def test_marc_indicators():
         assert sf["c"] == "Seminario Internacional"
         (sf,) = rec.subfields(20)
         assert (sf.indicators, sf["a"], sf["c"]) == ("##", "8525600199", "0,01")
-        assert rec.subfields(260)[0]["b"] == "Fundação Centro de Formação do Servidor Público - FUNCEP"
+        assert rec.subfields(260)[0]["b"] == \
+            "Fundação Centro de Formação do Servidor Público - FUNCEP"
     with opendb(ABCD + "marcuni/data/marcuni", errors="strict") as db:
         rec = db[1]
         assert rec.subfields(10)[0].indicators == "  "
@@ -782,4 +784,4 @@ def test_mixed_encodings_and_surrogateescape():
         rec = db[2]
         assert rec.raw(1) == [b"ISO8859-1=\xe1\xe9\xed\xf3\xfa\xe3\xf5\xea\xea\xeb\xe0\xc0"]
         with pytest.raises(UnicodeDecodeError):
-            rec.fields
+            _ = rec.fields

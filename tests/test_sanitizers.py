@@ -1,17 +1,21 @@
-"""Run the hostile-file and thread tests against sanitizer builds.
+"""Run the marked tests against sanitizer builds.
 
 The extension is rebuilt with ``PYDB_SANITIZE=address`` (ASan + UBSan, see
 setup.py) from a copy of the sources in a temporary folder -- the checkout
-is never touched -- and tests/test_hostile.py, tests/test_threads.py and
-the tests of the other C readers (INNER_TESTS) run in a child Python with
-the ASan runtime preloaded.  A ThreadSanitizer build
-(``PYDB_SANITIZE=thread``) runs its own list the same way.  The
-child runs get PYDB_SANITIZER_INNER, so they neither recurse into this
-file nor rerun the crash reproductions (which crash on purpose).
+is never touched -- and the tests marked ``sanitize_address`` (the
+hostile-file and thread tests and those of the other C readers) run there
+with ``pytest -m sanitize_address`` in a child Python with the ASan runtime
+preloaded.  A ThreadSanitizer build (``PYDB_SANITIZE=thread``) runs the
+tests marked ``sanitize_thread`` the same way.  To put a test into a run,
+mark it (tests/conftest.py lists the markers); there is no list of names
+here.  The child runs get PYDB_SANITIZER_INNER, so they neither recurse
+into this file nor rerun the crash reproductions (marked ``crash_repro``,
+which crash on purpose).
 
-Skipped when PYDB_SKIP_SANITIZERS=1, or when gcc or its sanitizer runtimes
-are missing.  No TSan suppressions are needed: only pydb is instrumented
-(CPython is not), and the runs report nothing.
+This module is marked ``sanitizers``: ``pytest -m "not sanitizers"`` leaves
+it out.  Skipped when gcc or its sanitizer runtimes are missing.  No TSan
+suppressions are needed: only pydb is instrumented (CPython is not), and
+the runs report nothing.
 """
 
 from __future__ import annotations
@@ -26,47 +30,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, REPO
+from conftest import DATA, REPO, SANITIZER
 
 pytestmark = [
-    pytest.mark.skipif(os.environ.get("PYDB_SKIP_SANITIZERS") == "1",
-                       reason="PYDB_SKIP_SANITIZERS=1"),
-    pytest.mark.skipif(bool(os.environ.get("PYDB_SANITIZER_INNER")),
-                       reason="already inside a sanitizer run"),
+    pytest.mark.sanitizers,
+    pytest.mark.skipif(bool(SANITIZER), reason="already inside a sanitizer run"),
     pytest.mark.skipif(not sys.platform.startswith("linux"),
                        reason="sanitizer runs are set up for Linux/gcc"),
 ]
 
-_W = "tests/test_write.py::"
-INNER_TESTS = {
-    "address": [
-        "tests/test_hostile.py",
-        "tests/test_threads.py",
-        "tests/test_isis_index.py",
-        "tests/test_check.py",
-        "tests/test_search.py",
-        "tests/test_build_gaps.py",
-        "tests/test_fst.py",
-        "tests/test_native_index.py",
-        "tests/test_native_write.py",
-        "tests/test_faults.py",
-        _W + "test_write_then_read_every_layout",
-        _W + "test_recovery_replays_complete_log_and_drops_torn",
-        _W + "test_commit_hook_and_whole_file_in_the_log",
-        _W + "test_transaction_abort_and_states",
-        _W + "test_readers_see_whole_records_while_writer_commits",
-    ],
-    "thread": [
-        "tests/test_threads.py",
-        "tests/test_search.py",
-        "tests/test_native_index.py::test_readers_see_one_committed_state",
-        "tests/test_native_write.py::test_readers_search_during_commits_see_committed_states",
-        "tests/test_native_write.py::test_readers_on_another_handle_follow_concurrent_commits",
-        _W + "test_readers_see_whole_records_while_writer_commits",
-        _W + "test_readonly_and_lock_timeout_across_handles",
-        _W + "test_other_handle_sees_later_commits",
-    ],
-}
+MARKER = {"address": "sanitize_address", "thread": "sanitize_thread"}
 RUNTIME = {"address": "libasan.so", "thread": "libtsan.so"}
 REPORT = {
     "address": ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer"),
@@ -86,7 +59,7 @@ def _runtime(kind: str) -> str:
 
 
 def _copy_sources(dst: Path):
-    """The files setup.py needs, plus the tests that will run."""
+    """The files setup.py needs, plus the tests (selected by marker there)."""
     ignore = shutil.ignore_patterns("*.so", "*.o", "*.a", "pydb-crashtest",
                                     "__pycache__", "*.egg-info")
     dst.mkdir(parents=True)
@@ -96,13 +69,7 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "csrc", dst / "csrc", ignore=ignore)
     shutil.copytree(REPO / "pydb", dst / "pydb", ignore=ignore)
     shutil.copytree(REPO / "benchmarks", dst / "benchmarks", ignore=ignore)
-    (dst / "tests").mkdir()
-    inner = {Path(t.split('::')[0]).name for tests in INNER_TESTS.values() for t in tests}
-    for name in ("conftest.py", "tsan.supp", "writer_model.py", *sorted(inner)):
-        if (REPO / "tests" / name).is_file():
-            shutil.copy2(REPO / "tests" / name, dst / "tests" / name)
-    if (REPO / "tests" / "c").is_dir():
-        shutil.copytree(REPO / "tests" / "c", dst / "tests" / "c", ignore=ignore)
+    shutil.copytree(REPO / "tests", dst / "tests", ignore=ignore)
 
 
 class Build:
@@ -189,7 +156,7 @@ def _check_runtime_active(build: Build, lib: str):
 def _run_inner(build: Build, timeout=600):
     p = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         *INNER_TESTS[build.kind]],
+         "-m", MARKER[build.kind], "tests"],
         cwd=build.src, env=build.env(), capture_output=True, text=True, timeout=timeout)
     out = p.stdout + p.stderr
     reports = [line for line in out.splitlines()

@@ -35,9 +35,12 @@ import pytest
 import pydb
 from pydb import _pydb
 
-from conftest import data_path
+from conftest import SANITIZER, data_path
 
-INNER_SANITIZER = os.environ.get("PYDB_SANITIZER_INNER", "")
+# Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
+pytestmark = [pytest.mark.sanitize_address, pytest.mark.sanitize_thread]
+
+
 LILACS = "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
 NTHREADS = 8
 
@@ -121,7 +124,7 @@ def test_concurrent_readers_agree(which, io, lock, gen_db):
     with pydb.open(path, io=io, lock=lock, encoding="latin-1") as db:
         mfns = db.mfns()
         assert len(mfns) == len(db) > 1000 and mfns == list(range(1, len(mfns) + 1))
-        if INNER_SANITIZER:           # 5-10x slower there: a slice will do
+        if SANITIZER:           # 5-10x slower there: a slice will do
             mfns, passes = mfns[:400], 1
         reference = {m: snap(db[m]) for m in mfns}   # one thread, MFN order
         results = [[] for _ in range(NTHREADS)]
@@ -139,7 +142,7 @@ def test_concurrent_readers_agree(which, io, lock, gen_db):
                         k = 0
                         while k < len(order):
                             chunk = order[k:k + rnd.randint(1, 64)]
-                            out.extend(zip(chunk, map(snap, db.read_many(chunk))))
+                            out.extend(zip(chunk, map(snap, db.read_many(chunk)), strict=True))
                             k += len(chunk)
                     else:                       # iteration (MFN order)
                         out.extend((r.mfn, snap(r)) for r in
@@ -445,8 +448,8 @@ def _run_script(code: str, tmp_path: Path, timeout=120):
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
-crash_repro = pytest.mark.skipif(bool(INNER_SANITIZER),
-                                 reason="crash reproductions are not rerun under sanitizers")
+# Crash reproductions are not rerun under sanitizers (conftest.py skips them there).
+crash_repro = pytest.mark.crash_repro
 
 
 @crash_repro

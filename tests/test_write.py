@@ -17,9 +17,9 @@ import time
 import pytest
 
 import pydb
-from conftest import DATA, all_master_files
 
-LAYOUTS = ["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"]
+from conftest import DATA, LAYOUTS, all_master_files
+
 LEADER = {"isis-packed": 18, "isis-aligned": 20, "ffi-packed": 22, "ffi-aligned": 24}
 
 
@@ -63,6 +63,7 @@ def check_files(base, layout, mstxl, n_mfn):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mstxl", [0, 3, 6])
+@pytest.mark.sanitize_address
 def test_write_then_read_every_layout(tmp_path, layout, mstxl):
     base = tmp_path / "db"
     expected: dict[int, list] = {}
@@ -262,6 +263,7 @@ def test_fields_arguments(tmp_path):
         assert db.max_mfn == 3
 
 
+@pytest.mark.sanitize_address
 def test_transaction_abort_and_states(tmp_path):
     with pydb.create(tmp_path / "db", sync=False) as db:
         db.append([(1, b"one")])
@@ -296,6 +298,7 @@ def test_transaction_abort_and_states(tmp_path):
         tx.append([(1, b"x")])
 
 
+@pytest.mark.sanitize_thread
 def test_readonly_and_lock_timeout_across_handles(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, sync=False) as db:
@@ -343,6 +346,7 @@ def test_lock_across_processes(tmp_path):
     assert p.stdout.readline().strip() == "done" and p.wait() == 0
 
 
+@pytest.mark.sanitize_thread
 def test_other_handle_sees_later_commits(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, sync=False) as db:
@@ -363,6 +367,7 @@ def test_other_handle_sees_later_commits(tmp_path):
         reader.close()
 
 
+@pytest.mark.sanitize_address
 def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
     """A log left by a writer that died after the commit point is replayed
     on open; a torn one is dropped; either way the ISIS files alone are
@@ -506,7 +511,7 @@ def test_every_real_database_updated(tmp_path, isis_data, mst):
     orig_b = (raw_fields(before[b]), before[b].status) if b in before else (appended, 0)
     if deleted:
         expected[deleted[0]] = (False, expected[deleted[0]][1])
-    for attempt in range(2):                         # reopened twice: stable
+    for _attempt in range(2):                        # reopened twice: stable
         with pydb.open(base) as db:
             assert db.layout == facts["layout"]
             assert db.max_mfn == facts["nxt"]
@@ -538,6 +543,8 @@ def chain(db, mfn, n):
 
 # ------------------------------------------------------------------ threads
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_readers_see_whole_records_while_writer_commits(tmp_path):
     """8 reader threads read while a writer commits (updates that change a
     record's size and contents, appends): every record read is complete and
@@ -601,6 +608,7 @@ def test_readers_see_whole_records_while_writer_commits(tmp_path):
 
 # ------------------------------------------------- commit hook and whole files
 
+@pytest.mark.sanitize_address
 def test_commit_hook_and_whole_file_in_the_log(tmp_path):
     """pydb_set_commit_hook / pydb_txn_put_file through a test hook: the
     hook sees each change, its file is replaced atomically with the commit,

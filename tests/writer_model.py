@@ -24,7 +24,7 @@ class Oracle:
     def __init__(self, state=None):
         self.state: dict[int, tuple[bool, int, int]] = dict(state or {})
 
-    def copy(self) -> "Oracle":
+    def copy(self) -> Oracle:
         return Oracle(self.state)
 
     def apply(self, ops) -> None:

@@ -27,8 +27,17 @@ import signal
 import time
 
 import pydb
-from writer_model import (Oracle, check_files, create_indexed, decode_ops, encode_ops,
-                          index_agrees, open_db, run_random_txn)
+
+from writer_model import (
+    Oracle,
+    check_files,
+    create_indexed,
+    decode_ops,
+    encode_ops,
+    index_agrees,
+    open_db,
+    run_random_txn,
+)
 
 KILLS = int(os.environ.get("PYDB_CRASH_KILLS", "200"))
 
@@ -141,8 +150,9 @@ def test_crash_at_every_operation(tmp_path):
     just before its n-th write-side file operation, for every n; after
     each, recovery gives exactly the acknowledged transactions plus the
     one in flight entirely or not at all."""
-    from writer_model import content
     from pydb import _pydb
+
+    from writer_model import content
 
     script = [[("A", 10), ("A", 700)], [("U", 1, 3000), ("D", 2), ("A", 5)],
               [("A", 20)] * 130, [("X", 2), ("U", 2, 1)], [("D", 1)]]
@@ -191,7 +201,7 @@ def test_crash_at_every_operation(tmp_path):
                 os.close(r)
                 db = open_db(base)
                 _pydb._test_fail_io(n, 0, crash=True)
-                run(db, lambda b: os.write(w, b))
+                run(db, lambda b, w=w: os.write(w, b))
                 os._exit(0)
             finally:
                 os._exit(3)
