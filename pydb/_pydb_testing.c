@@ -187,7 +187,7 @@ static int key_collect(void *ctx, const uint8_t *key, size_t len,
 }
 
 PyDoc_STRVAR(fst_keys_doc,
-"_fst_keys(fst, fields, mfn=1, utf8=False, max_key=0, stw=b'',\n"
+"fst_keys(fst, fields, mfn=1, utf8=False, max_key=0, stw=b'',\n"
 "          tables_dir=None)\n--\n\n"
 "The keys FST text `fst` extracts from one record `fields` (sequence of\n"
 "(tag, bytes|str)): a list of (key: bytes, mfn, tag, occ, cnt) in\n"
@@ -250,7 +250,7 @@ cleanup:
 }
 
 PyDoc_STRVAR(fst_format_doc,
-"_fst_format(fst, rule, fields, mfn=1)\n--\n\n"
+"fst_format(fst, rule, fields, mfn=1)\n--\n\n"
 "The output text (bytes) of rule number `rule` (0-based) of FST text\n"
 "`fst` for one record: the format evaluated before keys are cut.");
 
@@ -289,7 +289,7 @@ cleanup:
 }
 
 PyDoc_STRVAR(keyrules_doc,
-"_keyrules(utf8=False, max_key=0, tables_dir=None)\n--\n\n"
+"keyrules(utf8=False, max_key=0, tables_dir=None)\n--\n\n"
 "The key rules in force: (upper: bytes of 256, word: bytes of 256), the\n"
 "default CDS/ISIS tables or those of ISISUC.TAB/ISISAC.TAB in tables_dir.");
 
@@ -310,7 +310,7 @@ static PyObject *keyrules(PyObject *m, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(key_normalize_doc,
-"_key_normalize(term, utf8=False, max_key=0, tables_dir=None)\n--\n\n"
+"key_normalize(term, utf8=False, max_key=0, tables_dir=None)\n--\n\n"
 "`term` (bytes) in key form (isis-formats.md §5.3).");
 
 static PyObject *key_normalize(PyObject *m, PyObject *args, PyObject *kw)
@@ -351,7 +351,7 @@ cleanup:
 /* ----------------------------------------------- native index hook */
 
 PyDoc_STRVAR(native_hook_doc,
-"_native_hook(index, action, changes=None)\n--\n\n"
+"native_hook(index, action, changes=None)\n--\n\n"
 "Unit-test driver of the native index's commit hook, without a writer:\n"
 "action 'prepare' runs prepare() on `changes` — a list of (mfn, fields or\n"
 "None, deleted_after) — with pydb_txn_put_file replaced by a recorder;\n"
@@ -492,7 +492,7 @@ static int scan_term(void *ctx, const uint8_t *key, size_t len, uint64_t c)
 }
 
 PyDoc_STRVAR(bench_scan_doc,
-"_bench_scan(index, prefix=b'', postings=False)\n--\n\n"
+"bench_scan(index, prefix=b'', postings=False)\n--\n\n"
 "Benchmark helper: enumerate every key starting with `prefix` in C (GIL\n"
 "released, no Python objects); with postings=True also decode the\n"
 "postings of every key.  Returns (terms, postings).");
@@ -545,45 +545,68 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
 /* ------------------------------------------------------------- the door */
 
 static PyMethodDef testing_functions[] = {
-    {"_test_fail_io", (PyCFunction)(void (*)(void))mod_test_fail_io,
+    {"fail_io", (PyCFunction)(void (*)(void))mod_test_fail_io,
      METH_VARARGS | METH_KEYWORDS,
-     "_test_fail_io(n, errno=EIO, short=False, crash=False)\n--\n\nTests "
-     "only: make the n-th write-side file operation of the core (pwrite, "
-     "fsync, fdatasync, ftruncate, rename, unlink) fail with `errno`; with "
-     "`short`, the n-th pwrite writes half and the next operation fails; "
-     "with `crash`, the process exits with status 137 just before the n-th "
-     "operation (a crash point).  n=0 turns it off, n<0 only counts.  "
-     "Process-wide."},
-    {"_test_io_count", mod_test_io_count, METH_NOARGS,
-     "_test_io_count()\n--\n\nTests only: write-side operations counted "
-     "since _test_fail_io()."},
-    {"_test_io_fired", mod_test_io_fired, METH_NOARGS,
-     "_test_io_fired()\n--\n\nTests only: the operation that was made to "
-     "fail, or None."},
-    {"_test_set_read_delay", mod_test_read_delay, METH_O,
-     "_test_set_read_delay(usec, /)\n--\n\nTests only: make every pread of "
-     "the core sleep `usec` microseconds first (0 turns it off)."},
-    {"_test_commit_hook", mod_test_commit_hook, METH_VARARGS,
-     "_test_commit_hook(db, path, /)\n--\n\nTests only: install a commit "
-     "hook that writes one line 'mfn nbefore nafter deleted' per change "
-     "into the file `path` as part of each transaction."},
-    {"_test_hook_counts", mod_test_hook_counts, METH_NOARGS,
-     "_test_hook_counts()\n--\n\nTests only: (prepared, published, aborted) "
-     "of the test commit hook."},
-    {"_native_hook", (PyCFunction)native_hook, METH_VARARGS, native_hook_doc},
-    {"_fst_keys", (PyCFunction)(void (*)(void))fst_keys,
+     "fail_io(n, errno=5, short=False, crash=False)\n--\n\nMake the "
+     "n-th write-side file operation of the core (pwrite, fsync, fdatasync, "
+     "ftruncate, rename, unlink) fail with `errno`; with `short`, the n-th "
+     "pwrite writes half and the next operation fails; with `crash`, the "
+     "process exits with status 137 just before the n-th operation (a "
+     "crash point).  errno defaults to EIO.  n=0 turns it off, n<0 only "
+     "counts.  Process-wide."},
+    {"io_count", mod_test_io_count, METH_NOARGS,
+     "io_count()\n--\n\nWrite-side operations counted since fail_io()."},
+    {"io_fired", mod_test_io_fired, METH_NOARGS,
+     "io_fired()\n--\n\nThe operation that was made to fail, or None."},
+    {"set_read_delay", mod_test_read_delay, METH_O,
+     "set_read_delay(usec, /)\n--\n\nMake every pread of the core sleep "
+     "`usec` microseconds first (0 turns it off).  Process-wide."},
+    {"commit_hook", mod_test_commit_hook, METH_VARARGS,
+     "commit_hook(db, path, /)\n--\n\nInstall on `db` a commit hook that "
+     "writes one line 'mfn nbefore nafter deleted' per change into the file "
+     "`path` as part of each transaction."},
+    {"hook_counts", mod_test_hook_counts, METH_NOARGS,
+     "hook_counts()\n--\n\n(prepared, published, aborted) of the "
+     "commit_hook() hook."},
+    {"native_hook", (PyCFunction)native_hook, METH_VARARGS, native_hook_doc},
+    {"fst_keys", (PyCFunction)(void (*)(void))fst_keys,
      METH_VARARGS | METH_KEYWORDS, fst_keys_doc},
-    {"_fst_format", (PyCFunction)(void (*)(void))fst_format,
+    {"fst_format", (PyCFunction)(void (*)(void))fst_format,
      METH_VARARGS | METH_KEYWORDS, fst_format_doc},
-    {"_keyrules", (PyCFunction)(void (*)(void))keyrules,
+    {"keyrules", (PyCFunction)(void (*)(void))keyrules,
      METH_VARARGS | METH_KEYWORDS, keyrules_doc},
-    {"_key_normalize", (PyCFunction)(void (*)(void))key_normalize,
+    {"key_normalize", (PyCFunction)(void (*)(void))key_normalize,
      METH_VARARGS | METH_KEYWORDS, key_normalize_doc},
-    {"_bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
+    {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
     {NULL}};
 
+PyDoc_STRVAR(testing_doc,
+"Test and benchmark hooks of pydb._pydb -- NOT API, for tests/ and\n"
+"benchmarks/ only.  Some change process-wide state of the core (fail_io\n"
+"can make the process exit with status 137).  See pydb/_pydb_testing.c.");
+
+/* Add the submodule object `_testing` to `m`.  Its functions are bound to
+ * `m` (their `self` is the main module, whose state they use); their
+ * __module__ is "pydb._pydb._testing".  It is an attribute of pydb._pydb,
+ * not a package member: reach it as pydb._pydb._testing. */
 int testing_exec(PyObject *m, module_state *st)
 {
+    PyObject *sub, *name;
+    int rc = -1;
     (void)st;
-    return PyModule_AddFunctions(m, testing_functions);
+    sub = PyModule_New("pydb._pydb._testing");
+    if (!sub) return -1;
+    name = PyUnicode_FromString("pydb._pydb._testing");
+    if (!name || PyModule_SetDocString(sub, testing_doc) < 0) goto done;
+    for (PyMethodDef *d = testing_functions; d->ml_name; d++) {
+        PyObject *f = PyCFunction_NewEx(d, m, name);
+        int added = f ? PyModule_AddObjectRef(sub, d->ml_name, f) : -1;
+        Py_XDECREF(f);
+        if (added < 0) goto done;
+    }
+    rc = PyModule_AddObjectRef(m, "_testing", sub);
+done:
+    Py_XDECREF(name);
+    Py_DECREF(sub);
+    return rc;
 }
