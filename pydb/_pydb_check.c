@@ -258,11 +258,11 @@ static PyObject *mod_check_kinds(PyObject *m, PyObject *unused)
 
 static PyMethodDef checkrun_methods[] = {
     {"run", (PyCFunction)checkrun_run, METH_NOARGS,
-     "run()\n--\n\nWalk the database (GIL released); once per object.  "
+     "run($self, /)\n--\n\nWalk the database (GIL released); once per object.  "
      "Raises MemoryError if the work buffers cannot be allocated and "
      "ClosedError if the database is closed."},
     {"result", (PyCFunction)checkrun_result, METH_NOARGS,
-     "result()\n--\n\n(problems, counts, summary) after run(): problems is "
+     "result($self, /)\n--\n\n(problems, counts, summary) after run(): problems is "
      "a list of (kind, severity, mfn, file, offset, message) tuples (the "
      "first max_problems), counts a dict kind -> number (all of them), "
      "summary a dict of totals."},

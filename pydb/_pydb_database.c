@@ -13,6 +13,8 @@
 #include "_pydb_record.h"
 #include "_pydb_transaction.h"
 #include <structmember.h>
+#include "pydb_int.h"   /* pydb__refresh() for max_mfn; to be replaced by a
+                           public pydb_refresh() (binding-internals note) */
 
 #define BATCH 256   /* records read per GIL release when iterating */
 
@@ -721,6 +723,8 @@ int database_exec(PyObject *m, module_state *st)
     st->iter_type =
         (PyTypeObject *)PyType_FromModuleAndSpec(m, &iter_spec, NULL);
     if (!st->iter_type) return -1;
-    if (PyModule_AddType(m, st->database_type) < 0) return -1;
+    if (PyModule_AddType(m, st->database_type) < 0 ||
+        PyModule_AddType(m, st->iter_type) < 0)
+        return -1;
     return PyModule_AddFunctions(m, database_functions);
 }

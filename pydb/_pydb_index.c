@@ -156,7 +156,7 @@ static int term_collect(void *ctx, const uint8_t *key, size_t len,
 }
 
 PyDoc_STRVAR(index_terms_doc,
-"terms(prefix=b'', start=None, limit=4096, /)\n--\n\n"
+"terms($self, prefix=b'', start=None, limit=4096, /)\n--\n\n"
 "Up to `limit` keys that start with `prefix` and are >= `start` (or >\n"
 "`start` when start is given as (bytes, True)), in ascending byte order,\n"
 "as a list of (key: bytes, count: int).  An empty list means the end.");
@@ -251,7 +251,7 @@ static PyObject *postings_to_list(pydb_postings *p)
 }
 
 PyDoc_STRVAR(index_postings_doc,
-"postings(key, /)\n--\n\n"
+"postings($self, key, /)\n--\n\n"
 "The postings of exactly `key` (bytes, key form) as a list of\n"
 "(mfn, tag, occ, cnt) tuples sorted ascending; [] if the key is absent.\n"
 "Decoded with the GIL released.");
@@ -281,7 +281,7 @@ static PyObject *index_postings(IndexObject *self, PyObject *arg)
 }
 
 PyDoc_STRVAR(index_key_doc,
-"key(term, /)\n--\n\n"
+"key($self, term, /)\n--\n\n"
 "`term` (bytes) brought into this index's key form (case table or\n"
 "Unicode folding, truncation; isis-formats.md §5.3), as bytes.");
 
@@ -360,7 +360,7 @@ static PyMethodDef index_methods[] = {
     {"postings", (PyCFunction)index_postings, METH_O, index_postings_doc},
     {"key", (PyCFunction)index_key, METH_O, index_key_doc},
     {"close", (PyCFunction)index_close, METH_NOARGS,
-     "close()\n--\n\nRelease the index files (idempotent)."},
+     "close($self, /)\n--\n\nRelease the index files (idempotent)."},
     {NULL}};
 
 static PyType_Slot index_slots[] = {
@@ -742,7 +742,7 @@ cleanup:
 }
 
 PyDoc_STRVAR(open_native_doc,
-"_open_native_index(db_path)\n--\n\n"
+"_open_native_index(db_path, /)\n--\n\n"
 "Open the native index <base>.pdx of the database at db_path as an\n"
 "Index handle.  Raises DatabaseNotFoundError when there is none,\n"
 "CorruptionError for a damaged manifest or segment.");
@@ -753,7 +753,7 @@ static PyObject *open_native(PyObject *m, PyObject *arg)
 }
 
 PyDoc_STRVAR(attach_native_doc,
-"_attach_native_index(db, index)\n--\n\n"
+"_attach_native_index(db, index, /)\n--\n\n"
 "Make every commit on the writable Database `db` update the native Index\n"
 "`index` (opened on the same database) in the same transaction\n"
 "(pydb_native_index_attach).  From then on the database holds the index:\n"

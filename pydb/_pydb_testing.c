@@ -25,7 +25,8 @@
 #include "_pydb_database.h"
 #include "_pydb_index.h"
 #include "_pydb_record.h"
-#include "nidx_int.h"
+#include "pydb_int.h"   /* pydb__test_* I/O hooks, PYDB_ERROR */
+#include "nidx_int.h"   /* key rules, stop words, FST keys, native hook */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,7 +352,7 @@ cleanup:
 /* ----------------------------------------------- native index hook */
 
 PyDoc_STRVAR(native_hook_doc,
-"native_hook(index, action, changes=None)\n--\n\n"
+"native_hook(index, action, changes=None, /)\n--\n\n"
 "Unit-test driver of the native index's commit hook, without a writer:\n"
 "action 'prepare' runs prepare() on `changes` — a list of (mfn, fields or\n"
 "None, deleted_after) — with pydb_txn_put_file replaced by a recorder;\n"
@@ -492,7 +493,7 @@ static int scan_term(void *ctx, const uint8_t *key, size_t len, uint64_t c)
 }
 
 PyDoc_STRVAR(bench_scan_doc,
-"bench_scan(index, prefix=b'', postings=False)\n--\n\n"
+"bench_scan(index, prefix=b'', postings=False, /)\n--\n\n"
 "Benchmark helper: enumerate every key starting with `prefix` in C (GIL\n"
 "released, no Python objects); with postings=True also decode the\n"
 "postings of every key.  Returns (terms, postings).");
