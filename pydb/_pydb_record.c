@@ -291,7 +291,10 @@ static PyObject *mod_set_record_class(PyObject *m, PyObject *cls)
 }
 
 static PyMethodDef record_functions[] = {
-    {"_set_record_class", mod_set_record_class, METH_O, NULL},
+    {"_set_record_class", mod_set_record_class, METH_O,
+     "_set_record_class(cls, /)\n--\n\nMake the binding create instances "
+     "of `cls`, a subclass of Record (pydb.Record), for the records it "
+     "reads."},
     {NULL}};
 
 /* ------------------------------------------------ the field converter */
