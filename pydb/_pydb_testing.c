@@ -418,6 +418,8 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
         for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
             if (first[i] != SIZE_MAX)
                 ch[i].after = fa.v ? fa.v + first[i] : &no_fields;
+        /* Converting ran Python code, which could have closed the index. */
+        if (rc == 0 && index_check_open(st, io) < 0) rc = -1;
         if (rc == 0) {
             rc = pydb__nidx_use_test_put(ix, &e);
             if (rc == 0)
@@ -453,7 +455,7 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
 
 /* -------------------------------------------------- benchmark scan */
 
-/* ---- benchmark helper: enumerate (and decode) entirely in C ---- */
+/* Enumerate (and decode) entirely in C, for benchmarks. */
 typedef struct {
     uint64_t terms;
     uint8_t *arena;
