@@ -64,7 +64,7 @@ setup(
         include_dirs=["csrc"],
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
-        depends=glob.glob("csrc/*.h") + ["pydb/_pydb.h"],
+        depends=glob.glob("csrc/*.h") + glob.glob("pydb/_pydb*.h"),
     )],
     cmdclass={"build_ext": BuildWithCrashtest},
 )

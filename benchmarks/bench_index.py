@@ -145,14 +145,14 @@ def unesb_terms(unesb_index):
 
 
 def test_terms_enumeration_c(benchmark, unesb_index, unesb_terms):
-    terms, _ = benchmark.pedantic(_pydb._bench_scan, (unesb_index,), rounds=10,
+    terms, _ = benchmark.pedantic(_pydb._testing.bench_scan, (unesb_index,), rounds=10,
                                   iterations=1, warmup_rounds=1)
     assert terms == len(unesb_terms)
     _rate(benchmark, terms, "terms_per_s")
 
 
 def test_terms_prefix_c(benchmark, unesb_index, unesb_terms):
-    terms, _ = benchmark.pedantic(_pydb._bench_scan, (unesb_index, b"B"), rounds=20,
+    terms, _ = benchmark.pedantic(_pydb._testing.bench_scan, (unesb_index, b"B"), rounds=20,
                                   iterations=1, warmup_rounds=1)
     assert terms == sum(1 for k, _ in unesb_terms if k.startswith(b"B")) > 0
     _rate(benchmark, terms, "terms_per_s")
@@ -171,7 +171,7 @@ def test_terms_prefix_python(benchmark, unesb_copy, unesb_index, unesb_terms):
 
 def test_postings_decoding_c(benchmark, unesb_index, unesb_terms):
     # every key of the dictionary looked up and its postings decoded
-    _, posts = benchmark.pedantic(_pydb._bench_scan, (unesb_index, b"", True),
+    _, posts = benchmark.pedantic(_pydb._testing.bench_scan, (unesb_index, b"", True),
                                   rounds=3, iterations=1, warmup_rounds=1)
     assert posts == sum(c for _, c in unesb_terms)
     _rate(benchmark, posts, "postings_per_s")
@@ -447,14 +447,15 @@ def unesb_index_after_commits(tmp_path_factory):
     _pydb._index_build(base, UNESB_FST)
     ix = _pydb._open_native_index(base)
     for k in range(7):
-        _pydb._native_hook(ix, "prepare", [(100 + 50 * k + j, [(24, b"new title %d" % j)], False)
-                                          for j in range(50)])
-        _pydb._native_hook(ix, "commit")
+        _pydb._testing.native_hook(ix, "prepare",
+                                   [(100 + 50 * k + j, [(24, b"new title %d" % j)], False)
+                                    for j in range(50)])
+        _pydb._testing.native_hook(ix, "commit")
     return ix
 
 
 def test_terms_enumeration_c_8_segments(benchmark, unesb_index_after_commits):
-    terms, _ = benchmark.pedantic(_pydb._bench_scan, (unesb_index_after_commits,),
+    terms, _ = benchmark.pedantic(_pydb._testing.bench_scan, (unesb_index_after_commits,),
                                   rounds=10, iterations=1, warmup_rounds=1)
     assert terms > 400_000
     _rate(benchmark, terms, "terms_per_s")

@@ -12,7 +12,7 @@
  * built only in result(), with the GIL held.  The public face is
  * Database.check() in pydb/check.py.
  */
-#include "_pydb.h"
+#include "_pydb_database.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,7 +103,7 @@ static PyObject *checkrun_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "max_problems must be >= 0");
         return NULL;
     }
-    if (check_open(st, (DatabaseObject *)db) < 0) return NULL;
+    if (database_check_open(st, (DatabaseObject *)db) < 0) return NULL;
     self = (CheckRunObject *)tp->tp_alloc(tp, 0);
     if (!self) return NULL;
     self->db = (DatabaseObject *)Py_NewRef(db);
@@ -151,7 +151,7 @@ static PyObject *checkrun_run(CheckRunObject *self, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "this CheckRun was already run");
         return NULL;
     }
-    if (check_open(st, db) < 0) {
+    if (database_check_open(st, db) < 0) {
         atomic_store(&self->state, 2);
         self->rc = -1;
         return NULL;
@@ -161,7 +161,8 @@ static PyObject *checkrun_run(CheckRunObject *self, PyObject *unused)
     o.ctx = self;
     o.progress = progress_cb;
     o.progress_ctx = self;
-    UNLOCKED(db, rc = pydb_check_ex(db->db, &o, &self->sum, &self->err));
+    UNLOCKED(&db->guard, NULL,
+             rc = pydb_check_ex(db->db, &o, &self->sum, &self->err));
     self->rc = rc;
     atomic_store(&self->state, 2);
     if (rc) return set_error(st, rc, &self->err);
@@ -257,11 +258,11 @@ static PyObject *mod_check_kinds(PyObject *m, PyObject *unused)
 
 static PyMethodDef checkrun_methods[] = {
     {"run", (PyCFunction)checkrun_run, METH_NOARGS,
-     "run()\n--\n\nWalk the database (GIL released); once per object.  "
+     "run($self, /)\n--\n\nWalk the database (GIL released); once per object.  "
      "Raises MemoryError if the work buffers cannot be allocated and "
      "ClosedError if the database is closed."},
     {"result", (PyCFunction)checkrun_result, METH_NOARGS,
-     "result()\n--\n\n(problems, counts, summary) after run(): problems is "
+     "result($self, /)\n--\n\n(problems, counts, summary) after run(): problems is "
      "a list of (kind, severity, mfn, file, offset, message) tuples (the "
      "first max_problems), counts a dict kind -> number (all of them), "
      "summary a dict of totals."},

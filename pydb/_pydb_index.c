@@ -1,13 +1,21 @@
 /*
- * _pydb_index.c - the Index type: one Python handle over any pydb_index
- * (native segments, ISIS classic/LIND files, in-memory), see pydb.h
- * "Inverted index".  Functions that open a particular kind of index
- * build the handle with index_wrap().
+ * _pydb_index.c - the Index object: one Python handle over any pydb_index
+ * (native segments, ISIS classic/LIND files, in-memory; pydb.h "Inverted
+ * index"), and the module functions that make one or feed one:
+ *
+ *   _open_native_index(db_path)      the native index <base>.pdx
+ *   _open_isis_index(path)           a CDS/ISIS inverted file
+ *   _isis_index_info(index)          what was detected when it was opened
+ *   _memory_index(entries, caps)     an in-memory index
+ *   _fst_parse(text, filename)       compile an FST (validation, pydb.fst)
+ *   _index_build(db_path, fst, ...)  build the native index
+ *   _attach_native_index(db, index)  make every commit update it
  *
  * Keys cross this boundary as bytes in the index's key form; decoding to
  * str is done in pydb/index.py with the database's encoding.
  */
-#include "_pydb.h"
+#include "_pydb_index.h"
+#include "_pydb_database.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,12 +23,12 @@
 
 int index_check_open(module_state *st, IndexObject *self)
 {
-    if (self->ix && !self->closing) return 0;
+    if (self->ix && !self->guard.closing) return 0;
     PyErr_SetString(st->ClosedError, "the index is closed");
     return -1;
 }
 
-PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner)
+static PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner)
 {
     IndexObject *self =
         (IndexObject *)st->index_type->tp_alloc(st->index_type, 0);
@@ -29,26 +37,28 @@ PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner)
         return NULL;
     }
     self->ix = ix;
-    atomic_store(&self->active, 0);
-    self->closing = 0;
+    atomic_store(&self->guard.active, 0);
+    self->guard.closing = 0;
     self->hooked = 0;
     self->owner = Py_NewRef(owner ? owner : Py_None);
     return (PyObject *)self;
 }
 
-PyObject *index_open_path(module_state *st, PyObject *path,
-                          int (*open_fn)(pydb_index **, const char *,
-                                         pydb_error *))
+/* Open the index of the database at `path` (str, bytes or os.PathLike)
+ * with `open_fn` (GIL released) and wrap it; NULL + exception on error. */
+static PyObject *index_open_path(module_state *st, PyObject *path,
+                                 int (*open_fn)(pydb_index **, const char *,
+                                                pydb_error *))
 {
     PyObject *bytes = NULL;
     pydb_index *ix = NULL;
+    const char *cpath;
     pydb_error e;
     int rc;
 
     if (!PyUnicode_FSConverter(path, &bytes)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = open_fn(&ix, PyBytes_AS_STRING(bytes), &e);
-    Py_END_ALLOW_THREADS
+    cpath = PyBytes_AS_STRING(bytes);
+    UNLOCKED(NULL, NULL, rc = open_fn(&ix, cpath, &e));
     Py_DECREF(bytes);
     if (rc) return set_error(st, rc, &e);
     return index_wrap(st, ix, NULL);
@@ -58,8 +68,8 @@ PyObject *index_open_path(module_state *st, PyObject *path,
  * handle is (still) a database's commit hook or another close got it. */
 static void index_close_after_wait(IndexObject *self, pydb_index *ix)
 {
-    self->closing = 1;
-    wait_idle(&self->active);
+    self->guard.closing = 1;
+    guard_wait_idle(&self->guard);
     /* A commit hook of an open database: the writer may still use the
      * pydb_index; the database frees it once closed. */
     if (self->hooked || self->ix != ix) return;
@@ -69,7 +79,7 @@ static void index_close_after_wait(IndexObject *self, pydb_index *ix)
 
 static void index_close_handle(IndexObject *self)
 {
-    if (!self->ix || self->closing) return;
+    if (!self->ix || self->guard.closing) return;
     index_close_after_wait(self, self->ix);
 }
 
@@ -146,7 +156,7 @@ static int term_collect(void *ctx, const uint8_t *key, size_t len,
 }
 
 PyDoc_STRVAR(index_terms_doc,
-"terms(prefix=b'', start=None, limit=4096, /)\n--\n\n"
+"terms($self, prefix=b'', start=None, limit=4096, /)\n--\n\n"
 "Up to `limit` keys that start with `prefix` and are >= `start` (or >\n"
 "`start` when start is given as (bytes, True)), in ascending byte order,\n"
 "as a list of (key: bytes, count: int).  An empty list means the end.");
@@ -186,7 +196,7 @@ static PyObject *index_terms(IndexObject *self, PyObject *args)
         b.cap = (size_t)limit;  /* the skipped key does not count */
     }
     if (index_check_open(st, self) < 0) goto cleanup;
-    UNLOCKED(self, rc = pydb_index_terms(
+    UNLOCKED(&self->guard, NULL, rc = pydb_index_terms(
                  self->ix, prefix.buf, (size_t)prefix.len,
                  start.obj ? start.buf : NULL,
                  start.obj ? (size_t)start.len : 0, term_collect, &b, &e));
@@ -221,7 +231,7 @@ cleanup:
 }
 
 /* Build a list of (mfn, tag, occ, cnt) tuples; frees p. */
-PyObject *postings_to_list(pydb_postings *p)
+static PyObject *postings_to_list(pydb_postings *p)
 {
     PyObject *result = PyList_New((Py_ssize_t)p->n);
     if (result) {
@@ -241,7 +251,7 @@ PyObject *postings_to_list(pydb_postings *p)
 }
 
 PyDoc_STRVAR(index_postings_doc,
-"postings(key, /)\n--\n\n"
+"postings($self, key, /)\n--\n\n"
 "The postings of exactly `key` (bytes, key form) as a list of\n"
 "(mfn, tag, occ, cnt) tuples sorted ascending; [] if the key is absent.\n"
 "Decoded with the GIL released.");
@@ -259,8 +269,9 @@ static PyObject *index_postings(IndexObject *self, PyObject *arg)
         PyBuffer_Release(&key);
         return NULL;
     }
-    UNLOCKED(self, rc = pydb_index_postings(&p, self->ix, key.buf,
-                                            (size_t)key.len, &e));
+    UNLOCKED(&self->guard, NULL,
+             rc = pydb_index_postings(&p, self->ix, key.buf, (size_t)key.len,
+                                      &e));
     PyBuffer_Release(&key);
     if (rc) {
         pydb_postings_free(&p);
@@ -270,7 +281,7 @@ static PyObject *index_postings(IndexObject *self, PyObject *arg)
 }
 
 PyDoc_STRVAR(index_key_doc,
-"key(term, /)\n--\n\n"
+"key($self, term, /)\n--\n\n"
 "`term` (bytes) brought into this index's key form (case table or\n"
 "Unicode folding, truncation; isis-formats.md §5.3), as bytes.");
 
@@ -332,7 +343,7 @@ static PyObject *index_get_caps(IndexObject *self, void *c)
 
 static PyObject *index_get_closed(IndexObject *self, void *c)
 {
-    return PyBool_FromLong(!self->ix || self->closing);
+    return PyBool_FromLong(!self->ix || self->guard.closing);
 }
 
 static PyGetSetDef index_getset[] = {
@@ -349,7 +360,7 @@ static PyMethodDef index_methods[] = {
     {"postings", (PyCFunction)index_postings, METH_O, index_postings_doc},
     {"key", (PyCFunction)index_key, METH_O, index_key_doc},
     {"close", (PyCFunction)index_close, METH_NOARGS,
-     "close()\n--\n\nRelease the index files (idempotent)."},
+     "close($self, /)\n--\n\nRelease the index files (idempotent)."},
     {NULL}};
 
 static PyType_Slot index_slots[] = {
@@ -365,10 +376,446 @@ static PyType_Spec index_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
         Py_TPFLAGS_DISALLOW_INSTANTIATION, index_slots};
 
+/* ------------------------------------------------------- ISIS files */
+
+PyDoc_STRVAR(open_isis_index_doc,
+"_open_isis_index(path, /)\n--\n\n"
+"Open the CDS/ISIS inverted file of the database `path` (base name or\n"
+"any of its files; str, bytes or os.PathLike) and return an Index.\n"
+"Raises DatabaseNotFoundError when there is no .cnt file (no inverted\n"
+"file), CorruptionError when no file set validates (isis-formats.md\n"
+"§4.8), DiskError for other OS errors.");
+
+static PyObject *open_isis_index(PyObject *m, PyObject *arg)
+{
+    return index_open_path(PyModule_GetState(m), arg, pydb_isis_index_open);
+}
+
+static PyObject *str_or_none(const char *s)
+{
+    if (!s || !*s) Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(s);
+}
+
+PyDoc_STRVAR(isis_index_info_doc,
+"_isis_index_info(index, /)\n--\n\n"
+"What was detected when `index` (opened by _open_isis_index) was opened,\n"
+"as a dict: kind ('isis-classic' or 'isis-lind'), le1, le2 (key lengths\n"
+"of trees 1 and 2, bytes), layout ('packed' or 'aligned': .cnt record\n"
+"size 26 or 28), key_pad (bytes after a 10/30 key), infx and infx_align\n"
+"(LIND INFO1/INFO3 size and alignment, bytes; 0 for classic), mfn_bytes\n"
+"(3, or 4 for LIND4), cnt, postings (paths), trees (two dicts: empty,\n"
+"liv, root, nodes, leaves, node_size, leaf_size, node_file, leaf_file)\n"
+"and note (which file set was used and why, isis-formats.md §4.8).");
+
+static PyObject *isis_index_info(PyObject *m, PyObject *arg)
+{
+    module_state *st = PyModule_GetState(m);
+    IndexObject *self;
+    pydb_isis_index_info in;
+    PyObject *trees = NULL, *result = NULL;
+
+    if (!PyObject_TypeCheck(arg, st->index_type)) {
+        PyErr_SetString(PyExc_TypeError, "expected an Index");
+        return NULL;
+    }
+    self = (IndexObject *)arg;
+    if (index_check_open(st, self) < 0) return NULL;
+    if (pydb_isis_index_describe(self->ix, &in) != PYDB_OK) {
+        PyErr_SetString(PyExc_TypeError, "not an ISIS inverted file");
+        return NULL;
+    }
+    trees = PyList_New(2);
+    if (!trees) return NULL;
+    for (int t = 0; t < 2; t++) {
+        PyObject *node = str_or_none(in.tree[t].node_path);
+        PyObject *leaf = str_or_none(in.tree[t].leaf_path);
+        PyObject *d = NULL;
+        if (node && leaf)
+            d = Py_BuildValue(
+                "{s:O,s:i,s:i,s:i,s:i,s:n,s:n,s:O,s:O}", "empty",
+                in.tree[t].empty ? Py_True : Py_False, "liv", in.tree[t].liv,
+                "root", (int)in.tree[t].root, "nodes", (int)in.tree[t].nodes,
+                "leaves", (int)in.tree[t].leaves, "node_size",
+                (Py_ssize_t)in.tree[t].node_size, "leaf_size",
+                (Py_ssize_t)in.tree[t].leaf_size, "node_file", node,
+                "leaf_file", leaf);
+        Py_XDECREF(node);
+        Py_XDECREF(leaf);
+        if (!d) goto cleanup;
+        PyList_SET_ITEM(trees, t, d);
+    }
+    {
+        PyObject *cnt = str_or_none(in.cnt_path);
+        PyObject *post = str_or_none(in.postings_path);
+        if (cnt && post)
+            result = Py_BuildValue(
+                "{s:s,s:i,s:i,s:s,s:i,s:i,s:i,s:i,s:O,s:O,s:O,s:s}", "kind",
+                in.kind == PYDB_INDEX_ISIS_LIND ? "isis-lind"
+                                                : "isis-classic",
+                "le1", in.le1, "le2", in.le2, "layout",
+                in.cnt_aligned ? "aligned" : "packed", "key_pad", in.key_pad,
+                "infx", in.infx, "infx_align", in.infx_align, "mfn_bytes",
+                in.mfn_bytes, "cnt", cnt, "postings", post, "trees", trees,
+                "note", in.note ? in.note : "");
+        Py_XDECREF(cnt);
+        Py_XDECREF(post);
+    }
+cleanup:
+    Py_DECREF(trees);
+    return result;
+}
+
+/* ------------------------------------------------------- in-memory */
+
+/* Caps from "tag,occ,cnt" (any subset, any order; "" = MFN only). */
+static int parse_caps(const char *s, int *caps)
+{
+    *caps = 0;
+    while (*s) {
+        const char *e = strchr(s, ',');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n == 3 && memcmp(s, "tag", 3) == 0) *caps |= PYDB_POSTING_TAG;
+        else if (n == 3 && memcmp(s, "occ", 3) == 0) *caps |= PYDB_POSTING_OCC;
+        else if (n == 3 && memcmp(s, "cnt", 3) == 0) *caps |= PYDB_POSTING_CNT;
+        else {
+            PyErr_Format(PyExc_ValueError,
+                         "caps must name 'tag', 'occ' and/or 'cnt' separated "
+                         "by commas, not %.*s", (int)n, s);
+            return -1;
+        }
+        s += n;
+        if (*s == ',') s++;
+    }
+    return 0;
+}
+
+static int u32_of(PyObject *o, uint32_t *out, const char *what)
+{
+    unsigned long long v;
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "posting %s must be an int", what);
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "posting %s must be 0..4294967295",
+                     what);
+        return -1;
+    }
+    if (v > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "posting %s must be 0..4294967295",
+                     what);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+PyDoc_STRVAR(memory_index_doc,
+"_memory_index(entries, caps='tag,occ,cnt')\n--\n\n"
+"An in-memory Index (kind 'memory') from `entries`, a dict mapping each\n"
+"key (bytes, taken as the key form) to a list of (mfn, tag, occ, cnt)\n"
+"tuples (MFN >= 1; the others 0..2**32-1).  `caps` names the posting\n"
+"fields the index records ('tag', 'occ', 'cnt', comma-separated; '' for\n"
+"MFNs only, like an ISIS LIND index); the others are stored as 0.  Its\n"
+"key form upper-cases ASCII a-z and keeps every other byte.  Raises\n"
+"TypeError/ValueError for malformed entries.");
+
+static PyObject *mod_memory_index(PyObject *m, PyObject *args,
+                                  PyObject *kw)
+{
+    static char *kwlist[] = {"entries", "caps", NULL};
+    module_state *st = PyModule_GetState(m);
+    PyObject *entries, *keys = NULL, *result = NULL;
+    const char *caps_s = "tag,occ,cnt";
+    pydb_index *ix = NULL;
+    pydb_posting *buf = NULL;
+    size_t bufcap = 0;
+    pydb_error e;
+    int caps, rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|s", kwlist, &PyDict_Type,
+                                     &entries, &caps_s) ||
+        parse_caps(caps_s, &caps) < 0)
+        return NULL;
+    keys = PyDict_Keys(entries);
+    if (!keys || PyList_Sort(keys) < 0) goto cleanup;   /* ascending: O(1) adds */
+    if ((rc = pydb_memindex_new(&ix, caps, &e))) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i), *list, *seq;
+        Py_ssize_t n;
+        if (!PyBytes_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "index keys must be bytes");
+            goto cleanup;
+        }
+        list = PyDict_GetItemWithError(entries, key);
+        if (!list) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "key vanished");
+            goto cleanup;
+        }
+        seq = PySequence_Fast(list, "postings must be a list of tuples");
+        if (!seq) goto cleanup;
+        n = PySequence_Fast_GET_SIZE(seq);
+        if ((size_t)n > bufcap) {
+            pydb_posting *nb = realloc(buf, (size_t)n * sizeof *nb);
+            if (!nb) {
+                Py_DECREF(seq);
+                PyErr_NoMemory();
+                goto cleanup;
+            }
+            buf = nb;
+            bufcap = (size_t)n;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *t = PySequence_Fast_GET_ITEM(seq, k);
+            uint32_t mfn;
+            if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
+                PyErr_SetString(PyExc_TypeError,
+                                "a posting must be a (mfn, tag, occ, cnt) tuple");
+                Py_DECREF(seq);
+                goto cleanup;
+            }
+            if (u32_of(PyTuple_GET_ITEM(t, 0), &mfn, "mfn") < 0 ||
+                u32_of(PyTuple_GET_ITEM(t, 1), &buf[k].tag, "tag") < 0 ||
+                u32_of(PyTuple_GET_ITEM(t, 2), &buf[k].occ, "occ") < 0 ||
+                u32_of(PyTuple_GET_ITEM(t, 3), &buf[k].cnt, "cnt") < 0) {
+                Py_DECREF(seq);
+                goto cleanup;
+            }
+            if (mfn < 1 || mfn > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError,
+                             "posting MFN must be 1..2147483647, not %lu",
+                             (unsigned long)mfn);
+                Py_DECREF(seq);
+                goto cleanup;
+            }
+            buf[k].mfn = (int32_t)mfn;
+        }
+        Py_DECREF(seq);
+        rc = pydb_memindex_add(ix, (const uint8_t *)PyBytes_AS_STRING(key),
+                               (size_t)PyBytes_GET_SIZE(key), buf, (size_t)n,
+                               &e);
+        if (rc) {
+            set_error(st, rc, &e);
+            goto cleanup;
+        }
+    }
+    result = index_wrap(st, ix, NULL);
+    ix = NULL;   /* owned (or closed) by index_wrap */
+cleanup:
+    pydb_index_close(ix);
+    free(buf);
+    Py_XDECREF(keys);
+    return result;
+}
+
+/* ------------------------------------------- FST and native index */
+
+PyDoc_STRVAR(fst_parse_doc,
+"_fst_parse(text, filename=None)\n--\n\n"
+"Compile FST text (bytes or str; isis-formats.md §5.1) and return its\n"
+"rules as a list of (id, technique, format: bytes, line) tuples.\n"
+"Raises FSTError(filename, line, reason) naming the construct.");
+
+static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"text", "filename", NULL};
+    module_state *st = PyModule_GetState(m);
+    Py_buffer text;
+    const char *filename = NULL;
+    pydb_fst *f = NULL;
+    pydb_error e;
+    PyObject *res = NULL;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s*|z", kwlist, &text,
+                                     &filename))
+        return NULL;
+    rc = pydb_fst_parse(&f, text.buf, (size_t)text.len, filename, &e);
+    PyBuffer_Release(&text);
+    if (rc) return set_error(st, rc, &e);
+    res = PyList_New((Py_ssize_t)pydb_fst_count(f));
+    for (size_t i = 0; res && i < pydb_fst_count(f); i++) {
+        uint32_t id;
+        int tech, line;
+        const char *fmt;
+        size_t fl;
+        pydb_fst_rule(f, i, &id, &tech, &fmt, &fl, &line);
+        PyObject *t = Py_BuildValue("(Iiy#i)", id, tech, fmt, (Py_ssize_t)fl,
+                                    line);
+        if (!t) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+    }
+    pydb_fst_free(f);
+    return res;
+}
+
+PyDoc_STRVAR(index_build_doc,
+"_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
+"             stw=None, tables=True, batch=8192)\n--\n\n"
+"Build the native index of the database at db_path (str) from FST text\n"
+"`fst` into <base>.pdx/.  The work runs with the GIL released in batches\n"
+"of `batch` records; between batches progress(done, total) is called\n"
+"(records read so far, max MFN).  Returns the number of records read.\n"
+"Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError.");
+
+static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
+                             "stw", "tables", "batch", NULL};
+    module_state *st = PyModule_GetState(m);
+    PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
+    Py_buffer text, stw = {0};
+    int utf8 = 0, tables = 1, rc, more = 1;
+    Py_ssize_t max_key = 0, batch = 8192;
+    pydb_fst *f = NULL;
+    pydb_nidx_builder *b = NULL;
+    pydb_nidx_options opt;
+    pydb_error e;
+    int64_t done = 0, total = 0;
+    const char *cpath;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pn", kwlist,
+                                     PyUnicode_FSConverter, &path_obj, &text,
+                                     &progress, &utf8, &max_key, &stw,
+                                     &tables, &batch))
+        return NULL;
+    if (batch < 1) batch = 1;
+    if (batch > INT32_MAX) batch = INT32_MAX;
+    memset(&opt, 0, sizeof opt);
+    opt.utf8 = utf8;
+    opt.max_key = max_key > 0 ? (size_t)max_key : 0;
+    opt.tables = tables;
+    if (stw.obj) {
+        opt.stw = stw.buf;
+        opt.stw_len = (size_t)stw.len;
+    }
+    rc = pydb_fst_parse(&f, text.buf, (size_t)text.len, NULL, &e);
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    cpath = PyBytes_AS_STRING(path_obj);
+    UNLOCKED(NULL, NULL, rc = pydb_nidx_builder_open(&b, cpath, f, &opt, &e));
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    while (more) {
+        int32_t nbatch = (int32_t)batch;
+        UNLOCKED(NULL, NULL, rc = pydb_nidx_builder_step(b, nbatch, &done,
+                                                         &total, &more, &e));
+        if (rc) {
+            set_error(st, rc, &e);
+            goto cleanup;
+        }
+        if (progress != Py_None) {
+            PyObject *r = PyObject_CallFunction(progress, "LL",
+                                                (long long)done,
+                                                (long long)total);
+            if (!r) goto cleanup;
+            Py_DECREF(r);
+        }
+        if (PyErr_CheckSignals() < 0) goto cleanup;
+    }
+    UNLOCKED(NULL, NULL, rc = pydb_nidx_builder_finish(b, &e));
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    res = PyLong_FromLongLong((long long)done);
+cleanup:
+    if (b) UNLOCKED(NULL, NULL, pydb_nidx_builder_free(b));
+    pydb_fst_free(f);
+    Py_XDECREF(path_obj);
+    PyBuffer_Release(&text);
+    if (stw.obj) PyBuffer_Release(&stw);
+    return res;
+}
+
+PyDoc_STRVAR(open_native_doc,
+"_open_native_index(db_path, /)\n--\n\n"
+"Open the native index <base>.pdx of the database at db_path as an\n"
+"Index handle.  Raises DatabaseNotFoundError when there is none,\n"
+"CorruptionError for a damaged manifest or segment.");
+
+static PyObject *open_native(PyObject *m, PyObject *arg)
+{
+    return index_open_path(PyModule_GetState(m), arg, pydb_native_index_open);
+}
+
+PyDoc_STRVAR(attach_native_doc,
+"_attach_native_index(db, index, /)\n--\n\n"
+"Make every commit on the writable Database `db` update the native Index\n"
+"`index` (opened on the same database) in the same transaction\n"
+"(pydb_native_index_attach).  From then on the database holds the index:\n"
+"index.close() only marks it closed, and its files are released when the\n"
+"database is closed.  Raises ValueError if either is attached already,\n"
+"ClosedError if either is closed, UnsupportedError for an index that is\n"
+"not native.");
+
+static PyObject *attach_native(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *db_obj, *index_obj;
+    DatabaseObject *db;
+    IndexObject *io;
+    pydb_error e;
+    int rc;
+
+    if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &db_obj,
+                          st->index_type, &index_obj))
+        return NULL;
+    db = (DatabaseObject *)db_obj;
+    io = (IndexObject *)index_obj;
+    if (database_check_open(st, db) < 0) return NULL;
+    if (index_check_open(st, io) < 0) return NULL;
+    if (db->hooked_index || io->hooked) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a native index is attached already");
+        return NULL;
+    }
+    if (db->txn) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cannot attach an index during a transaction");
+        return NULL;
+    }
+    UNLOCKED(&db->guard, NULL,
+             rc = pydb_native_index_attach(io->ix, db->db, &e));
+    if (rc) return set_error(st, rc, &e);
+    io->hooked = 1;
+    db->hooked_index = Py_NewRef(index_obj);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef index_functions[] = {
+    {"_open_native_index", (PyCFunction)open_native, METH_O,
+     open_native_doc},
+    {"_open_isis_index", open_isis_index, METH_O, open_isis_index_doc},
+    {"_isis_index_info", isis_index_info, METH_O, isis_index_info_doc},
+    {"_memory_index", (PyCFunction)(void (*)(void))mod_memory_index,
+     METH_VARARGS | METH_KEYWORDS, memory_index_doc},
+    {"_fst_parse", (PyCFunction)(void (*)(void))fst_parse,
+     METH_VARARGS | METH_KEYWORDS, fst_parse_doc},
+    {"_index_build", (PyCFunction)(void (*)(void))index_build,
+     METH_VARARGS | METH_KEYWORDS, index_build_doc},
+    {"_attach_native_index", (PyCFunction)attach_native, METH_VARARGS,
+     attach_native_doc},
+    {NULL}};
+
 int index_exec(PyObject *m, module_state *st)
 {
     st->index_type =
         (PyTypeObject *)PyType_FromModuleAndSpec(m, &index_spec, NULL);
     if (!st->index_type) return -1;
-    return PyModule_AddType(m, st->index_type);
+    if (PyModule_AddType(m, st->index_type) < 0) return -1;
+    return PyModule_AddFunctions(m, index_functions);
 }

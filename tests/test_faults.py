@@ -80,12 +80,12 @@ def count_ops(tmp_path, pristine):
     for ext in (".mst", ".xrf", ".wal"):
         shutil.copy(f"{base0}{ext}", f"{tmp_path}/c{ext}")
     with open_db(tmp_path / "c") as db:
-        _pydb._test_fail_io(-1)
+        _pydb._testing.fail_io(-1)
         try:
             run_script(db, oracle0.copy(), {})
-            n = _pydb._test_io_count()
+            n = _pydb._testing.io_count()
         finally:
-            _pydb._test_fail_io(0)
+            _pydb._testing.fail_io(0)
     return n
 
 
@@ -110,14 +110,14 @@ def test_fail_every_operation(tmp_path, pristine, mode):
         results = {"pending": None}
         db = open_db(base)
         raised = None
-        _pydb._test_fail_io(n, eno, short)
+        _pydb._testing.fail_io(n, eno, short)
         try:
             run_script(db, oracle, results)
         except pydb.Error as e:
             raised = e
         finally:
-            fired = _pydb._test_io_fired()
-            _pydb._test_fail_io(0)
+            fired = _pydb._testing.io_fired()
+            _pydb._testing.fail_io(0)
         assert fired, f"n={n}: the fault was not reached"
         kind = fired.split()[0]
         if raised is None:
@@ -169,7 +169,7 @@ def test_fail_every_operation_of_recovery(tmp_path, pristine, eno):
         shutil.copy(f"{base0}{ext}", d / f"db{ext}")
     oracle = oracle0.copy()
     with open_db(d / "db") as db:
-        _pydb._test_fail_io(3, errno.EIO)      # log pwrite, log fdatasync, .mst pwrite
+        _pydb._testing.fail_io(3, errno.EIO)      # log pwrite, log fdatasync, .mst pwrite
         try:
             with pytest.raises(pydb.DiskError):
                 with db.transaction() as tx:
@@ -178,28 +178,28 @@ def test_fail_every_operation_of_recovery(tmp_path, pristine, eno):
                     tx.update(1, content(1, 778, 50))
                     tx.delete(2)
         finally:
-            _pydb._test_fail_io(0)
+            _pydb._testing.fail_io(0)
     oracle.apply([("A", 121 + k, 777, k) for k in range(130)] +
                  [("U", 1, 778, 50), ("D", 2)])
     saved = {ext: (d / f"db{ext}").read_bytes() for ext in (".mst", ".xrf", ".wal")}
     assert saved[".wal"][:8] == b"PYDBWAL1"
     # count the operations of one recovery
-    _pydb._test_fail_io(-1)
+    _pydb._testing.fail_io(-1)
     try:
         open_db(d / "db").close()
-        total = _pydb._test_io_count()
+        total = _pydb._testing.io_count()
     finally:
-        _pydb._test_fail_io(0)
+        _pydb._testing.fail_io(0)
     assert total >= 5                              # writes, 2 fdatasync, truncate, fdatasync
     for n in range(1, total + 1):
         for ext, data in saved.items():
             (d / f"db{ext}").write_bytes(data)
-        _pydb._test_fail_io(n, eno)
+        _pydb._testing.fail_io(n, eno)
         try:
             with pytest.raises(pydb.DiskError) as e:
                 open_db(d / "db").close()
         finally:
-            _pydb._test_fail_io(0)
+            _pydb._testing.fail_io(0)
         assert e.value.errno == eno and e.value.filename.startswith(str(d))
         with pydb.open(d / "db", readonly=False) as db:   # recovers now
             assert oracle.matches(db)[0]

@@ -80,7 +80,7 @@ def test_record1_matches_the_sample(isis_data):
 
 
 def keys(fst, fields, **kw):
-    return [(k, m, t, o, c) for k, m, t, o, c in _pydb._fst_keys(fst, fields, **kw)]
+    return [(k, m, t, o, c) for k, m, t, o, c in _pydb._testing.fst_keys(fst, fields, **kw)]
 
 
 def test_techniques_0_to_4_hand_checked(isis_data):
@@ -148,12 +148,12 @@ def test_technique_1000_names_the_mfn(isis_data):
     # '/',f(size(v30),0,0),'/': v30 is 20 bytes long, so MFN 20
     assert got[0] == (b"MAGALHAES, A.C.", 20, 70, 1, 1)
     assert {m for _, m, *_ in got} == {20}
-    assert _pydb._fst_format(fst, 0, REC1) == b"/20/Magalhaes, A.C.\nFranco, C.M.\n"
-    assert _pydb._fst_format(fst, 0, [(70, b"X")]) == b"/111/X\n"
+    assert _pydb._testing.fst_format(fst, 0, REC1) == b"/20/Magalhaes, A.C.\nFranco, C.M.\n"
+    assert _pydb._testing.fst_format(fst, 0, [(70, b"X")]) == b"/111/X\n"
 
 
 def test_format_language_subset():
-    fmt = _pydb._fst_format
+    fmt = _pydb._testing.fst_format
     rec = [(100, b"^aSmith^bJohn^c1950"), (245, b"^aTitle^bsub"), (8, b"abcdefghijk"),
            (96, b"text"), (1, b"<Mc=Mac>Quail")]
     assert fmt(b'1 0 "CN_"v100^a', 0, rec) == b"CN_Smith"
@@ -224,7 +224,7 @@ def test_field_rules_compile_to_the_same_keys():
 # ---- key normalisation, isis-formats.md §5.3 ----
 
 def norm(term, **kw):
-    return _pydb._key_normalize(term, **kw)
+    return _pydb._testing.key_normalize(term, **kw)
 
 
 def test_default_8bit_table():
@@ -233,7 +233,7 @@ def test_default_8bit_table():
     assert norm(b"Andr\x82 \x9a") == b"ANDRE U"          # é, Ü
     assert norm(b"\x9c") == b"\x9c"                       # £ is kept
     assert norm(b"  two  words  ") == b"TWO  WORDS"       # blanks trimmed
-    upper, word = _pydb._keyrules()
+    upper, word = _pydb._testing.keyrules()
     assert upper[ord("a")] == ord("A") and upper[0xE9] == 0xE9
     assert [c for c in range(256) if word[c]] == (
         list(range(65, 91)) + list(range(97, 123)) + list(range(128, 155)) + list(range(160, 166)))
@@ -249,7 +249,7 @@ def test_tables_from_the_database_folder(isis_data):
     uc = [int(x) for x in (folder / "isisuc.tab").read_text().split()]
     ac = {int(x) for x in (folder / "isisac.tab").read_text().split()}
     assert len(uc) == 256
-    upper, word = _pydb._keyrules(tables_dir=str(folder))
+    upper, word = _pydb._testing.keyrules(tables_dir=str(folder))
     assert list(upper) == uc
     assert {c for c in range(256) if word[c]} == ac
     # this table folds Latin-1: é (0xE9) -> E, ÿ (0xFF) -> Y
@@ -311,13 +311,13 @@ if given is not None:
             assert e.line >= 1
             return
         for i in range(len(rules)):
-            _pydb._fst_format(text, i, REC1)
-        _pydb._fst_keys(text, REC1, max_key=7, utf8=bool(tech % 2))
+            _pydb._testing.fst_format(text, i, REC1)
+        _pydb._testing.fst_keys(text, REC1, max_key=7, utf8=bool(tech % 2))
 
 
 def test_runaway_format_output_is_capped():
     # each replace() multiplies the text by 10: 10**9 bytes if unchecked
     fst = b"1 0 " + b"replace(" * 9 + b"v1" + b",'a','aaaaaaaaaa')" * 9
     with pytest.raises(pydb.RecordTooLargeError) as ei:
-        _pydb._fst_keys(fst, [(1, b"a")], mfn=3)
+        _pydb._testing.fst_keys(fst, [(1, b"a")], mfn=3)
     assert "record 3" in str(ei.value)

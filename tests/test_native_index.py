@@ -281,7 +281,7 @@ def test_hook_prepare_publish(cds):
     ix = _pydb._open_native_index(cds)
     before = dict(all_terms(ix))
     assert ix.postings(b"TECHNIQUES")[0] == (1, 24, 1, 1)
-    _pydb._native_hook(ix, "prepare", [
+    _pydb._testing.native_hook(ix, "prepare", [
         (1, [(24, b"Zebra crossing techniques"), (70, b"Doe, J.")], False),
         (2, None, True),                                     # deleted
         (151, [(24, b"A zebra")], False),                    # new record
@@ -290,7 +290,7 @@ def test_hook_prepare_publish(cds):
     assert ix.postings(b"ZEBRA") == []
     assert dict(all_terms(ix)) == before
     assert dict(all_terms(_pydb._open_native_index(cds))) == before
-    _pydb._native_hook(ix, "commit")
+    _pydb._testing.native_hook(ix, "commit")
     assert ix.postings(b"ZEBRA") == [(1, 24, 1, 1), (151, 24, 1, 2)]
     # MFN 1's old postings are gone, its new ones in
     techniques = ix.postings(b"TECHNIQUES")
@@ -308,8 +308,8 @@ def test_hook_prepare_publish(cds):
     assert dict(all_terms(again)) == after
     assert again.postings(b"ZEBRA") == ix.postings(b"ZEBRA")
     # a second commit on top, touching MFN 1 again
-    _pydb._native_hook(ix, "prepare", [(1, [(24, b"zebra")], False)])
-    _pydb._native_hook(ix, "commit")
+    _pydb._testing.native_hook(ix, "prepare", [(1, [(24, b"zebra")], False)])
+    _pydb._testing.native_hook(ix, "commit")
     assert ix.postings(b"ZEBRA") == [(1, 24, 1, 1), (151, 24, 1, 2)]
     assert ix.postings(b"DOE, J.") == [] and ix.postings(b"CROSSING") == []
     assert len([f for f in os.listdir(cds + ".pdx") if f.endswith(".pds")]) == 3
@@ -319,14 +319,14 @@ def test_hook_abort_leaves_nothing(cds):
     ix = _pydb._open_native_index(cds)
     files = sorted(os.listdir(cds + ".pdx"))
     manifest = open(os.path.join(cds + ".pdx", "MANIFEST"), "rb").read()
-    _pydb._native_hook(ix, "prepare", [(3, [(24, b"yak")], False)])
+    _pydb._testing.native_hook(ix, "prepare", [(3, [(24, b"yak")], False)])
     assert len(os.listdir(cds + ".pdx")) == len(files) + 1   # written, unreferenced
-    _pydb._native_hook(ix, "abort")
+    _pydb._testing.native_hook(ix, "abort")
     assert sorted(os.listdir(cds + ".pdx")) == files
     assert open(os.path.join(cds + ".pdx", "MANIFEST"), "rb").read() == manifest
     assert ix.postings(b"YAK") == []
     # publish without a prepared change does nothing
-    _pydb._native_hook(ix, "publish")
+    _pydb._testing.native_hook(ix, "publish")
     assert ix.postings(b"YAK") == []
 
 
@@ -349,8 +349,9 @@ def test_readers_see_one_committed_state(cds):
     for t in threads:
         t.start()
     for i in range(20):
-        _pydb._native_hook(ix, "prepare", [(200 + i, [(24, b"qqzebra" + bytes([97 + i]))], False)])
-        _pydb._native_hook(ix, "commit")
+        _pydb._testing.native_hook(ix, "prepare",
+                                   [(200 + i, [(24, b"qqzebra" + bytes([97 + i]))], False)])
+        _pydb._testing.native_hook(ix, "commit")
     stop.set()
     for t in threads:
         t.join()
@@ -431,7 +432,7 @@ if given is not None:
             ix = _pydb._open_native_index(base)
             for k, _ in all_terms(ix):
                 ix.postings(k)
-            _pydb._bench_scan(ix, b"", True)
+            _pydb._testing.bench_scan(ix, b"", True)
         except pydb.CorruptionError:
             pass
         finally:
@@ -446,10 +447,10 @@ def test_commits_merge_the_tail_segments(cds):
     base_water = ix.postings(b"WATER")
     for i in range(20):
         # MFN 4 (a WATER record) rewritten each time; MFN 300+i appended
-        _pydb._native_hook(ix, "prepare", [
+        _pydb._testing.native_hook(ix, "prepare", [
             (4, [(24, b"water round %s" % bytes([97 + i]))], False),
             (300 + i, [(24, b"water")], False)])
-        _pydb._native_hook(ix, "commit")
+        _pydb._testing.native_hook(ix, "commit")
         named = [line.split()[1] for line in
                  open(os.path.join(pdx, "MANIFEST"), "rb").read().decode("latin-1").splitlines()
                  if line.startswith("segment ")]
@@ -457,8 +458,8 @@ def test_commits_merge_the_tail_segments(cds):
         assert len(named) <= 8
         # files merged away are removed by the next commit's prepare
         assert len(segs) <= 8 + 7
-    _pydb._native_hook(ix, "prepare", [(999, [(24, b"yak")], False)])
-    _pydb._native_hook(ix, "commit")
+    _pydb._testing.native_hook(ix, "prepare", [(999, [(24, b"yak")], False)])
+    _pydb._testing.native_hook(ix, "commit")
     named = [line.split()[1] for line in
              open(os.path.join(pdx, "MANIFEST"), "rb").read().decode("latin-1").splitlines()
              if line.startswith("segment ")]
@@ -478,10 +479,10 @@ def test_two_handles_commit_in_turn(cds):
     no live segment file is reused or removed."""
     a = _pydb._open_native_index(cds)
     b = _pydb._open_native_index(cds)
-    _pydb._native_hook(a, "prepare", [(1, [(24, b"aardvark")], False)])
-    _pydb._native_hook(a, "commit")
-    _pydb._native_hook(b, "prepare", [(2, [(24, b"bison")], False)])
-    _pydb._native_hook(b, "commit")
+    _pydb._testing.native_hook(a, "prepare", [(1, [(24, b"aardvark")], False)])
+    _pydb._testing.native_hook(a, "commit")
+    _pydb._testing.native_hook(b, "prepare", [(2, [(24, b"bison")], False)])
+    _pydb._testing.native_hook(b, "commit")
     fresh = _pydb._open_native_index(cds)
     for ix in (b, fresh):
         assert ix.postings(b"AARDVARK") == [(1, 24, 1, 1)]
@@ -490,7 +491,7 @@ def test_two_handles_commit_in_turn(cds):
     # `a` reads follow b's commit (the MANIFEST is checked on each call),
     # and its own next commit builds on it
     assert a.postings(b"BISON") == [(2, 24, 1, 1)]
-    _pydb._native_hook(a, "prepare", [(3, [(24, b"camel")], False)])
-    _pydb._native_hook(a, "commit")
+    _pydb._testing.native_hook(a, "prepare", [(3, [(24, b"camel")], False)])
+    _pydb._testing.native_hook(a, "commit")
     assert a.postings(b"BISON") == [(2, 24, 1, 1)]
     assert _pydb._open_native_index(cds).postings(b"CAMEL") == [(3, 24, 1, 1)]

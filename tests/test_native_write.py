@@ -338,19 +338,19 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
     base0 = tmp_path / "p"
     with pydb.create(base0, fst=FST) as db:
         db.append([(1, "One"), (2, "old words")])
-    _pydb._test_fail_io(-1)
+    _pydb._testing.fail_io(-1)
     shutil.copytree(f"{base0}.pdx", tmp_path / "c.pdx")
     for ext in (".mst", ".xrf", ".wal"):
         shutil.copy(f"{base0}{ext}", tmp_path / f"c{ext}")
     with pydb.open(tmp_path / "c", readonly=False) as db:
-        _pydb._test_fail_io(-1)
+        _pydb._testing.fail_io(-1)
         try:
             with db.transaction() as tx:
                 tx.append([(1, "Two"), (2, "new words")])
                 tx.update(1, [(1, "One"), (2, "changed")])
-            total = _pydb._test_io_count()
+            total = _pydb._testing.io_count()
         finally:
-            _pydb._test_fail_io(0)
+            _pydb._testing.fail_io(0)
     assert total >= 8
     kinds = {}
     for n in range(1, total + 1):
@@ -360,7 +360,7 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
             shutil.copy(f"{base0}{ext}", f"{base}{ext}")
         files0 = sorted(os.listdir(f"{base}.pdx"))
         db = pydb.open(base, readonly=False)
-        _pydb._test_fail_io(n, errno.EIO)
+        _pydb._testing.fail_io(n, errno.EIO)
         raised = None
         try:
             with db.transaction() as tx:
@@ -369,8 +369,8 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
         except pydb.DiskError as e:
             raised = e
         finally:
-            fired = _pydb._test_io_fired()
-            _pydb._test_fail_io(0)
+            fired = _pydb._testing.io_fired()
+            _pydb._testing.fail_io(0)
         kinds[fired.split()[0]] = kinds.get(fired.split()[0], 0) + 1
         if raised is None:       # emptying the log after the commit: ignored
             assert fired.split()[0] == "ftruncate" and db.max_mfn == 2, (n, fired)

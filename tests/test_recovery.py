@@ -183,12 +183,12 @@ def test_crash_at_every_operation(tmp_path):
     # count the operations of the whole script
     shutil_copy(base0, tmp_path / "count")
     with open_db(tmp_path / "count") as db:
-        _pydb._test_fail_io(-1)
+        _pydb._testing.fail_io(-1)
         try:
             run(db, lambda b: None)
-            total = _pydb._test_io_count()
+            total = _pydb._testing.io_count()
         finally:
-            _pydb._test_fail_io(0)
+            _pydb._testing.fail_io(0)
     assert total > 5 * 7
     states = 0
     for n in range(1, total + 2):
@@ -200,7 +200,7 @@ def test_crash_at_every_operation(tmp_path):
             try:
                 os.close(r)
                 db = open_db(base)
-                _pydb._test_fail_io(n, 0, crash=True)
+                _pydb._testing.fail_io(n, 0, crash=True)
                 run(db, lambda b, w=w: os.write(w, b))
                 os._exit(0)
             finally:

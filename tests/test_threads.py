@@ -4,7 +4,7 @@
     what one thread gets (io mmap/pread x lock none/mutex; a generated
     database, and LILACS from the shared data folder when present).
 (b) The GIL is released while the core waits for the disk: with
-    ``_test_set_read_delay`` making every core pread sleep, the main thread
+    ``_pydb._testing.set_read_delay`` making every core pread sleep, the main thread
     keeps running Python code during the read.
 (c) A Python thread keeps at least 25 % of its solo speed while two other
     threads read every record repeatedly with io="direct".
@@ -51,7 +51,7 @@ def _hang_guard():
     faulthandler.dump_traceback_later(180, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
-    _pydb._test_set_read_delay(0)
+    _pydb._testing.set_read_delay(0)
 
 
 def _records(n: int):
@@ -180,7 +180,7 @@ def _count_during(op, delay_us, window_trim):
             done.set()
 
     stamps = []
-    _pydb._test_set_read_delay(delay_us)
+    _pydb._testing.set_read_delay(delay_us)
     try:
         t = threading.Thread(target=reader, daemon=True)
         t.start()
@@ -191,7 +191,7 @@ def _count_during(op, delay_us, window_trim):
                 stamps.append(time.perf_counter())
         t.join()
     finally:
-        _pydb._test_set_read_delay(0)
+        _pydb._testing.set_read_delay(0)
     assert "error" not in span, span["error"]
     lo, hi = span["t0"] + window_trim, span["t1"] - window_trim
     inside = sum(1 for s in stamps if lo < s < hi) * 1000
@@ -339,11 +339,11 @@ def test_close_while_reading(io, gen_db):
         outcomes.append("close returned")
 
     if io == "pread":
-        _pydb._test_set_read_delay(300)     # keep reads in flight
+        _pydb._testing.set_read_delay(300)     # keep reads in flight
     try:
         errors = run_threads([reader(i) for i in range(6)] + [closer])
     finally:
-        _pydb._test_set_read_delay(0)
+        _pydb._testing.set_read_delay(0)
     assert not errors, errors
     assert sorted(outcomes).count("close returned") == 1
     assert len(outcomes) == 7
@@ -412,11 +412,11 @@ def test_read_many_with_concurrent_close(io, gen_db):
         db.close()
 
     if io == "pread":
-        _pydb._test_set_read_delay(20)
+        _pydb._testing.set_read_delay(20)
     try:
         errors = run_threads([bulk, bulk, closer])
     finally:
-        _pydb._test_set_read_delay(0)
+        _pydb._testing.set_read_delay(0)
     assert not errors, errors
     assert results.count("closed") == 2, "close() never overlapped read_many()"
     for r in results:
@@ -458,13 +458,13 @@ def test_concurrent_close_calls(gen_db, tmp_path):
         import threading, time, pydb
         from pydb import _pydb
         db = pydb.open({str(gen_db)!r}, io="pread")
-        _pydb._test_set_read_delay(200_000)
+        _pydb._testing.set_read_delay(200_000)
         r = threading.Thread(target=lambda: db[1]); r.start()
         time.sleep(0.1)
         cs = [threading.Thread(target=db.close) for _ in range(2)]
         for c in cs: c.start()
         for c in cs + [r]: c.join()
-        _pydb._test_set_read_delay(0)
+        _pydb._testing.set_read_delay(0)
         print("survived")
     """, tmp_path)
     assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-3000:])

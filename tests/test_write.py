@@ -380,15 +380,15 @@ def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
     good_xrf = open(f"{base}.xrf", "rb").read()
     # Capture a complete log: fail the first write to the .mst after it.
     with pydb.open(base, readonly=False) as db:
-        pydb._pydb._test_fail_io(3, 5)               # wal pwrite, wal fdatasync, mst pwrite
+        pydb._pydb._testing.fail_io(3, 5)               # wal pwrite, wal fdatasync, mst pwrite
         try:
             with pytest.raises(pydb.DiskError):
                 with db.transaction() as tx:
                     tx.update(3, [(1, b"recovered")])
                     tx.append([(1, b"new one")])
-            assert pydb._pydb._test_io_fired() == "pwrite"
+            assert pydb._pydb._testing.io_fired() == "pwrite"
         finally:
-            pydb._pydb._test_fail_io(0)
+            pydb._pydb._testing.fail_io(0)
         with pytest.raises(pydb.ReadOnlyError):       # handle turned read-only
             db.append([(1, b"x")])
     wal = open(f"{base}.wal", "rb").read()
@@ -617,30 +617,30 @@ def test_commit_hook_and_whole_file_in_the_log(tmp_path):
     base = tmp_path / "db"
     side = tmp_path / "side.txt"
     with pydb.create(base, sync=True) as db:
-        pydb._pydb._test_commit_hook(db, str(side))
+        pydb._pydb._testing.commit_hook(db, str(side))
         with db.transaction() as tx:
             tx.append([(1, b"a"), (2, b"b")])
             tx.append([(1, b"c")])
             tx.update(1, [(1, b"a2")])
             tx.delete(2)
         assert side.read_text() == "1 -1 2 0\n2 -1 1 0\n1 2 1 0\n2 1 -1 1\n"
-        assert pydb._pydb._test_hook_counts() == (1, 1, 0)
+        assert pydb._pydb._testing.hook_counts() == (1, 1, 0)
         # a failed log write: hook aborted, file unchanged
-        pydb._pydb._test_fail_io(1, 28)
+        pydb._pydb._testing.fail_io(1, 28)
         try:
             with pytest.raises(pydb.DiskError):
                 db.update(1, [(1, b"never")])
         finally:
-            pydb._pydb._test_fail_io(0)
-        assert pydb._pydb._test_hook_counts() == (2, 1, 1)
+            pydb._pydb._testing.fail_io(0)
+        assert pydb._pydb._testing.hook_counts() == (2, 1, 1)
         assert side.read_text().startswith("1 -1 2 0\n") and db[1].raw(1) == [b"a2"]
         # log durable, then the .mst write fails: recovery writes the file
-        pydb._pydb._test_fail_io(3, 5)
+        pydb._pydb._testing.fail_io(3, 5)
         try:
             with pytest.raises(pydb.DiskError):
                 db.undelete(2)
         finally:
-            pydb._pydb._test_fail_io(0)
+            pydb._pydb._testing.fail_io(0)
     assert side.read_text().startswith("1 -1 2 0\n")
     with pydb.open(base, readonly=False) as db:
         assert not db[2].deleted

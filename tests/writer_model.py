@@ -139,8 +139,9 @@ def index_agrees(db) -> int:
     for r in recs:
         if r.deleted:
             continue
-        for k, m, t, o, c in _pydb._fst_keys(INDEX_FST, [(f.tag, f.raw) for f in r.fields],
-                                             mfn=r.mfn, utf8=True, max_key=INDEX_MAX_KEY):
+        fields = [(f.tag, f.raw) for f in r.fields]
+        for k, m, t, o, c in _pydb._testing.fst_keys(INDEX_FST, fields, mfn=r.mfn, utf8=True,
+                                                     max_key=INDEX_MAX_KEY):
             expected.setdefault(k, []).append((m, t, o, c))
     for v in expected.values():
         v.sort()

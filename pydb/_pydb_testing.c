@@ -1,75 +1,154 @@
 /*
- * _pydb_native.c - FST parsing, key extraction and the native index
- * (csrc/fst.c, csrc/keys.c, csrc/nidx.c) for Python.  The public face is
- * pydb/fst.py and pydb/native.py; these functions are private (_names).
+ * _pydb_testing.c - TEST-ONLY hooks.  Nothing here is API; nothing in the
+ * pydb package calls it.  It ships in the module so that the test suite
+ * runs against the normal build (CI builds with a plain `pip install .`),
+ * but it lives behind one door: the submodule object pydb._pydb._testing,
+ * not in pydb._pydb's own namespace.
+ *
+ * Some of these hooks change process-wide state of the core and are
+ * dangerous outside a test process:
+ *   fail_io(n, errno, short, crash)  make the n-th write-side file operation
+ *                                    fail; crash=True calls _exit(137)
+ *   io_count(), io_fired()           what fail_io() counted / fired
+ *   set_read_delay(usec)             make every core pread sleep first
+ *   commit_hook(db, path)            install a commit hook that writes a
+ *   hook_counts()                    file in each transaction (+ counters)
+ * Others drive internals directly, without a database or a writer:
+ *   native_hook(index, action, changes)  the native index's commit hook
+ *   fst_keys(), fst_format()             FST key extraction / formatting
+ *   keyrules(), key_normalize()          the key rules and key form
+ *   bench_scan(index, prefix, postings)  enumerate keys in C (benchmarks)
+ *
+ * They use the core's internal functions (pydb__*, pydb_int.h,
+ * nidx_int.h); no other file of the binding should need to.
  */
-#include "_pydb.h"
-#include "nidx_int.h"
+#include "_pydb_database.h"
+#include "_pydb_index.h"
+#include "_pydb_record.h"
+#include "pydb_int.h"   /* pydb__test_* I/O hooks, PYDB_ERROR */
+#include "nidx_int.h"   /* key rules, stop words, FST keys, native hook */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- fields argument: a sequence of (tag, bytes|str) ---- */
+/* ---------------------------------------------------------- I/O faults */
+
+static PyObject *mod_test_fail_io(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"n", "errno", "short", "crash", NULL};
+    long n;
+    int eno = EIO, shortw = 0, crash = 0;
+    (void)m;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ipp", kwlist, &n, &eno,
+                                     &shortw, &crash))
+        return NULL;
+    pydb__test_fail_io(n, eno, crash ? 2 : shortw);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_test_io_count(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyLong_FromLong(pydb__test_io_count());
+}
+
+static PyObject *mod_test_io_fired(PyObject *m, PyObject *unused)
+{
+    const char *s = pydb__test_io_fired();
+    (void)m;
+    (void)unused;
+    if (!s) Py_RETURN_NONE;
+    return PyUnicode_FromString(s);
+}
+
+static PyObject *mod_test_read_delay(PyObject *m, PyObject *arg)
+{
+    unsigned long us = PyLong_AsUnsignedLong(arg);
+    (void)m;
+    if (us == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    pydb__test_set_read_delay((unsigned)us);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------- a test commit hook */
+
+/* ---- test hook: a commit hook that writes a summary of each
+ * transaction's changes into a whole file (pydb_txn_put_file), so that the
+ * hook interface and whole-file log entries can be tested from Python. */
+
 typedef struct {
-    pydb_field *v;
-    PyObject **keep;   /* bytes objects kept alive */
-    Py_ssize_t n;
-} fields_arg;
+    char path[1024];
+    long prepared, published, aborted;
+} test_hook_ctx;
 
-static void fields_free(fields_arg *f)
+static test_hook_ctx the_test_hook;   /* tests only */
+
+static int test_hook_prepare(void *ctx, pydb_txn *t, const pydb_change *c,
+                             size_t n, pydb_error *err)
 {
-    for (Py_ssize_t i = 0; i < f->n; i++) Py_XDECREF(f->keep[i]);
-    PyMem_Free(f->keep);
-    PyMem_Free(f->v);
-    memset(f, 0, sizeof *f);
+    test_hook_ctx *h = ctx;
+    size_t cap = 64 + n * 64, len = 0;
+    char *buf = malloc(cap);
+    int rc;
+    if (!buf) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%d %d %d %d\n",
+                                (int)c[i].mfn,
+                                c[i].before ? (int)c[i].before->nfields : -1,
+                                c[i].after ? (int)c[i].nafter : -1,
+                                c[i].deleted_after);
+    rc = pydb_txn_put_file(t, h->path, buf, len, err);
+    free(buf);
+    if (rc == PYDB_OK) h->prepared++;
+    return rc;
 }
 
-static int fields_convert(PyObject *seq, fields_arg *f)
+static void test_hook_publish(void *ctx, pydb_txn *t)
 {
-    PyObject *fast = PySequence_Fast(seq, "fields must be a sequence of "
-                                          "(tag, value) pairs");
-    Py_ssize_t n;
-    memset(f, 0, sizeof *f);
-    if (!fast) return -1;
-    n = PySequence_Fast_GET_SIZE(fast);
-    f->v = PyMem_Calloc(n ? (size_t)n : 1, sizeof *f->v);
-    f->keep = PyMem_Calloc(n ? (size_t)n : 1, sizeof *f->keep);
-    if (!f->v || !f->keep) {
-        Py_DECREF(fast);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(fast, i), *val, *b;
-        unsigned long tag;
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-            PyErr_SetString(PyExc_TypeError,
-                            "each field must be a (tag, value) tuple");
-            goto fail;
-        }
-        tag = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(item, 0));
-        if (PyErr_Occurred()) goto fail;
-        if (tag > 65535) {
-            PyErr_SetString(PyExc_ValueError, "tag above 65535");
-            goto fail;
-        }
-        val = PyTuple_GET_ITEM(item, 1);
-        if (PyUnicode_Check(val)) b = PyUnicode_AsUTF8String(val);
-        else b = PyBytes_FromObject(val);
-        if (!b) goto fail;
-        f->keep[i] = b;
-        f->n = i + 1;
-        f->v[i].tag = (uint32_t)tag;
-        f->v[i].value = (const uint8_t *)PyBytes_AS_STRING(b);
-        f->v[i].len = (uint32_t)PyBytes_GET_SIZE(b);
-    }
-    f->n = n;
-    Py_DECREF(fast);
-    return 0;
-fail:
-    Py_DECREF(fast);
-    fields_free(f);
-    return -1;
+    (void)t;
+    ((test_hook_ctx *)ctx)->published++;
 }
+
+static void test_hook_abort(void *ctx, pydb_txn *t)
+{
+    (void)t;
+    ((test_hook_ctx *)ctx)->aborted++;
+}
+
+static PyObject *mod_test_commit_hook(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo, *pb = NULL;
+    pydb_commit_hook hook = {test_hook_prepare, test_hook_publish,
+                             test_hook_abort, &the_test_hook};
+    pydb_error e;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O!O&", st->database_type, &dbo,
+                          PyUnicode_FSConverter, &pb))
+        return NULL;
+    if (database_check_open(st, (DatabaseObject *)dbo) < 0) {
+        Py_DECREF(pb);
+        return NULL;
+    }
+    memset(&the_test_hook, 0, sizeof the_test_hook);
+    snprintf(the_test_hook.path, sizeof the_test_hook.path, "%s",
+             PyBytes_AS_STRING(pb));
+    Py_DECREF(pb);
+    rc = pydb_set_commit_hook(((DatabaseObject *)dbo)->db, &hook, &e);
+    if (rc) return set_error(st, rc, &e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_test_hook_counts(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return Py_BuildValue("(lll)", the_test_hook.prepared,
+                         the_test_hook.published, the_test_hook.aborted);
+}
+
+/* ------------------------------------------- FST and key extraction */
 
 /* ---- key rules from keyword arguments ---- */
 static int rules_from(module_state *st, pydb_keyrules *r, int utf8,
@@ -80,57 +159,14 @@ static int rules_from(module_state *st, pydb_keyrules *r, int utf8,
     if (max_key < 0) max_key = 0;
     pydb__keyrules_default(r, utf8, (size_t)max_key);
     if (dir) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = pydb__keyrules_load_dir(r, dir, &found, &e);
-        Py_END_ALLOW_THREADS
+        UNLOCKED(NULL, NULL,
+                 rc = pydb__keyrules_load_dir(r, dir, &found, &e));
         if (rc) {
             set_error(st, rc, &e);
             return -1;
         }
     }
     return 0;
-}
-
-PyDoc_STRVAR(fst_parse_doc,
-"_fst_parse(text, filename=None)\n--\n\n"
-"Compile FST text (bytes or str; isis-formats.md §5.1) and return its\n"
-"rules as a list of (id, technique, format: bytes, line) tuples.\n"
-"Raises FSTError(filename, line, reason) naming the construct.");
-
-static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"text", "filename", NULL};
-    module_state *st = PyModule_GetState(m);
-    Py_buffer text;
-    const char *filename = NULL;
-    pydb_fst *f = NULL;
-    pydb_error e;
-    PyObject *res = NULL;
-    int rc;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s*|z", kwlist, &text,
-                                     &filename))
-        return NULL;
-    rc = pydb_fst_parse(&f, text.buf, (size_t)text.len, filename, &e);
-    PyBuffer_Release(&text);
-    if (rc) return set_error(st, rc, &e);
-    res = PyList_New((Py_ssize_t)pydb_fst_count(f));
-    for (size_t i = 0; res && i < pydb_fst_count(f); i++) {
-        uint32_t id;
-        int tech, line;
-        const char *fmt;
-        size_t fl;
-        pydb_fst_rule(f, i, &id, &tech, &fmt, &fl, &line);
-        PyObject *t = Py_BuildValue("(Iiy#i)", id, tech, fmt, (Py_ssize_t)fl,
-                                    line);
-        if (!t) {
-            Py_CLEAR(res);
-            break;
-        }
-        PyList_SET_ITEM(res, (Py_ssize_t)i, t);
-    }
-    pydb_fst_free(f);
-    return res;
 }
 
 typedef struct {
@@ -152,7 +188,7 @@ static int key_collect(void *ctx, const uint8_t *key, size_t len,
 }
 
 PyDoc_STRVAR(fst_keys_doc,
-"_fst_keys(fst, fields, mfn=1, utf8=False, max_key=0, stw=b'',\n"
+"fst_keys(fst, fields, mfn=1, utf8=False, max_key=0, stw=b'',\n"
 "          tables_dir=None)\n--\n\n"
 "The keys FST text `fst` extracts from one record `fields` (sequence of\n"
 "(tag, bytes|str)): a list of (key: bytes, mfn, tag, occ, cnt) in\n"
@@ -173,7 +209,7 @@ static PyObject *fst_keys(PyObject *m, PyObject *args, PyObject *kw)
     pydb_keyrules r;
     pydb_stopwords sw;
     pydb_fst_scratch s;
-    fields_arg fa = {0};
+    fieldbuf fa = FIELDBUF_INIT;
     pydb_error e;
     key_list kl = {NULL};
 
@@ -184,7 +220,7 @@ static PyObject *fst_keys(PyObject *m, PyObject *args, PyObject *kw)
                                      &dir))
         return NULL;
     if (rules_from(st, &r, utf8, max_key, dir) < 0) goto cleanup;
-    if (fields_convert(fields_obj, &fa) < 0) goto cleanup;
+    if (fields_add(st, &fa, fields_obj, "utf-8", "strict") < 0) goto cleanup;
     if ((rc = pydb_fst_parse(&f, text.buf, (size_t)text.len, NULL, &e))) {
         set_error(st, rc, &e);
         goto cleanup;
@@ -215,7 +251,7 @@ cleanup:
 }
 
 PyDoc_STRVAR(fst_format_doc,
-"_fst_format(fst, rule, fields, mfn=1)\n--\n\n"
+"fst_format(fst, rule, fields, mfn=1)\n--\n\n"
 "The output text (bytes) of rule number `rule` (0-based) of FST text\n"
 "`fst` for one record: the format evaluated before keys are cut.");
 
@@ -229,14 +265,14 @@ static PyObject *fst_format(PyObject *m, PyObject *args, PyObject *kw)
     int mfn = 1, rc;
     pydb_fst *f = NULL;
     pydb_fst_scratch s;
-    fields_arg fa = {0};
+    fieldbuf fa = FIELDBUF_INIT;
     pydb_error e;
 
     memset(&s, 0, sizeof s);
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s*nO|i", kwlist, &text, &rule,
                                      &fields_obj, &mfn))
         return NULL;
-    if (fields_convert(fields_obj, &fa) < 0) goto cleanup;
+    if (fields_add(st, &fa, fields_obj, "utf-8", "strict") < 0) goto cleanup;
     if ((rc = pydb_fst_parse(&f, text.buf, (size_t)text.len, NULL, &e)) ||
         (rc = pydb__fst_format(f, (size_t)rule, mfn, fa.v, (uint32_t)fa.n, &s,
                                &e))) {
@@ -254,7 +290,7 @@ cleanup:
 }
 
 PyDoc_STRVAR(keyrules_doc,
-"_keyrules(utf8=False, max_key=0, tables_dir=None)\n--\n\n"
+"keyrules(utf8=False, max_key=0, tables_dir=None)\n--\n\n"
 "The key rules in force: (upper: bytes of 256, word: bytes of 256), the\n"
 "default CDS/ISIS tables or those of ISISUC.TAB/ISISAC.TAB in tables_dir.");
 
@@ -275,7 +311,7 @@ static PyObject *keyrules(PyObject *m, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(key_normalize_doc,
-"_key_normalize(term, utf8=False, max_key=0, tables_dir=None)\n--\n\n"
+"key_normalize(term, utf8=False, max_key=0, tables_dir=None)\n--\n\n"
 "`term` (bytes) in key form (isis-formats.md §5.3).");
 
 static PyObject *key_normalize(PyObject *m, PyObject *args, PyObject *kw)
@@ -313,152 +349,10 @@ cleanup:
     return res;
 }
 
-PyDoc_STRVAR(index_build_doc,
-"_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
-"             stw=None, tables=True, batch=8192)\n--\n\n"
-"Build the native index of the database at db_path (str) from FST text\n"
-"`fst` into <base>.pdx/.  The work runs with the GIL released in batches\n"
-"of `batch` records; between batches progress(done, total) is called\n"
-"(records read so far, max MFN).  Returns the number of records read.\n"
-"Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError.");
-
-static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
-                             "stw", "tables", "batch", NULL};
-    module_state *st = PyModule_GetState(m);
-    PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
-    Py_buffer text, stw = {0};
-    int utf8 = 0, tables = 1, rc, more = 1;
-    Py_ssize_t max_key = 0, batch = 8192;
-    pydb_fst *f = NULL;
-    pydb_nidx_builder *b = NULL;
-    pydb_nidx_options opt;
-    pydb_error e;
-    int64_t done = 0, total = 0;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pn", kwlist,
-                                     PyUnicode_FSConverter, &path_obj, &text,
-                                     &progress, &utf8, &max_key, &stw,
-                                     &tables, &batch))
-        return NULL;
-    if (batch < 1) batch = 1;
-    if (batch > INT32_MAX) batch = INT32_MAX;
-    memset(&opt, 0, sizeof opt);
-    opt.utf8 = utf8;
-    opt.max_key = max_key > 0 ? (size_t)max_key : 0;
-    opt.tables = tables;
-    if (stw.obj) {
-        opt.stw = stw.buf;
-        opt.stw_len = (size_t)stw.len;
-    }
-    rc = pydb_fst_parse(&f, text.buf, (size_t)text.len, NULL, &e);
-    if (rc) {
-        set_error(st, rc, &e);
-        goto cleanup;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = pydb_nidx_builder_open(&b, PyBytes_AS_STRING(path_obj), f, &opt, &e);
-    Py_END_ALLOW_THREADS
-    if (rc) {
-        set_error(st, rc, &e);
-        goto cleanup;
-    }
-    while (more) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = pydb_nidx_builder_step(b, (int32_t)batch, &done, &total, &more,
-                                    &e);
-        Py_END_ALLOW_THREADS
-        if (rc) {
-            set_error(st, rc, &e);
-            goto cleanup;
-        }
-        if (progress != Py_None) {
-            PyObject *r = PyObject_CallFunction(progress, "LL",
-                                                (long long)done,
-                                                (long long)total);
-            if (!r) goto cleanup;
-            Py_DECREF(r);
-        }
-        if (PyErr_CheckSignals() < 0) goto cleanup;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = pydb_nidx_builder_finish(b, &e);
-    Py_END_ALLOW_THREADS
-    if (rc) {
-        set_error(st, rc, &e);
-        goto cleanup;
-    }
-    res = PyLong_FromLongLong((long long)done);
-cleanup:
-    if (b) {
-        Py_BEGIN_ALLOW_THREADS
-        pydb_nidx_builder_free(b);
-        Py_END_ALLOW_THREADS
-    }
-    pydb_fst_free(f);
-    Py_XDECREF(path_obj);
-    PyBuffer_Release(&text);
-    if (stw.obj) PyBuffer_Release(&stw);
-    return res;
-}
-
-PyDoc_STRVAR(open_native_doc,
-"_open_native_index(db_path)\n--\n\n"
-"Open the native index <base>.pdx of the database at db_path as an\n"
-"Index handle.  Raises DatabaseNotFoundError when there is none,\n"
-"CorruptionError for a damaged manifest or segment.");
-
-static PyObject *open_native(PyObject *m, PyObject *arg)
-{
-    return index_open_path(PyModule_GetState(m), arg, pydb_native_index_open);
-}
-
-PyDoc_STRVAR(attach_native_doc,
-"_attach_native_index(db, index)\n--\n\n"
-"Make every commit on the writable Database `db` update the native Index\n"
-"`index` (opened on the same database) in the same transaction\n"
-"(pydb_native_index_attach).  From then on the database holds the index:\n"
-"index.close() only marks it closed, and its files are released when the\n"
-"database is closed.  Raises ValueError if either is attached already,\n"
-"ClosedError if either is closed, UnsupportedError for an index that is\n"
-"not native.");
-
-static PyObject *attach_native(PyObject *m, PyObject *args)
-{
-    module_state *st = PyModule_GetState(m);
-    PyObject *db_obj, *index_obj;
-    DatabaseObject *db;
-    IndexObject *io;
-    pydb_error e;
-    int rc;
-
-    if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &db_obj,
-                          st->index_type, &index_obj))
-        return NULL;
-    db = (DatabaseObject *)db_obj;
-    io = (IndexObject *)index_obj;
-    if (check_open(st, db) < 0) return NULL;
-    if (index_check_open(st, io) < 0) return NULL;
-    if (db->hooked_index || io->hooked) {
-        PyErr_SetString(PyExc_ValueError,
-                        "a native index is attached already");
-        return NULL;
-    }
-    if (db->txn) {
-        PyErr_SetString(PyExc_ValueError,
-                        "cannot attach an index during a transaction");
-        return NULL;
-    }
-    UNLOCKED(db, rc = pydb_native_index_attach(io->ix, db->db, &e));
-    if (rc) return set_error(st, rc, &e);
-    io->hooked = 1;
-    db->hooked_index = Py_NewRef(index_obj);
-    Py_RETURN_NONE;
-}
+/* ----------------------------------------------- native index hook */
 
 PyDoc_STRVAR(native_hook_doc,
-"_native_hook(index, action, changes=None)\n--\n\n"
+"native_hook(index, action, changes=None, /)\n--\n\n"
 "Unit-test driver of the native index's commit hook, without a writer:\n"
 "action 'prepare' runs prepare() on `changes` — a list of (mfn, fields or\n"
 "None, deleted_after) — with pydb_txn_put_file replaced by a recorder;\n"
@@ -468,31 +362,35 @@ PyDoc_STRVAR(native_hook_doc,
 
 static PyObject *native_hook(PyObject *m, PyObject *args)
 {
+    static const pydb_field no_fields = {0};  /* `after` of an empty record */
     module_state *st = PyModule_GetState(m);
     PyObject *index_obj, *changes = Py_None;
     const char *action;
     pydb_commit_hook h;
     pydb_error e;
+    IndexObject *io;
     pydb_index *ix;
     int rc;
 
     if (!PyArg_ParseTuple(args, "O!s|O", st->index_type, &index_obj, &action,
                           &changes))
         return NULL;
-    if (index_check_open(st, (IndexObject *)index_obj) < 0) return NULL;
-    ix = ((IndexObject *)index_obj)->ix;
+    io = (IndexObject *)index_obj;
+    if (index_check_open(st, io) < 0) return NULL;
+    ix = io->ix;
     if ((rc = pydb__nidx_hook(ix, &h, &e))) return set_error(st, rc, &e);
     if (strcmp(action, "prepare") == 0) {
         PyObject *fast = PySequence_Fast(changes, "changes must be a list");
         Py_ssize_t n;
         pydb_change *ch;
-        fields_arg *fa;
+        size_t *first;
+        fieldbuf fa = FIELDBUF_INIT;   /* the fields of all changes */
         if (!fast) return NULL;
         n = PySequence_Fast_GET_SIZE(fast);
         ch = PyMem_Calloc(n ? (size_t)n : 1, sizeof *ch);
-        fa = PyMem_Calloc(n ? (size_t)n : 1, sizeof *fa);
+        first = PyMem_Calloc(n ? (size_t)n : 1, sizeof *first);
         rc = 0;
-        if (!ch || !fa) {
+        if (!ch || !first) {
             PyErr_NoMemory();
             rc = -1;
         }
@@ -506,35 +404,38 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
             }
             ch[i].mfn = mfn;
             ch[i].deleted_after = del;
+            first[i] = SIZE_MAX;   /* no new version */
             if (fields != Py_None) {
-                if (fields_convert(fields, &fa[i]) < 0) {
+                first[i] = fa.n;
+                if (fields_add(st, &fa, fields, "utf-8", "strict") < 0) {
                     rc = -1;
                     break;
                 }
-                ch[i].after = fa[i].v;
-                ch[i].nafter = (uint32_t)fa[i].n;
+                ch[i].nafter = (uint32_t)(fa.n - first[i]);
             }
         }
+        /* fa.v may have moved while it grew: point into it now. */
+        for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
+            if (first[i] != SIZE_MAX)
+                ch[i].after = fa.v ? fa.v + first[i] : &no_fields;
+        /* Converting ran Python code, which could have closed the index. */
+        if (rc == 0 && index_check_open(st, io) < 0) rc = -1;
         if (rc == 0) {
             rc = pydb__nidx_use_test_put(ix, &e);
-            if (rc == 0) {
-                Py_BEGIN_ALLOW_THREADS
-                rc = h.prepare(h.ctx, NULL, ch, (size_t)n, &e);
-                Py_END_ALLOW_THREADS
-            }
+            if (rc == 0)
+                UNLOCKED(&io->guard, NULL,
+                         rc = h.prepare(h.ctx, NULL, ch, (size_t)n, &e));
             if (rc) set_error(st, rc, &e);
         }
-        for (Py_ssize_t i = 0; fa && i < n; i++) fields_free(&fa[i]);
-        PyMem_Free(fa);
+        fields_free(&fa);
+        PyMem_Free(first);
         PyMem_Free(ch);
         Py_DECREF(fast);
         if (rc) return NULL;
         Py_RETURN_NONE;
     }
     if (strcmp(action, "commit") == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = pydb__nidx_test_commit_point(ix, &e);
-        Py_END_ALLOW_THREADS
+        UNLOCKED(&io->guard, NULL, rc = pydb__nidx_test_commit_point(ix, &e));
         if (rc) return set_error(st, rc, &e);
         h.publish(h.ctx, NULL);
         Py_RETURN_NONE;
@@ -552,7 +453,9 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
     return NULL;
 }
 
-/* ---- benchmark helper: enumerate (and decode) entirely in C ---- */
+/* -------------------------------------------------- benchmark scan */
+
+/* Enumerate (and decode) entirely in C, for benchmarks. */
 typedef struct {
     uint64_t terms;
     uint8_t *arena;
@@ -592,7 +495,7 @@ static int scan_term(void *ctx, const uint8_t *key, size_t len, uint64_t c)
 }
 
 PyDoc_STRVAR(bench_scan_doc,
-"_bench_scan(index, prefix=b'', postings=False)\n--\n\n"
+"bench_scan(index, prefix=b'', postings=False, /)\n--\n\n"
 "Benchmark helper: enumerate every key starting with `prefix` in C (GIL\n"
 "released, no Python objects); with postings=True also decode the\n"
 "postings of every key.  Returns (terms, postings).");
@@ -618,7 +521,7 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
         return NULL;
     }
     s.keep = postings;
-    UNLOCKED(io, {
+    UNLOCKED(&io->guard, NULL, {
         rc = pydb_index_terms(io->ix, prefix.buf, (size_t)prefix.len, NULL, 0,
                               scan_term, &s, &e);
         if (rc == 0 && postings && !s.oom) {
@@ -642,29 +545,71 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
                          (unsigned long long)nposts);
 }
 
-static PyMethodDef native_methods[] = {
-    {"_bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
-    {"_fst_parse", (PyCFunction)(void (*)(void))fst_parse,
-     METH_VARARGS | METH_KEYWORDS, fst_parse_doc},
-    {"_fst_keys", (PyCFunction)(void (*)(void))fst_keys,
+/* ------------------------------------------------------------- the door */
+
+static PyMethodDef testing_functions[] = {
+    {"fail_io", (PyCFunction)(void (*)(void))mod_test_fail_io,
+     METH_VARARGS | METH_KEYWORDS,
+     "fail_io(n, errno=5, short=False, crash=False)\n--\n\nMake the "
+     "n-th write-side file operation of the core (pwrite, fsync, fdatasync, "
+     "ftruncate, rename, unlink) fail with `errno`; with `short`, the n-th "
+     "pwrite writes half and the next operation fails; with `crash`, the "
+     "process exits with status 137 just before the n-th operation (a "
+     "crash point).  errno defaults to EIO.  n=0 turns it off, n<0 only "
+     "counts.  Process-wide."},
+    {"io_count", mod_test_io_count, METH_NOARGS,
+     "io_count()\n--\n\nWrite-side operations counted since fail_io()."},
+    {"io_fired", mod_test_io_fired, METH_NOARGS,
+     "io_fired()\n--\n\nThe operation that was made to fail, or None."},
+    {"set_read_delay", mod_test_read_delay, METH_O,
+     "set_read_delay(usec, /)\n--\n\nMake every pread of the core sleep "
+     "`usec` microseconds first (0 turns it off).  Process-wide."},
+    {"commit_hook", mod_test_commit_hook, METH_VARARGS,
+     "commit_hook(db, path, /)\n--\n\nInstall on `db` a commit hook that "
+     "writes one line 'mfn nbefore nafter deleted' per change into the file "
+     "`path` as part of each transaction."},
+    {"hook_counts", mod_test_hook_counts, METH_NOARGS,
+     "hook_counts()\n--\n\n(prepared, published, aborted) of the "
+     "commit_hook() hook."},
+    {"native_hook", (PyCFunction)native_hook, METH_VARARGS, native_hook_doc},
+    {"fst_keys", (PyCFunction)(void (*)(void))fst_keys,
      METH_VARARGS | METH_KEYWORDS, fst_keys_doc},
-    {"_fst_format", (PyCFunction)(void (*)(void))fst_format,
+    {"fst_format", (PyCFunction)(void (*)(void))fst_format,
      METH_VARARGS | METH_KEYWORDS, fst_format_doc},
-    {"_keyrules", (PyCFunction)(void (*)(void))keyrules,
+    {"keyrules", (PyCFunction)(void (*)(void))keyrules,
      METH_VARARGS | METH_KEYWORDS, keyrules_doc},
-    {"_key_normalize", (PyCFunction)(void (*)(void))key_normalize,
+    {"key_normalize", (PyCFunction)(void (*)(void))key_normalize,
      METH_VARARGS | METH_KEYWORDS, key_normalize_doc},
-    {"_index_build", (PyCFunction)(void (*)(void))index_build,
-     METH_VARARGS | METH_KEYWORDS, index_build_doc},
-    {"_open_native_index", (PyCFunction)open_native, METH_O,
-     open_native_doc},
-    {"_attach_native_index", (PyCFunction)attach_native, METH_VARARGS,
-     attach_native_doc},
-    {"_native_hook", (PyCFunction)native_hook, METH_VARARGS, native_hook_doc},
+    {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
     {NULL}};
 
-int native_exec(PyObject *m, module_state *st)
+PyDoc_STRVAR(testing_doc,
+"Test and benchmark hooks of pydb._pydb -- NOT API, for tests/ and\n"
+"benchmarks/ only.  Some change process-wide state of the core (fail_io\n"
+"can make the process exit with status 137).  See pydb/_pydb_testing.c.");
+
+/* Add the submodule object `_testing` to `m`.  Its functions are bound to
+ * `m` (their `self` is the main module, whose state they use); their
+ * __module__ is "pydb._pydb._testing".  It is an attribute of pydb._pydb,
+ * not a package member: reach it as pydb._pydb._testing. */
+int testing_exec(PyObject *m, module_state *st)
 {
+    PyObject *sub, *name;
+    int rc = -1;
     (void)st;
-    return PyModule_AddFunctions(m, native_methods);
+    sub = PyModule_New("pydb._pydb._testing");
+    if (!sub) return -1;
+    name = PyUnicode_FromString("pydb._pydb._testing");
+    if (!name || PyModule_SetDocString(sub, testing_doc) < 0) goto done;
+    for (PyMethodDef *d = testing_functions; d->ml_name; d++) {
+        PyObject *f = PyCFunction_NewEx(d, m, name);
+        int added = f ? PyModule_AddObjectRef(sub, d->ml_name, f) : -1;
+        Py_XDECREF(f);
+        if (added < 0) goto done;
+    }
+    rc = PyModule_AddObjectRef(m, "_testing", sub);
+done:
+    Py_XDECREF(name);
+    Py_DECREF(sub);
+    return rc;
 }

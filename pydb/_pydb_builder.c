@@ -1,0 +1,137 @@
+/*
+ * _pydb_builder.c - the bulk builder (pydb_builder, csrc/build.c) for
+ * Python: _build(), which pydb.iso2709 and the tests use to write a new
+ * database in one pass, without the write-ahead log.
+ *
+ * Records are converted by fields_add() (_pydb_record.c) in batches of
+ * BUILD_BATCH with the GIL held, then written with it released; the batch
+ * buffer holds the values until then.  Values are stored bytes: the
+ * builder has no encoding, so a str value is a TypeError.
+ */
+#include "_pydb_record.h"
+
+#define BUILD_BATCH 256   /* records handed to the core per GIL release */
+
+/* One record of a batch: what the core is asked to do with it. */
+typedef struct {
+    int skip;          /* MFN left out (physically deleted)               */
+    int deleted;       /* store logically deleted                          */
+    size_t first, nf;  /* its fields in the batch's field buffer           */
+} build_op;
+
+/* Run a batch of records through the builder (inside UNLOCKED: plain C);
+ * returns the first error, PYDB_OK otherwise. */
+static int build_batch(pydb_builder *b, const build_op *ops, size_t n,
+                       const pydb_field *fields, pydb_error *e)
+{
+    int rc = PYDB_OK;
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        if (ops[i].skip) {
+            rc = pydb_builder_skip(b, e);
+            continue;
+        }
+        rc = pydb_builder_add(b, fields + ops[i].first, (uint32_t)ops[i].nf, e);
+        if (rc == PYDB_OK && ops[i].deleted) rc = pydb_builder_delete_last(b, e);
+    }
+    return rc;
+}
+
+static PyObject *mod_build(PyObject *m, PyObject *args)
+{
+    /* _build(path, layout, mstxl, records, sync[, deleted]): records is an
+     * iterable of field lists (the rule of fields_add(), values as bytes),
+     * or None for an MFN left out (physically deleted); `deleted` a
+     * container of MFNs to store logically deleted. */
+    module_state *st = PyModule_GetState(m);
+    PyObject *records, *it = NULL, *item = NULL, *pb = NULL, *deleted = NULL;
+    build_op ops[BUILD_BATCH];
+    size_t nops = 0;
+    fieldbuf fb = FIELDBUF_INIT;
+    const char *layout_name, *cpath;
+    int mstxl, sync, layout, rc = PYDB_OK;
+    pydb_builder *b = NULL;
+    pydb_error e;
+    long count = 0;
+
+    if (!PyArg_ParseTuple(args, "O&siOp|O", PyUnicode_FSConverter, &pb,
+                          &layout_name, &mstxl, &records, &sync, &deleted))
+        return NULL;
+    if (deleted == Py_None) deleted = NULL;
+    layout = pydb_layout_from_name(layout_name);
+    if (layout < 0) {
+        Py_DECREF(pb);
+        PyErr_Format(PyExc_ValueError, "unknown layout '%s' (isis-packed, "
+                     "isis-aligned, ffi-packed, ffi-aligned)", layout_name);
+        return NULL;
+    }
+    cpath = PyBytes_AS_STRING(pb);
+    UNLOCKED(NULL, NULL, rc = pydb_builder_open(&b, cpath, layout, mstxl, &e));
+    if (rc) goto fail;
+    it = PyObject_GetIter(records);
+    if (!it) goto fail_py;
+    for (;;) {
+        item = PyIter_Next(it);
+        if (item == NULL || nops == BUILD_BATCH) {
+            /* Write what is collected, then let go of its values. */
+            const pydb_field *fields = fb.v;
+            UNLOCKED(NULL, NULL, rc = build_batch(b, ops, nops, fields, &e));
+            fields_reset(&fb);
+            nops = 0;
+            if (rc) goto fail;
+            if (item == NULL) break;
+        }
+        count++;
+        ops[nops].skip = item == Py_None;
+        ops[nops].first = fb.n;
+        ops[nops].nf = 0;
+        ops[nops].deleted = 0;
+        if (item == Py_None) {
+            Py_CLEAR(item);
+            nops++;
+            continue;
+        }
+        if (fields_add(st, &fb, item, NULL, NULL) < 0) goto fail_py;
+        Py_CLEAR(item);
+        ops[nops].nf = fb.n - ops[nops].first;
+        if (deleted) {
+            PyObject *key = PyLong_FromLong(count);
+            int is_del = key ? PySequence_Contains(deleted, key) : -1;
+            Py_XDECREF(key);
+            if (is_del < 0) goto fail_py;
+            ops[nops].deleted = is_del;
+        }
+        nops++;
+    }
+    if (PyErr_Occurred()) goto fail_py;
+    UNLOCKED(NULL, NULL, rc = pydb_builder_finish(b, sync, &e));
+    if (rc) goto fail;
+    pydb_builder_free(b);
+    fields_free(&fb);
+    Py_XDECREF(it);
+    Py_DECREF(pb);
+    return PyLong_FromLong(count);
+fail:
+    set_error(st, rc, &e);
+fail_py:
+    pydb_builder_free(b);
+    fields_free(&fb);
+    Py_XDECREF(item);
+    Py_XDECREF(it);
+    Py_XDECREF(pb);
+    return NULL;
+}
+
+static PyMethodDef builder_functions[] = {
+    {"_build", mod_build, METH_VARARGS,
+     "_build(path, layout, mstxl, records, sync, deleted=None, /)\n--\n\n"
+     "Write a new database from an iterable of records, each a sequence of "
+     "(tag, bytes), or None for an MFN left out (XRF: physically deleted); "
+     "the MFNs in the container `deleted` are stored logically deleted.  "
+     "Returns the number of MFNs assigned."},
+    {NULL}};
+
+int builder_exec(PyObject *m, module_state *st)
+{
+    (void)st;
+    return PyModule_AddFunctions(m, builder_functions);
+}

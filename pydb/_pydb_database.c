@@ -1,0 +1,730 @@
+/*
+ * _pydb_database.c - the Database object (pydb_db for Python) and its
+ * RecordIterator; _create() makes the files of an empty database.
+ *
+ * Reads run inside UNLOCKED() on the database's guard; a cache hit of
+ * read() is served with the GIL held (pydb_read_nowait).  Iteration reads
+ * BATCH records per GIL release.  close() marks the handle closing, waits
+ * for the operations in flight, aborts the open transaction and closes the
+ * core handle; the attached native index is released after that.
+ */
+#include "_pydb_database.h"
+#include "_pydb_index.h"
+#include "_pydb_record.h"
+#include "_pydb_transaction.h"
+#include <structmember.h>
+#include "pydb_int.h"   /* pydb__refresh() for max_mfn; to be replaced by a
+                           public pydb_refresh() (binding-internals note) */
+
+#define BATCH 256   /* records read per GIL release when iterating */
+
+int database_check_open(module_state *st, DatabaseObject *self)
+{
+    if (self->db && !self->guard.closing) return 0;
+    PyErr_SetString(st->ClosedError, "the database is closed");
+    return -1;
+}
+
+/* Wait (GIL released) for in-flight operations, then free the handle. */
+static void db_close_handle(DatabaseObject *self)
+{
+    pydb_db *db = self->db;
+    if (!db || self->guard.closing) return;  /* closed, or another close waits */
+    self->guard.closing = 1;
+    guard_wait_idle(&self->guard);
+    transaction_abort_open(self);
+    self->db = NULL;
+    pydb_close(db);
+    if (self->hooked_index) {   /* after pydb_close: no commit can run */
+        index_release_hooked(self->hooked_index);
+        Py_CLEAR(self->hooked_index);
+    }
+}
+
+/* ------------------------------------------------------ Database methods */
+
+/* An MFN argument: an int in 1..2^31-1, else NotFoundError (outside
+ * every database) or TypeError. */
+int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn)
+{
+    long long v;
+    int overflow = 0;
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "an MFN is an int, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (overflow || v < 1 || v > 0x7FFFFFFF) {
+        PyObject *msg = PyUnicode_FromFormat("MFN %R is outside 1..2^31-1",
+                                             arg);
+        if (msg) {
+            PyErr_SetObject(st->NotFoundError, msg);
+            Py_DECREF(msg);
+        }
+        return -1;
+    }
+    *mfn = (int32_t)v;
+    return 0;
+}
+
+static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "encoding", "errors", "io", "lock",
+                             "flags", NULL};
+    module_state *st = state_of_type(Py_TYPE(self));
+    PyObject *path_obj, *path_bytes = NULL;
+    const char *encoding = "utf-8", *errors = "surrogateescape";
+    const char *io = "pread", *lock = "none", *cpath;
+    pydb_options opt;
+    pydb_error e;
+    pydb_db *db = NULL;
+    int rc, flags = 0;
+
+    if (!st) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ssssi", kwlist, &path_obj,
+                                     &encoding, &errors, &io, &lock, &flags))
+        return -1;
+    if (self->db) {
+        PyErr_SetString(PyExc_RuntimeError, "Database is already open");
+        return -1;
+    }
+    memset(&opt, 0, sizeof opt);
+    opt.io = pydb_io_from_name(io);
+    if (opt.io < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "io must be 'pread', 'mmap' or 'direct', not '%s'", io);
+        return -1;
+    }
+    if (strcmp(lock, "none") == 0) opt.lock = PYDB_LOCK_NONE;
+    else if (strcmp(lock, "mutex") == 0) opt.lock = PYDB_LOCK_MUTEX;
+    else {
+        PyErr_Format(PyExc_ValueError, "lock must be 'none' or 'mutex', "
+                     "not '%s'", lock);
+        return -1;
+    }
+    opt.flags = flags;
+    if (!PyCodec_KnownEncoding(encoding)) {  /* fail early */
+        PyErr_Format(PyExc_LookupError, "unknown encoding: %s", encoding);
+        return -1;
+    }
+    if (!PyUnicode_FSConverter(path_obj, &path_bytes)) return -1;
+    cpath = PyBytes_AS_STRING(path_bytes);
+    memset(&e, 0, sizeof e);
+    UNLOCKED(NULL, NULL, rc = pydb_open(&db, cpath, &opt, &e));
+    Py_DECREF(path_bytes);
+    if (rc) {
+        set_error(st, rc, &e);
+        return -1;
+    }
+    self->db = db;
+    self->guard.closing = 0;
+    Py_XSETREF(self->encoding, PyUnicode_FromString(encoding));
+    Py_XSETREF(self->errors, PyUnicode_FromString(errors));
+    Py_XSETREF(self->path, PyOS_FSPath(path_obj));
+    if (!self->encoding || !self->errors || !self->path) return -1;
+    return 0;
+}
+
+static void database_dealloc(DatabaseObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist) PyObject_ClearWeakRefs((PyObject *)self);
+    if (self->db) {
+        /* No operation can be in flight: it would hold a reference. */
+        transaction_abort_open(self);
+        pydb_close(self->db);
+        self->db = NULL;
+    }
+    if (self->hooked_index) {
+        index_release_hooked(self->hooked_index);
+        Py_CLEAR(self->hooked_index);
+    }
+    Py_CLEAR(self->encoding);
+    Py_CLEAR(self->errors);
+    Py_CLEAR(self->path);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int database_traverse(DatabaseObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->hooked_index);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static PyObject *database_close(DatabaseObject *self, PyObject *unused)
+{
+    (void)unused;
+    db_close_handle(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *database_read(DatabaseObject *self, PyObject *arg)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_record *rec = NULL;
+    pydb_error e;
+    int32_t mfn;
+    int rc;
+
+    /* database_check_open() comes last: nothing may run Python code between it and
+     * the core call (a __index__ could close the database). */
+    if (!st || parse_mfn(st, arg, &mfn) < 0 || database_check_open(st, self) < 0)
+        return NULL;
+    /* Cache hit: read with the GIL held (it cannot wait for the disk).
+     * Otherwise release the GIL and read. */
+    rc = pydb_read_nowait(&rec, self->db, mfn, &e);
+    if (rc == PYDB_EWOULDBLOCK)
+        UNLOCKED(&self->guard, NULL, rc = pydb_read(&rec, self->db, mfn, &e));
+    if (rc) {
+        pydb_record_free(rec);
+        return set_error(st, rc, &e);
+    }
+    return record_new_from(st, self->encoding, self->errors, rec);
+}
+
+static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_record *rec = NULL;
+    pydb_error e;
+    int mfn;
+    long long off;
+    int rc;
+
+    if (!st || !PyArg_ParseTuple(args, "iL", &mfn, &off) ||
+        database_check_open(st, self) < 0)
+        return NULL;
+    UNLOCKED(&self->guard, NULL, rc = pydb_read_at(&rec, self->db, mfn, off, &e));
+    if (rc) {
+        pydb_record_free(rec);
+        return set_error(st, rc, &e);
+    }
+    return record_new_from(st, self->encoding, self->errors, rec);
+}
+
+static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    PyObject *seq = NULL, *list = NULL;
+    int32_t *mfns = NULL;
+    pydb_record **recs = NULL;
+    pydb_error e;
+    Py_ssize_t n, i, done = 0;
+    int rc = PYDB_OK;
+
+    if (!st) return NULL;
+    seq = PySequence_Fast(arg, "read_many() takes an iterable of MFNs");
+    if (!seq) return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    mfns = PyMem_Malloc(sizeof *mfns * (size_t)(n ? n : 1));
+    recs = PyMem_Calloc((size_t)(n ? n : 1), sizeof *recs);
+    if (!mfns || !recs) {
+        PyErr_NoMemory();
+        goto cleanup;
+    }
+    for (i = 0; i < n; i++)
+        if (parse_mfn(st, PySequence_Fast_GET_ITEM(seq, i), &mfns[i]) < 0)
+            goto cleanup;
+    if (database_check_open(st, self) < 0) goto cleanup;
+    UNLOCKED(&self->guard, NULL, {
+        for (done = 0; done < n; done++) {
+            rc = pydb_read(&recs[done], self->db, mfns[done], &e);
+            if (rc) break;
+        }
+    });
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    list = PyList_New(n);
+    if (!list) goto cleanup;
+    for (i = 0; i < n; i++) {
+        PyObject *r = record_new_from(st, self->encoding, self->errors, recs[i]);
+        recs[i] = NULL;
+        if (!r) {
+            Py_CLEAR(list);
+            goto cleanup;
+        }
+        PyList_SET_ITEM(list, i, r);
+    }
+cleanup:
+    if (recs)
+        for (i = 0; i < n; i++) pydb_record_free(recs[i]);
+    PyMem_Free(recs);
+    PyMem_Free(mfns);
+    Py_XDECREF(seq);
+    return list;
+}
+
+static PyObject *database_xrf(DatabaseObject *self, PyObject *arg)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    static const char *const states[] = {"unused", "active",
+                                         "logically deleted",
+                                         "physically deleted"};
+    pydb_xrf_entry x;
+    pydb_error e;
+    int32_t mfn;
+    int rc;
+    if (!st || parse_mfn(st, arg, &mfn) < 0 || database_check_open(st, self) < 0)
+        return NULL;
+    UNLOCKED(&self->guard, NULL, rc = pydb_xrf_get(&x, self->db, mfn, &e));
+    if (rc) return set_error(st, rc, &e);
+    return Py_BuildValue("{s:i,s:s,s:L,s:O,s:O}", "raw", (int)x.raw, "state",
+                         states[x.state], "offset", (long long)x.offset,
+                         "new", (x.flags & PYDB_FLAG_NEW) ? Py_True : Py_False,
+                         "pending",
+                         (x.flags & PYDB_FLAG_PENDING) ? Py_True : Py_False);
+}
+
+static PyObject *database_counts(DatabaseObject *self, PyObject *unused)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_counts c;
+    pydb_error e;
+    int rc;
+    (void)unused;
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    UNLOCKED(&self->guard, NULL, rc = pydb_count(&c, self->db, &e));
+    if (rc) return set_error(st, rc, &e);
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i}", "active", c.active,
+                         "logically_deleted", c.ldeleted,
+                         "physically_deleted", c.pdeleted, "unused", c.unused,
+                         "new", c.flag_new, "pending", c.flag_pending);
+}
+
+static Py_ssize_t database_len(DatabaseObject *self)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_counts c;
+    pydb_error e;
+    int rc;
+    if (!st || database_check_open(st, self) < 0) return -1;
+    UNLOCKED(&self->guard, NULL, rc = pydb_count(&c, self->db, &e));
+    if (rc) {
+        set_error(st, rc, &e);
+        return -1;
+    }
+    return c.active;
+}
+
+static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
+                                    PyObject *kw)
+{
+    static char *kwlist[] = {"deleted", NULL};
+    module_state *st = state_of_type(Py_TYPE(self));
+    int include_deleted = 0;
+    int32_t *buf = NULL, next, from = 1, end;
+    size_t n = 0, total = 0, cap = 0;
+    pydb_error e;
+    PyObject *list = NULL;
+    int rc = PYDB_OK;
+
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist,
+                                            &include_deleted) ||
+        database_check_open(st, self) < 0)
+        return NULL;
+    end = pydb_max_mfn(self->db) + 1;
+    while (from < end) {
+        /* Grow with the GIL held, fill with it released. */
+        size_t ncap = cap ? cap * 2 : 4096;
+        int32_t *g = PyMem_Realloc(buf, sizeof *buf * ncap);
+        if (!g) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        buf = g;
+        cap = ncap;
+        if (database_check_open(st, self) < 0) goto cleanup;  /* GIL was free */
+        UNLOCKED(&self->guard, NULL, {
+            while (rc == PYDB_OK && from < end && total < cap) {
+                rc = pydb_list_mfns(buf + total, cap - total, &n, &next,
+                                    self->db, from, include_deleted, &e);
+                total += n;
+                from = next;
+            }
+        });
+        if (rc) {
+            set_error(st, rc, &e);
+            goto cleanup;
+        }
+    }
+    list = PyList_New((Py_ssize_t)total);
+    for (size_t i = 0; list && i < total; i++) {
+        PyObject *v = PyLong_FromLong(buf[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+cleanup:
+    PyMem_Free(buf);
+    return list;
+}
+
+static PyObject *database_drop_cache(DatabaseObject *self, PyObject *unused)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_error e;
+    int rc;
+    (void)unused;
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    UNLOCKED(&self->guard, NULL, rc = pydb_drop_cache(self->db, &e));
+    if (rc) return set_error(st, rc, &e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *database_info(DatabaseObject *self, PyObject *unused)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_info i;
+    (void)unused;
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    pydb_info_get(self->db, &i);
+    return Py_BuildValue(
+        "{s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:s,s:s,s:L,s:L,s:s,s:s}", "next_mfn",
+        i.next_mfn, "next_block", i.next_block, "next_pos", i.next_pos,
+        "mftype", i.mftype, "mstxl", i.mstxl, "reccnt", i.reccnt, "layout",
+        pydb_layout_name(i.layout), "io", pydb_io_name(i.io), "lock",
+        i.lock ? "mutex" : "none", "mst_size", (long long)i.mst_size,
+        "xrf_size", (long long)i.xrf_size, "mst_path", i.mst_path, "xrf_path",
+        i.xrf_path);
+}
+
+static PyObject *database_get_max_mfn(DatabaseObject *self, void *c)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    (void)c;
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    /* Records committed by another handle or process since: re-read the
+     * control record (a small read; the GIL is released for it). */
+    UNLOCKED(&self->guard, NULL, pydb__refresh(self->db));
+    return PyLong_FromLong(pydb_max_mfn(self->db));
+}
+
+static PyObject *database_get_closed(DatabaseObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->db == NULL || self->guard.closing);
+}
+
+static PyObject *database_get_encoding(DatabaseObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->encoding ? self->encoding : Py_None);
+}
+
+static PyObject *database_get_path(DatabaseObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->path ? self->path : Py_None);
+}
+
+/* ------------------------------------------------------------ iterator */
+
+typedef struct {
+    PyObject_HEAD
+    DatabaseObject *db;
+    int32_t next;          /* next MFN to list from                       */
+    int include_deleted;
+    int skip_damaged;
+    pydb_record *recs[BATCH];
+    int nrecs, pos;
+    int done;
+    int pending_rc;        /* error met after the records of this batch  */
+    pydb_error pending;
+} IterObject;
+
+static void iter_clear_batch(IterObject *it)
+{
+    for (int i = it->pos; i < it->nrecs; i++) {
+        pydb_record_free(it->recs[i]);
+        it->recs[i] = NULL;
+    }
+    it->nrecs = it->pos = 0;
+}
+
+static void iter_dealloc(IterObject *it)
+{
+    PyTypeObject *tp = Py_TYPE(it);
+    PyObject_GC_UnTrack(it);
+    iter_clear_batch(it);
+    Py_CLEAR(it->db);
+    tp->tp_free((PyObject *)it);
+    Py_DECREF(tp);
+}
+
+static int iter_traverse(IterObject *it, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(it));
+    Py_VISIT(it->db);
+    return 0;
+}
+
+/* Read the next batch with one GIL release. */
+static int iter_fill(module_state *st, IterObject *it)
+{
+    DatabaseObject *self = it->db;
+    int32_t mfns[BATCH], next = it->next;
+    size_t n = 0;
+    pydb_error e;
+    int rc = PYDB_OK, nrecs = 0;
+
+    if (database_check_open(st, self) < 0) return -1;
+    UNLOCKED(&self->guard, NULL, {
+        while (nrecs == 0 && next <= pydb_max_mfn(self->db)) {
+            rc = pydb_list_mfns(mfns, BATCH, &n, &next, self->db, next,
+                                it->include_deleted, &e);
+            if (rc) break;
+            for (size_t i = 0; i < n; i++) {
+                pydb_record *r = NULL;
+                int rrc = pydb_read(&r, self->db, mfns[i], &e);
+                if (rrc == PYDB_OK) {
+                    it->recs[nrecs++] = r;
+                    continue;
+                }
+                pydb_record_free(r);
+                if (rrc == PYDB_ENOTFOUND ||
+                    (rrc == PYDB_ECORRUPT && it->skip_damaged))
+                    continue;
+                rc = rrc;
+                next = mfns[i] + 1;   /* resume after the damaged one */
+                break;
+            }
+            if (rc) break;
+        }
+    });
+    it->nrecs = nrecs;
+    it->pos = 0;
+    it->next = next;
+    if (rc) {
+        if (nrecs == 0) return set_error(st, rc, &e), -1;
+        /* Yield the records read before the damaged one first. */
+        it->pending_rc = rc;
+        it->pending = e;
+        return 0;
+    }
+    if (nrecs == 0) it->done = 1;
+    return 0;
+}
+
+static PyObject *iter_next(IterObject *it)
+{
+    module_state *st = state_of_type(Py_TYPE(it));
+    pydb_record *r;
+    if (!st) return NULL;
+    if (!(it->done && it->pos >= it->nrecs) && database_check_open(st, it->db) < 0)
+        return NULL;
+    if (it->pos >= it->nrecs) {
+        if (it->pending_rc) {
+            int rc = it->pending_rc;
+            it->pending_rc = 0;
+            it->nrecs = it->pos = 0;
+            return set_error(st, rc, &it->pending);
+        }
+        if (it->done) return NULL;
+        if (iter_fill(st, it) < 0) return NULL;
+        if (it->nrecs == 0) return NULL;
+    }
+    r = it->recs[it->pos];
+    it->recs[it->pos++] = NULL;
+    return record_new_from(st, it->db->encoding, it->db->errors, r);
+}
+
+static PyType_Slot iter_slots[] = {
+    {Py_tp_dealloc, iter_dealloc},
+    {Py_tp_traverse, iter_traverse},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, iter_next},
+    {0, NULL}};
+
+static PyType_Spec iter_spec = {
+    "pydb._pydb.RecordIterator", sizeof(IterObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    iter_slots};
+
+static PyObject *make_iter(DatabaseObject *self, int32_t start,
+                           int include_deleted, int skip_damaged)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    IterObject *it;
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    it = PyObject_GC_New(IterObject, st->iter_type);
+    if (!it) return NULL;
+    it->db = (DatabaseObject *)Py_NewRef(self);
+    it->next = start < 1 ? 1 : start;
+    it->include_deleted = include_deleted;
+    it->skip_damaged = skip_damaged;
+    it->nrecs = it->pos = 0;
+    it->done = 0;
+    it->pending_rc = 0;
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
+}
+
+static PyObject *database_iter(DatabaseObject *self)
+{
+    return make_iter(self, 1, 0, 0);
+}
+
+static PyObject *database_records(DatabaseObject *self, PyObject *args,
+                                  PyObject *kw)
+{
+    static char *kwlist[] = {"start", "deleted", "skip_damaged", NULL};
+    int start = 1, deleted = 0, skip = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ipp", kwlist, &start,
+                                     &deleted, &skip))
+        return NULL;
+    return make_iter(self, start, deleted, skip);
+}
+
+static PyMethodDef database_methods[] = {
+    {"close", (PyCFunction)database_close, METH_NOARGS,
+     "close($self, /)\n--\n\nClose the files.  Waits for reads in flight "
+     "in other threads; later calls raise ClosedError.  Idempotent."},
+    {"read", (PyCFunction)database_read, METH_O,
+     "read($self, mfn, /)\n--\n\nThe current version of record `mfn` "
+     "(int, 1-based) as a Record; logically deleted records too (deleted "
+     "is True).  Same as db[mfn].\n\nRaises NotFoundError (a KeyError) "
+     "for an MFN outside 1..max_mfn, never created or physically deleted; "
+     "CorruptionError (file, byte offset, reason) for a damaged record or "
+     "XRF; DiskError for an I/O error; ClosedError; TypeError for a "
+     "non-int."},
+    {"_read_at", (PyCFunction)database_read_at, METH_VARARGS,
+     "_read_at($self, mfn, offset, /)\n--\n\nThe version of `mfn` stored at "
+     "byte `offset` of the .mst."},
+    {"read_many", (PyCFunction)database_read_many, METH_O,
+     "read_many($self, mfns, /)\n--\n\nThe records of an iterable of MFNs "
+     "(ints, 1-based), in the order given, as a list of Record, read with "
+     "one GIL release.\n\nRaises, for the first MFN that fails: "
+     "NotFoundError, CorruptionError, DiskError (as read()); ClosedError; "
+     "TypeError."},
+    {"xrf_entry", (PyCFunction)database_xrf, METH_O,
+     "xrf_entry($self, mfn, /)\n--\n\nThe decoded XRF entry of `mfn`: dict "
+     "with raw, state, offset, new, pending."},
+    {"counts", (PyCFunction)database_counts, METH_NOARGS,
+     "counts($self, /)\n--\n\nXRF states over MFN 1..max_mfn: dict with "
+     "active, logically_deleted, physically_deleted, unused, new, pending."},
+    {"mfns", (PyCFunction)(void (*)(void))database_list_mfns,
+     METH_VARARGS | METH_KEYWORDS,
+     "mfns($self, /, deleted=False)\n--\n\nMFNs of the active records (and "
+     "logically deleted ones if `deleted`), ascending (list of int)."},
+    {"records", (PyCFunction)(void (*)(void))database_records,
+     METH_VARARGS | METH_KEYWORDS,
+     "records($self, /, *, start=1, deleted=False, skip_damaged=False)\n--\n"
+     "\nAn iterator of the records (Record) from MFN `start` (1-based) in "
+     "MFN order: the active ones, and the logically deleted ones too if "
+     "`deleted`; 256 records are read per GIL release.  With "
+     "`skip_damaged`, damaged records are left out instead of raising."
+     "\n\nRaises (while iterating): CorruptionError for a damaged record "
+     "(after yielding the records before it) unless skip_damaged; "
+     "DiskError; ClosedError once the database is closed."},
+    {"drop_cache", (PyCFunction)database_drop_cache, METH_NOARGS,
+     "drop_cache($self, /)\n--\n\nDrop the files from the page cache."},
+    {"info", (PyCFunction)database_info, METH_NOARGS,
+     "info($self, /)\n--\n\nControl record and detected layout (dict)."},
+    {NULL}};
+
+static PyGetSetDef database_getset[] = {
+    {"max_mfn", (getter)database_get_max_mfn, NULL,
+     "Highest MFN ever assigned, NXTMFN - 1 (int; 0 when empty), as the "
+     "control record says now (commits of other handles and processes "
+     "included).", NULL},
+    {"closed", (getter)database_get_closed, NULL, "True once closed.", NULL},
+    {"encoding", (getter)database_get_encoding, NULL,
+     "Encoding used to decode field values (str).", NULL},
+    {"path", (getter)database_get_path, NULL, "The path as given.", NULL},
+    {NULL}};
+
+static PyMemberDef database_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(DatabaseObject, weakreflist), READONLY, NULL},
+    {NULL}};
+
+static PyType_Slot database_slots[] = {
+    {Py_tp_init, database_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, database_dealloc},
+    {Py_tp_traverse, database_traverse},
+    {Py_tp_methods, database_methods},
+    {Py_tp_getset, database_getset},
+    {Py_tp_members, database_members},
+    {Py_tp_iter, database_iter},
+    {Py_mp_subscript, database_read},
+    {Py_mp_length, database_len},
+    {Py_tp_doc, "Low-level database handle (see pydb.Database)."},
+    {0, NULL}};
+
+static PyType_Spec database_spec = {
+    "pydb._pydb.Database", sizeof(DatabaseObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    database_slots};
+
+/* ------------------------------------------------------- module functions */
+
+/* _create(path, layout, mstxl, sync): the files of an empty database. */
+static PyObject *mod_create(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *pb = NULL;
+    const char *layout_name, *cpath;
+    int mstxl, sync, layout, rc;
+    pydb_options opt;
+    pydb_db *db = NULL;
+    pydb_error e;
+
+    if (!PyArg_ParseTuple(args, "O&sip", PyUnicode_FSConverter, &pb,
+                          &layout_name, &mstxl, &sync))
+        return NULL;
+    layout = pydb_layout_from_name(layout_name);
+    if (layout < 0) {
+        Py_DECREF(pb);
+        PyErr_Format(PyExc_ValueError, "layout must be isis-packed, "
+                     "isis-aligned, ffi-packed or ffi-aligned, not '%s'",
+                     layout_name);
+        return NULL;
+    }
+    if (mstxl < 0 || mstxl > 6) {
+        Py_DECREF(pb);
+        PyErr_Format(PyExc_ValueError, "mstxl must be 0..6, not %d", mstxl);
+        return NULL;
+    }
+    memset(&opt, 0, sizeof opt);
+    opt.io = PYDB_IO_PREAD;
+    opt.flags = sync ? 0 : PYDB_OPEN_NOSYNC;
+    memset(&e, 0, sizeof e);
+    cpath = PyBytes_AS_STRING(pb);
+    UNLOCKED(NULL, NULL, {
+        rc = pydb_create(&db, cpath, layout, mstxl, &opt, &e);
+        if (rc == PYDB_OK) pydb_close(db);
+    });
+    Py_DECREF(pb);
+    if (rc) return set_error(st, rc, &e);
+    return PyLong_FromLong(PYDB_OPEN_LAYOUT(layout));
+}
+
+static PyMethodDef database_functions[] = {
+    {"_create", mod_create, METH_VARARGS,
+     "_create(path, layout, mstxl, sync, /)\n--\n\nCreate the files of an "
+     "empty database; returns the open flags that name its layout.  Use "
+     "pydb.create()."},
+    {NULL}};
+
+int database_exec(PyObject *m, module_state *st)
+{
+    st->database_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(m, &database_spec, NULL);
+    if (!st->database_type) return -1;
+    st->iter_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(m, &iter_spec, NULL);
+    if (!st->iter_type) return -1;
+    if (PyModule_AddType(m, st->database_type) < 0 ||
+        PyModule_AddType(m, st->iter_type) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, database_functions);
+}

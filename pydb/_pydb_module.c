@@ -1,0 +1,198 @@
+/*
+ * _pydb_module.c - the module pydb._pydb: state, multi-phase init
+ * (PEP 489), the exception classes and the one error mapping.
+ *
+ * The binding of the pydb core (csrc/): argument parsing, GIL release,
+ * Python objects.  One file per Python object, see _pydb_module.h.  The
+ * exception classes are defined in Python (pydb/errors.py) and looked up
+ * at module execution; they live in the module state.
+ */
+#include "_pydb_module.h"
+#include <errno.h>
+#include <unistd.h>
+
+module_state *state_of_type(PyTypeObject *tp)
+{
+    PyObject *m = PyType_GetModuleByDef(tp, &pydb_module);
+    return m ? (module_state *)PyModule_GetState(m) : NULL;
+}
+
+void guard_wait_idle(handle_guard *g)
+{
+    Py_BEGIN_ALLOW_THREADS
+    while (atomic_load(&g->active) > 0) usleep(50);
+    Py_END_ALLOW_THREADS
+}
+
+/* ------------------------------------------------------------- errors */
+
+/* Raise `exc` with args built by Py_BuildValue(fmt, ...), if that works. */
+static PyObject *raise_with(PyObject *exc, PyObject *args)
+{
+    if (args) {
+        PyErr_SetObject(exc, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+/*
+ * The one mapping from core return codes to exceptions (GIL held):
+ *
+ *   PYDB_ENOMEM        MemoryError
+ *   PYDB_EINVAL        ValueError(message) -- not in the pydb.Error tree: a
+ *                      bad argument is a caller's bug, as everywhere in
+ *                      Python; the binding checks arguments (TypeError /
+ *                      ValueError) before the core sees them, so this is
+ *                      for the checks only the core can make
+ *   PYDB_ENOTFOUND     NotFoundError(message)            (KeyError)
+ *   PYDB_ECORRUPT      CorruptionError(path, offset, message)
+ *   PYDB_EUNSUPPORTED  UnsupportedError(errno, message, path)  (OSError)
+ *   PYDB_EIO           DatabaseNotFoundError for ENOENT, DatabaseExistsError
+ *                      for EEXIST, else DiskError: (errno, message, path)
+ *   PYDB_ESYNTAX       SearchSyntaxError(message, offset)
+ *   PYDB_EFST          FSTError(path, line, message)
+ *   PYDB_EREADONLY     ReadOnlyError(message)
+ *   PYDB_ELOCKED       LockTimeoutError(EAGAIN, message, path)
+ *   PYDB_ETOOBIG       RecordTooLargeError(message)      (ValueError)
+ *   PYDB_EWOULDBLOCK   SystemError: pydb_read_nowait()'s "not cached" is
+ *                      handled by its caller (Database.read() retries with
+ *                      the GIL released); reaching here is a binding bug
+ *   anything else      pydb.Error("pydb error <rc>: message")
+ */
+PyObject *set_error(module_state *st, int rc, const pydb_error *e)
+{
+    const char *path = e->path[0] ? e->path : NULL;
+
+    switch (rc) {
+    case PYDB_ENOMEM:
+        return PyErr_NoMemory();
+    case PYDB_EINVAL:
+        PyErr_SetString(PyExc_ValueError, e->message);
+        return NULL;
+    case PYDB_ENOTFOUND:
+        return raise_with(st->NotFoundError,
+                          Py_BuildValue("(s)", e->message));
+    case PYDB_ECORRUPT:
+        return raise_with(st->CorruptionError,
+                          Py_BuildValue("(zLs)", path, (long long)e->offset,
+                                        e->message));
+    case PYDB_EUNSUPPORTED:
+        return raise_with(st->UnsupportedError,
+                          Py_BuildValue("(isz)", e->sys_errno, e->message,
+                                        path));
+    case PYDB_EIO:
+        return raise_with(e->sys_errno == ENOENT ? st->DatabaseNotFoundError
+                          : e->sys_errno == EEXIST ? st->DatabaseExistsError
+                                                   : st->DiskError,
+                          Py_BuildValue("(isz)", e->sys_errno, e->message,
+                                        path));
+    case PYDB_ESYNTAX:
+        return raise_with(st->SearchSyntaxError,
+                          Py_BuildValue("(sL)", e->message,
+                                        (long long)e->offset));
+    case PYDB_EFST:
+        return raise_with(st->FSTError,
+                          Py_BuildValue("(zLs)", path, (long long)e->offset,
+                                        e->message));
+    case PYDB_EREADONLY:
+        PyErr_SetString(st->ReadOnlyError, e->message);
+        return NULL;
+    case PYDB_ELOCKED:
+        return raise_with(st->LockTimeoutError,
+                          Py_BuildValue("(isz)", EAGAIN, e->message, path));
+    case PYDB_ETOOBIG:
+        PyErr_SetString(st->RecordTooLargeError, e->message);
+        return NULL;
+    case PYDB_EWOULDBLOCK:
+        PyErr_Format(PyExc_SystemError, "pydb binding: PYDB_EWOULDBLOCK "
+                     "escaped its caller (%s)", e->message);
+        return NULL;
+    default:
+        PyErr_Format(st->Error, "pydb error %d: %s", rc, e->message);
+        return NULL;
+    }
+}
+
+/* ------------------------------------------------------------- module */
+
+static int module_exec(PyObject *m)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *errors;
+#define GET_EXC(name)                                                   \
+    do {                                                                \
+        st->name = PyObject_GetAttrString(errors, #name);               \
+        if (!st->name) goto fail;                                       \
+    } while (0)
+
+    if (record_exec(m, st) < 0 || database_exec(m, st) < 0 ||
+        index_exec(m, st) < 0 || check_exec(m, st) < 0 ||
+        search_exec(m, st) < 0 || transaction_exec(m, st) < 0 ||
+        builder_exec(m, st) < 0 || testing_exec(m, st) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "OPEN_WRITE", PYDB_OPEN_WRITE) < 0 ||
+        PyModule_AddIntConstant(m, "OPEN_NOSYNC", PYDB_OPEN_NOSYNC) < 0)
+        return -1;
+    errors = PyImport_ImportModule("pydb.errors");
+    if (!errors) return -1;
+    GET_EXC(Error);
+    GET_EXC(CorruptionError);
+    GET_EXC(NotFoundError);
+    GET_EXC(DiskError);
+    GET_EXC(DatabaseNotFoundError);
+    GET_EXC(UnsupportedError);
+    GET_EXC(RecordTooLargeError);
+    GET_EXC(ClosedError);
+    GET_EXC(SearchSyntaxError);
+    GET_EXC(FSTError);
+    GET_EXC(ReadOnlyError);
+    GET_EXC(LockTimeoutError);
+    GET_EXC(DatabaseExistsError);
+    Py_DECREF(errors);
+    return 0;
+fail:
+    Py_DECREF(errors);
+    return -1;
+#undef GET_EXC
+}
+
+#define STATE_MEMBERS(X)                                                \
+    X(database_type) X(record_type) X(record_class) X(iter_type)        \
+    X(field_type) X(index_type) X(checkrun_type) X(txn_type)            \
+    X(Error) X(CorruptionError) X(NotFoundError) X(DiskError)           \
+    X(DatabaseNotFoundError) X(UnsupportedError) X(RecordTooLargeError) \
+    X(ClosedError) X(SearchSyntaxError) X(FSTError) X(ReadOnlyError)    \
+    X(LockTimeoutError) X(DatabaseExistsError)
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    module_state *st = PyModule_GetState(m);
+#define VISIT(name) Py_VISIT(st->name);
+    STATE_MEMBERS(VISIT)
+#undef VISIT
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    module_state *st = PyModule_GetState(m);
+#define CLEAR(name) Py_CLEAR(st->name);
+    STATE_MEMBERS(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
+static void module_free(void *m) { module_clear((PyObject *)m); }
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL}};
+
+struct PyModuleDef pydb_module = {
+    PyModuleDef_HEAD_INIT, "pydb._pydb",
+    "Binding of the pydb C core (use the pydb package, not this module).",
+    sizeof(module_state), NULL, module_slots, module_traverse,
+    module_clear, module_free};
+
+PyMODINIT_FUNC PyInit__pydb(void) { return PyModuleDef_Init(&pydb_module); }

@@ -1,0 +1,124 @@
+/*
+ * _pydb_module.h - what every file of the binding (pydb/_pydb_*.c) shares:
+ * the module state, the one error mapping and the one GIL release.
+ *
+ * The binding is laid out as CPython's Modules/_sqlite: one file per
+ * Python object plus the module file.
+ *
+ *   _pydb_module.c       module state, init (PEP 489), exception classes,
+ *                        set_error(): core return code -> exception
+ *   _pydb_database.c     Database and its RecordIterator; _create()
+ *   _pydb_record.c       Record, Field; fields_add(): Python fields ->
+ *                        pydb_field (the one field converter)
+ *   _pydb_transaction.c  Transaction; _txn_begin()
+ *   _pydb_builder.c      _build(): the bulk builder
+ *   _pydb_index.c        Index (native, ISIS, in-memory); _fst_parse(),
+ *                        _index_build(), _attach_native_index()
+ *   _pydb_search.c       _search()
+ *   _pydb_check.c        CheckRun; _check_kinds()
+ *   _pydb_testing.c      pydb._pydb._testing: test and benchmark hooks only
+ *
+ * Each file adds its types and functions to the module from an exec hook
+ * (<file>_exec below) called by module_exec() in _pydb_module.c.
+ *
+ * GIL rules (docs/conventions.md):
+ *   - arguments are parsed and copied into C memory first;
+ *   - every core call that may touch a file runs inside UNLOCKED(), which
+ *     counts the operation in the handles' guards and releases the GIL;
+ *     nothing inside UNLOCKED() calls the Python C API;
+ *   - close() marks the handle closing, then waits (GIL released) until no
+ *     operation is in flight before freeing the core handle.
+ */
+#ifndef PYDB_BINDING_MODULE_H
+#define PYDB_BINDING_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdatomic.h>
+#include "pydb.h"   /* the public API only; see _pydb_database.c and
+                       _pydb_testing.c for the two internal includes */
+
+typedef struct {
+    PyTypeObject *database_type;
+    PyTypeObject *record_type;      /* base Record type                   */
+    PyTypeObject *record_class;     /* class instantiated (pydb.Record)   */
+    PyTypeObject *iter_type;        /* RecordIterator                     */
+    PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
+    PyTypeObject *index_type;
+    PyTypeObject *checkrun_type;
+    PyTypeObject *txn_type;         /* Transaction                        */
+    PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
+        *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
+        *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
+        *LockTimeoutError, *DatabaseExistsError;
+} module_state;
+
+extern struct PyModuleDef pydb_module;
+
+/* The module state of a heap type defined by this module (NULL + exception
+ * if the type is not ours). */
+module_state *state_of_type(PyTypeObject *tp);
+
+/* Raise the exception for core error `rc` with detail `e`; returns NULL.
+ * The only place where core return codes become exceptions (see the table
+ * in _pydb_module.c). */
+PyObject *set_error(module_state *st, int rc, const pydb_error *e);
+
+/* ------------------------------------------------------- handle guard */
+
+/* The in-flight state of a core handle (pydb_db, pydb_index) owned by a
+ * Python object.  Changed with the GIL held, except `active`, which
+ * UNLOCKED() decrements with the GIL released. */
+typedef struct {
+    atomic_int active;  /* operations running with the GIL released */
+    int closing;        /* close() has begun: no new operation       */
+} handle_guard;
+
+/* Wait, with the GIL released, until no operation counted in `g` is in
+ * flight.  Called by close() (after setting g->closing) and never from
+ * inside UNLOCKED(). */
+void guard_wait_idle(handle_guard *g);
+
+static inline void guard_enter_(handle_guard *a, handle_guard *b)
+{
+    if (a) atomic_fetch_add(&a->active, 1);
+    if (b) atomic_fetch_add(&b->active, 1);
+}
+
+static inline void guard_leave_(handle_guard *a, handle_guard *b)
+{
+    if (b) atomic_fetch_sub(&b->active, 1);
+    if (a) atomic_fetch_sub(&a->active, 1);
+}
+
+/* UNLOCKED(g1, g2, stmt): the one GIL release of the binding.  Runs `stmt`
+ * with the GIL released, counted as in flight on the handle guards g1 and
+ * g2 (either may be NULL: work on no handle, or on one), so that close()
+ * of those handles waits for it.  The caller has checked that the handles
+ * are open, with the GIL held, just before.
+ *
+ * `stmt` is plain C: no Python C-API call (not even a macro such as
+ * PyBytes_AS_STRING: take pointers before), and no return, break or goto
+ * out of it.  Results are kept in C locals and turned into Python objects
+ * or exceptions (set_error) after UNLOCKED(). */
+#define UNLOCKED(g1, g2, ...)                                          \
+    do {                                                               \
+        handle_guard *unlocked_g1_ = (g1), *unlocked_g2_ = (g2);       \
+        guard_enter_(unlocked_g1_, unlocked_g2_);                      \
+        Py_BEGIN_ALLOW_THREADS                                         \
+        __VA_ARGS__;                                                   \
+        guard_leave_(unlocked_g1_, unlocked_g2_);                      \
+        Py_END_ALLOW_THREADS                                           \
+    } while (0)
+
+/* ------------------------------------------------------- exec hooks */
+int record_exec(PyObject *m, module_state *st);
+int database_exec(PyObject *m, module_state *st);
+int transaction_exec(PyObject *m, module_state *st);
+int builder_exec(PyObject *m, module_state *st);
+int index_exec(PyObject *m, module_state *st);
+int search_exec(PyObject *m, module_state *st);
+int check_exec(PyObject *m, module_state *st);
+int testing_exec(PyObject *m, module_state *st);
+
+#endif

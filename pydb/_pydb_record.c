@@ -1,0 +1,469 @@
+/*
+ * _pydb_record.c - records for Python, both ways.
+ *
+ *   Record     a record version read from a master file (pydb_record);
+ *              pydb.Record (pydb/record.py) subclasses it, and
+ *              _set_record_class() makes the binding create that class.
+ *   Field      structseq (tag, value) with .raw, the items of
+ *              Record.fields.
+ *   fields_add the one converter from Python fields to pydb_field (rule in
+ *              _pydb_record.h), used by Transaction, _build and the test
+ *              hooks.
+ */
+#include "_pydb_record.h"
+#include <structmember.h>
+
+/* ------------------------------------------------------------- Record */
+
+typedef struct {
+    PyObject_HEAD
+    pydb_record *rec;
+    PyObject *encoding;
+    PyObject *errors;
+} RecordObject;
+
+PyObject *record_new_from(module_state *st, PyObject *encoding,
+                          PyObject *errors, pydb_record *rec)
+{
+    RecordObject *r;
+    r = (RecordObject *)st->record_class->tp_alloc(st->record_class, 0);
+    if (!r) {
+        pydb_record_free(rec);
+        return NULL;
+    }
+    r->rec = rec;
+    r->encoding = Py_NewRef(encoding);
+    r->errors = Py_NewRef(errors);
+    return (PyObject *)r;
+}
+
+static void record_dealloc(RecordObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pydb_record_free(self->rec);
+    Py_XDECREF(self->encoding);
+    Py_XDECREF(self->errors);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *decode(RecordObject *self, const pydb_field *f)
+{
+    return PyUnicode_Decode((const char *)f->value, f->len,
+                            PyUnicode_AsUTF8(self->encoding),
+                            PyUnicode_AsUTF8(self->errors));
+}
+
+static PyObject *record_fields(RecordObject *self, void *closure)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_record *r = self->rec;
+    PyObject *t;
+    (void)closure;
+    if (!st) return NULL;
+    t = PyTuple_New(r->nfields);
+    if (!t) return NULL;
+    for (uint32_t i = 0; i < r->nfields; i++) {
+        PyObject *f = PyStructSequence_New(st->field_type), *v;
+        if (!f) goto fail;
+        PyTuple_SET_ITEM(t, i, f);
+        v = PyLong_FromUnsignedLong(r->fields[i].tag);
+        if (!v) goto fail;
+        PyStructSequence_SetItem(f, 0, v);
+        v = decode(self, &r->fields[i]);
+        if (!v) goto fail;
+        PyStructSequence_SetItem(f, 1, v);
+        v = PyBytes_FromStringAndSize((const char *)r->fields[i].value,
+                                      r->fields[i].len);
+        if (!v) goto fail;
+        PyStructSequence_SetItem(f, 2, v);
+    }
+    return t;
+fail:
+    Py_DECREF(t);
+    return NULL;
+}
+
+static int tag_arg(PyObject *arg, unsigned long *tag)
+{
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "a tag is an int, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    *tag = PyLong_AsUnsignedLong(arg);
+    if (*tag == (unsigned long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        *tag = 0x7FFFFFFF;  /* negative or huge: matches no field */
+    }
+    return 0;
+}
+
+/* Values of the fields with `tag`, decoded (raw=0) or as bytes (raw=1). */
+static PyObject *record_values(RecordObject *self, unsigned long tag, int raw)
+{
+    pydb_record *r = self->rec;
+    PyObject *list = PyList_New(0);
+    if (!list) return NULL;
+    for (uint32_t i = 0; i < r->nfields; i++) {
+        PyObject *v;
+        if (r->fields[i].tag != tag) continue;
+        v = raw ? PyBytes_FromStringAndSize((const char *)r->fields[i].value,
+                                            r->fields[i].len)
+                : decode(self, &r->fields[i]);
+        if (!v || PyList_Append(list, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return list;
+}
+
+static PyObject *record_getitem(RecordObject *self, PyObject *key)
+{
+    unsigned long tag;
+    if (tag_arg(key, &tag) < 0) return NULL;
+    return record_values(self, tag, 0);
+}
+
+static PyObject *record_raw(RecordObject *self, PyObject *key)
+{
+    unsigned long tag;
+    if (tag_arg(key, &tag) < 0) return NULL;
+    return record_values(self, tag, 1);
+}
+
+static PyObject *record_get(RecordObject *self, PyObject *const *args,
+                            Py_ssize_t nargs)
+{
+    unsigned long tag;
+    pydb_record *r = self->rec;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "get(tag, default=None)");
+        return NULL;
+    }
+    if (tag_arg(args[0], &tag) < 0) return NULL;
+    for (uint32_t i = 0; i < r->nfields; i++)
+        if (r->fields[i].tag == tag) return decode(self, &r->fields[i]);
+    return Py_NewRef(nargs == 2 ? args[1] : Py_None);
+}
+
+static int record_contains(RecordObject *self, PyObject *key)
+{
+    unsigned long tag;
+    if (tag_arg(key, &tag) < 0) return -1;
+    for (uint32_t i = 0; i < self->rec->nfields; i++)
+        if (self->rec->fields[i].tag == tag) return 1;
+    return 0;
+}
+
+static Py_ssize_t record_len(RecordObject *self)
+{
+    return (Py_ssize_t)self->rec->nfields;
+}
+
+static PyObject *record_tags(RecordObject *self, void *closure)
+{
+    PyObject *t = PyTuple_New(self->rec->nfields);
+    (void)closure;
+    if (!t) return NULL;
+    for (uint32_t i = 0; i < self->rec->nfields; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(self->rec->fields[i].tag);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+#define RECORD_INT_GETTER(name, expr)                                   \
+    static PyObject *record_get_##name(RecordObject *self, void *c)     \
+    {                                                                   \
+        (void)c;                                                        \
+        return PyLong_FromLongLong((long long)(expr));                  \
+    }
+#define RECORD_BOOL_GETTER(name, expr)                                  \
+    static PyObject *record_get_##name(RecordObject *self, void *c)     \
+    {                                                                   \
+        (void)c;                                                        \
+        return PyBool_FromLong((long)(expr));                           \
+    }
+RECORD_INT_GETTER(mfn, self->rec->mfn)
+RECORD_INT_GETTER(status, self->rec->status)
+RECORD_INT_GETTER(offset, self->rec->offset)
+RECORD_INT_GETTER(mfrl, self->rec->mfrl)
+RECORD_BOOL_GETTER(deleted, self->rec->deleted)
+RECORD_BOOL_GETTER(locked, self->rec->locked)
+RECORD_BOOL_GETTER(pending, self->rec->flags & PYDB_FLAG_PENDING)
+RECORD_BOOL_GETTER(new, self->rec->flags & PYDB_FLAG_NEW)
+
+static PyObject *record_get_back_offset(RecordObject *self, void *c)
+{
+    (void)c;
+    if (self->rec->back_offset < 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->rec->back_offset);
+}
+
+static PyObject *record_get_encoding(RecordObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->encoding);
+}
+
+static PyGetSetDef record_getset[] = {
+    {"mfn", (getter)record_get_mfn, NULL, "MFN, 1-based (int).", NULL},
+    {"status", (getter)record_get_status, NULL,
+     "Leader STATUS: 0 active, 1 logically deleted (int).", NULL},
+    {"deleted", (getter)record_get_deleted, NULL,
+     "True if logically deleted (negated XRF pointer; for a back version, "
+     "STATUS 1).", NULL},
+    {"locked", (getter)record_get_locked, NULL,
+     "True if MFRL was stored negative (CDS/ISIS record lock sign).", NULL},
+    {"pending", (getter)record_get_pending, NULL,
+     "XRF flag 0x200: update pending (inverted file not yet updated).",
+     NULL},
+    {"new", (getter)record_get_new, NULL,
+     "XRF flag 0x400: new record, not yet inverted.", NULL},
+    {"offset", (getter)record_get_offset, NULL,
+     "Byte offset of this version in the .mst (int).", NULL},
+    {"back_offset", (getter)record_get_back_offset, NULL,
+     "Byte offset of the previous version (MFBWB/MFBWP), or None.", NULL},
+    {"mfrl", (getter)record_get_mfrl, NULL,
+     "Record length in bytes, abs(MFRL), padding included (int).", NULL},
+    {"fields", (getter)record_fields, NULL,
+     "All fields in stored order: tuple of Field(tag, value); each Field "
+     "also has .raw (bytes).", NULL},
+    {"tags", (getter)record_tags, NULL,
+     "Tags of the fields in stored order (tuple of int).", NULL},
+    {"encoding", (getter)record_get_encoding, NULL,
+     "Encoding used to decode values (str).", NULL},
+    {NULL}};
+
+static PyMethodDef record_methods[] = {
+    {"raw", (PyCFunction)record_raw, METH_O,
+     "raw($self, tag, /)\n--\n\nValues of the fields with `tag` as bytes, "
+     "in occurrence order (list of bytes; empty if none)."},
+    {"get", (PyCFunction)(void (*)(void))record_get, METH_FASTCALL,
+     "get($self, tag, default=None, /)\n--\n\nFirst occurrence of `tag` "
+     "as str, or `default`."},
+    {NULL}};
+
+static PyType_Slot record_slots[] = {
+    {Py_tp_dealloc, record_dealloc},
+    {Py_tp_getset, record_getset},
+    {Py_tp_methods, record_methods},
+    {Py_mp_subscript, record_getitem},
+    {Py_mp_length, record_len},
+    {Py_sq_contains, record_contains},
+    {Py_tp_doc, "A record version read from a master file (see pydb.Record)."},
+    {0, NULL}};
+
+static PyType_Spec record_spec = {
+    "pydb._pydb.Record", sizeof(RecordObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    record_slots};
+
+static PyStructSequence_Field field_fields[] = {
+    {"tag", "field tag (int, 1..65535)"},
+    {"value", "value decoded with the database's encoding (str)"},
+    {"raw", "value as stored (bytes)"},
+    {NULL}};
+
+static PyStructSequence_Desc field_desc = {
+    "pydb.Field", "A field of a record: (tag, value), with .raw bytes.",
+    field_fields, 2};
+
+
+static PyObject *mod_set_record_class(PyObject *m, PyObject *cls)
+{
+    module_state *st = PyModule_GetState(m);
+    if (!PyType_Check(cls) ||
+        !PyType_IsSubtype((PyTypeObject *)cls, st->record_type)) {
+        PyErr_SetString(PyExc_TypeError, "expected a subclass of Record");
+        return NULL;
+    }
+    Py_XSETREF(st->record_class, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef record_functions[] = {
+    {"_set_record_class", mod_set_record_class, METH_O,
+     "_set_record_class(cls, /)\n--\n\nMake the binding create instances "
+     "of `cls`, a subclass of Record (pydb.Record), for the records it "
+     "reads."},
+    {NULL}};
+
+/* ------------------------------------------------ the field converter */
+
+void fields_reset(fieldbuf *b)
+{
+    while (b->nkeep) Py_DECREF(b->keep[--b->nkeep]);
+    b->n = 0;
+}
+
+void fields_free(fieldbuf *b)
+{
+    fields_reset(b);
+    PyMem_Free(b->v);
+    PyMem_Free(b->keep);
+    b->v = NULL;
+    b->keep = NULL;
+    b->cap = b->keepcap = 0;
+}
+
+/* Room for `more` fields (and as many kept references). */
+static int fields_reserve(fieldbuf *b, size_t more)
+{
+    if (b->n + more > b->cap) {
+        size_t cap = (b->n + more) * 2;
+        pydb_field *v = PyMem_Realloc(b->v, cap * sizeof *v);
+        if (!v) goto nomem;
+        b->v = v;
+        b->cap = cap;
+    }
+    if (b->nkeep + more > b->keepcap) {
+        size_t cap = (b->nkeep + more) * 2;
+        PyObject **k = PyMem_Realloc(b->keep, cap * sizeof *k);
+        if (!k) goto nomem;
+        b->keep = k;
+        b->keepcap = cap;
+    }
+    return 0;
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* Value -> bytes (new reference), by the rule in _pydb_record.h. */
+static PyObject *value_bytes(PyObject *v, Py_ssize_t i, const char *encoding,
+                             const char *errors)
+{
+    if (PyBytes_Check(v)) return Py_NewRef(v);
+    if (PyUnicode_Check(v)) {
+        if (encoding) return PyUnicode_AsEncodedString(v, encoding, errors);
+        PyErr_Format(PyExc_TypeError, "field %zd: a value is bytes here "
+                     "(stored as given, no encoding), not str", i + 1);
+        return NULL;
+    }
+    if (PyByteArray_Check(v) || PyMemoryView_Check(v))
+        return PyBytes_FromObject(v);
+    PyErr_Format(PyExc_TypeError, "field %zd: a field value is %s, not "
+                 "%.100s", i + 1, encoding ? "str or bytes" : "bytes",
+                 Py_TYPE(v)->tp_name);
+    return NULL;
+}
+
+int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
+               const char *encoding, const char *errors)
+{
+    PyObject *seq = NULL, *src = fields;
+    Py_ssize_t n, i;
+    int rc = -1;
+
+    if (PyObject_TypeCheck(fields, st->record_type)) {
+        src = PyObject_GetAttrString(fields, "fields");
+        if (!src) return -1;
+    } else {
+        Py_INCREF(src);
+    }
+    if (PyUnicode_Check(src) || PyBytes_Check(src)) {
+        PyErr_SetString(PyExc_TypeError, "fields must be an iterable of "
+                        "(tag, value) pairs, not a string");
+        Py_DECREF(src);
+        return -1;
+    }
+    seq = PySequence_Fast(src, "fields must be an iterable of (tag, value) "
+                               "pairs or a Record");
+    Py_DECREF(src);
+    if (!seq) return -1;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > 65535) {
+        PyErr_Format(st->RecordTooLargeError, "a record has at most 65535 "
+                     "fields (NVF is 16-bit), not %zd", n);
+        goto done;
+    }
+    if (fields_reserve(b, (size_t)n) < 0) goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *item, *tag, *val, *bytes;
+        pydb_field *f = &b->v[b->n];
+        unsigned long t;
+        if (i >= PySequence_Fast_GET_SIZE(seq)) {   /* a codec shrank it */
+            PyErr_SetString(PyExc_RuntimeError, "fields changed size "
+                            "during conversion");
+            goto done;
+        }
+        item = PySequence_Fast_GET_ITEM(seq, i);
+        if (Py_IS_TYPE(item, st->field_type)) {
+            /* A Field of a Record: its stored bytes, whatever the codec. */
+            tag = PyStructSequence_GetItem(item, 0);
+            val = PyStructSequence_GetItem(item, 2);
+        } else {
+            if (!PyTuple_Check(item) && !PyList_Check(item)) {
+                PyErr_Format(PyExc_TypeError, "field %zd: expected a (tag, "
+                             "value) pair, not %.100s", i + 1,
+                             Py_TYPE(item)->tp_name);
+                goto done;
+            }
+            if (PySequence_Fast_GET_SIZE(item) != 2) {
+                PyErr_Format(PyExc_ValueError, "field %zd: expected a (tag, "
+                             "value) pair", i + 1);
+                goto done;
+            }
+            tag = PySequence_Fast_GET_ITEM(item, 0);  /* tuple or list */
+            val = PySequence_Fast_GET_ITEM(item, 1);
+        }
+        if (!PyLong_Check(tag)) {
+            PyErr_Format(PyExc_TypeError, "field %zd: a tag is an int, not "
+                         "%.100s", i + 1, Py_TYPE(tag)->tp_name);
+            goto done;
+        }
+        t = PyLong_AsUnsignedLong(tag);
+        if ((t == (unsigned long)-1 && PyErr_Occurred()) || t < 1 ||
+            t > 65535) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "field %zd: tag %R is outside "
+                         "1..65535", i + 1, tag);
+            goto done;
+        }
+        /* `item` may be a list that other code changes: take the value
+         * before anything can run Python code, and hold it. */
+        Py_INCREF(val);
+        bytes = value_bytes(val, i, encoding, errors);
+        Py_DECREF(val);
+        if (!bytes) goto done;
+        b->keep[b->nkeep++] = bytes;
+        if (PyBytes_GET_SIZE(bytes) > 0x7FFFFFFF) {
+            PyErr_Format(st->RecordTooLargeError, "field %zd is larger than "
+                         "2 GiB", i + 1);
+            goto done;
+        }
+        f->tag = (uint32_t)t;
+        f->len = (uint32_t)PyBytes_GET_SIZE(bytes);
+        f->value = (const uint8_t *)PyBytes_AS_STRING(bytes);
+        b->n++;
+    }
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+/* ------------------------------------------------------------- exec */
+
+int record_exec(PyObject *m, module_state *st)
+{
+    st->record_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(m, &record_spec, NULL);
+    if (!st->record_type) return -1;
+    st->record_class = (PyTypeObject *)Py_NewRef(st->record_type);
+    st->field_type = PyStructSequence_NewType(&field_desc);
+    if (!st->field_type) return -1;
+    if (PyModule_AddType(m, st->record_type) < 0 ||
+        PyModule_AddObjectRef(m, "Field", (PyObject *)st->field_type) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, record_functions);
+}

@@ -1,0 +1,366 @@
+/*
+ * _pydb_transaction.c - the Transaction object over pydb_txn (csrc/write.c)
+ * and _txn_begin(), which Database.transaction() calls.
+ *
+ * A Database has at most one open Transaction (DatabaseObject.txn, changed
+ * only with the GIL held).  Every core call that may touch the disk runs
+ * in UNLOCKED() on the database's guard: beginning (it may wait for the
+ * writer lock and run recovery), update/delete (they read the current
+ * version), commit (log, apply, fsync).  Fields are converted by
+ * fields_add() (_pydb_record.c) with the GIL held first, str values with
+ * the database's encoding; the buffer keeps them alive until the call
+ * returns.
+ */
+#include "_pydb_transaction.h"
+#include "_pydb_record.h"
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    DatabaseObject *db;  /* strong reference                           */
+    pydb_txn *txn;       /* NULL once committed, aborted or closed      */
+    int done;            /* 1 committed, 2 aborted                      */
+    int busy;            /* a call is in progress with the GIL released */
+} TxnObject;
+
+void transaction_abort_open(DatabaseObject *self)
+{
+    pydb_txn *t = self->txn;
+    if (!t) return;
+    self->txn = NULL;
+    pydb_txn_abort(t);   /* frees memory and releases the locks: quick */
+}
+
+
+/* ------------------------------------------------------- Transaction */
+
+static int timeout_ms_of(PyObject *obj, int *ms)
+{
+    double s;
+    if (obj == NULL || obj == Py_None) {
+        *ms = 10000;
+        return 0;
+    }
+    s = PyFloat_AsDouble(obj);
+    if (s == -1.0 && PyErr_Occurred()) return -1;
+    if (!(s >= 0) || s > 86400.0 * 24) {
+        PyErr_SetString(PyExc_ValueError, "timeout must be between 0 and "
+                        "2073600 seconds");
+        return -1;
+    }
+    *ms = (int)ceil(s * 1000.0);
+    return 0;
+}
+
+/* _txn_begin(db, timeout=None) -> Transaction */
+static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo, *timeout = Py_None;
+    DatabaseObject *db;
+    TxnObject *tx;
+    pydb_txn *t = NULL;
+    pydb_error e;
+    int ms, rc;
+
+    if (!PyArg_ParseTuple(args, "O!|O", st->database_type, &dbo, &timeout))
+        return NULL;
+    db = (DatabaseObject *)dbo;
+    if (timeout_ms_of(timeout, &ms) < 0 || database_check_open(st, db) < 0)
+        return NULL;
+    /* Another thread's open transaction: pydb_txn_begin() waits for it
+     * (up to the timeout); this thread's own: it fails at once. */
+    memset(&e, 0, sizeof e);
+    UNLOCKED(&db->guard, NULL, rc = pydb_txn_begin(&t, db->db, ms, &e));
+    if (rc) return set_error(st, rc, &e);
+    if (db->txn || database_check_open(st, db) < 0) {  /* raced while unlocked */
+        pydb_txn_abort(t);
+        if (!PyErr_Occurred())
+            PyErr_SetString(st->LockTimeoutError, "this Database already "
+                            "has an open transaction");
+        return NULL;
+    }
+    tx = PyObject_GC_New(TxnObject, st->txn_type);
+    if (!tx) {
+        pydb_txn_abort(t);
+        return NULL;
+    }
+    tx->db = (DatabaseObject *)Py_NewRef(db);
+    tx->txn = t;
+    tx->done = 0;
+    tx->busy = 0;
+    db->txn = t;
+    PyObject_GC_Track(tx);
+    return (PyObject *)tx;
+}
+
+/* 0 if the transaction can be used, else -1 with ClosedError/ValueError. */
+static int txn_check(module_state *st, TxnObject *self)
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the transaction is in use by "
+                        "another thread");
+        return -1;
+    }
+    if (!self->txn || self->db->txn != self->txn) {
+        PyErr_SetString(st->ClosedError,
+                        self->done == 1 ? "the transaction is committed"
+                        : self->done == 2 ? "the transaction is aborted"
+                        : "the transaction was ended by closing the "
+                          "database");
+        return -1;
+    }
+    return database_check_open(st, self->db);
+}
+
+static void txn_end(TxnObject *self, int how)
+{
+    if (self->txn && self->db && self->db->txn == self->txn)
+        self->db->txn = NULL;
+    self->txn = NULL;
+    self->done = how;
+}
+
+/* The fields of append()/update(), str values encoded with the
+ * database's encoding and error handler.  0, or -1 with an exception. */
+static int txn_fields(module_state *st, TxnObject *self, PyObject *fields,
+                      fieldbuf *b)
+{
+    const char *encoding = PyUnicode_AsUTF8(self->db->encoding);
+    const char *errors = encoding ? PyUnicode_AsUTF8(self->db->errors) : NULL;
+    if (!errors || fields_add(st, b, fields, encoding, errors) < 0) {
+        fields_free(b);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *txn_append(TxnObject *self, PyObject *fields)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    fieldbuf b = FIELDBUF_INIT;
+    pydb_error e;
+    int32_t mfn = 0;
+    int rc;
+    if (!st || txn_fields(st, self, fields, &b) < 0) return NULL;
+    if (txn_check(st, self) < 0) {
+        fields_free(&b);
+        return NULL;
+    }
+    /* Appends touch no file (the record is built in memory). */
+    rc = pydb_txn_append(self->txn, b.v, (uint32_t)b.n, &mfn, &e);
+    fields_free(&b);
+    if (rc) return set_error(st, rc, &e);
+    return PyLong_FromLong(mfn);
+}
+
+static PyObject *txn_update(TxnObject *self, PyObject *args)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    PyObject *mfno, *fields;
+    fieldbuf b = FIELDBUF_INIT;
+    pydb_error e;
+    int32_t mfn;
+    int rc;
+    if (!st || !PyArg_ParseTuple(args, "OO:update", &mfno, &fields) ||
+        parse_mfn(st, mfno, &mfn) < 0 ||
+        txn_fields(st, self, fields, &b) < 0)
+        return NULL;
+    if (txn_check(st, self) < 0) {
+        fields_free(&b);
+        return NULL;
+    }
+    self->busy = 1;
+    UNLOCKED(&self->db->guard, NULL,
+             rc = pydb_txn_update(self->txn, mfn, b.v, (uint32_t)b.n, &e));
+    self->busy = 0;
+    fields_free(&b);
+    if (rc) return set_error(st, rc, &e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *txn_set_deleted(TxnObject *self, PyObject *arg, int del)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_error e;
+    int32_t mfn;
+    int rc;
+    if (!st || parse_mfn(st, arg, &mfn) < 0 || txn_check(st, self) < 0)
+        return NULL;
+    self->busy = 1;
+    UNLOCKED(&self->db->guard, NULL,
+             rc = del ? pydb_txn_delete(self->txn, mfn, &e)
+                      : pydb_txn_undelete(self->txn, mfn, &e));
+    self->busy = 0;
+    if (rc) return set_error(st, rc, &e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *txn_delete(TxnObject *self, PyObject *arg)
+{
+    return txn_set_deleted(self, arg, 1);
+}
+
+static PyObject *txn_undelete(TxnObject *self, PyObject *arg)
+{
+    return txn_set_deleted(self, arg, 0);
+}
+
+static PyObject *txn_commit(TxnObject *self, PyObject *unused)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_txn *t;
+    pydb_error e;
+    int rc;
+    (void)unused;
+    if (!st || txn_check(st, self) < 0) return NULL;
+    t = self->txn;
+    txn_end(self, 1);  /* before the GIL is released */
+    memset(&e, 0, sizeof e);
+    UNLOCKED(&self->db->guard, NULL, rc = pydb_txn_commit(t, &e));
+    if (rc) return set_error(st, rc, &e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *txn_abort(TxnObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "the transaction is in use by "
+                        "another thread");
+        return NULL;
+    }
+    if (self->txn && self->db->txn == self->txn) {
+        pydb_txn *t = self->txn;
+        txn_end(self, 2);
+        pydb_txn_abort(t);
+    } else if (!self->done) {
+        self->txn = NULL;
+        self->done = 2;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *txn_enter(TxnObject *self, PyObject *unused)
+{
+    (void)unused;
+    return Py_NewRef(self);
+}
+
+static PyObject *txn_exit(TxnObject *self, PyObject *args)
+{
+    PyObject *type = Py_None, *val = Py_None, *tb = Py_None, *r;
+    if (!PyArg_UnpackTuple(args, "__exit__", 0, 3, &type, &val, &tb))
+        return NULL;
+    if (type == Py_None && self->txn) {
+        r = txn_commit(self, NULL);
+    } else {
+        r = txn_abort(self, NULL);
+    }
+    if (!r) return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *txn_get_active(TxnObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->txn && self->db->txn == self->txn);
+}
+
+static void txn_dealloc(TxnObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->txn && self->db && self->db->txn == self->txn &&
+        atomic_load(&self->db->guard.active) == 0) {
+        pydb_txn *t = self->txn;
+        txn_end(self, 2);
+        pydb_txn_abort(t);
+    }
+    Py_CLEAR(self->db);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int txn_traverse(TxnObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->db);
+    return 0;
+}
+
+static PyMethodDef txn_methods[] = {
+    {"append", (PyCFunction)txn_append, METH_O,
+     "append($self, fields, /)\n--\n\nAdd a new record; returns its MFN "
+     "(int, 1-based: NXTMFN, isis-formats.md §2.4).  `fields` is an "
+     "iterable of (tag, value) pairs (tag: int 1..65535; value: str, "
+     "encoded with the database's encoding, or bytes) or a Record.\n\n"
+     "Raises RecordTooLargeError above the layout's limit (ISIS: 32767 "
+     "bytes; use an FFI layout), ValueError/TypeError for bad fields, "
+     "ClosedError after commit/abort."},
+    {"update", (PyCFunction)txn_update, METH_VARARGS,
+     "update($self, mfn, fields, /)\n--\n\nWrite a new version of record "
+     "`mfn` with `fields` (as for append()); the previous version stays in "
+     "the master file, pointed to by MFBWB/MFBWP.  A logically deleted "
+     "record stays deleted.  Raises NotFoundError if the record does not "
+     "exist or is physically deleted, RecordTooLargeError, DiskError."},
+    {"delete", (PyCFunction)txn_delete, METH_O,
+     "delete($self, mfn, /)\n--\n\nLogically delete record `mfn` (a new "
+     "version with STATUS 1, negated XRF pointer; still readable, flagged "
+     "deleted).  No-op if already deleted.  Raises NotFoundError."},
+    {"undelete", (PyCFunction)txn_undelete, METH_O,
+     "undelete($self, mfn, /)\n--\n\nUndo a logical deletion (a new version "
+     "with STATUS 0, positive XRF pointer).  No-op if active.  Raises "
+     "NotFoundError."},
+    {"commit", (PyCFunction)txn_commit, METH_NOARGS,
+     "commit($self, /)\n--\n\nMake every change of the transaction durable "
+     "(unless the database was opened with sync=False) and visible, "
+     "atomically.  Raises DiskError (an OSError: errno, filename) if a "
+     "write or fsync fails; after a failed fsync the Database is read-only "
+     "(ReadOnlyError) until reopened."},
+    {"abort", (PyCFunction)txn_abort, METH_NOARGS,
+     "abort($self, /)\n--\n\nDiscard the transaction (nothing was written). "
+     " Idempotent."},
+    {"__enter__", (PyCFunction)txn_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)txn_exit, METH_VARARGS,
+     "Commit on normal exit, abort on an exception."},
+    {NULL}};
+
+static PyGetSetDef txn_getset[] = {
+    {"active", (getter)txn_get_active, NULL,
+     "True until the transaction is committed or aborted.", NULL},
+    {NULL}};
+
+static PyType_Slot txn_slots[] = {
+    {Py_tp_dealloc, txn_dealloc},
+    {Py_tp_traverse, txn_traverse},
+    {Py_tp_methods, txn_methods},
+    {Py_tp_getset, txn_getset},
+    {Py_tp_doc,
+     "A write transaction (see Database.transaction()): append, update, "
+     "delete and undelete records, then commit() -- all or nothing."},
+    {0, NULL}};
+
+static PyType_Spec txn_spec = {
+    "pydb.Transaction", sizeof(TxnObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+        Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    txn_slots};
+
+static PyMethodDef transaction_functions[] = {
+    {"_txn_begin", mod_txn_begin, METH_VARARGS,
+     "_txn_begin(db, timeout=None, /)\n--\n\nBegin a write transaction on "
+     "`db`, waiting up to `timeout` seconds (default 10) for the writer "
+     "lock.  Use Database.transaction()."},
+    {NULL}};
+
+int transaction_exec(PyObject *m, module_state *st)
+{
+    st->txn_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &txn_spec,
+                                                            NULL);
+    if (!st->txn_type) return -1;
+    if (PyModule_AddType(m, st->txn_type) < 0) return -1;
+    return PyModule_AddFunctions(m, transaction_functions);
+}
