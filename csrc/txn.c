@@ -11,8 +11,9 @@
  * DESIGN
  *
  * Files.  The database stays a plain CDS/ISIS .mst/.xrf pair that WinISIS
- * and CISIS read (isis-formats.md §2-3).  Beside it lives <base>.wal, a
- * redo log that holds at most one commit and is empty between commits.
+ * and CISIS read (docs/isis-formats.md §2-3).  Beside it lives <base>.wal,
+ * a redo log that holds at most one commit and is empty between commits
+ * (its format: wal.h).
  *
  * ISIS update technique (formats §2.4, §10).  Every change writes a new
  * record version at the end of the master file (NXTMFB/NXTMFP): records
@@ -42,10 +43,10 @@
  * log only ever holds the latest commit, and (3) starts only once it is
  * durable, so replaying it is idempotent.
  *
- * Recovery (open with PYDB_OPEN_WRITE, pydb_txn_begin(), and read-only
- * opens that can write the files): under the writer lock, a log that is
- * complete (header, length, trailer and CRC agree) is replayed and the
- * files fsync'ed; a torn one (a crash before the commit point) is
+ * Recovery (wal.c; run by handle.c at open with PYDB_OPEN_WRITE and by
+ * read-only opens that can write the files, and here by pydb_txn_begin()):
+ * under the writer lock, a log that is complete (header, length, trailer
+ * and CRC agree) is replayed and the files fsync'ed; a torn one (a crash before the commit point) is
  * discarded.  Either way the log is then truncated.  (With sync, the
  * directory is fsync'ed when the files or the log are created, so their
  * names survive a power loss too.)
