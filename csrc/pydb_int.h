@@ -22,7 +22,9 @@
  *   check.c    the validator (reads the files itself)
  *
  * This header holds what several layers share: the error macros, the vfs
- * table, the file and handle structs, and the reader's entry points.
+ * table, the file and handle structs, and the reader's entry points; it
+ * includes util.h, path.h, record.h and pydb_test.h (vfs.c's test hooks).
+ * wal.h is included only by wal.c, handle.c and txn.c.
  */
 #ifndef PYDB_INT_H
 #define PYDB_INT_H
@@ -31,6 +33,7 @@
 #include "util.h"
 #include "path.h"
 #include "record.h"
+#include "pydb_test.h"
 #include <pthread.h>
 #include <sys/types.h>
 
@@ -176,20 +179,5 @@ typedef int (*pydb__xrf_visit)(void *ctx, int32_t mfn,
                                const pydb_xrf_entry *e);
 int pydb__xrf_scan(pydb_db *db, int32_t from, pydb__xrf_visit fn, void *ctx,
                    int32_t *stopped_at, int64_t max_blocks, pydb_error *err);
-
-/* Test hook: every pread of the core sleeps `usec` microseconds first
- * (0 restores the POSIX table).  Not thread-safe; tests only. */
-void pydb__test_set_read_delay(unsigned usec);
-
-/* Test hook (fault injection): make the n-th (1-based) write-side file
- * operation (pwrite, fsync, fdatasync, ftruncate, rename, unlink) fail with
- * `eno`; with `short_write` = 1, an n-th pwrite writes less than asked and
- * the next one fails with `eno`; with `short_write` = 2 the process exits
- * (_exit(137), a crash point) instead of doing the n-th operation.
- * n = 0 restores the POSIX table; n < 0 only counts.  Not thread-safe to
- * switch; tests only. */
-void pydb__test_fail_io(long n, int eno, int short_write);
-long pydb__test_io_count(void);        /* operations counted so far      */
-const char *pydb__test_io_fired(void); /* name of the failed op, or NULL  */
 
 #endif
