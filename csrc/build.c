@@ -11,6 +11,10 @@
  *
  * This is not the transactional write path: a crash while building leaves
  * a half-written new database, which pydb_builder_free() removes.
+ *
+ * Depends on: record.c (encoding, placement, XRF values), path.c (file
+ * names), vfs.c (writes), error.c.  No log, no handle: create.c opens the
+ * result.
  */
 #include "pydb_int.h"
 #include <errno.h>
@@ -50,8 +54,8 @@ int pydb_builder_open(pydb_builder **out, const char *path, int layout,
     b->layout = layout;
     b->mstxl = mstxl;
     b->pos = PYDB_CTL_SIZE;
-    snprintf(b->mst_path, sizeof b->mst_path, "%s.mst", path);
-    snprintf(b->xrf_path, sizeof b->xrf_path, "%s.xrf", path);
+    pydb__path_ext(b->mst_path, sizeof b->mst_path, path, "mst");
+    pydb__path_ext(b->xrf_path, sizeof b->xrf_path, path, "xrf");
     b->fd_mst = pydb__vfs->open(b->mst_path, O_RDWR | O_CREAT | O_EXCL, 0644);
     if (b->fd_mst < 0) {
         rc = PYDB_OSERROR(err, errno, b->mst_path, -1, "cannot create: %s",
@@ -109,7 +113,7 @@ int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
         b->reccap = (size_t)mfrl;
     }
     if (grow_xrf(b, err)) return PYDB_ENOMEM;
-    /* Placement: alignment, then the never-split rule (write.c). */
+    /* Placement: alignment, then the never-split rule (record.c). */
     start = pydb__place(b->layout, b->mstxl, b->pos);
     pydb__record_encode(b->rec, b->layout, mfrl, mfn, fields, nfields, -1, 0);
     gap = start - b->pos;

@@ -4,9 +4,9 @@
  * In the spirit of Firebird's `gfix -v -f`: the walk never stops at the
  * first fault; each one goes to the caller's callback with its kind,
  * severity, MFN and location (file + byte offset), and the summary counts
- * them per kind.  Formats: ../shared/docs/isis-formats.md §2 (master
+ * them per kind.  Formats: docs/isis-formats.md §2 (master
  * file: control record §2.1, leaders §2.2, placement §2.3, versions §2.4)
- * and §3 (XRF); the checks follow reliability.md §2.1 "A validator".
+ * and §3 (XRF); the checks follow docs/reliability.md §2.1 "A validator".
  *
  * Steps, in order (each a function below; a step that finds its input
  * unusable reports it and the later steps still run):
@@ -25,8 +25,8 @@
  *                        must not overlap; the gaps between them are
  *                        scanned for leaders that parse as records of a
  *                        valid MFN: versions nothing reaches (orphans).
- * The write path's write-ahead log (<base>.wal, not on this branch) adds a
- * step between 1 and 2 here: check the log's header/checksums and that
+ * Not checked yet: the write-ahead log (<base>.wal, format in wal.h).  A
+ * step between 1 and 2 would check the log's header/checksums and that
  * every record it would replay lies inside the files (add its kinds to
  * enum pydb_check_kind and call the step from pydb_check_ex()).
  *
@@ -40,6 +40,10 @@
  * the file sizes (back chains strictly decrease); memory is bounded (see
  * pydb.h).  No global state: any number of checks may run at once, also
  * alongside readers of the same handle.
+ *
+ * Depends on: record.c (geometry, leader and XRF decoding), vfs.c
+ * (pydb__file_read), error.c.  It reads the files itself rather than
+ * through read.c, because it must go on past the first fault.
  */
 #include "pydb_int.h"
 #include <stdarg.h>
@@ -256,18 +260,20 @@ static void tab_add(ck *c, int64_t off, uint32_t mfrl, int32_t mfn)
 
 /* ------------------------------------------------------------ records */
 
+/* |MFRL| and BASE of the leader at h (record.c decodes it). */
 static int64_t leader_mfrl(const ck *c, const uint8_t *h, int *locked)
 {
-    int64_t m = c->g->ffi ? (int64_t)(int32_t)pydb__u32(h + c->g->off_mfrl)
-                          : (int64_t)(int16_t)pydb__u16(h + c->g->off_mfrl);
-    *locked = m < 0;
-    return m < 0 ? -m : m;
+    pydb_leader l;
+    pydb__leader_decode(&l, c->g, h);
+    *locked = l.locked;
+    return l.mfrl;
 }
 
 static int64_t leader_base(const ck *c, const uint8_t *h)
 {
-    return c->g->ffi ? (int64_t)pydb__u32(h + c->g->off_base)
-                     : (int64_t)pydb__u16(h + c->g->off_base);
+    pydb_leader l;
+    pydb__leader_decode(&l, c->g, h);
+    return l.base;
 }
 
 /* Make the directory buffer hold n bytes (n <= leader + 65535 * 12). */

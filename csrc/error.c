@@ -1,4 +1,10 @@
-/* error.c - error detail and names. */
+/*
+ * error.c - error detail (pydb__error_set, behind the PYDB_CORRUPT /
+ * PYDB_ERROR / PYDB_OSERROR macros of pydb_int.h) and the names of error
+ * codes, layouts and I/O modes.
+ *
+ * Depends on: nothing but libc; the bottom of csrc/.
+ */
 #include "pydb_int.h"
 #include <stdarg.h>
 #include <stdio.h>

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_PATH_LEN 4096
 
@@ -91,6 +92,15 @@ uint32_t pydb__crc32c(uint32_t crc, const void *data, size_t n)
     crc = ~crc;
     while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return ~crc;
+}
+
+/* --------------------------------------------------------------- time */
+
+int64_t pydb__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* -------------------------------------------------------------- files */

@@ -79,6 +79,10 @@ void pydb__buf_free(pydb_buf *b);
  * pass the result back in to continue over more bytes. */
 uint32_t pydb__crc32c(uint32_t crc, const void *p, size_t n);
 
+/* ---- time ---- */
+/* Milliseconds of CLOCK_MONOTONIC (for deadlines). */
+int64_t pydb__now_ms(void);
+
 /* ---- file helpers (all through pydb__vfs) ---- */
 
 /* Write n bytes at off, retrying short writes and EINTR.  0 or -errno. */

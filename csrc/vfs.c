@@ -2,7 +2,9 @@
  * vfs.c - every file operation of the core goes through one table
  * (pydb__vfs), so that tests can swap in failing or slow versions.
  * Also the one function that reads bytes of a database file in each of
- * the three I/O modes.
+ * the three I/O modes, and the test hooks (slow reads, fault injection).
+ *
+ * Depends on: error.c only.  Everything that touches a file sits above.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -13,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -57,14 +58,6 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t n, int64_t off)
         done += (size_t)r;
     }
     return (ssize_t)done;
-}
-
-uint64_t pydb__seq_begin(const pydb_db *db)
-{
-    uint64_t s;
-    while ((s = __atomic_load_n(&db->seq, __ATOMIC_ACQUIRE)) & 1)
-        sched_yield();  /* a commit is copying XRF blocks: microseconds */
-    return s;
 }
 
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,

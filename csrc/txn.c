@@ -1,13 +1,19 @@
 /*
- * write.c - the write path: transactions on an open database, the
- * write-ahead log that makes a commit atomic and durable, recovery, and
- * pydb_create().
+ * txn.c - transactions on an open database: pydb_txn_begin(), the
+ * changes (append, update, delete, undelete, whole files), and
+ * pydb_txn_commit() / pydb_txn_abort(); the commit hook.
+ *
+ * Depends on: wal.c (the log image, its append and reset, recovery and
+ * the writer lock), read.c (current versions of records), record.c
+ * (encoding, placement, XRF values), util.c, vfs.c, error.c.  Nothing in
+ * csrc/ below it calls into it.
  *
  * DESIGN
  *
  * Files.  The database stays a plain CDS/ISIS .mst/.xrf pair that WinISIS
- * and CISIS read (isis-formats.md §2-3).  Beside it lives <base>.wal, a
- * redo log that holds at most one commit and is empty between commits.
+ * and CISIS read (docs/isis-formats.md §2-3).  Beside it lives <base>.wal,
+ * a redo log that holds at most one commit and is empty between commits
+ * (its format: wal.h).
  *
  * ISIS update technique (formats §2.4, §10).  Every change writes a new
  * record version at the end of the master file (NXTMFB/NXTMFP): records
@@ -37,10 +43,10 @@
  * log only ever holds the latest commit, and (3) starts only once it is
  * durable, so replaying it is idempotent.
  *
- * Recovery (open with PYDB_OPEN_WRITE, pydb_txn_begin(), and read-only
- * opens that can write the files): under the writer lock, a log that is
- * complete (header, length, trailer and CRC agree) is replayed and the
- * files fsync'ed; a torn one (a crash before the commit point) is
+ * Recovery (wal.c; run by handle.c at open with PYDB_OPEN_WRITE and by
+ * read-only opens that can write the files, and here by pydb_txn_begin()):
+ * under the writer lock, a log that is complete (header, length, trailer
+ * and CRC agree) is replayed and the files fsync'ed; a torn one (a crash before the commit point) is
  * discarded.  Either way the log is then truncated.  (With sync, the
  * directory is fsync'ed when the files or the log are created, so their
  * names survive a power loss too.)
@@ -61,9 +67,9 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
+#include "wal.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,437 +77,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WAL_MAGIC "PYDBWAL1"
-#define WAL_END "PYDBEND1"
-#define WAL_HEAD 40
-#define WAL_TAIL 16
-#define WAL_ENTRY 24
-#define WAL_MST 1
-#define WAL_XRF 2
-#define WAL_FILE 3
-#define WAL_MAX_BODY ((uint64_t)1 << 40)  /* sanity bound on a log length */
-#define MAX_PUT_PATH 4096
-
-/* ------------------------------------------------ record layout helpers */
-
-int64_t pydb__place(int layout, int mstxl, int64_t pos)
-{
-    const pydb_geom *g = &pydb__geom[layout];
-    int64_t align = mstxl ? ((int64_t)1 << mstxl) : 2;
-    int64_t start = (pos + align - 1) / align * align;
-    /* Never-split rule (formats §2.3): leader up to BASE in one block. */
-    if (start % PYDB_BLOCK > PYDB_BLOCK - (g->leader - 4))
-        start = (start / PYDB_BLOCK + 1) * PYDB_BLOCK;
-    return start;
-}
-
-int pydb__record_size(int64_t *out, int layout, int mstxl, int32_t mfn,
-                      const pydb_field *fields, uint32_t nfields,
-                      const char *path, pydb_error *err)
-{
-    const pydb_geom *g = &pydb__geom[layout];
-    int64_t align = mstxl ? ((int64_t)1 << mstxl) : 2;
-    int64_t data = 0, mfrl;
-
-    if (nfields > 65535)
-        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
-                          "record of MFN %d has %u fields; NVF is 16-bit "
-                          "(at most 65535)", (int)mfn, nfields);
-    for (uint32_t i = 0; i < nfields; i++) {
-        if (fields[i].tag > 65535)
-            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
-                              "tag %u is outside 0..65535", fields[i].tag);
-        if (fields[i].len && !fields[i].value)
-            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
-                              "field %u has no value", i + 1);
-        data += fields[i].len;
-        if (data > PYDB_MAX_FFI_MFRL) break;
-    }
-    mfrl = g->leader + (int64_t)nfields * g->entry + data;
-    mfrl = (mfrl + align - 1) / align * align;
-    if (!g->ffi && (mfrl > 32767 || data > 65535))
-        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
-                          "record of MFN %d needs %lld bytes; the ISIS "
-                          "layouts allow 32767 (16-bit MFRL); use an FFI "
-                          "layout (ffi-packed or ffi-aligned) for larger "
-                          "records", (int)mfn, (long long)mfrl);
-    if (mfrl > PYDB_MAX_FFI_MFRL)
-        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
-                          "record of MFN %d needs %lld bytes; the FFI limit "
-                          "is %d", (int)mfn, (long long)mfrl,
-                          PYDB_MAX_FFI_MFRL);
-    *out = mfrl;
-    return PYDB_OK;
-}
-
-void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
-                         const pydb_field *fields, uint32_t nfields,
-                         int64_t back_offset, int status)
-{
-    const pydb_geom *g = &pydb__geom[layout];
-    int64_t base = g->leader + (int64_t)nfields * g->entry, data = 0;
-
-    memset(p, 0, (size_t)g->leader);
-    pydb__put32(p, (uint32_t)mfn);
-    if (g->ffi) {
-        pydb__put32(p + g->off_mfrl, (uint32_t)mfrl);
-        pydb__put32(p + g->off_base, (uint32_t)base);
-    } else {
-        pydb__put16(p + g->off_mfrl, (uint32_t)mfrl);
-        pydb__put16(p + g->off_base, (uint32_t)base);
-    }
-    if (back_offset >= 0) {
-        pydb__put32(p + g->off_mfbwb, (uint32_t)(back_offset / PYDB_BLOCK + 1));
-        pydb__put16(p + g->off_mfbwp, (uint32_t)(back_offset % PYDB_BLOCK));
-    }
-    pydb__put16(p + g->off_nvf, nfields);
-    pydb__put16(p + g->off_status, (uint32_t)status);
-    for (uint32_t i = 0; i < nfields; i++) {
-        uint8_t *d = p + g->leader + (int64_t)i * g->entry;
-        memset(d, 0, (size_t)g->entry);
-        pydb__put16(d, fields[i].tag);
-        if (g->ffi) {
-            pydb__put32(d + g->dir_pos, (uint32_t)data);
-            pydb__put32(d + g->dir_len, fields[i].len);
-        } else {
-            pydb__put16(d + g->dir_pos, (uint32_t)data);
-            pydb__put16(d + g->dir_len, fields[i].len);
-        }
-        if (fields[i].len)
-            memcpy(p + base + data, fields[i].value, fields[i].len);
-        data += fields[i].len;
-    }
-    memset(p + base + data, ' ', (size_t)(mfrl - base - data));
-}
-
-/* ---------------------------------------------------------- log replay */
-
-/* Read the whole log into *out (malloc'ed) if it holds a complete,
- * checksummed commit: returns 1 (complete), 0 (empty or torn), or a
- * negative PYDB error. */
-static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
-                    int64_t size, const char *wal_path, pydb_error *err)
-{
-    uint8_t head[WAL_HEAD], *buf;
-    uint64_t body, total;
-    ssize_t got;
-
-    *out = NULL;
-    if (size < WAL_HEAD + WAL_TAIL) return 0;
-    got = pydb__vfs->pread(wal_fd, head, WAL_HEAD, 0);
-    if (got < 0)
-        return PYDB_OSERROR(err, errno, wal_path, 0, "read failed: %s",
-                            strerror(errno));
-    if (got != WAL_HEAD || memcmp(head, WAL_MAGIC, 8) != 0 ||
-        pydb__u32(head + 8) != 1 ||
-        pydb__crc32c(0, head, 32) != pydb__u32(head + 32))
-        return 0;
-    body = pydb__u64(head + 16);
-    if (body > WAL_MAX_BODY) return 0;
-    total = WAL_HEAD + body + WAL_TAIL;
-    if (total > (uint64_t)size) return 0;  /* torn: shorter */
-    buf = malloc((size_t)total);
-    if (!buf)
-        return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
-                          "no memory for a %llu-byte log",
-                          (unsigned long long)total);
-    for (size_t done = 0; done < total;) {
-        got = pydb__vfs->pread(wal_fd, buf + done, (size_t)total - done,
-                               (off_t)done);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            int e = got < 0 ? errno : EIO;
-            free(buf);
-            return PYDB_OSERROR(err, e, wal_path, (int64_t)done,
-                                "read failed: %s", strerror(e));
-        }
-        done += (size_t)got;
-    }
-    {
-        const uint8_t *t = buf + WAL_HEAD + body;
-        if (memcmp(t, WAL_END, 8) != 0 ||
-            pydb__crc32c(0, buf, (size_t)(WAL_HEAD + body)) != pydb__u32(t + 8)) {
-            free(buf);
-            return 0;
-        }
-    }
-    *out = buf;
-    *out_len = (size_t)total;
-    return 1;
-}
-
-/* Apply a loaded log to the files (fds given).  fsync'ed unless !sync.
- * `seq` (or NULL): the sequence lock of a handle reading these files,
- * held odd while the .mst/.xrf bytes are written (not over the fsyncs). */
-static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
-                     const char *mst_path, const char *xrf_path, int sync,
-                     uint64_t *seq, int *fsync_failed, pydb_error *err)
-{
-    uint32_t n = pydb__u32(buf + 12);
-    size_t pos = WAL_HEAD, end = len - WAL_TAIL;
-    int rc, e, pass;
-
-    /* Pass 0: .mst and .xrf writes, in log order (control record last);
-     * pass 1: whole files. */
-    for (pass = 0; pass < 2; pass++) {
-        pos = WAL_HEAD;
-        if (pass == 0 && seq) __atomic_add_fetch(seq, 1, __ATOMIC_ACQ_REL);
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t kind, nlen;
-            uint64_t off, dlen;
-            const uint8_t *name, *data;
-            if (end - pos < WAL_ENTRY) {
-                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u passes "
-                                  "the end of the log", i + 1);
-                goto failed;
-            }
-            kind = pydb__u32(buf + pos);
-            nlen = pydb__u32(buf + pos + 4);
-            off = pydb__u64(buf + pos + 8);
-            dlen = pydb__u64(buf + pos + 16);
-            pos += WAL_ENTRY;
-            if (nlen > MAX_PUT_PATH || dlen > end - pos ||
-                nlen > end - pos - dlen) {
-                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u has "
-                                  "impossible lengths", i + 1);
-                goto failed;
-            }
-            name = buf + pos;
-            data = buf + pos + nlen;
-            pos += nlen + dlen;
-            pos = (pos + 7) & ~(size_t)7;
-            if (pos > end) pos = end;
-            if (pass == 0 && (kind == WAL_MST || kind == WAL_XRF)) {
-                int fd = kind == WAL_MST ? mst_fd : xrf_fd;
-                e = -pydb__write_full(fd, data, (size_t)dlen, (int64_t)off);
-                if (e) {
-                    rc = PYDB_OSERROR(err, e,
-                                      kind == WAL_MST ? mst_path : xrf_path,
-                                      (int64_t)off, "write failed: %s",
-                                      strerror(e));
-                    goto failed;
-                }
-            } else if (pass == 1 && kind == WAL_FILE) {
-                char path[MAX_PUT_PATH + 1];
-                memcpy(path, name, nlen);
-                path[nlen] = 0;
-                rc = pydb__replace_file(path, NULL, data, (size_t)dlen, sync,
-                                        fsync_failed, err);
-                if (rc) return rc;
-            }
-        }
-        if (pass == 0 && seq) __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
-        if (pass == 0 && sync) {
-            if (pydb__vfs->fdatasync(mst_fd) != 0) {
-                *fsync_failed = 1;
-                return PYDB_OSERROR(err, errno, mst_path, -1,
-                                    "fdatasync failed: %s", strerror(errno));
-            }
-            if (pydb__vfs->fdatasync(xrf_fd) != 0) {
-                *fsync_failed = 1;
-                return PYDB_OSERROR(err, errno, xrf_path, -1,
-                                    "fdatasync failed: %s", strerror(errno));
-            }
-        }
-    }
-    return PYDB_OK;
-failed:
-    if (seq && pass == 0) __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
-    return rc;
-}
-
-/* Empty the log (after a commit is applied, or a torn log is dropped). */
-static int wal_reset(int wal_fd, const char *wal_path, int *fsync_failed,
-                     pydb_error *err)
-{
-    if (pydb__vfs->ftruncate(wal_fd, 0) != 0)
-        return PYDB_OSERROR(err, errno, wal_path, -1, "ftruncate failed: %s",
-                            strerror(errno));
-    if (pydb__vfs->fdatasync(wal_fd) != 0) {
-        *fsync_failed = 1;
-        return PYDB_OSERROR(err, errno, wal_path, -1, "fdatasync failed: %s",
-                            strerror(errno));
-    }
-    return PYDB_OK;
-}
-
-/* Recovery with the writer lock held: replay a complete log, drop a torn
- * one.  `seq`: as for wal_apply(). */
-static int recover(int wal_fd, const char *wal_path, int mst_fd, int xrf_fd,
-                   const char *mst_path, const char *xrf_path, uint64_t *seq,
-                   int *fsync_failed, pydb_error *err)
-{
-    struct stat st;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc;
-
-    if (fstat(wal_fd, &st) != 0)
-        return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
-                            strerror(errno));
-    if (st.st_size == 0) return PYDB_OK;
-    rc = wal_load(&buf, &len, wal_fd, (int64_t)st.st_size, wal_path, err);
-    if (rc < 0) return rc;
-    if (rc == 1) {
-        rc = wal_apply(buf, len, mst_fd, xrf_fd, mst_path, xrf_path, 1, seq,
-                       fsync_failed, err);
-        free(buf);
-        if (rc) return rc;
-    }
-    return wal_reset(wal_fd, wal_path, fsync_failed, err);
-}
-
-/* ------------------------------------------------------------- locking */
-
-static int ofd_lock(int fd, int type)
-{
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = (short)type;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = 0;
-    fl.l_len = 0;
-    return fcntl(fd, F_OFD_SETLK, &fl);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Take the cross-process writer lock, polling until `deadline` (ms,
- * CLOCK_MONOTONIC; < 0: one try). */
-static int lock_wal(pydb_db *db, int64_t deadline, pydb_error *err)
-{
-    useconds_t nap = 500;
-    for (;;) {
-        if (ofd_lock(db->wal_fd, F_WRLCK) == 0) return PYDB_OK;
-        if (errno != EAGAIN && errno != EACCES && errno != EINTR)
-            return PYDB_OSERROR(err, errno, db->wal_path, -1,
-                                "fcntl(F_OFD_SETLK) failed: %s",
-                                strerror(errno));
-        if (deadline < 0 || now_ms() >= deadline)
-            return PYDB_ERROR(err, PYDB_ELOCKED, db->wal_path, -1,
-                              "another process (or handle) holds the writer "
-                              "lock of this database");
-        usleep(nap);
-        if (nap < 20000) nap *= 2;
-    }
-}
-
-static void unlock_wal(pydb_db *db)
-{
-    ofd_lock(db->wal_fd, F_UNLCK);
-}
-
-/* ------------------------------------------------------ open and close */
-
-static void wal_name(char *out, size_t sz, const pydb_db *db, const char *base)
-{
-    /* Follow the case of the master file's extension (BIBL.MST: BIBL.WAL). */
-    const char *dot = strrchr(db->mst.path, '.');
-    int upper = dot && strcmp(dot, ".MST") == 0;
-    snprintf(out, sz, "%s.%s", base, upper ? "WAL" : "wal");
-}
-
 static void set_fatal(pydb_db *db)
 {
     __atomic_store_n(&db->fatal, 1, __ATOMIC_RELEASE);
-}
-
-int pydb__write_open(pydb_db *db, const char *base, pydb_error *err)
-{
-    int rc, failed = 0;
-    struct stat st;
-    int existed;
-
-    wal_name(db->wal_path, sizeof db->wal_path, db, base);
-    existed = stat(db->wal_path, &st) == 0;
-    db->wal_fd = pydb__vfs->open(db->wal_path, O_RDWR | O_CREAT, 0644);
-    if (db->wal_fd < 0)
-        return PYDB_OSERROR(err, errno, db->wal_path, -1,
-                            "cannot open the write-ahead log: %s",
-                            strerror(errno));
-    /* A new log's name must survive a power loss like its content. */
-    if (!existed && !(db->flags & PYDB_OPEN_NOSYNC) &&
-        (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)
-        return rc;
-    /* Recover now if no writer is active; else the next transaction will. */
-    if (lock_wal(db, -1, NULL) != PYDB_OK) return PYDB_OK;
-    rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
-                 db->mst.path, db->xrf.path, NULL, &failed, err);
-    unlock_wal(db);
-    return rc;
-}
-
-int pydb__recover_readonly(const char *base, const char *mst,
-                           const char *xrf, pydb_error *err)
-{
-    char wal[1100];
-    struct stat st;
-    int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
-
-    if (pydb__find_file(wal, sizeof wal, base, "wal") != 0 ||
-        stat(wal, &st) != 0 || st.st_size == 0)
-        return PYDB_OK;   /* no log, or an empty one: nothing to do */
-    wfd = pydb__vfs->open(wal, O_RDWR, 0);
-    mfd = pydb__vfs->open(mst, O_RDWR, 0);
-    xfd = pydb__vfs->open(xrf, O_RDWR, 0);
-    if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
-    if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
-    rc = recover(wfd, wal, mfd, xfd, mst, xrf, NULL, &failed, err);
-cleanup:
-    if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */
-    if (mfd >= 0) pydb__vfs->close(mfd);
-    if (xfd >= 0) pydb__vfs->close(xfd);
-    return rc;
-}
-
-void pydb__write_close(pydb_db *db)
-{
-    if (db->wal_fd >= 0) pydb__vfs->close(db->wal_fd);
-    db->wal_fd = -1;
-}
-
-int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
-                const pydb_options *opt, pydb_error *err)
-{
-    pydb_builder *b = NULL;
-    pydb_options o;
-    int rc;
-
-    *out = NULL;
-    if (layout < 0 || layout > 3)
-        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "bad layout %d",
-                          layout);
-    if (mstxl < 0 || mstxl > 6)
-        return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
-                          "bad MSTXL %d (0..6)", mstxl);
-    {
-        /* "dir/" would make the hidden files dir/.mst and dir/.xrf */
-        const char *slash = strrchr(path, '/');
-        const char *name = slash ? slash + 1 : path;
-        if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
-                              "the base name of the files is empty");
-    }
-    memset(&o, 0, sizeof o);
-    if (opt) o = *opt;
-    o.flags |= PYDB_OPEN_WRITE | PYDB_OPEN_LAYOUT(layout);
-    rc = pydb_builder_open(&b, path, layout, mstxl, err);
-    if (rc) return rc;
-    rc = pydb_builder_finish(b, !(o.flags & PYDB_OPEN_NOSYNC), err);
-    pydb_builder_free(b);  /* removes the files if not finished */
-    if (rc) return rc;
-    if (!(o.flags & PYDB_OPEN_NOSYNC)) {
-        char mst[1100];
-        snprintf(mst, sizeof mst, "%s.mst", path);
-        rc = pydb__fsync_parent(mst, err);
-        if (rc) return rc;
-    }
-    return pydb_open(out, path, &o, err);
 }
 
 /* ---------------------------------------------------------- transactions */
@@ -586,7 +164,7 @@ static int hput(pydb_txn *t, int32_t mfn, size_t idx, pydb_error *err)
 
 static void release_writer(pydb_db *db)
 {
-    unlock_wal(db);
+    pydb__wal_unlock(db);
     pthread_mutex_lock(&db->wmutex);
     db->wbusy = 0;
     pthread_cond_signal(&db->wcond);
@@ -687,7 +265,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
                    pydb_error *err)
 {
     pydb_txn *t = NULL;
-    int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    int64_t deadline = pydb__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     int rc, failed = 0;
 
     *out = NULL;
@@ -708,7 +286,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     }
     while (db->wbusy) {
         struct timespec ts;
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - pydb__now_ms();
         if (left <= 0) {
             pthread_mutex_unlock(&db->wmutex);
             return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
@@ -728,12 +306,13 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     db->wowner = pthread_self();
     pthread_mutex_unlock(&db->wmutex);
 
-    rc = lock_wal(db, deadline, err);
+    rc = pydb__wal_lock(db, deadline, err);
     if (rc) goto fail;   /* (unlocking a lock not held is a no-op) */
     /* A writer that died mid-commit (or a log left by a failed reset):
      * replay it inside the sequence lock, as a commit's apply would be. */
-    rc = recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
-                 db->mst.path, db->xrf.path, &db->seq, &failed, err);
+    rc = pydb__wal_recover(db->wal_fd, db->wal_path, db->mst.fd,
+                           db->xrf.fd, db->mst.path, db->xrf.path, &db->seq,
+                           &failed, err);
     if (rc) {
         if (failed) set_fatal(db);
         goto fail;
@@ -928,7 +507,7 @@ int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
                       size_t len, pydb_error *err)
 {
     put_file *f;
-    if (!path || strlen(path) > MAX_PUT_PATH || (len && !data))
+    if (!path || strlen(path) > PYDB_WAL_MAX_PATH || (len && !data))
         return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
                           "bad path or data for pydb_txn_put_file()");
     f = realloc(t->files, (t->nfiles + 1) * sizeof *f);
@@ -971,25 +550,6 @@ typedef struct xblock {
     uint8_t data[PYDB_BLOCK];
 } xblock;
 
-/* Append one entry; returns a pointer to its data (len bytes) or NULL. */
-static uint8_t *wal_entry(pydb_buf *b, uint32_t kind, const char *name,
-                          uint64_t off, uint64_t len, uint32_t *count)
-{
-    size_t nlen = name ? strlen(name) : 0;
-    size_t total = WAL_ENTRY + nlen + (size_t)len;
-    size_t pad = ((total + 7) & ~(size_t)7) - total;
-    uint8_t *e = pydb__buf_grow(b, total + pad);
-    if (!e) return NULL;
-    pydb__put32(e, kind);
-    pydb__put32(e + 4, (uint32_t)nlen);
-    pydb__put64(e + 8, off);
-    pydb__put64(e + 16, len);
-    if (nlen) memcpy(e + WAL_ENTRY, name, nlen);
-    memset(e + total, 0, pad);
-    (*count)++;
-    return e + WAL_ENTRY + nlen;
-}
-
 static int cmp_block(const void *a, const void *b)
 {
     int64_t x = ((const xblock *)a)->index, y = ((const xblock *)b)->index;
@@ -1017,10 +577,10 @@ static int build_log(pydb_buf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_ou
     if (new_blocks < 1) new_blocks = 1;
     *xb_out = NULL;
     *nxb_out = 0;
-    if (!pydb__buf_grow(log, WAL_HEAD)) goto nomem;
+    if (pydb__wal_begin(log) != 0) goto nomem;
     /* 1. master file region: [start, padded) */
     if (padded > t->start) {
-        d = wal_entry(log, WAL_MST, NULL, (uint64_t)t->start,
+        d = pydb__wal_entry(log, PYDB_WAL_MST, NULL, (uint64_t)t->start,
                       (uint64_t)(padded - t->start), &count);
         if (!d) goto nomem;
         memset(d, 0, (size_t)(padded - t->start));
@@ -1084,7 +644,7 @@ static int build_log(pydb_buf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_ou
         for (size_t i = 0; i < nxb;) {
             size_t j = i + 1;
             while (j < nxb && xb[j].index == xb[j - 1].index + 1) j++;
-            d = wal_entry(log, WAL_XRF, NULL,
+            d = pydb__wal_entry(log, PYDB_WAL_XRF, NULL,
                           (uint64_t)(xb[i].index * PYDB_BLOCK),
                           (uint64_t)((j - i) * PYDB_BLOCK), &count);
             if (!d) goto nomem;
@@ -1096,34 +656,18 @@ static int build_log(pydb_buf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_ou
     /* 3. control record, last of the ISIS writes */
     memcpy(ctl, t->ctl, PYDB_CTL_SIZE);
     pydb__ctl_set_next(ctl, t->next_mfn, end);
-    d = wal_entry(log, WAL_MST, NULL, 0, PYDB_CTL_SIZE, &count);
+    d = pydb__wal_entry(log, PYDB_WAL_MST, NULL, 0, PYDB_CTL_SIZE, &count);
     if (!d) goto nomem;
     memcpy(d, ctl, PYDB_CTL_SIZE);
     /* 4. whole files */
     for (size_t i = 0; i < t->nfiles; i++) {
-        d = wal_entry(log, WAL_FILE, t->files[i].path, 0, t->files[i].len,
-                      &count);
+        d = pydb__wal_entry(log, PYDB_WAL_FILE, t->files[i].path, 0,
+                            t->files[i].len, &count);
         if (!d) goto nomem;
         if (t->files[i].len) memcpy(d, t->files[i].data, t->files[i].len);
     }
     /* header and trailer */
-    {
-        uint8_t *h = log->p;
-        uint64_t body = log->n - WAL_HEAD;
-        uint8_t *tl;
-        memcpy(h, WAL_MAGIC, 8);
-        pydb__put32(h + 8, 1);
-        pydb__put32(h + 12, count);
-        pydb__put64(h + 16, body);
-        pydb__put64(h + 24, ++db->commit_seq);
-        pydb__put32(h + 32, pydb__crc32c(0, h, 32));
-        pydb__put32(h + 36, 0);
-        tl = pydb__buf_grow(log, WAL_TAIL);
-        if (!tl) goto nomem;
-        memcpy(tl, WAL_END, 8);
-        pydb__put32(tl + 8, pydb__crc32c(0, log->p, (size_t)(WAL_HEAD + body)));
-        pydb__put32(tl + 12, 0);
-    }
+    if (pydb__wal_seal(log, count, ++db->commit_seq) != 0) goto nomem;
     *mst_end = padded;
     *xb_out = xb;
     *nxb_out = nxb;
@@ -1148,6 +692,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int rc = PYDB_OK, e, hooked = 0;
     int fsync_failed = 0;   /* pydb__replace_file() sets it; any apply failure
                                makes the handle read-only anyway */
+    int log_sync_failed = 0, logged = 0, applied = 0;
+    uint64_t s;
 
     if (t->nops == 0 && t->nfiles == 0) goto done;  /* nothing to write */
     if (db->hook.prepare && t->nops) {
@@ -1173,29 +719,22 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (rc) goto done;
 
     /* The log, then the commit point. */
-    e = -pydb__write_full(db->wal_fd, log.p, log.n, 0);
-    if (e) {
-        rc = PYDB_OSERROR(err, e, db->wal_path, 0,
-                          "writing the write-ahead log failed: %s",
-                          strerror(e));
-        pydb__vfs->ftruncate(db->wal_fd, 0);  /* best effort; torn anyway */
+    rc = pydb__wal_append(db, &log, sync, &log_sync_failed, err);
+    if (rc) {
+        if (log_sync_failed) {
+            set_fatal(db);
+            hooked = 0;   /* the log may be durable anyway: see apply_failed */
+        }
         goto done;
     }
-    if (sync && pydb__vfs->fdatasync(db->wal_fd) != 0) {
-        e = errno;
-        set_fatal(db);
-        hooked = 0;   /* the log may be durable anyway: see apply_failed */
-        rc = PYDB_OSERROR(err, e, db->wal_path, -1,
-                          "fdatasync of the write-ahead log failed: %s",
-                          strerror(e));
-        goto done;
-    }
+    logged = 1;
 
     /* Apply.  Record bytes first (unreachable until the XRF says so). */
+    PYDB_ASSERT(logged);   /* the log is durable before any file changes */
     {
-        const uint8_t *p = log.p + WAL_HEAD;
+        const uint8_t *p = log.p + PYDB_WAL_HEAD;
         if (mst_end > t->start) {
-            p += WAL_ENTRY;  /* the first entry is the MST region */
+            p += PYDB_WAL_ENTRY;  /* the first entry is the MST region */
             e = -pydb__write_full(db->mst.fd, p, (size_t)(mst_end - t->start),
                                   t->start);
             if (e) {
@@ -1206,7 +745,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
             pydb__fsize_raise(&db->mst, mst_end);
         }
     }
-    __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);   /* odd */
+    s = __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);   /* odd */
+    PYDB_ASSERT(s & 1);
     for (size_t i = 0; i < nxb; i++) {
         e = -pydb__write_full(db->xrf.fd, xb[i].data, PYDB_BLOCK,
                               xb[i].index * PYDB_BLOCK);
@@ -1230,7 +770,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     __atomic_store_n(&db->next_pos, (int32_t)pydb__u16(ctl + 12),
                      __ATOMIC_RELAXED);
     __atomic_store_n(&db->next_mfn, t->next_mfn, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);   /* even */
+    s = __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);   /* even */
+    PYDB_ASSERT((s & 1) == 0);
 
     if (sync) {
         if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
@@ -1251,12 +792,14 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
                                 t->files[i].len, sync, &fsync_failed, err);
         if (rc) goto apply_failed;
     }
+    applied = 1;
     if (hooked && db->hook.publish) db->hook.publish(db->hook.ctx, t);
     hooked = 0;
     /* The commit is in the files: empty the log.  If that fails, the log
      * still holds this (applied) commit; replaying it is harmless and the
      * next transaction tries again, so the commit is reported as done. */
-    pydb__vfs->ftruncate(db->wal_fd, 0);
+    PYDB_ASSERT(logged && applied);   /* reset only after the apply */
+    pydb__wal_discard(db);
     goto done;
 
 apply_failed:
@@ -1270,7 +813,7 @@ apply_failed:
 done:
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);
-    free(log.p);
+    pydb__buf_free(&log);
     free(xb);
     release_writer(db);
     txn_free(t);
@@ -1283,3 +826,4 @@ void pydb_txn_abort(pydb_txn *t)
     release_writer(t->db);
     txn_free(t);
 }
+

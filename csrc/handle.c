@@ -1,0 +1,334 @@
+/*
+ * handle.c - the database handle: pydb_open() (find the files, run
+ * recovery through the log, open them in the chosen I/O mode, read the
+ * control record, detect the leader layout), pydb_close(), and the
+ * handle's accessors (info, max MFN, dropping the page cache).
+ *
+ * Opening order matters: a writer (PYDB_OPEN_WRITE) opens the files
+ * read-write and lets wal.c replay a complete log before anything is
+ * read; a reader asks wal.c to replay only if it could write the files
+ * and no writer holds the lock.  Refreshing a handle (seeing commits made
+ * elsewhere) is the reader's job (read.c), because a read past the known
+ * end needs it.
+ *
+ * Depends on: wal.c (recovery at open, the log's fd), read.c (the XRF
+ * scan that detects the layout, sizes refresh), record.c, path.c, vfs.c,
+ * error.c.  Nothing below calls into this file except through pydb_open.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pydb_int.h"
+#include "wal.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- files */
+
+static void file_init(pydb_file *f)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->dfd = -1;
+}
+
+static void file_close(pydb_file *f)
+{
+    if (f->map) munmap((void *)f->map, f->map_len);
+    if (f->fd >= 0) pydb__vfs->close(f->fd);
+    if (f->dfd >= 0) pydb__vfs->close(f->dfd);
+    file_init(f);
+}
+
+static int file_open(pydb_file *f, const char *path, int io, int writable,
+                     pydb_error *err)
+{
+    struct stat st;
+
+    snprintf(f->path, sizeof f->path, "%s", path);
+    f->fd = pydb__vfs->open(path, writable ? O_RDWR : O_RDONLY, 0);
+    if (f->fd < 0)
+        return PYDB_OSERROR(err, errno, path, -1, "cannot open: %s",
+                            strerror(errno));
+    if (fstat(f->fd, &st) != 0)
+        return PYDB_OSERROR(err, errno, path, -1, "cannot stat: %s",
+                            strerror(errno));
+    f->size = (int64_t)st.st_size;
+    if (io == PYDB_IO_MMAP) {
+        /* Map more than the file holds, so that records appended later
+         * (by this handle or another process) are read through the same
+         * mapping; pages past the end of the file are never touched. */
+        size_t len = (size_t)(f->size + PYDB_MAP_HEADROOM);
+        void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
+        if (m == MAP_FAILED)
+            return PYDB_OSERROR(err, errno, path, -1, "cannot mmap: %s",
+                                strerror(errno));
+        f->map = m;
+        f->map_len = len;
+    }
+    if (io == PYDB_IO_DIRECT) {
+        f->dfd = pydb__vfs->open(path, O_RDONLY | O_DIRECT, 0);
+        if (f->dfd < 0) {
+            int e = errno;
+            if (e == EINVAL)
+                return pydb__error_set(err, PYDB_EUNSUPPORTED, e, path, -1,
+                                       __FILE__, __LINE__,
+                                       "the file system refuses O_DIRECT "
+                                       "(use io=\"pread\" or \"mmap\")");
+            return PYDB_OSERROR(err, e, path, -1, "cannot open with "
+                                "O_DIRECT: %s", strerror(e));
+        }
+    }
+    return PYDB_OK;
+}
+
+/* ---------------------------------------------------------------- open */
+
+/* Does the record at `off` look like MFN `mfn` in layout `lay`? */
+static int layout_fits(const pydb_db *db, int lay, int32_t mfn, int64_t off)
+{
+    const pydb_geom *g = &pydb__geom[lay];
+    uint8_t h[24];
+    pydb_leader l;
+    if (pydb__file_read(&db->mst, db->io, h, (size_t)g->leader, off, "leader",
+                        NULL) != PYDB_OK)
+        return 0;
+    pydb__leader_decode(&l, g, h);
+    if (l.mfn != mfn) return 0;
+    return l.base == g->leader + l.nvf * g->entry && l.mfrl >= l.base &&
+           off + l.mfrl <= pydb__fsize(&db->mst);
+}
+
+struct detect_ctx {
+    pydb_db *db;
+    int votes[4];
+    int tried;
+    int64_t first_offset;   /* of the first record tried, for the message */
+    int32_t first_mfn;
+};
+
+static int detect_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
+{
+    struct detect_ctx *c = ctx;
+    if (e->state != PYDB_XRF_ACTIVE && e->state != PYDB_XRF_LDELETED)
+        return 0;
+    if (c->tried == 0) {
+        c->first_offset = e->offset;
+        c->first_mfn = mfn;
+    }
+    for (int lay = 0; lay < 4; lay++)
+        c->votes[lay] += layout_fits(c->db, lay, mfn, e->offset);
+    return ++c->tried >= 16;
+}
+
+/* Formats §2.5: try the four leaders on up to 16 records named by the XRF
+ * and keep the layout that fits most of them. */
+static int detect_layout(pydb_db *db, pydb_error *err)
+{
+    struct detect_ctx c;
+    int32_t stop;
+    int best = -1, rc;
+
+    memset(&c, 0, sizeof c);
+    c.db = db;
+    /* An empty database: the layout given when it was opened, if any. */
+    db->layout = (db->flags >> 8) & 7 ? ((db->flags >> 8) & 7) - 1
+                                      : PYDB_LAYOUT_ISIS_PACKED;
+    rc = pydb__xrf_scan(db, 1, detect_visit, &c, &stop, 1, err);
+    if (rc) return rc;
+    if (c.tried == 0) return PYDB_OK;  /* no record: nothing to detect */
+    for (int lay = 0; lay < 4; lay++)
+        if (c.votes[lay] > 0 && (best < 0 || c.votes[lay] > c.votes[best]))
+            best = lay;
+    if (best < 0)
+        return PYDB_CORRUPT(err, db->mst.path, c.first_offset,
+                            "the record of MFN %d (XRF entry) and the %d "
+                            "after it fit none of the four leader layouts "
+                            "(isis/ffi, packed/aligned)", (int)c.first_mfn,
+                            c.tried - 1);
+    db->layout = best;
+    return PYDB_OK;
+}
+
+static int read_control(pydb_db *db, pydb_error *err)
+{
+    uint8_t c[32];
+    pydb_ctl ctl;
+    int64_t end, need;
+    int rc;
+
+    if (pydb__fsize(&db->mst) < 32)
+        return PYDB_CORRUPT(err, db->mst.path, 0,
+                            "the master file has %lld bytes, too short for "
+                            "the 32-byte control record",
+                            (long long)pydb__fsize(&db->mst));
+    rc = pydb__file_read(&db->mst, db->io, c, sizeof c, 0, "control record",
+                         err);
+    if (rc) return rc;
+    pydb__ctl_decode(&ctl, c);
+    if (ctl.ctlmfn != 0) {
+        /* CTLMFN is 0 in either byte order: this is damage, not a swap. */
+        return PYDB_CORRUPT(err, db->mst.path, 0,
+                            "control record: CTLMFN is %d, expected 0",
+                            (int)ctl.ctlmfn);
+    }
+    db->next_mfn = ctl.next_mfn;
+    db->next_block = ctl.next_block;
+    db->next_pos = ctl.next_pos;
+    db->mftype = ctl.mftype;
+    db->mstxl = ctl.mstxl;
+    db->reccnt = ctl.reccnt;
+    if (!pydb__ctl_sane(&ctl)) {
+        /* A big-endian control record decodes to absurd values here. */
+        uint32_t be = ((uint32_t)c[4] << 24) | ((uint32_t)c[5] << 16) |
+                      ((uint32_t)c[6] << 8) | c[7];
+        if (be >= 1 && be < 0x01000000 && db->next_mfn > 0x01000000)
+            return PYDB_ERROR(err, PYDB_EUNSUPPORTED, db->mst.path, 4,
+                              "this master file looks big-endian (NXTMFN "
+                              "%u when byte-swapped); only little-endian "
+                              "files are supported", be);
+        return PYDB_CORRUPT(err, db->mst.path, 4,
+                            "control record: impossible NXTMFN %d / NXTMFB "
+                            "%d / NXTMFP %d", (int)db->next_mfn,
+                            (int)db->next_block, (int)db->next_pos);
+    }
+    if (db->mstxl > 6)
+        return PYDB_CORRUPT(err, db->mst.path, 15,
+                            "control record: MSTXL %d is not a known shift "
+                            "(0..6)", db->mstxl);
+    end = pydb__ctl_end(db->next_block, db->next_pos);
+    need = pydb__xrf_blocks(db->next_mfn) * PYDB_BLOCK;
+    /* The sizes were taken before the control record was read; a commit
+     * in between (another process) writes the records first and the
+     * control record last, so sizes taken now cover what it announces. */
+    if (end > pydb__fsize(&db->mst) || need > pydb__fsize(&db->xrf))
+        pydb__refresh_sizes(db);
+    if (end > pydb__fsize(&db->mst))
+        return PYDB_CORRUPT(err, db->mst.path, 8,
+                            "control record: NXTMFB/NXTMFP %d/%d say the "
+                            "records end at byte %lld, but the file has %lld "
+                            "bytes (truncated?)", (int)db->next_block,
+                            (int)db->next_pos, (long long)end,
+                            (long long)pydb__fsize(&db->mst));
+    if (pydb__fsize(&db->xrf) < need)
+        return PYDB_CORRUPT(err, db->xrf.path, pydb__fsize(&db->xrf),
+                            "the XRF has %lld bytes, but NXTMFN %d needs "
+                            "%lld (truncated?)",
+                            (long long)pydb__fsize(&db->xrf),
+                            (int)db->next_mfn, (long long)need);
+    return PYDB_OK;
+}
+
+int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
+              pydb_error *err)
+{
+    char base[1024], mst[1400], xrf[1400];
+    pydb_db *db = NULL;
+    int io = opt ? opt->io : PYDB_IO_PREAD;
+    int lock = opt ? opt->lock : PYDB_LOCK_NONE;
+    int rc;
+
+    *out = NULL;
+    if (!path || !*path || strlen(path) >= sizeof base)
+        return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
+                          "empty or too long database path");
+    if (io < 0 || io > 2 || lock < 0 || lock > 1)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "bad io or lock mode");
+    rc = pydb__db_paths(base, sizeof base, mst, sizeof mst, xrf, sizeof xrf,
+                        path, err);
+    if (rc) return rc;
+    db = calloc(1, sizeof *db);
+    if (!db)
+        return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory for handle");
+    file_init(&db->mst);
+    file_init(&db->xrf);
+    db->io = io;
+    db->lock = lock;
+    db->flags = opt ? opt->flags : 0;
+    db->wal_fd = -1;
+    pthread_mutex_init(&db->mutex, NULL);
+    pthread_mutex_init(&db->wmutex, NULL);
+    pthread_cond_init(&db->wcond, NULL);
+    if (db->flags & PYDB_OPEN_WRITE) {
+        /* Recovery first: it may rewrite the files before they are read. */
+        rc = file_open(&db->mst, mst, PYDB_IO_PREAD, 1, err);
+        if (rc) goto cleanup;
+        rc = file_open(&db->xrf, xrf, PYDB_IO_PREAD, 1, err);
+        if (rc) goto cleanup;
+        rc = pydb__wal_open(db, base, err);
+        if (rc) goto cleanup;
+        /* Reopen with the handle's I/O mode (sizes after recovery). */
+        file_close(&db->mst);
+        file_close(&db->xrf);
+    } else {
+        rc = pydb__wal_recover_readonly(base, mst, xrf, err);
+        if (rc) goto cleanup;
+    }
+    rc = file_open(&db->mst, mst, io, db->flags & PYDB_OPEN_WRITE, err);
+    if (rc) goto cleanup;
+    rc = file_open(&db->xrf, xrf, io, db->flags & PYDB_OPEN_WRITE, err);
+    if (rc) goto cleanup;
+    rc = read_control(db, err);
+    if (rc) goto cleanup;
+    rc = detect_layout(db, err);
+    /* A commit of another process between taking the sizes and reading
+     * the XRF makes new pointers look past the end: sizes again, once. */
+    if (rc == PYDB_ECORRUPT && pydb__refresh_sizes(db))
+        rc = detect_layout(db, err);
+    if (rc) goto cleanup;
+    *out = db;
+    db = NULL;
+cleanup:
+    if (db) pydb_close(db);
+    return rc;
+}
+
+void pydb_close(pydb_db *db)
+{
+    if (!db) return;
+    pydb__wal_close(db);
+    file_close(&db->mst);
+    file_close(&db->xrf);
+    pthread_mutex_destroy(&db->mutex);
+    pthread_mutex_destroy(&db->wmutex);
+    pthread_cond_destroy(&db->wcond);
+    free(db);
+}
+
+void pydb_info_get(const pydb_db *db, pydb_info *o)
+{
+    o->next_mfn = pydb__next_mfn(db);
+    o->next_block = __atomic_load_n(&db->next_block, __ATOMIC_RELAXED);
+    o->next_pos = __atomic_load_n(&db->next_pos, __ATOMIC_RELAXED);
+    o->mftype = db->mftype;
+    o->mstxl = db->mstxl;
+    o->reccnt = __atomic_load_n(&db->reccnt, __ATOMIC_RELAXED);
+    o->layout = db->layout;
+    o->io = db->io;
+    o->lock = db->lock;
+    o->mst_size = pydb__fsize(&db->mst);
+    o->xrf_size = pydb__fsize(&db->xrf);
+    o->mst_path = db->mst.path;
+    o->xrf_path = db->xrf.path;
+}
+
+int32_t pydb_max_mfn(const pydb_db *db) { return pydb__next_mfn(db) - 1; }
+
+int pydb_drop_cache(pydb_db *db, pydb_error *err)
+{
+    pydb_file *files[2] = {&db->mst, &db->xrf};
+    for (int i = 0; i < 2; i++) {
+        pydb_file *f = files[i];
+        if (f->map) madvise((void *)f->map, f->map_len, MADV_DONTNEED);
+        if (posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
+            return PYDB_OSERROR(err, errno, f->path, -1,
+                                "posix_fadvise(DONTNEED) failed");
+    }
+    return PYDB_OK;
+}

@@ -1,0 +1,111 @@
+/*
+ * path.c - names of the files of a database (formats §1): extension
+ * stripping, case-insensitive file finding, the .mst/.xrf/.wal names.
+ * See path.h.
+ *
+ * Depends on: error.c (messages of pydb__db_paths).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pydb_int.h"
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+/* Known extensions of database files, formats §1 (stripped from a path). */
+static const char *const known_ext[] = {
+    "mst", "xrf", "cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2",
+    "iyp", "iy0", "fdt", "fst", "stw", "pft", "fmt", "any", NULL};
+
+int pydb__find_file(char *out, size_t outsz, const char *base,
+                    const char *ext)
+{
+    char want[1024], dir[1024];
+    const char *slash, *name;
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
+    char upper[8];
+    size_t i;
+
+    snprintf(out, outsz, "%s.%s", base, ext);
+    if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+    for (i = 0; ext[i] && i < sizeof upper - 1; i++)
+        upper[i] = (char)toupper((unsigned char)ext[i]);
+    upper[i] = 0;
+    snprintf(out, outsz, "%s.%s", base, upper);
+    if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+
+    slash = strrchr(base, '/');
+    if (slash) {
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - base + 1), base);
+        name = slash + 1;
+    } else {
+        snprintf(dir, sizeof dir, "./");
+        name = base;
+    }
+    snprintf(want, sizeof want, "%s.%s", name, ext);
+    d = opendir(dir);
+    if (!d) return -ENOENT;
+    while ((de = readdir(d)) != NULL) {
+        if (strcasecmp(de->d_name, want) == 0) {
+            snprintf(out, outsz, "%s%s", slash ? dir : "", de->d_name);
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+                closedir(d);
+                return 0;
+            }
+        }
+    }
+    closedir(d);
+    snprintf(out, outsz, "%s.%s", base, ext);
+    return -ENOENT;
+}
+
+void pydb__strip_ext(char *base, size_t sz, const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    const char *slash = strrchr(path, '/');
+    snprintf(base, sz, "%s", path);
+    if (!dot || (slash && dot < slash)) return;
+    for (int i = 0; known_ext[i]; i++) {
+        if (strcasecmp(dot + 1, known_ext[i]) == 0) {
+            base[dot - path] = 0;
+            return;
+        }
+    }
+}
+
+void pydb__path_ext(char *out, size_t sz, const char *base, const char *ext)
+{
+    snprintf(out, sz, "%s.%s", base, ext);
+}
+
+int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
+                   char *xrf, size_t xrfsz, const char *path,
+                   pydb_error *err)
+{
+    if (!path || !*path || strlen(path) >= basesz)
+        return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
+                          "empty or too long database path");
+    pydb__strip_ext(base, basesz, path);
+    if (pydb__find_file(mst, mstsz, base, "mst") != 0)
+        return PYDB_OSERROR(err, ENOENT, mst, -1,
+                            "no master file (.mst) for database %s", base);
+    if (pydb__find_file(xrf, xrfsz, base, "xrf") != 0)
+        return PYDB_OSERROR(err, ENOENT, xrf, -1,
+                            "no cross-reference file (.xrf) for database %s",
+                            base);
+    return PYDB_OK;
+}
+
+void pydb__wal_path(char *out, size_t sz, const char *base, const char *mst)
+{
+    const char *dot = strrchr(mst, '.');
+    int upper = dot && strcmp(dot, ".MST") == 0;
+    pydb__path_ext(out, sz, base, upper ? "WAL" : "wal");
+}

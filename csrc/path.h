@@ -1,0 +1,41 @@
+/*
+ * path.h - names of the files of a database (formats §1, docs/isis-formats.md):
+ * stripping a known extension from a path, finding a file whatever the
+ * case of its name, and building the .mst/.xrf/.wal names.
+ *
+ * Depends on: pydb.h (pydb_error) and error.c.  Touches the file system
+ * only to look names up (stat, readdir); never opens a database file.
+ */
+#ifndef PYDB_PATH_H
+#define PYDB_PATH_H
+
+#include "pydb.h"
+#include <stddef.h>
+
+/* out = "<base>.<ext>" (truncated to sz). */
+void pydb__path_ext(char *out, size_t sz, const char *base, const char *ext);
+
+/* Copy path into base without a known database-file extension (.mst,
+ * .xrf, .cnt, .n01, ... any case). */
+void pydb__strip_ext(char *base, size_t sz, const char *path);
+
+/* Find the regular file `base`.`ext`: the extension as given, then upper
+ * case, then the whole file name matched without regard to case in the
+ * directory.  Writes the path found (else base.ext) into out; 0 or
+ * -ENOENT. */
+int pydb__find_file(char *out, size_t outsz, const char *base,
+                    const char *ext);
+
+/* The files of the database named by `path` ("x/cds", "x/CDS.MST", ...):
+ * base = path without its extension, mst and xrf = the master and
+ * cross-reference files found (any case).  0, PYDB_EINVAL (empty or too
+ * long path) or PYDB_EIO with ENOENT (a file is missing). */
+int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
+                   char *xrf, size_t xrfsz, const char *path,
+                   pydb_error *err);
+
+/* The write-ahead log of database `base` whose master file is `mst`: the
+ * extension follows the case of the master file's (BIBL.MST: BIBL.WAL). */
+void pydb__wal_path(char *out, size_t sz, const char *base, const char *mst);
+
+#endif

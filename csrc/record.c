@@ -1,0 +1,255 @@
+/*
+ * record.c - the bytes of the master and cross-reference files, without
+ * I/O: leader geometry, XRF pointer encoding, record encoding, decoding
+ * and placement (docs/isis-formats.md §2-3).  See record.h.
+ *
+ * Depends on: util.h (codecs, PYDB_ASSERT), error.c.  Nothing here reads
+ * or writes a file.
+ */
+#include "pydb_int.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* Leader geometry per layout, formats §2.2 (table). */
+/* Leader geometry per layout, formats §2.2 (table). */
+const pydb_geom pydb__geom[4] = {
+    /* leader entry ffi mfrl mfbwb mfbwp base nvf status dpos dlen */
+    {18, 6, 0, 4, 6, 10, 12, 14, 16, 2, 4},   /* ISIS packed  */
+    {20, 6, 0, 4, 8, 12, 14, 16, 18, 2, 4},   /* ISIS aligned */
+    {22, 10, 1, 4, 8, 12, 14, 18, 20, 2, 6},  /* FFI packed   */
+    {24, 12, 1, 4, 8, 12, 16, 20, 22, 4, 8},  /* FFI aligned  */
+};
+
+/* ------------------------------------------------------------ XRF values */
+
+int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl)
+{
+    int64_t block = offset / PYDB_BLOCK + 1;
+    int64_t low = offset % PYDB_BLOCK;
+    if (flags & PYDB_FLAG_PENDING) low |= 0x200;
+    int32_t raw;
+    if (flags & PYDB_FLAG_NEW) low |= 0x400;
+    raw = (int32_t)(block * (2048 >> mstxl) + (low >> mstxl));
+#ifdef PYDB_DEBUG
+    {   /* the value decodes back to the offset and flags */
+        pydb_xrf_entry e;
+        pydb__xrf_unpack(&e, raw, mstxl);
+        PYDB_ASSERT(offset >= PYDB_CTL_SIZE && offset % (1 << mstxl) == 0);
+        PYDB_ASSERT(e.state == PYDB_XRF_ACTIVE && e.offset == offset &&
+                    e.flags == (flags & (PYDB_FLAG_NEW | PYDB_FLAG_PENDING)));
+    }
+#endif
+    return raw;
+}
+
+/* ------------------------------------------------- encoding, placement */
+
+int64_t pydb__place(int layout, int mstxl, int64_t pos)
+{
+    const pydb_geom *g = &pydb__geom[layout];
+    int64_t align = mstxl ? ((int64_t)1 << mstxl) : 2;
+    int64_t start = (pos + align - 1) / align * align;
+    /* Never-split rule (formats §2.3): leader up to BASE in one block. */
+    if (start % PYDB_BLOCK > PYDB_BLOCK - (g->leader - 4))
+        start = (start / PYDB_BLOCK + 1) * PYDB_BLOCK;
+    PYDB_ASSERT(start >= pos && start % align == 0);
+    PYDB_ASSERT(start % PYDB_BLOCK + (g->leader - 4) <= PYDB_BLOCK);
+    return start;
+}
+
+int pydb__record_size(int64_t *out, int layout, int mstxl, int32_t mfn,
+                      const pydb_field *fields, uint32_t nfields,
+                      const char *path, pydb_error *err)
+{
+    const pydb_geom *g = &pydb__geom[layout];
+    int64_t align = mstxl ? ((int64_t)1 << mstxl) : 2;
+    int64_t data = 0, mfrl;
+
+    if (nfields > 65535)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
+                          "record of MFN %d has %u fields; NVF is 16-bit "
+                          "(at most 65535)", (int)mfn, nfields);
+    for (uint32_t i = 0; i < nfields; i++) {
+        if (fields[i].tag > 65535)
+            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
+                              "tag %u is outside 0..65535", fields[i].tag);
+        if (fields[i].len && !fields[i].value)
+            return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
+                              "field %u has no value", i + 1);
+        data += fields[i].len;
+        if (data > PYDB_MAX_FFI_MFRL) break;
+    }
+    mfrl = g->leader + (int64_t)nfields * g->entry + data;
+    mfrl = (mfrl + align - 1) / align * align;
+    PYDB_ASSERT(mfrl % 2 == 0 && mfrl % align == 0);
+    if (!g->ffi && (mfrl > 32767 || data > 65535))
+        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
+                          "record of MFN %d needs %lld bytes; the ISIS "
+                          "layouts allow 32767 (16-bit MFRL); use an FFI "
+                          "layout (ffi-packed or ffi-aligned) for larger "
+                          "records", (int)mfn, (long long)mfrl);
+    if (mfrl > PYDB_MAX_FFI_MFRL)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, path, -1,
+                          "record of MFN %d needs %lld bytes; the FFI limit "
+                          "is %d", (int)mfn, (long long)mfrl,
+                          PYDB_MAX_FFI_MFRL);
+    *out = mfrl;
+    return PYDB_OK;
+}
+
+void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
+                         const pydb_field *fields, uint32_t nfields,
+                         int64_t back_offset, int status)
+{
+    const pydb_geom *g = &pydb__geom[layout];
+    int64_t base = g->leader + (int64_t)nfields * g->entry, data = 0;
+
+    PYDB_ASSERT(layout >= 0 && layout < 4 && mfrl >= base && mfrl % 2 == 0);
+    memset(p, 0, (size_t)g->leader);
+    pydb__put32(p, (uint32_t)mfn);
+    if (g->ffi) {
+        pydb__put32(p + g->off_mfrl, (uint32_t)mfrl);
+        pydb__put32(p + g->off_base, (uint32_t)base);
+    } else {
+        pydb__put16(p + g->off_mfrl, (uint32_t)mfrl);
+        pydb__put16(p + g->off_base, (uint32_t)base);
+    }
+    if (back_offset >= 0) {
+        pydb__put32(p + g->off_mfbwb, (uint32_t)(back_offset / PYDB_BLOCK + 1));
+        pydb__put16(p + g->off_mfbwp, (uint32_t)(back_offset % PYDB_BLOCK));
+    }
+    pydb__put16(p + g->off_nvf, nfields);
+    pydb__put16(p + g->off_status, (uint32_t)status);
+    for (uint32_t i = 0; i < nfields; i++) {
+        uint8_t *d = p + g->leader + (int64_t)i * g->entry;
+        memset(d, 0, (size_t)g->entry);
+        pydb__put16(d, fields[i].tag);
+        if (g->ffi) {
+            pydb__put32(d + g->dir_pos, (uint32_t)data);
+            pydb__put32(d + g->dir_len, fields[i].len);
+        } else {
+            pydb__put16(d + g->dir_pos, (uint32_t)data);
+            pydb__put16(d + g->dir_len, fields[i].len);
+        }
+        if (fields[i].len)
+            memcpy(p + base + data, fields[i].value, fields[i].len);
+        data += fields[i].len;
+    }
+    PYDB_ASSERT(base + data <= mfrl);
+    memset(p + base + data, ' ', (size_t)(mfrl - base - data));
+}
+
+/* ------------------------------------------------------------ decoding */
+
+void pydb__leader_decode(pydb_leader *l, const pydb_geom *g,
+                         const uint8_t *p)
+{
+    int64_t smfrl = g->ffi ? (int64_t)(int32_t)pydb__u32(p + g->off_mfrl)
+                           : (int64_t)(int16_t)pydb__u16(p + g->off_mfrl);
+    l->mfn = (int32_t)pydb__u32(p);
+    l->locked = smfrl < 0;
+    l->mfrl = smfrl < 0 ? -smfrl : smfrl;
+    l->base = g->ffi ? (int64_t)pydb__u32(p + g->off_base)
+                     : (int64_t)pydb__u16(p + g->off_base);
+    l->nvf = pydb__u16(p + g->off_nvf);
+    l->mfbwb = (int32_t)pydb__u32(p + g->off_mfbwb);
+    l->mfbwp = pydb__u16(p + g->off_mfbwp);
+    l->status = pydb__u16(p + g->off_status);
+}
+
+int pydb__leader_check(const pydb_leader *l, const pydb_geom *g,
+                       int32_t mfn, int64_t off, int64_t mst_size,
+                       const char *path, pydb_error *err)
+{
+    int64_t avail = mst_size - off;
+
+    if (l->mfn != mfn)
+        return PYDB_CORRUPT(err, path, off,
+                            "the record at offset %lld has MFN %d, but the "
+                            "XRF entry of MFN %d points there",
+                            (long long)off, (int)l->mfn, (int)mfn);
+    if (l->mfrl < g->leader ||
+        l->mfrl > (g->ffi ? PYDB_MAX_FFI_MFRL : 32767))
+        return PYDB_CORRUPT(err, path, off + g->off_mfrl,
+                            "record of MFN %d has an impossible MFRL %lld",
+                            (int)mfn, (long long)l->mfrl);
+    if (l->mfrl > avail)
+        return PYDB_CORRUPT(err, path, off + g->off_mfrl,
+                            "record of MFN %d: MFRL %lld at offset %lld "
+                            "passes the end of the file (%lld bytes)",
+                            (int)mfn, (long long)l->mfrl, (long long)off,
+                            (long long)mst_size);
+    if (l->base != g->leader + l->nvf * g->entry || l->base > l->mfrl)
+        return PYDB_CORRUPT(err, path, off + g->off_base,
+                            "record of MFN %d: BASE %lld and NVF %lld do not "
+                            "fit (expected BASE %lld within MFRL %zu)",
+                            (int)mfn, (long long)l->base, (long long)l->nvf,
+                            (long long)(g->leader + l->nvf * g->entry),
+                            (size_t)l->mfrl);
+    return PYDB_OK;
+}
+
+int pydb__record_decode(pydb_record *rec, const pydb_geom *g,
+                        const pydb_leader *l, int64_t off, const char *path,
+                        pydb_error *err)
+{
+    size_t mfrl = (size_t)l->mfrl;
+    int64_t base = l->base, nvf = l->nvf, datalen = 0, i;
+    const uint8_t *raw = pydb__record_raw(rec);
+    pydb_field *fields = pydb__record_fields(rec, mfrl);
+
+    /* pydb__leader_check() passed: the directory fits before BASE */
+    PYDB_ASSERT(base == g->leader + nvf * g->entry && base <= (int64_t)mfrl);
+    PYDB_ASSERT(rec->capacity >= pydb__round8(sizeof *rec) +
+                                     pydb__round8(mfrl) +
+                                     (size_t)nvf * sizeof(pydb_field));
+    for (i = 0; i < nvf; i++) {
+        const uint8_t *d = raw + g->leader + i * g->entry;
+        int64_t pos, len;
+        pydb__dir_entry(g, d, &pos, &len);
+        if (pos + len > (int64_t)mfrl - base)
+            return PYDB_CORRUPT(err, path, off + g->leader + i * g->entry,
+                                "record of MFN %d: directory entry %lld "
+                                "(tag %u, pos %lld, len %lld) passes the end "
+                                "of the record (%lld data bytes)",
+                                (int)l->mfn, (long long)(i + 1),
+                                (unsigned)pydb__u16(d), (long long)pos,
+                                (long long)len,
+                                (long long)((int64_t)mfrl - base));
+        fields[i].tag = pydb__u16(d);
+        fields[i].len = (uint32_t)len;
+        fields[i].value = raw + base + pos;
+        datalen += len;
+    }
+    rec->mfn = l->mfn;
+    rec->status = l->status;
+    rec->locked = l->locked;
+    rec->offset = off;
+    rec->back_offset =
+        l->mfbwb > 0 ? (int64_t)(l->mfbwb - 1) * PYDB_BLOCK + l->mfbwp : -1;
+    rec->mfrl = (uint32_t)mfrl;
+    rec->nfields = (uint32_t)nvf;
+    rec->fields = fields;
+    rec->data_len = (size_t)datalen;
+    return PYDB_OK;
+}
+
+/* -------------------------------------------------------- record memory */
+
+int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
+                         pydb_error *err)
+{
+    size_t need = pydb__round8(sizeof(pydb_record)) + pydb__round8(raw) +
+                  nf * sizeof(pydb_field);
+    pydb_record *r = *rec;
+    if (r && r->capacity >= need) return PYDB_OK;
+    r = realloc(r, need);
+    if (!r)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "no memory for a %zu-byte record", need);
+    r->capacity = need;
+    *rec = r;
+    return PYDB_OK;
+}
+
+void pydb_record_free(pydb_record *rec) { free(rec); }
