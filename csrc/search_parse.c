@@ -54,6 +54,7 @@
  *
  * Depends on: search_int.h, index_int.h (pydb_index_key, capabilities).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,10 +165,18 @@ static void quote_byte(char *out, size_t cap, const parser *p, size_t i)
     snprintf(out, cap, "'%s'", r);
 }
 
-static int syntax(parser *p, size_t pos, const char *fmt, const char *a,
-                  const char *b)
+/* Report a syntax error at byte `pos`; `fmt` is a printf format taking
+ * the message's arguments (callers pass literals, which the format
+ * attribute lets the compiler check). */
+__attribute__((format(printf, 3, 4)))
+static int syntax(parser *p, size_t pos, const char *fmt, ...)
 {
-    return PYDB_ERROR(p->err, PYDB_ESYNTAX, "", (int64_t)pos, fmt, a, b);
+    char msg[sizeof p->err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return PYDB_ERROR(p->err, PYDB_ESYNTAX, "", (int64_t)pos, "%s", msg);
 }
 
 /* A whole unquoted word equal to `w` at [i, i+n)? */

@@ -195,4 +195,5 @@ struct PyModuleDef pydb_module = {
     sizeof(module_state), NULL, module_slots, module_traverse,
     module_clear, module_free};
 
+PyMODINIT_FUNC PyInit__pydb(void);  /* the only exported symbol */
 PyMODINIT_FUNC PyInit__pydb(void) { return PyModuleDef_Init(&pydb_module); }
