@@ -1,7 +1,7 @@
 """Build pydb: the extension module pydb._pydb (binding + C core) and the
 pure-C benchmark pydb-crashtest, installed inside the package.
 
-Environment switches (style.md recommendation 12):
+Environment switches (docs/conventions.md recommendation 12):
   PYDB_SANITIZE=address   build with -fsanitize=address,undefined
   PYDB_SANITIZE=thread    build with -fsanitize=thread
   PYDB_DEBUG=1            -O0 -g, assertions on

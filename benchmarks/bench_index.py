@@ -11,7 +11,7 @@ Timed, the unesb benchmarks run on the crashtest's default database
 (58,880 records); in the untimed plain run on the small database of
 benchmarks/conftest.py.  Each benchmark stores its rate in ``extra_info``
 (records/s, terms/s, postings/s, computed from the median round); the
-numbers in the issue notes are those medians.  DESIGN.md §9 targets: bulk
+numbers in the issue notes are those medians.  docs/design.md §9 targets: bulk
 load + index >= 200,000 records/s on the synthetic unesb; term
 enumeration >= 10 million terms/s (C); ahead of SQLite FTS5 on indexing
 and search.
@@ -21,7 +21,7 @@ FTS5 equivalents: one row per record, one column per FST line (the FTS5
 keeps authors, subjects and descriptors as whole keys); queries
 (pydb -> FTS5): ``T`` -> ``t``; ``A * B`` -> ``a AND b``; ``A + B`` ->
 ``a OR b``; ``BA$`` -> ``ba*``; ``A $ B`` (adjacent, either order,
-isis-formats.md §6.2) -> ``NEAR(a b, 0)``; ``A . . . B`` (at most 2
+docs/isis-formats.md §6.2) -> ``NEAR(a b, 0)``; ``A . . . B`` (at most 2
 words between) -> ``NEAR(a b, 2)``; ``T/(24)`` -> ``title : t``.  Both
 return the sorted MFNs (rowids); ``extra_info["hits"]`` shows how closely
 the two agree, and the untimed tests ``test_hits_*`` check it: the same

@@ -1,7 +1,7 @@
 """Query latency of the search language (csrc/search.c) on a large
 in-memory index: every word of every field of the synthetic unesb
 database (58,880 records, pydb.unesb), indexed like FST technique 4
-(isis-formats.md §5.2: TAG = field tag, OCC = occurrence of the field in
+(docs/isis-formats.md §5.2: TAG = field tag, OCC = occurrence of the field in
 the record, CNT = word number; words = runs of ASCII letters, upper-cased).
 
 Run (a benchmark, not a test; nothing is asserted about time):

@@ -1,7 +1,7 @@
 """Write throughput of pydb (records/s): append and update, sync=True and
 sync=False, one record per autocommit transaction and batched
 transactions, on a 58,880-record load of the synthetic unesb catalogue
-(pydb/unesb.py, experiments.md §1).
+(pydb/unesb.py, docs/experiments.md §1).
 
     python benchmarks/bench_write.py [--records 58880] [--batch 1000]
                                      [--repeat 3] [--max-seconds 20]
@@ -12,7 +12,7 @@ and the median is reported.  Autocommit with sync=True does three
 fdatasyncs per record, so that case stops after --max-seconds and reports
 the rate over the records it did (the count is printed).  Updates rewrite
 records of a database loaded with the same 58,880 records (each update
-appends a new version, isis-formats.md §2.4).
+appends a new version, docs/isis-formats.md §2.4).
 
 Also a pytest-benchmark file: ``python -m pytest benchmarks/bench_write.py``
 runs the batched sync=False cases once each (--benchmark-disable) or timed.

@@ -1,5 +1,5 @@
 """pytest-benchmark suites: pydb's reads against its peers on the same data,
-in the same run (DESIGN.md §9).
+in the same run (docs/design.md §9).
 
 ``python -m pytest benchmarks/`` times them on the crashtest's default
 database (synthetic unesb, 58,880 records, built once into ~/.cache/pydb).

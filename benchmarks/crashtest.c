@@ -1,5 +1,5 @@
 /*
- * pydb-crashtest - the pure-C threaded read benchmark (experiments.md §1).
+ * pydb-crashtest - the pure-C threaded read benchmark (docs/experiments.md §1).
  *
  * After OpenIsis 0.9's crashtest: read every record 1..max MFN in one
  * thread ("sequential read"), then run 8, 2, 1 and 4 threads, each reading

@@ -2,7 +2,7 @@
  * build.c - the bulk writer: a new database whose records are appended in
  * MFN order, then closed by writing the control record and the XRF.
  *
- * Placement follows isis-formats.md §2.3 and §10 (writer checklist):
+ * Placement follows docs/isis-formats.md §2.3 and §10 (writer checklist):
  * records start on a 2-byte boundary (2^MSTXL when MSTXL > 0); the leader
  * up to BASE never straddles a 512-byte block; MFRL is even (a multiple of
  * 2^MSTXL) with blank padding; the file is zero-filled to a whole block;

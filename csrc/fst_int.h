@@ -1,6 +1,6 @@
 /*
  * fst_int.h - the compiled form of a CDS/ISIS field select table
- * (isis-formats.md §5), shared by the parser (fst_parse.c), the
+ * (docs/isis-formats.md §5), shared by the parser (fst_parse.c), the
  * formatting-language interpreter (fst_format.c) and key extraction
  * (fst_keys.c).  Not installed.
  *

@@ -3,7 +3,7 @@
  * (pydb__fst_format), splits the output by the rule's indexing
  * technique (0-8, and the CISIS IT+1000 "/MFN/" form), normalises the
  * keys, drops stop words and hands each (key, posting) to a callback,
- * with the OCC/CNT rules of isis-formats.md §5.2 (pydb__fst_keys).
+ * with the OCC/CNT rules of docs/isis-formats.md §5.2 (pydb__fst_keys).
  *
  * Depends on: fst_format.c (pydb__fst_format), keys.c (normalisation,
  * word characters, stop words), fst_int.h.

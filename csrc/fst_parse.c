@@ -1,5 +1,5 @@
 /*
- * fst_parse.c - parsing an FST text (isis-formats.md §5: one rule per
+ * fst_parse.c - parsing an FST text (docs/isis-formats.md §5: one rule per
  * line, "ID TECHNIQUE FORMAT") into the compiled form of fst_int.h:
  * pydb_fst_parse / pydb_fst_free / pydb_fst_count / pydb_fst_rule.
  * The formatting language accepted is described in fst_int.h; anything

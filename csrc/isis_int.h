@@ -3,7 +3,7 @@
  * files (isis_read.c: trees, postings, cursors, the index operations;
  * isis_open.c: choosing and validating the file set).  Not installed.
  *
- * Formats: ../shared/docs/isis-formats.md §4 (referred to as §4.x):
+ * Formats: docs/isis-formats.md §4 (referred to as §4.x):
  *   .CNT                 two control records, 26 (packed) or 28 (aligned)
  *                        bytes: IDTYPE ORDN ORDF N K LIV POSRX NMAXPOS
  *                        FMAXPOS ABNORMAL (§4.2)

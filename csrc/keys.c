@@ -1,5 +1,5 @@
 /*
- * keys.c - key normalisation (isis-formats.md §5.3), word characters,
+ * keys.c - key normalisation (docs/isis-formats.md §5.3), word characters,
  * ISISUC.TAB / ISISAC.TAB tables and stop words (§5.4).
  *
  * 8-bit data: keys go through a 256-entry upper-case table.  The default

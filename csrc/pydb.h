@@ -3,7 +3,7 @@
  *
  * The core reads (and, for bulk loads, writes) CDS/ISIS master files
  * (.mst) and cross-reference files (.xrf) as described in
- * ../shared/docs/isis-formats.md sections 2 and 3 (referred to below as
+ * docs/isis-formats.md sections 2 and 3 (referred to below as
  * "formats §N").  It never includes Python.h and never calls into Python.
  *
  * Conventions
@@ -190,7 +190,7 @@ int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err);
  * out of a mapping may fault on the disk) and, in mutex mode, the mutex
  * must be free.  Otherwise it returns PYDB_EWOULDBLOCK and the caller uses
  * pydb_read().  The binding calls it with the GIL held, so that cache hits
- * cost no GIL hand-off (style.md, GIL rule 6).
+ * cost no GIL hand-off (docs/conventions.md, GIL rule 6).
  */
 int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
                      pydb_error *err);
@@ -258,7 +258,7 @@ void pydb_builder_free(pydb_builder *b);
  * Validator (issue 3, item 5): csrc/check.c.  Walks the control record,
  * every XRF block and entry, every record version reachable from the XRF
  * and every back-pointer chain, then scans the master file sequentially
- * for versions nothing points at (formats §2-3; reliability.md §2.1
+ * for versions nothing points at (formats §2-3; docs/reliability.md §2.1
  * "A validator").  Every fault is reported to a callback with its kind,
  * severity and location; the walk never stops at the first fault.
  * ====================================================================== */

@@ -1,6 +1,6 @@
 /*
  * search_parse.c - the lexer and parser of the CDS/ISIS search language
- * (isis-formats.md §6): an expression in the index's encoding becomes
+ * (docs/isis-formats.md §6): an expression in the index's encoding becomes
  * the tree of search_int.h, with every term in key form.  The evaluator
  * is search_eval.c.
  *
@@ -374,7 +374,7 @@ static int need_caps(parser *p, int need, size_t pos, const char *what)
                   : missing & PYDB_POSTING_OCC ? field[1] : field[2];
     return PYDB_ERROR(p->err, PYDB_EUNSUPPORTED, "", (int64_t)pos,
                       "%s at byte offset %zu needs the %s of each posting, which "
-                      "this %s index does not record (isis-formats.md §4.7)",
+                      "this %s index does not record (docs/isis-formats.md §4.7)",
                       what, pos, f, kind_name(pydb_index_kind(p->ix)));
 }
 

@@ -123,7 +123,7 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
         n == 0)  /* let the blocking path report it */
         return PYDB_EWOULDBLOCK;
     /* mmap: a copy out of the mapping may fault on the disk, and must
-     * happen with the GIL released (DESIGN.md §3), so never here.
+     * happen with the GIL released (docs/design.md §3), so never here.
      * direct: always goes to the disk. */
     if (io != PYDB_IO_PREAD) return PYDB_EWOULDBLOCK;
     got = pydb__vfs->pread_nowait(f->fd, buf, n, (off_t)off);

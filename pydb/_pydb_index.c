@@ -283,7 +283,7 @@ static PyObject *index_postings(IndexObject *self, PyObject *arg)
 PyDoc_STRVAR(index_key_doc,
 "key($self, term, /)\n--\n\n"
 "`term` (bytes) brought into this index's key form (case table or\n"
-"Unicode folding, truncation; isis-formats.md §5.3), as bytes.");
+"Unicode folding, truncation; docs/isis-formats.md §5.3), as bytes.");
 
 static PyObject *index_key(IndexObject *self, PyObject *arg)
 {
@@ -383,7 +383,7 @@ PyDoc_STRVAR(open_isis_index_doc,
 "Open the CDS/ISIS inverted file of the database `path` (base name or\n"
 "any of its files; str, bytes or os.PathLike) and return an Index.\n"
 "Raises DatabaseNotFoundError when there is no .cnt file (no inverted\n"
-"file), CorruptionError when no file set validates (isis-formats.md\n"
+"file), CorruptionError when no file set validates (docs/isis-formats.md\n"
 "§4.8), DiskError for other OS errors.");
 
 static PyObject *open_isis_index(PyObject *m, PyObject *arg)
@@ -406,7 +406,7 @@ PyDoc_STRVAR(isis_index_info_doc,
 "(LIND INFO1/INFO3 size and alignment, bytes; 0 for classic), mfn_bytes\n"
 "(3, or 4 for LIND4), cnt, postings (paths), trees (two dicts: empty,\n"
 "liv, root, nodes, leaves, node_size, leaf_size, node_file, leaf_file)\n"
-"and note (which file set was used and why, isis-formats.md §4.8).");
+"and note (which file set was used and why, docs/isis-formats.md §4.8).");
 
 static PyObject *isis_index_info(PyObject *m, PyObject *arg)
 {
@@ -618,7 +618,7 @@ cleanup:
 
 PyDoc_STRVAR(fst_parse_doc,
 "_fst_parse(text, filename=None)\n--\n\n"
-"Compile FST text (bytes or str; isis-formats.md §5.1) and return its\n"
+"Compile FST text (bytes or str; docs/isis-formats.md §5.1) and return its\n"
 "rules as a list of (id, technique, format: bytes, line) tuples.\n"
 "Raises FSTError(filename, line, reason) naming the construct.");
 

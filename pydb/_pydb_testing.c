@@ -192,7 +192,7 @@ PyDoc_STRVAR(fst_keys_doc,
 "          tables_dir=None)\n--\n\n"
 "The keys FST text `fst` extracts from one record `fields` (sequence of\n"
 "(tag, bytes|str)): a list of (key: bytes, mfn, tag, occ, cnt) in\n"
-"extraction order (isis-formats.md §5.2).  `stw`: stop-word text;\n"
+"extraction order (docs/isis-formats.md §5.2).  `stw`: stop-word text;\n"
 "`tables_dir`: load ISISUC.TAB/ISISAC.TAB from there.");
 
 static PyObject *fst_keys(PyObject *m, PyObject *args, PyObject *kw)
@@ -312,7 +312,7 @@ static PyObject *keyrules(PyObject *m, PyObject *args, PyObject *kw)
 
 PyDoc_STRVAR(key_normalize_doc,
 "key_normalize(term, utf8=False, max_key=0, tables_dir=None)\n--\n\n"
-"`term` (bytes) in key form (isis-formats.md §5.3).");
+"`term` (bytes) in key form (docs/isis-formats.md §5.3).");
 
 static PyObject *key_normalize(PyObject *m, PyObject *args, PyObject *kw)
 {

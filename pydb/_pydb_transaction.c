@@ -294,7 +294,7 @@ static int txn_traverse(TxnObject *self, visitproc visit, void *arg)
 static PyMethodDef txn_methods[] = {
     {"append", (PyCFunction)txn_append, METH_O,
      "append($self, fields, /)\n--\n\nAdd a new record; returns its MFN "
-     "(int, 1-based: NXTMFN, isis-formats.md §2.4).  `fields` is an "
+     "(int, 1-based: NXTMFN, docs/isis-formats.md §2.4).  `fields` is an "
      "iterable of (tag, value) pairs (tag: int 1..65535; value: str, "
      "encoded with the database's encoding, or bytes) or a Record.\n\n"
      "Raises RecordTooLargeError above the layout's limit (ISIS: 32767 "

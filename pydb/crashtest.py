@@ -687,7 +687,7 @@ def _print_targets(samples: list[dict], impls: Sequence[str]) -> None:
         if r is not None:
             lines.append(f"{impl} vs C, 8 threads, O_DIRECT: {r:.2f} (target >= 0.9)")
     if lines:
-        print("\n-- DESIGN.md §9 targets (medians, lock none)")
+        print("\n-- docs/design.md §9 targets (medians, lock none)")
         print("\n".join(lines))
 
 

@@ -1,5 +1,5 @@
 """An independent reader reads what pydb writes: the Perl module
-Biblio::Isis (Debian package libbiblio-isis-perl, isis-formats.md [BI])
+Biblio::Isis (Debian package libbiblio-isis-perl, docs/isis-formats.md [BI])
 reads a packed ISIS database that pydb created, updated and deleted in,
 and finds identical records.
 

@@ -1,5 +1,5 @@
 """The bulk writer (csrc/build.c) against the reader and the format rules of
-isis-formats.md §2.3 / §10, for all four layouts."""
+docs/isis-formats.md §2.3 / §10, for all four layouts."""
 
 import errno
 import struct

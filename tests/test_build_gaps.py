@@ -1,6 +1,6 @@
 """The bulk builder's MFN gaps (None -> physically deleted XRF entry) and
 logically deleted records (STATUS 1, negated XRF pointer), used by ISO and
-JSON Lines import to keep MFNs (isis-formats.md §2.4, §3.2)."""
+JSON Lines import to keep MFNs (docs/isis-formats.md §2.4, §3.2)."""
 
 import struct
 

@@ -9,7 +9,7 @@
 * For each kind of fault, a database built with ``pydb._pydb._build`` (all
   four leader layouts) or a real one is damaged at one precise byte in a
   copy under tmp_path, and the check names exactly that fault: kind, MFN,
-  file and offset (isis-formats.md §2-3 give the byte layout).
+  file and offset (docs/isis-formats.md §2-3 give the byte layout).
 * Hostile random damage (hypothesis) never crashes or hangs the check, and
   whenever a reader fails on the damaged files, the check reports an error.
 * The command line (`pydb check`: exit status 0/1/2, text and JSON output)

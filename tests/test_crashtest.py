@@ -187,7 +187,7 @@ def test_command_line(small_db, tmp_path):
     assert table[1].split()[:3] == ["C", "rows/s", "Python"]
     assert [line.split()[0] for line in table[2:5]] == ["sequential", "2", "1"]
     assert "-- thread scaling vs 1 thread, cache warm, lock none" in text
-    assert "-- DESIGN.md §9 targets" in text
+    assert "-- docs/design.md §9 targets" in text
     data = json.loads(out_json.read_text())
     assert {x["impl"] for x in data["samples"]} == {"c", "python", "python-record"}
     assert len(data["samples"]) == 3 * 3 * 3      # impls x phases x repetitions
@@ -278,7 +278,7 @@ def default_db(unesb_cache):
 
 
 def test_index_phase_of_the_default_database(default_db):
-    # The original's figures (experiments.md §1), from the real native index
+    # The original's figures (docs/experiments.md §1), from the real native index
     with pydb.open(default_db) as db:
         index = crashtest.open_row_index(db)
         assert index is db.index and index.kind == "native"

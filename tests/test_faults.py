@@ -1,4 +1,4 @@
-"""I/O error injection (reliability.md §2.3 b1): a fixed write script runs
+"""I/O error injection (docs/reliability.md §2.3 b1): a fixed write script runs
 once per write-side file operation it performs (pwrite, fdatasync/fsync,
 ftruncate, rename, unlink: counted through the core's vfs table), and the
 n-th operation is made to fail, for every n, with ENOSPC and with EIO, and

@@ -1,4 +1,4 @@
-"""FST parsing and key extraction (isis-formats.md §5), key normalisation
+"""FST parsing and key extraction (docs/isis-formats.md §5), key normalisation
 (§5.3), stop words (§5.4), prefixes (§5.5)."""
 
 import os
@@ -221,7 +221,7 @@ def test_field_rules_compile_to_the_same_keys():
         FieldRule(24, 9, [24])
 
 
-# ---- key normalisation, isis-formats.md §5.3 ----
+# ---- key normalisation, docs/isis-formats.md §5.3 ----
 
 def norm(term, **kw):
     return _pydb._testing.key_normalize(term, **kw)

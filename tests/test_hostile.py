@@ -5,7 +5,7 @@ out of bounds or raise anything that is not a pydb.Error.
 Every case starts from a good database -- one built with
 ``pydb._pydb._build`` for each of the four leader layouts, plus real
 CDS/ISIS files copied from the shared data folder when it is present --
-damages a copy in ``tmp_path`` (isis-formats.md §2-3 give the byte layout),
+damages a copy in ``tmp_path`` (docs/isis-formats.md §2-3 give the byte layout),
 and then opens it, reads every MFN, follows back pointers, lists and
 iterates, in each of the three I/O modes (io="direct" reads only the MFNs
 around the damage, since each of its reads goes to the disk, and is
@@ -293,12 +293,12 @@ def u32(b, off, v):
 
 
 def xrf_slot(mfn: int) -> int:
-    """Byte offset of MFN's entry in the XRF (isis-formats.md §3.1)."""
+    """Byte offset of MFN's entry in the XRF (docs/isis-formats.md §3.1)."""
     return ((mfn - 1) // 127) * 512 + 4 + ((mfn - 1) % 127) * 4
 
 
 def xrf_encode(offset: int, mstxl: int, flags: int = 0) -> int:
-    """isis-formats.md §3.2."""
+    """docs/isis-formats.md §3.2."""
     block = offset // 512 + 1
     low = (offset % 512) | flags
     return block * (2048 >> mstxl) + (low >> mstxl)
@@ -791,7 +791,7 @@ def test_xrf_entry_one_past_end_at_open(src, tmp_path):
                        range(xrf_slot(3), xrf_slot(3) + 1))
 
 
-# Control record (isis-formats.md §2.1).
+# Control record (docs/isis-formats.md §2.1).
 NXTMFN_SAFE = [0, -1, -(2**31), 10**6, 2**31 - 2**20]
 # NXTMFN values within 126 of INT32_MAX overflow `next_mfn - 1 + 126` (int32)
 # in read_control(): the XRF size check wraps negative and is skipped, and

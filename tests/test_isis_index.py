@@ -1,6 +1,6 @@
 """Existing CDS/ISIS inverted files read as they are (issue 4, item 5).
 
-Formats: isis-formats.md §4 (.cnt, .n0x, classic .l0x/.ifp, LIND
+Formats: docs/isis-formats.md §4 (.cnt, .n0x, classic .l0x/.ifp, LIND
 .ly0x/.iyp, stale/mixed sets §4.8), §5.3 (key form).  Expected numbers
 come from ../shared/data/isis/SOURCES.md (column "inverted file
 (checked)", measured there with independent readers; parsed below) and
@@ -173,7 +173,7 @@ def test_bibl_cnt_as_in_formats_4_6():
 # ------------------------------------------------------------ exact postings
 
 def test_bibl_example_postings():
-    """isis-formats.md §4.6: key 2140 -> (1,686,1,1), (1,990,1,1),
+    """docs/isis-formats.md §4.6: key 2140 -> (1,686,1,1), (1,990,1,1),
     (2,686,1,1)...; key 7875 -> (5,991,1,3).  The full list of 2140 was
     checked against the records: MFN 1 has 686 ^a2140 and 990 2140; MFN 2
     has two 686 occurrences ^a2140 (CNT 1, 2) and 990 2140; MFN 3 (now
@@ -253,7 +253,7 @@ def _derive_cds(db) -> dict:
     OCC 1, CNT = occurrence number (the files say so, not §5.2's "each
     line is a new occurrence"; WinISIS BIBL does the same for 686),
     technique 4 words of letters with stop words counted (cds.stw),
-    technique 2 the <...> terms of V69 (isis-formats.md §5.2-5.4)."""
+    technique 2 the <...> terms of V69 (docs/isis-formats.md §5.2-5.4)."""
     stop = set(Path(str(data_path(SAMPLE)) + ".stw").read_text().split())
     out: dict = {}
 

@@ -1,6 +1,6 @@
 """ISO 2709 and JSON Lines (pydb.iso2709): the real .iso files of
 ../shared/data/isis against SOURCES.md and their master files, export then
-import of every master file, the tolerated defects of isis-formats.md §7.4,
+import of every master file, the tolerated defects of docs/isis-formats.md §7.4,
 hostile inputs, and random records (hypothesis)."""
 
 import io

@@ -1,5 +1,5 @@
 """ministat: Student's t values, the comparison method, and FreeBSD
-ministat's output layout (experiments.md §2)."""
+ministat's output layout (docs/experiments.md §2)."""
 
 import math
 import os
@@ -109,7 +109,7 @@ def test_compare_by_hand():
 
 
 def test_compare_published_example():
-    # experiments.md §2 / the ministat man page: 10 runs each,
+    # docs/experiments.md §2 / the ministat man page: 10 runs each,
     # avg 8381.652 sd 39.68 against avg 10551.599 sd 39.89
     a = Stats(10, 8300.25, 8442.54, 8381.0, 8381.652, 39.68, 39.68 ** 2)
     b = Stats(10, 10510.35, 10646.98, 10551.0, 10551.599, 39.89, 39.89 ** 2)

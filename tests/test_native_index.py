@@ -23,7 +23,7 @@ SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
 
 # ---- a small independent reader of classic ISIS inverted files ----------
-# isis-formats.md §4.4 (leaves) and §4.5 (.IFP), written for this test only.
+# docs/isis-formats.md §4.4 (leaves) and §4.5 (.IFP), written for this test only.
 
 def read_classic(base, le=(10, 30), aligned=True):
     """{key: [(mfn, tag, occ, cnt), ...]} for both trees, and the keys per
@@ -81,7 +81,7 @@ def test_native_equals_shipped_index_of_the_cds_sample(isis_data, cds):
     assert sum(len(v) for k, v in shipped.items() if len(k) > 10) == 1040
     ix = _pydb._open_native_index(cds)
     native = {k: [tuple(p) for p in ix.postings(k)] for k, _ in all_terms(ix)}
-    # Documented differences (isis-formats.md §4.5/§5.3): none remain for
+    # Documented differences (docs/isis-formats.md §4.5/§5.3): none remain for
     # this sample — accents fold through the default table, <a=b> keeps a.
     assert native == shipped
     assert len(native) == 1309
@@ -122,13 +122,13 @@ def test_native_equals_shipped_abcd_marc_index(isis_data, tmp_path):
     """ABCD marc (83 FST rules: prefixes, |..|%|, mpu/mdu, if/fi, *off.len,
     classic packed 16/60 index).  Documented differences:
     * the case and word tables used to build it are not in its folder
-      (isis-formats.md §5.3: ABCD keeps them with the installation): the
+      (docs/isis-formats.md §5.3: ABCD keeps them with the installation): the
       Latin-1 ISISUC.TAB of ABCD's servers base folds its accents, and its
       ISISAC.TAB plus the digits 0-9 (the index holds words such as 1850)
       reproduce every key;
     * the shipped lists repeat identical postings where two rules with one
       ID (650 1 and 650 4, ...) make the same key at the same place; pydb
-      keeps one copy (isis-formats.md §4.5 calls lists strictly ascending).
+      keeps one copy (docs/isis-formats.md §4.5 calls lists strictly ascending).
     * the ABCD indexes were built without their .stw files (unimarc.stw
       lists DE, LA, LES, which its index holds; marc's holds THE, AN): the
       build here uses none either."""

@@ -1,5 +1,5 @@
 """The native index rides on the write path's transactions (issue 4,
-item 2; DESIGN.md §5-6): a writable Database attaches its native index,
+item 2; docs/design.md §5-6): a writable Database attaches its native index,
 every commit updates it in the same transaction, searches see a commit as
 soon as it returns, and readers searching during commits always see one
 committed state."""

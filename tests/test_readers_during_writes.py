@@ -1,5 +1,5 @@
 """Readers on other handles and in other processes while a writer commits
-(DESIGN.md §4, §6): a read-only handle opened before the commits sees
+(docs/design.md §4, §6): a read-only handle opened before the commits sees
 updated records (not a pointer "past the end of the file"), sees new MFNs
 through ``max_mfn``, and databases opened while another process commits
 open cleanly."""

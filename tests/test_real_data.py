@@ -219,7 +219,7 @@ def parse_pyisis_txt(path):
 
 
 def parse_cisis_id(path):
-    """CISIS ``.id`` dump (isis-formats.md §8): ``!ID nnnnnn``, ``!vTTT!value``."""
+    """CISIS ``.id`` dump (docs/isis-formats.md §8): ``!ID nnnnnn``, ``!vTTT!value``."""
     recs, cur = {}, None
     for line in path.read_bytes().split(b"\n"):
         if not line:
@@ -257,7 +257,7 @@ def test_cisis_cds_id_dump():
         got = {r.mfn: fields_of(r) for r in db}
         assert got == expected
         # MSTXL 6: records start on 64-byte boundaries and MFRL is padded
-        # to a multiple of 64 (isis-formats.md §2.2, §2.3)
+        # to a multiple of 64 (docs/isis-formats.md §2.2, §2.3)
         assert all(r.offset % 64 == 0 and r.mfrl % 64 == 0 for r in db)
         assert db[1].fields[0] == (44, "Methodology of plant eco-physiology: "
                                        "proceedings of the Montpellier Symposium")
@@ -316,7 +316,7 @@ def test_isis2json_lilacs30_json():
 
 
 def read_iso(path):
-    """ISO 2709 records (isis-formats.md §7) as lists of (tag, raw value).
+    """ISO 2709 records (docs/isis-formats.md §7) as lists of (tag, raw value).
 
     Wrapped files: line ends (LF or CRLF) are not part of the data, so they
     are dropped before the records are cut by their leader lengths.  Checks
@@ -589,7 +589,7 @@ def test_winisis_cds_physically_deleted():
 @pytest.mark.parametrize("path", [r.path for r in SOURCES_TABLE if r.nxt > 1],
                          ids=[r.path for r in SOURCES_TABLE if r.nxt > 1])
 def test_back_pointer_iff_update_pending(path):
-    # isis-formats.md §2.4: an update appends a new version with a back
+    # docs/isis-formats.md §2.4: an update appends a new version with a back
     # pointer and sets "update pending"; inversion clears both.
     with opendb(path) as db:
         pending = []

@@ -1,4 +1,4 @@
-"""Crash consistency (reliability.md §2.2 a1): a writer process doing
+"""Crash consistency (docs/reliability.md §2.2 a1): a writer process doing
 random transactions is killed with SIGKILL at random points, again and
 again.  After each kill the database is reopened (which runs recovery),
 every record is read and compared with an oracle of the commits the
@@ -145,7 +145,7 @@ def test_kill9_loop(tmp_path):
 
 
 def test_crash_at_every_operation(tmp_path):
-    """Deterministic crash points (reliability.md §2.1): a forked writer
+    """Deterministic crash points (docs/reliability.md §2.1): a forked writer
     runs a fixed script of transactions and exits (_exit, as a crash)
     just before its n-th write-side file operation, for every n; after
     each, recovery gives exactly the acknowledged transactions plus the

@@ -1,4 +1,4 @@
-"""The search language (csrc/search.c, pydb/search.py; isis-formats.md §6)
+"""The search language (csrc/search.c, pydb/search.py; docs/isis-formats.md §6)
 over the in-memory index (csrc/memindex.c).
 
 Every expected MFN list below was worked out by hand from TABLE, whose
@@ -299,7 +299,7 @@ def test_lind_caps_refuse_positional_operators(caps, expr, what):
     ix = _pydb._memory_index(TABLE, caps=caps)
     with pytest.raises(UnsupportedError) as ei:
         search(ix, expr)
-    assert what in str(ei.value) and "isis-formats.md §4.7" in str(ei.value)
+    assert what in str(ei.value) and "docs/isis-formats.md §4.7" in str(ei.value)
 
 
 def test_lind_caps_boolean_and_missing_occ():
@@ -350,7 +350,7 @@ def test_memory_index_handle():
 
 def _db_with_deletions(tmp_path):
     """Ten records; MFN 3 logically deleted, MFN 5 physically deleted by
-    rewriting their XRF entries (isis-formats.md §3.2: negated pointer;
+    rewriting their XRF entries (docs/isis-formats.md §3.2: negated pointer;
     -2048)."""
     base = tmp_path / "fruit"
     recs = [[(10, f"record {i}".encode())] for i in range(1, 11)]
@@ -405,7 +405,7 @@ def test_deleted_records_dropped(tmp_path, ix):
 
 
 def _xrf_put(base, mfn, raw):
-    """Overwrite the XRF entry of `mfn` (isis-formats.md §3.1)."""
+    """Overwrite the XRF entry of `mfn` (docs/isis-formats.md §3.1)."""
     with open(str(base) + ".xrf", "r+b") as f:
         f.seek(((mfn - 1) // 127) * 512 + 4 + ((mfn - 1) % 127) * 4)
         f.write(struct.pack("<i", raw))
@@ -459,7 +459,7 @@ CDS_STOP = set(b"A AN AND AS BY FOR FROM IN INTO ITS OF ON THE TO UPON WITH".spl
 def _cds_index(db):
     """An in-memory index of the CDS sample following its FST
     (db/cds.fst: ``70 0 MHU,(V70/)``, ``24 4 MHU,V24``, ``69 2 V69``;
-    isis-formats.md §5.2) and stop words, written out by hand for these
+    docs/isis-formats.md §5.2) and stop words, written out by hand for these
     three lines only: 70 = each author one key, OCC per occurrence;
     24 = letter runs, stop words skipped but counted; 69 = each <term>."""
     table: dict[bytes, list] = {}
@@ -477,7 +477,7 @@ def _cds_index(db):
 
 
 @pytest.mark.parametrize("expr, expected", [
-    # checked against the CISIS text dump db/cds.txt (isis-formats.md §8):
+    # checked against the CISIS text dump db/cds.txt (docs/isis-formats.md §8):
     # 24 "...measurement of transpiration...", "...and transpiration"
     ("TRANSPIRATION", [1, 2]),
     ("MEASUREMENT $ $ TRANSPIRATION", [1]),     # OF (a stop word) between
@@ -695,7 +695,7 @@ def test_threads_share_an_index(ix):
 ])
 def test_cds_sample_shipped_index(isis_data, expr, expected):
     """The same queries through db.search() on the inverted file CISIS
-    shipped with the sample (classic 10/30, isis-formats.md §4) give the
+    shipped with the sample (classic 10/30, docs/isis-formats.md §4) give the
     MFNs worked out from the records above."""
     with pydb.open(isis_data / "scieloorg__pyisis/pyisis/pyisis/sample/cds",
                    encoding="cp850") as db:

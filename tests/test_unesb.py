@@ -1,6 +1,6 @@
 """The synthetic unesb: its shape, and the ``Z`` prefix of its FST
-(409 terms, 4205 postings at scale 1, experiments.md §1), evaluated both
-by a small pure-Python reading of just that FST rule (isis-formats.md §5)
+(409 terms, 4205 postings at scale 1, docs/experiments.md §1), evaluated both
+by a small pure-Python reading of just that FST rule (docs/isis-formats.md §5)
 and by the native index built from the whole FST (pydb.build_index), which
 must agree posting for posting."""
 
@@ -28,7 +28,7 @@ def z_postings(base):
     """Postings (key, mfn, tag, occ, cnt) of the Z rule over every record:
     technique 6 = technique 2 (each <...> term of the field's value, CNT
     +1 per term) with the literal's text as prefix; keys upper-cased, cut
-    to 30 bytes, blanks trimmed, empty keys dropped (isis-formats.md
+    to 30 bytes, blanks trimmed, empty keys dropped (docs/isis-formats.md
     §5.2-5.5)."""
     fst = base.with_suffix(".fst").read_text(encoding="ascii")
     fst_id, technique, tag = z_rule(fst)
