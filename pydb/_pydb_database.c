@@ -657,7 +657,9 @@ static PyType_Slot database_slots[] = {
     {Py_tp_iter, database_iter},
     {Py_mp_subscript, database_read},
     {Py_mp_length, database_len},
-    {Py_tp_doc, "Low-level database handle (see pydb.Database)."},
+    {Py_tp_doc, "Database(path, encoding='utf-8', errors='surrogateescape', "
+     "io='pread', lock='none', flags=0)\n--\n\n"
+     "Low-level database handle (see pydb.Database)."},
     {0, NULL}};
 
 static PyType_Spec database_spec = {
