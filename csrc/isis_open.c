@@ -574,8 +574,8 @@ cleanup:
     return rc;
 }
 
-int pydb_isis_index_describe(const pydb_index *base,
-                             pydb_isis_index_info *o)
+int pydb_isis_index_describe(pydb_isis_index_info *o,
+                             const pydb_index *base)
 {
     const isis_index *ix = (const isis_index *)base;
     if (!base || base->ops != &pydb__isis_ops) return PYDB_EINVAL;
