@@ -19,8 +19,7 @@
  *
  *
  * Depends on: isis_read.c (records, postings, cursors, the index
- * operations), keys.c (key rules), mst.c (the .mst control record,
- * pydb__find_file / pydb__strip_ext).
+ * operations), keys.c (key rules), path.c (pydb__strip_ext).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

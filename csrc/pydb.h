@@ -742,7 +742,8 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b);
 
 /* Open the native index of `db_path`.  *out: pydb_index_close().
  * Errors: PYDB_EIO with sys_errno ENOENT (no index), PYDB_ECORRUPT,
- * PYDB_EFST (stored FST or stop words), PYDB_ENOMEM. */
+ * PYDB_EFST (stored FST or stop words), PYDB_EINVAL (empty or too long
+ * path), PYDB_ENOMEM. */
 int pydb_native_index_open(pydb_index **out, const char *db_path,
                            pydb_error *err);
 /* Make every commit on `db` update the native index `ix` (opened on the

@@ -1,6 +1,8 @@
 /*
- * _pydb_search.c - the search language (csrc/search.c) for Python:
- * _search(), used by pydb/search.py.
+ * _pydb_search.c - the search language (csrc/search_parse.c,
+ * csrc/search_eval.c) for Python: _search(), used by pydb/search.py.
+ * Which MFNs are dropped as deleted is pydb_search()'s rule (pydb.h);
+ * this file only passes the Index's and the Database's handles.
  *
  * _search() evaluates with the GIL released inside UNLOCKED() on both the
  * Index's and the Database's guard, so that close() of either waits for

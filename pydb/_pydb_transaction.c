@@ -1,5 +1,5 @@
 /*
- * _pydb_transaction.c - the Transaction object over pydb_txn (csrc/write.c)
+ * _pydb_transaction.c - the Transaction object over pydb_txn (csrc/txn.c)
  * and _txn_begin(), which Database.transaction() calls.
  *
  * A Database has at most one open Transaction (DatabaseObject.txn, changed
