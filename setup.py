@@ -4,7 +4,8 @@ pure-C benchmark pydb-crashtest, installed inside the package.
 Environment switches (docs/conventions.md recommendation 12):
   PYDB_SANITIZE=address   build with -fsanitize=address,undefined
   PYDB_SANITIZE=thread    build with -fsanitize=thread
-  PYDB_DEBUG=1            -O0 -g, assertions on
+  PYDB_DEBUG=1            -DPYDB_DEBUG: PYDB_ASSERT checks on (csrc/util.h);
+                          -O0 -g, or -O1 -g with a sanitizer (its speed)
 """
 
 import glob
@@ -30,7 +31,7 @@ elif sanitize == "thread":
 elif sanitize:
     sys.exit(f"PYDB_SANITIZE must be 'address' or 'thread', not {sanitize!r}")
 if os.environ.get("PYDB_DEBUG"):
-    CFLAGS += ["-O0", "-g", "-UNDEBUG"]
+    CFLAGS += ["-O1" if sanitize else "-O0", "-g", "-UNDEBUG", "-DPYDB_DEBUG"]
 else:
     CFLAGS += ["-O2"]
 
