@@ -1,14 +1,16 @@
 """Build pydb: the extension module pydb._pydb (binding + C core) and the
 pure-C benchmark pydb-crashtest, installed inside the package.
 
-Environment switches (docs/conventions.md recommendation 12):
+Environment switches (docs/conventions.md §9):
   PYDB_SANITIZE=address   build with -fsanitize=address,undefined
   PYDB_SANITIZE=thread    build with -fsanitize=thread
-  PYDB_DEBUG=1            -O0 -g, assertions on
+  PYDB_DEBUG=1            -DPYDB_DEBUG: PYDB_ASSERT checks on (csrc/util.h);
+                          -O0 -g, or -O1 -g with a sanitizer (its speed)
 """
 
 import glob
 import os
+import shutil
 import sys
 
 from setuptools import Extension, setup
@@ -30,18 +32,36 @@ elif sanitize == "thread":
 elif sanitize:
     sys.exit(f"PYDB_SANITIZE must be 'address' or 'thread', not {sanitize!r}")
 if os.environ.get("PYDB_DEBUG"):
-    CFLAGS += ["-O0", "-g", "-UNDEBUG"]
+    CFLAGS += ["-O1" if sanitize else "-O0", "-g", "-UNDEBUG", "-DPYDB_DEBUG"]
 else:
     CFLAGS += ["-O2"]
 
 
 class BuildWithCrashtest(build_ext):
     """build_ext that also links benchmarks/crashtest.c against the core
-    into <package>/pydb-crashtest."""
+    into <package>/pydb-crashtest, and in a git checkout also puts both
+    into the checkout's pydb/ (see copy_into_checkout)."""
 
     def run(self):
         super().run()
-        self.build_crashtest()
+        crashtest = self.build_crashtest()
+        if not self.inplace:
+            self.copy_into_checkout([self.get_ext_fullpath(e.name)
+                                     for e in self.extensions] + [crashtest])
+
+    def copy_into_checkout(self, built):
+        """`pip install .` run in a git checkout: copy the extension and
+        pydb-crashtest just built from these sources into the checkout's
+        pydb/ as well.  `python -m pydb` started in the checkout imports
+        ./pydb before the installed copy, and so runs this build of these
+        sources; a checkout with no build at all stops at import with a
+        message saying how to build (pydb/__init__.py).  Outside a git
+        checkout (an sdist) nothing is copied."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        if not os.path.exists(os.path.join(here, ".git")):
+            return
+        for path in built:
+            shutil.copy2(path, os.path.join(here, "pydb", os.path.basename(path)))
 
     def build_crashtest(self):
         cc = self.compiler
@@ -55,6 +75,7 @@ class BuildWithCrashtest(build_ext):
         os.makedirs(out_dir, exist_ok=True)
         cc.link_executable(objects, "pydb-crashtest", output_dir=out_dir,
                            extra_postargs=LDFLAGS)
+        return os.path.join(out_dir, "pydb-crashtest")
 
 
 setup(

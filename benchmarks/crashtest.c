@@ -281,8 +281,8 @@ static int32_t *index_rows(const char *db_path, const char *prefix,
         exit(2);
     }
     if (rc) die("open index", &e);
-    if ((rc = pydb_index_key(ix, (const uint8_t *)prefix, strlen(prefix), kp,
-                             sizeof kp, &kp_len, &e)))
+    if ((rc = pydb_index_key(kp, sizeof kp, &kp_len, ix,
+                             (const uint8_t *)prefix, strlen(prefix), &e)))
         die("prefix", &e);
     if ((rc = pydb_index_terms(ix, kp, kp_len, NULL, 0, collect_key, &keys,
                                &e)))

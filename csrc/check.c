@@ -781,8 +781,8 @@ static void check_scan(ck *c)
 
 /* ----------------------------------------------------------- driver */
 
-int pydb_check_ex(pydb_db *db, const pydb_check_options *opt,
-                  pydb_check_summary *out, pydb_error *err)
+int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
+                  const pydb_check_options *opt, pydb_error *err)
 {
     pydb_check_options none = {0};
     ck c;
@@ -826,11 +826,11 @@ cleanup:
     return rc;
 }
 
-int pydb_check(pydb_db *db, pydb_check_fn fn, void *ctx,
-               pydb_check_summary *out, pydb_error *err)
+int pydb_check(pydb_check_summary *out, pydb_db *db, pydb_check_fn fn,
+               void *ctx, pydb_error *err)
 {
     pydb_check_options o = {0};
     o.problem = fn;
     o.ctx = ctx;
-    return pydb_check_ex(db, &o, out, err);
+    return pydb_check_ex(out, db, &o, err);
 }

@@ -1,6 +1,7 @@
 /*
  * error.c - error detail (pydb__error_set, behind the PYDB_CORRUPT /
- * PYDB_ERROR / PYDB_OSERROR macros of pydb_int.h) and the names of error
+ * PYDB_ERROR / PYDB_OSERROR macros of pydb_int.h; the public
+ * pydb_error_set for callbacks outside csrc/) and the names of error
  * codes, layouts and I/O modes.
  *
  * Depends on: nothing but libc; the bottom of csrc/.
@@ -25,6 +26,24 @@ int pydb__error_set(pydb_error *err, int code, int sys_errno, const char *path,
         va_end(ap);
         err->src_file = src_file;
         err->src_line = src_line;
+    }
+    return code;
+}
+
+int pydb_error_set(pydb_error *err, int code, const char *path,
+                   int64_t offset, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->code = code;
+        err->sys_errno = 0;
+        err->offset = offset;
+        snprintf(err->path, sizeof err->path, "%s", path ? path : "");
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt ? fmt : "", ap);
+        va_end(ap);
+        err->src_file = "";   /* raised outside csrc/ */
+        err->src_line = 0;
     }
     return code;
 }

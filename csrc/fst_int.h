@@ -4,8 +4,8 @@
  * formatting-language interpreter (fst_format.c) and key extraction
  * (fst_keys.c).  Not installed.
  *
- * Format language subset (formats §5.1; every FST under shared/data/isis
- * uses only these):
+ * Format language subset (docs/isis-formats.md §5.1; every FST under
+ * shared/data/isis uses only these):
  *   vTAG  field selector, with ^x subfield (^* = first subfield), *OFF
  *         offset and .LEN length;  mfn, mfn(N)
  *   '...' unconditional literal (also `...`);  "..." conditional literal

@@ -690,8 +690,8 @@ void pydb_fst_free(pydb_fst *f)
 
 size_t pydb_fst_count(const pydb_fst *f) { return f->nrules; }
 
-void pydb_fst_rule(const pydb_fst *f, size_t i, uint32_t *id, int *technique,
-                   const char **format, size_t *format_len, int *line)
+void pydb_fst_rule(uint32_t *id, int *technique, const char **format,
+                   size_t *format_len, int *line, const pydb_fst *f, size_t i)
 {
     const rule *r = &f->rules[i];
     if (id) *id = r->id;

@@ -301,7 +301,7 @@ void pydb_close(pydb_db *db)
     free(db);
 }
 
-void pydb_info_get(const pydb_db *db, pydb_info *o)
+void pydb_info_get(pydb_info *o, const pydb_db *db)
 {
     o->next_mfn = pydb__next_mfn(db);
     o->next_block = __atomic_load_n(&db->next_block, __ATOMIC_RELAXED);

@@ -21,8 +21,8 @@ int pydb_index_postings(pydb_postings *out, pydb_index *ix,
     return ix->ops->postings(out, ix, key, len, err);
 }
 
-int pydb_index_key(pydb_index *ix, const uint8_t *term, size_t len,
-                   uint8_t *out, size_t cap, size_t *out_len, pydb_error *err)
+int pydb_index_key(uint8_t *out, size_t cap, size_t *out_len, pydb_index *ix,
+                   const uint8_t *term, size_t len, pydb_error *err)
 {
     return ix->ops->key(ix, term, len, out, cap, out_len, err);
 }

@@ -1,8 +1,7 @@
 /* index_int.h - the interface every index implementation fills in
  * (native segments, ISIS classic/LIND files, in-memory).  Each
  * implementation embeds struct pydb_index as its first member; the
- * pydb_index_* functions of pydb.h dispatch through ops.  Also the key
- * rules of key normalisation (keys.c).
+ * pydb_index_* functions of pydb.h dispatch through ops.
  *
  * Depends on: pydb_int.h. */
 #ifndef PYDB_INDEX_INT_H
@@ -59,22 +58,8 @@ int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err);
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err);
 
-/* ---- key normalisation, formats §5.3 (csrc/keys.c) ---- */
-typedef struct pydb_keyrules {
-    uint8_t upper[256];  /* case table (ISISUC.TAB) for 8-bit data         */
-    uint8_t word[256];   /* 1 = word character (ISISAC.TAB), technique 4/8 */
-    int utf8;            /* keys are UTF-8: Unicode case and accent folding */
-    size_t max_key;      /* longer keys are truncated to this many bytes   */
-} pydb_keyrules;
-
-/* The default rules: the CDS/ISIS default tables for 8-bit data, or
- * Unicode folding when utf8; keys cut to max_key bytes. */
-void pydb__keyrules_default(pydb_keyrules *r, int utf8, size_t max_key);
-/* Bring `in` into key form: case table / folding, leading and trailing
- * blanks removed, truncated to max_key (never inside a UTF-8 sequence).
- * PYDB_EINVAL if out[cap] is too small. */
-int pydb__key_normalize(const pydb_keyrules *r, const uint8_t *in,
-                        size_t len, uint8_t *out, size_t cap,
-                        size_t *out_len, pydb_error *err);
+/* The key rules (pydb_keyrules, pydb__keyrules_default,
+ * pydb__key_normalize; keys.c) are declared in pydb_test.h, which
+ * pydb_int.h includes: tests drive them without an index. */
 
 #endif

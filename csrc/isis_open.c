@@ -19,8 +19,7 @@
  *
  *
  * Depends on: isis_read.c (records, postings, cursors, the index
- * operations), keys.c (key rules), mst.c (the .mst control record,
- * pydb__find_file / pydb__strip_ext).
+ * operations), keys.c (key rules), path.c (pydb__strip_ext).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -574,8 +573,8 @@ cleanup:
     return rc;
 }
 
-int pydb_isis_index_describe(const pydb_index *base,
-                             pydb_isis_index_info *o)
+int pydb_isis_index_describe(pydb_isis_index_info *o,
+                             const pydb_index *base)
 {
     const isis_index *ix = (const isis_index *)base;
     if (!base || base->ops != &pydb__isis_ops) return PYDB_EINVAL;

@@ -79,7 +79,7 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
         char d[1024];
         int found;
         pydb_info info;
-        pydb_info_get(b->db, &info);
+        pydb_info_get(&info, b->db);
         dir_of(d, sizeof d, info.mst_path);
         if ((rc = pydb__keyrules_load_dir(&b->rules, d, &found, err)))
             goto fail;
@@ -102,7 +102,7 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
             int tech;
             const char *fmt;
             size_t fl;
-            pydb_fst_rule(fst, i, &id, &tech, &fmt, &fl, NULL);
+            pydb_fst_rule(&id, &tech, &fmt, &fl, NULL, fst, i);
             int l = snprintf(line, sizeof line, "%u %d ", id, tech);
             pydb__buf_put(&t, line, (size_t)l);
             pydb__buf_put(&t, fmt, fl);
@@ -126,8 +126,8 @@ fail:
     return rc;
 }
 
-int pydb_nidx_builder_step(pydb_nidx_builder *b, int32_t max, int64_t *done,
-                           int64_t *total, int *more, pydb_error *err)
+int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
+                           pydb_nidx_builder *b, int32_t max, pydb_error *err)
 {
     int rc;
     b->a.err = err;
@@ -159,7 +159,7 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     if (b->next <= b->max) {
         int more = 1;
         while (more)
-            if ((rc = pydb_nidx_builder_step(b, 1 << 20, NULL, NULL, &more,
+            if ((rc = pydb_nidx_builder_step(NULL, NULL, &more, b, 1 << 20,
                                              err)))
                 return rc;
     }
@@ -207,7 +207,7 @@ int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
     int64_t done, total;
     if (rc) return rc;
     while (more) {
-        if ((rc = pydb_nidx_builder_step(b, 16384, &done, &total, &more,
+        if ((rc = pydb_nidx_builder_step(&done, &total, &more, b, 16384,
                                          err)))
             goto cleanup;
         if (progress && progress(ctx, done, total)) {

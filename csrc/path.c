@@ -1,6 +1,7 @@
 /*
- * path.c - names of the files of a database (formats §1): extension
- * stripping, case-insensitive file finding, the .mst/.xrf/.wal names.
+ * path.c - names of the files of a database (docs/isis-formats.md §1):
+ * extension stripping, case-insensitive file finding, the .mst/.xrf/.wal
+ * names.
  * See path.h.
  *
  * Depends on: error.c (messages of pydb__db_paths).
@@ -17,7 +18,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-/* Known extensions of database files, formats §1 (stripped from a path). */
+/* Known extensions of database files, docs/isis-formats.md §1 (stripped
+ * from a path). */
 static const char *const known_ext[] = {
     "mst", "xrf", "cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2",
     "iyp", "iy0", "fdt", "fst", "stw", "pft", "fmt", "any", NULL};

@@ -1,5 +1,5 @@
 /*
- * path.h - names of the files of a database (formats §1, docs/isis-formats.md):
+ * path.h - names of the files of a database (docs/isis-formats.md §1):
  * stripping a known extension from a path, finding a file whatever the
  * case of its name, and building the .mst/.xrf/.wal names.
  *

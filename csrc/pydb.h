@@ -1,25 +1,26 @@
 /*
- * pydb.h - the public C API of the pydb core.
+ * pydb.h - the public C API of the pydb core (csrc/).
  *
- * The core reads (and, for bulk loads, writes) CDS/ISIS master files
- * (.mst) and cross-reference files (.xrf) as described in
- * docs/isis-formats.md sections 2 and 3 (referred to below as
- * "formats §N").  It never includes Python.h and never calls into Python.
+ * The core reads CDS/ISIS master files (.mst) and cross-reference files
+ * (.xrf) as docs/isis-formats.md §2-3 describes them, writes them (bulk
+ * builder, transactions with a write-ahead log), reads the ISIS inverted
+ * files (§4), keeps its own native index and evaluates the ISIS search
+ * language (§6).  It never includes Python.h and never calls into
+ * Python; the CPython binding (pydb/_pydb_*.c) includes this header and
+ * nothing else from csrc/ (only its test door adds csrc/pydb_test.h, the
+ * core's test-only header).
  *
- * Conventions
- *   - Every fallible function returns int: PYDB_OK (0) or a negative
- *     PYDB_E* code.  The detail (message, file, byte offset, errno) goes
- *     into the caller's pydb_error, so concurrent threads never share
- *     error state.  Pass NULL if the detail is not wanted.
- *   - Out-parameters come first.
- *   - MFNs are 1-based; offsets and sizes are in bytes.
- *
- * Threads
- *   Any number of threads may call the read functions on one handle at
- *   once (pread/mmap, no shared file offset, no global state), also while
- *   one thread runs a write transaction on it (see "Write path" below).
- *   pydb_close() must not race with readers or a transaction; the caller
- *   ensures that.
+ * Groups, in this order:
+ *   1. version and conventions
+ *   2. errors
+ *   3. handle and reads          pydb_open, pydb_read, pydb_refresh, ...
+ *   4. bulk builder              pydb_builder_* (a new database)
+ *   5. transactions, commit hook pydb_create, pydb_txn_*, pydb_commit_hook
+ *   6. index and search          pydb_index_*, pydb_isis_index_*,
+ *                                pydb_memindex_*, pydb_search
+ *   7. FST and native index      pydb_fst_*, pydb_native_index_*,
+ *                                pydb_nidx_builder_*
+ *   8. validator                 pydb_check, pydb_check_ex
  */
 #ifndef PYDB_H
 #define PYDB_H
@@ -31,7 +32,43 @@
 extern "C" {
 #endif
 
-/* Error codes: a reserved negative range that cannot collide with errno. */
+/* ======================================================================
+ * 1. Version and conventions
+ *
+ * The version of the core, the same as the Python package's
+ * (pyproject.toml).  Until 1.0 the API may change between minor versions.
+ *
+ * Conventions (docs/conventions.md):
+ *   - Every fallible function returns int: PYDB_OK (0) or a negative
+ *     PYDB_E* code.  The detail (message, file, byte offset, errno) goes
+ *     into the caller's pydb_error, so concurrent threads never share
+ *     error state.  Pass NULL if the detail is not wanted.
+ *   - Argument order: out-parameters first (the results, including a
+ *     caller's output buffer with its capacity), then the object the
+ *     function acts on, then the inputs, and `pydb_error *err` last.
+ *   - Memory: an object returned through an out-parameter belongs to the
+ *     caller and is freed with the function named next to it
+ *     (pydb_close, pydb_record_free, pydb_index_close, ...; each accepts
+ *     NULL).  Pointers into an object (field values, names, paths) are
+ *     valid while that object lives.  Arrays that a function allocates for
+ *     the caller say so ("malloc'ed: free()").
+ *   - MFNs are 1-based; offsets and sizes are in bytes.
+ *   - Threads: each group says which calls may run concurrently on one
+ *     object.  The core has no global mutable state (except the test
+ *     hooks of csrc/pydb_test.h); distinct objects are independent.
+ * ====================================================================== */
+#define PYDB_VERSION_MAJOR 0
+#define PYDB_VERSION_MINOR 1
+#define PYDB_VERSION_PATCH 0
+#define PYDB_VERSION "0.1.0"
+
+/* ======================================================================
+ * 2. Errors
+ *
+ * Error codes are in a reserved negative range that cannot collide with
+ * errno values.  A failed call fills the caller's pydb_error (if not
+ * NULL); a successful one leaves it untouched.
+ * ====================================================================== */
 #define PYDB_OK            0
 #define PYDB_ECORRUPT      (-30700) /* a file violates the format          */
 #define PYDB_ENOTFOUND     (-30701) /* MFN never created / physically gone */
@@ -50,25 +87,55 @@ extern "C" {
 typedef struct pydb_error {
     int code;            /* PYDB_E* */
     int sys_errno;       /* errno for PYDB_EIO (and O_DIRECT refusal), else 0 */
-    int64_t offset;      /* byte offset in `path` where the fault is, or -1 */
+    int64_t offset;      /* byte offset in `path` where the fault is, or -1;
+                            PYDB_ESYNTAX: position in the expression;
+                            PYDB_EFST: 1-based line                        */
     char path[1024];     /* file concerned, or "" */
     char message[512];   /* human-readable reason */
-    const char *src_file;/* where in csrc/ the error was raised */
+    const char *src_file;/* where in csrc/ the error was raised ("" when
+                            set by pydb_error_set)                         */
     int src_line;
 } pydb_error;
 
-/* Human-readable name of a PYDB_E* code (static string). */
+/* Human-readable name of a PYDB_E* code (a static string; "unknown
+ * error" for other values).  Thread-safe. */
 const char *pydb_strerror(int code);
 
-/* Leader layouts, formats §2.2. */
+/* Fill *err (if not NULL) with `code`, `path` (NULL or "" for none),
+ * `offset` (-1 when not meaningful) and a printf-style message, and
+ * return `code`.  For callbacks that report errors to the core, such as a
+ * pydb_commit_hook's prepare().  Never fails.  Thread-safe (touches only
+ * *err). */
+int pydb_error_set(pydb_error *err, int code, const char *path,
+                   int64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* ======================================================================
+ * 3. Handle and reads
+ *
+ * pydb_open() opens a database (its .mst and .xrf) and returns a handle;
+ * the read functions decode the control record, XRF entries and record
+ * versions through it.
+ *
+ * Threads: any number of threads may call the read functions on one
+ * handle at once (pread/mmap, no shared file offset), also while one
+ * thread runs a write transaction on it (group 5 says what they see).
+ * pydb_close() must not race with any other call on the handle; the
+ * caller ensures that.
+ * ====================================================================== */
+
+/* Leader layouts, docs/isis-formats.md §2.2. */
 enum pydb_layout {
     PYDB_LAYOUT_ISIS_PACKED = 0,   /* 18-byte leader, 6-byte dir entries  */
     PYDB_LAYOUT_ISIS_ALIGNED = 1,  /* 20-byte leader, 6-byte dir entries  */
     PYDB_LAYOUT_FFI_PACKED = 2,    /* 22-byte leader, 10-byte dir entries */
     PYDB_LAYOUT_FFI_ALIGNED = 3    /* 24-byte leader, 12-byte dir entries */
 };
-const char *pydb_layout_name(int layout);  /* "isis-packed", ... */
-int pydb_layout_from_name(const char *name); /* -1 if unknown */
+/* "isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned" (static
+ * strings; "unknown" for another value). */
+const char *pydb_layout_name(int layout);
+/* The layout named `name` (as pydb_layout_name spells it), or -1. */
+int pydb_layout_from_name(const char *name);
 
 /* I/O modes. */
 enum pydb_io {
@@ -76,7 +143,9 @@ enum pydb_io {
     PYDB_IO_MMAP = 1,    /* read-only mapping, copied out on each read     */
     PYDB_IO_DIRECT = 2   /* O_DIRECT, aligned bounce buffers: no page cache */
 };
+/* "pread", "mmap", "direct" (static strings; "unknown" otherwise). */
 const char *pydb_io_name(int io);
+/* The I/O mode named `name`, or -1. */
 int pydb_io_from_name(const char *name);
 
 /* Lock modes for reads. */
@@ -88,13 +157,51 @@ enum pydb_lock {
 typedef struct pydb_options {
     int io;    /* enum pydb_io   */
     int lock;  /* enum pydb_lock */
-    int flags; /* PYDB_OPEN_* (write path); 0 = read-only                 */
+    int flags; /* PYDB_OPEN_* below; 0 = read-only                        */
 } pydb_options;
+/* pydb_options.flags: */
+#define PYDB_OPEN_WRITE 0x1      /* open for transactions (group 5)        */
+#define PYDB_OPEN_NOSYNC 0x2     /* commits do not fsync (sync=False)      */
+/* Layout to assume when the files hold no record to detect it from (an
+ * empty database): PYDB_OPEN_LAYOUT(PYDB_LAYOUT_FFI_PACKED) | ...        */
+#define PYDB_OPEN_LAYOUT(layout) ((((layout) & 3) + 1) << 8)
 
-typedef struct pydb_db pydb_db;
+typedef struct pydb_db pydb_db;   /* an open database (opaque) */
 
-/* What pydb_info() reports: the control record (formats §2.1) and the
- * layout detected from the files (formats §2.5). */
+/*
+ * Open the database named by `path`: the base name ("data/cds") or any
+ * of its files ("data/cds.mst", "data/CDS.XRF"); extensions match in any
+ * case.  Reads the control record and detects byte order, layout and
+ * MSTXL; a log left by a crashed writer is replayed first (group 5).
+ * `opt` may be NULL (pread, no lock, read-only).  *out belongs to the
+ * caller: pydb_close() it.
+ * Errors: PYDB_EIO (missing file: sys_errno ENOENT; other OS failures),
+ * PYDB_ECORRUPT (control record, or a log that cannot be replayed),
+ * PYDB_EUNSUPPORTED (big-endian files; O_DIRECT refused by the file
+ * system, sys_errno EINVAL), PYDB_ENOMEM, PYDB_EINVAL (empty or too long
+ * path, bad options).  (When another writer holds the lock, recovery is
+ * left to the next transaction.)
+ */
+int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
+              pydb_error *err);
+/* Close the handle and free it (NULL: nothing).  No other call on it may
+ * run or follow. */
+void pydb_close(pydb_db *db);
+
+/* Re-read the control record and the file sizes, so that `db` sees the
+ * records that another handle or process committed since it was opened
+ * (the handle also does this by itself when asked for an MFN beyond the
+ * highest it knows, and in pydb_count() / listings from MFN 1).  Never
+ * lowers what the handle knows.  Best effort: a control record that
+ * cannot be read, or that announces more than the files hold yet (a
+ * commit being applied), leaves the handle's view as it was.  Reads the
+ * files: call it where a read would be allowed.  Returns PYDB_OK, or
+ * PYDB_EINVAL when db is NULL.  Thread-safe as pydb_read(). */
+int pydb_refresh(pydb_db *db, pydb_error *err);
+
+/* What pydb_info_get() reports: the control record
+ * (docs/isis-formats.md §2.1) and the layout detected from the files
+ * (§2.5). */
 typedef struct pydb_info {
     int32_t next_mfn;    /* NXTMFN: the MFN the next new record gets       */
     int32_t next_block;  /* NXTMFB, 1-based                                */
@@ -107,26 +214,40 @@ typedef struct pydb_info {
     int lock;            /* enum pydb_lock in use                          */
     int64_t mst_size;    /* bytes known to the handle (grows with commits) */
     int64_t xrf_size;    /* bytes known to the handle (grows with commits) */
-    const char *mst_path;
+    const char *mst_path;/* owned by db, valid until pydb_close()          */
     const char *xrf_path;
 } pydb_info;
+/* Fill *out from the handle's current view (no I/O, cannot fail).
+ * Thread-safe. */
+void pydb_info_get(pydb_info *out, const pydb_db *db);
 
-/* XRF entry states, formats §3.2. */
+/* Highest MFN ever assigned (NXTMFN - 1); 0 for an empty database.  No
+ * I/O (see pydb_refresh()).  Thread-safe. */
+int32_t pydb_max_mfn(const pydb_db *db);
+
+/* XRF entry states, docs/isis-formats.md §3.2. */
 enum pydb_xrf_state {
     PYDB_XRF_UNUSED = 0,     /* value 0: never created                     */
     PYDB_XRF_ACTIVE = 1,     /* positive pointer                           */
     PYDB_XRF_LDELETED = 2,   /* negated pointer: logically deleted         */
     PYDB_XRF_PDELETED = 3    /* -2048 (block -1, offset 0): physically gone */
 };
-#define PYDB_FLAG_PENDING 0x1  /* XRF 0x200: inverted file not yet updated */
-#define PYDB_FLAG_NEW     0x2  /* XRF 0x400: new record, not yet inverted  */
 
 typedef struct pydb_xrf_entry {
     int32_t raw;       /* the stored 32-bit value                          */
     int state;         /* enum pydb_xrf_state                              */
-    int flags;         /* PYDB_FLAG_*                                      */
+    int flags;         /* PYDB_FLAG_* below                                */
     int64_t offset;    /* byte offset of the record in the .mst, or -1     */
 } pydb_xrf_entry;
+/* pydb_xrf_entry.flags and pydb_record.flags: */
+#define PYDB_FLAG_PENDING 0x1  /* XRF 0x200: inverted file not yet updated */
+#define PYDB_FLAG_NEW     0x2  /* XRF 0x400: new record, not yet inverted  */
+
+/* Decode the XRF entry of `mfn` (1..max MFN) into *out.  Errors:
+ * PYDB_ENOTFOUND (mfn out of range), PYDB_ECORRUPT (the entry points
+ * outside the master file), PYDB_EIO. */
+int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
+                 pydb_error *err);
 
 /* One field of a record: its tag and a view of its value inside the
  * record's buffer (valid until the record is freed or reused). */
@@ -137,11 +258,13 @@ typedef struct pydb_field {
 } pydb_field;
 
 /* A record version read from the master file.  One allocation holds the
- * struct, the raw record bytes and the field array. */
+ * struct, the raw record bytes and the field array; pydb_record_free()
+ * frees it. */
 typedef struct pydb_record {
     int32_t mfn;         /* 1-based                                        */
     int status;          /* leader STATUS: 0 active, 1 logically deleted   */
-    int deleted;         /* 1 if the XRF pointer is negated (formats §3.2) */
+    int deleted;         /* 1 if the XRF pointer is negated
+                            (docs/isis-formats.md §3.2)                    */
     int flags;           /* PYDB_FLAG_* from the XRF                       */
     int64_t offset;      /* byte offset of this version in the .mst        */
     int64_t back_offset; /* offset of the previous version (MFBWB/MFBWP), or -1 */
@@ -154,30 +277,11 @@ typedef struct pydb_record {
 } pydb_record;
 
 /*
- * Open the database named by `path`: the base name ("data/cds") or any
- * of its files ("data/cds.mst", "data/CDS.XRF"); extensions match in any
- * case.  Reads the control record and detects byte order, layout and
- * MSTXL.  Errors: PYDB_EIO (missing file: sys_errno ENOENT), PYDB_ECORRUPT,
- * PYDB_EUNSUPPORTED (big-endian files; O_DIRECT refused by the file
- * system, sys_errno EINVAL), PYDB_ENOMEM, PYDB_EINVAL.
- */
-int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
-              pydb_error *err);
-void pydb_close(pydb_db *db);
-void pydb_info_get(const pydb_db *db, pydb_info *out);
-
-/* Highest MFN ever assigned (NXTMFN - 1); 0 for an empty database. */
-int32_t pydb_max_mfn(const pydb_db *db);
-
-/* Decode the XRF entry of `mfn` (1..max MFN). */
-int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
-                 pydb_error *err);
-
-/*
  * Read the current version of record `mfn`.  *rec may be NULL (a new
  * block is allocated) or a record from an earlier call, which is reused
- * (and grown if needed): a reading loop allocates once.  Free with
- * pydb_record_free().  Logically deleted records are returned with
+ * (and grown if needed): a reading loop allocates once.  *rec belongs to
+ * the caller: pydb_record_free() it (also after a failure, when it was
+ * passed in non-NULL).  Logically deleted records are returned with
  * deleted = 1.  Errors: PYDB_ENOTFOUND (out of range, never created or
  * physically deleted), PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM.
  */
@@ -188,79 +292,481 @@ int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err);
  * needs must come from the page cache without waiting (pread mode:
  * preadv2(2) with RWF_NOWAIT; mmap and direct modes: never, since a copy
  * out of a mapping may fault on the disk) and, in mutex mode, the mutex
- * must be free.  Otherwise it returns PYDB_EWOULDBLOCK and the caller uses
- * pydb_read().  The binding calls it with the GIL held, so that cache hits
- * cost no GIL hand-off (docs/conventions.md, GIL rule 6).
+ * must be free.  Otherwise it returns PYDB_EWOULDBLOCK (no detail set)
+ * and the caller uses pydb_read().  The binding calls it with the GIL
+ * held, so that cache hits cost no GIL hand-off (docs/conventions.md, GIL
+ * rule 6).  Other errors and ownership as pydb_read().
  */
 int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
                      pydb_error *err);
 
 /* Read the record version stored at byte `offset` of the .mst (a back
- * version); its MFN must be `mfn`. */
+ * version, from pydb_record.back_offset); its leader MFN must be `mfn`.
+ * deleted is set from the version's STATUS, flags is 0.  Ownership as
+ * pydb_read().  Errors: PYDB_ECORRUPT (no valid version of `mfn` there),
+ * PYDB_EIO, PYDB_ENOMEM. */
 int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
                  pydb_error *err);
 
+/* Free a record from pydb_read*() (NULL: nothing). */
 void pydb_record_free(pydb_record *rec);
 
-/* Counts of XRF states over MFN 1..max (a scan of the XRF). */
+/* Counts of XRF states over MFN 1..max, from pydb_count(). */
 typedef struct pydb_counts {
     int32_t active, ldeleted, pdeleted, unused;
     int32_t flag_new, flag_pending;
 } pydb_counts;
+/* Count the XRF states over MFN 1..max (a scan of the XRF; refreshes the
+ * handle first).  Errors: PYDB_ECORRUPT (a damaged entry), PYDB_EIO,
+ * PYDB_ENOMEM. */
 int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err);
 
 /*
  * List the MFNs >= `from` whose records are active (and logically
- * deleted too if `include_deleted`), in MFN order, up to `cap` of them.
- * *n receives how many were stored; *next the MFN to continue from
- * (max MFN + 1 at the end).
+ * deleted too if `include_deleted`), in MFN order, into mfns[cap]; *n
+ * receives how many were stored, *next the MFN to continue from (max MFN
+ * + 1 at the end).  A listing from MFN 1 refreshes the handle first.
+ * Errors: PYDB_EINVAL (cap 0), PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM.
  */
 int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
                    pydb_db *db, int32_t from, int include_deleted,
                    pydb_error *err);
 
 /* Drop the database files from the page cache (posix_fadvise DONTNEED,
- * and MADV_DONTNEED on the mappings in mmap mode).  Best effort. */
+ * and MADV_DONTNEED on the mappings in mmap mode), for cold-cache
+ * benchmarks.  Best effort; PYDB_EIO when the advice is refused. */
 int pydb_drop_cache(pydb_db *db, pydb_error *err);
 
-/* ---- bulk writer: a new database, records appended in MFN order ---- */
+/* ======================================================================
+ * 4. Bulk builder: a new database, records appended in MFN order
+ *
+ * Writes the .mst sequentially and the XRF and control record at the end,
+ * without a log: for imports and conversions.  The files are not valid
+ * until pydb_builder_finish() returns PYDB_OK.
+ *
+ * Threads: one builder is used by one thread at a time.
+ * ====================================================================== */
 
-typedef struct pydb_builder pydb_builder;
+typedef struct pydb_builder pydb_builder;   /* opaque */
 
 /*
  * Create a new, empty database at `path` (base name; ".mst"/".xrf" are
- * added) with the given layout and MSTXL shift (0..6).  Fails with
- * PYDB_EIO/EEXIST if the files exist.  Records are appended with
- * pydb_builder_add() and the control record and XRF are written by
- * pydb_builder_finish(), which also fsyncs when `sync` is nonzero.
- * Placement follows formats §2.3 (never-split rule, 2-byte or 2^MSTXL
- * alignment, even MFRL padded with blanks).
+ * added) with the given layout (enum pydb_layout) and MSTXL shift (0..6).
+ * Records are appended with pydb_builder_add() and the control record and
+ * XRF are written by pydb_builder_finish().  Placement follows
+ * docs/isis-formats.md §2.3 (never-split rule, 2-byte or 2^MSTXL
+ * alignment, even MFRL padded with blanks).  *out belongs to the caller:
+ * pydb_builder_free() it.  Errors: PYDB_EIO (sys_errno EEXIST if a file
+ * exists; other OS failures), PYDB_EINVAL (bad layout, MSTXL or path),
+ * PYDB_ENOMEM.
  */
 int pydb_builder_open(pydb_builder **out, const char *path, int layout,
                       int mstxl, pydb_error *err);
-/* Append one record (MFN = previous + 1).  PYDB_ETOOBIG when the record
- * exceeds the layout's limit (ISIS: 32767 bytes). */
+/* Append one record (MFN = previous + 1) with fields[nfields] (copied).
+ * Errors: PYDB_ETOOBIG (above the layout's limit, ISIS: 32767 bytes),
+ * PYDB_EINVAL (builder finished), PYDB_EIO, PYDB_ENOMEM. */
 int pydb_builder_add(pydb_builder *b, const pydb_field *fields,
                      uint32_t nfields, pydb_error *err);
 /* Leave the next MFN out of the master file: its XRF entry says
- * "physically deleted" (-2048, formats §3.2), as after a WinISIS
- * reorganisation.  Used by ISO/JSON Lines import to keep MFN gaps. */
+ * "physically deleted" (-2048, docs/isis-formats.md §3.2), as after a
+ * WinISIS reorganisation.  Used by ISO/JSON Lines import to keep MFN
+ * gaps.  Errors: PYDB_EINVAL (builder finished), PYDB_ENOMEM. */
 int pydb_builder_skip(pydb_builder *b, pydb_error *err);
 /* Mark the record just added logically deleted: STATUS = 1 in its leader
- * and its XRF pointer negated (formats §2.4). */
+ * and its XRF pointer negated (docs/isis-formats.md §2.4).  PYDB_EINVAL
+ * if the last MFN was not added by pydb_builder_add() (or the builder is
+ * finished); PYDB_EIO. */
 int pydb_builder_delete_last(pydb_builder *b, pydb_error *err);
+/* Write the XRF and the control record, and fsync the files and their
+ * directory when `sync` is nonzero.  Call it once.  Errors: PYDB_EIO,
+ * PYDB_ENOMEM. */
 int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err);
-/* Free the builder; if not finished, the partial files are removed. */
+/* Free the builder (NULL: nothing); if it was not finished, the partial
+ * files are removed. */
 void pydb_builder_free(pydb_builder *b);
 
+/* ======================================================================
+ * 5. Transactions and the commit hook
+ *
+ * A database opened with PYDB_OPEN_WRITE (or made by pydb_create()) may
+ * have one transaction at a time (per process: a mutex; across
+ * processes: an fcntl lock).  Readers never wait for the writer.
+ * Recovery runs in pydb_open() and, if another writer held the lock
+ * then, at the next pydb_txn_begin().
+ *
+ * What readers observe:
+ *   - A commit is applied after it is durable in the write-ahead log
+ *     <base>.wal: the new record versions are written to free space at the
+ *     end of the .mst, then the XRF blocks, then the control record.
+ *     Record versions are never overwritten in place.
+ *   - A reader on the same handle (any thread) sees a commit as soon as
+ *     pydb_txn_commit() returns, never sees a half-written record, and
+ *     never waits for the writer's lock or fsyncs.  A single read (one
+ *     record, or one XRF batch of a listing) sees each record either
+ *     before or after the commit; a reader that reads several records one
+ *     by one while a commit is applied may see some of them from before
+ *     the commit and later ones from after it (there are no snapshots).
+ *   - A handle opened elsewhere (another handle, another process) picks up
+ *     later commits when it re-reads the control record: pydb_refresh(),
+ *     and by itself when asked for an MFN beyond the highest it knows and
+ *     at pydb_count()/listings from MFN 1.  It too sees every record
+ *     whole, but may see a multi-record commit partly applied while the
+ *     committing process is applying it, and, if that process dies then,
+ *     until the next writer (or an open) runs recovery.
+ *   - WinISIS/CISIS know nothing of the log: after recovery the .mst/.xrf
+ *     alone are consistent.
+ *
+ * Threads: a transaction belongs to the thread that began it; only that
+ * thread calls pydb_txn_* on it.  pydb_set_commit_hook() must not run
+ * during a transaction.
+ * ====================================================================== */
+
+/*
+ * Create a new, empty database `path` (base name; .mst/.xrf are added)
+ * with the given layout and MSTXL (0..6), and open it for writing with
+ * `opt` (io, lock; flags gets PYDB_OPEN_WRITE and the layout added; NULL:
+ * defaults).  *out as pydb_open().  Errors: PYDB_EIO (sys_errno EEXIST if
+ * either file exists; other OS failures), PYDB_EINVAL, PYDB_ENOMEM, and
+ * those of pydb_open().
+ */
+int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
+                const pydb_options *opt, pydb_error *err);
+
+typedef struct pydb_txn pydb_txn;   /* opaque */
+
+/* Begin a transaction on `db`; waits up to timeout_ms (0 or less: no
+ * wait) for the writer lock, and runs recovery if a crashed writer left a
+ * log.  *out is freed by pydb_txn_commit() or pydb_txn_abort(), whatever
+ * their outcome.  Errors: PYDB_ELOCKED (lock not obtained in time, or
+ * this thread already has a transaction open on db), PYDB_EREADONLY
+ * (read-only handle, or one made read-only by a failed fsync),
+ * PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM. */
+int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
+                   pydb_error *err);
+/* Append a new record with fields[nfields] (copied); *mfn receives its
+ * MFN (NXTMFN at the time).  New records get the XRF flag "new" (0x400,
+ * docs/isis-formats.md §3.2).  Errors: PYDB_ETOOBIG (above the layout's
+ * limit, ISIS: 32767 bytes; or the MFN range is exhausted), PYDB_EINVAL,
+ * PYDB_ENOMEM. */
+int pydb_txn_append(int32_t *mfn, pydb_txn *t, const pydb_field *fields,
+                    uint32_t nfields, pydb_error *err);
+/* Write a new version of record `mfn` (back pointer MFBWB/MFBWP to the
+ * version it replaces, docs/isis-formats.md §2.4).  The XRF entry keeps
+ * the "new" flag if the record has it (never inverted), else gets "update
+ * pending" (0x200).  A logically deleted record stays deleted.  Errors:
+ * PYDB_ENOTFOUND (the record does not exist or is physically deleted),
+ * PYDB_ETOOBIG, PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM. */
+int pydb_txn_update(pydb_txn *t, int32_t mfn, const pydb_field *fields,
+                    uint32_t nfields, pydb_error *err);
+/* Logical deletion: a new version with leader STATUS 1 and the XRF
+ * pointer negated (docs/isis-formats.md §2.4, §3.2); undelete writes a
+ * version with STATUS 0 and a positive pointer.  Either is a no-op if the
+ * record is already in that state.  Errors as pydb_txn_update(). */
+int pydb_txn_delete(pydb_txn *t, int32_t mfn, pydb_error *err);
+int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
+/* Replace the whole content of file `path` atomically as part of the
+ * transaction (logged in the write-ahead log, replayed by recovery); the
+ * data are copied.  For commit hooks.  Errors: PYDB_EINVAL (no path, or
+ * data NULL with len > 0), PYDB_ENOMEM. */
+int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
+                      size_t len, pydb_error *err);
+/* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC) and
+ * visible; frees t whatever the outcome.  Errors: PYDB_EIO (errno in
+ * sys_errno) when a write or fsync fails: a failure before the log is
+ * durable leaves the database as it was; any failed fsync, or a failure
+ * while applying the durable log, makes the handle read-only
+ * (PYDB_EREADONLY for later transactions) until it is reopened, and the
+ * transaction then appears (whole) after recovery.  PYDB_ENOMEM; any
+ * error of the commit hook's prepare(). */
+int pydb_txn_commit(pydb_txn *t, pydb_error *err);
+/* Discard the transaction and free t (NULL: nothing). */
+void pydb_txn_abort(pydb_txn *t);
+
+/* One record change of a transaction, as the commit hook sees it
+ * (pointers valid during the hook call). */
+typedef struct pydb_change {
+    int32_t mfn;
+    const pydb_record *before;  /* version replaced/deleted, or NULL       */
+    const pydb_field *after;    /* new fields, or NULL for a deletion      */
+    uint32_t nafter;
+    int deleted_after;          /* 1 if the record is logically deleted now */
+} pydb_change;
+
+/* A commit hook lets another structure (the native index) join every
+ * transaction: prepare() runs before the commit point and may add whole
+ * files to the transaction with pydb_txn_put_file(); it must leave
+ * nothing visible, and reports failure with a PYDB_E* code and
+ * pydb_error_set().  publish() runs after the commit point (no failure
+ * allowed: it only swaps in-memory state); abort() when the commit fails
+ * before its log can be durable (it removes what prepare wrote).  When a
+ * commit fails once its log may be durable (a failed fsync of the log, a
+ * failure while applying it) neither is called: the handle becomes
+ * read-only, recovery at the next open may put the prepared files in
+ * place, so they must stay; the hook's owner drops its pending state
+ * (without deleting files) when it is closed.  The three run on the
+ * committing thread. */
+typedef struct pydb_commit_hook {
+    int (*prepare)(void *ctx, pydb_txn *t, const pydb_change *changes,
+                   size_t n, pydb_error *err);
+    void (*publish)(void *ctx, pydb_txn *t);
+    void (*abort)(void *ctx, pydb_txn *t);
+    void *ctx;                  /* owned by the hook's installer           */
+} pydb_commit_hook;
+/* Install `hook` (copied; NULL or prepare == NULL: remove it) on `db`:
+ * one hook per handle.  PYDB_EINVAL during a transaction. */
+int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
+                         pydb_error *err);
 
 /* ======================================================================
- * Validator (issue 3, item 5): csrc/check.c.  Walks the control record,
- * every XRF block and entry, every record version reachable from the XRF
- * and every back-pointer chain, then scans the master file sequentially
- * for versions nothing points at (formats §2-3; docs/reliability.md §2.1
- * "A validator").  Every fault is reported to a callback with its kind,
- * severity and location; the walk never stops at the first fault.
+ * 6. Index and search
+ *
+ * One interface over every inverted index: the native index (group 7),
+ * the ISIS inverted files (docs/isis-formats.md §4-6, read-only) and an
+ * in-memory index.  pydb_search() evaluates the ISIS search language on
+ * any of them.
+ *
+ * Threads: any number of threads may read one index at once
+ * (pydb_index_terms, _postings, _key, pydb_search), also while a commit
+ * on an attached database updates a native index.  pydb_index_close()
+ * and pydb_memindex_add() must not race with any other call on the
+ * index.
+ * ====================================================================== */
+typedef struct pydb_posting {
+    int32_t mfn;     /* 1-based                                            */
+    uint32_t tag;    /* FST line ID (docs/isis-formats.md §5.1)            */
+    uint32_t occ;    /* 1-based FST output line ("occurrence")             */
+    uint32_t cnt;    /* 1-based term position within the line              */
+} pydb_posting;
+
+/* A growable array of postings, sorted by (mfn, tag, occ, cnt).  Start
+ * from {0}; the caller owns v and frees it with pydb_postings_free(). */
+typedef struct pydb_postings {
+    pydb_posting *v;
+    size_t n, cap;
+} pydb_postings;
+void pydb_postings_free(pydb_postings *p);   /* frees v; zeroes the struct */
+
+enum pydb_index_kind {
+    PYDB_INDEX_NATIVE = 0,        /* pydb's own segments                    */
+    PYDB_INDEX_ISIS_CLASSIC = 1,  /* .cnt/.n0x/.l0x/.ifp                   */
+    PYDB_INDEX_ISIS_LIND = 2,     /* .cnt/.n0x/.ly0x/.iyp: no TAG/OCC      */
+    PYDB_INDEX_MEMORY = 3         /* in-memory (tests, recent commits)     */
+};
+
+typedef struct pydb_index pydb_index;   /* opaque; pydb_index_close() */
+
+/* The enum pydb_index_kind of ix.  No I/O. */
+int pydb_index_kind(const pydb_index *ix);
+/* What the postings of ix carry (LIND: MFN, maybe CNT only): */
+int pydb_index_caps(const pydb_index *ix);
+#define PYDB_POSTING_TAG 0x1
+#define PYDB_POSTING_OCC 0x2
+#define PYDB_POSTING_CNT 0x4
+/* Close the index and free it (NULL: nothing). */
+void pydb_index_close(pydb_index *ix);
+
+/* Called once per key in ascending byte order; return nonzero to stop
+ * (the enumeration then returns PYDB_OK). */
+typedef int (*pydb_term_fn)(void *ctx, const uint8_t *key, size_t len,
+                            uint64_t count);
+
+/* Enumerate the keys that start with `prefix` and are >= `start` (NULL:
+ * from the first), with their posting counts.  A range scan, no cap.
+ * Errors: PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM. */
+int pydb_index_terms(pydb_index *ix, const uint8_t *prefix, size_t prefix_len,
+                     const uint8_t *start, size_t start_len, pydb_term_fn fn,
+                     void *ctx, pydb_error *err);
+/* Append the postings of exactly `key` (already in key form) to *out
+ * (nothing if the key is absent).  Errors: PYDB_ECORRUPT, PYDB_EIO,
+ * PYDB_ENOMEM (*out keeps what it had). */
+int pydb_index_postings(pydb_postings *out, pydb_index *ix,
+                        const uint8_t *key, size_t len, pydb_error *err);
+/* Bring a search term into the index's key form (case table / Unicode
+ * folding, truncation) into the caller's out[cap]; *out_len receives the
+ * length.  Pure computation.  PYDB_EINVAL if cap is too small
+ * (cap >= 4 * len + 16 always suffices). */
+int pydb_index_key(uint8_t *out, size_t cap, size_t *out_len, pydb_index *ix,
+                   const uint8_t *term, size_t len, pydb_error *err);
+
+/* Open the ISIS inverted file of the database `path` (base name, or any
+ * of its files): .cnt + .n01/.n02 with the classic .l01/.l02/.ifp or the
+ * LIND .ly1/.ly2/.iyp set (docs/isis-formats.md §4), extensions in any
+ * case.  Where both sets are present the one that validates against
+ * .cnt/.n0x is used (§4.8).  *out: pydb_index_close().  Errors: PYDB_EIO
+ * with sys_errno ENOENT (no .cnt: the database has no inverted file),
+ * PYDB_ECORRUPT (file, offset, reason), PYDB_ENOMEM, PYDB_EINVAL. */
+int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err);
+
+/* What pydb_isis_index_describe() reports about an open ISIS index.  The
+ * strings belong to the index (valid until it is closed). */
+typedef struct pydb_isis_index_info {
+    int kind;            /* PYDB_INDEX_ISIS_CLASSIC or PYDB_INDEX_ISIS_LIND */
+    int le1, le2;        /* key lengths of tree 1 / tree 2
+                            (docs/isis-formats.md §4.1)                    */
+    int cnt_aligned;     /* .cnt has 28-byte (aligned) records, else 26    */
+    int key_pad;         /* pad bytes after a 10/30 key (aligned): 0 or 2  */
+    int infx;            /* LIND: INFO1/INFO3 size, 4 or 8; classic: 0     */
+    int infx_align;      /* LIND: alignment of INFX fields (1, 4 or 8)     */
+    int mfn_bytes;       /* MFN width in postings: 3, or 4 (LIND4)         */
+    struct {
+        int empty;       /* LIV -1 (or no leaves)                          */
+        int liv;         /* index levels below the root                    */
+        int32_t root, nodes, leaves;   /* POSRX, NMAXPOS, FMAXPOS          */
+        size_t node_size, leaf_size;   /* record sizes in bytes            */
+        const char *node_path, *leaf_path;
+    } tree[2];
+    const char *cnt_path, *postings_path;
+    const char *note;    /* which file set was used and why                */
+} pydb_isis_index_info;
+/* Describe an index opened by pydb_isis_index_open() into *out (no I/O).
+ * PYDB_EINVAL (err not filled) for any other kind of index. */
+int pydb_isis_index_describe(pydb_isis_index_info *out,
+                             const pydb_index *ix);
+
+/* An in-memory index (kind PYDB_INDEX_MEMORY) whose postings carry the
+ * fields in `caps` (PYDB_POSTING_* bits; the others are stored as 0).
+ * Its key form is the term with ASCII a-z upper-cased, nothing else.
+ * *out: pydb_index_close().  Errors: PYDB_EINVAL (bad caps),
+ * PYDB_ENOMEM. */
+int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err);
+/* Add p[n] (copied; MFN >= 1) to `key` (taken as given, in key form);
+ * creates the key if absent (not if n = 0).  Keys added in ascending
+ * byte order are appended in O(1); others are inserted in place.  Must
+ * not run concurrently with any other call on ix.  Errors: PYDB_EINVAL
+ * (not an in-memory index, MFN < 1), PYDB_ENOMEM. */
+int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
+                      const pydb_posting *p, size_t n, pydb_error *err);
+
+/* Evaluate the search expression expr[len] (docs/isis-formats.md §6; the
+ * language and the postings each operator yields: csrc/search_parse.c)
+ * against `ix`.  A native index is evaluated on one pinned segment list
+ * (one committed state).
+ *
+ * The deleted-record rule is decided here: with `db` (the database the
+ * index belongs to; may be NULL), the MFNs whose XRF entry is not active
+ * (logically or physically deleted, never created, above the highest
+ * MFN) are dropped, except for a native index (PYDB_INDEX_NATIVE): its
+ * postings change in the same transaction as the records (deleted records
+ * have none), and filtering by the XRF, which a commit changes at another
+ * moment than it publishes the index, could mix two states.  A caller
+ * passes its handles and never decides this itself.
+ *
+ * *mfns (malloc'ed: free() it; NULL on failure) gets the sorted, distinct
+ * MFNs, *n how many.  Errors: PYDB_ESYNTAX (err->offset = 0-based byte
+ * position of the fault; also above PYDB_SEARCH_MAX_LEN/_DEPTH),
+ * PYDB_EUNSUPPORTED (an operator needs posting fields the index lacks:
+ * LIND), PYDB_EINVAL (no index), PYDB_ECORRUPT, PYDB_EIO (index or XRF),
+ * PYDB_ENOMEM.  Thread-safe on shared ix and db. */
+int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
+                const char *expr, size_t len, pydb_error *err);
+#define PYDB_SEARCH_MAX_LEN 65536    /* bytes of an expression             */
+#define PYDB_SEARCH_MAX_DEPTH 100    /* nested parentheses                 */
+
+/* ======================================================================
+ * 7. FST and native index
+ *
+ * A field select table (FST, docs/isis-formats.md §5) says which keys
+ * each record yields; the native index (segments in <base>.pdx beside
+ * the .mst) is built from one and, once attached to a writable handle,
+ * updated in the same transaction as the records.
+ *
+ * Threads: a compiled FST is immutable; any number of threads may read
+ * it.  A native index is read as group 6 says; a pydb_nidx_builder is
+ * used by one thread at a time.
+ * ====================================================================== */
+typedef struct pydb_fst pydb_fst;   /* opaque; pydb_fst_free() */
+
+/* Compile FST text (docs/isis-formats.md §5.1: one "ID IT FORMAT" rule
+ * per line; blank lines ignored).  `filename` names the source in errors
+ * (may be NULL).  *out: pydb_fst_free().  Errors: PYDB_EFST
+ * (err->offset = 1-based line, message names the construct),
+ * PYDB_ENOMEM. */
+int pydb_fst_parse(pydb_fst **out, const char *text, size_t len,
+                   const char *filename, pydb_error *err);
+/* Free a compiled FST (NULL: nothing). */
+void pydb_fst_free(pydb_fst *f);
+/* Number of rules. */
+size_t pydb_fst_count(const pydb_fst *f);
+/* Rule i (0 <= i < pydb_fst_count(f)): its ID, technique (0-8, or
+ * 1000-1008), format text (a view into f, not NUL-terminated) and source
+ * line.  Any out-pointer may be NULL.  Cannot fail. */
+void pydb_fst_rule(uint32_t *id, int *technique, const char **format,
+                   size_t *format_len, int *line, const pydb_fst *f,
+                   size_t i);
+
+/* How a native index makes keys (stored with the index). */
+typedef struct pydb_nidx_options {
+    int utf8;               /* keys are UTF-8 (Unicode folding)           */
+    size_t max_key;         /* keys cut to this many bytes; 0 = no limit  */
+    const uint8_t *stw;     /* stop-word text (.STW), or NULL             */
+    size_t stw_len;
+    int tables;             /* 1: load ISISUC.TAB/ISISAC.TAB from the
+                               database's directory when present          */
+} pydb_nidx_options;
+
+/* Progress of a bulk build: records done of total; nonzero cancels. */
+typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
+
+/* Build (or rebuild) the native index of the database `db_path` from
+ * `fst`: files in the directory <base>.pdx beside the .mst.  Active
+ * records only (logically deleted ones are skipped); a damaged record
+ * fails the build (PYDB_ECORRUPT naming it) rather than leaving it out.
+ * The new index replaces the old one atomically; handles opened before
+ * must be reopened.  `fst` must outlive the build; `opt` may be NULL.
+ * Errors: PYDB_EINVAL (cancelled by `progress`), PYDB_ECORRUPT, PYDB_EIO,
+ * PYDB_ENOMEM, those of pydb_open() and PYDB_EFST (stop words). */
+int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
+                            const pydb_nidx_options *opt,
+                            pydb_progress_fn progress, void *ctx,
+                            pydb_error *err);
+/* The same in steps (a binding reports progress between them). */
+typedef struct pydb_nidx_builder pydb_nidx_builder;   /* opaque */
+/* Open the database and prepare the build.  *out:
+ * pydb_nidx_builder_free().  Errors as pydb_native_index_build(). */
+int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
+                           const pydb_fst *fst, const pydb_nidx_options *opt,
+                           pydb_error *err);
+/* Index up to `max` more records; *done and *total report progress
+ * (records read, highest MFN); *more is 0 once every record has been
+ * read.  Any out-pointer may be NULL.  Errors: PYDB_ECORRUPT, PYDB_EIO,
+ * PYDB_EFST, PYDB_ENOMEM. */
+int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
+                           pydb_nidx_builder *b, int32_t max,
+                           pydb_error *err);
+/* Read what is left, write the segment and MANIFEST and publish them
+ * atomically.  Errors: as pydb_nidx_builder_step(), PYDB_EIO. */
+int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err);
+/* Free the builder (NULL: nothing); an unfinished build leaves the old
+ * index as it was. */
+void pydb_nidx_builder_free(pydb_nidx_builder *b);
+
+/* Open the native index of `db_path`.  *out: pydb_index_close().
+ * Errors: PYDB_EIO with sys_errno ENOENT (no index), PYDB_ECORRUPT,
+ * PYDB_EFST (stored FST or stop words), PYDB_EINVAL (empty or too long
+ * path), PYDB_ENOMEM. */
+int pydb_native_index_open(pydb_index **out, const char *db_path,
+                           pydb_error *err);
+/* Make every commit on `db` update the native index `ix` (opened on the
+ * same database) in the same transaction (pydb_set_commit_hook): prepare
+ * writes a segment and hands the new MANIFEST to pydb_txn_put_file;
+ * publish makes it visible to searches on ix.  ix must stay open while db
+ * is.  Errors: PYDB_EINVAL (ix is not a native index, or db is in a
+ * transaction). */
+int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
+
+/* ======================================================================
+ * 8. Validator (csrc/check.c)
+ *
+ * Walks the control record, every XRF block and entry, every record
+ * version reachable from the XRF and every back-pointer chain, then scans
+ * the master file sequentially for versions nothing points at
+ * (docs/isis-formats.md §2-3; docs/reliability.md §2.1 "A validator").
+ * Every fault is reported to a callback with its kind, severity and
+ * location; the walk never stops at the first fault.
+ *
+ * Threads: the walk reads through the handle and does not modify it, so
+ * readers (and a writer) may run at the same time; the callbacks run on
+ * the calling thread.
  * ====================================================================== */
 
 /* Kinds of fault.  Each kind has one severity (pydb_check_kind_severity):
@@ -289,7 +795,8 @@ enum pydb_check_kind {
     /* warnings */
     PYDB_CHECK_MFRL_PADDING,     /* MFRL odd / not a multiple of 2^MSTXL    */
     PYDB_CHECK_PLACEMENT,        /* start not aligned, or leader splits a
-                                    block (never-split rule, formats §2.3) */
+                                    block (never-split rule,
+                                    docs/isis-formats.md §2.3)             */
     PYDB_CHECK_STATUS_MISMATCH,  /* STATUS disagrees with the XRF sign      */
     PYDB_CHECK_LOCKED,           /* current version has a negative MFRL
                                     (record lock left set)                 */
@@ -307,19 +814,20 @@ enum pydb_check_kind {
                                     orphan checks skipped                  */
     PYDB_CHECK_NKINDS
 };
-#define PYDB_CHECK_WARNING 1
-#define PYDB_CHECK_ERROR   2
 
 /* One fault, as the callback sees it (pointers valid during the call). */
 typedef struct pydb_check_problem {
     int kind;             /* enum pydb_check_kind                          */
     const char *name;     /* kind name, e.g. "mfn-mismatch" (static)       */
-    int severity;         /* PYDB_CHECK_ERROR or PYDB_CHECK_WARNING        */
+    int severity;         /* PYDB_CHECK_ERROR or PYDB_CHECK_WARNING below  */
     int32_t mfn;          /* MFN concerned, or 0                           */
     const char *path;     /* file where the fault is                       */
     int64_t offset;       /* byte offset in that file, or -1               */
     const char *message;  /* human-readable reason                         */
 } pydb_check_problem;
+/* pydb_check_problem.severity: */
+#define PYDB_CHECK_WARNING 1
+#define PYDB_CHECK_ERROR   2
 
 /* Receives each fault; return nonzero to stop the walk. */
 typedef int (*pydb_check_fn)(void *ctx, const pydb_check_problem *p);
@@ -345,311 +853,28 @@ typedef struct pydb_check_options {
     void *progress_ctx;
 } pydb_check_options;
 
-const char *pydb_check_kind_name(int kind);   /* "?" if unknown            */
-int pydb_check_kind_severity(int kind);       /* PYDB_CHECK_* or 0         */
+/* The name of a kind ("mfn-mismatch", ...; static; "?" if unknown). */
+const char *pydb_check_kind_name(int kind);
+/* The severity of a kind: PYDB_CHECK_ERROR/WARNING, or 0 if unknown. */
+int pydb_check_kind_severity(int kind);
 
 /*
- * Validate an open database.  Returns PYDB_OK when the walk ran (whatever
- * it found: see *out), PYDB_ENOMEM if the fixed work buffers cannot be
- * allocated.  Memory use is bounded: a 64 KiB buffer, a directory buffer
- * of at most 786 KiB, and a table of at most 4 Mi record versions (16
- * bytes each at load <= 1/2, plus a sorted copy: at most 192 MiB); a
- * database with more versions gets a PYDB_CHECK_LIMIT warning and skips
- * the overlap and orphan checks.  Reads go
- * through the handle's I/O mode; the handle is not modified, so readers
- * may run at the same time.
+ * Validate the open database `db` and fill *out (zeroed first).  `opt`
+ * may be NULL (summary only).  Returns PYDB_OK when the walk ran
+ * (whatever it found: see *out; read failures are PYDB_CHECK_IO
+ * problems), PYDB_EINVAL (db NULL), PYDB_ENOMEM if the fixed work buffers
+ * cannot be allocated.  Memory use is bounded: a 64 KiB buffer, a
+ * directory buffer of at most 786 KiB, and a table of at most 4 Mi record
+ * versions (16 bytes each at load <= 1/2, plus a sorted copy: at most
+ * 192 MiB); a database with more versions gets a PYDB_CHECK_LIMIT warning
+ * and skips the overlap and orphan checks.  Reads go through the
+ * handle's I/O mode.
  */
-int pydb_check_ex(pydb_db *db, const pydb_check_options *opt,
-                  pydb_check_summary *out, pydb_error *err);
-int pydb_check(pydb_db *db, pydb_check_fn fn, void *ctx,
-               pydb_check_summary *out, pydb_error *err);
-
-
-/* ======================================================================
- * Write path (issue 3): transactions on an open database.
- * A database opened with PYDB_OPEN_WRITE may have one transaction at a
- * time (per process: a mutex; across processes: an fcntl lock).
- * Readers never wait for the writer.  Recovery runs in pydb_open().
- * ====================================================================== */
-#define PYDB_OPEN_WRITE 0x1      /* pydb_options.flags                     */
-#define PYDB_OPEN_NOSYNC 0x2     /* commits do not fsync (sync=False)      */
-/* Layout to assume when the files hold no record to detect it from (an
- * empty database): PYDB_OPEN_LAYOUT(PYDB_LAYOUT_FFI_PACKED) | ...        */
-#define PYDB_OPEN_LAYOUT(layout) ((((layout) & 3) + 1) << 8)
-
-/*
- * What readers observe (the contract of this section):
- *   - A commit is applied after it is durable in the write-ahead log
- *     <base>.wal: the new record versions are written to free space at the
- *     end of the .mst, then the XRF blocks, then the control record.
- *     Record versions are never overwritten in place.
- *   - A reader on the same handle (any thread) sees a commit as soon as
- *     pydb_txn_commit() returns, never sees a half-written record, and
- *     never waits for the writer's lock or fsyncs.  A single read (one
- *     record, or one XRF batch of a listing) sees each record either
- *     before or after the commit; a reader that reads several records one
- *     by one while a commit is applied may see some of them from before
- *     the commit and later ones from after it (there are no snapshots).
- *   - A handle opened elsewhere (another handle, another process) picks up
- *     later commits when it re-reads the control record: when asked for an
- *     MFN beyond the highest it knows, and at pydb_count()/listings from
- *     MFN 1.  It too sees every record whole, but may see a multi-record
- *     commit partly applied while the committing process is applying it,
- *     and, if that process dies then, until the next writer (or an open)
- *     runs recovery.
- *   - WinISIS/CISIS know nothing of the log: after recovery the .mst/.xrf
- *     alone are consistent.
- */
-
-/*
- * Create a new, empty database `path` (base name; .mst/.xrf are added)
- * with the given layout and MSTXL (0..6), and open it for writing with
- * `opt` (io, lock; flags gets PYDB_OPEN_WRITE and the layout added).
- * PYDB_EIO with sys_errno EEXIST if either file exists.
- */
-int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
-                const pydb_options *opt, pydb_error *err);
-
-typedef struct pydb_txn pydb_txn;
-
-/* Begin a transaction; waits up to timeout_ms for the writer lock
- * (PYDB_ELOCKED after that; PYDB_EREADONLY on a read-only handle). */
-int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
-                   pydb_error *err);
-/* Append a new record; *mfn receives its MFN (NXTMFN at the time).
- * PYDB_ETOOBIG above the layout's limit (ISIS: 32767 bytes).  New records
- * get the XRF flag "new" (0x400, formats §3.2). */
-int pydb_txn_append(pydb_txn *t, const pydb_field *fields, uint32_t nfields,
-                    int32_t *mfn, pydb_error *err);
-/* Write a new version of record `mfn` (back pointer MFBWB/MFBWP to the
- * version it replaces, formats §2.4).  The XRF entry keeps the "new" flag
- * if the record has it (never inverted), else gets "update pending"
- * (0x200).  A logically deleted record stays deleted.  PYDB_ENOTFOUND if
- * the record does not exist or is physically deleted. */
-int pydb_txn_update(pydb_txn *t, int32_t mfn, const pydb_field *fields,
-                    uint32_t nfields, pydb_error *err);
-/* Logical deletion: a new version with leader STATUS 1 and the XRF
- * pointer negated (formats §2.4, §3.2); undelete writes a version with
- * STATUS 0 and a positive pointer.  Either is a no-op if the record is
- * already in that state. */
-int pydb_txn_delete(pydb_txn *t, int32_t mfn, pydb_error *err);
-int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
-/* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC) and
- * visible; frees t whatever the outcome.  PYDB_EIO (errno in sys_errno)
- * when a write or fsync fails: a failure before the log is durable leaves
- * the database as it was; any failed fsync, or a failure while applying
- * the durable log, makes the handle read-only (PYDB_EREADONLY) until it is
- * reopened, and the transaction then appears (whole) after recovery. */
-int pydb_txn_commit(pydb_txn *t, pydb_error *err);
-/* Discard the transaction; frees t. */
-void pydb_txn_abort(pydb_txn *t);
-
-/* One record change of a transaction, as the commit hook sees it. */
-typedef struct pydb_change {
-    int32_t mfn;
-    const pydb_record *before;  /* version replaced/deleted, or NULL       */
-    const pydb_field *after;    /* new fields, or NULL for a deletion      */
-    uint32_t nafter;
-    int deleted_after;          /* 1 if the record is logically deleted now */
-} pydb_change;
-
-/* A commit hook lets another structure (the native index) join every
- * transaction: prepare() runs before the commit point and may add whole
- * files to the transaction with pydb_txn_put_file(); it must leave
- * nothing visible.  publish() runs after the commit point (no failure
- * allowed: it only swaps in-memory state); abort() when the commit fails
- * before its log can be durable (it removes what prepare wrote).  When a
- * commit fails once its log may be durable (a failed fsync of the log, a
- * failure while applying it) neither is called: the handle becomes
- * read-only, recovery at the next open may put the prepared files in
- * place, so they must stay; the hook's owner drops its pending state
- * (without deleting files) when it is closed. */
-typedef struct pydb_commit_hook {
-    int (*prepare)(void *ctx, pydb_txn *t, const pydb_change *changes,
-                   size_t n, pydb_error *err);
-    void (*publish)(void *ctx, pydb_txn *t);
-    void (*abort)(void *ctx, pydb_txn *t);
-    void *ctx;
-} pydb_commit_hook;
-int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
-                         pydb_error *err);
-/* Replace the whole content of file `path` atomically as part of the
- * transaction (logged in the write-ahead log, replayed by recovery). */
-int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
-                      size_t len, pydb_error *err);
-
-/* ======================================================================
- * Inverted index (issue 4): one interface over the native index and the
- * ISIS inverted files (formats §4-6).
- * ====================================================================== */
-typedef struct pydb_posting {
-    int32_t mfn;     /* 1-based                                            */
-    uint32_t tag;    /* FST line ID (formats §5.1)                         */
-    uint32_t occ;    /* 1-based FST output line ("occurrence")             */
-    uint32_t cnt;    /* 1-based term position within the line              */
-} pydb_posting;
-
-/* A growable array of postings, sorted by (mfn, tag, occ, cnt). */
-typedef struct pydb_postings {
-    pydb_posting *v;
-    size_t n, cap;
-} pydb_postings;
-void pydb_postings_free(pydb_postings *p);   /* frees v; zeroes the struct */
-
-enum pydb_index_kind {
-    PYDB_INDEX_NATIVE = 0,        /* pydb's own segments                    */
-    PYDB_INDEX_ISIS_CLASSIC = 1,  /* .cnt/.n0x/.l0x/.ifp                   */
-    PYDB_INDEX_ISIS_LIND = 2,     /* .cnt/.n0x/.ly0x/.iyp: no TAG/OCC      */
-    PYDB_INDEX_MEMORY = 3         /* in-memory (tests, recent commits)     */
-};
-/* What the postings of an index carry (LIND: MFN, maybe CNT only). */
-#define PYDB_POSTING_TAG 0x1
-#define PYDB_POSTING_OCC 0x2
-#define PYDB_POSTING_CNT 0x4
-
-typedef struct pydb_index pydb_index;
-
-/* Called once per key in ascending byte order; return nonzero to stop
- * (the enumeration then returns PYDB_OK). */
-typedef int (*pydb_term_fn)(void *ctx, const uint8_t *key, size_t len,
-                            uint64_t count);
-
-/* Enumerate the keys that start with `prefix` and are >= `start` (NULL:
- * from the first), with their posting counts.  A range scan, no cap. */
-int pydb_index_terms(pydb_index *ix, const uint8_t *prefix, size_t prefix_len,
-                     const uint8_t *start, size_t start_len, pydb_term_fn fn,
-                     void *ctx, pydb_error *err);
-/* Append the postings of exactly `key` (already in key form) to *out. */
-int pydb_index_postings(pydb_postings *out, pydb_index *ix,
-                        const uint8_t *key, size_t len, pydb_error *err);
-/* Bring a search term into key form (case table / Unicode folding,
- * truncation), into out[cap]; *out_len receives the length. */
-int pydb_index_key(pydb_index *ix, const uint8_t *term, size_t len,
-                   uint8_t *out, size_t cap, size_t *out_len,
-                   pydb_error *err);
-int pydb_index_kind(const pydb_index *ix);
-int pydb_index_caps(const pydb_index *ix);     /* PYDB_POSTING_* bits      */
-void pydb_index_close(pydb_index *ix);
-
-/* Open the ISIS inverted file of the database `path` (base name, or any
- * of its files): .cnt + .n01/.n02 with the classic .l01/.l02/.ifp or the
- * LIND .ly1/.ly2/.iyp set (formats §4), extensions in any case.  Where
- * both sets are present the one that validates against .cnt/.n0x is used
- * (formats §4.8).  Errors: PYDB_EIO with sys_errno ENOENT (no .cnt: the
- * database has no inverted file), PYDB_ECORRUPT (file, offset, reason),
- * PYDB_ENOMEM, PYDB_EINVAL. */
-int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err);
-
-/* What pydb_isis_index_describe() reports about an open ISIS index.  The
- * strings belong to the index (valid until it is closed). */
-typedef struct pydb_isis_index_info {
-    int kind;            /* PYDB_INDEX_ISIS_CLASSIC or PYDB_INDEX_ISIS_LIND */
-    int le1, le2;        /* key lengths of tree 1 / tree 2 (formats §4.1)  */
-    int cnt_aligned;     /* .cnt has 28-byte (aligned) records, else 26    */
-    int key_pad;         /* pad bytes after a 10/30 key (aligned): 0 or 2  */
-    int infx;            /* LIND: INFO1/INFO3 size, 4 or 8; classic: 0     */
-    int infx_align;      /* LIND: alignment of INFX fields (1, 4 or 8)     */
-    int mfn_bytes;       /* MFN width in postings: 3, or 4 (LIND4)         */
-    struct {
-        int empty;       /* LIV -1 (or no leaves)                          */
-        int liv;         /* index levels below the root                    */
-        int32_t root, nodes, leaves;   /* POSRX, NMAXPOS, FMAXPOS          */
-        size_t node_size, leaf_size;   /* record sizes in bytes            */
-        const char *node_path, *leaf_path;
-    } tree[2];
-    const char *cnt_path, *postings_path;
-    const char *note;    /* which file set was used and why                */
-} pydb_isis_index_info;
-/* Describe an index opened by pydb_isis_index_open (PYDB_EINVAL for any
- * other kind of index). */
-int pydb_isis_index_describe(const pydb_index *ix, pydb_isis_index_info *out);
-
-/* Evaluate a search expression (formats §6) against `ix`; `db` (may be
- * NULL) drops the MFNs whose XRF entry is not active (logically or
- * physically deleted, never created, above the highest MFN).  *mfns
- * (malloc'ed, free()) gets the sorted, distinct MFNs.  PYDB_ESYNTAX:
- * err->offset = 0-based byte position of the fault; PYDB_EUNSUPPORTED:
- * an operator needs posting fields the index lacks (LIND).  The language
- * and the postings each operator yields: csrc/search.c. */
-int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
-                const char *expr, size_t len, pydb_error *err);
-/* Limits of pydb_search(): longer expressions and deeper parentheses are
- * refused with PYDB_ESYNTAX (csrc/search.c explains the language). */
-#define PYDB_SEARCH_MAX_LEN 65536    /* bytes                             */
-#define PYDB_SEARCH_MAX_DEPTH 100    /* nested parentheses                */
-
-/* An in-memory index (kind PYDB_INDEX_MEMORY) whose postings carry the
- * fields in `caps` (PYDB_POSTING_* bits; the others are stored as 0).
- * Its key form is the term with ASCII a-z upper-cased, nothing else.
- * Readers may share it; pydb_memindex_add() must not run concurrently
- * with any other call on the same index. */
-int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err);
-/* Add n postings (MFN >= 1) to `key` (taken as given, in key form);
- * creates the key if absent (not if n = 0).  Keys added in ascending
- * byte order are appended in O(1); others are inserted in place. */
-int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
-                      const pydb_posting *p, size_t n, pydb_error *err);
-
-
-/* ======================================================================
- * FST and native index (issue 4, csrc/fst.c, csrc/keys.c, csrc/nidx.c).
- * ====================================================================== */
-typedef struct pydb_fst pydb_fst;
-
-/* Compile FST text (formats §5.1: one "ID IT FORMAT" rule per line; blank
- * lines ignored).  `filename` names the source in errors (may be NULL).
- * PYDB_EFST: err->offset = 1-based line, message names the construct. */
-int pydb_fst_parse(pydb_fst **out, const char *text, size_t len,
-                   const char *filename, pydb_error *err);
-void pydb_fst_free(pydb_fst *f);
-size_t pydb_fst_count(const pydb_fst *f);
-/* Rule i: its ID, technique (0-8, or 1000-1008) and format text. */
-void pydb_fst_rule(const pydb_fst *f, size_t i, uint32_t *id, int *technique,
-                   const char **format, size_t *format_len, int *line);
-
-typedef struct pydb_nidx_options {
-    int utf8;               /* keys are UTF-8 (Unicode folding)           */
-    size_t max_key;         /* keys cut to this many bytes; 0 = no limit  */
-    const uint8_t *stw;     /* stop-word text (.STW), or NULL             */
-    size_t stw_len;
-    int tables;             /* 1: load ISISUC.TAB/ISISAC.TAB from the
-                               database's directory when present          */
-} pydb_nidx_options;
-
-/* Progress of a bulk build: records done of total; nonzero cancels. */
-typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
-
-/* Build (or rebuild) the native index of the database `db_path` from
- * `fst`: files in the directory <base>.pdx beside the .mst.  Active
- * records only (logically deleted ones are skipped); a damaged record
- * fails the build (PYDB_ECORRUPT naming it) rather than leaving it out.
- * The new index replaces the old one atomically; handles opened before
- * must be reopened.  `fst` must outlive the build. */
-int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
-                            const pydb_nidx_options *opt,
-                            pydb_progress_fn progress, void *ctx,
-                            pydb_error *err);
-/* The same in steps (a binding reports progress between them). */
-typedef struct pydb_nidx_builder pydb_nidx_builder;
-int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
-                           const pydb_fst *fst, const pydb_nidx_options *opt,
-                           pydb_error *err);
-/* Index up to `max` more records; *done and *total report progress; *more
- * is 0 once every record has been read. */
-int pydb_nidx_builder_step(pydb_nidx_builder *b, int32_t max, int64_t *done,
-                           int64_t *total, int *more, pydb_error *err);
-int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err);
-void pydb_nidx_builder_free(pydb_nidx_builder *b);
-
-/* Open the native index of `db_path` (PYDB_EIO/ENOENT if none). */
-int pydb_native_index_open(pydb_index **out, const char *db_path,
-                           pydb_error *err);
-/* Make every commit on `db` update the native index `ix` (opened on the
- * same database) in the same transaction (pydb_set_commit_hook): prepare
- * writes a segment and hands the new MANIFEST to pydb_txn_put_file;
- * publish makes it visible to searches on ix.  ix must stay open while db
- * is. */
-int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
+int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
+                  const pydb_check_options *opt, pydb_error *err);
+/* pydb_check_ex() with only a problem callback (fn may be NULL). */
+int pydb_check(pydb_check_summary *out, pydb_db *db, pydb_check_fn fn,
+               void *ctx, pydb_error *err);
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,9 @@
  *
  * This header holds what several layers share: the error macros, the vfs
  * table, the file and handle structs, and the reader's entry points; it
- * includes util.h, path.h, record.h and pydb_test.h (vfs.c's test hooks).
+ * includes util.h, path.h, record.h and pydb_test.h (the declarations
+ * tests drive directly: vfs.c's test hooks, key rules, stop words, FST
+ * key extraction, the native index's commit-hook doubles).
  * wal.h is included only by wal.c, handle.c and txn.c.
  */
 #ifndef PYDB_INT_H

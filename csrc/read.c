@@ -44,7 +44,8 @@ uint64_t pydb__seq_begin(const pydb_db *db)
 /* ------------------------------------------------------------ XRF values */
 
 /* Decode a stored XRF value and check the offset it names against the
- * files, formats §3.2.  `where` is its offset in the XRF, for the message. */
+ * files, docs/isis-formats.md §3.2.  `where` is its offset in the XRF,
+ * for the message. */
 static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
                       int32_t mfn, int64_t where, pydb_error *err)
 {
@@ -390,6 +391,13 @@ int pydb__refresh_sizes(pydb_db *db)
         grew = 1;
     }
     return grew;
+}
+
+int pydb_refresh(pydb_db *db, pydb_error *err)
+{
+    if (!db) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no database");
+    pydb__refresh(db);
+    return PYDB_OK;
 }
 
 int pydb__refresh(pydb_db *db)

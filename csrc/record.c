@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Leader geometry per layout, formats §2.2 (table). */
-/* Leader geometry per layout, formats §2.2 (table). */
+/* Leader geometry per layout, docs/isis-formats.md §2.2 (table). */
 const pydb_geom pydb__geom[4] = {
     /* leader entry ffi mfrl mfbwb mfbwp base nvf status dpos dlen */
     {18, 6, 0, 4, 6, 10, 12, 14, 16, 2, 4},   /* ISIS packed  */
@@ -49,7 +48,8 @@ int64_t pydb__place(int layout, int mstxl, int64_t pos)
     const pydb_geom *g = &pydb__geom[layout];
     int64_t align = mstxl ? ((int64_t)1 << mstxl) : 2;
     int64_t start = (pos + align - 1) / align * align;
-    /* Never-split rule (formats §2.3): leader up to BASE in one block. */
+    /* Never-split rule (docs/isis-formats.md §2.3): leader up to BASE in
+     * one block. */
     if (start % PYDB_BLOCK > PYDB_BLOCK - (g->leader - 4))
         start = (start / PYDB_BLOCK + 1) * PYDB_BLOCK;
     PYDB_ASSERT(start >= pos && start % align == 0);

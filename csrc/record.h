@@ -17,12 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PYDB_BLOCK 512           /* MST/XRF block size, formats §2-3     */
+#define PYDB_BLOCK 512           /* MST/XRF block size,
+                                    docs/isis-formats.md §2-3             */
 #define PYDB_CTL_SIZE 64         /* control record + filler               */
 #define PYDB_XRF_PER_BLOCK 127
 #define PYDB_MAX_FFI_MFRL (1 << 30) /* sanity cap for FFI records (bytes) */
 
-/* ---- leader geometry, formats §2.2 ---- */
+/* ---- leader geometry, docs/isis-formats.md §2.2 ---- */
 typedef struct pydb_geom {
     int leader;      /* leader size in bytes                               */
     int entry;       /* directory entry size                               */
@@ -32,8 +33,8 @@ typedef struct pydb_geom {
 } pydb_geom;
 extern const pydb_geom pydb__geom[4];
 
-/* POS and LEN of the directory entry at d (formats §2.2), whatever the
- * layout's widths. */
+/* POS and LEN of the directory entry at d (docs/isis-formats.md §2.2),
+ * whatever the layout's widths. */
 static inline void pydb__dir_entry(const pydb_geom *g, const uint8_t *d,
                                    int64_t *pos, int64_t *len)
 {
@@ -76,7 +77,7 @@ int pydb__record_decode(pydb_record *rec, const pydb_geom *g,
                         const pydb_leader *l, int64_t off, const char *path,
                         pydb_error *err);
 
-/* ---- record encoding and placement, formats §2.2-2.3 ---- */
+/* ---- record encoding and placement, docs/isis-formats.md §2.2-2.3 ---- */
 
 /* Where a record goes that could start at `pos`: aligned to 2 (2^MSTXL if
  * MSTXL > 0), then moved to the next block if the leader up to BASE would
@@ -109,7 +110,7 @@ static inline pydb_field *pydb__record_fields(const pydb_record *r,
 int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
                          pydb_error *err);
 
-/* ---- control record, formats §2.1 ---- */
+/* ---- control record, docs/isis-formats.md §2.1 ---- */
 typedef struct pydb_ctl {
     int32_t ctlmfn, next_mfn, next_block, next_pos, reccnt;
     int mftype, mstxl;
@@ -147,7 +148,7 @@ static inline void pydb__ctl_set_next(uint8_t *p, int32_t next_mfn,
     pydb__put16(p + 12, (uint32_t)(end % PYDB_BLOCK + 1));
 }
 
-/* ---- cross-reference file, formats §3 ---- */
+/* ---- cross-reference file, docs/isis-formats.md §3 ---- */
 
 /* XRF blocks that hold the entries of MFN 1..next_mfn-1. */
 static inline int64_t pydb__xrf_blocks(int64_t next_mfn)
@@ -155,12 +156,12 @@ static inline int64_t pydb__xrf_blocks(int64_t next_mfn)
     return (next_mfn - 1 + PYDB_XRF_PER_BLOCK - 1) / PYDB_XRF_PER_BLOCK;
 }
 
-/* XRF pointer encoding, formats §3.2: the value naming `offset` (a record
- * start, so a multiple of 2^MSTXL) with PYDB_FLAG_NEW/PENDING. */
+/* XRF pointer encoding, docs/isis-formats.md §3.2: the value naming
+ * `offset` (a record start, so a multiple of 2^MSTXL) with PYDB_FLAG_NEW/PENDING. */
 int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl);
 
-/* Decode a stored XRF value (formats §3.2) without checking it against
- * the files: raw, state, flags and the byte offset it names.  UNUSED (0)
+/* Decode a stored XRF value (docs/isis-formats.md §3.2) without checking
+ * it against the files: raw, state, flags and the byte offset it names.  UNUSED (0)
  * and PDELETED (-2048, or a negated pointer to offset 0) get offset -1;
  * for the others the caller checks the offset: below PYDB_CTL_SIZE (which
  * covers a block number < 1) or past the master file is damage. */

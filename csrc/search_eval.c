@@ -491,7 +491,14 @@ int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
     }
     for (size_t i = 0; i < l.n; i++)
         if (!o || v[o - 1] != l.v[i].mfn) v[o++] = l.v[i].mfn;
-    if (db && (rc = drop_inactive(v, &o, db, err))) goto cleanup;
+    /* The XRF filter (pydb.h): not for a native index, whose postings
+     * change in the same transaction as the records (attached, or read
+     * through another handle that refreshes with every commit):
+     * filtering by the XRF, which a commit changes at another moment
+     * than it publishes the index, could mix two states. */
+    if (db && ix->kind != PYDB_INDEX_NATIVE &&
+        (rc = drop_inactive(v, &o, db, err)))
+        goto cleanup;
     *mfns = v;
     *n = o;
     v = NULL;

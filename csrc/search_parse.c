@@ -12,7 +12,8 @@
  *      (G) (F)               same field, same occurrence (G/F either case)
  *      AND OR WITH           the words, upper case only, as whole tokens:
  *      AND NOT               AND = *, OR = +, WITH = (F), AND NOT = ^
- *                            (formats §6.2 note); a bare NOT is a term
+ *                            (docs/isis-formats.md §6.2 note); a bare
+ *                            NOT is a term
  *      .  $                  proximity: a token made only of '.' (or only
  *                            of '$') and surrounded by blanks; its length
  *                            adds to n, and consecutive tokens add up, so
@@ -30,8 +31,8 @@
  *    Unquoted terms that start with '#' (CISIS references to earlier
  *    results) are refused: quote them to search for the key.
  *
- * 2. Grammar (recursive descent; precedence of formats §6.2, highest
- *    first; every binary operator is left-associative):
+ * 2. Grammar (recursive descent; precedence of docs/isis-formats.md
+ *    §6.2, highest first; every binary operator is left-associative):
  *      expr  := and  { '+' and }
  *      and   := g    { ('*' | '^') g }
  *      g     := f    { '(G)' f }
@@ -48,8 +49,8 @@
  *
  * 4. Capabilities.  (G) and qualifiers need TAG in the postings; (F) TAG
  *    and OCC; proximity TAG, OCC and CNT.  On an index without them (ISIS
- *    LIND, formats §4.7, where CISIS compiles these operators out) they
- *    fail with PYDB_EUNSUPPORTED naming the operator and its position.
+ *    LIND, docs/isis-formats.md §4.7, where CISIS compiles these
+ *    operators out) they fail with PYDB_EUNSUPPORTED naming the operator and its position.
  *
  *
  * Depends on: search_int.h, index_int.h (pydb_index_key, capabilities).
@@ -479,7 +480,7 @@ static int parse_primary(parser *p, node **out)
     n->key = malloc(cap);
     if (!n->key)
         return PYDB_ERROR(p->err, PYDB_ENOMEM, "", -1, "no memory for a key");
-    rc = pydb_index_key(p->ix, t.text, t.text_len, n->key, cap, &klen, p->err);
+    rc = pydb_index_key(n->key, cap, &klen, p->ix, t.text, t.text_len, p->err);
     if (rc) return rc;
     if (klen == 0)
         return syntax(p, t.pos, "the term has no key form (nothing left "

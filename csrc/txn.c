@@ -15,14 +15,14 @@
  * a redo log that holds at most one commit and is empty between commits
  * (its format: wal.h).
  *
- * ISIS update technique (formats §2.4, §10).  Every change writes a new
- * record version at the end of the master file (NXTMFB/NXTMFP): records
+ * ISIS update technique (docs/isis-formats.md §2.4, §10).  Every change
+ * writes a new record version at the end of the master file (NXTMFB/NXTMFP): records
  * start on a 2-byte boundary (2^MSTXL if MSTXL > 0) and obey the
  * never-split rule (the leader up to BASE inside one 512-byte block);
  * MFRL is even (a multiple of 2^MSTXL) with blank padding; the file is
  * zero-filled to a whole block.  An update's MFBWB/MFBWP point to the
- * version it replaces.  XRF flags (formats §3.2): a new record gets 0x400
- * "new"; a change of a record that has "new" keeps it (it was never
+ * version it replaces.  XRF flags (docs/isis-formats.md §3.2): a new
+ * record gets 0x400 "new"; a change of a record that has "new" keeps it (it was never
  * inverted); any other change sets 0x200 "update pending".  Deletion
  * writes a version with STATUS 1 and negates the XRF pointer; undelete
  * writes one with STATUS 0 and a positive pointer.  XRFPOS is negative on
@@ -233,8 +233,8 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
 }
 
 /* The bytes after NXTMFB/NXTMFP should be the zero fill of the last block
- * (formats §2.1).  Some writers (pyisis) store an end that falls inside
- * their last record: never write over such bytes; start after the end of
+ * (docs/isis-formats.md §2.1).  Some writers (pyisis) store an end that
+ * falls inside their last record: never write over such bytes; start after the end of
  * the file instead. */
 static int check_tail(pydb_txn *t, pydb_error *err)
 {
@@ -424,8 +424,8 @@ fail:
     return rc;
 }
 
-int pydb_txn_append(pydb_txn *t, const pydb_field *fields, uint32_t nfields,
-                    int32_t *mfn, pydb_error *err)
+int pydb_txn_append(int32_t *mfn, pydb_txn *t, const pydb_field *fields,
+                    uint32_t nfields, pydb_error *err)
 {
     int rc;
     if (t->next_mfn >= 0x7FFFFFFF)
@@ -464,7 +464,8 @@ static int current(pydb_record **rec, int *own, pydb_txn *t, int32_t mfn,
     return PYDB_OK;
 }
 
-/* New XRF flags for a change of a record that had `old` (formats §3.2). */
+/* New XRF flags for a change of a record that had `old`
+ * (docs/isis-formats.md §3.2). */
 static int changed_flags(int old)
 {
     return (old & PYDB_FLAG_NEW) ? PYDB_FLAG_NEW : PYDB_FLAG_PENDING;

@@ -162,7 +162,7 @@ static PyObject *checkrun_run(CheckRunObject *self, PyObject *unused)
     o.progress = progress_cb;
     o.progress_ctx = self;
     UNLOCKED(&db->guard, NULL,
-             rc = pydb_check_ex(db->db, &o, &self->sum, &self->err));
+             rc = pydb_check_ex(&self->sum, db->db, &o, &self->err));
     self->rc = rc;
     atomic_store(&self->state, 2);
     if (rc) return set_error(st, rc, &self->err);

@@ -13,8 +13,6 @@
 #include "_pydb_record.h"
 #include "_pydb_transaction.h"
 #include <structmember.h>
-#include "pydb_int.h"   /* pydb__refresh() for max_mfn; to be replaced by a
-                           public pydb_refresh() (binding-internals note) */
 
 #define BATCH 256   /* records read per GIL release when iterating */
 
@@ -385,7 +383,7 @@ static PyObject *database_info(DatabaseObject *self, PyObject *unused)
     pydb_info i;
     (void)unused;
     if (!st || database_check_open(st, self) < 0) return NULL;
-    pydb_info_get(self->db, &i);
+    pydb_info_get(&i, self->db);
     return Py_BuildValue(
         "{s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:s,s:s,s:L,s:L,s:s,s:s}", "next_mfn",
         i.next_mfn, "next_block", i.next_block, "next_pos", i.next_pos,
@@ -403,7 +401,7 @@ static PyObject *database_get_max_mfn(DatabaseObject *self, void *c)
     if (!st || database_check_open(st, self) < 0) return NULL;
     /* Records committed by another handle or process since: re-read the
      * control record (a small read; the GIL is released for it). */
-    UNLOCKED(&self->guard, NULL, pydb__refresh(self->db));
+    UNLOCKED(&self->guard, NULL, (void)pydb_refresh(self->db, NULL));
     return PyLong_FromLong(pydb_max_mfn(self->db));
 }
 

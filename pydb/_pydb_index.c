@@ -303,8 +303,8 @@ static PyObject *index_key(IndexObject *self, PyObject *arg)
         goto cleanup;
     }
     if (index_check_open(st, self) < 0) goto cleanup;
-    rc = pydb_index_key(self->ix, term.buf, (size_t)term.len, out, cap,
-                        &out_len, &e);   /* pure computation: GIL held */
+    rc = pydb_index_key(out, cap, &out_len, self->ix, term.buf,
+                        (size_t)term.len, &e);   /* pure computation: GIL held */
     if (rc) {
         set_error(st, rc, &e);
         goto cleanup;
@@ -421,7 +421,7 @@ static PyObject *isis_index_info(PyObject *m, PyObject *arg)
     }
     self = (IndexObject *)arg;
     if (index_check_open(st, self) < 0) return NULL;
-    if (pydb_isis_index_describe(self->ix, &in) != PYDB_OK) {
+    if (pydb_isis_index_describe(&in, self->ix) != PYDB_OK) {
         PyErr_SetString(PyExc_TypeError, "not an ISIS inverted file");
         return NULL;
     }
@@ -645,7 +645,7 @@ static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
         int tech, line;
         const char *fmt;
         size_t fl;
-        pydb_fst_rule(f, i, &id, &tech, &fmt, &fl, &line);
+        pydb_fst_rule(&id, &tech, &fmt, &fl, &line, f, i);
         PyObject *t = Py_BuildValue("(Iiy#i)", id, tech, fmt, (Py_ssize_t)fl,
                                     line);
         if (!t) {
@@ -711,8 +711,8 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     }
     while (more) {
         int32_t nbatch = (int32_t)batch;
-        UNLOCKED(NULL, NULL, rc = pydb_nidx_builder_step(b, nbatch, &done,
-                                                         &total, &more, &e));
+        UNLOCKED(NULL, NULL, rc = pydb_nidx_builder_step(&done, &total, &more,
+                                                         b, nbatch, &e));
         if (rc) {
             set_error(st, rc, &e);
             goto cleanup;

@@ -35,8 +35,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdatomic.h>
-#include "pydb.h"   /* the public API only; see _pydb_database.c and
-                       _pydb_testing.c for the two internal includes */
+#include "pydb.h"   /* the public API only; _pydb_testing.c alone adds
+                       csrc/pydb_test.h */
 
 typedef struct {
     PyTypeObject *database_type;

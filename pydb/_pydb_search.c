@@ -1,6 +1,8 @@
 /*
- * _pydb_search.c - the search language (csrc/search.c) for Python:
- * _search(), used by pydb/search.py.
+ * _pydb_search.c - the search language (csrc/search_parse.c,
+ * csrc/search_eval.c) for Python: _search(), used by pydb/search.py.
+ * Which MFNs are dropped as deleted is pydb_search()'s rule (pydb.h);
+ * this file only passes the Index's and the Database's handles.
  *
  * _search() evaluates with the GIL released inside UNLOCKED() on both the
  * Index's and the Database's guard, so that close() of either waits for
@@ -58,7 +60,6 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
     int32_t *mfns = NULL;
     size_t n = 0, text_len;
     const char *text;
-    pydb_db *filter;
     pydb_error e;
     int rc;
 
@@ -92,19 +93,12 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
      * and the core call (it could close the handles). */
     if (index_check_open(st, ix) < 0) goto cleanup;
     if (db && database_check_open(st, db) < 0) goto cleanup;
-    /* A native index attached to the database is updated in the same
-     * transaction as the records: deleted records have no postings in
-     * it.  Filtering by the XRF, which a commit changes at another
-     * moment than it publishes the index, could mix two states.  The
-     * same holds for a native index read through another handle: every
-     * pydb commit changes it with the records (nidx.c refresh). */
-    filter = db && !ix->hooked &&
-                     pydb_index_kind(ix->ix) != PYDB_INDEX_NATIVE
-                 ? db->db : NULL;
+    /* Which MFNs the XRF drops is pydb_search()'s rule (pydb.h). */
     text = PyBytes_AS_STRING(encoded);
     text_len = (size_t)PyBytes_GET_SIZE(encoded);
     UNLOCKED(&ix->guard, db ? &db->guard : NULL,
-             rc = pydb_search(&mfns, &n, ix->ix, filter, text, text_len, &e));
+             rc = pydb_search(&mfns, &n, ix->ix, db ? db->db : NULL, text,
+                             text_len, &e));
     if (rc) {
         if (rc == PYDB_ESYNTAX)
             e.offset = char_offset(encoded, e.offset, encoding);

@@ -19,14 +19,15 @@
  *   keyrules(), key_normalize()          the key rules and key form
  *   bench_scan(index, prefix, postings)  enumerate keys in C (benchmarks)
  *
- * They use the core's internal functions (pydb__*, pydb_int.h,
- * nidx_int.h); no other file of the binding should need to.
+ * They use the core's internal functions (pydb__*) declared in
+ * csrc/pydb_test.h, the core's one test-only header; no other file of the
+ * binding includes it (they include pydb.h alone).
  */
 #include "_pydb_database.h"
 #include "_pydb_index.h"
 #include "_pydb_record.h"
-#include "pydb_int.h"   /* pydb__test_* I/O hooks, PYDB_ERROR */
-#include "nidx_int.h"   /* key rules, stop words, FST keys, native hook */
+#include "pydb_test.h"  /* the core's test-only header: I/O hooks, key
+                           rules, stop words, FST keys, native hook */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ static int test_hook_prepare(void *ctx, pydb_txn *t, const pydb_change *c,
     size_t cap = 64 + n * 64, len = 0;
     char *buf = malloc(cap);
     int rc;
-    if (!buf) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    if (!buf) return pydb_error_set(err, PYDB_ENOMEM, "", -1, "no memory");
     for (size_t i = 0; i < n; i++)
         len += (size_t)snprintf(buf + len, cap - len, "%d %d %d %d\n",
                                 (int)c[i].mfn,

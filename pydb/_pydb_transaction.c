@@ -1,5 +1,5 @@
 /*
- * _pydb_transaction.c - the Transaction object over pydb_txn (csrc/write.c)
+ * _pydb_transaction.c - the Transaction object over pydb_txn (csrc/txn.c)
  * and _txn_begin(), which Database.transaction() calls.
  *
  * A Database has at most one open Transaction (DatabaseObject.txn, changed
@@ -149,7 +149,7 @@ static PyObject *txn_append(TxnObject *self, PyObject *fields)
         return NULL;
     }
     /* Appends touch no file (the record is built in memory). */
-    rc = pydb_txn_append(self->txn, b.v, (uint32_t)b.n, &mfn, &e);
+    rc = pydb_txn_append(&mfn, self->txn, b.v, (uint32_t)b.n, &e);
     fields_free(&b);
     if (rc) return set_error(st, rc, &e);
     return PyLong_FromLong(mfn);

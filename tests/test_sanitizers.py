@@ -79,7 +79,7 @@ class Build:
         self.src = root / "src"
         _copy_sources(self.src)
         env = dict(os.environ, PYDB_SANITIZE=kind)
-        env.pop("PYDB_DEBUG", None)
+        env["PYDB_DEBUG"] = "1"   # PYDB_ASSERT checks run under the sanitizers
         p = subprocess.run(
             [sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force",
              "-j", "2", "--build-temp", str(root / "build-temp"),

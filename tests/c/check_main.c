@@ -42,7 +42,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot open: %s\n", err.message);
         return 2;
     }
-    rc = pydb_check(db, on_problem, &c, &sum, &err);
+    rc = pydb_check(&sum, db, on_problem, &c, &err);
     pydb_close(db);
     if (rc) {
         fprintf(stderr, "check failed: %s\n", err.message);
