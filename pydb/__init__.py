@@ -19,27 +19,9 @@ database and ISO 2709 or JSON Lines files), then the tools
 command line (:mod:`pydb.__main__`).
 """
 
-try:
-    from . import _pydb  # noqa: F401  (the C core; every module below needs it)
-except ImportError as _e:
-    # A source checkout (setup.py beside this folder) without a build of
-    # the extension for this interpreter: say what to do.  Anything else
-    # (an installed package, a build that fails to load) keeps its error.
-    import importlib.machinery as _machinery
-    import os as _os
-
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _root = _os.path.dirname(_here)
-    _built = [n for n in _os.listdir(_here) if n.startswith("_pydb.")
-              and n.endswith(tuple(_machinery.EXTENSION_SUFFIXES))]
-    if not _os.path.isfile(_os.path.join(_root, "setup.py")) or _built:
-        raise
-    raise ImportError(
-        f"pydb is imported from the source checkout {_root}, where the C "
-        "extension pydb._pydb is not built for this Python.  Build it there "
-        "with `pip install -e .` (editable install) or `python setup.py "
-        "build_ext --inplace`, or run from another directory to use an "
-        "installed pydb.", name="pydb._pydb") from _e
+# First: a source checkout must run its own build of the C extension
+# (pydb/_checkout.py raises an ImportError saying how to build it).
+from . import _checkout  # noqa: F401  # isort: skip
 
 from .database import DEFAULT_IO, LAYOUTS, Database, Field, Record, Transaction, create, open
 from .errors import (

@@ -147,8 +147,11 @@ def test_checkout_without_extension_says_what_to_do(tmp_path):
         assert "ImportError" in r.stderr
         assert "pip install -e ." in r.stderr
         assert "python setup.py build_ext --inplace" in r.stderr
-    # not a checkout (no setup.py beside the package): the plain error
+    # not a checkout (no setup.py beside the package): never the checkout's
+    # message; the plain ImportError, or (under an editable install of
+    # pydb, whose import hook supplies pydb._pydb) a working import
     (tmp_path / "setup.py").unlink()
     r = subprocess.run([sys.executable, "-c", "import pydb"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0 and "pip install -e ." not in r.stderr
+    assert "pip install -e ." not in r.stderr
+    assert r.returncode == 0 or "ImportError" in r.stderr
