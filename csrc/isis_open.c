@@ -348,20 +348,14 @@ static int try_set(isis_index *ix, int lind, pydb_error *err)
 static int find_files(isis_index *ix, const char *base, pydb_error *err)
 {
     char dir[1024];
-    const char *slash = strrchr(base, '/'), *name;
+    const char *name;
     size_t nlen;
     DIR *d;
     struct dirent *de;
     char found[F_COUNT][1024];
 
     memset(found, 0, sizeof found);
-    if (slash) {
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - base + 1), base);
-        name = slash + 1;
-    } else {
-        snprintf(dir, sizeof dir, "./");
-        name = base;
-    }
+    pydb__path_split(dir, sizeof dir, &name, base);
     nlen = strlen(name);
     d = opendir(dir);
     if (!d)
@@ -377,7 +371,7 @@ static int find_files(isis_index *ix, const char *base, pydb_error *err)
             /* prefer the exact-case name if several differ only in case */
             if (!found[i][0] || strncmp(n, name, nlen) == 0)
                 snprintf(found[i], sizeof found[i], "%.511s%.511s",
-                         slash ? dir : "", n);
+                         name != base ? dir : "", n);
         }
     }
     closedir(d);

@@ -24,11 +24,25 @@ static const char *const known_ext[] = {
     "mst", "xrf", "cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2",
     "iyp", "iy0", "fdt", "fst", "stw", "pft", "fmt", "any", NULL};
 
+void pydb__path_split(char *dir, size_t dirsz, const char **name,
+                      const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    if (slash) {
+        snprintf(dir, dirsz, "%.*s", (int)(slash - path + 1), path);
+        *name = slash + 1;
+    } else {
+        snprintf(dir, dirsz, "./");
+        *name = path;
+    }
+}
+
 int pydb__find_file(char *out, size_t outsz, const char *base,
                     const char *ext)
 {
     char want[1024], dir[1024];
-    const char *slash, *name;
+    const char *name;
     struct stat st;
     DIR *d;
     struct dirent *de;
@@ -43,20 +57,13 @@ int pydb__find_file(char *out, size_t outsz, const char *base,
     snprintf(out, outsz, "%s.%s", base, upper);
     if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
 
-    slash = strrchr(base, '/');
-    if (slash) {
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - base + 1), base);
-        name = slash + 1;
-    } else {
-        snprintf(dir, sizeof dir, "./");
-        name = base;
-    }
+    pydb__path_split(dir, sizeof dir, &name, base);
     snprintf(want, sizeof want, "%s.%s", name, ext);
     d = opendir(dir);
     if (!d) return -ENOENT;
     while ((de = readdir(d)) != NULL) {
         if (strcasecmp(de->d_name, want) == 0) {
-            snprintf(out, outsz, "%s%s", slash ? dir : "", de->d_name);
+            snprintf(out, outsz, "%s%s", name != base ? dir : "", de->d_name);
             if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
                 closedir(d);
                 return 0;

@@ -12,6 +12,12 @@
 #include "pydb.h"
 #include <stddef.h>
 
+/* Split `path` at its last '/': dir = the directory with its trailing
+ * '/' ("./" when there is none; truncated to dirsz), *name = the last
+ * component (points into `path`). */
+void pydb__path_split(char *dir, size_t dirsz, const char **name,
+                      const char *path);
+
 /* out = "<base>.<ext>" (truncated to sz). */
 void pydb__path_ext(char *out, size_t sz, const char *base, const char *ext);
 
