@@ -1,4 +1,4 @@
-"""Benchmarks of the CDS/ISIS inverted-file reader (csrc/isisidx.c).
+"""Benchmarks of the CDS/ISIS inverted-file reader (csrc/isis_open.c, csrc/isis_read.c).
 
 Run (not part of the test suite; numbers are measured, never asserted):
 

@@ -1,4 +1,4 @@
-"""Query latency of the search language (csrc/search.c) on a large
+"""Query latency of the search language (csrc/search_parse.c, search_eval.c) on a large
 in-memory index: every word of every field of the synthetic unesb
 database (58,880 records, pydb.unesb), indexed like FST technique 4
 (docs/isis-formats.md §5.2: TAG = field tag, OCC = occurrence of the field in

@@ -26,8 +26,9 @@ int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
                           "bad MSTXL %d (0..6)", mstxl);
     {
         /* "dir/" would make the hidden files dir/.mst and dir/.xrf */
-        const char *slash = strrchr(path, '/');
-        const char *name = slash ? slash + 1 : path;
+        char dir[1024];
+        const char *name;
+        pydb__path_split(dir, sizeof dir, &name, path);
         if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
             return PYDB_ERROR(err, PYDB_EINVAL, path, -1,
                               "the base name of the files is empty");

@@ -51,14 +51,6 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b)
     free(b);
 }
 
-static void dir_of(char *out, size_t cap, const char *path)
-{
-    const char *sl = strrchr(path, '/');
-    if (!sl) snprintf(out, cap, ".");
-    else if (sl == path) snprintf(out, cap, "/");
-    else snprintf(out, cap, "%.*s", (int)(sl - path), path);
-}
-
 int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
                            const pydb_fst *fst, const pydb_nidx_options *opt,
                            pydb_error *err)
@@ -77,10 +69,11 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
                            opt ? opt->max_key : 0);
     if (opt && opt->tables) {
         char d[1024];
+        const char *name;
         int found;
         pydb_info info;
         pydb_info_get(&info, b->db);
-        dir_of(d, sizeof d, info.mst_path);
+        pydb__path_split(d, sizeof d, &name, info.mst_path);
         if ((rc = pydb__keyrules_load_dir(&b->rules, d, &found, err)))
             goto fail;
     }

@@ -128,19 +128,22 @@ int pydb__nidx_decode_live(pydb_postings *out, const nidx_segset *ss,
                              &d, live, err);
 }
 
-/* <base>.pdx for a database path ("x/cds", "x/cds.mst", "x/CDS.XRF"). */
+/* <base>.pdx for a database path ("x/cds", "x/cds.mst", "x/CDS.XRF"; the
+ * extensions pydb__strip_ext() knows, as pydb_open() takes them). */
 int pydb__nidx_dir(char *out, size_t cap, const char *db_path,
                    pydb_error *err)
 {
+    char base[1024];
     size_t l = strlen(db_path);
-    if (l >= 4 && db_path[l - 4] == '.' &&
-        (strcasecmp(db_path + l - 3, "mst") == 0 ||
-         strcasecmp(db_path + l - 3, "xrf") == 0))
-        l -= 4;
-    if (l == 0 || l + 5 >= cap)
+
+    if (l < sizeof base) {
+        pydb__strip_ext(base, sizeof base, db_path);  /* as pydb_open() */
+        l = strlen(base);
+    }
+    if (l == 0 || l + 5 >= cap || l >= sizeof base)
         return PYDB_ERROR(err, PYDB_EINVAL, db_path, -1,
                           "database path too long or empty");
-    memcpy(out, db_path, l);
+    memcpy(out, base, l);
     memcpy(out + l, ".pdx", 5);
     return PYDB_OK;
 }

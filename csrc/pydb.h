@@ -385,6 +385,19 @@ int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err);
  * files are removed. */
 void pydb_builder_free(pydb_builder *b);
 
+/* The MFRL in bytes (even, a multiple of 2^MSTXL) that a record with
+ * fields[nfields] takes in `layout` with shift `mstxl`
+ * (docs/isis-formats.md §2.2-2.3), into *mfrl: the check that
+ * pydb_builder_add() and pydb_txn_append() make, for a caller that
+ * refuses a record before it hands over a batch.  `mfn` only names the
+ * record in the message.  Errors: PYDB_ETOOBIG (an ISIS layout and more
+ * than 32767 bytes, more than 65535 fields, or above the FFI limit),
+ * PYDB_EINVAL (a layout or MSTXL out of range, a tag above 65535).
+ * Thread-safe: no state. */
+int pydb_record_size(int64_t *mfrl, int layout, int mstxl, int32_t mfn,
+                     const pydb_field *fields, uint32_t nfields,
+                     pydb_error *err);
+
 /* ======================================================================
  * 5. Transactions and the commit hook
  *

@@ -97,6 +97,17 @@ int pydb__record_size(int64_t *out, int layout, int mstxl, int32_t mfn,
     return PYDB_OK;
 }
 
+int pydb_record_size(int64_t *mfrl, int layout, int mstxl, int32_t mfn,
+                     const pydb_field *fields, uint32_t nfields,
+                     pydb_error *err)
+{
+    if (layout < 0 || layout > 3 || mstxl < 0 || mstxl > 6)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
+                          "bad layout %d or MSTXL %d (0..6)", layout, mstxl);
+    return pydb__record_size(mfrl, layout, mstxl, mfn, fields, nfields, "",
+                             err);
+}
+
 void pydb__record_encode(uint8_t *p, int layout, int64_t mfrl, int32_t mfn,
                          const pydb_field *fields, uint32_t nfields,
                          int64_t back_offset, int status)

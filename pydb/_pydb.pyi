@@ -109,6 +109,8 @@ def _txn_begin(db: Database, timeout: float | None = None, /) -> Transaction: ..
 def _build(path: _Path, layout: str, mstxl: int,
            records: Iterable[Sequence[tuple[int, bytes]] | None], sync: bool,
            deleted: Container[int] | None = None, /) -> int: ...
+def _record_size(layout: str, mstxl: int, fields: Iterable[tuple[int, bytes]],
+                 mfn: int = 0, /) -> int: ...
 
 # ------------------------------------------------------------ _pydb_index.c
 

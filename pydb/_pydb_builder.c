@@ -36,6 +36,45 @@ static int build_batch(pydb_builder *b, const build_op *ops, size_t n,
     return rc;
 }
 
+/* The layout code of `name`, or -1 with ValueError set. */
+static int layout_arg(const char *name)
+{
+    int layout = pydb_layout_from_name(name);
+    if (layout < 0)
+        PyErr_Format(PyExc_ValueError, "unknown layout '%s' (isis-packed, "
+                     "isis-aligned, ffi-packed, ffi-aligned)", name);
+    return layout;
+}
+
+static PyObject *mod_record_size(PyObject *m, PyObject *args)
+{
+    /* _record_size(layout, mstxl, fields, mfn=0): pydb_record_size() on
+     * fields taken by the rule of fields_add() (values as bytes). */
+    module_state *st = PyModule_GetState(m);
+    PyObject *fields;
+    fieldbuf fb = FIELDBUF_INIT;
+    const char *layout_name;
+    int mstxl, layout, mfn = 0, rc;
+    int64_t mfrl = 0;
+    pydb_error e;
+
+    if (!PyArg_ParseTuple(args, "siO|i", &layout_name, &mstxl, &fields, &mfn))
+        return NULL;
+    layout = layout_arg(layout_name);
+    if (layout < 0) return NULL;
+    if (fields_add(st, &fb, fields, NULL, NULL) < 0) {
+        fields_free(&fb);
+        return NULL;
+    }
+    rc = pydb_record_size(&mfrl, layout, mstxl, mfn, fb.v, (uint32_t)fb.n, &e);
+    fields_free(&fb);
+    if (rc) {
+        set_error(st, rc, &e);
+        return NULL;
+    }
+    return PyLong_FromLongLong(mfrl);
+}
+
 static PyObject *mod_build(PyObject *m, PyObject *args)
 {
     /* _build(path, layout, mstxl, records, sync[, deleted]): records is an
@@ -57,11 +96,9 @@ static PyObject *mod_build(PyObject *m, PyObject *args)
                           &layout_name, &mstxl, &records, &sync, &deleted))
         return NULL;
     if (deleted == Py_None) deleted = NULL;
-    layout = pydb_layout_from_name(layout_name);
+    layout = layout_arg(layout_name);
     if (layout < 0) {
         Py_DECREF(pb);
-        PyErr_Format(PyExc_ValueError, "unknown layout '%s' (isis-packed, "
-                     "isis-aligned, ffi-packed, ffi-aligned)", layout_name);
         return NULL;
     }
     cpath = PyBytes_AS_STRING(pb);
@@ -128,6 +165,15 @@ static PyMethodDef builder_functions[] = {
      "(tag, bytes), or None for an MFN left out (XRF: physically deleted); "
      "the MFNs in the container `deleted` are stored logically deleted.  "
      "Returns the number of MFNs assigned."},
+    {"_record_size", mod_record_size, METH_VARARGS,
+     "_record_size(layout, mstxl, fields, mfn=0, /)\n--\n\n"
+     "The MFRL in bytes that a record of `fields` (a sequence of (tag, "
+     "bytes)) takes in `layout` (a LAYOUTS name) with MSTXL `mstxl`, as "
+     "the builder and transactions compute it (docs/isis-formats.md "
+     "§2.2-2.3).  RecordTooLargeError when the layout cannot hold it; "
+     "ValueError for an unknown layout, a bad MSTXL or tag; TypeError for "
+     "a value that is not bytes.  `mfn` only names the record in the "
+     "message."},
     {NULL}};
 
 int builder_exec(PyObject *m, module_state *st)

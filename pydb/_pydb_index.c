@@ -788,7 +788,7 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
                         "cannot attach an index during a transaction");
         return NULL;
     }
-    UNLOCKED(&db->guard, NULL,
+    UNLOCKED(&db->guard, &io->guard,
              rc = pydb_native_index_attach(io->ix, db->db, &e));
     if (rc) return set_error(st, rc, &e);
     io->hooked = 1;

@@ -2,7 +2,7 @@
  * _pydb_record.c - records for Python, both ways.
  *
  *   Record     a record version read from a master file (pydb_record);
- *              pydb.Record (pydb/record.py) subclasses it, and
+ *              pydb.Record (pydb/database.py) subclasses it, and
  *              _set_record_class() makes the binding create that class.
  *   Field      structseq (tag, value) with .raw, the items of
  *              Record.fields.

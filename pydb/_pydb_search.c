@@ -35,7 +35,7 @@ static Py_ssize_t char_offset(PyObject *encoded, int64_t off,
 PyDoc_STRVAR(search_doc,
 "_search(index, expr, db=None)\n--\n\n"
 "Evaluate the CDS/ISIS search expression `expr` (str; docs/isis-formats.md §6,\n"
-"the language of csrc/search.c) against `index` (an Index).  The\n"
+"the language of csrc/search_parse.c) against `index` (an Index).  The\n"
 "expression is encoded with `db`'s encoding when a Database is given,\n"
 "else UTF-8.  With `db`, MFNs whose record is not active (logically or\n"
 "physically deleted, never created) are dropped; the native index a\n"

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _pydb
-from .database import Database, Record
+from .database import LAYOUTS, Database, Record
 from .database import open as open_db
 from .errors import CorruptionError, IsoRecordError, RecordTooLargeError
 from .iso2709 import Report, check_on_error, is_utf8, read, write
@@ -47,11 +47,6 @@ Progress = Callable[[int], object]
 #: One record on its way into a database: (MFN or None, deleted, fields as
 #: (tag, bytes), where = (record number, byte offset) for error messages).
 Incoming = tuple[int | None, bool, list[tuple[Any, bytes]], tuple[int, int]]
-
-#: Leader geometry of each layout, for the size check of :func:`_load`:
-#: (leader bytes, directory entry bytes, FFI).  docs/isis-formats.md §2.2.
-_GEOM = {"isis-packed": (18, 6, False), "isis-aligned": (20, 6, False),
-         "ffi-packed": (22, 10, True), "ffi-aligned": (24, 12, True)}
 
 
 def _db_records(db: Database, deleted: bool, on_error: str, report: Report,
@@ -263,11 +258,9 @@ def _load(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: int
     beyond the previous one is a record error, as is a tag outside
     1..65535 (as for :meth:`pydb.Database.append`)."""
     max_gap = _check_max_gap(max_gap)
-    if layout not in _GEOM:
+    if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} (isis-packed, isis-aligned, "
                          "ffi-packed, ffi-aligned)")
-    leader, entry, ffi = _GEOM[layout]
-    align = 2 ** mstxl if mstxl else 2
     base = base_name(db_path)
     deleted_mfns: set[int] = set()
 
@@ -299,12 +292,12 @@ def _load(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: int
                     bad = f"tag {tag!r} is not an ISIS tag (1..65535)"
                     break
                 out.append((tag, value))
-            if bad is None and not ffi:
-                size = leader + entry * len(out) + sum(len(v) for _, v in out)
-                size = (size + align - 1) // align * align
-                if size > 32767:
-                    bad = (f"record needs {size} bytes; the {layout} layout allows 32767 "
-                           "(use an FFI layout for larger records)")
+            if bad is None:
+                # the size rule of the core (record.c), before the batch
+                try:
+                    _pydb._record_size(layout, mstxl, out, mfn if mfn is not None else last + 1)
+                except RecordTooLargeError as e:
+                    bad = str(e)
             if bad is not None:
                 problem(where, bad, mfn)
                 continue

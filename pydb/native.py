@@ -3,7 +3,7 @@
 The index lives beside the master file in the directory ``<base>.pdx``:
 a ``MANIFEST`` (key rules, FST, stop words, live segments) and immutable
 segment files (sorted term dictionary in prefix-compressed blocks,
-delta/varint-compressed posting lists, tombstones); see csrc/nidx.c and
+delta/varint-compressed posting lists, tombstones); see csrc/nidx_seg.c and
 docs/design.md §5.  Commits made through the write path update the index
 in the same transaction (a Database opened for writing attaches its native
 index when it opens, see :attr:`pydb.Database.index`): each adds a small

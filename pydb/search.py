@@ -25,7 +25,7 @@ nest: ``A + B`` keeps both lists, ``A * B`` the postings of A and B in the
 records they share, ``A ^ B`` those of A in records without B, ``(G)``,
 ``(F)`` and proximity the postings of each side that found a partner on
 the other side -- ``(A . B) . C`` finds C near A or B where A and B are
-near each other.  The answer is the sorted, distinct MFNs; csrc/search.c
+near each other.  The answer is the sorted, distinct MFNs; csrc/search_eval.c
 has the full definition.
 """
 

@@ -132,3 +132,32 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(TypeError):
         _pydb._build(str(tmp_path / "y"), "isis-packed", 0, [[(1, "not bytes")]], True)
     assert not (tmp_path / "y.mst").exists()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mstxl", [0, 3])
+def test_record_size_is_what_the_builder_writes(tmp_path, layout, mstxl):
+    """_pydb._record_size (the check ISO/JSON Lines import makes before a
+    batch) gives the MFRL the builder writes, and the GEOM table's rule
+    (leader + entries + data, rounded up to 2 or 2^MSTXL)."""
+    records = [[(1, b"x")], [(24, b"A title"), (70, b"Smith, J.")] * 3, []]
+    base = build_db(tmp_path / "db", layout, records, mstxl=mstxl)
+    align = 2 ** mstxl if mstxl else 2
+    with pydb.open(base) as db:
+        for mfn, fields in enumerate(records, 1):
+            size = _pydb._record_size(layout, mstxl, fields, mfn)
+            assert db[mfn].mfrl == size
+            raw = GEOM[layout]["leader"] + GEOM[layout]["entry"] * len(fields) \
+                + sum(len(v) for _, v in fields)
+            assert size == -(-raw // align) * align
+
+
+def test_record_size_refuses_what_the_layout_cannot_hold():
+    big = [(1, b"x" * 32760)]
+    with pytest.raises(pydb.RecordTooLargeError, match="MFN 9 needs 32784 bytes"):
+        _pydb._record_size("isis-packed", 0, big, 9)
+    assert _pydb._record_size("ffi-packed", 0, big) == 22 + 10 + 32760
+    with pytest.raises(ValueError):
+        _pydb._record_size("isis-packed", 7, big)
+    with pytest.raises(ValueError):
+        _pydb._record_size("nope", 0, big)

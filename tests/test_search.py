@@ -1,4 +1,4 @@
-"""The search language (csrc/search.c, pydb/search.py; docs/isis-formats.md §6)
+"""The search language (csrc/search_parse.c, search_eval.c, pydb/search.py; docs/isis-formats.md §6)
 over the in-memory index (csrc/memindex.c).
 
 Every expected MFN list below was worked out by hand from TABLE, whose
@@ -413,7 +413,7 @@ def _xrf_put(base, mfn, raw):
 
 def test_deleted_records_dense_and_sparse(tmp_path):
     """Dense results are checked by a scan of the XRF, sparse ones entry
-    by entry (csrc/search.c drop_inactive); both give the same answer."""
+    by entry (csrc/search_eval.c drop_inactive); both give the same answer."""
     base = tmp_path / "many"
     _pydb._build(str(base), "isis-packed", 0, [[(1, b"r%d" % i)] for i in range(300)], True)
     with pydb.open(base) as db:
@@ -505,7 +505,7 @@ def _key_form(term: str) -> bytes:
 
 
 def ref_eval(node, table):
-    """The semantics of csrc/search.c's DESIGN note 3, by brute force on
+    """The semantics of the DESIGN note 3 of csrc/search_eval.c, by brute force on
     sets of postings."""
     kind = node[0]
     if kind == "term":

@@ -1,4 +1,4 @@
-"""The write path (csrc/write.c): transactions with the ISIS update
+"""The write path (csrc/txn.c, csrc/wal.c): transactions with the ISIS update
 technique (docs/isis-formats.md §2.3, §2.4, §3.2, §10), every layout and MSTXL,
 the write-ahead log and recovery, locks, and every real master file under
 ../shared/data/isis copied, updated and re-read."""
