@@ -168,7 +168,7 @@ class Database(_pydb.Database):
         index (tried: the path as given, then the .mst's own name), or
         None."""
         bases = [base_name(self.path),
-                 os.path.splitext(os.fsdecode(self.info()["mst_path"]))[0]]
+                 base_name(self.info()["mst_path"])]
         for base in bases:
             if has_native_index(base):
                 return base

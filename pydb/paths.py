@@ -55,11 +55,23 @@ def base_name(path: PathArg) -> str:
 
 
 def existing_file(base: str) -> str | None:
-    """The first of ``base`` + ``.mst``, ``.xrf``, ``.MST``, ``.XRF`` that
-    exists (any kind of file), or None: does a database exist at `base`?"""
+    """A master or cross-reference file of `base` that exists (any kind of
+    file), or None: does a database exist at `base`?  ``.mst``, ``.xrf``,
+    ``.MST`` and ``.XRF`` are tried first, then the directory is searched
+    without regard to case (``Cds.Mst``), as the core finds files
+    (csrc/path.c)."""
     for ext in (".mst", ".xrf", ".MST", ".XRF"):
         if os.path.exists(base + ext):
             return base + ext
+    folder, name = os.path.split(base)
+    try:
+        entries = sorted(os.listdir(folder or "."))
+    except OSError:
+        return None
+    wanted = {(name + ext).lower() for ext in DB_EXTENSIONS}
+    for entry in entries:
+        if entry.lower() in wanted:
+            return os.path.join(folder, entry)
     return None
 
 

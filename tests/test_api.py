@@ -164,3 +164,13 @@ def test_iteration_stops_with_closed_error_after_close(isis_data):
         next(it)
 
 
+
+
+def test_create_refuses_a_database_whose_files_differ_in_case(tmp_path):
+    """create("x/cds") beside an existing x/Cds.Mst is refused, as the
+    core would open those files for "x/cds" (names match in any case)."""
+    pydb.create(tmp_path / "Cds").close()
+    (tmp_path / "Cds.mst").rename(tmp_path / "Cds.Mst")
+    (tmp_path / "Cds.xrf").rename(tmp_path / "Cds.Xrf")
+    with pytest.raises(pydb.DatabaseExistsError):
+        pydb.create(tmp_path / "cds")
