@@ -39,8 +39,8 @@ else:
 
 class BuildWithCrashtest(build_ext):
     """build_ext that also links benchmarks/crashtest.c against the core
-    into <package>/pydb-crashtest, and in a git checkout also puts both
-    into the checkout's pydb/ (see copy_into_checkout)."""
+    into <package>/pydb-crashtest, and also puts both into the source
+    tree's pydb/ (see copy_into_checkout)."""
 
     def run(self):
         super().run()
@@ -50,16 +50,14 @@ class BuildWithCrashtest(build_ext):
                                      for e in self.extensions] + [crashtest])
 
     def copy_into_checkout(self, built):
-        """`pip install .` run in a git checkout: copy the extension and
-        pydb-crashtest just built from these sources into the checkout's
-        pydb/ as well.  `python -m pydb` started in the checkout imports
-        ./pydb before the installed copy, and so runs this build of these
-        sources; a checkout with no build at all stops at import with a
-        message saying how to build (pydb/__init__.py).  Outside a git
-        checkout (an sdist) nothing is copied."""
+        """`pip install .`: copy the extension and pydb-crashtest just built
+        from these sources into the source tree's pydb/ as well.
+        `python -m pydb` started in the source tree imports ./pydb before
+        the installed copy, and so runs this build of these sources; a
+        source tree with no build at all stops at import with a message
+        saying how to build (pydb/_checkout.py, which calls any folder with
+        setup.py beside pydb/ a source tree, as this does)."""
         here = os.path.dirname(os.path.abspath(__file__))
-        if not os.path.exists(os.path.join(here, ".git")):
-            return
         for path in built:
             shutil.copy2(path, os.path.join(here, "pydb", os.path.basename(path)))
 

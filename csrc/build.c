@@ -19,12 +19,10 @@
 #include "pydb_int.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define OUTBUF (1 << 16)
 
 struct pydb_builder {
     int fd_mst, fd_xrf;

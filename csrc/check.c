@@ -260,22 +260,6 @@ static void tab_add(ck *c, int64_t off, uint32_t mfrl, int32_t mfn)
 
 /* ------------------------------------------------------------ records */
 
-/* |MFRL| and BASE of the leader at h (record.c decodes it). */
-static int64_t leader_mfrl(const ck *c, const uint8_t *h, int *locked)
-{
-    pydb_leader l;
-    pydb__leader_decode(&l, c->g, h);
-    *locked = l.locked;
-    return l.mfrl;
-}
-
-static int64_t leader_base(const ck *c, const uint8_t *h)
-{
-    pydb_leader l;
-    pydb__leader_decode(&l, c->g, h);
-    return l.base;
-}
-
 /* Make the directory buffer hold n bytes (n <= leader + 65535 * 12). */
 static int dir_reserve(ck *c, size_t n)
 {
@@ -304,6 +288,7 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
     int64_t mfbwb, mfbwp, lim = PYDB_BLOCK - (g->leader - 4);
     int32_t got;
     int locked, status, order_reported = 0;
+    pydb_leader l;
     uint8_t *h;
 
     if (size - off < g->leader) {
@@ -317,14 +302,16 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
     h = c->dir;
     if (ck_read(c, &c->db->mst, h, (size_t)g->leader, off, mfn, "leader"))
         return -1;
-    got = (int32_t)pydb__u32(h);
+    pydb__leader_decode(&l, g, h);  /* record.c; every field checked below */
+    got = l.mfn;
     if (got != mfn) {
         report(c, PYDB_CHECK_MFN_MISMATCH, mfn, path, off,
                "the %s of MFN %d at offset %lld carries MFN %d in its "
                "leader", what, (int)mfn, (long long)off, (int)got);
         return -1;
     }
-    mfrl = leader_mfrl(c, h, &locked);
+    mfrl = l.mfrl;
+    locked = l.locked;
     if (mfrl < g->leader || mfrl > c->max_mfrl) {
         report(c, PYDB_CHECK_MFRL, mfn, path, off + g->off_mfrl,
                "%s of MFN %d at offset %lld: impossible MFRL %lld "
@@ -372,8 +359,8 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
                off % c->align ? "not on the record alignment boundary"
                               : "its leader splits a 512-byte block "
                                 "(never-split rule)");
-    base = leader_base(c, h);
-    nvf = pydb__u16(h + g->off_nvf);
+    base = l.base;
+    nvf = l.nvf;
     if (base != g->leader + nvf * g->entry || base > mfrl) {
         report(c, PYDB_CHECK_BASE, mfn, path, off + g->off_base,
                "%s of MFN %d at offset %lld: BASE %lld and NVF %lld do "
@@ -382,7 +369,7 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
                (long long)(g->leader + nvf * g->entry), (long long)mfrl);
         return -1;
     }
-    status = pydb__u16(h + g->off_status);
+    status = l.status;
     if (status > 1)
         report(c, PYDB_CHECK_STATUS, mfn, path, off + g->off_status,
                "%s of MFN %d at offset %lld: STATUS %d (0 active, 1 "
@@ -393,8 +380,8 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
                "record of MFN %d at offset %lld: STATUS %d but the XRF "
                "pointer is %s", (int)mfn, (long long)off, status,
                status ? "positive (active)" : "negated (deleted)");
-    mfbwb = (int32_t)pydb__u32(h + g->off_mfbwb);
-    mfbwp = pydb__u16(h + g->off_mfbwp);
+    mfbwb = l.mfbwb;
+    mfbwp = l.mfbwp;
     vi->mfrl = (uint32_t)mfrl;
     vi->back = -1;
     if (mfbwb != 0 || mfbwp != 0) {
@@ -680,25 +667,22 @@ static int plausible(ck *c, int64_t q, int64_t limit, int64_t *mfrl,
 {
     const pydb_geom *g = c->g;
     const uint8_t *h = peek(c, q, g->leader);
-    int64_t base, nvf, m, i, mfbwb, mfbwp;
-    int locked;
+    pydb_leader l;
+    int64_t base, m, i;
     if (!h) return 0;
-    *mfn = (int32_t)pydb__u32(h);
+    pydb__leader_decode(&l, g, h);
+    *mfn = l.mfn;
     if (*mfn < 1 || *mfn > c->next_mfn) return 0;
-    m = leader_mfrl(c, h, &locked);
-    base = leader_base(c, h);
-    nvf = pydb__u16(h + g->off_nvf);
-    mfbwb = (int32_t)pydb__u32(h + g->off_mfbwb);
-    mfbwp = pydb__u16(h + g->off_mfbwp);
+    m = l.mfrl;
+    base = l.base;
     if (m < g->leader || m > c->max_mfrl || q + m > limit) return 0;
-    if (base != g->leader + nvf * g->entry || base > m) return 0;
-    if (pydb__u16(h + g->off_status) > 1 || mfbwb < 0 ||
-        mfbwp >= PYDB_BLOCK)
+    if (base != g->leader + l.nvf * g->entry || base > m) return 0;
+    if (l.status > 1 || l.mfbwb < 0 || l.mfbwp >= PYDB_BLOCK)
         return 0;
     if (base <= CHUNK) {
         const uint8_t *d = peek(c, q, base);
         if (!d) return 0;
-        for (i = 0; i < nvf; i++) {
+        for (i = 0; i < l.nvf; i++) {
             const uint8_t *e = d + g->leader + i * g->entry;
             int64_t pos, len;
             pydb__dir_entry(g, e, &pos, &len);

@@ -11,40 +11,40 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Fill *err (if not NULL); the one body of both setters below. */
+static void error_fill(pydb_error *err, int code, int sys_errno,
+                       const char *path, int64_t offset, const char *src_file,
+                       int src_line, const char *fmt, va_list ap)
+{
+    if (!err) return;
+    err->code = code;
+    err->sys_errno = sys_errno;
+    err->offset = offset;
+    snprintf(err->path, sizeof err->path, "%s", path ? path : "");
+    vsnprintf(err->message, sizeof err->message, fmt ? fmt : "", ap);
+    err->src_file = src_file;
+    err->src_line = src_line;
+}
+
 int pydb__error_set(pydb_error *err, int code, int sys_errno, const char *path,
                     int64_t offset, const char *src_file, int src_line,
                     const char *fmt, ...)
 {
-    if (err) {
-        va_list ap;
-        err->code = code;
-        err->sys_errno = sys_errno;
-        err->offset = offset;
-        snprintf(err->path, sizeof err->path, "%s", path ? path : "");
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-        err->src_file = src_file;
-        err->src_line = src_line;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    error_fill(err, code, sys_errno, path, offset, src_file, src_line, fmt, ap);
+    va_end(ap);
     return code;
 }
 
 int pydb_error_set(pydb_error *err, int code, const char *path,
                    int64_t offset, const char *fmt, ...)
 {
-    if (err) {
-        va_list ap;
-        err->code = code;
-        err->sys_errno = 0;
-        err->offset = offset;
-        snprintf(err->path, sizeof err->path, "%s", path ? path : "");
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt ? fmt : "", ap);
-        va_end(ap);
-        err->src_file = "";   /* raised outside csrc/ */
-        err->src_line = 0;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    /* raised outside csrc/: no source location */
+    error_fill(err, code, 0, path, offset, "", 0, fmt, ap);
+    va_end(ap);
     return code;
 }
 

@@ -235,9 +235,6 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     int rc;
 
     *out = NULL;
-    if (!path || !*path || strlen(path) >= sizeof base)
-        return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
-                          "empty or too long database path");
     if (io < 0 || io > 2 || lock < 0 || lock > 1)
         return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "bad io or lock mode");
     rc = pydb__db_paths(base, sizeof base, mst, sizeof mst, xrf, sizeof xrf,

@@ -13,8 +13,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -69,15 +67,7 @@ int pydb__isis_ixfile_open(ixfile *x, const char *path, pydb_error *err)
     return PYDB_OK;
 }
 
-
-
-
-
-
-
-
 /* ------------------------------------------------------------- records */
-
 
 /* Read record r of the node file (leaf 0, tr->nrec bytes) or the leaf
  * file (leaf 1, tr->lrec bytes) into buf and check POS/OCK/IT; *ock =
@@ -124,13 +114,11 @@ int pydb__isis_read_node(const tree *tr, int32_t r, uint8_t *buf, int *ock,
     return read_rec(tr, 0, r, buf, ock, err);
 }
 
-
 int pydb__isis_read_leaf(const tree *tr, int32_t r, uint8_t *buf, int *ock,
                          pydb_error *err)
 {
     return read_rec(tr, 1, r, buf, ock, err);
 }
-
 
 /* Descend from the root to the leaf that may hold `key` (any length,
  * compared blank-padded): at each node the last entry whose KEY <= key,
@@ -307,7 +295,6 @@ int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
     return PYDB_OK;
 }
 
-
 void pydb__isis_lind_entry(const isis_index *ix, const tree *tr,
                            const uint8_t *e, lind_ref *r)
 {
@@ -457,7 +444,6 @@ static int entry_postings(const isis_index *ix, const tree *tr,
 }
 
 /* ------------------------------------------------------------- cursor */
-
 
 void pydb__isis_cursor_free(cursor *c)
 {

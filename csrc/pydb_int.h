@@ -165,7 +165,7 @@ static inline int pydb__seq_retry(const pydb_db *db, uint64_t s)
  * records that another handle or process committed after it was opened
  * (read.c: a read of an MFN past the known end needs it).
  * Never lowers what the handle knows.  Best effort: returns 0. */
-int pydb__refresh(pydb_db *db);
+void pydb__refresh(pydb_db *db);
 /* Raise the cached file sizes to what fstat says now (they never shrink);
  * 1 if one grew, else 0. */
 int pydb__refresh_sizes(pydb_db *db);

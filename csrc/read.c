@@ -68,9 +68,7 @@ static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
                             (int)mfn, (int)raw, (long long)e->offset,
                             db->mst.path, (long long)pydb__fsize(&db->mst));
     /* what a reader may follow: a record start inside the master file */
-    PYDB_ASSERT(e->offset >= PYDB_CTL_SIZE &&
-                e->offset < pydb__fsize(&db->mst) &&
-                (e->offset & ((1 << db->mstxl) - 1)) == 0);
+    PYDB_ASSERT((e->offset & ((1 << db->mstxl) - 1)) == 0);
     return PYDB_OK;
 }
 
@@ -184,6 +182,13 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     return pydb__record_decode(*rec, g, &l, off, path, err);
 }
 
+/* Whether the XRF entry points at a stored version (active, or logically
+ * deleted and still readable). */
+static int has_version(const pydb_xrf_entry *e)
+{
+    return e->state == PYDB_XRF_ACTIVE || e->state == PYDB_XRF_LDELETED;
+}
+
 static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
                         pydb_error *err, int nowait)
 {
@@ -196,8 +201,7 @@ static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
             return PYDB_EWOULDBLOCK;
     }
     rc = xrf_get(&e, db, mfn, err, nowait);
-    if (rc == PYDB_OK &&
-        (e.state == PYDB_XRF_ACTIVE || e.state == PYDB_XRF_LDELETED))
+    if (rc == PYDB_OK && has_version(&e))
         rc = read_version(rec, db, mfn, e.offset, err, nowait);
     if (rc == PYDB_ECORRUPT) {
         /* Another handle or process may have committed since our sizes
@@ -210,8 +214,7 @@ static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
         }
         if (pydb__refresh_sizes(db)) {
             rc = xrf_get(&e, db, mfn, err, 0);
-            if (rc == PYDB_OK &&
-                (e.state == PYDB_XRF_ACTIVE || e.state == PYDB_XRF_LDELETED))
+            if (rc == PYDB_OK && has_version(&e))
                 rc = read_version(rec, db, mfn, e.offset, err, 0);
         }
     }
@@ -400,7 +403,7 @@ int pydb_refresh(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
-int pydb__refresh(pydb_db *db)
+void pydb__refresh(pydb_db *db)
 {
     pydb_ctl v;
     int32_t cur;
@@ -414,7 +417,7 @@ int pydb__refresh(pydb_db *db)
     if (peek_control(db, &v) != 0 || v.next_mfn <= cur || !pydb__ctl_sane(&v) ||
         pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
         pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK > pydb__fsize(&db->xrf))
-        return 0;
+        return;
     /* The control record is written last: the XRF entry of the highest
      * MFN it announces must be there already, else it is torn. */
     {
@@ -423,7 +426,7 @@ int pydb__refresh(pydb_db *db)
                      ((m - 1) % PYDB_XRF_PER_BLOCK) * 4;
         if (pydb__file_read(&db->xrf, PYDB_IO_PREAD, ent, 4, at, "XRF entry",
                             NULL) != PYDB_OK || pydb__u32(ent) == 0)
-            return 0;
+            return;
     }
     /* Publish: positions first, NXTMFN last (readers key on it). */
     __atomic_store_n(&db->next_block, v.next_block, __ATOMIC_RELAXED);
@@ -433,5 +436,4 @@ int pydb__refresh(pydb_db *db)
            !__atomic_compare_exchange_n(&db->next_mfn, &cur, v.next_mfn, 1,
                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
         ;
-    return 0;
 }

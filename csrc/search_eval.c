@@ -38,7 +38,6 @@
  * index interface, postings), the database (pydb_xrf reads for
  * drop_inactive).
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "search_int.h"

@@ -35,7 +35,7 @@ from .database import open as open_db
 from .errors import CorruptionError, IsoRecordError, RecordTooLargeError
 from .iso2709 import Report, check_on_error, is_utf8, read, write
 from .jsonl import encode_line, read_jsonl
-from .paths import PathArg, Source, base_name, existing_file, opened
+from .paths import PathArg, Source, base_name, existing_file, is_path, opened, source_name
 
 __all__ = ["export_iso", "import_iso", "export_jsonl", "import_jsonl",
            "APPEND_BATCH", "MAX_MFN_GAP", "MAX_MFN"]
@@ -90,7 +90,7 @@ def _atomic_target(handle: Database, path: Source) -> Iterator[Source]:
     failed export leaves no partial file and an existing `path` intact);
     a file object is yielded as it is.  A path that is one of the
     database's own files is refused before anything is written."""
-    if not isinstance(path, (str, bytes, os.PathLike)):
+    if not is_path(path):
         yield path
         return
     target = os.fsdecode(path)
@@ -514,7 +514,7 @@ def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed
     _check_max_gap(max_gap)
     errs: list[IsoRecordError] = []
     report = Report()
-    name = os.fsdecode(source) if isinstance(source, (str, bytes, os.PathLike)) else None
+    name = source_name(source)
 
     def records() -> Iterator[Incoming]:
         for rec in read_jsonl(source, encoding=encoding, on_error=on_error, errors=errs):

@@ -59,7 +59,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from .errors import CorruptionError, IsoRecordError
-from .paths import Source, opened, source_name
+from .paths import Source, is_path, opened, source_name
 
 __all__ = ["read", "write", "IsoRecord", "IsoReader", "Report", "FLAVOURS",
            "check_on_error", "is_utf8"]
@@ -228,7 +228,7 @@ class IsoReader:
         self._close: Callable[[], None] | None = None
         self.filename: str | None = source_name(source)
         self._buf: mmap.mmap | bytes | bytearray
-        if isinstance(source, (str, bytes, os.PathLike)):
+        if is_path(source):
             with open(source, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size:

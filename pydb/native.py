@@ -26,16 +26,10 @@ from typing import Any
 
 from . import _pydb
 from .fst import fst_text, read_text
+from .iso2709 import is_utf8
 from .paths import PathArg, base_name, find_sidecar
 
 __all__ = ["build_index"]
-
-
-def _is_utf8(encoding: str | None) -> bool:
-    """True if the codec name `encoding` spells UTF-8 (``"utf-8"``,
-    ``"UTF8"``, ``"utf_8"``); False for None, ``""`` and anything else.
-    (pydb.iso2709 has the same rule for the MARC leader.)"""
-    return encoding is not None and encoding.lower().replace("_", "-") in ("utf-8", "utf8")
 
 
 def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
@@ -91,7 +85,7 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
     else:
         stw_bytes = read_text(stw)
     if utf8 is None:
-        utf8 = _is_utf8(encoding)
+        utf8 = is_utf8(encoding)
     bar: Any = None
     callback: Callable[[int, int], object] | None = None
     if progress is True:

@@ -19,7 +19,10 @@ import contextlib
 import glob
 import os
 from collections.abc import Iterator
-from typing import IO, Any, Union
+from typing import IO, TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:  # typing.TypeIs is 3.13+; only mypy reads it here
+    from typing_extensions import TypeIs
 
 __all__ = ["PathArg", "Source", "DB_EXTENSIONS", "is_path", "base_name",
            "existing_file", "new_base_name", "find_sidecar", "has_native_index",
@@ -36,7 +39,7 @@ Source = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]", IO[bytes]]
 DB_EXTENSIONS = (".mst", ".xrf")
 
 
-def is_path(obj: object) -> bool:
+def is_path(obj: object) -> TypeIs[PathArg]:
     """True if `obj` is a path (str, bytes or os.PathLike), False for
     anything else (such as an open file object)."""
     return isinstance(obj, (str, bytes, os.PathLike))
@@ -126,7 +129,7 @@ def opened(source: Source, mode: str) -> Iterator[IO[bytes]]:
     """`source` as a binary file: a path is opened in `mode` (``"rb"`` or
     ``"wb"``) and closed when the block ends; a file object is yielded as
     it is and left open.  Raises OSError when the path cannot be opened."""
-    if isinstance(source, (str, bytes, os.PathLike)):
+    if is_path(source):
         with open(source, mode) as f:
             yield f   # type: ignore[misc]  # open() in a binary mode: IO[bytes]
     else:

@@ -29,7 +29,7 @@ import pydb
 import pydb.index as pindex
 from pydb.index import Index, Posting, Term
 
-from conftest import DATA, SANITIZER, data_path, hypothesis_examples, need
+from conftest import DATA, SANITIZER, data_path, hypothesis_examples, need, patch_file
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -492,11 +492,6 @@ def _classic_copy(tmp_path, rel=BIBL) -> Path:
     return tmp_path / "cds"
 
 
-def _patch(path: Path, off: int, data: bytes):
-    with open(path, "r+b") as f:
-        f.seek(off)
-        f.write(data)
-
 
 def _exercise(base) -> int:
     """Open, enumerate every key and decode every list; returns keys seen."""
@@ -529,17 +524,17 @@ def test_hostile_truncated_leaf_file(tmp_path):
 
 def test_hostile_bad_pos(tmp_path):
     base = _classic_copy(tmp_path, SAMPLE)   # leaves of 212 bytes
-    _patch(tmp_path / "cds.l01", 212 * 3, struct.pack("<i", 99))   # leaf 4
+    patch_file(tmp_path / "cds.l01", 212 * 3, struct.pack("<i", 99))   # leaf 4
     _expect_corrupt(base, ".l01", at=212 * 3)
     base = _classic_copy(tmp_path, SAMPLE)
-    _patch(tmp_path / "cds.n01", 0, struct.pack("<i", 7))          # node 1
+    patch_file(tmp_path / "cds.n01", 0, struct.pack("<i", 7))          # node 1
     _expect_corrupt(base, ".n01")
 
 
 def test_hostile_cyclic_leaf_chain(tmp_path):
     """Leaf 3's PS pointed back at leaf 1: the chain would loop."""
     base = _classic_copy(tmp_path, SAMPLE)
-    _patch(tmp_path / "cds.l01", 212 * 2 + 8, struct.pack("<i", 1))
+    patch_file(tmp_path / "cds.l01", 212 * 2 + 8, struct.pack("<i", 1))
     e = _expect_corrupt(base, ".l01")
     assert "ascend" in e.reason or "cycle" in e.reason
 
@@ -549,7 +544,7 @@ def test_hostile_cyclic_chain_cycle_guard(tmp_path):
     base = _classic_copy(tmp_path, BIBL)
     with Index.open_isis(need(BIBL)) as ix:
         n = ix.info["trees"][1]["leaves"]
-    _patch(tmp_path / "cds.l02", 392 * (n - 1) + 8, struct.pack("<i", n))
+    patch_file(tmp_path / "cds.l02", 392 * (n - 1) + 8, struct.pack("<i", n))
     _expect_corrupt(base, ".l02")
 
 
@@ -557,7 +552,7 @@ def test_hostile_posting_count_beyond_file(tmp_path):
     base = _classic_copy(tmp_path)
     ifp = tmp_path / "cds.ifp"
     # first list at block 1 word 2 (§4.5): header TOTP at word 4
-    _patch(ifp, 4 + 4 * 4, struct.pack("<i", 10 ** 8))
+    patch_file(ifp, 4 + 4 * 4, struct.pack("<i", 10 ** 8))
     _expect_corrupt(base, ".ifp", at=4 + 4 * 2)
 
 
@@ -567,14 +562,14 @@ def test_hostile_bad_cnt(tmp_path):
         f.write(b"xx")
     _expect_corrupt(base, ".cnt", at=0)
     base = _classic_copy(tmp_path)
-    _patch(tmp_path / "cds.cnt", 12, struct.pack("<i", 5))   # POSRX > NMAXPOS
+    patch_file(tmp_path / "cds.cnt", 12, struct.pack("<i", 5))   # POSRX > NMAXPOS
     _expect_corrupt(base, ".cnt", at=0)
 
 
 def test_hostile_lind_list_beyond_file(tmp_path):
     _copy_set(tmp_path, need(XCDS), {"cnt", "n01", "n02", "ly1", "ly2", "iyp", "mst"})
     # first entry of leaf 1: KEY[16], INFO1, INFO2 (count), INFO3
-    _patch(tmp_path / "cds.ly1", 16 + 16 + 4, struct.pack("<i", 10 ** 6))
+    patch_file(tmp_path / "cds.ly1", 16 + 16 + 4, struct.pack("<i", 10 ** 6))
     with pytest.raises(pydb.CorruptionError) as ei:
         _exercise(tmp_path / "cds")
     assert ei.value.filename.endswith((".iyp", ".ly1"))
@@ -606,7 +601,7 @@ if given is not None:
             p = d / f"cds.{ext}"
             if not p.exists() or p.stat().st_size == 0:
                 continue
-            _patch(p, int(where * p.stat().st_size), data)
+            patch_file(p, int(where * p.stat().st_size), data)
         try:
             _exercise(d / "cds")
         except pydb.CorruptionError as e:
