@@ -112,9 +112,22 @@ int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
     return PYDB_OK;
 }
 
-void pydb__wal_path(char *out, size_t sz, const char *base, const char *mst)
+/* <base>.<ext>, the extension upper-cased when the .mst's is. */
+static void sidecar_path(char *out, size_t sz, const char *base,
+                         const char *mst, const char *lower,
+                         const char *upper)
 {
     const char *dot = strrchr(mst, '.');
-    int upper = dot && strcmp(dot, ".MST") == 0;
-    pydb__path_ext(out, sz, base, upper ? "WAL" : "wal");
+    int up = dot && strcmp(dot, ".MST") == 0;
+    pydb__path_ext(out, sz, base, up ? upper : lower);
+}
+
+void pydb__wal_path(char *out, size_t sz, const char *base, const char *mst)
+{
+    sidecar_path(out, sz, base, mst, "wal", "WAL");
+}
+
+void pydb__shm_path(char *out, size_t sz, const char *base, const char *mst)
+{
+    sidecar_path(out, sz, base, mst, "shm", "SHM");
 }

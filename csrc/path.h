@@ -43,5 +43,8 @@ int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
 /* The write-ahead log of database `base` whose master file is `mst`: the
  * extension follows the case of the master file's (BIBL.MST: BIBL.WAL). */
 void pydb__wal_path(char *out, size_t sz, const char *base, const char *mst);
+/* The commit header beside the master file: <base>.shm, with the case of
+ * the .mst's extension (as pydb__wal_path). */
+void pydb__shm_path(char *out, size_t sz, const char *base, const char *mst);
 
 #endif

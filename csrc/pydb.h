@@ -14,6 +14,7 @@
  *   1. version and conventions
  *   2. errors
  *   3. handle and reads          pydb_open, pydb_read, pydb_refresh, ...
+ *   3b. snapshots                pydb_snapshot_* (one pinned commit)
  *   4. bulk builder              pydb_builder_* (a new database)
  *   5. transactions, commit hook pydb_create, pydb_txn_*, pydb_commit_hook
  *   6. index and search          pydb_index_*, pydb_isis_index_*,
@@ -336,6 +337,90 @@ int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
  * and MADV_DONTNEED on the mappings in mmap mode), for cold-cache
  * benchmarks.  Best effort; PYDB_EIO when the advice is refused. */
 int pydb_drop_cache(pydb_db *db, pydb_error *err);
+
+/* ======================================================================
+ * 3b. Snapshots: one committed state, pinned
+ *
+ * Every read of group 3 sees one committed state: the latest commit that
+ * was published when the call started (docs/design.md §6).  Writers
+ * publish each commit in the commit header <base>.shm beside the .mst
+ * (its format: csrc/shm.h and docs/design.md §6), a small memory-mapped
+ * file that readers in every process copy without locks; a record
+ * version a later, unpublished commit wrote is never returned (the read
+ * follows the back pointers to the version that commit replaced).
+ *
+ * A snapshot pins one commit for many reads: records, counts, listings,
+ * the native index (pydb_snapshot_index) and the validator
+ * (pydb_snapshot_check) all answer as of that commit while writers in
+ * this and other processes go on committing.  It is registered in the
+ * reader table of the commit header, so that nothing it may still read
+ * (a segment file of the index, a record version) is removed before it
+ * is released; the entry of a process that dies is found and cleared by
+ * the next writer that looks (docs/design.md §6).
+ *
+ * How a snapshot finds its versions: the master file is append-only, so
+ * every version a commit wrote lies at or after the end of the records
+ * of the commit before it (NXTMFB/NXTMFP).  A snapshot keeps that end
+ * (pydb_snapshot_info.mst_end); a version at or past it is newer than
+ * the snapshot, and its back pointer (MFBWB/MFBWP) leads to the version
+ * the snapshot saw.  XRF flags (PYDB_FLAG_*) are those of the latest XRF
+ * entry: the flags of older commits are not kept.
+ *
+ * Without a usable commit header (read-only media, a file pydb cannot
+ * create, one that is damaged or from a future version: never trusted)
+ * the committed state is read from the control record, as other CDS/ISIS
+ * programs do, and snapshots are not registered.
+ *
+ * Threads: a snapshot may be read by any number of threads at once;
+ * pydb_snapshot_release() must not run concurrently with a read on it,
+ * and every snapshot must be released before pydb_close() of its
+ * database.
+ * ====================================================================== */
+typedef struct pydb_snapshot pydb_snapshot;   /* opaque */
+
+/* Pin the latest published commit of `db`.  Costs a copy of the commit
+ * header and one claimed slot of the reader table (no file I/O when the
+ * header is usable).  *out: pydb_snapshot_release().  Errors:
+ * PYDB_ELOCKED (the reader table is full of live readers), PYDB_ENOMEM,
+ * PYDB_EINVAL (db NULL), and those of pydb_refresh() without a header. */
+int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err);
+/* Release the snapshot and its reader-table slot (NULL: nothing). */
+void pydb_snapshot_release(pydb_snapshot *snap);
+
+/* What a snapshot pins. */
+typedef struct pydb_snapshot_info {
+    uint64_t commit;     /* commit number from the header; 0 without one  */
+    int32_t next_mfn;    /* NXTMFN of that commit                          */
+    int32_t reccnt;      /* RECCNT of that commit                          */
+    int64_t mst_end;     /* end of its records (NXTMFB/NXTMFP), bytes      */
+    int64_t mst_size;    /* .mst bytes it may read                         */
+    int64_t xrf_size;    /* .xrf bytes it may read                         */
+    uint64_t index_gen;  /* native index MANIFEST generation; 0 unknown    */
+    int registered;      /* 1 if it holds a reader-table slot              */
+} pydb_snapshot_info;
+/* Fill *out (no I/O, cannot fail). */
+void pydb_snapshot_info_get(pydb_snapshot_info *out,
+                            const pydb_snapshot *snap);
+
+/* pydb_read() as of the snapshot: the version of `mfn` that was current
+ * at its commit (deleted = 1 if it was logically deleted then).  Errors
+ * as pydb_read(); PYDB_ENOTFOUND also for an MFN created after the
+ * snapshot; PYDB_ECORRUPT when the version chain does not lead back to
+ * a version the snapshot can see. */
+int pydb_snapshot_read(pydb_record **rec, const pydb_snapshot *snap,
+                       int32_t mfn, pydb_error *err);
+/* pydb_xrf_get() as of the snapshot (state and offset of the version
+ * the snapshot sees; raw and flags from the latest entry). */
+int pydb_snapshot_xrf_get(pydb_xrf_entry *out, const pydb_snapshot *snap,
+                          int32_t mfn, pydb_error *err);
+/* pydb_count() as of the snapshot. */
+int pydb_snapshot_count(pydb_counts *out, const pydb_snapshot *snap,
+                        pydb_error *err);
+/* pydb_list_mfns() as of the snapshot (*next ends at its NXTMFN). */
+int pydb_snapshot_list_mfns(int32_t *mfns, size_t cap, size_t *n,
+                            int32_t *next, const pydb_snapshot *snap,
+                            int32_t from, int include_deleted,
+                            pydb_error *err);
 
 /* ======================================================================
  * 4. Bulk builder: a new database, records appended in MFN order
@@ -767,6 +852,23 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
  * transaction). */
 int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
 
+/* A read-only view of `ix` as of the snapshot's commit: for a native
+ * index opened on the snapshot's database, the segment list of the
+ * MANIFEST generation that commit published; for an index that commits
+ * never change (ISIS inverted files, in-memory), a view of it as it is.
+ * Registered snapshots keep every segment file of their generation on
+ * disk.  *view: pydb_index_close() (the snapshot may be released first).
+ * Errors: PYDB_EINVAL (NULL arguments), PYDB_ECORRUPT, PYDB_EIO,
+ * PYDB_ENOMEM. */
+int pydb_snapshot_index(pydb_index **view, const pydb_snapshot *snap,
+                        pydb_index *ix, pydb_error *err);
+/* pydb_search() as of the snapshot: `view` from pydb_snapshot_index();
+ * the deleted-record rule of pydb_search() applied with the XRF as of
+ * the snapshot. */
+int pydb_snapshot_search(int32_t **mfns, size_t *n, pydb_index *view,
+                         const pydb_snapshot *snap, const char *expr,
+                         size_t len, pydb_error *err);
+
 /* ======================================================================
  * 8. Validator (csrc/check.c)
  *
@@ -888,6 +990,13 @@ int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
 /* pydb_check_ex() with only a problem callback (fn may be NULL). */
 int pydb_check(pydb_check_summary *out, pydb_db *db, pydb_check_fn fn,
                void *ctx, pydb_error *err);
+/* pydb_check_ex() of the committed state a snapshot pins: the walk
+ * sees the control-record values, XRF entries and versions of that commit
+ * (later commits' versions are followed back, not reported), so a
+ * database is judged sound while writers commit.  pydb_check_ex() runs on
+ * a snapshot it takes itself. */
+int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
+                        const pydb_check_options *opt, pydb_error *err);
 
 #ifdef __cplusplus
 }

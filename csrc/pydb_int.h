@@ -145,7 +145,34 @@ struct pydb_db {
     int wbusy;               /* a transaction is open                      */
     pthread_t wowner;        /* thread that began it                       */
     uint64_t commit_seq;     /* commits written to the log by this handle  */
+    /* ---- committed state (shm.c; read.c) ---- */
+    struct pydb_shm *shm;    /* commit header <base>.shm, or NULL (files
+                                mode: the state comes from the control
+                                record)                                   */
+    int shm_stale;           /* atomic: 1 while the header disagrees with
+                                the files and no writer holds the lock
+                                (another program wrote them): files mode */
+    char shm_path[1100];
     pydb_commit_hook hook;   /* hook.prepare == NULL: none                 */
+};
+
+/* A committed state: what one commit left in the files (shm.h publishes
+ * it; docs/design.md §6).  Versions at or after mst_end were written by
+ * later commits. */
+typedef struct pydb_state {
+    uint64_t commit;     /* commit number in the header; 0 in files mode */
+    int32_t next_mfn, next_block, next_pos, reccnt;
+    int64_t mst_end;     /* pydb__ctl_end(next_block, next_pos)          */
+    int64_t mst_size;    /* .mst bytes that hold the commit's data       */
+    int64_t xrf_size;    /* .xrf bytes                                   */
+    uint64_t index_gen;  /* native index MANIFEST generation; 0 unknown  */
+} pydb_state;
+
+/* A pinned committed state (pydb.h group 3b). */
+struct pydb_snapshot {
+    pydb_db *db;
+    pydb_state st;
+    int slot;            /* reader-table slot, or -1 (not registered)    */
 };
 
 static inline int32_t pydb__next_mfn(const pydb_db *db)
@@ -172,14 +199,40 @@ int pydb__refresh_sizes(pydb_db *db);
 
 /* ---- the reader (read.c) ---- */
 
-/* Call fn on each XRF entry of MFN from..NXTMFN-1, reading at most
+/* The committed state a plain read uses: the header's latest state, or
+ * in files mode (no usable header, or a stale one) the handle's view of
+ * the control record.  No file I/O with a usable header. */
+void pydb__state_now(pydb_state *st, pydb_db *db);
+
+/* Follow the version chain of `mfn` from the version at `off` back to the
+ * first version written before st->mst_end (off itself when it is
+ * older): *vis gets its offset, *status its leader STATUS (0 active, 1
+ * deleted).  Versions newer than the state are read with pread (they may
+ * lie past the sizes the state knows).  PYDB_ECORRUPT when a back pointer
+ * does not lead strictly backwards or the chain ends before a visible
+ * version; PYDB_EIO. */
+int pydb__version_visible(int64_t *vis, int *status, pydb_db *db,
+                          const pydb_state *st, int32_t mfn, int64_t off,
+                          pydb_error *err);
+/* The XRF entry of `mfn` as of st: state and offset of the version st
+ * sees (raw and flags of the latest entry).  PYDB_ENOTFOUND outside
+ * 1..st->next_mfn-1. */
+int pydb__xrf_get_in(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
+                     int32_t mfn, pydb_error *err);
+/* pydb_read() as of st. */
+int pydb__read_in(pydb_record **rec, pydb_db *db, const pydb_state *st,
+                  int32_t mfn, pydb_error *err);
+
+/* Call fn on each XRF entry of MFN from..st->next_mfn-1 as of st
+ * (entries resolved as pydb__xrf_get_in does), reading at most
  * max_blocks (<= 64) XRF blocks at a time (each inside the sequence
  * lock).  fn returns nonzero to stop; *stopped_at gets the MFN after the
  * one it stopped at (or NXTMFN).  0 or a PYDB error (a damaged entry is
  * PYDB_ECORRUPT). */
 typedef int (*pydb__xrf_visit)(void *ctx, int32_t mfn,
                                const pydb_xrf_entry *e);
-int pydb__xrf_scan(pydb_db *db, int32_t from, pydb__xrf_visit fn, void *ctx,
-                   int32_t *stopped_at, int64_t max_blocks, pydb_error *err);
+int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
+                   pydb__xrf_visit fn, void *ctx, int32_t *stopped_at,
+                   int64_t max_blocks, pydb_error *err);
 
 #endif

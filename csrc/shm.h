@@ -1,0 +1,114 @@
+/*
+ * shm.h - the commit header <base>.shm: the latest committed state of a
+ * database, published by its writer, and the reader table, shared by
+ * every process through a memory mapping (shm.c).
+ *
+ * The model is LMDB's lock file (mdb.c: "Reader Lock Table", the meta
+ * pages and mdb_txn_renew0's registration loop, mdb_reader_check's dead
+ * readers) and SQLite's WAL index header (wal.c: two copies of the
+ * header, read marks).  File format (native byte order and alignment: the
+ * file is shared by processes of one machine, never copied; all sizes in
+ * bytes):
+ *
+ *   0      magic "PYDBSHM1"
+ *   8      u32 version (PYDB_SHM_VERSION)
+ *   12     u32 bytes before the reader table (PYDB_SHM_HEAD = 4096)
+ *   16     u32 reader slots (PYDB_SHM_READERS)
+ *   20     u32 bytes per reader slot (64)
+ *   24     u64 latest: the commit number of the newest published state
+ *          (0: none yet); changes only after its state slot is complete
+ *   32     u64 creation stamp (wall clock, ns; informational)
+ *   64     state slot 0, 128 state slot 1: the state of commit n lives
+ *          in slot n % 2 (a double buffer: the slot of the latest commit
+ *          is never written while it is the latest):
+ *            0 u64 commit (0 while the slot is being written)
+ *            8 i32 NXTMFN, NXTMFB, NXTMFP, RECCNT
+ *           24 i64 mst_end, mst_size, xrf_size
+ *           48 u64 native index MANIFEST generation (0: unknown)
+ *           56 u32 CRC-32C of bytes 0..55    60 u32 0
+ *   4096   reader slots, 64 bytes each:
+ *            0 i32 pid (0: free)    4 u32 0
+ *            8 u64 process start time (/proc/<pid>/stat field 22; 0
+ *              unknown): a pid reused by a new process is not mistaken
+ *              for the reader that died
+ *           16 u64 commit the reader reads (0 while it registers)
+ *           24..63 0
+ *
+ * A reader copies the latest state without a lock: it loads `latest`,
+ * copies slot latest % 2, and keeps the copy if the slot's commit field
+ * read before and after the copy is `latest` and the CRC matches (else it
+ * tries again; the writer would have to publish twice during the copy).
+ * A writer killed while it writes a slot leaves `latest` on the other,
+ * complete slot: readers never wait for a dead writer.
+ *
+ * Registration (pydb__shm_pin): claim a free slot with a compare-and-swap
+ * of its pid, store the latest commit, then check that it is still the
+ * latest (else store the new one and check again).  A full fence on both
+ * sides (the writer publishes `latest`, fences, then scans) means a
+ * writer that scans after publishing commit n+1 sees every reader still
+ * on commit n.
+ *
+ * The file is created (and a new, empty file initialised) by any process
+ * that can write the directory; a damaged one (wrong magic, a future
+ * version, too short, another geometry) is reinitialised only by the
+ * writer, holding the writer lock (pydb__shm_reset), and is ignored by
+ * readers until then.  Without the file (read-only media) a handle reads
+ * the committed state from the control record (files mode).
+ *
+ * Depends on: util.h (CRC-32C), error.c, vfs.c.  Used by handle.c (open,
+ * close), read.c (the state a read uses), txn.c and wal.c (publishing,
+ * rebuilding) and the native index (segment files a reader may need).
+ */
+#ifndef PYDB_SHM_H
+#define PYDB_SHM_H
+
+#include "pydb_int.h"
+
+#define PYDB_SHM_MAGIC "PYDBSHM1"
+#define PYDB_SHM_VERSION 1
+#define PYDB_SHM_HEAD 4096
+#define PYDB_SHM_READERS 960
+#define PYDB_SHM_SLOT 64
+#define PYDB_SHM_SIZE (PYDB_SHM_HEAD + PYDB_SHM_READERS * PYDB_SHM_SLOT)
+
+typedef struct pydb_shm pydb_shm;
+
+/* Open (or create) the commit header `path` (<base>.shm; pydb__shm_path)
+ * and map it.  New files get the mode of the master file `mst_path`.
+ * PYDB_OK with *out = NULL when the file cannot be opened read-write or
+ * created (read-only media, permissions): the caller works in files mode.
+ * A file that exists but is not valid is still returned (mapped if it is
+ * long enough), with pydb__shm_valid() false.  Errors: PYDB_ENOMEM. */
+int pydb__shm_open(pydb_shm **out, const char *path, const char *mst_path,
+                   pydb_error *err);
+void pydb__shm_close(pydb_shm *s);
+/* 1 if the file has this version's layout (magic, version, geometry). */
+int pydb__shm_valid(const pydb_shm *s);
+/* With the writer lock held: make an invalid file valid again (a new
+ * layout, no state, an empty reader table).  PYDB_EIO on failure. */
+int pydb__shm_reset(pydb_shm *s, pydb_error *err);
+
+/* Copy the latest published state into *st: 0, or -1 when the file is
+ * not valid or holds no complete state.  Lock-free. */
+int pydb__shm_state(pydb_state *st, const pydb_shm *s);
+/* The commit number of the latest published state (0: none). */
+uint64_t pydb__shm_latest(const pydb_shm *s);
+/* With the writer lock held: publish *st as commit latest + 1 (sets
+ * st->commit).  No-op on an invalid file. */
+void pydb__shm_publish(pydb_shm *s, pydb_state *st);
+
+/* Register a reader at the latest commit (LMDB's registration loop);
+ * *slot gets the claimed slot, *st the state of that commit (st->commit
+ * == the registered commit; when the file holds no state, st->commit is
+ * 0 and the rest is left as it was).  PYDB_ELOCKED when every slot is
+ * held by a live process; -1 (no error set) on an invalid file. */
+int pydb__shm_pin(int *slot, pydb_state *st, pydb_shm *s, pydb_error *err);
+/* Release a slot from pydb__shm_pin (slot < 0: nothing). */
+void pydb__shm_unpin(pydb_shm *s, int slot);
+/* The oldest commit any live registered reader reads, or `latest` when
+ * none reads an older one; slots of dead processes are cleared on the
+ * way (kill(pid, 0) and the start time).  *readers (or NULL) gets the
+ * number of live registered readers. */
+uint64_t pydb__shm_oldest(pydb_shm *s, int *readers);
+
+#endif
