@@ -691,6 +691,17 @@ int pydb_refresh(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
+/* Whether a writer (a transaction of this handle, or any handle or
+ * process holding the writer lock on the log) is at work now. */
+static int writer_active(pydb_db *db)
+{
+    int busy;
+    pthread_mutex_lock(&db->wmutex);
+    busy = db->wbusy;
+    pthread_mutex_unlock(&db->wmutex);
+    return busy || (db->wal_path[0] && pydb__write_locked(db->wal_path));
+}
+
 /* Whether the header can be trusted against the control record *v just
  * read: they agree, or a pydb writer holds the lock (it publishes the
  * header right after it writes the control record). */
@@ -702,7 +713,7 @@ static void check_header(pydb_db *db, const pydb_ctl *v)
     if (!shm || pydb__shm_state(&st, shm) != 0) return;
     stale = (st.next_mfn != v->next_mfn || st.next_block != v->next_block ||
              st.next_pos != v->next_pos) &&
-            !pydb__writer_active(db);
+            !writer_active(db);
     __atomic_store_n(&db->shm_stale, stale, __ATOMIC_RELEASE);
 }
 

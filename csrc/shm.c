@@ -424,6 +424,11 @@ void pydb__shm_unpin(pydb_shm *s, int slot)
     uint8_t *r;
     if (slot < 0 || !pydb__shm_valid(s)) return;
     r = reader_at(s, slot);
+    /* Only the process that claimed the slot frees it: a child of fork()
+     * that releases a snapshot it inherited leaves its parent's slot. */
+    if (__atomic_load_n((int32_t *)(void *)(r + R_PID), __ATOMIC_ACQUIRE) !=
+        (int32_t)getpid())
+        return;
     __atomic_store_n((uint64_t *)(void *)(r + R_COMMIT), 0, __ATOMIC_RELAXED);
     __atomic_store_n((int32_t *)(void *)(r + R_PID), 0, __ATOMIC_RELEASE);
 }
