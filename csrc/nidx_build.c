@@ -263,7 +263,7 @@ static void collect_after(pydb_nidx_builder *b)
     pydb_txn *t;
     pydb_error e;
     if (pydb_txn_begin(&t, b->db, 0, &e) != PYDB_OK) return;
-    pydb__nidx_collect(b->dir, b->db->shm, NULL);
+    pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL);
     pydb_txn_abort(t);
 }
 
@@ -293,7 +293,7 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     /* from here on, under the writer lock */
     if ((rc = pydb_txn_begin(&t, b->db, BUILD_LOCK_MS, err))) goto cleanup;
     if ((rc = index_changes(&c, &delta, b, err))) goto cleanup;
-    gen = pydb__nidx_collect(b->dir, b->db->shm, NULL) + 1;
+    gen = pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL) + 1;
     gens[0] = gen;
     if (c.n) gens[ngens++] = gen + 1;
     written = 1;

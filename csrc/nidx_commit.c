@@ -211,7 +211,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     }
     if ((rc = pydb__nidx_refresh(x, 1, err))) goto cleanup;
     ss = pydb__nidx_acquire(x);
-    top = pydb__nidx_collect(x->dir, x->shm, ss);
+    top = pydb__nidx_collect(x->dir, pydb__nidx_header(x), ss);
     /* Too many segments: this commit's segment also takes in every
      * segment after the base (their dead postings dropped), so a
      * commit's cost stays proportional to the changes since the last

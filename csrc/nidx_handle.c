@@ -423,17 +423,36 @@ int pydb__nidx_is_native(const pydb_index *ix)
 
 /* ---- registration and loading a MANIFEST's segment set ---- */
 
-/* Open the commit header of the database at db_path (x->shm stays NULL
- * in files mode: no header, or no database files to find it by). */
-static void header_open(nidx *x, const char *db_path)
+/* Find the commit header of the database at db_path (its path and the
+ * master file's, in x; both left empty when the database files are not
+ * found: files mode for good). */
+static void header_find(nidx *x, const char *db_path)
 {
-    char base[1024], mst[1100], xrf[1100], path[1100];
+    char base[1024], xrf[1100];
     pydb_error e;
-    if (pydb__db_paths(base, sizeof base, mst, sizeof mst, xrf, sizeof xrf,
-                       db_path, &e) != PYDB_OK)
+    if (pydb__db_paths(base, sizeof base, x->mst_path, sizeof x->mst_path,
+                       xrf, sizeof xrf, db_path, &e) != PYDB_OK) {
+        x->mst_path[0] = '\0';
         return;
-    pydb__shm_path(path, sizeof path, base, mst);
-    if (pydb__shm_open(&x->shm, path, mst, &e) != PYDB_OK) x->shm = NULL;
+    }
+    pydb__shm_path(x->shm_path, sizeof x->shm_path, base, x->mst_path);
+}
+
+/* The commit header, mapped on first use (readers never create it: a
+ * database no writer of this version has opened yet has none until one
+ * does), or NULL (files mode). */
+struct pydb_shm *pydb__nidx_header(nidx *x)
+{
+    pydb_shm *s = __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE);
+    pydb_error e;
+    if (s || !x->shm_path[0]) return s;
+    pthread_mutex_lock(&x->mu);
+    if (!x->shm &&
+        pydb__shm_open(&s, x->shm_path, x->mst_path, 0, &e) == PYDB_OK && s)
+        __atomic_store_n(&x->shm, s, __ATOMIC_RELEASE);
+    s = x->shm;
+    pthread_mutex_unlock(&x->mu);
+    return s;
 }
 
 /* Register in the reader table at the latest commit: the slot, or -1
@@ -441,11 +460,11 @@ static void header_open(nidx *x, const char *db_path)
  * a table full of live readers). */
 static int register_reader(nidx *x)
 {
+    pydb_shm *s = pydb__nidx_header(x);
     pydb_state st;
     pydb_error e;
     int slot = -1;
-    if (!x->shm || pydb__shm_pin(&slot, &st, x->shm, &e) != PYDB_OK)
-        return -1;
+    if (!s || pydb__shm_pin(&slot, &st, s, &e) != PYDB_OK) return -1;
     return slot;
 }
 
@@ -505,7 +524,7 @@ again:
     }
     pydb__nsegset_finish(ns);
 cleanup:
-    if (slot >= 0) pydb__shm_unpin(x->shm, slot);
+    if (slot >= 0) pydb__shm_unpin(pydb__nidx_header(x), slot);
     if (rc == PYDB_OK) {
         *out = ns;
         return PYDB_OK;
@@ -539,7 +558,7 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
     if ((rc = pydb__nidx_dir(x->dir, sizeof x->dir, db_path, err)))
         goto cleanup;
     snprintf(x->manifest, sizeof x->manifest, "%s/MANIFEST", x->dir);
-    header_open(x, db_path);
+    header_find(x, db_path);
     if ((rc = load_set(&x->cur, &m, &data, x, NULL, 0, err))) goto cleanup;
     x->rules = m.rules;
     x->gen = m.gen;

@@ -75,7 +75,9 @@ typedef struct nidx {
     uint64_t gen;            /* MANIFEST generation of cur                 */
     nidx_segset *prev;       /* the set cur replaced, or NULL               */
     uint64_t prev_gen;
-    struct pydb_shm *shm;    /* the database's commit header, or NULL      */
+    struct pydb_shm *shm;    /* the database's commit header, or NULL
+                                (atomic; mapped on first use, then fixed) */
+    char shm_path[1100], mst_path[1100];   /* "" : no database files     */
     /* commit hook (nidx_commit.c) */
     pydb_put_file_fn put_file;
     void *put_ctx;
@@ -104,6 +106,10 @@ int pydb__nidx_refresh(nidx *x, int force, pydb_error *err);
  * is newer than the current set, which becomes the previous one; else
  * drop ns.  1 if installed, 0 if not. */
 int pydb__nidx_install(nidx *x, nidx_segset *ns, uint64_t gen);
+
+/* The database's commit header, mapped on first use (readers never
+ * create it), or NULL (files mode). */
+struct pydb_shm *pydb__nidx_header(nidx *x);
 
 /* Remove the segment files of dir that neither ss (may be NULL) nor the
  * MANIFEST on disk names, if no reader registered in the commit header
