@@ -188,6 +188,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     uint64_t *gens = NULL, gen, top;
     char path[1100];
     nidx_segset *ss = NULL;
+    const nidx_cfg *cfg;
     int rc = PYDB_OK, written = 0, merge;
 
     memset(&a, 0, sizeof a);
@@ -211,6 +212,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     }
     if ((rc = pydb__nidx_refresh(x, 1, err))) goto cleanup;
     ss = pydb__nidx_acquire(x);
+    cfg = ss->cfg;   /* the keys of the index as the MANIFEST now has it */
     top = pydb__nidx_collect(x->dir, pydb__nidx_header(x), ss);
     /* Too many segments: this commit's segment also takes in every
      * segment after the base (their dead postings dropped), so a
@@ -234,7 +236,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         size_t i = last[k].i;
         if (k + 1 < n && last[k + 1].mfn == last[k].mfn) continue;
         if (ch[i].after && !ch[i].deleted_after &&
-            (rc = pydb__fst_keys(x->fst, &x->rules, &x->sw, ch[i].mfn,
+            (rc = pydb__fst_keys(cfg->fst, &cfg->rules, &cfg->sw, ch[i].mfn,
                                  ch[i].after, ch[i].nafter, &x->scratch,
                                  pydb__nacc_add, &a, err)))
             goto cleanup;
@@ -260,8 +262,9 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     ngens = merge ? 1 : ss->n;
     for (size_t i = 0; i < ngens; i++) gens[i] = ss->v[i]->gen;
     gens[ngens++] = gen;
-    if ((rc = pydb__nman_encode(&man, gen, &x->rules, x->fst_text, x->fst_len,
-                                x->stw_text, x->stw_len, gens, ngens, err)))
+    if ((rc = pydb__nman_encode(&man, gen, &cfg->rules, cfg->fst_text,
+                                cfg->fst_len, cfg->stw_text, cfg->stw_len,
+                                gens, ngens, err)))
         goto cleanup;
     if ((rc = pydb__nseg_open(&x->pending, path, gen, err))) goto cleanup;
     x->pending_gen = gen;
@@ -317,6 +320,8 @@ static void hook_publish(void *ctx, pydb_txn *t)
         x->pending = NULL;
         return;
     }
+    ns->cfg = old->cfg;
+    atomic_fetch_add(&ns->cfg->refs, 1);
     for (size_t i = 0; i < keep; i++) {
         ns->v[i] = old->v[i];
         atomic_fetch_add(&old->v[i]->refs, 1);

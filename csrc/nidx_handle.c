@@ -18,9 +18,63 @@
 #include "nidx_handle.h"
 #include "shm.h"
 
+void pydb__ncfg_unref(nidx_cfg *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+    pydb_fst_free(c->fst);
+    pydb__stopwords_free(&c->sw);
+    free(c->fst_text);
+    free(c->stw_text);
+    free(c);
+}
+
+/* The configuration of manifest m (path: messages): `same` (a new
+ * reference) when it agrees with m, else a new one. */
+static int cfg_of(nidx_cfg **out, const nidx_manifest *m, nidx_cfg *same,
+                  const char *path, pydb_error *err)
+{
+    nidx_cfg *c;
+    int rc;
+
+    *out = NULL;
+    if (same && memcmp(&same->rules, &m->rules, sizeof m->rules) == 0 &&
+        same->fst_len == m->fst_len && same->stw_len == m->stw_len &&
+        memcmp(same->fst_text, m->fst, m->fst_len) == 0 &&
+        memcmp(same->stw_text, m->stw, m->stw_len) == 0) {
+        atomic_fetch_add(&same->refs, 1);
+        *out = same;
+        return PYDB_OK;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+    atomic_init(&c->refs, 1);
+    c->rules = m->rules;
+    c->fst_text = malloc(m->fst_len + 1);
+    c->stw_text = malloc(m->stw_len + 1);
+    if (!c->fst_text || !c->stw_text) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+        goto fail;
+    }
+    memcpy(c->fst_text, m->fst, m->fst_len);
+    c->fst_len = m->fst_len;
+    memcpy(c->stw_text, m->stw, m->stw_len);
+    c->stw_len = m->stw_len;
+    if ((rc = pydb_fst_parse(&c->fst, c->fst_text, c->fst_len, path, err)))
+        goto fail;
+    if ((rc = pydb__stopwords_parse(&c->sw, &c->rules, c->stw_text,
+                                    c->stw_len, err)))
+        goto fail;
+    *out = c;
+    return PYDB_OK;
+fail:
+    pydb__ncfg_unref(c);
+    return rc;
+}
+
 void pydb__nsegset_unref(nidx_segset *ss)
 {
     if (!ss || atomic_fetch_sub(&ss->refs, 1) != 1) return;
+    pydb__ncfg_unref(ss->cfg);
     for (size_t i = 0; i < ss->n; i++) {
         pydb__nseg_unref(ss->v[i]);
         if (ss->dead) free(ss->dead[i]);
@@ -319,8 +373,11 @@ static int nidx_key(pydb_index *ix, const uint8_t *term, size_t len,
                     uint8_t *out, size_t cap, size_t *out_len,
                     pydb_error *err)
 {
-    return pydb__key_normalize(&((nidx *)ix)->rules, term, len, out, cap,
-                               out_len, err);
+    nidx_segset *ss = pydb__nidx_acquire((nidx *)ix);
+    int rc = pydb__key_normalize(&ss->cfg->rules, term, len, out, cap,
+                                 out_len, err);
+    pydb__nsegset_unref(ss);
+    return rc;
 }
 
 static void nidx_close(pydb_index *ix)
@@ -333,11 +390,7 @@ static void nidx_close(pydb_index *ix)
     pydb__nsegset_unref(x->cur);
     pydb__nsegset_unref(x->prev);
     if (x->shm) pydb__shm_close(x->shm);
-    pydb_fst_free(x->fst);
-    pydb__stopwords_free(&x->sw);
     pydb__fst_scratch_free(&x->scratch);
-    free(x->fst_text);
-    free(x->stw_text);
     free(x->test_data);
     pthread_mutex_destroy(&x->mu);
     free(x);
@@ -399,7 +452,7 @@ static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
     v->base = x->base;
     v->base.ops = &view_ops;
     v->ss = ss;
-    v->rules = x->rules;
+    v->rules = ss->cfg->rules;
     memcpy(v->dir, x->dir, sizeof v->dir);
     *out = &v->base;
     return PYDB_OK;
@@ -510,6 +563,9 @@ again:
         goto cleanup;
     }
     ns->n = 0;
+    if ((rc = cfg_of(&ns->cfg, m, nshare && share[0] ? share[0]->cfg : NULL,
+                     x->manifest, err)))
+        goto cleanup;
     for (size_t i = 0; i < m->nsegs; i++) {
         nidx_seg *sg = shared_seg(share, nshare, m->segs[i]);
         if (!sg) {
@@ -560,28 +616,11 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
     snprintf(x->manifest, sizeof x->manifest, "%s/MANIFEST", x->dir);
     header_find(x, db_path);
     if ((rc = load_set(&x->cur, &m, &data, x, NULL, 0, err))) goto cleanup;
-    x->rules = m.rules;
     x->gen = m.gen;
-    x->fst_text = malloc(m.fst_len + 1);
-    x->stw_text = malloc(m.stw_len + 1);
-    if (!x->fst_text || !x->stw_text) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
-        goto cleanup;
-    }
-    memcpy(x->fst_text, m.fst, m.fst_len);
-    x->fst_len = m.fst_len;
-    memcpy(x->stw_text, m.stw, m.stw_len);
-    x->stw_len = m.stw_len;
-    if ((rc = pydb_fst_parse(&x->fst, x->fst_text, x->fst_len, x->manifest,
-                             err)))
-        goto cleanup;
-    rc = pydb__stopwords_parse(&x->sw, &x->rules, x->stw_text, x->stw_len,
-                               err);
 cleanup:
     free(m.segs);
     free(data);
     if (rc) {
-        if (!x->cur) x->cur = pydb__nsegset_new(0);   /* for nidx_close */
         nidx_close(&x->base);
         return rc;
     }

@@ -42,9 +42,29 @@
 #include "nidx_manifest.h"
 #include "nidx_seg.h"
 
+/* How keys are made, as a MANIFEST says (key rules, FST, stop words):
+ * shared by reference count between the segment sets of MANIFESTs that
+ * agree on it.  A rebuild with other rules or another FST gives its sets
+ * a new one, so a handle that adopts the rebuilt index makes keys (for
+ * searches and for its commits) the way that index does. */
+typedef struct nidx_cfg {
+    atomic_int refs;
+    pydb_keyrules rules;
+    pydb_fst *fst;
+    char *fst_text;
+    size_t fst_len;
+    uint8_t *stw_text;
+    size_t stw_len;
+    pydb_stopwords sw;
+} nidx_cfg;
+
+/* Drop one reference (NULL is ignored). */
+void pydb__ncfg_unref(nidx_cfg *c);
+
 /* The live segments, oldest first, shared by reference count. */
 typedef struct nidx_segset {
     atomic_int refs;
+    nidx_cfg *cfg;           /* how their keys were made (a reference)   */
     size_t n;
     nidx_seg **v;            /* oldest first */
     uint8_t *newer_tombs;    /* [i]: some segment after i has tombstones */
@@ -53,7 +73,8 @@ typedef struct nidx_segset {
     uint32_t *dead_bits;
 } nidx_segset;
 
-/* A set with room for n segments (n set; the caller fills v), or NULL. */
+/* A set with room for n segments (n set; the caller fills v and sets
+ * cfg), or NULL. */
 nidx_segset *pydb__nsegset_new(size_t n);
 /* Drop one reference (NULL is ignored). */
 void pydb__nsegset_unref(nidx_segset *ss);
@@ -63,13 +84,6 @@ void pydb__nsegset_finish(nidx_segset *ss);
 typedef struct nidx {
     pydb_index base;
     char dir[1024], manifest[1100];
-    pydb_keyrules rules;
-    pydb_stopwords sw;
-    pydb_fst *fst;
-    char *fst_text;
-    size_t fst_len;
-    uint8_t *stw_text;
-    size_t stw_len;
     pthread_mutex_t mu;
     nidx_segset *cur;
     uint64_t gen;            /* MANIFEST generation of cur                 */

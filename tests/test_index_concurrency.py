@@ -413,3 +413,51 @@ def test_snapshot_view_keeps_its_commit_while_another_process_merges(tmp_path):
         view.close()
     finally:
         kill(w)
+
+
+APPEND_ON_REQUEST = """
+import json, sys, pydb
+db = pydb.open(sys.argv[1], readonly=False, sync=False)
+for line in sys.stdin:
+    print(db.append([tuple(f) for f in json.loads(line)]), flush=True)
+"""
+
+
+def test_rebuild_with_another_fst_reaches_an_attached_writer(tmp_path):
+    """A rebuild told to use another FST (and key length) replaces the
+    index of a writable Database that another process holds open with the
+    index attached: that writer's next commit makes its keys by the new
+    FST, the segments of the old index are not brought back, and a reader
+    that opened the index before the rebuild searches by the new rules."""
+    base = tmp_path / "fst2"
+    with pydb.create(base, fst=FST) as db:
+        db.append([(1, "alpha one"), (2, "beta")])
+    (tmp_path / "new.fst").write_text("2 4 v2\n")
+    w = child(APPEND_ON_REQUEST, base)
+    assert w.stdin is not None and w.stdout is not None
+
+    def append(fields) -> int:
+        import json
+        w.stdin.write(json.dumps(fields) + "\n")
+        w.stdin.flush()
+        return int(w.stdout.readline())
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    try:
+        reader = pydb.open(base)
+        assert append([[1, "alpha two"], [2, "gamma"]]) == 2
+        assert [t.key for t in reader.terms()] == ["ALPHA", "ONE", "TWO"]
+        r = subprocess.run([sys.executable, "-m", "pydb", "index", str(base), "--quiet",
+                            "--fst", str(tmp_path / "new.fst"), "--max-key", "3"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert (r.returncode, r.stderr) == (0, "")
+        assert append([[1, "alpha three"], [2, "delta beta"]]) == 3
+        assert list(reader.terms()) == [("BET", 2), ("DEL", 1), ("GAM", 1)]
+        assert list(reader.search("beta")) == [1, 3]
+        assert list(reader.search("ALPHA")) == []
+        reader.close()
+    finally:
+        kill(w)
+    with pydb.open(base, readonly=False) as db:
+        assert list(db.terms()) == [("BET", 2), ("DEL", 1), ("GAM", 1)]
+        assert _pydb._native_index_stored(str(base))["fst"] == b"2 4 v2\n"
