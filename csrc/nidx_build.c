@@ -293,6 +293,10 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     /* from here on, under the writer lock */
     if ((rc = pydb_txn_begin(&t, b->db, BUILD_LOCK_MS, err))) goto cleanup;
     if ((rc = index_changes(&c, &delta, b, err))) goto cleanup;
+    /* S0 is read: its registration would keep the old index's segments
+     * on disk after this commit (pydb__nidx_collect) */
+    pydb_snapshot_release(b->snap);
+    b->snap = NULL;
     gen = pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL) + 1;
     gens[0] = gen;
     if (c.n) gens[ngens++] = gen + 1;

@@ -252,6 +252,11 @@ def test_index_command_keeps_the_stored_settings(tmp_path):
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stderr) == (0, "")
     assert _pydb._native_index_stored(str(base)) == before
+    # no reader was registered: the build removed the old index's segments
+    segs = sorted(p.name for p in Path(f"{base}.pdx").iterdir() if p.name.startswith("seg-"))
+    manifest = Path(f"{base}.pdx/MANIFEST").read_text(encoding="latin-1")
+    assert [ln.split()[1] for ln in manifest.splitlines() if ln.startswith("segment ")] == segs
+    assert len(segs) == 1
     with pydb.open(base) as db:
         assert [t.key for t in db.terms()] == ["CA", "DEJA", "EXTRAORDINAR", "VU"]
     # told otherwise, it follows
