@@ -817,9 +817,10 @@ static PyObject *native_stored(PyObject *m, PyObject *arg)
     pydb_error e;
     int rc;
 
+    const char *cpath;
     if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
-    UNLOCKED(NULL, NULL,
-             rc = pydb_native_index_stored(&s, PyBytes_AS_STRING(bytes), &e));
+    cpath = PyBytes_AS_STRING(bytes);
+    UNLOCKED(NULL, NULL, rc = pydb_native_index_stored(&s, cpath, &e));
     Py_DECREF(bytes);
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) Py_RETURN_NONE;
     if (rc) return set_error(st, rc, &e);
