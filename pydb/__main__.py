@@ -35,7 +35,7 @@ from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
 from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
-from .native import build_index, stored_settings
+from .native import _stored_or_none, build_index
 from .paths import find_sidecar
 from .unesb import generate
 
@@ -283,7 +283,7 @@ def _cmd_gen_unesb(args) -> int:
 
 def _cmd_index(args) -> int:
     if (args.fst is None and find_sidecar(args.db, "fst") is None
-            and stored_settings(args.db) is None):
+            and _stored_or_none(args.db) is None):
         print(f"pydb: {args.db}: the database has no .fst file and no index to take the FST "
               "from; give one with --fst FILE", file=sys.stderr)
         return 1

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _pydb
+from .errors import CorruptionError
 from .fst import fst_text, read_text
 from .iso2709 import is_utf8
 from .paths import PathArg, base_name, find_sidecar
@@ -52,6 +53,15 @@ def stored_settings(db_path: PathArg) -> dict[str, Any] | None:
     return _pydb._native_index_stored(os.fspath(db_path))
 
 
+def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
+    """stored_settings(), or None when the MANIFEST is damaged: a rebuild
+    is how a damaged index is repaired, so it goes on without them."""
+    try:
+        return stored_settings(db_path)
+    except CorruptionError:
+        return None
+
+
 def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
                 progress: bool | Callable[[int, int], object] = True, *,
                 stw: str | bytes | os.PathLike[str] | None = None,
@@ -71,7 +81,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             nothing.
         stw: stop words (text, bytes or a path); None uses ``<base>.stw``
             when present (docs/isis-formats.md §5.4), else those of the
-            index being replaced.
+            index being replaced.  (An index whose MANIFEST is damaged
+            has no settings to keep: the rebuild repairs it.)
         utf8 / encoding: keys are UTF-8 (Unicode case and accent folding)
             when utf8 is True or encoding names UTF-8; else 8-bit ISIS
             tables.  Both None: as the index being replaced (8-bit when
@@ -102,7 +113,7 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         OSError: an `fst` or `stw` path cannot be read.
         ImportError: ``progress=True`` and tqdm is not installed.
     """
-    stored = stored_settings(db_path)
+    stored = _stored_or_none(db_path)
     if fst is None:
         fst = find_sidecar(db_path, "fst")
         if fst is None and stored is not None:

@@ -20,6 +20,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 import pydb
 from pydb import _pydb
 
@@ -466,3 +468,30 @@ def test_rebuild_with_another_fst_reaches_an_attached_writer(tmp_path):
     with pydb.open(base, readonly=False) as db:
         assert list(db.terms()) == [("BET", 2), ("DEL", 1), ("GAM", 1)]
         assert _pydb._native_index_stored(str(base))["fst"] == b"2 4 v2\n"
+
+
+def test_rebuild_repairs_a_damaged_manifest(tmp_path):
+    """A damaged MANIFEST has no settings to keep: the rebuild goes on with
+    the FST it is given (or the database's .fst) and repairs the index;
+    without either the index command names --fst."""
+    base = tmp_path / "dmg"
+    with pydb.create(base, fst=FST) as db:
+        db.append([(1, "alpha beta")])
+    manifest = Path(f"{base}.pdx/MANIFEST")
+    data = bytearray(manifest.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    manifest.write_bytes(bytes(data))
+    with pytest.raises(pydb.CorruptionError):
+        _pydb._native_index_stored(str(base))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "pydb", "index", str(base), "--quiet"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "--fst" in r.stderr
+    (tmp_path / "dmg.fst").write_text(FST)
+    r = subprocess.run([sys.executable, "-m", "pydb", "index", str(base), "--quiet"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (0, "")
+    with pydb.open(base, readonly=False) as db:
+        assert list(db.terms()) == [("ALPHA", 1), ("BETA", 1)]
+        db.append([(1, "gamma")])
+        assert list(db.search("GAMMA")) == [2]
