@@ -14,6 +14,7 @@ No test depends on timing: loops are bounded by counts, not seconds."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -497,3 +498,46 @@ def test_rebuild_repairs_a_damaged_manifest(tmp_path):
         assert list(db.terms()) == [("ALPHA", 1), ("BETA", 1)]
         db.append([(1, "gamma")])
         assert list(db.search("GAMMA")) == [2]
+
+
+# ------------------------------------------------------------ the C API
+
+def test_snapshot_index_and_search_in_c(tmp_path):
+    """tests/c/snapshot_index_main.c (the public C API alone, built with
+    ASan and UBSan): a snapshot's view answers as of its commit after 21
+    more commits with merges; its segments stay on disk while it is
+    registered and go with the first commit after its release; a handle
+    that holds neither its generation nor finds it in the MANIFEST
+    answers PYDB_EWOULDBLOCK; an in-memory index searched as of a snapshot
+    drops only the records inactive at that commit."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not sys.platform.startswith("linux"):
+        pytest.skip("no C compiler")
+    exe = tmp_path / "snapshot_index_main"
+    srcs = sorted(str(p) for p in (REPO / "csrc").glob("*.c"))
+    p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror",
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-g",
+                        "-I", str(REPO / "csrc"),
+                        str(REPO / "tests" / "c" / "snapshot_index_main.c"), *srcs,
+                        "-o", str(exe), "-pthread"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    r = subprocess.run([str(exe), str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines() == [
+        "snapshot next_mfn=2 registered=1 gen_known=1",
+        "stale_handle EWOULDBLOCK",
+        "view_common 1",
+        "view_alpha 1",
+        "view_gamma",
+        "latest_common 1 2",
+        "latest_alpha",
+        "attached_handle_now EWOULDBLOCK",
+        "while_registered unnamed=1 kept=1",
+        "after_release removed=1",
+        "memory_snapshot 1 2 3",
+        "memory_handle_snapshot 1 2 3",
+        "memory_latest 1 3",
+        "done",
+    ]
