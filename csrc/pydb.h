@@ -820,8 +820,8 @@ typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
  * The new index replaces the old one atomically, as a commit: under the
  * writer lock (waiting up to 10 s for it), through the write-ahead log,
  * with the records committed while the build read included; handles
- * opened before pick it up at their next call (an attached handle at its
- * next commit) when the rules are unchanged, else must be reopened.
+ * opened before pick it up, with its key rules and FST, at their next
+ * call (an attached handle at its next commit).
  * `fst` must outlive the build; `opt` may be NULL.  Errors: PYDB_EINVAL
  * (cancelled by `progress`), PYDB_ELOCKED (the writer lock was not
  * obtained), PYDB_EREADONLY, PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM, those

@@ -11,8 +11,8 @@ segment whose tombstones hide the superseded postings; past 8 segments a
 commit also merges the segments after the bulk-built one.  Rebuilding with
 :func:`build_index` replaces the whole index as a commit does (under the
 writer lock, through the write-ahead log), so it may run beside writers
-in other processes; handles opened before pick the new index up at their
-next call, or must be reopened if its key rules or FST changed.
+in other processes; handles opened before pick the new index up, with
+its key rules and FST, at their next call.
 
 Keys are normalised as docs/isis-formats.md §5.3 says (the database's
 ISISUC.TAB/ISISAC.TAB when present, else the CDS/ISIS defaults for 8-bit
@@ -97,10 +97,9 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         The number of MFNs read (int).  The new index replaces the old one
         atomically, as a commit: under the writer lock, through the
         write-ahead log, with the records other processes committed while
-        the build read them included.  Handles opened before see it from
-        their next call (a writable Database with the index attached from
-        its next commit) when the key rules and FST are unchanged; reopen
-        them otherwise.
+        the build read them included.  Handles opened before see it, and
+        make keys by its rules and FST, from their next call (a writable
+        Database with the index attached from its next commit).
 
     Raises:
         FileNotFoundError: `fst` is None and the database has no ``.fst``.
