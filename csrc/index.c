@@ -85,3 +85,51 @@ int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
     p->v[p->n++] = *v;
     return PYDB_OK;
 }
+
+/* ---- a borrowed view: an index that commits never change, as it is ---- */
+
+typedef struct borrowed {
+    pydb_index base;
+    pydb_index *ix;
+} borrowed;
+
+static int borrowed_terms(pydb_index *ix, const uint8_t *prefix,
+                          size_t prefix_len, const uint8_t *start,
+                          size_t start_len, pydb_term_fn fn, void *ctx,
+                          pydb_error *err)
+{
+    pydb_index *o = ((borrowed *)ix)->ix;
+    return o->ops->terms(o, prefix, prefix_len, start, start_len, fn, ctx,
+                         err);
+}
+
+static int borrowed_postings(pydb_postings *out, pydb_index *ix,
+                             const uint8_t *key, size_t len, pydb_error *err)
+{
+    pydb_index *o = ((borrowed *)ix)->ix;
+    return o->ops->postings(out, o, key, len, err);
+}
+
+static int borrowed_key(pydb_index *ix, const uint8_t *term, size_t len,
+                        uint8_t *out, size_t cap, size_t *out_len,
+                        pydb_error *err)
+{
+    pydb_index *o = ((borrowed *)ix)->ix;
+    return o->ops->key(o, term, len, out, cap, out_len, err);
+}
+
+static void borrowed_close(pydb_index *ix) { free(ix); }
+
+int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err)
+{
+    static const pydb_index_ops ops = {"borrowed", borrowed_terms,
+                                       borrowed_postings, borrowed_key,
+                                       borrowed_close, NULL};
+    borrowed *b = calloc(1, sizeof *b);
+    if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    b->base = *ix;
+    b->base.ops = &ops;
+    b->ix = ix;
+    *view = &b->base;
+    return PYDB_OK;
+}

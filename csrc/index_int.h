@@ -33,6 +33,11 @@ struct pydb_index {
     int caps;   /* PYDB_POSTING_* */
 };
 
+/* A view of ix that forwards to it and whose close frees only the view
+ * (pydb_snapshot_index for kinds that commits never change): ix must
+ * outlive it. */
+int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err);
+
 /* qsort comparator: postings in (mfn, tag, occ, cnt) order. */
 int pydb__posting_cmp(const void *a, const void *b);
 

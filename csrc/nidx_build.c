@@ -1,17 +1,43 @@
 /*
  * nidx_build.c - the bulk build of a native index: read every record of
  * the database, extract its keys by the FST, write one segment and a
- * MANIFEST naming only it, and remove the segments of earlier builds
- * (pydb_nidx_builder_*, pydb_native_index_build of pydb.h).
+ * MANIFEST naming only it (pydb_nidx_builder_*, pydb_native_index_build
+ * of pydb.h).
+ *
+ * DESIGN: a rebuild beside writers.  The MANIFEST is the index's commit
+ * record, and writers of other processes change it with every commit, so
+ * a rebuild publishes like a commit: under the writer lock, through a
+ * transaction (pydb_txn_put_file: the new MANIFEST goes to the
+ * write-ahead log and is replayed by recovery), with the new generation
+ * in the committed state (pydb__txn_set_index_gen) for snapshots.  A
+ * writable handle with the index attached picks it up at its next
+ * prepare, which reads the MANIFEST whole (nidx_handle.c, refresh).
+ *
+ * Records committed while the build reads: the scan reads one committed
+ * state S0 (a snapshot taken when the build opens) without the lock, so
+ * writers are not held up by a long build.  Under the lock, at state S1,
+ * the records that changed since are exactly those whose XRF entry now
+ * points at or past S0's end of records (every version a later commit
+ * wrote lies there: the master file is append-only) plus the MFNs from
+ * S0's NXTMFN on; they go to a second segment whose tombstones hide
+ * their postings in the first.  So the index published equals a build
+ * of S1, the state its commit leaves, and the lock is held only to index
+ * the changes and write the files.
+ *
+ * Segment numbers are chosen under the lock (above every segment file
+ * and the MANIFEST), so no commit of another process can take or remove
+ * them; the segments of the old index are removed by the first writer
+ * (or this build, right after its commit) that finds no registered
+ * reader on an older commit (pydb__nidx_collect).
  *
  * Depends on: nidx_writer.h (accumulator, segment bytes), nidx_manifest.h
- * (MANIFEST text, atomic publish), nidx_handle.h (only pydb__nidx_dir),
- * the FST and key rules (nidx_int.h), the database reader (pydb.h).
+ * (MANIFEST text), nidx_handle.h (pydb__nidx_dir, pydb__nidx_collect),
+ * the FST and key rules (nidx_int.h), snapshots and transactions
+ * (pydb.h), the committed state and XRF scan (pydb_int.h).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +46,10 @@
 #include <unistd.h>
 #include "nidx_handle.h"
 #include "nidx_writer.h"
+
+/* How long a build waits for the writer lock (ms), as a Database's
+ * default lock_timeout. */
+#define BUILD_LOCK_MS 10000
 
 struct pydb_nidx_builder {
     pydb_db *db;
@@ -33,6 +63,7 @@ struct pydb_nidx_builder {
     nidx_acc a;
     pydb_record *rec;
     pydb_fst_scratch scratch;
+    pydb_snapshot *snap;      /* S0: the state the scan reads */
     int32_t next, max;
     int64_t done;
     char dir[1024];
@@ -41,6 +72,7 @@ struct pydb_nidx_builder {
 void pydb_nidx_builder_free(pydb_nidx_builder *b)
 {
     if (!b) return;
+    pydb_snapshot_release(b->snap);
     if (b->db) pydb_close(b->db);
     free(b->fst_text);
     free(b->stw_text);
@@ -56,7 +88,8 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
                            pydb_error *err)
 {
     pydb_nidx_builder *b = calloc(1, sizeof *b);
-    pydb_options o = {PYDB_IO_MMAP, PYDB_LOCK_NONE, 0};
+    pydb_options o = {PYDB_IO_MMAP, PYDB_LOCK_NONE, PYDB_OPEN_WRITE};
+    pydb_snapshot_info si;
     int rc;
 
     *out = NULL;
@@ -108,8 +141,10 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
         b->fst_text = (char *)t.p;
         b->fst_len = t.n;
     }
+    if ((rc = pydb_snapshot_take(&b->snap, b->db, err))) goto fail;
+    pydb_snapshot_info_get(&si, b->snap);
     b->next = 1;
-    b->max = pydb_max_mfn(b->db);
+    b->max = si.next_mfn - 1;
     *out = b;
     return PYDB_OK;
 oom:
@@ -125,7 +160,7 @@ int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
     int rc;
     b->a.err = err;
     for (int32_t k = 0; k < max && b->next <= b->max; k++, b->next++) {
-        rc = pydb_read(&b->rec, b->db, b->next, err);
+        rc = pydb_snapshot_read(&b->rec, b->snap, b->next, err);
         if (rc == PYDB_ENOTFOUND) continue;
         if (rc) return rc;
         b->done++;
@@ -141,13 +176,108 @@ int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
     return PYDB_OK;
 }
 
-int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
+typedef struct changed {
+    int32_t s0_next;         /* NXTMFN of S0                     */
+    int64_t s0_end;          /* S0's end of records               */
+    int32_t *v;              /* MFNs changed since S0, ascending */
+    size_t n, cap;
+    int oom;
+} changed;
+
+static int changed_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 {
-    pydb_buf segb = {0}, man = {0};
-    char path[1100];
-    uint64_t gen;
+    changed *c = ctx;
+    if (mfn < c->s0_next &&
+        (e->state == PYDB_XRF_UNUSED || e->offset < c->s0_end))
+        return 0;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        int32_t *v = realloc(c->v, cap * sizeof *v);
+        if (!v) {
+            c->oom = 1;
+            return 1;
+        }
+        c->v = v;
+        c->cap = cap;
+    }
+    c->v[c->n++] = mfn;
+    return 0;
+}
+
+/* With the writer lock held: the records changed since S0 (c->v) and a
+ * segment of their state now, tombstoning every one of them, into segb
+ * (left empty when none changed). */
+static int index_changes(changed *c, pydb_buf *segb, pydb_nidx_builder *b,
+                         pydb_error *err)
+{
+    pydb_snapshot_info si;
+    pydb_state s1;
+    nidx_acc a;
+    int32_t stop;
     int rc;
 
+    memset(&a, 0, sizeof a);
+    a.err = err;
+    pydb_snapshot_info_get(&si, b->snap);
+    c->s0_next = si.next_mfn;
+    c->s0_end = si.mst_end;
+    pydb__state_now(&s1, b->db);
+    if ((rc = pydb__xrf_scan(b->db, &s1, 1, changed_visit, c, &stop, 64,
+                             err)))
+        goto cleanup;
+    if (c->oom) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        rc = pydb__read_in(&b->rec, b->db, &s1, c->v[i], err);
+        if (rc == PYDB_ENOTFOUND) continue;
+        if (rc) goto cleanup;
+        if (b->rec->deleted || b->rec->status) continue;
+        if ((rc = pydb__fst_keys(b->fst, &b->rules, &b->sw, c->v[i],
+                                 b->rec->fields, b->rec->nfields,
+                                 &b->scratch, pydb__nacc_add, &a, err)))
+            goto cleanup;
+    }
+    if (c->n) rc = pydb__nacc_segment(&a, c->v, c->n, segb, err);
+cleanup:
+    pydb__nacc_free(&a);
+    return rc;
+}
+
+/* Write segment `gen` of dir from data[len] (fsynced). */
+static int write_segment(const char *dir, uint64_t gen, const pydb_buf *seg,
+                         pydb_error *err)
+{
+    char path[1100];
+    pydb__nseg_path(path, sizeof path, dir, gen);
+    unlink(path);   /* an orphan of an unfinished commit */
+    return pydb__write_file(path, seg->p, seg->n, 1, 1, NULL, err);
+}
+
+/* After the build's commit: remove the old index's segments now if no
+ * registered reader may need them (else the next writer will).  Best
+ * effort: a busy lock leaves them to that writer. */
+static void collect_after(pydb_nidx_builder *b)
+{
+    pydb_txn *t;
+    pydb_error e;
+    if (pydb_txn_begin(&t, b->db, 0, &e) != PYDB_OK) return;
+    pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL);
+    pydb_txn_abort(t);
+}
+
+int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
+{
+    pydb_buf segb = {0}, delta = {0}, man = {0};
+    changed c;
+    char manifest[1100];
+    uint64_t gens[2], gen;
+    size_t ngens = 1;
+    pydb_txn *t = NULL;
+    int rc, written = 0;
+
+    memset(&c, 0, sizeof c);
     b->a.err = err;
     if (b->next <= b->max) {
         int more = 1;
@@ -158,34 +288,49 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     }
     if (mkdir(b->dir, 0755) != 0 && errno != EEXIST)
         return PYDB_OSERROR(err, errno, b->dir, -1, "cannot create");
-    gen = pydb__nman_top_generation(b->dir) + 1;
     if ((rc = pydb__nacc_segment(&b->a, NULL, 0, &segb, err))) goto cleanup;
     pydb__nacc_free(&b->a);
-    pydb__nseg_path(path, sizeof path, b->dir, gen);
-    unlink(path);   /* an orphan of an unfinished commit */
-    if ((rc = pydb__write_file(path, segb.p, segb.n, 1, 1, NULL, err)))
+    /* from here on, under the writer lock */
+    if ((rc = pydb_txn_begin(&t, b->db, BUILD_LOCK_MS, err))) goto cleanup;
+    if ((rc = index_changes(&c, &delta, b, err))) goto cleanup;
+    /* S0 is read: its registration would keep the old index's segments
+     * on disk after this commit (pydb__nidx_collect) */
+    pydb_snapshot_release(b->snap);
+    b->snap = NULL;
+    gen = pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL) + 1;
+    gens[0] = gen;
+    if (c.n) gens[ngens++] = gen + 1;
+    written = 1;
+    if ((rc = write_segment(b->dir, gens[0], &segb, err))) goto cleanup;
+    if (c.n && (rc = write_segment(b->dir, gens[1], &delta, err)))
         goto cleanup;
-    if ((rc = pydb__nman_encode(&man, gen, &b->rules, b->fst_text, b->fst_len,
-                                b->stw_text, b->stw_len, &gen, 1, err)))
+    if ((rc = pydb__fsync_dir(b->dir, err))) goto cleanup;
+    if ((rc = pydb__nman_encode(&man, gens[ngens - 1], &b->rules, b->fst_text,
+                                b->fst_len, b->stw_text, b->stw_len, gens,
+                                ngens, err)))
         goto cleanup;
-    if ((rc = pydb__nman_publish(b->dir, man.p, man.n, err))) goto cleanup;
-    /* older segments are no longer referenced */
-    {
-        DIR *d = opendir(b->dir);
-        struct dirent *de;
-        while (d && (de = readdir(d)) != NULL) {
-            unsigned long long g;
-            char old[1100];
-            if (sscanf(de->d_name, "seg-%8llu.pds", &g) == 1 && g < gen &&
-                strlen(de->d_name) == 16) {
-                pydb__nseg_path(old, sizeof old, b->dir, g);
-                unlink(old);
-            }
-        }
-        if (d) closedir(d);
-    }
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", b->dir);
+    if ((rc = pydb_txn_put_file(t, manifest, man.p, man.n, err)))
+        goto cleanup;
+    pydb__txn_set_index_gen(t, gens[ngens - 1]);
+    /* A failed commit may leave a durable log that names the segments:
+     * they stay (unnamed, a later writer collects them). */
+    written = 0;
+    rc = pydb_txn_commit(t, err);
+    t = NULL;
+    if (rc == PYDB_OK) collect_after(b);
 cleanup:
+    if (t) pydb_txn_abort(t);
+    if (rc && written) {
+        char path[1100];
+        for (size_t i = 0; i < ngens; i++) {
+            pydb__nseg_path(path, sizeof path, b->dir, gens[i]);
+            unlink(path);
+        }
+    }
+    free(c.v);
     free(segb.p);
+    free(delta.p);
     free(man.p);
     return rc;
 }
@@ -215,3 +360,46 @@ cleanup:
     return rc;
 }
 
+
+void pydb_nidx_stored_free(pydb_nidx_stored *s)
+{
+    if (!s) return;
+    free(s->fst);
+    free(s->stw);
+    memset(s, 0, sizeof *s);
+}
+
+int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
+                             pydb_error *err)
+{
+    char dir[1024], path[1100];
+    uint8_t *data = NULL;
+    size_t len;
+    nidx_manifest m;
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    memset(&m, 0, sizeof m);
+    if ((rc = pydb__nidx_dir(dir, sizeof dir, db_path, err))) return rc;
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    if ((rc = pydb__read_file(path, &data, &len, err))) return rc;
+    if ((rc = pydb__nman_parse(&m, data, len, path, err))) goto cleanup;
+    out->utf8 = m.rules.utf8;
+    out->max_key = m.rules.max_key;
+    out->fst = malloc(m.fst_len + 1);
+    out->stw = malloc(m.stw_len + 1);
+    if (!out->fst || !out->stw) {
+        pydb_nidx_stored_free(out);
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+        goto cleanup;
+    }
+    memcpy(out->fst, m.fst, m.fst_len);
+    out->fst[m.fst_len] = '\0';
+    out->fst_len = m.fst_len;
+    memcpy(out->stw, m.stw, m.stw_len);
+    out->stw_len = m.stw_len;
+cleanup:
+    free(m.segs);
+    free(data);
+    return rc;
+}

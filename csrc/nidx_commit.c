@@ -14,7 +14,11 @@
  * more than MERGE_AT, the commit's segment also takes in all segments
  * after the bulk-built base (dropping their dead postings).  Segment
  * files no live set and no MANIFEST on disk name are removed by a later
- * prepare.
+ * prepare, once no registered reader reads an older commit (readers of
+ * other processes may be opening them: nidx_handle.h).  prepare reports
+ * the new MANIFEST's generation to the transaction, which publishes it
+ * with the commit's state (pydb__txn_set_index_gen; snapshots find their
+ * index by it).
  *
  * Depends on: nidx_handle.h (the handle, segment sets, pydb__nidx_refresh),
  * nidx_writer.h (segment bytes), nidx_manifest.h, nidx_seg.h, key
@@ -31,6 +35,7 @@
 #include <unistd.h>
 #include "nidx_handle.h"
 #include "nidx_writer.h"
+#include "shm.h"
 
 #define MERGE_AT 8            /* segments before a commit merges the tail */
 
@@ -103,13 +108,22 @@ static int merge_tail(nidx_acc *a, const nidx_segset *ss, int32_t **tombs,
     return PYDB_OK;
 }
 
-/* Remove segment files that neither the live list nor the MANIFEST on
- * disk names (segments merged away, orphans of uncommitted prepares).
- * The manifest on disk may lag behind the committed one until the write
- * path applies its log, so its segments are kept until it does.  Best
- * effort: errors are ignored. */
-static uint64_t collect_garbage(nidx *x, const nidx_segset *ss)
+/* May unnamed segment files go?  Only when no registered reader of the
+ * commit header reads a commit older than the latest: a reader that
+ * registered at an older commit may still be about to open a segment its
+ * MANIFEST named (nidx_handle.c, load_set), and a snapshot of an older
+ * commit may still ask for its generation's segments.  Without a usable
+ * header (files mode) no reader can register: as before, they may. */
+static int may_remove(struct pydb_shm *shm)
 {
+    if (!shm || !pydb__shm_valid(shm)) return 1;
+    return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
+}
+
+uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
+                            const nidx_segset *ss)
+{
+    char manifest[1100];
     uint64_t top = 0;
     uint8_t *data = NULL;
     size_t len;
@@ -117,14 +131,14 @@ static uint64_t collect_garbage(nidx *x, const nidx_segset *ss)
     pydb_error e;
     DIR *d;
     struct dirent *de;
+    int remove = may_remove(shm), named;
 
     memset(&m, 0, sizeof m);
-    if (pydb__read_file(x->manifest, &data, &len, &e) != PYDB_OK) return 0;
-    if (pydb__nman_parse(&m, data, len, x->manifest, &e) != PYDB_OK) {
-        free(data);
-        return 0;
-    }
-    d = opendir(x->dir);
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
+    named = pydb__read_file(manifest, &data, &len, &e) == PYDB_OK &&
+            pydb__nman_parse(&m, data, len, manifest, &e) == PYDB_OK;
+    if (!named) remove = 0;   /* cannot tell what the MANIFEST names */
+    d = opendir(dir);
     while (d && (de = readdir(d)) != NULL) {
         unsigned long long g;
         int used = 0;
@@ -132,16 +146,18 @@ static uint64_t collect_garbage(nidx *x, const nidx_segset *ss)
         if (strlen(de->d_name) != 16 ||
             sscanf(de->d_name, "seg-%8llu.pds", &g) != 1)
             continue;
-        for (size_t i = 0; i < ss->n && !used; i++) used = ss->v[i]->gen == g;
+        for (size_t i = 0; ss && i < ss->n && !used; i++)
+            used = ss->v[i]->gen == g;
         for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
-        if (!used) {
-            pydb__nseg_path(path, sizeof path, x->dir, g);
+        if (!used && remove) {
+            pydb__nseg_path(path, sizeof path, dir, g);
             unlink(path);
         } else if (g > top) {
             top = g;
         }
     }
     if (d) closedir(d);
+    if (m.gen > top) top = m.gen;
     free(m.segs);
     free(data);
     return top;
@@ -172,6 +188,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     uint64_t *gens = NULL, gen, top;
     char path[1100];
     nidx_segset *ss = NULL;
+    const nidx_cfg *cfg;
     int rc = PYDB_OK, written = 0, merge;
 
     memset(&a, 0, sizeof a);
@@ -195,7 +212,8 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     }
     if ((rc = pydb__nidx_refresh(x, 1, err))) goto cleanup;
     ss = pydb__nidx_acquire(x);
-    top = collect_garbage(x, ss);
+    cfg = ss->cfg;   /* the keys of the index as the MANIFEST now has it */
+    top = pydb__nidx_collect(x->dir, pydb__nidx_header(x), ss);
     /* Too many segments: this commit's segment also takes in every
      * segment after the base (their dead postings dropped), so a
      * commit's cost stays proportional to the changes since the last
@@ -218,7 +236,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         size_t i = last[k].i;
         if (k + 1 < n && last[k + 1].mfn == last[k].mfn) continue;
         if (ch[i].after && !ch[i].deleted_after &&
-            (rc = pydb__fst_keys(x->fst, &x->rules, &x->sw, ch[i].mfn,
+            (rc = pydb__fst_keys(cfg->fst, &cfg->rules, &cfg->sw, ch[i].mfn,
                                  ch[i].after, ch[i].nafter, &x->scratch,
                                  pydb__nacc_add, &a, err)))
             goto cleanup;
@@ -244,16 +262,20 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     ngens = merge ? 1 : ss->n;
     for (size_t i = 0; i < ngens; i++) gens[i] = ss->v[i]->gen;
     gens[ngens++] = gen;
-    if ((rc = pydb__nman_encode(&man, gen, &x->rules, x->fst_text, x->fst_len,
-                                x->stw_text, x->stw_len, gens, ngens, err)))
+    if ((rc = pydb__nman_encode(&man, gen, &cfg->rules, cfg->fst_text,
+                                cfg->fst_len, cfg->stw_text, cfg->stw_len,
+                                gens, ngens, err)))
         goto cleanup;
     if ((rc = pydb__nseg_open(&x->pending, path, gen, err))) goto cleanup;
     x->pending_gen = gen;
     x->pending_merge = merge;
-    if (x->put_file)
+    if (x->put_file) {
         rc = x->put_file(x->put_ctx, t, x->manifest, man.p, man.n, err);
-    else
+    } else {
         rc = pydb_txn_put_file(t, x->manifest, man.p, man.n, err);
+        /* the committed state carries the generation (snapshots) */
+        if (rc == PYDB_OK) pydb__txn_set_index_gen(t, gen);
+    }
 cleanup:
     if (rc) {
         if (x->pending) {
@@ -275,7 +297,7 @@ cleanup:
 static void hook_publish(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;
-    nidx_segset *old, *ns;
+    nidx_segset *old, *ns, *drop;
     size_t keep;
     if (!x->pending) return;
     pthread_mutex_lock(&x->mu);
@@ -298,19 +320,24 @@ static void hook_publish(void *ctx, pydb_txn *t)
         x->pending = NULL;
         return;
     }
+    ns->cfg = old->cfg;
+    atomic_fetch_add(&ns->cfg->refs, 1);
     for (size_t i = 0; i < keep; i++) {
         ns->v[i] = old->v[i];
         atomic_fetch_add(&old->v[i]->refs, 1);
     }
     ns->v[keep] = x->pending;
     pydb__nsegset_finish(ns);
+    drop = x->prev;          /* old becomes the previous set */
+    x->prev = old;
+    x->prev_gen = x->gen;
     x->cur = ns;
     x->gen = x->pending_gen;
     x->pending = NULL;
     pthread_mutex_unlock(&x->mu);
-    /* merged segments are removed by a later prepare (collect_garbage),
-     * once no manifest on disk can still name them */
-    pydb__nsegset_unref(old);
+    /* merged segments are removed by a later prepare (pydb__nidx_collect),
+     * once no manifest on disk names them and no reader may need them */
+    pydb__nsegset_unref(drop);
 }
 
 static void hook_abort(void *ctx, pydb_txn *t)

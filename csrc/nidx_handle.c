@@ -5,7 +5,8 @@
  * postings, pinned views).
  *
  * Depends on: nidx_seg.h (segments, cursors), nidx_manifest.h (reading
- * the MANIFEST), the FST parser and stop words (nidx_int.h).
+ * the MANIFEST), the FST parser and stop words (nidx_int.h), shm.h (the
+ * reader table, while the MANIFEST is read and its segments opened).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -15,10 +16,65 @@
 #include <stdlib.h>
 #include <string.h>
 #include "nidx_handle.h"
+#include "shm.h"
+
+void pydb__ncfg_unref(nidx_cfg *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+    pydb_fst_free(c->fst);
+    pydb__stopwords_free(&c->sw);
+    free(c->fst_text);
+    free(c->stw_text);
+    free(c);
+}
+
+/* The configuration of manifest m (path: messages): `same` (a new
+ * reference) when it agrees with m, else a new one. */
+static int cfg_of(nidx_cfg **out, const nidx_manifest *m, nidx_cfg *same,
+                  const char *path, pydb_error *err)
+{
+    nidx_cfg *c;
+    int rc;
+
+    *out = NULL;
+    if (same && memcmp(&same->rules, &m->rules, sizeof m->rules) == 0 &&
+        same->fst_len == m->fst_len && same->stw_len == m->stw_len &&
+        memcmp(same->fst_text, m->fst, m->fst_len) == 0 &&
+        memcmp(same->stw_text, m->stw, m->stw_len) == 0) {
+        atomic_fetch_add(&same->refs, 1);
+        *out = same;
+        return PYDB_OK;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+    atomic_init(&c->refs, 1);
+    c->rules = m->rules;
+    c->fst_text = malloc(m->fst_len + 1);
+    c->stw_text = malloc(m->stw_len + 1);
+    if (!c->fst_text || !c->stw_text) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+        goto fail;
+    }
+    memcpy(c->fst_text, m->fst, m->fst_len);
+    c->fst_len = m->fst_len;
+    memcpy(c->stw_text, m->stw, m->stw_len);
+    c->stw_len = m->stw_len;
+    if ((rc = pydb_fst_parse(&c->fst, c->fst_text, c->fst_len, path, err)))
+        goto fail;
+    if ((rc = pydb__stopwords_parse(&c->sw, &c->rules, c->stw_text,
+                                    c->stw_len, err)))
+        goto fail;
+    *out = c;
+    return PYDB_OK;
+fail:
+    pydb__ncfg_unref(c);
+    return rc;
+}
 
 void pydb__nsegset_unref(nidx_segset *ss)
 {
     if (!ss || atomic_fetch_sub(&ss->refs, 1) != 1) return;
+    pydb__ncfg_unref(ss->cfg);
     for (size_t i = 0; i < ss->n; i++) {
         pydb__nseg_unref(ss->v[i]);
         if (ss->dead) free(ss->dead[i]);
@@ -158,7 +214,7 @@ nidx_segset *pydb__nidx_acquire(nidx *x)
     return ss;
 }
 
-static int terms_in(nidx *x, nidx_segset *ss, const uint8_t *prefix,
+static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
                     size_t prefix_len, const uint8_t *start,
                     size_t start_len, pydb_term_fn fn, void *ctx,
                     pydb_error *err)
@@ -170,7 +226,7 @@ static int terms_in(nidx *x, nidx_segset *ss, const uint8_t *prefix,
     int rc = PYDB_OK;
 
     if (!cs) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "cannot allocate");
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, dir, -1, "cannot allocate");
         goto cleanup;
     }
     if (start && pydb__keycmp(start, start_len, prefix, prefix_len) > 0) {
@@ -197,7 +253,7 @@ static int terms_in(nidx *x, nidx_segset *ss, const uint8_t *prefix,
      * each key costs about one comparison per cursor that shares it */
     ord = malloc(ss->n * sizeof *ord);
     if (!ord) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "cannot allocate");
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, dir, -1, "cannot allocate");
         goto cleanup;
     }
     for (size_t i = 0; i < ss->n; i++) {
@@ -271,7 +327,8 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
     int rc = pydb__nidx_refresh(x, 0, err);
     if (rc) return rc;
     nidx_segset *ss = pydb__nidx_acquire(x);
-    rc = terms_in(x, ss, prefix, prefix_len, start, start_len, fn, ctx, err);
+    rc = terms_in(x->dir, ss, prefix, prefix_len, start, start_len, fn, ctx,
+                  err);
     pydb__nsegset_unref(ss);
     return rc;
 }
@@ -316,8 +373,11 @@ static int nidx_key(pydb_index *ix, const uint8_t *term, size_t len,
                     uint8_t *out, size_t cap, size_t *out_len,
                     pydb_error *err)
 {
-    return pydb__key_normalize(&((nidx *)ix)->rules, term, len, out, cap,
-                               out_len, err);
+    nidx_segset *ss = pydb__nidx_acquire((nidx *)ix);
+    int rc = pydb__key_normalize(&ss->cfg->rules, term, len, out, cap,
+                                 out_len, err);
+    pydb__nsegset_unref(ss);
+    return rc;
 }
 
 static void nidx_close(pydb_index *ix)
@@ -328,22 +388,22 @@ static void nidx_close(pydb_index *ix)
      * it, so it stays; if it does not, a later prepare collects it. */
     if (x->pending) pydb__nseg_unref(x->pending);
     pydb__nsegset_unref(x->cur);
-    pydb_fst_free(x->fst);
-    pydb__stopwords_free(&x->sw);
+    pydb__nsegset_unref(x->prev);
+    if (x->shm) pydb__shm_close(x->shm);
     pydb__fst_scratch_free(&x->scratch);
-    free(x->fst_text);
-    free(x->stw_text);
     free(x->test_data);
     pthread_mutex_destroy(&x->mu);
     free(x);
 }
 
-/* A pinned view: the segment list current when it was made.  It borrows
- * the key rules of its index, which must outlive it. */
+/* A pinned view: one segment set, with copies of the key rules and the
+ * directory name, so that it outlives its index (pydb_snapshot_index's
+ * views may be kept after the index is closed). */
 typedef struct nidx_view {
     pydb_index base;
-    nidx *x;
     nidx_segset *ss;
+    pydb_keyrules rules;
+    char dir[1024];
 } nidx_view;
 
 static int view_terms(pydb_index *ix, const uint8_t *prefix,
@@ -352,7 +412,7 @@ static int view_terms(pydb_index *ix, const uint8_t *prefix,
                       pydb_error *err)
 {
     nidx_view *v = (nidx_view *)ix;
-    return terms_in(v->x, v->ss, prefix, prefix_len, start, start_len, fn,
+    return terms_in(v->dir, v->ss, prefix, prefix_len, start, start_len, fn,
                     ctx, err);
 }
 
@@ -366,7 +426,7 @@ static int view_key(pydb_index *ix, const uint8_t *term, size_t len,
                     uint8_t *out, size_t cap, size_t *out_len,
                     pydb_error *err)
 {
-    return pydb__key_normalize(&((nidx_view *)ix)->x->rules, term, len, out,
+    return pydb__key_normalize(&((nidx_view *)ix)->rules, term, len, out,
                                cap, out_len, err);
 }
 
@@ -380,19 +440,30 @@ static void view_close(pydb_index *ix)
 static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_key, view_close, NULL};
 
+/* A view of x serving ss (the reference is taken over, also on error). */
+static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
+                     pydb_error *err)
+{
+    nidx_view *v = calloc(1, sizeof *v);
+    if (!v) {
+        pydb__nsegset_unref(ss);
+        return PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
+    }
+    v->base = x->base;
+    v->base.ops = &view_ops;
+    v->ss = ss;
+    v->rules = ss->cfg->rules;
+    memcpy(v->dir, x->dir, sizeof v->dir);
+    *out = &v->base;
+    return PYDB_OK;
+}
+
 static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 {
     nidx *x = (nidx *)ix;
     int rc = pydb__nidx_refresh(x, 0, err);
     if (rc) return rc;
-    nidx_view *v = calloc(1, sizeof *v);
-    if (!v) return PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
-    v->base = x->base;
-    v->base.ops = &view_ops;
-    v->x = x;
-    v->ss = pydb__nidx_acquire(x);
-    *out = &v->base;
-    return PYDB_OK;
+    return view_make(out, x, pydb__nidx_acquire(x), err);
 }
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
@@ -403,12 +474,133 @@ int pydb__nidx_is_native(const pydb_index *ix)
     return ix && ix->ops == &nidx_ops;
 }
 
+/* ---- registration and loading a MANIFEST's segment set ---- */
+
+/* Find the commit header of the database at db_path (its path and the
+ * master file's, in x; both left empty when the database files are not
+ * found: files mode for good). */
+static void header_find(nidx *x, const char *db_path)
+{
+    char base[1024], xrf[1100];
+    pydb_error e;
+    if (pydb__db_paths(base, sizeof base, x->mst_path, sizeof x->mst_path,
+                       xrf, sizeof xrf, db_path, &e) != PYDB_OK) {
+        x->mst_path[0] = '\0';
+        return;
+    }
+    pydb__shm_path(x->shm_path, sizeof x->shm_path, base, x->mst_path);
+}
+
+/* The commit header, mapped on first use (readers never create it: a
+ * database no writer of this version has opened yet has none until one
+ * does), or NULL (files mode). */
+struct pydb_shm *pydb__nidx_header(nidx *x)
+{
+    pydb_shm *s = __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE);
+    pydb_error e;
+    if (s || !x->shm_path[0]) return s;
+    pthread_mutex_lock(&x->mu);
+    if (!x->shm &&
+        pydb__shm_open(&s, x->shm_path, x->mst_path, 0, &e) == PYDB_OK && s)
+        __atomic_store_n(&x->shm, s, __ATOMIC_RELEASE);
+    s = x->shm;
+    pthread_mutex_unlock(&x->mu);
+    return s;
+}
+
+/* Register in the reader table at the latest commit: the slot, or -1
+ * when the handle proceeds unregistered (files mode, an invalid header,
+ * a table full of live readers). */
+static int register_reader(nidx *x)
+{
+    pydb_shm *s = pydb__nidx_header(x);
+    pydb_state st;
+    pydb_error e;
+    int slot = -1;
+    if (!s || pydb__shm_pin(&slot, &st, s, &e) != PYDB_OK) return -1;
+    return slot;
+}
+
+/* Find segment gen in the sets share[nshare] (a new reference), or NULL. */
+static nidx_seg *shared_seg(nidx_segset *const *share, size_t nshare,
+                            uint64_t gen)
+{
+    for (size_t k = 0; k < nshare; k++)
+        for (size_t j = 0; share[k] && j < share[k]->n; j++)
+            if (share[k]->v[j]->gen == gen) {
+                atomic_fetch_add(&share[k]->v[j]->refs, 1);
+                return share[k]->v[j];
+            }
+    return NULL;
+}
+
+/* Read the MANIFEST whole into *m (its bytes in *data: free them and
+ * m->segs) and open the segment set it names into *out, reusing the open
+ * segments of share[nshare].  Registered in the reader table meanwhile,
+ * so that no commit removes a file it names before it is open.  A
+ * segment that vanished anyway (files mode) makes it read the MANIFEST
+ * again, a few times. */
+static int load_set(nidx_segset **out, nidx_manifest *m, uint8_t **data,
+                    nidx *x, nidx_segset *const *share, size_t nshare,
+                    pydb_error *err)
+{
+    nidx_segset *ns = NULL;
+    size_t len;
+    int rc, tries = 0, slot, vanished;
+
+    *out = NULL;
+    *data = NULL;
+    memset(m, 0, sizeof *m);
+again:
+    vanished = 0;
+    slot = register_reader(x);
+    if ((rc = pydb__read_file(x->manifest, data, &len, err))) goto cleanup;
+    if ((rc = pydb__nman_parse(m, *data, len, x->manifest, err)))
+        goto cleanup;
+    ns = pydb__nsegset_new(m->nsegs);
+    if (!ns) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
+        goto cleanup;
+    }
+    ns->n = 0;
+    if ((rc = cfg_of(&ns->cfg, m, nshare && share[0] ? share[0]->cfg : NULL,
+                     x->manifest, err)))
+        goto cleanup;
+    for (size_t i = 0; i < m->nsegs; i++) {
+        nidx_seg *sg = shared_seg(share, nshare, m->segs[i]);
+        if (!sg) {
+            char path[1100];
+            pydb__nseg_path(path, sizeof path, x->dir, m->segs[i]);
+            if ((rc = pydb__nseg_open(&sg, path, m->segs[i], err))) {
+                vanished = err->sys_errno == ENOENT;
+                goto cleanup;
+            }
+        }
+        ns->v[ns->n++] = sg;
+    }
+    pydb__nsegset_finish(ns);
+cleanup:
+    if (slot >= 0) pydb__shm_unpin(pydb__nidx_header(x), slot);
+    if (rc == PYDB_OK) {
+        *out = ns;
+        return PYDB_OK;
+    }
+    pydb__nsegset_unref(ns);
+    ns = NULL;
+    free(m->segs);
+    free(*data);
+    memset(m, 0, sizeof *m);
+    *data = NULL;
+    if (vanished && ++tries < 5)
+        goto again;   /* a segment merged away between read and open */
+    return rc;
+}
+
 int pydb_native_index_open(pydb_index **out, const char *db_path,
                            pydb_error *err)
 {
     nidx *x = calloc(1, sizeof *x);
     uint8_t *data = NULL;
-    size_t len;
     nidx_manifest m;
     int rc;
 
@@ -422,40 +614,9 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
     if ((rc = pydb__nidx_dir(x->dir, sizeof x->dir, db_path, err)))
         goto cleanup;
     snprintf(x->manifest, sizeof x->manifest, "%s/MANIFEST", x->dir);
-    if ((rc = pydb__read_file(x->manifest, &data, &len, err))) goto cleanup;
-    if ((rc = pydb__nman_parse(&m, data, len, x->manifest, err))) goto cleanup;
-    x->rules = m.rules;
+    header_find(x, db_path);
+    if ((rc = load_set(&x->cur, &m, &data, x, NULL, 0, err))) goto cleanup;
     x->gen = m.gen;
-    x->fst_text = malloc(m.fst_len + 1);
-    x->stw_text = malloc(m.stw_len + 1);
-    if (!x->fst_text || !x->stw_text) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
-        goto cleanup;
-    }
-    memcpy(x->fst_text, m.fst, m.fst_len);
-    x->fst_len = m.fst_len;
-    memcpy(x->stw_text, m.stw, m.stw_len);
-    x->stw_len = m.stw_len;
-    if ((rc = pydb_fst_parse(&x->fst, x->fst_text, x->fst_len, x->manifest,
-                             err)))
-        goto cleanup;
-    if ((rc = pydb__stopwords_parse(&x->sw, &x->rules, x->stw_text,
-                                    x->stw_len, err)))
-        goto cleanup;
-    x->cur = pydb__nsegset_new(m.nsegs);
-    if (!x->cur) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
-        goto cleanup;
-    }
-    x->cur->n = 0;
-    for (size_t i = 0; i < m.nsegs; i++) {
-        char path[1100];
-        pydb__nseg_path(path, sizeof path, x->dir, m.segs[i]);
-        if ((rc = pydb__nseg_open(&x->cur->v[i], path, m.segs[i], err)))
-            goto cleanup;
-        x->cur->n = i + 1;
-    }
-    pydb__nsegset_finish(x->cur);
 cleanup:
     free(m.segs);
     free(data);
@@ -467,29 +628,44 @@ cleanup:
     return PYDB_OK;
 }
 
+int pydb__nidx_install(nidx *x, nidx_segset *ns, uint64_t gen)
+{
+    nidx_segset *drop = ns;
+    int done = 0;
+    pthread_mutex_lock(&x->mu);
+    if (gen > x->gen) {
+        drop = x->prev;
+        x->prev = x->cur;
+        x->prev_gen = x->gen;
+        x->cur = ns;
+        x->gen = gen;
+        done = 1;
+    }
+    pthread_mutex_unlock(&x->mu);
+    pydb__nsegset_unref(drop);
+    return done;
+}
+
 /* Adopt the segment list of a MANIFEST newer than the one this handle
  * serves: another handle or process has committed.  Called by readers
  * on every entry (force 0: only the head of the MANIFEST is read unless
  * its generation is newer; a missing MANIFEST keeps the current list)
- * and by
- * the writer before it prepares a commit (force 1: it holds the writer
- * lock, so the file on disk is at least as new as its last commit).
- * The new list is built outside the lock (segments already open are
- * shared) and swapped in under it only if no newer one was installed
- * meanwhile, so concurrent refreshes and commits never mix lists.  A
- * segment that vanished between reading the MANIFEST and opening it
- * (merged away by a later commit) makes it read the MANIFEST again. */
+ * and by the writer before it prepares a commit (force 1: it holds the
+ * writer lock, so the file on disk is at least as new as its last
+ * commit).  The new list is built outside the lock (segments already
+ * open are shared; load_set registers as a reader meanwhile) and
+ * swapped in under it only if no newer one was installed meanwhile, so
+ * concurrent refreshes and commits never mix lists.  The list is the
+ * MANIFEST's alone: segments of the current list it does not name (an
+ * index rebuilt by another process) are not kept. */
 int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
 {
     uint8_t *data = NULL;
-    size_t len;
     nidx_manifest m;
-    nidx_segset *ns = NULL, *old = NULL;
+    nidx_segset *ns = NULL, *share[2];
     uint64_t cur_gen;
-    int rc = PYDB_OK, tries = 0;
+    int rc;
 
-again:
-    memset(&m, 0, sizeof m);
     if (!force) {
         uint64_t g = pydb__nman_head_generation(x->manifest);
         pthread_mutex_lock(&x->mu);
@@ -497,58 +673,109 @@ again:
         pthread_mutex_unlock(&x->mu);
         if (g <= cur_gen) return PYDB_OK;   /* also: no MANIFEST now */
     }
-    if ((rc = pydb__read_file(x->manifest, &data, &len, err))) goto cleanup;
-    if ((rc = pydb__nman_parse(&m, data, len, x->manifest, err))) goto cleanup;
-    old = pydb__nidx_acquire(x);
+    share[0] = pydb__nidx_acquire(x);
     pthread_mutex_lock(&x->mu);
+    share[1] = x->prev;
+    if (share[1]) atomic_fetch_add(&share[1]->refs, 1);
     cur_gen = x->gen;
     pthread_mutex_unlock(&x->mu);
-    if (m.gen <= cur_gen) goto cleanup;
-    ns = pydb__nsegset_new(m.nsegs);
-    if (!ns) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
-        goto cleanup;
+    memset(&m, 0, sizeof m);
+    rc = load_set(&ns, &m, &data, x, share, 2, err);
+    if (rc == PYDB_OK && m.gen > cur_gen) {
+        pydb__nidx_install(x, ns, m.gen);
+        ns = NULL;
     }
-    ns->n = 0;
-    for (size_t i = 0; i < m.nsegs; i++) {
-        nidx_seg *sg = NULL;
-        for (size_t j = 0; j < old->n && !sg; j++)
-            if (old->v[j]->gen == m.segs[i]) {
-                sg = old->v[j];
-                atomic_fetch_add(&sg->refs, 1);
-            }
-        if (!sg) {
-            char path[1100];
-            pydb__nseg_path(path, sizeof path, x->dir, m.segs[i]);
-            if ((rc = pydb__nseg_open(&sg, path, m.segs[i], err))) {
-                if (err->sys_errno == ENOENT && ++tries < 5) {
-                    pydb__nsegset_unref(ns);
-                    pydb__nsegset_unref(old);
-                    free(m.segs);
-                    free(data);
-                    ns = old = NULL;
-                    data = NULL;
-                    goto again;
-                }
-                goto cleanup;
-            }
-        }
-        ns->v[ns->n++] = sg;
-    }
-    pydb__nsegset_finish(ns);
-    pthread_mutex_lock(&x->mu);
-    if (m.gen > x->gen) {
-        nidx_segset *prev = x->cur;
-        x->cur = ns;
-        x->gen = m.gen;
-        ns = prev;   /* released below */
-    }
-    pthread_mutex_unlock(&x->mu);
-cleanup:
     pydb__nsegset_unref(ns);
-    pydb__nsegset_unref(old);
+    pydb__nsegset_unref(share[0]);
+    pydb__nsegset_unref(share[1]);
     free(m.segs);
     free(data);
     return rc;
 }
 
+/* The set of generation g held by the handle (a new reference), or NULL;
+ * g == 0: the previous set, whatever its generation. */
+static nidx_segset *held_set(nidx *x, uint64_t g)
+{
+    nidx_segset *ss = NULL;
+    pthread_mutex_lock(&x->mu);
+    if (g == 0) ss = x->prev;
+    else if (x->gen == g) ss = x->cur;
+    else if (x->prev && x->prev_gen == g) ss = x->prev;
+    if (ss) atomic_fetch_add(&ss->refs, 1);
+    pthread_mutex_unlock(&x->mu);
+    return ss;
+}
+
+int pydb__nidx_set_at(nidx_segset **out, nidx *x, uint64_t g,
+                      pydb_error *err)
+{
+    uint8_t *data = NULL;
+    nidx_manifest m;
+    nidx_segset *ns = NULL, *share[2] = {NULL, NULL};
+    uint64_t head;
+    int rc = PYDB_OK;
+
+    *out = NULL;
+    memset(&m, 0, sizeof m);
+    if (g == 0) {   /* generation unknown: the current set */
+        if ((rc = pydb__nidx_refresh(x, 0, err))) return rc;
+        *out = pydb__nidx_acquire(x);
+        return PYDB_OK;
+    }
+    if ((*out = held_set(x, g)) != NULL) return PYDB_OK;
+    head = pydb__nman_head_generation(x->manifest);
+    if (head > g) goto moved;
+    share[0] = pydb__nidx_acquire(x);
+    share[1] = held_set(x, 0);
+    if ((rc = load_set(&ns, &m, &data, x, share, 2, err))) goto cleanup;
+    if (m.gen > g) goto moved;
+    if (m.gen < g) {
+        rc = PYDB_CORRUPT(err, x->manifest, -1,
+                          "manifest: generation %llu is older than the "
+                          "committed state's %llu",
+                          (unsigned long long)m.gen, (unsigned long long)g);
+        goto cleanup;
+    }
+    atomic_fetch_add(&ns->refs, 1);
+    *out = ns;
+    pydb__nidx_install(x, ns, g);
+    ns = NULL;
+    goto cleanup;
+moved:
+    PYDB_ERROR(err, PYDB_EWOULDBLOCK, x->manifest, -1,
+               "the index has moved past generation %llu since the "
+               "snapshot was taken: take a new snapshot",
+               (unsigned long long)g);
+    rc = NIDX_MOVED;
+cleanup:
+    pydb__nsegset_unref(ns);
+    pydb__nsegset_unref(share[0]);
+    pydb__nsegset_unref(share[1]);
+    free(m.segs);
+    free(data);
+    return rc;
+}
+
+/* The snapshot's generation: the set its commit published.  A native
+ * index whose MANIFEST has moved past it (commits since the snapshot, or
+ * one between replacing the MANIFEST and publishing its state) and whose
+ * handle no longer holds it: PYDB_EWOULDBLOCK, a new snapshot will find
+ * its set (docs/design.md §6). */
+int pydb_snapshot_index(pydb_index **view, const pydb_snapshot *snap,
+                        pydb_index *ix, pydb_error *err)
+{
+    nidx_segset *ss;
+    nidx *x = (nidx *)ix;
+    int rc;
+
+    if (view) *view = NULL;
+    if (!view || !snap || !ix)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
+                          "pydb_snapshot_index: NULL argument");
+    if (!pydb__nidx_is_native(ix)) return pydb__index_borrow(view, ix, err);
+    rc = pydb__nidx_set_at(&ss, x, snap->st.index_gen, err);
+    if (rc == NIDX_MOVED) return PYDB_EWOULDBLOCK;
+    if (rc) return rc;
+    return view_make(view, x, ss, err);
+}

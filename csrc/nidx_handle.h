@@ -14,10 +14,25 @@
  * newer, the whole MANIFEST is read and its segment set built outside
  * the lock (segments already open are shared) and swapped in under it.
  *
+ * The handle keeps the set it serves (cur) and the one before (prev),
+ * each with its MANIFEST generation: a snapshot asks for the set of the
+ * generation its commit published (pydb__nidx_set_at), which is one of
+ * them or the MANIFEST on disk unless the index has moved on since.
+ *
+ * Segment files and readers of other processes (docs/design.md §6): a
+ * commit removes segment files no MANIFEST names any more only when no
+ * registered reader of the database's commit header (shm.h) reads an
+ * older commit (nidx_commit.c).  So opening and refreshing register in
+ * the reader table while they read the MANIFEST and open its segments:
+ * the files it names stay until the segments are open (mapped; an
+ * unlinked file stays readable through its mapping).  Without a usable
+ * header (files mode) they proceed unregistered, as before: a segment
+ * that vanished makes them read the MANIFEST again.
+ *
  * The commit hook (nidx_commit.c) keeps its state in this handle too.
  *
  * Depends on: nidx_seg.h, nidx_manifest.h, nidx_int.h (FST, key rules,
- * stop words), index_int.h.
+ * stop words), index_int.h, shm.h (reader registration).
  */
 #ifndef PYDB_NIDX_HANDLE_H
 #define PYDB_NIDX_HANDLE_H
@@ -27,9 +42,29 @@
 #include "nidx_manifest.h"
 #include "nidx_seg.h"
 
+/* How keys are made, as a MANIFEST says (key rules, FST, stop words):
+ * shared by reference count between the segment sets of MANIFESTs that
+ * agree on it.  A rebuild with other rules or another FST gives its sets
+ * a new one, so a handle that adopts the rebuilt index makes keys (for
+ * searches and for its commits) the way that index does. */
+typedef struct nidx_cfg {
+    atomic_int refs;
+    pydb_keyrules rules;
+    pydb_fst *fst;
+    char *fst_text;
+    size_t fst_len;
+    uint8_t *stw_text;
+    size_t stw_len;
+    pydb_stopwords sw;
+} nidx_cfg;
+
+/* Drop one reference (NULL is ignored). */
+void pydb__ncfg_unref(nidx_cfg *c);
+
 /* The live segments, oldest first, shared by reference count. */
 typedef struct nidx_segset {
     atomic_int refs;
+    nidx_cfg *cfg;           /* how their keys were made (a reference)   */
     size_t n;
     nidx_seg **v;            /* oldest first */
     uint8_t *newer_tombs;    /* [i]: some segment after i has tombstones */
@@ -38,7 +73,8 @@ typedef struct nidx_segset {
     uint32_t *dead_bits;
 } nidx_segset;
 
-/* A set with room for n segments (n set; the caller fills v), or NULL. */
+/* A set with room for n segments (n set; the caller fills v and sets
+ * cfg), or NULL. */
 nidx_segset *pydb__nsegset_new(size_t n);
 /* Drop one reference (NULL is ignored). */
 void pydb__nsegset_unref(nidx_segset *ss);
@@ -48,16 +84,14 @@ void pydb__nsegset_finish(nidx_segset *ss);
 typedef struct nidx {
     pydb_index base;
     char dir[1024], manifest[1100];
-    pydb_keyrules rules;
-    pydb_stopwords sw;
-    pydb_fst *fst;
-    char *fst_text;
-    size_t fst_len;
-    uint8_t *stw_text;
-    size_t stw_len;
     pthread_mutex_t mu;
     nidx_segset *cur;
-    uint64_t gen;
+    uint64_t gen;            /* MANIFEST generation of cur                 */
+    nidx_segset *prev;       /* the set cur replaced, or NULL               */
+    uint64_t prev_gen;
+    struct pydb_shm *shm;    /* the database's commit header, or NULL
+                                (atomic; mapped on first use, then fixed) */
+    char shm_path[1100], mst_path[1100];   /* "" : no database files     */
     /* commit hook (nidx_commit.c) */
     pydb_put_file_fn put_file;
     void *put_ctx;
@@ -82,6 +116,35 @@ nidx_segset *pydb__nidx_acquire(nidx *x);
  * only if its head announces a newer generation; force 1: read it whole,
  * the writer does so before it prepares a commit). */
 int pydb__nidx_refresh(nidx *x, int force, pydb_error *err);
+/* Serve ns (a reference the handle takes over) as generation gen if it
+ * is newer than the current set, which becomes the previous one; else
+ * drop ns.  1 if installed, 0 if not. */
+int pydb__nidx_install(nidx *x, nidx_segset *ns, uint64_t gen);
+
+/* The database's commit header, mapped on first use (readers never
+ * create it), or NULL (files mode). */
+struct pydb_shm *pydb__nidx_header(nidx *x);
+
+/* Remove the segment files of dir that neither ss (may be NULL) nor the
+ * MANIFEST on disk names, if no reader registered in the commit header
+ * shm (NULL: files mode) reads an older commit than the latest; with the
+ * writer lock held.  Best effort.  Returns the highest generation of a
+ * segment file left in dir or of the MANIFEST (0: none), the floor of a
+ * new segment's generation. */
+uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
+                            const nidx_segset *ss);
+
+/* pydb__nidx_set_at: the MANIFEST on disk is newer than the generation
+ * asked for, and the handle holds neither (not an error code). */
+#define NIDX_MOVED 1
+/* A reference to the segment set of MANIFEST generation g (0: the
+ * current set after a refresh): the current or previous set when it has
+ * that generation, else the MANIFEST on disk when it has it (adopted as
+ * the current set).  NIDX_MOVED (with *out NULL and err describing it)
+ * when the MANIFEST is newer than g: that set is gone from this handle;
+ * PYDB_ECORRUPT when the MANIFEST is older than g; errors of reading. */
+int pydb__nidx_set_at(nidx_segset **out, nidx *x, uint64_t g,
+                      pydb_error *err);
 /* pydb__nseg_decode for the entry at cursor c of segment ss->v[i], with
  * the postings the newer segments of ss tombstone left out. */
 int pydb__nidx_decode_live(pydb_postings *out, const nidx_segset *ss,

@@ -823,10 +823,16 @@ typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
  * `fst`: files in the directory <base>.pdx beside the .mst.  Active
  * records only (logically deleted ones are skipped); a damaged record
  * fails the build (PYDB_ECORRUPT naming it) rather than leaving it out.
- * The new index replaces the old one atomically; handles opened before
- * must be reopened.  `fst` must outlive the build; `opt` may be NULL.
- * Errors: PYDB_EINVAL (cancelled by `progress`), PYDB_ECORRUPT, PYDB_EIO,
- * PYDB_ENOMEM, those of pydb_open() and PYDB_EFST (stop words). */
+ * The new index replaces the old one atomically, as a commit: under the
+ * writer lock (waiting up to 10 s for it), through the write-ahead log,
+ * with the records committed while the build read included; handles
+ * opened before pick it up, with its key rules and FST, at their next
+ * call (an attached handle at its next commit).
+ * `fst` must outlive the build; `opt` may be NULL.  Errors: PYDB_EINVAL
+ * (cancelled by `progress`), PYDB_ELOCKED (the writer lock was not
+ * obtained), PYDB_EREADONLY, PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM, those
+ * of pydb_open() (the database is opened for writing) and PYDB_EFST
+ * (stop words). */
 int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
                             const pydb_nidx_options *opt,
                             pydb_progress_fn progress, void *ctx,
@@ -852,6 +858,25 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err);
  * index as it was. */
 void pydb_nidx_builder_free(pydb_nidx_builder *b);
 
+/* The settings a native index was built with, read from its MANIFEST: a
+ * rebuild keeps them unless told otherwise (pydb.build_index, `python -m
+ * pydb index`). */
+typedef struct pydb_nidx_stored {
+    int utf8;               /* keys are UTF-8                              */
+    size_t max_key;         /* 0 = no limit                                */
+    char *fst;              /* FST text (NUL-terminated), fst_len bytes    */
+    size_t fst_len;
+    uint8_t *stw;           /* stop-word text, stw_len bytes (may be 0)    */
+    size_t stw_len;
+} pydb_nidx_stored;
+/* Fill *out from the MANIFEST of the native index of `db_path`; free it
+ * with pydb_nidx_stored_free().  Errors: PYDB_EIO with sys_errno ENOENT
+ * (no index), PYDB_ECORRUPT (a damaged MANIFEST), PYDB_EINVAL (empty or
+ * too long path), PYDB_ENOMEM. */
+int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
+                             pydb_error *err);
+void pydb_nidx_stored_free(pydb_nidx_stored *s);
+
 /* Open the native index of `db_path`.  *out: pydb_index_close().
  * Errors: PYDB_EIO with sys_errno ENOENT (no index), PYDB_ECORRUPT,
  * PYDB_EFST (stored FST or stop words), PYDB_EINVAL (empty or too long
@@ -871,8 +896,14 @@ int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
  * MANIFEST generation that commit published; for an index that commits
  * never change (ISIS inverted files, in-memory), a view of it as it is.
  * Registered snapshots keep every segment file of their generation on
- * disk.  *view: pydb_index_close() (the snapshot may be released first).
- * Errors: PYDB_EINVAL (NULL arguments), PYDB_ECORRUPT, PYDB_EIO,
+ * disk.  *view: pydb_index_close() (the snapshot may be released first);
+ * a native view needs nothing else to stay open, other kinds borrow ix,
+ * which must outlive them.  The index handle holds the set it serves and
+ * the one before: ask right after taking the snapshot.  Errors:
+ * PYDB_EWOULDBLOCK (the index has moved past the snapshot's generation:
+ * commits since, or one between replacing its MANIFEST and publishing
+ * its state -- take a new snapshot and ask again, yielding between
+ * tries), PYDB_EINVAL (NULL arguments), PYDB_ECORRUPT, PYDB_EIO,
  * PYDB_ENOMEM. */
 int pydb_snapshot_index(pydb_index **view, const pydb_snapshot *snap,
                         pydb_index *ix, pydb_error *err);

@@ -36,7 +36,7 @@
  *    or proximity is not evaluated. *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
- * drop_inactive).
+ * drop_inactive; as of a snapshot's state for pydb_snapshot_search).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -406,22 +406,42 @@ static int eval(plist *out, const node *n, eval_ctx *c)
     return PYDB_OK;
 }
 
-/* Keep the MFNs of v[*n] (ascending, distinct) whose XRF entry is active.
+/* Keep the MFNs of v[*n] (ascending, distinct) whose XRF entry is active
+ * in the latest committed state of db, or as of snap when it is given.
  * Sparse results look each MFN up; dense ones (at least one candidate per
  * DENSE MFNs of their range) merge with a scan of the active MFNs. */
 #define DENSE 16
 #define SCAN_BATCH 4096
 
-static int drop_inactive(int32_t *v, size_t *n, pydb_db *db, pydb_error *err)
+static int xrf_get(pydb_xrf_entry *x, pydb_db *db, const pydb_snapshot *snap,
+                   int32_t mfn, pydb_error *err)
+{
+    if (snap) return pydb__xrf_get_in(x, snap->db, &snap->st, mfn, err);
+    return pydb_xrf_get(x, db, mfn, err);
+}
+
+static int list_active(int32_t *buf, size_t *bn, int32_t *next, pydb_db *db,
+                       const pydb_snapshot *snap, int32_t from,
+                       pydb_error *err)
+{
+    if (snap)
+        return pydb_snapshot_list_mfns(buf, SCAN_BATCH, bn, next, snap, from,
+                                       0, err);
+    return pydb_list_mfns(buf, SCAN_BATCH, bn, next, db, from, 0, err);
+}
+
+static int drop_inactive(int32_t *v, size_t *n, pydb_db *db,
+                         const pydb_snapshot *snap, pydb_error *err)
 {
     size_t i = 0, o = 0, cnt = *n;
+    int32_t top = snap ? snap->st.next_mfn - 1 : pydb_max_mfn(db);
     int rc;
 
     if (cnt == 0) return PYDB_OK;
     if ((int64_t)cnt * DENSE < (int64_t)v[cnt - 1] - v[0] + 1) {
         for (i = 0; i < cnt; i++) {
             pydb_xrf_entry x;
-            rc = pydb_xrf_get(&x, db, v[i], err);
+            rc = xrf_get(&x, db, snap, v[i], err);
             if (rc == PYDB_ENOTFOUND) continue;   /* above the highest MFN */
             if (rc) return rc;
             if (x.state == PYDB_XRF_ACTIVE) v[o++] = v[i];
@@ -433,10 +453,10 @@ static int drop_inactive(int32_t *v, size_t *n, pydb_db *db, pydb_error *err)
     if (!buf)
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for a scan");
     rc = PYDB_OK;
-    while (i < cnt && v[i] <= pydb_max_mfn(db)) {
+    while (i < cnt && v[i] <= top) {
         size_t bn = 0, k = 0;
         int32_t next = 0;
-        rc = pydb_list_mfns(buf, SCAN_BATCH, &bn, &next, db, v[i], 0, err);
+        rc = list_active(buf, &bn, &next, db, snap, v[i], err);
         if (rc) break;
         /* the batch decides every candidate below `next` (> v[i]: the
          * scan stops after a full batch or at the end of the XRF) */
@@ -453,8 +473,13 @@ static int drop_inactive(int32_t *v, size_t *n, pydb_db *db, pydb_error *err)
 
 /* ---------------------------------------------------------------- public */
 
-int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
-                const char *expr, size_t len, pydb_error *err)
+/* pydb_search() and pydb_snapshot_search(): parse, evaluate on one view
+ * (pinned here unless ix is one already), reduce to MFNs, and drop the
+ * inactive records of db (as of snap when given) for index kinds that
+ * commits do not update. */
+static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
+                      pydb_db *db, const pydb_snapshot *snap,
+                      const char *expr, size_t len, pydb_error *err)
 {
     node *root = NULL, *nodes = NULL;
     pydb_index *view = NULL;
@@ -477,8 +502,13 @@ int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
     if ((rc = pydb__search_parse(&root, &nodes, ix, (const uint8_t *)expr,
                                  len, err)))
         goto cleanup;
-    /* one committed state of an index that commits change */
-    if (ix->ops->pin && (rc = ix->ops->pin(ix, &view, err))) goto cleanup;
+    /* one committed state of an index that commits change: the snapshot's
+     * generation, or the latest */
+    if (snap && ix->ops->pin) {
+        if ((rc = pydb_snapshot_index(&view, snap, ix, err))) goto cleanup;
+    } else if (ix->ops->pin && (rc = ix->ops->pin(ix, &view, err))) {
+        goto cleanup;
+    }
     c.ix = view ? view : ix;
     c.err = err;
     if ((rc = eval(&l, root, &c))) goto cleanup;
@@ -495,8 +525,8 @@ int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
      * through another handle that refreshes with every commit):
      * filtering by the XRF, which a commit changes at another moment
      * than it publishes the index, could mix two states. */
-    if (db && ix->kind != PYDB_INDEX_NATIVE &&
-        (rc = drop_inactive(v, &o, db, err)))
+    if ((db || snap) && ix->kind != PYDB_INDEX_NATIVE &&
+        (rc = drop_inactive(v, &o, db, snap, err)))
         goto cleanup;
     *mfns = v;
     *n = o;
@@ -509,4 +539,23 @@ cleanup:
     free(c.sc.mb);
     pydb__search_free(nodes);
     return rc;
+}
+
+int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
+                const char *expr, size_t len, pydb_error *err)
+{
+    return search_run(mfns, n, ix, db, NULL, expr, len, err);
+}
+
+int pydb_snapshot_search(int32_t **mfns, size_t *n, pydb_index *view,
+                         const pydb_snapshot *snap, const char *expr,
+                         size_t len, pydb_error *err)
+{
+    if (!snap) {
+        *mfns = NULL;
+        *n = 0;
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
+                          "pydb_snapshot_search: no snapshot");
+    }
+    return search_run(mfns, n, view, NULL, snap, expr, len, err);
 }

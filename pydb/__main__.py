@@ -15,8 +15,10 @@ Commands:
   gen-unesb DIR    write the synthetic unesb database, its FST and its native
                    index into DIR (--no-index: without the index)
   ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
-  index DB         build the native inverted index (FST: the database's own
-                   .fst or --fst FILE), with a progress bar
+  index DB         build (or rebuild) the native inverted index, beside writers
+                   too (FST: --fst FILE, else the database's own .fst, else
+                   the index's; encoding and key length as the index's
+                   unless --encoding/--max-key), with a progress bar
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
 from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
-from .native import build_index
+from .native import _stored_or_none, build_index
+from .paths import find_sidecar
 from .unesb import generate
 
 
@@ -279,6 +282,11 @@ def _cmd_gen_unesb(args) -> int:
 
 
 def _cmd_index(args) -> int:
+    if (args.fst is None and find_sidecar(args.db, "fst") is None
+            and _stored_or_none(args.db) is None):
+        print(f"pydb: {args.db}: the database has no .fst file and no index to take the FST "
+              "from; give one with --fst FILE", file=sys.stderr)
+        return 1
     t0 = time.perf_counter()
     n = build_index(args.db, fst=args.fst, stw=args.stw, progress=not args.quiet,
                     encoding=args.encoding, max_key=args.max_key)
@@ -411,12 +419,16 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_gen_unesb)
     p = sub.add_parser("index", help="build the native inverted index")
     p.add_argument("db")
-    p.add_argument("--fst", help="FST file (default: the database's .fst)")
-    p.add_argument("--stw", help="stop-word file (default: the database's .stw)")
-    p.add_argument("--encoding", default="latin-1",
-                   help="utf-8 folds keys by Unicode rules; else 8-bit ISIS tables")
-    p.add_argument("--max-key", type=int, default=0,
-                   help="cut keys to this many bytes (30: classic ISIS); 0 = no limit")
+    p.add_argument("--fst", help="FST file (default: the database's .fst, else the FST "
+                   "of the index being rebuilt)")
+    p.add_argument("--stw", help="stop-word file (default: the database's .stw, else the "
+                   "stop words of the index being rebuilt)")
+    p.add_argument("--encoding", default=None,
+                   help="utf-8 folds keys by Unicode rules; else 8-bit ISIS tables "
+                   "(default: as the index being rebuilt; 8-bit for a new one)")
+    p.add_argument("--max-key", type=int, default=None,
+                   help="cut keys to this many bytes (30: classic ISIS); 0 = no limit "
+                   "(default: as the index being rebuilt; 0 for a new one)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_index)
     args = ap.parse_args(argv)

@@ -10,14 +10,19 @@
  *   _fst_parse(text, filename)       compile an FST (validation, pydb.fst)
  *   _index_build(db_path, fst, ...)  build the native index
  *   _attach_native_index(db, index)  make every commit update it
+ *   _native_index_stored(db_path)    the settings an index was built with
+ *   _snapshot_index(db, index)       a view of the index as of a new
+ *                                    snapshot of db, and what it pins
  *
  * Keys cross this boundary as bytes in the index's key form; decoding to
  * str is done in pydb/index.py with the database's encoding.
  */
 #include "_pydb_index.h"
 #include "_pydb_database.h"
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TERM_BATCH 4096   /* keys collected per GIL release */
 
@@ -796,6 +801,127 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(native_stored_doc,
+"_native_index_stored(db_path, /)\n--\n\n"
+"The settings the native index <base>.pdx of the database at db_path\n"
+"was built with (its MANIFEST): a dict {'utf8': bool, 'max_key': int\n"
+"(bytes, 0 = no limit), 'fst': bytes (FST text), 'stw': bytes (stop\n"
+"words, b'' for none)}, or None when the database has no native index.\n"
+"Raises CorruptionError for a damaged MANIFEST, DiskError.");
+
+static PyObject *native_stored(PyObject *m, PyObject *arg)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *bytes = NULL;
+    pydb_nidx_stored s;
+    pydb_error e;
+    int rc;
+
+    const char *cpath;
+    if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
+    cpath = PyBytes_AS_STRING(bytes);
+    UNLOCKED(NULL, NULL, rc = pydb_native_index_stored(&s, cpath, &e));
+    Py_DECREF(bytes);
+    if (rc == PYDB_EIO && e.sys_errno == ENOENT) Py_RETURN_NONE;
+    if (rc) return set_error(st, rc, &e);
+    PyObject *res = Py_BuildValue(
+        "{s:O,s:n,s:y#,s:y#}", "utf8", s.utf8 ? Py_True : Py_False,
+        "max_key", (Py_ssize_t)s.max_key, "fst", s.fst,
+        (Py_ssize_t)s.fst_len, "stw", (const char *)s.stw,
+        (Py_ssize_t)s.stw_len);
+    pydb_nidx_stored_free(&s);
+    return res;
+}
+
+/* Take a snapshot of db and the view of ix as of it.  A native index
+ * that moved past the snapshot's generation (PYDB_EWOULDBLOCK: a commit
+ * between replacing the MANIFEST and publishing its state, or commits
+ * since) is asked again with a new snapshot, yielding, then sleeping
+ * 1 ms, between tries; after about 2 s PYDB_ELOCKED.  No Python calls
+ * (runs with the GIL released). */
+static int snapshot_with_view(pydb_snapshot **snap, pydb_index **view,
+                              pydb_db *db, pydb_index *ix, pydb_error *err)
+{
+    int rc = PYDB_OK;
+    for (int tries = 0; tries < 2100; tries++) {
+        if ((rc = pydb_snapshot_take(snap, db, err))) return rc;
+        rc = pydb_snapshot_index(view, *snap, ix, err);
+        if (rc != PYDB_EWOULDBLOCK) break;
+        pydb_snapshot_release(*snap);
+        *snap = NULL;
+        if (tries < 100) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (rc == PYDB_EWOULDBLOCK)
+        return pydb_error_set(err, PYDB_ELOCKED, err->path, -1,
+                              "the index kept moving past new snapshots "
+                              "(a writer died between replacing the index "
+                              "MANIFEST and publishing its commit? the next "
+                              "writer recovers): %s", err->message);
+    if (rc) {
+        pydb_snapshot_release(*snap);
+        *snap = NULL;
+    }
+    return rc;
+}
+
+PyDoc_STRVAR(snapshot_index_doc,
+"_snapshot_index(db, index, /)\n--\n\n"
+"Take a snapshot of the Database `db` and return (view, info): `view`\n"
+"an Index answering terms/postings/search as of the snapshot's commit\n"
+"(pydb_snapshot_index; kept unchanged while writers commit, and valid\n"
+"after db and index close for a native index), `info` a dict of what the\n"
+"snapshot pinned: commit, next_mfn, reccnt, mst_end (bytes), index_gen,\n"
+"registered (bool).  The snapshot itself is released before returning:\n"
+"a native view keeps its segments open.  Raises ClosedError,\n"
+"LockTimeoutError (the index kept moving: see pydb_snapshot_index),\n"
+"CorruptionError, DiskError.");
+
+static PyObject *snapshot_index(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *db_obj, *index_obj, *view_obj, *res;
+    DatabaseObject *db;
+    IndexObject *io;
+    pydb_snapshot *snap = NULL;
+    pydb_snapshot_info si;
+    pydb_index *view = NULL;
+    pydb_error e;
+    int rc;
+
+    if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &db_obj,
+                          st->index_type, &index_obj))
+        return NULL;
+    db = (DatabaseObject *)db_obj;
+    io = (IndexObject *)index_obj;
+    if (database_check_open(st, db) < 0) return NULL;
+    if (index_check_open(st, io) < 0) return NULL;
+    UNLOCKED(&db->guard, &io->guard, {
+        rc = snapshot_with_view(&snap, &view, db->db, io->ix, &e);
+        if (rc == PYDB_OK) {
+            pydb_snapshot_info_get(&si, snap);
+            pydb_snapshot_release(snap);
+        }
+    });
+    if (rc) return set_error(st, rc, &e);
+    /* a borrowed (non-native) view keeps its index alive */
+    view_obj = index_wrap(st, view,
+                          pydb_index_kind(view) == PYDB_INDEX_NATIVE
+                              ? NULL : index_obj);
+    if (!view_obj) return NULL;
+    res = Py_BuildValue("(N{s:K,s:i,s:i,s:L,s:K,s:O})", view_obj, "commit",
+                        (unsigned long long)si.commit, "next_mfn",
+                        (int)si.next_mfn, "reccnt", (int)si.reccnt,
+                        "mst_end", (long long)si.mst_end, "index_gen",
+                        (unsigned long long)si.index_gen, "registered",
+                        si.registered ? Py_True : Py_False);
+    return res;
+}
+
 static PyMethodDef index_functions[] = {
     {"_open_native_index", (PyCFunction)open_native, METH_O,
      open_native_doc},
@@ -809,6 +935,10 @@ static PyMethodDef index_functions[] = {
      METH_VARARGS | METH_KEYWORDS, index_build_doc},
     {"_attach_native_index", (PyCFunction)attach_native, METH_VARARGS,
      attach_native_doc},
+    {"_native_index_stored", (PyCFunction)native_stored, METH_O,
+     native_stored_doc},
+    {"_snapshot_index", (PyCFunction)snapshot_index, METH_VARARGS,
+     snapshot_index_doc},
     {NULL}};
 
 int index_exec(PyObject *m, module_state *st)

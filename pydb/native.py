@@ -9,7 +9,10 @@ in the same transaction (a Database opened for writing attaches its native
 index when it opens, see :attr:`pydb.Database.index`): each adds a small
 segment whose tombstones hide the superseded postings; past 8 segments a
 commit also merges the segments after the bulk-built one.  Rebuilding with
-:func:`build_index` replaces the whole index: reopen handles afterwards.
+:func:`build_index` replaces the whole index as a commit does (under the
+writer lock, through the write-ahead log), so it may run beside writers
+in other processes; handles opened before pick the new index up, with
+its key rules and FST, at their next call.
 
 Keys are normalised as docs/isis-formats.md §5.3 says (the database's
 ISISUC.TAB/ISISAC.TAB when present, else the CDS/ISIS defaults for 8-bit
@@ -25,18 +28,45 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _pydb
+from .errors import CorruptionError
 from .fst import fst_text, read_text
 from .iso2709 import is_utf8
 from .paths import PathArg, base_name, find_sidecar
 
-__all__ = ["build_index"]
+__all__ = ["build_index", "stored_settings"]
+
+
+def stored_settings(db_path: PathArg) -> dict[str, Any] | None:
+    """The settings the native index of the database at `db_path` was
+    built with (read from its MANIFEST), which a rebuild keeps unless told
+    otherwise.
+
+    Returns:
+        None when the database has no native index, else a dict:
+        ``utf8`` (bool), ``max_key`` (int, bytes; 0 = no limit), ``fst``
+        (bytes, FST text), ``stw`` (bytes, stop words; ``b""`` for none).
+
+    Raises:
+        CorruptionError: the MANIFEST is damaged (file, offset, reason).
+        DiskError: it cannot be read.
+    """
+    return _pydb._native_index_stored(os.fspath(db_path))
+
+
+def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
+    """stored_settings(), or None when the MANIFEST is damaged: a rebuild
+    is how a damaged index is repaired, so it goes on without them."""
+    try:
+        return stored_settings(db_path)
+    except CorruptionError:
+        return None
 
 
 def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
                 progress: bool | Callable[[int, int], object] = True, *,
                 stw: str | bytes | os.PathLike[str] | None = None,
                 utf8: bool | None = None, encoding: str | None = None,
-                max_key: int = 0, tables: bool = True) -> int:
+                max_key: int | None = None, tables: bool = True) -> int:
     """Build (or rebuild) the native index of the database at `db_path`.
 
     Args:
@@ -44,24 +74,32 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             bytes or os.PathLike).
         fst: FST text, a path to an FST file, or an iterable of
             :class:`pydb.fst.FieldRule`; None uses the database's own
-            ``<base>.fst`` (FileNotFoundError if there is none).
+            ``<base>.fst``, else the FST of the index being replaced
+            (FileNotFoundError if there is neither).
         progress: True shows a tqdm progress bar (records), a callable is
             called as ``progress(done, total)`` between batches, False shows
             nothing.
         stw: stop words (text, bytes or a path); None uses ``<base>.stw``
-            when present (docs/isis-formats.md §5.4).
+            when present (docs/isis-formats.md §5.4), else those of the
+            index being replaced.  (An index whose MANIFEST is damaged
+            has no settings to keep: the rebuild repairs it.)
         utf8 / encoding: keys are UTF-8 (Unicode case and accent folding)
             when utf8 is True or encoding names UTF-8; else 8-bit ISIS
-            tables.
+            tables.  Both None: as the index being replaced (8-bit when
+            there is none).
         max_key: keys are cut to this many bytes (0: no limit; 30 gives
-            the classic ISIS key length, never inside a UTF-8 sequence).
+            the classic ISIS key length, never inside a UTF-8 sequence);
+            None: as the index being replaced (0 when there is none).
         tables: load ISISUC.TAB/ISISAC.TAB from the database's folder when
             present (docs/isis-formats.md §5.3).
 
     Returns:
         The number of MFNs read (int).  The new index replaces the old one
-        atomically; handles opened before keep reading the old one until
-        reopened.
+        atomically, as a commit: under the writer lock, through the
+        write-ahead log, with the records other processes committed while
+        the build read them included.  Handles opened before see it, and
+        make keys by its rules and FST, from their next call (a writable
+        Database with the index attached from its next commit).
 
     Raises:
         FileNotFoundError: `fst` is None and the database has no ``.fst``.
@@ -69,23 +107,35 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         DatabaseNotFoundError: the database's .mst or .xrf is missing.
         CorruptionError: a record cannot be read (file, byte offset, reason).
         DiskError: writing the index failed (the old index stays).
+        LockTimeoutError: another writer held the lock for 10 s.
+        ReadOnlyError: the database cannot be opened for writing.
         OSError: an `fst` or `stw` path cannot be read.
         ImportError: ``progress=True`` and tqdm is not installed.
     """
+    stored = _stored_or_none(db_path)
     if fst is None:
-        path = find_sidecar(db_path, "fst")
-        if path is None:
-            raise FileNotFoundError(f"{base_name(db_path)}.fst: the database has no FST; "
-                                    "pass fst=")
-        fst = path
+        fst = find_sidecar(db_path, "fst")
+        if fst is None and stored is not None:
+            fst = stored["fst"]
+        if fst is None:
+            raise FileNotFoundError(f"{base_name(db_path)}.fst: the database has no FST "
+                                    "and no index to take one from; pass fst=")
     text = fst_text(fst)
+    stw_bytes: bytes | None
     if stw is None:
         path = find_sidecar(db_path, "stw")
         stw_bytes = read_text(path) if path else None
+        if path is None and stored is not None:
+            stw_bytes = stored["stw"] or None
     else:
         stw_bytes = read_text(stw)
     if utf8 is None:
-        utf8 = is_utf8(encoding)
+        if encoding is None and stored is not None:
+            utf8 = stored["utf8"]
+        else:
+            utf8 = is_utf8(encoding)
+    if max_key is None:
+        max_key = stored["max_key"] if stored is not None else 0
     bar: Any = None
     callback: Callable[[int, int], object] | None = None
     if progress is True:
