@@ -1,0 +1,39 @@
+/*
+ * _pydb_snapshot.h - the Snapshot object (a pydb_snapshot for Python) as
+ * the other files of the binding see it: the Database releases its live
+ * snapshots when it closes, its RecordIterator reads through one, and the
+ * validator and the search may run on one.
+ */
+#ifndef PYDB_BINDING_SNAPSHOT_H
+#define PYDB_BINDING_SNAPSHOT_H
+
+#include "_pydb_database.h"
+
+typedef struct SnapshotObject {
+    PyObject_HEAD
+    pydb_snapshot *snap;   /* NULL once released (close(), the database's
+                              close(), GC)                               */
+    handle_guard guard;    /* operations in flight; closing               */
+    DatabaseObject *db;    /* strong reference: the database outlives its
+                              snapshots                                   */
+    /* The database's list of live snapshots (DatabaseObject.snapshots),
+     * changed with the GIL held; pprev is NULL when not linked. */
+    struct SnapshotObject *next, **pprev;
+    PyObject *weakreflist;
+} SnapshotObject;
+
+/* 0 if `s` and its database are open, else -1 with ClosedError set.
+ * Called last before UNLOCKED(), as database_check_open(). */
+int snapshot_check_open(module_state *st, SnapshotObject *s);
+
+/* The database's close(): release every live snapshot of `db`, each
+ * after waiting (GIL released) for the operations in flight on it.
+ * Called after db->guard.closing is set and its own operations are done,
+ * before pydb_close() (pydb.h: every snapshot first). */
+void snapshots_release_all(DatabaseObject *db);
+
+/* A new snapshot of `db` (the latest published commit), as an instance
+ * of `tp` (the Snapshot type or a subclass).  NULL + exception. */
+PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db);
+
+#endif
