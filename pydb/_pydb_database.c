@@ -404,7 +404,7 @@ static PyObject *database_snapshot(DatabaseObject *self, PyObject *unused)
     module_state *st = state_of_type(Py_TYPE(self));
     (void)unused;
     if (!st) return NULL;
-    return snapshot_take(st->snapshot_type, self);
+    return snapshot_take(st->snapshot_type, self, NULL);
 }
 
 static PyObject *database_drop_cache(DatabaseObject *self, PyObject *unused)
@@ -695,8 +695,8 @@ static PyMethodDef database_methods[] = {
      "DiskError; ClosedError once the database is closed."},
     {"snapshot", (PyCFunction)database_snapshot, METH_NOARGS,
      "snapshot($self, /)\n--\n\nA Snapshot pinned to the latest published "
-     "commit (Snapshot(db)): reads through it answer as of that commit "
-     "while writers go on.  The GIL is released while it is taken (a copy "
+     "commit (Snapshot(db), without an index view): reads through it "
+     "answer as of that commit while writers go on.  The GIL is released while it is taken (a copy "
      "of the commit header and a reader-table slot; in files mode a read "
      "of the control record).\n\nRaises ClosedError; LockTimeoutError "
      "when every reader-table slot is held by a live process; "

@@ -2,10 +2,10 @@
  * _pydb_snapshot.c - the Snapshot object: one pinned commit of a database
  * (pydb_snapshot, pydb.h group 3b) for Python, and its index views.
  *
- *     snap = _pydb.Snapshot(db)      # or db.snapshot(); GIL released
+ *     snap = _pydb.Snapshot(db, index=None)  # or db.snapshot()
  *     snap[mfn], snap.read_many(mfns), snap.xrf_entry(mfn), len(snap),
  *     snap.counts(), snap.mfns(), snap.records(), iter(snap), snap.info()
- *     view = snap._index_view(index) # pydb_snapshot_index: an Index
+ *     view = snap._index_view()      # the Index as of the commit, or None
  *     snap._search(view, expr)       # pydb_snapshot_search: [MFN, ...]
  *     snap.close()                   # pydb_snapshot_release; idempotent
  *
@@ -21,6 +21,17 @@
  * ClosedError.  Reads on a snapshot are counted on the snapshot's guard
  * only: the Database's close() waits for that guard too.
  *
+ * The index view.  pydb_snapshot_index() answers only while the index
+ * handle still holds the snapshot's generation (the set it serves and the
+ * one before, pydb.h), so the view of the index given to the constructor
+ * is taken right after the snapshot, in the same GIL release; when the
+ * index has already moved on (PYDB_EWOULDBLOCK: a commit between
+ * replacing the MANIFEST and publishing its state) the snapshot is
+ * released and taken again, yielding between tries (as _pydb_index.c's
+ * _snapshot_index does).  A view that cannot be had leaves the snapshot
+ * usable for records; its error is raised by _index_view().  The view is
+ * closed with the snapshot.
+ *
  * A snapshot is released by close(), by the Database's close(), or when
  * the object is freed (tp_dealloc, tp_clear: garbage collection), each
  * time with the GIL held and no operation in flight.  Using a released
@@ -29,11 +40,15 @@
 #include "_pydb_snapshot.h"
 #include "_pydb_index.h"
 #include "_pydb_record.h"
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <structmember.h>
+#include <time.h>
 
 #define BATCH 4096   /* MFNs listed per call of pydb_snapshot_list_mfns */
+#define VIEW_TRIES 2100   /* takes of a snapshot and its index view: 100
+                             yielding, then 1 ms apart (about 2 s)       */
 
 int snapshot_check_open(module_state *st, SnapshotObject *s)
 {
@@ -65,13 +80,22 @@ static void snapshot_unlink(SnapshotObject *s)
     s->pprev = NULL;
 }
 
-/* Release the core snapshot (GIL held, nothing in flight on it). */
+/* Release the core snapshot and close its index view (GIL held, nothing
+ * in flight on the snapshot; the view's close() waits for its own). */
 static void snapshot_release(SnapshotObject *s)
 {
     pydb_snapshot *p = s->snap;
+    PyObject *view = s->view, *r;
     snapshot_unlink(s);
     s->snap = NULL;
+    s->view = NULL;
     pydb_snapshot_release(p);
+    if (view) {
+        r = PyObject_CallMethod(view, "close", NULL);
+        if (r) Py_DECREF(r);
+        else PyErr_WriteUnraisable(view);
+        Py_DECREF(view);
+    }
 }
 
 void snapshots_release_all(DatabaseObject *db)
@@ -89,12 +113,66 @@ void snapshots_release_all(DatabaseObject *db)
 
 /* ------------------------------------------------------------ life */
 
-PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db)
+/* Take a snapshot of `db` and, with `ix`, the view of ix as of it (GIL
+ * released: plain C).  *out is written as soon as a snapshot is held, so
+ * that the database's close() finds it.  The take's result is returned;
+ * the view's in *view_rc (PYDB_ELOCKED when the index kept moving). */
+static int take_with_view(pydb_snapshot **out, pydb_index **view,
+                          int *view_rc, pydb_error *view_err, pydb_db *db,
+                          pydb_index *ix, pydb_error *err)
+{
+    int rc;
+    for (int tries = 0;; tries++) {
+        rc = pydb_snapshot_take(out, db, err);
+        if (rc || !ix) return rc;
+        *view_rc = pydb_snapshot_index(view, *out, ix, view_err);
+        if (*view_rc != PYDB_EWOULDBLOCK) return PYDB_OK;
+        if (tries + 1 == VIEW_TRIES) break;
+        pydb_snapshot_release(*out);
+        *out = NULL;
+        if (tries < 100) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    *view_rc = pydb_error_set(view_err, PYDB_ELOCKED, view_err->path, -1,
+                              "the index kept moving past new snapshots (a "
+                              "writer died between replacing the index "
+                              "MANIFEST and publishing its commit? the next "
+                              "writer recovers): %s", view_err->message);
+    return PYDB_OK;
+}
+
+/* An Index object owning `view` (NULL + exception; the view is closed on
+ * failure); `index` is kept alive with it when the view borrows from it
+ * (ISIS and in-memory indexes). */
+static PyObject *view_wrap(module_state *st, pydb_index *view, PyObject *index)
+{
+    IndexObject *v =
+        (IndexObject *)st->index_type->tp_alloc(st->index_type, 0);
+    if (!v) {
+        pydb_index_close(view);
+        return NULL;
+    }
+    v->ix = view;
+    atomic_store(&v->guard.active, 0);
+    v->guard.closing = 0;
+    v->hooked = 0;
+    v->owner = Py_NewRef(pydb_index_kind(view) == PYDB_INDEX_NATIVE ? Py_None
+                                                                    : index);
+    return (PyObject *)v;
+}
+
+PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db, PyObject *index)
 {
     module_state *st = state_of_type(tp);
+    IndexObject *ix = (IndexObject *)index;
+    pydb_index *view = NULL;
     SnapshotObject *s;
-    pydb_error e;
-    int rc;
+    pydb_error e, ve;
+    int rc, vrc = PYDB_OK;
 
     if (!st || database_check_open(st, db) < 0) return NULL;
     s = (SnapshotObject *)tp->tp_alloc(tp, 0);
@@ -104,13 +182,17 @@ PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db)
     s->guard.closing = 0;
     /* The allocation may have run Python code (a collection): check
      * again, last before UNLOCKED(). */
-    if (database_check_open(st, db) < 0) {
+    if (database_check_open(st, db) < 0 ||
+        (ix && index_check_open(st, ix) < 0)) {
         Py_DECREF(s);
         return NULL;
     }
     snapshot_link(s, db);
     memset(&e, 0, sizeof e);
-    UNLOCKED(&db->guard, NULL, rc = pydb_snapshot_take(&s->snap, db->db, &e));
+    memset(&ve, 0, sizeof ve);
+    UNLOCKED(&db->guard, ix ? &ix->guard : NULL,
+             rc = take_with_view(&s->snap, &view, &vrc, &ve, db->db,
+                                 ix ? ix->ix : NULL, &e));
     if (rc) {
         s->snap = NULL;
         snapshot_unlink(s);
@@ -118,22 +200,38 @@ PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db)
         return set_error(st, rc, &e);
     }
     if (!s->snap) {   /* the database's close() released it meanwhile */
+        pydb_index_close(view);
         Py_DECREF(s);
         PyErr_SetString(st->ClosedError, "the database is closed");
         return NULL;
+    }
+    s->view_rc = vrc;
+    s->view_err = ve;
+    if (view) {
+        s->view = view_wrap(st, view, index);
+        if (!s->view) {
+            Py_DECREF(s);
+            return NULL;
+        }
     }
     return (PyObject *)s;
 }
 
 static PyObject *snapshot_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"db", NULL};
+    static char *kwlist[] = {"db", "index", NULL};
     module_state *st = state_of_type(tp);
-    PyObject *db;
-    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "O!:Snapshot", kwlist,
-                                            st->database_type, &db))
+    PyObject *db, *index = Py_None;
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "O!|O:Snapshot", kwlist,
+                                            st->database_type, &db, &index))
         return NULL;
-    return snapshot_take(tp, (DatabaseObject *)db);
+    if (index != Py_None && !PyObject_TypeCheck(index, st->index_type)) {
+        PyErr_Format(PyExc_TypeError, "index must be an Index or None, not "
+                     "%.100s", Py_TYPE(index)->tp_name);
+        return NULL;
+    }
+    return snapshot_take(tp, (DatabaseObject *)db,
+                         index == Py_None ? NULL : index);
 }
 
 static int snapshot_clear(SnapshotObject *s)
@@ -141,6 +239,7 @@ static int snapshot_clear(SnapshotObject *s)
     /* No operation can be in flight: it would hold a reference. */
     if (s->snap) snapshot_release(s);
     snapshot_unlink(s);
+    Py_CLEAR(s->view);
     Py_CLEAR(s->db);
     return 0;
 }
@@ -158,6 +257,7 @@ static void snapshot_dealloc(SnapshotObject *s)
 static int snapshot_traverse(SnapshotObject *s, visitproc visit, void *arg)
 {
     Py_VISIT(s->db);
+    Py_VISIT(s->view);
     Py_VISIT(Py_TYPE(s));
     return 0;
 }
@@ -392,42 +492,13 @@ static PyObject *snapshot_info(SnapshotObject *s, PyObject *unused)
 
 /* ------------------------------------------------------- index views */
 
-static PyObject *snapshot_index_view(SnapshotObject *s, PyObject *arg)
+static PyObject *snapshot_index_view(SnapshotObject *s, PyObject *unused)
 {
     module_state *st = state_of_type(Py_TYPE(s));
-    IndexObject *ix, *v;
-    pydb_index *view = NULL;
-    pydb_error e;
-    int rc;
-
-    if (!st) return NULL;
-    if (!PyObject_TypeCheck(arg, st->index_type)) {
-        PyErr_Format(PyExc_TypeError, "_index_view() takes an Index, not "
-                     "%.100s", Py_TYPE(arg)->tp_name);
-        return NULL;
-    }
-    ix = (IndexObject *)arg;
-    /* Allocated first: nothing may run Python code between the open
-     * checks and the core call. */
-    v = (IndexObject *)st->index_type->tp_alloc(st->index_type, 0);
-    if (!v) return NULL;
-    atomic_store(&v->guard.active, 0);
-    v->guard.closing = 0;
-    v->hooked = 0;
-    v->owner = Py_NewRef(arg);   /* the view may use its index's memory */
-    if (index_check_open(st, ix) < 0 || snapshot_check_open(st, s) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    memset(&e, 0, sizeof e);
-    UNLOCKED(&s->guard, &ix->guard,
-             rc = pydb_snapshot_index(&view, s->snap, ix->ix, &e));
-    if (rc) {
-        Py_DECREF(v);
-        return set_error(st, rc, &e);
-    }
-    v->ix = view;
-    return (PyObject *)v;
+    (void)unused;
+    if (!st || snapshot_check_open(st, s) < 0) return NULL;
+    if (s->view_rc) return set_error(st, s->view_rc, &s->view_err);
+    return Py_NewRef(s->view ? s->view : Py_None);
 }
 
 /* Byte offset `off` in the encoded expression -> character offset (as
@@ -594,14 +665,15 @@ static PyMethodDef snapshot_methods[] = {
      "xrf_size (bytes the commit may read), index_gen (int, native index "
      "MANIFEST generation; 0 unknown), registered (bool: holds a "
      "reader-table slot).\n\nRaises ClosedError."},
-    {"_index_view", (PyCFunction)snapshot_index_view, METH_O,
-     "_index_view($self, index, /)\n--\n\nA read-only Index over `index` "
-     "(an Index of this database) as of the snapshot's commit: for the "
+    {"_index_view", (PyCFunction)snapshot_index_view, METH_NOARGS,
+     "_index_view($self, /)\n--\n\nThe read-only Index over the index "
+     "given to the constructor as of the snapshot's commit (for the "
      "native index, the segments of the MANIFEST generation the commit "
-     "published; an index commits do not change (ISIS, in-memory) as it "
-     "is.  Close it when done; it stays usable after the snapshot is "
-     "closed.\n\nRaises TypeError, ClosedError, CorruptionError, "
-     "DiskError."},
+     "published; an index commits do not change, ISIS or in-memory, as it "
+     "is), or None when none was given.  Closed with the snapshot."
+     "\n\nRaises ClosedError; the error the view met when the snapshot "
+     "was taken: LockTimeoutError (the index kept moving), "
+     "CorruptionError, DiskError."},
     {"_search", (PyCFunction)snapshot_search, METH_VARARGS,
      "_search($self, view, expr, /)\n--\n\nEvaluate the search expression "
      "`expr` (str, encoded with the database's encoding) on `view` (an "
@@ -641,9 +713,12 @@ static PyType_Slot snapshot_slots[] = {
     {Py_tp_iter, snapshot_iter},
     {Py_mp_subscript, snapshot_read},
     {Py_mp_length, snapshot_len},
-    {Py_tp_doc, "Snapshot(db)\n--\n\n"
+    {Py_tp_doc, "Snapshot(db, index=None)\n--\n\n"
      "Low-level snapshot: the latest published commit of the Database "
-     "`db`, pinned (see pydb.Snapshot)."},
+     "`db`, pinned, with the view of `index` (an Index of db) as of it "
+     "(see pydb.Snapshot).  Raises ClosedError, LockTimeoutError (the "
+     "reader table is full of live readers), CorruptionError/DiskError "
+     "(reading the control record without a commit header), TypeError."},
     {0, NULL}};
 
 static PyType_Spec snapshot_spec = {

@@ -19,6 +19,12 @@ typedef struct SnapshotObject {
     /* The database's list of live snapshots (DatabaseObject.snapshots),
      * changed with the GIL held; pprev is NULL when not linked. */
     struct SnapshotObject *next, **pprev;
+    /* The index view as of the commit (an IndexObject), taken with the
+     * snapshot (pydb_snapshot_index works only for recent commits), or
+     * NULL: no index was given, or view_rc says why it failed. */
+    PyObject *view;
+    int view_rc;
+    pydb_error view_err;
     PyObject *weakreflist;
 } SnapshotObject;
 
@@ -33,7 +39,9 @@ int snapshot_check_open(module_state *st, SnapshotObject *s);
 void snapshots_release_all(DatabaseObject *db);
 
 /* A new snapshot of `db` (the latest published commit), as an instance
- * of `tp` (the Snapshot type or a subclass).  NULL + exception. */
-PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db);
+ * of `tp` (the Snapshot type or a subclass), with the view of `index` (an
+ * IndexObject of db, or NULL) as of that commit.  NULL + exception. */
+PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db,
+                        PyObject *index);
 
 #endif
