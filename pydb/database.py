@@ -20,8 +20,10 @@ from .check import CheckReport
 from .check import check as _check
 from .errors import (
     ClosedError,
+    CorruptionError,
     DatabaseExistsError,
     DatabaseNotFoundError,
+    DiskError,
     NotFoundError,
     UnsupportedError,
 )
@@ -323,8 +325,10 @@ class Database(_pydb.Database):
         (terms, postings, search) and validation answer as of that commit
         while writers in this and other processes go on committing.
 
-        Taking one costs a copy of the commit header and a slot of its
-        reader table (no file I/O when the header is usable).  Use it as a
+        Taking one costs a copy of the commit header, a slot of its
+        reader table and a view of the index's segment list (no file I/O
+        when the header is usable and the index handle is up to date; the
+        index is opened first if it was not yet, see :attr:`index`).  Use it as a
         context manager or call ``close()``; it is also released when
         garbage-collected and when this Database is closed::
 
@@ -339,7 +343,11 @@ class Database(_pydb.Database):
             CorruptionError, DiskError: reading the control record of a
                 database without a usable commit header.
         """
-        snap = Snapshot(self)
+        try:
+            ix = self.index      # its view is taken with the snapshot
+        except (CorruptionError, DiskError):
+            ix = None            # raised again by the snapshot's index calls
+        snap = Snapshot(self, None if ix is None else ix.handle)
         with self._index_lock:
             self._snapshots.add(snap)
         return snap

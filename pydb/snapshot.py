@@ -22,13 +22,14 @@ control record and holds no slot (``info()["registered"]`` is False).
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from . import _pydb
 from .check import CheckReport
 from .check import check as _check
-from .errors import CorruptionError, NotFoundError
+from .errors import CorruptionError, NotFoundError, UnsupportedError
 from .index import Index, KeyLike, Posting, Term
 from .search import SearchResult
 
@@ -88,10 +89,11 @@ class Snapshot(_pydb.Snapshot):
     is closed (closing the database closes its snapshots).
     """
 
-    __slots__ = ("_view",)
+    __slots__ = ("_ix",)
 
-    def __init__(self, db: Database) -> None:
-        """Pin the latest published commit of `db` (done by the low-level
+    def __init__(self, db: Database, index: _pydb.Index | None = None) -> None:
+        """Pin the latest published commit of `db`, and the view of its
+        index handle `index` as of that commit (done by the low-level
         constructor; use :meth:`pydb.Database.snapshot`).
 
         Raises:
@@ -101,7 +103,7 @@ class Snapshot(_pydb.Snapshot):
             CorruptionError, DiskError: reading the control record of a
                 database without a usable commit header.
         """
-        self._view: Index | None = None
+        self._ix: Index | None = None
 
     # -- records -------------------------------------------------------
     def __enter__(self) -> Snapshot:
@@ -165,20 +167,23 @@ class Snapshot(_pydb.Snapshot):
 
     # -- the inverted index as of the commit ----------------------------
     def _index(self) -> Index:
-        """The index view of this snapshot (made on first use, kept until
-        :meth:`close`)."""
-        view = self._view
-        if view is not None and not self.closed:
-            return view
+        """The index as of the commit: the view taken with the snapshot."""
+        ix = self._ix
+        if ix is not None:
+            if self.closed:
+                self._index_view()          # raises ClosedError
+            return ix
+        view = self._index_view()           # ClosedError, the view's error
         db = cast("Database", self.database)
-        ix = db._require_index()               # ClosedError, UnsupportedError
-        made = Index(self._index_view(ix.handle), encoding=ix.encoding,
-                     errors=ix.errors)
-        if self._view is None:
-            self._view = made
-        else:                                  # another thread was first
-            made.close()
-        return self._view
+        if view is None:
+            db._require_index()             # UnsupportedError, CorruptionError
+            raise UnsupportedError(errno.ENOENT, "the index could not be opened "
+                                   "when the snapshot was taken", self.path)
+        base = db.index
+        ix = Index(view, encoding=base.encoding if base else db.encoding,
+                   errors=base.errors if base else "surrogateescape")
+        self._ix = ix
+        return ix
 
     def terms(self, prefix: KeyLike = "", start: KeyLike | None = None) -> Iterator[Term]:
         """The keys of the inverted index as of the commit that start with
@@ -256,7 +261,4 @@ class Snapshot(_pydb.Snapshot):
         """Release the snapshot, its reader-table slot and its index view
         (idempotent).  Waits for reads in flight on it in other threads;
         later calls raise :class:`~pydb.ClosedError`."""
-        view, self._view = self._view, None
-        if view is not None:
-            view.close()
         super().close()
