@@ -36,6 +36,7 @@ from snapshot_model import (
     shm_path,
     state_of,
 )
+from writer_model import content, create_indexed
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = Path(__file__).resolve().with_name("snapshot_model.py")
@@ -157,7 +158,7 @@ def test_check_of_an_old_handle_beside_a_committing_process(tmp_path):
     seed(base, 60)
     old = pydb.open(base)
     log, ready = tmp_path / "log", tmp_path / "ready"
-    writer = start_writer(base, log, 300, 4, ready)
+    writer = start_writer(base, log, 3000, 4, ready)
     checks = []
     try:
         while writer.poll() is None:
@@ -273,6 +274,49 @@ def test_killed_process_holding_a_snapshot(tmp_path):
     w.update(2, [(1, "after")])
     assert w[2][1] == ["after"]
     w.close()
+
+
+def test_killed_snapshot_holder_stops_pinning_index_segments(tmp_path):
+    """What a registered reader pins, seen through the native index: while
+    a process holds a snapshot of an old commit, no segment file is
+    removed (commits only add theirs); once it is killed, the next commit
+    finds its slot dead, clears it, and removes what nobody needs -- the
+    files are then exactly those of a twin database that had the same
+    commits and no reader."""
+    bases = [tmp_path / "pinned" / "k", tmp_path / "twin" / "k"]
+    dbs = []
+    for b in bases:
+        b.parent.mkdir()
+        d = create_indexed(b, sync=False)
+        for m in range(1, 11):
+            d.append(content(m, 0, m))
+        dbs.append(d)
+
+    def segs(b) -> list[str]:
+        return sorted(f.name for f in Path(f"{b}.pdx").iterdir() if f.name.startswith("seg-"))
+
+    def commit_both(i):
+        for d in dbs:
+            d.update(1 + i % 10, content(1 + i % 10, i + 1, 5))
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(bases[0])],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+    commit = int(holder.stdout.readline())
+    at_take = segs(bases[0])
+    for i in range(30):
+        commit_both(i)
+    during = segs(bases[0])
+    assert set(at_take) <= set(during) and len(during) == len(at_take) + 30
+    assert len(segs(bases[1])) < len(during)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert (holder.pid, commit) in reader_slots(bases[0])
+    commit_both(30)
+    assert reader_slots(bases[0]) == []
+    assert segs(bases[0]) == segs(bases[1])
+    for d in dbs:
+        assert list(d.search('"1:31"')) == [1]
+        d.close()
 
 
 def _dead_pid() -> int:
