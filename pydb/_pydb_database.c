@@ -228,11 +228,17 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
         goto cleanup;
     }
     if (database_check_open(st, self) < 0) goto cleanup;
+    /* One committed state for the batch: a snapshot taken for it (each
+     * read on its own should the reader table be full). */
     UNLOCKED(&self->guard, NULL, {
+        pydb_snapshot *tmp = NULL;
+        if (pydb_snapshot_take(&tmp, self->db, &e) != PYDB_OK) tmp = NULL;
         for (done = 0; done < n; done++) {
-            rc = pydb_read(&recs[done], self->db, mfns[done], &e);
+            rc = tmp ? pydb_snapshot_read(&recs[done], tmp, mfns[done], &e)
+                     : pydb_read(&recs[done], self->db, mfns[done], &e);
             if (rc) break;
         }
+        pydb_snapshot_release(tmp);
     });
     if (rc) {
         set_error(st, rc, &e);
@@ -349,6 +355,7 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
 {
     static char *kwlist[] = {"deleted", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
+    SnapshotObject *snap;
     int include_deleted = 0;
     int32_t *buf = NULL, next, from = 1, end;
     size_t n = 0, total = 0, cap = 0;
@@ -360,6 +367,21 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
                                             &include_deleted) ||
         database_check_open(st, self) < 0)
         return NULL;
+    /* One committed state for the whole listing: a snapshot taken for it
+     * (the start of a listing re-reads the control record first, as
+     * pydb_list_mfns() does).  With the reader table full of live
+     * readers, each part lists the latest commit instead. */
+    UNLOCKED(&self->guard, NULL, (void)pydb_refresh(self->db, NULL));
+    snap = (SnapshotObject *)snapshot_take(st->snapshot_type, self, NULL);
+    if (snap) {
+        list = snapshot_list(snap, include_deleted, 1);
+        snapshot_close_handle(snap);
+        Py_DECREF(snap);
+        return list;
+    }
+    if (!PyErr_ExceptionMatches(st->LockTimeoutError)) return NULL;
+    PyErr_Clear();
+    if (database_check_open(st, self) < 0) return NULL;
     end = pydb_max_mfn(self->db) + 1;
     while (from < end) {
         /* Grow with the GIL held, fill with it released. */
@@ -518,13 +540,18 @@ static int iter_check_open(module_state *st, IterObject *it)
     return database_check_open(st, it->db);
 }
 
-/* Read the next batch with one GIL release: through the snapshot if the
- * iterator has one, else the database's latest commit. */
+/* Read the next batch with one GIL release: through the iterator's
+ * snapshot if it has one, else through a snapshot of the latest commit
+ * taken for the batch (so that the batch is one committed state: listed
+ * and read at the same commit).  Should that take fail (every slot of the
+ * reader table held by a live process), each read sees the latest
+ * commit when it starts, as pydb_read() does. */
 static int iter_fill(module_state *st, IterObject *it)
 {
     DatabaseObject *self = it->db;
     const pydb_snapshot *snap = it->snap ? it->snap->snap : NULL;
     handle_guard *guard = it->snap ? &it->snap->guard : &self->guard;
+    pydb_snapshot *tmp = NULL;
     pydb_snapshot_info si;
     int32_t mfns[BATCH], next = it->next, end = 0;
     size_t n = 0;
@@ -532,11 +559,18 @@ static int iter_fill(module_state *st, IterObject *it)
     int rc = PYDB_OK, nrecs = 0;
 
     if (iter_check_open(st, it) < 0) return -1;
-    if (snap) {
-        pydb_snapshot_info_get(&si, snap);
-        end = si.next_mfn;
-    }
     UNLOCKED(guard, NULL, {
+        if (!snap) {
+            /* The start of an iteration re-reads the control record
+             * (commits of programs that do not know the header). */
+            if (next <= 1) (void)pydb_refresh(self->db, NULL);
+            if (pydb_snapshot_take(&tmp, self->db, &e) == PYDB_OK)
+                snap = tmp;
+        }
+        if (snap) {
+            pydb_snapshot_info_get(&si, snap);
+            end = si.next_mfn;
+        }
         while (nrecs == 0 &&
                next < (snap ? end : pydb_max_mfn(self->db) + 1)) {
             rc = snap ? pydb_snapshot_list_mfns(mfns, BATCH, &n, &next, snap,
@@ -562,6 +596,7 @@ static int iter_fill(module_state *st, IterObject *it)
             }
             if (rc) break;
         }
+        pydb_snapshot_release(tmp);
     });
     it->nrecs = nrecs;
     it->pos = 0;
@@ -670,7 +705,7 @@ static PyMethodDef database_methods[] = {
     {"read_many", (PyCFunction)database_read_many, METH_O,
      "read_many($self, mfns, /)\n--\n\nThe records of an iterable of MFNs "
      "(ints, 1-based), in the order given, as a list of Record, read with "
-     "one GIL release.\n\nRaises, for the first MFN that fails: "
+     "one GIL release and as of one commit (the latest when it starts).\n\nRaises, for the first MFN that fails: "
      "NotFoundError, CorruptionError, DiskError (as read()); ClosedError; "
      "TypeError."},
     {"xrf_entry", (PyCFunction)database_xrf, METH_O,
@@ -682,13 +717,16 @@ static PyMethodDef database_methods[] = {
     {"mfns", (PyCFunction)(void (*)(void))database_list_mfns,
      METH_VARARGS | METH_KEYWORDS,
      "mfns($self, /, deleted=False)\n--\n\nMFNs of the active records (and "
-     "logically deleted ones if `deleted`), ascending (list of int)."},
+     "logically deleted ones if `deleted`), ascending (list of int), as of "
+     "one commit (the latest when it starts).\n\nRaises CorruptionError, "
+     "DiskError, ClosedError."},
     {"records", (PyCFunction)(void (*)(void))database_records,
      METH_VARARGS | METH_KEYWORDS,
      "records($self, /, *, start=1, deleted=False, skip_damaged=False)\n--\n"
      "\nAn iterator of the records (Record) from MFN `start` (1-based) in "
      "MFN order: the active ones, and the logically deleted ones too if "
-     "`deleted`; 256 records are read per GIL release.  With "
+     "`deleted`; 256 records are read per GIL release, each batch as of one "
+     "commit (the latest when the batch starts).  With "
      "`skip_damaged`, damaged records are left out instead of raising."
      "\n\nRaises (while iterating): CorruptionError for a damaged record "
      "(after yielding the records before it) unless skip_damaged; "

@@ -262,13 +262,18 @@ static int snapshot_traverse(SnapshotObject *s, visitproc visit, void *arg)
     return 0;
 }
 
-static PyObject *snapshot_close(SnapshotObject *s, PyObject *unused)
+void snapshot_close_handle(SnapshotObject *s)
 {
-    (void)unused;
-    if (!s->snap || s->guard.closing) Py_RETURN_NONE;  /* or another close */
+    if (!s->snap || s->guard.closing) return;  /* or another close waits */
     s->guard.closing = 1;
     guard_wait_idle(&s->guard);
     if (s->snap) snapshot_release(s);
+}
+
+static PyObject *snapshot_close(SnapshotObject *s, PyObject *unused)
+{
+    (void)unused;
+    snapshot_close_handle(s);
     Py_RETURN_NONE;
 }
 
@@ -388,11 +393,9 @@ static Py_ssize_t snapshot_len(SnapshotObject *s)
     return c.active;
 }
 
-static PyObject *snapshot_mfns(SnapshotObject *s, PyObject *args, PyObject *kw)
+PyObject *snapshot_list(SnapshotObject *s, int include_deleted, int start)
 {
-    static char *kwlist[] = {"deleted", "start", NULL};
     module_state *st = state_of_type(Py_TYPE(s));
-    int include_deleted = 0, start = 1;
     int32_t *buf = NULL, next, from, end;
     size_t n = 0, total = 0, cap = 0;
     pydb_snapshot_info si;
@@ -400,10 +403,7 @@ static PyObject *snapshot_mfns(SnapshotObject *s, PyObject *args, PyObject *kw)
     PyObject *list = NULL;
     int rc = PYDB_OK;
 
-    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "|pi", kwlist,
-                                            &include_deleted, &start) ||
-        snapshot_check_open(st, s) < 0)
-        return NULL;
+    if (!st || snapshot_check_open(st, s) < 0) return NULL;
     pydb_snapshot_info_get(&si, s->snap);
     from = start < 1 ? 1 : start;
     end = si.next_mfn;
@@ -444,6 +444,16 @@ static PyObject *snapshot_mfns(SnapshotObject *s, PyObject *args, PyObject *kw)
 cleanup:
     PyMem_Free(buf);
     return list;
+}
+
+static PyObject *snapshot_mfns(SnapshotObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"deleted", "start", NULL};
+    int include_deleted = 0, start = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pi", kwlist,
+                                     &include_deleted, &start))
+        return NULL;
+    return snapshot_list(s, include_deleted, start);
 }
 
 /* The RecordIterator through `s` (records_iter_new checks it is open). */

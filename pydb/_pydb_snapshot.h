@@ -44,4 +44,12 @@ void snapshots_release_all(DatabaseObject *db);
 PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db,
                         PyObject *index);
 
+/* close(): wait for the operations in flight on `s`, then release it
+ * (GIL held; nothing if released or being closed). */
+void snapshot_close_handle(SnapshotObject *s);
+
+/* mfns(): the MFNs as of `s` from `start` (list of int; NULL +
+ * exception). */
+PyObject *snapshot_list(SnapshotObject *s, int include_deleted, int start);
+
 #endif

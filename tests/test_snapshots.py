@@ -180,6 +180,60 @@ def test_plain_reads_see_the_latest_commit(db):
     assert len(db) == 40
 
 
+def test_a_batch_is_one_commit(tmp_path):
+    """Each commit rewrites all 256 records with one version stamp and
+    deletes or undeletes them all: an iteration batch (256 records),
+    read_many, mfns(), len() and counts() each see one commit -- all
+    records of one stamp, all deleted or none -- on the writing handle and
+    on another, while the writer thread commits."""
+    base = tmp_path / "b"
+    with pydb.create(base, sync=False) as w, w.transaction() as tx:
+        for m in range(1, 257):
+            tx.append(content(m, 0, 5))
+    w = pydb.open(base, readonly=False, sync=False)
+    other = pydb.open(base, io="pread")
+    done = threading.Event()
+
+    def writer():
+        try:
+            for v in range(1, 301):
+                with w.transaction() as tx:
+                    for m in range(1, 257):
+                        tx.update(m, content(m, v, 5))
+                        if v % 2:
+                            tx.delete(m)
+                        else:
+                            tx.undelete(m)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    looks = 0
+    try:
+        while not done.is_set():
+            for h in (w, other):
+                recs = list(h)
+                assert recs == [] or (
+                    [r.mfn for r in recs] == list(range(1, 257))
+                    and len({r[1][0].split(":")[1] for r in recs}) == 1
+                    and not any(r.deleted for r in recs))
+                many = h.read_many(range(1, 257))
+                assert len({(r[1][0].split(":")[1], r.deleted) for r in many}) == 1
+                assert h.mfns() in ([], list(range(1, 257)))
+                assert h.mfns(deleted=True) == list(range(1, 257))
+                assert len(h) in (0, 256)
+                c = h.counts()
+                assert (c["active"], c["logically_deleted"]) in ((0, 256), (256, 0))
+                looks += 1
+    finally:
+        t.join()
+    assert looks >= 1
+    assert len(w) == 256 and {r[1][0] for r in other} == {f"{m}:300" for m in range(1, 257)}
+    w.close()
+    other.close()
+
+
 # ------------------------------------------------------------ threads
 
 def test_snapshot_isolation_across_threads(db):
