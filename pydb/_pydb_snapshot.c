@@ -121,6 +121,7 @@ static int take_with_view(pydb_snapshot **out, pydb_index **view,
                           int *view_rc, pydb_error *view_err, pydb_db *db,
                           pydb_index *ix, pydb_error *err)
 {
+    pydb_error old;
     int rc;
     for (int tries = 0;; tries++) {
         rc = pydb_snapshot_take(out, db, err);
@@ -137,11 +138,12 @@ static int take_with_view(pydb_snapshot **out, pydb_index **view,
             nanosleep(&ts, NULL);
         }
     }
-    *view_rc = pydb_error_set(view_err, PYDB_ELOCKED, view_err->path, -1,
+    old = *view_err;   /* not formatted into itself */
+    *view_rc = pydb_error_set(view_err, PYDB_ELOCKED, old.path, -1,
                               "the index kept moving past new snapshots (a "
                               "writer died between replacing the index "
                               "MANIFEST and publishing its commit? the next "
-                              "writer recovers): %s", view_err->message);
+                              "writer recovers): %s", old.message);
     return PYDB_OK;
 }
 

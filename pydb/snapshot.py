@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 from . import _pydb
 from .check import CheckReport
 from .check import check as _check
-from .errors import CorruptionError, NotFoundError, UnsupportedError
+from .errors import ClosedError, CorruptionError, NotFoundError, UnsupportedError
 from .index import Index, KeyLike, Posting, Term
 from .search import SearchResult
 
@@ -78,6 +78,15 @@ class Snapshot(_pydb.Snapshot):
     KeyError) for an MFN outside 1..:attr:`max_mfn`, never created or
     physically deleted then; ``mfn in snap``; iterating yields the
     records active at the commit in MFN order (256 per GIL release).
+    Also as of the commit: ``read_many(mfns)`` (list of Record, one GIL
+    release), ``mfns(deleted=False, start=1)`` (ascending list of int),
+    ``counts()`` (dict of int: active, logically_deleted,
+    physically_deleted, unused, new, pending -- the two XRF flags are the
+    latest entry's), ``xrf_entry(mfn)`` (dict: raw, state, offset in
+    bytes, new, pending), :meth:`records`, :meth:`versions`,
+    :meth:`terms`, :meth:`postings`, :meth:`search`, :meth:`check`; and
+    ``info()``, what it pins (dict: commit, next_mfn, max_mfn, reccnt,
+    mst_end / mst_size / xrf_size in bytes, index_gen, registered).
 
     Attributes (read-only): :attr:`commit` (int, the commit number of the
     commit header; 0 when the database has none), :attr:`max_mfn` (int,
@@ -167,22 +176,27 @@ class Snapshot(_pydb.Snapshot):
 
     # -- the inverted index as of the commit ----------------------------
     def _index(self) -> Index:
-        """The index as of the commit: the view taken with the snapshot."""
+        """The index as of the commit: the view taken with the snapshot.
+        A view of an ISIS or in-memory index borrows the database's index
+        handle: it is refused once that handle is closed."""
         ix = self._ix
-        if ix is not None:
-            if self.closed:
-                self._index_view()          # raises ClosedError
-            return ix
-        view = self._index_view()           # ClosedError, the view's error
-        db = cast("Database", self.database)
-        if view is None:
-            db._require_index()             # UnsupportedError, CorruptionError
-            raise UnsupportedError(errno.ENOENT, "the index could not be opened "
-                                   "when the snapshot was taken", self.path)
-        base = db.index
-        ix = Index(view, encoding=base.encoding if base else db.encoding,
-                   errors=base.errors if base else "surrogateescape")
-        self._ix = ix
+        if ix is None:
+            view = self._index_view()       # ClosedError, the view's error
+            db = cast("Database", self.database)
+            if view is None:
+                db._require_index()         # UnsupportedError, CorruptionError
+                raise UnsupportedError(errno.ENOENT, "the index could not be "
+                                       "opened when the snapshot was taken", self.path)
+            base = db.index
+            ix = Index(view, encoding=base.encoding if base else db.encoding,
+                       errors=base.errors if base else "surrogateescape")
+            self._ix = ix
+        if self.closed:
+            self._index_view()              # raises ClosedError
+        if ix.kind != "native":
+            base = cast("Database", self.database).index
+            if base is None or base.closed:
+                raise ClosedError("the index of the database is closed")
         return ix
 
     def terms(self, prefix: KeyLike = "", start: KeyLike | None = None) -> Iterator[Term]:

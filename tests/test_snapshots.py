@@ -21,6 +21,7 @@ import pytest
 import pydb
 from pydb import _pydb
 
+from conftest import need
 from snapshot_model import (
     SHM_MAGIC,
     SHM_SIZE,
@@ -440,6 +441,24 @@ def test_index_as_of_the_commit(indexed):
     snap.close()
     with pytest.raises(pydb.ClosedError):
         snap.search("END")
+
+
+def test_snapshot_of_a_database_with_an_isis_index():
+    """An index commits never change (the CDS/ISIS inverted file shipped
+    with a database): the snapshot's view is that index as it is; it is
+    closed with the snapshot, and refused once the database closes."""
+    with pydb.open(need("scieloorg__pyisis/pyisis/pyisis/sample/cds"),
+                   encoding="cp850") as db:
+        snap = db.snapshot()
+        assert snap.postings("transpiration")[:2] == [(1, 24, 1, 6), (2, 24, 1, 14)]
+        assert snap.search("TRANSPIRATION * WATER") == db.search("TRANSPIRATION * WATER")
+        assert list(snap.terms("WATER"))[:5] == list(db.terms("WATER"))[:5]
+        res = snap.search("TRANSPIRATION")
+        assert [r.mfn for r in res.records()] == list(res)
+        assert snap.info()["registered"] is False     # no header beside shared files
+    assert snap.closed and db.closed
+    with pytest.raises(pydb.ClosedError):
+        snap.search("WATER")
 
 
 def test_snapshot_check_and_database_check(db):
