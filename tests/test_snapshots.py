@@ -62,6 +62,8 @@ def db(tmp_path):
 
 # ------------------------------------------------------------ as of its commit
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_snapshot_sees_its_commit_while_the_handle_sees_the_latest(db):
     before = Oracle(db.oracle.state)
     snap = db.snapshot()
@@ -181,6 +183,8 @@ def test_plain_reads_see_the_latest_commit(db):
     assert len(db) == 40
 
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_a_batch_is_one_commit(tmp_path):
     """Each commit rewrites all 256 records with one version stamp and
     deletes or undeletes them all: an iteration batch (256 records),
@@ -237,6 +241,8 @@ def test_a_batch_is_one_commit(tmp_path):
 
 # ------------------------------------------------------------ threads
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_snapshot_isolation_across_threads(db):
     """A writer thread commits 400 random transactions (updates, deletions,
     undeletions, appends) and logs them; three reader threads, on the
@@ -291,6 +297,8 @@ def test_snapshot_isolation_across_threads(db):
     assert compared == sum(len(v) for v in seen.values()) and compared >= 3
 
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_reads_through_snapshots_while_the_database_closes(db):
     """close() waits for reads in flight on the database's snapshots, then
     releases them: readers end with ClosedError, never a crash."""
@@ -328,6 +336,8 @@ def test_reads_through_snapshots_while_the_database_closes(db):
 
 # ------------------------------------------------------------ life cycle
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_close_and_context_manager(db):
     with db.snapshot() as snap:
         assert not snap.closed
@@ -345,6 +355,8 @@ def test_close_and_context_manager(db):
     assert repr(snap) == "<pydb.Snapshot closed>"
 
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_closing_the_database_closes_its_snapshots(db):
     a, b = db.snapshot(), db.snapshot()
     it = a.records()
@@ -366,6 +378,8 @@ def test_closing_the_database_closes_its_snapshots(db):
     assert a.database is db
 
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_garbage_collected_snapshot_frees_its_slot(db):
     snap = db.snapshot()
     commit = snap.commit
@@ -415,6 +429,8 @@ def indexed(tmp_path):
     d.close()
 
 
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_index_as_of_the_commit(indexed):
     db = indexed
     snap = db.snapshot()
