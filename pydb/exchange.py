@@ -145,12 +145,16 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
     Raises:
         CorruptionError, IsoRecordError: with ``on_error="stop"``.
         DatabaseNotFoundError: `db` is a path with no database.
+        ClosedError: `db` is a closed Database.
         OSError: reading the database or writing the file failed.
         ValueError: `path` is one of the database's own files, or a bad
             `flavour`, `line_ending` or `on_error`.
 
     A path is written through a temporary file beside it that replaces it
     only when the export succeeds: a failed export leaves no partial file.
+    The records are those of one commit: the export reads through a
+    snapshot it takes (:meth:`pydb.Database.snapshot`), so commits made
+    meanwhile by other threads or processes are not in it.
     """
     check_on_error(on_error)
     handle, close = _open_db(db)
@@ -460,13 +464,15 @@ def export_jsonl(db: Database | PathArg, path: Source, *, deleted: bool = False,
     Raises:
         CorruptionError: with ``on_error="stop"``.
         DatabaseNotFoundError: `db` is a path with no database.
+        ClosedError: `db` is a closed Database.
         OSError: reading or writing failed.
         ValueError: `path` is one of the database's own files, or a bad
             `on_error`.
         LookupError: unknown `encoding`.
 
     A path is written through a temporary file beside it that replaces it
-    only when the export succeeds.
+    only when the export succeeds.  The records are those of one commit
+    (read through a snapshot the export takes).
     """
     check_on_error(on_error)
     "".encode(encoding)
