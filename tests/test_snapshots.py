@@ -576,6 +576,46 @@ def test_damaged_header_is_ignored_by_readers_and_rebuilt_by_the_writer(db, dama
     assert header_latest(base) >= 1
 
 
+def test_header_left_stale_by_another_program(db):
+    """Files written by a program that does not know the header (WinISIS,
+    CISIS, an old pydb: simulated by putting back the header as it was
+    before a commit): a handle notices at open that the control record
+    disagrees with the header while no pydb writer holds the lock, and
+    reads in files mode -- the new records, unregistered snapshots --
+    until a pydb writer commits and publishes the files' state again."""
+    base = db.base
+    path = shm_path(base)
+    before = path.read_bytes()
+    c0 = header_latest(base)
+    for m in (41, 42):
+        assert db.append(content(m, 1, 4)) == m
+    db.update(1, content(1, 1, 1))
+    db.close()
+    path.write_bytes(before)                 # the header knows none of it
+    assert header_latest(base) == c0
+    with pydb.open(base) as r:
+        assert r.max_mfn == 42 and len(r) == 42
+        assert fields(r[1]) == content(1, 1, 1) and fields(r[42]) == content(42, 1, 4)
+        with r.snapshot() as s:
+            assert s.commit == 0 and s.info()["registered"] is False
+            assert s.max_mfn == 42 and fields(s[1]) == content(1, 1, 1)
+        with pydb.open(base, readonly=False, sync=False) as w:
+            w.update(2, content(2, 1, 2))
+            assert header_latest(base) > c0
+        # A handle in files mode reads the state it last refreshed (MFN 2
+        # is below the highest it knows: no refresh) ...
+        assert fields(r[2]) == content(2, 0, 74)
+        # ... and sees the commit, and the rebuilt header, at the next
+        # refresh point.
+        assert len(r) == 42
+        assert fields(r[2]) == content(2, 1, 2)
+        with r.snapshot() as s:
+            assert s.info()["registered"] is True and s.commit == header_latest(base)
+    with pydb.open(base) as r2, r2.snapshot() as s:
+        assert s.info()["registered"] is True and s.commit == header_latest(base)
+        assert state_of(s)[2] == (False, 1, 2) and s.max_mfn == 42
+
+
 @pytest.mark.parametrize("with_header", [False, True])
 def test_read_only_directory(tmp_path, with_header):
     """Read-only media: the database opens and reads without a header (none
