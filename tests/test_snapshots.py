@@ -124,6 +124,21 @@ def test_snapshot_sees_its_commit_while_the_handle_sees_the_latest(db):
     snap.close()
 
 
+def test_snapshot_beside_an_open_transaction(db):
+    """A transaction's changes are not in any snapshot until it commits,
+    not even one taken by the writing thread."""
+    with db.transaction() as tx:
+        tx.update(1, content(1, 5, 5))
+        m = tx.append(content(41, 5, 5))
+        with db.snapshot() as s:
+            assert fields(s[1]) == content(1, 0, 37) and s.max_mfn == 40
+            c = s.commit
+    assert m == 41
+    with db.snapshot() as s:
+        assert s.commit == c + 1 and fields(s[1]) == content(1, 5, 5)
+        assert s.max_mfn == 41
+
+
 def test_snapshot_of_the_deleted_state(db):
     db.delete(7)
     with db.snapshot() as snap:
