@@ -347,8 +347,11 @@ class Database(_pydb.Database):
             ix = self.index      # its view is taken with the snapshot
         except (CorruptionError, DiskError):
             ix = None            # raised again by the snapshot's index calls
-        snap = Snapshot(self, None if ix is None else ix.handle)
+        # Taken under the lock close() holds while it closes the snapshots
+        # it knows and then the index: a snapshot (and its view, which may
+        # borrow the index's handle) is never left behind by a close().
         with self._index_lock:
+            snap = Snapshot(self, None if ix is None else ix.handle)
             self._snapshots.add(snap)
         return snap
 
