@@ -172,22 +172,25 @@ def replay(oracle: Oracle, log, wanted: dict[int, list]) -> int:
 
 
 def write_commits(db, log_path, commits: int, rnd: random.Random, ver0: int = 1,
-                  ready=None) -> int:
+                  ready=None, until=None) -> int:
     """Commit `commits` random transactions (writer_model.run_random_txn)
-    on the writable `db`, logging each (see the module docstring);
-    `ready` (a callable) is called once the first line is written.
-    Returns the number of commits."""
+    on the writable `db`, logging each (see the module docstring), and
+    more until `until()` (a callable) is true, if given; `ready` (a
+    callable) is called once the first line is written.  Returns the
+    number of commits."""
+    i = 0
     with open(log_path, "w") as log:
         log.write(f"{latest_commit(db)}\t\n")
         log.flush()
         if ready:
             ready()
-        for i in range(commits):
+        while i < commits or (until is not None and not until()):
             tx, ops = run_random_txn(db, rnd, ver0 + i)
             tx.commit()
             log.write(f"{latest_commit(db)}\t{encode_ops(ops)}\n")
             log.flush()
-    return commits
+            i += 1
+    return i
 
 
 def _writer_main(argv: list[str]) -> None:
