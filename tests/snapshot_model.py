@@ -13,7 +13,10 @@ commit the writer started from.
 
 Run as a script it is that writer (tests/test_multiprocess.py starts it):
 
-    python snapshot_model.py writer BASE LOG COMMITS SEED [READY_FILE]
+    python snapshot_model.py writer BASE LOG COMMITS SEED [READY_FILE [STOP_FILE]]
+
+(at least COMMITS commits, and on until STOP_FILE exists if given; READY_FILE
+is created once the first line of the log is written).
 """
 
 from __future__ import annotations
@@ -196,6 +199,7 @@ def write_commits(db, log_path, commits: int, rnd: random.Random, ver0: int = 1,
 def _writer_main(argv: list[str]) -> None:
     base, log_path, commits, seed_ = argv[:4]
     ready_file = argv[4] if len(argv) > 4 else None
+    stop_file = argv[5] if len(argv) > 5 else None
 
     def ready():
         if ready_file:
@@ -203,7 +207,8 @@ def _writer_main(argv: list[str]) -> None:
 
     with pydb.open(base, readonly=False, sync=False) as db:
         n = write_commits(db, log_path, int(commits), random.Random(int(seed_)),
-                          ready=ready)
+                          ready=ready,
+                          until=(lambda: os.path.exists(stop_file)) if stop_file else None)
     print(n)
 
 
@@ -211,4 +216,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["writer"]:
         _writer_main(sys.argv[2:])
     else:
-        sys.exit(f"usage: {os.path.basename(sys.argv[0])} writer BASE LOG COMMITS SEED [READY]")
+        sys.exit(f"usage: {os.path.basename(sys.argv[0])} writer BASE LOG COMMITS SEED "
+                 "[READY [STOP]]")
