@@ -12,7 +12,8 @@ files of a database), :mod:`pydb.subfields`, :mod:`pydb.iso2709` and
 :mod:`pydb.jsonl` (exchange formats), :mod:`pydb.fst` (field select
 tables), :mod:`pydb.search` (search language), :mod:`pydb.index`
 (:class:`~pydb.index.Index`), :mod:`pydb.native` (building the native
-index), :mod:`pydb.check` (validator), :mod:`pydb.database`
+index), :mod:`pydb.check` (validator), :mod:`pydb.snapshot`
+(:class:`Snapshot`: one commit pinned), :mod:`pydb.database`
 (:class:`Database`), :mod:`pydb.exchange` (import/export between a
 database and ISO 2709 or JSON Lines files), then the tools
 (:mod:`pydb.unesb`, :mod:`pydb.ministat`, :mod:`pydb.crashtest`) and the
@@ -44,12 +45,14 @@ from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
 from .fst import FieldRule, FSTRule, parse_fst
 from .index import open_index
 from .native import build_index
+from .snapshot import Snapshot
 from .subfields import Subfields, parse_subfields
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "open", "create", "Database", "Record", "Field", "Transaction", "LAYOUTS",
+    "open", "create", "Database", "Record", "Field", "Transaction", "Snapshot",
+    "LAYOUTS",
     "Subfields", "parse_subfields",
     "DEFAULT_IO", "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",

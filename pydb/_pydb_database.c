@@ -1,16 +1,19 @@
 /*
  * _pydb_database.c - the Database object (pydb_db for Python) and its
- * RecordIterator; _create() makes the files of an empty database.
+ * RecordIterator (over a database, or over a snapshot of it); _create()
+ * makes the files of an empty database.
  *
  * Reads run inside UNLOCKED() on the database's guard; a cache hit of
  * read() is served with the GIL held (pydb_read_nowait).  Iteration reads
  * BATCH records per GIL release.  close() marks the handle closing, waits
- * for the operations in flight, aborts the open transaction and closes the
- * core handle; the attached native index is released after that.
+ * for the operations in flight, aborts the open transaction, releases the
+ * live snapshots (_pydb_snapshot.c) and closes the core handle; the
+ * attached native index is released after that.
  */
 #include "_pydb_database.h"
 #include "_pydb_index.h"
 #include "_pydb_record.h"
+#include "_pydb_snapshot.h"
 #include "_pydb_transaction.h"
 #include <structmember.h>
 
@@ -31,6 +34,7 @@ static void db_close_handle(DatabaseObject *self)
     self->guard.closing = 1;
     guard_wait_idle(&self->guard);
     transaction_abort_open(self);
+    snapshots_release_all(self);   /* pydb.h: before pydb_close() */
     self->db = NULL;
     pydb_close(db);
     if (self->hooked_index) {   /* after pydb_close: no commit can run */
@@ -130,7 +134,8 @@ static void database_dealloc(DatabaseObject *self)
     PyObject_GC_UnTrack(self);
     if (self->weakreflist) PyObject_ClearWeakRefs((PyObject *)self);
     if (self->db) {
-        /* No operation can be in flight: it would hold a reference. */
+        /* No operation can be in flight: it would hold a reference; no
+         * snapshot is left: each holds a reference too. */
         transaction_abort_open(self);
         pydb_close(self->db);
         self->db = NULL;
@@ -207,32 +212,33 @@ static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
 static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
 {
     module_state *st = state_of_type(Py_TYPE(self));
-    PyObject *seq = NULL, *list = NULL;
+    PyObject *list = NULL;
     int32_t *mfns = NULL;
     pydb_record **recs = NULL;
     pydb_error e;
-    Py_ssize_t n, i, done = 0;
+    Py_ssize_t n = 0, i, done = 0;
     int rc = PYDB_OK;
 
     if (!st) return NULL;
-    seq = PySequence_Fast(arg, "read_many() takes an iterable of MFNs");
-    if (!seq) return NULL;
-    n = PySequence_Fast_GET_SIZE(seq);
-    mfns = PyMem_Malloc(sizeof *mfns * (size_t)(n ? n : 1));
+    mfns = mfns_from_seq(st, arg, &n);
+    if (!mfns) return NULL;
     recs = PyMem_Calloc((size_t)(n ? n : 1), sizeof *recs);
-    if (!mfns || !recs) {
+    if (!recs) {
         PyErr_NoMemory();
         goto cleanup;
     }
-    for (i = 0; i < n; i++)
-        if (parse_mfn(st, PySequence_Fast_GET_ITEM(seq, i), &mfns[i]) < 0)
-            goto cleanup;
     if (database_check_open(st, self) < 0) goto cleanup;
+    /* One committed state for the batch: a snapshot taken for it (each
+     * read on its own should the reader table be full). */
     UNLOCKED(&self->guard, NULL, {
+        pydb_snapshot *tmp = NULL;
+        if (pydb_snapshot_take(&tmp, self->db, &e) != PYDB_OK) tmp = NULL;
         for (done = 0; done < n; done++) {
-            rc = pydb_read(&recs[done], self->db, mfns[done], &e);
+            rc = tmp ? pydb_snapshot_read(&recs[done], tmp, mfns[done], &e)
+                     : pydb_read(&recs[done], self->db, mfns[done], &e);
             if (rc) break;
         }
+        pydb_snapshot_release(tmp);
     });
     if (rc) {
         set_error(st, rc, &e);
@@ -254,16 +260,57 @@ cleanup:
         for (i = 0; i < n; i++) pydb_record_free(recs[i]);
     PyMem_Free(recs);
     PyMem_Free(mfns);
-    Py_XDECREF(seq);
     return list;
+}
+
+int32_t *mfns_from_seq(module_state *st, PyObject *arg, Py_ssize_t *n)
+{
+    PyObject *seq = PySequence_Fast(arg, "read_many() takes an iterable "
+                                         "of MFNs");
+    int32_t *mfns;
+    if (!seq) return NULL;
+    *n = PySequence_Fast_GET_SIZE(seq);
+    mfns = PyMem_Malloc(sizeof *mfns * (size_t)(*n ? *n : 1));
+    if (!mfns) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++)
+        if (parse_mfn(st, PySequence_Fast_GET_ITEM(seq, i), &mfns[i]) < 0) {
+            PyMem_Free(mfns);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    Py_DECREF(seq);
+    return mfns;
+}
+
+PyObject *xrf_entry_dict(const pydb_xrf_entry *x)
+{
+    static const char *const states[] = {"unused", "active",
+                                         "logically deleted",
+                                         "physically deleted"};
+    return Py_BuildValue("{s:i,s:s,s:L,s:O,s:O}", "raw", (int)x->raw,
+                         "state", states[x->state], "offset",
+                         (long long)x->offset, "new",
+                         (x->flags & PYDB_FLAG_NEW) ? Py_True : Py_False,
+                         "pending",
+                         (x->flags & PYDB_FLAG_PENDING) ? Py_True : Py_False);
+}
+
+PyObject *counts_dict(const pydb_counts *c)
+{
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i}", "active", c->active,
+                         "logically_deleted", c->ldeleted,
+                         "physically_deleted", c->pdeleted, "unused",
+                         c->unused, "new", c->flag_new, "pending",
+                         c->flag_pending);
 }
 
 static PyObject *database_xrf(DatabaseObject *self, PyObject *arg)
 {
     module_state *st = state_of_type(Py_TYPE(self));
-    static const char *const states[] = {"unused", "active",
-                                         "logically deleted",
-                                         "physically deleted"};
     pydb_xrf_entry x;
     pydb_error e;
     int32_t mfn;
@@ -272,11 +319,7 @@ static PyObject *database_xrf(DatabaseObject *self, PyObject *arg)
         return NULL;
     UNLOCKED(&self->guard, NULL, rc = pydb_xrf_get(&x, self->db, mfn, &e));
     if (rc) return set_error(st, rc, &e);
-    return Py_BuildValue("{s:i,s:s,s:L,s:O,s:O}", "raw", (int)x.raw, "state",
-                         states[x.state], "offset", (long long)x.offset,
-                         "new", (x.flags & PYDB_FLAG_NEW) ? Py_True : Py_False,
-                         "pending",
-                         (x.flags & PYDB_FLAG_PENDING) ? Py_True : Py_False);
+    return xrf_entry_dict(&x);
 }
 
 static PyObject *database_counts(DatabaseObject *self, PyObject *unused)
@@ -289,10 +332,7 @@ static PyObject *database_counts(DatabaseObject *self, PyObject *unused)
     if (!st || database_check_open(st, self) < 0) return NULL;
     UNLOCKED(&self->guard, NULL, rc = pydb_count(&c, self->db, &e));
     if (rc) return set_error(st, rc, &e);
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i}", "active", c.active,
-                         "logically_deleted", c.ldeleted,
-                         "physically_deleted", c.pdeleted, "unused", c.unused,
-                         "new", c.flag_new, "pending", c.flag_pending);
+    return counts_dict(&c);
 }
 
 static Py_ssize_t database_len(DatabaseObject *self)
@@ -315,6 +355,7 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
 {
     static char *kwlist[] = {"deleted", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
+    SnapshotObject *snap;
     int include_deleted = 0;
     int32_t *buf = NULL, next, from = 1, end;
     size_t n = 0, total = 0, cap = 0;
@@ -326,6 +367,21 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
                                             &include_deleted) ||
         database_check_open(st, self) < 0)
         return NULL;
+    /* One committed state for the whole listing: a snapshot taken for it
+     * (the start of a listing re-reads the control record first, as
+     * pydb_list_mfns() does).  With the reader table full of live
+     * readers, each part lists the latest commit instead. */
+    UNLOCKED(&self->guard, NULL, (void)pydb_refresh(self->db, NULL));
+    snap = (SnapshotObject *)snapshot_take(st->snapshot_type, self, NULL);
+    if (snap) {
+        list = snapshot_list(snap, include_deleted, 1);
+        snapshot_close_handle(snap);
+        Py_DECREF(snap);
+        return list;
+    }
+    if (!PyErr_ExceptionMatches(st->LockTimeoutError)) return NULL;
+    PyErr_Clear();
+    if (database_check_open(st, self) < 0) return NULL;
     end = pydb_max_mfn(self->db) + 1;
     while (from < end) {
         /* Grow with the GIL held, fill with it released. */
@@ -363,6 +419,14 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
 cleanup:
     PyMem_Free(buf);
     return list;
+}
+
+static PyObject *database_snapshot(DatabaseObject *self, PyObject *unused)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    (void)unused;
+    if (!st) return NULL;
+    return snapshot_take(st->snapshot_type, self, NULL);
 }
 
 static PyObject *database_drop_cache(DatabaseObject *self, PyObject *unused)
@@ -428,6 +492,8 @@ static PyObject *database_get_path(DatabaseObject *self, void *c)
 typedef struct {
     PyObject_HEAD
     DatabaseObject *db;
+    SnapshotObject *snap;  /* read through this snapshot, or NULL: the
+                              latest commit, per batch                    */
     int32_t next;          /* next MFN to list from                       */
     int include_deleted;
     int skip_damaged;
@@ -452,6 +518,7 @@ static void iter_dealloc(IterObject *it)
     PyTypeObject *tp = Py_TYPE(it);
     PyObject_GC_UnTrack(it);
     iter_clear_batch(it);
+    Py_CLEAR(it->snap);
     Py_CLEAR(it->db);
     tp->tp_free((PyObject *)it);
     Py_DECREF(tp);
@@ -461,27 +528,60 @@ static int iter_traverse(IterObject *it, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(it));
     Py_VISIT(it->db);
+    Py_VISIT(it->snap);
     return 0;
 }
 
-/* Read the next batch with one GIL release. */
+/* 0 if the database (and the snapshot read through) is open, else -1
+ * with ClosedError set. */
+static int iter_check_open(module_state *st, IterObject *it)
+{
+    if (it->snap) return snapshot_check_open(st, it->snap);
+    return database_check_open(st, it->db);
+}
+
+/* Read the next batch with one GIL release: through the iterator's
+ * snapshot if it has one, else through a snapshot of the latest commit
+ * taken for the batch (so that the batch is one committed state: listed
+ * and read at the same commit).  Should that take fail (every slot of the
+ * reader table held by a live process), each read sees the latest
+ * commit when it starts, as pydb_read() does. */
 static int iter_fill(module_state *st, IterObject *it)
 {
     DatabaseObject *self = it->db;
-    int32_t mfns[BATCH], next = it->next;
+    const pydb_snapshot *snap = it->snap ? it->snap->snap : NULL;
+    handle_guard *guard = it->snap ? &it->snap->guard : &self->guard;
+    pydb_snapshot *tmp = NULL;
+    pydb_snapshot_info si;
+    int32_t mfns[BATCH], next = it->next, end = 0;
     size_t n = 0;
     pydb_error e;
     int rc = PYDB_OK, nrecs = 0;
 
-    if (database_check_open(st, self) < 0) return -1;
-    UNLOCKED(&self->guard, NULL, {
-        while (nrecs == 0 && next <= pydb_max_mfn(self->db)) {
-            rc = pydb_list_mfns(mfns, BATCH, &n, &next, self->db, next,
-                                it->include_deleted, &e);
+    if (iter_check_open(st, it) < 0) return -1;
+    UNLOCKED(guard, NULL, {
+        if (!snap) {
+            /* The start of an iteration re-reads the control record
+             * (commits of programs that do not know the header). */
+            if (next <= 1) (void)pydb_refresh(self->db, NULL);
+            if (pydb_snapshot_take(&tmp, self->db, &e) == PYDB_OK)
+                snap = tmp;
+        }
+        if (snap) {
+            pydb_snapshot_info_get(&si, snap);
+            end = si.next_mfn;
+        }
+        while (nrecs == 0 &&
+               next < (snap ? end : pydb_max_mfn(self->db) + 1)) {
+            rc = snap ? pydb_snapshot_list_mfns(mfns, BATCH, &n, &next, snap,
+                                                next, it->include_deleted, &e)
+                      : pydb_list_mfns(mfns, BATCH, &n, &next, self->db,
+                                       next, it->include_deleted, &e);
             if (rc) break;
             for (size_t i = 0; i < n; i++) {
                 pydb_record *r = NULL;
-                int rrc = pydb_read(&r, self->db, mfns[i], &e);
+                int rrc = snap ? pydb_snapshot_read(&r, snap, mfns[i], &e)
+                               : pydb_read(&r, self->db, mfns[i], &e);
                 if (rrc == PYDB_OK) {
                     it->recs[nrecs++] = r;
                     continue;
@@ -496,6 +596,7 @@ static int iter_fill(module_state *st, IterObject *it)
             }
             if (rc) break;
         }
+        pydb_snapshot_release(tmp);
     });
     it->nrecs = nrecs;
     it->pos = 0;
@@ -516,7 +617,7 @@ static PyObject *iter_next(IterObject *it)
     module_state *st = state_of_type(Py_TYPE(it));
     pydb_record *r;
     if (!st) return NULL;
-    if (!(it->done && it->pos >= it->nrecs) && database_check_open(st, it->db) < 0)
+    if (!(it->done && it->pos >= it->nrecs) && iter_check_open(st, it) < 0)
         return NULL;
     if (it->pos >= it->nrecs) {
         if (it->pending_rc) {
@@ -546,15 +647,20 @@ static PyType_Spec iter_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
     iter_slots};
 
-static PyObject *make_iter(DatabaseObject *self, int32_t start,
-                           int include_deleted, int skip_damaged)
+PyObject *records_iter_new(DatabaseObject *self, SnapshotObject *snap,
+                           int32_t start, int include_deleted,
+                           int skip_damaged)
 {
     module_state *st = state_of_type(Py_TYPE(self));
     IterObject *it;
-    if (!st || database_check_open(st, self) < 0) return NULL;
+    if (!st) return NULL;
+    if (snap ? snapshot_check_open(st, snap) < 0
+             : database_check_open(st, self) < 0)
+        return NULL;
     it = PyObject_GC_New(IterObject, st->iter_type);
     if (!it) return NULL;
     it->db = (DatabaseObject *)Py_NewRef(self);
+    it->snap = snap ? (SnapshotObject *)Py_NewRef(snap) : NULL;
     it->next = start < 1 ? 1 : start;
     it->include_deleted = include_deleted;
     it->skip_damaged = skip_damaged;
@@ -567,7 +673,7 @@ static PyObject *make_iter(DatabaseObject *self, int32_t start,
 
 static PyObject *database_iter(DatabaseObject *self)
 {
-    return make_iter(self, 1, 0, 0);
+    return records_iter_new(self, NULL, 1, 0, 0);
 }
 
 static PyObject *database_records(DatabaseObject *self, PyObject *args,
@@ -578,7 +684,7 @@ static PyObject *database_records(DatabaseObject *self, PyObject *args,
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ipp", kwlist, &start,
                                      &deleted, &skip))
         return NULL;
-    return make_iter(self, start, deleted, skip);
+    return records_iter_new(self, NULL, start, deleted, skip);
 }
 
 static PyMethodDef database_methods[] = {
@@ -599,7 +705,7 @@ static PyMethodDef database_methods[] = {
     {"read_many", (PyCFunction)database_read_many, METH_O,
      "read_many($self, mfns, /)\n--\n\nThe records of an iterable of MFNs "
      "(ints, 1-based), in the order given, as a list of Record, read with "
-     "one GIL release.\n\nRaises, for the first MFN that fails: "
+     "one GIL release and as of one commit (the latest when it starts).\n\nRaises, for the first MFN that fails: "
      "NotFoundError, CorruptionError, DiskError (as read()); ClosedError; "
      "TypeError."},
     {"xrf_entry", (PyCFunction)database_xrf, METH_O,
@@ -611,17 +717,29 @@ static PyMethodDef database_methods[] = {
     {"mfns", (PyCFunction)(void (*)(void))database_list_mfns,
      METH_VARARGS | METH_KEYWORDS,
      "mfns($self, /, deleted=False)\n--\n\nMFNs of the active records (and "
-     "logically deleted ones if `deleted`), ascending (list of int)."},
+     "logically deleted ones if `deleted`), ascending (list of int), as of "
+     "one commit (the latest when it starts).\n\nRaises CorruptionError, "
+     "DiskError, ClosedError."},
     {"records", (PyCFunction)(void (*)(void))database_records,
      METH_VARARGS | METH_KEYWORDS,
      "records($self, /, *, start=1, deleted=False, skip_damaged=False)\n--\n"
      "\nAn iterator of the records (Record) from MFN `start` (1-based) in "
      "MFN order: the active ones, and the logically deleted ones too if "
-     "`deleted`; 256 records are read per GIL release.  With "
+     "`deleted`; 256 records are read per GIL release, each batch as of one "
+     "commit (the latest when the batch starts).  With "
      "`skip_damaged`, damaged records are left out instead of raising."
      "\n\nRaises (while iterating): CorruptionError for a damaged record "
      "(after yielding the records before it) unless skip_damaged; "
      "DiskError; ClosedError once the database is closed."},
+    {"snapshot", (PyCFunction)database_snapshot, METH_NOARGS,
+     "snapshot($self, /)\n--\n\nA Snapshot pinned to the latest published "
+     "commit (Snapshot(db), without an index view): reads through it "
+     "answer as of that commit while writers go on.  The GIL is released while it is taken (a copy "
+     "of the commit header and a reader-table slot; in files mode a read "
+     "of the control record).\n\nRaises ClosedError; LockTimeoutError "
+     "when every reader-table slot is held by a live process; "
+     "CorruptionError/DiskError reading the control record without a "
+     "commit header."},
     {"drop_cache", (PyCFunction)database_drop_cache, METH_NOARGS,
      "drop_cache($self, /)\n--\n\nDrop the files from the page cache."},
     {"info", (PyCFunction)database_info, METH_NOARGS,

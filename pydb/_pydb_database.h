@@ -8,6 +8,8 @@
 
 #include "_pydb_module.h"
 
+struct SnapshotObject;   /* _pydb_snapshot.h */
+
 typedef struct {
     PyObject_HEAD
     pydb_db *db;
@@ -21,6 +23,9 @@ typedef struct {
     PyObject *hooked_index; /* IndexObject attached as the commit hook
                             (_pydb_index.c), or NULL; its pydb_index is
                             freed only after pydb_close() */
+    struct SnapshotObject *snapshots; /* live snapshots (borrowed: each
+                            holds a reference to the database); released
+                            by close() before pydb_close()            */
 } DatabaseObject;
 
 /* 0 if `self` is open, else -1 with ClosedError set.  Called last before
@@ -31,5 +36,21 @@ int database_check_open(module_state *st, DatabaseObject *self);
 /* Convert a Python int to a 1-based MFN (NotFoundError outside
  * 1..2^31-1, TypeError for non-ints).  0 on success, -1 on error. */
 int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn);
+
+/* What Database and Snapshot answer alike (GIL held):
+ *   xrf_entry_dict   the dict of xrf_entry(): raw, state, offset, new,
+ *                    pending
+ *   counts_dict      the dict of counts(): active, logically_deleted,
+ *                    physically_deleted, unused, new, pending
+ *   mfns_from_seq    a PyMem array of the MFNs of an iterable (parse_mfn
+ *                    each); NULL + exception
+ *   records_iter_new the RecordIterator over `db`, or over the snapshot
+ *                    `snap` of it when not NULL */
+PyObject *xrf_entry_dict(const pydb_xrf_entry *x);
+PyObject *counts_dict(const pydb_counts *c);
+int32_t *mfns_from_seq(module_state *st, PyObject *arg, Py_ssize_t *n);
+PyObject *records_iter_new(DatabaseObject *db, struct SnapshotObject *snap,
+                           int32_t start, int include_deleted,
+                           int skip_damaged);
 
 #endif

@@ -129,6 +129,7 @@ static int module_exec(PyObject *m)
     if (record_exec(m, st) < 0 || database_exec(m, st) < 0 ||
         index_exec(m, st) < 0 || check_exec(m, st) < 0 ||
         search_exec(m, st) < 0 || transaction_exec(m, st) < 0 ||
+        snapshot_exec(m, st) < 0 ||
         builder_exec(m, st) < 0 || testing_exec(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "OPEN_WRITE", PYDB_OPEN_WRITE) < 0 ||
@@ -160,6 +161,7 @@ fail:
 #define STATE_MEMBERS(X)                                                \
     X(database_type) X(record_type) X(record_class) X(iter_type)        \
     X(field_type) X(index_type) X(checkrun_type) X(txn_type)            \
+    X(snapshot_type)                                                    \
     X(Error) X(CorruptionError) X(NotFoundError) X(DiskError)           \
     X(DatabaseNotFoundError) X(UnsupportedError) X(RecordTooLargeError) \
     X(ClosedError) X(SearchSyntaxError) X(FSTError) X(ReadOnlyError)    \

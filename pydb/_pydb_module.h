@@ -11,6 +11,7 @@
  *   _pydb_record.c       Record, Field; fields_add(): Python fields ->
  *                        pydb_field (the one field converter)
  *   _pydb_transaction.c  Transaction; _txn_begin()
+ *   _pydb_snapshot.c     Snapshot (one pinned commit), its index views
  *   _pydb_builder.c      _build(): the bulk builder
  *   _pydb_index.c        Index (native, ISIS, in-memory); _fst_parse(),
  *                        _index_build(), _attach_native_index()
@@ -47,6 +48,7 @@ typedef struct {
     PyTypeObject *index_type;
     PyTypeObject *checkrun_type;
     PyTypeObject *txn_type;         /* Transaction                        */
+    PyTypeObject *snapshot_type;    /* Snapshot                           */
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
@@ -115,6 +117,7 @@ static inline void guard_leave_(handle_guard *a, handle_guard *b)
 int record_exec(PyObject *m, module_state *st);
 int database_exec(PyObject *m, module_state *st);
 int transaction_exec(PyObject *m, module_state *st);
+int snapshot_exec(PyObject *m, module_state *st);
 int builder_exec(PyObject *m, module_state *st);
 int index_exec(PyObject *m, module_state *st);
 int search_exec(PyObject *m, module_state *st);

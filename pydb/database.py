@@ -1,8 +1,9 @@
 """Database and Record: the Python face of the C core (pydb._pydb).
 
 :func:`open` and :func:`create` make a :class:`Database` (reads, writes,
-transactions, versions, validation); its :attr:`Database.index` is a
-:class:`pydb.index.Index`.  Paths follow :mod:`pydb.paths`.
+transactions, versions, snapshots, validation); its :attr:`Database.index`
+is a :class:`pydb.index.Index`, its :meth:`Database.snapshot` a
+:class:`pydb.snapshot.Snapshot`.  Paths follow :mod:`pydb.paths`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, cast
+from typing import Any
 
 from . import _pydb
 from .check import CheckReport
@@ -21,6 +23,7 @@ from .errors import (
     CorruptionError,
     DatabaseExistsError,
     DatabaseNotFoundError,
+    DiskError,
     NotFoundError,
     UnsupportedError,
 )
@@ -29,6 +32,7 @@ from .index import Index, KeyLike, Posting, Term, open_index
 from .native import build_index
 from .paths import PathArg, base_name, existing_file, has_native_index, new_base_name
 from .search import SearchResult
+from .snapshot import Snapshot, version_chain
 from .subfields import Subfields, parse_subfields
 
 __all__ = ["Database", "Record", "Field", "Transaction", "open", "create",
@@ -114,15 +118,19 @@ class Database(_pydb.Database):
     :func:`pydb.create`): ``with db.transaction() as tx:`` groups appends,
     updates, deletions and undeletions into one atomic commit;
     :meth:`append`, :meth:`update`, :meth:`delete` and :meth:`undelete`
-    commit one change each.  What readers see while a commit is applied:
-    every record whole, either before or after the commit; a read of one
-    record (or one batch of an iteration) never mixes the two, but records
-    read one after the other during the commit may come from either side
-    of it (there are no snapshots yet; a search of the attached native
-    index sees one committed state, see :attr:`index`).  Another Database
-    (another process) on the same files sees a commit when it next re-reads
-    the control record: when asked for an MFN above the highest it knows, by ``len()``
-    and ``counts()``, and when an iteration starts.
+    commit one change each.
+
+    What readers see (docs/design.md §6): writers publish each commit in
+    the commit header ``<base>.shm`` once it is applied, and every read
+    -- a record, one batch of an iteration, ``len()``, :meth:`counts`,
+    :meth:`terms`, :meth:`postings`, :meth:`search`, :meth:`check`, an
+    export -- answers from one published commit: the latest one when the
+    call (or batch) starts, in this process or any other.  A commit is
+    never seen half applied, but two reads one after the other may see
+    two different commits.  For many reads of one commit take a
+    :meth:`snapshot`.  A database without a usable header (read-only
+    media, another program's files) is read from its control record, as
+    other CDS/ISIS programs do.
     """
 
     def __init__(self, path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
@@ -148,6 +156,10 @@ class Database(_pydb.Database):
         self._index_lock = threading.Lock()
         self._index: Index | None = None
         self._index_known = False   # _index is the answer (None: no index)
+        # The pydb.Snapshot objects taken of this handle, so that close()
+        # closes their index views before the index (the C handle
+        # releases the snapshots themselves).
+        self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
         if not self._readonly:
             # A writable handle attaches the native index now, so that
             # every commit (also before the first use of .index) updates
@@ -307,13 +319,51 @@ class Database(_pydb.Database):
         """
         return self._require_index().search(expr, self)
 
+    def snapshot(self) -> Snapshot:
+        """Pin the latest published commit for many reads: a
+        :class:`pydb.Snapshot` whose records, counts, versions, index
+        (terms, postings, search) and validation answer as of that commit
+        while writers in this and other processes go on committing.
+
+        Taking one costs a copy of the commit header, a slot of its
+        reader table and a view of the index's segment list (no file I/O
+        when the header is usable and the index handle is up to date; the
+        index is opened first if it was not yet, see :attr:`index`).  Use it as a
+        context manager or call ``close()``; it is also released when
+        garbage-collected and when this Database is closed::
+
+            with db.snapshot() as snap:
+                total = len(snap)
+                titles = [rec[24] for rec in snap]
+
+        Raises:
+            ClosedError: the database is closed.
+            LockTimeoutError: every slot of the reader table (960) is held
+                by a live process.
+            CorruptionError, DiskError: reading the control record of a
+                database without a usable commit header.
+        """
+        try:
+            ix = self.index      # its view is taken with the snapshot
+        except (CorruptionError, DiskError):
+            ix = None            # raised again by the snapshot's index calls
+        # Taken under the lock close() holds while it closes the snapshots
+        # it knows and then the index: a snapshot (and its view, which may
+        # borrow the index's handle) is never left behind by a close().
+        with self._index_lock:
+            snap = Snapshot(self, None if ix is None else ix.handle)
+            self._snapshots.add(snap)
+        return snap
+
     def close(self) -> None:
-        """Close the database and its inverted index (idempotent).  Waits
-        for reads in flight in other threads; later calls raise
-        :class:`~pydb.ClosedError`."""
+        """Close the database, its snapshots and its inverted index
+        (idempotent).  Waits for reads in flight in other threads; later
+        calls raise :class:`~pydb.ClosedError`."""
         lock = self.__dict__.get("_index_lock")
         if lock is not None:
             with lock:
+                for snap in list(self._snapshots):
+                    snap.close()
                 ix = self._index
                 if ix is not None:
                     ix.close()
@@ -452,19 +502,7 @@ class Database(_pydb.Database):
         :class:`~pydb.CorruptionError` if a back pointer does not point
         strictly backwards in the file (which also rules out cycles).
         """
-        current = cast(Record, self[mfn])   # the C core makes this class
-        out = [current]
-        info = self.info()
-        while current.back_offset is not None:
-            back = current.back_offset
-            if back >= current.offset:
-                raise CorruptionError(
-                    info["mst_path"], current.offset,
-                    f"record of MFN {mfn}: back pointer to offset {back} does "
-                    f"not point before the version at {current.offset} (cycle?)")
-            current = cast(Record, self._read_at(mfn, back))
-            out.append(current)
-        return out
+        return version_chain(self, self[mfn])
 
     def check(self, *, max_problems: int = 1000,
               progress: Callable[[int, int], object] | None = None) -> CheckReport:
@@ -472,7 +510,11 @@ class Database(_pydb.Database):
         every reachable record version and back-pointer chain, and scan the
         master file for unreachable versions (docs/isis-formats.md §2-3;
         docs/reliability.md §2.1).  Faults in the files are reported, never
-        raised.
+        raised.  The walk reads one committed state, the latest when it
+        starts (the C core takes a snapshot for it): commits made
+        meanwhile by other handles or processes are followed back, not
+        reported, so a sound database is judged sound while they write.
+        :meth:`pydb.Snapshot.check` validates a given snapshot's commit.
 
         Args:
             max_problems: keep at most this many problems (every fault is

@@ -6,10 +6,12 @@ move records between a :class:`pydb.Database` and those files; the format
 modules know nothing of databases, and the database knows nothing of them.
 
 Exports read the records in MFN order, in batches of 256 per GIL release,
-and write through a temporary file that replaces the target only when the
-export succeeds.  Logically deleted records are exported only on request
-(``deleted=True``), with record status ``d`` (ISO) or ``"deleted": true``
-(JSON Lines).
+from a snapshot they take of the database (:meth:`pydb.Database.snapshot`):
+the file holds exactly the records of one commit, while writers in this
+and other processes go on committing.  They write through a temporary file
+that replaces the target only when the export succeeds.  Logically deleted
+records are exported only on request (``deleted=True``), with record
+status ``d`` (ISO) or ``"deleted": true`` (JSON Lines).
 
 Imports into a NEW database use the bulk builder (``pydb._pydb._build``):
 records keep the MFNs the file carries (ISO with ``mfn_tag``; JSON Lines
@@ -36,6 +38,7 @@ from .errors import CorruptionError, IsoRecordError, RecordTooLargeError
 from .iso2709 import Report, check_on_error, is_utf8, read, write
 from .jsonl import encode_line, read_jsonl
 from .paths import PathArg, Source, base_name, existing_file, is_path, opened, source_name
+from .snapshot import Snapshot
 
 __all__ = ["export_iso", "import_iso", "export_jsonl", "import_jsonl",
            "APPEND_BATCH", "MAX_MFN_GAP", "MAX_MFN"]
@@ -49,10 +52,10 @@ Progress = Callable[[int], object]
 Incoming = tuple[int | None, bool, list[tuple[Any, bytes]], tuple[int, int]]
 
 
-def _db_records(db: Database, deleted: bool, on_error: str, report: Report,
+def _db_records(db: Snapshot, deleted: bool, on_error: str, report: Report,
                 progress: Progress | None) -> Iterator[Record]:
-    """Records of `db` in MFN order; a record the core cannot read is
-    reported (or raised) and left out."""
+    """Records of the snapshot `db` in MFN order; a record the core cannot
+    read is reported (or raised) and left out."""
     mfns = db.mfns(deleted=deleted)
     for i in range(0, len(mfns), 256):
         batch = mfns[i:i + 256]
@@ -142,19 +145,23 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
     Raises:
         CorruptionError, IsoRecordError: with ``on_error="stop"``.
         DatabaseNotFoundError: `db` is a path with no database.
+        ClosedError: `db` is a closed Database.
         OSError: reading the database or writing the file failed.
         ValueError: `path` is one of the database's own files, or a bad
             `flavour`, `line_ending` or `on_error`.
 
     A path is written through a temporary file beside it that replaces it
     only when the export succeeds: a failed export leaves no partial file.
+    The records are those of one commit: the export reads through a
+    snapshot it takes (:meth:`pydb.Database.snapshot`), so commits made
+    meanwhile by other threads or processes are not in it.
     """
     check_on_error(on_error)
     handle, close = _open_db(db)
     try:
         report = Report()
-        recs = _db_records(handle, deleted, on_error, report, progress)
-        with _atomic_target(handle, path) as target:
+        with handle.snapshot() as snap, _atomic_target(handle, path) as target:
+            recs = _db_records(snap, deleted, on_error, report, progress)
             w = write(target, recs, flavour, line_ending=line_ending, mfn_tag=mfn_tag,
                       on_error=on_error, marc_utf8=is_utf8(encoding))
         report.records = w.records
@@ -457,21 +464,24 @@ def export_jsonl(db: Database | PathArg, path: Source, *, deleted: bool = False,
     Raises:
         CorruptionError: with ``on_error="stop"``.
         DatabaseNotFoundError: `db` is a path with no database.
+        ClosedError: `db` is a closed Database.
         OSError: reading or writing failed.
         ValueError: `path` is one of the database's own files, or a bad
             `on_error`.
         LookupError: unknown `encoding`.
 
     A path is written through a temporary file beside it that replaces it
-    only when the export succeeds.
+    only when the export succeeds.  The records are those of one commit
+    (read through a snapshot the export takes).
     """
     check_on_error(on_error)
     "".encode(encoding)
     handle, close = _open_db(db)
     try:
         report = Report()
-        with _atomic_target(handle, path) as target, opened(target, "wb") as f:
-            for r in _db_records(handle, deleted, on_error, report, progress):
+        with (handle.snapshot() as snap, _atomic_target(handle, path) as target,
+              opened(target, "wb") as f):
+            for r in _db_records(snap, deleted, on_error, report, progress):
                 f.write(encode_line(r.mfn, r.deleted, [(fl.tag, fl.raw) for fl in r.fields],
                                     encoding))
                 report.records += 1

@@ -40,6 +40,7 @@ from .errors import NotFoundError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .database import Database, Record
+    from .snapshot import Snapshot
 
 __all__ = ["SearchResult", "search"]
 
@@ -50,12 +51,13 @@ class SearchResult(Sequence):
     (a slice is a list of MFNs) and ``mfn in result`` (binary search).
 
     Attributes: ``expr`` (str, the expression), ``mfns`` (tuple of int),
-    ``db`` (the Database the MFNs refer to, or None).
+    ``db`` (the Database -- or the Snapshot, for a search as of its
+    commit -- the MFNs refer to, or None).
     """
 
     __slots__ = ("expr", "mfns", "db")
 
-    def __init__(self, expr: str, mfns, db: Database | None = None):
+    def __init__(self, expr: str, mfns, db: Database | Snapshot | None = None):
         self.expr = expr
         self.mfns = tuple(mfns)
         self.db = db
