@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
+#include "shm.h"
 #include "wal.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -132,6 +133,7 @@ static int detect_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 static int detect_layout(pydb_db *db, pydb_error *err)
 {
     struct detect_ctx c;
+    pydb_state st;
     int32_t stop;
     int best = -1, rc;
 
@@ -140,7 +142,12 @@ static int detect_layout(pydb_db *db, pydb_error *err)
     /* An empty database: the layout given when it was opened, if any. */
     db->layout = (db->flags >> 8) & 7 ? ((db->flags >> 8) & 7) - 1
                                       : PYDB_LAYOUT_ISIS_PACKED;
-    rc = pydb__xrf_scan(db, 1, detect_visit, &c, &stop, 1, err);
+    /* The entries as stored: following a version chain needs the layout
+     * this detects (a pointer past the sizes just fails to fit). */
+    memset(&st, 0, sizeof st);
+    st.next_mfn = db->next_mfn;
+    st.mst_end = INT64_MAX;
+    rc = pydb__xrf_scan(db, &st, 1, detect_visit, &c, &stop, 1, err);
     if (rc) return rc;
     if (c.tried == 0) return PYDB_OK;  /* no record: nothing to detect */
     for (int lay = 0; lay < 4; lay++)
@@ -250,6 +257,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     db->flags = opt ? opt->flags : 0;
     db->wal_fd = -1;
     pthread_mutex_init(&db->mutex, NULL);
+    pthread_mutex_init(&db->vmutex, NULL);
     pthread_mutex_init(&db->wmutex, NULL);
     pthread_cond_init(&db->wcond, NULL);
     if (db->flags & PYDB_OPEN_WRITE) {
@@ -271,6 +279,14 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     if (rc) goto cleanup;
     rc = file_open(&db->xrf, xrf, io, db->flags & PYDB_OPEN_WRITE, err);
     if (rc) goto cleanup;
+    if (!db->wal_path[0] &&
+        pydb__find_file(db->wal_path, sizeof db->wal_path, base, "wal") != 0)
+        db->wal_path[0] = 0;
+    /* The commit header (NULL: files mode, docs/design.md §6). */
+    pydb__shm_path(db->shm_path, sizeof db->shm_path, base, mst);
+    rc = pydb__shm_open(&db->shm, db->shm_path, mst,
+                        db->flags & PYDB_OPEN_WRITE, err);
+    if (rc) goto cleanup;
     rc = read_control(db, err);
     if (rc) goto cleanup;
     rc = detect_layout(db, err);
@@ -279,6 +295,9 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     if (rc == PYDB_ECORRUPT && pydb__refresh_sizes(db))
         rc = detect_layout(db, err);
     if (rc) goto cleanup;
+    /* Whether the header agrees with the files (another program may have
+     * written them): files mode until it does. */
+    pydb__refresh(db);
     *out = db;
     db = NULL;
 cleanup:
@@ -290,9 +309,11 @@ void pydb_close(pydb_db *db)
 {
     if (!db) return;
     pydb__wal_close(db);
+    pydb__shm_close(db->shm);
     file_close(&db->mst);
     file_close(&db->xrf);
     pthread_mutex_destroy(&db->mutex);
+    pthread_mutex_destroy(&db->vmutex);
     pthread_mutex_destroy(&db->wmutex);
     pthread_cond_destroy(&db->wcond);
     free(db);
@@ -300,12 +321,14 @@ void pydb_close(pydb_db *db)
 
 void pydb_info_get(pydb_info *o, const pydb_db *db)
 {
-    o->next_mfn = pydb__next_mfn(db);
-    o->next_block = __atomic_load_n(&db->next_block, __ATOMIC_RELAXED);
-    o->next_pos = __atomic_load_n(&db->next_pos, __ATOMIC_RELAXED);
+    pydb_state st;
+    pydb__state_peek(&st, db);   /* the latest committed state */
+    o->next_mfn = st.next_mfn;
+    o->next_block = st.next_block;
+    o->next_pos = st.next_pos;
     o->mftype = db->mftype;
     o->mstxl = db->mstxl;
-    o->reccnt = __atomic_load_n(&db->reccnt, __ATOMIC_RELAXED);
+    o->reccnt = st.reccnt;
     o->layout = db->layout;
     o->io = db->io;
     o->lock = db->lock;
@@ -315,7 +338,12 @@ void pydb_info_get(pydb_info *o, const pydb_db *db)
     o->xrf_path = db->xrf.path;
 }
 
-int32_t pydb_max_mfn(const pydb_db *db) { return pydb__next_mfn(db) - 1; }
+int32_t pydb_max_mfn(const pydb_db *db)
+{
+    pydb_state st;
+    pydb__state_peek(&st, db);
+    return st.next_mfn - 1;
+}
 
 int pydb_drop_cache(pydb_db *db, pydb_error *err)
 {

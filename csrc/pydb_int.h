@@ -134,6 +134,9 @@ struct pydb_db {
     int mstxl;
     int32_t next_mfn, next_block, next_pos, mftype, reccnt;
     pthread_mutex_t mutex;   /* used in PYDB_LOCK_MUTEX mode only          */
+    pthread_mutex_t vmutex;  /* serialises pydb__view_set()                */
+    uint64_t vseq;           /* sequence lock of next_mfn..reccnt (odd
+                                while pydb__view_set() writes them)       */
     uint64_t seq;            /* XRF sequence lock (see above)              */
     /* ---- write path (txn.c, wal.c) ---- */
     int flags;               /* PYDB_OPEN_* given to pydb_open()           */
@@ -175,6 +178,13 @@ struct pydb_snapshot {
     int slot;            /* reader-table slot, or -1 (not registered)    */
 };
 
+/* The handle's commit header, or NULL (files mode); a reader handle may
+ * attach one later (read.c), so it is loaded atomically. */
+static inline struct pydb_shm *pydb__db_shm(const pydb_db *db)
+{
+    return __atomic_load_n(&db->shm, __ATOMIC_ACQUIRE);
+}
+
 static inline int32_t pydb__next_mfn(const pydb_db *db)
 {
     return __atomic_load_n(&db->next_mfn, __ATOMIC_ACQUIRE);
@@ -188,6 +198,18 @@ static inline int pydb__seq_retry(const pydb_db *db, uint64_t s)
     return __atomic_load_n(&db->seq, __ATOMIC_RELAXED) != s;
 }
 
+/* Raise the handle's view of the control record (next_mfn, next_block,
+ * next_pos, reccnt) to these values, as one change readers see whole
+ * (vseq); a view that would go back is ignored. */
+void pydb__view_set(pydb_db *db, int32_t next_mfn, int32_t next_block,
+                    int32_t next_pos, int32_t reccnt);
+/* The header's latest state into *st (and the handle's view raised to
+ * it): 0, or -1 when there is no usable header (files mode). */
+int pydb__state_header(pydb_state *st, pydb_db *db);
+/* 1 if a writer (any handle, any process) holds the writer lock of db
+ * now (wal.c; F_OFD_GETLK on the log), else 0. */
+int pydb__writer_active(pydb_db *db);
+
 /* Re-read the control record and the file sizes, so that a handle sees
  * records that another handle or process committed after it was opened
  * (read.c: a read of an MFN past the known end needs it).
@@ -197,12 +219,21 @@ void pydb__refresh(pydb_db *db);
  * 1 if one grew, else 0. */
 int pydb__refresh_sizes(pydb_db *db);
 
+/* ---- transactions (txn.c) ---- */
+
+/* The native index MANIFEST generation a commit publishes (the commit
+ * hook calls it from prepare); it goes into the commit header. */
+void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen);
+
 /* ---- the reader (read.c) ---- */
 
 /* The committed state a plain read uses: the header's latest state, or
  * in files mode (no usable header, or a stale one) the handle's view of
  * the control record.  No file I/O with a usable header. */
 void pydb__state_now(pydb_state *st, pydb_db *db);
+/* The same without touching the handle (no size or view update): for
+ * accessors of a const handle. */
+void pydb__state_peek(pydb_state *st, const pydb_db *db);
 
 /* Follow the version chain of `mfn` from the version at `off` back to the
  * first version written before st->mst_end (off itself when it is

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
+#include "shm.h"
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -43,9 +44,10 @@ uint64_t pydb__seq_begin(const pydb_db *db)
 
 /* ------------------------------------------------------------ XRF values */
 
-/* Decode a stored XRF value and check the offset it names against the
- * files, docs/isis-formats.md §3.2.  `where` is its offset in the XRF,
- * for the message. */
+/* Decode a stored XRF value and check the offset it names: a record
+ * start after the control record (docs/isis-formats.md §3.2).  Whether
+ * it lies inside the committed records is the state's question
+ * (resolve()).  `where` is its offset in the XRF, for the message. */
 static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
                       int32_t mfn, int64_t where, pydb_error *err)
 {
@@ -61,14 +63,36 @@ static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, inside the control record",
                             (int)mfn, (int)raw, (long long)e->offset);
-    if (e->offset >= pydb__fsize(&db->mst))
-        return PYDB_CORRUPT(err, db->xrf.path, where,
-                            "XRF entry of MFN %d (value %d) points at "
-                            "offset %lld, past the end of %s (%lld bytes)",
-                            (int)mfn, (int)raw, (long long)e->offset,
-                            db->mst.path, (long long)pydb__fsize(&db->mst));
     /* what a reader may follow: a record start inside the master file */
     PYDB_ASSERT((e->offset & ((1 << db->mstxl) - 1)) == 0);
+    return PYDB_OK;
+}
+
+/* Whether the XRF entry points at a stored version (active, or logically
+ * deleted and still readable). */
+static int has_version(const pydb_xrf_entry *e)
+{
+    return e->state == PYDB_XRF_ACTIVE || e->state == PYDB_XRF_LDELETED;
+}
+
+/* Bring an entry decoded from the XRF to the state st: a pointer at or
+ * past st->mst_end names a version a later commit wrote; the version st
+ * saw is found along the back pointers, and the entry's state follows
+ * its STATUS.  `where`: the entry's offset in the XRF (messages). */
+static int resolve(pydb_xrf_entry *e, pydb_db *db, const pydb_state *st,
+                   int32_t mfn, int64_t where, pydb_error *err)
+{
+    int64_t vis;
+    int status, rc;
+
+    if (!has_version(e) || e->offset < st->mst_end) return PYDB_OK;
+    rc = pydb__version_visible(&vis, &status, db, st, mfn, e->offset, err);
+    if (rc == PYDB_ECORRUPT && err && err->offset < 0) err->offset = where;
+    if (rc) return rc;
+    if (vis != e->offset) {
+        e->offset = vis;
+        e->state = status == 1 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
+    }
     return PYDB_OK;
 }
 
@@ -93,46 +117,199 @@ static int file_read(const pydb_file *f, int io, void *buf, size_t n,
     return pydb__file_read(f, io, buf, n, off, what, err);
 }
 
-static int xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
-                   pydb_error *err, int nowait)
+/* ------------------------------------------------------ committed state */
+
+void pydb__view_set(pydb_db *db, int32_t next_mfn, int32_t next_block,
+                    int32_t next_pos, int32_t reccnt)
+{
+    pthread_mutex_lock(&db->vmutex);
+    if (next_mfn >= db->next_mfn &&
+        pydb__ctl_end(next_block, next_pos) >=
+            pydb__ctl_end(db->next_block, db->next_pos)) {
+        __atomic_add_fetch(&db->vseq, 1, __ATOMIC_ACQ_REL);   /* odd */
+        __atomic_store_n(&db->next_block, next_block, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->next_pos, next_pos, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->reccnt, reccnt, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->next_mfn, next_mfn, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&db->vseq, 1, __ATOMIC_RELEASE);   /* even */
+    }
+    pthread_mutex_unlock(&db->vmutex);
+}
+
+/* The handle's own view (files mode): one consistent copy of the fields
+ * pydb__view_set() writes. */
+static void view_copy(pydb_state *st, const pydb_db *db)
+{
+    uint64_t s;
+    do {
+        while ((s = __atomic_load_n(&db->vseq, __ATOMIC_ACQUIRE)) & 1)
+            sched_yield();
+        st->next_mfn = __atomic_load_n(&db->next_mfn, __ATOMIC_RELAXED);
+        st->next_block = __atomic_load_n(&db->next_block, __ATOMIC_RELAXED);
+        st->next_pos = __atomic_load_n(&db->next_pos, __ATOMIC_RELAXED);
+        st->reccnt = __atomic_load_n(&db->reccnt, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    } while (__atomic_load_n(&db->vseq, __ATOMIC_RELAXED) != s);
+    st->commit = 0;
+    st->mst_end = pydb__ctl_end(st->next_block, st->next_pos);
+    st->mst_size = pydb__fsize(&db->mst);
+    st->xrf_size = pydb__fsize(&db->xrf);
+    st->index_gen = 0;
+}
+
+int pydb__state_header(pydb_state *st, pydb_db *db)
+{
+    pydb_shm *shm = pydb__db_shm(db);
+    if (!shm || __atomic_load_n(&db->shm_stale, __ATOMIC_ACQUIRE) ||
+        pydb__shm_state(st, shm) != 0)
+        return -1;
+    /* What the header announces is in the files: reads may go that far
+     * (the mapping too), and the handle's own view follows. */
+    pydb__fsize_raise(&db->mst, st->mst_size);
+    pydb__fsize_raise(&db->xrf, st->xrf_size);
+    if (st->next_mfn > pydb__next_mfn(db))
+        pydb__view_set(db, st->next_mfn, st->next_block, st->next_pos,
+                       st->reccnt);
+    return 0;
+}
+
+void pydb__state_peek(pydb_state *st, const pydb_db *db)
+{
+    pydb_shm *shm = pydb__db_shm(db);
+    if (shm && !__atomic_load_n(&db->shm_stale, __ATOMIC_ACQUIRE) &&
+        pydb__shm_state(st, shm) == 0)
+        return;
+    view_copy(st, db);
+}
+
+void pydb__state_now(pydb_state *st, pydb_db *db)
+{
+    if (pydb__state_header(st, db) == 0) return;
+    view_copy(st, db);
+}
+
+/* The state for a read of `mfn`: an MFN past the known end re-reads the
+ * control record first (another handle or process may have committed it;
+ * a header other programs left stale is noticed there).  Not on the
+ * no-wait path. */
+static int state_for(pydb_state *st, pydb_db *db, int32_t mfn, int nowait)
+{
+    pydb__state_now(st, db);
+    if (mfn >= st->next_mfn) {
+        if (nowait) return PYDB_EWOULDBLOCK;
+        pydb__refresh(db);
+        pydb__state_now(st, db);
+    }
+    return PYDB_OK;
+}
+
+/* ------------------------------------------------------------ versions */
+
+/* Read the leader of the version of `mfn` at `off` with pread, whatever
+ * the sizes the handle knows (a later commit's version may lie past
+ * them): 0 or PYDB_ECORRUPT / PYDB_EIO. */
+static int read_leader(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
+                       pydb_error *err)
+{
+    const pydb_geom *g = &pydb__geom[db->layout];
+    uint8_t h[32];
+    int rc;
+
+    if (off + g->leader > pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
+    rc = pydb__file_read(&db->mst, PYDB_IO_PREAD, h, (size_t)g->leader, off,
+                         "leader", err);
+    if (rc) return rc;
+    pydb__leader_decode(l, g, h);
+    return pydb__leader_check(l, g, mfn, off, pydb__fsize(&db->mst),
+                              db->mst.path, err);
+}
+
+int pydb__version_visible(int64_t *vis, int *status, pydb_db *db,
+                          const pydb_state *st, int32_t mfn, int64_t off,
+                          pydb_error *err)
+{
+    pydb_leader l;
+    int rc;
+
+    for (;;) {
+        int64_t back;
+        rc = read_leader(&l, db, mfn, off, err);
+        if (rc) return rc;
+        *vis = off;
+        *status = l.status;
+        if (off < st->mst_end) return PYDB_OK;
+        back = l.mfbwb > 0 ? (int64_t)(l.mfbwb - 1) * PYDB_BLOCK + l.mfbwp
+                           : -1;
+        /* A version past the end with no older one: written by a program
+         * whose control record ends inside or before its last records
+         * (docs/isis-formats.md §2.1); it is the only version there is. */
+        if (back < 0) return PYDB_OK;
+        if (back >= off)
+            return PYDB_CORRUPT(err, db->mst.path, off,
+                                "record of MFN %d: back pointer to offset "
+                                "%lld does not point before the version at "
+                                "%lld", (int)mfn, (long long)back,
+                                (long long)off);
+        off = back;
+    }
+}
+
+/* The XRF entry of `mfn` as stored (not resolved), read inside the
+ * sequence lock.  `where` gets its offset in the XRF. */
+static int xrf_raw(pydb_xrf_entry *out, int64_t *where, pydb_db *db,
+                   const pydb_state *st, int32_t mfn, pydb_error *err,
+                   int nowait)
 {
     uint8_t buf[PYDB_BLOCK];
-    int64_t b, slot, start, where;
+    int64_t b, slot, start;
     uint64_t seq;
     int rc;
 
-    if (mfn >= 1 && mfn >= pydb__next_mfn(db)) {
-        /* Committed since we looked (another handle or process)?  That
-         * re-reads the control record: not for the no-wait path. */
-        if (nowait) return PYDB_EWOULDBLOCK;
-        pydb__refresh(db);
-    }
-    if (mfn < 1 || mfn >= pydb__next_mfn(db))
+    if (mfn < 1 || mfn >= st->next_mfn)
         return PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
                           "MFN %d is outside 1..%d", (int)mfn,
-                          (int)(pydb__next_mfn(db) - 1));
+                          (int)(st->next_mfn - 1));
     b = (mfn - 1) / PYDB_XRF_PER_BLOCK;
     slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
     start = b * PYDB_BLOCK;
-    where = start + 4 + slot * 4;
+    *where = start + 4 + slot * 4;
     do {
         if (nowait && (__atomic_load_n(&db->seq, __ATOMIC_ACQUIRE) & 1))
             return PYDB_EWOULDBLOCK;
         seq = pydb__seq_begin(db);
-        rc = file_read(&db->xrf, db->io, buf, (size_t)(where + 4 - start),
+        rc = file_read(&db->xrf, db->io, buf, (size_t)(*where + 4 - start),
                        start, "XRF block", err, nowait);
     } while (pydb__seq_retry(db, seq));
     if (rc) return rc;
     rc = check_xrfpos(db, buf, b, err);
     if (rc) return rc;
-    return xrf_decode(out, db, (int32_t)pydb__u32(buf + (where - start)), mfn,
-                      where, err);
+    return xrf_decode(out, db, (int32_t)pydb__u32(buf + (*where - start)),
+                      mfn, *where, err);
+}
+
+static int xrf_get(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
+                   int32_t mfn, pydb_error *err, int nowait)
+{
+    int64_t where;
+    int rc = xrf_raw(out, &where, db, st, mfn, err, nowait);
+    if (rc) return rc;
+    if (has_version(out) && out->offset >= st->mst_end && nowait)
+        return PYDB_EWOULDBLOCK;   /* a chain walk: the blocking path */
+    return resolve(out, db, st, mfn, where, err);
+}
+
+int pydb__xrf_get_in(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
+                     int32_t mfn, pydb_error *err)
+{
+    return xrf_get(out, db, st, mfn, err, 0);
 }
 
 int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
                  pydb_error *err)
 {
-    return xrf_get(out, db, mfn, err, 0);
+    pydb_state st;
+    state_for(&st, db, mfn, 0);
+    return xrf_get(out, db, &st, mfn, err, 0);
 }
 
 /* ------------------------------------------------------------- records */
@@ -182,15 +359,8 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     return pydb__record_decode(*rec, g, &l, off, path, err);
 }
 
-/* Whether the XRF entry points at a stored version (active, or logically
- * deleted and still readable). */
-static int has_version(const pydb_xrf_entry *e)
-{
-    return e->state == PYDB_XRF_ACTIVE || e->state == PYDB_XRF_LDELETED;
-}
-
-static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
-                        pydb_error *err, int nowait)
+static int read_in(pydb_record **rec, pydb_db *db, const pydb_state *st,
+                   int32_t mfn, pydb_error *err, int nowait)
 {
     pydb_xrf_entry e;
     int rc;
@@ -200,24 +370,7 @@ static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
         else if (pthread_mutex_trylock(&db->mutex) != 0)
             return PYDB_EWOULDBLOCK;
     }
-    rc = xrf_get(&e, db, mfn, err, nowait);
-    if (rc == PYDB_OK && has_version(&e))
-        rc = read_version(rec, db, mfn, e.offset, err, nowait);
-    if (rc == PYDB_ECORRUPT) {
-        /* Another handle or process may have committed since our sizes
-         * were taken: what looks like a pointer past the end may be a new
-         * version.  Re-take the sizes (not on the no-wait path: fstat and
-         * a re-read are the blocking path's job) and read once more. */
-        if (nowait) {
-            rc = PYDB_EWOULDBLOCK;
-            goto cleanup;
-        }
-        if (pydb__refresh_sizes(db)) {
-            rc = xrf_get(&e, db, mfn, err, 0);
-            if (rc == PYDB_OK && has_version(&e))
-                rc = read_version(rec, db, mfn, e.offset, err, 0);
-        }
-    }
+    rc = xrf_get(&e, db, st, mfn, err, nowait);
     if (rc) goto cleanup;
     if (e.state == PYDB_XRF_UNUSED || e.state == PYDB_XRF_PDELETED) {
         rc = PYDB_ERROR(err, PYDB_ENOTFOUND, db->mst.path, -1,
@@ -226,6 +379,8 @@ static int read_current(pydb_record **rec, pydb_db *db, int32_t mfn,
                                                    : "physically deleted");
         goto cleanup;
     }
+    rc = read_version(rec, db, mfn, e.offset, err, nowait);
+    if (rc) goto cleanup;
     (*rec)->deleted = e.state == PYDB_XRF_LDELETED;
     (*rec)->flags = e.flags;
 cleanup:
@@ -233,21 +388,33 @@ cleanup:
     return rc;
 }
 
+int pydb__read_in(pydb_record **rec, pydb_db *db, const pydb_state *st,
+                  int32_t mfn, pydb_error *err)
+{
+    return read_in(rec, db, st, mfn, err, 0);
+}
+
 int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
 {
-    return read_current(rec, db, mfn, err, 0);
+    pydb_state st;
+    state_for(&st, db, mfn, 0);
+    return read_in(rec, db, &st, mfn, err, 0);
 }
 
 int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
                      pydb_error *err)
 {
-    return read_current(rec, db, mfn, err, 1);
+    pydb_state st;
+    int rc = state_for(&st, db, mfn, 1);
+    if (rc) return rc;
+    return read_in(rec, db, &st, mfn, err, 1);
 }
 
 int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
                  pydb_error *err)
 {
     int rc;
+    if (offset >= pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
     if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
     rc = read_version(rec, db, mfn, offset, err, 0);
     if (rc == PYDB_OK) {
@@ -260,11 +427,12 @@ int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
 
 /* ------------------------------------------------------------ XRF scans */
 
-int pydb__xrf_scan(pydb_db *db, int32_t from, pydb__xrf_visit fn, void *ctx,
-                   int32_t *stopped_at, int64_t max_blocks, pydb_error *err)
+int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
+                   pydb__xrf_visit fn, void *ctx, int32_t *stopped_at,
+                   int64_t max_blocks, pydb_error *err)
 {
     uint8_t *buf = NULL;
-    int32_t max = pydb__next_mfn(db) - 1, mfn = from < 1 ? 1 : from;
+    int32_t max = st->next_mfn - 1, mfn = from < 1 ? 1 : from;
     int rc = PYDB_OK;
     uint64_t seq;
 
@@ -290,10 +458,11 @@ int pydb__xrf_scan(pydb_db *db, int32_t from, pydb__xrf_visit fn, void *ctx,
             if (rc) goto cleanup;
             for (; mfn <= max && (mfn - 1) / PYDB_XRF_PER_BLOCK == b; mfn++) {
                 int64_t slot = (mfn - 1) % PYDB_XRF_PER_BLOCK;
+                int64_t where = b * PYDB_BLOCK + 4 + slot * 4;
                 pydb_xrf_entry e;
-                rc = xrf_decode(&e, db,
-                                (int32_t)pydb__u32(blk + 4 + slot * 4), mfn,
-                                b * PYDB_BLOCK + 4 + slot * 4, err);
+                rc = xrf_decode(&e, db, (int32_t)pydb__u32(blk + 4 + slot * 4),
+                                mfn, where, err);
+                if (rc == PYDB_OK) rc = resolve(&e, db, st, mfn, where, err);
                 if (rc) goto cleanup;
                 if (fn(ctx, mfn, &e)) {
                     *stopped_at = mfn + 1;
@@ -322,12 +491,30 @@ static int count_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
     return 0;
 }
 
-int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err)
+static int count_in(pydb_counts *out, pydb_db *db, const pydb_state *st,
+                    pydb_error *err)
 {
     int32_t stop;
     memset(out, 0, sizeof *out);
-    pydb__refresh(db);
-    return pydb__xrf_scan(db, 1, count_visit, out, &stop, SCAN_BLOCKS, err);
+    return pydb__xrf_scan(db, st, 1, count_visit, out, &stop, SCAN_BLOCKS,
+                          err);
+}
+
+/* The latest state, with the control record re-read in files mode. */
+static void state_fresh(pydb_state *st, pydb_db *db)
+{
+    pydb__state_now(st, db);
+    if (st->commit == 0) {
+        pydb__refresh(db);
+        pydb__state_now(st, db);
+    }
+}
+
+int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err)
+{
+    pydb_state st;
+    state_fresh(&st, db);
+    return count_in(out, db, &st, err);
 }
 
 struct list_ctx {
@@ -345,22 +532,114 @@ static int list_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
     return c->n == c->cap;
 }
 
-int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
-                   pydb_db *db, int32_t from, int include_deleted,
-                   pydb_error *err)
+static int list_in(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
+                   pydb_db *db, const pydb_state *st, int32_t from,
+                   int include_deleted, pydb_error *err)
 {
     struct list_ctx c = {mfns, cap, 0, include_deleted};
     int rc;
     *n = 0;
-    if (from <= 1) pydb__refresh(db);
-    *next = pydb__next_mfn(db);
+    *next = st->next_mfn;
     if (cap == 0) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "cap is 0");
     /* Read no more XRF blocks at a time than `cap` entries can fill. */
     int64_t blocks = (int64_t)(cap / PYDB_XRF_PER_BLOCK) + 2;
-    rc = pydb__xrf_scan(db, from, list_visit, &c, next,
-                  blocks < SCAN_BLOCKS ? blocks : SCAN_BLOCKS, err);
+    rc = pydb__xrf_scan(db, st, from, list_visit, &c, next,
+                        blocks < SCAN_BLOCKS ? blocks : SCAN_BLOCKS, err);
     *n = c.n;
     return rc;
+}
+
+int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
+                   pydb_db *db, int32_t from, int include_deleted,
+                   pydb_error *err)
+{
+    pydb_state st;
+    if (from <= 1) state_fresh(&st, db);
+    else pydb__state_now(&st, db);
+    return list_in(mfns, cap, n, next, db, &st, from, include_deleted, err);
+}
+
+/* ------------------------------------------------------------ snapshots */
+
+int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
+{
+    pydb_snapshot *s;
+    pydb_shm *shm;
+    int rc;
+
+    *out = NULL;
+    if (!db) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no database");
+    s = malloc(sizeof *s);
+    if (!s)
+        return PYDB_ERROR(err, PYDB_ENOMEM, db->mst.path, -1,
+                          "no memory for a snapshot");
+    s->db = db;
+    s->slot = -1;
+    shm = pydb__db_shm(db);
+    if (shm && !__atomic_load_n(&db->shm_stale, __ATOMIC_ACQUIRE)) {
+        rc = pydb__shm_pin(&s->slot, &s->st, shm, err);
+        if (rc == PYDB_ELOCKED) {
+            free(s);
+            return rc;
+        }
+        if (rc == PYDB_OK && s->st.commit != 0) {
+            pydb__fsize_raise(&db->mst, s->st.mst_size);
+            pydb__fsize_raise(&db->xrf, s->st.xrf_size);
+            *out = s;
+            return PYDB_OK;
+        }
+        /* registered, but the header holds no state: files mode, still
+         * registered so that the index keeps its files */
+    }
+    state_fresh(&s->st, db);
+    *out = s;
+    return PYDB_OK;
+}
+
+void pydb_snapshot_release(pydb_snapshot *snap)
+{
+    if (!snap) return;
+    pydb__shm_unpin(pydb__db_shm(snap->db), snap->slot);
+    free(snap);
+}
+
+void pydb_snapshot_info_get(pydb_snapshot_info *o, const pydb_snapshot *snap)
+{
+    o->commit = snap->st.commit;
+    o->next_mfn = snap->st.next_mfn;
+    o->reccnt = snap->st.reccnt;
+    o->mst_end = snap->st.mst_end;
+    o->mst_size = snap->st.mst_size;
+    o->xrf_size = snap->st.xrf_size;
+    o->index_gen = snap->st.index_gen;
+    o->registered = snap->slot >= 0;
+}
+
+int pydb_snapshot_read(pydb_record **rec, const pydb_snapshot *snap,
+                       int32_t mfn, pydb_error *err)
+{
+    return read_in(rec, snap->db, &snap->st, mfn, err, 0);
+}
+
+int pydb_snapshot_xrf_get(pydb_xrf_entry *out, const pydb_snapshot *snap,
+                          int32_t mfn, pydb_error *err)
+{
+    return xrf_get(out, snap->db, &snap->st, mfn, err, 0);
+}
+
+int pydb_snapshot_count(pydb_counts *out, const pydb_snapshot *snap,
+                        pydb_error *err)
+{
+    return count_in(out, snap->db, &snap->st, err);
+}
+
+int pydb_snapshot_list_mfns(int32_t *mfns, size_t cap, size_t *n,
+                            int32_t *next, const pydb_snapshot *snap,
+                            int32_t from, int include_deleted,
+                            pydb_error *err)
+{
+    return list_in(mfns, cap, n, next, snap->db, &snap->st, from,
+                   include_deleted, err);
 }
 
 /* -------------------------------------------------------------- refresh */
@@ -403,24 +682,58 @@ int pydb_refresh(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
+/* Whether the header can be trusted against the control record *v just
+ * read: they agree, or a pydb writer holds the lock (it publishes the
+ * header right after it writes the control record). */
+static void check_header(pydb_db *db, const pydb_ctl *v)
+{
+    pydb_state st;
+    pydb_shm *shm = pydb__db_shm(db);
+    int stale;
+    if (!shm || pydb__shm_state(&st, shm) != 0) return;
+    stale = (st.next_mfn != v->next_mfn || st.next_block != v->next_block ||
+             st.next_pos != v->next_pos) &&
+            !pydb__writer_active(db);
+    __atomic_store_n(&db->shm_stale, stale, __ATOMIC_RELEASE);
+}
+
+/* A handle opened before the first writer made the header: use it from
+ * now on (readers never create it). */
+static void attach_header(pydb_db *db)
+{
+    pydb_shm *s = NULL, *none = NULL;
+    if (__atomic_load_n(&db->shm, __ATOMIC_ACQUIRE) || !db->shm_path[0])
+        return;
+    if (pydb__shm_open(&s, db->shm_path, db->mst.path, 0, NULL) != PYDB_OK ||
+        !s)
+        return;
+    if (!__atomic_compare_exchange_n(&db->shm, &none, s, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        pydb__shm_close(s);   /* another thread attached it first */
+}
+
 void pydb__refresh(pydb_db *db)
 {
     pydb_ctl v;
     int32_t cur;
     uint8_t ent[4];
 
+    attach_header(db);
+
     /* Sizes first: an update of existing records grows the files
      * without changing NXTMFN.  What they are now (never lower than what
      * fstat said) bounds what the control record may announce. */
     pydb__refresh_sizes(db);
     cur = pydb__next_mfn(db);
-    if (peek_control(db, &v) != 0 || v.next_mfn <= cur || !pydb__ctl_sane(&v) ||
+    if (peek_control(db, &v) != 0) return;
+    check_header(db, &v);
+    if (v.next_mfn < cur || !pydb__ctl_sane(&v) ||
         pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
         pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK > pydb__fsize(&db->xrf))
         return;
     /* The control record is written last: the XRF entry of the highest
      * MFN it announces must be there already, else it is torn. */
-    {
+    if (v.next_mfn > cur) {
         int64_t m = v.next_mfn - 1;
         int64_t at = ((m - 1) / PYDB_XRF_PER_BLOCK) * PYDB_BLOCK + 4 +
                      ((m - 1) % PYDB_XRF_PER_BLOCK) * 4;
@@ -428,12 +741,5 @@ void pydb__refresh(pydb_db *db)
                             NULL) != PYDB_OK || pydb__u32(ent) == 0)
             return;
     }
-    /* Publish: positions first, NXTMFN last (readers key on it). */
-    __atomic_store_n(&db->next_block, v.next_block, __ATOMIC_RELAXED);
-    __atomic_store_n(&db->next_pos, v.next_pos, __ATOMIC_RELAXED);
-    __atomic_store_n(&db->reccnt, v.reccnt, __ATOMIC_RELAXED);
-    while (cur < v.next_mfn &&
-           !__atomic_compare_exchange_n(&db->next_mfn, &cur, v.next_mfn, 1,
-                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
-        ;
+    pydb__view_set(db, v.next_mfn, v.next_block, v.next_pos, v.reccnt);
 }

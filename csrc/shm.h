@@ -31,7 +31,8 @@
  *            8 u64 process start time (/proc/<pid>/stat field 22; 0
  *              unknown): a pid reused by a new process is not mistaken
  *              for the reader that died
- *           16 u64 commit the reader reads (0 while it registers)
+ *           16 u64 the commit the reader reads, plus 1 (0 while it
+ *              registers)
  *           24..63 0
  *
  * A reader copies the latest state without a lock: it loads `latest`,
@@ -48,8 +49,8 @@
  * writer that scans after publishing commit n+1 sees every reader still
  * on commit n.
  *
- * The file is created (and a new, empty file initialised) by any process
- * that can write the directory; a damaged one (wrong magic, a future
+ * The file is created by the first writer (a new, empty file is laid out
+ * by whoever opens it first); a damaged one (wrong magic, a future
  * version, too short, another geometry) is reinitialised only by the
  * writer, holding the writer lock (pydb__shm_reset), and is ignored by
  * readers until then.  Without the file (read-only media) a handle reads
@@ -73,14 +74,16 @@
 
 typedef struct pydb_shm pydb_shm;
 
-/* Open (or create) the commit header `path` (<base>.shm; pydb__shm_path)
- * and map it.  New files get the mode of the master file `mst_path`.
- * PYDB_OK with *out = NULL when the file cannot be opened read-write or
- * created (read-only media, permissions): the caller works in files mode.
+/* Open the commit header `path` (<base>.shm; pydb__shm_path) and map it;
+ * with `create` (writers) create it if missing, with the mode of the
+ * master file `mst_path` (readers never create files beside a database).
+ * PYDB_OK with *out = NULL when the file is missing (and not created) or
+ * cannot be opened read-write (read-only media, permissions): the caller
+ * works in files mode.
  * A file that exists but is not valid is still returned (mapped if it is
  * long enough), with pydb__shm_valid() false.  Errors: PYDB_ENOMEM. */
 int pydb__shm_open(pydb_shm **out, const char *path, const char *mst_path,
-                   pydb_error *err);
+                   int create, pydb_error *err);
 void pydb__shm_close(pydb_shm *s);
 /* 1 if the file has this version's layout (magic, version, geometry). */
 int pydb__shm_valid(const pydb_shm *s);

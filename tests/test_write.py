@@ -416,14 +416,16 @@ def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
         assert db.max_mfn == 50 and raw_fields(db[3]) == sample(3)
 
 
-def test_sync_commit_leaves_only_the_isis_files_and_an_empty_log(tmp_path):
+def test_sync_commit_leaves_only_the_isis_files_an_empty_log_and_the_header(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, sync=True) as db:
         assert db.sync and not db.readonly
         db.append([(1, b"x")])
         db.update(1, [(1, b"y")])
-    assert sorted(os.listdir(tmp_path)) == ["db.mst", "db.wal", "db.xrf"]
+    # the commit header <base>.shm: a fixed-size mapped file (csrc/shm.h)
+    assert sorted(os.listdir(tmp_path)) == ["db.mst", "db.shm", "db.wal", "db.xrf"]
     assert os.path.getsize(base.with_suffix(".wal")) == 0
+    assert os.path.getsize(base.with_suffix(".shm")) == 4096 + 960 * 64
 
 
 # ---------------------------------------------------------------- real data
@@ -645,7 +647,8 @@ def test_commit_hook_and_whole_file_in_the_log(tmp_path):
     with pydb.open(base, readonly=False) as db:
         assert not db[2].deleted
     assert side.read_text() == "2 1 1 0\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["db.mst", "db.wal", "db.xrf", "side.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "db.mst", "db.shm", "db.wal", "db.xrf", "side.txt"]
 
 
 def test_writer_threads_take_turns(tmp_path):
