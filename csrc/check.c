@@ -609,9 +609,12 @@ static int later_leader(ck *c, int32_t mfn, int64_t off)
 /* The XRF entry of `mfn` points at `off`, at or past the state's end of
  * records: a later commit wrote that version.  Check the version the
  * state saw (found along the back pointers) and its chain instead; a
- * chain that does not lead back to one is a fault of the entry. */
-static void check_later(ck *c, int32_t mfn, int32_t raw, int64_t off,
-                        int64_t where)
+ * chain that does not lead back to one is a fault of the entry.  Returns
+ * 1 when done, 0 when the version there has no older one (no commit of
+ * this protocol wrote it: the caller reports it as any pointer past the
+ * committed end). */
+static int check_later(ck *c, int32_t mfn, int32_t raw, int64_t off,
+                       int64_t where)
 {
     pydb_error e;
     int64_t vis;
@@ -622,7 +625,7 @@ static void check_later(ck *c, int32_t mfn, int32_t raw, int64_t off,
         report(c, PYDB_CHECK_IO, mfn, e.path[0] ? e.path : c->db->mst.path,
                e.offset, "reading the versions of MFN %d: %s", (int)mfn,
                e.message);
-        return;
+        return 1;
     }
     if (rc) {
         report(c, PYDB_CHECK_XRF_POINTER, mfn, c->db->xrf.path, where,
@@ -631,9 +634,11 @@ static void check_later(ck *c, int32_t mfn, int32_t raw, int64_t off,
                "that commit lies behind it: %s", (int)mfn, (int)raw,
                (long long)off, (long long)c->end,
                (unsigned long long)c->st->commit, e.message);
-        return;
+        return 1;
     }
+    if (vis >= c->end) return 0;
     check_chain(c, mfn, vis, status ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE);
+    return 1;
 }
 
 static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
@@ -653,10 +658,9 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
                (long long)off);
         return;
     }
-    if (c->published && off >= c->end) {
-        check_later(c, mfn, raw, off, where);
+    if (c->published && off >= c->end &&
+        check_later(c, mfn, raw, off, where))
         return;
-    }
     if (off >= c->mst_size) {
         report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
                "XRF entry of MFN %d (value %d) points at offset %lld, past "

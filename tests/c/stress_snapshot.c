@@ -325,6 +325,9 @@ static void check_snapshot(reader *r, const pydb_snapshot *s, long k,
                  (int)info.next_mfn, n + 1);
     for (m = 1; m <= n; m++) {
         expect x;
+        expected(&x, m, k);
+        if (x.deleted) deleted++;
+        else active++;
         rc = pydb_snapshot_read(rec, s, (int32_t)m, &e);
         if (rc) {
             failed(r, "snapshot read", m, &e);
@@ -332,9 +335,6 @@ static void check_snapshot(reader *r, const pydb_snapshot *s, long k,
         }
         r->reads++;
         compare(r, *rec, m, k, "snapshot");
-        expected(&x, m, k);
-        if (x.deleted) deleted++;
-        else active++;
     }
     rc = pydb_snapshot_read(rec, s, (int32_t)(n + 1), &e);
     if (rc != PYDB_ENOTFOUND)
@@ -530,6 +530,7 @@ static int writer_process(const config *c, double stop)
     pydb_close(w.db);
     if (w.rc) return fail("commit", &w.err);
     printf("writer commits=%ld\n", w.commits);
+    fflush(stdout);           /* the child leaves with _exit() */
     return 0;
 }
 
