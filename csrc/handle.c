@@ -142,11 +142,11 @@ static int detect_layout(pydb_db *db, pydb_error *err)
     /* An empty database: the layout given when it was opened, if any. */
     db->layout = (db->flags >> 8) & 7 ? ((db->flags >> 8) & 7) - 1
                                       : PYDB_LAYOUT_ISIS_PACKED;
-    /* The entries as stored: following a version chain needs the layout
-     * this detects (a pointer past the sizes just fails to fit). */
+    /* The entries as stored, checked against the file's end: following
+     * a version chain needs the layout this detects. */
     memset(&st, 0, sizeof st);
     st.next_mfn = db->next_mfn;
-    st.mst_end = INT64_MAX;
+    st.mst_end = pydb__fsize(&db->mst);
     rc = pydb__xrf_scan(db, &st, 1, detect_visit, &c, &stop, 1, err);
     if (rc) return rc;
     if (c.tried == 0) return PYDB_OK;  /* no record: nothing to detect */

@@ -189,15 +189,20 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
  * run or follow. */
 void pydb_close(pydb_db *db);
 
-/* Re-read the control record and the file sizes, so that `db` sees the
- * records that another handle or process committed since it was opened
- * (the handle also does this by itself when asked for an MFN beyond the
- * highest it knows, and in pydb_count() / listings from MFN 1).  Never
- * lowers what the handle knows.  Best effort: a control record that
- * cannot be read, or that announces more than the files hold yet (a
- * commit being applied), leaves the handle's view as it was.  Reads the
- * files: call it where a read would be allowed.  Returns PYDB_OK, or
- * PYDB_EINVAL when db is NULL.  Thread-safe as pydb_read(). */
+/* Re-read the control record and the file sizes.  With a usable commit
+ * header (group 3b) every read already sees the latest published commit;
+ * a refresh also checks the header against the control record, and when
+ * they disagree while no pydb writer holds the lock (another program
+ * wrote the files), the handle reads in files mode until a writer
+ * rebuilds the header.  In files mode it is how `db` sees records that
+ * another handle or process committed since it was opened.  The handle
+ * refreshes by itself when asked for an MFN beyond the highest it knows,
+ * in pydb_count() and in listings from MFN 1.  Never lowers what the
+ * handle knows.  Best effort: a control record that cannot be read, or
+ * that announces more than the files hold yet (a commit being applied),
+ * leaves the handle's view as it was.  Reads the files: call it where a
+ * read would be allowed.  Returns PYDB_OK, or PYDB_EINVAL when db is
+ * NULL.  Thread-safe as pydb_read(). */
 int pydb_refresh(pydb_db *db, pydb_error *err);
 
 /* What pydb_info_get() reports: the control record
@@ -218,12 +223,14 @@ typedef struct pydb_info {
     const char *mst_path;/* owned by db, valid until pydb_close()          */
     const char *xrf_path;
 } pydb_info;
-/* Fill *out from the handle's current view (no I/O, cannot fail).
+/* Fill *out: the control-record values of the latest committed state
+ * (group 3b; no file I/O, cannot fail), the sizes the handle knows.
  * Thread-safe. */
 void pydb_info_get(pydb_info *out, const pydb_db *db);
 
-/* Highest MFN ever assigned (NXTMFN - 1); 0 for an empty database.  No
- * I/O (see pydb_refresh()).  Thread-safe. */
+/* Highest MFN ever assigned (NXTMFN - 1) in the latest committed state;
+ * 0 for an empty database.  No file I/O (see pydb_refresh()).
+ * Thread-safe. */
 int32_t pydb_max_mfn(const pydb_db *db);
 
 /* XRF entry states, docs/isis-formats.md §3.2. */
@@ -278,7 +285,8 @@ typedef struct pydb_record {
 } pydb_record;
 
 /*
- * Read the current version of record `mfn`.  *rec may be NULL (a new
+ * Read the version of record `mfn` of the latest committed state (group
+ * 3b: never a version of a commit still being applied).  *rec may be NULL (a new
  * block is allocated) or a record from an earlier call, which is reused
  * (and grown if needed): a reading loop allocates once.  *rec belongs to
  * the caller: pydb_record_free() it (also after a failure, when it was

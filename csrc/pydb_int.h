@@ -12,7 +12,10 @@
  *   path.c/h   file names: extensions, case-insensitive lookup, .wal
  *   record.c/h bytes of the formats, no I/O: geometry, XRF values,
  *              record encode/decode, placement
- *   read.c     the reader: XRF entries, record versions, scans, refresh
+ *   shm.c/h    the commit header <base>.shm: the latest committed state
+ *              and the reader table, shared by processes
+ *   read.c     the reader: committed states, XRF entries, record
+ *              versions, scans, refresh, snapshots
  *   wal.c/h    the write-ahead log: image, append, replay, reset, lock
  *   handle.c   pydb_open/pydb_close: recovery (wal), control record,
  *              layout detection (read), accessors
@@ -206,9 +209,6 @@ void pydb__view_set(pydb_db *db, int32_t next_mfn, int32_t next_block,
 /* The header's latest state into *st (and the handle's view raised to
  * it): 0, or -1 when there is no usable header (files mode). */
 int pydb__state_header(pydb_state *st, pydb_db *db);
-/* 1 if a writer (any handle, any process) holds the writer lock of db
- * now (wal.c; F_OFD_GETLK on the log), else 0. */
-int pydb__writer_active(pydb_db *db);
 
 /* Re-read the control record and the file sizes, so that a handle sees
  * records that another handle or process committed after it was opened

@@ -78,16 +78,26 @@ static int has_version(const pydb_xrf_entry *e)
 /* Bring an entry decoded from the XRF to the state st: a pointer at or
  * past st->mst_end names a version a later commit wrote; the version st
  * saw is found along the back pointers, and the entry's state follows
- * its STATUS.  `where`: the entry's offset in the XRF (messages). */
+ * its STATUS.  `where`: the entry's offset in the XRF (messages).  With
+ * `lenient` (scans, which never read records otherwise), a version whose
+ * leader does not decode leaves the entry as stored: the read of that
+ * record reports the damage. */
 static int resolve(pydb_xrf_entry *e, pydb_db *db, const pydb_state *st,
-                   int32_t mfn, int64_t where, pydb_error *err)
+                   int32_t mfn, int64_t where, int lenient, pydb_error *err)
 {
     int64_t vis;
     int status, rc;
 
     if (!has_version(e) || e->offset < st->mst_end) return PYDB_OK;
+    if (e->offset >= pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
+    if (e->offset >= pydb__fsize(&db->mst))
+        return PYDB_CORRUPT(err, db->xrf.path, where,
+                            "XRF entry of MFN %d (value %d) points at "
+                            "offset %lld, past the end of %s (%lld bytes)",
+                            (int)mfn, (int)e->raw, (long long)e->offset,
+                            db->mst.path, (long long)pydb__fsize(&db->mst));
     rc = pydb__version_visible(&vis, &status, db, st, mfn, e->offset, err);
-    if (rc == PYDB_ECORRUPT && err && err->offset < 0) err->offset = where;
+    if (rc == PYDB_ECORRUPT && lenient) return PYDB_OK;
     if (rc) return rc;
     if (vis != e->offset) {
         e->offset = vis;
@@ -297,7 +307,7 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
     if (rc) return rc;
     if (has_version(out) && out->offset >= st->mst_end && nowait)
         return PYDB_EWOULDBLOCK;   /* a chain walk: the blocking path */
-    return resolve(out, db, st, mfn, where, err);
+    return resolve(out, db, st, mfn, where, 0, err);
 }
 
 int pydb__xrf_get_in(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
@@ -464,7 +474,8 @@ int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
                 pydb_xrf_entry e;
                 rc = xrf_decode(&e, db, (int32_t)pydb__u32(blk + 4 + slot * 4),
                                 mfn, where, err);
-                if (rc == PYDB_OK) rc = resolve(&e, db, st, mfn, where, err);
+                if (rc == PYDB_OK)
+                    rc = resolve(&e, db, st, mfn, where, 1, err);
                 if (rc) goto cleanup;
                 if (fn(ctx, mfn, &e)) {
                     *stopped_at = mfn + 1;
@@ -502,14 +513,12 @@ static int count_in(pydb_counts *out, pydb_db *db, const pydb_state *st,
                           err);
 }
 
-/* The latest state, with the control record re-read in files mode. */
+/* The latest state after a refresh (the control record re-read: files
+ * mode follows it, and a header another program left stale is noticed). */
 static void state_fresh(pydb_state *st, pydb_db *db)
 {
+    pydb__refresh(db);
     pydb__state_now(st, db);
-    if (st->commit == 0) {
-        pydb__refresh(db);
-        pydb__state_now(st, db);
-    }
 }
 
 int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err)
@@ -684,6 +693,17 @@ int pydb_refresh(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
+/* Whether a writer (a transaction of this handle, or any handle or
+ * process holding the writer lock on the log) is at work now. */
+static int writer_active(pydb_db *db)
+{
+    int busy;
+    pthread_mutex_lock(&db->wmutex);
+    busy = db->wbusy;
+    pthread_mutex_unlock(&db->wmutex);
+    return busy || (db->wal_path[0] && pydb__write_locked(db->wal_path));
+}
+
 /* Whether the header can be trusted against the control record *v just
  * read: they agree, or a pydb writer holds the lock (it publishes the
  * header right after it writes the control record). */
@@ -695,7 +715,7 @@ static void check_header(pydb_db *db, const pydb_ctl *v)
     if (!shm || pydb__shm_state(&st, shm) != 0) return;
     stale = (st.next_mfn != v->next_mfn || st.next_block != v->next_block ||
              st.next_pos != v->next_pos) &&
-            !pydb__writer_active(db);
+            !writer_active(db);
     __atomic_store_n(&db->shm_stale, stale, __ATOMIC_RELEASE);
 }
 

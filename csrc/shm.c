@@ -45,6 +45,10 @@ struct pydb_shm {
     uint8_t *map;         /* PYDB_SHM_SIZE bytes, or NULL */
     int valid;            /* layout checked (shm.h)       */
     int hint;             /* where the last claim found a free slot */
+    uint64_t verified;    /* commit whose state slot passed its CRC:
+                             the hot path skips the CRC for it (a slot's
+                             bytes do not change while its commit field
+                             holds the same number)                    */
     char path[1100];
 };
 
@@ -219,9 +223,10 @@ static void state_encode(uint8_t *b, const pydb_state *st)
     pydb__put32(b + STATE_CRC, pydb__crc32c(0, b, STATE_CRC));
 }
 
-static int state_decode(pydb_state *st, const uint8_t *b)
+static int state_decode(pydb_state *st, const uint8_t *b, int check)
 {
-    if (pydb__u32(b + STATE_CRC) != pydb__crc32c(0, b, STATE_CRC)) return -1;
+    if (check && pydb__u32(b + STATE_CRC) != pydb__crc32c(0, b, STATE_CRC))
+        return -1;
     memcpy(&st->commit, b, 8);
     memcpy(&st->next_mfn, b + 8, 4);
     memcpy(&st->next_block, b + 12, 4);
@@ -236,8 +241,9 @@ static int state_decode(pydb_state *st, const uint8_t *b)
 
 /* Copy the state of commit `c` (0, or -1 if its slot holds another
  * commit or is being written). */
-static int state_copy(pydb_state *st, const pydb_shm *s, uint64_t c)
+static int state_copy(pydb_state *st, pydb_shm *s, uint64_t c)
 {
+    int check = __atomic_load_n(&s->verified, __ATOMIC_RELAXED) != c;
     size_t off = OFF_STATE + (size_t)(c & 1) * STATE_SIZE;
     uint64_t *seq = u64_at(s, off);
     uint8_t b[STATE_SIZE];
@@ -249,11 +255,12 @@ static int state_copy(pydb_state *st, const pydb_shm *s, uint64_t c)
     }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(seq, __ATOMIC_RELAXED) != c) return -1;
-    if (state_decode(st, b) != 0 || st->commit != c) return -1;
+    if (state_decode(st, b, check) != 0 || st->commit != c) return -1;
+    if (check) __atomic_store_n(&s->verified, c, __ATOMIC_RELAXED);
     return 0;
 }
 
-int pydb__shm_state(pydb_state *st, const pydb_shm *s)
+int pydb__shm_state(pydb_state *st, pydb_shm *s)
 {
     if (!pydb__shm_valid(s)) return -1;
     for (int tries = 0; tries < 1000; tries++) {
@@ -417,6 +424,11 @@ void pydb__shm_unpin(pydb_shm *s, int slot)
     uint8_t *r;
     if (slot < 0 || !pydb__shm_valid(s)) return;
     r = reader_at(s, slot);
+    /* Only the process that claimed the slot frees it: a child of fork()
+     * that releases a snapshot it inherited leaves its parent's slot. */
+    if (__atomic_load_n((int32_t *)(void *)(r + R_PID), __ATOMIC_ACQUIRE) !=
+        (int32_t)getpid())
+        return;
     __atomic_store_n((uint64_t *)(void *)(r + R_COMMIT), 0, __ATOMIC_RELAXED);
     __atomic_store_n((int32_t *)(void *)(r + R_PID), 0, __ATOMIC_RELEASE);
 }

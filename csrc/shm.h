@@ -93,7 +93,7 @@ int pydb__shm_reset(pydb_shm *s, pydb_error *err);
 
 /* Copy the latest published state into *st: 0, or -1 when the file is
  * not valid or holds no complete state.  Lock-free. */
-int pydb__shm_state(pydb_state *st, const pydb_shm *s);
+int pydb__shm_state(pydb_state *st, pydb_shm *s);
 /* The commit number of the latest published state (0: none). */
 uint64_t pydb__shm_latest(const pydb_shm *s);
 /* With the writer lock held: publish *st as commit latest + 1 (sets

@@ -301,26 +301,6 @@ void pydb__wal_unlock(pydb_db *db)
     ofd_lock(db->wal_fd, F_UNLCK);
 }
 
-int pydb__writer_active(pydb_db *db)
-{
-    struct flock fl;
-    int fd, busy;
-
-    pthread_mutex_lock(&db->wmutex);
-    busy = db->wbusy;   /* this handle's own transaction */
-    pthread_mutex_unlock(&db->wmutex);
-    if (busy) return 1;
-    if (!db->wal_path[0]) return 0;
-    fd = pydb__vfs->open(db->wal_path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return 0;   /* no log: no writer */
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_RDLCK;
-    fl.l_whence = SEEK_SET;
-    busy = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
-    pydb__vfs->close(fd);
-    return busy;
-}
-
 /* ------------------------------------------------------ open and close */
 
 int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)

@@ -77,8 +77,12 @@ def test_kill9_loop(tmp_path):
             finally:
                 os._exit(3)
         os.close(w)
-        # let it start and write for a random time, then kill it
+        # let it start (its first report: opening takes longer on a busy
+        # machine), write for a random time, then kill it
         buf = b""
+        ready, _, _ = select.select([r], [], [], 10.0)
+        if ready:
+            buf += os.read(r, 65536)
         deadline = time.monotonic() + rnd.uniform(0.002, 0.04)
         while time.monotonic() < deadline:
             ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
