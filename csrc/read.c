@@ -230,7 +230,8 @@ static int read_leader(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
                          "leader", err);
     if (rc) return rc;
     pydb__leader_decode(l, g, h);
-    /* the leader may lie inside the known size and the record past it */
+    /* The leader fits, the record may not: a version written after the
+     * sizes were last looked at. */
     if (l->mfrl > pydb__fsize(&db->mst) - off) pydb__refresh_sizes(db);
     return pydb__leader_check(l, g, mfn, off, pydb__fsize(&db->mst),
                               db->mst.path, err);
