@@ -11,8 +11,8 @@
  * transactions while N plain readers (default 2) and N snapshot readers
  * (default 2) verify what they read.  Exit status 0 when every check
  * held, 1 on a mismatch (each printed as "MISMATCH ..."), 2 on a failed
- * call or bad usage.  The last line is "ok commits=C plain_reads=R
- * snapshots=S snapshot_reads=T".
+ * call or bad usage.  The last lines are "writer commits=C" and "ok
+ * plain_reads=R snapshots=S snapshot_reads=T checks=V".
  *
  * The schedule (so that a reader can compute what any commit left):
  *   commit 0     appends MFN 1 (the marker) and MFN 2..N0 (N0 = 100);
@@ -29,7 +29,9 @@
  * A snapshot reads the marker (content K: it holds commit K of the
  * schedule) and then checks NXTMFN, the counts and every MFN against the
  * state of commit K, twice, with commits going on in between (its view
- * must not move).  A plain reader reads the marker (K1), an MFN m, the
+ * must not move); every 8th also runs the validator on it
+ * (pydb_snapshot_check: no fault, and the figures of commit K while the
+ * writer goes on).  A plain reader reads the marker (K1), an MFN m, the
  * marker again (K2): m's touches lie between those of commits K1 and K2.
  *
  * Threads share one writing handle in the thread variant (plain and
@@ -68,7 +70,7 @@ typedef struct {
     int snapshots;          /* 1: a snapshot reader                      */
     unsigned seed;
     double stop;
-    long reads, snaps, mismatches, failures;
+    long reads, snaps, checks, mismatches, failures;
 } reader;
 
 /* ------------------------------------------------------- the schedule */
@@ -367,6 +369,33 @@ static long snapshot_commit(reader *r, const pydb_snapshot *s,
     return u;
 }
 
+/* The validator on the snapshot: no fault in the state of commit k,
+ * and that state's figures (every MFN current, one back version per
+ * touch that wrote a version). */
+static void validate(reader *r, const pydb_snapshot *s, long k)
+{
+    pydb_check_summary sum;
+    pydb_error e;
+    long m, back = 0;
+
+    if (pydb_snapshot_check(&sum, s, NULL, &e)) {
+        failed(r, "snapshot check", 0, &e);
+        return;
+    }
+    back = k;                            /* the marker: one per commit */
+    for (m = 2; m <= mfns_after(k); m++) back += touches_by(m, k);
+    if (sum.errors || sum.warnings || sum.mfns != mfns_after(k) ||
+        sum.versions != mfns_after(k) || sum.back_versions != back ||
+        !sum.scanned)
+        mismatch(r, "snapshot check of commit %ld: %lld errors, %lld "
+                 "warnings, %d MFNs, %lld versions, %lld back versions "
+                 "(expected 0 0 %ld %ld %ld)", k, (long long)sum.errors,
+                 (long long)sum.warnings, (int)sum.mfns,
+                 (long long)sum.versions, (long long)sum.back_versions,
+                 mfns_after(k), mfns_after(k), back);
+    r->checks++;
+}
+
 static void snapshot_round(reader *r, pydb_record **rec)
 {
     pydb_snapshot *s = NULL;
@@ -381,6 +410,7 @@ static void snapshot_round(reader *r, pydb_record **rec)
     }
     r->snaps++;
     k = snapshot_commit(r, s, rec);
+    if (k >= 0 && r->snaps % 8 == 1) validate(r, s, k);
     if (k >= 0) {
         check_snapshot(r, s, k, rec);
         usleep(1000);          /* commits go on meanwhile */
@@ -544,7 +574,7 @@ int main(int argc, char **argv)
     reader rd[MAX_READERS];
     writer w;
     pid_t child = -1;
-    long reads = 0, snaps = 0, snap_reads = 0, bad = 0;
+    long reads = 0, snaps = 0, snap_reads = 0, checks = 0, bad = 0;
     double stop;
     int n, rc, status;
 
@@ -596,6 +626,7 @@ int main(int argc, char **argv)
         bad += rd[i].mismatches;
         if (rd[i].snapshots) {
             snaps += rd[i].snaps;
+            checks += rd[i].checks;
             snap_reads += rd[i].reads;
         } else {
             reads += rd[i].reads;
@@ -620,7 +651,7 @@ int main(int argc, char **argv)
         printf("%ld mismatches\n", bad);
         return 1;
     }
-    printf("ok plain_reads=%ld snapshots=%ld snapshot_reads=%ld\n", reads,
-           snaps, snap_reads);
+    printf("ok plain_reads=%ld snapshots=%ld snapshot_reads=%ld checks=%ld\n",
+           reads, snaps, snap_reads, checks);
     return 0;
 }
