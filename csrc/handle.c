@@ -295,8 +295,17 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     if (rc == PYDB_ECORRUPT && pydb__refresh_sizes(db))
         rc = detect_layout(db, err);
     if (rc) goto cleanup;
-    /* Whether the header agrees with the files (another program may have
-     * written them): files mode until it does. */
+    /* A writer that finds no other writer brings the header in line with
+     * the files now (recovery may just have replayed a log), so that
+     * readers need not wait for its first transaction; best effort, the
+     * transaction does it again.  Then whether the header agrees with the
+     * files (another program may have written them): files mode until it
+     * does. */
+    if ((db->flags & PYDB_OPEN_WRITE) &&
+        pydb__wal_lock(db, -1, NULL) == PYDB_OK) {
+        pydb__header_sync_files(db, NULL);
+        pydb__wal_unlock(db);
+    }
     pydb__refresh(db);
     *out = db;
     db = NULL;

@@ -219,6 +219,22 @@ void pydb__refresh(pydb_db *db);
  * 1 if one grew, else 0. */
 int pydb__refresh_sizes(pydb_db *db);
 
+/* ---- publishing the committed state (read.c; the writer lock held) ---- */
+
+/* Publish the state of control record *c (sizes: what the handle knows)
+ * as commit latest + 1 in the commit header; index generation `gen`, or
+ * with keep_gen and gen 0 the header's previous one. */
+void pydb__header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
+                          int keep_gen);
+/* Make the commit header describe the files (control record *c): a
+ * damaged header is laid out again; one that disagrees with the files (a
+ * crash between applying and publishing, another program's writes, an
+ * old pydb) gets the files' state as a new commit, index generation 0
+ * (unknown).  0 or PYDB_EIO (the header could not be rebuilt). */
+int pydb__header_sync(pydb_db *db, const pydb_ctl *c, pydb_error *err);
+/* pydb__header_sync() with the control record read now. */
+int pydb__header_sync_files(pydb_db *db, pydb_error *err);
+
 /* ---- transactions (txn.c) ---- */
 
 /* The native index MANIFEST generation a commit publishes (the commit

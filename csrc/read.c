@@ -230,8 +230,7 @@ static int read_leader(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
                          "leader", err);
     if (rc) return rc;
     pydb__leader_decode(l, g, h);
-    /* The leader fits, the record may not: a version written after the
-     * sizes were last looked at. */
+    /* the leader may lie inside the known size and the record past it */
     if (l->mfrl > pydb__fsize(&db->mst) - off) pydb__refresh_sizes(db);
     return pydb__leader_check(l, g, mfn, off, pydb__fsize(&db->mst),
                               db->mst.path, err);
@@ -765,4 +764,52 @@ void pydb__refresh(pydb_db *db)
             return;
     }
     pydb__view_set(db, v.next_mfn, v.next_block, v.next_pos, v.reccnt);
+}
+
+/* ------------------------------------------------- publishing (writer) */
+
+void pydb__header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
+                           int keep_gen)
+{
+    pydb_state st, prev;
+    if (!db->shm) return;
+    memset(&st, 0, sizeof st);
+    st.next_mfn = c->next_mfn;
+    st.next_block = c->next_block;
+    st.next_pos = c->next_pos;
+    st.reccnt = c->reccnt;
+    st.mst_end = pydb__ctl_end(c->next_block, c->next_pos);
+    st.mst_size = pydb__fsize(&db->mst);
+    st.xrf_size = pydb__fsize(&db->xrf);
+    st.index_gen = gen;
+    if (keep_gen && gen == 0 && pydb__shm_state(&prev, db->shm) == 0)
+        st.index_gen = prev.index_gen;
+    pydb__shm_publish(db->shm, &st);
+    __atomic_store_n(&db->shm_stale, 0, __ATOMIC_RELEASE);
+}
+
+int pydb__header_sync(pydb_db *db, const pydb_ctl *c, pydb_error *err)
+{
+    pydb_state st;
+    int rc;
+    if (!db->shm) return PYDB_OK;
+    if (!pydb__shm_valid(db->shm)) {
+        rc = pydb__shm_reset(db->shm, err);
+        if (rc) return rc;
+    }
+    if (pydb__shm_state(&st, db->shm) == 0 && st.next_mfn == c->next_mfn &&
+        st.next_block == c->next_block && st.next_pos == c->next_pos) {
+        __atomic_store_n(&db->shm_stale, 0, __ATOMIC_RELEASE);
+        return PYDB_OK;
+    }
+    pydb__header_publish(db, c, 0, 0);
+    return PYDB_OK;
+}
+
+int pydb__header_sync_files(pydb_db *db, pydb_error *err)
+{
+    pydb_ctl c;
+    pydb__refresh_sizes(db);
+    if (peek_control(db, &c) != 0 || !pydb__ctl_sane(&c)) return PYDB_OK;
+    return pydb__header_sync(db, &c, err);
 }

@@ -248,6 +248,7 @@ static int state_copy(pydb_state *st, pydb_shm *s, uint64_t c)
     uint64_t *seq = u64_at(s, off);
     uint8_t b[STATE_SIZE];
 
+    if (c == 0) return -1;   /* no commit published yet */
     if (__atomic_load_n(seq, __ATOMIC_ACQUIRE) != c) return -1;
     for (size_t i = 0; i < STATE_SIZE; i += 8) {
         uint64_t w = __atomic_load_n(u64_at(s, off + i), __ATOMIC_RELAXED);
@@ -402,18 +403,19 @@ int pydb__shm_pin(int *slot, pydb_state *st, pydb_shm *s, pydb_error *err)
                           "snapshots of this database",
                           PYDB_SHM_READERS);
     commit = (uint64_t *)(void *)(reader_at(s, i) + R_COMMIT);
-    for (;;) {
+    for (int tries = 0;; tries++) {
         c = pydb__shm_latest(s);
         /* the commit a writer will see, then confirm it is still the
          * latest (a full fence: Dekker with pydb__shm_publish) */
         __atomic_store_n(commit, c + 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (pydb__shm_latest(s) != c) continue;
-        if (c == 0) {
+        if (state_copy(st, s, c) == 0) break;
+        if (c == 0 || tries >= 1000) {
+            /* no state yet, or a damaged slot: registered, files mode */
             st->commit = 0;
             break;
         }
-        if (state_copy(st, s, c) == 0) break;
     }
     *slot = i;
     return PYDB_OK;

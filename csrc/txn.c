@@ -190,52 +190,6 @@ static void txn_free(pydb_txn *t)
     free(t);
 }
 
-/* Publish the committed state to the commit header (shm.h): commit
- * number latest + 1.  With keep_gen, the native index generation stays
- * what the header said when this commit does not change the index. */
-static void header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
-                           int keep_gen)
-{
-    pydb_state st, prev;
-    if (!db->shm) return;
-    memset(&st, 0, sizeof st);
-    st.next_mfn = c->next_mfn;
-    st.next_block = c->next_block;
-    st.next_pos = c->next_pos;
-    st.reccnt = c->reccnt;
-    st.mst_end = pydb__ctl_end(c->next_block, c->next_pos);
-    st.mst_size = pydb__fsize(&db->mst);
-    st.xrf_size = pydb__fsize(&db->xrf);
-    st.index_gen = gen;
-    if (keep_gen && gen == 0 && pydb__shm_state(&prev, db->shm) == 0)
-        st.index_gen = prev.index_gen;
-    pydb__shm_publish(db->shm, &st);
-    __atomic_store_n(&db->shm_stale, 0, __ATOMIC_RELEASE);
-}
-
-/* With the writer lock held: make the commit header describe the files
- * (control record *c).  A damaged header is laid out again; one that
- * disagrees with the files (a crash between applying and publishing,
- * another program's writes, an old pydb) gets the files' state as a new
- * commit, with the index generation unknown (0). */
-static int header_sync(pydb_db *db, const pydb_ctl *c, pydb_error *err)
-{
-    pydb_state st;
-    int rc;
-    if (!db->shm) return PYDB_OK;
-    if (!pydb__shm_valid(db->shm)) {
-        rc = pydb__shm_reset(db->shm, err);
-        if (rc) return rc;
-    }
-    if (pydb__shm_state(&st, db->shm) == 0 && st.next_mfn == c->next_mfn &&
-        st.next_block == c->next_block && st.next_pos == c->next_pos) {
-        __atomic_store_n(&db->shm_stale, 0, __ATOMIC_RELEASE);
-        return PYDB_OK;
-    }
-    header_publish(db, c, 0, 0);
-    return PYDB_OK;
-}
-
 /* Re-read the control record and sizes with the writer lock held (another
  * process may have committed, or recovery run); bring the commit header
  * in line with them. */
@@ -276,7 +230,7 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
     pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
     pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
     pydb__view_set(db, c.next_mfn, c.next_block, c.next_pos, c.reccnt);
-    return header_sync(db, &c, err);
+    return pydb__header_sync(db, &c, err);
 }
 
 /* The bytes after NXTMFB/NXTMFP should be the zero fill of the last block
@@ -848,7 +802,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (hooked && db->hook.publish) db->hook.publish(db->hook.ctx, t);
     hooked = 0;
     /* Readers in every process see the commit from here on. */
-    header_publish(db, &newctl, t->index_gen, 1);
+    pydb__header_publish(db, &newctl, t->index_gen, 1);
     /* The commit is in the files: empty the log.  If that fails, the log
      * still holds this (applied) commit; replaying it is harmless and the
      * next transaction tries again, so the commit is reported as done. */
