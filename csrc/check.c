@@ -692,12 +692,16 @@ static int xrf_read(ck *c, uint8_t *buf, int64_t nb, int64_t b0)
 }
 
 /* With a commit header: has a later commit added XRF blocks (so the
- * state's last block has lost its negative XRFPOS legitimately)? */
+ * state's last block has lost its negative XRFPOS legitimately)?  A
+ * writer applying a commit writes the old last block before the new one:
+ * while it holds the writer lock, the new block may not be there yet. */
 static int xrf_grew(ck *c)
 {
+    pydb_db *db = c->db;
     if (!c->published) return 0;
-    if (pydb__fsize(&c->db->xrf) <= c->xrf_size) pydb__refresh_sizes(c->db);
-    return pydb__fsize(&c->db->xrf) >= c->xrf_size + PYDB_BLOCK;
+    if (pydb__fsize(&db->xrf) <= c->xrf_size) pydb__refresh_sizes(db);
+    return pydb__fsize(&db->xrf) >= c->xrf_size + PYDB_BLOCK ||
+           (db->wal_path[0] && pydb__write_locked(db->wal_path));
 }
 
 /* With a commit header: is the nonzero XRF entry `raw` of `mfn` (an MFN
