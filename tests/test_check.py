@@ -784,6 +784,7 @@ def test_check_of_a_handle_opened_before_another_process_commits(tmp_path):
     assert rep.stats["mfns"] == 200 + 3 * commits
 
 
+@pytest.mark.sanitize_thread
 def test_check_beside_a_writer_thread(tmp_path):
     """Checks on the writing handle and on another handle while a thread of
     the same process commits: each is OK, and each walked one committed
