@@ -279,10 +279,8 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     if (rc) goto cleanup;
     rc = file_open(&db->xrf, xrf, io, db->flags & PYDB_OPEN_WRITE, err);
     if (rc) goto cleanup;
-    if (!db->wal_path[0] &&
-        pydb__find_file(db->wal_path, sizeof db->wal_path, base, "wal") != 0)
-        db->wal_path[0] = 0;
-    /* The commit header (NULL: files mode, docs/design.md §6). */
+    /* The commit header (NULL: files mode; docs/architecture.md,
+     * "Committed state"). */
     pydb__shm_path(db->shm_path, sizeof db->shm_path, base, mst);
     rc = pydb__shm_open(&db->shm, db->shm_path, mst,
                         db->flags & PYDB_OPEN_WRITE, err);

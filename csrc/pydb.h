@@ -350,10 +350,10 @@ int pydb_drop_cache(pydb_db *db, pydb_error *err);
  * 3b. Snapshots: one committed state, pinned
  *
  * Every read of group 3 sees one committed state: the latest commit that
- * was published when the call started (docs/design.md §6).  Writers
- * publish each commit in the commit header <base>.shm beside the .mst
- * (its format: csrc/shm.h and docs/design.md §6), a small memory-mapped
- * file that readers in every process copy without locks; a record
+ * was published when the call started.  Writers publish each commit in
+ * the commit header <base>.shm beside the .mst (its format: csrc/shm.h;
+ * the design: docs/architecture.md, "Committed state"), a small
+ * memory-mapped file that readers in every process copy without locks; a record
  * version a later, unpublished commit wrote is never returned (the read
  * follows the back pointers to the version that commit replaced).
  *
@@ -364,7 +364,7 @@ int pydb_drop_cache(pydb_db *db, pydb_error *err);
  * reader table of the commit header, so that nothing it may still read
  * (a segment file of the index, a record version) is removed before it
  * is released; the entry of a process that dies is found and cleared by
- * the next writer that looks (docs/design.md §6).
+ * the next writer that looks.
  *
  * How a snapshot finds its versions: the master file is append-only, so
  * every version a commit wrote lies at or after the end of the records
@@ -374,15 +374,21 @@ int pydb_drop_cache(pydb_db *db, pydb_error *err);
  * the snapshot saw.  XRF flags (PYDB_FLAG_*) are those of the latest XRF
  * entry: the flags of older commits are not kept.
  *
- * Without a usable commit header (read-only media, a file pydb cannot
- * create, one that is damaged or from a future version: never trusted)
- * the committed state is read from the control record, as other CDS/ISIS
- * programs do, and snapshots are not registered.
+ * Without a usable commit header (read-only media, no pydb writer yet,
+ * a file that is damaged or from a future version: never trusted, or
+ * one that disagrees with the control record while no pydb writer is
+ * applying a commit: another program wrote the files) the committed
+ * state is read from the control record, as other CDS/ISIS programs do
+ * ("files mode"), and snapshots are registered only when the header's
+ * reader table is usable (pydb_snapshot_info.registered).
  *
  * Threads: a snapshot may be read by any number of threads at once;
  * pydb_snapshot_release() must not run concurrently with a read on it,
  * and every snapshot must be released before pydb_close() of its
- * database.
+ * database.  fork(): a child may read through the snapshots it
+ * inherited while its parent holds them (the registration is the
+ * parent's); releasing them in the child leaves the parent's slots
+ * alone.  As with LMDB, fork only when no thread is inside a pydb call.
  * ====================================================================== */
 typedef struct pydb_snapshot pydb_snapshot;   /* opaque */
 

@@ -163,7 +163,7 @@ struct pydb_db {
 };
 
 /* A committed state: what one commit left in the files (shm.h publishes
- * it; docs/design.md §6).  Versions at or after mst_end were written by
+ * it; docs/architecture.md, "Committed state").  Versions at or after mst_end were written by
  * later commits. */
 typedef struct pydb_state {
     uint64_t commit;     /* commit number in the header; 0 in files mode */

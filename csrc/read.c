@@ -137,6 +137,7 @@ void pydb__view_set(pydb_db *db, int32_t next_mfn, int32_t next_block,
         pydb__ctl_end(next_block, next_pos) >=
             pydb__ctl_end(db->next_block, db->next_pos)) {
         __atomic_add_fetch(&db->vseq, 1, __ATOMIC_ACQ_REL);   /* odd */
+        __atomic_thread_fence(__ATOMIC_RELEASE);  /* odd before the fields */
         __atomic_store_n(&db->next_block, next_block, __ATOMIC_RELAXED);
         __atomic_store_n(&db->next_pos, next_pos, __ATOMIC_RELAXED);
         __atomic_store_n(&db->reccnt, reccnt, __ATOMIC_RELAXED);
@@ -167,16 +168,30 @@ static void view_copy(pydb_state *st, const pydb_db *db)
     st->index_gen = 0;
 }
 
-int pydb__state_header(pydb_state *st, pydb_db *db)
+/* The handle's commit header if reads may trust it, else NULL. */
+static pydb_shm *header_of(const pydb_db *db)
 {
     pydb_shm *shm = pydb__db_shm(db);
-    if (!shm || __atomic_load_n(&db->shm_stale, __ATOMIC_ACQUIRE) ||
-        pydb__shm_state(st, shm) != 0)
-        return -1;
-    /* What the header announces is in the files: reads may go that far
-     * (the mapping too), and the handle's own view follows. */
-    pydb__fsize_raise(&db->mst, st->mst_size);
-    pydb__fsize_raise(&db->xrf, st->xrf_size);
+    if (!shm || __atomic_load_n(&db->shm_stale, __ATOMIC_ACQUIRE)) return NULL;
+    return shm;
+}
+
+int pydb__state_header(pydb_state *st, pydb_db *db)
+{
+    pydb_shm *shm = header_of(db);
+    if (!shm || pydb__shm_state(st, shm) != 0) return -1;
+    /* What the header announces must be in the files before reads (the
+     * mapping too) go that far: fstat, once per growth. */
+    if (st->mst_size > pydb__fsize(&db->mst) ||
+        st->xrf_size > pydb__fsize(&db->xrf)) {
+        pydb__refresh_sizes(db);
+        if (st->mst_size > pydb__fsize(&db->mst) ||
+            st->xrf_size > pydb__fsize(&db->xrf)) {
+            /* the files are shorter than the header says: not trusted */
+            __atomic_store_n(&db->shm_stale, 1, __ATOMIC_RELEASE);
+            return -1;
+        }
+    }
     if (st->next_mfn > pydb__next_mfn(db))
         pydb__view_set(db, st->next_mfn, st->next_block, st->next_pos,
                        st->reccnt);
@@ -185,10 +200,8 @@ int pydb__state_header(pydb_state *st, pydb_db *db)
 
 void pydb__state_peek(pydb_state *st, const pydb_db *db)
 {
-    pydb_shm *shm = pydb__db_shm(db);
-    if (shm && !__atomic_load_n(&db->shm_stale, __ATOMIC_ACQUIRE) &&
-        pydb__shm_state(st, shm) == 0)
-        return;
+    pydb_shm *shm = header_of(db);
+    if (shm && pydb__shm_state(st, shm) == 0) return;
     view_copy(st, db);
 }
 
@@ -586,8 +599,8 @@ int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
                           "no memory for a snapshot");
     s->db = db;
     s->slot = -1;
-    shm = pydb__db_shm(db);
-    if (shm && !__atomic_load_n(&db->shm_stale, __ATOMIC_ACQUIRE)) {
+    shm = header_of(db);
+    if (shm) {
         rc = pydb__shm_pin(&s->slot, &s->st, shm, err);
         if (rc == PYDB_ELOCKED) {
             free(s);
@@ -693,29 +706,33 @@ int pydb_refresh(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Whether a writer (a transaction of this handle, or any handle or
- * process holding the writer lock on the log) is at work now. */
-static int writer_active(pydb_db *db)
+/* Whether a header state describes the files of control record *c. */
+static int state_agrees(const pydb_state *st, const pydb_ctl *c)
 {
-    int busy;
-    pthread_mutex_lock(&db->wmutex);
-    busy = db->wbusy;
-    pthread_mutex_unlock(&db->wmutex);
-    return busy || (db->wal_path[0] && pydb__write_locked(db->wal_path));
+    return st->next_mfn == c->next_mfn && st->next_block == c->next_block &&
+           st->next_pos == c->next_pos;
 }
 
-/* Whether the header can be trusted against the control record *v just
- * read: they agree, or a pydb writer holds the lock (it publishes the
- * header right after it writes the control record). */
-static void check_header(pydb_db *db, const pydb_ctl *v)
+/* Decide whether reads may trust the header, given the control record *v
+ * just read: yes when they agree, or when a live pydb writer is applying
+ * the commit after the header's latest (it writes the control record,
+ * then publishes).  A writer may publish between the two reads: look
+ * again once before giving up on the header. */
+static void update_stale(pydb_db *db, const pydb_ctl *v)
 {
-    pydb_state st;
     pydb_shm *shm = pydb__db_shm(db);
-    int stale;
-    if (!shm || pydb__shm_state(&st, shm) != 0) return;
-    stale = (st.next_mfn != v->next_mfn || st.next_block != v->next_block ||
-             st.next_pos != v->next_pos) &&
-            !writer_active(db);
+    pydb_state st;
+    pydb_ctl again = *v;
+    int stale = 1;
+
+    if (!shm) return;
+    pydb__shm_revalidate(shm);
+    for (int look = 0; look < 2 && stale; look++) {
+        if (look && peek_control(db, &again) != 0) break;
+        if (pydb__shm_state(&st, shm) != 0) break;   /* no state: files */
+        stale = !state_agrees(&st, &again) &&
+                !pydb__shm_applying_now(shm, st.commit);
+    }
     __atomic_store_n(&db->shm_stale, stale, __ATOMIC_RELEASE);
 }
 
@@ -748,7 +765,7 @@ void pydb__refresh(pydb_db *db)
     pydb__refresh_sizes(db);
     cur = pydb__next_mfn(db);
     if (peek_control(db, &v) != 0) return;
-    check_header(db, &v);
+    update_stale(db, &v);
     if (v.next_mfn < cur || !pydb__ctl_sane(&v) ||
         pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
         pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK > pydb__fsize(&db->xrf))
@@ -771,8 +788,9 @@ void pydb__refresh(pydb_db *db)
 void pydb__header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
                            int keep_gen)
 {
+    pydb_shm *shm = pydb__db_shm(db);
     pydb_state st, prev;
-    if (!db->shm) return;
+    if (!shm) return;
     memset(&st, 0, sizeof st);
     st.next_mfn = c->next_mfn;
     st.next_block = c->next_block;
@@ -782,23 +800,22 @@ void pydb__header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
     st.mst_size = pydb__fsize(&db->mst);
     st.xrf_size = pydb__fsize(&db->xrf);
     st.index_gen = gen;
-    if (keep_gen && gen == 0 && pydb__shm_state(&prev, db->shm) == 0)
+    if (keep_gen && gen == 0 && pydb__shm_state(&prev, shm) == 0)
         st.index_gen = prev.index_gen;
-    pydb__shm_publish(db->shm, &st);
+    pydb__shm_publish(shm, &st);
     __atomic_store_n(&db->shm_stale, 0, __ATOMIC_RELEASE);
 }
 
 int pydb__header_sync(pydb_db *db, const pydb_ctl *c, pydb_error *err)
 {
+    pydb_shm *shm = pydb__db_shm(db);
     pydb_state st;
     int rc;
-    if (!db->shm) return PYDB_OK;
-    if (!pydb__shm_valid(db->shm)) {
-        rc = pydb__shm_reset(db->shm, err);
-        if (rc) return rc;
-    }
-    if (pydb__shm_state(&st, db->shm) == 0 && st.next_mfn == c->next_mfn &&
-        st.next_block == c->next_block && st.next_pos == c->next_pos) {
+    if (!shm) return PYDB_OK;
+    rc = pydb__shm_reset(shm, err);   /* checks the layout; rebuilds */
+    if (rc) return rc;
+    pydb__shm_sweep(shm);
+    if (pydb__shm_state(&st, shm) == 0 && state_agrees(&st, c)) {
         __atomic_store_n(&db->shm_stale, 0, __ATOMIC_RELEASE);
         return PYDB_OK;
     }

@@ -31,6 +31,9 @@
 #define OFF_SLOTSZ 20
 #define OFF_LATEST 24
 #define OFF_STAMP 32
+#define OFF_APPLYING 40   /* commit a writer is applying (0: none)  */
+#define OFF_APPLIER 48    /* its pid (i32)                          */
+#define OFF_APPLIER_START 56 /* its start time                      */
 #define OFF_STATE 64      /* two slots of STATE_SIZE */
 #define STATE_SIZE 64
 #define STATE_CRC 56      /* CRC-32C of bytes 0..55 of a state slot */
@@ -42,9 +45,12 @@
 
 struct pydb_shm {
     int fd;
-    uint8_t *map;         /* PYDB_SHM_SIZE bytes, or NULL */
-    int valid;            /* layout checked (shm.h)       */
+    uint8_t *map;         /* atomic: PYDB_SHM_SIZE bytes, or NULL (a file
+                             too short when opened); set once           */
+    int valid;            /* atomic: the layout checked (shm.h); checked
+                             again by pydb__shm_revalidate()           */
     int hint;             /* where the last claim found a free slot */
+    uint64_t seen[PYDB_SHM_READERS]; /* pydb__shm_sweep's last look */
     uint64_t verified;    /* commit whose state slot passed its CRC:
                              the hot path skips the CRC for it (a slot's
                              bytes do not change while its commit field
@@ -52,14 +58,35 @@ struct pydb_shm {
     char path[1100];
 };
 
-static uint64_t *u64_at(const pydb_shm *s, size_t off)
+static uint8_t *map_of(const pydb_shm *s)
 {
-    return (uint64_t *)(void *)(s->map + off);
+    return __atomic_load_n(&s->map, __ATOMIC_ACQUIRE);
 }
 
-static uint8_t *reader_at(const pydb_shm *s, int i)
+static uint64_t *u64_at(const pydb_shm *s, size_t off)
 {
-    return s->map + PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT;
+    return (uint64_t *)(void *)(map_of(s) + off);
+}
+
+static int32_t *i32_at(const pydb_shm *s, size_t off)
+{
+    return (int32_t *)(void *)(map_of(s) + off);
+}
+
+/* The fields of reader slot i. */
+static int32_t *slot_pid(const pydb_shm *s, int i)
+{
+    return i32_at(s, PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT + R_PID);
+}
+
+static uint64_t *slot_start(const pydb_shm *s, int i)
+{
+    return u64_at(s, PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT + R_START);
+}
+
+static uint64_t *slot_commit(const pydb_shm *s, int i)
+{
+    return u64_at(s, PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT + R_COMMIT);
 }
 
 /* ---------------------------------------------------------------- layout */
@@ -84,7 +111,14 @@ static int write_layout(int fd)
     uint64_t stamp;
     int e;
 
-    if (pydb__vfs->ftruncate(fd, PYDB_SHM_SIZE) != 0) return errno;
+    struct stat st;
+
+    /* Never shorter: processes that mapped more of it (a later version)
+     * would die of SIGBUS. */
+    if (fstat(fd, &st) != 0) return errno;
+    if (st.st_size < PYDB_SHM_SIZE &&
+        pydb__vfs->ftruncate(fd, PYDB_SHM_SIZE) != 0)
+        return errno;
     /* The reader table and both state slots zeroed (no state, no reader);
      * a reinitialised file may be mapped by readers that ignore it. */
     for (int64_t off = 0; off < PYDB_SHM_SIZE; off += PYDB_SHM_HEAD) {
@@ -119,17 +153,30 @@ static int init_lock(int fd, int type)
     return 0;
 }
 
+/* Map the file if it is long enough and not mapped yet (the mapping is
+ * set once and kept until close: other threads may be reading it). */
 static int map_file(pydb_shm *s)
 {
     struct stat st;
-    void *m;
+    uint8_t *m, *none = NULL;
+    if (map_of(s)) return 0;
     if (fstat(s->fd, &st) != 0 || st.st_size < PYDB_SHM_SIZE) return -1;
     m = mmap(NULL, PYDB_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd,
              0);
     if (m == MAP_FAILED) return -1;
-    s->map = m;
-    s->valid = layout_ok(s->map);
+    if (!__atomic_compare_exchange_n(&s->map, &none, m, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        munmap(m, PYDB_SHM_SIZE);   /* another thread mapped it first */
     return 0;
+}
+
+void pydb__shm_revalidate(pydb_shm *s)
+{
+    const uint8_t *m;
+    if (!s) return;
+    map_file(s);
+    m = map_of(s);
+    __atomic_store_n(&s->valid, m && layout_ok(m), __ATOMIC_RELEASE);
 }
 
 int pydb__shm_open(pydb_shm **out, const char *path, const char *mst_path,
@@ -150,15 +197,17 @@ int pydb__shm_open(pydb_shm **out, const char *path, const char *mst_path,
                             (int)mode);
     if (s->fd < 0) goto unusable;   /* missing, read-only media, permissions */
     if (init_lock(s->fd, F_WRLCK) != 0) goto unusable;
-    /* A new (empty) file holds no state: anyone may lay it out. */
+    /* A new (empty) file holds no state: anyone may lay it out, with the
+     * master file's mode (open() applied the umask): every process that
+     * may read the database must be able to register in it. */
     if (fstat(s->fd, &st) == 0 && st.st_size == 0) {
-        if (write_layout(s->fd) != 0) {
+        if (fchmod(s->fd, mode) != 0 || write_layout(s->fd) != 0) {
             init_lock(s->fd, F_UNLCK);
             goto unusable;
         }
     }
     init_lock(s->fd, F_UNLCK);
-    map_file(s);    /* too short: unmapped and invalid until a reset */
+    pydb__shm_revalidate(s);   /* too short: unmapped, invalid until reset */
     *out = s;
     return PYDB_OK;
 unusable:
@@ -169,19 +218,20 @@ unusable:
 void pydb__shm_close(pydb_shm *s)
 {
     if (!s) return;
-    if (s->map) munmap(s->map, PYDB_SHM_SIZE);
+    if (map_of(s)) munmap(map_of(s), PYDB_SHM_SIZE);
     if (s->fd >= 0) pydb__vfs->close(s->fd);
     free(s);
 }
 
 int pydb__shm_valid(const pydb_shm *s)
 {
-    return s && s->map && s->valid;
+    return s && __atomic_load_n(&s->valid, __ATOMIC_ACQUIRE);
 }
 
 int pydb__shm_reset(pydb_shm *s, pydb_error *err)
 {
     int e;
+    pydb__shm_revalidate(s);   /* damaged since it was opened? */
     if (pydb__shm_valid(s)) return PYDB_OK;
     e = init_lock(s->fd, F_WRLCK);
     if (e == 0) e = write_layout(s->fd);
@@ -190,11 +240,8 @@ int pydb__shm_reset(pydb_shm *s, pydb_error *err)
         return PYDB_OSERROR(err, e, s->path, -1,
                             "cannot rebuild the commit header: %s",
                             strerror(e));
-    if (s->map) {
-        s->valid = layout_ok(s->map);
-        return PYDB_OK;
-    }
-    if (map_file(s) != 0 || !s->valid)
+    pydb__shm_revalidate(s);
+    if (!pydb__shm_valid(s))
         return PYDB_ERROR(err, PYDB_EIO, s->path, -1,
                           "cannot map the rebuilt commit header");
     return PYDB_OK;
@@ -328,53 +375,82 @@ static uint64_t start_time(pid_t pid)
     return v;
 }
 
-/* Whether the process that claimed slot r is gone. */
-static int slot_dead(const uint8_t *r)
+/* This process: its pid and start time (again after fork()). */
+static void me(int32_t *pid, uint64_t *start)
 {
-    int32_t pid = __atomic_load_n((const int32_t *)(const void *)(r + R_PID),
-                                  __ATOMIC_ACQUIRE);
-    uint64_t st = __atomic_load_n((const uint64_t *)(const void *)
-                                  (r + R_START), __ATOMIC_ACQUIRE);
+    static __thread int32_t my_pid;
+    static __thread uint64_t my_start;
+    if (my_pid != (int32_t)getpid()) {
+        my_pid = (int32_t)getpid();
+        my_start = start_time(my_pid);
+    }
+    *pid = my_pid;
+    *start = my_start;
+}
+
+/* Whether process `pid`, started at `start` (0: unknown), is gone. */
+static int process_gone(int32_t pid, uint64_t start)
+{
     uint64_t now;
-    if (pid <= 0) return 0;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-    if (st == 0) return 0;            /* start time unknown: alive */
+    if (start == 0) return 0;          /* start time unknown: alive */
     now = start_time(pid);
-    return now != 0 && now != st;     /* the pid belongs to another process */
+    return now != 0 && now != start;   /* the pid is another process now */
 }
 
-/* Free slot r if it still belongs to `pid` (a dead reader). */
-static void slot_clear(uint8_t *r, int32_t pid)
+/* Whether slot i belongs to a process that is gone: a reader (pid > 0)
+ * or a cleaner that died while it freed the slot (pid < 0: -cleaner). */
+static int slot_dead(const pydb_shm *s, int i, int32_t pid)
 {
-    int32_t *p = (int32_t *)(void *)(r + R_PID);
-    __atomic_store_n((uint64_t *)(void *)(r + R_COMMIT), 0,
-                     __ATOMIC_RELAXED);
-    __atomic_compare_exchange_n(p, &pid, 0, 0, __ATOMIC_RELEASE,
-                                __ATOMIC_RELAXED);
+    if (pid > 0)
+        return process_gone(pid, __atomic_load_n(slot_start(s, i),
+                                                 __ATOMIC_ACQUIRE));
+    if (pid < 0) return pid == INT32_MIN || process_gone(-pid, 0);
+    return 0;
 }
 
-static int claim(pydb_shm *s, int32_t pid, uint64_t stime)
+/* Free slot i if it still holds `pid`: first take it over (pid becomes
+ * -this process), so that no other cleaner or new reader can be in it,
+ * then zero it and release it.  A cleaner that dies in between leaves
+ * -its pid, which the next cleaner sees as dead. */
+static void slot_clear(pydb_shm *s, int i, int32_t pid)
+{
+    int32_t mine;
+    uint64_t start;
+    me(&mine, &start);
+    if (!__atomic_compare_exchange_n(slot_pid(s, i), &pid, -mine, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;   /* someone else cleared or claimed it */
+    __atomic_store_n(slot_commit(s, i), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_start(s, i), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_pid(s, i), 0, __ATOMIC_RELEASE);
+}
+
+static int claim(pydb_shm *s)
 {
     int start = __atomic_load_n(&s->hint, __ATOMIC_RELAXED);
+    int32_t pid;
+    uint64_t stime;
+
+    me(&pid, &stime);
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < PYDB_SHM_READERS; k++) {
             int i = (start + k) % PYDB_SHM_READERS;
-            uint8_t *r = reader_at(s, i);
-            int32_t *p = (int32_t *)(void *)(r + R_PID);
-            int32_t zero = 0, cur;
-            cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+            int32_t zero = 0;
+            int32_t cur = __atomic_load_n(slot_pid(s, i), __ATOMIC_RELAXED);
             if (cur == 0 &&
-                __atomic_compare_exchange_n(p, &zero, pid, 0,
+                __atomic_compare_exchange_n(slot_pid(s, i), &zero, pid, 0,
                                             __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED)) {
-                __atomic_store_n((uint64_t *)(void *)(r + R_START), stime,
-                                 __ATOMIC_RELAXED);
+                /* start and commit are 0 here (freed that way) */
+                __atomic_store_n(slot_start(s, i), stime, __ATOMIC_RELEASE);
                 __atomic_store_n(&s->hint, (i + 1) % PYDB_SHM_READERS,
                                  __ATOMIC_RELAXED);
                 return i;
             }
-            if (pass == 1 && cur != 0 && slot_dead(r)) {
-                slot_clear(r, cur);
+            /* a full table: free the slots of dead processes */
+            if (pass == 1 && cur != 0 && slot_dead(s, i, cur)) {
+                slot_clear(s, i, cur);
                 k--;   /* try this slot again */
             }
         }
@@ -384,25 +460,19 @@ static int claim(pydb_shm *s, int32_t pid, uint64_t stime)
 
 int pydb__shm_pin(int *slot, pydb_state *st, pydb_shm *s, pydb_error *err)
 {
-    static __thread int32_t my_pid;
-    static __thread uint64_t my_start;
     uint64_t *commit;
     uint64_t c;
     int i;
 
     *slot = -1;
     if (!pydb__shm_valid(s)) return -1;
-    if (my_pid != (int32_t)getpid()) {   /* first use, or after fork() */
-        my_pid = (int32_t)getpid();
-        my_start = start_time(my_pid);
-    }
-    i = claim(s, my_pid, my_start);
+    i = claim(s);
     if (i < 0)
         return PYDB_ERROR(err, PYDB_ELOCKED, s->path, -1,
                           "the reader table is full: %d live readers hold "
                           "snapshots of this database",
                           PYDB_SHM_READERS);
-    commit = (uint64_t *)(void *)(reader_at(s, i) + R_COMMIT);
+    commit = slot_commit(s, i);
     for (int tries = 0;; tries++) {
         c = pydb__shm_latest(s);
         /* the commit a writer will see, then confirm it is still the
@@ -423,16 +493,16 @@ int pydb__shm_pin(int *slot, pydb_state *st, pydb_shm *s, pydb_error *err)
 
 void pydb__shm_unpin(pydb_shm *s, int slot)
 {
-    uint8_t *r;
-    if (slot < 0 || !pydb__shm_valid(s)) return;
-    r = reader_at(s, slot);
+    int32_t pid;
+    uint64_t start;
+    if (slot < 0 || !map_of(s)) return;
     /* Only the process that claimed the slot frees it: a child of fork()
      * that releases a snapshot it inherited leaves its parent's slot. */
-    if (__atomic_load_n((int32_t *)(void *)(r + R_PID), __ATOMIC_ACQUIRE) !=
-        (int32_t)getpid())
-        return;
-    __atomic_store_n((uint64_t *)(void *)(r + R_COMMIT), 0, __ATOMIC_RELAXED);
-    __atomic_store_n((int32_t *)(void *)(r + R_PID), 0, __ATOMIC_RELEASE);
+    me(&pid, &start);
+    if (__atomic_load_n(slot_pid(s, slot), __ATOMIC_ACQUIRE) != pid) return;
+    __atomic_store_n(slot_commit(s, slot), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_start(s, slot), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_pid(s, slot), 0, __ATOMIC_RELEASE);
 }
 
 uint64_t pydb__shm_oldest(pydb_shm *s, int *readers)
@@ -446,20 +516,21 @@ uint64_t pydb__shm_oldest(pydb_shm *s, int *readers)
     latest = pydb__shm_latest(s);
     oldest = latest;
     for (int i = 0; i < PYDB_SHM_READERS; i++) {
-        uint8_t *r = reader_at(s, i);
-        int32_t pid = __atomic_load_n((int32_t *)(void *)(r + R_PID),
-                                      __ATOMIC_ACQUIRE);
+        int32_t pid = __atomic_load_n(slot_pid(s, i), __ATOMIC_ACQUIRE);
         uint64_t c;
         if (pid == 0) continue;
-        c = __atomic_load_n((uint64_t *)(void *)(r + R_COMMIT),
-                            __ATOMIC_ACQUIRE);
+        if (pid < 0) {   /* being freed, or left so by a dead cleaner */
+            if (slot_dead(s, i, pid)) slot_clear(s, i, pid);
+            continue;
+        }
+        c = __atomic_load_n(slot_commit(s, i), __ATOMIC_ACQUIRE);
         if (c == 0) {   /* registering: it will read `latest` or newer */
             n++;
             continue;
         }
         c--;            /* stored as commit + 1 (0: registering) */
-        if (c < oldest && slot_dead(r)) {
-            slot_clear(r, pid);
+        if (c < oldest && slot_dead(s, i, pid)) {
+            slot_clear(s, i, pid);
             continue;
         }
         n++;
@@ -467,4 +538,74 @@ uint64_t pydb__shm_oldest(pydb_shm *s, int *readers)
     }
     if (readers) *readers = n;
     return oldest;
+}
+
+void pydb__shm_sweep(pydb_shm *s)
+{
+    uint64_t latest;
+    if (!pydb__shm_valid(s)) return;
+    latest = pydb__shm_latest(s);
+    for (int i = 0; i < PYDB_SHM_READERS; i++) {
+        int32_t pid = __atomic_load_n(slot_pid(s, i), __ATOMIC_ACQUIRE);
+        uint64_t start = __atomic_load_n(slot_start(s, i), __ATOMIC_ACQUIRE);
+        uint64_t c = __atomic_load_n(slot_commit(s, i), __ATOMIC_ACQUIRE);
+        uint64_t key;
+        if (pid == 0) {
+            /* A free slot is all zeros (a claimer relies on it): take a
+             * damaged one over and free it properly. */
+            int32_t zero = 0;
+            if ((start || c) &&
+                __atomic_compare_exchange_n(slot_pid(s, i), &zero, INT32_MIN,
+                                            0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED))
+                slot_clear(s, i, INT32_MIN);
+            s->seen[i] = 0;
+            continue;
+        }
+        /* What a live process leaves for nanoseconds only: a slot being
+         * freed (pid < 0), claimed (no start time yet), or a commit no
+         * writer has published.  Seen the same at two sweeps: garbage. */
+        if (pid > 0 && start != 0 && c <= latest + 1) {
+            s->seen[i] = 0;
+            continue;
+        }
+        key = ((uint64_t)(uint32_t)pid << 32 | (c & 0xFFFFFFFFu)) | 1;
+        if (s->seen[i] == key) {
+            slot_clear(s, i, pid);
+            key = 0;
+        }
+        s->seen[i] = key;
+    }
+}
+
+/* ------------------------------------------------- the applying marker */
+
+void pydb__shm_applying(pydb_shm *s, int on)
+{
+    int32_t pid;
+    uint64_t start;
+    if (!pydb__shm_valid(s)) return;
+    if (!on) {
+        __atomic_store_n(u64_at(s, OFF_APPLYING), 0, __ATOMIC_RELEASE);
+        return;
+    }
+    me(&pid, &start);
+    __atomic_store_n(i32_at(s, OFF_APPLIER), pid, __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_APPLIER_START), start, __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_APPLYING), pydb__shm_latest(s) + 1,
+                     __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+int pydb__shm_applying_now(pydb_shm *s, uint64_t latest)
+{
+    int32_t pid;
+    if (!pydb__shm_valid(s) ||
+        __atomic_load_n(u64_at(s, OFF_APPLYING), __ATOMIC_ACQUIRE) !=
+            latest + 1)
+        return 0;
+    pid = __atomic_load_n(i32_at(s, OFF_APPLIER), __ATOMIC_RELAXED);
+    return pid > 0 &&
+           !process_gone(pid, __atomic_load_n(u64_at(s, OFF_APPLIER_START),
+                                              __ATOMIC_RELAXED));
 }

@@ -18,6 +18,8 @@
  *   24     u64 latest: the commit number of the newest published state
  *          (0: none yet); changes only after its state slot is complete
  *   32     u64 creation stamp (wall clock, ns; informational)
+ *   40     u64 applying: the commit a writer is applying (0: none)
+ *   48     i32 the applying writer's pid     56 u64 its start time
  *   64     state slot 0, 128 state slot 1: the state of commit n lives
  *          in slot n % 2 (a double buffer: the slot of the latest commit
  *          is never written while it is the latest):
@@ -27,7 +29,8 @@
  *           48 u64 native index MANIFEST generation (0: unknown)
  *           56 u32 CRC-32C of bytes 0..55    60 u32 0
  *   4096   reader slots, 64 bytes each:
- *            0 i32 pid (0: free)    4 u32 0
+ *            0 i32 pid (0: free; negative: being freed by process -pid)
+ *            4 u32 0
  *            8 u64 process start time (/proc/<pid>/stat field 22; 0
  *              unknown): a pid reused by a new process is not mistaken
  *              for the reader that died
@@ -99,6 +102,29 @@ uint64_t pydb__shm_latest(const pydb_shm *s);
 /* With the writer lock held: publish *st as commit latest + 1 (sets
  * st->commit).  No-op on an invalid file. */
 void pydb__shm_publish(pydb_shm *s, pydb_state *st);
+
+/* Check the layout again (another process may have damaged or rebuilt
+ * the file since it was opened; a file too short then may be mapped
+ * now). */
+void pydb__shm_revalidate(pydb_shm *s);
+
+/* With the writer lock held: free reader slots that hold garbage (a
+ * negative pid, a pid without start time, a commit never published, a
+ * free slot with fields set) seen the same at this sweep and the one
+ * before; a live process leaves such a slot for nanoseconds only. */
+void pydb__shm_sweep(pydb_shm *s);
+
+/* The applying marker: a writer sets it (on = 1) once its commit is
+ * durable in the log and before it writes the first file, and clears it
+ * (on = 0) when it has published or failed.  While it is set by a live
+ * process for commit latest + 1, a control record newer than the header
+ * is that commit being applied; otherwise such a control record was
+ * written by someone that does not publish (another program, an older
+ * pydb, a writer that could not open the header), and readers stop
+ * trusting the header. */
+void pydb__shm_applying(pydb_shm *s, int on);
+/* 1 if a live process is applying commit latest + 1 now. */
+int pydb__shm_applying_now(pydb_shm *s, uint64_t latest);
 
 /* Register a reader at the latest commit (LMDB's registration loop);
  * *slot gets the claimed slot, *st the state of that commit (st->commit

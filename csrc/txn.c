@@ -736,6 +736,9 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         goto done;
     }
     logged = 1;
+    /* Readers that see the control record change before the header are
+     * told a live writer is applying this commit (shm.h). */
+    pydb__shm_applying(pydb__db_shm(db), 1);
 
     /* Apply.  Record bytes first (unreachable until the XRF says so). */
     PYDB_ASSERT(logged);   /* the log is durable before any file changes */
@@ -819,6 +822,7 @@ apply_failed:
     set_fatal(db);
     hooked = 0;
 done:
+    if (logged) pydb__shm_applying(pydb__db_shm(db), 0);
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);
     pydb__buf_free(&log);

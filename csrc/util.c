@@ -1,8 +1,7 @@
 /*
  * util.c - the helpers declared in util.h: growable buffer, CRC-32C,
  * write_full, the fsync-the-directory policy, whole-file writes and the
- * atomic replace of a file, the probe of a file's write lock, and the
- * PYDB_ASSERT failure path.
+ * atomic replace of a file, and the PYDB_ASSERT failure path.
  *
  * Depends on: vfs.c (pydb__vfs: every file operation goes through the
  * table, so fault injection sees it), error.c (pydb__error_set).
@@ -219,19 +218,3 @@ int pydb__replace_file(const char *path, const char *tmp, const void *data,
     return PYDB_OK;
 }
 
-/* -------------------------------------------------------------- locks */
-
-int pydb__write_locked(const char *path)
-{
-    struct flock fl;
-    int fd, busy;
-
-    fd = pydb__vfs->open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_RDLCK;
-    fl.l_whence = SEEK_SET;
-    busy = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
-    pydb__vfs->close(fd);
-    return busy;
-}

@@ -110,11 +110,6 @@ int pydb__write_file(const char *path, const void *data, size_t len,
  * new one, never a mixture.  On failure before the rename the temporary
  * file is removed and path is untouched.  A failed fsync also sets
  * *fsync_failed (may be NULL).  0 or a PYDB error. */
-/* 1 if another open file description holds a write lock (fcntl
- * F_OFD_SETLK) on any byte of the file at `path`, else 0 (also when it
- * cannot be opened).  The writer lock of a database lives on its log. */
-int pydb__write_locked(const char *path);
-
 int pydb__replace_file(const char *path, const char *tmp, const void *data,
                        size_t len, int sync, int *fsync_failed,
                        pydb_error *err);
