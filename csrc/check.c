@@ -67,11 +67,12 @@
  *
  * Depends on: record.c (geometry, leader and XRF decoding), vfs.c
  * (pydb__file_read), read.c (pydb__version_visible, the XRF sequence
- * lock, pydb__refresh_sizes), the snapshot (struct pydb_snapshot),
- * error.c.  It reads the files itself rather than through read.c's
+ * lock, pydb__refresh_sizes), shm.h (the applying marker), the snapshot
+ * (struct pydb_snapshot), error.c.  It reads the files itself rather than through read.c's
  * record reads, because it must go on past the first fault.
  */
 #include "pydb_int.h"
+#include "shm.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -694,14 +695,17 @@ static int xrf_read(ck *c, uint8_t *buf, int64_t nb, int64_t b0)
 /* With a commit header: has a later commit added XRF blocks (so the
  * state's last block has lost its negative XRFPOS legitimately)?  A
  * writer applying a commit writes the old last block before the new one:
- * while it holds the writer lock, the new block may not be there yet. */
+ * while it applies (the header's applying marker), the new block may not
+ * be there yet. */
 static int xrf_grew(ck *c)
 {
     pydb_db *db = c->db;
+    pydb_shm *shm = pydb__db_shm(db);
+
     if (!c->published) return 0;
     if (pydb__fsize(&db->xrf) <= c->xrf_size) pydb__refresh_sizes(db);
     return pydb__fsize(&db->xrf) >= c->xrf_size + PYDB_BLOCK ||
-           (db->wal_path[0] && pydb__write_locked(db->wal_path));
+           (shm && pydb__shm_applying_now(shm, pydb__shm_latest(shm)));
 }
 
 /* With a commit header: is the nonzero XRF entry `raw` of `mfn` (an MFN
