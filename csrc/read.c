@@ -729,7 +729,12 @@ static void update_stale(pydb_db *db, const pydb_ctl *v)
     pydb__shm_revalidate(shm);
     for (int look = 0; look < 2 && stale; look++) {
         if (look && peek_control(db, &again) != 0) break;
-        if (pydb__shm_state(&st, shm) != 0) break;   /* no state: files */
+        if (pydb__shm_state(&st, shm) != 0) {
+            /* no state yet: reads use the files anyway, and snapshots
+             * still register in its reader table */
+            stale = 0;
+            break;
+        }
         stale = !state_agrees(&st, &again) &&
                 !pydb__shm_applying_now(shm, st.commit);
     }
