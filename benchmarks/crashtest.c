@@ -17,6 +17,14 @@
  * Python's twin is pydb/crashtest.py; `python -m pydb crashtest` runs
  * both and compares them.
  *
+ * --snapshot reads through snapshots (pydb.h group 3b): the sequential
+ * read and each thread take one snapshot before they start and read
+ * every record with pydb_snapshot_read() (rows from the snapshot's
+ * commit, whatever a writer does meanwhile).  --snapshot-cost N measures
+ * instead the cost of pinning a commit: N rounds of pydb_snapshot_take()
+ * + pydb_snapshot_release() in one thread, printed as nanoseconds per
+ * round ("snapshot take+release ..."; JSON phase "snapshot-cost").
+ *
  * Uses only the public header pydb.h.
  */
 #define _GNU_SOURCE
@@ -40,10 +48,13 @@ typedef struct {
     double min_time;
     double max_time;
     int json;
+    int snapshot;          /* read through one snapshot per reader      */
+    long snapshot_cost;    /* > 0: only time this many take+release     */
 } config;
 
 typedef struct {
     pydb_db *db;
+    int snapshot;          /* read through a snapshot taken at the start */
     const int32_t *mfns;
     size_t n;
     size_t start;
@@ -74,13 +85,17 @@ static void *work(void *arg)
 {
     worker *w = arg;
     pydb_record *rec = NULL;
+    pydb_snapshot *snap = NULL;
     w->rows = 0;
     w->rc = 0;
+    if (w->snapshot) w->rc = pydb_snapshot_take(&snap, w->db, &w->err);
     pthread_barrier_wait(w->barrier);
+    if (w->rc) goto out;
     do {
         for (size_t i = 0; i < w->n; i++) {
             int32_t mfn = w->mfns[(w->start + i) % w->n];
-            w->rc = pydb_read(&rec, w->db, mfn, &w->err);
+            w->rc = snap ? pydb_snapshot_read(&rec, snap, mfn, &w->err)
+                         : pydb_read(&rec, w->db, mfn, &w->err);
             if (w->rc) goto out;
             w->rows++;
             if ((w->rows & 255) == 0 && now() >= w->stop) goto out;
@@ -88,6 +103,7 @@ static void *work(void *arg)
     } while (now() < w->deadline);
 out:
     pydb_record_free(rec);
+    pydb_snapshot_release(snap);
     return NULL;
 }
 
@@ -116,13 +132,15 @@ static void usage(void)
           "                      [--lock none|mutex] [--io pread|mmap]\n"
           "                      [--reps N] [--min-time SECONDS]\n"
           "                      [--max-time SECONDS] [--prefix P | --list FILE]\n"
-          "                      [--json] DB\n"
+          "                      [--snapshot] [--snapshot-cost N] [--json] DB\n"
           "A pass reads the whole list once, repeats until --min-time has\n"
           "passed (default 0), and is cut off after --max-time (default 60).\n"
           "--prefix P: read the records named by the postings of the index\n"
           "keys that start with P (native index, else the ISIS inverted file).\n"
           "--list FILE: read the MFNs in FILE (one per line).\n"
-          "Neither: read the XRF's active records.\n",
+          "Neither: read the XRF's active records.\n"
+          "--snapshot: read through one snapshot per thread.\n"
+          "--snapshot-cost N: time N snapshot take+release rounds only.\n",
           stderr);
     exit(2);
 }
@@ -182,6 +200,7 @@ static void parse(config *c, int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) { c->json = 1; continue; }
+        if (!strcmp(a, "--snapshot")) { c->snapshot = 1; continue; }
         if (a[0] != '-') { c->db_path = a; continue; }
         if (!v) usage();
         i++;
@@ -219,6 +238,9 @@ static void parse(config *c, int argc, char **argv)
         } else if (!strcmp(a, "--min-time")) {
             c->min_time = atof(v);
             if (c->min_time < 0) usage();
+        } else if (!strcmp(a, "--snapshot-cost")) {
+            c->snapshot_cost = atol(v);
+            if (c->snapshot_cost < 1) usage();
         } else usage();
     }
     if (!c->db_path || (c->prefix && c->list_path)) usage();
@@ -316,6 +338,41 @@ static int32_t *index_rows(const char *db_path, const char *prefix,
     return v;
 }
 
+/* --snapshot-cost: `rounds` snapshot take+release pairs in this thread,
+ * after a warm-up; prints the nanoseconds per pair.  Exits on failure. */
+static void snapshot_cost(const config *c, pydb_db *db, long rounds)
+{
+    pydb_snapshot *snap;
+    pydb_snapshot_info info;
+    pydb_error e;
+    double t0, secs, ns;
+
+    for (long i = 0; i < rounds / 10 + 1; i++) {
+        if (pydb_snapshot_take(&snap, db, &e)) die("snapshot", &e);
+        pydb_snapshot_release(snap);
+    }
+    if (pydb_snapshot_take(&snap, db, &e)) die("snapshot", &e);
+    pydb_snapshot_info_get(&info, snap);
+    pydb_snapshot_release(snap);
+    t0 = now();
+    for (long i = 0; i < rounds; i++) {
+        if (pydb_snapshot_take(&snap, db, &e)) die("snapshot", &e);
+        pydb_snapshot_release(snap);
+    }
+    secs = now() - t0;
+    ns = secs * 1e9 / (double)rounds;
+    if (c->json)
+        printf("{\"impl\": \"c\", \"phase\": \"snapshot-cost\", "
+               "\"rounds\": %ld, \"seconds\": %.9f, \"ns_per_op\": %.1f, "
+               "\"registered\": %d}\n", rounds, secs, ns, info.registered);
+    else
+        printf("snapshot take+release %ld rounds in %.3f seconds %.1f ns "
+               "each (%s)\n", rounds, secs, ns,
+               info.registered ? "registered in the reader table"
+                               : "files mode: not registered");
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     config c;
@@ -333,6 +390,11 @@ int main(int argc, char **argv)
     opt.io = strcmp(c.cache, "direct") == 0 ? PYDB_IO_DIRECT : c.io;
     opt.lock = c.lock;
     if ((rc = pydb_open(&db, c.db_path, &opt, &e))) die("open", &e);
+    if (c.snapshot_cost) {
+        snapshot_cost(&c, db, c.snapshot_cost);
+        pydb_close(db);
+        return 0;
+    }
     maxmfn = pydb_max_mfn(db);
     if (c.prefix)
         mfns = index_rows(c.db_path, c.prefix, maxmfn, &n, &nterms,
@@ -384,14 +446,18 @@ int main(int argc, char **argv)
     for (int rep = 0; rep < c.reps; rep++) {
         long long rows = 0;
         double t0, secs, deadline, stop;
+        pydb_snapshot *snap = NULL;
         if (!strcmp(c.cache, "cold") && (rc = pydb_drop_cache(db, &e)))
             die("drop cache", &e);
         t0 = now();
+        if (c.snapshot && (rc = pydb_snapshot_take(&snap, db, &e)))
+            die("snapshot", &e);
         deadline = t0 + c.min_time;
         stop = t0 + c.max_time;
         do {
             for (int32_t m = 1; m <= maxmfn; m++) {
-                rc = pydb_read(&rec, db, m, &e);
+                rc = snap ? pydb_snapshot_read(&rec, snap, m, &e)
+                          : pydb_read(&rec, db, m, &e);
                 if (rc == PYDB_ENOTFOUND) continue;
                 if (rc) die("sequential read", &e);
                 rows++;
@@ -400,6 +466,7 @@ int main(int argc, char **argv)
         } while (now() < deadline);
     seq_done:
         secs = now() - t0;
+        pydb_snapshot_release(snap);
         report(&c, "seq", 1, rep, rows, secs);
     }
     for (int ti = 0; ti < c.nthreads; ti++) {
@@ -416,6 +483,7 @@ int main(int argc, char **argv)
             pthread_barrier_init(&barrier, NULL, (unsigned)t + 1);
             for (int i = 0; i < t; i++) {
                 w[i].db = db;
+                w[i].snapshot = c.snapshot;
                 w[i].mfns = mfns;
                 w[i].n = n;
                 w[i].start = n * (size_t)i / (size_t)t;

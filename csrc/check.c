@@ -8,10 +8,34 @@
  * file: control record §2.1, leaders §2.2, placement §2.3, versions §2.4)
  * and §3 (XRF); the checks follow docs/reliability.md §2.1 "A validator".
  *
+ * One committed state: the walk checks the state a snapshot pins
+ * (pydb_snapshot_check; pydb_check_ex takes a snapshot itself), not the
+ * files as they are at each moment, so writers in this or other processes
+ * may commit while it runs (docs/design.md §6).  What the state fixes:
+ *   - NXTMFN, NXTMFB/NXTMFP and the file sizes the steps compare with are
+ *     the state's; the control record itself may be newer (a writer
+ *     writes it before it publishes the next state) but never older;
+ *   - an XRF entry whose pointer is at or past the state's end of records
+ *     (mst_end) was written by a later commit: the version the state saw
+ *     is found along the back pointers (pydb__version_visible, read.c)
+ *     and that version and its chain are checked;
+ *   - an XRF entry of an MFN the state does not have yet (>= its NXTMFN)
+ *     is no fault when it points at or past mst_end at a leader of that
+ *     MFN: a later commit's append;
+ *   - the sequential scan stops at mst_end (later commits' bytes follow);
+ *   - a last XRF block whose XRFPOS a later commit made positive (it added
+ *     a block) is no fault.
+ * In files mode (no usable commit header: info.commit == 0) the state is
+ * the control record as read when the snapshot was taken and no writer
+ * publishes states: a pointer past its end is reported, as other CDS/ISIS
+ * tools would see it, and the scan runs to the end of the file.
+ *
  * Steps, in order (each a function below; a step that finds its input
  * unusable reports it and the later steps still run):
  *   1. control record   NXTMFN/NXTMFB/NXTMFP against the file sizes,
- *                        MFTYPE, the CISIS lock words, file sizes;
+ *                        MFTYPE, the CISIS lock words, file sizes; with a
+ *                        commit header, the control record not behind
+ *                        the state;
  *   2. XRF              every block of the file: XRFPOS number and sign,
  *                        every entry decoded; entries past NXTMFN must be 0;
  *   3. versions         for each XRF entry that names a position: the
@@ -39,13 +63,16 @@
  * the file size and the format limits before use; loops are bounded by
  * the file sizes (back chains strictly decrease); memory is bounded (see
  * pydb.h).  No global state: any number of checks may run at once, also
- * alongside readers of the same handle.
+ * alongside readers and writers of the same handle.
  *
  * Depends on: record.c (geometry, leader and XRF decoding), vfs.c
- * (pydb__file_read), error.c.  It reads the files itself rather than
- * through read.c, because it must go on past the first fault.
+ * (pydb__file_read), read.c (pydb__version_visible, the XRF sequence
+ * lock, pydb__refresh_sizes), shm.h (the applying marker), the snapshot
+ * (struct pydb_snapshot), error.c.  It reads the files itself rather than through read.c's
+ * record reads, because it must go on past the first fault.
  */
 #include "pydb_int.h"
+#include "shm.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,8 +141,10 @@ typedef struct {
     const pydb_check_options *opt;
     pydb_check_summary *sum;
     int stop;
-    /* The handle's state, taken once at the start: a commit on the same
-     * handle during the walk does not move what the walk checks against. */
+    /* The snapshot's committed state: commits during the walk do not move
+     * what the walk checks against. */
+    const pydb_state *st;
+    int published;        /* 1: st comes from the commit header          */
     int64_t mst_size, xrf_size;
     int32_t next_mfn, next_block, next_pos;
     int64_t end;          /* committed end of the records (NXTMFB/NXTMFP) */
@@ -493,6 +522,32 @@ static void check_chain(ck *c, int32_t mfn, int64_t off, int state)
 
 /* ---------------------------------------------------- step 1: control */
 
+/* With a commit header: the control record `h` (32 bytes) is the state's
+ * or a later commit's (a writer writes it before it publishes), never an
+ * older one: NXTMFN and the end of the records not below the state's. */
+static void check_control_state(ck *c, const uint8_t *h)
+{
+    pydb_ctl ctl;
+    int64_t end;
+
+    pydb__ctl_decode(&ctl, h);
+    end = pydb__ctl_end(ctl.next_block, ctl.next_pos);
+    if (ctl.next_mfn < c->next_mfn)
+        report(c, PYDB_CHECK_CONTROL, 0, c->db->mst.path, 4,
+               "control record: NXTMFN %d is below the NXTMFN %d of the "
+               "committed state (commit %llu of the commit header)",
+               (int)ctl.next_mfn, (int)c->next_mfn,
+               (unsigned long long)c->st->commit);
+    else if (end < c->end)
+        report(c, PYDB_CHECK_CONTROL, 0, c->db->mst.path, 8,
+               "control record: NXTMFB/NXTMFP %d/%d put the end of the "
+               "records at byte %lld, before the end %lld of the committed "
+               "state (commit %llu of the commit header): the next append "
+               "overwrites records", (int)ctl.next_block, (int)ctl.next_pos,
+               (long long)end, (long long)c->end,
+               (unsigned long long)c->st->commit);
+}
+
 static void check_control(ck *c)
 {
     pydb_db *db = c->db;
@@ -522,6 +577,7 @@ static void check_control(ck *c)
                "control record: MFTYPE %d (0 user, 1 system database)",
                (int)db->mftype);
     if (ck_read(c, &db->mst, h, sizeof h, 0, 0, "control record")) return;
+    if (c->published) check_control_state(c, h);
     delock = (int32_t)pydb__u32(h + 24);
     ewlock = (int32_t)pydb__u32(h + 28);
     if (delock != 0 || ewlock != 0)
@@ -533,6 +589,58 @@ static void check_control(ck *c)
 }
 
 /* --------------------------------------------- steps 2+3: XRF, records */
+
+/* Does a leader of `mfn` lie at `off` (at or past the state's end: a
+ * later commit's version, perhaps past the sizes the handle knows)? */
+static int later_leader(ck *c, int32_t mfn, int64_t off)
+{
+    pydb_db *db = c->db;
+    pydb_leader l;
+    pydb_error e;
+
+    if (dir_reserve(c, (size_t)c->g->leader) < 0) return 0;
+    if (off > pydb__fsize(&db->mst) - c->g->leader) pydb__refresh_sizes(db);
+    if (pydb__file_read(&db->mst, db->io, c->dir, (size_t)c->g->leader, off,
+                        "leader", &e))
+        return 0;
+    pydb__leader_decode(&l, c->g, c->dir);
+    return l.mfn == mfn;
+}
+
+/* The XRF entry of `mfn` points at `off`, at or past the state's end of
+ * records: a later commit wrote that version.  Check the version the
+ * state saw (found along the back pointers) and its chain instead; a
+ * chain that does not lead back to one is a fault of the entry.  Returns
+ * 1 when done, 0 when the version there has no older one (no commit of
+ * this protocol wrote it: the caller reports it as any pointer past the
+ * committed end). */
+static int check_later(ck *c, int32_t mfn, int32_t raw, int64_t off,
+                       int64_t where)
+{
+    pydb_error e;
+    int64_t vis;
+    int status, rc;
+
+    rc = pydb__version_visible(&vis, &status, c->db, c->st, mfn, off, &e);
+    if (rc == PYDB_EIO) {
+        report(c, PYDB_CHECK_IO, mfn, e.path[0] ? e.path : c->db->mst.path,
+               e.offset, "reading the versions of MFN %d: %s", (int)mfn,
+               e.message);
+        return 1;
+    }
+    if (rc) {
+        report(c, PYDB_CHECK_XRF_POINTER, mfn, c->db->xrf.path, where,
+               "XRF entry of MFN %d (value %d) points at offset %lld, past "
+               "the committed end %lld (commit %llu), and no version of "
+               "that commit lies behind it: %s", (int)mfn, (int)raw,
+               (long long)off, (long long)c->end,
+               (unsigned long long)c->st->commit, e.message);
+        return 1;
+    }
+    if (vis >= c->end) return 0;
+    check_chain(c, mfn, vis, status ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE);
+    return 1;
+}
 
 static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
 {
@@ -551,6 +659,9 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
                (long long)off);
         return;
     }
+    if (c->published && off >= c->end &&
+        check_later(c, mfn, raw, off, where))
+        return;
     if (off >= c->mst_size) {
         report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
                "XRF entry of MFN %d (value %d) points at offset %lld, past "
@@ -565,6 +676,49 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
                "overwrites the record", (int)mfn, (int)raw, (long long)off,
                (long long)c->end);
     check_chain(c, mfn, off, e.state);
+}
+
+/* Read XRF blocks b0..b0+nb-1 into buf: 0, or -1 with the failure
+ * reported as an IO problem. */
+static int xrf_read(ck *c, uint8_t *buf, int64_t nb, int64_t b0)
+{
+    pydb_error e;
+    if (pydb__file_read(&c->db->xrf, c->db->io, buf,
+                        (size_t)(nb * PYDB_BLOCK), b0 * PYDB_BLOCK,
+                        "XRF blocks", &e) == PYDB_OK)
+        return 0;
+    report(c, PYDB_CHECK_IO, 0, c->db->xrf.path, b0 * PYDB_BLOCK,
+           "reading XRF blocks: %s", e.message);
+    return -1;
+}
+
+/* With a commit header: has a later commit added XRF blocks (so the
+ * state's last block has lost its negative XRFPOS legitimately)?  A
+ * writer applying a commit writes the old last block before the new one:
+ * while it applies (the header's applying marker), the new block may not
+ * be there yet. */
+static int xrf_grew(ck *c)
+{
+    pydb_db *db = c->db;
+    pydb_shm *shm = pydb__db_shm(db);
+
+    if (!c->published) return 0;
+    if (pydb__fsize(&db->xrf) <= c->xrf_size) pydb__refresh_sizes(db);
+    return pydb__fsize(&db->xrf) >= c->xrf_size + PYDB_BLOCK ||
+           (shm && pydb__shm_applying_now(shm, pydb__shm_latest(shm)));
+}
+
+/* With a commit header: is the nonzero XRF entry `raw` of `mfn` (an MFN
+ * the state does not have) a later commit's append, pointing at or past
+ * the state's end at a leader of that MFN? */
+static int later_append(ck *c, int32_t mfn, int32_t raw)
+{
+    pydb_xrf_entry e;
+
+    if (!c->published) return 0;
+    pydb__xrf_unpack(&e, raw, c->db->mstxl);
+    return (e.state == PYDB_XRF_ACTIVE || e.state == PYDB_XRF_LDELETED) &&
+           e.offset >= c->end && later_leader(c, mfn, e.offset);
 }
 
 static void check_xrf(ck *c)
@@ -585,10 +739,14 @@ static void check_xrf(ck *c)
         int64_t nb = nblocks - b0 < XRF_CHUNK_BLOCKS ? nblocks - b0
                                                      : XRF_CHUNK_BLOCKS;
         uint8_t *buf = c->chunk;
+        uint64_t seq;
+        int failed;
         c->chunk_len = 0;   /* the scan buffer no longer holds MST bytes */
-        if (ck_read(c, &db->xrf, buf, (size_t)(nb * PYDB_BLOCK),
-                    b0 * PYDB_BLOCK, 0, "XRF blocks"))
-            return;
+        do {    /* not while this process's writer copies XRF blocks */
+            seq = pydb__seq_begin(db);
+            failed = xrf_read(c, buf, nb, b0);
+        } while (!failed && pydb__seq_retry(db, seq));
+        if (failed) return;
         for (b = b0; b < b0 + nb && !c->stop; b++) {
             const uint8_t *blk = buf + (b - b0) * PYDB_BLOCK;
             int32_t pos = (int32_t)pydb__u32(blk);
@@ -606,7 +764,7 @@ static void check_xrf(ck *c)
                        b * PYDB_BLOCK,
                        "XRF block %lld is not the last but its XRFPOS is "
                        "negative (%d)", (long long)(b + 1), (int)pos);
-            } else if (pos > 0 && b == nblocks - 1)
+            } else if (pos > 0 && b == nblocks - 1 && !xrf_grew(c))
                 report(c, PYDB_CHECK_XRFPOS_SIGN, 0, db->xrf.path,
                        b * PYDB_BLOCK,
                        "XRF block %lld is the last but its XRFPOS is "
@@ -616,7 +774,7 @@ static void check_xrf(ck *c)
                 int64_t where = b * PYDB_BLOCK + 4 + 4 * s;
                 int32_t raw = (int32_t)pydb__u32(blk + 4 + 4 * s);
                 if (mfn >= c->next_mfn) {
-                    if (raw != 0)
+                    if (raw != 0 && !later_append(c, (int32_t)mfn, raw))
                         report(c, PYDB_CHECK_XRF_BEYOND_END, (int32_t)mfn,
                                db->xrf.path, where,
                                "XRF entry of MFN %lld holds %d, but NXTMFN "
@@ -647,11 +805,11 @@ static int cmp_version(const void *a, const void *b)
 static const uint8_t *peek(ck *c, int64_t off, int64_t n)
 {
     pydb_file *f = &c->db->mst;
-    int64_t len;
-    if (off < 0 || n > CHUNK || off > f->size - n) return NULL;
+    int64_t len, size = c->mst_size;
+    if (off < 0 || n > CHUNK || off > size - n) return NULL;
     if (off >= c->chunk_off && off + n <= c->chunk_off + c->chunk_len)
         return c->chunk + (off - c->chunk_off);
-    len = f->size - off < CHUNK ? f->size - off : CHUNK;
+    len = size - off < CHUNK ? size - off : CHUNK;
     c->chunk_len = 0;
     if (ck_read(c, f, c->chunk, (size_t)len, off, 0, "master file"))
         return NULL;
@@ -758,38 +916,49 @@ static void check_scan(ck *c)
             prev_mfn = v[i].mfn;
         }
     }
-    if (!c->stop) scan_gap(c, prev_end, c->mst_size);
+    /* With a commit header, later commits' versions follow the end. */
+    if (!c->stop)
+        scan_gap(c, prev_end, c->published ? c->end : c->mst_size);
     free(v);
     if (!c->stop) c->sum->scanned = 1;
 }
 
 /* ----------------------------------------------------------- driver */
 
-int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
-                  const pydb_check_options *opt, pydb_error *err)
+int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
+                        const pydb_check_options *opt, pydb_error *err)
 {
     pydb_check_options none = {0};
+    pydb_db *db;
     ck c;
     int rc = PYDB_OK;
 
     memset(out, 0, sizeof *out);
-    if (!db) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no database");
+    if (!snap) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no snapshot");
+    db = snap->db;
     memset(&c, 0, sizeof c);
     c.db = db;
     c.g = &pydb__geom[db->layout];
     c.opt = opt ? opt : &none;
     c.sum = out;
-    c.mst_size = pydb__fsize(&db->mst);
-    c.xrf_size = pydb__fsize(&db->xrf);
-    c.next_block = __atomic_load_n(&db->next_block, __ATOMIC_ACQUIRE);
-    c.next_pos = __atomic_load_n(&db->next_pos, __ATOMIC_ACQUIRE);
-    c.next_mfn = pydb__next_mfn(db);
-    c.end = pydb__ctl_end(c.next_block, c.next_pos);
+    c.st = &snap->st;
+    c.published = snap->st.commit != 0;
+    c.mst_size = snap->st.mst_size;
+    c.xrf_size = snap->st.xrf_size;
+    c.next_block = snap->st.next_block;
+    c.next_pos = snap->st.next_pos;
+    c.next_mfn = snap->st.next_mfn;
+    c.end = snap->st.mst_end;
     c.align = db->mstxl ? ((int64_t)1 << db->mstxl) : 2;
     c.append_at = (c.end + c.align - 1) / c.align * c.align;
     c.max_mfrl = c.g->ffi ? PYDB_MAX_FFI_MFRL : 32767;
     c.tracking = 1;
     c.total = (int64_t)(c.next_mfn - 1) + c.mst_size / PYDB_BLOCK;
+    /* The handle may know smaller sizes than a state another process
+     * published: reads up to the state's sizes must pass. */
+    if (pydb__fsize(&db->mst) < c.mst_size ||
+        pydb__fsize(&db->xrf) < c.xrf_size)
+        pydb__refresh_sizes(db);
     c.chunk = malloc(CHUNK);
     c.dir_cap = 4096;
     c.dir = malloc(c.dir_cap);
@@ -807,6 +976,21 @@ cleanup:
     free(c.chunk);
     free(c.dir);
     free(c.tab);
+    return rc;
+}
+
+int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
+                  const pydb_check_options *opt, pydb_error *err)
+{
+    pydb_snapshot *snap = NULL;
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    if (!db) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no database");
+    rc = pydb_snapshot_take(&snap, db, err);
+    if (rc) return rc;
+    rc = pydb_snapshot_check(out, snap, opt, err);
+    pydb_snapshot_release(snap);
     return rc;
 }
 

@@ -1,0 +1,134 @@
+"""The pure-C snapshot stress program (tests/c/stress_snapshot.c).
+
+One writer commits a known schedule of appends, updates, deletions and
+undeletions while plain readers and snapshot readers check every record
+they read against the state of the commit they must see, and the
+validator runs on snapshots (pydb_snapshot_check: no fault, the figures
+of the snapshot's commit); the program's header comment gives the
+schedule and the checks.  The program is built
+with csrc/Makefile (target ``stress-snapshot``) in a temporary copy of the
+sources, so the checkout is never touched:
+
+* a plain build, run with the writer in a thread and in a forked process;
+* a ThreadSanitizer build (``PYDB_SANITIZE=thread``), run the same way:
+  exit status 0 and not one ThreadSanitizer report.  Marked
+  ``sanitizers``; skipped without gcc or libtsan.
+
+The runs last a few seconds each: they show correctness under
+concurrency, not speed (benchmarks/ measure that).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SANITIZER
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="built with csrc/Makefile on Linux")
+
+TSAN_REPORT = ("WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer")
+
+
+def _build(root: Path, sanitize: str = "") -> Path:
+    """csrc/ and the program copied under root, built with make."""
+    make = shutil.which("make")
+    cc = shutil.which("gcc") if sanitize else (shutil.which("cc") or shutil.which("gcc"))
+    if not make or not cc:
+        pytest.skip("make or a C compiler not found")
+    ignore = shutil.ignore_patterns("*.o", "*.a", "*.d", "pydb-crashtest", "stress-snapshot")
+    shutil.copytree(REPO / "csrc", root / "csrc", ignore=ignore)
+    (root / "tests" / "c").mkdir(parents=True)
+    shutil.copy2(REPO / "tests" / "c" / "stress_snapshot.c", root / "tests" / "c")
+    env = dict(os.environ, CC=cc)
+    env.pop("PYDB_SANITIZE", None)
+    env.pop("PYDB_DEBUG", None)
+    args = [make, "-s", "-j2", "-C", str(root / "csrc"), "stress-snapshot"]
+    if sanitize:
+        args += [f"PYDB_SANITIZE={sanitize}", "PYDB_DEBUG=1"]
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, f"build failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return root / "csrc" / "stress-snapshot"
+
+
+def _run(exe: Path, work: Path, *args: str, env: dict | None = None):
+    work.mkdir()
+    p = subprocess.run([str(exe), *args, str(work)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    return p, p.stdout + p.stderr
+
+
+def _assert_clean(p, out: str):
+    assert p.returncode == 0, out[-4000:]
+    last = out.strip().splitlines()
+    ok = [line for line in last if line.startswith("ok ")]
+    assert ok, out[-4000:]
+    m = re.match(r"ok plain_reads=(\d+) snapshots=(\d+) snapshot_reads=(\d+) checks=(\d+)$",
+                 ok[-1])
+    assert m, ok[-1]
+    # every reader did work (the validator ran too), and the writer
+    # committed beside it
+    assert all(int(x) > 0 for x in m.groups()), ok[-1]
+    commits = re.search(r"writer commits=(\d+)", out)
+    assert commits and int(commits.group(1)) > 0, out[-4000:]
+    assert "MISMATCH" not in out
+
+
+# ------------------------------------------------------------------ plain
+
+@pytest.fixture(scope="module")
+def plain_exe(tmp_path_factory) -> Path:
+    return _build(tmp_path_factory.mktemp("stress"))
+
+
+@pytest.mark.parametrize("io", ["pread", "mmap"])
+def test_stress_threads(plain_exe, tmp_path, io):
+    p, out = _run(plain_exe, tmp_path / "db", "--seconds", "2", "--io", io)
+    _assert_clean(p, out)
+
+
+def test_stress_writer_process(plain_exe, tmp_path):
+    p, out = _run(plain_exe, tmp_path / "db", "--seconds", "2", "--fork")
+    _assert_clean(p, out)
+
+
+def test_stress_usage(plain_exe, tmp_path):
+    p = subprocess.run([str(plain_exe), "--seconds"], capture_output=True, text=True)
+    assert p.returncode == 2 and "usage: stress_snapshot" in p.stderr
+
+
+# ------------------------------------------------------------------- TSan
+
+def _tsan_runtime():
+    gcc = shutil.which("gcc")
+    if not gcc:
+        pytest.skip("gcc not found")
+    lib = subprocess.run([gcc, "-print-file-name=libtsan.so"], capture_output=True,
+                         text=True).stdout.strip()
+    if not os.path.isabs(lib) or not os.path.exists(lib):
+        pytest.skip("libtsan.so not installed")
+
+
+@pytest.fixture(scope="module")
+def tsan_exe(tmp_path_factory) -> Path:
+    if SANITIZER:
+        pytest.skip("already inside a sanitizer run")
+    _tsan_runtime()
+    return _build(tmp_path_factory.mktemp("stress-tsan"), "thread")
+
+
+@pytest.mark.sanitizers
+@pytest.mark.parametrize("variant", [(), ("--fork",)], ids=["writer-thread", "writer-process"])
+def test_stress_tsan(tsan_exe, tmp_path, variant):
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1")
+    p, out = _run(tsan_exe, tmp_path / "db", "--seconds", "3", *variant, env=env)
+    reports = [line for line in out.splitlines() if any(r in line for r in TSAN_REPORT)]
+    assert not reports, out[-6000:]
+    _assert_clean(p, out)
