@@ -856,12 +856,14 @@ static int snapshot_with_view(pydb_snapshot **snap, pydb_index **view,
             nanosleep(&ts, NULL);
         }
     }
-    if (rc == PYDB_EWOULDBLOCK)
-        return pydb_error_set(err, PYDB_ELOCKED, err->path, -1,
+    if (rc == PYDB_EWOULDBLOCK) {
+        pydb_error was = *err;   /* formatted from a copy, not into itself */
+        return pydb_error_set(err, PYDB_ELOCKED, was.path, -1,
                               "the index kept moving past new snapshots "
                               "(a writer died between replacing the index "
                               "MANIFEST and publishing its commit? the next "
-                              "writer recovers): %s", err->message);
+                              "writer recovers): %s", was.message);
+    }
     if (rc) {
         pydb_snapshot_release(*snap);
         *snap = NULL;

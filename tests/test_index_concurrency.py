@@ -143,7 +143,7 @@ def test_open_beside_merging_commits_never_fails(tmp_path):
     failures: list[str] = []
     opens = 0
     try:
-        assert seen.wait_for(1) == 1
+        assert seen.wait_for(1) >= 1   # the child may be ahead
         while opens < 5000 or seen.count < 80:   # 80 commits: 10 merges at least
             readonly = opens % 2 == 0
             try:
@@ -220,7 +220,7 @@ def test_index_rebuild_beside_a_writer(tmp_path):
     seen = Counter(w)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     try:
-        assert seen.wait_for(1) == 1
+        assert seen.wait_for(1) >= 1   # the child may be ahead
         for k in range(30):
             before = seen.count
             r = subprocess.run([sys.executable, "-m", "pydb", "index", str(base), "--quiet"],

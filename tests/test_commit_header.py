@@ -1,0 +1,176 @@
+"""The commit header <base>.shm against writers that do not publish,
+damage after open, and garbage in the reader table (docs/architecture.md,
+"Committed state"; csrc/shm.h).
+
+Each test builds the situation from files and processes, then asserts
+what every reader must see: the files' committed state, and a reader
+table that registers snapshots again.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import struct
+
+import pytest
+
+import pydb
+
+HEAD, SLOTS, SLOT = 4096, 960, 64
+SHM_SIZE = HEAD + SLOTS * SLOT
+
+
+def make(base, n=20):
+    with pydb.create(base) as db:
+        with db.transaction() as tx:
+            for i in range(n):
+                tx.append([(1, f"record {i + 1}")])
+    return str(base) + ".shm"
+
+
+def latest(shm: str) -> int:
+    with open(shm, "rb") as f:
+        f.seek(24)
+        return struct.unpack("<Q", f.read(8))[0]
+
+
+def _hold_transaction(base, ready, release):
+    """A writer that holds the writer lock and never applies anything."""
+    db = pydb.open(base, readonly=False)
+    with db.transaction():
+        ready.set()
+        release.wait(60)
+    db.close()
+
+
+def test_commits_of_a_writer_that_did_not_publish_are_seen_while_another_holds_the_lock(
+        tmp_path):
+    """The header is left behind by a writer that does not publish (here:
+    the header file restored to its state before 10 commits, as an older
+    pydb or a writer that could not open it would leave it).  While
+    another process holds the writer lock without applying anything, a
+    reader must still see the files' 30 records, not the header's 20."""
+    base = tmp_path / "db"
+    shm = make(base)
+    before = open(shm, "rb").read()
+    with pydb.open(base, readonly=False) as db:
+        for i in range(10):
+            db.append([(1, f"later {i}")])
+    open(shm, "r+b").write(before)          # the header says: 20 records
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold_transaction, args=(str(base), ready, release))
+    p.start()
+    try:
+        assert ready.wait(60)
+        with pydb.open(base) as db:
+            assert db.max_mfn == 30 and len(db) == 30
+            assert db[30].fields[0].value == "later 9"
+            with db.snapshot() as snap:
+                assert snap.max_mfn == 30 and len(snap) == 30
+    finally:
+        release.set()
+        p.join(60)
+    assert p.exitcode == 0
+    # the next writer brings the header in line: readers use it again
+    with pydb.open(base, readonly=False) as db:
+        pass
+    with pydb.open(base) as db, db.snapshot() as snap:
+        assert snap.info()["registered"] and snap.max_mfn == 30
+        assert snap.commit == latest(shm)
+
+
+def test_header_damaged_after_a_writer_opened_is_rebuilt_by_its_next_commit(tmp_path):
+    base = tmp_path / "db"
+    shm = make(base)
+    with pydb.open(base, readonly=False) as w:
+        with open(shm, "r+b") as f:
+            f.write(b"GARBAGE!")                  # the magic, under the writer
+        with pydb.open(base) as r:                # never trusted: files mode
+            assert r.max_mfn == 20
+            with r.snapshot() as snap:
+                assert not snap.info()["registered"] and snap.commit == 0
+        w.append([(1, "after the damage")])
+        assert open(shm, "rb").read(8) == b"PYDBSHM1"
+        with pydb.open(base) as r, r.snapshot() as snap:
+            assert snap.info()["registered"] and snap.max_mfn == 21
+
+
+def test_reader_opened_on_a_damaged_header_uses_it_once_rebuilt(tmp_path):
+    base = tmp_path / "db"
+    shm = make(base)
+    with open(shm, "r+b") as f:
+        f.write(b"GARBAGE!")
+    with pydb.open(base) as r:
+        with r.snapshot() as snap:
+            assert not snap.info()["registered"]
+        with pydb.open(base, readonly=False) as w:   # rebuilds it at open
+            w.append([(1, "x")])
+        assert len(r) == 21                          # a refresh point
+        with r.snapshot() as snap:
+            assert snap.info()["registered"] and snap.max_mfn == 21
+
+
+def test_reader_table_full_of_garbage_is_swept_by_the_writer(tmp_path):
+    """Every slot holds garbage no live process leaves for more than a few
+    instructions: negative pids (a 'cleaner' that is this very test
+    process, alive) and a live pid (1) without start time and with a
+    commit never published.  Registration fails (the table is full);
+    two writer sweeps (two transactions) free them all."""
+    base = tmp_path / "db"
+    shm = make(base)
+    with open(shm, "r+b") as f:
+        for i in range(SLOTS):
+            f.seek(HEAD + i * SLOT)
+            if i % 2:
+                f.write(struct.pack("<iIQQ", -os.getpid(), 0, 0, 0))
+            else:
+                f.write(struct.pack("<iIQQ", 1, 0, 0, 10**9))
+    with pydb.open(base) as r:
+        with pytest.raises(pydb.LockTimeoutError, match="reader table is full"):
+            r.snapshot()
+    with pydb.open(base, readonly=False) as w:       # sweep 1 (at open)
+        w.append([(1, "one")])                       # sweep 2: freed
+    with pydb.open(base) as r, r.snapshot() as snap:
+        assert snap.info()["registered"] and snap.max_mfn == 21
+    with open(shm, "rb") as f:
+        f.seek(HEAD)
+        table = f.read(SLOTS * SLOT)
+    assert table == bytes(SLOTS * SLOT)              # all free again, zeroed
+
+
+def test_header_is_never_shortened_and_gets_the_master_files_mode(tmp_path):
+    base = tmp_path / "db"
+    old = os.umask(0o077)
+    try:
+        with pydb.create(base) as db:
+            db.append([(1, "x")])
+    finally:
+        os.umask(old)
+    shm = str(base) + ".shm"
+    assert os.stat(shm).st_mode & 0o777 == os.stat(str(base) + ".mst").st_mode & 0o777
+    # a longer file (a later version's) with a damaged head: rebuilt in
+    # place, never cut to this version's size
+    with open(shm, "r+b") as f:
+        f.write(b"PYDBSHM9")
+        f.truncate(SHM_SIZE + 8192)
+    with pydb.open(base, readonly=False) as db:
+        db.append([(1, "y")])
+    assert os.path.getsize(shm) == SHM_SIZE + 8192
+    assert open(shm, "rb").read(8) == b"PYDBSHM1"
+
+
+def test_copy_of_a_database_without_its_header_reads_in_files_mode(tmp_path):
+    base = tmp_path / "db"
+    make(base)
+    copy = tmp_path / "copy"
+    for ext in ("mst", "xrf"):
+        shutil.copy(f"{base}.{ext}", f"{copy}.{ext}")
+    with pydb.open(copy) as db:
+        assert not os.path.exists(f"{copy}.shm")      # readers create nothing
+        assert db.max_mfn == 20
+        with db.snapshot() as snap:
+            assert snap.commit == 0 and not snap.info()["registered"]
+            assert [r.mfn for r in snap] == list(range(1, 21))
