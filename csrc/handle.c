@@ -188,6 +188,7 @@ static int read_control(pydb_db *db, pydb_error *err)
     db->next_mfn = ctl.next_mfn;
     db->next_block = ctl.next_block;
     db->next_pos = ctl.next_pos;
+    db->view_end = pydb__ctl_end(ctl.next_block, ctl.next_pos);
     db->mftype = ctl.mftype;
     db->mstxl = ctl.mstxl;
     db->reccnt = ctl.reccnt;

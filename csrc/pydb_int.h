@@ -140,6 +140,8 @@ struct pydb_db {
     pthread_mutex_t vmutex;  /* serialises pydb__view_set()                */
     uint64_t vseq;           /* sequence lock of next_mfn..reccnt (odd
                                 while pydb__view_set() writes them)       */
+    int64_t view_end;        /* atomic: pydb__ctl_end(next_block,
+                                next_pos), for plain reads (read.c)       */
     uint64_t seq;            /* XRF sequence lock (see above)              */
     /* ---- write path (txn.c, wal.c) ---- */
     int flags;               /* PYDB_OPEN_* given to pydb_open()           */
@@ -173,6 +175,9 @@ typedef struct pydb_state {
     int64_t xrf_size;    /* .xrf bytes                                   */
     uint64_t index_gen;  /* native index MANIFEST generation; 0 unknown  */
 } pydb_state;
+
+/* pydb_state.commit of a floor (read.c): not a state, a lower bound. */
+#define PYDB__STATE_FLOOR UINT64_MAX
 
 /* A pinned committed state (pydb.h group 3b). */
 struct pydb_snapshot {

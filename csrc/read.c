@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #define SCAN_BLOCKS 64
+#define NEED_STATE 1   /* xrf_get on a floor: the latest state is needed */
 
 /* -------------------------------------------------------- sequence lock */
 
@@ -141,6 +142,8 @@ void pydb__view_set(pydb_db *db, int32_t next_mfn, int32_t next_block,
         __atomic_store_n(&db->next_block, next_block, __ATOMIC_RELAXED);
         __atomic_store_n(&db->next_pos, next_pos, __ATOMIC_RELAXED);
         __atomic_store_n(&db->reccnt, reccnt, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->view_end, pydb__ctl_end(next_block, next_pos),
+                         __ATOMIC_RELEASE);
         __atomic_store_n(&db->next_mfn, next_mfn, __ATOMIC_RELEASE);
         __atomic_add_fetch(&db->vseq, 1, __ATOMIC_RELEASE);   /* even */
     }
@@ -192,10 +195,24 @@ int pydb__state_header(pydb_state *st, pydb_db *db)
             return -1;
         }
     }
-    if (st->next_mfn > pydb__next_mfn(db))
+    if (st->next_mfn > pydb__next_mfn(db) ||
+        st->mst_end > __atomic_load_n(&db->view_end, __ATOMIC_ACQUIRE))
         pydb__view_set(db, st->next_mfn, st->next_block, st->next_pos,
                        st->reccnt);
     return 0;
+}
+
+/* A floor of the latest committed state: the handle's view, raised only
+ * to states that were published (or read from the control record in
+ * files mode), loaded without its sequence lock.  Each value is at most
+ * the latest state's, so a plain read of an MFN below next_mfn whose XRF
+ * pointer lies below mst_end finds the version every later state has too
+ * (nothing newer of that MFN exists): no state is needed for it. */
+static void state_floor(pydb_state *st, const pydb_db *db)
+{
+    st->commit = PYDB__STATE_FLOOR;
+    st->next_mfn = pydb__next_mfn(db);
+    st->mst_end = __atomic_load_n(&db->view_end, __ATOMIC_ACQUIRE);
 }
 
 void pydb__state_peek(pydb_state *st, const pydb_db *db)
@@ -281,7 +298,7 @@ int pydb__version_visible(int64_t *vis, int *status, pydb_db *db,
 
 /* The XRF entry of `mfn` as stored (not resolved), read inside the
  * sequence lock.  `where` gets its offset in the XRF. */
-static int xrf_raw(pydb_xrf_entry *out, int64_t *where, pydb_db *db,
+static inline int xrf_raw(pydb_xrf_entry *out, int64_t *where, pydb_db *db,
                    const pydb_state *st, int32_t mfn, pydb_error *err,
                    int nowait)
 {
@@ -317,9 +334,9 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
 {
     int64_t where;
     int rc = xrf_raw(out, &where, db, st, mfn, err, nowait);
-    if (rc) return rc;
-    if (has_version(out) && out->offset >= st->mst_end && nowait)
-        return PYDB_EWOULDBLOCK;   /* a chain walk: the blocking path */
+    if (rc || !has_version(out) || out->offset < st->mst_end) return rc;
+    if (st->commit == PYDB__STATE_FLOOR) return NEED_STATE;
+    if (nowait) return PYDB_EWOULDBLOCK;   /* a chain walk: blocking path */
     return resolve(out, db, st, mfn, where, 0, err);
 }
 
@@ -419,20 +436,35 @@ int pydb__read_in(pydb_record **rec, pydb_db *db, const pydb_state *st,
     return read_in(rec, db, st, mfn, err, 0);
 }
 
-int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
+/* A plain read: first against the floor of the latest state (no state
+ * to copy: the common case), then, when the record lies beyond it,
+ * against the latest state itself. */
+static int read_latest(pydb_record **rec, pydb_db *db, int32_t mfn,
+                       pydb_error *err, int nowait)
 {
     pydb_state st;
-    state_for(&st, db, mfn, 0);
-    return read_in(rec, db, &st, mfn, err, 0);
+    int rc = NEED_STATE;
+    state_floor(&st, db);
+    if (mfn >= 1 && mfn < st.next_mfn)
+        rc = read_in(rec, db, &st, mfn, err, nowait);
+    if (rc != NEED_STATE) return rc;
+    rc = state_for(&st, db, mfn, nowait);
+    if (rc) return rc;
+    return read_in(rec, db, &st, mfn, err, nowait);
+}
+
+int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
+{
+    return read_latest(rec, db, mfn, err, 0);
 }
 
 int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
                      pydb_error *err)
 {
-    pydb_state st;
-    int rc = state_for(&st, db, mfn, 1);
-    if (rc) return rc;
-    return read_in(rec, db, &st, mfn, err, 1);
+    /* Only pread can read from the page cache without waiting (vfs.c):
+     * the other modes say so before any work. */
+    if (db->io != PYDB_IO_PREAD) return PYDB_EWOULDBLOCK;
+    return read_latest(rec, db, mfn, err, 1);
 }
 
 int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
@@ -771,6 +803,12 @@ void pydb__refresh(pydb_db *db)
     cur = pydb__next_mfn(db);
     if (peek_control(db, &v) != 0) return;
     update_stale(db, &v);
+    /* With a usable header the view follows published states only (the
+     * control record may announce a commit still being applied). */
+    if (header_of(db)) {
+        pydb_state st;
+        if (pydb__state_header(&st, db) == 0) return;
+    }
     if (v.next_mfn < cur || !pydb__ctl_sane(&v) ||
         pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
         pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK > pydb__fsize(&db->xrf))

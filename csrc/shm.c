@@ -14,6 +14,7 @@
 #endif
 #include "shm.h"
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -255,66 +256,53 @@ uint64_t pydb__shm_latest(const pydb_shm *s)
     return __atomic_load_n(u64_at(s, OFF_LATEST), __ATOMIC_ACQUIRE);
 }
 
-static void state_encode(uint8_t *b, const pydb_state *st)
-{
-    memset(b, 0, STATE_SIZE);
-    memcpy(b, &st->commit, 8);
-    memcpy(b + 8, &st->next_mfn, 4);
-    memcpy(b + 12, &st->next_block, 4);
-    memcpy(b + 16, &st->next_pos, 4);
-    memcpy(b + 20, &st->reccnt, 4);
-    memcpy(b + 24, &st->mst_end, 8);
-    memcpy(b + 32, &st->mst_size, 8);
-    memcpy(b + 40, &st->xrf_size, 8);
-    memcpy(b + 48, &st->index_gen, 8);
-    pydb__put32(b + STATE_CRC, pydb__crc32c(0, b, STATE_CRC));
-}
+/* A state slot holds a pydb_state as it is in memory (the field order of
+ * shm.h, no padding: checked here), then the CRC: a copy is seven word
+ * loads, and decoding nothing. */
+_Static_assert(sizeof(pydb_state) == STATE_CRC &&
+                   offsetof(pydb_state, next_mfn) == 8 &&
+                   offsetof(pydb_state, reccnt) == 20 &&
+                   offsetof(pydb_state, mst_end) == 24 &&
+                   offsetof(pydb_state, index_gen) == 48,
+               "pydb_state must match the state slot of shm.h");
 
-static int state_decode(pydb_state *st, const uint8_t *b, int check)
+/* Copy the state of commit `c` from the mapping m (0, or -1 if its slot
+ * holds another commit, is being written, or fails its CRC). */
+static int state_copy(pydb_state *st, pydb_shm *s, const uint8_t *m,
+                      uint64_t c)
 {
-    if (check && pydb__u32(b + STATE_CRC) != pydb__crc32c(0, b, STATE_CRC))
-        return -1;
-    memcpy(&st->commit, b, 8);
-    memcpy(&st->next_mfn, b + 8, 4);
-    memcpy(&st->next_block, b + 12, 4);
-    memcpy(&st->next_pos, b + 16, 4);
-    memcpy(&st->reccnt, b + 20, 4);
-    memcpy(&st->mst_end, b + 24, 8);
-    memcpy(&st->mst_size, b + 32, 8);
-    memcpy(&st->xrf_size, b + 40, 8);
-    memcpy(&st->index_gen, b + 48, 8);
-    return 0;
-}
-
-/* Copy the state of commit `c` (0, or -1 if its slot holds another
- * commit or is being written). */
-static int state_copy(pydb_state *st, pydb_shm *s, uint64_t c)
-{
-    int check = __atomic_load_n(&s->verified, __ATOMIC_RELAXED) != c;
-    size_t off = OFF_STATE + (size_t)(c & 1) * STATE_SIZE;
-    uint64_t *seq = u64_at(s, off);
-    uint8_t b[STATE_SIZE];
+    const uint64_t *w =
+        (const uint64_t *)(const void *)(m + OFF_STATE +
+                                         (size_t)(c & 1) * STATE_SIZE);
+    uint64_t b[STATE_SIZE / 8];
 
     if (c == 0) return -1;   /* no commit published yet */
-    if (__atomic_load_n(seq, __ATOMIC_ACQUIRE) != c) return -1;
-    for (size_t i = 0; i < STATE_SIZE; i += 8) {
-        uint64_t w = __atomic_load_n(u64_at(s, off + i), __ATOMIC_RELAXED);
-        memcpy(b + i, &w, 8);
-    }
+    if (__atomic_load_n(&w[0], __ATOMIC_ACQUIRE) != c) return -1;
+    for (size_t i = 1; i < STATE_SIZE / 8; i++)
+        b[i] = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(seq, __ATOMIC_RELAXED) != c) return -1;
-    if (state_decode(st, b, check) != 0 || st->commit != c) return -1;
-    if (check) __atomic_store_n(&s->verified, c, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&w[0], __ATOMIC_RELAXED) != c) return -1;
+    b[0] = c;
+    if (__atomic_load_n(&s->verified, __ATOMIC_RELAXED) != c) {
+        if (pydb__u32((const uint8_t *)b + STATE_CRC) !=
+            pydb__crc32c(0, b, STATE_CRC))
+            return -1;
+        __atomic_store_n(&s->verified, c, __ATOMIC_RELAXED);
+    }
+    memcpy(st, b, sizeof *st);
     return 0;
 }
 
 int pydb__shm_state(pydb_state *st, pydb_shm *s)
 {
-    if (!pydb__shm_valid(s)) return -1;
+    const uint8_t *m = map_of(s);
+    if (!m || !__atomic_load_n(&s->valid, __ATOMIC_ACQUIRE)) return -1;
     for (int tries = 0; tries < 1000; tries++) {
-        uint64_t c = pydb__shm_latest(s);
+        uint64_t c = __atomic_load_n(
+            (const uint64_t *)(const void *)(m + OFF_LATEST),
+            __ATOMIC_ACQUIRE);
         if (c == 0) return -1;
-        if (state_copy(st, s, c) == 0) return 0;
+        if (state_copy(st, s, m, c) == 0) return 0;
         /* the writer published twice during the copy, or the slot is
          * damaged: a damaged slot stays so, give up after a while */
     }
@@ -331,7 +319,9 @@ void pydb__shm_publish(pydb_shm *s, pydb_state *st)
     c = pydb__shm_latest(s) + 1;
     st->commit = c;
     off = OFF_STATE + (size_t)(c & 1) * STATE_SIZE;
-    state_encode(b, st);
+    memset(b, 0, sizeof b);
+    memcpy(b, st, sizeof *st);
+    pydb__put32(b + STATE_CRC, pydb__crc32c(0, b, STATE_CRC));
     /* commit field 0 while the slot is written, the real one last */
     __atomic_store_n(u64_at(s, off), 0, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -480,7 +470,7 @@ int pydb__shm_pin(int *slot, pydb_state *st, pydb_shm *s, pydb_error *err)
         __atomic_store_n(commit, c + 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (pydb__shm_latest(s) != c) continue;
-        if (state_copy(st, s, c) == 0) break;
+        if (state_copy(st, s, map_of(s), c) == 0) break;
         if (c == 0 || tries >= 1000) {
             /* no state yet, or a damaged slot: registered, files mode */
             st->commit = 0;

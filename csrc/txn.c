@@ -777,8 +777,6 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         goto apply_failed;
     }
     pydb__ctl_decode(&newctl, ctl);
-    pydb__view_set(db, newctl.next_mfn, newctl.next_block, newctl.next_pos,
-                   newctl.reccnt);
     s = __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);   /* even */
     PYDB_ASSERT((s & 1) == 0);
 
@@ -804,8 +802,11 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     applied = 1;
     if (hooked && db->hook.publish) db->hook.publish(db->hook.ctx, t);
     hooked = 0;
-    /* Readers in every process see the commit from here on. */
+    /* Readers in every process see the commit from here on (the handle's
+     * view, which plain reads take as a floor, follows the header). */
     pydb__header_publish(db, &newctl, t->index_gen, 1);
+    pydb__view_set(db, newctl.next_mfn, newctl.next_block, newctl.next_pos,
+                   newctl.reccnt);
     /* The commit is in the files: empty the log.  If that fails, the log
      * still holds this (applied) commit; replaying it is harmless and the
      * next transaction tries again, so the commit is reported as done. */
