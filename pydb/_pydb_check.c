@@ -1,7 +1,7 @@
 /*
  * _pydb_check.c - the validator's binding: the CheckRun type.
  *
- *     run = _pydb.CheckRun(db, max_problems)
+ *     run = _pydb.CheckRun(target, max_problems)   # Database or Snapshot
  *     run.run()          # the whole walk, GIL released (any thread, once)
  *     run.progress       # (done, total): readable from another thread
  *     run.result()       # (problems, counts, summary) as Python objects
@@ -9,10 +9,12 @@
  * pydb_check_ex() (csrc/check.c) reports each fault to problem_cb(), which
  * copies the first `max_problems` into C memory (malloc, no Python: the
  * GIL is released) and lets the core count the rest.  Python objects are
- * built only in result(), with the GIL held.  The public face is
- * Database.check() in pydb/check.py.
+ * built only in result(), with the GIL held.  On a Database the walk
+ * takes its own snapshot (pydb_check_ex); on a Snapshot it checks the
+ * commit that snapshot pins (pydb_snapshot_check).  The public face is
+ * Database.check() and Snapshot.check(), through pydb/check.py.
  */
-#include "_pydb_database.h"
+#include "_pydb_snapshot.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +28,10 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    DatabaseObject *db;          /* strong reference                       */
+    PyObject *target;            /* strong reference: the Database or the
+                                    Snapshot given                         */
+    DatabaseObject *db;          /* the Database, or NULL for a Snapshot    */
+    SnapshotObject *snap;        /* the Snapshot, or NULL for a Database    */
     Py_ssize_t max_problems;
     stored_problem *v;
     size_t n, cap;
@@ -83,30 +88,43 @@ static void progress_cb(void *ctx, int64_t done, int64_t total)
     atomic_store(&r->done, (long long)done);
 }
 
+/* 0 if the Database or Snapshot `target` is open, else -1 with
+ * ClosedError. */
+static int target_check_open(module_state *st, PyObject *target, int is_snap)
+{
+    return is_snap ? snapshot_check_open(st, (SnapshotObject *)target)
+                   : database_check_open(st, (DatabaseObject *)target);
+}
+
 static PyObject *checkrun_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"db", "max_problems", NULL};
+    static char *kwlist[] = {"target", "max_problems", NULL};
     module_state *st = state_of_type(tp);
-    PyObject *db;
+    PyObject *target;
     Py_ssize_t maxp = 1000;
     CheckRunObject *self;
+    int is_snap;
 
     if (!st) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|n:CheckRun", kwlist, &db,
-                                     &maxp))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|n:CheckRun", kwlist,
+                                     &target, &maxp))
         return NULL;
-    if (!PyObject_TypeCheck(db, st->database_type)) {
-        PyErr_SetString(PyExc_TypeError, "db must be a pydb.Database");
+    is_snap = PyObject_TypeCheck(target, st->snapshot_type);
+    if (!is_snap && !PyObject_TypeCheck(target, st->database_type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "target must be a pydb.Database or a pydb.Snapshot");
         return NULL;
     }
     if (maxp < 0) {
         PyErr_SetString(PyExc_ValueError, "max_problems must be >= 0");
         return NULL;
     }
-    if (database_check_open(st, (DatabaseObject *)db) < 0) return NULL;
+    if (target_check_open(st, target, is_snap) < 0) return NULL;
     self = (CheckRunObject *)tp->tp_alloc(tp, 0);
     if (!self) return NULL;
-    self->db = (DatabaseObject *)Py_NewRef(db);
+    self->target = Py_NewRef(target);
+    if (is_snap) self->snap = (SnapshotObject *)target;
+    else self->db = (DatabaseObject *)target;
     self->max_problems = maxp;
     atomic_store(&self->state, 0);
     atomic_store(&self->done, 0);
@@ -127,14 +145,16 @@ static void checkrun_dealloc(CheckRunObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     checkrun_free_problems(self);
-    Py_CLEAR(self->db);
+    self->db = NULL;
+    self->snap = NULL;
+    Py_CLEAR(self->target);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
 
 static int checkrun_traverse(CheckRunObject *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->db);
+    Py_VISIT(self->target);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -143,6 +163,7 @@ static PyObject *checkrun_run(CheckRunObject *self, PyObject *unused)
 {
     module_state *st = state_of_type(Py_TYPE(self));
     DatabaseObject *db = self->db;
+    SnapshotObject *snap = self->snap;
     pydb_check_options o;
     int expected = 0, rc;
 
@@ -151,7 +172,7 @@ static PyObject *checkrun_run(CheckRunObject *self, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "this CheckRun was already run");
         return NULL;
     }
-    if (database_check_open(st, db) < 0) {
+    if (target_check_open(st, self->target, snap != NULL) < 0) {
         atomic_store(&self->state, 2);
         self->rc = -1;
         return NULL;
@@ -161,8 +182,13 @@ static PyObject *checkrun_run(CheckRunObject *self, PyObject *unused)
     o.ctx = self;
     o.progress = progress_cb;
     o.progress_ctx = self;
-    UNLOCKED(&db->guard, NULL,
-             rc = pydb_check_ex(&self->sum, db->db, &o, &self->err));
+    if (snap)
+        UNLOCKED(&snap->db->guard, &snap->guard,
+                 rc = pydb_snapshot_check(&self->sum, snap->snap, &o,
+                                          &self->err));
+    else
+        UNLOCKED(&db->guard, NULL,
+                 rc = pydb_check_ex(&self->sum, db->db, &o, &self->err));
     self->rc = rc;
     atomic_store(&self->state, 2);
     if (rc) return set_error(st, rc, &self->err);
@@ -258,9 +284,10 @@ static PyObject *mod_check_kinds(PyObject *m, PyObject *unused)
 
 static PyMethodDef checkrun_methods[] = {
     {"run", (PyCFunction)checkrun_run, METH_NOARGS,
-     "run($self, /)\n--\n\nWalk the database (GIL released); once per object.  "
-     "Raises MemoryError if the work buffers cannot be allocated and "
-     "ClosedError if the database is closed."},
+     "run($self, /)\n--\n\nWalk the database, or the commit of the snapshot "
+     "(GIL released); once per object.  Raises MemoryError if the work "
+     "buffers cannot be allocated and ClosedError if the database or the "
+     "snapshot is closed."},
     {"result", (PyCFunction)checkrun_result, METH_NOARGS,
      "result($self, /)\n--\n\n(problems, counts, summary) after run(): problems is "
      "a list of (kind, severity, mfn, file, offset, message) tuples (the "
@@ -282,8 +309,9 @@ static PyType_Slot checkrun_slots[] = {
     {Py_tp_traverse, checkrun_traverse},
     {Py_tp_methods, checkrun_methods},
     {Py_tp_getset, checkrun_getset},
-    {Py_tp_doc, "CheckRun(db, max_problems=1000)\n--\n\nOne run of the "
-                "validator over an open Database (see pydb.check)."},
+    {Py_tp_doc, "CheckRun(target, max_problems=1000)\n--\n\nOne run of "
+                "the validator over an open Database, or over the commit an "
+                "open Snapshot pins (see pydb.check)."},
     {0, NULL}};
 
 static PyType_Spec checkrun_spec = {

@@ -1,10 +1,15 @@
-"""The validator: ``db.check()`` and ``python -m pydb check DB``.
+"""The validator: ``db.check()``, ``snapshot.check()`` and ``python -m pydb check DB``.
 
 In the spirit of Firebird's ``gfix -v -f``: the C core (csrc/check.c)
 walks the control record, every XRF block and entry, every record version
 reachable from the XRF and every back-pointer chain, then scans the master
 file sequentially for versions nothing reaches; it reports *every* fault
-with its location instead of stopping at the first.  Formats:
+with its location instead of stopping at the first.  It checks one
+committed state: ``db.check()`` the latest commit when it starts (a
+snapshot it takes itself), ``snapshot.check()`` the commit of that
+snapshot; versions that writers in this or other processes commit
+meanwhile are followed back to the versions of that state, never reported,
+so a sound database is judged sound while it is written.  Formats:
 docs/isis-formats.md §2 (master file) and §3 (XRF); the list of checks follows
 docs/reliability.md §2.1 ("A validator").
 
@@ -189,10 +194,12 @@ class CheckReport:
 def check(db, *, max_problems: int = 1000,
           progress: Callable[[int, int], object] | None = None,
           interval: float = 0.1) -> CheckReport:
-    """Validate an open database; see the module docstring for the kinds.
+    """Validate an open database, or the commit a snapshot pins; see the
+    module docstring for the kinds.
 
     Args:
-        db: an open :class:`pydb.Database`.
+        db: an open :class:`pydb.Database` (its latest commit when the
+            walk starts) or :class:`pydb.Snapshot` (its commit).
         max_problems: keep at most this many :class:`Problem` objects
             (>= 0); every fault is still counted in ``counts``.
         progress: optional ``progress(done, total)`` callable, called from
@@ -206,7 +213,7 @@ def check(db, *, max_problems: int = 1000,
         reported.
 
     Raises:
-        ClosedError: the database is closed.
+        ClosedError: the database (or the snapshot) is closed.
         ValueError: `max_problems` < 0.
         MemoryError: the work buffers cannot be allocated.
     """

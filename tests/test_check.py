@@ -828,3 +828,64 @@ def test_check_beside_a_writer_thread(tmp_path):
     assert commits[0] >= first + 3
     assert {(x.errors, x.warnings) for x in reps} == {(0, 0)}
     assert all((x.stats["mfns"] - 300) % 3 == 0 and x.stats["mfns"] > 300 for x in reps)
+
+
+# ------------------------------------------------------------- on a snapshot
+
+def test_check_of_a_snapshot(tmp_path):
+    """snap.check() judges the commit the snapshot pins: the figures of
+    that commit (a check of the database then), none of the versions
+    committed after it (updates, a deletion, appends into its last XRF
+    block and a new block after it), and the same report again after more
+    commits."""
+    base = _seeded(tmp_path)
+    with pydb.open(base, readonly=False) as w:
+        then = w.check()
+        with w.snapshot() as snap:
+            for m in range(1, 301, 2):
+                w.update(m, [(1, f"after {m}"), (5, "s" * (m % 40 + 1))])
+            for _ in range(100):        # past the 3 XRF blocks it had
+                w.append([(1, "after")])
+            w.delete(4)
+            first = snap.check(max_problems=100)
+            w.append([(1, "more")])
+            again = snap.check()
+            now = w.check()
+    assert first.problems == [] and first.ok
+    assert first.stats == then.stats == again.stats
+    assert first.stats["mfns"] == 300 and first.stats["versions"] == 300
+    assert first.stats["back_versions"] == 0
+    assert now.problems == [] and now.stats["mfns"] == 401
+    assert now.stats["back_versions"] == 151       # 150 updates + 1 deletion
+    assert first.path == str(base)
+
+
+def test_check_of_a_snapshot_beside_a_writer_process(tmp_path):
+    base = _seeded(tmp_path, n=200)
+    with pydb.open(base) as db:
+        writer = _WriterProcess(base, tmp_path)
+        try:
+            with db.snapshot() as snap:
+                reps = [snap.check() for _ in range(5)]
+        finally:
+            writer.stop()
+    assert all(r.problems == [] for r in reps)
+    assert all(r.stats == reps[0].stats for r in reps)
+    assert reps[0].stats["mfns"] >= 200
+
+
+def test_check_of_a_closed_snapshot(tmp_path):
+    base = _seeded(tmp_path, n=5)
+    with pydb.open(base) as db:
+        snap = db.snapshot()
+        run = _pydb.CheckRun(snap)
+        snap.close()
+        with pytest.raises(pydb.ClosedError):
+            snap.check()
+        with pytest.raises(pydb.ClosedError):
+            run.run()
+        snap = db.snapshot()
+    with pytest.raises(pydb.ClosedError):       # closing the database closes it
+        snap.check()
+    with pytest.raises(TypeError):
+        _pydb.CheckRun(object())
