@@ -1023,7 +1023,9 @@ int pydb_check_kind_severity(int kind);
  * may be NULL (summary only).  Returns PYDB_OK when the walk ran
  * (whatever it found: see *out; read failures are PYDB_CHECK_IO
  * problems), PYDB_EINVAL (db NULL), PYDB_ENOMEM if the fixed work buffers
- * cannot be allocated.  Memory use is bounded: a 64 KiB buffer, a
+ * cannot be allocated, PYDB_ELOCKED when the snapshot it takes finds the
+ * reader table full of live readers (group 3b; the walk is of that
+ * snapshot's commit).  Memory use is bounded: a 64 KiB buffer, a
  * directory buffer of at most 786 KiB, and a table of at most 4 Mi record
  * versions (16 bytes each at load <= 1/2, plus a sorted copy: at most
  * 192 MiB); a database with more versions gets a PYDB_CHECK_LIMIT warning
