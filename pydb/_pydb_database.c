@@ -357,11 +357,7 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
     module_state *st = state_of_type(Py_TYPE(self));
     SnapshotObject *snap;
     int include_deleted = 0;
-    int32_t *buf = NULL, next, from = 1, end;
-    size_t n = 0, total = 0, cap = 0;
-    pydb_error e;
-    PyObject *list = NULL;
-    int rc = PYDB_OK;
+    PyObject *list;
 
     if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist,
                                             &include_deleted) ||
@@ -374,51 +370,14 @@ static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
     UNLOCKED(&self->guard, NULL, (void)pydb_refresh(self->db, NULL));
     snap = (SnapshotObject *)snapshot_take(st->snapshot_type, self, NULL);
     if (snap) {
-        list = snapshot_list(snap, include_deleted, 1);
+        list = mfn_list(self, snap, include_deleted, 1);
         snapshot_close_handle(snap);
         Py_DECREF(snap);
         return list;
     }
     if (!PyErr_ExceptionMatches(st->LockTimeoutError)) return NULL;
     PyErr_Clear();
-    if (database_check_open(st, self) < 0) return NULL;
-    end = pydb_max_mfn(self->db) + 1;
-    while (from < end) {
-        /* Grow with the GIL held, fill with it released. */
-        size_t ncap = cap ? cap * 2 : 4096;
-        int32_t *g = PyMem_Realloc(buf, sizeof *buf * ncap);
-        if (!g) {
-            PyErr_NoMemory();
-            goto cleanup;
-        }
-        buf = g;
-        cap = ncap;
-        if (database_check_open(st, self) < 0) goto cleanup;  /* GIL was free */
-        UNLOCKED(&self->guard, NULL, {
-            while (rc == PYDB_OK && from < end && total < cap) {
-                rc = pydb_list_mfns(buf + total, cap - total, &n, &next,
-                                    self->db, from, include_deleted, &e);
-                total += n;
-                from = next;
-            }
-        });
-        if (rc) {
-            set_error(st, rc, &e);
-            goto cleanup;
-        }
-    }
-    list = PyList_New((Py_ssize_t)total);
-    for (size_t i = 0; list && i < total; i++) {
-        PyObject *v = PyLong_FromLong(buf[i]);
-        if (!v) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
-    }
-cleanup:
-    PyMem_Free(buf);
-    return list;
+    return mfn_list(self, NULL, include_deleted, 1);
 }
 
 static PyObject *database_snapshot(DatabaseObject *self, PyObject *unused)

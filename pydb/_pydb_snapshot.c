@@ -395,9 +395,11 @@ static Py_ssize_t snapshot_len(SnapshotObject *s)
     return c.active;
 }
 
-PyObject *snapshot_list(SnapshotObject *s, int include_deleted, int start)
+PyObject *mfn_list(DatabaseObject *db, SnapshotObject *s,
+                   int include_deleted, int start)
 {
-    module_state *st = state_of_type(Py_TYPE(s));
+    module_state *st = state_of_type(s ? Py_TYPE(s) : Py_TYPE(db));
+    handle_guard *guard = s ? &s->guard : &db->guard;
     int32_t *buf = NULL, next, from, end;
     size_t n = 0, total = 0, cap = 0;
     pydb_snapshot_info si;
@@ -405,10 +407,16 @@ PyObject *snapshot_list(SnapshotObject *s, int include_deleted, int start)
     PyObject *list = NULL;
     int rc = PYDB_OK;
 
-    if (!st || snapshot_check_open(st, s) < 0) return NULL;
-    pydb_snapshot_info_get(&si, s->snap);
+    if (!st ||
+        (s ? snapshot_check_open(st, s) : database_check_open(st, db)) < 0)
+        return NULL;
+    if (s) {
+        pydb_snapshot_info_get(&si, s->snap);
+        end = si.next_mfn;
+    } else {
+        end = pydb_max_mfn(db->db) + 1;
+    }
     from = start < 1 ? 1 : start;
-    end = si.next_mfn;
     while (from < end) {
         /* Grow with the GIL held, fill with it released. */
         size_t ncap = cap ? cap * 2 : BATCH;
@@ -419,12 +427,16 @@ PyObject *snapshot_list(SnapshotObject *s, int include_deleted, int start)
         }
         buf = g;
         cap = ncap;
-        if (snapshot_check_open(st, s) < 0) goto cleanup;  /* GIL was free */
-        UNLOCKED(&s->guard, NULL, {
+        /* the GIL was free: closed meanwhile? */
+        if ((s ? snapshot_check_open(st, s) : database_check_open(st, db)) < 0)
+            goto cleanup;
+        UNLOCKED(guard, NULL, {
             while (rc == PYDB_OK && from < end && total < cap) {
-                rc = pydb_snapshot_list_mfns(buf + total, cap - total, &n,
-                                             &next, s->snap, from,
-                                             include_deleted, &e);
+                rc = s ? pydb_snapshot_list_mfns(buf + total, cap - total, &n,
+                                                 &next, s->snap, from,
+                                                 include_deleted, &e)
+                       : pydb_list_mfns(buf + total, cap - total, &n, &next,
+                                        db->db, from, include_deleted, &e);
                 total += n;
                 from = next;
             }
@@ -455,7 +467,7 @@ static PyObject *snapshot_mfns(SnapshotObject *s, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|pi", kwlist,
                                      &include_deleted, &start))
         return NULL;
-    return snapshot_list(s, include_deleted, start);
+    return mfn_list(NULL, s, include_deleted, start);
 }
 
 /* The RecordIterator through `s` (records_iter_new checks it is open). */

@@ -48,8 +48,10 @@ PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db,
  * (GIL held; nothing if released or being closed). */
 void snapshot_close_handle(SnapshotObject *s);
 
-/* mfns(): the MFNs as of `s` from `start` (list of int; NULL +
+/* mfns(): the MFNs from `start` as of the snapshot `s`, or (s NULL) as
+ * the latest commit of `db` shows each part (list of int; NULL +
  * exception). */
-PyObject *snapshot_list(SnapshotObject *s, int include_deleted, int start);
+PyObject *mfn_list(DatabaseObject *db, SnapshotObject *s,
+                   int include_deleted, int start);
 
 #endif
