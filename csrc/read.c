@@ -1,7 +1,12 @@
 /*
- * read.c - the master-file reader: XRF entries and record versions, read
- * through the handle's I/O mode (pread, mmap, O_DIRECT), and the refresh
- * that lets a handle see what other handles and processes committed.
+ * read.c - the master-file reader: the committed state a read uses (the
+ * commit header's latest state, a snapshot's, or the control record's in
+ * files mode), XRF entries and record versions read through the handle's
+ * I/O mode (pread, mmap, O_DIRECT), versions of later commits followed
+ * back to the state's, snapshots, the refresh that lets a handle see what
+ * other handles and processes committed, and the writer's publishing of a
+ * state into the header (it needs the handle's view and the control
+ * record, which live here).
  *
  * Every offset and length taken from a file is checked against the file
  * size and the format's limits before use (record.c decodes, this file
@@ -12,11 +17,12 @@
  * They read the XRF inside the handle's sequence lock (struct pydb_db),
  * so a block a commit is rewriting is read again; record versions are
  * never written in place, so a pointer read from the XRF names a whole
- * record.
+ * record.  Plain reads take the handle's view as a floor of the latest
+ * state and copy the header's state only beyond it (read_latest).
  *
- * Depends on: record.c (decoding), vfs.c (pydb__file_read), util.h,
- * error.c.  Never calls the log, transactions or the handle's open/close:
- * handle.c and txn.c sit above it.
+ * Depends on: shm.c (the commit header), record.c (decoding), vfs.c
+ * (pydb__file_read), util.h, error.c.  Never calls the log, transactions
+ * or the handle's open/close: handle.c and txn.c sit above it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
