@@ -19,10 +19,9 @@
  */
 #include "_pydb_index.h"
 #include "_pydb_database.h"
-#include <sched.h>
+#include "_pydb_snapshot.h"
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define TERM_BATCH 4096   /* keys collected per GIL release */
 
@@ -833,44 +832,6 @@ static PyObject *native_stored(PyObject *m, PyObject *arg)
     return res;
 }
 
-/* Take a snapshot of db and the view of ix as of it.  A native index
- * that moved past the snapshot's generation (PYDB_EWOULDBLOCK: a commit
- * between replacing the MANIFEST and publishing its state, or commits
- * since) is asked again with a new snapshot, yielding, then sleeping
- * 1 ms, between tries; after about 2 s PYDB_ELOCKED.  No Python calls
- * (runs with the GIL released). */
-static int snapshot_with_view(pydb_snapshot **snap, pydb_index **view,
-                              pydb_db *db, pydb_index *ix, pydb_error *err)
-{
-    int rc = PYDB_OK;
-    for (int tries = 0; tries < 2100; tries++) {
-        if ((rc = pydb_snapshot_take(snap, db, err))) return rc;
-        rc = pydb_snapshot_index(view, *snap, ix, err);
-        if (rc != PYDB_EWOULDBLOCK) break;
-        pydb_snapshot_release(*snap);
-        *snap = NULL;
-        if (tries < 100) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    if (rc == PYDB_EWOULDBLOCK) {
-        pydb_error was = *err;   /* formatted from a copy, not into itself */
-        return pydb_error_set(err, PYDB_ELOCKED, was.path, -1,
-                              "the index kept moving past new snapshots "
-                              "(a writer died between replacing the index "
-                              "MANIFEST and publishing its commit? the next "
-                              "writer recovers): %s", was.message);
-    }
-    if (rc) {
-        pydb_snapshot_release(*snap);
-        *snap = NULL;
-    }
-    return rc;
-}
-
 PyDoc_STRVAR(snapshot_index_doc,
 "_snapshot_index(db, index, /)\n--\n\n"
 "Take a snapshot of the Database `db` and return (view, info): `view`\n"
@@ -893,7 +854,7 @@ static PyObject *snapshot_index(PyObject *m, PyObject *args)
     pydb_snapshot_info si;
     pydb_index *view = NULL;
     pydb_error e;
-    int rc;
+    int rc, vrc = PYDB_OK;
 
     if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &db_obj,
                           st->index_type, &index_obj))
@@ -903,10 +864,12 @@ static PyObject *snapshot_index(PyObject *m, PyObject *args)
     if (database_check_open(st, db) < 0) return NULL;
     if (index_check_open(st, io) < 0) return NULL;
     UNLOCKED(&db->guard, &io->guard, {
-        rc = snapshot_with_view(&snap, &view, db->db, io->ix, &e);
+        /* the snapshot's take-and-retry (_pydb_snapshot.c) */
+        rc = take_with_view(&snap, &view, &vrc, &e, db->db, io->ix, &e);
         if (rc == PYDB_OK) {
             pydb_snapshot_info_get(&si, snap);
             pydb_snapshot_release(snap);
+            rc = vrc;
         }
     });
     if (rc) return set_error(st, rc, &e);

@@ -117,9 +117,9 @@ void snapshots_release_all(DatabaseObject *db)
  * released: plain C).  *out is written as soon as a snapshot is held, so
  * that the database's close() finds it.  The take's result is returned;
  * the view's in *view_rc (PYDB_ELOCKED when the index kept moving). */
-static int take_with_view(pydb_snapshot **out, pydb_index **view,
-                          int *view_rc, pydb_error *view_err, pydb_db *db,
-                          pydb_index *ix, pydb_error *err)
+int take_with_view(pydb_snapshot **out, pydb_index **view, int *view_rc,
+                   pydb_error *view_err, pydb_db *db, pydb_index *ix,
+                   pydb_error *err)
 {
     pydb_error old;
     int rc;

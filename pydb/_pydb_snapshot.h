@@ -44,6 +44,15 @@ void snapshots_release_all(DatabaseObject *db);
 PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db,
                         PyObject *index);
 
+/* Take a snapshot of `db` and, with `ix`, the view of ix as of it,
+ * retaking the snapshot while a native index has moved past it (about
+ * 2 s, then *view_rc = PYDB_ELOCKED).  GIL released: plain C.  *out is
+ * written as soon as a snapshot is held; the take's result is returned,
+ * the view's in *view_rc (view_err may be err). */
+int take_with_view(pydb_snapshot **out, pydb_index **view, int *view_rc,
+                   pydb_error *view_err, pydb_db *db, pydb_index *ix,
+                   pydb_error *err);
+
 /* close(): wait for the operations in flight on `s`, then release it
  * (GIL held; nothing if released or being closed). */
 void snapshot_close_handle(SnapshotObject *s);
