@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
+#include "gc.h"
 #include "shm.h"
 #include "wal.h"
 #include <errno.h>
@@ -306,6 +307,8 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
         pydb__wal_unlock(db);
     }
     pydb__refresh(db);
+    rc = pydb__gc_open(db, err);
+    if (rc) goto cleanup;
     *out = db;
     db = NULL;
 cleanup:
@@ -316,6 +319,7 @@ cleanup:
 void pydb_close(pydb_db *db)
 {
     if (!db) return;
+    pydb__gc_close(db);   /* the collector first: it uses the files */
     pydb__wal_close(db);
     pydb__shm_close(db->shm);
     file_close(&db->mst);

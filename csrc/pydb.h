@@ -617,12 +617,26 @@ typedef struct pydb_change {
  * place, so they must stay; the hook's owner drops its pending state
  * (without deleting files) when it is closed.  The three run on the
  * committing thread. */
+struct pydb_index_stat;   /* group 9 */
 typedef struct pydb_commit_hook {
     int (*prepare)(void *ctx, pydb_txn *t, const pydb_change *changes,
                    size_t n, pydb_error *err);
     void (*publish)(void *ctx, pydb_txn *t);
     void (*abort)(void *ctx, pydb_txn *t);
     void *ctx;                  /* owned by the hook's installer           */
+    /* Garbage of the hooked structure (group 9), both optional (NULL):
+     * collect() does at most `budget` units of collection work (a unit:
+     * one posting list merged, one segment file removed) and sets *more
+     * when collectable garbage remains; it may take the writer lock with
+     * pydb_txn_begin(timeout 0) for a bounded step and must leave the
+     * structure readable at every point (readers never wait for it).
+     * garbage() adds the structure's figures to *out (pydb_stat.index).
+     * Both run on the collector's thread or a cooperating reader's,
+     * never on two threads at once for one handle. */
+    int (*collect)(void *ctx, pydb_db *db, int budget, int *more,
+                   pydb_error *err);
+    int (*garbage)(void *ctx, pydb_db *db, struct pydb_index_stat *out,
+                   pydb_error *err);
 } pydb_commit_hook;
 /* Install `hook` (copied; NULL or prepare == NULL: remove it) on `db`:
  * one hook per handle.  PYDB_EINVAL during a transaction. */
@@ -1044,6 +1058,117 @@ int pydb_check(pydb_check_summary *out, pydb_db *db, pydb_check_fn fn,
  * a snapshot it takes itself. */
 int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
                         const pydb_check_options *opt, pydb_error *err);
+
+/* ======================================================================
+ * 9. Garbage, its collection, and statistics (csrc/gc.c, csrc/stat.c;
+ *    docs/architecture.md "Garbage")
+ *
+ * Garbage is what no snapshot or registered reader of any process can
+ * see any more: back versions of records (superseded by a later commit),
+ * the postings of such versions in the native index, segment files no
+ * reader pins, and the master-file bytes they occupy.  The last version
+ * of a logically deleted record is not garbage (pydb_txn_undelete brings
+ * it back, as WinISIS/CISIS can).  Collection is chosen per handle by a
+ * policy (Firebird's GCPolicy names): none (nothing is collected, not
+ * even the segment merges commits used to do), background (a pthread of
+ * the handle, woken by commits), cooperative (readers that meet
+ * collectable garbage collect a bounded amount themselves), combined
+ * (both).  Only a writable handle collects; the others count.
+ * ====================================================================== */
+
+enum pydb_gc_policy {
+    PYDB_GC_NONE = 0,
+    PYDB_GC_BACKGROUND = 1,
+    PYDB_GC_COOPERATIVE = 2,
+    PYDB_GC_COMBINED = 3      /* BACKGROUND | COOPERATIVE */
+};
+#define PYDB_GC_DEFAULT PYDB_GC_BACKGROUND
+/* "none", "background", "cooperative", "combined" -> the policy, or -1. */
+int pydb_gc_policy_from_name(const char *name);
+/* The policy's name ("none" ...); "?" for an unknown value. */
+const char *pydb_gc_policy_name(int policy);
+
+/* Set the handle's policy (any handle; only a writable one collects):
+ * starts or stops (joins) the collector thread as the policy needs.
+ * Errors: PYDB_EINVAL (unknown policy), PYDB_ENOMEM / PYDB_EIO (the
+ * thread could not start: the policy is left unchanged). */
+int pydb_gc_set_policy(pydb_db *db, int policy, pydb_error *err);
+int pydb_gc_get_policy(const pydb_db *db);
+
+/* What one collection did, and what the handle has done so far. */
+typedef struct pydb_gc_report {
+    int64_t versions;        /* back versions removed from the master file */
+    int64_t bytes;           /* master-file bytes reclaimed                */
+    int64_t postings;        /* dead postings dropped from the index       */
+    int64_t segments;        /* segment files removed                      */
+    int64_t compactions;     /* master files replaced                      */
+    int64_t pinned;          /* garbage left because a reader pins it      */
+} pydb_gc_report;
+
+/* Collect everything collectable now, in bounded steps, on the calling
+ * thread (whatever the policy; the collector thread, if any, keeps
+ * running and the two never work at once).  *out: what was collected.
+ * A step that fails (ENOSPC during a merge or a compaction) leaves the
+ * database as it was before that step and is reported (PYDB_EIO /
+ * with the file, sys_errno ENOSPC and the reason); the garbage stays
+ * counted.
+ * Errors also: PYDB_EREADONLY (a read-only handle), PYDB_ELOCKED (the
+ * writer lock was busy for the whole of `timeout_ms`). */
+int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
+                    pydb_error *err);
+
+/* Native index figures (pydb_stat.index; the hook's garbage()). */
+typedef struct pydb_index_stat {
+    int present;             /* 1: a native index is attached              */
+    int64_t segments;        /* segments of the latest set                 */
+    int64_t terms;           /* distinct keys over all segments            */
+    int64_t postings;        /* postings stored (live + dead)              */
+    int64_t dead_postings;   /* postings of versions a later commit replaced */
+    int64_t tombstones;      /* tombstoned MFNs stored in segments         */
+    int64_t bytes;           /* bytes of the live segment files            */
+    int64_t files;           /* segment files in the directory             */
+    int64_t unused_files;    /* files no set names (removable when unpinned) */
+    int64_t unused_bytes;
+} pydb_index_stat;
+
+/* gstat: the figures of the latest committed state (a snapshot of it),
+ * walking the XRF and every back-version chain and, with an attached
+ * native index, every segment.  Time: one pass over the XRF, the
+ * versions' leaders and the index's postings. */
+typedef struct pydb_stat {
+    /* header */
+    uint64_t commit;           /* latest commit (0: files mode)            */
+    uint64_t oldest_commit;    /* oldest registered reader's commit (commit
+                                  when none)                               */
+    int readers;               /* registered readers (snapshots) now       */
+    int policy;                /* this handle's pydb_gc_policy             */
+    uint64_t file_gen;         /* master file generation (compactions)     */
+    uint64_t collections;      /* collections completed by this handle     */
+    double last_collection;    /* Unix time of the last, 0 if none         */
+    pydb_gc_report last;       /* what the last collection did             */
+    char last_error[256];      /* the last failed step's message, or ""    */
+    /* records */
+    int64_t active, deleted;   /* deleted: logically deleted               */
+    int32_t next_mfn;
+    /* versions */
+    int64_t versions;          /* stored versions reachable from the XRF   */
+    int64_t back_versions;
+    int64_t longest_chain;     /* versions of the record with the most     */
+    int64_t version_bytes;     /* bytes of all reachable versions          */
+    /* garbage (master file) */
+    int64_t garbage_versions;  /* back versions (all are superseded)       */
+    int64_t garbage_bytes;
+    int64_t pinned_versions;   /* of those, visible to a registered reader */
+    int64_t pinned_bytes;
+    /* master file */
+    int64_t mst_size;          /* bytes of the .mst                        */
+    int64_t live_bytes;        /* bytes of the versions of the latest state */
+    pydb_index_stat index;
+} pydb_stat;
+
+/* Fill *out (pydb_stat above).  Errors: PYDB_ECORRUPT (with the file and
+ * offset), PYDB_EIO, PYDB_ENOMEM, PYDB_ELOCKED (the reader table full). */
+int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err);
 
 #ifdef __cplusplus
 }

@@ -162,6 +162,7 @@ struct pydb_db {
                                 (another program wrote them): files mode */
     char shm_path[1100];
     pydb_commit_hook hook;   /* hook.prepare == NULL: none                 */
+    struct pydb_gc *gc;      /* the collector (gc.c); NULL until open ends */
 };
 
 /* A committed state: what one commit left in the files (shm.h publishes
@@ -174,6 +175,8 @@ typedef struct pydb_state {
     int64_t mst_size;    /* .mst bytes that hold the commit's data       */
     int64_t xrf_size;    /* .xrf bytes                                   */
     uint64_t index_gen;  /* native index MANIFEST generation; 0 unknown  */
+    uint64_t file_gen;   /* master file generation: compactions that
+                            replaced the .mst/.xrf so far (gc)          */
 } pydb_state;
 
 /* pydb_state.commit of a floor (read.c): not a state, a lower bound. */

@@ -36,13 +36,14 @@
 #define OFF_APPLIER 48    /* its pid (i32)                          */
 #define OFF_APPLIER_START 56 /* its start time                      */
 #define OFF_STATE 64      /* two slots of STATE_SIZE */
-#define STATE_SIZE 64
-#define STATE_CRC 56      /* CRC-32C of bytes 0..55 of a state slot */
+#define STATE_SIZE 128
+#define STATE_CRC 120     /* CRC-32C of bytes 0..119 of a state slot */
 
 /* reader slot fields */
 #define R_PID 0
 #define R_START 8
 #define R_COMMIT 16       /* commit + 1; 0 while the reader registers */
+#define R_END 24          /* mst_end of that commit's state (0: unknown) */
 
 struct pydb_shm {
     int fd;
@@ -88,6 +89,11 @@ static uint64_t *slot_start(const pydb_shm *s, int i)
 static uint64_t *slot_commit(const pydb_shm *s, int i)
 {
     return u64_at(s, PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT + R_COMMIT);
+}
+
+static uint64_t *slot_end(const pydb_shm *s, int i)
+{
+    return u64_at(s, PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT + R_END);
 }
 
 /* ---------------------------------------------------------------- layout */
@@ -257,13 +263,15 @@ uint64_t pydb__shm_latest(const pydb_shm *s)
 }
 
 /* A state slot holds a pydb_state as it is in memory (the field order of
- * shm.h, no padding: checked here), then the CRC: a copy is seven word
- * loads, and decoding nothing. */
-_Static_assert(sizeof(pydb_state) == STATE_CRC &&
+ * shm.h, no padding: checked here), zeros up to the CRC, then the CRC: a
+ * copy is fifteen word loads, and decoding nothing. */
+_Static_assert(sizeof(pydb_state) <= STATE_CRC &&
+                   sizeof(pydb_state) % 8 == 0 &&
                    offsetof(pydb_state, next_mfn) == 8 &&
                    offsetof(pydb_state, reccnt) == 20 &&
                    offsetof(pydb_state, mst_end) == 24 &&
-                   offsetof(pydb_state, index_gen) == 48,
+                   offsetof(pydb_state, index_gen) == 48 &&
+                   offsetof(pydb_state, file_gen) == 56,
                "pydb_state must match the state slot of shm.h");
 
 /* Copy the state of commit `c` from the mapping m (0, or -1 if its slot
@@ -412,6 +420,7 @@ static void slot_clear(pydb_shm *s, int i, int32_t pid)
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return;   /* someone else cleared or claimed it */
     __atomic_store_n(slot_commit(s, i), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_end(s, i), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_start(s, i), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_pid(s, i), 0, __ATOMIC_RELEASE);
 }
@@ -477,6 +486,9 @@ int pydb__shm_pin(int *slot, pydb_state *st, pydb_shm *s, pydb_error *err)
             break;
         }
     }
+    /* for pydb__shm_oldest_end (statistics only: 0 means unknown) */
+    __atomic_store_n(slot_end(s, i), (uint64_t)(st->commit ? st->mst_end : 0),
+                     __ATOMIC_RELEASE);
     *slot = i;
     return PYDB_OK;
 }
@@ -491,6 +503,7 @@ void pydb__shm_unpin(pydb_shm *s, int slot)
     me(&pid, &start);
     if (__atomic_load_n(slot_pid(s, slot), __ATOMIC_ACQUIRE) != pid) return;
     __atomic_store_n(slot_commit(s, slot), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_end(s, slot), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_start(s, slot), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_pid(s, slot), 0, __ATOMIC_RELEASE);
 }
@@ -528,6 +541,25 @@ uint64_t pydb__shm_oldest(pydb_shm *s, int *readers)
     }
     if (readers) *readers = n;
     return oldest;
+}
+
+int64_t pydb__shm_oldest_end(pydb_shm *s)
+{
+    int64_t end = INT64_MAX;
+
+    if (!pydb__shm_valid(s)) return 0;
+    (void)pydb__shm_oldest(s, NULL);   /* frees the slots of dead readers */
+    for (int i = 0; i < PYDB_SHM_READERS; i++) {
+        int32_t pid = __atomic_load_n(slot_pid(s, i), __ATOMIC_ACQUIRE);
+        uint64_t c, e;
+        if (pid <= 0) continue;
+        c = __atomic_load_n(slot_commit(s, i), __ATOMIC_ACQUIRE);
+        e = __atomic_load_n(slot_end(s, i), __ATOMIC_ACQUIRE);
+        if (c == 0) continue;          /* registering: the latest or newer */
+        if (e == 0) return 0;          /* registered, end not yet stored */
+        if ((int64_t)e < end) end = (int64_t)e;
+    }
+    return end;
 }
 
 void pydb__shm_sweep(pydb_shm *s)

@@ -20,14 +20,17 @@
  *   32     u64 creation stamp (wall clock, ns; informational)
  *   40     u64 applying: the commit a writer is applying (0: none)
  *   48     i32 the applying writer's pid     56 u64 its start time
- *   64     state slot 0, 128 state slot 1: the state of commit n lives
- *          in slot n % 2 (a double buffer: the slot of the latest commit
- *          is never written while it is the latest):
+ *   64     state slot 0, 192 state slot 1 (128 bytes each): the state
+ *          of commit n lives in slot n % 2 (a double buffer: the slot of
+ *          the latest commit is never written while it is the latest):
  *            0 u64 commit (0 while the slot is being written)
  *            8 i32 NXTMFN, NXTMFB, NXTMFP, RECCNT
  *           24 i64 mst_end, mst_size, xrf_size
  *           48 u64 native index MANIFEST generation (0: unknown)
- *           56 u32 CRC-32C of bytes 0..55    60 u32 0
+ *           56 u64 master file generation: compactions that replaced
+ *              the .mst/.xrf pair so far (gc.c)
+ *           64..119 0
+ *          120 u32 CRC-32C of bytes 0..119    124 u32 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -36,7 +39,9 @@
  *              for the reader that died
  *           16 u64 the commit the reader reads, plus 1 (0 while it
  *              registers)
- *           24..63 0
+ *           24 i64 that commit's end of records (mst_end; 0 until it is
+ *              stored): what statistics call pinned (stat.c)
+ *           32..63 0
  *
  * A reader copies the latest state without a lock: it loads `latest`,
  * copies slot latest % 2, and keeps the copy if the slot's commit field
@@ -69,7 +74,7 @@
 #include "pydb_int.h"
 
 #define PYDB_SHM_MAGIC "PYDBSHM1"
-#define PYDB_SHM_VERSION 1
+#define PYDB_SHM_VERSION 2
 #define PYDB_SHM_HEAD 4096
 #define PYDB_SHM_READERS 960
 #define PYDB_SHM_SLOT 64
@@ -139,5 +144,10 @@ void pydb__shm_unpin(pydb_shm *s, int slot);
  * way (kill(pid, 0) and the start time).  *readers (or NULL) gets the
  * number of live registered readers. */
 uint64_t pydb__shm_oldest(pydb_shm *s, int *readers);
+/* The smallest end of records (mst_end) of a live registered reader:
+ * versions a commit wrote at or after it are invisible to that reader,
+ * so the versions they superseded are pinned.  INT64_MAX: no registered
+ * reader; 0: one is registering (everything counts as pinned). */
+int64_t pydb__shm_oldest_end(pydb_shm *s);
 
 #endif

@@ -67,6 +67,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
+#include "gc.h"
 #include "shm.h"
 #include "wal.h"
 #include <errno.h>
@@ -812,6 +813,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
      * next transaction tries again, so the commit is reported as done. */
     PYDB_ASSERT(logged && applied);   /* reset only after the apply */
     pydb__wal_discard(db);
+    pydb__gc_notify(db);   /* the commit may have made garbage */
     goto done;
 
 apply_failed:

@@ -122,7 +122,7 @@ static PyObject *mod_test_commit_hook(PyObject *m, PyObject *args)
     module_state *st = PyModule_GetState(m);
     PyObject *dbo, *pb = NULL;
     pydb_commit_hook hook = {test_hook_prepare, test_hook_publish,
-                             test_hook_abort, &the_test_hook};
+                             test_hook_abort, &the_test_hook, NULL, NULL};
     pydb_error e;
     int rc;
     if (!PyArg_ParseTuple(args, "O!O&", st->database_type, &dbo,

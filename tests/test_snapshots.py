@@ -568,7 +568,7 @@ def test_damaged_header_is_ignored_by_readers_and_rebuilt_by_the_writer(db, dama
     elif damage == "garbage":
         data = bytearray(random.Random(1).randbytes(len(data)))
     elif damage == "future-version":
-        data[8:12] = (2).to_bytes(4, "little")
+        data[8:12] = (99).to_bytes(4, "little")
     else:
         data = bytearray()
     path.write_bytes(bytes(data))

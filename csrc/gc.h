@@ -1,0 +1,38 @@
+/*
+ * gc.h - the garbage collector of a handle (gc.c): its policy, its
+ * thread, and the calls the rest of the core makes into it.
+ *
+ * The collector runs the collection jobs in bounded steps: the native
+ * index's (the commit hook's collect(): merges dropping dead postings,
+ * segment files no reader pins) and the master file's (compact.c:
+ * a copy of the latest versions into new files that replace the
+ * .mst/.xrf pair atomically).  A step is done by the collector thread
+ * (policies background, combined), by a reader that met garbage
+ * (cooperative, combined: pydb__gc_met) or by pydb_gc_collect(); a
+ * handle's steps never run on two threads at once.
+ *
+ * Depends on: pydb_int.h, compact.c, the commit hook (pydb.h group 5).
+ */
+#ifndef PYDB_GC_H
+#define PYDB_GC_H
+
+#include "pydb_int.h"
+
+typedef struct pydb_gc pydb_gc;
+
+/* At open (handle.c), after the handle is complete: the collector with
+ * the default policy (PYDB_GC_DEFAULT, or PYDB_GC_NONE for a read-only
+ * handle's thread: it never starts one).  PYDB_ENOMEM. */
+int pydb__gc_open(pydb_db *db, pydb_error *err);
+/* At close, before the handle's files go: stops and joins the thread. */
+void pydb__gc_close(pydb_db *db);
+/* After a commit was published (txn.c), on the committing thread: wakes
+ * the collector thread.  Cheap, never blocks on the collector. */
+void pydb__gc_notify(pydb_db *db);
+/* A reader met garbage (a record with back versions, a posting list
+ * with dead postings): with a cooperative policy it does one small step
+ * if no other step is running (else wakes the thread, if any).  Never
+ * waits.  No Python, any thread, the GIL released or not. */
+void pydb__gc_met(pydb_db *db);
+
+#endif /* PYDB_GC_H */
