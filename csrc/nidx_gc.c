@@ -419,7 +419,7 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
         unsigned long long g;
         int pid, used = 0;
         unsigned long n;
-        char path[1100];
+        char path[1300];   /* dir (1024) + "/" + a d_name (256) */
         struct stat sb;
         if (sscanf(de->d_name, "merge-%d-%lu.tmp", &pid, &n) == 2) {
             (*files)++;
