@@ -248,6 +248,7 @@ static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
         memset(&r, 0, sizeof r);
         rc = db->hook.collect(db->hook.ctx, db, budget, &imore, &r, err);
         report_add(rep, &r);
+        if (r.postings || r.segments) *worked = 1;
         if (rc) return rc;
         if (imore) {
             *more = 1;
@@ -523,8 +524,11 @@ void pydb__gc_met(pydb_db *db)
         if (rc != PYDB_ELOCKED) record(g, rc, NULL, &err);
         return;
     }
-    /* a collection ends with the step that leaves nothing more */
-    if (worked && !more) {
+    /* readers drive it, so it may never reach its end (nobody meets the
+     * last of the garbage): a step that reclaimed something counts as a
+     * collection, and so does one that leaves nothing more */
+    if ((worked && !more) || rep.versions || rep.postings || rep.segments ||
+        rep.compactions) {
         rep.pinned = left_pinned(g);
         record(g, PYDB_OK, &rep, NULL);
     }
