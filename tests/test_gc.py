@@ -332,3 +332,19 @@ def test_none_collects_nothing(tmp_path):
         s = db.stat()
         assert s["index"]["segments"] == n
         assert s["header"]["collections"] == 0
+
+
+def test_thread_runs_at_a_lower_priority(tmp_path):
+    """The collector thread's nice value is 10 above the program's
+    (readers and writers first, as Firebird's collector)."""
+    with new_db(tmp_path):
+        base_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        nices = []
+        for t in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{t}/comm") as f:
+                if f.read().strip() != "pydb-gc":
+                    continue
+            with open(f"/proc/self/task/{t}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            nices.append(int(fields[16]))   # field 19 of stat(5)
+        assert nices == [min(base_nice + 10, 19)]
