@@ -82,6 +82,8 @@
 #define GC_BUSY_SLICE_MS 50    /* busy: a pass of the thread works this long */
 #define GC_BUSY_GAP_MS 100     /* busy: then waits this long               */
 #define GC_NICE 10             /* the thread's nice value                  */
+#define GC_QUICK_STEP_NS 100000 /* a step back this fast with more to do  */
+#define GC_BACKOFF_MS 1        /* ... is followed by this pause            */
 
 struct pydb_gc {
     pydb_db *db;
@@ -315,6 +317,16 @@ static int stop_requested(pydb_gc *g)
     return s;
 }
 
+/* A step that came back at once with more to do was most likely turned
+ * away (the writer lock busy, another collector of the index in another
+ * handle): pause a little rather than spin on it. */
+static void backoff(int64_t started, int more)
+{
+    struct timespec ts = {0, GC_BACKOFF_MS * 1000000L};
+    if (more && now_ns(CLOCK_MONOTONIC) - started < GC_QUICK_STEP_NS)
+        nanosleep(&ts, NULL);
+}
+
 /* Whether a report holds anything reclaimed. */
 static int reclaimed(const pydb_gc_report *r)
 {
@@ -341,11 +353,13 @@ static void thread_collect(pydb_gc *g)
     while (more) {
         if (stop_requested(g)) return;
         if (!idle && now_ns(CLOCK_MONOTONIC) >= slice_end) break;
+        int64_t t0 = now_ns(CLOCK_MONOTONIC);
         pthread_mutex_lock(&g->step);
         memset(&err, 0, sizeof err);
         rc = step(g, GC_THREAD_BUDGET, idle, GC_THREAD_LOCK_MS, &more,
                   &worked, &rep, &err);
         pthread_mutex_unlock(&g->step);
+        if (rc == PYDB_OK) backoff(t0, more);
         if (rc) {
             /* ELOCKED: the writer was busy; try at the next wake-up.  Any
              * other failure is kept as the last error. */
@@ -638,13 +652,15 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
     memset(&rep, 0, sizeof rep);
     observe_commit(g);
     while (more) {
-        int64_t left = (deadline - now_ns(CLOCK_MONOTONIC)) / 1000000;
+        int64_t t0 = now_ns(CLOCK_MONOTONIC);
+        int64_t left = (deadline - t0) / 1000000;
         if (left < 0) left = 0;
         pthread_mutex_lock(&g->step);
         rc = step(g, GC_THREAD_BUDGET, 1, (int)left, &more, &worked, &rep,
                   err);
         pthread_mutex_unlock(&g->step);
         if (rc) break;
+        backoff(t0, more);
         if (more && now_ns(CLOCK_MONOTONIC) >= deadline) {
             rc = PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
                             "the collection did not finish within %d ms",

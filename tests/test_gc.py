@@ -355,3 +355,22 @@ def test_thread_runs_at_a_lower_priority(tmp_path):
     with new_db(tmp_path):
         want = [min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)]
         assert wait_for(lambda: gc_nices() == want, timeout=5), gc_nices()
+
+
+def test_collect_with_the_writer_lock_busy_times_out_without_spinning(tmp_path):
+    """The index's merge must commit under the writer lock; while a
+    transaction holds it, collect() keeps trying (pausing between quick
+    refusals, not spinning) and raises LockTimeoutError at the timeout;
+    after the transaction the collection succeeds."""
+    with indexed_db(tmp_path) as db:
+        tx = db.transaction()
+        try:
+            t, cpu = time.monotonic(), time.process_time()
+            with pytest.raises(pydb.LockTimeoutError):
+                db.collect(timeout=0.5)
+            assert 0.4 < time.monotonic() - t < 5
+            assert time.process_time() - cpu < 0.3
+        finally:
+            tx.abort()
+        db.collect(timeout=30)
+        assert index_segments(db) == 1
