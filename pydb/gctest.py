@@ -84,7 +84,7 @@ HOT_PER_CLIENT = 4
 SNAPSHOT_SPAN = 4
 #: Iterations per client run: default (a few minutes for the whole test
 #: on 2 cores) and --quick (under a minute).
-ITERATIONS = 120
+ITERATIONS = 80
 QUICK_ITERATIONS = 20
 #: Quiescence: poll stat() until its garbage figures stay unchanged for
 #: SETTLE seconds (or are all 0), at most QUIESCE_TIMEOUT seconds.
@@ -285,7 +285,7 @@ class Client:
         if not self.content:
             self.load(db)
         others = set(others_touched) if others_touched is not None else None
-        snap = None
+        snap: Any = None
         snap_content: dict[int, list[tuple[int, str]]] = {}
         k = len(self.hot)
         start = time.monotonic()
@@ -548,8 +548,8 @@ def run_series(template: Path, folder, s: Settings, policy: str, series: str,
             clients = _Processes(base, policy, hot, s.snapshot_span)
         else:
             cl = [Client(c, hot[c], all_hot, s.snapshot_span) for c in range(s.clients)]
-            for c in cl:
-                c.load(db)
+            for client in cl:
+                client.load(db)
             clients = _Threads(db, cl)
         runs: list[dict] = []
         try:
@@ -792,9 +792,9 @@ def conclusions(results: list[dict]) -> dict:
     for p in collecting:
         r = _find(results, p, "serial")
         if r is not None and r["times"]:
-            ratio = r["times"][-1] / r["times"][0] if r["times"][0] else None
-            flat.append({"policy": p, "last_over_first": ratio,
-                         "within_20": ratio is not None and ratio <= 1.2})
+            last = r["times"][-1] / r["times"][0] if r["times"][0] else None
+            flat.append({"policy": p, "last_over_first": last,
+                         "within_20": last is not None and last <= 1.2})
     out["targets"] = {"none_exact": exact, "last_within_20pct": flat}
     return out
 
@@ -869,8 +869,7 @@ def format_report(out: dict) -> str:
         L.append("  (! the garbage was still changing when the quiescence wait timed out)")
     L.append("")
     L.append("-- serial runs, one by one (seconds; clients in order)")
-    cols = [(p, _find(res, p, "serial")) for p in policies]
-    cols = [(p, r) for p, r in cols if r is not None]
+    cols = [(p, r) for p in policies if (r := _find(res, p, "serial")) is not None]
     if cols:
         L.append(f"{'run':>4} " + " ".join(f"{p:>12}" for p, _ in cols))
         n = max(len(r["times"]) for _, r in cols)
