@@ -21,8 +21,10 @@
 typedef struct pydb_gc pydb_gc;
 
 /* At open (handle.c), after the handle is complete: the collector with
- * the default policy (PYDB_GC_DEFAULT, or PYDB_GC_NONE for a read-only
- * handle's thread: it never starts one).  PYDB_ENOMEM. */
+ * the policy pydb_options.flags names (PYDB_OPEN_GC(policy), pydb.h
+ * group 9), else PYDB_GC_DEFAULT; a writable handle whose policy wants
+ * one starts the thread now (a read-only handle never does).
+ * PYDB_ENOMEM, PYDB_EIO (the thread could not start). */
 int pydb__gc_open(pydb_db *db, pydb_error *err);
 /* At close, before the handle's files go: stops and joins the thread. */
 void pydb__gc_close(pydb_db *db);
@@ -34,5 +36,21 @@ void pydb__gc_notify(pydb_db *db);
  * if no other step is running (else wakes the thread, if any).  Never
  * waits.  No Python, any thread, the GIL released or not. */
 void pydb__gc_met(pydb_db *db);
+
+/* Wait for the step in progress, if any, and hold off the next (the step
+ * lock): pydb_set_commit_hook() swaps the hook between the two, since a
+ * step calls db->hook.collect; stat.c calls db->hook.garbage between
+ * them too.  Never call from inside a step. */
+void pydb__gc_pause(pydb_db *db);
+void pydb__gc_resume(pydb_db *db);
+
+/* The handle's record (stat.c): collections completed, the Unix time of
+ * the last (0: none), what it did, the last failed step's message ("":
+ * none) into last_error[cap]. */
+void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
+                         double *last_time, pydb_gc_report *last,
+                         char *last_error, size_t cap);
+/* 1 while the handle's collector thread runs (tests). */
+int pydb__gc_thread_running(const pydb_db *db);
 
 #endif /* PYDB_GC_H */

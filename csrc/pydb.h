@@ -1083,6 +1083,12 @@ enum pydb_gc_policy {
     PYDB_GC_COMBINED = 3      /* BACKGROUND | COOPERATIVE */
 };
 #define PYDB_GC_DEFAULT PYDB_GC_BACKGROUND
+/* The policy a handle starts with, in pydb_options.flags (group 1):
+ * opt.flags |= PYDB_OPEN_GC(PYDB_GC_NONE).  Without it: PYDB_GC_DEFAULT.
+ * A writable handle with a background policy starts its collector
+ * thread in pydb_open(); pydb_gc_set_policy() changes it later. */
+#define PYDB_OPEN_GC_SHIFT 12
+#define PYDB_OPEN_GC(policy) ((((policy) & 3) + 1) << PYDB_OPEN_GC_SHIFT)
 /* "none", "background", "cooperative", "combined" -> the policy, or -1. */
 int pydb_gc_policy_from_name(const char *name);
 /* The policy's name ("none" ...); "?" for an unknown value. */
