@@ -490,26 +490,37 @@ class _Processes:
 def _garbage_key(st: dict) -> tuple:
     g, ix, mf = st["garbage"], st.get("index") or {}, st["master_file"]
     return (g["versions"], g["bytes"], g["postings"], g["segment_files"],
-            ix.get("segments"), ix.get("dead_postings"), ix.get("unused_files"), mf["size"])
+            ix.get("segments"), ix.get("dead_postings"), ix.get("unused_files"), mf["size"],
+            st["header"].get("file_generation"))
 
 
-def _no_garbage(st: dict) -> bool:
+def _nothing_to_collect(st: dict) -> bool:
+    # pinned garbage cannot be collected: only what is collectable counts
     g, ix = st["garbage"], st.get("index") or {}
-    return (g["versions"] == 0 and g["postings"] == 0 and g["segment_files"] == 0
-            and not ix.get("dead_postings"))
+    return (g["collectable_versions"] == 0 and g["postings"] == 0
+            and g["segment_files"] == 0 and not ix.get("dead_postings"))
+
+
+def settle_time(policy: str, settle: float = SETTLE) -> float:
+    """How long the garbage must stay unchanged before a series counts as
+    quiet: `settle` seconds, 3x that (at least 1.5 s) under a policy with a
+    collector thread, whose one bounded step (a merge of many index
+    segments, a compaction) may publish nothing for more than a second."""
+    return max(3 * settle, 1.5) if policy in ("background", "combined") else settle
 
 
 def wait_quiescent(db, timeout: float = QUIESCE_TIMEOUT, settle: float = SETTLE) -> dict:
-    """Poll ``db.stat()`` until its garbage figures (versions, bytes, dead
-    postings, segment files, index segments, master-file size) stay
-    unchanged for `settle` seconds or are all 0, at most `timeout` seconds.
-    Collects nothing itself (``db.collect()`` would hide what the policy
-    leaves).  Returns {"seconds", "polls", "settled" (False: timed out),
-    "stat"}."""
+    """Poll ``db.stat()`` until nothing is left to collect (no collectable
+    version, dead posting or unused segment file) or its garbage figures
+    (versions, bytes, dead postings, segment files, index segments,
+    master-file size and generation) stay unchanged for `settle` seconds,
+    at most `timeout` seconds.  Collects nothing itself (``db.collect()``
+    would hide what the policy leaves).  Returns {"seconds", "polls",
+    "settled" (False: timed out), "stat"}."""
     t0 = time.monotonic()
     st = db.stat()
     polls, key, since = 1, _garbage_key(st), t0
-    while not _no_garbage(st):
+    while not _nothing_to_collect(st):
         now = time.monotonic()
         if now - since >= settle:
             break
@@ -534,8 +545,9 @@ def run_series(template: Path, folder, s: Settings, policy: str, series: str,
                log: Callable[[str], object] = lambda m: None) -> dict:
     """One series (`series` "serial" or "parallel") under `policy` on a
     fresh copy of `template` in `folder`: open, stat (before), the runs,
-    quiescence, check, quiescence again (the validator's reads may have
-    cooperated), stat (after).  Returns the series' record (see
+    quiescence (:func:`wait_quiescent`, :func:`settle_time`), check, stat
+    (after; when the check changed the garbage -- its reads cooperated,
+    or a step ended -- after quiescence again).  Returns the series' record (see
     docs/gctest.md, "JSON")."""
     base = fresh_copy(template, folder)
     db = open_for(base, policy)
@@ -568,10 +580,15 @@ def run_series(template: Path, folder, s: Settings, policy: str, series: str,
         finally:
             clients.close()
         wall = max(r["end"] for r in runs) - min(r["start"] for r in runs)
-        q1 = wait_quiescent(db, s.quiesce_timeout, s.settle)
+        settle = settle_time(policy, s.settle)
+        q1 = wait_quiescent(db, s.quiesce_timeout, settle)
         report = db.check()
-        q2 = wait_quiescent(db, s.quiesce_timeout, s.settle)
-        after = q2["stat"]
+        after = db.stat()
+        q2 = {"seconds": 0.0, "polls": 1, "settled": True, "stat": after}
+        if _garbage_key(after) != _garbage_key(q1["stat"]):
+            # the validator's reads collected (cooperative) or a step ended
+            q2 = wait_quiescent(db, s.quiesce_timeout, settle)
+            after = q2["stat"]
     finally:
         db.close()
     made = sum(r["updates"] for r in runs)
