@@ -584,7 +584,7 @@ def run_series(template: Path, folder, s: Settings, policy: str, series: str,
         q1 = wait_quiescent(db, s.quiesce_timeout, settle)
         report = db.check()
         after = db.stat()
-        q2 = {"seconds": 0.0, "polls": 1, "settled": True, "stat": after}
+        q2: dict[str, Any] = {"seconds": 0.0, "polls": 1, "settled": True, "stat": after}
         if _garbage_key(after) != _garbage_key(q1["stat"]):
             # the validator's reads collected (cooperative) or a step ended
             q2 = wait_quiescent(db, s.quiesce_timeout, settle)
