@@ -66,10 +66,11 @@ from .native import _stored_or_none, build_index
 from .paths import find_sidecar
 from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
 
-__all__ = ["POLICIES", "SERIES", "WORK_TAG", "WORK_FST", "HOT_WORD", "UNIQUE_PREFIX", "Settings", "Client",
-           "WorkloadError", "prepare_template", "fresh_copy", "wait_quiescent",
-           "run_series", "run_gctest", "comparisons", "conclusions", "format_report",
-           "plot", "main"]
+__all__ = ["POLICIES", "SERIES", "WORK_TAG", "WORK_FST", "HOT_WORD", "UNIQUE_PREFIX",
+           "Settings", "Client", "WorkloadError", "prepare_template", "fresh_copy",
+           "hot_records", "open_for", "settle_time", "wait_quiescent", "run_series",
+           "run_gctest", "comparisons", "conclusions", "growth", "format_report", "plot",
+           "parse_args", "main"]
 
 POLICIES = ("none", "background", "cooperative", "combined")
 SERIES = ("serial", "parallel")
@@ -509,26 +510,34 @@ def _nothing_to_collect(st: dict) -> bool:
 
 def settle_time(policy: str, settle: float = SETTLE) -> float:
     """How long the garbage must stay unchanged before a series counts as
-    quiet: `settle` seconds, 3x that (at least 1.5 s) under a policy with a
-    collector thread, whose one bounded step (a merge of many index
-    segments, a compaction) may publish nothing for more than a second."""
-    return max(3 * settle, 1.5) if policy in ("background", "combined") else settle
+    quiet when the collector has not said it finished a cycle: `settle`
+    seconds, 5x that (at least 2.5 s) under a policy with a collector
+    thread, whose one bounded step (a merge of a thousand index segments on
+    a busy machine, a compaction) may publish nothing for seconds."""
+    return max(5 * settle, 2.5) if policy in ("background", "combined") else settle
 
 
-def wait_quiescent(db, timeout: float = QUIESCE_TIMEOUT, settle: float = SETTLE) -> dict:
-    """Poll ``db.stat()`` until nothing is left to collect (no collectable
-    version, dead posting or unused segment file) or its garbage figures
-    (versions, bytes, dead postings, segment files, index segments,
-    master-file size and generation) stay unchanged for `settle` seconds,
-    at most `timeout` seconds.  Collects nothing itself (``db.collect()``
-    would hide what the policy leaves).  Returns {"seconds", "polls",
-    "settled" (False: timed out), "stat"}."""
+def wait_quiescent(db, timeout: float = QUIESCE_TIMEOUT, settle: float = SETTLE,
+                   long_settle: float | None = None) -> dict:
+    """Poll ``db.stat()`` every 0.1 s until nothing is left to collect (no
+    collectable version, dead posting or unused segment file), or its
+    garbage figures (versions, bytes, dead postings, segment files, index
+    segments, master-file size and generation) stay unchanged for `settle`
+    seconds after the handle finished a collection cycle
+    (``header.collections`` grew during the wait), or for `long_settle`
+    seconds (default `settle`) without one; at most `timeout` seconds.
+    Collects nothing itself (``db.collect()`` would hide what the policy
+    leaves).  Returns {"seconds", "polls", "settled" (False: timed out),
+    "stat"}."""
+    long_settle = settle if long_settle is None else long_settle
     t0 = time.monotonic()
     st = db.stat()
     polls, key, since = 1, _garbage_key(st), t0
+    cycles = st["header"].get("collections")
+    cycled = False
     while not _nothing_to_collect(st):
         now = time.monotonic()
-        if now - since >= settle:
+        if now - since >= (settle if cycled else long_settle):
             break
         if now - t0 >= timeout:
             return {"seconds": now - t0, "polls": polls, "settled": False, "stat": st}
@@ -538,6 +547,8 @@ def wait_quiescent(db, timeout: float = QUIESCE_TIMEOUT, settle: float = SETTLE)
         k = _garbage_key(st)
         if k != key:
             key, since = k, time.monotonic()
+        if st["header"].get("collections") != cycles:
+            cycles, cycled, since = st["header"].get("collections"), True, time.monotonic()
     return {"seconds": time.monotonic() - t0, "polls": polls, "settled": True, "stat": st}
 
 
@@ -586,14 +597,14 @@ def run_series(template: Path, folder, s: Settings, policy: str, series: str,
         finally:
             clients.close()
         wall = max(r["end"] for r in runs) - min(r["start"] for r in runs)
-        settle = settle_time(policy, s.settle)
-        q1 = wait_quiescent(db, s.quiesce_timeout, settle)
+        wait = (s.quiesce_timeout, s.settle, settle_time(policy, s.settle))
+        q1 = wait_quiescent(db, *wait)
         report = db.check()
         after = db.stat()
         q2: dict[str, Any] = {"seconds": 0.0, "polls": 1, "settled": True, "stat": after}
         if _garbage_key(after) != _garbage_key(q1["stat"]):
             # the validator's reads collected (cooperative) or a step ended
-            q2 = wait_quiescent(db, s.quiesce_timeout, settle)
+            q2 = wait_quiescent(db, *wait)
             after = q2["stat"]
     finally:
         db.close()

@@ -173,6 +173,44 @@ def test_wrong_answer_fails_loudly(template, tmp_path):
             c2.run(db, 0, 2)
 
 
+class _Stats:
+    """A stand-in handle whose stat() walks through given garbage figures."""
+
+    def __init__(self, steps):
+        self.steps, self.calls = list(steps), 0
+
+    def stat(self):
+        postings, collections = self.steps[min(self.calls, len(self.steps) - 1)]
+        self.calls += 1
+        st = _stat(postings=postings)
+        st["garbage"]["collectable_versions"] = 0
+        st["header"] = {"collections": collections}
+        return st
+
+
+def test_quiescence_rules():
+    # nothing collectable: done at once
+    q = gctest.wait_quiescent(_Stats([(0, 0)]), timeout=5, settle=0.2)
+    assert q["settled"] and q["polls"] == 1
+    # collected down to 0 by the collector
+    q = gctest.wait_quiescent(_Stats([(9, 0), (5, 0), (0, 1)]), timeout=5, settle=0.2)
+    assert q["settled"] and q["stat"]["garbage"]["postings"] == 0 and q["polls"] == 3
+    # stuck at 5 after a finished cycle: the short settling time
+    q = gctest.wait_quiescent(_Stats([(9, 0), (5, 1)]), timeout=5, settle=0.2,
+                              long_settle=3.0)
+    assert q["settled"] and q["seconds"] < 2.0 and q["stat"]["garbage"]["postings"] == 5
+    # no cycle finished: the long one
+    q = gctest.wait_quiescent(_Stats([(9, 0), (5, 0)]), timeout=5, settle=0.2,
+                              long_settle=0.6)
+    assert q["settled"] and 0.6 <= q["seconds"] < 3.0
+    # still changing at the timeout
+    q = gctest.wait_quiescent(_Stats([(100 - k, 0) for k in range(100)]), timeout=0.5,
+                              settle=0.3)
+    assert not q["settled"]
+    assert gctest.settle_time("background", 1.0) == 5.0 == gctest.settle_time("combined", 1.0)
+    assert gctest.settle_time("none", 1.0) == 1.0 == gctest.settle_time("cooperative", 1.0)
+
+
 # ---------------------------------------------------------------- analysis (synthetic)
 
 def _stat(versions=0, postings=0, seg_files=0, segments=1, dead=0):
