@@ -245,7 +245,9 @@ static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
 
     *more = 0;
     if (db->hook.collect) {
-        rc = db->hook.collect(db->hook.ctx, db, budget, &imore, err);
+        memset(&r, 0, sizeof r);
+        rc = db->hook.collect(db->hook.ctx, db, budget, &imore, &r, err);
+        report_add(rep, &r);
         if (rc) return rc;
         if (imore) {
             *more = 1;

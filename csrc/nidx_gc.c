@@ -419,7 +419,7 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
         unsigned long long g;
         int pid, used = 0;
         unsigned long n;
-        char path[1100];
+        char path[1300];   /* dir (1024) + "/" + a d_name (256) */
         struct stat sb;
         if (sscanf(de->d_name, "merge-%d-%lu.tmp", &pid, &n) == 2) {
             (*files)++;
@@ -478,7 +478,7 @@ static int remove_unused(nidx *x, pydb_db *db, int64_t *removed, int *busy,
 }
 
 int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
-                          pydb_error *err)
+                          pydb_gc_report *rep, pydb_error *err)
 {
     nidx *x = ctx;
     nidx_segset *cur = NULL;
@@ -498,6 +498,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
     scan_files(x, cur, &files, &unused, &ubytes);
     if (unused && pydb__nidx_may_remove(pydb__nidx_header(x))) {
         if ((rc = remove_unused(x, db, &removed, &busy, err))) goto cleanup;
+        rep->segments += removed;
         units += (int)(removed < budget ? removed : budget);
         if (busy) {
             *more = 1;

@@ -161,6 +161,7 @@ void pydb__nidx_met(nidx *x);
 /* The collection callbacks of the commit hook (nidx_gc.c) and the end
  * of a merge in progress (at close). */
 int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
+                          struct pydb_gc_report *rep,
                           pydb_error *err);
 int pydb__nidx_gc_garbage(void *ctx, pydb_db *db,
                           struct pydb_index_stat *out, pydb_error *err);

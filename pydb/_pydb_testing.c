@@ -8,6 +8,8 @@
  * Some of these hooks change process-wide state of the core and are
  * dangerous outside a test process:
  *   fail_io(n, errno, short, crash)  make the n-th write-side file operation
+ *                                    of the calling thread (other threads:
+ *                                    not counted, e.g. a collector)
  *                                    fail; crash=True calls _exit(137)
  *   io_count(), io_fired()           what fail_io() counted / fired
  *   set_read_delay(usec)             make every core pread sleep first
@@ -669,10 +671,12 @@ static PyObject *index_collect(PyObject *m, PyObject *args)
     IndexObject *io;
     pydb_commit_hook h;
     pydb_error e;
+    pydb_gc_report rep;
     int budget, more = 0, rc;
+    memset(&rep, 0, sizeof rep);
     if (index_hook_args(m, args, &db, &io, &budget, &h) < 0) return NULL;
     UNLOCKED(&db->guard, &io->guard,
-             rc = h.collect(h.ctx, db->db, budget, &more, &e));
+             rc = h.collect(h.ctx, db->db, budget, &more, &rep, &e));
     if (rc) return set_error(st, rc, &e);
     return PyBool_FromLong(more);
 }
