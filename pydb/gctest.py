@@ -511,10 +511,10 @@ def _nothing_to_collect(st: dict) -> bool:
 def settle_time(policy: str, settle: float = SETTLE) -> float:
     """How long the garbage must stay unchanged before a series counts as
     quiet when the collector has not said it finished a cycle: `settle`
-    seconds, 5x that (at least 2.5 s) under a policy with a collector
+    seconds, 5x that under a policy with a collector
     thread, whose one bounded step (a merge of a thousand index segments on
     a busy machine, a compaction) may publish nothing for seconds."""
-    return max(5 * settle, 2.5) if policy in ("background", "combined") else settle
+    return 5 * settle if policy in ("background", "combined") else settle
 
 
 def wait_quiescent(db, timeout: float = QUIESCE_TIMEOUT, settle: float = SETTLE,

@@ -35,7 +35,7 @@ def template(tiny, tmp_path_factory):
 
 def settings(db, **kw):
     base = dict(db=os.fspath(db), clients=CLIENTS, runs=RUNS, iterations=ITERATIONS,
-                settle=0.5, quiesce_timeout=10.0)
+                settle=0.3, quiesce_timeout=10.0)
     base.update(kw)
     return Settings(**base)
 
