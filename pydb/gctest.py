@@ -62,6 +62,7 @@ from typing import Any
 from . import ministat
 from .database import Database
 from .database import open as open_db
+from .errors import Error
 from .native import _stored_or_none, build_index
 from .paths import find_sidecar
 from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
@@ -1060,7 +1061,9 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Settings]:
 def main(argv=None) -> int:
     """``python -m pydb gctest [DB] [options]``: run every series, print
     the report, optionally write JSON and a chart.  Exit status 0; 1 when a
-    check found errors or a client got a wrong answer."""
+    check found errors, a client got a wrong answer, or the test could not
+    run (a pydb error, an OS error, a database with too few records or
+    already holding the script's words: the reason on stderr)."""
     args, s = parse_args(argv)
     if s.db is None:
         if not _default_ready():
@@ -1075,6 +1078,9 @@ def main(argv=None) -> int:
         out = run_gctest(s, log=log)
     except WorkloadError as e:
         print(f"gctest: WRONG ANSWER: {e}", file=sys.stderr)
+        return 1
+    except (Error, OSError, ValueError, RuntimeError) as e:
+        print(f"gctest: {e}", file=sys.stderr)
         return 1
     print(format_report(out))
     if args.json:

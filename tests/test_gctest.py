@@ -80,6 +80,14 @@ def test_cli_plot_without_matplotlib(monkeypatch, capsys):
     assert "matplotlib" in capsys.readouterr().err
 
 
+def test_main_reports_a_database_it_cannot_use(tmp_path, capsys):
+    small = unesb.generate(tmp_path / "s", count=20)       # 16 clients x 4 need 64 records
+    assert gctest.main([os.fspath(small), "--policy", "none", "--iterations", "1"]) == 1
+    assert "need 64 active records" in capsys.readouterr().err
+    assert gctest.main([os.fspath(tmp_path / "missing"), "--policy", "none"]) == 1
+    assert "\ngctest: " in capsys.readouterr().err
+
+
 def test_subcommand_is_wired(capsys):
     from pydb.__main__ import main
     with pytest.raises(SystemExit) as e:
