@@ -462,6 +462,8 @@ static void thread_stop(pydb_gc *g)
 
 /* ------------------------------------------------------------ gc.h */
 
+static const pydb_gc_ops gc_ops;   /* the listeners, defined below */
+
 int pydb__gc_open(pydb_db *db, pydb_error *err)
 {
     pydb_gc *g;
@@ -485,6 +487,7 @@ int pydb__gc_open(pydb_db *db, pydb_error *err)
     gc_list = g;
     pthread_mutex_unlock(&gc_list_mutex);
     db->gc = g;
+    __atomic_store_n(&db->gc_ops, &gc_ops, __ATOMIC_RELEASE);
     if (wants_thread(g, policy)) {
         pthread_mutex_lock(&g->ctl);
         rc = thread_start(g, err);
@@ -501,6 +504,8 @@ void pydb__gc_close(pydb_db *db)
 {
     pydb_gc *g = db->gc;
     if (!g) return;
+    /* the collector's own last commits find no listener */
+    __atomic_store_n(&db->gc_ops, NULL, __ATOMIC_RELEASE);
     pthread_mutex_lock(&g->ctl);
     thread_stop(g);
     pthread_mutex_unlock(&g->ctl);
@@ -518,7 +523,7 @@ void pydb__gc_close(pydb_db *db)
     db->gc = NULL;
 }
 
-void pydb__gc_notify(pydb_db *db)
+static void gc_notify(pydb_db *db)
 {
     pydb_gc *g = db->gc;
     int policy, restart;
@@ -545,7 +550,7 @@ void pydb__gc_notify(pydb_db *db)
     }
 }
 
-void pydb__gc_met(pydb_db *db)
+static void gc_met(pydb_db *db)
 {
     pydb_gc *g = db->gc;
     pydb_gc_report rep;
@@ -587,15 +592,17 @@ void pydb__gc_met(pydb_db *db)
     if (!more) maybe_settle(g, idle);
 }
 
-void pydb__gc_pause(pydb_db *db)
+static void gc_pause(pydb_db *db)
 {
     if (db->gc) pthread_mutex_lock(&db->gc->step);
 }
 
-void pydb__gc_resume(pydb_db *db)
+static void gc_resume(pydb_db *db)
 {
     if (db->gc) pthread_mutex_unlock(&db->gc->step);
 }
+
+static const pydb_gc_ops gc_ops = {gc_notify, gc_met, gc_pause, gc_resume};
 
 /* ------------------------------------------------------------ pydb.h */
 
