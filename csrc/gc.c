@@ -69,10 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #define GC_THREAD_BUDGET 256   /* units per step of the thread / collect() */
 #define GC_COOP_BUDGET 16      /* units per step of a cooperating reader   */
@@ -81,7 +78,6 @@
 #define GC_THREAD_LOCK_MS 100  /* the thread's wait for the writer lock    */
 #define GC_BUSY_SLICE_MS 50    /* busy: a pass of the thread works this long */
 #define GC_BUSY_GAP_MS 100     /* busy: then waits this long               */
-#define GC_NICE 10             /* the thread's nice value                  */
 #define GC_QUICK_STEP_NS 100000 /* a step back this fast with more to do  */
 #define GC_BACKOFF_MS 1        /* ... is followed by this pause            */
 
@@ -378,9 +374,6 @@ static void *gc_thread(void *arg)
 {
     pydb_gc *g = arg;
     int64_t next_pass = 0;   /* busy: no pass before this time */
-    /* A lower priority than the program's threads (Linux: per thread),
-     * as Firebird's collector: readers and writers first.  Best effort. */
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), GC_NICE);
     for (;;) {
         struct timespec ts;
         int64_t t = now_ns(CLOCK_MONOTONIC) + (int64_t)GC_TICK_MS * 1000000;

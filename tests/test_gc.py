@@ -334,29 +334,6 @@ def test_none_collects_nothing(tmp_path):
         assert s["header"]["collections"] == 0
 
 
-def test_thread_runs_at_a_lower_priority(tmp_path):
-    """The collector thread's nice value is 10 above the program's
-    (readers and writers first, as Firebird's collector); the thread sets
-    it when it starts."""
-    def gc_nices():
-        nices = []
-        for t in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{t}/comm") as f:
-                    if f.read().strip() != "pydb-gc":
-                        continue
-                with open(f"/proc/self/task/{t}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
-                continue
-            nices.append(int(fields[16]))   # field 19 of proc(5)'s stat
-        return nices
-
-    with new_db(tmp_path):
-        want = [min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)]
-        assert wait_for(lambda: gc_nices() == want, timeout=5), gc_nices()
-
-
 def test_collect_with_the_writer_lock_busy_times_out_without_spinning(tmp_path):
     """The index's merge must commit under the writer lock; while a
     transaction holds it, collect() keeps trying (pausing between quick
