@@ -702,13 +702,3 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
     pthread_mutex_unlock(&g->mu);
 }
 
-int pydb__gc_thread_running(const pydb_db *db)
-{
-    pydb_gc *g = db->gc;
-    int on;
-    if (!g) return 0;
-    pthread_mutex_lock(&g->mu);
-    on = g->thread_on;
-    pthread_mutex_unlock(&g->mu);
-    return on;
-}

@@ -38,7 +38,5 @@ void pydb__gc_close(pydb_db *db);
 void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
                          double *last_time, pydb_gc_report *last,
                          char *last_error, size_t cap);
-/* 1 while the handle's collector thread runs (tests). */
-int pydb__gc_thread_running(const pydb_db *db);
 
 #endif /* PYDB_GC_H */
