@@ -684,7 +684,7 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
 
 void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
                          double *last_time, pydb_gc_report *last,
-                         char *last_error, size_t cap)
+                         char *last_error, size_t cap, int *pending)
 {
     pydb_gc *g = db->gc;
     if (!g) {
@@ -692,8 +692,10 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
         *last_time = 0;
         memset(last, 0, sizeof *last);
         if (cap) last_error[0] = '\0';
+        *pending = 0;
         return;
     }
+    *pending = __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&g->mu);
     *collections = g->collections;
     *last_time = g->last_time;

@@ -351,3 +351,26 @@ def test_collect_with_the_writer_lock_busy_times_out_without_spinning(tmp_path):
             tx.abort()
         db.collect(timeout=30)
         assert index_segments(db) == 1
+
+
+def test_pending_settles_when_quiescent(tmp_path):
+    """header.pending: True after commits, False once an idle collection
+    found nothing more (background); a snapshot behind the latest commit
+    keeps it True (its garbage may become collectable); none never
+    settles."""
+    with indexed_db(tmp_path, gc="background") as db:
+        assert wait_for(lambda: not db.stat()["header"]["pending"])
+        assert index_segments(db) == 1
+        snap = db.snapshot()
+        db.update(2, [(10, "again common")])
+        assert db.stat()["header"]["pending"]
+        time.sleep(1.0)
+        assert db.stat()["header"]["pending"]   # the snapshot is behind
+        snap.close()
+        assert wait_for(lambda: not db.stat()["header"]["pending"])
+        s = db.stat()
+        assert s["index"]["segments"] == 1 and s["index"]["unused_files"] == 0
+    (tmp_path / "n").mkdir()
+    with indexed_db(tmp_path / "n", gc="none") as db:
+        time.sleep(0.7)
+        assert db.stat()["header"]["pending"]
