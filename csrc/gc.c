@@ -15,7 +15,12 @@
  *     GC_THREAD_BUDGET  256   the collector thread, pydb_gc_collect()
  *     GC_COOP_BUDGET     16   a reader in pydb__gc_met()
  * A COLLECTION is the steps run until neither job has more to do; it is
- * counted (collections, last time, last report) when it ends.
+ * counted (collections, last time, last report) when it ends, and so is
+ * a pass of the thread or a reader's step that reclaimed something
+ * without reaching the end (a busy slice; readers may never meet the
+ * last of the garbage).  pydb_gc_collect() always counts one.  A step
+ * that comes back at once with more to do (turned away: the writer
+ * lock busy) is followed by a GC_BACKOFF_MS pause, not a spin.
  *
  * Locks, in the order they may be taken:
  *   ctl   serialises what starts and stops the thread (set_policy, close,
@@ -47,7 +52,8 @@
  * later (the jobs resume where they stopped: the index's merge and the
  * compaction keep their state between steps), so the collector takes
  * about a third of one core and leaves the writer lock to the writers;
- * once idle it runs to the end.
+ * once idle it runs to the end.  (A nice value for the thread was tried
+ * and dropped: on a loaded machine it starved the idle collection.)
  *
  * fork().  Only the forking thread survives in the child: a
  * pthread_atfork() child handler walks the global list of collectors
