@@ -3,7 +3,9 @@ fork(), pydb_gc_collect() on a read-only handle, cooperative steps.
 
 The collector thread is a plain pthread named "pydb-gc" (pthread_setname_np):
 the tests count the threads of this process with that name in
-/proc/self/task/*/comm.
+/proc/self/task/*/comm.  The tests that run the thread beside Python
+threads, commits and readers are marked to run again under TSan and ASan
+(tests/test_sanitizers.py).
 """
 
 import os
@@ -75,6 +77,8 @@ def test_bad_policy_names(tmp_path):
         assert db.gc_policy == "background"
 
 
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
 def test_set_policy_starts_and_stops_the_thread(tmp_path):
     db = new_db(tmp_path, gc="none")
     assert gc_threads() == 0
@@ -225,6 +229,8 @@ def index_segments(db) -> int:
     return ix["segments"]
 
 
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
 def test_collect_merges_the_index(tmp_path):
     with indexed_db(tmp_path) as db:
         assert index_segments(db) >= 6
@@ -298,6 +304,8 @@ def test_cooperative_step_failure_is_recorded(tmp_path):
         assert db.stat()["index"]["dead_postings"] == 0
 
 
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
 @pytest.mark.parametrize("policy", ["background", "combined"])
 def test_thread_collects_after_commits(tmp_path, policy):
     with indexed_db(tmp_path, gc=policy) as db:
@@ -306,6 +314,8 @@ def test_thread_collects_after_commits(tmp_path, policy):
         assert wait_for(lambda: db.stat()["header"]["collections"] >= 1)
 
 
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
 def test_cooperative_readers_collect(tmp_path):
     """Cooperative: lookups that meet dead postings do bounded steps
     themselves (no thread); enough of them collect the index to one
@@ -353,6 +363,8 @@ def test_collect_with_the_writer_lock_busy_times_out_without_spinning(tmp_path):
         assert index_segments(db) == 1
 
 
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
 def test_pending_settles_when_quiescent(tmp_path):
     """header.pending: True after commits, False once an idle collection
     found nothing more (background); a snapshot behind the latest commit
