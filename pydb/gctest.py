@@ -92,7 +92,7 @@ SNAPSHOT_SPAN = 4
 #: Iterations per client run: default (a few minutes for the whole test
 #: on 2 cores) and --quick (under a minute).
 ITERATIONS = 60
-QUICK_ITERATIONS = 20
+QUICK_ITERATIONS = 15
 #: Quiescence: poll stat() until its garbage figures stay unchanged for
 #: SETTLE seconds (or are all 0), at most QUIESCE_TIMEOUT seconds.
 QUIESCE_TIMEOUT = 10.0
