@@ -35,7 +35,7 @@ def template(tiny, tmp_path_factory):
 
 def settings(db, **kw):
     base = dict(db=os.fspath(db), clients=CLIENTS, runs=RUNS, iterations=ITERATIONS,
-                settle=0.3, quiesce_timeout=10.0)
+                settle=0.3, long_settle=1.5, quiesce_timeout=10.0)
     base.update(kw)
     return Settings(**base)
 
@@ -215,7 +215,7 @@ def test_quiescence_rules():
     q = gctest.wait_quiescent(_Stats([(100 - k, 0) for k in range(100)]), timeout=0.5,
                               settle=0.3)
     assert not q["settled"]
-    assert gctest.settle_time("background", 1.0) == 5.0 == gctest.settle_time("combined", 1.0)
+    assert gctest.settle_time("background", 1.0, 5.0) == 5.0 == gctest.settle_time("combined")
     assert gctest.settle_time("none", 1.0) == 1.0 == gctest.settle_time("cooperative", 1.0)
 
 
