@@ -116,12 +116,12 @@ static void job_free(pydb_db *db, int remove)
 {
     pydb_compact *j = db->compact;
     if (!j) return;
-    if (j->fd_mst >= 0) pydb__vfs->close(j->fd_mst);
-    if (j->fd_xrf >= 0) pydb__vfs->close(j->fd_xrf);
-    if (remove && !j->forward) {
+    if (remove && !j->forward) {   /* before the closes: still locked */
         unlink(j->nm);
         unlink(j->nx);
     }
+    if (j->fd_mst >= 0) pydb__vfs->close(j->fd_mst);
+    if (j->fd_xrf >= 0) pydb__vfs->close(j->fd_xrf);
     pydb_record_free(j->rec);
     free(j->xrf);
     free(j->len);
@@ -172,6 +172,7 @@ static int new_file(int *fd, const char *path, pydb_error *err)
                 int rc = PYDB_OSERROR(err, errno, path, -1,
                                       "ftruncate failed: %s",
                                       strerror(errno));
+                unlink(path);   /* ours: the lock is held */
                 pydb__vfs->close(*fd);
                 *fd = -1;
                 return rc;
@@ -218,8 +219,8 @@ static int job_start(pydb_db *db, int *started, pydb_error *err)
     if (rc == 1) rc = new_file(&j->fd_xrf, j->nx, err);
     if (rc != 1) {
         if (j->fd_mst >= 0) {
+            unlink(j->nm);   /* before the close: the lock is still held */
             pydb__vfs->close(j->fd_mst);
-            unlink(j->nm);
         }
         free(j);
         return rc;   /* 0: another job runs; or an error */
@@ -499,9 +500,13 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
     pydb__swap_publish(shm, ctl, mst_size, xrf_size);
     /* copies a catch-up left dead in the new file are its garbage */
     pydb__shm_garbage_add(shm, j->dead_v, j->dead_b);
-    if (pydb__vfs->unlink(j->mk) != 0 && errno != ENOENT) {
-        /* harmless: recovery finds the header describing the files */
-    }
+    /* readers opening the files wait while the marker exists: retried
+     * (one that stays is removed by the next recovery: the header then
+     * describes the files already) */
+    for (tries = 0; tries < 4 && pydb__vfs->unlink(j->mk) != 0 &&
+                    errno != ENOENT;
+         tries++)
+        ;
     rc = pydb__files_sync(db, err);
     if (rep) {
         rep->versions += gv;
@@ -603,7 +608,7 @@ int pydb__test_compact(pydb_db *db, int budget, int64_t out[3],
 {
     pydb_gc_report rep;
     int more = 1, rc = PYDB_OK;
-    int64_t deadline = pydb__now_ms() + 20000;
+    int64_t deadline = pydb__now_ms() + 5000;
     memset(&rep, 0, sizeof rep);
     while (more && pydb__now_ms() < deadline) {
         rc = pydb__compact_step(db, budget, 1000, &more, &rep, err);

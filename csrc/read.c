@@ -166,18 +166,23 @@ uint64_t pydb__header_gen(pydb_db *db)
 static int files_begin(uint64_t *fs, pydb_db *db, int nowait,
                        pydb_error *err)
 {
-    uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
-    const uint64_t *w = __atomic_load_n(&db->gen_word, __ATOMIC_RELAXED);
-    int rc;
-    if (!(s & 1) && (!w || __atomic_load_n(w, __ATOMIC_RELAXED) == s >> 1)) {
-        *fs = s;
-        return PYDB_OK;
+    for (int synced = 0;; synced = 1) {
+        uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
+        const uint64_t *w = __atomic_load_n(&db->gen_word, __ATOMIC_RELAXED);
+        int rc;
+        /* even: no switch in progress (a read that began during one could
+         * end before it does, unnoticed); after one sync a generation
+         * word that still differs (a writer died between publishing the
+         * state and the word) is left to the state checks */
+        if (!(s & 1) &&
+            (synced || !w || __atomic_load_n(w, __ATOMIC_RELAXED) == s >> 1)) {
+            *fs = s;
+            return PYDB_OK;
+        }
+        if (nowait) return PYDB_EWOULDBLOCK;
+        rc = pydb__files_sync(db, err);   /* waits for a switch in progress */
+        if (rc) return rc;
     }
-    if (nowait) return PYDB_EWOULDBLOCK;
-    rc = pydb__files_sync(db, err);   /* waits for a switch in progress */
-    if (rc) return rc;
-    *fs = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
-    return PYDB_OK;
 }
 
 static inline int files_moved(const pydb_db *db, uint64_t fs)
@@ -321,14 +326,22 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
             same_file(xfd, db->xrf.path) &&
             (g2 = pydb__header_gen(db)) == g1) {
             uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_RELAXED);
+            struct stat ms, xs;
+            /* the header's state of the new files first, their sizes
+             * after it: they hold at least what the state announces */
+            int have = pydb__shm_state(&st, pydb__db_shm(db)) == 0 &&
+                       st.file_gen == g1;
+            if (fstat(mfd, &ms) == 0 && (int64_t)ms.st_size > msize)
+                msize = (int64_t)ms.st_size;
+            if (fstat(xfd, &xs) == 0 && (int64_t)xs.st_size > xsize)
+                xsize = (int64_t)xs.st_size;
             __atomic_store_n(&db->fseq, s | 1, __ATOMIC_RELEASE);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
             file_install(&db->mst, db->mst_region, mfd, msize);
             file_install(&db->xrf, db->xrf_region, xfd, xsize);
             /* the view of the new files: the header's state of them, or
              * their control record */
-            if (pydb__shm_state(&st, pydb__db_shm(db)) == 0 &&
-                st.file_gen == g1) {
+            if (have) {
                 view_reset(db, &st);
             } else if (peek_control(db, &c) == 0 && pydb__ctl_sane(&c)) {
                 memset(&st, 0, sizeof st);
