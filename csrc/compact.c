@@ -154,10 +154,10 @@ static int same_file(int fd, const char *path)
 /* Create (or take over from a dead job) the new file `path`, locked so
  * that one job at a time writes it: 1 with *fd, 0 when a live job of
  * another handle or process holds it, or a PYDB error. */
-static int new_file(int *fd, const char *path, pydb_error *err)
+static int new_file(int *fd, const char *path, int mode, pydb_error *err)
 {
     for (int tries = 0; tries < 4; tries++) {
-        *fd = pydb__vfs->open(path, O_RDWR | O_CREAT, 0644);
+        *fd = pydb__vfs->open(path, O_RDWR | O_CREAT, mode);
         if (*fd < 0)
             return PYDB_OSERROR(err, errno, path, -1, "cannot create: %s",
                                 strerror(errno));
@@ -191,7 +191,7 @@ static int job_start(pydb_db *db, int *started, pydb_error *err)
     pydb_compact *j;
     struct stat st;
     uint8_t ctl[PYDB_CTL_SIZE];
-    int rc;
+    int rc, mode;
 
     *started = 0;
     j = calloc(1, sizeof *j);
@@ -215,8 +215,10 @@ static int job_start(pydb_db *db, int *started, pydb_error *err)
     j->gen = j->S.file_gen;
     j->next = 1;
     j->pos = PYDB_CTL_SIZE;
-    rc = new_file(&j->fd_mst, j->nm, err);
-    if (rc == 1) rc = new_file(&j->fd_xrf, j->nx, err);
+    /* the new files get the master file's permissions */
+    mode = fstat(db->mst.fd, &st) == 0 ? (int)(st.st_mode & 07777) : 0644;
+    rc = new_file(&j->fd_mst, j->nm, mode, err);
+    if (rc == 1) rc = new_file(&j->fd_xrf, j->nx, mode, err);
     if (rc != 1) {
         if (j->fd_mst >= 0) {
             unlink(j->nm);   /* before the close: the lock is still held */
