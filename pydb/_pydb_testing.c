@@ -622,8 +622,8 @@ done:
 /* A separate test entry point, kept apart from the rest of this file
  * (issue 11): run a whole compaction job of the master file on `db`
  * (csrc/compact.c), `budget` records per step, until the gc helper's
- * Database.collect() drives it.  Exposed as pydb._pydb._test_compact
- * and pydb._pydb._testing.compact. */
+ * Database.collect() drives it.  Exposed as pydb._pydb._testing.compact
+ * (its stub: class _Testing in pydb/_pydb.pyi). */
 int pydb__test_compact(pydb_db *db, int budget, int64_t out[3],
                        pydb_error *err);
 
@@ -658,9 +658,7 @@ int testing_compact_exec(PyObject *m)
     PyObject *f = name ? PyCFunction_NewEx(&compact_test_def, m, name) : NULL;
     PyObject *sub = PyObject_GetAttrString(m, "_testing");
     int rc = -1;
-    if (f && sub && PyObject_SetAttrString(sub, "compact", f) == 0 &&
-        PyModule_AddObjectRef(m, "_test_compact", f) == 0)
-        rc = 0;
+    if (f && sub && PyObject_SetAttrString(sub, "compact", f) == 0) rc = 0;
     Py_XDECREF(sub);
     Py_XDECREF(f);
     Py_XDECREF(name);

@@ -2,7 +2,7 @@
 csrc/compact.c, docs/gc-notes-mst.md): the versions of the latest commit
 are copied into a new .mst/.xrf pair that replaces the old one by renames,
 in bounded steps.  Driven through the test entry point
-_pydb._test_compact(db, budget) (a whole job; returns the versions, bytes
+_pydb._testing.compact(db, budget) (a whole job; returns the versions, bytes
 and compactions it reclaimed), until Database.collect() drives it.
 
 What is shown:
@@ -43,8 +43,8 @@ from pydb import _pydb
 
 from writer_model import Oracle, check_files, content, decode_ops, encode_ops, run_random_txn
 
-compact = _pydb._test_compact
 testing = _pydb._testing
+compact = testing.compact
 
 pytestmark = pytest.mark.sanitize_address
 
