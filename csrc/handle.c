@@ -307,6 +307,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     pthread_mutex_init(&db->vmutex, NULL);
     pthread_mutex_init(&db->wmutex, NULL);
     pthread_mutex_init(&db->smutex, NULL);
+    for (int i = 0; i < 4; i++) db->retired[i] = -1;
     pthread_cond_init(&db->wcond, NULL);
     /* The commit header (NULL: files mode; docs/architecture.md,
      * "Committed state"), first: recovery may finish a compaction's swap
@@ -368,6 +369,7 @@ void pydb_close(pydb_db *db)
     pydb__wal_close(db);
     pydb__compact_abort(db);   /* a job in progress: its files go */
     pydb__shm_close(db->shm);
+    pydb__files_retired_close(db);
     file_close(&db->mst, db->mst_region);
     file_close(&db->xrf, db->xrf_region);
     pthread_mutex_destroy(&db->mutex);

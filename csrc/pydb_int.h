@@ -172,6 +172,10 @@ struct pydb_db {
     const uint64_t *gen_word; /* atomic: the header's file-generation word
                                 (shm.h offset 336), or NULL              */
     pthread_mutex_t smutex;  /* serialises switches of the file pair      */
+    int retired[4];          /* fds of the pair before the last switch
+                                (.mst fd, dfd, .xrf fd, dfd; -1 none): a
+                                late pread may still use them; closed at
+                                the next switch or at close (smutex)     */
     size_t mst_region, xrf_region; /* bytes the mappings reserve (mmap
                                 mode; constant while the handle is open) */
     struct pydb_compact *compact; /* the compaction job (compact.c)      */
@@ -262,6 +266,8 @@ int pydb__header_sync_files(pydb_db *db, pydb_error *err);
  * checks they are one pair (no swap marker, fstat = stat).  0 or a PYDB
  * error (the handle keeps its files). */
 int pydb__files_sync(pydb_db *db, pydb_error *err);
+/* Close the fds the last switch retired (at close). */
+void pydb__files_retired_close(pydb_db *db);
 /* The generation of the handle's files. */
 static inline uint64_t pydb__files_gen(const pydb_db *db)
 {

@@ -248,8 +248,12 @@ static int marker_exists(const pydb_db *db)
  * mapping keeps its address: the whole region first becomes anonymous
  * zeros (a read still copying from it gets zeros, never a fault), then
  * the new file is mapped over the pages below its end only (a page past
- * the end of a file would raise SIGBUS); reads past map_len use pread. */
-static void file_install(pydb_file *f, size_t region, int fd, int64_t size)
+ * the end of a file would raise SIGBUS); reads past map_len use pread.
+ * The old fds go to retired[0..1]: a read that loaded them a moment ago
+ * may still be in pread on them (it retries: fseq moved); they are
+ * closed at the next switch or at close (one generation retired). */
+static void file_install(pydb_file *f, size_t region, int fd, int64_t size,
+                         int retired[2])
 {
     int old = f->fd, oldd = f->dfd;
     if (f->map && region) {
@@ -271,13 +275,19 @@ static void file_install(pydb_file *f, size_t region, int fd, int64_t size)
     if (oldd >= 0) {
         int nd = pydb__vfs->open(f->path, O_RDONLY | O_DIRECT, 0);
         __atomic_store_n(&f->dfd, nd, __ATOMIC_RELEASE);
-        pydb__vfs->close(oldd);
     }
     __atomic_store_n(&f->fd, fd, __ATOMIC_RELEASE);
     __atomic_store_n(&f->size, size, __ATOMIC_RELEASE);
-    /* a late pread on the old number reads another file or fails: the
-     * read retries (fseq moved) */
-    if (old >= 0) pydb__vfs->close(old);
+    retired[0] = old;
+    retired[1] = oldd;
+}
+
+void pydb__files_retired_close(pydb_db *db)
+{
+    for (int i = 0; i < 4; i++) {
+        if (db->retired[i] >= 0) pydb__vfs->close(db->retired[i]);
+        db->retired[i] = -1;
+    }
 }
 
 /* Set the handle's view to st (it may go back: new files). */
@@ -337,8 +347,12 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
                 xsize = (int64_t)xs.st_size;
             __atomic_store_n(&db->fseq, s | 1, __ATOMIC_RELEASE);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
-            file_install(&db->mst, db->mst_region, mfd, msize);
-            file_install(&db->xrf, db->xrf_region, xfd, xsize);
+            /* the generation retired at the last switch: no read can
+             * still be using it (it retried long ago) */
+            pydb__files_retired_close(db);
+            file_install(&db->mst, db->mst_region, mfd, msize, db->retired);
+            file_install(&db->xrf, db->xrf_region, xfd, xsize,
+                         db->retired + 2);
             /* the view of the new files: the header's state of them, or
              * their control record */
             if (have) {
