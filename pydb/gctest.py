@@ -525,18 +525,19 @@ def settle_time(policy: str, settle: float = SETTLE,
 
 def wait_quiescent(db, timeout: float = QUIESCE_TIMEOUT, settle: float = SETTLE) -> dict:
     """Poll ``db.stat()`` every 0.1 s until nothing is left to collect (no
-    collectable version, dead posting or unused segment file) or its
-    garbage figures (versions, bytes, dead postings, segment files, index
-    segments, master-file size and generation) stay unchanged for `settle`
-    seconds, at most `timeout` seconds.  (The handle's count of finished
-    collections is no sign of quiet: a collection may end with most of the
-    index's garbage left for the next one.)  Collects nothing itself
+    collectable version, dead posting or unused segment file), or the
+    handle's collector says it has no more work (``header.pending``
+    False), or the garbage figures (versions, bytes, dead postings, segment
+    files, index segments, master-file size and generation) stay unchanged
+    for `settle` seconds; at most `timeout` seconds.  (The handle's count
+    of finished collections is no sign of quiet: a collection may end with
+    most of the index's garbage left for the next one.)  Collects nothing itself
     (``db.collect()`` would hide what the policy leaves).  Returns
     {"seconds", "polls", "settled" (False: timed out), "stat"}."""
     t0 = time.monotonic()
     st = db.stat()
     polls, key, since = 1, _garbage_key(st), t0
-    while not _nothing_to_collect(st):
+    while not _nothing_to_collect(st) and st["header"].get("pending") is not False:
         now = time.monotonic()
         if now - since >= settle:
             break
@@ -596,7 +597,11 @@ def run_series(template: Path, folder, s: Settings, policy: str, series: str,
         finally:
             clients.close()
         wall = max(r["end"] for r in runs) - min(r["start"] for r in runs)
-        wait = (s.quiesce_timeout, settle_time(policy, s.settle, s.long_settle))
+        if policy in ("background", "combined") and "pending" in before["header"]:
+            # the collector thread says when it is done: no guessing
+            wait = (s.quiesce_timeout, s.quiesce_timeout)
+        else:
+            wait = (s.quiesce_timeout, settle_time(policy, s.settle, s.long_settle))
         q1 = wait_quiescent(db, *wait)
         report = db.check()
         after = db.stat()

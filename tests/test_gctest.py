@@ -206,6 +206,12 @@ def test_quiescence_rules():
     # stuck at 5, also after a finished collection: unchanged for `settle`
     q = gctest.wait_quiescent(_Stats([(9, 0), (5, 1)]), timeout=5, settle=0.6)
     assert q["settled"] and 0.6 <= q["seconds"] < 3.0 and q["stat"]["garbage"]["postings"] == 5
+    # the collector says it is done
+    st = _Stats([(9, 0)])
+    first = st.stat
+    st.stat = lambda: {**first(), "header": {"collections": 0, "pending": False}}
+    q = gctest.wait_quiescent(st, timeout=5, settle=3.0)
+    assert q["settled"] and q["polls"] == 1
     # still changing at the timeout
     q = gctest.wait_quiescent(_Stats([(100 - k, 0) for k in range(100)]), timeout=0.5,
                               settle=0.3)
