@@ -17,7 +17,7 @@
 Run it as a report (a benchmark, not a test: nothing is asserted about
 sizes or times)::
 
-    python benchmarks/bench_gc_bounds.py [--records 2000] [--factor 100]
+    python -m benchmarks.bench_gc_bounds [--records 2000] [--factor 100]
         [--policies none,background,combined] [--json FILE]
 
 The normal test run calls :func:`run` once on a tiny database (untimed,
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import random
 import sys
 import tempfile
@@ -175,5 +174,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.fspath(Path(__file__).resolve().parents[1]))
     sys.exit(main())
