@@ -55,11 +55,12 @@
  * once idle it runs to the end.  (A nice value for the thread was tried
  * and dropped: on a loaded machine it starved the idle collection.)
  *
- * fork().  Only the forking thread survives in the child: a
- * pthread_atfork() child handler walks the global list of collectors
- * (under `gc_list_mutex`, which the prepare handler takes so that the
- * list is whole), marks each one's thread as gone and initialises its
- * locks again.  The child starts a thread of its own lazily, at its
+ * fork().  Only the forking thread survives in the child.  The
+ * pthread_atfork() prepare handler takes `gc_list_mutex` (the list
+ * whole) and the step lock of every collector (it waits for the steps in
+ * flight, which are bounded: the child never inherits a writer lock or a
+ * file a vanished step was in the middle of); the child handler marks
+ * each collector's thread as gone and initialises its locks again.  The child starts a thread of its own lazily, at its
  * first commit (pydb__gc_notify), if the policy wants one; the parent's
  * thread is unaffected.
  *
@@ -171,8 +172,22 @@ static void locks_destroy(pydb_gc *g)
 
 /* ------------------------------------------------------------ fork */
 
-static void atfork_prepare(void) { pthread_mutex_lock(&gc_list_mutex); }
-static void atfork_parent(void) { pthread_mutex_unlock(&gc_list_mutex); }
+/* Before fork(): the list whole, and no step of any collector in
+ * flight (each step lock taken: a step is bounded), so that the child
+ * never inherits a handle whose writer lock, or whose job, a vanished
+ * collector thread was in the middle of. */
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&gc_list_mutex);
+    for (pydb_gc *g = gc_list; g; g = g->next) pthread_mutex_lock(&g->step);
+}
+
+static void atfork_parent(void)
+{
+    for (pydb_gc *g = gc_list; g; g = g->next)
+        pthread_mutex_unlock(&g->step);
+    pthread_mutex_unlock(&gc_list_mutex);
+}
 
 /* The child: no collector thread survived; locks another thread held at
  * the fork would stay held forever, so every one is made anew. */

@@ -21,7 +21,10 @@
  *   - bytes are MFRL (the stored record length, alignment padding
  *     excluded).
  * The reader table is read before the snapshot is taken, so the
- * snapshot's own slot is not counted.
+ * snapshot's own slot is not counted.  The handle's collector waits
+ * during the walk (pydb__gc_pause: its compaction cannot replace the
+ * files under it); a replacement by another handle or process (the
+ * file pair's generation moves) makes it start again.
  *
  * Depends on: pydb_int.h, shm.h, gc.h (the collector's record and the
  * step lock around the index's garbage()), read.c (snapshot, XRF scan),
@@ -31,6 +34,9 @@
 #include "shm.h"
 #include <sched.h>
 #include <string.h>
+#include <time.h>
+
+#define STAT_ATTEMPTS 50   /* walks begun again after a file replacement */
 
 typedef struct walk {
     pydb_db *db;
@@ -106,16 +112,21 @@ static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
     return 0;
 }
 
-int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
+/* One attempt of pydb_stat_get(); *gen_moved set when the handle's file
+ * pair changed during it (a compaction of another handle or process
+ * replaced the files): the figures are then mixed and it is done again. */
+static int stat_once(pydb_stat *out, pydb_db *db, int *gen_moved,
+                     pydb_error *err)
 {
     pydb_shm *shm = pydb__db_shm(db);
     pydb_snapshot *snap = NULL;
     pydb_commit_hook hook;
-    uint64_t oldest = 0;
+    uint64_t oldest = 0, gen0;
     int readers = 0, rc;
     int32_t stopped;
     walk w;
 
+    *gen_moved = 0;
     memset(out, 0, sizeof *out);
     memset(&w, 0, sizeof w);
     w.oldest_end = INT64_MAX;
@@ -132,6 +143,15 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
     }
     rc = pydb_snapshot_take(&snap, db, err);
     if (rc) return rc;
+    /* This handle's collector waits (no compaction of its own replaces
+     * the files under the walk; the index is counted between steps). */
+    pydb__gc_pause(db);
+    gen0 = pydb__files_gen(db);
+    if (snap->st.commit != 0 && snap->st.file_gen != gen0) {
+        *gen_moved = 1;   /* the handle has not switched to the new pair */
+        rc = PYDB_OK;
+        goto cleanup;
+    }
     out->commit = snap->st.commit;
     out->readers = readers;
     out->oldest_commit = readers > 0 && oldest < out->commit ? oldest
@@ -151,16 +171,34 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
     w.err = err;
     rc = pydb__xrf_scan(db, &snap->st, 1, visit, &w, &stopped, 64, err);
     if (rc == PYDB_OK) rc = w.rc;
+    if (pydb__files_gen(db) != gen0) {
+        *gen_moved = 1;
+        rc = PYDB_OK;
+        goto cleanup;
+    }
     if (rc) goto cleanup;
-    /* the index's figures, between two collection steps */
-    pydb__gc_pause(db);
     hook = db->hook;
     if (hook.prepare && hook.garbage) {
         out->index.present = 1;
         rc = hook.garbage(hook.ctx, db, &out->index, err);
     }
-    pydb__gc_resume(db);
 cleanup:
+    pydb__gc_resume(db);
     pydb_snapshot_release(snap);
     return rc;
+}
+
+int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
+{
+    struct timespec pause = {0, 2000000};
+    int moved = 0, rc = PYDB_OK;
+    for (int attempt = 0; attempt < STAT_ATTEMPTS; attempt++) {
+        rc = stat_once(out, db, &moved, err);
+        if (rc || !moved) return rc;
+        (void)pydb__files_sync(db, NULL);   /* to the new pair, then again */
+        if (attempt >= 2) nanosleep(&pause, NULL);
+    }
+    return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                      "the master file was replaced by compactions %d "
+                      "times during the statistics", STAT_ATTEMPTS);
 }

@@ -433,3 +433,53 @@ def test_real_databases(tmp_path, isis_data, rel, back, deleted):
     assert s["garbage"]["versions"] == back
     assert s["records"]["deleted"] == deleted
     assert s["garbage"]["pinned_versions"] == 0
+
+
+def test_stat_while_compactions_replace_the_files(tmp_path):
+    """stat() on the compacting handle and on a second, read-only handle
+    while another thread updates records and collects (each collection a
+    compaction that replaces the .mst/.xrf pair): every answer is one
+    commit's figures, whole (no error, the chains add up), and the file
+    generation only grows."""
+    import threading
+    base = tmp_path / "k"
+    db = pydb.create(str(base), gc="none", sync=False)
+    for i in range(1, 41):
+        db.append(fields(i))
+    ro = pydb.open(str(base))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn():
+        k = 0
+        try:
+            while not stop.is_set():
+                for _ in range(20):
+                    db.update(1 + k % 40, fields(k))
+                    k += 1
+                db.collect(timeout=10)
+        except BaseException as e:   # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=churn)
+    t.start()
+    gens = []
+    try:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            for h in (db, ro):
+                s = h.stat()
+                assert s["records"]["active"] == 40
+                v = s["versions"]
+                assert v["versions"] == 40 + v["back_versions"]
+                assert s["garbage"]["versions"] == v["back_versions"]
+                gens.append(s["header"]["file_generation"])
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert max(gens) >= 1                 # compactions happened meanwhile
+    db.collect(timeout=10)
+    assert_matches(db.stat(), py_stat(base, "isis-packed"))
+    ro.close()
+    db.close()
