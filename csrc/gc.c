@@ -15,7 +15,12 @@
  *     GC_THREAD_BUDGET  256   the collector thread, pydb_gc_collect()
  *     GC_COOP_BUDGET     16   a reader in pydb__gc_met()
  * A COLLECTION is the steps run until neither job has more to do; it is
- * counted (collections, last time, last report) when it ends.
+ * counted (collections, last time, last report) when it ends, and so is
+ * a pass of the thread or a reader's step that reclaimed something
+ * without reaching the end (a busy slice; readers may never meet the
+ * last of the garbage).  pydb_gc_collect() always counts one.  A step
+ * that comes back at once with more to do (turned away: the writer
+ * lock busy) is followed by a GC_BACKOFF_MS pause, not a spin.
  *
  * Locks, in the order they may be taken:
  *   ctl   serialises what starts and stops the thread (set_policy, close,
@@ -41,6 +46,14 @@
  * garbage keeps it set, so its release is noticed at the next tick).
  * pydb__gc_met() looks at `pending` (and at the header's latest commit)
  * first: a reader pays two atomic loads when there is nothing to do.
+ *
+ * Share.  While commits go on, a pass of the thread works at most
+ * GC_BUSY_SLICE_MS (50 ms) and the next starts GC_BUSY_GAP_MS (100 ms)
+ * later (the jobs resume where they stopped: the index's merge and the
+ * compaction keep their state between steps), so the collector takes
+ * about a third of one core and leaves the writer lock to the writers;
+ * once idle it runs to the end.  (A nice value for the thread was tried
+ * and dropped: on a loaded machine it starved the idle collection.)
  *
  * fork().  Only the forking thread survives in the child: a
  * pthread_atfork() child handler walks the global list of collectors
@@ -69,6 +82,10 @@
 #define GC_TICK_MS 200         /* the thread's timer                       */
 #define GC_IDLE_MS 500         /* no commit for this long: idle            */
 #define GC_THREAD_LOCK_MS 100  /* the thread's wait for the writer lock    */
+#define GC_BUSY_SLICE_MS 50    /* busy: a pass of the thread works this long */
+#define GC_BUSY_GAP_MS 100     /* busy: then waits this long               */
+#define GC_QUICK_STEP_NS 100000 /* a step back this fast with more to do  */
+#define GC_BACKOFF_MS 1        /* ... is followed by this pause            */
 
 struct pydb_gc {
     pydb_db *db;
@@ -248,6 +265,7 @@ static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
         memset(&r, 0, sizeof r);
         rc = db->hook.collect(db->hook.ctx, db, budget, &imore, &r, err);
         report_add(rep, &r);
+        if (r.postings || r.segments) *worked = 1;
         if (rc) return rc;
         if (imore) {
             *more = 1;
@@ -301,24 +319,49 @@ static int stop_requested(pydb_gc *g)
     return s;
 }
 
-/* One collection by the thread: steps until nothing is left, the step
- * lock released between steps (readers and collect() get their turn),
- * stopping early when asked to stop or when the policy no longer wants a
- * thread. */
+/* A step that came back at once with more to do was most likely turned
+ * away (the writer lock busy, another collector of the index in another
+ * handle): pause a little rather than spin on it. */
+static void backoff(int64_t started, int more)
+{
+    struct timespec ts = {0, GC_BACKOFF_MS * 1000000L};
+    if (more && now_ns(CLOCK_MONOTONIC) - started < GC_QUICK_STEP_NS)
+        nanosleep(&ts, NULL);
+}
+
+/* Whether a report holds anything reclaimed. */
+static int reclaimed(const pydb_gc_report *r)
+{
+    return r->versions || r->postings || r->segments || r->compactions;
+}
+
+/* One pass of the thread: steps until nothing is left, the step lock
+ * released between steps (readers and collect() get their turn),
+ * stopping early when asked to stop.  While commits go on (not idle) a
+ * pass ends after GC_BUSY_SLICE_MS of work (the jobs resume where they
+ * stopped), so that the collector takes a bounded share of the machine
+ * and of the writer lock from the writers.  A pass that ends with
+ * nothing more to do, or that reclaimed something, counts as a
+ * collection. */
 static void thread_collect(pydb_gc *g)
 {
     pydb_gc_report rep;
     pydb_error err;
     int idle = is_idle(g), more = 1, rc = PYDB_OK, worked = 0;
+    int64_t slice_end = now_ns(CLOCK_MONOTONIC) +
+                        (int64_t)GC_BUSY_SLICE_MS * 1000000;
 
     memset(&rep, 0, sizeof rep);
     while (more) {
         if (stop_requested(g)) return;
+        if (!idle && now_ns(CLOCK_MONOTONIC) >= slice_end) break;
+        int64_t t0 = now_ns(CLOCK_MONOTONIC);
         pthread_mutex_lock(&g->step);
         memset(&err, 0, sizeof err);
         rc = step(g, GC_THREAD_BUDGET, idle, GC_THREAD_LOCK_MS, &more,
                   &worked, &rep, &err);
         pthread_mutex_unlock(&g->step);
+        if (rc == PYDB_OK) backoff(t0, more);
         if (rc) {
             /* ELOCKED: the writer was busy; try at the next wake-up.  Any
              * other failure is kept as the last error. */
@@ -326,22 +369,28 @@ static void thread_collect(pydb_gc *g)
             return;
         }
     }
-    if (worked) {
+    if ((worked && !more) || reclaimed(&rep)) {
         rep.pinned = left_pinned(g);
         record(g, PYDB_OK, &rep, NULL);
     }
-    maybe_settle(g, idle);
+    if (!more) maybe_settle(g, idle);
 }
 
 static void *gc_thread(void *arg)
 {
     pydb_gc *g = arg;
+    int64_t next_pass = 0;   /* busy: no pass before this time */
     for (;;) {
         struct timespec ts;
-        int64_t t;
+        int64_t t = now_ns(CLOCK_MONOTONIC) + (int64_t)GC_TICK_MS * 1000000;
+        int pending = __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE);
         pthread_mutex_lock(&g->mu);
+        if (pending && next_pass > now_ns(CLOCK_MONOTONIC) &&
+            next_pass < t) {
+            t = next_pass;   /* the gap after a busy pass ends first */
+            g->wake = 0;     /* commits meanwhile: the pass will see them */
+        }
         if (!g->stop && !g->wake) {
-            t = now_ns(CLOCK_MONOTONIC) + (int64_t)GC_TICK_MS * 1000000;
             ts.tv_sec = t / 1000000000;
             ts.tv_nsec = t % 1000000000;
             pthread_cond_timedwait(&g->cond, &g->mu, &ts);
@@ -353,7 +402,11 @@ static void *gc_thread(void *arg)
         }
         pthread_mutex_unlock(&g->mu);
         observe_commit(g);
-        if (__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) thread_collect(g);
+        if (!__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) continue;
+        if (!is_idle(g) && now_ns(CLOCK_MONOTONIC) < next_pass) continue;
+        thread_collect(g);
+        next_pass = is_idle(g) ? 0 : now_ns(CLOCK_MONOTONIC) +
+                                         (int64_t)GC_BUSY_GAP_MS * 1000000;
     }
     return NULL;
 }
@@ -408,6 +461,8 @@ static void thread_stop(pydb_gc *g)
 
 /* ------------------------------------------------------------ gc.h */
 
+static const pydb_gc_ops gc_ops;   /* the listeners, defined below */
+
 int pydb__gc_open(pydb_db *db, pydb_error *err)
 {
     pydb_gc *g;
@@ -431,6 +486,7 @@ int pydb__gc_open(pydb_db *db, pydb_error *err)
     gc_list = g;
     pthread_mutex_unlock(&gc_list_mutex);
     db->gc = g;
+    __atomic_store_n(&db->gc_ops, &gc_ops, __ATOMIC_RELEASE);
     if (wants_thread(g, policy)) {
         pthread_mutex_lock(&g->ctl);
         rc = thread_start(g, err);
@@ -447,6 +503,8 @@ void pydb__gc_close(pydb_db *db)
 {
     pydb_gc *g = db->gc;
     if (!g) return;
+    /* the collector's own last commits find no listener */
+    __atomic_store_n(&db->gc_ops, NULL, __ATOMIC_RELEASE);
     pthread_mutex_lock(&g->ctl);
     thread_stop(g);
     pthread_mutex_unlock(&g->ctl);
@@ -464,7 +522,7 @@ void pydb__gc_close(pydb_db *db)
     db->gc = NULL;
 }
 
-void pydb__gc_notify(pydb_db *db)
+static void gc_notify(pydb_db *db)
 {
     pydb_gc *g = db->gc;
     int policy, restart;
@@ -491,7 +549,7 @@ void pydb__gc_notify(pydb_db *db)
     }
 }
 
-void pydb__gc_met(pydb_db *db)
+static void gc_met(pydb_db *db)
 {
     pydb_gc *g = db->gc;
     pydb_gc_report rep;
@@ -523,23 +581,27 @@ void pydb__gc_met(pydb_db *db)
         if (rc != PYDB_ELOCKED) record(g, rc, NULL, &err);
         return;
     }
-    /* a collection ends with the step that leaves nothing more */
-    if (worked && !more) {
+    /* readers drive it, so it may never reach its end (nobody meets the
+     * last of the garbage): a step that reclaimed something counts as a
+     * collection, and so does one that leaves nothing more */
+    if ((worked && !more) || reclaimed(&rep)) {
         rep.pinned = left_pinned(g);
         record(g, PYDB_OK, &rep, NULL);
     }
     if (!more) maybe_settle(g, idle);
 }
 
-void pydb__gc_pause(pydb_db *db)
+static void gc_pause(pydb_db *db)
 {
     if (db->gc) pthread_mutex_lock(&db->gc->step);
 }
 
-void pydb__gc_resume(pydb_db *db)
+static void gc_resume(pydb_db *db)
 {
     if (db->gc) pthread_mutex_unlock(&db->gc->step);
 }
+
+static const pydb_gc_ops gc_ops = {gc_notify, gc_met, gc_pause, gc_resume};
 
 /* ------------------------------------------------------------ pydb.h */
 
@@ -596,13 +658,15 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
     memset(&rep, 0, sizeof rep);
     observe_commit(g);
     while (more) {
-        int64_t left = (deadline - now_ns(CLOCK_MONOTONIC)) / 1000000;
+        int64_t t0 = now_ns(CLOCK_MONOTONIC);
+        int64_t left = (deadline - t0) / 1000000;
         if (left < 0) left = 0;
         pthread_mutex_lock(&g->step);
         rc = step(g, GC_THREAD_BUDGET, 1, (int)left, &more, &worked, &rep,
                   err);
         pthread_mutex_unlock(&g->step);
         if (rc) break;
+        backoff(t0, more);
         if (more && now_ns(CLOCK_MONOTONIC) >= deadline) {
             rc = PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
                             "the collection did not finish within %d ms",
@@ -626,7 +690,7 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
 
 void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
                          double *last_time, pydb_gc_report *last,
-                         char *last_error, size_t cap)
+                         char *last_error, size_t cap, int *pending)
 {
     pydb_gc *g = db->gc;
     if (!g) {
@@ -634,8 +698,10 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
         *last_time = 0;
         memset(last, 0, sizeof *last);
         if (cap) last_error[0] = '\0';
+        *pending = 0;
         return;
     }
+    *pending = __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&g->mu);
     *collections = g->collections;
     *last_time = g->last_time;
@@ -644,13 +710,3 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
     pthread_mutex_unlock(&g->mu);
 }
 
-int pydb__gc_thread_running(const pydb_db *db)
-{
-    pydb_gc *g = db->gc;
-    int on;
-    if (!g) return 0;
-    pthread_mutex_lock(&g->mu);
-    on = g->thread_on;
-    pthread_mutex_unlock(&g->mu);
-    return on;
-}

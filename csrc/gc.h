@@ -28,29 +28,16 @@ typedef struct pydb_gc pydb_gc;
 int pydb__gc_open(pydb_db *db, pydb_error *err);
 /* At close, before the handle's files go: stops and joins the thread. */
 void pydb__gc_close(pydb_db *db);
-/* After a commit was published (txn.c), on the committing thread: wakes
- * the collector thread.  Cheap, never blocks on the collector. */
-void pydb__gc_notify(pydb_db *db);
-/* A reader met garbage (a record with back versions, a posting list
- * with dead postings): with a cooperative policy it does one small step
- * if no other step is running (else wakes the thread, if any).  Never
- * waits.  No Python, any thread, the GIL released or not. */
-void pydb__gc_met(pydb_db *db);
-
-/* Wait for the step in progress, if any, and hold off the next (the step
- * lock): pydb_set_commit_hook() swaps the hook between the two, since a
- * step calls db->hook.collect; stat.c calls db->hook.garbage between
- * them too.  Never call from inside a step. */
-void pydb__gc_pause(pydb_db *db);
-void pydb__gc_resume(pydb_db *db);
+/* pydb__gc_open installs the collector's listeners in db->gc_ops
+ * (pydb_int.h: pydb__gc_notify, _met, _pause, _resume), through which
+ * the layers below signal it. */
 
 /* The handle's record (stat.c): collections completed, the Unix time of
  * the last (0: none), what it did, the last failed step's message ("":
- * none) into last_error[cap]. */
+ * none) into last_error[cap], and whether work may be pending
+ * (pydb_stat.gc_pending). */
 void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
                          double *last_time, pydb_gc_report *last,
-                         char *last_error, size_t cap);
-/* 1 while the handle's collector thread runs (tests). */
-int pydb__gc_thread_running(const pydb_db *db);
+                         char *last_error, size_t cap, int *pending);
 
 #endif /* PYDB_GC_H */

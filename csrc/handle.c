@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
+#include "compact.h"
 #include "gc.h"
 #include "shm.h"
 #include "wal.h"
@@ -40,9 +41,11 @@ static void file_init(pydb_file *f)
     f->dfd = -1;
 }
 
-static void file_close(pydb_file *f)
+static void file_close(pydb_file *f, size_t region)
 {
-    if (f->map) munmap((void *)f->map, f->map_len);
+    /* after a switch of the file pair map_len is what the new file
+     * covers; the mapping still reserves the whole region */
+    if (f->map) munmap((void *)f->map, region ? region : f->map_len);
     if (f->fd >= 0) pydb__vfs->close(f->fd);
     if (f->dfd >= 0) pydb__vfs->close(f->dfd);
     file_init(f);
@@ -234,6 +237,48 @@ static int read_control(pydb_db *db, pydb_error *err)
     return PYDB_OK;
 }
 
+/* Open the .mst/.xrf pair in the handle's I/O mode, as one pair: a
+ * compaction renames new files over both (docs/gc-notes-mst.md), so the
+ * two opened must be the files the names hold now, with no swap marker,
+ * and the header's file generation the same before and after: the
+ * handle reads generation fseq / 2. */
+static int open_pair(pydb_db *db, const char *mst, const char *xrf, int io,
+                     pydb_error *err)
+{
+    char nm[1200], nx[1200], mk[1200];
+    int writable = (db->flags & PYDB_OPEN_WRITE) != 0, rc;
+    struct stat a, b, m;
+
+    if (db->shm && pydb__shm_valid(db->shm))
+        db->gen_word = pydb__shm_gen_word(db->shm);
+    if (pydb__swap_names(nm, nx, mk, sizeof nm, mst, xrf) != 0) mk[0] = 0;
+    for (int tries = 0;; tries++) {
+        uint64_t g1 = pydb__header_gen(db);
+        rc = file_open(&db->mst, mst, io, writable, err);
+        if (rc == PYDB_OK) rc = file_open(&db->xrf, xrf, io, writable, err);
+        if (rc == PYDB_OK) {
+            int pair = fstat(db->mst.fd, &a) == 0 && stat(mst, &m) == 0 &&
+                       a.st_ino == m.st_ino && a.st_dev == m.st_dev &&
+                       fstat(db->xrf.fd, &b) == 0 && stat(xrf, &m) == 0 &&
+                       b.st_ino == m.st_ino && b.st_dev == m.st_dev &&
+                       (!mk[0] || stat(mk, &m) != 0) &&
+                       pydb__header_gen(db) == g1;
+            /* a marker that stays (its writer died, and this handle
+             * could not finish the swap): take the pair as it is */
+            if (pair || tries >= 3000) {
+                db->fseq = g1 * 2;
+                db->mst_region = db->mst.map ? db->mst.map_len : 0;
+                db->xrf_region = db->xrf.map ? db->xrf.map_len : 0;
+                return PYDB_OK;
+            }
+        }
+        file_close(&db->mst, 0);
+        file_close(&db->xrf, 0);
+        if (rc) return rc;
+        usleep(1000);   /* a swap renames the files: milliseconds */
+    }
+}
+
 int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
               pydb_error *err)
 {
@@ -261,7 +306,16 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     pthread_mutex_init(&db->mutex, NULL);
     pthread_mutex_init(&db->vmutex, NULL);
     pthread_mutex_init(&db->wmutex, NULL);
+    pthread_mutex_init(&db->smutex, NULL);
+    for (int i = 0; i < 4; i++) db->retired[i] = -1;
     pthread_cond_init(&db->wcond, NULL);
+    /* The commit header (NULL: files mode; docs/architecture.md,
+     * "Committed state"), first: recovery may finish a compaction's swap
+     * and publish the new files' state in it. */
+    pydb__shm_path(db->shm_path, sizeof db->shm_path, base, mst);
+    rc = pydb__shm_open(&db->shm, db->shm_path, mst,
+                        db->flags & PYDB_OPEN_WRITE, err);
+    if (rc) goto cleanup;
     if (db->flags & PYDB_OPEN_WRITE) {
         /* Recovery first: it may rewrite the files before they are read. */
         rc = file_open(&db->mst, mst, PYDB_IO_PREAD, 1, err);
@@ -271,21 +325,13 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
         rc = pydb__wal_open(db, base, err);
         if (rc) goto cleanup;
         /* Reopen with the handle's I/O mode (sizes after recovery). */
-        file_close(&db->mst);
-        file_close(&db->xrf);
+        file_close(&db->mst, 0);
+        file_close(&db->xrf, 0);
     } else {
         rc = pydb__wal_recover_readonly(base, mst, xrf, err);
         if (rc) goto cleanup;
     }
-    rc = file_open(&db->mst, mst, io, db->flags & PYDB_OPEN_WRITE, err);
-    if (rc) goto cleanup;
-    rc = file_open(&db->xrf, xrf, io, db->flags & PYDB_OPEN_WRITE, err);
-    if (rc) goto cleanup;
-    /* The commit header (NULL: files mode; docs/architecture.md,
-     * "Committed state"). */
-    pydb__shm_path(db->shm_path, sizeof db->shm_path, base, mst);
-    rc = pydb__shm_open(&db->shm, db->shm_path, mst,
-                        db->flags & PYDB_OPEN_WRITE, err);
+    rc = open_pair(db, mst, xrf, io, err);
     if (rc) goto cleanup;
     rc = read_control(db, err);
     if (rc) goto cleanup;
@@ -321,10 +367,13 @@ void pydb_close(pydb_db *db)
     if (!db) return;
     pydb__gc_close(db);   /* the collector first: it uses the files */
     pydb__wal_close(db);
+    pydb__compact_abort(db);   /* a job in progress: its files go */
     pydb__shm_close(db->shm);
-    file_close(&db->mst);
-    file_close(&db->xrf);
+    pydb__files_retired_close(db);
+    file_close(&db->mst, db->mst_region);
+    file_close(&db->xrf, db->xrf_region);
     pthread_mutex_destroy(&db->mutex);
+    pthread_mutex_destroy(&db->smutex);
     pthread_mutex_destroy(&db->vmutex);
     pthread_mutex_destroy(&db->wmutex);
     pthread_cond_destroy(&db->wcond);

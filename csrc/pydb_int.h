@@ -163,7 +163,66 @@ struct pydb_db {
     char shm_path[1100];
     pydb_commit_hook hook;   /* hook.prepare == NULL: none                 */
     struct pydb_gc *gc;      /* the collector (gc.c); NULL until open ends */
+    const struct pydb_gc_ops *gc_ops; /* its listeners (below), set at open */
+    /* ---- master file generation (read.c; docs/gc-notes-mst.md) ---- */
+    uint64_t fseq;           /* atomic: 2 x the generation of the .mst/.xrf
+                                pair the handle reads, + 1 while it
+                                switches to a newer pair (a compaction
+                                replaced the files): reads retry when it
+                                moved during them                         */
+    const uint64_t *gen_word; /* atomic: the header's file-generation word
+                                (shm.h offset 336), or NULL              */
+    pthread_mutex_t smutex;  /* serialises switches of the file pair      */
+    int retired[4];          /* fds of the pair before the last switch
+                                (.mst fd, dfd, .xrf fd, dfd; -1 none): a
+                                late pread may still use them; closed at
+                                the next switch or at close (smutex)     */
+    size_t mst_region, xrf_region; /* bytes the mappings reserve (mmap
+                                mode; constant while the handle is open) */
+    struct pydb_compact *compact; /* the compaction job (compact.c)      */
 };
+
+/* The collector's listeners (gc.c installs them when it opens, before
+ * the handle is shared).  The layers below the collector (txn.c, read.c,
+ * the native index) signal through them instead of linking to gc.c,
+ * which calls down into them (tools/linkgraph.py: no cycles). */
+typedef struct pydb_gc_ops {
+    void (*notify)(pydb_db *db);  /* a commit was published              */
+    void (*met)(pydb_db *db);     /* a reader met garbage                */
+    void (*pause)(pydb_db *db);   /* wait for a step, hold off the next  */
+    void (*resume)(pydb_db *db);
+} pydb_gc_ops;
+
+/* After a commit was published, on the committing thread: wakes the
+ * collector.  Cheap, never blocks on it. */
+static inline void pydb__gc_notify(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->notify(db);
+}
+/* A reader met garbage (a record with back versions, a posting list
+ * with dead postings): with a cooperative policy it does one small step
+ * if no other step is running (else wakes the thread, if any).  Never
+ * waits.  No Python, any thread, the GIL released or not. */
+static inline void pydb__gc_met(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->met(db);
+}
+/* Wait for the step in progress, if any, and hold off the next:
+ * pydb_set_commit_hook() swaps the hook between the two (a step calls
+ * db->hook.collect), stat.c calls db->hook.garbage between them.  Never
+ * from inside a step. */
+static inline void pydb__gc_pause(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->pause(db);
+}
+static inline void pydb__gc_resume(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->resume(db);
+}
 
 /* A committed state: what one commit left in the files (shm.h publishes
  * it; docs/architecture.md, "Committed state").  Versions at or after mst_end were written by
@@ -242,6 +301,28 @@ void pydb__header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
 int pydb__header_sync(pydb_db *db, const pydb_ctl *c, pydb_error *err);
 /* pydb__header_sync() with the control record read now. */
 int pydb__header_sync_files(pydb_db *db, pydb_error *err);
+
+/* ---- the file pair's generation (read.c; docs/gc-notes-mst.md) ---- */
+
+/* Bring the handle to the file pair of the latest generation the header
+ * announces (a compaction replaced the files): opens the paths again and
+ * checks they are one pair (no swap marker, fstat = stat).  0 or a PYDB
+ * error (the handle keeps its files). */
+int pydb__files_sync(pydb_db *db, pydb_error *err);
+/* Close the fds the last switch retired (at close). */
+void pydb__files_retired_close(pydb_db *db);
+/* The generation of the handle's files. */
+static inline uint64_t pydb__files_gen(const pydb_db *db)
+{
+    return __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE) >> 1;
+}
+/* The generation the header announces (the latest state's file_gen;
+ * 0 without a usable header). */
+uint64_t pydb__header_gen(pydb_db *db);
+/* Names beside the master file: the compaction's new files and its swap
+ * marker (docs/gc-notes-mst.md). */
+#define PYDB_COMPACT_SUFFIX "-compact"
+#define PYDB_SWAP_SUFFIX "-swap"
 
 /* ---- transactions (txn.c) ---- */
 

@@ -28,15 +28,21 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
+#include "gc.h"
 #include "shm.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define SCAN_BLOCKS 64
 #define NEED_STATE 1   /* xrf_get on a floor: the latest state is needed */
+#define NEED_SWITCH 2  /* the state is of newer files than the handle's  */
 
 /* -------------------------------------------------------- sequence lock */
 
@@ -107,6 +113,7 @@ static int resolve(pydb_xrf_entry *e, pydb_db *db, const pydb_state *st,
     if (rc == PYDB_ECORRUPT && lenient) return PYDB_OK;
     if (rc) return rc;
     if (vis != e->offset) {
+        pydb__gc_met(db);   /* a reader walked a version chain */
         e->offset = vis;
         e->state = status == 1 ? PYDB_XRF_LDELETED : PYDB_XRF_ACTIVE;
     }
@@ -132,6 +139,241 @@ static int file_read(const pydb_file *f, int io, void *buf, size_t n,
 {
     if (nowait) return pydb__file_read_nowait(f, io, buf, n, off, what, err);
     return pydb__file_read(f, io, buf, n, off, what, err);
+}
+
+/* ----------------------------------------- the file pair's generation */
+
+/* docs/gc-notes-mst.md.  A compaction (compact.c) replaces the .mst/.xrf
+ * pair by renames and publishes a state of the next file generation.  A
+ * handle reads one pair at a time: fseq is twice its generation (odd
+ * while files_switch() installs a newer pair).  Every read takes fseq
+ * first (files_begin: also one load of the header's generation word, to
+ * notice a compaction) and retries when it moved before the read ended
+ * (files_moved): a read that overlapped a switch may have read bytes of
+ * either pair, and is done again on the new one. */
+
+uint64_t pydb__header_gen(pydb_db *db)
+{
+    pydb_shm *shm = pydb__db_shm(db);
+    pydb_state st;
+    uint64_t w;
+    if (!shm || !pydb__shm_valid(shm)) return 0;
+    w = pydb__shm_file_gen(shm);
+    if (pydb__shm_state(&st, shm) == 0 && st.file_gen > w) w = st.file_gen;
+    return w;
+}
+
+static int files_begin(uint64_t *fs, pydb_db *db, int nowait,
+                       pydb_error *err)
+{
+    for (int synced = 0;; synced = 1) {
+        uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
+        const uint64_t *w = __atomic_load_n(&db->gen_word, __ATOMIC_RELAXED);
+        int rc;
+        /* even: no switch in progress (a read that began during one could
+         * end before it does, unnoticed); after one sync a generation
+         * word that still differs (a writer died between publishing the
+         * state and the word) is left to the state checks */
+        if (!(s & 1) &&
+            (synced || !w || __atomic_load_n(w, __ATOMIC_RELAXED) == s >> 1)) {
+            *fs = s;
+            return PYDB_OK;
+        }
+        if (nowait) return PYDB_EWOULDBLOCK;
+        rc = pydb__files_sync(db, err);   /* waits for a switch in progress */
+        if (rc) return rc;
+    }
+}
+
+static inline int files_moved(const pydb_db *db, uint64_t fs)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&db->fseq, __ATOMIC_RELAXED) != fs;
+}
+
+/* *st made readable through the handle's files of generation `gen`: a
+ * header state of an older generation is the commit the last compaction
+ * replaced, which reads on in the state that compaction published (the
+ * same records, in the new files).  0, or -1 if it cannot be. */
+static int state_in(pydb_state *out, pydb_db *db, const pydb_state *st,
+                    uint64_t gen)
+{
+    uint64_t from;
+    pydb_state after;
+    *out = *st;
+    if (st->commit == 0 || st->commit == PYDB__STATE_FLOOR ||
+        st->file_gen == gen)
+        return 0;
+    if (pydb__shm_swap_get(pydb__db_shm(db), &from, &after) == 0 &&
+        from == st->commit && after.file_gen == gen) {
+        *out = after;
+        return 0;
+    }
+    return -1;
+}
+
+/* Open one database file of the new pair like handle.c's file_open
+ * (without the mapping): its fd and size. */
+static int pair_open(int *fd, int64_t *size, const char *path, int writable)
+{
+    struct stat st;
+    *fd = pydb__vfs->open(path, writable ? O_RDWR : O_RDONLY, 0);
+    if (*fd < 0) return -1;
+    if (fstat(*fd, &st) != 0) {
+        pydb__vfs->close(*fd);
+        *fd = -1;
+        return -1;
+    }
+    *size = (int64_t)st.st_size;
+    return 0;
+}
+
+/* Whether fd is the file now named path. */
+static int same_file(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+static int marker_exists(const pydb_db *db)
+{
+    char m[1200];
+    struct stat st;
+    snprintf(m, sizeof m, "%s%s", db->mst.path, PYDB_SWAP_SUFFIX);
+    return stat(m, &st) == 0;
+}
+
+/* Install fd (size bytes) as file f of the handle (fseq odd).  The
+ * mapping keeps its address: the whole region first becomes anonymous
+ * zeros (a read still copying from it gets zeros, never a fault), then
+ * the new file is mapped over the pages below its end only (a page past
+ * the end of a file would raise SIGBUS); reads past map_len use pread.
+ * The old fds go to retired[0..1]: a read that loaded them a moment ago
+ * may still be in pread on them (it retries: fseq moved); they are
+ * closed at the next switch or at close (one generation retired). */
+static void file_install(pydb_file *f, size_t region, int fd, int64_t size,
+                         int retired[2])
+{
+    int old = f->fd, oldd = f->dfd;
+    if (f->map && region) {
+        long page = sysconf(_SC_PAGESIZE);
+        size_t len = (size_t)((size + page - 1) / page * page);
+        if (len > region) len = region;
+        __atomic_store_n(&f->map_len, 0, __ATOMIC_RELEASE);
+        mmap((void *)f->map, region, PROT_READ,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (len > 0 &&
+            mmap((void *)f->map, len, PROT_READ, MAP_SHARED | MAP_FIXED, fd,
+                 0) == MAP_FAILED) {
+            mmap((void *)f->map, region, PROT_READ,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            len = 0;
+        }
+        __atomic_store_n(&f->map_len, len, __ATOMIC_RELEASE);
+    }
+    if (oldd >= 0) {
+        int nd = pydb__vfs->open(f->path, O_RDONLY | O_DIRECT, 0);
+        __atomic_store_n(&f->dfd, nd, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&f->fd, fd, __ATOMIC_RELEASE);
+    __atomic_store_n(&f->size, size, __ATOMIC_RELEASE);
+    retired[0] = old;
+    retired[1] = oldd;
+}
+
+void pydb__files_retired_close(pydb_db *db)
+{
+    for (int i = 0; i < 4; i++) {
+        if (db->retired[i] >= 0) pydb__vfs->close(db->retired[i]);
+        db->retired[i] = -1;
+    }
+}
+
+/* Set the handle's view to st (it may go back: new files). */
+static void view_reset(pydb_db *db, const pydb_state *st)
+{
+    pthread_mutex_lock(&db->vmutex);
+    __atomic_add_fetch(&db->vseq, 1, __ATOMIC_ACQ_REL);   /* odd */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&db->next_block, st->next_block, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->next_pos, st->next_pos, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->reccnt, st->reccnt, __ATOMIC_RELAXED);
+    __atomic_store_n(&db->view_end, pydb__ctl_end(st->next_block,
+                                                  st->next_pos),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&db->next_mfn, st->next_mfn, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&db->vseq, 1, __ATOMIC_RELEASE);   /* even */
+    pthread_mutex_unlock(&db->vmutex);
+}
+
+static int peek_control(pydb_db *db, pydb_ctl *c);
+
+int pydb__files_sync(pydb_db *db, pydb_error *err)
+{
+    int writable = (db->flags & PYDB_OPEN_WRITE) != 0;
+    int rc = PYDB_OK;
+
+    pthread_mutex_lock(&db->smutex);
+    for (int tries = 0;; tries++) {
+        uint64_t g1 = pydb__header_gen(db), g2;
+        int mfd = -1, xfd = -1;
+        int64_t msize = 0, xsize = 0;
+        pydb_state st;
+        pydb_ctl c;
+
+        if (g1 == pydb__files_gen(db)) break;
+        if (tries >= 2000) {
+            rc = PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                            "the master file is being replaced (a "
+                            "compaction's swap marker %s%s stays)",
+                            db->mst.path, PYDB_SWAP_SUFFIX);
+            break;
+        }
+        if (pair_open(&mfd, &msize, db->mst.path, writable) == 0 &&
+            pair_open(&xfd, &xsize, db->xrf.path, writable) == 0 &&
+            !marker_exists(db) && same_file(mfd, db->mst.path) &&
+            same_file(xfd, db->xrf.path) &&
+            (g2 = pydb__header_gen(db)) == g1) {
+            uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_RELAXED);
+            struct stat ms, xs;
+            /* the header's state of the new files first, their sizes
+             * after it: they hold at least what the state announces */
+            int have = pydb__shm_state(&st, pydb__db_shm(db)) == 0 &&
+                       st.file_gen == g1;
+            if (fstat(mfd, &ms) == 0 && (int64_t)ms.st_size > msize)
+                msize = (int64_t)ms.st_size;
+            if (fstat(xfd, &xs) == 0 && (int64_t)xs.st_size > xsize)
+                xsize = (int64_t)xs.st_size;
+            __atomic_store_n(&db->fseq, s | 1, __ATOMIC_RELEASE);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            /* the generation retired at the last switch: no read can
+             * still be using it (it retried long ago) */
+            pydb__files_retired_close(db);
+            file_install(&db->mst, db->mst_region, mfd, msize, db->retired);
+            file_install(&db->xrf, db->xrf_region, xfd, xsize,
+                         db->retired + 2);
+            /* the view of the new files: the header's state of them, or
+             * their control record */
+            if (have) {
+                view_reset(db, &st);
+            } else if (peek_control(db, &c) == 0 && pydb__ctl_sane(&c)) {
+                memset(&st, 0, sizeof st);
+                st.next_mfn = c.next_mfn;
+                st.next_block = c.next_block;
+                st.next_pos = c.next_pos;
+                st.reccnt = c.reccnt;
+                view_reset(db, &st);
+            }
+            __atomic_store_n(&db->fseq, g1 * 2, __ATOMIC_RELEASE);
+            break;
+        }
+        if (mfd >= 0) pydb__vfs->close(mfd);
+        if (xfd >= 0) pydb__vfs->close(xfd);
+        usleep(1000);   /* a swap is renaming the files: milliseconds */
+    }
+    pthread_mutex_unlock(&db->smutex);
+    return rc;
 }
 
 /* ------------------------------------------------------ committed state */
@@ -175,6 +417,7 @@ static void view_copy(pydb_state *st, const pydb_db *db)
     st->mst_size = pydb__fsize(&db->mst);
     st->xrf_size = pydb__fsize(&db->xrf);
     st->index_gen = 0;
+    st->file_gen = pydb__files_gen(db);
 }
 
 /* The handle's commit header if reads may trust it, else NULL. */
@@ -189,6 +432,8 @@ int pydb__state_header(pydb_state *st, pydb_db *db)
 {
     pydb_shm *shm = header_of(db);
     if (!shm || pydb__shm_state(st, shm) != 0) return -1;
+    /* a state of other files: the caller switches first (files_sync) */
+    if (st->file_gen != pydb__files_gen(db)) return 0;
     /* What the header announces must be in the files before reads (the
      * mapping too) go that far: fstat, once per growth. */
     if (st->mst_size > pydb__fsize(&db->mst) ||
@@ -346,18 +591,32 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
     return resolve(out, db, st, mfn, where, 0, err);
 }
 
+static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
+                       const pydb_state *st, int32_t mfn, pydb_error *err);
+
 int pydb__xrf_get_in(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
                      int32_t mfn, pydb_error *err)
 {
-    return xrf_get(out, db, st, mfn, err, 0);
+    return read_in_gen(NULL, out, db, st, mfn, err);
 }
 
 int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
                  pydb_error *err)
 {
-    pydb_state st;
-    state_for(&st, db, mfn, 0);
-    return xrf_get(out, db, &st, mfn, err, 0);
+    for (;;) {
+        pydb_state st;
+        uint64_t fs;
+        int rc = files_begin(&fs, db, 0, err);
+        if (rc) return rc;
+        state_for(&st, db, mfn, 0);
+        if (st.commit != 0 && st.file_gen != fs >> 1) {
+            rc = pydb__files_sync(db, err);
+            if (rc) return rc;
+            continue;
+        }
+        rc = xrf_get(out, db, &st, mfn, err, 0);
+        if (!files_moved(db, fs)) return rc;
+    }
 }
 
 /* ------------------------------------------------------------- records */
@@ -436,17 +695,53 @@ cleanup:
     return rc;
 }
 
+/* A read as of *st through the handle's files, retried when a switch of
+ * the file pair overlapped it (st translated to the new files: state_in). */
+static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
+                       const pydb_state *st, int32_t mfn, pydb_error *err)
+{
+    for (;;) {
+        pydb_state cur;
+        uint64_t fs;
+        int rc = files_begin(&fs, db, 0, err);
+        if (rc) return rc;
+        if (state_in(&cur, db, st, fs >> 1) != 0) {
+            if (st->file_gen > fs >> 1) {
+                rc = pydb__files_sync(db, err);
+                if (rc) return rc;
+                if (pydb__files_gen(db) < st->file_gen)
+                    return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                                      "cannot open the master file of "
+                                      "generation %llu",
+                                      (unsigned long long)st->file_gen);
+                continue;
+            }
+            return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                              "the master file of commit %llu was replaced "
+                              "by a compaction",
+                              (unsigned long long)st->commit);
+        }
+        if (rec) rc = read_in(rec, db, &cur, mfn, err, 0);
+        else rc = xrf_get(xe, db, &cur, mfn, err, 0);
+        if (!files_moved(db, fs)) return rc;
+        if (st->commit == 0 || st->commit == PYDB__STATE_FLOOR)
+            return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                              "the master file was replaced during the "
+                              "read");
+    }
+}
+
 int pydb__read_in(pydb_record **rec, pydb_db *db, const pydb_state *st,
                   int32_t mfn, pydb_error *err)
 {
-    return read_in(rec, db, st, mfn, err, 0);
+    return read_in_gen(rec, NULL, db, st, mfn, err);
 }
 
 /* A plain read: first against the floor of the latest state (no state
  * to copy: the common case), then, when the record lies beyond it,
  * against the latest state itself. */
-static int read_latest(pydb_record **rec, pydb_db *db, int32_t mfn,
-                       pydb_error *err, int nowait)
+static int read_latest_once(pydb_record **rec, pydb_db *db, int32_t mfn,
+                            pydb_error *err, int nowait, uint64_t fs)
 {
     pydb_state st;
     int rc = NEED_STATE;
@@ -456,7 +751,31 @@ static int read_latest(pydb_record **rec, pydb_db *db, int32_t mfn,
     if (rc != NEED_STATE) return rc;
     rc = state_for(&st, db, mfn, nowait);
     if (rc) return rc;
+    if (st.commit != 0 && st.file_gen != fs >> 1) return NEED_SWITCH;
     return read_in(rec, db, &st, mfn, err, nowait);
+}
+
+/* A plain read, retried when the handle switched to a new file pair
+ * during it (files_begin / files_moved). */
+static int read_latest(pydb_record **rec, pydb_db *db, int32_t mfn,
+                       pydb_error *err, int nowait)
+{
+    for (;;) {
+        uint64_t fs;
+        int rc = files_begin(&fs, db, nowait, err);
+        if (rc) return rc;
+        rc = read_latest_once(rec, db, mfn, err, nowait, fs);
+        if (rc == NEED_SWITCH) {
+            if (nowait) return PYDB_EWOULDBLOCK;
+            rc = pydb__files_sync(db, err);
+            if (rc) return rc;
+            continue;
+        }
+        if (files_moved(db, fs)) continue;
+        if (rc == PYDB_OK && (*rec)->back_offset >= 0)
+            pydb__gc_met(db);   /* a record with a back version */
+        return rc;
+    }
 }
 
 int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
@@ -477,18 +796,45 @@ int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
                  pydb_error *err)
 {
     int rc;
-    if (offset >= pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
-    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
-    rc = read_version(rec, db, mfn, offset, err, 0);
-    if (rc == PYDB_OK) {
-        (*rec)->deleted = (*rec)->status == 1;
-        (*rec)->flags = 0;
-    }
-    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_unlock(&db->mutex);
+    uint64_t fs;
+    do {
+        rc = files_begin(&fs, db, 0, err);
+        if (rc) return rc;
+        if (offset >= pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
+        if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
+        rc = read_version(rec, db, mfn, offset, err, 0);
+        if (rc == PYDB_OK) {
+            (*rec)->deleted = (*rec)->status == 1;
+            (*rec)->flags = 0;
+        }
+        if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_unlock(&db->mutex);
+    } while (files_moved(db, fs));
     return rc;
 }
 
 /* ------------------------------------------------------------ XRF scans */
+
+/* The state a scan reads in after files_begin: st translated to the
+ * handle's files (state_in), or the handle switched to st's newer files
+ * first.  `moved`: the files changed since the scan began (a state of
+ * the files mode or a floor cannot follow them). */
+static int scan_state(pydb_state *cur, uint64_t *fs, pydb_db *db,
+                      const pydb_state *st, int moved, pydb_error *err)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        int rc = files_begin(fs, db, 0, err);
+        if (rc) return rc;
+        if (moved && (st->commit == 0 || st->commit == PYDB__STATE_FLOOR))
+            break;
+        if (state_in(cur, db, st, *fs >> 1) == 0) return PYDB_OK;
+        if (st->file_gen <= *fs >> 1) break;
+        rc = pydb__files_sync(db, err);
+        if (rc) return rc;
+    }
+    return pydb__error_set(err, PYDB_EIO, EAGAIN, db->mst.path, -1, __FILE__,
+                           __LINE__, "the master file was replaced by a "
+                           "compaction during the scan (try again)");
+}
 
 int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
                    pydb__xrf_visit fn, void *ctx, int32_t *stopped_at,
@@ -497,9 +843,14 @@ int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
     uint8_t *buf = NULL;
     int32_t max = st->next_mfn - 1, mfn = from < 1 ? 1 : from;
     int rc = PYDB_OK;
-    uint64_t seq;
+    uint64_t seq, fs;
+    pydb_state cur;
+    const pydb_state *orig = st;
 
     *stopped_at = max + 1;
+    rc = scan_state(&cur, &fs, db, orig, 0, err);
+    if (rc) return rc;
+    st = &cur;
     buf = malloc(SCAN_BLOCKS * PYDB_BLOCK);
     if (!buf)
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for XRF scan");
@@ -527,6 +878,13 @@ int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
                                 mfn, where, err);
                 if (rc == PYDB_OK)
                     rc = resolve(&e, db, st, mfn, where, 1, err);
+                if (files_moved(db, fs)) {
+                    /* new files under the scan: read this MFN's block
+                     * again from them, as of the same records */
+                    rc = scan_state(&cur, &fs, db, orig, 1, err);
+                    if (rc) goto cleanup;
+                    goto next_round;
+                }
                 if (rc) goto cleanup;
                 if (fn(ctx, mfn, &e)) {
                     *stopped_at = mfn + 1;
@@ -534,6 +892,7 @@ int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
                 }
             }
         }
+next_round:;
     }
 cleanup:
     free(buf);
@@ -574,9 +933,15 @@ static void state_fresh(pydb_state *st, pydb_db *db)
 
 int pydb_count(pydb_counts *out, pydb_db *db, pydb_error *err)
 {
-    pydb_state st;
-    state_fresh(&st, db);
-    return count_in(out, db, &st, err);
+    int rc;
+    for (int tries = 0;; tries++) {
+        pydb_state st;
+        state_fresh(&st, db);
+        rc = count_in(out, db, &st, err);
+        /* a compaction replaced the files under it: count again */
+        if (rc != PYDB_EIO || !err || err->sys_errno != EAGAIN || tries > 8)
+            return rc;
+    }
 }
 
 struct list_ctx {
@@ -615,10 +980,15 @@ int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
                    pydb_db *db, int32_t from, int include_deleted,
                    pydb_error *err)
 {
-    pydb_state st;
-    if (from <= 1) state_fresh(&st, db);
-    else pydb__state_now(&st, db);
-    return list_in(mfns, cap, n, next, db, &st, from, include_deleted, err);
+    int rc;
+    for (int tries = 0;; tries++) {
+        pydb_state st;
+        if (from <= 1) state_fresh(&st, db);
+        else pydb__state_now(&st, db);
+        rc = list_in(mfns, cap, n, next, db, &st, from, include_deleted, err);
+        if (rc != PYDB_EIO || !err || err->sys_errno != EAGAIN || tries > 8)
+            return rc;
+    }
 }
 
 /* ------------------------------------------------------------ snapshots */
@@ -645,8 +1015,10 @@ int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
             return rc;
         }
         if (rc == PYDB_OK && s->st.commit != 0) {
-            pydb__fsize_raise(&db->mst, s->st.mst_size);
-            pydb__fsize_raise(&db->xrf, s->st.xrf_size);
+            if (s->st.file_gen == pydb__files_gen(db)) {
+                pydb__fsize_raise(&db->mst, s->st.mst_size);
+                pydb__fsize_raise(&db->xrf, s->st.xrf_size);
+            }
             *out = s;
             return PYDB_OK;
         }
@@ -680,13 +1052,13 @@ void pydb_snapshot_info_get(pydb_snapshot_info *o, const pydb_snapshot *snap)
 int pydb_snapshot_read(pydb_record **rec, const pydb_snapshot *snap,
                        int32_t mfn, pydb_error *err)
 {
-    return read_in(rec, snap->db, &snap->st, mfn, err, 0);
+    return read_in_gen(rec, NULL, snap->db, &snap->st, mfn, err);
 }
 
 int pydb_snapshot_xrf_get(pydb_xrf_entry *out, const pydb_snapshot *snap,
                           int32_t mfn, pydb_error *err)
 {
-    return xrf_get(out, snap->db, &snap->st, mfn, err, 0);
+    return read_in_gen(NULL, out, snap->db, &snap->st, mfn, err);
 }
 
 int pydb_snapshot_count(pydb_counts *out, const pydb_snapshot *snap,
@@ -725,7 +1097,14 @@ int pydb__refresh_sizes(pydb_db *db)
 {
     struct stat ms, xs;
     int grew = 0;
-    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) return 0;
+    /* no switch of the file pair meanwhile: sizes of the files the handle
+     * no longer reads must never raise the new ones' (a switch in
+     * progress: nothing to raise) */
+    if (pthread_mutex_trylock(&db->smutex) != 0) return 0;
+    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) {
+        pthread_mutex_unlock(&db->smutex);
+        return 0;
+    }
     if ((int64_t)xs.st_size > pydb__fsize(&db->xrf)) {
         pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
         grew = 1;
@@ -734,6 +1113,7 @@ int pydb__refresh_sizes(pydb_db *db)
         pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
         grew = 1;
     }
+    pthread_mutex_unlock(&db->smutex);
     return grew;
 }
 
@@ -792,6 +1172,9 @@ static void attach_header(pydb_db *db)
     if (!__atomic_compare_exchange_n(&db->shm, &none, s, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
         pydb__shm_close(s);   /* another thread attached it first */
+    else
+        __atomic_store_n(&db->gen_word, pydb__shm_gen_word(s),
+                         __ATOMIC_RELEASE);
 }
 
 void pydb__refresh(pydb_db *db)
@@ -849,6 +1232,7 @@ void pydb__header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
     st.mst_size = pydb__fsize(&db->mst);
     st.xrf_size = pydb__fsize(&db->xrf);
     st.index_gen = gen;
+    st.file_gen = pydb__files_gen(db);   /* the files this writer wrote */
     if (keep_gen && gen == 0 && pydb__shm_state(&prev, shm) == 0)
         st.index_gen = prev.index_gen;
     pydb__shm_publish(shm, &st);

@@ -38,6 +38,11 @@
 #define OFF_STATE 64      /* two slots of STATE_SIZE */
 #define STATE_SIZE 128
 #define STATE_CRC 120     /* CRC-32C of bytes 0..119 of a state slot */
+#define OFF_GARBAGE_V 320 /* master-file garbage: versions superseded */
+#define OFF_GARBAGE_B 328 /* ... and their bytes (compact.c)          */
+#define OFF_FILE_GEN 336  /* file_gen of the latest published state   */
+#define OFF_SWAP_FROM 344 /* the commit the last compaction replaced  */
+#define OFF_SWAP_STATE 352 /* the state that compaction published (64) */
 
 /* reader slot fields */
 #define R_PID 0
@@ -340,9 +345,84 @@ void pydb__shm_publish(pydb_shm *s, pydb_state *st)
     }
     __atomic_store_n(u64_at(s, off), c, __ATOMIC_RELEASE);
     __atomic_store_n(u64_at(s, OFF_LATEST), c, __ATOMIC_RELEASE);
+    /* the plain-read hint: readers compare it with their files' */
+    __atomic_store_n(u64_at(s, OFF_FILE_GEN), st->file_gen,
+                     __ATOMIC_RELEASE);
     /* a writer that scans the reader table after this sees every reader
      * that registered the previous commit (shm.h, registration) */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* ------------------------------------------- garbage and compactions */
+
+void pydb__shm_garbage_add(pydb_shm *s, int64_t versions, int64_t bytes)
+{
+    if (!pydb__shm_valid(s) || (versions == 0 && bytes == 0)) return;
+    __atomic_add_fetch(u64_at(s, OFF_GARBAGE_V), (uint64_t)versions,
+                       __ATOMIC_RELAXED);
+    __atomic_add_fetch(u64_at(s, OFF_GARBAGE_B), (uint64_t)bytes,
+                       __ATOMIC_RELAXED);
+}
+
+void pydb__shm_garbage(pydb_shm *s, int64_t *versions, int64_t *bytes)
+{
+    *versions = *bytes = 0;
+    if (!pydb__shm_valid(s)) return;
+    *versions = (int64_t)__atomic_load_n(u64_at(s, OFF_GARBAGE_V),
+                                         __ATOMIC_RELAXED);
+    *bytes = (int64_t)__atomic_load_n(u64_at(s, OFF_GARBAGE_B),
+                                      __ATOMIC_RELAXED);
+}
+
+void pydb__shm_garbage_reset(pydb_shm *s)
+{
+    if (!pydb__shm_valid(s)) return;
+    __atomic_store_n(u64_at(s, OFF_GARBAGE_V), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_GARBAGE_B), 0, __ATOMIC_RELAXED);
+}
+
+const uint64_t *pydb__shm_gen_word(const pydb_shm *s)
+{
+    if (!pydb__shm_valid(s)) return NULL;
+    return u64_at(s, OFF_FILE_GEN);
+}
+
+uint64_t pydb__shm_file_gen(const pydb_shm *s)
+{
+    if (!pydb__shm_valid(s)) return 0;
+    return __atomic_load_n(u64_at(s, OFF_FILE_GEN), __ATOMIC_ACQUIRE);
+}
+
+_Static_assert(sizeof(pydb_state) == 64, "the swap record holds a state");
+
+void pydb__shm_swap_set(pydb_shm *s, uint64_t from, const pydb_state *after)
+{
+    uint64_t w[8];
+    if (!pydb__shm_valid(s)) return;
+    memcpy(w, after, sizeof w);
+    __atomic_store_n(u64_at(s, OFF_SWAP_FROM), 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (size_t i = 0; i < 8; i++)
+        __atomic_store_n(u64_at(s, OFF_SWAP_STATE + i * 8), w[i],
+                         __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_SWAP_FROM), from, __ATOMIC_RELEASE);
+}
+
+int pydb__shm_swap_get(pydb_shm *s, uint64_t *from, pydb_state *after)
+{
+    uint64_t w[8], f;
+    if (!pydb__shm_valid(s)) return -1;
+    f = __atomic_load_n(u64_at(s, OFF_SWAP_FROM), __ATOMIC_ACQUIRE);
+    if (f == 0) return -1;
+    for (size_t i = 0; i < 8; i++)
+        w[i] = __atomic_load_n(u64_at(s, OFF_SWAP_STATE + i * 8),
+                               __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(u64_at(s, OFF_SWAP_FROM), __ATOMIC_RELAXED) != f)
+        return -1;
+    memcpy(after, w, sizeof w);
+    *from = f;
+    return 0;
 }
 
 /* ------------------------------------------------------- the reader table */

@@ -31,6 +31,18 @@
  *              the .mst/.xrf pair so far (gc.c)
  *           64..119 0
  *          120 u32 CRC-32C of bytes 0..119    124 u32 0
+ *   320    u64 master-file garbage: record versions superseded since the
+ *          files were last replaced (compact.c; every pydb writer adds
+ *          to it under the writer lock when it publishes a commit; a
+ *          compaction sets it to 0)     328 u64 their bytes
+ *   336    u64 the master file generation of the latest published state
+ *          (a copy of its file_gen, stored after `latest`): plain reads
+ *          compare it with their handle's files in one load
+ *   344    u64 the commit the last compaction replaced (0: none)
+ *   352    the state that compaction published (64 bytes, pydb_state as
+ *          in memory): a snapshot of commit [344] reads on in it
+ *          (docs/gc-notes-mst.md)
+ *   416..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -149,5 +161,23 @@ uint64_t pydb__shm_oldest(pydb_shm *s, int *readers);
  * so the versions they superseded are pinned.  INT64_MAX: no registered
  * reader; 0: one is registering (everything counts as pinned). */
 int64_t pydb__shm_oldest_end(pydb_shm *s);
+
+/* ---- garbage and compactions (compact.c; docs/gc-notes-mst.md) ---- */
+
+/* With the writer lock held: add to the master file's garbage counters. */
+void pydb__shm_garbage_add(pydb_shm *s, int64_t versions, int64_t bytes);
+/* The counters (0, 0 on an invalid file). */
+void pydb__shm_garbage(pydb_shm *s, int64_t *versions, int64_t *bytes);
+/* With the writer lock held, when a compaction replaces the files. */
+void pydb__shm_garbage_reset(pydb_shm *s);
+/* The address of the file-generation word (NULL: invalid file) and its
+ * value (0 on an invalid file). */
+const uint64_t *pydb__shm_gen_word(const pydb_shm *s);
+uint64_t pydb__shm_file_gen(const pydb_shm *s);
+/* With the writer lock held, before publishing `after`: the compaction
+ * replacing commit `from`'s files publishes `after`. */
+void pydb__shm_swap_set(pydb_shm *s, uint64_t from, const pydb_state *after);
+/* The last compaction's record: 0, or -1 when there is none. */
+int pydb__shm_swap_get(pydb_shm *s, uint64_t *from, pydb_state *after);
 
 #endif

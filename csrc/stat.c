@@ -29,6 +29,7 @@
  */
 #include "gc.h"
 #include "shm.h"
+#include <sched.h>
 #include <string.h>
 
 typedef struct walk {
@@ -119,9 +120,15 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
     memset(&w, 0, sizeof w);
     w.oldest_end = INT64_MAX;
     /* the reader table before this call's own snapshot registers */
-    if (shm) {
+    if (shm && pydb__shm_valid(shm)) {
         oldest = pydb__shm_oldest(shm, &readers);
-        w.oldest_end = pydb__shm_oldest_end(shm);
+        /* 0: a reader is between registering and storing its end (a few
+         * instructions): look again */
+        for (int i = 0; i < 100; i++) {
+            w.oldest_end = pydb__shm_oldest_end(shm);
+            if (w.oldest_end != 0) break;
+            sched_yield();
+        }
     }
     rc = pydb_snapshot_take(&snap, db, err);
     if (rc) return rc;
@@ -132,7 +139,8 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
     out->policy = pydb_gc_get_policy(db);
     out->file_gen = snap->st.file_gen;
     pydb__gc_record_get(db, &out->collections, &out->last_collection,
-                        &out->last, out->last_error, sizeof out->last_error);
+                        &out->last, out->last_error, sizeof out->last_error,
+                        &out->gc_pending);
     out->next_mfn = snap->st.next_mfn;
     out->mst_size = snap->st.mst_size;
     w.db = db;

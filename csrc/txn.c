@@ -319,6 +319,17 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
         if (failed) set_fatal(db);
         goto fail;
     }
+    /* A compaction that died in its swap (its marker stays): finish it;
+     * then read the newest file pair (a compaction replaced the files
+     * since this handle last looked: docs/gc-notes-mst.md). */
+    {
+        int finished;
+        rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
+                                !(db->flags & PYDB_OPEN_NOSYNC), &finished,
+                                err);
+        if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
+        if (rc) goto fail;
+    }
     t = calloc(1, sizeof *t);
     if (!t) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
@@ -809,6 +820,18 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     applied = 1;
     if (hooked && db->hook.publish) db->hook.publish(db->hook.ctx, t);
     hooked = 0;
+    /* Master-file garbage (compact.c): each version this commit
+     * superseded (an update's or deletion's before version, including
+     * versions of this same transaction) becomes a back version. */
+    {
+        int64_t gv = 0, gb = 0;
+        for (size_t i = 0; i < t->nops; i++)
+            if (t->ops[i].before) {
+                gv++;
+                gb += t->ops[i].before->mfrl;
+            }
+        pydb__shm_garbage_add(pydb__db_shm(db), gv, gb);
+    }
     /* Readers in every process see the commit from here on (the handle's
      * view, which plain reads take as a floor, follows the header). */
     pydb__header_publish(db, &newctl, t->index_gen, 1);

@@ -65,6 +65,14 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
 {
     ssize_t got;
     int64_t size = pydb__fsize(f);
+    /* A compaction may switch the handle to a new file pair while this
+     * read runs (read.c, files_switch): fd, dfd and map_len are loaded
+     * once; the mapping's address never changes and every page of it
+     * stays mapped (file pages below the file's end, zeros after), so a
+     * late read gets wrong bytes at worst and the caller retries. */
+    int fd = __atomic_load_n(&f->fd, __ATOMIC_RELAXED);
+    int dfd = __atomic_load_n(&f->dfd, __ATOMIC_RELAXED);
+    size_t map_len = __atomic_load_n(&f->map_len, __ATOMIC_RELAXED);
 
     if (off < 0 || (int64_t)n > size || off > size - (int64_t)n)
         return PYDB_CORRUPT(err, f->path, off,
@@ -72,11 +80,11 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                             "the file (%lld bytes)",
                             what, n, (long long)off, (long long)size);
     if (n == 0) return PYDB_OK;
-    if (io == PYDB_IO_MMAP && f->map && off + (int64_t)n <= (int64_t)f->map_len) {
+    if (io == PYDB_IO_MMAP && f->map && off + (int64_t)n <= (int64_t)map_len) {
         memcpy(buf, f->map + off, n);
         return PYDB_OK;
     }
-    if (io == PYDB_IO_DIRECT && f->dfd >= 0) {
+    if (io == PYDB_IO_DIRECT && dfd >= 0) {
         int64_t start = off & ~(int64_t)(PYDB_DIRECT_ALIGN - 1);
         int64_t end = off + (int64_t)n;
         size_t len = (size_t)(((end - start) + PYDB_DIRECT_ALIGN - 1) &
@@ -86,7 +94,7 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
         if (posix_memalign((void **)&bounce, PYDB_DIRECT_ALIGN, len) != 0)
             return PYDB_ERROR(err, PYDB_ENOMEM, f->path, off,
                               "no memory for a %zu-byte O_DIRECT buffer", len);
-        got = read_full(f->dfd, bounce, len, start);
+        got = read_full(dfd, bounce, len, start);
         if (got == -EINVAL)
             rc = pydb__error_set(err, PYDB_EUNSUPPORTED, EINVAL, f->path, off,
                                  __FILE__, __LINE__,
@@ -103,7 +111,7 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
         free(bounce);
         return rc;
     }
-    got = read_full(f->fd, buf, n, off);
+    got = read_full(fd, buf, n, off);
     if (got < 0)
         return PYDB_OSERROR(err, (int)-got, f->path, off, "reading %s: %s",
                             what, strerror((int)-got));
@@ -126,7 +134,8 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
      * happen with the GIL released (docs/design.md §3), so never here.
      * direct: always goes to the disk. */
     if (io != PYDB_IO_PREAD) return PYDB_EWOULDBLOCK;
-    got = pydb__vfs->pread_nowait(f->fd, buf, n, (off_t)off);
+    got = pydb__vfs->pread_nowait(__atomic_load_n(&f->fd, __ATOMIC_RELAXED),
+                                  buf, n, (off_t)off);
     if (got < 0 || (size_t)got != n) return PYDB_EWOULDBLOCK;
     (void)what; (void)err;
     return PYDB_OK;

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #endif
 #include "wal.h"
+#include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -263,6 +264,121 @@ int pydb__wal_recover(int wal_fd, const char *wal_path, int mst_fd,
     return wal_reset(wal_fd, wal_path, fsync_failed, err);
 }
 
+/* ------------------------------------- a compaction's swap (compact.c) */
+
+int pydb__swap_names(char *new_mst, char *new_xrf, char *marker, size_t cap,
+                     const char *mst, const char *xrf)
+{
+    if ((size_t)snprintf(new_mst, cap, "%s%s", mst, PYDB_COMPACT_SUFFIX) >=
+            cap ||
+        (size_t)snprintf(new_xrf, cap, "%s%s", xrf, PYDB_COMPACT_SUFFIX) >=
+            cap ||
+        (size_t)snprintf(marker, cap, "%s%s", mst, PYDB_SWAP_SUFFIX) >= cap)
+        return -1;
+    return 0;
+}
+
+void pydb__swap_publish(struct pydb_shm *shm, const uint8_t *ctl,
+                        int64_t mst_size, int64_t xrf_size)
+{
+    pydb_state prev, st;
+    pydb_ctl c;
+    uint64_t from = 0;
+
+    if (!pydb__shm_valid(shm)) return;
+    memset(&st, 0, sizeof st);
+    pydb__ctl_decode(&c, ctl);
+    st.next_mfn = c.next_mfn;
+    st.next_block = c.next_block;
+    st.next_pos = c.next_pos;
+    st.reccnt = c.reccnt;
+    st.mst_end = pydb__ctl_end(c.next_block, c.next_pos);
+    st.mst_size = mst_size;
+    st.xrf_size = xrf_size;
+    st.file_gen = pydb__shm_file_gen(shm) + 1;
+    if (pydb__shm_state(&prev, shm) == 0) {
+        from = prev.commit;
+        st.index_gen = prev.index_gen;
+        if (prev.file_gen + 1 > st.file_gen) st.file_gen = prev.file_gen + 1;
+    }
+    st.commit = pydb__shm_latest(shm) + 1;   /* what publish will give */
+    if (from) pydb__shm_swap_set(shm, from, &st);
+    pydb__shm_publish(shm, &st);
+    pydb__shm_garbage_reset(shm);
+}
+
+/* Remove `path` unless a live compaction job holds its lock. */
+static void remove_unlocked(const char *path)
+{
+    struct flock fl;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) unlink(path);
+    close(fd);
+}
+
+int pydb__swap_recover(const char *mst, const char *xrf,
+                       struct pydb_shm *shm, int sync, int *finished,
+                       pydb_error *err)
+{
+    char nm[1200], nx[1200], mk[1200];
+    struct stat st, ms, xs;
+    uint8_t ctl[PYDB_CTL_SIZE];
+    pydb_state cur;
+    pydb_ctl c;
+    int fd, rc = PYDB_OK;
+
+    *finished = 0;
+    if (pydb__swap_names(nm, nx, mk, sizeof nm, mst, xrf) != 0)
+        return PYDB_OK;
+    if (stat(mk, &st) != 0) {
+        /* no intent: a dead job's leftovers (a live job, of any handle,
+         * holds an OFD lock on its files) */
+        remove_unlocked(nm);
+        remove_unlocked(nx);
+        return PYDB_OK;
+    }
+    /* The new files were complete and synced before the marker was
+     * written: finish the renames (the XRF first, as the swap does). */
+    if (stat(nx, &st) == 0 && pydb__vfs->rename(nx, xrf) != 0)
+        return PYDB_OSERROR(err, errno, xrf, -1, "cannot finish a "
+                            "compaction's swap: rename of %s: %s", nx,
+                            strerror(errno));
+    if (stat(nm, &st) == 0 && pydb__vfs->rename(nm, mst) != 0)
+        return PYDB_OSERROR(err, errno, mst, -1, "cannot finish a "
+                            "compaction's swap: rename of %s: %s", nm,
+                            strerror(errno));
+    if (sync) {
+        rc = pydb__fsync_parent(mst, err);
+        if (rc) return rc;
+    }
+    /* A header that does not describe the new files yet gets their state
+     * as the next generation (readers of the old pair switch). */
+    fd = pydb__vfs->open(mst, O_RDONLY, 0);
+    if (fd >= 0) {
+        if (pydb__vfs->pread(fd, ctl, sizeof ctl, 0) == (ssize_t)sizeof ctl &&
+            fstat(fd, &ms) == 0 && stat(xrf, &xs) == 0) {
+            pydb__ctl_decode(&c, ctl);
+            if (pydb__shm_valid(shm) &&
+                (pydb__shm_state(&cur, shm) != 0 ||
+                 cur.next_mfn != c.next_mfn ||
+                 cur.next_block != c.next_block ||
+                 cur.next_pos != c.next_pos))
+                pydb__swap_publish(shm, ctl, (int64_t)ms.st_size,
+                                   (int64_t)xs.st_size);
+        }
+        pydb__vfs->close(fd);
+    }
+    if (pydb__vfs->unlink(mk) != 0 && errno != ENOENT)
+        return PYDB_OSERROR(err, errno, mk, -1, "cannot remove the swap "
+                            "marker: %s", strerror(errno));
+    *finished = 1;
+    return PYDB_OK;
+}
+
 /* ------------------------------------------------------------- locking */
 
 static int ofd_lock(int fd, int type)
@@ -324,6 +440,12 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
     if (pydb__wal_lock(db, -1, NULL) != PYDB_OK) return PYDB_OK;
     rc = pydb__wal_recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
                            db->mst.path, db->xrf.path, NULL, &failed, err);
+    if (rc == PYDB_OK) {
+        int finished;
+        rc = pydb__swap_recover(db->mst.path, db->xrf.path, db->shm,
+                                !(db->flags & PYDB_OPEN_NOSYNC), &finished,
+                                err);
+    }
     pydb__wal_unlock(db);
     return rc;
 }
@@ -331,12 +453,15 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
 int pydb__wal_recover_readonly(const char *base, const char *mst,
                                const char *xrf, pydb_error *err)
 {
-    char wal[1100];
+    char wal[1100], mk[1200];
     struct stat st;
     int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
+    int swap;
 
+    snprintf(mk, sizeof mk, "%s%s", mst, PYDB_SWAP_SUFFIX);
+    swap = stat(mk, &st) == 0;
     if (pydb__find_file(wal, sizeof wal, base, "wal") != 0 ||
-        stat(wal, &st) != 0 || st.st_size == 0)
+        stat(wal, &st) != 0 || (st.st_size == 0 && !swap))
         return PYDB_OK;   /* no log, or an empty one: nothing to do */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
@@ -344,6 +469,18 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
     if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
     if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
     rc = pydb__wal_recover(wfd, wal, mfd, xfd, mst, xrf, NULL, &failed, err);
+    if (rc == PYDB_OK && swap) {
+        /* a dead compaction's swap: finish it (the header, if there is
+         * one, gets the new files' state) */
+        char shm_path[1200];
+        struct pydb_shm *shm = NULL;
+        int finished;
+        pydb__shm_path(shm_path, sizeof shm_path, base, mst);
+        if (pydb__shm_open(&shm, shm_path, mst, 0, NULL) != PYDB_OK)
+            shm = NULL;
+        rc = pydb__swap_recover(mst, xrf, shm, 1, &finished, err);
+        pydb__shm_close(shm);
+    }
 cleanup:
     if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */
     if (mfd >= 0) pydb__vfs->close(mfd);

@@ -100,4 +100,25 @@ int pydb__wal_recover(int wal_fd, const char *wal_path, int mst_fd,
 int pydb__wal_recover_readonly(const char *base, const char *mst,
                                const char *xrf, pydb_error *err);
 
+/* ---- a compaction's swap (compact.c; docs/gc-notes-mst.md) ---- */
+
+struct pydb_shm;
+/* The compaction's new files and its swap marker beside mst/xrf: 0, or
+ * -1 when a name does not fit in cap bytes. */
+int pydb__swap_names(char *new_mst, char *new_xrf, char *marker, size_t cap,
+                     const char *mst, const char *xrf);
+/* With the writer lock held: publish the state of new files (their
+ * control record `ctl` and sizes) as the next file generation, with the
+ * swap record (shm.h) naming the commit they replace; the garbage
+ * counters go to 0. */
+void pydb__swap_publish(struct pydb_shm *shm, const uint8_t *ctl,
+                        int64_t mst_size, int64_t xrf_size);
+/* With the writer lock held: a swap marker means a compaction's new
+ * files were complete: finish its renames, publish their state (when the
+ * header does not describe them yet) and remove the marker (*finished =
+ * 1); without a marker, remove a dead job's new files. */
+int pydb__swap_recover(const char *mst, const char *xrf,
+                       struct pydb_shm *shm, int sync, int *finished,
+                       pydb_error *err);
+
 #endif

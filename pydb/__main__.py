@@ -2,6 +2,8 @@
 
 Commands:
   crashtest [DB]   C threads against Python threads (see pydb.crashtest)
+  gctest [DB]      Firebird's garbage-collector experiment: N clients, serial
+                   and parallel, per collection policy (see pydb.gctest)
   info DB          control record, layout and record counts
   dump DB [MFN..]  records as text (CISIS .id style: !ID / !vTTT!value)
   terms DB [PREFIX] keys of the inverted index with posting counts
@@ -32,7 +34,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from . import crashtest, ministat
+from . import crashtest, gctest, ministat
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
@@ -316,7 +318,8 @@ def _stat_text(path: str, s: dict) -> str:
             ("Collections", h["collections"]),
             ("Last collection", when),
             ("Last collected", ", ".join(f"{k} {n}" for k, n in h["last"].items())),
-            ("Last error", h["last_error"] or "-")]),
+            ("Last error", h["last_error"] or "-"),
+            ("Collector pending", "yes" if h["pending"] else "no")]),
         ("Records", [
             ("Active", r["active"]), ("Logically deleted", r["deleted"]),
             ("Next MFN", r["next_mfn"])]),
@@ -379,10 +382,13 @@ def main(argv: list[str] | None = None) -> int:
         return crashtest.main(argv[1:])
     if argv and argv[0] == "ministat":
         return ministat.main(argv[1:])
+    if argv and argv[0] == "gctest":
+        return gctest.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pydb", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("crashtest", help="C vs Python threaded read benchmark (crashtest --help)")
     sub.add_parser("ministat", help="statistics of repeated measurements (ministat --help)")
+    sub.add_parser("gctest", help="garbage-collection experiment, per policy (gctest --help)")
     p = sub.add_parser("info", help="control record, layout and counts")
     p.add_argument("db")
     p.add_argument("--encoding", default="utf-8")

@@ -3,7 +3,9 @@ fork(), pydb_gc_collect() on a read-only handle, cooperative steps.
 
 The collector thread is a plain pthread named "pydb-gc" (pthread_setname_np):
 the tests count the threads of this process with that name in
-/proc/self/task/*/comm.
+/proc/self/task/*/comm.  The tests that run the thread beside Python
+threads, commits and readers are marked to run again under TSan and ASan
+(tests/test_sanitizers.py).
 """
 
 import os
@@ -75,6 +77,8 @@ def test_bad_policy_names(tmp_path):
         assert db.gc_policy == "background"
 
 
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
 def test_set_policy_starts_and_stops_the_thread(tmp_path):
     db = new_db(tmp_path, gc="none")
     assert gc_threads() == 0
@@ -201,3 +205,184 @@ def test_fork_with_running_collector(tmp_path, policy):
     assert db.max_mfn == 4   # the child's record
     db.close()
     assert gc_threads() == 0
+
+
+# ----------------------------------------------------- failed steps
+
+
+FST = "1 4 v10"
+
+
+def indexed_db(tmp_path, gc="none", commits=6):
+    """A database with a native index and `commits` segments (one per
+    commit: commits never merge)."""
+    db = pydb.create(str(tmp_path / "ix"), fst=FST, gc=gc, sync=False)
+    for i in range(commits):
+        db.append([(10, f"word{i} common")])
+    db.update(1, [(10, "changed common")])
+    return db
+
+
+def index_segments(db) -> int:
+    ix = db.stat()["index"]
+    assert ix is not None
+    return ix["segments"]
+
+
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
+def test_collect_merges_the_index(tmp_path):
+    with indexed_db(tmp_path) as db:
+        assert index_segments(db) >= 6
+        db.collect(timeout=30)
+        s = db.stat()
+        assert s["index"]["segments"] == 1
+        assert s["index"]["dead_postings"] == 0
+        assert s["header"]["collections"] == 1
+        assert [r.mfn for r in db.search("COMMON").records()] == list(range(1, 7))
+
+
+def test_failed_step_is_recorded_and_collection_goes_on(tmp_path):
+    """ENOSPC on the first file operation of a collection: collect()
+    raises DiskError, the message is kept as last_error, the garbage stays
+    counted and the database readable; the next collection succeeds."""
+    import errno
+
+    from pydb import _pydb
+    with indexed_db(tmp_path) as db:
+        before = db.stat()
+        _pydb._testing.fail_io(1, errno=errno.ENOSPC)
+        try:
+            with pytest.raises(pydb.DiskError) as ei:
+                db.collect(timeout=30)
+        finally:
+            _pydb._testing.fail_io(0)
+        assert ei.value.errno == errno.ENOSPC
+        s = db.stat()
+        err = s["header"]["last_error"]
+        assert err is not None and "space" in err.lower()
+        assert s["header"]["collections"] == 0
+        assert s["index"]["segments"] == before["index"]["segments"]
+        assert s["index"]["dead_postings"] == before["index"]["dead_postings"]
+        assert [r.mfn for r in db.search("COMMON").records()] == list(range(1, 7))
+        db.collect(timeout=30)
+        s = db.stat()
+        assert s["index"]["segments"] == 1
+        assert s["header"]["collections"] == 1
+        assert s["header"]["last_error"] == err   # the last failure, kept
+
+
+def wait_for(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def test_cooperative_step_failure_is_recorded(tmp_path):
+    """A reader's cooperative step meets ENOSPC (fault injection counts
+    only the arming thread's operations, so the step runs here): the
+    reader gets its answer, no exception; the error is kept as
+    last_error; later steps collect once the disk has room."""
+    import errno
+
+    from pydb import _pydb
+    with indexed_db(tmp_path, gc="cooperative") as db:
+        _pydb._testing.fail_io(1, errno=errno.ENOSPC)
+        try:
+            assert [p.mfn for p in db.postings("COMMON")] == list(range(1, 7))
+            fired = _pydb._testing.io_fired()
+        finally:
+            _pydb._testing.fail_io(0)
+        assert fired is not None
+        s = db.stat()
+        assert "space" in (s["header"]["last_error"] or "").lower()
+        assert s["index"]["segments"] > 1
+        assert wait_for(lambda: (db.postings("COMMON"), index_segments(db))[1] == 1)
+        assert db.stat()["index"]["dead_postings"] == 0
+
+
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
+@pytest.mark.parametrize("policy", ["background", "combined"])
+def test_thread_collects_after_commits(tmp_path, policy):
+    with indexed_db(tmp_path, gc=policy) as db:
+        assert wait_for(lambda: index_segments(db) == 1)
+        assert wait_for(lambda: db.stat()["index"]["dead_postings"] == 0)
+        assert wait_for(lambda: db.stat()["header"]["collections"] >= 1)
+
+
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
+def test_cooperative_readers_collect(tmp_path):
+    """Cooperative: lookups that meet dead postings do bounded steps
+    themselves (no thread); enough of them collect the index to one
+    segment."""
+    with indexed_db(tmp_path, gc="cooperative") as db:
+        assert gc_threads() == 0
+        deadline = time.monotonic() + 20
+        while index_segments(db) > 1 and time.monotonic() < deadline:
+            for _ in range(20):
+                db.postings("COMMON")
+            time.sleep(0.01)
+        assert index_segments(db) == 1
+        assert db.stat()["index"]["dead_postings"] == 0
+        assert [p.mfn for p in db.postings("COMMON")] == list(range(1, 7))
+
+
+def test_none_collects_nothing(tmp_path):
+    with indexed_db(tmp_path, gc="none") as db:
+        n = index_segments(db)
+        for _ in range(50):
+            db.postings("COMMON")
+            db.search("COMMON")
+        time.sleep(0.7)
+        s = db.stat()
+        assert s["index"]["segments"] == n
+        assert s["header"]["collections"] == 0
+
+
+def test_collect_with_the_writer_lock_busy_times_out_without_spinning(tmp_path):
+    """The index's merge must commit under the writer lock; while a
+    transaction holds it, collect() keeps trying (pausing between quick
+    refusals, not spinning) and raises LockTimeoutError at the timeout;
+    after the transaction the collection succeeds."""
+    with indexed_db(tmp_path) as db:
+        tx = db.transaction()
+        try:
+            t, cpu = time.monotonic(), time.process_time()
+            with pytest.raises(pydb.LockTimeoutError):
+                db.collect(timeout=0.5)
+            assert 0.4 < time.monotonic() - t < 5
+            assert time.process_time() - cpu < 0.3
+        finally:
+            tx.abort()
+        db.collect(timeout=30)
+        assert index_segments(db) == 1
+
+
+@pytest.mark.sanitize_thread
+@pytest.mark.sanitize_address
+def test_pending_settles_when_quiescent(tmp_path):
+    """header.pending: True after commits, False once an idle collection
+    found nothing more (background); a snapshot behind the latest commit
+    keeps it True (its garbage may become collectable); none never
+    settles."""
+    with indexed_db(tmp_path, gc="background") as db:
+        assert wait_for(lambda: not db.stat()["header"]["pending"])
+        assert index_segments(db) == 1
+        snap = db.snapshot()
+        db.update(2, [(10, "again common")])
+        assert db.stat()["header"]["pending"]
+        time.sleep(1.0)
+        assert db.stat()["header"]["pending"]   # the snapshot is behind
+        snap.close()
+        assert wait_for(lambda: not db.stat()["header"]["pending"])
+        s = db.stat()
+        assert s["index"]["segments"] == 1 and s["index"]["unused_files"] == 0
+    (tmp_path / "n").mkdir()
+    with indexed_db(tmp_path / "n", gc="none") as db:
+        time.sleep(0.7)
+        assert db.stat()["header"]["pending"]

@@ -127,7 +127,7 @@ def assert_matches(s: dict, p: dict) -> None:
 SHAPE = {
     "header": {"commit", "oldest_reader_commit", "behind", "readers", "gc_policy",
                "file_generation", "collections", "last_collection", "last",
-               "last_error"},
+               "last_error", "pending"},
     "records": {"active", "deleted", "next_mfn"},
     "versions": {"versions", "back_versions", "longest_chain", "average_size"},
     "garbage": {"versions", "bytes", "postings", "segment_files", "pinned_versions",
@@ -344,17 +344,33 @@ def test_stat_while_a_writer_commits(tmp_path):
 
 def test_native_index_figures(tmp_path):
     """With a native index attached (a writable handle made with an FST)
-    stat() reports the index section; without one it is None."""
+    stat() reports the index section: one segment per commit until a
+    collection; the postings of replaced versions are dead; after
+    collect() one segment, no dead posting, no tombstone.  A read-only
+    handle has no commit hook: index None."""
     base = tmp_path / "n"
-    with pydb.create(str(base), fst="1 0 v10", gc="none", sync=False) as db:
+    with pydb.create(str(base), fst="1 4 v10", gc="none", sync=False) as db:
         for i in range(1, 6):
-            db.append(fields(i))
-        s = db.stat()
-        ix = s["index"]
-        if ix is None:
-            pytest.skip("the native index does not report figures yet (hook.garbage)")
+            db.append([(10, f"alpha beta{i}")])
+        db.update(2, [(10, "gamma")])
+        ix = db.stat()["index"]
         assert set(ix) == INDEX_KEYS
-        assert ix["segments"] >= 1 and ix["postings"] >= 5
+        # the empty segment of create() and one per commit
+        assert ix["segments"] == 7
+        # ALPHA x5 + BETA x5 + GAMMA; MFN 2's ALPHA and BETA are dead
+        assert ix["postings"] == 11
+        assert ix["dead_postings"] == 2
+        assert ix["tombstones"] == 6   # one per changed MFN per commit
+        assert ix["terms"] == 3
+        s = db.stat()
+        assert s["garbage"]["postings"] == 2
+        db.collect(timeout=30)
+        ix = db.stat()["index"]
+        assert ix["segments"] == 1 and ix["dead_postings"] == 0
+        assert ix["tombstones"] == 0 and ix["postings"] == 9
+        assert ix["files"] == 1 and ix["unused_files"] == 0
+    with pydb.open(str(base)) as db:
+        assert db.stat()["index"] is None
 
 
 # ------------------------------------------------------------ the CLI

@@ -1,0 +1,477 @@
+"""Garbage collection of the master file by compaction (issue 11;
+csrc/compact.c, docs/gc-notes-mst.md): the versions of the latest commit
+are copied into a new .mst/.xrf pair that replaces the old one by renames,
+in bounded steps.  Driven through the test entry point
+_pydb._testing.compact(db, budget) (a whole job; returns the versions, bytes
+and compactions it reclaimed), until Database.collect() drives it.
+
+What is shown:
+- every MFN reads the same after a compaction (fields, logically deleted
+  records stay so, physically deleted entries stay so, XRF flags), no
+  record has a back version, the files shrink by the garbage bytes,
+  `check` passes and Biblio::Isis reads the result;
+- a snapshot taken before a compaction reads its commit after it (in this
+  process and in another), an older snapshot pins the garbage;
+- readers in other processes (plain reads and snapshots, pread and mmap)
+  and threads of the compacting handle never see a torn or wrong record
+  while compactions replace the files;
+- kill -9 at random points of a writer that compacts (>= 100 kills) and
+  at each file operation of a compaction, then reopen, `check` and the
+  acknowledged state;
+- ENOSPC and EIO at each file operation of a compaction: the database
+  stays usable and unchanged, the job's files are removed and the garbage
+  stays counted.
+
+About 40 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+
+import pytest
+
+import pydb
+from pydb import _pydb
+
+from writer_model import Oracle, check_files, content, decode_ops, encode_ops, run_random_txn
+
+testing = _pydb._testing
+compact = testing.compact
+
+pytestmark = pytest.mark.sanitize_address
+
+
+def entry(db, mfn):
+    """Everything a reader can tell about one MFN."""
+    x = db.xrf_entry(mfn)
+    e = (x["state"], x["new"], x["pending"])
+    if x["state"] in ("active", "logically deleted"):
+        r = db[mfn]
+        e += (r.deleted, r.status, tuple((f.tag, f.raw) for f in r.fields))
+    return e
+
+
+def dump(db):
+    return [entry(db, m) for m in range(1, db.max_mfn + 1)]
+
+
+def leftovers(base):
+    d = os.path.dirname(str(base))
+    return sorted(n for n in os.listdir(d) if n.endswith(("-compact", "-swap")))
+
+
+def make_db(tmp_path, layout="isis-packed", mstxl=0, n=120, name="c", gaps=True):
+    """A database built with gaps (physically deleted entries) and
+    logically deleted records, then updated: (base, number of versions
+    superseded, their bytes)."""
+    base = tmp_path / name
+    recs = [None if gaps and m % 17 == 0 else content(m, 0, m * 13 % 400)
+            for m in range(1, n + 1)]
+    _pydb._build(str(base), layout, mstxl, recs, False, {5, 9})
+    versions = nbytes = 0
+    with pydb.open(base, readonly=False, sync=False) as db:
+        for rnd in range(3):
+            with db.transaction() as tx:
+                for m in range(1, n + 1, 2 + rnd):
+                    if m % 17 or not gaps:
+                        old = db[m]
+                        tx.update(m, content(m, rnd + 1, (m * 7 + rnd) % 900))
+                        versions += 1
+                        nbytes += old.mfrl
+        for m in (20, 21):
+            nbytes += db[m].mfrl
+            db.delete(m)
+            versions += 1
+        nbytes += db[21].mfrl
+        db.undelete(21)
+        versions += 1
+        db.append(content(n + 1, 0, 10))
+    return base, versions, nbytes
+
+
+# ------------------------------------------------------------- contents
+
+@pytest.mark.parametrize("layout,mstxl", [("isis-packed", 0), ("isis-aligned", 0),
+                                          ("ffi-aligned", 2), ("isis-packed", 3)])
+def test_compaction_keeps_every_record(tmp_path, layout, mstxl):
+    base, versions, nbytes = make_db(tmp_path, layout, mstxl)
+    with pydb.open(base, readonly=False, sync=False) as db:
+        before = dump(db)
+        counts = db.counts()
+        size = os.path.getsize(f"{base}.mst")
+        got = compact(db, 16)
+        assert got[0] == versions and got[2] == 1
+        after = dump(db)
+        assert after == before
+        assert db.counts() == counts
+        assert all(db[m].back_offset is None for m in db.mfns(deleted=True))
+        new_size = os.path.getsize(f"{base}.mst")
+        # shrinks by the garbage bytes (placement and the last block's
+        # padding aside)
+        assert size - nbytes - 1024 <= new_size <= size - nbytes + 1024
+        assert got[1] == size - new_size
+        assert compact(db, 16) == (0, 0, 0)   # no garbage left
+        # the handle writes on in the new files
+        db.update(3, content(3, 9, 50))
+        assert entry(db, 3)[-1] == tuple(content(3, 9, 50))
+        assert db.check().ok
+    assert leftovers(base) == []
+    check_files(base)
+    with pydb.open(base) as ro:
+        d = dump(ro)
+        assert d[:2] == after[:2] and d[3:] == after[3:]
+        assert ro.check().ok
+
+
+def test_states_kept_as_stored(tmp_path):
+    base, _, _ = make_db(tmp_path)
+    with pydb.open(base, readonly=False, sync=False) as db:
+        five = db[5].raw(1)
+        compact(db, 1000)
+        assert db.xrf_entry(17)["state"] == "physically deleted"
+        assert db.xrf_entry(5)["state"] == "logically deleted"
+        assert db[5].deleted and db[5].status == 1
+        assert db[20].deleted and not db[21].deleted
+        db.undelete(5)   # a logically deleted record still undeletes
+        assert db[5].raw(1) == five and not db[5].deleted
+
+
+def test_biblio_isis_reads_compacted_files(tmp_path):
+    from test_biblio_isis import _have_biblio_isis, perl_dump, pydb_dump
+    if not _have_biblio_isis():
+        pytest.skip("perl module Biblio::Isis not installed")
+    base, _, _ = make_db(tmp_path, n=300, gaps=False)
+    with pydb.open(base, readonly=False, sync=False) as db:
+        db.update(7, [(24, b"x" * 3000)])
+        compact(db, 50)
+    theirs = perl_dump(base)
+    assert theirs == pydb_dump(base)
+    assert "MFN 5 1" in theirs and "MFN 21 0" in theirs
+
+
+# ------------------------------------------------------------ snapshots
+
+def test_snapshot_taken_before_reads_its_commit_after(tmp_path):
+    base, _, _ = make_db(tmp_path)
+    with pydb.open(base, readonly=False, sync=False) as db:
+        snap = db.snapshot()
+        ro = pydb.open(base, io="mmap")
+        rsnap = ro.snapshot()
+        old = {m: entry(db, m)[3:] for m in db.mfns(deleted=True)}
+        assert compact(db, 10)[2] == 1
+        for m in range(1, 60):
+            db.update(m + 1 if (m + 1) % 17 else 1, content(m, 50, 30))
+        for s in (snap, rsnap):
+            for m, e in old.items():
+                r = s[m]
+                assert (r.deleted, r.status, tuple((f.tag, f.raw) for f in r.fields)) == e
+            assert len(s.mfns(deleted=True)) == len(old)
+        # the snapshots pin the garbage made since: no compaction
+        assert compact(db, 10)[2] == 0
+        snap.close()
+        rsnap.close()
+        assert compact(db, 10)[2] == 1
+        assert ro[2].raw(1) == [b"1:50"]
+        ro.close()
+
+
+def test_old_snapshot_pins_garbage(tmp_path):
+    base, versions, _ = make_db(tmp_path)
+    with pydb.open(base, readonly=False, sync=False) as db:
+        snap = db.snapshot()
+        db.update(1, content(1, 7, 7))
+        assert compact(db, 10) == (0, 0, 0)   # the snapshot is behind
+        snap.close()
+        assert compact(db, 10)[0] == versions + 1
+
+
+# ------------------------------------------------------ concurrent readers
+
+def valid(r) -> int:
+    """The version a record of writer_model.content() holds; raises
+    AssertionError on a torn or wrong record."""
+    f = [(x.tag, x.raw) for x in r.fields]
+    mfn, ver = (int(x) for x in f[0][1].split(b":"))
+    assert mfn == r.mfn, (mfn, r.mfn)
+    assert f == content(mfn, ver, len(f[1][1])), f[:1]
+    return ver
+
+
+def reader_proc(base, io, use_snap, seconds, q):
+    try:
+        db = pydb.open(base, io=io)
+        seen: dict[int, int] = {}
+        end = time.time() + seconds
+        n = 0
+        while time.time() < end:
+            if use_snap:
+                s = db.snapshot()
+                first = {m: valid(s[m]) for m in range(1, 41)}
+                time.sleep(0.002)
+                assert {m: valid(s[m]) for m in range(1, 41)} == first
+                assert len(s) == len(first)
+                s.close()
+                time.sleep(0.004)   # leave compactions a window
+            else:
+                for m in range(1, 41):
+                    v = valid(db[m])
+                    assert v >= seen.get(m, -1), (m, v, seen.get(m))
+                    seen[m] = v
+            n += 1
+        db.close()
+        q.put(("ok", n))
+    except BaseException as e:   # pragma: no cover - reported to the test
+        q.put(("error", repr(e)))
+
+
+def test_readers_in_other_processes_during_compactions(tmp_path):
+    base = tmp_path / "r"
+    with pydb.create(base, sync=False) as db:
+        with db.transaction() as tx:
+            for m in range(1, 41):
+                tx.append(content(m, 0, m * 11))
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=reader_proc, args=(str(base), io, snap, 4.0, q))
+             for io, snap in (("pread", False), ("mmap", False), ("pread", True),
+                              ("mmap", True))]
+    for p in procs:
+        p.start()
+    done = 0
+    with pydb.open(base, readonly=False, sync=False) as db:
+        end = time.time() + 4.0
+        ver = 0
+        rnd = random.Random(5)
+        while time.time() < end:
+            ver += 1
+            with db.transaction() as tx:
+                for m in rnd.sample(range(1, 41), 8):
+                    tx.update(m, content(m, ver, rnd.choice([0, 10, 300, 2000])))
+            if ver % 5 == 0:
+                done += compact(db, 7)[2]
+    res = [q.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(10)
+        assert p.exitcode == 0
+    assert all(r[0] == "ok" for r in res), "\n".join(map(str, res))
+    assert done >= 2
+
+
+@pytest.mark.sanitize_thread
+@pytest.mark.parametrize("io", ["mmap", "pread", "direct"])
+def test_threads_of_the_compacting_handle(tmp_path, io):
+    """Threads reading through the handle that compacts (it switches its
+    own files under them): plain reads never go back, snapshots stay."""
+    base = tmp_path / "t"
+    with pydb.create(base, sync=False) as db:
+        with db.transaction() as tx:
+            for m in range(1, 41):
+                tx.append(content(m, 0, 100))
+    try:
+        db = pydb.open(base, readonly=False, sync=False, io=io)
+    except pydb.UnsupportedError:
+        pytest.skip("no O_DIRECT on this file system")
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def reader():
+        seen: dict[int, int] = {}
+        try:
+            while not stop.is_set():
+                for m in range(1, 41):
+                    v = valid(db[m])
+                    assert v >= seen.get(m, -1)
+                    seen[m] = v
+                if random.random() < 0.2:
+                    s = db.snapshot()
+                    a = [valid(s[m]) for m in range(1, 41)]
+                    assert a == [valid(s[m]) for m in range(1, 41)]
+                    s.close()
+        except BaseException as e:
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=reader) for _ in range(3)]
+    for t in ts:
+        t.start()
+    done = 0
+    for ver in range(1, 120):
+        with db.transaction() as tx:
+            for m in range(1 + ver % 3, 41, 3):
+                tx.update(m, content(m, ver, (ver * m) % 700))
+        if ver % 4 == 0:
+            for _ in range(200):   # a reader's snapshot may pin it: again
+                if compact(db, 9)[2]:
+                    done += 1
+                    break
+                time.sleep(0.001)
+    stop.set()
+    for t in ts:
+        t.join()
+    db.close()
+    assert errors == []
+    assert done >= 20
+
+
+# ---------------------------------------------------------------- crashes
+
+def _child_writer(base, log, seed, compact_every):
+    """Random transactions, acknowledged in `log`, and compactions."""
+    rnd = random.Random(seed)
+    db = pydb.open(base, readonly=False, sync=False)
+    with open(log, "a") as f:
+        ver = 1000 * seed
+        while True:
+            ver += 1
+            tx, ops = run_random_txn(db, rnd, ver)
+            f.write("P " + encode_ops(ops) + "\n")
+            f.flush()
+            tx.commit()
+            f.write("A\n")
+            f.flush()
+            if ver % compact_every == 0:
+                compact(db, rnd.choice([1, 3, 8, 50]))
+
+
+def acked(log, oracle):
+    """The acknowledged state and the pending transaction (or None)."""
+    pending = None
+    for line in open(log).read().splitlines():
+        if line.startswith("P "):
+            pending = decode_ops(line[2:])
+        elif line == "A" and pending is not None:
+            oracle.apply(pending)
+            pending = None
+    return oracle, pending
+
+
+def verify(base, oracle, pending):
+    with pydb.open(base, readonly=False, sync=False) as db:
+        rep = db.check()
+        assert rep.ok, rep
+        ok, why = oracle.matches(db)
+        if not ok and pending is not None:
+            alt = oracle.copy()
+            alt.apply(pending)
+            ok2, why2 = alt.matches(db)
+            if ok2:
+                oracle.state = alt.state
+                ok = True
+        assert ok, why
+    assert leftovers(base) == []
+    check_files(base)
+
+
+def test_kill_during_compactions(tmp_path):
+    base = tmp_path / "k"
+    with pydb.create(base, sync=False) as db:
+        with db.transaction() as tx:
+            for m in range(1, 31):
+                tx.append(content(m, 0, m * 10))
+    oracle = Oracle({m: (False, 0, m * 10) for m in range(1, 31)})
+    rnd = random.Random(11)
+    kills = 0
+    start = time.time()
+    while kills < 120 and time.time() - start < 50:
+        log = tmp_path / f"log{kills}"
+        log.write_text("")
+        pid = os.fork()
+        if pid == 0:   # pragma: no cover - child
+            try:
+                _child_writer(str(base), str(log), kills + 1, rnd.choice([1, 2]))
+            finally:
+                os._exit(3)
+        time.sleep(rnd.uniform(0.005, 0.06))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        kills += 1
+        oracle, pending = acked(log, oracle)
+        verify(base, oracle, pending)
+    assert kills >= 100
+
+
+def count_compaction_ops(tmp_path):
+    base, _, _ = make_db(tmp_path, n=60, name="count")
+    with pydb.open(base, readonly=False, sync=True) as db:
+        testing.fail_io(-1)
+        try:
+            assert compact(db, 20)[2] == 1
+            n = testing.io_count()
+        finally:
+            testing.fail_io(0)
+    return n
+
+
+def test_crash_at_each_file_operation_of_a_compaction(tmp_path):
+    nops = count_compaction_ops(tmp_path)
+    assert nops >= 8
+    base0, _, _ = make_db(tmp_path, n=60, name="pristine")
+    with pydb.open(base0) as db:
+        want = dump(db)
+    for n in range(1, nops + 1):
+        d = tmp_path / f"crash{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        base = d / "db"
+        pid = os.fork()
+        if pid == 0:   # pragma: no cover - child
+            try:
+                db = pydb.open(base, readonly=False, sync=True)
+                db.update(1, content(1, 99, 5))   # garbage + a fresh header
+                testing.fail_io(n, crash=True)
+                compact(db, 20)
+                os._exit(0)
+            finally:
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        assert code in (0, 137), (n, code)
+        # a reader opening first finishes (or drops) the swap as well
+        with pydb.open(base) as ro:
+            got = dump(ro)
+        assert got[1:] == want[1:], n
+        assert got[0][-1] == tuple(content(1, 99, 5))
+        with pydb.open(base, readonly=False, sync=False) as db:
+            assert db.check().ok
+            assert dump(db) == got
+            db.update(2, content(2, 5, 5))
+        assert leftovers(base) == [], n
+        check_files(base)
+
+
+@pytest.mark.parametrize("eno", [errno.ENOSPC, errno.EIO])
+def test_io_errors_during_a_compaction(tmp_path, eno):
+    nops = count_compaction_ops(tmp_path)
+    for n in range(1, nops + 1):
+        base, versions, _ = make_db(tmp_path, n=60, name=f"e{eno}_{n}")
+        with pydb.open(base, readonly=False, sync=True) as db:
+            want = dump(db)
+            testing.fail_io(n, eno)
+            try:
+                got = compact(db, 20)
+            except pydb.DiskError as e:
+                assert e.errno == eno
+                got = None
+            finally:
+                fired = testing.io_fired()
+                testing.fail_io(0)
+            assert fired is not None, n
+            assert dump(db) == want, n
+            if got is None or got[2] == 0:
+                # nothing replaced: the job's files are gone, the garbage
+                # is still counted and the next compaction takes it
+                assert leftovers(base) == [], n
+                assert compact(db, 20)[0] == versions, n
+            db.update(1, content(1, 42, 5))   # still usable
+            assert db.check().ok
+        with pydb.open(base) as ro:
+            assert dump(ro)[1:] == want[1:]
+        assert leftovers(base) == [], n
