@@ -51,95 +51,6 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* May unnamed segment files go?  Only when no registered reader of the
- * commit header reads a commit older than the latest: a reader that
- * registered at an older commit may still be about to open a segment its
- * MANIFEST named (nidx_handle.c, load_set), and a snapshot of an older
- * commit may still ask for its generation's segments.  Without a usable
- * header (files mode) no reader can register: as before, they may. */
-int pydb__nidx_may_remove(struct pydb_shm *shm)
-{
-    if (!shm || !pydb__shm_valid(shm)) return 1;
-    return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
-}
-
-/* A merge's temporary file (nidx_gc.c: merge-PID-N.tmp) whose process
- * is gone. */
-static int stale_merge_file(const char *name)
-{
-    int pid;
-    unsigned long n;
-    char tail[8];
-    if (sscanf(name, "merge-%d-%lu.%7s", &pid, &n, tail) != 3 ||
-        strcmp(tail, "tmp") != 0 || pid <= 0)
-        return 0;
-    return kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
-                            const nidx_segset *ss)
-{
-    return pydb__nidx_collect_n(dir, shm, ss, NULL, NULL);
-}
-
-uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
-                              const nidx_segset *ss, int64_t *files,
-                              int64_t *bytes)
-{
-    char manifest[1100];
-    uint64_t top = 0;
-    uint8_t *data = NULL;
-    size_t len;
-    nidx_manifest m;
-    pydb_error e;
-    DIR *d;
-    struct dirent *de;
-    int remove = pydb__nidx_may_remove(shm), named;
-
-    memset(&m, 0, sizeof m);
-    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
-    named = pydb__read_file(manifest, &data, &len, &e) == PYDB_OK &&
-            pydb__nman_parse(&m, data, len, manifest, &e) == PYDB_OK;
-    if (!named) remove = 0;   /* cannot tell what the MANIFEST names */
-    d = opendir(dir);
-    while (d && (de = readdir(d)) != NULL) {
-        unsigned long long g;
-        int used = 0;
-        char path[1100];
-        struct stat sb;
-        if (stale_merge_file(de->d_name)) {
-            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            if (stat(path, &sb) == 0 && unlink(path) == 0) {
-                if (files) (*files)++;
-                if (bytes) *bytes += (int64_t)sb.st_size;
-            }
-            continue;
-        }
-        if (strlen(de->d_name) != 16 ||
-            sscanf(de->d_name, "seg-%8llu.pds", &g) != 1)
-            continue;
-        for (size_t i = 0; ss && i < ss->n && !used; i++)
-            used = ss->v[i]->gen == g;
-        for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
-        if (!used && remove) {
-            pydb__nseg_path(path, sizeof path, dir, g);
-            if (stat(path, &sb) == 0 && unlink(path) == 0) {
-                if (files) (*files)++;
-                if (bytes) *bytes += (int64_t)sb.st_size;
-            } else if (g > top) {
-                top = g;   /* still there: never reuse its name */
-            }
-        } else if (g > top) {
-            top = g;
-        }
-    }
-    if (d) closedir(d);
-    if (m.gen > top) top = m.gen;
-    free(m.segs);
-    free(data);
-    return top;
-}
-
 typedef struct change_ref {
     int32_t mfn;
     size_t i;
@@ -338,11 +249,22 @@ int pydb__nidx_hook(pydb_index *ix, pydb_commit_hook *out, pydb_error *err)
     return PYDB_OK;
 }
 
+/* db NULL: detach -- the index forgets its handle (waiting for a reader
+ * that is telling the handle's collector it met garbage), so the handle
+ * may be closed while the index is still read.  The hook stays on the
+ * handle until pydb_set_commit_hook(db, NULL) or pydb_close. */
 int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err)
 {
     pydb_commit_hook h;
     int rc = pydb__nidx_hook(ix, &h, err);
     if (rc) return rc;
+    if (!db) {
+        nidx *x = (nidx *)ix;
+        pthread_rwlock_wrlock(&x->db_lock);
+        __atomic_store_n(&x->db, NULL, __ATOMIC_RELEASE);
+        pthread_rwlock_unlock(&x->db_lock);
+        return PYDB_OK;
+    }
     if ((rc = pydb_set_commit_hook(db, &h, err))) return rc;
     /* readers that skip dead postings tell db's collector from now on */
     __atomic_store_n(&((nidx *)ix)->db, db, __ATOMIC_RELEASE);

@@ -43,7 +43,11 @@
  *   5. remove: under the writer lock (a prepare's new file is unnamed
  *      until its commit), segment files no set names, once no registered
  *      reader reads an older commit (pydb__nidx_may_remove), and merge
- *      temporaries of dead processes.
+ *      temporaries of dead processes.  While a reader pins unnamed files
+ *      no new merge starts: each would leave one more copy of the index
+ *      on disk until the reader goes (an old snapshot stops the index's
+ *      collection, as Firebird's oldest interesting transaction does;
+ *      garbage() shows the pinned files as unused_files).
  *
  * Crash safety: before the commit point the MANIFEST on disk is the old
  * one and the merge's files are unnamed (a temporary, or a seg-G.pds no
@@ -93,13 +97,6 @@ typedef struct nidx_merge {
 
 static atomic_ulong merge_seq;   /* names of temporary files */
 
-void pydb__nidx_met(nidx *x)
-{
-    pydb_db *db = __atomic_load_n(&x->db, __ATOMIC_ACQUIRE);
-    atomic_fetch_add(&x->met, 1);
-    if (db) pydb__gc_met(db);
-}
-
 static void merge_free(nidx_merge *g)
 {
     if (!g) return;
@@ -121,6 +118,97 @@ void pydb__nidx_gc_free(nidx *x)
 {
     merge_free(x->merge);
     x->merge = NULL;
+}
+
+/* ---- unnamed files ---- */
+
+/* May unnamed segment files go?  Only when no registered reader of the
+ * commit header reads a commit older than the latest: a reader that
+ * registered at an older commit may still be about to open a segment its
+ * MANIFEST named (nidx_handle.c, load_set), and a snapshot of an older
+ * commit may still ask for its generation's segments.  Without a usable
+ * header (files mode) no reader can register: as before, they may. */
+int pydb__nidx_may_remove(struct pydb_shm *shm)
+{
+    if (!shm || !pydb__shm_valid(shm)) return 1;
+    return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
+}
+
+/* A merge's temporary file (nidx_gc.c: merge-PID-N.tmp) whose process
+ * is gone. */
+static int stale_merge_file(const char *name)
+{
+    int pid;
+    unsigned long n;
+    char tail[8];
+    if (sscanf(name, "merge-%d-%lu.%7s", &pid, &n, tail) != 3 ||
+        strcmp(tail, "tmp") != 0 || pid <= 0)
+        return 0;
+    return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
+                            const nidx_segset *ss)
+{
+    return pydb__nidx_collect_n(dir, shm, ss, NULL, NULL);
+}
+
+uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
+                              const nidx_segset *ss, int64_t *files,
+                              int64_t *bytes)
+{
+    char manifest[1100];
+    uint64_t top = 0;
+    uint8_t *data = NULL;
+    size_t len;
+    nidx_manifest m;
+    pydb_error e;
+    DIR *d;
+    struct dirent *de;
+    int remove = pydb__nidx_may_remove(shm), named;
+
+    memset(&m, 0, sizeof m);
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
+    named = pydb__read_file(manifest, &data, &len, &e) == PYDB_OK &&
+            pydb__nman_parse(&m, data, len, manifest, &e) == PYDB_OK;
+    if (!named) remove = 0;   /* cannot tell what the MANIFEST names */
+    d = opendir(dir);
+    while (d && (de = readdir(d)) != NULL) {
+        unsigned long long g;
+        int used = 0;
+        char path[1100];
+        struct stat sb;
+        if (stale_merge_file(de->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (stat(path, &sb) == 0 && unlink(path) == 0) {
+                if (files) (*files)++;
+                if (bytes) *bytes += (int64_t)sb.st_size;
+            }
+            continue;
+        }
+        if (strlen(de->d_name) != 16 ||
+            sscanf(de->d_name, "seg-%8llu.pds", &g) != 1)
+            continue;
+        for (size_t i = 0; ss && i < ss->n && !used; i++)
+            used = ss->v[i]->gen == g;
+        for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
+        if (!used && remove) {
+            pydb__nseg_path(path, sizeof path, dir, g);
+            if (stat(path, &sb) == 0 && unlink(path) == 0) {
+                if (files) (*files)++;
+                if (bytes) *bytes += (int64_t)sb.st_size;
+            } else if (g > top) {
+                top = g;   /* still there: never reuse its name */
+            }
+        } else if (g > top) {
+            top = g;
+        }
+    }
+    if (d) closedir(d);
+    if (m.gen > top) top = m.gen;
+    free(m.segs);
+    free(data);
+    return top;
 }
 
 /* ---- the k-way merge of a set's dictionaries (also for garbage()) ---- */
@@ -486,7 +574,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
     nidx_segset *cur = NULL;
     int64_t files = 0, unused = 0, ubytes = 0, removed = 0;
     uint64_t g;
-    int rc = PYDB_OK, busy = 0, units = 0;
+    int rc = PYDB_OK, busy = 0, units = 0, pinned = 0;
 
     *more = 0;
     if (budget < 1) budget = 1;
@@ -498,7 +586,8 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
     /* (b) unnamed files first: they cost disk, not lookups */
     cur = current(x, &g);
     scan_files(x, cur, &files, &unused, &ubytes);
-    if (unused && pydb__nidx_may_remove(pydb__nidx_header(x))) {
+    pinned = unused && !pydb__nidx_may_remove(pydb__nidx_header(x));
+    if (unused && !pinned) {
         if ((rc = remove_unused(x, db, &removed, &busy, err))) goto cleanup;
         rep->segments += removed;
         units += (int)(removed < budget ? removed : budget);
@@ -509,9 +598,13 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
     }
     /* (a) the merge */
     if (!x->merge) {
-        if (!wants_merge(cur)) goto cleanup;
+        /* A reader behind pins the files a merge made unused: while it
+         * does, another merge would only add another copy of the index
+         * (Firebird's stuck OIT); wait for it to go. */
+        if (!wants_merge(cur) || pinned) goto cleanup;
         atomic_fetch_add(&cur->refs, 1);
         if ((rc = merge_begin(&x->merge, x, cur, err))) goto cleanup;
+        x->gc_free = pydb__nidx_gc_free;
     }
     while (!x->merge->written && units < budget) {
         nidx_merge *m = x->merge;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "gc.h"
 #include "nidx_handle.h"
 #include "shm.h"
 
@@ -133,6 +134,17 @@ static int is_dead(const nidx_segset *ss, size_t i, int32_t mfn)
     for (size_t j = i + 1; j < ss->n; j++)
         if (ss->v[j]->ntomb && pydb__nseg_has_tomb(ss->v[j], mfn)) return 1;
     return 0;
+}
+
+void pydb__nidx_met(nidx *x)
+{
+    pydb_db *db;
+    atomic_fetch_add(&x->met, 1);
+    if (!__atomic_load_n(&x->db, __ATOMIC_ACQUIRE)) return;   /* read-only */
+    pthread_rwlock_rdlock(&x->db_lock);
+    db = __atomic_load_n(&x->db, __ATOMIC_ACQUIRE);
+    if (db) pydb__gc_met(db);
+    pthread_rwlock_unlock(&x->db_lock);
 }
 
 typedef struct dead_in {
@@ -368,7 +380,7 @@ static void nidx_close(pydb_index *ix)
      * may have been durable (pydb.h, pydb_commit_hook): recovery may name
      * it, so it stays; if it does not, a later prepare collects it. */
     if (x->pending) pydb__nseg_unref(x->pending);
-    pydb__nidx_gc_free(x);   /* a merge in progress: its file removed */
+    if (x->gc_free) x->gc_free(x);   /* a merge in progress (nidx_gc.c) */
     pydb__nsegset_unref(x->cur);
     pydb__nsegset_unref(x->prev);
     if (x->shm) pydb__shm_close(x->shm);
@@ -376,6 +388,7 @@ static void nidx_close(pydb_index *ix)
     free(x->test_data);
     pthread_mutex_destroy(&x->mu);
     pthread_mutex_destroy(&x->gc_mu);
+    pthread_rwlock_destroy(&x->db_lock);
     free(x);
 }
 
@@ -592,6 +605,7 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
     if (!x) return PYDB_ERROR(err, PYDB_ENOMEM, db_path, -1, "no memory");
     pthread_mutex_init(&x->mu, NULL);
     pthread_mutex_init(&x->gc_mu, NULL);
+    pthread_rwlock_init(&x->db_lock, NULL);
     x->base.ops = &nidx_ops;
     x->base.kind = PYDB_INDEX_NATIVE;
     x->base.caps = PYDB_POSTING_TAG | PYDB_POSTING_OCC | PYDB_POSTING_CNT;

@@ -107,9 +107,13 @@ typedef struct nidx {
     pydb_db *db;             /* the attached writable handle, or NULL
                                 (atomic: readers tell its collector when
                                 they skip dead postings)                 */
+    pthread_rwlock_t db_lock; /* read: a reader telling db's collector;
+                                write: detaching (db set to NULL)        */
     atomic_ullong met;       /* reads that skipped dead postings          */
     pthread_mutex_t gc_mu;   /* one collect() at a time (trylock)         */
     struct nidx_merge *merge; /* a merge in progress, or NULL (gc_mu)     */
+    void (*gc_free)(struct nidx *x); /* ends a merge in progress (set by
+                                nidx_gc.c; called at close)              */
     /* test double of pydb_txn_put_file (pydb__nidx_use_test_put) */
     char test_path[1100];
     uint8_t *test_data;
@@ -156,7 +160,9 @@ uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
 int pydb__nidx_may_remove(struct pydb_shm *shm);
 /* A read skipped dead postings: count it and, for an index attached to
  * a writable handle, tell the handle's collector (pydb__gc_met: never
- * waits). */
+ * waits for the collector; holds db_lock for reading meanwhile, so that
+ * pydb_native_index_attach(ix, NULL) -- detaching, before the handle is
+ * closed -- waits for it). */
 void pydb__nidx_met(nidx *x);
 /* The collection callbacks of the commit hook (nidx_gc.c) and the end
  * of a merge in progress (at close). */

@@ -83,7 +83,8 @@ def test_create_with_fst_commits_update_the_index(tmp_path):
 
 def test_aborted_transaction_leaves_no_index_change(tmp_path):
     base = tmp_path / "ab"
-    with pydb.create(base, fst=FST) as db:
+    # gc="none": no collection merging the segments meanwhile
+    with pydb.create(base, fst=FST, gc="none") as db:
         db.append([(1, "Keep")])
         segs = sorted(os.listdir(f"{base}.pdx"))
         manifest = open(f"{base}.pdx/MANIFEST", "rb").read()
@@ -336,7 +337,7 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
 
     from pydb import _pydb
     base0 = tmp_path / "p"
-    with pydb.create(base0, fst=FST) as db:
+    with pydb.create(base0, fst=FST, gc="none") as db:   # no merged leftovers
         db.append([(1, "One"), (2, "old words")])
     _pydb._testing.fail_io(-1)
     shutil.copytree(f"{base0}.pdx", tmp_path / "c.pdx")
@@ -359,7 +360,7 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
         for ext in (".mst", ".xrf", ".wal"):
             shutil.copy(f"{base0}{ext}", f"{base}{ext}")
         files0 = sorted(os.listdir(f"{base}.pdx"))
-        db = pydb.open(base, readonly=False)
+        db = pydb.open(base, readonly=False, gc="none")   # files unmerged
         _pydb._testing.fail_io(n, errno.EIO)
         raised = None
         try:
