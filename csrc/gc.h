@@ -21,18 +21,24 @@
 typedef struct pydb_gc pydb_gc;
 
 /* At open (handle.c), after the handle is complete: the collector with
- * the default policy (PYDB_GC_DEFAULT, or PYDB_GC_NONE for a read-only
- * handle's thread: it never starts one).  PYDB_ENOMEM. */
+ * the policy pydb_options.flags names (PYDB_OPEN_GC(policy), pydb.h
+ * group 9), else PYDB_GC_DEFAULT; a writable handle whose policy wants
+ * one starts the thread now (a read-only handle never does).
+ * PYDB_ENOMEM, PYDB_EIO (the thread could not start). */
 int pydb__gc_open(pydb_db *db, pydb_error *err);
 /* At close, before the handle's files go: stops and joins the thread. */
 void pydb__gc_close(pydb_db *db);
-/* After a commit was published (txn.c), on the committing thread: wakes
- * the collector thread.  Cheap, never blocks on the collector. */
-void pydb__gc_notify(pydb_db *db);
-/* A reader met garbage (a record with back versions, a posting list
- * with dead postings): with a cooperative policy it does one small step
- * if no other step is running (else wakes the thread, if any).  Never
- * waits.  No Python, any thread, the GIL released or not. */
-void pydb__gc_met(pydb_db *db);
+/* pydb__gc_open installs the collector's listeners in db->gc_ops
+ * (pydb_int.h: pydb__gc_notify, _met, _pause, _resume), through which
+ * the layers below signal it. */
+
+/* The handle's record (stat.c): collections completed, the Unix time of
+ * the last (0: none), what it did, the last failed step's message ("":
+ * none) into last_error[cap]. */
+void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
+                         double *last_time, pydb_gc_report *last,
+                         char *last_error, size_t cap);
+/* 1 while the handle's collector thread runs (tests). */
+int pydb__gc_thread_running(const pydb_db *db);
 
 #endif /* PYDB_GC_H */

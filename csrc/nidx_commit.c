@@ -10,12 +10,18 @@
  * dead); it is written and fsynced, and the new MANIFEST goes to the
  * transaction (pydb_txn_put_file), so it is replaced with the records.
  * publish: the handle serves the new segment set.  abort: the segment
- * is removed.  Each commit adds one small segment; when there would be
- * more than MERGE_AT, the commit's segment also takes in all segments
- * after the bulk-built base (dropping their dead postings).  Segment
- * files no live set and no MANIFEST on disk name are removed by a later
- * prepare, once no registered reader reads an older commit (readers of
- * other processes may be opening them: nidx_handle.h).  prepare reports
+ * is removed.  Each commit adds one small segment and nothing else: a
+ * commit never merges (merging is garbage collection, nidx_gc.c, run by
+ * the handle's collector as its policy says; under policy none the
+ * segments accumulate, one per commit, and every lookup visits them
+ * all).  No safety valve: segments are mapped and their descriptors
+ * closed, so the hard limit is the process's number of mappings
+ * (vm.max_map_count, 65530 by default) -- some 65,000 uncollected
+ * commits, where opening a segment fails with PYDB_EIO/ENOMEM and the
+ * commit fails cleanly.  Segment files no live set and no MANIFEST on
+ * disk name are removed by a later prepare (or collect()), once no
+ * registered reader reads an older commit (readers of other processes
+ * may be opening them: nidx_handle.h).  prepare reports
  * the new MANIFEST's generation to the transaction, which publishes it
  * with the commit's state (pydb__txn_set_index_gen; snapshots find their
  * index by it).
@@ -32,80 +38,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "nidx_handle.h"
 #include "nidx_writer.h"
 #include "shm.h"
 
-#define MERGE_AT 8            /* segments before a commit merges the tail */
-
 static int cmp_i32(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
-}
-
-/* Merge the segments after the first (the bulk-built base) into `a`:
- * their live postings, less the records this commit replaces; their
- * tombstones join `tombs` (they still apply to the base). */
-static int merge_tail(nidx_acc *a, const nidx_segset *ss, int32_t **tombs,
-                      size_t *nt, pydb_error *err)
-{
-    pydb_postings p = {0};
-    nidx_cursor c;
-    int rc = PYDB_OK;
-    size_t extra = 0;
-    const int32_t *commit = *tombs;
-    size_t ncommit = *nt;
-
-    memset(&c, 0, sizeof c);
-    for (size_t i = 0; i < ncommit; i++)   /* the commit's MFNs: sorted */
-        PYDB_ASSERT(i == 0 || commit[i - 1] < commit[i]);
-    for (size_t i = 1; i < ss->n; i++) {   /* segments: oldest first */
-        PYDB_ASSERT(ss->v[i - 1]->gen < ss->v[i]->gen);
-        extra += ss->v[i]->ntomb;
-    }
-    int32_t *all = malloc((ncommit + extra + 1) * sizeof *all);
-    if (!all) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
-    memcpy(all, commit, ncommit * sizeof *all);
-    size_t na = ncommit;
-    for (size_t i = 1; i < ss->n; i++)
-        for (uint32_t k = 0; k < ss->v[i]->ntomb; k++)
-            all[na++] = pydb__nseg_tomb(ss->v[i], k);
-    for (size_t i = 1; i < ss->n && rc == PYDB_OK; i++) {
-        const nidx_seg *sg = ss->v[i];
-        uint64_t live;
-        c.s = sg;
-        c.valid = 0;
-        if (sg->nterms == 0) continue;
-        if ((rc = pydb__ncur_block(&c, 0, err))) break;
-        for (;;) {
-            if ((rc = pydb__ncur_next(&c, err)) || !c.valid) break;
-            p.n = 0;
-            if ((rc = pydb__nidx_decode_live(&p, ss, i, &c, &live, err)))
-                break;
-            for (size_t k = 0; k < p.n && rc == PYDB_OK; k++) {
-                int32_t m = p.v[k].mfn;
-                if (bsearch(&m, commit, ncommit, sizeof m, cmp_i32)) continue;
-                rc = pydb__nacc_add(a, c.key, c.klen, &p.v[k]);
-            }
-            if (rc) break;
-        }
-    }
-    free(c.key);
-    pydb_postings_free(&p);
-    if (rc) {
-        free(all);
-        return rc;
-    }
-    qsort(all, na, sizeof *all, cmp_i32);
-    size_t w = 0;
-    for (size_t i = 0; i < na; i++)
-        if (w == 0 || all[w - 1] != all[i]) all[w++] = all[i];
-    free(*tombs);
-    *tombs = all;
-    *nt = w;
-    return PYDB_OK;
 }
 
 /* May unnamed segment files go?  Only when no registered reader of the
@@ -114,14 +57,34 @@ static int merge_tail(nidx_acc *a, const nidx_segset *ss, int32_t **tombs,
  * MANIFEST named (nidx_handle.c, load_set), and a snapshot of an older
  * commit may still ask for its generation's segments.  Without a usable
  * header (files mode) no reader can register: as before, they may. */
-static int may_remove(struct pydb_shm *shm)
+int pydb__nidx_may_remove(struct pydb_shm *shm)
 {
     if (!shm || !pydb__shm_valid(shm)) return 1;
     return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
 }
 
+/* A merge's temporary file (nidx_gc.c: merge-PID-N.tmp) whose process
+ * is gone. */
+static int stale_merge_file(const char *name)
+{
+    int pid;
+    unsigned long n;
+    char tail[8];
+    if (sscanf(name, "merge-%d-%lu.%7s", &pid, &n, tail) != 3 ||
+        strcmp(tail, "tmp") != 0 || pid <= 0)
+        return 0;
+    return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
                             const nidx_segset *ss)
+{
+    return pydb__nidx_collect_n(dir, shm, ss, NULL, NULL);
+}
+
+uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
+                              const nidx_segset *ss, int64_t *files,
+                              int64_t *bytes)
 {
     char manifest[1100];
     uint64_t top = 0;
@@ -131,7 +94,7 @@ uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
     pydb_error e;
     DIR *d;
     struct dirent *de;
-    int remove = may_remove(shm), named;
+    int remove = pydb__nidx_may_remove(shm), named;
 
     memset(&m, 0, sizeof m);
     snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
@@ -143,6 +106,15 @@ uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
         unsigned long long g;
         int used = 0;
         char path[1100];
+        struct stat sb;
+        if (stale_merge_file(de->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (stat(path, &sb) == 0 && unlink(path) == 0) {
+                if (files) (*files)++;
+                if (bytes) *bytes += (int64_t)sb.st_size;
+            }
+            continue;
+        }
         if (strlen(de->d_name) != 16 ||
             sscanf(de->d_name, "seg-%8llu.pds", &g) != 1)
             continue;
@@ -151,7 +123,12 @@ uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
         for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
         if (!used && remove) {
             pydb__nseg_path(path, sizeof path, dir, g);
-            unlink(path);
+            if (stat(path, &sb) == 0 && unlink(path) == 0) {
+                if (files) (*files)++;
+                if (bytes) *bytes += (int64_t)sb.st_size;
+            } else if (g > top) {
+                top = g;   /* still there: never reuse its name */
+            }
         } else if (g > top) {
             top = g;
         }
@@ -189,7 +166,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     char path[1100];
     nidx_segset *ss = NULL;
     const nidx_cfg *cfg;
-    int rc = PYDB_OK, written = 0, merge;
+    int rc = PYDB_OK, written = 0;
 
     memset(&a, 0, sizeof a);
     a.err = err;
@@ -214,12 +191,6 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     ss = pydb__nidx_acquire(x);
     cfg = ss->cfg;   /* the keys of the index as the MANIFEST now has it */
     top = pydb__nidx_collect(x->dir, pydb__nidx_header(x), ss);
-    /* Too many segments: this commit's segment also takes in every
-     * segment after the base (their dead postings dropped), so a
-     * commit's cost stays proportional to the changes since the last
-     * bulk build and readers merge at most MERGE_AT lists. */
-    merge = ss->n + 1 > MERGE_AT && ss->n >= 2;
-    if (merge && (rc = merge_tail(&a, ss, &tombs, &nt, err))) goto cleanup;
     /* A transaction may change one MFN several times (update, then
      * delete...): only its last change is the record's new state. */
     last = malloc(n * sizeof *last);
@@ -259,7 +230,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    ngens = merge ? 1 : ss->n;
+    ngens = ss->n;
     for (size_t i = 0; i < ngens; i++) gens[i] = ss->v[i]->gen;
     gens[ngens++] = gen;
     if ((rc = pydb__nman_encode(&man, gen, &cfg->rules, cfg->fst_text,
@@ -268,7 +239,6 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         goto cleanup;
     if ((rc = pydb__nseg_open(&x->pending, path, gen, err))) goto cleanup;
     x->pending_gen = gen;
-    x->pending_merge = merge;
     if (x->put_file) {
         rc = x->put_file(x->put_ctx, t, x->manifest, man.p, man.n, err);
     } else {
@@ -310,7 +280,7 @@ static void hook_publish(void *ctx, pydb_txn *t)
         return;
     }
     old = x->cur;
-    keep = x->pending_merge ? (old->n ? 1 : 0) : old->n;
+    keep = old->n;
     ns = pydb__nsegset_new(keep + 1);
     if (!ns) {
         /* cannot fail here: keep serving the old list; the next open
@@ -335,8 +305,6 @@ static void hook_publish(void *ctx, pydb_txn *t)
     x->gen = x->pending_gen;
     x->pending = NULL;
     pthread_mutex_unlock(&x->mu);
-    /* merged segments are removed by a later prepare (pydb__nidx_collect),
-     * once no manifest on disk names them and no reader may need them */
     pydb__nsegset_unref(drop);
 }
 
@@ -364,6 +332,8 @@ int pydb__nidx_hook(pydb_index *ix, pydb_commit_hook *out, pydb_error *err)
     out->prepare = hook_prepare;
     out->publish = hook_publish;
     out->abort = hook_abort;
+    out->collect = pydb__nidx_gc_collect;
+    out->garbage = pydb__nidx_gc_garbage;
     out->ctx = ix;
     return PYDB_OK;
 }
@@ -373,7 +343,10 @@ int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err)
     pydb_commit_hook h;
     int rc = pydb__nidx_hook(ix, &h, err);
     if (rc) return rc;
-    return pydb_set_commit_hook(db, &h, err);
+    if ((rc = pydb_set_commit_hook(db, &h, err))) return rc;
+    /* readers that skip dead postings tell db's collector from now on */
+    __atomic_store_n(&((nidx *)ix)->db, db, __ATOMIC_RELEASE);
+    return PYDB_OK;
 }
 
 /* ---- test double: put_file recorded, applied at a simulated commit

@@ -75,14 +75,10 @@ void pydb__nsegset_unref(nidx_segset *ss)
 {
     if (!ss || atomic_fetch_sub(&ss->refs, 1) != 1) return;
     pydb__ncfg_unref(ss->cfg);
-    for (size_t i = 0; i < ss->n; i++) {
-        pydb__nseg_unref(ss->v[i]);
-        if (ss->dead) free(ss->dead[i]);
-    }
+    for (size_t i = 0; i < ss->n; i++) pydb__nseg_unref(ss->v[i]);
     free(ss->v);
     free(ss->newer_tombs);
-    free(ss->dead);
-    free(ss->dead_bits);
+    free(ss->newest);
     free(ss);
 }
 
@@ -103,12 +99,12 @@ nidx_segset *pydb__nsegset_new(size_t n)
     return ss;
 }
 
-/* Flags and dead-MFN bitmaps for the list.  A bitmap that cannot be
- * allocated is left NULL (is_dead then searches the tombstones). */
+/* Flags and the newest-tombstone table of the list.  A table that cannot
+ * be allocated is left NULL (is_dead then searches the tombstones). */
 void pydb__nsegset_finish(nidx_segset *ss)
 {
     int any = 0;
-    int32_t maxm = 0;
+    int32_t maxm = -1;
     for (size_t i = ss->n; i-- > 0;) {
         ss->newer_tombs[i] = (uint8_t)any;
         if (ss->v[i]->ntomb) {
@@ -117,47 +113,23 @@ void pydb__nsegset_finish(nidx_segset *ss)
             if (m > maxm) maxm = m;
         }
     }
-    if (!any || ss->n < 2) return;
-    ss->dead = calloc(ss->n, sizeof *ss->dead);
-    ss->dead_bits = calloc(ss->n, sizeof *ss->dead_bits);
-    if (!ss->dead || !ss->dead_bits) {
-        free(ss->dead);
-        free(ss->dead_bits);
-        ss->dead = NULL;
-        ss->dead_bits = NULL;
-        return;
-    }
-    size_t bytes = (size_t)maxm / 8 + 1;
-    uint8_t *acc = NULL;      /* union of the tombstones after i */
-    for (size_t i = ss->n - 1; i-- > 0;) {
-        const nidx_seg *nx = ss->v[i + 1];
-        if (nx->ntomb) {
-            uint8_t *b = malloc(bytes);
-            if (!b) break;
-            if (acc) memcpy(b, acc, bytes);
-            else memset(b, 0, bytes);
-            for (uint32_t k = 0; k < nx->ntomb; k++) {
-                int32_t m = pydb__nseg_tomb(nx, k);
-                if (m >= 0) b[m >> 3] |= (uint8_t)(1u << (m & 7));
-            }
-            acc = b;
-        } else if (acc) {
-            uint8_t *b = malloc(bytes);
-            if (!b) break;
-            memcpy(b, acc, bytes);
-            acc = b;
+    if (!any || ss->n < 2 || maxm < 0) return;
+    ss->newest = calloc((size_t)maxm + 1, sizeof *ss->newest);
+    if (!ss->newest) return;
+    ss->newest_n = (uint32_t)maxm + 1;
+    for (size_t j = 1; j < ss->n; j++)   /* oldest first: newest wins */
+        for (uint32_t k = 0; k < ss->v[j]->ntomb; k++) {
+            int32_t m = pydb__nseg_tomb(ss->v[j], k);
+            if (m >= 0 && m <= maxm) ss->newest[m] = (uint32_t)j + 1;
         }
-        ss->dead[i] = acc;
-        ss->dead_bits[i] = acc ? (uint32_t)bytes * 8 : 0;
-    }
 }
 
 static int is_dead(const nidx_segset *ss, size_t i, int32_t mfn)
 {
     if (!ss->newer_tombs[i]) return 0;
-    if (ss->dead && ss->dead[i])
-        return mfn >= 0 && (uint32_t)mfn < ss->dead_bits[i] &&
-               (ss->dead[i][mfn >> 3] >> (mfn & 7)) & 1;
+    if (ss->newest)
+        return mfn >= 0 && (uint32_t)mfn < ss->newest_n &&
+               ss->newest[mfn] > i + 1;
     for (size_t j = i + 1; j < ss->n; j++)
         if (ss->v[j]->ntomb && pydb__nseg_has_tomb(ss->v[j], mfn)) return 1;
     return 0;
@@ -214,10 +186,12 @@ nidx_segset *pydb__nidx_acquire(nidx *x)
     return ss;
 }
 
+/* skipped (may be NULL): incremented by the dead postings decoded and
+ * left out. */
 static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
                     size_t prefix_len, const uint8_t *start,
                     size_t start_len, pydb_term_fn fn, void *ctx,
-                    pydb_error *err)
+                    uint64_t *skipped, pydb_error *err)
 {
     nidx_cursor *cs = calloc(ss->n ? ss->n : 1, sizeof *cs);
     const uint8_t *from = prefix;
@@ -285,6 +259,7 @@ static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
                                                  err)))
                     goto cleanup;
                 total += live;
+                if (skipped) *skipped += c->count - live;
             } else {
                 total += c->count;
             }
@@ -324,17 +299,20 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
                       pydb_error *err)
 {
     nidx *x = (nidx *)ix;
+    uint64_t skipped = 0;
     int rc = pydb__nidx_refresh(x, 0, err);
     if (rc) return rc;
     nidx_segset *ss = pydb__nidx_acquire(x);
     rc = terms_in(x->dir, ss, prefix, prefix_len, start, start_len, fn, ctx,
-                  err);
+                  &skipped, err);
     pydb__nsegset_unref(ss);
+    if (skipped) pydb__nidx_met(x);
     return rc;
 }
 
 static int postings_in(pydb_postings *out, nidx_segset *ss,
-                       const uint8_t *key, size_t len, pydb_error *err)
+                       const uint8_t *key, size_t len, uint64_t *skipped,
+                       pydb_error *err)
 {
     size_t first = out->n;
     int rc = PYDB_OK, parts = 0;
@@ -349,6 +327,7 @@ static int postings_in(pydb_postings *out, nidx_segset *ss,
         if ((rc = pydb__nidx_decode_live(out, ss, i, &c, &live, err)))
             goto cleanup;
         parts += live > 0;
+        if (skipped) *skipped += c.count - live;
     }
     if (parts > 1)
         qsort(out->v + first, out->n - first, sizeof *out->v,
@@ -361,11 +340,13 @@ cleanup:
 static int nidx_postings(pydb_postings *out, pydb_index *ix,
                          const uint8_t *key, size_t len, pydb_error *err)
 {
+    uint64_t skipped = 0;
     int rc = pydb__nidx_refresh((nidx *)ix, 0, err);
     if (rc) return rc;
     nidx_segset *ss = pydb__nidx_acquire((nidx *)ix);
-    rc = postings_in(out, ss, key, len, err);
+    rc = postings_in(out, ss, key, len, &skipped, err);
     pydb__nsegset_unref(ss);
+    if (skipped) pydb__nidx_met((nidx *)ix);
     return rc;
 }
 
@@ -387,12 +368,14 @@ static void nidx_close(pydb_index *ix)
      * may have been durable (pydb.h, pydb_commit_hook): recovery may name
      * it, so it stays; if it does not, a later prepare collects it. */
     if (x->pending) pydb__nseg_unref(x->pending);
+    pydb__nidx_gc_free(x);   /* a merge in progress: its file removed */
     pydb__nsegset_unref(x->cur);
     pydb__nsegset_unref(x->prev);
     if (x->shm) pydb__shm_close(x->shm);
     pydb__fst_scratch_free(&x->scratch);
     free(x->test_data);
     pthread_mutex_destroy(&x->mu);
+    pthread_mutex_destroy(&x->gc_mu);
     free(x);
 }
 
@@ -413,13 +396,13 @@ static int view_terms(pydb_index *ix, const uint8_t *prefix,
 {
     nidx_view *v = (nidx_view *)ix;
     return terms_in(v->dir, v->ss, prefix, prefix_len, start, start_len, fn,
-                    ctx, err);
+                    ctx, NULL, err);
 }
 
 static int view_postings(pydb_postings *out, pydb_index *ix,
                          const uint8_t *key, size_t len, pydb_error *err)
 {
-    return postings_in(out, ((nidx_view *)ix)->ss, key, len, err);
+    return postings_in(out, ((nidx_view *)ix)->ss, key, len, NULL, err);
 }
 
 static int view_key(pydb_index *ix, const uint8_t *term, size_t len,
@@ -608,6 +591,7 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
     memset(&m, 0, sizeof m);
     if (!x) return PYDB_ERROR(err, PYDB_ENOMEM, db_path, -1, "no memory");
     pthread_mutex_init(&x->mu, NULL);
+    pthread_mutex_init(&x->gc_mu, NULL);
     x->base.ops = &nidx_ops;
     x->base.kind = PYDB_INDEX_NATIVE;
     x->base.caps = PYDB_POSTING_TAG | PYDB_POSTING_OCC | PYDB_POSTING_CNT;

@@ -68,9 +68,11 @@ typedef struct nidx_segset {
     size_t n;
     nidx_seg **v;            /* oldest first */
     uint8_t *newer_tombs;    /* [i]: some segment after i has tombstones */
-    uint8_t **dead;          /* [i]: bitmap of the MFNs tombstoned after i
-                                (MFN < dead_bits[i]), or NULL            */
-    uint32_t *dead_bits;
+    uint32_t *newest;        /* [mfn]: 1 + position of the newest segment
+                                that tombstones mfn (0: none), for
+                                mfn < newest_n; NULL: not allocated (the
+                                tombstones are searched instead)          */
+    uint32_t newest_n;
 } nidx_segset;
 
 /* A set with room for n segments (n set; the caller fills v and sets
@@ -78,7 +80,10 @@ typedef struct nidx_segset {
 nidx_segset *pydb__nsegset_new(size_t n);
 /* Drop one reference (NULL is ignored). */
 void pydb__nsegset_unref(nidx_segset *ss);
-/* Compute the dead-posting flags and bitmaps once v[] is filled. */
+/* Compute the dead-posting flags and the newest-tombstone table once v[]
+ * is filled: one table per set (4 bytes per MFN up to the highest
+ * tombstoned one), so a set of n segments costs O(n + MFNs), not
+ * O(n * MFNs), however many commits went uncollected. */
 void pydb__nsegset_finish(nidx_segset *ss);
 
 typedef struct nidx {
@@ -97,8 +102,14 @@ typedef struct nidx {
     void *put_ctx;
     nidx_seg *pending;
     uint64_t pending_gen;
-    int pending_merge;         /* the pending segment replaces the tail */
     pydb_fst_scratch scratch;
+    /* garbage (nidx_gc.c) */
+    pydb_db *db;             /* the attached writable handle, or NULL
+                                (atomic: readers tell its collector when
+                                they skip dead postings)                 */
+    atomic_ullong met;       /* reads that skipped dead postings          */
+    pthread_mutex_t gc_mu;   /* one collect() at a time (trylock)         */
+    struct nidx_merge *merge; /* a merge in progress, or NULL (gc_mu)     */
     /* test double of pydb_txn_put_file (pydb__nidx_use_test_put) */
     char test_path[1100];
     uint8_t *test_data;
@@ -133,6 +144,28 @@ struct pydb_shm *pydb__nidx_header(nidx *x);
  * new segment's generation. */
 uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
                             const nidx_segset *ss);
+/* The same, counting the files removed and their bytes into *files and
+ * *bytes (either may be NULL).  Also removes the temporary files of
+ * merges (merge-PID-N.tmp) whose process is gone. */
+uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
+                              const nidx_segset *ss, int64_t *files,
+                              int64_t *bytes);
+/* 1 if unnamed segment files may be removed now: no reader registered in
+ * shm (NULL: files mode, always 1) reads a commit older than the
+ * latest. */
+int pydb__nidx_may_remove(struct pydb_shm *shm);
+/* A read skipped dead postings: count it and, for an index attached to
+ * a writable handle, tell the handle's collector (pydb__gc_met: never
+ * waits). */
+void pydb__nidx_met(nidx *x);
+/* The collection callbacks of the commit hook (nidx_gc.c) and the end
+ * of a merge in progress (at close). */
+int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
+                          struct pydb_gc_report *rep,
+                          pydb_error *err);
+int pydb__nidx_gc_garbage(void *ctx, pydb_db *db,
+                          struct pydb_index_stat *out, pydb_error *err);
+void pydb__nidx_gc_free(nidx *x);
 
 /* pydb__nidx_set_at: the MANIFEST on disk is newer than the generation
  * asked for, and the handle holds neither (not an error code). */

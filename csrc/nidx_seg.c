@@ -427,7 +427,8 @@ int pydb__nseg_enc_finish(nidx_seg_enc *e, const int32_t *tombs,
     pydb_buf *out = e->out;
     uint8_t b8[8], b4[4];
 
-    PYDB_ASSERT(e->nterms == e->want_terms);
+    PYDB_ASSERT(e->nterms <= e->want_terms);
+    e->nblocks = (e->nterms + NIDX_BLOCK_TERMS - 1) / NIDX_BLOCK_TERMS;
     uint64_t dict_off = out->n;
     pydb__buf_put(out, e->dict.p, e->dict.n);
     uint64_t bidx_off = out->n;

@@ -117,7 +117,8 @@ typedef struct nidx_seg_enc {
     size_t prev_len;
 } nidx_seg_enc;
 
-/* Start a segment of nterms terms in out (empty). */
+/* Start a segment of at most nterms terms in out (empty); a merge that
+ * drops dead keys adds fewer. */
 int pydb__nseg_enc_begin(nidx_seg_enc *e, pydb_buf *out, uint64_t nterms,
                          pydb_error *err);
 /* Add a term: key (greater than the previous one, alive until the next

@@ -618,6 +618,7 @@ typedef struct pydb_change {
  * (without deleting files) when it is closed.  The three run on the
  * committing thread. */
 struct pydb_index_stat;   /* group 9 */
+struct pydb_gc_report;    /* group 9 */
 typedef struct pydb_commit_hook {
     int (*prepare)(void *ctx, pydb_txn *t, const pydb_change *changes,
                    size_t n, pydb_error *err);
@@ -627,14 +628,15 @@ typedef struct pydb_commit_hook {
     /* Garbage of the hooked structure (group 9), both optional (NULL):
      * collect() does at most `budget` units of collection work (a unit:
      * one posting list merged, one segment file removed) and sets *more
-     * when collectable garbage remains; it may take the writer lock with
+     * when collectable garbage remains, adding what it removed to *rep
+     * (postings, segments); it may take the writer lock with
      * pydb_txn_begin(timeout 0) for a bounded step and must leave the
      * structure readable at every point (readers never wait for it).
      * garbage() adds the structure's figures to *out (pydb_stat.index).
      * Both run on the collector's thread or a cooperating reader's,
      * never on two threads at once for one handle. */
     int (*collect)(void *ctx, pydb_db *db, int budget, int *more,
-                   pydb_error *err);
+                   struct pydb_gc_report *rep, pydb_error *err);
     int (*garbage)(void *ctx, pydb_db *db, struct pydb_index_stat *out,
                    pydb_error *err);
 } pydb_commit_hook;
@@ -1083,6 +1085,12 @@ enum pydb_gc_policy {
     PYDB_GC_COMBINED = 3      /* BACKGROUND | COOPERATIVE */
 };
 #define PYDB_GC_DEFAULT PYDB_GC_BACKGROUND
+/* The policy a handle starts with, in pydb_options.flags (group 1):
+ * opt.flags |= PYDB_OPEN_GC(PYDB_GC_NONE).  Without it: PYDB_GC_DEFAULT.
+ * A writable handle with a background policy starts its collector
+ * thread in pydb_open(); pydb_gc_set_policy() changes it later. */
+#define PYDB_OPEN_GC_SHIFT 12
+#define PYDB_OPEN_GC(policy) ((((policy) & 3) + 1) << PYDB_OPEN_GC_SHIFT)
 /* "none", "background", "cooperative", "combined" -> the policy, or -1. */
 int pydb_gc_policy_from_name(const char *name);
 /* The policy's name ("none" ...); "?" for an unknown value. */

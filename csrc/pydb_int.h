@@ -163,6 +163,7 @@ struct pydb_db {
     char shm_path[1100];
     pydb_commit_hook hook;   /* hook.prepare == NULL: none                 */
     struct pydb_gc *gc;      /* the collector (gc.c); NULL until open ends */
+    const struct pydb_gc_ops *gc_ops; /* its listeners (below), set at open */
     /* ---- master file generation (read.c; docs/gc-notes-mst.md) ---- */
     uint64_t fseq;           /* atomic: 2 x the generation of the .mst/.xrf
                                 pair the handle reads, + 1 while it
@@ -180,6 +181,48 @@ struct pydb_db {
                                 mode; constant while the handle is open) */
     struct pydb_compact *compact; /* the compaction job (compact.c)      */
 };
+
+/* The collector's listeners (gc.c installs them when it opens, before
+ * the handle is shared).  The layers below the collector (txn.c, read.c,
+ * the native index) signal through them instead of linking to gc.c,
+ * which calls down into them (tools/linkgraph.py: no cycles). */
+typedef struct pydb_gc_ops {
+    void (*notify)(pydb_db *db);  /* a commit was published              */
+    void (*met)(pydb_db *db);     /* a reader met garbage                */
+    void (*pause)(pydb_db *db);   /* wait for a step, hold off the next  */
+    void (*resume)(pydb_db *db);
+} pydb_gc_ops;
+
+/* After a commit was published, on the committing thread: wakes the
+ * collector.  Cheap, never blocks on it. */
+static inline void pydb__gc_notify(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->notify(db);
+}
+/* A reader met garbage (a record with back versions, a posting list
+ * with dead postings): with a cooperative policy it does one small step
+ * if no other step is running (else wakes the thread, if any).  Never
+ * waits.  No Python, any thread, the GIL released or not. */
+static inline void pydb__gc_met(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->met(db);
+}
+/* Wait for the step in progress, if any, and hold off the next:
+ * pydb_set_commit_hook() swaps the hook between the two (a step calls
+ * db->hook.collect), stat.c calls db->hook.garbage between them.  Never
+ * from inside a step. */
+static inline void pydb__gc_pause(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->pause(db);
+}
+static inline void pydb__gc_resume(pydb_db *db)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->resume(db);
+}
 
 /* A committed state: what one commit left in the files (shm.h publishes
  * it; docs/architecture.md, "Committed state").  Versions at or after mst_end were written by

@@ -28,7 +28,6 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
-#include "gc.h"
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>

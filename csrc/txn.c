@@ -549,9 +549,14 @@ void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen)
 int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
                          pydb_error *err)
 {
+    /* The collector calls the hook's collect/garbage: no step may run
+     * while it changes (the step lock first, as a step takes it before
+     * the writer lock). */
+    pydb__gc_pause(db);
     pthread_mutex_lock(&db->wmutex);
     if (db->wbusy) {
         pthread_mutex_unlock(&db->wmutex);
+        pydb__gc_resume(db);
         return PYDB_ERROR(err, PYDB_EINVAL, db->mst.path, -1,
                           "cannot change the commit hook during a "
                           "transaction");
@@ -559,6 +564,7 @@ int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
     if (hook) db->hook = *hook;
     else memset(&db->hook, 0, sizeof db->hook);
     pthread_mutex_unlock(&db->wmutex);
+    pydb__gc_resume(db);
     return PYDB_OK;
 }
 

@@ -177,11 +177,20 @@ static long fault_count;     /* operations counted                        */
 static int fault_was_short;  /* the fault_at-th operation wrote short     */
 static int fault_crash;      /* _exit(137) instead of failing (crash point) */
 static const char *fault_fired;
+static pthread_t fault_thread; /* only its operations count: a collector
+                                  thread's I/O must not move the count */
+
+static int fault_mine(void)
+{
+    return pthread_equal(pthread_self(), fault_thread);
+}
 
 /* 1 if this operation must fail (errno set). */
 static int fault_hit(const char *name)
 {
-    long n = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
+    long n;
+    if (!fault_mine()) return 0;
+    n = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
     if (fault_at > 0 && n == fault_at) {
         if (fault_crash) _exit(137);
         if (!fault_fired) fault_fired = name;
@@ -198,6 +207,7 @@ static int fault_hit(const char *name)
 static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
     long next = __atomic_load_n(&fault_count, __ATOMIC_RELAXED) + 1;
+    if (!fault_mine()) return pwrite(fd, buf, n, off);
     if (fault_crash && fault_at > 0 && next == fault_at) _exit(137);
     if (fault_short && fault_at > 0 && next == fault_at && n > 1) {
         __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
@@ -239,6 +249,7 @@ void pydb__test_fail_io(long n, int eno, int short_write)
     fault_count = 0;
     fault_fired = NULL;
     fault_was_short = 0;
+    fault_thread = pthread_self();
     pydb__vfs = n == 0 ? &pydb__vfs_posix : &vfs_faulty;
 }
 

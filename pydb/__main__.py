@@ -2,6 +2,8 @@
 
 Commands:
   crashtest [DB]   C threads against Python threads (see pydb.crashtest)
+  gctest [DB]      Firebird's garbage-collector experiment: N clients, serial
+                   and parallel, per collection policy (see pydb.gctest)
   info DB          control record, layout and record counts
   dump DB [MFN..]  records as text (CISIS .id style: !ID / !vTTT!value)
   terms DB [PREFIX] keys of the inverted index with posting counts
@@ -15,6 +17,8 @@ Commands:
   gen-unesb DIR    write the synthetic unesb database, its FST and its native
                    index into DIR (--no-index: without the index)
   ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
+  stat DB          gstat: commit header, records, versions, garbage (pinned
+                   and collectable), master file, native index (--json)
   index DB         build (or rebuild) the native inverted index, beside writers
                    too (FST: --fst FILE, else the database's own .fst, else
                    the index's; encoding and key length as the index's
@@ -30,7 +34,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from . import crashtest, ministat
+from . import crashtest, gctest, ministat
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
@@ -295,6 +299,76 @@ def _cmd_index(args) -> int:
     return 0
 
 
+def _stat_text(path: str, s: dict) -> str:
+    """The report of ``pydb stat`` (gstat-like sections) from db.stat()."""
+    h, r, v, g, m, ix = (s["header"], s["records"], s["versions"], s["garbage"],
+                         s["master_file"], s["index"])
+    last = h["last_collection"]
+    when = "never" if last is None else time.strftime(
+        "%Y-%m-%d %H:%M:%S", time.localtime(last))
+    oldest = "-" if h["oldest_reader_commit"] is None else h["oldest_reader_commit"]
+    rows: list[tuple[str, list[tuple[str, object]]]] = [
+        ("Database header", [
+            ("Commit", h["commit"]),
+            ("Oldest reader commit", oldest),
+            ("Behind (commits)", h["behind"]),
+            ("Registered readers", h["readers"]),
+            ("GC policy", h["gc_policy"]),
+            ("Master file generation", h["file_generation"]),
+            ("Collections", h["collections"]),
+            ("Last collection", when),
+            ("Last collected", ", ".join(f"{k} {n}" for k, n in h["last"].items())),
+            ("Last error", h["last_error"] or "-")]),
+        ("Records", [
+            ("Active", r["active"]), ("Logically deleted", r["deleted"]),
+            ("Next MFN", r["next_mfn"])]),
+        ("Versions", [
+            ("Versions", v["versions"]), ("Back versions", v["back_versions"]),
+            ("Longest chain", v["longest_chain"]),
+            ("Average version size", f"{v['average_size']:.2f} bytes")]),
+        ("Garbage", [
+            ("Versions", g["versions"]), ("Bytes", g["bytes"]),
+            ("Dead postings", g["postings"]), ("Unused segment files", g["segment_files"]),
+            ("Pinned versions", g["pinned_versions"]), ("Pinned bytes", g["pinned_bytes"]),
+            ("Collectable versions", g["collectable_versions"]),
+            ("Collectable bytes", g["collectable_bytes"])]),
+        ("Master file", [
+            ("Size", f"{m['size']} bytes"), ("Live bytes", m["live_bytes"]),
+            ("Fill", f"{100 * m['fill']:.1f}%")]),
+    ]
+    if ix is None:
+        rows.append(("Native index", [("Present", "no")]))
+    else:
+        rows.append(("Native index", [
+            ("Segments", ix["segments"]), ("Terms", ix["terms"]),
+            ("Postings", ix["postings"]), ("Dead postings", ix["dead_postings"]),
+            ("Tombstones", ix["tombstones"]), ("Bytes", ix["bytes"]),
+            ("Files", ix["files"]), ("Unused files", ix["unused_files"]),
+            ("Unused bytes", ix["unused_bytes"])]))
+    out = [f"Database \"{path}\""]
+    for title, items in rows:
+        out.append(title)
+        out.extend(f"    {k:<24}{val}" for k, val in items)
+    return "\n".join(out) + "\n"
+
+
+def _cmd_stat(args) -> int:
+    """A writable handle with the policy none when the files allow it (the
+    native index reports its figures only to a writer; nothing is
+    collected), else a read-only one (no index figures)."""
+    try:
+        db = open_db(args.db, readonly=False, gc="none")
+    except (PermissionError, Error):
+        db = open_db(args.db)
+    with db:
+        s = db.stat()
+    if args.json:
+        print(json.dumps(s, indent=1))
+    else:
+        sys.stdout.write(_stat_text(args.db, s))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m pydb`` and the ``pydb`` script: run the
     command in `argv` (default ``sys.argv[1:]``) and return the exit status
@@ -307,10 +381,13 @@ def main(argv: list[str] | None = None) -> int:
         return crashtest.main(argv[1:])
     if argv and argv[0] == "ministat":
         return ministat.main(argv[1:])
+    if argv and argv[0] == "gctest":
+        return gctest.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m pydb", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("crashtest", help="C vs Python threaded read benchmark (crashtest --help)")
     sub.add_parser("ministat", help="statistics of repeated measurements (ministat --help)")
+    sub.add_parser("gctest", help="garbage-collection experiment, per policy (gctest --help)")
     p = sub.add_parser("info", help="control record, layout and counts")
     p.add_argument("db")
     p.add_argument("--encoding", default="utf-8")
@@ -417,6 +494,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-index", action="store_true",
                    help="skip the native index (build it later: python -m pydb index DIR/unesb)")
     p.set_defaults(func=_cmd_gen_unesb)
+    p = sub.add_parser("stat", help="statistics: header, records, versions, garbage, "
+                       "master file, index (gstat)")
+    p.add_argument("db")
+    p.add_argument("--json", action="store_true", help="the dict of Database.stat() as JSON")
+    p.set_defaults(func=_cmd_stat)
     p = sub.add_parser("index", help="build the native inverted index")
     p.add_argument("db")
     p.add_argument("--fst", help="FST file (default: the database's .fst, else the FST "

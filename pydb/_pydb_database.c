@@ -73,19 +73,21 @@ int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn)
 static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "encoding", "errors", "io", "lock",
-                             "flags", NULL};
+                             "flags", "gc", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
     PyObject *path_obj, *path_bytes = NULL;
     const char *encoding = "utf-8", *errors = "surrogateescape";
     const char *io = "pread", *lock = "none", *cpath;
+    const char *gc = pydb_gc_policy_name(PYDB_GC_DEFAULT);
     pydb_options opt;
     pydb_error e;
     pydb_db *db = NULL;
-    int rc, flags = 0;
+    int rc, flags = 0, policy;
 
     if (!st) return -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ssssi", kwlist, &path_obj,
-                                     &encoding, &errors, &io, &lock, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ssssis", kwlist, &path_obj,
+                                     &encoding, &errors, &io, &lock, &flags,
+                                     &gc))
         return -1;
     if (self->db) {
         PyErr_SetString(PyExc_RuntimeError, "Database is already open");
@@ -105,7 +107,13 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
                      "not '%s'", lock);
         return -1;
     }
-    opt.flags = flags;
+    policy = pydb_gc_policy_from_name(gc);
+    if (policy < 0) {
+        PyErr_Format(PyExc_ValueError, "gc must be 'none', 'background', "
+                     "'cooperative' or 'combined', not '%s'", gc);
+        return -1;
+    }
+    opt.flags = flags | PYDB_OPEN_GC(policy);
     if (!PyCodec_KnownEncoding(encoding)) {  /* fail early */
         PyErr_Format(PyExc_LookupError, "unknown encoding: %s", encoding);
         return -1;
@@ -446,6 +454,184 @@ static PyObject *database_get_path(DatabaseObject *self, void *c)
     return Py_NewRef(self->path ? self->path : Py_None);
 }
 
+/* ------------------------------------------------------ garbage (group 9) */
+
+static PyObject *database_get_gc_policy(DatabaseObject *self, void *c)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    (void)c;
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    return PyUnicode_FromString(
+        pydb_gc_policy_name(pydb_gc_get_policy(self->db)));
+}
+
+static int database_set_gc_policy(DatabaseObject *self, PyObject *value,
+                                  void *c)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    const char *name;
+    pydb_error e;
+    int policy, rc;
+    (void)c;
+    if (!st) return -1;
+    if (!value) {
+        PyErr_SetString(PyExc_AttributeError, "gc_policy cannot be deleted");
+        return -1;
+    }
+    if (!PyUnicode_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "gc_policy is a str, not %.100s",
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    name = PyUnicode_AsUTF8(value);
+    if (!name) return -1;
+    policy = pydb_gc_policy_from_name(name);
+    if (policy < 0) {
+        PyErr_Format(PyExc_ValueError, "gc_policy must be 'none', "
+                     "'background', 'cooperative' or 'combined', not %R",
+                     value);
+        return -1;
+    }
+    if (database_check_open(st, self) < 0) return -1;
+    /* stopping the thread joins it: it may finish a step first */
+    UNLOCKED(&self->guard, NULL,
+             rc = pydb_gc_set_policy(self->db, policy, &e));
+    if (rc) {
+        set_error(st, rc, &e);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *gc_report_dict(const pydb_gc_report *r)
+{
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "versions",
+                         (long long)r->versions, "bytes", (long long)r->bytes,
+                         "postings", (long long)r->postings, "segments",
+                         (long long)r->segments, "compactions",
+                         (long long)r->compactions, "pinned",
+                         (long long)r->pinned);
+}
+
+static PyObject *database_collect(DatabaseObject *self, PyObject *args,
+                                  PyObject *kw)
+{
+    static char *kwlist[] = {"timeout", NULL};
+    module_state *st = state_of_type(Py_TYPE(self));
+    double timeout = 10.0;
+    pydb_gc_report r;
+    pydb_error e;
+    int rc, ms;
+
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "|d", kwlist, &timeout))
+        return NULL;
+    if (!(timeout >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "timeout must be a number of "
+                        "seconds >= 0");
+        return NULL;
+    }
+    ms = timeout * 1000.0 > (double)INT_MAX ? INT_MAX : (int)(timeout * 1000.0);
+    if (database_check_open(st, self) < 0) return NULL;
+    UNLOCKED(&self->guard, NULL, rc = pydb_gc_collect(&r, self->db, ms, &e));
+    if (rc) return set_error(st, rc, &e);
+    return gc_report_dict(&r);
+}
+
+static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    pydb_stat *s;
+    pydb_error e;
+    PyObject *last = NULL, *last_time = NULL, *last_error = NULL;
+    PyObject *oldest = NULL, *index = NULL, *res = NULL;
+    int rc;
+    (void)unused;
+
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    s = PyMem_Malloc(sizeof *s);
+    if (!s) return PyErr_NoMemory();
+    UNLOCKED(&self->guard, NULL, rc = pydb_stat_get(s, self->db, &e));
+    if (rc) {
+        PyMem_Free(s);
+        return set_error(st, rc, &e);
+    }
+    last = gc_report_dict(&s->last);
+    last_time = s->last_collection > 0 ? PyFloat_FromDouble(s->last_collection)
+                                       : Py_NewRef(Py_None);
+    last_error = s->last_error[0]
+                     ? PyUnicode_DecodeUTF8(s->last_error,
+                                            strlen(s->last_error), "replace")
+                     : Py_NewRef(Py_None);
+    oldest = s->readers > 0 ? PyLong_FromUnsignedLongLong(s->oldest_commit)
+                            : Py_NewRef(Py_None);
+    if (s->index.present)
+        index = Py_BuildValue(
+            "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "segments",
+            (long long)s->index.segments, "terms", (long long)s->index.terms,
+            "postings", (long long)s->index.postings, "dead_postings",
+            (long long)s->index.dead_postings, "tombstones",
+            (long long)s->index.tombstones, "bytes", (long long)s->index.bytes,
+            "files", (long long)s->index.files, "unused_files",
+            (long long)s->index.unused_files, "unused_bytes",
+            (long long)s->index.unused_bytes);
+    else
+        index = Py_NewRef(Py_None);
+    if (!last || !last_time || !last_error || !oldest || !index) goto cleanup;
+    res = Py_BuildValue(
+        "{s:{s:K,s:O,s:K,s:i,s:s,s:K,s:K,s:O,s:O,s:O},"
+        "s:{s:L,s:L,s:i},"
+        "s:{s:L,s:L,s:L,s:d},"
+        "s:{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L},"
+        "s:{s:L,s:L,s:d},"
+        "s:O}",
+        "header",
+        "commit", (unsigned long long)s->commit,
+        "oldest_reader_commit", oldest,
+        "behind", (unsigned long long)(s->commit - s->oldest_commit),
+        "readers", s->readers,
+        "gc_policy", pydb_gc_policy_name(s->policy),
+        "file_generation", (unsigned long long)s->file_gen,
+        "collections", (unsigned long long)s->collections,
+        "last_collection", last_time,
+        "last", last,
+        "last_error", last_error,
+        "records",
+        "active", (long long)s->active,
+        "deleted", (long long)s->deleted,
+        "next_mfn", (int)s->next_mfn,
+        "versions",
+        "versions", (long long)s->versions,
+        "back_versions", (long long)s->back_versions,
+        "longest_chain", (long long)s->longest_chain,
+        "average_size",
+        s->versions ? (double)s->version_bytes / (double)s->versions : 0.0,
+        "garbage",
+        "versions", (long long)s->garbage_versions,
+        "bytes", (long long)s->garbage_bytes,
+        "postings", (long long)(s->index.present ? s->index.dead_postings : 0),
+        "segment_files",
+        (long long)(s->index.present ? s->index.unused_files : 0),
+        "pinned_versions", (long long)s->pinned_versions,
+        "pinned_bytes", (long long)s->pinned_bytes,
+        "collectable_versions",
+        (long long)(s->garbage_versions - s->pinned_versions),
+        "collectable_bytes", (long long)(s->garbage_bytes - s->pinned_bytes),
+        "master_file",
+        "size", (long long)s->mst_size,
+        "live_bytes", (long long)s->live_bytes,
+        "fill", s->mst_size > 0 ? (double)s->live_bytes / (double)s->mst_size
+                                : 0.0,
+        "index", index);
+cleanup:
+    Py_XDECREF(last);
+    Py_XDECREF(last_time);
+    Py_XDECREF(last_error);
+    Py_XDECREF(oldest);
+    Py_XDECREF(index);
+    PyMem_Free(s);
+    return res;
+}
+
 /* ------------------------------------------------------------ iterator */
 
 typedef struct {
@@ -703,6 +889,14 @@ static PyMethodDef database_methods[] = {
      "drop_cache($self, /)\n--\n\nDrop the files from the page cache."},
     {"info", (PyCFunction)database_info, METH_NOARGS,
      "info($self, /)\n--\n\nControl record and detected layout (dict)."},
+    {"collect", (PyCFunction)(void (*)(void))database_collect,
+     METH_VARARGS | METH_KEYWORDS,
+     "collect($self, /, timeout=10.0)\n--\n\nCollect all collectable "
+     "garbage now, on the calling thread (GIL released); see "
+     "pydb.Database.collect."},
+    {"stat", (PyCFunction)database_stat, METH_NOARGS,
+     "stat($self, /)\n--\n\nThe figures of the latest commit (GIL "
+     "released); see pydb.Database.stat."},
     {NULL}};
 
 static PyGetSetDef database_getset[] = {
@@ -714,6 +908,10 @@ static PyGetSetDef database_getset[] = {
     {"encoding", (getter)database_get_encoding, NULL,
      "Encoding used to decode field values (str).", NULL},
     {"path", (getter)database_get_path, NULL, "The path as given.", NULL},
+    {"gc_policy", (getter)database_get_gc_policy,
+     (setter)database_set_gc_policy,
+     "The garbage collection policy (str): 'none', 'background', "
+     "'cooperative' or 'combined'; settable.", NULL},
     {NULL}};
 
 static PyMemberDef database_members[] = {
@@ -733,7 +931,7 @@ static PyType_Slot database_slots[] = {
     {Py_mp_subscript, database_read},
     {Py_mp_length, database_len},
     {Py_tp_doc, "Database(path, encoding='utf-8', errors='surrogateescape', "
-     "io='pread', lock='none', flags=0)\n--\n\n"
+     "io='pread', lock='none', flags=0, gc='background')\n--\n\n"
      "Low-level database handle (see pydb.Database)."},
     {0, NULL}};
 

@@ -8,6 +8,8 @@
  * Some of these hooks change process-wide state of the core and are
  * dangerous outside a test process:
  *   fail_io(n, errno, short, crash)  make the n-th write-side file operation
+ *                                    of the calling thread (other threads:
+ *                                    not counted, e.g. a collector)
  *                                    fail; crash=True calls _exit(137)
  *   io_count(), io_fired()           what fail_io() counted / fired
  *   set_read_delay(usec)             make every core pread sleep first
@@ -548,6 +550,10 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
 
 /* ------------------------------------------------------------- the door */
 
+/* index garbage (issue 11, helper "idx"): defined at the end of the file */
+static PyObject *index_collect(PyObject *m, PyObject *args);
+static PyObject *index_garbage(PyObject *m, PyObject *args);
+
 static PyMethodDef testing_functions[] = {
     {"fail_io", (PyCFunction)(void (*)(void))mod_test_fail_io,
      METH_VARARGS | METH_KEYWORDS,
@@ -582,6 +588,16 @@ static PyMethodDef testing_functions[] = {
     {"key_normalize", (PyCFunction)(void (*)(void))key_normalize,
      METH_VARARGS | METH_KEYWORDS, key_normalize_doc},
     {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
+    {"index_collect", (PyCFunction)index_collect, METH_VARARGS,
+     "index_collect(db, index, budget, /)\n--\n\nOne call of the native "
+     "index's collect(ctx, db, budget, &more) (csrc/nidx_gc.c) on the "
+     "writable Database `db` and its attached Index handle `index`: True "
+     "when more garbage may be collectable (or the writer lock was busy)."},
+    {"index_garbage", (PyCFunction)index_garbage, METH_VARARGS,
+     "index_garbage(db, index, /)\n--\n\nThe native index's garbage() "
+     "figures (pydb_index_stat): a dict with segments, terms, postings, "
+     "dead_postings, tombstones, bytes, files, unused_files, "
+     "unused_bytes."},
     {NULL}};
 
 PyDoc_STRVAR(testing_doc,
@@ -663,4 +679,76 @@ int testing_compact_exec(PyObject *m)
     Py_XDECREF(f);
     Py_XDECREF(name);
     return rc;
+}
+
+/* ------------------------------------------- native index garbage (idx)
+ * Test entry points of the native index's collect() and garbage()
+ * (csrc/nidx_gc.c), until Database.collect()/stat() drive them: they
+ * call the commit hook's callbacks directly, as the collector would. */
+
+static int index_hook_args(PyObject *m, PyObject *args, DatabaseObject **db,
+                           IndexObject **io, int *budget,
+                           pydb_commit_hook *h)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo, *ixo;
+    pydb_error e;
+    int rc;
+    if (budget) {
+        if (!PyArg_ParseTuple(args, "O!O!i", st->database_type, &dbo,
+                              st->index_type, &ixo, budget))
+            return -1;
+    } else if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &dbo,
+                                 st->index_type, &ixo)) {
+        return -1;
+    }
+    *db = (DatabaseObject *)dbo;
+    *io = (IndexObject *)ixo;
+    if (database_check_open(st, *db) < 0 || index_check_open(st, *io) < 0)
+        return -1;
+    rc = pydb__nidx_hook((*io)->ix, h, &e);
+    if (rc) {
+        set_error(st, rc, &e);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *index_collect(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    DatabaseObject *db;
+    IndexObject *io;
+    pydb_commit_hook h;
+    pydb_error e;
+    pydb_gc_report rep;
+    int budget, more = 0, rc;
+    memset(&rep, 0, sizeof rep);
+    if (index_hook_args(m, args, &db, &io, &budget, &h) < 0) return NULL;
+    UNLOCKED(&db->guard, &io->guard,
+             rc = h.collect(h.ctx, db->db, budget, &more, &rep, &e));
+    if (rc) return set_error(st, rc, &e);
+    return PyBool_FromLong(more);
+}
+
+static PyObject *index_garbage(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    DatabaseObject *db;
+    IndexObject *io;
+    pydb_commit_hook h;
+    pydb_index_stat s;
+    pydb_error e;
+    int rc;
+    if (index_hook_args(m, args, &db, &io, NULL, &h) < 0) return NULL;
+    memset(&s, 0, sizeof s);
+    UNLOCKED(&db->guard, &io->guard, rc = h.garbage(h.ctx, db->db, &s, &e));
+    if (rc) return set_error(st, rc, &e);
+    return Py_BuildValue(
+        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "segments",
+        (long long)s.segments, "terms", (long long)s.terms, "postings",
+        (long long)s.postings, "dead_postings", (long long)s.dead_postings,
+        "tombstones", (long long)s.tombstones, "bytes", (long long)s.bytes,
+        "files", (long long)s.files, "unused_files",
+        (long long)s.unused_files, "unused_bytes", (long long)s.unused_bytes);
 }

@@ -40,6 +40,9 @@ __all__ = ["Database", "Record", "Field", "Transaction", "open", "create",
 
 #: Leader layouts a new database can have (docs/isis-formats.md §2.2).
 LAYOUTS = ("isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned")
+GC_POLICIES = ("none", "background", "cooperative", "combined")
+# The binding's get/set descriptor, wrapped by Database.gc_policy below.
+_GC_POLICY: Any = _pydb.Database.__dict__["gc_policy"]
 
 Transaction = _pydb.Transaction
 
@@ -136,7 +139,8 @@ class Database(_pydb.Database):
     def __init__(self, path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
                  errors: str = "surrogateescape", io: str = DEFAULT_IO,
                  lock: str = "none", sync: bool = True,
-                 lock_timeout: float = 10.0, _flags: int = 0) -> None:
+                 lock_timeout: float = 10.0, gc: str = "background",
+                 _flags: int = 0) -> None:
         """Open the database at `path`; see :func:`open` for the arguments
         and the exceptions (`_flags`: internal, the flags :func:`create`
         got from the C core)."""
@@ -148,7 +152,7 @@ class Database(_pydb.Database):
         if lock_timeout is None or not lock_timeout >= 0:
             raise ValueError("lock_timeout must be a number of seconds >= 0")
         super().__init__(path, encoding=encoding, errors=errors, io=io, lock=lock,
-                         flags=flags)
+                         flags=flags, gc=gc)
         self._readonly = not (flags & _pydb.OPEN_WRITE)
         self._sync = not (flags & _pydb.OPEN_NOSYNC)
         self._lock_timeout = float(lock_timeout)
@@ -504,6 +508,130 @@ class Database(_pydb.Database):
         """
         return version_chain(self, self[mfn])
 
+    # -- garbage (docs/architecture.md, "Garbage") ---------------------
+    @property
+    def gc_policy(self) -> str:
+        """The garbage collection policy of this handle (str), settable.
+
+        Garbage is what no snapshot or registered reader of any process
+        can see any more: back versions of records superseded by a later
+        commit, the index postings of such versions, segment files no set
+        names.  Policies (Firebird's names):
+
+        - ``"none"``: nothing is collected (not even the index merges
+          commits used to do);
+        - ``"background"`` (the default): a thread of the handle (plain C,
+          never Python) collects in bounded steps, woken by each commit
+          and every 200 ms (commits of other processes, idleness: after
+          0.5 s without a commit it collects everything collectable);
+        - ``"cooperative"``: a reader (a read, an iteration, a search)
+          that meets garbage does one small step itself (16 units) when no
+          other step runs; it never waits;
+        - ``"combined"``: both; a reader that finds a step running wakes
+          the thread.
+
+        Only a writable handle collects; a read-only one keeps the name.
+        Setting a policy starts or stops the thread (stopping joins it:
+        it may first finish its step).
+
+        Raises:
+            ValueError: an unknown policy name.
+            TypeError: not a str.
+            MemoryError: the collector thread could not be started (the
+                policy is left as it was).
+            ClosedError: the database is closed.
+        """
+        policy: str = _GC_POLICY.__get__(self)
+        return policy
+
+    @gc_policy.setter
+    def gc_policy(self, policy: str) -> None:
+        _GC_POLICY.__set__(self, policy)
+
+    def collect(self, timeout: float = 10.0) -> dict[str, int]:
+        """Collect all garbage that is collectable now, on the calling
+        thread (the GIL released), whatever the policy; the collector
+        thread, if any, goes on and the two never work at the same time.
+        Garbage a registered reader (a snapshot, in any process) can still
+        see stays and is reported as ``pinned``.
+
+        Args:
+            timeout: seconds (float >= 0, default 10) the collection may
+                take, waits for the writer lock included.
+
+        Returns:
+            What was collected, a dict of ints: ``versions`` (back
+            versions removed from the master file), ``bytes`` (master-file
+            bytes reclaimed), ``postings`` (dead postings dropped from the
+            native index), ``segments`` (segment files removed),
+            ``compactions`` (master files replaced), ``pinned`` (garbage
+            versions left because a reader still sees them).
+
+        Raises:
+            ReadOnlyError: the handle was opened read-only.
+            LockTimeoutError: the writer lock stayed busy, or the
+                collection did not finish, within `timeout`.
+            DiskError: a collection step failed (ENOSPC during a merge or
+                a compaction: the database is left as it was before that
+                step, the garbage stays counted, and the message is kept
+                as ``stat()["header"]["last_error"]``).
+            ValueError: a negative `timeout`.
+            ClosedError: the database is closed.
+        """
+        report: dict[str, int] = super().collect(timeout)
+        return report
+
+    def stat(self) -> dict[str, Any]:
+        """Statistics of the latest commit, in the spirit of Firebird's
+        gstat (``python -m pydb stat DB`` prints them).  Exact: one pass
+        over the XRF, the leaders of every version reachable through the
+        back pointers, and the native index's segments, as of a snapshot
+        of the latest commit (writers go on meanwhile; the GIL is
+        released).
+
+        Returns:
+            A dict of dicts (sizes in bytes, versions as counts)::
+
+                header: commit (latest commit number; 0 without a commit
+                    header), oldest_reader_commit (the oldest commit a
+                    registered reader of any process reads; None: no
+                    reader), behind (commits between the two), readers
+                    (registered readers now: snapshots of every process),
+                    gc_policy (this handle's), file_generation (master
+                    files replaced by compaction so far), collections
+                    (completed by this handle), last_collection (Unix time
+                    of the last, or None), last (what it collected: the
+                    dict of collect()), last_error (the last failed
+                    collection step's message, or None)
+                records: active, deleted (logically deleted), next_mfn
+                versions: versions (stored versions reachable from the
+                    XRF), back_versions, longest_chain (versions of the
+                    record with the most), average_size (bytes, float)
+                garbage: versions, bytes (the back versions: superseded
+                    by a later commit), postings (dead postings of the
+                    native index), segment_files (files no segment set
+                    names), pinned_versions, pinned_bytes (garbage a
+                    registered reader still sees), collectable_versions,
+                    collectable_bytes (the rest)
+                master_file: size (bytes of the .mst as of the commit),
+                    live_bytes (bytes of the records' current versions),
+                    fill (live_bytes / size, float 0..1)
+                index: None without a native index, else segments, terms,
+                    postings (stored, live and dead), dead_postings,
+                    tombstones, bytes (live segment files), files (segment
+                    files in the folder), unused_files, unused_bytes
+
+        Raises:
+            CorruptionError: a damaged XRF entry, leader or back pointer
+                (file, byte offset, reason).
+            DiskError: an I/O error.
+            LockTimeoutError: every reader-table slot is held by a live
+                process (no snapshot could be taken).
+            ClosedError: the database is closed.
+        """
+        figures: dict[str, Any] = super().stat()
+        return figures
+
     def check(self, *, max_problems: int = 1000,
               progress: Callable[[int, int], object] | None = None) -> CheckReport:
         """Validate the database: walk the control record, every XRF entry,
@@ -542,7 +670,7 @@ class Database(_pydb.Database):
 def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
          errors: str = "surrogateescape", io: str = DEFAULT_IO,
          lock: str = "none", sync: bool = True,
-         lock_timeout: float = 10.0) -> Database:
+         lock_timeout: float = 10.0, gc: str = "background") -> Database:
     """Open a CDS/ISIS database.
 
     Args:
@@ -576,6 +704,12 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             written partly), which recovery cannot repair.
         lock_timeout: seconds a write waits for the writer lock held by
             another thread or process (float, default 10).
+        gc: the garbage collection policy (see :attr:`Database.gc_policy`):
+            ``"background"`` (default: a collector thread of the handle,
+            woken by commits), ``"cooperative"`` (readers that meet
+            garbage collect a little themselves), ``"combined"`` (both) or
+            ``"none"`` (nothing is collected).  Only a writable handle
+            collects; a read-only one keeps the name and counts.
 
     Returns:
         A :class:`Database` (also a context manager).
@@ -588,16 +722,18 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             system refuses O_DIRECT.
         DiskError: another operating-system error (e.g. the folder is not
             writable with ``readonly=False``, or recovery failed).
-        ValueError, LookupError: a bad `io`/`lock` or unknown `encoding`.
+        ValueError, LookupError: a bad `io`/`lock`/`gc` or unknown
+            `encoding`.
+        MemoryError: the collector thread could not be started.
     """
     return Database(path, readonly=readonly, encoding=encoding, errors=errors,
-                    io=io, lock=lock, sync=sync, lock_timeout=lock_timeout)
+                    io=io, lock=lock, sync=sync, lock_timeout=lock_timeout, gc=gc)
 
 
 def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
            encoding: str = "utf-8", errors: str = "surrogateescape",
            io: str = DEFAULT_IO, sync: bool = True,
-           lock_timeout: float = 10.0,
+           lock_timeout: float = 10.0, gc: str = "background",
            fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
            stw: str | bytes | os.PathLike[str] | None = None,
            max_key: int = 0) -> Database:
@@ -618,7 +754,7 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         mstxl: MSTXL shift 0..6 (docs/isis-formats.md §2.1, §3.2): records start
             on 2^mstxl-byte boundaries and the master file may grow to
             512 MiB x 2^mstxl (0: 512 MiB; CISIS uses 3 or 6 with FFI).
-        encoding, errors, io, sync, lock_timeout: as for :func:`open`.
+        encoding, errors, io, sync, lock_timeout, gc: as for :func:`open`.
         fst: None (no inverted index), or FST text, a path to an FST file
             or an iterable of :class:`pydb.fst.FieldRule`, as
             :func:`pydb.build_index` accepts: an empty native index
@@ -644,6 +780,8 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         FSTError: `fst` does not parse (the database files are created
             but no index is).
     """
+    if gc not in GC_POLICIES:
+        raise ValueError(f"gc must be one of {', '.join(GC_POLICIES)}, not {gc!r}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     if isinstance(mstxl, bool) or not isinstance(mstxl, int):
@@ -660,4 +798,4 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         build_index(p, text, progress=False, stw=stw, encoding=encoding,
                     max_key=max_key)
     return Database(p, readonly=False, encoding=encoding, errors=errors, io=io,
-                    sync=sync, lock_timeout=lock_timeout, _flags=flags)
+                    sync=sync, lock_timeout=lock_timeout, gc=gc, _flags=flags)

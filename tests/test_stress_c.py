@@ -14,6 +14,12 @@ sources, so the checkout is never touched:
   exit status 0 and not one ThreadSanitizer report.  Marked
   ``sanitizers``; skipped without gcc or libtsan.
 
+The garbage collector runs in every run (``--gc``, default ``combined``:
+the writing handle's collector thread and the readers' cooperative
+steps); in the thread variant a "gc driver" thread also takes statistics,
+collects and switches the policy off and on (the thread stopped, joined
+and started again) while the others work.
+
 The runs last a few seconds each: they show correctness under
 concurrency, not speed (benchmarks/ measure that).
 """
@@ -79,6 +85,10 @@ def _assert_clean(p, out: str):
     commits = re.search(r"writer commits=(\d+)", out)
     assert commits and int(commits.group(1)) > 0, out[-4000:]
     assert "MISMATCH" not in out
+    gc = re.search(r"gc stats=(\d+) collects=(\d+) switches=(\d+)", out)
+    if "--fork" not in p.args:
+        # the gc driver took statistics, collected and switched policies
+        assert gc and all(int(x) > 0 for x in gc.groups()), out[-4000:]
 
 
 # ------------------------------------------------------------------ plain
@@ -91,6 +101,12 @@ def plain_exe(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("io", ["pread", "mmap"])
 def test_stress_threads(plain_exe, tmp_path, io):
     p, out = _run(plain_exe, tmp_path / "db", "--seconds", "2", "--io", io)
+    _assert_clean(p, out)
+
+
+@pytest.mark.parametrize("gc", ["none", "background", "cooperative"])
+def test_stress_threads_gc_policies(plain_exe, tmp_path, gc):
+    p, out = _run(plain_exe, tmp_path / "db", "--seconds", "1", "--gc", gc)
     _assert_clean(p, out)
 
 

@@ -4,7 +4,8 @@
  * tests/test_stress_c.py.
  *
  *   stress_snapshot [--seconds S] [--readers N] [--snap-readers N]
- *                   [--io pread|mmap] [--fork] [--max-commits N] DIR
+ *                   [--io pread|mmap] [--fork] [--max-commits N]
+ *                   [--gc none|background|cooperative|combined] DIR
  *
  * Creates DIR/stress (a new database), then runs for S seconds (default
  * 3): one writer (a thread, or with --fork a child process) commits
@@ -38,6 +39,18 @@
  * snapshot readers on it and on a second, read-only handle); with --fork
  * every reader uses the read-only handle of the parent and the writer
  * commits from another process, through the commit header.
+ *
+ * The garbage collector (pydb.h group 9) runs meanwhile: the writing
+ * handle is opened with the policy of --gc (default combined: its
+ * collector thread, woken by each commit, and cooperative steps of the
+ * readers that share the handle).  In the thread variant one more thread
+ * (the "gc driver") loops until the end: pydb_stat_get on the writing
+ * handle (checked: every active or deleted record has a version, no
+ * pinned garbage beyond the garbage, NXTMFN within the schedule),
+ * pydb_gc_collect with a short timeout, and every 4th round a policy
+ * change (none, then back to --gc: the thread is stopped, joined and
+ * started again under the readers' feet).  It prints "gc stats=S
+ * collects=C switches=W" before the "ok" line.
  */
 #define _GNU_SOURCE
 #include "pydb.h"
@@ -62,6 +75,7 @@ typedef struct {
     char base[1024];
     double seconds;
     int readers, snap_readers, io, fork_writer;
+    int gc;                 /* the writing handle's pydb_gc_policy      */
     long max_commits;
 } config;
 
@@ -513,7 +527,9 @@ static void usage(void)
     fputs("usage: stress_snapshot [--seconds S] [--readers N] "
           "[--snap-readers N]\n"
           "                       [--io pread|mmap] [--fork] "
-          "[--max-commits N] DIR\n", stderr);
+          "[--max-commits N]\n"
+          "                       [--gc none|background|cooperative|combined]"
+          " DIR\n", stderr);
     exit(2);
 }
 
@@ -525,6 +541,7 @@ static void parse(config *c, int argc, char **argv)
     c->snap_readers = 2;
     c->io = PYDB_IO_PREAD;
     c->max_commits = 100000;
+    c->gc = PYDB_GC_COMBINED;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--fork")) { c->fork_writer = 1; continue; }
@@ -536,20 +553,92 @@ static void parse(config *c, int argc, char **argv)
         else if (!strcmp(a, "--snap-readers")) c->snap_readers = atoi(v);
         else if (!strcmp(a, "--max-commits")) c->max_commits = atol(v);
         else if (!strcmp(a, "--io")) c->io = pydb_io_from_name(v);
+        else if (!strcmp(a, "--gc")) c->gc = pydb_gc_policy_from_name(v);
         else usage();
     }
     if (!c->dir || c->seconds <= 0 || c->readers < 0 || c->snap_readers < 0 ||
         c->readers + c->snap_readers > MAX_READERS || c->max_commits < 1 ||
-        c->io < 0 || c->io == PYDB_IO_DIRECT)
+        c->io < 0 || c->io == PYDB_IO_DIRECT || c->gc < 0)
         usage();
     snprintf(c->base, sizeof c->base, "%s/stress", c->dir);
+}
+
+/* ------------------------------------------------------ the gc driver */
+
+typedef struct {
+    pydb_db *db;            /* the writing handle                        */
+    int policy;             /* --gc                                      */
+    double stop;
+    long stats, collects, switches, failures;
+    pydb_error err;
+} gc_driver;
+
+/* Statistics, collections and policy switches on the writing handle
+ * while the writer and the readers run.  A collection may time out
+ * (PYDB_ELOCKED: the writer holds the lock); anything else fails. */
+static void *gc_loop(void *arg)
+{
+    gc_driver *d = arg;
+    pydb_stat *s = malloc(sizeof *s);
+    pydb_gc_report r;
+    pydb_error e;
+    int rc;
+
+    if (!s) {
+        d->failures++;
+        return NULL;
+    }
+    for (long round = 0; now() < d->stop; round++) {
+        rc = pydb_stat_get(s, d->db, &e);
+        if (rc == PYDB_OK) {
+            d->stats++;
+            if (s->next_mfn < N0 + 1 || s->next_mfn > MAX_MFN + 1 ||
+                s->versions != s->active + s->deleted + s->back_versions ||
+                s->garbage_versions != s->back_versions ||
+                s->pinned_versions > s->garbage_versions ||
+                s->live_bytes > s->mst_size) {
+                printf("MISMATCH stat: next_mfn %d active %lld deleted %lld "
+                       "versions %lld back %lld pinned %lld\n",
+                       (int)s->next_mfn, (long long)s->active,
+                       (long long)s->deleted, (long long)s->versions,
+                       (long long)s->back_versions,
+                       (long long)s->pinned_versions);
+                d->failures++;
+            }
+        } else if (rc != PYDB_ELOCKED) {
+            d->err = e;
+            d->failures++;
+            break;
+        }
+        rc = pydb_gc_collect(&r, d->db, 20, &e);
+        if (rc == PYDB_OK) d->collects++;
+        else if (rc != PYDB_ELOCKED) {
+            d->err = e;
+            d->failures++;
+            break;
+        }
+        if (round % 4 == 3) {
+            rc = pydb_gc_set_policy(d->db, round % 8 == 3 ? PYDB_GC_NONE
+                                                          : d->policy, &e);
+            if (rc) {
+                d->err = e;
+                d->failures++;
+                break;
+            }
+            d->switches++;
+        }
+        usleep(20000);
+    }
+    free(s);
+    return NULL;
 }
 
 /* The writer process of --fork: commits until `stop`; exit status 0 or
  * 2.  Prints "commits=C". */
 static int writer_process(const config *c, double stop)
 {
-    pydb_options o = {c->io, PYDB_LOCK_NONE, PYDB_OPEN_WRITE | PYDB_OPEN_NOSYNC};
+    pydb_options o = {c->io, PYDB_LOCK_NONE,
+                      PYDB_OPEN_WRITE | PYDB_OPEN_NOSYNC | PYDB_OPEN_GC(c->gc)};
     writer w;
 
     memset(&w, 0, sizeof w);
@@ -570,9 +659,10 @@ int main(int argc, char **argv)
     pydb_options wo, ro;
     pydb_db *wdb = NULL, *rdb = NULL;
     pydb_error e;
-    pthread_t wt, rt[MAX_READERS];
+    pthread_t wt, gt, rt[MAX_READERS];
     reader rd[MAX_READERS];
     writer w;
+    gc_driver gd;
     pid_t child = -1;
     long reads = 0, snaps = 0, snap_reads = 0, checks = 0, bad = 0;
     double stop;
@@ -581,7 +671,7 @@ int main(int argc, char **argv)
     parse(&c, argc, argv);
     memset(&wo, 0, sizeof wo);
     wo.io = c.io;
-    wo.flags = PYDB_OPEN_NOSYNC;
+    wo.flags = PYDB_OPEN_NOSYNC | PYDB_OPEN_GC(c.gc);
     if ((rc = pydb_create(&wdb, c.base, PYDB_LAYOUT_FFI_PACKED, 0, &wo, &e)))
         return fail("create", &e);
     if ((rc = commit(wdb, 0, &e))) return fail("commit 0", &e);
@@ -605,6 +695,14 @@ int main(int argc, char **argv)
     w.stop = stop;
     w.max_commits = c.max_commits;
     if (!c.fork_writer && pthread_create(&wt, NULL, write_loop, &w)) {
+        perror("pthread_create");
+        return 2;
+    }
+    memset(&gd, 0, sizeof gd);
+    gd.db = wdb;
+    gd.policy = c.gc;
+    gd.stop = stop;
+    if (!c.fork_writer && pthread_create(&gt, NULL, gc_loop, &gd)) {
         perror("pthread_create");
         return 2;
     }
@@ -641,8 +739,15 @@ int main(int argc, char **argv)
         }
     } else {
         pthread_join(wt, NULL);
+        pthread_join(gt, NULL);
         if (w.rc) rc = fail("commit", &w.err);
         printf("writer commits=%ld\n", w.commits);
+        if (gd.failures) {
+            if (gd.err.code) fail("gc driver", &gd.err);
+            bad += gd.failures;
+        }
+        printf("gc stats=%ld collects=%ld switches=%ld\n", gd.stats,
+               gd.collects, gd.switches);
     }
     pydb_close(rdb);
     pydb_close(wdb);

@@ -1,0 +1,165 @@
+/*
+ * stat.c - gstat for pydb: pydb_stat_get() (pydb.h group 9), the figures
+ * of the latest committed state in one pass.
+ *
+ * What it does: reads the reader table (registered readers, the oldest
+ * commit they read and the smallest end of records they see), then
+ * takes a snapshot of the latest commit (so that a writer may go on
+ * committing meanwhile) and walks every MFN's XRF entry as of that
+ * snapshot and the back-version chain of each version it sees (leaders
+ * only: MFN, MFRL, STATUS, MFBWB/MFBWP), and asks the attached native
+ * index (the commit hook's garbage()) for its figures.
+ *
+ * Counting rules (docs/architecture.md, "Garbage"):
+ *   - versions: every version reachable from the XRF entry of an active
+ *     or logically deleted record through the back pointers; the first
+ *     of each chain is the record's current version (live bytes), the
+ *     others are back versions, which are all garbage (superseded);
+ *   - a back version v whose next-newer version lies at offset q is
+ *     pinned iff q >= pydb__shm_oldest_end() (a registered reader's state
+ *     ends before q, so that reader still reads v);
+ *   - bytes are MFRL (the stored record length, alignment padding
+ *     excluded).
+ * The reader table is read before the snapshot is taken, so the
+ * snapshot's own slot is not counted.
+ *
+ * Depends on: pydb_int.h, shm.h, gc.h (the collector's record and the
+ * step lock around the index's garbage()), read.c (snapshot, XRF scan),
+ * record.c (leaders), vfs.c (reads).
+ */
+#include "gc.h"
+#include "shm.h"
+#include <sched.h>
+#include <string.h>
+
+typedef struct walk {
+    pydb_db *db;
+    const pydb_geom *g;
+    int64_t oldest_end;   /* INT64_MAX: no registered reader             */
+    int64_t mst_size;
+    pydb_stat *out;
+    int rc;
+    pydb_error *err;
+} walk;
+
+/* Read and check the leader of `mfn`'s version at `off`. */
+static int leader_at(pydb_leader *l, walk *w, int32_t mfn, int64_t off)
+{
+    uint8_t h[32];
+    int rc;
+    if (off + w->g->leader > w->mst_size)
+        return PYDB_CORRUPT(w->err, w->db->mst.path, off,
+                            "version of MFN %d at offset %lld lies past "
+                            "the end of the master file (%lld bytes)",
+                            (int)mfn, (long long)off,
+                            (long long)w->mst_size);
+    rc = pydb__file_read(&w->db->mst, PYDB_IO_PREAD, h, (size_t)w->g->leader,
+                         off, "leader", w->err);
+    if (rc) return rc;
+    pydb__leader_decode(l, w->g, h);
+    return pydb__leader_check(l, w->g, mfn, off, w->mst_size,
+                              w->db->mst.path, w->err);
+}
+
+static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
+{
+    walk *w = ctx;
+    pydb_stat *o = w->out;
+    pydb_leader l;
+    int64_t off, newer = -1, back, chain = 0;
+
+    if (e->state == PYDB_XRF_ACTIVE) o->active++;
+    else if (e->state == PYDB_XRF_LDELETED) o->deleted++;
+    else return 0;
+    /* from the version the state sees back to the first one; `newer`:
+     * the offset of the version that superseded the one at `off` */
+    for (off = e->offset;; newer = off, off = back) {
+        w->rc = leader_at(&l, w, mfn, off);
+        if (w->rc) return 1;
+        chain++;
+        o->versions++;
+        o->version_bytes += l.mfrl;
+        if (newer < 0) {
+            o->live_bytes += l.mfrl;
+        } else {
+            o->back_versions++;
+            o->garbage_versions++;
+            o->garbage_bytes += l.mfrl;
+            if (newer >= w->oldest_end) {
+                o->pinned_versions++;
+                o->pinned_bytes += l.mfrl;
+            }
+        }
+        back = l.mfbwb > 0 ? (int64_t)(l.mfbwb - 1) * PYDB_BLOCK + l.mfbwp
+                           : -1;
+        if (back < 0) break;
+        if (back >= off) {
+            w->rc = PYDB_CORRUPT(w->err, w->db->mst.path, off,
+                                 "record of MFN %d: back pointer to offset "
+                                 "%lld does not point before the version "
+                                 "at %lld", (int)mfn, (long long)back,
+                                 (long long)off);
+            return 1;
+        }
+    }
+    if (chain > o->longest_chain) o->longest_chain = chain;
+    return 0;
+}
+
+int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
+{
+    pydb_shm *shm = pydb__db_shm(db);
+    pydb_snapshot *snap = NULL;
+    pydb_commit_hook hook;
+    uint64_t oldest = 0;
+    int readers = 0, rc;
+    int32_t stopped;
+    walk w;
+
+    memset(out, 0, sizeof *out);
+    memset(&w, 0, sizeof w);
+    w.oldest_end = INT64_MAX;
+    /* the reader table before this call's own snapshot registers */
+    if (shm && pydb__shm_valid(shm)) {
+        oldest = pydb__shm_oldest(shm, &readers);
+        /* 0: a reader is between registering and storing its end (a few
+         * instructions): look again */
+        for (int i = 0; i < 100; i++) {
+            w.oldest_end = pydb__shm_oldest_end(shm);
+            if (w.oldest_end != 0) break;
+            sched_yield();
+        }
+    }
+    rc = pydb_snapshot_take(&snap, db, err);
+    if (rc) return rc;
+    out->commit = snap->st.commit;
+    out->readers = readers;
+    out->oldest_commit = readers > 0 && oldest < out->commit ? oldest
+                                                             : out->commit;
+    out->policy = pydb_gc_get_policy(db);
+    out->file_gen = snap->st.file_gen;
+    pydb__gc_record_get(db, &out->collections, &out->last_collection,
+                        &out->last, out->last_error, sizeof out->last_error);
+    out->next_mfn = snap->st.next_mfn;
+    out->mst_size = snap->st.mst_size;
+    w.db = db;
+    w.g = &pydb__geom[db->layout];
+    w.mst_size = pydb__fsize(&db->mst);
+    if (w.mst_size < snap->st.mst_size) w.mst_size = snap->st.mst_size;
+    w.out = out;
+    w.err = err;
+    rc = pydb__xrf_scan(db, &snap->st, 1, visit, &w, &stopped, 64, err);
+    if (rc == PYDB_OK) rc = w.rc;
+    if (rc) goto cleanup;
+    /* the index's figures, between two collection steps */
+    pydb__gc_pause(db);
+    hook = db->hook;
+    if (hook.prepare && hook.garbage) {
+        out->index.present = 1;
+        rc = hook.garbage(hook.ctx, db, &out->index, err);
+    }
+    pydb__gc_resume(db);
+cleanup:
+    pydb_snapshot_release(snap);
+    return rc;
+}

@@ -1,0 +1,376 @@
+"""The collector of a handle (csrc/gc.c): policies, the thread's life,
+fork(), pydb_gc_collect() on a read-only handle, cooperative steps.
+
+The collector thread is a plain pthread named "pydb-gc" (pthread_setname_np):
+the tests count the threads of this process with that name in
+/proc/self/task/*/comm.
+"""
+
+import os
+import sys
+import time
+
+import pytest
+
+import pydb
+from pydb.errors import ClosedError, ReadOnlyError
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="/proc/self/task is Linux's")
+
+POLICIES = ["none", "background", "cooperative", "combined"]
+
+
+def gc_threads() -> int:
+    """Threads of this process named pydb-gc."""
+    n = 0
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                n += f.read().strip() == "pydb-gc"
+        except FileNotFoundError:   # the thread ended meanwhile
+            pass
+    return n
+
+
+def new_db(tmp_path, name="g", gc="background", records=3):
+    db = pydb.create(str(tmp_path / name), sync=False, gc=gc)
+    for i in range(records):
+        db.append([(10, f"record {i}")])
+    return db
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_policy_at_open_and_create(tmp_path, policy):
+    db = new_db(tmp_path, gc=policy)
+    assert db.gc_policy == policy
+    assert gc_threads() == (1 if policy in ("background", "combined") else 0)
+    db.close()
+    assert gc_threads() == 0
+    with pydb.open(str(tmp_path / "g"), readonly=False, gc=policy) as db:
+        assert db.gc_policy == policy
+        assert db.stat()["header"]["gc_policy"] == policy
+
+
+def test_default_policy_is_background(tmp_path):
+    with new_db(tmp_path) as db:
+        assert db.gc_policy == "background"
+        assert gc_threads() == 1
+    with pydb.open(str(tmp_path / "g")) as db:
+        assert db.gc_policy == "background"
+
+
+def test_bad_policy_names(tmp_path):
+    with pytest.raises(ValueError, match="gc must be"):
+        pydb.create(str(tmp_path / "x"), gc="sometimes")
+    assert not (tmp_path / "x.mst").exists()
+    new_db(tmp_path).close()
+    with pytest.raises(ValueError, match="gc must be"):
+        pydb.open(str(tmp_path / "g"), gc="Background")
+    with pydb.open(str(tmp_path / "g"), readonly=False) as db:
+        with pytest.raises(ValueError, match="gc_policy must be"):
+            db.gc_policy = "always"
+        with pytest.raises(TypeError):
+            db.gc_policy = 1  # type: ignore[assignment]
+        assert db.gc_policy == "background"
+
+
+def test_set_policy_starts_and_stops_the_thread(tmp_path):
+    db = new_db(tmp_path, gc="none")
+    assert gc_threads() == 0
+    expect = {"none": 0, "background": 1, "cooperative": 0, "combined": 1}
+    for p in ["background", "combined", "cooperative", "none", "combined",
+              "background", "none"]:
+        db.gc_policy = p
+        assert db.gc_policy == p
+        assert gc_threads() == expect[p], p
+        db.append([(10, p)])   # commits go on under every policy
+    db.gc_policy = "combined"
+    db.close()
+    assert gc_threads() == 0   # close joined it
+    with pytest.raises(ClosedError):
+        _ = db.gc_policy
+    with pytest.raises(ClosedError):
+        db.gc_policy = "none"
+
+
+def test_several_handles_each_their_thread(tmp_path):
+    dbs = [new_db(tmp_path, name=f"d{i}", gc="background") for i in range(3)]
+    assert gc_threads() == 3
+    dbs[1].close()
+    assert gc_threads() == 2
+    for db in dbs:
+        db.close()
+    assert gc_threads() == 0
+
+
+def test_readonly_handle_never_starts_a_thread(tmp_path):
+    new_db(tmp_path).close()
+    with pydb.open(str(tmp_path / "g"), gc="combined") as db:
+        assert db.gc_policy == "combined"
+        assert gc_threads() == 0
+        db.gc_policy = "background"
+        assert gc_threads() == 0
+        with pytest.raises(ReadOnlyError):
+            db.collect()
+        # a read-only handle still counts
+        assert db.stat()["records"]["active"] == 3
+
+
+def test_collect_report_shape(tmp_path):
+    with new_db(tmp_path, gc="none") as db:
+        db.update(1, [(10, "new")])
+        r = db.collect(timeout=5)
+        assert set(r) == {"versions", "bytes", "postings", "segments",
+                          "compactions", "pinned"}
+        assert all(isinstance(v, int) and v >= 0 for v in r.values())
+        with pytest.raises(ValueError):
+            db.collect(timeout=-1)
+        h = db.stat()["header"]
+        assert h["collections"] >= 1
+        assert h["last_collection"] is not None
+        assert abs(h["last_collection"] - time.time()) < 60
+        assert h["last"] == r
+        assert h["last_error"] is None
+
+
+def test_cooperative_met_under_none_does_nothing(tmp_path):
+    """Under none, reads that meet garbage (records with back versions)
+    collect nothing: no collection is recorded, the garbage stays."""
+    with new_db(tmp_path, gc="none") as db:
+        for i in range(5):
+            db.update(1, [(10, f"v{i}")])
+        before = db.stat()
+        for _ in range(20):
+            db[1]
+            list(db)
+        after = db.stat()
+        assert after["header"]["collections"] == 0
+        assert after["garbage"] == before["garbage"]
+        assert after["garbage"]["versions"] == 5
+
+
+def test_close_while_collector_runs_is_prompt(tmp_path):
+    db = new_db(tmp_path, gc="background", records=50)
+    for i in range(50):
+        db.update(i + 1, [(10, "x" * 40)])
+    t = time.monotonic()
+    db.close()
+    assert time.monotonic() - t < 5
+    assert gc_threads() == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.parametrize("policy", ["background", "combined"])
+def test_fork_with_running_collector(tmp_path, policy):
+    """The child has no collector thread; it commits (which starts its own
+    thread lazily), reads, collects and exits cleanly; the parent's thread
+    and handle are unaffected."""
+    db = new_db(tmp_path, gc=policy)
+    for i in range(20):
+        db.update(1, [(10, f"parent {i}")])
+    assert gc_threads() == 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: no pytest from here on, only os._exit
+        code = 1
+        try:
+            os.close(r)
+            # the collector thread was not copied
+            ok = gc_threads() == 0
+            mfn = db.append([(10, "child")])
+            ok = ok and db[mfn][10][0] == "child"
+            ok = ok and gc_threads() == 1   # restarted lazily by the commit
+            db.collect(timeout=5)
+            db.gc_policy = "none"
+            ok = ok and gc_threads() == 0
+            db.close()
+            os.write(w, b"ok" if ok else b"bad")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    msg = os.read(r, 16)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert msg == b"ok"
+    assert gc_threads() == 1
+    db.update(1, [(10, "parent again")])
+    assert db[1][10][0] == "parent again"
+    assert db.max_mfn == 4   # the child's record
+    db.close()
+    assert gc_threads() == 0
+
+
+# ----------------------------------------------------- failed steps
+
+
+FST = "1 4 v10"
+
+
+def indexed_db(tmp_path, gc="none", commits=6):
+    """A database with a native index and `commits` segments (one per
+    commit: commits never merge)."""
+    db = pydb.create(str(tmp_path / "ix"), fst=FST, gc=gc, sync=False)
+    for i in range(commits):
+        db.append([(10, f"word{i} common")])
+    db.update(1, [(10, "changed common")])
+    return db
+
+
+def index_segments(db) -> int:
+    ix = db.stat()["index"]
+    assert ix is not None
+    return ix["segments"]
+
+
+def test_collect_merges_the_index(tmp_path):
+    with indexed_db(tmp_path) as db:
+        assert index_segments(db) >= 6
+        db.collect(timeout=30)
+        s = db.stat()
+        assert s["index"]["segments"] == 1
+        assert s["index"]["dead_postings"] == 0
+        assert s["header"]["collections"] == 1
+        assert [r.mfn for r in db.search("COMMON").records()] == list(range(1, 7))
+
+
+def test_failed_step_is_recorded_and_collection_goes_on(tmp_path):
+    """ENOSPC on the first file operation of a collection: collect()
+    raises DiskError, the message is kept as last_error, the garbage stays
+    counted and the database readable; the next collection succeeds."""
+    import errno
+
+    from pydb import _pydb
+    with indexed_db(tmp_path) as db:
+        before = db.stat()
+        _pydb._testing.fail_io(1, errno=errno.ENOSPC)
+        try:
+            with pytest.raises(pydb.DiskError) as ei:
+                db.collect(timeout=30)
+        finally:
+            _pydb._testing.fail_io(0)
+        assert ei.value.errno == errno.ENOSPC
+        s = db.stat()
+        err = s["header"]["last_error"]
+        assert err is not None and "space" in err.lower()
+        assert s["header"]["collections"] == 0
+        assert s["index"]["segments"] == before["index"]["segments"]
+        assert s["index"]["dead_postings"] == before["index"]["dead_postings"]
+        assert [r.mfn for r in db.search("COMMON").records()] == list(range(1, 7))
+        db.collect(timeout=30)
+        s = db.stat()
+        assert s["index"]["segments"] == 1
+        assert s["header"]["collections"] == 1
+        assert s["header"]["last_error"] == err   # the last failure, kept
+
+
+def wait_for(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def test_cooperative_step_failure_is_recorded(tmp_path):
+    """A reader's cooperative step meets ENOSPC (fault injection counts
+    only the arming thread's operations, so the step runs here): the
+    reader gets its answer, no exception; the error is kept as
+    last_error; later steps collect once the disk has room."""
+    import errno
+
+    from pydb import _pydb
+    with indexed_db(tmp_path, gc="cooperative") as db:
+        _pydb._testing.fail_io(1, errno=errno.ENOSPC)
+        try:
+            assert [p.mfn for p in db.postings("COMMON")] == list(range(1, 7))
+            fired = _pydb._testing.io_fired()
+        finally:
+            _pydb._testing.fail_io(0)
+        assert fired is not None
+        s = db.stat()
+        assert "space" in (s["header"]["last_error"] or "").lower()
+        assert s["index"]["segments"] > 1
+        assert wait_for(lambda: (db.postings("COMMON"), index_segments(db))[1] == 1)
+        assert db.stat()["index"]["dead_postings"] == 0
+
+
+@pytest.mark.parametrize("policy", ["background", "combined"])
+def test_thread_collects_after_commits(tmp_path, policy):
+    with indexed_db(tmp_path, gc=policy) as db:
+        assert wait_for(lambda: index_segments(db) == 1)
+        assert wait_for(lambda: db.stat()["index"]["dead_postings"] == 0)
+        assert wait_for(lambda: db.stat()["header"]["collections"] >= 1)
+
+
+def test_cooperative_readers_collect(tmp_path):
+    """Cooperative: lookups that meet dead postings do bounded steps
+    themselves (no thread); enough of them collect the index to one
+    segment."""
+    with indexed_db(tmp_path, gc="cooperative") as db:
+        assert gc_threads() == 0
+        deadline = time.monotonic() + 20
+        while index_segments(db) > 1 and time.monotonic() < deadline:
+            for _ in range(20):
+                db.postings("COMMON")
+            time.sleep(0.01)
+        assert index_segments(db) == 1
+        assert db.stat()["index"]["dead_postings"] == 0
+        assert [p.mfn for p in db.postings("COMMON")] == list(range(1, 7))
+
+
+def test_none_collects_nothing(tmp_path):
+    with indexed_db(tmp_path, gc="none") as db:
+        n = index_segments(db)
+        for _ in range(50):
+            db.postings("COMMON")
+            db.search("COMMON")
+        time.sleep(0.7)
+        s = db.stat()
+        assert s["index"]["segments"] == n
+        assert s["header"]["collections"] == 0
+
+
+def test_thread_runs_at_a_lower_priority(tmp_path):
+    """The collector thread's nice value is 10 above the program's
+    (readers and writers first, as Firebird's collector); the thread sets
+    it when it starts."""
+    def gc_nices():
+        nices = []
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    if f.read().strip() != "pydb-gc":
+                        continue
+                with open(f"/proc/self/task/{t}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            nices.append(int(fields[16]))   # field 19 of proc(5)'s stat
+        return nices
+
+    with new_db(tmp_path):
+        want = [min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)]
+        assert wait_for(lambda: gc_nices() == want, timeout=5), gc_nices()
+
+
+def test_collect_with_the_writer_lock_busy_times_out_without_spinning(tmp_path):
+    """The index's merge must commit under the writer lock; while a
+    transaction holds it, collect() keeps trying (pausing between quick
+    refusals, not spinning) and raises LockTimeoutError at the timeout;
+    after the transaction the collection succeeds."""
+    with indexed_db(tmp_path) as db:
+        tx = db.transaction()
+        try:
+            t, cpu = time.monotonic(), time.process_time()
+            with pytest.raises(pydb.LockTimeoutError):
+                db.collect(timeout=0.5)
+            assert 0.4 < time.monotonic() - t < 5
+            assert time.process_time() - cpu < 0.3
+        finally:
+            tx.abort()
+        db.collect(timeout=30)
+        assert index_segments(db) == 1
