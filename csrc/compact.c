@@ -277,7 +277,24 @@ static int copy_mfn(pydb_db *db, pydb_compact *j, const pydb_state *st,
     if (rc) return rc;
     rc = pydb__xrf_get_in(&e, db, st, mfn, err);
     if (rc) return rc;
-    if (j->len[mfn - 1]) {   /* copied before, changed since: dead copy */
+    if (j->len[mfn - 1]) {
+        /* copied before, changed since: its copy is dead space in the new
+         * file.  Nobody reads the new file yet: zero it, so that it reads
+         * as fill, not as a version nothing reaches (check's orphans). */
+        static const uint8_t zeros[PYDB_BLOCK];
+        pydb_xrf_entry old;
+        int64_t left = j->len[mfn - 1], at;
+        pydb__xrf_unpack(&old, j->xrf[mfn - 1], db->mstxl);
+        at = old.offset;
+        while (at >= PYDB_CTL_SIZE && left > 0) {
+            size_t n = left > PYDB_BLOCK ? PYDB_BLOCK : (size_t)left;
+            rc = -pydb__write_full(j->fd_mst, zeros, n, at);
+            if (rc)
+                return PYDB_OSERROR(err, rc, j->nm, at, "write failed: %s",
+                                    strerror(rc));
+            at += (int64_t)n;
+            left -= (int64_t)n;
+        }
         j->dead_v++;
         j->dead_b += j->len[mfn - 1];
         j->len[mfn - 1] = 0;

@@ -369,7 +369,11 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
         }
         if (mfd >= 0) pydb__vfs->close(mfd);
         if (xfd >= 0) pydb__vfs->close(xfd);
-        usleep(1000);   /* a swap is renaming the files: milliseconds */
+        /* a swap is renaming the files: milliseconds (readers refreshing
+         * sizes need the mutex meanwhile) */
+        pthread_mutex_unlock(&db->smutex);
+        usleep(1000);
+        pthread_mutex_lock(&db->smutex);
     }
     pthread_mutex_unlock(&db->smutex);
     return rc;
@@ -1097,9 +1101,8 @@ int pydb__refresh_sizes(pydb_db *db)
     struct stat ms, xs;
     int grew = 0;
     /* no switch of the file pair meanwhile: sizes of the files the handle
-     * no longer reads must never raise the new ones' (a switch in
-     * progress: nothing to raise) */
-    if (pthread_mutex_trylock(&db->smutex) != 0) return 0;
+     * no longer reads must never raise the new ones' */
+    pthread_mutex_lock(&db->smutex);
     if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) {
         pthread_mutex_unlock(&db->smutex);
         return 0;
