@@ -309,6 +309,15 @@ int pydb__header_sync_files(pydb_db *db, pydb_error *err);
  * checks they are one pair (no swap marker, fstat = stat).  0 or a PYDB
  * error (the handle keeps its files). */
 int pydb__files_sync(pydb_db *db, pydb_error *err);
+/* The handle brought to the newest files and *st made readable in them
+ * (a snapshot of the commit a compaction replaced reads in the state it
+ * published): *out, and in *fs the handle's file sequence for
+ * pydb__files_moved() after the reads.  PYDB_EIO when st's files are
+ * gone. */
+int pydb__state_files(pydb_state *out, uint64_t *fs, pydb_db *db,
+                      const pydb_state *st, pydb_error *err);
+/* 1 if the handle switched files since pydb__state_files() gave fs. */
+int pydb__files_moved(const pydb_db *db, uint64_t fs);
 /* Close the fds the last switch retired (at close). */
 void pydb__files_retired_close(pydb_db *db);
 /* The generation of the handle's files. */

@@ -839,6 +839,19 @@ static int scan_state(pydb_state *cur, uint64_t *fs, pydb_db *db,
                            "compaction during the scan (try again)");
 }
 
+int pydb__state_files(pydb_state *out, uint64_t *fs, pydb_db *db,
+                      const pydb_state *st, pydb_error *err)
+{
+    int rc = pydb__files_sync(db, err);
+    if (rc) return rc;
+    return scan_state(out, fs, db, st, 0, err);
+}
+
+int pydb__files_moved(const pydb_db *db, uint64_t fs)
+{
+    return files_moved(db, fs);
+}
+
 int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
                    pydb__xrf_visit fn, void *ctx, int32_t *stopped_at,
                    int64_t max_blocks, pydb_error *err)
