@@ -147,11 +147,18 @@ struct pydb_db {
     int flags;               /* PYDB_OPEN_* given to pydb_open()           */
     int fatal;               /* atomic: 1 after a failed fsync/apply       */
     int wal_fd;              /* <base>.wal (O_RDWR) of a writer, else -1   */
+    pid_t wal_pid;           /* the process that opened wal_fd: a fork()ed
+                                child opens the log again before it locks
+                                (an OFD lock is shared by the copies of
+                                an fd, so the child would "hold" the
+                                parent's lock too: wal.c)                */
     char wal_path[1100];
     pthread_mutex_t wmutex;  /* guards wbusy / wowner                      */
     pthread_cond_t wcond;
     int wbusy;               /* a transaction is open                      */
     pthread_t wowner;        /* thread that began it                       */
+    pid_t wbusy_pid;         /* process that set wbusy (a fork()ed child
+                                clears a wbusy it inherited)              */
     uint64_t commit_seq;     /* commits written to the log by this handle  */
     /* ---- committed state (shm.c; read.c) ---- */
     struct pydb_shm *shm;    /* commit header <base>.shm, or NULL (files
