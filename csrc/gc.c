@@ -15,7 +15,12 @@
  *     GC_THREAD_BUDGET  256   the collector thread, pydb_gc_collect()
  *     GC_COOP_BUDGET     16   a reader in pydb__gc_met()
  * A COLLECTION is the steps run until neither job has more to do; it is
- * counted (collections, last time, last report) when it ends.
+ * counted (collections, last time, last report) when it ends, and so is
+ * a pass of the thread or a reader's step that reclaimed something
+ * without reaching the end (a busy slice; readers may never meet the
+ * last of the garbage).  pydb_gc_collect() always counts one.  A step
+ * that comes back at once with more to do (turned away: the writer
+ * lock busy) is followed by a GC_BACKOFF_MS pause, not a spin.
  *
  * Locks, in the order they may be taken:
  *   ctl   serialises what starts and stops the thread (set_policy, close,
@@ -47,7 +52,8 @@
  * later (the jobs resume where they stopped: the index's merge and the
  * compaction keep their state between steps), so the collector takes
  * about a third of one core and leaves the writer lock to the writers;
- * once idle it runs to the end.
+ * once idle it runs to the end.  (A nice value for the thread was tried
+ * and dropped: on a loaded machine it starved the idle collection.)
  *
  * fork().  Only the forking thread survives in the child: a
  * pthread_atfork() child handler walks the global list of collectors
@@ -69,10 +75,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #define GC_THREAD_BUDGET 256   /* units per step of the thread / collect() */
 #define GC_COOP_BUDGET 16      /* units per step of a cooperating reader   */
@@ -81,7 +84,6 @@
 #define GC_THREAD_LOCK_MS 100  /* the thread's wait for the writer lock    */
 #define GC_BUSY_SLICE_MS 50    /* busy: a pass of the thread works this long */
 #define GC_BUSY_GAP_MS 100     /* busy: then waits this long               */
-#define GC_NICE 10             /* the thread's nice value                  */
 #define GC_QUICK_STEP_NS 100000 /* a step back this fast with more to do  */
 #define GC_BACKOFF_MS 1        /* ... is followed by this pause            */
 
@@ -378,9 +380,6 @@ static void *gc_thread(void *arg)
 {
     pydb_gc *g = arg;
     int64_t next_pass = 0;   /* busy: no pass before this time */
-    /* A lower priority than the program's threads (Linux: per thread),
-     * as Firebird's collector: readers and writers first.  Best effort. */
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), GC_NICE);
     for (;;) {
         struct timespec ts;
         int64_t t = now_ns(CLOCK_MONOTONIC) + (int64_t)GC_TICK_MS * 1000000;
@@ -691,7 +690,7 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
 
 void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
                          double *last_time, pydb_gc_report *last,
-                         char *last_error, size_t cap)
+                         char *last_error, size_t cap, int *pending)
 {
     pydb_gc *g = db->gc;
     if (!g) {
@@ -699,8 +698,10 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
         *last_time = 0;
         memset(last, 0, sizeof *last);
         if (cap) last_error[0] = '\0';
+        *pending = 0;
         return;
     }
+    *pending = __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&g->mu);
     *collections = g->collections;
     *last_time = g->last_time;
@@ -709,13 +710,3 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
     pthread_mutex_unlock(&g->mu);
 }
 
-int pydb__gc_thread_running(const pydb_db *db)
-{
-    pydb_gc *g = db->gc;
-    int on;
-    if (!g) return 0;
-    pthread_mutex_lock(&g->mu);
-    on = g->thread_on;
-    pthread_mutex_unlock(&g->mu);
-    return on;
-}

@@ -34,11 +34,10 @@ void pydb__gc_close(pydb_db *db);
 
 /* The handle's record (stat.c): collections completed, the Unix time of
  * the last (0: none), what it did, the last failed step's message ("":
- * none) into last_error[cap]. */
+ * none) into last_error[cap], and whether work may be pending
+ * (pydb_stat.gc_pending). */
 void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
                          double *last_time, pydb_gc_report *last,
-                         char *last_error, size_t cap);
-/* 1 while the handle's collector thread runs (tests). */
-int pydb__gc_thread_running(const pydb_db *db);
+                         char *last_error, size_t cap, int *pending);
 
 #endif /* PYDB_GC_H */

@@ -311,7 +311,8 @@ static int is_prefix(const nidx_segset *in, const nidx_segset *cur)
 /* Step 4: under the writer lock, publish the merged segment.  *busy:
  * the lock was taken (try again later).  *dropped_merge: the merge no
  * longer applies and was dropped (start again). */
-static int merge_commit(nidx *x, pydb_db *db, int *busy, pydb_error *err)
+static int merge_commit(nidx *x, pydb_db *db, int *busy,
+                        pydb_gc_report *rep, pydb_error *err)
 {
     nidx_merge *g = x->merge;
     nidx_segset *cur = NULL, *ns = NULL;
@@ -383,6 +384,7 @@ static int merge_commit(nidx *x, pydb_db *db, int *busy, pydb_error *err)
     if (rc) goto cleanup;   /* the unnamed seg-G.pds goes with step 5 */
     pydb__nidx_install(x, ns, gen);
     ns = NULL;
+    rep->postings += g->dropped;
     pydb__nidx_gc_free(x);
 cleanup:
     if (t) pydb_txn_abort(t);
@@ -528,7 +530,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
         *more = 1;
         goto cleanup;
     }
-    rc = merge_commit(x, db, &busy, err);
+    rc = merge_commit(x, db, &busy, rep, err);
     /* more: a busy lock, a merge dropped to start over, or the inputs
      * to remove (once no reader is behind) */
     *more = 1;

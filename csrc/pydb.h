@@ -1155,6 +1155,11 @@ typedef struct pydb_stat {
     double last_collection;    /* Unix time of the last, 0 if none         */
     pydb_gc_report last;       /* what the last collection did             */
     char last_error[256];      /* the last failed step's message, or ""    */
+    int gc_pending;            /* 1 while this handle's collector may still
+                                  have work (a commit since its last idle
+                                  collection that found nothing, a job in
+                                  progress, garbage a reader pins); 0 once
+                                  quiescent.  Only writable handles settle */
     /* records */
     int64_t active, deleted;   /* deleted: logically deleted               */
     int32_t next_mfn;

@@ -139,7 +139,8 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
     out->policy = pydb_gc_get_policy(db);
     out->file_gen = snap->st.file_gen;
     pydb__gc_record_get(db, &out->collections, &out->last_collection,
-                        &out->last, out->last_error, sizeof out->last_error);
+                        &out->last, out->last_error, sizeof out->last_error,
+                        &out->gc_pending);
     out->next_mfn = snap->st.next_mfn;
     out->mst_size = snap->st.mst_size;
     w.db = db;

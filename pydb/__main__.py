@@ -318,7 +318,8 @@ def _stat_text(path: str, s: dict) -> str:
             ("Collections", h["collections"]),
             ("Last collection", when),
             ("Last collected", ", ".join(f"{k} {n}" for k, n in h["last"].items())),
-            ("Last error", h["last_error"] or "-")]),
+            ("Last error", h["last_error"] or "-"),
+            ("Collector pending", "yes" if h["pending"] else "no")]),
         ("Records", [
             ("Active", r["active"]), ("Logically deleted", r["deleted"]),
             ("Next MFN", r["next_mfn"])]),

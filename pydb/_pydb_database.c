@@ -578,7 +578,7 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
         index = Py_NewRef(Py_None);
     if (!last || !last_time || !last_error || !oldest || !index) goto cleanup;
     res = Py_BuildValue(
-        "{s:{s:K,s:O,s:K,s:i,s:s,s:K,s:K,s:O,s:O,s:O},"
+        "{s:{s:K,s:O,s:K,s:i,s:s,s:K,s:K,s:O,s:O,s:O,s:O},"
         "s:{s:L,s:L,s:i},"
         "s:{s:L,s:L,s:L,s:d},"
         "s:{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L},"
@@ -595,6 +595,7 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
         "last_collection", last_time,
         "last", last,
         "last_error", last_error,
+        "pending", s->gc_pending ? Py_True : Py_False,
         "records",
         "active", (long long)s->active,
         "deleted", (long long)s->deleted,

@@ -634,53 +634,6 @@ done:
     return rc;
 }
 
-/* ------------------------------------------ compaction (helper "mst") */
-/* A separate test entry point, kept apart from the rest of this file
- * (issue 11): run a whole compaction job of the master file on `db`
- * (csrc/compact.c), `budget` records per step, until the gc helper's
- * Database.collect() drives it.  Exposed as pydb._pydb._testing.compact
- * (its stub: class _Testing in pydb/_pydb.pyi). */
-int pydb__test_compact(pydb_db *db, int budget, int64_t out[3],
-                       pydb_error *err);
-
-static PyObject *test_compact(PyObject *m, PyObject *args)
-{
-    module_state *st = PyModule_GetState(m);
-    PyObject *dbo;
-    DatabaseObject *d;
-    int budget = 64, rc;
-    int64_t out[3] = {0, 0, 0};
-    pydb_error e;
-    if (!PyArg_ParseTuple(args, "O!|i", st->database_type, &dbo, &budget))
-        return NULL;
-    d = (DatabaseObject *)dbo;
-    if (database_check_open(st, d) < 0) return NULL;
-    UNLOCKED(&d->guard, NULL,
-             rc = pydb__test_compact(d->db, budget, out, &e));
-    if (rc) return set_error(st, rc, &e);
-    return Py_BuildValue("(LLL)", (long long)out[0], (long long)out[1],
-                         (long long)out[2]);
-}
-
-static PyMethodDef compact_test_def = {
-    "compact", test_compact, METH_VARARGS,
-    "compact(db, budget=64, /)\n--\n\nRun a whole compaction of the master "
-    "file of `db` (budget records per step); returns (versions, bytes, "
-    "compactions) reclaimed."};
-
-int testing_compact_exec(PyObject *m)
-{
-    PyObject *name = PyUnicode_FromString("pydb._pydb._testing");
-    PyObject *f = name ? PyCFunction_NewEx(&compact_test_def, m, name) : NULL;
-    PyObject *sub = PyObject_GetAttrString(m, "_testing");
-    int rc = -1;
-    if (f && sub && PyObject_SetAttrString(sub, "compact", f) == 0) rc = 0;
-    Py_XDECREF(sub);
-    Py_XDECREF(f);
-    Py_XDECREF(name);
-    return rc;
-}
-
 /* ------------------------------------------- native index garbage (idx)
  * Test entry points of the native index's collect() and garbage()
  * (csrc/nidx_gc.c), until Database.collect()/stat() drive them: they
@@ -751,4 +704,51 @@ static PyObject *index_garbage(PyObject *m, PyObject *args)
         "tombstones", (long long)s.tombstones, "bytes", (long long)s.bytes,
         "files", (long long)s.files, "unused_files",
         (long long)s.unused_files, "unused_bytes", (long long)s.unused_bytes);
+}
+
+/* ------------------------------------------ compaction (helper "mst") */
+/* A separate test entry point, kept apart from the rest of this file
+ * (issue 11): run a whole compaction job of the master file on `db`
+ * (csrc/compact.c), `budget` records per step, until the gc helper's
+ * Database.collect() drives it.  Exposed as pydb._pydb._testing.compact
+ * (its stub: class _Testing in pydb/_pydb.pyi). */
+int pydb__test_compact(pydb_db *db, int budget, int64_t out[3],
+                       pydb_error *err);
+
+static PyObject *test_compact(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo;
+    DatabaseObject *d;
+    int budget = 64, rc;
+    int64_t out[3] = {0, 0, 0};
+    pydb_error e;
+    if (!PyArg_ParseTuple(args, "O!|i", st->database_type, &dbo, &budget))
+        return NULL;
+    d = (DatabaseObject *)dbo;
+    if (database_check_open(st, d) < 0) return NULL;
+    UNLOCKED(&d->guard, NULL,
+             rc = pydb__test_compact(d->db, budget, out, &e));
+    if (rc) return set_error(st, rc, &e);
+    return Py_BuildValue("(LLL)", (long long)out[0], (long long)out[1],
+                         (long long)out[2]);
+}
+
+static PyMethodDef compact_test_def = {
+    "compact", test_compact, METH_VARARGS,
+    "compact(db, budget=64, /)\n--\n\nRun a whole compaction of the master "
+    "file of `db` (budget records per step); returns (versions, bytes, "
+    "compactions) reclaimed."};
+
+int testing_compact_exec(PyObject *m)
+{
+    PyObject *name = PyUnicode_FromString("pydb._pydb._testing");
+    PyObject *f = name ? PyCFunction_NewEx(&compact_test_def, m, name) : NULL;
+    PyObject *sub = PyObject_GetAttrString(m, "_testing");
+    int rc = -1;
+    if (f && sub && PyObject_SetAttrString(sub, "compact", f) == 0) rc = 0;
+    Py_XDECREF(sub);
+    Py_XDECREF(f);
+    Py_XDECREF(name);
+    return rc;
 }

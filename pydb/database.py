@@ -602,7 +602,12 @@ class Database(_pydb.Database):
                     (completed by this handle), last_collection (Unix time
                     of the last, or None), last (what it collected: the
                     dict of collect()), last_error (the last failed
-                    collection step's message, or None)
+                    collection step's message, or None), pending (bool:
+                    this handle's collector may still have work -- a
+                    commit since its last idle collection that found
+                    nothing, a job in progress, garbage a reader pins;
+                    False once quiescent; a read-only handle or the
+                    policy none never settles)
                 records: active, deleted (logically deleted), next_mfn
                 versions: versions (stored versions reachable from the
                     XRF), back_versions, longest_chain (versions of the

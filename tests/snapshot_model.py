@@ -7,7 +7,8 @@ snapshot against the acknowledged commits.
 The writer's log has one line per commit, ``<commit>\\t<ops>``, written
 after the commit returned: <commit> is the commit number of the header
 (``snap.commit`` of a snapshot taken right after: the writer is the only
-one, so the latest published commit is its own), <ops> the changes in
+one, and it opens with gc="none", so the latest published commit is its
+own), <ops> the changes in
 writer_model's encoding.  The first line, ``<commit>\\t``, names the
 commit the writer started from.
 
@@ -205,7 +206,12 @@ def _writer_main(argv: list[str]) -> None:
         if ready_file:
             Path(ready_file).touch()
 
-    with pydb.open(base, readonly=False, sync=False) as db:
+    # gc="none": the collector's own commits (an index merge, a
+    # compaction) would take commit numbers between the writer's, and the
+    # log's "latest commit after mine" would then name the collector's
+    # (readers during collections: tests/test_compaction.py,
+    # tests/test_index_gc.py).
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         n = write_commits(db, log_path, int(commits), random.Random(int(seed_)),
                           ready=ready,
                           until=(lambda: os.path.exists(stop_file)) if stop_file else None)

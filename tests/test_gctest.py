@@ -35,7 +35,7 @@ def template(tiny, tmp_path_factory):
 
 def settings(db, **kw):
     base = dict(db=os.fspath(db), clients=CLIENTS, runs=RUNS, iterations=ITERATIONS,
-                settle=0.3, quiesce_timeout=10.0)
+                settle=0.3, long_settle=1.5, quiesce_timeout=10.0)
     base.update(kw)
     return Settings(**base)
 
@@ -203,19 +203,20 @@ def test_quiescence_rules():
     # collected down to 0 by the collector
     q = gctest.wait_quiescent(_Stats([(9, 0), (5, 0), (0, 1)]), timeout=5, settle=0.2)
     assert q["settled"] and q["stat"]["garbage"]["postings"] == 0 and q["polls"] == 3
-    # stuck at 5 after a finished cycle: the short settling time
-    q = gctest.wait_quiescent(_Stats([(9, 0), (5, 1)]), timeout=5, settle=0.2,
-                              long_settle=3.0)
-    assert q["settled"] and q["seconds"] < 2.0 and q["stat"]["garbage"]["postings"] == 5
-    # no cycle finished: the long one
-    q = gctest.wait_quiescent(_Stats([(9, 0), (5, 0)]), timeout=5, settle=0.2,
-                              long_settle=0.6)
-    assert q["settled"] and 0.6 <= q["seconds"] < 3.0
+    # stuck at 5, also after a finished collection: unchanged for `settle`
+    q = gctest.wait_quiescent(_Stats([(9, 0), (5, 1)]), timeout=5, settle=0.6)
+    assert q["settled"] and 0.6 <= q["seconds"] < 3.0 and q["stat"]["garbage"]["postings"] == 5
+    # the collector says it is done
+    st = _Stats([(9, 0)])
+    first = st.stat
+    st.stat = lambda: {**first(), "header": {"collections": 0, "pending": False}}
+    q = gctest.wait_quiescent(st, timeout=5, settle=3.0)
+    assert q["settled"] and q["polls"] == 1
     # still changing at the timeout
     q = gctest.wait_quiescent(_Stats([(100 - k, 0) for k in range(100)]), timeout=0.5,
                               settle=0.3)
     assert not q["settled"]
-    assert gctest.settle_time("background", 1.0) == 5.0 == gctest.settle_time("combined", 1.0)
+    assert gctest.settle_time("background", 1.0, 5.0) == 5.0 == gctest.settle_time("combined")
     assert gctest.settle_time("none", 1.0) == 1.0 == gctest.settle_time("cooperative", 1.0)
 
 

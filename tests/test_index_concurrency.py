@@ -509,8 +509,9 @@ def test_rebuild_repairs_a_damaged_manifest(tmp_path):
 def test_snapshot_index_and_search_in_c(tmp_path):
     """tests/c/snapshot_index_main.c (the public C API alone, built with
     ASan and UBSan): a snapshot's view answers as of its commit after 21
-    more commits with merges; its segments stay on disk while it is
-    registered and go with the first commit after its release; a handle
+    more commits and a collection (pydb_gc_collect; commits never merge);
+    its segments stay on disk while it is registered and go with the
+    first commit after its release; a handle
     that holds neither its generation nor finds it in the MANIFEST
     answers PYDB_EWOULDBLOCK; an in-memory index searched as of a snapshot
     drops only the records inactive at that commit."""
@@ -538,8 +539,8 @@ def test_snapshot_index_and_search_in_c(tmp_path):
         "latest_common 1 2",
         "latest_alpha",
         "attached_handle_now EWOULDBLOCK",
-        "while_registered unnamed=1 kept=1",
-        "after_release removed=1",
+        "while_registered unnamed=2 kept=2",
+        "after_release removed=2",
         "memory_snapshot 1 2 3",
         "memory_handle_snapshot 1 2 3",
         "memory_latest 1 3",

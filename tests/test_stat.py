@@ -127,7 +127,7 @@ def assert_matches(s: dict, p: dict) -> None:
 SHAPE = {
     "header": {"commit", "oldest_reader_commit", "behind", "readers", "gc_policy",
                "file_generation", "collections", "last_collection", "last",
-               "last_error"},
+               "last_error", "pending"},
     "records": {"active", "deleted", "next_mfn"},
     "versions": {"versions", "back_versions", "longest_chain", "average_size"},
     "garbage": {"versions", "bytes", "postings", "segment_files", "pinned_versions",

@@ -8,8 +8,9 @@
  *
  * What it shows:
  *   - pydb_snapshot_index() answers as of the snapshot's commit after 20
- *     more commits (two merges) through the attached handle, and
- *     pydb_snapshot_search() on that view;
+ *     more commits and a collection (pydb_gc_collect: commits never merge,
+ *     the collection merges every segment into one) through the attached
+ *     handle, and pydb_snapshot_search() on that view;
  *   - while the snapshot is registered, no segment file that existed when
  *     it was taken is removed; after it is released, the next commit
  *     removes the ones no MANIFEST names;
@@ -150,10 +151,14 @@ int main(int argc, char **argv)
            pydb_snapshot_index(&late, snap, stale, &err) == PYDB_EWOULDBLOCK
                ? "EWOULDBLOCK" : "answered");
 
-    for (int i = 0; i < 20; i++) {   /* 22 commits in all: merges */
+    for (int i = 0; i < 20; i++) {   /* 22 commits in all */
         char text[64];
         snprintf(text, sizeof text, "gamma common w%c", 'a' + i);
         update(db, 1, text);
+    }
+    {   /* the merge: the snapshot's segments are no longer named */
+        pydb_gc_report rep;
+        TRY(pydb_gc_collect(&rep, db, 10000, &err));
     }
     show_search("view_common", view, snap, NULL, "COMMON");
     show_search("view_alpha", view, snap, NULL, "ALPHA");
