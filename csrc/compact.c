@@ -75,6 +75,9 @@ struct pydb_compact {
     uint64_t gen;          /* file generation the job copies             */
     int forward;           /* the .xrf was replaced: keep the .mst's new
                               file for recovery whatever happens        */
+    int swapped;           /* the files were replaced: the job is over   */
+    pid_t pid;             /* the process that runs it (a fork()ed child
+                              leaves its parent's job alone)            */
     pydb_record *rec;
     uint8_t *buf;
     size_t bufcap;
@@ -132,7 +135,8 @@ static void job_free(pydb_db *db, int remove)
 
 void pydb__compact_abort(pydb_db *db)
 {
-    if (db) job_free(db, 1);
+    if (db && db->compact)
+        job_free(db, db->compact->pid == getpid());
 }
 
 static int ofd_trylock(int fd)
@@ -213,6 +217,7 @@ static int job_start(pydb_db *db, int *started, pydb_error *err)
         return PYDB_OK;
     }
     j->gen = j->S.file_gen;
+    j->pid = getpid();
     j->next = 1;
     j->pos = PYDB_CTL_SIZE;
     /* the new files get the master file's permissions */
@@ -272,7 +277,24 @@ static int copy_mfn(pydb_db *db, pydb_compact *j, const pydb_state *st,
     if (rc) return rc;
     rc = pydb__xrf_get_in(&e, db, st, mfn, err);
     if (rc) return rc;
-    if (j->len[mfn - 1]) {   /* copied before, changed since: dead copy */
+    if (j->len[mfn - 1]) {
+        /* copied before, changed since: its copy is dead space in the new
+         * file.  Nobody reads the new file yet: zero it, so that it reads
+         * as fill, not as a version nothing reaches (check's orphans). */
+        static const uint8_t zeros[PYDB_BLOCK];
+        pydb_xrf_entry old;
+        int64_t left = j->len[mfn - 1], at;
+        pydb__xrf_unpack(&old, j->xrf[mfn - 1], db->mstxl);
+        at = old.offset;
+        while (at >= PYDB_CTL_SIZE && left > 0) {
+            size_t n = left > PYDB_BLOCK ? PYDB_BLOCK : (size_t)left;
+            rc = -pydb__write_full(j->fd_mst, zeros, n, at);
+            if (rc)
+                return PYDB_OSERROR(err, rc, j->nm, at, "write failed: %s",
+                                    strerror(rc));
+            at += (int64_t)n;
+            left -= (int64_t)n;
+        }
         j->dead_v++;
         j->dead_b += j->len[mfn - 1];
         j->len[mfn - 1] = 0;
@@ -500,6 +522,7 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
              tries++)
             if (tries >= 3) return rc;   /* the marker stays */
     pydb__swap_publish(shm, ctl, mst_size, xrf_size);
+    j->swapped = 1;
     /* copies a catch-up left dead in the new file are its garbage */
     pydb__shm_garbage_add(shm, j->dead_v, j->dead_b);
     /* readers opening the files wait while the marker exists: retried
@@ -546,8 +569,11 @@ static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
         return PYDB_OK;
     }
     if (pydb__shm_oldest(shm, NULL) != T.commit) {
-        pydb_txn_abort(t);   /* a reader of an older commit: wait for it */
-        *more = 1;
+        /* a reader of an older commit: the job waits for it, kept in the
+         * handle; more = 0 so that the collector does not spin on it
+         * (compact_wanted() says yes while a job is kept: the next
+         * wake-up tries again) */
+        pydb_txn_abort(t);
         return PYDB_OK;
     }
     rc = catch_up(db, j, &T, (size_t)budget * CATCHUP_FACTOR, &over, err);
@@ -573,6 +599,8 @@ int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int *more,
     *more = 0;
     if (!(db->flags & PYDB_OPEN_WRITE) || !pydb__db_shm(db)) return PYDB_OK;
     if (budget < 1) budget = 1;
+    if (db->compact && db->compact->pid != getpid())
+        job_free(db, 0);   /* the parent's job (fork): its files are its */
     if (!db->compact) {
         int started;
         if (!pydb__compact_wanted(db, 1)) return PYDB_OK;
@@ -590,7 +618,8 @@ int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int *more,
     }
     rc = swap_step(db, j, budget, lock_ms, more, rep, err);
     if (rc) goto failed;
-    if (!*more) job_free(db, 0);
+    /* done (the files replaced, or the job dropped), or kept waiting */
+    if (db->compact && db->compact->swapped) job_free(db, 0);
     return PYDB_OK;
 failed:
     job_free(db, 1);
@@ -612,13 +641,15 @@ int pydb__test_compact(pydb_db *db, int budget, int64_t out[3],
     int more = 1, rc = PYDB_OK;
     int64_t deadline = pydb__now_ms() + 5000;
     memset(&rep, 0, sizeof rep);
+    pydb__gc_pause(db);   /* never beside a step of the collector */
     while (more && pydb__now_ms() < deadline) {
         rc = pydb__compact_step(db, budget, 1000, &more, &rep, err);
         if (rc) break;
         if (more && !db->compact) break;
         if (more && db->compact && db->compact->next >= db->compact->S.next_mfn)
-            usleep(1000);   /* waiting for the lock or a reader */
+            usleep(1000);   /* waiting for the lock */
     }
+    pydb__gc_resume(db);
     out[0] = rep.versions;
     out[1] = rep.bytes;
     out[2] = rep.compactions;

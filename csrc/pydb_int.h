@@ -147,11 +147,18 @@ struct pydb_db {
     int flags;               /* PYDB_OPEN_* given to pydb_open()           */
     int fatal;               /* atomic: 1 after a failed fsync/apply       */
     int wal_fd;              /* <base>.wal (O_RDWR) of a writer, else -1   */
+    pid_t wal_pid;           /* the process that opened wal_fd: a fork()ed
+                                child opens the log again before it locks
+                                (an OFD lock is shared by the copies of
+                                an fd, so the child would "hold" the
+                                parent's lock too: wal.c)                */
     char wal_path[1100];
     pthread_mutex_t wmutex;  /* guards wbusy / wowner                      */
     pthread_cond_t wcond;
     int wbusy;               /* a transaction is open                      */
     pthread_t wowner;        /* thread that began it                       */
+    pid_t wbusy_pid;         /* process that set wbusy (a fork()ed child
+                                clears a wbusy it inherited)              */
     uint64_t commit_seq;     /* commits written to the log by this handle  */
     /* ---- committed state (shm.c; read.c) ---- */
     struct pydb_shm *shm;    /* commit header <base>.shm, or NULL (files
@@ -309,6 +316,15 @@ int pydb__header_sync_files(pydb_db *db, pydb_error *err);
  * checks they are one pair (no swap marker, fstat = stat).  0 or a PYDB
  * error (the handle keeps its files). */
 int pydb__files_sync(pydb_db *db, pydb_error *err);
+/* The handle brought to the newest files and *st made readable in them
+ * (a snapshot of the commit a compaction replaced reads in the state it
+ * published): *out, and in *fs the handle's file sequence for
+ * pydb__files_moved() after the reads.  PYDB_EIO when st's files are
+ * gone. */
+int pydb__state_files(pydb_state *out, uint64_t *fs, pydb_db *db,
+                      const pydb_state *st, pydb_error *err);
+/* 1 if the handle switched files since pydb__state_files() gave fs. */
+int pydb__files_moved(const pydb_db *db, uint64_t fs);
 /* Close the fds the last switch retired (at close). */
 void pydb__files_retired_close(pydb_db *db);
 /* The generation of the handle's files. */

@@ -28,7 +28,6 @@
 #define _GNU_SOURCE
 #endif
 #include "pydb_int.h"
-#include "gc.h"
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -370,7 +369,11 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
         }
         if (mfd >= 0) pydb__vfs->close(mfd);
         if (xfd >= 0) pydb__vfs->close(xfd);
-        usleep(1000);   /* a swap is renaming the files: milliseconds */
+        /* a swap is renaming the files: milliseconds (readers refreshing
+         * sizes need the mutex meanwhile) */
+        pthread_mutex_unlock(&db->smutex);
+        usleep(1000);
+        pthread_mutex_lock(&db->smutex);
     }
     pthread_mutex_unlock(&db->smutex);
     return rc;
@@ -836,6 +839,19 @@ static int scan_state(pydb_state *cur, uint64_t *fs, pydb_db *db,
                            "compaction during the scan (try again)");
 }
 
+int pydb__state_files(pydb_state *out, uint64_t *fs, pydb_db *db,
+                      const pydb_state *st, pydb_error *err)
+{
+    int rc = pydb__files_sync(db, err);
+    if (rc) return rc;
+    return scan_state(out, fs, db, st, 0, err);
+}
+
+int pydb__files_moved(const pydb_db *db, uint64_t fs)
+{
+    return files_moved(db, fs);
+}
+
 int pydb__xrf_scan(pydb_db *db, const pydb_state *st, int32_t from,
                    pydb__xrf_visit fn, void *ctx, int32_t *stopped_at,
                    int64_t max_blocks, pydb_error *err)
@@ -1098,9 +1114,8 @@ int pydb__refresh_sizes(pydb_db *db)
     struct stat ms, xs;
     int grew = 0;
     /* no switch of the file pair meanwhile: sizes of the files the handle
-     * no longer reads must never raise the new ones' (a switch in
-     * progress: nothing to raise) */
-    if (pthread_mutex_trylock(&db->smutex) != 0) return 0;
+     * no longer reads must never raise the new ones' */
+    pthread_mutex_lock(&db->smutex);
     if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) {
         pthread_mutex_unlock(&db->smutex);
         return 0;

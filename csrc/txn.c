@@ -280,6 +280,10 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
                           "fsync; reopen the database (recovery restores "
                           "every committed transaction)");
     pthread_mutex_lock(&db->wmutex);
+    /* A fork()ed child: a transaction (or a collector step) of its
+     * parent's threads was open at the fork; those threads are not here
+     * and never end it. */
+    if (db->wbusy && db->wbusy_pid != getpid()) db->wbusy = 0;
     if (db->wbusy && pthread_equal(db->wowner, pthread_self())) {
         pthread_mutex_unlock(&db->wmutex);
         return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
@@ -305,6 +309,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
         pthread_cond_timedwait(&db->wcond, &db->wmutex, &ts);
     }
     db->wbusy = 1;
+    db->wbusy_pid = getpid();
     db->wowner = pthread_self();
     pthread_mutex_unlock(&db->wmutex);
 

@@ -397,6 +397,20 @@ static int ofd_lock(int fd, int type)
 int pydb__wal_lock(pydb_db *db, int64_t deadline, pydb_error *err)
 {
     useconds_t nap = 500;
+    if (db->wal_pid != getpid()) {
+        /* a fork()ed child: the fd's open file description is the
+         * parent's, and so is any OFD lock on it; a lock of its own needs
+         * a description of its own (closing the copy leaves the parent's
+         * lock alone: the parent still has its fd) */
+        int fd = pydb__vfs->open(db->wal_path, O_RDWR, 0);
+        if (fd < 0)
+            return PYDB_OSERROR(err, errno, db->wal_path, -1,
+                                "cannot open the write-ahead log: %s",
+                                strerror(errno));
+        pydb__vfs->close(db->wal_fd);
+        db->wal_fd = fd;
+        db->wal_pid = getpid();
+    }
     for (;;) {
         if (ofd_lock(db->wal_fd, F_WRLCK) == 0) return PYDB_OK;
         if (errno != EAGAIN && errno != EACCES && errno != EINTR)
@@ -428,6 +442,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
     pydb__wal_path(db->wal_path, sizeof db->wal_path, base, db->mst.path);
     existed = stat(db->wal_path, &st) == 0;
     db->wal_fd = pydb__vfs->open(db->wal_path, O_RDWR | O_CREAT, 0644);
+    db->wal_pid = getpid();
     if (db->wal_fd < 0)
         return PYDB_OSERROR(err, errno, db->wal_path, -1,
                             "cannot open the write-ahead log: %s",

@@ -77,7 +77,7 @@ def make_db(tmp_path, layout="isis-packed", mstxl=0, n=120, name="c", gaps=True)
             for m in range(1, n + 1)]
     _pydb._build(str(base), layout, mstxl, recs, False, {5, 9})
     versions = nbytes = 0
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         for rnd in range(3):
             with db.transaction() as tx:
                 for m in range(1, n + 1, 2 + rnd):
@@ -103,7 +103,7 @@ def make_db(tmp_path, layout="isis-packed", mstxl=0, n=120, name="c", gaps=True)
                                           ("ffi-aligned", 2), ("isis-packed", 3)])
 def test_compaction_keeps_every_record(tmp_path, layout, mstxl):
     base, versions, nbytes = make_db(tmp_path, layout, mstxl)
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         before = dump(db)
         counts = db.counts()
         size = os.path.getsize(f"{base}.mst")
@@ -133,7 +133,7 @@ def test_compaction_keeps_every_record(tmp_path, layout, mstxl):
 
 def test_states_kept_as_stored(tmp_path):
     base, _, _ = make_db(tmp_path)
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         five = db[5].raw(1)
         compact(db, 1000)
         assert db.xrf_entry(17)["state"] == "physically deleted"
@@ -149,7 +149,7 @@ def test_biblio_isis_reads_compacted_files(tmp_path):
     if not _have_biblio_isis():
         pytest.skip("perl module Biblio::Isis not installed")
     base, _, _ = make_db(tmp_path, n=300, gaps=False)
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         db.update(7, [(24, b"x" * 3000)])
         compact(db, 50)
     theirs = perl_dump(base)
@@ -161,7 +161,7 @@ def test_biblio_isis_reads_compacted_files(tmp_path):
 
 def test_snapshot_taken_before_reads_its_commit_after(tmp_path):
     base, _, _ = make_db(tmp_path)
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         snap = db.snapshot()
         ro = pydb.open(base, io="mmap")
         rsnap = ro.snapshot()
@@ -185,7 +185,7 @@ def test_snapshot_taken_before_reads_its_commit_after(tmp_path):
 
 def test_old_snapshot_pins_garbage(tmp_path):
     base, versions, _ = make_db(tmp_path)
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         snap = db.snapshot()
         db.update(1, content(1, 7, 7))
         assert compact(db, 10) == (0, 0, 0)   # the snapshot is behind
@@ -246,7 +246,7 @@ def test_readers_in_other_processes_during_compactions(tmp_path):
     for p in procs:
         p.start()
     done = 0
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         end = time.time() + 4.0
         ver = 0
         rnd = random.Random(5)
@@ -276,7 +276,7 @@ def test_threads_of_the_compacting_handle(tmp_path, io):
             for m in range(1, 41):
                 tx.append(content(m, 0, 100))
     try:
-        db = pydb.open(base, readonly=False, sync=False, io=io)
+        db = pydb.open(base, readonly=False, sync=False, io=io, gc="none")
     except pydb.UnsupportedError:
         pytest.skip("no O_DIRECT on this file system")
     stop = threading.Event()
@@ -325,7 +325,7 @@ def test_threads_of_the_compacting_handle(tmp_path, io):
 def _child_writer(base, log, seed, compact_every):
     """Random transactions, acknowledged in `log`, and compactions."""
     rnd = random.Random(seed)
-    db = pydb.open(base, readonly=False, sync=False)
+    db = pydb.open(base, readonly=False, sync=False, gc="none")
     with open(log, "a") as f:
         ver = 1000 * seed
         while True:
@@ -353,7 +353,7 @@ def acked(log, oracle):
 
 
 def verify(base, oracle, pending):
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         rep = db.check()
         assert rep.ok, rep
         ok, why = oracle.matches(db)
@@ -399,7 +399,7 @@ def test_kill_during_compactions(tmp_path):
 
 def count_compaction_ops(tmp_path):
     base, _, _ = make_db(tmp_path, n=60, name="count")
-    with pydb.open(base, readonly=False, sync=True) as db:
+    with pydb.open(base, readonly=False, sync=True, gc="none") as db:
         testing.fail_io(-1)
         try:
             assert compact(db, 20)[2] == 1
@@ -424,7 +424,7 @@ def test_crash_at_each_file_operation_of_a_compaction(tmp_path):
         pid = os.fork()
         if pid == 0:   # pragma: no cover - child
             try:
-                db = pydb.open(base, readonly=False, sync=True)
+                db = pydb.open(base, readonly=False, sync=True, gc="none")
                 db.update(1, content(1, 99, 5))   # garbage + a fresh header
                 testing.fail_io(n, crash=True)
                 compact(db, 20)
@@ -439,7 +439,7 @@ def test_crash_at_each_file_operation_of_a_compaction(tmp_path):
             got = dump(ro)
         assert got[1:] == want[1:], n
         assert got[0][-1] == tuple(content(1, 99, 5))
-        with pydb.open(base, readonly=False, sync=False) as db:
+        with pydb.open(base, readonly=False, sync=False, gc="none") as db:
             assert db.check().ok
             assert dump(db) == got
             db.update(2, content(2, 5, 5))
@@ -452,7 +452,7 @@ def test_io_errors_during_a_compaction(tmp_path, eno):
     nops = count_compaction_ops(tmp_path)
     for n in range(1, nops + 1):
         base, versions, _ = make_db(tmp_path, n=60, name=f"e{eno}_{n}")
-        with pydb.open(base, readonly=False, sync=True) as db:
+        with pydb.open(base, readonly=False, sync=True, gc="none") as db:
             want = dump(db)
             testing.fail_io(n, eno)
             try:
@@ -475,3 +475,27 @@ def test_io_errors_during_a_compaction(tmp_path, eno):
         with pydb.open(base) as ro:
             assert dump(ro)[1:] == want[1:]
         assert leftovers(base) == [], n
+
+
+# ------------------------------------------------------ through collect()
+
+def test_collect_compacts_the_master_file(tmp_path):
+    """Database.collect() (gc.c) runs the job: whatever the policy."""
+    base, versions, nbytes = make_db(tmp_path)
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
+        before = dump(db)
+        got = db.collect()
+        assert got["compactions"] == 1 and got["versions"] == versions
+        assert dump(db) == before
+        assert db.check().ok
+    with pydb.open(base, readonly=False, sync=False) as db:   # background
+        for m in range(1, 30):
+            if m % 17:
+                db.update(m, content(m, 77, 20))
+        deadline = time.time() + 20
+        while os.path.getsize(f"{base}.mst") > 0 and time.time() < deadline:
+            if db.stat()["garbage"]["versions"] == 0:
+                break
+            time.sleep(0.05)
+        assert db.stat()["garbage"]["versions"] == 0   # the thread compacted
+        assert db[1].raw(1) == [b"1:77"]

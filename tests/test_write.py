@@ -498,7 +498,8 @@ def test_every_real_database_updated(tmp_path, isis_data, mst):
     a = active[0]
     b = active[len(active) // 2] if len(active) > 1 else facts["nxt"]  # else: the new one
     changed = expected[a][1] + [(999, b"changed by pydb \xe9")]
-    with pydb.open(base, readonly=False, sync=False) as db:
+    # gc="none": the collector would compact away the version chain read below
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
         with db.transaction() as tx:
             new = tx.append(appended)
             tx.update(a, changed)

@@ -399,11 +399,13 @@ static void validate(reader *r, const pydb_snapshot *s, long k)
     back = k;                            /* the marker: one per commit */
     for (m = 2; m <= mfns_after(k); m++) back += touches_by(m, k);
     if (sum.errors || sum.warnings || sum.mfns != mfns_after(k) ||
-        sum.versions != mfns_after(k) || sum.back_versions != back ||
+        sum.versions != mfns_after(k) ||
+        /* a compaction (the collector's) removes back versions */
+        sum.back_versions > back ||
         !sum.scanned)
         mismatch(r, "snapshot check of commit %ld: %lld errors, %lld "
                  "warnings, %d MFNs, %lld versions, %lld back versions "
-                 "(expected 0 0 %ld %ld %ld)", k, (long long)sum.errors,
+                 "(expected 0 0 %ld %ld <= %ld)", k, (long long)sum.errors,
                  (long long)sum.warnings, (int)sum.mfns,
                  (long long)sum.versions, (long long)sum.back_versions,
                  mfns_after(k), mfns_after(k), back);
