@@ -150,7 +150,8 @@ def test_bounds_run_untimed(tmp_path):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=2000, help="records of the database (default 2000)")
+    ap.add_argument("--records", type=int, default=2000,
+                    help="records of the database (default 2000)")
     ap.add_argument("--factor", type=int, default=100,
                     help="updates per record of the database (default 100: 100x its size)")
     ap.add_argument("--policies", default="none,background,combined",
