@@ -50,10 +50,12 @@ def my_slots(base) -> list[int]:
 @pytest.fixture
 def db(tmp_path):
     """A writable database of 40 records (snapshot_model.seed), and its
-    oracle as attribute `oracle`."""
+    oracle as attribute `oracle`.  gc="none": the log of
+    snapshot_model.write_commits numbers the writer's commits, which the
+    collector's own commits would interleave (snapshot_model.py)."""
     base = tmp_path / "s"
     oracle = seed(base)
-    d = pydb.open(base, readonly=False, sync=False)
+    d = pydb.open(base, readonly=False, sync=False, gc="none")
     d.oracle = oracle
     d.base = base
     yield d
