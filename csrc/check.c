@@ -1014,6 +1014,12 @@ int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
     if (rc) return rc;
     rc = pydb_snapshot_check(out, snap, opt, err);
     pydb_snapshot_release(snap);
+    /* The walk met every back version: a reader that meets garbage, as
+     * Firebird's validation does under its cooperative policy.  Told
+     * after the walk (a compaction during it would mix two files'
+     * offsets in its tables): a full pass, so a sweep (gc.c). */
+    if (rc == PYDB_OK && out->back_versions > 0)
+        pydb__gc_swept(db, out->back_versions);
     return rc;
 }
 

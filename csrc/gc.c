@@ -13,7 +13,10 @@
  * posting list merged or a segment file removed for the index, a record
  * copied for the master file):
  *     GC_THREAD_BUDGET  256   the collector thread, pydb_gc_collect()
- *     GC_COOP_BUDGET     16   a reader in pydb__gc_met()
+ *     GC_COOP_BUDGET    256   a reader in pydb__gc_met() (a millisecond or
+ *                             two: under a cooperative policy readers pay
+ *                             for the garbage they meet, and a job must
+ *                             end within the reads of one pass over it)
  * A COLLECTION is the steps run until neither job has more to do; it is
  * counted (collections, last time, last report) when it ends, and so is
  * a pass of the thread or a reader's step that reclaimed something
@@ -79,7 +82,7 @@
 #include <time.h>
 
 #define GC_THREAD_BUDGET 256   /* units per step of the thread / collect() */
-#define GC_COOP_BUDGET 16      /* units per step of a cooperating reader   */
+#define GC_COOP_BUDGET 256     /* units per step of a cooperating reader   */
 #define GC_TICK_MS 200         /* the thread's timer                       */
 #define GC_IDLE_MS 500         /* no commit for this long: idle            */
 #define GC_THREAD_LOCK_MS 100  /* the thread's wait for the writer lock    */
@@ -242,6 +245,12 @@ static void report_add(pydb_gc_report *to, const pydb_gc_report *r)
 /* ------------------------------------------------------------ steps */
 
 /* Whether the database is idle: no commit seen for GC_IDLE_MS. */
+/* Set on a thread while it runs a step: the commits it makes then (an
+ * index merge, a compaction) are the collector's own, which must not
+ * make the database look busy (or the master file's job would never see
+ * it idle after a merge). */
+static __thread int in_step;
+
 static int is_idle(pydb_gc *g)
 {
     int64_t last = __atomic_load_n(&g->last_commit_ns, __ATOMIC_RELAXED);
@@ -268,8 +277,9 @@ static void observe_commit(pydb_gc *g)
  * master file's.  *more: either has more to do now; *worked set when
  * there was work (the index had more, or a master-file job ran); *rep
  * gets what the step reclaimed (added). */
-static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
-                int *worked, pydb_gc_report *rep, pydb_error *err)
+static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
+                     int *more, int *worked, pydb_gc_report *rep,
+                     pydb_error *err)
 {
     pydb_db *db = g->db;
     pydb_gc_report r;
@@ -298,6 +308,17 @@ static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
     report_add(rep, &r);
     *more = cmore;
     return PYDB_OK;
+}
+
+/* step_jobs() with in_step set: its commits are the collector's own. */
+static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
+                int *worked, pydb_gc_report *rep, pydb_error *err)
+{
+    int rc;
+    in_step = 1;
+    rc = step_jobs(g, budget, idle, lock_ms, more, worked, rep, err);
+    in_step = 0;
+    return rc;
 }
 
 /* What is left pinned after a collection: the master file's garbage
@@ -542,6 +563,16 @@ static void gc_notify(pydb_db *db)
     pydb_gc *g = db->gc;
     int policy, restart;
     if (!g) return;
+    if (in_step) {
+        /* the collector's own commit: seen, not activity (the writer
+         * lock is still held: the latest commit is this one) */
+        pydb_shm *shm = pydb__db_shm(db);
+        if (shm)
+            __atomic_store_n(&g->seen_commit, pydb__shm_latest(shm),
+                             __ATOMIC_RELAXED);
+        __atomic_store_n(&g->pending, 1, __ATOMIC_RELEASE);
+        return;
+    }
     __atomic_store_n(&g->last_commit_ns, now_ns(CLOCK_MONOTONIC),
                      __ATOMIC_RELAXED);
     __atomic_store_n(&g->pending, 1, __ATOMIC_RELEASE);
@@ -564,19 +595,22 @@ static void gc_notify(pydb_db *db)
     }
 }
 
-static void gc_met(pydb_db *db)
+/* One cooperative step (met: idle as the clock says; swept: a full pass
+ * met the garbage, so the database counts as idle, as for a sweep).
+ * Returns 1 if the step left more to do. */
+static int coop_step(pydb_db *db, int swept)
 {
     pydb_gc *g = db->gc;
     pydb_gc_report rep;
     pydb_error err;
     int policy, more = 0, worked = 0, rc, idle;
 
-    if (!g || !g->writable) return;
+    if (!g || !g->writable) return 0;
     policy = get_policy(g);
-    if (!(policy & PYDB_GC_COOPERATIVE)) return;
+    if (!(policy & PYDB_GC_COOPERATIVE)) return 0;
     if (!__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) {
         observe_commit(g);   /* another process' commit? */
-        if (!__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) return;
+        if (!__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) return 0;
     }
     if (pthread_mutex_trylock(&g->step) != 0) {
         if (policy & PYDB_GC_BACKGROUND) {   /* a step runs: hand it over */
@@ -585,16 +619,16 @@ static void gc_met(pydb_db *db)
             pthread_cond_signal(&g->cond);
             pthread_mutex_unlock(&g->mu);
         }
-        return;
+        return 0;
     }
     memset(&rep, 0, sizeof rep);
     memset(&err, 0, sizeof err);
-    idle = is_idle(g);
+    idle = swept || is_idle(g);
     rc = step(g, GC_COOP_BUDGET, idle, 0, &more, &worked, &rep, &err);
     pthread_mutex_unlock(&g->step);
     if (rc) {
         if (rc != PYDB_ELOCKED) record(g, rc, NULL, &err);
-        return;
+        return 0;
     }
     /* readers drive it, so it may never reach its end (nobody meets the
      * last of the garbage): a step that reclaimed something counts as a
@@ -604,6 +638,20 @@ static void gc_met(pydb_db *db)
         record(g, PYDB_OK, &rep, NULL);
     }
     if (!more) maybe_settle(g, idle);
+    return more;
+}
+
+static void gc_met(pydb_db *db)
+{
+    (void)coop_step(db, 0);
+}
+
+/* A full pass (the validator) met `n` garbage versions: up to one step
+ * for each, while there is more to do. */
+static void gc_swept(pydb_db *db, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!coop_step(db, 1)) break;
 }
 
 static void gc_pause(pydb_db *db)
@@ -616,7 +664,8 @@ static void gc_resume(pydb_db *db)
     if (db->gc) pthread_mutex_unlock(&db->gc->step);
 }
 
-static const pydb_gc_ops gc_ops = {gc_notify, gc_met, gc_pause, gc_resume};
+static const pydb_gc_ops gc_ops = {gc_notify, gc_met, gc_swept, gc_pause,
+                                   gc_resume};
 
 /* ------------------------------------------------------------ pydb.h */
 

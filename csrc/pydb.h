@@ -902,9 +902,13 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
 /* Make every commit on `db` update the native index `ix` (opened on the
  * same database) in the same transaction (pydb_set_commit_hook): prepare
  * writes a segment and hands the new MANIFEST to pydb_txn_put_file;
- * publish makes it visible to searches on ix.  ix must stay open while db
- * is.  Errors: PYDB_EINVAL (ix is not a native index, or db is in a
- * transaction). */
+ * publish makes it visible to searches on ix; the hook's collect and
+ * garbage (group 9) merge its segments and count its garbage.  ix must
+ * stay attached while db is open; db = NULL detaches ix from the handle
+ * it was attached to (removing the hook, waiting for a collection step
+ * or a reader signalling the collector), which must come before
+ * pydb_close(db).  Errors: PYDB_EINVAL (ix is not a native index, or db
+ * is in a transaction). */
 int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
 
 /* A read-only view of `ix` as of the snapshot's commit: for a native
@@ -1046,7 +1050,10 @@ int pydb_check_kind_severity(int kind);
  * versions (16 bytes each at load <= 1/2, plus a sorted copy: at most
  * 192 MiB); a database with more versions gets a PYDB_CHECK_LIMIT warning
  * and skips the overlap and orphan checks.  Reads go through the
- * handle's I/O mode.
+ * handle's I/O mode.  After the walk, under a cooperative policy (group
+ * 9), the handle collects as a sweep: up to one bounded step per back
+ * version the walk met, the database taken as idle (Firebird's
+ * validation and sweep collect garbage under its cooperative policy).
  */
 int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
                   const pydb_check_options *opt, pydb_error *err);

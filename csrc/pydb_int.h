@@ -196,6 +196,7 @@ struct pydb_db {
 typedef struct pydb_gc_ops {
     void (*notify)(pydb_db *db);  /* a commit was published              */
     void (*met)(pydb_db *db);     /* a reader met garbage                */
+    void (*swept)(pydb_db *db, int64_t n); /* a full pass met n versions  */
     void (*pause)(pydb_db *db);   /* wait for a step, hold off the next  */
     void (*resume)(pydb_db *db);
 } pydb_gc_ops;
@@ -215,6 +216,14 @@ static inline void pydb__gc_met(pydb_db *db)
 {
     const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
     if (o) o->met(db);
+}
+/* A full pass (the validator) met `n` garbage versions: with a
+ * cooperative policy, up to one bounded step for each, with the database
+ * taken as idle (a sweep); stops early when nothing is left. */
+static inline void pydb__gc_swept(pydb_db *db, int64_t n)
+{
+    const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
+    if (o) o->swept(db, n);
 }
 /* Wait for the step in progress, if any, and hold off the next:
  * pydb_set_commit_hook() swaps the hook between the two (a step calls

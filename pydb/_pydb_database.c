@@ -35,6 +35,8 @@ static void db_close_handle(DatabaseObject *self)
     guard_wait_idle(&self->guard);
     transaction_abort_open(self);
     snapshots_release_all(self);   /* pydb.h: before pydb_close() */
+    if (self->hooked_index)        /* pydb.h group 7: before pydb_close() */
+        index_detach_hooked(self->hooked_index);
     self->db = NULL;
     pydb_close(db);
     if (self->hooked_index) {   /* after pydb_close: no commit can run */

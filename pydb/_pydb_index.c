@@ -87,6 +87,17 @@ static void index_close_handle(IndexObject *self)
     index_close_after_wait(self, self->ix);
 }
 
+void index_detach_hooked(PyObject *index)
+{
+    IndexObject *self = (IndexObject *)index;
+    if (!self->ix) return;
+    /* removes the hook and waits for a reader of the index that is
+     * telling the handle's collector it met garbage (pydb.h group 7) */
+    Py_BEGIN_ALLOW_THREADS
+    (void)pydb_native_index_attach(self->ix, NULL, NULL);
+    Py_END_ALLOW_THREADS
+}
+
 void index_release_hooked(PyObject *index)
 {
     IndexObject *self = (IndexObject *)index;

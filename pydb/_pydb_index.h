@@ -23,6 +23,9 @@ int index_check_open(module_state *st, IndexObject *self);
 
 /* Free the pydb_index of an IndexObject that was a Database's commit
  * hook, once that database's pydb_db is closed (GIL held). */
+/* Detach the index from its database handle (removes the commit hook
+ * and waits for readers signalling the collector): before pydb_close. */
+void index_detach_hooked(PyObject *index);
 void index_release_hooked(PyObject *index);
 
 #endif

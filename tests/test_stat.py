@@ -454,7 +454,11 @@ def test_stat_while_compactions_replace_the_files(tmp_path):
         k = 0
         try:
             while not stop.is_set():
-                for _ in range(20):
+                # a compaction per 100 updates: a stat() that a compaction
+                # interrupts starts again, up to 50 times (stat.c), which
+                # a compaction per 20 updates could exhaust on a loaded
+                # machine
+                for _ in range(100):
                     db.update(1 + k % 40, fields(k))
                     k += 1
                 db.collect(timeout=10)
