@@ -97,6 +97,12 @@ struct pydb_gc {
     int policy;               /* atomic: enum pydb_gc_policy              */
     int pending;              /* atomic: garbage may be collectable       */
     int compacting;           /* under step: a master-file job is open    */
+    int stepping;             /* atomic: a step runs, on `stepper`: the
+                                 commits it makes (an index merge, a
+                                 compaction) are the collector's own and
+                                 must not make the database look busy  */
+    pthread_t stepper;        /* atomic (an integer on Linux), set under
+                                 step                                     */
     int64_t last_commit_ns;   /* atomic: monotonic time of the last commit
                                  seen (this handle's or another process') */
     uint64_t seen_commit;     /* atomic: header's latest commit last seen */
@@ -245,12 +251,6 @@ static void report_add(pydb_gc_report *to, const pydb_gc_report *r)
 /* ------------------------------------------------------------ steps */
 
 /* Whether the database is idle: no commit seen for GC_IDLE_MS. */
-/* Set on a thread while it runs a step: the commits it makes then (an
- * index merge, a compaction) are the collector's own, which must not
- * make the database look busy (or the master file's job would never see
- * it idle after a merge). */
-static __thread int in_step;
-
 static int is_idle(pydb_gc *g)
 {
     int64_t last = __atomic_load_n(&g->last_commit_ns, __ATOMIC_RELAXED);
@@ -310,14 +310,16 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
     return PYDB_OK;
 }
 
-/* step_jobs() with in_step set: its commits are the collector's own. */
+/* step_jobs() marked as running on this thread (the step lock held): its
+ * commits are the collector's own (gc_notify). */
 static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
                 int *worked, pydb_gc_report *rep, pydb_error *err)
 {
     int rc;
-    in_step = 1;
+    __atomic_store_n(&g->stepper, pthread_self(), __ATOMIC_RELAXED);
+    __atomic_store_n(&g->stepping, 1, __ATOMIC_RELEASE);
     rc = step_jobs(g, budget, idle, lock_ms, more, worked, rep, err);
-    in_step = 0;
+    __atomic_store_n(&g->stepping, 0, __ATOMIC_RELEASE);
     return rc;
 }
 
@@ -563,7 +565,9 @@ static void gc_notify(pydb_db *db)
     pydb_gc *g = db->gc;
     int policy, restart;
     if (!g) return;
-    if (in_step) {
+    if (__atomic_load_n(&g->stepping, __ATOMIC_ACQUIRE) &&
+        pthread_equal(__atomic_load_n(&g->stepper, __ATOMIC_RELAXED),
+                      pthread_self())) {
         /* the collector's own commit: seen, not activity (the writer
          * lock is still held: the latest commit is this one) */
         pydb_shm *shm = pydb__db_shm(db);
