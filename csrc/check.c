@@ -987,7 +987,7 @@ int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
     memset(out, 0, sizeof *out);
     if (!snap) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no snapshot");
     /* The files of the snapshot's records: a compaction may have
-     * replaced the pair the handle reads (docs/gc-notes-mst.md); the walk
+     * replaced the pair the handle reads (docs/compaction.md); the walk
      * reads the newest pair as of the snapshot's records, and walks again
      * if the files are replaced under it (rare: the problems of the
      * abandoned walk were reported already). */

@@ -2,7 +2,7 @@
  * compact.c - the master file's collection job: the versions of the
  * latest commit copied into a new .mst/.xrf pair that replaces the old
  * one atomically (as CISIS's mxcp copies a master file), in bounded
- * steps; see compact.h and docs/gc-notes-mst.md.
+ * steps; see compact.h and docs/compaction.md.
  *
  * The job.  Copy phase, without the writer lock: a state S of the latest
  * commit (not registered: the master file is append-only, so S stays

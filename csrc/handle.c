@@ -238,7 +238,7 @@ static int read_control(pydb_db *db, pydb_error *err)
 }
 
 /* Open the .mst/.xrf pair in the handle's I/O mode, as one pair: a
- * compaction renames new files over both (docs/gc-notes-mst.md), so the
+ * compaction renames new files over both (docs/compaction.md), so the
  * two opened must be the files the names hold now, with no swap marker,
  * and the header's file generation the same before and after: the
  * handle reads generation fseq / 2. */

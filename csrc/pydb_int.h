@@ -171,7 +171,7 @@ struct pydb_db {
     pydb_commit_hook hook;   /* hook.prepare == NULL: none                 */
     struct pydb_gc *gc;      /* the collector (gc.c); NULL until open ends */
     const struct pydb_gc_ops *gc_ops; /* its listeners (below), set at open */
-    /* ---- master file generation (read.c; docs/gc-notes-mst.md) ---- */
+    /* ---- master file generation (read.c; docs/compaction.md) ---- */
     uint64_t fseq;           /* atomic: 2 x the generation of the .mst/.xrf
                                 pair the handle reads, + 1 while it
                                 switches to a newer pair (a compaction
@@ -318,7 +318,7 @@ int pydb__header_sync(pydb_db *db, const pydb_ctl *c, pydb_error *err);
 /* pydb__header_sync() with the control record read now. */
 int pydb__header_sync_files(pydb_db *db, pydb_error *err);
 
-/* ---- the file pair's generation (read.c; docs/gc-notes-mst.md) ---- */
+/* ---- the file pair's generation (read.c; docs/compaction.md) ---- */
 
 /* Bring the handle to the file pair of the latest generation the header
  * announces (a compaction replaced the files): opens the paths again and
@@ -345,7 +345,7 @@ static inline uint64_t pydb__files_gen(const pydb_db *db)
  * 0 without a usable header). */
 uint64_t pydb__header_gen(pydb_db *db);
 /* Names beside the master file: the compaction's new files and its swap
- * marker (docs/gc-notes-mst.md). */
+ * marker (docs/compaction.md). */
 #define PYDB_COMPACT_SUFFIX "-compact"
 #define PYDB_SWAP_SUFFIX "-swap"
 

@@ -142,7 +142,7 @@ static int file_read(const pydb_file *f, int io, void *buf, size_t n,
 
 /* ----------------------------------------- the file pair's generation */
 
-/* docs/gc-notes-mst.md.  A compaction (compact.c) replaces the .mst/.xrf
+/* docs/compaction.md.  A compaction (compact.c) replaces the .mst/.xrf
  * pair by renames and publishes a state of the next file generation.  A
  * handle reads one pair at a time: fseq is twice its generation (odd
  * while files_switch() installs a newer pair).  Every read takes fseq

@@ -41,7 +41,7 @@
  *   344    u64 the commit the last compaction replaced (0: none)
  *   352    the state that compaction published (64 bytes, pydb_state as
  *          in memory): a snapshot of commit [344] reads on in it
- *          (docs/gc-notes-mst.md)
+ *          (docs/compaction.md)
  *   416..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
@@ -162,7 +162,7 @@ uint64_t pydb__shm_oldest(pydb_shm *s, int *readers);
  * reader; 0: one is registering (everything counts as pinned). */
 int64_t pydb__shm_oldest_end(pydb_shm *s);
 
-/* ---- garbage and compactions (compact.c; docs/gc-notes-mst.md) ---- */
+/* ---- garbage and compactions (compact.c; docs/compaction.md) ---- */
 
 /* With the writer lock held: add to the master file's garbage counters. */
 void pydb__shm_garbage_add(pydb_shm *s, int64_t versions, int64_t bytes);

@@ -326,7 +326,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     }
     /* A compaction that died in its swap (its marker stays): finish it;
      * then read the newest file pair (a compaction replaced the files
-     * since this handle last looked: docs/gc-notes-mst.md). */
+     * since this handle last looked: docs/compaction.md). */
     {
         int finished;
         rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),

@@ -100,7 +100,7 @@ int pydb__wal_recover(int wal_fd, const char *wal_path, int mst_fd,
 int pydb__wal_recover_readonly(const char *base, const char *mst,
                                const char *xrf, pydb_error *err);
 
-/* ---- a compaction's swap (compact.c; docs/gc-notes-mst.md) ---- */
+/* ---- a compaction's swap (compact.c; docs/compaction.md) ---- */
 
 struct pydb_shm;
 /* The compaction's new files and its swap marker beside mst/xrf: 0, or

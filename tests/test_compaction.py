@@ -1,5 +1,5 @@
 """Garbage collection of the master file by compaction (issue 11;
-csrc/compact.c, docs/gc-notes-mst.md): the versions of the latest commit
+csrc/compact.c, docs/compaction.md): the versions of the latest commit
 are copied into a new .mst/.xrf pair that replaces the old one by renames,
 in bounded steps.  Driven through the test entry point
 _pydb._testing.compact(db, budget) (a whole job; returns the versions, bytes
