@@ -1171,10 +1171,18 @@ static void update_stale(pydb_db *db, const pydb_ctl *v)
     if (!shm) return;
     pydb__shm_revalidate(shm);
     for (int look = 0; look < 2 && stale; look++) {
+        uint64_t gen = pydb__files_gen(db);
         if (look && peek_control(db, &again) != 0) break;
         if (pydb__shm_state(&st, shm) != 0) {
             /* no state yet: reads use the files anyway, and snapshots
              * still register in its reader table */
+            stale = 0;
+            break;
+        }
+        if (st.file_gen != gen) {
+            /* a compaction's state: the control record read is of the
+             * other pair, which says nothing about the header (reads
+             * switch to the state's files first: pydb__files_sync) */
             stale = 0;
             break;
         }
