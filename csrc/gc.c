@@ -7,9 +7,11 @@
  *
  * Work.  Collection is done in bounded STEPS; a step is first the native
  * index's (db->hook.collect: merges dropping dead postings, segment files
- * no reader pins; NULL without a native index), and once the index has
- * nothing more to do, the master file's (compact.h: a copy of the latest
- * versions into a new .mst/.xrf pair, then the swap).  Budgets (units: a
+ * no reader pins; NULL without a native index; told whether the database
+ * is idle: while commits go on it merges only what keeps lookups cheap),
+ * then the master file's when it has garbage enough (compact.h: a copy
+ * of the latest versions into a new .mst/.xrf pair, then the swap), each
+ * with its own budget.  Budgets (units: a
  * posting list merged or a segment file removed for the index, a record
  * copied for the master file):
  *     GC_THREAD_BUDGET  256   the collector thread, pydb_gc_collect()
@@ -288,16 +290,18 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
     *more = 0;
     if (db->hook.collect) {
         memset(&r, 0, sizeof r);
-        rc = db->hook.collect(db->hook.ctx, db, budget, &imore, &r, err);
+        rc = db->hook.collect(db->hook.ctx, db, budget, idle, &imore, &r,
+                              err);
         report_add(rep, &r);
         if (r.postings || r.segments) *worked = 1;
         if (rc) return rc;
         if (imore) {
             *more = 1;
             *worked = 1;
-            return PYDB_OK;
         }
     }
+    /* the master file's job does not wait for the index's: a merge of
+     * the base may be under way for long while commits go on */
     if (!g->compacting && !pydb__compact_wanted(db, idle)) return PYDB_OK;
     memset(&r, 0, sizeof r);
     g->compacting = 1;
@@ -306,7 +310,7 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
     g->compacting = rc == PYDB_OK && cmore;
     if (rc) return rc;
     report_add(rep, &r);
-    *more = cmore;
+    *more = imore || cmore;
     return PYDB_OK;
 }
 

@@ -77,10 +77,18 @@
 #include "nidx_handle.h"
 #include "shm.h"
 
+#define NIDX_TAIL_MIN 4    /* commits go on: a tail merge of this many    */
+#define NIDX_BASE_SHARE 16 /* the base is merged once the segments after
+                              it weigh 1/NIDX_BASE_SHARE of it            */
+
 /* A merge in progress (x->merge, under x->gc_mu). */
 typedef struct nidx_merge {
-    nidx_segset *in;         /* the input set (a reference)               */
-    nidx_cursor *cs;         /* one per input segment                    */
+    nidx_segset *in;         /* the set it was chosen from (a reference)  */
+    size_t lo, hi;           /* it merges in->v[lo..hi)                   */
+    int32_t *tombs;          /* lo > 0: the range's tombstones, ascending
+                                (they still apply to in->v[0..lo))        */
+    size_t ntombs;
+    nidx_cursor *cs;         /* one per segment of `in` (the range used)  */
     nidx_cursor **ord;       /* valid cursors, by current key            */
     size_t nord;
     pydb_buf out;            /* the merged segment's bytes               */
@@ -109,6 +117,7 @@ static void merge_free(nidx_merge *g)
     pydb_postings_free(&g->p);
     free(g->key[0]);
     free(g->key[1]);
+    free(g->tombs);
     if (g->tmp[0]) unlink(g->tmp);
     pydb__nsegset_unref(g->in);
     free(g);
@@ -118,6 +127,15 @@ void pydb__nidx_gc_free(nidx *x)
 {
     merge_free(x->merge);
     x->merge = NULL;
+    merge_free(x->minor);
+    x->minor = NULL;
+}
+
+/* Drop the merge in *slot (it failed, or no longer applies). */
+static void merge_drop(nidx_merge **slot)
+{
+    merge_free(*slot);
+    *slot = NULL;
 }
 
 /* ---- unnamed files ---- */
@@ -226,14 +244,15 @@ static void ord_insert(nidx_cursor **ord, size_t *nord, nidx_cursor *c)
     (*nord)++;
 }
 
-/* Position cs[i] at the first key of every segment of ss and order the
- * valid ones into ord. */
+/* Position cs[i] at the first key of segments lo..hi-1 of ss and order
+ * the valid ones into ord. */
 static int kway_start(nidx_cursor *cs, nidx_cursor **ord, size_t *nord,
-                      const nidx_segset *ss, pydb_error *err)
+                      const nidx_segset *ss, size_t lo, size_t hi,
+                      pydb_error *err)
 {
     int rc;
     *nord = 0;
-    for (size_t i = 0; i < ss->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         cs[i].s = ss->v[i];
         cs[i].idx = i;
         cs[i].valid = 0;
@@ -286,15 +305,89 @@ static nidx_segset *current(nidx *x, uint64_t *gen)
     return ss;
 }
 
-/* Does ss hold garbage a merge removes? */
-static int wants_merge(const nidx_segset *ss)
+/* A segment's weight in the choice of merges: its postings and
+ * tombstones (at least 1). */
+static uint64_t seg_weight(const nidx_seg *s)
 {
-    if (ss->n > 1) return 1;
-    return ss->n == 1 && ss->v[0]->ntomb > 0;
+    return s->nposts + s->ntomb + 1;
 }
 
-static int merge_begin(nidx_merge **out, nidx *x, nidx_segset *ss,
-                       pydb_error *err)
+/* The tail to merge (tiered merging, DESIGN step 1): the longest run of
+ * the newest segments of ss from `from` on in which each segment weighs
+ * no more than all newer ones of the run together (a binary counter: a
+ * posting is merged about log2(tail / commit) times, and the tail has
+ * about that many segments).  Returns its first index, or ss->n when it
+ * has fewer than `min` segments. */
+static size_t tail_start(const nidx_segset *ss, size_t from, size_t min)
+{
+    uint64_t acc = 0;
+    size_t lo = ss->n;
+    for (size_t i = ss->n; i-- > from;) {
+        uint64_t w = seg_weight(ss->v[i]);
+        if (ss->n - i >= 2 && w > acc) break;
+        acc += w;
+        lo = i;
+    }
+    return ss->n - lo >= min ? lo : ss->n;
+}
+
+/* Whether the base (the oldest segment) is worth merging with what
+ * follows it (up to `hi`) while commits go on: the newer segments have
+ * grown to NIDX_BASE_SHARE of it (about the share of its postings they
+ * made dead). */
+static int base_due(const nidx_segset *ss, size_t hi)
+{
+    uint64_t newer = 0;
+    if (hi < 2) return 0;
+    for (size_t i = 1; i < hi; i++) newer += seg_weight(ss->v[i]);
+    return newer * NIDX_BASE_SHARE >= seg_weight(ss->v[0]);
+}
+
+/* Where the range of merge g lies in cur: its first index, or (size_t)-1
+ * when its segments are no longer there in a row (a rebuild, another
+ * handle's collection). */
+static size_t range_in(const nidx_merge *g, const nidx_segset *cur)
+{
+    size_t n = g->hi - g->lo;
+    if (cur->cfg != g->in->cfg) return (size_t)-1;
+    for (size_t p = 0; p + n <= cur->n; p++) {
+        if (cur->v[p]->gen != g->in->v[g->lo]->gen) continue;
+        for (size_t k = 1; k < n; k++)
+            if (cur->v[p + k]->gen != g->in->v[g->lo + k]->gen)
+                return (size_t)-1;
+        return p;
+    }
+    return (size_t)-1;
+}
+
+static int cmp_mfn(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* g->tombs: the tombstones of g's range, ascending, without repeats. */
+static int range_tombs(nidx_merge *g, pydb_error *err)
+{
+    size_t n = 0, w = 0;
+    for (size_t i = g->lo; i < g->hi; i++) n += g->in->v[i]->ntomb;
+    if (n == 0) return PYDB_OK;
+    g->tombs = malloc(n * sizeof *g->tombs);
+    if (!g->tombs) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    for (size_t i = g->lo; i < g->hi; i++)
+        for (uint32_t k = 0; k < g->in->v[i]->ntomb; k++)
+            g->tombs[w++] = pydb__nseg_tomb(g->in->v[i], k);
+    qsort(g->tombs, n, sizeof *g->tombs, cmp_mfn);
+    w = 1;
+    for (size_t i = 1; i < n; i++)
+        if (g->tombs[i] != g->tombs[w - 1]) g->tombs[w++] = g->tombs[i];
+    g->ntombs = w;
+    return PYDB_OK;
+}
+
+/* Begin a merge of ss->v[lo..hi) (ss: a reference, taken over). */
+static int merge_begin(nidx_merge **out, nidx *x, nidx_segset *ss, size_t lo,
+                       size_t hi, pydb_error *err)
 {
     nidx_merge *g = calloc(1, sizeof *g);
     uint64_t nterms = 0;
@@ -306,16 +399,21 @@ static int merge_begin(nidx_merge **out, nidx *x, nidx_segset *ss,
         return PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
     }
     g->in = ss;
+    g->lo = lo;
+    g->hi = hi;
     g->cs = calloc(ss->n ? ss->n : 1, sizeof *g->cs);
     g->ord = calloc(ss->n ? ss->n : 1, sizeof *g->ord);
     if (!g->cs || !g->ord) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto fail;
     }
-    for (size_t i = 0; i < ss->n; i++) nterms += ss->v[i]->nterms;
+    /* the oldest segment of any set needs no tombstones */
+    if (lo > 0 && (rc = range_tombs(g, err))) goto fail;
+    for (size_t i = lo; i < hi; i++) nterms += ss->v[i]->nterms;
     if ((rc = pydb__nseg_enc_begin(&g->enc, &g->out, nterms, err))) goto fail;
     g->enc_open = 1;
-    if ((rc = kway_start(g->cs, g->ord, &g->nord, ss, err))) goto fail;
+    if ((rc = kway_start(g->cs, g->ord, &g->nord, ss, lo, hi, err)))
+        goto fail;
     *out = g;
     return PYDB_OK;
 fail:
@@ -372,7 +470,8 @@ static int merge_key(nidx_merge *g, pydb_error *err)
 static int merge_write(nidx_merge *g, nidx *x, pydb_error *err)
 {
     int rc;
-    if ((rc = pydb__nseg_enc_finish(&g->enc, NULL, 0, err))) return rc;
+    if ((rc = pydb__nseg_enc_finish(&g->enc, g->tombs, g->ntombs, err)))
+        return rc;
     snprintf(g->tmp, sizeof g->tmp, "%s/merge-%d-%lu.tmp", x->dir,
              (int)getpid(), (unsigned long)atomic_fetch_add(&merge_seq, 1));
     rc = pydb__write_file(g->tmp, g->out.p, g->out.n, 1, 1, NULL, err);
@@ -387,29 +486,21 @@ static int merge_write(nidx_merge *g, nidx *x, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Is `in` a prefix of `cur` (same segments, same order)? */
-static int is_prefix(const nidx_segset *in, const nidx_segset *cur)
-{
-    if (in->n > cur->n) return 0;
-    for (size_t i = 0; i < in->n; i++)
-        if (in->v[i]->gen != cur->v[i]->gen) return 0;
-    return 1;
-}
-
-/* Step 4: under the writer lock, publish the merged segment.  *busy:
- * the lock was taken (try again later).  *dropped_merge: the merge no
- * longer applies and was dropped (start again). */
-static int merge_commit(nidx *x, pydb_db *db, int *busy,
+/* Step 4: under the writer lock, publish the merged segment of *slot in
+ * place of its range.  *busy: the lock was taken (try again later).  A
+ * merge whose range is no longer in the current set in a row (or, for a
+ * merge without tombstones, no longer first) is dropped (start again). */
+static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot, int *busy,
                         pydb_gc_report *rep, pydb_error *err)
 {
-    nidx_merge *g = x->merge;
+    nidx_merge *g = *slot;
     nidx_segset *cur = NULL, *ns = NULL;
     nidx_seg *mseg = NULL;
     pydb_txn *t = NULL;
     pydb_buf man = {0};
     uint64_t *gens = NULL, gen, top, cur_gen;
     char path[1100];
-    size_t ngens;
+    size_t ngens, p, nin = g->hi - g->lo;
     int rc;
 
     *busy = 0;
@@ -421,9 +512,10 @@ static int merge_commit(nidx *x, pydb_db *db, int *busy,
     if (rc) return rc;
     if ((rc = pydb__nidx_refresh(x, 1, err))) goto cleanup;
     cur = current(x, &cur_gen);
-    if (!is_prefix(g->in, cur) || cur->cfg != g->in->cfg) {
+    p = range_in(g, cur);
+    if (p == (size_t)-1 || (g->lo == 0 && p != 0)) {
         /* a rebuild, or another handle collected first: start over */
-        pydb__nidx_gc_free(x);
+        merge_drop(slot);
         goto cleanup;
     }
     top = pydb__nidx_collect_n(x->dir, pydb__nidx_header(x), cur, NULL, NULL);
@@ -440,20 +532,24 @@ static int merge_commit(nidx *x, pydb_db *db, int *busy,
     g->tmp[0] = '\0';   /* now an unnamed seg-G.pds until the commit */
     if ((rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
     if ((rc = pydb__nseg_open(&mseg, path, gen, err))) goto cleanup;
-    ngens = 1 + cur->n - g->in->n;
+    /* cur->v[0..p), the merged segment, cur->v[p + nin..) */
+    ngens = cur->n - nin + 1;
     gens = malloc(ngens * sizeof *gens);
     ns = pydb__nsegset_new(ngens);
     if (!gens || !ns) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    gens[0] = gen;
-    ns->v[0] = mseg;
-    mseg = NULL;
-    for (size_t i = g->in->n; i < cur->n; i++) {
-        size_t j = 1 + i - g->in->n;
+    for (size_t i = 0, j = 0; i < cur->n; i++) {
+        if (i > p && i < p + nin) continue;
+        if (i == p) {
+            gens[j] = gen;
+            ns->v[j++] = mseg;
+            mseg = NULL;
+            continue;
+        }
         gens[j] = cur->v[i]->gen;
-        ns->v[j] = cur->v[i];
+        ns->v[j++] = cur->v[i];
         atomic_fetch_add(&cur->v[i]->refs, 1);
     }
     ns->cfg = cur->cfg;
@@ -473,10 +569,10 @@ static int merge_commit(nidx *x, pydb_db *db, int *busy,
     pydb__nidx_install(x, ns, gen);
     ns = NULL;
     rep->postings += g->dropped;
-    pydb__nidx_gc_free(x);
+    merge_drop(slot);
 cleanup:
     if (t) pydb_txn_abort(t);
-    if (rc && x->merge) pydb__nidx_gc_free(x);   /* start over next time */
+    if (rc && *slot) merge_drop(slot);   /* start over next time */
     pydb__nseg_unref(mseg);
     pydb__nsegset_unref(ns);
     pydb__nsegset_unref(cur);
@@ -567,14 +663,46 @@ static int remove_unused(nidx *x, pydb_db *db, int64_t *removed, int *busy,
     return rc;
 }
 
-int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
-                          pydb_gc_report *rep, pydb_error *err)
+/* Advance the merge in *slot while *units < cap: its keys, the write,
+ * then (one more unit) the commit.  *more set while it is not published,
+ * and after it (the inputs to remove). */
+static int merge_run(nidx *x, pydb_db *db, nidx_merge **slot, int cap,
+                     int *units, int *more, pydb_gc_report *rep,
+                     pydb_error *err)
+{
+    int rc, busy = 0;
+    *more = 1;
+    while (!(*slot)->written && *units < cap) {
+        nidx_merge *m = *slot;
+        rc = m->nord > 0 ? merge_key(m, err) : merge_write(m, x, err);
+        (*units)++;
+        if (rc) {
+            merge_drop(slot);   /* the index is as it was */
+            return rc;
+        }
+    }
+    if (!(*slot)->written || *units >= cap) return PYDB_OK;
+    (*units)++;
+    /* after it: a busy lock, a merge dropped to start over, or the
+     * inputs to remove (once no reader is behind) */
+    return merge_commit(x, db, slot, &busy, rep, err);
+}
+
+/* Whether a merge of the base (segments 0..hi of cur) is due. */
+static int base_wanted(const nidx_segset *cur, size_t hi, int idle)
+{
+    if (hi >= 2) return idle || base_due(cur, hi);
+    return idle && cur->n == 1 && cur->v[0]->ntomb > 0;
+}
+
+int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
+                          int *more, pydb_gc_report *rep, pydb_error *err)
 {
     nidx *x = ctx;
     nidx_segset *cur = NULL;
     int64_t files = 0, unused = 0, ubytes = 0, removed = 0;
     uint64_t g;
-    int rc = PYDB_OK, busy = 0, units = 0, pinned = 0;
+    int rc = PYDB_OK, busy = 0, units = 0, pinned = 0, m = 0;
 
     *more = 0;
     if (budget < 1) budget = 1;
@@ -582,10 +710,14 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
         *more = 1;   /* another thread collects this index now */
         return PYDB_OK;
     }
+    x->gc_free = pydb__nidx_gc_free;
     if ((rc = pydb__nidx_refresh(x, 0, err))) goto cleanup;
-    /* (b) unnamed files first: they cost disk, not lookups */
+    /* (c) unnamed files first: they cost disk, not lookups */
     cur = current(x, &g);
     scan_files(x, cur, &files, &unused, &ubytes);
+    /* A reader behind pins the files a merge made unused: while it does,
+     * no new merge starts, as each would leave another copy of what it
+     * merged (Firebird's stuck OIT); the merges under way go on. */
     pinned = unused && !pydb__nidx_may_remove(pydb__nidx_header(x));
     if (unused && !pinned) {
         if ((rc = remove_unused(x, db, &removed, &busy, err))) goto cleanup;
@@ -596,37 +728,45 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
             goto cleanup;
         }
     }
-    /* (a) the merge */
-    if (!x->merge) {
-        /* A reader behind pins the files a merge made unused: while it
-         * does, another merge would only add another copy of the index
-         * (Firebird's stuck OIT); wait for it to go. */
-        if (!wants_merge(cur) || pinned) goto cleanup;
-        atomic_fetch_add(&cur->refs, 1);
-        if ((rc = merge_begin(&x->merge, x, cur, err))) goto cleanup;
-        x->gc_free = pydb__nidx_gc_free;
-    }
-    while (!x->merge->written && units < budget) {
-        nidx_merge *m = x->merge;
-        if (m->nord > 0) {
-            rc = merge_key(m, err);
-        } else {
-            rc = merge_write(m, x, err);
-        }
-        units++;
-        if (rc) {
-            pydb__nidx_gc_free(x);   /* the index is as it was */
-            goto cleanup;
+    /* (a) the tail, after the segments a merge of the base holds */
+    if (!x->minor && !pinned) {
+        size_t from = 1, lo;
+        if (x->merge && range_in(x->merge, cur) == 0)
+            from = x->merge->hi;
+        lo = tail_start(cur, from, idle ? 2 : NIDX_TAIL_MIN);
+        /* idle, without a merge of the base: merge the whole set now */
+        if (lo < cur->n && !(idle && !x->merge)) {
+            atomic_fetch_add(&cur->refs, 1);
+            if ((rc = merge_begin(&x->minor, x, cur, lo, cur->n, err)))
+                goto cleanup;
         }
     }
-    if (!x->merge->written || units >= budget) {
-        *more = 1;
-        goto cleanup;
+    if (x->minor) {
+        rc = merge_run(x, db, &x->minor, x->merge ? budget / 2 + 1 : budget,
+                       &units, &m, rep, err);
+        *more |= m;
+        if (rc) goto cleanup;
+        if (!x->minor) {   /* published: the set changed */
+            pydb__nsegset_unref(cur);
+            cur = current(x, &g);
+        }
     }
-    rc = merge_commit(x, db, &busy, rep, err);
-    /* more: a busy lock, a merge dropped to start over, or the inputs
-     * to remove (once no reader is behind) */
-    *more = 1;
+    /* (b) the base: the oldest segment and those after it up to a tail
+     * merge under way (idle: once that has ended, all of them) */
+    if (!x->merge && !pinned && !(idle && x->minor)) {
+        size_t hi = cur->n, p;
+        if (x->minor && (p = range_in(x->minor, cur)) != (size_t)-1) hi = p;
+        if (base_wanted(cur, hi, idle)) {
+            atomic_fetch_add(&cur->refs, 1);
+            if ((rc = merge_begin(&x->merge, x, cur, 0, hi, err)))
+                goto cleanup;
+        }
+    }
+    if (x->merge) {
+        if (units >= budget) units = budget - 1;   /* a share for it */
+        rc = merge_run(x, db, &x->merge, budget, &units, &m, rep, err);
+        *more |= m;
+    }
 cleanup:
     pydb__nsegset_unref(cur);
     pthread_mutex_unlock(&x->gc_mu);
@@ -655,7 +795,8 @@ int pydb__nidx_gc_garbage(void *ctx, pydb_db *db, struct pydb_index_stat *out,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    if ((rc = kway_start(cs, ord, &nord, ss, err))) goto cleanup;
+    if ((rc = kway_start(cs, ord, &nord, ss, 0, ss->n, err)))
+        goto cleanup;
     while (nord > 0) {
         size_t k = kway_group(ord, nord);
         terms++;

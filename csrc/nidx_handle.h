@@ -111,7 +111,11 @@ typedef struct nidx {
                                 write: detaching (db set to NULL)        */
     atomic_ullong met;       /* reads that skipped dead postings          */
     pthread_mutex_t gc_mu;   /* one collect() at a time (trylock)         */
-    struct nidx_merge *merge; /* a merge in progress, or NULL (gc_mu)     */
+    struct nidx_merge *merge; /* a merge of the base (the oldest segment
+                                and those after it) in progress, or NULL
+                                (gc_mu)                                   */
+    struct nidx_merge *minor; /* a merge of the tail (the newest segments
+                                after those) in progress, or NULL (gc_mu) */
     void (*gc_free)(struct nidx *x); /* ends a merge in progress (set by
                                 nidx_gc.c; called at close)              */
     /* test double of pydb_txn_put_file (pydb__nidx_use_test_put) */
@@ -166,7 +170,8 @@ int pydb__nidx_may_remove(struct pydb_shm *shm);
 void pydb__nidx_met(nidx *x);
 /* The collection callbacks of the commit hook (nidx_gc.c) and the end
  * of a merge in progress (at close). */
-int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int *more,
+int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
+                          int *more,
                           struct pydb_gc_report *rep,
                           pydb_error *err);
 int pydb__nidx_gc_garbage(void *ctx, pydb_db *db,

@@ -629,13 +629,15 @@ typedef struct pydb_commit_hook {
      * collect() does at most `budget` units of collection work (a unit:
      * one posting list merged, one segment file removed) and sets *more
      * when collectable garbage remains, adding what it removed to *rep
-     * (postings, segments); it may take the writer lock with
+     * (postings, segments); `idle` is 1 when no commit came for a while
+     * (collect everything now) and 0 while commits go on (collect what
+     * keeps the structure's cost bounded); it may take the writer lock with
      * pydb_txn_begin(timeout 0) for a bounded step and must leave the
      * structure readable at every point (readers never wait for it).
      * garbage() adds the structure's figures to *out (pydb_stat.index).
      * Both run on the collector's thread or a cooperating reader's,
      * never on two threads at once for one handle. */
-    int (*collect)(void *ctx, pydb_db *db, int budget, int *more,
+    int (*collect)(void *ctx, pydb_db *db, int budget, int idle, int *more,
                    struct pydb_gc_report *rep, pydb_error *err);
     int (*garbage)(void *ctx, pydb_db *db, struct pydb_index_stat *out,
                    pydb_error *err);

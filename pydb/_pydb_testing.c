@@ -589,8 +589,9 @@ static PyMethodDef testing_functions[] = {
      METH_VARARGS | METH_KEYWORDS, key_normalize_doc},
     {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
     {"index_collect", (PyCFunction)index_collect, METH_VARARGS,
-     "index_collect(db, index, budget, /)\n--\n\nOne call of the native "
-     "index's collect(ctx, db, budget, &more) (csrc/nidx_gc.c) on the "
+     "index_collect(db, index, budget, idle=True, /)\n--\n\nOne call of "
+     "the native index's collect(ctx, db, budget, idle, &more) "
+     "(csrc/nidx_gc.c; idle: merge everything, else only what is due) on the "
      "writable Database `db` and its attached Index handle `index`: True "
      "when more garbage may be collectable (or the writer lock was busy)."},
     {"index_garbage", (PyCFunction)index_garbage, METH_VARARGS,
@@ -640,7 +641,7 @@ done:
  * call the commit hook's callbacks directly, as the collector would. */
 
 static int index_hook_args(PyObject *m, PyObject *args, DatabaseObject **db,
-                           IndexObject **io, int *budget,
+                           IndexObject **io, int *budget, int *idle,
                            pydb_commit_hook *h)
 {
     module_state *st = PyModule_GetState(m);
@@ -648,8 +649,8 @@ static int index_hook_args(PyObject *m, PyObject *args, DatabaseObject **db,
     pydb_error e;
     int rc;
     if (budget) {
-        if (!PyArg_ParseTuple(args, "O!O!i", st->database_type, &dbo,
-                              st->index_type, &ixo, budget))
+        if (!PyArg_ParseTuple(args, "O!O!i|p", st->database_type, &dbo,
+                              st->index_type, &ixo, budget, idle))
             return -1;
     } else if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &dbo,
                                  st->index_type, &ixo)) {
@@ -675,11 +676,12 @@ static PyObject *index_collect(PyObject *m, PyObject *args)
     pydb_commit_hook h;
     pydb_error e;
     pydb_gc_report rep;
-    int budget, more = 0, rc;
+    int budget, idle = 1, more = 0, rc;
     memset(&rep, 0, sizeof rep);
-    if (index_hook_args(m, args, &db, &io, &budget, &h) < 0) return NULL;
+    if (index_hook_args(m, args, &db, &io, &budget, &idle, &h) < 0)
+        return NULL;
     UNLOCKED(&db->guard, &io->guard,
-             rc = h.collect(h.ctx, db->db, budget, &more, &rep, &e));
+             rc = h.collect(h.ctx, db->db, budget, idle, &more, &rep, &e));
     if (rc) return set_error(st, rc, &e);
     return PyBool_FromLong(more);
 }
@@ -693,7 +695,8 @@ static PyObject *index_garbage(PyObject *m, PyObject *args)
     pydb_index_stat s;
     pydb_error e;
     int rc;
-    if (index_hook_args(m, args, &db, &io, NULL, &h) < 0) return NULL;
+    if (index_hook_args(m, args, &db, &io, NULL, NULL, &h) < 0)
+        return NULL;
     memset(&s, 0, sizeof s);
     UNLOCKED(&db->guard, &io->guard, rc = h.garbage(h.ctx, db->db, &s, &e));
     if (rc) return set_error(st, rc, &e);

@@ -23,8 +23,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 POLICIES = ["none", "background", "cooperative", "combined"]
 
 
-def gc_threads() -> int:
-    """Threads of this process named pydb-gc."""
+def _count_gc_threads() -> int:
     n = 0
     for t in os.listdir("/proc/self/task"):
         try:
@@ -32,6 +31,19 @@ def gc_threads() -> int:
                 n += f.read().strip() == "pydb-gc"
         except FileNotFoundError:   # the thread ended meanwhile
             pass
+    return n
+
+
+def gc_threads(expect: int | None = None) -> int:
+    """Threads of this process named pydb-gc.  With `expect`, wait up to
+    2 s for that count: a joined thread may still be listed in
+    /proc/self/task for a moment (pthread_join returns when the thread
+    cleared its TID, before the kernel releases the task)."""
+    n = _count_gc_threads()
+    deadline = time.monotonic() + 2
+    while expect is not None and n != expect and time.monotonic() < deadline:
+        time.sleep(0.01)
+        n = _count_gc_threads()
     return n
 
 
@@ -46,9 +58,10 @@ def new_db(tmp_path, name="g", gc="background", records=3):
 def test_policy_at_open_and_create(tmp_path, policy):
     db = new_db(tmp_path, gc=policy)
     assert db.gc_policy == policy
-    assert gc_threads() == (1 if policy in ("background", "combined") else 0)
+    want = 1 if policy in ("background", "combined") else 0
+    assert gc_threads(want) == want
     db.close()
-    assert gc_threads() == 0
+    assert gc_threads(0) == 0
     with pydb.open(str(tmp_path / "g"), readonly=False, gc=policy) as db:
         assert db.gc_policy == policy
         assert db.stat()["header"]["gc_policy"] == policy
@@ -57,7 +70,7 @@ def test_policy_at_open_and_create(tmp_path, policy):
 def test_default_policy_is_background(tmp_path):
     with new_db(tmp_path) as db:
         assert db.gc_policy == "background"
-        assert gc_threads() == 1
+        assert gc_threads(1) == 1
     with pydb.open(str(tmp_path / "g")) as db:
         assert db.gc_policy == "background"
 
@@ -81,17 +94,17 @@ def test_bad_policy_names(tmp_path):
 @pytest.mark.sanitize_address
 def test_set_policy_starts_and_stops_the_thread(tmp_path):
     db = new_db(tmp_path, gc="none")
-    assert gc_threads() == 0
+    assert gc_threads(0) == 0
     expect = {"none": 0, "background": 1, "cooperative": 0, "combined": 1}
     for p in ["background", "combined", "cooperative", "none", "combined",
               "background", "none"]:
         db.gc_policy = p
         assert db.gc_policy == p
-        assert gc_threads() == expect[p], p
+        assert gc_threads(expect[p]) == expect[p], p
         db.append([(10, p)])   # commits go on under every policy
     db.gc_policy = "combined"
     db.close()
-    assert gc_threads() == 0   # close joined it
+    assert gc_threads(0) == 0   # close joined it
     with pytest.raises(ClosedError):
         _ = db.gc_policy
     with pytest.raises(ClosedError):
@@ -100,21 +113,21 @@ def test_set_policy_starts_and_stops_the_thread(tmp_path):
 
 def test_several_handles_each_their_thread(tmp_path):
     dbs = [new_db(tmp_path, name=f"d{i}", gc="background") for i in range(3)]
-    assert gc_threads() == 3
+    assert gc_threads(3) == 3
     dbs[1].close()
-    assert gc_threads() == 2
+    assert gc_threads(2) == 2
     for db in dbs:
         db.close()
-    assert gc_threads() == 0
+    assert gc_threads(0) == 0
 
 
 def test_readonly_handle_never_starts_a_thread(tmp_path):
     new_db(tmp_path).close()
     with pydb.open(str(tmp_path / "g"), gc="combined") as db:
         assert db.gc_policy == "combined"
-        assert gc_threads() == 0
+        assert gc_threads(0) == 0
         db.gc_policy = "background"
-        assert gc_threads() == 0
+        assert gc_threads(0) == 0
         with pytest.raises(ReadOnlyError):
             db.collect()
         # a read-only handle still counts
@@ -161,7 +174,7 @@ def test_close_while_collector_runs_is_prompt(tmp_path):
     t = time.monotonic()
     db.close()
     assert time.monotonic() - t < 5
-    assert gc_threads() == 0
+    assert gc_threads(0) == 0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
@@ -173,7 +186,7 @@ def test_fork_with_running_collector(tmp_path, policy):
     db = new_db(tmp_path, gc=policy)
     for i in range(20):
         db.update(1, [(10, f"parent {i}")])
-    assert gc_threads() == 1
+    assert gc_threads(1) == 1
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:   # the child: no pytest from here on, only os._exit
@@ -181,13 +194,13 @@ def test_fork_with_running_collector(tmp_path, policy):
         try:
             os.close(r)
             # the collector thread was not copied
-            ok = gc_threads() == 0
+            ok = gc_threads(0) == 0
             mfn = db.append([(10, "child")])
             ok = ok and db[mfn][10][0] == "child"
-            ok = ok and gc_threads() == 1   # restarted lazily by the commit
+            ok = ok and gc_threads(1) == 1   # restarted lazily by the commit
             db.collect(timeout=5)
             db.gc_policy = "none"
-            ok = ok and gc_threads() == 0
+            ok = ok and gc_threads(0) == 0
             db.close()
             os.write(w, b"ok" if ok else b"bad")
             code = 0
@@ -199,12 +212,12 @@ def test_fork_with_running_collector(tmp_path, policy):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert msg == b"ok"
-    assert gc_threads() == 1
+    assert gc_threads(1) == 1
     db.update(1, [(10, "parent again")])
     assert db[1][10][0] == "parent again"
     assert db.max_mfn == 4   # the child's record
     db.close()
-    assert gc_threads() == 0
+    assert gc_threads(0) == 0
 
 
 # ----------------------------------------------------- failed steps
@@ -321,7 +334,7 @@ def test_cooperative_readers_collect(tmp_path):
     themselves (no thread); enough of them collect the index to one
     segment."""
     with indexed_db(tmp_path, gc="cooperative") as db:
-        assert gc_threads() == 0
+        assert gc_threads(0) == 0
         deadline = time.monotonic() + 20
         while index_segments(db) > 1 and time.monotonic() < deadline:
             for _ in range(20):

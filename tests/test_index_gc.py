@@ -143,6 +143,75 @@ def test_commits_during_a_merge_stay_after_the_merged_segment(tmp_path):
         assert answers(ro) == want
 
 
+def busy_collect(db, budget: int = 1000) -> int:
+    """collect() as while commits go on (idle False) until it says no
+    more; the number of calls."""
+    for calls in range(1, 10000):
+        if not T.index_collect(db, db.index._h, budget, False):
+            return calls
+    raise AssertionError("collect() never finished")
+
+
+def test_a_tail_merge_keeps_its_tombstones_for_the_base(tmp_path):
+    """While commits go on only the tail is merged: five one-record
+    commits (3 postings and 1 tombstone each) after a base of 200 records
+    (600 postings) become one segment that still tombstones the five
+    records' old postings in the base, which stays as it is until idle."""
+    base, db = make(tmp_path, n=200)
+    with db:
+        collect(db)   # one clean base segment
+        for m in range(1, 6):
+            db.update(m, fields(m, 1))
+        want = answers(db)
+        g = garbage(db)
+        assert (g["segments"], g["dead_postings"], g["tombstones"]) == (6, 15, 5)
+        assert busy_collect(db) == 2   # the merge, then nothing more due
+        g = garbage(db)
+        assert (g["segments"], g["dead_postings"], g["tombstones"]) == (2, 15, 5)
+        assert g["postings"] == 600 + 15 and g["unused_files"] == 0
+        assert answers(db) == want
+        assert list(db.search("T3V0")) == [] and list(db.search("T3V1")) == [3]
+        collect(db)   # idle: the whole set
+        g = garbage(db)
+        assert (g["segments"], g["dead_postings"], g["tombstones"]) == (1, 0, 0)
+        assert g["postings"] == 600
+        assert answers(db) == want
+    with pydb.open(base) as ro:
+        assert answers(ro) == want
+        assert ro.check().ok
+
+
+def test_busy_collection_keeps_the_segments_few(tmp_path):
+    """300 one-record commits, each followed by a busy collection: the
+    set never holds more than a dozen segments (tiered merging: the tail
+    as a binary counter, the base once the segments after it weigh 1/16
+    of it), every search answers as before each collection, and the idle
+    collection at the end leaves one clean segment."""
+    base, db = make(tmp_path, n=100, sync=False)
+    rnd = random.Random(11)
+    most = 0
+    with db:
+        for v in range(1, 301):
+            m = rnd.randint(1, 100)
+            db.update(m, fields(m, v))
+            if v % 50 == 0:
+                want = answers(db)
+            busy_collect(db, budget=rnd.randint(1, 50))
+            most = max(most, garbage(db)["segments"])
+            if v % 50 == 0:
+                assert answers(db) == want
+        assert most <= 12
+        g = garbage(db)
+        assert g["unused_files"] == 0
+        want = answers(db)
+        collect(db)
+        g = garbage(db)
+        assert (g["segments"], g["dead_postings"], g["tombstones"]) == (1, 0, 0)
+        assert g["postings"] == 100 * 3
+        assert answers(db) == want
+        assert db.check().ok
+
+
 def test_a_snapshot_keeps_its_commit_and_pins_the_files(tmp_path):
     base, db = make(tmp_path)
     with db:
@@ -235,7 +304,8 @@ while True:
         print("begin", m, v, flush=True)
         db.update(m, [(1, f"T{m}V{v}"), (2, f"{COLORS[v % 5].lower()} common")])
         print("done", m, v, flush=True)
-    while T.index_collect(db, db.index._h, rnd.randint(1, 6)):
+    idle = rnd.random() < 0.5   # busy: tail merges (tombstones kept)
+    while T.index_collect(db, db.index._h, rnd.randint(1, 6), idle):
         pass
 """
 
