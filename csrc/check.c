@@ -1018,8 +1018,7 @@ int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
      * Firebird's validation does under its cooperative policy.  Told
      * after the walk (a compaction during it would mix two files'
      * offsets in its tables): a full pass, so a sweep (gc.c). */
-    if (rc == PYDB_OK && out->back_versions > 0)
-        pydb__gc_swept(db, out->back_versions);
+    if (rc == PYDB_OK) pydb__gc_swept(db);
     return rc;
 }
 

@@ -85,6 +85,7 @@
 
 #define GC_THREAD_BUDGET 256   /* units per step of the thread / collect() */
 #define GC_COOP_BUDGET 256     /* units per step of a cooperating reader   */
+#define GC_SWEEP_STEPS 100000  /* at most, after a full pass (gc_swept)    */
 #define GC_TICK_MS 200         /* the thread's timer                       */
 #define GC_IDLE_MS 500         /* no commit for this long: idle            */
 #define GC_THREAD_LOCK_MS 100  /* the thread's wait for the writer lock    */
@@ -654,12 +655,20 @@ static void gc_met(pydb_db *db)
     (void)coop_step(db, 0);
 }
 
-/* A full pass (the validator) met `n` garbage versions: up to one step
- * for each, while there is more to do. */
-static void gc_swept(pydb_db *db, int64_t n)
+/* A full pass (the validator) read every record, so it met all the
+ * garbage: steps until nothing is left (the pass's own cost is of the
+ * order of the whole collection's: a copy of the live records, a merge
+ * of the index), while they make progress (at most GC_SWEEP_STEPS; a
+ * step turned away -- the step lock or the writer lock busy -- ends it,
+ * and the thread, if any, finishes). */
+static void gc_swept(pydb_db *db)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (!coop_step(db, 1)) break;
+    for (int i = 0; i < GC_SWEEP_STEPS; i++) {
+        int64_t t0 = now_ns(CLOCK_MONOTONIC);
+        int more = coop_step(db, 1);
+        if (!more) break;
+        backoff(t0, more);
+    }
 }
 
 static void gc_pause(pydb_db *db)

@@ -1053,9 +1053,11 @@ int pydb_check_kind_severity(int kind);
  * 192 MiB); a database with more versions gets a PYDB_CHECK_LIMIT warning
  * and skips the overlap and orphan checks.  Reads go through the
  * handle's I/O mode.  After the walk, under a cooperative policy (group
- * 9), the handle collects as a sweep: up to one bounded step per back
- * version the walk met, the database taken as idle (Firebird's
- * validation and sweep collect garbage under its cooperative policy).
+ * 9), the handle collects as a sweep: bounded steps until nothing is
+ * left or a step is turned away (the writer lock busy), the database
+ * taken as idle (Firebird's validation and sweep collect garbage under
+ * its cooperative policy; the walk read every record, so the collection
+ * costs it the same order of work again).
  */
 int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
                   const pydb_check_options *opt, pydb_error *err);

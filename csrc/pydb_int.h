@@ -196,7 +196,7 @@ struct pydb_db {
 typedef struct pydb_gc_ops {
     void (*notify)(pydb_db *db);  /* a commit was published              */
     void (*met)(pydb_db *db);     /* a reader met garbage                */
-    void (*swept)(pydb_db *db, int64_t n); /* a full pass met n versions  */
+    void (*swept)(pydb_db *db);   /* a full pass met the garbage     */
     void (*pause)(pydb_db *db);   /* wait for a step, hold off the next  */
     void (*resume)(pydb_db *db);
 } pydb_gc_ops;
@@ -217,13 +217,14 @@ static inline void pydb__gc_met(pydb_db *db)
     const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
     if (o) o->met(db);
 }
-/* A full pass (the validator) met `n` garbage versions: with a
- * cooperative policy, up to one bounded step for each, with the database
- * taken as idle (a sweep); stops early when nothing is left. */
-static inline void pydb__gc_swept(pydb_db *db, int64_t n)
+/* A full pass (the validator) read every record and met whatever
+ * garbage there is: with a cooperative policy, it collects all of it now,
+ * with the database taken as idle (Firebird's sweep), in bounded steps
+ * while they make progress. */
+static inline void pydb__gc_swept(pydb_db *db)
 {
     const pydb_gc_ops *o = __atomic_load_n(&db->gc_ops, __ATOMIC_ACQUIRE);
-    if (o) o->swept(db, n);
+    if (o) o->swept(db);
 }
 /* Wait for the step in progress, if any, and hold off the next:
  * pydb_set_commit_hook() swaps the hook between the two (a step calls
