@@ -53,11 +53,13 @@
  * first: a reader pays two atomic loads when there is nothing to do.
  *
  * Share.  While commits go on, a pass of the thread works at most
- * GC_BUSY_SLICE_MS (50 ms) and the next starts GC_BUSY_GAP_MS (100 ms)
- * later (the jobs resume where they stopped: the index's merge and the
- * compaction keep their state between steps), so the collector takes
- * about a third of one core and leaves the writer lock to the writers;
- * once idle it runs to the end.  (A nice value for the thread was tried
+ * GC_BUSY_SLICE_MS (50 ms); when it had to stop there, the next starts
+ * GC_BUSY_GAP_MS (100 ms) later (the jobs resume where they stopped:
+ * the index's merges and the compaction keep their state between
+ * steps), so a collector that is behind takes about a third of one core
+ * and leaves the writer lock to the writers; one that caught up starts
+ * its next pass at the next commit (the tail of the index is merged
+ * while it is small); once idle it runs to the end.  (A nice value for the thread was tried
  * and dropped: on a loaded machine it starved the idle collection.)
  *
  * fork().  Only the forking thread survives in the child.  The
@@ -378,6 +380,19 @@ static int reclaimed(const pydb_gc_report *r)
     return r->versions || r->postings || r->segments || r->compactions;
 }
 
+/* The end of a pass of the thread or of a reader's step: it counts as a
+ * collection when it worked and left nothing more, or when it reclaimed
+ * something; with nothing more, `pending` may be cleared. */
+static void collection_end(pydb_gc *g, pydb_gc_report *rep, int worked,
+                           int more, int idle)
+{
+    if ((worked && !more) || reclaimed(rep)) {
+        rep->pinned = left_pinned(g);
+        record(g, PYDB_OK, rep, NULL);
+    }
+    if (!more) maybe_settle(g, idle);
+}
+
 /* One pass of the thread: steps until nothing is left, the step lock
  * released between steps (readers and collect() get their turn),
  * stopping early when asked to stop.  While commits go on (not idle) a
@@ -385,8 +400,8 @@ static int reclaimed(const pydb_gc_report *r)
  * stopped), so that the collector takes a bounded share of the machine
  * and of the writer lock from the writers.  A pass that ends with
  * nothing more to do, or that reclaimed something, counts as a
- * collection. */
-static void thread_collect(pydb_gc *g)
+ * collection.  Returns 1 if it left more to do. */
+static int thread_collect(pydb_gc *g)
 {
     pydb_gc_report rep;
     pydb_error err;
@@ -396,7 +411,7 @@ static void thread_collect(pydb_gc *g)
 
     memset(&rep, 0, sizeof rep);
     while (more) {
-        if (stop_requested(g)) return;
+        if (stop_requested(g)) return 0;
         if (!idle && now_ns(CLOCK_MONOTONIC) >= slice_end) break;
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
         pthread_mutex_lock(&g->step);
@@ -409,20 +424,18 @@ static void thread_collect(pydb_gc *g)
             /* ELOCKED: the writer was busy; try at the next wake-up.  Any
              * other failure is kept as the last error. */
             if (rc != PYDB_ELOCKED) record(g, rc, NULL, &err);
-            return;
+            return 0;
         }
     }
-    if ((worked && !more) || reclaimed(&rep)) {
-        rep.pinned = left_pinned(g);
-        record(g, PYDB_OK, &rep, NULL);
-    }
-    if (!more) maybe_settle(g, idle);
+    collection_end(g, &rep, worked, more, idle);
+    return more;
 }
 
 static void *gc_thread(void *arg)
 {
     pydb_gc *g = arg;
     int64_t next_pass = 0;   /* busy: no pass before this time */
+    int more;
     for (;;) {
         struct timespec ts;
         int64_t t = now_ns(CLOCK_MONOTONIC) + (int64_t)GC_TICK_MS * 1000000;
@@ -447,9 +460,13 @@ static void *gc_thread(void *arg)
         observe_commit(g);
         if (!__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) continue;
         if (!is_idle(g) && now_ns(CLOCK_MONOTONIC) < next_pass) continue;
-        thread_collect(g);
-        next_pass = is_idle(g) ? 0 : now_ns(CLOCK_MONOTONIC) +
-                                         (int64_t)GC_BUSY_GAP_MS * 1000000;
+        /* a pass cut short by its slice is followed by a gap; one that
+         * caught up lets the next commit start the next pass at once */
+        more = thread_collect(g);
+        next_pass = is_idle(g) || !more
+                        ? 0
+                        : now_ns(CLOCK_MONOTONIC) +
+                              (int64_t)GC_BUSY_GAP_MS * 1000000;
     }
     return NULL;
 }
@@ -640,13 +657,8 @@ static int coop_step(pydb_db *db, int swept)
         return 0;
     }
     /* readers drive it, so it may never reach its end (nobody meets the
-     * last of the garbage): a step that reclaimed something counts as a
-     * collection, and so does one that leaves nothing more */
-    if ((worked && !more) || reclaimed(&rep)) {
-        rep.pinned = left_pinned(g);
-        record(g, PYDB_OK, &rep, NULL);
-    }
-    if (!more) maybe_settle(g, idle);
+     * last of the garbage) */
+    collection_end(g, &rep, worked, more, idle);
     return more;
 }
 

@@ -80,6 +80,10 @@
 #define NIDX_TAIL_MIN 4    /* commits go on: a tail merge of this many    */
 #define NIDX_BASE_SHARE 16 /* the base is merged once the segments after
                               it weigh 1/NIDX_BASE_SHARE of it            */
+#define NIDX_DROPS_MAX 4096 /* unnamed segments remembered (x->drops)    */
+#define NIDX_PIN_SHARE 4   /* files pinned by a reader behind: tail merges
+                              go on while they weigh less than
+                              1/NIDX_PIN_SHARE of the index               */
 
 /* A merge in progress (x->merge, under x->gc_mu). */
 typedef struct nidx_merge {
@@ -105,6 +109,14 @@ typedef struct nidx_merge {
 
 static atomic_ulong merge_seq;   /* names of temporary files */
 
+/* A segment a merge of this handle unnamed, and the commit that did: a
+ * reader registered at that commit or later reads a MANIFEST without it
+ * (x->drops, under x->gc_mu; at most NIDX_DROPS_MAX, the oldest
+ * forgotten: such a file waits for the rule of pydb__nidx_may_remove). */
+typedef struct nidx_drop {
+    uint64_t gen, commit;
+} nidx_drop;
+
 static void merge_free(nidx_merge *g)
 {
     if (!g) return;
@@ -129,6 +141,64 @@ void pydb__nidx_gc_free(nidx *x)
     x->merge = NULL;
     merge_free(x->minor);
     x->minor = NULL;
+    free(x->drops);
+    x->drops = NULL;
+    x->ndrops = x->cap_drops = 0;
+}
+
+/* Remember that commit `commit` unnamed the segments of in->v[lo..hi). */
+static void drops_add(nidx *x, const nidx_segset *in, size_t lo, size_t hi,
+                      uint64_t commit)
+{
+    size_t n = hi - lo;
+    if (x->ndrops + n > NIDX_DROPS_MAX) {   /* forget the oldest */
+        size_t k = x->ndrops + n - NIDX_DROPS_MAX;
+        if (k > x->ndrops) k = x->ndrops;
+        memmove(x->drops, x->drops + k, (x->ndrops - k) * sizeof *x->drops);
+        x->ndrops -= k;
+    }
+    if (x->ndrops + n > x->cap_drops) {
+        size_t cap = x->cap_drops ? x->cap_drops * 2 : 64;
+        nidx_drop *d;
+        while (cap < x->ndrops + n) cap *= 2;
+        d = realloc(x->drops, cap * sizeof *d);
+        if (!d) return;   /* they wait for the general rule */
+        x->drops = d;
+        x->cap_drops = cap;
+    }
+    for (size_t i = lo; i < hi && x->ndrops < NIDX_DROPS_MAX; i++) {
+        x->drops[x->ndrops].gen = in->v[i]->gen;
+        x->drops[x->ndrops++].commit = commit;
+    }
+}
+
+/* may_go of pydb__nidx_collect_if: a segment this handle's merge unnamed
+ * at a commit no registered reader is older than (ctx: the nidx, whose
+ * `oldest` holds the oldest reader's commit). */
+typedef struct drop_ctx {
+    const nidx *x;
+    uint64_t oldest;
+} drop_ctx;
+
+static int drop_may_go(void *ctx, uint64_t gen)
+{
+    const drop_ctx *d = ctx;
+    for (size_t i = 0; i < d->x->ndrops; i++)
+        if (d->x->drops[i].gen == gen) return d->x->drops[i].commit <= d->oldest;
+    return 0;
+}
+
+/* Forget the drops whose files are gone (after a removal). */
+static void drops_prune(nidx *x)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < x->ndrops; i++) {
+        char path[1100];
+        struct stat sb;
+        pydb__nseg_path(path, sizeof path, x->dir, x->drops[i].gen);
+        if (stat(path, &sb) == 0) x->drops[w++] = x->drops[i];
+    }
+    x->ndrops = w;
 }
 
 /* Drop the merge in *slot (it failed, or no longer applies). */
@@ -175,6 +245,15 @@ uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
                               const nidx_segset *ss, int64_t *files,
                               int64_t *bytes)
 {
+    return pydb__nidx_collect_if(dir, shm, ss, files, bytes, NULL, NULL);
+}
+
+uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
+                               const nidx_segset *ss, int64_t *files,
+                               int64_t *bytes,
+                               int (*may_go)(void *ctx, uint64_t gen),
+                               void *ctx)
+{
     char manifest[1100];
     uint64_t top = 0;
     uint8_t *data = NULL;
@@ -210,7 +289,7 @@ uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
         for (size_t i = 0; ss && i < ss->n && !used; i++)
             used = ss->v[i]->gen == g;
         for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
-        if (!used && remove) {
+        if (!used && (remove || (named && may_go && may_go(ctx, g)))) {
             pydb__nseg_path(path, sizeof path, dir, g);
             if (stat(path, &sb) == 0 && unlink(path) == 0) {
                 if (files) (*files)++;
@@ -314,17 +393,18 @@ static uint64_t seg_weight(const nidx_seg *s)
 
 /* The tail to merge (tiered merging, DESIGN step 1): the longest run of
  * the newest segments of ss from `from` on in which each segment weighs
- * no more than all newer ones of the run together (a binary counter: a
- * posting is merged about log2(tail / commit) times, and the tail has
- * about that many segments).  Returns its first index, or ss->n when it
- * has fewer than `min` segments. */
+ * no more than twice all newer ones of the run together (about a binary
+ * counter, with room for commits of different sizes: a posting is merged
+ * O(log(tail / commit)) times, and the tail has O(log) segments).
+ * Returns its first index, or ss->n when it has fewer than `min`
+ * segments. */
 static size_t tail_start(const nidx_segset *ss, size_t from, size_t min)
 {
     uint64_t acc = 0;
     size_t lo = ss->n;
     for (size_t i = ss->n; i-- > from;) {
         uint64_t w = seg_weight(ss->v[i]);
-        if (ss->n - i >= 2 && w > acc) break;
+        if (ss->n - i >= 2 && w > 2 * acc) break;
         acc += w;
         lo = i;
     }
@@ -569,6 +649,11 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot, int *busy,
     pydb__nidx_install(x, ns, gen);
     ns = NULL;
     rep->postings += g->dropped;
+    /* the commit that unnamed the inputs, or a later one: a reader at
+     * it or later does not need them */
+    if (pydb__nidx_header(x) && pydb__shm_valid(pydb__nidx_header(x)))
+        drops_add(x, g->in, g->lo, g->hi,
+                  pydb__shm_latest(pydb__nidx_header(x)));
     merge_drop(slot);
 cleanup:
     if (t) pydb_txn_abort(t);
@@ -635,8 +720,30 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
     free(data);
 }
 
-/* Step 5: remove unnamed files if no reader pins them.  *removed: files
- * removed; *pinned: unused files left because a reader is behind. */
+/* The oldest commit a registered reader reads (the latest when none is
+ * behind; 0 without a usable header). */
+static uint64_t oldest_reader(nidx *x)
+{
+    struct pydb_shm *shm = pydb__nidx_header(x);
+    if (!shm || !pydb__shm_valid(shm)) return 0;
+    return pydb__shm_oldest(shm, NULL);
+}
+
+/* Whether step 5 may remove something now: no reader is behind, or a
+ * file this handle's merge unnamed is older than every reader. */
+static int removable(nidx *x)
+{
+    uint64_t oldest;
+    if (pydb__nidx_may_remove(pydb__nidx_header(x))) return 1;
+    oldest = oldest_reader(x);
+    for (size_t i = 0; i < x->ndrops; i++)
+        if (x->drops[i].commit <= oldest) return 1;
+    return 0;
+}
+
+/* Step 5: remove unnamed files that no reader pins (none is behind, or
+ * the commit that unnamed the file is not newer than any reader's).
+ * *removed: files removed; *busy: the writer lock was taken. */
 static int remove_unused(nidx *x, pydb_db *db, int64_t *removed, int *busy,
                          pydb_error *err)
 {
@@ -654,10 +761,12 @@ static int remove_unused(nidx *x, pydb_db *db, int64_t *removed, int *busy,
     if (rc) return rc;
     rc = pydb__nidx_refresh(x, 1, err);
     if (rc == PYDB_OK) {
+        drop_ctx d = {x, oldest_reader(x)};
         cur = current(x, &g);
-        pydb__nidx_collect_n(x->dir, pydb__nidx_header(x), cur, removed,
-                             NULL);
+        pydb__nidx_collect_if(x->dir, pydb__nidx_header(x), cur, removed,
+                              NULL, drop_may_go, &d);
         pydb__nsegset_unref(cur);
+        drops_prune(x);
     }
     pydb_txn_abort(t);
     return rc;
@@ -702,7 +811,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
     nidx_segset *cur = NULL;
     int64_t files = 0, unused = 0, ubytes = 0, removed = 0;
     uint64_t g;
-    int rc = PYDB_OK, busy = 0, units = 0, pinned = 0, m = 0;
+    int rc = PYDB_OK, busy = 0, units = 0, pinned = 0, heavy = 0, m = 0;
 
     *more = 0;
     if (budget < 1) budget = 1;
@@ -715,21 +824,29 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
     /* (c) unnamed files first: they cost disk, not lookups */
     cur = current(x, &g);
     scan_files(x, cur, &files, &unused, &ubytes);
-    /* A reader behind pins the files a merge made unused: while it does,
-     * no new merge starts, as each would leave another copy of what it
-     * merged (Firebird's stuck OIT); the merges under way go on. */
-    pinned = unused && !pydb__nidx_may_remove(pydb__nidx_header(x));
-    if (unused && !pinned) {
+    if (unused && removable(x)) {
         if ((rc = remove_unused(x, db, &removed, &busy, err))) goto cleanup;
         rep->segments += removed;
         units += (int)(removed < budget ? removed : budget);
-        if (busy) {
-            *more = 1;
-            goto cleanup;
+        if (busy) *more = 1;
+        if (removed) {
+            files = unused = ubytes = 0;
+            scan_files(x, cur, &files, &unused, &ubytes);
         }
     }
+    /* Files left unused are pinned by a reader behind (or by another
+     * process' merge).  While they are, no merge of the base starts:
+     * each would leave another copy of the index (Firebird's stuck
+     * OIT); tail merges go on while what is pinned weighs less than
+     * 1/NIDX_PIN_SHARE of the index.  The merges under way go on. */
+    pinned = unused > 0;
+    if (pinned) {
+        uint64_t live = 0;
+        for (size_t i = 0; i < cur->n; i++) live += cur->v[i]->size;
+        heavy = (uint64_t)ubytes * NIDX_PIN_SHARE > live;
+    }
     /* (a) the tail, after the segments a merge of the base holds */
-    if (!x->minor && !pinned) {
+    if (!x->minor && !heavy) {
         size_t from = 1, lo;
         if (x->merge && range_in(x->merge, cur) == 0)
             from = x->merge->hi;

@@ -116,6 +116,9 @@ typedef struct nidx {
                                 (gc_mu)                                   */
     struct nidx_merge *minor; /* a merge of the tail (the newest segments
                                 after those) in progress, or NULL (gc_mu) */
+    struct nidx_drop *drops; /* segments this handle's merges unnamed, with
+                                the commit that did (gc_mu)               */
+    size_t ndrops, cap_drops;
     void (*gc_free)(struct nidx *x); /* ends a merge in progress (set by
                                 nidx_gc.c; called at close)              */
     /* test double of pydb_txn_put_file (pydb__nidx_use_test_put) */
@@ -158,6 +161,13 @@ uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
 uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
                               const nidx_segset *ss, int64_t *files,
                               int64_t *bytes);
+/* The same, where a file the rule above keeps may still go when
+ * may_go(ctx, generation) says so (NULL: none may). */
+uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
+                               const nidx_segset *ss, int64_t *files,
+                               int64_t *bytes,
+                               int (*may_go)(void *ctx, uint64_t gen),
+                               void *ctx);
 /* 1 if unnamed segment files may be removed now: no reader registered in
  * shm (NULL: files mode, always 1) reads a commit older than the
  * latest. */

@@ -373,6 +373,13 @@ void pydb__state_peek(pydb_state *st, const pydb_db *db);
  * lie past the sizes the state knows).  PYDB_ECORRUPT when a back pointer
  * does not lead strictly backwards or the chain ends before a visible
  * version; PYDB_EIO. */
+/* Read (pread) and check the leader of the version of `mfn` at `off`:
+ * within the first `limit` bytes of the master file, or, with limit < 0,
+ * within what the file holds now (its size refreshed: a later commit's
+ * version may lie past the sizes the handle knows).  0, PYDB_ECORRUPT
+ * (file, offset, reason) or PYDB_EIO. */
+int pydb__leader_read(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
+                      int64_t limit, pydb_error *err);
 int pydb__version_visible(int64_t *vis, int *status, pydb_db *db,
                           const pydb_state *st, int32_t mfn, int64_t off,
                           pydb_error *err);

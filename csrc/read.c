@@ -509,25 +509,31 @@ static int state_for(pydb_state *st, pydb_db *db, int32_t mfn, int nowait)
 
 /* ------------------------------------------------------------ versions */
 
-/* Read the leader of the version of `mfn` at `off` with pread, whatever
- * the sizes the handle knows (a later commit's version may lie past
- * them): 0 or PYDB_ECORRUPT / PYDB_EIO. */
-static int read_leader(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
-                       pydb_error *err)
+int pydb__leader_read(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
+                      int64_t limit, pydb_error *err)
 {
     const pydb_geom *g = &pydb__geom[db->layout];
     uint8_t h[32];
     int rc;
 
-    if (off + g->leader > pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
+    if (limit < 0 && off + g->leader > pydb__fsize(&db->mst))
+        pydb__refresh_sizes(db);
+    if (limit >= 0 && off + g->leader > limit)
+        return PYDB_CORRUPT(err, db->mst.path, off,
+                            "version of MFN %d at offset %lld lies past the "
+                            "end of the master file (%lld bytes)",
+                            (int)mfn, (long long)off, (long long)limit);
     rc = pydb__file_read(&db->mst, PYDB_IO_PREAD, h, (size_t)g->leader, off,
                          "leader", err);
     if (rc) return rc;
     pydb__leader_decode(l, g, h);
-    /* the leader may lie inside the known size and the record past it */
-    if (l->mfrl > pydb__fsize(&db->mst) - off) pydb__refresh_sizes(db);
-    return pydb__leader_check(l, g, mfn, off, pydb__fsize(&db->mst),
-                              db->mst.path, err);
+    if (limit < 0) {
+        /* the leader may lie inside the known size and the record past
+         * it */
+        if (l->mfrl > pydb__fsize(&db->mst) - off) pydb__refresh_sizes(db);
+        limit = pydb__fsize(&db->mst);
+    }
+    return pydb__leader_check(l, g, mfn, off, limit, db->mst.path, err);
 }
 
 int pydb__version_visible(int64_t *vis, int *status, pydb_db *db,
@@ -539,7 +545,7 @@ int pydb__version_visible(int64_t *vis, int *status, pydb_db *db,
 
     for (;;) {
         int64_t back;
-        rc = read_leader(&l, db, mfn, off, err);
+        rc = pydb__leader_read(&l, db, mfn, off, -1, err);
         if (rc) return rc;
         *vis = off;
         *status = l.status;

@@ -32,6 +32,7 @@
  */
 #include "gc.h"
 #include "shm.h"
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
 #include <time.h>
@@ -40,32 +41,12 @@
 
 typedef struct walk {
     pydb_db *db;
-    const pydb_geom *g;
     int64_t oldest_end;   /* INT64_MAX: no registered reader             */
     int64_t mst_size;
     pydb_stat *out;
     int rc;
     pydb_error *err;
 } walk;
-
-/* Read and check the leader of `mfn`'s version at `off`. */
-static int leader_at(pydb_leader *l, walk *w, int32_t mfn, int64_t off)
-{
-    uint8_t h[32];
-    int rc;
-    if (off + w->g->leader > w->mst_size)
-        return PYDB_CORRUPT(w->err, w->db->mst.path, off,
-                            "version of MFN %d at offset %lld lies past "
-                            "the end of the master file (%lld bytes)",
-                            (int)mfn, (long long)off,
-                            (long long)w->mst_size);
-    rc = pydb__file_read(&w->db->mst, PYDB_IO_PREAD, h, (size_t)w->g->leader,
-                         off, "leader", w->err);
-    if (rc) return rc;
-    pydb__leader_decode(l, w->g, h);
-    return pydb__leader_check(l, w->g, mfn, off, w->mst_size,
-                              w->db->mst.path, w->err);
-}
 
 static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 {
@@ -80,7 +61,7 @@ static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
     /* from the version the state sees back to the first one; `newer`:
      * the offset of the version that superseded the one at `off` */
     for (off = e->offset;; newer = off, off = back) {
-        w->rc = leader_at(&l, w, mfn, off);
+        w->rc = pydb__leader_read(&l, w->db, mfn, off, w->mst_size, w->err);
         if (w->rc) return 1;
         chain++;
         o->versions++;
@@ -164,7 +145,6 @@ static int stat_once(pydb_stat *out, pydb_db *db, int *gen_moved,
     out->next_mfn = snap->st.next_mfn;
     out->mst_size = snap->st.mst_size;
     w.db = db;
-    w.g = &pydb__geom[db->layout];
     w.mst_size = pydb__fsize(&db->mst);
     if (w.mst_size < snap->st.mst_size) w.mst_size = snap->st.mst_size;
     w.out = out;
@@ -198,7 +178,8 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
         (void)pydb__files_sync(db, NULL);   /* to the new pair, then again */
         if (attempt >= 2) nanosleep(&pause, NULL);
     }
-    return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
-                      "the master file was replaced by compactions %d "
-                      "times during the statistics", STAT_ATTEMPTS);
+    return pydb__error_set(err, PYDB_EIO, EAGAIN, db->mst.path, -1, __FILE__,
+                           __LINE__, "the master file was replaced by "
+                           "compactions %d times during the statistics (try "
+                           "again)", STAT_ATTEMPTS);
 }
