@@ -10,44 +10,53 @@
  * set names (merged away, or orphans of failed commits and crashes).
  * Commits never merge; collect() does, in bounded steps:
  *
- *   1. choose: the whole current set when it has more than one segment
- *      or any tombstone (a single segment without tombstones is clean);
- *      the set is immutable (a reference keeps its files mapped), so the
- *      merge needs no lock;
- *   2. merge, resumable: a k-way merge of the set's dictionaries, one
+ *   1. choose (tiered merging, as log-structured indexes do): at most
+ *      two merges run, on runs of segments that never overlap --
+ *      x->minor, the TAIL: the newest segments, as long as each weighs
+ *      (postings + tombstones) at most twice the newer ones of the run
+ *      together, once there are NIDX_TAIL_MIN of them (2 when idle);
+ *      x->merge, the BASE: the oldest segment and those after it up to a
+ *      tail merge under way, when they weigh 1/NIDX_BASE_SHARE of it
+ *      (about the share of its postings they made dead), or whenever the
+ *      database is idle (collect()'s `idle`: a quiet database ends with
+ *      one clean segment).  Sets are immutable (a reference keeps their
+ *      files mapped), so merging needs no lock;
+ *   2. merge, resumable: a k-way merge of the run's dictionaries, one
  *      key per unit of `budget` -- the key's live postings (those no
  *      newer segment of the set tombstones) are decoded from every
- *      segment that has it and encoded once; a key left with none is
- *      dropped.  The merged segment has no tombstones: it is the oldest
- *      of any set it will join, so none of them is needed any more.  The
- *      cursors, the encoder and the output buffer live in x->merge
- *      between calls;
+ *      segment of the run that has it and encoded once; a key left with
+ *      none is dropped.  A tail's merged segment keeps the run's
+ *      tombstones (they still apply to the older segments); the base's
+ *      needs none, nothing is older.  The cursors, the encoder and the
+ *      output live in the merge between calls;
  *   3. write: the bytes go to merge-PID-N.tmp in the index directory,
  *      fsynced (one unit).  ENOSPC/EIO: the file is removed, the merge
  *      dropped, the error returned; the index is as it was;
  *   4. commit, under the writer lock (pydb_txn_begin with timeout 0: a
  *      busy lock returns *more = 1, the next call tries again): the
- *      MANIFEST is read again; if the merge's input set is no longer a
- *      prefix of it (a rebuild, another process's collection) the merge
- *      is dropped and starts over.  Else the merged file is renamed to
- *      seg-G.pds (G above every generation in use, chosen under the lock
- *      as prepare chooses its own), the directory fsynced, and the new
- *      MANIFEST -- G, then the segments commits added after the input
- *      set, whose tombstones still apply to it -- goes through a
- *      transaction of whole files only (pydb_txn_put_file), its
- *      generation published with the commit's state
- *      (pydb__txn_set_index_gen), exactly as a commit's MANIFEST.  The
- *      new set is installed in the handle after the commit.  Segment
- *      lines are in age order; generations are names, ascending except
- *      that a merged segment's may be above those after it;
+ *      MANIFEST is read again; if the run is no longer in it in a row
+ *      (or, for the base, no longer first: a rebuild, another process'
+ *      collection) the merge is dropped and starts over.  Else the
+ *      merged file is renamed to seg-G.pds (G above every generation in
+ *      use, chosen under the lock as prepare chooses its own), the
+ *      directory fsynced, and the new MANIFEST -- the run replaced by G
+ *      -- goes through a transaction of whole files only
+ *      (pydb_txn_put_file), its generation published with the commit's
+ *      state (pydb__txn_set_index_gen), exactly as a commit's MANIFEST.
+ *      The new set is installed in the handle after the commit, and the
+ *      run's generations are remembered with the commit (x->drops).
+ *      Segment lines are in age order; generations are names;
  *   5. remove: under the writer lock (a prepare's new file is unnamed
  *      until its commit), segment files no set names, once no registered
- *      reader reads an older commit (pydb__nidx_may_remove), and merge
- *      temporaries of dead processes.  While a reader pins unnamed files
- *      no new merge starts: each would leave one more copy of the index
- *      on disk until the reader goes (an old snapshot stops the index's
- *      collection, as Firebird's oldest interesting transaction does;
- *      garbage() shows the pinned files as unused_files).
+ *      reader reads an older commit (pydb__nidx_may_remove) or, for the
+ *      files in x->drops, once none reads a commit older than the one
+ *      that unnamed them; and merge temporaries of dead processes.
+ *      While a reader pins unnamed files no merge of the base starts:
+ *      each would leave one more copy of the index on disk until the
+ *      reader goes (an old snapshot stops the index's collection, as
+ *      Firebird's oldest interesting transaction does; garbage() shows
+ *      the pinned files as unused_files); tail merges go on while the
+ *      pinned files weigh less than 1/NIDX_PIN_SHARE of the index.
  *
  * Crash safety: before the commit point the MANIFEST on disk is the old
  * one and the merge's files are unnamed (a temporary, or a seg-G.pds no
