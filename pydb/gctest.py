@@ -91,7 +91,7 @@ HOT_PER_CLIENT = 4
 SNAPSHOT_SPAN = 4
 #: Iterations per client run: default (a few minutes for the whole test
 #: on 2 cores) and --quick (under a minute).
-ITERATIONS = 60
+ITERATIONS = 120
 QUICK_ITERATIONS = 12
 #: Quiescence: poll stat() until its garbage figures stay unchanged for
 #: SETTLE seconds (or are all 0), at most QUIESCE_TIMEOUT seconds.
