@@ -54,7 +54,17 @@ def _record(mfn: int, version: int) -> list[tuple[int, str]]:
 
 
 def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path.is_dir() else 0
+    """Bytes of the files in `path` (0 if it is not a directory); files
+    the collector removes meanwhile count 0."""
+    total = 0
+    if not path.is_dir():
+        return 0
+    for p in path.iterdir():
+        try:
+            total += p.stat().st_size if p.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _writer(base: str, policy: str, records: int, updates: int, q: Any) -> None:

@@ -186,29 +186,37 @@ static void locks_destroy(pydb_gc *g)
 
 /* ------------------------------------------------------------ fork */
 
-/* Before fork(): the list whole, and no step of any collector in
- * flight (each step lock taken: a step is bounded), so that the child
- * never inherits a handle whose writer lock, or whose job, a vanished
- * collector thread was in the middle of. */
+/* Before fork(): the list whole, no step of any collector in flight
+ * (each step lock taken: a step is bounded), and no handle switching to
+ * a compaction's new file pair (each handle's smutex, taken after the
+ * step locks as a compaction's step takes it), so that the child never
+ * inherits a handle whose writer lock, job or file switch a vanished
+ * thread was in the middle of. */
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&gc_list_mutex);
     for (pydb_gc *g = gc_list; g; g = g->next) pthread_mutex_lock(&g->step);
+    for (pydb_gc *g = gc_list; g; g = g->next)
+        pthread_mutex_lock(&g->db->smutex);
 }
 
 static void atfork_parent(void)
 {
-    for (pydb_gc *g = gc_list; g; g = g->next)
+    for (pydb_gc *g = gc_list; g; g = g->next) {
+        pthread_mutex_unlock(&g->db->smutex);
         pthread_mutex_unlock(&g->step);
+    }
     pthread_mutex_unlock(&gc_list_mutex);
 }
 
 /* The child: no collector thread survived; locks another thread held at
- * the fork would stay held forever, so every one is made anew. */
+ * the fork would stay held forever, so every one is made anew (the
+ * smutexes were held by this thread: released). */
 static void atfork_child(void)
 {
     pthread_mutex_init(&gc_list_mutex, NULL);
     for (pydb_gc *g = gc_list; g; g = g->next) {
+        pthread_mutex_unlock(&g->db->smutex);
         locks_init(g);
         g->thread_on = 0;
         g->stop = 0;
@@ -293,8 +301,8 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
     *more = 0;
     if (db->hook.collect) {
         memset(&r, 0, sizeof r);
-        rc = db->hook.collect(db->hook.ctx, db, budget, idle, &imore, &r,
-                              err);
+        pydb_gc_step how = {budget, idle, lock_ms};
+        rc = db->hook.collect(db->hook.ctx, db, &how, &imore, &r, err);
         report_add(rep, &r);
         if (r.postings || r.segments) *worked = 1;
         if (rc) return rc;

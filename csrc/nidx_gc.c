@@ -32,8 +32,11 @@
  *   3. write: the bytes go to merge-PID-N.tmp in the index directory,
  *      fsynced (one unit).  ENOSPC/EIO: the file is removed, the merge
  *      dropped, the error returned; the index is as it was;
- *   4. commit, under the writer lock (pydb_txn_begin with timeout 0: a
- *      busy lock returns *more = 1, the next call tries again): the
+ *   4. commit, under the writer lock (pydb_txn_begin with the step's
+ *      lock_ms: 0 for a reader's step, a short wait for the thread's --
+ *      a writer in another process that commits back to back leaves the
+ *      lock free only for moments; a busy lock returns *more = 1, the
+ *      next call tries again): the
  *      MANIFEST is read again; if the run is no longer in it in a row
  *      (or, for the base, no longer first: a rebuild, another process'
  *      collection) the merge is dropped and starts over.  Else the
@@ -579,8 +582,9 @@ static int merge_write(nidx_merge *g, nidx *x, pydb_error *err)
  * place of its range.  *busy: the lock was taken (try again later).  A
  * merge whose range is no longer in the current set in a row (or, for a
  * merge without tombstones, no longer first) is dropped (start again). */
-static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot, int *busy,
-                        pydb_gc_report *rep, pydb_error *err)
+static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
+                        int lock_ms, int *busy, pydb_gc_report *rep,
+                        pydb_error *err)
 {
     nidx_merge *g = *slot;
     nidx_segset *cur = NULL, *ns = NULL;
@@ -593,7 +597,7 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot, int *busy,
     int rc;
 
     *busy = 0;
-    rc = pydb_txn_begin(&t, db, 0, err);
+    rc = pydb_txn_begin(&t, db, lock_ms, err);
     if (rc == PYDB_ELOCKED) {
         *busy = 1;
         return PYDB_OK;
@@ -753,8 +757,8 @@ static int removable(nidx *x)
 /* Step 5: remove unnamed files that no reader pins (none is behind, or
  * the commit that unnamed the file is not newer than any reader's).
  * *removed: files removed; *busy: the writer lock was taken. */
-static int remove_unused(nidx *x, pydb_db *db, int64_t *removed, int *busy,
-                         pydb_error *err)
+static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
+                         int64_t *removed, int *busy, pydb_error *err)
 {
     pydb_txn *t = NULL;
     nidx_segset *cur;
@@ -762,7 +766,7 @@ static int remove_unused(nidx *x, pydb_db *db, int64_t *removed, int *busy,
     int rc;
 
     *busy = 0;
-    rc = pydb_txn_begin(&t, db, 0, err);
+    rc = pydb_txn_begin(&t, db, lock_ms, err);
     if (rc == PYDB_ELOCKED) {
         *busy = 1;
         return PYDB_OK;
@@ -785,7 +789,7 @@ static int remove_unused(nidx *x, pydb_db *db, int64_t *removed, int *busy,
  * then (one more unit) the commit.  *more set while it is not published,
  * and after it (the inputs to remove). */
 static int merge_run(nidx *x, pydb_db *db, nidx_merge **slot, int cap,
-                     int *units, int *more, pydb_gc_report *rep,
+                     int lock_ms, int *units, int *more, pydb_gc_report *rep,
                      pydb_error *err)
 {
     int rc, busy = 0;
@@ -803,7 +807,7 @@ static int merge_run(nidx *x, pydb_db *db, nidx_merge **slot, int cap,
     (*units)++;
     /* after it: a busy lock, a merge dropped to start over, or the
      * inputs to remove (once no reader is behind) */
-    return merge_commit(x, db, slot, &busy, rep, err);
+    return merge_commit(x, db, slot, lock_ms, &busy, rep, err);
 }
 
 /* Whether a merge of the base (segments 0..hi of cur) is due. */
@@ -813,10 +817,11 @@ static int base_wanted(const nidx_segset *cur, size_t hi, int idle)
     return idle && cur->n == 1 && cur->v[0]->ntomb > 0;
 }
 
-int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
+int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
                           int *more, pydb_gc_report *rep, pydb_error *err)
 {
     nidx *x = ctx;
+    int budget = how->budget, idle = how->idle, lock_ms = how->lock_ms;
     nidx_segset *cur = NULL;
     int64_t files = 0, unused = 0, ubytes = 0, removed = 0;
     uint64_t g;
@@ -834,7 +839,8 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
     cur = current(x, &g);
     scan_files(x, cur, &files, &unused, &ubytes);
     if (unused && removable(x)) {
-        if ((rc = remove_unused(x, db, &removed, &busy, err))) goto cleanup;
+        if ((rc = remove_unused(x, db, lock_ms, &removed, &busy, err)))
+            goto cleanup;
         rep->segments += removed;
         units += (int)(removed < budget ? removed : budget);
         if (busy) *more = 1;
@@ -869,7 +875,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
     }
     if (x->minor) {
         rc = merge_run(x, db, &x->minor, x->merge ? budget / 2 + 1 : budget,
-                       &units, &m, rep, err);
+                       lock_ms, &units, &m, rep, err);
         *more |= m;
         if (rc) goto cleanup;
         if (!x->minor) {   /* published: the set changed */
@@ -890,7 +896,8 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
     }
     if (x->merge) {
         if (units >= budget) units = budget - 1;   /* a share for it */
-        rc = merge_run(x, db, &x->merge, budget, &units, &m, rep, err);
+        rc = merge_run(x, db, &x->merge, budget, lock_ms, &units, &m, rep,
+                       err);
         *more |= m;
     }
 cleanup:

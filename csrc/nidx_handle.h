@@ -180,8 +180,8 @@ int pydb__nidx_may_remove(struct pydb_shm *shm);
 void pydb__nidx_met(nidx *x);
 /* The collection callbacks of the commit hook (nidx_gc.c) and the end
  * of a merge in progress (at close). */
-int pydb__nidx_gc_collect(void *ctx, pydb_db *db, int budget, int idle,
-                          int *more,
+int pydb__nidx_gc_collect(void *ctx, pydb_db *db,
+                          const struct pydb_gc_step *how, int *more,
                           struct pydb_gc_report *rep,
                           pydb_error *err);
 int pydb__nidx_gc_garbage(void *ctx, pydb_db *db,

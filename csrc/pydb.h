@@ -619,6 +619,7 @@ typedef struct pydb_change {
  * committing thread. */
 struct pydb_index_stat;   /* group 9 */
 struct pydb_gc_report;    /* group 9 */
+struct pydb_gc_step;      /* group 9 */
 typedef struct pydb_commit_hook {
     int (*prepare)(void *ctx, pydb_txn *t, const pydb_change *changes,
                    size_t n, pydb_error *err);
@@ -626,19 +627,20 @@ typedef struct pydb_commit_hook {
     void (*abort)(void *ctx, pydb_txn *t);
     void *ctx;                  /* owned by the hook's installer           */
     /* Garbage of the hooked structure (group 9), both optional (NULL):
-     * collect() does at most `budget` units of collection work (a unit:
-     * one posting list merged, one segment file removed) and sets *more
-     * when collectable garbage remains, adding what it removed to *rep
-     * (postings, segments); `idle` is 1 when no commit came for a while
-     * (collect everything now) and 0 while commits go on (collect what
-     * keeps the structure's cost bounded); it may take the writer lock with
-     * pydb_txn_begin(timeout 0) for a bounded step and must leave the
-     * structure readable at every point (readers never wait for it).
+     * collect() does at most how->budget units of collection work (a
+     * unit: one posting list merged, one segment file removed) and sets
+     * *more when collectable garbage remains, adding what it removed to
+     * *rep (postings, segments); how->idle is 1 when no commit came for a
+     * while (collect everything now) and 0 while commits go on (collect
+     * what keeps the structure's cost bounded); it may take the writer
+     * lock with pydb_txn_begin(timeout how->lock_ms) for a bounded step
+     * and must leave the structure readable at every point (readers
+     * never wait for it).
      * garbage() adds the structure's figures to *out (pydb_stat.index).
      * Both run on the collector's thread or a cooperating reader's,
      * never on two threads at once for one handle. */
-    int (*collect)(void *ctx, pydb_db *db, int budget, int idle, int *more,
-                   struct pydb_gc_report *rep, pydb_error *err);
+    int (*collect)(void *ctx, pydb_db *db, const struct pydb_gc_step *how,
+                   int *more, struct pydb_gc_report *rep, pydb_error *err);
     int (*garbage)(void *ctx, pydb_db *db, struct pydb_index_stat *out,
                    pydb_error *err);
 } pydb_commit_hook;
@@ -1115,6 +1117,15 @@ int pydb_gc_set_policy(pydb_db *db, int policy, pydb_error *err);
 int pydb_gc_get_policy(const pydb_db *db);
 
 /* What one collection did, and what the handle has done so far. */
+/* One bounded step of collection work asked of a collector's job (the
+ * commit hook's collect()). */
+typedef struct pydb_gc_step {
+    int budget;              /* units of work, at least 1                  */
+    int idle;                /* 1: no commit for a while, collect all;
+                                0: commits go on, collect what is due      */
+    int lock_ms;             /* the longest wait for the writer lock (ms)  */
+} pydb_gc_step;
+
 typedef struct pydb_gc_report {
     int64_t versions;        /* back versions removed from the master file */
     int64_t bytes;           /* master-file bytes reclaimed                */

@@ -590,7 +590,7 @@ static PyMethodDef testing_functions[] = {
     {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
     {"index_collect", (PyCFunction)index_collect, METH_VARARGS,
      "index_collect(db, index, budget, idle=True, /)\n--\n\nOne call of "
-     "the native index's collect(ctx, db, budget, idle, &more) "
+     "the native index's collect(ctx, db, {budget, idle, 0 ms}, &more) "
      "(csrc/nidx_gc.c; idle: merge everything, else only what is due) on the "
      "writable Database `db` and its attached Index handle `index`: True "
      "when more garbage may be collectable (or the writer lock was busy)."},
@@ -680,8 +680,9 @@ static PyObject *index_collect(PyObject *m, PyObject *args)
     memset(&rep, 0, sizeof rep);
     if (index_hook_args(m, args, &db, &io, &budget, &idle, &h) < 0)
         return NULL;
+    pydb_gc_step how = {budget, idle, 0};
     UNLOCKED(&db->guard, &io->guard,
-             rc = h.collect(h.ctx, db->db, budget, idle, &more, &rep, &e));
+             rc = h.collect(h.ctx, db->db, &how, &more, &rep, &e));
     if (rc) return set_error(st, rc, &e);
     return PyBool_FromLong(more);
 }
