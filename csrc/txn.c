@@ -84,6 +84,16 @@ static void set_fatal(pydb_db *db)
     __atomic_store_n(&db->fatal, 1, __ATOMIC_RELEASE);
 }
 
+/* The error of a transaction refused on a handle set_fatal() made
+ * read-only. */
+static int fatal_error(const pydb_db *db, pydb_error *err)
+{
+    return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
+                      "the handle is read-only after a failed write or "
+                      "fsync; reopen the database (recovery restores every "
+                      "committed transaction)");
+}
+
 /* ---------------------------------------------------------- transactions */
 
 typedef struct txn_op {
@@ -275,10 +285,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
         return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
                           "the database was opened read-only");
     if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE))
-        return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
-                          "the handle is read-only after a failed write or "
-                          "fsync; reopen the database (recovery restores "
-                          "every committed transaction)");
+        return fatal_error(db, err);
     pthread_mutex_lock(&db->wmutex);
     /* A fork()ed child: a transaction (or a collector step) of its
      * parent's threads was open at the fork; those threads are not here
@@ -307,6 +314,15 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&db->wcond, &db->wmutex, &ts);
+    }
+    /* Again now that it is this thread's turn: a transaction that failed
+     * while this one waited (a collector step waits a little) may have
+     * made the handle read-only, and its log must then be replayed by a
+     * reopen, not by this handle. */
+    if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE)) {
+        pthread_cond_signal(&db->wcond);   /* the next waiter sees it too */
+        pthread_mutex_unlock(&db->wmutex);
+        return fatal_error(db, err);
     }
     db->wbusy = 1;
     db->wbusy_pid = getpid();
