@@ -34,11 +34,9 @@ int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
 {
     char line[128];
     int l;
-    /* oldest first, none newer than the MANIFEST; ascending after the
-     * first (a merged segment, first, may have the highest generation) */
-    for (size_t i = 0; i < ngens; i++)
-        PYDB_ASSERT(gens[i] <= gen && (i < 2 || gens[i - 1] < gens[i]) &&
-                    (i == 0 || gens[i] != gens[0]));
+    /* oldest first, none newer than the MANIFEST; generations are names,
+     * not ages (a merged segment takes a new one wherever it stands) */
+    for (size_t i = 0; i < ngens; i++) PYDB_ASSERT(gens[i] <= gen);
     pydb__buf_put(b, NIDX_MANIFEST_MAGIC, strlen(NIDX_MANIFEST_MAGIC));
     l = snprintf(line, sizeof line, "generation %llu\nutf8 %d\nmax_key %zu\n",
                  (unsigned long long)gen, r->utf8, r->max_key);

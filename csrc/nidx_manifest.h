@@ -45,9 +45,8 @@ typedef struct nidx_manifest {
 /* Append the MANIFEST text for generation gen, the rules, texts and the
  * segments gens[ngens] to b.  The segments are listed oldest first (the
  * order decides which tombstones hide which postings); their generations
- * are names, none above gen, ascending except that the first may be the
- * highest (a merged segment, named when its collection commits:
- * nidx_gc.c). */
+ * are names, none above gen, not in any order (a merged segment is named
+ * when its collection commits, wherever its run stood: nidx_gc.c). */
 int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
                       const char *fst, size_t fst_len, const uint8_t *stw,
                       size_t stw_len, const uint64_t *gens, size_t ngens,
