@@ -262,8 +262,12 @@ def _synthetic(zero=True):
 def test_conclusions_from_numbers():
     out = _synthetic()
     con = out["conclusions"]
-    # (a): none's parallel runs are 8x the others': does not hold
+    # (a): none's parallel runs are 8x the others': does not hold; among
+    # the collecting policies (the same numbers each) it does
     assert con["a"]["holds"] is False
+    am = con["a"]["among_collecting"]
+    assert am["policies"] == sorted(COLLECTING)
+    assert am["slowest_over_fastest"] == pytest.approx(1.0) and am["little"] is True
     assert con["b"]["holds"] is True and con["b"]["zero"] is True
     c = {x["policy"]: x for x in con["c"]["rows"]}
     assert c["none"]["growth"]["grows"] is True and con["c"]["none_grows"] is True
