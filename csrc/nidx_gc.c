@@ -407,16 +407,37 @@ static uint64_t seg_weight(const nidx_seg *s)
  * the newest segments of ss from `from` on in which each segment weighs
  * no more than twice all newer ones of the run together (about a binary
  * counter, with room for commits of different sizes: a posting is merged
- * O(log(tail / commit)) times, and the tail has O(log) segments).
- * Returns its first index, or ss->n when it has fewer than `min`
- * segments. */
+ * O(log(tail / commit)) times, and the tail has O(log) segments), or is
+ * mostly dead (mostly_dead: a frequently rewritten set of records would
+ * otherwise keep dead postings and keys in the tail's oldest, largest
+ * segment for long).  Returns its first index, or ss->n when it has
+ * fewer than `min` segments. */
+/* Whether at least half of the records segment i of ss holds postings
+ * of (its tombstones: a commit tombstones the records it writes, a tail
+ * merge keeps its run's) were written again by a newer segment, so that
+ * at least about half its postings are dead (and its keys, such as the
+ * words of records written once, may be dead keys every truncation
+ * enumerates).  Needs the newest-tombstone table (else 0). */
+static int mostly_dead(const nidx_segset *ss, size_t i)
+{
+    const nidx_seg *s = ss->v[i];
+    uint32_t dead = 0;
+    if (!ss->newest || !ss->newer_tombs[i] || s->ntomb == 0) return 0;
+    for (uint32_t k = 0; k < s->ntomb; k++) {
+        int32_t m = pydb__nseg_tomb(s, k);
+        if (m >= 0 && (uint32_t)m < ss->newest_n && ss->newest[m] > i + 1)
+            dead++;
+    }
+    return dead * 2 >= s->ntomb;
+}
+
 static size_t tail_start(const nidx_segset *ss, size_t from, size_t min)
 {
     uint64_t acc = 0;
     size_t lo = ss->n;
     for (size_t i = ss->n; i-- > from;) {
         uint64_t w = seg_weight(ss->v[i]);
-        if (ss->n - i >= 2 && w > 2 * acc) break;
+        if (ss->n - i >= 2 && w > 2 * acc && !mostly_dead(ss, i)) break;
         acc += w;
         lo = i;
     }

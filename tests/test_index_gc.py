@@ -181,6 +181,39 @@ def test_a_tail_merge_keeps_its_tombstones_for_the_base(tmp_path):
         assert ro.check().ok
 
 
+def test_a_mostly_dead_tail_segment_is_merged_though_heavy(tmp_path):
+    """A commit writes 40 records with 21 postings each; three later
+    commits rewrite 24 of them with 2 postings each.  By weight alone the
+    big segment would wait (it weighs more than twice the three small
+    ones, which are too few to merge by themselves); most of its records
+    are written again, so its postings are mostly dead: the busy
+    collection merges all four (the base, 6,000 records, is not due:
+    the rest weighs less than 1/16 of it)."""
+    base, db = make(tmp_path, n=6000)
+    with db:
+        collect(db)
+        words = " ".join(f"x{chr(97 + k)}" for k in range(20))   # XA..XT
+        with db.transaction() as tx:
+            for m in range(1, 41):
+                tx.update(m, [(1, f"T{m}V1"), (2, words)])
+        for lo in (1, 9, 17):
+            with db.transaction() as tx:
+                for m in range(lo, lo + 8):
+                    tx.update(m, [(1, f"T{m}V2"), (2, "short")])
+        want = answers(db)
+        g = garbage(db)
+        assert g["segments"] == 5
+        # the base's postings of records 1-40, the big segment's of 1-24
+        assert g["dead_postings"] == 40 * 3 + 24 * 21
+        busy_collect(db)
+        g = garbage(db)
+        assert (g["segments"], g["dead_postings"]) == (2, 40 * 3)
+        assert g["tombstones"] == 40   # kept for the base
+        assert answers(db) == want
+        assert list(db.search("XH")) == list(range(25, 41))
+        assert list(db.search("SHORT")) == list(range(1, 25))
+
+
 def test_busy_collection_keeps_the_segments_few(tmp_path):
     """300 one-record commits, each followed by a busy collection: the
     set never holds more than a dozen segments (tiered merging: the tail
