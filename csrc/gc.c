@@ -84,6 +84,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GC_THREAD_BUDGET 256   /* units per step of the thread / collect() */
 #define GC_COOP_BUDGET 256     /* units per step of a cooperating reader   */
@@ -95,6 +96,8 @@
 #define GC_BUSY_GAP_MS 100     /* busy: then waits this long               */
 #define GC_QUICK_STEP_NS 100000 /* a step back this fast with more to do  */
 #define GC_BACKOFF_MS 1        /* ... is followed by this pause            */
+#define GC_LEASE_STALE_DS 50   /* a lease holder silent this long (5 s,
+                                  deciseconds) is replaced                */
 
 struct pydb_gc {
     pydb_db *db;
@@ -152,6 +155,27 @@ static int64_t now_ns(clockid_t clk)
     struct timespec ts;
     clock_gettime(clk, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The database's collector lease for this process (shm.h): taken or
+ * refreshed before a step of the thread or of a reader, dropped when a
+ * collection leaves nothing more.  One process collects at a time, so
+ * that the collectors of several processes do not each merge the same
+ * segments and copy the same master file; pydb_gc_collect() does not
+ * wait for it. */
+static int lease_take(pydb_gc *g)
+{
+    pydb_shm *shm = pydb__db_shm(g->db);
+    if (!shm) return 1;
+    return pydb__shm_lease_take(
+        shm, (int32_t)getpid(),
+        (uint32_t)(now_ns(CLOCK_MONOTONIC) / 100000000), GC_LEASE_STALE_DS);
+}
+
+static void lease_drop(pydb_gc *g)
+{
+    pydb_shm *shm = pydb__db_shm(g->db);
+    if (shm) pydb__shm_lease_drop(shm, (int32_t)getpid());
 }
 
 static int get_policy(const pydb_gc *g)
@@ -398,7 +422,10 @@ static void collection_end(pydb_gc *g, pydb_gc_report *rep, int worked,
         rep->pinned = left_pinned(g);
         record(g, PYDB_OK, rep, NULL);
     }
-    if (!more) maybe_settle(g, idle);
+    if (!more) {
+        lease_drop(g);
+        maybe_settle(g, idle);
+    }
 }
 
 /* One pass of the thread: steps until nothing is left, the step lock
@@ -418,9 +445,11 @@ static int thread_collect(pydb_gc *g)
                         (int64_t)GC_BUSY_SLICE_MS * 1000000;
 
     memset(&rep, 0, sizeof rep);
+    if (!lease_take(g)) return 0;   /* another process collects */
     while (more) {
         if (stop_requested(g)) return 0;
         if (!idle && now_ns(CLOCK_MONOTONIC) >= slice_end) break;
+        (void)lease_take(g);   /* its heartbeat */
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
         pthread_mutex_lock(&g->step);
         memset(&err, 0, sizeof err);
@@ -580,6 +609,7 @@ void pydb__gc_close(pydb_db *db)
     if (g->compacting) pydb__compact_abort(db);
     g->compacting = 0;
     pthread_mutex_unlock(&g->step);
+    if (g->writable) lease_drop(g);
     pthread_mutex_lock(&gc_list_mutex);
     if (g->prev) g->prev->next = g->next;
     else gc_list = g->next;
@@ -646,6 +676,7 @@ static int coop_step(pydb_db *db, int swept)
         observe_commit(g);   /* another process' commit? */
         if (!__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) return 0;
     }
+    if (!lease_take(g)) return 0;   /* another process collects */
     if (pthread_mutex_trylock(&g->step) != 0) {
         if (policy & PYDB_GC_BACKGROUND) {   /* a step runs: hand it over */
             pthread_mutex_lock(&g->mu);

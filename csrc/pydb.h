@@ -1182,6 +1182,9 @@ typedef struct pydb_stat {
                                   collection that found nothing, a job in
                                   progress, garbage a reader pins); 0 once
                                   quiescent.  Only writable handles settle */
+    int32_t collector_pid;     /* the process whose collector holds the
+                                  database's lease (one collecting process
+                                  at a time; gc.c), 0: none               */
     /* records */
     int64_t active, deleted;   /* deleted: logically deleted               */
     int32_t next_mfn;

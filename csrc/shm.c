@@ -43,6 +43,7 @@
 #define OFF_FILE_GEN 336  /* file_gen of the latest published state   */
 #define OFF_SWAP_FROM 344 /* the commit the last compaction replaced  */
 #define OFF_SWAP_STATE 352 /* the state that compaction published (64) */
+#define OFF_GC_LEASE 416  /* the collector lease: pid << 32 | time (gc.c) */
 
 /* reader slot fields */
 #define R_PID 0
@@ -710,4 +711,48 @@ int pydb__shm_applying_now(pydb_shm *s, uint64_t latest)
     return pid > 0 &&
            !process_gone(pid, __atomic_load_n(u64_at(s, OFF_APPLIER_START),
                                               __ATOMIC_RELAXED));
+}
+
+/* ------------------------------------------------- the collector lease */
+
+static uint64_t lease_word(int32_t pid, uint32_t now)
+{
+    return (uint64_t)(uint32_t)pid << 32 | now;
+}
+
+int pydb__shm_lease_take(pydb_shm *s, int32_t pid, uint32_t now,
+                         uint32_t stale)
+{
+    uint64_t *w;
+    if (!pydb__shm_valid(s)) return 1;   /* no header: nobody to share with */
+    w = u64_at(s, OFF_GC_LEASE);
+    for (;;) {
+        uint64_t cur = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+        int32_t holder = (int32_t)(cur >> 32);
+        uint32_t beat = (uint32_t)cur;
+        if (holder != 0 && holder != pid && (uint32_t)(now - beat) < stale &&
+            (kill(holder, 0) == 0 || errno != ESRCH))
+            return 0;
+        if (__atomic_compare_exchange_n(w, &cur, lease_word(pid, now), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return 1;
+    }
+}
+
+void pydb__shm_lease_drop(pydb_shm *s, int32_t pid)
+{
+    uint64_t *w, cur;
+    if (!pydb__shm_valid(s)) return;
+    w = u64_at(s, OFF_GC_LEASE);
+    cur = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+    if ((int32_t)(cur >> 32) == pid)
+        __atomic_compare_exchange_n(w, &cur, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
+}
+
+int32_t pydb__shm_lease_holder(pydb_shm *s)
+{
+    if (!pydb__shm_valid(s)) return 0;
+    return (int32_t)(__atomic_load_n(u64_at(s, OFF_GC_LEASE),
+                                     __ATOMIC_ACQUIRE) >> 32);
 }

@@ -180,4 +180,17 @@ void pydb__shm_swap_set(pydb_shm *s, uint64_t from, const pydb_state *after);
 /* The last compaction's record: 0, or -1 when there is none. */
 int pydb__shm_swap_get(pydb_shm *s, uint64_t *from, pydb_state *after);
 
+/* ---- the collector lease (gc.c) ----
+ * One process collects at a time: the word holds the collecting pid and
+ * the time of its last step (deciseconds of CLOCK_MONOTONIC, system-wide
+ * on Linux).  pydb__shm_lease_take() takes or refreshes it for `pid` at
+ * `now`: 1 when pid holds it now, 0 when another live process took a
+ * step less than `stale` deciseconds ago (a dead or silent holder is
+ * replaced).  pydb__shm_lease_drop() lets it go if pid holds it.
+ * pydb__shm_lease_holder(): the pid holding it (0: none). */
+int pydb__shm_lease_take(pydb_shm *s, int32_t pid, uint32_t now,
+                         uint32_t stale);
+void pydb__shm_lease_drop(pydb_shm *s, int32_t pid);
+int32_t pydb__shm_lease_holder(pydb_shm *s);
+
 #endif

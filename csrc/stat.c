@@ -142,6 +142,7 @@ static int stat_once(pydb_stat *out, pydb_db *db, int *gen_moved,
     pydb__gc_record_get(db, &out->collections, &out->last_collection,
                         &out->last, out->last_error, sizeof out->last_error,
                         &out->gc_pending);
+    out->collector_pid = pydb__shm_lease_holder(pydb__db_shm(db));
     out->next_mfn = snap->st.next_mfn;
     out->mst_size = snap->st.mst_size;
     w.db = db;

@@ -319,7 +319,8 @@ def _stat_text(path: str, s: dict) -> str:
             ("Last collection", when),
             ("Last collected", ", ".join(f"{k} {n}" for k, n in h["last"].items())),
             ("Last error", h["last_error"] or "-"),
-            ("Collector pending", "yes" if h["pending"] else "no")]),
+            ("Collector pending", "yes" if h["pending"] else "no"),
+            ("Collecting process", h["collector_pid"] or "-")]),
         ("Records", [
             ("Active", r["active"]), ("Logically deleted", r["deleted"]),
             ("Next MFN", r["next_mfn"])]),

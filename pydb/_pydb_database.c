@@ -545,7 +545,7 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
     pydb_stat *s;
     pydb_error e;
     PyObject *last = NULL, *last_time = NULL, *last_error = NULL;
-    PyObject *oldest = NULL, *index = NULL, *res = NULL;
+    PyObject *oldest = NULL, *index = NULL, *collector = NULL, *res = NULL;
     int rc;
     (void)unused;
 
@@ -578,9 +578,12 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
             (long long)s->index.unused_bytes);
     else
         index = Py_NewRef(Py_None);
-    if (!last || !last_time || !last_error || !oldest || !index) goto cleanup;
+    collector = s->collector_pid ? PyLong_FromLong(s->collector_pid)
+                                 : Py_NewRef(Py_None);
+    if (!last || !last_time || !last_error || !oldest || !index || !collector)
+        goto cleanup;
     res = Py_BuildValue(
-        "{s:{s:K,s:O,s:K,s:i,s:s,s:K,s:K,s:O,s:O,s:O,s:O},"
+        "{s:{s:K,s:O,s:K,s:i,s:s,s:K,s:K,s:O,s:O,s:O,s:O,s:O},"
         "s:{s:L,s:L,s:i},"
         "s:{s:L,s:L,s:L,s:d},"
         "s:{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L},"
@@ -598,6 +601,7 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
         "last", last,
         "last_error", last_error,
         "pending", s->gc_pending ? Py_True : Py_False,
+        "collector_pid", collector,
         "records",
         "active", (long long)s->active,
         "deleted", (long long)s->deleted,
@@ -631,6 +635,7 @@ cleanup:
     Py_XDECREF(last_error);
     Py_XDECREF(oldest);
     Py_XDECREF(index);
+    Py_XDECREF(collector);
     PyMem_Free(s);
     return res;
 }

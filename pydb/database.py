@@ -607,7 +607,9 @@ class Database(_pydb.Database):
                     commit since its last idle collection that found
                     nothing, a job in progress, garbage a reader pins;
                     False once quiescent; a read-only handle or the
-                    policy none never settles)
+                    policy none never settles), collector_pid (the process
+                    whose collector holds the database's lease -- one
+                    process collects at a time -- or None)
                 records: active, deleted (logically deleted), next_mfn
                 versions: versions (stored versions reachable from the
                     XRF), back_versions, longest_chain (versions of the

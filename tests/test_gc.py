@@ -9,8 +9,11 @@ threads, commits and readers are marked to run again under TSan and ASan
 """
 
 import os
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -440,3 +443,55 @@ def test_an_old_snapshot_pins_garbage_until_released(tmp_path, policy):
         assert s["header"]["behind"] == 0 and s["header"]["readers"] == 0
         last = {1 + k % 6: f"v{k} common" for k in range(200)}
         assert {m: db[m][10][0] for m in range(1, 7)} == last
+
+
+HOLDER = r"""
+import sys, pydb
+db = pydb.open(sys.argv[1], readonly=False, sync=False, gc="background")
+print("ready", flush=True)
+sys.stdin.readline()   # until told to stop (or killed)
+db.close()
+"""
+
+
+def test_one_process_collects_at_a_time(tmp_path):
+    """Two other processes hold writable handles with collector threads
+    while this one (gc none) commits 300 updates: the collector lease in
+    the commit header names one of them at a time (stat's collector_pid);
+    the holder is killed with SIGKILL while garbage is left, and the
+    other takes over and collects all of it."""
+    db = indexed_db(tmp_path, gc="none")
+    base = str(tmp_path / "ix")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, base], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        pids = {p.pid for p in procs}
+        seen = set()
+        for k in range(300):
+            db.update(1 + k % 6, [(10, f"v{k} common")])
+            if k % 10 == 0:
+                seen.add(db.stat()["header"]["collector_pid"])
+        assert seen <= pids | {None} and seen & pids
+        holder = None
+        deadline = time.monotonic() + 10
+        while holder is None and time.monotonic() < deadline:
+            holder = db.stat()["header"]["collector_pid"]
+            if holder is None:   # between two collections: make garbage
+                db.update(1, [(10, "again common")])
+        assert holder in pids
+        os.kill(holder, signal.SIGKILL)
+        db.update(2, [(10, "after the kill common")])
+        assert wait_for(lambda: db.stat()["garbage"]["versions"] == 0, timeout=20)
+        assert wait_for(lambda: db.stat()["index"]["segments"] == 1, timeout=20)
+        survivor = (pids - {holder}).pop()
+        assert db.stat()["header"]["collector_pid"] in (survivor, None)
+        assert [p.pid for p in procs if p.poll() is None] == [survivor]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.communicate("\n", timeout=30)
+        db.close()

@@ -127,7 +127,7 @@ def assert_matches(s: dict, p: dict) -> None:
 SHAPE = {
     "header": {"commit", "oldest_reader_commit", "behind", "readers", "gc_policy",
                "file_generation", "collections", "last_collection", "last",
-               "last_error", "pending"},
+               "last_error", "pending", "collector_pid"},
     "records": {"active", "deleted", "next_mfn"},
     "versions": {"versions", "back_versions", "longest_chain", "average_size"},
     "garbage": {"versions", "bytes", "postings", "segment_files", "pinned_versions",
@@ -159,7 +159,7 @@ def test_shape_of_an_empty_database(tmp_path):
     assert h["oldest_reader_commit"] is None and h["behind"] == 0 and h["readers"] == 0
     assert h["gc_policy"] == "none" and h["file_generation"] == 0
     assert h["collections"] == 0 and h["last_collection"] is None
-    assert h["last_error"] is None
+    assert h["last_error"] is None and h["collector_pid"] is None
     assert set(h["last"]) == {"versions", "bytes", "postings", "segments",
                               "compactions", "pinned"}
 
