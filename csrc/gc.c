@@ -62,6 +62,16 @@
  * while it is small); once idle it runs to the end.  (A nice value for the thread was tried
  * and dropped: on a loaded machine it starved the idle collection.)
  *
+ * Processes.  The thread's passes and the readers' steps first take the
+ * database's collector lease in the commit header (shm.h: the pid of the
+ * collecting process and the time of its last step); a process that
+ * finds another live one holding it, with a step less than 5 s ago,
+ * leaves the work to it.  A collection that leaves nothing more drops
+ * it.  Without it the collectors of N processes would each merge the
+ * same segments and copy the same master file, and all but the first
+ * to commit would have worked for nothing.  pydb_gc_collect() does not
+ * wait for it (an explicit request).
+ *
  * fork().  Only the forking thread survives in the child.  The
  * pthread_atfork() prepare handler takes `gc_list_mutex` (the list
  * whole) and the step lock of every collector (it waits for the steps in
