@@ -154,16 +154,27 @@ def _check_runtime_active(build: Build, lib: str):
 
 
 def _run_inner(build: Build, timeout=600):
+    # The sanitizer writes its reports to files too: pytest captures the
+    # output of tests that pass, so a report made during one would show
+    # only as the exit status (TSan's 66) without them.
+    logs = build.src / f"{build.kind}-reports"
+    for old in build.src.glob(f"{build.kind}-reports*"):
+        old.unlink()
+    env = build.env()
+    for key in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"):
+        env[key] = f"{env[key]}:log_path={logs}"
     p = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
          "-m", MARKER[build.kind], "tests"],
-        cwd=build.src, env=build.env(), capture_output=True, text=True, timeout=timeout)
+        cwd=build.src, env=env, capture_output=True, text=True, timeout=timeout)
     out = p.stdout + p.stderr
+    for f in sorted(build.src.glob(f"{build.kind}-reports*")):
+        out += f"\n--- {f.name}\n" + f.read_text(errors="replace")
     reports = [line for line in out.splitlines()
                if any(r in line for r in REPORT[build.kind])]
     assert p.returncode == 0 and not reports, (
         f"{build.kind} run failed (rc {p.returncode}); reports: {reports[:5]}\n"
-        f"{out[-6000:]}")
+        f"{out[-12000:]}")
     summary = out.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", summary), summary
     return summary
