@@ -46,6 +46,7 @@ static void file_close(pydb_file *f, size_t region)
     /* after a switch of the file pair map_len is what the new file
      * covers; the mapping still reserves the whole region */
     if (f->map) munmap((void *)f->map, region ? region : f->map_len);
+    pydb__resident_free(&f->res);
     if (f->fd >= 0) pydb__vfs->close(f->fd);
     if (f->dfd >= 0) pydb__vfs->close(f->dfd);
     file_init(f);
@@ -76,6 +77,10 @@ static int file_open(pydb_file *f, const char *path, int io, int writable,
                                 strerror(errno));
         f->map = m;
         f->map_len = len;
+        if (pydb__resident_init(&f->res, len) != PYDB_OK)
+            return PYDB_ERROR(err, PYDB_ENOMEM, path, -1,
+                              "no memory for the residency table of a "
+                              "%zu-byte mapping", len);
     }
     if (io == PYDB_IO_DIRECT) {
         f->dfd = pydb__vfs->open(path, O_RDONLY | O_DIRECT, 0);

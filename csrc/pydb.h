@@ -299,9 +299,10 @@ int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err);
 /*
  * Like pydb_read(), but only if it cannot wait for the disk: every byte it
  * needs must come from the page cache without waiting (pread mode:
- * preadv2(2) with RWF_NOWAIT; mmap and direct modes: never, since a copy
- * out of a mapping may fault on the disk) and, in mutex mode, the mutex
- * must be free.  Otherwise it returns PYDB_EWOULDBLOCK (no detail set)
+ * preadv2(2) with RWF_NOWAIT; mmap mode: pages the handle knows to be
+ * resident, from a mincore(2) of their 1 MiB chunk at most 100 ms ago or
+ * an earlier copy, so a page evicted since may still fault; direct mode:
+ * never) and, in mutex mode, the mutex must be free.  Otherwise it returns PYDB_EWOULDBLOCK (no detail set)
  * and the caller uses pydb_read().  The binding calls it with the GIL
  * held, so that cache hits cost no GIL hand-off (docs/conventions.md, GIL
  * rule 6).  Other errors and ownership as pydb_read().

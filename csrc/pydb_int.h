@@ -79,6 +79,28 @@ typedef struct pydb_vfs {
 extern pydb_vfs *pydb__vfs;   /* the table in use (default: POSIX)       */
 extern pydb_vfs pydb__vfs_posix;
 
+/* Which pages of a mapping were in the page cache when last seen
+ * (resident.c).  The arrays are shared by every reader of the handle and
+ * written through relaxed atomics, so a const one can be asked and marked. */
+#define PYDB_RES_CHUNK_PAGES 256 /* pages per mincore() and per bitmap     */
+#define PYDB_RES_TTL_MS 100      /* a chunk seen longer ago is seen again  */
+typedef struct pydb_residency {
+    uint64_t *bits;     /* PYDB_RES_CHUNK_PAGES bits per chunk, 1 resident */
+    int64_t *seen_ms;   /* per chunk: coarse ms of its mincore(), 0 never  */
+    size_t chunks;
+} pydb_residency;
+int pydb__resident_init(pydb_residency *r, size_t map_len);
+void pydb__resident_free(pydb_residency *r);
+/* 1 if every page of [off, off + n) of the mapping is known resident
+ * (refreshing chunks seen too long ago), else 0. */
+int pydb__resident(const pydb_residency *r, const uint8_t *map,
+                   size_t map_len, int64_t off, size_t n);
+/* The pages of [off, off + n) were just copied out of the mapping. */
+void pydb__resident_mark(const pydb_residency *r, size_t map_len,
+                         int64_t off, size_t n);
+/* Every chunk unseen: another file is now mapped at the same address. */
+void pydb__resident_forget(const pydb_residency *r);
+
 /* A database file opened for reading (and writing, for a writer). */
 typedef struct pydb_file {
     int fd;          /* buffered fd (pread / mmap modes; O_RDWR if writer) */
@@ -89,6 +111,7 @@ typedef struct pydb_file {
     size_t map_len;  /* bytes mapped: the size at open plus headroom, so
                         the file can grow under the mapping; reads past it
                         fall back to pread                                 */
+    pydb_residency res; /* mmap mode: pages known in the page cache        */
     char path[1024];
 } pydb_file;
 
@@ -113,7 +136,8 @@ static inline void pydb__fsize_raise(pydb_file *f, int64_t size)
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                     int64_t off, const char *what, pydb_error *err);
 /* The same, but PYDB_EWOULDBLOCK (no detail set) unless the bytes are in
- * the page cache already. */
+ * the page cache already: pread with RWF_NOWAIT, or in mmap mode the
+ * pages known resident (resident.c); O_DIRECT never. */
 int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
                            int64_t off, const char *what, pydb_error *err);
 

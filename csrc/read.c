@@ -279,6 +279,7 @@ static void file_install(pydb_file *f, size_t region, int fd, int64_t size,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
             len = 0;
         }
+        pydb__resident_forget(&f->res);
         __atomic_store_n(&f->map_len, len, __ATOMIC_RELEASE);
     }
     if (oldd >= 0) {
@@ -805,9 +806,9 @@ int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
 int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
                      pydb_error *err)
 {
-    /* Only pread can read from the page cache without waiting (vfs.c):
-     * the other modes say so before any work. */
-    if (db->io != PYDB_IO_PREAD) return PYDB_EWOULDBLOCK;
+    /* O_DIRECT always waits for the disk: say so before any work.  pread
+     * and mmap read from the page cache only (vfs.c, resident.c). */
+    if (db->io == PYDB_IO_DIRECT) return PYDB_EWOULDBLOCK;
     return read_latest(rec, db, mfn, err, 1);
 }
 

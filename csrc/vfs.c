@@ -82,6 +82,7 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
     if (n == 0) return PYDB_OK;
     if (io == PYDB_IO_MMAP && f->map && off + (int64_t)n <= (int64_t)map_len) {
         memcpy(buf, f->map + off, n);
+        pydb__resident_mark(&f->res, map_len, off, n);
         return PYDB_OK;
     }
     if (io == PYDB_IO_DIRECT && dfd >= 0) {
@@ -127,13 +128,21 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
 {
     ssize_t got;
     int64_t size = pydb__fsize(f);
+    size_t map_len = __atomic_load_n(&f->map_len, __ATOMIC_ACQUIRE);
     if (off < 0 || (int64_t)n > size || off > size - (int64_t)n ||
         n == 0)  /* let the blocking path report it */
         return PYDB_EWOULDBLOCK;
+    /* direct: always goes to the disk. */
+    if (io == PYDB_IO_DIRECT) return PYDB_EWOULDBLOCK;
     /* mmap: a copy out of the mapping may fault on the disk, and must
-     * happen with the GIL released (docs/design.md §3), so never here.
-     * direct: always goes to the disk. */
-    if (io != PYDB_IO_PREAD) return PYDB_EWOULDBLOCK;
+     * then happen with the GIL released (docs/design.md §3): only pages
+     * known resident are copied here.  Past the mapping: pread below. */
+    if (io == PYDB_IO_MMAP && f->map && off + (int64_t)n <= (int64_t)map_len) {
+        if (!pydb__resident(&f->res, f->map, map_len, off, n))
+            return PYDB_EWOULDBLOCK;
+        memcpy(buf, f->map + off, n);
+        return PYDB_OK;
+    }
     got = pydb__vfs->pread_nowait(__atomic_load_n(&f->fd, __ATOMIC_RELAXED),
                                   buf, n, (off_t)off);
     if (got < 0 || (size_t)got != n) return PYDB_EWOULDBLOCK;

@@ -548,6 +548,34 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
                          (unsigned long long)nposts);
 }
 
+/* ---------------------------------------------- mmap residency (resident.c) */
+
+int pydb__test_resident(pydb_db *db, int xrf, int64_t off, int64_t n);
+
+PyDoc_STRVAR(resident_doc,
+"resident(db, xrf, offset, length, /)\n--\n\n"
+"What a cache-hit read of `db` (io=\"mmap\") would decide for `length`\n"
+"bytes at byte `offset` of its .mst (xrf False) or .xrf (xrf True): True\n"
+"if every page is known to be in the page cache (the read keeps the GIL),\n"
+"False if not (it releases the GIL), None if the bytes are not mapped.");
+
+static PyObject *resident(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo;
+    DatabaseObject *d;
+    int xrf, got;
+    long long off, n;
+
+    if (!PyArg_ParseTuple(args, "O!pLL", st->database_type, &dbo, &xrf, &off, &n))
+        return NULL;
+    d = (DatabaseObject *)dbo;
+    if (database_check_open(st, d) < 0) return NULL;
+    got = pydb__test_resident(d->db, xrf, (int64_t)off, (int64_t)n);
+    if (got < 0) Py_RETURN_NONE;
+    return PyBool_FromLong(got);
+}
+
 /* ------------------------------------------------------------- the door */
 
 /* index garbage (issue 11, helper "idx"): defined at the end of the file */
@@ -588,6 +616,7 @@ static PyMethodDef testing_functions[] = {
     {"key_normalize", (PyCFunction)(void (*)(void))key_normalize,
      METH_VARARGS | METH_KEYWORDS, key_normalize_doc},
     {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
+    {"resident", (PyCFunction)resident, METH_VARARGS, resident_doc},
     {"index_collect", (PyCFunction)index_collect, METH_VARARGS,
      "index_collect(db, index, budget, idle=True, /)\n--\n\nOne call of "
      "the native index's collect(ctx, db, {budget, idle, 0 ms}, &more) "

@@ -232,6 +232,120 @@ def test_gil_released_by_every_operation(op, gen_db):
     assert inside > 2_000, f"{op}: main thread ran only {inside} iterations"
 
 
+# ------------------------------------------ (b2) the GIL only when I/O blocks
+
+def _drop_cache(base: Path) -> bool:
+    """Evict the .mst/.xrf pages no process maps from the page cache;
+    False where the .mst stays cached (tmpfs) or mincore is absent."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    for suf in (".mst", ".xrf"):
+        fd = os.open(f"{base}{suf}", os.O_RDONLY)
+        try:
+            os.fsync(fd)              # dirty pages are never dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            size = os.fstat(fd).st_size
+            m = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)  # never written
+        finally:
+            os.close(fd)
+        try:
+            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            vec = (ctypes.c_ubyte * pages)()
+            view = ctypes.c_char.from_buffer(m)
+            rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(view)),
+                              ctypes.c_size_t(size), vec)
+            del view
+            if rc != 0:
+                return False
+            resident = sum(v & 1 for v in vec)
+        finally:
+            m.close()
+        if suf == ".mst" and resident > pages // 4:
+            return False
+    return True
+
+
+def _gil_taken_by_other_thread(fn) -> int:
+    """Run fn() while another thread waits for the GIL, with a switch
+    interval of 0.5 s: the other thread runs during fn() only if fn()
+    releases the GIL (fn() must take well under the interval).  Returns
+    how many loop turns it made meanwhile."""
+    box = {"n": 0, "stop": False}
+
+    def count():
+        while not box["stop"]:
+            box["n"] += 1
+
+    old = sys.getswitchinterval()
+    t = threading.Thread(target=count, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.02)          # let it run; it now holds the GIL
+        sys.setswitchinterval(0.5)
+        time.sleep(0.001)         # take the GIL back: the other thread waits
+        before = box["n"]
+        fn()
+        during = box["n"] - before
+    finally:
+        box["stop"] = True
+        sys.setswitchinterval(old)
+        t.join(30)
+    return during
+
+
+@pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+def test_cache_hits_keep_the_gil(io, gen_db):
+    """Reads of cached records never hand the GIL to another thread (a
+    CPU-bound thread beside them would take it for a switch interval at
+    every read)."""
+    with pydb.open(gen_db, io=io, gc="none") as db:
+        mfns = db.mfns()
+        for m in mfns:
+            db[m]                      # every page cached and seen
+        want = [snap(db[m]) for m in mfns[:500]]
+        got = []
+        during = _gil_taken_by_other_thread(
+            lambda: got.extend(snap(db[m]) for m in mfns[:500]))
+    assert got == want
+    assert during == 0, f"{io}: the GIL was released during cached reads"
+
+
+@pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
+def test_cold_mmap_read_releases_the_gil(gen_db):
+    """py-lmdb #65: a read whose pages are on the disk, not in the page
+    cache, runs with the GIL released, in the default mode too."""
+    with pydb.open(gen_db, io="pread", gc="none") as db:
+        mfn = db.mfns()[-300]
+        want = snap(db[mfn])
+    with pydb.open(gen_db, io="mmap", gc="none") as db:
+        off = db.xrf_entry(mfn)["offset"]   # the .xrf only: the .mst page
+        if not _drop_cache(gen_db):         # is not mapped here yet
+            pytest.skip("the page cache cannot be dropped here (tmpfs?)")
+        assert _pydb._testing.resident(db, False, off, 64) is False
+        got = []
+        during = _gil_taken_by_other_thread(lambda: got.append(snap(db[mfn])))
+        assert got == [want]
+        assert during > 0, "the cold read kept the GIL"
+        assert _pydb._testing.resident(db, False, off, 64) is True
+
+
+def test_residency_is_what_the_copy_touched(gen_db):
+    """The residency answer covers every page of the range: a range not
+    mapped is None, a chunk seen once is answered from its bitmap."""
+    with pydb.open(gen_db, io="mmap", gc="none") as db:
+        size = os.path.getsize(f"{gen_db}.mst")
+        for m in db.mfns():
+            db[m]
+        assert _pydb._testing.resident(db, False, 0, size) is True
+        assert _pydb._testing.resident(db, False, -1, 10) is None
+        assert _pydb._testing.resident(db, False, 0, 0) is None
+        assert _pydb._testing.resident(db, False, 0, 1 << 40) is None
+    with pydb.open(gen_db, io="pread", gc="none") as db:
+        assert _pydb._testing.resident(db, False, 0, 10) is None
+
+
 # --------------------------------------- (c) Python keeps running (direct)
 
 def _rate(seconds, stop_after=None):
