@@ -28,6 +28,7 @@ import time
 import pytest
 
 import pydb
+from pydb.crashtest import BusyThread
 
 from .peers import LmdbEngine, SqliteEngine
 
@@ -78,25 +79,6 @@ def _read_all(read, mfns):
     return len(mfns)
 
 
-class _Busy:
-    """A CPU-bound Python thread (a counting loop) while inside."""
-
-    def __enter__(self):
-        self.stop = False
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-        return self
-
-    def _spin(self):
-        n = 0
-        while not self.stop:
-            n += 1
-
-    def __exit__(self, *exc):
-        self.stop = True
-        self.thread.join()
-
-
 def _seconds(fn, *args):
     t0 = time.perf_counter()
     fn(*args)
@@ -124,7 +106,7 @@ def test_reads_beside_busy_thread(benchmark, reader, sample):
     alone, beside = [], []
 
     def busy_round():
-        with _Busy():
+        with BusyThread():
             beside.append(_rate(reader.read, sample, SECONDS))
         alone.append(_rate(reader.read, sample, SECONDS))
 

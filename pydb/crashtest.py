@@ -35,9 +35,13 @@ report gives medians and, for every difference, a ministat verdict at 95%
 confidence from the repetitions' samples (Student's t, pydb.ministat).
 
 The Python twin reads through ``read_many`` batches of 256 records (one
-GIL release per batch; :data:`PY_READS` ``"batch"``, the default) or one
-``db[mfn]`` per record (``"record"``, one GIL release per record, as the
-twin did before); ``--py-read batch,record`` runs both side by side.
+GIL release per batch; :data:`PY_READS` ``"batch"``), one ``db[mfn]`` per
+record (``"record"``), or one ``db[mfn]`` per record with a CPU-bound
+Python thread running beside the readers (``"busy"``: what a web handler
+or a parser in the same process does to them); the default runs all
+three side by side.  A read whose pages are in the page cache keeps the
+GIL, one that may wait for the disk releases it: released on every read,
+a busy thread would take the GIL for a switch interval (5 ms) per read.
 Measured on the 2-core development machine (CPython 3.11, synthetic
 unesb, warm, medians of 7-11 runs in one process): batch reads are 1.2-1.4x
 faster than per-record reads at 1 thread (one Python call and one GIL
@@ -56,6 +60,7 @@ Python threads cannot add throughput to warm reads, only overlap waits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -79,11 +84,11 @@ from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
 __all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "open_row_index",
            "has_index", "run_python", "run_c",
            "crashtest_binary", "comparison", "format_block", "format_table", "plot",
-           "main", "c_main", "CACHES", "LOCKS", "PY_READS", "BATCH"]
+           "main", "c_main", "BusyThread", "CACHES", "LOCKS", "PY_READS", "BATCH"]
 
 CACHES = ("warm", "cold", "direct")
 LOCKS = ("none", "mutex")
-PY_READS = ("batch", "record")
+PY_READS = ("batch", "record", "busy")
 #: Records per read_many call in the Python twin's "batch" reads (the same
 #: batch the binding uses when iterating).
 BATCH = 256
@@ -241,8 +246,29 @@ def _sample(impl: str, s: Settings, phase: str, threads: int, rep: int, rows: in
 
 def impl_name(py_read: str) -> str:
     """The ``impl`` of the Python twin's samples: ``python`` for batch
-    reads, ``python-record`` for one ``db[mfn]`` per record."""
+    reads, ``python-record`` for one ``db[mfn]`` per record,
+    ``python-busy`` for those beside a CPU-bound thread."""
     return "python" if py_read == "batch" else f"python-{py_read}"
+
+
+class BusyThread:
+    """A CPU-bound Python thread (a counting loop) for the time of a
+    ``with`` block: it wants the GIL all the time."""
+
+    def __enter__(self) -> BusyThread:
+        self._stop = False
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+        return self
+
+    def _spin(self) -> None:
+        n = 0
+        while not self._stop:
+            n += 1
+
+    def __exit__(self, *exc) -> None:
+        self._stop = True
+        self._thread.join()
 
 
 def run_python(s: Settings) -> list[dict]:
@@ -252,15 +278,17 @@ def run_python(s: Settings) -> list[dict]:
     ``"batch"``: the sequential read iterates ``db.records(deleted=True)``
     (256 records per GIL release) and the threads call
     ``db.read_many`` on 256 MFNs at a time; ``"record"``: one ``db[mfn]``
-    per record.  Returns samples in the same shape as :func:`run_c`, with
-    impl :func:`impl_name`."""
+    per record; ``"busy"``: as ``"record"``, with a :class:`BusyThread`
+    running through every pass.  Returns samples in the same shape as
+    :func:`run_c`, with impl :func:`impl_name`."""
     if s.py_read not in PY_READS:
         raise ValueError(f"py_read must be one of {PY_READS}, not {s.py_read!r}")
     io = "direct" if s.cache == "direct" else s.io
     impl = impl_name(s.py_read)
     batch = s.py_read == "batch"
     out = []
-    with open_db(s.db, io=io, lock=s.lock) as db:
+    with open_db(s.db, io=io, lock=s.lock) as db, \
+            (BusyThread() if s.py_read == "busy" else contextlib.nullcontext()):
         if s.mfns is not None:
             mfns = list(s.mfns)
         elif s.prefix is not None:
@@ -557,9 +585,10 @@ def main(argv=None) -> int:
                     help="a pass is cut off after this many seconds (default 1.0)")
     ap.add_argument("--io", default="mmap", choices=["mmap", "pread"],
                     help="I/O for warm and cold passes (default mmap)")
-    ap.add_argument("--py-read", default="batch",
-                    help="Python twin's reads: batch (read_many, 256 per GIL release), "
-                         "record (db[mfn]), or both: batch,record (default batch)")
+    ap.add_argument("--py-read", default="batch,record,busy",
+                    help="Python twin's reads, comma-separated: batch (read_many, 256 "
+                         "records per call), record (db[mfn]), busy (db[mfn] with a "
+                         "CPU-bound Python thread beside the readers) (default all three)")
     ap.add_argument("--prefix", default="Z",
                     help="index phase: read the records named by the postings of the keys "
                          "with this prefix, where the database has an index (default Z)")
@@ -677,6 +706,12 @@ def _print_targets(samples: list[dict], impls: Sequence[str]) -> None:
                   _values(samples, impl, "threads", 1, "warm", "none"))
         if r is not None:
             lines.append(f"{impl} 8 threads vs 1 thread, warm: {r:.2f}x (target >= 1.0x)")
+    if "python-busy" in impls and "python-record" in impls:
+        r = ratio(_values(samples, "python-busy", "threads", 1, "warm", "none"),
+                  _values(samples, "python-record", "threads", 1, "warm", "none"))
+        if r is not None:
+            lines.append(f"python-busy vs python-record, 1 thread, warm: {r:.2f} "
+                         f"(target >= 0.45; 0.5 is the GIL's share)")
     r = ratio(_values(samples, "c", "threads", 8, "direct", "none"),
               _values(samples, "c", "threads", 1, "direct", "none"))
     if r is not None:
