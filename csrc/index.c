@@ -51,6 +51,61 @@ int pydb__posting_cmp(const void *a, const void *b)
     return 0;
 }
 
+void pydb__postings_merge(pydb_posting *out, size_t *no, const pydb_posting *a,
+                          size_t na, const pydb_posting *b, size_t nb)
+{
+    size_t i = 0, j = 0, o = *no;
+    while (i < na && j < nb) {
+        int c = pydb__posting_cmp(&a[i], &b[j]);
+        if (c < 0) out[o++] = a[i++];
+        else if (c > 0) out[o++] = b[j++];
+        else { out[o++] = a[i++]; j++; }
+    }
+    while (i < na) out[o++] = a[i++];
+    while (j < nb) out[o++] = b[j++];
+    *no = o;
+}
+
+int pydb__postings_merge_runs(pydb_postings *l, size_t *runs, size_t nruns,
+                              pydb_error *err)
+{
+    pydb_postings tmp = {0};
+    size_t keep = runs[0];   /* l->v[0..keep) is not part of the runs */
+    int rc;
+
+    runs[nruns] = l->n;
+    if (nruns < 2) return PYDB_OK;
+    if ((rc = pydb__postings_reserve(&tmp, l->n, err))) return rc;
+    memcpy(tmp.v, l->v, keep * sizeof *tmp.v);   /* both buffers hold it */
+    while (nruns > 1) {
+        size_t o = keep, r, w = 0;
+        /* each step reads runs[r..r+2] before writing runs[w], w <= r */
+        for (r = 0; r + 1 < nruns; r += 2) {
+            size_t s0 = runs[r], s1 = runs[r + 1], e1 = runs[r + 2];
+            runs[w++] = o;
+            pydb__postings_merge(tmp.v, &o, l->v + s0, s1 - s0, l->v + s1,
+                                 e1 - s1);
+        }
+        if (r < nruns) {   /* odd run out */
+            size_t s0 = runs[r], e0 = runs[r + 1];
+            runs[w++] = o;
+            memcpy(tmp.v + o, l->v + s0, (e0 - s0) * sizeof *tmp.v);
+            o += e0 - s0;
+        }
+        runs[w] = o;
+        nruns = w;
+        pydb_posting *sw = l->v;
+        size_t swcap = l->cap;
+        l->v = tmp.v;
+        l->cap = tmp.cap;
+        l->n = o;
+        tmp.v = sw;
+        tmp.cap = swcap;
+    }
+    pydb_postings_free(&tmp);
+    return PYDB_OK;
+}
+
 void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from)
 {
     size_t i, o;

@@ -55,6 +55,18 @@ static inline int pydb__keycmp(const uint8_t *a, size_t al, const uint8_t *b,
  * sorted list costs one pass from there and no sort. */
 void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from);
 
+/* Merge sorted a[na] and b[nb] into out (appending at *no), dropping
+ * duplicates. */
+void pydb__postings_merge(pydb_posting *out, size_t *no, const pydb_posting *a,
+                          size_t na, const pydb_posting *b, size_t nb);
+
+/* l->v holds nruns sorted runs back to back, run r starting at runs[r]
+ * (runs has nruns + 1 entries; runs[nruns] is set to l->n and the array
+ * is overwritten; l->v[0..runs[0]) is kept as it is).  Merge them pairwise, bottom-up, into one sorted
+ * distinct list: O(N log nruns), one scratch list of N postings. */
+int pydb__postings_merge_runs(pydb_postings *l, size_t *runs, size_t nruns,
+                              pydb_error *err);
+
 /* Make room for n postings in *p (capacity doubles; PYDB_ENOMEM on
  * failure, *p unchanged). */
 int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err);

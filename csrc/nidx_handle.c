@@ -326,25 +326,33 @@ static int postings_in(pydb_postings *out, nidx_segset *ss,
                        const uint8_t *key, size_t len, uint64_t *skipped,
                        pydb_error *err)
 {
-    size_t first = out->n;
-    int rc = PYDB_OK, parts = 0;
+    size_t *runs = NULL, parts = 0;
+    int rc = PYDB_OK;
     nidx_cursor c;
 
+    /* Each segment's live postings of the key are one sorted run; the
+     * runs are merged (pydb__postings_merge_runs), not sorted again. */
     memset(&c, 0, sizeof c);
+    runs = malloc((ss->n + 1) * sizeof *runs);
+    if (!runs) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, NULL, -1,
+                        "no memory for %zu posting runs", ss->n);
+        goto cleanup;
+    }
     for (size_t i = 0; i < ss->n; i++) {
         uint64_t live;
+        size_t start = out->n;
         c.s = ss->v[i];
         if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
         if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
         if ((rc = pydb__nidx_decode_live(out, ss, i, &c, &live, err)))
             goto cleanup;
-        parts += live > 0;
+        if (out->n > start) runs[parts++] = start;
         if (skipped) *skipped += c.count - live;
     }
-    if (parts > 1)
-        qsort(out->v + first, out->n - first, sizeof *out->v,
-              pydb__posting_cmp);
+    if (parts > 1) rc = pydb__postings_merge_runs(out, runs, parts, err);
 cleanup:
+    free(runs);
     free(c.key);
     return rc;
 }

@@ -77,22 +77,6 @@ static void pl_filter_tags(pydb_posting *v, size_t *n, const uint32_t *tags,
     *n = o;
 }
 
-/* Merge sorted a[na] and b[nb] into out (appending), dropping duplicates. */
-static void merge_into(pydb_posting *out, size_t *no, const pydb_posting *a,
-                       size_t na, const pydb_posting *b, size_t nb)
-{
-    size_t i = 0, j = 0, o = *no;
-    while (i < na && j < nb) {
-        int c = pcmp(&a[i], &b[j], 4);
-        if (c < 0) out[o++] = a[i++];
-        else if (c > 0) out[o++] = b[j++];
-        else { out[o++] = a[i++]; j++; }
-    }
-    while (i < na) out[o++] = a[i++];
-    while (j < nb) out[o++] = b[j++];
-    *no = o;
-}
-
 /* End of the group of v[i] on `level` fields. */
 static size_t group_end(const pydb_posting *v, size_t n, size_t i, int level)
 {
@@ -153,7 +137,7 @@ static int combine(plist *out, const plist *a, const plist *b, int op,
     memset(out, 0, sizeof *out);
     if (op == OP_OR) {
         if ((rc = pydb__postings_reserve(out, na + nb, err))) return rc;
-        merge_into(out->v, &o, A, na, B, nb);
+        pydb__postings_merge(out->v, &o, A, na, B, nb);
         out->n = o;
         return PYDB_OK;
     }
@@ -197,7 +181,7 @@ static int combine(plist *out, const plist *a, const plist *b, int op,
                     }
                 }
             } else if (op != OP_NOT) {
-                merge_into(out->v, &o, A + i, ie - i, B + j, je - j);
+                pydb__postings_merge(out->v, &o, A + i, ie - i, B + j, je - j);
             }
             i = ie;
             j = je;
@@ -253,46 +237,6 @@ oom:
     return 1;
 }
 
-/* l->v holds nruns sorted runs back to back, run r starting at runs[r]
- * (runs[nruns] = l->n; runs has nruns + 1 entries and is overwritten).
- * Merge them pairwise, bottom-up, into one sorted distinct list: O(N log
- * nruns). */
-static int merge_runs(plist *l, size_t *runs, size_t nruns, pydb_error *err)
-{
-    plist tmp = {0};
-    int rc;
-
-    runs[nruns] = l->n;
-    if (nruns < 2) return PYDB_OK;
-    if ((rc = pydb__postings_reserve(&tmp, l->n, err))) return rc;
-    while (nruns > 1) {
-        size_t o = 0, r, w = 0;
-        /* each step reads runs[r..r+2] before writing runs[w], w <= r */
-        for (r = 0; r + 1 < nruns; r += 2) {
-            size_t s0 = runs[r], s1 = runs[r + 1], e1 = runs[r + 2];
-            runs[w++] = o;
-            merge_into(tmp.v, &o, l->v + s0, s1 - s0, l->v + s1, e1 - s1);
-        }
-        if (r < nruns) {   /* odd run out */
-            size_t s0 = runs[r], e0 = runs[r + 1];
-            runs[w++] = o;
-            memcpy(tmp.v + o, l->v + s0, (e0 - s0) * sizeof *tmp.v);
-            o += e0 - s0;
-        }
-        runs[w] = o;
-        nruns = w;
-        pydb_posting *sw = l->v;
-        size_t swcap = l->cap;
-        l->v = tmp.v;
-        l->cap = tmp.cap;
-        l->n = o;
-        tmp.v = sw;
-        tmp.cap = swcap;
-    }
-    pydb_postings_free(&tmp);
-    return PYDB_OK;
-}
-
 /* Postings of one term node (truncation: all keys with the prefix). */
 static int eval_term(plist *out, const node *t, eval_ctx *c)
 {
@@ -331,7 +275,7 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
         out->n = start + n;
         if (n) runs[nruns++] = start;
     }
-    rc = merge_runs(out, runs, nruns, c->err);
+    rc = pydb__postings_merge_runs(out, runs, nruns, c->err);
 cleanup:
     pydb__buf_free(&keys.arena);
     free(keys.off);
@@ -371,7 +315,7 @@ static int eval_or(plist *out, const node *n, eval_ctx *c)
         }
         pydb_postings_free(&part);
     }
-    if (!rc) rc = merge_runs(out, runs, nruns, c->err);
+    if (!rc) rc = pydb__postings_merge_runs(out, runs, nruns, c->err);
     pydb_postings_free(&part);
     free(runs);
     if (rc) pydb_postings_free(out);

@@ -66,6 +66,17 @@ module_state *state_of_type(PyTypeObject *tp);
  * in _pydb_module.c). */
 PyObject *set_error(module_state *st, int rc, const pydb_error *e);
 
+/* ------------------------------------------- search results (_pydb_search.c) */
+
+/* The MFNs of a search as bytes, 4 native-endian bytes per MFN: what
+ * _search() and Snapshot._search() return (pydb/search.py reads them
+ * into an array('i'), making no Python int per hit). */
+PyObject *mfn_bytes(const int32_t *mfns, size_t n);
+/* Byte offset `off` in the encoded expression -> character offset, for
+ * SearchSyntaxError positions. */
+Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
+                              const char *encoding);
+
 /* ------------------------------------------------------- handle guard */
 
 /* The in-flight state of a core handle (pydb_db, pydb_index) owned by a

@@ -6,7 +6,8 @@
  *     snap[mfn], snap.read_many(mfns), snap.xrf_entry(mfn), len(snap),
  *     snap.counts(), snap.mfns(), snap.records(), iter(snap), snap.info()
  *     view = snap._index_view()      # the Index as of the commit, or None
- *     snap._search(view, expr)       # pydb_snapshot_search: [MFN, ...]
+ *     snap._search(view, expr)       # pydb_snapshot_search: MFNs, as
+ *                                    # _search() gives them (mfn_bytes)
  *     snap.close()                   # pydb_snapshot_release; idempotent
  *
  * Lifetime.  A snapshot holds a reference to its Database, and the
@@ -525,26 +526,6 @@ static PyObject *snapshot_index_view(SnapshotObject *s, PyObject *unused)
     return Py_NewRef(s->view ? s->view : Py_None);
 }
 
-/* Byte offset `off` in the encoded expression -> character offset (as
- * _pydb_search.c reports SearchSyntaxError positions). */
-static Py_ssize_t char_offset(PyObject *encoded, int64_t off,
-                              const char *encoding)
-{
-    Py_ssize_t n = PyBytes_GET_SIZE(encoded), len;
-    PyObject *prefix;
-    if (off <= 0) return off < 0 ? -1 : 0;
-    if (off > n) off = n;
-    prefix = PyUnicode_Decode(PyBytes_AS_STRING(encoded), (Py_ssize_t)off,
-                              encoding, "replace");
-    if (!prefix) {
-        PyErr_Clear();
-        return (Py_ssize_t)off;
-    }
-    len = PyUnicode_GET_LENGTH(prefix);
-    Py_DECREF(prefix);
-    return len;
-}
-
 static PyObject *snapshot_search(SnapshotObject *s, PyObject *args)
 {
     module_state *st = state_of_type(Py_TYPE(s));
@@ -578,19 +559,11 @@ static PyObject *snapshot_search(SnapshotObject *s, PyObject *args)
                                        text_len, &e));
     if (rc) {
         if (rc == PYDB_ESYNTAX)
-            e.offset = char_offset(encoded, e.offset, encoding);
+            e.offset = search_char_offset(encoded, e.offset, encoding);
         set_error(st, rc, &e);
         goto cleanup;
     }
-    result = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; result && i < n; i++) {
-        PyObject *v = PyLong_FromLong(mfns[i]);
-        if (!v) {
-            Py_CLEAR(result);
-            break;
-        }
-        PyList_SET_ITEM(result, (Py_ssize_t)i, v);
-    }
+    result = mfn_bytes(mfns, n);
 cleanup:
     free(mfns);
     Py_XDECREF(encoded);

@@ -31,6 +31,7 @@ has the full definition.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, overload
@@ -50,20 +51,39 @@ class SearchResult(Sequence):
     (int, 1-based) supporting ``len()``, iteration, indexing and slicing
     (a slice is a list of MFNs) and ``mfn in result`` (binary search).
 
-    Attributes: ``expr`` (str, the expression), ``mfns`` (tuple of int),
-    ``db`` (the Database -- or the Snapshot, for a search as of its
-    commit -- the MFNs refer to, or None).
+    The MFNs are kept as 32-bit C ints (``array('i')``, 4 bytes per hit,
+    filled by one copy from the core's result): ``len()`` makes no Python
+    object, and an ``int`` is made only for the MFNs that are indexed,
+    iterated or sliced.
+
+    Attributes: ``expr`` (str, the expression), ``mfns`` (tuple of int,
+    made on first use), ``db`` (the Database -- or the Snapshot, for a
+    search as of its commit -- the MFNs refer to, or None).
     """
 
-    __slots__ = ("expr", "mfns", "db")
+    __slots__ = ("expr", "db", "_v", "_tuple")
 
     def __init__(self, expr: str, mfns, db: Database | Snapshot | None = None):
+        """`mfns`: sorted distinct MFNs, as an iterable of int or as the
+        core's packed bytes (4 native-endian bytes per MFN)."""
         self.expr = expr
-        self.mfns = tuple(mfns)
         self.db = db
+        self._tuple: tuple[int, ...] | None = None
+        if isinstance(mfns, bytes):
+            self._v = array("i")
+            self._v.frombytes(mfns)
+        else:
+            self._v = array("i", mfns)
+
+    @property
+    def mfns(self) -> tuple[int, ...]:
+        """The MFNs as a tuple of int (made once, on first use)."""
+        if self._tuple is None:
+            self._tuple = tuple(self._v)
+        return self._tuple
 
     def __len__(self) -> int:
-        return len(self.mfns)
+        return len(self._v)
 
     @overload
     def __getitem__(self, i: int) -> int: ...
@@ -72,31 +92,31 @@ class SearchResult(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return list(self.mfns[i])
-        return self.mfns[i]
+            return self._v[i].tolist()
+        return self._v[i]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.mfns)
+        return iter(self._v)
 
     def __contains__(self, mfn) -> bool:
         if not isinstance(mfn, int):
             return False
-        k = bisect_left(self.mfns, mfn)
-        return k < len(self.mfns) and self.mfns[k] == mfn
+        k = bisect_left(self._v, mfn)
+        return k < len(self._v) and self._v[k] == mfn
 
     def __eq__(self, other):
         if isinstance(other, SearchResult):
-            return self.mfns == other.mfns
+            return self._v == other._v
         if isinstance(other, (list, tuple)):
-            return list(self.mfns) == list(other)
+            return self._v.tolist() == list(other)
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        shown = ", ".join(map(str, self.mfns[:10]))
-        more = ", ..." if len(self.mfns) > 10 else ""
-        return f"<SearchResult {self.expr!r}: {len(self.mfns)} MFNs [{shown}{more}]>"
+        shown = ", ".join(map(str, self._v[:10]))
+        more = ", ..." if len(self._v) > 10 else ""
+        return f"<SearchResult {self.expr!r}: {len(self._v)} MFNs [{shown}{more}]>"
 
     def records(self, batch: int = 256) -> Iterator[Record]:
         """The records of the result in MFN order, read lazily: `batch`
@@ -119,8 +139,8 @@ class SearchResult(Sequence):
         return self._records(self.db, batch)
 
     def _records(self, db, batch: int) -> Iterator[Record]:
-        for i in range(0, len(self.mfns), batch):
-            chunk = self.mfns[i:i + batch]
+        for i in range(0, len(self._v), batch):
+            chunk = self._v[i:i + batch].tolist()
             try:
                 recs = db.read_many(chunk)
             except NotFoundError:      # one of them is gone: one at a time

@@ -33,6 +33,7 @@ import shutil
 from pathlib import Path
 
 from . import _pydb
+from .errors import Error
 from .native import build_index
 
 __all__ = ["GENERATOR_VERSION", "RECORDS_PER_SCALE", "FST", "Z_TERMS", "Z_POSTINGS",
@@ -212,20 +213,38 @@ def default_cache_dir() -> Path:
     return Path(xdg) / "pydb" if xdg else Path.home() / ".cache" / "pydb"
 
 
+def _index_readable(base: Path) -> bool:
+    """True if the native index of `base` opens (format and manifest)."""
+    try:
+        _pydb._open_native_index(os.fspath(base)).close()
+    except Error:
+        return False
+    return True
+
+
 def default_database(scale: int = 1, cache_dir=None) -> Path:
     """The crashtest's default database with its FST and native index
     (:func:`generate` with ``index=True``), built on first use (a few
     seconds) in ``<cache>/unesb-v<GENERATOR_VERSION>-x<scale>`` and reused
     afterwards; a new GENERATOR_VERSION builds a new folder (older ones are
-    left for the user to delete).  `cache_dir` overrides
-    :func:`default_cache_dir`.
+    left for the user to delete).  A folder whose index this pydb cannot
+    read (built by a pydb with an older index format) is built again, so
+    that the crashtest never silently loses its index phase.  `cache_dir`
+    overrides :func:`default_cache_dir`.
 
     Returns its base path (Path)."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder = cache / f"unesb-v{GENERATOR_VERSION}-x{scale}"
     base = folder / "unesb"
     if (folder / "complete").exists():
-        return base
+        if _index_readable(base):
+            return base
+        stale = folder.with_name(folder.name + f".stale{os.getpid()}")
+        try:
+            os.rename(folder, stale)   # readers that have it open keep it
+        except OSError:                # another process moved it first
+            pass
+        shutil.rmtree(stale, ignore_errors=True)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -238,6 +238,15 @@ def test_default_database_is_built_once(tmp_path, monkeypatch):
     assert (base.parent / "unesb.mst").stat().st_mtime_ns == mtime
     with pydb.open(base) as db:
         assert len(db) == 300
+    # an index this pydb cannot read (an older format): built again
+    manifest = base.parent / "unesb.pdx" / "MANIFEST"
+    manifest.write_bytes(manifest.read_bytes().replace(b"pydb-native-index 2",
+                                                       b"pydb-native-index 1"))
+    assert unesb.default_database() == base
+    assert (base.parent / "unesb.mst").stat().st_mtime_ns != mtime
+    with pydb.open(base) as db:
+        assert next(iter(db.index.terms()), None) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [base.parent.name]
 
 
 def test_unesb_is_deterministic(tmp_path):

@@ -25,6 +25,7 @@ import pytest
 
 import pydb
 from pydb import _pydb
+from pydb.search import search
 
 REPO = Path(__file__).resolve().parent.parent
 FST = "1 4 v1\n"      # the words of field 1
@@ -415,7 +416,7 @@ def test_snapshot_view_keeps_its_commit_while_another_process_merges(tmp_path):
                 w.stdin.write("8\n")
                 assert w.stdout.readline().strip() == str(14 + 8 * step)
                 assert view_state(view) == state_at(7)
-                assert list(_pydb._search(view, "COMMON")) == list(range(1, 7))
+                assert list(search(view, "COMMON")) == list(range(1, 7))
                 # plain reads see the latest commit
                 assert list(db.search("COMMON")) == list(range(1, 15 + 8 * step))
             later, info2 = _pydb._snapshot_index(db, db.index.handle)

@@ -386,6 +386,16 @@ def test_deleted_records_dropped(tmp_path, ix):
         assert first.mfn == 1 and first[10] == ["record 1"]
         assert [x.mfn for x in recs] == [2, 4, 6, 8, 9, 10]
         assert re.match(r"<SearchResult 'AP\$ \^ \"APPLE PIE\"': 7 MFNs \[1, 2, 4", repr(r))
+        assert r.mfns == (1, 2, 4, 6, 8, 9, 10) and r.mfns is r.mfns
+        assert r[-7] == 1 and r[::3] == [1, 6, 10] and r[5:] == [9, 10]
+        with pytest.raises(IndexError):
+            r[7]
+        assert r == SearchResult("other", [1, 2, 4, 6, 8, 9, 10]) and r != [1, 2]
+        assert r.index(8) == 4 and r.count(9) == 1 and list(reversed(r))[0] == 10
+        # the core's packed form: 4 native-endian bytes per MFN, no ints made
+        raw = _pydb._search(ix, "AP$ ^ \"APPLE PIE\"", db)
+        assert raw == struct.pack("=7i", 1, 2, 4, 6, 8, 9, 10)
+        assert SearchResult("x", raw) == r and len(SearchResult("x", b"")) == 0
         # batches, and a record physically deleted after the search
         r = search(ix, "APPLE + BANANA", db)
         assert [x.mfn for x in r.records(batch=3)] == [1, 2, 4, 6, 7, 8]
