@@ -66,6 +66,21 @@ void pydb__postings_merge(pydb_posting *out, size_t *no, const pydb_posting *a,
     *no = o;
 }
 
+int pydb__runs_push(pydb_runs *r, size_t start, pydb_error *err)
+{
+    if (r->n + 2 > r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        size_t *v = realloc(r->v, cap * sizeof *v);
+        if (!v)
+            return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                              "no memory for %zu posting runs", cap);
+        r->v = v;
+        r->cap = cap;
+    }
+    r->v[r->n++] = start;
+    return PYDB_OK;
+}
+
 int pydb__postings_merge_runs(pydb_postings *l, size_t *runs, size_t nruns,
                               pydb_error *err)
 {
@@ -179,7 +194,7 @@ int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err)
 {
     static const pydb_index_ops ops = {"borrowed", borrowed_terms,
                                        borrowed_postings, borrowed_key,
-                                       borrowed_close, NULL};
+                                       borrowed_close, NULL, NULL};
     borrowed *b = calloc(1, sizeof *b);
     if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     b->base = *ix;

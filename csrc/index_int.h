@@ -10,6 +10,13 @@
 #include <string.h>
 #include "pydb_int.h"
 
+/* Starts of sorted runs in a pydb_postings (pydb__postings_merge_runs);
+ * v always has room for one more entry than n. */
+typedef struct pydb_runs {
+    size_t *v;
+    size_t n, cap;
+} pydb_runs;
+
 typedef struct pydb_index_ops {
     const char *name;
     int (*terms)(pydb_index *ix, const uint8_t *prefix, size_t prefix_len,
@@ -25,6 +32,13 @@ typedef struct pydb_index_ops {
      * never changes while open.  pydb_search() evaluates a whole
      * expression on one view, so it sees one committed state. */
     int (*pin)(pydb_index *ix, pydb_index **view, pydb_error *err);
+    /* Optional: the postings of every key that starts with prefix, in one
+     * walk of the keys (no seek per key): appended to out as sorted runs
+     * (one per key and segment), the start of each run pushed on runs.
+     * NULL: the caller enumerates the keys and asks postings per key. */
+    int (*prefix_postings)(pydb_postings *out, pydb_runs *runs,
+                           pydb_index *ix, const uint8_t *prefix,
+                           size_t prefix_len, pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {
@@ -54,6 +68,9 @@ static inline int pydb__keycmp(const uint8_t *a, size_t al, const uint8_t *b,
  * v[0..from) is known to be sorted already (from >= 1), so an already
  * sorted list costs one pass from there and no sort. */
 void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from);
+
+/* Push a run start (PYDB_ENOMEM on failure). */
+int pydb__runs_push(pydb_runs *r, size_t start, pydb_error *err);
 
 /* Merge sorted a[na] and b[nb] into out (appending at *no), dropping
  * duplicates. */

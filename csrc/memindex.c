@@ -106,7 +106,7 @@ static void mem_close(pydb_index *ix)
 }
 
 static const pydb_index_ops mem_ops = {
-    "memory", mem_terms, mem_postings, mem_key, mem_close, NULL};
+    "memory", mem_terms, mem_postings, mem_key, mem_close, NULL, NULL};
 
 int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err)
 {

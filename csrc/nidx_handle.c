@@ -198,12 +198,32 @@ nidx_segset *pydb__nidx_acquire(nidx *x)
     return ss;
 }
 
-/* skipped (may be NULL): incremented by the dead postings decoded and
- * left out. */
+/* Where terms_in() puts the postings of the keys it walks (or NULL). */
+typedef struct postings_sink {
+    pydb_postings *out;
+    pydb_runs *runs;
+} postings_sink;
+
+/* The live postings of cursor c's key (segment ss->v[c->idx]) as one run. */
+static int sink_key(postings_sink *sink, nidx_segset *ss, nidx_cursor *c,
+                    pydb_error *err)
+{
+    size_t start = sink->out->n;
+    uint64_t live;
+    int rc = pydb__nidx_decode_live(sink->out, ss, c->idx, c, &live, err);
+    if (rc == PYDB_OK && sink->out->n > start)
+        rc = pydb__runs_push(sink->runs, start, err);
+    return rc;
+}
+
+/* Walk the keys >= start that begin with prefix, in order, merged over
+ * the segments of ss: fn (may be NULL) gets each key with its live
+ * posting count; sink (may be NULL) gets its postings.  skipped (may be
+ * NULL): incremented by the dead postings decoded and left out. */
 static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
                     size_t prefix_len, const uint8_t *start,
                     size_t start_len, pydb_term_fn fn, void *ctx,
-                    uint64_t *skipped, pydb_error *err)
+                    postings_sink *sink, uint64_t *skipped, pydb_error *err)
 {
     nidx_cursor *cs = calloc(ss->n ? ss->n : 1, sizeof *cs);
     const uint8_t *from = prefix;
@@ -230,7 +250,8 @@ static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
             if (c->klen < prefix_len ||
                 (prefix_len && memcmp(c->key, prefix, prefix_len) != 0))
                 break;
-            if (fn(ctx, c->key, c->klen, c->count)) break;
+            if (sink && (rc = sink_key(sink, ss, c, err))) goto cleanup;
+            if (fn && fn(ctx, c->key, c->klen, c->count)) break;
             if ((rc = pydb__ncur_next(c, err))) goto cleanup;
         }
         goto cleanup;
@@ -265,6 +286,8 @@ static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
             k++;
         for (size_t j = 0; j < k; j++) {
             nidx_cursor *c = ord[j];
+            if (sink && (rc = sink_key(sink, ss, c, err))) goto cleanup;
+            if (!fn) continue;   /* postings only: no counts */
             if (ss->newer_tombs[c->idx]) {
                 uint64_t live;
                 if ((rc = pydb__nidx_decode_live(NULL, ss, c->idx, c, &live,
@@ -276,7 +299,7 @@ static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
                 total += c->count;
             }
         }
-        if (total > 0 && fn(ctx, min->key, min->klen, total)) break;
+        if (fn && total > 0 && fn(ctx, min->key, min->klen, total)) break;
         /* advance the k cursors on this key and put them back in order */
         nidx_cursor *moved[k];
         size_t nm = 0;
@@ -316,7 +339,7 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
     if (rc) return rc;
     nidx_segset *ss = pydb__nidx_acquire(x);
     rc = terms_in(x->dir, ss, prefix, prefix_len, start, start_len, fn, ctx,
-                  &skipped, err);
+                  NULL, &skipped, err);
     pydb__nsegset_unref(ss);
     if (skipped) pydb__nidx_met(x);
     return rc;
@@ -417,7 +440,17 @@ static int view_terms(pydb_index *ix, const uint8_t *prefix,
 {
     nidx_view *v = (nidx_view *)ix;
     return terms_in(v->dir, v->ss, prefix, prefix_len, start, start_len, fn,
-                    ctx, NULL, err);
+                    ctx, NULL, NULL, err);
+}
+
+static int view_prefix_postings(pydb_postings *out, pydb_runs *runs,
+                                pydb_index *ix, const uint8_t *prefix,
+                                size_t prefix_len, pydb_error *err)
+{
+    nidx_view *v = (nidx_view *)ix;
+    postings_sink sink = {out, runs};
+    return terms_in(v->dir, v->ss, prefix, prefix_len, NULL, 0, NULL, NULL,
+                    &sink, NULL, err);
 }
 
 static int view_postings(pydb_postings *out, pydb_index *ix,
@@ -442,7 +475,8 @@ static void view_close(pydb_index *ix)
 }
 
 static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
-                                        view_key, view_close, NULL};
+                                        view_key, view_close, NULL,
+                                        view_prefix_postings};
 
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
@@ -471,7 +505,7 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 }
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
-                                        nidx_key, nidx_close, nidx_pin};
+                                        nidx_key, nidx_close, nidx_pin, NULL};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {

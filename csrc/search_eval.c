@@ -237,11 +237,33 @@ oom:
     return 1;
 }
 
-/* Postings of one term node (truncation: all keys with the prefix). */
+/* out holds runs->n sorted runs (starts in runs->v): sort and deduplicate
+ * each in place (a no-op pass for the sorted lists every index gives)
+ * and keep only the postings of t's tags, dropping runs left empty. */
+static void runs_tidy(plist *out, pydb_runs *runs, const node *t)
+{
+    size_t o = 0, kept = 0;
+    for (size_t r = 0; r < runs->n; r++) {
+        size_t start = runs->v[r];
+        size_t end = r + 1 < runs->n ? runs->v[r + 1] : out->n;
+        size_t n = end - start;
+        pydb__postings_normalize(out->v + start, &n, 1);
+        if (t->tags) pl_filter_tags(out->v + start, &n, t->tags, t->ntags);
+        if (n == 0) continue;
+        memmove(out->v + o, out->v + start, n * sizeof *out->v);
+        runs->v[kept++] = o;
+        o += n;
+    }
+    out->n = o;
+    runs->n = kept;
+}
+
+/* Postings of one term node (truncation: all keys with the prefix, as one
+ * walk of the keys where the index has it, else per key). */
 static int eval_term(plist *out, const node *t, eval_ctx *c)
 {
     key_list keys = {0};
-    size_t *runs = NULL, nruns = 0;
+    pydb_runs runs = {0};
     int rc;
 
     memset(out, 0, sizeof *out);
@@ -252,35 +274,32 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
         if (t->tags) pl_filter_tags(out->v, &out->n, t->tags, t->ntags);
         goto cleanup;
     }
-    rc = pydb_index_terms(c->ix, t->key, t->key_len, NULL, 0, collect_key,
-                          &keys, c->err);
-    if (!rc && keys.oom)
-        rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1,
-                        "no memory for the keys of a truncated term");
-    if (rc) goto cleanup;
-    runs = malloc((keys.n + 1) * sizeof *runs);
-    if (!runs) {
-        rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1, "no memory for runs");
-        goto cleanup;
-    }
-    /* one sorted run per key, back to back in out */
-    for (size_t k = 0; k < keys.n; k++) {
-        size_t start = out->n;
-        rc = pydb_index_postings(out, c->ix, keys.arena.p + keys.off[k],
-                                 keys.len[k], c->err);
+    if (c->ix->ops->prefix_postings) {
+        rc = c->ix->ops->prefix_postings(out, &runs, c->ix, t->key,
+                                         t->key_len, c->err);
         if (rc) goto cleanup;
-        size_t n = out->n - start;
-        pydb__postings_normalize(out->v + start, &n, 1);
-        if (t->tags) pl_filter_tags(out->v + start, &n, t->tags, t->ntags);
-        out->n = start + n;
-        if (n) runs[nruns++] = start;
+    } else {
+        rc = pydb_index_terms(c->ix, t->key, t->key_len, NULL, 0, collect_key,
+                              &keys, c->err);
+        if (!rc && keys.oom)
+            rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1,
+                            "no memory for the keys of a truncated term");
+        /* one sorted run per key, back to back in out */
+        for (size_t k = 0; !rc && k < keys.n; k++) {
+            size_t start = out->n;
+            rc = pydb_index_postings(out, c->ix, keys.arena.p + keys.off[k],
+                                     keys.len[k], c->err);
+            if (!rc && out->n > start) rc = pydb__runs_push(&runs, start, c->err);
+        }
+        if (rc) goto cleanup;
     }
-    rc = pydb__postings_merge_runs(out, runs, nruns, c->err);
+    runs_tidy(out, &runs, t);
+    if (runs.n > 1) rc = pydb__postings_merge_runs(out, runs.v, runs.n, c->err);
 cleanup:
     pydb__buf_free(&keys.arena);
     free(keys.off);
     free(keys.len);
-    free(runs);
+    free(runs.v);
     if (rc) pydb_postings_free(out);
     return rc;
 }

@@ -81,6 +81,52 @@ def test_create_with_fst_commits_update_the_index(tmp_path):
                                       Posting(3, 2, 1, 1)]
 
 
+def test_truncation_over_many_segments_and_tombstones(tmp_path):
+    """Truncated terms are read in one walk of the keys over every segment
+    (csrc/nidx_handle.c, terms_in with a postings sink), with the
+    tombstones of newer segments: the hits are exactly the live records
+    with a word of that prefix, alone, qualified by tag and combined."""
+    rnd = random.Random(11)
+    words = ["".join(rnd.choice("abc") for _ in range(rnd.randint(1, 4)))
+             for _ in range(60)]
+    live: dict[int, tuple[list[str], list[str]]] = {}
+    with pydb.create(tmp_path / "t", fst="1 4 v1\n2 4 v2\n", gc="none") as db:
+        for _ in range(25):                 # one segment per commit
+            with db.transaction() as t:
+                for _ in range(rnd.randint(1, 8)):
+                    f1 = rnd.sample(words, rnd.randint(0, 4))
+                    f2 = rnd.sample(words, rnd.randint(0, 3))
+                    fields = [(1, " ".join(f1)), (2, " ".join(f2))]
+                    k = rnd.random()
+                    if live and k < 0.3:
+                        m = rnd.choice(sorted(live))
+                        t.update(m, fields)
+                        live[m] = (f1, f2)
+                    elif live and k < 0.4:
+                        m = rnd.choice(sorted(live))
+                        t.delete(m)
+                        del live[m]
+                    else:
+                        live[t.append(fields)] = (f1, f2)
+        assert db.stat()["index"]["segments"] >= 20
+
+        def has(m, prefix, tags=(1, 2)):
+            return any(w.upper().startswith(prefix) for tag in tags
+                       for w in live[m][tag - 1])
+
+        for prefix in ["A", "AB", "B", "CA", "ABC", "C", "CCCC", "Z"]:
+            want = [m for m in sorted(live) if has(m, prefix)]
+            assert mfns(db.search(f"{prefix}$")) == want, prefix
+            want = [m for m in sorted(live) if has(m, prefix, (2,))]
+            assert mfns(db.search(f"{prefix}$/(2)")) == want, prefix
+            want = [m for m in sorted(live) if has(m, prefix) and has(m, "B")]
+            assert mfns(db.search(f"{prefix}$ * B$")) == want, prefix
+        # the per-key postings agree with the walk
+        keys = [k for k, _ in db.terms("A")]
+        per_key = sorted({p.mfn for k in keys for p in db.postings(k)})
+        assert mfns(db.search("A$")) == per_key
+
+
 def test_aborted_transaction_leaves_no_index_change(tmp_path):
     base = tmp_path / "ab"
     # gc="none": no collection merging the segments meanwhile
