@@ -424,6 +424,12 @@ void pydb_snapshot_info_get(pydb_snapshot_info *out,
  * a version the snapshot can see. */
 int pydb_snapshot_read(pydb_record **rec, const pydb_snapshot *snap,
                        int32_t mfn, pydb_error *err);
+/* pydb_snapshot_read() only if it cannot wait for the disk (the rules of
+ * pydb_read_nowait(); also PYDB_EWOULDBLOCK when the record changed after
+ * the snapshot: following its version chain is left to the blocking
+ * call).  The binding calls it with the GIL held. */
+int pydb_snapshot_read_nowait(pydb_record **rec, const pydb_snapshot *snap,
+                              int32_t mfn, pydb_error *err);
 /* pydb_xrf_get() as of the snapshot (state and offset of the version
  * the snapshot sees; raw and flags from the latest entry). */
 int pydb_snapshot_xrf_get(pydb_xrf_entry *out, const pydb_snapshot *snap,

@@ -612,12 +612,13 @@ static int xrf_get(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
 }
 
 static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
-                       const pydb_state *st, int32_t mfn, pydb_error *err);
+                       const pydb_state *st, int32_t mfn, pydb_error *err,
+                       int nowait);
 
 int pydb__xrf_get_in(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
                      int32_t mfn, pydb_error *err)
 {
-    return read_in_gen(NULL, out, db, st, mfn, err);
+    return read_in_gen(NULL, out, db, st, mfn, err, 0);
 }
 
 int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
@@ -716,16 +717,19 @@ cleanup:
 }
 
 /* A read as of *st through the handle's files, retried when a switch of
- * the file pair overlapped it (st translated to the new files: state_in). */
+ * the file pair overlapped it (st translated to the new files: state_in).
+ * nowait (records only): PYDB_EWOULDBLOCK instead of any wait. */
 static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
-                       const pydb_state *st, int32_t mfn, pydb_error *err)
+                       const pydb_state *st, int32_t mfn, pydb_error *err,
+                       int nowait)
 {
     for (;;) {
         pydb_state cur;
         uint64_t fs;
-        int rc = files_begin(&fs, db, 0, err);
+        int rc = files_begin(&fs, db, nowait, err);
         if (rc) return rc;
         if (state_in(&cur, db, st, fs >> 1) != 0) {
+            if (nowait) return PYDB_EWOULDBLOCK;
             if (st->file_gen > fs >> 1) {
                 rc = pydb__files_sync(db, err);
                 if (rc) return rc;
@@ -741,9 +745,14 @@ static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
                               "by a compaction",
                               (unsigned long long)st->commit);
         }
-        if (rec) rc = read_in(rec, db, &cur, mfn, err, 0);
+        if (rec) rc = read_in(rec, db, &cur, mfn, err, nowait);
         else rc = xrf_get(xe, db, &cur, mfn, err, 0);
         if (!files_moved(db, fs)) return rc;
+        if (nowait) {
+            if (rc == PYDB_OK) pydb_record_free(*rec);
+            if (rec) *rec = NULL;
+            return PYDB_EWOULDBLOCK;
+        }
         if (st->commit == 0 || st->commit == PYDB__STATE_FLOOR)
             return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
                               "the master file was replaced during the "
@@ -754,7 +763,7 @@ static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
 int pydb__read_in(pydb_record **rec, pydb_db *db, const pydb_state *st,
                   int32_t mfn, pydb_error *err)
 {
-    return read_in_gen(rec, NULL, db, st, mfn, err);
+    return read_in_gen(rec, NULL, db, st, mfn, err, 0);
 }
 
 /* A plain read: first against the floor of the latest state (no state
@@ -1085,13 +1094,20 @@ void pydb_snapshot_info_get(pydb_snapshot_info *o, const pydb_snapshot *snap)
 int pydb_snapshot_read(pydb_record **rec, const pydb_snapshot *snap,
                        int32_t mfn, pydb_error *err)
 {
-    return read_in_gen(rec, NULL, snap->db, &snap->st, mfn, err);
+    return read_in_gen(rec, NULL, snap->db, &snap->st, mfn, err, 0);
+}
+
+int pydb_snapshot_read_nowait(pydb_record **rec, const pydb_snapshot *snap,
+                              int32_t mfn, pydb_error *err)
+{
+    if (snap->db->io == PYDB_IO_DIRECT) return PYDB_EWOULDBLOCK;
+    return read_in_gen(rec, NULL, snap->db, &snap->st, mfn, err, 1);
 }
 
 int pydb_snapshot_xrf_get(pydb_xrf_entry *out, const pydb_snapshot *snap,
                           int32_t mfn, pydb_error *err)
 {
-    return read_in_gen(NULL, out, snap->db, &snap->st, mfn, err);
+    return read_in_gen(NULL, out, snap->db, &snap->st, mfn, err, 0);
 }
 
 int pydb_snapshot_count(pydb_counts *out, const pydb_snapshot *snap,

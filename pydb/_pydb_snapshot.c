@@ -292,7 +292,12 @@ static PyObject *snapshot_read(SnapshotObject *s, PyObject *arg)
 
     if (!st || parse_mfn(st, arg, &mfn) < 0 || snapshot_check_open(st, s) < 0)
         return NULL;
-    UNLOCKED(&s->guard, NULL, rc = pydb_snapshot_read(&rec, s->snap, mfn, &e));
+    /* Cache hit of a record unchanged since the snapshot: read with the
+     * GIL held (as Database.read); otherwise release it and read. */
+    rc = pydb_snapshot_read_nowait(&rec, s->snap, mfn, &e);
+    if (rc == PYDB_EWOULDBLOCK)
+        UNLOCKED(&s->guard, NULL,
+                 rc = pydb_snapshot_read(&rec, s->snap, mfn, &e));
     if (rc) {
         pydb_record_free(rec);
         return set_error(st, rc, &e);

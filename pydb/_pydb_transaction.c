@@ -124,11 +124,11 @@ static void txn_end(TxnObject *self, int how)
 
 /* The fields of append()/update(), str values encoded with the
  * database's encoding and error handler.  0, or -1 with an exception. */
-static int txn_fields(module_state *st, TxnObject *self, PyObject *fields,
-                      fieldbuf *b)
+static int db_fields(module_state *st, DatabaseObject *db, PyObject *fields,
+                     fieldbuf *b)
 {
-    const char *encoding = PyUnicode_AsUTF8(self->db->encoding);
-    const char *errors = encoding ? PyUnicode_AsUTF8(self->db->errors) : NULL;
+    const char *encoding = PyUnicode_AsUTF8(db->encoding);
+    const char *errors = encoding ? PyUnicode_AsUTF8(db->errors) : NULL;
     if (!errors || fields_add(st, b, fields, encoding, errors) < 0) {
         fields_free(b);
         return -1;
@@ -143,7 +143,7 @@ static PyObject *txn_append(TxnObject *self, PyObject *fields)
     pydb_error e;
     int32_t mfn = 0;
     int rc;
-    if (!st || txn_fields(st, self, fields, &b) < 0) return NULL;
+    if (!st || db_fields(st, self->db, fields, &b) < 0) return NULL;
     if (txn_check(st, self) < 0) {
         fields_free(&b);
         return NULL;
@@ -165,7 +165,7 @@ static PyObject *txn_update(TxnObject *self, PyObject *args)
     int rc;
     if (!st || !PyArg_ParseTuple(args, "OO:update", &mfno, &fields) ||
         parse_mfn(st, mfno, &mfn) < 0 ||
-        txn_fields(st, self, fields, &b) < 0)
+        db_fields(st, self->db, fields, &b) < 0)
         return NULL;
     if (txn_check(st, self) < 0) {
         fields_free(&b);
@@ -349,11 +349,83 @@ static PyType_Spec txn_spec = {
         Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
     txn_slots};
 
+/* ------------------------------------------- one change, one commit */
+
+enum { WRITE_APPEND, WRITE_UPDATE, WRITE_DELETE, WRITE_UNDELETE };
+
+/* _write_one(db, op, mfn, fields, timeout) -> MFN.  Begin, change and
+ * commit in one region with the GIL released, so the writer lock is never
+ * held while this thread waits for the GIL: with many Python threads
+ * writing, a transaction begun in one call and committed in the next
+ * keeps the lock through a GIL hand-off (up to a switch interval, 5 ms,
+ * per commit), and every other writer waits that long too. */
+static PyObject *mod_write_one(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo, *mfno, *fields, *timeout;
+    DatabaseObject *db;
+    fieldbuf b = FIELDBUF_INIT;
+    pydb_txn *t = NULL;
+    pydb_error e;
+    int op, ms, rc;
+    int32_t mfn = 0;
+
+    if (!PyArg_ParseTuple(args, "O!iOOO", st->database_type, &dbo, &op, &mfno,
+                          &fields, &timeout))
+        return NULL;
+    db = (DatabaseObject *)dbo;
+    if (op < WRITE_APPEND || op > WRITE_UNDELETE) {
+        PyErr_SetString(PyExc_ValueError, "op must be 0..3");
+        return NULL;
+    }
+    if (timeout_ms_of(timeout, &ms) < 0) return NULL;
+    if (op != WRITE_APPEND && parse_mfn(st, mfno, &mfn) < 0) return NULL;
+    if ((op == WRITE_APPEND || op == WRITE_UPDATE) &&
+        db_fields(st, db, fields, &b) < 0)
+        return NULL;
+    /* last: nothing may run Python code between it and the core calls */
+    if (database_check_open(st, db) < 0) {
+        fields_free(&b);
+        return NULL;
+    }
+    memset(&e, 0, sizeof e);
+    UNLOCKED(&db->guard, NULL, {
+        rc = pydb_txn_begin(&t, db->db, ms, &e);
+        if (rc == PYDB_OK) {
+            switch (op) {
+            case WRITE_APPEND:
+                rc = pydb_txn_append(&mfn, t, b.v, (uint32_t)b.n, &e);
+                break;
+            case WRITE_UPDATE:
+                rc = pydb_txn_update(t, mfn, b.v, (uint32_t)b.n, &e);
+                break;
+            case WRITE_DELETE:
+                rc = pydb_txn_delete(t, mfn, &e);
+                break;
+            default:
+                rc = pydb_txn_undelete(t, mfn, &e);
+            }
+            if (rc) pydb_txn_abort(t);
+            else rc = pydb_txn_commit(t, &e);
+        }
+    });
+    fields_free(&b);
+    if (rc) return set_error(st, rc, &e);
+    return PyLong_FromLong(mfn);
+}
+
 static PyMethodDef transaction_functions[] = {
     {"_txn_begin", mod_txn_begin, METH_VARARGS,
      "_txn_begin(db, timeout=None, /)\n--\n\nBegin a write transaction on "
      "`db`, waiting up to `timeout` seconds (default 10) for the writer "
      "lock.  Use Database.transaction()."},
+    {"_write_one", mod_write_one, METH_VARARGS,
+     "_write_one(db, op, mfn, fields, timeout, /)\n--\n\nOne change in its "
+     "own transaction, committed: op 0 append(fields) (mfn ignored), 1 "
+     "update(mfn, fields), 2 delete(mfn), 3 undelete(mfn) (fields "
+     "ignored); waits up to `timeout` seconds (None: 10) for the writer "
+     "lock, with the GIL released from the wait to the end of the commit.  "
+     "Returns the MFN.  Use Database.append/update/delete/undelete."},
     {NULL}};
 
 int transaction_exec(PyObject *m, module_state *st)

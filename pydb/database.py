@@ -438,8 +438,7 @@ class Database(_pydb.Database):
             ReadOnlyError, LockTimeoutError, DiskError: as for
                 :meth:`transaction` and ``Transaction.commit``.
         """
-        with self.transaction() as tx:
-            return tx.append(fields)
+        return _pydb._write_one(self, 0, None, fields, self._lock_timeout)
 
     def update(self, mfn: int, fields: Fields) -> None:
         """Write a new version of record `mfn` (1-based) and commit.  The
@@ -447,21 +446,18 @@ class Database(_pydb.Database):
         (docs/isis-formats.md §2.4; see :meth:`versions`).  Raises
         :class:`~pydb.NotFoundError` if there is no such record, and as
         :meth:`append`."""
-        with self.transaction() as tx:
-            tx.update(mfn, fields)
+        _pydb._write_one(self, 1, mfn, fields, self._lock_timeout)
 
     def delete(self, mfn: int) -> None:
         """Logically delete record `mfn` and commit (docs/isis-formats.md §2.4,
         §3.2: a new version with STATUS 1, negated XRF pointer; the record
         stays readable with ``deleted`` True).  Raises NotFoundError."""
-        with self.transaction() as tx:
-            tx.delete(mfn)
+        _pydb._write_one(self, 2, mfn, None, self._lock_timeout)
 
     def undelete(self, mfn: int) -> None:
         """Undo the logical deletion of record `mfn` and commit.  Raises
         NotFoundError."""
-        with self.transaction() as tx:
-            tx.undelete(mfn)
+        _pydb._write_one(self, 3, mfn, None, self._lock_timeout)
 
     # -- conveniences --------------------------------------------------
     def __enter__(self) -> Database:

@@ -313,6 +313,20 @@ def test_cache_hits_keep_the_gil(io, gen_db):
 
 
 @pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
+def test_snapshot_cache_hits_keep_the_gil(gen_db):
+    """The same for reads through a snapshot of records unchanged since."""
+    with pydb.open(gen_db, gc="none") as db, db.snapshot() as view:
+        mfns = db.mfns()[:500]
+        want = [snap(db[m]) for m in mfns]
+        for m in mfns:
+            view[m]
+        got = []
+        during = _gil_taken_by_other_thread(lambda: got.extend(snap(view[m]) for m in mfns))
+    assert got == want
+    assert during == 0, "the GIL was released during cached snapshot reads"
+
+
+@pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
 def test_cold_mmap_read_releases_the_gil(gen_db):
     """py-lmdb #65: a read whose pages are on the disk, not in the page
     cache, runs with the GIL released, in the default mode too."""
