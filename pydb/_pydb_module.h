@@ -45,6 +45,9 @@ typedef struct {
     PyTypeObject *record_class;     /* class instantiated (pydb.Record)   */
     PyTypeObject *iter_type;        /* RecordIterator                     */
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
+    int field_fast;                 /* 1: field_new() may build Fields
+                                       itself (checked at exec)          */
+    int field_tracked;              /* ...GC-tracked, as the probe was   */
     PyTypeObject *index_type;
     PyTypeObject *checkrun_type;
     PyTypeObject *txn_type;         /* Transaction                        */

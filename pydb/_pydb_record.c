@@ -20,7 +20,12 @@ typedef struct {
     pydb_record *rec;
     PyObject *encoding;
     PyObject *errors;
+    int codec;          /* CODEC_*: how decode() decodes; 0 until asked */
 } RecordObject;
+
+/* The codecs decode() calls directly (the names Python normalises to
+ * them), sparing PyUnicode_Decode()'s lookup of the name per field. */
+enum { CODEC_UNKNOWN, CODEC_UTF8, CODEC_LATIN1, CODEC_ASCII, CODEC_OTHER };
 
 PyObject *record_new_from(module_state *st, PyObject *encoding,
                           PyObject *errors, pydb_record *rec)
@@ -34,6 +39,7 @@ PyObject *record_new_from(module_state *st, PyObject *encoding,
     r->rec = rec;
     r->encoding = Py_NewRef(encoding);
     r->errors = Py_NewRef(errors);
+    r->codec = CODEC_UNKNOWN;
     return (PyObject *)r;
 }
 
@@ -47,11 +53,89 @@ static void record_dealloc(RecordObject *self)
     Py_DECREF(tp);
 }
 
+static int codec_of(const char *encoding)
+{
+    static const struct { const char *name; int codec; } known[] = {
+        {"utf-8", CODEC_UTF8}, {"utf8", CODEC_UTF8}, {"UTF-8", CODEC_UTF8},
+        {"latin-1", CODEC_LATIN1}, {"latin1", CODEC_LATIN1},
+        {"iso-8859-1", CODEC_LATIN1}, {"iso8859-1", CODEC_LATIN1},
+        {"ascii", CODEC_ASCII}, {"us-ascii", CODEC_ASCII}};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (strcmp(encoding, known[i].name) == 0) return known[i].codec;
+    return CODEC_OTHER;
+}
+
 static PyObject *decode(RecordObject *self, const pydb_field *f)
 {
-    return PyUnicode_Decode((const char *)f->value, f->len,
-                            PyUnicode_AsUTF8(self->encoding),
-                            PyUnicode_AsUTF8(self->errors));
+    const char *s = (const char *)f->value;
+    const char *errors = PyUnicode_AsUTF8(self->errors);
+    if (!errors) return NULL;
+    if (self->codec == CODEC_UNKNOWN) {
+        const char *encoding = PyUnicode_AsUTF8(self->encoding);
+        if (!encoding) return NULL;
+        self->codec = codec_of(encoding);
+    }
+    switch (self->codec) {
+    case CODEC_UTF8: return PyUnicode_DecodeUTF8(s, f->len, errors);
+    case CODEC_LATIN1: return PyUnicode_DecodeLatin1(s, f->len, errors);
+    case CODEC_ASCII: return PyUnicode_DecodeASCII(s, f->len, errors);
+    default:
+        return PyUnicode_Decode(s, f->len, PyUnicode_AsUTF8(self->encoding),
+                                errors);
+    }
+}
+
+/* A Field (tag, value, raw), taking the three references (any NULL:
+ * an exception is set; the others are released and NULL returned).
+ * PyStructSequence_New() looks up two sizes in the type's dict on every
+ * call (CPython 3.11-3.13: a fifth of Record.fields).  A structseq is a
+ * tuple whose hidden fields follow the visible ones, ob_size counting
+ * only the visible; record_exec() checks that a Field made by
+ * PyStructSequence_New() has exactly that shape (field_fast), else this
+ * takes the slow path. */
+static PyObject *field_new(module_state *st, PyObject *tag, PyObject *value,
+                           PyObject *raw)
+{
+    PyTupleObject *t;
+    if (!tag || !value || !raw) goto fail;
+    if (st->field_fast) {
+        t = PyObject_GC_NewVar(PyTupleObject, st->field_type, 3);
+        if (!t) goto fail;
+        Py_SET_SIZE(t, 2);
+        if (st->field_tracked) PyObject_GC_Track(t);
+    } else {
+        t = (PyTupleObject *)PyStructSequence_New(st->field_type);
+        if (!t) goto fail;
+    }
+    t->ob_item[0] = tag;
+    t->ob_item[1] = value;
+    t->ob_item[2] = raw;
+    return (PyObject *)t;
+fail:
+    Py_XDECREF(tag);
+    Py_XDECREF(value);
+    Py_XDECREF(raw);
+    return NULL;
+}
+
+/* Whether field_new() may build Fields itself (see there). */
+static int field_shape_known(module_state *st)
+{
+    PyTypeObject *tp = st->field_type;
+    PyObject *probe;
+    int ok;
+    if (tp->tp_itemsize != sizeof(PyObject *) ||
+        tp->tp_basicsize != (Py_ssize_t)offsetof(PyTupleObject, ob_item))
+        return 0;
+    probe = PyStructSequence_New(tp);
+    if (!probe) {
+        PyErr_Clear();
+        return 0;
+    }
+    ok = Py_SIZE(probe) == 2;
+    st->field_tracked = PyObject_GC_IsTracked(probe);
+    Py_DECREF(probe);   /* its items are NULL: dealloc skips them */
+    return ok;
 }
 
 static PyObject *record_fields(RecordObject *self, void *closure)
@@ -64,19 +148,15 @@ static PyObject *record_fields(RecordObject *self, void *closure)
     t = PyTuple_New(r->nfields);
     if (!t) return NULL;
     for (uint32_t i = 0; i < r->nfields; i++) {
-        PyObject *f = PyStructSequence_New(st->field_type), *v;
+        const pydb_field *fl = &r->fields[i];
+        PyObject *tag = PyLong_FromUnsignedLong(fl->tag);
+        PyObject *value = tag ? decode(self, fl) : NULL;
+        PyObject *raw = value ? PyBytes_FromStringAndSize(
+                                    (const char *)fl->value, fl->len)
+                              : NULL;
+        PyObject *f = field_new(st, tag, value, raw);
         if (!f) goto fail;
         PyTuple_SET_ITEM(t, i, f);
-        v = PyLong_FromUnsignedLong(r->fields[i].tag);
-        if (!v) goto fail;
-        PyStructSequence_SetItem(f, 0, v);
-        v = decode(self, &r->fields[i]);
-        if (!v) goto fail;
-        PyStructSequence_SetItem(f, 1, v);
-        v = PyBytes_FromStringAndSize((const char *)r->fields[i].value,
-                                      r->fields[i].len);
-        if (!v) goto fail;
-        PyStructSequence_SetItem(f, 2, v);
     }
     return t;
 fail:
@@ -462,6 +542,7 @@ int record_exec(PyObject *m, module_state *st)
     st->record_class = (PyTypeObject *)Py_NewRef(st->record_type);
     st->field_type = PyStructSequence_NewType(&field_desc);
     if (!st->field_type) return -1;
+    st->field_fast = field_shape_known(st);
     if (PyModule_AddType(m, st->record_type) < 0 ||
         PyModule_AddObjectRef(m, "Field", (PyObject *)st->field_type) < 0)
         return -1;

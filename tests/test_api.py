@@ -2,6 +2,7 @@
 
 import errno
 import os
+import pickle
 import subprocess
 import sys
 
@@ -42,6 +43,15 @@ def test_record_access(db_path):
             r["70"]
         assert r == db.read(1) and r != db[2]
         assert repr(r) == "<pydb.Record mfn=1 fields=5>"
+        # Fields built by the binding behave as ones Python builds
+        f = r.fields[1]
+        same = pydb.Field((70, "Smith, J.", b"Smith, J."))
+        assert f == same and type(f) is type(same) and len(f) == 2
+        assert (f.tag, f.value, f.raw) == (same.tag, same.value, same.raw)
+        assert repr(f) == repr(same) == "pydb.Field(tag=70, value='Smith, J.')"
+        assert pickle.loads(pickle.dumps(f)).raw == b"Smith, J."
+        tag, value = f
+        assert (tag, value) == (70, "Smith, J.") and f[-1] == "Smith, J."
 
 
 def test_encodings(db_path):
