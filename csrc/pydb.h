@@ -22,6 +22,8 @@
  *   7. FST and native index      pydb_fst_*, pydb_native_index_*,
  *                                pydb_nidx_builder_*
  *   8. validator                 pydb_check, pydb_check_ex
+ *   9. garbage and statistics    pydb_gc_*, pydb_stat_get
+ *   10. ISO 2709                 pydb_iso_strict
  */
 #ifndef PYDB_H
 #define PYDB_H
@@ -1214,6 +1216,49 @@ typedef struct pydb_stat {
 /* Fill *out (pydb_stat above).  Errors: PYDB_ECORRUPT (with the file and
  * offset), PYDB_EIO, PYDB_ENOMEM, PYDB_ELOCKED (the reader table full). */
 int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err);
+
+/* ======================================================================
+ * 10. ISO 2709 (csrc/iso2709.c; docs/isis-formats.md §7)
+ *
+ * The strict half of the ISO 2709 reader: one sound record, parsed as
+ * pydb/iso2709.py parses it before any repair.  Anything else (a bad
+ * length, a directory, entry map or base address that needs a repair, a
+ * non-numeric tag, lengths counted in characters) is left to the
+ * tolerant reader in Python, which keeps every repair and message.
+ * ====================================================================== */
+
+#define PYDB_ISO_ISIS 1   /* terminators '#' (field) and '#' (record)   */
+#define PYDB_ISO_MARC 2   /* 0x1E (field) and 0x1D (record)             */
+
+typedef struct pydb_iso_field {
+    uint32_t tag;      /* the tag, with the implementation part's digits
+                          in front when the entry map gives it          */
+    uint32_t off, len; /* value: rec[off .. off + len)                   */
+} pydb_iso_field;
+
+/* A parsed record; zero it before first use, reuse it for the next
+ * record, free it with pydb_iso_record_free(). */
+typedef struct pydb_iso_record {
+    const uint8_t *rec;   /* the record without line breaks: into the
+                             caller's buffer, or into `unwrapped`        */
+    size_t len;           /* its length (the leader's)                   */
+    size_t end;           /* offset in the buffer just after the record  */
+    int flavour;          /* PYDB_ISO_ISIS or PYDB_ISO_MARC              */
+    pydb_iso_field *fields;
+    size_t nfields, cap;
+    uint8_t *unwrapped;   /* copy of a record stored in 80-byte lines    */
+    size_t ucap;
+} pydb_iso_record;
+
+/* Parse the record at buf[start] (n bytes in buf).  `flavours`: the
+ * flavours allowed (PYDB_ISO_ISIS | PYDB_ISO_MARC for auto).  A record
+ * longer than 80 bytes whose 81st byte is a line break is read as
+ * 80-byte lines (CR LF or LF between them), as WinISIS and CISIS write
+ * it.  *sound = 1 and *out filled when the record is sound, *sound = 0
+ * when it is not (out unspecified).  Errors: PYDB_ENOMEM only. */
+int pydb_iso_strict(int *sound, pydb_iso_record *out, const uint8_t *buf,
+                    size_t n, size_t start, int flavours, pydb_error *err);
+void pydb_iso_record_free(pydb_iso_record *r);
 
 #ifdef __cplusplus
 }

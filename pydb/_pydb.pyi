@@ -6,6 +6,7 @@ the text signatures of the docstrings in pydb/_pydb_*.c.
 """
 
 from collections.abc import Container, Iterable, Iterator, Sequence
+from mmap import mmap
 from os import PathLike
 from typing import Any, Final, Literal, Protocol, Self, final, type_check_only
 
@@ -181,6 +182,10 @@ def _snapshot_index(db: Database, index: Index, /) -> tuple[Index, dict[str, Any
 # ----------------------------------------------------------- _pydb_search.c
 
 def _search(index: Index, expr: str, db: Database | None = None) -> bytes: ...
+
+# -------------------------------------------------------------- _pydb_iso.c
+def _iso_strict(buf: bytes | bytearray | memoryview | mmap, start: int, flavours: int,
+                isis_subfields: bool, /) -> tuple[bytes, list[tuple[int, bytes]], str, int] | None: ...
 
 # ------------------------------------------------------------ _pydb_check.c
 

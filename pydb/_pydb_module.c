@@ -130,7 +130,8 @@ static int module_exec(PyObject *m)
         index_exec(m, st) < 0 || check_exec(m, st) < 0 ||
         search_exec(m, st) < 0 || transaction_exec(m, st) < 0 ||
         snapshot_exec(m, st) < 0 ||
-        builder_exec(m, st) < 0 || testing_exec(m, st) < 0)
+        builder_exec(m, st) < 0 || iso_exec(m, st) < 0 ||
+        testing_exec(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "OPEN_WRITE", PYDB_OPEN_WRITE) < 0 ||
         PyModule_AddIntConstant(m, "OPEN_NOSYNC", PYDB_OPEN_NOSYNC) < 0)

@@ -136,6 +136,7 @@ int builder_exec(PyObject *m, module_state *st);
 int index_exec(PyObject *m, module_state *st);
 int search_exec(PyObject *m, module_state *st);
 int check_exec(PyObject *m, module_state *st);
+int iso_exec(PyObject *m, module_state *st);
 int testing_exec(PyObject *m, module_state *st);
 
 #endif

@@ -58,6 +58,7 @@ import re
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
+from . import _pydb
 from .errors import CorruptionError, IsoRecordError
 from .paths import Source, is_path, opened, source_name
 
@@ -243,6 +244,7 @@ class IsoReader:
             self._buf = data
         self.size = len(self._buf)
         self._rts = (0x23, 0x1D) if flavour == "auto" else (_RT[flavour],)
+        self._flavours = {"auto": 3, "isis": 1, "marc": 2}[flavour]   # _iso_strict
         self._memo: dict[str, tuple[int, int, int | None]] = {}
         self._it: Generator[IsoRecord, None, None] = self._records()
 
@@ -344,6 +346,13 @@ class IsoReader:
         return n
 
     def _parse(self, buf, start: int, number: int) -> tuple[IsoRecord, int]:
+        # A sound record, in C (csrc/iso2709.c: the same rules as the first
+        # step below, without repairs); anything else is parsed here.
+        got = _pydb._iso_strict(buf, start, self._flavours, self.subfields == "isis")
+        if got is not None:
+            leader, fields, flav, end = got
+            return IsoRecord(number, start, leader, fields, None, leader[5:6] == b"d",
+                             (), flav), end
         n = len(buf)
         head = bytes(buf[start:start + 24])
         if len(head) < 5 or not (head[:5].isascii() and head[:5].isdigit()):

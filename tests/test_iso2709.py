@@ -735,3 +735,68 @@ def test_import_mfn_limits_and_tag_0(tmp_path):
     iso.write_bytes(b"000330000000000290004500000000200000#x##\n")
     rep = pydb.import_iso(iso, tmp_path / "i")
     assert [e.reason for e in rep.errors] == ["tag 0 is not an ISIS tag (1..65535)"]
+
+
+# ------------------------------------- the C fast path reads as Python does
+
+def _python_only(monkeypatch):
+    """Make the reader parse every record in Python (no csrc/iso2709.c)."""
+    monkeypatch.setattr(iso2709._pydb, "_iso_strict", lambda *a: None)
+
+
+class _PythonOnly:
+    """The same as a context manager (for hypothesis tests)."""
+
+    def __enter__(self):
+        self.saved = iso2709._pydb._iso_strict
+        iso2709._pydb._iso_strict = lambda *a: None
+
+    def __exit__(self, *exc):
+        iso2709._pydb._iso_strict = self.saved
+
+
+def _everything(source, **kw):
+    with iso2709.read(source, **kw) as r:
+        recs = [(x.number, x.offset, x.leader, x.fields, x.mfn, x.deleted, x.repairs,
+                 x.flavour) for x in r]
+    return recs, [(e.number, e.offset, e.reason) for e in r.errors], r.position, r.repaired
+
+
+@pytest.mark.parametrize("rel", sorted(ISO_FILES))
+def test_fast_path_reads_real_files_as_python(isis_data, rel, monkeypatch):
+    """csrc/iso2709.c takes only sound records, and gives for them what
+    the Python reader gives: every record, error, offset and repair of
+    each real file is the same with and without it, in each flavour and
+    subfield mode."""
+    path = data_path(rel)
+    for kw in ({}, {"subfields": "raw"}, {"flavour": "isis"}, {"flavour": "marc"}):
+        fast = _everything(path, **kw)
+        with monkeypatch.context() as m:
+            _python_only(m)
+            assert _everything(path, **kw) == fast, kw
+    # and it took every sound record with numeric tags
+    data = path.read_bytes()
+    sound = [x for x in fast[0] if not x[6] and all(isinstance(t, int) for t, _ in x[3])]
+    assert all(iso2709._pydb._iso_strict(data, x[1], 3, True) is not None for x in sound)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(isis_field, max_size=6), min_size=1, max_size=3),
+       st.sampled_from(["isis", "marc"]), st.sampled_from(["\n", "\r\n"]),
+       st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4))
+def test_fast_path_reads_damaged_records_as_python(records, flavour, eol, damage):
+    """Records written by pydb, then bytes overwritten anywhere (lengths,
+    entry map, base, directory, terminators, line breaks): the reader
+    gives the same records, errors and repairs with and without C."""
+    if flavour == "marc":
+        records = [[(t, v.replace(b"\x1d", b"").replace(b"\x1e", b"").replace(b"\x1f", b""))
+                    for t, v in rec] for rec in records]
+    buf = io.BytesIO()
+    iso2709.write(buf, records, flavour, line_ending=eol)
+    data = bytearray(buf.getvalue())
+    for pos, byte in damage:
+        if data:
+            data[pos % len(data)] = byte
+    fast = _everything(io.BytesIO(bytes(data)))
+    with _PythonOnly():
+        assert _everything(io.BytesIO(bytes(data))) == fast
