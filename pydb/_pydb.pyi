@@ -185,7 +185,8 @@ def _search(index: Index, expr: str, db: Database | None = None) -> bytes: ...
 
 # -------------------------------------------------------------- _pydb_iso.c
 def _iso_strict(buf: bytes | bytearray | memoryview | mmap, start: int, flavours: int,
-                isis_subfields: bool, /) -> tuple[bytes, list[tuple[int, bytes]], str, int] | None: ...
+                isis_subfields: bool, /
+                ) -> tuple[bytes, list[tuple[int, bytes]], str, int] | None: ...
 
 # ------------------------------------------------------------ _pydb_check.c
 
