@@ -84,6 +84,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "gc.h"
 #include "nidx_handle.h"
@@ -754,6 +755,44 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
     free(data);
 }
 
+/* scan_files() for a collect step, reusing the last scan while the
+ * directory is unchanged: a commit, a merge or a removal creates,
+ * renames or unlinks a file in it, which moves its mtime; the segment
+ * set's generation must be the same too.  A directory changed within
+ * 20 ms of the scan is scanned again (its mtime comes from a coarse
+ * clock: two changes in one tick share it), and any scan is redone
+ * after a second (a merge temporary whose process died names no change).
+ * Without this every step read the MANIFEST and the whole directory:
+ * with cooperative collection, at every read that met garbage. */
+static void scan_cached(nidx *x, const nidx_segset *cur, uint64_t g,
+                        int64_t *files, int64_t *unused, int64_t *unused_bytes)
+{
+    struct stat sb;
+    struct timespec now;
+    int64_t mtime_ns = -1, now_ms = pydb__now_ms();
+    if (stat(x->dir, &sb) == 0)
+        mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    if (x->scan.valid && mtime_ns >= 0 && x->scan.gen == g &&
+        x->scan.mtime_ns == mtime_ns && now_ms - x->scan.at_ms < 1000) {
+        *files += x->scan.files;
+        *unused += x->scan.unused;
+        *unused_bytes += x->scan.unused_bytes;
+        return;
+    }
+    x->scan.files = x->scan.unused = x->scan.unused_bytes = 0;
+    scan_files(x, cur, &x->scan.files, &x->scan.unused,
+               &x->scan.unused_bytes);
+    clock_gettime(CLOCK_REALTIME, &now);
+    x->scan.valid = mtime_ns >= 0 &&
+        (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - mtime_ns > 20000000;
+    x->scan.gen = g;
+    x->scan.mtime_ns = mtime_ns;
+    x->scan.at_ms = now_ms;
+    *files += x->scan.files;
+    *unused += x->scan.unused;
+    *unused_bytes += x->scan.unused_bytes;
+}
+
 /* The oldest commit a registered reader reads (the latest when none is
  * behind; 0 without a usable header). */
 static uint64_t oldest_reader(nidx *x)
@@ -858,7 +897,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     if ((rc = pydb__nidx_refresh(x, 0, err))) goto cleanup;
     /* (c) unnamed files first: they cost disk, not lookups */
     cur = current(x, &g);
-    scan_files(x, cur, &files, &unused, &ubytes);
+    scan_cached(x, cur, g, &files, &unused, &ubytes);
     if (unused && removable(x)) {
         if ((rc = remove_unused(x, db, lock_ms, &removed, &busy, err)))
             goto cleanup;
@@ -867,7 +906,8 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
         if (busy) *more = 1;
         if (removed) {
             files = unused = ubytes = 0;
-            scan_files(x, cur, &files, &unused, &ubytes);
+            x->scan.valid = 0;
+            scan_cached(x, cur, g, &files, &unused, &ubytes);
         }
     }
     /* Files left unused are pinned by a reader behind (or by another

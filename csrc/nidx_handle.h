@@ -119,6 +119,15 @@ typedef struct nidx {
     struct nidx_drop *drops; /* segments this handle's merges unnamed, with
                                 the commit that did (gc_mu)               */
     size_t ndrops, cap_drops;
+    struct {                 /* the last scan of the directory by a
+                                collect step, reused while the directory
+                                is unchanged (nidx_gc.c, scan_cached; gc_mu) */
+        int valid;
+        uint64_t gen;        /* the set's generation it was made against */
+        int64_t mtime_ns;    /* the directory's mtime then                */
+        int64_t at_ms;       /* pydb__now_ms() then                       */
+        int64_t files, unused, unused_bytes;
+    } scan;
     void (*gc_free)(struct nidx *x); /* ends a merge in progress (set by
                                 nidx_gc.c; called at close)              */
     /* test double of pydb_txn_put_file (pydb__nidx_use_test_put) */
