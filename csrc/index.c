@@ -43,12 +43,7 @@ void pydb_postings_free(pydb_postings *p)
 
 int pydb__posting_cmp(const void *a, const void *b)
 {
-    const pydb_posting *x = a, *y = b;
-    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
-    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
-    if (x->occ != y->occ) return x->occ < y->occ ? -1 : 1;
-    if (x->cnt != y->cnt) return x->cnt < y->cnt ? -1 : 1;
-    return 0;
+    return pydb__posting_order(a, b);
 }
 
 void pydb__postings_merge(pydb_posting *out, size_t *no, const pydb_posting *a,
@@ -56,7 +51,7 @@ void pydb__postings_merge(pydb_posting *out, size_t *no, const pydb_posting *a,
 {
     size_t i = 0, j = 0, o = *no;
     while (i < na && j < nb) {
-        int c = pydb__posting_cmp(&a[i], &b[j]);
+        int c = pydb__posting_order(&a[i], &b[j]);
         if (c < 0) out[o++] = a[i++];
         else if (c > 0) out[o++] = b[j++];
         else { out[o++] = a[i++]; j++; }

@@ -52,7 +52,22 @@ struct pydb_index {
  * outlive it. */
 int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err);
 
-/* qsort comparator: postings in (mfn, tag, occ, cnt) order. */
+/* Postings in (mfn, tag, occ, cnt) order, MFN signed: <0, 0, >0.  Two
+ * 64-bit comparisons, inline: merging postings is most of a truncated
+ * search. */
+static inline int pydb__posting_order(const pydb_posting *x,
+                                      const pydb_posting *y)
+{
+    uint64_t a = (uint64_t)((uint32_t)x->mfn ^ 0x80000000u) << 32 | x->tag;
+    uint64_t b = (uint64_t)((uint32_t)y->mfn ^ 0x80000000u) << 32 | y->tag;
+    if (a == b) {
+        a = (uint64_t)x->occ << 32 | x->cnt;
+        b = (uint64_t)y->occ << 32 | y->cnt;
+    }
+    return (a > b) - (a < b);
+}
+
+/* qsort comparator: pydb__posting_order. */
 int pydb__posting_cmp(const void *a, const void *b);
 
 /* Keys in index order: bytewise, a key before its longer extensions. */
