@@ -454,17 +454,24 @@ static uint64_t start_time(pid_t pid)
     return v;
 }
 
-/* This process: its pid and start time (again after fork()). */
+/* This process: its pid and start time (again after fork()).  One cache
+ * for the process, not per thread: a __thread variable in a dlopen()ed
+ * library lives in dynamic TLS, which glibc frees when it reuses a dead
+ * thread's stack, and ThreadSanitizer reports that free as a race with
+ * the dead thread's last read (a false positive that failed test runs).
+ * Threads that fill the cache at once store the same values; the pid is
+ * published after the start time it goes with. */
 static void me(int32_t *pid, uint64_t *start)
 {
-    static __thread int32_t my_pid;
-    static __thread uint64_t my_start;
-    if (my_pid != (int32_t)getpid()) {
-        my_pid = (int32_t)getpid();
-        my_start = start_time(my_pid);
+    static int32_t my_pid;
+    static uint64_t my_start;
+    int32_t now = (int32_t)getpid();
+    if (__atomic_load_n(&my_pid, __ATOMIC_ACQUIRE) != now) {
+        __atomic_store_n(&my_start, start_time(now), __ATOMIC_RELAXED);
+        __atomic_store_n(&my_pid, now, __ATOMIC_RELEASE);
     }
-    *pid = my_pid;
-    *start = my_start;
+    *pid = now;
+    *start = __atomic_load_n(&my_start, __ATOMIC_RELAXED);
 }
 
 /* Whether process `pid`, started at `start` (0: unknown), is gone. */
