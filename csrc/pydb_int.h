@@ -311,9 +311,11 @@ static inline int pydb__seq_retry(const pydb_db *db, uint64_t s)
 
 /* Raise the handle's view of the control record (next_mfn, next_block,
  * next_pos, reccnt) to these values, as one change readers see whole
- * (vseq); a view that would go back is ignored. */
-void pydb__view_set(pydb_db *db, int32_t next_mfn, int32_t next_block,
-                    int32_t next_pos, int32_t reccnt);
+ * (vseq); a view that would go back is ignored, and so are values of
+ * other files: `fs` is the handle's fseq when they were read (the view
+ * is set only while it still is). */
+void pydb__view_set(pydb_db *db, uint64_t fs, int32_t next_mfn,
+                    int32_t next_block, int32_t next_pos, int32_t reccnt);
 /* The header's latest state into *st (and the handle's view raised to
  * it): 0, or -1 when there is no usable header (files mode). */
 int pydb__state_header(pydb_state *st, pydb_db *db);

@@ -392,11 +392,15 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
 
 /* ------------------------------------------------------ committed state */
 
-void pydb__view_set(pydb_db *db, int32_t next_mfn, int32_t next_block,
-                    int32_t next_pos, int32_t reccnt)
+void pydb__view_set(pydb_db *db, uint64_t fs, int32_t next_mfn,
+                    int32_t next_block, int32_t next_pos, int32_t reccnt)
 {
     pthread_mutex_lock(&db->vmutex);
-    if (next_mfn >= db->next_mfn &&
+    /* files_sync() makes fseq odd before its view_reset() (under vmutex)
+     * and even again after it: values of the files the handle no longer
+     * reads are either overwritten by that reset or refused here */
+    if (__atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE) == fs &&
+        next_mfn >= db->next_mfn &&
         pydb__ctl_end(next_block, next_pos) >=
             pydb__ctl_end(db->next_block, db->next_pos)) {
         __atomic_add_fetch(&db->vseq, 1, __ATOMIC_ACQ_REL);   /* odd */
@@ -445,9 +449,11 @@ static pydb_shm *header_of(const pydb_db *db)
 int pydb__state_header(pydb_state *st, pydb_db *db)
 {
     pydb_shm *shm = header_of(db);
+    uint64_t fs;
     if (!shm || pydb__shm_state(st, shm) != 0) return -1;
     /* a state of other files: the caller switches first (files_sync) */
-    if (st->file_gen != pydb__files_gen(db)) return 0;
+    fs = st->file_gen * 2;
+    if (__atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE) != fs) return 0;
     /* What the header announces must be in the files before reads (the
      * mapping too) go that far: fstat, once per growth. */
     if (st->mst_size > pydb__fsize(&db->mst) ||
@@ -455,6 +461,9 @@ int pydb__state_header(pydb_state *st, pydb_db *db)
         pydb__refresh_sizes(db);
         if (st->mst_size > pydb__fsize(&db->mst) ||
             st->xrf_size > pydb__fsize(&db->xrf)) {
+            /* a switch to newer (compacted, shorter) files meanwhile:
+             * the caller switches too */
+            if (__atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE) != fs) return 0;
             /* the files are shorter than the header says: not trusted */
             __atomic_store_n(&db->shm_stale, 1, __ATOMIC_RELEASE);
             return -1;
@@ -462,7 +471,7 @@ int pydb__state_header(pydb_state *st, pydb_db *db)
     }
     if (st->next_mfn > pydb__next_mfn(db) ||
         st->mst_end > __atomic_load_n(&db->view_end, __ATOMIC_ACQUIRE))
-        pydb__view_set(db, st->next_mfn, st->next_block, st->next_pos,
+        pydb__view_set(db, fs, st->next_mfn, st->next_block, st->next_pos,
                        st->reccnt);
     return 0;
 }
@@ -1057,10 +1066,15 @@ int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
             return rc;
         }
         if (rc == PYDB_OK && s->st.commit != 0) {
+            /* sizes of the files the handle no longer reads (a switch
+             * since the pin) must never raise the new ones': the check
+             * and the raise under smutex, which files_sync() holds */
+            pthread_mutex_lock(&db->smutex);
             if (s->st.file_gen == pydb__files_gen(db)) {
                 pydb__fsize_raise(&db->mst, s->st.mst_size);
                 pydb__fsize_raise(&db->xrf, s->st.xrf_size);
             }
+            pthread_mutex_unlock(&db->smutex);
             *out = s;
             return PYDB_OK;
         }
@@ -1238,6 +1252,7 @@ void pydb__refresh(pydb_db *db)
     pydb_ctl v;
     int32_t cur;
     uint8_t ent[4];
+    uint64_t fs;
 
     attach_header(db);
 
@@ -1246,7 +1261,8 @@ void pydb__refresh(pydb_db *db)
      * fstat said) bounds what the control record may announce. */
     pydb__refresh_sizes(db);
     cur = pydb__next_mfn(db);
-    if (peek_control(db, &v) != 0) return;
+    fs = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);   /* files read */
+    if ((fs & 1) || peek_control(db, &v) != 0) return;
     update_stale(db, &v);
     /* With a usable header the view follows published states only (the
      * control record may announce a commit still being applied). */
@@ -1268,7 +1284,7 @@ void pydb__refresh(pydb_db *db)
                             NULL) != PYDB_OK || pydb__u32(ent) == 0)
             return;
     }
-    pydb__view_set(db, v.next_mfn, v.next_block, v.next_pos, v.reccnt);
+    pydb__view_set(db, fs, v.next_mfn, v.next_block, v.next_pos, v.reccnt);
 }
 
 /* ------------------------------------------------- publishing (writer) */
