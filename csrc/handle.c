@@ -71,7 +71,9 @@ static int file_open(pydb_file *f, const char *path, int io, int writable,
          * (by this handle or another process) are read through the same
          * mapping; pages past the end of the file are never touched. */
         size_t len = (size_t)(f->size + PYDB_MAP_HEADROOM);
-        void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
+        void *m;
+        pydb__map_guard();   /* copies out of it survive a truncation */
+        m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
         if (m == MAP_FAILED)
             return PYDB_OSERROR(err, errno, path, -1, "cannot mmap: %s",
                                 strerror(errno));

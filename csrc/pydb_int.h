@@ -101,6 +101,14 @@ void pydb__resident_mark(const pydb_residency *r, size_t map_len,
 /* Every chunk unseen: another file is now mapped at the same address. */
 void pydb__resident_forget(const pydb_residency *r);
 
+/* Copies out of a mapping that survive its file shrinking (mapguard.c):
+ * pydb__map_guard() installs the process's SIGBUS handler (again if
+ * another replaced it; call it before mapping a file); pydb__map_copy()
+ * copies n bytes from src, a mapping, to dst: 0, or -1 if a page of src
+ * lay past the end of its file (SIGBUS caught; dst partly written). */
+void pydb__map_guard(void);
+int pydb__map_copy(void *dst, const uint8_t *src, size_t n);
+
 /* A database file opened for reading (and writing, for a writer). */
 typedef struct pydb_file {
     int fd;          /* buffered fd (pread / mmap modes; O_RDWR if writer) */
