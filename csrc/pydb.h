@@ -98,7 +98,17 @@ typedef struct pydb_error {
     const char *src_file;/* where in csrc/ the error was raised ("" when
                             set by pydb_error_set)                         */
     int src_line;
+    int committed;       /* a failed pydb_txn_commit(): PYDB_COMMIT_*; 0
+                            (PYDB_COMMIT_NO) from every other call        */
 } pydb_error;
+
+/* What a failed commit leaves (pydb_error.committed). */
+#define PYDB_COMMIT_NO 0      /* nothing of the transaction is committed   */
+#define PYDB_COMMIT_DURABLE 1 /* committed: the write-ahead log holds it
+                                 and the next open applies it; the handle
+                                 is read-only until it is reopened         */
+#define PYDB_COMMIT_UNKNOWN 2 /* the log's fsync failed: it may or may not
+                                 have reached the disk                     */
 
 /* Human-readable name of a PYDB_E* code (a static string; "unknown
  * error" for other values).  Thread-safe. */
@@ -598,7 +608,11 @@ int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
  * while applying the durable log, makes the handle read-only
  * (PYDB_EREADONLY for later transactions) until it is reopened, and the
  * transaction then appears (whole) after recovery.  PYDB_ENOMEM; any
- * error of the commit hook's prepare(). */
+ * error of the commit hook's prepare().  On failure err->committed says
+ * which of these happened: PYDB_COMMIT_NO (the database is as it was),
+ * PYDB_COMMIT_DURABLE (the log was durable: the transaction is committed,
+ * and the message says so), PYDB_COMMIT_UNKNOWN (the log's fsync failed).
+ * A caller that retries only after PYDB_COMMIT_NO never commits twice. */
 int pydb_txn_commit(pydb_txn *t, pydb_error *err);
 /* Discard the transaction and free t (NULL: nothing). */
 void pydb_txn_abort(pydb_txn *t);

@@ -727,6 +727,27 @@ cleanup:
     return rc;
 }
 
+/* A failed commit's outcome into err->committed, and into its message
+ * when the transaction is committed anyway (the caller must not retry). */
+static void commit_outcome(pydb_error *err, int logged, int log_sync_failed)
+{
+    size_t len = strlen(err->message);
+    if (logged) {
+        err->committed = PYDB_COMMIT_DURABLE;
+        snprintf(err->message + len, sizeof err->message - len,
+                 " (the transaction IS committed: the write-ahead log holds "
+                 "it and the next open applies it; this handle is "
+                 "read-only until reopened)");
+    } else if (log_sync_failed) {
+        err->committed = PYDB_COMMIT_UNKNOWN;
+        snprintf(err->message + len, sizeof err->message - len,
+                 " (the transaction may or may not be committed: reopen the "
+                 "database to see; this handle is read-only until then)");
+    } else {
+        err->committed = PYDB_COMMIT_NO;
+    }
+}
+
 int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
@@ -878,6 +899,7 @@ apply_failed:
     set_fatal(db);
     hooked = 0;
 done:
+    if (rc && err) commit_outcome(err, logged, log_sync_failed);
     if (logged) pydb__shm_applying(pydb__db_shm(db), 0);
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);

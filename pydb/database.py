@@ -436,7 +436,9 @@ class Database(_pydb.Database):
             RecordTooLargeError: above the layout's limit (ISIS: 32767
                 bytes per record; the FFI layouts allow more).
             ReadOnlyError, LockTimeoutError, DiskError: as for
-                :meth:`transaction` and ``Transaction.commit``.
+                :meth:`transaction` and ``Transaction.commit``; the
+                exception's ``committed`` (:class:`Error`) says whether the
+                record was committed anyway (True: do not append it again).
         """
         return _pydb._write_one(self, 0, None, fields, self._lock_timeout)
 

@@ -30,7 +30,22 @@ __all__ = [
 
 
 class Error(Exception):
-    """Root of every exception pydb raises on purpose."""
+    """Root of every exception pydb raises on purpose.
+
+    Attributes:
+        committed: for an error raised by a commit (``Transaction.commit``,
+            the end of a ``with db.transaction()`` block,
+            ``Database.append/update/delete/undelete``), what the failure
+            left: ``False`` -- nothing of the transaction is committed, a
+            retry is safe; ``True`` -- the transaction IS committed (the
+            write-ahead log was durable when applying it to the master
+            file failed, e.g. ENOSPC on the ``.mst``; the next open applies
+            it, and this handle is read-only until then): do not retry;
+            ``None`` -- unknown (the log's own fsync failed): reopen and
+            look.  ``False`` for errors of every other call.
+    """
+
+    committed: bool | None = False
 
 
 class CorruptionError(Error):

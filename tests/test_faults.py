@@ -100,6 +100,7 @@ def test_fail_every_operation(tmp_path, pristine, mode):
     total = count_ops(tmp_path, pristine)
     assert total >= 7 * 8                      # log, data, fsyncs per commit
     outcomes = {}
+    outcomes_committed: dict[bool | None, int] = {}
     for n in range(1, total + 1):
         d = tmp_path / f"n{n}"
         d.mkdir()
@@ -136,6 +137,7 @@ def test_fail_every_operation(tmp_path, pristine, mode):
             outcomes[kind] = outcomes.get(kind, 0) + 1
         db.close()
         # reopen: recovery; acknowledged data intact; failed txn all or nothing
+        present = False
         with pydb.open(base) as ro:
             ok, why = oracle.matches(ro)
             if not ok:
@@ -145,6 +147,21 @@ def test_fail_every_operation(tmp_path, pristine, mode):
                 ok2, why2 = new.matches(ro)
                 assert ok2, (n, fired, why, why2)
                 oracle = new
+                present = True
+        if raised is not None:
+            # the exception told the truth about the failed transaction:
+            # True = it is there after reopening, False = it is not, None
+            # only when the log's own fsync failed (it may be either)
+            if raised.committed is None:
+                assert kind in ("fsync", "fdatasync"), (n, fired, present)
+            else:
+                assert raised.committed is present, (n, fired, raised.committed, present)
+            if raised.committed:
+                assert "IS committed" in str(raised), str(raised)
+            elif raised.committed is None:
+                assert "may or may not be committed" in str(raised), str(raised)
+            outcomes_committed[raised.committed] = outcomes_committed.get(raised.committed,
+                                                                          0) + 1
         check_files(base)
         with open_db(base) as db:                 # usable again
             m = db.append(content(oracle.max_mfn + 1, 9999, 3))
@@ -152,8 +169,11 @@ def test_fail_every_operation(tmp_path, pristine, mode):
         with pydb.open(base) as ro:
             assert oracle.matches(ro)[0]
         shutil.rmtree(d)
-    print(f"fault sweep {name}: {total} operations failed one by one: {outcomes}")
+    print(f"fault sweep {name}: {total} operations failed one by one: {outcomes}; "
+          f"the exceptions' committed: {outcomes_committed}")
     assert sum(outcomes.values()) == total
+    # both outcomes occur: failures before the log was durable and after
+    assert outcomes_committed.get(True) and outcomes_committed.get(False), outcomes_committed
 
 
 @pytest.mark.parametrize("eno", [errno.EIO, errno.ENOSPC])
@@ -204,3 +224,61 @@ def test_fail_every_operation_of_recovery(tmp_path, pristine, eno):
         with pydb.open(d / "db", readonly=False) as db:   # recovers now
             assert oracle.matches(db)[0]
         check_files(d / "db")
+
+
+@pytest.mark.parametrize("eno", [errno.ENOSPC, errno.EIO])
+def test_append_failure_says_whether_committed(tmp_path, eno):
+    """Issue 14, defect 3: ``Database.append`` raised DiskError (ENOSPC on
+    the .mst after the log was durable) and the record was there after
+    reopening, so a retrying application made a duplicate.  For every
+    operation of one append: the exception's ``committed`` is True exactly
+    when the record is there after reopening (None only for the log's
+    fsync), and a retry made only when it is False leaves one copy."""
+    base0 = tmp_path / "p"
+    with pydb.create(base0, "isis-aligned") as db:
+        db.append([(1, b"first")])
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{base0}{ext}", tmp_path / f"c{ext}")
+    with open_db(tmp_path / "c") as db:             # count on a copy
+        _pydb._testing.fail_io(-1)
+        try:
+            db.append([(1, b"second")])
+            total = _pydb._testing.io_count()
+        finally:
+            _pydb._testing.fail_io(0)
+    seen = {}
+    for n in range(1, total + 1):
+        d = tmp_path / f"n{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf", ".wal"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        base = d / "db"
+        raised = None
+        with open_db(base) as db:
+            assert len(db) == 1
+            _pydb._testing.fail_io(n, eno, False)
+            try:
+                db.append([(1, b"second")])
+            except pydb.DiskError as e:
+                raised = e
+            finally:
+                kind = (_pydb._testing.io_fired() or "").split(" ")[0]
+                _pydb._testing.fail_io(0)
+        with open_db(base) as db:
+            present = len(db) == 2
+            if raised is None:
+                assert present and kind == "ftruncate", (n, kind)
+                continue
+            if raised.committed is None:
+                assert kind in ("fsync", "fdatasync"), (n, kind)
+            else:
+                assert raised.committed is present, (n, kind, raised)
+            if raised.committed is False:
+                db.append([(1, b"second")])          # the application's retry
+            values = sorted(r.fields[0][1] for r in db)
+            if raised.committed is not None:
+                assert values == ["first", "second"], (n, kind, values)
+        seen[raised.committed] = seen.get(raised.committed, 0) + 1
+        shutil.rmtree(d)
+    # the issue's case (after the log) and the safe-to-retry case both occur
+    assert seen.get(True) and seen.get(False), seen
