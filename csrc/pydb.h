@@ -234,6 +234,10 @@ typedef struct pydb_info {
     int64_t xrf_size;    /* bytes known to the handle (grows with commits) */
     const char *mst_path;/* owned by db, valid until pydb_close()          */
     const char *xrf_path;
+    const char *log_pending; /* "" or, for a read-only handle whose open
+                            could not apply the write-ahead log (a full
+                            disk: ENOSPC), why: the reads show the files'
+                            last applied commit, without the logged one  */
 } pydb_info;
 /* Fill *out: the control-record values of the latest committed state
  * (group 3b; no file I/O, cannot fail), the sizes the handle knows.

@@ -185,6 +185,9 @@ struct pydb_db {
                                 an fd, so the child would "hold" the
                                 parent's lock too: wal.c)                */
     char wal_path[1100];
+    char log_pending[600];   /* read-only handle: why the log's committed
+                                transaction could not be applied at open
+                                ("" when there was none or it was)       */
     pthread_mutex_t wmutex;  /* guards wbusy / wowner                      */
     pthread_cond_t wcond;
     int wbusy;               /* a transaction is open                      */

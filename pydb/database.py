@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from .errors import (
     DatabaseNotFoundError,
     DiskError,
     NotFoundError,
+    PendingLogWarning,
     UnsupportedError,
 )
 from .fst import fst_text
@@ -155,6 +157,14 @@ class Database(_pydb.Database):
                          flags=flags, gc=gc)
         self._readonly = not (flags & _pydb.OPEN_WRITE)
         self._sync = not (flags & _pydb.OPEN_NOSYNC)
+        pending = self.info()["log_pending"]
+        if pending:
+            warnings.warn(
+                f"{os.fsdecode(path)}: the write-ahead log holds a committed "
+                f"transaction that could not be applied now ({pending}); the "
+                "reads show the database as it was before it. Free space and "
+                "open the database again to apply it.", PendingLogWarning,
+                stacklevel=3)
         self._lock_timeout = float(lock_timeout)
         self._errors = errors
         self._index_lock = threading.Lock()
@@ -686,7 +696,10 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             is created beside the files if missing, and recovery runs if a
             writer crashed in the middle of a commit (it replays a complete
             log, drops a torn one).  Read-only opens also run that recovery
-            when they can write the files and no writer is active.
+            when they can write the files and no writer is active; one
+            that cannot apply the log (a full disk) still opens, shows the
+            last applied commit, and warns (:class:`PendingLogWarning`;
+            ``info()["log_pending"]`` says why).
         encoding: codec for field values as str (any Python codec name;
             CDS/ISIS files carry no marker, docs/isis-formats.md §9: DOS databases
             are usually ``"cp850"``, WinISIS ``"cp1252"``, ABCD ``"utf-8"``).

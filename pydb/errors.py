@@ -25,7 +25,7 @@ __all__ = [
     "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
-    "FSTError", "DatabaseExistsError", "IsoRecordError",
+    "FSTError", "DatabaseExistsError", "IsoRecordError", "PendingLogWarning",
 ]
 
 
@@ -176,3 +176,12 @@ class IsoRecordError(Error, ValueError):
         if self.offset is not None and self.offset >= 0:
             where.append(f"byte {self.offset}")
         return f"{self.filename or '<stream>'}: {', '.join(where) or 'record'}: {self.reason}"
+
+
+class PendingLogWarning(UserWarning):
+    """A read-only :func:`pydb.open` could not apply the write-ahead log
+    (a committed transaction whose application to the master file failed,
+    typically on a full disk, and a replay that fails the same way): the
+    handle opened anyway and reads the database as it was before that
+    transaction; ``Database.info()["log_pending"]`` says why.  Opening the
+    database again once the disk has room applies it."""

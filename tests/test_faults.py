@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+import warnings
 
 import pytest
 
@@ -282,3 +283,50 @@ def test_append_failure_says_whether_committed(tmp_path, eno):
         shutil.rmtree(d)
     # the issue's case (after the log) and the safe-to-retry case both occur
     assert seen.get(True) and seen.get(False), seen
+
+
+def test_readonly_open_on_a_full_disk(tmp_path):
+    """Issue 14, defect 5: after a commit failed with ENOSPC once its log
+    was durable, a read-only open replays the log, meets ENOSPC again, and
+    failed.  Now it opens, reads the last applied commit, warns with
+    PendingLogWarning, and says why in info(); with room again, the next
+    open applies the logged transaction."""
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-aligned") as db:
+        db.append([(1, "first")])
+    # the issue's failure: the n-th operation of an append fails such that
+    # the transaction is committed (durable in the log), not applied
+    for n in range(1, 40):
+        for ext in (".mst", ".xrf", ".wal"):
+            shutil.copy(f"{base}{ext}", tmp_path / f"try{ext}")
+        with open_db(tmp_path / "try") as db:
+            _pydb._testing.fail_io(n, errno.ENOSPC, False)
+            try:
+                db.append([(1, "second")])
+            except pydb.DiskError as e:
+                committed = e.committed
+            else:
+                committed = False
+            finally:
+                _pydb._testing.fail_io(0)
+        if committed is True:
+            break
+    assert committed is True, "no operation of an append failed after the log"
+    full = tmp_path / "try"
+    _pydb._testing.fail_io(1, errno.ENOSPC, False)      # the disk is still full
+    try:
+        with pytest.warns(pydb.PendingLogWarning, match="could not be applied") as w:
+            ro = pydb.open(full)
+    finally:
+        _pydb._testing.fail_io(0)
+    assert "No space left on device" in str(w[0].message)
+    with ro:
+        assert "No space left on device" in ro.info()["log_pending"]
+        assert len(ro) == 1 and ro[1].fields[0][1] == "first"
+        assert ro.check().ok
+    # room again: a plain read-only open applies the log, without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pydb.open(full) as ro:
+            assert ro.info()["log_pending"] is None
+            assert [r.fields[0][1] for r in ro] == ["first", "second"]
