@@ -639,11 +639,13 @@ typedef struct pydb_change {
  * allowed: it only swaps in-memory state); abort() when the commit fails
  * before its log can be durable (it removes what prepare wrote).  When a
  * commit fails once its log may be durable (a failed fsync of the log, a
- * failure while applying it) neither is called: the handle becomes
- * read-only, recovery at the next open may put the prepared files in
- * place, so they must stay; the hook's owner drops its pending state
- * (without deleting files) when it is closed.  The three run on the
- * committing thread. */
+ * failure while applying it) neither is called then: recovery may put
+ * the prepared files in place, so they must stay.  After a failed fsync
+ * the handle is read-only until reopened, and the hook's owner drops its
+ * pending state (without deleting files) when it is closed; after a
+ * failed write, the handle's next pydb_txn_begin() replays the log and,
+ * once that succeeds, calls publish(ctx, NULL) (t is NULL there) on the
+ * thread that began.  Otherwise the three run on the committing thread. */
 struct pydb_index_stat;   /* group 9 */
 struct pydb_gc_report;    /* group 9 */
 struct pydb_gc_step;      /* group 9 */

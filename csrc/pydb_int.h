@@ -162,6 +162,10 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
  *   - the writer fields (txn.c, wal.c) are used under wmutex / by the thread
  *     that holds the transaction.
  */
+/* pydb_db.fatal: why the handle refuses transactions (txn.c). */
+#define PYDB__FATAL_SYNC 1   /* an fsync failed: until reopened            */
+#define PYDB__FATAL_APPLY 2  /* a durable commit's write failed: the next
+                                transaction's begin replays the log        */
 struct pydb_db {
     pydb_file mst, xrf;
     int io, lock;
@@ -177,7 +181,7 @@ struct pydb_db {
     uint64_t seq;            /* XRF sequence lock (see above)              */
     /* ---- write path (txn.c, wal.c) ---- */
     int flags;               /* PYDB_OPEN_* given to pydb_open()           */
-    int fatal;               /* atomic: 1 after a failed fsync/apply       */
+    int fatal;               /* atomic: 0 or PYDB__FATAL_* (txn.c)         */
     int wal_fd;              /* <base>.wal (O_RDWR) of a writer, else -1   */
     pid_t wal_pid;           /* the process that opened wal_fd: a fork()ed
                                 child opens the log again before it locks

@@ -336,13 +336,12 @@ static PyMethodDef txn_methods[] = {
      "commit($self, /)\n--\n\nMake every change of the transaction durable "
      "(unless the database was opened with sync=False) and visible, "
      "atomically.  Raises DiskError (an OSError: errno, filename) if a "
-     "write or fsync fails; after a failed fsync, or a failure once the "
-     "write-ahead log was durable, the Database is read-only "
+     "write or fsync fails; after a failed fsync the Database is read-only "
      "(ReadOnlyError) until reopened.  The exception's `committed` says "
      "what the failure left: False (nothing; a retry is safe), True (the "
-     "transaction IS committed: the log holds it and the next open "
-     "applies it; do not retry), None (the log's fsync failed: reopen "
-     "to see)."},
+     "transaction IS committed: the log holds it, and the handle's next "
+     "transaction, or the next open, applies it; do not retry), None (the "
+     "log's fsync failed: reopen to see)."},
     {"abort", (PyCFunction)txn_abort, METH_NOARGS,
      "abort($self, /)\n--\n\nDiscard the transaction (nothing was written). "
      " Idempotent."},

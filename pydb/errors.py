@@ -39,8 +39,9 @@ class Error(Exception):
             left: ``False`` -- nothing of the transaction is committed, a
             retry is safe; ``True`` -- the transaction IS committed (the
             write-ahead log was durable when applying it to the master
-            file failed, e.g. ENOSPC on the ``.mst``; the next open applies
-            it, and this handle is read-only until then): do not retry;
+            file failed, e.g. ENOSPC on the ``.mst``; the handle's next
+            transaction applies it first -- or, after a failed fsync, the
+            next open, the handle being read-only until then): do not retry;
             ``None`` -- unknown (the log's own fsync failed): reopen and
             look.  ``False`` for errors of every other call.
     """
