@@ -201,9 +201,10 @@ def test_published_thread_library_comparison():
 
 def test_published_readme_examples():
     # FreeBSD's usr.bin/ministat/README shows two outputs (default width 74,
-    # data sets "_1" and "_2") and not their data; each data set below is
-    # the only one of five values that gives the printed N, Min, Max,
-    # Median, Avg and Stddev, and its points sit where the plot shows them.
+    # data sets "_1" and "_2") and not their data.  The printed statistics
+    # determine it: with N = 5, Min, Median and Max are three of the values,
+    # and Avg and Stddev fix the other two (a sum and a sum of squares); the
+    # points then sit where the plots show them.
     first = render([[36060, 36093, 36107, 36130, 36138], [36084, 36094, 36163, 36185, 36187]],
                    ["_1", "_2"])
     assert first == """\
