@@ -159,7 +159,7 @@ def test_comparison_verdicts():
     seq, two, one = rows
     ratio, v = seq["vs_c"]["python"]
     assert ratio == 0.5 and v.significant and v.pct == pytest.approx(-50.0)
-    assert v.diff_ci == pytest.approx(ministat.student_t(95, 4) * 1.0 * (2 / 3) ** 0.5)
+    assert v.diff_ci == pytest.approx(ministat.student_t_table(95, 4) * 1.0 * (2 / 3) ** 0.5)
     ratio, v = two["scaling"]["c"]
     assert ratio == 2.0 and v.significant and v.pct == pytest.approx(100.0)
     ratio, v = two["scaling"]["python"]
