@@ -1,0 +1,271 @@
+"""MARC records through a database (docs/isis-formats.md §7.3): the leader
+kept in fields 3005-3019 on import and written back on export (byte for
+byte for pymarc's test files), the leader of CDS/ISIS records exported as
+MARC, 80-column MARC and ABCD's MARC databases."""
+
+import io
+
+import pytest
+
+import pydb
+from pydb import iso2709
+from pydb.__main__ import main
+
+from conftest import data_path
+
+PYMARC = "edsu__pymarc/test/"
+ABCD = "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/"
+# pymarc's well-formed test files (alphatag.dat has an alphanumeric tag,
+# which has no ISIS tag; bad_records.mrc is broken on purpose)
+SOUND = ("marc.dat", "test.dat", "one.dat", "diacritic.dat", "marc8.dat",
+         "utf8_with_leader_flag.dat", "utf8_without_leader_flag.dat")
+LEADER_TAGS = [3005, 3006, 3007, 3008, 3009, 3017, 3018, 3019]
+
+
+def imported(tmp_path, name):
+    """pymarc's test file `name` imported into a new database; its path."""
+    base = tmp_path / name.replace(".", "_")
+    rep = pydb.import_iso(data_path(PYMARC + name), base)
+    assert rep.errors == [] and rep.repaired == 0
+    return base
+
+
+def leader_positions(leader):
+    """The values the leader fields hold for a leader (bytes)."""
+    return [(3000 + p, b"#" if leader[p:p + 1] == b" " else leader[p:p + 1])
+            for p in (5, 6, 7, 8, 9, 17, 18, 19)]
+
+
+# ---------------------------------------------------------------- the leader
+
+def test_import_keeps_the_leader_in_fields(isis_data, tmp_path):
+    base = imported(tmp_path, "marc.dat")
+    src = list(iso2709.read(data_path(PYMARC + "marc.dat")))
+    with pydb.open(base) as db:
+        assert len(db) == 20
+        first = db[1]
+        assert [(f.tag, f.raw) for f in first.fields[:9]] == [
+            (3005, b"c"), (3006, b"a"), (3007, b"m"), (3008, b"#"), (3009, b"#"),
+            (3017, b"4"), (3018, b"a"), (3019, b"#"), (1, b"11778504")]
+        assert src[0].leader == b"01060cam  22002894a 4500"
+        for rec, iso in zip(db, src, strict=True):
+            got = [(f.tag, f.raw) for f in rec.fields]
+            assert got == leader_positions(iso.leader) + iso.fields
+
+
+@pytest.mark.parametrize("name", SOUND)
+def test_marc_file_exports_byte_identical(isis_data, tmp_path, name):
+    """Import then export in the MARC flavour gives the file back."""
+    base = imported(tmp_path, name)
+    out = tmp_path / "out.mrc"
+    rep = pydb.export_iso(base, out, "marc")
+    assert rep.errors == []
+    assert out.read_bytes() == data_path(PYMARC + name).read_bytes()
+
+
+def test_mfn_tag_with_leader_fields(isis_data, tmp_path):
+    """MFNs carried in a field and the leader in fields travel together."""
+    base = imported(tmp_path, "test.dat")
+    pydb.export_iso(base, tmp_path / "m.mrc", "marc", mfn_tag=999)
+    rep = pydb.import_iso(tmp_path / "m.mrc", tmp_path / "again", mfn_tag=999)
+    assert rep.records == 10 and rep.errors == []
+    with pydb.open(base) as a, pydb.open(tmp_path / "again") as b:
+        assert [r for r in a] == [r for r in b]
+
+
+def test_alphanumeric_tag_is_a_record_error(isis_data, tmp_path):
+    rep = pydb.import_iso(data_path(PYMARC + "alphatag.dat"), tmp_path / "a")
+    assert rep.records == 0
+    assert [(e.number, e.reason) for e in rep.errors] == [
+        (1, "tag 'CAT' is not an ISIS tag (1..65535)")]
+
+
+def test_leader_tag_none_and_own_fields(isis_data, tmp_path):
+    src = data_path(PYMARC + "one.dat")
+    pydb.import_iso(src, tmp_path / "n", leader_tag=None)
+    with pydb.open(tmp_path / "n") as db:
+        assert not set(db[1].tags) & set(LEADER_TAGS)
+        assert db[1].tags[0] == 1
+    # exported without leader fields, the record gets the default leader;
+    # its values do begin with indicators, which "present" declares
+    out = io.BytesIO()
+    pydb.export_iso(tmp_path / "n", out, "marc", indicators="present")
+    assert out.getvalue()[5:24] == b"n    2200241   4500"
+    assert out.getvalue()[24:] == src.read_bytes()[24:]
+    # another base: fields 1005..1019
+    pydb.import_iso(src, tmp_path / "k", leader_tag=1000)
+    with pydb.open(tmp_path / "k") as db:
+        assert [(f.tag, f.raw) for f in db[1].fields[:8]] == [
+            (1005, b"c"), (1006, b"a"), (1007, b"m"), (1008, b"#"), (1009, b"#"),
+            (1017, b"4"), (1018, b"a"), (1019, b"#")]
+    out = io.BytesIO()
+    pydb.export_iso(tmp_path / "k", out, "marc", leader_tag=1000)
+    assert out.getvalue() == src.read_bytes()
+
+
+def test_record_with_leader_fields_keeps_its_own(isis_data, tmp_path):
+    """A MARC record whose directory already names a leader field (pydb
+    writes tags > 999 with the implementation-defined part) keeps it."""
+    buf = io.BytesIO()
+    iso2709.write(buf, [[(3005, b"p"), (245, b"10^aTitle")]], "marc", leader_tag=None,
+                  indicators="present")
+    assert buf.getvalue()[10:12] == b"22"
+    pydb.import_iso(io.BytesIO(buf.getvalue()), tmp_path / "own")
+    with pydb.open(tmp_path / "own") as db:
+        assert [(f.tag, f.raw) for f in db[1].fields] == [(3005, b"p"), (245, b"10^aTitle")]
+
+
+def test_leader_field_errors(tmp_path):
+    recs = [[(3005, b"c"), (3005, b"n"), (245, b"10^aA")],
+            [(3008, b"0741s1987"), (245, b"10^aB")],
+            [(3006, b""), (245, b"10^aC")],
+            [(3007, "\u00e9"), (245, b"10^aD")],
+            [(3005, b"#"), (3009, b"a"), (245, b"10^aE")]]
+    buf = io.BytesIO()
+    rep = iso2709.write(buf, recs, "marc", on_error="skip")
+    assert rep.records == 1
+    assert [(e.number, e.reason) for e in rep.errors] == [
+        (1, "leader field 3005 occurs more than once (it holds leader position 5)"),
+        (2, "leader field 3008 holds '0741s1987', not the one ASCII character of leader "
+            "position 8"),
+        (3, "leader field 3006 holds '', not the one ASCII character of leader position 6"),
+        (4, "leader field 3007 holds '\u00e9', not the one ASCII character of leader position 7")]
+    (rec,) = iso2709.read(io.BytesIO(buf.getvalue()))
+    assert rec.leader == b"00044    a2200037   4500" and rec.fields == [(245, b"10^aE")]
+    with pytest.raises(pydb.IsoRecordError, match="record 1: leader field 3008"):
+        iso2709.write(io.BytesIO(), recs[1:], "marc")
+    for bad in (0, True, 65517, "3000"):
+        with pytest.raises(ValueError, match="leader_tag must be None or an int"):
+            iso2709.write(io.BytesIO(), [], "marc", leader_tag=bad)
+        with pytest.raises(ValueError, match="leader_tag must be None or an int"):
+            pydb.import_iso(io.BytesIO(b""), tmp_path / "x", leader_tag=bad)
+    with pytest.raises(ValueError, match="indicators must be"):
+        iso2709.write(io.BytesIO(), [], "marc", indicators="yes")
+
+
+def test_deleted_record_status(tmp_path):
+    with pydb.create(tmp_path / "d") as db:
+        pass
+    with pydb.open(tmp_path / "d", readonly=False) as db:
+        m = db.append([(3005, b"c"), (3006, b"a"), (245, b"10^aGone")])
+        db.delete(m)
+    out = io.BytesIO()
+    pydb.export_iso(tmp_path / "d", out, "marc", deleted=True, encoding="utf-8")
+    assert out.getvalue()[:24] == b"00047da  a2200037   4500"
+
+
+# ------------------------------------------------ CDS/ISIS records as MARC
+
+def test_isis_records_as_marc_tell_the_truth(isis_data, tmp_path):
+    src = data_path("bireme__isis2json/fixtures/cds/cds")
+    with pydb.open(src) as db:
+        first = [(f.tag, f.raw) for f in db[1].fields]
+    for mode, count in (("auto", b"0"), ("add", b"2"), ("present", b"2")):
+        out = tmp_path / f"{mode}.mrc"
+        rep = pydb.export_iso(src, out, "marc", indicators=mode)
+        assert rep.records == 150 and rep.errors == []
+        recs = list(iso2709.read(out))
+        assert {r.leader[5:12] for r in recs} == {b"n    " + count + b"2"}
+        want = first if mode != "add" else [
+            (t, v if t < 10 else b"  " + v) for t, v in first]
+        assert recs[0].fields == want
+
+
+def test_isis_records_read_by_pymarc(isis_data, tmp_path):
+    """With indicators="add", pymarc reads every ISIS subfield with blank
+    indicators; the values are the ISIS values with ^x split off.  Text
+    before a field's first subfield has no place in MARC: pymarc drops it,
+    and refuses a record where it is not ASCII."""
+    pymarc = pytest.importorskip("pymarc")
+    src = data_path("bireme__isis2json/fixtures/cds/cds")
+    out = tmp_path / "add.mrc"
+    pydb.export_iso(src, out, "marc", indicators="add", encoding="utf-8")
+    with open(out, "rb") as f, pydb.open(src) as db:
+        got = list(pymarc.MARCReader(f))
+        assert len(got) == len(db) == 150
+        lead_8bit = [not all(v.split(b"^")[0].isascii() for _, v in
+                             ((f.tag, f.raw) for f in rec.fields)) for rec in db]
+        assert [p is None for p in got] == lead_8bit and sum(lead_8bit) == 35
+        for prec, rec in zip(got, db, strict=True):
+            if prec is None:
+                continue
+            assert [f.tag for f in prec.fields] == [f"{t:03d}" for t in rec.tags]
+            for pf, value in zip(prec.fields, (f.raw for f in rec.fields), strict=True):
+                assert tuple(pf.indicators) == (" ", " ")
+                parts = value.decode("utf-8").split("^")
+                assert [(s.code, s.value) for s in pf.subfields] == [
+                    (p[0], p[1:]) for p in parts[1:] if p]
+
+
+# ------------------------------------------------------------- line width
+
+def test_line_width_80_reads_back(isis_data, tmp_path):
+    src = data_path(PYMARC + "marc.dat")
+    base = imported(tmp_path, "marc.dat")
+    out = tmp_path / "w.mrc"
+    pydb.export_iso(base, out, "marc", line_width=80)
+    data = out.read_bytes()
+    lines = data.split(b"\n")
+    assert lines[-1] == b"" and all(len(x) <= 80 for x in lines)
+    assert data.replace(b"\n", b"") == src.read_bytes()
+    r = iso2709.read(out, subfields="raw")
+    got = [(x.leader, x.fields) for x in r]
+    assert got == [(x.leader, x.fields) for x in iso2709.read(src, subfields="raw")]
+    assert r.repaired == 0 and r.errors == []
+    # and through a database again
+    pydb.import_iso(out, tmp_path / "again")
+    pydb.export_iso(tmp_path / "again", tmp_path / "flat.mrc", "marc")
+    assert (tmp_path / "flat.mrc").read_bytes() == src.read_bytes()
+    crlf = io.BytesIO()
+    pydb.export_iso(base, crlf, "marc", line_width=80, line_ending="\r\n")
+    assert crlf.getvalue() == data.replace(b"\n", b"\r\n")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="line_width must be"):
+            pydb.export_iso(base, io.BytesIO(), "marc", line_width=bad)
+
+
+def test_cli_line_width(isis_data, tmp_path):
+    base = imported(tmp_path, "one.dat")
+    out = tmp_path / "one.mrc"
+    assert main(["export", str(base), str(out), "--flavour", "marc",
+                 "--line-width", "80"]) == 0
+    src = data_path(PYMARC + "one.dat").read_bytes()
+    want = b"\n".join(src[i:i + 80] for i in range(0, len(src), 80)) + b"\n"
+    assert out.read_bytes() == want
+
+
+# -------------------------------------------------- ABCD's MARC databases
+
+@pytest.mark.parametrize("name", ["rda/data/rda", "unimarc/data/unimarc"])
+def test_abcd_leader_fields_exported(isis_data, name):
+    """ABCD keeps the leader in 3005-3019; every exported leader says what
+    the record's fields say (a missing position blank)."""
+    src = data_path(ABCD + name)
+    out = io.BytesIO()
+    rep = pydb.export_iso(src, out, "marc")
+    recs = list(iso2709.read(io.BytesIO(out.getvalue()), subfields="raw"))
+    with pydb.open(src) as db:
+        assert rep.errors == [] and len(recs) == len(db)
+        for rec, iso in zip(db, recs, strict=True):
+            for p in (5, 6, 7, 8, 9, 17, 18, 19):
+                v = rec.raw(3000 + p)
+                want = b" " if not v or v[0] == b"#" else v[0]
+                assert iso.leader[p:p + 1] == want
+            assert iso.leader[10:12] == b"22"
+            assert iso.fields == [(f.tag, f.raw.replace(b"^", b"\x1f")) for f in rec.fields
+                                  if f.tag not in LEADER_TAGS]
+    if name.startswith("rda"):
+        assert recs[0].leader == b"01146nam0 22003137 04500"
+
+
+def test_abcd_marc_database_bad_leader_fields(isis_data):
+    """ABCD's sample `marc` database holds a 36-character 3008 (a
+    misplaced 008) in each record: no record has a leader to write."""
+    src = data_path(ABCD + "marc/data/marc")
+    rep = pydb.export_iso(src, io.BytesIO(), "marc")
+    assert rep.records == 0 and len(rep.errors) == 298
+    assert str(rep.errors[0]).endswith(
+        "record 1, MFN 1: leader field 3008 holds '0741s1987###########', not the one "
+        "ASCII character of leader position 8")
+    rep = pydb.export_iso(src, io.BytesIO(), "marc", leader_tag=None, indicators="present")
+    assert rep.records == 298 and rep.errors == []
