@@ -39,6 +39,7 @@ from .iso2709 import (
     LEADER_POSITIONS,
     LEADER_TAG,
     Report,
+    check_leader_tag,
     check_on_error,
     is_marc_leader,
     is_utf8,
@@ -434,9 +435,7 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
     """
     check_on_error(on_error)
     _check_max_gap(max_gap)
-    if leader_tag is not None and (isinstance(leader_tag, bool) or not isinstance(leader_tag, int)
-                                   or not 1 <= leader_tag <= 65535 - 19):
-        raise ValueError(f"leader_tag must be None or an int 1..65516, not {leader_tag!r}")
+    check_leader_tag(leader_tag)
     lbase = leader_tag or 0
     ltags = {lbase + p for p in LEADER_POSITIONS} if lbase else set()
     reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)

@@ -67,7 +67,7 @@ from .paths import Source, is_path, opened, source_name
 
 __all__ = ["read", "write", "IsoRecord", "IsoReader", "Report", "FLAVOURS",
            "check_on_error", "is_utf8", "LEADER_POSITIONS", "LEADER_TAG", "INDICATORS",
-           "is_marc_leader", "leader_fields"]
+           "is_marc_leader", "leader_fields", "check_leader_tag"]
 
 #: Flavours understood by :func:`read` and :func:`write`.
 FLAVOURS = ("isis", "marc")
@@ -841,6 +841,14 @@ def leader_fields(leader: bytes, leader_tag: int = LEADER_TAG) -> list[tuple[int
     return out
 
 
+def check_leader_tag(leader_tag: object) -> None:
+    """Raise ValueError unless `leader_tag` is None or an int 1..65516 (so
+    that every leader field ``leader_tag + p`` is an ISIS tag)."""
+    if leader_tag is not None and (isinstance(leader_tag, bool) or not isinstance(leader_tag, int)
+                                   or not 1 <= leader_tag <= 65535 - 19):
+        raise ValueError(f"leader_tag must be None or an int 1..65516, not {leader_tag!r}")
+
+
 def _is_control(tag: Tag) -> bool:
     """MARC control field (001-009): no indicators, no subfields."""
     if isinstance(tag, str):
@@ -1041,7 +1049,9 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
             indicator count 0 in the leader, which is what they are;
             ``"add"`` puts two blank indicators before the value of every
             field but 001-009 and writes indicator count 2 (what MARC
-            readers such as pymarc expect); ``"present"`` declares that the
+            readers such as pymarc expect; text before a value's first
+            ``^`` stays where it is, outside any subfield, where MARC has no
+            place for it and pymarc drops it); ``"present"`` declares that the
             values already begin with two indicators (ABCD/IsisMarc
             databases without leader fields) and writes count 2.
 
@@ -1063,9 +1073,7 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
     check_on_error(on_error)
     if indicators not in INDICATORS:
         raise ValueError(f"indicators must be 'auto', 'add' or 'present', not {indicators!r}")
-    if leader_tag is not None and (isinstance(leader_tag, bool) or not isinstance(leader_tag, int)
-                                   or not 1 <= leader_tag <= 65535 - 19):
-        raise ValueError(f"leader_tag must be None or an int 1..65516, not {leader_tag!r}")
+    check_leader_tag(leader_tag)
     if line_width is not None and (isinstance(line_width, bool) or not isinstance(line_width, int)
                                    or line_width < 0):
         raise ValueError(f"line_width must be None or an int >= 0, not {line_width!r}")

@@ -1,9 +1,11 @@
 """MARC records through a database (docs/isis-formats.md §7.3): the leader
 kept in fields 3005-3019 on import and written back on export (byte for
 byte for pymarc's test files), the leader of CDS/ISIS records exported as
-MARC, 80-column MARC and ABCD's MARC databases."""
+MARC, 80-column MARC, ABCD's MARC databases, and the pymarc bridge
+(pydb/marc.py) against pymarc reading the same files."""
 
 import io
+import sys
 
 import pytest
 
@@ -269,3 +271,157 @@ def test_abcd_marc_database_bad_leader_fields(isis_data):
         "ASCII character of leader position 8")
     rep = pydb.export_iso(src, io.BytesIO(), "marc", leader_tag=None, indicators="present")
     assert rep.records == 298 and rep.errors == []
+
+
+# ----------------------------------------------------------------- pymarc
+
+def pymarc_records(pymarc, name):
+    with open(data_path(PYMARC + name), "rb") as f:
+        return list(pymarc.MARCReader(f))
+
+
+def same(a, b):
+    """Leader, control fields, indicators, subfield codes and values."""
+    return str(a.leader) == str(b.leader) and a.as_dict() == b.as_dict()
+
+
+@pytest.mark.parametrize("name", SOUND)
+def test_to_pymarc_equals_pymarc_reading_the_file(isis_data, tmp_path, name):
+    pymarc = pytest.importorskip("pymarc")
+    want = pymarc_records(pymarc, name)
+    base = imported(tmp_path, name)
+    with pydb.open(base) as db:
+        got = [r.to_pymarc() for r in db]
+        assert [pydb.to_pymarc(r).as_dict() for r in db] == [r.as_dict() for r in got]
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert str(a.leader) == str(b.leader)
+        assert [(f.tag, f.data) for f in a.fields if f.is_control_field()] == \
+            [(f.tag, f.data) for f in b.fields if f.is_control_field()]
+        assert [(f.tag, tuple(f.indicators), [(s.code, s.value) for s in f.subfields])
+                for f in a.fields if not f.is_control_field()] == \
+            [(f.tag, tuple(f.indicators), [(s.code, s.value) for s in f.subfields])
+             for f in b.fields if not f.is_control_field()]
+        assert same(a, b)
+
+
+def test_to_pymarc_of_iso_records(isis_data):
+    pymarc = pytest.importorskip("pymarc")
+    want = pymarc_records(pymarc, "test.dat")
+    got = [pydb.to_pymarc(r) for r in iso2709.read(data_path(PYMARC + "test.dat"))]
+    assert all(same(a, b) for a, b in zip(got, want, strict=True)) and len(got) == 10
+
+
+@pytest.mark.parametrize("name", SOUND)
+def test_from_pymarc_round_trip(isis_data, tmp_path, name):
+    """pymarc records appended to a database come back from to_pymarc with
+    the same fields; the leader differs only in its length (0-4, values
+    now UTF-8) and position 9, which says UTF-8 now."""
+    pymarc = pytest.importorskip("pymarc")
+    want = pymarc_records(pymarc, name)
+    with pydb.create(tmp_path / "p"):
+        pass
+    with pydb.open(tmp_path / "p", readonly=False) as db:
+        mfns = pydb.append_pymarc(db, want)
+        assert mfns == list(range(1, len(want) + 1))
+        got = [db[m].to_pymarc() for m in mfns]
+    for a, b in zip(got, want, strict=True):
+        la, lb = str(a.leader), str(b.leader)
+        assert la[5:9] + la[10:] == lb[5:9] + lb[10:] and la[9] == "a"
+        assert a.as_dict()["fields"] == b.as_dict()["fields"]
+    if name in ("utf8_with_leader_flag.dat", "marc.dat", "one.dat"):
+        # UTF-8 (or ASCII) files: the database holds the file's bytes
+        with pydb.open(tmp_path / "p") as db, pydb.open(imported(tmp_path, name)) as ref:
+            for x, y in zip(db, ref, strict=True):
+                fx = [(f.tag, f.raw) for f in x.fields if f.tag not in LEADER_TAGS]
+                fy = [(f.tag, f.raw) for f in y.fields if f.tag not in LEADER_TAGS]
+                assert fx == fy
+
+
+def test_from_pymarc_fields(isis_data):
+    pymarc = pytest.importorskip("pymarc")
+    (rec,) = pymarc_records(pymarc, "one.dat")
+    fields = pydb.from_pymarc(rec)
+    assert fields[:9] == [(3005, b"c"), (3006, b"a"), (3007, b"m"), (3008, b"#"),
+                          (3009, b"a"), (3017, b"4"), (3018, b"a"), (3019, b"#"),
+                          (1, b"fol05731351 ")]
+    assert fields[9:13] == [(3, b"IMchF"), (5, b"20000613133448.0"),
+                            (8, b"000107s2000    nyua          001 0 eng  "),
+                            (10, b"  ^a   00020737 ")]
+    assert (245, b"10^aActivePerl with ASP and ADO /^cTobias Martinsson.") in fields
+    assert pydb.from_pymarc(rec, leader_tag=None) == fields[8:]
+    assert pydb.from_pymarc(rec, encoding="latin-1")[4] == (3009, b"#")
+
+
+def test_from_pymarc_refuses_what_isis_cannot_store(isis_data, tmp_path):
+    pymarc = pytest.importorskip("pymarc")
+    (alpha,) = pymarc_records(pymarc, "alphatag.dat")
+    with pytest.raises(pydb.IsoRecordError) as e:
+        pydb.from_pymarc(alpha)
+    assert e.value.reason == ("field 035 subfield 'a' holds '^', the CDS/ISIS subfield "
+                              "delimiter")
+    # append_pymarc: one transaction, rolled back at the bad record
+    with pydb.create(tmp_path / "r"):
+        pass
+    with pydb.open(tmp_path / "r", readonly=False) as db:
+        with pytest.raises(pydb.IsoRecordError, match="field 035"):
+            pydb.append_pymarc(db, pymarc_records(pymarc, "one.dat") + [alpha])
+        assert len(db) == 0 and db.max_mfn == 0
+    alpha.remove_fields("035")
+    with pytest.raises(pydb.IsoRecordError) as e:
+        pydb.from_pymarc(alpha)
+    assert e.value.reason == "tag 'CAT' has no CDS/ISIS tag (MARC tags 001-999 only)"
+    with pytest.raises(TypeError, match="needs a pymarc.Record, not NoneType"):
+        pydb.from_pymarc(None)
+    rec = pymarc.Record()
+    rec.add_field(pymarc.Field(tag="245", indicators=pymarc.Indicators("1", "0"),
+                               subfields=[pymarc.Subfield("a", "x^y")]))
+    with pytest.raises(pydb.IsoRecordError) as e:
+        pydb.from_pymarc(rec)
+    assert e.value.reason == "field 245 subfield 'a' holds '^', the CDS/ISIS subfield delimiter"
+    rec.leader = "00000nam"
+    rec.fields[0].subfields[0] = pymarc.Subfield("a", "x")
+    with pytest.raises(pydb.IsoRecordError, match="the leader has 8 characters, not 24"):
+        pydb.from_pymarc(rec)
+    rec.leader = pymarc.Leader("00000nam a2200000   4500")
+    rec.fields[0].subfields[0] = pymarc.Subfield("a", "x \u20ac")
+    with pytest.raises(pydb.IsoRecordError) as e:
+        pydb.from_pymarc(rec, encoding="latin-1")
+    assert e.value.reason == "field 245 subfield 'a': latin-1 cannot encode '\u20ac'"
+
+
+def test_to_pymarc_records_without_leader(tmp_path):
+    pymarc = pytest.importorskip("pymarc")
+    isis = [(1, b"42"), (24, b"^aTitle^bmore"), (70, b"Author")]
+    rec = pydb.to_pymarc(isis)
+    assert str(rec.leader) == "00090n   a2200061   4500"
+    assert [(f.tag, f.data if f.is_control_field() else
+             (tuple(f.indicators), [(s.code, s.value) for s in f.subfields]))
+            for f in rec.fields] == [
+        ("001", "42"), ("024", ((" ", " "), [("a", "Title"), ("b", "more")])),
+        ("070", ((" ", " "), []))]
+    rec = pydb.to_pymarc([(245, b"10^aTitle")], indicators="present", utf8=False)
+    assert str(rec.leader)[5:12] == "n    22"
+    assert tuple(rec.fields[0].indicators) == ("1", "0")
+    with pytest.raises(pydb.IsoRecordError, match="tag 1000 is not a MARC tag"):
+        pydb.to_pymarc([(1000, b"x")])
+    with pytest.raises(pydb.IsoRecordError, match="leader field 3005 occurs more than once"):
+        pydb.to_pymarc([(3005, b"n"), (3005, b"c"), (245, b"10^aT")])
+    with pytest.raises(pydb.IsoRecordError, match="pymarc cannot decode the record"):
+        pydb.to_pymarc([(3009, b"a"), (245, b"10^a\xff")])
+    rec = pydb.to_pymarc([(3005, b"n"), (3006, b"a")])
+    assert str(rec.leader) == "00026na  a2200025   4500" and rec.fields == []
+    with pytest.raises(ValueError, match="indicators must be"):
+        pydb.to_pymarc([], indicators="no")
+    with pytest.raises(ValueError, match="leader_tag must be None or an int"):
+        pydb.to_pymarc([], leader_tag=70000)
+    with pytest.raises(ValueError, match="leader_tag must be None or an int"):
+        pydb.from_pymarc(pymarc.Record(), leader_tag=-1)
+
+
+def test_bridge_without_pymarc(monkeypatch):
+    """Without pymarc the bridge says how to get it; pydb imports fine."""
+    monkeypatch.setitem(sys.modules, "pymarc", None)
+    for call in (lambda: pydb.to_pymarc([(245, b"10^aT")]), lambda: pydb.from_pymarc(None)):
+        with pytest.raises(ImportError, match=r"pip install 'pydb\[marc\]'"):
+            call()
