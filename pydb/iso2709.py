@@ -963,10 +963,10 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
         if deleted and mid[:1] != b"d":
             mid = b"d" + mid[1:]
     elif flavour == "marc":
-        if utf8 is None:
-            utf8 = is_utf8(encoding)
-        mid = (b"d" if deleted else b"n") + b"   " + (b"a" if utf8 else b" ") + b"22"
-        tail = b"   "
+        # no leader given (write() always gives one): values without
+        # indicators, indicator count 0
+        lead = _marc_leader({}, deleted, is_utf8(encoding) if utf8 is None else utf8, False)
+        mid, tail = lead[5:12], lead[17:20]
     else:
         mid = (b"d" if deleted else b"0") + b"000000"
         tail = b"000"

@@ -8,12 +8,14 @@ import io
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pydb
 from pydb import iso2709
 from pydb.__main__ import main
 
-from conftest import data_path
+from conftest import data_path, hypothesis_examples
 
 PYMARC = "edsu__pymarc/test/"
 ABCD = "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/"
@@ -425,3 +427,29 @@ def test_bridge_without_pymarc(monkeypatch):
     for call in (lambda: pydb.to_pymarc([(245, b"10^aT")]), lambda: pydb.from_pymarc(None)):
         with pytest.raises(ImportError, match=r"pip install 'pydb\[marc\]'"):
             call()
+
+
+LEADER_CHARS = st.sampled_from([chr(c) for c in range(0x20, 0x7F) if chr(c) != "#"])
+marc_value = st.binary(max_size=60).filter(lambda v: not any(c in v for c in b"\x1d\x1e\x1f^"))
+
+
+@settings(max_examples=hypothesis_examples(100), deadline=None)
+@given(st.lists(LEADER_CHARS, min_size=8, max_size=8),
+       st.lists(st.tuples(st.integers(1, 999), marc_value), max_size=8))
+def test_random_leaders_travel_in_fields(chars, fields):
+    """Any leader whose chosen positions are printable ASCII (not '#')
+    comes back from its fields: the leader positions, indicator count 2
+    and the fields themselves."""
+    leader = bytearray(b"00000" + b"x" * 19)
+    for p, c in zip((5, 6, 7, 8, 9, 17, 18, 19), chars, strict=True):
+        leader[p] = ord(c)
+    leader[10:12] = b"22"
+    stored = iso2709.leader_fields(bytes(leader)) + fields
+    assert [t for t, _ in stored[:8]] == LEADER_TAGS
+    buf = io.BytesIO()
+    iso2709.write(buf, [stored], "marc")
+    (rec,) = iso2709.read(io.BytesIO(buf.getvalue()))
+    assert rec.fields == fields and rec.leader[10:12] == b"22"
+    for p in (5, 6, 7, 8, 9, 17, 18, 19):
+        assert rec.leader[p] == leader[p]
+    assert iso2709.leader_fields(rec.leader) == stored[:8]
