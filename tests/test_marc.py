@@ -67,6 +67,17 @@ def test_marc_file_exports_byte_identical(isis_data, tmp_path, name):
     assert out.read_bytes() == data_path(PYMARC + name).read_bytes()
 
 
+def test_import_into_existing_database_keeps_leaders(isis_data, tmp_path):
+    """The append path (existing database, transactions) stores the leader
+    fields too: two imports of a file export as the file twice."""
+    base = imported(tmp_path, "test.dat")
+    rep = pydb.import_iso(data_path(PYMARC + "test.dat"), base)
+    assert rep.records == 10 and rep.max_mfn == 20 and rep.errors == []
+    out = tmp_path / "twice.mrc"
+    pydb.export_iso(base, out, "marc")
+    assert out.read_bytes() == data_path(PYMARC + "test.dat").read_bytes() * 2
+
+
 def test_mfn_tag_with_leader_fields(isis_data, tmp_path):
     """MFNs carried in a field and the leader in fields travel together."""
     base = imported(tmp_path, "test.dat")
