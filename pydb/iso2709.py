@@ -868,7 +868,7 @@ def _take_leader(fields, leader_tag: int) -> tuple[dict[int, bytes], list]:
         if p is None:
             rest.append((tag, value))
             continue
-        v = value.encode("latin-1", "replace") if isinstance(value, str) else bytes(value)
+        v = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
         if p in got:
             raise ValueError(f"leader field {leader_tag + p} occurs more than once (it "
                              f"holds leader position {p})")

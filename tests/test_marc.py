@@ -135,7 +135,8 @@ def test_leader_field_errors(tmp_path):
             [(3008, b"0741s1987"), (245, b"10^aB")],
             [(3006, b""), (245, b"10^aC")],
             [(3007, "\u00e9"), (245, b"10^aD")],
-            [(3005, b"#"), (3009, b"a"), (245, b"10^aE")]]
+            [(3005, b"#"), (3009, b"a"), (245, b"10^aE")],
+            [(3017, "\u20ac"), (245, b"10^aF")]]
     buf = io.BytesIO()
     rep = iso2709.write(buf, recs, "marc", on_error="skip")
     assert rep.records == 1
@@ -144,7 +145,10 @@ def test_leader_field_errors(tmp_path):
         (2, "leader field 3008 holds '0741s1987', not the one ASCII character of leader "
             "position 8"),
         (3, "leader field 3006 holds '', not the one ASCII character of leader position 6"),
-        (4, "leader field 3007 holds '\u00e9', not the one ASCII character of leader position 7")]
+        (4, "leader field 3007 holds '\u00c3\u00a9', not the one ASCII character of leader "
+            "position 7"),
+        (6, "leader field 3017 holds '\u00e2\\x82\u00ac', not the one ASCII character of "
+            "leader position 17")]
     (rec,) = iso2709.read(io.BytesIO(buf.getvalue()))
     assert rec.leader == b"00044    a2200037   4500" and rec.fields == [(245, b"10^aE")]
     with pytest.raises(pydb.IsoRecordError, match="record 1: leader field 3008"):
