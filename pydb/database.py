@@ -31,6 +31,7 @@ from .errors import (
 )
 from .fst import fst_text
 from .index import Index, KeyLike, Posting, Term, open_index
+from .marc import to_pymarc as _to_pymarc
 from .native import build_index
 from .paths import PathArg, base_name, existing_file, has_native_index, new_base_name
 from .search import SearchResult
@@ -88,6 +89,12 @@ class Record(_pydb.Record):
         for tag, value in self.fields:
             out.setdefault(tag, []).append(value)
         return out
+
+    def to_pymarc(self, **options: Any) -> Any:
+        """This record as a ``pymarc.Record``: :func:`pydb.marc.to_pymarc`
+        (same keyword options, returns and raises; needs pymarc,
+        ``pip install 'pydb[marc]'``)."""
+        return _to_pymarc(self, **options)
 
     def __repr__(self) -> str:
         state = " deleted" if self.deleted else ""
