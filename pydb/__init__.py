@@ -15,7 +15,8 @@ tables), :mod:`pydb.search` (search language), :mod:`pydb.index`
 index), :mod:`pydb.check` (validator), :mod:`pydb.snapshot`
 (:class:`Snapshot`: one commit pinned), :mod:`pydb.database`
 (:class:`Database`), :mod:`pydb.exchange` (import/export between a
-database and ISO 2709 or JSON Lines files), then the tools
+database and ISO 2709 or JSON Lines files), :mod:`pydb.arrow` (Arrow and
+Parquet, with the optional pyarrow), then the tools
 (:mod:`pydb.unesb`, :mod:`pydb.ministat`, :mod:`pydb.crashtest`) and the
 command line (:mod:`pydb.__main__`).
 """
@@ -24,6 +25,7 @@ command line (:mod:`pydb.__main__`).
 # (pydb/_checkout.py raises an ImportError saying how to build it).
 from . import _checkout  # noqa: F401  # isort: skip
 
+from .arrow import export_parquet, from_arrow, import_parquet, to_arrow
 from .database import DEFAULT_IO, LAYOUTS, Database, Field, Record, Transaction, create, open
 from .errors import (
     ClosedError,
@@ -60,4 +62,5 @@ __all__ = [
     "FSTError", "DatabaseExistsError", "IsoRecordError", "__version__",
     "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
+    "to_arrow", "from_arrow", "export_parquet", "import_parquet",
 ]
