@@ -239,72 +239,84 @@ _RAW = operator.attrgetter("raw")
 _ONES = [1] * 64
 
 
-def _batch(pa: Any, sch: Any, recs: list[Record], rows: str, subfields: str | None,
-           encoding: str) -> Any:
-    """One Arrow record batch of the records `recs` in the layout `rows`."""
-    mfns: list[int] = []
-    dels: list[bool] = []
-    tags: list[int | None] = []
-    occs: list[int | None] = []
-    nos: list[int | None] = []
-    raws: list[bytes] = []
-    offsets = [0]
-    empty: list[int] = []                 # positions of records without fields
-    per_field = rows == "fields"
-    for rec in recs:
+class _Columns:
+    """The columns of one batch, filled a record at a time (the Record
+    itself is not kept: each holds its raw bytes), then made into an Arrow
+    record batch by :meth:`batch`."""
+
+    def __init__(self, rows: str) -> None:
+        self.per_field = rows == "fields"
+        self.records = 0
+        self.mfns: list[int] = []
+        self.dels: list[bool] = []
+        self.tags: list[int | None] = []
+        self.occs: list[int | None] = []
+        self.nos: list[int | None] = []
+        self.raws: list[bytes] = []
+        self.offsets = [0]
+        self.empty: list[int] = []        # rows of records without fields
+
+    def add(self, rec: Record) -> None:
+        self.records += 1
         m, d = rec.mfn, rec.deleted
         fl = rec.fields
         k = len(fl)
+        raws = self.raws
         if not k:
-            mfns.append(m)
-            dels.append(d)
-            if per_field:
-                empty.append(len(raws))
-                tags.append(None)
-                occs.append(None)
-                nos.append(None)
+            self.mfns.append(m)
+            self.dels.append(d)
+            if self.per_field:
+                self.empty.append(len(raws))
+                self.tags.append(None)
+                self.occs.append(None)
+                self.nos.append(None)
                 raws.append(b"")
             else:
-                offsets.append(len(raws))
-            continue
+                self.offsets.append(len(raws))
+            return
         tg = rec.tags
-        tags.extend(tg)
+        self.tags.extend(tg)
         raws.extend(map(_RAW, fl))
-        nos.extend(range(1, k + 1))
+        self.nos.extend(range(1, k + 1))
         if len(set(tg)) == k:             # no repeated tag: every occ is 1
-            occs.extend(_ONES[:k] if k <= len(_ONES) else [1] * k)
+            self.occs.extend(_ONES[:k] if k <= len(_ONES) else [1] * k)
         else:
             seen: dict[int, int] = {}
+            occs = self.occs
             for t in tg:
                 o = seen[t] = seen.get(t, 0) + 1
                 occs.append(o)
-        if per_field:
-            mfns.extend([m] * k)
-            dels.extend([d] * k)
+        if self.per_field:
+            self.mfns.extend([m] * k)
+            self.dels.extend([d] * k)
         else:
-            mfns.append(m)
-            dels.append(d)
-            offsets.append(len(raws))
-    values, raw = _decode(pa, raws, encoding)
-    if empty:
-        mask = [False] * len(raws)
-        for i in empty:
-            mask[i] = True
-        pc = importlib.import_module("pyarrow.compute")
-        values = pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), values)
-    sub = [] if subfields is None else _split(pa, values, subfields)
-    int32 = pa.int32()
-    if rows == "fields":
-        cols = [pa.array(mfns, int32), pa.array(tags, int32), pa.array(occs, int32),
-                values, pa.array(nos, int32), pa.array(dels, pa.bool_()), raw, *sub]
-        return pa.RecordBatch.from_arrays(cols, schema=sch)
-    item_type = sch.field("fields").type.value_type
-    items = pa.StructArray.from_arrays(
-        [pa.array(tags, int32), pa.array(occs, int32), values, raw, *sub],
-        fields=list(item_type))
-    lists = pa.ListArray.from_arrays(pa.array(offsets, int32), items)
-    return pa.RecordBatch.from_arrays(
-        [pa.array(mfns, int32), pa.array(dels, pa.bool_()), lists], schema=sch)
+            self.mfns.append(m)
+            self.dels.append(d)
+            self.offsets.append(len(raws))
+
+    def batch(self, pa: Any, sch: Any, subfields: str | None, encoding: str) -> Any:
+        """The Arrow record batch of the records added, in the schema `sch`."""
+        values, raw = _decode(pa, self.raws, encoding)
+        if self.empty:
+            mask = [False] * len(self.raws)
+            for i in self.empty:
+                mask[i] = True
+            pc = importlib.import_module("pyarrow.compute")
+            values = pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), values)
+        sub = [] if subfields is None else _split(pa, values, subfields)
+        int32 = pa.int32()
+        if self.per_field:
+            cols = [pa.array(self.mfns, int32), pa.array(self.tags, int32),
+                    pa.array(self.occs, int32), values, pa.array(self.nos, int32),
+                    pa.array(self.dels, pa.bool_()), raw, *sub]
+            return pa.RecordBatch.from_arrays(cols, schema=sch)
+        item_type = sch.field("fields").type.value_type
+        items = pa.StructArray.from_arrays(
+            [pa.array(self.tags, int32), pa.array(self.occs, int32), values, raw, *sub],
+            fields=list(item_type))
+        lists = pa.ListArray.from_arrays(pa.array(self.offsets, int32), items)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.mfns, int32), pa.array(self.dels, pa.bool_()), lists], schema=sch)
 
 
 def _batches(snap: Snapshot, sch: Any, rows: str, subfields: str | None,
@@ -313,23 +325,25 @@ def _batches(snap: Snapshot, sch: Any, rows: str, subfields: str | None,
              part_records: int | None = None) -> Iterator[tuple[Any, bool]]:
     """(record batch, ends a part) pairs of `snap`: `batch_records`
     records a batch; with `part_records`, a batch also ends after every
-    `part_records` records, and the pair says so."""
+    `part_records` records, and the pair says so.  The records are read
+    256 per GIL release (:func:`pydb.exchange._db_records`) and turned
+    into columns as they come, so only the columns of one batch are held."""
     pa = _pyarrow()
-    chunk: list[Record] = []
+    cols = _Columns(rows)
     in_part = 0
     for rec in _db_records(snap, deleted, on_error, report, progress):
-        chunk.append(rec)
+        cols.add(rec)
         in_part += 1
         report.records += 1
         report.deleted += bool(rec.deleted)
         end = part_records is not None and in_part >= part_records
-        if end or len(chunk) >= batch_records:
-            yield _batch(pa, sch, chunk, rows, subfields, encoding), end
-            chunk = []
+        if end or cols.records >= batch_records:
+            yield cols.batch(pa, sch, subfields, encoding), end
+            cols = _Columns(rows)
             if end:
                 in_part = 0
-    if chunk:
-        yield _batch(pa, sch, chunk, rows, subfields, encoding), True
+    if cols.records:
+        yield cols.batch(pa, sch, subfields, encoding), True
 
 
 def _metadata(snap: Snapshot, rows: str, encoding: str) -> dict[str, Any]:
