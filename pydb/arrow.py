@@ -91,7 +91,7 @@ from .snapshot import Snapshot
 from .subfields import parse_subfields
 
 __all__ = ["to_arrow", "from_arrow", "export_parquet", "import_parquet", "schema",
-           "ROWS", "DEFAULT_BATCH_RECORDS", "FORMAT_VERSION"]
+           "ROWS", "COMPRESSIONS", "DEFAULT_BATCH_RECORDS", "FORMAT_VERSION"]
 
 #: The two layouts: one row per field occurrence, or one row per record.
 ROWS = ("fields", "records")
@@ -99,6 +99,9 @@ ROWS = ("fields", "records")
 DEFAULT_BATCH_RECORDS = 16384
 #: The version of the layout, written in the schema metadata (key ``pydb``).
 FORMAT_VERSION = 1
+
+#: The Parquet codecs export_parquet accepts.
+COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
 
 Progress = Callable[[int], object]
 
@@ -481,6 +484,9 @@ def export_parquet(db: Database | PathArg, path: PathArg, *, rows: str = "fields
     _check_count("batch_records", batch_records)
     if partition_records is not None:
         _check_count("partition_records", partition_records)
+    if not isinstance(compression, str) or compression.lower() not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, "
+                         f"not {compression!r}")
     check_on_error(on_error)
     pq = _parquet()
     handle, close = _open_db(db)
@@ -490,7 +496,7 @@ def export_parquet(db: Database | PathArg, path: PathArg, *, rows: str = "fields
         report = Report()
         with handle.snapshot() as snap:
             sch = schema(rows, subfields, metadata=_metadata(snap, rows, enc))
-            kw = {"compression": compression}
+            kw = {"compression": compression.lower()}
             if partition_records is None:
                 with _atomic_target(handle, path) as target:
                     with pq.ParquetWriter(target, sch, **kw) as w:
@@ -498,9 +504,9 @@ def export_parquet(db: Database | PathArg, path: PathArg, *, rows: str = "fields
                                              batch_records, on_error, report, progress):
                             w.write_batch(b, row_group_size=b.num_rows)
                 return report
-            _write_parts(pq, snap, sch, os.fsdecode(path), kw, rows, subfields, enc,
-                         deleted, batch_records, partition_records, on_error, report,
-                         progress)
+            _write_parts(pq, snap, sch, os.path.normpath(os.fsdecode(path)), kw, rows,
+                         subfields, enc, deleted, batch_records, partition_records,
+                         on_error, report, progress)
             return report
     finally:
         if close:
@@ -921,6 +927,7 @@ def import_parquet(source: PathArg, db_path: PathArg, *, layout: str = "isis-pac
             layouts, rows out of MFN order without `sort` (each names the
             file and, for rows, the row).
         FileNotFoundError: `source` does not exist.
+        OSError: a file cannot be read.
         DiskError: creating or writing the database failed (a new
             database is not left behind).
         ReadOnlyError, LockTimeoutError, CorruptionError: appending to an

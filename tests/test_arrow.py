@@ -158,6 +158,9 @@ def test_bad_arguments(tmp_path):
         arrow.to_arrow(base, encoding="no-such-codec")
     with pytest.raises(ValueError, match="a file of the database"):
         arrow.export_parquet(base, Path(str(base) + ".mst"))
+    with pytest.raises(ValueError, match="compression must be one of zstd, snappy"):
+        arrow.export_parquet(base, tmp_path / "x.parquet", compression="bogus")
+    assert not (tmp_path / "x.parquet").exists()
 
 
 def test_without_pyarrow_says_how_to_install(tmp_path, monkeypatch):
@@ -337,8 +340,10 @@ def test_partitioned_directory(small, tmp_path):
     assert rep2.records == 3000
     with pydb.open(small) as a, pydb.open(tmp_path / "back") as b:
         assert records_of(b) == records_of(a)
-    # an earlier export is replaced; any other directory is refused
-    arrow.export_parquet(small, out, partition_records=2000)
+    # an earlier export is replaced (a trailing separator is the same
+    # directory); any other directory is refused
+    arrow.export_parquet(small, f"{out}/", partition_records=2000, compression="SNAPPY")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("parts")] == ["parts"]
     assert len(list(out.iterdir())) == 2
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
