@@ -322,6 +322,20 @@ def test_batches_make_row_groups(small, small_parquet):
     assert [b.num_rows for b in reader] == [700, 700, 700, 700, 200]
 
 
+def test_streaming_holds_one_batch(small):
+    """Arrow memory in use while streaming 100-record batches stays under a
+    tenth of the whole table's (the stream holds one batch at a time)."""
+    full = arrow.to_arrow(small).read_all()
+    size = full.nbytes
+    del full
+    base = pa.total_allocated_bytes()
+    peak, rows = 0, 0
+    for b in arrow.to_arrow(small, batch_records=100):
+        rows += b.num_rows
+        peak = max(peak, pa.total_allocated_bytes() - base)
+    assert rows > 20000 and 0 < peak < size / 10
+
+
 def test_partitioned_directory(small, tmp_path):
     out = tmp_path / "parts"
     rep = arrow.export_parquet(small, out, partition_records=1000, batch_records=300)
