@@ -20,7 +20,7 @@ mfn         int32          the record's MFN (1-based), never null
 tag         int32          the field's tag (1..65535)
 occ         int32          occurrence number of the tag in the record,
                            1-based (the 2nd field 70 of a record has occ 2),
-                           as in ISIS postings (docs/isis-formats.md §4.3)
+                           as in ISIS postings (docs/isis-formats.md §4.5)
 value       string         the field's bytes decoded with the encoding
 field_no    int32          position of the field in the record, 1-based
                            (stored order: the record is rebuilt by it)
@@ -58,6 +58,15 @@ Memory is bounded by the batch: ``batch_records`` records are read (256
 per GIL release, in the C core), turned into one Arrow record batch and,
 for Parquet, written as one row group (pyarrow encodes and compresses
 with the GIL released) before the next batch is read.
+
+Imports (:func:`import_parquet`, :func:`from_arrow`) take either layout,
+recognised by its columns, and group the rows of the fields layout into
+records by MFN (they must come in MFN order, or be sorted with
+``sort=True``).  A NEW database keeps the MFNs (those in between become
+physically deleted XRF entries); an EXISTING one gets the records
+appended with the MFNs after its highest (as :mod:`pydb.exchange` does for
+ISO 2709 and JSON Lines).  ``deleted`` records are stored logically
+deleted.
 
 Sources: Apache Parquet format (https://parquet.apache.org/docs/file-format/),
 Arrow columnar format (https://arrow.apache.org/docs/format/Columnar.html),
