@@ -19,8 +19,10 @@ column      Arrow type     meaning
 mfn         int32          the record's MFN (1-based), never null
 tag         int32          the field's tag (1..65535)
 occ         int32          occurrence number of the tag in the record,
-                           1-based (the 2nd field 70 of a record has occ 2),
-                           as in ISIS postings (docs/isis-formats.md §4.5)
+                           1-based: the 2nd field 70 has occ 2, the value
+                           ``rec[70][1]`` (not the OCC of index postings,
+                           which numbers parts of an FST line's output,
+                           docs/isis-formats.md §5.2)
 value       string         the field's bytes decoded with the encoding
 field_no    int32          position of the field in the record, 1-based
                            (stored order: the record is rebuilt by it)
