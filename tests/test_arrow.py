@@ -250,7 +250,12 @@ def test_duckdb_full_scan_equals_pydb_records(small, small_parquet):
         [str(small_parquet)]).fetchall()
     with pydb.open(small) as db:
         want = [(r.mfn, r.deleted, list(r.tags), [f.value for f in r.fields]) for r in db]
-    assert [tuple(r) for r in rows] == want
+        assert [tuple(r) for r in rows] == want
+        # occ numbers the fields of one tag: value is rec[tag][occ - 1]
+        by_occ = con.execute("SELECT mfn, tag, occ, value FROM read_parquet(?) "
+                             "WHERE occ > 1", [str(small_parquet)]).fetchall()
+        assert len(by_occ) > 1000
+        assert all(db[m][t][o - 1] == v for m, t, o, v in by_occ)
 
 
 def test_duckdb_term_queries_equal_search(small, small_parquet):
