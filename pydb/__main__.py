@@ -29,6 +29,7 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -266,7 +267,19 @@ def _cmd_import(args) -> int:
     return _report(rep, "imported")
 
 
+def _no_pyarrow() -> bool:
+    """True (after saying what to install) when pyarrow is missing."""
+    try:
+        importlib.import_module("pyarrow")
+    except ImportError:
+        print("pydb: Parquet needs pyarrow: pip install 'pydb[arrow]'", file=sys.stderr)
+        return True
+    return False
+
+
 def _import_parquet(args) -> int:
+    if _no_pyarrow():
+        return 1
     with _progress(None, "rec", "import") as tick:
         rep = import_parquet(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
                              encoding=args.encoding, on_error=args.on_error,
@@ -275,6 +288,8 @@ def _import_parquet(args) -> int:
 
 
 def _export_parquet(args) -> int:
+    if _no_pyarrow():
+        return 1
     with open_db(args.db, encoding=args.encoding or "utf-8") as db:
         total = len(db.mfns(deleted=args.deleted))
         t0 = time.perf_counter()

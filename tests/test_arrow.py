@@ -163,11 +163,16 @@ def test_bad_arguments(tmp_path):
     assert not (tmp_path / "x.parquet").exists()
 
 
-def test_without_pyarrow_says_how_to_install(tmp_path, monkeypatch):
+def test_without_pyarrow_says_how_to_install(tmp_path, monkeypatch, capsys):
     base = odd_db(tmp_path)
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"pip install 'pydb\[arrow\]'"):
         arrow.to_arrow(base)
+    assert cli_main(["export", str(base), str(tmp_path / "x.parquet")]) == 1
+    assert cli_main(["import", str(tmp_path), str(tmp_path / "db")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("pydb: Parquet needs pyarrow: pip install 'pydb[arrow]'") == 2
+    assert not (tmp_path / "x.parquet").exists()
 
 
 # ----------------------------------------------------------- round trips
