@@ -584,8 +584,15 @@ def _is_int(pa: Any, t: Any) -> bool:
 
 
 def _is_text(pa: Any, t: Any) -> bool:
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
-                or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+    """A string or binary type of any kind (large, view, dictionary-encoded:
+    what Polars, pandas or Spark may hand over)."""
+    types = pa.types
+    if types.is_dictionary(t):
+        t = t.value_type
+    views = [getattr(types, n, None) for n in ("is_string_view", "is_binary_view")]
+    return bool(types.is_string(t) or types.is_large_string(t) or types.is_binary(t)
+                or types.is_large_binary(t) or types.is_fixed_size_binary(t)
+                or any(v is not None and v(t) for v in views))
 
 
 def _layout_of(pa: Any, sch: Any, name: str) -> str:

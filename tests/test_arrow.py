@@ -412,6 +412,23 @@ def test_import_of_spark_style_data(tmp_path):
                                   (7, False, [(24, b"c")])]
 
 
+def test_import_of_other_string_types(tmp_path):
+    """large, view and dictionary-encoded strings, binary values."""
+    t = pa.table({"mfn": pa.array([1, 1, 2, 3], pa.int16()),
+                  "tag": pa.array([24, 70, 24, 24], pa.uint16()),
+                  "value": pa.array(["a", "b", "c", "d"], pa.large_string())})
+    kinds = [t, t.set_column(2, "value", pa.array(["a", "b", "c", "d"]).dictionary_encode()),
+             t.set_column(2, "value", pa.array([b"a", b"b", b"c", b"d"], pa.binary()))]
+    if hasattr(pa, "string_view"):
+        kinds.append(t.set_column(2, "value", pa.array(["a", "b", "c", "d"], pa.string_view())))
+    for i, table in enumerate(kinds):
+        rep = arrow.from_arrow(table, tmp_path / f"db{i}")
+        assert (rep.records, rep.errors) == (3, []), table.schema
+        with pydb.open(tmp_path / f"db{i}") as db:
+            assert records_of(db) == [(1, False, [(24, b"a"), (70, b"b")]),
+                                      (2, False, [(24, b"c")]), (3, False, [(24, b"d")])]
+
+
 def test_import_needs_mfn_order_or_sort(tmp_path):
     t = pa.table({"mfn": [2, 2, 1], "tag": [24, 70, 24], "value": ["x", "y", "z"],
                   "field_no": [2, 1, 1]})
