@@ -210,6 +210,12 @@ def test_round_trip_keeps_gaps_empty_and_deleted_records(tmp_path):
             assert records_of(b) == records_of(a)
             assert b.xrf_entry(2)["state"] == "physically deleted"
             assert b[5].deleted and len(b[3]) == 0
+    # straight from the stream of one database into another
+    rep = arrow.from_arrow(arrow.to_arrow(base, deleted=True, batch_records=2),
+                           tmp_path / "direct")
+    assert (rep.records, rep.deleted, rep.max_mfn) == (4, 1, 5)
+    with pydb.open(base) as a, pydb.open(tmp_path / "direct") as b:
+        assert records_of(b) == records_of(a)
 
 
 def test_round_trip_through_arrow_and_8bit_encoding(tmp_path, isis_data):
