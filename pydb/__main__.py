@@ -11,9 +11,10 @@ Commands:
   search DB EXPR   MFNs matching a CDS/ISIS search expression
   check DB         validate everything; exit 0 sound, 1 damaged, 2 cannot
                    open / usage (see pydb.check)
-  import SRC DB    ISO 2709 or JSON Lines file into a new database, or
+  import SRC DB    ISO 2709, JSON Lines or Parquet file into a new database, or
                    appended to an existing one
-  export DB DST    database to ISO 2709 (CDS/ISIS or MARC flavour) or JSON Lines
+  export DB DST    database to ISO 2709 (CDS/ISIS or MARC flavour), JSON Lines or
+                   Parquet (a file, or a directory with --partition-records)
   gen-unesb DIR    write the synthetic unesb database, its FST and its native
                    index into DIR (--no-index: without the index)
   ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
@@ -28,6 +29,7 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -35,6 +37,7 @@ import time
 from contextlib import contextmanager
 
 from . import crashtest, gctest, ministat
+from .arrow import export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
@@ -77,7 +80,10 @@ def _progress(total, unit, desc, enabled=True, force=False, absolute=False):
 def _format_of(path, given):
     if given:
         return given
-    return "jsonl" if os.fsdecode(path).lower().endswith((".jsonl", ".json", ".ndjson")) else None
+    name = os.fsdecode(path).lower()
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    return "jsonl" if name.endswith((".jsonl", ".json", ".ndjson")) else None
 
 
 def _report(rep, what, verbose_errors=5):
@@ -235,18 +241,22 @@ def _cmd_check(args) -> int:
         out.write(report.summary() + "\n")
     return 1 if failed else 0
 def _cmd_import(args) -> int:
+    if args.flavour == "parquet" or (args.flavour is None and (
+            _format_of(args.src, None) == "parquet" or os.path.isdir(args.src))):
+        return _import_parquet(args)
     fmt = "jsonl" if args.flavour == "jsonl" or (
         args.flavour is None and _format_of(args.src, None) == "jsonl") else "iso"
     size = os.path.getsize(args.src)
     if fmt == "jsonl":
         with _progress(None, "rec", "import") as tick:
             rep = import_jsonl(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
-                               encoding=args.encoding, on_error=args.on_error,
+                               encoding=args.encoding or "utf-8", on_error=args.on_error,
                                progress=tick, max_gap=args.max_gap)
     else:
         with _progress(size, "B", "import") as tick:
             rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
-                             layout=args.layout, mstxl=args.mstxl, encoding=args.encoding,
+                             layout=args.layout, mstxl=args.mstxl,
+                             encoding=args.encoding or "utf-8",
                              db_encoding=args.db_encoding, on_error=args.on_error,
                              mfn_tag=args.mfn_tag, progress=tick,
                              max_gap=args.max_gap)
@@ -257,11 +267,52 @@ def _cmd_import(args) -> int:
     return _report(rep, "imported")
 
 
+def _no_pyarrow() -> bool:
+    """True (after saying what to install) when pyarrow is missing."""
+    try:
+        importlib.import_module("pyarrow")
+    except ImportError:
+        print("pydb: Parquet needs pyarrow: pip install 'pydb[arrow]'", file=sys.stderr)
+        return True
+    return False
+
+
+def _import_parquet(args) -> int:
+    if _no_pyarrow():
+        return 1
+    with _progress(None, "rec", "import") as tick:
+        rep = import_parquet(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
+                             encoding=args.encoding, on_error=args.on_error,
+                             progress=tick, max_gap=args.max_gap, sort=args.sort)
+    return _report(rep, "imported")
+
+
+def _export_parquet(args) -> int:
+    if _no_pyarrow():
+        return 1
+    with open_db(args.db, encoding=args.encoding or "utf-8") as db:
+        total = len(db.mfns(deleted=args.deleted))
+        t0 = time.perf_counter()
+        with _progress(total, "rec", "export") as tick:
+            rep = export_parquet(db, args.dst, rows=args.rows, subfields=args.subfields,
+                                 deleted=args.deleted, batch_records=args.batch_records,
+                                 partition_records=args.partition_records,
+                                 compression=args.compression, on_error=args.on_error,
+                                 progress=tick)
+        dt = time.perf_counter() - t0
+    print(f"{rep.records} record(s) in {dt:.2f} s "
+          f"({rep.records / dt if dt else 0:,.0f} records/s)", file=sys.stderr)
+    return _report(rep, "exported")
+
+
 def _cmd_export(args) -> int:
     fmt = args.flavour or ("jsonl" if _format_of(args.dst, None) == "jsonl" else "isis")
     if os.path.exists(args.dst) and not args.force:
         print(f"pydb: {args.dst} exists (use --force to replace it)", file=sys.stderr)
         return 1
+    if args.flavour == "parquet" or (args.flavour is None and (
+            _format_of(args.dst, None) == "parquet" or args.partition_records)):
+        return _export_parquet(args)
     with open_db(args.db, encoding=args.encoding or "utf-8") as db:
         total = len(db.mfns(deleted=args.deleted))
         with _progress(total, "rec", "export") as tick:
@@ -443,14 +494,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("src", help="ISO 2709 file, or JSON Lines (.jsonl, or --flavour jsonl)")
     p.add_argument("db", help="base name of the database (.mst/.xrf are created if "
                    "missing; an existing database gets the records appended)")
-    p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl"], default=None,
+    p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl", "parquet"],
+                   default=None,
                    help="input format (default: auto-detected ISO 2709; .jsonl files: JSON Lines)")
     p.add_argument("--layout", default="isis-packed",
                    choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"])
     p.add_argument("--mstxl", type=int, default=0, help="MSTXL alignment shift 0..6")
-    p.add_argument("--encoding", default="utf-8",
+    p.add_argument("--encoding", default=None,
                    help="character set of the input (ISO: for lengths counted in "
-                        "characters; JSON Lines: to turn strings back into bytes)")
+                        "characters; JSON Lines: to turn strings back into bytes; "
+                        "default utf-8; Parquet: default the one the export recorded)")
     p.add_argument("--db-encoding", default=None,
                    help="ISO input: transcode values from --encoding to this "
                         "character set (default: store the file's bytes)")
@@ -461,11 +514,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-gap", type=int, default=1_000_000,
                    help="new database: a record whose MFN lies more than this beyond "
                         "the previous one is an error (default 1000000)")
+    # Parquet (pydb.arrow; docs/parquet.md)
+    p.add_argument("--sort", action="store_true",
+                   help="Parquet: sort the rows by MFN in memory first (default: no; "
+                        "the rows must then come grouped in MFN order)")
     p.set_defaults(func=_cmd_import)
     p = sub.add_parser("export", help="database to ISO 2709 or JSON Lines")
     p.add_argument("db")
     p.add_argument("dst")
-    p.add_argument("--flavour", choices=["isis", "marc", "jsonl"], default=None,
+    p.add_argument("--flavour", choices=["isis", "marc", "jsonl", "parquet"], default=None,
                    help="isis (default; '#' terminators, 80-column lines), marc, or "
                         "jsonl (default when DST ends in .jsonl)")
     g = p.add_mutually_exclusive_group()
@@ -489,6 +546,19 @@ def main(argv: list[str] | None = None) -> int:
                         "written and go on (default); stop: fail at the first one")
     p.add_argument("--force", action="store_true",
                    help="replace DST if it exists (never one of the database's files)")
+    # Parquet (pydb.arrow; docs/parquet.md)
+    p.add_argument("--rows", choices=["fields", "records"], default="fields",
+                   help="Parquet: one row per field occurrence (default) or per record")
+    p.add_argument("--subfields", choices=["list", "map"], default=None,
+                   help="Parquet: add the ^x subfield split of each value as a list of "
+                        "(code, value) or a map of first occurrences (default: none)")
+    p.add_argument("--batch-records", type=int, default=16384, metavar="N",
+                   help="Parquet: records per row group and in memory (default 16384)")
+    p.add_argument("--partition-records", type=int, default=None, metavar="N",
+                   help="Parquet: DST is a directory of part-NNNNN.parquet files of N "
+                        "records each (default: one file)")
+    p.add_argument("--compression", default="zstd",
+                   help="Parquet codec: zstd (default), snappy, gzip, lz4, brotli, none")
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("gen-unesb", help="write the synthetic unesb database, its FST "
                        "and its native index")
