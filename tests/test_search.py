@@ -593,6 +593,42 @@ def test_matches_reference_model(ix, tree):
     assert s(ix, render(tree)) == _mfns(ref_eval(tree, table))
 
 
+# Trees of '+', '*' and '^' only: pydb_search evaluates them on MFN sets
+# (search_eval.c section 6: no posting lists merged); the model is the same.
+bool_trees = st.recursive(
+    term_nodes,
+    lambda sub: st.builds(lambda op, left, r: ("op", op, 1, left, r),
+                          st.sampled_from(["+", "*", "^"]), sub, sub),
+    max_leaves=10)
+
+
+@HYP
+@given(tree=bool_trees)
+def test_boolean_trees_match_reference_model(ix, tree):
+    table = {**TABLE, **ZOO}
+    assert s(ix, render(tree)) == _mfns(ref_eval(tree, table))
+
+
+def test_mfn_sets_sparse_and_dense():
+    """A truncation's MFNs reduced through a bitmap (dense range) and by
+    sorting (a range of more than 64 MFNs per posting), with MFNs up to
+    2^31 - 1, repeated MFNs, several postings per MFN and key."""
+    far = {b"FAR%d" % i: [(m, 10, 1, 1), (m, 20, 1, 2)]
+           for i, m in enumerate([2**31 - 1, 7, 1_000_000, 7, 3, 2**31 - 2])}
+    near = {b"NEAR%03d" % i: [(1 + (i * 7) % 100, 10, 1, 1)] for i in range(300)}
+    mix = _pydb._memory_index({**far, **near})
+    assert s(mix, "FAR$") == [3, 7, 1_000_000, 2**31 - 2, 2**31 - 1]
+    assert s(mix, "NEAR$") == list(range(1, 101))
+    assert s(mix, "FAR$ + NEAR$") == sorted({3, 7, 1_000_000, 2**31 - 2, 2**31 - 1}
+                                              | set(range(1, 101)))
+    assert s(mix, "NEAR$ * FAR$") == [3, 7]
+    assert s(mix, "NEAR$ ^ FAR$") == [m for m in range(1, 101) if m not in (3, 7)]
+    assert s(mix, "FAR$/(20) ^ NEAR$") == [1_000_000, 2**31 - 2, 2**31 - 1]
+    # the same answers through posting lists (a positional operator
+    # anywhere keeps the whole expression on postings)
+    assert s(mix, "(FAR$ (G) FAR$) + NEAR$") == s(mix, "FAR$ + NEAR$")
+
+
 @HYP
 @given(a=trees, b=trees, c=trees)
 def test_boolean_identities(ix, a, b, c):
