@@ -33,6 +33,7 @@ from .errors import (
     DiskError,
     Error,
     FSTError,
+    ImportResumeError,
     IsoRecordError,
     LockTimeoutError,
     NotFoundError,
@@ -57,7 +58,8 @@ __all__ = [
     "DEFAULT_IO", "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
-    "FSTError", "DatabaseExistsError", "IsoRecordError", "__version__",
+    "FSTError", "DatabaseExistsError", "IsoRecordError", "ImportResumeError",
+    "__version__",
     "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
 ]

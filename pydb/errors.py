@@ -161,3 +161,20 @@ class IsoRecordError(Error, ValueError):
         if self.offset is not None and self.offset >= 0:
             where.append(f"byte {self.offset}")
         return f"{self.filename or '<stream>'}: {', '.join(where) or 'record'}: {self.reason}"
+
+
+class ImportResumeError(Error):
+    """An import cannot resume from its checkpoint file: the file was
+    written for another exchange file, or the database changed since the
+    interrupted import (no commit of it left the database's highest MFN).
+
+    Attributes: ``filename`` (str: the checkpoint file), ``reason`` (str).
+    """
+
+    def __init__(self, filename, reason):
+        super().__init__(filename, reason)
+        self.filename = filename
+        self.reason = reason
+
+    def __str__(self):
+        return f"{self.filename}: cannot resume: {self.reason}"
