@@ -23,7 +23,7 @@ from . import crashtest, gctest, ministat
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
-from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
+from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .native import _stored_or_none, build_index
 from .paths import base_name, existing_file, find_sidecar
 from .unesb import generate
@@ -297,6 +297,17 @@ def _max_mfn_or_none(db: str) -> int | None:
         return None
 
 
+def _resume_point(checkpoint: str, src: str, max_mfn: int | None) -> str:
+    """What a resumed import will skip, in words.  Raises what the import
+    would (ImportResumeError, CorruptionError) before anything is done."""
+    cp = _Checkpoint(checkpoint, src)
+    state = cp.read()
+    if state is None or state[0] or max_mfn is None:
+        return "from the first record (the new database is built again)"
+    done = cp.resume_point(state[1], max_mfn)
+    return f"after source record {done} (the records up to it are in the database)"
+
+
 def _cmd_import(args) -> int:
     """Import with a resume file ``<DB>.resume`` (exchange._Checkpoint):
     an import interrupted by Ctrl-C or a kill leaves it, and only
@@ -306,15 +317,19 @@ def _cmd_import(args) -> int:
     size = os.path.getsize(args.src)
     checkpoint = base_name(args.db) + ".resume"
     if os.path.exists(checkpoint) and not args.resume:
-        print(f"pydb import: {checkpoint} exists: an earlier import into {args.db} was "
-              f"interrupted; run again with --resume to import only what it did not "
-              f"commit, or delete {checkpoint} to import every record again", file=sys.stderr)
+        print(f"pydb import: {checkpoint} exists: an earlier import into {args.db} did not "
+              f"finish (interrupted, killed, or stopped at an error); run again with --resume "
+              f"to import only what it did not commit, or delete {checkpoint} to import "
+              "every record again", file=sys.stderr)
         return 1
     if args.resume and not os.path.exists(checkpoint):
         print(f"pydb import: --resume: no interrupted import to resume ({checkpoint} "
               "does not exist)", file=sys.stderr)
         return 1
     before = _max_mfn_or_none(args.db)
+    if args.resume:
+        print(f"pydb import: resuming {_resume_point(checkpoint, args.src, before)}",
+              file=sys.stderr)
     show = _show_progress(args)
     try:
         if fmt == "jsonl":

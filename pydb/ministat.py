@@ -415,7 +415,7 @@ def main(argv=None) -> int:
     [-q] [-s] [-w width] FILE...`` (``-`` or no file: standard input).
     Returns 0, or 2 for bad input (as ministat)."""
     ap = argparse.ArgumentParser(
-        prog="python -m pydb ministat",
+        prog="pydb ministat",
         description="Statistics of one number per line, and Student's t comparison "
                     "of each file against the first (FreeBSD ministat).")
     ap.add_argument("-c", dest="confidence", default="95",

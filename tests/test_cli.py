@@ -197,8 +197,12 @@ def _fields(base):
         return [[(f.tag, f.raw) for f in r.fields] for r in db]
 
 
-def test_ctrl_c_during_import_says_what_was_committed_and_resume_adds_the_rest(tmp_path):
+@pytest.mark.parametrize("fmt", ["iso", "jsonl"])
+def test_ctrl_c_during_import_says_what_was_committed_and_resume_adds_the_rest(tmp_path, fmt):
     src, want = _source(tmp_path)
+    if fmt == "jsonl":
+        assert main(["export", str(tmp_path / "src"), str(tmp_path / "src.jsonl")]) == 0
+        src = tmp_path / "src.jsonl"
     db = tmp_path / "d"
     with pydb.create(db) as h:
         h.append([(1, b"old 1")])
@@ -213,11 +217,15 @@ def test_ctrl_c_during_import_says_what_was_committed_and_resume_adds_the_rest(t
     assert _fields(db) == old + want[:20]
     # the same command again refuses to import everything a second time
     r = run("import", src, db)
-    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1
-    assert b"d.resume exists: an earlier import" in r.stderr and b"--resume" in r.stderr
+    assert r.returncode == 1 and r.stderr.decode().splitlines() == [
+        f"pydb import: {db}.resume exists: an earlier import into {db} did not finish "
+        "(interrupted, killed, or stopped at an error); run again with --resume to import "
+        f"only what it did not commit, or delete {db}.resume to import every record again"]
     r = run("import", src, db, "--resume")
     assert r.returncode == 0, r.stderr
-    assert r.stderr == b"imported 15 record(s), 0 skipped\n"
+    assert r.stderr.decode().splitlines() == [
+        "pydb import: resuming after source record 20 (the records up to it are in the "
+        "database)", "imported 15 record(s), 0 skipped"]
     assert _fields(db) == old + want
     assert not (tmp_path / "d.resume").exists()
     r = run("import", src, db, "--resume")
@@ -240,7 +248,9 @@ def test_resume_after_a_kill(tmp_path, k, when, committed):
     assert (tmp_path / "d.resume").exists()
     r = run("import", src, db, "--resume")
     assert r.returncode == 0, r.stderr
-    assert r.stderr == f"imported {35 - committed} record(s), 0 skipped\n".encode()
+    assert r.stderr.decode().splitlines() == [
+        f"pydb import: resuming after source record {committed} (the records up to it are "
+        "in the database)", f"imported {35 - committed} record(s), 0 skipped"]
     assert _fields(db) == want
 
 
@@ -262,7 +272,9 @@ def test_interrupted_new_database(tmp_path):
     assert r.returncode == 1 and b"n.resume exists" in r.stderr
     r = run("import", src, tmp_path / "n", "--resume")
     assert r.returncode == 0, r.stderr
-    assert r.stderr == b"imported 35 record(s), 0 skipped\n"
+    assert r.stderr.decode().splitlines() == [
+        "pydb import: resuming from the first record (the new database is built again)",
+        "imported 35 record(s), 0 skipped"]
     assert _fields(tmp_path / "n") == want
     assert not (tmp_path / "n.resume").exists()
 
@@ -622,6 +634,19 @@ def _subparsers():
     ap = parser()
     sub = next(a for a in ap._actions if a.dest == "command")
     return ap, sub.choices
+
+
+def test_ctrl_c_in_any_command_is_one_line(isis_data, monkeypatch, capsys):
+    import pydb.__main__ as cli
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_write_record", interrupt)
+    assert main(["dump", str(data_path(CDS))]) == 130
+    assert capsys.readouterr().err == "pydb dump: interrupted\n"
+    monkeypatch.setattr(pydb.ministat, "main", interrupt)
+    assert main(["ministat", "x"]) == 130
+    assert capsys.readouterr().err == "pydb ministat: interrupted\n"
 
 
 def test_every_argument_has_help_naming_its_default():
