@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import hashlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -197,8 +198,9 @@ class _Checkpoint:
     """The resume file of an import (``pydb import`` keeps it as
     ``<database>.resume``): text lines, written with fsync.
 
-    ``pydb-import-checkpoint 1``, then ``source SIZE NAME`` (the exchange
-    file's size in bytes and name), then either ``new`` (a new database is
+    ``pydb-import-checkpoint 1``, then ``source SIZE DIGEST NAME`` (the
+    exchange file's size in bytes, the SHA-1 of its first and last 64 KiB,
+    its name: a resume from another file is refused), then either ``new`` (a new database is
     being built: the bulk builder commits nothing until its end, so a kill
     leaves half-written files that a resume removes and builds again) or
     lines ``NUMBER MAX_MFN``, one written before each commit of an append:
@@ -213,12 +215,18 @@ class _Checkpoint:
 
     def __init__(self, path: PathArg, source: Source):
         self.path = os.fsdecode(path)
-        size = -1
+        size, digest = -1, "-"
         with contextlib.suppress(OSError, AttributeError, ValueError):
-            size = (os.path.getsize(source) if is_path(source)
-                    else os.fstat(source.fileno()).st_size)  # type: ignore[union-attr]
+            if is_path(source):
+                with open(source, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    head = f.read(65536)
+                    f.seek(max(0, size - 65536))
+                    digest = hashlib.sha1(head + f.read(65536)).hexdigest()[:16]
+            else:
+                size = os.fstat(source.fileno()).st_size  # type: ignore[union-attr]
         name = source_name(source) or "<stream>"
-        self.source = f"source {size} {os.path.basename(name)}"
+        self.source = f"source {size} {digest} {os.path.basename(name)}"
         self.skip = 0          # source records already committed (resume)
 
     def read(self) -> tuple[bool, list[tuple[int, int]]] | None:
@@ -248,12 +256,6 @@ class _Checkpoint:
             marks.append((int(parts[0]), int(parts[1])))
         return False, marks
 
-    def _write(self, text: str, mode: str = "w") -> None:
-        with open(self.path, mode, encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-
     def start(self, new: bool, number: int = 0, max_mfn: int = 0) -> None:
         """A fresh file: a new database, or an append at `number` (source
         records done) and `max_mfn`; written beside and renamed into place."""
@@ -267,7 +269,10 @@ class _Checkpoint:
 
     def mark(self, number: int, max_mfn: int) -> None:
         """Before a commit: source records 1..`number` done, highest MFN `max_mfn`."""
-        self._write(f"{number} {max_mfn}\n", "a")
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(f"{number} {max_mfn}\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def resume_point(self, marks: list[tuple[int, int]], max_mfn: int) -> int:
         """The source records the commits that happened have done."""

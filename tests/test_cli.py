@@ -289,6 +289,11 @@ def test_resume_refuses_another_source_or_a_changed_database(tmp_path):
     other.write_bytes(src.read_bytes()[:-100])
     with pytest.raises(pydb.ImportResumeError, match="written for another file"):
         pydb.import_iso(other, db, checkpoint=tmp_path / "d.resume")
+    same_size = tmp_path / "same" / "src.iso"        # same name and size, other bytes
+    same_size.parent.mkdir()
+    same_size.write_bytes(src.read_bytes().replace(b"record 1", b"record X", 1))
+    with pytest.raises(pydb.ImportResumeError, match="written for another file"):
+        pydb.import_iso(same_size, db, checkpoint=tmp_path / "d.resume")
     with pydb.open(db, readonly=False) as h:
         h.append([(1, b"someone else")])
     r = run("import", src, db, "--resume")
