@@ -547,8 +547,8 @@ def _exit_table() -> str:
 
 
 ENCODING_HELP = ("character set of the database's field values, a Python codec name "
-                 "(utf-8, cp850, cp1252, latin-1, ...; default utf-8); keys and "
-                 "expressions are read in it too")
+                 "(utf-8, cp850, cp1252, latin-1, ...; default utf-8)")
+KEYS_TOO = "; keys and search expressions are read in it too"
 
 
 def _db_arg(p, what="the database: its base name or its .mst/.xrf file"):
@@ -564,7 +564,7 @@ def _progress_args(p):
     g.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="draw a progress bar on stderr (default: only when stderr is a "
                         "terminal)")
-    g.add_argument("--no-progress", dest="progress", action="store_false",
+    g.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="never draw a progress bar")
 
 
@@ -646,7 +646,7 @@ def parser() -> argparse.ArgumentParser:
                    help="first key, inclusive (default: the first key)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="at most N keys (default: no limit)")
-    _encoding_arg(p)
+    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
     p.set_defaults(func=_cmd_terms)
     p = command("postings", "postings of one key: MFN TAG OCC CNT, tab separated",
                 epilog="MFN: record; TAG: field; OCC: occurrence of the field (from 1); "
@@ -655,7 +655,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("key", metavar="KEY", help="the key (upper-cased to key form unless --raw)")
     p.add_argument("--raw", action="store_true",
                    help="look the key up as given (no upper-casing)")
-    _encoding_arg(p)
+    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
     p.set_defaults(func=_cmd_postings)
     p = command("search", "records matching a CDS/ISIS search expression",
                 epilog=SEARCH_HELP)
@@ -665,7 +665,7 @@ def parser() -> argparse.ArgumentParser:
                         '"PLANT$ * WATER/(24)" (operators below)')
     p.add_argument("--dump", action="store_true",
                    help="print the records as text, not just their MFNs")
-    _encoding_arg(p)
+    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
     p.set_defaults(func=_cmd_search)
     p = command("check", "validate a database (exit 0 sound, 1 damaged, 2 cannot open)",
                 description="Walk the control record, every XRF entry, every record "
