@@ -115,7 +115,11 @@ def _cmd_info(args) -> int:
         counts = db.counts()
         with db.snapshot() as snap:
             commit = snap.commit
-        index = db.index
+        try:
+            index = db.index
+            damaged = None
+        except CorruptionError as e:    # info still shows the rest
+            index, damaged = None, e
         rows: list[tuple[str, object]] = [(k, info[k]) for k in (
             "mst_path", "xrf_path", "layout", "mstxl", "next_mfn", "next_block", "next_pos",
             "mftype", "reccnt", "mst_size", "xrf_size")]
@@ -124,7 +128,10 @@ def _cmd_info(args) -> int:
                   "--encoding)"),
                  ("io", f"{info['io']} (lock {info['lock']})"),
                  ("commit", f"{commit} (commit sequence; 0: never written by pydb)")]
-        if index is None:
+        if damaged is not None:
+            rows.append(("index", f"unreadable ({damaged}); pydb index {args.db} rebuilds "
+                         "a native one"))
+        elif index is None:
             rows.append(("index", f"none (build one: pydb index {args.db} --fst FILE)"))
         else:
             keys = postings = 0

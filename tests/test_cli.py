@@ -752,6 +752,12 @@ def test_info_shows_encoding_io_commit_and_index(isis_data, tmp_path, capsys):
         "occurrence, word)",
         "                 fst: 7 lines, stored in the index"]
     assert lines[0] == f"            mst_path: {base}.mst"
+    # a damaged index: said, and the rest shown
+    (tmp_path / "unesb.pdx" / "MANIFEST").write_bytes(b"garbage\n")
+    assert cli_main(["info", str(base)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"               index: unreadable ({base}.pdx/MANIFEST at byte 0: manifest: bad "
+        f"magic line); pydb index {base} rebuilds a native one")
     # no index: how to make one
     plain = _small_db(tmp_path)
     assert cli_main(["info", plain]) == 0
