@@ -16,10 +16,12 @@ import json
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -144,7 +146,8 @@ def test_import_appends_to_an_existing_database(tmp_path):
 #: itself SIGNAL: before writing the mark (WHEN "before": the batch before
 #: is committed, this one not begun on disk) or after it (WHEN "after":
 #: the mark is on disk, the commit has not happened).  With K 0 the
-#: signal comes while a NEW database is built, after 20 records.
+#: signal comes while a NEW database is built, after 20 records.  WHEN
+#: "slow": no signal of its own, half a second before each mark.
 CHILD = """
 import os, signal, sys
 from pydb import exchange
@@ -155,6 +158,9 @@ mark, load, calls = exchange._Checkpoint.mark, exchange._load, []
 
 def marked(self, number, max_mfn):
     calls.append(number)
+    if WHEN == "slow":
+        import time
+        time.sleep(0.5)
     if len(calls) == K and WHEN == "before":
         os.kill(os.getpid(), SIG)
     mark(self, number, max_mfn)
@@ -230,6 +236,37 @@ def test_ctrl_c_during_import_says_what_was_committed_and_resume_adds_the_rest(t
     assert not (tmp_path / "d.resume").exists()
     r = run("import", src, db, "--resume")
     assert r.returncode == 1 and b"no interrupted import to resume" in r.stderr
+
+
+def test_ctrl_c_from_outside_at_any_moment(tmp_path):
+    """A Ctrl-C sent by another process while the import runs: the line
+    names exactly the records in the database, and --resume completes it."""
+    src, want = _source(tmp_path)
+    db = tmp_path / "d"
+    pydb.create(db).close()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, "-1", "SIGINT", "slow", "import",
+                             str(src), str(db)], cwd=REPO, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    resume = tmp_path / "d.resume"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:          # wait for the second commit's mark
+        if resume.exists() and len(resume.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    m = re.fullmatch(rf"pydb import: interrupted; (\d+) records committed to {re.escape(str(db))}"
+                     rf" in this run \(MFNs 1\.\.(\d+)\); run the same command with --resume "
+                     r"to import the rest\n", err)
+    assert m and m.group(1) == m.group(2), err
+    n = int(m.group(1))
+    assert n in (10, 20, 30) and _fields(db) == want[:n]
+    r = run("import", src, db, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines()[-1] == f"imported {35 - n} record(s), 0 skipped"
+    assert _fields(db) == want
 
 
 @pytest.mark.parametrize("k, when, committed", [
