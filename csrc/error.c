@@ -19,6 +19,7 @@ static void error_fill(pydb_error *err, int code, int sys_errno,
     if (!err) return;
     err->code = code;
     err->sys_errno = sys_errno;
+    err->committed = PYDB_COMMIT_NO;
     err->offset = offset;
     snprintf(err->path, sizeof err->path, "%s", path ? path : "");
     vsnprintf(err->message, sizeof err->message, fmt ? fmt : "", ap);

@@ -21,11 +21,12 @@
  *   size(FMT), iocc, p(..), a(..), comparisons = <> < > <= >= : , and/or/not,
  *   comments (slash-star ... star-slash).
  * Outside a group, the occurrences of a selector without repeatable
- * literals are separated by "; ".  A literal that is never closed runs to
- * the end of the line; a conditional/repeatable literal that no selector
- * follows or precedes produces nothing (also before mfn: ABCD's
- * "CN_"mfn is indexed as 000001).  Anything else is PYDB_EFST with
- * the line (err->offset) and the construct.
+ * literals are separated by "; ".  A literal must close on its line (one
+ * that does not is PYDB_EFST naming its kind, line and column); a
+ * conditional/repeatable literal that no selector follows or precedes
+ * produces nothing (also before mfn: ABCD's "CN_"mfn is indexed as
+ * 000001).  Anything else is PYDB_EFST with the line (err->offset) and
+ * the construct.
  *
  * Depends on: nidx_int.h (key rules, stop words, scratch space, the key
  * callback), pydb_int.h.

@@ -147,22 +147,58 @@ static int expect_char(parser *p, int c, const char *what)
     return 0;
 }
 
-/* Literal delimited by q at pos (pos at the opening q). */
-static span read_lit(parser *p, int q)
+/* The bytes text[from, to) into out (cap bytes, NUL-terminated) as
+ * printable ASCII: bytes outside 0x20..0x7e as \xNN, and "..." instead
+ * of what follows the first `max` bytes (error messages must be valid
+ * UTF-8: the binding decodes them). */
+static void quote_bytes(char *out, size_t cap, const char *text, int from,
+                        int to, int max)
 {
-    span s;
-    const char *c;
-    p->pos++;
-    s.off = p->pos;
-    c = memchr(p->f->text + p->pos, q, (size_t)(p->end - p->pos));
-    if (c) {
-        s.len = (int)(c - p->f->text) - p->pos;
-        p->pos += s.len + 1;
-    } else {            /* never closed: runs to the end of the line */
-        s.len = p->end - p->pos;
-        p->pos = p->end;
+    size_t o = 0;
+    int i;
+    for (i = from; i < to && i - from < max; i++) {
+        unsigned char b = (unsigned char)text[i];
+        if (b >= 0x20 && b < 0x7f) {
+            if (o + 2 > cap) break;
+            out[o++] = (char)b;
+        } else {
+            if (o + 5 > cap) break;
+            snprintf(out + o, cap - o, "\\x%02x", b);
+            o += 4;
+        }
     }
-    return s;
+    if (i < to && o + 4 <= cap) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o] = 0;
+}
+
+/* Literal delimited by q at pos (pos at the opening q) into *s, pos after
+ * the closing q.  A literal must close on its line: one that does not
+ * (an unconditional 'abc or `abc, a conditional "abc, a repeatable |abc)
+ * is PYDB_EFST at the opening q, naming the kind and the text: taking
+ * the rest of the line as the literal would swallow the selectors after
+ * it and silently index nothing. */
+static int read_lit(parser *p, int q, span *s)
+{
+    int open = p->pos;
+    const char *c = memchr(p->f->text + open + 1, q,
+                           (size_t)(p->end - open - 1));
+    if (!c) {
+        char lit[96], msg[192];
+        quote_bytes(lit, sizeof lit, p->f->text, open, p->end, 40);
+        snprintf(msg, sizeof msg,
+                 "unterminated %s literal %s (no closing %c on the line)",
+                 q == '"' ? "conditional" : q == '|' ? "repeatable"
+                                                     : "unconditional",
+                 lit, q);
+        return perr(p, msg);
+    }
+    s->off = open + 1;
+    s->len = (int)(c - p->f->text) - s->off;
+    p->pos = (int)(c - p->f->text) + 1;
+    return 0;
 }
 
 static int read_int(parser *p, int *v)
@@ -227,8 +263,7 @@ static int parse_value(parser *p)
     }
     if (c == '\'' || c == '"' || c == '|') {
         e = new_expr(p, E_STR);
-        if (e < 0) return -1;
-        p->f->ex[e].str = read_lit(p, c);
+        if (e < 0 || read_lit(p, c, &p->f->ex[e].str) < 0) return -1;
         return e;
     }
     if (c >= 0 && isdigit(c)) {
@@ -396,7 +431,8 @@ static int parse_list_body(parser *p, int stop, int *head)
             continue;
         }
         if (c == '"' || c == '|') {
-            span s = read_lit(p, c);
+            span s;
+            if (read_lit(p, c, &s) < 0) return -1;
             if (c == '|' && peekc(p) == '+') p->pos++;
             if (pending_field >= 0) {   /* suffix of the selector before */
                 node *f = &p->f->nodes[pending_field];
@@ -416,8 +452,9 @@ static int parse_list_body(parser *p, int stop, int *head)
         }
         pending_field = -1;
         if (c == '\'' || c == '`') {
-            if ((n = new_node(p, N_LIT)) < 0) return -1;
-            p->f->nodes[n].lit = read_lit(p, c);
+            if ((n = new_node(p, N_LIT)) < 0 ||
+                read_lit(p, c, &p->f->nodes[n].lit) < 0)
+                return -1;
             APPEND(n);
             continue;
         }
@@ -539,7 +576,8 @@ static int parse_list_body(parser *p, int stop, int *head)
                 c = peekc(p);
                 if (c != '\'' && c != '"' && c != '|')
                     return perr(p, "replace: string literal expected");
-                span s = read_lit(p, c);
+                span s;
+                if (read_lit(p, c, &s) < 0) return -1;
                 if (k == 0) p->f->nodes[n].rep_from = s;
                 else p->f->nodes[n].rep_to = s;
             }

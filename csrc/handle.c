@@ -71,7 +71,9 @@ static int file_open(pydb_file *f, const char *path, int io, int writable,
          * (by this handle or another process) are read through the same
          * mapping; pages past the end of the file are never touched. */
         size_t len = (size_t)(f->size + PYDB_MAP_HEADROOM);
-        void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
+        void *m;
+        pydb__map_guard();   /* copies out of it survive a truncation */
+        m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
         if (m == MAP_FAILED)
             return PYDB_OSERROR(err, errno, path, -1, "cannot mmap: %s",
                                 strerror(errno));
@@ -333,7 +335,20 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
         file_close(&db->mst, 0);
         file_close(&db->xrf, 0);
     } else {
+        /* A read-only open must work on a full disk: when the log cannot
+         * be applied (a failed write: ENOSPC, EIO), the files alone hold
+         * the last applied commit, consistently (an interrupted replay
+         * leaves them as an interrupted commit does: read.c follows
+         * pointers past the control record's end back), and the handle
+         * says why the logged commit is missing. */
         rc = pydb__wal_recover_readonly(base, mst, xrf, err);
+        if (rc == PYDB_EIO) {
+            snprintf(db->log_pending, sizeof db->log_pending,
+                     "%.300s: %.280s", err ? err->path : "",
+                     err ? err->message : "a write failed");
+            if (err) memset(err, 0, sizeof *err);
+            rc = PYDB_OK;
+        }
         if (rc) goto cleanup;
     }
     rc = open_pair(db, mst, xrf, io, err);
@@ -402,6 +417,7 @@ void pydb_info_get(pydb_info *o, const pydb_db *db)
     o->xrf_size = pydb__fsize(&db->xrf);
     o->mst_path = db->mst.path;
     o->xrf_path = db->xrf.path;
+    o->log_pending = db->log_pending;
 }
 
 int32_t pydb_max_mfn(const pydb_db *db)

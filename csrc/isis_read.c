@@ -59,8 +59,10 @@ int pydb__isis_ixfile_open(ixfile *x, const char *path, pydb_error *err)
     x->f.size = (int64_t)st.st_size;
     x->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     if (x->f.size > 0) {
-        void *m = mmap(NULL, (size_t)x->f.size, PROT_READ, MAP_SHARED,
-                       x->f.fd, 0);
+        void *m;
+        pydb__map_guard();   /* copies out of it survive a truncation */
+        m = mmap(NULL, (size_t)x->f.size, PROT_READ, MAP_SHARED,
+                 x->f.fd, 0);
         if (m != MAP_FAILED) x->f.map = m;
     }
     x->open = 1;

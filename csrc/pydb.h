@@ -98,7 +98,17 @@ typedef struct pydb_error {
     const char *src_file;/* where in csrc/ the error was raised ("" when
                             set by pydb_error_set)                         */
     int src_line;
+    int committed;       /* a failed pydb_txn_commit(): PYDB_COMMIT_*; 0
+                            (PYDB_COMMIT_NO) from every other call        */
 } pydb_error;
+
+/* What a failed commit leaves (pydb_error.committed). */
+#define PYDB_COMMIT_NO 0      /* nothing of the transaction is committed   */
+#define PYDB_COMMIT_DURABLE 1 /* committed: the write-ahead log holds it
+                                 and the next open applies it; the handle
+                                 is read-only until it is reopened         */
+#define PYDB_COMMIT_UNKNOWN 2 /* the log's fsync failed: it may or may not
+                                 have reached the disk                     */
 
 /* Human-readable name of a PYDB_E* code (a static string; "unknown
  * error" for other values).  Thread-safe. */
@@ -224,6 +234,10 @@ typedef struct pydb_info {
     int64_t xrf_size;    /* bytes known to the handle (grows with commits) */
     const char *mst_path;/* owned by db, valid until pydb_close()          */
     const char *xrf_path;
+    const char *log_pending; /* "" or, for a read-only handle whose open
+                            could not apply the write-ahead log (a full
+                            disk: ENOSPC), why: the reads show the files'
+                            last applied commit, without the logged one  */
 } pydb_info;
 /* Fill *out: the control-record values of the latest committed state
  * (group 3b; no file I/O, cannot fail), the sizes the handle knows.
@@ -598,7 +612,11 @@ int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
  * while applying the durable log, makes the handle read-only
  * (PYDB_EREADONLY for later transactions) until it is reopened, and the
  * transaction then appears (whole) after recovery.  PYDB_ENOMEM; any
- * error of the commit hook's prepare(). */
+ * error of the commit hook's prepare().  On failure err->committed says
+ * which of these happened: PYDB_COMMIT_NO (the database is as it was),
+ * PYDB_COMMIT_DURABLE (the log was durable: the transaction is committed,
+ * and the message says so), PYDB_COMMIT_UNKNOWN (the log's fsync failed).
+ * A caller that retries only after PYDB_COMMIT_NO never commits twice. */
 int pydb_txn_commit(pydb_txn *t, pydb_error *err);
 /* Discard the transaction and free t (NULL: nothing). */
 void pydb_txn_abort(pydb_txn *t);
@@ -621,11 +639,13 @@ typedef struct pydb_change {
  * allowed: it only swaps in-memory state); abort() when the commit fails
  * before its log can be durable (it removes what prepare wrote).  When a
  * commit fails once its log may be durable (a failed fsync of the log, a
- * failure while applying it) neither is called: the handle becomes
- * read-only, recovery at the next open may put the prepared files in
- * place, so they must stay; the hook's owner drops its pending state
- * (without deleting files) when it is closed.  The three run on the
- * committing thread. */
+ * failure while applying it) neither is called then: recovery may put
+ * the prepared files in place, so they must stay.  After a failed fsync
+ * the handle is read-only until reopened, and the hook's owner drops its
+ * pending state (without deleting files) when it is closed; after a
+ * failed write, the handle's next pydb_txn_begin() replays the log and,
+ * once that succeeds, calls publish(ctx, NULL) (t is NULL there) on the
+ * thread that began.  Otherwise the three run on the committing thread. */
 struct pydb_index_stat;   /* group 9 */
 struct pydb_gc_report;    /* group 9 */
 struct pydb_gc_step;      /* group 9 */

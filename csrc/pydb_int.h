@@ -101,6 +101,14 @@ void pydb__resident_mark(const pydb_residency *r, size_t map_len,
 /* Every chunk unseen: another file is now mapped at the same address. */
 void pydb__resident_forget(const pydb_residency *r);
 
+/* Copies out of a mapping that survive its file shrinking (mapguard.c):
+ * pydb__map_guard() installs the process's SIGBUS handler (again if
+ * another replaced it; call it before mapping a file); pydb__map_copy()
+ * copies n bytes from src, a mapping, to dst: 0, or -1 if a page of src
+ * lay past the end of its file (SIGBUS caught; dst partly written). */
+void pydb__map_guard(void);
+int pydb__map_copy(void *dst, const uint8_t *src, size_t n);
+
 /* A database file opened for reading (and writing, for a writer). */
 typedef struct pydb_file {
     int fd;          /* buffered fd (pread / mmap modes; O_RDWR if writer) */
@@ -154,6 +162,10 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
  *   - the writer fields (txn.c, wal.c) are used under wmutex / by the thread
  *     that holds the transaction.
  */
+/* pydb_db.fatal: why the handle refuses transactions (txn.c). */
+#define PYDB__FATAL_SYNC 1   /* an fsync failed: until reopened            */
+#define PYDB__FATAL_APPLY 2  /* a durable commit's write failed: the next
+                                transaction's begin replays the log        */
 struct pydb_db {
     pydb_file mst, xrf;
     int io, lock;
@@ -169,7 +181,7 @@ struct pydb_db {
     uint64_t seq;            /* XRF sequence lock (see above)              */
     /* ---- write path (txn.c, wal.c) ---- */
     int flags;               /* PYDB_OPEN_* given to pydb_open()           */
-    int fatal;               /* atomic: 1 after a failed fsync/apply       */
+    int fatal;               /* atomic: 0 or PYDB__FATAL_* (txn.c)         */
     int wal_fd;              /* <base>.wal (O_RDWR) of a writer, else -1   */
     pid_t wal_pid;           /* the process that opened wal_fd: a fork()ed
                                 child opens the log again before it locks
@@ -177,6 +189,9 @@ struct pydb_db {
                                 an fd, so the child would "hold" the
                                 parent's lock too: wal.c)                */
     char wal_path[1100];
+    char log_pending[600];   /* read-only handle: why the log's committed
+                                transaction could not be applied at open
+                                ("" when there was none or it was)       */
     pthread_mutex_t wmutex;  /* guards wbusy / wowner                      */
     pthread_cond_t wcond;
     int wbusy;               /* a transaction is open                      */

@@ -59,9 +59,13 @@
  *
  * Failures.  Every write, fsync, truncate and rename goes through the vfs
  * table.  A failure before the commit point leaves the files as they were
- * and the handle usable.  A failed fsync anywhere, or a failure after the
- * commit point, sets db->fatal: the handle refuses further transactions
- * (PYDB_EREADONLY) until it is reopened; reopening replays the log.
+ * and the handle usable.  A failed fsync anywhere sets db->fatal to
+ * PYDB__FATAL_SYNC: the handle refuses further transactions
+ * (PYDB_EREADONLY) until it is reopened; reopening replays the log.  A
+ * failed write after the commit point (ENOSPC on the .mst) sets
+ * PYDB__FATAL_APPLY: the next pydb_txn_begin() replays the log (it needs
+ * the space the write lacked) and, once that works, the handle is
+ * writable again. 
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -79,9 +83,23 @@
 #include <time.h>
 #include <unistd.h>
 
-static void set_fatal(pydb_db *db)
+/* Turn the handle read-only: PYDB__FATAL_SYNC (a failed fsync: until it
+ * is reopened) outranks PYDB__FATAL_APPLY (a failed write of a durable
+ * commit: the next pydb_txn_begin() replays the log and, if that works,
+ * makes the handle writable again). */
+static void set_fatal(pydb_db *db, int kind)
 {
-    __atomic_store_n(&db->fatal, 1, __ATOMIC_RELEASE);
+    int cur = 0;
+    if (kind == PYDB__FATAL_SYNC)
+        __atomic_store_n(&db->fatal, kind, __ATOMIC_RELEASE);
+    else
+        __atomic_compare_exchange_n(&db->fatal, &cur, kind, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static int is_read_only(const pydb_db *db)
+{
+    return __atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == PYDB__FATAL_SYNC;
 }
 
 /* The error of a transaction refused on a handle set_fatal() made
@@ -286,8 +304,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     if (!(db->flags & PYDB_OPEN_WRITE))
         return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
                           "the database was opened read-only");
-    if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE))
-        return fatal_error(db, err);
+    if (is_read_only(db)) return fatal_error(db, err);
     pthread_mutex_lock(&db->wmutex);
     /* A fork()ed child: a transaction (or a collector step) of its
      * parent's threads was open at the fork; those threads are not here
@@ -321,7 +338,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
      * while this one waited (a collector step waits a little) may have
      * made the handle read-only, and its log must then be replayed by a
      * reopen, not by this handle. */
-    if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE)) {
+    if (is_read_only(db)) {
         pthread_cond_signal(&db->wcond);   /* the next waiter sees it too */
         pthread_mutex_unlock(&db->wmutex);
         return fatal_error(db, err);
@@ -339,8 +356,15 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
                            db->xrf.fd, db->mst.path, db->xrf.path, &db->seq,
                            &failed, err);
     if (rc) {
-        if (failed) set_fatal(db);
+        if (failed) set_fatal(db, PYDB__FATAL_SYNC);
         goto fail;
+    }
+    /* This handle's own commit whose apply failed is in the files now:
+     * writable again, and the index change it prepared is served (the
+     * replay put its MANIFEST in place). */
+    if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == PYDB__FATAL_APPLY) {
+        __atomic_store_n(&db->fatal, 0, __ATOMIC_RELEASE);
+        if (db->hook.publish) db->hook.publish(db->hook.ctx, NULL);
     }
     /* A compaction that died in its swap (its marker stays): finish it;
      * then read the newest file pair (a compaction replaced the files
@@ -727,6 +751,27 @@ cleanup:
     return rc;
 }
 
+/* A failed commit's outcome into err->committed, and into its message
+ * when the transaction is committed anyway (the caller must not retry). */
+static void commit_outcome(pydb_error *err, int logged, int log_sync_failed)
+{
+    size_t len = strlen(err->message);
+    if (logged) {
+        err->committed = PYDB_COMMIT_DURABLE;
+        snprintf(err->message + len, sizeof err->message - len,
+                 " (the transaction IS committed: the write-ahead log holds "
+                 "it; this handle's next transaction applies it first, or "
+                 "the next open does)");
+    } else if (log_sync_failed) {
+        err->committed = PYDB_COMMIT_UNKNOWN;
+        snprintf(err->message + len, sizeof err->message - len,
+                 " (the transaction may or may not be committed: reopen the "
+                 "database to see; this handle is read-only until then)");
+    } else {
+        err->committed = PYDB_COMMIT_NO;
+    }
+}
+
 int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
@@ -738,8 +783,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int64_t mst_end = 0;
     uint8_t ctl[PYDB_CTL_SIZE];
     int rc = PYDB_OK, e, hooked = 0;
-    int fsync_failed = 0;   /* pydb__replace_file() sets it; any apply failure
-                               makes the handle read-only anyway */
+    int fsync_failed = 0;   /* an fsync of the apply failed (also set by
+                               pydb__replace_file()) */
     int log_sync_failed = 0, logged = 0, applied = 0;
     pydb_ctl newctl;
     uint64_t s;
@@ -771,7 +816,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     rc = pydb__wal_append(db, &log, sync, &log_sync_failed, err);
     if (rc) {
         if (log_sync_failed) {
-            set_fatal(db);
+            set_fatal(db, PYDB__FATAL_SYNC);
             hooked = 0;   /* the log may be durable anyway: see apply_failed */
         }
         goto done;
@@ -826,12 +871,14 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
             e = errno;
             rc = PYDB_OSERROR(err, e, db->mst.path, -1,
                               "fdatasync failed: %s", strerror(e));
+            fsync_failed = 1;
             goto apply_failed;
         }
         if (pydb__vfs->fdatasync(db->xrf.fd) != 0) {
             e = errno;
             rc = PYDB_OSERROR(err, e, db->xrf.path, -1,
                               "fdatasync failed: %s", strerror(e));
+            fsync_failed = 1;
             goto apply_failed;
         }
     }
@@ -871,13 +918,16 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 
 apply_failed:
     /* The log is durable (or, with NOSYNC, in the page cache): reopening
-     * replays it.  This handle's view may be partial: make it read-only.
-     * The hook's prepared files are named by the durable log (recovery
-     * puts them in place): neither publish nor abort (which would delete
-     * them) is called. */
-    set_fatal(db);
+     * replays it, and so does this handle's next pydb_txn_begin() unless
+     * an fsync failed (then the page cache cannot be trusted: read-only
+     * until reopened, PostgreSQL's fsyncgate lesson).  Meanwhile the
+     * handle's view may be partial.  The hook's prepared files are named
+     * by the durable log (recovery puts them in place): neither publish
+     * nor abort (which would delete them) is called here. */
+    set_fatal(db, fsync_failed ? PYDB__FATAL_SYNC : PYDB__FATAL_APPLY);
     hooked = 0;
 done:
+    if (rc && err) commit_outcome(err, logged, log_sync_failed);
     if (logged) pydb__shm_applying(pydb__db_shm(db), 0);
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -60,10 +61,28 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t n, int64_t off)
     return (ssize_t)done;
 }
 
+/* A copy out of f's mapping; a file cut short under the mapping (by
+ * another program: the size the handle knows is older) is corruption,
+ * not a signal (mapguard.c). */
+static int map_read(const pydb_file *f, void *buf, size_t n, int64_t off,
+                    const char *what, pydb_error *err)
+{
+    struct stat st;
+    if (pydb__map_copy(buf, f->map + off, n) == 0) return PYDB_OK;
+    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_RELAXED), &st) != 0)
+        st.st_size = -1;
+    return PYDB_CORRUPT(err, f->path, off,
+                        "%s: %zu bytes at offset %lld lie past the end of "
+                        "the file (%lld bytes now): it was cut short after "
+                        "open, by another program?", what, n, (long long)off,
+                        (long long)st.st_size);
+}
+
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                     int64_t off, const char *what, pydb_error *err)
 {
     ssize_t got;
+    int rc_map;
     int64_t size = pydb__fsize(f);
     /* A compaction may switch the handle to a new file pair while this
      * read runs (read.c, files_switch): fd, dfd and map_len are loaded
@@ -81,9 +100,9 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                             what, n, (long long)off, (long long)size);
     if (n == 0) return PYDB_OK;
     if (io == PYDB_IO_MMAP && f->map && off + (int64_t)n <= (int64_t)map_len) {
-        memcpy(buf, f->map + off, n);
-        pydb__resident_mark(&f->res, map_len, off, n);
-        return PYDB_OK;
+        rc_map = map_read(f, buf, n, off, what, err);
+        if (rc_map == PYDB_OK) pydb__resident_mark(&f->res, map_len, off, n);
+        return rc_map;
     }
     if (io == PYDB_IO_DIRECT && dfd >= 0) {
         int64_t start = off & ~(int64_t)(PYDB_DIRECT_ALIGN - 1);
@@ -140,8 +159,7 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
     if (io == PYDB_IO_MMAP && f->map && off + (int64_t)n <= (int64_t)map_len) {
         if (!pydb__resident(&f->res, f->map, map_len, off, n))
             return PYDB_EWOULDBLOCK;
-        memcpy(buf, f->map + off, n);
-        return PYDB_OK;
+        return map_read(f, buf, n, off, what, err);
     }
     got = pydb__vfs->pread_nowait(__atomic_load_n(&f->fd, __ATOMIC_RELAXED),
                                   buf, n, (off_t)off);

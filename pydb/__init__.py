@@ -15,7 +15,8 @@ tables), :mod:`pydb.search` (search language), :mod:`pydb.index`
 index), :mod:`pydb.check` (validator), :mod:`pydb.snapshot`
 (:class:`Snapshot`: one commit pinned), :mod:`pydb.database`
 (:class:`Database`), :mod:`pydb.exchange` (import/export between a
-database and ISO 2709 or JSON Lines files), then the tools
+database and ISO 2709 or JSON Lines files), :mod:`pydb.marc` (MARC
+records to and from pymarc), then the tools
 (:mod:`pydb.unesb`, :mod:`pydb.ministat`, :mod:`pydb.crashtest`) and the
 command line (:mod:`pydb.__main__`).
 """
@@ -37,6 +38,7 @@ from .errors import (
     IsoRecordError,
     LockTimeoutError,
     NotFoundError,
+    PendingLogWarning,
     ReadOnlyError,
     RecordTooLargeError,
     SearchSyntaxError,
@@ -45,6 +47,7 @@ from .errors import (
 from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
 from .fst import FieldRule, FSTRule, parse_fst
 from .index import open_index
+from .marc import append_pymarc, from_pymarc, to_pymarc
 from .native import build_index
 from .snapshot import Snapshot
 from .subfields import Subfields, parse_subfields
@@ -58,8 +61,10 @@ __all__ = [
     "DEFAULT_IO", "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
-    "FSTError", "DatabaseExistsError", "IsoRecordError", "ImportResumeError",
+    "FSTError", "DatabaseExistsError", "IsoRecordError", "PendingLogWarning",
+    "ImportResumeError",
     "__version__",
     "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
+    "to_pymarc", "from_pymarc", "append_pymarc",
 ]

@@ -387,6 +387,7 @@ def _cmd_export(args) -> int:
                                    on_error=args.on_error, progress=tick)
             else:
                 rep = export_iso(db, args.dst, fmt, line_ending=args.line_ending,
+                                 line_width=args.line_width,
                                  deleted=args.deleted, mfn_tag=args.mfn_tag,
                                  encoding=args.encoding, on_error=args.on_error,
                                  progress=tick)
@@ -739,6 +740,9 @@ def parser() -> argparse.ArgumentParser:
                    help="CRLF line ends (WinISIS)")
     g.add_argument("--lf", dest="line_ending", action="store_const", const="\n",
                    help="LF line ends (default for the isis flavour)")
+    p.add_argument("--line-width", type=int, default=None, metavar="N",
+                   help="bytes per line, line ends not counted (default 80 for isis, "
+                        "none for marc; 80 writes MARC as J-ISIS does; 0: no lines)")
     _encoding_arg(p, ENCODING_HELP + ".  JSON Lines: values that do not decode are "
                   "written as base64; MARC: leader position 9 says UTF-8 ('a') only "
                   "when --encoding utf-8 is given", default=None)

@@ -418,13 +418,14 @@ static PyObject *database_info(DatabaseObject *self, PyObject *unused)
     if (!st || database_check_open(st, self) < 0) return NULL;
     pydb_info_get(&i, self->db);
     return Py_BuildValue(
-        "{s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:s,s:s,s:L,s:L,s:s,s:s}", "next_mfn",
+        "{s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:s,s:s,s:L,s:L,s:s,s:s,s:z}",
+        "next_mfn",
         i.next_mfn, "next_block", i.next_block, "next_pos", i.next_pos,
         "mftype", i.mftype, "mstxl", i.mstxl, "reccnt", i.reccnt, "layout",
         pydb_layout_name(i.layout), "io", pydb_io_name(i.io), "lock",
         i.lock ? "mutex" : "none", "mst_size", (long long)i.mst_size,
         "xrf_size", (long long)i.xrf_size, "mst_path", i.mst_path, "xrf_path",
-        i.xrf_path);
+        i.xrf_path, "log_pending", i.log_pending[0] ? i.log_pending : NULL);
 }
 
 static PyObject *database_get_max_mfn(DatabaseObject *self, void *c)

@@ -207,6 +207,24 @@ static PyObject *txn_undelete(TxnObject *self, PyObject *arg)
     return txn_set_deleted(self, arg, 0);
 }
 
+/* set_error() for a failed commit, with the exception's `committed`
+ * attribute: False, True (durable in the log: do not retry) or None
+ * (unknown: the log's fsync failed). */
+static PyObject *commit_error(module_state *st, int rc, const pydb_error *e)
+{
+    PyObject *type, *value, *tb, *flag;
+    set_error(st, rc, e);
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    flag = e->committed == PYDB_COMMIT_DURABLE   ? Py_True
+           : e->committed == PYDB_COMMIT_UNKNOWN ? Py_None
+                                                 : Py_False;
+    if (value && PyObject_SetAttrString(value, "committed", flag) < 0)
+        PyErr_Clear();   /* a built-in exception without a __dict__ */
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
 static PyObject *txn_commit(TxnObject *self, PyObject *unused)
 {
     module_state *st = state_of_type(Py_TYPE(self));
@@ -219,7 +237,7 @@ static PyObject *txn_commit(TxnObject *self, PyObject *unused)
     txn_end(self, 1);  /* before the GIL is released */
     memset(&e, 0, sizeof e);
     UNLOCKED(&self->db->guard, NULL, rc = pydb_txn_commit(t, &e));
-    if (rc) return set_error(st, rc, &e);
+    if (rc) return commit_error(st, rc, &e);
     Py_RETURN_NONE;
 }
 
@@ -319,7 +337,11 @@ static PyMethodDef txn_methods[] = {
      "(unless the database was opened with sync=False) and visible, "
      "atomically.  Raises DiskError (an OSError: errno, filename) if a "
      "write or fsync fails; after a failed fsync the Database is read-only "
-     "(ReadOnlyError) until reopened."},
+     "(ReadOnlyError) until reopened.  The exception's `committed` says "
+     "what the failure left: False (nothing; a retry is safe), True (the "
+     "transaction IS committed: the log holds it, and the handle's next "
+     "transaction, or the next open, applies it; do not retry), None (the "
+     "log's fsync failed: reopen to see)."},
     {"abort", (PyCFunction)txn_abort, METH_NOARGS,
      "abort($self, /)\n--\n\nDiscard the transaction (nothing was written). "
      " Idempotent."},
@@ -410,7 +432,7 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
         }
     });
     fields_free(&b);
-    if (rc) return set_error(st, rc, &e);
+    if (rc) return commit_error(st, rc, &e);
     return PyLong_FromLong(mfn);
 }
 

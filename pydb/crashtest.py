@@ -785,12 +785,13 @@ def target_verdict(values: Sequence[float], target: float,
 
     Without `reference`, the target is on the figure itself (rows/s):
     the interval is the mean of `values` +/- Student's t (n-1 degrees of
-    freedom) times the standard error.  With `reference`, the target is
-    on the ratio `values` / `reference` (e.g. 8 threads against 1): the
-    interval is 1 + ministat's difference in percent +/- its half-width
-    (:func:`pydb.ministat.compare`, Student's t with pooled variance,
-    relative to the reference's mean), and the figure shown is the ratio
-    of the medians.
+    freedom; from FreeBSD ministat's table at its confidence levels, as
+    :func:`pydb.ministat.compare` takes it) times the standard error.
+    With `reference`, the target is on the ratio `values` / `reference`
+    (e.g. 8 threads against 1): the interval is 1 + ministat's difference
+    in percent +/- its half-width (:func:`pydb.ministat.compare`, Student's
+    t with pooled variance, relative to the reference's mean), and the
+    figure shown is the ratio of the medians.
 
     Args:
         values: samples (at least one).
@@ -807,19 +808,22 @@ def target_verdict(values: Sequence[float], target: float,
     """
     if not values or reference is not None and not reference:
         raise ValueError("target_verdict needs samples on both sides")
+    exact = float(confidence) not in ministat.CONFIDENCES    # else FreeBSD's t table
     if reference is None:
         st = ministat.summarize(values)
         if st.n < 2:
             return _decide(st.median, target, st.avg, None, st.n,
                            "one run: no confidence interval")
-        half = ministat.student_t(confidence, st.n - 1) * st.stddev / math.sqrt(st.n)
+        t = (ministat.student_t(confidence, st.n - 1) if exact
+             else ministat.student_t_table(confidence, st.n - 1))
+        half = t * st.stddev / math.sqrt(st.n)
         return _decide(st.median, target, st.avg, half, st.n,
                        f"mean {st.avg:,.0f} +/- {half:,.0f} at {confidence:g}%")
     ratio = statistics.median(values) / statistics.median(reference)
     runs = min(len(values), len(reference))
     if len(values) + len(reference) < 3:
         return _decide(ratio, target, ratio, None, runs, "too few runs for ministat")
-    v = ministat.compare(reference, values, confidence)
+    v = ministat.compare(reference, values, confidence, exact=exact)
     text = (f"{v.pct:+.1f}% +/- {v.pct_ci:.1f}%" if v.significant else
             f"no difference proven ({v.pct:+.1f}% +/- {v.pct_ci:.1f}%)")
     return _decide(ratio, target, 1 + v.pct / 100, v.pct_ci / 100, runs, text)

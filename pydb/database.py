@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -25,10 +26,12 @@ from .errors import (
     DatabaseNotFoundError,
     DiskError,
     NotFoundError,
+    PendingLogWarning,
     UnsupportedError,
 )
 from .fst import fst_text
 from .index import Index, KeyLike, Posting, Term, open_index
+from .marc import to_pymarc as _to_pymarc
 from .native import build_index
 from .paths import PathArg, base_name, existing_file, has_native_index, new_base_name
 from .search import SearchResult
@@ -86,6 +89,12 @@ class Record(_pydb.Record):
         for tag, value in self.fields:
             out.setdefault(tag, []).append(value)
         return out
+
+    def to_pymarc(self, **options: Any) -> Any:
+        """This record as a ``pymarc.Record``: :func:`pydb.marc.to_pymarc`
+        (same keyword options, returns and raises; needs pymarc,
+        ``pip install 'pydb[marc]'``)."""
+        return _to_pymarc(self, **options)
 
     def __repr__(self) -> str:
         state = " deleted" if self.deleted else ""
@@ -155,6 +164,14 @@ class Database(_pydb.Database):
                          flags=flags, gc=gc)
         self._readonly = not (flags & _pydb.OPEN_WRITE)
         self._sync = not (flags & _pydb.OPEN_NOSYNC)
+        pending = self.info()["log_pending"]
+        if pending:
+            warnings.warn(
+                f"{os.fsdecode(path)}: the write-ahead log holds a committed "
+                f"transaction that could not be applied now ({pending}); the "
+                "reads show the database as it was before it. Free space and "
+                "open the database again to apply it.", PendingLogWarning,
+                stacklevel=3)
         self._lock_timeout = float(lock_timeout)
         self._errors = errors
         self._index_lock = threading.Lock()
@@ -436,7 +453,9 @@ class Database(_pydb.Database):
             RecordTooLargeError: above the layout's limit (ISIS: 32767
                 bytes per record; the FFI layouts allow more).
             ReadOnlyError, LockTimeoutError, DiskError: as for
-                :meth:`transaction` and ``Transaction.commit``.
+                :meth:`transaction` and ``Transaction.commit``; the
+                exception's ``committed`` (:class:`Error`) says whether the
+                record was committed anyway (True: do not append it again).
         """
         return _pydb._write_one(self, 0, None, fields, self._lock_timeout)
 
@@ -684,7 +703,10 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             is created beside the files if missing, and recovery runs if a
             writer crashed in the middle of a commit (it replays a complete
             log, drops a torn one).  Read-only opens also run that recovery
-            when they can write the files and no writer is active.
+            when they can write the files and no writer is active; one
+            that cannot apply the log (a full disk) still opens, shows the
+            last applied commit, and warns (:class:`PendingLogWarning`;
+            ``info()["log_pending"]`` says why).
         encoding: codec for field values as str (any Python codec name;
             CDS/ISIS files carry no marker, docs/isis-formats.md §9: DOS databases
             are usually ``"cp850"``, WinISIS ``"cp1252"``, ABCD ``"utf-8"``).

@@ -25,12 +25,28 @@ __all__ = [
     "Error", "CorruptionError", "NotFoundError", "DiskError",
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
-    "FSTError", "DatabaseExistsError", "IsoRecordError",
+    "FSTError", "DatabaseExistsError", "IsoRecordError", "PendingLogWarning",
 ]
 
 
 class Error(Exception):
-    """Root of every exception pydb raises on purpose."""
+    """Root of every exception pydb raises on purpose.
+
+    Attributes:
+        committed: for an error raised by a commit (``Transaction.commit``,
+            the end of a ``with db.transaction()`` block,
+            ``Database.append/update/delete/undelete``), what the failure
+            left: ``False`` -- nothing of the transaction is committed, a
+            retry is safe; ``True`` -- the transaction IS committed (the
+            write-ahead log was durable when applying it to the master
+            file failed, e.g. ENOSPC on the ``.mst``; the handle's next
+            transaction applies it first -- or, after a failed fsync, the
+            next open, the handle being read-only until then): do not retry;
+            ``None`` -- unknown (the log's own fsync failed): reopen and
+            look.  ``False`` for errors of every other call.
+    """
+
+    committed: bool | None = False
 
 
 class CorruptionError(Error):
@@ -161,6 +177,15 @@ class IsoRecordError(Error, ValueError):
         if self.offset is not None and self.offset >= 0:
             where.append(f"byte {self.offset}")
         return f"{self.filename or '<stream>'}: {', '.join(where) or 'record'}: {self.reason}"
+
+
+class PendingLogWarning(UserWarning):
+    """A read-only :func:`pydb.open` could not apply the write-ahead log
+    (a committed transaction whose application to the master file failed,
+    typically on a full disk, and a replay that fails the same way): the
+    handle opened anyway and reads the database as it was before that
+    transaction; ``Database.info()["log_pending"]`` says why.  Opening the
+    database again once the disk has room applies it."""
 
 
 class ImportResumeError(Error):

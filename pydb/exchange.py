@@ -42,7 +42,18 @@ from . import _pydb
 from .database import LAYOUTS, Database, Record
 from .database import open as open_db
 from .errors import CorruptionError, ImportResumeError, IsoRecordError, RecordTooLargeError
-from .iso2709 import Report, check_on_error, is_utf8, read, write
+from .iso2709 import (
+    LEADER_POSITIONS,
+    LEADER_TAG,
+    Report,
+    check_leader_tag,
+    check_on_error,
+    is_marc_leader,
+    is_utf8,
+    leader_fields,
+    read,
+    write,
+)
 from .jsonl import encode_line, read_jsonl
 from .paths import PathArg, Source, base_name, existing_file, is_path, opened, source_name
 from .snapshot import Snapshot
@@ -119,10 +130,11 @@ def _atomic_target(handle: Database, path: Source) -> Iterator[Source]:
 
 
 def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
-               line_ending: str | None = None,
+               line_ending: str | None = None, line_width: int | None = None,
                deleted: bool = False, mfn_tag: int | None = None,
                encoding: str | None = None, on_error: str = "skip",
-               progress: Progress | None = None) -> Report:
+               progress: Progress | None = None, leader_tag: int | None = LEADER_TAG,
+               indicators: str = "auto") -> Report:
     """Export the records of a database to an ISO 2709 file, in MFN order.
 
     Args:
@@ -134,28 +146,49 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
             :func:`pydb.iso2709.write`).
         line_ending: ``"\\n"`` or ``"\\r\\n"`` (see
             :func:`pydb.iso2709.write`).
+        line_width: bytes per line (line ends not counted): default 80
+            for ``"isis"``, none (one record after another) for
+            ``"marc"``; 80 writes MARC as J-ISIS does, with ``"\\n"`` line
+            ends unless `line_ending` says otherwise; 0: no lines.
         deleted: also export logically deleted records (status ``d``).
         mfn_tag: carry each record's MFN in a first field of this tag, so
             that :func:`import_iso` with the same `mfn_tag` keeps MFNs.
         encoding: the database's character set, if known; only recorded
-            in the MARC leader (position 9 ``a`` for UTF-8).  Field bytes
-            are written unchanged either way.
+            in the MARC leader (position 9 ``a`` for UTF-8) of records
+            without a leader field for position 9.  Field bytes are
+            written unchanged either way.
         on_error: ``"skip"`` (default): a record that cannot be read
             (:class:`~pydb.CorruptionError`) or written
             (:class:`~pydb.IsoRecordError`) is left out and listed in the
             report's ``errors``; ``"stop"``: it is raised.
         progress: called with 1 per MFN done.
+        leader_tag: ``"marc"``: records keep their MARC leader in fields
+            ``leader_tag + p`` (default 3000: 3005 record status ... 3019,
+            as :func:`import_iso` stores it and ABCD's MARC databases hold
+            it); those fields are written as the leader, not as fields, and
+            the record with indicator count 2.  A record imported from a
+            well-formed MARC file is thus written back byte for byte.  None:
+            no leader fields.  See :func:`pydb.iso2709.write`.
+        indicators: ``"marc"``, records without leader fields (CDS/ISIS
+            records): ``"auto"`` (default) writes indicator count 0, which
+            is what their values have; ``"add"`` puts two blank indicators
+            before every field but 001-009 and writes count 2 (for MARC
+            readers that need indicators); ``"present"`` declares that the
+            values already begin with indicators.
 
     Returns:
         A :class:`~pydb.iso2709.Report` (``records`` written, ``errors``).
 
     Raises:
-        CorruptionError, IsoRecordError: with ``on_error="stop"``.
+        CorruptionError, IsoRecordError: with ``on_error="stop"`` (an
+            IsoRecordError also for a leader field that occurs twice or
+            does not hold one character).
         DatabaseNotFoundError: `db` is a path with no database.
         ClosedError: `db` is a closed Database.
         OSError: reading the database or writing the file failed.
         ValueError: `path` is one of the database's own files, or a bad
-            `flavour`, `line_ending` or `on_error`.
+            `flavour`, `line_ending`, `line_width`, `leader_tag`,
+            `indicators` or `on_error`.
 
     A path is written through a temporary file beside it that replaces it
     only when the export succeeds: a failed export leaves no partial file.
@@ -169,8 +202,9 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
         report = Report()
         with handle.snapshot() as snap, _atomic_target(handle, path) as target:
             recs = _db_records(snap, deleted, on_error, report, progress)
-            w = write(target, recs, flavour, line_ending=line_ending, mfn_tag=mfn_tag,
-                      on_error=on_error, marc_utf8=is_utf8(encoding))
+            w = write(target, recs, flavour, line_ending=line_ending, line_width=line_width,
+                      mfn_tag=mfn_tag, on_error=on_error, marc_utf8=is_utf8(encoding),
+                      leader_tag=leader_tag, indicators=indicators)
         report.records = w.records
         report.errors.extend(w.errors)
         return report
@@ -463,7 +497,8 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
                db_encoding: str | None = None,
                on_error: str = "skip", mfn_tag: int | None = None,
                sync: bool = True, progress: Progress | None = None,
-               max_gap: int = MAX_MFN_GAP, checkpoint: PathArg | None = None) -> Report:
+               max_gap: int = MAX_MFN_GAP, leader_tag: int | None = LEADER_TAG,
+               checkpoint: PathArg | None = None) -> Report:
     """Import an ISO 2709 file into a new or an existing database.
 
     A NEW database is written by the bulk builder: records get MFN 1, 2,
@@ -477,6 +512,10 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
     database, and a native index attached to it is updated by each commit.
     Records with status ``d`` are stored logically deleted.  Values are
     stored as the file's bytes (MARC subfield delimiters as ``^``, §7.3).
+    The leader of a MARC record (indicator count 2) is kept in fields
+    `leader_tag` + p for its positions 5-9 and 17-19 (3005 ... 3019 by
+    default, ABCD's convention; a blank as ``#``), placed before its other
+    fields, so that :func:`export_iso` with ``"marc"`` writes it back.
 
     Args:
         source: ISO file path or binary file object.
@@ -510,6 +549,11 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
             from one record's MFN to the next (from 0 for the first), default
             :data:`MAX_MFN_GAP` (1,000,000); the MFNs in between become
             XRF entries (4 bytes each), so a larger step is a record error.
+        leader_tag: base of the leader fields (default
+            :data:`~pydb.iso2709.LEADER_TAG`, 3000); None: MARC leaders are
+            not kept.  A record that already has a field of one of these
+            tags (a file written from ABCD with them as fields) keeps its
+            fields and does not get the leader's.
         checkpoint: path of a resume file (``pydb import`` uses
             ``<database>.resume``; format in :class:`_Checkpoint`).  Before
             each commit of an append the import writes into it the source
@@ -539,6 +583,9 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
     """
     check_on_error(on_error)
     _check_max_gap(max_gap)
+    check_leader_tag(leader_tag)
+    lbase = leader_tag or 0
+    ltags = {lbase + p for p in LEADER_POSITIONS} if lbase else set()
     reader = read(source, flavour, encoding=encoding, on_error=on_error, mfn_tag=mfn_tag)
     report = Report()
     target = encoding if db_encoding is None else db_encoding
@@ -551,6 +598,8 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
                 if progress:
                     progress(reader.position - done)
                     done = reader.position
+                if cp is not None and rec.number <= cp.skip:
+                    continue        # resumed: committed by the interrupted import
                 fields = rec.fields
                 if recode:
                     try:
@@ -564,6 +613,9 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
                             raise err from None
                         report.errors.append(err)
                         continue
+                if ltags and is_marc_leader(rec.leader) and not any(
+                        t in ltags for t, _ in fields):
+                    fields = leader_fields(rec.leader, lbase) + fields
                 yield rec.mfn, rec.deleted, fields, (rec.number, rec.offset)
             if progress and reader.position > done:
                 progress(reader.position - done)

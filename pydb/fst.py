@@ -21,7 +21,8 @@ An FST is a list of rules, one per line of CDS/ISIS FST text
   groups, ``/ # %``, modes ``mpl/mpu/mhl/mhu/mdl/mdu``, literals ``'..'``
   ``".."`` ``|..|``, ``if/then/else/fi``, ``p() a() size() f() mfn``,
   ``replace()``, ``iocc``, ``break``); anything else raises
-  :class:`~pydb.FSTError` naming the line and the construct.
+  :class:`~pydb.FSTError` naming the line and the construct, and so does
+  a literal that does not close on its line (naming its column and text).
 
 Posting numbers (docs/isis-formats.md §4.5, §5.2, checked against the shipped
 index of the pyisis ``cds`` sample): OCC counts the occurrences of the
@@ -175,8 +176,10 @@ def parse_fst(source: str | bytes | os.PathLike,
     Blank lines are skipped; every other line must be ``ID TECHNIQUE
     FORMAT`` (docs/isis-formats.md §5.1).  Returns a list of :class:`FSTRule`
     (formats decoded with `encoding`).  Raises :class:`~pydb.FSTError`
-    (``filename``, ``line``: 1-based, ``reason``: the construct) for a rule
-    pydb cannot evaluate, and OSError if the file cannot be read.
+    (``filename``, ``line``: 1-based, ``reason``: the column and the
+    construct) for a rule pydb cannot evaluate or a literal (``'..``,
+    ``"..``, ``|..``) that does not close on its line, and OSError if the
+    file cannot be read.
     """
     name = None
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source

@@ -15,7 +15,10 @@ ISO 2709 (ANSI Z39.2) is how CDS/ISIS databases travel between systems
   practice); writing does the reverse.  Export then import is therefore
   lossless in both flavours for any field value, except that the MARC
   flavour cannot carry the bytes 0x1D-0x1F inside a value (such a record
-  is reported, not written).
+  is reported, not written).  A MARC record's leader travels in fields
+  3005-3009 and 3017-3019 (ABCD's convention, :func:`leader_fields`;
+  ``leader_tag`` of :func:`write`); records without them (CDS/ISIS data)
+  are written with indicator count 0 unless ``indicators`` says otherwise.
 
 Reading is tolerant (§7.4): line breaks between records are skipped,
 wrapping is detected per record, a record whose byte at the computed end is
@@ -63,7 +66,8 @@ from .errors import CorruptionError, IsoRecordError
 from .paths import Source, is_path, opened, source_name
 
 __all__ = ["read", "write", "IsoRecord", "IsoReader", "Report", "FLAVOURS",
-           "check_on_error", "is_utf8"]
+           "check_on_error", "is_utf8", "LEADER_POSITIONS", "LEADER_TAG", "INDICATORS",
+           "is_marc_leader", "leader_fields", "check_leader_tag"]
 
 #: Flavours understood by :func:`read` and :func:`write`.
 FLAVOURS = ("isis", "marc")
@@ -782,6 +786,134 @@ def is_utf8(encoding: str | None) -> bool:
     return encoding is not None and encoding.lower().replace("_", "-") in ("utf-8", "utf8")
 
 
+# ------------------------------------------------------------ the MARC leader
+
+#: The positions of a MARC leader that say something about the record
+#: (record status, type of record, bibliographic level, type of control,
+#: character coding scheme, encoding level, descriptive cataloguing form,
+#: multipart resource record level; MARC 21 Bibliographic, "Leader").  The
+#: others are lengths, the base address, the indicator count, the subfield
+#: code length and the entry map, which the writer computes.
+LEADER_POSITIONS = (5, 6, 7, 8, 9, 17, 18, 19)
+
+#: Default base of the leader tags: position p of a MARC leader is kept in
+#: field ``3000 + p`` (3005 record status ... 3019), as ABCD's MARC
+#: databases do and as CISIS ``mx`` reads and writes with ``isotag1=3000``
+#: / ``outisotag1=3000`` (docs/isis-formats.md §7.3).
+LEADER_TAG = 3000
+
+#: Values of `indicators` (:func:`write`, :func:`pydb.export_iso`).
+INDICATORS = ("auto", "add", "present")
+
+
+def is_marc_leader(leader: bytes | None) -> bool:
+    """True when a leader read from a file is that of a MARC record: 24
+    bytes with indicator count ``2`` at position 10 (MARC 21, UNIMARC).
+    CDS/ISIS records have ``0`` there, even when written with the MARC
+    terminators (docs/isis-formats.md §7.2)."""
+    return leader is not None and len(leader) == 24 and leader[10:11] == b"2"
+
+
+def leader_fields(leader: bytes, leader_tag: int = LEADER_TAG) -> list[tuple[int, bytes]]:
+    """The fields that keep a MARC leader in a database (ABCD's convention).
+
+    Args:
+        leader: the 24-byte leader of a MARC record (bytes).
+        leader_tag: base of the tags (default :data:`LEADER_TAG`, 3000).
+
+    Returns:
+        One ``(leader_tag + p, byte)`` field for each position p of
+        :data:`LEADER_POSITIONS`, in that order; a blank is stored as
+        ``#`` (ABCD's worksheets, and MARC 21's documentation, write a blank
+        so).  :func:`write` in the MARC flavour turns the fields back into
+        the leader, ``#`` into a blank.
+
+    Raises:
+        ValueError: `leader` is not 24 bytes.
+    """
+    leader = bytes(leader)
+    if len(leader) != 24:
+        raise ValueError(f"a leader has 24 bytes, not {len(leader)}")
+    out = []
+    for p in LEADER_POSITIONS:
+        b = leader[p:p + 1]
+        out.append((leader_tag + p, b"#" if b == b" " else b))
+    return out
+
+
+def check_leader_tag(leader_tag: object) -> None:
+    """Raise ValueError unless `leader_tag` is None or an int 1..65516 (so
+    that every leader field ``leader_tag + p`` is an ISIS tag)."""
+    if leader_tag is not None and (isinstance(leader_tag, bool) or not isinstance(leader_tag, int)
+                                   or not 1 <= leader_tag <= 65535 - 19):
+        raise ValueError(f"leader_tag must be None or an int 1..65516, not {leader_tag!r}")
+
+
+def _is_control(tag: Tag) -> bool:
+    """MARC control field (001-009): no indicators, no subfields."""
+    if isinstance(tag, str):
+        return tag.isascii() and tag.isdigit() and int(tag) < 10
+    return int(tag) < 10
+
+
+def _take_leader(fields, leader_tag: int) -> tuple[dict[int, bytes], list]:
+    """({leader position: byte}, the other fields) of a record whose leader
+    is kept in fields `leader_tag` + p; ValueError for a leader field that
+    occurs twice or does not hold one ASCII character."""
+    where: dict[Tag, int] = {leader_tag + p: p for p in LEADER_POSITIONS}
+    got: dict[int, bytes] = {}
+    rest = []
+    for tag, value in fields:
+        p = where.get(_int_tag(tag)) if isinstance(tag, (int, str)) else None
+        if p is None:
+            rest.append((tag, value))
+            continue
+        v = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
+        if p in got:
+            raise ValueError(f"leader field {leader_tag + p} occurs more than once (it "
+                             f"holds leader position {p})")
+        if len(v) != 1 or not 0x20 <= v[0] <= 0x7E:
+            raise ValueError(f"leader field {leader_tag + p} holds {_show(v[:20])}, not the "
+                             f"one ASCII character of leader position {p}")
+        got[p] = b" " if v == b"#" else v
+    return got, rest
+
+
+def _marc_leader(pos: dict[int, bytes], deleted: bool, utf8: bool, indicators: bool) -> bytes:
+    """A MARC leader (lengths and base address left as zeros for
+    _encode_record): positions from `pos`, the rest blank except status
+    ``n`` (``d`` when `deleted`), coding ``a`` when `utf8` and no position
+    9 is given, indicator count 2 or 0, subfield code length 2."""
+    lead = bytearray(b"00000n    " + (b"2" if indicators else b"0") + b"200000   4500")
+    if utf8:
+        lead[9] = 0x61
+    for p, v in pos.items():
+        lead[p] = v[0]
+    if deleted:
+        lead[5] = 0x64
+    return bytes(lead)
+
+
+def _marc_form(fields: list, leader: bytes | None, deleted: bool, leader_tag: int | None,
+               indicators: str, utf8: bool) -> tuple[list, bytes]:
+    """(fields, leader) of a record written in the MARC flavour: the leader
+    of an IsoRecord as read, else built from the leader fields (which are
+    taken out); indicators added when asked and the values have none."""
+    if leader is not None and len(leader) == 24:
+        has = leader[10:11] == b"2"
+    else:
+        pos: dict[int, bytes] = {}
+        if leader_tag is not None:
+            pos, fields = _take_leader(fields, leader_tag)
+        has = bool(pos) or indicators == "present"
+        leader = _marc_leader(pos, deleted, utf8, has)
+    if not has and indicators == "add":
+        fields = [(t, v if _is_control(t) else
+                   ("  " + v if isinstance(v, str) else b"  " + bytes(v))) for t, v in fields]
+        leader = bytes(leader[:10]) + b"2" + bytes(leader[11:])
+    return fields, leader
+
+
 def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
                    subfields="isis", utf8=None) -> bytes:
     """One record in ISO 2709 form (no line breaks); raises ValueError with
@@ -831,10 +963,10 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
         if deleted and mid[:1] != b"d":
             mid = b"d" + mid[1:]
     elif flavour == "marc":
-        if utf8 is None:
-            utf8 = is_utf8(encoding)
-        mid = (b"d" if deleted else b"n") + b"   " + (b"a" if utf8 else b" ") + b"22"
-        tail = b"   "
+        # no leader given (write() always gives one): values without
+        # indicators, indicator count 0
+        lead = _marc_leader({}, deleted, is_utf8(encoding) if utf8 is None else utf8, False)
+        mid, tail = lead[5:12], lead[17:20]
     else:
         mid = (b"d" if deleted else b"0") + b"000000"
         tail = b"000"
@@ -863,25 +995,29 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
           line_ending: str | None = None, line_width: int | None = None,
           encoding: str = "utf-8", mfn_tag: int | None = None,
           subfields: str = "isis", on_error: str = "stop",
-          progress: Callable[[int], None] | None = None, marc_utf8: bool | None = None
-          ) -> Report:
+          progress: Callable[[int], None] | None = None, marc_utf8: bool | None = None,
+          leader_tag: int | None = LEADER_TAG, indicators: str = "auto") -> Report:
     """Write records to an ISO 2709 file (docs/isis-formats.md §7).
 
     Args:
         target: a path (created or truncated) or a binary file object.
         records: an iterable of records, each a :class:`pydb.Record`
             (``Field.raw`` bytes are written), an :class:`IsoRecord` (its
-            leader's status and implementation bytes are kept), or a
+            leader's positions 5-11 and 17-19 are kept), or a
             sequence of ``(tag, value)`` pairs (value bytes, or str encoded
             with `encoding`).  Tags are ints 0..99999 (above 999 see the
             module documentation) or 3-character alphanumeric strings.
         flavour: ``"isis"`` (default; FT = RT = ``#``, 80-byte lines) or
             ``"marc"`` (0x1E/0x1D, ``^`` written as 0x1F, one record after
             another with no line breaks).
-        line_ending: ``"\\n"`` (default for ``isis``) or ``"\\r\\n"``
-            (WinISIS); ``""`` for none (default for ``marc``).
-        line_width: bytes per line (default 80 for ``isis``; None or 0: a
-            record is one line).
+        line_ending: ``"\\n"`` (default for ``isis``, and for ``marc`` with a
+            `line_width`) or ``"\\r\\n"`` (WinISIS); ``""`` for none (default
+            for ``marc``).
+        line_width: bytes per line, line ends not counted (default 80 for
+            ``isis``; None or 0: a record is one line, the default for
+            ``marc``).  J-ISIS and other CDS/ISIS tools write MARC in lines
+            of 80; :func:`read` recognises lines of 80 bytes (other widths
+            are read by its terminator scan, listed as a repair).
         encoding: codec for str values.
         mfn_tag: when set, each record that has an MFN gets a first field
             of this tag holding the MFN in decimal (see :func:`read`).
@@ -893,16 +1029,40 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
             and reported in the result's ``errors``.
         progress: called with 1 after each record (for a progress bar).
         marc_utf8: MARC flavour: whether leader position 9 says UTF-8
-            (``a``) or not (blank) for records without a leader of their
-            own; None (default): UTF-8 when `encoding` is.
+            (``a``) or not (blank) for records without a position 9 of
+            their own (an IsoRecord's leader, or the leader field
+            `leader_tag` + 9); None (default): UTF-8 when `encoding` is.
+        leader_tag: MARC flavour: the fields ``leader_tag + p`` for p in
+            :data:`LEADER_POSITIONS` (default 3000 + p: 3005 ... 3019, as
+            :func:`pydb.import_iso` and ABCD store a MARC leader) are taken
+            out of the record and written as its leader's position p
+            (``#`` as a blank; a position without its field is blank, status
+            ``n``); each must occur at most once and hold one ASCII
+            character, else the record is an error.  None: no such fields.
+            A record with leader fields (or an IsoRecord with indicator
+            count 2) is written with indicator count 2: its values begin
+            with their two indicators (docs/isis-formats.md §7.3).  The CDS/ISIS
+            flavour writes such fields as any other field.
+        indicators: MARC flavour, for records without leader fields (and
+            IsoRecords with indicator count 0), whose values have no
+            indicators: ``"auto"`` (default) writes them unchanged with
+            indicator count 0 in the leader, which is what they are;
+            ``"add"`` puts two blank indicators before the value of every
+            field but 001-009 and writes indicator count 2 (what MARC
+            readers such as pymarc expect; text before a value's first
+            ``^`` stays where it is, outside any subfield, where MARC has no
+            place for it and pymarc drops it); ``"present"`` declares that the
+            values already begin with two indicators (ABCD/IsisMarc
+            databases without leader fields) and writes count 2.
 
     Returns:
         A :class:`Report` (``records`` written, ``errors``).
 
     Raises:
         IsoRecordError: a record that cannot be represented (tag out of
-            range, record over 99999 bytes, MARC delimiters inside a value)
-            with ``on_error="stop"``.
+            range, record over 99999 bytes, MARC delimiters inside a value,
+            a leader field that occurs twice or is not one character) with
+            ``on_error="stop"``.
         OSError: writing failed.
         ValueError: a bad argument.
     """
@@ -911,8 +1071,15 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
     if subfields not in ("isis", "raw"):
         raise ValueError(f"subfields must be 'isis' or 'raw', not {subfields!r}")
     check_on_error(on_error)
+    if indicators not in INDICATORS:
+        raise ValueError(f"indicators must be 'auto', 'add' or 'present', not {indicators!r}")
+    check_leader_tag(leader_tag)
+    if line_width is not None and (isinstance(line_width, bool) or not isinstance(line_width, int)
+                                   or line_width < 0):
+        raise ValueError(f"line_width must be None or an int >= 0, not {line_width!r}")
+    utf8 = is_utf8(encoding) if marc_utf8 is None else marc_utf8
     if line_ending is None:
-        line_ending = "\n" if flavour == "isis" else ""
+        line_ending = "\n" if flavour == "isis" or line_width else ""
     if line_ending not in ("\n", "\r\n", ""):
         raise ValueError(f"line_ending must be '\\n', '\\r\\n' or '', not {line_ending!r}")
     if line_width is None:
@@ -925,11 +1092,14 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
     with opened(target, "wb") as out:
         for number, rec in enumerate(records, 1):
             fields, mfn, deleted, leader = _fields_of(rec)
-            if mfn_tag is not None and mfn is not None:
-                fields = [(mfn_tag, str(mfn).encode("ascii"))] + fields
             try:
+                if flavour == "marc":
+                    fields, leader = _marc_form(fields, leader, deleted, leader_tag,
+                                                indicators, utf8)
+                if mfn_tag is not None and mfn is not None:
+                    fields = [(mfn_tag, str(mfn).encode("ascii"))] + fields
                 data = _encode_record(fields, flavour, mfn, deleted, leader, encoding,
-                                      subfields, marc_utf8)
+                                      subfields, utf8)
             except (ValueError, UnicodeError) as e:
                 err = IsoRecordError(name, number, -1, str(e), mfn)
                 if on_error == "stop":

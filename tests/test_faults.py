@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+import warnings
 
 import pytest
 
@@ -100,6 +101,7 @@ def test_fail_every_operation(tmp_path, pristine, mode):
     total = count_ops(tmp_path, pristine)
     assert total >= 7 * 8                      # log, data, fsyncs per commit
     outcomes = {}
+    outcomes_committed: dict[bool | None, int] = {}
     for n in range(1, total + 1):
         d = tmp_path / f"n{n}"
         d.mkdir()
@@ -136,6 +138,7 @@ def test_fail_every_operation(tmp_path, pristine, mode):
             outcomes[kind] = outcomes.get(kind, 0) + 1
         db.close()
         # reopen: recovery; acknowledged data intact; failed txn all or nothing
+        present = False
         with pydb.open(base) as ro:
             ok, why = oracle.matches(ro)
             if not ok:
@@ -145,6 +148,21 @@ def test_fail_every_operation(tmp_path, pristine, mode):
                 ok2, why2 = new.matches(ro)
                 assert ok2, (n, fired, why, why2)
                 oracle = new
+                present = True
+        if raised is not None:
+            # the exception told the truth about the failed transaction:
+            # True = it is there after reopening, False = it is not, None
+            # only when the log's own fsync failed (it may be either)
+            if raised.committed is None:
+                assert kind in ("fsync", "fdatasync"), (n, fired, present)
+            else:
+                assert raised.committed is present, (n, fired, raised.committed, present)
+            if raised.committed:
+                assert "IS committed" in str(raised), str(raised)
+            elif raised.committed is None:
+                assert "may or may not be committed" in str(raised), str(raised)
+            outcomes_committed[raised.committed] = outcomes_committed.get(raised.committed,
+                                                                          0) + 1
         check_files(base)
         with open_db(base) as db:                 # usable again
             m = db.append(content(oracle.max_mfn + 1, 9999, 3))
@@ -152,8 +170,11 @@ def test_fail_every_operation(tmp_path, pristine, mode):
         with pydb.open(base) as ro:
             assert oracle.matches(ro)[0]
         shutil.rmtree(d)
-    print(f"fault sweep {name}: {total} operations failed one by one: {outcomes}")
+    print(f"fault sweep {name}: {total} operations failed one by one: {outcomes}; "
+          f"the exceptions' committed: {outcomes_committed}")
     assert sum(outcomes.values()) == total
+    # both outcomes occur: failures before the log was durable and after
+    assert outcomes_committed.get(True) and outcomes_committed.get(False), outcomes_committed
 
 
 @pytest.mark.parametrize("eno", [errno.EIO, errno.ENOSPC])
@@ -204,3 +225,186 @@ def test_fail_every_operation_of_recovery(tmp_path, pristine, eno):
         with pydb.open(d / "db", readonly=False) as db:   # recovers now
             assert oracle.matches(db)[0]
         check_files(d / "db")
+
+
+@pytest.mark.parametrize("eno", [errno.ENOSPC, errno.EIO])
+def test_append_failure_says_whether_committed(tmp_path, eno):
+    """Issue 14, defect 3: ``Database.append`` raised DiskError (ENOSPC on
+    the .mst after the log was durable) and the record was there after
+    reopening, so a retrying application made a duplicate.  For every
+    operation of one append: the exception's ``committed`` is True exactly
+    when the record is there after reopening (None only for the log's
+    fsync), and a retry made only when it is False leaves one copy."""
+    base0 = tmp_path / "p"
+    with pydb.create(base0, "isis-aligned") as db:
+        db.append([(1, b"first")])
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{base0}{ext}", tmp_path / f"c{ext}")
+    with open_db(tmp_path / "c") as db:             # count on a copy
+        _pydb._testing.fail_io(-1)
+        try:
+            db.append([(1, b"second")])
+            total = _pydb._testing.io_count()
+        finally:
+            _pydb._testing.fail_io(0)
+    seen = {}
+    for n in range(1, total + 1):
+        d = tmp_path / f"n{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf", ".wal"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        base = d / "db"
+        raised = None
+        with open_db(base) as db:
+            assert len(db) == 1
+            _pydb._testing.fail_io(n, eno, False)
+            try:
+                db.append([(1, b"second")])
+            except pydb.DiskError as e:
+                raised = e
+            finally:
+                kind = (_pydb._testing.io_fired() or "").split(" ")[0]
+                _pydb._testing.fail_io(0)
+        with open_db(base) as db:
+            present = len(db) == 2
+            if raised is None:
+                assert present and kind == "ftruncate", (n, kind)
+                continue
+            if raised.committed is None:
+                assert kind in ("fsync", "fdatasync"), (n, kind)
+            else:
+                assert raised.committed is present, (n, kind, raised)
+            if raised.committed is False:
+                db.append([(1, b"second")])          # the application's retry
+            values = sorted(r.fields[0][1] for r in db)
+            if raised.committed is not None:
+                assert values == ["first", "second"], (n, kind, values)
+        seen[raised.committed] = seen.get(raised.committed, 0) + 1
+        shutil.rmtree(d)
+    # the issue's case (after the log) and the safe-to-retry case both occur
+    assert seen.get(True) and seen.get(False), seen
+
+
+def test_readonly_open_on_a_full_disk(tmp_path):
+    """Issue 14, defect 5: after a commit failed with ENOSPC once its log
+    was durable, a read-only open replays the log, meets ENOSPC again, and
+    failed.  Now it opens, reads the last applied commit, warns with
+    PendingLogWarning, and says why in info(); with room again, the next
+    open applies the logged transaction."""
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-aligned") as db:
+        db.append([(1, "first")])
+    # the issue's failure: the n-th operation of an append fails such that
+    # the transaction is committed (durable in the log), not applied
+    for n in range(1, 40):
+        for ext in (".mst", ".xrf", ".wal"):
+            shutil.copy(f"{base}{ext}", tmp_path / f"try{ext}")
+        with open_db(tmp_path / "try") as db:
+            _pydb._testing.fail_io(n, errno.ENOSPC, False)
+            try:
+                db.append([(1, "second")])
+            except pydb.DiskError as e:
+                committed = e.committed
+            else:
+                committed = False
+            finally:
+                _pydb._testing.fail_io(0)
+        if committed is True:
+            break
+    assert committed is True, "no operation of an append failed after the log"
+    full = tmp_path / "try"
+    _pydb._testing.fail_io(1, errno.ENOSPC, False)      # the disk is still full
+    try:
+        with pytest.warns(pydb.PendingLogWarning, match="could not be applied") as w:
+            ro = pydb.open(full)
+    finally:
+        _pydb._testing.fail_io(0)
+    assert "No space left on device" in str(w[0].message)
+    with ro:
+        assert "No space left on device" in ro.info()["log_pending"]
+        assert len(ro) == 1 and ro[1].fields[0][1] == "first"
+        assert ro.check().ok
+    # room again: a plain read-only open applies the log, without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pydb.open(full) as ro:
+            assert ro.info()["log_pending"] is None
+            assert [r.fields[0][1] for r in ro] == ["first", "second"]
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["plain", "native-index"])
+def test_handle_writes_again_once_the_disk_has_room(tmp_path, indexed):
+    """Issue 14, defect 4: after ENOSPC on the master file (the commit
+    durable in the log, not applied) the handle refused every write until
+    it was reopened, even once space was freed.  Now its next transaction
+    replays the log first: while the disk stays full that fails with the
+    same DiskError (and reads show the last applied commit); once there is
+    room the logged record appears and the handle writes on.  A failed
+    fsync still makes it read-only until reopened."""
+    base0 = tmp_path / "p"
+    kw = {"fst": "1 0 v1"} if indexed else {}
+    with pydb.create(base0, "isis-aligned", **kw) as db:
+        db.append([(1, "FIRST")])
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{base0}{ext}", tmp_path / f"c{ext}")
+    if indexed:
+        shutil.copytree(f"{base0}.pdx", tmp_path / "c.pdx")
+    with open_db(tmp_path / "c") as db:              # count on a copy
+        _pydb._testing.fail_io(-1)
+        try:
+            db.append([(1, "SECOND")])
+            total = _pydb._testing.io_count()
+        finally:
+            _pydb._testing.fail_io(0)
+    cases = {}
+    for n in range(1, total + 1):
+        d = tmp_path / f"n{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf", ".wal"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        if indexed:
+            shutil.copytree(f"{base0}.pdx", d / "db.pdx")
+        with open_db(d / "db") as db:
+            _pydb._testing.fail_io(n, errno.ENOSPC, False)
+            try:
+                db.append([(1, "SECOND")])
+                raised = None
+            except pydb.DiskError as e:
+                raised = e
+            finally:
+                kind = (_pydb._testing.io_fired() or "").split(" ")[0]
+                _pydb._testing.fail_io(0)
+            if raised is None or raised.committed is not True:
+                continue
+            if kind in ("fsync", "fdatasync"):
+                with pytest.raises(pydb.ReadOnlyError):
+                    db.append([(1, "THIRD")])
+                cases["read-only"] = cases.get("read-only", 0) + 1
+                continue
+            # the disk is still full: the replay fails the same way, and
+            # reads show the last applied commit
+            _pydb._testing.fail_io(1, errno.ENOSPC, False)
+            try:
+                with pytest.raises(pydb.DiskError) as ei:
+                    db.append([(1, "THIRD")])
+            finally:
+                _pydb._testing.fail_io(0)
+            assert ei.value.errno == errno.ENOSPC and ei.value.committed is False
+            # (the master file part of the failed apply may be complete:
+            # with a native index the MANIFEST is replaced after it)
+            seen = [r.fields[0][1] for r in db]
+            assert seen == ["FIRST"] or (indexed and seen == ["FIRST", "SECOND"]), \
+                (n, kind, seen)
+            # room again: the logged record, then the new one
+            assert db.append([(1, "THIRD")]) == 3
+            assert [r.fields[0][1] for r in db] == ["FIRST", "SECOND", "THIRD"]
+            if indexed:
+                assert list(db.search("SECOND")) == [2]
+                assert list(db.search("THIRD")) == [3]
+            cases["recovered"] = cases.get("recovered", 0) + 1
+        with pydb.open(d / "db") as ro:
+            assert [r.fields[0][1] for r in ro] == ["FIRST", "SECOND", "THIRD"]
+            assert ro.check().ok
+            if indexed:
+                assert list(ro.search("SECOND")) == [2]
+    assert cases.get("recovered"), cases

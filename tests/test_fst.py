@@ -39,6 +39,16 @@ FST_RULES = {
     "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/it_5-8.fst": 4,
 }
 
+# FSTs shipped with a line pydb refuses: {file: (line, reason)}.  ABCD's
+# rda.fst line 2 is ``50 5 '/CL_/',"v50^a,|.|v50^b,`` (a conditional
+# literal never closed); CISIS takes the rest of the line as the literal
+# and indexes nothing for it (test_unterminated_literal_indexed_nothing).
+FST_REFUSED = {
+    "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/rda/data/rda.fst":
+        (2, 'column 14: unterminated conditional literal "v50^a,|.|v50^b, '
+            '(no closing " on the line)'),
+}
+
 FIX = "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/"
 SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
@@ -60,6 +70,17 @@ def test_every_shipped_fst_parses(isis_data):
              if p.suffix.lower() == ".fst"}
     assert sorted(found) == sorted(FST_RULES)
     for rel, path in found.items():
+        if rel in FST_REFUSED:
+            line, reason = FST_REFUSED[rel]
+            with pytest.raises(pydb.FSTError) as ei:
+                parse_fst(path)
+            assert (ei.value.filename, ei.value.line) == (str(path), line)
+            assert ei.value.reason == f"FST line {line}, {reason}"
+            # the other lines parse
+            lines = path.read_bytes().split(b"\n")
+            rules = parse_fst(b"\n".join(lines[:line - 1] + lines[line:]))
+            assert len(rules) == FST_RULES[rel] - 1, rel
+            continue
         rules = parse_fst(path)
         assert len(rules) == FST_RULES[rel], rel
         for r in rules:
@@ -197,6 +218,70 @@ def test_hostile_fsts_name_the_line(text, line, construct):
         parse_fst(text)
     assert ei.value.line == line
     assert construct in ei.value.reason
+
+
+@pytest.mark.parametrize("text,line,column,reason", [
+    # unconditional literal '...' (and `...`, an alternative delimiter)
+    (b"24 4 'abc v24\n", 1, 6, "unterminated unconditional literal 'abc v24 "
+                                 "(no closing ' on the line)"),
+    (b"24 4 v24\n1 0 `ab,v1\n", 2, 5, "unterminated unconditional literal `ab,v1 "
+                                      "(no closing ` on the line)"),
+    # conditional literal "..."
+    (b'1 0 v1\n\n70 0 "AU=v70\n', 3, 6, 'unterminated conditional literal "AU=v70 '
+                                      '(no closing " on the line)'),
+    (b'1 0 v1"x\n', 1, 7, 'unterminated conditional literal "x (no closing " on the line)'),
+    # repeatable literal |...|, before and after a selector, in a group
+    (b"1 0 (|x v7)\n", 1, 6, "unterminated repeatable literal |x v7) "
+                             "(no closing | on the line)"),
+    (b"1 0 (v7|; )\n", 1, 8, "unterminated repeatable literal |; ) (no closing | on the line)"),
+    # in a condition and in replace()
+    (b"1 0 if v1='x then v1 fi\n", 1, 11, "unterminated unconditional literal 'x then v1 fi "
+                                          "(no closing ' on the line)"),
+    (b"1 0 if v1:\"x then v1 fi\n", 1, 11, 'unterminated conditional literal "x then v1 fi '
+                                            '(no closing " on the line)'),
+    (b"1 0 replace(v24,'a','b)\n", 1, 21, "unterminated unconditional literal 'b) "
+                                          "(no closing ' on the line)"),
+    # a closing quote on the next line does not count; bytes outside ASCII are
+    # shown escaped and long literals cut
+    (b"1 0 'abc\n2 0 v1'\n", 1, 5, "unterminated unconditional literal 'abc "
+                                  "(no closing ' on the line)"),
+    (b"1 0 '\xe9t\xe9 " + b"x" * 60 + b"\n", 1, 5,
+     "unterminated unconditional literal '\\xe9t\\xe9 " + "x" * 35 + "... "
+     "(no closing ' on the line)"),
+])
+def test_unterminated_literal_names_line_and_column(text, line, column, reason):
+    # A literal that does not close on its line used to run to the end of
+    # the line, swallowing the selectors after it: the rule indexed nothing.
+    with pytest.raises(pydb.FSTError) as ei:
+        parse_fst(text)
+    assert ei.value.line == line
+    assert ei.value.reason == f"FST line {line}, column {column}: {reason}"
+    assert str(ei.value) == f"<fst>, line {line}: FST line {line}, column {column}: {reason}"
+    with pytest.raises(pydb.FSTError):           # the same through the key extractor
+        _pydb._testing.fst_keys(text, REC1)
+
+
+def test_terminated_literals_still_parse():
+    fmt = _pydb._testing.fst_format
+    assert fmt(b"1 0 'a|b\"c',v70", 0, REC1) == b'a|b"cMagalhaes, A.C.; Franco, C.M.'
+    assert fmt(b'1 0 "x\'y"v24*0.3', 0, REC1) == b"x'yTec"
+    assert fmt(b"1 0 (|'|v70|'|)", 0, REC1) == b"'Magalhaes, A.C.''Franco, C.M.'"
+    assert fmt(b"1 0 `ab`", 0, REC1) == b"ab"
+    assert fmt(b"1 0 ''v24*0.3", 0, REC1) == b"Tec"
+
+
+def test_unterminated_literal_indexed_nothing(isis_data):
+    # ABCD's rda.fst line 2, 50 5 '/CL_/',"v50^a,|.|v50^b, would index
+    # field 50 (present in 772 records) under CL_ keys; the index ABCD
+    # shipped beside it (built by CISIS, whose format compiler lets a
+    # literal run to the end of the format) has CL_ keys from rule 82 only.
+    from pydb.index import Index
+    base = isis_data / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/rda/data/rda"
+    with Index.open_isis(base) as ix:
+        tags = {p.tag for k, _ in ix.raw_terms(b"CL_") for p in ix.postings(k)}
+    assert tags == {82}
+    with pydb.open(base) as db:
+        assert any(f.tag == 50 for f in db[1].fields)
 
 
 def test_field_rules_compile_to_the_same_keys():

@@ -33,7 +33,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -931,9 +930,12 @@ def test_empty_database_zero_length_xrf(tmp_path):
 
 # ------------------------------------------------ files that shrink later
 
-@pytest.mark.parametrize("io", ["pread", "direct"])
+@pytest.mark.parametrize("io", ["pread", "direct", "mmap"])
 @pytest.mark.parametrize("which", [".mst", ".xrf"])
 def test_file_shrinks_after_open(io, which, tmp_path, source_cache):
+    """Another program cuts a file short under an open handle: every I/O
+    mode reports corruption; with mmap the copy out of the mapping is
+    guarded against SIGBUS (csrc/mapguard.c)."""
     src = get_source(source_cache, "isis-packed")
     base = src.write(tmp_path)
     try:
@@ -949,26 +951,61 @@ def test_file_shrinks_after_open(io, which, tmp_path, source_cache):
             list(db)
 
 
-@pytest.mark.crash_repro          # skipped under sanitizers (conftest.py)
-@pytest.mark.xfail(strict=True, reason=(
-    "pydb bug: with io='mmap' (the default) a master file truncated by "
-    "another process after open() kills the interpreter with SIGBUS"))
-def test_file_shrinks_after_open_mmap(tmp_path, source_cache):
-    src = get_source(source_cache, "isis-packed")
-    base = src.write(tmp_path)
-    code = textwrap.dedent(f"""
-        import os, pydb
-        db = pydb.open({str(base)!r}, io="mmap")
-        os.truncate({str(base) + '.mst'!r}, 0)
-        try:
-            db[{src.mid}]
-        except pydb.CorruptionError:
-            pass
-        print("survived")
-    """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-2000:])
+# A database of 200 records of 3,000 bytes (one per page or so), opened with
+# io="mmap" in a child interpreter; a second process's truncate() is played
+# by the child itself.  Each case prints what it saw; a SIGBUS that reached
+# the interpreter shows as returncode -7.
+_SHRINK_CHILD = """
+import faulthandler, os, signal, sys, pydb
+base, case = sys.argv[1], sys.argv[2]
+if case.startswith("faulthandler-first"):
+    faulthandler.enable()
+db = pydb.open(base, io="mmap")
+first = db[1].fields[0][1]
+assert first == "x" * 3000 + "1", first[-5:]
+size = os.path.getsize(base + ".mst")
+cut = size // 2
+os.truncate(base + ".mst", cut)
+for mfn in (1, 2, 3):
+    assert db[mfn].fields[0][1] == "x" * 3000 + str(mfn)   # below the cut
+try:
+    db[200]
+except pydb.CorruptionError as e:
+    print("error", os.path.basename(e.filename), e.offset, e.reason)
+print("size", size, "cut", cut, flush=True)
+if case.endswith("foreign"):
+    os.kill(os.getpid(), signal.SIGBUS)   # not a copy of ours: must still kill
+print("survived", flush=True)
+"""
+
+
+@pytest.mark.crash_repro          # the foreign-SIGBUS cases crash on purpose
+@pytest.mark.parametrize("case", ["plain", "faulthandler-first", "plain-foreign",
+                                  "faulthandler-first-foreign"])
+def test_mmap_truncated_under_reader(tmp_path, case):
+    base = str(tmp_path / "t")
+    with pydb.create(base) as db:
+        for i in range(1, 201):
+            db.append([(10, "x" * 3000 + str(i))])
+    p = subprocess.run([sys.executable, "-c", _SHRINK_CHILD, base, case],
+                       capture_output=True, text=True, timeout=60)
+    lines = p.stdout.splitlines()
+    err = [line.split(" ", 3) for line in lines if line.startswith("error ")]
+    sizes = [line.split() for line in lines if line.startswith("size ")]
+    assert err and sizes, (p.returncode, p.stdout, p.stderr[-2000:])
+    name, offset, reason = err[0][1], int(err[0][2]), err[0][3]
+    cut = int(sizes[0][3])
+    # the record of MFN 200 lies past the cut; the error names the master
+    # file, the record's offset and the file's size now
+    assert name == "t.mst" and offset >= cut, err
+    assert f"past the end of the file ({cut} bytes now)" in reason, reason
+    if case.endswith("foreign"):
+        assert p.returncode == -7, (p.returncode, p.stderr[-2000:])
+        assert "survived" not in p.stdout
+        if case.startswith("faulthandler"):
+            assert "Fatal Python error: Bus error" in p.stderr, p.stderr[-2000:]
+    else:
+        assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-2000:])
 
 
 # ------------------------------------------------- random damage (property)

@@ -363,7 +363,9 @@ def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
     """Every shipped database that comes with an FST indexes every record
     through its own FST; the one with a damaged record (ABCD odds: an XRF
     entry points at another MFN's record, SOURCES.md) fails the build with
-    CorruptionError instead of giving a partial index."""
+    CorruptionError instead of giving a partial index, and the one whose
+    FST has a literal never closed (ABCD rda.fst line 2, test_fst.py) fails
+    it with FSTError instead of an index without that rule's keys."""
     done = 0
     for fst in sorted(isis_data.rglob("*")):
         if fst.suffix.lower() != ".fst":
@@ -386,6 +388,16 @@ def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
             with pytest.raises(pydb.CorruptionError) as ei:
                 _pydb._index_build(str(dst / stem.name), fst.read_bytes())
             assert ei.value.offset == 28976
+            done += 1
+            continue
+        if stem.name == "rda":
+            with pytest.raises(pydb.FSTError) as ei:
+                _pydb._index_build(str(dst / stem.name), fst.read_bytes(), utf8=utf8)
+            assert ei.value.line == 2 and "unterminated conditional literal" in ei.value.reason
+            lines = fst.read_bytes().split(b"\n")
+            n = _pydb._index_build(str(dst / stem.name), b"\n".join(lines[:1] + lines[2:]),
+                                   utf8=utf8)
+            assert n == max_mfn
             done += 1
             continue
         n = _pydb._index_build(str(dst / stem.name), fst.read_bytes(), utf8=utf8)

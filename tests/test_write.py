@@ -389,8 +389,7 @@ def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
             assert pydb._pydb._testing.io_fired() == "pwrite"
         finally:
             pydb._pydb._testing.fail_io(0)
-        with pytest.raises(pydb.ReadOnlyError):       # handle turned read-only
-            db.append([(1, b"x")])
+        # closed before its next transaction, which would replay the log
     wal = open(f"{base}.wal", "rb").read()
     assert wal[:8] == b"PYDBWAL1" and len(wal) > 100
     assert open(f"{base}.mst", "rb").read() == good_mst  # nothing applied
@@ -620,9 +619,10 @@ def test_commit_hook_and_whole_file_in_the_log(tmp_path):
     base = tmp_path / "db"
     side = tmp_path / "side.txt"
     # the default collector runs meanwhile: its compaction step, waiting
-    # for the writer lock while the commit below failed, used to take the
-    # lock afterwards and replay the log on the read-only handle (the
-    # file was written before the reopen); now it is refused
+    # for the writer lock while the commit below failed, may take the
+    # lock afterwards and replay the log (as the handle's next
+    # transaction would: the failure was a write, not an fsync), so the
+    # file may be written before the reopen
     with pydb.create(base, sync=True) as db:
         pydb._pydb._testing.commit_hook(db, str(side))
         with db.transaction() as tx:
@@ -648,7 +648,7 @@ def test_commit_hook_and_whole_file_in_the_log(tmp_path):
                 db.undelete(2)
         finally:
             pydb._pydb._testing.fail_io(0)
-    assert side.read_text().startswith("1 -1 2 0\n")
+    assert side.read_text().startswith("1 -1 2 0\n") or side.read_text() == "2 1 1 0\n"
     with pydb.open(base, readonly=False) as db:
         assert not db[2].deleted
     assert side.read_text() == "2 1 1 0\n"
