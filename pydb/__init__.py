@@ -16,7 +16,8 @@ index), :mod:`pydb.check` (validator), :mod:`pydb.snapshot`
 (:class:`Snapshot`: one commit pinned), :mod:`pydb.database`
 (:class:`Database`), :mod:`pydb.exchange` (import/export between a
 database and ISO 2709 or JSON Lines files), :mod:`pydb.marc` (MARC
-records to and from pymarc), then the tools
+records to and from pymarc), :mod:`pydb.arrow` (Arrow and Parquet, with
+the optional pyarrow), then the tools
 (:mod:`pydb.unesb`, :mod:`pydb.ministat`, :mod:`pydb.crashtest`) and the
 command line (:mod:`pydb.__main__`).
 """
@@ -25,6 +26,7 @@ command line (:mod:`pydb.__main__`).
 # (pydb/_checkout.py raises an ImportError saying how to build it).
 from . import _checkout  # noqa: F401  # isort: skip
 
+from .arrow import export_parquet, from_arrow, import_parquet, to_arrow
 from .database import DEFAULT_IO, LAYOUTS, Database, Field, Record, Transaction, create, open
 from .errors import (
     ClosedError,
@@ -67,4 +69,5 @@ __all__ = [
     "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
     "to_pymarc", "from_pymarc", "append_pymarc",
+    "to_arrow", "from_arrow", "export_parquet", "import_parquet",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import importlib
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from . import crashtest, gctest, ministat
+from .arrow import export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
@@ -82,7 +84,10 @@ def _plural(n: int, word: str) -> str:
 def _format_of(path, given):
     if given:
         return given
-    return "jsonl" if os.fsdecode(path).lower().endswith((".jsonl", ".json", ".ndjson")) else None
+    name = os.fsdecode(path).lower()
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    return "jsonl" if name.endswith((".jsonl", ".json", ".ndjson")) else None
 
 
 def _report(rep, what, verbose_errors=5):
@@ -318,7 +323,10 @@ def _resume_point(checkpoint: str, src: str, max_mfn: int | None) -> str:
 def _cmd_import(args) -> int:
     """Import with a resume file ``<DB>.resume`` (exchange._Checkpoint):
     an import interrupted by Ctrl-C or a kill leaves it, and only
-    ``--resume`` goes on from it."""
+    ``--resume`` goes on from it (ISO 2709 and JSON Lines)."""
+    if args.flavour == "parquet" or (args.flavour is None and (
+            _format_of(args.src, None) == "parquet" or os.path.isdir(args.src))):
+        return _import_parquet(args)
     fmt = "jsonl" if args.flavour == "jsonl" or (
         args.flavour is None and _format_of(args.src, None) == "jsonl") else "iso"
     size = os.path.getsize(args.src)
@@ -342,14 +350,15 @@ def _cmd_import(args) -> int:
         if fmt == "jsonl":
             with _progress(None, "rec", "import", show) as tick:
                 rep = import_jsonl(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
-                                   encoding=args.encoding, on_error=args.on_error,
+                                   encoding=args.encoding or "utf-8", on_error=args.on_error,
                                    progress=tick, max_gap=args.max_gap,
                                    checkpoint=checkpoint)
         else:
             with _progress(size, "B", "import", show) as tick:
                 rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
                                  layout=args.layout, mstxl=args.mstxl,
-                                 encoding=args.encoding, db_encoding=args.db_encoding,
+                                 encoding=args.encoding or "utf-8",
+                                 db_encoding=args.db_encoding,
                                  on_error=args.on_error, mfn_tag=args.mfn_tag,
                                  progress=tick, max_gap=args.max_gap,
                                  checkpoint=checkpoint)
@@ -373,11 +382,56 @@ def _cmd_import(args) -> int:
     return _report(rep, "imported")
 
 
+def _no_pyarrow() -> bool:
+    """True (after saying what to install) when pyarrow is missing."""
+    try:
+        importlib.import_module("pyarrow")
+    except ImportError:
+        print("pydb: Parquet needs pyarrow: pip install 'pydb[arrow]'", file=sys.stderr)
+        return True
+    return False
+
+
+def _import_parquet(args) -> int:
+    if args.resume:
+        print("pydb import: --resume works for ISO 2709 and JSON Lines imports, not Parquet",
+              file=sys.stderr)
+        return 1
+    if _no_pyarrow():
+        return 1
+    with _progress(None, "rec", "import", _show_progress(args)) as tick:
+        rep = import_parquet(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
+                             encoding=args.encoding, on_error=args.on_error,
+                             progress=tick, max_gap=args.max_gap, sort=args.sort)
+    return _report(rep, "imported")
+
+
+def _export_parquet(args) -> int:
+    if _no_pyarrow():
+        return 1
+    with open_db(args.db, encoding=args.encoding or "utf-8") as db:
+        total = len(db.mfns(deleted=args.deleted))
+        t0 = time.perf_counter()
+        with _progress(total, "rec", "export", _show_progress(args)) as tick:
+            rep = export_parquet(db, args.dst, rows=args.rows, subfields=args.subfields,
+                                 deleted=args.deleted, batch_records=args.batch_records,
+                                 partition_records=args.partition_records,
+                                 compression=args.compression, on_error=args.on_error,
+                                 progress=tick)
+        dt = time.perf_counter() - t0
+    print(f"{rep.records} record(s) in {dt:.2f} s "
+          f"({rep.records / dt if dt else 0:,.0f} records/s)", file=sys.stderr)
+    return _report(rep, "exported")
+
+
 def _cmd_export(args) -> int:
     fmt = args.flavour or ("jsonl" if _format_of(args.dst, None) == "jsonl" else "isis")
     if os.path.exists(args.dst) and not args.force:
         print(f"pydb: {args.dst} exists (use --force to replace it)", file=sys.stderr)
         return 1
+    if args.flavour == "parquet" or (args.flavour is None and (
+            _format_of(args.dst, None) == "parquet" or args.partition_records)):
+        return _export_parquet(args)
     with open_db(args.db, encoding=args.encoding or "utf-8") as db:
         total = len(db.mfns(deleted=args.deleted))
         with _progress(total, "rec", "export", _show_progress(args)) as tick:
@@ -689,28 +743,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--errors-only", action="store_true", help="print only errors (text output)")
     _progress_args(p)
     p.set_defaults(func=_cmd_check)
-    p = command("import", "ISO 2709 or JSON Lines file into a new database (or appended to "
-                "an existing one)",
+    p = command("import", "ISO 2709, JSON Lines or Parquet file into a new database (or "
+                "appended to an existing one)",
                 epilog="An import into an existing database commits 1000 records at a time "
                        "and keeps DB.resume while it runs.  Interrupted (Ctrl-C, exit "
                        "status 130) or killed, it leaves the committed records and that "
                        "file: run the same command with --resume to import only the rest.  "
-                       "A new database is written in one go: interrupted, nothing is kept.")
+                       "A new database is written in one go: interrupted, nothing is kept.  "
+                       "(Parquet imports have no --resume.)")
     p.add_argument("src", metavar="SRC",
-                   help="ISO 2709 file, or JSON Lines (.jsonl, or --flavour jsonl)")
+                   help="ISO 2709 file, JSON Lines (.jsonl, or --flavour jsonl), or Parquet "
+                        "(.parquet, a directory of part files, or --flavour parquet)")
     p.add_argument("db", metavar="DB", help="base name of the database (.mst/.xrf are created "
                    "if missing; an existing database gets the records appended)")
-    p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl"], default=None,
-                   help="input format (default: auto-detected ISO 2709; .jsonl files: JSON Lines)")
+    p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl", "parquet"],
+                   default=None, help="input format (default: auto-detected ISO 2709; .jsonl "
+                   "files: JSON Lines; .parquet files and directories: Parquet)")
     p.add_argument("--layout", default="isis-packed",
                    choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"],
                    help="record leader layout of a new database (WinISIS writes isis-packed)")
     p.add_argument("--mstxl", type=int, default=0, metavar="N",
                    help="MSTXL alignment shift 0..6 of a new database (records start on "
                         "2**N bytes)")
-    _encoding_arg(p, "character set of the input file, a Python codec name (default "
-                  "utf-8): ISO lengths counted in characters; JSON Lines strings turned "
-                  "back into bytes with it")
+    _encoding_arg(p, "character set of the input file, a Python codec name (default utf-8; "
+                  "Parquet: the one its export recorded): ISO lengths counted in "
+                  "characters; JSON Lines strings turned back into bytes with it",
+                  default=None)
     p.add_argument("--db-encoding", default=None, metavar="NAME",
                    help="ISO input: transcode values from --encoding to this "
                         "character set (default: store the file's bytes)")
@@ -723,18 +781,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-gap", type=int, default=1_000_000, metavar="N",
                    help="new database: a record whose MFN lies more than this beyond "
                         "the previous one is an error (default 1000000)")
+    # Parquet (pydb.arrow; docs/parquet.md)
+    p.add_argument("--sort", action="store_true",
+                   help="Parquet: sort the rows by MFN in memory first (default: no; "
+                        "the rows must then come grouped in MFN order)")
     p.add_argument("--resume", action="store_true",
                    help="go on with an interrupted import (DB.resume): skip the source "
                         "records it committed")
     _progress_args(p)
     p.set_defaults(func=_cmd_import)
-    p = command("export", "database to ISO 2709 or JSON Lines")
+    p = command("export", "database to ISO 2709, JSON Lines or Parquet")
     _db_arg(p)
     p.add_argument("dst", metavar="DST",
-                   help="file to write (.jsonl: JSON Lines); replaced only with --force")
-    p.add_argument("--flavour", choices=["isis", "marc", "jsonl"], default=None,
-                   help="isis (default; '#' terminators, 80-column lines), marc, or "
-                        "jsonl (default when DST ends in .jsonl)")
+                   help="file to write (.jsonl: JSON Lines; .parquet: Parquet); replaced "
+                        "only with --force")
+    p.add_argument("--flavour", choices=["isis", "marc", "jsonl", "parquet"], default=None,
+                   help="isis (default; '#' terminators, 80-column lines), marc, "
+                        "jsonl (default when DST ends in .jsonl) or parquet (default when "
+                        "DST ends in .parquet, or with --partition-records)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--crlf", dest="line_ending", action="store_const", const="\r\n",
                    help="CRLF line ends (WinISIS)")
@@ -755,6 +819,20 @@ def parser() -> argparse.ArgumentParser:
                         "list it and go on) or stop (fail at the first one)")
     p.add_argument("--force", action="store_true",
                    help="replace DST if it exists (never one of the database's files)")
+    # Parquet (pydb.arrow; docs/parquet.md)
+    p.add_argument("--rows", choices=["fields", "records"], default="fields",
+                   help="Parquet: one row per field occurrence (fields) or per record "
+                        "(records)")
+    p.add_argument("--subfields", choices=["list", "map"], default=None,
+                   help="Parquet: add the ^x subfield split of each value as a list of "
+                        "(code, value) or a map of first occurrences (default: none)")
+    p.add_argument("--batch-records", type=int, default=16384, metavar="N",
+                   help="Parquet: records per row group and in memory (default 16384)")
+    p.add_argument("--partition-records", type=int, default=None, metavar="N",
+                   help="Parquet: DST is a directory of part-NNNNN.parquet files of N "
+                        "records each (default: one file)")
+    p.add_argument("--compression", default="zstd",
+                   help="Parquet codec: zstd, snappy, gzip, lz4, brotli or none")
     _progress_args(p)
     p.set_defaults(func=_cmd_export)
     p = command("gen-unesb", "write the synthetic unesb database, its FST and its native "

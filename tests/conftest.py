@@ -13,6 +13,8 @@ Markers (registered in pyproject.toml [tool.pytest.ini_options]):
                     child process); skipped inside a sanitizer run
   sanitizers        rebuilds the extension with sanitizers and reruns the
                     marked tests (slow; `-m "not sanitizers"` leaves it out)
+  spark             reads pydb's Parquet with Spark in local mode; skipped
+                    unless the run selects it (`-m spark`; needs pyspark, Java)
 
 Environment, read here only:
   PYDB_TEST_DATA            folder of the real CDS/ISIS files
@@ -157,7 +159,13 @@ def all_terms(ix, prefix=b"", batch=100000):
 
 def pytest_collection_modifyitems(config, items):
     """Inside a sanitizer run, the crash reproductions are skipped: they
-    kill a child interpreter on purpose, which a sanitizer reports."""
+    kill a child interpreter on purpose, which a sanitizer reports.  The
+    Spark tier runs only when selected (``-m spark``, docs/parquet.md)."""
+    if "spark" not in (config.getoption("markexpr", "") or ""):
+        later = pytest.mark.skip(reason="the Spark tier: python -m pytest -m spark")
+        for item in items:
+            if item.get_closest_marker("spark"):
+                item.add_marker(later)
     if not SANITIZER:
         return
     skip = pytest.mark.skip(reason=f"crash reproduction; not rerun under {SANITIZER} sanitizer")
