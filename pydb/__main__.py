@@ -1,71 +1,71 @@
-"""Command line: ``python -m pydb COMMAND ...`` (also installed as ``pydb``).
+"""Command line: ``pydb COMMAND ...`` (also ``python -m pydb COMMAND ...``).
 
-Commands:
-  crashtest [DB]   C threads against Python threads (see pydb.crashtest)
-  gctest [DB]      Firebird's garbage-collector experiment: N clients, serial
-                   and parallel, per collection policy (see pydb.gctest)
-  info DB          control record, layout and record counts
-  dump DB [MFN..]  records as text (CISIS .id style: !ID / !vTTT!value)
-  terms DB [PREFIX] keys of the inverted index with posting counts
-  postings DB KEY  postings (MFN, TAG, OCC, CNT) of one key
-  search DB EXPR   MFNs matching a CDS/ISIS search expression
-  check DB         validate everything; exit 0 sound, 1 damaged, 2 cannot
-                   open / usage (see pydb.check)
-  import SRC DB    ISO 2709, JSON Lines or Parquet file into a new database, or
-                   appended to an existing one
-  export DB DST    database to ISO 2709 (CDS/ISIS or MARC flavour), JSON Lines or
-                   Parquet (a file, or a directory with --partition-records)
-  gen-unesb DIR    write the synthetic unesb database, its FST and its native
-                   index into DIR (--no-index: without the index)
-  ministat FILE..  statistics and Student's t comparison (FreeBSD ministat)
-  stat DB          gstat: commit header, records, versions, garbage (pinned
-                   and collectable), master file, native index (--json)
-  index DB         build (or rebuild) the native inverted index, beside writers
-                   too (FST: --fst FILE, else the database's own .fst, else
-                   the index's; encoding and key length as the index's
-                   unless --encoding/--max-key), with a progress bar
+The commands, their options and the exit statuses are in ``pydb --help``
+and ``pydb COMMAND --help`` (built below, in :func:`main`).  Progress bars
+(tqdm) go to stderr, only when stderr is a terminal unless ``--progress``
+asks for one; ``--no-progress`` turns them off.  Ctrl-C ends a command
+with one line saying what was done and exit status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import importlib
 import json
 import os
 import sys
+import textwrap
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from typing import Any
 
 from . import crashtest, gctest, ministat
 from .arrow import export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
-from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
+from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .native import _stored_or_none, build_index
-from .paths import find_sidecar
+from .paths import base_name, existing_file, find_sidecar
 from .unesb import generate
+
+#: Exit statuses of every command (``pydb --help`` and README.rst show them).
+EXIT_STATUSES = (
+    (0, "done (check: no error found)"),
+    (1, "failed, the reason on stderr (import/export: some records skipped and "
+        "listed; check: errors found; search: bad expression)"),
+    (2, "bad usage (unknown option, bad value); check: the database cannot be opened"),
+    (130, "interrupted by Ctrl-C (SIGINT), after one line saying what was done"),
+)
+
+
+def _show_progress(args, default: bool | None = None) -> bool:
+    """Whether to draw a bar: ``--progress``/``--no-progress`` when given,
+    else `default`, else whether stderr is a terminal."""
+    given = getattr(args, "progress", None)
+    if given is not None:
+        return bool(given)
+    return sys.stderr.isatty() if default is None else default
 
 
 @contextmanager
-def _progress(total, unit, desc, enabled=True, force=False, absolute=False):
-    """A tqdm progress bar on stderr when it is a terminal (``disable=None``),
-    or always with `force`.  Yields a function that advances it, or None
-    (no bar: not a terminal, `enabled` false, or tqdm missing).  The
-    function takes the count just done, or with `absolute` the pair
-    (done so far, total) that ``Database.check`` reports."""
+def _progress(total, unit, desc, show: bool, absolute=False):
+    """A tqdm progress bar on stderr when `show` (see :func:`_show_progress`).
+    Yields a function that advances it, or None (no bar: `show` false, or
+    tqdm missing).  The function takes the count just done, or with
+    `absolute` the pair (done so far, total) that ``Database.check`` and
+    ``build_index`` report."""
     try:
         from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
     except ImportError:  # tqdm is a dependency, but reading must not need it
         tqdm = None
-    if tqdm is None or not enabled:
+    if tqdm is None or not show:
         yield None
         return
-    bar = tqdm(total=total, unit=unit, desc=desc, disable=False if force else None,
-               leave=False, unit_scale=unit == "B", dynamic_ncols=True, file=sys.stderr)
-    if bar.disable:
-        tick = None
-    elif absolute:
+    bar = tqdm(total=total, unit=unit, desc=desc, disable=False, leave=False,
+               unit_scale=unit == "B", dynamic_ncols=True, file=sys.stderr)
+    if absolute:
         def tick(done, total):
             bar.total = total
             bar.update(done - bar.n)
@@ -75,6 +75,10 @@ def _progress(total, unit, desc, enabled=True, force=False, absolute=False):
         yield tick
     finally:
         bar.close()
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _format_of(path, given):
@@ -108,13 +112,62 @@ def _write_record(out, rec, mfn_digits, mark_deleted):
 
 
 def _cmd_info(args) -> int:
+    """The control record and XRF figures (db.info(), db.counts()), then
+    how the database is read (encoding, I/O mode, commit sequence) and its
+    inverted index: kind, key rules, keys, postings, FST."""
     with open_db(args.db, encoding=args.encoding) as db:
         info = db.info()
         counts = db.counts()
-    for k in ("mst_path", "xrf_path", "layout", "mstxl", "next_mfn", "next_block",
-              "next_pos", "mftype", "reccnt", "mst_size", "xrf_size"):
-        print(f"{k:>20}: {info[k]}")
-    for k, v in counts.items():
+        with db.snapshot() as snap:
+            commit = snap.commit
+        try:
+            index = db.index
+            damaged = None
+        except CorruptionError as e:    # info still shows the rest
+            index, damaged = None, e
+        rows: list[tuple[str, object]] = [(k, info[k]) for k in (
+            "mst_path", "xrf_path", "layout", "mstxl", "next_mfn", "next_block", "next_pos",
+            "mftype", "reccnt", "mst_size", "xrf_size")]
+        rows += list(counts.items())
+        rows += [("encoding", f"{db.encoding} (field values are decoded with it; "
+                  "--encoding)"),
+                 ("io", f"{info['io']} (lock {info['lock']})"),
+                 ("commit", f"{commit} (commit sequence; 0: never written by pydb)")]
+        if damaged is not None:
+            rows.append(("index", f"unreadable ({damaged}); pydb index {args.db} rebuilds "
+                         "a native one"))
+        elif index is None:
+            rows.append(("index", f"none (build one: pydb index {args.db} --fst FILE)"))
+        else:
+            keys = postings = 0
+            for term in index.terms():
+                keys += 1
+                postings += term.count
+            stored = _stored_or_none(args.db) if index.kind == "native" else None
+            where = (f"{base_name(args.db)}.pdx" if index.kind == "native"
+                     else "CDS/ISIS inverted file")
+            rows.append(("index", f"{index.kind} ({where})"))
+            if stored is not None:
+                rules = ("UTF-8, Unicode case and accent folding" if stored["utf8"]
+                         else "8-bit, ISIS upper-case tables")
+                cut = f"cut to {stored['max_key']} bytes" if stored["max_key"] else "no limit"
+                rows.append(("index keys", f"{rules}; key length {cut}"))
+            else:
+                le = index.info
+                if "le1" in le:
+                    rows.append(("index keys", f"short keys up to {le['le1']} bytes, "
+                                 f"long keys up to {le['le2']} bytes"))
+            rows += [("keys", keys), ("postings", f"{postings} (one per place a key "
+                                      "occurs: MFN, tag, occurrence, word)")]
+            sidecar = find_sidecar(args.db, "fst")
+            if stored is not None:
+                n = len([x for x in stored["fst"].splitlines() if x.strip()])
+                rows.append(("fst", f"{_plural(n, 'line')}, stored in the index"))
+            elif sidecar is not None:
+                rows.append(("fst", sidecar))
+            else:
+                rows.append(("fst", "unknown (no .fst beside the database)"))
+    for k, v in rows:
         print(f"{k:>20}: {v}")
     return 0
 
@@ -124,8 +177,9 @@ def _cmd_dump(args) -> int:
     with open_db(args.db, encoding=args.encoding) as db:
         recs = db.read_many(args.mfn) if args.mfn else db.records(deleted=args.deleted)
         total = len(args.mfn) if args.mfn else len(db.mfns(deleted=args.deleted))
-        # a bar only when the text goes elsewhere than the terminal
-        with _progress(total, "rec", "dump", enabled=not out.isatty()) as tick:
+        # by default a bar only when the text goes elsewhere than the terminal
+        with _progress(total, "rec", "dump", _show_progress(
+                args, sys.stderr.isatty() and not out.isatty())) as tick:
             for rec in recs:
                 _write_record(out, rec, 6, True)
                 if tick:
@@ -138,7 +192,9 @@ def _open_with_index(args):
     db = open_db(args.db, encoding=args.encoding)
     if db.index is None:
         db.close()
-        print(f"pydb: {args.db}: the database has no inverted index", file=sys.stderr)
+        print(f"pydb {args.command}: {args.db}: the database has no inverted index (no "
+              f"native index, no CDS/ISIS inverted file); build one with: pydb index "
+              f"{args.db} --fst FILE", file=sys.stderr)
         return None
     return db
 
@@ -188,7 +244,7 @@ def _cmd_search(args) -> int:
             print(f"  {args.expr}\n  {' ' * e.position}^", file=sys.stderr)
             return 1
         out = sys.stdout
-        out.write(f"{len(result)} records\n")
+        out.write(f"{_plural(len(result), 'record')}\n")
         if args.dump:
             for rec in result.records():
                 _write_record(out, rec, 7, False)
@@ -218,11 +274,10 @@ def _cmd_check(args) -> int:
         return 2
     else:
         with db:
-            show = args.progress if args.progress is not None else sys.stderr.isatty()
+            show = _show_progress(args)
             total = db.max_mfn + db.info()["mst_size"] // 512 if show else 0
-            with _progress(total, "step", "check", enabled=show and (
-                    total >= 2048 or args.progress), force=bool(args.progress),
-                    absolute=True) as progress:
+            with _progress(total, "step", "check", show and (total >= 2048 or bool(
+                    args.progress)), absolute=True) as progress:
                 report = db.check(max_problems=args.max_problems, progress=progress)
     failed = report.errors > 0 or (args.strict and report.warnings > 0)
     if args.json:
@@ -240,28 +295,88 @@ def _cmd_check(args) -> int:
                       f"more (raise --max-problems)\n")
         out.write(report.summary() + "\n")
     return 1 if failed else 0
+
+
+def _max_mfn_or_none(db: str) -> int | None:
+    """The highest MFN of the database `db`, None if there is none (or it
+    cannot be opened: the import then reports why)."""
+    if existing_file(base_name(db)) is None:
+        return None
+    try:
+        with open_db(db) as handle:
+            return handle.max_mfn
+    except (Error, OSError):
+        return None
+
+
+def _resume_point(checkpoint: str, src: str, max_mfn: int | None) -> str:
+    """What a resumed import will skip, in words.  Raises what the import
+    would (ImportResumeError, CorruptionError) before anything is done."""
+    cp = _Checkpoint(checkpoint, src)
+    state = cp.read()
+    if state is None or state[0] or max_mfn is None:
+        return "from the first record (the new database is built again)"
+    done = cp.resume_point(state[1], max_mfn)
+    return f"after source record {done} (the records up to it are in the database)"
+
+
 def _cmd_import(args) -> int:
+    """Import with a resume file ``<DB>.resume`` (exchange._Checkpoint):
+    an import interrupted by Ctrl-C or a kill leaves it, and only
+    ``--resume`` goes on from it (ISO 2709 and JSON Lines)."""
     if args.flavour == "parquet" or (args.flavour is None and (
             _format_of(args.src, None) == "parquet" or os.path.isdir(args.src))):
         return _import_parquet(args)
     fmt = "jsonl" if args.flavour == "jsonl" or (
         args.flavour is None and _format_of(args.src, None) == "jsonl") else "iso"
     size = os.path.getsize(args.src)
-    if fmt == "jsonl":
-        with _progress(None, "rec", "import") as tick:
-            rep = import_jsonl(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
-                               encoding=args.encoding or "utf-8", on_error=args.on_error,
-                               progress=tick, max_gap=args.max_gap)
-    else:
-        with _progress(size, "B", "import") as tick:
-            rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
-                             layout=args.layout, mstxl=args.mstxl,
-                             encoding=args.encoding or "utf-8",
-                             db_encoding=args.db_encoding, on_error=args.on_error,
-                             mfn_tag=args.mfn_tag, progress=tick,
-                             max_gap=args.max_gap)
-    if rep.records == 0 and not rep.errors and size > 0:
-        print(f"pydb: no record found in {args.src} ({size} bytes): not "
+    checkpoint = base_name(args.db) + ".resume"
+    if os.path.exists(checkpoint) and not args.resume:
+        print(f"pydb import: {checkpoint} exists: an earlier import into {args.db} did not "
+              f"finish (interrupted, killed, or stopped at an error); run again with --resume "
+              f"to import only what it did not commit, or delete {checkpoint} to import "
+              "every record again", file=sys.stderr)
+        return 1
+    if args.resume and not os.path.exists(checkpoint):
+        print(f"pydb import: --resume: no interrupted import to resume ({checkpoint} "
+              "does not exist)", file=sys.stderr)
+        return 1
+    before = _max_mfn_or_none(args.db)
+    if args.resume:
+        print(f"pydb import: resuming {_resume_point(checkpoint, args.src, before)}",
+              file=sys.stderr)
+    show = _show_progress(args)
+    try:
+        if fmt == "jsonl":
+            with _progress(None, "rec", "import", show) as tick:
+                rep = import_jsonl(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
+                                   encoding=args.encoding or "utf-8", on_error=args.on_error,
+                                   progress=tick, max_gap=args.max_gap,
+                                   checkpoint=checkpoint)
+        else:
+            with _progress(size, "B", "import", show) as tick:
+                rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
+                                 layout=args.layout, mstxl=args.mstxl,
+                                 encoding=args.encoding or "utf-8",
+                                 db_encoding=args.db_encoding,
+                                 on_error=args.on_error, mfn_tag=args.mfn_tag,
+                                 progress=tick, max_gap=args.max_gap,
+                                 checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        after = _max_mfn_or_none(args.db)
+        if after is None or before is None and not os.path.exists(checkpoint):
+            what = ("nothing committed (a new database is written in one go; its "
+                    "partial files were removed)")
+        else:
+            n = after - (before or 0)
+            what = (f"{_plural(n, 'record')} committed to {args.db} in this run "
+                    f"(MFNs {(before or 0) + 1}..{after}); run the same command with "
+                    "--resume to import the rest" if n else
+                    f"nothing committed in this run; --resume goes on from {checkpoint}")
+        print(f"pydb import: interrupted; {what}", file=sys.stderr)
+        return 130
+    if rep.records == 0 and not rep.errors and size > 0 and not args.resume:
+        print(f"pydb import: no record found in {args.src} ({size} bytes): not "
               f"{'JSON Lines' if fmt == 'jsonl' else 'ISO 2709'}?", file=sys.stderr)
         return 1
     return _report(rep, "imported")
@@ -278,9 +393,13 @@ def _no_pyarrow() -> bool:
 
 
 def _import_parquet(args) -> int:
+    if args.resume:
+        print("pydb import: --resume works for ISO 2709 and JSON Lines imports, not Parquet",
+              file=sys.stderr)
+        return 1
     if _no_pyarrow():
         return 1
-    with _progress(None, "rec", "import") as tick:
+    with _progress(None, "rec", "import", _show_progress(args)) as tick:
         rep = import_parquet(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
                              encoding=args.encoding, on_error=args.on_error,
                              progress=tick, max_gap=args.max_gap, sort=args.sort)
@@ -293,7 +412,7 @@ def _export_parquet(args) -> int:
     with open_db(args.db, encoding=args.encoding or "utf-8") as db:
         total = len(db.mfns(deleted=args.deleted))
         t0 = time.perf_counter()
-        with _progress(total, "rec", "export") as tick:
+        with _progress(total, "rec", "export", _show_progress(args)) as tick:
             rep = export_parquet(db, args.dst, rows=args.rows, subfields=args.subfields,
                                  deleted=args.deleted, batch_records=args.batch_records,
                                  partition_records=args.partition_records,
@@ -315,7 +434,7 @@ def _cmd_export(args) -> int:
         return _export_parquet(args)
     with open_db(args.db, encoding=args.encoding or "utf-8") as db:
         total = len(db.mfns(deleted=args.deleted))
-        with _progress(total, "rec", "export") as tick:
+        with _progress(total, "rec", "export", _show_progress(args)) as tick:
             if fmt == "jsonl":
                 rep = export_jsonl(db, args.dst, deleted=args.deleted,
                                    encoding=args.encoding or "utf-8",
@@ -332,22 +451,37 @@ def _cmd_export(args) -> int:
 def _cmd_gen_unesb(args) -> int:
     base = generate(args.dir, scale=args.scale, seed=args.seed, count=args.count,
                     index=not args.no_index,
-                    progress=not args.no_index)
+                    progress=not args.no_index and _show_progress(args))
     print(base)
     return 0
 
 
 def _cmd_index(args) -> int:
+    """Build the index; report the records read, the time and the rate of
+    the reading phase (first to last progress report), apart from the
+    time taken to write and commit the index."""
+    stored = _stored_or_none(args.db)
     if (args.fst is None and find_sidecar(args.db, "fst") is None
-            and _stored_or_none(args.db) is None):
-        print(f"pydb: {args.db}: the database has no .fst file and no index to take the FST "
-              "from; give one with --fst FILE", file=sys.stderr)
+            and (stored is None or not stored["fst"])):
+        print(f"pydb index: {args.db}: the database has no .fst file and no index to take "
+              "the FST from; give one with --fst FILE", file=sys.stderr)
         return 1
-    t0 = time.perf_counter()
-    n = build_index(args.db, fst=args.fst, stw=args.stw, progress=not args.quiet,
-                    encoding=args.encoding, max_key=args.max_key)
-    dt = time.perf_counter() - t0
-    print(f"indexed {n} MFNs in {dt:.2f} s ({n / dt if dt else 0:,.0f} records/s)")
+    if args.quiet:
+        args.progress = False
+    marks: list[tuple[float, int]] = []
+    with _progress(0, "rec", "index", _show_progress(args), absolute=True) as tick:
+        def progress(done: int, total: int) -> None:
+            marks.append((time.perf_counter(), done))
+            if tick:
+                tick(done, total)
+        t0 = time.perf_counter()
+        n = build_index(args.db, fst=args.fst, stw=args.stw, progress=progress,
+                        encoding=args.encoding, max_key=args.max_key)
+        dt = time.perf_counter() - t0
+    read_s = (marks[-1][0] - t0) if marks else dt
+    rate = f", {n / read_s:,.0f} MFNs/s" if read_s > 0 else ""
+    print(f"indexed {n} MFNs in {dt:.2f} s (reading records and making keys "
+          f"{read_s:.2f} s{rate}; writing and committing the index {dt - read_s:.2f} s)")
     return 0
 
 
@@ -423,108 +557,248 @@ def _cmd_stat(args) -> int:
     return 0
 
 
+SEARCH_HELP = """\
+The CDS/ISIS search language (docs/isis-formats.md section 6), operators from
+the loosest binding to the strongest:
+  A + B       OR: records with A or B                 (also: A OR B)
+  A * B       AND: records with both                  (also: A AND B)
+  A ^ B       AND NOT: records with A and without B   (also: A AND NOT B)
+  A (G) B     both in the same field (same tag)
+  A (F) B     both in the same occurrence of a field  (also: A WITH B)
+  A . B       near: same occurrence, at most n words apart (n = number of
+              dots, written between blanks: A . . B)
+  A $ B       same occurrence, exactly n words apart (n = number of $)
+  TERM$       right truncation: every key that starts with TERM
+  TERM/(24,70)  only postings from fields with these tags
+  "TWO WORDS" a quoted term (blanks, operators or a leading # inside)
+  ( ... )     grouping
+Terms are brought into key form (upper case, the index's rules).
+
+Output: a line "N records" (records, not postings), then the MFNs one per
+line, or with --dump the records as text.
+
+Examples:
+  pydb search cds "WATER"
+  pydb search cds "PLANT$ * WATER/(24)"
+  pydb search cds "(SOIL + WATER) ^ POLLUTION"
+  pydb search cds "PLANT . CHAMBER" --dump
+"""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; every option's help ends with
+    its default unless it names it already (or the default is None/False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" not in text and action.default not in (None, False, argparse.SUPPRESS)
+                and action.option_strings):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _fill(text: str) -> str:
+    """`text` wrapped to 79 columns, unless it is laid out already (has a newline)."""
+    return text if "\n" in text else textwrap.fill(text, 79)
+
+
+def _exit_table() -> str:
+    return "exit status:\n" + "".join(
+        textwrap.fill(what, 79, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7) + "\n"
+        for code, what in EXIT_STATUSES)
+
+
+ENCODING_HELP = ("character set of the database's field values, a Python codec name "
+                 "(utf-8, cp850, cp1252, latin-1, ...; default utf-8)")
+KEYS_TOO = "; keys and search expressions are read in it too"
+
+
+def _db_arg(p, what="the database: its base name or its .mst/.xrf file"):
+    p.add_argument("db", metavar="DB", help=what)
+
+
+def _encoding_arg(p, text=ENCODING_HELP, default="utf-8"):
+    p.add_argument("--encoding", default=default, metavar="NAME", help=text)
+
+
+def _progress_args(p):
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="draw a progress bar on stderr (default: only when stderr is a "
+                        "terminal)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="never draw a progress bar")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m pydb`` and the ``pydb`` script: run the
     command in `argv` (default ``sys.argv[1:]``) and return the exit status
-    (0 done; 1 failed, with the reason on stderr; ``check`` documents its
-    own).  pydb errors, OSError, ValueError and LookupError become a
-    message and status 1, a closed stdout (BrokenPipeError) status 0.
-    Raises SystemExit (status 2) for bad usage, from argparse."""
+    (:data:`EXIT_STATUSES`: 0 done; 1 failed, with the reason on stderr;
+    2 bad usage; 130 interrupted by Ctrl-C, with one line saying what was
+    done; ``check`` documents its own).  pydb errors, OSError, ValueError
+    and LookupError become a one-line message and status 1, a closed
+    stdout (BrokenPipeError) status 0.  Raises SystemExit (status 2) for
+    bad usage, from argparse."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "crashtest":
-        return crashtest.main(argv[1:])
-    if argv and argv[0] == "ministat":
-        return ministat.main(argv[1:])
-    if argv and argv[0] == "gctest":
-        return gctest.main(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m pydb", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    tools = {"crashtest": crashtest.main, "ministat": ministat.main, "gctest": gctest.main}
+    if argv and argv[0] in tools:
+        try:
+            return tools[argv[0]](argv[1:])
+        except KeyboardInterrupt:
+            print(f"pydb {argv[0]}: interrupted", file=sys.stderr)
+            return 130
+    args = parser().parse_args(argv)
+    _ascii_locale_to_utf8()
+    try:
+        return args.func(args)
+    except BrokenPipeError:     # `pydb dump DB | head`: the reader had enough
+        return 0
+    except KeyboardInterrupt:
+        print(f"pydb {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (Error, OSError, ValueError, LookupError) as e:
+        print(f"pydb: {e}", file=sys.stderr)
+        return 1
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of every command but crashtest, ministat and
+    gctest (which parse their own arguments)."""
+    ap = argparse.ArgumentParser(
+        prog="pydb", formatter_class=_HelpFormatter,
+        description=_fill("pydb: an embedded record database in the CDS/ISIS tradition "
+                    "(master files .mst/.xrf, inverted index, ISO 2709).  Also run as "
+                    "python -m pydb.  Progress bars go to stderr, only when it is a "
+                    "terminal (--progress / --no-progress where a command has one)."),
+        epilog=_exit_table() + "\nEach command has its own help: pydb COMMAND --help")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, help, description=None, epilog=None):
+        return sub.add_parser(name, help=help, description=_fill(description or help),
+                              epilog=(_fill(epilog) + "\n\n" if epilog else "") + _exit_table(),
+                              formatter_class=_HelpFormatter)
+
     sub.add_parser("crashtest", help="C vs Python threaded read benchmark (crashtest --help)")
     sub.add_parser("ministat", help="statistics of repeated measurements (ministat --help)")
     sub.add_parser("gctest", help="garbage-collection experiment, per policy (gctest --help)")
-    p = sub.add_parser("info", help="control record, layout and counts")
-    p.add_argument("db")
-    p.add_argument("--encoding", default="utf-8")
+    p = command("info", "control record, layout, record counts, encoding, I/O mode, commit "
+                "sequence and the inverted index (kind, key rules, keys, postings, FST)")
+    _db_arg(p)
+    _encoding_arg(p)
     p.set_defaults(func=_cmd_info)
-    p = sub.add_parser("dump", help="records as text")
-    p.add_argument("db")
-    p.add_argument("mfn", nargs="*", type=int)
-    p.add_argument("--encoding", default="utf-8")
+    p = command("dump", "records as text (CISIS .id style: !ID MFN, then !vTAG!value)",
+                epilog="Under an ASCII locale (LC_ALL=C or POSIX) the text is written as "
+                       "UTF-8.")
+    _db_arg(p)
+    p.add_argument("mfn", metavar="MFN", nargs="*", type=int,
+                   help="MFNs of the records to print (default: every active record)")
+    _encoding_arg(p)
     p.add_argument("--deleted", action="store_true", help="include logically deleted records")
+    _progress_args(p)
     p.set_defaults(func=_cmd_dump)
-    p = sub.add_parser("terms", help="keys of the inverted index, in order, with posting counts")
-    p.add_argument("db")
-    p.add_argument("prefix", nargs="?", default="",
-                   help="only keys starting with this (brought into key form)")
-    p.add_argument("--start", default=None, help="first key (inclusive)")
-    p.add_argument("--limit", type=int, default=None, help="at most N keys")
-    p.add_argument("--encoding", default="utf-8")
+    p = command("terms", "keys of the inverted index, in key order, with their posting counts",
+                epilog="Output: KEY<TAB>POSTINGS per line.  POSTINGS counts postings: one per "
+                       "field occurrence (and word) the key came from, so a record can be "
+                       "counted several times; search counts records.")
+    _db_arg(p)
+    p.add_argument("prefix", metavar="PREFIX", nargs="?", default="",
+                   help="only keys starting with this (brought into key form; default: "
+                        "every key)")
+    p.add_argument("--start", default=None, metavar="KEY",
+                   help="first key, inclusive (default: the first key)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="at most N keys (default: no limit)")
+    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
     p.set_defaults(func=_cmd_terms)
-    p = sub.add_parser("postings", help="postings (MFN TAG OCC CNT) of one key")
-    p.add_argument("db")
-    p.add_argument("key")
+    p = command("postings", "postings of one key: MFN TAG OCC CNT, tab separated",
+                epilog="MFN: record; TAG: field; OCC: occurrence of the field (from 1); "
+                       "CNT: word position in the occurrence (from 1).")
+    _db_arg(p)
+    p.add_argument("key", metavar="KEY", help="the key (upper-cased to key form unless --raw)")
     p.add_argument("--raw", action="store_true",
                    help="look the key up as given (no upper-casing)")
-    p.add_argument("--encoding", default="utf-8")
+    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
     p.set_defaults(func=_cmd_postings)
-    p = sub.add_parser("search", help="MFNs matching a CDS/ISIS search expression")
-    p.add_argument("db")
-    p.add_argument("expr", help='e.g. "PLANT$ * WATER/(24)"')
-    p.add_argument("--dump", action="store_true", help="print the records, not just MFNs")
-    p.add_argument("--encoding", default="utf-8")
+    p = command("search", "records matching a CDS/ISIS search expression",
+                epilog=SEARCH_HELP)
+    _db_arg(p)
+    p.add_argument("expr", metavar="EXPR",
+                   help='the search expression, quoted for the shell, e.g. '
+                        '"PLANT$ * WATER/(24)" (operators below)')
+    p.add_argument("--dump", action="store_true",
+                   help="print the records as text, not just their MFNs")
+    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
     p.set_defaults(func=_cmd_search)
-    p = sub.add_parser("check", help="validate a database (exit 0 sound, 1 damaged, 2 cannot open)",
-                       description="Walk the control record, every XRF entry, every record "
-                       "version and back-pointer chain, and scan the master file for "
-                       "unreachable versions; print each fault with its location, then a "
-                       "count per kind.  Exit status: 0 no error (warnings allowed unless "
-                       "--strict), 1 errors found, 2 cannot open the database or bad usage.")
-    p.add_argument("db")
+    p = command("check", "validate a database (exit 0 sound, 1 damaged, 2 cannot open)",
+                description="Walk the control record, every XRF entry, every record "
+                "version and back-pointer chain, and scan the master file for "
+                "unreachable versions; print each fault with its location, then a "
+                "count per kind.  Exit status: 0 no error (warnings allowed unless "
+                "--strict), 1 errors found, 2 cannot open the database or bad usage.")
+    _db_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument("--max-problems", type=int, default=1000, metavar="N",
                    help="print at most N problems (all are counted; default 1000)")
     p.add_argument("--strict", action="store_true", help="warnings also make the exit status 1")
     p.add_argument("--errors-only", action="store_true", help="print only errors (text output)")
-    p.add_argument("--progress", dest="progress", action="store_true", default=None,
-                   help="progress bar on stderr (default: on a terminal, for large databases)")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    _progress_args(p)
     p.set_defaults(func=_cmd_check)
-    p = sub.add_parser("import", help="ISO 2709 or JSON Lines file into a new database "
-                       "(or appended to an existing one)")
-    p.add_argument("src", help="ISO 2709 file, or JSON Lines (.jsonl, or --flavour jsonl)")
-    p.add_argument("db", help="base name of the database (.mst/.xrf are created if "
-                   "missing; an existing database gets the records appended)")
+    p = command("import", "ISO 2709, JSON Lines or Parquet file into a new database (or "
+                "appended to an existing one)",
+                epilog="An import into an existing database commits 1000 records at a time "
+                       "and keeps DB.resume while it runs.  Interrupted (Ctrl-C, exit "
+                       "status 130) or killed, it leaves the committed records and that "
+                       "file: run the same command with --resume to import only the rest.  "
+                       "A new database is written in one go: interrupted, nothing is kept.  "
+                       "(Parquet imports have no --resume.)")
+    p.add_argument("src", metavar="SRC",
+                   help="ISO 2709 file, JSON Lines (.jsonl, or --flavour jsonl), or Parquet "
+                        "(.parquet, a directory of part files, or --flavour parquet)")
+    p.add_argument("db", metavar="DB", help="base name of the database (.mst/.xrf are created "
+                   "if missing; an existing database gets the records appended)")
     p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl", "parquet"],
-                   default=None,
-                   help="input format (default: auto-detected ISO 2709; .jsonl files: JSON Lines)")
+                   default=None, help="input format (default: auto-detected ISO 2709; .jsonl "
+                   "files: JSON Lines; .parquet files and directories: Parquet)")
     p.add_argument("--layout", default="isis-packed",
-                   choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"])
-    p.add_argument("--mstxl", type=int, default=0, help="MSTXL alignment shift 0..6")
-    p.add_argument("--encoding", default=None,
-                   help="character set of the input (ISO: for lengths counted in "
-                        "characters; JSON Lines: to turn strings back into bytes; "
-                        "default utf-8; Parquet: default the one the export recorded)")
-    p.add_argument("--db-encoding", default=None,
+                   choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"],
+                   help="record leader layout of a new database (WinISIS writes isis-packed)")
+    p.add_argument("--mstxl", type=int, default=0, metavar="N",
+                   help="MSTXL alignment shift 0..6 of a new database (records start on "
+                        "2**N bytes)")
+    _encoding_arg(p, "character set of the input file, a Python codec name (default utf-8; "
+                  "Parquet: the one its export recorded): ISO lengths counted in "
+                  "characters; JSON Lines strings turned back into bytes with it",
+                  default=None)
+    p.add_argument("--db-encoding", default=None, metavar="NAME",
                    help="ISO input: transcode values from --encoding to this "
                         "character set (default: store the file's bytes)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
-                   help="skip bad records and report them (exit status 1), or stop")
-    p.add_argument("--mfn-tag", type=int, default=None,
-                   help="tag of the field that carries each record's MFN (export --mfn-tag)")
-    p.add_argument("--max-gap", type=int, default=1_000_000,
+                   help="skip bad records and report them (exit status 1), or stop at "
+                        "the first")
+    p.add_argument("--mfn-tag", type=int, default=None, metavar="TAG",
+                   help="tag of the field that carries each record's MFN (export --mfn-tag; "
+                        "default: none, records are numbered in file order)")
+    p.add_argument("--max-gap", type=int, default=1_000_000, metavar="N",
                    help="new database: a record whose MFN lies more than this beyond "
                         "the previous one is an error (default 1000000)")
     # Parquet (pydb.arrow; docs/parquet.md)
     p.add_argument("--sort", action="store_true",
                    help="Parquet: sort the rows by MFN in memory first (default: no; "
                         "the rows must then come grouped in MFN order)")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with an interrupted import (DB.resume): skip the source "
+                        "records it committed")
+    _progress_args(p)
     p.set_defaults(func=_cmd_import)
-    p = sub.add_parser("export", help="database to ISO 2709 or JSON Lines")
-    p.add_argument("db")
-    p.add_argument("dst")
+    p = command("export", "database to ISO 2709, JSON Lines or Parquet")
+    _db_arg(p)
+    p.add_argument("dst", metavar="DST",
+                   help="file to write (.jsonl: JSON Lines; .parquet: Parquet); replaced "
+                        "only with --force")
     p.add_argument("--flavour", choices=["isis", "marc", "jsonl", "parquet"], default=None,
-                   help="isis (default; '#' terminators, 80-column lines), marc, or "
-                        "jsonl (default when DST ends in .jsonl)")
+                   help="isis (default; '#' terminators, 80-column lines), marc, "
+                        "jsonl (default when DST ends in .jsonl) or parquet (default when "
+                        "DST ends in .parquet, or with --partition-records)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--crlf", dest="line_ending", action="store_const", const="\r\n",
                    help="CRLF line ends (WinISIS)")
@@ -533,22 +807,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--line-width", type=int, default=None, metavar="N",
                    help="bytes per line, line ends not counted (default 80 for isis, "
                         "none for marc; 80 writes MARC as J-ISIS does; 0: no lines)")
-    p.add_argument("--encoding", default=None,
-                   help="database character set: JSON Lines strings (default utf-8; "
-                        "undecodable values are written as base64) and the MARC "
-                        "leader (position 9 'a' only when utf-8 is given)")
+    _encoding_arg(p, ENCODING_HELP + ".  JSON Lines: values that do not decode are "
+                  "written as base64; MARC: leader position 9 says UTF-8 ('a') only "
+                  "when --encoding utf-8 is given", default=None)
     p.add_argument("--deleted", action="store_true",
                    help="also export logically deleted records (status d)")
-    p.add_argument("--mfn-tag", type=int, default=None,
-                   help="carry each MFN in a first field of this tag")
+    p.add_argument("--mfn-tag", type=int, default=None, metavar="TAG",
+                   help="carry each MFN in a first field of this tag (default: none)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
-                   help="skip: leave out (and list) records that cannot be read or "
-                        "written and go on (default); stop: fail at the first one")
+                   help="a record that cannot be read or written: skip (leave it out, "
+                        "list it and go on) or stop (fail at the first one)")
     p.add_argument("--force", action="store_true",
                    help="replace DST if it exists (never one of the database's files)")
     # Parquet (pydb.arrow; docs/parquet.md)
     p.add_argument("--rows", choices=["fields", "records"], default="fields",
-                   help="Parquet: one row per field occurrence (default) or per record")
+                   help="Parquet: one row per field occurrence (fields) or per record "
+                        "(records)")
     p.add_argument("--subfields", choices=["list", "map"], default=None,
                    help="Parquet: add the ^x subfield split of each value as a list of "
                         "(code, value) or a map of first occurrences (default: none)")
@@ -558,45 +832,59 @@ def main(argv: list[str] | None = None) -> int:
                    help="Parquet: DST is a directory of part-NNNNN.parquet files of N "
                         "records each (default: one file)")
     p.add_argument("--compression", default="zstd",
-                   help="Parquet codec: zstd (default), snappy, gzip, lz4, brotli, none")
+                   help="Parquet codec: zstd, snappy, gzip, lz4, brotli or none")
+    _progress_args(p)
     p.set_defaults(func=_cmd_export)
-    p = sub.add_parser("gen-unesb", help="write the synthetic unesb database, its FST "
-                       "and its native index")
-    p.add_argument("dir")
-    p.add_argument("--scale", type=int, default=1)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--count", type=int, default=None,
+    p = command("gen-unesb", "write the synthetic unesb database, its FST and its native "
+                "index")
+    p.add_argument("dir", metavar="DIR", help="folder to write DIR/unesb.mst, .xrf, .fst and "
+                   ".pdx into (created if missing; the files must not exist)")
+    p.add_argument("--scale", type=int, default=1, metavar="N",
+                   help="size factor: 58,880 x N records")
+    p.add_argument("--seed", type=int, default=1, metavar="S",
+                   help="random seed; the same scale and seed give identical files")
+    p.add_argument("--count", type=int, default=None, metavar="N",
                    help="number of records, overriding 58,880 x scale")
     p.add_argument("--no-index", action="store_true",
-                   help="skip the native index (build it later: python -m pydb index DIR/unesb)")
+                   help="skip the native index (build it later: pydb index DIR/unesb)")
+    _progress_args(p)
     p.set_defaults(func=_cmd_gen_unesb)
-    p = sub.add_parser("stat", help="statistics: header, records, versions, garbage, "
-                       "master file, index (gstat)")
-    p.add_argument("db")
+    p = command("stat", "statistics: header, records, versions, garbage, master file, "
+                "index (gstat)")
+    _db_arg(p)
     p.add_argument("--json", action="store_true", help="the dict of Database.stat() as JSON")
     p.set_defaults(func=_cmd_stat)
-    p = sub.add_parser("index", help="build the native inverted index")
-    p.add_argument("db")
-    p.add_argument("--fst", help="FST file (default: the database's .fst, else the FST "
-                   "of the index being rebuilt)")
-    p.add_argument("--stw", help="stop-word file (default: the database's .stw, else the "
-                   "stop words of the index being rebuilt)")
-    p.add_argument("--encoding", default=None,
+    p = command("index", "build (or rebuild) the native inverted index, beside writers too",
+                epilog="Ends with the MFNs read, the time spent reading records and making "
+                       "keys (and that phase's rate), and the time spent writing and "
+                       "committing the index.")
+    _db_arg(p)
+    p.add_argument("--fst", metavar="FILE", help="FST file (default: the database's .fst, "
+                   "else the FST of the index being rebuilt)")
+    p.add_argument("--stw", metavar="FILE", help="stop-word file (default: the database's "
+                   ".stw, else the stop words of the index being rebuilt)")
+    p.add_argument("--encoding", default=None, metavar="NAME",
                    help="utf-8 folds keys by Unicode rules; else 8-bit ISIS tables "
                    "(default: as the index being rebuilt; 8-bit for a new one)")
-    p.add_argument("--max-key", type=int, default=None,
+    p.add_argument("--max-key", type=int, default=None, metavar="N",
                    help="cut keys to this many bytes (30: classic ISIS); 0 = no limit "
                    "(default: as the index being rebuilt; 0 for a new one)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (as --no-progress)")
+    _progress_args(p)
     p.set_defaults(func=_cmd_index)
-    args = ap.parse_args(argv)
-    try:
-        return args.func(args)
-    except BrokenPipeError:     # `pydb dump DB | head`: the reader had enough
-        return 0
-    except (Error, OSError, ValueError, LookupError) as e:
-        print(f"pydb: {e}", file=sys.stderr)
-        return 1
+    return ap
+
+
+def _ascii_locale_to_utf8() -> None:
+    """Under the C/POSIX locale stdout's encoding is ASCII: text is written
+    as UTF-8 instead (bytes that did not decode, as stored), rather than
+    stopping at the first non-ASCII character."""
+    out: Any = sys.stdout
+    enc = getattr(out, "encoding", None)
+    if isinstance(enc, str) and hasattr(out, "reconfigure"):
+        with suppress(LookupError):
+            if codecs.lookup(enc).name == "ascii":
+                out.reconfigure(encoding="utf-8", errors="surrogateescape")
 
 
 if __name__ == "__main__":

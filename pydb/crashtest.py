@@ -33,6 +33,13 @@ passed (warm only), and is cut off after ``max_time`` seconds.  Each cell
 (implementation x mode x thread count) is repeated ``reps`` times; the
 report gives medians and, for every difference, a ministat verdict at 95%
 confidence from the repetitions' samples (Student's t, pydb.ministat).
+Each block line says how many passes its rows are (a warm pass's rows
+are several passes; a pass cut at ``max_time`` part of one).  The report
+ends with the targets of docs/design.md §9, each judged met, missed or
+undecided by :func:`target_verdict` (met: the whole confidence interval
+at or above the target; undecided lines say about how many repetitions
+would decide them), and a paragraph (:func:`summary`) on whether more
+threads pay off in each cache mode, for C and Python.
 
 The Python twin reads through ``read_many`` batches of 256 records (one
 GIL release per batch; :data:`PY_READS` ``"batch"``), one ``db[mfn]`` per
@@ -63,12 +70,14 @@ import argparse
 import contextlib
 import errno
 import json
+import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Sequence
@@ -84,7 +93,8 @@ from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
 __all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "open_row_index",
            "has_index", "run_python", "run_c",
            "crashtest_binary", "comparison", "format_block", "format_table", "plot",
-           "main", "c_main", "BusyThread", "CACHES", "LOCKS", "PY_READS", "BATCH"]
+           "main", "c_main", "BusyThread", "CACHES", "LOCKS", "PY_READS", "BATCH",
+           "LABELS", "TargetVerdict", "target_verdict", "summary"]
 
 CACHES = ("warm", "cold", "direct")
 LOCKS = ("none", "mutex")
@@ -92,6 +102,18 @@ PY_READS = ("batch", "record", "busy")
 #: Records per read_many call in the Python twin's "batch" reads (the same
 #: batch the binding uses when iterating).
 BATCH = 256
+
+#: How the report names each implementation (the ``impl`` of the samples).
+LABELS = {"c": "C", "python": "Python batch", "python-record": "Python record",
+          "python-busy": "Python busy"}
+
+
+def _label(impl: str) -> str:
+    return LABELS.get(impl, impl)
+
+
+def _threads(t: int) -> str:
+    return f"{t} thread{'' if t == 1 else 's'}"
 
 
 # ---------------------------------------------------------------- rows
@@ -398,21 +420,39 @@ def _median(v):
     return statistics.median(v) if v else None
 
 
-def format_block(samples: list[dict], impl: str, s: Settings, header: Sequence[str]) -> str:
+def _passes(rows: float, per_pass: int | None) -> str:
+    """" (N passes over M rows)" for a count of rows read, or ""."""
+    if not per_pass:
+        return ""
+    n = rows / per_pass
+    whole = abs(n - round(n)) < 1e-9
+    return (f" ({n:.0f} pass{'' if round(n) == 1 else 'es'} over {per_pass} rows)" if whole
+            else f" ({n:.2f} passes over {per_pass} rows: cut at --max-time)")
+
+
+def format_block(samples: list[dict], impl: str, s: Settings, header: Sequence[str],
+                 seq_rows: int | None = None, list_rows: int | None = None) -> str:
     """The original crashtest's output for one implementation and mode
-    (medians over repetitions); `header` are the row source's lines."""
-    label = {"c": "C", "python": "Python"}.get(impl, impl)
-    lines = [f"== {label}, cache {s.cache}, lock {s.lock} (median of {s.reps})", *header]
+    (medians over repetitions); `header` are the row source's lines.
+    With `seq_rows` (records a sequential pass reads) and `list_rows`
+    (MFNs in the threads' list), each line says how many passes its rows
+    are: a warm pass repeats until ``min_time``, every pass stops at
+    ``max_time``, and T threads read the list T times per pass."""
+    lines = [f"== {_label(impl)}, cache {s.cache}, lock {s.lock} (median of {s.reps})",
+             *header]
     seq = [x for x in samples if x["impl"] == impl and x["phase"] == "seq"]
     if seq:
         med = statistics.median(x["rows_per_sec"] for x in seq)
         rows = statistics.median(x["rows"] for x in seq)
         lines.append(f"sequential read {rows:.0f} rows in {rows / med:.3f} seconds "
-                     f"{med:.0f} rows per sec")
+                     f"{med:.0f} rows per sec{_passes(rows, seq_rows)}")
     for t in s.threads:
         r = _median(_values(samples, impl, "threads", t))
         if r is not None:
-            lines.append(f"{t} threads  {r:.0f} rows per sec")
+            rows = statistics.median(x["rows"] for x in samples if x["impl"] == impl
+                                     and x["phase"] == "threads" and x["threads"] == t)
+            lines.append(f"{_threads(t)}  {r:.0f} rows per sec, {rows:.0f} rows"
+                         f"{_passes(rows, list_rows * t if list_rows else None)}")
     return "\n".join(lines)
 
 
@@ -431,7 +471,7 @@ def comparison(samples: list[dict], threads: Sequence[int], impls: Sequence[str]
     each implementation's scaling against its 1-thread run (ratio and
     verdict).  Verdicts are :class:`pydb.ministat.Verdict` or None."""
     rows = []
-    phases = [("sequential", "seq", 1)] + [(f"{t} threads", "threads", t) for t in threads]
+    phases = [("sequential", "seq", 1)] + [(_threads(t), "threads", t) for t in threads]
     for label, phase, t in phases:
         row: dict[str, Any] = {"label": label, "phase": phase, "threads": t, "median": {},
                                "vs_c": {}, "scaling": {}}
@@ -454,27 +494,28 @@ def comparison(samples: list[dict], threads: Sequence[int], impls: Sequence[str]
 def _short(v) -> str:
     if v is None:
         return "(too few runs)"
-    return f"{v.pct:+.1f}% +/- {v.pct_ci:.1f}%" if v.significant else "no difference"
+    return f"{v.pct:+.1f}% +/- {v.pct_ci:.1f}%" if v.significant else "no difference proven"
 
 
 def format_table(samples: list[dict], s: Settings, impls: Sequence[str] = ("c", "python"),
                  confidence: float = 95.0) -> str:
     """The comparison table of one mode: median rows/s per implementation,
-    each Python against C (ratio; ministat: difference in percent +/- its
-    95% half-width, or "no difference"), and thread scaling against 1
-    thread (ratio; verdict)."""
+    each Python implementation against C (ratio of medians; ministat:
+    difference of the means in percent +/- its half-width at `confidence`,
+    or "no difference proven"), then each implementation's thread scaling
+    against its 1-thread run (ratio; verdict).  Each table ends with a
+    line that explains its columns."""
     impls = [i for i in impls if any(x["impl"] == i for x in samples)]
-    label = {"c": "C", "python": "Python"}
     rows = comparison(samples, s.threads, impls, confidence)
     py = [i for i in impls if i != "c"]
-    name = {i: label.get(i, i) for i in impls}
+    name = {i: _label(i) for i in impls}
     w_med = {i: max(15, len(name[i]) + 8) for i in impls}
-    w_vs = {i: max(10, len(name[i]) + 3) for i in py}
-    w_sc = {i: max(8, len(name[i]) + 3) for i in impls}
+    w_vs = {i: max(10, len(name[i]) + 5) for i in py}
+    w_sc = {i: max(8, len(name[i]) + 1) for i in impls}
     out = [f"-- C vs Python, cache {s.cache}, lock {s.lock} "
            f"(medians of {s.reps}; ministat at {confidence:g}% confidence)"]
     head = f"{'':>12}" + "".join(f" {name[i] + ' rows/s':>{w_med[i]}}" for i in impls)
-    head += "".join(f" {name[i] + '/C':>{w_vs[i]}} {'(ministat)':>22}" for i in py)
+    head += "".join(f" {name[i] + ' / C':>{w_vs[i]}} {'(ministat)':>22}" for i in py)
     out.append(head)
     for r in rows:
         if not r["median"]:
@@ -487,9 +528,12 @@ def format_table(samples: list[dict], s: Settings, impls: Sequence[str] = ("c", 
                 ratio, v = r["vs_c"][i]
                 line += f" {ratio:>{w_vs[i]}.3f} {_short(v):>22}"
         out.append(line)
+    out.append(f"   (X / C: X's median over C's; ministat: X's mean against C's, "
+               f"{s.reps} runs each)")
     out.append("")
-    out.append(f"-- thread scaling vs 1 thread, cache {s.cache}, lock {s.lock}")
-    out.append(f"{'':>12}" + "".join(f" {name[i] + ' x':>{w_sc[i]}} {'(ministat)':>22}"
+    out.append(f"-- thread scaling: rows/s against the same implementation with 1 thread, "
+               f"cache {s.cache}, lock {s.lock}")
+    out.append(f"{'':>12}" + "".join(f" {name[i]:>{w_sc[i]}} {'(ministat)':>22}"
                                       for i in impls))
     for r in rows:
         if not r["scaling"]:
@@ -498,10 +542,11 @@ def format_table(samples: list[dict], s: Settings, impls: Sequence[str] = ("c", 
         for i in impls:
             if i in r["scaling"]:
                 ratio, v = r["scaling"][i]
-                line += f" {ratio:>{w_sc[i]}.2f} {_short(v):>22}"
+                line += f" {ratio:>{w_sc[i]}.2f}x {_short(v):>21}"
             else:
                 line += f" {'-':>{w_sc[i]}} {'':>22}"
         out.append(line)
+    out.append("   (1.00x: as fast as 1 thread; 2.00x: twice the rows per second)")
     return "\n".join(out)
 
 
@@ -531,8 +576,7 @@ def plot(samples: list[dict], path, title: str = "") -> None:
             med = [statistics.median(v) for v in vals]
             err = [[m - min(v) for m, v in zip(med, vals, strict=True)],
                    [max(v) - m for m, v in zip(med, vals, strict=True)]]
-            ax.errorbar(ts, med, yerr=err, marker="o", capsize=3,
-                        label={"c": "C", "python": "Python"}.get(impl, impl))
+            ax.errorbar(ts, med, yerr=err, marker="o", capsize=3, label=_label(impl))
         ax.set_title(f"cache {cache}, lock {lock}")
         ax.set_xlabel("threads")
         ax.set_ylabel("rows per second")
@@ -569,7 +613,7 @@ def main(argv=None) -> int:
     comparison tables with ministat verdicts, and optionally write every
     sample (``--json``) and a chart (``--plot``).  Returns the exit
     status."""
-    ap = argparse.ArgumentParser(prog="python -m pydb crashtest",
+    ap = argparse.ArgumentParser(prog="pydb crashtest",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("db", nargs="?", help="database (default: the built-in synthetic unesb)")
     ap.add_argument("--threads", default="8,2,1,4", help="thread counts (default 8,2,1,4)")
@@ -636,6 +680,7 @@ def main(argv=None) -> int:
         source: RowSource = PrefixRows(args.prefix, index) if indexed else XrfRows()
         header, mfns = source.rows(db)
         n_records, max_mfn = len(db), db.max_mfn
+        seq_rows = len(db.mfns(deleted=True))
     if not mfns:
         what = f"no postings under the prefix {args.prefix!r}" if indexed else "no records"
         print(f"crashtest: {what} to read in {db_path}", file=sys.stderr)
@@ -643,6 +688,13 @@ def main(argv=None) -> int:
     how = f"index, prefix {args.prefix!r}" if indexed else "XRF (no index: every active record)"
     print(f"crashtest on {db_path}: {n_records} active records, max MFN {max_mfn}; "
           f"rows from the {how}")
+    print(textwrap.fill(
+        f"A pass reads every row once: {seq_rows} records for the sequential read, the "
+        f"list of {len(mfns)} MFNs T times for T threads.  Warm passes repeat until "
+        f"{min_time:g} s have passed (--min-time), so their rows are several passes; "
+        f"cold and direct passes read once; every pass stops at {max_time:g} s "
+        f"(--max-time), so a slow one reads part of a pass.  Figures are medians of "
+        f"{reps} repetitions (--reps); verdicts are ministat's at 95% confidence.", 79))
     impls = ["c"] + [impl_name(r) for r in py_reads]
     everything: list[dict] = []
     for cache in caches:
@@ -652,7 +704,8 @@ def main(argv=None) -> int:
                          mfns=mfns if indexed else None,
                          prefix=args.prefix if indexed else None)
             print(f"(running cache {cache}, lock {lock}: C, then "
-                  f"{', '.join(impls[1:])}; {reps} repetitions...)", file=sys.stderr)
+                  f"{', '.join(map(_label, impls[1:]))}; {reps} repetitions...)",
+                  file=sys.stderr)
             try:
                 samples = run_c(s)
                 for r in py_reads:
@@ -666,11 +719,14 @@ def main(argv=None) -> int:
             everything += samples
             for impl in impls:
                 print()
-                print(format_block(samples, impl, s, header))
+                print(format_block(samples, impl, s, header, seq_rows, len(mfns)))
             print()
             print(format_table(samples, s, impls))
             sys.stdout.flush()
     _print_targets(everything, impls)
+    if everything:
+        print()
+        print(summary(everything))
     if args.json:
         settings = {"threads": threads, "caches": caches, "locks": locks, "reps": reps,
                     "min_time": min_time, "max_time": max_time, "io": args.io,
@@ -686,44 +742,213 @@ def main(argv=None) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class TargetVerdict:
+    """How a measurement stands against a target of docs/design.md §9.
+
+    ``word``: ``"met"`` (the whole confidence interval of the figure lies
+    at or above the target), ``"missed"`` (all of it below), or
+    ``"undecided"`` (the interval holds the target, or too few runs to
+    have one); ``value``: the figure shown (a median, or a ratio of
+    medians); ``target``; ``low``, ``high``: the confidence interval of
+    the mean figure (None with too few runs); ``runs``: repetitions behind
+    each side; ``runs_needed``: for an undecided verdict, about how many
+    repetitions would make the interval narrow enough to decide (the
+    half-width shrinks as 1/sqrt(runs); None when the mean is on the
+    target); ``ministat``: ministat's verdict in words."""
+    word: str
+    value: float
+    target: float
+    low: float | None
+    high: float | None
+    runs: int
+    runs_needed: int | None
+    ministat: str
+
+
+def _decide(value: float, target: float, mean: float, half: float | None, runs: int,
+            text: str) -> TargetVerdict:
+    if half is None:
+        return TargetVerdict("undecided", value, target, None, None, runs, 3, text)
+    low, high = mean - half, mean + half
+    word = "met" if low >= target else "missed" if high < target else "undecided"
+    needed = None
+    if word == "undecided" and mean != target:
+        needed = max(runs + 1, math.ceil(runs * (half / abs(mean - target)) ** 2))
+    return TargetVerdict(word, value, target, low, high, runs, needed, text)
+
+
+def target_verdict(values: Sequence[float], target: float,
+                   reference: Sequence[float] | None = None,
+                   confidence: float = 95.0) -> TargetVerdict:
+    """Judge measurements against a target.
+
+    Without `reference`, the target is on the figure itself (rows/s):
+    the interval is the mean of `values` +/- Student's t (n-1 degrees of
+    freedom; from FreeBSD ministat's table at its confidence levels, as
+    :func:`pydb.ministat.compare` takes it) times the standard error.
+    With `reference`, the target is on the ratio `values` / `reference`
+    (e.g. 8 threads against 1): the interval is 1 + ministat's difference
+    in percent +/- its half-width (:func:`pydb.ministat.compare`, Student's
+    t with pooled variance, relative to the reference's mean), and the
+    figure shown is the ratio of the medians.
+
+    Args:
+        values: samples (at least one).
+        target: the least acceptable figure or ratio.
+        reference: samples of the reference, or None.
+        confidence: percent, as for :func:`pydb.ministat.compare`.
+
+    Returns:
+        A :class:`TargetVerdict`; undecided with too few samples (fewer
+        than 2 without `reference`, fewer than 3 in all with it).
+
+    Raises:
+        ValueError: `values` or `reference` is empty, or a bad confidence.
+    """
+    if not values or reference is not None and not reference:
+        raise ValueError("target_verdict needs samples on both sides")
+    exact = float(confidence) not in ministat.CONFIDENCES    # else FreeBSD's t table
+    if reference is None:
+        st = ministat.summarize(values)
+        if st.n < 2:
+            return _decide(st.median, target, st.avg, None, st.n,
+                           "one run: no confidence interval")
+        t = (ministat.student_t(confidence, st.n - 1) if exact
+             else ministat.student_t_table(confidence, st.n - 1))
+        half = t * st.stddev / math.sqrt(st.n)
+        return _decide(st.median, target, st.avg, half, st.n,
+                       f"mean {st.avg:,.0f} +/- {half:,.0f} at {confidence:g}%")
+    ratio = statistics.median(values) / statistics.median(reference)
+    runs = min(len(values), len(reference))
+    if len(values) + len(reference) < 3:
+        return _decide(ratio, target, ratio, None, runs, "too few runs for ministat")
+    v = ministat.compare(reference, values, confidence, exact=exact)
+    text = (f"{v.pct:+.1f}% +/- {v.pct_ci:.1f}%" if v.significant else
+            f"no difference proven ({v.pct:+.1f}% +/- {v.pct_ci:.1f}%)")
+    return _decide(ratio, target, 1 + v.pct / 100, v.pct_ci / 100, runs, text)
+
+
+def format_target(what: str, tv: TargetVerdict, unit: str = "x") -> str:
+    """One target line: the verdict word, what was measured, the figure,
+    the target, ministat's verdict and the interval (and for an undecided
+    verdict, how many repetitions would likely decide it)."""
+    if unit == "x":
+        fig, goal = f"{tv.value:.2f}x", f">= {tv.target:g}x"
+        span = ("" if tv.low is None or tv.high is None else
+                f", ratio of means {max(0.0, tv.low):.2f}x..{tv.high:.2f}x")
+    else:
+        fig, goal = f"{tv.value:,.0f} {unit}", f">= {tv.target:,.0f}"
+        span = ""
+    line = (f"{tv.word.upper():<9} {what}: {fig} (target {goal}); ministat: {tv.ministat}"
+            f"{span}; {tv.runs} run{'' if tv.runs == 1 else 's'}")
+    if tv.word == "undecided":
+        line += ("; more runs would decide it" + (f" (about --reps {tv.runs_needed})"
+                                                  if tv.runs_needed else ""))
+    return line
+
+
 def _print_targets(samples: list[dict], impls: Sequence[str]) -> None:
     # docs/design.md §9 rows that this run measures.
     lines = []
 
-    def ratio(a, b):
-        return statistics.median(a) / statistics.median(b) if a and b else None
+    def v(impl, phase, t, cache):
+        return _values(samples, impl, phase, t, cache, "none")
 
-    c_seq = _values(samples, "c", "seq", 1, "warm", "none")
+    c_seq = v("c", "seq", 1, "warm")
     if c_seq:
-        lines.append(f"C sequential read, warm: {statistics.median(c_seq):,.0f} rows/s "
-                     f"(target >= 10,000,000)")
+        lines.append(format_target("C sequential read, warm",
+                                   target_verdict(c_seq, 10_000_000), "rows/s"))
     for impl in impls[1:]:
-        seq = _values(samples, impl, "seq", 1, "warm", "none")
+        seq = v(impl, "seq", 1, "warm")
         if seq:
-            lines.append(f"{impl} read, warm, 1 thread (sequential): "
-                         f"{statistics.median(seq):,.0f} rows/s (target >= 1,000,000)")
-        r = ratio(_values(samples, impl, "threads", 8, "warm", "none"),
-                  _values(samples, impl, "threads", 1, "warm", "none"))
-        if r is not None:
-            lines.append(f"{impl} 8 threads vs 1 thread, warm: {r:.2f}x (target >= 1.0x)")
-    if "python-busy" in impls and "python-record" in impls:
-        r = ratio(_values(samples, "python-busy", "threads", 1, "warm", "none"),
-                  _values(samples, "python-record", "threads", 1, "warm", "none"))
-        if r is not None:
-            lines.append(f"python-busy vs python-record, 1 thread, warm: {r:.2f} "
-                         f"(target >= 0.45; 0.5 is the GIL's share)")
-    r = ratio(_values(samples, "c", "threads", 8, "direct", "none"),
-              _values(samples, "c", "threads", 1, "direct", "none"))
-    if r is not None:
-        lines.append(f"C 8 threads vs 1 thread, O_DIRECT: {r:.2f}x (target >= 3.5x)")
+            lines.append(format_target(f"{_label(impl)} sequential read, warm",
+                                       target_verdict(seq, 1_000_000), "rows/s"))
+        many, one = v(impl, "threads", 8, "warm"), v(impl, "threads", 1, "warm")
+        if many and one:
+            lines.append(format_target(f"{_label(impl)}, 8 threads vs 1 thread, warm",
+                                       target_verdict(many, 1.0, one)))
+    busy, rec = v("python-busy", "threads", 1, "warm"), v("python-record", "threads", 1, "warm")
+    if busy and rec:
+        lines.append(format_target("Python busy vs Python per-record, 1 thread, warm "
+                                   "(0.5 is the GIL's share)", target_verdict(busy, 0.45, rec)))
+    many, one = v("c", "threads", 8, "direct"), v("c", "threads", 1, "direct")
+    if many and one:
+        lines.append(format_target("C, 8 threads vs 1 thread, O_DIRECT",
+                                   target_verdict(many, 3.5, one)))
     for impl in impls[1:]:
-        r = ratio(_values(samples, impl, "threads", 8, "direct", "none"),
-                  _values(samples, "c", "threads", 8, "direct", "none"))
-        if r is not None:
-            lines.append(f"{impl} vs C, 8 threads, O_DIRECT: {r:.2f} (target >= 0.9)")
+        py, c = v(impl, "threads", 8, "direct"), v("c", "threads", 8, "direct")
+        if py and c:
+            lines.append(format_target(f"{_label(impl)} vs C, 8 threads, O_DIRECT",
+                                       target_verdict(py, 0.9, c)))
     if lines:
-        print("\n-- docs/design.md §9 targets (medians, lock none)")
+        words = [line.split()[0].lower() for line in lines]
+        print(f"\n-- docs/design.md §9 targets (lock none, 95% confidence): "
+              f"{words.count('met')} met, {words.count('missed')} missed, "
+              f"{words.count('undecided')} undecided")
         print("\n".join(lines))
+
+
+def summary(samples: list[dict], confidence: float = 95.0) -> str:
+    """One paragraph on what the run shows, from its samples (lock
+    ``none`` when it was measured, else the first lock): per cache mode,
+    whether the most threads measured read faster than 1 thread (ministat
+    at `confidence`), for C and each Python implementation, and Python's
+    speed as a fraction of C's with 1 thread and with the most threads.
+    Returns "" without samples."""
+    if not samples:
+        return ""
+    locks = [lk for lk in LOCKS if any(x["lock"] == lk for x in samples)]
+    lock = "none" if "none" in locks else locks[0]
+    order = list(LABELS)
+    impls = sorted({x["impl"] for x in samples},
+                   key=lambda i: (order.index(i) if i in order else len(order), i))
+    threads = sorted({x["threads"] for x in samples if x["phase"] == "threads"})
+    where = {"warm": "Cached (warm)", "cold": "After dropping the page cache (cold)",
+             "direct": "From the disk (O_DIRECT)"}
+    top = max(threads) if threads else 1
+    out = []
+    undecided = False
+    for cache in [c for c in CACHES if any(x["cache"] == c for x in samples)]:
+        items = []
+        for impl in impls:
+            one = _values(samples, impl, "threads", 1, cache, lock)
+            many = _values(samples, impl, "threads", top, cache, lock)
+            if not one or not many or top == 1:
+                continue
+            ver = _verdict(one, many, confidence)
+            if ver is None or not ver.significant:
+                word = "no gain proven"
+                undecided = True
+            else:
+                word = "pays off" if ver.diff > 0 else "slower"
+            items.append(f"{_label(impl)} {statistics.median(many) / statistics.median(one):.2f}x "
+                         f"({word})")
+        c1 = _values(samples, "c", "threads", 1, cache, lock)
+        cn = _values(samples, "c", "threads", top, cache, lock)
+        py = [i for i in impls if i != "c"]
+        vs = []
+        for impl in py[:1]:
+            p1 = _values(samples, impl, "threads", 1, cache, lock)
+            pn = _values(samples, impl, "threads", top, cache, lock)
+            if c1 and p1:
+                vs.append(f"{_label(impl)} reads at {_median(p1) / _median(c1):.2f}x of C's "
+                          "speed with 1 thread")
+            if cn and pn and top != 1:
+                vs.append(f"{_median(pn) / _median(cn):.2f}x with {top}")
+        text = f"{where.get(cache, cache)}: "
+        text += (f"{top} threads against 1 give " + ", ".join(items)) if items else \
+            "no thread scaling measured"
+        if vs:
+            text += "; " + " and ".join(vs)
+        out.append(text)
+    reps = max((x["rep"] for x in samples), default=0) + 1
+    para = "Does multithreading pay off? " + ". ".join(out) + "."
+    if undecided:
+        para += (f" \"No gain proven\" means the difference is within the noise of {reps} "
+                 "repetitions per cell; more repetitions (--reps) narrow the interval.")
+    return (f"-- summary (lock {lock}, ministat at {confidence:g}% confidence)\n"
+            + textwrap.fill(para, 79))
 
 
 def _default_ready() -> bool:

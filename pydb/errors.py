@@ -186,3 +186,20 @@ class PendingLogWarning(UserWarning):
     handle opened anyway and reads the database as it was before that
     transaction; ``Database.info()["log_pending"]`` says why.  Opening the
     database again once the disk has room applies it."""
+
+
+class ImportResumeError(Error):
+    """An import cannot resume from its checkpoint file: the file was
+    written for another exchange file, or the database changed since the
+    interrupted import (no commit of it left the database's highest MFN).
+
+    Attributes: ``filename`` (str: the checkpoint file), ``reason`` (str).
+    """
+
+    def __init__(self, filename, reason):
+        super().__init__(filename, reason)
+        self.filename = filename
+        self.reason = reason
+
+    def __str__(self):
+        return f"{self.filename}: cannot resume: {self.reason}"

@@ -21,12 +21,19 @@ database append through the transactional writer, :data:`APPEND_BATCH`
 records per commit, with the MFNs after its highest one (MFNs carried by
 the file are not kept); a native index attached to it is updated by every
 commit.  Deleted records are stored logically deleted either way.
+
+An import given a `checkpoint` file can be resumed after Ctrl-C or a kill
+(:class:`_Checkpoint`, ``pydb import --resume``): before each commit it
+writes down which source record the batch reaches and the highest MFN
+the commit will leave; a resumed import finds the line whose MFN the
+database has and skips the source records up to that line's.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import hashlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,7 +41,7 @@ from typing import Any
 from . import _pydb
 from .database import LAYOUTS, Database, Record
 from .database import open as open_db
-from .errors import CorruptionError, IsoRecordError, RecordTooLargeError
+from .errors import CorruptionError, ImportResumeError, IsoRecordError, RecordTooLargeError
 from .iso2709 import (
     LEADER_POSITIONS,
     LEADER_TAG,
@@ -221,15 +228,125 @@ def _problem_sink(filename: str | None, on_error: str,
     return problem
 
 
+class _Checkpoint:
+    """The resume file of an import (``pydb import`` keeps it as
+    ``<database>.resume``): text lines, written with fsync.
+
+    ``pydb-import-checkpoint 1``, then ``source SIZE DIGEST NAME`` (the
+    exchange file's size in bytes, the SHA-1 of its first and last 64 KiB,
+    its name: a resume from another file is refused), then either ``new`` (a new database is
+    being built: the bulk builder commits nothing until its end, so a kill
+    leaves half-written files that a resume removes and builds again) or
+    lines ``NUMBER MAX_MFN``, one written before each commit of an append:
+    after the commit, the source records 1..NUMBER are done and the
+    database's highest MFN is MAX_MFN.  After a crash or kill the last
+    line whose MAX_MFN the database has names the last commit that
+    happened (a line written before a commit that did not happen has a
+    higher MFN).  A last line without its newline (killed while writing
+    it) is ignored.  The file is removed when the import completes."""
+
+    MAGIC = "pydb-import-checkpoint 1"
+
+    def __init__(self, path: PathArg, source: Source):
+        self.path = os.fsdecode(path)
+        size, digest = -1, "-"
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            if is_path(source):
+                with open(source, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    head = f.read(65536)
+                    f.seek(max(0, size - 65536))
+                    digest = hashlib.sha1(head + f.read(65536)).hexdigest()[:16]
+            else:
+                size = os.fstat(source.fileno()).st_size  # type: ignore[union-attr]
+        name = source_name(source) or "<stream>"
+        self.source = f"source {size} {digest} {os.path.basename(name)}"
+        self.skip = 0          # source records already committed (resume)
+
+    def read(self) -> tuple[bool, list[tuple[int, int]]] | None:
+        """(new, [(number, max_mfn), ...]) from the file, None if absent.
+        Raises CorruptionError (a malformed file: its line) or
+        ImportResumeError (a checkpoint of another source file)."""
+        try:
+            with open(self.path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return None
+        lines = text.split("\n")[:-1]         # a last line without \n is unfinished
+        if len(lines) < 3 or lines[0] != self.MAGIC:
+            raise CorruptionError(self.path, 0, "not a pydb import checkpoint "
+                                  f"(expected {self.MAGIC!r} and a source line)")
+        if lines[1] != self.source:
+            raise ImportResumeError(self.path, f"it was written for another file "
+                                    f"({lines[1][7:]!r}, this one is {self.source[7:]!r})")
+        if lines[2] == "new":
+            return True, []
+        marks = []
+        for no, line in enumerate(lines[2:], 3):
+            parts = line.split()
+            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                raise CorruptionError(self.path, sum(len(x) + 1 for x in lines[:no - 1]),
+                                      f"line {no}: expected 'NUMBER MAX_MFN', got {line!r}")
+            marks.append((int(parts[0]), int(parts[1])))
+        return False, marks
+
+    def start(self, new: bool, number: int = 0, max_mfn: int = 0) -> None:
+        """A fresh file: a new database, or an append at `number` (source
+        records done) and `max_mfn`; written beside and renamed into place."""
+        tmp = self.path + ".tmp"
+        body = "new" if new else f"{number} {max_mfn}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f"{self.MAGIC}\n{self.source}\n{body}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def mark(self, number: int, max_mfn: int) -> None:
+        """Before a commit: source records 1..`number` done, highest MFN `max_mfn`."""
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(f"{number} {max_mfn}\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def resume_point(self, marks: list[tuple[int, int]], max_mfn: int) -> int:
+        """The source records the commits that happened have done."""
+        for number, mfn in reversed(marks):
+            if mfn == max_mfn:
+                return number
+        raise ImportResumeError(self.path, f"the database's highest MFN is {max_mfn}, which "
+                                "no commit of the interrupted import left: the database "
+                                "changed since; cannot tell which records are in it")
+
+    def remove(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
 def _store(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: int,
            sync: bool, on_error: str, report: Report, filename: str | None,
-           max_gap: int) -> Report:
+           max_gap: int, checkpoint: _Checkpoint | None = None) -> Report:
     """Append the records to the database at `db_path` if it exists
-    (:func:`_append`), else build it from them (:func:`_load`)."""
+    (:func:`_append`), else build it from them (:func:`_load`); with a
+    `checkpoint`, resume where it says and keep it up to date."""
     base = base_name(db_path)
+    state = checkpoint.read() if checkpoint else None
+    if state is not None and state[0]:
+        # an interrupted build of a new database: its files are half-written
+        for ext in (".mst", ".xrf"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base + ext)
     if existing_file(base) is not None:
-        return _append(records, base, sync, on_error, report, filename)
-    return _load(records, db_path, layout, mstxl, sync, on_error, report, filename, max_gap)
+        return _append(records, base, sync, on_error, report, filename,
+                       checkpoint=checkpoint, marks=state[1] if state else None)
+    if checkpoint is None:
+        return _load(records, db_path, layout, mstxl, sync, on_error, report, filename,
+                     max_gap)
+    checkpoint.start(True)
+    try:
+        return _load(records, db_path, layout, mstxl, sync, on_error, report, filename,
+                     max_gap)
+    finally:   # done, or failed and removed by the builder: nothing to resume
+        checkpoint.remove()
 
 
 #: Records appended per transaction when importing into an existing database.
@@ -237,18 +354,28 @@ APPEND_BATCH = 1000
 
 
 def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
-            report: Report, filename: str | None, batch: int | None = None) -> Report:
+            report: Report, filename: str | None, batch: int | None = None,
+            checkpoint: _Checkpoint | None = None,
+            marks: list[tuple[int, int]] | None = None) -> Report:
     """Append (mfn, deleted, fields, where) tuples to the existing database
     `base` through the transactional writer, `batch` records per
     transaction: the records take the MFNs after the database's highest
     (MFNs carried by the file are not kept), deleted ones are appended and
     logically deleted in the same transaction.  A native index attached to
-    the database is updated by every commit."""
+    the database is updated by every commit.  With a `checkpoint`, each
+    commit is marked in it first; `marks` (its lines, when resuming) say
+    how many source records to skip; it is removed when all are in."""
     batch = batch or APPEND_BATCH
 
     problem = _problem_sink(filename, on_error, report)
 
     with open_db(base, readonly=False, sync=sync) as db:
+        last_mfn = db.max_mfn
+        if checkpoint is not None:
+            if marks is not None:
+                checkpoint.skip = checkpoint.resume_point(marks, last_mfn)
+            checkpoint.start(False, checkpoint.skip, last_mfn)
+        number = skip = checkpoint.skip if checkpoint is not None else 0
         it = iter(records)
         more = True
         while more:
@@ -256,20 +383,27 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
             with db.transaction() as tx:
                 n = 0
                 for mfn, deleted, fields, where in it:
+                    if where[0] <= skip:
+                        continue
+                    number = where[0]
                     try:
-                        new = tx.append(fields)
+                        last_mfn = tx.append(fields)
                     except (ValueError, TypeError, RecordTooLargeError) as e:
                         problem(where, str(e), mfn)
                         continue
                     if deleted:
-                        tx.delete(new)
+                        tx.delete(last_mfn)
                         report.deleted += 1
                     report.records += 1
                     n += 1
                     if n >= batch:
                         more = True
                         break
+                if checkpoint is not None:
+                    checkpoint.mark(number, last_mfn)
         report.max_mfn = db.max_mfn
+    if checkpoint is not None:
+        checkpoint.remove()
     return report
 
 
@@ -363,7 +497,8 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
                db_encoding: str | None = None,
                on_error: str = "skip", mfn_tag: int | None = None,
                sync: bool = True, progress: Progress | None = None,
-               max_gap: int = MAX_MFN_GAP, leader_tag: int | None = LEADER_TAG) -> Report:
+               max_gap: int = MAX_MFN_GAP, leader_tag: int | None = LEADER_TAG,
+               checkpoint: PathArg | None = None) -> Report:
     """Import an ISO 2709 file into a new or an existing database.
 
     A NEW database is written by the bulk builder: records get MFN 1, 2,
@@ -419,6 +554,16 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
             not kept.  A record that already has a field of one of these
             tags (a file written from ABCD with them as fields) keeps its
             fields and does not get the leader's.
+        checkpoint: path of a resume file (``pydb import`` uses
+            ``<database>.resume``; format in :class:`_Checkpoint`).  Before
+            each commit of an append the import writes into it the source
+            record number reached and the MFN the commit leaves; it is
+            removed when the import completes.  When it exists at the
+            start (an import interrupted by Ctrl-C, a kill or a crash), the
+            import resumes: the source records that committed batches hold
+            are skipped (the report counts only the records stored now), and
+            a new database left half-built by a killed import is built
+            again.  None (default): no file, no resume.
 
     Returns:
         A :class:`~pydb.iso2709.Report` (``records`` stored, ``errors``,
@@ -432,6 +577,9 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
             existing database (as for :meth:`pydb.Database.transaction`).
         OSError: the ISO file cannot be opened.
         ValueError, LookupError: a bad argument or unknown encoding.
+        ImportResumeError: the `checkpoint` belongs to another source file,
+            or the database changed since the interrupted import.
+        CorruptionError: the `checkpoint` file is not one (its line).
     """
     check_on_error(on_error)
     _check_max_gap(max_gap)
@@ -450,6 +598,8 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
                 if progress:
                     progress(reader.position - done)
                     done = reader.position
+                if cp is not None and rec.number <= cp.skip:
+                    continue        # resumed: committed by the interrupted import
                 fields = rec.fields
                 if recode:
                     try:
@@ -470,12 +620,13 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
             if progress and reader.position > done:
                 progress(reader.position - done)
 
+    cp = _Checkpoint(checkpoint, source) if checkpoint is not None else None
     try:
         _store(records(), db_path, layout, mstxl, sync, on_error, report,
-               reader.filename, max_gap)
+               reader.filename, max_gap, cp)
     finally:
         reader.close()
-    report.errors[:0] = reader.errors
+    report.errors[:0] = [e for e in reader.errors if cp is None or (e.number or 0) > cp.skip]
     report.errors.sort(key=lambda e: getattr(e, "number", None) or 0)
     report.repaired = reader.repaired
     return report
@@ -544,7 +695,7 @@ def export_jsonl(db: Database | PathArg, path: Source, *, deleted: bool = False,
 def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed",
                  mstxl: int = 0, encoding: str = "utf-8", on_error: str = "skip",
                  sync: bool = True, progress: Progress | None = None,
-                 max_gap: int = MAX_MFN_GAP) -> Report:
+                 max_gap: int = MAX_MFN_GAP, checkpoint: PathArg | None = None) -> Report:
     """Import a JSON Lines file (:func:`export_jsonl`) into a database.
 
     A NEW database keeps the MFNs the file carries (gaps become physically
@@ -553,8 +704,8 @@ def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed
     in file order through ``db.transaction()`` with the MFNs after its
     highest one, as :func:`import_iso` does.
 
-    Args: as for :func:`import_iso` (also `max_gap`, and the same record
-    errors: MFN outside 1..2147483647 or more than `max_gap` beyond the
+    Args: as for :func:`import_iso` (also `max_gap` and `checkpoint`, and
+    the same record errors: MFN outside 1..2147483647 or more than `max_gap` beyond the
     previous one, tag outside 1..65535); `encoding` turns JSON strings
     back into bytes; `progress` gets 1 per line.
 
@@ -568,6 +719,7 @@ def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed
         ReadOnlyError, LockTimeoutError: appending to an existing database.
         OSError: the JSON Lines file cannot be read.
         ValueError: a bad argument.
+        ImportResumeError, CorruptionError: as for :func:`import_iso`.
     """
     check_on_error(on_error)
     _check_max_gap(max_gap)
@@ -581,7 +733,8 @@ def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed
                 progress(1)
             yield rec.mfn, rec.deleted, rec.fields, (rec.number, rec.offset)
 
-    _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
-    report.errors[:0] = errs
+    cp = _Checkpoint(checkpoint, source) if checkpoint is not None else None
+    _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap, cp)
+    report.errors[:0] = [e for e in errs if cp is None or (e.number or 0) > cp.skip]
     report.errors.sort(key=lambda e: getattr(e, "number", None) or 0)
     return report

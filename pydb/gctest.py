@@ -1030,7 +1030,7 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Settings]:
     """The command line of ``python -m pydb gctest`` as (arguments,
     Settings); the database stays None when not given.  Exits with
     status 2 on bad usage (argparse)."""
-    ap = argparse.ArgumentParser(prog="python -m pydb gctest",
+    ap = argparse.ArgumentParser(prog="pydb gctest",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("db", nargs="?", help="database (default: the built-in synthetic unesb); "
                     "it is copied, never written")

@@ -622,7 +622,7 @@ def main(argv=None) -> int:
     between 0 and 100) instead of FreeBSD's table.
     Returns 0, or 2 for bad input (as ministat)."""
     ap = argparse.ArgumentParser(
-        prog="python -m pydb ministat",
+        prog="pydb ministat",
         description="Statistics of one number per line, and Student's t comparison "
                     "of each file against the first (FreeBSD ministat).")
     ap.add_argument("-c", dest="confidence", default="95",

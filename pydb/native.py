@@ -63,7 +63,7 @@ def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
 
 
 def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
-                progress: bool | Callable[[int, int], object] = True, *,
+                progress: bool | Callable[[int, int], object] = False, *,
                 stw: str | bytes | os.PathLike[str] | None = None,
                 utf8: bool | None = None, encoding: str | None = None,
                 max_key: int | None = None, tables: bool = True) -> int:
@@ -76,9 +76,9 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             :class:`pydb.fst.FieldRule`; None uses the database's own
             ``<base>.fst``, else the FST of the index being replaced
             (FileNotFoundError if there is neither).
-        progress: True shows a tqdm progress bar (records), a callable is
-            called as ``progress(done, total)`` between batches, False shows
-            nothing.
+        progress: False (default) shows nothing; True shows a tqdm progress
+            bar (records) on stderr, wherever stderr goes; a callable is
+            called as ``progress(done, total)`` between batches.
         stw: stop words (text, bytes or a path); None uses ``<base>.stw``
             when present (docs/isis-formats.md §5.4), else those of the
             index being replaced.  (An index whose MANIFEST is damaged

@@ -16,10 +16,12 @@ import json
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,211 @@ def test_import_appends_to_an_existing_database(tmp_path):
     assert r.returncode == 0, r.stderr
     with pydb.open(tmp_path / "d") as db:
         assert db.max_mfn == 2 and db[1].raw(1) == db[2].raw(1) == [b"x"]
+
+
+# ------------------------------------------- interrupted imports, --resume
+
+#: A child that runs the command line with APPEND_BATCH records per commit
+#: and, at the K-th checkpoint mark (written before each commit), sends
+#: itself SIGNAL: before writing the mark (WHEN "before": the batch before
+#: is committed, this one not begun on disk) or after it (WHEN "after":
+#: the mark is on disk, the commit has not happened).  With K 0 the
+#: signal comes while a NEW database is built, after 20 records.  WHEN
+#: "slow": no signal of its own, half a second before each mark.
+CHILD = """
+import os, signal, sys
+from pydb import exchange
+from pydb.__main__ import main
+K, SIG, WHEN = int(sys.argv[1]), getattr(signal, sys.argv[2]), sys.argv[3]
+exchange.APPEND_BATCH = 10
+mark, load, calls = exchange._Checkpoint.mark, exchange._load, []
+
+def marked(self, number, max_mfn):
+    calls.append(number)
+    if WHEN == "slow":
+        import time
+        time.sleep(0.5)
+    if len(calls) == K and WHEN == "before":
+        os.kill(os.getpid(), SIG)
+    mark(self, number, max_mfn)
+    if len(calls) == K and WHEN == "after":
+        os.kill(os.getpid(), SIG)
+
+def loaded(records, *a, **k):
+    def slow():
+        for i, r in enumerate(records):
+            if i == 20 and K == 0:
+                os.kill(os.getpid(), SIG)
+            yield r
+    return load(slow(), *a, **k)
+
+exchange._Checkpoint.mark, exchange._load = marked, loaded
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def _source(tmp_path, n=35):
+    """An ISO file of `n` records (tag 1 "record I", tag 2 non-ASCII text)
+    and the fields a database must hold after importing it."""
+    want = [[(1, f"record {i}".encode()), (2, f"caf\u00e9 {i}".encode())]
+            for i in range(1, n + 1)]
+    with pydb.create(tmp_path / "src") as db:
+        for fields in want:
+            db.append(fields)
+    assert main(["export", str(tmp_path / "src"), str(tmp_path / "src.iso")]) == 0
+    return tmp_path / "src.iso", want
+
+
+def _interrupted(tmp_path, k, sig, when, *args):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-c", CHILD, str(k), sig, when, "import", *args],
+                          cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+
+
+def _fields(base):
+    with pydb.open(base) as db:
+        return [[(f.tag, f.raw) for f in r.fields] for r in db]
+
+
+@pytest.mark.parametrize("fmt", ["iso", "jsonl"])
+def test_ctrl_c_during_import_says_what_was_committed_and_resume_adds_the_rest(tmp_path, fmt):
+    src, want = _source(tmp_path)
+    if fmt == "jsonl":
+        assert main(["export", str(tmp_path / "src"), str(tmp_path / "src.jsonl")]) == 0
+        src = tmp_path / "src.jsonl"
+    db = tmp_path / "d"
+    with pydb.create(db) as h:
+        h.append([(1, b"old 1")])
+        h.append([(1, b"old 2")])
+    old = [[(1, b"old 1")], [(1, b"old 2")]]
+    r = _interrupted(tmp_path, 3, "SIGINT", "after", str(src), str(db))
+    # batches 1 and 2 (10 records each) committed; the third was rolled back
+    assert r.returncode == 130
+    assert r.stderr.splitlines() == [
+        f"pydb import: interrupted; 20 records committed to {db} in this run (MFNs "
+        "3..22); run the same command with --resume to import the rest"]
+    assert _fields(db) == old + want[:20]
+    # the same command again refuses to import everything a second time
+    r = run("import", src, db)
+    assert r.returncode == 1 and r.stderr.decode().splitlines() == [
+        f"pydb import: {db}.resume exists: an earlier import into {db} did not finish "
+        "(interrupted, killed, or stopped at an error); run again with --resume to import "
+        f"only what it did not commit, or delete {db}.resume to import every record again"]
+    r = run("import", src, db, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines() == [
+        "pydb import: resuming after source record 20 (the records up to it are in the "
+        "database)", "imported 15 record(s), 0 skipped"]
+    assert _fields(db) == old + want
+    assert not (tmp_path / "d.resume").exists()
+    r = run("import", src, db, "--resume")
+    assert r.returncode == 1 and b"no interrupted import to resume" in r.stderr
+
+
+def test_ctrl_c_from_outside_at_any_moment(tmp_path):
+    """A Ctrl-C sent by another process while the import runs: the line
+    names exactly the records in the database, and --resume completes it."""
+    src, want = _source(tmp_path)
+    db = tmp_path / "d"
+    pydb.create(db).close()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, "-1", "SIGINT", "slow", "import",
+                             str(src), str(db)], cwd=REPO, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    resume = tmp_path / "d.resume"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:          # wait for the second commit's mark
+        if resume.exists() and len(resume.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    m = re.fullmatch(rf"pydb import: interrupted; (\d+) records committed to {re.escape(str(db))}"
+                     rf" in this run \(MFNs 1\.\.(\d+)\); run the same command with --resume "
+                     r"to import the rest\n", err)
+    assert m and m.group(1) == m.group(2), err
+    n = int(m.group(1))
+    assert n in (10, 20, 30) and _fields(db) == want[:n]
+    r = run("import", src, db, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines()[-1] == f"imported {35 - n} record(s), 0 skipped"
+    assert _fields(db) == want
+
+
+@pytest.mark.parametrize("k, when, committed", [
+    (1, "before", 0),     # killed before the first mark: nothing committed
+    (2, "before", 10),    # after commit 1, before mark 2
+    (2, "after", 10),     # mark 2 on disk, commit 2 not done
+    (4, "after", 30),     # the last batch's mark on disk, its commit not done
+])
+def test_resume_after_a_kill(tmp_path, k, when, committed):
+    src, want = _source(tmp_path)
+    db = tmp_path / "d"
+    pydb.create(db).close()
+    r = _interrupted(tmp_path, k, "SIGKILL", when, str(src), str(db))
+    assert r.returncode == -9
+    assert _fields(db) == want[:committed]
+    assert (tmp_path / "d.resume").exists()
+    r = run("import", src, db, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines() == [
+        f"pydb import: resuming after source record {committed} (the records up to it are "
+        "in the database)", f"imported {35 - committed} record(s), 0 skipped"]
+    assert _fields(db) == want
+
+
+def test_interrupted_new_database(tmp_path):
+    src, want = _source(tmp_path)
+    # Ctrl-C: the bulk builder removes its files, nothing to resume
+    r = _interrupted(tmp_path, 0, "SIGINT", "-", str(src), str(tmp_path / "n"))
+    assert r.returncode == 130
+    assert r.stderr.splitlines() == ["pydb import: interrupted; nothing committed (a new "
+                                     "database is written in one go; its partial files "
+                                     "were removed)"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("n")) == []
+    # killed: half-written files and the checkpoint stay; --resume builds again
+    r = _interrupted(tmp_path, 0, "SIGKILL", "-", str(src), str(tmp_path / "n"))
+    assert r.returncode == -9
+    assert (tmp_path / "n.mst").exists() and (tmp_path / "n.resume").read_text().endswith(
+        "\nnew\n")
+    r = run("import", src, tmp_path / "n")
+    assert r.returncode == 1 and b"n.resume exists" in r.stderr
+    r = run("import", src, tmp_path / "n", "--resume")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines() == [
+        "pydb import: resuming from the first record (the new database is built again)",
+        "imported 35 record(s), 0 skipped"]
+    assert _fields(tmp_path / "n") == want
+    assert not (tmp_path / "n.resume").exists()
+
+
+def test_resume_refuses_another_source_or_a_changed_database(tmp_path):
+    src, want = _source(tmp_path)
+    db = tmp_path / "d"
+    pydb.create(db).close()
+    r = _interrupted(tmp_path, 2, "SIGKILL", "after", str(src), str(db))
+    assert r.returncode == -9 and len(_fields(db)) == 10
+    other = tmp_path / "other.iso"
+    other.write_bytes(src.read_bytes()[:-100])
+    with pytest.raises(pydb.ImportResumeError, match="written for another file"):
+        pydb.import_iso(other, db, checkpoint=tmp_path / "d.resume")
+    same_size = tmp_path / "same" / "src.iso"        # same name and size, other bytes
+    same_size.parent.mkdir()
+    same_size.write_bytes(src.read_bytes().replace(b"record 1", b"record X", 1))
+    with pytest.raises(pydb.ImportResumeError, match="written for another file"):
+        pydb.import_iso(same_size, db, checkpoint=tmp_path / "d.resume")
+    with pydb.open(db, readonly=False) as h:
+        h.append([(1, b"someone else")])
+    r = run("import", src, db, "--resume")
+    assert r.returncode == 1 and r.stderr.decode().splitlines() == [
+        f"pydb: {tmp_path / 'd.resume'}: cannot resume: the database's highest MFN is 11, "
+        "which no commit of the interrupted import left: the database changed since; "
+        "cannot tell which records are in it"]
+    (tmp_path / "d.resume").write_text("pydb-import-checkpoint 1\nsource 1 x\n")
+    with pytest.raises(pydb.CorruptionError, match="not a pydb import checkpoint"):
+        pydb.import_iso(src, db, checkpoint=tmp_path / "d.resume")
+    assert len(_fields(db)) == 11
 
 
 def test_no_progress_bar_off_a_terminal(isis_data, tmp_path):
@@ -460,3 +667,170 @@ def test_cli_search(isis_data, capsys):
     assert cli_main(["search", base, "PLANT . ("]) == 1
     err = capsys.readouterr().err
     assert "expected a term" in err and err.endswith("  PLANT . (\n           ^\n")
+
+
+# ------------------------------------------------------ help and messages
+
+def _subparsers():
+    from pydb.__main__ import parser
+    ap = parser()
+    sub = next(a for a in ap._actions if a.dest == "command")
+    return ap, sub.choices
+
+
+def test_ctrl_c_in_any_command_is_one_line(isis_data, monkeypatch, capsys):
+    import pydb.__main__ as cli
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_write_record", interrupt)
+    assert main(["dump", str(data_path(CDS))]) == 130
+    assert capsys.readouterr().err == "pydb dump: interrupted\n"
+    monkeypatch.setattr(pydb.ministat, "main", interrupt)
+    assert main(["ministat", "x"]) == 130
+    assert capsys.readouterr().err == "pydb ministat: interrupted\n"
+
+
+def test_every_argument_has_help_naming_its_default():
+    ap, commands = _subparsers()
+    own = {"crashtest", "ministat", "gctest"}        # parse their own arguments
+    assert sorted(commands) == sorted(own | {
+        "info", "dump", "terms", "postings", "search", "check", "import", "export",
+        "gen-unesb", "stat", "index"})
+    for name, p in commands.items():
+        if name in own:
+            continue
+        text = " ".join(p.format_help().split())     # words, not line breaks
+        assert "exit status:" in text and "130 interrupted by Ctrl-C" in text, name
+        assert "default: True" not in text and "default: None" not in text, name
+        for action in p._actions:
+            assert action.help, (name, action.dest)
+            if action.option_strings and action.default not in (None, False, "==SUPPRESS=="):
+                assert f"default: {action.default}" in text or \
+                    f"default {action.default}" in text, (name, action.dest, action.default)
+    enc = {name: next(a for a in p._actions if a.dest == "encoding")
+           for name, p in commands.items() if name in (
+               "info", "dump", "terms", "postings", "search")}
+    assert {a.default for a in enc.values()} == {"utf-8"}
+    assert {a.help.split(")")[0] for a in enc.values()} == {
+        "character set of the database's field values, a Python codec name (utf-8, cp850, "
+        "cp1252, latin-1, ...; default utf-8"}
+
+
+def test_top_level_help():
+    r = run("--help")
+    text = r.stdout.decode()
+    assert r.returncode == 0 and text.startswith("usage: pydb [-h] COMMAND ...\n")
+    assert "``" not in text and "python -m pydb" in text
+    assert "exit status:\n  0    done" in text
+    assert "  2    bad usage" in text and "  130  interrupted by Ctrl-C (SIGINT)" in text
+
+
+def test_search_help_lists_the_operators():
+    r = run("search", "--help")
+    text = r.stdout.decode()
+    for op in ("A + B       OR", "A * B       AND", "A ^ B       AND NOT", "A (G) B",
+               "A (F) B", "A . B       near", "A $ B", "TERM$", "TERM/(24,70)",
+               '"TWO WORDS"', 'pydb search cds "PLANT$ * WATER/(24)"'):
+        assert op in text, op
+    assert 'a line "N records" (records, not postings)' in text
+
+
+def test_one_record_and_the_missing_index_hint(isis_data, capsys):
+    base = need(BIBL)
+    assert cli_main(["search", base, "HAYNAL"]) == 0
+    assert capsys.readouterr().out == "1 record\n1\n"
+    plain = need("bireme__isis2json/fixtures/cds/cds")
+    assert cli_main(["search", plain, "X"]) == 1
+    assert capsys.readouterr().err == (
+        f"pydb search: {plain}: the database has no inverted index (no native index, no "
+        f"CDS/ISIS inverted file); build one with: pydb index {plain} --fst FILE\n")
+
+
+def test_index_names_the_fst_option(tmp_path, capsys):
+    base = _small_db(tmp_path)
+    assert cli_main(["index", base]) == 1
+    assert capsys.readouterr().err == (
+        f"pydb index: {base}: the database has no .fst file and no index to take the "
+        "FST from; give one with --fst FILE\n")
+
+
+def test_info_shows_encoding_io_commit_and_index(isis_data, tmp_path, capsys):
+    assert cli_main(["info", need(CDS_SAMPLE), "--encoding", "cp850"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-8:] == [
+        "            encoding: cp850 (field values are decoded with it; --encoding)",
+        "                  io: mmap (lock none)",
+        "              commit: 0 (commit sequence; 0: never written by pydb)",
+        "               index: isis-classic (CDS/ISIS inverted file)",
+        "          index keys: short keys up to 10 bytes, long keys up to 30 bytes",
+        "                keys: 1309",
+        "            postings: 2349 (one per place a key occurs: MFN, tag, occurrence, "
+        "word)",
+        f"                 fst: {need(CDS_SAMPLE)}.fst"]
+    # a native index: its own figures (Database.stat) and the FST it stores
+    r = run("gen-unesb", tmp_path, "--count", "300")
+    assert r.returncode == 0, r.stderr
+    base = tmp_path / "unesb"
+    with pydb.open(base, readonly=False) as db:
+        db.append([(24, "one more")])
+    with pydb.open(base, readonly=False, gc="none") as db:
+        ix = db.stat()["index"]
+    assert cli_main(["info", str(base)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-8:] == [
+        "            encoding: utf-8 (field values are decoded with it; --encoding)",
+        "                  io: mmap (lock none)",
+        "              commit: 3 (commit sequence; 0: never written by pydb)",
+        f"               index: native ({base}.pdx)",
+        "          index keys: 8-bit, ISIS upper-case tables; key length no limit",
+        f"                keys: {ix['terms']}",
+        f"            postings: {ix['postings']} (one per place a key occurs: MFN, tag, "
+        "occurrence, word)",
+        "                 fst: 7 lines, stored in the index"]
+    assert lines[0] == f"            mst_path: {base}.mst"
+    # a damaged index: said, and the rest shown
+    (tmp_path / "unesb.pdx" / "MANIFEST").write_bytes(b"garbage\n")
+    assert cli_main(["info", str(base)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"               index: unreadable ({base}.pdx/MANIFEST at byte 0: manifest: bad "
+        f"magic line); pydb index {base} rebuilds a native one")
+    # no index: how to make one
+    plain = _small_db(tmp_path)
+    assert cli_main(["info", plain]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"               index: none (build one: pydb index {plain} --fst FILE)")
+
+
+def test_no_carriage_returns_off_a_terminal(tmp_path, capfd):
+    """Bars only when stderr is a terminal: gen-unesb and index, with
+    stderr going to a pipe, write no bar; --progress asks for one; the
+    library's build_index is silent unless asked."""
+    pytest.importorskip("tqdm")
+    r = run("gen-unesb", tmp_path / "g", "--count", "3000")
+    assert r.returncode == 0 and r.stderr == b"" and r.stdout == f"{tmp_path}/g/unesb\n".encode()
+    r = run("index", tmp_path / "g" / "unesb")
+    assert r.returncode == 0 and r.stderr == b""
+    assert re.fullmatch(rb"indexed 3000 MFNs in [0-9.]+ s \(reading records and making keys "
+                        rb"[0-9.]+ s, [0-9,]+ MFNs/s; writing and committing the index "
+                        rb"[0-9.]+ s\)\n", r.stdout), r.stdout
+    r = run("index", tmp_path / "g" / "unesb", "--progress")
+    assert r.returncode == 0 and b"\r" in r.stderr and b"index" in r.stderr
+    r = run("export", tmp_path / "g" / "unesb", tmp_path / "g.iso", "--progress")
+    assert r.returncode == 0 and b"\r" in r.stderr and b"export" in r.stderr
+    pydb.build_index(tmp_path / "g" / "unesb")
+    assert capfd.readouterr() == ("", "")
+
+
+def test_dump_and_search_under_the_posix_locale(isis_data):
+    """LC_ALL=POSIX without UTF-8 mode: stdout is ASCII; non-ASCII text is
+    written as UTF-8 instead of stopping at an 'ascii' codec error."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LANG")}
+    env.update(LC_ALL="POSIX", PYTHONUTF8="0", PYTHONPATH=str(REPO))
+    for args in (["dump", need(BIBL), "1", "--encoding", "cp850"],
+                 ["search", need(BIBL), "HAYNAL", "--dump", "--encoding", "cp850"]):
+        r = subprocess.run([sys.executable, "-m", "pydb", *args], cwd=REPO,
+                           capture_output=True, env=env, timeout=60)
+        assert r.returncode == 0 and r.stderr == b"", r.stderr
+        assert "^fby André E. Haynal^g".encode() in r.stdout
+        assert "!v700!^aHaynal^bAndré\n".encode() in r.stdout

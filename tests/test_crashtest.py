@@ -155,7 +155,7 @@ def test_comparison_verdicts():
                + mk("c", 1, [100, 102, 98]) + mk("c", 2, [200, 202, 198])
                + mk("python", 1, [10, 11, 9]) + mk("python", 2, [10, 12, 8]))
     rows = crashtest.comparison(samples, [2, 1], ["c", "python"])
-    assert [r["label"] for r in rows] == ["sequential", "2 threads", "1 threads"]
+    assert [r["label"] for r in rows] == ["sequential", "2 threads", "1 thread"]
     seq, two, one = rows
     ratio, v = seq["vs_c"]["python"]
     assert ratio == 0.5 and v.significant and v.pct == pytest.approx(-50.0)
@@ -167,9 +167,92 @@ def test_comparison_verdicts():
     assert one["scaling"] == {}
     s = crashtest.Settings(db="x", threads=[2, 1], reps=3)
     text = crashtest.format_table(samples, s)
-    assert "-50.0% +/- " in text and "+100.0% +/- " in text and "no difference" in text
+    assert "-50.0% +/- " in text and "+100.0% +/- " in text and "no difference proven" in text
     lines = text.splitlines()
+    assert lines[1].split() == ["C", "rows/s", "Python", "batch", "rows/s", "Python", "batch",
+                                "/", "C", "(ministat)"]
     assert lines[2].split()[:4] == ["sequential", "100", "50", "0.500"]
+    assert lines[5] == ("   (X / C: X's median over C's; ministat: X's mean against C's, "
+                        "3 runs each)")
+    assert lines[7] == ("-- thread scaling: rows/s against the same implementation with 1 "
+                        "thread, cache warm, lock none")
+    assert lines[9].split() == ["2", "threads", "2.00x", "+100.0%", "+/-", "4.5%", "1.00x",
+                                "no", "difference", "proven"]
+
+
+def test_target_verdicts_met_missed_undecided():
+    t2 = ministat.student_t_table(95, 2)          # 4.303, as ministat prints it
+    # a figure against an absolute target: mean +/- t(n-1) s / sqrt(n)
+    tv = crashtest.target_verdict([12e6, 12.2e6, 11.8e6], 10e6)
+    assert tv.word == "met" and tv.value == 12e6 and tv.runs == 3
+    assert tv.low == pytest.approx(12e6 - t2 * 0.2e6 / 3 ** 0.5)
+    assert tv.high == pytest.approx(12e6 + t2 * 0.2e6 / 3 ** 0.5)
+    assert crashtest.target_verdict([2.5e6, 2.4e6, 2.6e6], 10e6).word == "missed"
+    tv = crashtest.target_verdict([9.6e6, 10.4e6, 10.6e6], 10e6)
+    # mean 10.2e6 +/- t2 * 529150 / sqrt(3) holds 10e6; half/(mean-target) = 6.57
+    assert tv.word == "undecided" and tv.runs_needed == 130
+    tv = crashtest.target_verdict([12e6], 10e6)
+    assert (tv.word, tv.low, tv.high, tv.runs_needed) == ("undecided", None, None, 3)
+    # a ratio against a reference, through ministat
+    tv = crashtest.target_verdict([200, 202, 198], 1.0, [100, 102, 98])
+    v = ministat.compare([100, 102, 98], [200, 202, 198])
+    assert tv.word == "met" and tv.value == 2.0 and tv.ministat == "+100.0% +/- 4.5%"
+    assert tv.low == pytest.approx(2 - v.pct_ci / 100)
+    assert crashtest.target_verdict([100, 101, 99], 3.5, [100, 102, 98]).word == "missed"
+    # the case: 1.41x with 3 repetitions is not proven better than 1.0x
+    tv = crashtest.target_verdict([141, 90, 192], 1.0, [100, 100, 100])
+    # pooled s = sqrt(2 * 51^2 / 4); half-width t(95,4) * s * sqrt(2/3) = 81.74%
+    assert tv.word == "undecided" and tv.value == pytest.approx(1.41)
+    assert tv.high - 1.41 == pytest.approx(ministat.student_t_table(95, 4) * 51 / 2 ** 0.5
+                                           * (2 / 3) ** 0.5 / 100)
+    assert tv.runs_needed == 12          # 3 * (0.8174 / 0.41)^2 = 11.9
+    assert crashtest.format_target("C, 8 threads vs 1 thread, O_DIRECT", tv) == (
+        "UNDECIDED C, 8 threads vs 1 thread, O_DIRECT: 1.41x (target >= 1x); ministat: "
+        "no difference proven (+41.0% +/- 81.7%), ratio of means 0.59x..2.23x; 3 runs; "
+        "more runs would decide it (about --reps 12)")
+    tv = crashtest.target_verdict([2.5e6, 2.4e6, 2.6e6], 10e6)
+    assert crashtest.format_target("C sequential read, warm", tv, "rows/s") == (
+        "MISSED    C sequential read, warm: 2,500,000 rows/s (target >= 10,000,000); "
+        f"ministat: mean 2,500,000 +/- {t2 * 1e5 / 3 ** 0.5:,.0f} at 95%; 3 runs")
+    assert crashtest.target_verdict([1, 2], 1.0, [1]).word == "undecided"
+    assert crashtest.target_verdict([5], 1.0, [5]).ministat == "too few runs for ministat"
+    with pytest.raises(ValueError):
+        crashtest.target_verdict([], 1.0)
+
+
+def test_blocks_count_passes():
+    def mk(impl, phase, threads, rows, secs):
+        return {"impl": impl, "phase": phase, "threads": threads, "rep": 0, "rows": rows,
+                "seconds": secs, "rows_per_sec": rows / secs, "cache": "warm", "lock": "none"}
+    samples = [mk("c", "seq", 1, 1500, 0.5), mk("c", "threads", 2, 1000, 0.25),
+               mk("c", "threads", 1, 750, 1.0)]
+    s = crashtest.Settings(db="x", threads=[2, 1], reps=1)
+    assert crashtest.format_block(samples, "c", s, ["500 records"], 500, 500).splitlines() == [
+        "== C, cache warm, lock none (median of 1)", "500 records",
+        "sequential read 1500 rows in 0.500 seconds 3000 rows per sec (3 passes over 500 rows)",
+        "2 threads  4000 rows per sec, 1000 rows (1 pass over 1000 rows)",
+        "1 thread  750 rows per sec, 750 rows (1.50 passes over 500 rows: cut at --max-time)"]
+
+
+def test_summary_says_where_threads_pay_off():
+    def mk(impl, cache, threads, values):
+        return [{"impl": impl, "phase": "threads", "threads": threads, "rows_per_sec": v,
+                 "cache": cache, "lock": "none", "rows": 1, "rep": i}
+                for i, v in enumerate(values)]
+    samples = (mk("c", "warm", 1, [100, 101, 99]) + mk("c", "warm", 8, [99, 103, 98])
+               + mk("python", "warm", 1, [50, 51, 49]) + mk("python", "warm", 8, [30, 31, 29])
+               + mk("c", "direct", 1, [10, 11, 9]) + mk("c", "direct", 8, [40, 41, 39])
+               + mk("python", "direct", 1, [9, 10, 8]) + mk("python", "direct", 8, [36, 37, 35]))
+    assert crashtest.summary(samples) == (
+        "-- summary (lock none, ministat at 95% confidence)\n"
+        "Does multithreading pay off? Cached (warm): 8 threads against 1 give C 0.99x\n"
+        "(no gain proven), Python batch 0.60x (slower); Python batch reads at 0.50x of\n"
+        "C's speed with 1 thread and 0.30x with 8. From the disk (O_DIRECT): 8 threads\n"
+        "against 1 give C 4.00x (pays off), Python batch 4.00x (pays off); Python batch\n"
+        "reads at 0.90x of C's speed with 1 thread and 0.90x with 8. \"No gain proven\"\n"
+        "means the difference is within the noise of 3 repetitions per cell; more\n"
+        "repetitions (--reps) narrow the interval.")
+    assert crashtest.summary([]) == ""
 
 
 def test_command_line(small_db, tmp_path):
@@ -180,21 +263,42 @@ def test_command_line(small_db, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     text = r.stdout
-    for impl in ("C", "Python", "python-record"):
+    for impl in ("C", "Python batch", "Python record"):
         assert f"== {impl}, cache warm, lock none (median of 3)" in text
+    assert " ".join(text.split("\n\n")[0].split("\n", 1)[1].split()) == (
+        "A pass reads every row once: 500 records for the sequential read, the list of 500 "
+        "MFNs T times for T threads. Warm passes repeat until 0.05 s have passed "
+        "(--min-time), so their rows are several passes; cold and direct passes read once; "
+        "every pass stops at 0.25 s (--max-time), so a slow one reads part of a pass. "
+        "Figures are medians of 3 repetitions (--reps); verdicts are ministat's at 95% "
+        "confidence.")
+    assert re.search(r"\nsequential read \d+ rows in [0-9.]+ seconds \d+ rows per sec "
+                     r"\(\d+ pass(es)? over 500 rows\)\n2 threads  \d+ rows per sec, \d+ rows "
+                     r"\((\d+ pass(es)?|[0-9.]+ passes over 1000 rows: cut at --max-time)", text)
     assert "500 records (from the XRF; no index phase)\n500 postings max mfn 500" in text
     table = text.split("-- C vs Python, cache warm, lock none")[1].splitlines()
     assert table[1].split()[:3] == ["C", "rows/s", "Python"]
     assert [line.split()[0] for line in table[2:5]] == ["sequential", "2", "1"]
-    assert "-- thread scaling vs 1 thread, cache warm, lock none" in text
-    assert "-- docs/design.md §9 targets" in text
+    assert ("-- thread scaling: rows/s against the same implementation with 1 thread, "
+            "cache warm, lock none") in text
+    targets = text.split("-- docs/design.md §9 targets (lock none, 95% confidence): ")[1]
+    targets = targets.split("\n\n")[0].splitlines()
+    n = {w: int(re.search(rf"(\d+) {w}", targets[0]).group(1))
+         for w in ("met", "missed", "undecided")}
+    assert sum(n.values()) == len(targets) - 1 == 3     # C, Python batch, record: seq
+    for w in ("met", "missed", "undecided"):
+        assert sum(t.startswith(w.upper() + " ") for t in targets[1:]) == n[w]
+    assert targets[1].split(": ")[0].split(None, 1)[1] == "C sequential read, warm"
+    assert "(target >= 10,000,000); ministat: mean " in targets[1]
+    assert "-- summary (lock none, ministat at 95% confidence)\nDoes multithreading pay " \
+        "off? Cached (warm): 2 threads against 1 give C " in text
     data = json.loads(out_json.read_text())
     assert {x["impl"] for x in data["samples"]} == {"c", "python", "python-record"}
     assert len(data["samples"]) == 3 * 3 * 3      # impls x phases x repetitions
     assert data["settings"]["reps"] == 3
     assert data["machine"]["cpus"] == os.cpu_count()
-    assert "(running cache warm, lock none: C, then python, python-record; 3 repetitions" \
-        in r.stderr
+    assert "(running cache warm, lock none: C, then Python batch, Python record; 3 " \
+        "repetitions" in r.stderr
 
 
 def test_plot(small_db, tmp_path):
@@ -363,6 +467,6 @@ def test_command_line_default_database(unesb_cache):
     text = r.stdout
     assert text.splitlines()[0].endswith("58880 active records, max MFN 58880; "
                                          "rows from the index, prefix 'Z'")
-    for impl in ("C", "Python"):
+    for impl in ("C", "Python batch"):
         assert (f"== {impl}, cache warm, lock none (median of 3)\n"
                 "409 terms\n4205 postings max mfn 58880\nsequential read ") in text
