@@ -332,6 +332,45 @@ cleanup:
     return result;
 }
 
+PyDoc_STRVAR(index_lookup_key_doc,
+"lookup_key($self, term, /)\n--\n\n"
+"The key `term` (bytes) looks up: itself, trailing blanks trimmed, when\n"
+"the index holds exactly that key as stored, else its key form (as\n"
+"key()).  Probes the index with the GIL released.");
+
+static PyObject *index_lookup_key(IndexObject *self, PyObject *arg)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    Py_buffer term;
+    PyObject *result = NULL;
+    uint8_t *out;
+    size_t cap, out_len = 0;
+    pydb_error e;
+    int rc;
+
+    if (!st || PyObject_GetBuffer(arg, &term, PyBUF_SIMPLE) < 0) return NULL;
+    cap = (size_t)term.len * 4 + 16;   /* folding may grow UTF-8 */
+    out = PyMem_Malloc(cap);
+    if (!out) {
+        PyErr_NoMemory();
+        goto cleanup;
+    }
+    if (index_check_open(st, self) < 0) goto cleanup;
+    UNLOCKED(&self->guard, NULL,
+             rc = pydb_index_lookup_key(out, cap, &out_len, self->ix,
+                                        term.buf, (size_t)term.len, &e));
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    result = PyBytes_FromStringAndSize((const char *)out,
+                                       (Py_ssize_t)out_len);
+cleanup:
+    PyMem_Free(out);
+    PyBuffer_Release(&term);
+    return result;
+}
+
 static PyObject *index_get_kind(IndexObject *self, void *c)
 {
     static const char *const names[] = {"native", "isis-classic",
@@ -374,6 +413,8 @@ static PyMethodDef index_methods[] = {
     {"terms", (PyCFunction)index_terms, METH_VARARGS, index_terms_doc},
     {"postings", (PyCFunction)index_postings, METH_O, index_postings_doc},
     {"key", (PyCFunction)index_key, METH_O, index_key_doc},
+    {"lookup_key", (PyCFunction)index_lookup_key, METH_O,
+     index_lookup_key_doc},
     {"close", (PyCFunction)index_close, METH_NOARGS,
      "close($self, /)\n--\n\nRelease the index files (idempotent)."},
     {NULL}};
@@ -394,16 +435,33 @@ static PyType_Spec index_spec = {
 /* ------------------------------------------------------- ISIS files */
 
 PyDoc_STRVAR(open_isis_index_doc,
-"_open_isis_index(path, /)\n--\n\n"
+"_open_isis_index(path, keys=0, /)\n--\n\n"
 "Open the CDS/ISIS inverted file of the database `path` (base name or\n"
-"any of its files; str, bytes or os.PathLike) and return an Index.\n"
+"any of its files; str, bytes or os.PathLike) and return an Index whose\n"
+"key form is the ISISUC/ISISAC.TAB beside it when present, else the\n"
+"built-in table `keys` (0 DOS, 1 ANSI, 2 CISIS UTF-8, 3 Unicode).\n"
 "Raises DatabaseNotFoundError when there is no .cnt file (no inverted\n"
 "file), CorruptionError when no file set validates (docs/isis-formats.md\n"
-"§4.8), DiskError for other OS errors.");
+"§4.8) or a .tab is damaged, ValueError for an unknown `keys`, DiskError\n"
+"for other OS errors.");
 
-static PyObject *open_isis_index(PyObject *m, PyObject *arg)
+static PyObject *open_isis_index(PyObject *m, PyObject *args)
 {
-    return index_open_path(PyModule_GetState(m), arg, pydb_isis_index_open);
+    module_state *st = PyModule_GetState(m);
+    PyObject *path, *bytes = NULL;
+    pydb_index *ix = NULL;
+    const char *cpath;
+    pydb_error e;
+    int keys = PYDB_KEYS_DOS, rc;
+
+    if (!PyArg_ParseTuple(args, "O|i:_open_isis_index", &path, &keys))
+        return NULL;
+    if (!PyUnicode_FSConverter(path, &bytes)) return NULL;
+    cpath = PyBytes_AS_STRING(bytes);
+    UNLOCKED(NULL, NULL, rc = pydb_isis_index_open(&ix, cpath, keys, &e));
+    Py_DECREF(bytes);
+    if (rc) return set_error(st, rc, &e);
+    return index_wrap(st, ix, NULL);
 }
 
 static PyObject *str_or_none(const char *s)
@@ -901,7 +959,7 @@ static PyObject *snapshot_index(PyObject *m, PyObject *args)
 static PyMethodDef index_functions[] = {
     {"_open_native_index", (PyCFunction)open_native, METH_O,
      open_native_doc},
-    {"_open_isis_index", open_isis_index, METH_O, open_isis_index_doc},
+    {"_open_isis_index", open_isis_index, METH_VARARGS, open_isis_index_doc},
     {"_isis_index_info", isis_index_info, METH_O, isis_index_info_doc},
     {"_memory_index", (PyCFunction)(void (*)(void))mod_memory_index,
      METH_VARARGS | METH_KEYWORDS, memory_index_doc},
