@@ -12,9 +12,8 @@
  * Other built-in tables (enum pydb_keys, pydb__keyrules_builtin): ANSI
  * (Latin-1/cp1252, as ABCD's and WinISIS's Windows ISISUC.TAB/ISISAC.TAB:
  * 192..255 folded to unaccented capitals, those letters word characters)
- * and ABCD's UTF-8 CISIS (a-z -> A-Z only; every byte 128..255 kept and a
- * word character, so UTF-8 letters stay as stored and whole; keys cut
- * bytewise as CISIS cuts them).
+ * and ASCII (a-z -> A-Z only; every byte 128..255 kept and a word
+ * character: keys of any 8-bit or UTF-8 text as stored, cut bytewise).
  *
  * UTF-8 data: Unicode case and accent folding by a compact table that
  * covers Basic Latin, Latin-1 Supplement, Latin Extended-A (accents
@@ -85,7 +84,7 @@ int pydb__keyrules_builtin(pydb_keyrules *r, int keys, size_t max_key,
                 r->upper[c] = ansi_fold[c - 192];
             r->word[c] = (uint8_t)(letter || ansi_word(c));
             break;
-        case PYDB_KEYS_CISIS_UTF8:
+        case PYDB_KEYS_ASCII:
             r->word[c] = (uint8_t)(letter || c >= 128);
             break;
         default:   /* DOS; also the 8-bit fallback of UNICODE */
@@ -243,6 +242,13 @@ static int cp_is_word(uint32_t cp)
     if (cp >= 0xFF3B && cp <= 0xFF40) return 0;
     if (cp >= 0xFF5B && cp <= 0xFF65) return 0;
     if (cp >= 0x0660 && cp <= 0x0669) return 0;   /* Arabic-Indic digits */
+    /* sentence punctuation of scripts without case, where ABCD's UTF-8
+     * CISIS splits words (its unicode and marcuni indexes): Devanagari
+     * danda, Ethiopic word space to paragraph separator; the byte-order
+     * mark */
+    if (cp == 0x0964 || cp == 0x0965) return 0;
+    if (cp >= 0x1360 && cp <= 0x1368) return 0;
+    if (cp == 0xFEFF) return 0;
     return 1;
 }
 

@@ -695,10 +695,10 @@ enum pydb_keys {
                                  a-z and 128..165 folded to capitals   */
     PYDB_KEYS_ANSI = 1,       /* WinISIS / ABCD for Windows, Latin-1 and
                                  cp1252: a-z and 192..255 folded        */
-    PYDB_KEYS_CISIS_UTF8 = 2, /* ABCD's UTF-8 CISIS: a-z upper-cased,
-                                 bytes 128..255 kept, word characters   */
-    PYDB_KEYS_UNICODE = 3     /* UTF-8, Unicode case and accent folding
-                                 (the native index's UTF-8 default)     */
+    PYDB_KEYS_ASCII = 2,      /* a-z upper-cased only; bytes 128..255
+                                 kept as stored, word characters        */
+    PYDB_KEYS_UNICODE = 3     /* UTF-8: Unicode case and accent folding,
+                                 as ABCD's UTF-8 CISIS keys show        */
 };
 
 enum pydb_index_kind {
@@ -927,6 +927,8 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b);
 typedef struct pydb_nidx_stored {
     int utf8;               /* keys are UTF-8                              */
     size_t max_key;         /* 0 = no limit                                */
+    uint8_t upper[256];     /* the case table keys were made with          */
+    uint8_t word[256];      /* and the word characters                     */
     char *fst;              /* FST text (NUL-terminated), fst_len bytes    */
     size_t fst_len;
     uint8_t *stw;           /* stop-word text, stw_len bytes (may be 0)    */

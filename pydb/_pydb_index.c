@@ -439,7 +439,7 @@ PyDoc_STRVAR(open_isis_index_doc,
 "Open the CDS/ISIS inverted file of the database `path` (base name or\n"
 "any of its files; str, bytes or os.PathLike) and return an Index whose\n"
 "key form is the ISISUC/ISISAC.TAB beside it when present, else the\n"
-"built-in table `keys` (0 DOS, 1 ANSI, 2 CISIS UTF-8, 3 Unicode).\n"
+"built-in table `keys` (0 DOS, 1 ANSI, 2 ASCII, 3 Unicode).\n"
 "Raises DatabaseNotFoundError when there is no .cnt file (no inverted\n"
 "file), CorruptionError when no file set validates (docs/isis-formats.md\n"
 "§4.8) or a .tab is damaged, ValueError for an unknown `keys`, DiskError\n"
@@ -733,21 +733,27 @@ static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
 
 PyDoc_STRVAR(index_build_doc,
 "_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
-"             stw=None, tables=True, batch=8192)\n--\n\n"
+"             stw=None, tables=True, batch=8192, keys=0, upper=None,\n"
+"             word=None)\n--\n\n"
 "Build the native index of the database at db_path (str) from FST text\n"
-"`fst` into <base>.pdx/.  The work runs with the GIL released in batches\n"
+"`fst` into <base>.pdx/.  Keys are made by Unicode folding when utf8,\n"
+"else by the built-in table `keys` (0 DOS, 1 ANSI, 2 ASCII), whose\n"
+"case and word tables `upper` and `word` (bytes of 256, a rebuild passing\n"
+"the stored ones) replace; then ISISUC/ISISAC.TAB when `tables`.  The work runs with the GIL released in batches\n"
 "of `batch` records; between batches progress(done, total) is called\n"
 "(records read so far, max MFN).  Returns the number of records read.\n"
-"Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError.");
+"Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError,\n"
+"ValueError (unknown `keys`, a table not of 256 bytes).");
 
 static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
-                             "stw", "tables", "batch", NULL};
+                             "stw", "tables", "batch", "keys", "upper",
+                             "word", NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
-    Py_buffer text, stw = {0};
-    int utf8 = 0, tables = 1, rc, more = 1;
+    Py_buffer text, stw = {0}, upper = {0}, word = {0};
+    int utf8 = 0, tables = 1, keys = 0, rc, more = 1;
     Py_ssize_t max_key = 0, batch = 8192;
     pydb_fst *f = NULL;
     pydb_nidx_builder *b = NULL;
@@ -756,15 +762,24 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     int64_t done = 0, total = 0;
     const char *cpath;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*", kwlist,
                                      PyUnicode_FSConverter, &path_obj, &text,
                                      &progress, &utf8, &max_key, &stw,
-                                     &tables, &batch))
+                                     &tables, &batch, &keys, &upper, &word))
         return NULL;
+    if ((upper.obj && upper.len != 256) || (word.obj && word.len != 256)) {
+        PyErr_Format(PyExc_ValueError, "%s table has %zd bytes, not 256",
+                     upper.obj && upper.len != 256 ? "the case" : "the word",
+                     upper.obj && upper.len != 256 ? upper.len : word.len);
+        goto cleanup;
+    }
     if (batch < 1) batch = 1;
     if (batch > INT32_MAX) batch = INT32_MAX;
     memset(&opt, 0, sizeof opt);
     opt.utf8 = utf8;
+    opt.keys = keys;
+    opt.upper = upper.obj ? upper.buf : NULL;
+    opt.word = word.obj ? word.buf : NULL;
     opt.max_key = max_key > 0 ? (size_t)max_key : 0;
     opt.tables = tables;
     if (stw.obj) {
@@ -811,6 +826,8 @@ cleanup:
     Py_XDECREF(path_obj);
     PyBuffer_Release(&text);
     if (stw.obj) PyBuffer_Release(&stw);
+    if (upper.obj) PyBuffer_Release(&upper);
+    if (word.obj) PyBuffer_Release(&word);
     return res;
 }
 
@@ -873,7 +890,8 @@ PyDoc_STRVAR(native_stored_doc,
 "_native_index_stored(db_path, /)\n--\n\n"
 "The settings the native index <base>.pdx of the database at db_path\n"
 "was built with (its MANIFEST): a dict {'utf8': bool, 'max_key': int\n"
-"(bytes, 0 = no limit), 'fst': bytes (FST text), 'stw': bytes (stop\n"
+"(bytes, 0 = no limit), 'upper', 'word': bytes of 256 (case table and\n"
+"word characters), 'fst': bytes (FST text), 'stw': bytes (stop\n"
 "words, b'' for none)}, or None when the database has no native index.\n"
 "Raises CorruptionError for a damaged MANIFEST, DiskError.");
 
@@ -893,8 +911,10 @@ static PyObject *native_stored(PyObject *m, PyObject *arg)
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) Py_RETURN_NONE;
     if (rc) return set_error(st, rc, &e);
     PyObject *res = Py_BuildValue(
-        "{s:O,s:n,s:y#,s:y#}", "utf8", s.utf8 ? Py_True : Py_False,
-        "max_key", (Py_ssize_t)s.max_key, "fst", s.fst,
+        "{s:O,s:n,s:y#,s:y#,s:y#,s:y#}", "utf8", s.utf8 ? Py_True : Py_False,
+        "max_key", (Py_ssize_t)s.max_key, "upper", (const char *)s.upper,
+        (Py_ssize_t)256, "word", (const char *)s.word, (Py_ssize_t)256,
+        "fst", s.fst,
         (Py_ssize_t)s.fst_len, "stw", (const char *)s.stw,
         (Py_ssize_t)s.stw_len);
     pydb_nidx_stored_free(&s);

@@ -43,27 +43,27 @@ KeyLike = str | bytes | bytearray | memoryview
 #: The built-in key tables (docs/isis-formats.md §5.3), by name, with their
 #: numbers in the C core (``enum pydb_keys``): ``"dos"`` (CDS/ISIS for DOS,
 #: code pages 437/850), ``"ansi"`` (WinISIS and ABCD for Windows,
-#: Latin-1/cp1252), ``"cisis-utf8"`` (ABCD's UTF-8 CISIS: only a-z
-#: upper-cased, other bytes kept), ``"unicode"`` (UTF-8 with Unicode case
-#: and accent folding, the native index's default for UTF-8).
-KEY_TABLES = {"dos": 0, "ansi": 1, "cisis-utf8": 2, "unicode": 3}
+#: Latin-1/cp1252), ``"ascii"`` (only a-z upper-cased, bytes 128..255 kept
+#: as stored), ``"unicode"`` (UTF-8 with Unicode case and accent folding, as
+#: the keys of ABCD's UTF-8 CISIS indexes show: ASOCIACIÓN -> ASOCIACION,
+#: Ethiopic kept, words split at Ethiopic and Devanagari punctuation).
+KEY_TABLES = {"dos": 0, "ansi": 1, "ascii": 2, "unicode": 3}
 
 _ANSI_CODECS = frozenset({"iso8859-1", "cp1252", "iso8859-15"})
 
 
-def key_table(encoding: str, *, native: bool = False) -> str:
+def key_table(encoding: str) -> str:
     """The built-in key table (a name of :data:`KEY_TABLES`) that a
-    database's `encoding` implies: UTF-8 -> ``"cisis-utf8"`` for a shipped
-    ISIS inverted file (as ABCD's UTF-8 CISIS builds it), ``"unicode"``
-    when `native` (pydb's own index); Latin-1, cp1252 and ISO 8859-15 ->
-    ``"ansi"``; any other codec (cp437, cp850, ...) -> ``"dos"``.
+    database's `encoding` implies: UTF-8 -> ``"unicode"``; Latin-1, cp1252
+    and ISO 8859-15 -> ``"ansi"``; any other codec (cp437, cp850, ...) ->
+    ``"dos"``.
 
     Raises:
         LookupError: `encoding` is not a codec Python knows.
     """
     name = codecs.lookup(encoding).name
     if name in ("utf-8", "utf-8-sig"):
-        return "unicode" if native else "cisis-utf8"
+        return "unicode"
     return "ansi" if name in _ANSI_CODECS else "dos"
 
 
@@ -134,7 +134,7 @@ class Index:
             errors: codec error handler for keys; the default never fails.
             keys: a built-in key table, one of :data:`KEY_TABLES`; None:
                 the one `encoding` implies (:func:`key_table`: UTF-8 ->
-                ``"cisis-utf8"``, Latin-1/cp1252 -> ``"ansi"``, else
+                ``"unicode"``, Latin-1/cp1252 -> ``"ansi"``, else
                 ``"dos"``).
 
         Returns:

@@ -12,7 +12,10 @@ folder is absent.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,10 +92,10 @@ def test_counts_on_the_encoded_databases():
 
 
 def test_utf8_index_follows_the_encoding():
-    """UTF-8 ABCD indexes keep non-ASCII letters as stored (ABCD's UTF-8
-    CISIS): a term differing from a key only in ASCII case is brought to
+    """UTF-8 ABCD indexes keep the letters of scripts without case as
+    stored: a term differing from a key only in ASCII case is brought to
     it, and terms(prefix) finds the keys; the DOS table (the old default)
-    rewrote UTF-8 continuation bytes and reached none of them."""
+    rewrote UTF-8 continuation bytes and reached almost none of them."""
     checked = shredded = 0
     for rel in (UNICODE, MARCUNI, ABCD + "dubcore/data/dubcore"):
         with Index.open_isis(need(rel), encoding="utf-8") as ix, \
@@ -115,6 +118,23 @@ def test_utf8_index_follows_the_encoding():
                 shredded += dos.key(low) != key
                 checked += 1
     assert (checked, shredded) == (955, 949)
+
+
+def test_utf8_index_folds_latin_accents():
+    """ABCD's UTF-8 CISIS folded Latin accents (marcuni, FST line
+    "110 5 mpu,...'/AI_/'..."): a term as written in the record finds the
+    folded key; the "ascii" table, which keeps UTF-8 bytes, does not."""
+    key = "AI_ASOCIACION LATINOAMERICANA DE MEDICINA SOCIAL."
+    term = "ai_Asociación Latinoamericana de Medicina Social."
+    with Index.open_isis(need(MARCUNI), encoding="utf-8") as ix:
+        want = ix.postings(key)
+        assert len(want) == 1 and ix.key(term) == key.encode()
+        assert ix.postings(term) == want
+        assert list(ix.search(quoted(term))) == [want[0].mfn]
+        assert [t.key for t in ix.terms("ai_asociación")] == [key]
+    with Index.open_isis(need(MARCUNI), encoding="utf-8", keys="ascii") as ix:
+        assert ix.key(term) == b"AI_ASOCIACI\xc3\xb3N LATINOAMERICANA DE MEDICINA SOCIAL."
+        assert ix.postings(term) == []
 
 
 def _copy_index(src: str, dst: Path, tabs: bool) -> str:
@@ -174,14 +194,13 @@ def test_damaged_tab_file_is_named(tmp_path):
 
 
 def test_key_table_choice():
-    assert key_table("utf-8") == "cisis-utf8"
-    assert key_table("UTF8", native=True) == "unicode"
+    assert key_table("utf-8") == key_table("UTF8") == "unicode"
     assert key_table("latin-1") == key_table("cp1252") == "ansi"
     assert key_table("iso-8859-15") == "ansi"
     assert key_table("cp850") == key_table("cp437") == "dos"
     with pytest.raises(LookupError):
         key_table("no-such-codec")
-    assert set(KEY_TABLES) == {"dos", "ansi", "cisis-utf8", "unicode"}
+    assert set(KEY_TABLES) == {"dos", "ansi", "ascii", "unicode"}
 
 
 def test_open_isis_refuses_unknown_table():
@@ -203,3 +222,131 @@ def test_quote_inside_a_quoted_term():
         ix.search('""')
     with pytest.raises(pydb.SearchSyntaxError, match="unterminated"):
         ix.search('"""')
+
+
+# ------------------------------------------------- native index: key tables
+
+REPO = Path(__file__).resolve().parent.parent
+FST = "1 4 v1\n"
+
+
+def _cli_index(base, *extra):
+    """Run `python -m pydb index BASE --quiet EXTRA...`; it must succeed."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run(
+        [sys.executable, "-m", "pydb", "index", str(base), "--quiet", *extra],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (0, "")
+
+
+def _dos_upper() -> bytes:
+    """The DOS case table (the core's default 8-bit rules)."""
+    return bytes(_pydb._testing.keyrules()[0])
+
+
+def test_index_command_on_a_utf8_database_without_index(tmp_path):
+    """`python -m pydb index` on a UTF-8 database (create()'s default) with
+    no index yet reads the records: UTF-8 text gets Unicode folding, not
+    the DOS table that shredded it (Ärger -> C, NRGER; Cyrillic and Greek
+    gone)."""
+    base = tmp_path / "plain"
+    with pydb.create(base) as db:
+        db.append([(1, "Ärger im Зоопарк ελληνικά")])
+    (tmp_path / "plain.fst").write_text(FST)
+    _cli_index(base)
+    assert _pydb._native_index_stored(str(base))["utf8"] is True
+    with pydb.open(base) as db:
+        assert [(t.key, t.count) for t in db.terms()] == [
+            ("ARGER", 1), ("IM", 1), ("ΕΛΛΗΝΙΚΑ", 1), ("ЗООПАРК", 1)]
+        assert list(db.search("ärger * зоопарк")) == [1]
+
+
+def test_index_command_on_an_8bit_database(tmp_path):
+    """A database whose records are not UTF-8 (the CDS sample, cp850) gets
+    the DOS table when nothing says otherwise."""
+    src = need("scieloorg__pyisis/pyisis/pyisis/sample/cds")
+    for ext in ("mst", "xrf"):
+        shutil.copy(f"{src}.{ext}", tmp_path / f"cds.{ext}")
+    (tmp_path / "cds.fst").write_text(FST)
+    _cli_index(tmp_path / "cds")
+    stored = _pydb._native_index_stored(str(tmp_path / "cds"))
+    assert stored["utf8"] is False and stored["upper"] == _dos_upper()
+
+
+def test_latin1_database_gets_the_ansi_table_and_keeps_it(tmp_path):
+    """create(encoding="latin-1", fst=...) makes keys by the ANSI table:
+    "Jurisdicción" is one word (it was JURISDICCI + N, and every later
+    position shifted); a rebuild without --encoding keeps the table, one
+    with --encoding cp850 switches to DOS."""
+    base = tmp_path / "lat"
+    with pydb.create(base, encoding="latin-1", fst=FST, max_key=20) as db:
+        db.append([(1, "Jurisdicción y ñandú")])
+        assert [(t.key, t.count) for t in db.terms()] == [
+            ("JURISDICCION", 1), ("NANDU", 1), ("Y", 1)]
+        assert db.postings("ñandú") == [(1, 1, 1, 3)]          # CNT 3, not 4
+        assert list(db.search("jurisdicción")) == [1]
+    ansi = _pydb._native_index_stored(str(base))
+    assert ansi["utf8"] is False and ansi["upper"][0xF3] == ord("O")
+    assert ansi["word"][0xF3] == 1 and ansi["word"][0xD7] == 0     # ó a letter, × not
+    _cli_index(base)                                                # kept
+    assert _pydb._native_index_stored(str(base)) == ansi
+    with pydb.open(base, encoding="latin-1") as db:
+        assert db.postings("ñandú") == [(1, 1, 1, 3)]
+    _cli_index(base, "--encoding", "cp850")                         # told otherwise
+    assert _pydb._native_index_stored(str(base))["upper"] == _dos_upper()
+    with pydb.open(base, encoding="latin-1") as db:
+        # ñ ú are no DOS letters: ñandú -> AND (and Jurisdicción -> JURISDICCI, N)
+        assert [t.key for t in db.terms()] == ["AND", "JURISDICCI", "N", "Y"]
+
+
+def test_build_index_refuses_unknown_table(tmp_path):
+    base = tmp_path / "x"
+    pydb.create(base).close()
+    with pytest.raises(ValueError, match="keys must be one of"):
+        pydb.build_index(base, FST, progress=False, keys="ebcdic")
+    with pytest.raises(ValueError, match="256"):
+        _pydb._index_build(str(base), FST, upper=b"x" * 255)
+
+
+#: (database, LE2 of its shipped index, (key, count) pairs a native build
+#: shares with the shipped index with the table of its encoding, and with
+#: the DOS table).  The rest are FST-engine differences, not key-table
+#: ones: CISIS keeps the case of technique 0 lines without mpu
+#: (marcuni's 134 mixed-case keys), keys longer than LE2 and the
+#: unicode database's Cyrillic and Hebrew words, which the shipped index
+#: does not hold.
+ABCD_UTF8 = [("unicode", 60, 626, 220), ("dubcore", 256, 66, 61),
+             ("marcuni", 60, 2033, 1757)]
+
+
+@pytest.mark.parametrize("name,le2,shared,shared_dos", ABCD_UTF8)
+def test_utf8_native_index_built_as_abcd_does(tmp_path, name, le2, shared, shared_dos):
+    """A native index of an ABCD UTF-8 database, built with the table its
+    records imply (Unicode folding: most fields with 8-bit bytes are
+    UTF-8; keys cut to the shipped LE2): every key
+    is found by postings() and a quoted search with its exact posting
+    list, and it shares more keys with ABCD's own index than a DOS-table
+    build does."""
+    src = need(f"{ABCD}{name}/data/{name}")
+    for ext in ("mst", "xrf", "fst", "stw"):
+        if Path(f"{src}.{ext}").exists():
+            shutil.copy(f"{src}.{ext}", tmp_path / f"{name}.{ext}")
+    base = tmp_path / name
+    with Index.open_isis(src, encoding="utf-8") as ix:
+        theirs = dict(ix.raw_terms())
+    got = []
+    for keys in (None, "dos"):
+        pydb.build_index(base, progress=False, max_key=le2, keys=keys)
+        with pydb.open(base) as db:
+            ix = db.index
+            assert ix is not None and ix.kind == "native"
+            mine = dict(ix.raw_terms())
+            got.append(sum(1 for k, c in mine.items() if theirs.get(k) == c))
+            if keys is None:
+                assert _pydb._native_index_stored(str(base))["utf8"] is True
+                for term in ix.terms():
+                    p = ix.postings(term.key)
+                    assert len(p) == term.count, term
+                    assert list(ix.search(quoted(term.key))) == sorted(
+                        {x.mfn for x in p}), term
+    assert got == [shared, shared_dos]
