@@ -7,7 +7,8 @@ The shipped indexes are the CDS/ISIS inverted files under
 records: the ABCD databases whose fields are UTF-8 (SOURCES.md column
 "8bit/u8") as UTF-8, the other ABCD ones as cp1252 (Windows), the rest
 (CDS/ISIS for DOS, CISIS samples) as cp850.  The tests skip when the
-folder is absent.
+folder is absent.  The small tests that drive the C key, lookup and
+lexer code are rerun under ASan+UBSan (marker sanitize_address).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def test_every_key_found_by_postings_and_search(rel):
         assert n == sum(1 for _ in ix.raw_terms())
 
 
+@pytest.mark.sanitize_address
 def test_counts_on_the_encoded_databases():
     """Mixed-case keys (marcuni: technique 0 lines without mpu), reachable
     only as bytes before, are found from a str as stored; a term the index
@@ -120,6 +122,7 @@ def test_utf8_index_follows_the_encoding():
     assert (checked, shredded) == (955, 949)
 
 
+@pytest.mark.sanitize_address
 def test_utf8_index_folds_latin_accents():
     """ABCD's UTF-8 CISIS folded Latin accents (marcuni, FST line
     "110 5 mpu,...'/AI_/'..."): a term as written in the record finds the
@@ -154,6 +157,7 @@ def _read_tab(path: Path) -> list[int]:
     return [int(v) for v in path.read_text().split()]
 
 
+@pytest.mark.sanitize_address
 def test_ansi_table_is_abcds(tmp_path):
     """The built-in ANSI table equals the ISISUC.TAB ABCD ships for
     Windows (servers/data/isisuc.tab) byte for byte: key() of every byte
@@ -172,6 +176,7 @@ def test_ansi_table_is_abcds(tmp_path):
         assert ix.key("Jurisdicción".encode("cp1252")) == b"JURISDICCI\xf3N"
 
 
+@pytest.mark.sanitize_address
 def test_tab_files_beside_the_database_win(tmp_path):
     """ISISUC.TAB beside the .cnt replaces the built-in table whatever the
     encoding: servers (ABCD's ANSI table) keeps byte 0xA4, which the DOS
@@ -185,6 +190,7 @@ def test_tab_files_beside_the_database_win(tmp_path):
         assert ix.key(b"\xd1") == b"\xd1"
 
 
+@pytest.mark.sanitize_address
 def test_damaged_tab_file_is_named(tmp_path):
     base = _copy_index(need(SERVERS), tmp_path, tabs=True)
     (tmp_path / "isisuc.tab").write_text("65 66 x\n")
@@ -203,6 +209,7 @@ def test_key_table_choice():
     assert set(KEY_TABLES) == {"dos", "ansi", "ascii", "unicode"}
 
 
+@pytest.mark.sanitize_address
 def test_open_isis_refuses_unknown_table():
     with pytest.raises(ValueError, match="keys must be one of"):
         Index.open_isis(need(SERVERS), keys="ebcdic")
@@ -210,6 +217,7 @@ def test_open_isis_refuses_unknown_table():
         _pydb._open_isis_index(need(SERVERS), 9)
 
 
+@pytest.mark.sanitize_address
 def test_quote_inside_a_quoted_term():
     """'""' inside a quoted term is one '"' of the key; '""' alone is
     still an empty term."""
