@@ -555,6 +555,8 @@ int pydb_isis_index_open(pydb_index **out, const char *path, int keys,
         rc = pydb__keyrules_load_dir(&ix->rules, dir, &found, err);
         if (rc) goto cleanup;
         if (found & 1) ix->rules.utf8 = 0;   /* a table works on bytes */
+        ix->keys = keys;
+        ix->tables = found;
     }
     /* drop the files of the set not used */
     for (int i = 0; i < F_COUNT; i++) {
@@ -608,5 +610,7 @@ int pydb_isis_index_describe(pydb_isis_index_info *o,
     o->cnt_path = ix->files[F_CNT].f.path;
     o->postings_path = ix->files[ix->lind ? F_IYP : F_IFP].f.path;
     o->note = ix->note;
+    o->keys = ix->keys;
+    o->tables = ix->tables;
     return PYDB_OK;
 }

@@ -788,6 +788,10 @@ typedef struct pydb_isis_index_info {
     } tree[2];
     const char *cnt_path, *postings_path;
     const char *note;    /* which file set was used and why                */
+    int keys;            /* the built-in key table (enum pydb_keys)        */
+    int tables;          /* bit 1: the ISISUC.TAB beside the .cnt replaced
+                            its case map, bit 2: ISISAC.TAB its word
+                            characters                                     */
 } pydb_isis_index_info;
 /* Describe an index opened by pydb_isis_index_open() into *out (no I/O).
  * PYDB_EINVAL (err not filled) for any other kind of index. */

@@ -478,8 +478,10 @@ PyDoc_STRVAR(isis_index_info_doc,
 "size 26 or 28), key_pad (bytes after a 10/30 key), infx and infx_align\n"
 "(LIND INFO1/INFO3 size and alignment, bytes; 0 for classic), mfn_bytes\n"
 "(3, or 4 for LIND4), cnt, postings (paths), trees (two dicts: empty,\n"
-"liv, root, nodes, leaves, node_size, leaf_size, node_file, leaf_file)\n"
-"and note (which file set was used and why, docs/isis-formats.md §4.8).");
+"liv, root, nodes, leaves, node_size, leaf_size, node_file, leaf_file),\n"
+"note (which file set was used and why, docs/isis-formats.md §4.8), keys\n"
+"(the built-in key table, 0-3) and tables (bit 1: ISISUC.TAB, bit 2:\n"
+"ISISAC.TAB beside the .cnt replaced it).");
 
 static PyObject *isis_index_info(PyObject *m, PyObject *arg)
 {
@@ -523,14 +525,16 @@ static PyObject *isis_index_info(PyObject *m, PyObject *arg)
         PyObject *post = str_or_none(in.postings_path);
         if (cnt && post)
             result = Py_BuildValue(
-                "{s:s,s:i,s:i,s:s,s:i,s:i,s:i,s:i,s:O,s:O,s:O,s:s}", "kind",
+                "{s:s,s:i,s:i,s:s,s:i,s:i,s:i,s:i,s:O,s:O,s:O,s:s,s:i,s:i}",
+                "kind",
                 in.kind == PYDB_INDEX_ISIS_LIND ? "isis-lind"
                                                 : "isis-classic",
                 "le1", in.le1, "le2", in.le2, "layout",
                 in.cnt_aligned ? "aligned" : "packed", "key_pad", in.key_pad,
                 "infx", in.infx, "infx_align", in.infx_align, "mfn_bytes",
                 in.mfn_bytes, "cnt", cnt, "postings", post, "trees", trees,
-                "note", in.note ? in.note : "");
+                "note", in.note ? in.note : "", "keys", in.keys, "tables",
+                in.tables);
         Py_XDECREF(cnt);
         Py_XDECREF(post);
     }

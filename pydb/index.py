@@ -197,15 +197,23 @@ class Index:
         bytes, 0 for classic, §4.7), ``mfn_bytes`` (3, or 4 for LIND4),
         ``cnt`` and ``postings`` (paths), ``trees`` (two dicts: ``empty``,
         ``liv``, ``root``, ``nodes``, ``leaves``, ``node_size``,
-        ``leaf_size`` in bytes, ``node_file``, ``leaf_file``) and ``note``
-        (the file set used and why).  Other kinds: ``{"kind": ...}``.
+        ``leaf_size`` in bytes, ``node_file``, ``leaf_file``), ``note``
+        (the file set used and why), ``keys`` (the built-in key table, a
+        name of :data:`KEY_TABLES`) and ``tables`` (tuple of the
+        ``"ISISUC.TAB"``/``"ISISAC.TAB"`` found beside the ``.cnt`` that
+        replace its case map and word characters, docs/isis-formats.md
+        §5.3).  Other kinds: ``{"kind": ...}``.
 
         Raises :class:`~pydb.ClosedError` once closed.
         """
         if self._h.closed:
             _ = self._h.kind  # raises ClosedError
         if self._h.kind.startswith("isis-"):
-            return _pydb._isis_index_info(self._h)
+            info = _pydb._isis_index_info(self._h)
+            info["keys"] = next(k for k, v in KEY_TABLES.items() if v == info["keys"])
+            info["tables"] = tuple(name for bit, name in ((1, "ISISUC.TAB"), (2, "ISISAC.TAB"))
+                                   if info["tables"] & bit)
+            return info
         return {"kind": self._h.kind}
 
     # -- keys ----------------------------------------------------------

@@ -184,10 +184,14 @@ def test_tab_files_beside_the_database_win(tmp_path):
     with Index.open_isis(need(SERVERS), encoding="cp850") as ix:
         assert ix.key(b"espa\xa4a") == b"ESPA\xa4A"
         assert ix.key(b"\xd1") == b"N"
+        assert (ix.info["keys"], ix.info["tables"]) == ("dos", ("ISISUC.TAB", "ISISAC.TAB"))
     base = _copy_index(need(SERVERS), tmp_path, tabs=False)
     with Index.open_isis(base, encoding="cp850") as ix:
         assert ix.key(b"espa\xa4a") == b"ESPANA"
         assert ix.key(b"\xd1") == b"\xd1"
+        assert (ix.info["keys"], ix.info["tables"]) == ("dos", ())
+    with Index.open_isis(base, encoding="utf-8") as ix:
+        assert ix.info["keys"] == "unicode"
 
 
 @pytest.mark.sanitize_address
