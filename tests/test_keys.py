@@ -362,3 +362,32 @@ def test_utf8_native_index_built_as_abcd_does(tmp_path, name, le2, shared, share
                     assert list(ix.search(quoted(term.key))) == sorted(
                         {x.mfn for x in p}), term
     assert got == [shared, shared_dos]
+
+
+#: ABCD Windows databases (cp1252): (database, (key, count) pairs of its
+#: shipped index that a native build with the ANSI table reproduces, and
+#: with the DOS table).  The rest are FST-engine differences.
+ABCD_ANSI = [("unimarc", 181, 155, 116), ("marc", 10130, 9858, 9729)]
+
+
+@pytest.mark.parametrize("name,total,shared,shared_dos", ABCD_ANSI)
+def test_ansi_native_index_matches_abcd(tmp_path, name, total, shared, shared_dos):
+    """Issue 13 item 3: a Windows ABCD database indexed with the ANSI
+    table (its encoding's, without .tab files) gives the keys ABCD's own
+    index holds far more often than with the DOS table."""
+    src = need(f"{ABCD}{name}/data/{name}")
+    for ext in ("mst", "xrf", "fst", "stw"):
+        if Path(f"{src}.{ext}").exists():
+            shutil.copy(f"{src}.{ext}", tmp_path / f"{name}.{ext}")
+    with Index.open_isis(src, encoding="cp1252") as ix:
+        theirs = dict(ix.raw_terms())
+        le2 = ix.info["le2"]
+    assert len(theirs) == total
+    got = []
+    for encoding in ("cp1252", "cp850"):
+        pydb.build_index(tmp_path / name, progress=False, max_key=le2, encoding=encoding)
+        with pydb.open(tmp_path / name, encoding=encoding) as db:
+            ix = db.index
+            assert ix is not None
+            got.append(sum(1 for k, c in ix.raw_terms() if theirs.get(k) == c))
+    assert got == [shared, shared_dos]
