@@ -39,8 +39,13 @@ static int exact_fn(void *ctx, const uint8_t *key, size_t len, uint64_t n)
 {
     exact_probe *p = ctx;
     (void)n;
-    p->found = len == p->len && memcmp(key, p->term, len) == 0;
-    return 1;   /* one key is enough */
+    if (len == p->len && memcmp(key, p->term, len) == 0) {
+        p->found = 1;
+        return 1;
+    }
+    /* ISIS trees compare keys blank-padded: an extension of the term by
+     * a byte below ' ' comes before the term itself; go on past those */
+    return !(len > p->len && key[p->len] < ' ');
 }
 
 int pydb_index_lookup_key(uint8_t *out, size_t cap, size_t *out_len,

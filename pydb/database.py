@@ -286,9 +286,12 @@ class Database(_pydb.Database):
         """The postings of `key` as a list of ``Posting(mfn, tag, occ,
         cnt)`` sorted ascending (``[]`` if the key is absent).
 
-        A str key is brought into key form first (``db.postings("london")``
-        looks up ``LONDON``); bytes, or ``raw=True``, are looked up as
-        given.  LIND indexes carry no TAG/OCC (0), see ``db.index.caps``.
+        A str key the index holds exactly as given is looked up as it is
+        (so every key :meth:`terms` yields is found); any other str is
+        brought into key form first (``db.postings("london")`` looks up
+        ``LONDON``, by the key table of the database's encoding,
+        docs/isis-formats.md §5.3); bytes, or ``raw=True``, are looked up
+        only as given.  LIND indexes carry no TAG/OCC (0), see ``db.index.caps``.
         See :meth:`pydb.index.Index.postings`.
 
         Raises:

@@ -75,9 +75,9 @@ def _sniff_keys(db_path: PathArg) -> str:
     are not (8-bit text is hardly ever valid UTF-8; no such field at all:
     pydb writes str values as UTF-8), else ``"dos"`` (8-bit CDS/ISIS
     data)."""
-    from .database import open as open_db
     valid = invalid = 0
-    with open_db(db_path) as db:
+    db = _pydb.Database(os.fspath(db_path))     # read-only, no lock
+    try:
         for n, rec in enumerate(db.records(skip_damaged=True)):
             if n >= SNIFF_RECORDS:
                 break
@@ -89,6 +89,8 @@ def _sniff_keys(db_path: PathArg) -> str:
                         valid += 1
                     except UnicodeDecodeError:
                         invalid += 1
+    finally:
+        db.close()
     return "unicode" if valid >= invalid else "dos"
 
 
