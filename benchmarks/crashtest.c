@@ -296,7 +296,7 @@ static int32_t *index_rows(const char *db_path, const char *prefix,
     *n = *nterms = 0;
     rc = pydb_native_index_open(&ix, db_path, &e);
     if (rc == PYDB_EIO && e.sys_errno == ENOENT)
-        rc = pydb_isis_index_open(&ix, db_path, &e);
+        rc = pydb_isis_index_open(&ix, db_path, PYDB_KEYS_DOS, &e);
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) {
         fprintf(stderr, "pydb-crashtest: %s has no inverted index (no native "
                 "index, no ISIS inverted file); --prefix needs one\n", db_path);

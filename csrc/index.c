@@ -27,6 +27,47 @@ int pydb_index_key(uint8_t *out, size_t cap, size_t *out_len, pydb_index *ix,
     return ix->ops->key(ix, term, len, out, cap, out_len, err);
 }
 
+/* pydb_index_lookup_key's probe: is the first key of the range the
+ * term itself? */
+typedef struct exact_probe {
+    const uint8_t *term;
+    size_t len;
+    int found;
+} exact_probe;
+
+static int exact_fn(void *ctx, const uint8_t *key, size_t len, uint64_t n)
+{
+    exact_probe *p = ctx;
+    (void)n;
+    if (len == p->len && memcmp(key, p->term, len) == 0) {
+        p->found = 1;
+        return 1;
+    }
+    /* ISIS trees compare keys blank-padded: an extension of the term by
+     * a byte below ' ' comes before the term itself; go on past those */
+    return !(len > p->len && key[p->len] < ' ');
+}
+
+int pydb_index_lookup_key(uint8_t *out, size_t cap, size_t *out_len,
+                          pydb_index *ix, const uint8_t *term, size_t len,
+                          pydb_error *err)
+{
+    exact_probe p = {term, len, 0};
+    int rc;
+
+    while (p.len > 0 && term[p.len - 1] == ' ') p.len--;
+    if (p.len > 0 && p.len <= cap) {
+        rc = ix->ops->terms(ix, term, p.len, term, p.len, exact_fn, &p, err);
+        if (rc) return rc;
+        if (p.found) {
+            memcpy(out, term, p.len);
+            *out_len = p.len;
+            return PYDB_OK;
+        }
+    }
+    return ix->ops->key(ix, term, len, out, cap, out_len, err);
+}
+
 int pydb_index_kind(const pydb_index *ix) { return ix->kind; }
 int pydb_index_caps(const pydb_index *ix) { return ix->caps; }
 

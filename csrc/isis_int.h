@@ -95,6 +95,8 @@ typedef struct isis_index {
     ixfile files[F_COUNT];
     int post;              /* F_IFP or F_IYP                               */
     pydb_keyrules rules;
+    int keys;              /* the built-in table (enum pydb_keys)          */
+    int tables;            /* bit 1: ISISUC.TAB loaded, bit 2: ISISAC.TAB  */
     char note[768];
 } isis_index;
 

@@ -393,7 +393,8 @@ static int64_t newest(const isis_index *ix, int a, int b, int c)
     return m;
 }
 
-int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err)
+int pydb_isis_index_open(pydb_index **out, const char *path, int keys,
+                         pydb_error *err)
 {
     char base[1024];
     isis_index *ix = NULL;
@@ -542,7 +543,21 @@ int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err)
             if (rc) goto cleanup;
         }
     }
-    pydb__keyrules_default(&ix->rules, 0, (size_t)ix->tr[1].le);
+    /* key form: the database's ISISUC/ISISAC tables, else the built-in
+     * table of its encoding; cut to LE2 bytes (§5.3) */
+    rc = pydb__keyrules_builtin(&ix->rules, keys, (size_t)ix->tr[1].le, err);
+    if (rc) goto cleanup;
+    {
+        char dir[1024];
+        const char *name;
+        int found;
+        pydb__path_split(dir, sizeof dir, &name, ix->files[F_CNT].f.path);
+        rc = pydb__keyrules_load_dir(&ix->rules, dir, &found, err);
+        if (rc) goto cleanup;
+        if (found & 1) ix->rules.utf8 = 0;   /* a table works on bytes */
+        ix->keys = keys;
+        ix->tables = found;
+    }
     /* drop the files of the set not used */
     for (int i = 0; i < F_COUNT; i++) {
         int used = i == F_CNT || i == F_N1 || i == F_N2 ||
@@ -595,5 +610,7 @@ int pydb_isis_index_describe(pydb_isis_index_info *o,
     o->cnt_path = ix->files[F_CNT].f.path;
     o->postings_path = ix->files[ix->lind ? F_IYP : F_IFP].f.path;
     o->note = ix->note;
+    o->keys = ix->keys;
+    o->tables = ix->tables;
     return PYDB_OK;
 }

@@ -9,6 +9,12 @@
  * other byte maps to itself.  The default word characters (ISISAC) are
  * the letters only: A-Z, a-z and 128..165 — digits split words.
  *
+ * Other built-in tables (enum pydb_keys, pydb__keyrules_builtin): ANSI
+ * (Latin-1/cp1252, as ABCD's and WinISIS's Windows ISISUC.TAB/ISISAC.TAB:
+ * 192..255 folded to unaccented capitals, those letters word characters)
+ * and ASCII (a-z -> A-Z only; every byte 128..255 kept and a word
+ * character: keys of any 8-bit or UTF-8 text as stored, cut bytewise).
+ *
  * UTF-8 data: Unicode case and accent folding by a compact table that
  * covers Basic Latin, Latin-1 Supplement, Latin Extended-A (accents
  * folded: É -> E, Ł -> L, Æ -> AE, Œ -> OE, ß -> SS, Þ -> TH), Greek
@@ -42,19 +48,61 @@ static const uint8_t dos_fold[38] = {
     'A', 'A', 'E', 'A', 'A', 'O', 'O', 'O', 'U', 'U', 'Y', 'O', 'U',
     155, 156, 157, 158, 159, 'A', 'I', 'O', 'U', 'N', 'N'};
 
-void pydb__keyrules_default(pydb_keyrules *r, int utf8, size_t max_key)
+/* Latin-1/cp1252 192..255 -> capital, as ABCD's ANSI ISISUC.TAB (ABCD
+ * documentation, "CISIS utilities", isisuc.tab; the file shipped in
+ * bases-examples_Windows/servers/data): accents folded, 198/230 (Æ æ) to
+ * 'E', Ð Þ ß × ÷ Ø ð ø þ kept (0 here = unchanged). */
+static const uint8_t ansi_fold[64] = {
+    'A', 'A', 'A', 'A', 'A', 'A', 'E', 'C', 'E', 'E', 'E', 'E', 'I', 'I',
+    'I', 'I', 0,   'N', 'O', 'O', 'O', 'O', 'O', 0,   0,   'U', 'U', 'U',
+    'U', 'Y', 0,   0,   'A', 'A', 'A', 'A', 'A', 'A', 'E', 'C', 'E', 'E',
+    'E', 'E', 'I', 'I', 'I', 'I', 0,   'N', 'O', 'O', 'O', 'O', 'O', 0,
+    0,   'U', 'U', 'U', 'U', 'Y', 0,   'Y'};
+
+/* ANSI word characters above 191 (ABCD's ISISAC.TAB): the letters except
+ * Ð Ø Þ ß ð ø þ, and not × ÷. */
+static int ansi_word(int c)
 {
+    return c >= 192 && c != 208 && c != 215 && c != 216 && c != 222 &&
+           c != 223 && c != 240 && c != 247 && c != 248 && c != 254;
+}
+
+int pydb__keyrules_builtin(pydb_keyrules *r, int keys, size_t max_key,
+                           pydb_error *err)
+{
+    if (keys < PYDB_KEYS_DOS || keys > PYDB_KEYS_UNICODE)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
+                          "unknown key table %d", keys);
     memset(r, 0, sizeof *r);
     for (int c = 0; c < 256; c++) {
+        int letter = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
         r->upper[c] = (uint8_t)c;
         if (c >= 'a' && c <= 'z') r->upper[c] = (uint8_t)(c - 32);
-        if (c >= 128 && c <= 165) r->upper[c] = dos_fold[c - 128];
-        r->word[c] = (uint8_t)((c >= 'A' && c <= 'Z') ||
-                               (c >= 'a' && c <= 'z') ||
-                               (c >= 128 && c <= 165 && (c < 155 || c > 159)));
+        switch (keys) {
+        case PYDB_KEYS_ANSI:
+            if (c >= 192 && ansi_fold[c - 192])
+                r->upper[c] = ansi_fold[c - 192];
+            r->word[c] = (uint8_t)(letter || ansi_word(c));
+            break;
+        case PYDB_KEYS_ASCII:
+            r->word[c] = (uint8_t)(letter || c >= 128);
+            break;
+        default:   /* DOS; also the 8-bit fallback of UNICODE */
+            if (c >= 128 && c <= 165) r->upper[c] = dos_fold[c - 128];
+            r->word[c] = (uint8_t)(letter ||
+                                   (c >= 128 && c <= 165 &&
+                                    (c < 155 || c > 159)));
+        }
     }
-    r->utf8 = utf8 ? 1 : 0;
+    r->utf8 = keys == PYDB_KEYS_UNICODE;
     r->max_key = max_key;
+    return PYDB_OK;
+}
+
+void pydb__keyrules_default(pydb_keyrules *r, int utf8, size_t max_key)
+{
+    (void)pydb__keyrules_builtin(r, utf8 ? PYDB_KEYS_UNICODE : PYDB_KEYS_DOS,
+                                 max_key, NULL);
 }
 
 /* ---- Unicode folding ---- */
@@ -194,6 +242,13 @@ static int cp_is_word(uint32_t cp)
     if (cp >= 0xFF3B && cp <= 0xFF40) return 0;
     if (cp >= 0xFF5B && cp <= 0xFF65) return 0;
     if (cp >= 0x0660 && cp <= 0x0669) return 0;   /* Arabic-Indic digits */
+    /* sentence punctuation of scripts without case, where ABCD's UTF-8
+     * CISIS splits words (its unicode and marcuni indexes): Devanagari
+     * danda, Ethiopic word space to paragraph separator; the byte-order
+     * mark */
+    if (cp == 0x0964 || cp == 0x0965) return 0;
+    if (cp >= 0x1360 && cp <= 0x1368) return 0;
+    if (cp == 0xFEFF) return 0;
     return 1;
 }
 

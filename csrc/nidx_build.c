@@ -98,8 +98,13 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
     b->a.err = err;
     if ((rc = pydb__nidx_dir(b->dir, sizeof b->dir, db_path, err))) goto fail;
     if ((rc = pydb_open(&b->db, db_path, &o, err))) goto fail;
-    pydb__keyrules_default(&b->rules, opt ? opt->utf8 : 0,
-                           opt ? opt->max_key : 0);
+    rc = pydb__keyrules_builtin(&b->rules,
+                                !opt ? PYDB_KEYS_DOS
+                                : opt->utf8 ? PYDB_KEYS_UNICODE : opt->keys,
+                                opt ? opt->max_key : 0, err);
+    if (rc) goto fail;
+    if (opt && opt->upper) memcpy(b->rules.upper, opt->upper, 256);
+    if (opt && opt->word) memcpy(b->rules.word, opt->word, 256);
     if (opt && opt->tables) {
         char d[1024];
         const char *name;
@@ -386,6 +391,8 @@ int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
     if ((rc = pydb__nman_parse(&m, data, len, path, err))) goto cleanup;
     out->utf8 = m.rules.utf8;
     out->max_key = m.rules.max_key;
+    memcpy(out->upper, m.rules.upper, 256);
+    memcpy(out->word, m.rules.word, 256);
     out->fst = malloc(m.fst_len + 1);
     out->stw = malloc(m.stw_len + 1);
     if (!out->fst || !out->stw) {

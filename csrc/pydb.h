@@ -707,6 +707,20 @@ typedef struct pydb_postings {
 } pydb_postings;
 void pydb_postings_free(pydb_postings *p);   /* frees v; zeroes the struct */
 
+/* Built-in key tables: how a key is made from field text, byte by byte
+ * (docs/isis-formats.md §5.3; a database's ISISUC.TAB/ISISAC.TAB replace
+ * the 8-bit ones).  The choice is stored with a native index. */
+enum pydb_keys {
+    PYDB_KEYS_DOS = 0,        /* CDS/ISIS for DOS, code pages 437/850:
+                                 a-z and 128..165 folded to capitals   */
+    PYDB_KEYS_ANSI = 1,       /* WinISIS / ABCD for Windows, Latin-1 and
+                                 cp1252: a-z and 192..255 folded        */
+    PYDB_KEYS_ASCII = 2,      /* a-z upper-cased only; bytes 128..255
+                                 kept as stored, word characters        */
+    PYDB_KEYS_UNICODE = 3     /* UTF-8: Unicode case and accent folding,
+                                 as ABCD's UTF-8 CISIS keys show        */
+};
+
 enum pydb_index_kind {
     PYDB_INDEX_NATIVE = 0,        /* pydb's own segments                    */
     PYDB_INDEX_ISIS_CLASSIC = 1,  /* .cnt/.n0x/.l0x/.ifp                   */
@@ -748,15 +762,31 @@ int pydb_index_postings(pydb_postings *out, pydb_index *ix,
  * (cap >= 4 * len + 16 always suffices). */
 int pydb_index_key(uint8_t *out, size_t cap, size_t *out_len, pydb_index *ix,
                    const uint8_t *term, size_t len, pydb_error *err);
+/* The key a search term looks up, into out[cap] (*out_len its length):
+ * the term itself, trailing blanks trimmed, when the index holds exactly
+ * that key (as stored, before any normalisation: mixed-case keys of
+ * technique 0 lines, keys made by another table), else its key form
+ * (pydb_index_key).  Reads the index (one range probe): call it without
+ * holding a lock others wait on.  Errors: those of pydb_index_key and of
+ * pydb_index_terms. */
+int pydb_index_lookup_key(uint8_t *out, size_t cap, size_t *out_len,
+                          pydb_index *ix, const uint8_t *term, size_t len,
+                          pydb_error *err);
 
 /* Open the ISIS inverted file of the database `path` (base name, or any
  * of its files): .cnt + .n01/.n02 with the classic .l01/.l02/.ifp or the
  * LIND .ly1/.ly2/.iyp set (docs/isis-formats.md §4), extensions in any
  * case.  Where both sets are present the one that validates against
- * .cnt/.n0x is used (§4.8).  *out: pydb_index_close().  Errors: PYDB_EIO
+ * .cnt/.n0x is used (§4.8).  Search terms are brought into key form
+ * (pydb_index_key) by the ISISUC.TAB/ISISAC.TAB beside the .cnt when
+ * present, else by the built-in table `keys` (enum pydb_keys: the one
+ * the database's encoding implies), cut to LE2 bytes.
+ * *out: pydb_index_close().  Errors: PYDB_EIO
  * with sys_errno ENOENT (no .cnt: the database has no inverted file),
- * PYDB_ECORRUPT (file, offset, reason), PYDB_ENOMEM, PYDB_EINVAL. */
-int pydb_isis_index_open(pydb_index **out, const char *path, pydb_error *err);
+ * PYDB_ECORRUPT (file, offset, reason; also a damaged .tab),
+ * PYDB_ENOMEM, PYDB_EINVAL (empty path, unknown `keys`). */
+int pydb_isis_index_open(pydb_index **out, const char *path, int keys,
+                         pydb_error *err);
 
 /* What pydb_isis_index_describe() reports about an open ISIS index.  The
  * strings belong to the index (valid until it is closed). */
@@ -778,6 +808,10 @@ typedef struct pydb_isis_index_info {
     } tree[2];
     const char *cnt_path, *postings_path;
     const char *note;    /* which file set was used and why                */
+    int keys;            /* the built-in key table (enum pydb_keys)        */
+    int tables;          /* bit 1: the ISISUC.TAB beside the .cnt replaced
+                            its case map, bit 2: ISISAC.TAB its word
+                            characters                                     */
 } pydb_isis_index_info;
 /* Describe an index opened by pydb_isis_index_open() into *out (no I/O).
  * PYDB_EINVAL (err not filled) for any other kind of index. */
@@ -858,6 +892,10 @@ void pydb_fst_rule(uint32_t *id, int *technique, const char **format,
 /* How a native index makes keys (stored with the index). */
 typedef struct pydb_nidx_options {
     int utf8;               /* keys are UTF-8 (Unicode folding)           */
+    int keys;               /* enum pydb_keys when utf8 is 0 (0: DOS)     */
+    const uint8_t *upper;   /* explicit case and word-character tables    */
+    const uint8_t *word;    /* (256 bytes each, a rebuild keeping the
+                               stored ones), or NULL for the table `keys` */
     size_t max_key;         /* keys cut to this many bytes; 0 = no limit  */
     const uint8_t *stw;     /* stop-word text (.STW), or NULL             */
     size_t stw_len;
@@ -913,6 +951,8 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b);
 typedef struct pydb_nidx_stored {
     int utf8;               /* keys are UTF-8                              */
     size_t max_key;         /* 0 = no limit                                */
+    uint8_t upper[256];     /* the case table keys were made with          */
+    uint8_t word[256];      /* and the word characters                     */
     char *fst;              /* FST text (NUL-terminated), fst_len bytes    */
     size_t fst_len;
     uint8_t *stw;           /* stop-word text, stw_len bytes (may be 0)    */

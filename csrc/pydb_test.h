@@ -56,6 +56,10 @@ typedef struct pydb_keyrules {
 /* The default rules: the CDS/ISIS default tables for 8-bit data, or
  * Unicode folding when utf8; keys cut to max_key bytes (0: no limit). */
 void pydb__keyrules_default(pydb_keyrules *r, int utf8, size_t max_key);
+/* The built-in table `keys` (enum pydb_keys), keys cut to max_key bytes.
+ * PYDB_EINVAL for an unknown table. */
+int pydb__keyrules_builtin(pydb_keyrules *r, int keys, size_t max_key,
+                           pydb_error *err);
 /* Load ISISUC.TAB / ISISAC.TAB from `dir` if present (any case of the
  * names); *found gets bit 1 for UC, bit 2 for AC.  PYDB_EIO (a table
  * cannot be read), PYDB_ECORRUPT (not a table), PYDB_ENOMEM. */

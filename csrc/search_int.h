@@ -30,7 +30,9 @@ typedef struct node {
     size_t pos;
     /* N_TERM */
     uint8_t *key;
-    size_t key_len;
+    size_t key_len, key_cap;
+    uint8_t *text;     /* the term as written (quotes and '""' undone)   */
+    size_t text_len;
     int trunc;
     uint32_t *tags;    /* qualifier: sorted tags, or NULL                 */
     size_t ntags;

@@ -19,8 +19,10 @@
  *                            adds to n, and consecutive tokens add up, so
  *                            `A . . B` = `A .. B` is "near, n = 2" and
  *                            `A $ $ B` = `A $$ B` is "exactly 2 apart"
- *      "..."                 a quoted term: any bytes but '"' (blanks,
- *                            operators, parentheses, a leading '#')
+ *      "..."                 a quoted term: any bytes (blanks,
+ *                            operators, parentheses, a leading '#'); a
+ *                            '"' of the key is written '""' (a pydb
+ *                            extension: CISIS has no way to quote one)
  *      TERM                  any other run of bytes up to a blank, one of
  *                            ( ) + * ^ ", or a qualifier; a term made only
  *                            of '.'/'$' is a proximity token instead
@@ -45,7 +47,11 @@
  *    nesting, itself limited to PYDB_SEARCH_MAX_DEPTH; the expression is
  *    limited to PYDB_SEARCH_MAX_LEN bytes.  Terms are brought into key
  *    form (pydb_index_key) while parsing, so every syntax and capability
- *    error is reported before the index is read.
+ *    error is reported before the index is read.  Once the whole
+ *    expression has parsed, each whole (untruncated) term is looked up
+ *    as given when the index holds exactly that key
+ *    (pydb_index_lookup_key: keys stored in mixed case or by another
+ *    table stay reachable); else its key form stands.
  *
  * 4. Capabilities.  (G) and qualifiers need TAG in the postings; (F) TAG
  *    and OCC; proximity TAG, OCC and CNT.  On an index without them (ISIS
@@ -75,6 +81,7 @@ typedef struct token {
     const uint8_t *text;   /* term text (inside the quotes if quoted)      */
     size_t text_len;
     int quoted, trunc;
+    int escaped;           /* quoted text holds '""' (one '"' each)        */
     int n;                 /* T_NEAR/T_EXACT: number of '.'/'$'            */
 } token;
 
@@ -226,7 +233,15 @@ static int lex(parser *p)
         break;
     case '"': {
         size_t j = i + 1;
-        while (j < n && s[j] != '"') j++;
+        for (; j < n; j++) {
+            if (s[j] != '"') continue;
+            if (j + 1 < n && s[j + 1] == '"') {
+                t->escaped = 1;   /* '""' inside: one '"' of the key */
+                j++;
+                continue;
+            }
+            break;
+        }
         if (j >= n)
             return syntax(p, i, "unterminated quoted term: expected a "
                           "closing '\"'%s%s", "", "");
@@ -315,6 +330,7 @@ static void free_nodes(node *n)
     while (n) {
         node *next = n->next_alloc;
         free(n->key);
+        free(n->text);
         free(n->tags);
         free(n->items);
         free(n);
@@ -476,11 +492,24 @@ static int parse_primary(parser *p, node **out)
     }
     node *n = new_node(p, N_TERM, t.pos);
     if (!n) return PYDB_ENOMEM;
-    size_t cap = t.text_len * 4 + 16, klen = 0;
+    size_t cap = t.text_len * 4 + 16, klen = 0, tl = t.text_len;
     n->key = malloc(cap);
-    if (!n->key)
+    n->text = malloc(tl ? tl : 1);
+    if (!n->key || !n->text)
         return PYDB_ERROR(p->err, PYDB_ENOMEM, "", -1, "no memory for a key");
-    rc = pydb_index_key(n->key, cap, &klen, p->ix, t.text, t.text_len, p->err);
+    n->key_cap = cap;
+    if (t.escaped) {   /* '""' -> '"' */
+        size_t o = 0;
+        for (size_t k = 0; k < tl; k++) {
+            n->text[o++] = t.text[k];
+            if (t.text[k] == '"') k++;
+        }
+        tl = o;
+    } else {
+        memcpy(n->text, t.text, tl);
+    }
+    n->text_len = tl;
+    rc = pydb_index_key(n->key, cap, &klen, p->ix, n->text, tl, p->err);
     if (rc) return rc;
     if (klen == 0)
         return syntax(p, t.pos, "the term has no key form (nothing left "
@@ -585,6 +614,13 @@ int pydb__search_parse(node **root, node **nodes, pydb_index *ix,
                     : p.tok.kind == T_QUAL
                     ? "found a %s that does not follow a term%s"
                     : "expected an operator but found %s%s", found, "");
+    }
+    /* the whole expression parsed: whole terms are looked up as stored
+     * when the index holds them so (this reads the index) */
+    for (node *n = p.nodes; !rc && n; n = n->next_alloc) {
+        if (n->kind != N_TERM || n->trunc) continue;
+        rc = pydb_index_lookup_key(n->key, n->key_cap, &n->key_len, ix,
+                                   n->text, n->text_len, err);
     }
 cleanup:
     *nodes = p.nodes;

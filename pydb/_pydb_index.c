@@ -332,6 +332,45 @@ cleanup:
     return result;
 }
 
+PyDoc_STRVAR(index_lookup_key_doc,
+"lookup_key($self, term, /)\n--\n\n"
+"The key `term` (bytes) looks up: itself, trailing blanks trimmed, when\n"
+"the index holds exactly that key as stored, else its key form (as\n"
+"key()).  Probes the index with the GIL released.");
+
+static PyObject *index_lookup_key(IndexObject *self, PyObject *arg)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    Py_buffer term;
+    PyObject *result = NULL;
+    uint8_t *out;
+    size_t cap, out_len = 0;
+    pydb_error e;
+    int rc;
+
+    if (!st || PyObject_GetBuffer(arg, &term, PyBUF_SIMPLE) < 0) return NULL;
+    cap = (size_t)term.len * 4 + 16;   /* folding may grow UTF-8 */
+    out = PyMem_Malloc(cap);
+    if (!out) {
+        PyErr_NoMemory();
+        goto cleanup;
+    }
+    if (index_check_open(st, self) < 0) goto cleanup;
+    UNLOCKED(&self->guard, NULL,
+             rc = pydb_index_lookup_key(out, cap, &out_len, self->ix,
+                                        term.buf, (size_t)term.len, &e));
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    result = PyBytes_FromStringAndSize((const char *)out,
+                                       (Py_ssize_t)out_len);
+cleanup:
+    PyMem_Free(out);
+    PyBuffer_Release(&term);
+    return result;
+}
+
 static PyObject *index_get_kind(IndexObject *self, void *c)
 {
     static const char *const names[] = {"native", "isis-classic",
@@ -374,6 +413,8 @@ static PyMethodDef index_methods[] = {
     {"terms", (PyCFunction)index_terms, METH_VARARGS, index_terms_doc},
     {"postings", (PyCFunction)index_postings, METH_O, index_postings_doc},
     {"key", (PyCFunction)index_key, METH_O, index_key_doc},
+    {"lookup_key", (PyCFunction)index_lookup_key, METH_O,
+     index_lookup_key_doc},
     {"close", (PyCFunction)index_close, METH_NOARGS,
      "close($self, /)\n--\n\nRelease the index files (idempotent)."},
     {NULL}};
@@ -394,16 +435,33 @@ static PyType_Spec index_spec = {
 /* ------------------------------------------------------- ISIS files */
 
 PyDoc_STRVAR(open_isis_index_doc,
-"_open_isis_index(path, /)\n--\n\n"
+"_open_isis_index(path, keys=0, /)\n--\n\n"
 "Open the CDS/ISIS inverted file of the database `path` (base name or\n"
-"any of its files; str, bytes or os.PathLike) and return an Index.\n"
+"any of its files; str, bytes or os.PathLike) and return an Index whose\n"
+"key form is the ISISUC/ISISAC.TAB beside it when present, else the\n"
+"built-in table `keys` (0 DOS, 1 ANSI, 2 ASCII, 3 Unicode).\n"
 "Raises DatabaseNotFoundError when there is no .cnt file (no inverted\n"
 "file), CorruptionError when no file set validates (docs/isis-formats.md\n"
-"§4.8), DiskError for other OS errors.");
+"§4.8) or a .tab is damaged, ValueError for an unknown `keys`, DiskError\n"
+"for other OS errors.");
 
-static PyObject *open_isis_index(PyObject *m, PyObject *arg)
+static PyObject *open_isis_index(PyObject *m, PyObject *args)
 {
-    return index_open_path(PyModule_GetState(m), arg, pydb_isis_index_open);
+    module_state *st = PyModule_GetState(m);
+    PyObject *path, *bytes = NULL;
+    pydb_index *ix = NULL;
+    const char *cpath;
+    pydb_error e;
+    int keys = PYDB_KEYS_DOS, rc;
+
+    if (!PyArg_ParseTuple(args, "O|i:_open_isis_index", &path, &keys))
+        return NULL;
+    if (!PyUnicode_FSConverter(path, &bytes)) return NULL;
+    cpath = PyBytes_AS_STRING(bytes);
+    UNLOCKED(NULL, NULL, rc = pydb_isis_index_open(&ix, cpath, keys, &e));
+    Py_DECREF(bytes);
+    if (rc) return set_error(st, rc, &e);
+    return index_wrap(st, ix, NULL);
 }
 
 static PyObject *str_or_none(const char *s)
@@ -420,8 +478,10 @@ PyDoc_STRVAR(isis_index_info_doc,
 "size 26 or 28), key_pad (bytes after a 10/30 key), infx and infx_align\n"
 "(LIND INFO1/INFO3 size and alignment, bytes; 0 for classic), mfn_bytes\n"
 "(3, or 4 for LIND4), cnt, postings (paths), trees (two dicts: empty,\n"
-"liv, root, nodes, leaves, node_size, leaf_size, node_file, leaf_file)\n"
-"and note (which file set was used and why, docs/isis-formats.md §4.8).");
+"liv, root, nodes, leaves, node_size, leaf_size, node_file, leaf_file),\n"
+"note (which file set was used and why, docs/isis-formats.md §4.8), keys\n"
+"(the built-in key table, 0-3) and tables (bit 1: ISISUC.TAB, bit 2:\n"
+"ISISAC.TAB beside the .cnt replaced it).");
 
 static PyObject *isis_index_info(PyObject *m, PyObject *arg)
 {
@@ -465,14 +525,16 @@ static PyObject *isis_index_info(PyObject *m, PyObject *arg)
         PyObject *post = str_or_none(in.postings_path);
         if (cnt && post)
             result = Py_BuildValue(
-                "{s:s,s:i,s:i,s:s,s:i,s:i,s:i,s:i,s:O,s:O,s:O,s:s}", "kind",
+                "{s:s,s:i,s:i,s:s,s:i,s:i,s:i,s:i,s:O,s:O,s:O,s:s,s:i,s:i}",
+                "kind",
                 in.kind == PYDB_INDEX_ISIS_LIND ? "isis-lind"
                                                 : "isis-classic",
                 "le1", in.le1, "le2", in.le2, "layout",
                 in.cnt_aligned ? "aligned" : "packed", "key_pad", in.key_pad,
                 "infx", in.infx, "infx_align", in.infx_align, "mfn_bytes",
                 in.mfn_bytes, "cnt", cnt, "postings", post, "trees", trees,
-                "note", in.note ? in.note : "");
+                "note", in.note ? in.note : "", "keys", in.keys, "tables",
+                in.tables);
         Py_XDECREF(cnt);
         Py_XDECREF(post);
     }
@@ -675,21 +737,27 @@ static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
 
 PyDoc_STRVAR(index_build_doc,
 "_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
-"             stw=None, tables=True, batch=8192)\n--\n\n"
+"             stw=None, tables=True, batch=8192, keys=0, upper=None,\n"
+"             word=None)\n--\n\n"
 "Build the native index of the database at db_path (str) from FST text\n"
-"`fst` into <base>.pdx/.  The work runs with the GIL released in batches\n"
+"`fst` into <base>.pdx/.  Keys are made by Unicode folding when utf8,\n"
+"else by the built-in table `keys` (0 DOS, 1 ANSI, 2 ASCII), whose\n"
+"case and word tables `upper` and `word` (bytes of 256, a rebuild passing\n"
+"the stored ones) replace; then ISISUC/ISISAC.TAB when `tables`.  The work runs with the GIL released in batches\n"
 "of `batch` records; between batches progress(done, total) is called\n"
 "(records read so far, max MFN).  Returns the number of records read.\n"
-"Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError.");
+"Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError,\n"
+"ValueError (unknown `keys`, a table not of 256 bytes).");
 
 static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
-                             "stw", "tables", "batch", NULL};
+                             "stw", "tables", "batch", "keys", "upper",
+                             "word", NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
-    Py_buffer text, stw = {0};
-    int utf8 = 0, tables = 1, rc, more = 1;
+    Py_buffer text, stw = {0}, upper = {0}, word = {0};
+    int utf8 = 0, tables = 1, keys = 0, rc, more = 1;
     Py_ssize_t max_key = 0, batch = 8192;
     pydb_fst *f = NULL;
     pydb_nidx_builder *b = NULL;
@@ -698,15 +766,24 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     int64_t done = 0, total = 0;
     const char *cpath;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*", kwlist,
                                      PyUnicode_FSConverter, &path_obj, &text,
                                      &progress, &utf8, &max_key, &stw,
-                                     &tables, &batch))
+                                     &tables, &batch, &keys, &upper, &word))
         return NULL;
+    if ((upper.obj && upper.len != 256) || (word.obj && word.len != 256)) {
+        PyErr_Format(PyExc_ValueError, "%s table has %zd bytes, not 256",
+                     upper.obj && upper.len != 256 ? "the case" : "the word",
+                     upper.obj && upper.len != 256 ? upper.len : word.len);
+        goto cleanup;
+    }
     if (batch < 1) batch = 1;
     if (batch > INT32_MAX) batch = INT32_MAX;
     memset(&opt, 0, sizeof opt);
     opt.utf8 = utf8;
+    opt.keys = keys;
+    opt.upper = upper.obj ? upper.buf : NULL;
+    opt.word = word.obj ? word.buf : NULL;
     opt.max_key = max_key > 0 ? (size_t)max_key : 0;
     opt.tables = tables;
     if (stw.obj) {
@@ -753,6 +830,8 @@ cleanup:
     Py_XDECREF(path_obj);
     PyBuffer_Release(&text);
     if (stw.obj) PyBuffer_Release(&stw);
+    if (upper.obj) PyBuffer_Release(&upper);
+    if (word.obj) PyBuffer_Release(&word);
     return res;
 }
 
@@ -815,7 +894,8 @@ PyDoc_STRVAR(native_stored_doc,
 "_native_index_stored(db_path, /)\n--\n\n"
 "The settings the native index <base>.pdx of the database at db_path\n"
 "was built with (its MANIFEST): a dict {'utf8': bool, 'max_key': int\n"
-"(bytes, 0 = no limit), 'fst': bytes (FST text), 'stw': bytes (stop\n"
+"(bytes, 0 = no limit), 'upper', 'word': bytes of 256 (case table and\n"
+"word characters), 'fst': bytes (FST text), 'stw': bytes (stop\n"
 "words, b'' for none)}, or None when the database has no native index.\n"
 "Raises CorruptionError for a damaged MANIFEST, DiskError.");
 
@@ -835,8 +915,10 @@ static PyObject *native_stored(PyObject *m, PyObject *arg)
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) Py_RETURN_NONE;
     if (rc) return set_error(st, rc, &e);
     PyObject *res = Py_BuildValue(
-        "{s:O,s:n,s:y#,s:y#}", "utf8", s.utf8 ? Py_True : Py_False,
-        "max_key", (Py_ssize_t)s.max_key, "fst", s.fst,
+        "{s:O,s:n,s:y#,s:y#,s:y#,s:y#}", "utf8", s.utf8 ? Py_True : Py_False,
+        "max_key", (Py_ssize_t)s.max_key, "upper", (const char *)s.upper,
+        (Py_ssize_t)256, "word", (const char *)s.word, (Py_ssize_t)256,
+        "fst", s.fst,
         (Py_ssize_t)s.fst_len, "stw", (const char *)s.stw,
         (Py_ssize_t)s.stw_len);
     pydb_nidx_stored_free(&s);
@@ -901,7 +983,7 @@ static PyObject *snapshot_index(PyObject *m, PyObject *args)
 static PyMethodDef index_functions[] = {
     {"_open_native_index", (PyCFunction)open_native, METH_O,
      open_native_doc},
-    {"_open_isis_index", open_isis_index, METH_O, open_isis_index_doc},
+    {"_open_isis_index", open_isis_index, METH_VARARGS, open_isis_index_doc},
     {"_isis_index_info", isis_index_info, METH_O, isis_index_info_doc},
     {"_memory_index", (PyCFunction)(void (*)(void))mod_memory_index,
      METH_VARARGS | METH_KEYWORDS, memory_index_doc},

@@ -39,11 +39,12 @@ Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
 }
 
 PyDoc_STRVAR(search_doc,
-"_search(index, expr, db=None)\n--\n\n"
+"_search(index, expr, db=None, encoding=None, errors=None)\n--\n\n"
 "Evaluate the CDS/ISIS search expression `expr` (str; docs/isis-formats.md §6,\n"
 "the language of csrc/search_parse.c) against `index` (an Index).  The\n"
-"expression is encoded with `db`'s encoding when a Database is given,\n"
-"else UTF-8.  With `db`, MFNs whose record is not active (logically or\n"
+"expression is encoded with `db`'s encoding and error handler when a\n"
+"Database is given, else with `encoding` and `errors` (default UTF-8,\n"
+"strict).  With `db`, MFNs whose record is not active (logically or\n"
 "physically deleted, never created) are dropped; the native index a\n"
 "writable Database has attached holds no postings of inactive records\n"
 "and is not filtered by the XRF.  A native index is evaluated on one\n"
@@ -58,7 +59,8 @@ PyDoc_STRVAR(search_doc,
 
 static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"index", "expr", "db", NULL};
+    static char *kwlist[] = {"index", "expr", "db", "encoding", "errors",
+                             NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *index_obj, *expr, *db_obj = Py_None, *encoded = NULL;
     PyObject *result = NULL;
@@ -72,10 +74,12 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
     int rc;
 
     memset(&e, 0, sizeof e);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|O", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|Ozz", kwlist,
                                      st->index_type, &index_obj, &expr,
-                                     &db_obj))
+                                     &db_obj, &encoding, &errors))
         return NULL;
+    if (!encoding) encoding = "utf-8";
+    if (!errors) errors = "strict";
     ix = (IndexObject *)index_obj;
     if (db_obj != Py_None) {
         if (!PyObject_TypeCheck(db_obj, st->database_type)) {

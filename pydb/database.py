@@ -303,9 +303,12 @@ class Database(_pydb.Database):
         """The postings of `key` as a list of ``Posting(mfn, tag, occ,
         cnt)`` sorted ascending (``[]`` if the key is absent).
 
-        A str key is brought into key form first (``db.postings("london")``
-        looks up ``LONDON``); bytes, or ``raw=True``, are looked up as
-        given.  LIND indexes carry no TAG/OCC (0), see ``db.index.caps``.
+        A str key the index holds exactly as given is looked up as it is
+        (so every key :meth:`terms` yields is found); any other str is
+        brought into key form first (``db.postings("london")`` looks up
+        ``LONDON``, by the key table of the database's encoding,
+        docs/isis-formats.md §5.3); bytes, or ``raw=True``, are looked up
+        only as given.  LIND indexes carry no TAG/OCC (0), see ``db.index.caps``.
         See :meth:`pydb.index.Index.postings`.
 
         Raises:
@@ -785,8 +788,12 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
             :func:`pydb.build_index` accepts: an empty native index
             (``path.pdx``) is created with these rules and attached, so
             every commit updates it (see :attr:`Database.index`).  Keys
-            are UTF-8 (Unicode folding) when `encoding` is UTF-8, else
-            8-bit ISIS tables.
+            are made by the table `encoding` implies
+            (:func:`pydb.index.key_table`: UTF-8 -> Unicode folding,
+            Latin-1/cp1252 -> the ANSI table, else the DOS 437/850 one;
+            docs/isis-formats.md §5.3), stored with the index and kept,
+            with the FST, stop words and `max_key`, when ``python -m pydb
+            index`` or :func:`pydb.build_index` rebuilds it.
         stw, max_key: stop words and key length limit of that index, as
             for :func:`pydb.build_index`.
 

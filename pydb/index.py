@@ -19,6 +19,7 @@ aligned; CISIS LIND ``.ly1/.ly2/.iyp``), without rebuilding;
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -30,13 +31,40 @@ from .search import SearchResult, search
 if TYPE_CHECKING:  # for annotations only; database imports this module
     from .database import Database
 
-__all__ = ["Term", "Posting", "Index", "TERM_BATCH", "open_index"]
+__all__ = ["Term", "Posting", "Index", "TERM_BATCH", "KEY_TABLES", "key_table",
+           "open_index"]
 
 #: Keys fetched per call into the C core (one GIL release per batch), when
 #: :meth:`Index.terms` is not given a batch size.
 TERM_BATCH = 4096
 
 KeyLike = str | bytes | bytearray | memoryview
+
+#: The built-in key tables (docs/isis-formats.md §5.3), by name, with their
+#: numbers in the C core (``enum pydb_keys``): ``"dos"`` (CDS/ISIS for DOS,
+#: code pages 437/850), ``"ansi"`` (WinISIS and ABCD for Windows,
+#: Latin-1/cp1252), ``"ascii"`` (only a-z upper-cased, bytes 128..255 kept
+#: as stored), ``"unicode"`` (UTF-8 with Unicode case and accent folding, as
+#: the keys of ABCD's UTF-8 CISIS indexes show: ASOCIACIÓN -> ASOCIACION,
+#: Ethiopic kept, words split at Ethiopic and Devanagari punctuation).
+KEY_TABLES = {"dos": 0, "ansi": 1, "ascii": 2, "unicode": 3}
+
+_ANSI_CODECS = frozenset({"iso8859-1", "cp1252", "iso8859-15"})
+
+
+def key_table(encoding: str) -> str:
+    """The built-in key table (a name of :data:`KEY_TABLES`) that a
+    database's `encoding` implies: UTF-8 -> ``"unicode"``; Latin-1, cp1252
+    and ISO 8859-15 -> ``"ansi"``; any other codec (cp437, cp850, ...) ->
+    ``"dos"``.
+
+    Raises:
+        LookupError: `encoding` is not a codec Python knows.
+    """
+    name = codecs.lookup(encoding).name
+    if name in ("utf-8", "utf-8-sig"):
+        return "unicode"
+    return "ansi" if name in _ANSI_CODECS else "dos"
 
 
 class Term(NamedTuple):
@@ -88,8 +116,15 @@ class Index:
 
     @classmethod
     def open_isis(cls, path: PathArg, *, encoding: str = "utf-8",
-                  errors: str = "surrogateescape") -> Index:
+                  errors: str = "surrogateescape", keys: str | None = None) -> Index:
         """Open the CDS/ISIS inverted file of a database, as it is.
+
+        Search terms given as str are brought into the key form the index
+        was built with (docs/isis-formats.md §5.3): by the database's own
+        ``ISISUC.TAB``/``ISISAC.TAB`` when they are beside the ``.cnt``,
+        else by the built-in table `keys`; keys are cut to LE2 bytes.  A
+        whole term that the index holds exactly as given is looked up as
+        it is (see :meth:`postings`).
 
         Args:
             path: base name of the database (``"data/cds"``) or any of its
@@ -97,6 +132,10 @@ class Index:
                 str, bytes or os.PathLike.
             encoding: codec of the keys (the database's encoding).
             errors: codec error handler for keys; the default never fails.
+            keys: a built-in key table, one of :data:`KEY_TABLES`; None:
+                the one `encoding` implies (:func:`key_table`: UTF-8 ->
+                ``"unicode"``, Latin-1/cp1252 -> ``"ansi"``, else
+                ``"dos"``).
 
         Returns:
             An :class:`Index` of kind ``"isis-classic"`` or ``"isis-lind"``.
@@ -107,12 +146,18 @@ class Index:
         Raises:
             DatabaseNotFoundError: there is no ``.cnt`` file (the database
                 has no inverted file).
-            CorruptionError: no file set validates, with the file, the byte
-                offset and the reason.
+            CorruptionError: no file set validates, or an ``ISISUC.TAB`` /
+                ``ISISAC.TAB`` is not a table (the file, the byte offset
+                and the reason).
+            ValueError: `keys` is not a name of :data:`KEY_TABLES`.
+            LookupError: `keys` is None and `encoding` is no known codec.
             DiskError: another operating-system error.
         """
-        return cls(_pydb._open_isis_index(os.fspath(path)), encoding=encoding,
-                   errors=errors)
+        table = key_table(encoding) if keys is None else keys
+        if table not in KEY_TABLES:
+            raise ValueError(f"keys must be one of {', '.join(KEY_TABLES)}, not {table!r}")
+        return cls(_pydb._open_isis_index(os.fspath(path), KEY_TABLES[table]),
+                   encoding=encoding, errors=errors)
 
     # -- attributes ----------------------------------------------------
     @property
@@ -152,15 +197,23 @@ class Index:
         bytes, 0 for classic, §4.7), ``mfn_bytes`` (3, or 4 for LIND4),
         ``cnt`` and ``postings`` (paths), ``trees`` (two dicts: ``empty``,
         ``liv``, ``root``, ``nodes``, ``leaves``, ``node_size``,
-        ``leaf_size`` in bytes, ``node_file``, ``leaf_file``) and ``note``
-        (the file set used and why).  Other kinds: ``{"kind": ...}``.
+        ``leaf_size`` in bytes, ``node_file``, ``leaf_file``), ``note``
+        (the file set used and why), ``keys`` (the built-in key table, a
+        name of :data:`KEY_TABLES`) and ``tables`` (tuple of the
+        ``"ISISUC.TAB"``/``"ISISAC.TAB"`` found beside the ``.cnt`` that
+        replace its case map and word characters, docs/isis-formats.md
+        §5.3).  Other kinds: ``{"kind": ...}``.
 
         Raises :class:`~pydb.ClosedError` once closed.
         """
         if self._h.closed:
             _ = self._h.kind  # raises ClosedError
         if self._h.kind.startswith("isis-"):
-            return _pydb._isis_index_info(self._h)
+            info = _pydb._isis_index_info(self._h)
+            info["keys"] = next(k for k, v in KEY_TABLES.items() if v == info["keys"])
+            info["tables"] = tuple(name for bit, name in ((1, "ISISUC.TAB"), (2, "ISISAC.TAB"))
+                                   if info["tables"] & bit)
+            return info
         return {"kind": self._h.kind}
 
     # -- keys ----------------------------------------------------------
@@ -173,9 +226,12 @@ class Index:
 
     def key(self, term: KeyLike) -> bytes:
         """`term` in this index's key form (bytes): the case table of
-        docs/isis-formats.md §5.3 (ISIS upper-case table; Unicode folding for
-        the native index of a UTF-8 database), blanks trimmed, truncated
-        to the longest key the index stores (LE2 bytes for ISIS files).
+        docs/isis-formats.md §5.3 (ISIS files: the database's ISISUC.TAB,
+        else the built-in table of its encoding, see :meth:`open_isis`;
+        native index: the table stored with it, Unicode folding for a
+        UTF-8 database), blanks trimmed, truncated to the longest key the
+        index stores (LE2 bytes for ISIS files).  Pure computation: it does
+        not look at the keys the index holds (:meth:`postings` does).
 
         Raises :class:`~pydb.ClosedError` once closed, TypeError when
         `term` is neither str nor bytes, UnicodeEncodeError when a str
@@ -267,9 +323,13 @@ class Index:
         """The postings of exactly one key, sorted by (MFN, TAG, OCC, CNT).
 
         Args:
-            key: a str is first brought into key form (:meth:`key`: e.g.
-                ``"psychology"`` looks up ``PSYCHOLOGY``); bytes, or
-                ``raw=True``, skip that and look the key up as given.
+            key: a str is looked up as given (encoded, trailing blanks
+                trimmed) when the index holds exactly that key -- so every
+                key :meth:`terms` yields is found, also one stored in mixed
+                case (FST technique 0 without ``mpu``) or by another table
+                --, else in key form (:meth:`key`: e.g. ``"psychology"``
+                looks up ``PSYCHOLOGY``); bytes, or ``raw=True``, are
+                looked up only as given.
             raw: True to skip key normalisation for a str too.
 
         Returns:
@@ -288,7 +348,7 @@ class Index:
         if raw or not isinstance(key, str):
             k = self._bytes(key)
         else:
-            k = self.key(key)
+            k = self._h.lookup_key(self._bytes(key))
         make = Posting._make
         return [make(t) for t in self._h.postings(k)]
 
@@ -296,7 +356,9 @@ class Index:
     def search(self, expr: str, db: Database | None = None) -> SearchResult:
         """Evaluate the CDS/ISIS search expression `expr`
         (docs/isis-formats.md §6) against this index; see
-        :func:`pydb.search.search`.
+        :func:`pydb.search.search`.  Without `db`, `expr` is encoded with
+        this Index's `encoding` and `errors`, so ``'"' + t.key + '"'`` for
+        a key from :meth:`terms` (a '"' inside doubled) finds that key.
 
         Returns:
             A :class:`pydb.search.SearchResult`: sorted distinct MFNs
@@ -309,7 +371,7 @@ class Index:
                 whose postings carry no TAG/OCC (ISIS LIND).
             ClosedError, CorruptionError, DiskError: as for :meth:`postings`.
         """
-        return search(self._h, expr, db)
+        return search(self._h, expr, db, encoding=self.encoding, errors=self.errors)
 
     # -- life cycle ----------------------------------------------------
     def close(self) -> None:

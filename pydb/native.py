@@ -30,7 +30,7 @@ from typing import Any
 from . import _pydb
 from .errors import CorruptionError
 from .fst import fst_text, read_text
-from .iso2709 import is_utf8
+from .index import KEY_TABLES, key_table
 from .paths import PathArg, base_name, find_sidecar
 
 __all__ = ["build_index", "stored_settings"]
@@ -43,8 +43,10 @@ def stored_settings(db_path: PathArg) -> dict[str, Any] | None:
 
     Returns:
         None when the database has no native index, else a dict:
-        ``utf8`` (bool), ``max_key`` (int, bytes; 0 = no limit), ``fst``
-        (bytes, FST text), ``stw`` (bytes, stop words; ``b""`` for none).
+        ``utf8`` (bool), ``max_key`` (int, bytes; 0 = no limit), ``upper``
+        and ``word`` (bytes of 256: the case table and the word characters
+        keys were made with, docs/isis-formats.md §5.3), ``fst`` (bytes,
+        FST text), ``stw`` (bytes, stop words; ``b""`` for none).
 
     Raises:
         CorruptionError: the MANIFEST is damaged (file, offset, reason).
@@ -62,11 +64,42 @@ def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
         return None
 
 
+#: Records :func:`build_index` reads to tell UTF-8 data from 8-bit data.
+SNIFF_RECORDS = 2000
+
+
+def _sniff_keys(db_path: PathArg) -> str:
+    """The key table for a database whose index says nothing: ``"unicode"``
+    when, in its first :data:`SNIFF_RECORDS` records, the fields with
+    non-ASCII bytes that are valid UTF-8 are at least as many as those that
+    are not (8-bit text is hardly ever valid UTF-8; no such field at all:
+    pydb writes str values as UTF-8), else ``"dos"`` (8-bit CDS/ISIS
+    data)."""
+    valid = invalid = 0
+    db = _pydb.Database(os.fspath(db_path))     # read-only, no lock
+    try:
+        for n, rec in enumerate(db.records(skip_damaged=True)):
+            if n >= SNIFF_RECORDS:
+                break
+            for f in rec.fields:
+                raw = f.raw
+                if not raw.isascii():
+                    try:
+                        raw.decode("utf-8")
+                        valid += 1
+                    except UnicodeDecodeError:
+                        invalid += 1
+    finally:
+        db.close()
+    return "unicode" if valid >= invalid else "dos"
+
+
 def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
                 progress: bool | Callable[[int, int], object] = False, *,
                 stw: str | bytes | os.PathLike[str] | None = None,
                 utf8: bool | None = None, encoding: str | None = None,
-                max_key: int | None = None, tables: bool = True) -> int:
+                max_key: int | None = None, tables: bool = True,
+                keys: str | None = None) -> int:
     """Build (or rebuild) the native index of the database at `db_path`.
 
     Args:
@@ -83,10 +116,20 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             when present (docs/isis-formats.md §5.4), else those of the
             index being replaced.  (An index whose MANIFEST is damaged
             has no settings to keep: the rebuild repairs it.)
-        utf8 / encoding: keys are UTF-8 (Unicode case and accent folding)
-            when utf8 is True or encoding names UTF-8; else 8-bit ISIS
-            tables.  Both None: as the index being replaced (8-bit when
-            there is none).
+        keys: the key table, a name of :data:`pydb.index.KEY_TABLES`
+            (docs/isis-formats.md §5.3): ``"unicode"`` (UTF-8, Unicode case
+            and accent folding), ``"dos"`` (code pages 437/850),
+            ``"ansi"`` (Latin-1/cp1252, as WinISIS/ABCD for Windows),
+            ``"ascii"`` (a-z only, other bytes kept as stored).  None:
+            from `utf8` or `encoding`, else as below.
+        utf8 / encoding: utf8 True is ``keys="unicode"``, False
+            ``"dos"``; `encoding` is the database's codec and picks the
+            table it implies (:func:`pydb.index.key_table`: UTF-8 ->
+            ``"unicode"``, Latin-1/cp1252 -> ``"ansi"``, else ``"dos"``).
+            All three None: the tables of the index being replaced, kept
+            byte for byte; without one, ``"unicode"`` when most fields
+            with non-ASCII bytes in the first 2,000 records are valid UTF-8
+            (or there are none), else ``"dos"``.
         max_key: keys are cut to this many bytes (0: no limit; 30 gives
             the classic ISIS key length, never inside a UTF-8 sequence);
             None: as the index being replaced (0 when there is none).
@@ -110,6 +153,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         LockTimeoutError: another writer held the lock for 10 s.
         ReadOnlyError: the database cannot be opened for writing.
         OSError: an `fst` or `stw` path cannot be read.
+        ValueError: `keys` is not a name of :data:`~pydb.index.KEY_TABLES`.
+        LookupError: `encoding` is not a codec Python knows.
         ImportError: ``progress=True`` and tqdm is not installed.
     """
     stored = _stored_or_none(db_path)
@@ -129,11 +174,20 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             stw_bytes = stored["stw"] or None
     else:
         stw_bytes = read_text(stw)
-    if utf8 is None:
-        if encoding is None and stored is not None:
-            utf8 = stored["utf8"]
+    upper: bytes | None = None
+    word: bytes | None = None
+    if keys is None:
+        if utf8 is not None:
+            keys = "unicode" if utf8 else "dos"
+        elif encoding is not None:
+            keys = key_table(encoding)
+        elif stored is not None:      # as built: the stored tables
+            keys = "unicode" if stored["utf8"] else "dos"
+            upper, word = stored["upper"], stored["word"]
         else:
-            utf8 = is_utf8(encoding)
+            keys = _sniff_keys(db_path)
+    if keys not in KEY_TABLES:
+        raise ValueError(f"keys must be one of {', '.join(KEY_TABLES)}, not {keys!r}")
     if max_key is None:
         max_key = stored["max_key"] if stored is not None else 0
     bar: Any = None
@@ -151,8 +205,10 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
     elif callable(progress):
         callback = progress
     try:
-        return _pydb._index_build(os.fspath(db_path), text, callback, utf8=bool(utf8),
-                                  max_key=max_key, stw=stw_bytes, tables=tables)
+        return _pydb._index_build(os.fspath(db_path), text, callback,
+                                  utf8=keys == "unicode", max_key=max_key, stw=stw_bytes,
+                                  tables=tables, keys=KEY_TABLES[keys], upper=upper,
+                                  word=word)
     finally:
         if bar is not None:
             bar.close()

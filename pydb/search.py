@@ -153,15 +153,21 @@ class SearchResult(Sequence):
             yield from recs
 
 
-def search(index, expr: str, db: Database | None = None) -> SearchResult:
+def search(index, expr: str, db: Database | None = None, *, encoding: str | None = None,
+           errors: str | None = None) -> SearchResult:
     """Evaluate the search expression `expr` against `index`.
 
     Args:
         index: a ``pydb._pydb.Index`` (native, ISIS or in-memory index).
         expr: the expression (str), in the language of this module's
             docstring (docs/isis-formats.md §6).  It is encoded with `db`'s
-            encoding when `db` is given, else UTF-8, and its terms are
-            brought into the index's key form (docs/isis-formats.md §5.3).
+            encoding and error handler when `db` is given, else with
+            `encoding` and `errors` (default UTF-8, strict).  A whole term
+            the index holds exactly as written is looked up as it is;
+            other terms are brought into the index's key form
+            (docs/isis-formats.md §5.3).
+        encoding, errors: codec and error handler for `expr` without `db`
+            (a :class:`pydb.index.Index` passes its own).
         db: the Database the index belongs to, or None.  With a database,
             MFNs whose records are not active (logically or physically
             deleted, never created) are left out, and
@@ -181,6 +187,7 @@ def search(index, expr: str, db: Database | None = None) -> SearchResult:
         ClosedError: the index or the database is closed.
         CorruptionError, DiskError: reading the index or the XRF failed.
         UnicodeEncodeError: `expr` cannot be encoded in `db`'s encoding.
+        LookupError: `encoding` or `errors` is unknown.
         TypeError: `index` is not an Index, `db` not a Database.
     """
-    return SearchResult(expr, _pydb._search(index, expr, db), db)
+    return SearchResult(expr, _pydb._search(index, expr, db, encoding, errors), db)

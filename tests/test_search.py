@@ -332,7 +332,8 @@ def test_memory_index_handle():
     assert ix.postings(b"b") == [(1, 5, 1, 1), (3, 1, 1, 2)]     # sorted, distinct
     assert ix.postings(b"B") == []
     assert ix.key(b"caf\xc3\xa9 x") == b"CAF\xc3\xa9 X"          # ASCII only
-    assert s(ix, "b") == []                                       # key form B
+    assert s(ix, "b") == [1, 3]                # held as given: looked up as stored
+    assert s(ix, "b$") == []                                      # key form B
     with pytest.raises(ValueError, match="MFN"):
         _pydb._memory_index({b"A": [(0, 1, 1, 1)]})
     with pytest.raises(ValueError, match="caps"):
