@@ -51,6 +51,10 @@ from .native import build_index
 from .snapshot import Snapshot
 from .subfields import Subfields, parse_subfields
 
+# Encoding detection: pydb.open(path, encoding="auto").
+from .encoding import EncodingDetection, detect_encoding  # isort: skip
+from .errors import EncodingDetectionWarning, FieldDecodeError  # isort: skip
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -65,4 +69,5 @@ __all__ = [
     "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
     "to_pymarc", "from_pymarc", "append_pymarc",
+    "detect_encoding", "EncodingDetection", "EncodingDetectionWarning", "FieldDecodeError",
 ]
