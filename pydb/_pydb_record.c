@@ -76,7 +76,7 @@ static int codec_of(const char *encoding)
 static PyObject *decode_failed(RecordObject *self, const pydb_field *f)
 {
     module_state *st = state_of_type(Py_TYPE(self));
-    PyObject *type, *exc, *tb, *enc = NULL, *obj = NULL, *reason = NULL;
+    PyObject *type, *exc, *tb, *obj = NULL, *reason = NULL;
     PyObject *err = NULL;
     Py_ssize_t start, end;
     uint32_t occ = 1;
@@ -87,13 +87,14 @@ static PyObject *decode_failed(RecordObject *self, const pydb_field *f)
     if (tb) PyException_SetTraceback(exc, tb);
     for (const pydb_field *g = self->rec->fields; g < f; g++)
         if (g->tag == f->tag) occ++;
-    enc = PyUnicodeDecodeError_GetEncoding(exc);
-    obj = enc ? PyUnicodeDecodeError_GetObject(exc) : NULL;
+    obj = PyUnicodeDecodeError_GetObject(exc);
     reason = obj ? PyUnicodeDecodeError_GetReason(exc) : NULL;
     if (!reason || PyUnicodeDecodeError_GetStart(exc, &start) < 0 ||
         PyUnicodeDecodeError_GetEnd(exc, &end) < 0)
         goto done;
-    err = PyObject_CallFunction(st->FieldDecodeError, "OOnnOOlkI", enc, obj,
+    /* the database's name for the codec ("cp1252", not "charmap") */
+    err = PyObject_CallFunction(st->FieldDecodeError, "OOnnOOlkI",
+                                self->encoding, obj,
                                 start, end, reason, self->source,
                                 (long)self->rec->mfn,
                                 (unsigned long)f->tag, (unsigned int)occ);
@@ -110,7 +111,6 @@ done:
     Py_XDECREF(err);
     Py_XDECREF(reason);
     Py_XDECREF(obj);
-    Py_XDECREF(enc);
     Py_XDECREF(type);
     Py_XDECREF(exc);
     Py_XDECREF(tb);

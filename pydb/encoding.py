@@ -23,9 +23,11 @@ The rules, in order:
    a warning follows (rule 5).
 3. The 8-bit code page: each candidate decodes the invalid-UTF-8 values
    and scores the bytes >= 0x80 that become a letter in a plausible place
-   -- a lower-case letter next to another letter, or an upper-case one
-   not right after a lower-case letter (accented letters of real text are
-   mostly inside words) -- leaving out the letters no Latin-script text
+   -- a lower-case letter after a letter or before a lower-case one, or
+   an upper-case one not right after a lower-case letter (accented letters
+   of real text are mostly inside words; windows-1252 quotes and dashes,
+   which cp850 reads as letters, stand before capitals or between spaces)
+   -- leaving out the letters no Latin-script text
    uses in practice (ª º µ ð Ð þ Þ ƒ ı: what cp850 makes of ISO bytes, or
    Latin-1 of DOS bytes).  Candidates, best score wins, ties in this
    order: ``latin-1`` (ISO-8859-1 and Windows; named ``"cp1252"`` when the
@@ -205,11 +207,26 @@ def _letters(text: str, raw: bytes) -> int:
         prev = text[i - 1] if i else " "
         nxt = text[i + 1] if i + 1 < n else " "
         if c.islower():
-            if prev.isalpha() or nxt.isalpha():
+            if prev.isalpha() or nxt.islower():
                 score += 1
         elif not prev.islower():
             score += 1
     return score
+
+
+def _raw_fields(rec: Any) -> list[tuple[int, int, bytes]]:
+    """(tag, 1-based occurrence, stored bytes) of every field of `rec`, in
+    stored order, without decoding anything (the database's own codec and
+    error handler play no part)."""
+    values: dict[int, list[bytes]] = {}
+    seen: dict[int, int] = {}
+    out = []
+    for tag in rec.tags:
+        if tag not in values:
+            values[tag] = rec.raw(tag)
+        occ = seen[tag] = seen.get(tag, 0) + 1
+        out.append((tag, occ, values[tag][occ - 1]))
+    return out
 
 
 def _bad_utf8_offset(raw: bytes) -> int:
@@ -254,20 +271,17 @@ def detect_encoding(db: Any) -> EncodingDetection:
         except (NotFoundError, CorruptionError):
             continue
         records += 1
-        occ: dict[int, int] = {}
-        for f in rec.fields:
+        for tag, occ, raw in _raw_fields(rec):
             fields += 1
-            occ[f.tag] = occ.get(f.tag, 0) + 1
-            raw = f.raw
             if raw.isascii():
                 continue
             non_ascii += 1
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError:
-                invalid.append((mfn, f.tag, occ[f.tag], raw))
+                invalid.append((mfn, tag, occ, raw))
             else:
-                valid.append((mfn, f.tag, occ[f.tag], raw))
+                valid.append((mfn, tag, occ, raw))
 
     counts: dict[str, Any] = dict(records=records, fields=fields, non_ascii=non_ascii,
                   utf8_valid=len(valid), utf8_invalid=len(invalid), config=config,
