@@ -43,6 +43,12 @@ from .native import _stored_or_none, build_index
 from .paths import find_sidecar
 from .unesb import generate
 
+# The --encoding of the commands that read a database (info, dump, terms,
+# postings, search).
+_ENCODING_HELP = ("codec of the field values (any Python codec name); default auto: "
+                  "detected from the records and ABCD's configuration files (info "
+                  "shows the choice and the evidence)")
+
 
 @contextmanager
 def _progress(total, unit, desc, enabled=True, force=False, absolute=False):
@@ -110,6 +116,8 @@ def _cmd_info(args) -> int:
         print(f"{k:>20}: {info[k]}")
     for k, v in counts.items():
         print(f"{k:>20}: {v}")
+    det = db.encoding_detection
+    print(f"{'encoding':>20}: {db.encoding}" + (f" (auto: {det.summary()})" if det else ""))
     return 0
 
 
@@ -393,12 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("gctest", help="garbage-collection experiment, per policy (gctest --help)")
     p = sub.add_parser("info", help="control record, layout and counts")
     p.add_argument("db")
-    p.add_argument("--encoding", default="utf-8")
+    p.add_argument("--encoding", default="auto", help=_ENCODING_HELP)
     p.set_defaults(func=_cmd_info)
     p = sub.add_parser("dump", help="records as text")
     p.add_argument("db")
     p.add_argument("mfn", nargs="*", type=int)
-    p.add_argument("--encoding", default="utf-8")
+    p.add_argument("--encoding", default="auto", help=_ENCODING_HELP)
     p.add_argument("--deleted", action="store_true", help="include logically deleted records")
     p.set_defaults(func=_cmd_dump)
     p = sub.add_parser("terms", help="keys of the inverted index, in order, with posting counts")
@@ -407,20 +415,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="only keys starting with this (brought into key form)")
     p.add_argument("--start", default=None, help="first key (inclusive)")
     p.add_argument("--limit", type=int, default=None, help="at most N keys")
-    p.add_argument("--encoding", default="utf-8")
+    p.add_argument("--encoding", default="auto", help=_ENCODING_HELP)
     p.set_defaults(func=_cmd_terms)
     p = sub.add_parser("postings", help="postings (MFN TAG OCC CNT) of one key")
     p.add_argument("db")
     p.add_argument("key")
     p.add_argument("--raw", action="store_true",
                    help="look the key up as given (no upper-casing)")
-    p.add_argument("--encoding", default="utf-8")
+    p.add_argument("--encoding", default="auto", help=_ENCODING_HELP)
     p.set_defaults(func=_cmd_postings)
     p = sub.add_parser("search", help="MFNs matching a CDS/ISIS search expression")
     p.add_argument("db")
     p.add_argument("expr", help='e.g. "PLANT$ * WATER/(24)"')
     p.add_argument("--dump", action="store_true", help="print the records, not just MFNs")
-    p.add_argument("--encoding", default="utf-8")
+    p.add_argument("--encoding", default="auto", help=_ENCODING_HELP)
     p.set_defaults(func=_cmd_search)
     p = sub.add_parser("check", help="validate a database (exit 0 sound, 1 damaged, 2 cannot open)",
                        description="Walk the control record, every XRF entry, every record "

@@ -412,19 +412,22 @@ def test_cli_terms_and_postings(capsys):
 
 @pytest.mark.sanitize_address
 def test_cli_terms_writes_stored_bytes():
-    """A key that is not valid UTF-8 (odds: TW_ESPA\\xd1OLA, CP1252 data)
-    is printed as stored, under the default --encoding utf-8."""
+    """A key that is not valid UTF-8 (odds: TW_ESPA\\xd1OLA, Latin-1 data)
+    is printed as stored under --encoding utf-8; the default --encoding
+    auto detects latin-1 and prints the text (here as UTF-8)."""
     import subprocess
     import sys
     base = need(ODDS)
     env = dict(os.environ, PYTHONIOENCODING="utf-8")
-    p = subprocess.run([sys.executable, "-m", "pydb", "terms", base, "TW_ESP"],
-                       capture_output=True, env=env, timeout=60,
-                       cwd=Path(__file__).resolve().parents[1])
-    assert p.returncode == 0, p.stderr
     with Index.open_isis(base) as ix:
         n = len(ix.postings(b"TW_ESPA\xd1OLA"))
-    assert p.stdout == b"TW_ESPA\xd1OLA\t%d\n" % n and n > 0
+    for extra, key in ((["--encoding", "utf-8"], b"TW_ESPA\xd1OLA"),
+                       ([], "TW_ESPAÑOLA".encode())):
+        p = subprocess.run([sys.executable, "-m", "pydb", "terms", base, "TW_ESP", *extra],
+                           capture_output=True, env=env, timeout=60,
+                           cwd=Path(__file__).resolve().parents[1])
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == key + b"\t%d\n" % n and n > 0
 
 
 # -------------------------------------------------------------------- index
