@@ -243,24 +243,18 @@ def detect_encoding(db: Any) -> EncodingDetection:
     in the module docstring).
 
     Args:
-        db: an open :class:`pydb.Database` (its stored bytes are read; its
-            own encoding plays no part), or a path as :func:`pydb.open`
-            takes (str, bytes or os.PathLike), opened read-only for the
-            call.
+        db: an open :class:`pydb.Database`; its stored bytes are read (its
+            own encoding and error handler play no part).  To detect while
+            opening, use ``pydb.open(path, encoding="auto")``.
 
     Returns:
         An :class:`EncodingDetection` (``.encoding`` the codec name,
         ``.reason``, the counts, ``.problems``).
 
     Raises:
-        The errors of :func:`pydb.open` when `db` is a path
-        (DatabaseNotFoundError, CorruptionError, ...); ClosedError for a
-        closed database.  Damaged records are skipped, not raised.
+        ClosedError: the database is closed.  Damaged records are skipped,
+        not raised.
     """
-    if isinstance(db, (str, bytes, os.PathLike)):
-        from .database import open as open_db
-        with open_db(db) as opened:
-            return detect_encoding(opened)
     config, config_enc = _config(db.info()["mst_path"])
     records = fields = non_ascii = 0
     valid: list[tuple[int, int, int, bytes]] = []     # (mfn, tag, occ, raw)

@@ -204,7 +204,8 @@ def test_synthetic_databases(tmp_path, codec, texts, expected):
         else:
             assert (det.utf8_valid, det.utf8_invalid) == (0, len(texts))
             assert max(det.scores, key=lambda c: det.scores[c]) == expected
-    assert pydb.detect_encoding(base).encoding == expected
+    with pydb.open(base) as db:
+        assert pydb.detect_encoding(db) == det
 
 
 def test_synthetic_cp1252(tmp_path):
@@ -322,7 +323,8 @@ def test_configuration_breaks_a_mixed_sample(tmp_path):
     with db:
         assert db.encoding == "utf-8"     # the data alone would say latin-1
         assert db.encoding_detection.problem_count == 2 and len(warned) == 1
-    assert pydb.detect_encoding(make(tmp_path, "nocfg", values)).encoding == "latin-1"
+    with pydb.open(make(tmp_path, "nocfg", values)) as db:
+        assert pydb.detect_encoding(db).encoding == "latin-1"
 
 
 # ------------------------------------------------------------ decode errors
@@ -385,3 +387,26 @@ def test_writable_auto(tmp_path):
         assert (db.encoding, warned) == ("cp850", [])
         mfn = db.append([(70, "Añadido")])
         assert db[mfn].raw(70) == ["Añadido".encode("cp850")]
+
+
+# ------------------------------------------------------------ command line
+
+def test_cli_defaults_to_auto(isis_data, capsys):
+    from pydb.__main__ import main
+    base = str(data_path(PYISIS + "db/cds"))
+    assert main(["info", base]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("encoding:"))
+    with pydb.open(base, encoding="auto") as db:
+        summary = db.encoding_detection.summary()
+    assert line == f"{'encoding':>20}: cp850 (auto: {summary})"
+    assert main(["info", base, "--encoding", "latin-1"]) == 0
+    assert f"{'encoding':>20}: latin-1\n" in capsys.readouterr().out
+    assert main(["dump", base, "7"]) == 0
+    assert "!v070!Slavík, B.\n" in capsys.readouterr().out
+    # a database with broken values opens with a warning (on stderr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["info", str(data_path(ABCD + "unicode/data/unicode"))]) == 0
+    assert [w.category for w in caught] == [pydb.EncodingDetectionWarning]
+    assert f"{'encoding':>20}: utf-8 (auto: " in capsys.readouterr().out
