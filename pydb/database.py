@@ -758,9 +758,13 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             ``"cp852"``), kept in :attr:`Database.encoding` with the
             evidence in :attr:`Database.encoding_detection`, and warned
             about (:class:`EncodingDetectionWarning`) when sampled values
-            do not decode cleanly in it.  The default stays ``"utf-8"``
-            (what earlier versions did; the command line defaults to
-            ``"auto"``).  Bytes are always available through
+            do not decode cleanly in it.  The default stays ``"utf-8"``,
+            not ``"auto"`` (the command line's default): code written
+            for earlier versions relies on it -- a str written by
+            ``append``/``update`` is encoded with the database's codec,
+            and surrogateescape'd values re-encode to the stored bytes
+            only with the same codec -- and detection reads up to 512
+            records at every open.  Bytes are always available through
             ``Field.raw``/``Record.raw``.
         errors: codec error handler; the default ``"surrogateescape"`` never
             fails and re-encodes to the stored bytes.  With ``"strict"`` a

@@ -251,6 +251,20 @@ def test_sample_is_bounded_and_spread(tmp_path):
                                                            if m >= 1500)
 
 
+def test_scoring_is_bounded(tmp_path):
+    # 600 records with one cp850 é each: 512 sampled (256 first, 256
+    # spread), and rule 3 scores every 2nd of those values (at most 256)
+    base = tmp_path / "many"
+    with pydb.create(base) as db, db.transaction() as tx:
+        for _ in range(600):
+            tx.append([(24, "Caractéristiques".encode("cp850"))])
+    with pydb.open(base, encoding="auto") as db:
+        det = db.encoding_detection
+        assert (det.records, det.non_ascii, det.utf8_invalid) == (512, 512, 512)
+        assert det.scores == {"latin-1": 0, "cp850": 256, "cp852": 256}
+        assert det.encoding == "cp850"
+
+
 def test_invalid_utf8_in_utf8_database_warns(tmp_path):
     values = [t.encode("utf-8") for t in TEXT_FR] + [b"M\xd4NICA"]
     base = make(tmp_path, "m", values, fields_per_record=2)
