@@ -343,6 +343,7 @@ def test_configuration_breaks_a_mixed_sample(tmp_path):
 
 # ------------------------------------------------------------ decode errors
 
+@pytest.mark.sanitize_address
 def test_strict_decode_error_names_the_field(tmp_path):
     base = tmp_path / "s"
     with pydb.create(base) as db:
@@ -374,6 +375,7 @@ def test_strict_decode_error_names_the_field(tmp_path):
                                    "value: character maps to <undefined>")
 
 
+@pytest.mark.sanitize_address
 def test_strict_decode_error_real_data(isis_data):
     with pydb.open(data_path(FIXTURES + "mixEncodings"), errors="strict") as db:
         for read in (db.__getitem__, lambda m: db.read_many([m])[0],
