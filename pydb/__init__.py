@@ -54,6 +54,10 @@ from .native import build_index
 from .snapshot import Snapshot
 from .subfields import Subfields, parse_subfields
 
+# Encoding detection: pydb.open(path, encoding="auto").
+from .encoding import EncodingDetection, detect_encoding  # isort: skip
+from .errors import EncodingDetectionWarning, FieldDecodeError  # isort: skip
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -70,4 +74,5 @@ __all__ = [
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
     "to_pymarc", "from_pymarc", "append_pymarc",
     "to_arrow", "from_arrow", "export_parquet", "import_parquet",
+    "detect_encoding", "EncodingDetection", "EncodingDetectionWarning", "FieldDecodeError",
 ]

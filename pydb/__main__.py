@@ -129,8 +129,9 @@ def _cmd_info(args) -> int:
             "mst_path", "xrf_path", "layout", "mstxl", "next_mfn", "next_block", "next_pos",
             "mftype", "reccnt", "mst_size", "xrf_size")]
         rows += list(counts.items())
+        det = db.encoding_detection
         rows += [("encoding", f"{db.encoding} (field values are decoded with it; "
-                  "--encoding)"),
+                  "--encoding)" + (f"; auto: {det.summary()}" if det else "")),
                  ("io", f"{info['io']} (lock {info['lock']})"),
                  ("commit", f"{commit} (commit sequence; 0: never written by pydb)")]
         if damaged is not None:
@@ -611,6 +612,11 @@ def _exit_table() -> str:
 ENCODING_HELP = ("character set of the database's field values, a Python codec name "
                  "(utf-8, cp850, cp1252, latin-1, ...; default utf-8)")
 KEYS_TOO = "; keys and search expressions are read in it too"
+# the commands that read a database detect its encoding by default
+READ_ENCODING_HELP = ("character set of the database's field values, a Python codec name "
+                      "(utf-8, cp850, cp1252, latin-1, ...) or auto; default: auto, "
+                      "detected from the records and ABCD's configuration files (info "
+                      "shows the choice and its evidence)")
 
 
 def _db_arg(p, what="the database: its base name or its .mst/.xrf file"):
@@ -684,7 +690,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("info", "control record, layout, record counts, encoding, I/O mode, commit "
                 "sequence and the inverted index (kind, key rules, keys, postings, FST)")
     _db_arg(p)
-    _encoding_arg(p)
+    _encoding_arg(p, READ_ENCODING_HELP, default="auto")
     p.set_defaults(func=_cmd_info)
     p = command("dump", "records as text (CISIS .id style: !ID MFN, then !vTAG!value)",
                 epilog="Under an ASCII locale (LC_ALL=C or POSIX) the text is written as "
@@ -692,7 +698,7 @@ def parser() -> argparse.ArgumentParser:
     _db_arg(p)
     p.add_argument("mfn", metavar="MFN", nargs="*", type=int,
                    help="MFNs of the records to print (default: every active record)")
-    _encoding_arg(p)
+    _encoding_arg(p, READ_ENCODING_HELP, default="auto")
     p.add_argument("--deleted", action="store_true", help="include logically deleted records")
     _progress_args(p)
     p.set_defaults(func=_cmd_dump)
@@ -708,7 +714,7 @@ def parser() -> argparse.ArgumentParser:
                    help="first key, inclusive (default: the first key)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="at most N keys (default: no limit)")
-    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
+    _encoding_arg(p, READ_ENCODING_HELP + KEYS_TOO, default="auto")
     p.set_defaults(func=_cmd_terms)
     p = command("postings", "postings of one key: MFN TAG OCC CNT, tab separated",
                 epilog="MFN: record; TAG: field; OCC: occurrence of the field (from 1); "
@@ -717,7 +723,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("key", metavar="KEY", help="the key (upper-cased to key form unless --raw)")
     p.add_argument("--raw", action="store_true",
                    help="look the key up as given (no upper-casing)")
-    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
+    _encoding_arg(p, READ_ENCODING_HELP + KEYS_TOO, default="auto")
     p.set_defaults(func=_cmd_postings)
     p = command("search", "records matching a CDS/ISIS search expression",
                 epilog=SEARCH_HELP)
@@ -727,7 +733,7 @@ def parser() -> argparse.ArgumentParser:
                         '"PLANT$ * WATER/(24)" (operators below)')
     p.add_argument("--dump", action="store_true",
                    help="print the records as text, not just their MFNs")
-    _encoding_arg(p, ENCODING_HELP + KEYS_TOO)
+    _encoding_arg(p, READ_ENCODING_HELP + KEYS_TOO, default="auto")
     p.set_defaults(func=_cmd_search)
     p = command("check", "validate a database (exit 0 sound, 1 damaged, 2 cannot open)",
                 description="Walk the control record, every XRF entry, every record "

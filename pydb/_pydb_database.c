@@ -134,8 +134,40 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
     Py_XSETREF(self->encoding, PyUnicode_FromString(encoding));
     Py_XSETREF(self->errors, PyUnicode_FromString(errors));
     Py_XSETREF(self->path, PyOS_FSPath(path_obj));
-    if (!self->encoding || !self->errors || !self->path) return -1;
+    {
+        pydb_info i;
+        pydb_info_get(&i, db);
+        Py_XSETREF(self->mst_path, PyUnicode_DecodeFSDefault(i.mst_path));
+    }
+    if (!self->encoding || !self->errors || !self->path || !self->mst_path)
+        return -1;
     return 0;
+}
+
+/* _set_codec(encoding, errors): the codec of the records read from now
+ * on.  Only for Database.__init__ (pydb.open(encoding="auto") sets the
+ * codec it detected), before the handle is shared: other calls keep the
+ * UTF-8 of the old name while they run with the GIL released.  Records
+ * read before keep theirs. */
+static PyObject *database_set_codec(DatabaseObject *self, PyObject *args)
+{
+    const char *encoding, *errors;
+    PyObject *enc, *err;
+    if (!PyArg_ParseTuple(args, "ss:_set_codec", &encoding, &errors))
+        return NULL;
+    if (!PyCodec_KnownEncoding(encoding)) {
+        PyErr_Format(PyExc_LookupError, "unknown encoding: %s", encoding);
+        return NULL;
+    }
+    enc = PyUnicode_FromString(encoding);
+    err = enc ? PyUnicode_FromString(errors) : NULL;
+    if (!err) {
+        Py_XDECREF(enc);
+        return NULL;
+    }
+    Py_XSETREF(self->encoding, enc);
+    Py_XSETREF(self->errors, err);
+    Py_RETURN_NONE;
 }
 
 static void database_dealloc(DatabaseObject *self)
@@ -157,6 +189,7 @@ static void database_dealloc(DatabaseObject *self)
     Py_CLEAR(self->encoding);
     Py_CLEAR(self->errors);
     Py_CLEAR(self->path);
+    Py_CLEAR(self->mst_path);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -196,7 +229,8 @@ static PyObject *database_read(DatabaseObject *self, PyObject *arg)
         pydb_record_free(rec);
         return set_error(st, rc, &e);
     }
-    return record_new_from(st, self->encoding, self->errors, rec);
+    return record_new_from(st, self->encoding, self->errors, self->mst_path,
+                           rec);
 }
 
 static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
@@ -216,7 +250,8 @@ static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
         pydb_record_free(rec);
         return set_error(st, rc, &e);
     }
-    return record_new_from(st, self->encoding, self->errors, rec);
+    return record_new_from(st, self->encoding, self->errors, self->mst_path,
+                           rec);
 }
 
 static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
@@ -257,7 +292,8 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
     list = PyList_New(n);
     if (!list) goto cleanup;
     for (i = 0; i < n; i++) {
-        PyObject *r = record_new_from(st, self->encoding, self->errors, recs[i]);
+        PyObject *r = record_new_from(st, self->encoding, self->errors,
+                                      self->mst_path, recs[i]);
         recs[i] = NULL;
         if (!r) {
             Py_CLEAR(list);
@@ -786,7 +822,8 @@ static PyObject *iter_next(IterObject *it)
     }
     r = it->recs[it->pos];
     it->recs[it->pos++] = NULL;
-    return record_new_from(st, it->db->encoding, it->db->errors, r);
+    return record_new_from(st, it->db->encoding, it->db->errors,
+                           it->db->mst_path, r);
 }
 
 static PyType_Slot iter_slots[] = {
@@ -842,6 +879,11 @@ static PyObject *database_records(DatabaseObject *self, PyObject *args,
 }
 
 static PyMethodDef database_methods[] = {
+    {"_set_codec", (PyCFunction)database_set_codec, METH_VARARGS,
+     "_set_codec($self, encoding, errors, /)\n--\n\nDecode the records "
+     "read from now on with `encoding`/`errors` (internal: used by "
+     "pydb.open(encoding='auto') before the handle is shared).\n\n"
+     "Raises LookupError for an unknown encoding."},
     {"close", (PyCFunction)database_close, METH_NOARGS,
      "close($self, /)\n--\n\nClose the files.  Waits for reads in flight "
      "in other threads; later calls raise ClosedError.  Idempotent."},

@@ -17,6 +17,7 @@ typedef struct {
     PyObject *encoding;  /* str */
     PyObject *errors;    /* str */
     PyObject *path;      /* str, as given */
+    PyObject *mst_path;  /* str: the master file, named by decode errors */
     PyObject *weakreflist;
     pydb_txn *txn;       /* the open write transaction (_pydb_transaction.c),
                             aborted by close(); changed with the GIL held */

@@ -151,6 +151,7 @@ static int module_exec(PyObject *m)
     GET_EXC(ReadOnlyError);
     GET_EXC(LockTimeoutError);
     GET_EXC(DatabaseExistsError);
+    GET_EXC(FieldDecodeError);
     Py_DECREF(errors);
     return 0;
 fail:
@@ -166,7 +167,7 @@ fail:
     X(Error) X(CorruptionError) X(NotFoundError) X(DiskError)           \
     X(DatabaseNotFoundError) X(UnsupportedError) X(RecordTooLargeError) \
     X(ClosedError) X(SearchSyntaxError) X(FSTError) X(ReadOnlyError)    \
-    X(LockTimeoutError) X(DatabaseExistsError)
+    X(LockTimeoutError) X(DatabaseExistsError) X(FieldDecodeError)
 
 static int module_traverse(PyObject *m, visitproc visit, void *arg)
 {

@@ -55,7 +55,8 @@ typedef struct {
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
-        *LockTimeoutError, *DatabaseExistsError;
+        *LockTimeoutError, *DatabaseExistsError,
+        *FieldDecodeError;  /* a value that does not decode (record.c) */
 } module_state;
 
 extern struct PyModuleDef pydb_module;

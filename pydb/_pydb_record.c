@@ -20,6 +20,7 @@ typedef struct {
     pydb_record *rec;
     PyObject *encoding;
     PyObject *errors;
+    PyObject *source;   /* str: the master file, for decode errors */
     int codec;          /* CODEC_*: how decode() decodes; 0 until asked */
 } RecordObject;
 
@@ -28,7 +29,8 @@ typedef struct {
 enum { CODEC_UNKNOWN, CODEC_UTF8, CODEC_LATIN1, CODEC_ASCII, CODEC_OTHER };
 
 PyObject *record_new_from(module_state *st, PyObject *encoding,
-                          PyObject *errors, pydb_record *rec)
+                          PyObject *errors, PyObject *source,
+                          pydb_record *rec)
 {
     RecordObject *r;
     r = (RecordObject *)st->record_class->tp_alloc(st->record_class, 0);
@@ -39,6 +41,7 @@ PyObject *record_new_from(module_state *st, PyObject *encoding,
     r->rec = rec;
     r->encoding = Py_NewRef(encoding);
     r->errors = Py_NewRef(errors);
+    r->source = Py_NewRef(source);
     r->codec = CODEC_UNKNOWN;
     return (PyObject *)r;
 }
@@ -49,6 +52,7 @@ static void record_dealloc(RecordObject *self)
     pydb_record_free(self->rec);
     Py_XDECREF(self->encoding);
     Py_XDECREF(self->errors);
+    Py_XDECREF(self->source);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -65,10 +69,59 @@ static int codec_of(const char *encoding)
     return CODEC_OTHER;
 }
 
+/* The UnicodeDecodeError now set, raised again as FieldDecodeError (a
+ * pydb.Error and a UnicodeDecodeError) that names the master file, the
+ * MFN, the tag and the 1-based occurrence of field `f`; the codec's
+ * error is its __cause__.  Other exceptions pass through.  NULL. */
+static PyObject *decode_failed(RecordObject *self, const pydb_field *f)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    PyObject *type, *exc, *tb, *obj = NULL, *reason = NULL;
+    PyObject *err = NULL;
+    Py_ssize_t start, end;
+    uint32_t occ = 1;
+    if (!st || !PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        return NULL;
+    PyErr_Fetch(&type, &exc, &tb);   /* PyErr_GetRaisedException: 3.12 */
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb) PyException_SetTraceback(exc, tb);
+    for (const pydb_field *g = self->rec->fields; g < f; g++)
+        if (g->tag == f->tag) occ++;
+    obj = PyUnicodeDecodeError_GetObject(exc);
+    reason = obj ? PyUnicodeDecodeError_GetReason(exc) : NULL;
+    if (!reason || PyUnicodeDecodeError_GetStart(exc, &start) < 0 ||
+        PyUnicodeDecodeError_GetEnd(exc, &end) < 0)
+        goto done;
+    /* the database's name for the codec ("cp1252", not "charmap") */
+    err = PyObject_CallFunction(st->FieldDecodeError, "OOnnOOlkI",
+                                self->encoding, obj,
+                                start, end, reason, self->source,
+                                (long)self->rec->mfn,
+                                (unsigned long)f->tag, (unsigned int)occ);
+    if (err) {
+        PyException_SetCause(err, Py_NewRef(exc));
+        PyException_SetContext(err, Py_NewRef(exc));
+        PyErr_SetObject((PyObject *)Py_TYPE(err), err);
+    }
+done:
+    if (!err && !PyErr_Occurred()) {   /* raise the codec's own error */
+        PyErr_Restore(type, exc, tb);
+        type = exc = tb = NULL;
+    }
+    Py_XDECREF(err);
+    Py_XDECREF(reason);
+    Py_XDECREF(obj);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    return NULL;
+}
+
 static PyObject *decode(RecordObject *self, const pydb_field *f)
 {
     const char *s = (const char *)f->value;
     const char *errors = PyUnicode_AsUTF8(self->errors);
+    PyObject *v;
     if (!errors) return NULL;
     if (self->codec == CODEC_UNKNOWN) {
         const char *encoding = PyUnicode_AsUTF8(self->encoding);
@@ -76,13 +129,14 @@ static PyObject *decode(RecordObject *self, const pydb_field *f)
         self->codec = codec_of(encoding);
     }
     switch (self->codec) {
-    case CODEC_UTF8: return PyUnicode_DecodeUTF8(s, f->len, errors);
-    case CODEC_LATIN1: return PyUnicode_DecodeLatin1(s, f->len, errors);
-    case CODEC_ASCII: return PyUnicode_DecodeASCII(s, f->len, errors);
+    case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, errors); break;
+    case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, errors); break;
+    case CODEC_ASCII: v = PyUnicode_DecodeASCII(s, f->len, errors); break;
     default:
-        return PyUnicode_Decode(s, f->len, PyUnicode_AsUTF8(self->encoding),
-                                errors);
+        v = PyUnicode_Decode(s, f->len, PyUnicode_AsUTF8(self->encoding),
+                             errors);
     }
+    return v ? v : decode_failed(self, f);
 }
 
 /* A Field (tag, value, raw), taking the three references (any NULL:

@@ -9,9 +9,12 @@
 #include "_pydb_module.h"
 
 /* A new instance of the record class (pydb.Record) owning `rec` (freed on
- * failure too); values are decoded with `encoding`/`errors` (str). */
+ * failure too); values are decoded with `encoding`/`errors` (str); a value
+ * that does not decode raises FieldDecodeError naming `source` (str: the
+ * master file), the MFN, the tag and the occurrence. */
 PyObject *record_new_from(module_state *st, PyObject *encoding,
-                          PyObject *errors, pydb_record *rec);
+                          PyObject *errors, PyObject *source,
+                          pydb_record *rec);
 
 /* ------------------------------------------------ the field converter
  *

@@ -302,7 +302,8 @@ static PyObject *snapshot_read(SnapshotObject *s, PyObject *arg)
         pydb_record_free(rec);
         return set_error(st, rc, &e);
     }
-    return record_new_from(st, s->db->encoding, s->db->errors, rec);
+    return record_new_from(st, s->db->encoding, s->db->errors,
+                           s->db->mst_path, rec);
 }
 
 static PyObject *snapshot_read_many(SnapshotObject *s, PyObject *arg)
@@ -338,7 +339,7 @@ static PyObject *snapshot_read_many(SnapshotObject *s, PyObject *arg)
     if (!list) goto cleanup;
     for (i = 0; i < n; i++) {
         PyObject *r = record_new_from(st, s->db->encoding, s->db->errors,
-                                      recs[i]);
+                                      s->db->mst_path, recs[i]);
         recs[i] = NULL;
         if (!r) {
             Py_CLEAR(list);

@@ -19,12 +19,14 @@ from typing import Any
 from . import _pydb
 from .check import CheckReport
 from .check import check as _check
+from .encoding import EncodingDetection, conflict, detect_encoding
 from .errors import (
     ClosedError,
     CorruptionError,
     DatabaseExistsError,
     DatabaseNotFoundError,
     DiskError,
+    EncodingDetectionWarning,
     NotFoundError,
     PendingLogWarning,
     UnsupportedError,
@@ -160,8 +162,16 @@ class Database(_pydb.Database):
                 flags |= _pydb.OPEN_NOSYNC
         if lock_timeout is None or not lock_timeout >= 0:
             raise ValueError("lock_timeout must be a number of seconds >= 0")
-        super().__init__(path, encoding=encoding, errors=errors, io=io, lock=lock,
-                         flags=flags, gc=gc)
+        auto = encoding == "auto"
+        super().__init__(path, encoding="utf-8" if auto else encoding, errors=errors,
+                         io=io, lock=lock, flags=flags, gc=gc)
+        self._encoding_detection: EncodingDetection | None = None
+        if auto:
+            try:
+                self._detect_encoding(path, errors)
+            except BaseException:
+                super().close()
+                raise
         self._readonly = not (flags & _pydb.OPEN_WRITE)
         self._sync = not (flags & _pydb.OPEN_NOSYNC)
         pending = self.info()["log_pending"]
@@ -194,6 +204,38 @@ class Database(_pydb.Database):
                 raise
             self._index = ix
             self._index_known = ix is not None
+
+    # -- encoding detection (pydb/encoding.py) ------------------------------
+    def _detect_encoding(self, path: PathArg, errors: str) -> None:
+        """encoding="auto": detect, set the codec, warn (rule 5 of
+        pydb.encoding) when sampled values do not decode cleanly or the
+        data contradict the configuration files."""
+        det = detect_encoding(self)
+        self._set_codec(det.encoding, errors)
+        self._encoding_detection = det
+        notes = []
+        if det.problem_count:
+            where = ", ".join(f"MFN {m} tag {t} occurrence {o} offset {off}"
+                              for m, t, o, off in det.problems[:3])
+            what = ("are not valid UTF-8" if det.encoding == "utf-8"
+                    else "are valid UTF-8 with multi-byte sequences (mixed encodings?)")
+            notes.append(f"{det.problem_count} of the {det.fields} sampled fields {what}: "
+                         f"{where}{', ...' if det.problem_count > 3 else ''}")
+        contradiction = conflict(det)
+        if contradiction:
+            notes.append(contradiction)
+        if notes:
+            warnings.warn(f"{os.fsdecode(self.info()['mst_path'])}: encoding=\"auto\" chose "
+                          f"{det.encoding} ({det.reason}); " + "; ".join(notes),
+                          EncodingDetectionWarning, stacklevel=4)
+
+    @property
+    def encoding_detection(self) -> EncodingDetection | None:
+        """How ``encoding="auto"`` chose :attr:`encoding`: a
+        :class:`pydb.encoding.EncodingDetection` (``.encoding``,
+        ``.reason``, the sample counts, ``.problems``, ``.summary()``), or
+        None when the encoding was given."""
+        return self._encoding_detection
 
     # -- inverted index (docs/isis-formats.md §4-6) -------------------------
     def _native_base(self) -> str | None:
@@ -712,10 +754,27 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             ``info()["log_pending"]`` says why).
         encoding: codec for field values as str (any Python codec name;
             CDS/ISIS files carry no marker, docs/isis-formats.md §9: DOS databases
-            are usually ``"cp850"``, WinISIS ``"cp1252"``, ABCD ``"utf-8"``).
-            Bytes are always available through ``Field.raw``/``Record.raw``.
+            are usually ``"cp850"``, WinISIS ``"cp1252"``, ABCD ``"utf-8"``),
+            or ``"auto"``: decided from a bounded sample of the records and
+            ABCD's configuration files (:func:`pydb.encoding.detect_encoding`:
+            ``"utf-8"``, ``"latin-1"``, ``"cp1252"``, ``"cp850"`` or
+            ``"cp852"``), kept in :attr:`Database.encoding` with the
+            evidence in :attr:`Database.encoding_detection`, and warned
+            about (:class:`EncodingDetectionWarning`) when sampled values
+            do not decode cleanly in it.  The default stays ``"utf-8"``,
+            not ``"auto"`` (the command line's default): code written
+            for earlier versions relies on it -- a str written by
+            ``append``/``update`` is encoded with the database's codec,
+            and surrogateescape'd values re-encode to the stored bytes
+            only with the same codec -- and detection reads up to 512
+            records at every open.  Bytes are always available through
+            ``Field.raw``/``Record.raw``.
         errors: codec error handler; the default ``"surrogateescape"`` never
-            fails and re-encodes to the stored bytes.
+            fails and re-encodes to the stored bytes.  With ``"strict"`` a
+            value that does not decode raises :class:`FieldDecodeError`
+            (also a UnicodeDecodeError) naming the master file, the MFN,
+            the tag, the occurrence and the byte offset in the value, when
+            the value is decoded (``rec.fields``, ``rec[tag]``...).
         io: ``"pread"``, ``"mmap"`` or ``"direct"`` (O_DIRECT: every read
             goes to the disk, bypassing the page cache).
         lock: ``"none"`` or ``"mutex"`` (one mutex serialises every record
@@ -753,6 +812,11 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
         ValueError, LookupError: a bad `io`/`lock`/`gc` or unknown
             `encoding`.
         MemoryError: the collector thread could not be started.
+
+    Warns:
+        EncodingDetectionWarning: ``encoding="auto"`` found sampled values
+            that do not decode cleanly in the encoding it chose, or data
+            that contradict the configuration files.
     """
     return Database(path, readonly=readonly, encoding=encoding, errors=errors,
                     io=io, lock=lock, sync=sync, lock_timeout=lock_timeout, gc=gc)
@@ -782,7 +846,9 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         mstxl: MSTXL shift 0..6 (docs/isis-formats.md §2.1, §3.2): records start
             on 2^mstxl-byte boundaries and the master file may grow to
             512 MiB x 2^mstxl (0: 512 MiB; CISIS uses 3 or 6 with FFI).
-        encoding, errors, io, sync, lock_timeout, gc: as for :func:`open`.
+        encoding, errors, io, sync, lock_timeout, gc: as for :func:`open`
+            (except ``encoding="auto"``: a new database has no data to
+            detect an encoding from).
         fst: None (no inverted index), or FST text, a path to an FST file
             or an iterable of :class:`pydb.fst.FieldRule`, as
             :func:`pydb.build_index` accepts: an empty native index
@@ -806,7 +872,8 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         DatabaseExistsError: ``path.mst`` or ``path.xrf`` exists already
             (nothing is overwritten).
         ValueError: unknown layout, mstxl outside 0..6 (one message per
-            bad argument), or a path whose base name is empty.
+            bad argument), ``encoding="auto"``, or a path whose base name
+            is empty.
         TypeError: mstxl is not an int.
         DiskError: the files cannot be written.
         FSTError: `fst` does not parse (the database files are created
@@ -814,6 +881,8 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
     """
     if gc not in GC_POLICIES:
         raise ValueError(f"gc must be one of {', '.join(GC_POLICIES)}, not {gc!r}")
+    if encoding == "auto":
+        raise ValueError('encoding="auto" needs data: give a new database its encoding')
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     if isinstance(mstxl, bool) or not isinstance(mstxl, int):

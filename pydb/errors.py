@@ -17,8 +17,12 @@
     ├── LockTimeoutError (TimeoutError)  another writer holds the lock
     ├── SearchSyntaxError (ValueError)   bad search expression
     ├── FSTError (ValueError)      bad field select table
-    └── IsoRecordError (ValueError)  a record of an exchange file (ISO 2709,
-                                   JSON Lines) that cannot be read or written
+    ├── IsoRecordError (ValueError)  a record of an exchange file (ISO 2709,
+    │                              JSON Lines) that cannot be read or written
+    └── FieldDecodeError (UnicodeDecodeError)  a field value that does not
+                                   decode with the database's encoding
+
+Warnings: PendingLogWarning, EncodingDetectionWarning.
 """
 
 __all__ = [
@@ -26,6 +30,7 @@ __all__ = [
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
     "FSTError", "DatabaseExistsError", "IsoRecordError", "PendingLogWarning",
+    "FieldDecodeError", "EncodingDetectionWarning",
 ]
 
 
@@ -203,3 +208,49 @@ class ImportResumeError(Error):
 
     def __str__(self):
         return f"{self.filename}: cannot resume: {self.reason}"
+
+
+class FieldDecodeError(Error, UnicodeDecodeError):
+    """A field value that does not decode with the database's encoding and
+    error handler (``errors="strict"``), raised where the value is decoded
+    (``Record.fields``, ``rec[tag]``, ``rec.get``, ``to_dict``...).  Also a
+    :class:`UnicodeDecodeError`, so code that caught the codec's error
+    still does; the codec's error is its ``__cause__``.
+
+    Attributes: ``filename`` (str, the master file), ``mfn`` (int),
+    ``tag`` (int), ``occurrence`` (int, 1-based among the fields of that
+    tag in the record), and those of UnicodeDecodeError: ``encoding``,
+    ``object`` (the field's stored bytes), ``start`` / ``end`` (byte
+    offsets of the bad bytes in the value), ``reason``.
+    """
+
+    def __init__(self, encoding, object, start, end, reason, filename, mfn, tag,
+                 occurrence):
+        UnicodeDecodeError.__init__(self, encoding, object, start, end, reason)
+        self.filename = filename
+        self.mfn = mfn
+        self.tag = tag
+        self.occurrence = occurrence
+
+    def __reduce__(self):
+        return (type(self), (self.encoding, self.object, self.start, self.end,
+                             self.reason, self.filename, self.mfn, self.tag,
+                             self.occurrence))
+
+    def __str__(self):
+        bad = self.object[self.start:self.end]
+        what = (f"byte 0x{bad[0]:02x}" if len(bad) == 1
+                else f"bytes {bad.hex(' ')}")
+        return (f"{self.filename}: MFN {self.mfn}, tag {self.tag}, occurrence "
+                f"{self.occurrence}: {self.encoding!r} cannot decode {what} at "
+                f"offset {self.start} of the value: {self.reason}")
+
+
+class EncodingDetectionWarning(UserWarning):
+    """``pydb.open(..., encoding="auto")`` chose an encoding, but some of
+    the sampled field values do not decode cleanly in it (a UTF-8 database
+    with invalid bytes, an 8-bit one that also holds UTF-8 sequences, a
+    database mixing encodings), or the data contradicts the database's
+    configuration files.  The message names the encoding, the counts and
+    the first fields concerned (MFN, tag, occurrence);
+    ``Database.encoding_detection`` holds the whole evidence."""

@@ -619,19 +619,22 @@ def test_cli_terms_and_postings(capsys):
 
 @pytest.mark.sanitize_address
 def test_cli_terms_writes_stored_bytes():
-    """A key that is not valid UTF-8 (odds: TW_ESPA\\xd1OLA, CP1252 data)
-    is printed as stored, under the default --encoding utf-8."""
+    """A key that is not valid UTF-8 (odds: TW_ESPA\\xd1OLA, Latin-1 data)
+    is printed as stored under --encoding utf-8; the default --encoding
+    auto detects latin-1 and prints the text (here as UTF-8)."""
     import subprocess
     import sys
     base = need(ODDS)
     env = dict(os.environ, PYTHONIOENCODING="utf-8")
-    p = subprocess.run([sys.executable, "-m", "pydb", "terms", base, "TW_ESP"],
-                       capture_output=True, env=env, timeout=60,
-                       cwd=Path(__file__).resolve().parents[1])
-    assert p.returncode == 0, p.stderr
     with Index.open_isis(base) as ix:
         n = len(ix.postings(b"TW_ESPA\xd1OLA"))
-    assert p.stdout == b"TW_ESPA\xd1OLA\t%d\n" % n and n > 0
+    for extra, key in ((["--encoding", "utf-8"], b"TW_ESPA\xd1OLA"),
+                       ([], "TW_ESPAÑOLA".encode())):
+        p = subprocess.run([sys.executable, "-m", "pydb", "terms", base, "TW_ESP", *extra],
+                           capture_output=True, env=env, timeout=60,
+                           cwd=Path(__file__).resolve().parents[1])
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == key + b"\t%d\n" % n and n > 0
 
 
 # -------------------------------------------------------------------- index
@@ -711,10 +714,11 @@ def test_every_argument_has_help_naming_its_default():
     enc = {name: next(a for a in p._actions if a.dest == "encoding")
            for name, p in commands.items() if name in (
                "info", "dump", "terms", "postings", "search")}
-    assert {a.default for a in enc.values()} == {"utf-8"}
-    assert {a.help.split(")")[0] for a in enc.values()} == {
+    assert {a.default for a in enc.values()} == {"auto"}
+    assert {a.help.split(" (info")[0] for a in enc.values()} == {
         "character set of the database's field values, a Python codec name (utf-8, cp850, "
-        "cp1252, latin-1, ...; default utf-8"}
+        "cp1252, latin-1, ...) or auto; default: auto, detected from the records and ABCD's "
+        "configuration files"}
 
 
 def test_top_level_help():
@@ -776,14 +780,14 @@ def test_info_shows_encoding_io_commit_and_index(isis_data, tmp_path, capsys):
         db.append([(24, "one more")])
     with pydb.open(base, readonly=False, gc="none") as db:
         ix = db.stat()["index"]
-    assert cli_main(["info", str(base)]) == 0
+    assert cli_main(["info", str(base), "--encoding", "utf-8"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-8:] == [
         "            encoding: utf-8 (field values are decoded with it; --encoding)",
         "                  io: mmap (lock none)",
         "              commit: 3 (commit sequence; 0: never written by pydb)",
         f"               index: native ({base}.pdx)",
-        "          index keys: 8-bit, ISIS upper-case tables; key length no limit",
+        "          index keys: UTF-8, Unicode case and accent folding; key length no limit",
         f"                keys: {ix['terms']}",
         f"            postings: {ix['postings']} (one per place a key occurs: MFN, tag, "
         "occurrence, word)",
