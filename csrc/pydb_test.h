@@ -37,7 +37,8 @@ void pydb__test_set_read_delay(unsigned usec);
  * (pwrite, fsync, fdatasync, ftruncate, rename, unlink) fail with `eno`;
  * with `short_write` = 1, an n-th pwrite writes less than asked and the
  * next one fails with `eno`; with `short_write` = 2 the process exits
- * (_exit(137), a crash point) instead of doing the n-th operation.
+ * (_exit(137), a crash point) instead of doing the n-th operation; with
+ * `short_write` = 3 every operation from the n-th on fails (a full disk).
  * n = 0 restores the POSIX table; n < 0 only counts.  Not thread-safe to
  * switch; tests only. */
 void pydb__test_fail_io(long n, int eno, int short_write);

@@ -203,6 +203,8 @@ static int fault_short;      /* short write at fault_at, error after it   */
 static long fault_count;     /* operations counted                        */
 static int fault_was_short;  /* the fault_at-th operation wrote short     */
 static int fault_crash;      /* _exit(137) instead of failing (crash point) */
+static int fault_sticky;     /* every operation from fault_at on fails (a
+                                full disk) */
 static const char *fault_fired;
 static pthread_t fault_thread; /* only its operations count: a collector
                                   thread's I/O must not move the count */
@@ -218,7 +220,7 @@ static int fault_hit(const char *name)
     long n;
     if (!fault_mine()) return 0;
     n = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
-    if (fault_at > 0 && n == fault_at) {
+    if (fault_at > 0 && (n == fault_at || (fault_sticky && n > fault_at))) {
         if (fault_crash) _exit(137);
         if (!fault_fired) fault_fired = name;
         errno = fault_errno;
@@ -273,6 +275,7 @@ void pydb__test_fail_io(long n, int eno, int short_write)
     fault_errno = eno;
     fault_short = short_write == 1;
     fault_crash = short_write == 2;
+    fault_sticky = short_write == 3;
     fault_count = 0;
     fault_fired = NULL;
     fault_was_short = 0;

@@ -38,14 +38,14 @@
 
 static PyObject *mod_test_fail_io(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"n", "errno", "short", "crash", NULL};
+    static char *kwlist[] = {"n", "errno", "short", "crash", "sticky", NULL};
     long n;
-    int eno = EIO, shortw = 0, crash = 0;
+    int eno = EIO, shortw = 0, crash = 0, sticky = 0;
     (void)m;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ipp", kwlist, &n, &eno,
-                                     &shortw, &crash))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ippp", kwlist, &n, &eno,
+                                     &shortw, &crash, &sticky))
         return NULL;
-    pydb__test_fail_io(n, eno, crash ? 2 : shortw);
+    pydb__test_fail_io(n, eno, crash ? 2 : sticky ? 3 : shortw);
     Py_RETURN_NONE;
 }
 
@@ -585,13 +585,14 @@ static PyObject *index_garbage(PyObject *m, PyObject *args);
 static PyMethodDef testing_functions[] = {
     {"fail_io", (PyCFunction)(void (*)(void))mod_test_fail_io,
      METH_VARARGS | METH_KEYWORDS,
-     "fail_io(n, errno=5, short=False, crash=False)\n--\n\nMake the "
-     "n-th write-side file operation of the core (pwrite, fsync, fdatasync, "
-     "ftruncate, rename, unlink) fail with `errno`; with `short`, the n-th "
-     "pwrite writes half and the next operation fails; with `crash`, the "
-     "process exits with status 137 just before the n-th operation (a "
-     "crash point).  errno defaults to EIO.  n=0 turns it off, n<0 only "
-     "counts.  Process-wide."},
+     "fail_io(n, errno=5, short=False, crash=False, sticky=False)\n--\n\n"
+     "Make the n-th write-side file operation of the core (pwrite, fsync, "
+     "fdatasync, ftruncate, rename, unlink) fail with `errno`; with "
+     "`short`, the n-th pwrite writes half and the next operation fails; "
+     "with `crash`, the process exits with status 137 just before the n-th "
+     "operation (a crash point); with `sticky`, every operation from the "
+     "n-th on fails (a full disk).  errno defaults to EIO.  n=0 turns it "
+     "off, n<0 only counts.  Process-wide."},
     {"io_count", mod_test_io_count, METH_NOARGS,
      "io_count()\n--\n\nWrite-side operations counted since fail_io()."},
     {"io_fired", mod_test_io_fired, METH_NOARGS,

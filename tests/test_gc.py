@@ -298,15 +298,16 @@ def wait_for(pred, timeout=10.0):
 
 
 def test_cooperative_step_failure_is_recorded(tmp_path):
-    """A reader's cooperative step meets ENOSPC (fault injection counts
-    only the arming thread's operations, so the step runs here): the
-    reader gets its answer, no exception; the error is kept as
-    last_error; later steps collect once the disk has room."""
+    """A reader's cooperative steps meet ENOSPC, every write failing (a
+    full disk; fault injection counts only the arming thread's operations,
+    so the steps run here): the reader gets its answer, no exception; the
+    error is kept as last_error; later steps collect once the disk has
+    room."""
     import errno
 
     from pydb import _pydb
     with indexed_db(tmp_path, gc="cooperative") as db:
-        _pydb._testing.fail_io(1, errno=errno.ENOSPC)
+        _pydb._testing.fail_io(1, errno=errno.ENOSPC, sticky=True)
         try:
             assert [p.mfn for p in db.postings("COMMON")] == list(range(1, 7))
             fired = _pydb._testing.io_fired()
