@@ -69,6 +69,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import importlib.util
 import json
 import math
 import os
@@ -577,9 +578,9 @@ def plot(samples: list[dict], path, title: str = "") -> None:
             err = [[m - min(v) for m, v in zip(med, vals, strict=True)],
                    [max(v) - m for m, v in zip(med, vals, strict=True)]]
             ax.errorbar(ts, med, yerr=err, marker="o", capsize=3, label=_label(impl))
-        ax.set_title(f"cache {cache}, lock {lock}")
-        ax.set_xlabel("threads")
-        ax.set_ylabel("rows per second")
+        ax.set_title(f"{cache} cache, lock {lock}")
+        ax.set_xlabel("threads (log scale)")
+        ax.set_ylabel("rows read per second (log scale)")
         ax.set_yscale("log")
         ax.set_xscale("log", base=2)
         all_ts = sorted({x["threads"] for x in samples if x["phase"] == "threads"})
@@ -591,7 +592,7 @@ def plot(samples: list[dict], path, title: str = "") -> None:
     for ax in list(axes.flat)[len(modes):]:
         ax.set_visible(False)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(f"{title}: median of the repetitions, bars from min to max")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -640,9 +641,11 @@ def main(argv=None) -> int:
                     help="short passes, lock none only, 3 repetitions unless --reps is "
                          "given (under a minute)")
     ap.add_argument("--json", metavar="FILE", help="write every sample to FILE as JSON")
-    ap.add_argument("--plot", metavar="FILE.png",
-                    help="chart rows/s against threads per mode (needs matplotlib: "
-                         "pip install 'pydb[plot]')")
+    ap.add_argument("--plot", metavar="FILE.png", default=None,
+                    help="chart rows/s against threads, one panel per mode (needs "
+                         "matplotlib: pip install 'pydb[plot]'; default: crashtest.png in "
+                         "the current folder when matplotlib is installed)")
+    ap.add_argument("--no-plot", action="store_true", help="draw no chart")
     args = ap.parse_args(argv)
 
     try:
@@ -661,12 +664,16 @@ def main(argv=None) -> int:
         reps = 3 if args.quick else 5
     if reps < 1 or max_time <= 0 or min_time < 0:
         ap.error("--reps must be >= 1, --max-time > 0, --min-time >= 0")
-    if args.plot:
+    if args.no_plot:
+        args.plot = None
+    elif args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             ap.error("--plot needs matplotlib, which is not installed: "
                      "pip install 'pydb[plot]' (or pip install matplotlib)")
+    elif importlib.util.find_spec("matplotlib") is not None:
+        args.plot = "crashtest.png"    # drawn by default where it can be
 
     db_path = args.db
     if db_path is None:

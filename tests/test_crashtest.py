@@ -259,7 +259,7 @@ def test_command_line(small_db, tmp_path):
     out_json = tmp_path / "samples.json"
     r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", str(small_db), "--quick",
                         "--cache", "warm", "--threads", "2,1", "--py-read", "batch,record",
-                        "--json", str(out_json)],
+                        "--json", str(out_json), "--no-plot"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     text = r.stdout
@@ -309,6 +309,26 @@ def test_plot(small_db, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_drawn_by_default(small_db, tmp_path):
+    """With matplotlib installed the chart is drawn without --plot, into
+    crashtest.png of the current folder; --no-plot draws none."""
+    pytest.importorskip("matplotlib")
+    args = [sys.executable, "-m", "pydb", "crashtest", str(small_db), "--quick",
+            "--cache", "warm", "--threads", "1", "--py-read", "batch"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    (tmp_path / "a").mkdir()
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path / "a", env=env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a" / "crashtest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot written to crashtest.png" in r.stdout
+    (tmp_path / "b").mkdir()
+    r = subprocess.run(args + ["--no-plot"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path / "b", env=env)
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "b").iterdir()) == [] and "plot written" not in r.stdout
 
 
 def test_plot_without_matplotlib(small_db, tmp_path):
@@ -460,8 +480,8 @@ def test_command_line_default_database(unesb_cache):
     # no database argument: the default one, from the cache, with the index phase
     env = dict(os.environ, PYDB_CACHE_DIR=str(unesb_cache))
     r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", "--quick", "--cache", "warm",
-                        "--threads", "2,1"], capture_output=True, text=True, timeout=300,
-                       env=env)
+                        "--threads", "2,1", "--no-plot"], capture_output=True, text=True,
+                       timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert "building the default database" not in r.stderr
     text = r.stdout
