@@ -11,8 +11,10 @@ Writes OUT/<target>/<sha1 of the input> for each target of fuzz/Makefile:
   stop-word files.  Nothing is copied into the repository: the seeds live
   under OUT (default fuzz/build/seeds, ignored by git);
 - from databases pydb itself creates here (every leader layout, MSTXL 0
-  and 3, updates and deletions, its commit header), their ISO 2709
-  exports, and hand-written search expressions and FST rules.
+  and 3, updates and deletions, its commit header), their ISO 2709 and
+  JSON Lines exports, and hand-written search expressions and FST rules.
+
+OUT/jsonl is for the atheris target of fuzz/atheris_targets.py.
 
 Inputs that stand for several files join them with FUZZ_SEP (fuzz/fuzz.h),
 an empty part standing for a missing file.  Inputs over --max-size bytes
@@ -31,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SEP = b"#PYDB-FUZZ-FILE#"          # FUZZ_SEP of fuzz/fuzz.h
 TARGETS = ("search", "fst", "iso2709", "mst", "isis_index", "keys")
+PY_TARGETS = ("jsonl",)   # fuzz/atheris_targets.py (its iso2709 uses the C target's seeds)
 ISIS_INDEX_EXTS = ("cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2", "iyp")
 
 SEARCH = [
@@ -115,6 +118,8 @@ def real_seeds(data: Path) -> Iterator[tuple[str, bytes]]:
     for ext in ("iso", "mrc"):
         for p in by_ext.get(ext, []):
             yield "iso2709", p.read_bytes()
+    for p in by_ext.get("json", []):   # isis2json output: not pydb's lines
+        yield "jsonl", p.read_bytes()
     for p in by_ext.get("fst", []):
         yield "fst", p.read_bytes()
         yield "fst", joined(p.read_bytes(), RECORD)
@@ -163,6 +168,9 @@ def made_seeds(tmp: Path) -> Iterator[tuple[str, bytes]]:
                 iso = tmp / f"{layout}-{mstxl}.{flavour}.iso"
                 pydb.export_iso(base, iso, flavour)
                 yield "iso2709", iso.read_bytes()
+            jsonl = tmp / f"{layout}-{mstxl}.jsonl"
+            pydb.export_jsonl(base, jsonl, deleted=True)
+            yield "jsonl", jsonl.read_bytes()
     with pydb.create(tmp / "empty") as db:
         pass
     yield "mst", joined((tmp / "empty.mst").read_bytes(), (tmp / "empty.xrf").read_bytes())
@@ -189,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "fuzz" / "build" / "seeds")
     ap.add_argument("--max-size", type=int, default=1 << 20)
     args = ap.parse_args(argv)
-    counts = dict.fromkeys(TARGETS, 0)
-    for t in TARGETS:
+    counts = dict.fromkeys(TARGETS + PY_TARGETS, 0)
+    for t in counts:
         (args.out / t).mkdir(parents=True, exist_ok=True)
     if args.data.is_dir():
         write(args.out, real_seeds(args.data), args.max_size, counts)
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make_seeds: no real data at {args.data}; generated seeds only")
     with tempfile.TemporaryDirectory(prefix="pydb-seeds-") as tmp:
         write(args.out, made_seeds(Path(tmp)), args.max_size, counts)
-    for t in TARGETS:
+    for t in counts:
         print(f"make_seeds: {t}: {counts[t]} new seeds in {args.out / t}")
     return 0
 

@@ -29,6 +29,7 @@ import pydb
 from conftest import DATA, REPO
 
 sys.path.insert(0, str(REPO / "fuzz"))
+import atheris_targets  # noqa: E402
 import make_seeds  # noqa: E402
 import regressions  # noqa: E402
 
@@ -96,6 +97,17 @@ def test_seeds_replay_clean(standalone, seeds, target):
     p = run(standalone / f"fuzz_{target}", corpus)
     assert_clean(p)
     assert f"ran {n} inputs" in p.stdout
+
+
+@pytest.mark.parametrize("target", sorted(atheris_targets.TARGETS))
+def test_python_targets_replay_seeds(seeds, target):
+    """The atheris targets' checks (fuzz/atheris_targets.py) hold on their
+    seeds, without atheris: the tolerant ISO 2709 reader and the JSON Lines
+    reader."""
+    files = sorted((seeds / target).iterdir())
+    assert files
+    for f in files:
+        atheris_targets.TARGETS[target](f.read_bytes())
 
 
 def test_real_seeds_present(seeds):
