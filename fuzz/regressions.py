@@ -109,7 +109,8 @@ CASES = [
          "hang: every read switched files forever (read.c pydb__header_gen "
          "took the word over the state); now the state decides"),
     Case("shm-state-gen-2e63", "mst", "", shm_state_gen_huge,
-         "hang (the same loop: a generation the handle's fseq cannot hold); "
+         "hang (the same loop, found reading the code of the case above: a "
+         "generation the handle's fseq cannot hold); "
          "now shm.c takes a generation >= 2^62 for a damaged slot and reads "
          "use the files (files mode), as for a slot with a bad CRC"),
     Case("stw-lone-cr", "keys", "", stopwords_lone_cr,
