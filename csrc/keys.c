@@ -486,7 +486,10 @@ int pydb__stopwords_parse(pydb_stopwords *sw, const pydb_keyrules *r,
     int rc = PYDB_OK;
 
     memset(sw, 0, sizeof *sw);
-    for (size_t k = 0; k < len; k++) nlines += text[k] == '\n';
+    /* every byte that ends a word in the loop below counts (a CR alone,
+     * as old Mac files end lines, or a DOS end-of-file mark) */
+    for (size_t k = 0; k < len; k++)
+        nlines += text[k] == '\n' || text[k] == '\r' || text[k] == 26;
     cap = len * 4 + 16;
     sw->arena = malloc(cap);
     sw->off = malloc(nlines * sizeof *sw->off);

@@ -3,8 +3,8 @@
  * points that tests drive directly.  Not API, not installed, no
  * compatibility promise.
  *
- * Who includes it: outside csrc/, only the tests (tests/c/), the
- * benchmarks (benchmarks/) and the binding's test door
+ * Who includes it: outside csrc/, only the tests (tests/c/), the fuzz
+ * targets (fuzz/), the benchmarks (benchmarks/) and the binding's test door
  * (pydb/_pydb_testing.c, the submodule pydb._pydb._testing); every other
  * file of the binding includes pydb.h alone.  Inside csrc/, pydb_int.h
  * includes it, so the files that define these functions and the internal

@@ -158,8 +158,32 @@ uint64_t pydb__header_gen(pydb_db *db)
     uint64_t w;
     if (!shm || !pydb__shm_valid(shm)) return 0;
     w = pydb__shm_file_gen(shm);
-    if (pydb__shm_state(&st, shm) == 0 && st.file_gen > w) w = st.file_gen;
+    /* The word is a copy of the latest state's file_gen stored after the
+     * state: it may lag the state (a writer died between the two), never
+     * lead it.  The state decides; a word ahead of it is damage, and
+     * syncing the handle to it would leave reads that need the state's
+     * generation switching files forever. */
+    if (pydb__shm_state(&st, shm) == 0) w = st.file_gen;
     return w;
+}
+
+/* A read found the latest state to be of other files than the handle's
+ * (fs >> 1) and switched `switches` times already: switch again, or,
+ * after so many switches that no run of compactions explains them, give
+ * up on a commit header whose state names files the handle never
+ * reaches (a generation of 2^63 or more cannot be held, for one). */
+static int switch_files(pydb_db *db, const pydb_state *st, uint64_t fs,
+                        int switches, pydb_error *err)
+{
+    if (switches >= 16)
+        return PYDB_CORRUPT(err, db->shm_path, -1,
+                            "the commit header's latest state (commit "
+                            "%llu) is of master-file generation %llu, but "
+                            "the files it leads to are of generation %llu",
+                            (unsigned long long)st->commit,
+                            (unsigned long long)st->file_gen,
+                            (unsigned long long)(fs >> 1));
+    return pydb__files_sync(db, err);
 }
 
 static int files_begin(uint64_t *fs, pydb_db *db, int nowait,
@@ -633,6 +657,7 @@ int pydb__xrf_get_in(pydb_xrf_entry *out, pydb_db *db, const pydb_state *st,
 int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
                  pydb_error *err)
 {
+    int switches = 0;
     for (;;) {
         pydb_state st;
         uint64_t fs;
@@ -640,7 +665,7 @@ int pydb_xrf_get(pydb_xrf_entry *out, pydb_db *db, int32_t mfn,
         if (rc) return rc;
         state_for(&st, db, mfn, 0);
         if (st.commit != 0 && st.file_gen != fs >> 1) {
-            rc = pydb__files_sync(db, err);
+            rc = switch_files(db, &st, fs, switches++, err);
             if (rc) return rc;
             continue;
         }
@@ -779,18 +804,18 @@ int pydb__read_in(pydb_record **rec, pydb_db *db, const pydb_state *st,
  * to copy: the common case), then, when the record lies beyond it,
  * against the latest state itself. */
 static int read_latest_once(pydb_record **rec, pydb_db *db, int32_t mfn,
-                            pydb_error *err, int nowait, uint64_t fs)
+                            pydb_error *err, int nowait, uint64_t fs,
+                            pydb_state *st)
 {
-    pydb_state st;
     int rc = NEED_STATE;
-    state_floor(&st, db);
-    if (mfn >= 1 && mfn < st.next_mfn)
-        rc = read_in(rec, db, &st, mfn, err, nowait);
+    state_floor(st, db);
+    if (mfn >= 1 && mfn < st->next_mfn)
+        rc = read_in(rec, db, st, mfn, err, nowait);
     if (rc != NEED_STATE) return rc;
-    rc = state_for(&st, db, mfn, nowait);
+    rc = state_for(st, db, mfn, nowait);
     if (rc) return rc;
-    if (st.commit != 0 && st.file_gen != fs >> 1) return NEED_SWITCH;
-    return read_in(rec, db, &st, mfn, err, nowait);
+    if (st->commit != 0 && st->file_gen != fs >> 1) return NEED_SWITCH;
+    return read_in(rec, db, st, mfn, err, nowait);
 }
 
 /* A plain read, retried when the handle switched to a new file pair
@@ -798,14 +823,16 @@ static int read_latest_once(pydb_record **rec, pydb_db *db, int32_t mfn,
 static int read_latest(pydb_record **rec, pydb_db *db, int32_t mfn,
                        pydb_error *err, int nowait)
 {
+    int switches = 0;
     for (;;) {
+        pydb_state st;
         uint64_t fs;
         int rc = files_begin(&fs, db, nowait, err);
         if (rc) return rc;
-        rc = read_latest_once(rec, db, mfn, err, nowait, fs);
+        rc = read_latest_once(rec, db, mfn, err, nowait, fs, &st);
         if (rc == NEED_SWITCH) {
             if (nowait) return PYDB_EWOULDBLOCK;
-            rc = pydb__files_sync(db, err);
+            rc = switch_files(db, &st, fs, switches++, err);
             if (rc) return rc;
             continue;
         }

@@ -41,6 +41,9 @@
 #define OFF_GARBAGE_V 320 /* master-file garbage: versions superseded */
 #define OFF_GARBAGE_B 328 /* ... and their bytes (compact.c)          */
 #define OFF_FILE_GEN 336  /* file_gen of the latest published state   */
+/* Master-file generations count compactions; one at or above this is
+ * damage (a handle keeps its files' generation doubled, read.c fseq) */
+#define GEN_LIMIT ((uint64_t)1 << 62)
 #define OFF_SWAP_FROM 344 /* the commit the last compaction replaced  */
 #define OFF_SWAP_STATE 352 /* the state that compaction published (64) */
 #define OFF_GC_LEASE 416  /* the collector lease: pid << 32 | time (gc.c) */
@@ -304,6 +307,7 @@ static int state_copy(pydb_state *st, pydb_shm *s, const uint8_t *m,
         __atomic_store_n(&s->verified, c, __ATOMIC_RELAXED);
     }
     memcpy(st, b, sizeof *st);
+    if (st->file_gen >= GEN_LIMIT) return -1;   /* a damaged slot */
     return 0;
 }
 
@@ -390,8 +394,10 @@ const uint64_t *pydb__shm_gen_word(const pydb_shm *s)
 
 uint64_t pydb__shm_file_gen(const pydb_shm *s)
 {
+    uint64_t w;
     if (!pydb__shm_valid(s)) return 0;
-    return __atomic_load_n(u64_at(s, OFF_FILE_GEN), __ATOMIC_ACQUIRE);
+    w = __atomic_load_n(u64_at(s, OFF_FILE_GEN), __ATOMIC_ACQUIRE);
+    return w < GEN_LIMIT ? w : 0;
 }
 
 _Static_assert(sizeof(pydb_state) == 64, "the swap record holds a state");

@@ -1,0 +1,215 @@
+"""Build the seed corpora of the fuzz targets (docs/fuzzing.md) at run time.
+
+    python fuzz/make_seeds.py [--data DIR] [--out DIR] [--max-size BYTES]
+
+Writes OUT/<target>/<sha1 of the input> for each target of fuzz/Makefile:
+
+- from the real CDS/ISIS and ISO 2709 files under DIR (default:
+  $PYDB_TEST_DATA, else ../shared/data/isis beside the repository; skipped
+  when absent): master file + XRF pairs, ISIS inverted-file sets (classic
+  and LIND), ISO 2709 and MARC files, FST files, ISISUC/ISISAC tables and
+  stop-word files.  Nothing is copied into the repository: the seeds live
+  under OUT (default fuzz/build/seeds, ignored by git);
+- from databases pydb itself creates here (every leader layout, MSTXL 0
+  and 3, updates and deletions, its commit header), their ISO 2709 and
+  JSON Lines exports, and hand-written search expressions and FST rules.
+
+OUT/jsonl is for the atheris target of fuzz/atheris_targets.py.
+
+Inputs that stand for several files join them with FUZZ_SEP (fuzz/fuzz.h),
+an empty part standing for a missing file.  Inputs over --max-size bytes
+(default 1 MiB) are left out.  Prints how many seeds each target got.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SEP = b"#PYDB-FUZZ-FILE#"          # FUZZ_SEP of fuzz/fuzz.h
+TARGETS = ("search", "fst", "iso2709", "mst", "isis_index", "keys")
+PY_TARGETS = ("jsonl",)   # fuzz/atheris_targets.py (its iso2709 uses the C target's seeds)
+ISIS_INDEX_EXTS = ("cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2", "iyp")
+
+SEARCH = [
+    "WATER", "water", "WATER + SOIL", "WATER * SOIL", "WATER ^ SOIL",
+    "WATER AND SOIL", "WATER OR SOIL", "WATER AND NOT SOIL", "WATER WITH SOIL",
+    "WATER (G) SOIL", "WATER (F) SOIL", "WATER (g) SOIL", "WATER . SOIL",
+    "WATER .. SOIL", "WATER $ SOIL", "WATER $$ SOIL", "WATER . . SOIL",
+    "WAT$", "A$", "\"WATER\"$", "WATER/(24)", "WATER /(24, 70)", "SOIL$/(69)",
+    "(WATER + SOIL) * (A + AB)", "((WATER))", "\"WATER SOIL\"", "\"#1\"", "#1",
+    "NOT", "(", ")", "WATER +", "* SOIL", "WATER/(", "WATER/(0)", "WATER/(65536)",
+    "\u00c9TUDE", "\u00e9tude$", "1990 * A (G) AB . ABC",
+    "(" * 100 + "A" + ")" * 100, "(" * 101 + "A" + ")" * 101,
+]
+
+FST = [
+    "24 0 V24\n", "24 4 V24\n70 0 (V70/)\n", "69 2 V69\n26 8 V26^c\n",
+    "24 1 V24^a\n24 3 V24\n24 5 'TI_'V24\n24 6 V24\n24 7 V24\n",
+    "70 0 MHU,(V70/)\n24 4 MHU,V24\n69 2 V69\n",
+    "1 0 if p(v26) then v26^a fi\n2 0 (if iocc=1 then v70 else '; 'v70 fi)\n",
+    "3 0 mfn\n4 0 v24.10\n5 0 v24*3.5\n6 0 (|<|v70|>|)\n7 0 s(v24,v70)\n",
+    "8 0 mpl,v24\n9 0 mdl,v70\n10 4 v44\n1024 1000 v24\n",
+    "", "24 0\n", "24 9 V24\n", "x 0 v24\n", "24 0 (((((v24)))))\n",
+]
+
+RECORD = (b"24 <The> world of <water>: a survey^bfirst edition\n"
+          b"26 ^aParis^bUnesco^c1990\n69 Water resources; Hydrology; Soil\n"
+          b"70 Smith, J.\n70 Doe, A.B.\n44 \xc3\x89tudes\n")
+
+STW = [b"THE\nOF\nA\nAN\n", b"the\r\nof\r\n", b"\xc3\xa9t\xc3\xa9\nDE\n"]
+
+
+def default_data() -> Path:
+    env = os.environ.get("PYDB_TEST_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data" / "isis"
+
+
+def files_by_ext(data: Path) -> dict[str, list[Path]]:
+    out: dict[str, list[Path]] = {}
+    if not data.is_dir():
+        return out
+    for p in sorted(data.rglob("*")):
+        if p.is_file():
+            out.setdefault(p.suffix.lower().lstrip("."), []).append(p)
+    return out
+
+
+def sibling(p: Path, ext: str) -> Path | None:
+    """The file beside p with extension ext, in any case, or None."""
+    for cand in (p.with_suffix("." + ext), p.with_suffix("." + ext.upper())):
+        if cand.is_file():
+            return cand
+    for cand in p.parent.glob(p.stem + ".*"):
+        if cand.suffix.lower() == "." + ext and cand.is_file():
+            return cand
+    return None
+
+
+def joined(*parts: bytes) -> bytes:
+    """Parts joined by the separator, trailing missing files dropped."""
+    ps = list(parts)
+    while len(ps) > 1 and not ps[-1]:
+        ps.pop()
+    return SEP.join(ps)
+
+
+def read(p: Path | None) -> bytes:
+    return p.read_bytes() if p is not None else b""
+
+
+def real_seeds(data: Path) -> Iterator[tuple[str, bytes]]:
+    by_ext = files_by_ext(data)
+    for mst in by_ext.get("mst", []):
+        xrf = sibling(mst, "xrf")
+        if xrf is not None:
+            yield "mst", joined(mst.read_bytes(), xrf.read_bytes())
+    for cnt in by_ext.get("cnt", []):
+        parts = [read(sibling(cnt, e)) for e in ISIS_INDEX_EXTS]
+        yield "isis_index", joined(*parts)
+    for n01 in by_ext.get("n01", []):   # sets without a .cnt: refused, but read
+        if sibling(n01, "cnt") is None:
+            yield "isis_index", joined(*(read(sibling(n01, e)) for e in ISIS_INDEX_EXTS))
+    for ext in ("iso", "mrc"):
+        for p in by_ext.get(ext, []):
+            yield "iso2709", p.read_bytes()
+    for p in by_ext.get("json", []):   # isis2json output: not pydb's lines
+        yield "jsonl", p.read_bytes()
+    for p in by_ext.get("fst", []):
+        yield "fst", p.read_bytes()
+        yield "fst", joined(p.read_bytes(), RECORD)
+    tabs = {p.name.lower(): p for p in by_ext.get("tab", [])}
+    uc, ac = tabs.get("isisuc.tab"), tabs.get("isisac.tab")
+    for p in by_ext.get("stw", []):
+        yield "keys", joined(b"", b"", p.read_bytes())
+        yield "keys", joined(read(uc), read(ac), p.read_bytes())
+    if uc is not None or ac is not None:
+        yield "keys", joined(read(uc), read(ac))
+
+
+def made_seeds(tmp: Path) -> Iterator[tuple[str, bytes]]:
+    """Databases, exports and texts pydb makes itself."""
+    sys.path.insert(0, str(REPO))
+    import pydb
+
+    for s in SEARCH:
+        yield "search", s.encode("utf-8")
+    for f in FST:
+        yield "fst", f.encode("utf-8")
+        yield "fst", joined(f.encode("utf-8"), RECORD)
+    for s in STW:
+        yield "keys", joined(b"", b"", s)
+    upper = b" ".join(b"%03d" % c for c in bytes(range(256)).upper())
+    yield "keys", joined(upper, b"", STW[0])
+    yield "keys", joined(b"", b" ".join(b"%03d" % c for c in b"ABCxyz0189"), STW[0])
+    for layout in pydb.LAYOUTS:
+        for mstxl in (0, 3):
+            base = tmp / f"{layout}-{mstxl}"
+            with pydb.create(base, layout=layout, mstxl=mstxl) as db:
+                for i in range(1, 13):
+                    db.append([(24, f"Title {i} of the water survey"),
+                               (70, "Smith, J."), (70, f"Author {i}"),
+                               (26, f"^aParis^bUnesco^c{1980 + i}")])
+                db.update(3, [(24, "Changed title"), (69, "Soil")])
+                db.update(3, [(24, "Changed again " * 20)])
+                db.delete(5)
+                db.append([(1, "x" * 3000)])
+            mst, xrf = base.with_suffix(".mst"), base.with_suffix(".xrf")
+            shm = base.with_suffix(".shm")
+            yield "mst", joined(mst.read_bytes(), xrf.read_bytes())
+            yield "mst", joined(mst.read_bytes(), xrf.read_bytes(), b"", read(
+                shm if shm.is_file() else None))
+            for flavour in ("isis", "marc"):
+                iso = tmp / f"{layout}-{mstxl}.{flavour}.iso"
+                pydb.export_iso(base, iso, flavour)
+                yield "iso2709", iso.read_bytes()
+            jsonl = tmp / f"{layout}-{mstxl}.jsonl"
+            pydb.export_jsonl(base, jsonl, deleted=True)
+            yield "jsonl", jsonl.read_bytes()
+    with pydb.create(tmp / "empty") as db:
+        pass
+    yield "mst", joined((tmp / "empty.mst").read_bytes(), (tmp / "empty.xrf").read_bytes())
+
+
+def write(out: Path, seeds: Iterator[tuple[str, bytes]], max_size: int,
+          counts: dict[str, int]) -> None:
+    for target, blob in seeds:
+        if len(blob) > max_size:
+            continue
+        d = out / target
+        d.mkdir(parents=True, exist_ok=True)
+        name = d / hashlib.sha1(blob).hexdigest()
+        if not name.exists():
+            name.write_bytes(blob)
+            counts[target] += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=default_data(),
+                    help="the real CDS/ISIS files (default: $PYDB_TEST_DATA "
+                         "or ../shared/data/isis)")
+    ap.add_argument("--out", type=Path, default=REPO / "fuzz" / "build" / "seeds")
+    ap.add_argument("--max-size", type=int, default=1 << 20)
+    args = ap.parse_args(argv)
+    counts = dict.fromkeys(TARGETS + PY_TARGETS, 0)
+    for t in counts:
+        (args.out / t).mkdir(parents=True, exist_ok=True)
+    if args.data.is_dir():
+        write(args.out, real_seeds(args.data), args.max_size, counts)
+    else:
+        print(f"make_seeds: no real data at {args.data}; generated seeds only")
+    with tempfile.TemporaryDirectory(prefix="pydb-seeds-") as tmp:
+        write(args.out, made_seeds(Path(tmp)), args.max_size, counts)
+    for t in counts:
+        print(f"make_seeds: {t}: {counts[t]} new seeds in {args.out / t}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
