@@ -863,7 +863,20 @@ typedef struct pydb_nidx_options {
     size_t stw_len;
     int tables;             /* 1: load ISISUC.TAB/ISISAC.TAB from the
                                database's directory when present          */
+    size_t memory;          /* bulk build: bytes of keys and postings held
+                               before a sorted run is spilled to the index
+                               directory; 0 = PYDB_NIDX_MEMORY_DEFAULT    */
 } pydb_nidx_options;
+
+/* The bulk build's default memory budget (64 MiB).  The build holds at
+ * most about this much of keys and postings (counted with what sorting
+ * them adds); past it, it sorts them into a run file (build-PID-N.tmp in
+ * the index directory) and starts over, and at the end merges the runs
+ * into the one segment it publishes, reading each run through a
+ * 256 KiB buffer.  Its peak memory is thus about the budget plus 256 KiB
+ * per run (one run per budget's worth of postings), whatever the size of
+ * the database; the segment is the same bytes for any budget. */
+#define PYDB_NIDX_MEMORY_DEFAULT ((size_t)64 << 20)
 
 /* Progress of a bulk build: records done of total; nonzero cancels. */
 typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);

@@ -675,22 +675,24 @@ static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
 
 PyDoc_STRVAR(index_build_doc,
 "_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
-"             stw=None, tables=True, batch=8192)\n--\n\n"
+"             stw=None, tables=True, batch=8192, memory=0)\n--\n\n"
 "Build the native index of the database at db_path (str) from FST text\n"
 "`fst` into <base>.pdx/.  The work runs with the GIL released in batches\n"
 "of `batch` records; between batches progress(done, total) is called\n"
-"(records read so far, max MFN).  Returns the number of records read.\n"
+"(records read so far, max MFN).  `memory`: bytes of keys and postings\n"
+"held before a sorted run is spilled (0: PYDB_NIDX_MEMORY_DEFAULT).\n"
+"Returns the number of records read.\n"
 "Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError.");
 
 static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
-                             "stw", "tables", "batch", NULL};
+                             "stw", "tables", "batch", "memory", NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
     Py_buffer text, stw = {0};
     int utf8 = 0, tables = 1, rc, more = 1;
-    Py_ssize_t max_key = 0, batch = 8192;
+    Py_ssize_t max_key = 0, batch = 8192, memory = 0;
     pydb_fst *f = NULL;
     pydb_nidx_builder *b = NULL;
     pydb_nidx_options opt;
@@ -698,17 +700,25 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     int64_t done = 0, total = 0;
     const char *cpath;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pnn", kwlist,
                                      PyUnicode_FSConverter, &path_obj, &text,
                                      &progress, &utf8, &max_key, &stw,
-                                     &tables, &batch))
+                                     &tables, &batch, &memory))
         return NULL;
+    if (memory < 0) {
+        PyErr_SetString(PyExc_ValueError, "memory must be >= 0 (bytes)");
+        PyBuffer_Release(&text);
+        if (stw.obj) PyBuffer_Release(&stw);
+        Py_XDECREF(path_obj);
+        return NULL;
+    }
     if (batch < 1) batch = 1;
     if (batch > INT32_MAX) batch = INT32_MAX;
     memset(&opt, 0, sizeof opt);
     opt.utf8 = utf8;
     opt.max_key = max_key > 0 ? (size_t)max_key : 0;
     opt.tables = tables;
+    opt.memory = (size_t)memory;
     if (stw.obj) {
         opt.stw = stw.buf;
         opt.stw_len = (size_t)stw.len;
