@@ -71,6 +71,7 @@ struct pydb_nidx_builder {
     int64_t done;
     size_t budget;            /* bytes of the accumulator before a spill */
     char **runs;              /* the sorted runs spilled, in MFN order   */
+    int *level;               /* of each run: NIDX_MERGE_WAY^level spills */
     size_t nruns, cap_runs;
     char merged[1100];        /* the merged runs' segment, until renamed */
     char dir[1024];
@@ -123,6 +124,9 @@ static int spill(pydb_nidx_builder *b, pydb_error *err)
         char **nv = realloc(b->runs, cap * sizeof *nv);
         if (!nv) return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
         b->runs = nv;
+        int *nl = realloc(b->level, cap * sizeof *nl);
+        if (!nl) return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+        b->level = nl;
         b->cap_runs = cap;
     }
     temp_path(path, sizeof path, b->dir);
@@ -132,8 +136,32 @@ static int spill(pydb_nidx_builder *b, pydb_error *err)
         free(b->runs[b->nruns]);
         return rc;
     }
-    b->nruns++;
+    b->level[b->nruns++] = 0;
     pydb__nacc_reset(&b->a);
+    /* levels never rise towards the newest run: while the newest
+     * NIDX_MERGE_WAY runs share a level, merge them into one run of the
+     * next (they are adjacent, so the runs stay in MFN order) */
+    while (b->nruns >= NIDX_MERGE_WAY) {
+        size_t from = b->nruns - NIDX_MERGE_WAY;
+        int lv = b->level[b->nruns - 1];
+        if (b->level[from] != lv) break;
+        temp_path(path, sizeof path, b->dir);
+        char *merged = strdup(path);
+        if (!merged)
+            return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+        if ((rc = pydb__nrun_merge((const char *const *)b->runs + from,
+                                   NIDX_MERGE_WAY, merged, NULL, err))) {
+            free(merged);
+            return rc;
+        }
+        for (size_t i = from; i < b->nruns; i++) {
+            unlink(b->runs[i]);
+            free(b->runs[i]);
+        }
+        b->runs[from] = merged;
+        b->level[from] = lv + 1;
+        b->nruns = from + 1;
+    }
     return PYDB_OK;
 }
 
@@ -156,7 +184,7 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
                            pydb_error *err)
 {
     pydb_nidx_builder *b = calloc(1, sizeof *b);
-    pydb_options o = {PYDB_IO_MMAP, PYDB_LOCK_NONE, PYDB_OPEN_WRITE};
+    pydb_options o = {PYDB_IO_PREAD, PYDB_LOCK_NONE, PYDB_OPEN_WRITE};
     pydb_snapshot_info si;
     int rc;
 

@@ -176,8 +176,8 @@ static int ri_fill(run_in *r, size_t need, pydb_error *err)
     return PYDB_OK;
 }
 
-/* One varint; *used gets its length in bytes. */
-static int ri_varint(run_in *r, uint64_t *v, size_t *used, pydb_error *err)
+/* The next varint, left unread; *used gets its length in bytes. */
+static int ri_peek(run_in *r, uint64_t *v, size_t *used, pydb_error *err)
 {
     uint64_t x = 0;
     int rc;
@@ -187,13 +187,33 @@ static int ri_varint(run_in *r, uint64_t *v, size_t *used, pydb_error *err)
         x |= (uint64_t)(c & 0x7F) << (7 * i);
         if (!(c & 0x80)) {
             if (i == 9 && c > 1) break;
-            r->pos += i + 1;
-            if (used) *used = i + 1;
+            *used = i + 1;
             *v = x;
             return PYDB_OK;
         }
     }
     return ri_corrupt(r, "truncated or overlong varint", err);
+}
+
+/* One varint; *used (may be NULL) gets its length in bytes. */
+static int ri_varint(run_in *r, uint64_t *v, size_t *used, pydb_error *err)
+{
+    size_t u;
+    int rc = ri_peek(r, v, &u, err);
+    if (rc) return rc;
+    r->pos += u;
+    if (used) *used = u;
+    return PYDB_OK;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
 }
 
 /* Copy n bytes of the run to out (to the sfile through its buffer). */
@@ -326,6 +346,7 @@ static int file_crc(uint32_t *crc, sfile *f, uint64_t len, pydb_error *err)
 int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
                      const char *dict_path, pydb_error *err)
 {
+    const int to_run = dict_path == NULL;
     run_in *in = calloc(n ? n : 1, sizeof *in);
     run_in **ord = calloc(n ? n : 1, sizeof *ord);
     run_in **taken = calloc(n ? n : 1, sizeof *taken);
@@ -361,10 +382,12 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
     }
     out_open = 1;
     if ((rc = sf_create(&out, out_path, err))) goto cleanup;
-    dict_open = 1;
-    if ((rc = sf_create(&dict, dict_path, err))) goto cleanup;
     memset(hdr, 0, sizeof hdr);
-    pydb__buf_put(&out.buf, hdr, sizeof hdr);
+    if (!to_run) {
+        dict_open = 1;
+        if ((rc = sf_create(&dict, dict_path, err))) goto cleanup;
+        pydb__buf_put(&out.buf, hdr, sizeof hdr);
+    }
 
     while (nord > 0) {
         run_in *first = ord[0];
@@ -373,6 +396,27 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
         while (m < nord && pydb__keycmp(ord[m]->key, ord[m]->klen, first->key,
                                         first->klen) == 0)
             m++;
+        if (to_run) {
+            /* a run's head comes before its postings: their length */
+            uint64_t plen = 0, cnt = 0, prev_last = 0;
+            for (size_t j = 0; j < m; j++) {
+                uint64_t mfn;
+                size_t used;
+                if ((rc = ri_peek(ord[j], &mfn, &used, err))) goto cleanup;
+                if (mfn <= prev_last || used > ord[j]->plen) {
+                    rc = ri_corrupt(ord[j], "runs out of MFN order", err);
+                    goto cleanup;
+                }
+                plen += ord[j]->plen - used + varint_len(mfn - prev_last);
+                cnt += ord[j]->count;
+                prev_last = ord[j]->last;
+            }
+            pydb__nseg_put_varint(&out.buf, first->klen);
+            pydb__buf_put(&out.buf, first->key, first->klen);
+            pydb__nseg_put_varint(&out.buf, cnt);
+            pydb__nseg_put_varint(&out.buf, prev_last);
+            pydb__nseg_put_varint(&out.buf, plen);
+        }
         /* this term's postings: each run's list in run order, the first
          * MFN delta of each made relative to the list before it */
         for (size_t j = 0; j < m; j++) {
@@ -389,7 +433,9 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
             last = r->last;
             count += r->count;
         }
-        if (nterms % NIDX_BLOCK_TERMS == 0) {
+        if (to_run) {
+            /* no dictionary */
+        } else if (nterms % NIDX_BLOCK_TERMS == 0) {
             if (nblocks == bcap) {
                 uint64_t cap = bcap ? bcap * 2 : 1024;
                 uint64_t *nb = realloc(blocks, cap * sizeof *nb);
@@ -404,10 +450,12 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
             blocks[nblocks++] = sf_pos(&dict);
             prev_len = 0;
         }
-        pydb__nseg_dict_entry(&dict.buf, nterms, pbeg, prev, prev_len,
-                              first->key, first->klen, count,
-                              sf_pos(&out) - pbeg);
-        if ((rc = sf_check(&dict, err))) goto cleanup;
+        if (!to_run) {
+            pydb__nseg_dict_entry(&dict.buf, nterms, pbeg, prev, prev_len,
+                                  first->key, first->klen, count,
+                                  sf_pos(&out) - pbeg);
+            if ((rc = sf_check(&dict, err))) goto cleanup;
+        }
         if (first->klen > prev_cap) {
             size_t cap = first->klen * 2;
             uint8_t *np = realloc(prev, cap);
@@ -432,6 +480,10 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
         }
     }
 
+    if (to_run) {
+        rc = sf_flush(&out, err);
+        goto cleanup;
+    }
     /* dictionary, block index, no tombstones, header, checksum */
     if ((rc = sf_flush(&out, err)) || (rc = sf_flush(&dict, err)))
         goto cleanup;

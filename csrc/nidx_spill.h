@@ -25,7 +25,14 @@
 
 /* Bytes of each file buffer of the spill and the merge: one per run
  * read, one for the segment and one for its dictionary being written. */
-#define NIDX_SPILL_BUF (256 * 1024)
+#define NIDX_SPILL_BUF (128 * 1024)
+
+/* Runs merged at once: once the build holds this many runs of one size
+ * (level), it merges them into one run of the next level, so it never
+ * holds more than NIDX_MERGE_WAY runs per level (each level's runs
+ * NIDX_MERGE_WAY times larger than the level's below), and no posting
+ * is copied more than once per level. */
+#define NIDX_MERGE_WAY 16
 
 /* Write the terms of the accumulator, sorted, to a new run file at path
  * (created exclusively, not synced: a run never outlives its build).
@@ -35,8 +42,9 @@ int pydb__nrun_write(nidx_acc *a, const char *path, pydb_error *err);
 /* Merge runs[n] (in the order they were written) into the segment file
  * out_path (created exclusively, no tombstones, fsynced), using
  * dict_path as a temporary for the dictionary (removed before
- * returning).  Memory: n + 2 buffers of NIDX_SPILL_BUF bytes, the
- * current key of each run and 8 bytes per 32 terms (the block index).
+ * returning); with dict_path NULL, into one run at out_path instead (not
+ * synced).  Memory: n + 2 buffers of NIDX_SPILL_BUF bytes, the current
+ * key of each run and 8 bytes per 32 terms (the block index).
  * PYDB_EIO (out_path is removed), PYDB_ECORRUPT (a run is damaged),
  * PYDB_ENOMEM. */
 int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,

@@ -66,7 +66,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
                 progress: bool | Callable[[int, int], object] = True, *,
                 stw: str | bytes | os.PathLike[str] | None = None,
                 utf8: bool | None = None, encoding: str | None = None,
-                max_key: int | None = None, tables: bool = True) -> int:
+                max_key: int | None = None, tables: bool = True,
+                memory: int | None = None) -> int:
     """Build (or rebuild) the native index of the database at `db_path`.
 
     Args:
@@ -92,6 +93,13 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             None: as the index being replaced (0 when there is none).
         tables: load ISISUC.TAB/ISISAC.TAB from the database's folder when
             present (docs/isis-formats.md §5.3).
+        memory: bytes of keys and postings the build holds before it
+            sorts them into a run file in the index folder (an external
+            sort: the runs are merged into the one segment at the end, the
+            same bytes for any budget); None or 0: 64 MiB
+            (``PYDB_NIDX_MEMORY_DEFAULT`` of pydb.h).  The build's peak
+            memory is about this plus 256 KiB per run, whatever the size
+            of the database.
 
     Returns:
         The number of MFNs read (int).  The new index replaces the old one
@@ -111,7 +119,10 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         ReadOnlyError: the database cannot be opened for writing.
         OSError: an `fst` or `stw` path cannot be read.
         ImportError: ``progress=True`` and tqdm is not installed.
+        ValueError: `memory` is negative.
     """
+    if memory is not None and memory < 0:
+        raise ValueError(f"memory must be >= 0 bytes, not {memory}")
     stored = _stored_or_none(db_path)
     if fst is None:
         fst = find_sidecar(db_path, "fst")
@@ -152,7 +163,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         callback = progress
     try:
         return _pydb._index_build(os.fspath(db_path), text, callback, utf8=bool(utf8),
-                                  max_key=max_key, stw=stw_bytes, tables=tables)
+                                  max_key=max_key, stw=stw_bytes, tables=tables,
+                                  memory=memory or 0)
     finally:
         if bar is not None:
             bar.close()
