@@ -69,7 +69,7 @@ def build_once(base: Path, root: Path) -> tuple[float, int]:
     shutil.rmtree(f"{base}.pdx", ignore_errors=True)
     t0 = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-m", "pydb", "index", "--quiet", str(base)],
-                             env=_env(root), stdout=subprocess.DEVNULL)
+                             env=_env(root), cwd=root, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     dt = time.perf_counter() - t0
     child.returncode = os.waitstatus_to_exitcode(status)

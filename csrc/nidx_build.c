@@ -168,6 +168,10 @@ static int spill(pydb_nidx_builder *b, pydb_error *err)
 void pydb_nidx_builder_free(pydb_nidx_builder *b)
 {
     if (!b) return;
+    remove_runs(b);
+    free(b->runs);
+    free(b->level);
+    if (b->merged[0]) unlink(b->merged);
     pydb_snapshot_release(b->snap);
     if (b->db) pydb_close(b->db);
     free(b->fst_text);
