@@ -30,7 +30,24 @@
  * (or this build, right after its commit) that finds no registered
  * reader on an older commit (pydb__nidx_collect).
  *
- * Depends on: nidx_writer.h (accumulator, segment bytes), nidx_manifest.h
+ * Bounded memory: the scan holds at most a budget of keys and postings
+ * (pydb_nidx_options.memory, PYDB_NIDX_MEMORY_DEFAULT), checked between
+ * records; past it the accumulator is sorted into a run file
+ * (build-PID-N.tmp, nidx_spill.h) and emptied, and runs of one level are
+ * merged NIDX_MERGE_WAY at a time.  finish() then merges the runs into
+ * the segment's file before it takes the lock, and renames it to its
+ * generation's name under the lock.  A build that never passed its
+ * budget writes the segment from memory as before; both write the same
+ * bytes.  The build reads records through the mapping and drops the
+ * pages it read from its page tables after each step
+ * (pydb__db_unmap_pages): a mapping keeps every page touched in the
+ * process' resident set.
+ * Runs are removed when the builder is freed (after a failure too); a
+ * killed build's are removed by the next build (at open) or collection
+ * (pydb__nidx_collect), as temporaries of a dead process.
+ *
+ * Depends on: nidx_spill.h (runs and their merge),
+ * nidx_writer.h (accumulator, segment bytes), nidx_manifest.h
  * (MANIFEST text), nidx_handle.h (pydb__nidx_dir, pydb__nidx_collect),
  * the FST and key rules (nidx_int.h), snapshots and transactions
  * (pydb.h), the committed state and XRF scan (pydb_int.h).
@@ -188,7 +205,7 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
                            pydb_error *err)
 {
     pydb_nidx_builder *b = calloc(1, sizeof *b);
-    pydb_options o = {PYDB_IO_PREAD, PYDB_LOCK_NONE, PYDB_OPEN_WRITE};
+    pydb_options o = {PYDB_IO_MMAP, PYDB_LOCK_NONE, PYDB_OPEN_WRITE};
     pydb_snapshot_info si;
     int rc;
 
@@ -275,6 +292,8 @@ int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
         if (pydb__nacc_bytes(&b->a) >= b->budget && (rc = spill(b, err)))
             return rc;
     }
+    /* the pages read stay in the page cache, not in this process */
+    pydb__db_unmap_pages(b->db);
     if (done) *done = b->next - 1;
     if (total) *total = b->max;
     if (more) *more = b->next <= b->max;
@@ -402,6 +421,7 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
          * lock, to its generation's name) */
         char dict[1100];
         if (b->a.np + b->a.nst > 0 && (rc = spill(b, err))) goto cleanup;
+        pydb__nacc_free(&b->a);
         temp_path(b->merged, sizeof b->merged, b->dir);
         temp_path(dict, sizeof dict, b->dir);
         rc = pydb__nrun_merge((const char *const *)b->runs, b->nruns,

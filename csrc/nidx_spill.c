@@ -156,9 +156,8 @@ static int ri_corrupt(const run_in *r, const char *what, pydb_error *err)
 
 /* Have at least `need` (<= NIDX_SPILL_BUF) unread bytes in the buffer,
  * or all that is left of the file. */
-static int ri_fill(run_in *r, size_t need, pydb_error *err)
+__attribute__((noinline)) static int ri_refill(run_in *r, size_t need, pydb_error *err)
 {
-    if (r->len - r->pos >= need) return PYDB_OK;
     memmove(r->buf, r->buf + r->pos, r->len - r->pos);
     r->len -= r->pos;
     r->pos = 0;
@@ -176,6 +175,11 @@ static int ri_fill(run_in *r, size_t need, pydb_error *err)
         r->foff += (uint64_t)got;
     }
     return PYDB_OK;
+}
+
+static inline int ri_fill(run_in *r, size_t need, pydb_error *err)
+{
+    return r->len - r->pos >= need ? PYDB_OK : ri_refill(r, need, err);
 }
 
 /* The next varint, left unread; *used gets its length in bytes. */
@@ -241,7 +245,8 @@ static int ri_next(run_in *r, pydb_error *err)
 {
     uint64_t kl;
     int rc;
-    if ((rc = ri_fill(r, 1, err))) return rc;
+    /* the head is at most 5 varints and the key */
+    if ((rc = ri_fill(r, 64, err))) return rc;
     if (r->pos == r->len) {
         r->valid = 0;
         return PYDB_OK;
@@ -270,7 +275,7 @@ static int ri_next(run_in *r, pydb_error *err)
         (rc = ri_varint(r, &r->plen, NULL, err)))
         return rc;
     /* a posting takes 4 to 40 bytes */
-    if (r->count == 0 || r->plen < 4 * r->count || r->last < 1 ||
+    if (r->count == 0 || r->count > r->plen / 4 || r->last < 1 ||
         r->last > INT32_MAX)
         return ri_corrupt(r, "posting count, length or MFN out of range",
                           err);
@@ -425,6 +430,13 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
             run_in *r = ord[j];
             uint64_t mfn;
             size_t used;
+            if (j == 0 && !to_run) {
+                /* the first list: its first MFN delta stays */
+                if ((rc = ri_copy(r, &out, r->plen, err))) goto cleanup;
+                last = r->last;
+                count += r->count;
+                continue;
+            }
             if ((rc = ri_varint(r, &mfn, &used, err))) goto cleanup;
             if (mfn <= last || mfn > r->last || used > r->plen) {
                 rc = ri_corrupt(r, "runs out of MFN order", err);

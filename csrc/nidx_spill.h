@@ -25,14 +25,14 @@
 
 /* Bytes of each file buffer of the spill and the merge: one per run
  * read, one for the segment and one for its dictionary being written. */
-#define NIDX_SPILL_BUF (128 * 1024)
+#define NIDX_SPILL_BUF (64 * 1024)
 
 /* Runs merged at once: once the build holds this many runs of one size
  * (level), it merges them into one run of the next level, so it never
  * holds more than NIDX_MERGE_WAY runs per level (each level's runs
  * NIDX_MERGE_WAY times larger than the level's below), and no posting
  * is copied more than once per level. */
-#define NIDX_MERGE_WAY 16
+#define NIDX_MERGE_WAY 64
 
 /* Write the terms of the accumulator, sorted, to a new run file at path
  * (created exclusively, not synced: a run never outlives its build).

@@ -889,7 +889,9 @@ typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
  * writer lock (waiting up to 10 s for it), through the write-ahead log,
  * with the records committed while the build read included; handles
  * opened before pick it up, with its key rules and FST, at their next
- * call (an attached handle at its next commit).
+ * call (an attached handle at its next commit).  Memory is bounded by
+ * opt->memory (PYDB_NIDX_MEMORY_DEFAULT): past it the build spills
+ * sorted runs to temporary files in the index directory.
  * `fst` must outlive the build; `opt` may be NULL.  Errors: PYDB_EINVAL
  * (cancelled by `progress`), PYDB_ELOCKED (the writer lock was not
  * obtained), PYDB_EREADONLY, PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM, those

@@ -13,9 +13,11 @@ into the one segment it publishes.  Checked here:
   build was killed (``kill -9``), the next build or collection removes
   them while the previous index stays as it was and is read as before;
 - a failed write at any write-side file operation of a spilled build
-  (ENOSPC injected by ``_pydb._testing.fail_io``) raises DiskError and
-  leaves the previous index intact, or, when the failure came after the
-  commit point (removing the old segment), the new index complete.
+  (ENOSPC injected by ``_pydb._testing.fail_io``) leaves no run behind and
+  either the previous index, byte for byte, with DiskError (errno ENOSPC,
+  a file name), or the new index complete: when the failure came after
+  the commit's log was durable (DiskError, recovery replays the commit)
+  or after the commit (removing the old segment is best effort).
 """
 
 from __future__ import annotations
@@ -236,3 +238,24 @@ def test_enospc_at_every_write_of_a_spilled_build(source, reference, tmp_path):
     print(f"{total} operations: {failed} failed the build, {recovered} of them after "
           "the commit point")
     assert failed > total // 2
+
+
+DUP_FST = b"24 4 mhu,v24\n24 4 mhu,v24\n40 0 v40\n69 2 mpl,v69\n"
+
+
+def test_spilled_build_drops_duplicates_as_in_memory(source, tmp_path):
+    """Two rules with one ID make every posting twice: each run drops the
+    duplicates of its records, as the in-memory build does."""
+    got = {}
+    for memory in (1 << 40, 64 << 10, 1):
+        base = fresh_copy(source, tmp_path / str(memory))
+        _pydb._index_build(str(base), DUP_FST, memory=memory)
+        got[memory] = files(base)
+    assert got[64 << 10] == got[1 << 40]
+    assert got[1] == got[1 << 40]
+    ix = _pydb._open_native_index(str(tmp_path / str(1) / "unesb"))
+    try:
+        postings = ix.postings(b"EN")
+    finally:
+        ix.close()
+    assert len(postings) == len(set(postings)) > 0
