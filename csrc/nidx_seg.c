@@ -22,9 +22,9 @@
 
 /* ------------------------------------------------------------ varints */
 
-static void buf_varint(pydb_buf *b, uint64_t v)
+static inline void buf_varint(pydb_buf *b, uint64_t v)
 {
-    if (pydb__buf_reserve(b, 10) < 0) return;
+    if (b->cap - b->n < 10 && pydb__buf_reserve(b, 10) < 0) return;
     uint8_t *o = b->p + b->n;
     while (v >= 0x80) {
         *o++ = (uint8_t)(v | 0x80);
@@ -396,7 +396,6 @@ void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n)
     }
 }
 
-void pydb__nseg_put_varint(pydb_buf *out, uint64_t v) { buf_varint(out, v); }
 
 void pydb__nseg_dict_entry(pydb_buf *dict, uint64_t term, uint64_t pbeg,
                            const uint8_t *prev, size_t prev_len,

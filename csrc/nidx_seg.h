@@ -136,7 +136,17 @@ void pydb__nseg_enc_free(nidx_seg_enc *e);
  * it, appended to out (the first posting's MFN delta is its MFN); */
 void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n);
 /* one LEB128 varint; */
-void pydb__nseg_put_varint(pydb_buf *out, uint64_t v);
+static inline void pydb__nseg_put_varint(pydb_buf *out, uint64_t v)
+{
+    if (out->cap - out->n < 10 && pydb__buf_reserve(out, 10) < 0) return;
+    uint8_t *o = out->p + out->n;
+    while (v >= 0x80) {
+        *o++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *o++ = (uint8_t)v;
+    out->n = (size_t)(o - out->p);
+}
 /* the dictionary entry of term number `term` (a block's first entry is
  * led by pbeg, the file offset of its postings): prev[prev_len] is the
  * previous key of the block, count and plen the term's postings and

@@ -183,7 +183,8 @@ static inline int ri_fill(run_in *r, size_t need, pydb_error *err)
 }
 
 /* The next varint, left unread; *used gets its length in bytes. */
-static int ri_peek(run_in *r, uint64_t *v, size_t *used, pydb_error *err)
+static int ri_peek_slow(run_in *r, uint64_t *v, size_t *used,
+                        pydb_error *err)
 {
     uint64_t x = 0;
     int rc;
@@ -199,6 +200,30 @@ static int ri_peek(run_in *r, uint64_t *v, size_t *used, pydb_error *err)
         }
     }
     return ri_corrupt(r, "truncated or overlong varint", err);
+}
+
+static inline int ri_peek(run_in *r, uint64_t *v, size_t *used,
+                          pydb_error *err)
+{
+    /* most are one byte, and most lie whole in the buffer */
+    if (r->pos < r->len && r->buf[r->pos] < 0x80) {
+        *v = r->buf[r->pos];
+        *used = 1;
+        return PYDB_OK;
+    }
+    if (r->len - r->pos >= 10) {
+        const uint8_t *p = r->buf + r->pos;
+        uint64_t x = 0;
+        for (size_t i = 0; i < 9; i++) {
+            x |= (uint64_t)(p[i] & 0x7F) << (7 * i);
+            if (!(p[i] & 0x80)) {
+                *v = x;
+                *used = i + 1;
+                return PYDB_OK;
+            }
+        }
+    }
+    return ri_peek_slow(r, v, used, err);
 }
 
 /* One varint; *used (may be NULL) gets its length in bytes. */

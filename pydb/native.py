@@ -98,8 +98,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             sort: the runs are merged into the one segment at the end, the
             same bytes for any budget); None or 0: 64 MiB
             (``PYDB_NIDX_MEMORY_DEFAULT`` of pydb.h).  The build's peak
-            memory is about this plus 256 KiB per run, whatever the size
-            of the database.
+            memory is about this plus 64 KiB per run merged at the end,
+            whatever the size of the database.
 
     Returns:
         The number of MFNs read (int).  The new index replaces the old one
