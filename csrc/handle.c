@@ -427,6 +427,16 @@ int32_t pydb_max_mfn(const pydb_db *db)
     return st.next_mfn - 1;
 }
 
+void pydb__db_unmap_pages(pydb_db *db)
+{
+    pydb_file *files[2] = {&db->mst, &db->xrf};
+    for (int i = 0; i < 2; i++) {
+        pydb_file *f = files[i];
+        size_t len = __atomic_load_n(&f->map_len, __ATOMIC_RELAXED);
+        if (f->map && len) madvise((void *)f->map, len, MADV_DONTNEED);
+    }
+}
+
 int pydb_drop_cache(pydb_db *db, pydb_error *err)
 {
     pydb_file *files[2] = {&db->mst, &db->xrf};

@@ -30,7 +30,24 @@
  * (or this build, right after its commit) that finds no registered
  * reader on an older commit (pydb__nidx_collect).
  *
- * Depends on: nidx_writer.h (accumulator, segment bytes), nidx_manifest.h
+ * Bounded memory: the scan holds at most a budget of keys and postings
+ * (pydb_nidx_options.memory, PYDB_NIDX_MEMORY_DEFAULT), checked between
+ * records; past it the accumulator is sorted into a run file
+ * (build-PID-N.tmp, nidx_spill.h) and emptied, and runs of one level are
+ * merged NIDX_MERGE_WAY at a time.  finish() then merges the runs into
+ * the segment's file before it takes the lock, and renames it to its
+ * generation's name under the lock.  A build that never passed its
+ * budget writes the segment from memory as before; both write the same
+ * bytes.  The build reads records through the mapping and drops the
+ * pages it read from its page tables after each step
+ * (pydb__db_unmap_pages): a mapping keeps every page touched in the
+ * process' resident set.
+ * Runs are removed when the builder is freed (after a failure too); a
+ * killed build's are removed by the next build (at open) or collection
+ * (pydb__nidx_collect), as temporaries of a dead process.
+ *
+ * Depends on: nidx_spill.h (runs and their merge),
+ * nidx_writer.h (accumulator, segment bytes), nidx_manifest.h
  * (MANIFEST text), nidx_handle.h (pydb__nidx_dir, pydb__nidx_collect),
  * the FST and key rules (nidx_int.h), snapshots and transactions
  * (pydb.h), the committed state and XRF scan (pydb_int.h).
@@ -39,12 +56,15 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
 #include "nidx_handle.h"
+#include "nidx_spill.h"
 #include "nidx_writer.h"
 
 /* How long a build waits for the writer lock (ms), as a Database's
@@ -66,12 +86,109 @@ struct pydb_nidx_builder {
     pydb_snapshot *snap;      /* S0: the state the scan reads */
     int32_t next, max;
     int64_t done;
+    size_t budget;            /* bytes of the accumulator before a spill */
+    char **runs;              /* the sorted runs spilled, in MFN order   */
+    int *level;               /* of each run: NIDX_MERGE_WAY^level spills */
+    size_t nruns, cap_runs;
+    char merged[1100];        /* the merged runs' segment, until renamed */
     char dir[1024];
 };
+
+static atomic_ulong temp_seq;   /* names of temporary files */
+
+/* A new temporary file name of this process in the index directory. */
+static void temp_path(char *out, size_t cap, const char *dir)
+{
+    snprintf(out, cap, "%s/build-%d-%lu.tmp", dir, (int)getpid(),
+             atomic_fetch_add(&temp_seq, 1));
+}
+
+/* Remove the temporaries (runs, merges) of processes that are gone: a
+ * build or a merge killed before its end.  Nothing reads them. */
+static void remove_dead_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char path[1300];
+    while (d && (de = readdir(d)) != NULL) {
+        int pid = pydb__nidx_temp_pid(de->d_name);
+        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+    }
+    if (d) closedir(d);
+}
+
+static void remove_runs(pydb_nidx_builder *b)
+{
+    for (size_t i = 0; i < b->nruns; i++) {
+        unlink(b->runs[i]);
+        free(b->runs[i]);
+    }
+    b->nruns = 0;
+}
+
+/* Sort the accumulator and write it as the next run; empty it. */
+static int spill(pydb_nidx_builder *b, pydb_error *err)
+{
+    char path[1100];
+    int rc;
+    if (b->nruns == 0 && mkdir(b->dir, 0755) != 0 && errno != EEXIST)
+        return PYDB_OSERROR(err, errno, b->dir, -1, "cannot create");
+    if (b->nruns == b->cap_runs) {
+        size_t cap = b->cap_runs ? b->cap_runs * 2 : 16;
+        char **nv = realloc(b->runs, cap * sizeof *nv);
+        if (!nv) return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+        b->runs = nv;
+        int *nl = realloc(b->level, cap * sizeof *nl);
+        if (!nl) return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+        b->level = nl;
+        b->cap_runs = cap;
+    }
+    temp_path(path, sizeof path, b->dir);
+    if (!(b->runs[b->nruns] = strdup(path)))
+        return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+    if ((rc = pydb__nrun_write(&b->a, path, err))) {
+        free(b->runs[b->nruns]);
+        return rc;
+    }
+    b->level[b->nruns++] = 0;
+    pydb__nacc_reset(&b->a);
+    /* levels never rise towards the newest run: while the newest
+     * NIDX_MERGE_WAY runs share a level, merge them into one run of the
+     * next (they are adjacent, so the runs stay in MFN order) */
+    while (b->nruns >= NIDX_MERGE_WAY) {
+        size_t from = b->nruns - NIDX_MERGE_WAY;
+        int lv = b->level[b->nruns - 1];
+        if (b->level[from] != lv) break;
+        temp_path(path, sizeof path, b->dir);
+        char *merged = strdup(path);
+        if (!merged)
+            return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+        if ((rc = pydb__nrun_merge((const char *const *)b->runs + from,
+                                   NIDX_MERGE_WAY, merged, NULL, err))) {
+            free(merged);
+            return rc;
+        }
+        for (size_t i = from; i < b->nruns; i++) {
+            unlink(b->runs[i]);
+            free(b->runs[i]);
+        }
+        b->runs[from] = merged;
+        b->level[from] = lv + 1;
+        b->nruns = from + 1;
+    }
+    return PYDB_OK;
+}
 
 void pydb_nidx_builder_free(pydb_nidx_builder *b)
 {
     if (!b) return;
+    remove_runs(b);
+    free(b->runs);
+    free(b->level);
+    if (b->merged[0]) unlink(b->merged);
     pydb_snapshot_release(b->snap);
     if (b->db) pydb_close(b->db);
     free(b->fst_text);
@@ -96,7 +213,9 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
     if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, db_path, -1, "no memory");
     b->fst = fst;
     b->a.err = err;
+    b->budget = opt && opt->memory ? opt->memory : PYDB_NIDX_MEMORY_DEFAULT;
     if ((rc = pydb__nidx_dir(b->dir, sizeof b->dir, db_path, err))) goto fail;
+    remove_dead_temps(b->dir);
     if ((rc = pydb_open(&b->db, db_path, &o, err))) goto fail;
     rc = pydb__keyrules_builtin(&b->rules,
                                 !opt ? PYDB_KEYS_DOS
@@ -174,7 +293,12 @@ int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
                             b->rec->fields, b->rec->nfields, &b->scratch,
                             pydb__nacc_add, &b->a, err);
         if (rc) return rc;
+        /* between records: the runs cover disjoint MFN ranges */
+        if (pydb__nacc_bytes(&b->a) >= b->budget && (rc = spill(b, err)))
+            return rc;
     }
+    /* the pages read stay in the page cache, not in this process */
+    pydb__db_unmap_pages(b->db);
     if (done) *done = b->next - 1;
     if (total) *total = b->max;
     if (more) *more = b->next <= b->max;
@@ -293,7 +417,26 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     }
     if (mkdir(b->dir, 0755) != 0 && errno != EEXIST)
         return PYDB_OSERROR(err, errno, b->dir, -1, "cannot create");
-    if ((rc = pydb__nacc_segment(&b->a, NULL, 0, &segb, err))) goto cleanup;
+    if (b->nruns == 0) {
+        if ((rc = pydb__nacc_segment(&b->a, NULL, 0, &segb, err)))
+            goto cleanup;
+    } else {
+        /* the rest as the last run, then the runs merged into the
+         * segment's file (a temporary until it is renamed, under the
+         * lock, to its generation's name) */
+        char dict[1100];
+        if (b->a.np + b->a.nst > 0 && (rc = spill(b, err))) goto cleanup;
+        pydb__nacc_free(&b->a);
+        temp_path(b->merged, sizeof b->merged, b->dir);
+        temp_path(dict, sizeof dict, b->dir);
+        rc = pydb__nrun_merge((const char *const *)b->runs, b->nruns,
+                              b->merged, dict, err);
+        remove_runs(b);
+        if (rc) {
+            b->merged[0] = '\0';   /* the merge removed it */
+            goto cleanup;
+        }
+    }
     pydb__nacc_free(&b->a);
     /* from here on, under the writer lock */
     if ((rc = pydb_txn_begin(&t, b->db, BUILD_LOCK_MS, err))) goto cleanup;
@@ -306,7 +449,20 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     gens[0] = gen;
     if (c.n) gens[ngens++] = gen + 1;
     written = 1;
-    if ((rc = write_segment(b->dir, gens[0], &segb, err))) goto cleanup;
+    if (b->merged[0]) {
+        char path[1100];
+        pydb__nseg_path(path, sizeof path, b->dir, gens[0]);
+        unlink(path);   /* an orphan of an unfinished commit */
+        if (pydb__vfs->rename(b->merged, path) != 0) {
+            rc = PYDB_OSERROR(err, errno, b->merged, -1,
+                              "cannot rename to %s: %s", path,
+                              strerror(errno));
+            goto cleanup;
+        }
+        b->merged[0] = '\0';
+    } else if ((rc = write_segment(b->dir, gens[0], &segb, err))) {
+        goto cleanup;
+    }
     if (c.n && (rc = write_segment(b->dir, gens[1], &delta, err)))
         goto cleanup;
     if ((rc = pydb__fsync_dir(b->dir, err))) goto cleanup;

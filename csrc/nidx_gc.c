@@ -53,7 +53,8 @@
  *      until its commit), segment files no set names, once no registered
  *      reader reads an older commit (pydb__nidx_may_remove) or, for the
  *      files in x->drops, once none reads a commit older than the one
- *      that unnamed them; and merge temporaries of dead processes.
+ *      that unnamed them; and temporaries of dead processes (merges, and
+ *      the runs of bulk builds: build-PID-N.tmp, nidx_spill.h).
  *      While a reader pins unnamed files no merge of the base starts:
  *      each would leave one more copy of the index on disk until the
  *      reader goes (an old snapshot stops the index's collection, as
@@ -88,6 +89,7 @@
 #include <unistd.h>
 #include "gc.h"
 #include "nidx_handle.h"
+#include "nidx_spill.h"
 #include "shm.h"
 
 #define NIDX_TAIL_MIN 4    /* commits go on: a tail merge of this many    */
@@ -235,17 +237,12 @@ int pydb__nidx_may_remove(struct pydb_shm *shm)
     return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
 }
 
-/* A merge's temporary file (nidx_gc.c: merge-PID-N.tmp) whose process
- * is gone. */
+/* A temporary file of a merge (merge-PID-N.tmp) or of a bulk build
+ * (build-PID-N.tmp: its runs, nidx_build.c) whose process is gone. */
 static int stale_merge_file(const char *name)
 {
-    int pid;
-    unsigned long n;
-    char tail[8];
-    if (sscanf(name, "merge-%d-%lu.%7s", &pid, &n, tail) != 3 ||
-        strcmp(tail, "tmp") != 0 || pid <= 0)
-        return 0;
-    return kill(pid, 0) != 0 && errno == ESRCH;
+    int pid = pydb__nidx_temp_pid(name);
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
@@ -701,7 +698,7 @@ cleanup:
     return rc;
 }
 
-/* Files of the directory: segment files and merge temporaries, those no
+/* Files of the directory: segment files and temporaries, those no
  * set names (cur, the MANIFEST on disk), and their bytes.  Temporaries
  * of live processes (a merge being written) are counted as files, not as
  * unused; the segment of a commit in flight counts as unused until its
@@ -724,10 +721,9 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
     while (d && (de = readdir(d)) != NULL) {
         unsigned long long g;
         int pid, used = 0;
-        unsigned long n;
         char path[1300];   /* dir (1024) + "/" + a d_name (256) */
         struct stat sb;
-        if (sscanf(de->d_name, "merge-%d-%lu.tmp", &pid, &n) == 2) {
+        if ((pid = pydb__nidx_temp_pid(de->d_name)) > 0) {
             (*files)++;
             snprintf(path, sizeof path, "%s/%s", x->dir, de->d_name);
             if (kill(pid, 0) != 0 && errno == ESRCH &&

@@ -22,9 +22,9 @@
 
 /* ------------------------------------------------------------ varints */
 
-static void buf_varint(pydb_buf *b, uint64_t v)
+static inline void buf_varint(pydb_buf *b, uint64_t v)
 {
-    if (pydb__buf_reserve(b, 10) < 0) return;
+    if (b->cap - b->n < 10 && pydb__buf_reserve(b, 10) < 0) return;
     uint8_t *o = b->p + b->n;
     while (v >= 0x80) {
         *o++ = (uint8_t)(v | 0x80);
@@ -365,16 +365,9 @@ int pydb__nseg_enc_begin(nidx_seg_enc *e, pydb_buf *out, uint64_t nterms,
     return PYDB_OK;
 }
 
-void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
-                         const pydb_posting *v, size_t n)
+void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n)
 {
-    pydb_buf *out = e->out;
-    size_t pbeg = out->n;
     pydb_posting last = {0, 0, 0, 0};
-
-    PYDB_ASSERT(e->nterms < e->want_terms && n >= 1);
-    PYDB_ASSERT(e->nterms % NIDX_BLOCK_TERMS == 0 ||
-                pydb__keycmp(e->prev, e->prev_len, key, len) < 0);
     for (size_t i = 0; i < n; i++) {
         const pydb_posting *q = &v[i];
         PYDB_ASSERT(i == 0 || pydb__posting_cmp(&v[i - 1], q) < 0);
@@ -401,20 +394,60 @@ void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
         }
         last = *q;
     }
-    if (e->nterms % NIDX_BLOCK_TERMS == 0) {
+}
+
+
+void pydb__nseg_dict_entry(pydb_buf *dict, uint64_t term, uint64_t pbeg,
+                           const uint8_t *prev, size_t prev_len,
+                           const uint8_t *key, size_t len, uint64_t count,
+                           uint64_t plen)
+{
+    size_t sh = 0;
+    if (term % NIDX_BLOCK_TERMS == 0) {
         uint8_t b8[8];
-        e->blocks[e->nterms / NIDX_BLOCK_TERMS] = e->dict.n;
         pydb__put64(b8, pbeg);
-        pydb__buf_put(&e->dict, b8, 8);
+        pydb__buf_put(dict, b8, 8);
+        prev_len = 0;
+    }
+    while (sh < prev_len && sh < len && prev[sh] == key[sh]) sh++;
+    buf_varint(dict, sh);
+    buf_varint(dict, len - sh);
+    pydb__buf_put(dict, key + sh, len - sh);
+    buf_varint(dict, count);
+    buf_varint(dict, plen);
+}
+
+void pydb__nseg_header(uint8_t hdr[NIDX_SEG_HDR], uint64_t nterms,
+                       uint64_t nposts, uint64_t dict_off, uint64_t bidx_off,
+                       uint64_t tomb_off)
+{
+    memcpy(hdr, NIDX_SEG_MAGIC, 8);
+    pydb__put32(hdr + 8, NIDX_FORMAT_VERSION);
+    pydb__put32(hdr + 12, NIDX_BLOCK_TERMS);
+    pydb__put64(hdr + 16, nterms);
+    pydb__put64(hdr + 24, nposts);
+    pydb__put64(hdr + 32, dict_off);
+    pydb__put64(hdr + 40, bidx_off);
+    pydb__put64(hdr + 48, (nterms + NIDX_BLOCK_TERMS - 1) / NIDX_BLOCK_TERMS);
+    pydb__put64(hdr + 56, tomb_off);
+}
+
+void pydb__nseg_enc_term(nidx_seg_enc *e, const uint8_t *key, size_t len,
+                         const pydb_posting *v, size_t n)
+{
+    pydb_buf *out = e->out;
+    size_t pbeg = out->n;
+
+    PYDB_ASSERT(e->nterms < e->want_terms && n >= 1);
+    PYDB_ASSERT(e->nterms % NIDX_BLOCK_TERMS == 0 ||
+                pydb__keycmp(e->prev, e->prev_len, key, len) < 0);
+    pydb__nseg_put_postings(out, v, n);
+    if (e->nterms % NIDX_BLOCK_TERMS == 0) {
+        e->blocks[e->nterms / NIDX_BLOCK_TERMS] = e->dict.n;
         e->prev_len = 0;
     }
-    size_t sh = 0;
-    while (sh < e->prev_len && sh < len && e->prev[sh] == key[sh]) sh++;
-    buf_varint(&e->dict, sh);
-    buf_varint(&e->dict, len - sh);
-    pydb__buf_put(&e->dict, key + sh, len - sh);
-    buf_varint(&e->dict, n);
-    buf_varint(&e->dict, out->n - pbeg);
+    pydb__nseg_dict_entry(&e->dict, e->nterms, pbeg, e->prev, e->prev_len,
+                          key, len, n, out->n - pbeg);
     e->prev = key;
     e->prev_len = len;
     e->nterms++;
@@ -445,15 +478,8 @@ int pydb__nseg_enc_finish(nidx_seg_enc *e, const int32_t *tombs,
         pydb__buf_put(out, b4, 4);
     }
     if (out->oom || e->dict.oom) goto oom;
-    memcpy(out->p, NIDX_SEG_MAGIC, 8);
-    pydb__put32(out->p + 8, NIDX_FORMAT_VERSION);
-    pydb__put32(out->p + 12, NIDX_BLOCK_TERMS);
-    pydb__put64(out->p + 16, e->nterms);
-    pydb__put64(out->p + 24, e->nposts);
-    pydb__put64(out->p + 32, dict_off);
-    pydb__put64(out->p + 40, bidx_off);
-    pydb__put64(out->p + 48, e->nblocks);
-    pydb__put64(out->p + 56, tomb_off);
+    pydb__nseg_header(out->p, e->nterms, e->nposts, dict_off, bidx_off,
+                      tomb_off);
     pydb__put64(b8, pydb__crc32c(0, out->p, out->n));
     pydb__buf_put(out, b8, 8);
     if (out->oom) goto oom;

@@ -130,4 +130,34 @@ int pydb__nseg_enc_finish(nidx_seg_enc *e, const int32_t *tombs,
                           size_t ntombs, pydb_error *err);
 void pydb__nseg_enc_free(nidx_seg_enc *e);
 
+/* The parts of the encoder, for writers that stream a segment to a file
+ * (nidx_spill.c) and must write the same bytes:
+ * the posting list v[n] (ascending, no duplicates) as a segment holds
+ * it, appended to out (the first posting's MFN delta is its MFN); */
+void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n);
+/* one LEB128 varint; */
+static inline void pydb__nseg_put_varint(pydb_buf *out, uint64_t v)
+{
+    if (out->cap - out->n < 10 && pydb__buf_reserve(out, 10) < 0) return;
+    uint8_t *o = out->p + out->n;
+    while (v >= 0x80) {
+        *o++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *o++ = (uint8_t)v;
+    out->n = (size_t)(o - out->p);
+}
+/* the dictionary entry of term number `term` (a block's first entry is
+ * led by pbeg, the file offset of its postings): prev[prev_len] is the
+ * previous key of the block, count and plen the term's postings and
+ * their bytes; */
+void pydb__nseg_dict_entry(pydb_buf *dict, uint64_t term, uint64_t pbeg,
+                           const uint8_t *prev, size_t prev_len,
+                           const uint8_t *key, size_t len, uint64_t count,
+                           uint64_t plen);
+/* the 64-byte header. */
+void pydb__nseg_header(uint8_t hdr[NIDX_SEG_HDR], uint64_t nterms,
+                       uint64_t nposts, uint64_t dict_off, uint64_t bidx_off,
+                       uint64_t tomb_off);
+
 #endif

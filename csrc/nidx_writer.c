@@ -226,17 +226,33 @@ static int sort_terms(nidx_acc *a, uint32_t *order)
     return 0;
 }
 
-/* Build the bytes of a segment from the accumulated postings. */
-int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
-                       pydb_buf *out, pydb_error *err)
+size_t pydb__nacc_bytes(const nidx_acc *a)
+{
+    /* what the accumulator holds (terms, their keys, the hash table,
+     * postings), and what sorting it adds (per term: order, start and
+     * two radix keys; per posting: its copy in key order) */
+    return a->arena.n + a->stage_keys.n + a->hcap * sizeof *a->ht +
+           (a->nt + a->nst) * (sizeof(nidx_aterm) + 4 + 8 + 2 * 16) +
+           (a->np + a->nst) * (sizeof(nidx_apost) + sizeof(pydb_posting));
+}
+
+void pydb__nacc_reset(nidx_acc *a)
+{
+    a->nst = 0;
+    a->stage_keys.n = 0;
+    a->arena.n = 0;
+    a->nt = 0;
+    a->np = 0;
+    if (a->ht) memset(a->ht, 0, a->hcap * sizeof *a->ht);
+}
+
+int pydb__nacc_each(nidx_acc *a, nidx_term_fn fn, void *ctx, pydb_error *err)
 {
     uint32_t *order = NULL;
     uint64_t *start = NULL;
     pydb_posting *sorted = NULL;
-    nidx_seg_enc enc;
     int rc = PYDB_OK;
 
-    memset(&enc, 0, sizeof enc);
     if ((rc = acc_flush(a))) return rc;
     order = malloc((a->nt ? a->nt : 1) * sizeof *order);
     start = malloc((a->nt + 1) * sizeof *start);
@@ -255,8 +271,7 @@ int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
     start[0] = 0;
     if (sort_terms(a, order) < 0) goto oom;
 
-    if ((rc = pydb__nseg_enc_begin(&enc, out, a->nt, err))) goto cleanup;
-    for (size_t k = 0; k < a->nt; k++) {
+    for (size_t k = 0; k < a->nt && rc == PYDB_OK; k++) {
         if (k + 16 < a->nt) {
             __builtin_prefetch(&a->t[order[k + 16]]);
             __builtin_prefetch(&start[order[k + 16]]);
@@ -278,16 +293,38 @@ int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
         for (size_t i = 0; i < n; i++)
             if (w == 0 || pydb__posting_cmp(&v[w - 1], &v[i]) != 0)
                 v[w++] = v[i];
-        pydb__nseg_enc_term(&enc, a->arena.p + t->off, t->len, v, w);
+        rc = fn(ctx, a->arena.p + t->off, t->len, v, w);
     }
-    rc = pydb__nseg_enc_finish(&enc, tombs, ntombs, err);
     goto cleanup;
 oom:
-    rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "cannot build a segment");
+    rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "cannot sort the index keys");
 cleanup:
-    pydb__nseg_enc_free(&enc);
     free(order);
     free(start);
     free(sorted);
+    return rc;
+}
+
+static int enc_term(void *ctx, const uint8_t *key, size_t len,
+                    const pydb_posting *v, size_t n)
+{
+    pydb__nseg_enc_term(ctx, key, len, v, n);
+    return PYDB_OK;
+}
+
+/* Build the bytes of a segment from the accumulated postings. */
+int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
+                       pydb_buf *out, pydb_error *err)
+{
+    nidx_seg_enc enc;
+    int rc;
+
+    memset(&enc, 0, sizeof enc);
+    if ((rc = acc_flush(a))) return rc;
+    if ((rc = pydb__nseg_enc_begin(&enc, out, a->nt, err))) goto cleanup;
+    if ((rc = pydb__nacc_each(a, enc_term, &enc, err))) goto cleanup;
+    rc = pydb__nseg_enc_finish(&enc, tombs, ntombs, err);
+cleanup:
+    pydb__nseg_enc_free(&enc);
     return rc;
 }

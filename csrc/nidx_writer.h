@@ -56,6 +56,20 @@ int pydb__nacc_add(void *ctx, const uint8_t *key, size_t len,
  * (ascending), to out. */
 int pydb__nacc_segment(nidx_acc *a, const int32_t *tombs, size_t ntombs,
                        pydb_buf *out, pydb_error *err);
+/* Called with each term of the accumulator in key order: its key and its
+ * postings v[n] (n >= 1, ascending, no duplicates); views valid during
+ * the call.  Nonzero (a PYDB_E* code) stops the walk and is returned. */
+typedef int (*nidx_term_fn)(void *ctx, const uint8_t *key, size_t len,
+                            const pydb_posting *v, size_t n);
+/* Sort everything added and call fn with each term in key order (what
+ * pydb__nacc_segment encodes).  PYDB_ENOMEM, or fn's code. */
+int pydb__nacc_each(nidx_acc *a, nidx_term_fn fn, void *ctx,
+                    pydb_error *err);
+/* Bytes the accumulator holds now plus those sorting it would add: what
+ * the bulk build compares with its memory budget (nidx_build.c). */
+size_t pydb__nacc_bytes(const nidx_acc *a);
+/* Forget everything added, keeping the allocations for reuse. */
+void pydb__nacc_reset(nidx_acc *a);
 /* Free the accumulator's memory and zero it. */
 void pydb__nacc_free(nidx_acc *a);
 

@@ -901,7 +901,23 @@ typedef struct pydb_nidx_options {
     size_t stw_len;
     int tables;             /* 1: load ISISUC.TAB/ISISAC.TAB from the
                                database's directory when present          */
+    size_t memory;          /* bulk build: bytes of keys and postings held
+                               before a sorted run is spilled to the index
+                               directory; 0 = PYDB_NIDX_MEMORY_DEFAULT    */
 } pydb_nidx_options;
+
+/* The bulk build's default memory budget (64 MiB).  The build holds at
+ * most about this much of keys and postings (counted with what sorting
+ * them adds); past it, it sorts them into a run file (build-PID-N.tmp in
+ * the index directory) and starts over; 64 runs of one size are merged
+ * into one, and at the end the runs are merged into the one segment it
+ * publishes, each read through a 64 KiB buffer.  Its peak memory is thus
+ * about the budget plus 64 KiB per run left for the end (at most 63 per
+ * 64-fold of size), whatever the size of the database; the segment is
+ * the same bytes for any budget.  Measured (benchmarks/
+ * bench_index_memory.py): 85-88 MiB peak RSS of `python -m pydb index`
+ * for 59 thousand to 1.2 million records. */
+#define PYDB_NIDX_MEMORY_DEFAULT ((size_t)64 << 20)
 
 /* Progress of a bulk build: records done of total; nonzero cancels. */
 typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
@@ -914,7 +930,9 @@ typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
  * writer lock (waiting up to 10 s for it), through the write-ahead log,
  * with the records committed while the build read included; handles
  * opened before pick it up, with its key rules and FST, at their next
- * call (an attached handle at its next commit).
+ * call (an attached handle at its next commit).  Memory is bounded by
+ * opt->memory (PYDB_NIDX_MEMORY_DEFAULT): past it the build spills
+ * sorted runs to temporary files in the index directory.
  * `fst` must outlive the build; `opt` may be NULL.  Errors: PYDB_EINVAL
  * (cancelled by `progress`), PYDB_ELOCKED (the writer lock was not
  * obtained), PYDB_EREADONLY, PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM, those

@@ -311,6 +311,12 @@ static inline struct pydb_shm *pydb__db_shm(const pydb_db *db)
     return __atomic_load_n(&db->shm, __ATOMIC_ACQUIRE);
 }
 
+/* Drop the pages of the handle's file mappings from this process' page
+ * tables (MADV_DONTNEED; the page cache keeps them, the next read of
+ * them is a minor fault): a long scan in mmap mode (the native index's
+ * bulk build) keeps its resident set from growing with the files. */
+void pydb__db_unmap_pages(pydb_db *db);
+
 static inline int32_t pydb__next_mfn(const pydb_db *db)
 {
     return __atomic_load_n(&db->next_mfn, __ATOMIC_ACQUIRE);

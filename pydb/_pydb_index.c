@@ -738,27 +738,29 @@ static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
 PyDoc_STRVAR(index_build_doc,
 "_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
 "             stw=None, tables=True, batch=8192, keys=0, upper=None,\n"
-"             word=None)\n--\n\n"
+"             word=None, memory=0)\n--\n\n"
 "Build the native index of the database at db_path (str) from FST text\n"
 "`fst` into <base>.pdx/.  Keys are made by Unicode folding when utf8,\n"
 "else by the built-in table `keys` (0 DOS, 1 ANSI, 2 ASCII), whose\n"
 "case and word tables `upper` and `word` (bytes of 256, a rebuild passing\n"
 "the stored ones) replace; then ISISUC/ISISAC.TAB when `tables`.  The work runs with the GIL released in batches\n"
 "of `batch` records; between batches progress(done, total) is called\n"
-"(records read so far, max MFN).  Returns the number of records read.\n"
+"(records read so far, max MFN).  `memory`: bytes of keys and postings\n"
+"held before a sorted run is spilled (0: PYDB_NIDX_MEMORY_DEFAULT).\n"
+"Returns the number of records read.\n"
 "Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError,\n"
-"ValueError (unknown `keys`, a table not of 256 bytes).");
+"ValueError (unknown `keys`, a table not of 256 bytes, memory < 0).");
 
 static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
                              "stw", "tables", "batch", "keys", "upper",
-                             "word", NULL};
+                             "word", "memory", NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
     Py_buffer text, stw = {0}, upper = {0}, word = {0};
     int utf8 = 0, tables = 1, keys = 0, rc, more = 1;
-    Py_ssize_t max_key = 0, batch = 8192;
+    Py_ssize_t max_key = 0, batch = 8192, memory = 0;
     pydb_fst *f = NULL;
     pydb_nidx_builder *b = NULL;
     pydb_nidx_options opt;
@@ -766,11 +768,16 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     int64_t done = 0, total = 0;
     const char *cpath;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*n", kwlist,
                                      PyUnicode_FSConverter, &path_obj, &text,
                                      &progress, &utf8, &max_key, &stw,
-                                     &tables, &batch, &keys, &upper, &word))
+                                     &tables, &batch, &keys, &upper, &word,
+                                     &memory))
         return NULL;
+    if (memory < 0) {
+        PyErr_SetString(PyExc_ValueError, "memory must be >= 0 (bytes)");
+        goto cleanup;
+    }
     if ((upper.obj && upper.len != 256) || (word.obj && word.len != 256)) {
         PyErr_Format(PyExc_ValueError, "%s table has %zd bytes, not 256",
                      upper.obj && upper.len != 256 ? "the case" : "the word",
@@ -786,6 +793,7 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     opt.word = word.obj ? word.buf : NULL;
     opt.max_key = max_key > 0 ? (size_t)max_key : 0;
     opt.tables = tables;
+    opt.memory = (size_t)memory;
     if (stw.obj) {
         opt.stw = stw.buf;
         opt.stw_len = (size_t)stw.len;

@@ -99,7 +99,7 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
                 stw: str | bytes | os.PathLike[str] | None = None,
                 utf8: bool | None = None, encoding: str | None = None,
                 max_key: int | None = None, tables: bool = True,
-                keys: str | None = None) -> int:
+                keys: str | None = None, memory: int | None = None) -> int:
     """Build (or rebuild) the native index of the database at `db_path`.
 
     Args:
@@ -135,6 +135,13 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             None: as the index being replaced (0 when there is none).
         tables: load ISISUC.TAB/ISISAC.TAB from the database's folder when
             present (docs/isis-formats.md §5.3).
+        memory: bytes of keys and postings the build holds before it
+            sorts them into a run file in the index folder (an external
+            sort: the runs are merged into the one segment at the end, the
+            same bytes for any budget); None or 0: 64 MiB
+            (``PYDB_NIDX_MEMORY_DEFAULT`` of pydb.h).  The build's peak
+            memory is about this plus 64 KiB per run merged at the end,
+            whatever the size of the database.
 
     Returns:
         The number of MFNs read (int).  The new index replaces the old one
@@ -156,7 +163,10 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         ValueError: `keys` is not a name of :data:`~pydb.index.KEY_TABLES`.
         LookupError: `encoding` is not a codec Python knows.
         ImportError: ``progress=True`` and tqdm is not installed.
+        ValueError: `memory` is negative.
     """
+    if memory is not None and memory < 0:
+        raise ValueError(f"memory must be >= 0 bytes, not {memory}")
     stored = _stored_or_none(db_path)
     if fst is None:
         fst = find_sidecar(db_path, "fst")
@@ -208,7 +218,7 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         return _pydb._index_build(os.fspath(db_path), text, callback,
                                   utf8=keys == "unicode", max_key=max_key, stw=stw_bytes,
                                   tables=tables, keys=KEY_TABLES[keys], upper=upper,
-                                  word=word)
+                                  word=word, memory=memory or 0)
     finally:
         if bar is not None:
             bar.close()
