@@ -300,7 +300,9 @@ PyDoc_STRVAR(index_key_doc,
 "`term` (bytes) brought into this index's key form (case table or\n"
 "Unicode folding, truncation; docs/isis-formats.md §5.3), as bytes.");
 
-static PyObject *index_key(IndexObject *self, PyObject *arg)
+/* key() and lookup_key(): `term` (bytes) in key form, or (lookup) as
+ * stored when the index holds it, probing with the GIL released. */
+static PyObject *key_of(IndexObject *self, PyObject *arg, int lookup)
 {
     module_state *st = state_of_type(Py_TYPE(self));
     Py_buffer term;
@@ -318,8 +320,13 @@ static PyObject *index_key(IndexObject *self, PyObject *arg)
         goto cleanup;
     }
     if (index_check_open(st, self) < 0) goto cleanup;
-    rc = pydb_index_key(out, cap, &out_len, self->ix, term.buf,
-                        (size_t)term.len, &e);   /* pure computation: GIL held */
+    if (lookup)
+        UNLOCKED(&self->guard, NULL,
+                 rc = pydb_index_lookup_key(out, cap, &out_len, self->ix,
+                                            term.buf, (size_t)term.len, &e));
+    else   /* pure computation: GIL held */
+        rc = pydb_index_key(out, cap, &out_len, self->ix, term.buf,
+                            (size_t)term.len, &e);
     if (rc) {
         set_error(st, rc, &e);
         goto cleanup;
@@ -332,6 +339,11 @@ cleanup:
     return result;
 }
 
+static PyObject *index_key(IndexObject *self, PyObject *arg)
+{
+    return key_of(self, arg, 0);
+}
+
 PyDoc_STRVAR(index_lookup_key_doc,
 "lookup_key($self, term, /)\n--\n\n"
 "The key `term` (bytes) looks up: itself, trailing blanks trimmed, when\n"
@@ -340,35 +352,7 @@ PyDoc_STRVAR(index_lookup_key_doc,
 
 static PyObject *index_lookup_key(IndexObject *self, PyObject *arg)
 {
-    module_state *st = state_of_type(Py_TYPE(self));
-    Py_buffer term;
-    PyObject *result = NULL;
-    uint8_t *out;
-    size_t cap, out_len = 0;
-    pydb_error e;
-    int rc;
-
-    if (!st || PyObject_GetBuffer(arg, &term, PyBUF_SIMPLE) < 0) return NULL;
-    cap = (size_t)term.len * 4 + 16;   /* folding may grow UTF-8 */
-    out = PyMem_Malloc(cap);
-    if (!out) {
-        PyErr_NoMemory();
-        goto cleanup;
-    }
-    if (index_check_open(st, self) < 0) goto cleanup;
-    UNLOCKED(&self->guard, NULL,
-             rc = pydb_index_lookup_key(out, cap, &out_len, self->ix,
-                                        term.buf, (size_t)term.len, &e));
-    if (rc) {
-        set_error(st, rc, &e);
-        goto cleanup;
-    }
-    result = PyBytes_FromStringAndSize((const char *)out,
-                                       (Py_ssize_t)out_len);
-cleanup:
-    PyMem_Free(out);
-    PyBuffer_Release(&term);
-    return result;
+    return key_of(self, arg, 1);
 }
 
 static PyObject *index_get_kind(IndexObject *self, void *c)

@@ -17,6 +17,7 @@ as a short write followed by ENOSPC.  After each run:
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import warnings
 
@@ -227,6 +228,26 @@ def test_fail_every_operation_of_recovery(tmp_path, pristine, eno):
         check_files(d / "db")
 
 
+def _copy_db(src, dst):
+    """The files of database `src` (and its native index) as `dst`."""
+    for ext in (".mst", ".xrf", ".wal"):
+        shutil.copy(f"{src}{ext}", f"{dst}{ext}")
+    if os.path.isdir(f"{src}.pdx"):
+        shutil.copytree(f"{src}.pdx", f"{dst}.pdx")
+
+
+def _append_operations(base0, scratch, fields) -> int:
+    """Write-side operations of one append of `fields` to a copy of base0."""
+    _copy_db(base0, scratch)
+    with open_db(scratch) as db:
+        _pydb._testing.fail_io(-1)
+        try:
+            db.append(fields)
+            return _pydb._testing.io_count()
+        finally:
+            _pydb._testing.fail_io(0)
+
+
 @pytest.mark.parametrize("eno", [errno.ENOSPC, errno.EIO])
 def test_append_failure_says_whether_committed(tmp_path, eno):
     """Issue 14, defect 3: ``Database.append`` raised DiskError (ENOSPC on
@@ -238,22 +259,13 @@ def test_append_failure_says_whether_committed(tmp_path, eno):
     base0 = tmp_path / "p"
     with pydb.create(base0, "isis-aligned") as db:
         db.append([(1, b"first")])
-    for ext in (".mst", ".xrf", ".wal"):
-        shutil.copy(f"{base0}{ext}", tmp_path / f"c{ext}")
-    with open_db(tmp_path / "c") as db:             # count on a copy
-        _pydb._testing.fail_io(-1)
-        try:
-            db.append([(1, b"second")])
-            total = _pydb._testing.io_count()
-        finally:
-            _pydb._testing.fail_io(0)
+    total = _append_operations(base0, tmp_path / "c", [(1, b"second")])
     seen = {}
     for n in range(1, total + 1):
         d = tmp_path / f"n{n}"
         d.mkdir()
-        for ext in (".mst", ".xrf", ".wal"):
-            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
         base = d / "db"
+        _copy_db(base0, base)
         raised = None
         with open_db(base) as db:
             assert len(db) == 1
@@ -298,7 +310,7 @@ def test_readonly_open_on_a_full_disk(tmp_path):
     # the transaction is committed (durable in the log), not applied
     for n in range(1, 40):
         for ext in (".mst", ".xrf", ".wal"):
-            shutil.copy(f"{base}{ext}", tmp_path / f"try{ext}")
+            shutil.copy(f"{base}{ext}", tmp_path / f"try{ext}")   # over the last try
         with open_db(tmp_path / "try") as db:
             _pydb._testing.fail_io(n, errno.ENOSPC, False)
             try:
@@ -345,25 +357,12 @@ def test_handle_writes_again_once_the_disk_has_room(tmp_path, indexed):
     kw = {"fst": "1 0 v1"} if indexed else {}
     with pydb.create(base0, "isis-aligned", **kw) as db:
         db.append([(1, "FIRST")])
-    for ext in (".mst", ".xrf", ".wal"):
-        shutil.copy(f"{base0}{ext}", tmp_path / f"c{ext}")
-    if indexed:
-        shutil.copytree(f"{base0}.pdx", tmp_path / "c.pdx")
-    with open_db(tmp_path / "c") as db:              # count on a copy
-        _pydb._testing.fail_io(-1)
-        try:
-            db.append([(1, "SECOND")])
-            total = _pydb._testing.io_count()
-        finally:
-            _pydb._testing.fail_io(0)
+    total = _append_operations(base0, tmp_path / "c", [(1, "SECOND")])
     cases = {}
     for n in range(1, total + 1):
         d = tmp_path / f"n{n}"
         d.mkdir()
-        for ext in (".mst", ".xrf", ".wal"):
-            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
-        if indexed:
-            shutil.copytree(f"{base0}.pdx", d / "db.pdx")
+        _copy_db(base0, d / "db")
         with open_db(d / "db") as db:
             _pydb._testing.fail_io(n, errno.ENOSPC, False)
             try:
