@@ -174,6 +174,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# Folders of the shared data (paths relative to DATA; SOURCES.md there).
+ABCD = "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/"
+PYISIS = "scieloorg__pyisis/"
+SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
+FIXTURES = "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/"
+CISIS = "bireme__cisis/"
+I2J = "bireme__isis2json/fixtures/"
+BRUMA = "heitorbarbieri__Bruma/"
+CPAN = "cpan__Biblio-Isis-0.24/data/"
+
+
 def data_path(rel: str) -> Path:
     """Path of a file under the shared data folder (may not exist)."""
     return DATA / rel

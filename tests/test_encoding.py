@@ -18,16 +18,7 @@ import pytest
 import pydb
 from pydb import encoding as enc
 
-from conftest import DATA, data_path
-
-ABCD = "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/"
-PYISIS = "scieloorg__pyisis/"
-SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
-FIXTURES = "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/"
-CISIS = "bireme__cisis/"
-I2J = "bireme__isis2json/fixtures/"
-BRUMA = "heitorbarbieri__Bruma/"
-CPAN = "cpan__Biblio-Isis-0.24/data/"
+from conftest import ABCD, BRUMA, CISIS, CPAN, DATA, FIXTURES, I2J, PYISIS, SAMPLE, data_path
 
 # Every master file under the data folder that opens (CDS.std.mst has no
 # .xrf), with the encoding SOURCES.md gives it and why.

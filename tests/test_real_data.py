@@ -19,18 +19,22 @@ import pytest
 
 import pydb
 
-from conftest import DATA, all_master_files, data_path
+from conftest import (
+    ABCD,
+    BRUMA,
+    CISIS,
+    CPAN,
+    DATA,
+    FIXTURES,
+    I2J,
+    PYISIS,
+    SAMPLE,
+    all_master_files,
+    data_path,
+)
 
 pytestmark = pytest.mark.usefixtures("isis_data")
 
-ABCD = "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/"
-PYISIS = "scieloorg__pyisis/"
-SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
-FIXTURES = "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/"
-CISIS = "bireme__cisis/"
-I2J = "bireme__isis2json/fixtures/"
-BRUMA = "heitorbarbieri__Bruma/"
-CPAN = "cpan__Biblio-Isis-0.24/data/"
 
 ODDS = ABCD + "odds/data/odds.mst"
 CDS_STD = CISIS + "tests/CDS.std.mst"      # no .xrf beside it
