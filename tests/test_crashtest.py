@@ -490,3 +490,26 @@ def test_command_line_default_database(unesb_cache):
     for impl in ("C", "Python batch"):
         assert (f"== {impl}, cache warm, lock none (median of 3)\n"
                 "409 terms\n4205 postings max mfn 58880\nsequential read ") in text
+
+
+def test_busy_mode_has_only_its_own_target(capsys):
+    """The busy mode (readers beside a CPU-bound thread) is judged by its
+    share of per-record reads; the twins' targets (rows/s, scaling, against
+    C on O_DIRECT) are not applied to it."""
+    impls = ["c", "python", "python-record", "python-busy"]
+    rows = {"c": 100.0, "python": 95.0, "python-record": 90.0, "python-busy": 3.0}
+    samples = [{"impl": i, "phase": ph, "threads": t, "cache": cache, "lock": "none",
+                "rows_per_sec": rows[i] * (1 + r / 100) * (40_000 if ph == "seq" else 1)}
+               for i in impls for cache in ("warm", "direct") for ph, t in
+               (("seq", 1), ("threads", 1), ("threads", 8)) for r in range(5)]
+    crashtest._print_targets(samples, impls)
+    text = capsys.readouterr().out
+    whats = [line.split(":")[0].split(None, 1)[1] for line in text.splitlines()
+             if line.split(" ")[0] in ("MET", "MISSED", "UNDECIDED")]
+    assert whats == [
+        "C sequential read, warm", "Python batch sequential read, warm",
+        "Python batch, 8 threads vs 1 thread, warm", "Python record sequential read, warm",
+        "Python record, 8 threads vs 1 thread, warm",
+        "Python busy vs Python per-record, 1 thread, warm (0.5 is the GIL's share)",
+        "C, 8 threads vs 1 thread, O_DIRECT", "Python batch vs C, 8 threads, O_DIRECT",
+        "Python record vs C, 8 threads, O_DIRECT"]
