@@ -25,9 +25,9 @@
 
 #define TERM_BATCH 4096   /* keys collected per GIL release */
 
-int index_check_open(module_state *st, IndexObject *self)
+int index_check_open_(module_state *st, IndexObject *self, guard_pins *pins)
 {
-    if (self->ix && !self->guard.closing) return 0;
+    if (self->ix && guard_pin(pins, &self->guard) == 0) return 0;
     PyErr_SetString(st->ClosedError, "the index is closed");
     return -1;
 }
@@ -72,18 +72,25 @@ static PyObject *index_open_path(module_state *st, PyObject *path,
  * handle is (still) a database's commit hook or another close got it. */
 static void index_close_after_wait(IndexObject *self, pydb_index *ix)
 {
+    int mine = 0;
     self->guard.closing = 1;
     guard_wait_idle(&self->guard);
     /* A commit hook of an open database: the writer may still use the
-     * pydb_index; the database frees it once closed. */
-    if (self->hooked || self->ix != ix) return;
-    self->ix = NULL;
-    pydb_index_close(ix);
+     * pydb_index; the database frees it once closed.  The index's own
+     * close() and its database's may both have waited: one frees it. */
+    Py_BEGIN_CRITICAL_SECTION(self);
+    if (!self->hooked && self->ix == ix) {
+        self->ix = NULL;
+        mine = 1;
+    }
+    Py_END_CRITICAL_SECTION();
+    if (mine) pydb_index_close(ix);
 }
 
 static void index_close_handle(IndexObject *self)
 {
-    if (!self->ix || self->guard.closing) return;
+    /* closed, or another close (perhaps another thread's) waits */
+    if (!self->ix || atomic_exchange(&self->guard.closing, 1)) return;
     index_close_after_wait(self, self->ix);
 }
 
@@ -178,6 +185,7 @@ PyDoc_STRVAR(index_terms_doc,
 
 static PyObject *index_terms(IndexObject *self, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     Py_buffer prefix = {0}, start = {0};
     PyObject *start_obj = Py_None, *result = NULL;
@@ -273,6 +281,7 @@ PyDoc_STRVAR(index_postings_doc,
 
 static PyObject *index_postings(IndexObject *self, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     Py_buffer key;
     pydb_postings p = {0};
@@ -302,6 +311,7 @@ PyDoc_STRVAR(index_key_doc,
 
 static PyObject *index_key(IndexObject *self, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     Py_buffer term;
     PyObject *result = NULL;
@@ -334,6 +344,7 @@ cleanup:
 
 static PyObject *index_get_kind(IndexObject *self, void *c)
 {
+    PIN_SCOPE;
     static const char *const names[] = {"native", "isis-classic",
                                         "isis-lind", "memory"};
     module_state *st = state_of_type(Py_TYPE(self));
@@ -346,6 +357,7 @@ static PyObject *index_get_kind(IndexObject *self, void *c)
 
 static PyObject *index_get_caps(IndexObject *self, void *c)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     int caps;
     if (!st || index_check_open(st, self) < 0) return NULL;
@@ -425,6 +437,7 @@ PyDoc_STRVAR(isis_index_info_doc,
 
 static PyObject *isis_index_info(PyObject *m, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     IndexObject *self;
     pydb_isis_index_info in;
@@ -779,12 +792,14 @@ PyDoc_STRVAR(attach_native_doc,
 
 static PyObject *attach_native(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *db_obj, *index_obj;
     DatabaseObject *db;
     IndexObject *io;
     pydb_error e;
     int rc;
+    const char *why = NULL;
 
     if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &db_obj,
                           st->index_type, &index_obj))
@@ -793,21 +808,31 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
     io = (IndexObject *)index_obj;
     if (database_check_open(st, db) < 0) return NULL;
     if (index_check_open(st, io) < 0) return NULL;
-    if (db->hooked_index || io->hooked) {
-        PyErr_SetString(PyExc_ValueError,
-                        "a native index is attached already");
-        return NULL;
+    /* Claimed before the core call, under both objects' critical
+     * sections: two threads cannot attach at once (free-threaded). */
+    Py_BEGIN_CRITICAL_SECTION2(db, io);
+    if (db->hooked_index || io->hooked)
+        why = "a native index is attached already";
+    else if (db->txn)
+        why = "cannot attach an index during a transaction";
+    else {
+        io->hooked = 1;
+        db->hooked_index = Py_NewRef(index_obj);
     }
-    if (db->txn) {
-        PyErr_SetString(PyExc_ValueError,
-                        "cannot attach an index during a transaction");
+    Py_END_CRITICAL_SECTION2();
+    if (why) {
+        PyErr_SetString(PyExc_ValueError, why);
         return NULL;
     }
     UNLOCKED(&db->guard, &io->guard,
              rc = pydb_native_index_attach(io->ix, db->db, &e));
-    if (rc) return set_error(st, rc, &e);
-    io->hooked = 1;
-    db->hooked_index = Py_NewRef(index_obj);
+    if (rc) {
+        Py_CLEAR(db->hooked_index);
+        io->hooked = 0;
+        /* closed meanwhile: its close() left the freeing to us */
+        if (io->guard.closing) index_release_hooked(index_obj);
+        return set_error(st, rc, &e);
+    }
     Py_RETURN_NONE;
 }
 
@@ -857,6 +882,7 @@ PyDoc_STRVAR(snapshot_index_doc,
 
 static PyObject *snapshot_index(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *db_obj, *index_obj, *view_obj, *res;
     DatabaseObject *db;

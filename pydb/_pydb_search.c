@@ -58,6 +58,7 @@ PyDoc_STRVAR(search_doc,
 
 static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
 {
+    PIN_SCOPE;
     static char *kwlist[] = {"index", "expr", "db", NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *index_obj, *expr, *db_obj = Py_None, *encoded = NULL;
