@@ -238,6 +238,14 @@ static void module_free(void *m) { module_clear((PyObject *)m); }
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
+#ifdef Py_mod_gil
+    /* Free-threaded CPython (PEP 703, 3.13t) keeps the GIL off when this
+     * module is imported: the binding does not rely on the GIL for its
+     * own state (the pins and critical sections of _pydb_module.h, the
+     * atomics of the Transaction and the RecordIterator), and the core
+     * never calls Python.  docs/free-threaded.md. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL}};
 
 struct PyModuleDef pydb_module = {

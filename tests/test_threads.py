@@ -44,6 +44,11 @@ pytestmark = [pytest.mark.sanitize_address, pytest.mark.sanitize_thread]
 LILACS = "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
 NTHREADS = 8
 
+# A free-threaded interpreter running without the GIL (docs/free-threaded.md):
+# the tests of when reads keep or release the GIL measure nothing there.
+needs_gil = pytest.mark.skipif(not getattr(sys, "_is_gil_enabled", lambda: True)(),
+                               reason="no GIL to keep or release (free-threaded)")
+
 
 @pytest.fixture(autouse=True)
 def _hang_guard():
@@ -309,6 +314,7 @@ def _nowait_reads_work(base: Path) -> bool:
         os.close(fd)
 
 
+@needs_gil
 @pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
 @pytest.mark.parametrize("io", ["mmap", "pread"])
 def test_cache_hits_keep_the_gil(io, gen_db):
@@ -329,6 +335,7 @@ def test_cache_hits_keep_the_gil(io, gen_db):
     assert during == 0, f"{io}: the GIL was released during cached reads"
 
 
+@needs_gil
 @pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
 def test_snapshot_cache_hits_keep_the_gil(gen_db):
     """The same for reads through a snapshot of records unchanged since."""
@@ -343,6 +350,7 @@ def test_snapshot_cache_hits_keep_the_gil(gen_db):
     assert during == 0, "the GIL was released during cached snapshot reads"
 
 
+@needs_gil
 @pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
 def test_cold_mmap_read_releases_the_gil(gen_db):
     """py-lmdb #65: a read whose pages are on the disk, not in the page
