@@ -22,7 +22,8 @@
 int database_check_open_(module_state *st, DatabaseObject *self,
                          guard_pins *pins)
 {
-    if (self->db && guard_pin(pins, &self->guard) == 0) return 0;
+    /* pinned first: close() clears self->db only once no pin is held */
+    if (guard_pin(pins, &self->guard) == 0 && self->db) return 0;
     PyErr_SetString(st->ClosedError, "the database is closed");
     return -1;
 }
@@ -38,7 +39,7 @@ static void db_close_handle(DatabaseObject *self)
     snapshots_release_all(self);   /* pydb.h: before pydb_close() */
     if (self->hooked_index)        /* pydb.h group 7: before pydb_close() */
         index_detach_hooked(self->hooked_index);
-    self->db = NULL;
+    HANDLE_CLEAR(self->db);
     pydb_close(db);
     if (self->hooked_index) {   /* after pydb_close: no commit can run */
         index_release_hooked(self->hooked_index);
@@ -453,7 +454,7 @@ static PyObject *database_get_max_mfn(DatabaseObject *self, void *c)
 static PyObject *database_get_closed(DatabaseObject *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->db == NULL || self->guard.closing);
+    return PyBool_FromLong(self->guard.closing || !HANDLE_LOAD(self->db));
 }
 
 static PyObject *database_get_encoding(DatabaseObject *self, void *c)

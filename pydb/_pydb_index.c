@@ -27,7 +27,7 @@
 
 int index_check_open_(module_state *st, IndexObject *self, guard_pins *pins)
 {
-    if (self->ix && guard_pin(pins, &self->guard) == 0) return 0;
+    if (guard_pin(pins, &self->guard) == 0 && self->ix) return 0;
     PyErr_SetString(st->ClosedError, "the index is closed");
     return -1;
 }
@@ -68,30 +68,32 @@ static PyObject *index_open_path(module_state *st, PyObject *path,
     return index_wrap(st, ix, NULL);
 }
 
-/* Mark closed, wait for in-flight operations, then free `ix` unless the
- * handle is (still) a database's commit hook or another close got it. */
-static void index_close_after_wait(IndexObject *self, pydb_index *ix)
+/* Mark closed, wait for in-flight operations, then free the pydb_index
+ * unless the handle is (still) a database's commit hook or another close
+ * got it. */
+static void index_close_after_wait(IndexObject *self)
 {
-    int mine = 0;
+    pydb_index *ix = NULL;
     self->guard.closing = 1;
     guard_wait_idle(&self->guard);
     /* A commit hook of an open database: the writer may still use the
      * pydb_index; the database frees it once closed.  The index's own
-     * close() and its database's may both have waited: one frees it. */
-    Py_BEGIN_CRITICAL_SECTION(self);
-    if (!self->hooked && self->ix == ix) {
-        self->ix = NULL;
-        mine = 1;
+     * close() and its database's may both have waited: the one that
+     * claims it (binding lock) frees it. */
+    binding_lock();
+    if (!self->hooked) {
+        ix = self->ix;
+        HANDLE_CLEAR(self->ix);
     }
-    Py_END_CRITICAL_SECTION();
-    if (mine) pydb_index_close(ix);
+    binding_unlock();
+    if (ix) pydb_index_close(ix);
 }
 
 static void index_close_handle(IndexObject *self)
 {
     /* closed, or another close (perhaps another thread's) waits */
-    if (!self->ix || atomic_exchange(&self->guard.closing, 1)) return;
-    index_close_after_wait(self, self->ix);
+    if (atomic_exchange(&self->guard.closing, 1)) return;
+    index_close_after_wait(self);
 }
 
 void index_detach_hooked(PyObject *index)
@@ -108,9 +110,10 @@ void index_detach_hooked(PyObject *index)
 void index_release_hooked(PyObject *index)
 {
     IndexObject *self = (IndexObject *)index;
+    binding_lock();
     self->hooked = 0;
-    if (!self->ix) return;
-    index_close_after_wait(self, self->ix);
+    binding_unlock();
+    index_close_after_wait(self);
 }
 
 static void index_dealloc(IndexObject *self)
@@ -370,7 +373,7 @@ static PyObject *index_get_caps(IndexObject *self, void *c)
 
 static PyObject *index_get_closed(IndexObject *self, void *c)
 {
-    return PyBool_FromLong(!self->ix || self->guard.closing);
+    return PyBool_FromLong(self->guard.closing || !HANDLE_LOAD(self->ix));
 }
 
 static PyGetSetDef index_getset[] = {
@@ -810,7 +813,7 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
     if (index_check_open(st, io) < 0) return NULL;
     /* Claimed before the core call, under both objects' critical
      * sections: two threads cannot attach at once (free-threaded). */
-    Py_BEGIN_CRITICAL_SECTION2(db, io);
+    binding_lock();
     if (db->hooked_index || io->hooked)
         why = "a native index is attached already";
     else if (db->txn)
@@ -819,7 +822,7 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
         io->hooked = 1;
         db->hooked_index = Py_NewRef(index_obj);
     }
-    Py_END_CRITICAL_SECTION2();
+    binding_unlock();
     if (why) {
         PyErr_SetString(PyExc_ValueError, why);
         return NULL;
@@ -827,8 +830,13 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
     UNLOCKED(&db->guard, &io->guard,
              rc = pydb_native_index_attach(io->ix, db->db, &e));
     if (rc) {
-        Py_CLEAR(db->hooked_index);
+        PyObject *hooked;
+        binding_lock();
+        hooked = db->hooked_index;
+        db->hooked_index = NULL;
         io->hooked = 0;
+        binding_unlock();
+        Py_XDECREF(hooked);
         /* closed meanwhile: its close() left the freeing to us */
         if (io->guard.closing) index_release_hooked(index_obj);
         return set_error(st, rc, &e);

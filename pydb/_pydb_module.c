@@ -9,6 +9,7 @@
  */
 #include "_pydb_module.h"
 #include <errno.h>
+#include <pthread.h>
 #include <unistd.h>
 
 module_state *state_of_type(PyTypeObject *tp)
@@ -16,6 +17,11 @@ module_state *state_of_type(PyTypeObject *tp)
     PyObject *m = PyType_GetModuleByDef(tp, &pydb_module);
     return m ? (module_state *)PyModule_GetState(m) : NULL;
 }
+
+static pthread_mutex_t binding_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void binding_lock(void) { pthread_mutex_lock(&binding_mutex); }
+void binding_unlock(void) { pthread_mutex_unlock(&binding_mutex); }
 
 #ifdef Py_GIL_DISABLED
 static _Thread_local guard_pins *pins_top;   /* innermost pinned scope */
@@ -241,7 +247,7 @@ static PyModuleDef_Slot module_slots[] = {
 #ifdef Py_mod_gil
     /* Free-threaded CPython (PEP 703, 3.13t) keeps the GIL off when this
      * module is imported: the binding does not rely on the GIL for its
-     * own state (the pins and critical sections of _pydb_module.h, the
+     * own state (the pins and the binding lock of _pydb_module.h, the
      * atomics of the Transaction and the RecordIterator), and the core
      * never calls Python.  docs/free-threaded.md. */
     {Py_mod_gil, Py_MOD_GIL_NOT_USED},

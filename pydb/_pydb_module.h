@@ -134,14 +134,21 @@ guard_pins guard_pins_begin_(guard_pins *self);
 #define PINS_ ((guard_pins *)NULL)
 #endif
 
-/* Py_BEGIN_CRITICAL_SECTION (3.13): a per-object lock on a free-threaded
- * build, nothing with the GIL.  Before 3.13, with the GIL, nothing too. */
-#ifndef Py_BEGIN_CRITICAL_SECTION
-#define Py_BEGIN_CRITICAL_SECTION(op) {
-#define Py_END_CRITICAL_SECTION() }
-#define Py_BEGIN_CRITICAL_SECTION2(a, b) {
-#define Py_END_CRITICAL_SECTION2() }
-#endif
+/* The binding's lock: a pthread mutex for the few short changes of shared
+ * binding state that the GIL used to serialise (the database's list of
+ * snapshots, the claims that release a snapshot or free an index once,
+ * attaching the commit hook).  Held for a few plain C statements only: no
+ * Python call, no wait, no nesting.  A pthread mutex rather than
+ * Py_BEGIN_CRITICAL_SECTION so that ThreadSanitizer (pydb instrumented,
+ * CPython not) sees it; taken rarely, so one for the module. */
+void binding_lock(void);
+void binding_unlock(void);
+
+/* A core handle pointer read without a pin or the binding lock (the
+ * `closed` properties), and its clearing by close(): relaxed atomic
+ * accesses, so that the read is no data race on a free-threaded build. */
+#define HANDLE_LOAD(p) __atomic_load_n(&(p), __ATOMIC_RELAXED)
+#define HANDLE_CLEAR(p) __atomic_store_n(&(p), NULL, __ATOMIC_RELAXED)
 
 /* Wait, with the GIL released, until no operation counted in `g` is in
  * flight.  Called by close() (after setting g->closing) and never from

@@ -56,7 +56,7 @@ int snapshot_check_open_(module_state *st, SnapshotObject *s,
 {
     /* Reads on a snapshot count on its guard alone: the database's
      * close() waits for it (snapshots_release_all()). */
-    if (s->snap && guard_pin(pins, &s->guard) == 0 && s->db && s->db->db &&
+    if (guard_pin(pins, &s->guard) == 0 && s->snap && s->db && s->db->db &&
         !s->db->guard.closing)
         return 0;
     PyErr_SetString(st->ClosedError, s->db && s->db->db &&
@@ -67,48 +67,48 @@ int snapshot_check_open_(module_state *st, SnapshotObject *s,
 
 /* ------------------------------------------------- the database's list */
 
-/* The list is changed under the database's critical section (a per-object
- * lock on a free-threaded build; the GIL otherwise). */
+/* The list is changed under the binding lock (_pydb_module.h): the GIL
+ * alone serialises nothing on a free-threaded build. */
 static void snapshot_link(SnapshotObject *s, DatabaseObject *db)
 {
-    Py_BEGIN_CRITICAL_SECTION(db);
+    binding_lock();
     s->next = db->snapshots;
     if (s->next) s->next->pprev = &s->next;
     db->snapshots = s;
     s->pprev = &db->snapshots;
-    Py_END_CRITICAL_SECTION();
+    binding_unlock();
 }
 
 static void snapshot_unlink(SnapshotObject *s)
 {
     if (!s->db) return;
-    Py_BEGIN_CRITICAL_SECTION(s->db);
+    binding_lock();
     if (s->pprev) {
         *s->pprev = s->next;
         if (s->next) s->next->pprev = s->pprev;
         s->next = NULL;
         s->pprev = NULL;
     }
-    Py_END_CRITICAL_SECTION();
+    binding_unlock();
 }
 
 /* Release the core snapshot and close its index view (GIL held, nothing
  * in flight on the snapshot; the view's close() waits for its own), unless
  * another thread's close() did it: the database's and the snapshot's
- * close() may both have waited.  The claim is made under the snapshot's
- * critical section. */
+ * close() may both have waited.  The claim is made under the binding
+ * lock. */
 static void snapshot_release_once(SnapshotObject *s)
 {
     pydb_snapshot *p = NULL;
     PyObject *view = NULL, *r;
-    Py_BEGIN_CRITICAL_SECTION(s);
+    binding_lock();
     if (s->snap) {   /* claim it */
         p = s->snap;
         view = s->view;
-        s->snap = NULL;
+        HANDLE_CLEAR(s->snap);
         s->view = NULL;
     }
-    Py_END_CRITICAL_SECTION();
+    binding_unlock();
     if (!p) return;
     snapshot_unlink(s);
     pydb_snapshot_release(p);
@@ -124,10 +124,10 @@ void snapshots_release_all(DatabaseObject *db)
 {
     for (;;) {
         SnapshotObject *s;
-        Py_BEGIN_CRITICAL_SECTION(db);
+        binding_lock();
         s = db->snapshots;
         Py_XINCREF(s);           /* the wait releases the GIL */
-        Py_END_CRITICAL_SECTION();
+        binding_unlock();
         if (!s) break;
         snapshot_unlink(s);
         s->guard.closing = 1;
@@ -223,7 +223,7 @@ PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db, PyObject *index)
              rc = take_with_view(&s->snap, &view, &vrc, &ve, db->db,
                                  ix ? ix->ix : NULL, &e));
     if (rc) {
-        s->snap = NULL;
+        HANDLE_CLEAR(s->snap);
         snapshot_unlink(s);
         Py_DECREF(s);
         return set_error(st, rc, &e);
@@ -294,7 +294,7 @@ static int snapshot_traverse(SnapshotObject *s, visitproc visit, void *arg)
 void snapshot_close_handle(SnapshotObject *s)
 {
     /* released, or another close (perhaps another thread's) waits */
-    if (!s->snap || atomic_exchange(&s->guard.closing, 1)) return;
+    if (atomic_exchange(&s->guard.closing, 1)) return;
     guard_wait_idle(&s->guard);
     snapshot_release_once(s);
 }
@@ -615,8 +615,8 @@ cleanup:
 static PyObject *snapshot_get_closed(SnapshotObject *s, void *c)
 {
     (void)c;
-    return PyBool_FromLong(!s->snap || s->guard.closing || !s->db ||
-                           !s->db->db || s->db->guard.closing);
+    return PyBool_FromLong(s->guard.closing || !HANDLE_LOAD(s->snap) || !s->db ||
+                           s->db->guard.closing || !HANDLE_LOAD(s->db->db));
 }
 
 static PyObject *snapshot_get_commit(SnapshotObject *s, void *c)
