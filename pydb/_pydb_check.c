@@ -90,14 +90,17 @@ static void progress_cb(void *ctx, int64_t done, int64_t total)
 
 /* 0 if the Database or Snapshot `target` is open, else -1 with
  * ClosedError. */
-static int target_check_open(module_state *st, PyObject *target, int is_snap)
+static int target_check_open_(module_state *st, PyObject *target,
+                              int is_snap, guard_pins *pins)
 {
-    return is_snap ? snapshot_check_open(st, (SnapshotObject *)target)
-                   : database_check_open(st, (DatabaseObject *)target);
+    return is_snap ? snapshot_check_open_(st, (SnapshotObject *)target, pins)
+                   : database_check_open_(st, (DatabaseObject *)target, pins);
 }
+#define target_check_open(st, t, s) target_check_open_(st, t, s, PINS_)
 
 static PyObject *checkrun_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
+    PIN_SCOPE;
     static char *kwlist[] = {"target", "max_problems", NULL};
     module_state *st = state_of_type(tp);
     PyObject *target;
@@ -161,6 +164,7 @@ static int checkrun_traverse(CheckRunObject *self, visitproc visit, void *arg)
 
 static PyObject *checkrun_run(CheckRunObject *self, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     DatabaseObject *db = self->db;
     SnapshotObject *snap = self->snap;

@@ -19,9 +19,11 @@
 
 #define BATCH 256   /* records read per GIL release when iterating */
 
-int database_check_open(module_state *st, DatabaseObject *self)
+int database_check_open_(module_state *st, DatabaseObject *self,
+                         guard_pins *pins)
 {
-    if (self->db && !self->guard.closing) return 0;
+    /* pinned first: close() clears self->db only once no pin is held */
+    if (guard_pin(pins, &self->guard) == 0 && self->db) return 0;
     PyErr_SetString(st->ClosedError, "the database is closed");
     return -1;
 }
@@ -30,14 +32,14 @@ int database_check_open(module_state *st, DatabaseObject *self)
 static void db_close_handle(DatabaseObject *self)
 {
     pydb_db *db = self->db;
-    if (!db || self->guard.closing) return;  /* closed, or another close waits */
-    self->guard.closing = 1;
+    /* closed, or another close (perhaps another thread's) waits */
+    if (!db || atomic_exchange(&self->guard.closing, 1)) return;
     guard_wait_idle(&self->guard);
     transaction_abort_open(self);
     snapshots_release_all(self);   /* pydb.h: before pydb_close() */
     if (self->hooked_index)        /* pydb.h group 7: before pydb_close() */
         index_detach_hooked(self->hooked_index);
-    self->db = NULL;
+    HANDLE_CLEAR(self->db);
     pydb_close(db);
     if (self->hooked_index) {   /* after pydb_close: no commit can run */
         index_release_hooked(self->hooked_index);
@@ -210,6 +212,7 @@ static PyObject *database_close(DatabaseObject *self, PyObject *unused)
 
 static PyObject *database_read(DatabaseObject *self, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_record *rec = NULL;
     pydb_error e;
@@ -235,6 +238,7 @@ static PyObject *database_read(DatabaseObject *self, PyObject *arg)
 
 static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_record *rec = NULL;
     pydb_error e;
@@ -256,6 +260,7 @@ static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
 
 static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     PyObject *list = NULL;
     int32_t *mfns = NULL;
@@ -356,6 +361,7 @@ PyObject *counts_dict(const pydb_counts *c)
 
 static PyObject *database_xrf(DatabaseObject *self, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_xrf_entry x;
     pydb_error e;
@@ -370,6 +376,7 @@ static PyObject *database_xrf(DatabaseObject *self, PyObject *arg)
 
 static PyObject *database_counts(DatabaseObject *self, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_counts c;
     pydb_error e;
@@ -383,6 +390,7 @@ static PyObject *database_counts(DatabaseObject *self, PyObject *unused)
 
 static Py_ssize_t database_len(DatabaseObject *self)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_counts c;
     pydb_error e;
@@ -399,6 +407,7 @@ static Py_ssize_t database_len(DatabaseObject *self)
 static PyObject *database_list_mfns(DatabaseObject *self, PyObject *args,
                                     PyObject *kw)
 {
+    PIN_SCOPE;
     static char *kwlist[] = {"deleted", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
     SnapshotObject *snap;
@@ -436,6 +445,7 @@ static PyObject *database_snapshot(DatabaseObject *self, PyObject *unused)
 
 static PyObject *database_drop_cache(DatabaseObject *self, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_error e;
     int rc;
@@ -448,6 +458,7 @@ static PyObject *database_drop_cache(DatabaseObject *self, PyObject *unused)
 
 static PyObject *database_info(DatabaseObject *self, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_info i;
     (void)unused;
@@ -466,6 +477,7 @@ static PyObject *database_info(DatabaseObject *self, PyObject *unused)
 
 static PyObject *database_get_max_mfn(DatabaseObject *self, void *c)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     (void)c;
     if (!st || database_check_open(st, self) < 0) return NULL;
@@ -478,7 +490,7 @@ static PyObject *database_get_max_mfn(DatabaseObject *self, void *c)
 static PyObject *database_get_closed(DatabaseObject *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->db == NULL || self->guard.closing);
+    return PyBool_FromLong(self->guard.closing || !HANDLE_LOAD(self->db));
 }
 
 static PyObject *database_get_encoding(DatabaseObject *self, void *c)
@@ -497,6 +509,7 @@ static PyObject *database_get_path(DatabaseObject *self, void *c)
 
 static PyObject *database_get_gc_policy(DatabaseObject *self, void *c)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     (void)c;
     if (!st || database_check_open(st, self) < 0) return NULL;
@@ -507,6 +520,7 @@ static PyObject *database_get_gc_policy(DatabaseObject *self, void *c)
 static int database_set_gc_policy(DatabaseObject *self, PyObject *value,
                                   void *c)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     const char *name;
     pydb_error e;
@@ -555,6 +569,7 @@ static PyObject *gc_report_dict(const pydb_gc_report *r)
 static PyObject *database_collect(DatabaseObject *self, PyObject *args,
                                   PyObject *kw)
 {
+    PIN_SCOPE;
     static char *kwlist[] = {"timeout", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
     double timeout = 10.0;
@@ -578,6 +593,7 @@ static PyObject *database_collect(DatabaseObject *self, PyObject *args,
 
 static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_stat *s;
     pydb_error e;
@@ -692,6 +708,10 @@ typedef struct {
     int done;
     int pending_rc;        /* error met after the records of this batch  */
     pydb_error pending;
+    atomic_int busy;       /* a next() is running: another thread's next()
+                              raises RuntimeError, as a running generator
+                              does (the batch is filled with the GIL
+                              released, with or without the GIL)          */
 } IterObject;
 
 static void iter_clear_batch(IterObject *it)
@@ -724,11 +744,13 @@ static int iter_traverse(IterObject *it, visitproc visit, void *arg)
 
 /* 0 if the database (and the snapshot read through) is open, else -1
  * with ClosedError set. */
-static int iter_check_open(module_state *st, IterObject *it)
+static int iter_check_open_(module_state *st, IterObject *it,
+                            guard_pins *pins)
 {
-    if (it->snap) return snapshot_check_open(st, it->snap);
-    return database_check_open(st, it->db);
+    if (it->snap) return snapshot_check_open_(st, it->snap, pins);
+    return database_check_open_(st, it->db, pins);
 }
+#define iter_check_open(st, it) iter_check_open_(st, it, PINS_)
 
 /* Read the next batch with one GIL release: through the iterator's
  * snapshot if it has one, else through a snapshot of the latest commit
@@ -738,6 +760,7 @@ static int iter_check_open(module_state *st, IterObject *it)
  * commit when it starts, as pydb_read() does. */
 static int iter_fill(module_state *st, IterObject *it)
 {
+    PIN_SCOPE;
     DatabaseObject *self = it->db;
     const pydb_snapshot *snap = it->snap ? it->snap->snap : NULL;
     handle_guard *guard = it->snap ? &it->snap->guard : &self->guard;
@@ -802,8 +825,9 @@ static int iter_fill(module_state *st, IterObject *it)
     return 0;
 }
 
-static PyObject *iter_next(IterObject *it)
+static PyObject *iter_next_claimed(IterObject *it)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(it));
     pydb_record *r;
     if (!st) return NULL;
@@ -826,6 +850,19 @@ static PyObject *iter_next(IterObject *it)
                            it->db->mst_path, r);
 }
 
+static PyObject *iter_next(IterObject *it)
+{
+    PyObject *r;
+    if (atomic_exchange(&it->busy, 1)) {
+        PyErr_SetString(PyExc_RuntimeError, "the RecordIterator is in use "
+                        "by another thread");
+        return NULL;
+    }
+    r = iter_next_claimed(it);
+    atomic_store(&it->busy, 0);
+    return r;
+}
+
 static PyType_Slot iter_slots[] = {
     {Py_tp_dealloc, iter_dealloc},
     {Py_tp_traverse, iter_traverse},
@@ -842,6 +879,7 @@ PyObject *records_iter_new(DatabaseObject *self, SnapshotObject *snap,
                            int32_t start, int include_deleted,
                            int skip_damaged)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     IterObject *it;
     if (!st) return NULL;
@@ -858,6 +896,7 @@ PyObject *records_iter_new(DatabaseObject *self, SnapshotObject *snap,
     it->nrecs = it->pos = 0;
     it->done = 0;
     it->pending_rc = 0;
+    atomic_store(&it->busy, 0);
     PyObject_GC_Track(it);
     return (PyObject *)it;
 }

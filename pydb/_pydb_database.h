@@ -32,7 +32,11 @@ typedef struct {
 /* 0 if `self` is open, else -1 with ClosedError set.  Called last before
  * UNLOCKED(): nothing may run Python code between the check and the core
  * call (a __index__ could close the database). */
-int database_check_open(module_state *st, DatabaseObject *self);
+int database_check_open_(module_state *st, DatabaseObject *self,
+                         guard_pins *pins);
+/* In a function that declared PIN_SCOPE (_pydb_module.h): the check pins
+ * the handle on a free-threaded build until that function returns. */
+#define database_check_open(st, self) database_check_open_(st, self, PINS_)
 
 /* Convert a Python int to a 1-based MFN (NotFoundError outside
  * 1..2^31-1, TypeError for non-ints).  0 on success, -1 on error. */

@@ -25,9 +25,9 @@
 
 #define TERM_BATCH 4096   /* keys collected per GIL release */
 
-int index_check_open(module_state *st, IndexObject *self)
+int index_check_open_(module_state *st, IndexObject *self, guard_pins *pins)
 {
-    if (self->ix && !self->guard.closing) return 0;
+    if (guard_pin(pins, &self->guard) == 0 && self->ix) return 0;
     PyErr_SetString(st->ClosedError, "the index is closed");
     return -1;
 }
@@ -68,23 +68,32 @@ static PyObject *index_open_path(module_state *st, PyObject *path,
     return index_wrap(st, ix, NULL);
 }
 
-/* Mark closed, wait for in-flight operations, then free `ix` unless the
- * handle is (still) a database's commit hook or another close got it. */
-static void index_close_after_wait(IndexObject *self, pydb_index *ix)
+/* Mark closed, wait for in-flight operations, then free the pydb_index
+ * unless the handle is (still) a database's commit hook or another close
+ * got it. */
+static void index_close_after_wait(IndexObject *self)
 {
+    pydb_index *ix = NULL;
     self->guard.closing = 1;
     guard_wait_idle(&self->guard);
     /* A commit hook of an open database: the writer may still use the
-     * pydb_index; the database frees it once closed. */
-    if (self->hooked || self->ix != ix) return;
-    self->ix = NULL;
-    pydb_index_close(ix);
+     * pydb_index; the database frees it once closed.  The index's own
+     * close() and its database's may both have waited: the one that
+     * claims it (binding lock) frees it. */
+    binding_lock();
+    if (!self->hooked) {
+        ix = self->ix;
+        HANDLE_CLEAR(self->ix);
+    }
+    binding_unlock();
+    if (ix) pydb_index_close(ix);
 }
 
 static void index_close_handle(IndexObject *self)
 {
-    if (!self->ix || self->guard.closing) return;
-    index_close_after_wait(self, self->ix);
+    /* closed, or another close (perhaps another thread's) waits */
+    if (atomic_exchange(&self->guard.closing, 1)) return;
+    index_close_after_wait(self);
 }
 
 void index_detach_hooked(PyObject *index)
@@ -101,9 +110,10 @@ void index_detach_hooked(PyObject *index)
 void index_release_hooked(PyObject *index)
 {
     IndexObject *self = (IndexObject *)index;
+    binding_lock();
     self->hooked = 0;
-    if (!self->ix) return;
-    index_close_after_wait(self, self->ix);
+    binding_unlock();
+    index_close_after_wait(self);
 }
 
 static void index_dealloc(IndexObject *self)
@@ -178,6 +188,7 @@ PyDoc_STRVAR(index_terms_doc,
 
 static PyObject *index_terms(IndexObject *self, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     Py_buffer prefix = {0}, start = {0};
     PyObject *start_obj = Py_None, *result = NULL;
@@ -273,6 +284,7 @@ PyDoc_STRVAR(index_postings_doc,
 
 static PyObject *index_postings(IndexObject *self, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     Py_buffer key;
     pydb_postings p = {0};
@@ -304,6 +316,7 @@ PyDoc_STRVAR(index_key_doc,
  * stored when the index holds it, probing with the GIL released. */
 static PyObject *key_of(IndexObject *self, PyObject *arg, int lookup)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     Py_buffer term;
     PyObject *result = NULL;
@@ -357,6 +370,7 @@ static PyObject *index_lookup_key(IndexObject *self, PyObject *arg)
 
 static PyObject *index_get_kind(IndexObject *self, void *c)
 {
+    PIN_SCOPE;
     static const char *const names[] = {"native", "isis-classic",
                                         "isis-lind", "memory"};
     module_state *st = state_of_type(Py_TYPE(self));
@@ -369,6 +383,7 @@ static PyObject *index_get_kind(IndexObject *self, void *c)
 
 static PyObject *index_get_caps(IndexObject *self, void *c)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     int caps;
     if (!st || index_check_open(st, self) < 0) return NULL;
@@ -381,7 +396,7 @@ static PyObject *index_get_caps(IndexObject *self, void *c)
 
 static PyObject *index_get_closed(IndexObject *self, void *c)
 {
-    return PyBool_FromLong(!self->ix || self->guard.closing);
+    return PyBool_FromLong(self->guard.closing || !HANDLE_LOAD(self->ix));
 }
 
 static PyGetSetDef index_getset[] = {
@@ -469,6 +484,7 @@ PyDoc_STRVAR(isis_index_info_doc,
 
 static PyObject *isis_index_info(PyObject *m, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     IndexObject *self;
     pydb_isis_index_info in;
@@ -850,12 +866,14 @@ PyDoc_STRVAR(attach_native_doc,
 
 static PyObject *attach_native(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *db_obj, *index_obj;
     DatabaseObject *db;
     IndexObject *io;
     pydb_error e;
     int rc;
+    const char *why = NULL;
 
     if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &db_obj,
                           st->index_type, &index_obj))
@@ -864,21 +882,36 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
     io = (IndexObject *)index_obj;
     if (database_check_open(st, db) < 0) return NULL;
     if (index_check_open(st, io) < 0) return NULL;
-    if (db->hooked_index || io->hooked) {
-        PyErr_SetString(PyExc_ValueError,
-                        "a native index is attached already");
-        return NULL;
+    /* Claimed before the core call, under both objects' critical
+     * sections: two threads cannot attach at once (free-threaded). */
+    binding_lock();
+    if (db->hooked_index || io->hooked)
+        why = "a native index is attached already";
+    else if (db->txn)
+        why = "cannot attach an index during a transaction";
+    else {
+        io->hooked = 1;
+        db->hooked_index = Py_NewRef(index_obj);
     }
-    if (db->txn) {
-        PyErr_SetString(PyExc_ValueError,
-                        "cannot attach an index during a transaction");
+    binding_unlock();
+    if (why) {
+        PyErr_SetString(PyExc_ValueError, why);
         return NULL;
     }
     UNLOCKED(&db->guard, &io->guard,
              rc = pydb_native_index_attach(io->ix, db->db, &e));
-    if (rc) return set_error(st, rc, &e);
-    io->hooked = 1;
-    db->hooked_index = Py_NewRef(index_obj);
+    if (rc) {
+        PyObject *hooked;
+        binding_lock();
+        hooked = db->hooked_index;
+        db->hooked_index = NULL;
+        io->hooked = 0;
+        binding_unlock();
+        Py_XDECREF(hooked);
+        /* closed meanwhile: its close() left the freeing to us */
+        if (io->guard.closing) index_release_hooked(index_obj);
+        return set_error(st, rc, &e);
+    }
     Py_RETURN_NONE;
 }
 
@@ -931,6 +964,7 @@ PyDoc_STRVAR(snapshot_index_doc,
 
 static PyObject *snapshot_index(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *db_obj, *index_obj, *view_obj, *res;
     DatabaseObject *db;

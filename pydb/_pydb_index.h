@@ -19,7 +19,8 @@ typedef struct {
 
 /* 0 if `self` is open, else -1 with ClosedError set (call it last before
  * UNLOCKED(), as database_check_open()). */
-int index_check_open(module_state *st, IndexObject *self);
+int index_check_open_(module_state *st, IndexObject *self, guard_pins *pins);
+#define index_check_open(st, self) index_check_open_(st, self, PINS_)
 
 /* Free the pydb_index of an IndexObject that was a Database's commit
  * hook, once that database's pydb_db is closed (GIL held). */

@@ -9,6 +9,7 @@
  */
 #include "_pydb_module.h"
 #include <errno.h>
+#include <pthread.h>
 #include <unistd.h>
 
 module_state *state_of_type(PyTypeObject *tp)
@@ -17,10 +18,63 @@ module_state *state_of_type(PyTypeObject *tp)
     return m ? (module_state *)PyModule_GetState(m) : NULL;
 }
 
+static pthread_mutex_t binding_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void binding_lock(void) { pthread_mutex_lock(&binding_mutex); }
+void binding_unlock(void) { pthread_mutex_unlock(&binding_mutex); }
+
+#ifdef Py_GIL_DISABLED
+static _Thread_local guard_pins *pins_top;   /* innermost pinned scope */
+
+guard_pins guard_pins_begin_(guard_pins *self)
+{
+    guard_pins p = {{NULL}, 0, pins_top};
+    pins_top = self;
+    return p;
+}
+
+/* The pins this thread holds on `g` (its pinned scopes). */
+static int own_pins(const handle_guard *g)
+{
+    int n = 0;
+    for (const guard_pins *p = pins_top; p; p = p->prev)
+        for (int i = 0; i < p->n; i++) n += p->g[i] == g;
+    return n;
+}
+#endif
+
+int guard_pin(guard_pins *pins, handle_guard *g)
+{
+    if (!pins) return atomic_load(&g->closing) ? -1 : 0;
+    for (int i = 0; i < pins->n; i++)
+        if (pins->g[i] == g) return atomic_load(&g->closing) ? -1 : 0;
+    if (pins->n == PINS_MAX) Py_FatalError("pydb: more than PINS_MAX pins");
+    atomic_fetch_add(&g->active, 1);
+    if (atomic_load(&g->closing)) {
+        atomic_fetch_sub(&g->active, 1);
+        return -1;
+    }
+    pins->g[pins->n++] = g;
+    return 0;
+}
+
+void guard_pins_release(guard_pins *pins)
+{
+    for (int i = 0; i < pins->n; i++) atomic_fetch_sub(&pins->g[i]->active, 1);
+    pins->n = 0;
+#ifdef Py_GIL_DISABLED
+    pins_top = pins->prev;
+#endif
+}
+
 void guard_wait_idle(handle_guard *g)
 {
+    int own = 0;
+#ifdef Py_GIL_DISABLED
+    own = own_pins(g);
+#endif
     Py_BEGIN_ALLOW_THREADS
-    while (atomic_load(&g->active) > 0) usleep(50);
+    while (atomic_load(&g->active) > own) usleep(50);
     Py_END_ALLOW_THREADS
 }
 
@@ -191,6 +245,14 @@ static void module_free(void *m) { module_clear((PyObject *)m); }
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
+#ifdef Py_mod_gil
+    /* Free-threaded CPython (PEP 703, 3.13t) keeps the GIL off when this
+     * module is imported: the binding does not rely on the GIL for its
+     * own state (the pins and the binding lock of _pydb_module.h, the
+     * atomics of the Transaction and the RecordIterator), and the core
+     * never calls Python.  docs/free-threaded.md. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL}};
 
 struct PyModuleDef pydb_module = {

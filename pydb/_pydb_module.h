@@ -84,12 +84,72 @@ Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
 /* ------------------------------------------------------- handle guard */
 
 /* The in-flight state of a core handle (pydb_db, pydb_index) owned by a
- * Python object.  Changed with the GIL held, except `active`, which
- * UNLOCKED() decrements with the GIL released. */
+ * Python object.  `closing` is set once, by the close() that wins the
+ * atomic exchange (two threads may call close() at once on a free-threaded
+ * build); `active` is changed by UNLOCKED() with the GIL released and, on
+ * a free-threaded build, by the pins below. */
 typedef struct {
-    atomic_int active;  /* operations running with the GIL released */
-    int closing;        /* close() has begun: no new operation       */
+    atomic_int active;  /* operations running with the GIL released, and
+                           (free-threaded) scopes that pinned the handle */
+    atomic_int closing; /* close() has begun: no new operation       */
 } handle_guard;
+
+/* ------------------------------------------------------- pins (PEP 703)
+ *
+ * With the GIL, "check that the handle is open, then enter UNLOCKED()"
+ * cannot interleave with close(): both run with the GIL held.  Without it
+ * (Py_GIL_DISABLED), another thread's close() could pass its wait between
+ * the check and the enter, or while a GIL-held fast path (read()'s
+ * pydb_read_nowait) uses the handle, and free it.  So on a free-threaded
+ * build the *_check_open() functions pin the handle: they count the
+ * calling scope in `active` first, then look at `closing` (both seq_cst:
+ * either close() sees the pin and waits, or the check sees `closing`).
+ * The pin is dropped when the scope that declared PIN_SCOPE returns
+ * (__attribute__((cleanup))), so every exit path drops it.
+ *
+ * Every function that calls a *_check_open() declares PIN_SCOPE first; on
+ * a GIL build PIN_SCOPE declares nothing and PINS_ is NULL.  close() from
+ * inside a pinned scope of the same thread (a finalizer run by an
+ * allocation) does not wait for that thread's own pins. */
+#define PINS_MAX 4
+typedef struct guard_pins {
+    handle_guard *g[PINS_MAX];
+    int n;
+    struct guard_pins *prev;    /* the thread's enclosing pinned scope */
+} guard_pins;
+
+/* Count `g` in `pins` (free-threaded; nothing when pins is NULL) and then
+ * report whether it is closing: 0 open, -1 closing (not pinned then). */
+int guard_pin(guard_pins *pins, handle_guard *g);
+void guard_pins_release(guard_pins *pins);
+
+#ifdef Py_GIL_DISABLED
+/* An empty scope whose address `self` becomes the thread's innermost. */
+guard_pins guard_pins_begin_(guard_pins *self);
+#define PIN_SCOPE                                                       \
+    guard_pins pins_ __attribute__((cleanup(guard_pins_release))) =     \
+        guard_pins_begin_(&pins_)
+#define PINS_ (&pins_)
+#else
+#define PIN_SCOPE enum { PIN_SCOPE_NONE_ }
+#define PINS_ ((guard_pins *)NULL)
+#endif
+
+/* The binding's lock: a pthread mutex for the few short changes of shared
+ * binding state that the GIL used to serialise (the database's list of
+ * snapshots, the claims that release a snapshot or free an index once,
+ * attaching the commit hook).  Held for a few plain C statements only: no
+ * Python call, no wait, no nesting.  A pthread mutex rather than
+ * Py_BEGIN_CRITICAL_SECTION so that ThreadSanitizer (pydb instrumented,
+ * CPython not) sees it; taken rarely, so one for the module. */
+void binding_lock(void);
+void binding_unlock(void);
+
+/* A core handle pointer read without a pin or the binding lock (the
+ * `closed` properties), and its clearing by close(): relaxed atomic
+ * accesses, so that the read is no data race on a free-threaded build. */
+#define HANDLE_LOAD(p) __atomic_load_n(&(p), __ATOMIC_RELAXED)
+#define HANDLE_CLEAR(p) __atomic_store_n(&(p), NULL, __ATOMIC_RELAXED)
 
 /* Wait, with the GIL released, until no operation counted in `g` is in
  * flight.  Called by close() (after setting g->closing) and never from

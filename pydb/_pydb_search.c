@@ -59,6 +59,7 @@ PyDoc_STRVAR(search_doc,
 
 static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
 {
+    PIN_SCOPE;
     static char *kwlist[] = {"index", "expr", "db", "encoding", "errors",
                              NULL};
     module_state *st = PyModule_GetState(m);

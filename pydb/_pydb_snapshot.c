@@ -51,9 +51,12 @@
 #define VIEW_TRIES 2100   /* takes of a snapshot and its index view: 100
                              yielding, then 1 ms apart (about 2 s)       */
 
-int snapshot_check_open(module_state *st, SnapshotObject *s)
+int snapshot_check_open_(module_state *st, SnapshotObject *s,
+                         guard_pins *pins)
 {
-    if (s->snap && !s->guard.closing && s->db && s->db->db &&
+    /* Reads on a snapshot count on its guard alone: the database's
+     * close() waits for it (snapshots_release_all()). */
+    if (guard_pin(pins, &s->guard) == 0 && s->snap && s->db && s->db->db &&
         !s->db->guard.closing)
         return 0;
     PyErr_SetString(st->ClosedError, s->db && s->db->db &&
@@ -64,32 +67,50 @@ int snapshot_check_open(module_state *st, SnapshotObject *s)
 
 /* ------------------------------------------------- the database's list */
 
+/* The list is changed under the binding lock (_pydb_module.h): the GIL
+ * alone serialises nothing on a free-threaded build. */
 static void snapshot_link(SnapshotObject *s, DatabaseObject *db)
 {
+    binding_lock();
     s->next = db->snapshots;
     if (s->next) s->next->pprev = &s->next;
     db->snapshots = s;
     s->pprev = &db->snapshots;
+    binding_unlock();
 }
 
 static void snapshot_unlink(SnapshotObject *s)
 {
-    if (!s->pprev) return;
-    *s->pprev = s->next;
-    if (s->next) s->next->pprev = s->pprev;
-    s->next = NULL;
-    s->pprev = NULL;
+    if (!s->db) return;
+    binding_lock();
+    if (s->pprev) {
+        *s->pprev = s->next;
+        if (s->next) s->next->pprev = s->pprev;
+        s->next = NULL;
+        s->pprev = NULL;
+    }
+    binding_unlock();
 }
 
 /* Release the core snapshot and close its index view (GIL held, nothing
- * in flight on the snapshot; the view's close() waits for its own). */
-static void snapshot_release(SnapshotObject *s)
+ * in flight on the snapshot; the view's close() waits for its own), unless
+ * another thread's close() did it: the database's and the snapshot's
+ * close() may both have waited.  The claim is made under the binding
+ * lock. */
+static void snapshot_release_once(SnapshotObject *s)
 {
-    pydb_snapshot *p = s->snap;
-    PyObject *view = s->view, *r;
+    pydb_snapshot *p = NULL;
+    PyObject *view = NULL, *r;
+    binding_lock();
+    if (s->snap) {   /* claim it */
+        p = s->snap;
+        view = s->view;
+        HANDLE_CLEAR(s->snap);
+        s->view = NULL;
+    }
+    binding_unlock();
+    if (!p) return;
     snapshot_unlink(s);
-    s->snap = NULL;
-    s->view = NULL;
     pydb_snapshot_release(p);
     if (view) {
         r = PyObject_CallMethod(view, "close", NULL);
@@ -101,13 +122,17 @@ static void snapshot_release(SnapshotObject *s)
 
 void snapshots_release_all(DatabaseObject *db)
 {
-    while (db->snapshots) {
-        SnapshotObject *s = db->snapshots;
+    for (;;) {
+        SnapshotObject *s;
+        binding_lock();
+        s = db->snapshots;
+        Py_XINCREF(s);           /* the wait releases the GIL */
+        binding_unlock();
+        if (!s) break;
         snapshot_unlink(s);
         s->guard.closing = 1;
-        Py_INCREF(s);            /* the wait releases the GIL */
         guard_wait_idle(&s->guard);
-        snapshot_release(s);
+        snapshot_release_once(s);
         Py_DECREF(s);
     }
 }
@@ -170,6 +195,7 @@ static PyObject *view_wrap(module_state *st, pydb_index *view, PyObject *index)
 
 PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db, PyObject *index)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(tp);
     IndexObject *ix = (IndexObject *)index;
     pydb_index *view = NULL;
@@ -197,7 +223,7 @@ PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db, PyObject *index)
              rc = take_with_view(&s->snap, &view, &vrc, &ve, db->db,
                                  ix ? ix->ix : NULL, &e));
     if (rc) {
-        s->snap = NULL;
+        HANDLE_CLEAR(s->snap);
         snapshot_unlink(s);
         Py_DECREF(s);
         return set_error(st, rc, &e);
@@ -240,7 +266,7 @@ static PyObject *snapshot_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 static int snapshot_clear(SnapshotObject *s)
 {
     /* No operation can be in flight: it would hold a reference. */
-    if (s->snap) snapshot_release(s);
+    snapshot_release_once(s);
     snapshot_unlink(s);
     Py_CLEAR(s->view);
     Py_CLEAR(s->db);
@@ -267,10 +293,10 @@ static int snapshot_traverse(SnapshotObject *s, visitproc visit, void *arg)
 
 void snapshot_close_handle(SnapshotObject *s)
 {
-    if (!s->snap || s->guard.closing) return;  /* or another close waits */
-    s->guard.closing = 1;
+    /* released, or another close (perhaps another thread's) waits */
+    if (atomic_exchange(&s->guard.closing, 1)) return;
     guard_wait_idle(&s->guard);
-    if (s->snap) snapshot_release(s);
+    snapshot_release_once(s);
 }
 
 static PyObject *snapshot_close(SnapshotObject *s, PyObject *unused)
@@ -284,6 +310,7 @@ static PyObject *snapshot_close(SnapshotObject *s, PyObject *unused)
 
 static PyObject *snapshot_read(SnapshotObject *s, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     pydb_record *rec = NULL;
     pydb_error e;
@@ -308,6 +335,7 @@ static PyObject *snapshot_read(SnapshotObject *s, PyObject *arg)
 
 static PyObject *snapshot_read_many(SnapshotObject *s, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     PyObject *list = NULL;
     int32_t *mfns;
@@ -357,6 +385,7 @@ cleanup:
 
 static PyObject *snapshot_xrf(SnapshotObject *s, PyObject *arg)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     pydb_xrf_entry x;
     pydb_error e;
@@ -374,6 +403,7 @@ static PyObject *snapshot_xrf(SnapshotObject *s, PyObject *arg)
 /* pydb_snapshot_count() into *c: 0, or -1 with an exception. */
 static int snapshot_count(module_state *st, SnapshotObject *s, pydb_counts *c)
 {
+    PIN_SCOPE;
     pydb_error e;
     int rc;
     if (snapshot_check_open(st, s) < 0) return -1;
@@ -405,6 +435,7 @@ static Py_ssize_t snapshot_len(SnapshotObject *s)
 PyObject *mfn_list(DatabaseObject *db, SnapshotObject *s,
                    int include_deleted, int start)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(s ? Py_TYPE(s) : Py_TYPE(db));
     handle_guard *guard = s ? &s->guard : &db->guard;
     int32_t *buf = NULL, next, from, end;
@@ -481,6 +512,7 @@ static PyObject *snapshot_mfns(SnapshotObject *s, PyObject *args, PyObject *kw)
 static PyObject *snapshot_records_from(SnapshotObject *s, int start,
                                        int deleted, int skip)
 {
+    PIN_SCOPE;
     if (!s->db) {   /* cleared by the collector: closed */
         module_state *st = state_of_type(Py_TYPE(s));
         if (st) snapshot_check_open(st, s);
@@ -507,6 +539,7 @@ static PyObject *snapshot_records(SnapshotObject *s, PyObject *args,
 
 static PyObject *snapshot_info(SnapshotObject *s, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     pydb_snapshot_info i;
     (void)unused;
@@ -525,6 +558,7 @@ static PyObject *snapshot_info(SnapshotObject *s, PyObject *unused)
 
 static PyObject *snapshot_index_view(SnapshotObject *s, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     (void)unused;
     if (!st || snapshot_check_open(st, s) < 0) return NULL;
@@ -534,6 +568,7 @@ static PyObject *snapshot_index_view(SnapshotObject *s, PyObject *unused)
 
 static PyObject *snapshot_search(SnapshotObject *s, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     PyObject *view_obj, *expr, *encoded = NULL, *result = NULL;
     const char *encoding, *errors, *text;
@@ -581,12 +616,13 @@ cleanup:
 static PyObject *snapshot_get_closed(SnapshotObject *s, void *c)
 {
     (void)c;
-    return PyBool_FromLong(!s->snap || s->guard.closing || !s->db ||
-                           !s->db->db || s->db->guard.closing);
+    return PyBool_FromLong(s->guard.closing || !HANDLE_LOAD(s->snap) || !s->db ||
+                           s->db->guard.closing || !HANDLE_LOAD(s->db->db));
 }
 
 static PyObject *snapshot_get_commit(SnapshotObject *s, void *c)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     pydb_snapshot_info i;
     (void)c;
@@ -597,6 +633,7 @@ static PyObject *snapshot_get_commit(SnapshotObject *s, void *c)
 
 static PyObject *snapshot_get_max_mfn(SnapshotObject *s, void *c)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(s));
     pydb_snapshot_info i;
     (void)c;

@@ -30,7 +30,9 @@ typedef struct SnapshotObject {
 
 /* 0 if `s` and its database are open, else -1 with ClosedError set.
  * Called last before UNLOCKED(), as database_check_open(). */
-int snapshot_check_open(module_state *st, SnapshotObject *s);
+int snapshot_check_open_(module_state *st, SnapshotObject *s,
+                         guard_pins *pins);
+#define snapshot_check_open(st, s) snapshot_check_open_(st, s, PINS_)
 
 /* The database's close(): release every live snapshot of `db`, each
  * after waiting (GIL released) for the operations in flight on it.

@@ -121,6 +121,7 @@ static void test_hook_abort(void *ctx, pydb_txn *t)
 
 static PyObject *mod_test_commit_hook(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *dbo, *pb = NULL;
     pydb_commit_hook hook = {test_hook_prepare, test_hook_publish,
@@ -365,6 +366,7 @@ PyDoc_STRVAR(native_hook_doc,
 
 static PyObject *native_hook(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     static const pydb_field no_fields = {0};  /* `after` of an empty record */
     module_state *st = PyModule_GetState(m);
     PyObject *index_obj, *changes = Py_None;
@@ -505,6 +507,7 @@ PyDoc_STRVAR(bench_scan_doc,
 
 static PyObject *bench_scan(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *index_obj;
     Py_buffer prefix = {0};
@@ -561,6 +564,7 @@ PyDoc_STRVAR(resident_doc,
 
 static PyObject *resident(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *dbo;
     DatabaseObject *d;
@@ -674,6 +678,7 @@ static int index_hook_args(PyObject *m, PyObject *args, DatabaseObject **db,
                            IndexObject **io, int *budget, int *idle,
                            pydb_commit_hook *h)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *dbo, *ixo;
     pydb_error e;
@@ -751,6 +756,7 @@ int pydb__test_compact(pydb_db *db, int budget, int64_t out[3],
 
 static PyObject *test_compact(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *dbo;
     DatabaseObject *d;

@@ -21,7 +21,9 @@ typedef struct {
     DatabaseObject *db;  /* strong reference                           */
     pydb_txn *txn;       /* NULL once committed, aborted or closed      */
     int done;            /* 1 committed, 2 aborted                      */
-    int busy;            /* a call is in progress with the GIL released */
+    atomic_int busy;     /* a call is in progress (claimed by txn_check(),
+                            cleared by that call): one thread at a time,
+                            with or without the GIL                      */
 } TxnObject;
 
 void transaction_abort_open(DatabaseObject *self)
@@ -56,6 +58,7 @@ static int timeout_ms_of(PyObject *obj, int *ms)
 /* _txn_begin(db, timeout=None) -> Transaction */
 static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *dbo, *timeout = Py_None;
     DatabaseObject *db;
@@ -95,10 +98,11 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
     return (PyObject *)tx;
 }
 
-/* 0 if the transaction can be used, else -1 with ClosedError/ValueError. */
-static int txn_check(module_state *st, TxnObject *self)
+/* 0 if the transaction can be used, and then it is claimed (busy: the
+ * caller clears it when done); else -1 with ClosedError/RuntimeError. */
+static int txn_check_(module_state *st, TxnObject *self, guard_pins *pins)
 {
-    if (self->busy) {
+    if (atomic_exchange(&self->busy, 1)) {
         PyErr_SetString(PyExc_RuntimeError, "the transaction is in use by "
                         "another thread");
         return -1;
@@ -109,10 +113,16 @@ static int txn_check(module_state *st, TxnObject *self)
                         : self->done == 2 ? "the transaction is aborted"
                         : "the transaction was ended by closing the "
                           "database");
+        atomic_store(&self->busy, 0);
         return -1;
     }
-    return database_check_open(st, self->db);
+    if (database_check_open_(st, self->db, pins) < 0) {
+        atomic_store(&self->busy, 0);
+        return -1;
+    }
+    return 0;
 }
+#define txn_check(st, self) txn_check_(st, self, PINS_)
 
 static void txn_end(TxnObject *self, int how)
 {
@@ -138,6 +148,7 @@ static int db_fields(module_state *st, DatabaseObject *db, PyObject *fields,
 
 static PyObject *txn_append(TxnObject *self, PyObject *fields)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     fieldbuf b = FIELDBUF_INIT;
     pydb_error e;
@@ -150,6 +161,7 @@ static PyObject *txn_append(TxnObject *self, PyObject *fields)
     }
     /* Appends touch no file (the record is built in memory). */
     rc = pydb_txn_append(&mfn, self->txn, b.v, (uint32_t)b.n, &e);
+    atomic_store(&self->busy, 0);
     fields_free(&b);
     if (rc) return set_error(st, rc, &e);
     return PyLong_FromLong(mfn);
@@ -157,6 +169,7 @@ static PyObject *txn_append(TxnObject *self, PyObject *fields)
 
 static PyObject *txn_update(TxnObject *self, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     PyObject *mfno, *fields;
     fieldbuf b = FIELDBUF_INIT;
@@ -171,10 +184,9 @@ static PyObject *txn_update(TxnObject *self, PyObject *args)
         fields_free(&b);
         return NULL;
     }
-    self->busy = 1;
     UNLOCKED(&self->db->guard, NULL,
              rc = pydb_txn_update(self->txn, mfn, b.v, (uint32_t)b.n, &e));
-    self->busy = 0;
+    atomic_store(&self->busy, 0);
     fields_free(&b);
     if (rc) return set_error(st, rc, &e);
     Py_RETURN_NONE;
@@ -182,17 +194,17 @@ static PyObject *txn_update(TxnObject *self, PyObject *args)
 
 static PyObject *txn_set_deleted(TxnObject *self, PyObject *arg, int del)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_error e;
     int32_t mfn;
     int rc;
     if (!st || parse_mfn(st, arg, &mfn) < 0 || txn_check(st, self) < 0)
         return NULL;
-    self->busy = 1;
     UNLOCKED(&self->db->guard, NULL,
              rc = del ? pydb_txn_delete(self->txn, mfn, &e)
                       : pydb_txn_undelete(self->txn, mfn, &e));
-    self->busy = 0;
+    atomic_store(&self->busy, 0);
     if (rc) return set_error(st, rc, &e);
     Py_RETURN_NONE;
 }
@@ -227,6 +239,7 @@ static PyObject *commit_error(module_state *st, int rc, const pydb_error *e)
 
 static PyObject *txn_commit(TxnObject *self, PyObject *unused)
 {
+    PIN_SCOPE;
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_txn *t;
     pydb_error e;
@@ -237,6 +250,7 @@ static PyObject *txn_commit(TxnObject *self, PyObject *unused)
     txn_end(self, 1);  /* before the GIL is released */
     memset(&e, 0, sizeof e);
     UNLOCKED(&self->db->guard, NULL, rc = pydb_txn_commit(t, &e));
+    atomic_store(&self->busy, 0);
     if (rc) return commit_error(st, rc, &e);
     Py_RETURN_NONE;
 }
@@ -244,7 +258,7 @@ static PyObject *txn_commit(TxnObject *self, PyObject *unused)
 static PyObject *txn_abort(TxnObject *self, PyObject *unused)
 {
     (void)unused;
-    if (self->busy) {
+    if (atomic_exchange(&self->busy, 1)) {
         PyErr_SetString(PyExc_RuntimeError, "the transaction is in use by "
                         "another thread");
         return NULL;
@@ -257,6 +271,7 @@ static PyObject *txn_abort(TxnObject *self, PyObject *unused)
         self->txn = NULL;
         self->done = 2;
     }
+    atomic_store(&self->busy, 0);
     Py_RETURN_NONE;
 }
 
@@ -383,6 +398,7 @@ enum { WRITE_APPEND, WRITE_UPDATE, WRITE_DELETE, WRITE_UNDELETE };
  * per commit), and every other writer waits that long too. */
 static PyObject *mod_write_one(PyObject *m, PyObject *args)
 {
+    PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
     PyObject *dbo, *mfno, *fields, *timeout;
     DatabaseObject *db;

@@ -92,7 +92,7 @@ from .errors import UnsupportedError
 from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
 
 __all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "open_row_index",
-           "has_index", "run_python", "run_c",
+           "has_index", "run_python", "run_python_with", "run_c",
            "crashtest_binary", "comparison", "format_block", "format_table", "plot",
            "main", "c_main", "BusyThread", "CACHES", "LOCKS", "PY_READS", "BATCH",
            "LABELS", "TargetVerdict", "target_verdict", "summary"]
@@ -106,7 +106,8 @@ BATCH = 256
 
 #: How the report names each implementation (the ``impl`` of the samples).
 LABELS = {"c": "C", "python": "Python batch", "python-record": "Python record",
-          "python-busy": "Python busy"}
+          "python-busy": "Python busy", "python-ft": "Python-FT batch",
+          "python-ft-record": "Python-FT record", "python-ft-busy": "Python-FT busy"}
 
 
 def _label(impl: str) -> str:
@@ -337,6 +338,41 @@ def run_python(s: Settings) -> list[dict]:
                 rows, secs = _threads_pass(db, s, orders, chunks, batch)
                 out.append(_sample(impl, s, "threads", t, rep, rows, secs))
     return out
+
+
+_TWIN = """\
+import dataclasses, json, sys
+from pydb.crashtest import Settings, run_python
+s = Settings(**json.load(sys.stdin))
+gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+samples = run_python(s)
+print(json.dumps({"version": sys.version, "gil": gil, "samples": samples}))
+"""
+
+
+def run_python_with(python: str, s: Settings) -> tuple[list[dict], str, bool]:
+    """:func:`run_python` under another interpreter, `python` (a
+    free-threaded ``python3.13t``), in a subprocess that imports this pydb
+    (the source tree above this file, with the binding built for that
+    interpreter: ``python3.13t setup.py build_ext --inplace``).  Returns
+    the samples, their impl renamed ``python-ft``, ``python-ft-record``,
+    ``python-ft-busy``; the interpreter's ``sys.version``; and whether it
+    ran with the GIL (``sys._is_gil_enabled()`` after importing pydb).
+    Raises RuntimeError if the subprocess fails."""
+    env = dict(os.environ)
+    root = os.fspath(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]]
+                                                  if env.get("PYTHONPATH") else []))
+    settings = {f: getattr(s, f) for f in Settings.__dataclass_fields__}
+    proc = subprocess.run([python, "-c", _TWIN], input=json.dumps(settings), env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{python} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    samples = out["samples"]
+    for x in samples:
+        x["impl"] = x["impl"].replace("python", "python-ft", 1)
+    return samples, out["version"], bool(out["gil"])
 
 
 def _seq_pass(db, max_mfn: int, batch: bool, deadline: float, stop: float) -> int:
@@ -637,6 +673,10 @@ def main(argv=None) -> int:
     ap.add_argument("--prefix", default="Z",
                     help="index phase: read the records named by the postings of the keys "
                          "with this prefix, where the database has an index (default Z)")
+    ap.add_argument("--python-ft", metavar="PYTHON",
+                    help="a third implementation: the Python twin's reads (--py-read) run "
+                         "again under this interpreter, a free-threaded python3.13t "
+                         "(docs/free-threaded.md; build the binding for it first)")
     ap.add_argument("--quick", action="store_true",
                     help="short passes, lock none only, 3 repetitions unless --reps is "
                          "given (under a minute)")
@@ -703,6 +743,8 @@ def main(argv=None) -> int:
         f"(--max-time), so a slow one reads part of a pass.  Figures are medians of "
         f"{reps} repetitions (--reps); verdicts are ministat's at 95% confidence.", 79))
     impls = ["c"] + [impl_name(r) for r in py_reads]
+    if args.python_ft:
+        impls += [impl_name(r).replace("python", "python-ft", 1) for r in py_reads]
     everything: list[dict] = []
     for cache in caches:
         for lock in locks:
@@ -718,6 +760,13 @@ def main(argv=None) -> int:
                 for r in py_reads:
                     s.py_read = r
                     samples += run_python(s)
+                for r in py_reads if args.python_ft else ():
+                    s.py_read = r
+                    ft, version, gil = run_python_with(args.python_ft, s)
+                    samples += ft
+                    if r == py_reads[0]:
+                        print(f"(Python-FT: {args.python_ft}, {version.split()[0]}, GIL "
+                              f"{'enabled' if gil else 'disabled'})", file=sys.stderr)
             except (RuntimeError, OSError) as e:
                 if cache == "direct" and ("O_DIRECT" in str(e) or getattr(e, "errno", 0) == 22):
                     print(f"\n(cache direct skipped: {e})")
@@ -737,7 +786,7 @@ def main(argv=None) -> int:
     if args.json:
         settings = {"threads": threads, "caches": caches, "locks": locks, "reps": reps,
                     "min_time": min_time, "max_time": max_time, "io": args.io,
-                    "py_read": py_reads, "row_source": how}
+                    "py_read": py_reads, "row_source": how, "python_ft": args.python_ft}
         machine = {"cpus": os.cpu_count(), "python": sys.version,
                    "platform": platform.platform()}
         Path(args.json).write_text(json.dumps(

@@ -108,6 +108,31 @@ def test_python_reads_per_record_and_in_batches_alike(small_db):
         crashtest.run_python(settings(small_db, py_read="bulk"))
 
 
+def test_python_twin_under_another_interpreter(small_db):
+    """run_python_with() runs the twin in a subprocess (here this same
+    interpreter standing in for python3.13t): the same rows as run_python,
+    the impl renamed python-ft*, the interpreter's version and GIL state."""
+    s = settings(small_db, py_read="record", threads=[2], mfns=[5, 9, 9, 400] * 100)
+    samples, version, gil = crashtest.run_python_with(sys.executable, s)
+    assert [(x["impl"], x["phase"], x["rows"]) for x in samples] == [
+        ("python-ft-record", "seq", 500)] * 2 + [("python-ft-record", "threads", 800)] * 2
+    assert version == sys.version
+    assert gil is getattr(sys, "_is_gil_enabled", lambda: True)()
+    with pytest.raises(RuntimeError, match="failed"):
+        crashtest.run_python_with(sys.executable, settings(small_db, py_read="bulk"))
+
+
+def test_command_line_python_ft(small_db):
+    r = subprocess.run([sys.executable, "-m", "pydb", "crashtest", str(small_db), "--quick",
+                        "--cache", "warm", "--threads", "2,1", "--py-read", "record",
+                        "--reps", "1", "--python-ft", sys.executable],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for impl in ("C", "Python record", "Python-FT record"):
+        assert f"== {impl}, cache warm, lock none (median of 1)" in r.stdout
+    assert f"(Python-FT: {sys.executable}, {sys.version.split()[0]}, GIL " in r.stderr
+
+
 class DictIndex:
     """An in-memory index with the interface PrefixRows uses (terms by
     prefix in key order, postings by key), built here from tag 76 of the

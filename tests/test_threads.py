@@ -44,6 +44,11 @@ pytestmark = [pytest.mark.sanitize_address, pytest.mark.sanitize_thread]
 LILACS = "scieloorg__pyisis/pyisis/pyisis/sample/lilacs"
 NTHREADS = 8
 
+# A free-threaded interpreter running without the GIL (docs/free-threaded.md):
+# the tests of when reads keep or release the GIL measure nothing there.
+needs_gil = pytest.mark.skipif(not getattr(sys, "_is_gil_enabled", lambda: True)(),
+                               reason="no GIL to keep or release (free-threaded)")
+
 
 @pytest.fixture(autouse=True)
 def _hang_guard():
@@ -309,6 +314,7 @@ def _nowait_reads_work(base: Path) -> bool:
         os.close(fd)
 
 
+@needs_gil
 @pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
 @pytest.mark.parametrize("io", ["mmap", "pread"])
 def test_cache_hits_keep_the_gil(io, gen_db):
@@ -329,6 +335,7 @@ def test_cache_hits_keep_the_gil(io, gen_db):
     assert during == 0, f"{io}: the GIL was released during cached reads"
 
 
+@needs_gil
 @pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
 def test_snapshot_cache_hits_keep_the_gil(gen_db):
     """The same for reads through a snapshot of records unchanged since."""
@@ -343,6 +350,7 @@ def test_snapshot_cache_hits_keep_the_gil(gen_db):
     assert during == 0, "the GIL was released during cached snapshot reads"
 
 
+@needs_gil
 @pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
 def test_cold_mmap_read_releases_the_gil(gen_db):
     """py-lmdb #65: a read whose pages are on the disk, not in the page
@@ -678,3 +686,74 @@ def test_read_at_argument_closes_database(gen_db, tmp_path):
         print("survived")
     """, tmp_path)
     assert p.returncode == 0 and "survived" in p.stdout, (p.returncode, p.stderr[-3000:])
+
+
+# ------------------------------------- objects shared between threads (PEP 703)
+#
+# What the GIL used to serialise for free: these hold with and without it
+# (tests/test_free_threaded.py runs them on a free-threaded interpreter).
+
+def test_iterator_used_by_two_threads_at_once(gen_db):
+    """A RecordIterator whose batch is being read by one thread refuses
+    another thread's next() (RuntimeError), as a running generator does,
+    instead of filling the same batch twice."""
+    db = pydb.open(gen_db, io="pread")
+    it = iter(db)
+    box = {}
+
+    def first():
+        box["first"] = next(it).mfn
+
+    _pydb._testing.set_read_delay(2000)       # the batch takes > 0.5 s
+    try:
+        t = threading.Thread(target=first)
+        t.start()
+        time.sleep(0.2)
+        with pytest.raises(RuntimeError, match="in use by another thread"):
+            next(it)
+        t.join(60)
+    finally:
+        _pydb._testing.set_read_delay(0)
+    assert box == {"first": 1}
+    assert next(it).mfn == 2                   # usable again afterwards
+    assert [r.mfn for r in it] == list(range(3, 1501))
+    db.close()
+
+
+def _snapshots_against_close(path, delay):
+    db = pydb.open(path, io="mmap")
+    reference = snap(db[7])
+    outcomes, bad = [], []
+
+    def taker(i):
+        def run():
+            try:
+                for _ in range(300):
+                    s = db.snapshot()
+                    if snap(s[7]) != reference:
+                        bad.append(i)
+                    if i % 2:
+                        s.close()
+                outcomes.append("finished")
+            except pydb.ClosedError:
+                outcomes.append("closed")
+        return run
+
+    def closer():
+        time.sleep(delay)
+        db.close()
+
+    errors = run_threads([taker(i) for i in range(4)] + [closer])
+    assert not errors, errors
+    assert not bad
+    assert set(outcomes) <= {"closed", "finished"}
+    assert len(outcomes) == 4
+    assert db.closed
+
+
+def test_snapshots_taken_and_closed_while_database_closes(gen_db):
+    """Threads taking, reading and closing snapshots while another closes
+    the database: no crash; every snapshot read before the close is right
+    and each thread ends with ClosedError or finishes."""
+    for attempt in range(5):
+        _snapshots_against_close(gen_db, 0.005 * (attempt + 1))
