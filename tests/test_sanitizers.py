@@ -59,7 +59,8 @@ def _runtime(kind: str) -> str:
 
 
 def _copy_sources(dst: Path):
-    """The files setup.py needs, plus the tests (selected by marker there)."""
+    """The files setup.py needs, plus the tests (selected by marker there)
+    and the fuzz/ generators test_fuzz.py imports."""
     ignore = shutil.ignore_patterns("*.so", "*.o", "*.a", "pydb-crashtest",
                                     "__pycache__", "*.egg-info")
     dst.mkdir(parents=True)
@@ -70,6 +71,8 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "pydb", dst / "pydb", ignore=ignore)
     shutil.copytree(REPO / "benchmarks", dst / "benchmarks", ignore=ignore)
     shutil.copytree(REPO / "tests", dst / "tests", ignore=ignore)
+    # tests/test_fuzz.py imports its generators from fuzz/
+    shutil.copytree(REPO / "fuzz", dst / "fuzz", ignore=ignore)
 
 
 class Build:
