@@ -56,23 +56,25 @@ def _progress(total, unit, desc, show: bool, absolute=False):
     tqdm missing).  The function takes the count just done, or with
     `absolute` the pair (done so far, total) that ``Database.check`` and
     ``build_index`` report."""
+    if not show:
+        yield None
+        return
     try:
         from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
     except ImportError:  # tqdm is a dependency, but reading must not need it
-        tqdm = None
-    if tqdm is None or not show:
         yield None
         return
     bar = tqdm(total=total, unit=unit, desc=desc, disable=False, leave=False,
                unit_scale=unit == "B", dynamic_ncols=True, file=sys.stderr)
-    if absolute:
-        def tick(done, total):
+
+    def advance(done, total=None):
+        if absolute:
             bar.total = total
             bar.update(done - bar.n)
-    else:
-        tick = bar.update
+        else:
+            bar.update(done)
     try:
-        yield tick
+        yield advance
     finally:
         bar.close()
 
