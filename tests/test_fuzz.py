@@ -93,6 +93,9 @@ def assert_clean(p: subprocess.CompletedProcess[str]) -> None:
 def test_seeds_replay_clean(standalone, seeds, target):
     corpus = seeds / target
     n = len(list(corpus.iterdir()))
+    if n == 0 and not DATA.is_dir():
+        # ISIS inverted files come only from the real data (pydb writes none)
+        pytest.skip(f"no seeds for {target} without the real CDS/ISIS data at {DATA}")
     assert n > 0, f"make_seeds.py made no seeds for {target}"
     p = run(standalone / f"fuzz_{target}", corpus)
     assert_clean(p)
