@@ -487,7 +487,7 @@ static int marker_create(pydb_compact *j, int sync, pydb_error *err)
 static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
                 pydb_gc_report *rep, pydb_error *err)
 {
-    int sync = !(db->flags & PYDB_OPEN_NOSYNC);
+    int sync = pydb__synced(db);
     pydb_shm *shm = pydb__db_shm(db);
     uint8_t ctl[PYDB_CTL_SIZE];
     int64_t mst_size = 0, xrf_size = 0, gv, gb;

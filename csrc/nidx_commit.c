@@ -77,7 +77,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     char path[1100];
     nidx_segset *ss = NULL;
     const nidx_cfg *cfg;
-    int rc = PYDB_OK, written = 0;
+    int rc = PYDB_OK, written = 0, sync;
 
     memset(&a, 0, sizeof a);
     a.err = err;
@@ -133,9 +133,11 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     pydb__nseg_path(path, sizeof path, x->dir, gen);
     unlink(path);   /* an orphan of an earlier, uncommitted prepare */
     written = 1;    /* from here on, a failure removes the file */
-    if ((rc = pydb__write_file(path, segb.p, segb.n, 1, 1, NULL, err)))
+    /* fsync'ed as the commit's records are: not with sync=False */
+    sync = pydb__synced(pydb__txn_db(t));
+    if ((rc = pydb__write_file(path, segb.p, segb.n, 1, sync, NULL, err)))
         goto cleanup;
-    if ((rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
+    if (sync && (rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
     gens = malloc((ss->n + 1) * sizeof *gens);
     if (!gens) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");

@@ -576,16 +576,17 @@ static int merge_key(nidx_merge *g, pydb_error *err)
     return kway_advance(g->ord, &g->nord, k, err);
 }
 
-/* The merge is complete: finish the bytes, write and fsync the
- * temporary file.  On failure the file is removed. */
-static int merge_write(nidx_merge *g, nidx *x, pydb_error *err)
+/* The merge is complete: finish the bytes, write the temporary file and
+ * (with `sync`: db's commits are fsync'ed) fsync it.  On failure the file
+ * is removed. */
+static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
 {
     int rc;
     if ((rc = pydb__nseg_enc_finish(&g->enc, g->tombs, g->ntombs, err)))
         return rc;
     snprintf(g->tmp, sizeof g->tmp, "%s/merge-%d-%lu.tmp", x->dir,
              (int)getpid(), (unsigned long)atomic_fetch_add(&merge_seq, 1));
-    rc = pydb__write_file(g->tmp, g->out.p, g->out.n, 1, 1, NULL, err);
+    rc = pydb__write_file(g->tmp, g->out.p, g->out.n, 1, sync, NULL, err);
     if (rc) {
         unlink(g->tmp);
         g->tmp[0] = '\0';
@@ -642,7 +643,8 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         goto cleanup;
     }
     g->tmp[0] = '\0';   /* now an unnamed seg-G.pds until the commit */
-    if ((rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
+    if (pydb__synced(db) && (rc = pydb__fsync_dir(x->dir, err)))
+        goto cleanup;
     if ((rc = pydb__nseg_open(&mseg, path, gen, err))) goto cleanup;
     /* cur->v[0..p), the merged segment, cur->v[p + nin..) */
     ngens = cur->n - nin + 1;
@@ -852,7 +854,8 @@ static int merge_run(nidx *x, pydb_db *db, nidx_merge **slot, int cap,
     *more = 1;
     while (!(*slot)->written && *units < cap) {
         nidx_merge *m = *slot;
-        rc = m->nord > 0 ? merge_key(m, err) : merge_write(m, x, err);
+        rc = m->nord > 0 ? merge_key(m, err)
+                         : merge_write(m, x, pydb__synced(db), err);
         (*units)++;
         if (rc) {
             merge_drop(slot);   /* the index is as it was */

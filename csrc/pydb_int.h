@@ -228,6 +228,13 @@ struct pydb_db {
     struct pydb_compact *compact; /* the compaction job (compact.c)      */
 };
 
+/* 1 if commits on db are fsync'ed (not PYDB_OPEN_NOSYNC): the one test
+ * for every fsync the core makes on behalf of a commit or a collection. */
+static inline int pydb__synced(const pydb_db *db)
+{
+    return !(db->flags & PYDB_OPEN_NOSYNC);
+}
+
 /* The collector's listeners (gc.c installs them when it opens, before
  * the handle is shared).  The layers below the collector (txn.c, read.c,
  * the native index) signal through them instead of linking to gc.c,
@@ -402,6 +409,8 @@ uint64_t pydb__header_gen(pydb_db *db);
 /* The native index MANIFEST generation a commit publishes (the commit
  * hook calls it from prepare); it goes into the commit header. */
 void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen);
+/* The handle a transaction writes to. */
+pydb_db *pydb__txn_db(const pydb_txn *t);
 
 /* ---- the reader (read.c) ---- */
 

@@ -372,7 +372,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     {
         int finished;
         rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
-                                !(db->flags & PYDB_OPEN_NOSYNC), &finished,
+                                pydb__synced(db), &finished,
                                 err);
         if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
         if (rc) goto fail;
@@ -593,6 +593,11 @@ void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen)
     t->index_gen = gen;
 }
 
+pydb_db *pydb__txn_db(const pydb_txn *t)
+{
+    return t->db;
+}
+
 int pydb_set_commit_hook(pydb_db *db, const pydb_commit_hook *hook,
                          pydb_error *err)
 {
@@ -775,7 +780,7 @@ static void commit_outcome(pydb_error *err, int logged, int log_sync_failed)
 int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
-    int sync = !(db->flags & PYDB_OPEN_NOSYNC);
+    int sync = pydb__synced(db);
     pydb_change *changes = NULL;
     pydb_buf log = {0};
     xblock *xb = NULL;

@@ -448,7 +448,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
                             "cannot open the write-ahead log: %s",
                             strerror(errno));
     /* A new log's name must survive a power loss like its content. */
-    if (!existed && !(db->flags & PYDB_OPEN_NOSYNC) &&
+    if (!existed && pydb__synced(db) &&
         (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)
         return rc;
     /* Recover now if no writer is active; else the next transaction will. */
@@ -458,7 +458,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
     if (rc == PYDB_OK) {
         int finished;
         rc = pydb__swap_recover(db->mst.path, db->xrf.path, db->shm,
-                                !(db->flags & PYDB_OPEN_NOSYNC), &finished,
+                                pydb__synced(db), &finished,
                                 err);
     }
     pydb__wal_unlock(db);

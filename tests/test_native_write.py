@@ -440,6 +440,62 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
     print(f"index faults: {total} operations, {kinds}")
 
 
+def _operations(tmp_path, prepare, work) -> list[str]:
+    """The write-side operations of the core (pwrite, fsync, fdatasync,
+    ftruncate, rename, unlink) that `work(db)` makes, in order, on a
+    database opened with ``sync=False`` after `prepare(db)`: the n-th is
+    named by making it fail, on a fresh database each time (the
+    operations before it are the same every time)."""
+    from pydb import _pydb
+
+    def fresh(n):
+        db = pydb.create(tmp_path / f"s{n}", fst=FST, gc="none", sync=False)
+        prepare(db)
+        return db
+
+    with fresh(0) as db:
+        _pydb._testing.fail_io(-1)
+        try:
+            work(db)
+            total = _pydb._testing.io_count()
+        finally:
+            _pydb._testing.fail_io(0)
+    names = []
+    for n in range(1, total + 1):
+        with fresh(n) as db:
+            _pydb._testing.fail_io(n)
+            try:
+                work(db)
+            except pydb.Error:
+                pass
+            finally:
+                names.append(_pydb._testing.io_fired().split()[0])
+                _pydb._testing.fail_io(0)
+    return names
+
+
+def test_sync_false_commits_and_collections_never_fsync(tmp_path):
+    """With ``sync=False`` nothing is fsync'ed (docs/reliability.md,
+    "Committed means returned"): not the records, and not the native
+    index's new segment, its directory, or a collection's merged
+    segment."""
+    def prepare(db):
+        for i in range(4):
+            db.append([(1, f"Word{i}"), (2, "shared words")])
+
+    def commit(db):
+        db.update(1, [(1, "Changed"), (2, "other words")])
+
+    def collect(db):
+        db.collect()
+
+    for work in (commit, collect):
+        (tmp_path / work.__name__).mkdir()
+        names = _operations(tmp_path / work.__name__, prepare, work)
+        assert {"pwrite", "rename"} <= set(names), (work.__name__, names)
+        assert not {"fsync", "fdatasync"} & set(names), (work.__name__, names)
+
+
 def _is_readonly(db) -> bool:
     """True once a failed commit has made the handle refuse writes."""
     try:
