@@ -551,7 +551,7 @@ static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
     pydb_error e2;
     int rc, over = 0;
 
-    rc = pydb_txn_begin(&t, db, lock_ms > 0 ? lock_ms : 0, &e2);
+    rc = pydb__txn_begin_gc(&t, db, lock_ms > 0 ? lock_ms : 0, &e2);
     if (rc == PYDB_ELOCKED) {
         *more = 1;   /* a commit holds the lock: next step */
         return PYDB_OK;

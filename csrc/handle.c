@@ -368,7 +368,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
      * files (another program may have written them): files mode until it
      * does. */
     if ((db->flags & PYDB_OPEN_WRITE) &&
-        pydb__wal_lock(db, -1, NULL) == PYDB_OK) {
+        pydb__wal_lock(db, -1, 0, NULL) == PYDB_OK) {
         pydb__header_sync_files(db, NULL);
         pydb__wal_unlock(db);
     }

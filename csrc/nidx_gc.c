@@ -617,7 +617,7 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
     int rc;
 
     *busy = 0;
-    rc = pydb_txn_begin(&t, db, lock_ms, err);
+    rc = pydb__txn_begin_gc(&t, db, lock_ms, err);
     if (rc == PYDB_ELOCKED) {
         *busy = 1;
         return PYDB_OK;
@@ -824,7 +824,7 @@ static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
     int rc;
 
     *busy = 0;
-    rc = pydb_txn_begin(&t, db, lock_ms, err);
+    rc = pydb__txn_begin_gc(&t, db, lock_ms, err);
     if (rc == PYDB_ELOCKED) {
         *busy = 1;
         return PYDB_OK;

@@ -198,6 +198,8 @@ struct pydb_db {
     pthread_t wowner;        /* thread that began it                       */
     pid_t wbusy_pid;         /* process that set wbusy (a fork()ed child
                                 clears a wbusy it inherited)              */
+    int gc_waiting;          /* collector steps waiting for wbusy: other
+                                waiters stand back (txn.c, "Locks")       */
     uint64_t commit_seq;     /* commits written to the log by this handle  */
     /* ---- committed state (shm.c; read.c) ---- */
     struct pydb_shm *shm;    /* commit header <base>.shm, or NULL (files
@@ -411,6 +413,11 @@ uint64_t pydb__header_gen(pydb_db *db);
 void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen);
 /* The handle a transaction writes to. */
 pydb_db *pydb__txn_db(const pydb_txn *t);
+/* pydb_txn_begin() for a collector step (gc.c, nidx_gc.c, compact.c):
+ * while it waits, commits that wait too let it go first (txn.c,
+ * "Locks"), so collection keeps up when commits come back to back. */
+int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
+                       pydb_error *err);
 
 /* ---- the reader (read.c) ---- */
 

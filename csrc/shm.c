@@ -21,7 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,6 +50,9 @@
 #define OFF_SWAP_FROM 344 /* the commit the last compaction replaced  */
 #define OFF_SWAP_STATE 352 /* the state that compaction published (64) */
 #define OFF_GC_LEASE 416  /* the collector lease: pid << 32 | time (gc.c) */
+#define OFF_WAKE 424      /* u32 futex: bumped at each writer-lock release */
+#define OFF_WAITERS 428   /* u32: writers sleeping on OFF_WAKE */
+#define OFF_GC_FIRST 432  /* i32: pid of a collector step waiting (0: none) */
 
 /* reader slot fields */
 #define R_PID 0
@@ -77,6 +83,11 @@ static uint8_t *map_of(const pydb_shm *s)
 static uint64_t *u64_at(const pydb_shm *s, size_t off)
 {
     return (uint64_t *)(void *)(map_of(s) + off);
+}
+
+static uint32_t *u32_at(const pydb_shm *s, size_t off)
+{
+    return (uint32_t *)(void *)(map_of(s) + off);
 }
 
 static int32_t *i32_at(const pydb_shm *s, size_t off)
@@ -768,4 +779,77 @@ int32_t pydb__shm_lease_holder(pydb_shm *s)
     if (!pydb__shm_valid(s)) return 0;
     return (int32_t)(__atomic_load_n(u64_at(s, OFF_GC_LEASE),
                                      __ATOMIC_ACQUIRE) >> 32);
+}
+
+/* ------------------------------------------ waiting for the writer lock */
+
+uint32_t pydb__shm_writer_ticket(pydb_shm *s)
+{
+    if (!s || !pydb__shm_valid(s)) return 0;
+    __atomic_add_fetch(u32_at(s, OFF_WAITERS), 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(u32_at(s, OFF_WAKE), __ATOMIC_SEQ_CST);
+}
+
+void pydb__shm_writer_wait(pydb_shm *s, uint32_t ticket, unsigned us)
+{
+    struct timespec ts;
+    if (!s || !pydb__shm_valid(s)) {
+        if (us) usleep(us);
+        return;
+    }
+    if (us == 0) {
+        __atomic_sub_fetch(u32_at(s, OFF_WAITERS), 1, __ATOMIC_SEQ_CST);
+        return;
+    }
+    ts.tv_sec = us / 1000000;
+    ts.tv_nsec = (long)(us % 1000000) * 1000;
+    /* not FUTEX_PRIVATE_FLAG: the word is shared with other processes;
+     * EAGAIN (the word moved), ETIMEDOUT and EINTR all end the wait */
+    (void)syscall(SYS_futex, u32_at(s, OFF_WAKE), FUTEX_WAIT, ticket, &ts,
+                  NULL, 0);
+    __atomic_sub_fetch(u32_at(s, OFF_WAITERS), 1, __ATOMIC_SEQ_CST);
+}
+
+/* Bump the wake word and wake `n` sleepers. */
+static void wake(pydb_shm *s, int n)
+{
+    __atomic_add_fetch(u32_at(s, OFF_WAKE), 1, __ATOMIC_SEQ_CST);
+    (void)syscall(SYS_futex, u32_at(s, OFF_WAKE), FUTEX_WAKE, n, NULL, NULL,
+                  0);
+}
+
+void pydb__shm_writer_released(pydb_shm *s)
+{
+    if (!s || !pydb__shm_valid(s)) return;
+    /* while a collector step waits, every sleeper must look (the step
+     * goes first, the others go back to sleep); a count left by a waiter
+     * that was killed only costs a wake-up */
+    if (__atomic_load_n(i32_at(s, OFF_GC_FIRST), __ATOMIC_SEQ_CST) != 0)
+        wake(s, INT_MAX);
+    else if (__atomic_load_n(u32_at(s, OFF_WAITERS), __ATOMIC_SEQ_CST) != 0)
+        wake(s, 1);
+    else
+        __atomic_add_fetch(u32_at(s, OFF_WAKE), 1, __ATOMIC_SEQ_CST);
+}
+
+void pydb__shm_writer_claim(pydb_shm *s, int32_t pid)
+{
+    int32_t none = 0;
+    if (!s || !pydb__shm_valid(s)) return;
+    __atomic_compare_exchange_n(i32_at(s, OFF_GC_FIRST), &none, pid, 0,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+void pydb__shm_writer_unclaim(pydb_shm *s, int32_t pid)
+{
+    if (!s || !pydb__shm_valid(s)) return;
+    if (__atomic_compare_exchange_n(i32_at(s, OFF_GC_FIRST), &pid, 0, 0,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        wake(s, INT_MAX);   /* those standing back go on */
+}
+
+int32_t pydb__shm_writer_claimed(pydb_shm *s)
+{
+    if (!s || !pydb__shm_valid(s)) return 0;
+    return __atomic_load_n(i32_at(s, OFF_GC_FIRST), __ATOMIC_SEQ_CST);
 }

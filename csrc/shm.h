@@ -42,7 +42,14 @@
  *   352    the state that compaction published (64 bytes, pydb_state as
  *          in memory): a snapshot of commit [344] reads on in it
  *          (docs/compaction.md)
- *   416..4095 0
+ *   416    u64 the collector lease: pid << 32 | heartbeat (gc.c; see
+ *          pydb__shm_lease_take)
+ *   424    u32 the writer lock's wake word: bumped each time a writer
+ *          releases the lock, a futex that waiting writers sleep on
+ *          (pydb__shm_writer_wait)      428 u32 writers waiting on it
+ *   432    i32 pid of a collector step waiting for the writer lock, which
+ *          other writers let go first (pydb__shm_writer_claim; 0: none)
+ *   436..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -192,5 +199,30 @@ int pydb__shm_lease_take(pydb_shm *s, int32_t pid, uint32_t now,
                          uint32_t stale);
 void pydb__shm_lease_drop(pydb_shm *s, int32_t pid);
 int32_t pydb__shm_lease_holder(pydb_shm *s);
+
+/* ---- waiting for the writer lock (wal.c) ----
+ * The writer lock is an OFD lock on the log (wal.c), which the kernel
+ * releases when its process dies; these calls only make the wait short.
+ * A writer that found the lock taken calls pydb__shm_writer_ticket()
+ * (it counts itself as waiting and reads the wake word), tries the lock
+ * once more (so a release between the two tries is not missed), then
+ * pydb__shm_writer_wait(): it sleeps on the wake word until a writer's
+ * pydb__shm_writer_released() bumps it and wakes one waiter, or `us`
+ * microseconds pass (a release by a process that died, or by an older
+ * pydb, wakes nobody), and stops counting itself (`us` 0: it only stops
+ * counting itself: the second try took the lock).  Without a valid
+ * header the ticket is 0 and the wait is a plain sleep of `us`. */
+uint32_t pydb__shm_writer_ticket(pydb_shm *s);
+void pydb__shm_writer_wait(pydb_shm *s, uint32_t ticket, unsigned us);
+void pydb__shm_writer_released(pydb_shm *s);
+/* A collector step of process `pid` waits for the writer lock: other
+ * processes' writers stand back while the claim lasts (wal.c bounds how
+ * long).  One claim at a time (a second claimer waits like any writer);
+ * unclaim (only the claimer's pid clears it) wakes every sleeper.
+ * claimed(): the claiming pid, 0 for none.  No-ops without a valid
+ * header. */
+void pydb__shm_writer_claim(pydb_shm *s, int32_t pid);
+void pydb__shm_writer_unclaim(pydb_shm *s, int32_t pid);
+int32_t pydb__shm_writer_claimed(pydb_shm *s);
 
 #endif

@@ -54,8 +54,16 @@
  * Locks.  One transaction per handle at a time (wmutex + wcond + wbusy,
  * with a timeout), and one writer per database across handles and
  * processes: an open-file-description lock (F_OFD_SETLK) on the whole
- * .wal file, polled until the timeout.  Both are held from
- * pydb_txn_begin() to commit/abort.  Readers take neither.
+ * .wal file, tried until the timeout (wal.c: waiters sleep on a futex
+ * in the commit header that each release bumps).  Both are held from
+ * pydb_txn_begin() to commit/abort.  Readers take neither.  A collector
+ * step (pydb__txn_begin_gc) goes first: while it waits for either lock,
+ * other waiters stand back (in this handle: gc_waiting; across
+ * processes: the header's priority word, wal.c) -- for at most the
+ * step's own short wait.  Without that, commits that follow each other
+ * without a pause (16 clients, say) take the lock at every release, the
+ * step times out again and again, and garbage piles up (segments: each
+ * commit adds one, and every lookup visits them all).
  *
  * Failures.  Every write, fsync, truncate and rename goes through the vfs
  * table.  A failure before the commit point leaves the files as they were
@@ -193,12 +201,20 @@ static int hput(pydb_txn *t, int32_t mfn, size_t idx, pydb_error *err)
     }
 }
 
+/* Wake the next waiter for wbusy, or all of them while a collector step
+ * waits (the one woken must be the step).  wmutex held. */
+static void wake_writers(pydb_db *db)
+{
+    if (db->gc_waiting) pthread_cond_broadcast(&db->wcond);
+    else pthread_cond_signal(&db->wcond);
+}
+
 static void release_writer(pydb_db *db)
 {
     pydb__wal_unlock(db);
     pthread_mutex_lock(&db->wmutex);
     db->wbusy = 0;
-    pthread_cond_signal(&db->wcond);
+    wake_writers(db);
     pthread_mutex_unlock(&db->wmutex);
 }
 
@@ -293,8 +309,9 @@ static int check_tail(pydb_txn *t, pydb_error *err)
     return PYDB_OK;
 }
 
-int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
-                   pydb_error *err)
+/* pydb_txn_begin(); `gc`: a collector step, which goes first. */
+static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
+                     pydb_error *err)
 {
     pydb_txn *t = NULL;
     int64_t deadline = pydb__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
@@ -316,10 +333,16 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
                           "this thread already has a transaction open on "
                           "this handle");
     }
-    while (db->wbusy) {
+    gc = gc && timeout_ms > 0;   /* one try: nobody needs to stand back */
+    db->gc_waiting += gc;
+    while (db->wbusy || (!gc && db->gc_waiting)) {
         struct timespec ts;
         int64_t left = deadline - pydb__now_ms();
         if (left <= 0) {
+            if (gc) {
+                db->gc_waiting--;
+                pthread_cond_broadcast(&db->wcond);   /* stand back no more */
+            }
             pthread_mutex_unlock(&db->wmutex);
             return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
                               "another thread holds the writer lock of this "
@@ -334,12 +357,13 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
         }
         pthread_cond_timedwait(&db->wcond, &db->wmutex, &ts);
     }
+    db->gc_waiting -= gc;
     /* Again now that it is this thread's turn: a transaction that failed
      * while this one waited (a collector step waits a little) may have
      * made the handle read-only, and its log must then be replayed by a
      * reopen, not by this handle. */
     if (is_read_only(db)) {
-        pthread_cond_signal(&db->wcond);   /* the next waiter sees it too */
+        wake_writers(db);   /* the next waiter sees it too */
         pthread_mutex_unlock(&db->wmutex);
         return fatal_error(db, err);
     }
@@ -348,7 +372,7 @@ int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
     db->wowner = pthread_self();
     pthread_mutex_unlock(&db->wmutex);
 
-    rc = pydb__wal_lock(db, deadline, err);
+    rc = pydb__wal_lock(db, deadline, gc, err);
     if (rc) goto fail;   /* (unlocking a lock not held is a no-op) */
     /* A writer that died mid-commit (or a log left by a failed reset):
      * replay it inside the sequence lock, as a commit's apply would be. */
@@ -399,6 +423,18 @@ fail:
     free(t);
     release_writer(db);
     return rc;
+}
+
+int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
+                   pydb_error *err)
+{
+    return txn_begin(out, db, timeout_ms, 0, err);
+}
+
+int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
+                       pydb_error *err)
+{
+    return txn_begin(out, db, timeout_ms, 1, err);
 }
 
 /* Add an op writing a new version of `mfn` with these fields/status. */

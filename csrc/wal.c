@@ -14,6 +14,7 @@
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,12 +393,48 @@ static int ofd_lock(int fd, int type)
     return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
-/* Take the cross-process writer lock, polling until `deadline` (ms,
- * CLOCK_MONOTONIC; < 0: one try). */
-int pydb__wal_lock(pydb_db *db, int64_t deadline, pydb_error *err)
+/* The errors of a try of the writer lock that failed (errno set): 0 when
+ * it is only taken by another handle or process. */
+static int lock_failed(pydb_db *db, pydb_error *err)
 {
-    useconds_t nap = 500;
-    if (db->wal_pid != getpid()) {
+    if (errno == EAGAIN || errno == EACCES || errno == EINTR) return 0;
+    return PYDB_OSERROR(err, errno, db->wal_path, -1,
+                        "fcntl(F_OFD_SETLK) failed: %s", strerror(errno));
+}
+
+/* How long a writer stands back for a collector step of another process
+ * that waits for the lock (its own wait is shorter: gc.c, 100 ms). */
+#define GC_FIRST_MS 250
+
+/* 1 while this writer (process `me`) lets a waiting collector step of
+ * another process go first: for GC_FIRST_MS from *since (set at the
+ * first look).  A claim left by a dead process is cleared. */
+static int stand_back(pydb_db *db, pid_t me, int64_t *since)
+{
+    int32_t first = pydb__shm_writer_claimed(db->shm);
+    int64_t now;
+    if (first == 0 || first == me) return 0;
+    now = pydb__now_ms();
+    if (*since < 0) *since = now;
+    if (now - *since < GC_FIRST_MS) return 1;
+    if (kill(first, 0) != 0 && errno == ESRCH)
+        pydb__shm_writer_unclaim(db->shm, first);
+    return 0;
+}
+
+/* Take the cross-process writer lock, trying until `deadline` (ms,
+ * CLOCK_MONOTONIC; < 0: one try).  Between tries it sleeps on the commit
+ * header's wake word (shm.h), so a release wakes a waiter at once; the
+ * sleep is bounded (0.5 ms doubling to 20 ms) for releases that wake
+ * nobody.  A collector step (`gc`) claims the header's priority word
+ * while it waits; other writers stand back meanwhile (stand_back). */
+int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
+{
+    unsigned nap = 500;
+    int64_t since = -1;
+    pid_t me = getpid();
+    int rc;
+    if (db->wal_pid != me) {
         /* a fork()ed child: the fd's open file description is the
          * parent's, and so is any OFD lock on it; a lock of its own needs
          * a description of its own (closing the copy leaves the parent's
@@ -409,26 +446,39 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, pydb_error *err)
                                 strerror(errno));
         pydb__vfs->close(db->wal_fd);
         db->wal_fd = fd;
-        db->wal_pid = getpid();
+        db->wal_pid = me;
     }
+    gc = gc && deadline >= 0;
+    if (gc) pydb__shm_writer_claim(db->shm, me);
     for (;;) {
-        if (ofd_lock(db->wal_fd, F_WRLCK) == 0) return PYDB_OK;
-        if (errno != EAGAIN && errno != EACCES && errno != EINTR)
-            return PYDB_OSERROR(err, errno, db->wal_path, -1,
-                                "fcntl(F_OFD_SETLK) failed: %s",
-                                strerror(errno));
-        if (deadline < 0 || pydb__now_ms() >= deadline)
-            return PYDB_ERROR(err, PYDB_ELOCKED, db->wal_path, -1,
-                              "another process (or handle) holds the writer "
-                              "lock of this database");
-        usleep(nap);
-        if (nap < 20000) nap *= 2;
+        /* counted as waiting before the try: a release after it wakes
+         * this writer, or moves the word it sleeps on */
+        uint32_t ticket = pydb__shm_writer_ticket(db->shm);
+        int go = gc || !stand_back(db, me, &since);
+        if (go && ofd_lock(db->wal_fd, F_WRLCK) == 0) {
+            rc = PYDB_OK;
+        } else if (go && (rc = lock_failed(db, err)) != 0) {
+            /* rc set */
+        } else if (deadline < 0 || pydb__now_ms() >= deadline) {
+            rc = PYDB_ERROR(err, PYDB_ELOCKED, db->wal_path, -1,
+                            "another process (or handle) holds the writer "
+                            "lock of this database");
+        } else {
+            pydb__shm_writer_wait(db->shm, ticket, nap);
+            if (nap < 20000) nap *= 2;
+            continue;
+        }
+        pydb__shm_writer_wait(db->shm, ticket, 0);   /* waits no more */
+        break;
     }
+    if (gc) pydb__shm_writer_unclaim(db->shm, me);
+    return rc;
 }
 
 void pydb__wal_unlock(pydb_db *db)
 {
     ofd_lock(db->wal_fd, F_UNLCK);
+    pydb__shm_writer_released(db->shm);
 }
 
 /* ------------------------------------------------------ open and close */
@@ -452,7 +502,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
         (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)
         return rc;
     /* Recover now if no writer is active; else the next transaction will. */
-    if (pydb__wal_lock(db, -1, NULL) != PYDB_OK) return PYDB_OK;
+    if (pydb__wal_lock(db, -1, 0, NULL) != PYDB_OK) return PYDB_OK;
     rc = pydb__wal_recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
                            db->mst.path, db->xrf.path, NULL, &failed, err);
     if (rc == PYDB_OK) {

@@ -67,10 +67,11 @@ int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq);
 int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err);
 void pydb__wal_close(pydb_db *db);
 
-/* Take the writer lock, polling until `deadline` (ms of
- * pydb__now_ms(); < 0: one try).  PYDB_ELOCKED when another handle or
- * process holds it. */
-int pydb__wal_lock(pydb_db *db, int64_t deadline, pydb_error *err);
+/* Take the writer lock, trying until `deadline` (ms of pydb__now_ms();
+ * < 0: one try).  `gc`: for a collector step, which goes first (the
+ * commit header's priority word: wal.c).  PYDB_ELOCKED when another
+ * handle or process holds it. */
+int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err);
 void pydb__wal_unlock(pydb_db *db);
 
 /* Append a sealed image at the start of the (empty) log and, with sync,
