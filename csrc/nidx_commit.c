@@ -19,9 +19,11 @@
  * (vm.max_map_count, 65530 by default) -- some 65,000 uncollected
  * commits, where opening a segment fails with PYDB_EIO/ENOMEM and the
  * commit fails cleanly.  Segment files no live set and no MANIFEST on
- * disk name are removed by a later prepare (or collect()), once no
+ * disk name are removed by the collector (collect(): nidx_gc.c), once no
  * registered reader reads an older commit (readers of other processes
- * may be opening them: nidx_handle.h).  prepare reports
+ * may be opening them: nidx_handle.h); prepare neither scans nor
+ * removes them (it did once: a directory scan at every commit, O(files)
+ * with hundreds of segments piling up under contention).  prepare reports
  * the new MANIFEST's generation to the transaction, which publishes it
  * with the commit's state (pydb__txn_set_index_gen; snapshots find their
  * index by it).
@@ -73,7 +75,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     pydb_buf segb = {0}, man = {0};
     int32_t *tombs = NULL;
     size_t nt = 0, ngens;
-    uint64_t *gens = NULL, gen, top;
+    uint64_t *gens = NULL, gen;
     char path[1100];
     nidx_segset *ss = NULL;
     const nidx_cfg *cfg;
@@ -101,7 +103,6 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     if ((rc = pydb__nidx_refresh(x, 1, err))) goto cleanup;
     ss = pydb__nidx_acquire(x);
     cfg = ss->cfg;   /* the keys of the index as the MANIFEST now has it */
-    top = pydb__nidx_collect(x->dir, pydb__nidx_header(x), ss);
     /* A transaction may change one MFN several times (update, then
      * delete...): only its last change is the record's new state. */
     last = malloc(n * sizeof *last);
@@ -124,19 +125,31 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
             goto cleanup;
     }
     if ((rc = pydb__nacc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
+    /* The name: above the MANIFEST's generation and every segment of the
+     * set.  Every file a reader may still read was named by a MANIFEST
+     * (whose generations only grow: a build starts above every file on
+     * disk), so no live file is higher.  A file there already is an
+     * orphan of a process killed between its write and its commit: it
+     * is left to the collector (no directory scan per commit), and the
+     * next name is taken. */
     pthread_mutex_lock(&x->mu);
     gen = x->gen + 1;
     pthread_mutex_unlock(&x->mu);
-    if (top >= gen) gen = top + 1;   /* never reuse a live file's name */
     for (size_t i = 0; i < ss->n; i++)
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
-    pydb__nseg_path(path, sizeof path, x->dir, gen);
-    unlink(path);   /* an orphan of an earlier, uncommitted prepare */
-    written = 1;    /* from here on, a failure removes the file */
-    /* fsync'ed as the commit's records are: not with sync=False */
-    sync = pydb__synced(pydb__txn_db(t));
-    if ((rc = pydb__write_file(path, segb.p, segb.n, 1, sync, NULL, err)))
-        goto cleanup;
+    /* fsync'ed as the commit's records are: not with sync=False (the
+     * test double drives prepare without a transaction: synced) */
+    sync = !t || pydb__synced(pydb__txn_db(t));
+    for (int tries = 0;; tries++, gen++) {
+        pydb__nseg_path(path, sizeof path, x->dir, gen);
+        written = 1;   /* from here on, a failure removes the file */
+        rc = pydb__write_file(path, segb.p, segb.n, 1, sync, NULL, err);
+        if (rc == PYDB_OK) break;
+        if (err->sys_errno != EEXIST || tries >= 64) {
+            written = err->sys_errno != EEXIST;   /* not ours: stays */
+            goto cleanup;
+        }
+    }
     if (sync && (rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
     gens = malloc((ss->n + 1) * sizeof *gens);
     if (!gens) {

@@ -559,17 +559,47 @@ static int register_reader(nidx *x)
     return slot;
 }
 
-/* Find segment gen in the sets share[nshare] (a new reference), or NULL. */
-static nidx_seg *shared_seg(nidx_segset *const *share, size_t nshare,
-                            uint64_t gen)
+static int cmp_seg_gen(const void *a, const void *b)
 {
+    uint64_t x = (*(nidx_seg *const *)a)->gen, y = (*(nidx_seg *const *)b)->gen;
+    return x < y ? -1 : x > y;
+}
+
+/* The open segments of the sets share[nshare], sorted by generation, so
+ * that a set of n segments is matched in n log n, not n^2 (a writer
+ * refreshes its set at every commit).  NULL (*n 0) when there are none,
+ * or without memory: nothing is then shared and the segments are opened
+ * again. */
+static nidx_seg **share_index(nidx_segset *const *share, size_t nshare,
+                              size_t *n)
+{
+    nidx_seg **ix;
+    size_t total = 0, w = 0;
+    for (size_t k = 0; k < nshare; k++)
+        if (share[k]) total += share[k]->n;
+    *n = 0;
+    if (total == 0 || !(ix = malloc(total * sizeof *ix))) return NULL;
     for (size_t k = 0; k < nshare; k++)
         for (size_t j = 0; share[k] && j < share[k]->n; j++)
-            if (share[k]->v[j]->gen == gen) {
-                atomic_fetch_add(&share[k]->v[j]->refs, 1);
-                return share[k]->v[j];
-            }
-    return NULL;
+            ix[w++] = share[k]->v[j];
+    qsort(ix, w, sizeof *ix, cmp_seg_gen);
+    *n = w;
+    return ix;
+}
+
+/* Find segment gen in share_index()'s ix[n] (a new reference), or
+ * NULL. */
+static nidx_seg *shared_seg(nidx_seg *const *ix, size_t n, uint64_t gen)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ix[mid]->gen < gen) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == n || ix[lo]->gen != gen) return NULL;
+    atomic_fetch_add(&ix[lo]->refs, 1);
+    return ix[lo];
 }
 
 /* Read the MANIFEST whole into *m (its bytes in *data: free them and
@@ -583,12 +613,14 @@ static int load_set(nidx_segset **out, nidx_manifest *m, uint8_t **data,
                     pydb_error *err)
 {
     nidx_segset *ns = NULL;
-    size_t len;
+    nidx_seg **ix;
+    size_t len, nix;
     int rc, tries = 0, slot, vanished;
 
     *out = NULL;
     *data = NULL;
     memset(m, 0, sizeof *m);
+    ix = share_index(share, nshare, &nix);
 again:
     vanished = 0;
     slot = register_reader(x);
@@ -605,7 +637,7 @@ again:
                      x->manifest, err)))
         goto cleanup;
     for (size_t i = 0; i < m->nsegs; i++) {
-        nidx_seg *sg = shared_seg(share, nshare, m->segs[i]);
+        nidx_seg *sg = shared_seg(ix, nix, m->segs[i]);
         if (!sg) {
             char path[1100];
             pydb__nseg_path(path, sizeof path, x->dir, m->segs[i]);
@@ -620,6 +652,7 @@ again:
 cleanup:
     if (slot >= 0) pydb__shm_unpin(pydb__nidx_header(x), slot);
     if (rc == PYDB_OK) {
+        free(ix);
         *out = ns;
         return PYDB_OK;
     }
@@ -631,6 +664,7 @@ cleanup:
     *data = NULL;
     if (vanished && ++tries < 5)
         goto again;   /* a segment merged away between read and open */
+    free(ix);
     return rc;
 }
 

@@ -44,7 +44,7 @@ void pydb__nacc_free(nidx_acc *a)
 
 static int acc_grow_ht(nidx_acc *a)
 {
-    size_t cap = a->hcap ? a->hcap * 2 : 65536;
+    size_t cap = a->hcap ? a->hcap * 2 : 1024;   /* a commit: few terms */
     uint64_t *nh = calloc(cap, sizeof *nh);
     if (!nh) return -1;
     for (size_t i = 0; i < a->nt; i++) {
@@ -175,10 +175,25 @@ typedef struct skey {
     uint32_t idx, pad;
 } skey;
 
+/* Below this many terms a comparison sort beats the radix sort, whose
+ * four passes over 65,536 counters cost the same for one term as for a
+ * million (a one-record commit has a few dozen). */
+#define RADIX_MIN 4096
+
+/* sort_terms() for fewer than RADIX_MIN terms. */
+static int sort_few_terms(nidx_acc *a, uint32_t *order)
+{
+    for (size_t i = 0; i < a->nt; i++) order[i] = (uint32_t)i;
+    qsort_r(order, a->nt, sizeof *order, cmp_term, a);
+    return 0;
+}
+
 /* order[] = term indexes in key order: LSD radix sort on the 8-byte
- * prefix, then a comparison sort inside runs of equal prefixes. */
+ * prefix, then a comparison sort inside runs of equal prefixes (few
+ * terms: sort_few_terms). */
 static int sort_terms(nidx_acc *a, uint32_t *order)
 {
+    if (a->nt < RADIX_MIN) return sort_few_terms(a, order);
     size_t n = a->nt;
     skey *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
     size_t *cnt = malloc(65536 * sizeof *cnt);
