@@ -358,3 +358,62 @@ def test_reader_table_full_of_dead_entries_is_cleaned(tmp_path):
             assert s.info()["registered"] is True and s.commit == c
             assert (os.getpid(), c) in reader_slots(base)
             assert s[1][1] == ["x"]
+
+
+# ------------------------------------------------------- the writer lock
+
+SHM_WAKE, SHM_WAITERS, SHM_GC_FIRST = 424, 428, 432   # csrc/shm.h
+
+_COMMITTER = r"""
+import sys, pydb
+base, n, c = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with pydb.open(base, readonly=False, sync=False, gc="none") as db:
+    for i in range(n):
+        db.update(c, [(1, f"client {c} commit {i}")])
+"""
+
+
+def _shm_words(base) -> tuple[int, int, int]:
+    with open(shm_path(base), "rb") as f:
+        f.seek(SHM_WAKE)
+        return struct.unpack("<IIi", f.read(12))
+
+
+def test_writers_of_several_processes_wake_each_other(tmp_path):
+    """Four processes commit 50 times each, back to back: every commit is
+    there, each release of the writer lock bumped the header's wake word
+    (at least once per commit), and no waiter is left counted."""
+    base = tmp_path / "w"
+    with pydb.create(base, sync=False, fst="1 4 v1\n", gc="none") as db:
+        for c in range(4):
+            db.append([(1, "x")])
+    wake0 = _shm_words(base)[0]
+    ps = [subprocess.Popen([sys.executable, "-c", _COMMITTER, str(base), "50", str(c + 1)])
+          for c in range(4)]
+    assert [p.wait(timeout=300) for p in ps] == [0, 0, 0, 0]
+    wake, waiters, first = _shm_words(base)
+    assert (waiters, first) == (0, 0)
+    assert (wake - wake0) % 2**32 >= 200
+    with pydb.open(base) as db:
+        assert [list(db[c].fields) for c in range(1, 5)] == [
+            [(1, f"client {c} commit 49")] for c in range(1, 5)]
+        assert list(db.search("COMMIT")) == [1, 2, 3, 4]
+
+
+def test_claim_of_a_dead_collector_is_cleared(tmp_path):
+    """A collector step that died while it waited for the writer lock
+    leaves its pid in the header's priority word: the next writer stands
+    back for a bounded time, finds the process gone, clears the word and
+    commits."""
+    base = tmp_path / "w"
+    with pydb.create(base, sync=False, gc="none") as db:
+        db.append([(1, "x")])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    with open(shm_path(base), "r+b") as f:
+        f.seek(SHM_GC_FIRST)
+        f.write(struct.pack("<i", dead.pid))
+    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
+        db.update(1, [(1, "after the claim")])
+        assert list(db[1].fields) == [(1, "after the claim")]
+    assert _shm_words(base)[2] == 0
