@@ -41,7 +41,11 @@ REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
 def sanitizer_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "PYDB_FUZZ_VERBOSE")}
-    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=86"
+    # allocations over 2 GiB are reports, as libFuzzer's -malloc_limit_mb
+    # (= fuzz/run's -rss_limit_mb=2048) makes them: memory bounded by the
+    # input (docs/fuzzing.md, resource bounds)
+    env["ASAN_OPTIONS"] = ("detect_leaks=1:abort_on_error=0:exitcode=86:"
+                           "max_allocation_size_mb=2048:allocator_may_return_null=0")
     env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
     return env
 
