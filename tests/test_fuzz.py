@@ -211,3 +211,35 @@ def test_stop_words_ended_by_cr(tmp_path):
     with pydb.create(tmp_path / "db", fst="24 4 V24", stw=stw) as db:
         db.append([(24, "The world of water on a hill")])
         assert [t.key for t in db.terms()] == ["HILL", "WATER"]
+
+
+def test_native_keys_out_of_order(tmp_path):
+    """fuzz_nidx found: a segment whose dictionary keys do not ascend (a
+    damaged one with a valid checksum) was enumerated as stored.  Reading
+    it now stops at the first key out of order, naming the segment."""
+    base = regressions.fruit_index(tmp_path)
+    regressions.keys_descending(base)
+    seg = regressions.segments(base)[-1]
+    with pydb.open_index(base) as ix:
+        with pytest.raises(pydb.CorruptionError) as ei:
+            list(ix.terms())
+    e = ei.value
+    assert e.filename == str(seg)
+    assert e.reason == "dictionary: keys not in ascending order"
+    # the entry after ZPPLE: shared 0, length 6, BANANA
+    zpple = regressions.first_entry(seg.read_bytes(), b"ZPPLE")
+    assert e.offset == zpple + 2 + 5 + 2 + 2
+
+
+def test_native_tombstone_of_highest_mfn(tmp_path):
+    """fuzz_nidx found: a tombstone naming MFN 2^31 - 1 made every open of
+    the index allocate an 8 GiB table.  The table is bounded by the
+    segments' bytes now (nidx_handle.h); the tombstones are searched
+    instead, and the index reads as its files say (the update's tombstone
+    of MFN 1 being gone, MFN 1's first title is live again)."""
+    base = regressions.fruit_index(tmp_path, commits=2)
+    regressions.tombstone_max_mfn(base)
+    with pydb.open_index(base) as ix:
+        assert [(t.key, t.count) for t in ix.terms()] == [
+            ("APPLE", 1), ("APPLE 1", 1), ("BANANA", 1), ("CHERRY", 1)]
+        assert [tuple(p) for p in ix.postings("APPLE")] == [(1, 24, 1, 1)]
