@@ -118,12 +118,15 @@ def test_python_targets_replay_seeds(seeds, target):
 
 
 def test_real_seeds_present(seeds):
-    """With the real data, every target but search gets seeds from it."""
+    """With the real data, every target but search and shm gets seeds
+    from it."""
     if not DATA.is_dir():
         pytest.skip(f"no real CDS/ISIS data at {DATA}")
     assert len(list((seeds / "mst").iterdir())) > 20
     assert len(list((seeds / "isis_index").iterdir())) > 5
     assert len(list((seeds / "iso2709").iterdir())) > 5
+    # native indexes of the real databases with an FST (besides pydb's own)
+    assert len(list((seeds / "nidx").iterdir())) > 10
 
 
 @pytest.mark.parametrize("case", regressions.CASES, ids=lambda c: c.name)
