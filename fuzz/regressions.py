@@ -138,14 +138,12 @@ def seal_segment(b: bytearray) -> bytes:
     return bytes(b)
 
 
-def nidx_input(base: Path, segs: list[bytes] | None = None) -> bytes:
-    """The fuzz_nidx input for base's index, with segs in place of its
-    segment files."""
+def nidx_input(base: Path) -> bytes:
+    """The fuzz_nidx input for base's index: its MANIFEST, then its
+    segment files in MANIFEST order."""
     pdx = base.with_suffix(".pdx")
-    names = segments(base)
-    if segs is None:
-        segs = [p.read_bytes() for p in names]
-    return SEP.join([(pdx / "MANIFEST").read_bytes(), *segs])
+    return SEP.join([(pdx / "MANIFEST").read_bytes(),
+                     *(p.read_bytes() for p in segments(base))])
 
 
 def first_entry(seg: bytes, key: bytes) -> int:
@@ -156,6 +154,17 @@ def first_entry(seg: bytes, key: bytes) -> int:
     return block + 8
 
 
+def damaged_nidx(damage: Callable[[Path], None], commits: int = 1) -> Callable[[], bytes]:
+    """A generator of the fuzz_nidx input of fruit_index(commits) after
+    damage(base)."""
+    def make() -> bytes:
+        with tempfile.TemporaryDirectory() as t:
+            base = fruit_index(Path(t), commits)
+            damage(base)
+            return nidx_input(base)
+    return make
+
+
 def keys_descending(base: Path) -> None:
     """Damage the segment of base's commit: its first key APPLE becomes
     ZPPLE, above BANANA, and the checksum is made valid again."""
@@ -164,12 +173,6 @@ def keys_descending(base: Path) -> None:
     b[first_entry(bytes(b), b"APPLE") + 2] = ord("Z")
     seg.write_bytes(seal_segment(b))
 
-
-def keys_descending_input() -> bytes:
-    with tempfile.TemporaryDirectory() as t:
-        base = fruit_index(Path(t))
-        keys_descending(base)
-        return nidx_input(base)
 
 
 def tombstone_max_mfn(base: Path) -> None:
@@ -182,12 +185,6 @@ def tombstone_max_mfn(base: Path) -> None:
     struct.pack_into("<i", b, tomb + 4, 0x7FFFFFFF)
     seg.write_bytes(seal_segment(b))
 
-
-def tombstone_max_mfn_input() -> bytes:
-    with tempfile.TemporaryDirectory() as t:
-        base = fruit_index(Path(t), commits=2)
-        tombstone_max_mfn(base)
-        return nidx_input(base)
 
 
 def posting_count_huge(base: Path, count: int = 10 ** 8) -> None:
@@ -210,12 +207,6 @@ def posting_count_huge(base: Path, count: int = 10 ** 8) -> None:
     seg.write_bytes(seal_segment(b))
 
 
-def posting_count_huge_input() -> bytes:
-    with tempfile.TemporaryDirectory() as t:
-        base = fruit_index(Path(t))
-        posting_count_huge(base)
-        return nidx_input(base)
-
 
 def stopwords_lone_cr() -> bytes:
     """Stop words ended by CR alone (and a DOS end-of-file mark): more words
@@ -234,20 +225,20 @@ CASES = [
          "now shm.c takes a generation >= 2^62 for a damaged slot and reads "
          "use the files (files mode), as for a slot with a bad CRC"),
     Case("nidx-keys-descending", "nidx", "dictionary: keys not in ascending order",
-         keys_descending_input,
+         damaged_nidx(keys_descending),
          "abort in fuzz_nidx (pydb_index_terms gave keys out of order): a "
          "segment's dictionary was read in stored order unchecked, so "
          "enumeration, the k-way merge and seeks went wrong on a damaged "
          "one; nidx_seg.c pydb__ncur_next now checks every key against "
          "the one before it"),
-    Case("nidx-tombstone-mfn-2e31", "nidx", "", tombstone_max_mfn_input,
+    Case("nidx-tombstone-mfn-2e31", "nidx", "", damaged_nidx(tombstone_max_mfn, 2),
          "an 8 GiB calloc for a segment set whose segment tombstones MFN "
          "2^31 - 1 (the newest-tombstone table, 4 bytes per MFN up to the "
          "highest, nidx_handle.c pydb__nsegset_finish); the table is now "
          "made only below NIDX_NEWEST_SLACK plus the segments' bytes, else "
          "the tombstones are searched: the postings read as before"),
     Case("nidx-posting-count-1e8", "nidx",
-         "dictionary: posting list out of range", posting_count_huge_input,
+         "dictionary: posting list out of range", damaged_nidx(posting_count_huge),
          "resource bound (issue 14, Build 4), no finding: a dictionary "
          "entry claiming 100 M postings over a one-posting list is refused "
          "before anything is allocated for it (nidx_seg.c pydb__ncur_next: "
