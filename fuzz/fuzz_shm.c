@@ -16,15 +16,17 @@
  * reader table) and reads through it, gets the statistics; then a writer
  * opens it, appends one record and commits (a damaged header is
  * rebuilt by the writer, shm.h), and a new reader must read that record
- * back.  The promise (docs/reliability.md, shm.h): a damaged header is
- * ignored by readers and reset by the writer; errors name themselves;
- * no crash, leak or hang, and a commit that succeeded is there.
+ * back, and the header must be valid again (magic, version, size).  The
+ * promise (docs/reliability.md, shm.h): a damaged header is ignored by
+ * readers and reset by the writer; errors name themselves; no crash,
+ * leak or hang, and a commit that succeeded is there.
  *
- * Depends on: pydb.h, util.h (pydb__crc32c: the checksum the core
- * computes).
+ * Depends on: pydb.h, shm.h (the header's magic, version and size),
+ * util.h (pydb__crc32c: the checksum the core computes).
  */
 #include "fuzz.h"
 #include "pydb.h"
+#include "shm.h"
 #include "util.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,13 +184,33 @@ static int32_t write_db(const char *path)
     return mfn;
 }
 
-/* A commit that succeeded is read back by a new reader. */
+/* A commit that succeeded is read back by a new reader, and the writer
+ * left a valid header (shm.h: a damaged one is rebuilt by the writer):
+ * its magic, version and full size. */
 static void check_appended(const char *path, int32_t mfn)
 {
     pydb_db *db = NULL;
     pydb_record *rec = NULL;
     pydb_error err;
+    char shm_path[512];
+    uint8_t got[12];
+    FILE *f;
+    long len = -1;
     int rc;
+
+    fuzz_path(shm_path, sizeof shm_path, "db.shm");
+    f = fopen(shm_path, "rb");
+    if (f) {
+        if (fread(got, 1, sizeof got, f) != sizeof got) memset(got, 0, sizeof got);
+        if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+        fclose(f);
+    }
+    if (!f || memcmp(got, PYDB_SHM_MAGIC, 8) != 0 ||
+        pydb__u32(got + 8) != PYDB_SHM_VERSION || len < PYDB_SHM_SIZE) {
+        fprintf(stderr, "fuzz_shm: the writer committed MFN %d but left no "
+                "valid commit header (%ld bytes)\n", (int)mfn, len);
+        abort();
+    }
 
     rc = pydb_open(&db, path, NULL, &err);
     fuzz_expect(rc, &err);
