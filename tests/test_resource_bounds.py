@@ -173,7 +173,7 @@ def test_iso_directory_huge(tmp_path):
 def test_keys_of_one_huge_record(tmp_path):
     """One record with the most a master-file record can hold as one field
     (ISIS layout: 32767 bytes) of one-letter words, indexed word by word
-    (technique 4) by three rules: about 49,000 keys from one commit.  The
+    (technique 4) by three rules: 48,000 keys from one commit.  The
     commit's memory is a function of the record's bytes and the FST
     (keys <= rules x bytes), here a few MiB."""
     base = tmp_path / "big"
