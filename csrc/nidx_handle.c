@@ -106,7 +106,9 @@ void pydb__nsegset_finish(nidx_segset *ss)
 {
     int any = 0;
     int32_t maxm = -1;
+    uint64_t bytes = 0;
     for (size_t i = ss->n; i-- > 0;) {
+        bytes += ss->v[i]->size;
         ss->newer_tombs[i] = (uint8_t)any;
         if (ss->v[i]->ntomb) {
             any = 1;
@@ -114,7 +116,9 @@ void pydb__nsegset_finish(nidx_segset *ss)
             if (m > maxm) maxm = m;
         }
     }
-    if (!any || ss->n < 2 || maxm < 0) return;
+    if (!any || ss->n < 2 || maxm < 0 ||
+        (uint64_t)maxm >= bytes + NIDX_NEWEST_SLACK)
+        return;   /* (nidx_handle.h: the table's bound) */
     ss->newest = calloc((size_t)maxm + 1, sizeof *ss->newest);
     if (!ss->newest) return;
     ss->newest_n = (uint32_t)maxm + 1;

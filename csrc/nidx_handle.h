@@ -83,7 +83,14 @@ void pydb__nsegset_unref(nidx_segset *ss);
 /* Compute the dead-posting flags and the newest-tombstone table once v[]
  * is filled: one table per set (4 bytes per MFN up to the highest
  * tombstoned one), so a set of n segments costs O(n + MFNs), not
- * O(n * MFNs), however many commits went uncollected. */
+ * O(n * MFNs), however many commits went uncollected.  The table is
+ * bounded by the bytes of the set's segment files: it is made only when
+ * the highest tombstoned MFN is below NIDX_NEWEST_SLACK plus their total
+ * size (a sound index holds at least a byte of postings per record it
+ * indexes, so this always holds for one), else the tombstones are
+ * searched; a damaged segment naming MFN 2^31 - 1 thus costs no 8 GiB
+ * table. */
+#define NIDX_NEWEST_SLACK ((uint64_t)1 << 16)
 void pydb__nsegset_finish(nidx_segset *ss);
 
 typedef struct nidx {

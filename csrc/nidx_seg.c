@@ -213,6 +213,10 @@ int pydb__ncur_next(nidx_cursor *c, pydb_error *err)
 {
     const nidx_seg *s = c->s;
     uint64_t shared, slen;
+    /* the key before this one (its bytes stay in c->key when a new block
+     * starts), if the cursor has one */
+    int have_prev = c->valid;
+    size_t prev_len = c->klen;
     if (c->term >= s->nterms) {
         c->valid = 0;
         return PYDB_OK;
@@ -227,6 +231,12 @@ int pydb__ncur_next(nidx_cursor *c, pydb_error *err)
     if (shared > c->klen || slen > (uint64_t)(c->end - c->p) ||
         (c->term % NIDX_BLOCK_TERMS == 0 && shared != 0))
         return cur_corrupt(c, "key length out of range", err);
+    /* keys ascend, also from one block to the next: readers merge and
+     * search on that order (pydb_index_terms promises it) */
+    if (have_prev &&
+        pydb__keycmp(c->p, (size_t)slen, c->key ? c->key + shared : NULL,
+                     prev_len - (size_t)shared) <= 0)
+        return cur_corrupt(c, "keys not in ascending order", err);
     if (shared + slen > c->kcap) {
         size_t cap = (size_t)(shared + slen) * 2 + 32;
         uint8_t *nv = realloc(c->key, cap);

@@ -8,11 +8,18 @@ Writes OUT/<target>/<sha1 of the input> for each target of fuzz/Makefile:
   $PYDB_TEST_DATA, else ../shared/data/isis beside the repository; skipped
   when absent): master file + XRF pairs, ISIS inverted-file sets (classic
   and LIND), ISO 2709 and MARC files, FST files, ISISUC/ISISAC tables and
-  stop-word files.  Nothing is copied into the repository: the seeds live
+  stop-word files, and the native index pydb builds for each real
+  database that has an FST beside it.  Nothing is copied into the repository: the seeds live
   under OUT (default fuzz/build/seeds, ignored by git);
 - from databases pydb itself creates here (every leader layout, MSTXL 0
   and 3, updates and deletions, its commit header), their ISO 2709 and
-  JSON Lines exports, and hand-written search expressions and FST rules.
+  JSON Lines exports, native indexes written by commits (several
+  segments, tombstones), commit headers after commits and with readers
+  registered, and hand-written search expressions and FST rules.
+
+A native index seed (target nidx) is its MANIFEST followed by the segment
+files it names, in its order (fuzz/fuzz_nidx.c); a commit header seed
+(target shm) is the .shm alone (fuzz/fuzz_shm.c).
 
 OUT/jsonl is for the atheris target of fuzz/atheris_targets.py.
 
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -32,7 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SEP = b"#PYDB-FUZZ-FILE#"          # FUZZ_SEP of fuzz/fuzz.h
-TARGETS = ("search", "fst", "iso2709", "mst", "isis_index", "keys")
+TARGETS = ("search", "fst", "iso2709", "mst", "isis_index", "keys", "nidx", "shm")
 PY_TARGETS = ("jsonl",)   # fuzz/atheris_targets.py (its iso2709 uses the C target's seeds)
 ISIS_INDEX_EXTS = ("cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2", "iyp")
 
@@ -103,8 +111,45 @@ def read(p: Path | None) -> bytes:
     return p.read_bytes() if p is not None else b""
 
 
+def native_index(base: Path) -> bytes:
+    """The native index of the database base as a fuzz_nidx input: its
+    MANIFEST, then the segments the MANIFEST names, in its order."""
+    pdx = base.with_suffix(".pdx")
+    manifest = (pdx / "MANIFEST").read_bytes()
+    segs = [line.split(b" ", 1)[1].decode() for line in manifest.split(b"\n")
+            if line.startswith(b"segment seg-")]
+    return joined(manifest, *((pdx / s).read_bytes() for s in segs))
+
+
+def real_native_seeds(by_ext: dict[str, list[Path]], tmp: Path,
+                      max_mst: int = 4 << 20) -> Iterator[tuple[str, bytes]]:
+    """The native index pydb builds for each real database with an FST of
+    its own name beside it (a copy of the database in tmp; databases whose
+    build fails or with a master file over max_mst bytes are left out)."""
+    sys.path.insert(0, str(REPO))
+    import pydb
+
+    for i, fst in enumerate(by_ext.get("fst", [])):
+        mst, xrf = sibling(fst, "mst"), sibling(fst, "xrf")
+        if mst is None or xrf is None or mst.stat().st_size > max_mst:
+            continue
+        d = tmp / f"real{i}"
+        d.mkdir()
+        for src, ext in ((mst, "mst"), (xrf, "xrf"), (fst, "fst"),
+                         (sibling(fst, "stw"), "stw")):
+            if src is not None:
+                shutil.copyfile(src, d / f"db.{ext}")
+        try:
+            pydb.build_index(d / "db", progress=False, max_key=30)
+        except (pydb.Error, UnicodeError, ValueError):
+            continue
+        yield "nidx", native_index(d / "db")
+
+
 def real_seeds(data: Path) -> Iterator[tuple[str, bytes]]:
     by_ext = files_by_ext(data)
+    with tempfile.TemporaryDirectory(prefix="pydb-seeds-") as tmp:
+        yield from real_native_seeds(by_ext, Path(tmp))
     for mst in by_ext.get("mst", []):
         xrf = sibling(mst, "xrf")
         if xrf is not None:
@@ -164,6 +209,8 @@ def made_seeds(tmp: Path) -> Iterator[tuple[str, bytes]]:
             yield "mst", joined(mst.read_bytes(), xrf.read_bytes())
             yield "mst", joined(mst.read_bytes(), xrf.read_bytes(), b"", read(
                 shm if shm.is_file() else None))
+            if shm.is_file():
+                yield "shm", shm.read_bytes()
             for flavour in ("isis", "marc"):
                 iso = tmp / f"{layout}-{mstxl}.{flavour}.iso"
                 pydb.export_iso(base, iso, flavour)
@@ -174,6 +221,37 @@ def made_seeds(tmp: Path) -> Iterator[tuple[str, bytes]]:
     with pydb.create(tmp / "empty") as db:
         pass
     yield "mst", joined((tmp / "empty.mst").read_bytes(), (tmp / "empty.xrf").read_bytes())
+    yield "shm", (tmp / "empty.shm").read_bytes()
+    yield from made_native_seeds(tmp, pydb)
+
+
+def made_native_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
+    """Native indexes written by commits (a segment per commit, tombstones
+    for updated and deleted records; gc="none" keeps them unmerged), a
+    bulk-built one with stop words and a key limit, and the commit headers
+    of those databases, also while snapshots are registered."""
+    fst = "24 4 V24\n70 0 (V70/)\n26 2 V26^c\n"
+    base = tmp / "nx"
+    with pydb.create(base, fst=fst, gc="none") as db:
+        for i in range(1, 41):
+            db.append([(24, f"Title {i} of the water survey"), (70, "Smith, J."),
+                       (70, f"Author {i % 7}"), (26, f"^aParis^c{1980 + i}")])
+        yield "nidx", native_index(base)
+        yield "shm", base.with_suffix(".shm").read_bytes()
+        db.update(3, [(24, "Changed title on soil"), (70, "Doe, A.")])
+        db.delete(5)
+        with db.snapshot():
+            db.append([(24, "After the snapshot " + "word " * 40)])
+            yield "shm", base.with_suffix(".shm").read_bytes()
+        yield "nidx", native_index(base)
+    big = tmp / "nxbig"
+    with pydb.create(big, fst=fst, stw="THE\nOF\n", max_key=12) as db:
+        for i in range(1, 300):
+            db.append([(24, f"The survey {i} of water and soil {i * 7919 % 1000}"),
+                       (70, f"Author {i % 31}")])
+    pydb.build_index(big, progress=False)
+    yield "nidx", native_index(big)
+    yield "shm", big.with_suffix(".shm").read_bytes()
 
 
 def write(out: Path, seeds: Iterator[tuple[str, bytes]], max_size: int,

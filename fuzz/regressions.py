@@ -97,6 +97,117 @@ def set_state_gen(shm: bytes, gen: int) -> bytearray:
     return b
 
 
+# The native index's segment header (csrc/nidx_seg.h): u64 dictionary,
+# block index and tombstone offsets; the checksum is the last 8 bytes.
+SEG_DICT_OFF = 32
+SEG_BIDX_OFF = 40
+SEG_TOMB_OFF = 56
+FRUIT = ("Apple", "Banana", "Cherry")   # keys that share no prefix
+
+
+def fruit_index(tmp: Path, commits: int = 1) -> Path:
+    """A native index of three records titled FRUIT (FST "24 0 V24": one
+    key per record), written by `commits` commits of pydb after the empty
+    segment pydb.create writes: the first adds the records, each further
+    one updates record 1 (a segment whose one tombstone is MFN 1).
+    Returns the database's base name."""
+    sys.path.insert(0, str(REPO))
+    import pydb
+
+    base = tmp / "db"
+    with pydb.create(base, fst="24 0 V24\n", gc="none") as db:
+        with db.transaction() as t:
+            for f in FRUIT:
+                t.append([(24, f)])
+        for i in range(1, commits):
+            db.update(1, [(24, f"Apple {i}")])
+    return base
+
+
+def segments(base: Path) -> list[Path]:
+    """The segment files of base's native index, in MANIFEST order."""
+    pdx = base.with_suffix(".pdx")
+    lines = (pdx / "MANIFEST").read_bytes().split(b"\n")
+    return [pdx / ln.split(b" ", 1)[1].decode() for ln in lines
+            if ln.startswith(b"segment seg-")]
+
+
+def seal_segment(b: bytearray) -> bytes:
+    """b with its checksum (the last 8 bytes) recomputed."""
+    struct.pack_into("<Q", b, len(b) - 8, crc32c(bytes(b[:-8])))
+    return bytes(b)
+
+
+def nidx_input(base: Path) -> bytes:
+    """The fuzz_nidx input for base's index: its MANIFEST, then its
+    segment files in MANIFEST order."""
+    pdx = base.with_suffix(".pdx")
+    return SEP.join([(pdx / "MANIFEST").read_bytes(),
+                     *(p.read_bytes() for p in segments(base))])
+
+
+def first_entry(seg: bytes, key: bytes) -> int:
+    """Offset of the dictionary entry (shared 0, suffix key) of the first
+    term of the first block."""
+    block = struct.unpack_from("<Q", seg, struct.unpack_from("<Q", seg, SEG_BIDX_OFF)[0])[0]
+    assert seg[block + 8:block + 10 + len(key)] == bytes([0, len(key)]) + key
+    return block + 8
+
+
+def damaged_nidx(damage: Callable[[Path], None], commits: int = 1) -> Callable[[], bytes]:
+    """A generator of the fuzz_nidx input of fruit_index(commits) after
+    damage(base)."""
+    def make() -> bytes:
+        with tempfile.TemporaryDirectory() as t:
+            base = fruit_index(Path(t), commits)
+            damage(base)
+            return nidx_input(base)
+    return make
+
+
+def keys_descending(base: Path) -> None:
+    """Damage the segment of base's commit: its first key APPLE becomes
+    ZPPLE, above BANANA, and the checksum is made valid again."""
+    seg = segments(base)[-1]
+    b = bytearray(seg.read_bytes())
+    b[first_entry(bytes(b), b"APPLE") + 2] = ord("Z")
+    seg.write_bytes(seal_segment(b))
+
+
+
+def tombstone_max_mfn(base: Path) -> None:
+    """Damage base's newest segment: its tombstone (MFN 1) becomes MFN
+    2^31 - 1, and the checksum is made valid again."""
+    seg = segments(base)[-1]
+    b = bytearray(seg.read_bytes())
+    tomb = struct.unpack_from("<Q", b, SEG_TOMB_OFF)[0]
+    assert struct.unpack_from("<Ii", b, tomb) == (1, 1)
+    struct.pack_into("<i", b, tomb + 4, 0x7FFFFFFF)
+    seg.write_bytes(seal_segment(b))
+
+
+
+def posting_count_huge(base: Path, count: int = 10 ** 8) -> None:
+    """Damage the segment of base's commit: the dictionary says the key APPLE has
+    `count` postings (a longer varint: the block index and tombstones
+    move, the header follows them), its posting list still holds one."""
+    seg = segments(base)[-1]
+    b = bytearray(seg.read_bytes())
+    at = first_entry(bytes(b), b"APPLE") + 2 + len(b"APPLE")
+    assert b[at] == 1
+    v, enc = count, bytearray()
+    while v >= 0x80:
+        enc.append(v & 0x7F | 0x80)
+        v >>= 7
+    enc.append(v)
+    b[at:at + 1] = enc
+    grow = len(enc) - 1
+    for off in (SEG_BIDX_OFF, SEG_TOMB_OFF):
+        struct.pack_into("<Q", b, off, struct.unpack_from("<Q", b, off)[0] + grow)
+    seg.write_bytes(seal_segment(b))
+
+
+
 def stopwords_lone_cr() -> bytes:
     """Stop words ended by CR alone (and a DOS end-of-file mark): more words
     than lines ending in LF (the fuzzer's input mixed CR LF and lone CR)."""
@@ -113,6 +224,25 @@ CASES = [
          "generation the handle's fseq cannot hold); "
          "now shm.c takes a generation >= 2^62 for a damaged slot and reads "
          "use the files (files mode), as for a slot with a bad CRC"),
+    Case("nidx-keys-descending", "nidx", "dictionary: keys not in ascending order",
+         damaged_nidx(keys_descending),
+         "abort in fuzz_nidx (pydb_index_terms gave keys out of order): a "
+         "segment's dictionary was read in stored order unchecked, so "
+         "enumeration, the k-way merge and seeks went wrong on a damaged "
+         "one; nidx_seg.c pydb__ncur_next now checks every key against "
+         "the one before it"),
+    Case("nidx-tombstone-mfn-2e31", "nidx", "", damaged_nidx(tombstone_max_mfn, 2),
+         "an 8 GiB calloc for a segment set whose segment tombstones MFN "
+         "2^31 - 1 (the newest-tombstone table, 4 bytes per MFN up to the "
+         "highest, nidx_handle.c pydb__nsegset_finish); the table is now "
+         "made only below NIDX_NEWEST_SLACK plus the segments' bytes, else "
+         "the tombstones are searched: the postings read as before"),
+    Case("nidx-posting-count-1e8", "nidx",
+         "dictionary: posting list out of range", damaged_nidx(posting_count_huge),
+         "resource bound (issue 14, Build 4), no finding: a dictionary "
+         "entry claiming 100 M postings over a one-posting list is refused "
+         "before anything is allocated for it (nidx_seg.c pydb__ncur_next: "
+         "count <= posting bytes)"),
     Case("stw-lone-cr", "keys", "", stopwords_lone_cr,
          "heap-buffer-overflow in pydb__stopwords_parse (keys.c): words "
          "counted by LF, split at CR and 0x1A too; now counted alike"),

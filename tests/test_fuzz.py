@@ -41,7 +41,11 @@ REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
 def sanitizer_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "PYDB_FUZZ_VERBOSE")}
-    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=86"
+    # allocations over 2 GiB are reports, as libFuzzer's -malloc_limit_mb
+    # (= fuzz/run's -rss_limit_mb=2048) makes them: memory bounded by the
+    # input (docs/fuzzing.md, resource bounds)
+    env["ASAN_OPTIONS"] = ("detect_leaks=1:abort_on_error=0:exitcode=86:"
+                           "max_allocation_size_mb=2048:allocator_may_return_null=0")
     env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
     return env
 
@@ -114,12 +118,15 @@ def test_python_targets_replay_seeds(seeds, target):
 
 
 def test_real_seeds_present(seeds):
-    """With the real data, every target but search gets seeds from it."""
+    """With the real data, every target but search and shm gets seeds
+    from it."""
     if not DATA.is_dir():
         pytest.skip(f"no real CDS/ISIS data at {DATA}")
     assert len(list((seeds / "mst").iterdir())) > 20
     assert len(list((seeds / "isis_index").iterdir())) > 5
     assert len(list((seeds / "iso2709").iterdir())) > 5
+    # native indexes of the real databases with an FST (besides pydb's own)
+    assert len(list((seeds / "nidx").iterdir())) > 10
 
 
 @pytest.mark.parametrize("case", regressions.CASES, ids=lambda c: c.name)
@@ -207,3 +214,35 @@ def test_stop_words_ended_by_cr(tmp_path):
     with pydb.create(tmp_path / "db", fst="24 4 V24", stw=stw) as db:
         db.append([(24, "The world of water on a hill")])
         assert [t.key for t in db.terms()] == ["HILL", "WATER"]
+
+
+def test_native_keys_out_of_order(tmp_path):
+    """fuzz_nidx found: a segment whose dictionary keys do not ascend (a
+    damaged one with a valid checksum) was enumerated as stored.  Reading
+    it now stops at the first key out of order, naming the segment."""
+    base = regressions.fruit_index(tmp_path)
+    regressions.keys_descending(base)
+    seg = regressions.segments(base)[-1]
+    with pydb.open_index(base) as ix:
+        with pytest.raises(pydb.CorruptionError) as ei:
+            list(ix.terms())
+    e = ei.value
+    assert e.filename == str(seg)
+    assert e.reason == "dictionary: keys not in ascending order"
+    # the entry after ZPPLE: shared 0, length 6, BANANA
+    zpple = regressions.first_entry(seg.read_bytes(), b"ZPPLE")
+    assert e.offset == zpple + 2 + 5 + 2 + 2
+
+
+def test_native_tombstone_of_highest_mfn(tmp_path):
+    """fuzz_nidx found: a tombstone naming MFN 2^31 - 1 made every open of
+    the index allocate an 8 GiB table.  The table is bounded by the
+    segments' bytes now (nidx_handle.h); the tombstones are searched
+    instead, and the index reads as its files say (the update's tombstone
+    of MFN 1 being gone, MFN 1's first title is live again)."""
+    base = regressions.fruit_index(tmp_path, commits=2)
+    regressions.tombstone_max_mfn(base)
+    with pydb.open_index(base) as ix:
+        assert [(t.key, t.count) for t in ix.terms()] == [
+            ("APPLE", 1), ("APPLE 1", 1), ("BANANA", 1), ("CHERRY", 1)]
+        assert [tuple(p) for p in ix.postings("APPLE")] == [(1, 24, 1, 1)]
