@@ -99,6 +99,40 @@ int pydb__keyrules_builtin(pydb_keyrules *r, int keys, size_t max_key,
     return PYDB_OK;
 }
 
+/* The word characters of ABCD for Windows' own isisac.tab (ABCD2,
+ * www/bases-examples_Windows/isisac.tab; the CISIS programs of an ABCD
+ * installation read it): digits, A-Z, '_', a-z and the Latin-1 letters
+ * except Æ Ð Þ ß æ ð þ (and × ÷).  CISIS's built-in tables differ by
+ * installation: the PC/UNIX isisactab of cirun.h holds letters only
+ * (digits split words, as the CDS/ISIS for DOS indexes show), its
+ * ansiactab (`actab=ansi`) adds 48-64. */
+static int abcd_win_word(int c)
+{
+    if ((c >= '0' && c <= '9') || c == '_' || (c >= 'A' && c <= 'Z') ||
+        (c >= 'a' && c <= 'z'))
+        return 1;
+    return c >= 192 && c != 198 && c != 208 && c != 215 && c != 222 &&
+           c != 223 && c != 230 && c != 240 && c != 247 && c != 254;
+}
+
+int pydb__keyrules_set_mode(pydb_keyrules *r, int keys, int mode,
+                            pydb_error *err)
+{
+    if (mode != PYDB_KEYMODE_UNICODE && mode != PYDB_KEYMODE_CISIS)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "unknown key mode %d",
+                          mode);
+    r->mode = mode;
+    if (mode == PYDB_KEYMODE_CISIS && keys == PYDB_KEYS_ANSI)
+        for (int c = 0; c < 256; c++)
+            r->word[c] = (uint8_t)abcd_win_word(c);
+    /* ABCD's UTF-8 indexes keep '_' inside words (dubcore: `RT_TEXT_C`
+     * from "text_c"); their digits split words (marcuni: no TW_ key of
+     * "Spring 2") */
+    if (mode == PYDB_KEYMODE_CISIS && keys == PYDB_KEYS_UNICODE)
+        r->word['_'] = 1;
+    return PYDB_OK;
+}
+
 void pydb__keyrules_default(pydb_keyrules *r, int utf8, size_t max_key)
 {
     (void)pydb__keyrules_builtin(r, utf8 ? PYDB_KEYS_UNICODE : PYDB_KEYS_DOS,
