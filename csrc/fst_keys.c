@@ -29,11 +29,10 @@ typedef struct kx {
 } kx;
 
 /* Normalise prefix + term and hand it on; *emitted = 1 if a key came out.
- * stop: check the stop words (technique 4/8), on the term alone; in
- * the CISIS key mode not on a line with a prefix (technique 8), as the
- * indexes ABCD builds show (dubcore `DE_OF`, unimarc `TW_LES`: ABCD runs
- * CISIS without `stw=@`, and CISIS applies stop words only when given
- * them: cifst.c, fst_inter, case 4; mx's and ifupd's `stw=` option). */
+ * stop: check the stop words (technique 4/8), on the term alone, with
+ * or without a prefix, as CISIS does (cifst.c, fst_inter, case 4: the
+ * word without the prefix against the list; the list only when the
+ * program is given one, mx's and ifupd's `stw=@`). */
 static int emit(kx *k, const uint8_t *t, size_t tl, pydb_posting *p,
                 int stop, int *emitted)
 {
@@ -48,8 +47,7 @@ static int emit(kx *k, const uint8_t *t, size_t tl, pydb_posting *p,
         k->s->key = nv;
         k->s->key_cap = need;
     }
-    if (stop && k->sw && k->sw->n &&
-        !(k->r->mode == PYDB_KEYMODE_CISIS && k->prefix_len)) {
+    if (stop && k->sw && k->sw->n) {
         rc = pydb__key_normalize(k->r, t, tl, k->s->key, k->s->key_cap, &kl,
                                  k->err);
         if (rc) return rc;

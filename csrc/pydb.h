@@ -715,8 +715,10 @@ void pydb_postings_free(pydb_postings *p);   /* frees v; zeroes the struct */
  * stop words apply to every technique 4/8 word, the length limit is
  * the caller's.  CISIS (what CISIS-built indexes hold): the word
  * characters of the CISIS installation the key table stands for (ABCD
- * for Windows: digits and '_' are word characters), stop words are
- * not applied on technique 5-8 lines that have a prefix. */
+ * for Windows: digits and '_' are word characters); a bulk build takes
+ * the key length of the database's shipped inverted file (pydb.native).
+ * Stop words apply to technique 4 and 8 words alike in both modes, as
+ * in CISIS (cifst.c, fst_inter). */
 enum pydb_keymode {
     PYDB_KEYMODE_UNICODE = 0,
     PYDB_KEYMODE_CISIS = 1

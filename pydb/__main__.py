@@ -883,7 +883,7 @@ def parser() -> argparse.ArgumentParser:
                    "key length of the shipped .cnt, 0 otherwise)")
     p.add_argument("--key-mode", choices=list(KEY_MODES), default=None,
                    help="cisis: the keys CISIS makes (digits in words as ABCD for "
-                   "Windows, stop words kept on prefixed lines); unicode: pydb's rules "
+                   "Windows, key length of the shipped .cnt); unicode: pydb's rules "
                    "(default: as the index being rebuilt; cisis for a database with a "
                    "shipped .cnt or an .fst, else unicode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (as --no-progress)")

@@ -52,11 +52,10 @@ KEY_TABLES = {"dos": 0, "ansi": 1, "ascii": 2, "unicode": 3}
 #: The key modes of a native index (docs/isis-formats.md §5.3), by name,
 #: with their numbers in the C core (``enum pydb_keymode``): ``"cisis"``
 #: makes the keys CISIS makes (the word characters of the CISIS
-#: installation the key table stands for: digits inside words with the
-#: ``ansi`` table, as ABCD for Windows; stop words kept on technique 5-8
-#: lines with a prefix; the key length of the shipped index), ``"unicode"``
-#: is pydb's own (stop words on every technique 4/8 word; digits split
-#: words).
+#: installation the key table stands for: digits and ``_`` inside words
+#: with the ``ansi`` table, as ABCD for Windows, ``_`` with ``unicode``;
+#: the key length of the shipped index), ``"unicode"`` is pydb's own
+#: (digits and ``_`` split words; no length limit unless asked).
 KEY_MODES = {"unicode": 0, "cisis": 1}
 
 _ANSI_CODECS = frozenset({"iso8859-1", "cp1252", "iso8859-15"})
