@@ -277,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         r = compare(data, rel, args.key_mode)
         name = rel.split("/")[-3] if rel.startswith(ABCD) else rel
         if "error" in r:
+            why = r["error"].replace("|", "\\|")
             print(f"| {name} | {r['encoding']} | | | {r['shipped']} | build fails: "
-                  f"{r['error']} | | | | | |")
+                  f"{why} | | | | | |")
             continue
         why = ", ".join(f"{k} {v}" for k, v in sorted(r["reasons"].items()))
         print(f"| {name} | {r['encoding']} | {r['mode']} | {r['max_key']} | {r['shipped']} "
