@@ -212,3 +212,13 @@ def test_cli_key_mode(tmp_path):
     p = subprocess.run([sys.executable, "-m", "pydb", "info", str(tmp_path / "d")],
                        capture_output=True, text=True, cwd=REPO)
     assert "cisis key mode" in p.stdout
+
+
+def test_nfkc_growth_on_a_prefixed_line(tmp_path):
+    """NFKC may make a key 2.5 times its field's bytes (½ -> 1⁄2): a
+    prefixed technique 5 line of 40 of them is one key, not a build
+    error."""
+    with pydb.create(tmp_path / "d", fst="1 5 '/TI_/',v1", key_mode="unicode") as db:
+        db.append([(1, "½" * 40)])
+    with pydb.open_index(tmp_path / "d") as ix:
+        assert [t.key for t in ix.terms()] == ["TI_" + "1⁄2" * 40]
