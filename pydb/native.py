@@ -90,6 +90,20 @@ def default_key_mode(db_path: PathArg) -> str:
     return "unicode"
 
 
+def _table_of(stored: dict[str, Any]) -> str:
+    """The built-in key table a stored index was made with, told by its
+    case table: UTF-8 keys are ``"unicode"``; é (cp1252 0xE9) folded to E
+    is ``"ansi"``, é (cp850 0x82) folded to E ``"dos"``, neither
+    ``"ascii"`` (a table from an ISISUC.TAB counts as the one it is
+    nearest to)."""
+    if stored["utf8"]:
+        return "unicode"
+    upper = stored["upper"]
+    if upper[0xE9] == ord("E"):
+        return "ansi"
+    return "dos" if upper[0x82] == ord("E") else "ascii"
+
+
 #: Records :func:`build_index` reads to tell UTF-8 data from 8-bit data.
 SNIFF_RECORDS = 2000
 
@@ -231,9 +245,10 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         elif encoding is not None:
             keys = key_table(encoding)
         elif stored is not None:      # as built: the stored tables
-            keys = "unicode" if stored["utf8"] else "dos"
-            if stored["mode"] == key_mode:    # (a new mode: its own word characters)
-                upper, word = stored["upper"], stored["word"]
+            keys = _table_of(stored)
+            upper = stored["upper"]
+            if stored["mode"] == key_mode:    # a new mode: its own word characters
+                word = stored["word"]
         else:
             keys = _sniff_keys(db_path)
     if keys not in KEY_TABLES:

@@ -7,7 +7,9 @@ in the MANIFEST and kept on rebuild.
 
 The per-database comparison with the shipped indexes under
 ../shared/data/isis is tools/cisis_keys.py; its exact numbers are asserted
-here.  The tests that read the data folder skip without it.
+here.  The tests that read the data folder skip without it.  The small
+tests that drive the C key code are rerun under ASan+UBSan (marker
+sanitize_address).
 """
 
 from __future__ import annotations
@@ -128,9 +130,13 @@ def test_marc_defaults_stored_and_kept(tmp_path):
         assert ix.postings(b"AB_2007", raw=True) == [(246, 500, 1, 20), (267, 500, 1, 10)]
     pydb.build_index(base, progress=False)              # kept
     assert pydb.native.stored_settings(base)["mode"] == "cisis"
+    ansi_upper = st["upper"]
     pydb.build_index(base, progress=False, key_mode="unicode")
     st = pydb.native.stored_settings(base)
     assert (st["mode"], st["max_key"]) == ("unicode", 60)
+    # the ANSI case table is kept, its word characters are the unicode mode's
+    assert st["upper"] == ansi_upper and st["word"][ord("0")] == 0
+    assert st["word"][0xE9] == 1
     assert "mode " not in (tmp_path / "marc.pdx" / "MANIFEST").read_text("latin-1")
     with pydb.open_index(base, encoding="cp1252") as ix:
         assert ix.postings(b"TW_2007", raw=True) == []
@@ -153,6 +159,7 @@ def test_cisis_key_length_comes_from_the_cnt(tmp_path):
 TEXT = "CO2 2007 Ærø text_c ﬁnance"
 
 
+@pytest.mark.sanitize_address
 @pytest.mark.parametrize("encoding,mode,words", [
     ("utf-8", "unicode", ["AERO", "C", "CO", "FINANCE", "TEXT"]),
     ("utf-8", "cisis", ["AERO", "CO", "TEXT_C", "ﬁNANCE"]),
@@ -214,6 +221,7 @@ def test_cli_key_mode(tmp_path):
     assert "cisis key mode" in p.stdout
 
 
+@pytest.mark.sanitize_address
 def test_nfkc_growth_on_a_prefixed_line(tmp_path):
     """NFKC may make a key 2.5 times its field's bytes (½ -> 1⁄2): a
     prefixed technique 5 line of 40 of them is one key, not a build
