@@ -230,3 +230,12 @@ def test_nfkc_growth_on_a_prefixed_line(tmp_path):
         db.append([(1, "½" * 40)])
     with pydb.open_index(tmp_path / "d") as ix:
         assert [t.key for t in ix.terms()] == ["TI_" + "1⁄2" * 40]
+
+
+def test_shipped_index_terms_take_the_cisis_mode():
+    """Search terms for a shipped CISIS index are made as CISIS makes keys:
+    no NFKC (the ligature stays), Latin accents folded."""
+    from pydb.index import Index
+    src = need(ABCD + "unicode/data/unicode")
+    with Index.open_isis(src, encoding="utf-8") as ix:
+        assert ix.key("ﬁnance Ａｂｃ Ærø") == "ﬁNANCE Ａｂｃ AERO".encode()
