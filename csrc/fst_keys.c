@@ -29,11 +29,16 @@ typedef struct kx {
 } kx;
 
 /* Normalise prefix + term and hand it on; *emitted = 1 if a key came out.
- * stop: check the stop words (technique 4/8), on the term alone. */
+ * stop: check the stop words (technique 4/8), on the term alone, with
+ * or without a prefix, as CISIS does (cifst.c, fst_inter, case 4: the
+ * word without the prefix against the list; the list only when the
+ * program is given one, mx's and ifupd's `stw=@`). */
 static int emit(kx *k, const uint8_t *t, size_t tl, pydb_posting *p,
                 int stop, int *emitted)
 {
-    size_t need = (k->prefix_len + tl) * 4 + 16, kl;
+    /* the key (at most 4 bytes per input byte, pydb__key_normalize),
+     * then room for prefix + term to normalise them together */
+    size_t in = k->prefix_len + tl, out = in * 4 + 16, need = out + in, kl;
     int rc;
     *emitted = 0;
     if (need > k->s->key_cap) {
@@ -45,25 +50,18 @@ static int emit(kx *k, const uint8_t *t, size_t tl, pydb_posting *p,
         k->s->key_cap = need;
     }
     if (stop && k->sw && k->sw->n) {
-        rc = pydb__key_normalize(k->r, t, tl, k->s->key, k->s->key_cap, &kl,
-                                 k->err);
+        rc = pydb__key_normalize(k->r, t, tl, k->s->key, out, &kl, k->err);
         if (rc) return rc;
         if (pydb__stopwords_has(k->sw, k->s->key, kl)) return PYDB_OK;
     }
     if (k->prefix_len) {
         /* normalise the concatenation (blanks inside are kept) */
-        uint8_t *tmp = k->s->key + need / 2;
-        size_t room = need - need / 2;
-        if (k->prefix_len + tl > room) return PYDB_EINVAL;
+        uint8_t *tmp = k->s->key + out;
         memcpy(tmp, k->prefix, k->prefix_len);
         memcpy(tmp + k->prefix_len, t, tl);
-        uint8_t *dst = k->s->key;
-        /* folding never grows a byte string more than 2x */
-        rc = pydb__key_normalize(k->r, tmp, k->prefix_len + tl, dst,
-                                 need / 2, &kl, k->err);
+        rc = pydb__key_normalize(k->r, tmp, in, k->s->key, out, &kl, k->err);
     } else {
-        rc = pydb__key_normalize(k->r, t, tl, k->s->key, k->s->key_cap, &kl,
-                                 k->err);
+        rc = pydb__key_normalize(k->r, t, tl, k->s->key, out, &kl, k->err);
     }
     if (rc) return rc;
     if (kl == 0) return PYDB_OK;

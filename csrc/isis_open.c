@@ -544,8 +544,11 @@ int pydb_isis_index_open(pydb_index **out, const char *path, int keys,
         }
     }
     /* key form: the database's ISISUC/ISISAC tables, else the built-in
-     * table of its encoding; cut to LE2 bytes (§5.3) */
+     * table of its encoding, in the CISIS key mode (no NFKC: CISIS keeps
+     * compatibility characters as stored); cut to LE2 bytes (§5.3) */
     rc = pydb__keyrules_builtin(&ix->rules, keys, (size_t)ix->tr[1].le, err);
+    if (rc == PYDB_OK)
+        rc = pydb__keyrules_set_mode(&ix->rules, keys, PYDB_KEYMODE_CISIS, err);
     if (rc) goto cleanup;
     {
         char dir[1024];

@@ -24,6 +24,12 @@
  * characters: letters of those ranges and every code point >= U+0530
  * outside the punctuation blocks; digits split words as in 8-bit data.
  * Invalid UTF-8 bytes are copied unchanged (and are not word characters).
+ * That is the CISIS key mode.  The unicode mode (pydb's own) first maps
+ * compatibility characters to their NFKC form (ﬁ -> fi, Ａ -> A, ² -> 2;
+ * unicode_keys.h, generated from Python's unicodedata) and takes as word
+ * characters the letters and marks of the Unicode general categories
+ * (L*, M*): digits, punctuation (U+1362 ETHIOPIC FULL STOP, the danda),
+ * symbols and separators split words.
  *
  * Also pydb__read_file (a whole file through the vfs), which the table,
  * stop-word and MANIFEST readers use.
@@ -41,6 +47,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "nidx_int.h"
+#include "unicode_keys.h"
 
 /* CP437/850 accented letters 128..165 -> unaccented capital. */
 static const uint8_t dos_fold[38] = {
@@ -96,6 +103,40 @@ int pydb__keyrules_builtin(pydb_keyrules *r, int keys, size_t max_key,
     }
     r->utf8 = keys == PYDB_KEYS_UNICODE;
     r->max_key = max_key;
+    return PYDB_OK;
+}
+
+/* The word characters of ABCD for Windows' own isisac.tab (ABCD2,
+ * www/bases-examples_Windows/isisac.tab; the CISIS programs of an ABCD
+ * installation read it): digits, A-Z, '_', a-z and the Latin-1 letters
+ * except Æ Ð Þ ß æ ð þ (and × ÷).  CISIS's built-in tables differ by
+ * installation: the PC/UNIX isisactab of cirun.h holds letters only
+ * (digits split words, as the CDS/ISIS for DOS indexes show), its
+ * ansiactab (`actab=ansi`) adds 48-64. */
+static int abcd_win_word(int c)
+{
+    if ((c >= '0' && c <= '9') || c == '_' || (c >= 'A' && c <= 'Z') ||
+        (c >= 'a' && c <= 'z'))
+        return 1;
+    return c >= 192 && c != 198 && c != 208 && c != 215 && c != 222 &&
+           c != 223 && c != 230 && c != 240 && c != 247 && c != 254;
+}
+
+int pydb__keyrules_set_mode(pydb_keyrules *r, int keys, int mode,
+                            pydb_error *err)
+{
+    if (mode != PYDB_KEYMODE_UNICODE && mode != PYDB_KEYMODE_CISIS)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "unknown key mode %d",
+                          mode);
+    r->mode = mode;
+    if (mode == PYDB_KEYMODE_CISIS && keys == PYDB_KEYS_ANSI)
+        for (int c = 0; c < 256; c++)
+            r->word[c] = (uint8_t)abcd_win_word(c);
+    /* ABCD's UTF-8 indexes keep '_' inside words (dubcore: `RT_TEXT_C`
+     * from "text_c"); their digits split words (marcuni: no TW_ key of
+     * "Spring 2") */
+    if (mode == PYDB_KEYMODE_CISIS && keys == PYDB_KEYS_UNICODE)
+        r->word['_'] = 1;
     return PYDB_OK;
 }
 
@@ -252,6 +293,54 @@ static int cp_is_word(uint32_t cp)
     return 1;
 }
 
+/* Binary search of the sorted code points uk_nfkc_cp; -1 if absent. */
+static long nfkc_index(uint32_t cp)
+{
+    size_t lo = 0, hi = sizeof uk_nfkc_cp / sizeof uk_nfkc_cp[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (uk_nfkc_cp[mid] == cp) return (long)mid;
+        if (uk_nfkc_cp[mid] < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+/* A letter or mark of the Unicode general categories (cp >= 0x80). */
+static int cp_is_letter(uint32_t cp)
+{
+    size_t lo = 0, hi = sizeof uk_word / sizeof uk_word[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < uk_word[mid][0]) hi = mid;
+        else if (cp > uk_word[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+/* Fold cp into o as the rules' mode says: in the unicode mode a
+ * compatibility character through its NFKC form first.  o has room for
+ * 4 bytes per byte of cp's UTF-8 form (the generator keeps only mappings
+ * at most 3 times as long; folding a code point never grows it further
+ * than that); returns bytes written. */
+static size_t fold_mode(const pydb_keyrules *r, uint32_t cp, uint8_t *o)
+{
+    long k;
+    if (r->mode != PYDB_KEYMODE_UNICODE || cp < 0x80 ||
+        (k = nfkc_index(cp)) < 0)
+        return fold_cp(cp, o);
+    size_t n = 0, i = uk_nfkc_off[k], e = uk_nfkc_off[k + 1];
+    while (i < e) {
+        uint32_t c;
+        size_t l = get_cp(uk_nfkc_pool + i, e - i, &c);
+        if (l == 0) break;            /* cannot happen: the pool is UTF-8 */
+        n += fold_cp(c, o + n);
+        i += l;
+    }
+    return n;
+}
+
 size_t pydb__word_char(const pydb_keyrules *r, const uint8_t *p, size_t n,
                        int *is_word)
 {
@@ -262,7 +351,8 @@ size_t pydb__word_char(const pydb_keyrules *r, const uint8_t *p, size_t n,
             *is_word = 0;
             return 1;
         }
-        *is_word = cp_is_word(cp);
+        *is_word = r->mode == PYDB_KEYMODE_UNICODE ? cp_is_letter(cp)
+                                                   : cp_is_word(cp);
         return l;
     }
     *is_word = r->word[p[0]];
@@ -285,7 +375,7 @@ int pydb__key_normalize(const pydb_keyrules *r, const uint8_t *in,
         for (; i < len; i++) out[o++] = r->upper[in[i]];
     } else {
         while (i < len) {
-            uint8_t tmp[8];
+            uint8_t tmp[16];
             uint32_t cp;
             size_t l = get_cp(in + i, len - i, &cp), k;
             if (l == 0) {        /* invalid byte: copied unchanged */
@@ -293,7 +383,7 @@ int pydb__key_normalize(const pydb_keyrules *r, const uint8_t *in,
                 k = 1;
                 l = 1;
             } else {
-                k = fold_cp(cp, tmp);
+                k = fold_mode(r, cp, tmp);
             }
             if (o + k > cap)
                 return PYDB_ERROR(err, PYDB_EINVAL, "", -1,

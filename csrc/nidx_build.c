@@ -222,6 +222,12 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
                                 : opt->utf8 ? PYDB_KEYS_UNICODE : opt->keys,
                                 opt ? opt->max_key : 0, err);
     if (rc) goto fail;
+    if ((rc = pydb__keyrules_set_mode(&b->rules,
+                                      !opt ? PYDB_KEYS_DOS
+                                      : opt->utf8 ? PYDB_KEYS_UNICODE
+                                      : opt->keys,
+                                      opt ? opt->mode : 0, err)))
+        goto fail;
     if (opt && opt->upper) memcpy(b->rules.upper, opt->upper, 256);
     if (opt && opt->word) memcpy(b->rules.word, opt->word, 256);
     if (opt && opt->tables) {
@@ -547,6 +553,7 @@ int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
     if ((rc = pydb__nman_parse(&m, data, len, path, err))) goto cleanup;
     out->utf8 = m.rules.utf8;
     out->max_key = m.rules.max_key;
+    out->mode = m.rules.mode;
     memcpy(out->upper, m.rules.upper, 256);
     memcpy(out->word, m.rules.word, 256);
     out->fst = malloc(m.fst_len + 1);

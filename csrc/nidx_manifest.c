@@ -41,6 +41,7 @@ int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
     l = snprintf(line, sizeof line, "generation %llu\nutf8 %d\nmax_key %zu\n",
                  (unsigned long long)gen, r->utf8, r->max_key);
     pydb__buf_put(b, line, (size_t)l);
+    if (r->mode == PYDB_KEYMODE_CISIS) pydb__buf_put(b, "mode cisis\n", 11);
     pydb__buf_put(b, "upper ", 6);
     hex_put(b, r->upper, 256);
     pydb__buf_put(b, "\nword ", 6);
@@ -128,6 +129,13 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
         const uint8_t *nl = memchr(p, '\n', (size_t)(e - p));
         if (!nl) BAD("truncated");
         p = nl + 1;
+    }
+    /* optional: the key mode (absent: UNICODE, the rules of an index
+     * written before key modes) */
+    m->rules.mode = PYDB_KEYMODE_UNICODE;
+    if ((size_t)(e - p) >= 11 && memcmp(p, "mode cisis\n", 11) == 0) {
+        m->rules.mode = PYDB_KEYMODE_CISIS;
+        p += 11;
     }
     for (int t = 0; t < 2; t++) {
         uint8_t *dst = t ? m->rules.word : m->rules.upper;

@@ -4,8 +4,8 @@
  * (nidx_manifest.c).
  *
  * The MANIFEST is text: a magic line with the format version, the
- * generation, the key rules (utf8, max_key, case and word tables in
- * hex), the FST and stop-word texts, the live segments (oldest first),
+ * generation, the key rules (utf8, max_key, the line "mode cisis" for
+ * the CISIS key mode (absent: unicode), case and word tables in hex), the FST and stop-word texts, the live segments (oldest first),
  * and a checksum line ("end" and the CRC-32C of everything before it,
  * 8 hex digits).  It is replaced
  * whole: by a bulk build (pydb__nman_publish: MANIFEST.tmp, fsync,

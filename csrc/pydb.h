@@ -710,6 +710,20 @@ void pydb_postings_free(pydb_postings *p);   /* frees v; zeroes the struct */
 /* Built-in key tables: how a key is made from field text, byte by byte
  * (docs/isis-formats.md §5.3; a database's ISISUC.TAB/ISISAC.TAB replace
  * the 8-bit ones).  The choice is stored with a native index. */
+/* Key modes (docs/isis-formats.md §5.3), stored with a native index.
+ * UNICODE (pydb's own rules, 0: what an index built before modes has):
+ * stop words apply to every technique 4/8 word, the length limit is
+ * the caller's.  CISIS (what CISIS-built indexes hold): the word
+ * characters of the CISIS installation the key table stands for (ABCD
+ * for Windows: digits and '_' are word characters); a bulk build takes
+ * the key length of the database's shipped inverted file (pydb.native).
+ * Stop words apply to technique 4 and 8 words alike in both modes, as
+ * in CISIS (cifst.c, fst_inter). */
+enum pydb_keymode {
+    PYDB_KEYMODE_UNICODE = 0,
+    PYDB_KEYMODE_CISIS = 1
+};
+
 enum pydb_keys {
     PYDB_KEYS_DOS = 0,        /* CDS/ISIS for DOS, code pages 437/850:
                                  a-z and 128..165 folded to capitals   */
@@ -893,6 +907,7 @@ void pydb_fst_rule(uint32_t *id, int *technique, const char **format,
 typedef struct pydb_nidx_options {
     int utf8;               /* keys are UTF-8 (Unicode folding)           */
     int keys;               /* enum pydb_keys when utf8 is 0 (0: DOS)     */
+    int mode;               /* enum pydb_keymode (0: UNICODE)             */
     const uint8_t *upper;   /* explicit case and word-character tables    */
     const uint8_t *word;    /* (256 bytes each, a rebuild keeping the
                                stored ones), or NULL for the table `keys` */
@@ -969,6 +984,7 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b);
 typedef struct pydb_nidx_stored {
     int utf8;               /* keys are UTF-8                              */
     size_t max_key;         /* 0 = no limit                                */
+    int mode;               /* enum pydb_keymode                           */
     uint8_t upper[256];     /* the case table keys were made with          */
     uint8_t word[256];      /* and the word characters                     */
     char *fst;              /* FST text (NUL-terminated), fst_len bytes    */

@@ -52,6 +52,7 @@ typedef struct pydb_keyrules {
     uint8_t word[256];   /* 1 = word character (ISISAC.TAB), technique 4/8 */
     int utf8;            /* keys are UTF-8: Unicode case and accent folding */
     size_t max_key;      /* longer keys are truncated to this many bytes   */
+    int mode;            /* enum pydb_keymode                              */
 } pydb_keyrules;
 
 /* The default rules: the CDS/ISIS default tables for 8-bit data, or
@@ -61,6 +62,13 @@ void pydb__keyrules_default(pydb_keyrules *r, int utf8, size_t max_key);
  * PYDB_EINVAL for an unknown table. */
 int pydb__keyrules_builtin(pydb_keyrules *r, int keys, size_t max_key,
                            pydb_error *err);
+/* Set the key mode (enum pydb_keymode) of rules made for the built-in
+ * table `keys`: CISIS with the ANSI table takes the word characters of
+ * ABCD for Windows' isisac.tab (digits, '_'), with the Unicode table '_'
+ * is a word character too (docs/isis-formats.md §5.3).
+ * PYDB_EINVAL for an unknown mode. */
+int pydb__keyrules_set_mode(pydb_keyrules *r, int keys, int mode,
+                            pydb_error *err);
 /* Load ISISUC.TAB / ISISAC.TAB from `dir` if present (any case of the
  * names); *found gets bit 1 for UC, bit 2 for AC.  PYDB_EIO (a table
  * cannot be read), PYDB_ECORRUPT (not a table), PYDB_ENOMEM. */

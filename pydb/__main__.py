@@ -26,6 +26,7 @@ from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, Error, SearchSyntaxError
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
+from .index import KEY_MODES
 from .native import _stored_or_none, build_index
 from .paths import base_name, existing_file, find_sidecar
 from .unesb import generate
@@ -154,7 +155,8 @@ def _cmd_info(args) -> int:
                 rules = ("UTF-8, Unicode case and accent folding" if stored["utf8"]
                          else "8-bit, ISIS upper-case tables")
                 cut = f"cut to {stored['max_key']} bytes" if stored["max_key"] else "no limit"
-                rows.append(("index keys", f"{rules}; key length {cut}"))
+                rows.append(("index keys", f"{rules}; {stored['mode']} key mode; "
+                             f"key length {cut}"))
             else:
                 le = index.info
                 if "le1" in le:
@@ -479,7 +481,8 @@ def _cmd_index(args) -> int:
                 tick(done, total)
         t0 = time.perf_counter()
         n = build_index(args.db, fst=args.fst, stw=args.stw, progress=progress,
-                        encoding=args.encoding, max_key=args.max_key)
+                        encoding=args.encoding, max_key=args.max_key,
+                        key_mode=args.key_mode)
         dt = time.perf_counter() - t0
     read_s = (marks[-1][0] - t0) if marks else dt
     rate = f", {n / read_s:,.0f} MFNs/s" if read_s > 0 else ""
@@ -876,7 +879,13 @@ def parser() -> argparse.ArgumentParser:
                    "(default: as the index being rebuilt; 8-bit for a new one)")
     p.add_argument("--max-key", type=int, default=None, metavar="N",
                    help="cut keys to this many bytes (30: classic ISIS); 0 = no limit "
-                   "(default: as the index being rebuilt; 0 for a new one)")
+                   "(default: as the index being rebuilt; else in the cisis mode the "
+                   "key length of the shipped .cnt, 0 otherwise)")
+    p.add_argument("--key-mode", choices=list(KEY_MODES), default=None,
+                   help="cisis: the keys CISIS makes (digits in words as ABCD for "
+                   "Windows, key length of the shipped .cnt); unicode: pydb's rules "
+                   "(default: as the index being rebuilt; cisis for a database with a "
+                   "shipped .cnt or an .fst, else unicode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (as --no-progress)")
     _progress_args(p)
     p.set_defaults(func=_cmd_index)

@@ -738,7 +738,7 @@ static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
 PyDoc_STRVAR(index_build_doc,
 "_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
 "             stw=None, tables=True, batch=8192, keys=0, upper=None,\n"
-"             word=None, memory=0)\n--\n\n"
+"             word=None, memory=0, mode=0)\n--\n\n"
 "Build the native index of the database at db_path (str) from FST text\n"
 "`fst` into <base>.pdx/.  Keys are made by Unicode folding when utf8,\n"
 "else by the built-in table `keys` (0 DOS, 1 ANSI, 2 ASCII), whose\n"
@@ -747,6 +747,7 @@ PyDoc_STRVAR(index_build_doc,
 "of `batch` records; between batches progress(done, total) is called\n"
 "(records read so far, max MFN).  `memory`: bytes of keys and postings\n"
 "held before a sorted run is spilled (0: PYDB_NIDX_MEMORY_DEFAULT).\n"
+"`mode`: the key mode (0 unicode, 1 cisis; enum pydb_keymode).\n"
 "Returns the number of records read.\n"
 "Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError,\n"
 "ValueError (unknown `keys`, a table not of 256 bytes, memory < 0).");
@@ -755,11 +756,11 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
                              "stw", "tables", "batch", "keys", "upper",
-                             "word", "memory", NULL};
+                             "word", "memory", "mode", NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
     Py_buffer text, stw = {0}, upper = {0}, word = {0};
-    int utf8 = 0, tables = 1, keys = 0, rc, more = 1;
+    int utf8 = 0, tables = 1, keys = 0, mode = 0, rc, more = 1;
     Py_ssize_t max_key = 0, batch = 8192, memory = 0;
     pydb_fst *f = NULL;
     pydb_nidx_builder *b = NULL;
@@ -768,11 +769,11 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     int64_t done = 0, total = 0;
     const char *cpath;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*n", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*ni", kwlist,
                                      PyUnicode_FSConverter, &path_obj, &text,
                                      &progress, &utf8, &max_key, &stw,
                                      &tables, &batch, &keys, &upper, &word,
-                                     &memory))
+                                     &memory, &mode))
         return NULL;
     if (memory < 0) {
         PyErr_SetString(PyExc_ValueError, "memory must be >= 0 (bytes)");
@@ -789,6 +790,7 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     memset(&opt, 0, sizeof opt);
     opt.utf8 = utf8;
     opt.keys = keys;
+    opt.mode = mode;
     opt.upper = upper.obj ? upper.buf : NULL;
     opt.word = word.obj ? word.buf : NULL;
     opt.max_key = max_key > 0 ? (size_t)max_key : 0;
@@ -919,7 +921,7 @@ PyDoc_STRVAR(native_stored_doc,
 "_native_index_stored(db_path, /)\n--\n\n"
 "The settings the native index <base>.pdx of the database at db_path\n"
 "was built with (its MANIFEST): a dict {'utf8': bool, 'max_key': int\n"
-"(bytes, 0 = no limit), 'upper', 'word': bytes of 256 (case table and\n"
+"(bytes, 0 = no limit), 'mode': str ('cisis' or 'unicode'), 'upper', 'word': bytes of 256 (case table and\n"
 "word characters), 'fst': bytes (FST text), 'stw': bytes (stop\n"
 "words, b'' for none)}, or None when the database has no native index.\n"
 "Raises CorruptionError for a damaged MANIFEST, DiskError.");
@@ -940,8 +942,9 @@ static PyObject *native_stored(PyObject *m, PyObject *arg)
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) Py_RETURN_NONE;
     if (rc) return set_error(st, rc, &e);
     PyObject *res = Py_BuildValue(
-        "{s:O,s:n,s:y#,s:y#,s:y#,s:y#}", "utf8", s.utf8 ? Py_True : Py_False,
-        "max_key", (Py_ssize_t)s.max_key, "upper", (const char *)s.upper,
+        "{s:O,s:n,s:s,s:y#,s:y#,s:y#,s:y#}", "utf8",
+        s.utf8 ? Py_True : Py_False, "max_key", (Py_ssize_t)s.max_key,
+        "mode", s.mode == PYDB_KEYMODE_CISIS ? "cisis" : "unicode", "upper", (const char *)s.upper,
         (Py_ssize_t)256, "word", (const char *)s.word, (Py_ssize_t)256,
         "fst", s.fst,
         (Py_ssize_t)s.fst_len, "stw", (const char *)s.stw,

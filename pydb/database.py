@@ -32,7 +32,7 @@ from .errors import (
     UnsupportedError,
 )
 from .fst import fst_text
-from .index import Index, KeyLike, Posting, Term, open_index
+from .index import KEY_MODES, Index, KeyLike, Posting, Term, open_index
 from .marc import to_pymarc as _to_pymarc
 from .native import build_index
 from .paths import PathArg, base_name, existing_file, has_native_index, new_base_name
@@ -828,7 +828,7 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
            lock_timeout: float = 10.0, gc: str = "background",
            fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
            stw: str | bytes | os.PathLike[str] | None = None,
-           max_key: int = 0) -> Database:
+           max_key: int = 0, key_mode: str = "unicode") -> Database:
     """Create a new, empty CDS/ISIS database and open it for writing.
 
     Writes ``path.mst`` (control record: NXTMFN 1, NXTMFB 1, NXTMFP 65,
@@ -862,6 +862,10 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
             index`` or :func:`pydb.build_index` rebuilds it.
         stw, max_key: stop words and key length limit of that index, as
             for :func:`pydb.build_index`.
+        key_mode: the key mode of that index, a name of
+            :data:`pydb.index.KEY_MODES` (docs/isis-formats.md §5.3):
+            ``"unicode"`` (default, pydb's rules) or ``"cisis"`` (the keys
+            CISIS makes); stored and kept on rebuild as the table is.
 
     Returns:
         A writable :class:`Database`.  An empty database carries no mark of
@@ -872,8 +876,8 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         DatabaseExistsError: ``path.mst`` or ``path.xrf`` exists already
             (nothing is overwritten).
         ValueError: unknown layout, mstxl outside 0..6 (one message per
-            bad argument), ``encoding="auto"``, or a path whose base name
-            is empty.
+            bad argument), ``encoding="auto"``, an unknown `key_mode`, or a
+            path whose base name is empty.
         TypeError: mstxl is not an int.
         DiskError: the files cannot be written.
         FSTError: `fst` does not parse (the database files are created
@@ -883,6 +887,8 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         raise ValueError(f"gc must be one of {', '.join(GC_POLICIES)}, not {gc!r}")
     if encoding == "auto":
         raise ValueError('encoding="auto" needs data: give a new database its encoding')
+    if key_mode not in KEY_MODES:
+        raise ValueError(f"key_mode must be one of {', '.join(KEY_MODES)}, not {key_mode!r}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     if isinstance(mstxl, bool) or not isinstance(mstxl, int):
@@ -897,6 +903,6 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
     flags = _pydb._create(p, layout, mstxl, sync)
     if text is not None:
         build_index(p, text, progress=False, stw=stw, encoding=encoding,
-                    max_key=max_key)
+                    max_key=max_key, key_mode=key_mode)
     return Database(p, readonly=False, encoding=encoding, errors=errors, io=io,
                     sync=sync, lock_timeout=lock_timeout, gc=gc, _flags=flags)

@@ -31,7 +31,7 @@ from .search import SearchResult, search
 if TYPE_CHECKING:  # for annotations only; database imports this module
     from .database import Database
 
-__all__ = ["Term", "Posting", "Index", "TERM_BATCH", "KEY_TABLES", "key_table",
+__all__ = ["Term", "Posting", "Index", "TERM_BATCH", "KEY_TABLES", "KEY_MODES", "key_table",
            "open_index"]
 
 #: Keys fetched per call into the C core (one GIL release per batch), when
@@ -48,6 +48,15 @@ KeyLike = str | bytes | bytearray | memoryview
 #: the keys of ABCD's UTF-8 CISIS indexes show: ASOCIACIÓN -> ASOCIACION,
 #: Ethiopic kept, words split at Ethiopic and Devanagari punctuation).
 KEY_TABLES = {"dos": 0, "ansi": 1, "ascii": 2, "unicode": 3}
+
+#: The key modes of a native index (docs/isis-formats.md §5.3), by name,
+#: with their numbers in the C core (``enum pydb_keymode``): ``"cisis"``
+#: makes the keys CISIS makes (the word characters of the CISIS
+#: installation the key table stands for: digits and ``_`` inside words
+#: with the ``ansi`` table, as ABCD for Windows, ``_`` with ``unicode``;
+#: the key length of the shipped index), ``"unicode"`` is pydb's own
+#: (digits and ``_`` split words; no length limit unless asked).
+KEY_MODES = {"unicode": 0, "cisis": 1}
 
 _ANSI_CODECS = frozenset({"iso8859-1", "cp1252", "iso8859-15"})
 

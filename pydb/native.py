@@ -30,10 +30,10 @@ from typing import Any
 from . import _pydb
 from .errors import CorruptionError
 from .fst import fst_text, read_text
-from .index import KEY_TABLES, key_table
+from .index import KEY_MODES, KEY_TABLES, Index, key_table
 from .paths import PathArg, base_name, find_sidecar
 
-__all__ = ["build_index", "stored_settings"]
+__all__ = ["build_index", "stored_settings", "default_key_mode", "shipped_key_length"]
 
 
 def stored_settings(db_path: PathArg) -> dict[str, Any] | None:
@@ -43,7 +43,8 @@ def stored_settings(db_path: PathArg) -> dict[str, Any] | None:
 
     Returns:
         None when the database has no native index, else a dict:
-        ``utf8`` (bool), ``max_key`` (int, bytes; 0 = no limit), ``upper``
+        ``utf8`` (bool), ``max_key`` (int, bytes; 0 = no limit), ``mode``
+        (str, a name of :data:`pydb.index.KEY_MODES`), ``upper``
         and ``word`` (bytes of 256: the case table and the word characters
         keys were made with, docs/isis-formats.md §5.3), ``fst`` (bytes,
         FST text), ``stw`` (bytes, stop words; ``b""`` for none).
@@ -62,6 +63,45 @@ def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
         return stored_settings(db_path)
     except CorruptionError:
         return None
+
+
+def shipped_key_length(db_path: PathArg) -> int | None:
+    """The maximum key length (LE2, bytes) in the control file (.cnt) of
+    the CDS/ISIS inverted file that came with the database at `db_path`
+    (docs/isis-formats.md §4.2), or None when it has none or the file
+    cannot be read."""
+    if find_sidecar(db_path, "cnt") is None:
+        return None
+    try:
+        with Index.open_isis(base_name(db_path)) as ix:
+            le2 = ix.info.get("le2")
+    except (OSError, CorruptionError):
+        return None
+    return int(le2) if le2 else None
+
+
+def default_key_mode(db_path: PathArg) -> str:
+    """The key mode a database gets when neither the caller nor an index
+    being replaced says: ``"cisis"`` when it came with a CDS/ISIS inverted
+    file (``<base>.cnt``) or an FST (``<base>.fst``), whose keys and
+    searches assume CISIS's rules, else ``"unicode"``."""
+    if find_sidecar(db_path, "cnt") or find_sidecar(db_path, "fst"):
+        return "cisis"
+    return "unicode"
+
+
+def _table_of(stored: dict[str, Any]) -> str:
+    """The built-in key table a stored index was made with, told by its
+    case table: UTF-8 keys are ``"unicode"``; é (cp1252 0xE9) folded to E
+    is ``"ansi"``, é (cp850 0x82) folded to E ``"dos"``, neither
+    ``"ascii"`` (a table from an ISISUC.TAB counts as the one it is
+    nearest to)."""
+    if stored["utf8"]:
+        return "unicode"
+    upper = stored["upper"]
+    if upper[0xE9] == ord("E"):
+        return "ansi"
+    return "dos" if upper[0x82] == ord("E") else "ascii"
 
 
 #: Records :func:`build_index` reads to tell UTF-8 data from 8-bit data.
@@ -99,7 +139,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
                 stw: str | bytes | os.PathLike[str] | None = None,
                 utf8: bool | None = None, encoding: str | None = None,
                 max_key: int | None = None, tables: bool = True,
-                keys: str | None = None, memory: int | None = None) -> int:
+                keys: str | None = None, memory: int | None = None,
+                key_mode: str | None = None) -> int:
     """Build (or rebuild) the native index of the database at `db_path`.
 
     Args:
@@ -130,9 +171,16 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             byte for byte; without one, ``"unicode"`` when most fields
             with non-ASCII bytes in the first 2,000 records are valid UTF-8
             (or there are none), else ``"dos"``.
+        key_mode: a name of :data:`pydb.index.KEY_MODES`
+            (docs/isis-formats.md §5.3): ``"cisis"`` (the keys CISIS
+            makes) or ``"unicode"`` (pydb's rules); None: as the index
+            being replaced, else :func:`default_key_mode` (``"cisis"`` for
+            a database with a shipped ``.cnt`` or an ``.fst``).
         max_key: keys are cut to this many bytes (0: no limit; 30 gives
             the classic ISIS key length, never inside a UTF-8 sequence);
-            None: as the index being replaced (0 when there is none).
+            None: as the index being replaced; without one, in the
+            ``"cisis"`` mode the LE2 of the shipped inverted file's
+            control file (:func:`shipped_key_length`), else 0.
         tables: load ISISUC.TAB/ISISAC.TAB from the database's folder when
             present (docs/isis-formats.md §5.3).
         memory: bytes of keys and postings the build holds before it
@@ -160,7 +208,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         LockTimeoutError: another writer held the lock for 10 s.
         ReadOnlyError: the database cannot be opened for writing.
         OSError: an `fst` or `stw` path cannot be read.
-        ValueError: `keys` is not a name of :data:`~pydb.index.KEY_TABLES`.
+        ValueError: `keys` is not a name of :data:`~pydb.index.KEY_TABLES`,
+            or `key_mode` not one of :data:`~pydb.index.KEY_MODES`.
         LookupError: `encoding` is not a codec Python knows.
         ImportError: ``progress=True`` and tqdm is not installed.
         ValueError: `memory` is negative.
@@ -186,20 +235,31 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         stw_bytes = read_text(stw)
     upper: bytes | None = None
     word: bytes | None = None
+    if key_mode is None:
+        key_mode = stored["mode"] if stored is not None else default_key_mode(db_path)
+    if key_mode not in KEY_MODES:
+        raise ValueError(f"key_mode must be one of {', '.join(KEY_MODES)}, not {key_mode!r}")
     if keys is None:
         if utf8 is not None:
             keys = "unicode" if utf8 else "dos"
         elif encoding is not None:
             keys = key_table(encoding)
         elif stored is not None:      # as built: the stored tables
-            keys = "unicode" if stored["utf8"] else "dos"
-            upper, word = stored["upper"], stored["word"]
+            keys = _table_of(stored)
+            upper = stored["upper"]
+            if stored["mode"] == key_mode:    # a new mode: its own word characters
+                word = stored["word"]
         else:
             keys = _sniff_keys(db_path)
     if keys not in KEY_TABLES:
         raise ValueError(f"keys must be one of {', '.join(KEY_TABLES)}, not {keys!r}")
     if max_key is None:
-        max_key = stored["max_key"] if stored is not None else 0
+        if stored is not None:
+            max_key = stored["max_key"]
+        elif key_mode == "cisis":
+            max_key = shipped_key_length(db_path) or 0
+        else:
+            max_key = 0
     bar: Any = None
     callback: Callable[[int, int], object] | None = None
     if progress is True:
@@ -218,7 +278,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         return _pydb._index_build(os.fspath(db_path), text, callback,
                                   utf8=keys == "unicode", max_key=max_key, stw=stw_bytes,
                                   tables=tables, keys=KEY_TABLES[keys], upper=upper,
-                                  word=word, memory=memory or 0)
+                                  word=word, memory=memory or 0,
+                                  mode=KEY_MODES[key_mode])
     finally:
         if bar is not None:
             bar.close()

@@ -787,7 +787,8 @@ def test_info_shows_encoding_io_commit_and_index(isis_data, tmp_path, capsys):
         "                  io: mmap (lock none)",
         "              commit: 3 (commit sequence; 0: never written by pydb)",
         f"               index: native ({base}.pdx)",
-        "          index keys: UTF-8, Unicode case and accent folding; key length no limit",
+        "          index keys: UTF-8, Unicode case and accent folding; cisis key mode; "
+        "key length no limit",
         f"                keys: {ix['terms']}",
         f"            postings: {ix['postings']} (one per place a key occurs: MFN, tag, "
         "occurrence, word)",

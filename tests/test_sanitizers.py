@@ -59,8 +59,9 @@ def _runtime(kind: str) -> str:
 
 
 def _copy_sources(dst: Path):
-    """The files setup.py needs, plus the tests (selected by marker there)
-    and the fuzz/ generators test_fuzz.py imports."""
+    """The files setup.py needs, plus the tests (selected by marker there),
+    the fuzz/ generators test_fuzz.py imports and the tools/ scripts
+    test_key_modes.py imports."""
     ignore = shutil.ignore_patterns("*.so", "*.o", "*.a", "pydb-crashtest",
                                     "__pycache__", "*.egg-info")
     dst.mkdir(parents=True)
@@ -73,6 +74,8 @@ def _copy_sources(dst: Path):
     shutil.copytree(REPO / "tests", dst / "tests", ignore=ignore)
     # tests/test_fuzz.py imports its generators from fuzz/
     shutil.copytree(REPO / "fuzz", dst / "fuzz", ignore=ignore)
+    # tests/test_key_modes.py imports tools/cisis_keys.py
+    shutil.copytree(REPO / "tools", dst / "tools", ignore=ignore)
 
 
 class Build:
