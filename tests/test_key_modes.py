@@ -239,3 +239,19 @@ def test_shipped_index_terms_take_the_cisis_mode():
     src = need(ABCD + "unicode/data/unicode")
     with Index.open_isis(src, encoding="utf-8") as ix:
         assert ix.key("ﬁnance Ａｂｃ Ærø") == "ﬁNANCE Ａｂｃ AERO".encode()
+
+
+def test_unicode_tables_are_what_their_generator_writes():
+    """csrc/unicode_keys.h is generated (tools/gen_unicode_keys.py) and
+    committed with its Unicode version pinned: keys stored in indexes must
+    not change with the interpreter that builds pydb.  With a Python of
+    that Unicode version, the generator gives the committed file byte for
+    byte."""
+    import unicodedata
+    header = (REPO / "csrc" / "unicode_keys.h").read_text()
+    if f"(Unicode {unicodedata.unidata_version})" not in header:
+        pytest.skip(f"this Python has Unicode {unicodedata.unidata_version}; "
+                    "the tables pin another version")
+    out = subprocess.run([sys.executable, str(REPO / "tools" / "gen_unicode_keys.py")],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    assert out == header
