@@ -90,7 +90,7 @@ def run_pydb(folder: Path, n: int, commits: int, gc: str) -> tuple[float, int]:
     """Commits/s of n pydb processes and the most segment files seen."""
     base = str(folder / "p")
     with pydb.create(base, sync=False, fst=FST, gc="none") as db:
-        for c in range(n):
+        for _ in range(n):
             db.append([(1, "x")])
     secs, most = _run(_pydb_client, lambda c: (base, c, commits, gc), n,
                       lambda: _segments(base))

@@ -385,7 +385,7 @@ def test_writers_of_several_processes_wake_each_other(tmp_path):
     (at least once per commit), and no waiter is left counted."""
     base = tmp_path / "w"
     with pydb.create(base, sync=False, fst="1 4 v1\n", gc="none") as db:
-        for c in range(4):
+        for _ in range(4):
             db.append([(1, "x")])
     wake0 = _shm_words(base)[0]
     ps = [subprocess.Popen([sys.executable, "-c", _COMMITTER, str(base), "50", str(c + 1)])
