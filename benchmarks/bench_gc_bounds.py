@@ -17,12 +17,23 @@
    the uncollected garbage itself slows it down (under ``none`` a load of
    100x would make the baseline meaningless, and take hours: every
    commit adds a segment that each later commit's MANIFEST names).
+   Because under ``none`` the reader also pays for the garbage itself,
+   the fair baseline is ``paused``: the same load, nothing collected
+   while the reader is timed, but every ``PAUSE_EVERY`` commits the
+   writer stops and collects everything (``db.collect()``) while the
+   reader's calls are not counted -- the garbage stays at the level a
+   collector that keeps up leaves, and no collection runs beside the
+   timed calls (over the ``--none-factor`` load too: a full collection
+   every 16 commits compacts the master file each time).
+   ``p99/paused`` is the target's ratio: a reader's p99
+   during collection against its p99 without it.
 
 Run it as a report (a benchmark, not a test: nothing is asserted about
 sizes or times)::
 
     python -m benchmarks.bench_gc_bounds [--records 2000] [--factor 100]
-        [--none-factor 2] [--policies none,background,combined] [--json FILE]
+        [--none-factor 2] [--policies none,paused,background,combined]
+        [--json FILE]
 
 The normal test run calls :func:`run` once on a tiny database (untimed,
 so that it never rots) and checks only that the figures are there and
@@ -45,6 +56,7 @@ import pydb
 
 FST = "24 4 v24\n"
 SAMPLE_EVERY = 200
+PAUSE_EVERY = 16   # the paused baseline's commits between collections
 
 
 def _record(mfn: int, version: int) -> list[tuple[int, str]]:
@@ -67,19 +79,28 @@ def _dir_bytes(path: Path) -> int:
     return total
 
 
-def _writer(base: str, policy: str, records: int, updates: int, q: Any) -> None:
+def _writer(base: str, policy: str, records: int, updates: int, q: Any,
+            pauses: Any) -> None:
     """Child process: `updates` single-record commits, sampling the file
-    sizes; puts [(commit, mst bytes, index bytes)] and the final stat."""
+    sizes; puts [(commit, mst bytes, index bytes)] and the final stat.
+    Policy ``paused``: nothing collected but every PAUSE_EVERY commits a
+    full collection, with `pauses` (a shared counter) odd meanwhile."""
     rng = random.Random(1)
     samples = []
     mst = Path(base + ".mst")
     pdx = Path(base + ".pdx")
-    with pydb.open(base, readonly=False, sync=False, gc=policy) as db:
+    paused = policy == "paused"
+    with pydb.open(base, readonly=False, sync=False,
+                   gc="none" if paused else policy) as db:
         for i in range(1, updates + 1):
             mfn = rng.randint(1, records)
             db.update(mfn, _record(mfn, i))
             if i % SAMPLE_EVERY == 0:
                 samples.append((i, mst.stat().st_size, _dir_bytes(pdx)))
+            if paused and i % PAUSE_EVERY == 0:
+                pauses.value += 1
+                db.collect(timeout=60)
+                pauses.value += 1
         st = db.stat()
     q.put((samples, st["master_file"]["size"], st["garbage"]["versions"]))
 
@@ -118,18 +139,23 @@ def run(workdir: Path, records: int, factor: int, policies: list[str],
             (d / "db.pdx" / f.name).write_bytes(f.read_bytes())
         base = str(d / "db")
         q = ctx.Queue()
-        updates = records * (nf if policy == "none" else factor)
-        proc = ctx.Process(target=_writer, args=(base, policy, records, updates, q))
+        pauses = ctx.Value("l", 0, lock=False)
+        updates = records * (nf if policy in ("none", "paused") else factor)
+        proc = ctx.Process(target=_writer, args=(base, policy, records, updates, q,
+                                                 pauses))
         lat: list[float] = []
         with pydb.open(base) as reader:
             proc.start()
             rng = random.Random(2)
             while proc.is_alive():
                 mfn = rng.randint(1, records)
+                p0 = pauses.value
                 t0 = time.perf_counter()
                 _ = reader[mfn].fields
                 _ = len(reader.search(f"BOUNDS{mfn % 10}"))
-                lat.append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                if p0 % 2 == 0 and pauses.value == p0:   # no collection beside it
+                    lat.append(t1 - t0)
                 if not q.empty():
                     break
             samples, final_mst, left = q.get(timeout=600)
@@ -149,24 +175,29 @@ def run(workdir: Path, records: int, factor: int, policies: list[str],
             "reader_p99_ms": round(_percentile(lat, 0.99) * 1e3, 3),
             "samples": samples,
         }
-    none = out["policies"].get("none")
+    none, quiet = out["policies"].get("none"), out["policies"].get("paused")
     for policy, fig in out["policies"].items():
         fig["max_mst_x_start"] = round(fig["max_mst_bytes"] / start_mst, 2)
         fig["max_index_x_start"] = round(fig["max_index_bytes"] / max(start_pdx, 1), 2)
-        if none and policy != "none":
-            fig["p99_x_none"] = round(fig["reader_p99_ms"] / max(none["reader_p99_ms"], 1e-9), 2)
+        for name, base_fig in (("none", none), ("paused", quiet)):
+            if base_fig and policy not in ("none", "paused"):
+                fig[f"p99_x_{name}"] = round(
+                    fig["reader_p99_ms"] / max(base_fig["reader_p99_ms"], 1e-9), 2)
     return out
 
 
 def test_bounds_run_untimed(tmp_path):
     """The report's code path on a tiny database (no timing, no sizes
     asserted): every policy gives its figures and leaves a sound database."""
-    out = run(tmp_path, records=60, factor=5, policies=["none", "background"])
-    for policy in ("none", "background"):
+    out = run(tmp_path, records=60, factor=5, policies=["none", "paused", "background"])
+    for policy in ("none", "paused", "background"):
         fig = out["policies"][policy]
         assert fig["reader_calls"] > 0 and fig["max_mst_bytes"] >= out["start_mst_bytes"]
-    # under none every update left its back version (300 updates)
+    # under none every update left its back version (300 updates); the
+    # paused writer collected after its last 16 (300 = 18 x 16 + 12)
     assert out["policies"]["none"]["garbage_versions_at_end"] == 300
+    assert out["policies"]["paused"]["garbage_versions_at_end"] == 12
+    assert "p99_x_paused" in out["policies"]["background"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="updates per record of the database (default 100: 100x its size)")
     ap.add_argument("--none-factor", type=int, default=2,
                     help="updates per record under none, the latency baseline (default 2)")
-    ap.add_argument("--policies", default="none,background,combined",
-                    help="comma-separated gc policies (default none,background,combined)")
+    ap.add_argument("--policies", default="none,paused,background,combined",
+                    help="comma-separated gc policies, and the baseline paused (default "
+                    "none,paused,background,combined)")
     ap.add_argument("--json", help="write every figure (with the size samples) to this file")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as d:
@@ -188,12 +220,14 @@ def main(argv: list[str] | None = None) -> int:
           f"({out['none_updates']:,} under none); "
           f"start: .mst {out['start_mst_bytes']:,} B, index {out['start_index_bytes']:,} B")
     print(f"{'policy':12} {'updates':>9} {'max .mst':>12} {'x start':>8} {'max index':>12} "
-          f"{'x start':>8} {'garbage':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99/none':>9}")
+          f"{'x start':>8} {'garbage':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99/none':>9} "
+          f"{'p99/paused':>10}")
     for policy, f in out["policies"].items():
         print(f"{policy:12} {f['updates']:>9,} {f['max_mst_bytes']:>12,} {f['max_mst_x_start']:>8} "
               f"{f['max_index_bytes']:>12,} {f['max_index_x_start']:>8} "
               f"{f['garbage_versions_at_end']:>8} {f['reader_p50_ms']:>8} "
-              f"{f['reader_p99_ms']:>8} {f.get('p99_x_none', '-'):>9}")
+              f"{f['reader_p99_ms']:>8} {f.get('p99_x_none', '-'):>9} "
+              f"{f.get('p99_x_paused', '-'):>10}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
