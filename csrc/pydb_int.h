@@ -346,6 +346,10 @@ static inline int pydb__seq_retry(const pydb_db *db, uint64_t s)
  * is set only while it still is). */
 void pydb__view_set(pydb_db *db, uint64_t fs, int32_t next_mfn,
                     int32_t next_block, int32_t next_pos, int32_t reccnt);
+/* The same with the writer lock held (txn.c): no switch can begin, so
+ * there is no generation to compare. */
+void pydb__view_set_writer(pydb_db *db, int32_t next_mfn, int32_t next_block,
+                           int32_t next_pos, int32_t reccnt);
 /* The header's latest state into *st (and the handle's view raised to
  * it): 0, or -1 when there is no usable header (files mode). */
 int pydb__state_header(pydb_state *st, pydb_db *db);

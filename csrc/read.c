@@ -416,14 +416,16 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
 
 /* ------------------------------------------------------ committed state */
 
-void pydb__view_set(pydb_db *db, uint64_t fs, int32_t next_mfn,
-                    int32_t next_block, int32_t next_pos, int32_t reccnt)
+/* pydb__view_set(); `any_fs`: the caller holds the writer lock, so no
+ * file switch can begin (fs is not compared). */
+static void view_set(pydb_db *db, int any_fs, uint64_t fs, int32_t next_mfn,
+                     int32_t next_block, int32_t next_pos, int32_t reccnt)
 {
     pthread_mutex_lock(&db->vmutex);
     /* files_sync() makes fseq odd before its view_reset() (under vmutex)
      * and even again after it: values of the files the handle no longer
      * reads are either overwritten by that reset or refused here */
-    if (__atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE) == fs &&
+    if ((any_fs || __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE) == fs) &&
         next_mfn >= db->next_mfn &&
         pydb__ctl_end(next_block, next_pos) >=
             pydb__ctl_end(db->next_block, db->next_pos)) {
@@ -438,6 +440,18 @@ void pydb__view_set(pydb_db *db, uint64_t fs, int32_t next_mfn,
         __atomic_add_fetch(&db->vseq, 1, __ATOMIC_RELEASE);   /* even */
     }
     pthread_mutex_unlock(&db->vmutex);
+}
+
+void pydb__view_set(pydb_db *db, uint64_t fs, int32_t next_mfn,
+                    int32_t next_block, int32_t next_pos, int32_t reccnt)
+{
+    view_set(db, 0, fs, next_mfn, next_block, next_pos, reccnt);
+}
+
+void pydb__view_set_writer(pydb_db *db, int32_t next_mfn, int32_t next_block,
+                           int32_t next_pos, int32_t reccnt)
+{
+    view_set(db, 1, 0, next_mfn, next_block, next_pos, reccnt);
 }
 
 /* The handle's own view (files mode): one consistent copy of the fields

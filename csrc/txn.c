@@ -274,9 +274,8 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
                             (int)pydb__next_mfn(db), (int)c.next_mfn);
     pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
     pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
-    /* the writer lock is held: no compaction switches the files now */
-    pydb__view_set(db, __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE),
-                   c.next_mfn, c.next_block, c.next_pos, c.reccnt);
+    pydb__view_set_writer(db, c.next_mfn, c.next_block, c.next_pos,
+                          c.reccnt);
     return pydb__header_sync(db, &c, err);
 }
 
@@ -946,9 +945,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     /* Readers in every process see the commit from here on (the handle's
      * view, which plain reads take as a floor, follows the header). */
     pydb__header_publish(db, &newctl, t->index_gen, 1);
-    pydb__view_set(db, __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE),
-                   newctl.next_mfn, newctl.next_block, newctl.next_pos,
-                   newctl.reccnt);
+    pydb__view_set_writer(db, newctl.next_mfn, newctl.next_block,
+                          newctl.next_pos, newctl.reccnt);
     /* The commit is in the files: empty the log.  If that fails, the log
      * still holds this (applied) commit; replaying it is harmless and the
      * next transaction tries again, so the commit is reported as done. */
