@@ -87,8 +87,8 @@ def reference(source, tmp_path_factory):
     return got, answers(base)
 
 
-@pytest.mark.parametrize("memory, min_runs", [(1 << 20, 3), (1, 100)],
-                         ids=["1MiB", "1byte"])
+@pytest.mark.parametrize("memory, min_runs", [(1 << 19, 3), (1, 100)],
+                         ids=["512KiB", "1byte"])
 def test_spilled_build_writes_the_in_memory_segment(source, reference, tmp_path,
                                                     memory, min_runs):
     ref_files, ref_answers = reference
