@@ -20,10 +20,33 @@ def serialize(rec) -> bytes:
     return b"".join(b"%d\t%s\n" % (f.tag, f.raw) for f in rec.fields)
 
 
+def deserialize(data: bytes) -> list[tuple[int, str, bytes]]:
+    """The fields of a serialized record as a peer's reader decodes them,
+    doing what ``Record.fields`` does: (tag, value decoded as UTF-8 with
+    surrogateescape, the default database's codec, raw bytes) per field."""
+    out = []
+    for line in data.split(b"\n")[:-1]:
+        tag, _, raw = line.partition(b"\t")
+        out.append((int(tag), raw.decode("utf-8", "surrogateescape"), raw))
+    return out
+
+
 class Engine:
-    """One store's reads: get(mfn), get_many(mfns), scan() -> count, and
-    reader() giving a per-thread get_many (own connection/transaction)."""
+    """One store's reads: get(mfn), get_many(mfns), scan() -> count,
+    scan_fields() -> count (every record's fields decoded), and reader()
+    giving a per-thread get_many (own connection/transaction).  A peer
+    gives its stored bytes from rows(), in key order."""
     name = ""
+
+    def rows(self):
+        raise NotImplementedError
+
+    def scan_fields(self):
+        n = 0
+        for data in self.rows():
+            deserialize(data)
+            n += 1
+        return n
 
     def close(self):
         pass
@@ -44,6 +67,13 @@ class PydbEngine(Engine):
     def scan(self):
         n = 0
         for _ in self.db:
+            n += 1
+        return n
+
+    def scan_fields(self):
+        n = 0
+        for rec in self.db:
+            _ = rec.fields
             n += 1
         return n
 
@@ -89,6 +119,10 @@ class SqliteEngine(Engine):
             n += 1
         return n
 
+    def rows(self):
+        for _, data in self.con.execute("SELECT mfn, data FROM rec ORDER BY mfn"):
+            yield data
+
     def reader(self):
         con = self._connect()
         return lambda mfns: self.get_many(mfns, con)
@@ -120,6 +154,10 @@ class LmdbEngine(Engine):
         for _ in self.txn.cursor():
             n += 1
         return n
+
+    def rows(self):
+        for _, data in self.txn.cursor():
+            yield data
 
     def reader(self):
         txn = self.env.begin(buffers=False)
@@ -165,6 +203,11 @@ class TantivyEngine(Engine):
             s.doc(addr)
             n += 1
         return n
+
+    def rows(self):
+        s = self.searcher
+        for _, addr in s.search(self.tantivy.Query.all_query(), s.num_docs).hits:
+            yield s.doc(addr)["data"][0]
 
     def reader(self):
         s = self.index.searcher()

@@ -46,8 +46,10 @@ typedef struct {
     PyTypeObject *iter_type;        /* RecordIterator                     */
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
     int field_fast;                 /* 1: field_new() may build Fields
-                                       itself (checked at exec)          */
-    int field_tracked;              /* ...GC-tracked, as the probe was   */
+                                       itself, field_dealloc() free them
+                                       (checked at exec)                 */
+    PyObject *tag_ints;             /* tuple: the int of each tag below
+                                       TAG_INTS (_pydb_record.c)         */
     PyTypeObject *index_type;
     PyTypeObject *checkrun_type;
     PyTypeObject *txn_type;         /* Transaction                        */

@@ -13,6 +13,10 @@
 #include "_pydb_record.h"
 #include <structmember.h>
 
+/* Tags below this share their int (tag_int): the three-digit tags of
+ * CDS/ISIS and MARC databases. */
+#define TAG_INTS 1000
+
 /* ------------------------------------------------------------- Record */
 
 typedef struct {
@@ -117,26 +121,46 @@ done:
     return NULL;
 }
 
-static PyObject *decode(RecordObject *self, const pydb_field *f)
+/* How a record's values decode, resolved once per call of fields,
+ * rec[tag] or get() (decoder_init) and used for each field (decode). */
+typedef struct {
+    int codec;              /* CODEC_*, never CODEC_UNKNOWN */
+    const char *encoding;   /* for CODEC_OTHER */
+    const char *errors;
+} decoder;
+
+static int decoder_init(decoder *d, RecordObject *self)
+{
+    d->errors = PyUnicode_AsUTF8(self->errors);
+    d->encoding = PyUnicode_AsUTF8(self->encoding);
+    if (!d->errors || !d->encoding) return -1;
+    if (self->codec == CODEC_UNKNOWN)   /* the same value in any thread */
+        self->codec = codec_of(d->encoding);
+    d->codec = self->codec;
+    return 0;
+}
+
+static PyObject *decode(RecordObject *self, const decoder *d,
+                        const pydb_field *f)
 {
     const char *s = (const char *)f->value;
-    const char *errors = PyUnicode_AsUTF8(self->errors);
     PyObject *v;
-    if (!errors) return NULL;
-    if (self->codec == CODEC_UNKNOWN) {
-        const char *encoding = PyUnicode_AsUTF8(self->encoding);
-        if (!encoding) return NULL;
-        self->codec = codec_of(encoding);
-    }
-    switch (self->codec) {
-    case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, errors); break;
-    case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, errors); break;
-    case CODEC_ASCII: v = PyUnicode_DecodeASCII(s, f->len, errors); break;
-    default:
-        v = PyUnicode_Decode(s, f->len, PyUnicode_AsUTF8(self->encoding),
-                             errors);
+    switch (d->codec) {
+    case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;
+    case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, d->errors); break;
+    case CODEC_ASCII: v = PyUnicode_DecodeASCII(s, f->len, d->errors); break;
+    default: v = PyUnicode_Decode(s, f->len, d->encoding, d->errors);
     }
     return v ? v : decode_failed(self, f);
+}
+
+/* The tag as an int: a shared one from the module's table for the tags
+ * most databases use (CPython caches only 0..256), else a new one. */
+static PyObject *tag_int(module_state *st, uint32_t tag)
+{
+    if (tag < (uint32_t)PyTuple_GET_SIZE(st->tag_ints))
+        return Py_NewRef(PyTuple_GET_ITEM(st->tag_ints, tag));
+    return PyLong_FromUnsignedLong(tag);
 }
 
 /* A Field (tag, value, raw), taking the three references (any NULL:
@@ -146,7 +170,9 @@ static PyObject *decode(RecordObject *self, const pydb_field *f)
  * tuple whose hidden fields follow the visible ones, ob_size counting
  * only the visible; record_exec() checks that a Field made by
  * PyStructSequence_New() has exactly that shape (field_fast), else this
- * takes the slow path. */
+ * takes the slow path.  A Field holds an int, a str and a bytes, so it
+ * can be in no reference cycle: it is not tracked by the collector (as
+ * CPython itself untracks such tuples), which then never visits it. */
 static PyObject *field_new(module_state *st, PyObject *tag, PyObject *value,
                            PyObject *raw)
 {
@@ -156,7 +182,6 @@ static PyObject *field_new(module_state *st, PyObject *tag, PyObject *value,
         t = PyObject_GC_NewVar(PyTupleObject, st->field_type, 3);
         if (!t) goto fail;
         Py_SET_SIZE(t, 2);
-        if (st->field_tracked) PyObject_GC_Track(t);
     } else {
         t = (PyTupleObject *)PyStructSequence_New(st->field_type);
         if (!t) goto fail;
@@ -172,14 +197,33 @@ fail:
     return NULL;
 }
 
-/* Whether field_new() may build Fields itself (see there). */
+/* tp_dealloc of Field where field_fast holds: structseq_dealloc()'s, less
+ * its lookup of the real size in the type's dict (CPython 3.11-3.13: a
+ * third of freeing a Field).  Every Field has the three items, any made
+ * by Python too (structseq_new fills the hidden one with None). */
+static void field_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyTupleObject *t = (PyTupleObject *)self;
+    PyObject_GC_UnTrack(self);
+    Py_XDECREF(t->ob_item[0]);
+    Py_XDECREF(t->ob_item[1]);
+    Py_XDECREF(t->ob_item[2]);
+    PyObject_GC_Del(self);
+    Py_DECREF(tp);
+}
+
+/* Whether field_new() may build Fields itself and field_dealloc() free
+ * them (see there). */
 static int field_shape_known(module_state *st)
 {
     PyTypeObject *tp = st->field_type;
     PyObject *probe;
     int ok;
     if (tp->tp_itemsize != sizeof(PyObject *) ||
-        tp->tp_basicsize != (Py_ssize_t)offsetof(PyTupleObject, ob_item))
+        tp->tp_basicsize != (Py_ssize_t)offsetof(PyTupleObject, ob_item) ||
+        !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
+        (tp->tp_flags & Py_TPFLAGS_BASETYPE))
         return 0;
     probe = PyStructSequence_New(tp);
     if (!probe) {
@@ -187,7 +231,6 @@ static int field_shape_known(module_state *st)
         return 0;
     }
     ok = Py_SIZE(probe) == 2;
-    st->field_tracked = PyObject_GC_IsTracked(probe);
     Py_DECREF(probe);   /* its items are NULL: dealloc skips them */
     return ok;
 }
@@ -196,15 +239,16 @@ static PyObject *record_fields(RecordObject *self, void *closure)
 {
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_record *r = self->rec;
+    decoder d;
     PyObject *t;
     (void)closure;
-    if (!st) return NULL;
+    if (!st || decoder_init(&d, self) < 0) return NULL;
     t = PyTuple_New(r->nfields);
     if (!t) return NULL;
     for (uint32_t i = 0; i < r->nfields; i++) {
         const pydb_field *fl = &r->fields[i];
-        PyObject *tag = PyLong_FromUnsignedLong(fl->tag);
-        PyObject *value = tag ? decode(self, fl) : NULL;
+        PyObject *tag = tag_int(st, fl->tag);
+        PyObject *value = tag ? decode(self, &d, fl) : NULL;
         PyObject *raw = value ? PyBytes_FromStringAndSize(
                                     (const char *)fl->value, fl->len)
                               : NULL;
@@ -212,6 +256,8 @@ static PyObject *record_fields(RecordObject *self, void *closure)
         if (!f) goto fail;
         PyTuple_SET_ITEM(t, i, f);
     }
+    /* a tuple of Fields can be in no cycle either (field_new) */
+    PyObject_GC_UnTrack(t);
     return t;
 fail:
     Py_DECREF(t);
@@ -237,14 +283,17 @@ static int tag_arg(PyObject *arg, unsigned long *tag)
 static PyObject *record_values(RecordObject *self, unsigned long tag, int raw)
 {
     pydb_record *r = self->rec;
-    PyObject *list = PyList_New(0);
+    decoder d;
+    PyObject *list;
+    if (!raw && decoder_init(&d, self) < 0) return NULL;
+    list = PyList_New(0);
     if (!list) return NULL;
     for (uint32_t i = 0; i < r->nfields; i++) {
         PyObject *v;
         if (r->fields[i].tag != tag) continue;
         v = raw ? PyBytes_FromStringAndSize((const char *)r->fields[i].value,
                                             r->fields[i].len)
-                : decode(self, &r->fields[i]);
+                : decode(self, &d, &r->fields[i]);
         if (!v || PyList_Append(list, v) < 0) {
             Py_XDECREF(v);
             Py_DECREF(list);
@@ -279,8 +328,12 @@ static PyObject *record_get(RecordObject *self, PyObject *const *args,
         return NULL;
     }
     if (tag_arg(args[0], &tag) < 0) return NULL;
-    for (uint32_t i = 0; i < r->nfields; i++)
-        if (r->fields[i].tag == tag) return decode(self, &r->fields[i]);
+    for (uint32_t i = 0; i < r->nfields; i++) {
+        decoder d;
+        if (r->fields[i].tag != tag) continue;
+        if (decoder_init(&d, self) < 0) return NULL;
+        return decode(self, &d, &r->fields[i]);
+    }
     return Py_NewRef(nargs == 2 ? args[1] : Py_None);
 }
 
@@ -300,11 +353,14 @@ static Py_ssize_t record_len(RecordObject *self)
 
 static PyObject *record_tags(RecordObject *self, void *closure)
 {
-    PyObject *t = PyTuple_New(self->rec->nfields);
+    module_state *st = state_of_type(Py_TYPE(self));
+    PyObject *t;
     (void)closure;
+    if (!st) return NULL;
+    t = PyTuple_New(self->rec->nfields);
     if (!t) return NULL;
     for (uint32_t i = 0; i < self->rec->nfields; i++) {
-        PyObject *v = PyLong_FromUnsignedLong(self->rec->fields[i].tag);
+        PyObject *v = tag_int(st, self->rec->fields[i].tag);
         if (!v) {
             Py_DECREF(t);
             return NULL;
@@ -597,6 +653,17 @@ int record_exec(PyObject *m, module_state *st)
     st->field_type = PyStructSequence_NewType(&field_desc);
     if (!st->field_type) return -1;
     st->field_fast = field_shape_known(st);
+    if (st->field_fast) {
+        st->field_type->tp_dealloc = field_dealloc;
+        PyType_Modified(st->field_type);
+    }
+    st->tag_ints = PyTuple_New(TAG_INTS);
+    if (!st->tag_ints) return -1;
+    for (Py_ssize_t i = 0; i < TAG_INTS; i++) {
+        PyObject *v = PyLong_FromSsize_t(i);
+        if (!v) return -1;
+        PyTuple_SET_ITEM(st->tag_ints, i, v);
+    }
     if (PyModule_AddType(m, st->record_type) < 0 ||
         PyModule_AddObjectRef(m, "Field", (PyObject *)st->field_type) < 0)
         return -1;
