@@ -292,10 +292,10 @@ def test_killed_snapshot_holder_stops_pinning_index_segments(tmp_path):
     """What a registered reader pins, seen through the native index: while
     a process holds a snapshot of an old commit, no segment file is
     removed (commits only add theirs, a collection adds the merged one);
-    once it is killed, the next commit
-    finds its slot dead, clears it, and removes what nobody needs -- the
-    files are then exactly those of a twin database that had the same
-    commits and no reader."""
+    once it is killed, the next collection (a commit does not collect:
+    gc="none" here) finds its slot dead, clears it, and removes what
+    nobody needs -- the files are then exactly those of a twin database
+    that had the same commits and collections and no reader."""
     bases = [tmp_path / "pinned" / "k", tmp_path / "twin" / "k"]
     dbs = []
     for b in bases:
@@ -327,6 +327,8 @@ def test_killed_snapshot_holder_stops_pinning_index_segments(tmp_path):
     holder.wait()
     assert (holder.pid, commit) in reader_slots(bases[0])
     commit_both(30)
+    for d in dbs:
+        d.collect()
     assert reader_slots(bases[0]) == []
     assert segs(bases[0]) == segs(bases[1])
     for d in dbs:
