@@ -51,17 +51,26 @@
 #define VIEW_TRIES 2100   /* takes of a snapshot and its index view: 100
                              yielding, then 1 ms apart (about 2 s)       */
 
+/* Is the snapshot's database open?  Also asked without a pin on the
+ * snapshot (the `closed` property, the ClosedError message), while another
+ * thread's close() of the database may be clearing its handle pointer:
+ * read with HANDLE_LOAD (ThreadSanitizer on python3.13t reported the plain
+ * read of the message). */
+static int snapshot_db_open(SnapshotObject *s)
+{
+    return s->db && !s->db->guard.closing && HANDLE_LOAD(s->db->db);
+}
+
 int snapshot_check_open_(module_state *st, SnapshotObject *s,
                          guard_pins *pins)
 {
     /* Reads on a snapshot count on its guard alone: the database's
      * close() waits for it (snapshots_release_all()). */
-    if (guard_pin(pins, &s->guard) == 0 && s->snap && s->db && s->db->db &&
-        !s->db->guard.closing)
+    if (guard_pin(pins, &s->guard) == 0 && s->snap && snapshot_db_open(s))
         return 0;
-    PyErr_SetString(st->ClosedError, s->db && s->db->db &&
-                    !s->db->guard.closing ? "the snapshot is closed"
-                                          : "the database is closed");
+    PyErr_SetString(st->ClosedError, snapshot_db_open(s)
+                                     ? "the snapshot is closed"
+                                     : "the database is closed");
     return -1;
 }
 
@@ -616,8 +625,8 @@ cleanup:
 static PyObject *snapshot_get_closed(SnapshotObject *s, void *c)
 {
     (void)c;
-    return PyBool_FromLong(s->guard.closing || !HANDLE_LOAD(s->snap) || !s->db ||
-                           s->db->guard.closing || !HANDLE_LOAD(s->db->db));
+    return PyBool_FromLong(s->guard.closing || !HANDLE_LOAD(s->snap) ||
+                           !snapshot_db_open(s));
 }
 
 static PyObject *snapshot_get_commit(SnapshotObject *s, void *c)
