@@ -447,7 +447,11 @@ int pydb__shm_swap_get(pydb_shm *s, uint64_t *from, pydb_state *after)
 
 /* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot),
  * or 0 when it cannot be read. */
-static uint64_t start_time(pid_t pid)
+/* pid's start time (/proc/<pid>/stat field 22; 0: unknown), and in
+ * *zombie (may be NULL) whether it has exited and waits to be reaped
+ * (state Z: it reads nothing any more, though kill(pid, 0) succeeds until
+ * its parent waits for it). */
+static uint64_t proc_start(pid_t pid, int *zombie)
 {
     char path[64], buf[1024];
     const char *p;
@@ -464,12 +468,14 @@ static uint64_t start_time(pid_t pid)
     buf[n] = 0;
     p = strrchr(buf, ')');   /* the command name may hold spaces */
     if (!p) return 0;
-    /* after ")": field 3 (state) ... field 22 (starttime) */
+    /* after ") ": field 3 (state) ... field 22 (starttime) */
+    if (zombie) *zombie = p[1] == ' ' && p[2] == 'Z';
     for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
     if (!p) return 0;
     v = strtoull(p + 1, NULL, 10);
     return v;
 }
+
 
 /* This process: its pid and start time (again after fork()).  One cache
  * for the process, not per thread: a __thread variable in a dlopen()ed
@@ -484,7 +490,7 @@ static void me(int32_t *pid, uint64_t *start)
     static uint64_t my_start;
     int32_t now = (int32_t)getpid();
     if (__atomic_load_n(&my_pid, __ATOMIC_ACQUIRE) != now) {
-        __atomic_store_n(&my_start, start_time(now), __ATOMIC_RELAXED);
+        __atomic_store_n(&my_start, proc_start(now, NULL), __ATOMIC_RELAXED);
         __atomic_store_n(&my_pid, now, __ATOMIC_RELEASE);
     }
     *pid = now;
@@ -495,10 +501,17 @@ static void me(int32_t *pid, uint64_t *start)
 static int process_gone(int32_t pid, uint64_t start)
 {
     uint64_t now;
+    int zombie = 0;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    now = proc_start(pid, &zombie);
+    if (zombie) return 1;              /* exited, not yet reaped */
     if (start == 0) return 0;          /* start time unknown: alive */
-    now = start_time(pid);
     return now != 0 && now != start;   /* the pid is another process now */
+}
+
+int pydb__shm_process_gone(int32_t pid)
+{
+    return process_gone(pid, 0);
 }
 
 /* Whether slot i belongs to a process that is gone: a reader (pid > 0)

@@ -221,6 +221,9 @@ void pydb__shm_writer_released(pydb_shm *s);
  * unclaim (only the claimer's pid clears it) wakes every sleeper.
  * claimed(): the claiming pid, 0 for none.  No-ops without a valid
  * header. */
+/* 1 if process `pid` is gone: no such process, or one that exited and
+ * waits to be reaped (a zombie holds nothing). */
+int pydb__shm_process_gone(int32_t pid);
 void pydb__shm_writer_claim(pydb_shm *s, int32_t pid);
 void pydb__shm_writer_unclaim(pydb_shm *s, int32_t pid);
 int32_t pydb__shm_writer_claimed(pydb_shm *s);

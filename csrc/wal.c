@@ -14,7 +14,6 @@
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,7 +416,7 @@ static int stand_back(pydb_db *db, pid_t me, int64_t *since)
     now = pydb__now_ms();
     if (*since < 0) *since = now;
     if (now - *since < GC_FIRST_MS) return 1;
-    if (kill(first, 0) != 0 && errno == ESRCH)
+    if (pydb__shm_process_gone(first))
         pydb__shm_writer_unclaim(db->shm, first);
     return 0;
 }

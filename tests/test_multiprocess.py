@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,36 @@ def test_claim_of_a_dead_collector_is_cleared(tmp_path):
         db.update(1, [(1, "after the claim")])
         assert list(db[1].fields) == [(1, "after the claim")]
     assert _shm_words(base)[2] == 0
+
+
+def test_killed_unreaped_snapshot_holder_pins_nothing(tmp_path):
+    """A reader killed and not yet reaped by its parent (a zombie: kill(pid,
+    0) still succeeds, /proc still lists it) holds nothing: the next
+    collection finds its slot dead, clears it, and collects the versions
+    it pinned."""
+    base = tmp_path / "z"
+    seed(base, 10)
+    w = pydb.open(base, readonly=False, sync=False, gc="none")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(base)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        commit = int(holder.stdout.readline())
+        for i in range(20):
+            w.update(1, [(1, f"{i}")])
+        os.kill(holder.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30   # the kernel makes it a zombie
+        while time.monotonic() < deadline:
+            with open(f"/proc/{holder.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        assert (holder.pid, commit) in reader_slots(base)
+        assert w.stat()["garbage"]["versions"] == 20
+        got = w.collect(timeout=60)
+        assert (got["versions"], got["pinned"]) == (20, 0)
+        assert reader_slots(base) == []
+        assert holder.poll() is None or holder.returncode == -signal.SIGKILL
+    finally:
+        holder.kill()
+        holder.wait()
+        w.close()
