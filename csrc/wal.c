@@ -405,20 +405,24 @@ static int lock_failed(pydb_db *db, pydb_error *err)
  * that waits for the lock (its own wait is shorter: gc.c, 100 ms). */
 #define GC_FIRST_MS 250
 
-/* 1 while this writer (process `me`) lets a waiting collector step of
- * another process go first: for GC_FIRST_MS from *since (set at the
- * first look).  A claim left by a dead process is cleared. */
-static int stand_back(pydb_db *db, pid_t me, int64_t *since)
+/* 1 while this writer (process `me`, which may wait: `waits`) lets a
+ * waiting collector step of another process go first: for GC_FIRST_MS
+ * from *since (set at the first look).  A claim left by a process that
+ * is gone is cleared at once; a writer that only tries once never
+ * stands back. */
+static int stand_back(pydb_db *db, pid_t me, int waits, int64_t *since)
 {
     int32_t first = pydb__shm_writer_claimed(db->shm);
     int64_t now;
     if (first == 0 || first == me) return 0;
+    if (pydb__shm_process_gone(first)) {
+        pydb__shm_writer_unclaim(db->shm, first);
+        return 0;
+    }
+    if (!waits) return 0;
     now = pydb__now_ms();
     if (*since < 0) *since = now;
-    if (now - *since < GC_FIRST_MS) return 1;
-    if (pydb__shm_process_gone(first))
-        pydb__shm_writer_unclaim(db->shm, first);
-    return 0;
+    return now - *since < GC_FIRST_MS;
 }
 
 /* Take the cross-process writer lock, trying until `deadline` (ms,
@@ -453,7 +457,7 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
         /* counted as waiting before the try: a release after it wakes
          * this writer, or moves the word it sleeps on */
         uint32_t ticket = pydb__shm_writer_ticket(db->shm);
-        int go = gc || !stand_back(db, me, &since);
+        int go = gc || !stand_back(db, me, deadline >= 0, &since);
         if (go && ofd_lock(db->wal_fd, F_WRLCK) == 0) {
             rc = PYDB_OK;
         } else if (go && (rc = lock_failed(db, err)) != 0) {
