@@ -647,8 +647,9 @@ def test_cisis_and_pydb_write_in_turn(tmp_path, gc):
     """(d) pydb writes, CISIS inverts (ifupd) and reads; pydb updates,
     deletes, appends; CISIS reads and inverts again (ifupd, by the XRF
     flags); CISIS updates, deletes, appends (mx proc= copy=/append=) and
-    inverts; pydb reads and writes once more; CISIS reads.  Records read
-    the same in both at every turn, and searches give the same MFNs.
+    inverts; pydb reads and writes once more; CISIS reads; mxcp
+    reorganises, pydb reads and writes the copy, mx reads it.  Records
+    read the same in both at every turn, and searches give the same MFNs.
 
     The inverted file that ifupd keeps up to date follows pydb's changes
     only while the master file keeps the versions it indexed: ifupd finds
@@ -726,3 +727,15 @@ def test_cisis_and_pydb_write_in_turn(tmp_path, gc):
         for _kind, expr in searches(same, 20):
             if b" . " not in expr and b" $ " not in expr:
                 assert list(db.search(expr.decode(ENC))) == mx_search(base, expr), expr
+        active = [r.fields for r in db.records()]
+    # mxcp reorganises: one version per record, deleted ones physically
+    # deleted; pydb reads the copy (and writes it) as mx does
+    run("mxcp", "t", "create=r", "tell=0", cwd=tmp_path)
+    n = assert_same_records(tmp_path / "r", "isis-aligned")
+    assert (n["active"], n["deleted"], n["physical"]) == (64, 0, 9)
+    with pydb.open(tmp_path / "r", readonly=False, gc=policy) as db:
+        assert [r.fields for r in db.records()] == active
+        db.update(1, [(24, b"after mxcp")])
+        db.append([(24, b"appended after mxcp")])
+    n = assert_same_records(tmp_path / "r", "isis-aligned")
+    assert (n["active"], n["deleted"], n["physical"]) == (65, 0, 9)
