@@ -215,6 +215,17 @@ def stopwords_lone_cr() -> bytes:
     return SEP.join([b"", b"", words])
 
 
+# A number taken from a format that wrote nothing, before any output
+# (the record has no field 99): f() and val() of it (fuzz_fst's input was
+# "1024 1000 v24f(v24.103,0,0)" over a record without field 24).
+FST_NUMBER_OF_NOTHING = "1 0 f(v99,0,0)\n2 0 if val(v99)=0 then 'ZERO' fi\n"
+
+
+def fst_number_of_nothing() -> bytes:
+    """FST_NUMBER_OF_NOTHING over a record with only field 24."""
+    return SEP.join([FST_NUMBER_OF_NOTHING.encode(), b"24 abc\n"])
+
+
 CASES = [
     Case("shm-word-ahead", "mst", "", shm_word_ahead,
          "hang: every read switched files forever (read.c pydb__header_gen "
@@ -243,6 +254,12 @@ CASES = [
          "entry claiming 100 M postings over a one-posting list is refused "
          "before anything is allocated for it (nidx_seg.c pydb__ncur_next: "
          "count <= posting bytes)"),
+    Case("fst-number-of-nothing", "fst", "", fst_number_of_nothing,
+         "undefined behaviour in fst_format.c eval_num (UBSan: zero offset "
+         "applied to a null pointer, memcpy from NULL): the number of a "
+         "format that wrote nothing into an output not yet allocated; "
+         "take_number now copies only what was written (found by the "
+         "short CI tier, fuzz/ci, without the real data)"),
     Case("stw-lone-cr", "keys", "", stopwords_lone_cr,
          "heap-buffer-overflow in pydb__stopwords_parse (keys.c): words "
          "counted by LF, split at CR and 0x1A too; now counted alike"),

@@ -216,6 +216,18 @@ def test_stop_words_ended_by_cr(tmp_path):
         assert [t.key for t in db.terms()] == ["HILL", "WATER"]
 
 
+@pytest.mark.sanitize_address
+def test_fst_number_of_a_format_that_wrote_nothing(tmp_path):
+    """fuzz_fst found (fuzz/ci): f() and val() of a format that writes
+    nothing, before the record's output was allocated, copied from a NULL
+    pointer (undefined behaviour).  The number is 0."""
+    with pydb.create(tmp_path / "db", fst=regressions.FST_NUMBER_OF_NOTHING) as db:
+        db.append([(24, "abc")])
+        assert [(t.key, list(db.postings(t.key))) for t in db.terms()] == [
+            ("0", [(1, 1, 1, 1)]),
+            ("ZERO", [(1, 2, 1, 1)])]
+
+
 def test_native_keys_out_of_order(tmp_path):
     """fuzz_nidx found: a segment whose dictionary keys do not ascend (a
     damaged one with a valid checksum) was enumerated as stored.  Reading
