@@ -256,6 +256,19 @@ static int eval_str(ev *e, int x, size_t *start, size_t *len)
 
 static int eval_cond(ev *e, int x, int *r);
 
+/* The number the l bytes the format just wrote at st begin with (strtod;
+ * at most 63 bytes read), taken back out of the output.  Nothing written
+ * (l 0, the output perhaps not allocated yet) is 0. */
+static double take_number(ev *e, size_t st, size_t l)
+{
+    char buf[64];
+    size_t k = l < 63 ? l : 63;
+    if (k) memcpy(buf, e->s->out + st, k);
+    buf[k] = 0;
+    e->s->out_len = st;
+    return strtod(buf, NULL);
+}
+
 static int eval_num(ev *e, int x, double *v)
 {
     const expr *y = &e->f->ex[x];
@@ -264,12 +277,7 @@ static int eval_num(ev *e, int x, double *v)
     case E_NUM:
         if (y->a >= 0) {   /* val(format) */
             if (eval_str(e, y->a, &st, &l) < 0) return -1;
-            char buf[64];
-            size_t k = l < 63 ? l : 63;
-            memcpy(buf, e->s->out + st, k);
-            buf[k] = 0;
-            e->s->out_len = st;
-            *v = strtod(buf, NULL);
+            *v = take_number(e, st, l);
             return 0;
         }
         *v = y->num;
@@ -281,16 +289,10 @@ static int eval_num(ev *e, int x, double *v)
         *v = (double)(e->s->out_len - st);
         e->s->out_len = st;
         return 0;
-    case E_STR: case E_FMT: {
+    case E_STR: case E_FMT:
         if (eval_str(e, x, &st, &l) < 0) return -1;
-        char buf[64];
-        size_t k = l < 63 ? l : 63;
-        memcpy(buf, e->s->out + st, k);
-        buf[k] = 0;
-        e->s->out_len = st;
-        *v = strtod(buf, NULL);
+        *v = take_number(e, st, l);
         return 0;
-    }
     default: {
         int r;
         if (eval_cond(e, x, &r) < 0) return -1;

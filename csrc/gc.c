@@ -101,7 +101,8 @@
 #define GC_SWEEP_STEPS 100000  /* at most, after a full pass (gc_swept)    */
 #define GC_TICK_MS 200         /* the thread's timer                       */
 #define GC_IDLE_MS 500         /* no commit for this long: idle            */
-#define GC_THREAD_LOCK_MS 100  /* the thread's wait for the writer lock    */
+#define GC_THREAD_LOCK_MS PYDB_GC_LOCK_WAIT_MS /* the thread's wait for
+                                  the writer lock (shm.h: 100 ms)         */
 #define GC_BUSY_SLICE_MS 50    /* busy: a pass of the thread works this long */
 #define GC_BUSY_GAP_MS 100     /* busy: then waits this long               */
 #define GC_QUICK_STEP_NS 100000 /* a step back this fast with more to do  */

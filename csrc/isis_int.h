@@ -122,12 +122,12 @@ static inline size_t ktrim(const uint8_t *k, size_t le)
 
 static inline int64_t node_off(const tree *tr, int32_t r)
 {
-    return (int64_t)(r - 1) * (int64_t)tr->nrec;
+    return ((int64_t)r - 1) * (int64_t)tr->nrec;
 }
 
 static inline int64_t leaf_off(const tree *tr, int32_t r)
 {
-    return (int64_t)(r - 1) * (int64_t)tr->lrec;
+    return ((int64_t)r - 1) * (int64_t)tr->lrec;
 }
 
 static inline const uint8_t *node_key(const tree *tr, const uint8_t *buf,

@@ -167,14 +167,14 @@ static int descend(const tree *tr, const uint8_t *key, size_t len,
 /* Byte address of IFP word (block, word), §4.5. */
 static int64_t ifp_addr(int32_t block, int32_t word)
 {
-    return (int64_t)(block - 1) * IFP_BLOCK + 4 + 4 * (int64_t)word;
+    return ((int64_t)block - 1) * IFP_BLOCK + 4 + 4 * (int64_t)word;
 }
 
 static int ifp_check_block(const isis_index *ix, int32_t block, pydb_error *err)
 {
     const ixfile *f = &ix->files[F_IFP];
     uint8_t b[4];
-    int64_t off = (int64_t)(block - 1) * IFP_BLOCK;
+    int64_t off = ((int64_t)block - 1) * IFP_BLOCK;
     int rc = rd(f, b, 4, off, "IFP block header", err);
     if (rc) return rc;
     if (i32(b) != block)
@@ -245,7 +245,7 @@ int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
                 w = 0;
                 if ((int64_t)b > f->f.size / IFP_BLOCK)
                     return PYDB_CORRUPT(err, f->f.path,
-                                        (int64_t)(b - 1) * IFP_BLOCK,
+                                        ((int64_t)b - 1) * IFP_BLOCK,
                                         "posting list runs past the end of "
                                         "the IFP");
                 rc = ifp_check_block(ix, b, err);

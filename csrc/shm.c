@@ -445,8 +445,6 @@ int pydb__shm_swap_get(pydb_shm *s, uint64_t *from, pydb_state *after)
 
 /* ------------------------------------------------------- the reader table */
 
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot),
- * or 0 when it cannot be read. */
 /* pid's start time (/proc/<pid>/stat field 22; 0: unknown), and in
  * *zombie (may be NULL) whether it has exited and waits to be reaped
  * (state Z: it reads nothing any more, though kill(pid, 0) succeeds until
@@ -768,7 +766,7 @@ int pydb__shm_lease_take(pydb_shm *s, int32_t pid, uint32_t now,
         int32_t holder = (int32_t)(cur >> 32);
         uint32_t beat = (uint32_t)cur;
         if (holder != 0 && holder != pid && (uint32_t)(now - beat) < stale &&
-            (kill(holder, 0) == 0 || errno != ESRCH))
+            !process_gone(holder, 0))
             return 0;
         if (__atomic_compare_exchange_n(w, &cur, lease_word(pid, now), 0,
                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))

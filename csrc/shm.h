@@ -192,9 +192,10 @@ int pydb__shm_swap_get(pydb_shm *s, uint64_t *from, pydb_state *after);
  * the time of its last step (deciseconds of CLOCK_MONOTONIC, system-wide
  * on Linux).  pydb__shm_lease_take() takes or refreshes it for `pid` at
  * `now`: 1 when pid holds it now, 0 when another live process took a
- * step less than `stale` deciseconds ago (a dead or silent holder is
- * replaced).  pydb__shm_lease_drop() lets it go if pid holds it.
- * pydb__shm_lease_holder(): the pid holding it (0: none). */
+ * step less than `stale` deciseconds ago (a silent holder is replaced,
+ * and one that is gone at once: no such process, or a zombie, as for
+ * pydb__shm_process_gone()).  pydb__shm_lease_drop() lets it go if pid
+ * holds it.  pydb__shm_lease_holder(): the pid holding it (0: none). */
 int pydb__shm_lease_take(pydb_shm *s, int32_t pid, uint32_t now,
                          uint32_t stale);
 void pydb__shm_lease_drop(pydb_shm *s, int32_t pid);
@@ -215,6 +216,11 @@ int32_t pydb__shm_lease_holder(pydb_shm *s);
 uint32_t pydb__shm_writer_ticket(pydb_shm *s);
 void pydb__shm_writer_wait(pydb_shm *s, uint32_t ticket, unsigned us);
 void pydb__shm_writer_released(pydb_shm *s);
+/* How long a step of the collector thread waits for the writer lock
+ * (gc.c), and so how long its claim (below) lasts while it lives: a
+ * writer checks that the claimer lives only when a claim lasts longer
+ * (wal.c). */
+#define PYDB_GC_LOCK_WAIT_MS 100
 /* A collector step of process `pid` waits for the writer lock: other
  * processes' writers stand back while the claim lasts (wal.c bounds how
  * long).  One claim at a time (a second claimer waits like any writer);

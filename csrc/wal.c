@@ -402,26 +402,28 @@ static int lock_failed(pydb_db *db, pydb_error *err)
 }
 
 /* How long a writer stands back for a collector step of another process
- * that waits for the lock (its own wait is shorter: gc.c, 100 ms). */
+ * that waits for the lock (its own wait is shorter:
+ * PYDB_GC_LOCK_WAIT_MS, shm.h). */
 #define GC_FIRST_MS 250
 
 /* 1 while this writer (process `me`, which may wait: `waits`) lets a
  * waiting collector step of another process go first: for GC_FIRST_MS
- * from *since (set at the first look).  A claim left by a process that
- * is gone is cleared at once; a writer that only tries once never
- * stands back. */
+ * from *since (set at the first look).  A live collector unclaims within
+ * its own wait, so only a claim that lasts longer than that costs a look
+ * at /proc: one left by a process that is gone is cleared then.  A
+ * writer that only tries once never stands back. */
 static int stand_back(pydb_db *db, pid_t me, int waits, int64_t *since)
 {
     int32_t first = pydb__shm_writer_claimed(db->shm);
     int64_t now;
-    if (first == 0 || first == me) return 0;
-    if (pydb__shm_process_gone(first)) {
+    if (first == 0 || first == me || !waits) return 0;
+    now = pydb__now_ms();
+    if (*since < 0) *since = now;
+    if (now - *since >= PYDB_GC_LOCK_WAIT_MS &&
+        pydb__shm_process_gone(first)) {
         pydb__shm_writer_unclaim(db->shm, first);
         return 0;
     }
-    if (!waits) return 0;
-    now = pydb__now_ms();
-    if (*since < 0) *since = now;
     return now - *since < GC_FIRST_MS;
 }
 

@@ -15,7 +15,10 @@ Writes OUT/<target>/<sha1 of the input> for each target of fuzz/Makefile:
   and 3, updates and deletions, its commit header), their ISO 2709 and
   JSON Lines exports, native indexes written by commits (several
   segments, tombstones), commit headers after commits and with readers
-  registered, and hand-written search expressions and FST rules.
+  registered, ISIS inverted files (classic and LIND) written here from
+  the keys and postings of pydb's native indexes (isis_inverted; pydb
+  itself never writes them), and hand-written search expressions and
+  FST rules.  So every target gets seeds without the real files too.
 
 A native index seed (target nidx) is its MANIFEST followed by the segment
 files it names, in its order (fuzz/fuzz_nidx.c); a commit header seed
@@ -33,6 +36,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import struct
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -223,6 +227,7 @@ def made_seeds(tmp: Path) -> Iterator[tuple[str, bytes]]:
     yield "mst", joined((tmp / "empty.mst").read_bytes(), (tmp / "empty.xrf").read_bytes())
     yield "shm", (tmp / "empty.shm").read_bytes()
     yield from made_native_seeds(tmp, pydb)
+    yield from made_isis_seeds(tmp, pydb)
 
 
 def made_native_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
@@ -252,6 +257,121 @@ def made_native_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
     pydb.build_index(big, progress=False)
     yield "nidx", native_index(big)
     yield "shm", big.with_suffix(".shm").read_bytes()
+
+
+def index_terms(db) -> list[tuple[bytes, list[tuple[int, int, int, int]]]]:
+    """Every key of db's index (UTF-8) with its postings (mfn, tag, occ,
+    cnt), in key order: isis_inverted()'s input."""
+    return [(t.key.encode("utf-8"), [tuple(p) for p in db.postings(t.key)])
+            for t in db.terms()]
+
+
+def made_isis_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
+    """ISIS inverted files (isis_inverted(), classic and LIND) of the keys
+    and postings of native indexes pydb builds: three records with a key
+    too long for tree 1, three whose tree 2 is empty, and 130 records
+    with a key each (trees of two levels, a posting list over many .ifp
+    blocks)."""
+    fst = "24 4 V24\n70 0 (V70/)\n26 0 V26\n30 0 V30\n"
+    sets = [
+        [[(24, "Apple pie"), (26, "A publisher name longer than ten")],
+         [(24, "Banana split")], [(24, "Cherry"), (70, "Smith, J.")]],
+        [[(24, "Water")], [(24, "Soil and water")], [(70, "Doe, A.")]],
+        [[(24, "The survey of water"), (30, f"KEY{i:04d}"), (70, f"Author {i % 7}")]
+         for i in range(1, 131)],
+    ]
+    for n, records in enumerate(sets):
+        with pydb.create(tmp / f"isis{n}", fst=fst, max_key=30, gc="none") as db:
+            for r in records:
+                db.append(r)
+            terms = index_terms(db)
+        yield "isis_index", isis_inverted(terms)
+        yield "isis_index", isis_inverted(terms, lind=True)
+
+
+def isis_inverted(terms: list[tuple[bytes, list[tuple[int, int, int, int]]]],
+                  lind: bool = False) -> bytes:
+    """An ISIS inverted file of terms (ascending keys of at most 30 bytes,
+    classic; 60, LIND; each with its postings (mfn, tag, occ, cnt)) as a
+    fuzz_isis_index input: .cnt, .n01, .n02 and the classic .l01, .l02,
+    .ifp or the LIND .ly1, .ly2, .iyp, laid out as docs/isis-formats.md
+    §4 describes (packed records, little-endian; key lengths 10/30
+    classic, 16/60 LIND; leaves and nodes of 10 entries; one posting list
+    segment per key; LIND lists of 3-byte MFNs with CNT when INFO3 > 0)."""
+    le1, le2 = (16, 60) if lind else (10, 30)
+    ifp = bytearray(512)              # classic: block 1, words 0-1 the next free place
+    blk, word = 1, 2
+    iyp = bytearray()
+    trees: dict[int, list[tuple[bytes, bytes]]] = {1: [], 2: []}
+
+    def ifp_word(b: int, w: int) -> int:
+        while len(ifp) < b * 512:
+            ifp.extend(struct.pack("<i", len(ifp) // 512 + 1) + bytes(508))
+        return (b - 1) * 512 + 4 + 4 * w
+
+    for key, posts in terms:
+        if lind:   # INFO1 offset, INFO2 count, INFO3 distinct records (CNT kept)
+            at = len(iyp)
+            for mfn, _tag, _occ, cnt in posts:
+                iyp += mfn.to_bytes(3, "big") + cnt.to_bytes(2, "big")
+            ref = struct.pack("<iii", at, len(posts), len({p[0] for p in posts}))
+        else:      # the header and the first posting in one block
+            if word + 7 > 127:
+                blk, word = blk + 1, 0
+            ref = struct.pack("<ii", blk, word)
+            o = ifp_word(blk, word)
+            n = len(posts)
+            ifp[o:o + 20] = struct.pack("<5i", 0, 0, n, n, n)
+            word += 5
+            for mfn, tag, occ, cnt in posts:
+                if word + 2 > 127:
+                    blk, word = blk + 1, 0
+                o = ifp_word(blk, word)
+                ifp[o:o + 8] = (mfn.to_bytes(3, "big") + tag.to_bytes(2, "big")
+                                + bytes([occ]) + cnt.to_bytes(2, "big"))
+                word += 2
+        trees[1 if len(key) <= le1 else 2].append((key, ref))
+    if not lind:
+        struct.pack_into("<i", ifp, 0, 1)
+        struct.pack_into("<ii", ifp, 4, blk, word)
+    files = {"cnt": b"", "n01": b"", "n02": b"", "l01": b"", "l02": b"", "ifp": b"",
+             "ly1": b"", "ly2": b"", "iyp": b""}
+    for t, le in ((1, le1), (2, le2)):
+        entries = trees[t]
+        leaves = [entries[i:i + 10] for i in range(0, len(entries), 10)]
+        leaf_recs = []
+        for i, leaf in enumerate(leaves, 1):
+            head = struct.pack("<iHHi", i, len(leaf), t, i + 1 if i < len(leaves) else 0)
+            if lind:
+                head += struct.pack("<i", i - 1)          # PSB, the previous leaf
+            body = b"".join(k.ljust(le, b" ") + ref for k, ref in leaf)
+            empty = b" " * le + bytes(12 if lind else 8)
+            leaf_recs.append(head + body + empty * (10 - len(leaf)))
+        # nodes, level by level up to one root: (lowest key, PUNT)
+        level = [(leaf[0][0], -i) for i, leaf in enumerate(leaves, 1)]
+        nodes: list[bytes] = []
+        liv = -1 if not leaves else 0
+        while level:
+            groups = [level[i:i + 10] for i in range(0, len(level), 10)]
+            up = []
+            for g in groups:
+                pos = len(nodes) + 1
+                nodes.append(struct.pack("<iHH", pos, len(g), t)
+                             + b"".join(k.ljust(le, b" ") + struct.pack("<i", pt) for k, pt in g)
+                             + (b" " * le + bytes(4)) * (10 - len(g)))
+                up.append((g[0][0], pos))
+            if len(up) == 1:
+                break
+            level, liv = up, liv + 1
+        files["cnt"] += struct.pack("<HHHHHhiiiH", t, 5, 5, 15, 5, liv,
+                                    len(nodes), len(nodes), len(leaf_recs), 0)
+        files[f"n0{t}"] = b"".join(nodes)
+        files[f"ly{t}" if lind else f"l0{t}"] = b"".join(leaf_recs)
+    if lind:
+        files["iyp"] = bytes(iyp)
+    else:
+        files["ifp"] = bytes(ifp)
+    return joined(*(files[e] for e in ISIS_INDEX_EXTS))
 
 
 def write(out: Path, seeds: Iterator[tuple[str, bytes]], max_size: int,

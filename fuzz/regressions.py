@@ -215,6 +215,35 @@ def stopwords_lone_cr() -> bytes:
     return SEP.join([b"", b"", words])
 
 
+# A number taken from a format that wrote nothing, before any output
+# (the record has no field 99): f() and val() of it (fuzz_fst's input was
+# "1024 1000 v24f(v24.103,0,0)" over a record without field 24).
+FST_NUMBER_OF_NOTHING = "1 0 f(v99,0,0)\n2 0 if val(v99)=0 then 'ZERO' fi\n"
+
+
+def fst_number_of_nothing() -> bytes:
+    """FST_NUMBER_OF_NOTHING over a record with only field 24."""
+    return SEP.join([FST_NUMBER_OF_NOTHING.encode(), b"24 abc\n"])
+
+
+# Two keys in a classic ISIS inverted file (fuzz/make_seeds.py
+# isis_inverted), tree 1 only.
+ISIS_TERMS = [(b"APPLE", [(1, 24, 1, 1)]), (b"BANANA", [(2, 24, 1, 1)])]
+ISIS_LEAF_INFO1 = 12 + 10   # the first entry's INFO1 in a classic LE 10 leaf
+
+
+def isis_block_int32_min() -> bytes:
+    """ISIS_TERMS with the first key's posting list at block -2^31 (INFO1
+    of the first leaf entry; the fuzzer's input had 0x80000000 there)."""
+    import make_seeds
+
+    parts = make_seeds.isis_inverted(ISIS_TERMS).split(SEP)
+    leaves = bytearray(parts[3])   # .l01
+    struct.pack_into("<i", leaves, ISIS_LEAF_INFO1, -2**31)
+    parts[3] = bytes(leaves)
+    return SEP.join(parts)
+
+
 CASES = [
     Case("shm-word-ahead", "mst", "", shm_word_ahead,
          "hang: every read switched files forever (read.c pydb__header_gen "
@@ -243,6 +272,20 @@ CASES = [
          "entry claiming 100 M postings over a one-posting list is refused "
          "before anything is allocated for it (nidx_seg.c pydb__ncur_next: "
          "count <= posting bytes)"),
+    Case("fst-number-of-nothing", "fst", "", fst_number_of_nothing,
+         "undefined behaviour in fst_format.c eval_num (UBSan: zero offset "
+         "applied to a null pointer, memcpy from NULL): the number of a "
+         "format that wrote nothing into an output not yet allocated; "
+         "take_number now copies only what was written (found by the "
+         "short CI tier, fuzz/ci, without the real data)"),
+    Case("isis-ifp-block-int32-min", "isis_index",
+         "posting list address -2147483648/2 outside the IFP", isis_block_int32_min,
+         "undefined behaviour in isis_read.c ifp_addr (UBSan: signed "
+         "overflow in block - 1, computed before the address was checked) "
+         "for a leaf entry naming IFP block -2^31; the offsets of IFP blocks "
+         "and of B-tree records (isis_int.h node_off, leaf_off) are now "
+         "computed in 64 bits (found by the short CI tier, fuzz/ci, from "
+         "the ISIS seeds make_seeds.py writes)"),
     Case("stw-lone-cr", "keys", "", stopwords_lone_cr,
          "heap-buffer-overflow in pydb__stopwords_parse (keys.c): words "
          "counted by LF, split at CR and 0x1A too; now counted alike"),

@@ -97,13 +97,44 @@ def assert_clean(p: subprocess.CompletedProcess[str]) -> None:
 def test_seeds_replay_clean(standalone, seeds, target):
     corpus = seeds / target
     n = len(list(corpus.iterdir()))
-    if n == 0 and not DATA.is_dir():
-        # ISIS inverted files come only from the real data (pydb writes none)
-        pytest.skip(f"no seeds for {target} without the real CDS/ISIS data at {DATA}")
     assert n > 0, f"make_seeds.py made no seeds for {target}"
     p = run(standalone / f"fuzz_{target}", corpus)
     assert_clean(p)
     assert f"ran {n} inputs" in p.stdout
+
+
+@pytest.mark.parametrize("lind", [False, True], ids=["classic", "lind"])
+def test_isis_seed_writer_reads_back(tmp_path, lind):
+    """make_seeds.isis_inverted (the isis_index seeds without the real
+    data) writes ISIS inverted files that pydb's reader opens as such and
+    reads back exactly: the keys and postings of the native index they
+    were made from (LIND lists keep MFN and CNT, docs/isis-formats.md
+    §4.7), through trees of two levels in tree 1 and one in tree 2."""
+    records = [[(24, "The survey of water"), (30, f"KEY{i:04d}"),
+                (26, f"A publisher name longer than ten {i % 3}")] for i in range(1, 131)]
+    fst = "24 4 V24\n26 0 V26\n30 0 V30\n"
+    with pydb.create(tmp_path / "native", fst=fst, max_key=30) as db:
+        for r in records:
+            db.append(r)
+        terms = make_seeds.index_terms(db)
+    parts = make_seeds.isis_inverted(terms, lind).split(make_seeds.SEP)
+    with pydb.create(tmp_path / "db") as db:
+        for r in records:
+            db.append(r)
+    # (the classic set's trailing LIND parts are dropped: not strict)
+    for ext, blob in zip(make_seeds.ISIS_INDEX_EXTS, parts, strict=False):
+        if blob:
+            (tmp_path / f"db.{ext}").write_bytes(blob)
+    with pydb.open(tmp_path / "db") as db:
+        info = db.index.info
+        assert (db.index.kind, info["le1"], info["le2"]) == (
+            ("isis-lind", 16, 60) if lind else ("isis-classic", 10, 30))
+        assert [(t["liv"], t["leaves"]) for t in info["trees"]] == [(1, 14), (0, 1)]
+        got = make_seeds.index_terms(db)
+    assert len(terms) == 135 and sum(len(p) for _, p in terms) == 130 * 6
+    if lind:
+        terms = [(k, [(m, 0, 0, c) for m, _t, _o, c in p]) for k, p in terms]
+    assert got == terms
 
 
 @pytest.mark.parametrize("target", sorted(atheris_targets.TARGETS))
@@ -214,6 +245,37 @@ def test_stop_words_ended_by_cr(tmp_path):
     with pydb.create(tmp_path / "db", fst="24 4 V24", stw=stw) as db:
         db.append([(24, "The world of water on a hill")])
         assert [t.key for t in db.terms()] == ["HILL", "WATER"]
+
+
+@pytest.mark.sanitize_address
+def test_fst_number_of_a_format_that_wrote_nothing(tmp_path):
+    """fuzz_fst found (fuzz/ci): f() and val() of a format that writes
+    nothing, before the record's output was allocated, copied from a NULL
+    pointer (undefined behaviour).  The number is 0."""
+    with pydb.create(tmp_path / "db", fst=regressions.FST_NUMBER_OF_NOTHING) as db:
+        db.append([(24, "abc")])
+        assert [(t.key, list(db.postings(t.key))) for t in db.terms()] == [
+            ("0", [(1, 1, 1, 1)]),
+            ("ZERO", [(1, 2, 1, 1)])]
+
+
+def test_isis_posting_list_at_block_int32_min(tmp_path):
+    """fuzz_isis_index found (fuzz/ci): a leaf entry naming IFP block
+    -2^31 overflowed `block - 1` (undefined behaviour) before the address
+    was checked.  Opening the index now names the .ifp and the address."""
+    with pydb.create(tmp_path / "db") as db:
+        db.append([(24, "Apple")])
+        db.append([(24, "Banana")])
+    parts = regressions.isis_block_int32_min().split(regressions.SEP)
+    for ext, blob in zip(make_seeds.ISIS_INDEX_EXTS, parts, strict=False):
+        if blob:
+            (tmp_path / f"db.{ext}").write_bytes(blob)
+    with pydb.open(tmp_path / "db") as db:
+        with pytest.raises(pydb.CorruptionError) as ei:
+            _ = db.index
+    e = ei.value
+    assert e.filename == str(tmp_path / "db.ifp")
+    assert e.reason == "posting list address -2147483648/2 outside the IFP (1 blocks)"
 
 
 def test_native_keys_out_of_order(tmp_path):

@@ -422,6 +422,18 @@ def test_claim_of_a_dead_collector_is_cleared(tmp_path):
     assert _shm_words(base)[2] == 0
 
 
+def wait_zombie(pid: int) -> None:
+    """Until process pid (a child not waited for) has exited and waits to
+    be reaped: state Z in /proc/<pid>/stat (kill(pid, 0) still succeeds)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not become a zombie in 30 s")
+
+
 def test_killed_unreaped_snapshot_holder_pins_nothing(tmp_path):
     """A reader killed and not yet reaped by its parent (a zombie: kill(pid,
     0) still succeeds, /proc still lists it) holds nothing: the next
@@ -437,12 +449,7 @@ def test_killed_unreaped_snapshot_holder_pins_nothing(tmp_path):
         for i in range(20):
             w.update(1, [(1, f"{i}")])
         os.kill(holder.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30   # the kernel makes it a zombie
-        while time.monotonic() < deadline:
-            with open(f"/proc/{holder.pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    break
-            time.sleep(0.01)
+        wait_zombie(holder.pid)
         assert (holder.pid, commit) in reader_slots(base)
         assert w.stat()["garbage"]["versions"] == 20
         got = w.collect(timeout=60)
@@ -453,3 +460,55 @@ def test_killed_unreaped_snapshot_holder_pins_nothing(tmp_path):
         holder.kill()
         holder.wait()
         w.close()
+
+
+SHM_GC_LEASE = 416   # csrc/shm.c OFF_GC_LEASE: u64 pid << 32 | heartbeat
+
+
+def _lease_word(base) -> int:
+    with open(shm_path(base), "rb") as f:
+        f.seek(SHM_GC_LEASE)
+        return struct.unpack("<Q", f.read(8))[0]
+
+
+def test_lease_of_an_unreaped_collector_is_taken_over(tmp_path):
+    """A collector that exited and is not yet reaped by its parent (a
+    zombie: kill(pid, 0) still succeeds) holds the collector lease no
+    longer, however fresh its heartbeat: the collector thread of another
+    process takes the lease over and collects the garbage.  The lease
+    word names the zombie with a heartbeat this test keeps fresh (a live
+    holder's heartbeat would be; a silent one is replaced after 5 s,
+    gc.c GC_LEASE_STALE_DS), so only the zombie check lets the thread in."""
+    base = tmp_path / "l"
+    with pydb.create(base, sync=False, gc="none") as db:
+        db.append([(1, "x")])
+        for i in range(20):
+            db.update(1, [(1, f"{i}")])
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_zombie(zombie.pid)
+
+        def beat() -> None:   # the zombie takes a step now (deciseconds, as gc.c)
+            now = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 100_000_000
+            with open(shm_path(base), "r+b") as f:
+                f.seek(SHM_GC_LEASE)
+                f.write(struct.pack("<Q", zombie.pid << 32 | now & 0xFFFFFFFF))
+
+        def refresh() -> None:   # ... while it holds the lease
+            if _lease_word(base) >> 32 == zombie.pid:
+                beat()
+
+        beat()
+        with pydb.open(base, readonly=False, sync=False, gc="background") as w:
+            refresh()
+            w.update(1, [(1, "after the lease")])
+            deadline = time.monotonic() + 30
+            while w.stat()["garbage"]["versions"] and time.monotonic() < deadline:
+                refresh()
+                time.sleep(0.05)
+            assert w.stat()["garbage"]["versions"] == 0
+            assert list(w[1].fields) == [(1, "after the lease")]
+        assert zombie.poll() == 0
+    finally:
+        zombie.kill()
+        zombie.wait()
