@@ -33,6 +33,11 @@
  * POSIX table).  Not thread-safe; tests only. */
 void pydb__test_set_read_delay(unsigned usec);
 
+/* A search read with the GIL held (pydb_search_nowait) gives up after
+ * `n` postings (default 65536) and is redone with it released.  Returns
+ * the previous limit.  Not thread-safe; tests only. */
+size_t pydb__test_set_nowait_postings(size_t n);
+
 /* Fault injection: make the n-th (1-based) write-side file operation
  * (pwrite, fsync, fdatasync, ftruncate, rename, unlink) fail with `eno`;
  * with `short_write` = 1, an n-th pwrite writes less than asked and the
