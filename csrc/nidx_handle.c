@@ -760,8 +760,7 @@ static uint64_t header_latest(nidx *x)
     return s && pydb__shm_valid(s) ? pydb__shm_latest(s) : 0;
 }
 
-/* The MANIFEST was read with the header at commit `latest`. */
-static void seen(nidx *x, uint64_t latest)
+void pydb__nidx_seen(nidx *x, uint64_t latest)
 {
     atomic_store(&x->seen_ms, pydb__now_ms());
     atomic_store(&x->seen_commit, latest);
@@ -793,7 +792,7 @@ int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
         cur_gen = x->gen;
         pthread_mutex_unlock(&x->mu);
         if (g <= cur_gen) {   /* also: no MANIFEST now */
-            seen(x, latest);
+            pydb__nidx_seen(x, latest);
             return PYDB_OK;
         }
     }
@@ -810,7 +809,7 @@ int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
         pydb__nidx_install(x, ns, m.gen);
         ns = NULL;
     }
-    if (rc == PYDB_OK) seen(x, latest);
+    if (rc == PYDB_OK) pydb__nidx_seen(x, latest);
     pydb__nsegset_unref(ns);
     pydb__nsegset_unref(share[0]);
     pydb__nsegset_unref(share[1]);

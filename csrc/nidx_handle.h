@@ -202,6 +202,10 @@ int pydb__nidx_may_remove(struct pydb_shm *shm);
  * pydb_native_index_attach(ix, NULL) -- detaching, before the handle is
  * closed -- waits for it). */
 void pydb__nidx_met(nidx *x);
+/* The handle serves the MANIFEST that stood at the header's commit
+ * `latest`: refreshes read no file while the header stays there
+ * (pydb__nidx_refresh). */
+void pydb__nidx_seen(nidx *x, uint64_t latest);
 /* The collection callbacks of the commit hook (nidx_gc.c) and the end
  * of a merge in progress (at close). */
 int pydb__nidx_gc_collect(void *ctx, pydb_db *db,
