@@ -15,9 +15,13 @@ Markers (registered in pyproject.toml [tool.pytest.ini_options]):
                     marked tests (slow; `-m "not sanitizers"` leaves it out)
   spark             reads pydb's Parquet with Spark in local mode; skipped
                     unless the run selects it (`-m spark`; needs pyspark, Java)
+  cisis             compares with CISIS's own mx/ifupd/ifload (tests/test_cisis.py);
+                    skipped unless PYDB_CISIS names the folder tools/build-cisis
+                    made (`PYDB_CISIS=... python -m pytest -m cisis`)
 
 Environment, read here only:
   PYDB_TEST_DATA            folder of the real CDS/ISIS files
+  PYDB_CISIS                folder of the CISIS binaries (tools/build-cisis)
   PYDB_SANITIZER_INNER      set by tests/test_sanitizers.py in the runs it
                             starts ("address" or "thread"): SANITIZER below
   PYDB_HYPOTHESIS_EXAMPLES  max_examples of the property tests
@@ -160,11 +164,20 @@ def all_terms(ix, prefix=b"", batch=100000):
 def pytest_collection_modifyitems(config, items):
     """Inside a sanitizer run, the crash reproductions are skipped: they
     kill a child interpreter on purpose, which a sanitizer reports.  The
-    Spark tier runs only when selected (``-m spark``, docs/parquet.md)."""
+    Spark tier runs only when selected (``-m spark``, docs/parquet.md);
+    the CISIS tier only with its binaries (PYDB_CISIS, docs/isis-formats.md
+    §10.1)."""
     if "spark" not in (config.getoption("markexpr", "") or ""):
         later = pytest.mark.skip(reason="the Spark tier: python -m pytest -m spark")
         for item in items:
             if item.get_closest_marker("spark"):
+                item.add_marker(later)
+    cisis = os.environ.get("PYDB_CISIS", "")
+    if not (cisis and (Path(cisis) / "mx").is_file()):
+        later = pytest.mark.skip(reason="the CISIS tier: tools/build-cisis CISIS_SRC, "
+                                 "then PYDB_CISIS=<its folder> python -m pytest -m cisis")
+        for item in items:
+            if item.get_closest_marker("cisis"):
                 item.add_marker(later)
     if not SANITIZER:
         return
