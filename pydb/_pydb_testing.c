@@ -453,6 +453,7 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
         UNLOCKED(&io->guard, NULL, rc = pydb__nidx_test_commit_point(ix, &e));
         if (rc) return set_error(st, rc, &e);
         h.publish(h.ctx, NULL);
+        pydb__nidx_test_publish_state(ix);
         Py_RETURN_NONE;
     }
     if (strcmp(action, "publish") == 0) {
