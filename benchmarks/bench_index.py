@@ -33,7 +33,9 @@ indexing and the nearest tantivy queries (``test_*_tantivy``) run too.
 
 import os
 import shutil
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -336,6 +338,74 @@ def test_query_sqlite_fts5(benchmark, unesb_fts5, query_words, name, _, match):
     assert name in ("adjacent", "proximity") or len(result) > 0
 
 
+
+
+# ---- searches beside a CPU-bound Python thread ---------------------------
+#
+# A search that releases the GIL hands it to any runnable Python thread,
+# which keeps it for a switch interval (5 ms).  pydb keeps it for searches
+# of cached segments that read at most 65,536 postings
+# (pydb_search_nowait); sqlite3 releases it for every statement.  The
+# figure, ``fraction_of_solo``: median searches per second beside a busy
+# thread / alone (0.5 is the GIL's limit for two runnable threads).
+
+BUSY_SECONDS = 0.5   # searches per measurement: 100 switch intervals
+
+
+def _searches_per_s(run, exprs, seconds):
+    n = 0
+    t0 = time.perf_counter()
+    while True:
+        for e in exprs:
+            run(e)
+        n += len(exprs)
+        t = time.perf_counter() - t0
+        if t >= seconds:
+            return n / t
+
+
+def _beside_busy(benchmark, run, exprs):
+    """Searches of `exprs` for BUSY_SECONDS with a busy thread beside them
+    (timed) and alone (alternating), as a fraction of the rate alone."""
+    from pydb.crashtest import BusyThread
+    for e in exprs:
+        run(e)   # warm: pages cached and seen
+    alone, beside = [], []
+
+    def busy_round():
+        with BusyThread():
+            beside.append(_searches_per_s(run, exprs, BUSY_SECONDS))
+        alone.append(_searches_per_s(run, exprs, BUSY_SECONDS))
+
+    benchmark.pedantic(busy_round, rounds=5, iterations=1, warmup_rounds=0)
+    fraction = statistics.median(beside) / statistics.median(alone)
+    benchmark.extra_info.update(fraction_of_solo=round(fraction, 3),
+                                solo_per_s=round(statistics.median(alone)),
+                                beside_per_s=round(statistics.median(beside)))
+    assert fraction > 0
+
+
+#: the queries of QUERIES that read few postings (term, and, adjacency, a
+#: qualifier): what a web handler searches
+BUSY_QUERIES = ("term", "and", "adjacent", "qualifier")
+
+
+@pytest.mark.benchmark(group="searches beside a CPU-bound Python thread")
+def test_queries_beside_busy_thread_pydb(benchmark, unesb_index, query_words):
+    from pydb.search import search
+    exprs = [q[1].format(**query_words) for q in QUERIES if q[0] in BUSY_QUERIES]
+    _beside_busy(benchmark, lambda e: search(unesb_index, e), exprs)
+
+
+@needs_fts5
+@pytest.mark.benchmark(group="searches beside a CPU-bound Python thread")
+def test_queries_beside_busy_thread_sqlite_fts5(benchmark, unesb_fts5, query_words):
+    matches = [q[2].format(**query_words) for q in QUERIES if q[0] in BUSY_QUERIES]
+
+    def run(match):
+        return [m for (m,) in unesb_fts5.execute("select rowid from r where r match ?"
+                                                 " order by rowid", (match,))]
+    _beside_busy(benchmark, run, matches)
 
 # ---- the same hits: pydb's search against FTS5 --------------------------
 #

@@ -94,6 +94,12 @@ static int line_keys(kx *k, int tech, const uint8_t *t, size_t l,
                     p->cnt++;
                     if ((rc = emit(k, t + st, i - st, p, 0, &em))) return rc;
                     if (!em) p->cnt--;
+                } else if (i == st && i > 0 && i < l) {
+                    /* an empty subfield before a delimiter takes a
+                     * position, as in CISIS (cifst.c, technique 1: an
+                     * item of length 0 ended by the delimiter, cnt++);
+                     * a leading ^x does not */
+                    p->cnt++;
                 }
                 if (i == l) break;
                 i += 2;

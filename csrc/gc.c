@@ -687,6 +687,11 @@ static int coop_step(pydb_db *db, int swept)
         observe_commit(g);   /* another process' commit? */
         if (!__atomic_load_n(&g->pending, __ATOMIC_ACQUIRE)) return 0;
     }
+    /* a caller holding the GIL: the step is for its blocking redo */
+    if (pydb__nowait()) {
+        (void)pydb__nowait_refuse();
+        return 0;
+    }
     if (!lease_take(g)) return 0;   /* another process collects */
     if (pthread_mutex_trylock(&g->step) != 0) {
         if (policy & PYDB_GC_BACKGROUND) {   /* a step runs: hand it over */

@@ -226,11 +226,18 @@ static int borrowed_key(pydb_index *ix, const uint8_t *term, size_t len,
 
 static void borrowed_close(pydb_index *ix) { free(ix); }
 
+static int borrowed_resident(const pydb_index *ix)
+{
+    const pydb_index *o = ((const borrowed *)ix)->ix;
+    return o->ops->resident && o->ops->resident(o);
+}
+
 int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err)
 {
     static const pydb_index_ops ops = {"borrowed", borrowed_terms,
                                        borrowed_postings, borrowed_key,
-                                       borrowed_close, NULL, NULL};
+                                       borrowed_close, NULL, NULL,
+                                       borrowed_resident};
     borrowed *b = calloc(1, sizeof *b);
     if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     b->base = *ix;

@@ -39,6 +39,10 @@ typedef struct pydb_index_ops {
     int (*prefix_postings)(pydb_postings *out, pydb_runs *runs,
                            pydb_index *ix, const uint8_t *prefix,
                            size_t prefix_len, pydb_error *err);
+    /* Optional: 1 if reading the index now cannot wait for the disk (its
+     * bytes are in memory, or known to be in the page cache); NULL: it
+     * may.  A search that must not wait (pydb_search_nowait) asks it. */
+    int (*resident)(const pydb_index *ix);
 } pydb_index_ops;
 
 struct pydb_index {

@@ -5,7 +5,8 @@
  * 8-bit data: keys go through a 256-entry upper-case table.  The default
  * table is the CDS/ISIS DOS one (code page 437/850): a-z -> A-Z and the
  * accented letters 128..165 folded to their unaccented capitals (Ç ü é â
- * ä à å ç ê ë è ï î ì Ä Å É æ Æ ô ö ò û ù ÿ Ö Ü ... á í ó ú ñ Ñ); every
+ * ä à å ç ê ë è ï î ì Ä Å É ô ö ò û ù ÿ Ö Ü ... á í ó ú ñ Ñ; æ Æ to E, as
+ * CISIS's isisuctab); every
  * other byte maps to itself.  The default word characters (ISISAC) are
  * the letters only: A-Z, a-z and 128..165 — digits split words.
  *
@@ -49,10 +50,12 @@
 #include "nidx_int.h"
 #include "unicode_keys.h"
 
-/* CP437/850 accented letters 128..165 -> unaccented capital. */
+/* CP437/850 accented letters 128..165 -> unaccented capital, as CISIS's
+ * built-in upper-case table (cirun.h isisuctab, PC and UNIX): 145/146
+ * (æ Æ) to 'E'. */
 static const uint8_t dos_fold[38] = {
     'C', 'U', 'E', 'A', 'A', 'A', 'A', 'C', 'E', 'E', 'E', 'I', 'I', 'I',
-    'A', 'A', 'E', 'A', 'A', 'O', 'O', 'O', 'U', 'U', 'Y', 'O', 'U',
+    'A', 'A', 'E', 'E', 'E', 'O', 'O', 'O', 'U', 'U', 'Y', 'O', 'U',
     155, 156, 157, 158, 159, 'A', 'I', 'O', 'U', 'N', 'N'};
 
 /* Latin-1/cp1252 192..255 -> capital, as ABCD's ANSI ISISUC.TAB (ABCD

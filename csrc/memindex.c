@@ -105,8 +105,15 @@ static void mem_close(pydb_index *ix)
     free(m);
 }
 
+static int mem_resident(const pydb_index *ix)
+{
+    (void)ix;
+    return 1;   /* in memory */
+}
+
 static const pydb_index_ops mem_ops = {
-    "memory", mem_terms, mem_postings, mem_key, mem_close, NULL, NULL};
+    "memory", mem_terms, mem_postings, mem_key, mem_close, NULL, NULL,
+    mem_resident};
 
 int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err)
 {

@@ -194,8 +194,14 @@ static void hook_publish(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;
     nidx_segset *old, *ns, *drop;
+    pydb_shm *s = __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE);
     size_t keep;
     if (!x->pending) return;
+    /* The MANIFEST on disk is this commit's (prepare built it on the list
+     * it read under the writer lock), and the write path publishes the
+     * commit's state next under the same lock, as latest + 1: searches
+     * that follow need not read it again. */
+    if (s && pydb__shm_valid(s)) pydb__nidx_seen(x, pydb__shm_latest(s) + 1);
     pthread_mutex_lock(&x->mu);
     if (x->gen >= x->pending_gen) {
         /* a reader's refresh adopted this commit's MANIFEST already
@@ -324,6 +330,13 @@ int pydb__nidx_test_commit_point(pydb_index *ix, pydb_error *err)
     free(x->test_data);
     x->test_data = NULL;
     return PYDB_OK;
+}
+
+void pydb__nidx_test_publish_state(pydb_index *ix)
+{
+    pydb_shm *s = pydb__nidx_header((nidx *)ix);
+    pydb_state st;
+    if (s && pydb__shm_state(&st, s) == 0) pydb__shm_publish(s, &st);
 }
 
 void pydb__nidx_test_drop(pydb_index *ix)

@@ -254,7 +254,9 @@ static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
             if (c->klen < prefix_len ||
                 (prefix_len && memcmp(c->key, prefix, prefix_len) != 0))
                 break;
-            if (sink && (rc = sink_key(sink, ss, c, err))) goto cleanup;
+            if (sink && ((rc = pydb__nowait_spend(c->count)) ||
+                         (rc = sink_key(sink, ss, c, err))))
+                goto cleanup;
             if (fn && fn(ctx, c->key, c->klen, c->count)) break;
             if ((rc = pydb__ncur_next(c, err))) goto cleanup;
         }
@@ -290,6 +292,9 @@ static int terms_in(const char *dir, nidx_segset *ss, const uint8_t *prefix,
             k++;
         for (size_t j = 0; j < k; j++) {
             nidx_cursor *c = ord[j];
+            if ((sink || (fn && ss->newer_tombs[c->idx])) &&
+                (rc = pydb__nowait_spend(c->count)))
+                goto cleanup;
             if (sink && (rc = sink_key(sink, ss, c, err))) goto cleanup;
             if (!fn) continue;   /* postings only: no counts */
             if (ss->newer_tombs[c->idx]) {
@@ -372,7 +377,8 @@ static int postings_in(pydb_postings *out, nidx_segset *ss,
         c.s = ss->v[i];
         if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
         if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
-        if ((rc = pydb__nidx_decode_live(out, ss, i, &c, &live, err)))
+        if ((rc = pydb__nowait_spend(c.count)) ||
+            (rc = pydb__nidx_decode_live(out, ss, i, &c, &live, err)))
             goto cleanup;
         if (out->n > start) runs[parts++] = start;
         if (skipped) *skipped += c.count - live;
@@ -478,9 +484,17 @@ static void view_close(pydb_index *ix)
     free(v);
 }
 
+static int view_resident(const pydb_index *ix)
+{
+    const nidx_segset *ss = ((const nidx_view *)ix)->ss;
+    for (size_t i = 0; i < ss->n; i++)
+        if (!pydb__nseg_resident(ss->v[i])) return 0;
+    return 1;
+}
+
 static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_key, view_close, NULL,
-                                        view_prefix_postings};
+                                        view_prefix_postings, view_resident};
 
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
@@ -509,7 +523,8 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 }
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
-                                        nidx_key, nidx_close, nidx_pin, NULL};
+                                        nidx_key, nidx_close, nidx_pin, NULL,
+                                        NULL};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {
@@ -736,21 +751,52 @@ int pydb__nidx_install(nidx *x, nidx_segset *ns, uint64_t gen)
  * concurrent refreshes and commits never mix lists.  The list is the
  * MANIFEST's alone: segments of the current list it does not name (an
  * index rebuilt by another process) are not kept. */
+/* The header's latest commit (0: no valid header; under nowait also when
+ * it is not mapped yet: mapping it opens a file). */
+static uint64_t header_latest(nidx *x)
+{
+    pydb_shm *s = pydb__nowait() ? __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE)
+                                 : pydb__nidx_header(x);
+    return s && pydb__shm_valid(s) ? pydb__shm_latest(s) : 0;
+}
+
+void pydb__nidx_seen(nidx *x, uint64_t latest)
+{
+    atomic_store(&x->seen_ms, pydb__now_ms());
+    atomic_store(&x->seen_commit, latest);
+}
+
 int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
 {
     uint8_t *data = NULL;
     nidx_manifest m;
     nidx_segset *ns = NULL, *share[2];
-    uint64_t cur_gen;
+    uint64_t cur_gen, latest = header_latest(x);
     int rc;
 
+    /* Every commit that replaces the MANIFEST publishes a new state after
+     * it: no file is read while the header's latest commit stays where it
+     * was when the MANIFEST was last read.  A recovery that replays only
+     * the MANIFEST (a merge's or a rebuild's log) may publish nothing, so
+     * the head is read again every NIDX_SEEN_MS even then -- also by a
+     * call that must not wait: a read of a file read moments ago. */
+    if (!force && latest && latest == atomic_load(&x->seen_commit)) {
+        if (pydb__now_ms() - atomic_load(&x->seen_ms) < NIDX_SEEN_MS)
+            return PYDB_OK;
+    } else if (pydb__nowait()) {
+        return pydb__nowait_refuse();
+    }
     if (!force) {
         uint64_t g = pydb__nman_head_generation(x->manifest);
         pthread_mutex_lock(&x->mu);
         cur_gen = x->gen;
         pthread_mutex_unlock(&x->mu);
-        if (g <= cur_gen) return PYDB_OK;   /* also: no MANIFEST now */
+        if (g <= cur_gen) {   /* also: no MANIFEST now */
+            pydb__nidx_seen(x, latest);
+            return PYDB_OK;
+        }
     }
+    if (pydb__nowait()) return pydb__nowait_refuse();   /* segments to open */
     share[0] = pydb__nidx_acquire(x);
     pthread_mutex_lock(&x->mu);
     share[1] = x->prev;
@@ -763,6 +809,7 @@ int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
         pydb__nidx_install(x, ns, m.gen);
         ns = NULL;
     }
+    if (rc == PYDB_OK) pydb__nidx_seen(x, latest);
     pydb__nsegset_unref(ns);
     pydb__nsegset_unref(share[0]);
     pydb__nsegset_unref(share[1]);
@@ -802,6 +849,7 @@ int pydb__nidx_set_at(nidx_segset **out, nidx *x, uint64_t g,
         return PYDB_OK;
     }
     if ((*out = held_set(x, g)) != NULL) return PYDB_OK;
+    if (pydb__nowait()) return pydb__nowait_refuse();
     head = pydb__nman_head_generation(x->manifest);
     if (head > g) goto moved;
     share[0] = pydb__nidx_acquire(x);

@@ -93,6 +93,10 @@ void pydb__nsegset_unref(nidx_segset *ss);
 #define NIDX_NEWEST_SLACK ((uint64_t)1 << 16)
 void pydb__nsegset_finish(nidx_segset *ss);
 
+/* A refresh reads the MANIFEST's head at least this often (ms), even
+ * while the header says no commit replaced it (pydb__nidx_refresh). */
+#define NIDX_SEEN_MS 100
+
 typedef struct nidx {
     pydb_index base;
     char dir[1024], manifest[1100];
@@ -104,6 +108,10 @@ typedef struct nidx {
     struct pydb_shm *shm;    /* the database's commit header, or NULL
                                 (atomic; mapped on first use, then fixed) */
     char shm_path[1100], mst_path[1100];   /* "" : no database files     */
+    atomic_ullong seen_commit; /* the header's latest commit before the
+                                MANIFEST was last read (refresh): while it
+                                stays, no commit replaced the MANIFEST    */
+    atomic_llong seen_ms;    /* pydb__now_ms() of that read               */
     /* commit hook (nidx_commit.c) */
     pydb_put_file_fn put_file;
     void *put_ctx;
@@ -194,6 +202,10 @@ int pydb__nidx_may_remove(struct pydb_shm *shm);
  * pydb_native_index_attach(ix, NULL) -- detaching, before the handle is
  * closed -- waits for it). */
 void pydb__nidx_met(nidx *x);
+/* The handle serves the MANIFEST that stood at the header's commit
+ * `latest`: refreshes read no file while the header stays there
+ * (pydb__nidx_refresh). */
+void pydb__nidx_seen(nidx *x, uint64_t latest);
 /* The collection callbacks of the commit hook (nidx_gc.c) and the end
  * of a merge in progress (at close). */
 int pydb__nidx_gc_collect(void *ctx, pydb_db *db,

@@ -60,7 +60,14 @@ void pydb__nseg_unref(nidx_seg *s)
 {
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
     if (s->map) munmap(s->map, s->size);
+    pydb__resident_free(&s->res);
     free(s);
+}
+
+int pydb__nseg_resident(const nidx_seg *s)
+{
+    return s->res.chunks && pydb__resident(&s->res, s->map, s->size, 0,
+                                           s->size);
 }
 
 int pydb__nseg_has_tomb(const nidx_seg *s, int32_t mfn)
@@ -167,6 +174,8 @@ int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
             goto cleanup;
         }
     }
+    /* without the table the segment counts as never resident */
+    (void)pydb__resident_init(&s->res, s->size);
 cleanup:
     if (fd >= 0) pydb__vfs->close(fd);
     if (rc) {

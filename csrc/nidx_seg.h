@@ -56,6 +56,7 @@ typedef struct nidx_seg {
     uint32_t ntomb;
     const uint8_t *tomb;     /* ntomb i32, little-endian */
     uint64_t gen;
+    pydb_residency res;      /* which pages of map are in the page cache */
 } nidx_seg;
 
 /* Map and validate the segment at path (generation gen); *out holds one
@@ -65,6 +66,10 @@ int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
                     pydb_error *err);
 /* Drop one reference (NULL is ignored); the last one unmaps. */
 void pydb__nseg_unref(nidx_seg *s);
+/* 1 if every page of the segment is known to be in the page cache
+ * (resident.c: a mincore(2) at most PYDB_RES_TTL_MS ago), so that reading
+ * it cannot wait for the disk. */
+int pydb__nseg_resident(const nidx_seg *s);
 /* Tombstone i (< s->ntomb), ascending in i. */
 static inline int32_t pydb__nseg_tomb(const nidx_seg *s, uint32_t i)
 {

@@ -868,6 +868,18 @@ int pydb_memindex_add(pydb_index *ix, const uint8_t *key, size_t len,
  * PYDB_ENOMEM.  Thread-safe on shared ix and db. */
 int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
                 const char *expr, size_t len, pydb_error *err);
+/* pydb_search() only if it cannot wait: the index is in memory or a
+ * native index whose segments are all known to be in the page cache (a
+ * mincore(2) at most 100 ms ago), no file has to be read to follow a
+ * commit (the commit header says none replaced the MANIFEST), no
+ * collector step is due (cooperative policies), no XRF has to be read,
+ * and it reads at most 65,536 postings.  Otherwise PYDB_EWOULDBLOCK (no
+ * detail set) and the caller uses pydb_search().  The binding calls it
+ * with the GIL held (docs/conventions.md, GIL rule 6).  Other errors and
+ * ownership as pydb_search(). */
+int pydb_search_nowait(int32_t **mfns, size_t *n, pydb_index *ix,
+                       pydb_db *db, const char *expr, size_t len,
+                       pydb_error *err);
 #define PYDB_SEARCH_MAX_LEN 65536    /* bytes of an expression             */
 #define PYDB_SEARCH_MAX_DEPTH 100    /* nested parentheses                 */
 
@@ -1040,6 +1052,11 @@ int pydb_snapshot_index(pydb_index **view, const pydb_snapshot *snap,
 int pydb_snapshot_search(int32_t **mfns, size_t *n, pydb_index *view,
                          const pydb_snapshot *snap, const char *expr,
                          size_t len, pydb_error *err);
+/* pydb_snapshot_search() only if it cannot wait (the rules of
+ * pydb_search_nowait()); else PYDB_EWOULDBLOCK. */
+int pydb_snapshot_search_nowait(int32_t **mfns, size_t *n, pydb_index *view,
+                                const pydb_snapshot *snap, const char *expr,
+                                size_t len, pydb_error *err);
 
 /* ======================================================================
  * 8. Validator (csrc/check.c)

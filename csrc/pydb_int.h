@@ -249,6 +249,29 @@ typedef struct pydb_gc_ops {
     void (*resume)(pydb_db *db);
 } pydb_gc_ops;
 
+/* Calls that must not wait (the *_nowait entry points, which the binding
+ * makes with the GIL held: docs/conventions.md §4, rule 6) mark their
+ * thread for their duration.  Work on their path that could wait -- a
+ * collector step a reader met (gc.c), an index refresh that reads files
+ * (nidx_handle.c), segment pages not known to be in the page cache, more
+ * than pydb__nowait_postings postings (search_eval.c) -- is then not
+ * done: pydb__nowait_refuse() records it and the entry point returns
+ * PYDB_EWOULDBLOCK, and its caller calls the blocking variant.  Per
+ * thread, not nested. */
+void pydb__nowait_begin(void);
+/* Ends the mark; 1 if something was refused meanwhile. */
+int pydb__nowait_end(void);
+/* 1 while the thread's call must not wait. */
+int pydb__nowait(void);
+/* Something that could wait was left undone: returns PYDB_EWOULDBLOCK. */
+int pydb__nowait_refuse(void);
+/* About to read `postings` postings: PYDB_OK, or under nowait past the
+ * call's budget (pydb__nowait_postings) pydb__nowait_refuse(). */
+int pydb__nowait_spend(uint64_t postings);
+/* Postings a search may read before it counts as long work (test hook:
+ * pydb__set_nowait_postings, pydb_test.h). */
+extern size_t pydb__nowait_postings;
+
 /* After a commit was published, on the committing thread: wakes the
  * collector.  Cheap, never blocks on it. */
 static inline void pydb__gc_notify(pydb_db *db)

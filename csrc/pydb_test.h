@@ -33,6 +33,11 @@
  * POSIX table).  Not thread-safe; tests only. */
 void pydb__test_set_read_delay(unsigned usec);
 
+/* A search read with the GIL held (pydb_search_nowait) gives up after
+ * `n` postings (default 65536) and is redone with it released.  Returns
+ * the previous limit.  Not thread-safe; tests only. */
+size_t pydb__test_set_nowait_postings(size_t n);
+
 /* Fault injection: make the n-th (1-based) write-side file operation
  * (pwrite, fsync, fdatasync, ftruncate, rename, unlink) fail with `eno`;
  * with `short_write` = 1, an n-th pwrite writes less than asked and the
@@ -140,6 +145,11 @@ int pydb__nidx_hook(pydb_index *ix, pydb_commit_hook *out, pydb_error *err);
  * write-ahead-log replay does) or drop it (abort). */
 int pydb__nidx_use_test_put(pydb_index *ix, pydb_error *err);
 int pydb__nidx_test_commit_point(pydb_index *ix, pydb_error *err);
+/* After the hook's publish: a new state in the database's commit header
+ * (a copy of the latest), as the write path publishes one after the
+ * hook's publish (readers look at the MANIFEST again when the latest
+ * commit moves). */
+void pydb__nidx_test_publish_state(pydb_index *ix);
 void pydb__nidx_test_drop(pydb_index *ix);
 
 #endif

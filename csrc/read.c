@@ -862,6 +862,19 @@ static int read_latest(pydb_record **rec, pydb_db *db, int32_t mfn,
     }
 }
 
+/* The end of a *_nowait read begun with pydb__nowait_begin(): a read that
+ * left work undone (a collector step it met: pydb_int.h) is dropped and
+ * PYDB_EWOULDBLOCK returned, so that the blocking read does it. */
+static int nowait_done(pydb_record **rec, int rc)
+{
+    if (pydb__nowait_end() && rc == PYDB_OK) {
+        pydb_record_free(*rec);
+        *rec = NULL;
+        rc = PYDB_EWOULDBLOCK;
+    }
+    return rc;
+}
+
 int pydb_read(pydb_record **rec, pydb_db *db, int32_t mfn, pydb_error *err)
 {
     return read_latest(rec, db, mfn, err, 0);
@@ -873,7 +886,8 @@ int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
     /* O_DIRECT always waits for the disk: say so before any work.  pread
      * and mmap read from the page cache only (vfs.c, resident.c). */
     if (db->io == PYDB_IO_DIRECT) return PYDB_EWOULDBLOCK;
-    return read_latest(rec, db, mfn, err, 1);
+    pydb__nowait_begin();
+    return nowait_done(rec, read_latest(rec, db, mfn, err, 1));
 }
 
 int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
@@ -1161,7 +1175,9 @@ int pydb_snapshot_read_nowait(pydb_record **rec, const pydb_snapshot *snap,
                               int32_t mfn, pydb_error *err)
 {
     if (snap->db->io == PYDB_IO_DIRECT) return PYDB_EWOULDBLOCK;
-    return read_in_gen(rec, NULL, snap->db, &snap->st, mfn, err, 1);
+    pydb__nowait_begin();
+    return nowait_done(rec, read_in_gen(rec, NULL, snap->db, &snap->st, mfn,
+                                        err, 1));
 }
 
 int pydb_snapshot_xrf_get(pydb_xrf_entry *out, const pydb_snapshot *snap,

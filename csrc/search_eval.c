@@ -642,7 +642,8 @@ static int drop_inactive(int32_t *v, size_t *n, pydb_db *db,
  * commits do not update. */
 static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
                       pydb_db *db, const pydb_snapshot *snap,
-                      const char *expr, size_t len, pydb_error *err)
+                      const char *expr, size_t len, int nowait,
+                      pydb_error *err)
 {
     node *root = NULL, *nodes = NULL;
     pydb_index *view = NULL;
@@ -674,6 +675,13 @@ static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
     }
     c.ix = view ? view : ix;
     c.err = err;
+    /* without waiting: an index whose reading may wait for the disk, or
+     * an XRF to filter by, is for the blocking call */
+    if (nowait && (!c.ix->ops->resident || !c.ix->ops->resident(c.ix) ||
+                   ((db || snap) && ix->kind != PYDB_INDEX_NATIVE))) {
+        rc = pydb__nowait_refuse();
+        goto cleanup;
+    }
     if (!has_positional(root)) {
         mset m;
         if ((rc = mset_eval(&m, root, &c))) goto cleanup;
@@ -718,7 +726,32 @@ cleanup:
 int pydb_search(int32_t **mfns, size_t *n, pydb_index *ix, pydb_db *db,
                 const char *expr, size_t len, pydb_error *err)
 {
-    return search_run(mfns, n, ix, db, NULL, expr, len, err);
+    return search_run(mfns, n, ix, db, NULL, expr, len, 0, err);
+}
+
+/* A search run with the thread marked (pydb__nowait_begin, pydb_int.h):
+ * anything it refused makes the result PYDB_EWOULDBLOCK. */
+static int search_nowait(int32_t **mfns, size_t *n, pydb_index *ix,
+                         const pydb_snapshot *snap, pydb_db *db,
+                         const char *expr, size_t len, pydb_error *err)
+{
+    int rc;
+    pydb__nowait_begin();
+    rc = search_run(mfns, n, ix, db, snap, expr, len, 1, err);
+    if (pydb__nowait_end() && rc == PYDB_OK) {
+        free(*mfns);
+        *mfns = NULL;
+        *n = 0;
+        rc = PYDB_EWOULDBLOCK;
+    }
+    return rc;
+}
+
+int pydb_search_nowait(int32_t **mfns, size_t *n, pydb_index *ix,
+                       pydb_db *db, const char *expr, size_t len,
+                       pydb_error *err)
+{
+    return search_nowait(mfns, n, ix, NULL, db, expr, len, err);
 }
 
 int pydb_snapshot_search(int32_t **mfns, size_t *n, pydb_index *view,
@@ -731,5 +764,14 @@ int pydb_snapshot_search(int32_t **mfns, size_t *n, pydb_index *view,
         return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
                           "pydb_snapshot_search: no snapshot");
     }
-    return search_run(mfns, n, view, NULL, snap, expr, len, err);
+    return search_run(mfns, n, view, NULL, snap, expr, len, 0, err);
+}
+
+int pydb_snapshot_search_nowait(int32_t **mfns, size_t *n, pydb_index *view,
+                                const pydb_snapshot *snap, const char *expr,
+                                size_t len, pydb_error *err)
+{
+    if (!snap) return pydb_snapshot_search(mfns, n, view, snap, expr, len,
+                                           err);
+    return search_nowait(mfns, n, view, snap, NULL, expr, len, err);
 }

@@ -1,7 +1,8 @@
 /*
  * util.c - the helpers declared in util.h: growable buffer, CRC-32C,
  * write_full, the fsync-the-directory policy, whole-file writes and the
- * atomic replace of a file, and the PYDB_ASSERT failure path.
+ * atomic replace of a file, the PYDB_ASSERT failure path, and the mark of
+ * a call that must not wait (pydb__nowait_*, declared in pydb_int.h).
  *
  * Depends on: vfs.c (pydb__vfs: every file operation goes through the
  * table, so fault injection sees it), error.c (pydb__error_set).
@@ -29,6 +30,58 @@ void pydb__assert_fail(const char *cond, const char *file, int line)
             line);
     fflush(stderr);
     abort();
+}
+
+/* ------------------------------------------------------------- nowait */
+
+/* pydb_int.h: the thread's *_nowait call in progress and whether it
+ * refused work.  65536 postings are decoded in about 0.2 ms here: a
+ * search longer than that gives the GIL up (docs/conventions.md §4). */
+static _Thread_local struct {
+    int on, refused;
+    uint64_t left;   /* postings it may still read */
+} nowait_call;
+size_t pydb__nowait_postings = 65536;
+
+void pydb__nowait_begin(void)
+{
+    nowait_call.on = 1;
+    nowait_call.refused = 0;
+    nowait_call.left = pydb__nowait_postings;
+}
+
+int pydb__nowait_end(void)
+{
+    int r = nowait_call.refused;
+    nowait_call.on = 0;
+    nowait_call.refused = 0;
+    return r;
+}
+
+int pydb__nowait(void)
+{
+    return nowait_call.on;
+}
+
+int pydb__nowait_refuse(void)
+{
+    nowait_call.refused = 1;
+    return PYDB_EWOULDBLOCK;
+}
+
+int pydb__nowait_spend(uint64_t postings)
+{
+    if (!nowait_call.on) return PYDB_OK;
+    if (postings > nowait_call.left) return pydb__nowait_refuse();
+    nowait_call.left -= postings;
+    return PYDB_OK;
+}
+
+size_t pydb__test_set_nowait_postings(size_t n)
+{
+    size_t old = pydb__nowait_postings;
+    pydb__nowait_postings = n;
+    return old;
 }
 
 /* ------------------------------------------------------------- buffer */

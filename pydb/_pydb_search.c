@@ -4,9 +4,10 @@
  * Which MFNs are dropped as deleted is pydb_search()'s rule (pydb.h);
  * this file only passes the Index's and the Database's handles.
  *
- * _search() evaluates with the GIL released inside UNLOCKED() on both the
- * Index's and the Database's guard, so that close() of either waits for
- * it.
+ * _search() evaluates with the GIL held when the search cannot wait
+ * (pydb_search_nowait: cached segments, a bounded number of postings),
+ * else with it released inside UNLOCKED() on both the Index's and the
+ * Database's guard, so that close() of either waits for it.
  */
 #include "_pydb_database.h"
 #include "_pydb_index.h"
@@ -109,9 +110,14 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
     /* Which MFNs the XRF drops is pydb_search()'s rule (pydb.h). */
     text = PyBytes_AS_STRING(encoded);
     text_len = (size_t)PyBytes_GET_SIZE(encoded);
-    UNLOCKED(&ix->guard, db ? &db->guard : NULL,
-             rc = pydb_search(&mfns, &n, ix->ix, db ? db->db : NULL, text,
-                             text_len, &e));
+    /* A search that cannot wait runs with the GIL held (conventions.md
+     * §4, rule 6); otherwise release it and search. */
+    rc = pydb_search_nowait(&mfns, &n, ix->ix, db ? db->db : NULL, text,
+                            text_len, &e);
+    if (rc == PYDB_EWOULDBLOCK)
+        UNLOCKED(&ix->guard, db ? &db->guard : NULL,
+                 rc = pydb_search(&mfns, &n, ix->ix, db ? db->db : NULL,
+                                  text, text_len, &e));
     if (rc) {
         if (rc == PYDB_ESYNTAX)
             e.offset = search_char_offset(encoded, e.offset, encoding);

@@ -604,9 +604,13 @@ static PyObject *snapshot_search(SnapshotObject *s, PyObject *args)
     text = PyBytes_AS_STRING(encoded);
     text_len = (size_t)PyBytes_GET_SIZE(encoded);
     memset(&e, 0, sizeof e);
-    UNLOCKED(&s->guard, &view->guard,
-             rc = pydb_snapshot_search(&mfns, &n, view->ix, s->snap, text,
-                                       text_len, &e));
+    /* with the GIL held if it cannot wait, as _search() */
+    rc = pydb_snapshot_search_nowait(&mfns, &n, view->ix, s->snap, text,
+                                     text_len, &e);
+    if (rc == PYDB_EWOULDBLOCK)
+        UNLOCKED(&s->guard, &view->guard,
+                 rc = pydb_snapshot_search(&mfns, &n, view->ix, s->snap,
+                                           text, text_len, &e));
     if (rc) {
         if (rc == PYDB_ESYNTAX)
             e.offset = search_char_offset(encoded, e.offset, encoding);

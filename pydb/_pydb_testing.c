@@ -13,6 +13,8 @@
  *                                    fail; crash=True calls _exit(137)
  *   io_count(), io_fired()           what fail_io() counted / fired
  *   set_read_delay(usec)             make every core pread sleep first
+ *   set_nowait_postings(n)           postings a search reads with the GIL
+ *                                    held before it releases it
  *   commit_hook(db, path)            install a commit hook that writes a
  *   hook_counts()                    file in each transaction (+ counters)
  * Others drive internals directly, without a database or a writer:
@@ -72,6 +74,14 @@ static PyObject *mod_test_read_delay(PyObject *m, PyObject *arg)
     if (us == (unsigned long)-1 && PyErr_Occurred()) return NULL;
     pydb__test_set_read_delay((unsigned)us);
     Py_RETURN_NONE;
+}
+
+static PyObject *mod_test_nowait_postings(PyObject *m, PyObject *arg)
+{
+    size_t n = PyLong_AsSize_t(arg);
+    (void)m;
+    if (n == (size_t)-1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromSize_t(pydb__test_set_nowait_postings(n));
 }
 
 /* ---------------------------------------------- a test commit hook */
@@ -443,6 +453,7 @@ static PyObject *native_hook(PyObject *m, PyObject *args)
         UNLOCKED(&io->guard, NULL, rc = pydb__nidx_test_commit_point(ix, &e));
         if (rc) return set_error(st, rc, &e);
         h.publish(h.ctx, NULL);
+        pydb__nidx_test_publish_state(ix);
         Py_RETURN_NONE;
     }
     if (strcmp(action, "publish") == 0) {
@@ -604,6 +615,10 @@ static PyMethodDef testing_functions[] = {
     {"set_read_delay", mod_test_read_delay, METH_O,
      "set_read_delay(usec, /)\n--\n\nMake every pread of the core sleep "
      "`usec` microseconds first (0 turns it off).  Process-wide."},
+    {"set_nowait_postings", mod_test_nowait_postings, METH_O,
+     "set_nowait_postings(n, /)\n--\n\nA search gives the GIL up once it "
+     "would read more than `n` postings (default 65536); returns the "
+     "previous limit.  Process-wide."},
     {"commit_hook", mod_test_commit_hook, METH_VARARGS,
      "commit_hook(db, path, /)\n--\n\nInstall on `db` a commit hook that "
      "writes one line 'mfn nbefore nafter deleted' per change into the file "

@@ -34,7 +34,6 @@ asserted, so a new one fails.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from collections import Counter
@@ -422,23 +421,15 @@ def classify(base: Path, theirs: Lists, mine: Lists) -> Counter[str]:
     """The reason (INDEX_REASONS) of every key whose lists differ."""
     out: Counter[str] = Counter()
     stw = base.parent / f"{base.name}.stw"
-    with pydb.open(base, encoding=ENC) as db:
-        for key in sorted(set(theirs) | set(mine)):
-            a, b = theirs.get(key, []), mine.get(key, [])
-            if a == b:
-                continue
-            changed = set(a) ^ set(b)
-            fields = [db.read(m).raw(t) for m, t in {p[:2] for p in changed}]
-            if not b and stw.is_file() and b"\r\n" in stw.read_bytes() \
-                    and key in stop_words(base):
-                out["CRLF stop words"] += 1
-            elif sorted(p[:3] for p in a) == sorted(p[:3] for p in b) and all(
-                    any(re.search(rb"\^.\^", v) for v in f) for f in fields):
-                out["empty subfield"] += 1
-            elif any(c in v for f in fields for v in f for c in b"\x91\x92"):
-                out["ae folded"] += 1
-            else:
-                out["other"] += 1
+    for key in sorted(set(theirs) | set(mine)):
+        a, b = theirs.get(key, []), mine.get(key, [])
+        if a == b:
+            continue
+        if not b and stw.is_file() and b"\r\n" in stw.read_bytes() \
+                and key in stop_words(base):
+            out["CRLF stop words"] += 1
+        else:
+            out["other"] += 1
     return out
 
 
@@ -448,22 +439,14 @@ INDEX_REASONS = {
     "CRLF stop words": "the .stw has DOS line ends: CISIS for Linux keeps the CR "
                        "in each stop word, so none matches and it indexes them; "
                        "pydb drops the CR (with LF line ends CISIS agrees)",
-    "ae folded": "cp850 0x91/0x92 (æ Æ): CISIS's built-in upper-case table "
-                 "(cirun.h isisuctab, PC/UNIX) folds them to E, pydb's DOS table "
-                 "to A (with pydb's table as uctab= CISIS agrees)",
-    "empty subfield": "technique 1: an empty subfield (^d^s) takes a CNT in "
-                      "CISIS (cifst.c: hlen 0 with a delimiter after it, cnt++), "
-                      "not in pydb: the keys after it in that line are one CNT "
-                      "apart",
 }
 #: Per database: CISIS's keys and postings, keys mx_dict asked for one by
 #: one, and the keys whose lists differ by reason (none unlisted).
 INDEX_TABLE = {
     "bireme__cisis/tests/CDS": (1324, 2772, 0, {"CRLF stop words": 15}),
-    "heitorbarbieri__Bruma/utf-8": (687, 1608, 0, {"ae folded": 2}),
+    "heitorbarbieri__Bruma/utf-8": (687, 1608, 0, {}),
     "scieloorg__pyisis/pyisis/pyisis/sample/cds": (1309, 2349, 0, {}),
-    "scieloorg__pyisis/pyisis/pyisis/sample/lilacs": (47388, 382294, 1,
-                                                      {"empty subfield": 3}),
+    "scieloorg__pyisis/pyisis/pyisis/sample/lilacs": (47388, 382294, 1, {}),
     "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/MAIL": (391, 391, 0, {}),
 }
 
@@ -498,18 +481,19 @@ def test_crlf_stop_words(tmp_path):
 
 def test_ae_folding(tmp_path):
     """Bruma's utf-8 with pydb's DOS table given to CISIS (uctab=, the
-    format of ciutl.c loaductb: 8 lines of 32 numbers): the same keys;
-    the two tables differ in 0x91 and 0x92 only."""
+    format of ciutl.c loaductb: 8 lines of 32 numbers): the same keys as
+    with CISIS's own table.  The two tables differed in 0x91 and 0x92
+    (æ Æ), which pydb folded to A and CISIS to E; pydb follows CISIS."""
     if not DATA.is_dir():
         pytest.skip("no data folder")
     base, theirs, mine, _ = both_indexes(DATA / "heitorbarbieri__Bruma/utf-8", None,
                                          tmp_path)
     up = pydb.native.stored_settings(base)["upper"]
-    assert (up[0x91], up[0x92]) == (ord("A"), ord("A"))
+    assert (up[0x91], up[0x92]) == (ord("E"), ord("E"))
     (tmp_path / "uc.tab").write_text("".join(
         " ".join(f"{c:03d}" for c in up[i:i + 32]) + "\n" for i in range(0, 256, 32)))
     cisis_index(base, "fullinv", "uctab=uc.tab")
-    assert mx_dict(base)[0] == mine != theirs
+    assert mx_dict(base)[0] == mine == theirs
 
 
 def test_three_cisis_builds_agree(tmp_path):
@@ -575,15 +559,18 @@ def searches(lists: Lists, n: int = 40) -> list[tuple[str, bytes]]:
 #: `A $ B` is |CNT| == 49.  pydb's `.` is |CNT| <= 1; CISIS's answer is
 #: compared with pydb's expression written with 48 + n operators.
 PROX_OFFSET = 48
-#: Per database: searches run, and proximity searches where pydb's own
-#: `.`/`$` finds other MFNs than CISIS's (all explained by PROX_OFFSET).
+#: Per database: searches run, proximity searches where pydb's own
+#: `.`/`$` finds other MFNs than CISIS's (all explained by PROX_OFFSET),
+#: and keys left out because CISIS cannot find them quoted (cut at 30
+#: characters on a blank).
 SEARCH_TABLE = {
-    "bireme__cisis/tests/CDS": (400, 18),
-    "heitorbarbieri__Bruma/utf-8": (400, 11),
-    "scieloorg__pyisis/pyisis/pyisis/sample/cds": (400, 18),
-    "scieloorg__pyisis/pyisis/pyisis/sample/lilacs": (379, 18),
+    "bireme__cisis/tests/CDS": (400, 18, 0),
+    "heitorbarbieri__Bruma/utf-8": (400, 15, 0),
+    "scieloorg__pyisis/pyisis/pyisis/sample/cds": (400, 18, 0),
+    # two keys cut at 30 characters on a blank: not found quoted by CISIS
+    "scieloorg__pyisis/pyisis/pyisis/sample/lilacs": (361, 15, 2),
     # one key per record (805 0): no partners, terms and qualifiers only
-    "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/MAIL": (80, 0),
+    "scieloorg__pyisis/pyisis/pyisis/tests/fixtures/MAIL": (80, 0, 0),
 }
 
 
@@ -597,18 +584,28 @@ def test_searches_find_the_same(tmp_path, rel):
         pytest.skip("no data folder")
     base, theirs, mine, _ = both_indexes(DATA / rel, INDEXED[rel], tmp_path)
     same = {k: v for k, v in theirs.items() if mine.get(k) == v}
-    run_, prox_differs = 0, 0
+    run_, prox_differs, cut = 0, 0, set()
     with pydb.open(base, encoding=ENC) as db:
         for kind, expr in searches(same):
+            if any(expr.startswith(b'"' + k + b'"') for k in cut):
+                continue
             got = mx_search(base, expr)
             text = expr.decode(ENC)
+            if kind == "term" and not got and len(expr) == 2 + 29 and list(db.search(text)):
+                # a key cut at 30 characters on a blank ("..., CATALINA C"):
+                # CISIS stores the blank, its listing and pydb's reader trim
+                # it, and mx bool= finds the quoted 29 characters nowhere
+                # (unquoted it does: asserted)
+                assert mx_search(base, expr[1:-1]) == list(db.search(text)), expr
+                cut.add(expr[1:-1])
+                continue
             if kind in (".", "$"):
                 mine_plain = list(db.search(text))
                 text = text.replace(f" {kind} ", f" {(kind + ' ') * (PROX_OFFSET + 1)}")
                 prox_differs += mine_plain != got
             assert list(db.search(text)) == got, (kind, expr)
             run_ += 1
-    assert (run_, prox_differs) == SEARCH_TABLE[rel]
+    assert (run_, prox_differs, len(cut)) == SEARCH_TABLE[rel]
 
 
 # ------------------------------------------------------------ writing in turn

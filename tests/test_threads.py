@@ -385,6 +385,154 @@ def test_residency_is_what_the_copy_touched(gen_db):
         assert _pydb._testing.resident(db, False, 0, 10) is None
 
 
+# ---------------------------- (b3) searches: the GIL only when they may wait
+
+_SEARCH_WORDS = ["ALPHA", "BETA", "GAMMA", "DELTA", "EPSILON"]
+_SEARCHES = ["ALPHA", "BETA * GAMMA", "DEL$", "(ALPHA + DELTA) ^ BETA", '"ALPHA"',
+             "NOTHINGHERE", "ALPHA . BETA", "BETA $ GAMMA", "ALPHA (F) EPSILON"]
+
+
+def _search_db(path: Path, n: int = 400) -> pydb.Database:
+    """A database with a native index of the words above, n records, each
+    with some of them (record i: the words whose position divides i+1)."""
+    db = pydb.create(path, fst="1 4 v24", sync=False, gc="none")
+    with db.transaction() as tx:
+        for i in range(n):
+            words = [w for k, w in enumerate(_SEARCH_WORDS) if (i + 1) % (k + 1) == 0]
+            tx.append([(24, " ".join(words))])
+    return db
+
+
+def _want(db, expr: str, n: int = 400) -> list[int]:
+    """What _search_db's index gives: the Boolean expressions worked out by
+    hand, the positional ones as the search with the GIL released finds
+    them (no postings may be read with it held)."""
+    has = {w: {i + 1 for i in range(n) if (i + 1) % (k + 1) == 0}
+           for k, w in enumerate(_SEARCH_WORDS)}
+    by_hand = {"ALPHA": has["ALPHA"], '"ALPHA"': has["ALPHA"], "NOTHINGHERE": set(),
+               "BETA * GAMMA": has["BETA"] & has["GAMMA"], "DEL$": has["DELTA"],
+               "(ALPHA + DELTA) ^ BETA": (has["ALPHA"] | has["DELTA"]) - has["BETA"]}
+    if expr in by_hand:
+        return sorted(by_hand[expr])
+    old = _pydb._testing.set_nowait_postings(0)
+    try:
+        return list(db.search(expr))
+    finally:
+        _pydb._testing.set_nowait_postings(old)
+
+
+def has_adjacent(n: int) -> list[int]:
+    """Records of _search_db whose field has ALPHA right before BETA: those
+    with BETA (every second one)."""
+    return list(range(2, n + 1, 2))
+
+
+@needs_gil
+@pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
+def test_cached_searches_keep_the_gil(tmp_path):
+    """Searches of a native index whose segments are in the page cache
+    never hand the GIL to another thread: a CPU-bound thread beside them
+    would take it for a switch interval at every search."""
+    with _search_db(tmp_path / "s") as db:
+        want = [_want(db, e) for e in _SEARCHES]
+        assert want[6] == has_adjacent(400) and want[7] and want[8]
+        assert [list(db.search(e)) for e in _SEARCHES] == want   # pages seen
+        got: list[list[int]] = []
+        during = _gil_taken_by_other_thread(
+            lambda: got.extend(list(db.search(e)) for e in _SEARCHES * 20))
+    assert got == want * 20
+    assert during == 0, "the GIL was released during cached searches"
+
+
+def _until_other_thread_ran(fn, tries: int = 200) -> None:
+    """Call fn() until a thread waiting for the GIL got it at least once
+    (the switch interval then makes the next call wait for it: each call
+    after a release takes one interval), at most `tries` times.  A release
+    hands the GIL over only if the waiting thread wakes before the call
+    takes it back, which a loaded machine may delay past one short call."""
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        fn()
+        if time.perf_counter() - t0 > 0.1:
+            return   # it waited a switch interval: the other thread ran
+
+
+@needs_gil
+@pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
+def test_long_searches_release_the_gil(tmp_path):
+    """A search that would read more postings than the limit (65,536 by
+    default) gives the GIL up and is redone without it: the same answer,
+    and a thread waiting for the interpreter runs meanwhile.  Under a
+    higher limit the same searches keep it."""
+    n = 70_000
+    db = pydb.create(tmp_path / "s", fst="1 4 v24", sync=False, gc="none")
+    with db:
+        with db.transaction() as tx:
+            for _ in range(n):
+                tx.append([(24, "ALPHA")])
+        assert len(db.search("ALPHA")) == n
+        got: list[int] = []
+        during = _gil_taken_by_other_thread(
+            lambda: _until_other_thread_ran(lambda: got.append(len(db.search("ALPHA")))))
+        old = _pydb._testing.set_nowait_postings(n)
+        try:
+            kept = _gil_taken_by_other_thread(
+                lambda: got.extend(len(db.search("ALPHA")) for _ in range(20)))
+        finally:
+            assert _pydb._testing.set_nowait_postings(old) == n
+    assert got == [n] * len(got) and len(got) >= 21
+    assert during > 0, f"searches of {n} postings kept the GIL"
+    assert kept == 0, f"searches of {n} postings under a limit of {n} released the GIL"
+
+
+@pytest.mark.parametrize("writer", ["handle", "process"])
+def test_search_sees_a_commit_at_once(tmp_path, writer):
+    """A search served without reading the MANIFEST (the commit header
+    says no commit replaced it) still sees the next commit of another
+    handle or process at once: each commit moves the header."""
+    path = tmp_path / "s"
+    _search_db(path).close()
+    alpha = list(range(1, 401))
+    with pydb.open(path, gc="none") as reader:
+        for i in range(5):
+            assert list(reader.search("ALPHA")) == alpha   # cached
+            word = f"ZETA{'ABCDE'[i]}"
+            if writer == "handle":
+                with pydb.open(path, readonly=False, gc="none") as w:
+                    mfn = w.append([(24, f"{word} ALPHA")])
+            else:
+                out = subprocess.run(
+                    [sys.executable, "-c", textwrap.dedent(f"""
+                        import pydb
+                        with pydb.open({str(path)!r}, readonly=False, gc="none") as w:
+                            print(w.append([(24, "{word} ALPHA")]))
+                    """)], capture_output=True, text=True, check=True,
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                mfn = int(out.stdout)
+            assert mfn == 401 + i
+            alpha.append(mfn)
+            assert list(reader.search(word)) == [mfn]
+            assert list(reader.search("ALPHA")) == alpha
+
+
+@needs_gil
+@pytest.mark.skipif(bool(SANITIZER), reason="sanitizer builds take locks of their own")
+def test_cooperative_step_is_not_taken_with_the_gil(tmp_path):
+    """Under the cooperative policy a reader that meets garbage collects
+    some: with the GIL released (the read served with it held is dropped
+    and redone), never while other threads wait for the interpreter."""
+    db = _search_db(tmp_path / "s", 50)
+    db.close()
+    with pydb.open(tmp_path / "s", readonly=False, sync=False, gc="cooperative") as db:
+        for i in range(10):
+            db.update(7, [(24, f"ALPHA V{'ABCDEFGHIJ'[i]}")])
+        assert db.stat()["garbage"]["versions"] > 0
+        got = []
+        during = _gil_taken_by_other_thread(lambda: got.append(snap(db[7])))
+        assert got == [snap(db[7])]
+        assert during > 0, "the read that met garbage kept the GIL for the step"
+
+
 # --------------------------------------- (c) Python keeps running (direct)
 
 def _rate(seconds, stop_after=None):
