@@ -849,6 +849,10 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
         *pending = 0;
         return;
     }
+    /* commits of other processes since the thread's last tick: pending
+     * now, not up to GC_TICK_MS later (a caller waiting for `pending` to
+     * clear would otherwise take a quiet handle for a settled one) */
+    observe_commit(g);
     *pending = __atomic_load_n(&g->pending, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&g->mu);
     *collections = g->collections;

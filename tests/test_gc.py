@@ -405,6 +405,27 @@ def test_pending_settles_when_quiescent(tmp_path):
         assert db.stat()["header"]["pending"]
 
 
+def test_pending_sees_another_process_commit_at_once(tmp_path):
+    """A commit of another process makes header.pending True at once (stat
+    looks at the header's latest commit), not at the collector thread's
+    next tick: a caller waiting for pending to clear (gctest's
+    quiescence) took the garbage of clients in other processes for
+    settled and found all of it uncollected (test_gctest's
+    test_processes, 1 in 2 on a loaded machine).  Then it is collected."""
+    with indexed_db(tmp_path, gc="background") as db:
+        assert wait_for(lambda: not db.stat()["header"]["pending"])
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        subprocess.run([sys.executable, "-c", "import sys, pydb\n"
+                        "with pydb.open(sys.argv[1], readonly=False, sync=False, gc='none')"
+                        " as w:\n    w.update(2, [(10, 'changed elsewhere')])",
+                        str(tmp_path / "ix")], env=env, check=True)
+        st = db.stat()
+        assert st["header"]["pending"] is True and st["garbage"]["versions"] == 1
+        assert wait_for(lambda: not db.stat()["header"]["pending"])
+        assert db.stat()["garbage"]["versions"] == 0
+        assert db[2][10] == ["changed elsewhere"]
+
+
 @pytest.mark.parametrize("policy", ["background", "combined"])
 def test_an_old_snapshot_pins_garbage_until_released(tmp_path, policy):
     """Firebird's stuck oldest transaction: a snapshot held across 200
