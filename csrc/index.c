@@ -161,11 +161,11 @@ void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from)
 {
     size_t i, o;
     for (i = from; i < *n; i++)
-        if (pydb__posting_cmp(&v[i - 1], &v[i]) >= 0) break;
+        if (pydb__posting_order(&v[i - 1], &v[i]) >= 0) break;
     if (i >= *n) return;
     qsort(v, *n, sizeof *v, pydb__posting_cmp);
     for (i = 1, o = 1; i < *n; i++)
-        if (pydb__posting_cmp(&v[o - 1], &v[i]) != 0) v[o++] = v[i];
+        if (pydb__posting_order(&v[o - 1], &v[i]) != 0) v[o++] = v[i];
     *n = o;
 }
 

@@ -40,6 +40,11 @@ static inline int rd_varint(const uint8_t **pp, const uint8_t *end,
     const uint8_t *p = *pp;
     uint64_t r = 0;
     int shift = 0;
+    if (p < end && *p < 0x80) {   /* one byte: most posting fields */
+        *v = *p;
+        *pp = p + 1;
+        return 0;
+    }
     while (p < end) {
         uint8_t c = *p++;
         r |= (uint64_t)(c & 0x7F) << shift;
@@ -316,6 +321,17 @@ int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
     PYDB_ASSERT(cur->valid && start >= NIDX_SEG_HDR && plen <= s->dict_off &&
                 start <= s->dict_off - plen);
     *live = 0;
+    /* a posting takes 4 varints, at least 4 bytes: room for all of them
+     * at once (the count is checked against the bytes first) */
+    if (count > plen / 4)
+        return PYDB_CORRUPT(err, s->path, (int64_t)start,
+                            "dictionary says %llu postings in %llu bytes",
+                            (unsigned long long)count,
+                            (unsigned long long)plen);
+    if (out) {
+        int rc = pydb__postings_reserve(out, out->n + (size_t)count, err);
+        if (rc) return rc;
+    }
     while (p < e) {
         uint64_t dm, a, b, c;
         if (rd_varint(&p, e, &dm) || rd_varint(&p, e, &a) ||
@@ -342,16 +358,21 @@ int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
                                  c == 0))
             return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
                                 "posting out of range or not ascending");
-        n++;
+        if (++n > count) break;   /* reported below */
         if (dead && dead(dead_ctx, (int32_t)m)) continue;
         (*live)++;
         if (out) {
-            pydb_posting v = {(int32_t)m, (uint32_t)tag, (uint32_t)occ,
-                              (uint32_t)cnt};
-            int rc = pydb__postings_push(out, &v, err);
-            if (rc) return rc;
+            pydb_posting *v = &out->v[out->n++];   /* reserved above */
+            v->mfn = (int32_t)m;
+            v->tag = (uint32_t)tag;
+            v->occ = (uint32_t)occ;
+            v->cnt = (uint32_t)cnt;
         }
     }
+    if (n > count)
+        return PYDB_CORRUPT(err, s->path, (int64_t)start,
+                            "posting list holds more postings than the "
+                            "dictionary's %llu", (unsigned long long)count);
     if (n != count)
         return PYDB_CORRUPT(err, s->path, (int64_t)start,
                             "posting list holds %llu postings, dictionary "

@@ -61,7 +61,8 @@ typedef pydb_postings plist;
 
 /* Compare postings on their first `level` fields (1 MFN, 2 +TAG, 3 +OCC,
  * 4 +CNT). */
-static int pcmp(const pydb_posting *a, const pydb_posting *b, int level)
+static inline int pcmp(const pydb_posting *a, const pydb_posting *b,
+                       int level)
 {
     if (a->mfn != b->mfn) return a->mfn < b->mfn ? -1 : 1;
     if (level < 2) return 0;
@@ -84,8 +85,29 @@ static void pl_filter_tags(pydb_posting *v, size_t *n, const uint32_t *tags,
     *n = o;
 }
 
+/* The first k >= i with v[k].mfn >= mfn (n if none): galloping, then a
+ * binary search, so that a long run of MFNs the other list lacks costs
+ * its logarithm (a frequent term against a rare one). */
+static size_t skip_to(const pydb_posting *v, size_t n, size_t i,
+                      int32_t mfn)
+{
+    size_t lo = i, step = 1, hi;
+    while (lo + step < n && v[lo + step].mfn < mfn) {
+        lo += step;
+        step *= 2;
+    }
+    hi = lo + step < n ? lo + step : n;   /* v[hi].mfn >= mfn, or hi = n */
+    while (lo < hi) {                     /* v[lo].mfn < mfn unless lo = i */
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].mfn < mfn) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* End of the group of v[i] on `level` fields. */
-static size_t group_end(const pydb_posting *v, size_t n, size_t i, int level)
+static inline size_t group_end(const pydb_posting *v, size_t n, size_t i,
+                               int level)
 {
     size_t j = i + 1;
     while (j < n && pcmp(&v[i], &v[j], level) == 0) j++;
@@ -153,7 +175,21 @@ static int combine(plist *out, const plist *a, const plist *b, int op,
                                      err)))
         return rc;
     while (i < na && j < nb) {
-        int c = pcmp(&A[i], &B[j], level);
+        int c;
+        if (A[i].mfn < B[j].mfn) {   /* records B lacks: skip them */
+            size_t ie = skip_to(A, na, i, B[j].mfn);
+            if (op == OP_NOT) {
+                memcpy(out->v + o, A + i, (ie - i) * sizeof *A);
+                o += ie - i;
+            }
+            i = ie;
+            continue;
+        }
+        if (B[j].mfn < A[i].mfn) {
+            j = skip_to(B, nb, j, A[i].mfn);
+            continue;
+        }
+        c = pcmp(&A[i], &B[j], level);
         if (c < 0) {
             size_t ie = group_end(A, na, i, level);
             if (op == OP_NOT) {
