@@ -118,6 +118,8 @@ class LazyFS:
                                              logops=os.environ.get("PYDB_LAZYFS_LOG", "false")))
         self.proc: subprocess.Popen | None = None
         self.done_fd: int | None = None
+        self.root_snapshot = work / "after-cut"
+        self.reports = b""
         self.mounts = 0
 
     def mount(self) -> None:
@@ -202,6 +204,10 @@ class LazyFS:
             if not chunk:
                 time.sleep(0.002)
             got += chunk
+        # what the cut left, before anything reads or recovers it
+        if self.root_snapshot.exists():
+            shutil.rmtree(self.root_snapshot)
+        shutil.copytree(self.root, self.root_snapshot)
         self.unmount()
         self.mount()
 
@@ -288,8 +294,7 @@ def random_cuts(lazyfs, sync: bool, cuts: int, seed: int) -> dict:
         remove_db(base)
         with create_indexed(base, "isis-packed", sync=True):
             pass
-        sync_db(base)
-        lazyfs.power_cut()              # created and synced: the start
+        lazyfs.power_cut()              # a cut right after the creation
         return Oracle()
 
     oracle = fresh()
@@ -314,6 +319,7 @@ def random_cuts(lazyfs, sync: bool, cuts: int, seed: int) -> dict:
         assert os.WIFSIGNALED(status), f"cut {it}: the writer exited by itself: {status}"
         buf += read_reports(r)
         lazyfs.power_cut()
+        lazyfs.reports = buf
         stats["cuts"] += 1
         before = oracle.copy()
         acked, pending = replay_reports(buf, oracle)
@@ -334,12 +340,25 @@ def random_cuts(lazyfs, sync: bool, cuts: int, seed: int) -> dict:
             check_files(base)
         except (pydb.Error, AssertionError) as e:
             if sync:
-                raise
+                kept = keep_evidence(lazyfs, it)
+                raise AssertionError(f"{where}: {e} (the files after the cut and the "
+                                     f"writer's reports: {kept})") from e
             stats["damaged"] += 1
             stats["reasons"].append(f"{where}: {str(e).splitlines()[0][:300]}")
             oracle = fresh()
     stats["seconds"] = round(time.monotonic() - t0, 1)
     return stats
+
+
+def keep_evidence(lazyfs, it: int) -> Path:
+    """Copy the files below the mount (as the cut left them, before any
+    recovery: copied from the lower folder) and the last writer's reports
+    to a folder that outlives the test; returns it."""
+    keep = Path(tempfile.mkdtemp(prefix=f"pydb_power_cut_{it}_"))
+    shutil.copytree(lazyfs.root_snapshot, keep / "files")
+    (keep / "reports.txt").write_bytes(lazyfs.reports)
+    shutil.copy(lazyfs.work / "lazyfs.out", keep / "lazyfs.out")
+    return keep
 
 
 def test_power_cut_at_random_moments_sync(lazyfs):
