@@ -378,6 +378,11 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     rc = pydb__wal_recover(db->wal_fd, db->wal_path, db->mst.fd,
                            db->xrf.fd, db->mst.path, db->xrf.path, &db->seq,
                            &failed, err);
+    /* A collection step changes the files outside the log: the last
+     * commit's unsynced truncation of the log must be durable first (any
+     * process may have made it, so whatever this handle did). */
+    if (rc == PYDB_OK && gc && pydb__synced(db))
+        rc = pydb__wal_settle(db->wal_fd, db->wal_path, err);
     if (rc) {
         if (failed) set_fatal(db, PYDB__FATAL_SYNC);
         goto fail;

@@ -238,6 +238,15 @@ static int wal_reset(int wal_fd, const char *wal_path, int *fsync_failed,
     return PYDB_OK;
 }
 
+int pydb__wal_settle(int wal_fd, const char *wal_path, pydb_error *err)
+{
+    if (pydb__vfs->fdatasync(wal_fd) != 0)
+        return PYDB_OSERROR(err, errno, wal_path, -1,
+                            "fdatasync of the emptied log failed: %s",
+                            strerror(errno));
+    return PYDB_OK;
+}
+
 /* Recovery with the writer lock held: replay a complete log, drop a torn
  * one.  `seq`: as for wal_apply(). */
 int pydb__wal_recover(int wal_fd, const char *wal_path, int mst_fd,

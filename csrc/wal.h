@@ -83,9 +83,21 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync,
                      int *sync_failed, pydb_error *err);
 
 /* Empty the log after its commit was applied to the files.  Best effort,
- * not synced: if it fails, the log still holds an applied commit, which
- * the next transaction or open replays harmlessly. */
+ * not synced: if it fails, or a power cut undoes it, the log still holds
+ * an applied commit, which the next transaction or open replays
+ * harmlessly -- as long as only commits changed the files since: see
+ * pydb__wal_settle(). */
 void pydb__wal_discard(pydb_db *db);
+
+/* Make the empty log durable (fdatasync), with the writer lock held,
+ * before a step that changes the files outside the log (a compaction's
+ * swap, the native index's merges and removals): replayed after such a
+ * step, an applied commit's log that a power cut brought back would write
+ * its records and XRF blocks at offsets of the old files, and put back
+ * a MANIFEST naming removed segments.  0 or a PYDB error (the step then
+ * fails; the handle stays writable: the log holds no commit to lose, and
+ * the next commit's log replaces it with an fdatasync of its own). */
+int pydb__wal_settle(int wal_fd, const char *wal_path, pydb_error *err);
 
 /* Recovery with the writer lock held: replay a complete log into the
  * files (fds given), drop a torn one, then truncate and fdatasync the

@@ -18,6 +18,9 @@ Markers (registered in pyproject.toml [tool.pytest.ini_options]):
   cisis             compares with CISIS's own mx/ifupd/ifload (tests/test_cisis.py);
                     skipped unless PYDB_CISIS names the folder tools/build-cisis
                     made (`PYDB_CISIS=... python -m pytest -m cisis`)
+  lazyfs            simulated power loss on a LazyFS mount
+                    (tests/test_power_loss.py); skipped unless the run selects
+                    it (`-m lazyfs`; needs tools/build-lazyfs, /dev/fuse)
 
 Environment, read here only:
   PYDB_TEST_DATA            folder of the real CDS/ISIS files
@@ -27,6 +30,8 @@ Environment, read here only:
   PYDB_HYPOTHESIS_EXAMPLES  max_examples of the property tests
                             (hypothesis_examples(); each file has a default)
   PYDB_CRASH_KILLS          kills of tests/test_recovery.py (default 200)
+  PYDB_POWER_CUTS, PYDB_LAZYFS  read by tests/test_power_loss.py (its
+                            docstring): random cuts per sync mode, the binary
 """
 
 import os
@@ -161,16 +166,23 @@ def all_terms(ix, prefix=b"", batch=100000):
 
 # -------------------------------------------------------------------- hooks
 
+#: Markers of the tiers that run only when the run selects them with -m.
+OPT_IN_TIERS = ("spark", "lazyfs")
+
+
 def pytest_collection_modifyitems(config, items):
     """Inside a sanitizer run, the crash reproductions are skipped: they
     kill a child interpreter on purpose, which a sanitizer reports.  The
-    Spark tier runs only when selected (``-m spark``, docs/parquet.md);
-    the CISIS tier only with its binaries (PYDB_CISIS, docs/isis-formats.md
-    §10.1)."""
-    if "spark" not in (config.getoption("markexpr", "") or ""):
-        later = pytest.mark.skip(reason="the Spark tier: python -m pytest -m spark")
+    tiers of OPT_IN_TIERS run only when selected (``-m spark``,
+    docs/parquet.md; ``-m lazyfs``, docs/reliability.md §2.2 a2); the CISIS
+    tier only with its binaries (PYDB_CISIS, docs/isis-formats.md §10.1)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    for tier in OPT_IN_TIERS:
+        if tier in markexpr:
+            continue
+        later = pytest.mark.skip(reason=f"the {tier} tier: python -m pytest -m {tier}")
         for item in items:
-            if item.get_closest_marker("spark"):
+            if item.get_closest_marker(tier):
                 item.add_marker(later)
     cisis = os.environ.get("PYDB_CISIS", "")
     if not (cisis and (Path(cisis) / "mx").is_file()):

@@ -32,29 +32,16 @@ from writer_model import (
     Oracle,
     check_files,
     create_indexed,
-    decode_ops,
-    encode_ops,
     index_agrees,
     open_db,
-    run_random_txn,
+    read_reports,
+    recovered_state,
+    replay_reports,
+    run_script,
+    writer_loop,
 )
 
 KILLS = int(os.environ.get("PYDB_CRASH_KILLS", "200"))
-
-
-def writer(base, wfd, seed, ver0, sync):
-    """Child: random transactions until killed; reports P (pending, before
-    commit) and C (acknowledged, after commit) lines."""
-    rnd = random.Random(seed)
-    db = open_db(base, sync=sync)
-    os.write(wfd, b"R\n")
-    ver = ver0
-    while True:
-        ver += 1
-        tx, ops = run_random_txn(db, rnd, ver)
-        os.write(wfd, b"P %s\n" % encode_ops(ops).encode())
-        tx.commit()
-        os.write(wfd, b"C\n")
 
 
 def test_kill9_loop(tmp_path):
@@ -73,7 +60,7 @@ def test_kill9_loop(tmp_path):
         if pid == 0:                                   # the writer
             try:
                 os.close(r)
-                writer(base, w, 1000 + it, (it + 1) * 1_000_000, sync)
+                writer_loop(base, w, 1000 + it, (it + 1) * 1_000_000, sync)
             finally:
                 os._exit(3)
         os.close(w)
@@ -94,39 +81,18 @@ def test_kill9_loop(tmp_path):
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status), f"writer exited by itself: {status}"
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            buf += chunk
-        os.close(r)
+        buf += read_reports(r)
         stats["kills"] += 1
-        # replay the writer's reports into the oracle
-        pending = None
-        for line in buf.decode().splitlines():
-            if line.startswith("P "):
-                assert pending is None
-                pending = decode_ops(line[2:])
-            elif line == "C":
-                oracle.apply(pending)
-                stats["acked"] += 1
-                pending = None
+        acked, pending = replay_reports(buf, oracle)
+        stats["acked"] += acked
         wal = base.with_suffix(".wal")
         if wal.exists() and wal.stat().st_size > 0:
             stats["recovered_logs"] += 1
         # reopen: recovery; then compare with the oracle
         with pydb.open(base) as db:
-            ok, why = oracle.matches(db)
-            if not ok:
-                assert pending is not None, f"kill {it}: acknowledged state lost: {why}"
-                new = oracle.copy()
-                new.apply(pending)
-                ok2, why2 = new.matches(db)
-                assert ok2, f"kill {it}: neither old ({why}) nor new ({why2}) state"
-                oracle = new
-                stats["pending_new"] += 1
-            elif pending is not None:
-                stats["pending_old"] += 1
+            oracle, inflight = recovered_state(db, oracle, pending, f"kill {it}")
+            if inflight:
+                stats[f"pending_{inflight}"] += 1
             stats["records_checked"] += db.max_mfn
             stats["postings_checked"] += index_agrees(db)
             stats["index_states"] += 1
@@ -158,31 +124,6 @@ def test_crash_at_every_operation(tmp_path):
     one in flight entirely or not at all."""
     from pydb import _pydb
 
-    from writer_model import content
-
-    script = [[("A", 10), ("A", 700)], [("U", 1, 3000), ("D", 2), ("A", 5)],
-              [("A", 20)] * 130, [("X", 2), ("U", 2, 1)], [("D", 1)]]
-
-    def run(db, report):
-        ver = 100
-        for txn in script:
-            ver += 1
-            ops = []
-            with db.transaction() as tx:
-                for op in txn:
-                    if op[0] == "A":
-                        m = tx.append(content(db.max_mfn + 1 + sum(o[0] == "A" for o in ops),
-                                              ver, op[1]))
-                        ops.append(("A", m, ver, op[1]))
-                    elif op[0] == "U":
-                        tx.update(op[1], content(op[1], ver, op[2]))
-                        ops.append(("U", op[1], ver, op[2]))
-                    else:
-                        getattr(tx, "delete" if op[0] == "D" else "undelete")(op[1])
-                        ops.append(op)
-                report(b"P %s\n" % encode_ops(ops).encode())
-            report(b"C\n")
-
     base0 = tmp_path / "pristine"
     with create_indexed(base0, "ffi-aligned", 3, sync=True) as db:
         pass
@@ -191,7 +132,7 @@ def test_crash_at_every_operation(tmp_path):
     with open_db(tmp_path / "count") as db:
         _pydb._testing.fail_io(-1)
         try:
-            run(db, lambda b: None)
+            run_script(db, lambda b: None)
             total = _pydb._testing.io_count()
         finally:
             _pydb._testing.fail_io(0)
@@ -207,34 +148,19 @@ def test_crash_at_every_operation(tmp_path):
                 os.close(r)
                 db = open_db(base)
                 _pydb._testing.fail_io(n, 0, crash=True)
-                run(db, lambda b, w=w: os.write(w, b))
+                run_script(db, lambda b, w=w: os.write(w, b))
                 os._exit(0)
             finally:
                 os._exit(3)
         os.close(w)
-        buf = b""
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            buf += chunk
-        os.close(r)
+        buf = read_reports(r)
         _, status = os.waitpid(pid, 0)
         code = os.WEXITSTATUS(status)
         assert code == (0 if n > total else 137), (n, status)
-        oracle, pending = Oracle(), None
-        for line in buf.decode().splitlines():
-            if line.startswith("P "):
-                pending = decode_ops(line[2:])
-            elif line == "C":
-                oracle.apply(pending)
-                pending = None
+        oracle = Oracle()
+        _, pending = replay_reports(buf, oracle)
         with pydb.open(base) as db:                     # recovery
-            ok, why = oracle.matches(db)
-            if not ok:
-                new = oracle.copy()
-                new.apply(pending or [])
-                assert pending is not None and new.matches(db)[0], (n, why)
+            recovered_state(db, oracle, pending, f"crash point {n}")
             index_agrees(db)
         check_files(base)
         states += 1

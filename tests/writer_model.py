@@ -9,6 +9,8 @@ is a function of (mfn, ver, size), so the oracle stores only those.
 
 from __future__ import annotations
 
+import os
+import random
 import struct
 
 import pydb
@@ -162,3 +164,100 @@ def index_agrees(db) -> int:
 
 def open_db(base, **kw):
     return pydb.open(base, readonly=False, **kw)
+
+
+# ------------------------------------------------- the crash tests' writer
+#
+# A writer reports to the test, through a pipe (outside the database's
+# file system), a line "P <ops>" before each commit and "C" after commit()
+# returned: the "C" lines are the acknowledged commits (tests/test_recovery.py,
+# tests/test_power_loss.py).
+
+def writer_loop(base, wfd, seed, ver0, sync):
+    """Child: random transactions on `base` until killed; reports "R" once
+    open, then P (pending, before commit) and C (acknowledged, after
+    commit) lines on the pipe `wfd`."""
+    rnd = random.Random(seed)
+    db = open_db(base, sync=sync)
+    os.write(wfd, b"R\n")
+    ver = ver0
+    while True:
+        ver += 1
+        tx, ops = run_random_txn(db, rnd, ver)
+        os.write(wfd, b"P %s\n" % encode_ops(ops).encode())
+        tx.commit()
+        os.write(wfd, b"C\n")
+
+
+#: The fixed transactions of the crash-point tests: ("A", size) appends,
+#: ("U", mfn, size) updates, ("D", mfn) deletes, ("X", mfn) undeletes; the
+#: third one (130 appends) spans a new XRF block.
+SCRIPT = [[("A", 10), ("A", 700)], [("U", 1, 3000), ("D", 2), ("A", 5)],
+          [("A", 20)] * 130, [("X", 2), ("U", 2, 1)], [("D", 1)]]
+
+
+def run_script(db, report, script=SCRIPT, ver: int = 100) -> None:
+    """Commit the transactions of `script` on open `db`, calling
+    report(b"P <ops>\\n") before each commit and report(b"C\\n") after it."""
+    for txn in script:
+        ver += 1
+        ops = []
+        with db.transaction() as tx:
+            for op in txn:
+                if op[0] == "A":
+                    m = tx.append(content(db.max_mfn + 1 + sum(o[0] == "A" for o in ops),
+                                          ver, op[1]))
+                    ops.append(("A", m, ver, op[1]))
+                elif op[0] == "U":
+                    tx.update(op[1], content(op[1], ver, op[2]))
+                    ops.append(("U", op[1], ver, op[2]))
+                else:
+                    getattr(tx, "delete" if op[0] == "D" else "undelete")(op[1])
+                    ops.append(op)
+            report(b"P %s\n" % encode_ops(ops).encode())
+        report(b"C\n")
+
+
+def read_reports(fd) -> bytes:
+    """Everything left on the read end `fd` of a writer's pipe (until EOF);
+    closes it."""
+    buf = b""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    os.close(fd)
+    return buf
+
+
+def replay_reports(buf: bytes, oracle: Oracle):
+    """Apply the acknowledged commits of a writer's reports `buf` to
+    `oracle`; returns (acknowledged count, ops of the commit in flight or
+    None)."""
+    pending, acked = None, 0
+    for line in buf.decode().splitlines():
+        if line.startswith("P "):
+            assert pending is None
+            pending = decode_ops(line[2:])
+        elif line == "C":
+            oracle.apply(pending)
+            acked += 1
+            pending = None
+    return acked, pending
+
+
+def recovered_state(db, oracle: Oracle, pending, where: str):
+    """Compare the reopened `db` with the acknowledged state: it must be
+    `oracle`, or `oracle` plus the whole commit in flight `pending`.
+    Returns (the oracle of what `db` holds, "old" or "new" or None when
+    nothing was in flight); AssertionError naming `where` otherwise."""
+    ok, why = oracle.matches(db)
+    if ok:
+        return oracle, ("old" if pending is not None else None)
+    assert pending is not None, f"{where}: acknowledged state lost: {why}"
+    new = oracle.copy()
+    new.apply(pending)
+    ok2, why2 = new.matches(db)
+    assert ok2, f"{where}: neither old ({why}) nor new ({why2}) state"
+    return new, "new"
