@@ -80,6 +80,7 @@ from writer_model import (
     recovered_state,
     replay_reports,
     run_script,
+    script_crashing_at,
     writer_loop,
 )
 
@@ -455,22 +456,8 @@ def test_power_cut_at_every_operation(lazyfs):
         base = lazyfs.mnt / f"n{n}"
         copy_db(pristine, base)
         sync_db(base)
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(rfd)
-                db = open_db(base)
-                _pydb._testing.fail_io(n, 0, crash=True)
-                run_script(db, lambda b, w=wfd: os.write(w, b))
-                os._exit(0)
-            finally:
-                os._exit(3)
-        os.close(wfd)
-        buf = read_reports(rfd)
-        _, status = os.waitpid(pid, 0)
-        code = os.WEXITSTATUS(status)
-        assert os.WIFEXITED(status) and code in (0, 137), (n, status)
+        buf, code = script_crashing_at(base, n)
+        assert code in (0, 137), (n, code)
         lazyfs.power_cut()
         stats["cuts"] += 1
         stats["before_sync"] += n in syncs

@@ -38,6 +38,7 @@ from writer_model import (
     recovered_state,
     replay_reports,
     run_script,
+    script_crashing_at,
     writer_loop,
 )
 
@@ -141,22 +142,8 @@ def test_crash_at_every_operation(tmp_path):
     for n in range(1, total + 2):
         base = tmp_path / f"n{n}"
         shutil_copy(base0, base)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(r)
-                db = open_db(base)
-                _pydb._testing.fail_io(n, 0, crash=True)
-                run_script(db, lambda b, w=w: os.write(w, b))
-                os._exit(0)
-            finally:
-                os._exit(3)
-        os.close(w)
-        buf = read_reports(r)
-        _, status = os.waitpid(pid, 0)
-        code = os.WEXITSTATUS(status)
-        assert code == (0 if n > total else 137), (n, status)
+        buf, code = script_crashing_at(base, n)
+        assert code == (0 if n > total else 137), (n, code)
         oracle = Oracle()
         _, pending = replay_reports(buf, oracle)
         with pydb.open(base) as db:                     # recovery

@@ -218,6 +218,30 @@ def run_script(db, report, script=SCRIPT, ver: int = 100) -> None:
         report(b"C\n")
 
 
+def script_crashing_at(base, n: int) -> tuple[bytes, int]:
+    """Fork a child that opens `base` for writing and runs SCRIPT with its
+    n-th write-side file operation made a crash point (_exit(137) instead
+    of the operation); returns its reports (see run_script) and its exit
+    code (0 when the script ended before operation n)."""
+    from pydb import _pydb
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(rfd)
+            db = open_db(base)
+            _pydb._testing.fail_io(n, 0, crash=True)
+            run_script(db, lambda b, w=wfd: os.write(w, b))
+            os._exit(0)
+        finally:
+            os._exit(3)
+    os.close(wfd)
+    buf = read_reports(rfd)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), (n, status)
+    return buf, os.WEXITSTATUS(status)
+
+
 def read_reports(fd) -> bytes:
     """Everything left on the read end `fd` of a writer's pipe (until EOF);
     closes it."""
