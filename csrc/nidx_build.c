@@ -56,7 +56,6 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +110,7 @@ static void remove_dead_temps(const char *dir)
     struct dirent *de;
     char path[1300];
     while (d && (de = readdir(d)) != NULL) {
-        int pid = pydb__nidx_temp_pid(de->d_name);
-        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+        if (pydb__nidx_temp_dead(de->d_name)) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             unlink(path);
         }

@@ -80,7 +80,6 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,14 +236,6 @@ int pydb__nidx_may_remove(struct pydb_shm *shm)
     return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
 }
 
-/* A temporary file of a merge (merge-PID-N.tmp) or of a bulk build
- * (build-PID-N.tmp: its runs, nidx_build.c) whose process is gone. */
-static int stale_merge_file(const char *name)
-{
-    int pid = pydb__nidx_temp_pid(name);
-    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
-}
-
 uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
                             const nidx_segset *ss)
 {
@@ -285,7 +276,7 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
         int used = 0;
         char path[1100];
         struct stat sb;
-        if (stale_merge_file(de->d_name)) {
+        if (pydb__nidx_temp_dead(de->d_name)) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             if (stat(path, &sb) == 0 && unlink(path) == 0) {
                 if (files) (*files)++;
@@ -722,14 +713,13 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
     d = opendir(x->dir);
     while (d && (de = readdir(d)) != NULL) {
         unsigned long long g;
-        int pid, used = 0;
+        int used = 0;
         char path[1300];   /* dir (1024) + "/" + a d_name (256) */
         struct stat sb;
-        if ((pid = pydb__nidx_temp_pid(de->d_name)) > 0) {
+        if (pydb__nidx_temp_pid(de->d_name) > 0) {
             (*files)++;
             snprintf(path, sizeof path, "%s/%s", x->dir, de->d_name);
-            if (kill(pid, 0) != 0 && errno == ESRCH &&
-                stat(path, &sb) == 0) {
+            if (pydb__nidx_temp_dead(de->d_name) && stat(path, &sb) == 0) {
                 (*unused)++;
                 *unused_bytes += (int64_t)sb.st_size;
             }

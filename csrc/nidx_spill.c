@@ -18,7 +18,8 @@
  * All writes go through the vfs (pydb__vfs), so fault injection reaches
  * them; a failure removes the file being written.
  *
- * Depends on: nidx_spill.h, nidx_seg.h, nidx_writer.h, util.h.
+ * Depends on: nidx_spill.h, nidx_seg.h, nidx_writer.h, util.h; shm.h
+ * (pydb__shm_process_gone, for pydb__nidx_temp_dead).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "nidx_spill.h"
+#include "shm.h"
 
 /* Keys longer than this in a run are damage, not keys (a key is at most
  * a field, and a record is far smaller). */
@@ -587,4 +589,10 @@ int pydb__nidx_temp_pid(const char *name)
         strcmp(tail, "tmp") != 0 || pid <= 0)
         return 0;
     return pid;
+}
+
+int pydb__nidx_temp_dead(const char *name)
+{
+    int pid = pydb__nidx_temp_pid(name);
+    return pid > 0 && pydb__shm_process_gone(pid);
 }

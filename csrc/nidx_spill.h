@@ -53,5 +53,9 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
 /* A temporary file of a build (build-PID-N.tmp) or of a merge
  * (merge-PID-N.tmp) in the index directory: its process id, else 0. */
 int pydb__nidx_temp_pid(const char *name);
+/* 1 if `name` is such a temporary and its process is gone (no such
+ * process, or a zombie: pydb__shm_process_gone), so nothing writes or
+ * reads it any more. */
+int pydb__nidx_temp_dead(const char *name);
 
 #endif

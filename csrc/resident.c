@@ -147,6 +147,11 @@ int pydb__resident(const pydb_residency *r, const uint8_t *map, size_t map_len,
         }
         w = __atomic_load_n(&r->bits[c * CHUNK_WORDS + i / WORD_PAGES],
                             __ATOMIC_RELAXED);
+        if (i % WORD_PAGES == 0 && last - p >= WORD_PAGES - 1) {
+            if (w != ~(uint64_t)0) return 0;   /* a whole word asked for */
+            p += WORD_PAGES - 1;
+            continue;
+        }
         if (!(w & ((uint64_t)1 << (i % WORD_PAGES)))) return 0;
     }
     return 1;

@@ -687,7 +687,7 @@ static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
     eval_ctx c;
     int32_t *v = NULL;
     size_t o = 0;
-    int rc;
+    int rc, xrf_filter;
 
     *mfns = NULL;
     *n = 0;
@@ -711,10 +711,16 @@ static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
     }
     c.ix = view ? view : ix;
     c.err = err;
+    /* The XRF filter (pydb.h): not for a native index, whose postings
+     * change in the same transaction as the records (attached, or read
+     * through another handle that refreshes with every commit):
+     * filtering by the XRF, which a commit changes at another moment
+     * than it publishes the index, could mix two states. */
+    xrf_filter = (db || snap) && ix->kind != PYDB_INDEX_NATIVE;
     /* without waiting: an index whose reading may wait for the disk, or
      * an XRF to filter by, is for the blocking call */
     if (nowait && (!c.ix->ops->resident || !c.ix->ops->resident(c.ix) ||
-                   ((db || snap) && ix->kind != PYDB_INDEX_NATIVE))) {
+                   xrf_filter)) {
         rc = pydb__nowait_refuse();
         goto cleanup;
     }
@@ -738,13 +744,7 @@ static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
         for (size_t i = 0; i < l.n; i++)
             if (!o || v[o - 1] != l.v[i].mfn) v[o++] = l.v[i].mfn;
     }
-    /* The XRF filter (pydb.h): not for a native index, whose postings
-     * change in the same transaction as the records (attached, or read
-     * through another handle that refreshes with every commit):
-     * filtering by the XRF, which a commit changes at another moment
-     * than it publishes the index, could mix two states. */
-    if ((db || snap) && ix->kind != PYDB_INDEX_NATIVE &&
-        (rc = drop_inactive(v, &o, db, snap, err)))
+    if (xrf_filter && (rc = drop_inactive(v, &o, db, snap, err)))
         goto cleanup;
     *mfns = v;
     *n = o;
