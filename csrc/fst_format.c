@@ -358,7 +358,10 @@ static int eval_cond(ev *e, int x, int *r)
             if (eval_str(e, y->a, &sa, &la) < 0 ||
                 eval_str(e, y->b, &sb, &lb) < 0)
                 return -1;
-            const uint8_t *pa = e->s->out + sa, *pb = e->s->out + sb;
+            /* out is NULL while nothing was written (both empty) */
+            static const uint8_t nothing[1];
+            const uint8_t *out = e->s->out ? e->s->out : nothing;
+            const uint8_t *pa = out + sa, *pb = out + sb;
             if (y->op == OP_CONTAINS) {
                 int found = lb == 0;
                 for (size_t i = 0; !found && i + lb <= la; i++) {

@@ -226,6 +226,17 @@ def fst_number_of_nothing() -> bytes:
     return SEP.join([FST_NUMBER_OF_NOTHING.encode(), b"24 abc\n"])
 
 
+# A comparison of two strings of which neither wrote anything, before any
+# output (fuzz_fst's input was "1 0if(v6)<>(v29)then v2 fi" over a record
+# without fields 6 and 29).
+FST_COMPARE_NOTHING = "1 0 if (v6)<>(v29) then v2 fi\n2 0 if v6:v29 then 'IN' fi\n"
+
+
+def fst_compare_nothing() -> bytes:
+    """FST_COMPARE_NOTHING over a record with only field 2."""
+    return SEP.join([FST_COMPARE_NOTHING.encode(), b"2 abc\n"])
+
+
 # Two keys in a classic ISIS inverted file (fuzz/make_seeds.py
 # isis_inverted), tree 1 only.
 ISIS_TERMS = [(b"APPLE", [(1, 24, 1, 1)]), (b"BANANA", [(2, 24, 1, 1)])]
@@ -278,6 +289,11 @@ CASES = [
          "format that wrote nothing into an output not yet allocated; "
          "take_number now copies only what was written (found by the "
          "short CI tier, fuzz/ci, without the real data)"),
+    Case("fst-compare-nothing", "fst", "", fst_compare_nothing,
+         "undefined behaviour in fst_format.c eval_cond (UBSan: zero offset "
+         "applied to a null pointer): two empty strings compared before "
+         "the output was allocated; the comparison now reads an empty "
+         "array then (found by the short CI tier, fuzz/ci)"),
     Case("isis-ifp-block-int32-min", "isis_index",
          "posting list address -2147483648/2 outside the IFP", isis_block_int32_min,
          "undefined behaviour in isis_read.c ifp_addr (UBSan: signed "
