@@ -425,7 +425,12 @@ static int eval_list(ev *e, int head)
             e->mode = nd->mode;
             break;
         case N_GROUP: {
+            /* CISIS runs a group's body before it tests for another
+             * occurrence (cifm1.c: beg_init_rep, the body, test_rep), so
+             * a group runs once even when none of its fields is present:
+             * (|AI_|v711^a,', '/) gives "," then, as in ABCD's indexes */
             int m = max_occ(e, nd->child), save = e->iocc;
+            if (m < 1) m = 1;
             for (int k = 1; k <= m; k++) {
                 e->iocc = k;
                 if (eval_list(e, nd->child) < 0) return -1;

@@ -312,7 +312,7 @@ INDEXED = {
 }
 
 
-def mx_dict(base: Path, keys=()) -> tuple[Lists, int]:
+def mx_dict(base: Path, keys=(), mx: str = "mx") -> tuple[Lists, int]:
     """Keys and postings (MFN, TAG, OCC, CNT) of the CISIS inverted file
     `base`, as ``mx dict=`` lists them (field 1: the key with ^l tree,
     ^s length, ^t postings, ^k number; field 2: one posting ^m^t^o^c^p^k
@@ -324,15 +324,16 @@ def mx_dict(base: Path, keys=()) -> tuple[Lists, int]:
     key of the short-key tree (ÚTERO), which ``bool=`` and ``dict=`` with
     ``k1=`` that key find.  Each of `keys` (pydb's reader lists them) that
     the listing lacks is asked for that way; returns the lists and the
-    number of keys found so."""
+    number of keys found so.  `mx`: the build that reads the file
+    (mx-packed-xl for keys of 16/60 bytes)."""
     # k2: the last key listed; mx's default is 0x7F (citrm.c highv on
     # UNIX), which leaves out every key from byte 0x80 on
     k2 = b"k2=" + b"\xff" * 30
-    lists = parse_dict(run("mx", f"dict={base.name},1,2/500", k2, "now", cwd=base.parent))
+    lists = parse_dict(run(mx, f"dict={base.name},1,2/500", k2, "now", cwd=base.parent))
     late = 0
     for key in keys:
         if key not in lists:
-            one = parse_dict(run("mx", f"dict={base.name},1,2/500", b"k1=" + key, k2,
+            one = parse_dict(run(mx, f"dict={base.name},1,2/500", b"k1=" + key, k2,
                                  "count=1", "now", cwd=base.parent))
             if key in one:
                 lists[key] = one[key]
@@ -369,23 +370,24 @@ def isis_lists(base: Path) -> Lists:
     return {k: v for k, v in lists.items() if v}
 
 
-def cisis_index(base: Path, how: str = "fullinv", *extra: str) -> None:
+def cisis_index(base: Path, how: str = "fullinv", *extra: str, mx: str = "mx") -> None:
     """Build the CISIS inverted file of `base` from `base`.fst (and .stw):
     ``mx fst= fullinv=`` (every record); ``ifupd create=`` (the records
     whose XRF entry has the "new" or "update pending" flag, which it then
     clears: a whole database only the first time); or ``mx fst= ln1=
     ln2=``, the link files sorted bytewise, then ``ifload``.  `extra`:
-    more arguments (``uctab=...``)."""
+    more arguments (``uctab=...``); `mx`: the mx build of the fullinv
+    and ln1/ln2 runs."""
     cwd, name = base.parent, base.name
     stw = [f"stw=@{name}.stw"] if (cwd / f"{name}.stw").is_file() else []
     if how == "ifupd":
         run("ifupd", f"create={name}", f"fst=@{name}.fst", *stw, *extra, "tell=0",
             cwd=cwd)
     elif how == "fullinv":
-        run("mx", name, f"fst=@{name}.fst", *stw, *extra, f"fullinv={name}", "tell=0",
+        run(mx, name, f"fst=@{name}.fst", *stw, *extra, f"fullinv={name}", "tell=0",
             "-all", "now", cwd=cwd)
     else:
-        run("mx", name, f"fst=@{name}.fst", *stw, *extra, f"ln1={name}.lk1",
+        run(mx, name, f"fst=@{name}.fst", *stw, *extra, f"ln1={name}.lk1",
             f"ln2={name}.lk2", "+fix", "tell=0", "-all", "now", cwd=cwd)
         for ext in ("lk1", "lk2"):
             lines = (cwd / f"{name}.{ext}").read_bytes().splitlines(keepends=True)
@@ -477,6 +479,56 @@ def test_crlf_stop_words(tmp_path):
     pydb.build_index(base, tmp_path / "CDS.fst", key_mode="cisis", keys="dos", max_key=30)
     theirs, _ = mx_dict(base)
     assert len(theirs) == 1309 and theirs == native_lists(base)
+
+
+def test_unimarc_with_60_byte_keys(tmp_path):
+    """ABCD's unimarc (isis-packed, an inverted file of 16/60-byte keys)
+    through mx-packed-xl: CISIS's inverted file from the database's own
+    .fst and .stw against pydb's native index (CISIS mode, the DOS table,
+    keys of 60 bytes).
+
+    CISIS builds the 10 keys ``CN_...`` of FST line 1 (``1 5 '/CN_/',
+    v1``) for MFNs 8-11 and 13-18, as pydb does; the shipped index has no posting of
+    line 1 at all, so it was built without that line (tools/cisis_keys.py,
+    "FST line not in the shipped index").  CISIS runs a repeatable group
+    once even when none of its fields is present (``,`` from ``(|AI_|v711^a,
+    ', ', v711^b/)`` in every record), as the shipped index and pydb do.
+
+    The two indexes differ in 2 keys, TW_OU and TX_OU, and CISIS is wrong
+    there: unimarc.stw ends without a line end, and CISIS's loadstw
+    (cisisx.c) strips one byte from every line as its newline, so its last
+    stop word is ``O``, not ``OU``.  With a final line end the two indexes
+    are the same key for key."""
+    if not DATA.is_dir():
+        pytest.skip("no data folder")
+    src = DATA / ABCD / "unimarc/data/unimarc"
+    base = copy_base(src, tmp_path, ("mst", "xrf", "fst", "stw"))
+    stw = tmp_path / "unimarc.stw"
+    assert stw.read_bytes().endswith(b"\nOU")
+    with Index.open_isis(src, encoding=ENC) as ix:
+        assert ix.info["le2"] == 60
+        shipped = {k for k, _ in ix.raw_terms()}
+    mine = {}
+    for final in (b"", b"\n"):
+        stw.write_bytes(stw.read_bytes() + final)
+        cisis_index(base, mx="mx-packed-xl")
+        reader = isis_lists(base)
+        theirs, late = mx_dict(base, reader, mx="mx-packed-xl")
+        assert (reader, late) == (theirs, 0)
+        pydb.build_index(base, tmp_path / "unimarc.fst", key_mode="cisis", keys="dos",
+                         max_key=60)
+        mine = native_lists(base)
+        cn = sorted(k for k in theirs if k.startswith(b"CN_"))
+        assert len(cn) == 10 and not shipped & set(cn)
+        assert sorted({p[0] for k in cn for p in theirs[k]}) == [8, 9, 10, 11, *range(13, 19)]
+        assert len(theirs[b","]) == 52
+        differ = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
+        if not final:
+            assert (len(theirs), sum(map(len, theirs.values()))) == (180, 243)
+            assert differ == [b"TW_OU", b"TX_OU"]
+            assert all(k not in mine and theirs[k] == [(13, 200, 1, 11)] for k in differ)
+        else:
+            assert differ == []
 
 
 def test_ae_folding(tmp_path):
