@@ -953,7 +953,7 @@ static int check_once(pydb_check_summary *out, pydb_db *db,
     c.append_at = (c.end + c.align - 1) / c.align * c.align;
     c.max_mfrl = c.g->ffi ? PYDB_MAX_FFI_MFRL : 32767;
     c.tracking = 1;
-    c.total = (int64_t)(c.next_mfn - 1) + c.mst_size / PYDB_BLOCK;
+    c.total = (int64_t)c.next_mfn - 1 + c.mst_size / PYDB_BLOCK;
     /* The handle may know smaller sizes than a state another process
      * published: reads up to the state's sizes must pass. */
     if (pydb__fsize(&db->mst) < c.mst_size ||

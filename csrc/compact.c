@@ -24,8 +24,9 @@
  * reader may be behind the latest commit at the swap (a snapshot of an
  * older commit would need the old files: the job waits).  Then: the
  * control record (the old one's bytes, MFTYPE, MSTXL, RECCNT... kept,
- * with the new NXTMFN/NXTMFB/NXTMFP) and the XRF are written, both new
- * files fsync'ed, the swap marker <mst>-swap created and the directory
+ * with the new NXTMFN/NXTMFB/NXTMFP) and the XRF are written, the
+ * emptied log made durable (pydb__txn_settle), both new
+ * files fsync'ed (with sync=False too), the swap marker <mst>-swap created and the directory
  * fsync'ed, <xrf>-compact renamed over the .xrf and <mst>-compact over
  * the .mst, the directory fsync'ed, the new state published as the next
  * file generation (wal.c: pydb__swap_publish, with the swap record that
@@ -487,7 +488,10 @@ static int marker_create(pydb_compact *j, int sync, pydb_error *err)
 static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
                 pydb_gc_report *rep, pydb_error *err)
 {
-    int sync = pydb__synced(db);
+    /* synced whatever the handle's setting (sync=False too): the new
+     * files replace the only copy of every record, and a power cut after
+     * unsynced renames leaves empty files (docs/reliability.md §2.2) */
+    int sync = 1;
     pydb_shm *shm = pydb__db_shm(db);
     uint8_t ctl[PYDB_CTL_SIZE];
     int64_t mst_size = 0, xrf_size = 0, gv, gb;
@@ -585,6 +589,7 @@ static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
         *more = 1;
         return PYDB_OK;
     }
+    if (rc == PYDB_OK) rc = pydb__txn_settle(t, err);
     if (rc == PYDB_OK) rc = swap(db, j, &T, rep, err);
     pydb_txn_abort(t);   /* releases the writer lock */
     return rc;

@@ -50,7 +50,10 @@
  *      run's generations are remembered with the commit (x->drops).
  *      Segment lines are in age order; generations are names;
  *   5. remove: under the writer lock (a prepare's new file is unnamed
- *      until its commit), segment files no set names, once no registered
+ *      until its commit), after a checkpoint (with sync=False the set's
+ *      segments, the MANIFEST, the records and the emptied log are made
+ *      durable first: index_durable, pydb__txn_checkpoint), segment
+ *      files no set names, once no registered
  *      reader reads an older commit (pydb__nidx_may_remove) or, for the
  *      files in x->drops, once none reads a commit older than the one
  *      that unnamed them; and temporaries of dead processes (merges, and
@@ -802,8 +805,29 @@ static int removable(nidx *x)
     return 0;
 }
 
+/* Before step 5 removes files: with sync=False (commits not fsync'ed)
+ * make the index that the set `cur` and the MANIFEST describe durable --
+ * every segment of the set, the MANIFEST, the directory -- so that a
+ * power cut after the removal cannot bring back a MANIFEST (or leave
+ * segment bytes) that needs a removed file; pydb__txn_checkpoint() then
+ * makes the records durable and the log empty.  With sync=True each was
+ * fsync'ed when it was written. */
+static int index_durable(nidx *x, pydb_db *db, const nidx_segset *cur,
+                         pydb_error *err)
+{
+    int rc = PYDB_OK;
+    if (pydb__synced(db)) return PYDB_OK;
+    for (size_t i = 0; i < cur->n && rc == PYDB_OK; i++)
+        rc = pydb__fsync_file(cur->v[i]->path, err);
+    if (rc == PYDB_OK) rc = pydb__fsync_file(x->manifest, err);
+    if (rc == PYDB_OK) rc = pydb__fsync_dir(x->dir, err);
+    return rc;
+}
+
 /* Step 5: remove unnamed files that no reader pins (none is behind, or
- * the commit that unnamed the file is not newer than any reader's).
+ * the commit that unnamed the file is not newer than any reader's), after
+ * a checkpoint (index_durable, pydb__txn_checkpoint: nothing a power cut
+ * brings back may need them).
  * *removed: files removed; *busy: the writer lock was taken. */
 static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
                          int64_t *removed, int *busy, pydb_error *err)
@@ -824,10 +848,13 @@ static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
     if (rc == PYDB_OK) {
         drop_ctx d = {x, oldest_reader(x)};
         cur = current(x, &g);
-        pydb__nidx_collect_if(x->dir, pydb__nidx_header(x), cur, removed,
-                              NULL, drop_may_go, &d);
+        rc = index_durable(x, db, cur, err);
+        if (rc == PYDB_OK) rc = pydb__txn_checkpoint(t, err);
+        if (rc == PYDB_OK)
+            pydb__nidx_collect_if(x->dir, pydb__nidx_header(x), cur, removed,
+                                  NULL, drop_may_go, &d);
         pydb__nsegset_unref(cur);
-        drops_prune(x);
+        if (rc == PYDB_OK) drops_prune(x);
     }
     pydb_txn_abort(t);
     return rc;

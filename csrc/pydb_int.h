@@ -445,6 +445,22 @@ pydb_db *pydb__txn_db(const pydb_txn *t);
  * "Locks"), so collection keeps up when commits come back to back. */
 int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
                        pydb_error *err);
+/* In a collector step's transaction, before the step changes files
+ * outside the log (a compaction's swap, the removal of index segments):
+ * make the emptied log durable (pydb__wal_settle), whatever sync says.
+ * A commit empties its log with an unsynced truncation, so a power cut
+ * can bring an applied commit's log back, and recovery would replay it
+ * over the changed files (records and XRF blocks at offsets of the old
+ * files, a MANIFEST naming removed segments).  0 or a PYDB error (the
+ * step then fails; nothing was changed). */
+int pydb__txn_settle(pydb_txn *t, pydb_error *err);
+/* pydb__txn_settle() after making the master file and XRF durable when
+ * commits are not (sync=False: fdatasync of both), as SQLite's
+ * synchronous=NORMAL syncs at its checkpoints: every commit made so far
+ * survives an OS crash from here on, so that a step may remove what only
+ * older commits needed (index segments).  With sync=True the files are
+ * durable already. */
+int pydb__txn_checkpoint(pydb_txn *t, pydb_error *err);
 
 /* ---- the reader (read.c) ---- */
 

@@ -378,11 +378,6 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     rc = pydb__wal_recover(db->wal_fd, db->wal_path, db->mst.fd,
                            db->xrf.fd, db->mst.path, db->xrf.path, &db->seq,
                            &failed, err);
-    /* A collection step changes the files outside the log: the last
-     * commit's unsynced truncation of the log must be durable first (any
-     * process may have made it, so whatever this handle did). */
-    if (rc == PYDB_OK && gc && pydb__synced(db))
-        rc = pydb__wal_settle(db->wal_fd, db->wal_path, err);
     if (rc) {
         if (failed) set_fatal(db, PYDB__FATAL_SYNC);
         goto fail;
@@ -439,6 +434,25 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
                        pydb_error *err)
 {
     return txn_begin(out, db, timeout_ms, 1, err);
+}
+
+int pydb__txn_settle(pydb_txn *t, pydb_error *err)
+{
+    return pydb__wal_settle(t->db->wal_fd, t->db->wal_path, err);
+}
+
+int pydb__txn_checkpoint(pydb_txn *t, pydb_error *err)
+{
+    pydb_db *db = t->db;
+    if (!pydb__synced(db)) {
+        if (pydb__vfs->fdatasync(db->mst.fd) != 0)
+            return PYDB_OSERROR(err, errno, db->mst.path, -1,
+                                "fdatasync failed: %s", strerror(errno));
+        if (pydb__vfs->fdatasync(db->xrf.fd) != 0)
+            return PYDB_OSERROR(err, errno, db->xrf.path, -1,
+                                "fdatasync failed: %s", strerror(errno));
+    }
+    return pydb__txn_settle(t, err);
 }
 
 /* Add an op writing a new version of `mfn` with these fields/status. */

@@ -190,6 +190,22 @@ int pydb__fsync_dir(const char *dir, pydb_error *err)
     return PYDB_OK;
 }
 
+int pydb__fsync_file(const char *path, pydb_error *err)
+{
+    int fd = pydb__vfs->open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return PYDB_OSERROR(err, errno, path, -1, "cannot open: %s",
+                            strerror(errno));
+    if (pydb__vfs->fsync(fd) != 0) {
+        int e = errno;
+        pydb__vfs->close(fd);
+        return PYDB_OSERROR(err, e, path, -1, "fsync failed: %s",
+                            strerror(e));
+    }
+    pydb__vfs->close(fd);
+    return PYDB_OK;
+}
+
 int pydb__fsync_parent(const char *path, pydb_error *err)
 {
     char dir[MAX_PATH_LEN + 1];

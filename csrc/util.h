@@ -97,6 +97,9 @@ int pydb__write_full(int fd, const void *buf, size_t n, int64_t off);
 int pydb__fsync_dir(const char *dir, pydb_error *err);
 /* The same for the directory that holds `path` (a file name). */
 int pydb__fsync_parent(const char *path, pydb_error *err);
+/* fsync the file at path (opened read-only for it): PYDB_EIO with the
+ * errno when it cannot be opened or the fsync fails. */
+int pydb__fsync_file(const char *path, pydb_error *err);
 
 /* Create `path` (O_EXCL if excl, else truncate what is there), write
  * len bytes and, if sync, fsync it; then close it.  A failed fsync also

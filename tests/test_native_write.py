@@ -474,14 +474,26 @@ def _operations(tmp_path, prepare, work) -> list[str]:
     return names
 
 
-def test_sync_false_commits_and_collections_never_fsync(tmp_path):
-    """With ``sync=False`` nothing is fsync'ed (docs/reliability.md,
-    "Committed means returned"): not the records, and not the native
-    index's new segment, its directory, or a collection's merged
-    segment."""
+def test_sync_false_commits_never_fsync_collections_checkpoint(tmp_path):
+    """With ``sync=False`` a commit fsyncs nothing (docs/reliability.md,
+    "Committed means returned"): not the records, the log, the native
+    index's new segment or its directory; nor does a merge of segments
+    and its commit.  A collection step that replaces or removes files
+    syncs first, as SQLite's synchronous=NORMAL syncs at its checkpoints,
+    so that an OS crash loses recent commits but not the files a
+    collection replaced: a compaction fsyncs its new files, the swap
+    marker and the folder around its renames and makes the emptied log
+    durable before them; the removal of merged segments follows a
+    checkpoint (the set's segments, the MANIFEST, the folder; the .mst,
+    the .xrf, the emptied log)."""
     def prepare(db):
         for i in range(4):
             db.append([(1, f"Word{i}"), (2, "shared words")])
+
+    def garbage(db):
+        prepare(db)
+        for i in range(4):
+            db.update(1, [(1, f"Changed{i}"), (2, "other words")])
 
     def commit(db):
         db.update(1, [(1, "Changed"), (2, "other words")])
@@ -489,11 +501,26 @@ def test_sync_false_commits_and_collections_never_fsync(tmp_path):
     def collect(db):
         db.collect()
 
-    for work in (commit, collect):
-        (tmp_path / work.__name__).mkdir()
-        names = _operations(tmp_path / work.__name__, prepare, work)
-        assert {"pwrite", "rename"} <= set(names), (work.__name__, names)
-        assert not {"fsync", "fdatasync"} & set(names), (work.__name__, names)
+    checkpoint = ["fsync"] * 3 + ["fdatasync"] * 3
+    (tmp_path / "commit").mkdir()
+    names = _operations(tmp_path / "commit", prepare, commit)
+    assert {"pwrite", "rename"} <= set(names), names
+    assert not {"fsync", "fdatasync"} & set(names), names
+    # one merge of the 5 segments, its commit, the checkpoint, the removal
+    (tmp_path / "merge").mkdir()
+    names = _operations(tmp_path / "merge", prepare, collect)
+    k = names.index("fsync")
+    assert {"pwrite", "rename"} <= set(names[:k]), names
+    assert not {"fsync", "fdatasync"} & set(names[:k]), names
+    assert names[k:] == checkpoint, names
+    # the same, and a compaction of the master file between them
+    (tmp_path / "compact").mkdir()
+    names = _operations(tmp_path / "compact", garbage, collect)
+    swap = next(i for i in range(len(names)) if names[i:i + 2] == ["rename", "rename"])
+    assert names[swap - 5:swap + 4] == ["fsync", "fsync", "pwrite", "fsync", "fsync",
+                                        "rename", "rename", "fsync", "unlink"], names
+    assert "fdatasync" in names[:swap - 5], names      # the emptied log
+    assert names[swap + 4:] == checkpoint, names
 
 
 def _is_readonly(db) -> bool:

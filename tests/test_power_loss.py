@@ -25,8 +25,9 @@ and compared with the acknowledged commits:
 - ``sync=False``: the database opens, ``check()`` has no errors and the
   index agrees with the records; the state is some whole prefix of the
   commits (recent ones may be missing).  Not met today (an xfail: with
-  sync=False nothing is fsync'ed, not even a file renamed over another);
-  the test counts the damaged cuts and prints why.
+  sync=False a commit fsyncs nothing, not even the MANIFEST it renames
+  over the old one; collection steps are synced checkpoints); the test
+  counts the damaged cuts and prints why.
 
 Besides the random cuts, a cut at every write-side file operation of a
 fixed script (writer_model.SCRIPT, ``sync=True``): the writer exits just
@@ -375,9 +376,9 @@ def test_power_cut_at_random_moments_sync(lazyfs):
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "sync=False fsyncs nothing, not even a file it renames over another: the "
-    "compaction's new .mst/.xrf and the index's MANIFEST/merged segments are "
-    "renamed into place unsynced, so a cut leaves them empty "
+    "with sync=False a commit fsyncs nothing, not even the MANIFEST it renames "
+    "over the old one, so a cut can leave it empty, and an XRF entry can reach "
+    "the disk without its record; collection steps are synced checkpoints "
     "(docs/reliability.md §2.2 a2)"))
 def test_power_cut_at_random_moments_nosync(lazyfs):
     """sync=False: the database opens, check() passes and it holds a whole
