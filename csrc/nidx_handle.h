@@ -134,6 +134,9 @@ typedef struct nidx {
     struct nidx_drop *drops; /* segments this handle's merges unnamed, with
                                 the commit that did (gc_mu)               */
     size_t ndrops, cap_drops;
+    int64_t ckpt_ms;         /* pydb__now_ms() of the last checkpoint that
+                                step 5 made with sync=False (nidx_gc.c;
+                                gc_mu)                                    */
     struct {                 /* the last scan of the directory by a
                                 collect step, reused while the directory
                                 is unchanged (nidx_gc.c, scan_cached; gc_mu) */

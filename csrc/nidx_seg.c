@@ -251,7 +251,9 @@ int pydb__ncur_next(nidx_cursor *c, pydb_error *err)
         pydb__keycmp(c->p, (size_t)slen, c->key ? c->key + shared : NULL,
                      prev_len - (size_t)shared) <= 0)
         return cur_corrupt(c, "keys not in ascending order", err);
-    if (shared + slen > c->kcap) {
+    /* also for an empty first key: a valid cursor's key is never NULL
+     * (callers copy it: memcpy from NULL is undefined even for 0 bytes) */
+    if (shared + slen > c->kcap || !c->key) {
         size_t cap = (size_t)(shared + slen) * 2 + 32;
         uint8_t *nv = realloc(c->key, cap);
         if (!nv)

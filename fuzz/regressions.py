@@ -175,6 +175,20 @@ def keys_descending(base: Path) -> None:
 
 
 
+def key_empty(base: Path) -> None:
+    """Damage the segment of base's commit: its first key APPLE becomes
+    the empty key (still below BANANA; the block index and tombstones
+    move back, the header follows them, the checksum is made valid
+    again)."""
+    seg = segments(base)[-1]
+    b = bytearray(seg.read_bytes())
+    at = first_entry(bytes(b), b"APPLE")
+    b[at + 1:at + 2 + len(b"APPLE")] = b"\0"
+    for off in (SEG_BIDX_OFF, SEG_TOMB_OFF):
+        struct.pack_into("<Q", b, off, struct.unpack_from("<Q", b, off)[0] - len(b"APPLE"))
+    seg.write_bytes(seal_segment(b))
+
+
 def tombstone_max_mfn(base: Path) -> None:
     """Damage base's newest segment: its tombstone (MFN 1) becomes MFN
     2^31 - 1, and the checksum is made valid again."""
@@ -271,6 +285,12 @@ CASES = [
          "enumeration, the k-way merge and seeks went wrong on a damaged "
          "one; nidx_seg.c pydb__ncur_next now checks every key against "
          "the one before it"),
+    Case("nidx-key-empty", "nidx", "", damaged_nidx(key_empty),
+         "undefined behaviour (UBSan: memcpy from a null pointer) in "
+         "fuzz_nidx's pydb_index_terms callback: a segment whose first "
+         "key is empty left the cursor's key NULL (nidx_seg.c "
+         "pydb__ncur_next allocated it only for a longer key); a valid "
+         "cursor's key is now never NULL (found by fuzz/run, 420 s)"),
     Case("nidx-tombstone-mfn-2e31", "nidx", "", damaged_nidx(tombstone_max_mfn, 2),
          "an 8 GiB calloc for a segment set whose segment tombstones MFN "
          "2^31 - 1 (the newest-tombstone table, 4 bytes per MFN up to the "
