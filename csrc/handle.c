@@ -314,7 +314,8 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     pthread_mutex_init(&db->vmutex, NULL);
     pthread_mutex_init(&db->wmutex, NULL);
     pthread_mutex_init(&db->smutex, NULL);
-    for (int i = 0; i < 4; i++) db->retired[i] = -1;
+    for (int i = 0; i < PYDB_RETIRED_GENS * 4; i++) db->retired[i] = -1;
+    db->retired_at = 0;
     pthread_cond_init(&db->wcond, NULL);
     /* The commit header (NULL: files mode; docs/architecture.md,
      * "Committed state"), first: recovery may finish a compaction's swap

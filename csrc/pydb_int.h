@@ -166,6 +166,15 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
 #define PYDB__FATAL_SYNC 1   /* an fsync failed: until reopened            */
 #define PYDB__FATAL_APPLY 2  /* a durable commit's write failed: the next
                                 transaction's begin replays the log        */
+/* File pairs a handle keeps open after switching away from them
+ * (read.c, pydb__files_sync): a read that loaded an fd just before a
+ * switch may still pread on it, and retries (fseq moved); were the fd
+ * closed and its number reused by the next switch's open, that pread
+ * would read another file (harmless, it retries, but ThreadSanitizer
+ * reports the reuse, and once did with one pair kept: a reader thread
+ * descheduled across two switches of the C stress test). */
+#define PYDB_RETIRED_GENS 4
+
 struct pydb_db {
     pydb_file mst, xrf;
     int io, lock;
@@ -221,10 +230,13 @@ struct pydb_db {
     const uint64_t *gen_word; /* atomic: the header's file-generation word
                                 (shm.h offset 336), or NULL              */
     pthread_mutex_t smutex;  /* serialises switches of the file pair      */
-    int retired[4];          /* fds of the pair before the last switch
-                                (.mst fd, dfd, .xrf fd, dfd; -1 none): a
-                                late pread may still use them; closed at
-                                the next switch or at close (smutex)     */
+    int retired[PYDB_RETIRED_GENS * 4]; /* fds of the pairs before the
+                                last PYDB_RETIRED_GENS switches (per
+                                switch: .mst fd, dfd, .xrf fd, dfd; -1
+                                none), a ring at retired_at: a late pread
+                                may still use them; closed when the ring
+                                comes round or at close (smutex)         */
+    int retired_at;
     size_t mst_region, xrf_region; /* bytes the mappings reserve (mmap
                                 mode; constant while the handle is open) */
     struct pydb_compact *compact; /* the compaction job (compact.c)      */
@@ -418,7 +430,7 @@ int pydb__state_files(pydb_state *out, uint64_t *fs, pydb_db *db,
                       const pydb_state *st, pydb_error *err);
 /* 1 if the handle switched files since pydb__state_files() gave fs. */
 int pydb__files_moved(const pydb_db *db, uint64_t fs);
-/* Close the fds the last switch retired (at close). */
+/* Close the fds the switches retired (at close). */
 void pydb__files_retired_close(pydb_db *db);
 /* The generation of the handle's files. */
 static inline uint64_t pydb__files_gen(const pydb_db *db)

@@ -274,7 +274,7 @@ static int marker_exists(const pydb_db *db)
  * the end of a file would raise SIGBUS); reads past map_len use pread.
  * The old fds go to retired[0..1]: a read that loaded them a moment ago
  * may still be in pread on them (it retries: fseq moved); they are
- * closed at the next switch or at close (one generation retired). */
+ * closed PYDB_RETIRED_GENS switches later or at close. */
 static void file_install(pydb_file *f, size_t region, int fd, int64_t size,
                          int retired[2])
 {
@@ -316,12 +316,18 @@ static void file_install(pydb_file *f, size_t region, int fd, int64_t size,
     retired[1] = oldd;
 }
 
-void pydb__files_retired_close(pydb_db *db)
+/* Close the 4 fds of ring slot k (-1 entries are skipped). */
+static void retired_close_slot(pydb_db *db, int k)
 {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 4 * k; i < 4 * k + 4; i++) {
         if (db->retired[i] >= 0) pydb__vfs->close(db->retired[i]);
         db->retired[i] = -1;
     }
+}
+
+void pydb__files_retired_close(pydb_db *db)
+{
+    for (int k = 0; k < PYDB_RETIRED_GENS; k++) retired_close_slot(db, k);
 }
 
 /* Set the handle's view to st (it may go back: new files). */
@@ -381,12 +387,17 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
                 xsize = (int64_t)xs.st_size;
             __atomic_store_n(&db->fseq, s | 1, __ATOMIC_RELEASE);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
-            /* the generation retired at the last switch: no read can
-             * still be using it (it retried long ago) */
-            pydb__files_retired_close(db);
-            file_install(&db->mst, db->mst_region, mfd, msize, db->retired);
-            file_install(&db->xrf, db->xrf_region, xfd, xsize,
-                         db->retired + 2);
+            /* the pair retired PYDB_RETIRED_GENS switches ago: no read
+             * can still be using it (it retried long ago) */
+            {
+                int k = db->retired_at;
+                db->retired_at = (k + 1) % PYDB_RETIRED_GENS;
+                retired_close_slot(db, k);
+                file_install(&db->mst, db->mst_region, mfd, msize,
+                             db->retired + 4 * k);
+                file_install(&db->xrf, db->xrf_region, xfd, xsize,
+                             db->retired + 4 * k + 2);
+            }
             /* the view of the new files: the header's state of them, or
              * their control record */
             if (have) {
