@@ -487,47 +487,66 @@ int pydb__keyrules_parse_ac(pydb_keyrules *r, const uint8_t *text, size_t len,
     return PYDB_OK;
 }
 
-int pydb__read_file(const char *path, uint8_t **data, size_t *len,
-                    pydb_error *err)
+/* pydb__read_file(); with sync, fsync the file read (the same inode)
+ * before closing it. */
+static int read_file(const char *path, uint8_t **data, size_t *len,
+                     int sync, pydb_error *err)
 {
     struct stat stbuf;
     uint8_t *buf = NULL;
     size_t done = 0, size;
-    int fd = pydb__vfs->open(path, O_RDONLY, 0);
+    int e, rc = PYDB_OK, fd = pydb__vfs->open(path, O_RDONLY, 0);
 
     *data = NULL;
     *len = 0;
     if (fd < 0) return PYDB_OSERROR(err, errno, path, -1, "cannot open");
     if (fstat(fd, &stbuf) != 0) {
-        int e = errno;
-        pydb__vfs->close(fd);
-        return PYDB_OSERROR(err, e, path, -1, "cannot stat");
+        rc = PYDB_OSERROR(err, errno, path, -1, "cannot stat");
+        goto cleanup;
     }
     size = (size_t)stbuf.st_size;
     buf = malloc(size + 1);
     if (!buf) {
-        pydb__vfs->close(fd);
-        return PYDB_ERROR(err, PYDB_ENOMEM, path, -1,
-                          "cannot allocate %zu bytes", size);
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, path, -1,
+                        "cannot allocate %zu bytes", size);
+        goto cleanup;
     }
     while (done < size) {
         ssize_t r = pydb__vfs->pread(fd, buf + done, size - done,
                                      (off_t)done);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            int e = errno;
-            free(buf);
-            pydb__vfs->close(fd);
-            return PYDB_OSERROR(err, e, path, (int64_t)done, "cannot read");
+            rc = PYDB_OSERROR(err, errno, path, (int64_t)done, "cannot read");
+            goto cleanup;
         }
         if (r == 0) break;
         done += (size_t)r;
     }
-    pydb__vfs->close(fd);
+    if (sync && pydb__vfs->fsync(fd) != 0) {
+        e = errno;
+        rc = PYDB_OSERROR(err, e, path, -1, "fsync failed: %s", strerror(e));
+        goto cleanup;
+    }
     buf[done] = 0;
     *data = buf;
     *len = done;
-    return PYDB_OK;
+    buf = NULL;
+cleanup:
+    pydb__vfs->close(fd);
+    free(buf);
+    return rc;
+}
+
+int pydb__read_file(const char *path, uint8_t **data, size_t *len,
+                    pydb_error *err)
+{
+    return read_file(path, data, len, 0, err);
+}
+
+int pydb__read_file_synced(const char *path, uint8_t **data, size_t *len,
+                           pydb_error *err)
+{
+    return read_file(path, data, len, 1, err);
 }
 
 int pydb__keyrules_load_dir(pydb_keyrules *r, const char *dir, int *found,

@@ -50,10 +50,10 @@
  *      run's generations are remembered with the commit (x->drops).
  *      Segment lines are in age order; generations are names;
  *   5. remove: under the writer lock (a prepare's new file is unnamed
- *      until its commit), after a checkpoint (with sync=False the set's
- *      segments, the MANIFEST, the records and the emptied log are made
- *      durable first: index_durable, pydb__txn_checkpoint), segment
- *      files no set names, once no registered
+ *      until its commit), after a checkpoint (the emptied log made
+ *      durable; with sync=False, first and without the lock, the records,
+ *      the MANIFEST and the segments it names: index_durable), segment
+ *      files no set and no synced MANIFEST names, once no registered
  *      reader reads an older commit (pydb__nidx_may_remove) or, for the
  *      files in x->drops, once none reads a commit older than the one
  *      that unnamed them; and temporaries of dead processes (merges, and
@@ -249,11 +249,12 @@ uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
                               const nidx_segset *ss, int64_t *files,
                               int64_t *bytes)
 {
-    return pydb__nidx_collect_if(dir, shm, ss, files, bytes, NULL, NULL);
+    return pydb__nidx_collect_if(dir, shm, ss, NULL, 0, files, bytes, NULL, NULL);
 }
 
 uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
-                               const nidx_segset *ss, int64_t *files,
+                               const nidx_segset *ss, const uint64_t *keep,
+                               size_t nkeep, int64_t *files,
                                int64_t *bytes,
                                int (*may_go)(void *ctx, uint64_t gen),
                                void *ctx)
@@ -293,6 +294,7 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
         for (size_t i = 0; ss && i < ss->n && !used; i++)
             used = ss->v[i]->gen == g;
         for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
+        for (size_t i = 0; i < nkeep && !used; i++) used = keep[i] == g;
         if (!used && (remove || (named && may_go && may_go(ctx, g)))) {
             pydb__nseg_path(path, sizeof path, dir, g);
             if (stat(path, &sb) == 0 && unlink(path) == 0) {
@@ -805,39 +807,59 @@ static int removable(nidx *x)
     return 0;
 }
 
-/* With sync=False, step 5 (and so its checkpoint: index_durable) runs at
- * most once per this many ms while commits go on; a quiet database
- * (collect()'s `idle`) removes at once.  Unused files cost disk, not
- * lookups: a set never names them.  (Measured on ext4, gctest
- * background: a checkpoint at every removal, under the writer lock,
- * doubled the serial runs.) */
-#define NIDX_CKPT_MS 1000
-
-/* Before step 5 removes files: with sync=False (commits not fsync'ed)
- * make the index that the set `cur` and the MANIFEST describe durable --
- * every segment of the set, the MANIFEST, the directory -- so that a
- * power cut after the removal cannot bring back a MANIFEST (or leave
- * segment bytes) that needs a removed file; pydb__txn_checkpoint() then
- * makes the records durable and the log empty.  With sync=True each was
- * fsync'ed when it was written. */
-static int index_durable(nidx *x, pydb_db *db, const nidx_segset *cur,
-                         pydb_error *err)
+/* Before step 5, with sync=False (commits are not fsync'ed), and without
+ * the writer lock: make the records and the index as the MANIFEST on
+ * disk now describes it (M1) durable -- the .mst and .xrf
+ * (pydb__db_datasync), M1 itself (the inode it was read from), every
+ * segment M1 names, the directory -- and give M1's segment generations
+ * in *named (malloc'ed; NULL with sync=True, where each was fsync'ed when
+ * it was written).  Step 5 then removes only files M1 does not name
+ * either: a name, once gone from a MANIFEST, never comes back (names
+ * only grow), so no MANIFEST a power cut may leave -- M1, or a later
+ * one -- needs a removed file.  Outside the lock, so that commits never
+ * wait for these fsyncs (a checkpoint, as SQLite's WAL mode makes). */
+static int index_durable(nidx *x, pydb_db *db, uint64_t **named,
+                         size_t *nnamed, pydb_error *err)
 {
-    int rc = PYDB_OK;
+    nidx_manifest m;
+    uint8_t *data = NULL;
+    size_t len;
+    char path[1100];
+    int rc;
+
+    *named = NULL;
+    *nnamed = 0;
+    memset(&m, 0, sizeof m);
     if (pydb__synced(db)) return PYDB_OK;
-    for (size_t i = 0; i < cur->n && rc == PYDB_OK; i++)
-        rc = pydb__fsync_file(cur->v[i]->path, err);
-    if (rc == PYDB_OK) rc = pydb__fsync_file(x->manifest, err);
+    /* the records first: M1's postings are of commits they hold */
+    if ((rc = pydb__db_datasync(db, err)) ||
+        (rc = pydb__read_file_synced(x->manifest, &data, &len, err)) ||
+        (rc = pydb__nman_parse(&m, data, len, x->manifest, err)))
+        goto cleanup;
+    for (size_t i = 0; i < m.nsegs && rc == PYDB_OK; i++) {
+        pydb__nseg_path(path, sizeof path, x->dir, m.segs[i]);
+        rc = pydb__fsync_file(path, err);
+    }
     if (rc == PYDB_OK) rc = pydb__fsync_dir(x->dir, err);
+    if (rc) goto cleanup;
+    *named = m.segs;
+    *nnamed = m.nsegs;
+    m.segs = NULL;
+cleanup:
+    free(m.segs);
+    free(data);
     return rc;
 }
 
 /* Step 5: remove unnamed files that no reader pins (none is behind, or
- * the commit that unnamed the file is not newer than any reader's), after
- * a checkpoint (index_durable, pydb__txn_checkpoint: nothing a power cut
- * brings back may need them).
- * *removed: files removed; *busy: the writer lock was taken. */
+ * the commit that unnamed the file is not newer than any reader's) and
+ * that keep[nkeep] (index_durable's M1) does not name, after making the
+ * emptied log durable (pydb__txn_settle: a power cut must not bring back
+ * an applied commit's log, whose replay would put back a MANIFEST naming
+ * removed files).  *removed: files removed; *busy: the writer lock was
+ * taken. */
 static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
+                         const uint64_t *keep, size_t nkeep,
                          int64_t *removed, int *busy, pydb_error *err)
 {
     pydb_txn *t = NULL;
@@ -853,17 +875,14 @@ static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
     }
     if (rc) return rc;
     rc = pydb__nidx_refresh(x, 1, err);
+    if (rc == PYDB_OK) rc = pydb__txn_settle(t, err);
     if (rc == PYDB_OK) {
         drop_ctx d = {x, oldest_reader(x)};
         cur = current(x, &g);
-        rc = index_durable(x, db, cur, err);
-        if (rc == PYDB_OK) rc = pydb__txn_checkpoint(t, err);
-        if (rc == PYDB_OK) x->ckpt_ms = pydb__now_ms();
-        if (rc == PYDB_OK)
-            pydb__nidx_collect_if(x->dir, pydb__nidx_header(x), cur, removed,
-                                  NULL, drop_may_go, &d);
+        pydb__nidx_collect_if(x->dir, pydb__nidx_header(x), cur, keep, nkeep,
+                              removed, NULL, drop_may_go, &d);
         pydb__nsegset_unref(cur);
-        if (rc == PYDB_OK) drops_prune(x);
+        drops_prune(x);
     }
     pydb_txn_abort(t);
     return rc;
@@ -923,12 +942,13 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     /* (c) unnamed files first: they cost disk, not lookups */
     cur = current(x, &g);
     scan_cached(x, cur, g, &files, &unused, &ubytes);
-    if (unused && removable(x) && !idle && !pydb__synced(db) &&
-        pydb__now_ms() - x->ckpt_ms < NIDX_CKPT_MS) {
-        *more = 1;   /* the checkpoint is not due: a later step removes */
-    } else if (unused && removable(x)) {
-        if ((rc = remove_unused(x, db, lock_ms, &removed, &busy, err)))
-            goto cleanup;
+    if (unused && removable(x)) {
+        uint64_t *keep;
+        size_t nkeep;
+        if ((rc = index_durable(x, db, &keep, &nkeep, err))) goto cleanup;
+        rc = remove_unused(x, db, lock_ms, keep, nkeep, &removed, &busy, err);
+        free(keep);
+        if (rc) goto cleanup;
         rep->segments += removed;
         units += (int)(removed < budget ? removed : budget);
         if (busy) *more = 1;

@@ -134,9 +134,6 @@ typedef struct nidx {
     struct nidx_drop *drops; /* segments this handle's merges unnamed, with
                                 the commit that did (gc_mu)               */
     size_t ndrops, cap_drops;
-    int64_t ckpt_ms;         /* pydb__now_ms() of the last checkpoint that
-                                step 5 made with sync=False (nidx_gc.c;
-                                gc_mu)                                    */
     struct {                 /* the last scan of the directory by a
                                 collect step, reused while the directory
                                 is unchanged (nidx_gc.c, scan_cached; gc_mu) */
@@ -188,10 +185,12 @@ uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
 uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
                               const nidx_segset *ss, int64_t *files,
                               int64_t *bytes);
-/* The same, where a file the rule above keeps may still go when
- * may_go(ctx, generation) says so (NULL: none may). */
+/* The same, where the files keep[nkeep] (generations) stay too, and a
+ * file the rule above keeps may still go when may_go(ctx, generation)
+ * says so (NULL: none may). */
 uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
-                               const nidx_segset *ss, int64_t *files,
+                               const nidx_segset *ss, const uint64_t *keep,
+                               size_t nkeep, int64_t *files,
                                int64_t *bytes,
                                int (*may_go)(void *ctx, uint64_t gen),
                                void *ctx);

@@ -33,6 +33,10 @@ int pydb__stopwords_has(const pydb_stopwords *sw, const uint8_t *key,
 /* Read a whole file through the vfs (malloc'ed; *len bytes). */
 int pydb__read_file(const char *path, uint8_t **data, size_t *len,
                     pydb_error *err);
+/* The same, and fsync the file it read before closing it (the bytes
+ * returned are then durable under that inode). */
+int pydb__read_file_synced(const char *path, uint8_t **data, size_t *len,
+                           pydb_error *err);
 
 /* ---- nidx_commit.c: the commit hook and its test double ---- */
 typedef int (*pydb_put_file_fn)(void *ctx, pydb_txn *t, const char *path,

@@ -466,13 +466,14 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
  * files, a MANIFEST naming removed segments).  0 or a PYDB error (the
  * step then fails; nothing was changed). */
 int pydb__txn_settle(pydb_txn *t, pydb_error *err);
-/* pydb__txn_settle() after making the master file and XRF durable when
- * commits are not (sync=False: fdatasync of both), as SQLite's
- * synchronous=NORMAL syncs at its checkpoints: every commit made so far
- * survives an OS crash from here on, so that a step may remove what only
- * older commits needed (index segments).  With sync=True the files are
- * durable already. */
-int pydb__txn_checkpoint(pydb_txn *t, pydb_error *err);
+/* With sync=False (commits not fsync'ed): fdatasync the handle's .mst
+ * and .xrf, so that every commit made so far survives an OS crash, as
+ * SQLite's synchronous=NORMAL syncs at its checkpoints (the native
+ * index's step 5, nidx_gc.c index_durable).  No lock needed (a file
+ * switch meanwhile: the old files' fds stay open, PYDB_RETIRED_GENS).
+ * With sync=True the files are durable already: nothing to do.  0 or
+ * PYDB_EIO with the errno. */
+int pydb__db_datasync(pydb_db *db, pydb_error *err);
 
 /* ---- the reader (read.c) ---- */
 

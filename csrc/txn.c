@@ -441,18 +441,19 @@ int pydb__txn_settle(pydb_txn *t, pydb_error *err)
     return pydb__wal_settle(t->db->wal_fd, t->db->wal_path, err);
 }
 
-int pydb__txn_checkpoint(pydb_txn *t, pydb_error *err)
+int pydb__db_datasync(pydb_db *db, pydb_error *err)
 {
-    pydb_db *db = t->db;
-    if (!pydb__synced(db)) {
-        if (pydb__vfs->fdatasync(db->mst.fd) != 0)
-            return PYDB_OSERROR(err, errno, db->mst.path, -1,
-                                "fdatasync failed: %s", strerror(errno));
-        if (pydb__vfs->fdatasync(db->xrf.fd) != 0)
-            return PYDB_OSERROR(err, errno, db->xrf.path, -1,
-                                "fdatasync failed: %s", strerror(errno));
-    }
-    return pydb__txn_settle(t, err);
+    int fd;
+    if (pydb__synced(db)) return PYDB_OK;
+    fd = __atomic_load_n(&db->mst.fd, __ATOMIC_ACQUIRE);
+    if (pydb__vfs->fdatasync(fd) != 0)
+        return PYDB_OSERROR(err, errno, db->mst.path, -1,
+                            "fdatasync failed: %s", strerror(errno));
+    fd = __atomic_load_n(&db->xrf.fd, __ATOMIC_ACQUIRE);
+    if (pydb__vfs->fdatasync(fd) != 0)
+        return PYDB_OSERROR(err, errno, db->xrf.path, -1,
+                            "fdatasync failed: %s", strerror(errno));
+    return PYDB_OK;
 }
 
 /* Add an op writing a new version of `mfn` with these fields/status. */
