@@ -150,7 +150,10 @@ int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
     s->tomb_off = pydb__u64(m + 56);
     if (s->dict_off < NIDX_SEG_HDR || s->dict_off > s->bidx_off ||
         s->bidx_off > s->tomb_off || s->tomb_off > s->size - 12 ||
-        s->nblocks != (s->nterms + NIDX_BLOCK_TERMS - 1) / NIDX_BLOCK_TERMS ||
+        /* (not nterms + 31: a count near 2^64 would wrap to 0 blocks) */
+        s->nterms > s->bidx_off - s->dict_off ||
+        s->nblocks != s->nterms / NIDX_BLOCK_TERMS +
+                          (s->nterms % NIDX_BLOCK_TERMS != 0) ||
         s->nblocks > (s->tomb_off - s->bidx_off) / 8 ||
         s->bidx_off + s->nblocks * 8 != s->tomb_off) {
         rc = PYDB_CORRUPT(err, path, 16, "segment header offsets are "

@@ -97,10 +97,13 @@ def set_state_gen(shm: bytes, gen: int) -> bytearray:
     return b
 
 
-# The native index's segment header (csrc/nidx_seg.h): u64 dictionary,
-# block index and tombstone offsets; the checksum is the last 8 bytes.
+# The native index's segment header (csrc/nidx_seg.h): u64 terms,
+# dictionary and block index offsets, blocks, tombstone offset; the
+# checksum is the last 8 bytes.
+SEG_NTERMS = 16
 SEG_DICT_OFF = 32
 SEG_BIDX_OFF = 40
+SEG_NBLOCKS = 48
 SEG_TOMB_OFF = 56
 FRUIT = ("Apple", "Banana", "Cherry")   # keys that share no prefix
 
@@ -186,6 +189,18 @@ def key_empty(base: Path) -> None:
     b[at + 1:at + 2 + len(b"APPLE")] = b"\0"
     for off in (SEG_BIDX_OFF, SEG_TOMB_OFF):
         struct.pack_into("<Q", b, off, struct.unpack_from("<Q", b, off)[0] - len(b"APPLE"))
+    seg.write_bytes(seal_segment(b))
+
+
+def terms_wrap(base: Path) -> None:
+    """Damage the segment of base's commit: its header says 2^64 - 1
+    terms in 0 blocks (the block index gone: it starts where the
+    tombstones do), and the checksum is made valid again."""
+    seg = segments(base)[-1]
+    b = bytearray(seg.read_bytes())
+    struct.pack_into("<Q", b, SEG_NTERMS, 2 ** 64 - 1)
+    struct.pack_into("<Q", b, SEG_NBLOCKS, 0)
+    struct.pack_into("<Q", b, SEG_BIDX_OFF, struct.unpack_from("<Q", b, SEG_TOMB_OFF)[0])
     seg.write_bytes(seal_segment(b))
 
 
@@ -291,6 +306,16 @@ CASES = [
          "key is empty left the cursor's key NULL (nidx_seg.c "
          "pydb__ncur_next allocated it only for a longer key); a valid "
          "cursor's key is now never NULL (found by fuzz/run, 420 s)"),
+    Case("nidx-terms-wrap", "nidx",
+         "segment header offsets are inconsistent with the file size",
+         damaged_nidx(terms_wrap),
+         "SEGV (ASan: a read at a wild address in nidx_seg.c "
+         "pydb__ncur_block, from pydb__ncur_seek): a header claiming 2^64 - 1 "
+         "terms in 0 blocks passed pydb__nseg_open, whose check computed "
+         "(nterms + 31) / 32 and wrapped to 0; the seek then read block 0 of "
+         "an empty block index.  The count of blocks is now computed without "
+         "overflow and the terms are bounded by the dictionary's bytes "
+         "(found by the short CI tier, fuzz/ci, in a fresh-check run)"),
     Case("nidx-tombstone-mfn-2e31", "nidx", "", damaged_nidx(tombstone_max_mfn, 2),
          "an 8 GiB calloc for a segment set whose segment tombstones MFN "
          "2^31 - 1 (the newest-tombstone table, 4 bytes per MFN up to the "
