@@ -69,7 +69,7 @@ static int map_read(const pydb_file *f, void *buf, size_t n, int64_t off,
 {
     struct stat st;
     if (pydb__map_copy(buf, f->map + off, n) == 0) return PYDB_OK;
-    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_RELAXED), &st) != 0)
+    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &st) != 0)
         st.st_size = -1;
     return PYDB_CORRUPT(err, f->path, off,
                         "%s: %zu bytes at offset %lld lie past the end of "
@@ -88,10 +88,13 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
      * read runs (read.c, files_switch): fd, dfd and map_len are loaded
      * once; the mapping's address never changes and every page of it
      * stays mapped (file pages below the file's end, zeros after), so a
-     * late read gets wrong bytes at worst and the caller retries. */
-    int fd = __atomic_load_n(&f->fd, __ATOMIC_RELAXED);
-    int dfd = __atomic_load_n(&f->dfd, __ATOMIC_RELAXED);
-    size_t map_len = __atomic_load_n(&f->map_len, __ATOMIC_RELAXED);
+     * late read gets wrong bytes at worst and the caller retries.
+     * Acquire loads, paired with the switch's release stores: a read that
+     * sees the new fd sees the open that made it (relaxed, ThreadSanitizer
+     * reported the pread racing with that open). */
+    int fd = __atomic_load_n(&f->fd, __ATOMIC_ACQUIRE);
+    int dfd = __atomic_load_n(&f->dfd, __ATOMIC_ACQUIRE);
+    size_t map_len = __atomic_load_n(&f->map_len, __ATOMIC_ACQUIRE);
 
     if (off < 0 || (int64_t)n > size || off > size - (int64_t)n)
         return PYDB_CORRUPT(err, f->path, off,
@@ -161,7 +164,7 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
             return PYDB_EWOULDBLOCK;
         return map_read(f, buf, n, off, what, err);
     }
-    got = pydb__vfs->pread_nowait(__atomic_load_n(&f->fd, __ATOMIC_RELAXED),
+    got = pydb__vfs->pread_nowait(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE),
                                   buf, n, (off_t)off);
     if (got < 0 || (size_t)got != n) return PYDB_EWOULDBLOCK;
     (void)what; (void)err;
