@@ -411,11 +411,14 @@ static int sync_fd(int fd, const char *path, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Write the control record and the XRF of the new files and sync them:
- * *mst_size / *xrf_size get their sizes, ctl the control record. */
+/* Write the control record and the XRF of the new files and sync them
+ * (with sync=False too: they replace the only copy of every record, and
+ * a power cut after unsynced renames leaves empty files;
+ * docs/reliability.md §2.2): *mst_size / *xrf_size get their sizes, ctl
+ * the control record. */
 static int finish_files(pydb_db *db, pydb_compact *j, const pydb_state *T,
                         uint8_t ctl[PYDB_CTL_SIZE], int64_t *mst_size,
-                        int64_t *xrf_size, int sync, pydb_error *err)
+                        int64_t *xrf_size, pydb_error *err)
 {
     static const uint8_t zeros[PYDB_BLOCK];
     uint8_t blk[PYDB_BLOCK];
@@ -455,18 +458,16 @@ static int finish_files(pydb_db *db, pydb_compact *j, const pydb_state *T,
             return PYDB_OSERROR(err, rc, j->nx, bi * PYDB_BLOCK,
                                 "write failed: %s", strerror(rc));
     }
-    if (sync) {
-        rc = sync_fd(j->fd_mst, j->nm, err);
-        if (rc == PYDB_OK) rc = sync_fd(j->fd_xrf, j->nx, err);
-        if (rc) return rc;
-    }
+    rc = sync_fd(j->fd_mst, j->nm, err);
+    if (rc == PYDB_OK) rc = sync_fd(j->fd_xrf, j->nx, err);
+    if (rc) return rc;
     *mst_size = padded;
     *xrf_size = nblocks * PYDB_BLOCK;
     return PYDB_OK;
 }
 
 /* The intent marker: its name, durable, before the first rename. */
-static int marker_create(pydb_compact *j, int sync, pydb_error *err)
+static int marker_create(pydb_compact *j, pydb_error *err)
 {
     int fd = pydb__vfs->open(j->mk, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int rc = PYDB_OK;
@@ -476,22 +477,19 @@ static int marker_create(pydb_compact *j, int sync, pydb_error *err)
     if (pydb__write_full(fd, "swap\n", 5, 0) != 0)
         rc = PYDB_OSERROR(err, errno, j->mk, 0, "write failed: %s",
                           strerror(errno));
-    if (rc == PYDB_OK && sync) rc = sync_fd(fd, j->mk, err);
+    if (rc == PYDB_OK) rc = sync_fd(fd, j->mk, err);
     pydb__vfs->close(fd);
-    if (rc == PYDB_OK && sync) rc = pydb__fsync_parent(j->mk, err);
+    if (rc == PYDB_OK) rc = pydb__fsync_parent(j->mk, err);
     if (rc) unlink(j->mk);
     return rc;
 }
 
-/* Under the writer lock: replace the files.  *done: they were replaced
- * (the job is over either way when this returns an error). */
+/* Under the writer lock: replace the files, every step synced whatever
+ * the handle's setting (finish_files).  *done: they were replaced (the
+ * job is over either way when this returns an error). */
 static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
                 pydb_gc_report *rep, pydb_error *err)
 {
-    /* synced whatever the handle's setting (sync=False too): the new
-     * files replace the only copy of every record, and a power cut after
-     * unsynced renames leaves empty files (docs/reliability.md §2.2) */
-    int sync = 1;
     pydb_shm *shm = pydb__db_shm(db);
     uint8_t ctl[PYDB_CTL_SIZE];
     int64_t mst_size = 0, xrf_size = 0, gv, gb;
@@ -499,12 +497,12 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
     int rc, tries;
 
     pydb__shm_garbage(shm, &gv, &gb);
-    rc = finish_files(db, j, T, ctl, &mst_size, &xrf_size, sync, err);
+    rc = finish_files(db, j, T, ctl, &mst_size, &xrf_size, err);
     if (rc) return rc;
     pydb__vfs->close(j->fd_mst);
     pydb__vfs->close(j->fd_xrf);
     j->fd_mst = j->fd_xrf = -1;
-    rc = marker_create(j, sync, err);
+    rc = marker_create(j, err);
     if (rc) return rc;
     if (pydb__vfs->rename(j->nx, db->xrf.path) != 0) {
         rc = PYDB_OSERROR(err, errno, db->xrf.path, -1,
@@ -521,10 +519,9 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
                                 "rename of %s failed (the swap marker %s "
                                 "stays: reopening finishes it): %s", j->nm,
                                 j->mk, strerror(errno));
-    if (sync)
-        for (tries = 0; (rc = pydb__fsync_parent(db->mst.path, err)) != 0;
-             tries++)
-            if (tries >= 3) return rc;   /* the marker stays */
+    for (tries = 0; (rc = pydb__fsync_parent(db->mst.path, err)) != 0;
+         tries++)
+        if (tries >= 3) return rc;   /* the marker stays */
     pydb__swap_publish(shm, ctl, mst_size, xrf_size);
     j->swapped = 1;
     /* copies a catch-up left dead in the new file are its garbage */

@@ -169,10 +169,9 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
 /* File pairs a handle keeps open after switching away from them
  * (read.c, pydb__files_sync): a read that loaded an fd just before a
  * switch may still pread on it, and retries (fseq moved); were the fd
- * closed and its number reused by the next switch's open, that pread
- * would read another file (harmless, it retries, but ThreadSanitizer
- * reports the reuse, and once did with one pair kept: a reader thread
- * descheduled across two switches of the C stress test). */
+ * closed and its number reused by a later switch's open, that pread
+ * would read another file (harmless, it retries).  A reader
+ * descheduled across several switches is rare; 4 pairs cost 16 fds. */
 #define PYDB_RETIRED_GENS 4
 
 struct pydb_db {
