@@ -513,7 +513,8 @@ def test_snapshot_index_and_search_in_c(tmp_path):
     ASan and UBSan): a snapshot's view answers as of its commit after 21
     more commits and a collection (pydb_gc_collect; commits never merge);
     its segments stay on disk while it is registered and go with the
-    first commit after its release; a handle
+    first collection after its release (policy none: no collector thread
+    merges or removes around the snapshot, so the counts are exact); a handle
     that holds neither its generation nor finds it in the MANIFEST
     answers PYDB_EWOULDBLOCK; an in-memory index searched as of a snapshot
     drops only the records inactive at that commit."""
@@ -541,7 +542,7 @@ def test_snapshot_index_and_search_in_c(tmp_path):
         "latest_common 1 2",
         "latest_alpha",
         "attached_handle_now EWOULDBLOCK",
-        "while_registered unnamed>=2:1 kept_all:1",
+        "while_registered held:2 unnamed:2 kept:2",
         "after_release removed_all:1",
         "memory_snapshot 1 2 3",
         "memory_handle_snapshot 1 2 3",
