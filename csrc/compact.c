@@ -25,7 +25,8 @@
  * older commit would need the old files: the job waits).  Then: the
  * control record (the old one's bytes, MFTYPE, MSTXL, RECCNT... kept,
  * with the new NXTMFN/NXTMFB/NXTMFP) and the XRF are written, the
- * emptied log made durable (pydb__txn_settle), both new
+ * log checkpointed (pydb__txn_settle: the old files synced, the log
+ * emptied durably), both new
  * files fsync'ed (with sync=False too), the swap marker <mst>-swap created and the directory
  * fsync'ed, <xrf>-compact renamed over the .xrf and <mst>-compact over
  * the .mst, the directory fsync'ed, the new state published as the next

@@ -342,7 +342,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
          * leaves them as an interrupted commit does: read.c follows
          * pointers past the control record's end back), and the handle
          * says why the logged commit is missing. */
-        rc = pydb__wal_recover_readonly(base, mst, xrf, err);
+        rc = pydb__wal_recover_readonly(base, mst, xrf, db->shm, err);
         if (rc == PYDB_EIO) {
             snprintf(db->log_pending, sizeof db->log_pending,
                      "%.300s: %.280s", err ? err->path : "",

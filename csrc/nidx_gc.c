@@ -50,8 +50,8 @@
  *      run's generations are remembered with the commit (x->drops).
  *      Segment lines are in age order; generations are names;
  *   5. remove: under the writer lock (a prepare's new file is unnamed
- *      until its commit), after a checkpoint (the emptied log made
- *      durable; with sync=False, first and without the lock, the records,
+ *      until its commit), after a checkpoint (the .mst/.xrf synced, the
+ *      log emptied durably: pydb__txn_settle; with sync=False, first and without the lock, the records,
  *      the MANIFEST and the segments it names: index_durable), segment
  *      files no set and no synced MANIFEST names, once no registered
  *      reader reads an older commit (pydb__nidx_may_remove) or, for the
@@ -853,10 +853,10 @@ cleanup:
 
 /* Step 5: remove unnamed files that no reader pins (none is behind, or
  * the commit that unnamed the file is not newer than any reader's) and
- * that keep[nkeep] (index_durable's M1) does not name, after making the
- * emptied log durable (pydb__txn_settle: a power cut must not bring back
- * an applied commit's log, whose replay would put back a MANIFEST naming
- * removed files).  *removed: files removed; *busy: the writer lock was
+ * that keep[nkeep] (index_durable's M1) does not name, after a
+ * checkpoint (pydb__txn_settle: the log emptied durably -- a power cut
+ * must not bring back an applied commit's log, whose replay would put
+ * back a MANIFEST naming removed files).  *removed: files removed; *busy: the writer lock was
  * taken. */
 static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
                          const uint64_t *keep, size_t nkeep,

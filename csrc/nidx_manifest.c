@@ -227,12 +227,3 @@ uint64_t pydb__nman_top_generation(const char *dir)
     free(d);
     return gen;
 }
-
-int pydb__nman_publish(const char *dir, const void *data, size_t len,
-                       pydb_error *err)
-{
-    char tmp[1100], path[1100];
-    snprintf(tmp, sizeof tmp, "%s/MANIFEST.tmp", dir);
-    snprintf(path, sizeof path, "%s/MANIFEST", dir);
-    return pydb__replace_file(path, tmp, data, len, 1, NULL, err);
-}

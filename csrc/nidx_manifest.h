@@ -8,9 +8,9 @@
  * the CISIS key mode (absent: unicode), case and word tables in hex), the FST and stop-word texts, the live segments (oldest first),
  * and a checksum line ("end" and the CRC-32C of everything before it,
  * 8 hex digits).  It is replaced
- * whole: by a bulk build (pydb__nman_publish: MANIFEST.tmp, fsync,
- * rename, fsync the directory) or by a commit through pydb_txn_put_file()
- * (written with the records' write-ahead log and replayed by recovery),
+ * whole, always by a transaction through pydb_txn_put_file() (a commit,
+ * a merge, a bulk build; written with the records' write-ahead log and
+ * replayed by recovery),
  * so the index flips with the records.  Each new MANIFEST has a higher
  * generation than the one it replaces.
  *
@@ -61,8 +61,5 @@ uint64_t pydb__nman_head_generation(const char *path);
 /* The highest generation <dir>/MANIFEST names (its own or a segment's);
  * 0 when there is none or it cannot be read. */
 uint64_t pydb__nman_top_generation(const char *dir);
-/* Replace <dir>/MANIFEST by data[len] atomically and durably. */
-int pydb__nman_publish(const char *dir, const void *data, size_t len,
-                       pydb_error *err);
 
 #endif

@@ -605,8 +605,9 @@ int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
  * data NULL with len > 0), PYDB_ENOMEM. */
 int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
                       size_t len, pydb_error *err);
-/* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC) and
- * visible; frees t whatever the outcome.  Errors: PYDB_EIO (errno in
+/* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC: one
+ * fdatasync, of its log frame; the .mst/.xrf are synced at checkpoints,
+ * wal.h) and visible; frees t whatever the outcome.  Errors: PYDB_EIO (errno in
  * sys_errno) when a write or fsync fails: a failure before the log is
  * durable leaves the database as it was; any failed fsync, or a failure
  * while applying the durable log, makes the handle read-only

@@ -458,12 +458,14 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
                        pydb_error *err);
 /* In a collector step's transaction, before the step changes files
  * outside the log (a compaction's swap, the removal of index segments):
- * make the emptied log durable (pydb__wal_settle), whatever sync says.
- * A commit empties its log with an unsynced truncation, so a power cut
- * can bring an applied commit's log back, and recovery would replay it
- * over the changed files (records and XRF blocks at offsets of the old
- * files, a MANIFEST naming removed segments).  0 or a PYDB error (the
- * step then fails; nothing was changed). */
+ * a checkpoint (pydb__wal_checkpoint), whatever sync says -- the .mst
+ * and .xrf synced, the log emptied durably.  Applied commits left in the
+ * log (sync=True keeps them until a checkpoint; sync=False's truncation
+ * is not synced) must not come back after a power cut: recovery would
+ * replay them over the changed files (records and XRF blocks at offsets
+ * of the old files, a MANIFEST naming removed segments).  0 or a PYDB
+ * error (the step then fails; nothing was changed; a failed fsync of the
+ * .mst/.xrf makes the handle read-only). */
 int pydb__txn_settle(pydb_txn *t, pydb_error *err);
 /* With sync=False (commits not fsync'ed): fdatasync the handle's .mst
  * and .xrf, so that every commit made so far survives an OS crash, as

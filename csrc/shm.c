@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/futex.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -53,6 +54,9 @@
 #define OFF_WAKE 424      /* u32 futex: bumped at each writer-lock release */
 #define OFF_WAITERS 428   /* u32: writers sleeping on OFF_WAKE */
 #define OFF_GC_FIRST 432  /* i32: pid of a collector step waiting (0: none) */
+#define OFF_LOG_APPLIED 440 /* u64: bytes of the log applied (this boot) */
+#define OFF_BOOT 448      /* the boot of OFF_LOG_APPLIED: 36 characters */
+#define BOOT_LEN 36
 
 /* reader slot fields */
 #define R_PID 0
@@ -863,4 +867,55 @@ int32_t pydb__shm_writer_claimed(pydb_shm *s)
 {
     if (!s || !pydb__shm_valid(s)) return 0;
     return __atomic_load_n(i32_at(s, OFF_GC_FIRST), __ATOMIC_SEQ_CST);
+}
+
+/* ------------------------------------------------- the log's applied length */
+
+/* This kernel boot's id (36 characters), read once; "" when unknown. */
+static char boot_id[BOOT_LEN + 1];
+static pthread_once_t boot_once = PTHREAD_ONCE_INIT;
+
+static void boot_read(void)
+{
+    char buf[64];
+    ssize_t n;
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n >= BOOT_LEN) memcpy(boot_id, buf, BOOT_LEN);
+}
+
+static const char *boot(void)
+{
+    pthread_once(&boot_once, boot_read);
+    return boot_id;
+}
+
+int pydb__shm_log_usable(pydb_shm *s)
+{
+    return s && pydb__shm_valid(s) && boot()[0] != 0;
+}
+
+int pydb__shm_log_applied(pydb_shm *s, uint64_t *len)
+{
+    char mine[BOOT_LEN];
+    if (!pydb__shm_log_usable(s)) return 0;
+    *len = __atomic_load_n(u64_at(s, OFF_LOG_APPLIED), __ATOMIC_ACQUIRE);
+    for (int i = 0; i < BOOT_LEN; i++)
+        mine[i] = (char)__atomic_load_n(map_of(s) + OFF_BOOT + i, __ATOMIC_RELAXED);
+    return memcmp(mine, boot(), BOOT_LEN) == 0;
+}
+
+void pydb__shm_log_set(pydb_shm *s, uint64_t len)
+{
+    const char *b;
+    if (!pydb__shm_log_usable(s)) return;
+    b = boot();
+    /* the length is 0 while the boot changes: never a length of another
+     * boot under this one's name */
+    __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), 0, __ATOMIC_RELEASE);
+    for (int i = 0; i < BOOT_LEN; i++)
+        __atomic_store_n(map_of(s) + OFF_BOOT + i, (uint8_t)b[i], __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), len, __ATOMIC_RELEASE);
 }

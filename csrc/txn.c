@@ -34,20 +34,26 @@
  * Commit.  (1) the commit hook's prepare() runs (it may add whole files);
  * (2) every byte the commit will write (the master-file region from the
  * committed end to the new block-padded end, each changed XRF block, the
- * control record, each whole file) goes to <base>.wal with a header, a
- * trailer and a CRC-32C over both; the log is fdatasync'ed (not with
- * PYDB_OPEN_NOSYNC) -- this is the commit point; (3) the bytes are
- * written to the .mst, the .xrf (inside the handle's sequence lock), the
- * control record last, and whole files by write-temp + rename; (4) the
- * .mst/.xrf are fdatasync'ed and (5) the log is truncated to zero.  The
- * log only ever holds the latest commit, and (3) starts only once it is
- * durable, so replaying it is idempotent.
+ * control record, each whole file) is appended to <base>.wal as a frame
+ * with a header, a trailer and a CRC-32C over both; the log is
+ * fdatasync'ed (not with PYDB_OPEN_NOSYNC) -- this is the commit point;
+ * (3) the bytes are written to the .mst, the .xrf (inside the handle's
+ * sequence lock), the control record last, and whole files by write-temp
+ * + rename; (4) with sync=True and a usable commit header the frame
+ * stays in the log, the header records the log's length as applied, and
+ * the .mst/.xrf are synced only at a checkpoint (wal.h: the log past
+ * PYDB_WAL_CHECKPOINT, a collection step, a writer's close) -- one fsync
+ * per commit; otherwise (sync=False, files mode) the log is truncated to
+ * zero, with sync=True after an fdatasync of the .mst/.xrf.  (3) starts
+ * only once the frame is durable, and replay writes each byte with its
+ * last value, so replaying applied commits is harmless.
  *
  * Recovery (wal.c; run by handle.c at open with PYDB_OPEN_WRITE and by
  * read-only opens that can write the files, and here by pydb_txn_begin()):
- * under the writer lock, a log that is complete (header, length, trailer
- * and CRC agree) is replayed and the files fsync'ed; a torn one (a crash before the commit point) is
- * discarded.  Either way the log is then truncated.  (With sync, the
+ * under the writer lock, unless the header vouches that the whole log is
+ * applied in this boot, its complete frames are replayed and the files
+ * fsync'ed; a torn last frame (a crash before its commit point) is
+ * dropped, and the log truncated.  (With sync, the
  * directory is fsync'ed when the files or the log are created, so their
  * names survive a power loss too.)
  *
@@ -118,6 +124,16 @@ static int fatal_error(const pydb_db *db, pydb_error *err)
                       "the handle is read-only after a failed write or "
                       "fsync; reopen the database (recovery restores every "
                       "committed transaction)");
+}
+
+/* A checkpoint with the writer lock held (wal.h); a failed fsync makes
+ * the handle read-only. */
+static int checkpoint(pydb_db *db, pydb_error *err)
+{
+    pydb_wal_files w = pydb__wal_files(db);
+    int failed = 0, rc = pydb__wal_checkpoint(&w, &failed, err);
+    if (failed) set_fatal(db, PYDB__FATAL_SYNC);
+    return rc;
 }
 
 /* ---------------------------------------------------------- transactions */
@@ -375,9 +391,10 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     if (rc) goto fail;   /* (unlocking a lock not held is a no-op) */
     /* A writer that died mid-commit (or a log left by a failed reset):
      * replay it inside the sequence lock, as a commit's apply would be. */
-    rc = pydb__wal_recover(db->wal_fd, db->wal_path, db->mst.fd,
-                           db->xrf.fd, db->mst.path, db->xrf.path, &db->seq,
-                           &failed, err);
+    {
+        pydb_wal_files w = pydb__wal_files(db);
+        rc = pydb__wal_recover(&w, &failed, err);
+    }
     if (rc) {
         if (failed) set_fatal(db, PYDB__FATAL_SYNC);
         goto fail;
@@ -438,7 +455,7 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
 
 int pydb__txn_settle(pydb_txn *t, pydb_error *err)
 {
-    return pydb__wal_settle(t->db->wal_fd, t->db->wal_path, err);
+    return checkpoint(t->db, err);
 }
 
 int pydb__db_datasync(pydb_db *db, pydb_error *err)
@@ -846,6 +863,10 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int fsync_failed = 0;   /* an fsync of the apply failed (also set by
                                pydb__replace_file()) */
     int log_sync_failed = 0, logged = 0, applied = 0;
+    /* sync=True with a usable header: the frame stays in the log, the
+     * .mst/.xrf are synced at checkpoints (wal.h) */
+    int keep = sync && pydb__shm_log_usable(pydb__db_shm(db));
+    int64_t log_at = 0;
     pydb_ctl newctl;
     uint64_t s;
 
@@ -873,7 +894,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (rc) goto done;
 
     /* The log, then the commit point. */
-    rc = pydb__wal_append(db, &log, sync, &log_sync_failed, err);
+    rc = pydb__wal_append(db, &log, sync, &log_at, &log_sync_failed, err);
     if (rc) {
         if (log_sync_failed) {
             set_fatal(db, PYDB__FATAL_SYNC);
@@ -926,7 +947,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     s = __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);   /* even */
     PYDB_ASSERT((s & 1) == 0);
 
-    if (sync) {
+    if (sync && !keep) {
         if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
             e = errno;
             rc = PYDB_OSERROR(err, e, db->mst.path, -1,
@@ -967,11 +988,24 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     pydb__header_publish(db, &newctl, t->index_gen, 1);
     pydb__view_set_writer(db, newctl.next_mfn, newctl.next_block,
                           newctl.next_pos, newctl.reccnt);
-    /* The commit is in the files: empty the log.  If that fails, the log
-     * still holds this (applied) commit; replaying it is harmless and the
-     * next transaction tries again, so the commit is reported as done. */
+    /* The commit is in the files.  Kept: the log's length is applied
+     * (a checkpoint once it is long; one that fails does not undo the
+     * commit -- a failed fsync makes the handle read-only, and the next
+     * transaction says so).  Else empty the log; if that fails, the log
+     * still holds this (applied) commit, replaying it is harmless and
+     * the next transaction tries again, so the commit is reported as
+     * done -- unless it held commits of another handle kept for a
+     * checkpoint, whose .mst/.xrf bytes are not synced: a checkpoint. */
     PYDB_ASSERT(logged && applied);   /* reset only after the apply */
-    pydb__wal_discard(db);
+    if (keep) {
+        int64_t end = log_at + (int64_t)log.n;
+        pydb__shm_log_set(pydb__db_shm(db), (uint64_t)end);
+        if (end >= PYDB_WAL_CHECKPOINT) (void)checkpoint(db, NULL);
+    } else if (log_at > 0) {
+        (void)checkpoint(db, NULL);
+    } else {
+        pydb__wal_discard(db);
+    }
     pydb__gc_notify(db);   /* the commit may have made garbage */
     goto done;
 

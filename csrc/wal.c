@@ -61,7 +61,7 @@ int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq)
 
     PYDB_ASSERT(log->n >= PYDB_WAL_HEAD && body % 8 == 0);
     memcpy(h, WAL_MAGIC, 8);
-    pydb__put32(h + 8, 1);
+    pydb__put32(h + 8, 2);   /* frames that follow each other */
     pydb__put32(h + 12, count);
     pydb__put64(h + 16, body);
     pydb__put64(h + 24, seq);
@@ -77,200 +77,341 @@ int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq)
 
 /* ---------------------------------------------------------- log replay */
 
-/* Read the whole log into *out (malloc'ed) if it holds a complete,
- * checksummed commit: returns 1 (complete), 0 (empty or torn), or a
+/* The length of the complete, checksummed frame at buf[pos..len), or 0
+ * when there is none there (a torn frame, or the end). */
+static size_t frame_len(const uint8_t *buf, size_t pos, size_t len)
+{
+    const uint8_t *h = buf + pos, *t;
+    uint32_t version;
+    uint64_t body;
+
+    if (len - pos < PYDB_WAL_HEAD + PYDB_WAL_TAIL) return 0;
+    version = pydb__u32(h + 8);
+    if (memcmp(h, WAL_MAGIC, 8) != 0 || (version != 1 && version != 2) ||
+        pydb__crc32c(0, h, 32) != pydb__u32(h + 32))
+        return 0;
+    body = pydb__u64(h + 16);
+    if (body % 8 != 0 || body > len - pos - PYDB_WAL_HEAD - PYDB_WAL_TAIL)
+        return 0;
+    t = h + PYDB_WAL_HEAD + body;
+    if (memcmp(t, WAL_END, 8) != 0 ||
+        pydb__crc32c(0, h, (size_t)(PYDB_WAL_HEAD + body)) != pydb__u32(t + 8))
+        return 0;
+    return (size_t)(PYDB_WAL_HEAD + body + PYDB_WAL_TAIL);
+}
+
+/* Read the whole log (`size` bytes) into *out (malloc'ed) and give in
+ * *out_len the length of its complete frames from the start (a torn
+ * frame and anything after it are left out: with sync, a frame is
+ * written only after the one before it is durable).  Returns 1 when
+ * there is at least one complete frame, 0 when there is none, or a
  * negative PYDB error. */
 static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
                     int64_t size, const char *wal_path, pydb_error *err)
 {
-    uint8_t head[PYDB_WAL_HEAD], *buf;
-    uint64_t body, total;
-    ssize_t got;
+    uint8_t *buf;
+    size_t valid = 0, n;
 
     *out = NULL;
+    *out_len = 0;
     if (size < PYDB_WAL_HEAD + PYDB_WAL_TAIL) return 0;
-    got = pydb__vfs->pread(wal_fd, head, PYDB_WAL_HEAD, 0);
-    if (got < 0)
-        return PYDB_OSERROR(err, errno, wal_path, 0, "read failed: %s",
-                            strerror(errno));
-    if (got != PYDB_WAL_HEAD || memcmp(head, WAL_MAGIC, 8) != 0 ||
-        pydb__u32(head + 8) != 1 ||
-        pydb__crc32c(0, head, 32) != pydb__u32(head + 32))
-        return 0;
-    body = pydb__u64(head + 16);
-    if (body > WAL_MAX_BODY) return 0;
-    total = PYDB_WAL_HEAD + body + PYDB_WAL_TAIL;
-    if (total > (uint64_t)size) return 0;  /* torn: shorter */
-    buf = malloc((size_t)total);
+    if ((uint64_t)size > WAL_MAX_BODY)
+        return PYDB_CORRUPT(err, wal_path, -1, "the log is %lld bytes, more "
+                            "than a log can be", (long long)size);
+    buf = malloc((size_t)size);
     if (!buf)
         return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
-                          "no memory for a %llu-byte log",
-                          (unsigned long long)total);
-    for (size_t done = 0; done < total;) {
-        got = pydb__vfs->pread(wal_fd, buf + done, (size_t)total - done,
-                               (off_t)done);
+                          "no memory for a %lld-byte log", (long long)size);
+    for (size_t done = 0; done < (size_t)size;) {
+        ssize_t got = pydb__vfs->pread(wal_fd, buf + done,
+                                       (size_t)size - done, (off_t)done);
         if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            int e = got < 0 ? errno : EIO;
+        if (got < 0) {
+            int e = errno;
             free(buf);
             return PYDB_OSERROR(err, e, wal_path, (int64_t)done,
                                 "read failed: %s", strerror(e));
         }
+        if (got == 0) {   /* shorter than it was: the frames read so far */
+            size = (int64_t)done;
+            break;
+        }
         done += (size_t)got;
     }
-    {
-        const uint8_t *t = buf + PYDB_WAL_HEAD + body;
-        if (memcmp(t, WAL_END, 8) != 0 ||
-            pydb__crc32c(0, buf, (size_t)(PYDB_WAL_HEAD + body)) != pydb__u32(t + 8)) {
-            free(buf);
-            return 0;
-        }
+    while ((n = frame_len(buf, valid, (size_t)size)) > 0) valid += n;
+    if (valid == 0) {
+        free(buf);
+        return 0;
     }
     *out = buf;
-    *out_len = (size_t)total;
+    *out_len = valid;
     return 1;
 }
 
-/* Apply a loaded log to the files (fds given).  fsync'ed unless !sync.
- * `seq` (or NULL): the sequence lock of a handle reading these files,
- * held odd while the .mst/.xrf bytes are written (not over the fsyncs). */
-static int wal_apply(const uint8_t *buf, size_t len, int mst_fd, int xrf_fd,
-                     const char *mst_path, const char *xrf_path, int sync,
-                     uint64_t *seq, int *fsync_failed, pydb_error *err)
+/* One entry of a loaded log, in log order (`order`), with what replay
+ * writes of it: `len` bytes from `data` (less than its length when a
+ * later frame writes the rest), nothing when `skip`. */
+typedef struct wal_ent {
+    uint32_t kind, nlen;
+    const uint8_t *name, *data;
+    uint64_t off, dlen, len;
+    size_t order;
+    int skip;
+} wal_ent;
+
+static int ent_cmp(const void *a, const void *b)
 {
-    uint32_t n = pydb__u32(buf + 12);
-    size_t pos = PYDB_WAL_HEAD, end = len - PYDB_WAL_TAIL;
-    int rc, e, pass;
+    const wal_ent *x = *(const wal_ent *const *)a, *y = *(const wal_ent *const *)b;
+    int c;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->kind == PYDB_WAL_FILE) {
+        c = memcmp(x->name, y->name, x->nlen < y->nlen ? x->nlen : y->nlen);
+        if (c) return c;
+        if (x->nlen != y->nlen) return x->nlen < y->nlen ? -1 : 1;
+    } else if (x->off != y->off) {
+        return x->off < y->off ? -1 : 1;
+    }
+    return x->order < y->order ? -1 : x->order > y->order;
+}
 
-    /* only a complete log is replayed (wal_load() checked it) */
-    PYDB_ASSERT(len >= PYDB_WAL_HEAD + PYDB_WAL_TAIL &&
-                memcmp(buf, WAL_MAGIC, 8) == 0 &&
-                memcmp(buf + end, WAL_END, 8) == 0 &&
-                pydb__u64(buf + 16) == end - PYDB_WAL_HEAD);
+/* Split the frames of buf[0..len) into entries (*out, malloc'ed; *n).
+ * 0 or a PYDB error (an entry that passes its frame's end). */
+static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
+                       size_t len, const char *wal_path, pydb_error *err)
+{
+    size_t cap = len / PYDB_WAL_ENTRY + 1, k = 0, pos = 0;
+    wal_ent *v = malloc(cap * sizeof *v);
 
-    /* Pass 0: .mst and .xrf writes, in log order (control record last);
-     * pass 1: whole files. */
-    for (pass = 0; pass < 2; pass++) {
-        pos = PYDB_WAL_HEAD;
-        if (pass == 0 && seq) {
-            uint64_t odd = __atomic_add_fetch(seq, 1, __ATOMIC_ACQ_REL);
-            PYDB_ASSERT(odd & 1);   /* no other writer inside the lock */
+    *out = NULL;
+    *n = 0;
+    if (!v)
+        return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
+                          "no memory for the log's entries");
+    while (pos < len) {
+        size_t flen = frame_len(buf, pos, len);
+        size_t end = pos + flen - PYDB_WAL_TAIL, at = pos + PYDB_WAL_HEAD;
+        uint32_t count = pydb__u32(buf + pos + 12);
+        PYDB_ASSERT(flen > 0);   /* wal_load() kept complete frames only */
+        for (uint32_t i = 0; i < count; i++) {
+            wal_ent *e = &v[k];
+            if (end - at < PYDB_WAL_ENTRY || k == cap) {
+                free(v);
+                return PYDB_CORRUPT(err, wal_path, (int64_t)at, "log entry "
+                                    "%u passes the end of its commit", i + 1);
+            }
+            e->kind = pydb__u32(buf + at);
+            e->nlen = pydb__u32(buf + at + 4);
+            e->off = pydb__u64(buf + at + 8);
+            e->dlen = pydb__u64(buf + at + 16);
+            at += PYDB_WAL_ENTRY;
+            if (e->nlen > PYDB_WAL_MAX_PATH || e->dlen > end - at ||
+                e->nlen > end - at - e->dlen ||
+                (e->kind == PYDB_WAL_FILE) != (e->nlen > 0) ||
+                e->kind < PYDB_WAL_MST || e->kind > PYDB_WAL_FILE) {
+                free(v);
+                return PYDB_CORRUPT(err, wal_path, (int64_t)at, "log entry "
+                                    "%u has impossible lengths or kind", i + 1);
+            }
+            e->name = buf + at;
+            e->data = buf + at + e->nlen;
+            e->len = e->dlen;
+            e->order = k++;
+            e->skip = 0;
+            at = (at + e->nlen + (size_t)e->dlen + 7) & ~(size_t)7;
+            if (at > end) at = end;
         }
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t kind, nlen;
-            uint64_t off, dlen;
-            const uint8_t *name, *data;
-            if (end - pos < PYDB_WAL_ENTRY) {
-                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u passes "
-                                  "the end of the log", i + 1);
-                goto failed;
+        pos += flen;
+    }
+    *out = v;
+    *n = k;
+    return PYDB_OK;
+}
+
+/* What replay writes of each entry: every byte once, with the value of
+ * the last commit that writes it -- so that replaying applied commits
+ * again never shows a reader an older XRF entry, control record or
+ * MANIFEST, or an earlier commit's block padding over a later one's
+ * records.  A whole file is written by its last entry only; an .mst or
+ * .xrf entry stops where a later commit's entry of the same file begins
+ * inside it (a commit writes from the end the commit before it left),
+ * and is skipped when a later one covers it from its start. */
+static int wal_final_image(wal_ent *v, size_t n, const char *wal_path,
+                           pydb_error *err)
+{
+    wal_ent **p;
+    if (n < 2) return PYDB_OK;
+    p = malloc(n * sizeof *p);
+    if (!p)
+        return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
+                          "no memory for the log's entries");
+    for (size_t i = 0; i < n; i++) p[i] = &v[i];
+    qsort(p, n, sizeof *p, ent_cmp);
+    for (size_t i = 0; i < n; i++) {
+        wal_ent *e = p[i];
+        for (size_t j = i + 1; j < n && p[j]->kind == e->kind; j++) {
+            wal_ent *f = p[j];
+            if (e->kind == PYDB_WAL_FILE) {
+                if (f->nlen != e->nlen || memcmp(f->name, e->name, e->nlen))
+                    break;
+                e->skip = 1;   /* a later commit's copy of the same file */
+                break;
             }
-            kind = pydb__u32(buf + pos);
-            nlen = pydb__u32(buf + pos + 4);
-            off = pydb__u64(buf + pos + 8);
-            dlen = pydb__u64(buf + pos + 16);
-            pos += PYDB_WAL_ENTRY;
-            if (nlen > PYDB_WAL_MAX_PATH || dlen > end - pos ||
-                nlen > end - pos - dlen) {
-                rc = PYDB_CORRUPT(err, mst_path, -1, "log entry %u has "
-                                  "impossible lengths", i + 1);
-                goto failed;
-            }
-            name = buf + pos;
-            data = buf + pos + nlen;
-            pos += nlen + dlen;
-            pos = (pos + 7) & ~(size_t)7;
-            if (pos > end) pos = end;
-            if (pass == 0 && (kind == PYDB_WAL_MST || kind == PYDB_WAL_XRF)) {
-                int fd = kind == PYDB_WAL_MST ? mst_fd : xrf_fd;
-                e = -pydb__write_full(fd, data, (size_t)dlen, (int64_t)off);
-                if (e) {
-                    rc = PYDB_OSERROR(err, e,
-                                      kind == PYDB_WAL_MST ? mst_path : xrf_path,
-                                      (int64_t)off, "write failed: %s",
-                                      strerror(e));
-                    goto failed;
-                }
-            } else if (pass == 1 && kind == PYDB_WAL_FILE) {
-                char path[PYDB_WAL_MAX_PATH + 1];
-                memcpy(path, name, nlen);
-                path[nlen] = 0;
-                rc = pydb__replace_file(path, NULL, data, (size_t)dlen, sync,
-                                        fsync_failed, err);
-                if (rc) return rc;
-            }
-        }
-        if (pass == 0 && seq) {
-            uint64_t even = __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
-            PYDB_ASSERT((even & 1) == 0);
-        }
-        if (pass == 0 && sync) {
-            if (pydb__vfs->fdatasync(mst_fd) != 0) {
-                *fsync_failed = 1;
-                return PYDB_OSERROR(err, errno, mst_path, -1,
-                                    "fdatasync failed: %s", strerror(errno));
-            }
-            if (pydb__vfs->fdatasync(xrf_fd) != 0) {
-                *fsync_failed = 1;
-                return PYDB_OSERROR(err, errno, xrf_path, -1,
-                                    "fdatasync failed: %s", strerror(errno));
+            if (f->off >= e->off + e->len) break;
+            if (f->order < e->order) continue;
+            if (f->off > e->off) {
+                e->len = f->off - e->off;   /* the rest is f's */
+            } else if (f->dlen >= e->len) {
+                e->skip = 1;
+                break;
             }
         }
     }
+    free(p);
     return PYDB_OK;
-failed:
-    if (seq && pass == 0) __atomic_add_fetch(seq, 1, __ATOMIC_RELEASE);
+}
+
+/* fdatasync the .mst and the .xrf. */
+static int wal_sync_files(const pydb_wal_files *w, int *fsync_failed,
+                          pydb_error *err)
+{
+    if (pydb__vfs->fdatasync(w->mst_fd) != 0) {
+        *fsync_failed = 1;
+        return PYDB_OSERROR(err, errno, w->mst_path, -1,
+                            "fdatasync failed: %s", strerror(errno));
+    }
+    if (pydb__vfs->fdatasync(w->xrf_fd) != 0) {
+        *fsync_failed = 1;
+        return PYDB_OSERROR(err, errno, w->xrf_path, -1,
+                            "fdatasync failed: %s", strerror(errno));
+    }
+    return PYDB_OK;
+}
+
+/* Apply the complete frames buf[0..len) to the files (wal_final_image).
+ * fsync'ed unless !sync.  `seq` (or NULL): the sequence lock of a handle
+ * reading these files, held odd while the .mst/.xrf bytes are written
+ * (not over the fsyncs). */
+static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
+                     int sync, int *fsync_failed, pydb_error *err)
+{
+    wal_ent *v = NULL;
+    size_t n = 0;
+    int rc, e;
+
+    rc = wal_entries(&v, &n, buf, len, w->wal_path, err);
+    if (rc == PYDB_OK) rc = wal_final_image(v, n, w->wal_path, err);
+    if (rc) goto cleanup;
+    /* the .mst and .xrf in log order (each commit's control record after
+     * its records and XRF blocks), inside the sequence lock */
+    if (w->seq) {
+        uint64_t odd = __atomic_add_fetch(w->seq, 1, __ATOMIC_ACQ_REL);
+        PYDB_ASSERT(odd & 1);   /* no other writer inside the lock */
+    }
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        int mst = v[i].kind == PYDB_WAL_MST;
+        if (v[i].skip || v[i].kind == PYDB_WAL_FILE) continue;
+        e = -pydb__write_full(mst ? w->mst_fd : w->xrf_fd, v[i].data,
+                              (size_t)v[i].len, (int64_t)v[i].off);
+        if (e)
+            rc = PYDB_OSERROR(err, e, mst ? w->mst_path : w->xrf_path,
+                              (int64_t)v[i].off, "write failed: %s",
+                              strerror(e));
+    }
+    if (w->seq) {
+        uint64_t even = __atomic_add_fetch(w->seq, 1, __ATOMIC_RELEASE);
+        PYDB_ASSERT((even & 1) == 0);
+    }
+    if (rc) goto cleanup;
+    if (sync) rc = wal_sync_files(w, fsync_failed, err);
+    /* then the whole files */
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        char path[PYDB_WAL_MAX_PATH + 1];
+        if (v[i].skip || v[i].kind != PYDB_WAL_FILE) continue;
+        memcpy(path, v[i].name, v[i].nlen);
+        path[v[i].nlen] = 0;
+        rc = pydb__replace_file(path, NULL, v[i].data, (size_t)v[i].dlen,
+                                sync, fsync_failed, err);
+    }
+cleanup:
+    free(v);
     return rc;
 }
 
-/* Empty the log (after a commit is applied, or a torn log is dropped). */
-static int wal_reset(int wal_fd, const char *wal_path, int *fsync_failed,
-                     pydb_error *err)
+/* Empty the log durably: the applied length goes to 0 first (shm.h),
+ * then the truncation (of a log that has a `size`), then its fdatasync.  A failure leaves the handle
+ * writable: the files hold every commit (synced), so the log has nothing
+ * to lose, and the next commit's frame replaces it with an fdatasync of
+ * its own. */
+static int wal_reset(const pydb_wal_files *w, int64_t size, pydb_error *err)
 {
-    if (pydb__vfs->ftruncate(wal_fd, 0) != 0)
-        return PYDB_OSERROR(err, errno, wal_path, -1, "ftruncate failed: %s",
-                            strerror(errno));
-    if (pydb__vfs->fdatasync(wal_fd) != 0) {
-        *fsync_failed = 1;
-        return PYDB_OSERROR(err, errno, wal_path, -1, "fdatasync failed: %s",
-                            strerror(errno));
-    }
-    return PYDB_OK;
-}
-
-int pydb__wal_settle(int wal_fd, const char *wal_path, pydb_error *err)
-{
-    if (pydb__vfs->fdatasync(wal_fd) != 0)
-        return PYDB_OSERROR(err, errno, wal_path, -1,
+    pydb__shm_log_set(w->shm, 0);
+    if (size > 0 && pydb__vfs->ftruncate(w->wal_fd, 0) != 0)
+        return PYDB_OSERROR(err, errno, w->wal_path, -1,
+                            "ftruncate failed: %s", strerror(errno));
+    if (pydb__vfs->fdatasync(w->wal_fd) != 0)
+        return PYDB_OSERROR(err, errno, w->wal_path, -1,
                             "fdatasync of the emptied log failed: %s",
                             strerror(errno));
     return PYDB_OK;
 }
 
-/* Recovery with the writer lock held: replay a complete log, drop a torn
- * one.  `seq`: as for wal_apply(). */
-int pydb__wal_recover(int wal_fd, const char *wal_path, int mst_fd,
-                      int xrf_fd, const char *mst_path, const char *xrf_path,
-                      uint64_t *seq, int *fsync_failed, pydb_error *err)
+/* The log's length in *size, and whether it may hold a commit that is
+ * not in the files: 0 (empty, or every byte applied in this boot: the
+ * header's applied length), 1 (it may), or a negative PYDB error. */
+static int wal_pending(const pydb_wal_files *w, int64_t *size,
+                       pydb_error *err)
 {
     struct stat st;
+    uint64_t applied;
+    if (fstat(w->wal_fd, &st) != 0)
+        return PYDB_OSERROR(err, errno, w->wal_path, -1, "cannot stat: %s",
+                            strerror(errno));
+    *size = (int64_t)st.st_size;
+    if (st.st_size == 0) return 0;
+    return !(pydb__shm_log_applied(w->shm, &applied) &&
+             applied == (uint64_t)st.st_size);
+}
+
+/* Replay every complete frame (a torn one is dropped), fsync the files,
+ * empty the log. */
+static int wal_replay(const pydb_wal_files *w, int64_t size,
+                      int *fsync_failed, pydb_error *err)
+{
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc;
-
-    if (fstat(wal_fd, &st) != 0)
-        return PYDB_OSERROR(err, errno, wal_path, -1, "cannot stat: %s",
-                            strerror(errno));
-    if (st.st_size == 0) return PYDB_OK;
-    rc = wal_load(&buf, &len, wal_fd, (int64_t)st.st_size, wal_path, err);
+    int rc = wal_load(&buf, &len, w->wal_fd, size, w->wal_path, err);
     if (rc < 0) return rc;
     if (rc == 1) {
-        rc = wal_apply(buf, len, mst_fd, xrf_fd, mst_path, xrf_path, 1, seq,
-                       fsync_failed, err);
+        rc = wal_apply(buf, len, w, 1, fsync_failed, err);
         free(buf);
         if (rc) return rc;
     }
-    return wal_reset(wal_fd, wal_path, fsync_failed, err);
+    return wal_reset(w, size, err);
+}
+
+int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
+                      pydb_error *err)
+{
+    int64_t size;
+    int rc = wal_pending(w, &size, err);
+    if (rc <= 0) return rc;
+    return wal_replay(w, size, fsync_failed, err);
+}
+
+int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
+                         pydb_error *err)
+{
+    int64_t size;
+    int rc = wal_pending(w, &size, err);
+    if (rc < 0) return rc;
+    if (rc == 1) return wal_replay(w, size, fsync_failed, err);
+    if (size > 0 && (rc = wal_sync_files(w, fsync_failed, err)) != PYDB_OK) {
+        /* the page cache may have dropped what it failed to write: the
+         * next recovery replays the whole log (writes it again) */
+        pydb__shm_log_set(w->shm, 0);
+        return rc;
+    }
+    return wal_reset(w, size, err);
 }
 
 /* ------------------------------------- a compaction's swap (compact.c) */
@@ -517,8 +658,11 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
         return rc;
     /* Recover now if no writer is active; else the next transaction will. */
     if (pydb__wal_lock(db, -1, 0, NULL) != PYDB_OK) return PYDB_OK;
-    rc = pydb__wal_recover(db->wal_fd, db->wal_path, db->mst.fd, db->xrf.fd,
-                           db->mst.path, db->xrf.path, NULL, &failed, err);
+    {
+        pydb_wal_files w = pydb__wal_files(db);
+        w.seq = NULL;   /* nothing reads the files yet */
+        rc = pydb__wal_recover(&w, &failed, err);
+    }
     if (rc == PYDB_OK) {
         int finished;
         rc = pydb__swap_recover(db->mst.path, db->xrf.path, db->shm,
@@ -530,35 +674,37 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
 }
 
 int pydb__wal_recover_readonly(const char *base, const char *mst,
-                               const char *xrf, pydb_error *err)
+                               const char *xrf, struct pydb_shm *shm,
+                               pydb_error *err)
 {
     char wal[1100], mk[1200];
     struct stat st;
     int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
     int swap;
+    uint64_t applied;
 
     snprintf(mk, sizeof mk, "%s%s", mst, PYDB_SWAP_SUFFIX);
     swap = stat(mk, &st) == 0;
     if (pydb__find_file(wal, sizeof wal, base, "wal") != 0 ||
         stat(wal, &st) != 0 || (st.st_size == 0 && !swap))
         return PYDB_OK;   /* no log, or an empty one: nothing to do */
+    if (!swap && pydb__shm_log_applied(shm, &applied) &&
+        applied == (uint64_t)st.st_size)
+        return PYDB_OK;   /* every commit in it is in the files */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
     if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
     if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
-    rc = pydb__wal_recover(wfd, wal, mfd, xfd, mst, xrf, NULL, &failed, err);
+    {
+        pydb_wal_files w = {wfd, mfd, xfd, wal, mst, xrf, shm, NULL};
+        rc = pydb__wal_recover(&w, &failed, err);
+    }
     if (rc == PYDB_OK && swap) {
         /* a dead compaction's swap: finish it (the header, if there is
          * one, gets the new files' state) */
-        char shm_path[1200];
-        struct pydb_shm *shm = NULL;
         int finished;
-        pydb__shm_path(shm_path, sizeof shm_path, base, mst);
-        if (pydb__shm_open(&shm, shm_path, mst, 0, NULL) != PYDB_OK)
-            shm = NULL;
         rc = pydb__swap_recover(mst, xrf, shm, 1, &finished, err);
-        pydb__shm_close(shm);
     }
 cleanup:
     if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */
@@ -567,28 +713,58 @@ cleanup:
     return rc;
 }
 
+pydb_wal_files pydb__wal_files(pydb_db *db)
+{
+    pydb_wal_files w = {db->wal_fd,
+                        __atomic_load_n(&db->mst.fd, __ATOMIC_ACQUIRE),
+                        __atomic_load_n(&db->xrf.fd, __ATOMIC_ACQUIRE),
+                        db->wal_path, db->mst.path, db->xrf.path, db->shm,
+                        &db->seq};
+    return w;
+}
+
 void pydb__wal_close(pydb_db *db)
 {
-    if (db->wal_fd >= 0) pydb__vfs->close(db->wal_fd);
+    struct stat st;
+    if (db->wal_fd < 0) return;
+    /* a last checkpoint of a log that holds commits (best effort: what
+     * it leaves, the next writer's open does), so that a closed database
+     * is whole in its .mst/.xrf */
+    if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == 0 &&
+        fstat(db->wal_fd, &st) == 0 && st.st_size > 0 &&
+        pydb__wal_lock(db, -1, 0, NULL) == PYDB_OK) {
+        pydb_wal_files w = pydb__wal_files(db);
+        int failed = 0;
+        (void)pydb__wal_checkpoint(&w, &failed, NULL);
+        pydb__wal_unlock(db);
+    }
+    pydb__vfs->close(db->wal_fd);
     db->wal_fd = -1;
 }
 
 /* ------------------------------------------------------------- commit */
 
 int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync,
-                     int *sync_failed, pydb_error *err)
+                     int64_t *at, int *sync_failed, pydb_error *err)
 {
+    struct stat st;
     int e;
 
     PYDB_ASSERT(db->wal_fd >= 0 && log->n >= PYDB_WAL_HEAD + PYDB_WAL_TAIL);
     PYDB_ASSERT(memcmp(log->p, WAL_MAGIC, 8) == 0 &&
                 memcmp(log->p + log->n - PYDB_WAL_TAIL, WAL_END, 8) == 0);
-    e = -pydb__write_full(db->wal_fd, log->p, log->n, 0);
+    if (fstat(db->wal_fd, &st) != 0)
+        return PYDB_OSERROR(err, errno, db->wal_path, -1, "cannot stat: %s",
+                            strerror(errno));
+    *at = (int64_t)st.st_size;
+    e = -pydb__write_full(db->wal_fd, log->p, log->n, *at);
     if (e) {
-        int rc = PYDB_OSERROR(err, e, db->wal_path, 0,
+        int rc = PYDB_OSERROR(err, e, db->wal_path, *at,
                               "writing the write-ahead log failed: %s",
                               strerror(e));
-        pydb__vfs->ftruncate(db->wal_fd, 0);  /* best effort; torn anyway */
+        /* best effort: a torn frame left at the end is dropped by the
+         * next recovery (the applied length no longer matches) */
+        pydb__vfs->ftruncate(db->wal_fd, *at);
         return rc;
     }
     if (sync && pydb__vfs->fdatasync(db->wal_fd) != 0) {
@@ -603,5 +779,6 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync,
 
 void pydb__wal_discard(pydb_db *db)
 {
+    pydb__shm_log_set(db->shm, 0);
     pydb__vfs->ftruncate(db->wal_fd, 0);
 }

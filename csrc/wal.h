@@ -3,11 +3,12 @@
  * image, appending it (the commit point), replaying it (recovery),
  * resetting it, and the cross-process writer lock that lives on it.
  *
- * Log format (all integers little-endian; one commit at most, the file
- * is empty between commits):
+ * Log format (all integers little-endian).  The log is a sequence of
+ * frames, one per commit, each appended where the one before ended:
  *
  *   header, PYDB_WAL_HEAD = 40 bytes
- *     0  "PYDBWAL1"        8  version (1)       12  entry count
+ *     0  "PYDBWAL1"        8  version (2; 1: a frame of the earlier
+ *                             one-commit log, read alike)  12 entry count
  *     16 body length (u64) 24 commit sequence (u64)
  *     32 CRC-32C of bytes 0..31                 36  0
  *   entries, each padded to 8 bytes
@@ -17,12 +18,28 @@
  *   trailer, PYDB_WAL_TAIL = 16 bytes
  *     0  "PYDBEND1"        8  CRC-32C of header + body   12  0
  *
- * A log is complete when the magic, version, header CRC, body length,
- * trailer and its CRC all agree; anything else is a torn log (a crash
- * before the commit point) and is discarded.  Replay writes the .mst and
- * .xrf entries in log order (the control record is the last of them),
- * fdatasyncs both, then puts the whole files in place (pydb__replace_file)
- * -- so replaying a log twice is harmless.
+ * A frame is complete when the magic, version, header CRC, body length,
+ * trailer and its CRC all agree; the first frame that is not (a crash
+ * before that commit point) ends the log, and recovery drops it.
+ *
+ * Checkpoints (SQLite's WAL mode has the same shape).  A sync=True
+ * commit fdatasyncs its frame -- the one fsync of the commit -- then
+ * writes the bytes to the .mst/.xrf without syncing them and leaves the
+ * frame in the log; the commit header (shm.h) then records the log's
+ * length as applied, for this boot.  A checkpoint (pydb__wal_checkpoint:
+ * when the log passes PYDB_WAL_CHECKPOINT bytes, before a collection
+ * step changes files outside the log, and when a writer handle closes)
+ * fdatasyncs the .mst and .xrf, then empties the log and fdatasyncs that.
+ * Recovery replays the whole log unless the header says every byte of
+ * it was applied in this boot (after a power cut, a reboot, nothing is
+ * known).  Replay writes each byte once, with the value of the last
+ * commit that wrote it (wal.c, wal_final_image), the .mst/.xrf in log
+ * order, fdatasyncs both, then puts the whole files in place
+ * (pydb__replace_file) -- so replaying commits already applied is
+ * harmless, and readers never see an older value come back.  Commits
+ * with sync=False, and any commit without a usable header (files mode),
+ * empty the log after each commit as before (sync=True: after an
+ * fdatasync of the .mst and .xrf).
  *
  * The writer lock is an open-file-description lock (F_OFD_SETLK) on the
  * whole log file: one writer per database across handles and processes.
@@ -45,6 +62,20 @@
 #define PYDB_WAL_XRF 2          /* bytes of the XRF at an offset          */
 #define PYDB_WAL_FILE 3         /* a whole file, replaced atomically      */
 #define PYDB_WAL_MAX_PATH 4096  /* longest name of a whole file           */
+/* A commit that leaves the log longer than this checkpoints (bytes). */
+#define PYDB_WAL_CHECKPOINT (4 << 20)
+
+struct pydb_shm;
+/* The files a replay or checkpoint works on: the log, the .mst and .xrf
+ * (fds open read-write, and their names for errors), the commit header
+ * (NULL: files mode) and the sequence lock of a handle reading these
+ * files (NULL: none), held odd while replay writes the .mst/.xrf. */
+typedef struct pydb_wal_files {
+    int wal_fd, mst_fd, xrf_fd;
+    const char *wal_path, *mst_path, *xrf_path;
+    struct pydb_shm *shm;
+    uint64_t *seq;
+} pydb_wal_files;
 
 /* ---- building a log image in memory ---- */
 
@@ -65,7 +96,12 @@ int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq);
  * fsync the directory if the log is new.  If no writer holds the lock,
  * recover now (else the next transaction will).  0 or a PYDB error. */
 int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err);
+/* Close the log of a writer handle, with a last checkpoint when it can
+ * take the writer lock at once and the handle is not read-only after a
+ * failure (best effort: the next writer's open recovers what is left). */
 void pydb__wal_close(pydb_db *db);
+/* The handle's files for pydb__wal_recover / pydb__wal_checkpoint. */
+pydb_wal_files pydb__wal_files(pydb_db *db);
 
 /* Take the writer lock, trying until `deadline` (ms of pydb__now_ms();
  * < 0: one try).  `gc`: for a collector step, which goes first (the
@@ -74,48 +110,49 @@ void pydb__wal_close(pydb_db *db);
 int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err);
 void pydb__wal_unlock(pydb_db *db);
 
-/* Append a sealed image at the start of the (empty) log and, with sync,
- * fdatasync it: when this returns 0 the commit is durable (the commit
- * point).  A failed write truncates the log again (best effort; it is
- * torn anyway) and leaves the files untouched; a failed fdatasync sets
- * *sync_failed: the log may or may not be durable. */
+/* Append a sealed frame at the end of the log (its offset in *at) and,
+ * with sync, fdatasync it: when this returns 0 the commit is durable
+ * (the commit point).  A failed write truncates the log back to *at
+ * (best effort: recovery drops a torn frame) and leaves the files
+ * untouched; a failed fdatasync sets *sync_failed: the log may or may
+ * not be durable. */
 int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync,
-                     int *sync_failed, pydb_error *err);
+                     int64_t *at, int *sync_failed, pydb_error *err);
 
-/* Empty the log after its commit was applied to the files.  Best effort,
- * not synced: if it fails, or a power cut undoes it, the log still holds
- * an applied commit, which the next transaction or open replays
- * harmlessly -- as long as only commits changed the files since: see
- * pydb__wal_settle(). */
+/* Empty the log after its commit was applied to the files (sync=False,
+ * files mode).  Best effort, not synced: if it fails, or a power cut
+ * undoes it, the log still holds applied commits, which the next
+ * transaction or open replays harmlessly -- as long as only commits
+ * changed the files since: hence the checkpoint before other changes. */
 void pydb__wal_discard(pydb_db *db);
 
-/* Make the empty log durable (fdatasync), with the writer lock held,
+/* With the writer lock held: replay the log if it may hold a commit not
+ * in the files (the header's applied length does not match it), then
+ * empty it durably; else nothing.  A torn last frame is dropped.  A
+ * failed fsync sets *fsync_failed.  0 or a PYDB error. */
+int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
+                      pydb_error *err);
+
+/* With the writer lock held: a checkpoint.  Replay what may be missing
+ * (as pydb__wal_recover), fdatasync the .mst and .xrf when the log holds
+ * commits, then empty the log and fdatasync it -- whatever sync says:
  * before a step that changes the files outside the log (a compaction's
- * swap, the native index's merges and removals): replayed after such a
- * step, an applied commit's log that a power cut brought back would write
- * its records and XRF blocks at offsets of the old files, and put back
- * a MANIFEST naming removed segments.  0 or a PYDB error (the step then
- * fails; the handle stays writable: the log holds no commit to lose, and
- * the next commit's log replaces it with an fdatasync of its own). */
-int pydb__wal_settle(int wal_fd, const char *wal_path, pydb_error *err);
+ * swap, the native index's removals), a power cut must not bring back
+ * applied commits whose replay would write records and XRF blocks at
+ * offsets of the old files, or a MANIFEST naming removed segments.  A
+ * failed fsync sets *fsync_failed.  0 or a PYDB error. */
+int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
+                         pydb_error *err);
 
-/* Recovery with the writer lock held: replay a complete log into the
- * files (fds given), drop a torn one, then truncate and fdatasync the
- * log.  `seq` (or NULL): the sequence lock of a handle reading these
- * files, held odd while the .mst/.xrf bytes are written.  A failed fsync
- * sets *fsync_failed.  0 or a PYDB error. */
-int pydb__wal_recover(int wal_fd, const char *wal_path, int mst_fd,
-                      int xrf_fd, const char *mst_path, const char *xrf_path,
-                      uint64_t *seq, int *fsync_failed, pydb_error *err);
-
-/* A read-only open replays a complete log if it can write the files
- * (mst/xrf: the paths pydb_open() found) and no writer holds the lock. */
+/* A read-only open replays a log that may hold commits not in the files
+ * (the header `shm`, or NULL, says) if it can write the files (mst/xrf:
+ * the paths pydb_open() found) and no writer holds the lock. */
 int pydb__wal_recover_readonly(const char *base, const char *mst,
-                               const char *xrf, pydb_error *err);
+                               const char *xrf, struct pydb_shm *shm,
+                               pydb_error *err);
 
 /* ---- a compaction's swap (compact.c; docs/compaction.md) ---- */
 
-struct pydb_shm;
 /* The compaction's new files and its swap marker beside mst/xrf: 0, or
  * -1 when a name does not fit in cap bytes. */
 int pydb__swap_names(char *new_mst, char *new_xrf, char *marker, size_t cap,

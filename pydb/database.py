@@ -780,7 +780,10 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
         lock: ``"none"`` or ``"mutex"`` (one mutex serialises every record
             read; for the crashtest's "with mutex" runs).
         sync: with True (default) a commit returns only once it is on the
-            disk (the log, then the .mst/.xrf, are fdatasync'ed): it
+            disk (its frame of the write-ahead log is fdatasync'ed: one
+            fsync per commit; the .mst/.xrf are synced at checkpoints --
+            the log past 4 MiB, a collection step, the writer's close --
+            and recovery replays the log since the last one): it
             survives kill -9, an OS crash and power loss.  With False no
             fsync is done: a commit that returned survives the process
             being killed (kill -9, a crash of Python), because the

@@ -1,0 +1,142 @@
+"""Durable single-record commits: pydb (``sync=True``) against SQLite in
+WAL mode with ``synchronous=FULL`` and py-lmdb (its default, synced
+commits), in the same run, on the same records (issue 12's row "durable
+single-record commits").
+
+Each round commits ``COMMITS`` records of the benchmark database (about
+1 KB each), one per transaction, into a new store, and closes it: pydb's
+close is a checkpoint (the .mst/.xrf fdatasync'ed, the log emptied;
+csrc/wal.h), so its cost is in the figure.  Rate = COMMITS / time.
+
+Run: ``python -m pytest benchmarks/bench_commit.py --benchmark-only``
+(py-lmdb: ``pip install '.[lmdb]'``); compare the medians.  Or
+``python -m benchmarks.bench_commit [ROUNDS]``: the stores take turns,
+ROUNDS rounds each (default 15), and it prints each store's median
+commits/s and ministat's verdict (95%) of pydb's round times against
+each peer's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import pydb
+
+from .peers import serialize
+
+COMMITS = 200
+_round = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def recs(bench_db):
+    """COMMITS records of the benchmark database: (fields, serialized)."""
+    out = []
+    with pydb.open(bench_db) as db:
+        for r in db:
+            out.append(([(f.tag, f.raw) for f in r.fields], serialize(r)))
+            if len(out) == COMMITS:
+                break
+    return out
+
+
+def commit_pydb(folder, recs) -> int:
+    db = pydb.create(folder / "c", sync=True, gc="none")
+    try:
+        for fields, _ in recs:
+            db.append(fields)
+        return db.max_mfn
+    finally:
+        db.close()
+
+
+def commit_sqlite(folder, recs) -> int:
+    con = sqlite3.connect(os.fspath(folder / "c.sqlite"), isolation_level=None)
+    try:
+        con.execute("pragma journal_mode=wal")
+        con.execute("pragma synchronous=full")
+        con.execute("create table rec (mfn integer primary key, data blob)")
+        for i, (_, data) in enumerate(recs, 1):
+            con.execute("insert into rec values (?, ?)", (i, data))
+        return con.execute("select count(*) from rec").fetchone()[0]
+    finally:
+        con.close()
+
+
+def commit_lmdb(folder, recs) -> int:
+    import lmdb
+    env = lmdb.open(os.fspath(folder), map_size=1 << 30, sync=True)
+    try:
+        for i, (_, data) in enumerate(recs, 1):
+            with env.begin(write=True) as txn:
+                txn.put(i.to_bytes(4, "big"), data)
+        return env.stat()["entries"]
+    finally:
+        env.close()
+
+
+STORES = {"pydb": commit_pydb, "sqlite3": commit_sqlite, "lmdb": commit_lmdb}
+
+
+@pytest.mark.parametrize("store", list(STORES))
+def test_durable_commits(benchmark, tmp_path, recs, store):
+    if store == "lmdb":
+        pytest.importorskip("lmdb", reason="py-lmdb not installed (pip install 'pydb[lmdb]')")
+    fn = STORES[store]
+
+    def fresh():
+        d = tmp_path / f"r{next(_round)}"
+        d.mkdir()
+        return (d, recs), {}
+
+    n = benchmark.pedantic(fn, setup=fresh, rounds=7, iterations=1)
+    assert n == len(recs) == COMMITS
+
+
+def main(argv: list[str]) -> int:
+    """Alternate the stores ROUNDS times; print rates and verdicts."""
+    from pydb import ministat, unesb
+    rounds = int(argv[0]) if argv else 15
+    stores = dict(STORES)
+    try:
+        import lmdb  # noqa: F401
+    except ImportError:
+        del stores["lmdb"]
+    recs = []
+    with pydb.open(unesb.default_database()) as db:
+        for r in db:
+            recs.append(([(f.tag, f.raw) for f in r.fields], serialize(r)))
+            if len(recs) == COMMITS:
+                break
+    times: dict[str, list[float]] = {name: [] for name in stores}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(rounds):
+            for name, fn in stores.items():
+                d = Path(tmp) / f"{name}{k}"
+                d.mkdir()
+                t0 = time.perf_counter()
+                assert fn(d, recs) == COMMITS
+                times[name].append(time.perf_counter() - t0)
+    for name, ts in times.items():
+        med = sorted(ts)[len(ts) // 2]
+        print(f"{name:8} {COMMITS / med:8,.0f} commits/s (median of {rounds} rounds "
+              f"of {COMMITS})")
+    for name, ts in times.items():
+        if name != "pydb":
+            v = ministat.compare(ts, times["pydb"])
+            what = (f"pydb's time {v.pct:+.1f}% +/- {v.pct_ci:.1f}% of {name}'s"
+                    if v.significant else "no difference proven")
+            print(f"pydb vs {name}: {what} (95%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,272 @@
+"""One fsync per durable commit, and checkpoints (csrc/wal.h, "Checkpoints").
+
+A ``sync=True`` commit fdatasyncs its log frame and nothing else; the
+frame stays in the log, and the commit header records the log's length
+as applied.  A checkpoint (a long log, a collection step, closing a
+writer) syncs the .mst/.xrf and empties the log.  Recovery replays the
+whole log only when the header cannot vouch for it (a new boot: here
+emulated by removing the .shm), writing each byte once with its last
+value.  The tests fork writers that die without closing, put back files
+as a power cut leaves them (writes never synced lost), and fail every
+operation of a checkpoint and of a multi-commit replay in turn.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+
+import pytest
+
+import pydb
+from pydb import _pydb
+
+from writer_model import Oracle, check_files, content, open_db
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+
+
+def _ops_of(fn) -> list[str]:
+    """Names of the write-side operations (pwrite, fdatasync, fsync,
+    ftruncate, rename, unlink) that the step of fn makes, in order.
+    fn(n) sets ``fail_io(n, EIO)`` around its step and returns
+    ``_fired(n)``: fn(-1) counts the operations, then fn(n) makes the
+    n-th fail, for every n (the same operations every time up to the
+    failing one)."""
+    total = fn(-1)
+    return [fn(n) for n in range(1, total + 1)]
+
+
+def _fired(n):
+    """After a step run with ``fail_io(n)``: the operation count (n = -1)
+    or the name of the operation that failed; the fault is cleared."""
+    try:
+        if n == -1:
+            return _pydb._testing.io_count()
+        fired = _pydb._testing.io_fired()
+        return fired.split()[0] if fired else ""
+    finally:
+        _pydb._testing.fail_io(0)
+
+
+def _make(base, n=20) -> Oracle:
+    with pydb.create(base, "isis-packed", sync=True, gc="none") as db:
+        with db.transaction() as tx:
+            for m in range(1, n + 1):
+                tx.append(content(m, m, 40))
+    return Oracle({m: (False, m, 40) for m in range(1, n + 1)})
+
+
+def _wal(base) -> int:
+    return os.path.getsize(f"{base}.wal")
+
+
+def test_a_durable_commit_fsyncs_only_its_log(tmp_path):
+    """sync=True: the frame is written and fdatasync'ed (the commit point),
+    then the .mst/.xrf are written without an fsync; the frame stays."""
+    base0 = tmp_path / "p"
+    _make(base0)
+
+    def one(n):
+        d = tmp_path / f"c{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        with open_db(d / "db", gc="none") as db:
+            db.update(3, content(3, 99, 40))   # a first commit: the log is used
+            _pydb._testing.fail_io(n, errno.EIO)
+            try:
+                db.update(4, content(4, 99, 40))
+            except pydb.Error:
+                pass
+            got = _fired(n)
+            if n == -1:
+                assert _wal(d / "db") > 0          # two frames, kept
+        return got
+
+    names = _ops_of(one)
+    assert names[:2] == ["pwrite", "fdatasync"], names     # the frame, the commit point
+    assert names.count("fdatasync") == 1 and "fsync" not in names, names
+    assert set(names[2:]) == {"pwrite"}, names              # records, XRF, control record
+
+
+def test_the_log_keeps_commits_until_a_checkpoint(tmp_path):
+    """Frames pile up; another handle sees every commit at once; closing
+    the writer checkpoints (the log is emptied); the commit that takes
+    the log past 4 MiB checkpoints."""
+    base = tmp_path / "db"
+    _make(base)
+    with open_db(base, gc="none") as db, pydb.open(base) as reader:
+        sizes = []
+        for v in range(5):
+            db.update(1, content(1, 100 + v, 40))
+            sizes.append(_wal(base))
+            assert reader[1].raw(1) == [b"1:%d" % (100 + v)]
+        assert sizes == sorted(sizes) and len(set(sizes)) == 5, sizes
+    assert _wal(base) == 0
+    with open_db(base, gc="none") as db:
+        seen = []
+        for _ in range(30):
+            with db.transaction() as tx:          # about 210 KB a frame
+                for _ in range(7):
+                    tx.append([(2, b"x" * 30_000)])
+            seen.append(_wal(base))
+        peak = max(seen)
+        # the commit that took the log past 4 MiB checkpointed: empty
+        assert peak < 4 << 20 <= peak + 220_000, seen
+        assert seen[seen.index(peak) + 1] == 0, seen
+    check_files(base)
+
+
+def _killed_writer(base, ops) -> None:
+    """A forked writer makes each transaction of `ops` (sync=True) and
+    dies by SIGKILL without closing."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            db = open_db(base, gc="none")
+            for txn in ops:
+                with db.transaction() as tx:
+                    for op in txn:
+                        if op[0] == "A":
+                            tx.append(content(op[1], op[2], op[3]))
+                        elif op[0] == "U":
+                            tx.update(op[1], content(op[1], op[2], op[3]))
+                        else:
+                            tx.delete(op[1])
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status), status
+
+
+#: 30 transactions: updates of the same records (their XRF block and
+#: control record are rewritten by every frame), appends crossing XRF
+#: blocks, deletions
+TXNS = [[("U", 1 + k % 5, 200 + k, 30 + k), ("A", 21 + 5 * k, 1, 60), ("A", 22 + 5 * k, 1, 9),
+         ("A", 23 + 5 * k, 1, 700), ("A", 24 + 5 * k, 1, 1), ("A", 25 + 5 * k, 1, 3)]
+        + ([("D", 6 + k)] if k % 3 == 0 else [])
+        for k in range(30)]
+
+
+def _expected(oracle: Oracle) -> Oracle:
+    o = oracle.copy()
+    for txn in TXNS:
+        o.apply(txn)
+    return o
+
+
+@pytest.mark.parametrize("lost", ["none", "mst", "xrf", "both"])
+def test_replay_of_many_commits_after_a_power_cut(tmp_path, lost):
+    """A writer commits 30 transactions and is killed.  A power cut loses
+    what was never synced: the .mst and/or .xrf as they were at the last
+    checkpoint (put back from a copy), and the header (a new boot: the
+    .shm removed).  The next open replays the 30 frames: every commit is
+    there, the files check, the log is empty."""
+    base = tmp_path / "db"
+    want = _expected(_make(base))
+    saved = {ext: (tmp_path / f"db{ext}").read_bytes() for ext in (".mst", ".xrf")}
+    _killed_writer(base, TXNS)
+    assert _wal(base) > 0
+    for ext in {"none": (), "mst": (".mst",), "xrf": (".xrf",),
+                "both": (".mst", ".xrf")}[lost]:
+        (tmp_path / f"db{ext}").write_bytes(saved[ext])
+    os.unlink(f"{base}.shm")
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        assert db.check().ok
+    assert _wal(base) == 0
+    check_files(base)
+
+
+def test_the_header_vouches_for_an_applied_log(tmp_path):
+    """Killed writers leave their frames; within the boot the header says
+    they are applied, so a read-only open and a writer's open replay
+    nothing (no write at all before the writer's own work)."""
+    base = tmp_path / "db"
+    want = _expected(_make(base))
+    _killed_writer(base, TXNS)
+    size = _wal(base)
+    assert size > 0
+    _pydb._testing.fail_io(-1)
+    with pydb.open(base) as ro:
+        assert want.matches(ro)[0]
+    db = open_db(base, gc="none")
+    opened = _fired(-1)
+    assert opened == 0 and _wal(base) == size
+    db.close()                                            # the checkpoint
+    assert _wal(base) == 0
+
+
+def test_a_replay_writes_every_byte_once_with_its_last_value(tmp_path):
+    """Replaying frames already applied (the header lost, the files
+    whole) fails at each of its operations in turn: at no point do the
+    .mst/.xrf differ from the applied state -- an older frame's XRF
+    block, control record or block padding never comes back, so readers
+    of other processes never see an older state.  Each failed open
+    raises DiskError; the next open completes."""
+    base = tmp_path / "db"
+    want = _expected(_make(base))
+    _killed_writer(base, TXNS)
+    applied = {ext: (tmp_path / f"db{ext}").read_bytes() for ext in (".mst", ".xrf", ".wal")}
+
+    def attempt(n):
+        for ext, data in applied.items():
+            (tmp_path / f"db{ext}").write_bytes(data)
+        if os.path.exists(f"{base}.shm"):
+            os.unlink(f"{base}.shm")
+        _pydb._testing.fail_io(n, errno.EIO)
+        try:
+            open_db(base, gc="none").close()
+        except pydb.DiskError:
+            pass
+        got = _fired(n)
+        for ext in (".mst", ".xrf"):
+            assert (tmp_path / f"db{ext}").read_bytes() == applied[ext], (n, got, ext)
+        return got
+
+    names = _ops_of(attempt)
+    # the 30 frames rewrite the same XRF block and control record 30
+    # times; replay writes each once
+    assert names.count("pwrite") < 3 * len(TXNS), names
+    assert "fdatasync" in names
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0]
+    check_files(base)
+
+
+def test_every_operation_of_a_checkpoint_fails_in_turn(tmp_path):
+    """The checkpoint of a closing writer (fdatasync .mst, .xrf, truncate
+    and fdatasync the log) fails at each operation: close() stays quiet
+    (best effort), every commit is there after reopening, the files
+    check, and a writer's next close empties the log."""
+    base0 = tmp_path / "p"
+    oracle = _make(base0)
+    ops = [("U", 2, 300, 50), ("A", 21, 1, 10), ("D", 3)]
+    oracle.apply(ops)
+
+    def attempt(n):
+        d = tmp_path / f"c{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        db = open_db(d / "db", gc="none")
+        db.update(2, content(2, 300, 50))
+        db.append(content(21, 1, 10))
+        db.delete(3)
+        _pydb._testing.fail_io(n, errno.EIO)
+        db.close()
+        got = _fired(n)
+        with pydb.open(d / "db") as ro:
+            assert oracle.matches(ro)[0], (n, got)
+        with open_db(d / "db", gc="none"):
+            pass
+        assert _wal(d / "db") == 0, (n, got)
+        check_files(d / "db")
+        return got
+
+    names = _ops_of(attempt)
+    assert names == ["fdatasync", "fdatasync", "ftruncate", "fdatasync"], names
