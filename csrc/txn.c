@@ -41,7 +41,7 @@
  * sequence lock), the control record last, and whole files by write-temp
  * + rename; (4) with sync=True and a usable commit header the frame
  * stays in the log, the header records the log's length as applied, and
- * the .mst/.xrf are synced only at a checkpoint (wal.h: the log past
+ * the .mst/.xrf and whole files are synced only at a checkpoint (wal.h: the log past
  * PYDB_WAL_CHECKPOINT, a collection step, a writer's close) -- one fsync
  * per commit; otherwise (sync=False, files mode) the log is truncated to
  * zero, with sync=True after an fdatasync of the .mst/.xrf.  (3) starts
@@ -965,7 +965,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     }
     for (size_t i = 0; i < t->nfiles; i++) {
         rc = pydb__replace_file(t->files[i].path, NULL, t->files[i].data,
-                                t->files[i].len, sync, &fsync_failed, err);
+                                t->files[i].len, sync && !keep,
+                                &fsync_failed, err);
         if (rc) goto apply_failed;
     }
     applied = 1;

@@ -26,10 +26,13 @@
  * commit fdatasyncs its frame -- the one fsync of the commit -- then
  * writes the bytes to the .mst/.xrf without syncing them and leaves the
  * frame in the log; the commit header (shm.h) then records the log's
- * length as applied, for this boot.  A checkpoint (pydb__wal_checkpoint:
- * when the log passes PYDB_WAL_CHECKPOINT bytes, before a collection
- * step changes files outside the log, and when a writer handle closes)
- * fdatasyncs the .mst and .xrf, then empties the log and fdatasyncs that.
+ * length as applied, for this boot.  Whole files (the native index's
+ * MANIFEST) are renamed in unsynced too.  A checkpoint
+ * (pydb__wal_checkpoint: when the log passes PYDB_WAL_CHECKPOINT bytes,
+ * before a collection step changes files outside the log, and when a
+ * writer handle closes) fdatasyncs the .mst and .xrf, fsyncs the last
+ * copy of each whole file the log names and its folder, then empties
+ * the log and fdatasyncs that.
  * Recovery replays the whole log unless the header says every byte of
  * it was applied in this boot (after a power cut, a reboot, nothing is
  * known).  Replay writes each byte once, with the value of the last

@@ -23,7 +23,7 @@ import pytest
 import pydb
 from pydb import _pydb
 
-from writer_model import Oracle, check_files, content, open_db
+from writer_model import Oracle, check_files, content, create_indexed, index_agrees, open_db
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
@@ -270,3 +270,66 @@ def test_every_operation_of_a_checkpoint_fails_in_turn(tmp_path):
 
     names = _ops_of(attempt)
     assert names == ["fdatasync", "fdatasync", "ftruncate", "fdatasync"], names
+
+
+def test_an_indexed_commit_fsyncs_its_segment_and_its_log(tmp_path):
+    """With a native index: the new segment is fsync'ed with its folder
+    (the MANIFEST naming it may become durable through the log), the
+    frame is fdatasync'ed; the MANIFEST is renamed in unsynced -- the
+    log holds it.  The closing checkpoint syncs the .mst, the .xrf, the
+    MANIFEST and its folder, then empties the log.  A power cut after the
+    commit (the files put back as of the last checkpoint, the MANIFEST
+    with them, the header lost) loses nothing."""
+    base0 = tmp_path / "p"
+    with create_indexed(base0, "isis-packed", sync=True, gc="none") as db:
+        db.append(content(1, 1, 40))
+    pdx = tmp_path / "p.pdx"
+
+    def copy(d):
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        shutil.copytree(pdx, d / "db.pdx")
+        return d / "db"
+
+    def commit(n):
+        base = copy(tmp_path / f"c{n}")
+        with open_db(base, gc="none") as db:
+            db.append(content(2, 1, 40))            # the log is in use
+            _pydb._testing.fail_io(n, errno.EIO)
+            try:
+                db.update(1, content(1, 2, 40))
+            except pydb.Error:
+                pass
+            return _fired(n)
+
+    names = _ops_of(commit)
+    assert [x for x in names if "sync" in x] == ["fsync", "fsync", "fdatasync"], names
+    assert names.count("rename") == 1, names                 # the MANIFEST
+
+    def close(n):
+        base = copy(tmp_path / f"k{n}")
+        db = open_db(base, gc="none")
+        db.update(1, content(1, 3, 40))
+        _pydb._testing.fail_io(n, errno.EIO)
+        db.close()
+        return _fired(n)
+
+    names = _ops_of(close)
+    assert names == ["fdatasync", "fdatasync", "fsync", "fsync", "ftruncate",
+                     "fdatasync"], names
+
+    # the cut: two commits, then the files as of the last checkpoint
+    base = copy(tmp_path / "cut")
+    saved = {p.relative_to(tmp_path / "cut"): p.read_bytes()
+             for p in (tmp_path / "cut").rglob("*") if p.is_file()}
+    _killed_writer(base, [[("A", 2, 5, 30)], [("U", 1, 6, 30), ("A", 3, 5, 10)]])
+    for rel, data in saved.items():
+        (tmp_path / "cut" / rel).write_bytes(data)
+    os.unlink(f"{base}.shm")
+    want = Oracle({1: (False, 1, 40)})
+    want.apply([("A", 2, 5, 30), ("U", 1, 6, 30), ("A", 3, 5, 10)])
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        index_agrees(db)
+        assert db.check().ok
