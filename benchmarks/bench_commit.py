@@ -4,7 +4,10 @@ commits), in the same run, on the same records (issue 12's row "durable
 single-record commits").
 
 Each round commits ``COMMITS`` records of the benchmark database (about
-1 KB each), one per transaction, into a new store, and closes it: pydb's
+1 KB each), one per transaction, into a new store, and closes it; the
+``-index`` / ``-fts5`` pair does the same with a word index kept by the
+same commits (pydb's native index with the unesb FST, SQLite's FTS5
+table of each record's text in the same transaction).  pydb's
 close is a checkpoint (the .mst/.xrf fdatasync'ed, the log emptied;
 csrc/wal.h), so its cost is in the figure.  Rate = COMMITS / time.
 
@@ -13,7 +16,7 @@ Run: ``python -m pytest benchmarks/bench_commit.py --benchmark-only``
 ``python -m benchmarks.bench_commit [ROUNDS]``: the stores take turns,
 ROUNDS rounds each (default 15), and it prints each store's median
 commits/s and ministat's verdict (95%) of pydb's round times against
-each peer's.
+its peer's (PAIRS).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import pytest
 
 import pydb
+from pydb import unesb
 
 from .peers import serialize
 
@@ -48,8 +52,8 @@ def recs(bench_db):
     return out
 
 
-def commit_pydb(folder, recs) -> int:
-    db = pydb.create(folder / "c", sync=True, gc="none")
+def commit_pydb(folder, recs, fst=None) -> int:
+    db = pydb.create(folder / "c", sync=True, gc="none", fst=fst)
     try:
         for fields, _ in recs:
             db.append(fields)
@@ -58,17 +62,32 @@ def commit_pydb(folder, recs) -> int:
         db.close()
 
 
-def commit_sqlite(folder, recs) -> int:
+def commit_pydb_index(folder, recs) -> int:
+    return commit_pydb(folder, recs, fst=unesb.FST)
+
+
+def commit_sqlite(folder, recs, fts5=False) -> int:
     con = sqlite3.connect(os.fspath(folder / "c.sqlite"), isolation_level=None)
     try:
         con.execute("pragma journal_mode=wal")
         con.execute("pragma synchronous=full")
         con.execute("create table rec (mfn integer primary key, data blob)")
+        if fts5:
+            con.execute("create virtual table words using fts5(body)")
         for i, (_, data) in enumerate(recs, 1):
+            con.execute("begin")
             con.execute("insert into rec values (?, ?)", (i, data))
+            if fts5:
+                con.execute("insert into words (rowid, body) values (?, ?)",
+                            (i, data.decode("utf-8", "replace")))
+            con.execute("commit")
         return con.execute("select count(*) from rec").fetchone()[0]
     finally:
         con.close()
+
+
+def commit_sqlite_fts5(folder, recs) -> int:
+    return commit_sqlite(folder, recs, fts5=True)
 
 
 def commit_lmdb(folder, recs) -> int:
@@ -83,7 +102,10 @@ def commit_lmdb(folder, recs) -> int:
         env.close()
 
 
-STORES = {"pydb": commit_pydb, "sqlite3": commit_sqlite, "lmdb": commit_lmdb}
+STORES = {"pydb": commit_pydb, "sqlite3": commit_sqlite, "lmdb": commit_lmdb,
+          "pydb-index": commit_pydb_index, "sqlite3-fts5": commit_sqlite_fts5}
+#: (pydb's store, the peer it is compared with) in main()
+PAIRS = [("pydb", "sqlite3"), ("pydb", "lmdb"), ("pydb-index", "sqlite3-fts5")]
 
 
 @pytest.mark.parametrize("store", list(STORES))
@@ -103,7 +125,7 @@ def test_durable_commits(benchmark, tmp_path, recs, store):
 
 def main(argv: list[str]) -> int:
     """Alternate the stores ROUNDS times; print rates and verdicts."""
-    from pydb import ministat, unesb
+    from pydb import ministat
     rounds = int(argv[0]) if argv else 15
     stores = dict(STORES)
     try:
@@ -129,12 +151,12 @@ def main(argv: list[str]) -> int:
         med = sorted(ts)[len(ts) // 2]
         print(f"{name:8} {COMMITS / med:8,.0f} commits/s (median of {rounds} rounds "
               f"of {COMMITS})")
-    for name, ts in times.items():
-        if name != "pydb":
-            v = ministat.compare(ts, times["pydb"])
-            what = (f"pydb's time {v.pct:+.1f}% +/- {v.pct_ci:.1f}% of {name}'s"
+    for mine, peer in PAIRS:
+        if mine in times and peer in times:
+            v = ministat.compare(times[peer], times[mine])
+            what = (f"{mine}'s time {v.pct:+.1f}% +/- {v.pct_ci:.1f}% of {peer}'s"
                     if v.significant else "no difference proven")
-            print(f"pydb vs {name}: {what} (95%)")
+            print(f"{mine} vs {peer}: {what} (95%)")
     return 0
 
 

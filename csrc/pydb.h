@@ -600,9 +600,12 @@ int pydb_txn_update(pydb_txn *t, int32_t mfn, const pydb_field *fields,
 int pydb_txn_delete(pydb_txn *t, int32_t mfn, pydb_error *err);
 int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
 /* Replace the whole content of file `path` atomically as part of the
- * transaction (logged in the write-ahead log, replayed by recovery); the
- * data are copied.  For commit hooks.  Errors: PYDB_EINVAL (no path, or
- * data NULL with len > 0), PYDB_ENOMEM. */
+ * transaction (logged in the write-ahead log, under its name relative to
+ * the database's folder, and replayed by recovery whatever the working
+ * folder of the process that replays); the data are copied.  For commit
+ * hooks.  Errors: PYDB_EINVAL (no path; a path outside the database's
+ * folder and its subfolders, or in a folder that does not exist; data
+ * NULL with len > 0), PYDB_ENOMEM. */
 int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
                       size_t len, pydb_error *err);
 /* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC: one

@@ -41,7 +41,7 @@
  * sequence lock), the control record last, and whole files by write-temp
  * + rename; (4) with sync=True and a usable commit header the frame
  * stays in the log, the header records the log's length as applied, and
- * the .mst/.xrf are synced only at a checkpoint (wal.h: the log past
+ * the .mst/.xrf and whole files are synced only at a checkpoint (wal.h: the log past
  * PYDB_WAL_CHECKPOINT, a collection step, a writer's close) -- one fsync
  * per commit; otherwise (sync=False, files mode) the log is truncated to
  * zero, with sync=True after an fdatasync of the .mst/.xrf.  (3) starts
@@ -149,7 +149,8 @@ typedef struct txn_op {
 } txn_op;
 
 typedef struct put_file {
-    char *path;
+    char *path;               /* as the caller gave it                     */
+    char *name;               /* in the log: relative to the log's folder  */
     uint8_t *data;
     size_t len;
 } put_file;
@@ -242,6 +243,7 @@ static void txn_free(pydb_txn *t)
     }
     for (size_t i = 0; i < t->nfiles; i++) {
         free(t->files[i].path);
+        free(t->files[i].name);
         free(t->files[i].data);
     }
     free(t->files);
@@ -640,18 +642,25 @@ int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
                       size_t len, pydb_error *err)
 {
     put_file *f;
+    char name[PYDB_WAL_MAX_PATH + 1];
     if (!path || strlen(path) > PYDB_WAL_MAX_PATH || (len && !data))
         return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
                           "bad path or data for pydb_txn_put_file()");
+    if (pydb__wal_file_name(name, sizeof name, t->db->wal_path, path) != 0)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "pydb_txn_put_file(): "
+                          "the file must be in the database's folder (or "
+                          "below it), in an existing folder");
     f = realloc(t->files, (t->nfiles + 1) * sizeof *f);
     if (!f) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     t->files = f;
     f = &t->files[t->nfiles];
     f->path = strdup(path);
+    f->name = strdup(name);
     f->data = malloc(len ? len : 1);
     f->len = len;
-    if (!f->path || !f->data) {
+    if (!f->path || !f->name || !f->data) {
         free(f->path);
+        free(f->name);
         free(f->data);
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     }
@@ -810,7 +819,7 @@ static int build_log(pydb_buf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_ou
     memcpy(d, ctl, PYDB_CTL_SIZE);
     /* 4. whole files */
     for (size_t i = 0; i < t->nfiles; i++) {
-        d = pydb__wal_entry(log, PYDB_WAL_FILE, t->files[i].path, 0,
+        d = pydb__wal_entry(log, PYDB_WAL_FILE, t->files[i].name, 0,
                             t->files[i].len, &count);
         if (!d) goto nomem;
         if (t->files[i].len) memcpy(d, t->files[i].data, t->files[i].len);
@@ -965,7 +974,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     }
     for (size_t i = 0; i < t->nfiles; i++) {
         rc = pydb__replace_file(t->files[i].path, NULL, t->files[i].data,
-                                t->files[i].len, sync, &fsync_failed, err);
+                                t->files[i].len, sync && !keep,
+                                &fsync_failed, err);
         if (rc) goto apply_failed;
     }
     applied = 1;

@@ -14,6 +14,7 @@
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,7 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
  * writes of it: `len` bytes from `data` (less than its length when a
  * later frame writes the rest), nothing when `skip`. */
 typedef struct wal_ent {
-    uint32_t kind, nlen;
+    uint32_t kind, nlen, version;
     const uint8_t *name, *data;
     uint64_t off, dlen, len;
     size_t order;
@@ -191,6 +192,7 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
         size_t flen = frame_len(buf, pos, len);
         size_t end = pos + flen - PYDB_WAL_TAIL, at = pos + PYDB_WAL_HEAD;
         uint32_t count = pydb__u32(buf + pos + 12);
+        uint32_t version = pydb__u32(buf + pos + 8);
         PYDB_ASSERT(flen > 0);   /* wal_load() kept complete frames only */
         for (uint32_t i = 0; i < count; i++) {
             wal_ent *e = &v[k];
@@ -212,6 +214,7 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
                 return PYDB_CORRUPT(err, wal_path, (int64_t)at, "log entry "
                                     "%u has impossible lengths or kind", i + 1);
             }
+            e->version = version;
             e->name = buf + at;
             e->data = buf + at + e->nlen;
             e->len = e->dlen;
@@ -225,6 +228,79 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
     *out = v;
     *n = k;
     return PYDB_OK;
+}
+
+/* The folder of `path` (resolved: realpath) into out[PATH_MAX]; -1
+ * when it cannot be resolved. */
+static int folder_of(char *out, const char *path)
+{
+    char d[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof d) return -1;
+    if (!slash) {
+        d[0] = '.';
+        n = 1;
+    } else if (n == 0) {
+        d[0] = '/';   /* a file of the root folder */
+        n = 1;
+    } else {
+        memcpy(d, path, n);
+    }
+    d[n] = 0;
+    return realpath(d, out) ? 0 : -1;
+}
+
+/* The part of folder `sub` below folder `top` (both resolved): "" when
+ * they are the same, NULL when sub is not inside top. */
+static const char *below(const char *sub, const char *top)
+{
+    size_t n = strlen(top);
+    if (strcmp(top, "/") == 0) return sub + 1;
+    if (strncmp(sub, top, n) != 0) return NULL;
+    if (sub[n] == 0) return sub + n;
+    return sub[n] == '/' ? sub + n + 1 : NULL;
+}
+
+int pydb__wal_file_name(char *out, size_t cap, const char *wal_path,
+                        const char *path)
+{
+    char top[PATH_MAX], dir[PATH_MAX];
+    const char *rel, *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int n;
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
+        folder_of(top, wal_path) != 0 || folder_of(dir, path) != 0 ||
+        (rel = below(dir, top)) == NULL)
+        return -1;
+    n = *rel ? snprintf(out, cap, "%s/%s", rel, base)
+             : snprintf(out, cap, "%s", base);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* The file a whole-file entry names, into out[PATH_MAX]: a version 2
+ * name (relative, without a ".." component) joined to the log's folder;
+ * a version 1 name (as the writer gave it: absolute, or relative to its
+ * working folder) as it is, if its folder lies in the log's.  -1 for a
+ * name that points elsewhere (a damaged or hostile log). */
+static int wal_file_path(char *out, const pydb_wal_files *w,
+                         const wal_ent *e)
+{
+    char top[PATH_MAX], dir[PATH_MAX], name[PYDB_WAL_MAX_PATH + 1];
+    memcpy(name, e->name, e->nlen);
+    name[e->nlen] = 0;
+    if (strlen(name) != e->nlen || folder_of(top, w->wal_path) != 0)
+        return -1;
+    if (e->version == 1) {
+        if (folder_of(dir, name) != 0 || below(dir, top) == NULL) return -1;
+        memcpy(out, name, e->nlen + 1);
+        return 0;
+    }
+    if (name[0] == '/' || strcmp(name, "..") == 0 || strncmp(name, "../", 3) == 0 ||
+        strstr(name, "/../") != NULL ||
+        (e->nlen >= 3 && strcmp(name + e->nlen - 3, "/..") == 0))
+        return -1;
+    return snprintf(out, PATH_MAX, "%s/%s", top, name) < PATH_MAX ? 0 : -1;
 }
 
 /* What replay writes of each entry: every byte once, with the value of
@@ -300,6 +376,16 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
 
     rc = wal_entries(&v, &n, buf, len, w->wal_path, err);
     if (rc == PYDB_OK) rc = wal_final_image(v, n, w->wal_path, err);
+    /* every whole file's name first: a log that names a file outside the
+     * database's folder changes nothing */
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        char path[PATH_MAX];
+        if (v[i].kind == PYDB_WAL_FILE && wal_file_path(path, w, &v[i]) != 0)
+            rc = PYDB_CORRUPT(err, w->wal_path, -1, "a log entry names a "
+                              "file outside the database's folder: %.*s",
+                              (int)(v[i].nlen > 200 ? 200 : v[i].nlen),
+                              (const char *)v[i].name);
+    }
     if (rc) goto cleanup;
     /* the .mst and .xrf in log order (each commit's control record after
      * its records and XRF blocks), inside the sequence lock */
@@ -325,12 +411,12 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
     if (sync) rc = wal_sync_files(w, fsync_failed, err);
     /* then the whole files */
     for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
-        char path[PYDB_WAL_MAX_PATH + 1];
+        char path[PATH_MAX];
         if (v[i].skip || v[i].kind != PYDB_WAL_FILE) continue;
-        memcpy(path, v[i].name, v[i].nlen);
-        path[v[i].nlen] = 0;
-        rc = pydb__replace_file(path, NULL, v[i].data, (size_t)v[i].dlen,
-                                sync, fsync_failed, err);
+        if (wal_file_path(path, w, &v[i]) == 0)   /* (checked above) */
+            rc = pydb__replace_file(path, NULL, v[i].data,
+                                    (size_t)v[i].dlen, sync, fsync_failed,
+                                    err);
     }
 cleanup:
     free(v);
@@ -398,6 +484,35 @@ int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
     return wal_replay(w, size, fsync_failed, err);
 }
 
+/* fsync each whole file the log replaced (its last copy) and its
+ * folder: commits that keep their frame rename them in unsynced
+ * (txn.c).  A file gone since (a dropped index) is skipped. */
+static int wal_sync_whole(const pydb_wal_files *w, int64_t size,
+                          int *fsync_failed, pydb_error *err)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0, n = 0;
+    wal_ent *v = NULL;
+    int rc = wal_load(&buf, &len, w->wal_fd, size, w->wal_path, err);
+    if (rc <= 0) return rc;
+    rc = wal_entries(&v, &n, buf, len, w->wal_path, err);
+    if (rc == PYDB_OK) rc = wal_final_image(v, n, w->wal_path, err);
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        char path[PATH_MAX];
+        struct stat st;
+        if (v[i].skip || v[i].kind != PYDB_WAL_FILE) continue;
+        if (wal_file_path(path, w, &v[i]) != 0 ||
+            (stat(path, &st) != 0 && errno == ENOENT))
+            continue;
+        rc = pydb__fsync_file(path, err);
+        if (rc == PYDB_OK) rc = pydb__fsync_parent(path, err);
+        if (rc) *fsync_failed = 1;
+    }
+    free(v);
+    free(buf);
+    return rc;
+}
+
 int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
                          pydb_error *err)
 {
@@ -405,7 +520,8 @@ int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
     int rc = wal_pending(w, &size, err);
     if (rc < 0) return rc;
     if (rc == 1) return wal_replay(w, size, fsync_failed, err);
-    if (size > 0 && (rc = wal_sync_files(w, fsync_failed, err)) != PYDB_OK) {
+    if (size > 0 && ((rc = wal_sync_files(w, fsync_failed, err)) != PYDB_OK ||
+                     (rc = wal_sync_whole(w, size, fsync_failed, err)) != PYDB_OK)) {
         /* the page cache may have dropped what it failed to write: the
          * next recovery replays the whole log (writes it again) */
         pydb__shm_log_set(w->shm, 0);

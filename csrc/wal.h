@@ -14,7 +14,8 @@
  *   entries, each padded to 8 bytes
  *     0  kind (1 .mst, 2 .xrf, 3 whole file)    4  name length
  *     8  file offset (u64)  16 data length (u64)
- *     24 name (kind 3 only), then the data
+ *     24 name (kind 3 only: version 2, relative to the log's folder, no
+ *        ".." component; version 1, as the writer gave it), then the data
  *   trailer, PYDB_WAL_TAIL = 16 bytes
  *     0  "PYDBEND1"        8  CRC-32C of header + body   12  0
  *
@@ -26,10 +27,13 @@
  * commit fdatasyncs its frame -- the one fsync of the commit -- then
  * writes the bytes to the .mst/.xrf without syncing them and leaves the
  * frame in the log; the commit header (shm.h) then records the log's
- * length as applied, for this boot.  A checkpoint (pydb__wal_checkpoint:
- * when the log passes PYDB_WAL_CHECKPOINT bytes, before a collection
- * step changes files outside the log, and when a writer handle closes)
- * fdatasyncs the .mst and .xrf, then empties the log and fdatasyncs that.
+ * length as applied, for this boot.  Whole files (the native index's
+ * MANIFEST) are renamed in unsynced too.  A checkpoint
+ * (pydb__wal_checkpoint: when the log passes PYDB_WAL_CHECKPOINT bytes,
+ * before a collection step changes files outside the log, and when a
+ * writer handle closes) fdatasyncs the .mst and .xrf, fsyncs the last
+ * copy of each whole file the log names and its folder, then empties
+ * the log and fdatasyncs that.
  * Recovery replays the whole log unless the header says every byte of
  * it was applied in this boot (after a power cut, a reboot, nothing is
  * known).  Replay writes each byte once, with the value of the last
@@ -118,6 +122,16 @@ void pydb__wal_unlock(pydb_db *db);
  * not be durable. */
 int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync,
                      int64_t *at, int *sync_failed, pydb_error *err);
+
+/* The name under which whole file `path` goes into the log `wal_path`:
+ * its path relative to the log's folder, both resolved (realpath; the
+ * file's folder must exist).  0, or -1 when it lies outside that folder
+ * and its subfolders, or does not fit in `cap`.  Replay resolves the
+ * name against the log's folder again (wal.c, wal_file_path), so a log
+ * written by a process in one working folder replays in another, and a
+ * log cannot name a file outside its database's folder. */
+int pydb__wal_file_name(char *out, size_t cap, const char *wal_path,
+                        const char *path);
 
 /* Empty the log after its commit was applied to the files (sync=False,
  * files mode).  Best effort, not synced: if it fails, or a power cut

@@ -17,13 +17,22 @@ import errno
 import os
 import shutil
 import signal
+import struct
 
 import pytest
+from test_native_index import _checksum as crc32c
 
 import pydb
 from pydb import _pydb
 
-from writer_model import Oracle, check_files, content, open_db
+from writer_model import (
+    Oracle,
+    check_files,
+    content,
+    create_indexed,
+    index_agrees,
+    open_db,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
@@ -270,3 +279,148 @@ def test_every_operation_of_a_checkpoint_fails_in_turn(tmp_path):
 
     names = _ops_of(attempt)
     assert names == ["fdatasync", "fdatasync", "ftruncate", "fdatasync"], names
+
+
+def test_an_indexed_commit_fsyncs_its_segment_and_its_log(tmp_path):
+    """With a native index: the new segment is fsync'ed with its folder
+    (the MANIFEST naming it may become durable through the log), the
+    frame is fdatasync'ed; the MANIFEST is renamed in unsynced -- the
+    log holds it.  The closing checkpoint syncs the .mst, the .xrf, the
+    MANIFEST and its folder, then empties the log.  A power cut after the
+    commit (the files put back as of the last checkpoint, the MANIFEST
+    with them, the header lost) loses nothing."""
+    base0 = tmp_path / "p"
+    with create_indexed(base0, "isis-packed", sync=True, gc="none") as db:
+        db.append(content(1, 1, 40))
+    pdx = tmp_path / "p.pdx"
+
+    def copy(d):
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        shutil.copytree(pdx, d / "db.pdx")
+        return d / "db"
+
+    def commit(n):
+        base = copy(tmp_path / f"c{n}")
+        with open_db(base, gc="none") as db:
+            db.append(content(2, 1, 40))            # the log is in use
+            _pydb._testing.fail_io(n, errno.EIO)
+            try:
+                db.update(1, content(1, 2, 40))
+            except pydb.Error:
+                pass
+            return _fired(n)
+
+    names = _ops_of(commit)
+    assert [x for x in names if "sync" in x] == ["fsync", "fsync", "fdatasync"], names
+    assert names.count("rename") == 1, names                 # the MANIFEST
+
+    def close(n):
+        base = copy(tmp_path / f"k{n}")
+        db = open_db(base, gc="none")
+        db.update(1, content(1, 3, 40))
+        _pydb._testing.fail_io(n, errno.EIO)
+        db.close()
+        return _fired(n)
+
+    names = _ops_of(close)
+    assert names == ["fdatasync", "fdatasync", "fsync", "fsync", "ftruncate",
+                     "fdatasync"], names
+
+    # the cut: two commits, then the files as of the last checkpoint
+    base = copy(tmp_path / "cut")
+    saved = {p.relative_to(tmp_path / "cut"): p.read_bytes()
+             for p in (tmp_path / "cut").rglob("*") if p.is_file()}
+    _killed_writer(base, [[("A", 2, 5, 30)], [("U", 1, 6, 30), ("A", 3, 5, 10)]])
+    for rel, data in saved.items():
+        (tmp_path / "cut" / rel).write_bytes(data)
+    os.unlink(f"{base}.shm")
+    want = Oracle({1: (False, 1, 40)})
+    want.apply([("A", 2, 5, 30), ("U", 1, 6, 30), ("A", 3, 5, 10)])
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        index_agrees(db)
+        assert db.check().ok
+
+
+# ------------------------------------------ whole files named in the log
+
+def test_a_log_replays_from_another_working_folder(tmp_path, monkeypatch):
+    """A writer that opened the database by a path relative to its working
+    folder logs the MANIFEST under its name relative to the database's
+    folder: after a power cut (the header lost), a process in another
+    working folder, with an absolute path, replays it into the right
+    place and the index answers for every commit."""
+    (tmp_path / "a" / "data").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    rel = "data/db"
+    with create_indexed(rel, "isis-packed", sync=True, gc="none") as db:
+        db.append(content(1, 1, 40))
+    manifest = tmp_path / "a" / "data" / "db.pdx" / "MANIFEST"
+    before = manifest.read_bytes()
+    _killed_writer(rel, [[("A", 2, 5, 30)], [("U", 1, 6, 30)]])
+    manifest.write_bytes(before)              # its rename lost with the power
+    os.unlink("data/db.shm")
+    monkeypatch.chdir(tmp_path / "b")
+    want = Oracle({1: (False, 1, 40)})
+    want.apply([("A", 2, 5, 30), ("U", 1, 6, 30)])
+    with open_db(tmp_path / "a" / "data" / "db", gc="none") as db:
+        assert want.matches(db)[0]
+        index_agrees(db)
+    assert manifest.read_bytes() != before
+    assert not (tmp_path / "b" / "data").exists()
+
+
+def _frame(entries, version=2) -> bytes:
+    """A complete log frame (csrc/wal.h) of (kind, name, offset, data)."""
+    body = b""
+    for kind, name, off, data in entries:
+        e = struct.pack("<IIQQ", kind, len(name), off, len(data)) + name + data
+        body += e + b"\0" * (-len(e) % 8)
+    head = b"PYDBWAL1" + struct.pack("<IIQQ", version, len(entries), len(body), 1)
+    head += struct.pack("<II", crc32c(head), 0)
+    return head + body + b"PYDBEND1" + struct.pack("<II", crc32c(head + body), 0)
+
+
+@pytest.mark.parametrize("name", [b"../outside.txt", b"sub/../../outside.txt",
+                                  b"/tmp/pydb-outside.txt", b".."])
+def test_a_log_cannot_name_a_file_outside_the_database(tmp_path, name):
+    """A hostile log (checksums right) whose whole-file entry names a
+    file outside the database's folder: opening for writing raises
+    CorruptionError naming the log, and writes nothing -- not that file,
+    not the records of the same log."""
+    (tmp_path / "d").mkdir()
+    base = tmp_path / "d" / "db"
+    _make(base)
+    saved = {ext: (tmp_path / "d" / f"db{ext}").read_bytes() for ext in (".mst", ".xrf")}
+    ctl = bytearray(saved[".mst"][:64])
+    (tmp_path / "d" / "db.wal").write_bytes(_frame([(1, b"", 0, bytes(ctl)),
+                                                   (3, name, 0, b"pwned")]))
+    os.unlink(f"{base}.shm")
+    with pytest.raises(pydb.CorruptionError) as e:
+        open_db(base, gc="none")
+    assert e.value.filename.endswith("db.wal") and "outside" in str(e.value)
+    assert not (tmp_path / "outside.txt").exists()
+    assert not os.path.exists("/tmp/pydb-outside.txt")
+    for ext, data in saved.items():
+        assert (tmp_path / "d" / f"db{ext}").read_bytes() == data
+
+
+def test_whole_files_must_be_in_the_database_folder(tmp_path):
+    """pydb_txn_put_file (the commit hook's whole files) refuses a file
+    outside the database's folder: the commit fails, nothing is
+    committed, the handle goes on."""
+    (tmp_path / "d").mkdir()
+    base = tmp_path / "d" / "db"
+    _make(base)
+    with open_db(base, gc="none") as db:
+        _pydb._testing.commit_hook(db, str(tmp_path / "side.txt"))
+        with pytest.raises(ValueError) as e:
+            db.append(content(21, 1, 5))
+        assert "database's folder" in str(e.value)
+        assert db.max_mfn == 20 and not (tmp_path / "side.txt").exists()
+        _pydb._testing.commit_hook(db, str(tmp_path / "d" / "side.txt"))
+        assert db.append(content(21, 1, 5)) == 21
+        assert (tmp_path / "d" / "side.txt").read_text() == "21 -1 3 0\n"
