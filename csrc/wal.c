@@ -268,7 +268,20 @@ int pydb__wal_file_name(char *out, size_t cap, const char *wal_path,
     char top[PATH_MAX], dir[PATH_MAX];
     const char *rel, *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
+    const char *wslash = strrchr(wal_path, '/');
+    size_t wn = wslash ? (size_t)(wslash - wal_path) + 1 : 0;
     int n;
+    /* the usual case without resolving: the file is named from the same
+     * folder as the log (the index's folder is the database's name +
+     * ".pdx"), below it, without a ".." component */
+    if (strncmp(path, wal_path, wn) == 0 && path[wn] && path[wn] != '/' &&
+        strcmp(path + wn, "..") != 0 && strncmp(path + wn, "../", 3) != 0 &&
+        !strstr(path + wn, "/../") && !strstr(path + wn, "/./") &&
+        strncmp(path + wn, "./", 2) != 0 &&
+        !(strlen(base) <= 2 && base[0] == '.')) {
+        n = snprintf(out, cap, "%s", path + wn);
+        return n < 0 || (size_t)n >= cap ? -1 : 0;
+    }
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
         folder_of(top, wal_path) != 0 || folder_of(dir, path) != 0 ||
         (rel = below(dir, top)) == NULL)
