@@ -133,10 +133,13 @@ static inline int pydb__ctl_sane(const pydb_ctl *c)
     return c->next_mfn >= 1 && c->next_block >= 1 && c->next_pos >= 1 &&
            c->next_pos <= PYDB_BLOCK + 1;
 }
-/* The byte offset where the records end, from NXTMFB/NXTMFP. */
+/* The byte offset where the records end, from NXTMFB/NXTMFP.  Computed in
+ * 64 bits, so that values no sane control record holds (a NXTMFB of
+ * -2^31 from a damaged file) give an absurd offset for the caller's
+ * checks to refuse, not an overflow. */
 static inline int64_t pydb__ctl_end(int32_t next_block, int32_t next_pos)
 {
-    return (int64_t)(next_block - 1) * PYDB_BLOCK + next_pos - 1;
+    return ((int64_t)next_block - 1) * PYDB_BLOCK + (int64_t)next_pos - 1;
 }
 /* Store NXTMFN and the NXTMFB/NXTMFP of `end` into a control record. */
 static inline void pydb__ctl_set_next(uint8_t *p, int32_t next_mfn,

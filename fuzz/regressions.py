@@ -284,6 +284,17 @@ def isis_block_int32_min() -> bytes:
     return SEP.join(parts)
 
 
+def ctl_next_block_int32_min() -> bytes:
+    """The small database with NXTMFB (the control record's bytes 8-11)
+    set to -2^31, and no commit header (the fuzzer's input, for fuzz_wal,
+    had a log whose control-record entry wrote 0x80000000 there)."""
+    with tempfile.TemporaryDirectory() as t:
+        mst, xrf, _ = small_database(Path(t))
+    b = bytearray(mst)
+    struct.pack_into("<i", b, 8, -2**31)
+    return SEP.join([bytes(b), xrf])
+
+
 CASES = [
     Case("shm-word-ahead", "mst", "", shm_word_ahead,
          "hang: every read switched files forever (read.c pydb__header_gen "
@@ -347,6 +358,14 @@ CASES = [
          "and of B-tree records (isis_int.h node_off, leaf_off) are now "
          "computed in 64 bits (found by the short CI tier, fuzz/ci, from "
          "the ISIS seeds make_seeds.py writes)"),
+    Case("mst-next-block-int32-min", "mst",
+         "control record: impossible NXTMFN 4 / NXTMFB -2147483648",
+         ctl_next_block_int32_min,
+         "undefined behaviour in record.h pydb__ctl_end (UBSan: signed "
+         "overflow in next_block - 1), called by handle.c read_control "
+         "before the control record's sanity check; the end offset is now "
+         "computed in 64 bits, and the check refuses the record (found by "
+         "fuzz/run wal, 300 s, the target's first run)"),
     Case("stw-lone-cr", "keys", "", stopwords_lone_cr,
          "heap-buffer-overflow in pydb__stopwords_parse (keys.c): words "
          "counted by LF, split at CR and 0x1A too; now counted alike"),
