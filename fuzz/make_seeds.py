@@ -22,7 +22,9 @@ Writes OUT/<target>/<sha1 of the input> for each target of fuzz/Makefile:
 
 A native index seed (target nidx) is its MANIFEST followed by the segment
 files it names, in its order (fuzz/fuzz_nidx.c); a commit header seed
-(target shm) is the .shm alone (fuzz/fuzz_shm.c).
+(target shm) is the .shm alone (fuzz/fuzz_shm.c); a log seed (target
+wal) is a .wal alone, written by sync=True commits (which keep their
+frames until a checkpoint) on the database fuzz/fuzz_wal.c lays out.
 
 OUT/jsonl is for the atheris target of fuzz/atheris_targets.py.
 
@@ -44,7 +46,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SEP = b"#PYDB-FUZZ-FILE#"          # FUZZ_SEP of fuzz/fuzz.h
-TARGETS = ("search", "fst", "iso2709", "mst", "isis_index", "keys", "nidx", "shm")
+TARGETS = ("search", "fst", "iso2709", "mst", "isis_index", "keys", "nidx", "shm", "wal")
 PY_TARGETS = ("jsonl",)   # fuzz/atheris_targets.py (its iso2709 uses the C target's seeds)
 ISIS_INDEX_EXTS = ("cnt", "n01", "n02", "l01", "l02", "ifp", "ly1", "ly2", "iyp")
 
@@ -228,6 +230,32 @@ def made_seeds(tmp: Path) -> Iterator[tuple[str, bytes]]:
     yield "shm", (tmp / "empty.shm").read_bytes()
     yield from made_native_seeds(tmp, pydb)
     yield from made_isis_seeds(tmp, pydb)
+    yield from made_wal_seeds(tmp, pydb)
+
+
+def made_wal_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
+    """Logs of sync=True commits (appends, updates crossing an XRF block,
+    deletions; with and without a native index, whose MANIFEST the frames
+    carry as a whole file) on the template of fuzz/fuzz_wal.c: "db", ISIS
+    aligned, three records of one field 24, one commit each.  Taken
+    before the writer closes (its close is a checkpoint)."""
+    for fst in (None, "24 4 V24\n"):
+        d = tmp / ("wal-index" if fst else "wal")
+        d.mkdir()
+        base = d / "db"
+        with pydb.create(base, "isis-aligned", gc="none", fst=fst) as db:
+            for i in range(1, 4):
+                db.append([(24, f"Record {i} on water")])
+        db = pydb.open(base, readonly=False, sync=True, gc="none")
+        db.append([(24, "A new record on soil")])
+        yield "wal", (d / "db.wal").read_bytes()
+        with db.transaction() as tx:
+            for i in range(130):
+                tx.append([(24, f"Bulk {i}"), (70, "Smith, J.")])
+        db.update(2, [(24, "Record 2 changed")])
+        db.delete(3)
+        yield "wal", (d / "db.wal").read_bytes()
+        db.close()
 
 
 def made_native_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:

@@ -149,8 +149,8 @@ def test_python_targets_replay_seeds(seeds, target):
 
 
 def test_real_seeds_present(seeds):
-    """With the real data, every target but search and shm gets seeds
-    from it."""
+    """With the real data, every target but search, shm and wal gets
+    seeds from it."""
     if not DATA.is_dir():
         pytest.skip(f"no real CDS/ISIS data at {DATA}")
     assert len(list((seeds / "mst").iterdir())) > 20
