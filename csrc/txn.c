@@ -35,7 +35,10 @@
  * (2) every byte the commit will write (the master-file region from the
  * committed end to the new block-padded end, each changed XRF block, the
  * control record, each whole file) is appended to <base>.wal as a frame
- * with a header, a trailer and a CRC-32C over both; the log is
+ * with a header, a trailer and a CRC-32C over both -- except the region
+ * of a commit that writes PYDB_WAL_DIRECT bytes or more, which goes
+ * straight into the .mst past the committed end and is fdatasync'ed
+ * first (the frame keeps its first block); the log is
  * fdatasync'ed (not with PYDB_OPEN_NOSYNC) -- this is the commit point;
  * (3) the bytes are written to the .mst, the .xrf (inside the handle's
  * sequence lock), the control record last, and whole files by write-temp
@@ -714,15 +717,81 @@ static int cmp_block(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Build the log image of the transaction: MST region, XRF blocks,
- * control record, whole files.  Also fills *mst_end. */
-static int build_log(pydb_buf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_out,
-                     int64_t *mst_end, uint8_t ctl[PYDB_CTL_SIZE],
-                     pydb_error *err)
+/* The end of the transaction's master-file region: its records end
+ * (t->pos) rounded up to a whole block. */
+static int64_t region_end(const pydb_txn *t)
+{
+    return (t->pos + PYDB_BLOCK - 1) / PYDB_BLOCK * PYDB_BLOCK;
+}
+
+/* The region [t->start, region_end(t)) as the .mst holds it: each new
+ * version at its offset, block padding zero. */
+static void fill_region(uint8_t *d, const pydb_txn *t)
+{
+    memset(d, 0, (size_t)(region_end(t) - t->start));
+    for (size_t i = 0; i < t->nops; i++)
+        memcpy(d + (t->ops[i].offset - t->start),
+               pydb__record_raw(t->ops[i].after), t->ops[i].after->mfrl);
+}
+
+/* A direct commit (wal.h, PYDB_WAL_DIRECT): write the region, already
+ * laid out in `region`, past the committed end -- readers never look
+ * there before the control record moves -- and with sync fdatasync it,
+ * before the frame that makes it committed.  A failed fdatasync makes
+ * the handle read-only (the page cache may have dropped earlier commits'
+ * bytes too: the header stops vouching for the log, so that the next
+ * recovery writes them again).  Nothing is committed on failure. */
+static int write_region(pydb_txn *t, const uint8_t *region, int sync,
+                        pydb_error *err)
 {
     pydb_db *db = t->db;
-    int64_t end = t->pos, padded = (end + PYDB_BLOCK - 1) / PYDB_BLOCK *
-                                   PYDB_BLOCK;
+    int64_t end = region_end(t);
+    int e = -pydb__write_full(db->mst.fd, region, (size_t)(end - t->start),
+                              t->start);
+    if (e)
+        return PYDB_OSERROR(err, e, db->mst.path, t->start,
+                            "write failed: %s", strerror(e));
+    if (sync && pydb__vfs->fdatasync(db->mst.fd) != 0) {
+        e = errno;
+        pydb__shm_log_set(pydb__db_shm(db), 0);
+        set_fatal(db, PYDB__FATAL_SYNC);
+        return PYDB_OSERROR(err, e, db->mst.path, -1,
+                            "fdatasync failed: %s", strerror(e));
+    }
+    return PYDB_OK;
+}
+
+/* A direct commit failed before its commit point: put back the .mst's
+ * bytes past the committed end as they were (zero fill to the old size,
+ * no records after it), best effort: what is left (also after a kill)
+ * is no committed data -- readers, check() and other ISIS programs look
+ * no further than the committed end, and the next commits write over
+ * it. */
+static void unwrite_region(pydb_txn *t, int64_t old_size)
+{
+    static const uint8_t zeros[PYDB_BLOCK];
+    pydb_db *db = t->db;
+    int64_t at = t->start;
+    if (pydb__vfs->ftruncate(db->mst.fd, old_size > at ? old_size : at) != 0)
+        return;
+    while (at < old_size) {
+        size_t n = (size_t)(old_size - at < PYDB_BLOCK ? old_size - at
+                                                       : PYDB_BLOCK);
+        if (pydb__write_full(db->mst.fd, zeros, n, at) != 0) return;
+        at += (int64_t)n;
+    }
+}
+
+/* Build the log image of the transaction: MST region, XRF blocks,
+ * control record, whole files.  With `region` (a direct commit, the
+ * region written already) only the region's first block goes into the
+ * log.  Also fills *mst_end. */
+static int build_log(pydb_buf *log, pydb_txn *t, const uint8_t *region,
+                     xblock **xb_out, size_t *nxb_out, int64_t *mst_end,
+                     uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
+{
+    pydb_db *db = t->db;
+    int64_t end = t->pos, padded = region_end(t);
     int64_t old_blocks = pydb__fsize(&db->xrf) / PYDB_BLOCK;
     int64_t need_blocks = pydb__xrf_blocks(t->next_mfn);
     int64_t new_blocks = need_blocks > old_blocks ? need_blocks : old_blocks;
@@ -736,16 +805,16 @@ static int build_log(pydb_buf *log, pydb_txn *t, xblock **xb_out, size_t *nxb_ou
     *xb_out = NULL;
     *nxb_out = 0;
     if (pydb__wal_begin(log) != 0) goto nomem;
-    /* 1. master file region: [start, padded) */
+    /* 1. master file region: [start, padded), or its first block */
     if (padded > t->start) {
+        int64_t len = padded - t->start;
+        if (region && len > PYDB_BLOCK - t->start % PYDB_BLOCK)
+            len = PYDB_BLOCK - t->start % PYDB_BLOCK;
         d = pydb__wal_entry(log, PYDB_WAL_MST, NULL, (uint64_t)t->start,
-                      (uint64_t)(padded - t->start), &count);
+                            (uint64_t)len, &count);
         if (!d) goto nomem;
-        memset(d, 0, (size_t)(padded - t->start));
-        for (size_t i = 0; i < t->nops; i++)
-            memcpy(d + (t->ops[i].offset - t->start),
-                   pydb__record_raw(t->ops[i].after),
-                   t->ops[i].after->mfrl);
+        if (region) memcpy(d, region, (size_t)len);
+        else fill_region(d, t);
     }
     /* 2. XRF blocks: each touched entry's block, plus the old and new last
      * blocks (XRFPOS sign: negative on the last block only). */
@@ -876,6 +945,9 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
      * .mst/.xrf are synced at checkpoints (wal.h) */
     int keep = sync && pydb__shm_log_usable(pydb__db_shm(db));
     int64_t log_at = 0;
+    uint8_t *region = NULL;   /* a direct commit's region (wal.h) */
+    int64_t mst_size = 0;     /* and the .mst's size before it */
+    struct stat st;
     pydb_ctl newctl;
     uint64_t s;
 
@@ -899,7 +971,24 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         if (rc) goto done;
         hooked = 1;
     }
-    rc = build_log(&log, t, &xb, &nxb, &mst_end, ctl, err);
+    if (region_end(t) - t->start >= PYDB_WAL_DIRECT) {
+        if (fstat(db->mst.fd, &st) != 0) {
+            rc = PYDB_OSERROR(err, errno, db->mst.path, -1,
+                              "cannot stat: %s", strerror(errno));
+            goto done;
+        }
+        mst_size = (int64_t)st.st_size;
+        region = malloc((size_t)(region_end(t) - t->start));
+        if (!region) {
+            rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                            "no memory for the records");
+            goto done;
+        }
+        fill_region(region, t);
+        rc = write_region(t, region, sync, err);
+        if (rc) goto done;
+    }
+    rc = build_log(&log, t, region, &xb, &nxb, &mst_end, ctl, err);
     if (rc) goto done;
 
     /* The log, then the commit point. */
@@ -916,9 +1005,10 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
      * told a live writer is applying this commit (shm.h). */
     pydb__shm_applying(pydb__db_shm(db), 1);
 
-    /* Apply.  Record bytes first (unreachable until the XRF says so). */
-    PYDB_ASSERT(logged);   /* the log is durable before any file changes */
-    {
+    /* Apply.  Record bytes first (unreachable until the XRF says so;
+     * a direct commit's are there already). */
+    PYDB_ASSERT(logged);   /* durable before a committed byte changes */
+    if (!region) {
         const uint8_t *p = log.p + PYDB_WAL_HEAD;
         if (mst_end > t->start) {
             p += PYDB_WAL_ENTRY;  /* the first entry is the MST region */
@@ -931,6 +1021,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
             }
             pydb__fsize_raise(&db->mst, mst_end);
         }
+    } else {
+        pydb__fsize_raise(&db->mst, mst_end);
     }
     s = __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);   /* odd */
     PYDB_ASSERT(s & 1);
@@ -1030,10 +1122,13 @@ apply_failed:
     set_fatal(db, fsync_failed ? PYDB__FATAL_SYNC : PYDB__FATAL_APPLY);
     hooked = 0;
 done:
+    if (rc && region && !logged && !log_sync_failed)
+        unwrite_region(t, mst_size);
     if (rc && err) commit_outcome(err, logged, log_sync_failed);
     if (logged) pydb__shm_applying(pydb__db_shm(db), 0);
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);
+    free(region);
     pydb__buf_free(&log);
     free(xb);
     release_writer(db);

@@ -27,7 +27,8 @@
  * commit fdatasyncs its frame -- the one fsync of the commit -- then
  * writes the bytes to the .mst/.xrf without syncing them and leaves the
  * frame in the log; the commit header (shm.h) then records the log's
- * length as applied, for this boot.  Whole files (the native index's
+ * length as applied, for this boot.  (A direct commit, PYDB_WAL_DIRECT
+ * below, fdatasyncs its records in the .mst before its frame.)  Whole files (the native index's
  * MANIFEST) are renamed in unsynced too.  A checkpoint
  * (pydb__wal_checkpoint: when the log passes PYDB_WAL_CHECKPOINT bytes,
  * before a collection step changes files outside the log, and when a
@@ -68,6 +69,13 @@
 #define PYDB_WAL_MAX_PATH 4096  /* longest name of a whole file           */
 /* A commit that leaves the log longer than this checkpoints (bytes). */
 #define PYDB_WAL_CHECKPOINT (4 << 20)
+/* A commit whose new master-file region has at least this many bytes
+ * writes the region straight into the .mst, past the committed end, and
+ * (with sync) fdatasyncs it before its frame, which holds only the
+ * region's first block (so that a replay's earlier block padding stops
+ * where it starts: wal.c, wal_final_image): a bulk load writes its
+ * records once, not into the log and again at the checkpoint (txn.c). */
+#define PYDB_WAL_DIRECT (1 << 20)
 
 struct pydb_shm;
 /* The files a replay or checkpoint works on: the log, the .mst and .xrf

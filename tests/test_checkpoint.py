@@ -424,3 +424,230 @@ def test_whole_files_must_be_in_the_database_folder(tmp_path):
         _pydb._testing.commit_hook(db, str(tmp_path / "d" / "side.txt"))
         assert db.append(content(21, 1, 5)) == 21
         assert (tmp_path / "d" / "side.txt").read_text() == "21 -1 3 0\n"
+
+
+# ------------------------------------ direct commits: bulk loads (wal.h)
+
+#: a transaction of 40 records of about 30 KB: a 1.2 MB master-file
+#: region, past PYDB_WAL_DIRECT (1 MiB)
+BULK = [("A", 21 + k, 7, 30_000) for k in range(40)]
+
+
+def _bulk(db) -> None:
+    with db.transaction() as tx:
+        for op in BULK:
+            tx.append(content(op[1], op[2], op[3]))
+
+
+def test_a_bulk_commit_writes_its_records_once(tmp_path):
+    """A transaction of 1 MiB of records or more writes them straight into
+    the .mst past the committed end and fdatasyncs it, then its frame --
+    the first block of the records, the XRF blocks, the control record --
+    and fdatasyncs that (the commit point), then the XRF blocks and the
+    control record; the log grows by a few KB, not by the records."""
+    base0 = tmp_path / "p"
+    oracle = _make(base0)
+    oracle.apply([("U", 3, 99, 40)] + BULK)
+
+    def one(n):
+        d = tmp_path / f"c{n}"
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        with open_db(d / "db", gc="none") as db, pydb.open(d / "db") as reader:
+            db.update(3, content(3, 99, 40))    # a frame kept in the log
+            before = _wal(d / "db")
+            _pydb._testing.fail_io(n, errno.EIO)
+            try:
+                _bulk(db)
+            except pydb.Error:
+                pass
+            got = _fired(n)
+            if n == -1:
+                assert 0 < _wal(d / "db") - before < 8192, (before, _wal(d / "db"))
+                assert oracle.matches(reader)[0], oracle.matches(reader)[1]
+        if n == -1:
+            check_files(d / "db")
+            with pydb.open(d / "db") as ro:
+                assert oracle.matches(ro)[0] and ro.check().ok
+        return got
+
+    names = _ops_of(one)
+    # the records, their fdatasync, the frame, the commit point, then the
+    # XRF blocks and the control record
+    assert names[:4] == ["pwrite", "fdatasync", "pwrite", "fdatasync"], names
+    assert set(names[4:]) == {"pwrite"} and "fsync" not in names, names
+
+
+@pytest.mark.parametrize("mode", [(errno.EIO, False), (errno.ENOSPC, True)],
+                         ids=["EIO", "short+ENOSPC"])
+def test_every_operation_of_a_bulk_commit_fails_in_turn(tmp_path, mode):
+    """Each operation of a direct commit fails in turn: the exception says
+    whether the transaction committed, and after reopening it is there
+    exactly when it said so (a failed fdatasync of the log: either); a
+    failure before the commit point leaves no records after the committed
+    end; a failed fdatasync makes the handle read-only; the files check
+    and take new writes."""
+    eno, short = mode
+    base0 = tmp_path / "p"
+    oracle0 = _make(base0)
+    oracle0.apply([("U", 3, 99, 40)])
+    def writer(d):
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        db = open_db(d / "db", gc="none")
+        db.update(3, content(3, 99, 40))            # a frame kept in the log
+        return db
+
+    db = writer(tmp_path / "count")
+    _pydb._testing.fail_io(-1)
+    _bulk(db)
+    total = _fired(-1)
+    db.close()
+    seen = {}
+    for n in range(1, total + 1):
+        d = tmp_path / f"c{n}"
+        db = writer(d)
+        _pydb._testing.fail_io(n, eno, short)
+        raised = None
+        try:
+            _bulk(db)
+        except pydb.Error as e:
+            raised = e
+        kind = _fired(n)
+        assert isinstance(raised, pydb.DiskError) and raised.errno == eno, (n, kind, raised)
+        assert raised.filename.startswith(str(d)), raised.filename
+        if "sync" in kind:
+            with pytest.raises(pydb.ReadOnlyError):
+                db.append(content(61, 1, 3))
+        db.close()
+        with pydb.open(d / "db") as ro:
+            present = ro.max_mfn == 60
+            want = oracle0.copy()
+            if present:
+                want.apply(BULK)
+            assert want.matches(ro)[0], (n, kind, want.matches(ro)[1])
+            assert ro.check().ok, (n, kind)
+        if raised.committed is None:
+            assert kind == "fdatasync", (n, kind)
+        else:
+            assert raised.committed is present, (n, kind, raised.committed)
+        check_files(d / "db")            # nothing after the committed end
+        with open_db(d / "db", gc="none") as db:
+            db.append(content(want.max_mfn + 1, 1, 3))
+        seen[(kind, raised.committed)] = seen.get((kind, raised.committed), 0) + 1
+        shutil.rmtree(d)
+    print(f"bulk commit fault sweep: {total} operations: {seen}")
+    assert total >= 6
+    assert seen.get(("pwrite", False)) and seen.get(("pwrite", True)), seen
+    assert seen.get(("fdatasync", False)) and seen.get(("fdatasync", None)), seen
+
+
+def test_a_bulk_commit_among_kept_frames_survives_a_power_cut(tmp_path):
+    """Small commits keep their frames; a direct commit follows the one
+    whose block padding covers its first records, then more small
+    commits; the writer is killed.  A power cut keeps what was synced:
+    the .mst as the direct commit's fdatasync left it (all commits up to
+    it), the .xrf of the last checkpoint; the header is lost.  Replay
+    writes the earlier frame's padding only up to where the direct
+    commit's records start (its frame holds their first block): every
+    commit is there."""
+    base = tmp_path / "db"
+    want = _make(base)
+    saved_xrf = (tmp_path / "db.xrf").read_bytes()
+    small1 = [[("U", 1 + k, 300 + k, 77 + k), ("A", 21 + k, 1, 51)] for k in range(3)]
+    bulk = [[("A", 24 + k, 7, 30_000) for k in range(40)]]
+    small2 = [[("U", 2, 400 + k, 33), ("A", 64 + k, 2, 45)] for k in range(3)]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            db = open_db(base, gc="none")
+            for txn in small1 + bulk:
+                with db.transaction() as tx:
+                    for op in txn:
+                        if op[0] == "A":
+                            tx.append(content(op[1], op[2], op[3]))
+                        else:
+                            tx.update(op[1], content(op[1], op[2], op[3]))
+            # what the direct commit's fdatasync made durable
+            (tmp_path / "synced.mst").write_bytes((tmp_path / "db.mst").read_bytes())
+            for txn in small2:
+                with db.transaction() as tx:
+                    for op in txn:
+                        if op[0] == "A":
+                            tx.append(content(op[1], op[2], op[3]))
+                        else:
+                            tx.update(op[1], content(op[1], op[2], op[3]))
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status), status
+    for txn in small1 + bulk + small2:
+        want.apply(txn)
+    end = struct.unpack_from("<iiiH", (tmp_path / "synced.mst").read_bytes(), 0)
+    assert ((end[2] - 1) * 512 + end[3] - 1) % 512, "the bulk commit starts inside a block"
+    (tmp_path / "db.mst").write_bytes((tmp_path / "synced.mst").read_bytes())
+    (tmp_path / "db.xrf").write_bytes(saved_xrf)
+    os.unlink(f"{base}.shm")
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        assert db.check().ok
+    check_files(base)
+
+
+def test_a_bulk_commit_killed_at_each_operation(tmp_path):
+    """A writer killed before each operation of a direct commit (fail_io
+    with crash: _exit at that operation): after reopening the transaction
+    is there whole exactly when the kill came after its commit point, and
+    the database checks -- records written before the commit point lie
+    past the committed end, where readers, check() and other ISIS
+    programs do not look, and the next commits write over them."""
+    base0 = tmp_path / "p"
+    oracle0 = _make(base0)
+    oracle0.apply([("U", 3, 99, 40)])
+    total = None
+    n = 0
+    while total is None or n < total:
+        n += 1
+        d = tmp_path / ("count" if total is None else f"c{n}")
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                db = open_db(d / "db", gc="none")
+                db.update(3, content(3, 99, 40))
+                _pydb._testing.fail_io(-1 if total is None else n, crash=True)
+                _bulk(db)
+                os.write(w, b"%d" % _pydb._testing.io_count())
+            finally:
+                os._exit(0)
+        os.close(w)
+        got = os.read(r, 64)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        if total is None:
+            total, n = int(got), 0
+            continue
+        assert os.WEXITSTATUS(status) == 137, (n, status)
+        with open_db(d / "db", gc="none") as db:
+            want = oracle0.copy()
+            if db.max_mfn == 60:
+                want.apply(BULK)
+            assert want.matches(db)[0], (n, want.matches(db)[1])
+            assert db.check().ok, n
+            # present once its frame is written (a kill keeps the page cache)
+            assert (db.max_mfn == 60) == (n > 3), n
+            if n in (2, 3):   # the records written, the frame not: past the end
+                assert os.path.getsize(d / "db.mst") > 1_200_000, n
+            db.append(content(want.max_mfn + 1, 1, 3))
+            want.apply([("A", want.max_mfn + 1, 1, 3)])
+        with pydb.open(d / "db") as ro:
+            assert want.matches(ro)[0] and ro.check().ok, n
+        shutil.rmtree(d)
+    assert total >= 6
