@@ -25,16 +25,13 @@ import itertools
 import os
 import sqlite3
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
 import pydb
 from pydb import unesb
 
-from .peers import serialize
+from .peers import serialize, take_turns
 
 COMMITS = 200
 _round = itertools.count()
@@ -125,7 +122,6 @@ def test_durable_commits(benchmark, tmp_path, recs, store):
 
 def main(argv: list[str]) -> int:
     """Alternate the stores ROUNDS times; print rates and verdicts."""
-    from pydb import ministat
     rounds = int(argv[0]) if argv else 15
     stores = dict(STORES)
     try:
@@ -138,25 +134,7 @@ def main(argv: list[str]) -> int:
             recs.append(([(f.tag, f.raw) for f in r.fields], serialize(r)))
             if len(recs) == COMMITS:
                 break
-    times: dict[str, list[float]] = {name: [] for name in stores}
-    with tempfile.TemporaryDirectory() as tmp:
-        for k in range(rounds):
-            for name, fn in stores.items():
-                d = Path(tmp) / f"{name}{k}"
-                d.mkdir()
-                t0 = time.perf_counter()
-                assert fn(d, recs) == COMMITS
-                times[name].append(time.perf_counter() - t0)
-    for name, ts in times.items():
-        med = sorted(ts)[len(ts) // 2]
-        print(f"{name:8} {COMMITS / med:8,.0f} commits/s (median of {rounds} rounds "
-              f"of {COMMITS})")
-    for mine, peer in PAIRS:
-        if mine in times and peer in times:
-            v = ministat.compare(times[peer], times[mine])
-            what = (f"{mine}'s time {v.pct:+.1f}% +/- {v.pct_ci:.1f}% of {peer}'s"
-                    if v.significant else "no difference proven")
-            print(f"{mine} vs {peer}: {what} (95%)")
+    take_turns(stores, PAIRS, rounds, (recs,), COMMITS, "commits/s")
     return 0
 
 

@@ -30,14 +30,13 @@ import itertools
 import os
 import sqlite3
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
 import pydb
 from pydb import unesb
+
+from .peers import take_turns
 
 _round = itertools.count()
 
@@ -142,7 +141,6 @@ def test_pydb_load_reads_back(tmp_path, recs):
 
 def main(argv: list[str]) -> int:
     """Alternate the stores ROUNDS times; print rates and verdicts."""
-    from pydb import ministat
     rounds = int(argv[0]) if argv else 11
     stores = dict(STORES)
     try:
@@ -150,25 +148,8 @@ def main(argv: list[str]) -> int:
     except ImportError:
         del stores["lmdb"], stores["lmdb-bytes"]
     recs = _records(unesb.default_database())
-    times: dict[str, list[float]] = {name: [] for name in stores}
-    with tempfile.TemporaryDirectory(dir=os.environ.get("PYDB_BENCH_DIR")) as tmp:
-        for k in range(rounds):
-            for name, fn in stores.items():
-                d = Path(tmp) / f"{name}{k}"
-                d.mkdir()
-                t0 = time.perf_counter()
-                assert fn(d, recs) == len(recs)
-                times[name].append(time.perf_counter() - t0)
-    for name, ts in times.items():
-        med = sorted(ts)[len(ts) // 2]
-        print(f"{name:10} {len(recs) / med:10,.0f} rows/s (median of {rounds} rounds "
-              f"of {len(recs)})")
-    for mine, peer in PAIRS:
-        if mine in times and peer in times:
-            v = ministat.compare(times[peer], times[mine])
-            what = (f"{mine}'s time {v.pct:+.1f}% +/- {v.pct_ci:.1f}% of {peer}'s"
-                    if v.significant else "no difference proven")
-            print(f"{mine} vs {peer}: {what} (95%)")
+    take_turns(stores, PAIRS, rounds, (recs,), len(recs), "rows/s",
+               os.environ.get("PYDB_BENCH_DIR"))
     return 0
 
 

@@ -235,3 +235,35 @@ def run_threads(readers, chunks):
     for t in ts:
         t.join()
     return sum(counts)
+
+
+def take_turns(stores, pairs, rounds, args, count, unit, folder=None) -> None:
+    """Run each store of `stores` (name -> fn(folder, *args) returning
+    `count`) once per round, taking turns, each in a new folder; print
+    each store's median rate (`count` / seconds, in `unit`) and
+    ministat's verdict (95%) of each (mine, peer) pair's times, for pairs
+    whose stores both ran.  `folder`: where the temporary folders go."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from pydb import ministat
+    times: dict[str, list[float]] = {name: [] for name in stores}
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        for k in range(rounds):
+            for name, fn in stores.items():
+                d = Path(tmp) / f"{name}{k}"
+                d.mkdir()
+                t0 = time.perf_counter()
+                assert fn(d, *args) == count
+                times[name].append(time.perf_counter() - t0)
+    for name, ts in times.items():
+        med = sorted(ts)[len(ts) // 2]
+        print(f"{name:12} {count / med:10,.0f} {unit} (median of {rounds} rounds "
+              f"of {count})")
+    for mine, peer in pairs:
+        if mine in times and peer in times:
+            v = ministat.compare(times[peer], times[mine])
+            what = (f"{mine}'s time {v.pct:+.1f}% +/- {v.pct_ci:.1f}% of {peer}'s"
+                    if v.significant else "no difference proven")
+            print(f"{mine} vs {peer}: {what} (95%)")

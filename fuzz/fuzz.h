@@ -52,6 +52,25 @@ void fuzz_write_parts(const char *const *names, const fuzz_part *parts,
 /* fuzz_dir()/name into out[cap]. */
 void fuzz_path(char *out, size_t cap, const char *name);
 
+/* Empty fuzz_dir() and lay out in it, as db.mst and db.xrf, the
+ * database the commit-header and log targets run against: ISIS aligned,
+ * three records -- field 24 "Record <i> on water", field 70 "Smith, J."
+ * -- one commit each, written through the API on the first call.  Aborts
+ * on failure (the target cannot run). */
+void fuzz_template(void);
+
+/* Append one record (field 24 = the len bytes at value) in its own
+ * transaction, each call through fuzz_expect: its MFN, or 0 when a step
+ * failed (with a named error). */
+struct pydb_db;
+int32_t fuzz_append(struct pydb_db *db, const uint8_t *value, size_t len);
+
+/* A new reader of the database at path opens it and reads MFN mfn as
+ * the one field 24 = value; aborts otherwise (a commit that succeeded
+ * must read back). */
+void fuzz_reads_back(const char *path, int32_t mfn, const uint8_t *value,
+                     size_t len);
+
 /* A core call returned rc with err: when rc is an error, it must name
  * itself (err->code == rc, a message; for PYDB_ECORRUPT a file), else
  * abort.  With PYDB_FUZZ_VERBOSE set in the environment, print the error

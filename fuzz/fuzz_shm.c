@@ -4,8 +4,8 @@
  * it) beside a sound database.
  *
  * Input: the .shm file.  The database beside it is one this target
- * writes once per process through the public API (TEMPLATE_RECORDS
- * records, one commit each, ISIS aligned layout) and lays out again for
+ * writes once per process through the public API (fuzz_template:
+ * TEMPLATE_RECORDS records, one commit each, ISIS aligned layout) and lays out again for
  * every input.  The two state slots carry a CRC-32C (shm.h) that a
  * mutation almost always breaks, so the target writes valid CRCs into
  * both slots unless the input size is 7 modulo 8 (the check itself gets
@@ -32,72 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TEMPLATE_RECORDS 3
+#define TEMPLATE_RECORDS 3    /* fuzz_template's */
 #define STATE_OFF 64       /* shm.h: two state slots of 128 bytes     */
 #define STATE_SIZE 128
 #define STATE_CRC 120
 
-static uint8_t *tmpl_mst, *tmpl_xrf;
-static size_t tmpl_mst_n, tmpl_xrf_n;
 
 static const uint8_t NEW_VALUE[] = "Appended under a fuzzed commit header";
-
-static void slurp(const char *name, uint8_t **out, size_t *n)
-{
-    char path[512];
-    FILE *f;
-    long len;
-
-    fuzz_path(path, sizeof path, name);
-    f = fopen(path, "rb");
-    if (!f || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        perror(path);
-        abort();
-    }
-    *out = malloc(len ? (size_t)len : 1);
-    if (!*out || fread(*out, 1, (size_t)len, f) != (size_t)len) abort();
-    *n = (size_t)len;
-    fclose(f);
-}
-
-static void must(int rc, const pydb_error *err)
-{
-    if (rc != PYDB_OK) {
-        fprintf(stderr, "fuzz_shm: template: %s: %s\n", err->path,
-                err->message);
-        abort();
-    }
-}
-
-/* The database every input runs against, written once. */
-static void make_template(void)
-{
-    pydb_db *db = NULL;
-    pydb_error err;
-    char path[512];
-
-    fuzz_clear();
-    fuzz_path(path, sizeof path, "tmpl");
-    must(pydb_create(&db, path, PYDB_LAYOUT_ISIS_ALIGNED, 0, NULL, &err),
-         &err);
-    for (int i = 1; i <= TEMPLATE_RECORDS; i++) {
-        char text[64];
-        pydb_field f[2];
-        pydb_txn *t = NULL;
-        int32_t mfn;
-        int n = snprintf(text, sizeof text, "Record %d on water", i);
-        f[0] = (pydb_field){24, (uint32_t)n, (const uint8_t *)text};
-        f[1] = (pydb_field){70, 9, (const uint8_t *)"Smith, J."};
-        must(pydb_txn_begin(&t, db, 1000, &err), &err);
-        must(pydb_txn_append(&mfn, t, f, 2, &err), &err);
-        must(pydb_txn_commit(t, &err), &err);
-    }
-    pydb_close(db);
-    slurp("tmpl.mst", &tmpl_mst, &tmpl_mst_n);
-    slurp("tmpl.xrf", &tmpl_xrf, &tmpl_xrf_n);
-    fuzz_clear();
-}
 
 static void fix_states(uint8_t *p, size_t n)
 {
@@ -156,9 +97,7 @@ static int32_t write_db(const char *path)
 {
     pydb_options opt = {PYDB_IO_PREAD, PYDB_LOCK_NONE,
                         PYDB_OPEN_WRITE | PYDB_OPEN_NOSYNC};
-    pydb_field f = {24, sizeof NEW_VALUE - 1, NEW_VALUE};
     pydb_db *db = NULL;
-    pydb_txn *t = NULL;
     pydb_error err;
     int32_t mfn = 0;
     int rc;
@@ -166,20 +105,7 @@ static int32_t write_db(const char *path)
     rc = pydb_open(&db, path, &opt, &err);
     fuzz_expect(rc, &err);
     if (rc != PYDB_OK) return 0;
-    rc = pydb_txn_begin(&t, db, 0, &err);
-    fuzz_expect(rc, &err);
-    if (rc == PYDB_OK) {
-        rc = pydb_txn_append(&mfn, t, &f, 1, &err);
-        fuzz_expect(rc, &err);
-        if (rc == PYDB_OK) {
-            rc = pydb_txn_commit(t, &err);
-            fuzz_expect(rc, &err);
-            if (rc != PYDB_OK) mfn = 0;
-        } else {
-            pydb_txn_abort(t);
-            mfn = 0;
-        }
-    }
+    mfn = fuzz_append(db, NEW_VALUE, sizeof NEW_VALUE - 1);
     pydb_close(db);
     return mfn;
 }
@@ -189,14 +115,10 @@ static int32_t write_db(const char *path)
  * its magic, version and full size. */
 static void check_appended(const char *path, int32_t mfn)
 {
-    pydb_db *db = NULL;
-    pydb_record *rec = NULL;
-    pydb_error err;
     char shm_path[512];
     uint8_t got[12];
     FILE *f;
     long len = -1;
-    int rc;
 
     fuzz_path(shm_path, sizeof shm_path, "db.shm");
     f = fopen(shm_path, "rb");
@@ -212,20 +134,7 @@ static void check_appended(const char *path, int32_t mfn)
         abort();
     }
 
-    rc = pydb_open(&db, path, NULL, &err);
-    fuzz_expect(rc, &err);
-    if (rc != PYDB_OK) abort();   /* it opened for the writer */
-    rc = pydb_read(&rec, db, mfn, &err);
-    fuzz_expect(rc, &err);
-    if (rc != PYDB_OK || rec->nfields != 1 || rec->fields[0].tag != 24 ||
-        rec->fields[0].len != sizeof NEW_VALUE - 1 ||
-        memcmp(rec->fields[0].value, NEW_VALUE, sizeof NEW_VALUE - 1) != 0) {
-        fprintf(stderr, "fuzz_shm: the record committed as MFN %d does not "
-                "read back\n", (int)mfn);
-        abort();
-    }
-    pydb_record_free(rec);
-    pydb_close(db);
+    fuzz_reads_back(path, mfn, NEW_VALUE, sizeof NEW_VALUE - 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -234,10 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char path[512];
     int32_t mfn;
 
-    if (!tmpl_mst) make_template();
-    fuzz_clear();
-    fuzz_write("db.mst", tmpl_mst, tmpl_mst_n);
-    fuzz_write("db.xrf", tmpl_xrf, tmpl_xrf_n);
+    fuzz_template();
     shm = malloc(size ? size : 1);
     if (!shm) abort();
     memcpy(shm, data, size);

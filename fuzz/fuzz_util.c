@@ -153,3 +153,114 @@ void fuzz_expect(int rc, const pydb_error *err)
         abort();
     }
 }
+
+/* The n bytes of fuzz_dir()/name, malloc'ed, into *out. */
+static void slurp(const char *name, uint8_t **out, size_t *n)
+{
+    char path[512];
+    FILE *f;
+    long len;
+
+    fuzz_path(path, sizeof path, name);
+    f = fopen(path, "rb");
+    if (!f || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0) {
+        perror(path);
+        abort();
+    }
+    *out = malloc(len ? (size_t)len : 1);
+    if (!*out || fread(*out, 1, (size_t)len, f) != (size_t)len) abort();
+    *n = (size_t)len;
+    fclose(f);
+}
+
+static void must(int rc, const pydb_error *err)
+{
+    if (rc != PYDB_OK) {
+        fprintf(stderr, "fuzz: template: %s: %s\n", err->path, err->message);
+        abort();
+    }
+}
+
+static uint8_t *tmpl_mst, *tmpl_xrf;
+static size_t tmpl_mst_n, tmpl_xrf_n;
+
+/* Write the template database once and keep its .mst and .xrf. */
+static void make_template(void)
+{
+    pydb_db *db = NULL;
+    pydb_error err;
+    char path[512];
+
+    fuzz_clear();
+    fuzz_path(path, sizeof path, "tmpl");
+    must(pydb_create(&db, path, PYDB_LAYOUT_ISIS_ALIGNED, 0, NULL, &err),
+         &err);
+    for (int i = 1; i <= 3; i++) {
+        char text[64];
+        pydb_field f[2];
+        pydb_txn *t = NULL;
+        int32_t mfn;
+        int n = snprintf(text, sizeof text, "Record %d on water", i);
+        f[0] = (pydb_field){24, (uint32_t)n, (const uint8_t *)text};
+        f[1] = (pydb_field){70, 9, (const uint8_t *)"Smith, J."};
+        must(pydb_txn_begin(&t, db, 1000, &err), &err);
+        must(pydb_txn_append(&mfn, t, f, 2, &err), &err);
+        must(pydb_txn_commit(t, &err), &err);
+    }
+    pydb_close(db);
+    slurp("tmpl.mst", &tmpl_mst, &tmpl_mst_n);
+    slurp("tmpl.xrf", &tmpl_xrf, &tmpl_xrf_n);
+}
+
+void fuzz_template(void)
+{
+    if (!tmpl_mst) make_template();
+    fuzz_clear();
+    fuzz_write("db.mst", tmpl_mst, tmpl_mst_n);
+    fuzz_write("db.xrf", tmpl_xrf, tmpl_xrf_n);
+}
+
+int32_t fuzz_append(pydb_db *db, const uint8_t *value, size_t len)
+{
+    pydb_field f = {24, (uint32_t)len, value};
+    pydb_txn *t = NULL;
+    pydb_error err;
+    int32_t mfn = 0;
+    int rc = pydb_txn_begin(&t, db, 0, &err);
+
+    fuzz_expect(rc, &err);
+    if (rc != PYDB_OK) return 0;
+    rc = pydb_txn_append(&mfn, t, &f, 1, &err);
+    fuzz_expect(rc, &err);
+    if (rc != PYDB_OK) {
+        pydb_txn_abort(t);
+        return 0;
+    }
+    rc = pydb_txn_commit(t, &err);
+    fuzz_expect(rc, &err);
+    return rc == PYDB_OK ? mfn : 0;
+}
+
+void fuzz_reads_back(const char *path, int32_t mfn, const uint8_t *value,
+                     size_t len)
+{
+    pydb_db *db = NULL;
+    pydb_record *rec = NULL;
+    pydb_error err;
+    int rc = pydb_open(&db, path, NULL, &err);
+
+    fuzz_expect(rc, &err);
+    if (rc != PYDB_OK) abort();   /* it opened for the writer */
+    rc = pydb_read(&rec, db, mfn, &err);
+    fuzz_expect(rc, &err);
+    if (rc != PYDB_OK || rec->nfields != 1 || rec->fields[0].tag != 24 ||
+        rec->fields[0].len != len ||
+        memcmp(rec->fields[0].value, value, len) != 0) {
+        fprintf(stderr, "fuzz: the record committed as MFN %d does not "
+                "read back\n", (int)mfn);
+        abort();
+    }
+    pydb_record_free(rec);
+    pydb_close(db);
+}

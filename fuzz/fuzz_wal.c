@@ -4,8 +4,8 @@
  * names) beside a sound database.
  *
  * Input: the .wal file.  The database beside it is one this target
- * writes once per process through the public API (TEMPLATE_RECORDS
- * records, one commit each, ISIS aligned layout), laid out again for
+ * writes once per process through the public API (fuzz_template:
+ * three records, one commit each, ISIS aligned layout), laid out again for
  * every input with an empty <db>.pdx folder (whole-file entries of the
  * seeds name db.pdx/MANIFEST) and no commit header (so the log is
  * replayed: nothing vouches for it).  Each frame carries two CRC-32Cs
@@ -32,69 +32,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define TEMPLATE_RECORDS 3
 #define WAL_HEAD 40            /* wal.h: PYDB_WAL_HEAD, PYDB_WAL_TAIL */
 #define WAL_TAIL 16
 
-static uint8_t *tmpl_mst, *tmpl_xrf;
-static size_t tmpl_mst_n, tmpl_xrf_n;
 
 static const uint8_t NEW_VALUE[] = "Appended after a fuzzed log";
-
-static void slurp(const char *name, uint8_t **out, size_t *n)
-{
-    char path[512];
-    FILE *f;
-    long len;
-
-    fuzz_path(path, sizeof path, name);
-    f = fopen(path, "rb");
-    if (!f || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
-        fseek(f, 0, SEEK_SET) != 0) {
-        perror(path);
-        abort();
-    }
-    *out = malloc(len ? (size_t)len : 1);
-    if (!*out || fread(*out, 1, (size_t)len, f) != (size_t)len) abort();
-    *n = (size_t)len;
-    fclose(f);
-}
-
-static void must(int rc, const pydb_error *err)
-{
-    if (rc != PYDB_OK) {
-        fprintf(stderr, "fuzz_wal: template: %s: %s\n", err->path,
-                err->message);
-        abort();
-    }
-}
-
-/* The database every input runs against, written once. */
-static void make_template(void)
-{
-    pydb_db *db = NULL;
-    pydb_error err;
-    char path[512];
-
-    fuzz_clear();
-    fuzz_path(path, sizeof path, "tmpl");
-    must(pydb_create(&db, path, PYDB_LAYOUT_ISIS_ALIGNED, 0, NULL, &err),
-         &err);
-    for (int i = 1; i <= TEMPLATE_RECORDS; i++) {
-        char text[64];
-        pydb_field f = {24, 0, (const uint8_t *)text};
-        pydb_txn *t = NULL;
-        int32_t mfn;
-        f.len = (uint32_t)snprintf(text, sizeof text, "Record %d on water", i);
-        must(pydb_txn_begin(&t, db, 1000, &err), &err);
-        must(pydb_txn_append(&mfn, t, &f, 1, &err), &err);
-        must(pydb_txn_commit(t, &err), &err);
-    }
-    pydb_close(db);
-    slurp("tmpl.mst", &tmpl_mst, &tmpl_mst_n);
-    slurp("tmpl.xrf", &tmpl_xrf, &tmpl_xrf_n);
-    fuzz_clear();
-}
 
 /* Rewrite the header and trailer CRCs of every frame p[0..n) delimits
  * (its body length in bounds), as wal.c's seal writes them. */
@@ -138,9 +80,7 @@ static int32_t write_db(const char *path)
     pydb_options opt = {PYDB_IO_PREAD, PYDB_LOCK_NONE,
                         PYDB_OPEN_WRITE | PYDB_OPEN_NOSYNC |
                             PYDB_OPEN_GC(PYDB_GC_NONE)};
-    pydb_field f = {24, sizeof NEW_VALUE - 1, NEW_VALUE};
     pydb_db *db = NULL;
-    pydb_txn *t = NULL;
     pydb_error err;
     char wal[512];
     struct stat st;
@@ -155,44 +95,9 @@ static int32_t write_db(const char *path)
                 "log still holds %lld bytes\n", (long long)st.st_size);
         abort();
     }
-    rc = pydb_txn_begin(&t, db, 0, &err);
-    fuzz_expect(rc, &err);
-    if (rc == PYDB_OK) {
-        rc = pydb_txn_append(&mfn, t, &f, 1, &err);
-        fuzz_expect(rc, &err);
-        if (rc == PYDB_OK) {
-            rc = pydb_txn_commit(t, &err);
-            fuzz_expect(rc, &err);
-            if (rc != PYDB_OK) mfn = 0;
-        } else {
-            pydb_txn_abort(t);
-            mfn = 0;
-        }
-    }
+    mfn = fuzz_append(db, NEW_VALUE, sizeof NEW_VALUE - 1);
     pydb_close(db);
     return mfn;
-}
-
-static void check_appended(const char *path, int32_t mfn)
-{
-    pydb_db *db = NULL;
-    pydb_record *rec = NULL;
-    pydb_error err;
-    int rc = pydb_open(&db, path, NULL, &err);
-
-    fuzz_expect(rc, &err);
-    if (rc != PYDB_OK) abort();   /* it opened for the writer */
-    rc = pydb_read(&rec, db, mfn, &err);
-    fuzz_expect(rc, &err);
-    if (rc != PYDB_OK || rec->nfields != 1 || rec->fields[0].tag != 24 ||
-        rec->fields[0].len != sizeof NEW_VALUE - 1 ||
-        memcmp(rec->fields[0].value, NEW_VALUE, sizeof NEW_VALUE - 1) != 0) {
-        fprintf(stderr, "fuzz_wal: the record committed as MFN %d does not "
-                "read back\n", (int)mfn);
-        abort();
-    }
-    pydb_record_free(rec);
-    pydb_close(db);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -201,10 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char path[512];
     int32_t mfn;
 
-    if (!tmpl_mst) make_template();
-    fuzz_clear();
-    fuzz_write("db.mst", tmpl_mst, tmpl_mst_n);
-    fuzz_write("db.xrf", tmpl_xrf, tmpl_xrf_n);
+    fuzz_template();
     fuzz_write("db.pdx/.keep", (const uint8_t *)"", 0);
     wal = malloc(size ? size : 1);
     if (!wal) abort();
@@ -215,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_path(path, sizeof path, "db");
     read_db(path);
     mfn = write_db(path);
-    if (mfn > 0) check_appended(path, mfn);
+    if (mfn > 0) fuzz_reads_back(path, mfn, NEW_VALUE, sizeof NEW_VALUE - 1);
     read_db(path);
     return 0;
 }

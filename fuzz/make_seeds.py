@@ -237,7 +237,7 @@ def made_wal_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
     """Logs of sync=True commits (appends, updates crossing an XRF block,
     deletions; with and without a native index, whose MANIFEST the frames
     carry as a whole file) on the template of fuzz/fuzz_wal.c: "db", ISIS
-    aligned, three records of one field 24, one commit each.  Taken
+    aligned, three records (field 24 and field 70), one commit each.  Taken
     before the writer closes (its close is a checkpoint)."""
     for fst in (None, "24 4 V24\n"):
         d = tmp / ("wal-index" if fst else "wal")
@@ -245,7 +245,7 @@ def made_wal_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
         base = d / "db"
         with pydb.create(base, "isis-aligned", gc="none", fst=fst) as db:
             for i in range(1, 4):
-                db.append([(24, f"Record {i} on water")])
+                db.append([(24, f"Record {i} on water"), (70, "Smith, J.")])
         db = pydb.open(base, readonly=False, sync=True, gc="none")
         db.append([(24, "A new record on soil")])
         yield "wal", (d / "db.wal").read_bytes()

@@ -129,22 +129,26 @@ def test_the_log_keeps_commits_until_a_checkpoint(tmp_path):
     check_files(base)
 
 
+def _commit(db, ops) -> None:
+    """Make each transaction of `ops` (A, U, D as in writer_model.Oracle)."""
+    for txn in ops:
+        with db.transaction() as tx:
+            for op in txn:
+                if op[0] == "A":
+                    tx.append(content(op[1], op[2], op[3]))
+                elif op[0] == "U":
+                    tx.update(op[1], content(op[1], op[2], op[3]))
+                else:
+                    tx.delete(op[1])
+
+
 def _killed_writer(base, ops) -> None:
     """A forked writer makes each transaction of `ops` (sync=True) and
     dies by SIGKILL without closing."""
     pid = os.fork()
     if pid == 0:
         try:
-            db = open_db(base, gc="none")
-            for txn in ops:
-                with db.transaction() as tx:
-                    for op in txn:
-                        if op[0] == "A":
-                            tx.append(content(op[1], op[2], op[3]))
-                        elif op[0] == "U":
-                            tx.update(op[1], content(op[1], op[2], op[3]))
-                        else:
-                            tx.delete(op[1])
+            _commit(open_db(base, gc="none"), ops)
             os.kill(os.getpid(), signal.SIGKILL)
         finally:
             os._exit(3)
@@ -563,22 +567,10 @@ def test_a_bulk_commit_among_kept_frames_survives_a_power_cut(tmp_path):
     if pid == 0:
         try:
             db = open_db(base, gc="none")
-            for txn in small1 + bulk:
-                with db.transaction() as tx:
-                    for op in txn:
-                        if op[0] == "A":
-                            tx.append(content(op[1], op[2], op[3]))
-                        else:
-                            tx.update(op[1], content(op[1], op[2], op[3]))
+            _commit(db, small1 + bulk)
             # what the direct commit's fdatasync made durable
             (tmp_path / "synced.mst").write_bytes((tmp_path / "db.mst").read_bytes())
-            for txn in small2:
-                with db.transaction() as tx:
-                    for op in txn:
-                        if op[0] == "A":
-                            tx.append(content(op[1], op[2], op[3]))
-                        else:
-                            tx.update(op[1], content(op[1], op[2], op[3]))
+            _commit(db, small2)
             os.kill(os.getpid(), signal.SIGKILL)
         finally:
             os._exit(3)
