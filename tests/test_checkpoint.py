@@ -148,7 +148,8 @@ def _killed_writer(base, ops) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            _commit(open_db(base, gc="none"), ops)
+            db = open_db(base, gc="none")   # never closed: killed
+            _commit(db, ops)
             os.kill(os.getpid(), signal.SIGKILL)
         finally:
             os._exit(3)
