@@ -1,6 +1,10 @@
 /*
- * iso2709.c - the strict ISO 2709 record parser (docs/isis-formats.md
- * §7; pydb.h group 10).  It accepts exactly the records that
+ * iso2709.c - the strict ISO 2709 record parser and the record encoder
+ * (docs/isis-formats.md §7; pydb.h group 10).  The encoder writes what
+ * pydb/iso2709.py's writer asks for: the leader's given positions, an
+ * entry map of the narrowest widths (lengths 4 digits and starts 5 at
+ * least), numeric tags above 999 with their leading digits in the
+ * implementation-defined part of the entry.  It accepts exactly the records that
  * pydb/iso2709.py's IsoReader._parse accepts in its first step (lengths
  * in bytes, 80-byte lines or none) without a repair, and gives the same
  * leader, fields and end offset; every other record is reported as not
@@ -198,4 +202,102 @@ void pydb_iso_record_free(pydb_iso_record *r)
     free(r->fields);
     free(r->unwrapped);
     memset(r, 0, sizeof *r);
+}
+
+/* -------------------------------------------------------------- writing */
+
+#define MAX_RECORD 99999   /* the leader's record length has 5 digits */
+
+int pydb_iso_reserved(const uint8_t *value, size_t len)
+{
+    static const uint8_t order[3] = {0x1D, 0x1E, 0x1F};
+    for (int i = 0; i < 3; i++)
+        if (len && memchr(value, order[i], len)) return order[i];
+    return -1;
+}
+
+/* Decimal digits of v. */
+static int ndigits(uint64_t v)
+{
+    int d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* v as exactly `width` decimal digits, zero-padded, at p (v fits). */
+static void put_digits(uint8_t *p, uint64_t v, int width)
+{
+    for (int i = width - 1; i >= 0; i--) {
+        p[i] = (uint8_t)('0' + v % 10);
+        v /= 10;
+    }
+}
+
+int pydb_iso_encode(uint8_t *out, size_t *len, const pydb_iso_wfield *f,
+                    size_t n, int flavour, int caret, const uint8_t mid[7],
+                    const uint8_t tail[3], pydb_error *err)
+{
+    uint8_t ft = flavour == PYDB_ISO_MARC ? 0x1E : '#';
+    uint8_t rt = flavour == PYDB_ISO_MARC ? 0x1D : '#';
+    int li = 0, ll = 4, ls;
+    uint64_t data = 0, pos = 0, base, total;
+    uint8_t *p;
+
+    for (size_t i = 0; i < n; i++) {
+        int d = ndigits((uint64_t)f[i].len + 1);
+        if (f[i].nimpl > li) li = f[i].nimpl;
+        if (d > ll) ll = d;
+        data += (uint64_t)f[i].len + 1;
+    }
+    ls = ndigits(data) > 5 ? ndigits(data) : 5;
+    if (ll > 9 || ls > 9)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "a field or the data "
+                          "area is too long for ISO 2709");
+    base = 24 + (uint64_t)(3 + ll + ls + li) * n + 1;
+    total = base + data + 1;
+    if (total > MAX_RECORD)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "record needs %llu "
+                          "bytes; ISO 2709 record lengths have 5 digits (at "
+                          "most %d)", (unsigned long long)total, MAX_RECORD);
+    *len = (size_t)total;
+    if (!out) return PYDB_OK;
+    /* the leader: 0-4 length, 5-11 given, 12-16 base, 17-19 given, 20-23
+     * the entry map */
+    p = out;
+    put_digits(p, total, 5);
+    memcpy(p + 5, mid, 7);
+    put_digits(p + 12, base, 5);
+    memcpy(p + 17, tail, 3);
+    p[20] = (uint8_t)('0' + ll);
+    p[21] = (uint8_t)('0' + ls);
+    p[22] = (uint8_t)('0' + li);
+    p[23] = '0';
+    p += 24;
+    /* the directory: tag, length (with the terminator), start, the
+     * implementation-defined digits right-aligned in li */
+    for (size_t i = 0; i < n; i++) {
+        memcpy(p, f[i].tag, 3);
+        put_digits(p + 3, (uint64_t)f[i].len + 1, ll);
+        put_digits(p + 3 + ll, pos, ls);
+        memset(p + 3 + ll + ls, '0', (size_t)(li - f[i].nimpl));
+        memcpy(p + 3 + ll + ls + li - f[i].nimpl, f[i].impl, f[i].nimpl);
+        p += 3 + ll + ls + li;
+        pos += (uint64_t)f[i].len + 1;
+    }
+    *p++ = ft;
+    /* the data area */
+    for (size_t i = 0; i < n; i++) {
+        if (f[i].len) memcpy(p, f[i].value, f[i].len);
+        if (flavour == PYDB_ISO_MARC && caret)
+            for (size_t k = 0; k < f[i].len; k++)
+                if (p[k] == '^') p[k] = 0x1F;
+        p += f[i].len;
+        *p++ = ft;
+    }
+    *p++ = rt;
+    PYDB_ASSERT((uint64_t)(p - out) == total);
+    return PYDB_OK;
 }

@@ -23,7 +23,7 @@
  *                                pydb_nidx_builder_*
  *   8. validator                 pydb_check, pydb_check_ex
  *   9. garbage and statistics    pydb_gc_*, pydb_stat_get
- *   10. ISO 2709                 pydb_iso_strict
+ *   10. ISO 2709                 pydb_iso_strict, pydb_iso_encode
  */
 #ifndef PYDB_H
 #define PYDB_H
@@ -1336,7 +1336,8 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err);
  * 10. ISO 2709 (csrc/iso2709.c; docs/isis-formats.md §7)
  *
  * The strict half of the ISO 2709 reader: one sound record, parsed as
- * pydb/iso2709.py parses it before any repair.  Anything else (a bad
+ * pydb/iso2709.py parses it before any repair; and the writer's encoding
+ * of one record.  Anything else (a bad
  * length, a directory, entry map or base address that needs a repair, a
  * non-numeric tag, lengths counted in characters) is left to the
  * tolerant reader in Python, which keeps every repair and message.
@@ -1374,6 +1375,38 @@ typedef struct pydb_iso_record {
 int pydb_iso_strict(int *sound, pydb_iso_record *out, const uint8_t *buf,
                     size_t n, size_t start, int flavours, pydb_error *err);
 void pydb_iso_record_free(pydb_iso_record *r);
+
+/* Writing: one field of a record to encode. */
+typedef struct pydb_iso_wfield {
+    uint8_t tag[3];        /* the entry's tag: a numeric tag's last three
+                              digits, or three printable ASCII characters */
+    uint8_t impl[2];       /* a numeric tag's digits before those (tags
+                              1000..99999), written as the entry's
+                              implementation-defined part                 */
+    int nimpl;             /* 0..2 digits in impl                          */
+    const uint8_t *value;  /* the value, without its field terminator      */
+    size_t len;            /* bytes                                        */
+} pydb_iso_wfield;
+
+/* The first of the MARC flavour's reserved bytes 0x1D, 0x1E, 0x1F (in
+ * that order) that occurs in the value, or -1. */
+int pydb_iso_reserved(const uint8_t *value, size_t len);
+
+/* Encode one record, without line breaks (docs/isis-formats.md §7):
+ * leader (record length, mid = positions 5-11, base address, tail =
+ * positions 17-19, entry map: the widths of lengths and starts, 4 and 5
+ * at least, and of the implementation part, the widest tag's), the
+ * directory, the fields each with its terminator, the record terminator
+ * (PYDB_ISO_ISIS: '#' and '#'; PYDB_ISO_MARC: 0x1E and 0x1D).  With
+ * PYDB_ISO_MARC and `caret`, each '^' in a value is written as the
+ * subfield delimiter 0x1F.  The record's length (bytes) goes to *len; it
+ * is written to `out` (*len bytes of room) unless out is NULL (the
+ * length only).  Errors: PYDB_EINVAL when the record cannot be
+ * represented (a field or the data area needs lengths of more than 9
+ * digits; the record is longer than 99,999 bytes). */
+int pydb_iso_encode(uint8_t *out, size_t *len, const pydb_iso_wfield *f,
+                    size_t n, int flavour, int caret, const uint8_t mid[7],
+                    const uint8_t tail[3], pydb_error *err);
 
 #ifdef __cplusplus
 }

@@ -192,6 +192,8 @@ def _search(index: Index, expr: str, db: Database | None = None,
 def _iso_strict(buf: bytes | bytearray | memoryview | mmap, start: int, flavours: int,
                 isis_subfields: bool, /
                 ) -> tuple[bytes, list[tuple[int, bytes]], str, int] | None: ...
+def _iso_encode(fields: Any, marc: bool, caret: bool, encoding: str, mid: bytes,
+                tail: bytes, /) -> bytes: ...
 
 # ------------------------------------------------------------ _pydb_check.c
 

@@ -2,7 +2,8 @@
  * _pydb_iso.c - _iso_strict(), the fast path of pydb/iso2709.py's reader:
  * one sound ISO 2709 record parsed by the core (csrc/iso2709.c,
  * pydb_iso_strict), or None for the Python reader to parse, repair or
- * reject as before.
+ * reject as before; and _iso_encode(), the writer's encoding of one
+ * record (pydb_iso_encode), with the checks and messages of its fields.
  */
 #include "_pydb_module.h"
 
@@ -76,8 +77,197 @@ cleanup:
     return out;
 }
 
+PyDoc_STRVAR(iso_encode_doc,
+"_iso_encode(fields, marc, caret, encoding, mid, tail, /)\n--\n\n"
+"One record in ISO 2709 form, without line breaks (csrc/iso2709.c,\n"
+"pydb_iso_encode): `fields` a sequence of (tag, value) pairs -- tag an int\n"
+"0..99999, a str of ASCII digits, or 3 printable ASCII characters; value\n"
+"bytes, bytearray, memoryview, or str encoded with `encoding` (errors:\n"
+"surrogateescape); `marc`: the MARC flavour (0x1E/0x1D terminators, the\n"
+"reserved bytes refused) else CDS/ISIS ('#'); `caret`: with `marc`, '^'\n"
+"written as 0x1F and 0x1F refused in a value; `mid`, `tail`: leader\n"
+"positions 5-11 and 17-19 (7 and 3 bytes).  Returns bytes.  Raises\n"
+"ValueError naming the field or reason (the messages of\n"
+"pydb.iso2709.write), TypeError for a tag that is no int, LookupError or\n"
+"UnicodeError from the codec.");
+
+/* The value of a (tag, value) pair as bytes (a new reference), or NULL
+ * with an exception. */
+static PyObject *iso_value(PyObject *tag, PyObject *value,
+                           const char *encoding)
+{
+    if (PyUnicode_Check(value))
+        return PyUnicode_AsEncodedString(value, encoding, "surrogateescape");
+    if (PyBytes_Check(value)) return Py_NewRef(value);
+    if (PyByteArray_Check(value) || PyMemoryView_Check(value))
+        return PyBytes_FromObject(value);
+    return PyErr_Format(PyExc_ValueError, "field %S: value must be bytes or "
+                        "str, not %s", tag, Py_TYPE(value)->tp_name);
+}
+
+/* A str tag that is not all ASCII digits: 3 printable ASCII characters.
+ * 0, 1 (not such a tag: the caller reads it as a number), or -1 with an
+ * exception. */
+static int iso_text_tag(pydb_iso_wfield *w, PyObject *tag)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(tag);
+    int digits = n > 0 && PyUnicode_IS_ASCII(tag);
+    for (Py_ssize_t i = 0; digits && i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ_CHAR(tag, i);
+        digits = c >= '0' && c <= '9';
+    }
+    if (digits) return 1;
+    if (n != 3 || !PyUnicode_IS_ASCII(tag)) goto bad;
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        Py_UCS4 c = PyUnicode_READ_CHAR(tag, i);
+        if (c < 0x20 || c > 0x7E) goto bad;
+        w->tag[i] = (uint8_t)c;
+    }
+    w->nimpl = 0;
+    return 0;
+bad:
+    PyErr_Format(PyExc_ValueError, "tag %R is not 3 printable ASCII "
+                 "characters", tag);
+    return -1;
+}
+
+/* A numeric tag (int(tag)) 0..99999: its last three digits and the ones
+ * before them.  0 or -1 with an exception. */
+static int iso_number_tag(pydb_iso_wfield *w, PyObject *tag)
+{
+    PyObject *t = PyNumber_Long(tag);
+    long long v;
+    int overflow = 0;
+    char s[8];
+    if (!t) return -1;
+    v = PyLong_AsLongLongAndOverflow(t, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        Py_DECREF(t);
+        return -1;
+    }
+    if (overflow || v < 0 || v > 99999) {
+        PyErr_Format(PyExc_ValueError, "tag %S is outside 0..99999", t);
+        Py_DECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    snprintf(s, sizeof s, "%03lld", v);
+    w->nimpl = (int)strlen(s) - 3;
+    memcpy(w->impl, s, (size_t)w->nimpl);
+    memcpy(w->tag, s + w->nimpl, 3);
+    return 0;
+}
+
+/* One (tag, value) pair into w; its bytes value (a new reference, kept
+ * by the caller while w is used) into *keep.  0 or -1 with an
+ * exception. */
+static int iso_field(pydb_iso_wfield *w, PyObject **keep, PyObject *item,
+                     int marc, int caret, const char *encoding)
+{
+    PyObject *pair = PySequence_Fast(item, "");
+    PyObject *tag, *value;
+    int rc = -1, bad;
+
+    if (!pair) {
+        PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %s object",
+                     Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(pair) != 2) {
+        if (PySequence_Fast_GET_SIZE(pair) > 2)
+            PyErr_SetString(PyExc_ValueError,
+                            "too many values to unpack (expected 2)");
+        else
+            PyErr_Format(PyExc_ValueError, "not enough values to unpack "
+                         "(expected 2, got %zd)", PySequence_Fast_GET_SIZE(pair));
+        goto cleanup;
+    }
+    tag = PySequence_Fast_GET_ITEM(pair, 0);
+    value = PySequence_Fast_GET_ITEM(pair, 1);
+    *keep = iso_value(tag, value, encoding);
+    if (!*keep) goto cleanup;
+    w->value = (const uint8_t *)PyBytes_AS_STRING(*keep);
+    w->len = (size_t)PyBytes_GET_SIZE(*keep);
+    bad = marc ? pydb_iso_reserved(w->value, w->len) : -1;
+    if (bad >= 0 && (bad != 0x1F || caret)) {
+        char hex[12];   /* PyErr_Format has no %02X */
+        snprintf(hex, sizeof hex, "0x%02X", (unsigned)bad);
+        PyErr_Format(PyExc_ValueError, "field %S contains byte %s, which "
+                     "the MARC flavour reserves (write it in the CDS/ISIS "
+                     "flavour)", tag, hex);
+        goto cleanup;
+    }
+    rc = PyUnicode_Check(tag) ? iso_text_tag(w, tag) : 1;
+    if (rc == 1) rc = iso_number_tag(w, tag);
+cleanup:
+    Py_DECREF(pair);
+    return rc;
+}
+
+static PyObject *iso_encode(PyObject *m, PyObject *args)
+{
+    PyObject *fields, *seq = NULL, *keep = NULL, *out = NULL;
+    Py_buffer mid = {0}, tail = {0};
+    const char *encoding;
+    int marc, caret, rc;
+    pydb_iso_wfield *w = NULL;
+    Py_ssize_t n = 0;
+    size_t len = 0;
+    pydb_error e;
+
+    (void)m;
+    if (!PyArg_ParseTuple(args, "Oppsy*y*", &fields, &marc, &caret, &encoding,
+                          &mid, &tail))
+        return NULL;
+    if (mid.len != 7 || tail.len != 3) {
+        PyErr_SetString(PyExc_ValueError, "mid and tail must be 7 and 3 bytes");
+        goto cleanup;
+    }
+    seq = PySequence_Fast(fields, "fields must be a sequence of (tag, value)");
+    if (!seq) goto cleanup;
+    n = PySequence_Fast_GET_SIZE(seq);
+    keep = PyList_New(n);
+    w = PyMem_Calloc(n ? (size_t)n : 1, sizeof *w);
+    if (!keep || !w) {
+        if (!w) PyErr_NoMemory();
+        goto cleanup;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = NULL;
+        rc = iso_field(&w[i], &b, PySequence_Fast_GET_ITEM(seq, i), marc,
+                       caret, encoding);
+        if (b) PyList_SET_ITEM(keep, i, b);
+        if (rc) goto cleanup;
+    }
+    /* a record is at most 99,999 bytes: no need to release the GIL */
+    rc = pydb_iso_encode(NULL, &len, w, (size_t)n,
+                         marc ? PYDB_ISO_MARC : PYDB_ISO_ISIS, caret,
+                         mid.buf, tail.buf, &e);
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, e.message);
+        goto cleanup;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+    if (!out) goto cleanup;
+    rc = pydb_iso_encode((uint8_t *)PyBytes_AS_STRING(out), &len, w,
+                         (size_t)n, marc ? PYDB_ISO_MARC : PYDB_ISO_ISIS,
+                         caret, mid.buf, tail.buf, &e);
+    if (rc) {   /* cannot happen: the same record was measured above */
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_ValueError, e.message);
+    }
+cleanup:
+    PyMem_Free(w);
+    Py_XDECREF(keep);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&mid);
+    PyBuffer_Release(&tail);
+    return out;
+}
+
 static PyMethodDef iso_functions[] = {
     {"_iso_strict", iso_strict, METH_VARARGS, iso_strict_doc},
+    {"_iso_encode", iso_encode, METH_VARARGS, iso_encode_doc},
     {NULL}};
 
 int iso_exec(PyObject *m, module_state *st)

@@ -77,7 +77,6 @@ _EOL = b"\r\n"
 _SEP = b"\r\n\x1a\x00"          # skipped between records (CR, LF, DOS EOF, NUL)
 _LINE = 80
 _MIN_RECORD = 26                  # leader 24 + FT + RT (a record with no field)
-_MAX_RECORD = 99999               # 5-digit record length
 # A plausible start of the next record, for resynchronisation after a bad
 # one: 5 digits, 15 printable characters, the 4-digit entry map.
 _LEADER_RE = re.compile(rb"(?=\d{5}[\x20-\x7e]{15}\d{4})")
@@ -916,47 +915,12 @@ def _marc_form(fields: list, leader: bytes | None, deleted: bool, leader_tag: in
 
 def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
                    subfields="isis", utf8=None) -> bytes:
-    """One record in ISO 2709 form (no line breaks); raises ValueError with
-    the reason when the record cannot be represented."""
-    ft, rt = _FT[flavour], _RT[flavour]
-    tags, values = [], []
-    for tag, value in fields:
-        if isinstance(value, str):
-            value = value.encode(encoding, "surrogateescape")
-        elif not isinstance(value, (bytes, bytearray, memoryview)):
-            raise ValueError(f"field {tag}: value must be bytes or str, not "
-                             f"{type(value).__name__}")
-        value = bytes(value)
-        if flavour == "marc":
-            bad = next((c for c in (0x1D, 0x1E, 0x1F) if c in value), None)
-            if bad is not None and (bad != 0x1F or subfields == "isis"):
-                raise ValueError(f"field {tag} contains byte 0x{bad:02X}, which the MARC "
-                                 "flavour reserves (write it in the CDS/ISIS flavour)")
-            if subfields == "isis":
-                value = value.replace(b"^", b"\x1f")
-        if isinstance(tag, str) and not (tag.isascii() and tag.isdigit()):
-            if len(tag) != 3 or not tag.isascii() or not tag.isprintable():
-                raise ValueError(f"tag {tag!r} is not 3 printable ASCII characters")
-            tags.append((tag, ""))
-        else:
-            t = int(tag)
-            if not 0 <= t <= 99999:
-                raise ValueError(f"tag {t} is outside 0..99999")
-            s = f"{t:03d}"
-            tags.append((s[-3:], s[:-3]))
-        values.append(value)
-    li = max((len(impl) for _, impl in tags), default=0)
-    ll = max(4, max((len(str(len(v) + 1)) for v in values), default=1))
-    data_len = sum(len(v) + 1 for v in values)
-    ls = max(5, len(str(data_len)))
-    if ll > 9 or ls > 9:
-        raise ValueError("a field or the data area is too long for ISO 2709")
-    esize = 3 + ll + ls + li
-    base = 24 + esize * len(values) + 1
-    total = base + data_len + 1
-    if total > _MAX_RECORD:
-        raise ValueError(f"record needs {total} bytes; ISO 2709 record lengths have "
-                         f"5 digits (at most {_MAX_RECORD})")
+    """One record in ISO 2709 form (no line breaks), encoded in C
+    (csrc/iso2709.c, ``pydb_iso_encode``); raises ValueError with the
+    reason when the record cannot be represented.  `leader`'s positions
+    5-11 and 17-19 are kept (status ``d`` when `deleted`); without one,
+    the MARC flavour writes a leader without indicators and the CDS/ISIS
+    flavour zeros."""
     if leader is not None and len(leader) == 24:
         mid = bytes(leader[5:12])
         tail = bytes(leader[17:20])
@@ -970,19 +934,8 @@ def _encode_record(fields, flavour, mfn, deleted, leader, encoding,
     else:
         mid = (b"d" if deleted else b"0") + b"000000"
         tail = b"000"
-    out = bytearray(b"%05d" % total)
-    out += mid + b"%05d" % base + tail + b"%d%d%d0" % (ll, ls, li)
-    pos = 0
-    for (t3, impl), v in zip(tags, values, strict=True):
-        out += t3.encode("ascii") + b"%0*d" % (ll, len(v) + 1) + b"%0*d" % (ls, pos)
-        out += impl.rjust(li, "0").encode("ascii")
-        pos += len(v) + 1
-    out.append(ft)
-    for v in values:
-        out += v
-        out.append(ft)
-    out.append(rt)
-    return bytes(out)
+    return _pydb._iso_encode(fields, flavour == "marc", subfields == "isis", encoding,
+                             mid, tail)
 
 
 def _wrap(rec: bytes, width: int | None, eol: bytes) -> bytes:

@@ -799,3 +799,75 @@ def test_fast_path_reads_damaged_records_as_python(records, flavour, eol, damage
     fast = _everything(io.BytesIO(bytes(data)))
     with _PythonOnly():
         assert _everything(io.BytesIO(bytes(data))) == fast
+
+
+# ------------------------------------------ the encoder (csrc/iso2709.c)
+
+def test_encode_exact_bytes_with_long_tags():
+    """A tag above 999 puts its leading digits in the entry's
+    implementation-defined part (entry map '4520': lengths 4 digits,
+    starts 5, 2 digits of it); str values are encoded with the codec."""
+    got = iso2709._encode_record([(12345, b"ab"), (7, "é")], "isis", None, False,
+                                 None, "utf-8")
+    assert got == (b"00060" b"0000000" b"00053" b"000" b"4520"
+                   b"345" b"0003" b"00000" b"12"
+                   b"007" b"0003" b"00003" b"00"
+                   b"#" b"ab#" b"\xc3\xa9#" b"#")
+    assert iso2709._encode_record([], "isis", None, True, None, "utf-8") == \
+        b"00026d000000000250004500##"
+
+
+def test_encode_marc_subfields_and_leader():
+    """MARC: 0x1E/0x1D terminators, '^' written as 0x1F (subfields="isis")
+    or kept with 0x1F allowed (subfields="raw"); a given leader's
+    positions 5-11 and 17-19 are kept, status 'd' when deleted."""
+    lead = b"01234cam a2200000 i 4500"
+    got = iso2709._encode_record([("245", b"10^aTitle"), (True, "x")], "marc", None,
+                                 True, lead, "utf-8")
+    assert got == (b"00062dam a22" b"00049" b" i " b"4500"
+                   b"245" b"0010" b"00000" b"001" b"0002" b"00010" b"\x1e"
+                   b"10\x1faTitle\x1e" b"x\x1e" b"\x1d")
+    raw = iso2709._encode_record([(245, bytearray(b"10\x1faT")), (500, memoryview(b"^")),
+                                  ("LDR", b"q")], "marc", None, False, lead, "latin-1",
+                                 "raw")
+    assert raw.endswith(b"\x1e10\x1faT\x1e^\x1eq\x1e\x1d") and b"LDR0002" in raw
+
+
+@pytest.mark.parametrize("fields, flavour, subfields, message", [
+    ([(100000, b"x")], "isis", "isis", "tag 100000 is outside 0..99999"),
+    ([(-1, b"x")], "isis", "isis", "tag -1 is outside 0..99999"),
+    ([("0100000", b"x")], "isis", "isis", "tag 100000 is outside 0..99999"),
+    ([("abcd", b"x")], "isis", "isis", "tag 'abcd' is not 3 printable ASCII characters"),
+    ([("a\tb", b"x")], "isis", "isis", "tag 'a\\tb' is not 3 printable ASCII characters"),
+    ([("", b"x")], "isis", "isis", "tag '' is not 3 printable ASCII characters"),
+    ([("é12", b"x")], "isis", "isis", "tag 'é12' is not 3 printable ASCII characters"),
+    ([(245, None)], "isis", "isis", "field 245: value must be bytes or str, not NoneType"),
+    ([(245, b"a\x1db")], "marc", "raw", "field 245 contains byte 0x1D, which the MARC "
+                                        "flavour reserves (write it in the CDS/ISIS flavour)"),
+    ([("LDR", b"a\x1fb\x1e")], "marc", "raw", "field LDR contains byte 0x1E"),
+    ([(5, b"a\x1fb")], "marc", "isis", "field 5 contains byte 0x1F"),
+    ([(1, b"x" * 99999)], "isis", "isis",
+     "record needs 100041 bytes; ISO 2709 record lengths have 5 digits (at most 99999)"),
+    ([(1, b"x")] * 7200, "isis", "isis",
+     "record needs 100826 bytes; ISO 2709 record lengths have 5 digits (at most 99999)"),
+])
+def test_encode_refuses_with_the_reason(fields, flavour, subfields, message):
+    with pytest.raises(ValueError) as e:
+        iso2709._encode_record(fields, flavour, None, False, None, "utf-8", subfields)
+    assert message in str(e.value)
+
+
+def test_encode_bad_pairs():
+    """Fields must be (tag, value) pairs; a tag must be a number or text."""
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        iso2709._encode_record([(1, b"a", b"b")], "isis", None, False, None, "utf-8")
+    with pytest.raises(ValueError, match="not enough values to unpack"):
+        iso2709._encode_record([(1,)], "isis", None, False, None, "utf-8")
+    with pytest.raises(TypeError, match="cannot unpack non-iterable int"):
+        iso2709._encode_record([7], "isis", None, False, None, "utf-8")
+    with pytest.raises(TypeError):
+        iso2709._encode_record([(None, b"a")], "isis", None, False, None, "utf-8")
+    with pytest.raises(LookupError):
+        iso2709._encode_record([(1, "a")], "isis", None, False, None, "no-such-codec")
+    with pytest.raises(UnicodeEncodeError):
+        iso2709._encode_record([(1, "字")], "isis", None, False, None, "latin-1")
