@@ -362,7 +362,8 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     if (rc == PYDB_ECORRUPT && pydb__refresh_sizes(db))
         rc = detect_layout(db, err);
     if (rc) goto cleanup;
-    /* A writer that finds no other writer brings the header in line with
+    /* A writer that finds no other writer clears what a killed commit
+     * left past the committed end and brings the header in line with
      * the files now (recovery may just have replayed a log), so that
      * readers need not wait for its first transaction; best effort, the
      * transaction does it again.  Then whether the header agrees with the
@@ -370,6 +371,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
      * does. */
     if ((db->flags & PYDB_OPEN_WRITE) &&
         pydb__wal_lock(db, -1, 0, NULL) == PYDB_OK) {
+        pydb__txn_tidy_tail(db);
         pydb__header_sync_files(db, NULL);
         pydb__wal_unlock(db);
     }

@@ -467,6 +467,13 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
  * error (the step then fails; nothing was changed; a failed fsync of the
  * .mst/.xrf makes the handle read-only). */
 int pydb__txn_settle(pydb_txn *t, pydb_error *err);
+/* With the writer lock held, at a writer's open: bytes past the master
+ * file's committed end that no record reaches (a commit killed before
+ * its commit point wrote them) are cleared, as a transaction's begin
+ * clears them (txn.c, check_tail), so that other ISIS programs find the
+ * zero fill there.  Best effort: a failure is left to the next
+ * transaction. */
+void pydb__txn_tidy_tail(pydb_db *db);
 /* With sync=False (commits not fsync'ed): fdatasync the handle's .mst
  * and .xrf, so that every commit made so far survives an OS crash, as
  * SQLite's synchronous=NORMAL syncs at its checkpoints (the native

@@ -300,33 +300,126 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
     return pydb__header_sync(db, &c, err);
 }
 
+/* The end of the transaction's master-file region: its records end
+ * (t->pos) rounded up to a whole block. */
+static int64_t region_end(const pydb_txn *t)
+{
+    return (t->pos + PYDB_BLOCK - 1) / PYDB_BLOCK * PYDB_BLOCK;
+}
+
+/* Make the .mst past the committed end (t->start) what pydb leaves
+ * there: the zero fill of the last block up to `size` and nothing after
+ * -- after a direct commit failed before its commit point (`size`: the
+ * file's size before it), or when check_tail() finds bytes no XRF entry
+ * reaches (`size`: the block boundary after the end).  Best effort: bytes
+ * it cannot clear are found and cleared again by the next transaction. */
+static void clear_past_end(pydb_txn *t, int64_t size)
+{
+    static const uint8_t zeros[PYDB_BLOCK];
+    pydb_db *db = t->db;
+    int64_t at = t->start;
+    if (pydb__vfs->ftruncate(db->mst.fd, size > at ? size : at) != 0)
+        return;
+    while (at < size) {
+        size_t n = (size_t)(size - at < PYDB_BLOCK ? size - at : PYDB_BLOCK);
+        if (pydb__write_full(db->mst.fd, zeros, n, at) != 0) return;
+        at += (int64_t)n;
+    }
+}
+
+/* Whether a record the XRF of MFNs 1..next_mfn-1 reaches lies at `end`
+ * or past it, or crosses it (*found = 1): the one with the highest
+ * offset, whose leader is read (a leader that cannot be read counts as
+ * crossing: its bytes are left alone). */
+static int xrf_reaches(int *found, pydb_db *db, int32_t next_mfn, int64_t end,
+                       pydb_error *err)
+{
+    uint8_t buf[PYDB_BLOCK];
+    int64_t nb = pydb__xrf_blocks(next_mfn), have = pydb__fsize(&db->xrf) /
+                                                   PYDB_BLOCK;
+    int64_t last = -1;
+    int32_t last_mfn = 0;
+    pydb_leader l;
+    pydb_error ignored;
+
+    for (int64_t b = 0; b < nb && b < have; b++) {
+        int rc = pydb__file_read(&db->xrf, PYDB_IO_PREAD, buf, PYDB_BLOCK,
+                                 b * PYDB_BLOCK, "XRF block", err);
+        if (rc) return rc;
+        for (int i = 0; i < PYDB_XRF_PER_BLOCK; i++) {
+            int64_t mfn = b * PYDB_XRF_PER_BLOCK + i + 1;
+            pydb_xrf_entry e;
+            if (mfn >= next_mfn) break;
+            pydb__xrf_unpack(&e, (int32_t)pydb__u32(buf + 4 + 4 * i),
+                             db->mstxl);
+            if (e.offset > last) {   /* -1 for unused, deleted for good */
+                last = e.offset;
+                last_mfn = (int32_t)mfn;
+            }
+        }
+    }
+    *found = last >= end ||
+             (last >= 0 &&
+              (pydb__leader_read(&l, db, last_mfn, last, -1, &ignored) != 0 ||
+               last + l.mfrl > end));
+    return PYDB_OK;
+}
+
 /* The bytes after NXTMFB/NXTMFP should be the zero fill of the last block
- * (docs/isis-formats.md §2.1).  Some writers (pyisis) store an end that
- * falls inside their last record: never write over such bytes; start after the end of
- * the file instead. */
+ * (docs/isis-formats.md §2.1).  Other bytes there (or more than 1 MiB of
+ * file) are either a record some writer placed across its own end (pyisis
+ * stores an end inside its last record): never write over such bytes,
+ * start after the end of the file instead; or, when no XRF entry reaches
+ * them, what a commit killed before its commit point left (a direct
+ * commit writes its records first: wal.h): cleared. */
 static int check_tail(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
-    int64_t size = pydb__fsize(&db->mst), off = t->start;
+    int64_t off = t->start, size;
     uint8_t buf[PYDB_BLOCK];
+    struct stat st;
+    int dirty, found, rc;
 
-    if (size - off > ((int64_t)1 << 20)) {
-        t->start = t->pos = size;
-        return PYDB_OK;
-    }
-    while (off < size) {
+    if (fstat(db->mst.fd, &st) != 0)
+        return PYDB_OSERROR(err, errno, db->mst.path, -1, "cannot stat: %s",
+                            strerror(errno));
+    size = (int64_t)st.st_size;
+    dirty = size - off > ((int64_t)1 << 20);
+    while (!dirty && off < size) {
         size_t n = (size_t)(size - off < PYDB_BLOCK ? size - off : PYDB_BLOCK);
-        int rc = pydb__file_read(&db->mst, PYDB_IO_PREAD, buf, n, off,
-                                 "master file tail", err);
+        rc = pydb__file_read(&db->mst, PYDB_IO_PREAD, buf, n, off,
+                             "master file tail", err);
         if (rc) return rc;
         for (size_t i = 0; i < n; i++)
-            if (buf[i]) {
-                t->start = t->pos = size;
-                return PYDB_OK;
-            }
+            if (buf[i]) dirty = 1;
         off += (int64_t)n;
     }
+    if (!dirty) return PYDB_OK;
+    rc = xrf_reaches(&found, db, t->next_mfn, t->start, err);
+    if (rc) return rc;
+    if (found)
+        t->start = t->pos = size;
+    else
+        clear_past_end(t, region_end(t));
     return PYDB_OK;
+}
+
+void pydb__txn_tidy_tail(pydb_db *db)
+{
+    pydb_txn t;
+    pydb_ctl c;
+    pydb_error ignored;
+
+    memset(&t, 0, sizeof t);
+    t.db = db;
+    if (pydb__file_read(&db->mst, PYDB_IO_PREAD, t.ctl, PYDB_CTL_SIZE, 0,
+                        "control record", &ignored) != PYDB_OK)
+        return;
+    pydb__ctl_decode(&c, t.ctl);
+    if (!pydb__ctl_sane(&c)) return;
+    t.next_mfn = c.next_mfn;
+    t.start = t.pos = pydb__ctl_end(c.next_block, c.next_pos);
+    (void)check_tail(&t, &ignored);
 }
 
 /* pydb_txn_begin(); `gc`: a collector step, which goes first. */
@@ -717,13 +810,6 @@ static int cmp_block(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The end of the transaction's master-file region: its records end
- * (t->pos) rounded up to a whole block. */
-static int64_t region_end(const pydb_txn *t)
-{
-    return (t->pos + PYDB_BLOCK - 1) / PYDB_BLOCK * PYDB_BLOCK;
-}
-
 /* The region [t->start, region_end(t)) as the .mst holds it: each new
  * version at its offset, block padding zero. */
 static void fill_region(uint8_t *d, const pydb_txn *t)
@@ -759,27 +845,6 @@ static int write_region(pydb_txn *t, const uint8_t *region, int sync,
                             "fdatasync failed: %s", strerror(e));
     }
     return PYDB_OK;
-}
-
-/* A direct commit failed before its commit point: put back the .mst's
- * bytes past the committed end as they were (zero fill to the old size,
- * no records after it), best effort: what is left (also after a kill)
- * is no committed data -- readers, check() and other ISIS programs look
- * no further than the committed end, and the next commits write over
- * it. */
-static void unwrite_region(pydb_txn *t, int64_t old_size)
-{
-    static const uint8_t zeros[PYDB_BLOCK];
-    pydb_db *db = t->db;
-    int64_t at = t->start;
-    if (pydb__vfs->ftruncate(db->mst.fd, old_size > at ? old_size : at) != 0)
-        return;
-    while (at < old_size) {
-        size_t n = (size_t)(old_size - at < PYDB_BLOCK ? old_size - at
-                                                       : PYDB_BLOCK);
-        if (pydb__write_full(db->mst.fd, zeros, n, at) != 0) return;
-        at += (int64_t)n;
-    }
 }
 
 /* Build the log image of the transaction: MST region, XRF blocks,
@@ -1123,7 +1188,7 @@ apply_failed:
     hooked = 0;
 done:
     if (rc && region && !logged && !log_sync_failed)
-        unwrite_region(t, mst_size);
+        clear_past_end(t, mst_size);
     if (rc && err) commit_outcome(err, logged, log_sync_failed);
     if (logged) pydb__shm_applying(pydb__db_shm(db), 0);
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);

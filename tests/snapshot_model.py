@@ -189,7 +189,7 @@ def write_commits(db, log_path, commits: int, rnd: random.Random, ver0: int = 1,
         if ready:
             ready()
         while i < commits or (until is not None and not until()):
-            tx, ops = run_random_txn(db, rnd, ver0 + i)
+            tx, ops = run_random_txn(db, rnd, ver0 + i, bulk=0)   # thousands of commits
             tx.commit()
             log.write(f"{latest_commit(db)}\t{encode_ops(ops)}\n")
             log.flush()

@@ -694,3 +694,71 @@ def test_writer_threads_take_turns(tmp_path):
         assert db.max_mfn == 201 and db[1].raw(1) == [b"holder"]
         values = sorted(db[m].raw(1)[0] for m in range(2, 202))
         assert values == sorted(b"t%d-%d" % (k, i) for k in range(4) for i in range(50))
+
+
+# ------------------------------------- bytes past the committed end (check_tail)
+
+def _set_end(base, end: int) -> None:
+    """Store `end` as the control record's NXTMFB/NXTMFP."""
+    with open(f"{base}.mst", "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack("<iH", end // 512 + 1, end % 512 + 1))
+
+
+def _shm_gone(base) -> None:
+    if os.path.exists(f"{base}.shm"):
+        os.unlink(f"{base}.shm")
+
+
+def test_an_end_inside_the_last_record_is_never_written_over(tmp_path):
+    """A master file whose stored end falls inside its last record (as
+    pyisis writes some): the next transaction starts after the end of the
+    file, and the record keeps its bytes."""
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-aligned", sync=False) as db:
+        for i in range(1, 4):
+            db.append(sample(i))
+        last = db.versions(3)[0]
+    mst, _, _, nxtmfb, nxtmfp, _ = read_ctl(base)
+    end = (nxtmfb - 1) * 512 + nxtmfp - 1
+    _set_end(base, end - 10)                       # inside record 3
+    _shm_gone(base)
+    size = len(mst)
+    with pydb.open(base, readonly=False) as db:
+        assert db.append(sample(4)) == 4
+        assert raw_fields(db[3]) == raw_fields(last) == sample(3)
+        assert raw_fields(db[4]) == sample(4)
+    assert os.path.getsize(f"{base}.mst") > size    # appended after the file's end
+
+
+@pytest.mark.parametrize("junk", [300, 3 << 20])
+@pytest.mark.parametrize("when", ["open", "begin"])
+def test_bytes_no_record_reaches_past_the_end_are_cleared(tmp_path, junk, when):
+    """Bytes past the committed end that no XRF entry reaches (a commit
+    killed after writing its records, before its commit point) are
+    cleared by a writer's open, or by the next transaction's begin when
+    they appear while the writer is open: the transaction writes at the
+    end, the file is zero-filled after it, and is not longer than its
+    last block."""
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-aligned", sync=False) as db:
+        for i in range(1, 4):
+            db.append(sample(i))
+    mst, _, _, nxtmfb, nxtmfp, _ = read_ctl(base)
+    end = (nxtmfb - 1) * 512 + nxtmfp - 1
+
+    def spoil():
+        with open(f"{base}.mst", "r+b") as f:
+            f.seek(end)
+            f.write(bytes(range(1, 256)) * (junk // 255 + 1))
+
+    if when == "open":
+        spoil()
+    with pydb.open(base, readonly=False) as db:
+        if when == "begin":
+            spoil()
+        assert db.append(sample(4)) == 4
+        assert [raw_fields(r) for r in db] == [sample(i) for i in range(1, 5)]
+    check_files(base, "isis-aligned", 0, 4)
+    mst, _, _, nxtmfb, nxtmfp, _ = read_ctl(base)
+    assert len(mst) == -(-((nxtmfb - 1) * 512 + nxtmfp - 1) // 512) * 512

@@ -74,12 +74,27 @@ def decode_ops(text: str):
     return out
 
 
-def run_random_txn(db, rnd, ver: int):
+#: One random transaction in BULK_ODDS appends BULK_RECORDS records of
+#: BULK_SIZE bytes (about 1.08 MB of records).
+BULK_ODDS = 1 / 40
+BULK_RECORDS = 36
+BULK_SIZE = 30_000
+
+
+def run_random_txn(db, rnd, ver: int, bulk: float = BULK_ODDS):
     """Build (but do not commit) a random transaction on open `db`; returns
-    (tx, ops)."""
+    (tx, ops).  `bulk`: the odds of a bulk transaction."""
     tx = db.transaction()
     ops = []
     top = db.max_mfn
+    if rnd.random() < bulk:
+        # a bulk transaction: over 1 MiB of records, a direct commit
+        # (csrc/wal.h, PYDB_WAL_DIRECT)
+        for _ in range(BULK_RECORDS):
+            mfn = tx.append(content(top + 1, ver, BULK_SIZE))
+            top += 1
+            ops.append(("A", mfn, ver, BULK_SIZE))
+        return tx, ops
     for _ in range(rnd.randint(1, 5)):
         r = rnd.random()
         if r < 0.45 or top == 0:
