@@ -7,13 +7,77 @@
  * and have every field inside the record; a record that is not sound is
  * skipped to the next line or record terminator, as a tolerant reader
  * would go on.  The only error pydb_iso_strict may return is PYDB_ENOMEM.
+ * Each sound record is encoded again (pydb_iso_encode, the writer's
+ * encoder) with its leader positions, tags and values, unless the
+ * record cannot be (a tag above 99999, a MARC value holding a
+ * terminator, more than 99,999 bytes with the writer's widths: then
+ * only PYDB_EINVAL may come back); the copy must parse as sound with
+ * the same leader positions, tags and values -- unless its 81st byte is
+ * a line break, which makes it read as 80-byte lines (the writer writes
+ * lines).
  *
  * Depends on: pydb.h.
  */
 #include "fuzz.h"
 #include "pydb.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Encode the sound record r again and check that it reads back. */
+static void round_trip(const pydb_iso_record *r)
+{
+    pydb_iso_wfield *w = calloc(r->nfields ? r->nfields : 1, sizeof *w);
+    pydb_iso_record back;
+    pydb_error err;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    int rc, sound = 0;
+
+    memset(&back, 0, sizeof back);
+    if (!w) return;
+    for (size_t i = 0; i < r->nfields; i++) {
+        const pydb_iso_field *f = &r->fields[i];
+        char s[16];
+        int bad;
+        if (f->tag > 99999) goto cleanup;
+        snprintf(s, sizeof s, "%03u", (unsigned)f->tag);
+        w[i].nimpl = (int)strlen(s) - 3;
+        memcpy(w[i].impl, s, (size_t)w[i].nimpl);
+        memcpy(w[i].tag, s + w[i].nimpl, 3);
+        w[i].value = r->rec + f->off;
+        w[i].len = f->len;
+        bad = pydb_iso_reserved(w[i].value, w[i].len);
+        if (r->flavour == PYDB_ISO_MARC && bad >= 0 && bad != 0x1F)
+            goto cleanup;
+    }
+    rc = pydb_iso_encode(NULL, &len, w, r->nfields, r->flavour, 0,
+                         r->rec + 5, r->rec + 17, &err);
+    if (rc == PYDB_EINVAL) goto cleanup;
+    if (rc != PYDB_OK || len < 26 || !(out = malloc(len))) abort();
+    if (pydb_iso_encode(out, &len, w, r->nfields, r->flavour, 0, r->rec + 5,
+                        r->rec + 17, &err) != PYDB_OK)
+        abort();
+    /* Unwrapped, a record whose 81st byte is a line break reads as
+     * 80-byte lines (the writer writes lines: iso2709.write) */
+    if (len > 80 && (out[80] == '\r' || out[80] == '\n')) goto cleanup;
+    rc = pydb_iso_strict(&sound, &back, out, len, 0, r->flavour, &err);
+    if (rc == PYDB_ENOMEM) goto cleanup;
+    if (rc != PYDB_OK || !sound || back.end != len ||
+        back.nfields != r->nfields || memcmp(back.rec + 5, r->rec + 5, 7) ||
+        memcmp(back.rec + 17, r->rec + 17, 3))
+        abort();
+    for (size_t i = 0; i < r->nfields; i++)
+        if (back.fields[i].tag != r->fields[i].tag ||
+            back.fields[i].len != r->fields[i].len ||
+            memcmp(back.rec + back.fields[i].off, r->rec + r->fields[i].off,
+                   r->fields[i].len) != 0)
+            abort();
+cleanup:
+    pydb_iso_record_free(&back);
+    free(out);
+    free(w);
+}
 
 static void parse_all(const uint8_t *data, size_t size, int flavours,
                       pydb_iso_record *r)
@@ -34,6 +98,7 @@ static void parse_all(const uint8_t *data, size_t size, int flavours,
                 const pydb_iso_field *f = &r->fields[i];
                 if ((size_t)f->off + f->len > r->len) abort();
             }
+            round_trip(r);
             start = r->end;
         } else {
             while (start < size && data[start] != '\n' &&
