@@ -4,8 +4,9 @@
  * pydb/iso2709.py's writer asks for: the leader's given positions, an
  * entry map of the narrowest widths (lengths 4 digits and starts 5 at
  * least), numeric tags above 999 with their leading digits in the
- * implementation-defined part of the entry.  It accepts exactly the records that
- * pydb/iso2709.py's IsoReader._parse accepts in its first step (lengths
+ * implementation-defined part of the entry.  The parser accepts exactly
+ * the records that pydb/iso2709.py's IsoReader._parse accepts in its
+ * first step (lengths
  * in bytes, 80-byte lines or none) without a repair, and gives the same
  * leader, fields and end offset; every other record is reported as not
  * sound and left to the Python reader, which owns the tolerant recovery

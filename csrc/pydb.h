@@ -609,13 +609,16 @@ int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
 int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
                       size_t len, pydb_error *err);
 /* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC: one
- * fdatasync, of its log frame; the .mst/.xrf are synced at checkpoints,
- * wal.h) and visible; frees t whatever the outcome.  Errors: PYDB_EIO (errno in
- * sys_errno) when a write or fsync fails: a failure before the log is
- * durable leaves the database as it was; any failed fsync, or a failure
- * while applying the durable log, makes the handle read-only
- * (PYDB_EREADONLY for later transactions) until it is reopened, and the
- * transaction then appears (whole) after recovery.  PYDB_ENOMEM; any
+ * fdatasync, of its log frame -- two for 1 MiB of records or more, which
+ * go straight into the .mst and are synced first (a direct commit,
+ * wal.h); the .mst/.xrf are synced at checkpoints) and visible; frees t
+ * whatever the outcome.  Errors: PYDB_EIO (errno in sys_errno) when a
+ * write or fsync fails: a failure before the log is durable leaves the
+ * database as it was (and the transaction is not committed); any failed
+ * fsync, or a failure while applying the durable log, makes the handle
+ * read-only (PYDB_EREADONLY for later transactions) until it is reopened;
+ * a transaction whose log was durable then appears (whole) after
+ * recovery.  PYDB_ENOMEM; any
  * error of the commit hook's prepare().  On failure err->committed says
  * which of these happened: PYDB_COMMIT_NO (the database is as it was),
  * PYDB_COMMIT_DURABLE (the log was durable: the transaction is committed,

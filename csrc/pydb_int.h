@@ -136,6 +136,14 @@ static inline void pydb__fsize_raise(pydb_file *f, int64_t size)
                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
         ;
 }
+/* Set f->size to the file's true size, lower too: only a writer, under
+ * the writer lock, after a cut past the committed end (txn.c,
+ * clear_past_end) -- readers never read past that end, so a lower size
+ * bounds nothing they read, and the size a commit publishes is true. */
+static inline void pydb__fsize_set(pydb_file *f, int64_t size)
+{
+    __atomic_store_n(&f->size, size, __ATOMIC_RELEASE);
+}
 #define PYDB_MAP_HEADROOM ((int64_t)1 << 30) /* bytes mapped past the size */
 
 /* Read exactly n bytes at off (n > 0), through the handle's I/O mode.

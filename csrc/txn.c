@@ -76,8 +76,11 @@
  *
  * Failures.  Every write, fsync, truncate and rename goes through the vfs
  * table.  A failure before the commit point leaves the files as they were
- * and the handle usable.  A failed fsync anywhere sets db->fatal to
- * PYDB__FATAL_SYNC: the handle refuses further transactions
+ * (a direct commit's records past the end are cleared: clear_past_end)
+ * and the handle usable -- except a failed fdatasync of a direct
+ * commit's records, which, as any failed fsync, makes it read-only; the
+ * transaction is then not committed.  A failed fsync anywhere sets
+ * db->fatal to PYDB__FATAL_SYNC: the handle refuses further transactions
  * (PYDB_EREADONLY) until it is reopened; reopening replays the log.  A
  * failed write after the commit point (ENOSPC on the .mst) sets
  * PYDB__FATAL_APPLY: the next pydb_txn_begin() replays the log (it needs
@@ -293,7 +296,9 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
                             "control record: NXTMFN went back from %d to %d "
                             "(files replaced under an open handle?)",
                             (int)pydb__next_mfn(db), (int)c.next_mfn);
-    pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
+    /* the true sizes: a writer's cut past the end (clear_past_end) may
+     * have lowered the .mst's since this handle last looked */
+    pydb__fsize_set(&db->mst, (int64_t)ms.st_size);
     pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
     pydb__view_set_writer(db, c.next_mfn, c.next_block, c.next_pos,
                           c.reccnt);
@@ -318,8 +323,9 @@ static void clear_past_end(pydb_txn *t, int64_t size)
     static const uint8_t zeros[PYDB_BLOCK];
     pydb_db *db = t->db;
     int64_t at = t->start;
-    if (pydb__vfs->ftruncate(db->mst.fd, size > at ? size : at) != 0)
-        return;
+    if (size < at) size = at;
+    if (pydb__vfs->ftruncate(db->mst.fd, size) != 0) return;
+    pydb__fsize_set(&db->mst, size);
     while (at < size) {
         size_t n = (size_t)(size - at < PYDB_BLOCK ? size - at : PYDB_BLOCK);
         if (pydb__write_full(db->mst.fd, zeros, n, at) != 0) return;
@@ -327,22 +333,34 @@ static void clear_past_end(pydb_txn *t, int64_t size)
     }
 }
 
+/* The most XRF bytes check_tail() reads to tell its two cases apart (16 Mi
+ * MFNs); past it the tail is left alone, as for a crossing record. */
+#define TAIL_XRF_MAX ((int64_t)64 << 20)
+
 /* Whether a record the XRF of MFNs 1..next_mfn-1 reaches lies at `end`
  * or past it, or crosses it (*found = 1): the one with the highest
  * offset, whose leader is read (a leader that cannot be read counts as
- * crossing: its bytes are left alone). */
+ * crossing: its bytes are left alone).  MFNs from NXTMFN on have no
+ * entry: a commit that wrote some and died is replayed by the recovery
+ * that comes first.  An XRF of more than TAIL_XRF_MAX bytes counts as
+ * reaching, unread (time bounded for a hostile NXTMFN too). */
 static int xrf_reaches(int *found, pydb_db *db, int32_t next_mfn, int64_t end,
                        pydb_error *err)
 {
     uint8_t buf[PYDB_BLOCK];
-    int64_t nb = pydb__xrf_blocks(next_mfn), have = pydb__fsize(&db->xrf) /
-                                                   PYDB_BLOCK;
+    int64_t have = pydb__fsize(&db->xrf) / PYDB_BLOCK;
+    int64_t nb = pydb__xrf_blocks(next_mfn);
     int64_t last = -1;
     int32_t last_mfn = 0;
     pydb_leader l;
     pydb_error ignored;
 
-    for (int64_t b = 0; b < nb && b < have; b++) {
+    if (nb > have) nb = have;
+    if (nb * PYDB_BLOCK > TAIL_XRF_MAX) {
+        *found = 1;
+        return PYDB_OK;
+    }
+    for (int64_t b = 0; b < nb; b++) {
         int rc = pydb__file_read(&db->xrf, PYDB_IO_PREAD, buf, PYDB_BLOCK,
                                  b * PYDB_BLOCK, "XRF block", err);
         if (rc) return rc;
@@ -406,10 +424,16 @@ static int check_tail(pydb_txn *t, pydb_error *err)
 
 void pydb__txn_tidy_tail(pydb_db *db)
 {
+    pydb_wal_files w = pydb__wal_files(db);
     pydb_txn t;
     pydb_ctl c;
     pydb_error ignored;
+    int failed = 0;
 
+    /* a writer that died after its commit point: its records past the
+     * end are committed, and recovery moves the end past them first */
+    if (pydb__wal_recover(&w, &failed, &ignored) != PYDB_OK || failed)
+        return;
     memset(&t, 0, sizeof t);
     t.db = db;
     if (pydb__file_read(&db->mst, PYDB_IO_PREAD, t.ctl, PYDB_CTL_SIZE, 0,
@@ -973,7 +997,8 @@ cleanup:
 
 /* A failed commit's outcome into err->committed, and into its message
  * when the transaction is committed anyway (the caller must not retry). */
-static void commit_outcome(pydb_error *err, int logged, int log_sync_failed)
+static void commit_outcome(pydb_error *err, int logged, int log_sync_failed,
+                           int read_only)
 {
     size_t len = strlen(err->message);
     if (logged) {
@@ -989,6 +1014,10 @@ static void commit_outcome(pydb_error *err, int logged, int log_sync_failed)
                  "database to see; this handle is read-only until then)");
     } else {
         err->committed = PYDB_COMMIT_NO;
+        if (read_only)   /* a direct commit's records failed their fsync */
+            snprintf(err->message + len, sizeof err->message - len,
+                     " (the transaction is not committed; this handle is "
+                     "read-only until the database is reopened)");
     }
 }
 
@@ -1189,7 +1218,8 @@ apply_failed:
 done:
     if (rc && region && !logged && !log_sync_failed)
         clear_past_end(t, mst_size);
-    if (rc && err) commit_outcome(err, logged, log_sync_failed);
+    if (rc && err)
+        commit_outcome(err, logged, log_sync_failed, is_read_only(db));
     if (logged) pydb__shm_applying(pydb__db_shm(db), 0);
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);

@@ -28,8 +28,8 @@
  * writes the bytes to the .mst/.xrf without syncing them and leaves the
  * frame in the log; the commit header (shm.h) then records the log's
  * length as applied, for this boot.  (A direct commit, PYDB_WAL_DIRECT
- * below, fdatasyncs its records in the .mst before its frame.)  Whole files (the native index's
- * MANIFEST) are renamed in unsynced too.  A checkpoint
+ * below, fdatasyncs its records in the .mst before its frame.)  Whole
+ * files (the native index's MANIFEST) are renamed in unsynced too.  A checkpoint
  * (pydb__wal_checkpoint: when the log passes PYDB_WAL_CHECKPOINT bytes,
  * before a collection step changes files outside the log, and when a
  * writer handle closes) fdatasyncs the .mst and .xrf, fsyncs the last

@@ -58,6 +58,7 @@ void fuzz_path(char *out, size_t cap, const char *name);
  * -- one commit each, written through the API on the first call.  Aborts
  * on failure (the target cannot run). */
 void fuzz_template(void);
+#define FUZZ_TEMPLATE_RECORDS 3
 
 /* Append one record (field 24 = the len bytes at value) in its own
  * transaction, each call through fuzz_expect: its MFN, or 0 when a step

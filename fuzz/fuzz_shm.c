@@ -5,8 +5,8 @@
  *
  * Input: the .shm file.  The database beside it is one this target
  * writes once per process through the public API (fuzz_template:
- * TEMPLATE_RECORDS records, one commit each, ISIS aligned layout) and lays out again for
- * every input.  The two state slots carry a CRC-32C (shm.h) that a
+ * FUZZ_TEMPLATE_RECORDS records, one commit each, ISIS aligned layout)
+ * and lays out again for every input.  The two state slots carry a CRC-32C (shm.h) that a
  * mutation almost always breaks, so the target writes valid CRCs into
  * both slots unless the input size is 7 modulo 8 (the check itself gets
  * fuzzed too).
@@ -32,11 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TEMPLATE_RECORDS 3    /* fuzz_template's */
 #define STATE_OFF 64       /* shm.h: two state slots of 128 bytes     */
 #define STATE_SIZE 128
 #define STATE_CRC 120
-
 
 static const uint8_t NEW_VALUE[] = "Appended under a fuzzed commit header";
 
@@ -80,7 +78,7 @@ static void read_db(const char *path, int io)
     rc = pydb_snapshot_take(&snap, db, &err);
     fuzz_expect(rc, &err);
     if (rc == PYDB_OK) {
-        for (int32_t mfn = 1; mfn <= TEMPLATE_RECORDS + 1; mfn++) {
+        for (int32_t mfn = 1; mfn <= FUZZ_TEMPLATE_RECORDS + 1; mfn++) {
             rc = pydb_snapshot_read(&rec, snap, mfn, &err);
             if (rc != PYDB_ENOTFOUND) fuzz_expect(rc, &err);
         }

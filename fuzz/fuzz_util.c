@@ -196,7 +196,7 @@ static void make_template(void)
     fuzz_path(path, sizeof path, "tmpl");
     must(pydb_create(&db, path, PYDB_LAYOUT_ISIS_ALIGNED, 0, NULL, &err),
          &err);
-    for (int i = 1; i <= 3; i++) {
+    for (int i = 1; i <= FUZZ_TEMPLATE_RECORDS; i++) {
         char text[64];
         pydb_field f[2];
         pydb_txn *t = NULL;

@@ -18,23 +18,23 @@
  * when that succeeded, the log must be empty, one record is appended and
  * committed, and a new reader must read it back.  The promise
  * (docs/reliability.md, wal.h): a damaged or hostile log gives an error
- * naming itself, never a crash, a leak, a hang or a write outside the
- * database's folder; a commit that succeeded is there.
+ * naming itself, never a crash, a leak or a hang; a commit that succeeded
+ * is there.  (Whole-file names outside the database's folder are refused
+ * before anything is written: tests/test_checkpoint.py checks that; this
+ * target does not watch the rest of the file system.)
  *
  * Depends on: pydb.h, util.h (pydb__crc32c, pydb__u64, pydb__put32: the
- * checksum and the integers the core uses).
+ * checksum and the integers the core uses), wal.h (PYDB_WAL_HEAD and
+ * PYDB_WAL_TAIL: the frame's header and trailer).
  */
 #include "fuzz.h"
 #include "pydb.h"
 #include "util.h"
+#include "wal.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#define WAL_HEAD 40            /* wal.h: PYDB_WAL_HEAD, PYDB_WAL_TAIL */
-#define WAL_TAIL 16
-
 
 static const uint8_t NEW_VALUE[] = "Appended after a fuzzed log";
 
@@ -43,14 +43,14 @@ static const uint8_t NEW_VALUE[] = "Appended after a fuzzed log";
 static void fix_frames(uint8_t *p, size_t n)
 {
     size_t pos = 0;
-    while (n - pos >= WAL_HEAD + WAL_TAIL) {
+    while (n - pos >= PYDB_WAL_HEAD + PYDB_WAL_TAIL) {
         uint8_t *h = p + pos;
         uint64_t body = pydb__u64(h + 16);
-        if (body > n - pos - WAL_HEAD - WAL_TAIL) return;
+        if (body > n - pos - PYDB_WAL_HEAD - PYDB_WAL_TAIL) return;
         pydb__put32(h + 32, pydb__crc32c(0, h, 32));
-        pydb__put32(h + WAL_HEAD + body + 8,
-                    pydb__crc32c(0, h, (size_t)(WAL_HEAD + body)));
-        pos += WAL_HEAD + (size_t)body + WAL_TAIL;
+        pydb__put32(h + PYDB_WAL_HEAD + body + 8,
+                    pydb__crc32c(0, h, (size_t)(PYDB_WAL_HEAD + body)));
+        pos += PYDB_WAL_HEAD + (size_t)body + PYDB_WAL_TAIL;
     }
 }
 

@@ -295,6 +295,30 @@ def ctl_next_block_int32_min() -> bytes:
     return SEP.join([bytes(b), xrf])
 
 
+def wal_frame(entries) -> bytes:
+    """A complete log frame (csrc/wal.h, version 2) of (kind, offset,
+    data) entries of the .mst (1) and .xrf (2)."""
+    body = b""
+    for kind, off, data in entries:
+        e = struct.pack("<IIQQ", kind, 0, off, len(data)) + data
+        body += e + b"\0" * (-len(e) % 8)
+    head = b"PYDBWAL1" + struct.pack("<IIQQ", 2, len(entries), len(body), 1)
+    head += struct.pack("<II", crc32c(head), 0)
+    return head + body + b"PYDBEND1" + struct.pack("<II", crc32c(head + body), 0)
+
+
+def wal_sparse_xrf() -> bytes:
+    """A log (the input of fuzz_wal, beside its 3-record template) that
+    writes an XRF block at 2^39 (a sparse XRF of 512 GiB) and bytes past
+    the master file's committed end (the tail check's case); the
+    fuzzer's input had an XRF block at 599,302,377,472."""
+    with tempfile.TemporaryDirectory() as t:
+        mst, _, _ = small_database(Path(t))
+    ctl = struct.unpack_from("<iiiH", mst, 0)
+    end = (ctl[2] - 1) * 512 + ctl[3] - 1
+    return wal_frame([(2, 1 << 39, b"\1" * 512), (1, end, b"junk" * 64)])
+
+
 CASES = [
     Case("shm-word-ahead", "mst", "", shm_word_ahead,
          "hang: every read switched files forever (read.c pydb__header_gen "
@@ -366,6 +390,12 @@ CASES = [
          "before the control record's sanity check; the end offset is now "
          "computed in 64 bits, and the check refuses the record (found by "
          "fuzz/run wal, 300 s, the target's first run)"),
+    Case("wal-sparse-xrf-2e39", "wal", "", wal_sparse_xrf,
+         "hang (about 10^9 preads) in txn.c xrf_reaches, new this session: "
+         "a writer's open looked at the bytes past the committed end and "
+         "read every block of an XRF a replayed log had made 512 GiB "
+         "(sparse); the scan now stops at NXTMFN's block and at 64 MiB "
+         "(found by the standalone replay of the wal corpus)"),
     Case("stw-lone-cr", "keys", "", stopwords_lone_cr,
          "heap-buffer-overflow in pydb__stopwords_parse (keys.c): words "
          "counted by LF, split at CR and 0x1A too; now counted alike"),

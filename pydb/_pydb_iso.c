@@ -80,29 +80,46 @@ cleanup:
 PyDoc_STRVAR(iso_encode_doc,
 "_iso_encode(fields, marc, caret, encoding, mid, tail, /)\n--\n\n"
 "One record in ISO 2709 form, without line breaks (csrc/iso2709.c,\n"
-"pydb_iso_encode): `fields` a sequence of (tag, value) pairs -- tag an int\n"
-"0..99999, a str of ASCII digits, or 3 printable ASCII characters; value\n"
-"bytes, bytearray, memoryview, or str encoded with `encoding` (errors:\n"
-"surrogateescape); `marc`: the MARC flavour (0x1E/0x1D terminators, the\n"
-"reserved bytes refused) else CDS/ISIS ('#'); `caret`: with `marc`, '^'\n"
-"written as 0x1F and 0x1F refused in a value; `mid`, `tail`: leader\n"
-"positions 5-11 and 17-19 (7 and 3 bytes).  Returns bytes.  Raises\n"
-"ValueError naming the field or reason (the messages of\n"
-"pydb.iso2709.write), TypeError for a tag that is no int, LookupError or\n"
-"UnicodeError from the codec.");
+"pydb_iso_encode; docs/isis-formats.md section 7).\n\n"
+"Parameters: fields, an iterable of (tag, value) pairs -- tag an int\n"
+"0..99999 (or what int() makes one of), a str of ASCII digits, or 3\n"
+"printable ASCII characters; value bytes, bytearray, memoryview, or str\n"
+"encoded with `encoding` (errors: surrogateescape).  marc: the MARC\n"
+"flavour (0x1E/0x1D terminators, the reserved bytes refused), else\n"
+"CDS/ISIS ('#').  caret: with marc, '^' written as 0x1F and 0x1F refused\n"
+"in a value.  mid, tail: leader positions 5-11 and 17-19 (7 and 3 bytes).\n\n"
+"Returns: the record (bytes).\n\n"
+"Raises: ValueError naming the field or the reason (the messages of\n"
+"pydb.iso2709.write), TypeError for a tag or pair of the wrong type, and\n"
+"what the codec raises (LookupError, UnicodeError).");
 
 /* The value of a (tag, value) pair as bytes (a new reference), or NULL
  * with an exception. */
-static PyObject *iso_value(PyObject *tag, PyObject *value,
-                           const char *encoding)
+static PyObject *iso_value(PyObject *tag, PyObject *value, PyObject *encoding)
 {
-    if (PyUnicode_Check(value))
-        return PyUnicode_AsEncodedString(value, encoding, "surrogateescape");
+    if (PyUnicode_Check(value)) {
+        if (PyUnicode_Check(encoding)) {
+            const char *enc = PyUnicode_AsUTF8(encoding);
+            return enc ? PyUnicode_AsEncodedString(value, enc,
+                                                   "surrogateescape")
+                       : NULL;
+        }
+        /* str.encode's own error for an encoding that is no str */
+        return PyObject_CallMethod(value, "encode", "Os", encoding,
+                                   "surrogateescape");
+    }
     if (PyBytes_Check(value)) return Py_NewRef(value);
     if (PyByteArray_Check(value) || PyMemoryView_Check(value))
         return PyBytes_FromObject(value);
-    return PyErr_Format(PyExc_ValueError, "field %S: value must be bytes or "
-                        "str, not %s", tag, Py_TYPE(value)->tp_name);
+    {
+        PyObject *name = PyType_GetName(Py_TYPE(value));
+        if (name) {
+            PyErr_Format(PyExc_ValueError, "field %S: value must be bytes or "
+                         "str, not %U", tag, name);
+            Py_DECREF(name);
+        }
+        return NULL;
+    }
 }
 
 /* A str tag that is not all ASCII digits: 3 printable ASCII characters.
@@ -158,32 +175,35 @@ static int iso_number_tag(pydb_iso_wfield *w, PyObject *tag)
     return 0;
 }
 
-/* One (tag, value) pair into w; its bytes value (a new reference, kept
- * by the caller while w is used) into *keep.  0 or -1 with an
- * exception. */
+/* One (tag, value) pair into w, unpacked as `for tag, value in fields`
+ * does; its bytes value (a new reference, kept by the caller while w is
+ * used) into *keep.  The pair is a copy (a tuple), so Python code run
+ * here (a codec, a tag's __index__) cannot change what is read.  0 or -1
+ * with an exception. */
 static int iso_field(pydb_iso_wfield *w, PyObject **keep, PyObject *item,
-                     int marc, int caret, const char *encoding)
+                     int marc, int caret, PyObject *encoding)
 {
-    PyObject *pair = PySequence_Fast(item, "");
-    PyObject *tag, *value;
+    PyObject *pair, *tag, *value;
     int rc = -1, bad;
 
-    if (!pair) {
+    if (Py_TYPE(item)->tp_iter == NULL && !PySequence_Check(item)) {
         PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %s object",
                      Py_TYPE(item)->tp_name);
         return -1;
     }
-    if (PySequence_Fast_GET_SIZE(pair) != 2) {
-        if (PySequence_Fast_GET_SIZE(pair) > 2)
+    pair = PySequence_Tuple(item);
+    if (!pair) return -1;
+    if (PyTuple_GET_SIZE(pair) != 2) {
+        if (PyTuple_GET_SIZE(pair) > 2)
             PyErr_SetString(PyExc_ValueError,
                             "too many values to unpack (expected 2)");
         else
             PyErr_Format(PyExc_ValueError, "not enough values to unpack "
-                         "(expected 2, got %zd)", PySequence_Fast_GET_SIZE(pair));
+                         "(expected 2, got %zd)", PyTuple_GET_SIZE(pair));
         goto cleanup;
     }
-    tag = PySequence_Fast_GET_ITEM(pair, 0);
-    value = PySequence_Fast_GET_ITEM(pair, 1);
+    tag = PyTuple_GET_ITEM(pair, 0);
+    value = PyTuple_GET_ITEM(pair, 1);
     *keep = iso_value(tag, value, encoding);
     if (!*keep) goto cleanup;
     w->value = (const uint8_t *)PyBytes_AS_STRING(*keep);
@@ -204,28 +224,37 @@ cleanup:
     return rc;
 }
 
-static PyObject *iso_encode(PyObject *m, PyObject *args)
+/* One record per call of the writer: METH_FASTCALL. */
+static PyObject *iso_encode(PyObject *m, PyObject *const *args,
+                            Py_ssize_t nargs)
 {
-    PyObject *fields, *seq = NULL, *keep = NULL, *out = NULL;
+    module_state *st = PyModule_GetState(m);
+    PyObject *seq = NULL, *keep = NULL, *out = NULL;
     Py_buffer mid = {0}, tail = {0};
-    const char *encoding;
-    int marc, caret, rc;
+    int marc, caret, rc, flavour;
     pydb_iso_wfield *w = NULL;
     Py_ssize_t n = 0;
     size_t len = 0;
     pydb_error e;
 
-    (void)m;
-    if (!PyArg_ParseTuple(args, "Oppsy*y*", &fields, &marc, &caret, &encoding,
-                          &mid, &tail))
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "_iso_encode expected 6 arguments, "
+                     "got %zd", nargs);
         return NULL;
+    }
+    if ((marc = PyObject_IsTrue(args[1])) < 0 ||
+        (caret = PyObject_IsTrue(args[2])) < 0 ||
+        PyObject_GetBuffer(args[4], &mid, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(args[5], &tail, PyBUF_SIMPLE) < 0)
+        goto cleanup;
     if (mid.len != 7 || tail.len != 3) {
         PyErr_SetString(PyExc_ValueError, "mid and tail must be 7 and 3 bytes");
         goto cleanup;
     }
-    seq = PySequence_Fast(fields, "fields must be a sequence of (tag, value)");
+    flavour = marc ? PYDB_ISO_MARC : PYDB_ISO_ISIS;
+    seq = PySequence_Tuple(args[0]);   /* a copy: see iso_field */
     if (!seq) goto cleanup;
-    n = PySequence_Fast_GET_SIZE(seq);
+    n = PyTuple_GET_SIZE(seq);
     keep = PyList_New(n);
     w = PyMem_Calloc(n ? (size_t)n : 1, sizeof *w);
     if (!keep || !w) {
@@ -234,40 +263,39 @@ static PyObject *iso_encode(PyObject *m, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *b = NULL;
-        rc = iso_field(&w[i], &b, PySequence_Fast_GET_ITEM(seq, i), marc,
-                       caret, encoding);
+        rc = iso_field(&w[i], &b, PyTuple_GET_ITEM(seq, i), marc, caret,
+                       args[3]);
         if (b) PyList_SET_ITEM(keep, i, b);
         if (rc) goto cleanup;
     }
     /* a record is at most 99,999 bytes: no need to release the GIL */
-    rc = pydb_iso_encode(NULL, &len, w, (size_t)n,
-                         marc ? PYDB_ISO_MARC : PYDB_ISO_ISIS, caret,
-                         mid.buf, tail.buf, &e);
+    rc = pydb_iso_encode(NULL, &len, w, (size_t)n, flavour, caret, mid.buf,
+                         tail.buf, &e);
     if (rc) {
-        PyErr_SetString(PyExc_ValueError, e.message);
+        set_error(st, rc, &e);
         goto cleanup;
     }
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
     if (!out) goto cleanup;
     rc = pydb_iso_encode((uint8_t *)PyBytes_AS_STRING(out), &len, w,
-                         (size_t)n, marc ? PYDB_ISO_MARC : PYDB_ISO_ISIS,
-                         caret, mid.buf, tail.buf, &e);
+                         (size_t)n, flavour, caret, mid.buf, tail.buf, &e);
     if (rc) {   /* cannot happen: the same record was measured above */
         Py_CLEAR(out);
-        PyErr_SetString(PyExc_ValueError, e.message);
+        set_error(st, rc, &e);
     }
 cleanup:
     PyMem_Free(w);
     Py_XDECREF(keep);
     Py_XDECREF(seq);
-    PyBuffer_Release(&mid);
-    PyBuffer_Release(&tail);
+    if (mid.obj) PyBuffer_Release(&mid);
+    if (tail.obj) PyBuffer_Release(&tail);
     return out;
 }
 
 static PyMethodDef iso_functions[] = {
     {"_iso_strict", iso_strict, METH_VARARGS, iso_strict_doc},
-    {"_iso_encode", iso_encode, METH_VARARGS, iso_encode_doc},
+    {"_iso_encode", (PyCFunction)(void (*)(void))iso_encode, METH_FASTCALL,
+     iso_encode_doc},
     {NULL}};
 
 int iso_exec(PyObject *m, module_state *st)

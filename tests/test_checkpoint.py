@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import struct
+import time
 
 import pytest
 from test_native_index import _checksum as crc32c
@@ -526,6 +527,8 @@ def test_every_operation_of_a_bulk_commit_fails_in_turn(tmp_path, mode):
         if "sync" in kind:
             with pytest.raises(pydb.ReadOnlyError):
                 db.append(content(61, 1, 3))
+            if raised.committed is False:    # the records' own fdatasync
+                assert "not committed" in str(raised) and "read-only" in str(raised)
         db.close()
         with pydb.open(d / "db") as ro:
             present = ro.max_mfn == 60
@@ -633,6 +636,7 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
             assert os.path.getsize(d / "db.mst") > 1_200_000, n
         with open_db(d / "db", gc="none") as db:
             check_files(d / "db")      # the writer's open cleared them
+            cut = n in (2, 3)
             want = oracle0.copy()
             if db.max_mfn == 60:
                 want.apply(BULK)
@@ -644,6 +648,56 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
             want.apply([("A", want.max_mfn + 1, 1, 3)])
         with pydb.open(d / "db") as ro:
             assert want.matches(ro)[0] and ro.check().ok, n
+            # the sizes the commit published are the files' (a stale,
+            # larger .mst size would put new readers in files mode)
+            info = ro.snapshot().info()
+            assert info["registered"] and info["commit"] > 0, (n, cut, info)
+            assert info["mst_size"] == os.path.getsize(d / "db.mst"), (n, info)
         check_files(d / "db")
         shutil.rmtree(d)
     assert total >= 6
+
+
+def test_an_open_during_a_dying_bulk_commit_keeps_it(tmp_path):
+    """A writer holds the lock while another handle opens (so the open
+    cannot recover), then dies after its direct commit's commit point,
+    before its XRF blocks and control record: its records lie past the
+    old end.  The opening handle takes the lock before it clears bytes
+    past the end, and recovers first -- the commit is kept, not cut
+    (the records are past the end only until the replay).  Before the
+    fix the open cut them and the next open found the control record
+    pointing past the end of the file."""
+    base = tmp_path / "db"
+    want = _make(base)
+    want.apply([("U", 3, 99, 40)] + BULK)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            db = open_db(base, gc="none")
+            db.update(3, content(3, 99, 40))
+            tx = db.transaction()
+            for op in BULK:
+                tx.append(content(op[1], op[2], op[3]))
+            os.write(w, b"L")                 # the writer lock is held
+            time.sleep(0.05)
+            # die before the first XRF write: the records, their fdatasync,
+            # the frame and its fdatasync are done
+            _pydb._testing.fail_io(5, crash=True)
+            tx.commit()
+        finally:
+            os._exit(3)
+    os.close(w)
+    assert os.read(r, 1) == b"L"
+    _pydb._testing.set_read_delay(60_000)     # 60 ms per pread: a slow open
+    try:
+        open_db(base, gc="none", io="pread").close()
+    finally:
+        _pydb._testing.set_read_delay(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 137, status
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        assert db.check().ok
+    check_files(base)

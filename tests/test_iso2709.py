@@ -871,3 +871,43 @@ def test_encode_bad_pairs():
         iso2709._encode_record([(1, "a")], "isis", None, False, None, "no-such-codec")
     with pytest.raises(UnicodeEncodeError):
         iso2709._encode_record([(1, "字")], "isis", None, False, None, "latin-1")
+
+
+def test_encode_survives_python_code_that_changes_the_fields():
+    """A tag whose __index__ empties the caller's list (and the codec) run
+    Python code in the middle of the encoding: the encoder reads its own
+    copies, and the record is what the list held when it was called."""
+    fields = []
+
+    class Tag:
+        def __index__(self):
+            fields.clear()
+            return 245
+
+    fields += [(Tag(), b"a"), (246, b"b")]
+    got = iso2709._encode_record(fields, "isis", None, False, None, "utf-8")
+    assert got.endswith(b"#a#b##") and got[24:27] == b"245"
+
+
+def test_encode_errors_of_odd_values_and_pairs():
+    """The messages of `for tag, value in fields` and of the old writer:
+    type names as __name__, an exception of a pair's own iteration kept,
+    a non-iterable list of fields, encoding None for bytes values."""
+    import array
+
+    with pytest.raises(ValueError, match=r"field 1: value must be bytes or str, not array$"):
+        iso2709._encode_record([(1, array.array("b", b"x"))], "isis", None, False, None,
+                               "utf-8")
+
+    class Boom:
+        def __iter__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        iso2709._encode_record([Boom()], "isis", None, False, None, "utf-8")
+    with pytest.raises(TypeError, match="'int' object is not iterable"):
+        iso2709._encode_record(7, "isis", None, False, None, "utf-8")
+    assert iso2709._encode_record([(1, b"x")], "isis", None, False, None, None) \
+        .endswith(b"x##")
+    with pytest.raises(TypeError, match="encoding"):
+        iso2709._encode_record([(1, "x")], "isis", None, False, None, None)
