@@ -21,7 +21,6 @@ its peer's (PAIRS).
 
 from __future__ import annotations
 
-import itertools
 import os
 import sqlite3
 import sys
@@ -31,10 +30,9 @@ import pytest
 import pydb
 from pydb import unesb
 
-from .peers import serialize, take_turns
+from .peers import in_new_folders, serialize, take_turns
 
 COMMITS = 200
-_round = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -109,14 +107,7 @@ PAIRS = [("pydb", "sqlite3"), ("pydb", "lmdb"), ("pydb-index", "sqlite3-fts5")]
 def test_durable_commits(benchmark, tmp_path, recs, store):
     if store == "lmdb":
         pytest.importorskip("lmdb", reason="py-lmdb not installed (pip install 'pydb[lmdb]')")
-    fn = STORES[store]
-
-    def fresh():
-        d = tmp_path / f"r{next(_round)}"
-        d.mkdir()
-        return (d, recs), {}
-
-    n = benchmark.pedantic(fn, setup=fresh, rounds=7, iterations=1)
+    n = in_new_folders(benchmark, STORES[store], tmp_path, (recs,), 7)
     assert n == len(recs) == COMMITS
 
 

@@ -26,7 +26,6 @@ pydb's round times against each peer's (PAIRS).
 
 from __future__ import annotations
 
-import itertools
 import os
 import sqlite3
 import sys
@@ -36,9 +35,7 @@ import pytest
 import pydb
 from pydb import unesb
 
-from .peers import take_turns
-
-_round = itertools.count()
+from .peers import in_new_folders, take_turns
 
 
 def _serialize(fields) -> bytes:
@@ -119,14 +116,7 @@ def recs(bench_db):
 def test_bulk_load(benchmark, tmp_path, recs, store):
     if store.startswith("lmdb"):
         pytest.importorskip("lmdb", reason="py-lmdb not installed (pip install 'pydb[lmdb]')")
-    fn = STORES[store]
-
-    def fresh():
-        d = tmp_path / f"r{next(_round)}"
-        d.mkdir()
-        return (d, recs), {}
-
-    n = benchmark.pedantic(fn, setup=fresh, rounds=5, iterations=1)
+    n = in_new_folders(benchmark, STORES[store], tmp_path, (recs,), 5)
     assert n == len(recs)
 
 

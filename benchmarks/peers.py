@@ -267,3 +267,17 @@ def take_turns(stores, pairs, rounds, args, count, unit, folder=None) -> None:
             what = (f"{mine}'s time {v.pct:+.1f}% +/- {v.pct_ci:.1f}% of {peer}'s"
                     if v.significant else "no difference proven")
             print(f"{mine} vs {peer}: {what} (95%)")
+
+
+def in_new_folders(benchmark, fn, tmp_path, args, rounds):
+    """Time fn(folder, *args) with pytest-benchmark's pedantic mode,
+    `rounds` rounds of one call, each in a new folder under tmp_path;
+    returns fn's result."""
+    made = iter(range(1 << 30))
+
+    def fresh():
+        d = tmp_path / f"r{next(made)}"
+        d.mkdir()
+        return (d, *args), {}
+
+    return benchmark.pedantic(fn, setup=fresh, rounds=rounds, iterations=1)

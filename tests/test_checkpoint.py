@@ -143,14 +143,18 @@ def _commit(db, ops) -> None:
                     tx.delete(op[1])
 
 
-def _killed_writer(base, ops) -> None:
-    """A forked writer makes each transaction of `ops` (sync=True) and
-    dies by SIGKILL without closing."""
+def _killed_writer(base, ops, between=None, more=()) -> None:
+    """A forked writer makes each transaction of `ops` (sync=True), calls
+    between() if given, makes those of `more`, and dies by SIGKILL
+    without closing."""
     pid = os.fork()
     if pid == 0:
         try:
             db = open_db(base, gc="none")   # never closed: killed
             _commit(db, ops)
+            if between:
+                between()
+            _commit(db, more)
             os.kill(os.getpid(), signal.SIGKILL)
         finally:
             os._exit(3)
@@ -567,19 +571,10 @@ def test_a_bulk_commit_among_kept_frames_survives_a_power_cut(tmp_path):
     small1 = [[("U", 1 + k, 300 + k, 77 + k), ("A", 21 + k, 1, 51)] for k in range(3)]
     bulk = [[("A", 24 + k, 7, 30_000) for k in range(40)]]
     small2 = [[("U", 2, 400 + k, 33), ("A", 64 + k, 2, 45)] for k in range(3)]
-    pid = os.fork()
-    if pid == 0:
-        try:
-            db = open_db(base, gc="none")
-            _commit(db, small1 + bulk)
-            # what the direct commit's fdatasync made durable
-            (tmp_path / "synced.mst").write_bytes((tmp_path / "db.mst").read_bytes())
-            _commit(db, small2)
-            os.kill(os.getpid(), signal.SIGKILL)
-        finally:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status), status
+    def synced():   # what the direct commit's fdatasync made durable
+        (tmp_path / "synced.mst").write_bytes((tmp_path / "db.mst").read_bytes())
+
+    _killed_writer(base, small1 + bulk, synced, small2)
     for txn in small1 + bulk + small2:
         want.apply(txn)
     end = struct.unpack_from("<iiiH", (tmp_path / "synced.mst").read_bytes(), 0)
