@@ -38,6 +38,17 @@
 #define LINE 80
 #define MIN_RECORD 26
 
+/* The field and record terminators of a flavour: '#' and '#' (CDS/ISIS),
+ * 0x1E and 0x1D (MARC). */
+static uint8_t field_end(int flavour)
+{
+    return flavour == PYDB_ISO_MARC ? 0x1E : 0x23;
+}
+static uint8_t record_end(int flavour)
+{
+    return flavour == PYDB_ISO_MARC ? 0x1D : 0x23;
+}
+
 /* Value of n ASCII digits at p, or -1 if one is not a digit. */
 static int64_t digits(const uint8_t *p, size_t n)
 {
@@ -118,8 +129,8 @@ static int parse(pydb_iso_record *r, int flavours, pydb_error *err, int *rc)
     if (dir_end == 0 || (dir_end - 24) % esize) return 1;
     r->flavour = flavour_of(s[dir_end], flavours);
     if (!r->flavour) return 1;
-    ft = r->flavour == PYDB_ISO_ISIS ? 0x23 : 0x1E;
-    rt = r->flavour == PYDB_ISO_ISIS ? 0x23 : 0x1D;
+    ft = field_end(r->flavour);
+    rt = record_end(r->flavour);
     if (s[L - 1] != rt) return 1;
     base = dir_end + 1;
     if (digits(s + 12, 5) != (int64_t)base) return 1;   /* base repaired */
@@ -241,8 +252,7 @@ int pydb_iso_encode(uint8_t *out, size_t *len, const pydb_iso_wfield *f,
                     size_t n, int flavour, int caret, const uint8_t mid[7],
                     const uint8_t tail[3], pydb_error *err)
 {
-    uint8_t ft = flavour == PYDB_ISO_MARC ? 0x1E : '#';
-    uint8_t rt = flavour == PYDB_ISO_MARC ? 0x1D : '#';
+    uint8_t ft = field_end(flavour), rt = record_end(flavour);
     int li = 0, ll = 4, ls;
     uint64_t data = 0, pos = 0, base, total;
     uint8_t *p;

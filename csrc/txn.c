@@ -393,15 +393,10 @@ static int xrf_reaches(int *found, pydb_db *db, int32_t next_mfn, int64_t end,
 static int check_tail(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
-    int64_t off = t->start, size;
+    int64_t off = t->start, size = pydb__fsize(&db->mst);  /* load_state's */
     uint8_t buf[PYDB_BLOCK];
-    struct stat st;
     int dirty, found, rc;
 
-    if (fstat(db->mst.fd, &st) != 0)
-        return PYDB_OSERROR(err, errno, db->mst.path, -1, "cannot stat: %s",
-                            strerror(errno));
-    size = (int64_t)st.st_size;
     dirty = size - off > ((int64_t)1 << 20);
     while (!dirty && off < size) {
         size_t n = (size_t)(size - off < PYDB_BLOCK ? size - off : PYDB_BLOCK);
@@ -430,17 +425,15 @@ void pydb__txn_tidy_tail(pydb_db *db)
     pydb_error ignored;
     int failed = 0;
 
-    /* a writer that died after its commit point: its records past the
-     * end are committed, and recovery moves the end past them first */
+    /* what a transaction's begin does: recovery first (a writer that died
+     * after its commit point: its records past the end are committed,
+     * and the replay moves the end past them), the state, the tail */
     if (pydb__wal_recover(&w, &failed, &ignored) != PYDB_OK || failed)
         return;
     memset(&t, 0, sizeof t);
     t.db = db;
-    if (pydb__file_read(&db->mst, PYDB_IO_PREAD, t.ctl, PYDB_CTL_SIZE, 0,
-                        "control record", &ignored) != PYDB_OK)
-        return;
+    if (load_state(db, t.ctl, &ignored) != PYDB_OK) return;
     pydb__ctl_decode(&c, t.ctl);
-    if (!pydb__ctl_sane(&c)) return;
     t.next_mfn = c.next_mfn;
     t.start = t.pos = pydb__ctl_end(c.next_block, c.next_pos);
     (void)check_tail(&t, &ignored);
@@ -1040,8 +1033,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int keep = sync && pydb__shm_log_usable(pydb__db_shm(db));
     int64_t log_at = 0;
     uint8_t *region = NULL;   /* a direct commit's region (wal.h) */
-    int64_t mst_size = 0;     /* and the .mst's size before it */
-    struct stat st;
+    int64_t mst_size = pydb__fsize(&db->mst);   /* true: load_state's */
     pydb_ctl newctl;
     uint64_t s;
 
@@ -1066,12 +1058,6 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         hooked = 1;
     }
     if (region_end(t) - t->start >= PYDB_WAL_DIRECT) {
-        if (fstat(db->mst.fd, &st) != 0) {
-            rc = PYDB_OSERROR(err, errno, db->mst.path, -1,
-                              "cannot stat: %s", strerror(errno));
-            goto done;
-        }
-        mst_size = (int64_t)st.st_size;
         region = malloc((size_t)(region_end(t) - t->start));
         if (!region) {
             rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
@@ -1102,22 +1088,18 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     /* Apply.  Record bytes first (unreachable until the XRF says so;
      * a direct commit's are there already). */
     PYDB_ASSERT(logged);   /* durable before a committed byte changes */
-    if (!region) {
-        const uint8_t *p = log.p + PYDB_WAL_HEAD;
-        if (mst_end > t->start) {
-            p += PYDB_WAL_ENTRY;  /* the first entry is the MST region */
-            e = -pydb__write_full(db->mst.fd, p, (size_t)(mst_end - t->start),
-                                  t->start);
-            if (e) {
-                rc = PYDB_OSERROR(err, e, db->mst.path, t->start,
-                                  "write failed: %s", strerror(e));
-                goto apply_failed;
-            }
-            pydb__fsize_raise(&db->mst, mst_end);
+    if (!region && mst_end > t->start) {
+        /* the first entry is the MST region */
+        const uint8_t *p = log.p + PYDB_WAL_HEAD + PYDB_WAL_ENTRY;
+        e = -pydb__write_full(db->mst.fd, p, (size_t)(mst_end - t->start),
+                              t->start);
+        if (e) {
+            rc = PYDB_OSERROR(err, e, db->mst.path, t->start,
+                              "write failed: %s", strerror(e));
+            goto apply_failed;
         }
-    } else {
-        pydb__fsize_raise(&db->mst, mst_end);
     }
+    pydb__fsize_raise(&db->mst, mst_end);
     s = __atomic_add_fetch(&db->seq, 1, __ATOMIC_ACQ_REL);   /* odd */
     PYDB_ASSERT(s & 1);
     for (size_t i = 0; i < nxb; i++) {
