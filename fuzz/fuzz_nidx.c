@@ -117,11 +117,13 @@ static void read_index(pydb_index *ix)
 {
     terms t;
     pydb_error err;
-    int rc;
+    int rc, listed;
 
     memset(&t, 0, sizeof t);
     rc = pydb_index_terms(ix, NULL, 0, NULL, 0, on_term, &t, &err);
     fuzz_expect(rc, &err);
+    listed = rc == PYDB_OK;   /* else the counts of the last keys listed
+                                 may miss a segment the error stopped */
     for (size_t i = 0; i < t.n; i++) {
         pydb_postings p = {0};
         rc = pydb_index_postings(&p, ix, t.key[i], t.len[i], &err);
@@ -132,7 +134,7 @@ static void read_index(pydb_index *ix)
              * merges the segments' lists dropping duplicates, which only
              * a damaged set (a tombstone missing: checksums cannot tell)
              * holds: never more */
-            if (p.n > t.count[i]) abort();
+            if (listed && p.n > t.count[i]) abort();
             for (size_t j = 0; j < p.n; j++)
                 if (p.v[j].mfn < 1 ||
                     (j && posting_cmp(&p.v[j - 1], &p.v[j]) >= 0))
