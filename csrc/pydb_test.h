@@ -50,6 +50,13 @@ void pydb__test_fail_io(long n, int eno, int short_write);
 long pydb__test_io_count(void);        /* operations counted so far      */
 const char *pydb__test_io_fired(void); /* name of the failed op, or NULL  */
 
+/* ---- checksum (util.c) ---- */
+
+/* pydb__crc32c() (util.h) as the core computes it, or with `portable`
+ * by the table form whatever the CPU has: tests compare the two. */
+uint32_t pydb__test_crc32c(uint32_t crc, const void *data, size_t n,
+                           int portable);
+
 /* ---- key rules (keys.c), docs/isis-formats.md §5.3-5.4 ---- */
 
 typedef struct pydb_keyrules {

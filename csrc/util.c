@@ -127,6 +127,7 @@ void pydb__buf_free(pydb_buf *b)
 /* ------------------------------------------------------------ CRC-32C */
 
 static uint32_t crc_table[256];
+static int crc_hw;   /* the CPU has the CRC32 instruction (SSE4.2) */
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void)
@@ -136,15 +137,55 @@ static void crc_init(void)
         for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & -(c & 1));
         crc_table[i] = c;
     }
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
 }
+
+/* The register form (pre- and post-inversion are the caller's): a byte at
+ * a time through the table. */
+static uint32_t crc_portable(uint32_t crc, const uint8_t *p, size_t n)
+{
+    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return crc;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The same with SSE4.2's CRC32 instruction, whose polynomial is
+ * CRC-32C's (Intel SDM, CRC32): 8 bytes a step, some 20 times the
+ * table's speed. */
+__attribute__((target("sse4.2")))
+static uint32_t crc_sse42(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint64_t c = crc;
+    for (; n && ((uintptr_t)p & 7); n--)
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+    }
+    for (; n; n--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    return (uint32_t)c;
+}
+#endif
 
 uint32_t pydb__crc32c(uint32_t crc, const void *data, size_t n)
 {
-    const uint8_t *p = data;
     pthread_once(&crc_once, crc_init);
-    crc = ~crc;
-    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return ~crc;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (crc_hw) return ~crc_sse42(~crc, data, n);
+#endif
+    return ~crc_portable(~crc, data, n);
+}
+
+uint32_t pydb__test_crc32c(uint32_t crc, const void *data, size_t n,
+                           int portable)
+{
+    if (!portable) return pydb__crc32c(crc, data, n);
+    pthread_once(&crc_once, crc_init);
+    return ~crc_portable(~crc, data, n);
 }
 
 /* --------------------------------------------------------------- time */

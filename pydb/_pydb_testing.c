@@ -12,6 +12,7 @@
  *                                    not counted, e.g. a collector)
  *                                    fail; crash=True calls _exit(137)
  *   io_count(), io_fired()           what fail_io() counted / fired
+ *   crc32c(data, offset, portable)   the core's CRC-32C (or its table form)
  *   set_read_delay(usec)             make every core pread sleep first
  *   set_nowait_postings(n)           postings a search reads with the GIL
  *                                    held before it releases it
@@ -591,6 +592,27 @@ static PyObject *resident(PyObject *m, PyObject *args)
     return PyBool_FromLong(got);
 }
 
+/* ----------------------------------------------------------- checksum */
+
+static PyObject *mod_test_crc32c(PyObject *m, PyObject *args)
+{
+    Py_buffer b;
+    Py_ssize_t off = 0;
+    int portable = 0;
+    uint32_t crc;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "y*|np", &b, &off, &portable)) return NULL;
+    if (off < 0 || off > b.len) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "offset outside the data");
+        return NULL;
+    }
+    crc = pydb__test_crc32c(0, (char *)b.buf + off, (size_t)(b.len - off),
+                            portable);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 /* ------------------------------------------------------------- the door */
 
 /* index garbage (issue 11, helper "idx"): defined at the end of the file */
@@ -608,6 +630,10 @@ static PyMethodDef testing_functions[] = {
      "operation (a crash point); with `sticky`, every operation from the "
      "n-th on fails (a full disk).  errno defaults to EIO.  n=0 turns it "
      "off, n<0 only counts.  Process-wide."},
+    {"crc32c", mod_test_crc32c, METH_VARARGS,
+     "crc32c(data, offset=0, portable=False, /)\n--\n\nCRC-32C of "
+     "data[offset:] as the core computes it (with `portable`, by its "
+     "table, whatever the CPU has)."},
     {"io_count", mod_test_io_count, METH_NOARGS,
      "io_count()\n--\n\nWrite-side operations counted since fail_io()."},
     {"io_fired", mod_test_io_fired, METH_NOARGS,
