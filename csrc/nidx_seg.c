@@ -176,7 +176,10 @@ int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
     for (uint64_t b = 0; b < s->nblocks; b++) {
         uint64_t o = pydb__u64(m + s->bidx_off + 8 * b);
         uint64_t prev = b ? pydb__u64(m + s->bidx_off + 8 * (b - 1)) : 0;
-        if (o < s->dict_off || o + 8 > s->bidx_off || (b && o <= prev)) {
+        /* each block holds at least its 8-byte postings offset; no sum
+         * that a hostile offset near 2^64 could wrap (bidx_off >=
+         * dict_off >= NIDX_SEG_HDR > 8, and prev passed this check) */
+        if (o < s->dict_off || o > s->bidx_off - 8 || (b && o < prev + 8)) {
             rc = PYDB_CORRUPT(err, path, (int64_t)(s->bidx_off + 8 * b),
                               "dictionary block offset out of range");
             goto cleanup;
@@ -213,7 +216,7 @@ int pydb__ncur_block(nidx_cursor *c, uint64_t b, pydb_error *err)
                      : s->bidx_off;
     /* pydb__nseg_open checked the block index: blocks lie in the
      * dictionary, in order */
-    PYDB_ASSERT(o >= s->dict_off && o + 8 <= e && e <= s->bidx_off);
+    PYDB_ASSERT(o >= s->dict_off && o < e && e - o >= 8 && e <= s->bidx_off);
     c->blk = b;
     c->term = b * NIDX_BLOCK_TERMS;
     c->p = s->map + o + 8;

@@ -237,6 +237,17 @@ def posting_count_huge(base: Path, count: int = 10 ** 8) -> None:
 
 
 
+def block_offset_wrap(base: Path) -> None:
+    """Damage the segment of base's commit: the block index's first (and
+    only) entry becomes 2^64 - 1, and the checksum is made valid again."""
+    seg = segments(base)[-1]
+    b = bytearray(seg.read_bytes())
+    bidx = struct.unpack_from("<Q", b, SEG_BIDX_OFF)[0]
+    assert struct.unpack_from("<Q", b, SEG_NBLOCKS)[0] == 1
+    struct.pack_into("<Q", b, bidx, 2 ** 64 - 1)
+    seg.write_bytes(seal_segment(b))
+
+
 def stopwords_lone_cr() -> bytes:
     """Stop words ended by CR alone (and a DOS end-of-file mark): more words
     than lines ending in LF (the fuzzer's input mixed CR LF and lone CR)."""
@@ -363,6 +374,16 @@ CASES = [
          "entry claiming 100 M postings over a one-posting list is refused "
          "before anything is allocated for it (nidx_seg.c pydb__ncur_next: "
          "count <= posting bytes)"),
+    Case("nidx-block-offset-wrap", "nidx",
+         "dictionary block offset out of range", damaged_nidx(block_offset_wrap),
+         "UBSan: pointer overflow in nidx_seg.c pydb__ncur_block (map + "
+         "offset + 8 wrapped below the mapping), then a SEGV reading the "
+         "block's postings offset from the byte before the mapping (the "
+         "standalone ASan build of the old code): a block index entry "
+         "near 2^64 passed pydb__nseg_open, whose check `o + 8 > bidx_off` "
+         "wrapped.  The check is now made without a sum that can wrap, and "
+         "a block must hold its 8-byte postings offset (found by fuzz/run "
+         "nidx, 600 s into an hour)"),
     Case("fst-number-of-nothing", "fst", "", fst_number_of_nothing,
          "undefined behaviour in fst_format.c eval_num (UBSan: zero offset "
          "applied to a null pointer, memcpy from NULL): the number of a "
