@@ -7,8 +7,12 @@
  *
  * prepare: the segment holds the keys of the records' new states and
  * tombstones every changed MFN (their postings in older segments are
- * dead); it is written and fsynced, and the new MANIFEST goes to the
- * transaction (pydb_txn_put_file), so it is replaced with the records.
+ * dead); it is written, and the new MANIFEST goes to the transaction
+ * (pydb_txn_put_file), so it is replaced with the records.  A small
+ * segment goes into the transaction's log frame too (pydb__txn_log_file):
+ * the log's fdatasync makes it durable, a checkpoint fsyncs the file --
+ * one fsync per indexed commit, not three; a large one is fsynced with
+ * its folder before the commit.
  * publish: the handle serves the new segment set.  abort: the segment
  * is removed.  Each commit adds one small segment and nothing else: a
  * commit never merges (merging is garbage collection, nidx_gc.c, run by
@@ -46,6 +50,7 @@
 #include "nidx_handle.h"
 #include "nidx_writer.h"
 #include "shm.h"
+#include "wal.h"
 
 static int cmp_i32(const void *a, const void *b)
 {
@@ -79,7 +84,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     char path[1100];
     nidx_segset *ss = NULL;
     const nidx_cfg *cfg;
-    int rc = PYDB_OK, written = 0, sync;
+    int rc = PYDB_OK, written = 0, sync, logged;
 
     memset(&a, 0, sizeof a);
     a.err = err;
@@ -137,20 +142,32 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     pthread_mutex_unlock(&x->mu);
     for (size_t i = 0; i < ss->n; i++)
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
-    /* fsync'ed as the commit's records are: not with sync=False (the
-     * test double drives prepare without a transaction: synced) */
+    /* Durable as the commit's records are: not with sync=False (the test
+     * double drives prepare without a transaction: synced).  A segment
+     * under PYDB_WAL_DIRECT bytes of a commit that keeps its frame goes
+     * into the frame as well, and is synced by the log's fdatasync now
+     * and by a checkpoint later (pydb__txn_log_file); a larger one, or
+     * any in files mode, is fsync'ed here with its folder. */
     sync = !t || pydb__synced(pydb__txn_db(t));
+    logged = t && !x->put_file && segb.n < PYDB_WAL_DIRECT &&
+             pydb__keeps_frames(pydb__txn_db(t));
     for (int tries = 0;; tries++, gen++) {
         pydb__nseg_path(path, sizeof path, x->dir, gen);
         written = 1;   /* from here on, a failure removes the file */
-        rc = pydb__write_file(path, segb.p, segb.n, 1, sync, NULL, err);
+        rc = pydb__write_file(path, segb.p, segb.n, 1, sync && !logged, NULL,
+                              err);
         if (rc == PYDB_OK) break;
         if (err->sys_errno != EEXIST || tries >= 64) {
             written = err->sys_errno != EEXIST;   /* not ours: stays */
             goto cleanup;
         }
     }
-    if (sync && (rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
+    if (logged) {
+        if ((rc = pydb__txn_log_file(t, path, segb.p, segb.n, err)))
+            goto cleanup;
+    } else if (sync && (rc = pydb__fsync_dir(x->dir, err))) {
+        goto cleanup;
+    }
     gens = malloc((ss->n + 1) * sizeof *gens);
     if (!gens) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");

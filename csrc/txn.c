@@ -159,6 +159,8 @@ typedef struct put_file {
     char *name;               /* in the log: relative to the log's folder  */
     uint8_t *data;
     size_t len;
+    int in_place;             /* written already: in the log for replay
+                                 only (pydb__txn_log_file)                */
 } put_file;
 
 struct pydb_txn {
@@ -751,8 +753,9 @@ int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err)
     return set_deleted(t, mfn, 0, err);
 }
 
-int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
-                      size_t len, pydb_error *err)
+/* pydb_txn_put_file() and pydb__txn_log_file(). */
+static int add_file(pydb_txn *t, const char *path, const void *data,
+                    size_t len, int in_place, pydb_error *err)
 {
     put_file *f;
     char name[PYDB_WAL_MAX_PATH + 1];
@@ -771,6 +774,7 @@ int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
     f->name = strdup(name);
     f->data = malloc(len ? len : 1);
     f->len = len;
+    f->in_place = in_place;
     if (!f->path || !f->name || !f->data) {
         free(f->path);
         free(f->name);
@@ -780,6 +784,23 @@ int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
     if (len) memcpy(f->data, data, len);
     t->nfiles++;
     return PYDB_OK;
+}
+
+int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
+                      size_t len, pydb_error *err)
+{
+    return add_file(t, path, data, len, 0, err);
+}
+
+int pydb__txn_log_file(pydb_txn *t, const char *path, const void *data,
+                       size_t len, pydb_error *err)
+{
+    return add_file(t, path, data, len, 1, err);
+}
+
+int pydb__keeps_frames(pydb_db *db)
+{
+    return pydb__synced(db) && pydb__shm_log_usable(pydb__db_shm(db));
 }
 
 void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen)
@@ -1030,7 +1051,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int log_sync_failed = 0, logged = 0, applied = 0;
     /* sync=True with a usable header: the frame stays in the log, the
      * .mst/.xrf are synced at checkpoints (wal.h) */
-    int keep = sync && pydb__shm_log_usable(pydb__db_shm(db));
+    int keep = pydb__keeps_frames(db);
     int64_t log_at = 0;
     uint8_t *region = NULL;   /* a direct commit's region (wal.h) */
     int64_t mst_size = pydb__fsize(&db->mst);   /* true: load_state's */
@@ -1141,6 +1162,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         }
     }
     for (size_t i = 0; i < t->nfiles; i++) {
+        if (t->files[i].in_place) continue;   /* written by the caller */
         rc = pydb__replace_file(t->files[i].path, NULL, t->files[i].data,
                                 t->files[i].len, sync && !keep,
                                 &fsync_failed, err);

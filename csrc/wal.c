@@ -230,24 +230,27 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
     return PYDB_OK;
 }
 
+/* The folder part of path into out[PATH_MAX], by its name only ("." for
+ * a bare name, "/" for a file of the root folder). */
+static void parent_of(char *out, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (!slash)
+        snprintf(out, PATH_MAX, ".");
+    else if (n == 0)
+        snprintf(out, PATH_MAX, "/");
+    else
+        snprintf(out, PATH_MAX, "%.*s", (int)n, path);
+}
+
 /* The folder of `path` (resolved: realpath) into out[PATH_MAX]; -1
  * when it cannot be resolved. */
 static int folder_of(char *out, const char *path)
 {
     char d[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n >= sizeof d) return -1;
-    if (!slash) {
-        d[0] = '.';
-        n = 1;
-    } else if (n == 0) {
-        d[0] = '/';   /* a file of the root folder */
-        n = 1;
-    } else {
-        memcpy(d, path, n);
-    }
-    d[n] = 0;
+    if (strlen(path) >= sizeof d) return -1;
+    parent_of(d, path);
     return realpath(d, out) ? 0 : -1;
 }
 
@@ -497,30 +500,77 @@ int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
     return wal_replay(w, size, fsync_failed, err);
 }
 
-/* fsync each whole file the log replaced (its last copy) and its
- * folder: commits that keep their frame rename them in unsynced
- * (txn.c).  A file gone since (a dropped index) is skipped. */
+/* Ask the kernel to start writing path's dirty pages back, so that the
+ * fsyncs that follow wait on writes already under way rather than each
+ * on its own (about half the time per file for many small files here).
+ * A hint only: not through the vfs table, failures ignored. */
+static void start_writeback(const char *path)
+{
+#ifdef __linux__
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    close(fd);
+#else
+    (void)path;
+#endif
+}
+
+/* fsync each whole file the log replaced (its last copy), then each of
+ * their folders once: commits that keep their frame rename them in
+ * unsynced, and a native index's small segments are written unsynced
+ * (txn.c, pydb__txn_log_file).  A file gone since (a dropped index, a
+ * segment an index build or a collection removed) is skipped. */
 static int wal_sync_whole(const pydb_wal_files *w, int64_t size,
                           int *fsync_failed, pydb_error *err)
 {
     uint8_t *buf = NULL;
-    size_t len = 0, n = 0;
+    size_t len = 0, n = 0, ndirs = 0;
     wal_ent *v = NULL;
+    char (*dirs)[PATH_MAX] = NULL;
     int rc = wal_load(&buf, &len, w->wal_fd, size, w->wal_path, err);
     if (rc <= 0) return rc;
     rc = wal_entries(&v, &n, buf, len, w->wal_path, err);
     if (rc == PYDB_OK) rc = wal_final_image(v, n, w->wal_path, err);
     for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
         char path[PATH_MAX];
-        struct stat st;
-        if (v[i].skip || v[i].kind != PYDB_WAL_FILE) continue;
-        if (wal_file_path(path, w, &v[i]) != 0 ||
-            (stat(path, &st) != 0 && errno == ENOENT))
-            continue;
-        rc = pydb__fsync_file(path, err);
-        if (rc == PYDB_OK) rc = pydb__fsync_parent(path, err);
-        if (rc) *fsync_failed = 1;
+        if (!v[i].skip && v[i].kind == PYDB_WAL_FILE &&
+            wal_file_path(path, w, &v[i]) == 0)
+            start_writeback(path);
     }
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        char path[PATH_MAX], dir[PATH_MAX];
+        pydb_error fe;
+        size_t d;
+        if (v[i].skip || v[i].kind != PYDB_WAL_FILE ||
+            wal_file_path(path, w, &v[i]) != 0)
+            continue;
+        if ((rc = pydb__fsync_file(path, &fe))) {
+            if (fe.sys_errno == ENOENT) {   /* removed: nothing to sync */
+                rc = PYDB_OK;
+                continue;
+            }
+            if (err) *err = fe;
+            *fsync_failed = 1;
+            break;
+        }
+        parent_of(dir, path);
+        for (d = 0; d < ndirs && strcmp(dirs[d], dir) != 0; d++)
+            ;
+        if (d == ndirs) {   /* a folder not seen yet */
+            void *p = realloc(dirs, (ndirs + 1) * sizeof *dirs);
+            if (!p) {
+                rc = PYDB_ERROR(err, PYDB_ENOMEM, w->wal_path, -1,
+                                "no memory");
+                break;
+            }
+            dirs = p;
+            memcpy(dirs[ndirs++], dir, strlen(dir) + 1);
+        }
+    }
+    for (size_t d = 0; d < ndirs && rc == PYDB_OK; d++)
+        if ((rc = pydb__fsync_dir(dirs[d], err))) *fsync_failed = 1;
+    free(dirs);
     free(v);
     free(buf);
     return rc;

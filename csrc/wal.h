@@ -29,12 +29,15 @@
  * frame in the log; the commit header (shm.h) then records the log's
  * length as applied, for this boot.  (A direct commit, PYDB_WAL_DIRECT
  * below, fdatasyncs its records in the .mst before its frame.)  Whole
- * files (the native index's MANIFEST) are renamed in unsynced too.  A checkpoint
- * (pydb__wal_checkpoint: when the log passes PYDB_WAL_CHECKPOINT bytes,
- * before a collection step changes files outside the log, and when a
- * writer handle closes) fdatasyncs the .mst and .xrf, fsyncs the last
- * copy of each whole file the log names and its folder, then empties
- * the log and fdatasyncs that.
+ * files (the native index's MANIFEST) are renamed in unsynced too, and
+ * so are files the caller wrote already and put in the frame only for
+ * replay (a native index's segment under PYDB_WAL_DIRECT bytes:
+ * pydb__txn_log_file).  A checkpoint (pydb__wal_checkpoint: when the log
+ * passes PYDB_WAL_CHECKPOINT bytes, before a collection step changes
+ * files outside the log, and when a writer handle closes) fdatasyncs the
+ * .mst and .xrf, fsyncs the last copy of each whole file the log names
+ * (writeback of all of them started first) and then each of their
+ * folders once, then empties the log and fdatasyncs that.
  * Recovery replays the whole log unless the header says every byte of
  * it was applied in this boot (after a power cut, a reboot, nothing is
  * known).  Replay writes each byte once, with the value of the last
