@@ -43,6 +43,7 @@ def test_scan_fields(benchmark, engine, records):
     the peers: their stored bytes split and decoded the same way
     (peers.deserialize)."""
     assert benchmark(engine.scan_fields) == len(records)
+    benchmark.extra_info["rows"] = len(records)   # (benchmarks/table.py)
 
 
 @pytest.mark.benchmark(group=f"{THREADS} threads, batches of 256 keys")

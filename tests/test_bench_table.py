@@ -1,0 +1,62 @@
+"""benchmarks/table.py: issue 12's table from a pytest-benchmark JSON
+report -- exact rows from a made-up report (the table only reads)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import table
+
+
+def _bench(name, data, extra=None):
+    return {"fullname": name, "extra_info": extra or {},
+            "stats": {"data": data, "median": sorted(data)[len(data) // 2]}}
+
+
+def _report():
+    q = "benchmarks/bench_index.py::test_query_"
+    return {"benchmarks": [
+        _bench("benchmarks/bench_gil.py::test_reads_beside_busy_thread[pydb]", [1.0],
+               {"fraction_of_solo": 0.48}),
+        _bench("benchmarks/bench_gil.py::test_reads_beside_busy_thread[lmdb]", [1.0],
+               {"fraction_of_solo": 0.02}),
+        _bench("benchmarks/bench_reads.py::test_scan_fields[pydb]", [0.1, 0.1, 0.1],
+               {"rows": 100_000}),
+        _bench("benchmarks/bench_reads.py::test_scan_fields[sqlite3]", [0.4, 0.5, 0.6]),
+        _bench("benchmarks/bench_real.py::test_real_fields[a-pydb]", [1.0, 1.0, 1.0]),
+        _bench("benchmarks/bench_real.py::test_real_fields[a-struct]", [12.0, 12.0, 12.0]),
+        _bench("benchmarks/bench_real.py::test_real_fields[b-pydb]", [1.0, 1.0, 1.0]),
+        _bench("benchmarks/bench_real.py::test_real_fields[b-struct]", [8.0, 8.0, 8.0]),
+        _bench(f"{q}pydb[term]", [1.0, 1.1, 0.9]),
+        _bench(f"{q}sqlite_fts5[term]", [6.0, 6.1, 5.9]),
+        _bench(f"{q}pydb[adjacent]", [0.0002, 0.00021, 0.00019]),
+        _bench(f"{q}tantivy[adjacent]", [0.0002, 0.00022, 0.00018]),
+    ]}
+
+
+def test_rows_of_a_report(tmp_path, capsys):
+    rows = {r.figure: r for r in table.rows(table.Run(_report()))}
+    gil = rows["reads by key beside a CPU-bound Python thread, fraction of the "
+               "rate alone (io=mmap, the default)"]
+    assert (gil.pydb, gil.peer, gil.met) == ("0.48", "py-lmdb 0.02", "yes")
+    assert rows["reads by key, 8 threads / 1 thread"].met == "not run"
+    scan = rows["scan with fields decoded"]
+    # 100,000 rows in 0.1 s: 1M rows/s, 5x sqlite3, short of 2M rows/s
+    assert (scan.pydb, scan.peer, scan.met) == (
+        "1,000,000 rows/s (5.00x)", "sqlite3 200,000 rows/s", "no")
+    assert scan.verdict.startswith("time -80.0% +/- ")
+    real = rows["real master files, fields decoded, vs a pure-Python struct reader"]
+    assert (real.pydb, real.met) == ("8.0x (b) to 12.0x (a)", "no")
+    term = rows["frequent-term query"]
+    assert (term.pydb, term.peer, term.met) == ("1 s (6.00x)", "FTS5 6 s", "yes")
+    adj = rows["adjacency (T1 $ T2)"]
+    assert (adj.pydb, adj.peer, adj.verdict, adj.met) == (
+        "200 us (1.00x)", "tantivy 200 us", "no difference proven", "yes")
+    assert rows["bulk load, one durable transaction"].met == "not run"
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(_report()))
+    assert table.main([str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| figure | pydb | best peer |")
+    assert len(out) == 2 + len(rows)
+    assert "| frequent-term query | 1 s (6.00x) | FTS5 6 s |" in out[2 + 5]
