@@ -248,6 +248,39 @@ def block_offset_wrap(base: Path) -> None:
     seg.write_bytes(seal_segment(b))
 
 
+def key_listed_before_its_block() -> bytes:
+    """A two-segment index whose listing of keys stops part-way: the older
+    segment holds K33 (MFN 1); the newer one K00, K02, ..., K64 (33 keys,
+    MFNs 2..34: 32 in its first dictionary block, K64 alone in the
+    second), and K64 is rewritten as K33 (the checksum made valid again).
+    The merged listing gives K33 with the older segment's count (the newer
+    one's K33 lies in a block the listing reaches only after K62, where it
+    stops: keys not in ascending order), while a lookup of K33 seeks the
+    newer segment's second block and finds a posting more."""
+    def damage(base: Path) -> None:
+        seg = segments(base)[-1]
+        b = bytearray(seg.read_bytes())
+        bidx = struct.unpack_from("<Q", b, SEG_BIDX_OFF)[0]
+        assert struct.unpack_from("<Q", b, SEG_NBLOCKS)[0] == 2
+        at = struct.unpack_from("<Q", b, bidx + 8)[0] + 8   # block 1's first entry
+        assert b[at:at + 5] == b"\0\3K64"
+        b[at + 2:at + 5] = b"K33"
+        seg.write_bytes(seal_segment(b))
+
+    sys.path.insert(0, str(REPO))
+    import pydb
+
+    with tempfile.TemporaryDirectory() as t:
+        base = Path(t) / "db"
+        with pydb.create(base, fst="24 0 V24\n", gc="none") as db:
+            db.append([(24, "K33")])
+            with db.transaction() as tx:
+                for i in range(0, 65, 2):
+                    tx.append([(24, f"K{i:02d}")])
+        damage(base)
+        return nidx_input(base)
+
+
 def stopwords_lone_cr() -> bytes:
     """Stop words ended by CR alone (and a DOS end-of-file mark): more words
     than lines ending in LF (the fuzzer's input mixed CR LF and lone CR)."""
@@ -384,6 +417,14 @@ CASES = [
          "wrapped.  The check is now made without a sum that can wrap, and "
          "a block must hold its 8-byte postings offset (found by fuzz/run "
          "nidx, 600 s into an hour)"),
+    Case("nidx-key-listed-before-its-block", "nidx",
+         "dictionary: keys not in ascending order", key_listed_before_its_block,
+         "a false alarm of the target, no defect of the core: fuzz_nidx "
+         "aborted when a key's postings outnumbered the count the listing "
+         "of keys gave it, but a listing stopped by a damaged dictionary can "
+         "have given a key before reaching a segment's copy of it; the "
+         "target now compares only after a listing that succeeded (found by "
+         "the short CI tier, fuzz/ci, in a fresh-check run)"),
     Case("fst-number-of-nothing", "fst", "", fst_number_of_nothing,
          "undefined behaviour in fst_format.c eval_num (UBSan: zero offset "
          "applied to a null pointer, memcpy from NULL): the number of a "
