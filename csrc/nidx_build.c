@@ -389,14 +389,18 @@ static int write_segment(const char *dir, uint64_t gen, const pydb_buf *seg,
 }
 
 /* After the build's commit: remove the old index's segments now if no
- * registered reader may need them (else the next writer will).  Best
- * effort: a busy lock leaves them to that writer. */
+ * registered reader may need them (else the next writer will), after a
+ * checkpoint (pydb__txn_settle), as the collector does: the log may hold
+ * commits' small segments (pydb__txn_log_file), which a replay after a
+ * power cut would write back as orphans.  Best effort: a busy lock
+ * leaves them to that writer. */
 static void collect_after(pydb_nidx_builder *b)
 {
     pydb_txn *t;
     pydb_error e;
     if (pydb_txn_begin(&t, b->db, 0, &e) != PYDB_OK) return;
-    pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL);
+    if (pydb__txn_settle(t, &e) == PYDB_OK)
+        pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL);
     pydb_txn_abort(t);
 }
 

@@ -150,7 +150,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
      * any in files mode, is fsync'ed here with its folder. */
     sync = !t || pydb__synced(pydb__txn_db(t));
     logged = t && !x->put_file && segb.n < PYDB_WAL_DIRECT &&
-             pydb__keeps_frames(pydb__txn_db(t));
+             pydb__txn_keeps_frame(t);
     for (int tries = 0;; tries++, gen++) {
         pydb__nseg_path(path, sizeof path, x->dir, gen);
         written = 1;   /* from here on, a failure removes the file */

@@ -812,8 +812,10 @@ static int removable(nidx *x)
  * disk now describes it (M1) durable -- the .mst and .xrf
  * (pydb__db_datasync), M1 itself (the inode it was read from), every
  * segment M1 names, the directory -- and give M1's segment generations
- * in *named (malloc'ed; NULL with sync=True, where each was fsync'ed when
- * it was written).  Step 5 then removes only files M1 does not name
+ * in *named (malloc'ed; NULL with sync=True, where each segment was
+ * fsync'ed when it was written or, a small one that went into its
+ * commit's frame, by the checkpoint step 5 makes first:
+ * pydb__txn_settle).  Step 5 then removes only files M1 does not name
  * either: a name, once gone from a MANIFEST, never comes back (names
  * only grow), so no MANIFEST a power cut may leave -- M1, or a later
  * one -- needs a removed file.  Outside the lock, so that commits never

@@ -419,7 +419,8 @@ static void nidx_close(pydb_index *ix)
     nidx *x = (nidx *)ix;
     /* A pending segment here belongs to a commit that failed once its log
      * may have been durable (pydb.h, pydb_commit_hook): recovery may name
-     * it, so it stays; if it does not, a later prepare collects it. */
+     * it, so it stays; if it does not, the collector removes it (an
+     * unnamed file: nidx_gc.c). */
     if (x->pending) pydb__nseg_unref(x->pending);
     if (x->gc_free) x->gc_free(x);   /* a merge in progress (nidx_gc.c) */
     pydb__nsegset_unref(x->cur);

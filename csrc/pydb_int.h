@@ -459,19 +459,22 @@ uint64_t pydb__header_gen(pydb_db *db);
 void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen);
 /* The handle a transaction writes to. */
 pydb_db *pydb__txn_db(const pydb_txn *t);
-/* 1 if db's commits keep their frames in the log until a checkpoint
- * (sync=True with a usable commit header: wal.h), so a whole file the log
- * holds is synced only there; 0 if each commit syncs what it writes
- * (sync=True in files mode) or nothing (sync=False). */
-int pydb__keeps_frames(pydb_db *db);
+/* In a commit hook's prepare: 1 if this commit keeps its frame in the
+ * log until a checkpoint (sync=True with a usable commit header: wal.h),
+ * so a whole file the log holds is synced only there; 0 if the commit
+ * syncs what it writes (sync=True in files mode) or nothing (sync=False)
+ * and empties the log.  Decided once per commit, before prepare. */
+int pydb__txn_keeps_frame(const pydb_txn *t);
 /* Put whole file `path` (len bytes of data, copied) in the transaction's
  * log frame, as pydb_txn_put_file() does, for a file the caller has
  * written already, unsynced, under a name no reader knows yet: the
  * commit leaves it as it is, recovery after a power cut puts it in place
  * from the log, and a checkpoint fsyncs it (wal.h) -- so a commit
- * makes one fsync for it, the log's, while pydb__keeps_frames(db).  The
- * caller removes the file if the commit fails before its commit point.
- * 0 or PYDB_EINVAL (a name outside the database's folder) / PYDB_ENOMEM. */
+ * makes one fsync for it, the log's.  Only in a commit that keeps its
+ * frame (pydb__txn_keeps_frame; else PYDB_EINVAL: nothing would sync the
+ * file).  The caller removes the file if the commit fails before its
+ * commit point.  0 or PYDB_EINVAL (also: a name outside the database's
+ * folder) / PYDB_ENOMEM. */
 int pydb__txn_log_file(pydb_txn *t, const char *path, const void *data,
                        size_t len, pydb_error *err);
 /* pydb_txn_begin() for a collector step (gc.c, nidx_gc.c, compact.c):

@@ -12,8 +12,8 @@
  *
  * Files.  The database stays a plain CDS/ISIS .mst/.xrf pair that WinISIS
  * and CISIS read (docs/isis-formats.md §2-3).  Beside it lives <base>.wal,
- * a redo log that holds at most one commit and is empty between commits
- * (its format: wal.h).
+ * a redo log of the commits since the last checkpoint (its format and
+ * checkpoints: wal.h).
  *
  * ISIS update technique (docs/isis-formats.md §2.4, §10).  Every change
  * writes a new record version at the end of the master file (NXTMFB/NXTMFP): records
@@ -42,11 +42,12 @@
  * fdatasync'ed (not with PYDB_OPEN_NOSYNC) -- this is the commit point;
  * (3) the bytes are written to the .mst, the .xrf (inside the handle's
  * sequence lock), the control record last, and whole files by write-temp
- * + rename; (4) with sync=True and a usable commit header the frame
- * stays in the log, the header records the log's length as applied, and
- * the .mst/.xrf and whole files are synced only at a checkpoint (wal.h: the log past
- * PYDB_WAL_CHECKPOINT, a collection step, a writer's close) -- one fsync
- * per commit; otherwise (sync=False, files mode) the log is truncated to
+ * + rename (not those the hook wrote itself and logged for replay
+ * only: pydb__txn_log_file); (4) with sync=True and a usable commit
+ * header the frame stays in the log, the header records the log's
+ * length as applied, and the .mst/.xrf and whole files are synced only
+ * at a checkpoint (wal.h: the log past PYDB_WAL_CHECKPOINT, a collection
+ * step, a writer's close) -- one fsync per commit; otherwise (sync=False, files mode) the log is truncated to
  * zero, with sync=True after an fdatasync of the .mst/.xrf.  (3) starts
  * only once the frame is durable, and replay writes each byte with its
  * last value, so replaying applied commits is harmless.
@@ -177,6 +178,8 @@ struct pydb_txn {
     put_file *files;
     size_t nfiles;
     uint64_t index_gen;           /* MANIFEST generation it publishes   */
+    int keep;                     /* its commit keeps its frame in the log
+                                     (decided once, before prepare)      */
 };
 
 static size_t hslot(int32_t mfn, size_t cap)
@@ -795,12 +798,15 @@ int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
 int pydb__txn_log_file(pydb_txn *t, const char *path, const void *data,
                        size_t len, pydb_error *err)
 {
+    if (!t->keep)   /* nothing would ever sync the file */
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "pydb__txn_log_file(): "
+                          "the commit does not keep its frame in the log");
     return add_file(t, path, data, len, 1, err);
 }
 
-int pydb__keeps_frames(pydb_db *db)
+int pydb__txn_keeps_frame(const pydb_txn *t)
 {
-    return pydb__synced(db) && pydb__shm_log_usable(pydb__db_shm(db));
+    return t->keep;
 }
 
 void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen)
@@ -1051,7 +1057,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int log_sync_failed = 0, logged = 0, applied = 0;
     /* sync=True with a usable header: the frame stays in the log, the
      * .mst/.xrf are synced at checkpoints (wal.h) */
-    int keep = pydb__keeps_frames(db);
+    int keep = t->keep = pydb__synced(db) &&
+                         pydb__shm_log_usable(pydb__db_shm(db));
     int64_t log_at = 0;
     uint8_t *region = NULL;   /* a direct commit's region (wal.h) */
     int64_t mst_size = pydb__fsize(&db->mst);   /* true: load_state's */

@@ -231,12 +231,21 @@ int pydb__fsync_dir(const char *dir, pydb_error *err)
     return PYDB_OK;
 }
 
-int pydb__fsync_file(const char *path, pydb_error *err)
+/* pydb__fsync_file(); with missing_ok a file that does not exist (its
+ * open fails with ENOENT) sets *absent and counts as done. */
+static int fsync_path(const char *path, int missing_ok, int *absent,
+                      pydb_error *err)
 {
     int fd = pydb__vfs->open(path, O_RDONLY, 0);
-    if (fd < 0)
+    if (absent) *absent = 0;
+    if (fd < 0) {
+        if (missing_ok && errno == ENOENT) {
+            *absent = 1;
+            return PYDB_OK;
+        }
         return PYDB_OSERROR(err, errno, path, -1, "cannot open: %s",
                             strerror(errno));
+    }
     if (pydb__vfs->fsync(fd) != 0) {
         int e = errno;
         pydb__vfs->close(fd);
@@ -245,6 +254,16 @@ int pydb__fsync_file(const char *path, pydb_error *err)
     }
     pydb__vfs->close(fd);
     return PYDB_OK;
+}
+
+int pydb__fsync_file(const char *path, pydb_error *err)
+{
+    return fsync_path(path, 0, NULL, err);
+}
+
+int pydb__fsync_if_present(const char *path, int *absent, pydb_error *err)
+{
+    return fsync_path(path, 1, absent, err);
 }
 
 int pydb__fsync_parent(const char *path, pydb_error *err)

@@ -100,6 +100,9 @@ int pydb__fsync_parent(const char *path, pydb_error *err);
 /* fsync the file at path (opened read-only for it): PYDB_EIO with the
  * errno when it cannot be opened or the fsync fails. */
 int pydb__fsync_file(const char *path, pydb_error *err);
+/* The same, but a file that does not exist (its open fails with ENOENT;
+ * not a failed fsync) sets *absent and counts as done. */
+int pydb__fsync_if_present(const char *path, int *absent, pydb_error *err);
 
 /* Create `path` (O_EXCL if excl, else truncate what is there), write
  * len bytes and, if sync, fsync it; then close it.  A failed fsync also

@@ -379,6 +379,87 @@ static int wal_sync_files(const pydb_wal_files *w, int *fsync_failed,
     return PYDB_OK;
 }
 
+/* Ask the kernel to start writing path's dirty pages back, so that the
+ * fsyncs that follow wait on writes already under way rather than each
+ * on its own (about half the time per file for many small files here).
+ * A hint only: not through the vfs table, failures ignored. */
+static void start_writeback(const char *path)
+{
+#ifdef __linux__
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    close(fd);
+#else
+    (void)path;
+#endif
+}
+
+/* Folders to fsync once each (sync_whole_files). */
+typedef struct folders {
+    char (*v)[PATH_MAX];
+    size_t n;
+} folders;
+
+/* Add the folder of `path` to f unless it is there. */
+static int folders_add(folders *f, const char *path, pydb_error *err)
+{
+    char dir[PATH_MAX];
+    void *p;
+    parent_of(dir, path);
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->v[i], dir) == 0) return PYDB_OK;
+    p = realloc(f->v, (f->n + 1) * sizeof *f->v);
+    if (!p) return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+    f->v = p;
+    memcpy(f->v[f->n++], dir, strlen(dir) + 1);
+    return PYDB_OK;
+}
+
+/* fsync the files the whole-file entries of v[0..n) name (the last copy
+ * of each: wal_final_image), which commits that keep their frame and
+ * replay put in place unsynced (a native index's MANIFEST renamed in, its
+ * small segments written before their frame: txn.c,
+ * pydb__txn_log_file) -- writeback of all started first -- then each of
+ * their folders once.  A file removed since (a dropped index; a segment
+ * an index build or a collection removed) is skipped; a name that cannot
+ * be resolved is an error, so that a checkpoint never empties a log
+ * whose files it could not sync. */
+static int sync_whole_files(const wal_ent *v, size_t n,
+                            const pydb_wal_files *w, int *fsync_failed,
+                            pydb_error *err)
+{
+    folders f = {NULL, 0};
+    int rc = PYDB_OK;
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        if (!v[i].skip && v[i].kind == PYDB_WAL_FILE &&
+            wal_file_path(path, w, &v[i]) == 0)
+            start_writeback(path);
+    }
+    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
+        char path[PATH_MAX];
+        int absent;
+        if (v[i].skip || v[i].kind != PYDB_WAL_FILE) continue;
+        if (wal_file_path(path, w, &v[i]) != 0) {
+            rc = PYDB_ERROR(err, PYDB_EIO, w->wal_path, -1, "cannot "
+                            "resolve a whole file the log names: %.*s",
+                            (int)(v[i].nlen > 200 ? 200 : v[i].nlen),
+                            (const char *)v[i].name);
+            break;
+        }
+        if ((rc = pydb__fsync_if_present(path, &absent, err))) {
+            *fsync_failed = 1;
+            break;
+        }
+        if (!absent) rc = folders_add(&f, path, err);
+    }
+    for (size_t i = 0; i < f.n && rc == PYDB_OK; i++)
+        if ((rc = pydb__fsync_dir(f.v[i], err))) *fsync_failed = 1;
+    free(f.v);
+    return rc;
+}
+
 /* Apply the complete frames buf[0..len) to the files (wal_final_image).
  * fsync'ed unless !sync.  `seq` (or NULL): the sequence lock of a handle
  * reading these files, held odd while the .mst/.xrf bytes are written
@@ -425,15 +506,17 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
     }
     if (rc) goto cleanup;
     if (sync) rc = wal_sync_files(w, fsync_failed, err);
-    /* then the whole files */
+    /* then the whole files, unsynced, and (sync) all of them at once */
     for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
         char path[PATH_MAX];
         if (v[i].skip || v[i].kind != PYDB_WAL_FILE) continue;
         if (wal_file_path(path, w, &v[i]) == 0)   /* (checked above) */
             rc = pydb__replace_file(path, NULL, v[i].data,
-                                    (size_t)v[i].dlen, sync, fsync_failed,
+                                    (size_t)v[i].dlen, 0, fsync_failed,
                                     err);
     }
+    if (rc == PYDB_OK && sync)
+        rc = sync_whole_files(v, n, w, fsync_failed, err);
 cleanup:
     free(v);
     return rc;
@@ -500,77 +583,19 @@ int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
     return wal_replay(w, size, fsync_failed, err);
 }
 
-/* Ask the kernel to start writing path's dirty pages back, so that the
- * fsyncs that follow wait on writes already under way rather than each
- * on its own (about half the time per file for many small files here).
- * A hint only: not through the vfs table, failures ignored. */
-static void start_writeback(const char *path)
-{
-#ifdef __linux__
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-    close(fd);
-#else
-    (void)path;
-#endif
-}
-
-/* fsync each whole file the log replaced (its last copy), then each of
- * their folders once: commits that keep their frame rename them in
- * unsynced, and a native index's small segments are written unsynced
- * (txn.c, pydb__txn_log_file).  A file gone since (a dropped index, a
- * segment an index build or a collection removed) is skipped. */
+/* A checkpoint of commits that kept their frames: fsync the whole files
+ * the log's `size` bytes name (sync_whole_files). */
 static int wal_sync_whole(const pydb_wal_files *w, int64_t size,
                           int *fsync_failed, pydb_error *err)
 {
     uint8_t *buf = NULL;
-    size_t len = 0, n = 0, ndirs = 0;
+    size_t len = 0, n = 0;
     wal_ent *v = NULL;
-    char (*dirs)[PATH_MAX] = NULL;
     int rc = wal_load(&buf, &len, w->wal_fd, size, w->wal_path, err);
     if (rc <= 0) return rc;
     rc = wal_entries(&v, &n, buf, len, w->wal_path, err);
     if (rc == PYDB_OK) rc = wal_final_image(v, n, w->wal_path, err);
-    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
-        char path[PATH_MAX];
-        if (!v[i].skip && v[i].kind == PYDB_WAL_FILE &&
-            wal_file_path(path, w, &v[i]) == 0)
-            start_writeback(path);
-    }
-    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
-        char path[PATH_MAX], dir[PATH_MAX];
-        pydb_error fe;
-        size_t d;
-        if (v[i].skip || v[i].kind != PYDB_WAL_FILE ||
-            wal_file_path(path, w, &v[i]) != 0)
-            continue;
-        if ((rc = pydb__fsync_file(path, &fe))) {
-            if (fe.sys_errno == ENOENT) {   /* removed: nothing to sync */
-                rc = PYDB_OK;
-                continue;
-            }
-            if (err) *err = fe;
-            *fsync_failed = 1;
-            break;
-        }
-        parent_of(dir, path);
-        for (d = 0; d < ndirs && strcmp(dirs[d], dir) != 0; d++)
-            ;
-        if (d == ndirs) {   /* a folder not seen yet */
-            void *p = realloc(dirs, (ndirs + 1) * sizeof *dirs);
-            if (!p) {
-                rc = PYDB_ERROR(err, PYDB_ENOMEM, w->wal_path, -1,
-                                "no memory");
-                break;
-            }
-            dirs = p;
-            memcpy(dirs[ndirs++], dir, strlen(dir) + 1);
-        }
-    }
-    for (size_t d = 0; d < ndirs && rc == PYDB_OK; d++)
-        if ((rc = pydb__fsync_dir(dirs[d], err))) *fsync_failed = 1;
-    free(dirs);
+    if (rc == PYDB_OK) rc = sync_whole_files(v, n, w, fsync_failed, err);
     free(v);
     free(buf);
     return rc;

@@ -29,10 +29,11 @@
  * frame in the log; the commit header (shm.h) then records the log's
  * length as applied, for this boot.  (A direct commit, PYDB_WAL_DIRECT
  * below, fdatasyncs its records in the .mst before its frame.)  Whole
- * files (the native index's MANIFEST) are renamed in unsynced too, and
- * so are files the caller wrote already and put in the frame only for
- * replay (a native index's segment under PYDB_WAL_DIRECT bytes:
- * pydb__txn_log_file).  A checkpoint (pydb__wal_checkpoint: when the log
+ * files (the native index's MANIFEST) are renamed in unsynced too; files
+ * the caller wrote already, unsynced, and put in the frame for replay
+ * only (a native index's segment under PYDB_WAL_DIRECT bytes:
+ * pydb__txn_log_file) are left as they are.  A checkpoint
+ * (pydb__wal_checkpoint: when the log
  * passes PYDB_WAL_CHECKPOINT bytes, before a collection step changes
  * files outside the log, and when a writer handle closes) fdatasyncs the
  * .mst and .xrf, fsyncs the last copy of each whole file the log names
@@ -43,7 +44,8 @@
  * known).  Replay writes each byte once, with the value of the last
  * commit that wrote it (wal.c, wal_final_image), the .mst/.xrf in log
  * order, fdatasyncs both, then puts the whole files in place
- * (pydb__replace_file) -- so replaying commits already applied is
+ * (pydb__replace_file, unsynced) and syncs them as a checkpoint does --
+ * so replaying commits already applied is
  * harmless, and readers never see an older value come back.  Commits
  * with sync=False, and any commit without a usable header (files mode),
  * empty the log after each commit as before (sync=True: after an
@@ -160,7 +162,9 @@ int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
 
 /* With the writer lock held: a checkpoint.  Replay what may be missing
  * (as pydb__wal_recover), fdatasync the .mst and .xrf when the log holds
- * commits, then empty the log and fdatasync it -- whatever sync says:
+ * commits, fsync each whole file it names (a MANIFEST, a native index's
+ * small segments) and their folders, then empty the log and fdatasync
+ * it -- whatever sync says:
  * before a step that changes the files outside the log (a compaction's
  * swap, the native index's removals), a power cut must not bring back
  * applied commits whose replay would write records and XRF blocks at

@@ -365,6 +365,76 @@ def test_an_indexed_commit_fsyncs_only_its_log(tmp_path, lost):
         assert db.check().ok
 
 
+def _indexed_cut(tmp_path, name):
+    """A database with a native index (one record), then two indexed
+    commits of a writer killed without closing -- their frames, with
+    their segments, in the log -- and the commit header lost, as after a
+    power cut that kept every file: the next open replays the log.
+    Returns the base name."""
+    base = tmp_path / name / "db"
+    base.parent.mkdir()
+    with create_indexed(base, "isis-packed", sync=True, gc="none") as db:
+        db.append(content(1, 1, 40))
+    _killed_writer(base, [[("A", 2, 5, 30)], [("U", 1, 6, 30)]])
+    os.unlink(f"{base}.shm")
+    return base
+
+
+def test_a_replay_syncs_whole_files_as_a_checkpoint_does(tmp_path):
+    """Replaying a log that holds indexed commits puts their segments and
+    the MANIFEST in place unsynced, then fsyncs each file once and their
+    folder once (not the file and its folder for each); every commit is
+    there and the index agrees."""
+    bases = iter(range(1 << 20))
+
+    def reopen(n):
+        base = _indexed_cut(tmp_path, f"r{next(bases)}")
+        _pydb._testing.fail_io(n, errno.EIO)
+        try:
+            db = open_db(base, gc="none")
+        except pydb.Error:
+            return _fired(n)
+        got = _fired(n)
+        db.close()
+        return got
+
+    names = _ops_of(reopen)
+    # the .mst and .xrf, the two segments and the MANIFEST, their folder,
+    # the emptied log
+    assert [x for x in names if "sync" in x] == [
+        "fdatasync", "fdatasync", "fsync", "fsync", "fsync", "fsync",
+        "fdatasync"], names
+    base = _indexed_cut(tmp_path, "whole")
+    want = Oracle({1: (False, 1, 40)})
+    want.apply([("A", 2, 5, 30), ("U", 1, 6, 30)])
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0]
+        index_agrees(db)
+
+
+def test_a_checkpoint_whose_fsync_fails_with_enoent_keeps_the_log(tmp_path):
+    """A segment's fsync that fails with ENOENT (as a FUSE or network file
+    system may say) is a failed fsync, not a file removed since: the
+    closing checkpoint leaves the log as it was, and the next open
+    replays it; nothing is lost."""
+    base = tmp_path / "db"
+    with create_indexed(base, "isis-packed", sync=True, gc="none") as db:
+        db.append(content(1, 1, 40))
+    db = open_db(base, gc="none")
+    db.append(content(2, 1, 40))
+    size = _wal(base)
+    assert size > 0
+    # the closing checkpoint: fdatasync .mst, fdatasync .xrf, fsync segment
+    _pydb._testing.fail_io(3, errno.ENOENT)
+    db.close()
+    assert _fired(3) == "fsync"
+    assert _wal(base) == size
+    with open_db(base, gc="none") as db:
+        assert Oracle({1: (False, 1, 40), 2: (False, 1, 40)}).matches(db)[0]
+        index_agrees(db)
+    assert _wal(base) == 0
+
+
 # ------------------------------------------ whole files named in the log
 
 def test_a_log_replays_from_another_working_folder(tmp_path, monkeypatch):
