@@ -205,6 +205,8 @@ struct pydb_db {
                                 an fd, so the child would "hold" the
                                 parent's lock too: wal.c)                */
     char wal_path[1100];
+    size_t logged_files;     /* files this handle's commits logged in place
+                                since its last checkpoint (txn.c)        */
     char log_pending[600];   /* read-only handle: why the log's committed
                                 transaction could not be applied at open
                                 ("" when there was none or it was)       */

@@ -46,8 +46,9 @@
  * only: pydb__txn_log_file); (4) with sync=True and a usable commit
  * header the frame stays in the log, the header records the log's
  * length as applied, and the .mst/.xrf and whole files are synced only
- * at a checkpoint (wal.h: the log past PYDB_WAL_CHECKPOINT, a collection
- * step, a writer's close) -- one fsync per commit; otherwise (sync=False, files mode) the log is truncated to
+ * at a checkpoint (wal.h: the log past PYDB_WAL_CHECKPOINT bytes or
+ * PYDB_WAL_CHECKPOINT_FILES segments, a collection step, a writer's
+ * close) -- one fsync per commit; otherwise (sync=False, files mode) the log is truncated to
  * zero, with sync=True after an fdatasync of the .mst/.xrf.  (3) starts
  * only once the frame is durable, and replay writes each byte with its
  * last value, so replaying applied commits is harmless.
@@ -140,6 +141,7 @@ static int checkpoint(pydb_db *db, pydb_error *err)
     pydb_wal_files w = pydb__wal_files(db);
     int failed = 0, rc = pydb__wal_checkpoint(&w, &failed, err);
     if (failed) set_fatal(db, PYDB__FATAL_SYNC);
+    if (rc == PYDB_OK) db->logged_files = 0;
     return rc;
 }
 
@@ -1207,7 +1209,11 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (keep) {
         int64_t end = log_at + (int64_t)log.n;
         pydb__shm_log_set(pydb__db_shm(db), (uint64_t)end);
-        if (end >= PYDB_WAL_CHECKPOINT) (void)checkpoint(db, NULL);
+        for (size_t i = 0; i < t->nfiles; i++)
+            db->logged_files += (size_t)t->files[i].in_place;
+        if (end >= PYDB_WAL_CHECKPOINT ||
+            db->logged_files >= PYDB_WAL_CHECKPOINT_FILES)
+            (void)checkpoint(db, NULL);
     } else if (log_at > 0) {
         (void)checkpoint(db, NULL);
     } else {

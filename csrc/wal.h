@@ -33,12 +33,13 @@
  * the caller wrote already, unsynced, and put in the frame for replay
  * only (a native index's segment under PYDB_WAL_DIRECT bytes:
  * pydb__txn_log_file) are left as they are.  A checkpoint
- * (pydb__wal_checkpoint: when the log
- * passes PYDB_WAL_CHECKPOINT bytes, before a collection step changes
- * files outside the log, and when a writer handle closes) fdatasyncs the
- * .mst and .xrf, fsyncs the last copy of each whole file the log names
- * (writeback of all of them started first) and then each of their
- * folders once, then empties the log and fdatasyncs that.
+ * (pydb__wal_checkpoint: when the log passes PYDB_WAL_CHECKPOINT bytes
+ * or a handle's commits logged PYDB_WAL_CHECKPOINT_FILES segments,
+ * before a collection step changes files outside the log, and when a
+ * writer handle closes) fdatasyncs the .mst and .xrf, fsyncs the last
+ * copy of each whole file the log names (writeback of all of them
+ * started first) and then each of their folders once, then empties the
+ * log and fdatasyncs that.
  * Recovery replays the whole log unless the header says every byte of
  * it was applied in this boot (after a power cut, a reboot, nothing is
  * known).  Replay writes each byte once, with the value of the last
@@ -74,6 +75,12 @@
 #define PYDB_WAL_MAX_PATH 4096  /* longest name of a whole file           */
 /* A commit that leaves the log longer than this checkpoints (bytes). */
 #define PYDB_WAL_CHECKPOINT (4 << 20)
+/* ... and so does one after which this handle's commits since the last
+ * checkpoint logged this many files written in place (a native index's
+ * small segments: pydb__txn_log_file): the checkpoint fsyncs each, under
+ * the writer lock, so this bounds the wait of the commit that makes it
+ * (about 100 us each here; a 4 MiB log holds some 1,600). */
+#define PYDB_WAL_CHECKPOINT_FILES 256
 /* A commit whose new master-file region has at least this many bytes
  * writes the region straight into the .mst, past the committed end, and
  * (with sync) fdatasyncs it before its frame, which holds only the

@@ -412,6 +412,23 @@ def test_a_replay_syncs_whole_files_as_a_checkpoint_does(tmp_path):
         index_agrees(db)
 
 
+def test_logged_segments_bound_the_checkpoint(tmp_path):
+    """A checkpoint fsyncs every segment the log holds, under the writer
+    lock: the commit after which a handle's commits logged 256 of them
+    (PYDB_WAL_CHECKPOINT_FILES) checkpoints, long before the log's 4 MiB,
+    so that the commit making it waits for 256 fsyncs at most."""
+    base = tmp_path / "db"
+    with create_indexed(base, "isis-packed", sync=True, gc="none") as db:
+        for m in range(1, 256):
+            db.append(content(m, 1, 10))
+        assert 0 < _wal(base) < (4 << 20)
+        db.append(content(256, 1, 10))
+        assert _wal(base) == 0
+        db.append(content(257, 1, 10))
+        assert _wal(base) > 0
+        index_agrees(db)
+
+
 def test_a_checkpoint_whose_fsync_fails_with_enoent_keeps_the_log(tmp_path):
     """A segment's fsync that fails with ENOENT (as a FUSE or network file
     system may say) is a failed fsync, not a file removed since: the
