@@ -95,11 +95,11 @@ def timed_pair(run: Run, figure: str, mine: str, peers: list[tuple[str, str]],
     else times; met when peer time / pydb time >= `need` (with
     `need_rate`: when pydb's rate is at least that)."""
     m = run.median(mine)
-    got = [(label, name, run.median(name)) for label, name in peers]
-    got = [g for g in got if g[2] is not None]
+    got = [(med, label, name) for label, name in peers
+           if (med := run.median(name)) is not None]
     if m is None or not got:
         return Row(figure, "-", "-", "", target, "not run")
-    label, name, p = min(got, key=lambda g: g[2])
+    p, label, name = min(got)
     speedup = p / m
     if rate:
         mine_s, peer_s = f"{_num(rate(m))} {unit}", f"{label} {_num(rate(p))} {unit}"
@@ -149,6 +149,17 @@ def real_files_row(run: Run) -> Row:
                "yes" if lo[0] >= 10 else "no")
 
 
+#: The query rows: (figure, bench_index.py query, peer label, peer's
+#: test suffix, target, speedup needed).
+QUERY_ROWS = [
+    ("frequent-term query", "term", "FTS5", "sqlite_fts5", ">= 5x FTS5", 5.0),
+    ("two-letter truncation BA$", "truncation", "FTS5", "sqlite_fts5", ">= 10x FTS5",
+     10.0),
+    ("adjacency (T1 $ T2)", "adjacent", "tantivy", "tantivy", ">= tantivy", 1.0),
+    ("proximity (T1 . . . T2)", "proximity", "tantivy", "tantivy", ">= tantivy", 1.0),
+]
+
+
 def rows(run: Run) -> list[Row]:
     gil = "benchmarks/bench_gil.py::test_reads_beside_busy_thread"
     thr = "benchmarks/bench_gil.py::test_reads_by_key_threads"
@@ -178,14 +189,9 @@ def rows(run: Run) -> list[Row]:
         timed_pair(run, "durable single-record commits (sync=True)", f"{com}[pydb]",
                    [("SQLite WAL FULL", f"{com}[sqlite3]")], ">= SQLite WAL FULL", 1.0,
                    rate=lambda s: COMMITS / s, unit="commits/s"),
-        timed_pair(run, "frequent-term query", f"{q}pydb[term]",
-                   [("FTS5", f"{q}sqlite_fts5[term]")], ">= 5x FTS5", 5.0),
-        timed_pair(run, "two-letter truncation BA$", f"{q}pydb[truncation]",
-                   [("FTS5", f"{q}sqlite_fts5[truncation]")], ">= 10x FTS5", 10.0),
-        timed_pair(run, "adjacency (T1 $ T2)", f"{q}pydb[adjacent]",
-                   [("tantivy", f"{q}tantivy[adjacent]")], ">= tantivy", 1.0),
-        timed_pair(run, "proximity (T1 . . . T2)", f"{q}pydb[proximity]",
-                   [("tantivy", f"{q}tantivy[proximity]")], ">= tantivy", 1.0),
+        *(timed_pair(run, figure, f"{q}pydb[{query}]",
+                     [(label, f"{q}{peer}[{query}]")], target, need)
+          for figure, query, label, peer, target, need in QUERY_ROWS),
         timed_pair(run, "MARC ISO 2709 parsing", f"{marc}[pydb]",
                    [("pymarc", f"{marc}[pymarc]")], ">= 10x pymarc", 10.0),
         timed_pair(run, "bulk load, one durable transaction", f"{load}[pydb]",
