@@ -88,12 +88,14 @@ def _dur(s: float) -> str:
 
 
 def timed_pair(run: Run, figure: str, mine: str, peers: list[tuple[str, str]],
-               target: str, need: float, rate: Callable[[float], float] | None = None,
+               target: str, need: float | None,
+               rate: Callable[[float], float] | None = None,
                unit: str = "", need_rate: float | None = None) -> Row:
     """A row comparing timed benchmark `mine` with the fastest of `peers`
     ((label, name)): with `rate` (work / seconds) the figures are rates,
     else times; met when peer time / pydb time >= `need` (with
-    `need_rate`: when pydb's rate is at least that)."""
+    `need_rate`: when pydb's rate is at least that; `need` None: no
+    target)."""
     m = run.median(mine)
     got = [(med, label, name) for label, name in peers
            if (med := run.median(name)) is not None]
@@ -105,7 +107,9 @@ def timed_pair(run: Run, figure: str, mine: str, peers: list[tuple[str, str]],
         mine_s, peer_s = f"{_num(rate(m))} {unit}", f"{label} {_num(rate(p))} {unit}"
     else:
         mine_s, peer_s = _dur(m), f"{label} {_dur(p)}"
-    if need_rate is None:
+    if need is None:
+        met = "-"   # a figure shown beside the others, without a target
+    elif need_rate is None:
         met = "yes" if speedup >= need else "no"
     elif rate is None:
         met = "unknown"   # the benchmark did not store its amount of work
@@ -197,7 +201,7 @@ def rows(run: Run) -> list[Row]:
         timed_pair(run, "bulk load, one durable transaction", f"{load}[pydb]",
                    [("py-lmdb", f"{load}[lmdb]")], ">= py-lmdb", 1.0),
         timed_pair(run, "durable commits with a word index", f"{com}[pydb-index]",
-                   [("SQLite FTS5", f"{com}[sqlite3-fts5]")], "(no target)", 0.0,
+                   [("SQLite FTS5", f"{com}[sqlite3-fts5]")], "(no target)", None,
                    rate=lambda s: COMMITS / s, unit="commits/s"),
     ]
 

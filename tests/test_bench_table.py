@@ -53,6 +53,12 @@ def test_rows_of_a_report(tmp_path, capsys):
     assert (adj.pydb, adj.peer, adj.verdict, adj.met) == (
         "200 us (1.00x)", "tantivy 200 us", "no difference proven", "yes")
     assert rows["bulk load, one durable transaction"].met == "not run"
+    idx = table.rows(table.Run({"benchmarks": [
+        _bench("benchmarks/bench_commit.py::test_durable_commits[pydb-index]", [0.1] * 3),
+        _bench("benchmarks/bench_commit.py::test_durable_commits[sqlite3-fts5]", [0.2] * 3),
+    ]}))[-1]
+    assert (idx.pydb, idx.peer, idx.met) == (
+        "2,000 commits/s (2.00x)", "SQLite FTS5 1,000 commits/s", "-")
     path = tmp_path / "b.json"
     path.write_text(json.dumps(_report()))
     assert table.main([str(path)]) == 0
