@@ -12,7 +12,8 @@
  *                                    not counted, e.g. a collector)
  *                                    fail; crash=True calls _exit(137)
  *   io_count(), io_fired()           what fail_io() counted / fired
- *   crc32c(data, offset, portable)   the core's CRC-32C (or its table form)
+ *   crc32c(data, offset, portable, seed)  the core's CRC-32C (or its
+ *                                    table form), continued from seed
  *   set_read_delay(usec)             make every core pread sleep first
  *   set_nowait_postings(n)           postings a search reads with the GIL
  *                                    held before it releases it
@@ -599,15 +600,17 @@ static PyObject *mod_test_crc32c(PyObject *m, PyObject *args)
     Py_buffer b;
     Py_ssize_t off = 0;
     int portable = 0;
+    unsigned int seed = 0;
     uint32_t crc;
     (void)m;
-    if (!PyArg_ParseTuple(args, "y*|np", &b, &off, &portable)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*|npI", &b, &off, &portable, &seed))
+        return NULL;
     if (off < 0 || off > b.len) {
         PyBuffer_Release(&b);
         PyErr_SetString(PyExc_ValueError, "offset outside the data");
         return NULL;
     }
-    crc = pydb__test_crc32c(0, (char *)b.buf + off, (size_t)(b.len - off),
+    crc = pydb__test_crc32c(seed, (char *)b.buf + off, (size_t)(b.len - off),
                             portable);
     PyBuffer_Release(&b);
     return PyLong_FromUnsignedLong(crc);
@@ -631,9 +634,10 @@ static PyMethodDef testing_functions[] = {
      "n-th on fails (a full disk).  errno defaults to EIO.  n=0 turns it "
      "off, n<0 only counts.  Process-wide."},
     {"crc32c", mod_test_crc32c, METH_VARARGS,
-     "crc32c(data, offset=0, portable=False, /)\n--\n\nCRC-32C of "
-     "data[offset:] as the core computes it (with `portable`, by its "
-     "table, whatever the CPU has)."},
+     "crc32c(data, offset=0, portable=False, seed=0, /)\n--\n\nCRC-32C "
+     "of data[offset:] as the core computes it (with `portable`, by its "
+     "table, whatever the CPU has), continuing from `seed` (the CRC of "
+     "the bytes before)."},
     {"io_count", mod_test_io_count, METH_NOARGS,
      "io_count()\n--\n\nWrite-side operations counted since fail_io()."},
     {"io_fired", mod_test_io_fired, METH_NOARGS,

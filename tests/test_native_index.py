@@ -278,8 +278,8 @@ def _checksum(b):
 def test_the_core_checksum_is_crc32c_at_every_length_and_alignment():
     """The core's CRC-32C (the CPU's CRC32 instruction where it has one,
     else a table) equals the reference above and its own table form, for
-    every length 0..80 at each of 8 alignments and for a 1 MiB buffer;
-    and the standard check value: CRC-32C("123456789") = 0xE3069283
+    every length 0..80 at each of 8 alignments and for a 1 MiB buffer,
+    continued over a split too; and the standard check value: CRC-32C("123456789") = 0xE3069283
     (RFC 3720, B.4)."""
     from pydb._pydb import _testing
     data = bytes((i * 131 + 7) & 0xFF for i in range(96))
@@ -292,6 +292,12 @@ def test_the_core_checksum_is_crc32c_at_every_length_and_alignment():
     big = os.urandom(1 << 20)
     assert _testing.crc32c(big, 3) == _testing.crc32c(big, 3, True)
     assert _testing.crc32c(b"123456789") == 0xE3069283
+    # continued over a split (as a spilled run's checksum is: nidx_spill.c)
+    for cut in (0, 1, 7, 8, 13, 4096):
+        for portable in (False, True):
+            head = _testing.crc32c(big[:cut], 0, portable)
+            assert _testing.crc32c(big, cut, portable, head) == \
+                _testing.crc32c(big), (cut, portable)
 
 
 # ---- the commit hook, driven directly (no writer on this branch) --------
