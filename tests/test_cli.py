@@ -150,6 +150,10 @@ def test_import_appends_to_an_existing_database(tmp_path):
 #: "slow": no signal of its own, half a second before each mark.
 CHILD = """
 import os, signal, sys
+# Ctrl-C raises KeyboardInterrupt even when this test runs in a background
+# job of a non-interactive shell, whose children inherit SIGINT ignored
+# (Python then leaves it ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pydb import exchange
 from pydb.__main__ import main
 K, SIG, WHEN = int(sys.argv[1]), getattr(signal, sys.argv[2]), sys.argv[3]
