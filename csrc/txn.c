@@ -48,8 +48,9 @@
  * length as applied, and the .mst/.xrf and whole files are synced only
  * at a checkpoint (wal.h: the log past PYDB_WAL_CHECKPOINT bytes or
  * PYDB_WAL_CHECKPOINT_FILES segments, a collection step, a writer's
- * close) -- one fsync per commit; otherwise (sync=False, files mode) the log is truncated to
- * zero, with sync=True after an fdatasync of the .mst/.xrf.  (3) starts
+ * close) -- one fsync per commit; otherwise (sync=False, files mode)
+ * the log is truncated to zero, with sync=True after an fdatasync of the
+ * .mst/.xrf.  (3) starts
  * only once the frame is durable, and replay writes each byte with its
  * last value, so replaying applied commits is harmless.
  *
@@ -1059,8 +1060,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int log_sync_failed = 0, logged = 0, applied = 0;
     /* sync=True with a usable header: the frame stays in the log, the
      * .mst/.xrf are synced at checkpoints (wal.h) */
-    int keep = t->keep = pydb__synced(db) &&
-                         pydb__shm_log_usable(pydb__db_shm(db));
+    int keep = t->keep = sync && pydb__shm_log_usable(pydb__db_shm(db));
     int64_t log_at = 0;
     uint8_t *region = NULL;   /* a direct commit's region (wal.h) */
     int64_t mst_size = pydb__fsize(&db->mst);   /* true: load_state's */

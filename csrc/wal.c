@@ -14,6 +14,7 @@
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,18 +231,14 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
     return PYDB_OK;
 }
 
-/* The folder part of path into out[PATH_MAX], by its name only ("." for
- * a bare name, "/" for a file of the root folder). */
+/* The folder part of path (shorter than PATH_MAX) into out[PATH_MAX], by
+ * its name only: dirname(3) ("." for a bare name, "/" for a file of the
+ * root folder). */
 static void parent_of(char *out, const char *path)
 {
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    if (!slash)
-        snprintf(out, PATH_MAX, ".");
-    else if (n == 0)
-        snprintf(out, PATH_MAX, "/");
-    else
-        snprintf(out, PATH_MAX, "%.*s", (int)n, path);
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", path);
+    snprintf(out, PATH_MAX, "%s", dirname(copy));
 }
 
 /* The folder of `path` (resolved: realpath) into out[PATH_MAX]; -1
