@@ -543,7 +543,6 @@ int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
 {
     char dir[1024], path[1100];
     uint8_t *data = NULL;
-    size_t len;
     nidx_manifest m;
     int rc;
 
@@ -551,8 +550,7 @@ int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
     memset(&m, 0, sizeof m);
     if ((rc = pydb__nidx_dir(dir, sizeof dir, db_path, err))) return rc;
     snprintf(path, sizeof path, "%s/MANIFEST", dir);
-    if ((rc = pydb__read_file(path, &data, &len, err))) return rc;
-    if ((rc = pydb__nman_parse(&m, data, len, path, err))) goto cleanup;
+    if ((rc = pydb__nman_read(&m, &data, path, 0, err))) return rc;
     out->utf8 = m.rules.utf8;
     out->max_key = m.rules.max_key;
     out->mode = m.rules.mode;

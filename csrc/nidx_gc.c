@@ -262,7 +262,6 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
     char manifest[1100];
     uint64_t top = 0;
     uint8_t *data = NULL;
-    size_t len;
     nidx_manifest m;
     pydb_error e;
     DIR *d;
@@ -271,8 +270,7 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
 
     memset(&m, 0, sizeof m);
     snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
-    named = pydb__read_file(manifest, &data, &len, &e) == PYDB_OK &&
-            pydb__nman_parse(&m, data, len, manifest, &e) == PYDB_OK;
+    named = pydb__nman_read(&m, &data, manifest, 0, &e) == PYDB_OK;
     if (!named) remove = 0;   /* cannot tell what the MANIFEST names */
     d = opendir(dir);
     while (d && (de = readdir(d)) != NULL) {
@@ -705,15 +703,13 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
                        int64_t *unused, int64_t *unused_bytes)
 {
     uint8_t *data = NULL;
-    size_t len;
     nidx_manifest m;
     pydb_error e;
     DIR *d;
     struct dirent *de;
 
     memset(&m, 0, sizeof m);
-    if (pydb__read_file(x->manifest, &data, &len, &e) != PYDB_OK ||
-        pydb__nman_parse(&m, data, len, x->manifest, &e) != PYDB_OK)
+    if (pydb__nman_read(&m, &data, x->manifest, 0, &e) != PYDB_OK)
         memset(&m, 0, sizeof m);
     d = opendir(x->dir);
     while (d && (de = readdir(d)) != NULL) {
@@ -825,7 +821,6 @@ static int index_durable(nidx *x, pydb_db *db, uint64_t **named,
 {
     nidx_manifest m;
     uint8_t *data = NULL;
-    size_t len;
     char path[1100];
     int rc;
 
@@ -835,8 +830,7 @@ static int index_durable(nidx *x, pydb_db *db, uint64_t **named,
     if (pydb__synced(db)) return PYDB_OK;
     /* the records first: M1's postings are of commits they hold */
     if ((rc = pydb__db_datasync(db, err)) ||
-        (rc = pydb__read_file_synced(x->manifest, &data, &len, err)) ||
-        (rc = pydb__nman_parse(&m, data, len, x->manifest, err)))
+        (rc = pydb__nman_read(&m, &data, x->manifest, 1, err)))
         goto cleanup;
     for (size_t i = 0; i < m.nsegs && rc == PYDB_OK; i++) {
         pydb__nseg_path(path, sizeof path, x->dir, m.segs[i]);

@@ -634,7 +634,7 @@ static int load_set(nidx_segset **out, nidx_manifest *m, uint8_t **data,
 {
     nidx_segset *ns = NULL;
     nidx_seg **ix;
-    size_t len, nix;
+    size_t nix;
     int rc, tries = 0, slot, vanished;
 
     *out = NULL;
@@ -644,9 +644,7 @@ static int load_set(nidx_segset **out, nidx_manifest *m, uint8_t **data,
 again:
     vanished = 0;
     slot = register_reader(x);
-    if ((rc = pydb__read_file(x->manifest, data, &len, err))) goto cleanup;
-    if ((rc = pydb__nman_parse(m, *data, len, x->manifest, err)))
-        goto cleanup;
+    if ((rc = pydb__nman_read(m, data, x->manifest, 0, err))) goto cleanup;
     ns = pydb__nsegset_new(m->nsegs);
     if (!ns) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
@@ -792,7 +790,7 @@ int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
         pthread_mutex_lock(&x->mu);
         cur_gen = x->gen;
         pthread_mutex_unlock(&x->mu);
-        if (g <= cur_gen) {   /* also: no MANIFEST now */
+        if (g <= cur_gen) {   /* also: no MANIFEST now (unknown: read it) */
             pydb__nidx_seen(x, latest);
             return PYDB_OK;
         }
@@ -852,7 +850,7 @@ int pydb__nidx_set_at(nidx_segset **out, nidx *x, uint64_t g,
     if ((*out = held_set(x, g)) != NULL) return PYDB_OK;
     if (pydb__nowait()) return pydb__nowait_refuse();
     head = pydb__nman_head_generation(x->manifest);
-    if (head > g) goto moved;
+    if (head > g && head != NIDX_GEN_UNKNOWN) goto moved;
     share[0] = pydb__nidx_acquire(x);
     share[1] = held_set(x, 0);
     if ((rc = load_set(&ns, &m, &data, x, share, 2, err))) goto cleanup;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "nidx_int.h"
 #include "nidx_manifest.h"
@@ -192,6 +193,42 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
     return PYDB_OK;
 }
 
+/* Whether the file at path changed between the stat a and now. */
+static int changed_since(const char *path, const struct stat *a)
+{
+    struct stat b;
+    if (stat(path, &b) != 0) return 1;
+    return a->st_ino != b.st_ino || a->st_size != b.st_size ||
+           a->st_ctim.tv_sec != b.st_ctim.tv_sec ||
+           a->st_ctim.tv_nsec != b.st_ctim.tv_nsec;
+}
+
+int pydb__nman_read(nidx_manifest *m, uint8_t **data, const char *path,
+                    int synced, pydb_error *err)
+{
+    struct stat a;
+    size_t len;
+    int rc;
+
+    memset(m, 0, sizeof *m);
+    for (int tries = 0;; tries++) {
+        *data = NULL;
+        if (stat(path, &a) != 0) memset(&a, 0, sizeof a);
+        rc = synced ? pydb__read_file_synced(path, data, &len, err)
+                    : pydb__read_file(path, data, &len, err);
+        if (rc) return rc;
+        rc = pydb__nman_parse(m, *data, len, path, err);
+        if (rc == PYDB_OK) return PYDB_OK;
+        free(*data);
+        *data = NULL;
+        if (rc != PYDB_ECORRUPT) return rc;
+        /* read while a swap rewrote it: again (once in any case) */
+        if (tries >= NIDX_READ_TRIES ||
+            (tries > 0 && !changed_since(path, &a)))
+            return rc;
+    }
+}
+
 uint64_t pydb__nman_head_generation(const char *path)
 {
     char hb[96];
@@ -202,9 +239,12 @@ uint64_t pydb__nman_head_generation(const char *path)
     if (fd < 0) return 0;
     r = pydb__vfs->pread(fd, hb, sizeof hb - 1, 0);
     pydb__vfs->close(fd);
-    if (r < (ssize_t)ml || memcmp(hb, NIDX_MANIFEST_MAGIC, ml) != 0) return 0;
+    if (r < (ssize_t)ml || memcmp(hb, NIDX_MANIFEST_MAGIC, ml) != 0)
+        return NIDX_GEN_UNKNOWN;
     hb[r] = '\0';
-    if (sscanf(hb + ml, "generation %llu\n", &g) != 1) return 0;
+    if (sscanf(hb + ml, "generation %llu\n", &g) != 1 ||
+        (uint64_t)g == NIDX_GEN_UNKNOWN)
+        return NIDX_GEN_UNKNOWN;
     return (uint64_t)g;
 }
 
@@ -212,18 +252,15 @@ uint64_t pydb__nman_top_generation(const char *dir)
 {
     char path[1100];
     uint8_t *d;
-    size_t n;
     nidx_manifest m;
     pydb_error e;
     uint64_t gen = 0;
     snprintf(path, sizeof path, "%s/MANIFEST", dir);
-    if (pydb__read_file(path, &d, &n, &e)) return 0;
-    if (pydb__nman_parse(&m, d, n, path, &e) == PYDB_OK) {
-        gen = m.gen;
-        for (size_t i = 0; i < m.nsegs; i++)
-            if (m.segs[i] > gen) gen = m.segs[i];
-        free(m.segs);
-    }
+    if (pydb__nman_read(&m, &d, path, 0, &e)) return 0;
+    gen = m.gen;
+    for (size_t i = 0; i < m.nsegs; i++)
+        if (m.segs[i] > gen) gen = m.segs[i];
+    free(m.segs);
     free(d);
     return gen;
 }

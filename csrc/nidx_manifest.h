@@ -10,7 +10,8 @@
  * 8 hex digits).  It is replaced
  * whole, always by a transaction through pydb_txn_put_file() (a commit,
  * a merge, a bulk build; written with the records' write-ahead log and
- * replayed by recovery),
+ * replayed by recovery; unless synced at once, by a swap of names with
+ * its spare MANIFEST.pydb-next: pydb__swap_file),
  * so the index flips with the records.  Each new MANIFEST has a higher
  * generation than the one it replaces.
  *
@@ -55,8 +56,21 @@ int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
  * reason) for damage or another format version. */
 int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
                      const char *path, pydb_error *err);
-/* The generation a MANIFEST's head announces, or 0 when the file is
- * missing or its head does not parse (a full read then decides). */
+/* Read the MANIFEST at path and parse it into *m (its bytes in *data:
+ * free them and m->segs; both NULL on failure); synced: fsync what was
+ * read.  A MANIFEST is replaced by a swap of names with its spare
+ * (pydb__swap_file), so a reader that opened it just before a swap may
+ * read it while the next swap rewrites it: damage is read again once,
+ * and again while the file keeps changing (up to NIDX_READ_TRIES), and
+ * reported only when it stays.  Errors: those of reading (PYDB_EIO,
+ * PYDB_ENOMEM) and of pydb__nman_parse. */
+#define NIDX_READ_TRIES 100
+int pydb__nman_read(nidx_manifest *m, uint8_t **data, const char *path,
+                    int synced, pydb_error *err);
+/* The generation a MANIFEST's head announces; 0 when the file is
+ * missing; NIDX_GEN_UNKNOWN when its head does not parse (damage, or a
+ * file read while a swap rewrote it: a full read decides). */
+#define NIDX_GEN_UNKNOWN UINT64_MAX
 uint64_t pydb__nman_head_generation(const char *path);
 /* The highest generation <dir>/MANIFEST names (its own or a segment's);
  * 0 when there is none or it cannot be read. */

@@ -602,8 +602,12 @@ int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
 /* Replace the whole content of file `path` atomically as part of the
  * transaction (logged in the write-ahead log, under its name relative to
  * the database's folder, and replayed by recovery whatever the working
- * folder of the process that replays); the data are copied.  For commit
- * hooks.  Errors: PYDB_EINVAL (no path; a path outside the database's
+ * folder of the process that replays); the data are copied.  Unless
+ * the commit syncs its files at once, the bytes go into the spare
+ * "<path>.pydb-next", whose name is then swapped with path's: the spare
+ * keeps the previous content (a reader that opened path before the swap
+ * may meet it rewritten by a later commit: check what is read).  For
+ * commit hooks.  Errors: PYDB_EINVAL (no path; a path outside the database's
  * folder and its subfolders, or in a folder that does not exist; data
  * NULL with len > 0), PYDB_ENOMEM. */
 int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,

@@ -75,6 +75,10 @@ typedef struct pydb_vfs {
     int (*ftruncate)(int fd, off_t len);
     int (*rename)(const char *from, const char *to);
     int (*unlink)(const char *path);
+    /* swap the names a and b atomically (Linux renameat2 with
+     * RENAME_EXCHANGE); -1 with errno EINVAL, ENOSYS or EOPNOTSUPP where
+     * the file system or the system cannot (pydb__swap_file) */
+    int (*exchange)(const char *a, const char *b);
 } pydb_vfs;
 extern pydb_vfs *pydb__vfs;   /* the table in use (default: POSIX)       */
 extern pydb_vfs pydb__vfs_posix;

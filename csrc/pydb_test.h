@@ -39,8 +39,8 @@ void pydb__test_set_read_delay(unsigned usec);
 size_t pydb__test_set_nowait_postings(size_t n);
 
 /* Fault injection: make the n-th (1-based) write-side file operation
- * (pwrite, fsync, fdatasync, ftruncate, rename, unlink) fail with `eno`;
- * with `short_write` = 1, an n-th pwrite writes less than asked and the
+ * (pwrite, fsync, fdatasync, ftruncate, rename, unlink, exchange) fail
+ * with `eno`; with `short_write` = 1, an n-th pwrite writes less than asked and the
  * next one fails with `eno`; with `short_write` = 2 the process exits
  * (_exit(137), a crash point) instead of doing the n-th operation; with
  * `short_write` = 3 every operation from the n-th on fails (a full disk).

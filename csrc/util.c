@@ -347,3 +347,40 @@ int pydb__replace_file(const char *path, const char *tmp, const void *data,
     return PYDB_OK;
 }
 
+int pydb__swap_file(const char *path, const void *data, size_t len,
+                    pydb_error *err)
+{
+    char spare[MAX_PATH_LEN + 16];
+    int fd, e, rc = PYDB_OK;
+
+    if (strlen(path) > MAX_PATH_LEN)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "path too long");
+    snprintf(spare, sizeof spare, "%s.pydb-next", path);
+    fd = pydb__vfs->open(spare, O_RDWR | O_CREAT, 0644);
+    if (fd < 0)
+        return PYDB_OSERROR(err, errno, spare, -1, "cannot open: %s",
+                            strerror(errno));
+    e = len ? -pydb__write_full(fd, data, len, 0) : 0;
+    if (e) {
+        rc = PYDB_OSERROR(err, e, spare, 0, "write failed: %s", strerror(e));
+        goto cleanup;
+    }
+    if (pydb__vfs->ftruncate(fd, (off_t)len) != 0) {
+        rc = PYDB_OSERROR(err, errno, spare, (int64_t)len,
+                          "ftruncate failed: %s", strerror(errno));
+    }
+cleanup:
+    if (pydb__vfs->close(fd) != 0 && rc == PYDB_OK)
+        rc = PYDB_OSERROR(err, errno, spare, -1, "close failed: %s",
+                          strerror(errno));
+    if (rc) return rc;
+    if (pydb__vfs->exchange(spare, path) == 0) return PYDB_OK;
+    e = errno;
+    if (e != EINVAL && e != ENOSYS && e != EOPNOTSUPP && e != ENOENT)
+        return PYDB_OSERROR(err, e, path, -1, "exchange with %s failed: %s",
+                            spare, strerror(e));
+    if (pydb__vfs->rename(spare, path) != 0)
+        return PYDB_OSERROR(err, errno, path, -1, "rename failed: %s",
+                            strerror(errno));
+    return PYDB_OK;
+}

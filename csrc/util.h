@@ -120,4 +120,20 @@ int pydb__replace_file(const char *path, const char *tmp, const void *data,
                        size_t len, int sync, int *fsync_failed,
                        pydb_error *err);
 
+/* Replace `path` with len bytes without creating or removing a file:
+ * they are written to the spare "<path>.pydb-next" (created the first
+ * time, kept after), whose name is then swapped with path's (the vfs's
+ * exchange), so that the spare holds the previous content and the next
+ * swap writes into it.  Nothing is synced (callers that need the bytes
+ * durable have them in the log: a checkpoint syncs path and its folder).
+ * Where the file system cannot swap names, or path does not exist yet,
+ * the spare is renamed over path instead (pydb__replace_file's way,
+ * unsynced).  Readers that open path see the old file or the new one;
+ * one that opened it before a swap and still reads it after the next
+ * swap began may see a mixture, so readers check what they read (the
+ * native index's MANIFEST carries a CRC-32C: pydb__nman_read).
+ * On failure path is untouched.  0 or a PYDB error. */
+int pydb__swap_file(const char *path, const void *data, size_t len,
+                    pydb_error *err);
+
 #endif

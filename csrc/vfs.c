@@ -38,9 +38,20 @@ static ssize_t posix_pread_nowait(int fd, void *buf, size_t n, off_t off)
 
 static int posix_ftruncate(int fd, off_t len) { return ftruncate(fd, len); }
 
+static int posix_exchange(const char *a, const char *b)
+{
+#ifdef RENAME_EXCHANGE
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+#else
+    (void)a; (void)b;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 pydb_vfs pydb__vfs_posix = {posix_open, pread, pwrite, fsync, close,
                             posix_pread_nowait, fdatasync, posix_ftruncate,
-                            rename, unlink};
+                            rename, unlink, posix_exchange};
 pydb_vfs *pydb__vfs = &pydb__vfs_posix;
 
 /* Read n bytes at off with fd, retrying on EINTR and short reads.
@@ -190,7 +201,7 @@ static ssize_t never_cached(int fd, void *buf, size_t n, off_t off)
 
 static pydb_vfs vfs_slow = {posix_open, slow_pread, pwrite, fsync, close,
                             never_cached, fdatasync, posix_ftruncate, rename,
-                            unlink};
+                            unlink, posix_exchange};
 
 void pydb__test_set_read_delay(unsigned usec)
 {
@@ -267,10 +278,15 @@ static int faulty_unlink(const char *a)
 {
     return fault_hit("unlink") ? -1 : unlink(a);
 }
+static int faulty_exchange(const char *a, const char *b)
+{
+    return fault_hit("exchange") ? -1 : posix_exchange(a, b);
+}
 
 static pydb_vfs vfs_faulty = {posix_open, pread, faulty_pwrite, faulty_fsync,
                               close, posix_pread_nowait, faulty_fdatasync,
-                              faulty_ftruncate, faulty_rename, faulty_unlink};
+                              faulty_ftruncate, faulty_rename, faulty_unlink,
+                              faulty_exchange};
 
 void pydb__test_fail_io(long n, int eno, int short_write)
 {

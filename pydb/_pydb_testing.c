@@ -627,7 +627,7 @@ static PyMethodDef testing_functions[] = {
      METH_VARARGS | METH_KEYWORDS,
      "fail_io(n, errno=5, short=False, crash=False, sticky=False)\n--\n\n"
      "Make the n-th write-side file operation of the core (pwrite, fsync, "
-     "fdatasync, ftruncate, rename, unlink) fail with `errno`; with "
+     "fdatasync, ftruncate, rename, unlink, exchange) fail with `errno`; with "
      "`short`, the n-th pwrite writes half and the next operation fails; "
      "with `crash`, the process exits with status 137 just before the n-th "
      "operation (a crash point); with `sticky`, every operation from the "

@@ -1,7 +1,7 @@
 """I/O error injection (docs/reliability.md §2.3 b1): a fixed write script runs
 once per write-side file operation it performs (pwrite, fdatasync/fsync,
-ftruncate, rename, unlink: counted through the core's vfs table), and the
-n-th operation is made to fail, for every n, with ENOSPC and with EIO, and
+ftruncate, rename, unlink, exchange: counted through the core's vfs table),
+and the n-th operation is made to fail, for every n, with ENOSPC and with EIO, and
 as a short write followed by ENOSPC.  After each run:
 
 - the failure surfaced as pydb.DiskError (an OSError) with that errno and a

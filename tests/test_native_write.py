@@ -442,7 +442,7 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path):
 
 def _operations(tmp_path, prepare, work) -> list[str]:
     """The write-side operations of the core (pwrite, fsync, fdatasync,
-    ftruncate, rename, unlink) that `work(db)` makes, in order, on a
+    ftruncate, rename, unlink, exchange) that `work(db)` makes, in order, on a
     database opened with ``sync=False`` after `prepare(db)`: the n-th is
     named by making it fail, on a fresh database each time (the
     operations before it are the same every time)."""
@@ -505,13 +505,13 @@ def test_sync_false_commits_never_fsync_collections_checkpoint(tmp_path):
     checkpoint = ["fdatasync"] * 2 + ["fsync"] * 3 + ["fdatasync"]
     (tmp_path / "commit").mkdir()
     names = _operations(tmp_path / "commit", prepare, commit)
-    assert {"pwrite", "rename"} <= set(names), names
+    assert {"pwrite", "exchange"} <= set(names), names
     assert not {"fsync", "fdatasync"} & set(names), names
     # one merge of the 5 segments, its commit, the checkpoint, the removal
     (tmp_path / "merge").mkdir()
     names = _operations(tmp_path / "merge", prepare, collect)
     k = names.index("fdatasync")
-    assert {"pwrite", "rename"} <= set(names[:k]), names
+    assert {"pwrite", "exchange"} <= set(names[:k]), names
     assert not {"fsync", "fdatasync"} & set(names[:k]), names
     assert names[k:] == checkpoint, names
     # the same, and a compaction of the master file between them
