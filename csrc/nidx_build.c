@@ -410,6 +410,7 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     changed c;
     char manifest[1100];
     uint64_t gens[2], gen;
+    nidx_mseg segs[2];
     size_t ngens = 1;
     pydb_txn *t = NULL;
     int rc, written = 0;
@@ -474,8 +475,10 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     if (c.n && (rc = write_segment(b->dir, gens[1], &delta, err)))
         goto cleanup;
     if ((rc = pydb__fsync_dir(b->dir, err))) goto cleanup;
+    for (size_t i = 0; i < ngens; i++)
+        segs[i] = (nidx_mseg){gens[i], NULL, 0};   /* files */
     if ((rc = pydb__nman_encode(&man, gens[ngens - 1], &b->rules, b->fst_text,
-                                b->fst_len, b->stw_text, b->stw_len, gens,
+                                b->fst_len, b->stw_text, b->stw_len, segs,
                                 ngens, err)))
         goto cleanup;
     snprintf(manifest, sizeof manifest, "%s/MANIFEST", b->dir);

@@ -7,14 +7,21 @@
  *
  * prepare: the segment holds the keys of the records' new states and
  * tombstones every changed MFN (their postings in older segments are
- * dead); it is written, and the new MANIFEST goes to the transaction
- * (pydb_txn_put_file), so it is replaced with the records.  A small
- * segment goes into the transaction's log frame too (pydb__txn_log_file):
- * the log's fdatasync makes it durable, a checkpoint fsyncs the file --
- * one fsync per indexed commit, not three; a large one is fsynced with
- * its folder before the commit.
+ * dead).  One of at most pydb__nidx_inline_max bytes (NIDX_INLINE_MAX)
+ * goes inline into the new MANIFEST while the set's inline segments stay
+ * within NIDX_INLINE_TOTAL bytes (nidx_manifest.h): no file is created,
+ * synced or later removed for it -- on a file system where creating
+ * files costs (ext4 without a journal scans recently deleted inodes) that
+ * was most of an indexed commit's time.  A larger one is a file: under
+ * PYDB_WAL_DIRECT bytes it goes into the transaction's log frame too
+ * (pydb__txn_log_file), so the log's fdatasync makes it durable and a
+ * checkpoint fsyncs the file; a still larger one is fsynced with its
+ * folder before the commit.  The new MANIFEST goes to the transaction
+ * (pydb_txn_put_file), so it is replaced with the records: one fsync per
+ * indexed commit.
  * publish: the handle serves the new segment set.  abort: the segment
- * is removed.  Each commit adds one small segment and nothing else: a
+ * is removed (a file; an inline one has none).  Each commit adds one
+ * small segment and nothing else: a
  * commit never merges (merging is garbage collection, nidx_gc.c, run by
  * the handle's collector as its policy says; under policy none the
  * segments accumulate, one per commit, and every lookup visits them
@@ -79,8 +86,9 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     nidx_acc a;
     pydb_buf segb = {0}, man = {0};
     int32_t *tombs = NULL;
-    size_t nt = 0, ngens;
-    uint64_t *gens = NULL, gen;
+    size_t nt = 0;
+    nidx_mseg *segs = NULL;
+    uint64_t gen;
     char path[1100];
     nidx_segset *ss = NULL;
     const nidx_cfg *cfg;
@@ -151,6 +159,19 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     sync = !t || pydb__synced(pydb__txn_db(t));
     logged = t && !x->put_file && segb.n < PYDB_WAL_DIRECT &&
              pydb__txn_keeps_frame(t);
+    /* A small segment goes into the MANIFEST itself: no file to create,
+     * sync and later remove (the MANIFEST is written anyway). */
+    {
+        size_t inl = segb.n;
+        for (size_t i = 0; i < ss->n; i++)
+            if (ss->v[i]->inl) inl += ss->v[i]->size;
+        if (segb.n <= pydb__nidx_inline_max && inl <= NIDX_INLINE_TOTAL) {
+            if ((rc = pydb__nseg_open_inline(&x->pending, x->manifest, gen,
+                                             segb.p, segb.n, err)))
+                goto cleanup;
+            goto manifest;
+        }
+    }
     for (int tries = 0;; tries++, gen++) {
         pydb__nseg_path(path, sizeof path, x->dir, gen);
         written = 1;   /* from here on, a failure removes the file */
@@ -168,19 +189,19 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     } else if (sync && (rc = pydb__fsync_dir(x->dir, err))) {
         goto cleanup;
     }
-    gens = malloc((ss->n + 1) * sizeof *gens);
-    if (!gens) {
+    if ((rc = pydb__nseg_open(&x->pending, path, gen, err))) goto cleanup;
+manifest:
+    segs = malloc((ss->n + 1) * sizeof *segs);
+    if (!segs) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    ngens = ss->n;
-    for (size_t i = 0; i < ngens; i++) gens[i] = ss->v[i]->gen;
-    gens[ngens++] = gen;
+    pydb__nman_segs_of(segs, ss->v, ss->n);
+    pydb__nman_segs_of(segs + ss->n, &x->pending, 1);
     if ((rc = pydb__nman_encode(&man, gen, &cfg->rules, cfg->fst_text,
                                 cfg->fst_len, cfg->stw_text, cfg->stw_len,
-                                gens, ngens, err)))
+                                segs, ss->n + 1, err)))
         goto cleanup;
-    if ((rc = pydb__nseg_open(&x->pending, path, gen, err))) goto cleanup;
     x->pending_gen = gen;
     if (x->put_file) {
         rc = x->put_file(x->put_ctx, t, x->manifest, man.p, man.n, err);
@@ -201,7 +222,7 @@ cleanup:
     pydb__nacc_free(&a);
     free(last);
     free(tombs);
-    free(gens);
+    free(segs);
     free(segb.p);
     free(man.p);
     return rc;
@@ -261,7 +282,7 @@ static void hook_abort(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;
     if (!x->pending) return;
-    unlink(x->pending->path);
+    if (!x->pending->inl) unlink(x->pending->path);
     pydb__nseg_unref(x->pending);
     x->pending = NULL;
 }

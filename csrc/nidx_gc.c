@@ -29,9 +29,13 @@
  *      tombstones (they still apply to the older segments); the base's
  *      needs none, nothing is older.  The cursors, the encoder and the
  *      output live in the merge between calls;
- *   3. write: the bytes go to merge-PID-N.tmp in the index directory,
- *      fsynced (one unit).  ENOSPC/EIO: the file is removed, the merge
- *      dropped, the error returned; the index is as it was;
+ *   3. write: a merged segment of at most pydb__nidx_inline_max bytes
+ *      stays in memory, to go inline into the MANIFEST (step 4; when
+ *      the set's inline segments would pass NIDX_INLINE_TOTAL there,
+ *      it is written then); a larger one goes to merge-PID-N.tmp in the
+ *      index directory, fsynced (one unit).  ENOSPC/EIO: the file is
+ *      removed, the merge dropped, the error returned; the index is as
+ *      it was;
  *   4. commit, under the writer lock (pydb_txn_begin with the step's
  *      lock_ms: 0 for a reader's step, a short wait for the thread's --
  *      a writer in another process that commits back to back leaves the
@@ -39,7 +43,8 @@
  *      next call tries again): the
  *      MANIFEST is read again; if the run is no longer in it in a row
  *      (or, for the base, no longer first: a rebuild, another process'
- *      collection) the merge is dropped and starts over.  Else the
+ *      collection) the merge is dropped and starts over.  Else an inline
+ *      segment takes generation G (below) in the new MANIFEST, or the
  *      merged file is renamed to seg-G.pds (G above every generation in
  *      use, chosen under the lock as prepare chooses its own), the
  *      directory fsynced, and the new MANIFEST -- the run replaced by G
@@ -291,7 +296,8 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
             continue;
         for (size_t i = 0; ss && i < ss->n && !used; i++)
             used = ss->v[i]->gen == g;
-        for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
+        for (size_t i = 0; i < m.nsegs && !used; i++)
+            used = m.segs[i].gen == g;
         for (size_t i = 0; i < nkeep && !used; i++) used = keep[i] == g;
         if (!used && (remove || (named && may_go && may_go(ctx, g)))) {
             pydb__nseg_path(path, sizeof path, dir, g);
@@ -570,14 +576,11 @@ static int merge_key(nidx_merge *g, pydb_error *err)
     return kway_advance(g->ord, &g->nord, k, err);
 }
 
-/* The merge is complete: finish the bytes, write the temporary file and
- * (with `sync`: db's commits are fsync'ed) fsync it.  On failure the file
- * is removed. */
-static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
+/* Write the merged bytes to the temporary file and (with `sync`: db's
+ * commits are fsync'ed) fsync it.  On failure the file is removed. */
+static int merge_file(nidx_merge *g, nidx *x, int sync, pydb_error *err)
 {
     int rc;
-    if ((rc = pydb__nseg_enc_finish(&g->enc, g->tombs, g->ntombs, err)))
-        return rc;
     snprintf(g->tmp, sizeof g->tmp, "%s/merge-%d-%lu.tmp", x->dir,
              (int)getpid(), (unsigned long)atomic_fetch_add(&merge_seq, 1));
     rc = pydb__write_file(g->tmp, g->out.p, g->out.n, 1, sync, NULL, err);
@@ -590,6 +593,30 @@ static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
     memset(&g->out, 0, sizeof g->out);
     g->written = 1;
     return PYDB_OK;
+}
+
+/* The merge is complete: finish the bytes; a small segment stays in
+ * memory to go inline into the MANIFEST (merge_commit), a larger one is
+ * written (merge_file). */
+static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
+{
+    int rc;
+    if ((rc = pydb__nseg_enc_finish(&g->enc, g->tombs, g->ntombs, err)))
+        return rc;
+    if (g->out.n <= pydb__nidx_inline_max) {
+        g->written = 1;   /* (in g->out) */
+        return PYDB_OK;
+    }
+    return merge_file(g, x, sync, err);
+}
+
+/* Bytes of the inline segments of cur outside cur->v[p..p + n). */
+static size_t inline_bytes(const nidx_segset *cur, size_t p, size_t n)
+{
+    size_t b = 0;
+    for (size_t i = 0; i < cur->n; i++)
+        if (cur->v[i]->inl && (i < p || i >= p + n)) b += cur->v[i]->size;
+    return b;
 }
 
 /* Step 4: under the writer lock, publish the merged segment of *slot in
@@ -605,9 +632,10 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
     nidx_seg *mseg = NULL;
     pydb_txn *t = NULL;
     pydb_buf man = {0};
-    uint64_t *gens = NULL, gen, top, cur_gen;
+    nidx_mseg *segs = NULL;
+    uint64_t gen, top, cur_gen;
     char path[1100];
-    size_t ngens, p, nin = g->hi - g->lo;
+    size_t nsegs, p, nin = g->hi - g->lo;
     int rc;
 
     *busy = 0;
@@ -630,6 +658,16 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
     for (size_t i = 0; i < cur->n; i++)
         if (cur->v[i]->gen > gen) gen = cur->v[i]->gen;
     gen++;
+    if (!g->tmp[0] &&
+        inline_bytes(cur, p, nin) + g->out.n <= NIDX_INLINE_TOTAL) {
+        /* inline in the MANIFEST: no file */
+        if ((rc = pydb__nseg_open_inline(&mseg, x->manifest, gen, g->out.p,
+                                         g->out.n, err)))
+            goto cleanup;
+        goto named;
+    }
+    if (!g->tmp[0] && (rc = merge_file(g, x, pydb__synced(db), err)))
+        goto cleanup;
     pydb__nseg_path(path, sizeof path, x->dir, gen);
     if (pydb__vfs->rename(g->tmp, path) != 0) {
         rc = PYDB_OSERROR(err, errno, g->tmp, -1, "cannot rename: %s",
@@ -640,33 +678,33 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
     if (pydb__synced(db) && (rc = pydb__fsync_dir(x->dir, err)))
         goto cleanup;
     if ((rc = pydb__nseg_open(&mseg, path, gen, err))) goto cleanup;
+named:
     /* cur->v[0..p), the merged segment, cur->v[p + nin..) */
-    ngens = cur->n - nin + 1;
-    gens = malloc(ngens * sizeof *gens);
-    ns = pydb__nsegset_new(ngens);
-    if (!gens || !ns) {
+    nsegs = cur->n - nin + 1;
+    segs = malloc(nsegs * sizeof *segs);
+    ns = pydb__nsegset_new(nsegs);
+    if (!segs || !ns) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
     for (size_t i = 0, j = 0; i < cur->n; i++) {
         if (i > p && i < p + nin) continue;
         if (i == p) {
-            gens[j] = gen;
             ns->v[j++] = mseg;
             mseg = NULL;
             continue;
         }
-        gens[j] = cur->v[i]->gen;
         ns->v[j++] = cur->v[i];
         atomic_fetch_add(&cur->v[i]->refs, 1);
     }
     ns->cfg = cur->cfg;
     atomic_fetch_add(&ns->cfg->refs, 1);
     pydb__nsegset_finish(ns);
+    pydb__nman_segs_of(segs, ns->v, nsegs);
     if ((rc = pydb__nman_encode(&man, gen, &cur->cfg->rules,
                                 cur->cfg->fst_text, cur->cfg->fst_len,
-                                cur->cfg->stw_text, cur->cfg->stw_len, gens,
-                                ngens, err)))
+                                cur->cfg->stw_text, cur->cfg->stw_len, segs,
+                                nsegs, err)))
         goto cleanup;
     if ((rc = pydb_txn_put_file(t, x->manifest, man.p, man.n, err)))
         goto cleanup;
@@ -689,7 +727,7 @@ cleanup:
     pydb__nseg_unref(mseg);
     pydb__nsegset_unref(ns);
     pydb__nsegset_unref(cur);
-    free(gens);
+    free(segs);
     free(man.p);
     return rc;
 }
@@ -731,7 +769,8 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
             continue;
         (*files)++;
         for (size_t i = 0; i < cur->n && !used; i++) used = cur->v[i]->gen == g;
-        for (size_t i = 0; i < m.nsegs && !used; i++) used = m.segs[i] == g;
+        for (size_t i = 0; i < m.nsegs && !used; i++)
+            used = m.segs[i].gen == g;
         if (used) continue;
         pydb__nseg_path(path, sizeof path, x->dir, g);
         if (stat(path, &sb) == 0) {
@@ -821,6 +860,7 @@ static int index_durable(nidx *x, pydb_db *db, uint64_t **named,
 {
     nidx_manifest m;
     uint8_t *data = NULL;
+    uint64_t *gens = NULL;
     char path[1100];
     int rc;
 
@@ -833,14 +873,19 @@ static int index_durable(nidx *x, pydb_db *db, uint64_t **named,
         (rc = pydb__nman_read(&m, &data, x->manifest, 1, err)))
         goto cleanup;
     for (size_t i = 0; i < m.nsegs && rc == PYDB_OK; i++) {
-        pydb__nseg_path(path, sizeof path, x->dir, m.segs[i]);
+        if (m.segs[i].inl) continue;   /* in M1 itself */
+        pydb__nseg_path(path, sizeof path, x->dir, m.segs[i].gen);
         rc = pydb__fsync_file(path, err);
     }
     if (rc == PYDB_OK) rc = pydb__fsync_dir(x->dir, err);
     if (rc) goto cleanup;
-    *named = m.segs;
+    if (m.nsegs && !(gens = malloc(m.nsegs * sizeof *gens))) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < m.nsegs; i++) gens[i] = m.segs[i].gen;
+    *named = gens;
     *nnamed = m.nsegs;
-    m.segs = NULL;
 cleanup:
     free(m.segs);
     free(data);

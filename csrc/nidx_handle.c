@@ -655,11 +655,16 @@ again:
                      x->manifest, err)))
         goto cleanup;
     for (size_t i = 0; i < m->nsegs; i++) {
-        nidx_seg *sg = shared_seg(ix, nix, m->segs[i]);
-        if (!sg) {
+        const nidx_mseg *ms = &m->segs[i];
+        nidx_seg *sg = shared_seg(ix, nix, ms->gen);
+        if (!sg && ms->inl) {
+            if ((rc = pydb__nseg_open_inline(&sg, x->manifest, ms->gen,
+                                             ms->inl, ms->len, err)))
+                goto cleanup;
+        } else if (!sg) {
             char path[1100];
-            pydb__nseg_path(path, sizeof path, x->dir, m->segs[i]);
-            if ((rc = pydb__nseg_open(&sg, path, m->segs[i], err))) {
+            pydb__nseg_path(path, sizeof path, x->dir, ms->gen);
+            if ((rc = pydb__nseg_open(&sg, path, ms->gen, err))) {
                 vanished = err->sys_errno == ENOENT;
                 goto cleanup;
             }

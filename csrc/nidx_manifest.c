@@ -3,7 +3,8 @@
  * nidx_manifest.h): encode, parse, read the generation, publish.
  *
  * Depends on: util.h (buffer, CRC-32C, atomic replace), index_int.h (key
- * rules), the vfs; pydb__read_file (keys.c).
+ * rules), the vfs; pydb__read_file (keys.c).  Holds the inline limit
+ * (pydb__nidx_inline_max; its test setter of pydb_test.h).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -17,6 +18,16 @@
 #include <unistd.h>
 #include "nidx_int.h"
 #include "nidx_manifest.h"
+#include "pydb_test.h"
+
+size_t pydb__nidx_inline_max = NIDX_INLINE_MAX;
+
+size_t pydb__test_set_inline_max(size_t n)
+{
+    size_t old = pydb__nidx_inline_max;
+    pydb__nidx_inline_max = n;
+    return old;
+}
 
 static void hex_put(pydb_buf *b, const uint8_t *p, size_t n)
 {
@@ -30,14 +41,14 @@ static void hex_put(pydb_buf *b, const uint8_t *p, size_t n)
 
 int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
                       const char *fst, size_t fst_len, const uint8_t *stw,
-                      size_t stw_len, const uint64_t *gens, size_t ngens,
+                      size_t stw_len, const nidx_mseg *segs, size_t nsegs,
                       pydb_error *err)
 {
     char line[128];
     int l;
     /* oldest first, none newer than the MANIFEST; generations are names,
      * not ages (a merged segment takes a new one wherever it stands) */
-    for (size_t i = 0; i < ngens; i++) PYDB_ASSERT(gens[i] <= gen);
+    for (size_t i = 0; i < nsegs; i++) PYDB_ASSERT(segs[i].gen <= gen);
     pydb__buf_put(b, NIDX_MANIFEST_MAGIC, strlen(NIDX_MANIFEST_MAGIC));
     l = snprintf(line, sizeof line, "generation %llu\nutf8 %d\nmax_key %zu\n",
                  (unsigned long long)gen, r->utf8, r->max_key);
@@ -54,9 +65,17 @@ int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
     pydb__buf_put(b, line, (size_t)l);
     if (stw_len) pydb__buf_put(b, stw, stw_len);
     pydb__buf_put(b, "\n", 1);
-    for (size_t i = 0; i < ngens; i++) {
+    for (size_t i = 0; i < nsegs; i++) {
+        if (segs[i].inl) {
+            l = snprintf(line, sizeof line, "inline %08llu %zu\n",
+                         (unsigned long long)segs[i].gen, segs[i].len);
+            pydb__buf_put(b, line, (size_t)l);
+            pydb__buf_put(b, segs[i].inl, segs[i].len);
+            pydb__buf_put(b, "\n", 1);
+            continue;
+        }
         l = snprintf(line, sizeof line, "segment seg-%08llu.pds\n",
-                     (unsigned long long)gens[i]);
+                     (unsigned long long)segs[i].gen);
         pydb__buf_put(b, line, (size_t)l);
     }
     l = snprintf(line, sizeof line, "end %08x\n",
@@ -75,13 +94,33 @@ static int hexval(int c)
     return -1;
 }
 
+/* The n decimal digits at p as a number, or -1 if one is not a digit. */
+static uint64_t digits(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return (uint64_t)-1;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    return v;
+}
+
+void pydb__nman_segs_of(nidx_mseg *segs, nidx_seg *const *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        segs[i].gen = v[i]->gen;
+        segs[i].inl = v[i]->inl ? v[i]->map : NULL;
+        segs[i].len = v[i]->inl ? v[i]->size : 0;
+    }
+}
+
 int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
                      const char *path, pydb_error *err)
 {
     const uint8_t *p = d, *e = d + n;
     size_t ml = strlen(NIDX_MANIFEST_MAGIC), cap = 0;
     unsigned long long v;
-    int k;
+    int k, v2;
     char *end;
 
     memset(m, 0, sizeof *m);
@@ -92,7 +131,8 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
         return PYDB_CORRUPT(err, path, (int64_t)(p - d), "manifest: %s", what); \
     } while (0)
     if (n >= ml && memcmp(d, NIDX_MANIFEST_MAGIC, ml - 2) == 0 &&
-        memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0) {
+        memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0 &&
+        memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) != 0) {
         const uint8_t *nl = memchr(d + ml - 2, '\n', n - (ml - 2));
         int vl = nl ? (int)(nl - (d + ml - 2)) : 0;
         return PYDB_CORRUPT(err, path, (int64_t)(ml - 2),
@@ -101,8 +141,10 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
                             vl > 16 ? 16 : vl, (const char *)d + ml - 2,
                             NIDX_FORMAT_VERSION);
     }
-    if (n < ml || memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0)
+    if (n < ml || (memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0 &&
+                   memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) != 0))
         BAD("bad magic line");
+    v2 = memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) == 0;
     /* the checksum line covers everything before it */
     {
         const uint8_t *q = e;
@@ -175,19 +217,38 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
         if (*p++ != '\n') BAD("bad text section end");
     }
     while (p < e) {
-        unsigned long long g;
-        if ((size_t)(e - p) < 25 || memcmp(p, "segment seg-", 12) != 0 ||
-            sscanf((const char *)p + 12, "%8llu.pds\n", &g) != 1 ||
-            memcmp(p + 20, ".pds\n", 5) != 0)
-            BAD("bad segment line");
+        nidx_mseg sg = {0, NULL, 0};
+        if (!v2 && (size_t)(e - p) >= 16 && memcmp(p, "inline ", 7) == 0) {
+            /* "inline GGGGGGGG LEN\n", LEN bytes, "\n" */
+            sg.gen = digits(p + 7, 8);
+            if (sg.gen == (uint64_t)-1 || p[15] != ' ')
+                BAD("bad inline segment line");
+            errno = 0;
+            v = strtoull((const char *)p + 16, &end, 10);
+            if ((const uint8_t *)end >= e || *end != '\n' || errno ||
+                (const uint8_t *)end == p + 16 || p[16] < '0' || p[16] > '9')
+                BAD("bad inline segment line");
+            p = (const uint8_t *)end + 1;
+            if (v >= (unsigned long long)(e - p))
+                BAD("inline segment passes the end");
+            sg.inl = p;
+            sg.len = (size_t)v;
+            p += v;
+            if (*p++ != '\n') BAD("bad inline segment end");
+        } else {
+            if ((size_t)(e - p) < 25 || memcmp(p, "segment seg-", 12) != 0 ||
+                (sg.gen = digits(p + 12, 8)) == (uint64_t)-1 ||
+                memcmp(p + 20, ".pds\n", 5) != 0)
+                BAD("bad segment line");
+            p += 25;
+        }
         if (m->nsegs == cap) {
             cap = cap ? cap * 2 : 8;
-            uint64_t *nv = realloc(m->segs, cap * sizeof *nv);
+            nidx_mseg *nv = realloc(m->segs, cap * sizeof *nv);
             if (!nv) BAD("out of memory");
             m->segs = nv;
         }
-        m->segs[m->nsegs++] = g;
-        p += 25;
+        m->segs[m->nsegs++] = sg;
     }
 #undef BAD
     return PYDB_OK;
@@ -239,7 +300,8 @@ uint64_t pydb__nman_head_generation(const char *path)
     if (fd < 0) return 0;
     r = pydb__vfs->pread(fd, hb, sizeof hb - 1, 0);
     pydb__vfs->close(fd);
-    if (r < (ssize_t)ml || memcmp(hb, NIDX_MANIFEST_MAGIC, ml) != 0)
+    if (r < (ssize_t)ml || (memcmp(hb, NIDX_MANIFEST_MAGIC, ml) != 0 &&
+                            memcmp(hb, NIDX_MANIFEST_MAGIC_V2, ml) != 0))
         return NIDX_GEN_UNKNOWN;
     hb[r] = '\0';
     if (sscanf(hb + ml, "generation %llu\n", &g) != 1 ||
@@ -259,7 +321,7 @@ uint64_t pydb__nman_top_generation(const char *dir)
     if (pydb__nman_read(&m, &d, path, 0, &e)) return 0;
     gen = m.gen;
     for (size_t i = 0; i < m.nsegs; i++)
-        if (m.segs[i] > gen) gen = m.segs[i];
+        if (m.segs[i].gen > gen) gen = m.segs[i].gen;
     free(m.segs);
     free(d);
     return gen;

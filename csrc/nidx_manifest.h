@@ -5,7 +5,10 @@
  *
  * The MANIFEST is text: a magic line with the format version, the
  * generation, the key rules (utf8, max_key, the line "mode cisis" for
- * the CISIS key mode (absent: unicode), case and word tables in hex), the FST and stop-word texts, the live segments (oldest first),
+ * the CISIS key mode (absent: unicode), case and word tables in hex),
+ * the FST and stop-word texts, the live segments (oldest first), each a
+ * line "segment seg-GGGGGGGG.pds" (a file beside it) or "inline GGGGGGGG
+ * LEN" followed by the LEN bytes of the segment itself and a newline,
  * and a checksum line ("end" and the CRC-32C of everything before it,
  * 8 hex digits).  It is replaced
  * whole, always by a transaction through pydb_txn_put_file() (a commit,
@@ -26,12 +29,36 @@
 
 #define NIDX_STR_(x) #x
 #define NIDX_STR(x) NIDX_STR_(x)
-/* The first line, with the format version (NIDX_FORMAT_VERSION). */
+/* The first line, with the MANIFEST's format version: 3 (inline
+ * segments).  A MANIFEST of version 2 (the segment format's version,
+ * NIDX_FORMAT_VERSION, before inline segments) is read too. */
+#define NIDX_MANIFEST_VERSION 3
 #define NIDX_MANIFEST_MAGIC \
+    "pydb-native-index " NIDX_STR(NIDX_MANIFEST_VERSION) "\n"
+#define NIDX_MANIFEST_MAGIC_V2 \
     "pydb-native-index " NIDX_STR(NIDX_FORMAT_VERSION) "\n"
 
-/* A parsed MANIFEST.  fst and stw point into the bytes it was parsed
- * from; segs is malloc'ed (free it). */
+/* Inline segments: a commit's segment of at most NIDX_INLINE_MAX bytes
+ * goes into the MANIFEST itself while the inline segments of the set
+ * stay within NIDX_INLINE_TOTAL bytes (nidx_commit.c); past that it is
+ * a file.  A merge of the collector makes a file (nidx_gc.c). */
+#define NIDX_INLINE_MAX 4096
+#define NIDX_INLINE_TOTAL 32768
+/* The limit in force (a commit's segment and a merge's): NIDX_INLINE_MAX;
+ * tests lower it to have segment files (pydb__test_set_inline_max,
+ * pydb_test.h). */
+extern size_t pydb__nidx_inline_max;
+
+/* A segment a MANIFEST names: the file seg-GEN.pds, or (inl non-NULL)
+ * the len bytes of an inline segment. */
+typedef struct nidx_mseg {
+    uint64_t gen;
+    const uint8_t *inl;
+    size_t len;
+} nidx_mseg;
+
+/* A parsed MANIFEST.  fst, stw and the inline segments' bytes point into
+ * the bytes it was parsed from; segs is malloc'ed (free it). */
 typedef struct nidx_manifest {
     uint64_t gen;
     pydb_keyrules rules;
@@ -39,19 +66,21 @@ typedef struct nidx_manifest {
     size_t fst_len;
     const uint8_t *stw;
     size_t stw_len;
-    uint64_t *segs;
+    nidx_mseg *segs;
     size_t nsegs;
 } nidx_manifest;
 
 /* Append the MANIFEST text for generation gen, the rules, texts and the
- * segments gens[ngens] to b.  The segments are listed oldest first (the
+ * segments segs[nsegs] to b.  The segments are listed oldest first (the
  * order decides which tombstones hide which postings); their generations
  * are names, none above gen, not in any order (a merged segment is named
  * when its collection commits, wherever its run stood: nidx_gc.c). */
 int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
                       const char *fst, size_t fst_len, const uint8_t *stw,
-                      size_t stw_len, const uint64_t *gens, size_t ngens,
+                      size_t stw_len, const nidx_mseg *segs, size_t nsegs,
                       pydb_error *err);
+/* segs[i] of the open segments v[n] (inline ones with their bytes). */
+void pydb__nman_segs_of(nidx_mseg *segs, nidx_seg *const *v, size_t n);
 /* Parse d[n] (read from path) into *m; PYDB_ECORRUPT (path, offset,
  * reason) for damage or another format version. */
 int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,

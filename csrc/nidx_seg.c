@@ -64,13 +64,15 @@ static inline int rd_varint(const uint8_t **pp, const uint8_t *end,
 void pydb__nseg_unref(nidx_seg *s)
 {
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
-    if (s->map) munmap(s->map, s->size);
+    if (s->inl) free(s->map);
+    else if (s->map) munmap(s->map, s->size);
     pydb__resident_free(&s->res);
     free(s);
 }
 
 int pydb__nseg_resident(const nidx_seg *s)
 {
+    if (s->inl) return 1;   /* in memory */
     return s->res.chunks && pydb__resident(&s->res, s->map, s->size, 0,
                                            s->size);
 }
@@ -88,60 +90,27 @@ int pydb__nseg_has_tomb(const nidx_seg *s, int32_t mfn)
     return 0;
 }
 
-int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
-                    pydb_error *err)
+/* Check the bytes s->map[s->size] of a segment (path: messages) and
+ * fill in the fields the header gives. */
+static int seg_check(nidx_seg *s, const char *path, pydb_error *err)
 {
-    struct stat st;
-    nidx_seg *s = NULL;
-    int fd = -1, rc = PYDB_OK;
-    const uint8_t *m;
+    const uint8_t *m = s->map;
 
-    *out = NULL;
-    fd = pydb__vfs->open(path, O_RDONLY, 0);
-    if (fd < 0) return PYDB_OSERROR(err, errno, path, -1, "cannot open");
-    if (fstat(fd, &st) != 0) {
-        rc = PYDB_OSERROR(err, errno, path, -1, "cannot stat");
-        goto cleanup;
-    }
-    s = calloc(1, sizeof *s);
-    if (!s) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "cannot allocate");
-        goto cleanup;
-    }
-    atomic_init(&s->refs, 1);
-    snprintf(s->path, sizeof s->path, "%s", path);
-    s->gen = gen;
-    s->size = (size_t)st.st_size;
-    if (s->size < NIDX_SEG_HDR + 4 + 8) {
-        rc = PYDB_CORRUPT(err, path, 0, "segment of %zu bytes is too short",
-                          s->size);
-        goto cleanup;
-    }
-    s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
-    if (s->map == MAP_FAILED) {
-        s->map = NULL;
-        rc = PYDB_OSERROR(err, errno, path, -1, "cannot map");
-        goto cleanup;
-    }
-    m = s->map;
+    if (s->size < NIDX_SEG_HDR + 4 + 8)
+        return PYDB_CORRUPT(err, path, 0, "segment of %zu bytes is too short",
+                            s->size);
     if (memcmp(m, NIDX_SEG_MAGIC, 8) != 0 ||
-        pydb__u32(m + 12) != NIDX_BLOCK_TERMS) {
-        rc = PYDB_CORRUPT(err, path, 0, "not a pydb index segment (magic "
-                          "or block size)");
-        goto cleanup;
-    }
-    if (pydb__u32(m + 8) != NIDX_FORMAT_VERSION) {
-        rc = PYDB_CORRUPT(err, path, 8, "index segment format version %u, "
-                          "this pydb reads version %d (rebuild the index)",
-                          (unsigned)pydb__u32(m + 8), NIDX_FORMAT_VERSION);
-        goto cleanup;
-    }
+        pydb__u32(m + 12) != NIDX_BLOCK_TERMS)
+        return PYDB_CORRUPT(err, path, 0, "not a pydb index segment (magic "
+                            "or block size)");
+    if (pydb__u32(m + 8) != NIDX_FORMAT_VERSION)
+        return PYDB_CORRUPT(err, path, 8, "index segment format version %u, "
+                            "this pydb reads version %d (rebuild the index)",
+                            (unsigned)pydb__u32(m + 8), NIDX_FORMAT_VERSION);
     if ((uint64_t)pydb__crc32c(0, m, s->size - 8) !=
-        pydb__u64(m + s->size - 8)) {
-        rc = PYDB_CORRUPT(err, path, (int64_t)(s->size - 8),
-                          "segment checksum mismatch");
-        goto cleanup;
-    }
+        pydb__u64(m + s->size - 8))
+        return PYDB_CORRUPT(err, path, (int64_t)(s->size - 8),
+                            "segment checksum mismatch");
     s->nterms = pydb__u64(m + 16);
     s->nposts = pydb__u64(m + 24);
     s->dict_off = pydb__u64(m + 32);
@@ -155,42 +124,107 @@ int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
         s->nblocks != s->nterms / NIDX_BLOCK_TERMS +
                           (s->nterms % NIDX_BLOCK_TERMS != 0) ||
         s->nblocks > (s->tomb_off - s->bidx_off) / 8 ||
-        s->bidx_off + s->nblocks * 8 != s->tomb_off) {
-        rc = PYDB_CORRUPT(err, path, 16, "segment header offsets are "
-                          "inconsistent with the file size");
-        goto cleanup;
-    }
+        s->bidx_off + s->nblocks * 8 != s->tomb_off)
+        return PYDB_CORRUPT(err, path, 16, "segment header offsets are "
+                            "inconsistent with the file size");
     s->ntomb = pydb__u32(m + s->tomb_off);
-    if ((uint64_t)s->ntomb * 4 != s->size - 8 - s->tomb_off - 4) {
-        rc = PYDB_CORRUPT(err, path, (int64_t)s->tomb_off,
-                          "tombstone count does not match the file size");
-        goto cleanup;
-    }
+    if ((uint64_t)s->ntomb * 4 != s->size - 8 - s->tomb_off - 4)
+        return PYDB_CORRUPT(err, path, (int64_t)s->tomb_off,
+                            "tombstone count does not match the file size");
     s->tomb = m + s->tomb_off + 4;
     for (uint32_t i = 1; i < s->ntomb; i++)
-        if (pydb__nseg_tomb(s, i) <= pydb__nseg_tomb(s, i - 1)) {
-            rc = PYDB_CORRUPT(err, path, (int64_t)(s->tomb_off + 4 + 4 * i),
-                              "tombstones not ascending");
-            goto cleanup;
-        }
+        if (pydb__nseg_tomb(s, i) <= pydb__nseg_tomb(s, i - 1))
+            return PYDB_CORRUPT(err, path,
+                                (int64_t)(s->tomb_off + 4 + 4 * i),
+                                "tombstones not ascending");
     for (uint64_t b = 0; b < s->nblocks; b++) {
         uint64_t o = pydb__u64(m + s->bidx_off + 8 * b);
         uint64_t prev = b ? pydb__u64(m + s->bidx_off + 8 * (b - 1)) : 0;
         /* each block holds at least its 8-byte postings offset; no sum
          * that a hostile offset near 2^64 could wrap (bidx_off >=
          * dict_off >= NIDX_SEG_HDR > 8, and prev passed this check) */
-        if (o < s->dict_off || o > s->bidx_off - 8 || (b && o < prev + 8)) {
-            rc = PYDB_CORRUPT(err, path, (int64_t)(s->bidx_off + 8 * b),
-                              "dictionary block offset out of range");
-            goto cleanup;
-        }
+        if (o < s->dict_off || o > s->bidx_off - 8 || (b && o < prev + 8))
+            return PYDB_CORRUPT(err, path, (int64_t)(s->bidx_off + 8 * b),
+                                "dictionary block offset out of range");
     }
+    return PYDB_OK;
+}
+
+/* A segment with one reference, generation gen, named path; NULL
+ * without memory. */
+static nidx_seg *seg_new(const char *path, uint64_t gen)
+{
+    nidx_seg *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    atomic_init(&s->refs, 1);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    s->gen = gen;
+    return s;
+}
+
+int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
+                    pydb_error *err)
+{
+    struct stat st;
+    nidx_seg *s = NULL;
+    int fd = -1, rc = PYDB_OK;
+
+    *out = NULL;
+    fd = pydb__vfs->open(path, O_RDONLY, 0);
+    if (fd < 0) return PYDB_OSERROR(err, errno, path, -1, "cannot open");
+    if (fstat(fd, &st) != 0) {
+        rc = PYDB_OSERROR(err, errno, path, -1, "cannot stat");
+        goto cleanup;
+    }
+    if (!(s = seg_new(path, gen))) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "cannot allocate");
+        goto cleanup;
+    }
+    s->size = (size_t)st.st_size;
+    if (s->size < NIDX_SEG_HDR + 4 + 8) {   /* (nothing to map) */
+        rc = seg_check(s, path, err);
+        goto cleanup;
+    }
+    s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        rc = PYDB_OSERROR(err, errno, path, -1, "cannot map");
+        goto cleanup;
+    }
+    if ((rc = seg_check(s, path, err))) goto cleanup;
     /* without the table the segment counts as never resident */
     (void)pydb__resident_init(&s->res, s->size);
 cleanup:
     if (fd >= 0) pydb__vfs->close(fd);
     if (rc) {
         if (s && s->map) munmap(s->map, s->size);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return PYDB_OK;
+}
+
+int pydb__nseg_open_inline(nidx_seg **out, const char *manifest,
+                           uint64_t gen, const uint8_t *bytes, size_t len,
+                           pydb_error *err)
+{
+    char name[1100];
+    nidx_seg *s;
+    int rc;
+
+    *out = NULL;
+    snprintf(name, sizeof name, "%.1000s (inline segment %08llu)", manifest,
+             (unsigned long long)gen);
+    if (!(s = seg_new(name, gen)) || !(s->map = malloc(len ? len : 1))) {
+        free(s);
+        return PYDB_ERROR(err, PYDB_ENOMEM, manifest, -1, "cannot allocate");
+    }
+    memcpy(s->map, bytes, len);
+    s->size = len;
+    s->inl = 1;
+    if ((rc = seg_check(s, name, err))) {
+        free(s->map);
         free(s);
         return rc;
     }

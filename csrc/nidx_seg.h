@@ -3,7 +3,8 @@
  * and validating a segment, cursors over its dictionary, decoding and
  * encoding posting lists (nidx_seg.c).
  *
- * A segment (seg-GGGGGGGG.pds, immutable once written; little-endian):
+ * A segment (seg-GGGGGGGG.pds, or inline in the MANIFEST: the same bytes;
+ * immutable once written; little-endian):
  *   0   header, 64 bytes: "PYDBSEG1", u32 format version
  *       (NIDX_FORMAT_VERSION), u32 terms per block (32), u64 terms, u64
  *       postings, u64 dictionary offset, u64 block index offset, u64
@@ -49,9 +50,10 @@
  * sets; immutable after pydb__nseg_open. */
 typedef struct nidx_seg {
     atomic_int refs;
-    char path[1100];
-    uint8_t *map;
+    char path[1100];         /* a file; an inline one: "MANIFEST (...)"  */
+    uint8_t *map;            /* the bytes: mapped, or malloc'ed (inl)    */
     size_t size;
+    int inl;                 /* inline: its bytes live in the MANIFEST   */
     uint64_t nterms, nposts, nblocks, dict_off, bidx_off, tomb_off;
     uint32_t ntomb;
     const uint8_t *tomb;     /* ntomb i32, little-endian */
@@ -64,7 +66,13 @@ typedef struct nidx_seg {
  * foreign file, or one of another format version. */
 int pydb__nseg_open(nidx_seg **out, const char *path, uint64_t gen,
                     pydb_error *err);
-/* Drop one reference (NULL is ignored); the last one unmaps. */
+/* The same for the bytes of an inline segment (a copy is kept), which
+ * the MANIFEST at path `manifest` holds (nidx_manifest.h); messages name
+ * it "<manifest> (inline segment G)", offsets within the segment. */
+int pydb__nseg_open_inline(nidx_seg **out, const char *manifest,
+                           uint64_t gen, const uint8_t *bytes, size_t len,
+                           pydb_error *err);
+/* Drop one reference (NULL is ignored); the last one unmaps (frees). */
 void pydb__nseg_unref(nidx_seg *s);
 /* 1 if every page of the segment is known to be in the page cache
  * (resident.c: a mincore(2) at most PYDB_RES_TTL_MS ago), so that reading

@@ -38,6 +38,11 @@ void pydb__test_set_read_delay(unsigned usec);
  * the previous limit.  Not thread-safe; tests only. */
 size_t pydb__test_set_nowait_postings(size_t n);
 
+/* A native index segment of at most `n` bytes goes inline into the
+ * MANIFEST (default 4096; 0: never).  Returns the previous limit.  Not
+ * thread-safe; tests only. */
+size_t pydb__test_set_inline_max(size_t n);
+
 /* Fault injection: make the n-th (1-based) write-side file operation
  * (pwrite, fsync, fdatasync, ftruncate, rename, unlink, exchange) fail
  * with `eno`; with `short_write` = 1, an n-th pwrite writes less than asked and the

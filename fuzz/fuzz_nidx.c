@@ -9,12 +9,14 @@
  * part i >= 1 is named after the i-th "segment seg-NNNNNNNN.pds" line of
  * the MANIFEST (seg-9999999i.pds when it has fewer lines).
  *
- * Both files end in a CRC-32C (nidx_manifest.h, nidx_seg.h) that a
- * mutation almost always breaks, so the target writes valid checksums
- * over what it was given (a MANIFEST whose last 13 bytes are "end
- * XXXXXXXX\n": the hex digits; a segment of at least 76 bytes: its last 8
- * bytes) unless the input size is 7 modulo 8, which keeps the files as
- * given (the checks themselves get fuzzed too).
+ * Small segments are inline in the MANIFEST ("inline GGGGGGGG LEN" and
+ * the segment's bytes).  Both files end in a CRC-32C (nidx_manifest.h,
+ * nidx_seg.h) that a mutation almost always breaks, so the target writes
+ * valid checksums over what it was given (each inline segment's of at
+ * least 76 bytes, then a MANIFEST whose last 13 bytes are "end
+ * XXXXXXXX\n": the hex digits; a segment file of at least 76 bytes: its
+ * last 8 bytes) unless the input size is 7 modulo 8, which keeps the
+ * files as given (the checks themselves get fuzzed too).
  *
  * Run: the stored settings read (pydb_native_index_stored), the index
  * opened (pydb_native_index_open), every key enumerated (up to
@@ -166,19 +168,6 @@ static void read_index(pydb_index *ix)
     terms_free(&t);
 }
 
-/* Write a valid checksum over the bytes before it (see the head). */
-static void fix_manifest(uint8_t *p, size_t n)
-{
-    static const char hx[] = "0123456789abcdef";
-    uint32_t crc;
-
-    if (n < 13 || memcmp(p + n - 13, "end ", 4) != 0 || p[n - 1] != '\n')
-        return;
-    crc = pydb__crc32c(0, p, n - 13);
-    for (int i = 0; i < 8; i++)
-        p[n - 13 + 4 + i] = (uint8_t)hx[(crc >> (28 - 4 * i)) & 15];
-}
-
 static void fix_segment(uint8_t *p, size_t n)
 {
     uint32_t crc;
@@ -187,6 +176,35 @@ static void fix_segment(uint8_t *p, size_t n)
     crc = pydb__crc32c(0, p, n - 8);
     for (int i = 0; i < 8; i++)
         p[n - 8 + i] = i < 4 ? (uint8_t)(crc >> (8 * i)) : 0;
+}
+
+/* Write valid checksums (see the head): of each inline segment the text
+ * holds ("\ninline GGGGGGGG LEN\n" and LEN bytes within it), then of the
+ * whole MANIFEST over the bytes before its end line. */
+static void fix_manifest(uint8_t *p, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    static const char line[] = "\ninline ";
+    const size_t ll = sizeof line - 1;
+    size_t at = 0;
+    uint32_t crc;
+
+    if (n < 13 || memcmp(p + n - 13, "end ", 4) != 0 || p[n - 1] != '\n')
+        return;
+    while (at < n) {
+        const uint8_t *hit = memmem(p + at, n - at, line, ll);
+        size_t i, len = 0;
+        if (!hit) break;
+        at = (size_t)(hit - p) + ll + 9;   /* past "GGGGGGGG " */
+        for (i = at; i < n && p[i] >= '0' && p[i] <= '9' && len < n; i++)
+            len = len * 10 + (size_t)(p[i] - '0');
+        if (i >= n || p[i] != '\n' || len > n - i - 1) continue;
+        fix_segment(p + i + 1, len);
+        at = i + 1 + len;
+    }
+    crc = pydb__crc32c(0, p, n - 13);
+    for (int i = 0; i < 8; i++)
+        p[n - 13 + 4 + i] = (uint8_t)hx[(crc >> (28 - 4 * i)) & 15];
 }
 
 /* The generation of the k-th (0-based) segment line of the MANIFEST

@@ -259,10 +259,12 @@ def made_wal_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
 
 
 def made_native_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
-    """Native indexes written by commits (a segment per commit, tombstones
-    for updated and deleted records; gc="none" keeps them unmerged), a
-    bulk-built one with stop words and a key limit, and the commit headers
-    of those databases, also while snapshots are registered."""
+    """Native indexes written by commits (a segment per commit, inline in
+    the MANIFEST while small, tombstones for updated and deleted records;
+    gc="none" keeps them unmerged), a bulk-built one with stop words and a
+    key limit, then with commits after its build (a segment file and
+    inline ones), and the commit headers of those databases, also while
+    snapshots are registered."""
     fst = "24 4 V24\n70 0 (V70/)\n26 2 V26^c\n"
     base = tmp / "nx"
     with pydb.create(base, fst=fst, gc="none") as db:
@@ -285,6 +287,10 @@ def made_native_seeds(tmp: Path, pydb) -> Iterator[tuple[str, bytes]]:
     pydb.build_index(big, progress=False)
     yield "nidx", native_index(big)
     yield "shm", big.with_suffix(".shm").read_bytes()
+    with pydb.open(big, readonly=False, gc="none") as db:
+        db.update(2, [(24, "Updated survey of the soil"), (70, "Author 3")])
+        db.append([(24, "A new survey of water"), (70, "Author 5")])
+    yield "nidx", native_index(big)
 
 
 def index_terms(db) -> list[tuple[bytes, list[tuple[int, int, int, int]]]]:

@@ -13,6 +13,7 @@ The same inputs are checked through the Python API in tests/test_fuzz.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import struct
 import sys
 import tempfile
@@ -108,17 +109,32 @@ SEG_TOMB_OFF = 56
 FRUIT = ("Apple", "Banana", "Cherry")   # keys that share no prefix
 
 
+@contextlib.contextmanager
+def segment_files():
+    """Every segment pydb writes meanwhile a file (small ones are inline in
+    the MANIFEST otherwise: csrc/nidx_manifest.h), as the damage of the
+    generators below is to segment files."""
+    sys.path.insert(0, str(REPO))
+    from pydb import _pydb
+
+    old = _pydb._testing.set_inline_max(0)
+    try:
+        yield
+    finally:
+        _pydb._testing.set_inline_max(old)
+
+
 def fruit_index(tmp: Path, commits: int = 1) -> Path:
     """A native index of three records titled FRUIT (FST "24 0 V24": one
     key per record), written by `commits` commits of pydb after the empty
     segment pydb.create writes: the first adds the records, each further
-    one updates record 1 (a segment whose one tombstone is MFN 1).
-    Returns the database's base name."""
+    one updates record 1 (a segment whose one tombstone is MFN 1); every
+    segment a file.  Returns the database's base name."""
     sys.path.insert(0, str(REPO))
     import pydb
 
     base = tmp / "db"
-    with pydb.create(base, fst="24 0 V24\n", gc="none") as db:
+    with segment_files(), pydb.create(base, fst="24 0 V24\n", gc="none") as db:
         with db.transaction() as t:
             for f in FRUIT:
                 t.append([(24, f)])
@@ -272,7 +288,7 @@ def key_listed_before_its_block() -> bytes:
 
     with tempfile.TemporaryDirectory() as t:
         base = Path(t) / "db"
-        with pydb.create(base, fst="24 0 V24\n", gc="none") as db:
+        with segment_files(), pydb.create(base, fst="24 0 V24\n", gc="none") as db:
             db.append([(24, "K33")])
             with db.transaction() as tx:
                 for i in range(0, 65, 2):

@@ -17,6 +17,8 @@
  *   set_read_delay(usec)             make every core pread sleep first
  *   set_nowait_postings(n)           postings a search reads with the GIL
  *                                    held before it releases it
+ *   set_inline_max(n)                the largest native index segment
+ *                                    that goes inline into the MANIFEST
  *   commit_hook(db, path)            install a commit hook that writes a
  *   hook_counts()                    file in each transaction (+ counters)
  * Others drive internals directly, without a database or a writer:
@@ -67,6 +69,14 @@ static PyObject *mod_test_io_fired(PyObject *m, PyObject *unused)
     (void)unused;
     if (!s) Py_RETURN_NONE;
     return PyUnicode_FromString(s);
+}
+
+static PyObject *mod_test_inline_max(PyObject *m, PyObject *arg)
+{
+    size_t n = PyLong_AsSize_t(arg);
+    (void)m;
+    if (n == (size_t)-1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromSize_t(pydb__test_set_inline_max(n));
 }
 
 static PyObject *mod_test_read_delay(PyObject *m, PyObject *arg)
@@ -645,6 +655,10 @@ static PyMethodDef testing_functions[] = {
     {"set_read_delay", mod_test_read_delay, METH_O,
      "set_read_delay(usec, /)\n--\n\nMake every pread of the core sleep "
      "`usec` microseconds first (0 turns it off).  Process-wide."},
+    {"set_inline_max", mod_test_inline_max, METH_O,
+     "set_inline_max(n, /)\n--\n\nA native index segment of at most `n` "
+     "bytes goes inline into the MANIFEST (default 4096; 0: never, every "
+     "segment a file); returns the previous limit.  Process-wide."},
     {"set_nowait_postings", mod_test_nowait_postings, METH_O,
      "set_nowait_postings(n, /)\n--\n\nA search gives the GIL up once it "
      "would read more than `n` postings (default 65536); returns the "

@@ -683,10 +683,12 @@ class Database(_pydb.Database):
                 master_file: size (bytes of the .mst as of the commit),
                     live_bytes (bytes of the records' current versions),
                     fill (live_bytes / size, float 0..1)
-                index: None without a native index, else segments, terms,
-                    postings (stored, live and dead), dead_postings,
-                    tombstones, bytes (live segment files), files (segment
-                    files in the folder), unused_files, unused_bytes
+                index: None without a native index, else segments (a
+                    file each, or inline in the MANIFEST: small ones),
+                    terms, postings (stored, live and dead), dead_postings,
+                    tombstones, bytes (of the live segments), files
+                    (segment files in the folder), unused_files,
+                    unused_bytes
 
         Raises:
             CorruptionError: a damaged XRF entry, leader or back pointer

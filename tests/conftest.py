@@ -153,6 +153,40 @@ def need(rel: str) -> str:
     return str(p)
 
 
+@pytest.fixture
+def segment_files():
+    """Every native index segment a file, none inline in the MANIFEST (as
+    a commit's or a merge's segment over 4 KiB is): for tests of what
+    happens to segment files."""
+    from pydb import _pydb
+
+    old = _pydb._testing.set_inline_max(0)
+    yield
+    _pydb._testing.set_inline_max(old)
+
+
+def manifest_segments(pdx, sizes: bool = False) -> list[tuple]:
+    """The segments the MANIFEST in folder `pdx` names, oldest first:
+    ("file", generation) for a line "segment seg-G.pds", ("inline", G)
+    for "inline G LEN" and the LEN bytes after it (csrc/nidx_manifest.h);
+    with `sizes`, (kind, G, LEN), LEN 0 for a file."""
+    data = Path(pdx, "MANIFEST").read_bytes()
+    out, pos = [], 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        line = data[pos:end]
+        pos = end + 1
+        if line.startswith(b"segment seg-"):
+            out.append(("file", int(line[12:20]), 0))
+        elif line.startswith(b"inline "):
+            _, gen, n = line.split()
+            out.append(("inline", int(gen), int(n)))
+            pos += int(n) + 1
+        elif line.startswith((b"fst ", b"stw ")):
+            pos += int(line.split()[1]) + 1
+    return out if sizes else [s[:2] for s in out]
+
+
 def all_terms(ix, prefix=b"", batch=100000):
     """Every (key, count) of a raw _pydb.Index from `prefix` on, paging by `batch`."""
     out, start = [], None

@@ -291,19 +291,23 @@ def test_every_operation_of_a_checkpoint_fails_in_turn(tmp_path):
     assert names == ["fdatasync", "fdatasync", "ftruncate", "fdatasync"], names
 
 
-@pytest.mark.parametrize("lost", ["removed", "emptied"])
-def test_an_indexed_commit_fsyncs_only_its_log(tmp_path, lost):
-    """With a native index: the new (small) segment is written unsynced
-    and goes into the frame with the MANIFEST; the frame's fdatasync is
-    the commit's one fsync; the MANIFEST is written unsynced into its
-    spare, whose name is swapped in (no file renamed over another or
-    removed: creating and removing files is what ext4 makes slow).  The
-    closing checkpoint syncs the .mst, the .xrf, the segment and the
-    MANIFEST, their folder once, then empties the log.  A power cut after
-    the commit (the files put back as of the last checkpoint, the
-    MANIFEST with them, the new segment files gone or left empty, the
-    header lost) loses nothing: recovery writes the segments from the
-    log."""
+@pytest.mark.parametrize("kind, lost", [("inline", None), ("file", "removed"),
+                                        ("file", "emptied")])
+def test_an_indexed_commit_fsyncs_only_its_log(tmp_path, request, kind, lost):
+    """With a native index: a small segment goes inline into the MANIFEST
+    (kind "inline"); a larger one (kind "file": every segment a file) is
+    written unsynced and goes into the frame with the MANIFEST.  The
+    frame's fdatasync is the commit's one fsync; the MANIFEST is written
+    unsynced into its spare, whose name is swapped in (no file renamed
+    over another or removed: creating and removing files is what ext4
+    makes slow).  The closing checkpoint syncs the .mst, the .xrf, the
+    segment file and the MANIFEST, their folder once, then empties the
+    log.  A power cut after the commit (the files put back as of the last
+    checkpoint, the MANIFEST with them, the new segment files gone or left
+    empty, the header lost) loses nothing: recovery writes the MANIFEST
+    and the segments from the log."""
+    if kind == "file":
+        request.getfixturevalue("segment_files")
     base0 = tmp_path / "p"
     with create_indexed(base0, "isis-packed", sync=True, gc="none") as db:
         db.append(content(1, 1, 40))
@@ -331,6 +335,13 @@ def test_an_indexed_commit_fsyncs_only_its_log(tmp_path, lost):
     assert [x for x in names if "sync" in x] == ["fdatasync"], names
     assert names.count("exchange") == 1, names               # the MANIFEST
     assert "rename" not in names and "unlink" not in names, names
+    base = copy(tmp_path / "files")
+    with open_db(base, gc="none") as db:
+        db.append(content(2, 1, 40))
+        before = set(os.listdir(f"{base}.pdx"))
+        db.update(1, content(1, 2, 40))
+        new = set(os.listdir(f"{base}.pdx")) - before
+    assert len(new) == (kind == "file") and all(f.startswith("seg-") for f in new), new
 
     def close(n):
         base = copy(tmp_path / f"k{n}")
@@ -341,8 +352,8 @@ def test_an_indexed_commit_fsyncs_only_its_log(tmp_path, lost):
         return _fired(n)
 
     names = _ops_of(close)
-    assert names == ["fdatasync", "fdatasync", "fsync", "fsync", "fsync",
-                     "ftruncate", "fdatasync"], names
+    assert names == ["fdatasync", "fdatasync"] + ["fsync"] * (2 + (kind == "file")) + [
+        "ftruncate", "fdatasync"], names
 
     # the cut: two commits, then the files as of the last checkpoint
     base = copy(tmp_path / "cut")
@@ -353,7 +364,8 @@ def test_an_indexed_commit_fsyncs_only_its_log(tmp_path, lost):
         (tmp_path / "cut" / rel).write_bytes(data)
     new = [p for p in (tmp_path / "cut" / "db.pdx").iterdir()
            if p.relative_to(tmp_path / "cut") not in saved]
-    assert len(new) == 2, new                   # a segment per commit
+    # a segment file per commit, or none (inline)
+    assert len(new) == (2 if kind == "file" else 0), new
     for p in new:
         if lost == "removed":
             p.unlink()
@@ -383,6 +395,7 @@ def _indexed_cut(tmp_path, name):
     return base
 
 
+@pytest.mark.usefixtures("segment_files")
 def test_a_replay_syncs_whole_files_as_a_checkpoint_does(tmp_path):
     """Replaying a log that holds indexed commits puts their segments and
     the MANIFEST in place unsynced, then fsyncs each file once and their
@@ -415,6 +428,7 @@ def test_a_replay_syncs_whole_files_as_a_checkpoint_does(tmp_path):
         index_agrees(db)
 
 
+@pytest.mark.usefixtures("segment_files")
 def test_logged_segments_bound_the_checkpoint(tmp_path):
     """A checkpoint fsyncs every segment the log holds, under the writer
     lock: the commit after which a handle's commits logged 256 of them
@@ -432,6 +446,7 @@ def test_logged_segments_bound_the_checkpoint(tmp_path):
         index_agrees(db)
 
 
+@pytest.mark.usefixtures("segment_files")
 def test_a_checkpoint_whose_fsync_fails_with_enoent_keeps_the_log(tmp_path):
     """A segment's fsync that fails with ENOENT (as a FUSE or network file
     system may say) is a failed fsync, not a file removed since: the

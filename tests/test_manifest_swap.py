@@ -27,6 +27,7 @@ import pytest
 import pydb
 from pydb import _pydb
 
+from conftest import manifest_segments
 from writer_model import content, create_indexed, index_agrees, open_db
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,8 +42,8 @@ def _names(base) -> tuple[Path, Path]:
 def test_commits_swap_the_manifest_with_its_spare(tmp_path, sync):
     """Ten indexed commits: each makes the spare of the commit before the
     MANIFEST (same inode) and leaves the old MANIFEST's bytes in the
-    spare; the folder gains one segment file per commit and nothing
-    else."""
+    spare; the folder gains no file and loses none (the commits' small
+    segments are inline in the MANIFEST)."""
     base = tmp_path / "s"
     with create_indexed(base, "isis-packed", sync=sync, gc="none") as db:
         db.append(content(1, 1, 40))
@@ -57,9 +58,7 @@ def test_commits_swap_the_manifest_with_its_spare(tmp_path, sync):
             assert man.stat().st_ino == ino_spare, v
             assert spare.read_bytes() == before, v
             assert {man.stat().st_ino, spare.stat().st_ino} == inodes, v
-            new = set(os.listdir(man.parent)) - files
-            assert len(new) == 1 and new.pop().startswith("seg-"), v
-            assert not files - set(os.listdir(man.parent)), v
+            assert set(os.listdir(man.parent)) == files, v
         assert index_agrees(db) > 0
     with pydb.open(base) as ro:
         assert ro.check().ok
@@ -192,3 +191,29 @@ def test_readers_of_other_processes_never_see_a_rewritten_manifest(tmp_path):
         w.stdout.close()
     assert failures == []
     assert searches > 1000
+
+
+def test_inline_segments_stay_within_their_budget(tmp_path):
+    """Under policy none (no merges) the commits' segments go inline until
+    the inline ones weigh 32 KiB together (NIDX_INLINE_TOTAL); the next
+    ones are files.  Nothing is lost either way: a new handle reads every
+    segment, and the index agrees with the records."""
+    base = tmp_path / "b"
+    with create_indexed(base, "isis-packed", sync=True, gc="none") as db:
+        for m in range(1, 301):
+            db.append(content(m, 1, 30))
+        kinds = manifest_segments(f"{base}.pdx")
+        inline = [g for k, g in kinds if k == "inline"]
+        files = [g for k, g in kinds if k == "file"]
+        assert len(kinds) == 301                      # the build's, one per commit
+        assert 50 < len(inline) < 300 and len(files) > 1
+        held = sum(n for _, _, n in manifest_segments(f"{base}.pdx", sizes=True))
+        assert 32768 - 4096 < held <= 32768
+        # the files are the newest: once the budget is spent, no inline
+        assert max(inline) < min(g for g in files if g > 1)
+        assert index_agrees(db) > 0
+        db.collect()
+        assert len(manifest_segments(f"{base}.pdx")) < 301
+    with pydb.open(base) as ro:
+        assert index_agrees(ro) > 0
+        assert ro.check().ok

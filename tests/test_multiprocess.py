@@ -289,6 +289,7 @@ def test_killed_process_holding_a_snapshot(tmp_path):
     w.close()
 
 
+@pytest.mark.usefixtures("segment_files")   # what is pinned: files
 def test_killed_snapshot_holder_stops_pinning_index_segments(tmp_path):
     """What a registered reader pins, seen through the native index: while
     a process holds a snapshot of an old commit, no segment file is

@@ -6,6 +6,7 @@ import os
 import shutil
 import struct
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ import pydb
 from pydb import _pydb
 from pydb.index import Posting, Term
 
-from conftest import all_terms, copy_db, hypothesis_examples
+from conftest import all_terms, copy_db, hypothesis_examples, manifest_segments
 
 # Rerun under the sanitizer(s) by tests/test_sanitizers.py (conftest.py).
 pytestmark = pytest.mark.sanitize_address
@@ -275,6 +276,52 @@ def _checksum(b):
     return c ^ 0xFFFFFFFF
 
 
+def _reseal(text: bytes) -> bytes:
+    """A MANIFEST's text with its end line's CRC-32C made right again."""
+    body = text[:-13]
+    return body + b"end %08x\n" % _checksum(body)
+
+
+def test_a_manifest_of_format_2_is_read_and_cannot_hold_inline_segments(cds):
+    """A MANIFEST written before inline segments (format 2: segment files
+    only) opens as before; an "inline" line in one is damage; one of
+    format 3 holds inline segments beside files, and a damaged inline
+    segment (its checksum forged) is a CorruptionError naming the
+    MANIFEST and the segment."""
+    man = Path(cds + ".pdx", "MANIFEST")
+    built = man.read_bytes()
+    assert built.startswith(b"pydb-native-index 3\n")
+    man.write_bytes(_reseal(built.replace(b"pydb-native-index 3", b"pydb-native-index 2", 1)))
+    ix = pydb.open_index(cds)
+    assert len(ix.search("WATER")) > 0
+    ix.close()
+    # a commit makes it format 3 with an inline segment
+    ix = _pydb._open_native_index(cds)
+    _pydb._testing.native_hook(ix, "prepare", [(4, [(24, b"zebra crossing")], False)])
+    _pydb._testing.native_hook(ix, "commit")
+    text = man.read_bytes()
+    assert text.startswith(b"pydb-native-index 3\n")
+    assert [k for k, _ in manifest_segments(man.parent)] == ["file", "inline"]
+    assert [p[0] for p in pydb.open_index(cds).postings("ZEBRA")] == [4]
+    man.write_bytes(_reseal(text.replace(b"pydb-native-index 3", b"pydb-native-index 2", 1)))
+    with pytest.raises(pydb.CorruptionError) as ei:
+        pydb.open_index(cds)
+    assert ei.value.filename == str(man) and "bad segment line" in ei.value.reason
+    # the inline segment's last byte of postings flipped, both checksums
+    # made right: the segment's own checks find it
+    at = text.index(b"\ninline ") + 1
+    line_end = text.index(b"\n", at)
+    n = int(text[at:line_end].split()[2])
+    seg = bytearray(text[line_end + 1:line_end + 1 + n])
+    seg[16:24] = (1 << 40).to_bytes(8, "little")           # terms: absurd
+    struct.pack_into("<Q", seg, len(seg) - 8, _checksum(bytes(seg[:-8])))
+    man.write_bytes(_reseal(text[:line_end + 1] + bytes(seg) + text[line_end + 1 + n:]))
+    with pytest.raises(pydb.CorruptionError) as ei:
+        pydb.open_index(cds)
+    assert ei.value.filename.startswith(str(man)) and "inline segment" in ei.value.filename
+    assert "segment header" in ei.value.reason
+
+
 def test_the_core_checksum_is_crc32c_at_every_length_and_alignment():
     """The core's CRC-32C (the CPU's CRC32 instruction where it has one,
     else a table) equals the reference above and its own table form, for
@@ -337,19 +384,32 @@ def test_hook_prepare_publish(cds):
     _pydb._testing.native_hook(ix, "commit")
     assert ix.postings(b"ZEBRA") == [(1, 24, 1, 1), (151, 24, 1, 2)]
     assert ix.postings(b"DOE, J.") == [] and ix.postings(b"CROSSING") == []
-    assert len([f for f in os.listdir(cds + ".pdx") if f.endswith(".pds")]) == 3
+    # the build's segment is a file, each commit's small one inline in
+    # the MANIFEST
+    assert len([f for f in os.listdir(cds + ".pdx") if f.endswith(".pds")]) == 1
+    assert [k for k, _ in manifest_segments(cds + ".pdx")] == ["file", "inline", "inline"]
 
 
 def test_hook_abort_leaves_nothing(cds):
     ix = _pydb._open_native_index(cds)
     files = sorted(os.listdir(cds + ".pdx"))
     manifest = open(os.path.join(cds + ".pdx", "MANIFEST"), "rb").read()
+    # a small change: its segment would be inline, no file is written
     _pydb._testing.native_hook(ix, "prepare", [(3, [(24, b"yak")], False)])
-    assert len(os.listdir(cds + ".pdx")) == len(files) + 1   # written, unreferenced
+    assert sorted(os.listdir(cds + ".pdx")) == files
     _pydb._testing.native_hook(ix, "abort")
     assert sorted(os.listdir(cds + ".pdx")) == files
     assert open(os.path.join(cds + ".pdx", "MANIFEST"), "rb").read() == manifest
     assert ix.postings(b"YAK") == []
+    # a large one (a segment over 4 KiB) is written as a file; the abort
+    # removes it
+    words = b" ".join(b"yak" + bytes([97 + i // 26, 97 + i % 26]) for i in range(600))
+    _pydb._testing.native_hook(ix, "prepare", [(3, [(24, words)], False)])
+    assert len(os.listdir(cds + ".pdx")) == len(files) + 1   # written, unreferenced
+    _pydb._testing.native_hook(ix, "abort")
+    assert sorted(os.listdir(cds + ".pdx")) == files
+    assert open(os.path.join(cds + ".pdx", "MANIFEST"), "rb").read() == manifest
+    assert ix.postings(b"YAKAB") == []
     # publish without a prepared change does nothing
     _pydb._testing.native_hook(ix, "publish")
     assert ix.postings(b"YAK") == []
@@ -485,9 +545,7 @@ def test_commits_never_merge_segments(cds):
     base_water = ix.postings(b"WATER")
 
     def named():
-        return [line.split()[1] for line in
-                open(os.path.join(pdx, "MANIFEST"), "rb").read().decode("latin-1").splitlines()
-                if line.startswith("segment ")]
+        return manifest_segments(pdx)
 
     n0 = len(named())
     for i in range(20):
@@ -497,7 +555,9 @@ def test_commits_never_merge_segments(cds):
             (300 + i, [(24, b"water")], False)])
         _pydb._testing.native_hook(ix, "commit")
         assert len(named()) == n0 + i + 1
-    assert sorted(f for f in os.listdir(pdx) if f.endswith(".pds")) == sorted(named())
+    files = [f"seg-{g:08d}.pds" for k, g in named() if k == "file"]
+    assert sorted(f for f in os.listdir(pdx) if f.endswith(".pds")) == sorted(files)
+    assert len(files) < len(named())      # small segments are inline
     want = sorted([p for p in base_water if p[0] != 4] + [(4, 24, 1, 1)] +
                   [(300 + i, 24, 1, 1) for i in range(20)])
     assert ix.postings(b"WATER") == want
