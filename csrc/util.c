@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define MAX_PATH_LEN 4096
@@ -351,6 +352,7 @@ int pydb__swap_file(const char *path, const void *data, size_t len,
                     pydb_error *err)
 {
     char spare[MAX_PATH_LEN + 16];
+    struct stat st;
     int fd, e, rc = PYDB_OK;
 
     if (strlen(path) > MAX_PATH_LEN)
@@ -360,12 +362,19 @@ int pydb__swap_file(const char *path, const void *data, size_t len,
     if (fd < 0)
         return PYDB_OSERROR(err, errno, spare, -1, "cannot open: %s",
                             strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        rc = PYDB_OSERROR(err, errno, spare, -1, "cannot stat: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
     e = len ? -pydb__write_full(fd, data, len, 0) : 0;
     if (e) {
         rc = PYDB_OSERROR(err, e, spare, 0, "write failed: %s", strerror(e));
         goto cleanup;
     }
-    if (pydb__vfs->ftruncate(fd, (off_t)len) != 0) {
+    /* (not O_TRUNC: ext4 then starts writeback at close, as it does for a
+     * rename over a file -- the cost this function avoids) */
+    if (st.st_size > (off_t)len && pydb__vfs->ftruncate(fd, (off_t)len) != 0) {
         rc = PYDB_OSERROR(err, errno, spare, (int64_t)len,
                           "ftruncate failed: %s", strerror(errno));
     }
