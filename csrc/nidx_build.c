@@ -24,8 +24,10 @@
  * of S1, the state its commit leaves, and the lock is held only to index
  * the changes and write the files.
  *
- * Segment numbers are chosen under the lock (above every segment file
- * and the MANIFEST), so no commit of another process can take or remove
+ * Segment numbers are chosen under the lock (above every segment file,
+ * the MANIFEST's head and the committed state's generation:
+ * above_every_generation), so no commit of another process can take or
+ * remove
  * them; the segments of the old index are removed by the first writer
  * (or this build, right after its commit) that finds no registered
  * reader on an older commit (pydb__nidx_collect).
@@ -65,6 +67,7 @@
 #include "nidx_handle.h"
 #include "nidx_spill.h"
 #include "nidx_writer.h"
+#include "shm.h"
 
 /* How long a build waits for the writer lock (ms), as a Database's
  * default lock_timeout. */
@@ -404,6 +407,27 @@ static void collect_after(pydb_nidx_builder *b)
     pydb_txn_abort(t);
 }
 
+/* The first generation above every one in use, under the writer lock:
+ * segment files (pydb__nidx_collect, which also removes unused ones),
+ * the MANIFEST's head even when the rest of it is damaged, and the
+ * generation the committed state carries -- an index whose segments are
+ * inline has files for few of its generations, and a rebuild that took
+ * a lower one would look older than the index it replaces to every
+ * handle (nidx_manifest.h: generations only grow). */
+static uint64_t above_every_generation(pydb_nidx_builder *b)
+{
+    char manifest[1100];
+    pydb_state st;
+    struct pydb_shm *s = pydb__db_shm(b->db);
+    uint64_t top = pydb__nidx_collect(b->dir, s, NULL), g;
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", b->dir);
+    g = pydb__nman_head_generation(manifest);
+    if (g != NIDX_GEN_UNKNOWN && g > top) top = g;
+    if (s && pydb__shm_state(&st, s) == 0 && st.index_gen > top)
+        top = st.index_gen;
+    return top + 1;
+}
+
 int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
 {
     pydb_buf segb = {0}, delta = {0}, man = {0};
@@ -454,7 +478,7 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
      * on disk after this commit (pydb__nidx_collect) */
     pydb_snapshot_release(b->snap);
     b->snap = NULL;
-    gen = pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL) + 1;
+    gen = above_every_generation(b);
     gens[0] = gen;
     if (c.n) gens[ngens++] = gen + 1;
     written = 1;

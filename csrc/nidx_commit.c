@@ -140,11 +140,12 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     if ((rc = pydb__nacc_segment(&a, tombs, nt, &segb, err))) goto cleanup;
     /* The name: above the MANIFEST's generation and every segment of the
      * set.  Every file a reader may still read was named by a MANIFEST
-     * (whose generations only grow: a build starts above every file on
-     * disk), so no live file is higher.  A file there already is an
+     * (whose generations only grow: a build starts above every one in
+     * use), so no live file is higher.  A file there already is an
      * orphan of a process killed between its write and its commit: it
-     * is left to the collector (no directory scan per commit), and the
-     * next name is taken. */
+     * is left to the collector (no directory scan per commit), and a
+     * segment file takes the next name (an inline one has no file: the
+     * collector tells the orphan of its generation by that). */
     pthread_mutex_lock(&x->mu);
     gen = x->gen + 1;
     pthread_mutex_unlock(&x->mu);

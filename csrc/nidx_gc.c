@@ -76,7 +76,7 @@
  * replays the new MANIFEST.  A kill at any point leaves one of the two.
  *
  * Units: one key merged, one file written, one file removed; the commit
- * (a rename, two fsyncs, a log write) is one unit too.  A call does at
+ * (a rename and an fsync of a merged file, the log) is one unit too.  A call does at
  * most `budget` of them (at least one).
  *
  * Depends on: nidx_handle.h (sets, refresh, install, collect_n),
@@ -125,7 +125,8 @@ typedef struct nidx_merge {
     size_t kcap[2];
     int kcur;
     int64_t dropped;         /* dead postings left out                   */
-    int written;             /* the temporary file is complete           */
+    int written;             /* complete: the temporary file, or (small,
+                                to go inline) the bytes in out         */
     char tmp[1100];
 } nidx_merge;
 
@@ -189,6 +190,7 @@ static void drops_add(nidx *x, const nidx_segset *in, size_t lo, size_t hi,
         x->cap_drops = cap;
     }
     for (size_t i = lo; i < hi && x->ndrops < NIDX_DROPS_MAX; i++) {
+        if (in->v[i]->inl) continue;   /* no file to remove */
         x->drops[x->ndrops].gen = in->v[i]->gen;
         x->drops[x->ndrops++].commit = commit;
     }
@@ -279,7 +281,7 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
     if (!named) remove = 0;   /* cannot tell what the MANIFEST names */
     d = opendir(dir);
     while (d && (de = readdir(d)) != NULL) {
-        unsigned long long g;
+        uint64_t g;
         int used = 0;
         char path[1100];
         struct stat sb;
@@ -291,13 +293,13 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
             }
             continue;
         }
-        if (strlen(de->d_name) != 16 ||
-            sscanf(de->d_name, "seg-%8llu.pds", &g) != 1)
-            continue;
+        if (!pydb__nseg_name_gen(de->d_name, &g)) continue;
+        /* (an inline segment has no file: a file of its generation is
+         * an orphan of a killed commit) */
         for (size_t i = 0; ss && i < ss->n && !used; i++)
-            used = ss->v[i]->gen == g;
+            used = ss->v[i]->gen == g && !ss->v[i]->inl;
         for (size_t i = 0; i < m.nsegs && !used; i++)
-            used = m.segs[i].gen == g;
+            used = m.segs[i].gen == g && !m.segs[i].inl;
         for (size_t i = 0; i < nkeep && !used; i++) used = keep[i] == g;
         if (!used && (remove || (named && may_go && may_go(ctx, g)))) {
             pydb__nseg_path(path, sizeof path, dir, g);
@@ -751,7 +753,7 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
         memset(&m, 0, sizeof m);
     d = opendir(x->dir);
     while (d && (de = readdir(d)) != NULL) {
-        unsigned long long g;
+        uint64_t g;
         int used = 0;
         char path[1300];   /* dir (1024) + "/" + a d_name (256) */
         struct stat sb;
@@ -764,13 +766,12 @@ static void scan_files(nidx *x, const nidx_segset *cur, int64_t *files,
             }
             continue;
         }
-        if (strlen(de->d_name) != 16 ||
-            sscanf(de->d_name, "seg-%8llu.pds", &g) != 1)
-            continue;
+        if (!pydb__nseg_name_gen(de->d_name, &g)) continue;
         (*files)++;
-        for (size_t i = 0; i < cur->n && !used; i++) used = cur->v[i]->gen == g;
+        for (size_t i = 0; i < cur->n && !used; i++)
+            used = cur->v[i]->gen == g && !cur->v[i]->inl;
         for (size_t i = 0; i < m.nsegs && !used; i++)
-            used = m.segs[i].gen == g;
+            used = m.segs[i].gen == g && !m.segs[i].inl;
         if (used) continue;
         pydb__nseg_path(path, sizeof path, x->dir, g);
         if (stat(path, &sb) == 0) {
@@ -845,9 +846,11 @@ static int removable(nidx *x)
 /* Before step 5, with sync=False (commits are not fsync'ed), and without
  * the writer lock: make the records and the index as the MANIFEST on
  * disk now describes it (M1) durable -- the .mst and .xrf
- * (pydb__db_datasync), M1 itself (the inode it was read from), every
- * segment M1 names, the directory -- and give M1's segment generations
- * in *named (malloc'ed; NULL with sync=True, where each segment was
+ * (pydb__db_datasync), M1 itself (the inode it was read from, with its
+ * inline segments; with sync=False a commit renames a new MANIFEST in,
+ * so M1's inode is never written again), every segment file M1 names,
+ * the directory -- and give the generations of those files in *named
+ * (malloc'ed; NULL with sync=True, where each segment was
  * fsync'ed when it was written or, a small one that went into its
  * commit's frame, by the checkpoint step 5 makes first:
  * pydb__txn_settle).  Step 5 then removes only files M1 does not name
@@ -883,9 +886,9 @@ static int index_durable(nidx *x, pydb_db *db, uint64_t **named,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
         goto cleanup;
     }
-    for (size_t i = 0; i < m.nsegs; i++) gens[i] = m.segs[i].gen;
+    for (size_t i = 0; i < m.nsegs; i++)
+        if (!m.segs[i].inl) gens[(*nnamed)++] = m.segs[i].gen;
     *named = gens;
-    *nnamed = m.nsegs;
 cleanup:
     free(m.segs);
     free(data);

@@ -48,8 +48,18 @@ int pydb__nman_encode(pydb_buf *b, uint64_t gen, const pydb_keyrules *r,
     int l;
     /* oldest first, none newer than the MANIFEST; generations are names,
      * not ages (a merged segment takes a new one wherever it stands) */
-    for (size_t i = 0; i < nsegs; i++) PYDB_ASSERT(segs[i].gen <= gen);
-    pydb__buf_put(b, NIDX_MANIFEST_MAGIC, strlen(NIDX_MANIFEST_MAGIC));
+    int inl = 0;
+    for (size_t i = 0; i < nsegs; i++) {
+        PYDB_ASSERT(segs[i].gen <= gen);
+        inl |= segs[i].inl != NULL;
+    }
+    /* format 2 while nothing is inline: pydb before inline segments
+     * reads it */
+    if (inl)
+        pydb__buf_put(b, NIDX_MANIFEST_MAGIC, strlen(NIDX_MANIFEST_MAGIC));
+    else
+        pydb__buf_put(b, NIDX_MANIFEST_MAGIC_V2,
+                      strlen(NIDX_MANIFEST_MAGIC_V2));
     l = snprintf(line, sizeof line, "generation %llu\nutf8 %d\nmax_key %zu\n",
                  (unsigned long long)gen, r->utf8, r->max_key);
     pydb__buf_put(b, line, (size_t)l);
@@ -94,17 +104,6 @@ static int hexval(int c)
     return -1;
 }
 
-/* The n decimal digits at p as a number, or -1 if one is not a digit. */
-static uint64_t digits(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9') return (uint64_t)-1;
-        v = v * 10 + (uint64_t)(p[i] - '0');
-    }
-    return v;
-}
-
 void pydb__nman_segs_of(nidx_mseg *segs, nidx_seg *const *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -137,9 +136,9 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
         int vl = nl ? (int)(nl - (d + ml - 2)) : 0;
         return PYDB_CORRUPT(err, path, (int64_t)(ml - 2),
                             "manifest: format version %.*s, this pydb reads "
-                            "version %d (rebuild the index)",
+                            "versions %d and %d (rebuild the index)",
                             vl > 16 ? 16 : vl, (const char *)d + ml - 2,
-                            NIDX_FORMAT_VERSION);
+                            NIDX_FORMAT_VERSION, NIDX_MANIFEST_VERSION);
     }
     if (n < ml || (memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0 &&
                    memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) != 0))
@@ -218,15 +217,17 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
     }
     while (p < e) {
         nidx_mseg sg = {0, NULL, 0};
-        if (!v2 && (size_t)(e - p) >= 16 && memcmp(p, "inline ", 7) == 0) {
+        size_t nd;
+        if (!v2 && (size_t)(e - p) >= 7 && memcmp(p, "inline ", 7) == 0) {
             /* "inline GGGGGGGG LEN\n", LEN bytes, "\n" */
-            sg.gen = digits(p + 7, 8);
-            if (sg.gen == (uint64_t)-1 || p[15] != ' ')
+            nd = pydb__nseg_gen_digits(p + 7, (size_t)(e - p) - 7, &sg.gen);
+            if (!nd || p + 7 + nd >= e || p[7 + nd] != ' ')
                 BAD("bad inline segment line");
+            p += 7 + nd + 1;
             errno = 0;
-            v = strtoull((const char *)p + 16, &end, 10);
+            v = strtoull((const char *)p, &end, 10);
             if ((const uint8_t *)end >= e || *end != '\n' || errno ||
-                (const uint8_t *)end == p + 16 || p[16] < '0' || p[16] > '9')
+                (const uint8_t *)end == p || *p < '0' || *p > '9')
                 BAD("bad inline segment line");
             p = (const uint8_t *)end + 1;
             if (v >= (unsigned long long)(e - p))
@@ -236,11 +237,13 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
             p += v;
             if (*p++ != '\n') BAD("bad inline segment end");
         } else {
-            if ((size_t)(e - p) < 25 || memcmp(p, "segment seg-", 12) != 0 ||
-                (sg.gen = digits(p + 12, 8)) == (uint64_t)-1 ||
-                memcmp(p + 20, ".pds\n", 5) != 0)
+            if ((size_t)(e - p) < 12 || memcmp(p, "segment seg-", 12) != 0 ||
+                !(nd = pydb__nseg_gen_digits(p + 12, (size_t)(e - p) - 12,
+                                             &sg.gen)) ||
+                (size_t)(e - p) < 12 + nd + 5 ||
+                memcmp(p + 12 + nd, ".pds\n", 5) != 0)
                 BAD("bad segment line");
-            p += 25;
+            p += 12 + nd + 5;
         }
         if (m->nsegs == cap) {
             cap = cap ? cap * 2 : 8;
@@ -296,10 +299,15 @@ uint64_t pydb__nman_head_generation(const char *path)
     size_t ml = strlen(NIDX_MANIFEST_MAGIC);
     unsigned long long g;
     ssize_t r;
-    int fd = pydb__vfs->open(path, O_RDONLY, 0);
+    struct stat a, b;
+    int fd = pydb__vfs->open(path, O_RDONLY, 0), moved;
     if (fd < 0) return 0;
     r = pydb__vfs->pread(fd, hb, sizeof hb - 1, 0);
+    /* no longer the MANIFEST: the next commit may have been rewriting
+     * it while it was read (a swap), so the digits may be torn */
+    moved = fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino;
     pydb__vfs->close(fd);
+    if (moved) return NIDX_GEN_UNKNOWN;
     if (r < (ssize_t)ml || (memcmp(hb, NIDX_MANIFEST_MAGIC, ml) != 0 &&
                             memcmp(hb, NIDX_MANIFEST_MAGIC_V2, ml) != 0))
         return NIDX_GEN_UNKNOWN;

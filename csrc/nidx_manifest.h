@@ -13,13 +13,15 @@
  * 8 hex digits).  It is replaced
  * whole, always by a transaction through pydb_txn_put_file() (a commit,
  * a merge, a bulk build; written with the records' write-ahead log and
- * replayed by recovery; unless synced at once, by a swap of names with
- * its spare MANIFEST.pydb-next: pydb__swap_file),
+ * replayed by recovery; when the log keeps the commit's frame, by a swap
+ * of names with its spare MANIFEST.pydb-next: pydb__swap_file),
  * so the index flips with the records.  Each new MANIFEST has a higher
- * generation than the one it replaces.
+ * generation than the one it replaces (a rebuild too, even after the
+ * MANIFEST was damaged: nidx_build.c).
  *
- * Depends on: nidx_seg.h (only NIDX_FORMAT_VERSION), util.h (buffer,
- * CRC-32C, atomic replace), index_int.h (key rules).
+ * Depends on: nidx_seg.h (NIDX_FORMAT_VERSION, the segments inline ones
+ * are opened as, generation digits), util.h (buffer, CRC-32C, atomic
+ * replace), index_int.h (key rules).
  */
 #ifndef PYDB_NIDX_MANIFEST_H
 #define PYDB_NIDX_MANIFEST_H
@@ -29,9 +31,10 @@
 
 #define NIDX_STR_(x) #x
 #define NIDX_STR(x) NIDX_STR_(x)
-/* The first line, with the MANIFEST's format version: 3 (inline
- * segments).  A MANIFEST of version 2 (the segment format's version,
- * NIDX_FORMAT_VERSION, before inline segments) is read too. */
+/* The first line, with the MANIFEST's format version: 3 when a segment
+ * is inline, else 2 (the segment format's version, NIDX_FORMAT_VERSION:
+ * what pydb before inline segments writes and reads).  Both are read;
+ * an inline line in a version 2 MANIFEST is damage. */
 #define NIDX_MANIFEST_VERSION 3
 #define NIDX_MANIFEST_MAGIC \
     "pydb-native-index " NIDX_STR(NIDX_MANIFEST_VERSION) "\n"
@@ -41,7 +44,8 @@
 /* Inline segments: a commit's segment of at most NIDX_INLINE_MAX bytes
  * goes into the MANIFEST itself while the inline segments of the set
  * stay within NIDX_INLINE_TOTAL bytes (nidx_commit.c); past that it is
- * a file.  A merge of the collector makes a file (nidx_gc.c). */
+ * a file.  So is a merge of the collector's, by the same rules
+ * (nidx_gc.c). */
 #define NIDX_INLINE_MAX 4096
 #define NIDX_INLINE_TOTAL 32768
 /* The limit in force (a commit's segment and a merge's): NIDX_INLINE_MAX;

@@ -428,6 +428,30 @@ void pydb__nseg_path(char *out, size_t cap, const char *dir, uint64_t gen)
     snprintf(out, cap, "%s/seg-%08llu.pds", dir, (unsigned long long)gen);
 }
 
+size_t pydb__nseg_gen_digits(const uint8_t *p, size_t n, uint64_t *gen)
+{
+    uint64_t v = 0;
+    size_t i;
+    for (i = 0; i < n && i < 20 && p[i] >= '0' && p[i] <= '9'; i++) {
+        uint64_t d = (uint64_t)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;   /* past 2^64 - 1 */
+        v = v * 10 + d;
+    }
+    if (i < 8 || (i < n && p[i] >= '0' && p[i] <= '9')) return 0;
+    *gen = v;
+    return i;
+}
+
+int pydb__nseg_name_gen(const char *name, uint64_t *gen)
+{
+    size_t n = strlen(name), k;
+    if (n < 4 + 8 + 4 || memcmp(name, "seg-", 4) != 0 ||
+        memcmp(name + n - 4, ".pds", 4) != 0)
+        return 0;
+    k = pydb__nseg_gen_digits((const uint8_t *)name + 4, n - 8, gen);
+    return k == n - 8;
+}
+
 
 /* ------------------------------------------------------------ writing */
 

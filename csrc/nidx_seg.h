@@ -85,8 +85,14 @@ static inline int32_t pydb__nseg_tomb(const nidx_seg *s, uint32_t i)
 }
 /* 1 if the segment tombstones mfn. */
 int pydb__nseg_has_tomb(const nidx_seg *s, int32_t mfn);
-/* <dir>/seg-GGGGGGGG.pds */
+/* <dir>/seg-GGGGGGGG.pds (8 digits at least: more past 99,999,999) */
 void pydb__nseg_path(char *out, size_t cap, const char *dir, uint64_t gen);
+/* The generation written at p[0..n) as a segment's name has it (8 to 20
+ * decimal digits, no more after them, at most 2^64 - 1) into *gen: the
+ * digits read, or 0 when it is not one. */
+size_t pydb__nseg_gen_digits(const uint8_t *p, size_t n, uint64_t *gen);
+/* 1 if the file name `name` is a segment's, seg-G.pds (*gen = G). */
+int pydb__nseg_name_gen(const char *name, uint64_t *gen);
 
 /* A cursor over the dictionary of one segment. */
 typedef struct nidx_cursor {

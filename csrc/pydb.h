@@ -602,11 +602,12 @@ int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
 /* Replace the whole content of file `path` atomically as part of the
  * transaction (logged in the write-ahead log, under its name relative to
  * the database's folder, and replayed by recovery whatever the working
- * folder of the process that replays); the data are copied.  Unless
- * the commit syncs its files at once, the bytes go into the spare
- * "<path>.pydb-next", whose name is then swapped with path's: the spare
- * keeps the previous content (a reader that opened path before the swap
- * may meet it rewritten by a later commit: check what is read).  For
+ * folder of the process that replays); the data are copied.  When the
+ * log keeps the commit's frame (sync=True with a commit header), the
+ * bytes go into the spare "<path>.pydb-next", whose name is then swapped
+ * with path's: the spare keeps the previous content, and a reader that
+ * opened path before the swap may meet it rewritten by a later commit
+ * (check what is read); else a new file is renamed over path.  For
  * commit hooks.  Errors: PYDB_EINVAL (no path; a path outside the database's
  * folder and its subfolders, or in a folder that does not exist; data
  * NULL with len > 0), PYDB_ENOMEM. */
@@ -1286,7 +1287,7 @@ typedef struct pydb_index_stat {
     int64_t postings;        /* postings stored (live + dead)              */
     int64_t dead_postings;   /* postings of versions a later commit replaced */
     int64_t tombstones;      /* tombstoned MFNs stored in segments         */
-    int64_t bytes;           /* bytes of the live segment files            */
+    int64_t bytes;           /* bytes of the live segments (inline too)    */
     int64_t files;           /* segment files in the directory             */
     int64_t unused_files;    /* files no set names (removable when unpinned) */
     int64_t unused_bytes;

@@ -43,9 +43,9 @@
  * (3) the bytes are written to the .mst, the .xrf (inside the handle's
  * sequence lock), the control record last, and whole files (not those
  * the hook wrote itself and logged for replay only: pydb__txn_log_file)
- * into their spare whose name is swapped in (pydb__swap_file: no file
- * created or removed), or by write-temp + rename + fsync when they are
- * synced now; (4) with sync=True and a usable commit
+ * into their spare whose name is swapped in when the frame stays in the
+ * log (pydb__swap_file: no file created or removed), else by write-temp
+ * + rename (+ fsync with sync); (4) with sync=True and a usable commit
  * header the frame stays in the log, the header records the log's
  * length as applied, and the .mst/.xrf and whole files are synced only
  * at a checkpoint (wal.h: the log past PYDB_WAL_CHECKPOINT bytes or
@@ -1174,15 +1174,19 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     }
     for (size_t i = 0; i < t->nfiles; i++) {
         if (t->files[i].in_place) continue;   /* written by the caller */
-        /* synced now: a new file renamed in; else (synced at a
-         * checkpoint, or never) into the spare, whose name is swapped
-         * in: no file created or removed per commit */
-        if (sync && !keep)
-            rc = pydb__replace_file(t->files[i].path, NULL, t->files[i].data,
-                                    t->files[i].len, 1, &fsync_failed, err);
-        else
+        /* kept in the log (synced at a checkpoint, replayed after a
+         * power cut): into the spare, whose name is swapped in -- no
+         * file created or removed per commit; else a new file renamed
+         * in (synced now with sync; with sync=False the rename keeps a
+         * MANIFEST a power cut leaves whole or empty, never an older
+         * one naming segments a collection removed) */
+        if (keep)
             rc = pydb__swap_file(t->files[i].path, t->files[i].data,
                                  t->files[i].len, err);
+        else
+            rc = pydb__replace_file(t->files[i].path, NULL, t->files[i].data,
+                                    t->files[i].len, sync, &fsync_failed,
+                                    err);
         if (rc) goto apply_failed;
     }
     applied = 1;

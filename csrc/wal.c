@@ -415,8 +415,9 @@ static int folders_add(folders *f, const char *path, pydb_error *err)
 
 /* fsync the files the whole-file entries of v[0..n) name (the last copy
  * of each: wal_final_image), which commits that keep their frame and
- * replay put in place unsynced (a native index's MANIFEST renamed in, its
- * small segments written before their frame: txn.c,
+ * replay put in place unsynced (a native index's MANIFEST swapped in by a
+ * commit, renamed in by replay; its segment files written before their
+ * frame: txn.c,
  * pydb__txn_log_file) -- writeback of all started first -- then each of
  * their folders once.  A file removed since (a dropped index; a segment
  * an index build or a collection removed) is skipped; a name that cannot

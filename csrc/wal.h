@@ -29,7 +29,8 @@
  * frame in the log; the commit header (shm.h) then records the log's
  * length as applied, for this boot.  (A direct commit, PYDB_WAL_DIRECT
  * below, fdatasyncs its records in the .mst before its frame.)  Whole
- * files (the native index's MANIFEST) are renamed in unsynced too; files
+ * files (the native index's MANIFEST) are written unsynced too, into a
+ * spare whose name is swapped in (pydb__swap_file); files
  * the caller wrote already, unsynced, and put in the frame for replay
  * only (a native index's segment under PYDB_WAL_DIRECT bytes:
  * pydb__txn_log_file) are left as they are.  A checkpoint

@@ -1,12 +1,13 @@
 """The native index's MANIFEST is replaced by swapping names with a spare.
 
 A commit that is synced by a checkpoint (``sync=True`` with the commit
-header) or never (``sync=False``) writes its new MANIFEST into the spare
+header: the log keeps its frame) writes its new MANIFEST into the spare
 ``MANIFEST.pydb-next`` and swaps the two names (renameat2 with
 RENAME_EXCHANGE: csrc/util.h, ``pydb__swap_file``), so it creates and
 removes no file for it; the spare then holds the MANIFEST before the
-commit.  Where the file system cannot swap names the spare is renamed
-over the MANIFEST instead.  A reader of another process that opened the
+commit.  With ``sync=False`` the new MANIFEST is renamed in, as before.
+Where the file system cannot swap names the spare is renamed over the
+MANIFEST instead.  A reader of another process that opened the
 MANIFEST just before a swap may read it while the next commit rewrites
 it: the checksum tells, and the reader reads it again
 (``pydb__nman_read``).
@@ -38,14 +39,13 @@ def _names(base) -> tuple[Path, Path]:
     return pdx / "MANIFEST", pdx / "MANIFEST.pydb-next"
 
 
-@pytest.mark.parametrize("sync", [True, False], ids=["sync", "nosync"])
-def test_commits_swap_the_manifest_with_its_spare(tmp_path, sync):
+def test_commits_swap_the_manifest_with_its_spare(tmp_path):
     """Ten indexed commits: each makes the spare of the commit before the
     MANIFEST (same inode) and leaves the old MANIFEST's bytes in the
     spare; the folder gains no file and loses none (the commits' small
     segments are inline in the MANIFEST)."""
     base = tmp_path / "s"
-    with create_indexed(base, "isis-packed", sync=sync, gc="none") as db:
+    with create_indexed(base, "isis-packed", sync=True, gc="none") as db:
         db.append(content(1, 1, 40))
         db.append(content(2, 1, 40))          # the spare exists from here on
         man, spare = _names(base)
@@ -63,6 +63,28 @@ def test_commits_swap_the_manifest_with_its_spare(tmp_path, sync):
     with pydb.open(base) as ro:
         assert ro.check().ok
         assert index_agrees(ro) > 0
+
+
+def test_sync_false_commits_rename_a_new_manifest_in(tmp_path):
+    """With sync=False nothing of a commit is in the log after it, and a
+    MANIFEST inode written again could come back from a power cut with
+    old bytes naming segments a collection removed: each commit renames
+    a new file in, and the old inode is never written again."""
+    base = tmp_path / "n"
+    with create_indexed(base, "isis-packed", sync=False, gc="none") as db:
+        db.append(content(1, 1, 40))
+        man, spare = _names(base)
+        for v in range(2, 8):
+            fd = os.open(man, os.O_RDONLY)
+            try:
+                before = os.pread(fd, 1 << 20, 0)
+                db.update(1, content(1, v, 40))
+                assert os.pread(fd, 1 << 20, 0) == before, v   # not written again
+            finally:
+                os.close(fd)
+            assert man.read_bytes() != before, v
+        assert not spare.exists()
+        assert index_agrees(db) > 0
 
 
 def _copy(src, dst: Path):
@@ -148,7 +170,7 @@ def test_a_failed_exchange_after_the_commit_point(tmp_path, indexed):
 
 WRITER = """
 import sys, pydb
-db = pydb.open(sys.argv[1], readonly=False, sync=False, gc="none")
+db = pydb.open(sys.argv[1], readonly=False, sync=True, gc="none")
 i = 0
 while True:
     i += 1
@@ -159,8 +181,8 @@ while True:
 
 
 def test_readers_of_other_processes_never_see_a_rewritten_manifest(tmp_path):
-    """A process commits as fast as it can (``sync=False``: a swap every
-    few hundred microseconds) while this one searches for a few seconds
+    """A process commits as fast as it can (a swap at each commit, about
+    a millisecond apart) while this one searches for a few seconds
     (a search after another process's commit reads the MANIFEST whole),
     and opens the index again now and then: nothing fails, every search
     finds the index's word in every record."""
@@ -216,4 +238,74 @@ def test_inline_segments_stay_within_their_budget(tmp_path):
         assert len(manifest_segments(f"{base}.pdx")) < 301
     with pydb.open(base) as ro:
         assert index_agrees(ro) > 0
+        assert ro.check().ok
+
+
+def _generation(pdx) -> int:
+    head = Path(pdx, "MANIFEST").read_bytes().split(b"\n", 2)[1]
+    assert head.startswith(b"generation ")
+    return int(head.split()[1])
+
+
+def _reseal(text: bytes) -> bytes:
+    body = text[:-13]
+    return body + b"end %08x\n" % _pydb._testing.crc32c(body)
+
+
+WORDS = [f"w{chr(97 + m // 26)}{chr(97 + m % 26)}" for m in range(40)]
+
+
+def test_a_rebuild_after_damage_goes_above_every_generation(tmp_path):
+    """Commits whose segments are inline leave files for few generations.
+    The MANIFEST damaged, a rebuild must still take a generation above
+    the one in use (the MANIFEST's head, the committed state's), or a
+    writer opened before it would take the rebuilt index for an older
+    one, keep its own set and name files the rebuild removed."""
+    base = tmp_path / "d"
+    w = pydb.create(base, "isis-packed", fst="1 4 v1", gc="none")
+    try:
+        for m in range(30):
+            w.append([(1, f"{WORDS[m]} common")])
+        pdx = f"{base}.pdx"
+        g = _generation(pdx)
+        man = Path(pdx, "MANIFEST")
+        text = bytearray(man.read_bytes())
+        text[len(text) // 2] ^= 0x20                  # the checksum fails
+        man.write_bytes(bytes(text))
+        pydb.build_index(base, fst="1 4 v1", progress=False)
+        assert _generation(pdx) > g
+        w.append([(1, f"{WORDS[30]} common")])        # the writer adopts it
+        assert list(w.search("COMMON")) == list(range(1, 32))
+        assert [list(w.search(x.upper())) for x in WORDS[:31]] == [[m] for m in range(1, 32)]
+    finally:
+        w.close()
+    with pydb.open(base) as ro:
+        assert [list(ro.search(x.upper())) for x in WORDS[:31]] == [[m] for m in range(1, 32)]
+        assert ro.check().ok
+
+
+def test_generations_past_eight_digits(tmp_path, segment_files):
+    """Generations are names of at least 8 digits: past 99,999,999 they
+    take more, in the MANIFEST's lines and in segment files' names, which
+    the collector still recognises (it removes the merged ones)."""
+    base = tmp_path / "g"
+    with pydb.create(base, "isis-packed", fst="1 4 v1", gc="none") as db:
+        db.append([(1, "alpha common")])
+    man = Path(f"{base}.pdx", "MANIFEST")
+    text = man.read_bytes()
+    g = _generation(f"{base}.pdx")
+    man.write_bytes(_reseal(text.replace(b"generation %d\n" % g, b"generation 99999998\n", 1)))
+    with pydb.open(base, readonly=False, gc="none") as db:
+        for m in range(4):                            # 99999999, 100000000, ...
+            db.append([(1, f"{WORDS[m]} common")])
+        assert _generation(f"{base}.pdx") == 100000002
+        files = sorted(os.listdir(man.parent))
+        assert "seg-100000002.pds" in files and "seg-99999999.pds" in files, files
+        assert list(db.search("COMMON")) == [1, 2, 3, 4, 5]
+        db.collect()
+        files = [f for f in os.listdir(man.parent) if f.startswith("seg-")]
+        assert len(files) == 1 and int(files[0][4:-4]) > 100000002, files
+        assert [list(db.search(x.upper())) for x in WORDS[:4]] == [[2], [3], [4], [5]]
+    with pydb.open(base) as ro:
+        assert list(ro.search("COMMON")) == [1, 2, 3, 4, 5]
         assert ro.check().ok
