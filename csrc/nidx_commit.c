@@ -162,16 +162,12 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
              pydb__txn_keeps_frame(t);
     /* A small segment goes into the MANIFEST itself: no file to create,
      * sync and later remove (the MANIFEST is written anyway). */
-    {
-        size_t inl = segb.n;
-        for (size_t i = 0; i < ss->n; i++)
-            if (ss->v[i]->inl) inl += ss->v[i]->size;
-        if (segb.n <= pydb__nidx_inline_max && inl <= NIDX_INLINE_TOTAL) {
-            if ((rc = pydb__nseg_open_inline(&x->pending, x->manifest, gen,
-                                             segb.p, segb.n, err)))
-                goto cleanup;
-            goto manifest;
-        }
+    if (segb.n <= pydb__nidx_inline_max &&
+        pydb__nsegset_inline_bytes(ss, 0, 0) + segb.n <= NIDX_INLINE_TOTAL) {
+        if ((rc = pydb__nseg_open_inline(&x->pending, x->manifest, gen,
+                                         segb.p, segb.n, err)))
+            goto cleanup;
+        goto manifest;
     }
     for (int tries = 0;; tries++, gen++) {
         pydb__nseg_path(path, sizeof path, x->dir, gen);

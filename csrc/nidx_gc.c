@@ -612,15 +612,6 @@ static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
     return merge_file(g, x, sync, err);
 }
 
-/* Bytes of the inline segments of cur outside cur->v[p..p + n). */
-static size_t inline_bytes(const nidx_segset *cur, size_t p, size_t n)
-{
-    size_t b = 0;
-    for (size_t i = 0; i < cur->n; i++)
-        if (cur->v[i]->inl && (i < p || i >= p + n)) b += cur->v[i]->size;
-    return b;
-}
-
 /* Step 4: under the writer lock, publish the merged segment of *slot in
  * place of its range.  *busy: the lock was taken (try again later).  A
  * merge whose range is no longer in the current set in a row (or, for a
@@ -661,7 +652,7 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         if (cur->v[i]->gen > gen) gen = cur->v[i]->gen;
     gen++;
     if (!g->tmp[0] &&
-        inline_bytes(cur, p, nin) + g->out.n <= NIDX_INLINE_TOTAL) {
+        pydb__nsegset_inline_bytes(cur, p, nin) + g->out.n <= NIDX_INLINE_TOTAL) {
         /* inline in the MANIFEST: no file */
         if ((rc = pydb__nseg_open_inline(&mseg, x->manifest, gen, g->out.p,
                                          g->out.n, err)))

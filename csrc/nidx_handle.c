@@ -100,6 +100,15 @@ nidx_segset *pydb__nsegset_new(size_t n)
     return ss;
 }
 
+size_t pydb__nsegset_inline_bytes(const nidx_segset *ss, size_t lo,
+                                  size_t n)
+{
+    size_t b = 0;
+    for (size_t i = 0; i < ss->n; i++)
+        if (ss->v[i]->inl && (i < lo || i >= lo + n)) b += ss->v[i]->size;
+    return b;
+}
+
 /* Flags and the newest-tombstone table of the list.  A table that cannot
  * be allocated is left NULL (is_dead then searches the tombstones). */
 void pydb__nsegset_finish(nidx_segset *ss)

@@ -92,6 +92,10 @@ void pydb__nsegset_unref(nidx_segset *ss);
  * table. */
 #define NIDX_NEWEST_SLACK ((uint64_t)1 << 16)
 void pydb__nsegset_finish(nidx_segset *ss);
+/* Bytes of the inline segments of ss outside ss->v[lo..lo + n) (what a
+ * MANIFEST with them in it holds: NIDX_INLINE_TOTAL at most). */
+size_t pydb__nsegset_inline_bytes(const nidx_segset *ss, size_t lo,
+                                  size_t n);
 
 /* A refresh reads the MANIFEST's head at least this often (ms), even
  * while the header says no commit replaced it (pydb__nidx_refresh). */

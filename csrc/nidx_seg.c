@@ -217,14 +217,16 @@ int pydb__nseg_open_inline(nidx_seg **out, const char *manifest,
     snprintf(name, sizeof name, "%.1000s (inline segment %08llu)", manifest,
              (unsigned long long)gen);
     if (!(s = seg_new(name, gen)) || !(s->map = malloc(len ? len : 1))) {
-        free(s);
-        return PYDB_ERROR(err, PYDB_ENOMEM, manifest, -1, "cannot allocate");
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, manifest, -1, "cannot allocate");
+        goto cleanup;
     }
     memcpy(s->map, bytes, len);
     s->size = len;
     s->inl = 1;
-    if ((rc = seg_check(s, name, err))) {
-        free(s->map);
+    rc = seg_check(s, name, err);
+cleanup:
+    if (rc) {
+        if (s) free(s->map);
         free(s);
         return rc;
     }

@@ -348,17 +348,14 @@ int pydb__replace_file(const char *path, const char *tmp, const void *data,
     return PYDB_OK;
 }
 
-int pydb__swap_file(const char *path, const void *data, size_t len,
-                    pydb_error *err)
+/* pydb__swap_file(): write data[len] into the spare (created if
+ * missing), cut to len bytes. */
+static int write_spare(const char *spare, const void *data, size_t len,
+                       pydb_error *err)
 {
-    char spare[MAX_PATH_LEN + 16];
     struct stat st;
-    int fd, e, rc = PYDB_OK;
+    int e, rc = PYDB_OK, fd = pydb__vfs->open(spare, O_RDWR | O_CREAT, 0644);
 
-    if (strlen(path) > MAX_PATH_LEN)
-        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "path too long");
-    snprintf(spare, sizeof spare, "%s.pydb-next", path);
-    fd = pydb__vfs->open(spare, O_RDWR | O_CREAT, 0644);
     if (fd < 0)
         return PYDB_OSERROR(err, errno, spare, -1, "cannot open: %s",
                             strerror(errno));
@@ -377,16 +374,27 @@ int pydb__swap_file(const char *path, const void *data, size_t len,
      * fault tests count them; a spare just made has nothing to cut (and
      * LazyFS fails that ftruncate with ENOENT).  Not O_TRUNC: ext4 then
      * starts writeback at close, as it does for a rename over a file --
-     * the cost this function avoids. */
-    if (st.st_size > 0 && pydb__vfs->ftruncate(fd, (off_t)len) != 0) {
+     * the cost pydb__swap_file avoids. */
+    if (st.st_size > 0 && pydb__vfs->ftruncate(fd, (off_t)len) != 0)
         rc = PYDB_OSERROR(err, errno, spare, (int64_t)len,
                           "ftruncate failed: %s", strerror(errno));
-    }
 cleanup:
     if (pydb__vfs->close(fd) != 0 && rc == PYDB_OK)
         rc = PYDB_OSERROR(err, errno, spare, -1, "close failed: %s",
                           strerror(errno));
-    if (rc) return rc;
+    return rc;
+}
+
+int pydb__swap_file(const char *path, const void *data, size_t len,
+                    pydb_error *err)
+{
+    char spare[MAX_PATH_LEN + 16];
+    int rc, e;
+
+    if (strlen(path) > MAX_PATH_LEN)
+        return PYDB_ERROR(err, PYDB_EINVAL, path, -1, "path too long");
+    snprintf(spare, sizeof spare, "%s.pydb-next", path);
+    if ((rc = write_spare(spare, data, len, err))) return rc;
     if (pydb__vfs->exchange(spare, path) == 0) return PYDB_OK;
     e = errno;
     if (e != EINVAL && e != ENOSYS && e != EOPNOTSUPP && e != ENOENT)
