@@ -113,6 +113,17 @@ void pydb__nman_segs_of(nidx_mseg *segs, nidx_seg *const *v, size_t n)
     }
 }
 
+/* The format version d[n] starts with: 3, 2, or 0 (another magic line;
+ * both are as long). */
+static int magic_version(const void *d, size_t n)
+{
+    size_t ml = strlen(NIDX_MANIFEST_MAGIC);
+    if (n < ml) return 0;
+    if (memcmp(d, NIDX_MANIFEST_MAGIC, ml) == 0) return NIDX_MANIFEST_VERSION;
+    if (memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) == 0) return NIDX_FORMAT_VERSION;
+    return 0;
+}
+
 int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
                      const char *path, pydb_error *err)
 {
@@ -130,8 +141,7 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
         return PYDB_CORRUPT(err, path, (int64_t)(p - d), "manifest: %s", what); \
     } while (0)
     if (n >= ml && memcmp(d, NIDX_MANIFEST_MAGIC, ml - 2) == 0 &&
-        memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0 &&
-        memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) != 0) {
+        !magic_version(d, n)) {
         const uint8_t *nl = memchr(d + ml - 2, '\n', n - (ml - 2));
         int vl = nl ? (int)(nl - (d + ml - 2)) : 0;
         return PYDB_CORRUPT(err, path, (int64_t)(ml - 2),
@@ -140,10 +150,8 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
                             vl > 16 ? 16 : vl, (const char *)d + ml - 2,
                             NIDX_FORMAT_VERSION, NIDX_MANIFEST_VERSION);
     }
-    if (n < ml || (memcmp(d, NIDX_MANIFEST_MAGIC, ml) != 0 &&
-                   memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) != 0))
-        BAD("bad magic line");
-    v2 = memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) == 0;
+    if (!magic_version(d, n)) BAD("bad magic line");
+    v2 = magic_version(d, n) == NIDX_FORMAT_VERSION;
     /* the checksum line covers everything before it */
     {
         const uint8_t *q = e;
@@ -308,29 +316,11 @@ uint64_t pydb__nman_head_generation(const char *path)
     moved = fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino;
     pydb__vfs->close(fd);
     if (moved) return NIDX_GEN_UNKNOWN;
-    if (r < (ssize_t)ml || (memcmp(hb, NIDX_MANIFEST_MAGIC, ml) != 0 &&
-                            memcmp(hb, NIDX_MANIFEST_MAGIC_V2, ml) != 0))
+    if (r < (ssize_t)ml || !magic_version(hb, (size_t)r))
         return NIDX_GEN_UNKNOWN;
     hb[r] = '\0';
     if (sscanf(hb + ml, "generation %llu\n", &g) != 1 ||
         (uint64_t)g == NIDX_GEN_UNKNOWN)
         return NIDX_GEN_UNKNOWN;
     return (uint64_t)g;
-}
-
-uint64_t pydb__nman_top_generation(const char *dir)
-{
-    char path[1100];
-    uint8_t *d;
-    nidx_manifest m;
-    pydb_error e;
-    uint64_t gen = 0;
-    snprintf(path, sizeof path, "%s/MANIFEST", dir);
-    if (pydb__nman_read(&m, &d, path, 0, &e)) return 0;
-    gen = m.gen;
-    for (size_t i = 0; i < m.nsegs; i++)
-        if (m.segs[i].gen > gen) gen = m.segs[i].gen;
-    free(m.segs);
-    free(d);
-    return gen;
 }

@@ -105,8 +105,5 @@ int pydb__nman_read(nidx_manifest *m, uint8_t **data, const char *path,
  * file read while a swap rewrote it: a full read decides). */
 #define NIDX_GEN_UNKNOWN UINT64_MAX
 uint64_t pydb__nman_head_generation(const char *path);
-/* The highest generation <dir>/MANIFEST names (its own or a segment's);
- * 0 when there is none or it cannot be read. */
-uint64_t pydb__nman_top_generation(const char *dir);
 
 #endif
