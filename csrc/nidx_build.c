@@ -23,6 +23,14 @@
  * their postings in the first.  So the index published equals a build
  * of S1, the state its commit leaves, and the lock is held only to index
  * the changes and write the files.
+ * A compaction (compact.c) rewrites the master file shorter, and its
+ * swap may come while S0 is still the latest commit (a registered S0
+ * holds it back only once a later commit exists): the later commits'
+ * versions then lie below S0's end.  When S1's file generation is not
+ * S0's, the build starts its scan over from the latest commit (the lock
+ * released; a swap needs S0 to be the latest commit, so a second race
+ * is as unlikely as the first), and after BUILD_RESCANS of them indexes
+ * every record of S1 under the lock.
  *
  * Segment numbers are chosen under the lock (above every segment file,
  * the MANIFEST's head and the committed state's generation:
@@ -72,6 +80,11 @@
 /* How long a build waits for the writer lock (ms), as a Database's
  * default lock_timeout. */
 #define BUILD_LOCK_MS 10000
+
+/* How many times a build scans again from the latest commit when a
+ * compaction replaced the master file during its scan, before it
+ * indexes every record under the lock instead (see DESIGN above). */
+#define BUILD_RESCANS 2
 
 struct pydb_nidx_builder {
     pydb_db *db;
@@ -201,13 +214,25 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b)
     free(b);
 }
 
+/* S0: the latest commit, registered, which the scan reads from MFN 1. */
+static int take_s0(pydb_nidx_builder *b, pydb_error *err)
+{
+    pydb_snapshot_info si;
+    int rc = pydb_snapshot_take(&b->snap, b->db, err);
+    if (rc) return rc;
+    pydb_snapshot_info_get(&si, b->snap);
+    b->next = 1;
+    b->max = si.next_mfn - 1;
+    b->done = 0;
+    return PYDB_OK;
+}
+
 int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
                            const pydb_fst *fst, const pydb_nidx_options *opt,
                            pydb_error *err)
 {
     pydb_nidx_builder *b = calloc(1, sizeof *b);
     pydb_options o = {PYDB_IO_MMAP, PYDB_LOCK_NONE, PYDB_OPEN_WRITE};
-    pydb_snapshot_info si;
     int rc;
 
     *out = NULL;
@@ -272,10 +297,7 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
         b->fst_text = (char *)t.p;
         b->fst_len = t.n;
     }
-    if ((rc = pydb_snapshot_take(&b->snap, b->db, err))) goto fail;
-    pydb_snapshot_info_get(&si, b->snap);
-    b->next = 1;
-    b->max = si.next_mfn - 1;
+    if ((rc = take_s0(b, err))) goto fail;
     *out = b;
     return PYDB_OK;
 oom:
@@ -315,6 +337,7 @@ int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
 typedef struct changed {
     int32_t s0_next;         /* NXTMFN of S0                     */
     int64_t s0_end;          /* S0's end of records               */
+    int all;                 /* every MFN: the file was compacted */
     int32_t *v;              /* MFNs changed since S0, ascending */
     size_t n, cap;
     int oom;
@@ -323,7 +346,7 @@ typedef struct changed {
 static int changed_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 {
     changed *c = ctx;
-    if (mfn < c->s0_next &&
+    if (!c->all && mfn < c->s0_next &&
         (e->state == PYDB_XRF_UNUSED || e->offset < c->s0_end))
         return 0;
     if (c->n == c->cap) {
@@ -342,15 +365,18 @@ static int changed_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 
 /* With the writer lock held: the records changed since S0 (c->v) and a
  * segment of their state now, tombstoning every one of them, into segb
- * (left empty when none changed). */
+ * (left empty when none changed).  When a compaction replaced the master
+ * file since S0, offsets no longer tell which versions are newer than
+ * S0: with `may_rescan` *again is set and nothing is done, else every
+ * record counts as changed. */
 static int index_changes(changed *c, pydb_buf *segb, pydb_nidx_builder *b,
-                         pydb_error *err)
+                         int may_rescan, int *again, pydb_error *err)
 {
     pydb_snapshot_info si;
     pydb_state s1;
     nidx_acc a;
     int32_t stop;
-    int rc;
+    int rc = PYDB_OK;
 
     memset(&a, 0, sizeof a);
     a.err = err;
@@ -358,6 +384,11 @@ static int index_changes(changed *c, pydb_buf *segb, pydb_nidx_builder *b,
     c->s0_next = si.next_mfn;
     c->s0_end = si.mst_end;
     pydb__state_now(&s1, b->db);
+    if (s1.file_gen != b->snap->st.file_gen) {
+        *again = may_rescan;
+        c->all = 1;
+        if (*again) goto cleanup;
+    }
     if ((rc = pydb__xrf_scan(b->db, &s1, 1, changed_visit, c, &stop, 64,
                              err)))
         goto cleanup;
@@ -428,7 +459,11 @@ static uint64_t above_every_generation(pydb_nidx_builder *b)
     return top + 1;
 }
 
-int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
+/* The rest of the scan, the segment of S0, and its commit with the
+ * changes since S0 (index_changes: *again when the scan must start
+ * over). */
+static int finish_scan(pydb_nidx_builder *b, int may_rescan, int *again,
+                       pydb_error *err)
 {
     pydb_buf segb = {0}, delta = {0}, man = {0};
     changed c;
@@ -473,7 +508,8 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     pydb__nacc_free(&b->a);
     /* from here on, under the writer lock */
     if ((rc = pydb_txn_begin(&t, b->db, BUILD_LOCK_MS, err))) goto cleanup;
-    if ((rc = index_changes(&c, &delta, b, err))) goto cleanup;
+    if ((rc = index_changes(&c, &delta, b, may_rescan, again, err)) || *again)
+        goto cleanup;
     /* S0 is read: its registration would keep the old index's segments
      * on disk after this commit (pydb__nidx_collect) */
     pydb_snapshot_release(b->snap);
@@ -529,6 +565,30 @@ cleanup:
     free(delta.p);
     free(man.p);
     return rc;
+}
+
+/* Start the scan over from the latest commit: the runs, the merged
+ * segment and the accumulator dropped, a new S0. */
+static int rescan(pydb_nidx_builder *b, pydb_error *err)
+{
+    remove_runs(b);
+    if (b->merged[0]) unlink(b->merged);
+    b->merged[0] = '\0';
+    pydb__nacc_free(&b->a);
+    pydb_snapshot_release(b->snap);
+    b->snap = NULL;
+    return take_s0(b, err);
+}
+
+int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
+{
+    int rc, again;
+    for (int left = BUILD_RESCANS;; left--) {
+        again = 0;
+        if ((rc = finish_scan(b, left > 0, &again, err)) || !again)
+            return rc;
+        if ((rc = rescan(b, err))) return rc;
+    }
 }
 
 int pydb_native_index_build(const char *db_path, const pydb_fst *fst,
