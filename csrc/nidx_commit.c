@@ -7,7 +7,12 @@
  *
  * prepare: the segment holds the keys of the records' new states and
  * tombstones every changed MFN (their postings in older segments are
- * dead).  One of at most pydb__nidx_inline_max bytes (NIDX_INLINE_MAX)
+ * dead) but those the transaction appended (pydb_change.appended): a
+ * new MFN has no postings in an older segment, since MFNs are never
+ * handed out twice.  So the
+ * tombstones of a segment count the records it updated or deleted,
+ * which the collector takes for the postings it made dead (nidx_gc.c,
+ * base_due).  One of at most pydb__nidx_inline_max bytes (NIDX_INLINE_MAX)
  * goes inline into the new MANIFEST while the set's inline segments stay
  * within NIDX_INLINE_TOTAL bytes (nidx_manifest.h): no file is created,
  * synced or later removed for it -- on a file system where creating
@@ -105,10 +110,11 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    for (size_t i = 0; i < n; i++) tombs[nt++] = ch[i].mfn;
-    qsort(tombs, nt, sizeof *tombs, cmp_i32);
     {
         size_t w = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!ch[i].appended) tombs[nt++] = ch[i].mfn;
+        qsort(tombs, nt, sizeof *tombs, cmp_i32);
         for (size_t i = 0; i < nt; i++)
             if (w == 0 || tombs[w - 1] != tombs[i]) tombs[w++] = tombs[i];
         nt = w;
