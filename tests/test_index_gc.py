@@ -125,8 +125,10 @@ def test_commits_during_a_merge_stay_after_the_merged_segment(tmp_path):
         for v in range(1, 4):
             db.update(2, fields(2, v))
         assert T.index_collect(db, db.index._h, 1)   # one key merged
-        db.update(3, fields(3, 7))                   # commits meanwhile
+        # commits meanwhile, in an order that makes no tail to merge (the
+        # update weighs more than twice the deletion after it)
         db.append(fields(11, 1))
+        db.update(3, fields(3, 7))
         db.delete(4)
         want = answers(db)
         n0 = garbage(db)["segments"]
@@ -184,6 +186,41 @@ def test_a_tail_merge_keeps_its_tombstones_for_the_base(tmp_path):
         assert answers(db) == want
     with pydb.open(base) as ro:
         assert answers(ro) == want
+        assert ro.check().ok
+
+
+def test_appends_do_not_make_the_base_due(tmp_path):
+    """Commits that only append make nothing dead: their segments carry no
+    tombstone, and while commits go on the base (20 records, 60
+    postings) is not merged however much they add (40 one-record
+    commits: 120 postings, twice the base); the tail merges keep the
+    number of segments small.  Five updates then weigh 1/16 of the base
+    with their tombstones and the base is merged with everything before
+    the tail.  Before, appends counted as updates: the base of a
+    database filled one record per commit was rewritten every few
+    commits."""
+    base, db = make(tmp_path, n=20)
+    with db:
+        collect(db)   # one clean base segment
+        base_gen = manifest_segments(f"{base}.pdx")[0]
+        for m in range(21, 61):
+            db.append(fields(m, 0))
+            busy_collect(db)
+        g = garbage(db)
+        assert (g["postings"], g["dead_postings"], g["tombstones"]) == (180, 0, 0)
+        assert manifest_segments(f"{base}.pdx")[0] == base_gen   # not merged
+        assert g["segments"] <= 8
+        for m in range(1, 6):
+            db.update(m, fields(m, 1))
+        g = garbage(db)
+        assert (g["tombstones"], g["dead_postings"]) == (5, 15)
+        want = answers(db)
+        busy_collect(db)
+        assert manifest_segments(f"{base}.pdx")[0] != base_gen   # merged
+        assert garbage(db)["dead_postings"] == 0
+        assert answers(db) == want and list(db.search("T3V1")) == [3]
+        assert list(db.search("T3V0")) == [] and len(db.search("COMMON")) == 60
+    with pydb.open(base) as ro:
         assert ro.check().ok
 
 
