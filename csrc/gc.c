@@ -326,7 +326,7 @@ static void observe_commit(pydb_gc *g)
  * there was work (the index had more, or a master-file job ran); *rep
  * gets what the step reclaimed (added). */
 static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
-                     int *more, int *worked, pydb_gc_report *rep,
+                     int offer, int *more, int *worked, pydb_gc_report *rep,
                      pydb_error *err)
 {
     pydb_db *db = g->db;
@@ -336,7 +336,7 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
     *more = 0;
     if (db->hook.collect) {
         memset(&r, 0, sizeof r);
-        pydb_gc_step how = {budget, idle, lock_ms};
+        pydb_gc_step how = {budget, idle, lock_ms, offer};
         rc = db->hook.collect(db->hook.ctx, db, &how, &imore, &r, err);
         report_add(rep, &r);
         if (r.postings || r.segments) *worked = 1;
@@ -362,13 +362,13 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
 
 /* step_jobs() marked as running on this thread (the step lock held): its
  * commits are the collector's own (gc_notify). */
-static int step(pydb_gc *g, int budget, int idle, int lock_ms, int *more,
-                int *worked, pydb_gc_report *rep, pydb_error *err)
+static int step(pydb_gc *g, int budget, int idle, int lock_ms, int offer,
+                int *more, int *worked, pydb_gc_report *rep, pydb_error *err)
 {
     int rc;
     __atomic_store_n(&g->stepper, pthread_self(), __ATOMIC_RELAXED);
     __atomic_store_n(&g->stepping, 1, __ATOMIC_RELEASE);
-    rc = step_jobs(g, budget, idle, lock_ms, more, worked, rep, err);
+    rc = step_jobs(g, budget, idle, lock_ms, offer, more, worked, rep, err);
     __atomic_store_n(&g->stepping, 0, __ATOMIC_RELEASE);
     return rc;
 }
@@ -464,7 +464,9 @@ static int thread_collect(pydb_gc *g)
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
         pthread_mutex_lock(&g->step);
         memset(&err, 0, sizeof err);
-        rc = step(g, GC_THREAD_BUDGET, idle, GC_THREAD_LOCK_MS, &more,
+        /* while commits go on, a small merge rides on the next commit
+         * (nidx_gc.c, offer): no commit, and no fsync, of its own */
+        rc = step(g, GC_THREAD_BUDGET, idle, GC_THREAD_LOCK_MS, !idle, &more,
                   &worked, &rep, &err);
         pthread_mutex_unlock(&g->step);
         if (rc == PYDB_OK) backoff(t0, more);
@@ -705,7 +707,7 @@ static int coop_step(pydb_db *db, int swept)
     memset(&rep, 0, sizeof rep);
     memset(&err, 0, sizeof err);
     idle = swept || is_idle(g);
-    rc = step(g, GC_COOP_BUDGET, idle, 0, &more, &worked, &rep, &err);
+    rc = step(g, GC_COOP_BUDGET, idle, 0, 0, &more, &worked, &rep, &err);
     pthread_mutex_unlock(&g->step);
     if (rc) {
         if (rc != PYDB_ELOCKED) record(g, rc, NULL, &err);
@@ -810,7 +812,7 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
         int64_t left = (deadline - t0) / 1000000;
         if (left < 0) left = 0;
         pthread_mutex_lock(&g->step);
-        rc = step(g, GC_THREAD_BUDGET, 1, (int)left, &more, &worked, &rep,
+        rc = step(g, GC_THREAD_BUDGET, 1, (int)left, 0, &more, &worked, &rep,
                   err);
         pthread_mutex_unlock(&g->step);
         if (rc) break;

@@ -24,6 +24,9 @@
  * folder before the commit.  The new MANIFEST goes to the transaction
  * (pydb_txn_put_file), so it is replaced with the records: one fsync per
  * indexed commit.
+ * A tail merge the collector offered (nidx_gc.c, OFFERED) rides on the
+ * commit: its segment replaces its run in the MANIFEST (and in the set
+ * publish installs: x->pending_base).
  * publish: the handle serves the new segment set.  abort: the segment
  * is removed (a file; an inline one has none).  Each commit adds one
  * small segment and nothing else: a
@@ -81,6 +84,16 @@ static int cmp_change_ref(const void *a, const void *b)
     const change_ref *x = a, *y = b;
     if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
     return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The end of an offered merge a prepare took: the commit published it,
+ * or not. */
+static void pending_base_done(nidx *x, int published)
+{
+    pydb__nsegset_unref(x->pending_base);
+    x->pending_base = NULL;
+    pydb__nidx_offer_done(x, x->pending_merge, published);
+    x->pending_merge = NULL;
 }
 
 static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
@@ -157,6 +170,19 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     pthread_mutex_unlock(&x->mu);
     for (size_t i = 0; i < ss->n; i++)
         if (ss->v[i]->gen >= gen) gen = ss->v[i]->gen + 1;
+    /* A tail merge the collector finished and offered (nidx_gc.c): its
+     * segment, inline, takes this generation in place of its run, and
+     * this commit's the next; the MANIFEST written anyway publishes it,
+     * with no commit and no fsync of its own. */
+    if ((rc = pydb__nidx_offer_apply(x, ss, gen, &x->pending_base,
+                                     &x->pending_merge, err)))
+        goto cleanup;
+    if (x->pending_base) {
+        pydb__nsegset_unref(ss);
+        ss = x->pending_base;
+        atomic_fetch_add(&ss->refs, 1);
+        gen++;
+    }
     /* Durable as the commit's records are: not with sync=False (the test
      * double drives prepare without a transaction: synced).  A segment
      * under PYDB_WAL_DIRECT bytes of a commit that keeps its frame goes
@@ -219,6 +245,7 @@ cleanup:
             pydb__nseg_unref(x->pending);
             x->pending = NULL;
         }
+        pending_base_done(x, 0);
         if (written) unlink(path);
     }
     pydb__nsegset_unref(ss);
@@ -234,7 +261,7 @@ cleanup:
 static void hook_publish(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;
-    nidx_segset *old, *ns, *drop;
+    nidx_segset *old, *from, *ns, *drop;
     pydb_shm *s = __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE);
     size_t keep;
     if (!x->pending) return;
@@ -250,10 +277,12 @@ static void hook_publish(void *ctx, pydb_txn *t)
         pthread_mutex_unlock(&x->mu);
         pydb__nseg_unref(x->pending);
         x->pending = NULL;
+        pending_base_done(x, 1);
         return;
     }
     old = x->cur;
-    keep = old->n;
+    from = x->pending_base ? x->pending_base : old;   /* prepare's set */
+    keep = from->n;
     ns = pydb__nsegset_new(keep + 1);
     if (!ns) {
         /* cannot fail here: keep serving the old list; the next open
@@ -261,13 +290,14 @@ static void hook_publish(void *ctx, pydb_txn *t)
         pthread_mutex_unlock(&x->mu);
         pydb__nseg_unref(x->pending);
         x->pending = NULL;
+        pending_base_done(x, 1);
         return;
     }
-    ns->cfg = old->cfg;
+    ns->cfg = from->cfg;
     atomic_fetch_add(&ns->cfg->refs, 1);
     for (size_t i = 0; i < keep; i++) {
-        ns->v[i] = old->v[i];
-        atomic_fetch_add(&old->v[i]->refs, 1);
+        ns->v[i] = from->v[i];
+        atomic_fetch_add(&from->v[i]->refs, 1);
     }
     ns->v[keep] = x->pending;
     pydb__nsegset_finish(ns);
@@ -279,11 +309,13 @@ static void hook_publish(void *ctx, pydb_txn *t)
     x->pending = NULL;
     pthread_mutex_unlock(&x->mu);
     pydb__nsegset_unref(drop);
+    pending_base_done(x, 1);
 }
 
 static void hook_abort(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;
+    pending_base_done(x, 0);
     if (!x->pending) return;
     if (!x->pending->inl) unlink(x->pending->path);
     pydb__nseg_unref(x->pending);

@@ -54,7 +54,19 @@
  *      state (pydb__txn_set_index_gen), exactly as a commit's MANIFEST.
  *      The new set is installed in the handle after the commit, and the
  *      run's generations are remembered with the commit (x->drops).
- *      Segment lines are in age order; generations are names;
+ *      Segment lines are in age order; generations are names.
+ *      OFFERED: a step of the collector thread while commits go on
+ *      (pydb_gc_step.offer) does not commit a finished tail merge whose
+ *      run and output are all inline (offerable): it leaves it in
+ *      x->offer for the handle's next commit, whose prepare
+ *      (pydb__nidx_offer_apply) checks the run as above and writes the
+ *      merged segment in its place in the MANIFEST it writes anyway --
+ *      the merge's own commit (a log write, an fsync, the MANIFEST
+ *      written again) was a third of the writer's fsyncs in a stream of
+ *      one-record commits.  No tail merge starts while one is offered; a
+ *      step that does not offer (idle, a reader's, collect()) takes it
+ *      back and commits it here; its dead postings go to the collector's
+ *      next report (x->offer_dropped);
  *   5. remove: under the writer lock (a prepare's new file is unnamed
  *      until its commit), after a checkpoint (the .mst/.xrf synced, the
  *      log emptied durably: pydb__txn_settle; with sync=False, first and without the lock, the records,
@@ -165,6 +177,8 @@ void pydb__nidx_gc_free(nidx *x)
     x->merge = NULL;
     merge_free(x->minor);
     x->minor = NULL;
+    merge_free(x->offer);
+    x->offer = NULL;
     free(x->drops);
     x->drops = NULL;
     x->ndrops = x->cap_drops = 0;
@@ -624,6 +638,28 @@ static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
  * place of its range.  *busy: the lock was taken (try again later).  A
  * merge whose range is no longer in the current set in a row (or, for a
  * merge without tombstones, no longer first) is dropped (start again). */
+/* A new set: cur->v[0..p), mseg (whose reference it takes), then
+ * cur->v[p + nin..); NULL (no memory: mseg's reference left alone). */
+static nidx_segset *set_replacing(const nidx_segset *cur, size_t p,
+                                  size_t nin, nidx_seg *mseg)
+{
+    nidx_segset *ns = pydb__nsegset_new(cur->n - nin + 1);
+    if (!ns) return NULL;
+    for (size_t i = 0, j = 0; i < cur->n; i++) {
+        if (i > p && i < p + nin) continue;
+        if (i == p) {
+            ns->v[j++] = mseg;
+            continue;
+        }
+        ns->v[j++] = cur->v[i];
+        atomic_fetch_add(&cur->v[i]->refs, 1);
+    }
+    ns->cfg = cur->cfg;
+    atomic_fetch_add(&ns->cfg->refs, 1);
+    pydb__nsegset_finish(ns);
+    return ns;
+}
+
 static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
                         int lock_ms, int *busy, pydb_gc_report *rep,
                         pydb_error *err)
@@ -680,27 +716,13 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         goto cleanup;
     if ((rc = pydb__nseg_open(&mseg, path, gen, err))) goto cleanup;
 named:
-    /* cur->v[0..p), the merged segment, cur->v[p + nin..) */
     nsegs = cur->n - nin + 1;
     segs = malloc(nsegs * sizeof *segs);
-    ns = pydb__nsegset_new(nsegs);
-    if (!segs || !ns) {
+    if (!segs || !(ns = set_replacing(cur, p, nin, mseg))) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    for (size_t i = 0, j = 0; i < cur->n; i++) {
-        if (i > p && i < p + nin) continue;
-        if (i == p) {
-            ns->v[j++] = mseg;
-            mseg = NULL;
-            continue;
-        }
-        ns->v[j++] = cur->v[i];
-        atomic_fetch_add(&cur->v[i]->refs, 1);
-    }
-    ns->cfg = cur->cfg;
-    atomic_fetch_add(&ns->cfg->refs, 1);
-    pydb__nsegset_finish(ns);
+    mseg = NULL;   /* ns holds it */
     pydb__nman_segs_of(segs, ns->v, nsegs);
     if ((rc = pydb__nman_encode(&man, gen, &cur->cfg->rules,
                                 cur->cfg->fst_text, cur->cfg->fst_len,
@@ -731,6 +753,113 @@ cleanup:
     free(segs);
     free(man.p);
     return rc;
+}
+
+/* ---- a merge offered to the next commit ---- */
+
+/* Whether the finished merge g may wait for the handle's next commit to
+ * publish it: its bytes are in memory, small enough to go inline, and
+ * every segment of its run is inline (no file to rename or to drop:
+ * publishing it writes nothing but the MANIFEST the commit writes
+ * anyway).  Only tail merges (lo > 0). */
+static int offerable(const nidx_merge *g)
+{
+    if (!g->written || g->tmp[0] || g->lo == 0 ||
+        g->out.n > pydb__nidx_inline_max)
+        return 0;
+    for (size_t i = g->lo; i < g->hi; i++)
+        if (!g->in->v[i]->inl) return 0;
+    return 1;
+}
+
+/* Move the merge in *slot to x->offer (none is there: no tail merge
+ * starts while one is). */
+static void offer_put(nidx *x, nidx_merge **slot)
+{
+    pthread_mutex_lock(&x->mu);
+    PYDB_ASSERT(!x->offer);
+    x->offer = *slot;
+    pthread_mutex_unlock(&x->mu);
+    *slot = NULL;
+}
+
+/* The offered merge back into x->minor (empty then), to be committed by
+ * the collector itself: idle, or a caller that does not offer. */
+static void offer_reclaim(nidx *x)
+{
+    pthread_mutex_lock(&x->mu);
+    if (x->offer && !x->minor) {
+        x->minor = x->offer;
+        x->offer = NULL;
+    }
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* Where the offered merge's run lies in cur (range_in), or (size_t)-1
+ * when none is offered. */
+static size_t offer_at(nidx *x, const nidx_segset *cur)
+{
+    size_t p = (size_t)-1;
+    pthread_mutex_lock(&x->mu);
+    if (x->offer) p = range_in(x->offer, cur);
+    pthread_mutex_unlock(&x->mu);
+    return p;
+}
+
+static int offered(nidx *x)
+{
+    int o;
+    pthread_mutex_lock(&x->mu);
+    o = x->offer != NULL;
+    pthread_mutex_unlock(&x->mu);
+    return o;
+}
+
+int pydb__nidx_offer_apply(nidx *x, const nidx_segset *ss, uint64_t gen,
+                           nidx_segset **out, nidx_merge **taken,
+                           pydb_error *err)
+{
+    nidx_merge *g;
+    nidx_seg *mseg = NULL;
+    size_t p, nin;
+    int rc;
+
+    *out = NULL;
+    *taken = NULL;
+    pthread_mutex_lock(&x->mu);
+    g = x->offer;
+    x->offer = NULL;
+    pthread_mutex_unlock(&x->mu);
+    if (!g) return PYDB_OK;
+    nin = g->hi - g->lo;
+    p = range_in(g, ss);
+    if (p == (size_t)-1 || p == 0 ||
+        pydb__nsegset_inline_bytes(ss, p, nin) + g->out.n > NIDX_INLINE_TOTAL) {
+        merge_free(g);   /* another handle's commit changed the set */
+        return PYDB_OK;
+    }
+    rc = pydb__nseg_open_inline(&mseg, x->manifest, gen, g->out.p, g->out.n,
+                                err);
+    if (rc == PYDB_OK && !(*out = set_replacing(ss, p, nin, mseg)))
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
+    if (rc) {
+        pydb__nseg_unref(mseg);
+        merge_free(g);
+        return rc;
+    }
+    *taken = g;
+    return PYDB_OK;
+}
+
+void pydb__nidx_offer_done(nidx *x, nidx_merge *m, int published)
+{
+    if (!m) return;
+    if (published) {
+        pthread_mutex_lock(&x->mu);
+        x->offer_dropped += m->dropped;
+        pthread_mutex_unlock(&x->mu);
+    }
+    merge_free(m);
 }
 
 /* Files of the directory: segment files and temporaries, those no
@@ -935,8 +1064,8 @@ static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
  * then (one more unit) the commit.  *more set while it is not published,
  * and after it (the inputs to remove). */
 static int merge_run(nidx *x, pydb_db *db, nidx_merge **slot, int cap,
-                     int lock_ms, int *units, int *more, pydb_gc_report *rep,
-                     pydb_error *err)
+                     int lock_ms, int offer, int *units, int *more,
+                     pydb_gc_report *rep, pydb_error *err)
 {
     int rc, busy = 0;
     *more = 1;
@@ -951,6 +1080,13 @@ static int merge_run(nidx *x, pydb_db *db, nidx_merge **slot, int cap,
         }
     }
     if (!(*slot)->written || *units >= cap) return PYDB_OK;
+    if (offer && offerable(*slot)) {
+        /* published by the handle's next commit (pydb__nidx_offer_apply),
+         * or by the collector once idle if none comes */
+        offer_put(x, slot);
+        *more = 0;
+        return PYDB_OK;
+    }
     (*units)++;
     /* after it: a busy lock, a merge dropped to start over, or the
      * inputs to remove (once no reader is behind) */
@@ -981,6 +1117,12 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
         return PYDB_OK;
     }
     x->gc_free = pydb__nidx_gc_free;
+    /* a merge offered to commits that did not come: committed here */
+    if (!how->offer || idle) offer_reclaim(x);
+    pthread_mutex_lock(&x->mu);
+    rep->postings += x->offer_dropped;   /* those that came */
+    x->offer_dropped = 0;
+    pthread_mutex_unlock(&x->mu);
     if ((rc = pydb__nidx_refresh(x, 0, err))) goto cleanup;
     /* (c) unnamed files first: they cost disk, not lookups */
     cur = current(x, &g);
@@ -1012,8 +1154,9 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
         for (size_t i = 0; i < cur->n; i++) live += cur->v[i]->size;
         heavy = (uint64_t)ubytes * NIDX_PIN_SHARE > live;
     }
-    /* (a) the tail, after the segments a merge of the base holds */
-    if (!x->minor && !heavy) {
+    /* (a) the tail, after the segments a merge of the base holds; none
+     * while a finished one waits for a commit (its run stays as it is) */
+    if (!x->minor && !heavy && !offered(x)) {
         size_t from = 1, lo;
         if (x->merge && range_in(x->merge, cur) == 0)
             from = x->merge->hi;
@@ -1027,7 +1170,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     }
     if (x->minor) {
         rc = merge_run(x, db, &x->minor, x->merge ? budget / 2 + 1 : budget,
-                       lock_ms, &units, &m, rep, err);
+                       lock_ms, how->offer, &units, &m, rep, err);
         *more |= m;
         if (rc) goto cleanup;
         if (!x->minor) {   /* published: the set changed */
@@ -1040,6 +1183,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     if (!x->merge && !pinned && !(idle && x->minor)) {
         size_t hi = cur->n, p;
         if (x->minor && (p = range_in(x->minor, cur)) != (size_t)-1) hi = p;
+        else if ((p = offer_at(x, cur)) != (size_t)-1) hi = p;
         if (base_wanted(cur, hi, idle)) {
             atomic_fetch_add(&cur->refs, 1);
             if ((rc = merge_begin(&x->merge, x, cur, 0, hi, err)))
@@ -1048,8 +1192,8 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     }
     if (x->merge) {
         if (units >= budget) units = budget - 1;   /* a share for it */
-        rc = merge_run(x, db, &x->merge, budget, lock_ms, &units, &m, rep,
-                       err);
+        rc = merge_run(x, db, &x->merge, budget, lock_ms, 0, &units, &m,
+                       rep, err);
         *more |= m;
     }
 cleanup:

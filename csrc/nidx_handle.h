@@ -121,6 +121,9 @@ typedef struct nidx {
     void *put_ctx;
     nidx_seg *pending;
     uint64_t pending_gen;
+    nidx_segset *pending_base; /* the set pending follows when prepare
+                                took an offered merge, or NULL (then cur) */
+    struct nidx_merge *pending_merge; /* that merge                      */
     pydb_fst_scratch scratch;
     /* garbage (nidx_gc.c) */
     pydb_db *db;             /* the attached writable handle, or NULL
@@ -135,6 +138,11 @@ typedef struct nidx {
                                 (gc_mu)                                   */
     struct nidx_merge *minor; /* a merge of the tail (the newest segments
                                 after those) in progress, or NULL (gc_mu) */
+    struct nidx_merge *offer; /* a finished tail merge of inline segments
+                                that the next commit of this handle
+                                publishes, or NULL (mu; nidx_gc.c)        */
+    int64_t offer_dropped;   /* dead postings such commits dropped, for
+                                the collector's next report (mu)         */
     struct nidx_drop *drops; /* segments this handle's merges unnamed, with
                                 the commit that did (gc_mu)               */
     size_t ndrops, cap_drops;
@@ -221,6 +229,18 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db,
 int pydb__nidx_gc_garbage(void *ctx, pydb_db *db,
                           struct pydb_index_stat *out, pydb_error *err);
 void pydb__nidx_gc_free(nidx *x);
+/* A commit's prepare (the writer lock held): if a merge is offered
+ * (x->offer, which it takes) and its run is still in ss in a row, *out
+ * is ss with the run replaced by the merged segment, inline with
+ * generation gen, and *taken the merge; else both NULL (an offer that
+ * no longer fits is dropped: the collector merges again).  PYDB_ENOMEM
+ * or the inline segment's error (the offer dropped). */
+int pydb__nidx_offer_apply(nidx *x, const nidx_segset *ss, uint64_t gen,
+                           nidx_segset **out, struct nidx_merge **taken,
+                           pydb_error *err);
+/* After that commit: published (its dead postings go to the collector's
+ * next report) or not; frees the merge. */
+void pydb__nidx_offer_done(nidx *x, struct nidx_merge *m, int published);
 
 /* pydb__nidx_set_at: the MANIFEST on disk is newer than the generation
  * asked for, and the handle holds neither (not an error code). */

@@ -1258,6 +1258,9 @@ typedef struct pydb_gc_step {
     int idle;                /* 1: no commit for a while, collect all;
                                 0: commits go on, collect what is due      */
     int lock_ms;             /* the longest wait for the writer lock (ms)  */
+    int offer;               /* 1: a finished small merge may wait for the
+                                handle's next commit to publish it (the
+                                collector thread while commits go on)      */
 } pydb_gc_step;
 
 typedef struct pydb_gc_report {

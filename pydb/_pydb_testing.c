@@ -682,9 +682,11 @@ static PyMethodDef testing_functions[] = {
     {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
     {"resident", (PyCFunction)resident, METH_VARARGS, resident_doc},
     {"index_collect", (PyCFunction)index_collect, METH_VARARGS,
-     "index_collect(db, index, budget, idle=True, /)\n--\n\nOne call of "
-     "the native index's collect(ctx, db, {budget, idle, 0 ms}, &more) "
-     "(csrc/nidx_gc.c; idle: merge everything, else only what is due) on the "
+     "index_collect(db, index, budget, idle=True, offer=False, /)\n--\n\n"
+     "One call of the native index's collect(ctx, db, {budget, idle, 0 ms, "
+     "offer}, &more) (csrc/nidx_gc.c; idle: merge everything, else only "
+     "what is due; offer: a finished small tail merge waits for the next "
+     "commit to publish it, as the collector thread's do) on the "
      "writable Database `db` and its attached Index handle `index`: True "
      "when more garbage may be collectable (or the writer lock was busy)."},
     {"index_garbage", (PyCFunction)index_garbage, METH_VARARGS,
@@ -735,7 +737,7 @@ done:
 
 static int index_hook_args(PyObject *m, PyObject *args, DatabaseObject **db,
                            IndexObject **io, int *budget, int *idle,
-                           pydb_commit_hook *h)
+                           int *offer, pydb_commit_hook *h)
 {
     PIN_SCOPE;
     module_state *st = PyModule_GetState(m);
@@ -743,8 +745,8 @@ static int index_hook_args(PyObject *m, PyObject *args, DatabaseObject **db,
     pydb_error e;
     int rc;
     if (budget) {
-        if (!PyArg_ParseTuple(args, "O!O!i|p", st->database_type, &dbo,
-                              st->index_type, &ixo, budget, idle))
+        if (!PyArg_ParseTuple(args, "O!O!i|pp", st->database_type, &dbo,
+                              st->index_type, &ixo, budget, idle, offer))
             return -1;
     } else if (!PyArg_ParseTuple(args, "O!O!", st->database_type, &dbo,
                                  st->index_type, &ixo)) {
@@ -770,11 +772,11 @@ static PyObject *index_collect(PyObject *m, PyObject *args)
     pydb_commit_hook h;
     pydb_error e;
     pydb_gc_report rep;
-    int budget, idle = 1, more = 0, rc;
+    int budget, idle = 1, offer = 0, more = 0, rc;
     memset(&rep, 0, sizeof rep);
-    if (index_hook_args(m, args, &db, &io, &budget, &idle, &h) < 0)
+    if (index_hook_args(m, args, &db, &io, &budget, &idle, &offer, &h) < 0)
         return NULL;
-    pydb_gc_step how = {budget, idle, 0};
+    pydb_gc_step how = {budget, idle, 0, offer};
     UNLOCKED(&db->guard, &io->guard,
              rc = h.collect(h.ctx, db->db, &how, &more, &rep, &e));
     if (rc) return set_error(st, rc, &e);
@@ -790,7 +792,7 @@ static PyObject *index_garbage(PyObject *m, PyObject *args)
     pydb_index_stat s;
     pydb_error e;
     int rc;
-    if (index_hook_args(m, args, &db, &io, NULL, NULL, &h) < 0)
+    if (index_hook_args(m, args, &db, &io, NULL, NULL, NULL, &h) < 0)
         return NULL;
     memset(&s, 0, sizeof s);
     UNLOCKED(&db->guard, &io->guard, rc = h.garbage(h.ctx, db->db, &s, &e));

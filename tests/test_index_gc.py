@@ -224,6 +224,77 @@ def test_appends_do_not_make_the_base_due(tmp_path):
         assert ro.check().ok
 
 
+def offer_tail(db) -> None:
+    """One busy collection step as the collector thread makes it: the
+    tail merge is finished and offered to the next commit; nothing is
+    committed (the header's commit number stays)."""
+    before = (db.stat()["header"]["commit"], manifest_segments(f"{db.path}.pdx"))
+    assert not T.index_collect(db, db.index._h, 1000, False, True)
+    assert (db.stat()["header"]["commit"], manifest_segments(f"{db.path}.pdx")) == before
+
+
+def test_a_finished_tail_merge_rides_on_the_next_commit(tmp_path):
+    """The collector thread offers a finished merge of inline segments to
+    the handle's next commit, which writes the merged segment in place of
+    its run in the MANIFEST it writes anyway: no commit (no log write, no
+    fsync) of the merge's own.  Five one-record updates after a clean base
+    make a tail of five; the next update's commit publishes the merge
+    and its own segment (three segments), with exactly one commit; the
+    merge's dead postings (MFN 1 updated twice: its first update's 3)
+    are in the collector's next report."""
+    base, db = make(tmp_path, n=20)
+    with db:
+        collect(db)   # one clean base segment
+        db.update(1, fields(1, 1))
+        for m in range(1, 5):
+            db.update(m, fields(m, 2))
+        assert garbage(db)["segments"] == 6
+        offer_tail(db)
+        commit0 = db.stat()["header"]["commit"]
+        db.update(7, fields(7, 3))
+        assert db.stat()["header"]["commit"] == commit0 + 1
+        segs = manifest_segments(f"{base}.pdx")
+        assert [k for k, _ in segs] == ["inline", "inline", "inline"]
+        g = garbage(db)
+        assert (g["segments"], g["tombstones"]) == (3, 4 + 1)
+        assert g["dead_postings"] == 4 * 3 + 3   # in the base: MFN 1-4 and 7
+        want = answers(db)
+        assert list(db.search("T1V2")) == [1] and list(db.search("T1V1")) == []
+        assert list(db.search("T7V3")) == [7] and list(db.search("T7V0")) == []
+    with pydb.open(base) as ro:   # another handle reads the MANIFEST
+        assert answers(ro) == want
+        assert ro.check().ok
+
+
+def test_an_offered_merge_without_a_commit_is_committed_by_the_collector(tmp_path):
+    """An offer no commit takes stays until a step that does not offer (an
+    idle pass, db.collect(), a reader's step) takes it back and commits it
+    itself; an offer whose run another handle's commit changed is dropped
+    by the next commit, which publishes its own segment alone."""
+    base, db = make(tmp_path, n=200)   # the base is not due after 5 updates
+    with db:
+        collect(db)
+        for m in range(1, 6):
+            db.update(m, fields(m, 1))
+        offer_tail(db)
+        commit0 = db.stat()["header"]["commit"]
+        busy_collect(db)   # steps that do not offer
+        assert db.stat()["header"]["commit"] == commit0 + 1   # its own commit
+        assert garbage(db)["segments"] == 2
+        # offered again, then a rebuild replaces the index under it
+        for m in range(6, 11):
+            db.update(m, fields(m, 1))
+        offer_tail(db)
+        pydb.native.build_index(base)
+        db.update(12, fields(12, 5))
+        assert [k for k, _ in manifest_segments(f"{base}.pdx")] == ["file", "inline"]
+        want = answers(db)
+        assert list(db.search("T12V5")) == [12] and list(db.search("T10V1")) == [10]
+    with pydb.open(base) as ro:
+        assert answers(ro) == want
+        assert ro.check().ok
+
+
 def test_a_mostly_dead_tail_segment_is_merged_though_heavy(tmp_path):
     """A commit writes 40 records with 21 postings each; three later
     commits rewrite 24 of them with 2 postings each.  By weight alone the
