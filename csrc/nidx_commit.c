@@ -174,8 +174,8 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
      * segment, inline, takes this generation in place of its run, and
      * this commit's the next; the MANIFEST written anyway publishes it,
      * with no commit and no fsync of its own. */
-    if ((rc = pydb__nidx_offer_apply(x, ss, gen, &x->pending_base,
-                                     &x->pending_merge, err)))
+    if ((rc = pydb__nidx_offer_apply(&x->pending_base, &x->pending_merge, x,
+                                     ss, gen, err)))
         goto cleanup;
     if (x->pending_base) {
         pydb__nsegset_unref(ss);
@@ -261,7 +261,7 @@ cleanup:
 static void hook_publish(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;
-    nidx_segset *old, *from, *ns, *drop;
+    nidx_segset *old, *from, *ns = NULL, *drop = NULL;
     pydb_shm *s = __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE);
     size_t keep;
     if (!x->pending) return;
@@ -271,27 +271,15 @@ static void hook_publish(void *ctx, pydb_txn *t)
      * that follow need not read it again. */
     if (s && pydb__shm_valid(s)) pydb__nidx_seen(x, pydb__shm_latest(s) + 1);
     pthread_mutex_lock(&x->mu);
-    if (x->gen >= x->pending_gen) {
-        /* a reader's refresh adopted this commit's MANIFEST already
-         * (the write path applied it before publishing) */
-        pthread_mutex_unlock(&x->mu);
-        pydb__nseg_unref(x->pending);
-        x->pending = NULL;
-        pending_base_done(x, 1);
-        return;
-    }
+    /* Done already when a reader's refresh adopted this commit's MANIFEST
+     * (the write path applied it before publishing).  Without memory,
+     * the old list is served; the next open reads the committed one. */
     old = x->cur;
     from = x->pending_base ? x->pending_base : old;   /* prepare's set */
     keep = from->n;
-    ns = pydb__nsegset_new(keep + 1);
-    if (!ns) {
-        /* cannot fail here: keep serving the old list; the next open
-         * reads the committed manifest */
-        pthread_mutex_unlock(&x->mu);
+    if (x->gen >= x->pending_gen || !(ns = pydb__nsegset_new(keep + 1))) {
         pydb__nseg_unref(x->pending);
-        x->pending = NULL;
-        pending_base_done(x, 1);
-        return;
+        goto done;
     }
     ns->cfg = from->cfg;
     atomic_fetch_add(&ns->cfg->refs, 1);
@@ -306,10 +294,11 @@ static void hook_publish(void *ctx, pydb_txn *t)
     x->prev_gen = x->gen;
     x->cur = ns;
     x->gen = x->pending_gen;
+done:
     x->pending = NULL;
     pthread_mutex_unlock(&x->mu);
     pydb__nsegset_unref(drop);
-    pending_base_done(x, 1);
+    pending_base_done(x, 1);   /* the MANIFEST on disk has the merge */
 }
 
 static void hook_abort(void *ctx, pydb_txn *t)

@@ -177,6 +177,11 @@ void pydb__nidx_gc_free(nidx *x)
     x->merge = NULL;
     merge_free(x->minor);
     x->minor = NULL;
+    /* a commit that failed after its commit point ends with neither
+     * publish nor abort: its prepare's set and merge end here */
+    pydb__nsegset_unref(x->pending_base);
+    x->pending_base = NULL;
+    x->pending_merge = NULL;   /* x->offer */
     merge_free(x->offer);
     x->offer = NULL;
     free(x->drops);
@@ -634,10 +639,6 @@ static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
     return merge_file(g, x, sync, err);
 }
 
-/* Step 4: under the writer lock, publish the merged segment of *slot in
- * place of its range.  *busy: the lock was taken (try again later).  A
- * merge whose range is no longer in the current set in a row (or, for a
- * merge without tombstones, no longer first) is dropped (start again). */
 /* A new set: cur->v[0..p), mseg (whose reference it takes), then
  * cur->v[p + nin..); NULL (no memory: mseg's reference left alone). */
 static nidx_segset *set_replacing(const nidx_segset *cur, size_t p,
@@ -660,6 +661,10 @@ static nidx_segset *set_replacing(const nidx_segset *cur, size_t p,
     return ns;
 }
 
+/* Step 4: under the writer lock, publish the merged segment of *slot in
+ * place of its range.  *busy: the lock was taken (try again later).  A
+ * merge whose range is no longer in the current set in a row (or, for a
+ * merge without tombstones, no longer first) is dropped (start again). */
 static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
                         int lock_ms, int *busy, pydb_gc_report *rep,
                         pydb_error *err)
@@ -772,27 +777,47 @@ static int offerable(const nidx_merge *g)
     return 1;
 }
 
+/* The header's latest commit (0 without a usable header). */
+static uint64_t latest_commit(nidx *x)
+{
+    struct pydb_shm *s = pydb__nidx_header(x);
+    return s && pydb__shm_valid(s) ? pydb__shm_latest(s) : 0;
+}
+
 /* Move the merge in *slot to x->offer (none is there: no tail merge
  * starts while one is). */
 static void offer_put(nidx *x, nidx_merge **slot)
 {
+    uint64_t latest = latest_commit(x);
     pthread_mutex_lock(&x->mu);
     PYDB_ASSERT(!x->offer);
     x->offer = *slot;
+    x->offer_taken = 0;
+    x->offer_commit = latest;
     pthread_mutex_unlock(&x->mu);
     *slot = NULL;
 }
 
 /* The offered merge back into x->minor (empty then), to be committed by
- * the collector itself: idle, or a caller that does not offer. */
-static void offer_reclaim(nidx *x)
+ * the collector itself (1 if so), unless a commit carries it now: when
+ * `always` (idle, or a caller that does not offer), or when commits that
+ * did not take it came since it was offered -- two: one of this handle
+ * may have been past its prepare then; more come from another handle or
+ * process, and this handle's next commit may be far off (no tail merge
+ * starts while one is offered). */
+static int offer_reclaim(nidx *x, int always)
 {
+    uint64_t latest = always ? 0 : latest_commit(x);
+    int done = 0;
     pthread_mutex_lock(&x->mu);
-    if (x->offer && !x->minor) {
+    if (x->offer && !x->offer_taken && !x->minor &&
+        (always || latest > x->offer_commit + 1)) {
         x->minor = x->offer;
         x->offer = NULL;
+        done = 1;
     }
     pthread_mutex_unlock(&x->mu);
+    return done;
 }
 
 /* Where the offered merge's run lies in cur (range_in), or (size_t)-1
@@ -815,51 +840,61 @@ static int offered(nidx *x)
     return o;
 }
 
-int pydb__nidx_offer_apply(nidx *x, const nidx_segset *ss, uint64_t gen,
-                           nidx_segset **out, nidx_merge **taken,
+int pydb__nidx_offer_apply(nidx_segset **out, nidx_merge **taken, nidx *x,
+                           const nidx_segset *ss, uint64_t gen,
                            pydb_error *err)
 {
-    nidx_merge *g;
+    nidx_merge *g, *stale = NULL;
     nidx_seg *mseg = NULL;
-    size_t p, nin;
-    int rc;
+    size_t p = (size_t)-1, nin = 0;
+    int rc = PYDB_OK;
 
     *out = NULL;
     *taken = NULL;
     pthread_mutex_lock(&x->mu);
-    g = x->offer;
-    x->offer = NULL;
-    pthread_mutex_unlock(&x->mu);
-    if (!g) return PYDB_OK;
-    nin = g->hi - g->lo;
-    p = range_in(g, ss);
-    if (p == (size_t)-1 || p == 0 ||
-        pydb__nsegset_inline_bytes(ss, p, nin) + g->out.n > NIDX_INLINE_TOTAL) {
-        merge_free(g);   /* another handle's commit changed the set */
-        return PYDB_OK;
+    g = x->offer_taken ? NULL : x->offer;
+    if (g) {
+        nin = g->hi - g->lo;
+        p = range_in(g, ss);
+        if (p == (size_t)-1 || p == 0 ||
+            pydb__nsegset_inline_bytes(ss, p, nin) + g->out.n >
+                NIDX_INLINE_TOTAL) {
+            stale = g;   /* another handle's commit changed the set */
+            x->offer = NULL;
+            g = NULL;
+        } else {
+            x->offer_taken = 1;
+        }
     }
+    pthread_mutex_unlock(&x->mu);
+    if (!g) goto cleanup;
     rc = pydb__nseg_open_inline(&mseg, x->manifest, gen, g->out.p, g->out.n,
                                 err);
     if (rc == PYDB_OK && !(*out = set_replacing(ss, p, nin, mseg)))
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
     if (rc) {
         pydb__nseg_unref(mseg);
-        merge_free(g);
-        return rc;
+        pydb__nidx_offer_done(x, g, 0);
+        goto cleanup;
     }
     *taken = g;
-    return PYDB_OK;
+cleanup:
+    merge_free(stale);
+    return rc;
 }
 
 void pydb__nidx_offer_done(nidx *x, nidx_merge *m, int published)
 {
     if (!m) return;
+    pthread_mutex_lock(&x->mu);
+    PYDB_ASSERT(x->offer == m && x->offer_taken);
+    x->offer_taken = 0;
     if (published) {
-        pthread_mutex_lock(&x->mu);
+        x->offer = NULL;
         x->offer_dropped += m->dropped;
-        pthread_mutex_unlock(&x->mu);
     }
-    merge_free(m);
+    pthread_mutex_unlock(&x->mu);
+    if (published) merge_free(m);
 }
 
 /* Files of the directory: segment files and temporaries, those no
@@ -1109,6 +1144,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     int64_t files = 0, unused = 0, ubytes = 0, removed = 0;
     uint64_t g;
     int rc = PYDB_OK, busy = 0, units = 0, pinned = 0, heavy = 0, m = 0;
+    int offer;
 
     *more = 0;
     if (budget < 1) budget = 1;
@@ -1118,7 +1154,8 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     }
     x->gc_free = pydb__nidx_gc_free;
     /* a merge offered to commits that did not come: committed here */
-    if (!how->offer || idle) offer_reclaim(x);
+    offer = how->offer && !idle;
+    if (offer_reclaim(x, !offer)) offer = 0;
     pthread_mutex_lock(&x->mu);
     rep->postings += x->offer_dropped;   /* those that came */
     x->offer_dropped = 0;
@@ -1170,7 +1207,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     }
     if (x->minor) {
         rc = merge_run(x, db, &x->minor, x->merge ? budget / 2 + 1 : budget,
-                       lock_ms, how->offer, &units, &m, rep, err);
+                       lock_ms, offer, &units, &m, rep, err);
         *more |= m;
         if (rc) goto cleanup;
         if (!x->minor) {   /* published: the set changed */

@@ -122,8 +122,9 @@ typedef struct nidx {
     nidx_seg *pending;
     uint64_t pending_gen;
     nidx_segset *pending_base; /* the set pending follows when prepare
-                                took an offered merge, or NULL (then cur) */
-    struct nidx_merge *pending_merge; /* that merge                      */
+                                took an offered merge, or NULL (then cur;
+                                both under the writer lock)              */
+    struct nidx_merge *pending_merge; /* that merge (x->offer, taken)   */
     pydb_fst_scratch scratch;
     /* garbage (nidx_gc.c) */
     pydb_db *db;             /* the attached writable handle, or NULL
@@ -141,6 +142,10 @@ typedef struct nidx {
     struct nidx_merge *offer; /* a finished tail merge of inline segments
                                 that the next commit of this handle
                                 publishes, or NULL (mu; nidx_gc.c)        */
+    int offer_taken;         /* a commit in flight carries it (mu)        */
+    uint64_t offer_commit;   /* the header's latest commit when it was
+                                offered (mu): a later one that did not
+                                take it came from elsewhere             */
     int64_t offer_dropped;   /* dead postings such commits dropped, for
                                 the collector's next report (mu)         */
     struct nidx_drop *drops; /* segments this handle's merges unnamed, with
@@ -229,17 +234,18 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db,
 int pydb__nidx_gc_garbage(void *ctx, pydb_db *db,
                           struct pydb_index_stat *out, pydb_error *err);
 void pydb__nidx_gc_free(nidx *x);
-/* A commit's prepare (the writer lock held): if a merge is offered
- * (x->offer, which it takes) and its run is still in ss in a row, *out
- * is ss with the run replaced by the merged segment, inline with
- * generation gen, and *taken the merge; else both NULL (an offer that
- * no longer fits is dropped: the collector merges again).  PYDB_ENOMEM
- * or the inline segment's error (the offer dropped). */
-int pydb__nidx_offer_apply(nidx *x, const nidx_segset *ss, uint64_t gen,
-                           nidx_segset **out, struct nidx_merge **taken,
+/* A commit's prepare (the writer lock held): if a merge is offered and
+ * its run is still in ss in a row, *out is ss with the run replaced by
+ * the merged segment, inline with generation gen, and *taken the merge
+ * (marked taken: it stays offered until pydb__nidx_offer_done); else
+ * both NULL (an offer that no longer fits is dropped: the collector
+ * merges again).  PYDB_ENOMEM or the inline segment's error (the offer
+ * stays). */
+int pydb__nidx_offer_apply(nidx_segset **out, struct nidx_merge **taken,
+                           nidx *x, const nidx_segset *ss, uint64_t gen,
                            pydb_error *err);
-/* After that commit: published (its dead postings go to the collector's
- * next report) or not; frees the merge. */
+/* After that commit: published (the merge freed, its dead postings for
+ * the collector's next report) or not (offered again). */
 void pydb__nidx_offer_done(nidx *x, struct nidx_merge *m, int published);
 
 /* pydb__nidx_set_at: the MANIFEST on disk is newer than the generation
