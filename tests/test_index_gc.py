@@ -190,36 +190,41 @@ def test_a_tail_merge_keeps_its_tombstones_for_the_base(tmp_path):
 
 
 def test_appends_do_not_make_the_base_due(tmp_path):
-    """Commits that only append make nothing dead: their segments carry no
-    tombstone, and while commits go on the base (20 records, 60
+    """Commits that only append make nothing dead (their tombstones name
+    new MFNs), and while commits go on the base (200 records, 600
     postings) is not merged however much they add (40 one-record
-    commits: 120 postings, twice the base); the tail merges keep the
-    number of segments small.  Five updates then weigh 1/16 of the base
-    with their tombstones and the base is merged with everything before
-    the tail.  Before, appends counted as updates: the base of a
+    commits: 120 postings, which would have made it due); the tail
+    merges keep the number of segments small.  One update (3 dead
+    postings) does not make it due either; ten do (30 dead postings:
+    their segments weigh 1/16 of it) and it is merged with everything
+    before the tail.  Before, appends counted as updates: the base of a
     database filled one record per commit was rewritten every few
     commits."""
-    base, db = make(tmp_path, n=20)
+    base, db = make(tmp_path, n=200)
     with db:
         collect(db)   # one clean base segment
         base_gen = manifest_segments(f"{base}.pdx")[0]
-        for m in range(21, 61):
+        for m in range(201, 241):
             db.append(fields(m, 0))
             busy_collect(db)
         g = garbage(db)
-        assert (g["postings"], g["dead_postings"], g["tombstones"]) == (180, 0, 0)
+        # 40 tombstones (one per appended MFN) that hide nothing
+        assert (g["postings"], g["dead_postings"], g["tombstones"]) == (720, 0, 40)
         assert manifest_segments(f"{base}.pdx")[0] == base_gen   # not merged
         assert g["segments"] <= 8
-        for m in range(1, 6):
+        db.update(1, fields(1, 1))
+        busy_collect(db)
+        assert manifest_segments(f"{base}.pdx")[0] == base_gen   # not yet
+        for m in range(2, 11):
             db.update(m, fields(m, 1))
         g = garbage(db)
-        assert (g["tombstones"], g["dead_postings"]) == (5, 15)
+        assert (g["tombstones"], g["dead_postings"]) == (50, 30)
         want = answers(db)
         busy_collect(db)
         assert manifest_segments(f"{base}.pdx")[0] != base_gen   # merged
         assert garbage(db)["dead_postings"] == 0
         assert answers(db) == want and list(db.search("T3V1")) == [3]
-        assert list(db.search("T3V0")) == [] and len(db.search("COMMON")) == 60
+        assert list(db.search("T3V0")) == [] and len(db.search("COMMON")) == 240
     with pydb.open(base) as ro:
         assert ro.check().ok
 
