@@ -88,10 +88,12 @@
  * one and the merge's files are unnamed (a temporary, or a seg-G.pds no
  * MANIFEST names): step 5 removes them later.  After it, recovery
  * replays the new MANIFEST.  A kill at any point leaves one of the two.
+ * An offered merge is in memory only until the commit that carries it:
+ * that commit's MANIFEST holds it (inline) or the old one stands.
  *
  * Units: one key merged, one file written, one file removed; the commit
- * (a rename and an fsync of a merged file, the log) is one unit too.  A call does at
- * most `budget` of them (at least one).
+ * (a rename and an fsync of a merged file, the log) is one unit too; an
+ * offer is none.  A call does at most `budget` of them (at least one).
  *
  * Depends on: nidx_handle.h (sets, refresh, install, collect_n),
  * nidx_seg.h (cursors, decoding, the encoder), nidx_manifest.h,
