@@ -122,10 +122,6 @@
 #define NIDX_PIN_SHARE 4   /* files pinned by a reader behind: tail merges
                               go on while they weigh less than
                               1/NIDX_PIN_SHARE of the index               */
-#define NIDX_UNUSED_MIN (1 << 20) /* unnamed files the thread leaves for
-                              its idle pass while commits go on, unless
-                              they also weigh 1/NIDX_PIN_SHARE of the
-                              index (bytes)                             */
 
 /* A merge in progress (x->merge, under x->gc_mu). */
 typedef struct nidx_merge {
@@ -1164,8 +1160,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     int64_t files = 0, unused = 0, ubytes = 0, removed = 0;
     uint64_t g;
     int rc = PYDB_OK, busy = 0, units = 0, pinned = 0, heavy = 0, m = 0;
-    int offer, later;
-    uint64_t live = 0;   /* bytes of the current set's segments */
+    int offer;
 
     *more = 0;
     if (budget < 1) budget = 1;
@@ -1182,18 +1177,10 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     x->offer_dropped = 0;
     pthread_mutex_unlock(&x->mu);
     if ((rc = pydb__nidx_refresh(x, 0, err))) goto cleanup;
-    /* (c) unnamed files first: they cost disk, not lookups.  Removing
-     * them takes a checkpoint first (remove_unused: four fsyncs, the log
-     * emptied), so while commits go on the thread leaves them for its
-     * idle pass (`later`) until they weigh NIDX_UNUSED_MIN bytes and
-     * 1/NIDX_PIN_SHARE of the index; the log's own checkpoints come
-     * every PYDB_WAL_CHECKPOINT bytes. */
+    /* (c) unnamed files first: they cost disk, not lookups */
     cur = current(x, &g);
     scan_cached(x, cur, g, &files, &unused, &ubytes);
-    for (size_t i = 0; i < cur->n; i++) live += cur->v[i]->size;
-    later = offer && !((uint64_t)ubytes >= NIDX_UNUSED_MIN &&
-                       (uint64_t)ubytes * NIDX_PIN_SHARE > live);
-    if (unused && !later && removable(x)) {
+    if (unused && removable(x)) {
         uint64_t *keep;
         size_t nkeep;
         if ((rc = index_durable(x, db, &keep, &nkeep, err))) goto cleanup;
@@ -1213,10 +1200,13 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
      * process' merge).  While they are, no merge of the base starts:
      * each would leave another copy of the index (Firebird's stuck
      * OIT); tail merges go on while what is pinned weighs less than
-     * 1/NIDX_PIN_SHARE of the index.  The merges under way go on.
-     * Files left for later are not pinned. */
-    pinned = unused > 0 && !(later && removable(x));
-    if (pinned) heavy = (uint64_t)ubytes * NIDX_PIN_SHARE > live;
+     * 1/NIDX_PIN_SHARE of the index.  The merges under way go on. */
+    pinned = unused > 0;
+    if (pinned) {
+        uint64_t live = 0;
+        for (size_t i = 0; i < cur->n; i++) live += cur->v[i]->size;
+        heavy = (uint64_t)ubytes * NIDX_PIN_SHARE > live;
+    }
     /* (a) the tail, after the segments a merge of the base holds; none
      * while a finished one waits for a commit (its run stays as it is) */
     if (!x->minor && !heavy && !offered(x)) {

@@ -350,34 +350,6 @@ def test_the_collector_thread_merges_ride_on_commits(tmp_path):
         assert ro.check().ok
 
 
-def test_the_busy_thread_leaves_unnamed_files_for_later(tmp_path, segment_files):
-    """Removing unnamed segment files takes a checkpoint (four fsyncs):
-    while commits go on the collector thread leaves them for its idle
-    pass until they weigh 1 MiB and a quarter of the index.  Its busy
-    steps merge (files: every segment is one here) and leave the files
-    they unnamed; a step that does not offer (idle, collect()) removes
-    them, after the checkpoint (the log emptied)."""
-    base, db = make(tmp_path, n=20)
-    with db:
-        collect(db)
-        for m in range(1, 6):
-            db.update(m, fields(m, 1))
-        assert garbage(db)["files"] == 6
-        while T.index_collect(db, db.index._h, 1000, False, True):
-            pass
-        g = garbage(db)
-        # merged into one segment; two files unnamed by those merges wait
-        assert (g["segments"], g["files"], g["unused_files"]) == (1, 3, 2)
-        assert os.path.getsize(f"{base}.wal") > 0   # no checkpoint
-        busy_collect(db)   # steps that do not offer
-        g = garbage(db)
-        assert (g["unused_files"], g["files"]) == (0, 1)
-        assert os.path.getsize(f"{base}.wal") == 0
-        assert list(db.search("T3V1")) == [3]
-    with pydb.open(base) as ro:
-        assert ro.check().ok
-
-
 def test_a_mostly_dead_tail_segment_is_merged_though_heavy(tmp_path):
     """A commit writes 40 records with 21 postings each; three later
     commits rewrite 24 of them with 2 postings each.  By weight alone the
