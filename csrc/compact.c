@@ -99,7 +99,7 @@ void pydb__compact_garbage(pydb_db *db, int64_t *versions, int64_t *bytes)
 int pydb__compact_wanted(pydb_db *db, int idle)
 {
     pydb_shm *shm = pydb__db_shm(db);
-    int64_t v, b, live;
+    int64_t v, b, total;
     pydb_state st;
 
     if (!(db->flags & PYDB_OPEN_WRITE) || !shm || !pydb__shm_valid(shm))
@@ -111,8 +111,13 @@ int pydb__compact_wanted(pydb_db *db, int idle)
     if (pydb__shm_oldest(shm, NULL) != pydb__shm_latest(shm)) return 0;
     if (idle) return 1;
     if (pydb__shm_state(&st, shm) != 0) return 0;
-    live = st.mst_end - PYDB_CTL_SIZE - b;
-    return b * GARBAGE_SHARE >= live;
+    /* b * GARBAGE_SHARE >= the live bytes (the records' bytes - b), that
+     * is b >= the records' bytes / (GARBAGE_SHARE + 1), rounded up:
+     * written so that no header value can overflow it */
+    if (b <= 0) return 0;
+    total = st.mst_end > PYDB_CTL_SIZE ? st.mst_end - PYDB_CTL_SIZE : 0;
+    return b >= total / (GARBAGE_SHARE + 1) +
+                (total % (GARBAGE_SHARE + 1) != 0);
 }
 
 /* ------------------------------------------------------------ the job */

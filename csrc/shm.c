@@ -384,14 +384,22 @@ void pydb__shm_garbage_add(pydb_shm *s, int64_t versions, int64_t bytes)
                        __ATOMIC_RELAXED);
 }
 
+/* A garbage counter as read: at most GARBAGE_MAX, so that sums and
+ * products of a few never overflow (a damaged header's counters may hold
+ * anything: fuzz_shm found 5.9e18 * 4 in compact.c). */
+#define GARBAGE_MAX (INT64_MAX / 64)
+static int64_t garbage_load(const uint64_t *w)
+{
+    uint64_t v = __atomic_load_n(w, __ATOMIC_RELAXED);
+    return v > (uint64_t)GARBAGE_MAX ? GARBAGE_MAX : (int64_t)v;
+}
+
 void pydb__shm_garbage(pydb_shm *s, int64_t *versions, int64_t *bytes)
 {
     *versions = *bytes = 0;
     if (!pydb__shm_valid(s)) return;
-    *versions = (int64_t)__atomic_load_n(u64_at(s, OFF_GARBAGE_V),
-                                         __ATOMIC_RELAXED);
-    *bytes = (int64_t)__atomic_load_n(u64_at(s, OFF_GARBAGE_B),
-                                      __ATOMIC_RELAXED);
+    *versions = garbage_load(u64_at(s, OFF_GARBAGE_V));
+    *bytes = garbage_load(u64_at(s, OFF_GARBAGE_B));
 }
 
 void pydb__shm_garbage_reset(pydb_shm *s)

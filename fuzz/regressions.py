@@ -32,6 +32,9 @@ SHM_STATE_SIZE = 128
 SHM_STATE_FILE_GEN = 56
 SHM_STATE_CRC = 120
 SHM_FILE_GEN_WORD = 336
+SHM_GARBAGE = 320        # u64 versions, u64 bytes: the writers' garbage count
+#: the garbage counters of fuzz_shm's finding (compact.c: bytes * 4 overflowed)
+SHM_GARBAGE_FOUND = (5931894172716892160, 5931894172722287186)
 
 
 @dataclass(frozen=True)

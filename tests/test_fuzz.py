@@ -237,6 +237,34 @@ def test_shm_state_generation_out_of_range(tmp_path):
     assert _read_everything(base) == EXPECTED_THREE
 
 
+@pytest.mark.sanitize_address
+def test_shm_garbage_counters_huge(tmp_path):
+    """fuzz_shm found (UBSan): the commit header's garbage counters
+    (offset 320: versions, bytes; outside the checksummed states) of a
+    damaged header overflowed compact.c's test of whether a compaction is
+    due (bytes * 4).  They are read as at most 2^57 now, and the test
+    cannot overflow: a cooperative read that meets the back version
+    starts the compaction, which leaves the records as they were."""
+    base = tmp_path / "g"
+    with pydb.create(base, gc="none") as db:
+        for i in range(1, 4):
+            db.append([(24, f"Record {i}")])
+        db.update(2, [(24, "Record 2, again")])
+    shm = base.with_suffix(".shm")
+    b = bytearray(shm.read_bytes())
+    assert struct.unpack_from("<QQ", b, regressions.SHM_GARBAGE) == (1, 32)
+    struct.pack_into("<QQ", b, regressions.SHM_GARBAGE, *regressions.SHM_GARBAGE_FOUND)
+    shm.write_bytes(bytes(b))
+    with pydb.open(base, readonly=False, gc="cooperative") as db:
+        db.append([(24, "Record 4")])   # a commit just now: not idle
+        assert db[2][24] == ["Record 2, again"]   # meets the back version
+        assert db.stat()["header"]["file_generation"] == 1   # compacted
+        assert [db[m][24] for m in range(1, 5)] == [
+            ["Record 1"], ["Record 2, again"], ["Record 3"], ["Record 4"]]
+        assert db.check().ok
+        assert db.stat()["garbage"]["versions"] == 0
+
+
 def test_stop_words_ended_by_cr(tmp_path):
     """fuzz_keys found: stop words were counted by LF but split at CR and
     0x1A too (heap-buffer-overflow in pydb__stopwords_parse).  Every word
