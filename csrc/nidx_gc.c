@@ -16,10 +16,8 @@
  *      (postings + tombstones) at most twice the newer ones of the run
  *      together, once there are NIDX_TAIL_MIN of them (2 when idle);
  *      x->merge, the BASE: the oldest segment and those after it up to a
- *      tail merge under way, when they weigh 1/NIDX_BASE_SHARE of it,
- *      each by the share of its records that it updated or deleted
- *      rather than appended (about the share of the base's postings
- *      they made dead: base_due), or whenever the
+ *      tail merge under way, when they weigh 1/NIDX_BASE_SHARE of it
+ *      (about the share of its postings they made dead), or whenever the
  *      database is idle (collect()'s `idle`: a quiet database ends with
  *      one clean segment).  Sets are immutable (a reference keeps their
  *      files mapped), so merging needs no lock;
@@ -468,33 +466,18 @@ static size_t tail_start(const nidx_segset *ss, size_t from, size_t min)
 }
 
 /* Whether the base (the oldest segment) is worth merging with what
- * follows it (up to `hi`) while commits go on: the postings the newer
- * segments made dead -- about the share of each one's weight that its
- * updated or deleted records make (nupd of its ntomb records: the MFNs
- * its commits appended hide nothing, nidx_commit.c) -- have grown to
- * NIDX_BASE_SHARE of it.  Appends alone make nothing dead; tail merges
- * keep their number logarithmic, and an idle collection merges them
- * all.  (Counting them too made a database filled by single-record
- * commits rewrite its base every few commits: 0.45 merge commits per
- * commit, each with its own fsync.) */
+ * follows it (up to `hi`) while commits go on: the newer segments have
+ * grown to NIDX_BASE_SHARE of it (about the share of its postings they
+ * made dead).  (Counting only the updated or deleted records' share, so
+ * that appends never make the base due, took a quarter off the time of
+ * a stream of one-record commits, but the power-loss tier then lost
+ * acknowledged updates: docs/reliability.md, "Open".) */
 static int base_due(const nidx_segset *ss, size_t hi)
 {
     uint64_t newer = 0;
     if (hi < 2) return 0;
-    for (size_t i = 1; i < hi; i++) {
-        const nidx_seg *s = ss->v[i];
-        if (s->ntomb) newer += seg_weight(s) * s->nupd / s->ntomb;
-    }
+    for (size_t i = 1; i < hi; i++) newer += seg_weight(ss->v[i]);
     return newer * NIDX_BASE_SHARE >= seg_weight(ss->v[0]);
-}
-
-/* A merged segment's nupd: at most its tombstones, at most those of its
- * run's segments (a tail keeps its run's tombstones; a base has none). */
-static void merged_nupd(nidx_seg *mseg, const nidx_merge *g)
-{
-    uint64_t n = 0;
-    for (size_t i = g->lo; i < g->hi; i++) n += g->in->v[i]->nupd;
-    mseg->nupd = n < mseg->ntomb ? (uint32_t)n : mseg->ntomb;
 }
 
 /* Where the range of merge g lies in cur: its first index, or (size_t)-1
@@ -735,7 +718,6 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         goto cleanup;
     if ((rc = pydb__nseg_open(&mseg, path, gen, err))) goto cleanup;
 named:
-    merged_nupd(mseg, g);
     nsegs = cur->n - nin + 1;
     segs = malloc(nsegs * sizeof *segs);
     if (!segs || !(ns = set_replacing(cur, p, nin, mseg))) {
@@ -885,7 +867,6 @@ int pydb__nidx_offer_apply(nidx_segset **out, nidx_merge **taken, nidx *x,
     if (!g) goto cleanup;
     rc = pydb__nseg_open_inline(&mseg, x->manifest, gen, g->out.p, g->out.n,
                                 err);
-    if (rc == PYDB_OK) merged_nupd(mseg, g);
     if (rc == PYDB_OK && !(*out = set_replacing(ss, p, nin, mseg)))
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
     if (rc) {
