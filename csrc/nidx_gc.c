@@ -774,18 +774,11 @@ static int offerable(const nidx_merge *g)
     return 1;
 }
 
-/* The header's latest commit (0 without a usable header). */
-static uint64_t latest_commit(nidx *x)
-{
-    struct pydb_shm *s = pydb__nidx_header(x);
-    return s && pydb__shm_valid(s) ? pydb__shm_latest(s) : 0;
-}
-
 /* Move the merge in *slot to x->offer (none is there: no tail merge
  * starts while one is). */
 static void offer_put(nidx *x, nidx_merge **slot)
 {
-    uint64_t latest = latest_commit(x);
+    uint64_t latest = pydb__nidx_latest(x);
     pthread_mutex_lock(&x->mu);
     PYDB_ASSERT(!x->offer);
     x->offer = *slot;
@@ -804,7 +797,7 @@ static void offer_put(nidx *x, nidx_merge **slot)
  * starts while one is offered). */
 static int offer_reclaim(nidx *x, int always)
 {
-    uint64_t latest = always ? 0 : latest_commit(x);
+    uint64_t latest = always ? 0 : pydb__nidx_latest(x);
     int done = 0;
     pthread_mutex_lock(&x->mu);
     if (x->offer && !x->offer_taken && !x->minor &&

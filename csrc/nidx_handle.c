@@ -764,9 +764,7 @@ int pydb__nidx_install(nidx *x, nidx_segset *ns, uint64_t gen)
  * concurrent refreshes and commits never mix lists.  The list is the
  * MANIFEST's alone: segments of the current list it does not name (an
  * index rebuilt by another process) are not kept. */
-/* The header's latest commit (0: no valid header; under nowait also when
- * it is not mapped yet: mapping it opens a file). */
-static uint64_t header_latest(nidx *x)
+uint64_t pydb__nidx_latest(nidx *x)
 {
     pydb_shm *s = pydb__nowait() ? __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE)
                                  : pydb__nidx_header(x);
@@ -784,7 +782,7 @@ int pydb__nidx_refresh(nidx *x, int force, pydb_error *err)
     uint8_t *data = NULL;
     nidx_manifest m;
     nidx_segset *ns = NULL, *share[2];
-    uint64_t cur_gen, latest = header_latest(x);
+    uint64_t cur_gen, latest = pydb__nidx_latest(x);
     int rc;
 
     /* Every commit that replaces the MANIFEST publishes a new state after

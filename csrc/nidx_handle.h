@@ -221,6 +221,9 @@ int pydb__nidx_may_remove(struct pydb_shm *shm);
  * pydb_native_index_attach(ix, NULL) -- detaching, before the handle is
  * closed -- waits for it). */
 void pydb__nidx_met(nidx *x);
+/* The header's latest commit (0: no valid header; under nowait also when
+ * it is not mapped yet: mapping it opens a file). */
+uint64_t pydb__nidx_latest(nidx *x);
 /* The handle serves the MANIFEST that stood at the header's commit
  * `latest`: refreshes read no file while the header stays there
  * (pydb__nidx_refresh). */

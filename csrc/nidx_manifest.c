@@ -130,7 +130,7 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
     const uint8_t *p = d, *e = d + n;
     size_t ml = strlen(NIDX_MANIFEST_MAGIC), cap = 0;
     unsigned long long v;
-    int k, v2;
+    int k, v2, version;
     char *end;
 
     memset(m, 0, sizeof *m);
@@ -150,8 +150,8 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
                             vl > 16 ? 16 : vl, (const char *)d + ml - 2,
                             NIDX_FORMAT_VERSION, NIDX_MANIFEST_VERSION);
     }
-    if (!magic_version(d, n)) BAD("bad magic line");
-    v2 = magic_version(d, n) == NIDX_FORMAT_VERSION;
+    if (!(version = magic_version(d, n))) BAD("bad magic line");
+    v2 = version == NIDX_FORMAT_VERSION;
     /* the checksum line covers everything before it */
     {
         const uint8_t *q = e;
