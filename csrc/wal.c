@@ -150,16 +150,23 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
     return 1;
 }
 
-/* One entry of a loaded log, in log order (`order`), with what replay
- * writes of it: `len` bytes from `data` (less than its length when a
- * later frame writes the rest), nothing when `skip`. */
+/* One entry of a loaded log, in log order (`order`); a whole file's
+ * entry that a later one of the same file supersedes has `skip` set
+ * (wal_last_files). */
 typedef struct wal_ent {
     uint32_t kind, nlen, version;
     const uint8_t *name, *data;
-    uint64_t off, dlen, len;
+    uint64_t off, dlen;
     size_t order;
     int skip;
 } wal_ent;
+
+/* What replay writes of an .mst or .xrf entry: `len` bytes at file
+ * offset `off`, from the entry's data at off - e->off (wal_final_image). */
+typedef struct wal_piece {
+    const wal_ent *e;
+    uint64_t off, len;
+} wal_piece;
 
 static int ent_cmp(const void *a, const void *b)
 {
@@ -209,6 +216,7 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
             at += PYDB_WAL_ENTRY;
             if (e->nlen > PYDB_WAL_MAX_PATH || e->dlen > end - at ||
                 e->nlen > end - at - e->dlen ||
+                e->off > (uint64_t)INT64_MAX - e->dlen ||
                 (e->kind == PYDB_WAL_FILE) != (e->nlen > 0) ||
                 e->kind < PYDB_WAL_MST || e->kind > PYDB_WAL_FILE) {
                 free(v);
@@ -218,7 +226,6 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
             e->version = version;
             e->name = buf + at;
             e->data = buf + at + e->nlen;
-            e->len = e->dlen;
             e->order = k++;
             e->skip = 0;
             at = (at + e->nlen + (size_t)e->dlen + 7) & ~(size_t)7;
@@ -316,16 +323,11 @@ static int wal_file_path(char *out, const pydb_wal_files *w,
     return snprintf(out, PATH_MAX, "%s/%s", top, name) < PATH_MAX ? 0 : -1;
 }
 
-/* What replay writes of each entry: every byte once, with the value of
- * the last commit that writes it -- so that replaying applied commits
- * again never shows a reader an older XRF entry, control record or
- * MANIFEST, or an earlier commit's block padding over a later one's
- * records.  A whole file is written by its last entry only; an .mst or
- * .xrf entry stops where a later commit's entry of the same file begins
- * inside it (a commit writes from the end the commit before it left),
- * and is skipped when a later one covers it from its start. */
-static int wal_final_image(wal_ent *v, size_t n, const char *wal_path,
-                           pydb_error *err)
+/* Mark each whole-file entry that a later entry of the same file
+ * supersedes (`skip`): replay writes and checkpoints sync the last copy
+ * only.  0 or PYDB_ENOMEM. */
+static int wal_last_files(wal_ent *v, size_t n, const char *wal_path,
+                          pydb_error *err)
 {
     wal_ent **p;
     if (n < 2) return PYDB_OK;
@@ -334,28 +336,123 @@ static int wal_final_image(wal_ent *v, size_t n, const char *wal_path,
         return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
                           "no memory for the log's entries");
     for (size_t i = 0; i < n; i++) p[i] = &v[i];
-    qsort(p, n, sizeof *p, ent_cmp);
-    for (size_t i = 0; i < n; i++) {
-        wal_ent *e = p[i];
-        for (size_t j = i + 1; j < n && p[j]->kind == e->kind; j++) {
-            wal_ent *f = p[j];
-            if (e->kind == PYDB_WAL_FILE) {
-                if (f->nlen != e->nlen || memcmp(f->name, e->name, e->nlen))
-                    break;
-                e->skip = 1;   /* a later commit's copy of the same file */
-                break;
-            }
-            if (f->off >= e->off + e->len) break;
-            if (f->order < e->order) continue;
-            if (f->off > e->off) {
-                e->len = f->off - e->off;   /* the rest is f's */
-            } else if (f->dlen >= e->len) {
-                e->skip = 1;
-                break;
-            }
-        }
+    qsort(p, n, sizeof *p, ent_cmp);   /* by name, then log order */
+    for (size_t i = 0; i + 1 < n; i++) {
+        const wal_ent *f = p[i + 1];
+        if (p[i]->kind == PYDB_WAL_FILE && f->kind == PYDB_WAL_FILE &&
+            f->nlen == p[i]->nlen && memcmp(f->name, p[i]->name, f->nlen) == 0)
+            p[i]->skip = 1;
     }
     free(p);
+    return PYDB_OK;
+}
+
+/* Byte ranges [a, b) of one file that later entries write, disjoint,
+ * sorted, touching ones merged (wal_final_image). */
+typedef struct wal_cover {
+    uint64_t (*r)[2];
+    size_t n, cap;
+} wal_cover;
+
+/* Append piece {e, off, len} to *out (growing it).  0 or -1 (memory). */
+static int piece_add(wal_piece **out, size_t *n, size_t *cap,
+                     const wal_ent *e, uint64_t off, uint64_t len)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        wal_piece *p = realloc(*out, c * sizeof *p);
+        if (!p) return -1;
+        *out = p;
+        *cap = c;
+    }
+    (*out)[(*n)++] = (wal_piece){e, off, len};
+    return 0;
+}
+
+/* The parts of entry e that no range of *c covers become pieces; then
+ * e's range joins *c.  0 or -1 (memory). */
+static int cover_take(wal_cover *c, const wal_ent *e, wal_piece **out,
+                      size_t *n, size_t *cap)
+{
+    uint64_t at = e->off, end = e->off + e->dlen;
+    size_t i = 0, j, lo = 0, hi = c->n;
+    while (lo < hi) {   /* i: the first range ending at or after e's start */
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->r[mid][1] < at) lo = mid + 1; else hi = mid;
+    }
+    i = lo;
+    for (j = i; j < c->n && c->r[j][0] <= end; j++) {
+        if (c->r[j][0] > at &&
+            piece_add(out, n, cap, e, at, c->r[j][0] - at) != 0)
+            return -1;
+        if (c->r[j][1] > at) at = c->r[j][1];
+    }
+    if (at < end && piece_add(out, n, cap, e, at, end - at) != 0) return -1;
+    /* ranges i..j-1 touch or overlap e's: they merge into one */
+    if (j > i) {
+        uint64_t a = c->r[i][0] < e->off ? c->r[i][0] : e->off;
+        uint64_t b = c->r[j - 1][1] > end ? c->r[j - 1][1] : end;
+        c->r[i][0] = a;
+        c->r[i][1] = b;
+        memmove(c->r + i + 1, c->r + j, (c->n - j) * sizeof *c->r);
+        c->n -= j - i - 1;
+        return 0;
+    }
+    if (c->n == c->cap) {
+        size_t k = c->cap ? 2 * c->cap : 16;
+        void *p = realloc(c->r, k * sizeof *c->r);
+        if (!p) return -1;
+        c->r = p;
+        c->cap = k;
+    }
+    memmove(c->r + i + 1, c->r + i, (c->n - i) * sizeof *c->r);
+    c->r[i][0] = e->off;
+    c->r[i][1] = end;
+    c->n++;
+    return 0;
+}
+
+static int piece_cmp(const void *a, const void *b)
+{
+    const wal_piece *x = a, *y = b;
+    if (x->e->order != y->e->order) return x->e->order < y->e->order ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* What replay writes of the .mst and .xrf entries v[0..n): every byte
+ * once, with the value of the last commit that writes it -- so that
+ * replaying applied commits again never shows a reader an older XRF
+ * entry, control record or an earlier commit's block padding over a
+ * later one's records.  An entry is cut around every range a later
+ * entry of the same file writes (anywhere inside it: a later commit
+ * rewrites single XRF blocks inside an earlier one's run of blocks).
+ * The pieces (*out, malloc'ed; *count) come in log order, each entry's
+ * by offset.  0 or PYDB_ENOMEM. */
+static int wal_final_image(wal_piece **out, size_t *count, const wal_ent *v,
+                           size_t n, const char *wal_path, pydb_error *err)
+{
+    wal_cover cov[2] = {{NULL, 0, 0}, {NULL, 0, 0}};
+    size_t cap = 0;
+    int rc = PYDB_OK;
+
+    *out = NULL;
+    *count = 0;
+    for (size_t i = n; i-- > 0 && rc == PYDB_OK;) {   /* the last first */
+        if (v[i].kind == PYDB_WAL_FILE || v[i].dlen == 0) continue;
+        if (cover_take(&cov[v[i].kind == PYDB_WAL_XRF], &v[i], out, count,
+                       &cap) != 0)
+            rc = PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
+                            "no memory for the log's entries");
+    }
+    free(cov[0].r);
+    free(cov[1].r);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        *count = 0;
+        return rc;
+    }
+    if (*count > 1) qsort(*out, *count, sizeof **out, piece_cmp);
     return PYDB_OK;
 }
 
@@ -466,11 +563,13 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
                      int sync, int *fsync_failed, pydb_error *err)
 {
     wal_ent *v = NULL;
-    size_t n = 0;
+    wal_piece *pc = NULL;
+    size_t n = 0, np = 0;
     int rc, e;
 
     rc = wal_entries(&v, &n, buf, len, w->wal_path, err);
-    if (rc == PYDB_OK) rc = wal_final_image(v, n, w->wal_path, err);
+    if (rc == PYDB_OK) rc = wal_last_files(v, n, w->wal_path, err);
+    if (rc == PYDB_OK) rc = wal_final_image(&pc, &np, v, n, w->wal_path, err);
     /* every whole file's name first: a log that names a file outside the
      * database's folder changes nothing */
     for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
@@ -488,14 +587,15 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
         uint64_t odd = __atomic_add_fetch(w->seq, 1, __ATOMIC_ACQ_REL);
         PYDB_ASSERT(odd & 1);   /* no other writer inside the lock */
     }
-    for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
-        int mst = v[i].kind == PYDB_WAL_MST;
-        if (v[i].skip || v[i].kind == PYDB_WAL_FILE) continue;
-        e = -pydb__write_full(mst ? w->mst_fd : w->xrf_fd, v[i].data,
-                              (size_t)v[i].len, (int64_t)v[i].off);
+    for (size_t i = 0; i < np && rc == PYDB_OK; i++) {
+        const wal_piece *q = &pc[i];
+        int mst = q->e->kind == PYDB_WAL_MST;
+        e = -pydb__write_full(mst ? w->mst_fd : w->xrf_fd,
+                              q->e->data + (q->off - q->e->off),
+                              (size_t)q->len, (int64_t)q->off);
         if (e)
             rc = PYDB_OSERROR(err, e, mst ? w->mst_path : w->xrf_path,
-                              (int64_t)v[i].off, "write failed: %s",
+                              (int64_t)q->off, "write failed: %s",
                               strerror(e));
     }
     if (w->seq) {
@@ -516,6 +616,7 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
     if (rc == PYDB_OK && sync)
         rc = sync_whole_files(v, n, w, fsync_failed, err);
 cleanup:
+    free(pc);
     free(v);
     return rc;
 }
@@ -592,7 +693,7 @@ static int wal_sync_whole(const pydb_wal_files *w, int64_t size,
     int rc = wal_load(&buf, &len, w->wal_fd, size, w->wal_path, err);
     if (rc <= 0) return rc;
     rc = wal_entries(&v, &n, buf, len, w->wal_path, err);
-    if (rc == PYDB_OK) rc = wal_final_image(v, n, w->wal_path, err);
+    if (rc == PYDB_OK) rc = wal_last_files(v, n, w->wal_path, err);
     if (rc == PYDB_OK) rc = sync_whole_files(v, n, w, fsync_failed, err);
     free(v);
     free(buf);
