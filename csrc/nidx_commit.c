@@ -7,7 +7,13 @@
  *
  * prepare: the segment holds the keys of the records' new states and
  * tombstones every changed MFN (their postings in older segments are
- * dead).  One of at most pydb__nidx_inline_max bytes (NIDX_INLINE_MAX)
+ * dead).  Those of MFNs the transaction appended (pydb_change.appended)
+ * hide nothing -- MFNs are never handed out twice -- but they stay: a
+ * segment's tombstones are the records it holds, which the collector
+ * compares with the records newer segments rewrote (nidx_gc.c,
+ * mostly_dead).  The segment's nupd counts the others, the records it
+ * updated or deleted, whose share of its weight the collector takes for
+ * the postings it made dead (base_due).  One of at most pydb__nidx_inline_max bytes (NIDX_INLINE_MAX)
  * goes inline into the new MANIFEST while the set's inline segments stay
  * within NIDX_INLINE_TOTAL bytes (nidx_manifest.h): no file is created,
  * synced or later removed for it -- on a file system where creating
@@ -99,7 +105,8 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     nidx_acc a;
     pydb_buf segb = {0}, man = {0};
     int32_t *tombs = NULL;
-    size_t nt = 0;
+    size_t nt = 0, nupd = 0;
+    int32_t first_new = INT32_MAX;   /* the lowest MFN appended */
     nidx_mseg *segs = NULL;
     uint64_t gen;
     char path[1100];
@@ -118,13 +125,18 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
         goto cleanup;
     }
-    for (size_t i = 0; i < n; i++) tombs[nt++] = ch[i].mfn;
-    qsort(tombs, nt, sizeof *tombs, cmp_i32);
     {
         size_t w = 0;
+        for (size_t i = 0; i < n; i++) tombs[nt++] = ch[i].mfn;
+        qsort(tombs, nt, sizeof *tombs, cmp_i32);
         for (size_t i = 0; i < nt; i++)
             if (w == 0 || tombs[w - 1] != tombs[i]) tombs[w++] = tombs[i];
         nt = w;
+        for (size_t i = 0; i < n; i++)   /* appended MFNs are new... */
+            if (ch[i].appended) first_new = ch[i].mfn < first_new ? ch[i].mfn
+                                                                : first_new;
+        for (size_t i = 0; i < nt; i++)  /* ...from the lowest one on */
+            nupd += tombs[i] < first_new;
     }
     if ((rc = pydb__nidx_refresh(x, 1, err))) goto cleanup;
     ss = pydb__nidx_acquire(x);
@@ -214,6 +226,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     }
     if ((rc = pydb__nseg_open(&x->pending, path, gen, err))) goto cleanup;
 manifest:
+    x->pending->nupd = (uint32_t)nupd;
     segs = malloc((ss->n + 1) * sizeof *segs);
     if (!segs) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");

@@ -16,8 +16,10 @@
  *      (postings + tombstones) at most twice the newer ones of the run
  *      together, once there are NIDX_TAIL_MIN of them (2 when idle);
  *      x->merge, the BASE: the oldest segment and those after it up to a
- *      tail merge under way, when they weigh 1/NIDX_BASE_SHARE of it
- *      (about the share of its postings they made dead), or whenever the
+ *      tail merge under way, when they weigh 1/NIDX_BASE_SHARE of it,
+ *      each by the share of its records that it updated or deleted
+ *      rather than appended (about the share of the base's postings
+ *      they made dead: base_due), or whenever the
  *      database is idle (collect()'s `idle`: a quiet database ends with
  *      one clean segment).  Sets are immutable (a reference keeps their
  *      files mapped), so merging needs no lock;
@@ -120,6 +122,10 @@
 #define NIDX_PIN_SHARE 4   /* files pinned by a reader behind: tail merges
                               go on while they weigh less than
                               1/NIDX_PIN_SHARE of the index               */
+#define NIDX_UNUSED_MIN (1 << 20) /* unnamed files the thread leaves for
+                              its idle pass while commits go on, unless
+                              they also weigh 1/NIDX_PIN_SHARE of the
+                              index (bytes)                             */
 
 /* A merge in progress (x->merge, under x->gc_mu). */
 typedef struct nidx_merge {
@@ -466,18 +472,33 @@ static size_t tail_start(const nidx_segset *ss, size_t from, size_t min)
 }
 
 /* Whether the base (the oldest segment) is worth merging with what
- * follows it (up to `hi`) while commits go on: the newer segments have
- * grown to NIDX_BASE_SHARE of it (about the share of its postings they
- * made dead).  (Counting only the updated or deleted records' share, so
- * that appends never make the base due, took a quarter off the time of
- * a stream of one-record commits, but the power-loss tier then lost
- * acknowledged updates: docs/reliability.md, "Open".) */
+ * follows it (up to `hi`) while commits go on: the postings the newer
+ * segments made dead -- about the share of each one's weight that its
+ * updated or deleted records make (nupd of its ntomb records: the MFNs
+ * its commits appended hide nothing, nidx_commit.c) -- have grown to
+ * NIDX_BASE_SHARE of it.  Appends alone make nothing dead; tail merges
+ * keep their number logarithmic, and an idle collection merges them
+ * all.  (Counting them too made a database filled by single-record
+ * commits rewrite its base every few commits: 0.45 merge commits per
+ * commit, each with its own fsync.) */
 static int base_due(const nidx_segset *ss, size_t hi)
 {
     uint64_t newer = 0;
     if (hi < 2) return 0;
-    for (size_t i = 1; i < hi; i++) newer += seg_weight(ss->v[i]);
+    for (size_t i = 1; i < hi; i++) {
+        const nidx_seg *s = ss->v[i];
+        if (s->ntomb) newer += seg_weight(s) * s->nupd / s->ntomb;
+    }
     return newer * NIDX_BASE_SHARE >= seg_weight(ss->v[0]);
+}
+
+/* A merged segment's nupd: at most its tombstones, at most those of its
+ * run's segments (a tail keeps its run's tombstones; a base has none). */
+static void merged_nupd(nidx_seg *mseg, const nidx_merge *g)
+{
+    uint64_t n = 0;
+    for (size_t i = g->lo; i < g->hi; i++) n += g->in->v[i]->nupd;
+    mseg->nupd = n < mseg->ntomb ? (uint32_t)n : mseg->ntomb;
 }
 
 /* Where the range of merge g lies in cur: its first index, or (size_t)-1
@@ -718,6 +739,7 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         goto cleanup;
     if ((rc = pydb__nseg_open(&mseg, path, gen, err))) goto cleanup;
 named:
+    merged_nupd(mseg, g);
     nsegs = cur->n - nin + 1;
     segs = malloc(nsegs * sizeof *segs);
     if (!segs || !(ns = set_replacing(cur, p, nin, mseg))) {
@@ -860,6 +882,7 @@ int pydb__nidx_offer_apply(nidx_segset **out, nidx_merge **taken, nidx *x,
     if (!g) goto cleanup;
     rc = pydb__nseg_open_inline(&mseg, x->manifest, gen, g->out.p, g->out.n,
                                 err);
+    if (rc == PYDB_OK) merged_nupd(mseg, g);
     if (rc == PYDB_OK && !(*out = set_replacing(ss, p, nin, mseg)))
         rc = PYDB_ERROR(err, PYDB_ENOMEM, x->dir, -1, "no memory");
     if (rc) {
@@ -1134,7 +1157,8 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     int64_t files = 0, unused = 0, ubytes = 0, removed = 0;
     uint64_t g;
     int rc = PYDB_OK, busy = 0, units = 0, pinned = 0, heavy = 0, m = 0;
-    int offer;
+    int offer, later;
+    uint64_t live = 0;   /* bytes of the current set's segments */
 
     *more = 0;
     if (budget < 1) budget = 1;
@@ -1151,10 +1175,18 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     x->offer_dropped = 0;
     pthread_mutex_unlock(&x->mu);
     if ((rc = pydb__nidx_refresh(x, 0, err))) goto cleanup;
-    /* (c) unnamed files first: they cost disk, not lookups */
+    /* (c) unnamed files first: they cost disk, not lookups.  Removing
+     * them takes a checkpoint first (remove_unused: four fsyncs, the log
+     * emptied), so while commits go on the thread leaves them for its
+     * idle pass (`later`) until they weigh NIDX_UNUSED_MIN bytes and
+     * 1/NIDX_PIN_SHARE of the index; the log's own checkpoints come
+     * every PYDB_WAL_CHECKPOINT bytes. */
     cur = current(x, &g);
     scan_cached(x, cur, g, &files, &unused, &ubytes);
-    if (unused && removable(x)) {
+    for (size_t i = 0; i < cur->n; i++) live += cur->v[i]->size;
+    later = offer && !((uint64_t)ubytes >= NIDX_UNUSED_MIN &&
+                       (uint64_t)ubytes * NIDX_PIN_SHARE > live);
+    if (unused && !later && removable(x)) {
         uint64_t *keep;
         size_t nkeep;
         if ((rc = index_durable(x, db, &keep, &nkeep, err))) goto cleanup;
@@ -1174,13 +1206,10 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
      * process' merge).  While they are, no merge of the base starts:
      * each would leave another copy of the index (Firebird's stuck
      * OIT); tail merges go on while what is pinned weighs less than
-     * 1/NIDX_PIN_SHARE of the index.  The merges under way go on. */
-    pinned = unused > 0;
-    if (pinned) {
-        uint64_t live = 0;
-        for (size_t i = 0; i < cur->n; i++) live += cur->v[i]->size;
-        heavy = (uint64_t)ubytes * NIDX_PIN_SHARE > live;
-    }
+     * 1/NIDX_PIN_SHARE of the index.  The merges under way go on.
+     * Files left for later are not pinned. */
+    pinned = unused > 0 && !(later && removable(x));
+    if (pinned) heavy = (uint64_t)ubytes * NIDX_PIN_SHARE > live;
     /* (a) the tail, after the segments a merge of the base holds; none
      * while a finished one waits for a commit (its run stays as it is) */
     if (!x->minor && !heavy && !offered(x)) {

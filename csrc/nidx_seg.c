@@ -128,6 +128,7 @@ static int seg_check(nidx_seg *s, const char *path, pydb_error *err)
         return PYDB_CORRUPT(err, path, 16, "segment header offsets are "
                             "inconsistent with the file size");
     s->ntomb = pydb__u32(m + s->tomb_off);
+    s->nupd = s->ntomb;   /* as far as the file tells (nidx_seg.h) */
     if ((uint64_t)s->ntomb * 4 != s->size - 8 - s->tomb_off - 4)
         return PYDB_CORRUPT(err, path, (int64_t)s->tomb_off,
                             "tombstone count does not match the file size");

@@ -56,6 +56,12 @@ typedef struct nidx_seg {
     int inl;                 /* inline: its bytes live in the MANIFEST   */
     uint64_t nterms, nposts, nblocks, dict_off, bidx_off, tomb_off;
     uint32_t ntomb;
+    uint32_t nupd;           /* of the tombstones, those of records updated
+                                or deleted (the rest: MFNs its commit
+                                appended, which hide nothing), as far as
+                                this process knows: the commit that made
+                                it, or the merge (nidx_gc.c); ntomb for
+                                one read from a file or a MANIFEST      */
     const uint8_t *tomb;     /* ntomb i32, little-endian */
     uint64_t gen;
     pydb_residency res;      /* which pages of map are in the page cache */

@@ -641,6 +641,8 @@ typedef struct pydb_change {
     const pydb_field *after;    /* new fields, or NULL for a deletion      */
     uint32_t nafter;
     int deleted_after;          /* 1 if the record is logically deleted now */
+    int appended;               /* 1 if the transaction appended the MFN:
+                                   new, no version of it is older         */
 } pydb_change;
 
 /* A commit hook lets another structure (the native index) join every

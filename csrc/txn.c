@@ -175,6 +175,7 @@ struct pydb_txn {
     int64_t start;                /* committed end of the .mst          */
     int64_t pos;                  /* next free byte after this txn      */
     int32_t next_mfn;
+    int32_t first_new;            /* NXTMFN at begin: appends from here   */
     txn_op *ops;
     size_t nops, opcap;
     int32_t *hkey;                /* MFN -> index of its latest op      */
@@ -553,7 +554,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     {
         pydb_ctl c;
         pydb__ctl_decode(&c, t->ctl);
-        t->next_mfn = c.next_mfn;
+        t->next_mfn = t->first_new = c.next_mfn;
         t->start = t->pos = pydb__ctl_end(c.next_block, c.next_pos);
     }
     rc = check_tail(t, err);
@@ -1084,6 +1085,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
             changes[i].nafter = t->ops[i].deleted_after
                                     ? 0 : t->ops[i].after->nfields;
             changes[i].deleted_after = t->ops[i].deleted_after;
+            changes[i].appended = t->ops[i].mfn >= t->first_new;
         }
         rc = db->hook.prepare(db->hook.ctx, t, changes, t->nops, err);
         if (rc) goto done;

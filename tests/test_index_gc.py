@@ -189,6 +189,46 @@ def test_a_tail_merge_keeps_its_tombstones_for_the_base(tmp_path):
         assert ro.check().ok
 
 
+def test_appends_do_not_make_the_base_due(tmp_path):
+    """Commits that only append make nothing dead (their tombstones name
+    new MFNs), and while commits go on the base (200 records, 600
+    postings) is not merged however much they add (40 one-record
+    commits: 120 postings, which would have made it due); the tail
+    merges keep the number of segments small.  One update (3 dead
+    postings) does not make it due either; ten do (30 dead postings:
+    their segments weigh 1/16 of it) and it is merged with everything
+    before the tail.  Before, appends counted as updates: the base of a
+    database filled one record per commit was rewritten every few
+    commits."""
+    base, db = make(tmp_path, n=200)
+    with db:
+        collect(db)   # one clean base segment
+        base_gen = manifest_segments(f"{base}.pdx")[0]
+        for m in range(201, 241):
+            db.append(fields(m, 0))
+            busy_collect(db)
+        g = garbage(db)
+        # 40 tombstones (one per appended MFN) that hide nothing
+        assert (g["postings"], g["dead_postings"], g["tombstones"]) == (720, 0, 40)
+        assert manifest_segments(f"{base}.pdx")[0] == base_gen   # not merged
+        assert g["segments"] <= 8
+        db.update(1, fields(1, 1))
+        busy_collect(db)
+        assert manifest_segments(f"{base}.pdx")[0] == base_gen   # not yet
+        for m in range(2, 11):
+            db.update(m, fields(m, 1))
+        g = garbage(db)
+        assert (g["tombstones"], g["dead_postings"]) == (50, 30)
+        want = answers(db)
+        busy_collect(db)
+        assert manifest_segments(f"{base}.pdx")[0] != base_gen   # merged
+        assert garbage(db)["dead_postings"] == 0
+        assert answers(db) == want and list(db.search("T3V1")) == [3]
+        assert list(db.search("T3V0")) == [] and len(db.search("COMMON")) == 240
+    with pydb.open(base) as ro:
+        assert ro.check().ok
+
+
 def offer_tail(db) -> None:
     """One busy collection step as the collector thread makes it: the
     tail merge is finished and offered to the next commit; nothing is
@@ -284,17 +324,17 @@ def test_an_offered_merge_without_a_commit_is_committed_by_the_collector(tmp_pat
 
 def test_the_collector_thread_merges_ride_on_commits(tmp_path):
     """With policy background the collector thread's tail merges ride on
-    the commits of its handle: 300 one-record commits (appends to a base
-    of 10,000 records, which they do not make due) are followed by few
-    commits of the collector's own -- merges whose output is a file, and
-    the idle pass's -- not one per tail merge (a count, not a time: a
-    slower thread merges less and commits less).  Once
+    the commits of its handle: 300 one-record commits (appends: nothing
+    dead, no merge of the base due) are followed by few commits of the
+    collector's own -- merges whose output is a file, and the idle
+    pass's -- not one per tail merge (which made 60 to 75 here; a count,
+    not a time: a slower thread merges less and commits less).  Once
     quiet the index is one segment that agrees with the records."""
-    base, db = make(tmp_path, n=10000)   # so big that no base merge is due
+    base, db = make(tmp_path, n=200)
     db.close()
     with pydb.open(base, readonly=False, sync=False, gc="background") as db:
         commit0 = db.stat()["header"]["commit"]
-        for m in range(10001, 10301):
+        for m in range(201, 501):
             db.append(fields(m, 1))
         for _ in range(600):   # until the idle pass has run (30 s at most)
             if db.stat()["header"]["pending"] is False:
@@ -307,6 +347,34 @@ def test_the_collector_thread_merges_ride_on_commits(tmp_path):
         want = answers(db)
     with pydb.open(base) as ro:
         assert answers(ro) == want
+        assert ro.check().ok
+
+
+def test_the_busy_thread_leaves_unnamed_files_for_later(tmp_path, segment_files):
+    """Removing unnamed segment files takes a checkpoint (four fsyncs):
+    while commits go on the collector thread leaves them for its idle
+    pass until they weigh 1 MiB and a quarter of the index.  Its busy
+    steps merge (files: every segment is one here) and leave the files
+    they unnamed; a step that does not offer (idle, collect()) removes
+    them, after the checkpoint (the log emptied)."""
+    base, db = make(tmp_path, n=20)
+    with db:
+        collect(db)
+        for m in range(1, 6):
+            db.update(m, fields(m, 1))
+        assert garbage(db)["files"] == 6
+        while T.index_collect(db, db.index._h, 1000, False, True):
+            pass
+        g = garbage(db)
+        # merged into one segment; two files unnamed by those merges wait
+        assert (g["segments"], g["files"], g["unused_files"]) == (1, 3, 2)
+        assert os.path.getsize(f"{base}.wal") > 0   # no checkpoint
+        busy_collect(db)   # steps that do not offer
+        g = garbage(db)
+        assert (g["unused_files"], g["files"]) == (0, 1)
+        assert os.path.getsize(f"{base}.wal") == 0
+        assert list(db.search("T3V1")) == [3]
+    with pydb.open(base) as ro:
         assert ro.check().ok
 
 
