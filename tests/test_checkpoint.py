@@ -21,7 +21,6 @@ import struct
 import time
 
 import pytest
-from conftest import SANITIZER, hypothesis_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_native_index import _checksum as crc32c
@@ -29,6 +28,7 @@ from test_native_index import _checksum as crc32c
 import pydb
 from pydb import _pydb
 
+from conftest import SANITIZER, hypothesis_examples
 from writer_model import (
     Oracle,
     check_files,
