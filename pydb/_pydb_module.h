@@ -48,6 +48,9 @@ typedef struct {
     int field_fast;                 /* 1: field_new() may build Fields
                                        itself, field_dealloc() free them
                                        (checked at exec)                 */
+    int field_lazy;                 /* 1: a Field may hold no raw bytes
+                                       (an ASCII value equal to them):
+                                       Field.raw builds them (exec)      */
     PyObject *tag_ints;             /* tuple: the int of each tag below
                                        TAG_INTS (_pydb_record.c)         */
     PyTypeObject *index_type;

@@ -165,6 +165,9 @@ static PyObject *tag_int(module_state *st, uint32_t tag)
 
 /* A Field (tag, value, raw), taking the three references (any NULL:
  * an exception is set; the others are released and NULL returned).
+ * `lazy`: no raw is given (raw NULL, no exception): the value is an
+ * ASCII str equal to the stored bytes, which Field.raw builds when asked
+ * (field_raw; only where field_lazy holds).
  * PyStructSequence_New() looks up two sizes in the type's dict on every
  * call (CPython 3.11-3.13: a fifth of Record.fields).  A structseq is a
  * tuple whose hidden fields follow the visible ones, ob_size counting
@@ -174,10 +177,10 @@ static PyObject *tag_int(module_state *st, uint32_t tag)
  * can be in no reference cycle: it is not tracked by the collector (as
  * CPython itself untracks such tuples), which then never visits it. */
 static PyObject *field_new(module_state *st, PyObject *tag, PyObject *value,
-                           PyObject *raw)
+                           PyObject *raw, int lazy)
 {
     PyTupleObject *t;
-    if (!tag || !value || !raw) goto fail;
+    if (!tag || !value || (!raw && !lazy)) goto fail;
     if (st->field_fast) {
         t = PyObject_GC_NewVar(PyTupleObject, st->field_type, 3);
         if (!t) goto fail;
@@ -196,6 +199,77 @@ fail:
     Py_XDECREF(raw);
     return NULL;
 }
+
+/* Whether a decoded value can stand for its stored bytes: an ASCII str
+ * of the same characters (any codec, any error handler).  The test costs
+ * a read of the bytes; the bytes object it spares costs an allocation
+ * and a copy (a fifth of Record.fields on the default database). */
+static int value_is_raw(PyObject *value, const pydb_field *f)
+{
+    return PyUnicode_IS_COMPACT_ASCII(value) &&
+           PyUnicode_GET_LENGTH(value) == (Py_ssize_t)f->len &&
+           memcmp(PyUnicode_DATA(value), f->value, f->len) == 0;
+}
+
+/* Field.raw (new reference): the hidden item, or for a Field made
+ * without it (field_new's `lazy`) the bytes of its ASCII value. */
+static PyObject *field_raw(PyObject *self, void *closure)
+{
+    PyTupleObject *t = (PyTupleObject *)self;
+    PyObject *value = t->ob_item[1];
+    (void)closure;
+    if (t->ob_item[2]) return Py_NewRef(t->ob_item[2]);
+    return PyBytes_FromStringAndSize((const char *)PyUnicode_DATA(value),
+                                     PyUnicode_GET_LENGTH(value));
+}
+
+/* Field.__reduce__: structseq's, with raw taken through field_raw (the
+ * structseq's own reads the hidden item as stored, NULL included). */
+static PyObject *field_reduce(PyObject *self, PyObject *unused)
+{
+    PyTupleObject *t = (PyTupleObject *)self;
+    PyObject *raw = field_raw(self, NULL), *out;
+    (void)unused;
+    if (!raw) return NULL;
+    out = Py_BuildValue("(O((OO){sN}))", (PyObject *)Py_TYPE(self),
+                        t->ob_item[0], t->ob_item[1], "raw", raw);
+    return out;
+}
+
+#if PY_VERSION_HEX >= 0x030D0000
+/* Field.__replace__ (copy.replace, 3.13): structseq's, with raw taken
+ * through field_raw. */
+static PyObject *field_replace(PyObject *self, PyObject *args,
+                               PyObject *kwargs)
+{
+    PyTupleObject *t = (PyTupleObject *)self;
+    static const char *names[] = {"tag", "value", "raw"};
+    PyObject *v[3] = {NULL, NULL, NULL}, *out = NULL;
+    Py_ssize_t used = 0;
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError, "__replace__() takes no "
+                        "positional arguments");
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        PyObject *x = kwargs ? PyDict_GetItemString(kwargs, names[i]) : NULL;
+        if (x) used++;
+        v[i] = x ? Py_NewRef(x)
+                 : i < 2 ? Py_NewRef(t->ob_item[i]) : field_raw(self, NULL);
+        if (!v[i]) goto cleanup;
+    }
+    if (kwargs && PyDict_GET_SIZE(kwargs) > used) {
+        PyErr_SetString(PyExc_TypeError, "__replace__() got an unexpected "
+                        "field name");
+        goto cleanup;
+    }
+    out = PyObject_CallFunction((PyObject *)Py_TYPE(self), "(OO){sO}", v[0],
+                                v[1], "raw", v[2]);
+cleanup:
+    for (int i = 0; i < 3; i++) Py_XDECREF(v[i]);
+    return out;
+}
+#endif
 
 /* tp_dealloc of Field where field_fast holds: structseq_dealloc()'s, less
  * its lookup of the real size in the type's dict (CPython 3.11-3.13: a
@@ -249,10 +323,12 @@ static PyObject *record_fields(RecordObject *self, void *closure)
         const pydb_field *fl = &r->fields[i];
         PyObject *tag = tag_int(st, fl->tag);
         PyObject *value = tag ? decode(self, &d, fl) : NULL;
-        PyObject *raw = value ? PyBytes_FromStringAndSize(
-                                    (const char *)fl->value, fl->len)
-                              : NULL;
-        PyObject *f = field_new(st, tag, value, raw);
+        int lazy = value && st->field_lazy && value_is_raw(value, fl);
+        PyObject *raw = value && !lazy
+                            ? PyBytes_FromStringAndSize(
+                                  (const char *)fl->value, fl->len)
+                            : NULL;
+        PyObject *f = field_new(st, tag, value, raw, lazy);
         if (!f) goto fail;
         PyTuple_SET_ITEM(t, i, f);
     }
@@ -550,7 +626,7 @@ static PyObject *value_bytes(PyObject *v, Py_ssize_t i, const char *encoding,
 int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
                const char *encoding, const char *errors)
 {
-    PyObject *seq = NULL, *src = fields;
+    PyObject *seq = NULL, *src = fields, *held = NULL;
     Py_ssize_t n, i;
     int rc = -1;
 
@@ -588,9 +664,11 @@ int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
         }
         item = PySequence_Fast_GET_ITEM(seq, i);
         if (Py_IS_TYPE(item, st->field_type)) {
-            /* A Field of a Record: its stored bytes, whatever the codec. */
+            /* A Field of a Record: its stored bytes, whatever the codec
+             * (field_raw: a new reference, or NULL with an exception). */
             tag = PyStructSequence_GetItem(item, 0);
-            val = PyStructSequence_GetItem(item, 2);
+            val = held = field_raw(item, NULL);
+            if (!val) goto done;
         } else {
             if (!PyTuple_Check(item) && !PyList_Check(item)) {
                 PyErr_Format(PyExc_TypeError, "field %zd: expected a (tag, "
@@ -620,10 +698,11 @@ int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
             goto done;
         }
         /* `item` may be a list that other code changes: take the value
-         * before anything can run Python code, and hold it. */
-        Py_INCREF(val);
+         * before anything can run Python code, and hold it (a Field's
+         * raw is held already). */
+        if (!held) held = Py_NewRef(val);
         bytes = value_bytes(val, i, encoding, errors);
-        Py_DECREF(val);
+        Py_CLEAR(held);
         if (!bytes) goto done;
         b->keep[b->nkeep++] = bytes;
         if (PyBytes_GET_SIZE(bytes) > 0x7FFFFFFF) {
@@ -638,11 +717,40 @@ int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
     }
     rc = 0;
 done:
+    Py_XDECREF(held);
     Py_DECREF(seq);
     return rc;
 }
 
 /* ------------------------------------------------------------- exec */
+
+static PyGetSetDef field_raw_def = {
+    "raw", field_raw, NULL, "value as stored (bytes)", NULL};
+static PyMethodDef field_method_defs[] = {
+    {"__reduce__", field_reduce, METH_NOARGS, NULL},
+#if PY_VERSION_HEX >= 0x030D0000
+    {"__replace__", (PyCFunction)(void (*)(void))field_replace,
+     METH_VARARGS | METH_KEYWORDS, NULL},
+#endif
+    {NULL}};
+
+/* Let Fields leave raw to be built when asked (field_new's `lazy`):
+ * Field.raw, __reduce__ and __replace__ replaced by ones that build it,
+ * since structseq's read the hidden item as stored.  1, or 0 (nothing
+ * changed, no exception: Fields keep their bytes). */
+static int field_make_lazy(PyTypeObject *tp)
+{
+    PyObject *d = PyDescr_NewGetSet(tp, &field_raw_def);
+    int ok = d && PyObject_SetAttrString((PyObject *)tp, "raw", d) == 0;
+    Py_XDECREF(d);
+    for (PyMethodDef *m = field_method_defs; ok && m->ml_name; m++) {
+        d = PyDescr_NewMethod(tp, m);
+        ok = d && PyObject_SetAttrString((PyObject *)tp, m->ml_name, d) == 0;
+        Py_XDECREF(d);
+    }
+    if (!ok) PyErr_Clear();
+    return ok;
+}
 
 int record_exec(PyObject *m, module_state *st)
 {
@@ -656,6 +764,7 @@ int record_exec(PyObject *m, module_state *st)
     if (st->field_fast) {
         st->field_type->tp_dealloc = field_dealloc;
         PyType_Modified(st->field_type);
+        st->field_lazy = field_make_lazy(st->field_type);
     }
     st->tag_ints = PyTuple_New(TAG_INTS);
     if (!st->tag_ints) return -1;

@@ -1,5 +1,7 @@
 """The Python API: errors tree, subfields, records, options, memory."""
 
+import codecs
+import copy
 import errno
 import os
 import pickle
@@ -52,6 +54,34 @@ def test_record_access(db_path):
         assert pickle.loads(pickle.dumps(f)).raw == b"Smith, J."
         tag, value = f
         assert (tag, value) == (70, "Smith, J.") and f[-1] == "Smith, J."
+
+
+def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
+    """Field.raw is the stored bytes under any codec and error handler.
+    A Field whose value is an ASCII str equal to them builds raw when
+    asked; where decoding changed them into other ASCII (backslashreplace,
+    ignore, a handler that maps a byte to one ASCII character) the Field
+    keeps its bytes.  Pickling, copying and writing the Fields back keep
+    them too."""
+    codecs.register_error("pydb_test_one_char", lambda e: ("?", e.start + 1))
+    stored = [b"plain ASCII", b"caf\xe9", b"\xff\xfe", b"", b"\xe9\xe9x"]
+    base = tmp_path / "raw"
+    with pydb.create(base, "isis-packed") as db:
+        db.append([(10 + i, v) for i, v in enumerate(stored)])
+    for enc, errors in [("utf-8", "surrogateescape"), ("ascii", "backslashreplace"),
+                        ("ascii", "ignore"), ("utf-8", "replace"), ("latin-1", "strict"),
+                        ("ascii", "pydb_test_one_char"), ("cp1252", "pydb_test_one_char")]:
+        with pydb.open(base, encoding=enc, errors=errors) as db:
+            fields = db[1].fields
+            assert [f.raw for f in fields] == stored, (enc, errors)
+            assert [f.value for f in fields] == [v.decode(enc, errors) for v in stored]
+            for f in fields:
+                assert pickle.loads(pickle.dumps(f)).raw == f.raw
+                assert copy.copy(f).raw == copy.deepcopy(f).raw == f.raw
+            with pydb.open(base, readonly=False, encoding=enc, errors=errors) as w:
+                mfn = w.append(fields)           # Fields: their stored bytes
+                assert w[mfn].raw(10) == [b"plain ASCII"]
+                assert [f.raw for f in w[mfn].fields] == stored, (enc, errors)
 
 
 def test_encodings(db_path):
