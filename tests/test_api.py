@@ -78,6 +78,12 @@ def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
             for f in fields:
                 assert pickle.loads(pickle.dumps(f)).raw == f.raw
                 assert copy.copy(f).raw == copy.deepcopy(f).raw == f.raw
+                if sys.version_info >= (3, 13):   # structseq's __replace__
+                    g = copy.replace(f, value="new")
+                    assert (g.tag, g.value, g.raw) == (f.tag, "new", f.raw)
+                    assert copy.replace(f, raw=b"r").raw == b"r"
+                    with pytest.raises(TypeError):
+                        copy.replace(f, other=1)
             with pydb.open(base, readonly=False, encoding=enc, errors=errors) as w:
                 mfn = w.append(fields)           # Fields: their stored bytes
                 assert w[mfn].raw(10) == [b"plain ASCII"]
