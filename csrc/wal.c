@@ -168,18 +168,13 @@ typedef struct wal_piece {
     uint64_t off, len;
 } wal_piece;
 
-static int ent_cmp(const void *a, const void *b)
+/* Whole-file entries by name, then log order (wal_last_files). */
+static int file_ent_cmp(const void *a, const void *b)
 {
     const wal_ent *x = *(const wal_ent *const *)a, *y = *(const wal_ent *const *)b;
-    int c;
-    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-    if (x->kind == PYDB_WAL_FILE) {
-        c = memcmp(x->name, y->name, x->nlen < y->nlen ? x->nlen : y->nlen);
-        if (c) return c;
-        if (x->nlen != y->nlen) return x->nlen < y->nlen ? -1 : 1;
-    } else if (x->off != y->off) {
-        return x->off < y->off ? -1 : 1;
-    }
+    int c = memcmp(x->name, y->name, x->nlen < y->nlen ? x->nlen : y->nlen);
+    if (c) return c;
+    if (x->nlen != y->nlen) return x->nlen < y->nlen ? -1 : 1;
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
@@ -330,17 +325,18 @@ static int wal_last_files(wal_ent *v, size_t n, const char *wal_path,
                           pydb_error *err)
 {
     wal_ent **p;
+    size_t k = 0;
     if (n < 2) return PYDB_OK;
     p = malloc(n * sizeof *p);
     if (!p)
         return PYDB_ERROR(err, PYDB_ENOMEM, wal_path, -1,
                           "no memory for the log's entries");
-    for (size_t i = 0; i < n; i++) p[i] = &v[i];
-    qsort(p, n, sizeof *p, ent_cmp);   /* by name, then log order */
-    for (size_t i = 0; i + 1 < n; i++) {
+    for (size_t i = 0; i < n; i++)
+        if (v[i].kind == PYDB_WAL_FILE) p[k++] = &v[i];
+    qsort(p, k, sizeof *p, file_ent_cmp);
+    for (size_t i = 0; i + 1 < k; i++) {
         const wal_ent *f = p[i + 1];
-        if (p[i]->kind == PYDB_WAL_FILE && f->kind == PYDB_WAL_FILE &&
-            f->nlen == p[i]->nlen && memcmp(f->name, p[i]->name, f->nlen) == 0)
+        if (f->nlen == p[i]->nlen && memcmp(f->name, p[i]->name, f->nlen) == 0)
             p[i]->skip = 1;
     }
     free(p);
@@ -375,7 +371,7 @@ static int cover_take(wal_cover *c, const wal_ent *e, wal_piece **out,
                       size_t *n, size_t *cap)
 {
     uint64_t at = e->off, end = e->off + e->dlen;
-    size_t i = 0, j, lo = 0, hi = c->n;
+    size_t i, j, lo = 0, hi = c->n;
     while (lo < hi) {   /* i: the first range ending at or after e's start */
         size_t mid = lo + (hi - lo) / 2;
         if (c->r[mid][1] < at) lo = mid + 1; else hi = mid;
