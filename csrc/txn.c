@@ -615,9 +615,12 @@ static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
     rc = pydb__record_size(&mfrl, db->layout, db->mstxl, mfn, fields, nfields,
                            db->mst.path, err);
     if (rc) goto fail;
-    start = pydb__place(db->layout, db->mstxl, t->pos);
     capacity = ((int64_t)1 << (20 + db->mstxl)) * PYDB_BLOCK;
-    if (start + mfrl > capacity - PYDB_BLOCK) {
+    /* (a master file already past it: a sparse file another program, or
+     * a damaged log, made; pydb__place() must not overflow) */
+    start = t->pos < capacity ? pydb__place(db->layout, db->mstxl, t->pos)
+                              : t->pos;
+    if (start > capacity - PYDB_BLOCK || mfrl > capacity - PYDB_BLOCK - start) {
         rc = PYDB_ERROR(err, PYDB_ETOOBIG, db->mst.path, start,
                         "the master file would pass %lld bytes, the most an "
                         "XRF pointer can address with MSTXL %d",

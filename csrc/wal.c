@@ -211,7 +211,8 @@ static int wal_entries(wal_ent **out, size_t *n, const uint8_t *buf,
             at += PYDB_WAL_ENTRY;
             if (e->nlen > PYDB_WAL_MAX_PATH || e->dlen > end - at ||
                 e->nlen > end - at - e->dlen ||
-                e->off > (uint64_t)INT64_MAX - e->dlen ||
+                e->off > PYDB_WAL_MAX_END ||
+                e->dlen > PYDB_WAL_MAX_END - e->off ||
                 (e->kind == PYDB_WAL_FILE) != (e->nlen > 0) ||
                 e->kind < PYDB_WAL_MST || e->kind > PYDB_WAL_FILE) {
                 free(v);

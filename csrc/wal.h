@@ -74,6 +74,10 @@
 #define PYDB_WAL_XRF 2          /* bytes of the XRF at an offset          */
 #define PYDB_WAL_FILE 3         /* a whole file, replaced atomically      */
 #define PYDB_WAL_MAX_PATH 4096  /* longest name of a whole file           */
+/* No entry of a log ends past this offset: the end of the largest master
+ * file an XRF can address (MSTXL 6: 2^26 blocks of 512 bytes), more than
+ * the largest XRF (2^31 MFNs).  An entry that does is damage. */
+#define PYDB_WAL_MAX_END ((uint64_t)1 << 35)
 /* A commit that leaves the log longer than this checkpoints (bytes). */
 #define PYDB_WAL_CHECKPOINT (4 << 20)
 /* ... and so does one after which this handle's commits since the last

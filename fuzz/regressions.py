@@ -379,7 +379,16 @@ def wal_sparse_xrf() -> bytes:
         mst, _, _ = small_database(Path(t))
     ctl = struct.unpack_from("<iiiH", mst, 0)
     end = (ctl[2] - 1) * 512 + ctl[3] - 1
-    return wal_frame([(2, 1 << 39, b"\1" * 512), (1, end, b"junk" * 64)])
+    # 2^34: below the end no log entry may pass (wal.h PYDB_WAL_MAX_END,
+    # 2^35), so that the replay writes it and the tail check meets it
+    return wal_frame([(2, 1 << 34, b"\1" * 512), (1, end, b"junk" * 64)])
+
+
+def wal_mst_at_2e63() -> bytes:
+    """A log whose .mst entry ends at 2^63 - 1, as fuzz_wal's input did
+    (a sparse master file that large on tmpfs; the writer's next append
+    placed its record past it and overflowed)."""
+    return wal_frame([(1, (1 << 63) - 1 - 64, b"junk" * 16)])
 
 
 CASES = [
@@ -476,7 +485,17 @@ CASES = [
          "a writer's open looked at the bytes past the committed end and "
          "read every block of an XRF a replayed log had made 512 GiB "
          "(sparse); the scan now stops at NXTMFN's block and at 64 MiB "
-         "(found by the standalone replay of the wal corpus)"),
+         "(found by the standalone replay of the wal corpus; the input "
+         "now puts the block at 2^34, below the end a log entry may reach)"),
+    Case("wal-mst-entry-2e63", "wal", "log entry 1 has impossible lengths or kind",
+         wal_mst_at_2e63,
+         "undefined behaviour in record.c pydb__place (UBSan: signed overflow "
+         "in pos + align - 1): a replayed log made the .mst 2^63 - 1 bytes "
+         "(sparse, on tmpfs), and the next append placed its record at that "
+         "end; a log entry may no longer end past 2^35 (the largest master "
+         "file), and an append to a master file past its capacity raises "
+         "the capacity error without placing (fuzz/run wal, 1,200 s, after "
+         "the replay's rewrite c7660ec)"),
     Case("stw-lone-cr", "keys", "", stopwords_lone_cr,
          "heap-buffer-overflow in pydb__stopwords_parse (keys.c): words "
          "counted by LF, split at CR and 0x1A too; now counted alike"),
