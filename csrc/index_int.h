@@ -10,6 +10,24 @@
 #include <string.h>
 #include "pydb_int.h"
 
+/* A set of MFNs as a bitmap: m is in it when lo <= m < lo + 64 * nwords
+ * and bit (m - lo) % 64 of w[(m - lo) / 64] is set. */
+typedef struct pydb_mfn_bits {
+    const uint64_t *w;
+    int32_t lo;
+    size_t nwords;
+} pydb_mfn_bits;
+
+/* 1 if m is in b: no branch on the answer (postings of wanted and
+ * unwanted records alternate unpredictably). */
+static inline int pydb__mfn_bits_has(const pydb_mfn_bits *b, int32_t m)
+{
+    uint64_t d = (uint64_t)((int64_t)m - b->lo);
+    int in = d < (uint64_t)b->nwords * 64;
+    uint64_t w = b->w[in ? d >> 6 : 0];
+    return in & (int)((w >> (d & 63)) & 1);
+}
+
 /* Starts of sorted runs in a pydb_postings (pydb__postings_merge_runs);
  * v always has room for one more entry than n. */
 typedef struct pydb_runs {
@@ -43,6 +61,14 @@ typedef struct pydb_index_ops {
      * bytes are in memory, or known to be in the page cache); NULL: it
      * may.  A search that must not wait (pydb_search_nowait) asks it. */
     int (*resident)(const pydb_index *ix);
+    /* Optional: the postings of key whose MFN is in *in (nwords >= 1),
+     * appended to out sorted and distinct, as postings would give them
+     * less the others; NULL: the caller asks postings and drops the
+     * others itself.  A search restricting an operand to the records
+     * another one has (search_eval.c, section 7) asks it. */
+    int (*postings_in_set)(pydb_postings *out, pydb_index *ix,
+                           const uint8_t *key, size_t len,
+                           const pydb_mfn_bits *in, pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {

@@ -181,6 +181,18 @@ int pydb__nidx_decode_live(pydb_postings *out, const nidx_segset *ss,
                              &d, live, err);
 }
 
+int pydb__nidx_decode_live_in(pydb_postings *out, const nidx_segset *ss,
+                              size_t i, const nidx_cursor *c,
+                              const pydb_mfn_bits *keep, uint64_t *live,
+                              pydb_error *err)
+{
+    dead_in d = {ss, i};
+    PYDB_ASSERT(i < ss->n && c->s == ss->v[i]);
+    return pydb__nseg_decode_in(out, c,
+                                ss->newer_tombs[i] ? dead_after : NULL, &d,
+                                keep, live, err);
+}
+
 /* <base>.pdx for a database path ("x/cds", "x/cds.mst", "x/CDS.XRF"; the
  * extensions pydb__strip_ext() knows, as pydb_open() takes them). */
 int pydb__nidx_dir(char *out, size_t cap, const char *db_path,
@@ -363,8 +375,11 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
     return rc;
 }
 
+/* The live postings of key in ss, or only those of the MFNs in *keep
+ * when keep is given. */
 static int postings_in(pydb_postings *out, nidx_segset *ss,
-                       const uint8_t *key, size_t len, uint64_t *skipped,
+                       const uint8_t *key, size_t len,
+                       const pydb_mfn_bits *keep, uint64_t *skipped,
                        pydb_error *err)
 {
     size_t *runs = NULL, parts = 0;
@@ -387,10 +402,14 @@ static int postings_in(pydb_postings *out, nidx_segset *ss,
         if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
         if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
         if ((rc = pydb__nowait_spend(c.count)) ||
-            (rc = pydb__nidx_decode_live(out, ss, i, &c, &live, err)))
+            (rc = keep ? pydb__nidx_decode_live_in(out, ss, i, &c, keep,
+                                                   &live, err)
+                       : pydb__nidx_decode_live(out, ss, i, &c, &live,
+                                                err)))
             goto cleanup;
         if (out->n > start) runs[parts++] = start;
-        if (skipped) *skipped += c.count - live;
+        /* dead postings left out (with keep: a lower bound, unknown) */
+        if (skipped && !keep) *skipped += c.count - live;
     }
     if (parts > 1) rc = pydb__postings_merge_runs(out, runs, parts, err);
 cleanup:
@@ -406,9 +425,21 @@ static int nidx_postings(pydb_postings *out, pydb_index *ix,
     int rc = pydb__nidx_refresh((nidx *)ix, 0, err);
     if (rc) return rc;
     nidx_segset *ss = pydb__nidx_acquire((nidx *)ix);
-    rc = postings_in(out, ss, key, len, &skipped, err);
+    rc = postings_in(out, ss, key, len, NULL, &skipped, err);
     pydb__nsegset_unref(ss);
     if (skipped) pydb__nidx_met((nidx *)ix);
+    return rc;
+}
+
+static int nidx_postings_in_set(pydb_postings *out, pydb_index *ix,
+                                const uint8_t *key, size_t len,
+                                const pydb_mfn_bits *in, pydb_error *err)
+{
+    int rc = pydb__nidx_refresh((nidx *)ix, 0, err);
+    if (rc) return rc;
+    nidx_segset *ss = pydb__nidx_acquire((nidx *)ix);
+    rc = postings_in(out, ss, key, len, in, NULL, err);
+    pydb__nsegset_unref(ss);
     return rc;
 }
 
@@ -476,7 +507,15 @@ static int view_prefix_postings(pydb_postings *out, pydb_runs *runs,
 static int view_postings(pydb_postings *out, pydb_index *ix,
                          const uint8_t *key, size_t len, pydb_error *err)
 {
-    return postings_in(out, ((nidx_view *)ix)->ss, key, len, NULL, err);
+    return postings_in(out, ((nidx_view *)ix)->ss, key, len, NULL, NULL,
+                       err);
+}
+
+static int view_postings_in_set(pydb_postings *out, pydb_index *ix,
+                                const uint8_t *key, size_t len,
+                                const pydb_mfn_bits *in, pydb_error *err)
+{
+    return postings_in(out, ((nidx_view *)ix)->ss, key, len, in, NULL, err);
 }
 
 static int view_key(pydb_index *ix, const uint8_t *term, size_t len,
@@ -504,7 +543,8 @@ static int view_resident(const pydb_index *ix)
 
 static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_key, view_close, NULL,
-                                        view_prefix_postings, view_resident};
+                                        view_prefix_postings, view_resident,
+                                        view_postings_in_set};
 
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
@@ -534,7 +574,7 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
                                         nidx_key, nidx_close, nidx_pin, NULL,
-                                        NULL};
+                                        NULL, nidx_postings_in_set};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {

@@ -354,15 +354,22 @@ int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
     }
 }
 
-/* Decode the posting list at the cursor's entry (nidx_seg.h). */
-int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
-                      nidx_dead_fn dead, const void *dead_ctx,
-                      uint64_t *live, pydb_error *err)
+/* The decoder of pydb__nseg_decode and pydb__nseg_decode_in: keep
+ * (NULL: every MFN) is the set of MFNs whose postings are wanted; the
+ * others are parsed and checked, but not counted live nor kept (they are
+ * written past out->n, then overwritten: no branch on wanted or not).
+ * Inlined into both, so that the plain decoder tests no set. */
+static inline __attribute__((always_inline)) int
+decode(pydb_postings *out, const nidx_cursor *cur, nidx_dead_fn dead,
+       const void *dead_ctx, const pydb_mfn_bits *keep, uint64_t *live,
+       pydb_error *err)
 {
     const nidx_seg *s = cur->s;
     uint64_t start = cur->pstart, plen = cur->plen, count = cur->count;
     const uint8_t *p = s->map + start, *e = p + plen;
-    uint64_t m = 0, tag = 0, occ = 0, cnt = 0, n = 0;
+    uint64_t m = 0, tag = 0, occ = 0, cnt = 0, n = 0, nlive = 0;
+    pydb_posting *ov = NULL;   /* out->v + out->n: where the next one goes */
+    int kept = 1;              /* whether MFN m is wanted */
     PYDB_ASSERT(cur->valid && start >= NIDX_SEG_HDR && plen <= s->dict_off &&
                 start <= s->dict_off - plen);
     *live = 0;
@@ -376,15 +383,18 @@ int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
     if (out) {
         int rc = pydb__postings_reserve(out, out->n + (size_t)count, err);
         if (rc) return rc;
+        ov = out->v + out->n;
     }
     while (p < e) {
         uint64_t dm, a, b, c;
+        int take;
         if (rd_varint(&p, e, &dm) || rd_varint(&p, e, &a) ||
             rd_varint(&p, e, &b) || rd_varint(&p, e, &c))
             return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
                                 "posting list truncated");
         if (dm) {
             m += dm;
+            if (keep) kept = pydb__mfn_bits_has(keep, (int32_t)m);
             tag = a;
             occ = b;
             cnt = c;
@@ -404,15 +414,16 @@ int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
             return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
                                 "posting out of range or not ascending");
         if (++n > count) break;   /* reported below */
-        if (dead && dead(dead_ctx, (int32_t)m)) continue;
-        (*live)++;
-        if (out) {
-            pydb_posting *v = &out->v[out->n++];   /* reserved above */
+        take = kept;
+        if (dead) take &= !dead(dead_ctx, (int32_t)m);
+        if (ov) {   /* room for count postings: reserved above */
+            pydb_posting *v = &ov[nlive];
             v->mfn = (int32_t)m;
             v->tag = (uint32_t)tag;
             v->occ = (uint32_t)occ;
             v->cnt = (uint32_t)cnt;
         }
+        nlive += (uint64_t)take;
     }
     if (n > count)
         return PYDB_CORRUPT(err, s->path, (int64_t)start,
@@ -423,7 +434,26 @@ int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
                             "posting list holds %llu postings, dictionary "
                             "says %llu", (unsigned long long)n,
                             (unsigned long long)count);
+    *live = nlive;
+    if (out) out->n += (size_t)nlive;
     return PYDB_OK;
+}
+
+/* Decode the posting list at the cursor's entry (nidx_seg.h). */
+int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
+                      nidx_dead_fn dead, const void *dead_ctx,
+                      uint64_t *live, pydb_error *err)
+{
+    return decode(out, cur, dead, dead_ctx, NULL, live, err);
+}
+
+/* The same, keeping the postings of the MFNs in keep (nidx_seg.h). */
+int pydb__nseg_decode_in(pydb_postings *out, const nidx_cursor *cur,
+                         nidx_dead_fn dead, const void *dead_ctx,
+                         const pydb_mfn_bits *keep, uint64_t *live,
+                         pydb_error *err)
+{
+    return decode(out, cur, dead, dead_ctx, keep, live, err);
 }
 
 void pydb__nseg_path(char *out, size_t cap, const char *dir, uint64_t gen)

@@ -40,7 +40,22 @@
  *    same by section 3): a truncation's per-key runs and the operands of
  *    a '+' chain are reduced through a bitmap of their MFN range (or a
  *    sort when the range is sparse), not merged as postings: O(N + range
- *    / 64).  `BA$` on the default database: 2.4 -> 1.0 ms. *
+ *    / 64).  `BA$` on the default database: 2.4 -> 1.0 ms.
+ *
+ * 7. Restriction.  Every operator is MFN-local: its value at one MFN
+ *    depends only on its operands' values at that MFN.  So an operand
+ *    whose value matters only at some MFNs may be evaluated there alone:
+ *    the right operand of *, ^, (G), (F) and proximity matters only at
+ *    the MFNs of the left one's value.  eval() and mset_eval() take that
+ *    set (`in`, a bitmap; NULL: every MFN) and pass it down through '+'
+ *    to the terms, whose postings outside it the index reads past without
+ *    storing them (postings_in_set, index_int.h) or which are dropped
+ *    right after reading.  A value so computed is exact at every MFN of
+ *    `in` and may lack postings elsewhere, which no caller looks at.  A
+ *    left value too sparse for a bitmap (bits_alloc) restricts nothing.
+ *    `THE $ ALIC` on the default database (11,697 and 5,724 postings):
+ *    144 -> 93 us.
+ *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
  * drop_inactive; as of a snapshot's state for pydb_snapshot_search).
@@ -58,6 +73,12 @@ static int cmp_u32(const void *a, const void *b)
 }
 
 typedef pydb_postings plist;
+
+/* A sorted, distinct MFN array: an MFN-level value (section 6). */
+typedef struct mset {
+    int32_t *v;
+    size_t n;
+} mset;
 
 /* Compare postings on their first `level` fields (1 MFN, 2 +TAG, 3 +OCC,
  * 4 +CNT). */
@@ -83,6 +104,62 @@ static void pl_filter_tags(pydb_posting *v, size_t *n, const uint32_t *tags,
         if (bsearch(&v[i].tag, tags, ntags, sizeof *tags, cmp_u32))
             v[o++] = v[i];
     *n = o;
+}
+
+/* Keep the postings of v[*n] whose MFN is in *in. */
+static void pl_restrict(pydb_posting *v, size_t *n, const pydb_mfn_bits *in)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < *n; i++) {   /* no branch on the answer */
+        v[o] = v[i];
+        o += (size_t)pydb__mfn_bits_has(in, v[i].mfn);
+    }
+    *n = o;
+}
+
+/* A restriction (section 7): the bitmap of MFNs lo..hi, zeroed, for n of
+ * them, in b (b->w = *w, the caller's to free); *w NULL and no error
+ * when they are too sparse for a bitmap (no restriction then). */
+static int bits_alloc(uint64_t **w, pydb_mfn_bits *b, int32_t lo,
+                      int32_t hi, size_t n, pydb_error *err)
+{
+    size_t words = ((size_t)((int64_t)hi - lo) >> 6) + 1;
+    *w = NULL;
+    if (words > 4 * n + 1024) return PYDB_OK;   /* 32 bytes per MFN at most */
+    if (!(*w = calloc(words, sizeof **w)))
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "no memory for a %zu-word MFN bitmap", words);
+    b->w = *w;
+    b->lo = lo;
+    b->nwords = words;
+    return PYDB_OK;
+}
+
+static inline void bits_set(uint64_t *w, int32_t lo, int32_t m)
+{
+    uint32_t d = (uint32_t)((int64_t)m - lo);
+    w[d >> 6] |= (uint64_t)1 << (d & 63);
+}
+
+/* The restriction to the MFNs of l (sorted, not empty): *w NULL when
+ * there is none (bits_alloc). */
+static int bits_of_postings(uint64_t **w, pydb_mfn_bits *b, const plist *l,
+                            pydb_error *err)
+{
+    int rc = bits_alloc(w, b, l->v[0].mfn, l->v[l->n - 1].mfn, l->n, err);
+    if (rc || !*w) return rc;
+    for (size_t i = 0; i < l->n; i++) bits_set(*w, b->lo, l->v[i].mfn);
+    return PYDB_OK;
+}
+
+/* The restriction to the MFNs of m (not empty): as bits_of_postings. */
+static int bits_of_mset(uint64_t **w, pydb_mfn_bits *b, const mset *m,
+                        pydb_error *err)
+{
+    int rc = bits_alloc(w, b, m->v[0], m->v[m->n - 1], m->n, err);
+    if (rc || !*w) return rc;
+    for (size_t i = 0; i < m->n; i++) bits_set(*w, b->lo, m->v[i]);
+    return PYDB_OK;
 }
 
 /* The first k >= i with v[k].mfn >= mfn (n if none): galloping, then a
@@ -282,8 +359,10 @@ oom:
 
 /* out holds runs->n sorted runs (starts in runs->v): sort and deduplicate
  * each in place (a no-op pass for the sorted lists every index gives)
- * and keep only the postings of t's tags, dropping runs left empty. */
-static void runs_tidy(plist *out, pydb_runs *runs, const node *t)
+ * and keep only the postings of t's tags (and of the MFNs in *in when
+ * given), dropping runs left empty. */
+static void runs_tidy(plist *out, pydb_runs *runs, const node *t,
+                      const pydb_mfn_bits *in)
 {
     size_t o = 0, kept = 0;
     for (size_t r = 0; r < runs->n; r++) {
@@ -292,6 +371,7 @@ static void runs_tidy(plist *out, pydb_runs *runs, const node *t)
         size_t n = end - start;
         pydb__postings_normalize(out->v + start, &n, 1);
         if (t->tags) pl_filter_tags(out->v + start, &n, t->tags, t->ntags);
+        if (in) pl_restrict(out->v + start, &n, in);
         if (n == 0) continue;
         memmove(out->v + o, out->v + start, n * sizeof *out->v);
         runs->v[kept++] = o;
@@ -304,19 +384,26 @@ static void runs_tidy(plist *out, pydb_runs *runs, const node *t)
 /* Postings of one term node as sorted runs, back to back in *out (one
  * run, runs->n 0, for a term without truncation; truncation: all keys
  * with the prefix, as one walk of the keys where the index has it, else
- * per key), the tag qualifier applied.  *runs is the caller's to free. */
+ * per key), the tag qualifier applied, and only those of the MFNs in *in
+ * when in is given (section 7).  *runs is the caller's to free. */
 static int term_runs(plist *out, pydb_runs *runs, const node *t,
-                     eval_ctx *c)
+                     eval_ctx *c, const pydb_mfn_bits *in)
 {
     key_list keys = {0};
-    int rc;
+    int rc = PYDB_OK;
 
     memset(out, 0, sizeof *out);
     if (!t->trunc) {
-        rc = pydb_index_postings(out, c->ix, t->key, t->key_len, c->err);
+        if (in && c->ix->ops->postings_in_set)
+            rc = c->ix->ops->postings_in_set(out, c->ix, t->key, t->key_len,
+                                             in, c->err);
+        else
+            rc = pydb_index_postings(out, c->ix, t->key, t->key_len, c->err);
         if (rc) goto cleanup;
         pydb__postings_normalize(out->v, &out->n, 1);
         if (t->tags) pl_filter_tags(out->v, &out->n, t->tags, t->ntags);
+        if (in && !c->ix->ops->postings_in_set)
+            pl_restrict(out->v, &out->n, in);
         goto cleanup;
     }
     if (c->ix->ops->prefix_postings) {
@@ -338,7 +425,7 @@ static int term_runs(plist *out, pydb_runs *runs, const node *t,
         }
         if (rc) goto cleanup;
     }
-    runs_tidy(out, runs, t);
+    runs_tidy(out, runs, t, in);
 cleanup:
     pydb__buf_free(&keys.arena);
     free(keys.off);
@@ -348,10 +435,11 @@ cleanup:
 }
 
 /* Postings of one term node, one sorted list. */
-static int eval_term(plist *out, const node *t, eval_ctx *c)
+static int eval_term(plist *out, const node *t, eval_ctx *c,
+                     const pydb_mfn_bits *in)
 {
     pydb_runs runs = {0};
-    int rc = term_runs(out, &runs, t, c);
+    int rc = term_runs(out, &runs, t, c, in);
     if (!rc && runs.n > 1)
         rc = pydb__postings_merge_runs(out, runs.v, runs.n, c->err);
     if (rc) pydb_postings_free(out);
@@ -359,11 +447,13 @@ static int eval_term(plist *out, const node *t, eval_ctx *c)
     return rc;
 }
 
-static int eval(plist *out, const node *n, eval_ctx *c);
+static int eval(plist *out, const node *n, eval_ctx *c,
+                const pydb_mfn_bits *in);
 
 /* A chain of '+' (a level-0 chain holds nothing else): the operands side
  * by side, then one k-way merge -- not k - 1 growing copies. */
-static int eval_or(plist *out, const node *n, eval_ctx *c)
+static int eval_or(plist *out, const node *n, eval_ctx *c,
+                   const pydb_mfn_bits *in)
 {
     size_t *runs = malloc((n->nitems + 1) * sizeof *runs), nruns = 0;
     plist part = {0};
@@ -373,7 +463,7 @@ static int eval_or(plist *out, const node *n, eval_ctx *c)
     if (!runs)
         return PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1, "no memory for runs");
     for (size_t i = 0; i < n->nitems; i++) {
-        if ((rc = eval(&part, n->items[i].node, c))) break;
+        if ((rc = eval(&part, n->items[i].node, c, in))) break;
         if (part.n) {
             if (out->n == 0) {   /* adopt the first list */
                 *out = part;
@@ -396,19 +486,30 @@ static int eval_or(plist *out, const node *n, eval_ctx *c)
     return rc;
 }
 
-static int eval(plist *out, const node *n, eval_ctx *c)
+/* The value of node n (section 3), restricted to the MFNs in *in when in
+ * is given (section 7). */
+static int eval(plist *out, const node *n, eval_ctx *c,
+                const pydb_mfn_bits *in)
 {
     plist acc = {0}, rhs = {0}, res;
+    pydb_mfn_bits sub;
+    uint64_t *w = NULL;
     int rc;
 
-    if (n->kind == N_TERM) return eval_term(out, n, c);
-    if (n->items[1].op == OP_OR) return eval_or(out, n, c);
-    rc = eval(&acc, n->items[0].node, c);
+    if (n->kind == N_TERM) return eval_term(out, n, c, in);
+    if (n->items[1].op == OP_OR) return eval_or(out, n, c, in);
+    rc = eval(&acc, n->items[0].node, c, in);
     for (size_t i = 1; !rc && i < n->nitems; i++) {
         const item *it = &n->items[i];
         if (acc.n == 0 && it->op != OP_OR)
             continue;   /* empty AND/NOT/(G)/(F)/proximity stays empty */
-        rc = eval(&rhs, it->node, c);
+        if (it->op == OP_OR) {
+            rc = eval(&rhs, it->node, c, in);
+        } else {   /* only the records of acc matter: section 7 */
+            if ((rc = bits_of_postings(&w, &sub, &acc, c->err))) break;
+            rc = eval(&rhs, it->node, c, w ? &sub : NULL);
+            free(w);
+        }
         if (rc) break;
         rc = combine(&res, &acc, &rhs, it->op, it->n, &c->sc, c->err);
         pydb_postings_free(&rhs);
@@ -433,11 +534,6 @@ static int eval(plist *out, const node *n, eval_ctx *c)
  * through a bitmap of their MFN range instead of being merged as 16-byte
  * postings (O(N + range / 64) instead of O(N log k)); '*' and '^' are
  * linear merges of MFN arrays. */
-typedef struct mset {
-    int32_t *v;
-    size_t n;
-} mset;
-
 static int has_positional(const node *n)
 {
     if (n->kind == N_TERM) return 0;
@@ -494,13 +590,14 @@ static int mfns_distinct(int32_t *v, size_t *n, pydb_error *err)
     return PYDB_OK;
 }
 
-/* The MFN set of one term node. */
-static int mset_term(mset *out, const node *t, eval_ctx *c)
+/* The MFN set of one term node (within *in when in is given). */
+static int mset_term(mset *out, const node *t, eval_ctx *c,
+                     const pydb_mfn_bits *in)
 {
     plist l = {0};
     pydb_runs runs = {0};
     size_t o = 0;
-    int rc = term_runs(&l, &runs, t, c);
+    int rc = term_runs(&l, &runs, t, c, in);
 
     memset(out, 0, sizeof *out);
     if (rc) goto cleanup;
@@ -547,10 +644,12 @@ static void mset_combine(mset *a, const mset *b, int op)
     a->n = o;
 }
 
-static int mset_eval(mset *out, const node *n, eval_ctx *c);
+static int mset_eval(mset *out, const node *n, eval_ctx *c,
+                     const pydb_mfn_bits *in);
 
 /* A chain of '+': the operands' MFNs side by side, then one reduction. */
-static int mset_or(mset *out, const node *n, eval_ctx *c)
+static int mset_or(mset *out, const node *n, eval_ctx *c,
+                   const pydb_mfn_bits *in)
 {
     mset part = {0};
     int rc = PYDB_OK;
@@ -558,7 +657,7 @@ static int mset_or(mset *out, const node *n, eval_ctx *c)
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < n->nitems; i++) {
         int32_t *grown;
-        if ((rc = mset_eval(&part, n->items[i].node, c))) break;
+        if ((rc = mset_eval(&part, n->items[i].node, c, in))) break;
         if (part.n) {
             grown = realloc(out->v, (out->n + part.n) * sizeof *grown);
             if (!grown) {
@@ -582,17 +681,24 @@ static int mset_or(mset *out, const node *n, eval_ctx *c)
     return rc;
 }
 
-static int mset_eval(mset *out, const node *n, eval_ctx *c)
+/* The MFN set of node n (within *in when in is given: section 7). */
+static int mset_eval(mset *out, const node *n, eval_ctx *c,
+                     const pydb_mfn_bits *in)
 {
     mset acc = {0}, rhs = {0};
+    pydb_mfn_bits sub;
+    uint64_t *w = NULL;
     int rc;
 
-    if (n->kind == N_TERM) return mset_term(out, n, c);
-    if (n->items[1].op == OP_OR) return mset_or(out, n, c);
-    rc = mset_eval(&acc, n->items[0].node, c);
+    if (n->kind == N_TERM) return mset_term(out, n, c, in);
+    if (n->items[1].op == OP_OR) return mset_or(out, n, c, in);
+    rc = mset_eval(&acc, n->items[0].node, c, in);
     for (size_t i = 1; !rc && i < n->nitems; i++) {
         if (acc.n == 0) break;   /* an empty AND / NOT stays empty */
-        rc = mset_eval(&rhs, n->items[i].node, c);
+        /* only the records of acc matter to acc * rhs and acc ^ rhs */
+        if ((rc = bits_of_mset(&w, &sub, &acc, c->err))) break;
+        rc = mset_eval(&rhs, n->items[i].node, c, w ? &sub : NULL);
+        free(w);
         if (!rc) mset_combine(&acc, &rhs, n->items[i].op);
         free(rhs.v);
         rhs.v = NULL;
@@ -726,7 +832,7 @@ static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
     }
     if (!has_positional(root)) {
         mset m;
-        if ((rc = mset_eval(&m, root, &c))) goto cleanup;
+        if ((rc = mset_eval(&m, root, &c, NULL))) goto cleanup;
         v = m.v;
         o = m.n;
         if (!v && !(v = malloc(sizeof *v))) {
@@ -734,7 +840,7 @@ static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
             goto cleanup;
         }
     } else {
-        if ((rc = eval(&l, root, &c))) goto cleanup;
+        if ((rc = eval(&l, root, &c, NULL))) goto cleanup;
         v = malloc((l.n ? l.n : 1) * sizeof *v);
         if (!v) {
             rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
