@@ -9,10 +9,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_search import ref_eval, render
 
 import pydb
 from pydb import _pydb
 from pydb.index import Posting, Term
+from pydb.search import search
 
 from conftest import all_terms, copy_db, hypothesis_examples, manifest_segments
 
@@ -587,3 +591,61 @@ def test_two_handles_commit_in_turn(cds):
     _pydb._testing.native_hook(a, "commit")
     assert a.postings(b"BISON") == [(2, 24, 1, 1)]
     assert _pydb._open_native_index(cds).postings(b"CAMEL") == [(3, 24, 1, 1)]
+
+
+# ---- searches over several segments against a brute-force model ---------
+# search_eval.c section 7: the right operand of *, ^, (G), (F) and
+# proximity is read only at the MFNs of the left one (the segments'
+# postings elsewhere read past, pydb__nseg_decode_in); here over random
+# commits (updates, deletions, appends far above the others, so that a
+# left side can be too sparse for a bitmap), compared with a model that
+# evaluates the expression on the index's whole posting lists.
+
+WORDS = ["ALPHA", "BETA", "GAMMA", "AL", "THE", "WATER"]
+_record = st.one_of(
+    st.none(),   # deleted
+    st.builds(lambda words, subjects: ([(24, " ".join(words))] if words else [])
+              + [(70, s) for s in subjects],
+              st.lists(st.sampled_from(WORDS), max_size=9),
+              st.lists(st.sampled_from(WORDS[:4]), max_size=3)))
+_commits = st.lists(st.dictionaries(st.sampled_from([1, 2, 3, 4, 5, 150, 151, 152, 90_000]),
+                                    _record, min_size=1, max_size=5),
+                    min_size=1, max_size=4)
+_terms = st.builds(lambda t, trunc, tags: ("term", t, trunc, tags),
+                   st.sampled_from(WORDS + ["GAMMA"]), st.booleans(),
+                   st.one_of(st.just(()), st.sampled_from([(24,), (70,), (24, 70)])))
+_trees = st.recursive(
+    _terms,
+    lambda sub: st.builds(lambda op, n, left, r: ("op", op, n, left, r),
+                          st.sampled_from(["+", "*", "^", "(G)", "(F)", ".", "$"]),
+                          st.integers(1, 3), sub, sub),
+    max_leaves=5)
+
+
+@pytest.fixture(scope="module")
+def cds_built(isis_data, tmp_path_factory):
+    base = copy_db(isis_data / SAMPLE / "cds", tmp_path_factory.mktemp("cds"), ("fst", "stw"))
+    pydb.build_index(str(base), progress=False, max_key=30)
+    return base
+
+
+@settings(max_examples=hypothesis_examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(commits=_commits, trees=st.lists(_trees, min_size=1, max_size=6))
+def test_positional_searches_over_segments_match_model(cds_built, tmp_path_factory, commits,
+                                                       trees):
+    work = tmp_path_factory.mktemp("segs")
+    for f in cds_built.parent.iterdir():
+        (shutil.copytree if f.is_dir() else shutil.copy)(f, work / f.name)
+    ix = _pydb._open_native_index(str(work / cds_built.name))
+    for changes in commits:
+        _pydb._testing.native_hook(ix, "prepare", [
+            (mfn, None if rec is None else [(t, v.encode()) for t, v in rec], rec is None)
+            for mfn, rec in sorted(changes.items())])
+        _pydb._testing.native_hook(ix, "commit")
+    table = {k: ix.postings(k) for k, _ in ix.terms(b"", None, 10**6)}
+    for tree in trees:
+        expr = render(tree)
+        want = sorted({p[0] for p in ref_eval(tree, table)})
+        assert list(search(ix, expr)) == want, expr
+    ix.close()
