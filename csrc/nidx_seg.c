@@ -388,10 +388,17 @@ decode(pydb_postings *out, const nidx_cursor *cur, nidx_dead_fn dead,
     while (p < e) {
         uint64_t dm, a, b, c;
         int take;
-        if (rd_varint(&p, e, &dm) || rd_varint(&p, e, &a) ||
-            rd_varint(&p, e, &b) || rd_varint(&p, e, &c))
+        if (e - p >= 4 && !(pydb__u32(p) & 0x80808080u)) {
+            dm = p[0];   /* four one-byte varints: most postings */
+            a = p[1];
+            b = p[2];
+            c = p[3];
+            p += 4;
+        } else if (rd_varint(&p, e, &dm) || rd_varint(&p, e, &a) ||
+                   rd_varint(&p, e, &b) || rd_varint(&p, e, &c)) {
             return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
                                 "posting list truncated");
+        }
         if (dm) {
             m += dm;
             if (keep) kept = pydb__mfn_bits_has(keep, (int32_t)m);
