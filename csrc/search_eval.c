@@ -319,6 +319,10 @@ static int combine(plist *out, const plist *a, const plist *b, int op,
 
 typedef struct eval_ctx {
     pydb_index *ix;
+    /* the index's lists come sorted and distinct (native: its decoder
+     * refuses a list that is not strictly ascending, and the runs of
+     * several segments are merged): no pass to check them */
+    int sorted;
     scratch sc;
     pydb_error *err;
 } eval_ctx;
@@ -358,18 +362,18 @@ oom:
 }
 
 /* out holds runs->n sorted runs (starts in runs->v): sort and deduplicate
- * each in place (a no-op pass for the sorted lists every index gives)
- * and keep only the postings of t's tags (and of the MFNs in *in when
- * given), dropping runs left empty. */
+ * each in place (a no-op pass for the sorted lists every index gives;
+ * none when c->sorted) and keep only the postings of t's tags (and of
+ * the MFNs in *in when given), dropping runs left empty. */
 static void runs_tidy(plist *out, pydb_runs *runs, const node *t,
-                      const pydb_mfn_bits *in)
+                      const eval_ctx *c, const pydb_mfn_bits *in)
 {
     size_t o = 0, kept = 0;
     for (size_t r = 0; r < runs->n; r++) {
         size_t start = runs->v[r];
         size_t end = r + 1 < runs->n ? runs->v[r + 1] : out->n;
         size_t n = end - start;
-        pydb__postings_normalize(out->v + start, &n, 1);
+        if (!c->sorted) pydb__postings_normalize(out->v + start, &n, 1);
         if (t->tags) pl_filter_tags(out->v + start, &n, t->tags, t->ntags);
         if (in) pl_restrict(out->v + start, &n, in);
         if (n == 0) continue;
@@ -400,7 +404,7 @@ static int term_runs(plist *out, pydb_runs *runs, const node *t,
         else
             rc = pydb_index_postings(out, c->ix, t->key, t->key_len, c->err);
         if (rc) goto cleanup;
-        pydb__postings_normalize(out->v, &out->n, 1);
+        if (!c->sorted) pydb__postings_normalize(out->v, &out->n, 1);
         if (t->tags) pl_filter_tags(out->v, &out->n, t->tags, t->ntags);
         if (in && !c->ix->ops->postings_in_set)
             pl_restrict(out->v, &out->n, in);
@@ -425,7 +429,7 @@ static int term_runs(plist *out, pydb_runs *runs, const node *t,
         }
         if (rc) goto cleanup;
     }
-    runs_tidy(out, runs, t, in);
+    runs_tidy(out, runs, t, c, in);
 cleanup:
     pydb__buf_free(&keys.arena);
     free(keys.off);
@@ -816,6 +820,7 @@ static int search_run(int32_t **mfns, size_t *n, pydb_index *ix,
         goto cleanup;
     }
     c.ix = view ? view : ix;
+    c.sorted = c.ix->kind == PYDB_INDEX_NATIVE;
     c.err = err;
     /* The XRF filter (pydb.h): not for a native index, whose postings
      * change in the same transaction as the records (attached, or read
