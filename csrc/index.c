@@ -237,7 +237,7 @@ int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err)
     static const pydb_index_ops ops = {"borrowed", borrowed_terms,
                                        borrowed_postings, borrowed_key,
                                        borrowed_close, NULL, NULL,
-                                       borrowed_resident, NULL};
+                                       borrowed_resident, NULL, NULL};
     borrowed *b = calloc(1, sizeof *b);
     if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     b->base = *ix;

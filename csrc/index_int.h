@@ -69,6 +69,13 @@ typedef struct pydb_index_ops {
     int (*postings_in_set)(pydb_postings *out, pydb_index *ix,
                            const uint8_t *key, size_t len,
                            const pydb_mfn_bits *in, pydb_error *err);
+    /* Optional: in *n, at least the number of postings of key (0 when
+     * absent), without reading them (a native index: every segment's,
+     * dead ones included); NULL: unknown.  A search evaluates the rarer
+     * operands of '*', (G), (F) and proximity first (search_eval.c,
+     * section 7). */
+    int (*count)(pydb_index *ix, const uint8_t *key, size_t len,
+                 uint64_t *n, pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {

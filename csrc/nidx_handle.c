@@ -418,6 +418,25 @@ cleanup:
     return rc;
 }
 
+/* The postings of key in every segment of ss, dead ones included. */
+static int count_in(uint64_t *n, nidx_segset *ss, const uint8_t *key,
+                    size_t len, pydb_error *err)
+{
+    nidx_cursor c;
+    int rc = PYDB_OK;
+
+    memset(&c, 0, sizeof c);
+    *n = 0;
+    for (size_t i = 0; i < ss->n; i++) {
+        c.s = ss->v[i];
+        if ((rc = pydb__ncur_seek(&c, key, len, err))) break;
+        if (c.valid && pydb__keycmp(c.key, c.klen, key, len) == 0)
+            *n += c.count;
+    }
+    free(c.key);
+    return rc;
+}
+
 static int nidx_postings(pydb_postings *out, pydb_index *ix,
                          const uint8_t *key, size_t len, pydb_error *err)
 {
@@ -518,6 +537,12 @@ static int view_postings_in_set(pydb_postings *out, pydb_index *ix,
     return postings_in(out, ((nidx_view *)ix)->ss, key, len, in, NULL, err);
 }
 
+static int view_count(pydb_index *ix, const uint8_t *key, size_t len,
+                      uint64_t *n, pydb_error *err)
+{
+    return count_in(n, ((nidx_view *)ix)->ss, key, len, err);
+}
+
 static int view_key(pydb_index *ix, const uint8_t *term, size_t len,
                     uint8_t *out, size_t cap, size_t *out_len,
                     pydb_error *err)
@@ -544,7 +569,7 @@ static int view_resident(const pydb_index *ix)
 static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_key, view_close, NULL,
                                         view_prefix_postings, view_resident,
-                                        view_postings_in_set};
+                                        view_postings_in_set, view_count};
 
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
@@ -574,7 +599,7 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
                                         nidx_key, nidx_close, nidx_pin, NULL,
-                                        NULL, nidx_postings_in_set};
+                                        NULL, nidx_postings_in_set, NULL};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {

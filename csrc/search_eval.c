@@ -490,6 +490,85 @@ static int eval_or(plist *out, const node *n, eval_ctx *c,
     return rc;
 }
 
+/* Chains of '*', (G), (F) and proximity longer than this are evaluated
+ * left to right (the order is found by insertion). */
+#define RAREST_MAX 16
+
+/* 1 if n is a chain of '*', (G), (F) and proximity alone, that
+ * eval_rarest_first may take. */
+static int rarest_first_fits(const node *n, const eval_ctx *c)
+{
+    if (!c->ix->ops->count || n->nitems > RAREST_MAX) return 0;
+    for (size_t i = 1; i < n->nitems; i++)
+        if (n->items[i].op == OP_OR || n->items[i].op == OP_NOT) return 0;
+    return 1;
+}
+
+/* What evaluating operand t may cost: a term's postings (the index's
+ * count); UINT64_MAX for anything else. */
+static int operand_cost(uint64_t *cost, const node *t, eval_ctx *c)
+{
+    *cost = UINT64_MAX;
+    if (t->kind != N_TERM || t->trunc) return PYDB_OK;
+    return c->ix->ops->count(c->ix, t->key, t->key_len, cost, c->err);
+}
+
+/* A chain of '*', (G), (F) and proximity (section 7): its value is empty
+ * wherever one operand has no posting, so each operand matters only at
+ * the MFNs of all the others.  The operands are evaluated rarest first
+ * (operand_cost; ties and non-terms in their order), each restricted to
+ * the MFNs of the one before (those of all before, by induction), then
+ * combined in their own order. */
+static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
+                             const pydb_mfn_bits *in)
+{
+    size_t k = n->nitems, ord[RAREST_MAX];
+    uint64_t cost[RAREST_MAX], *w = NULL;
+    plist val[RAREST_MAX], acc = {0}, res = {0};
+    pydb_mfn_bits sub;
+    const pydb_mfn_bits *within = in;
+    int rc = PYDB_OK;
+
+    memset(out, 0, sizeof *out);
+    memset(val, 0, sizeof val);
+    for (size_t i = 0; i < k; i++) {   /* insertion: stable */
+        size_t j = i;
+        if ((rc = operand_cost(&cost[i], n->items[i].node, c))) goto cleanup;
+        while (j > 0 && cost[ord[j - 1]] > cost[i]) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = i;
+    }
+    for (size_t j = 0; j < k; j++) {
+        size_t i = ord[j];
+        if ((rc = eval(&val[i], n->items[i].node, c, within))) goto cleanup;
+        if (val[i].n == 0) goto cleanup;   /* the chain is empty */
+        free(w);
+        if ((rc = bits_of_postings(&w, &sub, &val[i], c->err))) goto cleanup;
+        within = w ? &sub : in;   /* too sparse: no narrower restriction */
+    }
+    acc = val[0];
+    memset(&val[0], 0, sizeof val[0]);
+    for (size_t i = 1; i < k; i++) {
+        const item *it = &n->items[i];
+        rc = combine(&res, &acc, &val[i], it->op, it->n, &c->sc, c->err);
+        if (rc) goto cleanup;
+        pydb_postings_free(&acc);
+        acc = res;
+        memset(&res, 0, sizeof res);
+        if (acc.n == 0) break;
+    }
+    *out = acc;
+    memset(&acc, 0, sizeof acc);
+cleanup:
+    for (size_t i = 0; i < k; i++) pydb_postings_free(&val[i]);
+    pydb_postings_free(&acc);
+    pydb_postings_free(&res);
+    free(w);
+    return rc;
+}
+
 /* The value of node n (section 3), restricted to the MFNs in *in when in
  * is given (section 7). */
 static int eval(plist *out, const node *n, eval_ctx *c,
@@ -502,6 +581,7 @@ static int eval(plist *out, const node *n, eval_ctx *c,
 
     if (n->kind == N_TERM) return eval_term(out, n, c, in);
     if (n->items[1].op == OP_OR) return eval_or(out, n, c, in);
+    if (rarest_first_fits(n, c)) return eval_rarest_first(out, n, c, in);
     rc = eval(&acc, n->items[0].node, c, in);
     for (size_t i = 1; !rc && i < n->nitems; i++) {
         const item *it = &n->items[i];
