@@ -494,13 +494,15 @@ static int eval_or(plist *out, const node *n, eval_ctx *c,
  * left to right (the order is found by insertion). */
 #define RAREST_MAX 16
 
-/* 1 if n is a chain of '*', (G), (F) and proximity alone, that
- * eval_rarest_first may take. */
-static int rarest_first_fits(const node *n, const eval_ctx *c)
+/* 1 if n is a chain of '*', (G), (F) and proximity alone (of '*' alone
+ * when and_only) whose operands may be evaluated rarest first. */
+static int rarest_first_fits(const node *n, const eval_ctx *c, int and_only)
 {
     if (!c->ix->ops->count || n->nitems > RAREST_MAX) return 0;
     for (size_t i = 1; i < n->nitems; i++)
-        if (n->items[i].op == OP_OR || n->items[i].op == OP_NOT) return 0;
+        if (n->items[i].op == OP_OR || n->items[i].op == OP_NOT ||
+            (and_only && n->items[i].op != OP_AND))
+            return 0;
     return 1;
 }
 
@@ -513,6 +515,24 @@ static int operand_cost(uint64_t *cost, const node *t, eval_ctx *c)
     return c->ix->ops->count(c->ix, t->key, t->key_len, cost, c->err);
 }
 
+/* The operands of n (at most RAREST_MAX) rarest first into ord: by
+ * operand_cost, ties in their order. */
+static int rarest_order(size_t *ord, const node *n, eval_ctx *c)
+{
+    uint64_t cost[RAREST_MAX];
+    for (size_t i = 0; i < n->nitems; i++) {   /* insertion: stable */
+        size_t j = i;
+        int rc = operand_cost(&cost[i], n->items[i].node, c);
+        if (rc) return rc;
+        while (j > 0 && cost[ord[j - 1]] > cost[i]) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = i;
+    }
+    return PYDB_OK;
+}
+
 /* A chain of '*', (G), (F) and proximity (section 7): its value is empty
  * wherever one operand has no posting, so each operand matters only at
  * the MFNs of all the others.  The operands are evaluated rarest first
@@ -523,23 +543,15 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
                              const pydb_mfn_bits *in)
 {
     size_t k = n->nitems, ord[RAREST_MAX];
-    uint64_t cost[RAREST_MAX], *w = NULL;
+    uint64_t *w = NULL;
     plist val[RAREST_MAX], acc = {0}, res = {0};
     pydb_mfn_bits sub;
     const pydb_mfn_bits *within = in;
-    int rc = PYDB_OK;
+    int rc;
 
     memset(out, 0, sizeof *out);
     memset(val, 0, sizeof val);
-    for (size_t i = 0; i < k; i++) {   /* insertion: stable */
-        size_t j = i;
-        if ((rc = operand_cost(&cost[i], n->items[i].node, c))) goto cleanup;
-        while (j > 0 && cost[ord[j - 1]] > cost[i]) {
-            ord[j] = ord[j - 1];
-            j--;
-        }
-        ord[j] = i;
-    }
+    if ((rc = rarest_order(ord, n, c))) goto cleanup;
     for (size_t j = 0; j < k; j++) {
         size_t i = ord[j];
         if ((rc = eval(&val[i], n->items[i].node, c, within))) goto cleanup;
@@ -581,7 +593,7 @@ static int eval(plist *out, const node *n, eval_ctx *c,
 
     if (n->kind == N_TERM) return eval_term(out, n, c, in);
     if (n->items[1].op == OP_OR) return eval_or(out, n, c, in);
-    if (rarest_first_fits(n, c)) return eval_rarest_first(out, n, c, in);
+    if (rarest_first_fits(n, c, 0)) return eval_rarest_first(out, n, c, in);
     rc = eval(&acc, n->items[0].node, c, in);
     for (size_t i = 1; !rc && i < n->nitems; i++) {
         const item *it = &n->items[i];
@@ -772,18 +784,23 @@ static int mset_eval(mset *out, const node *n, eval_ctx *c,
     mset acc = {0}, rhs = {0};
     pydb_mfn_bits sub;
     uint64_t *w = NULL;
-    int rc;
+    size_t ord[RAREST_MAX];
+    int rc, rarest;
 
     if (n->kind == N_TERM) return mset_term(out, n, c, in);
     if (n->items[1].op == OP_OR) return mset_or(out, n, c, in);
-    rc = mset_eval(&acc, n->items[0].node, c, in);
+    /* a chain of '*' alone: in any order, so rarest first (section 7) */
+    rarest = rarest_first_fits(n, c, 1);
+    if (rarest && (rc = rarest_order(ord, n, c))) return rc;
+    rc = mset_eval(&acc, n->items[rarest ? ord[0] : 0].node, c, in);
     for (size_t i = 1; !rc && i < n->nitems; i++) {
+        size_t k = rarest ? ord[i] : i;
         if (acc.n == 0) break;   /* an empty AND / NOT stays empty */
         /* only the records of acc matter to acc * rhs and acc ^ rhs */
         if ((rc = bits_of_mset(&w, &sub, &acc, c->err))) break;
-        rc = mset_eval(&rhs, n->items[i].node, c, w ? &sub : NULL);
+        rc = mset_eval(&rhs, n->items[k].node, c, w ? &sub : NULL);
         free(w);
-        if (!rc) mset_combine(&acc, &rhs, n->items[i].op);
+        if (!rc) mset_combine(&acc, &rhs, rarest ? OP_AND : n->items[i].op);
         free(rhs.v);
         rhs.v = NULL;
     }
