@@ -53,8 +53,14 @@
  *    right after reading.  A value so computed is exact at every MFN of
  *    `in` and may lack postings elsewhere, which no caller looks at.  A
  *    left value too sparse for a bitmap (bits_alloc) restricts nothing.
- *    `THE $ ALIC` on the default database (11,697 and 5,724 postings):
- *    144 -> 93 us.
+ *    A chain of *, (G), (F) and proximity is empty wherever one operand
+ *    is, so its operands are evaluated rarest first (the index's counts),
+ *    each restricted to the MFNs of the one before, and combined in their
+ *    order (eval_rarest_first); a chain of '*' alone on MFN sets too.
+ *    On the default database (THE 11,697 postings, ALIC 5,724), with the
+ *    decoder's one-load path for four one-byte varints and no sortedness
+ *    pass over a native index's lists: `THE $ ALIC` 127 -> 61 us, `THE
+ *    . . . ALIC` 125 -> 60 us, `THE * ALIC` 108 -> 54 us.
  *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
