@@ -450,18 +450,6 @@ static int nidx_postings(pydb_postings *out, pydb_index *ix,
     return rc;
 }
 
-static int nidx_postings_in_set(pydb_postings *out, pydb_index *ix,
-                                const uint8_t *key, size_t len,
-                                const pydb_mfn_bits *in, pydb_error *err)
-{
-    int rc = pydb__nidx_refresh((nidx *)ix, 0, err);
-    if (rc) return rc;
-    nidx_segset *ss = pydb__nidx_acquire((nidx *)ix);
-    rc = postings_in(out, ss, key, len, in, NULL, err);
-    pydb__nsegset_unref(ss);
-    return rc;
-}
-
 static int nidx_key(pydb_index *ix, const uint8_t *term, size_t len,
                     uint8_t *out, size_t cap, size_t *out_len,
                     pydb_error *err)
@@ -599,7 +587,7 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
                                         nidx_key, nidx_close, nidx_pin, NULL,
-                                        NULL, nidx_postings_in_set, NULL};
+                                        NULL, NULL, NULL};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {
