@@ -59,8 +59,8 @@
  *    order (eval_rarest_first); a chain of '*' alone on MFN sets too.
  *    On the default database (THE 11,697 postings, ALIC 5,724), with the
  *    decoder's one-load path for four one-byte varints and no sortedness
- *    pass over a native index's lists: `THE $ ALIC` 127 -> 61 us, `THE
- *    . . . ALIC` 125 -> 60 us, `THE * ALIC` 108 -> 54 us.
+ *    pass over a native index's lists: `THE $ ALIC` 123 -> 57 us, `THE
+ *    . . . ALIC` 121 -> 56 us, `THE * ALIC` 105 -> 50 us.
  *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
