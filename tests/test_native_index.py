@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_search import ref_eval, render
+from test_search import ref_eval, render, tree_strategy
 
 import pydb
 from pydb import _pydb
@@ -614,12 +614,7 @@ _commits = st.lists(st.dictionaries(st.sampled_from([1, 2, 3, 4, 5, 150, 151, 15
 _terms = st.builds(lambda t, trunc, tags: ("term", t, trunc, tags),
                    st.sampled_from(WORDS + ["GAMMA"]), st.booleans(),
                    st.one_of(st.just(()), st.sampled_from([(24,), (70,), (24, 70)])))
-_trees = st.recursive(
-    _terms,
-    lambda sub: st.builds(lambda op, n, left, r: ("op", op, n, left, r),
-                          st.sampled_from(["+", "*", "^", "(G)", "(F)", ".", "$"]),
-                          st.integers(1, 3), sub, sub),
-    max_leaves=5)
+_trees = tree_strategy(_terms, 3, 5)
 # one level's chain without parentheses, "a $ b . c": the parser makes it
 # one node of several operands (csrc/search_parse.c), which search_eval.c
 # evaluates rarest first; the model nests it to the left.  Mostly plain

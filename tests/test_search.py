@@ -571,12 +571,20 @@ term_nodes = st.builds(
     st.sampled_from(TERMS), st.booleans(),
     st.one_of(st.just(()), st.lists(st.sampled_from([10, 20, 30, 40, 50, 99]),
                                      min_size=1, max_size=3).map(tuple)))
-trees = st.recursive(
-    term_nodes,
-    lambda sub: st.builds(lambda op, n, left, r: ("op", op, n, left, r),
-                          st.sampled_from(["+", "*", "^", "(G)", "(F)", ".", "$"]),
-                          st.integers(1, 4), sub, sub),
-    max_leaves=8)
+
+
+def tree_strategy(terms, max_n: int, max_leaves: int):
+    """Search trees of render()'s shape over the `terms` strategy: every
+    operator, proximity counts 1..max_n."""
+    return st.recursive(
+        terms,
+        lambda sub: st.builds(lambda op, n, left, r: ("op", op, n, left, r),
+                              st.sampled_from(["+", "*", "^", "(G)", "(F)", ".", "$"]),
+                              st.integers(1, max_n), sub, sub),
+        max_leaves=max_leaves)
+
+
+trees = tree_strategy(term_nodes, 4, 8)
 
 EXAMPLES = hypothesis_examples(300)
 HYP = settings(max_examples=EXAMPLES, deadline=None,
