@@ -607,9 +607,9 @@ static int eval(plist *out, const node *n, eval_ctx *c,
             continue;   /* empty AND/NOT/(G)/(F)/proximity stays empty */
         if (it->op == OP_OR) {
             rc = eval(&rhs, it->node, c, in);
-        } else {   /* only the records of acc matter: section 7 */
+        } else {   /* only the records of acc (within in) matter: section 7 */
             if ((rc = bits_of_postings(&w, &sub, &acc, c->err))) break;
-            rc = eval(&rhs, it->node, c, w ? &sub : NULL);
+            rc = eval(&rhs, it->node, c, w ? &sub : in);
             free(w);
         }
         if (rc) break;
@@ -804,7 +804,7 @@ static int mset_eval(mset *out, const node *n, eval_ctx *c,
         if (acc.n == 0) break;   /* an empty AND / NOT stays empty */
         /* only the records of acc matter to acc * rhs and acc ^ rhs */
         if ((rc = bits_of_mset(&w, &sub, &acc, c->err))) break;
-        rc = mset_eval(&rhs, n->items[k].node, c, w ? &sub : NULL);
+        rc = mset_eval(&rhs, n->items[k].node, c, w ? &sub : in);
         free(w);
         if (!rc) mset_combine(&acc, &rhs, rarest ? OP_AND : n->items[i].op);
         free(rhs.v);
