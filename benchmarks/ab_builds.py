@@ -1,13 +1,16 @@
 """Two builds of pydb side by side: one store of bench_commit.py (durable
-single-record commits) timed in each of two source trees, a round in
-each in turn, each round in a new process, with ministat's verdict.
+single-record commits), or a scan, timed in each of two source trees, a
+round in each in turn, each round in a new process, with ministat's
+verdict.
 
     python -m benchmarks.ab_builds OLD_TREE NEW_TREE [STORE] [ROUNDS]
 
 OLD_TREE and NEW_TREE are checkouts with the extension built in place
 (``git worktree add /tmp/old <commit>``, then ``python setup.py
 build_ext --inplace`` there); STORE is a key of bench_commit.STORES
-(default ``pydb-index``), ROUNDS the rounds per tree (default 15).
+(default ``pydb-index``) or ``scan-fields`` (every record of the default
+database read with ``rec.fields``, as bench_reads.py's test_scan_fields,
+after one untimed scan), ROUNDS the rounds per tree (default 15).
 
 Why not two runs one after the other: on a file system where creating a
 file costs more the more files were deleted lately (ext4 without a
@@ -47,13 +50,38 @@ print(time.perf_counter() - t0)
 shutil.rmtree(folder)
 """
 
+#: One round of ``scan-fields``: seconds of the second of two scans.
+SCAN_ROUND = """
+import time
+import pydb
+from pydb import unesb
 
-def one_round(tree: str, store: str) -> float:
-    """Seconds of one round of `store` in a new process in `tree`."""
+def scan(db):
+    n = 0
+    for rec in db:
+        _ = rec.fields
+        n += 1
+    return n
+
+with pydb.open(unesb.default_database()) as db:
+    scan(db)
+    t0 = time.perf_counter()
+    n = scan(db)
+    print(n, time.perf_counter() - t0)
+"""
+
+
+def one_round(tree: str, store: str) -> tuple[int, float]:
+    """(operations, seconds) of one round of `store` in a new process in
+    `tree`: COMMITS commits, or the records a scan read."""
     env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, "-c", ROUND, store], cwd=tree, env=env,
-                         capture_output=True, text=True, check=True)
-    return float(out.stdout.split()[-1])
+    args = ["-c", SCAN_ROUND] if store == "scan-fields" else ["-c", ROUND, store]
+    out = subprocess.run([sys.executable, *args], cwd=tree, env=env,
+                         capture_output=True, text=True, check=True).stdout.split()
+    if store == "scan-fields":
+        return int(out[-2]), float(out[-1])
+    from benchmarks.bench_commit import COMMITS
+    return COMMITS, float(out[-1])
 
 
 def main(argv: list[str]) -> int:
@@ -64,13 +92,15 @@ def main(argv: list[str]) -> int:
     store = argv[2] if len(argv) > 2 else "pydb-index"
     rounds = int(argv[3]) if len(argv) > 3 else 15
     times: dict[str, list[float]] = {old: [], new: []}
+    ops = 0
     for k in range(rounds):
         for tree in ((old, new) if k % 2 == 0 else (new, old)):
-            times[tree].append(one_round(tree, store))
-    from benchmarks.bench_commit import COMMITS
+            ops, seconds = one_round(tree, store)
+            times[tree].append(seconds)
+    unit = "records" if store == "scan-fields" else "commits"
     for tree, ts in times.items():
-        print(f"{tree}: {COMMITS / statistics.median(ts):,.0f} commits/s "
-              f"(median of {rounds} rounds of {COMMITS}, {store})")
+        print(f"{tree}: {ops / statistics.median(ts):,.0f} {unit}/s "
+              f"(median of {rounds} rounds of {ops:,}, {store})")
     v = ministat.compare(times[old], times[new])
     what = (f"{v.pct:+.1f}% +/- {v.pct_ci:.1f}% of the old one's" if v.significant
             else "no difference proven")

@@ -163,6 +163,23 @@ static PyObject *tag_int(module_state *st, uint32_t tag)
     return PyLong_FromUnsignedLong(tag);
 }
 
+/* Freed Fields kept for the next field_new() (where field_fast holds),
+ * as CPython keeps freed tuples: a record's Fields die together and the
+ * next record's are made at once, so a scan would otherwise allocate and
+ * free two objects per field (the Field and its str), of which the
+ * Field's memory is now reused, its GC bookkeeping skipped (measured:
+ * 13% of a scan with rec.fields, docs/architecture.md).  The GIL guards
+ * the list: the module allows only interpreters that share the main
+ * one's GIL (no Py_mod_multiple_interpreters slot), and a free-threaded
+ * build keeps no list.  A Field on the list holds no reference, its own
+ * type's included (field_dealloc dropped them), so the list never keeps
+ * a module alive; its memory is the GC allocator's, as a Field's is. */
+#ifndef Py_GIL_DISABLED
+#define FIELD_FREE_MAX 2048
+static PyTupleObject *field_free[FIELD_FREE_MAX];
+static int field_nfree;
+#endif
+
 /* A Field (tag, value, raw), taking the three references (any NULL:
  * an exception is set; the others are released and NULL returned).
  * `lazy`: no raw is given (raw NULL, no exception): the value is an
@@ -182,9 +199,17 @@ static PyObject *field_new(module_state *st, PyObject *tag, PyObject *value,
     PyTupleObject *t;
     if (!tag || !value || (!raw && !lazy)) goto fail;
     if (st->field_fast) {
-        t = PyObject_GC_NewVar(PyTupleObject, st->field_type, 3);
-        if (!t) goto fail;
-        Py_SET_SIZE(t, 2);
+#ifndef Py_GIL_DISABLED
+        if (field_nfree) {
+            t = field_free[--field_nfree];
+            (void)PyObject_InitVar((PyVarObject *)t, st->field_type, 2);
+        } else
+#endif
+        {
+            t = PyObject_GC_NewVar(PyTupleObject, st->field_type, 3);
+            if (!t) goto fail;
+            Py_SET_SIZE(t, 2);
+        }
     } else {
         t = (PyTupleObject *)PyStructSequence_New(st->field_type);
         if (!t) goto fail;
@@ -273,7 +298,8 @@ cleanup:
 
 /* tp_dealloc of Field where field_fast holds: structseq_dealloc()'s, less
  * its lookup of the real size in the type's dict (CPython 3.11-3.13: a
- * third of freeing a Field).  Every Field has the three items, any made
+ * third of freeing a Field), the memory kept on field_free while there
+ * is room.  Every Field has the three items and the same size, any made
  * by Python too (structseq_new fills the hidden one with None). */
 static void field_dealloc(PyObject *self)
 {
@@ -283,7 +309,12 @@ static void field_dealloc(PyObject *self)
     Py_XDECREF(t->ob_item[0]);
     Py_XDECREF(t->ob_item[1]);
     Py_XDECREF(t->ob_item[2]);
-    PyObject_GC_Del(self);
+#ifndef Py_GIL_DISABLED
+    if (field_nfree < FIELD_FREE_MAX)
+        field_free[field_nfree++] = t;
+    else
+#endif
+        PyObject_GC_Del(self);
     Py_DECREF(tp);
 }
 

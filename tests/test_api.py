@@ -90,6 +90,33 @@ def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
                 assert [f.raw for f in w[mfn].fields] == stored, (enc, errors)
 
 
+def test_fields_freed_and_made_again_stay_whole(db_path):
+    """A GIL build keeps freed Fields for the next ones the binding makes
+    (_pydb_record.c, field_free): Fields Python made and Fields records
+    made, freed by the thousand and made again, each hold their own tag,
+    value and raw, stay untracked by the garbage collector, and the Field
+    type's reference count comes back where it was."""
+    import gc
+    mfns = (1, 2)
+    with pydb.open(db_path) as db:
+        want = {m: [(f.tag, f.value, f.raw) for f in db[m].fields] for m in mfns}
+        before = None   # taken after a first round: caches hold the type
+        for _ in range(4):
+            made = [pydb.Field((7, "x" * k, b"y" * k)) for k in range(3000)]
+            seen = [(f.tag, f.value, f.raw) for f in made[::1000]]
+            del made
+            got = [(m, db[m].fields) for m in mfns for _ in range(700)]
+            tracked = sum(gc.is_tracked(f) for _, fields in got for f in fields)
+            seen += [(m, [(f.tag, f.value, f.raw) for f in fields]) for m, fields in got]
+            del got   # (no Field in an assert: pytest holds its operands)
+            assert seen[:3] == [(7, "x" * k, b"y" * k) for k in (0, 1000, 2000)]
+            assert seen[3:] == [(m, want[m]) for m in mfns for _ in range(700)]
+            assert tracked == 0
+            now = sys.getrefcount(pydb.Field)   # (not in the assert: pytest
+            before = before or now              # would hold the type too)
+        assert now == before
+
+
 def test_encodings(db_path):
     with pydb.open(db_path) as db:   # utf-8 with surrogateescape: lossless
         v = db[2][99][0]
