@@ -122,11 +122,18 @@ static int stat_once(pydb_stat *out, pydb_db *db, int *gen_moved,
             sched_yield();
         }
     }
-    rc = pydb_snapshot_take(&snap, db, err);
-    if (rc) return rc;
     /* This handle's collector waits (no compaction of its own replaces
-     * the files under the walk; the index is counted between steps). */
+     * the files under the walk; the index is counted between steps),
+     * from before the snapshot: a snapshot taken while a step of it
+     * swapped the files would name the old pair once the step ended,
+     * and under a collector that compacts most of the time nearly every
+     * attempt would start over. */
     pydb__gc_pause(db);
+    rc = pydb_snapshot_take(&snap, db, err);
+    if (rc) {
+        pydb__gc_resume(db);
+        return rc;
+    }
     gen0 = pydb__files_gen(db);
     if (snap->st.commit != 0 && snap->st.file_gen != gen0) {
         *gen_moved = 1;   /* the handle has not switched to the new pair */
@@ -176,8 +183,11 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
     for (int attempt = 0; attempt < STAT_ATTEMPTS; attempt++) {
         rc = stat_once(out, db, &moved, err);
         if (rc || !moved) return rc;
-        (void)pydb__files_sync(db, NULL);   /* to the new pair, then again */
+        /* the pause first: a compaction of another handle that ends
+         * between the switch and the next snapshot makes that attempt
+         * start over too, and a busy collector ends one every few ms */
         if (attempt >= 2) nanosleep(&pause, NULL);
+        (void)pydb__files_sync(db, NULL);   /* to the new pair, then again */
     }
     return pydb__error_set(err, PYDB_EIO, EAGAIN, db->mst.path, -1, __FILE__,
                            __LINE__, "the master file was replaced by "
