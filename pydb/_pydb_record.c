@@ -168,16 +168,19 @@ static PyObject *tag_int(module_state *st, uint32_t tag)
  * next record's are made at once, so a scan would otherwise allocate and
  * free two objects per field (the Field and its str), of which the
  * Field's memory is now reused, its GC bookkeeping skipped (measured:
- * 13% of a scan with rec.fields, docs/architecture.md).  The GIL guards
- * the list: the module allows only interpreters that share the main
- * one's GIL (no Py_mod_multiple_interpreters slot), and a free-threaded
+ * 12% of a scan with rec.fields, docs/architecture.md).  Only the main
+ * interpreter's Fields (field_free_type, set by record_exec()) go on the
+ * list: a subinterpreter may have an allocator of its own.  The GIL
+ * guards it (the module allows only interpreters that share the main
+ * one's GIL: no Py_mod_multiple_interpreters slot); a free-threaded
  * build keeps no list.  A Field on the list holds no reference, its own
  * type's included (field_dealloc dropped them), so the list never keeps
- * a module alive; its memory is the GC allocator's, as a Field's is. */
+ * a module alive. */
 #ifndef Py_GIL_DISABLED
 #define FIELD_FREE_MAX 2048
 static PyTupleObject *field_free[FIELD_FREE_MAX];
 static int field_nfree;
+static PyTypeObject *field_free_type;   /* the main interpreter's Field */
 #endif
 
 /* A Field (tag, value, raw), taking the three references (any NULL:
@@ -200,7 +203,7 @@ static PyObject *field_new(module_state *st, PyObject *tag, PyObject *value,
     if (!tag || !value || (!raw && !lazy)) goto fail;
     if (st->field_fast) {
 #ifndef Py_GIL_DISABLED
-        if (field_nfree) {
+        if (field_nfree && st->field_type == field_free_type) {
             t = field_free[--field_nfree];
             (void)PyObject_InitVar((PyVarObject *)t, st->field_type, 2);
         } else
@@ -310,7 +313,7 @@ static void field_dealloc(PyObject *self)
     Py_XDECREF(t->ob_item[1]);
     Py_XDECREF(t->ob_item[2]);
 #ifndef Py_GIL_DISABLED
-    if (field_nfree < FIELD_FREE_MAX)
+    if (tp == field_free_type && field_nfree < FIELD_FREE_MAX)
         field_free[field_nfree++] = t;
     else
 #endif
@@ -796,6 +799,10 @@ int record_exec(PyObject *m, module_state *st)
         st->field_type->tp_dealloc = field_dealloc;
         PyType_Modified(st->field_type);
         st->field_lazy = field_make_lazy(st->field_type);
+#ifndef Py_GIL_DISABLED
+        if (PyInterpreterState_Get() == PyInterpreterState_Main())
+            field_free_type = st->field_type;
+#endif
     }
     st->tag_ints = PyTuple_New(TAG_INTS);
     if (!st->tag_ints) return -1;

@@ -117,6 +117,33 @@ def test_fields_freed_and_made_again_stay_whole(db_path):
         assert now == before
 
 
+def test_fields_in_a_subinterpreter(tmp_path):
+    """pydb imported and read in a subinterpreter (sharing the main one's
+    GIL, _testcapi.run_in_subinterp), again and again, gives the records
+    the main interpreter reads, before and after.  (Only the main
+    interpreter's freed Fields are kept for reuse, _pydb_record.c; on
+    3.11 every interpreter shares one allocator, so this checks the
+    module in a subinterpreter, not that rule.)"""
+    testcapi = pytest.importorskip("_testcapi")
+    import pickle
+    from pathlib import Path
+    base = generate(tmp_path, count=50)
+    out = tmp_path / "sub.pickle"
+    with pydb.open(base) as db:
+        want = [[(f.tag, f.value, f.raw) for f in r.fields] for r in db]
+    code = (f"import sys; sys.path.insert(0, {str(Path(pydb.__file__).parents[1])!r})\n"
+            "import pickle, pydb\n"
+            f"with pydb.open({str(base)!r}) as db:\n"
+            "    for _ in range(20):\n"
+            "        got = [[(f.tag, f.value, f.raw) for f in r.fields] for r in db]\n"
+            f"open({str(out)!r}, 'wb').write(pickle.dumps(got))\n")
+    for _ in range(3):
+        assert testcapi.run_in_subinterp(code) == 0
+        assert pickle.loads(out.read_bytes()) == want
+        with pydb.open(base) as db:
+            assert [[(f.tag, f.value, f.raw) for f in r.fields] for r in db] == want
+
+
 def test_encodings(db_path):
     with pydb.open(db_path) as db:   # utf-8 with surrogateescape: lossless
         v = db[2][99][0]
