@@ -90,6 +90,7 @@ def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
                 assert [f.raw for f in w[mfn].fields] == stored, (enc, errors)
 
 
+@pytest.mark.sanitize_address
 def test_fields_freed_and_made_again_stay_whole(db_path):
     """A GIL build keeps freed Fields for the next ones the binding makes
     (_pydb_record.c, field_free): Fields Python made and Fields records
