@@ -140,18 +140,59 @@ static int decoder_init(decoder *d, RecordObject *self)
     return 0;
 }
 
+/* Whether a decoded value can stand for its stored bytes: an ASCII str
+ * of the same characters (any codec, any error handler).  The test costs
+ * a read of the bytes; the bytes object it spares costs an allocation
+ * and a copy (a fifth of Record.fields on the default database). */
+static int value_is_raw(PyObject *value, const pydb_field *f)
+{
+    return PyUnicode_IS_COMPACT_ASCII(value) &&
+           PyUnicode_GET_LENGTH(value) == (Py_ssize_t)f->len &&
+           memcmp(PyUnicode_DATA(value), f->value, f->len) == 0;
+}
+
+/* Whether n bytes are all ASCII (eight at a time). */
+static int all_ascii(const uint8_t *s, size_t n)
+{
+    uint64_t acc = 0, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        acc |= w;
+    }
+    for (; i < n; i++) acc |= s[i];
+    return (acc & 0x8080808080808080ULL) == 0;
+}
+
+/* The value of field f as a str (new reference; NULL and an exception:
+ * FieldDecodeError where it does not decode).  *same (if not NULL) set
+ * when the value can stand for the stored bytes (value_is_raw).  ASCII
+ * bytes decode to themselves under UTF-8, Latin-1 and ASCII whatever the
+ * error handler (no byte is in error), so such a value is made by one
+ * check and one copy, and is its bytes without comparing them: a tenth
+ * of a scan with rec.fields.  One byte goes through the codec, which
+ * shares CPython's one-character strings. */
 static PyObject *decode(RecordObject *self, const decoder *d,
-                        const pydb_field *f)
+                        const pydb_field *f, int *same)
 {
     const char *s = (const char *)f->value;
     PyObject *v;
+    if (d->codec != CODEC_OTHER && f->len > 1 &&
+        all_ascii(f->value, f->len)) {
+        v = PyUnicode_New((Py_ssize_t)f->len, 127);
+        if (v) memcpy(PyUnicode_DATA(v), s, f->len);
+        if (v && same) *same = 1;
+        return v;
+    }
     switch (d->codec) {
     case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;
     case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, d->errors); break;
     case CODEC_ASCII: v = PyUnicode_DecodeASCII(s, f->len, d->errors); break;
     default: v = PyUnicode_Decode(s, f->len, d->encoding, d->errors);
     }
-    return v ? v : decode_failed(self, f);
+    if (!v) return decode_failed(self, f);
+    if (same) *same = value_is_raw(v, f);
+    return v;
 }
 
 /* The tag as an int: a shared one from the module's table for the tags
@@ -226,17 +267,6 @@ fail:
     Py_XDECREF(value);
     Py_XDECREF(raw);
     return NULL;
-}
-
-/* Whether a decoded value can stand for its stored bytes: an ASCII str
- * of the same characters (any codec, any error handler).  The test costs
- * a read of the bytes; the bytes object it spares costs an allocation
- * and a copy (a fifth of Record.fields on the default database). */
-static int value_is_raw(PyObject *value, const pydb_field *f)
-{
-    return PyUnicode_IS_COMPACT_ASCII(value) &&
-           PyUnicode_GET_LENGTH(value) == (Py_ssize_t)f->len &&
-           memcmp(PyUnicode_DATA(value), f->value, f->len) == 0;
 }
 
 /* Field.raw (new reference): the hidden item, or for a Field made
@@ -356,8 +386,9 @@ static PyObject *record_fields(RecordObject *self, void *closure)
     for (uint32_t i = 0; i < r->nfields; i++) {
         const pydb_field *fl = &r->fields[i];
         PyObject *tag = tag_int(st, fl->tag);
-        PyObject *value = tag ? decode(self, &d, fl) : NULL;
-        int lazy = value && st->field_lazy && value_is_raw(value, fl);
+        int lazy = 0;
+        PyObject *value = tag ? decode(self, &d, fl, &lazy) : NULL;
+        lazy = value && lazy && st->field_lazy;
         PyObject *raw = value && !lazy
                             ? PyBytes_FromStringAndSize(
                                   (const char *)fl->value, fl->len)
@@ -403,7 +434,7 @@ static PyObject *record_values(RecordObject *self, unsigned long tag, int raw)
         if (r->fields[i].tag != tag) continue;
         v = raw ? PyBytes_FromStringAndSize((const char *)r->fields[i].value,
                                             r->fields[i].len)
-                : decode(self, &d, &r->fields[i]);
+                : decode(self, &d, &r->fields[i], NULL);
         if (!v || PyList_Append(list, v) < 0) {
             Py_XDECREF(v);
             Py_DECREF(list);
@@ -442,7 +473,7 @@ static PyObject *record_get(RecordObject *self, PyObject *const *args,
         decoder d;
         if (r->fields[i].tag != tag) continue;
         if (decoder_init(&d, self) < 0) return NULL;
-        return decode(self, &d, &r->fields[i]);
+        return decode(self, &d, &r->fields[i], NULL);
     }
     return Py_NewRef(nargs == 2 ? args[1] : Py_None);
 }

@@ -90,6 +90,38 @@ def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
                 assert [f.raw for f in w[mfn].fields] == stored, (enc, errors)
 
 
+def test_values_with_one_byte_past_ascii_anywhere(tmp_path):
+    """A value decodes as Python decodes its bytes wherever a non-ASCII
+    byte sits: ASCII values of 0 to 20 bytes, and each with one byte
+    0x80 or 0xE9 at each position (the binding copies ASCII bytes eight
+    at a time without the codec: _pydb_record.c, all_ascii), under
+    UTF-8, Latin-1, ASCII and cp1252; rec[tag], get() and Field.raw
+    agree."""
+    stored = []
+    for n in range(21):
+        plain = bytes(65 + (k * 7) % 26 for k in range(n))
+        stored.append(plain)
+        for k in range(n):
+            for high in (0x80, 0xE9):
+                stored.append(plain[:k] + bytes([high]) + plain[k + 1:])
+    base = tmp_path / "ascii"
+    with pydb.create(base, "isis-packed") as db:
+        for i in range(0, len(stored), 100):
+            db.append([(1, v) for v in stored[i:i + 100]])
+    for enc, errors in [("utf-8", "surrogateescape"), ("latin-1", "strict"),
+                        ("ascii", "replace"), ("cp1252", "replace")]:
+        got = []
+        with pydb.open(base, encoding=enc, errors=errors) as db:
+            for rec in db:
+                fields = rec.fields
+                assert rec[1] == [f.value for f in fields]
+                assert rec.get(1) == fields[0].value
+                got += [(f.value, f.raw) for f in fields]
+        assert got == [(v.decode(enc, errors), v) for v in stored], (enc, errors)
+        assert all(value.isascii() == raw.isascii() for value, raw in got
+                   if enc != "ascii")
+
+
 @pytest.mark.sanitize_address
 def test_fields_freed_and_made_again_stay_whole(db_path):
     """A GIL build keeps freed Fields for the next ones the binding makes
