@@ -175,10 +175,7 @@ int pydb__nidx_decode_live(pydb_postings *out, const nidx_segset *ss,
                            size_t i, const nidx_cursor *c, uint64_t *live,
                            pydb_error *err)
 {
-    dead_in d = {ss, i};
-    PYDB_ASSERT(i < ss->n && c->s == ss->v[i]);
-    return pydb__nseg_decode(out, c, ss->newer_tombs[i] ? dead_after : NULL,
-                             &d, live, err);
+    return pydb__nidx_decode_live_in(out, ss, i, c, NULL, live, err);
 }
 
 int pydb__nidx_decode_live_in(pydb_postings *out, const nidx_segset *ss,
@@ -402,10 +399,8 @@ static int postings_in(pydb_postings *out, nidx_segset *ss,
         if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
         if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
         if ((rc = pydb__nowait_spend(c.count)) ||
-            (rc = keep ? pydb__nidx_decode_live_in(out, ss, i, &c, keep,
-                                                   &live, err)
-                       : pydb__nidx_decode_live(out, ss, i, &c, &live,
-                                                err)))
+            (rc = pydb__nidx_decode_live_in(out, ss, i, &c, keep, &live,
+                                            err)))
             goto cleanup;
         if (out->n > start) runs[parts++] = start;
         /* dead postings left out (with keep: a lower bound, unknown) */

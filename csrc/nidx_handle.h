@@ -267,8 +267,8 @@ int pydb__nidx_set_at(nidx_segset **out, nidx *x, uint64_t g,
 int pydb__nidx_decode_live(pydb_postings *out, const nidx_segset *ss,
                            size_t i, const nidx_cursor *c, uint64_t *live,
                            pydb_error *err);
-/* The same, through pydb__nseg_decode_in: only the postings of the MFNs
- * in *keep. */
+/* The same, through pydb__nseg_decode_in: with keep, only the postings
+ * of the MFNs in *keep. */
 int pydb__nidx_decode_live_in(pydb_postings *out, const nidx_segset *ss,
                               size_t i, const nidx_cursor *c,
                               const pydb_mfn_bits *keep, uint64_t *live,

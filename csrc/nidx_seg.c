@@ -446,25 +446,26 @@ decode(pydb_postings *out, const nidx_cursor *cur, nidx_dead_fn dead,
     return PYDB_OK;
 }
 
-/* Decode the posting list at the cursor's entry (nidx_seg.h).  Each
- * case of the decoder inlined apart: with no dead() to ask (one segment,
+/* Decode the posting list at the cursor's entry, keeping the postings
+ * of the MFNs in keep when given (nidx_seg.h).  Each case of the decoder
+ * inlined apart: with no set to test and no dead() to ask (one segment,
  * or none newer), its loop holds fewer values. */
-int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
-                      nidx_dead_fn dead, const void *dead_ctx,
-                      uint64_t *live, pydb_error *err)
-{
-    if (!dead) return decode(out, cur, NULL, NULL, NULL, live, err);
-    return decode(out, cur, dead, dead_ctx, NULL, live, err);
-}
-
-/* The same, keeping the postings of the MFNs in keep (nidx_seg.h). */
 int pydb__nseg_decode_in(pydb_postings *out, const nidx_cursor *cur,
                          nidx_dead_fn dead, const void *dead_ctx,
                          const pydb_mfn_bits *keep, uint64_t *live,
                          pydb_error *err)
 {
-    if (!dead) return decode(out, cur, NULL, NULL, keep, live, err);
-    return decode(out, cur, dead, dead_ctx, keep, live, err);
+    if (keep && dead) return decode(out, cur, dead, dead_ctx, keep, live, err);
+    if (keep) return decode(out, cur, NULL, NULL, keep, live, err);
+    if (dead) return decode(out, cur, dead, dead_ctx, NULL, live, err);
+    return decode(out, cur, NULL, NULL, NULL, live, err);
+}
+
+int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,
+                      nidx_dead_fn dead, const void *dead_ctx,
+                      uint64_t *live, pydb_error *err)
+{
+    return pydb__nseg_decode_in(out, cur, dead, dead_ctx, NULL, live, err);
 }
 
 void pydb__nseg_path(char *out, size_t cap, const char *dir, uint64_t gen)

@@ -130,9 +130,9 @@ typedef int (*nidx_dead_fn)(const void *ctx, int32_t mfn);
 int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *c,
                       nidx_dead_fn dead, const void *dead_ctx,
                       uint64_t *live, pydb_error *err);
-/* The same, but only the postings whose MFN is in *keep count as live
- * and are appended: the others are read past (checked as ever) without
- * being stored. */
+/* The same, but when keep is given only the postings whose MFN is in
+ * *keep count as live and are appended: the others are read past
+ * (checked as ever) without being stored. */
 int pydb__nseg_decode_in(pydb_postings *out, const nidx_cursor *cur,
                          nidx_dead_fn dead, const void *dead_ctx,
                          const pydb_mfn_bits *keep, uint64_t *live,

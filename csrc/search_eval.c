@@ -404,16 +404,16 @@ static int term_runs(plist *out, pydb_runs *runs, const node *t,
 
     memset(out, 0, sizeof *out);
     if (!t->trunc) {
-        if (in && c->ix->ops->postings_in_set)
-            rc = c->ix->ops->postings_in_set(out, c->ix, t->key, t->key_len,
-                                             in, c->err);
-        else
-            rc = pydb_index_postings(out, c->ix, t->key, t->key_len, c->err);
+        /* the index leaves the postings outside *in out where it can */
+        int by_index = in && c->ix->ops->postings_in_set;
+        rc = by_index ? c->ix->ops->postings_in_set(out, c->ix, t->key,
+                                                    t->key_len, in, c->err)
+                      : pydb_index_postings(out, c->ix, t->key, t->key_len,
+                                            c->err);
         if (rc) goto cleanup;
         if (!c->sorted) pydb__postings_normalize(out->v, &out->n, 1);
         if (t->tags) pl_filter_tags(out->v, &out->n, t->tags, t->ntags);
-        if (in && !c->ix->ops->postings_in_set)
-            pl_restrict(out->v, &out->n, in);
+        if (in && !by_index) pl_restrict(out->v, &out->n, in);
         goto cleanup;
     }
     if (c->ix->ops->prefix_postings) {
