@@ -10,7 +10,10 @@ OLD_TREE and NEW_TREE are checkouts with the extension built in place
 build_ext --inplace`` there); STORE is a key of bench_commit.STORES
 (default ``pydb-index``) or ``scan-fields`` (every record of the default
 database read with ``rec.fields``, as bench_reads.py's test_scan_fields,
-after one untimed scan), ROUNDS the rounds per tree (default 15).
+after one untimed scan) or ``scan-fields=PATH`` (the same on the master
+file at PATH, without .mst, opened with ``encoding="auto"``: a real
+database, as bench_real.py reads them), ROUNDS the rounds per tree
+(default 15).
 
 Why not two runs one after the other: on a file system where creating a
 file costs more the more files were deleted lately (ext4 without a
@@ -63,7 +66,9 @@ def scan(db):
         n += 1
     return n
 
-with pydb.open(unesb.default_database()) as db:
+import sys
+path = sys.argv[1] if len(sys.argv) > 1 else unesb.default_database()
+with pydb.open(path, encoding="auto") as db:
     scan(db)
     t0 = time.perf_counter()
     n = scan(db)
@@ -75,10 +80,14 @@ def one_round(tree: str, store: str) -> tuple[int, float]:
     """(operations, seconds) of one round of `store` in a new process in
     `tree`: COMMITS commits, or the records a scan read."""
     env = dict(os.environ, PYTHONPATH=tree)
-    args = ["-c", SCAN_ROUND] if store == "scan-fields" else ["-c", ROUND, store]
+    scan = store.partition("=")
+    if scan[0] == "scan-fields":
+        args = ["-c", SCAN_ROUND, *([scan[2]] if scan[2] else [])]
+    else:
+        args = ["-c", ROUND, store]
     out = subprocess.run([sys.executable, *args], cwd=tree, env=env,
                          capture_output=True, text=True, check=True).stdout.split()
-    if store == "scan-fields":
+    if scan[0] == "scan-fields":
         return int(out[-2]), float(out[-1])
     from benchmarks.bench_commit import COMMITS
     return COMMITS, float(out[-1])
@@ -97,7 +106,7 @@ def main(argv: list[str]) -> int:
         for tree in ((old, new) if k % 2 == 0 else (new, old)):
             ops, seconds = one_round(tree, store)
             times[tree].append(seconds)
-    unit = "records" if store == "scan-fields" else "commits"
+    unit = "records" if store.startswith("scan-fields") else "commits"
     for tree, ts in times.items():
         print(f"{tree}: {ops / statistics.median(ts):,.0f} {unit}/s "
               f"(median of {rounds} rounds of {ops:,}, {store})")

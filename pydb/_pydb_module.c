@@ -217,7 +217,7 @@ fail:
 #define STATE_MEMBERS(X)                                                \
     X(database_type) X(record_type) X(record_class) X(iter_type)        \
     X(field_type) X(index_type) X(checkrun_type) X(txn_type)            \
-    X(snapshot_type) X(tag_ints)                                        \
+    X(snapshot_type) X(tag_ints) X(charmap_decoding) X(charmaps)         \
     X(Error) X(CorruptionError) X(NotFoundError) X(DiskError)           \
     X(DatabaseNotFoundError) X(UnsupportedError) X(RecordTooLargeError) \
     X(ClosedError) X(SearchSyntaxError) X(FSTError) X(ReadOnlyError)    \

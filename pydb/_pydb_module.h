@@ -53,6 +53,9 @@ typedef struct {
                                        Field.raw builds them (exec)      */
     PyObject *tag_ints;             /* tuple: the int of each tag below
                                        TAG_INTS (_pydb_record.c)         */
+    PyObject *charmap_decoding;     /* pydb.encoding.charmap_decoding    */
+    PyObject *charmaps;             /* dict: encoding name -> its result
+                                       (_pydb_record.c: decoder_init)    */
     PyTypeObject *index_type;
     PyTypeObject *checkrun_type;
     PyTypeObject *txn_type;         /* Transaction                        */

@@ -29,8 +29,11 @@ typedef struct {
 } RecordObject;
 
 /* The codecs decode() calls directly (the names Python normalises to
- * them), sparing PyUnicode_Decode()'s lookup of the name per field. */
-enum { CODEC_UNKNOWN, CODEC_UTF8, CODEC_LATIN1, CODEC_ASCII, CODEC_OTHER };
+ * them, and the standard library's single-byte code pages: CHARMAP),
+ * sparing PyUnicode_Decode()'s lookup of the name and, for a code page,
+ * its Python-level codec call per field. */
+enum { CODEC_UNKNOWN, CODEC_UTF8, CODEC_LATIN1, CODEC_ASCII, CODEC_CHARMAP,
+       CODEC_OTHER };
 
 PyObject *record_new_from(module_state *st, PyObject *encoding,
                           PyObject *errors, PyObject *source,
@@ -125,9 +128,41 @@ done:
  * rec[tag] or get() (decoder_init) and used for each field (decode). */
 typedef struct {
     int codec;              /* CODEC_*, never CODEC_UNKNOWN */
+    int ascii_same;         /* bytes 0x00-0x7F decode to themselves */
     const char *encoding;   /* for CODEC_OTHER */
     const char *errors;
+    PyObject *table;        /* CODEC_CHARMAP: 256-character str (borrowed
+                               from st->charmaps, which never drops one) */
 } decoder;
+
+/* The single-byte code page of `encoding` into d (CODEC_CHARMAP), if it
+ * is one: pydb.encoding.charmap_decoding() asked once per encoding name
+ * per module, its answer kept in st->charmaps.  0, or -1 and an
+ * exception. */
+static int charmap_of(module_state *st, PyObject *encoding, decoder *d)
+{
+    PyObject *got = PyDict_GetItemWithError(st->charmaps, encoding);
+    if (!got) {
+        PyObject *fresh;
+        if (PyErr_Occurred()) return -1;
+        fresh = PyObject_CallOneArg(st->charmap_decoding, encoding);
+        if (!fresh) return -1;
+        got = PyDict_SetDefault(st->charmaps, encoding, fresh);
+        Py_DECREF(fresh);
+        if (!got) return -1;
+    }
+    if (got == Py_None) return 0;
+    if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(got, 0))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "charmap_decoding() must return (str, bool) or None");
+        return -1;
+    }
+    d->codec = CODEC_CHARMAP;
+    d->table = PyTuple_GET_ITEM(got, 0);
+    d->ascii_same = PyObject_IsTrue(PyTuple_GET_ITEM(got, 1)) == 1;
+    return 0;
+}
 
 static int decoder_init(decoder *d, RecordObject *self)
 {
@@ -137,6 +172,10 @@ static int decoder_init(decoder *d, RecordObject *self)
     if (self->codec == CODEC_UNKNOWN)   /* the same value in any thread */
         self->codec = codec_of(d->encoding);
     d->codec = self->codec;
+    d->ascii_same = d->codec != CODEC_OTHER;
+    d->table = NULL;
+    if (d->codec == CODEC_OTHER)
+        return charmap_of(state_of_type(Py_TYPE(self)), self->encoding, d);
     return 0;
 }
 
@@ -167,17 +206,18 @@ static int all_ascii(const uint8_t *s, size_t n)
 /* The value of field f as a str (new reference; NULL and an exception:
  * FieldDecodeError where it does not decode).  *same (if not NULL) set
  * when the value can stand for the stored bytes (value_is_raw).  ASCII
- * bytes decode to themselves under UTF-8, Latin-1 and ASCII whatever the
- * error handler (no byte is in error), so such a value is made by one
- * check and one copy, and is its bytes without comparing them: a tenth
- * of a scan with rec.fields.  One byte goes through the codec, which
- * shares CPython's one-character strings. */
+ * bytes decode to themselves under UTF-8, Latin-1, ASCII and the code
+ * pages whose table says so (ascii_same) whatever the error handler (no
+ * byte is in error), so such a value is made by one check and one copy,
+ * and is its bytes without comparing them: a tenth of a scan with
+ * rec.fields.  One byte goes through the codec, which shares CPython's
+ * one-character strings. */
 static PyObject *decode(RecordObject *self, const decoder *d,
                         const pydb_field *f, int *same)
 {
     const char *s = (const char *)f->value;
     PyObject *v;
-    if (d->codec != CODEC_OTHER && f->len > 1 &&
+    if (d->ascii_same && f->len > 1 &&
         all_ascii(f->value, f->len)) {
         v = PyUnicode_New((Py_ssize_t)f->len, 127);
         if (v) memcpy(PyUnicode_DATA(v), s, f->len);
@@ -188,6 +228,9 @@ static PyObject *decode(RecordObject *self, const decoder *d,
     case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;
     case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, d->errors); break;
     case CODEC_ASCII: v = PyUnicode_DecodeASCII(s, f->len, d->errors); break;
+    case CODEC_CHARMAP:
+        v = PyUnicode_DecodeCharmap(s, f->len, d->table, d->errors);
+        break;
     default: v = PyUnicode_Decode(s, f->len, d->encoding, d->errors);
     }
     if (!v) return decode_failed(self, f);
@@ -819,6 +862,7 @@ static int field_make_lazy(PyTypeObject *tp)
 
 int record_exec(PyObject *m, module_state *st)
 {
+    PyObject *enc;
     st->record_type =
         (PyTypeObject *)PyType_FromModuleAndSpec(m, &record_spec, NULL);
     if (!st->record_type) return -1;
@@ -835,6 +879,13 @@ int record_exec(PyObject *m, module_state *st)
             field_free_type = st->field_type;
 #endif
     }
+    st->charmaps = PyDict_New();
+    if (!st->charmaps) return -1;
+    enc = PyImport_ImportModule("pydb.encoding");
+    if (!enc) return -1;
+    st->charmap_decoding = PyObject_GetAttrString(enc, "charmap_decoding");
+    Py_DECREF(enc);
+    if (!st->charmap_decoding) return -1;
     st->tag_ints = PyTuple_New(TAG_INTS);
     if (!st->tag_ints) return -1;
     for (Py_ssize_t i = 0; i < TAG_INTS; i++) {

@@ -62,6 +62,8 @@ than the three above (Cyrillic, Greek, ...) are not candidates.
 
 from __future__ import annotations
 
+import codecs
+import importlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -69,7 +71,8 @@ from typing import Any
 
 from .errors import CorruptionError, NotFoundError
 
-__all__ = ["EncodingDetection", "detect_encoding", "SAMPLE_FIRST", "SAMPLE_SPREAD"]
+__all__ = ["EncodingDetection", "detect_encoding", "charmap_decoding", "SAMPLE_FIRST",
+           "SAMPLE_SPREAD"]
 
 #: Records sampled from the start (MFN 1..SAMPLE_FIRST) ...
 SAMPLE_FIRST = 256
@@ -86,6 +89,52 @@ _CANDIDATES = ("latin-1", "cp850", "cp852")
 _IMPLAUSIBLE = frozenset("ªºµðÐþÞƒı")
 # Problems kept in EncodingDetection.problems (all are counted).
 _MAX_PROBLEMS = 20
+
+
+def charmap_decoding(encoding: str) -> tuple[str, bool] | None:
+    """The decoding table of `encoding` when it is one of the standard
+    library's single-byte code pages, for records to decode their values
+    with ``PyUnicode_DecodeCharmap`` directly, without the codec registry
+    and a Python call per value.
+
+    The code pages of ISIS databases (cp850, cp437, cp852, cp1252...) are
+    charmap codecs: each module of the ``encodings`` package decodes by
+    ``codecs.charmap_decode(input, errors, decoding_table)``, a table of
+    256 characters in which U+FFFE marks an undefined byte.  The table is
+    taken only where the codec's own decoding of each of the 256 bytes
+    (error handler ``"strict"``) gives exactly the table's character, or
+    fails where the table says undefined; any other codec (UTF-16, the
+    ISO-2022 family, a codec registered by an application) gets None and
+    keeps the codec registry's path.
+
+    Args:
+        encoding: a codec name as ``pydb.open`` accepts it (str).
+
+    Returns:
+        ``(table, ascii)``: the 256-character str and whether bytes
+        0x00-0x7F decode to themselves (ASCII values then need no
+        table); or None: not such a code page, or no codec of that name
+        (decoding then raises the codec registry's LookupError).
+    """
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        return None
+    try:
+        module = importlib.import_module("encodings." + info.name.replace("-", "_"))
+    except ImportError:
+        return None
+    table = getattr(module, "decoding_table", None)
+    if not isinstance(table, str) or len(table) != 256:
+        return None
+    for b in range(256):
+        try:
+            got = info.decode(bytes((b,)))[0]
+        except UnicodeDecodeError:
+            got = "\ufffe"
+        if got != table[b]:
+            return None
+    return table, table[:128] == "".join(map(chr, range(128)))
 
 
 @dataclass(frozen=True)

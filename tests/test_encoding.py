@@ -366,6 +366,72 @@ def test_strict_decode_error_names_the_field(tmp_path):
                                    "value: character maps to <undefined>")
 
 
+# ------------------------------------------------------------ code pages
+
+def test_charmap_decoding_takes_only_the_standard_code_pages():
+    """The table the binding decodes code pages with is the ``encodings``
+    module's own, and only a single-byte code page gets one."""
+    import encodings.cp037
+    import encodings.cp850
+    table, ascii_same = enc.charmap_decoding("cp850")
+    assert table is encodings.cp850.decoding_table and ascii_same is True
+    assert enc.charmap_decoding("windows-1252")[1] is True
+    table, ascii_same = enc.charmap_decoding("cp037")   # EBCDIC
+    assert table is encodings.cp037.decoding_table and ascii_same is False
+    for name in ("utf-8", "utf-16", "iso2022_jp", "gb18030", "no-such-codec"):
+        assert enc.charmap_decoding(name) is None, name
+
+
+CODE_PAGES = ["cp850", "cp437", "cp852", "cp1252", "koi8-r", "mac-roman", "cp037"]
+
+
+@pytest.mark.sanitize_address
+@pytest.mark.parametrize("errors", ["surrogateescape", "replace", "strict"])
+def test_code_page_values_decode_as_python_decodes_them(tmp_path, errors):
+    """Values of every byte, alone, inside ASCII text and in runs, decode
+    under each code page (their tables read directly: _pydb_record.c,
+    charmap_of; ASCII values copied where the table maps ASCII to itself)
+    exactly as Python's codec decodes them; a byte the code page leaves
+    undefined raises FieldDecodeError naming the code page under
+    "strict"."""
+    stored = [bytes([b]) for b in range(256)]
+    stored += [b"plain text " + bytes([b]) + b" and more" for b in range(256)]
+    stored += [bytes(range(k, k + 16)) for k in range(0, 256, 16)]
+    stored += [b"", b"ab", b"only ASCII, longer than eight bytes"]
+    base = tmp_path / "cp"
+    with pydb.create(base, "isis-packed") as db:
+        for i in range(0, len(stored), 64):
+            db.append([(1, v) for v in stored[i:i + 64]])
+    def decodes(raw, codec):
+        try:
+            return raw.decode(codec, errors)
+        except UnicodeDecodeError:
+            return None
+
+    for page in CODE_PAGES:
+        got, want, failed, skipped = [], [], 0, 0
+        with pydb.open(base, encoding=page, errors=errors) as db:
+            for rec in db:
+                values = [decodes(raw, page) for raw in rec.raw(1)]
+                if None in values:   # only under "strict"
+                    bad = values.index(None)
+                    with pytest.raises(pydb.FieldDecodeError) as info:
+                        _ = rec.fields
+                    e = info.value
+                    assert (e.encoding, e.occurrence) == (page, bad + 1)
+                    assert e.object[e.start:e.end].decode(page, "replace") == "\ufffd"
+                    failed += 1
+                    skipped += len(values)
+                    continue
+                assert rec[1] == values
+                got += [(f.value, f.raw) for f in rec.fields]
+                want += list(zip(values, rec.raw(1), strict=True))
+        assert got == want and len(got) + skipped == len(stored), page
+        # cp1252 leaves 0x81 0x8D 0x8F 0x90 0x9D undefined: in the records of
+        # single bytes 0x80-0xBF, of the texts 128-191, and the 16-byte runs
+        assert failed == (3 if (page, errors) == ("cp1252", "strict") else 0), page
+
+
 @pytest.mark.sanitize_address
 def test_strict_decode_error_real_data(isis_data):
     with pydb.open(data_path(FIXTURES + "mixEncodings"), errors="strict") as db:
