@@ -143,6 +143,9 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
     }
     if (!self->encoding || !self->errors || !self->path || !self->mst_path)
         return -1;
+    shared_str(&self->encoding);
+    shared_str(&self->errors);
+    shared_str(&self->mst_path);
     return 0;
 }
 
@@ -167,6 +170,8 @@ static PyObject *database_set_codec(DatabaseObject *self, PyObject *args)
         Py_XDECREF(enc);
         return NULL;
     }
+    shared_str(&enc);
+    shared_str(&err);
     Py_XSETREF(self->encoding, enc);
     Py_XSETREF(self->errors, err);
     Py_RETURN_NONE;

@@ -41,8 +41,7 @@ static PyObject *index_wrap(module_state *st, pydb_index *ix, PyObject *owner)
         return NULL;
     }
     self->ix = ix;
-    atomic_store(&self->guard.active, 0);
-    self->guard.closing = 0;
+    guard_init(&self->guard);
     self->hooked = 0;
     self->owner = Py_NewRef(owner ? owner : Py_None);
     return (PyObject *)self;

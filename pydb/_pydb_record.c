@@ -401,8 +401,12 @@ static int field_shape_known(module_state *st)
     PyTypeObject *tp = st->field_type;
     PyObject *probe;
     int ok;
+    /* items at a tuple's ob_item; the size asked for (basicsize plus
+     * one pointer per item) holds them: CPython 3.11 gives a basicsize
+     * of offsetof(ob_item), 3.13t sizeof(PyTupleObject) */
     if (tp->tp_itemsize != sizeof(PyObject *) ||
-        tp->tp_basicsize != (Py_ssize_t)offsetof(PyTupleObject, ob_item) ||
+        tp->tp_basicsize < (Py_ssize_t)offsetof(PyTupleObject, ob_item) ||
+        tp->tp_basicsize > (Py_ssize_t)sizeof(PyTupleObject) ||
         !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
         (tp->tp_flags & Py_TPFLAGS_BASETYPE))
         return 0;

@@ -194,8 +194,7 @@ static PyObject *view_wrap(module_state *st, pydb_index *view, PyObject *index)
         return NULL;
     }
     v->ix = view;
-    atomic_store(&v->guard.active, 0);
-    v->guard.closing = 0;
+    guard_init(&v->guard);
     v->hooked = 0;
     v->owner = Py_NewRef(pydb_index_kind(view) == PYDB_INDEX_NATIVE ? Py_None
                                                                     : index);
@@ -216,8 +215,7 @@ PyObject *snapshot_take(PyTypeObject *tp, DatabaseObject *db, PyObject *index)
     s = (SnapshotObject *)tp->tp_alloc(tp, 0);
     if (!s) return NULL;
     s->db = (DatabaseObject *)Py_NewRef(db);
-    atomic_store(&s->guard.active, 0);
-    s->guard.closing = 0;
+    guard_init(&s->guard);
     /* The allocation may have run Python code (a collection): check
      * again, last before UNLOCKED(). */
     if (database_check_open(st, db) < 0 ||
