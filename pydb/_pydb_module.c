@@ -280,6 +280,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
 static int module_clear(PyObject *m)
 {
     module_state *st = PyModule_GetState(m);
+    record_clear(st);
 #define CLEAR(name) Py_CLEAR(st->name);
     STATE_MEMBERS(CLEAR)
 #undef CLEAR

@@ -237,4 +237,9 @@ int check_exec(PyObject *m, module_state *st);
 int iso_exec(PyObject *m, module_state *st);
 int testing_exec(PyObject *m, module_state *st);
 
+/* Called by module_clear() before the state's references are dropped:
+ * what a file keeps outside the state for this module (the Field free
+ * list, _pydb_record.c). */
+void record_clear(module_state *st);
+
 #endif

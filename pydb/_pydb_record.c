@@ -864,6 +864,22 @@ static int field_make_lazy(PyTypeObject *tp)
     return ok;
 }
 
+/* The main interpreter's module going away: the free list's Fields are
+ * freed and the list serves no type until a module is executed again,
+ * so that no later type allocated at the old one's address takes their
+ * memory. */
+void record_clear(module_state *st)
+{
+#ifndef Py_GIL_DISABLED
+    if (st->field_type && st->field_type == field_free_type) {
+        while (field_nfree) PyObject_GC_Del(field_free[--field_nfree]);
+        field_free_type = NULL;
+    }
+#else
+    (void)st;
+#endif
+}
+
 int record_exec(PyObject *m, module_state *st)
 {
     PyObject *enc;

@@ -177,6 +177,27 @@ def test_fields_in_a_subinterpreter(tmp_path):
             assert [[(f.tag, f.value, f.raw) for f in r.fields] for r in db] == want
 
 
+def test_freed_fields_freed_at_exit(tmp_path):
+    """At the interpreter's exit the module frees the Fields it kept for
+    reuse (_pydb_record.c, record_clear): a process that filled the list
+    exits cleanly under CPython's debug allocator, which aborts on a
+    block freed twice or written after its free."""
+    from pathlib import Path
+    base = generate(tmp_path, count=600)
+    code = ("import pydb\n"
+            f"with pydb.open({str(base)!r}) as db:\n"
+            "    kept = [r.fields for r in db]\n"
+            "    n = sum(map(len, kept))\n"
+            "    del kept\n"
+            "print(n)\n")
+    env = dict(os.environ, PYTHONMALLOC="debug",
+               PYTHONPATH=str(Path(pydb.__file__).parents[1]))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert int(proc.stdout) > 2048   # more than the list keeps
+
+
 def test_encodings(db_path):
     with pydb.open(db_path) as db:   # utf-8 with surrogateescape: lossless
         v = db[2][99][0]
