@@ -132,7 +132,9 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     self->db = db;
-    self->guard.closing = 0;
+    /* open again: only `closing` is reset, the slots are left as close()
+     * left them (another thread's pin may be backing off) */
+    atomic_store(&self->guard.closing, 0);
     Py_XSETREF(self->encoding, PyUnicode_FromString(encoding));
     Py_XSETREF(self->errors, PyUnicode_FromString(errors));
     Py_XSETREF(self->path, PyOS_FSPath(path_obj));
@@ -146,7 +148,8 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
     shared_str(&self->encoding);
     shared_str(&self->errors);
     shared_str(&self->mst_path);
-    return 0;
+    record_codec_clear(&self->codec);
+    return codec_resolve(st, self->encoding, &self->codec);
 }
 
 /* _set_codec(encoding, errors): the codec of the records read from now
@@ -156,9 +159,11 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
  * read before keep theirs. */
 static PyObject *database_set_codec(DatabaseObject *self, PyObject *args)
 {
+    module_state *st = state_of_type(Py_TYPE(self));
     const char *encoding, *errors;
     PyObject *enc, *err;
-    if (!PyArg_ParseTuple(args, "ss:_set_codec", &encoding, &errors))
+    record_codec codec;
+    if (!st || !PyArg_ParseTuple(args, "ss:_set_codec", &encoding, &errors))
         return NULL;
     if (!PyCodec_KnownEncoding(encoding)) {
         PyErr_Format(PyExc_LookupError, "unknown encoding: %s", encoding);
@@ -172,6 +177,13 @@ static PyObject *database_set_codec(DatabaseObject *self, PyObject *args)
     }
     shared_str(&enc);
     shared_str(&err);
+    if (codec_resolve(st, enc, &codec) < 0) {
+        Py_DECREF(enc);
+        Py_DECREF(err);
+        return NULL;
+    }
+    record_codec_clear(&self->codec);
+    self->codec = codec;
     Py_XSETREF(self->encoding, enc);
     Py_XSETREF(self->errors, err);
     Py_RETURN_NONE;
@@ -197,6 +209,7 @@ static void database_dealloc(DatabaseObject *self)
     Py_CLEAR(self->errors);
     Py_CLEAR(self->path);
     Py_CLEAR(self->mst_path);
+    record_codec_clear(&self->codec);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -238,7 +251,7 @@ static PyObject *database_read(DatabaseObject *self, PyObject *arg)
         return set_error(st, rc, &e);
     }
     return record_new_from(st, self->encoding, self->errors, self->mst_path,
-                           rec);
+                           &self->codec, rec);
 }
 
 static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
@@ -260,7 +273,7 @@ static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
         return set_error(st, rc, &e);
     }
     return record_new_from(st, self->encoding, self->errors, self->mst_path,
-                           rec);
+                           &self->codec, rec);
 }
 
 static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
@@ -303,7 +316,7 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
     if (!list) goto cleanup;
     for (i = 0; i < n; i++) {
         PyObject *r = record_new_from(st, self->encoding, self->errors,
-                                      self->mst_path, recs[i]);
+                                      self->mst_path, &self->codec, recs[i]);
         recs[i] = NULL;
         if (!r) {
             Py_CLEAR(list);
@@ -852,7 +865,7 @@ static PyObject *iter_next_claimed(IterObject *it)
     r = it->recs[it->pos];
     it->recs[it->pos++] = NULL;
     return record_new_from(st, it->db->encoding, it->db->errors,
-                           it->db->mst_path, r);
+                           it->db->mst_path, &it->db->codec, r);
 }
 
 static PyObject *iter_next(IterObject *it)

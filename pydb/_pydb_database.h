@@ -7,6 +7,7 @@
 #define PYDB_BINDING_DATABASE_H
 
 #include "_pydb_module.h"
+#include "_pydb_record.h"
 
 struct SnapshotObject;   /* _pydb_snapshot.h */
 
@@ -18,6 +19,7 @@ typedef struct {
     PyObject *errors;    /* str */
     PyObject *path;      /* str, as given */
     PyObject *mst_path;  /* str: the master file, named by decode errors */
+    record_codec codec;  /* how `encoding` decodes (codec_resolve)      */
     PyObject *weakreflist;
     pydb_txn *txn;       /* the open write transaction (_pydb_transaction.c),
                             aborted by close(); changed with the GIL held */
@@ -37,22 +39,6 @@ int database_check_open_(module_state *st, DatabaseObject *self,
 /* In a function that declared PIN_SCOPE (_pydb_module.h): the check pins
  * the handle on a free-threaded build until that function returns. */
 #define database_check_open(st, self) database_check_open_(st, self, PINS_)
-
-/* *s, a str every Record of a database refers to (its encoding, error
- * handler, master file path), made shared: on a free-threaded build
- * interned, which makes it immortal (CPython 3.13), so that threads
- * creating Records at once do not all write its reference count (one
- * cache line bounced between cores per Record); the cost is one str per
- * distinct value kept for the life of the process.  Nothing on a GIL
- * build. */
-static inline void shared_str(PyObject **s)
-{
-#ifdef Py_GIL_DISABLED
-    PyUnicode_InternInPlace(s);
-#else
-    (void)s;
-#endif
-}
 
 /* Convert a Python int to a 1-based MFN (NotFoundError outside
  * 1..2^31-1, TypeError for non-ints).  0 on success, -1 on error. */

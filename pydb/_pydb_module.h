@@ -98,21 +98,31 @@ Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
  * a free-threaded build, by the pins below. */
 #ifdef Py_GIL_DISABLED
 #define GUARD_SLOTS 16
+#define GUARD_LINE 64   /* bytes: a cache line */
 #else
 #define GUARD_SLOTS 1
+#define GUARD_LINE sizeof(atomic_int)
 #endif
 typedef struct {
     /* operations running with the GIL released, and (free-threaded)
      * scopes that pinned the handle: counted in the slot of the thread
-     * that runs them (guard_slot_), summed by guard_active().  Slots are
-     * 64 bytes apart, so that two threads reading at once (a pin and its
-     * release per read by key) do not write one cache line: on 3.13t a
-     * shared counter cost a fifth of such a read with two threads. */
-    struct {
+     * that runs them (guard_slot_), summed by guard_active().  On a
+     * free-threaded build each slot, and `closing`, has a cache line of
+     * its own, apart from the object's header too, so that two threads
+     * reading at once (a pin and its release per read by key) do not
+     * write one line: on 3.13t a shared counter cost a fifth of such a
+     * read with two threads.  About 1 KiB per handle there. */
+#ifdef Py_GIL_DISABLED
+    char lead_[GUARD_LINE];
+#endif
+    union {
         atomic_int n;
-        char pad_[64 - sizeof(atomic_int)];
+        char line_[GUARD_LINE];
     } active[GUARD_SLOTS];
-    atomic_int closing; /* close() has begun: no new operation       */
+    union {
+        atomic_int closing; /* close() has begun: no new operation   */
+        char line_[GUARD_LINE];
+    };
 } handle_guard;
 
 /* The calling thread's slot of every guard (fixed for the thread). */
@@ -125,8 +135,10 @@ static inline int guard_slot_(void) { return 0; }
 /* A new guard: open, nothing in flight. */
 void guard_init(handle_guard *g);
 
-/* Operations in flight and pins on `g`, all threads (a sum of slots read
- * one by one: exact once `closing` is set, as close() reads it). */
+/* Operations in flight and pins on `g`, all threads: a sum of slots read
+ * one by one, not a snapshot.  Read after `closing` is set (as close()
+ * does) it never misses a pin that then goes on to use the handle; a pin
+ * backing off, or a guard counted without a pin, may still come and go. */
 int guard_active(handle_guard *g);
 
 /* ------------------------------------------------------- pins (PEP 703)
@@ -224,6 +236,22 @@ static inline void guard_leave_(handle_guard *a, handle_guard *b)
         guard_leave_(unlocked_g1_, unlocked_g2_);                      \
         Py_END_ALLOW_THREADS                                           \
     } while (0)
+
+/* *s, a str every Record of a database refers to (its encoding, error
+ * handler, master file path, code page table), made shared: on a free-threaded build
+ * interned, which makes it immortal (CPython 3.13), so that threads
+ * creating Records at once do not all write its reference count (one
+ * cache line bounced between cores per Record); the cost is one str per
+ * distinct value kept for the life of the process.  Nothing on a GIL
+ * build. */
+static inline void shared_str(PyObject **s)
+{
+#ifdef Py_GIL_DISABLED
+    PyUnicode_InternInPlace(s);
+#else
+    (void)s;
+#endif
+}
 
 /* ------------------------------------------------------- exec hooks */
 int record_exec(PyObject *m, module_state *st);

@@ -25,44 +25,8 @@ typedef struct {
     PyObject *encoding;
     PyObject *errors;
     PyObject *source;   /* str: the master file, for decode errors */
-    int codec;          /* CODEC_*: how decode() decodes; 0 until asked */
+    record_codec codec; /* its database's, when the record was read */
 } RecordObject;
-
-/* The codecs decode() calls directly (the names Python normalises to
- * them, and the standard library's single-byte code pages: CHARMAP),
- * sparing PyUnicode_Decode()'s lookup of the name and, for a code page,
- * its Python-level codec call per field. */
-enum { CODEC_UNKNOWN, CODEC_UTF8, CODEC_LATIN1, CODEC_ASCII, CODEC_CHARMAP,
-       CODEC_OTHER };
-
-PyObject *record_new_from(module_state *st, PyObject *encoding,
-                          PyObject *errors, PyObject *source,
-                          pydb_record *rec)
-{
-    RecordObject *r;
-    r = (RecordObject *)st->record_class->tp_alloc(st->record_class, 0);
-    if (!r) {
-        pydb_record_free(rec);
-        return NULL;
-    }
-    r->rec = rec;
-    r->encoding = Py_NewRef(encoding);
-    r->errors = Py_NewRef(errors);
-    r->source = Py_NewRef(source);
-    r->codec = CODEC_UNKNOWN;
-    return (PyObject *)r;
-}
-
-static void record_dealloc(RecordObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    pydb_record_free(self->rec);
-    Py_XDECREF(self->encoding);
-    Py_XDECREF(self->errors);
-    Py_XDECREF(self->source);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp);
-}
 
 static int codec_of(const char *encoding)
 {
@@ -74,6 +38,92 @@ static int codec_of(const char *encoding)
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(encoding, known[i].name) == 0) return known[i].codec;
     return CODEC_OTHER;
+}
+
+/* The code page's answer of pydb.encoding.charmap_decoding() for
+ * `encoding`, asked once per name per module (kept in st->charmaps):
+ * (table, ascii) or None, borrowed (the dict never drops one).  NULL and
+ * an exception where it fails or answers something else. */
+static PyObject *charmap_answer(module_state *st, PyObject *encoding)
+{
+    PyObject *got = PyDict_GetItemWithError(st->charmaps, encoding);
+    if (!got) {
+        PyObject *fresh;
+        if (PyErr_Occurred()) return NULL;
+        fresh = PyObject_CallOneArg(st->charmap_decoding, encoding);
+        if (!fresh) return NULL;
+        if (fresh != Py_None &&
+            (!PyTuple_Check(fresh) || PyTuple_GET_SIZE(fresh) != 2 ||
+             !PyUnicode_Check(PyTuple_GET_ITEM(fresh, 0)) ||
+             PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(fresh, 0)) != 256 ||
+             !PyBool_Check(PyTuple_GET_ITEM(fresh, 1)))) {
+            Py_DECREF(fresh);
+            PyErr_SetString(PyExc_TypeError, "charmap_decoding() must return "
+                            "(a str of 256 characters, bool) or None");
+            return NULL;
+        }
+        got = PyDict_SetDefault(st->charmaps, encoding, fresh);
+        Py_DECREF(fresh);
+    }
+    return got;
+}
+
+int codec_resolve(module_state *st, PyObject *encoding, record_codec *out)
+{
+    const char *name = PyUnicode_AsUTF8(encoding);
+    PyObject *got;
+    out->kind = 0;
+    out->ascii_same = 0;
+    out->table = NULL;
+    if (!name) return -1;
+    out->kind = codec_of(name);
+    out->ascii_same = out->kind != CODEC_OTHER;
+    if (out->kind != CODEC_OTHER) return 0;
+    got = charmap_answer(st, encoding);
+    if (!got) return -1;
+    if (got == Py_None) return 0;
+    out->kind = CODEC_CHARMAP;
+    out->ascii_same = PyTuple_GET_ITEM(got, 1) == Py_True;
+    out->table = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+    shared_str(&out->table);
+    return 0;
+}
+
+void record_codec_clear(record_codec *c)
+{
+    Py_CLEAR(c->table);
+    c->kind = 0;
+}
+
+PyObject *record_new_from(module_state *st, PyObject *encoding,
+                          PyObject *errors, PyObject *source,
+                          const record_codec *codec, pydb_record *rec)
+{
+    RecordObject *r;
+    r = (RecordObject *)st->record_class->tp_alloc(st->record_class, 0);
+    if (!r) {
+        pydb_record_free(rec);
+        return NULL;
+    }
+    r->rec = rec;
+    r->encoding = Py_NewRef(encoding);
+    r->errors = Py_NewRef(errors);
+    r->source = Py_NewRef(source);
+    r->codec = *codec;
+    Py_XINCREF(r->codec.table);
+    return (PyObject *)r;
+}
+
+static void record_dealloc(RecordObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pydb_record_free(self->rec);
+    Py_XDECREF(self->encoding);
+    Py_XDECREF(self->errors);
+    Py_XDECREF(self->source);
+    Py_XDECREF(self->codec.table);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
 }
 
 /* The UnicodeDecodeError now set, raised again as FieldDecodeError (a
@@ -124,58 +174,24 @@ done:
     return NULL;
 }
 
-/* How a record's values decode, resolved once per call of fields,
- * rec[tag] or get() (decoder_init) and used for each field (decode). */
+/* How a record's values decode, taken once per call of fields, rec[tag]
+ * or get() (decoder_init) and used for each field (decode). */
 typedef struct {
-    int codec;              /* CODEC_*, never CODEC_UNKNOWN */
+    int codec;              /* CODEC_* */
     int ascii_same;         /* bytes 0x00-0x7F decode to themselves */
     const char *encoding;   /* for CODEC_OTHER */
     const char *errors;
-    PyObject *table;        /* CODEC_CHARMAP: 256-character str (borrowed
-                               from st->charmaps, which never drops one) */
+    PyObject *table;        /* CODEC_CHARMAP: the record's reference */
 } decoder;
-
-/* The single-byte code page of `encoding` into d (CODEC_CHARMAP), if it
- * is one: pydb.encoding.charmap_decoding() asked once per encoding name
- * per module, its answer kept in st->charmaps.  0, or -1 and an
- * exception. */
-static int charmap_of(module_state *st, PyObject *encoding, decoder *d)
-{
-    PyObject *got = PyDict_GetItemWithError(st->charmaps, encoding);
-    if (!got) {
-        PyObject *fresh;
-        if (PyErr_Occurred()) return -1;
-        fresh = PyObject_CallOneArg(st->charmap_decoding, encoding);
-        if (!fresh) return -1;
-        got = PyDict_SetDefault(st->charmaps, encoding, fresh);
-        Py_DECREF(fresh);
-        if (!got) return -1;
-    }
-    if (got == Py_None) return 0;
-    if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2 ||
-        !PyUnicode_Check(PyTuple_GET_ITEM(got, 0))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "charmap_decoding() must return (str, bool) or None");
-        return -1;
-    }
-    d->codec = CODEC_CHARMAP;
-    d->table = PyTuple_GET_ITEM(got, 0);
-    d->ascii_same = PyObject_IsTrue(PyTuple_GET_ITEM(got, 1)) == 1;
-    return 0;
-}
 
 static int decoder_init(decoder *d, RecordObject *self)
 {
     d->errors = PyUnicode_AsUTF8(self->errors);
     d->encoding = PyUnicode_AsUTF8(self->encoding);
     if (!d->errors || !d->encoding) return -1;
-    if (self->codec == CODEC_UNKNOWN)   /* the same value in any thread */
-        self->codec = codec_of(d->encoding);
-    d->codec = self->codec;
-    d->ascii_same = d->codec != CODEC_OTHER;
-    d->table = NULL;
-    if (d->codec == CODEC_OTHER)
-        return charmap_of(state_of_type(Py_TYPE(self)), self->encoding, d);
+    d->codec = self->codec.kind ? self->codec.kind : CODEC_OTHER;
+    d->ascii_same = self->codec.ascii_same;
+    d->table = self->codec.table;
     return 0;
 }
 
@@ -401,12 +417,19 @@ static int field_shape_known(module_state *st)
     PyTypeObject *tp = st->field_type;
     PyObject *probe;
     int ok;
-    /* items at a tuple's ob_item; the size asked for (basicsize plus
-     * one pointer per item) holds them: CPython 3.11 gives a basicsize
-     * of offsetof(ob_item), 3.13t sizeof(PyTupleObject) */
-    if (tp->tp_itemsize != sizeof(PyObject *) ||
-        tp->tp_basicsize < (Py_ssize_t)offsetof(PyTupleObject, ob_item) ||
-        tp->tp_basicsize > (Py_ssize_t)sizeof(PyTupleObject) ||
+    /* the items at a tuple's ob_item, and nothing else in the header:
+     * CPython 3.13 counts a structseq's hidden items in its basicsize
+     * (Objects/structseq.c), Field's one (raw) included; 3.14's tuples
+     * cache their hash (ob_hash), which field_new() does not set, so
+     * there the slow path is taken */
+    Py_ssize_t want = (Py_ssize_t)offsetof(PyTupleObject, ob_item);
+#if PY_VERSION_HEX >= 0x030E0000
+    return 0;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    want += (Py_ssize_t)sizeof(PyObject *);
+#endif
+    if (tp->tp_itemsize != sizeof(PyObject *) || tp->tp_basicsize != want ||
         !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
         (tp->tp_flags & Py_TPFLAGS_BASETYPE))
         return 0;
@@ -877,6 +900,31 @@ void record_clear(module_state *st)
     }
 #else
     (void)st;
+#endif
+}
+
+PyObject *record_test_codec(module_state *st, PyObject *rec)
+{
+    static const char *const names[] = {"other", "utf-8", "latin-1", "ascii",
+                                        "charmap", "other"};
+    const record_codec *c;
+    if (!PyObject_TypeCheck(rec, st->record_type)) {
+        PyErr_SetString(PyExc_TypeError, "a Record");
+        return NULL;
+    }
+    c = &((RecordObject *)rec)->codec;
+    return Py_BuildValue("sO", names[c->kind], c->ascii_same ? Py_True : Py_False);
+}
+
+PyObject *record_test_free_list(module_state *st, int clear)
+{
+    if (clear) record_clear(st);
+#ifndef Py_GIL_DISABLED
+    return Py_BuildValue("iO", field_nfree,
+                         field_free_type && field_free_type == st->field_type
+                             ? Py_True : Py_False);
+#else
+    return Py_BuildValue("iO", 0, Py_False);
 #endif
 }
 

@@ -8,13 +8,44 @@
 
 #include "_pydb_module.h"
 
+/* The decoders decode() (_pydb_record.c) calls directly: UTF-8, Latin-1
+ * and ASCII by the names Python normalises to them, and the standard
+ * library's single-byte code pages (CHARMAP: pydb.encoding.
+ * charmap_decoding), sparing PyUnicode_Decode()'s lookup of the name and,
+ * for a code page, its Python-level codec call per field; OTHER: that. */
+enum { CODEC_UTF8 = 1, CODEC_LATIN1, CODEC_ASCII, CODEC_CHARMAP, CODEC_OTHER };
+
+/* How a database's values decode: resolved when the database is opened or
+ * its codec set (codec_resolve), copied into each of its Records. */
+typedef struct {
+    int kind;          /* CODEC_*, 0 before codec_resolve()            */
+    int ascii_same;    /* bytes 0x00-0x7F decode to themselves         */
+    PyObject *table;   /* CODEC_CHARMAP: the 256-character decoding
+                          table (a reference; interned, so immortal, on
+                          a free-threaded build); else NULL            */
+} record_codec;
+
+/* Resolve the codec named `encoding` (str) into *out, which holds no
+ * reference before (record_codec_clear() drops one).  0, or -1 and an
+ * exception (the name not a str, or charmap_decoding() failing). */
+int codec_resolve(module_state *st, PyObject *encoding, record_codec *out);
+void record_codec_clear(record_codec *c);
+
 /* A new instance of the record class (pydb.Record) owning `rec` (freed on
- * failure too); values are decoded with `encoding`/`errors` (str); a value
- * that does not decode raises FieldDecodeError naming `source` (str: the
- * master file), the MFN, the tag and the occurrence. */
+ * failure too); values are decoded with `encoding`/`errors` (str) as
+ * `codec` (resolved from that encoding) says; a value that does not
+ * decode raises FieldDecodeError naming `source` (str: the master file),
+ * the MFN, the tag and the occurrence. */
 PyObject *record_new_from(module_state *st, PyObject *encoding,
                           PyObject *errors, PyObject *source,
-                          pydb_record *rec);
+                          const record_codec *codec, pydb_record *rec);
+
+/* Test hooks (pydb._pydb._testing, _pydb_testing.c): the decoder a
+ * Record's values take, ("utf-8" | "latin-1" | "ascii" | "charmap" |
+ * "other", ascii_same); and the Field free list, (Fields kept, whether it
+ * serves this module's Field type), after record_clear() when `clear`. */
+PyObject *record_test_codec(module_state *st, PyObject *rec);
+PyObject *record_test_free_list(module_state *st, int clear);
 
 /* ------------------------------------------------ the field converter
  *

@@ -337,7 +337,7 @@ static PyObject *snapshot_read(SnapshotObject *s, PyObject *arg)
         return set_error(st, rc, &e);
     }
     return record_new_from(st, s->db->encoding, s->db->errors,
-                           s->db->mst_path, rec);
+                           s->db->mst_path, &s->db->codec, rec);
 }
 
 static PyObject *snapshot_read_many(SnapshotObject *s, PyObject *arg)
@@ -374,7 +374,8 @@ static PyObject *snapshot_read_many(SnapshotObject *s, PyObject *arg)
     if (!list) goto cleanup;
     for (i = 0; i < n; i++) {
         PyObject *r = record_new_from(st, s->db->encoding, s->db->errors,
-                                      s->db->mst_path, recs[i]);
+                                      s->db->mst_path, &s->db->codec,
+                                      recs[i]);
         recs[i] = NULL;
         if (!r) {
             Py_CLEAR(list);

@@ -626,6 +626,20 @@ static PyObject *mod_test_crc32c(PyObject *m, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* ------------------------------------------------------------- records */
+
+static PyObject *record_codec_hook(PyObject *m, PyObject *rec)
+{
+    return record_test_codec(PyModule_GetState(m), rec);
+}
+
+static PyObject *field_free_list(PyObject *m, PyObject *args)
+{
+    int clear = 0;
+    if (!PyArg_ParseTuple(args, "|p", &clear)) return NULL;
+    return record_test_free_list(PyModule_GetState(m), clear);
+}
+
 /* ------------------------------------------------------------- the door */
 
 /* index garbage (issue 11, helper "idx"): defined at the end of the file */
@@ -681,6 +695,14 @@ static PyMethodDef testing_functions[] = {
      METH_VARARGS | METH_KEYWORDS, key_normalize_doc},
     {"bench_scan", (PyCFunction)bench_scan, METH_VARARGS, bench_scan_doc},
     {"resident", (PyCFunction)resident, METH_VARARGS, resident_doc},
+    {"record_codec", record_codec_hook, METH_O,
+     "record_codec($module, rec, /)\n--\n\nThe decoder rec's values take: (\"utf-8\" | "
+     "\"latin-1\" | \"ascii\" | \"charmap\" | \"other\", whether ASCII bytes "
+     "are copied without it)."},
+    {"field_free_list", field_free_list, METH_VARARGS,
+     "field_free_list($module, clear=False, /)\n--\n\n(Fields kept for reuse, whether the "
+     "list serves this module's Field type); with clear, after the module's "
+     "clear of the list (record_clear), as at the interpreter's exit."},
     {"index_collect", (PyCFunction)index_collect, METH_VARARGS,
      "index_collect(db, index, budget, idle=True, offer=False, /)\n--\n\n"
      "One call of the native index's collect(ctx, db, {budget, idle, 0 ms, "

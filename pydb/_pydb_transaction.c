@@ -307,7 +307,8 @@ static void txn_dealloc(TxnObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     if (self->txn && self->db && self->db->txn == self->txn &&
-        guard_active(&self->db->guard) == 0) {
+        guard_active(&self->db->guard) == 0) {   /* a hint: nothing in
+                                                       flight just now */
         pydb_txn *t = self->txn;
         txn_end(self, 2);
         pydb_txn_abort(t);

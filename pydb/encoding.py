@@ -113,16 +113,17 @@ def charmap_decoding(encoding: str) -> tuple[str, bool] | None:
     Returns:
         ``(table, ascii)``: the 256-character str and whether bytes
         0x00-0x7F decode to themselves (ASCII values then need no
-        table); or None: not such a code page, or no codec of that name
-        (decoding then raises the codec registry's LookupError).
+        table); or None: not such a code page, no codec of that name
+        (decoding then raises the codec registry's LookupError), or a
+        codec whose module or decoding fails here in any other way (the
+        registry's path then meets the same failure where it decodes).
+
+    Raises nothing.
     """
     try:
         info = codecs.lookup(encoding)
-    except LookupError:
-        return None
-    try:
         module = importlib.import_module("encodings." + info.name.replace("-", "_"))
-    except ImportError:
+    except Exception:
         return None
     table = getattr(module, "decoding_table", None)
     if not isinstance(table, str) or len(table) != 256:
@@ -132,6 +133,8 @@ def charmap_decoding(encoding: str) -> tuple[str, bool] | None:
             got = info.decode(bytes((b,)))[0]
         except UnicodeDecodeError:
             got = "\ufffe"
+        except Exception:
+            return None
         if got != table[b]:
             return None
     return table, table[:128] == "".join(map(chr, range(128)))

@@ -179,23 +179,39 @@ def test_fields_in_a_subinterpreter(tmp_path):
 
 def test_freed_fields_freed_at_exit(tmp_path):
     """At the interpreter's exit the module frees the Fields it kept for
-    reuse (_pydb_record.c, record_clear): a process that filled the list
-    exits cleanly under CPython's debug allocator, which aborts on a
-    block freed twice or written after its free."""
+    reuse (_pydb_record.c, record_clear): the list, full after a scan
+    (none on a free-threaded build), is empty and serves no type after
+    the module's clear, and stays so while Fields are made and freed; a
+    process that filled the list exits cleanly under CPython's debug
+    allocator, which aborts on a block freed twice or written after its
+    free."""
     from pathlib import Path
     base = generate(tmp_path, count=600)
     code = ("import pydb\n"
+            "from pydb._pydb import _testing\n"
             f"with pydb.open({str(base)!r}) as db:\n"
             "    kept = [r.fields for r in db]\n"
             "    n = sum(map(len, kept))\n"
             "    del kept\n"
-            "print(n)\n")
+            "    full = _testing.field_free_list()\n"
+            "    cleared = _testing.field_free_list(True)\n"
+            "    again = [[(f.tag, f.value, f.raw) for f in r.fields] for r in db]\n"
+            "    after = _testing.field_free_list()\n"
+            "    ok = again == [[(f.tag, f.value, f.raw) for f in r.fields] for r in db]\n"
+            "print(n, full, cleared, after, ok)\n")
     env = dict(os.environ, PYTHONMALLOC="debug",
                PYTHONPATH=str(Path(pydb.__file__).parents[1]))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert int(proc.stdout) > 2048   # more than the list keeps
+    n, rest = proc.stdout.split(" ", 1)
+    assert int(n) > 2048   # more than the list keeps
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    full = (2048, True) if gil else (0, False)   # no list without the GIL
+    # kept, then cleared as at exit: no Field goes on a list that serves
+    # no type any more, and Fields made afterwards are whole
+    assert rest.split() == [f"({full[0]},", f"{full[1]})", "(0,", "False)", "(0,", "False)",
+                            "True"]
 
 
 def test_encodings(db_path):

@@ -382,6 +382,63 @@ def test_charmap_decoding_takes_only_the_standard_code_pages():
         assert enc.charmap_decoding(name) is None, name
 
 
+def test_charmap_decoding_refuses_a_codec_that_is_not_its_table(monkeypatch):
+    """A codec whose decoding disagrees with its module's table in one
+    byte (here a lookup answering "cp850" with a codec that reads 0x80
+    otherwise) gets no table: its values keep the codec's own path."""
+    import codecs
+    real = codecs.lookup("cp850")
+
+    def decode(data, errors="strict"):
+        text, n = real.decode(data, errors)
+        return text.replace("\u00c7", "?"), n   # 0x80 is Ç in cp850
+
+    fake = codecs.CodecInfo(real.encode, decode, name="cp850")
+    monkeypatch.setattr(enc.codecs, "lookup", lambda name: fake)
+    assert enc.charmap_decoding("cp850") is None
+    monkeypatch.undo()
+    assert enc.charmap_decoding("cp850") is not None
+
+
+def test_records_take_the_decoder_of_their_database(tmp_path):
+    """Each database resolves its codec once (_pydb_record.c,
+    codec_resolve) and its Records take it: the code pages their table,
+    ASCII copied where the table keeps ASCII; other codecs (UTF-16, one
+    an application registered) the codec registry."""
+    import codecs
+
+    from pydb._pydb import _testing
+
+    def rot13_encode(text, errors="strict"):
+        return codecs.encode(text, "rot13").encode(), len(text)
+
+    def rot13_decode(data, errors="strict"):
+        return codecs.decode(bytes(data).decode(), "rot13"), len(data)
+
+    def search(name):
+        if name == "pydb_test_rot13":
+            return codecs.CodecInfo(rot13_encode, rot13_decode, name="pydb_test_rot13")
+        return None
+    codecs.register(search)
+    try:
+        base = tmp_path / "k"
+        with pydb.create(base) as db:
+            db.append([(1, b"Uryyb!")])
+        for name, want in [("utf-8", ("utf-8", True)), ("latin-1", ("latin-1", True)),
+                           ("ascii", ("ascii", True)), ("cp850", ("charmap", True)),
+                           ("windows-1252", ("charmap", True)), ("cp037", ("charmap", False)),
+                           ("utf-16-le", ("other", False)),
+                           ("pydb_test_rot13", ("other", False))]:
+            with pydb.open(base, encoding=name) as db:
+                rec = db[1]
+                assert _testing.record_codec(rec) == want, name
+                assert rec[1] == [b"Uryyb!".decode(name, "surrogateescape")], name
+        with pydb.open(base, encoding="pydb_test_rot13") as db:
+            assert db[1][1] == ["Hello!"]
+    finally:
+        codecs.unregister(search)
+
+
 CODE_PAGES = ["cp850", "cp437", "cp852", "cp1252", "koi8-r", "mac-roman", "cp037"]
 
 
