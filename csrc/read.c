@@ -714,6 +714,14 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     uint8_t *raw, head[PYDB_DIRECT_ALIGN];
     int rc;
 
+    /* The state's record may lie past the size this handle last saw (a
+     * commit of another process, a state pinned before a switch of the
+     * file pair): sizes again, once, before calling it damage. */
+    if (off >= PYDB_CTL_SIZE && avail < g->leader &&
+        pydb__refresh_sizes(db)) {
+        mst_size = pydb__fsize(&db->mst);
+        avail = mst_size - off;
+    }
     if (off < PYDB_CTL_SIZE || avail < g->leader)
         return PYDB_CORRUPT(err, path, off,
                             "record of MFN %d: a %d-byte leader at offset "
@@ -736,6 +744,8 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
                    nowait);
     if (rc) return rc;
     pydb__leader_decode(&l, g, head);
+    if (l.mfrl > mst_size - off && pydb__refresh_sizes(db))
+        mst_size = pydb__fsize(&db->mst);   /* as above */
     rc = pydb__leader_check(&l, g, mfn, off, mst_size, path, err);
     if (rc) return rc;
     mfrl = (size_t)l.mfrl;
