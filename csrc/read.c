@@ -82,6 +82,17 @@ static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
 
 /* Whether the XRF entry points at a stored version (active, or logically
  * deleted and still readable). */
+/* The master file's size as this handle knows it, taken again (fstat,
+ * pydb__refresh_sizes) when `end` (bytes) lies past it: a commit of
+ * another process, or a state pinned before a switch of the file pair,
+ * may name bytes the handle has not seen yet; only past the size taken
+ * again is a pointer damage. */
+static int64_t mst_size_to(pydb_db *db, int64_t end)
+{
+    if (end > pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
+    return pydb__fsize(&db->mst);
+}
+
 static int has_version(const pydb_xrf_entry *e)
 {
     return e->state == PYDB_XRF_ACTIVE || e->state == PYDB_XRF_LDELETED;
@@ -101,8 +112,7 @@ static int resolve(pydb_xrf_entry *e, pydb_db *db, const pydb_state *st,
     int status, rc;
 
     if (!has_version(e) || e->offset < st->mst_end) return PYDB_OK;
-    if (e->offset >= pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
-    if (e->offset >= pydb__fsize(&db->mst))
+    if (e->offset >= mst_size_to(db, e->offset + 1))
         return PYDB_CORRUPT(err, db->xrf.path, where,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, past the end of %s (%lld bytes)",
@@ -575,8 +585,7 @@ int pydb__leader_read(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
     uint8_t h[32];
     int rc;
 
-    if (limit < 0 && off + g->leader > pydb__fsize(&db->mst))
-        pydb__refresh_sizes(db);
+    if (limit < 0) (void)mst_size_to(db, off + g->leader);
     if (limit >= 0 && off + g->leader > limit)
         return PYDB_CORRUPT(err, db->mst.path, off,
                             "version of MFN %d at offset %lld lies past the "
@@ -586,12 +595,7 @@ int pydb__leader_read(pydb_leader *l, pydb_db *db, int32_t mfn, int64_t off,
                          "leader", err);
     if (rc) return rc;
     pydb__leader_decode(l, g, h);
-    if (limit < 0) {
-        /* the leader may lie inside the known size and the record past
-         * it */
-        if (l->mfrl > pydb__fsize(&db->mst) - off) pydb__refresh_sizes(db);
-        limit = pydb__fsize(&db->mst);
-    }
+    if (limit < 0) limit = mst_size_to(db, off + l->mfrl);
     return pydb__leader_check(l, g, mfn, off, limit, db->mst.path, err);
 }
 
@@ -707,21 +711,13 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
 {
     const pydb_geom *g = &pydb__geom[db->layout];
     const char *path = db->mst.path;
-    int64_t mst_size = pydb__fsize(&db->mst);
+    int64_t mst_size = mst_size_to(db, off + g->leader);
     int64_t avail = mst_size - off;
     size_t first, mfrl;
     pydb_leader l;
     uint8_t *raw, head[PYDB_DIRECT_ALIGN];
     int rc;
 
-    /* The state's record may lie past the size this handle last saw (a
-     * commit of another process, a state pinned before a switch of the
-     * file pair): sizes again, once, before calling it damage. */
-    if (off >= PYDB_CTL_SIZE && avail < g->leader &&
-        pydb__refresh_sizes(db)) {
-        mst_size = pydb__fsize(&db->mst);
-        avail = mst_size - off;
-    }
     if (off < PYDB_CTL_SIZE || avail < g->leader)
         return PYDB_CORRUPT(err, path, off,
                             "record of MFN %d: a %d-byte leader at offset "
@@ -744,8 +740,7 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
                    nowait);
     if (rc) return rc;
     pydb__leader_decode(&l, g, head);
-    if (l.mfrl > mst_size - off && pydb__refresh_sizes(db))
-        mst_size = pydb__fsize(&db->mst);   /* as above */
+    mst_size = mst_size_to(db, off + l.mfrl);
     rc = pydb__leader_check(&l, g, mfn, off, mst_size, path, err);
     if (rc) return rc;
     mfrl = (size_t)l.mfrl;
@@ -919,7 +914,6 @@ int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
     do {
         rc = files_begin(&fs, db, 0, err);
         if (rc) return rc;
-        if (offset >= pydb__fsize(&db->mst)) pydb__refresh_sizes(db);
         if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
         rc = read_version(rec, db, mfn, offset, err, 0);
         if (rc == PYDB_OK) {

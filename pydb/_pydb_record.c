@@ -72,7 +72,7 @@ int codec_resolve(module_state *st, PyObject *encoding, record_codec *out)
 {
     const char *name = PyUnicode_AsUTF8(encoding);
     PyObject *got;
-    out->kind = 0;
+    out->kind = CODEC_OTHER;
     out->ascii_same = 0;
     out->table = NULL;
     if (!name) return -1;
@@ -92,7 +92,8 @@ int codec_resolve(module_state *st, PyObject *encoding, record_codec *out)
 void record_codec_clear(record_codec *c)
 {
     Py_CLEAR(c->table);
-    c->kind = 0;
+    c->kind = CODEC_OTHER;
+    c->ascii_same = 0;
 }
 
 PyObject *record_new_from(module_state *st, PyObject *encoding,
@@ -177,22 +178,17 @@ done:
 /* How a record's values decode, taken once per call of fields, rec[tag]
  * or get() (decoder_init) and used for each field (decode). */
 typedef struct {
-    int codec;              /* CODEC_* */
-    int ascii_same;         /* bytes 0x00-0x7F decode to themselves */
+    const record_codec *c;  /* the record's */
     const char *encoding;   /* for CODEC_OTHER */
     const char *errors;
-    PyObject *table;        /* CODEC_CHARMAP: the record's reference */
 } decoder;
 
 static int decoder_init(decoder *d, RecordObject *self)
 {
     d->errors = PyUnicode_AsUTF8(self->errors);
     d->encoding = PyUnicode_AsUTF8(self->encoding);
-    if (!d->errors || !d->encoding) return -1;
-    d->codec = self->codec.kind ? self->codec.kind : CODEC_OTHER;
-    d->ascii_same = self->codec.ascii_same;
-    d->table = self->codec.table;
-    return 0;
+    d->c = &self->codec;
+    return d->errors && d->encoding ? 0 : -1;
 }
 
 /* Whether a decoded value can stand for its stored bytes: an ASCII str
@@ -233,19 +229,19 @@ static PyObject *decode(RecordObject *self, const decoder *d,
 {
     const char *s = (const char *)f->value;
     PyObject *v;
-    if (d->ascii_same && f->len > 1 &&
+    if (d->c->ascii_same && f->len > 1 &&
         all_ascii(f->value, f->len)) {
         v = PyUnicode_New((Py_ssize_t)f->len, 127);
         if (v) memcpy(PyUnicode_DATA(v), s, f->len);
         if (v && same) *same = 1;
         return v;
     }
-    switch (d->codec) {
+    switch (d->c->kind) {
     case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;
     case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, d->errors); break;
     case CODEC_ASCII: v = PyUnicode_DecodeASCII(s, f->len, d->errors); break;
     case CODEC_CHARMAP:
-        v = PyUnicode_DecodeCharmap(s, f->len, d->table, d->errors);
+        v = PyUnicode_DecodeCharmap(s, f->len, d->c->table, d->errors);
         break;
     default: v = PyUnicode_Decode(s, f->len, d->encoding, d->errors);
     }
@@ -906,7 +902,7 @@ void record_clear(module_state *st)
 PyObject *record_test_codec(module_state *st, PyObject *rec)
 {
     static const char *const names[] = {"other", "utf-8", "latin-1", "ascii",
-                                        "charmap", "other"};
+                                        "charmap"};
     const record_codec *c;
     if (!PyObject_TypeCheck(rec, st->record_type)) {
         PyErr_SetString(PyExc_TypeError, "a Record");

@@ -12,13 +12,14 @@
  * and ASCII by the names Python normalises to them, and the standard
  * library's single-byte code pages (CHARMAP: pydb.encoding.
  * charmap_decoding), sparing PyUnicode_Decode()'s lookup of the name and,
- * for a code page, its Python-level codec call per field; OTHER: that. */
-enum { CODEC_UTF8 = 1, CODEC_LATIN1, CODEC_ASCII, CODEC_CHARMAP, CODEC_OTHER };
+ * for a code page, its Python-level codec call per field; OTHER (0, what
+ * a codec not yet resolved decodes with): that lookup. */
+enum { CODEC_OTHER, CODEC_UTF8, CODEC_LATIN1, CODEC_ASCII, CODEC_CHARMAP };
 
 /* How a database's values decode: resolved when the database is opened or
  * its codec set (codec_resolve), copied into each of its Records. */
 typedef struct {
-    int kind;          /* CODEC_*, 0 before codec_resolve()            */
+    int kind;          /* CODEC_*                                      */
     int ascii_same;    /* bytes 0x00-0x7F decode to themselves         */
     PyObject *table;   /* CODEC_CHARMAP: the 256-character decoding
                           table (a reference; interned, so immortal, on
