@@ -2,7 +2,7 @@
 all killed (SIGKILL) and restarted at random, for a number of seconds
 (docs/reliability.md §2.6).
 
-    python tools/soak.py SECONDS [--encoding cp1252] [--folder DIR]
+    python tools/soak.py SECONDS [--encoding cp1252] [--folder DIR] [--index]
 
 The writer opens the database with the background collector (merges and
 compactions; sync=True or False at random per start) and updates random
@@ -11,6 +11,10 @@ and the update.  Each reader, in a loop, reads every record either in a
 snapshot or by plain iteration and checks each one whole: its three
 fields of one update, the values Python's decoding gives, the raw bytes,
 ``rec[tag]`` and ``get()``; then ``stat()`` counts 300 active records.
+With ``--index`` the database has a native index (field 24's value as
+one key), which the writer's commits keep and its collector merges, and
+each reader's snapshot pass also searches it in the snapshot
+(check_search).
 A reader that fails prints its traceback and the run stops with exit
 status 1.  At the end the database is read and checked (``check()``)
 once more.  Exit status 0: no failure.  Its output's last line counts
@@ -66,14 +70,40 @@ def check(rec, enc: str) -> None:
     assert rec[24] == [f[0].value] and rec.get(70) == f[1].value
 
 
-def reader(base: str, enc: str, seed: int) -> None:
+def check_search(s, recs: list, rnd: random.Random, old: dict[int, str]) -> None:
+    """The snapshot's index agrees with its records: field 24's value is
+    one key (FST technique 0), so ``MFN$`` is every record, a record's
+    value and its ``"MFN<m> V"$`` find that record alone, and a value of
+    an older version (`old`: MFN -> value seen in an earlier snapshot) is
+    found nowhere.  `old` is then updated with this snapshot's values."""
+    assert list(s.search("MFN$")) == list(range(1, N + 1))
+    for rec in rnd.sample(recs, 20):
+        value = rec[24][0]
+        prefix = value.split()[0]
+        for expr in (f'"{value}"', f'"{prefix} V"$', f'"{prefix} V"$ * "{value}"'):
+            got = list(s.search(expr))
+            # what a failure needs to be understood: the snapshot's
+            # commit (0: files mode), the header, a compaction's files
+            assert got == [rec.mfn], (expr, got, s.info(), s.database.stat()["header"],
+                                      sorted(os.listdir(os.path.dirname(s.path))))
+        if old.get(rec.mfn, value) != value:
+            got = list(s.search(f'"{old[rec.mfn]}"'))
+            assert got == [], (old[rec.mfn], "of an older version", got)
+    old.update((rec.mfn, rec[24][0]) for rec in recs)
+
+
+def reader(base: str, enc: str, seed: int, index: bool) -> None:
     rnd = random.Random(seed)
     db = pydb.open(base, encoding=enc)
+    old: dict[int, str] = {}
     while True:
         if rnd.random() < .5:
             with db.snapshot() as s:
-                for m in range(1, N + 1):
-                    check(s[m], enc)
+                recs = [s[m] for m in range(1, N + 1)]
+                for rec in recs:
+                    check(rec, enc)
+                if index:
+                    check_search(s, recs, rnd, old)
         else:
             for rec in db:
                 check(rec, enc)
@@ -99,13 +129,16 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("seconds", type=float)
     ap.add_argument("--encoding", default="utf-8")
+    ap.add_argument("--index", action="store_true", help="a native index of field 24, "
+                    "searched in each reader's snapshots")
     ap.add_argument("--folder", default=None, help="where the database goes "
                     "(default: a new temporary folder, removed after a run without failure)")
     args = ap.parse_args(argv)
     folder = args.folder or tempfile.mkdtemp(prefix="pydb-soak-")
     base = os.path.join(folder, "db")
     enc = args.encoding
-    with pydb.create(base, "isis-packed", encoding=enc) as db:
+    fst = "24 0 v24\n" if args.index else None
+    with pydb.create(base, "isis-packed", encoding=enc, fst=fst) as db:
         for m in range(1, N + 1):
             db.append(fields(m, 0, enc))
     rnd = random.Random(7)
@@ -113,7 +146,7 @@ def main(argv: list[str]) -> int:
     kills = {"writer": 0, "reader": 0}
     seed = 1
     w = spawn(writer, base, enc, seed)
-    readers = [spawn(reader, base, enc, 100 + i) for i in range(3)]
+    readers = [spawn(reader, base, enc, 100 + i, args.index) for i in range(3)]
     failed = False
     try:
         while time.time() < t_end and not failed:
@@ -135,7 +168,7 @@ def main(argv: list[str]) -> int:
                 os.kill(readers[i], signal.SIGKILL)
                 os.waitpid(readers[i], 0)
                 kills["reader"] += 1
-                readers[i] = spawn(reader, base, enc, 200 + seed + i)
+                readers[i] = spawn(reader, base, enc, 200 + seed + i, args.index)
     finally:
         for p in [w] + readers:
             try:
@@ -151,6 +184,9 @@ def main(argv: list[str]) -> int:
     with pydb.open(base, encoding=enc) as db:
         for rec in db:
             check(rec, enc)
+        if args.index:
+            with db.snapshot() as s:
+                check_search(s, [s[m] for m in range(1, N + 1)], rnd, {})
         errors = db.check().errors
     print(f"kills {kills}, check() errors {errors}")
     if errors:
