@@ -705,7 +705,8 @@ static int xrf_grew(ck *c)
     if (!c->published) return 0;
     if (pydb__fsize(&db->xrf) <= c->xrf_size) pydb__refresh_sizes(db);
     return pydb__fsize(&db->xrf) >= c->xrf_size + PYDB_BLOCK ||
-           (shm && pydb__shm_applying_now(shm, pydb__shm_latest(shm)));
+           (shm && pydb__shm_applying_commit(shm) ==
+                       pydb__shm_latest(shm) + 1);
 }
 
 /* With a commit header: is the nonzero XRF entry `raw` of `mfn` (an MFN

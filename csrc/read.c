@@ -245,6 +245,35 @@ static int state_in(pydb_state *out, pydb_db *db, const pydb_state *st,
     return -1;
 }
 
+/* The error of a read as of *st that state_in() cannot carry to the
+ * handle's files of generation `gen`: it names what it compared (the
+ * last compaction's record, if any), so that a report says which
+ * compaction went past the state. */
+static int replaced_error(pydb_db *db, const pydb_state *st, uint64_t gen,
+                          pydb_error *err)
+{
+    uint64_t from;
+    pydb_state after;
+    if (pydb__shm_swap_get(pydb__db_shm(db), &from, &after) != 0)
+        return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                          "the master file of commit %llu (generation "
+                          "%llu) was replaced by a compaction (files of "
+                          "generation %llu now; no compaction record)",
+                          (unsigned long long)st->commit,
+                          (unsigned long long)st->file_gen,
+                          (unsigned long long)gen);
+    return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                      "the master file of commit %llu (generation %llu) "
+                      "was replaced by a compaction (files of generation "
+                      "%llu now; the last compaction replaced commit %llu "
+                      "with commit %llu of generation %llu)",
+                      (unsigned long long)st->commit,
+                      (unsigned long long)st->file_gen,
+                      (unsigned long long)gen, (unsigned long long)from,
+                      (unsigned long long)after.commit,
+                      (unsigned long long)after.file_gen);
+}
+
 /* Open one database file of the new pair like handle.c's file_open
  * (without the mapping): its fd and size. */
 static int pair_open(int *fd, int64_t *size, const char *path, int writable)
@@ -809,10 +838,7 @@ static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
                                       (unsigned long long)st->file_gen);
                 continue;
             }
-            return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
-                              "the master file of commit %llu was replaced "
-                              "by a compaction",
-                              (unsigned long long)st->commit);
+            return replaced_error(db, st, fs >> 1, err);
         }
         if (rec) rc = read_in(rec, db, &cur, mfn, err, nowait);
         else rc = xrf_get(xe, db, &cur, mfn, err, 0);
@@ -1270,12 +1296,30 @@ static int state_agrees(const pydb_state *st, const pydb_ctl *c)
            st->next_pos == c->next_pos;
 }
 
+/* Whether control record *c is newer than state *st of the same files:
+ * within one file generation the records' end and NXTMFN only grow. */
+static int ctl_newer(const pydb_ctl *c, const pydb_state *st)
+{
+    return c->next_mfn > st->next_mfn ||
+           pydb__ctl_end(c->next_block, c->next_pos) > st->mst_end;
+}
+
 /* Decide whether reads may trust the header, given the control record *v
- * just read: yes when they agree, or when a live pydb writer is applying
- * the commit after the header's latest (it writes the control record,
- * then publishes).  A writer may publish between the two reads: look
- * again once before giving up on the header. */
-static void update_stale(pydb_db *db, const pydb_ctl *v)
+ * just read: yes when it agrees with the header's latest state, or when a
+ * pydb writer is applying the commit after it (it writes the control
+ * record, then publishes) or was killed while it applied it (shm.h: the
+ * applying marker; reading the files' half-applied state instead would
+ * show that commit's records without the index files it had not reached
+ * yet).  The marker is loaded after the control record and before the
+ * state: a writer sets it before it writes the control record and clears
+ * it after it publishes, so a control record newer than the state with
+ * no marker seen was written by someone that does not publish.  One
+ * older than the state was read before a commit published: look again
+ * (as when the record changed while it was read, or the handle switched
+ * to a compaction's files since: `fs`, the fseq it was read under), up
+ * to 4 times; one that stays older (files replaced by older ones) is not
+ * trusted. */
+static void update_stale(pydb_db *db, const pydb_ctl *v, uint64_t fs)
 {
     pydb_shm *shm = pydb__db_shm(db);
     pydb_state st;
@@ -1284,9 +1328,14 @@ static void update_stale(pydb_db *db, const pydb_ctl *v)
 
     if (!shm) return;
     pydb__shm_revalidate(shm);
-    for (int look = 0; look < 2 && stale; look++) {
-        uint64_t gen = pydb__files_gen(db);
-        if (look && peek_control(db, &again) != 0) break;
+    for (int look = 0; look < 4 && stale; look++) {
+        uint64_t gen = fs >> 1, applying;
+        if (look) {   /* the record again, of the files read now */
+            fs = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
+            gen = fs >> 1;
+            if ((fs & 1) || peek_control(db, &again) != 0) continue;
+        }
+        applying = pydb__shm_applying_commit(shm);
         if (pydb__shm_state(&st, shm) != 0) {
             /* no state yet: reads use the files anyway, and snapshots
              * still register in its reader table */
@@ -1300,8 +1349,11 @@ static void update_stale(pydb_db *db, const pydb_ctl *v)
             stale = 0;
             break;
         }
-        stale = !state_agrees(&st, &again) &&
-                !pydb__shm_applying_now(shm, st.commit);
+        /* the handle switched files since the record was read: it may
+         * be of the replaced pair, whose records end further */
+        if (files_moved(db, fs)) continue;
+        if (state_agrees(&st, &again)) stale = 0;
+        else if (ctl_newer(&again, &st)) stale = applying != st.commit + 1;
     }
     __atomic_store_n(&db->shm_stale, stale, __ATOMIC_RELEASE);
 }
@@ -1340,7 +1392,7 @@ void pydb__refresh(pydb_db *db)
     cur = pydb__next_mfn(db);
     fs = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);   /* files read */
     if ((fs & 1) || peek_control(db, &v) != 0) return;
-    update_stale(db, &v);
+    update_stale(db, &v, fs);
     /* With a usable header the view follows published states only (the
      * control record may announce a commit still being applied). */
     if (header_of(db)) {

@@ -747,17 +747,10 @@ void pydb__shm_applying(pydb_shm *s, int on)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
-int pydb__shm_applying_now(pydb_shm *s, uint64_t latest)
+uint64_t pydb__shm_applying_commit(pydb_shm *s)
 {
-    int32_t pid;
-    if (!pydb__shm_valid(s) ||
-        __atomic_load_n(u64_at(s, OFF_APPLYING), __ATOMIC_ACQUIRE) !=
-            latest + 1)
-        return 0;
-    pid = __atomic_load_n(i32_at(s, OFF_APPLIER), __ATOMIC_RELAXED);
-    return pid > 0 &&
-           !process_gone(pid, __atomic_load_n(u64_at(s, OFF_APPLIER_START),
-                                              __ATOMIC_RELAXED));
+    if (!pydb__shm_valid(s)) return 0;
+    return __atomic_load_n(u64_at(s, OFF_APPLYING), __ATOMIC_ACQUIRE);
 }
 
 /* ------------------------------------------------- the collector lease */

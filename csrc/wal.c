@@ -12,6 +12,7 @@
 #endif
 #include "wal.h"
 #include "shm.h"
+#include "nidx_manifest.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -555,9 +556,11 @@ static int sync_whole_files(const wal_ent *v, size_t n,
 /* Apply the complete frames buf[0..len) to the files (wal_final_image).
  * fsync'ed unless !sync.  `seq` (or NULL): the sequence lock of a handle
  * reading these files, held odd while the .mst/.xrf bytes are written
- * (not over the fsyncs). */
+ * (not over the fsyncs).  manifest[PATH_MAX] gets the path of the last
+ * whole file written named MANIFEST (a native index's), or "". */
 static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
-                     int sync, int *fsync_failed, pydb_error *err)
+                     int sync, char *manifest, int *fsync_failed,
+                     pydb_error *err)
 {
     wal_ent *v = NULL;
     wal_piece *pc = NULL;
@@ -605,10 +608,15 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
     for (size_t i = 0; i < n && rc == PYDB_OK; i++) {
         char path[PATH_MAX];
         if (v[i].skip || v[i].kind != PYDB_WAL_FILE) continue;
-        if (wal_file_path(path, w, &v[i]) == 0)   /* (checked above) */
+        if (wal_file_path(path, w, &v[i]) == 0) {   /* (checked above) */
+            const char *slash = strrchr(path, '/');
             rc = pydb__replace_file(path, NULL, v[i].data,
                                     (size_t)v[i].dlen, 0, fsync_failed,
                                     err);
+            if (rc == PYDB_OK && strcmp(slash ? slash + 1 : path,
+                                        "MANIFEST") == 0)
+                memcpy(manifest, path, strlen(path) + 1);
+        }
     }
     if (rc == PYDB_OK && sync)
         rc = sync_whole_files(v, n, w, fsync_failed, err);
@@ -653,6 +661,53 @@ static int wal_pending(const pydb_wal_files *w, int64_t *size,
              applied == (uint64_t)st.st_size);
 }
 
+/* After a replay, under the writer lock: the files' state published,
+ * as the dead writer whose commit it finished would have, so that
+ * readers go on reading a published state, never the files half-applied
+ * or the records without their index.  The control record just written and the files' sizes; the
+ * index generation of the MANIFEST the replay wrote (`manifest`, "" for
+ * none: the header's, unchanged), read from its head -- a merge's or a
+ * rebuild's commit changes the MANIFEST alone, and a snapshot must find
+ * the set its state names.  Nothing when the header holds no state yet
+ * (the writer's open publishes one) or a compaction's swap is pending
+ * (its recovery publishes the new pair). */
+static void header_publish_replayed(const pydb_wal_files *w,
+                                    const char *manifest)
+{
+    char nm[1200], nx[1200], mk[1200];
+    uint8_t ctl[PYDB_CTL_SIZE];
+    struct stat ms, xs;
+    pydb_state prev, st;
+    pydb_ctl c;
+    uint64_t g;
+
+    if (!w->shm || pydb__shm_state(&prev, w->shm) != 0) return;
+    if (pydb__swap_names(nm, nx, mk, sizeof nm, w->mst_path,
+                         w->xrf_path) != 0 ||
+        stat(mk, &ms) == 0)
+        return;
+    if (pydb__vfs->pread(w->mst_fd, ctl, sizeof ctl, 0) != (ssize_t)sizeof ctl ||
+        fstat(w->mst_fd, &ms) != 0 || fstat(w->xrf_fd, &xs) != 0)
+        return;
+    pydb__ctl_decode(&c, ctl);
+    if (!pydb__ctl_sane(&c)) return;
+    memset(&st, 0, sizeof st);
+    st.next_mfn = c.next_mfn;
+    st.next_block = c.next_block;
+    st.next_pos = c.next_pos;
+    st.reccnt = c.reccnt;
+    st.mst_end = pydb__ctl_end(c.next_block, c.next_pos);
+    st.mst_size = (int64_t)ms.st_size;
+    st.xrf_size = (int64_t)xs.st_size;
+    st.file_gen = prev.file_gen;
+    st.index_gen = prev.index_gen;
+    if (manifest[0]) {
+        g = pydb__nman_head_generation(manifest);
+        st.index_gen = g == NIDX_GEN_UNKNOWN ? 0 : g;
+    }
+    pydb__shm_publish(w->shm, &st);
+}
+
 /* Replay every complete frame (a torn one is dropped), fsync the files,
  * empty the log. */
 static int wal_replay(const pydb_wal_files *w, int64_t size,
@@ -660,11 +715,18 @@ static int wal_replay(const pydb_wal_files *w, int64_t size,
 {
     uint8_t *buf = NULL;
     size_t len = 0;
+    char manifest[PATH_MAX] = "";
     int rc = wal_load(&buf, &len, w->wal_fd, size, w->wal_path, err);
     if (rc < 0) return rc;
     if (rc == 1) {
-        rc = wal_apply(buf, len, w, 1, fsync_failed, err);
+        /* as a commit applies: the marker before the first file is
+         * written (a replay killed half-way leaves it, so readers keep
+         * the header: shm.h), cleared once published (or failed) */
+        pydb__shm_applying(w->shm, 1);
+        rc = wal_apply(buf, len, w, 1, manifest, fsync_failed, err);
         free(buf);
+        if (rc == PYDB_OK) header_publish_replayed(w, manifest);
+        pydb__shm_applying(w->shm, 0);
         if (rc) return rc;
     }
     return wal_reset(w, size, err);
