@@ -155,13 +155,6 @@ static int ofd_trylock(int fd)
     return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
-static int same_file(int fd, const char *path)
-{
-    struct stat a, b;
-    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
-}
-
 /* Create (or take over from a dead job) the new file `path`, locked so
  * that one job at a time writes it: 1 with *fd, 0 when a live job of
  * another handle or process holds it, or a PYDB error. */
@@ -177,7 +170,7 @@ static int new_file(int *fd, const char *path, int mode, pydb_error *err)
             *fd = -1;
             return 0;   /* another job is running */
         }
-        if (same_file(*fd, path)) {
+        if (pydb__same_file(*fd, path)) {
             /* a dead job's leftover or a new file: start empty */
             if (pydb__vfs->ftruncate(*fd, 0) != 0) {
                 int rc = PYDB_OSERROR(err, errno, path, -1,

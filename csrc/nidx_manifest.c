@@ -301,26 +301,33 @@ int pydb__nman_read(nidx_manifest *m, uint8_t **data, const char *path,
     }
 }
 
-uint64_t pydb__nman_head_generation(const char *path)
+uint64_t pydb__nman_generation_of(const uint8_t *d, size_t n)
 {
     char hb[96];
     size_t ml = strlen(NIDX_MANIFEST_MAGIC);
     unsigned long long g;
-    ssize_t r;
-    struct stat a, b;
-    int fd = pydb__vfs->open(path, O_RDONLY, 0), moved;
-    if (fd < 0) return 0;
-    r = pydb__vfs->pread(fd, hb, sizeof hb - 1, 0);
-    /* no longer the MANIFEST: the next commit may have been rewriting
-     * it while it was read (a swap), so the digits may be torn */
-    moved = fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino;
-    pydb__vfs->close(fd);
-    if (moved) return NIDX_GEN_UNKNOWN;
-    if (r < (ssize_t)ml || !magic_version(hb, (size_t)r))
-        return NIDX_GEN_UNKNOWN;
-    hb[r] = '\0';
+    if (n > sizeof hb - 1) n = sizeof hb - 1;
+    if (n < ml || !magic_version(d, n)) return NIDX_GEN_UNKNOWN;
+    memcpy(hb, d, n);
+    hb[n] = '\0';
     if (sscanf(hb + ml, "generation %llu\n", &g) != 1 ||
         (uint64_t)g == NIDX_GEN_UNKNOWN)
         return NIDX_GEN_UNKNOWN;
     return (uint64_t)g;
+}
+
+uint64_t pydb__nman_head_generation(const char *path)
+{
+    uint8_t hb[95];
+    ssize_t r;
+    struct stat a, b;
+    int fd = pydb__vfs->open(path, O_RDONLY, 0), moved;
+    if (fd < 0) return 0;
+    r = pydb__vfs->pread(fd, hb, sizeof hb, 0);
+    /* no longer the MANIFEST: the next commit may have been rewriting
+     * it while it was read (a swap), so the digits may be torn */
+    moved = fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino;
+    pydb__vfs->close(fd);
+    if (moved || r < 0) return NIDX_GEN_UNKNOWN;
+    return pydb__nman_generation_of(hb, (size_t)r);
 }

@@ -105,5 +105,8 @@ int pydb__nman_read(nidx_manifest *m, uint8_t **data, const char *path,
  * file read while a swap rewrote it: a full read decides). */
 #define NIDX_GEN_UNKNOWN UINT64_MAX
 uint64_t pydb__nman_head_generation(const char *path);
+/* The same for the bytes d[0..n) of a MANIFEST (its head, or all of it):
+ * NIDX_GEN_UNKNOWN when they do not start with one. */
+uint64_t pydb__nman_generation_of(const uint8_t *d, size_t n);
 
 #endif

@@ -351,6 +351,10 @@ typedef struct pydb_state {
                             replaced the .mst/.xrf so far (gc)          */
 } pydb_state;
 
+/* *st = the state control record *c announces (NXTMFN, NXTMFB, NXTMFP,
+ * RECCNT and the end of records), the rest zero (read.c). */
+void pydb__state_of_ctl(pydb_state *st, const pydb_ctl *c);
+
 /* pydb_state.commit of a floor (read.c): not a state, a lower bound. */
 #define PYDB__STATE_FLOOR UINT64_MAX
 

@@ -290,14 +290,6 @@ static int pair_open(int *fd, int64_t *size, const char *path, int writable)
     return 0;
 }
 
-/* Whether fd is the file now named path. */
-static int same_file(int fd, const char *path)
-{
-    struct stat a, b;
-    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
-}
-
 static int marker_exists(const pydb_db *db)
 {
     char m[1200];
@@ -411,8 +403,8 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
         }
         if (pair_open(&mfd, &msize, db->mst.path, writable) == 0 &&
             pair_open(&xfd, &xsize, db->xrf.path, writable) == 0 &&
-            !marker_exists(db) && same_file(mfd, db->mst.path) &&
-            same_file(xfd, db->xrf.path) &&
+            !marker_exists(db) && pydb__same_file(mfd, db->mst.path) &&
+            pydb__same_file(xfd, db->xrf.path) &&
             (g2 = pydb__header_gen(db)) == g1) {
             uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_RELAXED);
             struct stat ms, xs;
@@ -1305,34 +1297,38 @@ static int ctl_newer(const pydb_ctl *c, const pydb_state *st)
 }
 
 /* Decide whether reads may trust the header, given the control record *v
- * just read: yes when it agrees with the header's latest state, or when a
- * pydb writer is applying the commit after it (it writes the control
- * record, then publishes) or was killed while it applied it (shm.h: the
- * applying marker; reading the files' half-applied state instead would
- * show that commit's records without the index files it had not reached
- * yet).  The marker is loaded after the control record and before the
- * state: a writer sets it before it writes the control record and clears
- * it after it publishes, so a control record newer than the state with
- * no marker seen was written by someone that does not publish.  One
- * older than the state was read before a commit published: look again
- * (as when the record changed while it was read, or the handle switched
- * to a compaction's files since: `fs`, the fseq it was read under), up
- * to 4 times; one that stays older (files replaced by older ones) is not
- * trusted. */
+ * just read (under fseq `fs`): yes when it agrees with the header's
+ * latest state, or when a pydb writer is applying the commit after it
+ * (it writes the control record, then publishes) or was killed while it
+ * applied it (shm.h: the applying marker; reading the files' half-applied
+ * state instead would show that commit's records without the index files
+ * it had not reached yet).  The marker is loaded after the control record
+ * and before the state: a writer sets it before it writes the control
+ * record and clears it after it publishes (the kernel orders the file
+ * write after the marker's store: pwrite is a system call after a full
+ * fence), so a control record newer than the state with no marker seen
+ * was written by someone that does not publish -- the header is not
+ * trusted.  A look that proves nothing is taken again, up to 4 looks: a
+ * control record read while it changed, of a pair the handle switched
+ * from since (a compaction's: its records end further), or older than
+ * the state (read before a commit published); an older one seen twice
+ * with the same latest state means files older than the header (restored
+ * under it): not trusted.  After 4 looks that proved nothing the handle
+ * keeps what it decided before. */
 static void update_stale(pydb_db *db, const pydb_ctl *v, uint64_t fs)
 {
     pydb_shm *shm = pydb__db_shm(db);
     pydb_state st;
     pydb_ctl again = *v;
-    int stale = 1;
+    uint64_t older_at = 0;   /* the latest commit an older record was seen at */
+    int stale = -1;          /* not decided */
 
     if (!shm) return;
     pydb__shm_revalidate(shm);
-    for (int look = 0; look < 4 && stale; look++) {
-        uint64_t gen = fs >> 1, applying;
+    for (int look = 0; look < 4 && stale < 0; look++) {
+        uint64_t applying;
         if (look) {   /* the record again, of the files read now */
             fs = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
-            gen = fs >> 1;
             if ((fs & 1) || peek_control(db, &again) != 0) continue;
         }
         applying = pydb__shm_applying_commit(shm);
@@ -1342,20 +1338,25 @@ static void update_stale(pydb_db *db, const pydb_ctl *v, uint64_t fs)
             stale = 0;
             break;
         }
-        if (st.file_gen != gen) {
+        if (st.file_gen != fs >> 1) {
             /* a compaction's state: the control record read is of the
              * other pair, which says nothing about the header (reads
              * switch to the state's files first: pydb__files_sync) */
             stale = 0;
             break;
         }
-        /* the handle switched files since the record was read: it may
-         * be of the replaced pair, whose records end further */
         if (files_moved(db, fs)) continue;
-        if (state_agrees(&st, &again)) stale = 0;
-        else if (ctl_newer(&again, &st)) stale = applying != st.commit + 1;
+        if (state_agrees(&st, &again)) {
+            stale = 0;
+        } else if (ctl_newer(&again, &st)) {
+            stale = applying != st.commit + 1;
+        } else if (older_at == st.commit) {
+            stale = 1;
+        } else {
+            older_at = st.commit;
+        }
     }
-    __atomic_store_n(&db->shm_stale, stale, __ATOMIC_RELEASE);
+    if (stale >= 0) __atomic_store_n(&db->shm_stale, stale, __ATOMIC_RELEASE);
 }
 
 /* A handle opened before the first writer made the header: use it from
@@ -1418,18 +1419,23 @@ void pydb__refresh(pydb_db *db)
 
 /* ------------------------------------------------- publishing (writer) */
 
+void pydb__state_of_ctl(pydb_state *st, const pydb_ctl *c)
+{
+    memset(st, 0, sizeof *st);
+    st->next_mfn = c->next_mfn;
+    st->next_block = c->next_block;
+    st->next_pos = c->next_pos;
+    st->reccnt = c->reccnt;
+    st->mst_end = pydb__ctl_end(c->next_block, c->next_pos);
+}
+
 void pydb__header_publish(pydb_db *db, const pydb_ctl *c, uint64_t gen,
                            int keep_gen)
 {
     pydb_shm *shm = pydb__db_shm(db);
     pydb_state st, prev;
     if (!shm) return;
-    memset(&st, 0, sizeof st);
-    st.next_mfn = c->next_mfn;
-    st.next_block = c->next_block;
-    st.next_pos = c->next_pos;
-    st.reccnt = c->reccnt;
-    st.mst_end = pydb__ctl_end(c->next_block, c->next_pos);
+    pydb__state_of_ctl(&st, c);
     st.mst_size = pydb__fsize(&db->mst);
     st.xrf_size = pydb__fsize(&db->xrf);
     st.index_gen = gen;

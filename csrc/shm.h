@@ -146,17 +146,19 @@ void pydb__shm_sweep(pydb_shm *s);
 
 /* The applying marker: a writer sets it (on = 1) once its commit is
  * durable in the log and before it writes the first file, and clears it
- * (on = 0) when it has published or failed (its pid and start time are
- * stored beside it, for a person reading the header).  While it is set
- * for commit latest + 1, a control record newer than the header is that
- * commit being applied -- by a live writer, which publishes it in a
- * moment, or by one killed while it applied, whose log holds the commit
- * for the next writer's recovery to finish and publish; either way the
- * header's latest state is still whole to read (nothing of a published
- * version is overwritten).  Otherwise such a control record was written
- * by someone that does not publish (another program, an older pydb, a
- * writer that could not open the header), and readers stop trusting the
- * header. */
+ * (on = 0) when it has published (its pid and start time are stored
+ * beside it, for a person reading the header); a recovery's replay does
+ * the same (wal.c).  While it is set for commit latest + 1, a control
+ * record newer than the header is that commit being applied -- by a live
+ * writer, which publishes it in a moment, or by one killed (or failed)
+ * while it applied, whose log holds the commit for the next recovery to
+ * finish and publish; either way the header's latest state is still
+ * whole to read (nothing of a published version is overwritten).
+ * Otherwise such a control record was written by someone that does not
+ * publish (another program, an older pydb, a writer that could not open
+ * the header), and readers stop trusting the header.  The price: while a
+ * dead writer's marker stands, such a program's writes go unnoticed
+ * until a pydb writer recovers. */
 void pydb__shm_applying(pydb_shm *s, int on);
 /* The commit the marker names (0: none, or an invalid file): set by a
  * writer for the commit after the latest and not cleared (alive and

@@ -515,6 +515,19 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
 
     rc = pydb__wal_lock(db, deadline, gc, err);
     if (rc) goto fail;   /* (unlocking a lock not held is a no-op) */
+    /* A compaction that died in its swap (its marker stays): finish it;
+     * then read the newest file pair (a compaction replaced the files
+     * since this handle last looked: docs/compaction.md) -- before any
+     * replay, whose frames are of the newest pair (a compaction empties
+     * the log before it swaps). */
+    {
+        int finished;
+        rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
+                                pydb__synced(db), &finished,
+                                err);
+        if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
+        if (rc) goto fail;
+    }
     /* A writer that died mid-commit (or a log left by a failed reset):
      * replay it inside the sequence lock, as a commit's apply would be. */
     {
@@ -531,17 +544,6 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == PYDB__FATAL_APPLY) {
         __atomic_store_n(&db->fatal, 0, __ATOMIC_RELEASE);
         if (db->hook.publish) db->hook.publish(db->hook.ctx, NULL);
-    }
-    /* A compaction that died in its swap (its marker stays): finish it;
-     * then read the newest file pair (a compaction replaced the files
-     * since this handle last looked: docs/compaction.md). */
-    {
-        int finished;
-        rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
-                                pydb__synced(db), &finished,
-                                err);
-        if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
-        if (rc) goto fail;
     }
     t = calloc(1, sizeof *t);
     if (!t) {
@@ -1254,7 +1256,10 @@ done:
         clear_past_end(t, mst_size);
     if (rc && err)
         commit_outcome(err, logged, log_sync_failed, is_read_only(db));
-    if (logged) pydb__shm_applying(pydb__db_shm(db), 0);
+    /* cleared once published; a commit whose apply failed leaves it, so
+     * that readers keep the header's latest state rather than the files
+     * half-applied (the replay that finishes the commit clears it) */
+    if (logged && applied) pydb__shm_applying(pydb__db_shm(db), 0);
     if (rc && hooked && db->hook.abort) db->hook.abort(db->hook.ctx, t);
     free(changes);
     free(region);

@@ -267,6 +267,13 @@ int pydb__fsync_if_present(const char *path, int *absent, pydb_error *err)
     return fsync_path(path, 1, absent, err);
 }
 
+int pydb__same_file(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
 int pydb__fsync_parent(const char *path, pydb_error *err)
 {
     char dir[MAX_PATH_LEN + 1];

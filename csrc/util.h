@@ -103,6 +103,9 @@ int pydb__fsync_file(const char *path, pydb_error *err);
 /* The same, but a file that does not exist (its open fails with ENOENT;
  * not a failed fsync) sets *absent and counts as done. */
 int pydb__fsync_if_present(const char *path, int *absent, pydb_error *err);
+/* 1 if the open file fd is the file now named path (same device and
+ * inode): not replaced by a rename since it was opened. */
+int pydb__same_file(int fd, const char *path);
 
 /* Create `path` (O_EXCL if excl, else truncate what is there), write
  * len bytes and, if sync, fsync it; then close it.  A failed fsync also

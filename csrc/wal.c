@@ -556,10 +556,11 @@ static int sync_whole_files(const wal_ent *v, size_t n,
 /* Apply the complete frames buf[0..len) to the files (wal_final_image).
  * fsync'ed unless !sync.  `seq` (or NULL): the sequence lock of a handle
  * reading these files, held odd while the .mst/.xrf bytes are written
- * (not over the fsyncs).  manifest[PATH_MAX] gets the path of the last
- * whole file written named MANIFEST (a native index's), or "". */
+ * (not over the fsyncs).  *index_gen gets the generation of the last
+ * native index MANIFEST written (its head in the log's checked bytes;
+ * NIDX_GEN_UNKNOWN for a head that does not parse), 0 for none. */
 static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
-                     int sync, char *manifest, int *fsync_failed,
+                     int sync, uint64_t *index_gen, int *fsync_failed,
                      pydb_error *err)
 {
     wal_ent *v = NULL;
@@ -615,7 +616,8 @@ static int wal_apply(const uint8_t *buf, size_t len, const pydb_wal_files *w,
                                     err);
             if (rc == PYDB_OK && strcmp(slash ? slash + 1 : path,
                                         "MANIFEST") == 0)
-                memcpy(manifest, path, strlen(path) + 1);
+                *index_gen = pydb__nman_generation_of(v[i].data,
+                                                      (size_t)v[i].dlen);
         }
     }
     if (rc == PYDB_OK && sync)
@@ -661,51 +663,60 @@ static int wal_pending(const pydb_wal_files *w, int64_t *size,
              applied == (uint64_t)st.st_size);
 }
 
-/* After a replay, under the writer lock: the files' state published,
- * as the dead writer whose commit it finished would have, so that
- * readers go on reading a published state, never the files half-applied
- * or the records without their index.  The control record just written and the files' sizes; the
- * index generation of the MANIFEST the replay wrote (`manifest`, "" for
- * none: the header's, unchanged), read from its head -- a merge's or a
- * rebuild's commit changes the MANIFEST alone, and a snapshot must find
- * the set its state names.  Nothing when the header holds no state yet
- * (the writer's open publishes one) or a compaction's swap is pending
- * (its recovery publishes the new pair). */
-static void header_publish_replayed(const pydb_wal_files *w,
-                                    const char *manifest)
+/* Whether the files a replay wrote are still those their paths name:
+ * not a pair a compaction replaced since the handle opened it (a handle
+ * that has not switched yet must switch first: the log's frames are of
+ * the newest pair, as a compaction empties the log before its swap). */
+static int wal_files_current(const pydb_wal_files *w)
 {
-    char nm[1200], nx[1200], mk[1200];
+    return pydb__same_file(w->mst_fd, w->mst_path) &&
+           pydb__same_file(w->xrf_fd, w->xrf_path);
+}
+
+/* After a replay, under the writer lock: the files' state published, as
+ * the dead writer whose commit the replay finished would have, so that
+ * readers go on reading a published state, never the files half-applied
+ * (the records of a commit without its index).  The control record just
+ * written, the files' sizes, and `index_gen`, the generation of the
+ * MANIFEST the replay wrote (0: none, the header's stays; a merge's or a
+ * rebuild's commit changes the MANIFEST alone, and a snapshot must find
+ * the set its state names).  1 when published; 0 when nothing was: no
+ * state in the header yet (the writer's open publishes one), a
+ * compaction's swap pending (its recovery publishes the new pair), a
+ * control record that cannot be read or is older than the latest state,
+ * or a MANIFEST head that does not parse -- the caller then leaves the
+ * applying marker set, so that readers keep the header's latest state
+ * until a writer publishes. */
+static int header_publish_replayed(const pydb_wal_files *w,
+                                   uint64_t index_gen)
+{
+    char nm[PATH_MAX], nx[PATH_MAX], mk[PATH_MAX];
     uint8_t ctl[PYDB_CTL_SIZE];
-    struct stat ms, xs;
+    struct stat mk_st, ms, xs;
     pydb_state prev, st;
     pydb_ctl c;
-    uint64_t g;
 
-    if (!w->shm || pydb__shm_state(&prev, w->shm) != 0) return;
+    if (!w->shm || pydb__shm_state(&prev, w->shm) != 0 ||
+        index_gen == NIDX_GEN_UNKNOWN)
+        return 0;
     if (pydb__swap_names(nm, nx, mk, sizeof nm, w->mst_path,
                          w->xrf_path) != 0 ||
-        stat(mk, &ms) == 0)
-        return;
+        stat(mk, &mk_st) == 0)
+        return 0;
     if (pydb__vfs->pread(w->mst_fd, ctl, sizeof ctl, 0) != (ssize_t)sizeof ctl ||
         fstat(w->mst_fd, &ms) != 0 || fstat(w->xrf_fd, &xs) != 0)
-        return;
+        return 0;
     pydb__ctl_decode(&c, ctl);
-    if (!pydb__ctl_sane(&c)) return;
-    memset(&st, 0, sizeof st);
-    st.next_mfn = c.next_mfn;
-    st.next_block = c.next_block;
-    st.next_pos = c.next_pos;
-    st.reccnt = c.reccnt;
-    st.mst_end = pydb__ctl_end(c.next_block, c.next_pos);
+    pydb__state_of_ctl(&st, &c);
+    if (!pydb__ctl_sane(&c) || st.next_mfn < prev.next_mfn ||
+        st.mst_end < prev.mst_end)
+        return 0;
     st.mst_size = (int64_t)ms.st_size;
     st.xrf_size = (int64_t)xs.st_size;
     st.file_gen = prev.file_gen;
-    st.index_gen = prev.index_gen;
-    if (manifest[0]) {
-        g = pydb__nman_head_generation(manifest);
-        st.index_gen = g == NIDX_GEN_UNKNOWN ? 0 : g;
-    }
+    st.index_gen = index_gen ? index_gen : prev.index_gen;
     pydb__shm_publish(w->shm, &st);
+    return 1;
 }
 
 /* Replay every complete frame (a torn one is dropped), fsync the files,
@@ -715,19 +726,27 @@ static int wal_replay(const pydb_wal_files *w, int64_t size,
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    char manifest[PATH_MAX] = "";
+    uint64_t index_gen = 0;
     int rc = wal_load(&buf, &len, w->wal_fd, size, w->wal_path, err);
     if (rc < 0) return rc;
+    if (rc == 1 && !wal_files_current(w)) {
+        free(buf);
+        return PYDB_ERROR(err, PYDB_EIO, w->mst_path, -1,
+                          "the log holds commits, and the master file this "
+                          "handle opened has been replaced: reopen (or "
+                          "switch) first");
+    }
     if (rc == 1) {
         /* as a commit applies: the marker before the first file is
-         * written (a replay killed half-way leaves it, so readers keep
-         * the header: shm.h), cleared once published (or failed) */
+         * written, cleared once the state is published -- a replay that
+         * fails or is killed half-way leaves it, so readers keep the
+         * header's latest state until the next recovery (shm.h) */
         pydb__shm_applying(w->shm, 1);
-        rc = wal_apply(buf, len, w, 1, manifest, fsync_failed, err);
+        rc = wal_apply(buf, len, w, 1, &index_gen, fsync_failed, err);
         free(buf);
-        if (rc == PYDB_OK) header_publish_replayed(w, manifest);
-        pydb__shm_applying(w->shm, 0);
         if (rc) return rc;
+        if (header_publish_replayed(w, index_gen))
+            pydb__shm_applying(w->shm, 0);
     }
     return wal_reset(w, size, err);
 }
@@ -798,13 +817,8 @@ void pydb__swap_publish(struct pydb_shm *shm, const uint8_t *ctl,
     uint64_t from = 0;
 
     if (!pydb__shm_valid(shm)) return;
-    memset(&st, 0, sizeof st);
     pydb__ctl_decode(&c, ctl);
-    st.next_mfn = c.next_mfn;
-    st.next_block = c.next_block;
-    st.next_pos = c.next_pos;
-    st.reccnt = c.reccnt;
-    st.mst_end = pydb__ctl_end(c.next_block, c.next_pos);
+    pydb__state_of_ctl(&st, &c);
     st.mst_size = mst_size;
     st.xrf_size = xrf_size;
     st.file_gen = pydb__shm_file_gen(shm) + 1;

@@ -583,3 +583,67 @@ def test_collection_makes_the_emptied_log_durable_first(tmp_path):
     with pydb.open(copy_with_log(base, tmp_path / "late", applied_log), readonly=False,
                    gc="none") as db:
         assert not db.check().ok
+
+
+CRASHING_APPEND = r"""
+import sys
+import pydb
+from pydb import _pydb
+base, n = sys.argv[1], int(sys.argv[2])
+db = pydb.open(base, readonly=False, sync=True, gc="none")
+_pydb._testing.fail_io(n, crash=True)   # n > 0: exit before the n-th file operation
+db.append([(1, "NEWREC")])
+print(_pydb._testing.io_count(), flush=True)
+"""
+
+
+def values(db) -> list[bytes]:
+    return [f.raw for r in db for f in r.fields if f.tag == 1 and f.raw.endswith(b"REC")]
+
+
+def test_a_dead_writer_s_commit_reaches_the_pair_a_compaction_made(tmp_path):
+    """Writer handle B is open on the files that a compaction of another
+    handle then replaces; a third writer, on the new pair, is killed just
+    before each write-side file operation of one append in turn, so that
+    from its commit point on the log holds a commit B has never seen.
+    B's next transaction switches to the new pair before it replays the
+    log: the dead writer's record is kept exactly when a recovery of a
+    copy taken after the crash keeps it, B's record follows it, and the
+    header describes the new pair (a fresh reader reads both, check()
+    passes).  Before, B replayed the log into the replaced pair: the
+    commit was lost from the files everyone reads and the header
+    described the old pair."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    base0, _, _ = make_db(tmp_path, n=40, name="pristine")
+    count = tmp_path / "count"
+    for ext in (".mst", ".xrf"):
+        shutil.copy(f"{base0}{ext}", f"{count}{ext}")
+    total = int(subprocess.run([sys.executable, "-c", CRASHING_APPEND, str(count), "-1"],
+                               env=env, capture_output=True, text=True, check=True).stdout)
+    kept = 0
+    for k in range(1, total + 1):
+        base = tmp_path / f"c{k}"
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", f"{base}{ext}")
+        with pydb.open(base, readonly=False, sync=True, gc="none") as b:
+            for m in range(1, 6):   # garbage (this header's count) for the compaction
+                b.update(m, content(m, 9, 50))
+            with pydb.open(base, readonly=False, sync=True, gc="none") as c:
+                assert compact(c, 1000)[2] == 1
+            p = subprocess.run([sys.executable, "-c", CRASHING_APPEND, str(base), str(k)],
+                               env=env, capture_output=True, text=True)
+            assert p.returncode == 137, (k, p.stdout, p.stderr[-2000:])
+            oracle = tmp_path / f"o{k}"
+            for ext in (".mst", ".xrf", ".wal"):
+                shutil.copy(f"{base}{ext}", f"{oracle}{ext}")
+            with pydb.open(oracle) as o:                 # its recovery
+                want = values(o)
+            b.append([(1, "BREC")])
+        assert want in ([], [b"NEWREC"]), (k, want)
+        kept += want == [b"NEWREC"]
+        with pydb.open(base) as r:
+            assert values(r) == want + [b"BREC"], (k, want)
+            assert r.check().ok
+    assert 0 < kept < total   # crash points before and after the commit point

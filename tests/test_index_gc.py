@@ -608,6 +608,16 @@ def test_kill_during_collection(tmp_path):
         assert sorted(os.listdir(f"{base}.pdx"))[0] == "MANIFEST"
 
 
+def copy_with_header(base0: Path, base: Path) -> Path:
+    """A copy of the database at base0 as base: its files, its index and
+    its commit header (.shm), so that the copy's header holds the state a
+    test then crashes a writer against."""
+    for ext in (".mst", ".xrf", ".wal", ".shm"):
+        shutil.copy(f"{base0}{ext}", f"{base}{ext}")
+    shutil.copytree(f"{base0}.pdx", f"{base}.pdx")
+    return base
+
+
 MERGER = r"""
 import sys
 import pydb
@@ -632,8 +642,9 @@ def snapshot_searches(db, n: int) -> None:
         assert list(s.search("COMMON")) == list(range(1, n + 1))
 
 
-@pytest.mark.parametrize("sync", [True, False])
-def test_snapshot_search_after_a_crash_in_a_merge_commit(tmp_path, sync):
+@pytest.mark.parametrize("sync,recovery", [(True, "open"), (False, "open"),
+                                           (True, "transaction")])
+def test_snapshot_search_after_a_crash_in_a_merge_commit(tmp_path, sync, recovery):
     """The collector's merge commit changes the MANIFEST and no record, so
     after a crash between its MANIFEST and its published state (the
     recovery replays the MANIFEST from the log) the control record still
@@ -641,32 +652,39 @@ def test_snapshot_search_after_a_crash_in_a_merge_commit(tmp_path, sync):
     index generation before the merge.  A crash just before each
     write-side file operation of the collection, every one; after each, a
     read-only handle (the dead writer's log replayed by it) and then a
-    writer's take a snapshot and search it.  Before the fix the snapshot
-    searches raised LockTimeoutError ("the index kept moving past new
-    snapshots") after the crash points past the merge's log frame, until
-    the next commit."""
+    writer's take a snapshot and search it.  The replay is done by the
+    read-only open (recovery "open"), or by the next transaction of a
+    writer handle opened before the crash ("transaction"; a reader handle
+    opened before it too).  Before the fix the snapshot searches raised
+    LockTimeoutError ("the index kept moving past new snapshots") after
+    the crash points past the merge's log frame, until the next commit."""
     n = 5
     base0, db = make(tmp_path, n=n, name="pristine", sync=sync)
     with db:
         for v in range(1, 4):
             db.update(1 + v % n, fields(1 + v % n, v))
 
-    def copy(name: str) -> Path:   # the commit header (.shm) too
-        base = tmp_path / name
-        for ext in (".mst", ".xrf", ".wal", ".shm"):
-            shutil.copy(f"{base0}{ext}", f"{base}{ext}")
-        shutil.copytree(f"{base0}.pdx", f"{base}.pdx")
-        return base
-
-    total = int(subprocess.run([sys.executable, "-c", MERGER, str(copy("count")), "-1",
-                                str(int(sync))],
+    count = copy_with_header(base0, tmp_path / "count")
+    total = int(subprocess.run([sys.executable, "-c", MERGER, str(count), "-1", str(int(sync))],
                                env=ENV, capture_output=True, text=True, check=True).stdout)
     assert total > 5
     for k in range(1, total + 1):
-        base = copy(f"c{k}")
+        base = copy_with_header(base0, tmp_path / f"c{k}")
+        before = []
+        if recovery == "transaction":
+            before = [pydb.open(base, readonly=False, sync=sync, gc="none"),
+                      pydb.open(base, gc="none")]
         p = subprocess.run([sys.executable, "-c", MERGER, str(base), str(k), str(int(sync))],
                            env=ENV, capture_output=True, text=True)
         assert p.returncode == 137, (k, p.stdout, p.stderr[-2000:])
+        if before:
+            writer, reader = before
+            with writer.transaction():         # its begin replays the log;
+                pass                           # no commit publishes after it
+            snapshot_searches(reader, n)
+            snapshot_searches(writer, n)
+            writer.close()
+            reader.close()
         with pydb.open(base) as db:            # read-only: replays the log
             snapshot_searches(db, n)
         with pydb.open(base, readonly=False, gc="none") as db:
@@ -675,23 +693,31 @@ def test_snapshot_search_after_a_crash_in_a_merge_commit(tmp_path, sync):
 
 
 CRASHING_UPDATE = r"""
-import sys
+import errno, sys
 import pydb
 from pydb import _pydb
 T = _pydb._testing
-base, n = sys.argv[1], int(sys.argv[2])
+base, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 db = pydb.open(base, readonly=False, gc="none")
-T.fail_io(n, crash=True)   # n > 0: exit just before the n-th file operation
-db.update(1, [(1, "T1V9"), (2, "white common")])
+# n > 0: just before the n-th write-side file operation, exit (crash), or
+# let it fail with ENOSPC and stay alive until stdin closes
+T.fail_io(n, errno.ENOSPC, crash=mode == "crash")
+try:
+    db.update(1, [(1, "T1V9"), (2, "white common")])
+except pydb.DiskError:
+    pass
 print(T.io_count(), flush=True)
+sys.stdin.read()
 """
 
 
-def test_a_reader_keeps_the_published_state_while_a_dead_writer_s_commit_waits(tmp_path):
+@pytest.mark.parametrize("mode", ["crash", "enospc"])
+def test_a_reader_keeps_the_published_state_while_a_dead_writer_s_commit_waits(tmp_path, mode):
     """A writer killed while it applies a commit (a crash just before each
-    write-side file operation of one update, every one) leaves the control
-    record ahead of the commit header with its applying marker set: a
-    reader opened before the crash, at its next refresh point, goes on
+    write-side file operation of one update, every one), or one whose
+    apply fails there (ENOSPC; it stays alive, read-only), leaves the
+    control record ahead of the commit header with its applying marker
+    set: a reader opened before, at its next refresh point, goes on
     reading the header's latest state -- a registered snapshot of the
     published commit whose index agrees with its records -- instead of
     the files half-applied (the record's new version without its index
@@ -700,31 +726,33 @@ def test_a_reader_keeps_the_published_state_while_a_dead_writer_s_commit_waits(t
     n = 3
     base0, db = make(tmp_path, n=n, name="pristine")
     db.close()
-
-    def copy(name: str) -> Path:   # the commit header (.shm) too
-        base = tmp_path / name
-        for ext in (".mst", ".xrf", ".wal", ".shm"):
-            shutil.copy(f"{base0}{ext}", f"{base}{ext}")
-        shutil.copytree(f"{base0}.pdx", f"{base}.pdx")
-        return base
-
-    total = int(subprocess.run([sys.executable, "-c", CRASHING_UPDATE, str(copy("count")), "-1"],
-                               env=ENV, capture_output=True, text=True, check=True).stdout)
+    count = copy_with_header(base0, tmp_path / "count")
+    total = int(subprocess.run([sys.executable, "-c", CRASHING_UPDATE, str(count), "-1", mode],
+                               env=ENV, capture_output=True, text=True, input="",
+                               check=True).stdout)
     assert total > 3
     for k in range(1, total + 1):
-        base = copy(f"c{k}")
+        base = copy_with_header(base0, tmp_path / f"c{k}")
         with pydb.open(base, gc="none") as reader:
             assert len(reader) == n
-            p = subprocess.run([sys.executable, "-c", CRASHING_UPDATE, str(base), str(k)],
-                               env=ENV, capture_output=True, text=True)
-            assert p.returncode == 137, (k, p.stdout, p.stderr[-2000:])
+            p = subprocess.Popen([sys.executable, "-c", CRASHING_UPDATE, str(base), str(k), mode],
+                                 env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            assert p.stdout is not None and p.stdin is not None
+            if mode == "crash":
+                assert p.wait(timeout=60) == 137, (k, p.communicate())
+            else:   # failed, alive: the line it prints after the update
+                assert p.stdout.readline(), (k, p.communicate())
             assert len(reader) == n   # a refresh point: the header is judged again
             with reader.snapshot() as s:
                 info = s.info()
                 assert info["registered"] and info["commit"] > 0, (k, info)
-                assert s[1][1] == ["T1V0"], (k, s[1][1])
-                assert list(s.search("T1V0")) == [1] and list(s.search("T1V9")) == []
+                # the published commit: the update's if it got that far
+                title = s[1][1][0]
+                other = {"T1V0": "T1V9", "T1V9": "T1V0"}[title]
+                assert list(s.search(title)) == [1] and list(s.search(other)) == []
                 assert list(s.search("COMMON")) == list(range(1, n + 1))
+            p.communicate()   # closes its stdin: it exits
 
 
 # ------------------------------------------------------------ ENOSPC / EIO
