@@ -57,7 +57,12 @@ def timed(config) -> bool:
 
 if not HAVE_PLUGIN:
     class _Once:
-        """Stand-in for pytest-benchmark's fixture: calls the function once."""
+        """Stand-in for pytest-benchmark's fixture: calls the function once
+        (``extra_info`` and ``group`` are kept and go nowhere)."""
+
+        def __init__(self) -> None:
+            self.extra_info: dict = {}
+            self.group: str | None = None
 
         def __call__(self, fn, *args, **kwargs):
             return fn(*args, **kwargs)

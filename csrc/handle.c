@@ -254,7 +254,7 @@ static int open_pair(pydb_db *db, const char *mst, const char *xrf, int io,
 {
     char nm[1200], nx[1200], mk[1200];
     int writable = (db->flags & PYDB_OPEN_WRITE) != 0, rc;
-    struct stat a, b, m;
+    struct stat m;
 
     if (db->shm && pydb__shm_valid(db->shm))
         db->gen_word = pydb__shm_gen_word(db->shm);
@@ -264,10 +264,8 @@ static int open_pair(pydb_db *db, const char *mst, const char *xrf, int io,
         rc = file_open(&db->mst, mst, io, writable, err);
         if (rc == PYDB_OK) rc = file_open(&db->xrf, xrf, io, writable, err);
         if (rc == PYDB_OK) {
-            int pair = fstat(db->mst.fd, &a) == 0 && stat(mst, &m) == 0 &&
-                       a.st_ino == m.st_ino && a.st_dev == m.st_dev &&
-                       fstat(db->xrf.fd, &b) == 0 && stat(xrf, &m) == 0 &&
-                       b.st_ino == m.st_ino && b.st_dev == m.st_dev &&
+            int pair = pydb__same_file(db->mst.fd, mst) &&
+                       pydb__same_file(db->xrf.fd, xrf) &&
                        (!mk[0] || stat(mk, &m) != 0) &&
                        pydb__header_gen(db) == g1;
             /* a marker that stays (its writer died, and this handle

@@ -318,15 +318,14 @@ uint64_t pydb__nman_generation_of(const uint8_t *d, size_t n)
 
 uint64_t pydb__nman_head_generation(const char *path)
 {
-    uint8_t hb[95];
+    uint8_t hb[95];   /* as much as pydb__nman_generation_of looks at */
     ssize_t r;
-    struct stat a, b;
     int fd = pydb__vfs->open(path, O_RDONLY, 0), moved;
     if (fd < 0) return 0;
     r = pydb__vfs->pread(fd, hb, sizeof hb, 0);
     /* no longer the MANIFEST: the next commit may have been rewriting
      * it while it was read (a swap), so the digits may be torn */
-    moved = fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino;
+    moved = !pydb__same_file(fd, path);
     pydb__vfs->close(fd);
     if (moved || r < 0) return NIDX_GEN_UNKNOWN;
     return pydb__nman_generation_of(hb, (size_t)r);

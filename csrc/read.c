@@ -434,11 +434,7 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
             if (have) {
                 view_reset(db, &st);
             } else if (peek_control(db, &c) == 0 && pydb__ctl_sane(&c)) {
-                memset(&st, 0, sizeof st);
-                st.next_mfn = c.next_mfn;
-                st.next_block = c.next_block;
-                st.next_pos = c.next_pos;
-                st.reccnt = c.reccnt;
+                pydb__state_of_ctl(&st, &c);
                 view_reset(db, &st);
             }
             __atomic_store_n(&db->fseq, g1 * 2, __ATOMIC_RELEASE);
@@ -1320,7 +1316,7 @@ static void update_stale(pydb_db *db, const pydb_ctl *v, uint64_t fs)
     pydb_shm *shm = pydb__db_shm(db);
     pydb_state st;
     pydb_ctl again = *v;
-    uint64_t older_at = 0;   /* the latest commit an older record was seen at */
+    uint64_t older_at = 0;   /* latest commit an older record was seen at */
     int stale = -1;          /* not decided */
 
     if (!shm) return;

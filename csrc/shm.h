@@ -161,8 +161,10 @@ void pydb__shm_sweep(pydb_shm *s);
  * until a pydb writer recovers. */
 void pydb__shm_applying(pydb_shm *s, int on);
 /* The commit the marker names (0: none, or an invalid file): set by a
- * writer for the commit after the latest and not cleared (alive and
- * applying, or killed while it applied). */
+ * writer or a replay for the commit after the latest and not cleared
+ * (alive and applying, or killed or failed while it applied, or a
+ * replay that could not publish: the next writer's open or transaction
+ * publishes). */
 uint64_t pydb__shm_applying_commit(pydb_shm *s);
 
 /* Register a reader at the latest commit (LMDB's registration loop);

@@ -428,9 +428,27 @@ static int check_tail(pydb_txn *t, pydb_error *err)
     return PYDB_OK;
 }
 
+/* With the writer lock: finish a compaction that died in its swap (its
+ * marker stays) and read the newest file pair (a compaction replaced the
+ * files since this handle last looked: docs/compaction.md), then replay
+ * the log of a writer that died mid-commit (or one a failed reset left)
+ * inside the sequence lock, as a commit's apply would be -- in that
+ * order: the log's frames are of the newest pair, as a compaction
+ * empties the log before it swaps. */
+static int recover_newest(pydb_db *db, int *failed, pydb_error *err)
+{
+    int finished, rc;
+    pydb_wal_files w;
+    rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
+                            pydb__synced(db), &finished, err);
+    if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
+    if (rc) return rc;
+    w = pydb__wal_files(db);
+    return pydb__wal_recover(&w, failed, err);
+}
+
 void pydb__txn_tidy_tail(pydb_db *db)
 {
-    pydb_wal_files w = pydb__wal_files(db);
     pydb_txn t;
     pydb_ctl c;
     pydb_error ignored;
@@ -439,7 +457,7 @@ void pydb__txn_tidy_tail(pydb_db *db)
     /* what a transaction's begin does: recovery first (a writer that died
      * after its commit point: its records past the end are committed,
      * and the replay moves the end past them), the state, the tail */
-    if (pydb__wal_recover(&w, &failed, &ignored) != PYDB_OK || failed)
+    if (recover_newest(db, &failed, &ignored) != PYDB_OK || failed)
         return;
     memset(&t, 0, sizeof t);
     t.db = db;
@@ -515,25 +533,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
 
     rc = pydb__wal_lock(db, deadline, gc, err);
     if (rc) goto fail;   /* (unlocking a lock not held is a no-op) */
-    /* A compaction that died in its swap (its marker stays): finish it;
-     * then read the newest file pair (a compaction replaced the files
-     * since this handle last looked: docs/compaction.md) -- before any
-     * replay, whose frames are of the newest pair (a compaction empties
-     * the log before it swaps). */
-    {
-        int finished;
-        rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
-                                pydb__synced(db), &finished,
-                                err);
-        if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
-        if (rc) goto fail;
-    }
-    /* A writer that died mid-commit (or a log left by a failed reset):
-     * replay it inside the sequence lock, as a commit's apply would be. */
-    {
-        pydb_wal_files w = pydb__wal_files(db);
-        rc = pydb__wal_recover(&w, &failed, err);
-    }
+    rc = recover_newest(db, &failed, err);
     if (rc) {
         if (failed) set_fatal(db, PYDB__FATAL_SYNC);
         goto fail;

@@ -732,9 +732,9 @@ static int wal_replay(const pydb_wal_files *w, int64_t size,
     if (rc == 1 && !wal_files_current(w)) {
         free(buf);
         return PYDB_ERROR(err, PYDB_EIO, w->mst_path, -1,
-                          "the log holds commits, and the master file this "
-                          "handle opened has been replaced: reopen (or "
-                          "switch) first");
+                          "the log holds commits of the master file that "
+                          "replaced the one this handle has open (a "
+                          "compaction's): not replayed into the old one");
     }
     if (rc == 1) {
         /* as a commit applies: the marker before the first file is
@@ -782,7 +782,12 @@ int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
                          pydb_error *err)
 {
     int64_t size;
-    int rc = wal_pending(w, &size, err);
+    int rc;
+    /* a handle still on a pair a compaction replaced would sync the old
+     * files and empty a log whose commits are in the new ones: it leaves
+     * the log to a handle on the newest pair */
+    if (!wal_files_current(w)) return PYDB_OK;
+    rc = wal_pending(w, &size, err);
     if (rc < 0) return rc;
     if (rc == 1) return wal_replay(w, size, fsync_failed, err);
     if (size > 0 && ((rc = wal_sync_files(w, fsync_failed, err)) != PYDB_OK ||
@@ -1032,12 +1037,15 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
     if (!existed && pydb__synced(db) &&
         (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)
         return rc;
-    /* Recover now if no writer is active; else the next transaction will. */
+    /* Recover now if no writer is active; else the next transaction will
+     * (also when a compaction replaced the pair this handle has just
+     * opened: the transaction switches to the new pair first). */
     if (pydb__wal_lock(db, -1, 0, NULL) != PYDB_OK) return PYDB_OK;
     {
         pydb_wal_files w = pydb__wal_files(db);
         w.seq = NULL;   /* nothing reads the files yet */
-        rc = pydb__wal_recover(&w, &failed, err);
+        rc = wal_files_current(&w) ? pydb__wal_recover(&w, &failed, err)
+                                   : PYDB_OK;
     }
     if (rc == PYDB_OK) {
         int finished;

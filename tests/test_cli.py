@@ -599,6 +599,7 @@ def test_cli_real_damaged_and_missing_xrf(isis_data):
 
 @pytest.mark.sanitize_address
 def test_cli_progress_bar(tmp_path):
+    pytest.importorskip("tqdm", reason="tqdm not installed (pip install 'pydb[test]')")
     base = build(tmp_path, "isis-packed", n=3000)
     p = cli(base, "--progress")
     assert p.returncode == 0

@@ -647,3 +647,27 @@ def test_a_dead_writer_s_commit_reaches_the_pair_a_compaction_made(tmp_path):
             assert values(r) == want + [b"BREC"], (k, want)
             assert r.check().ok
     assert 0 < kept < total   # crash points before and after the commit point
+
+
+def test_a_handle_on_a_replaced_pair_leaves_the_log_at_close(tmp_path):
+    """Writer A is open on the files a compaction of writer C then
+    replaces; C commits with sync=True (its frame stays in the log until a
+    checkpoint syncs the new pair).  A's close must not checkpoint: it
+    would fsync its own, replaced files and empty the log, and a power cut
+    would then lose C's acknowledged commit.  The log keeps C's frame
+    until C (on the new pair) closes, and every record is there."""
+    base, _, _ = make_db(tmp_path, n=40)
+    wal = f"{base}.wal"
+    a = pydb.open(base, readonly=False, sync=True, gc="none")
+    for m in range(1, 6):   # garbage (this header's count) for the compaction
+        a.update(m, content(m, 9, 50))
+    with pydb.open(base, readonly=False, sync=True, gc="none") as c:
+        assert compact(c, 1000)[2] == 1
+        mfn = c.append([(1, "CREC")])
+        assert os.path.getsize(wal) > 0   # the frame, kept for a checkpoint
+        a.close()
+        assert os.path.getsize(wal) > 0   # A left it
+    assert os.path.getsize(wal) == 0      # C's close checkpointed the new pair
+    with pydb.open(base) as r:
+        assert [f.raw for f in r[mfn].fields] == [b"CREC"]
+        assert r.check().ok
