@@ -252,13 +252,10 @@ static int read_control(pydb_db *db, pydb_error *err)
 static int open_pair(pydb_db *db, const char *mst, const char *xrf, int io,
                      pydb_error *err)
 {
-    char nm[1200], nx[1200], mk[1200];
     int writable = (db->flags & PYDB_OPEN_WRITE) != 0, rc;
-    struct stat m;
 
     if (db->shm && pydb__shm_valid(db->shm))
         db->gen_word = pydb__shm_gen_word(db->shm);
-    if (pydb__swap_names(nm, nx, mk, sizeof nm, mst, xrf) != 0) mk[0] = 0;
     for (int tries = 0;; tries++) {
         uint64_t g1 = pydb__header_gen(db);
         rc = file_open(&db->mst, mst, io, writable, err);
@@ -266,7 +263,7 @@ static int open_pair(pydb_db *db, const char *mst, const char *xrf, int io,
         if (rc == PYDB_OK) {
             int pair = pydb__same_file(db->mst.fd, mst) &&
                        pydb__same_file(db->xrf.fd, xrf) &&
-                       (!mk[0] || stat(mk, &m) != 0) &&
+                       !pydb__swap_pending(mst) &&
                        pydb__header_gen(db) == g1;
             /* a marker that stays (its writer died, and this handle
              * could not finish the swap): take the pair as it is */

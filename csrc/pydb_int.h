@@ -461,6 +461,9 @@ uint64_t pydb__header_gen(pydb_db *db);
  * marker (docs/compaction.md). */
 #define PYDB_COMPACT_SUFFIX "-compact"
 #define PYDB_SWAP_SUFFIX "-swap"
+/* 1 if a compaction's swap marker stands beside the master file `mst`:
+ * its renames are under way, or its writer died in them (read.c). */
+int pydb__swap_pending(const char *mst);
 
 /* ---- transactions (txn.c) ---- */
 

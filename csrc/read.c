@@ -31,6 +31,7 @@
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +81,6 @@ static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
     return PYDB_OK;
 }
 
-/* Whether the XRF entry points at a stored version (active, or logically
- * deleted and still readable). */
 /* The master file's size as this handle knows it, taken again (fstat,
  * pydb__refresh_sizes) when `end` (bytes) lies past it: a commit of
  * another process, or a state pinned before a switch of the file pair,
@@ -93,6 +92,8 @@ static int64_t mst_size_to(pydb_db *db, int64_t end)
     return pydb__fsize(&db->mst);
 }
 
+/* Whether the XRF entry points at a stored version (active, or logically
+ * deleted and still readable). */
 static int has_version(const pydb_xrf_entry *e)
 {
     return e->state == PYDB_XRF_ACTIVE || e->state == PYDB_XRF_LDELETED;
@@ -252,26 +253,30 @@ static int state_in(pydb_state *out, pydb_db *db, const pydb_state *st,
 static int replaced_error(pydb_db *db, const pydb_state *st, uint64_t gen,
                           pydb_error *err)
 {
+    char last[160] = "no compaction record";
     uint64_t from;
     pydb_state after;
-    if (pydb__shm_swap_get(pydb__db_shm(db), &from, &after) != 0)
-        return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
-                          "the master file of commit %llu (generation "
-                          "%llu) was replaced by a compaction (files of "
-                          "generation %llu now; no compaction record)",
-                          (unsigned long long)st->commit,
-                          (unsigned long long)st->file_gen,
-                          (unsigned long long)gen);
+    if (pydb__shm_swap_get(pydb__db_shm(db), &from, &after) == 0)
+        snprintf(last, sizeof last, "the last compaction replaced commit "
+                 "%llu with commit %llu of generation %llu",
+                 (unsigned long long)from, (unsigned long long)after.commit,
+                 (unsigned long long)after.file_gen);
     return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
                       "the master file of commit %llu (generation %llu) "
                       "was replaced by a compaction (files of generation "
-                      "%llu now; the last compaction replaced commit %llu "
-                      "with commit %llu of generation %llu)",
+                      "%llu now; %s)",
                       (unsigned long long)st->commit,
                       (unsigned long long)st->file_gen,
-                      (unsigned long long)gen, (unsigned long long)from,
-                      (unsigned long long)after.commit,
-                      (unsigned long long)after.file_gen);
+                      (unsigned long long)gen, last);
+}
+
+int pydb__swap_pending(const char *mst)
+{
+    char mk[PATH_MAX];
+    struct stat st;
+    return (size_t)snprintf(mk, sizeof mk, "%s%s", mst, PYDB_SWAP_SUFFIX) <
+               sizeof mk &&
+           stat(mk, &st) == 0;
 }
 
 /* Open one database file of the new pair like handle.c's file_open
@@ -288,14 +293,6 @@ static int pair_open(int *fd, int64_t *size, const char *path, int writable)
     }
     *size = (int64_t)st.st_size;
     return 0;
-}
-
-static int marker_exists(const pydb_db *db)
-{
-    char m[1200];
-    struct stat st;
-    snprintf(m, sizeof m, "%s%s", db->mst.path, PYDB_SWAP_SUFFIX);
-    return stat(m, &st) == 0;
 }
 
 /* Install fd (size bytes) as file f of the handle (fseq odd).  The
@@ -403,7 +400,7 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
         }
         if (pair_open(&mfd, &msize, db->mst.path, writable) == 0 &&
             pair_open(&xfd, &xsize, db->xrf.path, writable) == 0 &&
-            !marker_exists(db) && pydb__same_file(mfd, db->mst.path) &&
+            !pydb__swap_pending(db->mst.path) && pydb__same_file(mfd, db->mst.path) &&
             pydb__same_file(xfd, db->xrf.path) &&
             (g2 = pydb__header_gen(db)) == g1) {
             uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_RELAXED);

@@ -690,19 +690,15 @@ static int wal_files_current(const pydb_wal_files *w)
 static int header_publish_replayed(const pydb_wal_files *w,
                                    uint64_t index_gen)
 {
-    char nm[PATH_MAX], nx[PATH_MAX], mk[PATH_MAX];
     uint8_t ctl[PYDB_CTL_SIZE];
-    struct stat mk_st, ms, xs;
+    struct stat ms, xs;
     pydb_state prev, st;
     pydb_ctl c;
 
     if (!w->shm || pydb__shm_state(&prev, w->shm) != 0 ||
         index_gen == NIDX_GEN_UNKNOWN)
         return 0;
-    if (pydb__swap_names(nm, nx, mk, sizeof nm, w->mst_path,
-                         w->xrf_path) != 0 ||
-        stat(mk, &mk_st) == 0)
-        return 0;
+    if (pydb__swap_pending(w->mst_path)) return 0;
     if (pydb__vfs->pread(w->mst_fd, ctl, sizeof ctl, 0) != (ssize_t)sizeof ctl ||
         fstat(w->mst_fd, &ms) != 0 || fstat(w->xrf_fd, &xs) != 0)
         return 0;
@@ -1061,14 +1057,12 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
                                const char *xrf, struct pydb_shm *shm,
                                pydb_error *err)
 {
-    char wal[1100], mk[1200];
+    char wal[1100];
     struct stat st;
     int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
-    int swap;
+    int swap = pydb__swap_pending(mst);
     uint64_t applied;
 
-    snprintf(mk, sizeof mk, "%s%s", mst, PYDB_SWAP_SUFFIX);
-    swap = stat(mk, &st) == 0;
     if (pydb__find_file(wal, sizeof wal, base, "wal") != 0 ||
         stat(wal, &st) != 0 || (st.st_size == 0 && !swap))
         return PYDB_OK;   /* no log, or an empty one: nothing to do */
