@@ -28,6 +28,27 @@ static inline int pydb__mfn_bits_has(const pydb_mfn_bits *b, int32_t m)
     return in & (int)((w >> (d & 63)) & 1);
 }
 
+/* 1 if b holds an MFN m with lo <= m <= hi: a block of a posting list
+ * none of whose MFNs can be wanted is passed unread (nidx_seg.c). */
+static inline int pydb__mfn_bits_any(const pydb_mfn_bits *b, int64_t lo,
+                                     int64_t hi)
+{
+    int64_t a = lo - b->lo, z = hi - b->lo;
+    int64_t top = (int64_t)b->nwords * 64 - 1;
+    PYDB_ASSERT(b->nwords > 0);
+    if (z < 0 || a > top || a > z) return 0;
+    if (a < 0) a = 0;
+    if (z > top) z = top;
+    size_t wa = (size_t)a >> 6, wz = (size_t)z >> 6;
+    uint64_t ma = ~(uint64_t)0 << (a & 63);
+    uint64_t mz = ~(uint64_t)0 >> (63 - (z & 63));
+    if (wa == wz) return (b->w[wa] & ma & mz) != 0;
+    if (b->w[wa] & ma) return 1;
+    for (size_t i = wa + 1; i < wz; i++)
+        if (b->w[i]) return 1;
+    return (b->w[wz] & mz) != 0;
+}
+
 /* Starts of sorted runs in a pydb_postings (pydb__postings_merge_runs);
  * v always has room for one more entry than n. */
 typedef struct pydb_runs {

@@ -120,7 +120,8 @@ static int magic_version(const void *d, size_t n)
     size_t ml = strlen(NIDX_MANIFEST_MAGIC);
     if (n < ml) return 0;
     if (memcmp(d, NIDX_MANIFEST_MAGIC, ml) == 0) return NIDX_MANIFEST_VERSION;
-    if (memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) == 0) return NIDX_FORMAT_VERSION;
+    if (memcmp(d, NIDX_MANIFEST_MAGIC_V2, ml) == 0)
+        return NIDX_MANIFEST_VERSION_FILES;
     return 0;
 }
 
@@ -148,10 +149,10 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
                             "manifest: format version %.*s, this pydb reads "
                             "versions %d and %d (rebuild the index)",
                             vl > 16 ? 16 : vl, (const char *)d + ml - 2,
-                            NIDX_FORMAT_VERSION, NIDX_MANIFEST_VERSION);
+                            NIDX_MANIFEST_VERSION_FILES, NIDX_MANIFEST_VERSION);
     }
     if (!(version = magic_version(d, n))) BAD("bad magic line");
-    v2 = version == NIDX_FORMAT_VERSION;
+    v2 = version == NIDX_MANIFEST_VERSION_FILES;
     /* the checksum line covers everything before it */
     {
         const uint8_t *q = e;

@@ -19,7 +19,7 @@
  * generation than the one it replaces (a rebuild too, even after the
  * MANIFEST was damaged: nidx_build.c).
  *
- * Depends on: nidx_seg.h (NIDX_FORMAT_VERSION, the segments inline ones
+ * Depends on: nidx_seg.h (the segments inline ones
  * are opened as, generation digits), util.h (buffer, CRC-32C, atomic
  * replace), index_int.h (key rules).
  */
@@ -32,14 +32,15 @@
 #define NIDX_STR_(x) #x
 #define NIDX_STR(x) NIDX_STR_(x)
 /* The first line, with the MANIFEST's format version: 3 when a segment
- * is inline, else 2 (the segment format's version, NIDX_FORMAT_VERSION:
- * what pydb before inline segments writes and reads).  Both are read;
- * an inline line in a version 2 MANIFEST is damage. */
+ * is inline, else 2 (NIDX_MANIFEST_VERSION_FILES: what pydb before
+ * inline segments writes and reads).  Both are read; an inline line in a
+ * version 2 MANIFEST is damage. */
 #define NIDX_MANIFEST_VERSION 3
+#define NIDX_MANIFEST_VERSION_FILES 2
 #define NIDX_MANIFEST_MAGIC \
     "pydb-native-index " NIDX_STR(NIDX_MANIFEST_VERSION) "\n"
 #define NIDX_MANIFEST_MAGIC_V2 \
-    "pydb-native-index " NIDX_STR(NIDX_FORMAT_VERSION) "\n"
+    "pydb-native-index " NIDX_STR(NIDX_MANIFEST_VERSION_FILES) "\n"
 
 /* Inline segments: a commit's segment of at most NIDX_INLINE_MAX bytes
  * goes into the MANIFEST itself while the inline segments of the set

@@ -22,17 +22,6 @@
 
 /* ------------------------------------------------------------ varints */
 
-static inline void buf_varint(pydb_buf *b, uint64_t v)
-{
-    if (b->cap - b->n < 10 && pydb__buf_reserve(b, 10) < 0) return;
-    uint8_t *o = b->p + b->n;
-    while (v >= 0x80) {
-        *o++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *o++ = (uint8_t)v;
-    b->n = (size_t)(o - b->p);
-}
 
 static inline int rd_varint(const uint8_t **pp, const uint8_t *end,
                             uint64_t *v)
@@ -103,10 +92,13 @@ static int seg_check(nidx_seg *s, const char *path, pydb_error *err)
         pydb__u32(m + 12) != NIDX_BLOCK_TERMS)
         return PYDB_CORRUPT(err, path, 0, "not a pydb index segment (magic "
                             "or block size)");
-    if (pydb__u32(m + 8) != NIDX_FORMAT_VERSION)
+    s->version = pydb__u32(m + 8);
+    if (s->version != NIDX_SEG_VERSION &&
+        s->version != NIDX_SEG_VERSION_NO_SKIP)
         return PYDB_CORRUPT(err, path, 8, "index segment format version %u, "
-                            "this pydb reads version %d (rebuild the index)",
-                            (unsigned)pydb__u32(m + 8), NIDX_FORMAT_VERSION);
+                            "this pydb reads versions %d and %d (rebuild "
+                            "the index)", (unsigned)s->version,
+                            NIDX_SEG_VERSION_NO_SKIP, NIDX_SEG_VERSION);
     if ((uint64_t)pydb__crc32c(0, m, s->size - 8) !=
         pydb__u64(m + s->size - 8))
         return PYDB_CORRUPT(err, path, (int64_t)(s->size - 8),
@@ -354,96 +346,193 @@ int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
     }
 }
 
-/* The decoder of pydb__nseg_decode and pydb__nseg_decode_in: keep
- * (NULL: every MFN) is the set of MFNs whose postings are wanted; the
- * others are parsed and checked, but not counted live nor kept (they are
+/* The decoder of pydb__nseg_decode, _decode_in and _get_varints: the
+ * list of count postings at p[plen], led by its skip table when `skips`
+ * (nidx_seg.h); damage is PYDB_ECORRUPT naming path and off0 + its offset
+ * in p (off0 < 0: -1).  keep (NULL: every MFN) is the set of MFNs whose
+ * postings are wanted: a block of the skip table whose MFNs lie outside
+ * it is passed unread, and so is the rest of the list once no MFN it
+ * may hold is wanted; the postings of the blocks read are parsed and
+ * checked, those of unwanted MFNs not counted live nor kept (they are
  * written past out->n, then overwritten: no branch on wanted or not).
- * Inlined into both, so that the plain decoder tests no set. */
+ * A block read must end where the table says, at the posting it says.
+ * Inlined into each caller, so that the plain decoder tests no set. */
+static inline __attribute__((always_inline)) int
+decode_list(pydb_postings *out, const char *path, const uint8_t *p,
+            uint64_t plen, uint64_t count, int skips, int64_t off0,
+            nidx_dead_fn dead, const void *dead_ctx,
+            const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
+{
+    const uint8_t *start = p, *e = p + plen, *sp = NULL, *se = NULL, *p0;
+    uint64_t m = 0, tag = 0, occ = 0, cnt = 0, n = 0, nlive = 0;
+    uint64_t nblk = 1, tl;
+    /* the table's entry for the next block: its start (from p0) and the
+     * posting before it, the last of this block */
+    uint64_t noff = 0, nm = 0, nt = 0, no = 0, nc = 0;
+    pydb_posting *ov = NULL;   /* out->v + out->n: where the next one goes */
+    int kept = 1;              /* whether MFN m is wanted */
+    int rest_passed = 0;       /* the blocks after the last read: passed */
+#define AT(q) (off0 < 0 ? -1 : off0 + (int64_t)((q) - start))
+    *live = 0;
+    /* a posting takes 4 varints, at least 4 bytes: room for all of them
+     * at once (the count is checked against the bytes first) */
+    if (count > plen / 4)
+        return PYDB_CORRUPT(err, path, AT(start),
+                            "dictionary says %llu postings in %llu bytes",
+                            (unsigned long long)count,
+                            (unsigned long long)plen);
+    if (skips && count > NIDX_SKIP) {
+        if (rd_varint(&p, e, &tl) || tl > (uint64_t)(e - p))
+            return PYDB_CORRUPT(err, path, AT(start),
+                                "skip table out of range");
+        sp = p;
+        se = p += tl;
+        nblk = (count - 1) / NIDX_SKIP + 1;
+    }
+    p0 = p;
+    if (out) {
+        int rc = pydb__postings_reserve(out, out->n + (size_t)count, err);
+        if (rc) return rc;
+        ov = out->v + out->n;
+    }
+    for (uint64_t k = 0; k < nblk; k++) {
+        const uint64_t bend = k + 1 < nblk ? (k + 1) * NIDX_SKIP : count;
+        /* none wanted from here on: the rest passed (not checked) */
+        if (k > 0 && keep &&
+            !pydb__mfn_bits_any(keep, (int64_t)m, INT32_MAX)) {
+            rest_passed = 1;
+            break;
+        }
+        if (k + 1 < nblk) {   /* entry k + 1: where this block ends */
+            uint64_t doff, dm, t, o, c;
+            if (rd_varint(&sp, se, &doff) || rd_varint(&sp, se, &dm) ||
+                rd_varint(&sp, se, &t) || rd_varint(&sp, se, &o) ||
+                rd_varint(&sp, se, &c))
+                return PYDB_CORRUPT(err, path, AT(sp), "skip table truncated");
+            /* a block of NIDX_SKIP postings takes 4 bytes each at least;
+             * the entries ascend (each block holds a posting) */
+            if (doff < 4 * NIDX_SKIP || doff > (uint64_t)(e - p0) - noff ||
+                dm > INT32_MAX - nm || nm + dm < 1 || t > UINT32_MAX ||
+                o > UINT32_MAX || c > UINT32_MAX ||
+                (dm == 0 && (t < nt || (t == nt && (o < no ||
+                                                    (o == no && c <= nc))))))
+                return PYDB_CORRUPT(err, path, AT(sp),
+                                    "skip table entry out of range");
+            noff += doff;
+            nm += dm;
+            nt = t;
+            no = o;
+            nc = c;
+            /* none of its MFNs, [m, nm], wanted: passed */
+            if (keep && !pydb__mfn_bits_any(keep, (int64_t)m, (int64_t)nm)) {
+                p = p0 + noff;
+                m = nm;
+                tag = nt;
+                occ = no;
+                cnt = nc;
+                n = bend;
+                kept = 0;
+                continue;
+            }
+        }
+        while (n < bend) {
+            uint64_t dm, a, b, c;
+            int take;
+            if (e - p >= 4 && !(pydb__u32(p) & 0x80808080u)) {
+                dm = p[0];   /* four one-byte varints: most postings */
+                a = p[1];
+                b = p[2];
+                c = p[3];
+                p += 4;
+            } else if (p == e) {
+                return PYDB_CORRUPT(err, path, AT(start),
+                                    "posting list holds %llu postings, "
+                                    "dictionary says %llu",
+                                    (unsigned long long)n,
+                                    (unsigned long long)count);
+            } else if (rd_varint(&p, e, &dm) || rd_varint(&p, e, &a) ||
+                       rd_varint(&p, e, &b) || rd_varint(&p, e, &c)) {
+                return PYDB_CORRUPT(err, path, AT(p),
+                                    "posting list truncated");
+            } else if (dm > INT32_MAX || a > UINT32_MAX || b > UINT32_MAX ||
+                       c > UINT32_MAX) {
+                /* (a sum that wraps past 2^64 would come back in range) */
+                return PYDB_CORRUPT(err, path, AT(p),
+                                    "posting out of range or not ascending");
+            }
+            if (dm) {
+                m += dm;
+                if (keep) kept = pydb__mfn_bits_has(keep, (int32_t)m);
+                tag = a;
+                occ = b;
+                cnt = c;
+            } else if (a) {
+                tag += a;
+                occ = b;
+                cnt = c;
+            } else if (b) {
+                occ += b;
+                cnt = c;
+            } else {
+                cnt += c;
+            }
+            if (m < 1 || m > INT32_MAX || tag > UINT32_MAX ||
+                occ > UINT32_MAX || cnt > UINT32_MAX ||
+                (n > 0 && dm == 0 && a == 0 && b == 0 && c == 0))
+                return PYDB_CORRUPT(err, path, AT(p),
+                                    "posting out of range or not ascending");
+            n++;
+            take = kept;
+            if (dead) take &= !dead(dead_ctx, (int32_t)m);
+            if (ov) {   /* room for count postings: reserved above */
+                pydb_posting *v = &ov[nlive];
+                v->mfn = (int32_t)m;
+                v->tag = (uint32_t)tag;
+                v->occ = (uint32_t)occ;
+                v->cnt = (uint32_t)cnt;
+            }
+            nlive += (uint64_t)take;
+        }
+        if (k + 1 < nblk && (p != p0 + noff || m != nm || tag != nt ||
+                             occ != no || cnt != nc))
+            return PYDB_CORRUPT(err, path, AT(p),
+                                "skip table disagrees with the postings");
+    }
+    if (!rest_passed && sp != se)
+        return PYDB_CORRUPT(err, path, AT(sp),
+                            "skip table longer than its entries");
+    if (!rest_passed && p != e)
+        return PYDB_CORRUPT(err, path, AT(start),
+                            "posting list holds more postings than the "
+                            "dictionary's %llu", (unsigned long long)count);
+    *live = nlive;
+    if (out) out->n += (size_t)nlive;
+    return PYDB_OK;
+#undef AT
+}
+
+/* decode_list for the entry at the cursor. */
 static inline __attribute__((always_inline)) int
 decode(pydb_postings *out, const nidx_cursor *cur, nidx_dead_fn dead,
        const void *dead_ctx, const pydb_mfn_bits *keep, uint64_t *live,
        pydb_error *err)
 {
     const nidx_seg *s = cur->s;
-    uint64_t start = cur->pstart, plen = cur->plen, count = cur->count;
-    const uint8_t *p = s->map + start, *e = p + plen;
-    uint64_t m = 0, tag = 0, occ = 0, cnt = 0, n = 0, nlive = 0;
-    pydb_posting *ov = NULL;   /* out->v + out->n: where the next one goes */
-    int kept = 1;              /* whether MFN m is wanted */
-    PYDB_ASSERT(cur->valid && start >= NIDX_SEG_HDR && plen <= s->dict_off &&
-                start <= s->dict_off - plen);
-    *live = 0;
-    /* a posting takes 4 varints, at least 4 bytes: room for all of them
-     * at once (the count is checked against the bytes first) */
-    if (count > plen / 4)
-        return PYDB_CORRUPT(err, s->path, (int64_t)start,
-                            "dictionary says %llu postings in %llu bytes",
-                            (unsigned long long)count,
-                            (unsigned long long)plen);
-    if (out) {
-        int rc = pydb__postings_reserve(out, out->n + (size_t)count, err);
-        if (rc) return rc;
-        ov = out->v + out->n;
-    }
-    while (p < e) {
-        uint64_t dm, a, b, c;
-        int take;
-        if (e - p >= 4 && !(pydb__u32(p) & 0x80808080u)) {
-            dm = p[0];   /* four one-byte varints: most postings */
-            a = p[1];
-            b = p[2];
-            c = p[3];
-            p += 4;
-        } else if (rd_varint(&p, e, &dm) || rd_varint(&p, e, &a) ||
-                   rd_varint(&p, e, &b) || rd_varint(&p, e, &c)) {
-            return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
-                                "posting list truncated");
-        }
-        if (dm) {
-            m += dm;
-            if (keep) kept = pydb__mfn_bits_has(keep, (int32_t)m);
-            tag = a;
-            occ = b;
-            cnt = c;
-        } else if (a) {
-            tag += a;
-            occ = b;
-            cnt = c;
-        } else if (b) {
-            occ += b;
-            cnt = c;
-        } else {
-            cnt += c;
-        }
-        if (m < 1 || m > INT32_MAX || tag > UINT32_MAX || occ > UINT32_MAX ||
-            cnt > UINT32_MAX || (n > 0 && dm == 0 && a == 0 && b == 0 &&
-                                 c == 0))
-            return PYDB_CORRUPT(err, s->path, (int64_t)(p - s->map),
-                                "posting out of range or not ascending");
-        if (++n > count) break;   /* reported below */
-        take = kept;
-        if (dead) take &= !dead(dead_ctx, (int32_t)m);
-        if (ov) {   /* room for count postings: reserved above */
-            pydb_posting *v = &ov[nlive];
-            v->mfn = (int32_t)m;
-            v->tag = (uint32_t)tag;
-            v->occ = (uint32_t)occ;
-            v->cnt = (uint32_t)cnt;
-        }
-        nlive += (uint64_t)take;
-    }
-    if (n > count)
-        return PYDB_CORRUPT(err, s->path, (int64_t)start,
-                            "posting list holds more postings than the "
-                            "dictionary's %llu", (unsigned long long)count);
-    if (n != count)
-        return PYDB_CORRUPT(err, s->path, (int64_t)start,
-                            "posting list holds %llu postings, dictionary "
-                            "says %llu", (unsigned long long)n,
-                            (unsigned long long)count);
-    *live = nlive;
-    if (out) out->n += (size_t)nlive;
-    return PYDB_OK;
+    PYDB_ASSERT(cur->valid && cur->pstart >= NIDX_SEG_HDR &&
+                cur->plen <= s->dict_off &&
+                cur->pstart <= s->dict_off - cur->plen);
+    return decode_list(out, s->path, s->map + cur->pstart, cur->plen,
+                       cur->count, s->version >= NIDX_SEG_VERSION,
+                       (int64_t)cur->pstart, dead, dead_ctx, keep, live, err);
+}
+
+int pydb__nseg_get_varints(pydb_postings *out, const uint8_t *p, size_t len,
+                           uint64_t count, const char *path, int64_t off,
+                           pydb_error *err)
+{
+    uint64_t live;
+    return decode_list(out, path, p, len, count, 0, off, NULL, NULL, NULL,
+                       &live, err);
 }
 
 /* Decode the posting list at the cursor's entry, keeping the postings
@@ -516,37 +605,86 @@ int pydb__nseg_enc_begin(nidx_seg_enc *e, pydb_buf *out, uint64_t nterms,
     return PYDB_OK;
 }
 
-void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n)
+void pydb__nseg_put_varints(pydb_buf *out, const pydb_posting *v, size_t n)
 {
     pydb_posting last = {0, 0, 0, 0};
     for (size_t i = 0; i < n; i++) {
         const pydb_posting *q = &v[i];
         PYDB_ASSERT(i == 0 || pydb__posting_cmp(&v[i - 1], q) < 0);
         if (i == 0 || q->mfn != last.mfn) {
-            buf_varint(out, (uint64_t)(q->mfn - last.mfn));
-            buf_varint(out, q->tag);
-            buf_varint(out, q->occ);
-            buf_varint(out, q->cnt);
+            pydb__nseg_put_varint(out, (uint64_t)(q->mfn - last.mfn));
+            pydb__nseg_put_varint(out, q->tag);
+            pydb__nseg_put_varint(out, q->occ);
+            pydb__nseg_put_varint(out, q->cnt);
         } else if (q->tag != last.tag) {
-            buf_varint(out, 0);
-            buf_varint(out, q->tag - last.tag);
-            buf_varint(out, q->occ);
-            buf_varint(out, q->cnt);
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, q->tag - last.tag);
+            pydb__nseg_put_varint(out, q->occ);
+            pydb__nseg_put_varint(out, q->cnt);
         } else if (q->occ != last.occ) {
-            buf_varint(out, 0);
-            buf_varint(out, 0);
-            buf_varint(out, q->occ - last.occ);
-            buf_varint(out, q->cnt);
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, q->occ - last.occ);
+            pydb__nseg_put_varint(out, q->cnt);
         } else {
-            buf_varint(out, 0);
-            buf_varint(out, 0);
-            buf_varint(out, 0);
-            buf_varint(out, q->cnt - last.cnt);
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, q->cnt - last.cnt);
         }
         last = *q;
     }
 }
 
+/* The skip table of the list v[n] (n > NIDX_SKIP) whose postings are
+ * p (as pydb__nseg_put_varints wrote them) into tab: found by reading
+ * past each posting's four varints. */
+static void skip_table(pydb_buf *tab, const uint8_t *p, const pydb_posting *v,
+                       size_t n)
+{
+    const uint8_t *p0 = p;
+    size_t boff = 0;
+    int32_t pm = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && i % NIDX_SKIP == 0) {
+            const pydb_posting *b = &v[i - 1];
+            size_t off = (size_t)(p - p0);
+            pydb__nseg_put_varint(tab, off - boff);
+            pydb__nseg_put_varint(tab, (uint64_t)(b->mfn - pm));
+            pydb__nseg_put_varint(tab, b->tag);
+            pydb__nseg_put_varint(tab, b->occ);
+            pydb__nseg_put_varint(tab, b->cnt);
+            boff = off;
+            pm = b->mfn;
+        }
+        for (int f = 0; f < 4; f++)   /* past one posting's varints */
+            while (*p++ & 0x80) {}
+    }
+}
+
+void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n)
+{
+    size_t at = out->n, plen, hl;
+    uint8_t head[10];
+    pydb_buf tab = {0};
+    pydb__nseg_put_varints(out, v, n);
+    if (n <= NIDX_SKIP || out->oom) return;
+    skip_table(&tab, out->p + at, v, n);
+    if (tab.oom) {
+        out->oom = 1;
+        goto cleanup;
+    }
+    /* the table goes before the postings: moved up to make room */
+    plen = out->n - at;
+    hl = pydb__nseg_varint_bytes(head, tab.n);
+    if (pydb__buf_reserve(out, hl + tab.n) < 0) goto cleanup;   /* oom */
+    memmove(out->p + at + hl + tab.n, out->p + at, plen);
+    memcpy(out->p + at, head, hl);
+    memcpy(out->p + at + hl, tab.p, tab.n);
+    out->n = at + hl + tab.n + plen;
+cleanup:
+    free(tab.p);
+}
 
 void pydb__nseg_dict_entry(pydb_buf *dict, uint64_t term, uint64_t pbeg,
                            const uint8_t *prev, size_t prev_len,
@@ -561,11 +699,11 @@ void pydb__nseg_dict_entry(pydb_buf *dict, uint64_t term, uint64_t pbeg,
         prev_len = 0;
     }
     while (sh < prev_len && sh < len && prev[sh] == key[sh]) sh++;
-    buf_varint(dict, sh);
-    buf_varint(dict, len - sh);
+    pydb__nseg_put_varint(dict, sh);
+    pydb__nseg_put_varint(dict, len - sh);
     pydb__buf_put(dict, key + sh, len - sh);
-    buf_varint(dict, count);
-    buf_varint(dict, plen);
+    pydb__nseg_put_varint(dict, count);
+    pydb__nseg_put_varint(dict, plen);
 }
 
 void pydb__nseg_header(uint8_t hdr[NIDX_SEG_HDR], uint64_t nterms,
@@ -573,7 +711,7 @@ void pydb__nseg_header(uint8_t hdr[NIDX_SEG_HDR], uint64_t nterms,
                        uint64_t tomb_off)
 {
     memcpy(hdr, NIDX_SEG_MAGIC, 8);
-    pydb__put32(hdr + 8, NIDX_FORMAT_VERSION);
+    pydb__put32(hdr + 8, NIDX_SEG_VERSION);
     pydb__put32(hdr + 12, NIDX_BLOCK_TERMS);
     pydb__put64(hdr + 16, nterms);
     pydb__put64(hdr + 24, nposts);

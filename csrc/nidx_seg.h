@@ -6,12 +6,25 @@
  * A segment (seg-GGGGGGGG.pds, or inline in the MANIFEST: the same bytes;
  * immutable once written; little-endian):
  *   0   header, 64 bytes: "PYDBSEG1", u32 format version
- *       (NIDX_FORMAT_VERSION), u32 terms per block (32), u64 terms, u64
+ *       (NIDX_SEG_VERSION), u32 terms per block (32), u64 terms, u64
  *       postings, u64 dictionary offset, u64 block index offset, u64
  *       blocks, u64 tombstone offset
- *   64  posting lists, one per term in key order: per posting four
- *       LEB128 varints — MFN delta; TAG (delta if same MFN); OCC (delta
- *       if same MFN and TAG); CNT (delta if same MFN, TAG, OCC)
+ *   64  posting lists, one per term in key order, postings ascending by
+ *       (MFN, TAG, OCC, CNT) and distinct, each posting four LEB128
+ *       varints: MFN delta from the posting before (the first: from 0);
+ *       TAG (delta if same MFN); OCC (delta if same MFN and TAG); CNT
+ *       (delta if same MFN, TAG, OCC).  A list of more than NIDX_SKIP
+ *       (128) postings is led by a skip table, so that a reader that
+ *       wants the postings of a few MFNs passes the blocks of 128
+ *       postings that cannot hold them (Lucene's skip lists do the same:
+ *       org.apache.lucene.codecs.MultiLevelSkipListWriter): varint the
+ *       table's length in bytes, then for each block k >= 1 (postings
+ *       128k...) five varints: the offset of its first posting from
+ *       block k - 1's (block 0 starts right after the table), and the
+ *       posting before it, 128k - 1: MFN (delta from the previous
+ *       entry's; the first: from 0), TAG, OCC, CNT.  The postings are
+ *       the same bytes as without the table.  A segment of version 2
+ *       (before skip tables) has no table; it is read as ever.
  *   dictionary: blocks of 32 terms; a block starts with the u64 offset of
  *       its first term's postings, then per term: varint shared prefix
  *       length with the previous key of the block (0 for the first),
@@ -37,11 +50,14 @@
 #include <stdatomic.h>
 #include "index_int.h"
 
-/* Format version of the segments and of the MANIFEST that names them.
- * 2: the checksums are CRC-32C (version 1 used an ad-hoc 64-bit hash).
- * A file of another version is PYDB_ECORRUPT saying so: rebuild the
- * index. */
-#define NIDX_FORMAT_VERSION 2
+/* Format version of the segments.  3: lists of more than NIDX_SKIP
+ * postings lead with a skip table; 2: none has one (read, not written);
+ * 1 (an ad-hoc 64-bit checksum, not CRC-32C) and any other are
+ * PYDB_ECORRUPT saying so: rebuild the index. */
+#define NIDX_SEG_VERSION 3
+#define NIDX_SEG_VERSION_NO_SKIP 2
+/* Postings per block of a skip table */
+#define NIDX_SKIP 128
 #define NIDX_SEG_MAGIC "PYDBSEG1"
 #define NIDX_SEG_HDR 64
 #define NIDX_BLOCK_TERMS 32
@@ -54,6 +70,7 @@ typedef struct nidx_seg {
     uint8_t *map;            /* the bytes: mapped, or malloc'ed (inl)    */
     size_t size;
     int inl;                 /* inline: its bytes live in the MANIFEST   */
+    uint32_t version;        /* NIDX_SEG_VERSION or _NO_SKIP            */
     uint64_t nterms, nposts, nblocks, dict_off, bidx_off, tomb_off;
     uint32_t ntomb;
     uint32_t nupd;           /* of the tombstones, those of records updated
@@ -132,7 +149,8 @@ int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *c,
                       uint64_t *live, pydb_error *err);
 /* The same, but when keep is given only the postings whose MFN is in
  * *keep count as live and are appended: the others are read past
- * (checked as ever) without being stored. */
+ * (checked as ever) without being stored, and a block of the list's skip
+ * table whose MFNs hold none of keep is passed unread. */
 int pydb__nseg_decode_in(pydb_postings *out, const nidx_cursor *cur,
                          nidx_dead_fn dead, const void *dead_ctx,
                          const pydb_mfn_bits *keep, uint64_t *live,
@@ -165,19 +183,34 @@ void pydb__nseg_enc_free(nidx_seg_enc *e);
 /* The parts of the encoder, for writers that stream a segment to a file
  * (nidx_spill.c) and must write the same bytes:
  * the posting list v[n] (ascending, no duplicates) as a segment holds
- * it, appended to out (the first posting's MFN delta is its MFN); */
+ * it, its skip table first when it has one, appended to out; */
 void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n);
-/* one LEB128 varint; */
+/* the postings alone, without a skip table (the first MFN delta is its
+ * MFN): a list of at most NIDX_SKIP postings as a segment holds it, and
+ * the form the bulk build's runs concatenate (nidx_spill.h); */
+void pydb__nseg_put_varints(pydb_buf *out, const pydb_posting *v, size_t n);
+/* the count postings such bytes p[len] hold appended to out:
+ * PYDB_ECORRUPT naming path and off + the offset in p (off < 0: -1)
+ * when they are damaged or not count; */
+int pydb__nseg_get_varints(pydb_postings *out, const uint8_t *p, size_t len,
+                           uint64_t count, const char *path, int64_t off,
+                           pydb_error *err);
+/* the LEB128 varint of v into o[10]: its length in bytes; */
+static inline size_t pydb__nseg_varint_bytes(uint8_t *o, uint64_t v)
+{
+    size_t k = 0;
+    while (v >= 0x80) {
+        o[k++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    o[k++] = (uint8_t)v;
+    return k;
+}
+/* one LEB128 varint appended to out; */
 static inline void pydb__nseg_put_varint(pydb_buf *out, uint64_t v)
 {
     if (out->cap - out->n < 10 && pydb__buf_reserve(out, 10) < 0) return;
-    uint8_t *o = out->p + out->n;
-    while (v >= 0x80) {
-        *o++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *o++ = (uint8_t)v;
-    out->n = (size_t)(o - out->p);
+    out->n += pydb__nseg_varint_bytes(out->p + out->n, v);
 }
 /* the dictionary entry of term number `term` (a block's first entry is
  * led by pbeg, the file offset of its postings): prev[prev_len] is the

@@ -107,7 +107,7 @@ static int run_term(void *ctx, const uint8_t *key, size_t len,
 {
     run_out *r = ctx;
     r->post.n = 0;
-    pydb__nseg_put_postings(&r->post, v, n);
+    pydb__nseg_put_varints(&r->post, v, n);
     if (r->post.oom)
         return PYDB_ERROR(r->err, PYDB_ENOMEM, r->f.path, -1, "no memory");
     pydb__nseg_put_varint(&r->f.buf, len);
@@ -249,8 +249,10 @@ static size_t varint_len(uint64_t v)
     return n;
 }
 
-/* Copy n bytes of the run to out (to the sfile through its buffer). */
-static int ri_copy(run_in *r, sfile *out, uint64_t n, pydb_error *err)
+/* Copy n bytes of the run to `to`: the buffer of the sfile out, or
+ * (out NULL) a buffer in memory. */
+static int ri_copy(run_in *r, pydb_buf *to, sfile *out, uint64_t n,
+                   pydb_error *err)
 {
     int rc;
     while (n > 0) {
@@ -258,10 +260,12 @@ static int ri_copy(run_in *r, sfile *out, uint64_t n, pydb_error *err)
         if (r->len == r->pos) return ri_corrupt(r, "posting bytes cut", err);
         size_t k = r->len - r->pos;
         if (k > n) k = (size_t)n;
-        pydb__buf_put(&out->buf, r->buf + r->pos, k);
+        pydb__buf_put(to, r->buf + r->pos, k);
         r->pos += k;
         n -= k;
-        if ((rc = sf_check(out, err))) return rc;
+        if (out && (rc = sf_check(out, err))) return rc;
+        if (!out && to->oom)
+            return PYDB_ERROR(err, PYDB_ENOMEM, r->path, -1, "no memory");
     }
     return PYDB_OK;
 }
@@ -388,7 +392,10 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
     uint64_t *blocks = NULL, nblocks = 0, bcap = 0, nterms = 0, nposts = 0;
     uint8_t *prev = NULL, hdr[NIDX_SEG_HDR], b8[8];
     size_t prev_len = 0, prev_cap = 0, nord = 0;
-    int rc = PYDB_OK, out_open = 0, dict_open = 0;
+    int rc = PYDB_OK, out_open = 0, dict_open = 0, tabled;
+    pydb_buf gather = {0}, *to;   /* a term's postings, to be skip-led */
+    sfile *flush;                 /* out, or NULL while gathering */
+    pydb_postings postings = {0};
 
     out.fd = dict.fd = -1;
     out.buf.p = dict.buf.p = NULL;
@@ -452,16 +459,22 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
             pydb__nseg_put_varint(&out.buf, plen);
         }
         /* this term's postings: each run's list in run order, the first
-         * MFN delta of each made relative to the list before it */
+         * MFN delta of each made relative to the list before it; a
+         * segment's list of more than NIDX_SKIP postings is gathered in
+         * memory, decoded and written again behind its skip table */
+        for (size_t j = 0; j < m; j++) count += ord[j]->count;
+        tabled = !to_run && count > NIDX_SKIP;
+        to = tabled ? &gather : &out.buf;
+        flush = tabled ? NULL : &out;
+        gather.n = 0;
         for (size_t j = 0; j < m; j++) {
             run_in *r = ord[j];
             uint64_t mfn;
             size_t used;
             if (j == 0 && !to_run) {
                 /* the first list: its first MFN delta stays */
-                if ((rc = ri_copy(r, &out, r->plen, err))) goto cleanup;
+                if ((rc = ri_copy(r, to, flush, r->plen, err))) goto cleanup;
                 last = r->last;
-                count += r->count;
                 continue;
             }
             if ((rc = ri_varint(r, &mfn, &used, err))) goto cleanup;
@@ -469,10 +482,22 @@ int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
                 rc = ri_corrupt(r, "runs out of MFN order", err);
                 goto cleanup;
             }
-            pydb__nseg_put_varint(&out.buf, mfn - last);
-            if ((rc = ri_copy(r, &out, r->plen - used, err))) goto cleanup;
+            pydb__nseg_put_varint(to, mfn - last);
+            if ((rc = ri_copy(r, to, flush, r->plen - used, err)))
+                goto cleanup;
             last = r->last;
-            count += r->count;
+        }
+        if (tabled) {
+            if (gather.oom) {
+                rc = PYDB_ERROR(err, PYDB_ENOMEM, out_path, -1, "no memory");
+                goto cleanup;
+            }
+            postings.n = 0;
+            if ((rc = pydb__nseg_get_varints(&postings, gather.p, gather.n,
+                                             count, first->path, -1, err)))
+                goto cleanup;
+            pydb__nseg_put_postings(&out.buf, postings.v, postings.n);
+            if ((rc = sf_check(&out, err))) goto cleanup;
         }
         if (to_run) {
             /* no dictionary */
@@ -576,6 +601,8 @@ cleanup:
     free(taken);
     free(blocks);
     free(prev);
+    free(gather.p);
+    pydb_postings_free(&postings);
     return rc;
 }
 

@@ -7,13 +7,15 @@
  * A run (build-PID-N.tmp, this process' temporary; never named by a
  * MANIFEST): per term in key order, LEB128 varints: key length, then the
  * key bytes, posting count, the MFN of the last posting, the length of
- * the posting bytes, then the posting bytes as a segment holds them
- * (nidx_seg.h; the first posting's MFN delta is its MFN).  The runs of
- * one build cover ascending, disjoint MFN ranges (a run ends between two
- * records), so a term's postings in the merged segment are its lists of
- * every run in run order, where only the first MFN delta of each list
- * after the first changes: the merge copies posting bytes and never
- * decodes them, and writes the bytes the in-memory build writes.
+ * the posting bytes, then the postings as varints, without a skip table
+ * (pydb__nseg_put_varints; the first posting's MFN delta is its MFN).
+ * The runs of one build cover ascending, disjoint MFN ranges (a run ends
+ * between two records), so a term's postings in the merged segment are
+ * its lists of every run in run order, where only the first MFN delta of
+ * each list after the first changes: the merge copies posting bytes
+ * without decoding them, but for a segment's list of more than
+ * NIDX_SKIP postings, gathered in memory, decoded and written behind its
+ * skip table; it writes the bytes the in-memory build writes.
  *
  * Depends on: nidx_seg.h (the segment layout and encoder parts),
  * nidx_writer.h (the accumulator's sorted walk), util.h (vfs, buffers).
@@ -44,7 +46,10 @@ int pydb__nrun_write(nidx_acc *a, const char *path, pydb_error *err);
  * dict_path as a temporary for the dictionary (removed before
  * returning); with dict_path NULL, into one run at out_path instead (not
  * synced).  Memory: n + 2 buffers of NIDX_SPILL_BUF bytes, the current
- * key of each run and 8 bytes per 32 terms (the block index).
+ * key of each run, 8 bytes per 32 terms (the block index) and the
+ * largest list three times: its bytes gathered, its postings decoded
+ * (16 bytes each) and its bytes written again into the segment's
+ * buffer.
  * PYDB_EIO (out_path is removed), PYDB_ECORRUPT (a run is damaged),
  * PYDB_ENOMEM. */
 int pydb__nrun_merge(const char *const *runs, size_t n, const char *out_path,
