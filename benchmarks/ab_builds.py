@@ -12,7 +12,11 @@ build_ext --inplace`` there); STORE is a key of bench_commit.STORES
 database read with ``rec.fields``, as bench_reads.py's test_scan_fields,
 after one untimed scan) or ``scan-fields=PATH`` (the same on the master
 file at PATH, without .mst, opened with ``encoding="auto"``: a real
-database, as bench_real.py reads them), ROUNDS the rounds per tree
+database, as bench_real.py reads them) or ``query=EXPR`` (the search
+expression EXPR on a native index of the default database with
+bench_index.py's FST, built by each tree in its own folder before the
+rounds: the trees may write different index formats; a round is the
+fastest of 9 loops of 100 searches), ROUNDS the rounds per tree
 (default 15).
 
 Why not two runs one after the other: on a file system where creating a
@@ -28,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 from pydb import ministat
 
@@ -76,11 +81,47 @@ with pydb.open(path, encoding="auto") as db:
 """
 
 
-def one_round(tree: str, store: str) -> tuple[int, float]:
+#: Before the rounds of ``query=``: the tree's own copy of the default
+#: database, indexed, in the folder argv[1].
+INDEX_SETUP = """
+import shutil, sys
+from pydb import _pydb, unesb
+from benchmarks.bench_index import UNESB_FST
+src, dst = str(unesb.default_database()), sys.argv[1] + "/unesb"
+for ext in (".mst", ".xrf"):
+    shutil.copy(src + ext, dst + ext)
+_pydb._index_build(dst, UNESB_FST)
+"""
+
+#: One round of ``query=``: the fastest of 9 loops of 100 searches.
+QUERY_ROUND = """
+import sys, time
+from pydb import _pydb
+from pydb.search import search
+ix = _pydb._open_native_index(sys.argv[1] + "/unesb")
+search(ix, sys.argv[2])
+best = None
+for _ in range(9):
+    t0 = time.perf_counter()
+    for _ in range(100):
+        search(ix, sys.argv[2])
+    t = (time.perf_counter() - t0) / 100
+    best = t if best is None else min(best, t)
+print(1, best)
+"""
+
+
+def one_round(tree: str, store: str, folder: str = "") -> tuple[int, float]:
     """(operations, seconds) of one round of `store` in a new process in
-    `tree`: COMMITS commits, or the records a scan read."""
+    `tree`: COMMITS commits, the records a scan read, or one search (in
+    the tree's index in `folder`)."""
     env = dict(os.environ, PYTHONPATH=tree)
     scan = store.partition("=")
+    if scan[0] == "query":
+        args = ["-c", QUERY_ROUND, folder, scan[2]]
+        out = subprocess.run([sys.executable, *args], cwd=tree, env=env,
+                             capture_output=True, text=True, check=True).stdout.split()
+        return 1, float(out[-1])
     if scan[0] == "scan-fields":
         args = ["-c", SCAN_ROUND, *([scan[2]] if scan[2] else [])]
     else:
@@ -101,14 +142,25 @@ def main(argv: list[str]) -> int:
     store = argv[2] if len(argv) > 2 else "pydb-index"
     rounds = int(argv[3]) if len(argv) > 3 else 15
     times: dict[str, list[float]] = {old: [], new: []}
+    folders = {old: "", new: ""}
     ops = 0
-    for k in range(rounds):
-        for tree in ((old, new) if k % 2 == 0 else (new, old)):
-            ops, seconds = one_round(tree, store)
-            times[tree].append(seconds)
-    unit = "records" if store.startswith("scan-fields") else "commits"
+    with tempfile.TemporaryDirectory() as tmp:
+        if store.startswith("query="):
+            for i, tree in enumerate((old, new)):
+                folders[tree] = os.path.join(tmp, str(i))
+                os.mkdir(folders[tree])
+                subprocess.run([sys.executable, "-c", INDEX_SETUP, folders[tree]],
+                               cwd=tree, env=dict(os.environ, PYTHONPATH=tree), check=True)
+        for k in range(rounds):
+            for tree in ((old, new) if k % 2 == 0 else (new, old)):
+                ops, seconds = one_round(tree, store, folders[tree])
+                times[tree].append(seconds)
+    unit = ("records" if store.startswith("scan-fields") else
+            "searches" if store.startswith("query=") else "commits")
     for tree, ts in times.items():
-        print(f"{tree}: {ops / statistics.median(ts):,.0f} {unit}/s "
+        each = (f", {statistics.median(ts) * 1e6:.1f} us each"
+                if unit == "searches" else "")
+        print(f"{tree}: {ops / statistics.median(ts):,.0f} {unit}/s{each} "
               f"(median of {rounds} rounds of {ops:,}, {store})")
     v = ministat.compare(times[old], times[new])
     what = (f"{v.pct:+.1f}% +/- {v.pct_ci:.1f}% of the old one's" if v.significant

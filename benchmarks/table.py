@@ -161,6 +161,8 @@ QUERY_ROWS = [
      10.0),
     ("adjacency (T1 $ T2)", "adjacent", "tantivy", "tantivy", ">= tantivy", 1.0),
     ("proximity (T1 . . . T2)", "proximity", "tantivy", "tantivy", ">= tantivy", 1.0),
+    ("adjacency, frequent and rare (T1 $ R)", "adjacent_rare", "tantivy", "tantivy",
+     ">= tantivy", 1.0),
 ]
 
 
