@@ -22,7 +22,6 @@
 
 /* ------------------------------------------------------------ varints */
 
-
 static inline int rd_varint(const uint8_t **pp, const uint8_t *end,
                             uint64_t *v)
 {
@@ -605,13 +604,17 @@ int pydb__nseg_enc_begin(nidx_seg_enc *e, pydb_buf *out, uint64_t nterms,
     return PYDB_OK;
 }
 
-void pydb__nseg_put_varints(pydb_buf *out, const pydb_posting *v, size_t n)
+/* The postings v[n] as varints, the first one's deltas taken from *prev
+ * (NULL: from zero, so that its MFN delta is its MFN). */
+static void put_varints_after(pydb_buf *out, const pydb_posting *v, size_t n,
+                              const pydb_posting *prev)
 {
     pydb_posting last = {0, 0, 0, 0};
+    if (prev) last = *prev;
     for (size_t i = 0; i < n; i++) {
         const pydb_posting *q = &v[i];
-        PYDB_ASSERT(i == 0 || pydb__posting_cmp(&v[i - 1], q) < 0);
-        if (i == 0 || q->mfn != last.mfn) {
+        PYDB_ASSERT(pydb__posting_cmp(&last, q) < 0);
+        if (q->mfn != last.mfn) {   /* (always for the first from zero) */
             pydb__nseg_put_varint(out, (uint64_t)(q->mfn - last.mfn));
             pydb__nseg_put_varint(out, q->tag);
             pydb__nseg_put_varint(out, q->occ);
@@ -636,40 +639,38 @@ void pydb__nseg_put_varints(pydb_buf *out, const pydb_posting *v, size_t n)
     }
 }
 
-/* The skip table of the list v[n] (n > NIDX_SKIP) whose postings are
- * p (as pydb__nseg_put_varints wrote them) into tab: found by reading
- * past each posting's four varints. */
-static void skip_table(pydb_buf *tab, const uint8_t *p, const pydb_posting *v,
-                       size_t n)
+void pydb__nseg_put_varints(pydb_buf *out, const pydb_posting *v, size_t n)
 {
-    const uint8_t *p0 = p;
-    size_t boff = 0;
-    int32_t pm = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0 && i % NIDX_SKIP == 0) {
-            const pydb_posting *b = &v[i - 1];
-            size_t off = (size_t)(p - p0);
-            pydb__nseg_put_varint(tab, off - boff);
-            pydb__nseg_put_varint(tab, (uint64_t)(b->mfn - pm));
-            pydb__nseg_put_varint(tab, b->tag);
-            pydb__nseg_put_varint(tab, b->occ);
-            pydb__nseg_put_varint(tab, b->cnt);
-            boff = off;
-            pm = b->mfn;
-        }
-        for (int f = 0; f < 4; f++)   /* past one posting's varints */
-            while (*p++ & 0x80) {}
-    }
+    put_varints_after(out, v, n, NULL);
 }
 
 void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n)
 {
-    size_t at = out->n, plen, hl;
+    size_t at = out->n, plen, hl, boff = 0;
     uint8_t head[10];
     pydb_buf tab = {0};
-    pydb__nseg_put_varints(out, v, n);
-    if (n <= NIDX_SKIP || out->oom) return;
-    skip_table(&tab, out->p + at, v, n);
+    int32_t pm = 0;
+    if (n <= NIDX_SKIP) {
+        pydb__nseg_put_varints(out, v, n);
+        return;
+    }
+    /* block by block, each block's entry as it starts: where, and the
+     * posting before it */
+    for (size_t i = 0; i < n; i += NIDX_SKIP) {
+        size_t k = n - i < NIDX_SKIP ? n - i : NIDX_SKIP;
+        if (i > 0) {
+            const pydb_posting *b = &v[i - 1];
+            pydb__nseg_put_varint(&tab, out->n - at - boff);
+            pydb__nseg_put_varint(&tab, (uint64_t)(b->mfn - pm));
+            pydb__nseg_put_varint(&tab, b->tag);
+            pydb__nseg_put_varint(&tab, b->occ);
+            pydb__nseg_put_varint(&tab, b->cnt);
+            boff = out->n - at;
+            pm = b->mfn;
+        }
+        put_varints_after(out, v + i, k, i > 0 ? &v[i - 1] : NULL);
+    }
+    if (out->oom) goto cleanup;
     if (tab.oom) {
         out->oom = 1;
         goto cleanup;
