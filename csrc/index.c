@@ -1,8 +1,11 @@
 /* index.c - dispatch of the pydb_index_* functions (pydb.h) to the
  * implementation behind each handle (index_int.h), and the posting-list
- * helpers every implementation shares (order, normalise, grow).
+ * helpers every implementation shares (order, normalise, grow, and the
+ * freed buffers each thread keeps for its next search).
  *
- * Depends on: index_int.h, pydb_int.h (errors).  Knows no index kind. */
+ * Depends on: index_int.h, pydb_int.h (errors), pthreads (the kept
+ * buffers' key).  Knows no index kind. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "index_int.h"
@@ -76,9 +79,95 @@ void pydb_index_close(pydb_index *ix)
     if (ix) ix->ops->close(ix);
 }
 
+/* ---- posting buffers kept for the thread's next search ----
+ *
+ * A search allocates its lists' buffers and frees them at its end: for
+ * a frequent word some hundreds of KiB.  Given back to malloc, the
+ * heap's top is trimmed past M_TRIM_THRESHOLD and the next search
+ * faults the same pages in again, zeroed by the kernel (a quarter of
+ * `THE $ ALIC`'s time was in the kernel, docs/design.md §9).  So each
+ * thread keeps up to BUF_KEEP freed buffers, BUF_KEEP_BYTES at most in
+ * all, for its next reserve of a fresh list; they are freed when the
+ * thread ends (a key destructor).  Without the key (its creation
+ * failed) buffers go back to malloc as before. */
+#define BUF_KEEP 4
+#define BUF_KEEP_BYTES ((size_t)4 << 20)
+
+typedef struct buf_cache {
+    pydb_posting *v[BUF_KEEP];
+    size_t cap[BUF_KEEP];   /* postings; 0: slot empty */
+    size_t bytes;
+} buf_cache;
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static int cache_ok;
+
+static void cache_destroy(void *p)
+{
+    buf_cache *c = p;
+    for (int i = 0; i < BUF_KEEP; i++) free(c->v[i]);
+    free(c);
+}
+
+static void cache_init(void)
+{
+    cache_ok = pthread_key_create(&cache_key, cache_destroy) == 0;
+}
+
+/* This thread's cache; NULL without one (and none made unless make). */
+static buf_cache *cache_get(int make)
+{
+    buf_cache *c;
+    pthread_once(&cache_once, cache_init);
+    if (!cache_ok) return NULL;
+    c = pthread_getspecific(cache_key);
+    if (!c && make && (c = calloc(1, sizeof *c)) &&
+        pthread_setspecific(cache_key, c)) {
+        free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+/* Keep v (cap postings) for this thread if there is room; else free it. */
+static void cache_put(pydb_posting *v, size_t cap)
+{
+    buf_cache *c = cap ? cache_get(1) : NULL;
+    size_t bytes = cap * sizeof *v;
+    if (c && bytes <= BUF_KEEP_BYTES - c->bytes)
+        for (int i = 0; i < BUF_KEEP; i++)
+            if (!c->cap[i]) {
+                c->v[i] = v;
+                c->cap[i] = cap;
+                c->bytes += bytes;
+                return;
+            }
+    free(v);
+}
+
+/* A kept buffer of at least n postings (the smallest such) into *p,
+ * which holds none; 0 if none fits. */
+static int cache_take(pydb_postings *p, size_t n)
+{
+    buf_cache *c = cache_get(0);
+    int best = -1;
+    if (!c) return 0;
+    for (int i = 0; i < BUF_KEEP; i++)
+        if (c->cap[i] >= n && (best < 0 || c->cap[i] < c->cap[best]))
+            best = i;
+    if (best < 0) return 0;
+    p->v = c->v[best];
+    p->cap = c->cap[best];
+    c->bytes -= c->cap[best] * sizeof *p->v;
+    c->v[best] = NULL;
+    c->cap[best] = 0;
+    return 1;
+}
+
 void pydb_postings_free(pydb_postings *p)
 {
-    free(p->v);
+    cache_put(p->v, p->v ? p->cap : 0);
     memset(p, 0, sizeof *p);
 }
 
@@ -172,6 +261,7 @@ void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from)
 int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err)
 {
     if (n <= p->cap) return PYDB_OK;
+    if (!p->v && cache_take(p, n)) return PYDB_OK;
     size_t cap = p->cap ? p->cap : 64;
     while (cap < n) cap *= 2;
     pydb_posting *v = realloc(p->v, cap * sizeof *v);

@@ -719,7 +719,9 @@ typedef struct pydb_postings {
     pydb_posting *v;
     size_t n, cap;
 } pydb_postings;
-void pydb_postings_free(pydb_postings *p);   /* frees v; zeroes the struct */
+/* Gives v back (kept for this thread's next list, or freed: index.c);
+ * zeroes the struct. */
+void pydb_postings_free(pydb_postings *p);
 
 /* Built-in key tables: how a key is made from field text, byte by byte
  * (docs/isis-formats.md §5.3; a database's ISISUC.TAB/ISISAC.TAB replace

@@ -543,8 +543,11 @@ static int rarest_order(size_t *ord, const node *n, eval_ctx *c)
  * wherever one operand has no posting, so each operand matters only at
  * the MFNs of all the others.  The operands are evaluated rarest first
  * (operand_cost; ties and non-terms in their order), each restricted to
- * the MFNs of the one before (those of all before, by induction), then
- * combined in their own order. */
+ * the MFNs of the one before (those of all before, by induction); the
+ * operands before the last are then cut down to the last one's MFNs
+ * (those of all, where each step had its bitmap; a superset of them
+ * otherwise, which is as right), so that combining them in their own
+ * order walks fewer postings of records not in all. */
 static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
                              const pydb_mfn_bits *in)
 {
@@ -566,6 +569,8 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
         if ((rc = bits_of_postings(&w, &sub, &val[i], c->err))) goto cleanup;
         within = w ? &sub : in;   /* too sparse: no narrower restriction */
     }
+    for (size_t j = 0; w && j + 1 < k; j++)   /* w, sub: the last one's */
+        pl_restrict(val[ord[j]].v, &val[ord[j]].n, &sub);
     acc = val[0];
     memset(&val[0], 0, sizeof val[0]);
     for (size_t i = 1; i < k; i++) {
