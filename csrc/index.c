@@ -92,6 +92,26 @@ void pydb_index_close(pydb_index *ix)
  * failed) buffers go back to malloc as before. */
 #define BUF_KEEP 4
 #define BUF_KEEP_BYTES ((size_t)4 << 20)
+/* smaller buffers come and go through malloc's free lists, unfaulted */
+#define BUF_KEEP_MIN 1024   /* postings */
+
+/* Under ASan a kept buffer is poisoned, so that a use after it was
+ * given back is still reported. */
+#if defined(__SANITIZE_ADDRESS__)
+#define BUF_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BUF_ASAN 1
+#endif
+#endif
+#ifdef BUF_ASAN
+#include <sanitizer/asan_interface.h>
+#define BUF_POISON(v, bytes) ASAN_POISON_MEMORY_REGION((v), (bytes))
+#define BUF_UNPOISON(v, bytes) ASAN_UNPOISON_MEMORY_REGION((v), (bytes))
+#else
+#define BUF_POISON(v, bytes) ((void)(v), (void)(bytes))
+#define BUF_UNPOISON(v, bytes) ((void)(v), (void)(bytes))
+#endif
 
 typedef struct buf_cache {
     pydb_posting *v[BUF_KEEP];
@@ -106,7 +126,10 @@ static int cache_ok;
 static void cache_destroy(void *p)
 {
     buf_cache *c = p;
-    for (int i = 0; i < BUF_KEEP; i++) free(c->v[i]);
+    for (int i = 0; i < BUF_KEEP; i++) {
+        BUF_UNPOISON(c->v[i], c->cap[i] * sizeof *c->v[i]);
+        free(c->v[i]);
+    }
     free(c);
 }
 
@@ -133,11 +156,12 @@ static buf_cache *cache_get(int make)
 /* Keep v (cap postings) for this thread if there is room; else free it. */
 static void cache_put(pydb_posting *v, size_t cap)
 {
-    buf_cache *c = cap ? cache_get(1) : NULL;
+    buf_cache *c = cap >= BUF_KEEP_MIN ? cache_get(1) : NULL;
     size_t bytes = cap * sizeof *v;
     if (c && bytes <= BUF_KEEP_BYTES - c->bytes)
         for (int i = 0; i < BUF_KEEP; i++)
             if (!c->cap[i]) {
+                BUF_POISON(v, bytes);
                 c->v[i] = v;
                 c->cap[i] = cap;
                 c->bytes += bytes;
@@ -147,10 +171,11 @@ static void cache_put(pydb_posting *v, size_t cap)
 }
 
 /* A kept buffer of at least n postings (the smallest such) into *p,
- * which holds none; 0 if none fits. */
+ * which holds none; 0 if none fits (or n is small: a small list would
+ * take a large buffer that a large one then lacks). */
 static int cache_take(pydb_postings *p, size_t n)
 {
-    buf_cache *c = cache_get(0);
+    buf_cache *c = n >= BUF_KEEP_MIN ? cache_get(0) : NULL;
     int best = -1;
     if (!c) return 0;
     for (int i = 0; i < BUF_KEEP; i++)
@@ -159,6 +184,7 @@ static int cache_take(pydb_postings *p, size_t n)
     if (best < 0) return 0;
     p->v = c->v[best];
     p->cap = c->cap[best];
+    BUF_UNPOISON(p->v, p->cap * sizeof *p->v);
     c->bytes -= c->cap[best] * sizeof *p->v;
     c->v[best] = NULL;
     c->cap[best] = 0;
@@ -169,6 +195,18 @@ void pydb_postings_free(pydb_postings *p)
 {
     cache_put(p->v, p->v ? p->cap : 0);
     memset(p, 0, sizeof *p);
+}
+
+int pydb__test_postings_reserve(size_t n, size_t *cap, pydb_error *err)
+{
+    pydb_postings p = {0};
+    int rc = pydb__postings_reserve(&p, n, err);
+    if (rc) return rc;
+    *cap = p.cap;
+    for (size_t i = 0; i < n; i++)
+        p.v[i] = (pydb_posting){(int32_t)(i + 1), 1, 1, 1};
+    pydb_postings_free(&p);
+    return PYDB_OK;
 }
 
 int pydb__posting_cmp(const void *a, const void *b)

@@ -714,7 +714,8 @@ typedef struct pydb_posting {
 } pydb_posting;
 
 /* A growable array of postings, sorted by (mfn, tag, occ, cnt).  Start
- * from {0}; the caller owns v and frees it with pydb_postings_free(). */
+ * from {0}; the caller owns v and frees it with pydb_postings_free(),
+ * which trusts cap: v is a malloc'ed block of cap postings or more. */
 typedef struct pydb_postings {
     pydb_posting *v;
     size_t n, cap;

@@ -164,4 +164,11 @@ int pydb__nidx_test_commit_point(pydb_index *ix, pydb_error *err);
 void pydb__nidx_test_publish_state(pydb_index *ix);
 void pydb__nidx_test_drop(pydb_index *ix);
 
+/* ---- posting buffers a thread keeps (index.c) ---- */
+
+/* Reserve room for n postings in a new list as a search does (a buffer
+ * this thread kept first), write all n, and give the list back; *cap:
+ * the postings the buffer had room for.  PYDB_ENOMEM. */
+int pydb__test_postings_reserve(size_t n, size_t *cap, pydb_error *err);
+
 #endif

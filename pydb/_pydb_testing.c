@@ -23,6 +23,7 @@
  *   hook_counts()                    file in each transaction (+ counters)
  * Others drive internals directly, without a database or a writer:
  *   native_hook(index, action, changes)  the native index's commit hook
+ *   postings_reserve(n)                  a list's room, from a kept buffer
  *   fst_keys(), fst_format()             FST key extraction / formatting
  *   keyrules(), key_normalize()          the key rules and key form
  *   bench_scan(index, prefix, postings)  enumerate keys in C (benchmarks)
@@ -574,6 +575,20 @@ static PyObject *bench_scan(PyObject *m, PyObject *args)
                          (unsigned long long)nposts);
 }
 
+/* ------------------------------------- posting buffers a thread keeps */
+
+static PyObject *postings_reserve(PyObject *m, PyObject *arg)
+{
+    module_state *st = PyModule_GetState(m);
+    pydb_error e = {0};
+    size_t n = PyLong_AsSize_t(arg), cap = 0;
+    int rc;
+    if (n == (size_t)-1 && PyErr_Occurred()) return NULL;
+    rc = pydb__test_postings_reserve(n, &cap, &e);
+    if (rc) return set_error(st, rc, &e);
+    return PyLong_FromSize_t(cap);
+}
+
 /* ---------------------------------------------- mmap residency (resident.c) */
 
 int pydb__test_resident(pydb_db *db, int xrf, int64_t off, int64_t n);
@@ -685,6 +700,11 @@ static PyMethodDef testing_functions[] = {
      "hook_counts()\n--\n\n(prepared, published, aborted) of the "
      "commit_hook() hook."},
     {"native_hook", (PyCFunction)native_hook, METH_VARARGS, native_hook_doc},
+    {"postings_reserve", postings_reserve, METH_O,
+     "postings_reserve(n, /)\n--\n\nReserve room for `n` postings in a new "
+     "list as a search does (a buffer this thread kept first), write all "
+     "of them and give the list back; returns the room the buffer had "
+     "(postings)."},
     {"fst_keys", (PyCFunction)(void (*)(void))fst_keys,
      METH_VARARGS | METH_KEYWORDS, fst_keys_doc},
     {"fst_format", (PyCFunction)(void (*)(void))fst_format,

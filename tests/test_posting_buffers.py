@@ -38,6 +38,39 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _in_new_thread(fn):
+    """fn() in a thread of its own (no buffers kept yet); its value."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
+def test_a_list_gets_the_smallest_kept_buffer_with_room():
+    """Each call reserves n postings in a new list, writes them all and
+    gives the list back (the room it had is returned): a buffer kept
+    from an earlier list is used when it has room for n (the smallest
+    such), a small list (under 1,024 postings) and a buffer of more
+    than 4 MiB are not kept, and a list grows from 64 postings by
+    doubling when none fits.  Under ASan a buffer too small for n would
+    also be an overflow, and a kept one is poisoned until it is used."""
+    reserve = _pydb._testing.postings_reserve
+    sizes = [2048, 100_000, 4096, 50_000, 100_000, 1024, 10, 300_000, 70_000, 2000]
+    want = [2048,  # none kept yet: 64 doubled
+            131_072,  # the 2048 kept is too small
+            131_072, 131_072, 131_072,  # the smallest kept with room: 131,072
+            2048,  # 1024: the 2,048 kept
+            64,  # small: not from those kept
+            524_288,  # 8 MiB: new, and not kept after
+            131_072, 2048]
+    assert _in_new_thread(lambda: [reserve(n) for n in sizes]) == want
+
+
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_searches_answer_alike_with_kept_buffers(frequent):
     """The same searches, one after the other in one thread (buffers
     kept) and each in a new thread (none kept yet): the same answers."""
