@@ -12,7 +12,9 @@ build_ext --inplace`` there); STORE is a key of bench_commit.STORES
 database read with ``rec.fields``, as bench_reads.py's test_scan_fields,
 after one untimed scan) or ``scan-fields=PATH`` (the same on the master
 file at PATH, without .mst, opened with ``encoding="auto"``: a real
-database, as bench_real.py reads them) or ``query=EXPR`` (the search
+database) or ``real=PATH`` (bench_real.py's scan of that master file: the
+``fields`` of every record, all kept until the scan ends; a round is the
+fastest of 5 such scans) or ``query=EXPR`` (the search
 expression EXPR on a native index of the default database with
 bench_index.py's FST, built by each tree in its own folder before the
 rounds: the trees may write different index formats; a round is the
@@ -81,6 +83,23 @@ with pydb.open(path, encoding="auto") as db:
 """
 
 
+#: One round of ``real=``: seconds of the fastest of 5 scans that keep
+#: every record's fields (bench_real.pydb_scan), after an untimed one.
+REAL_ROUND = """
+import sys, time
+import pydb
+with pydb.open(sys.argv[1], encoding="auto") as db:
+    kept = [rec.fields for rec in db]
+    best = None
+    for _ in range(5):
+        del kept
+        t0 = time.perf_counter()
+        kept = [rec.fields for rec in db]
+        t = time.perf_counter() - t0
+        best = t if best is None else min(best, t)
+    print(len(kept), best)
+"""
+
 #: Before the rounds of ``query=``: the tree's own copy of the default
 #: database, indexed, in the folder argv[1].
 INDEX_SETUP = """
@@ -124,11 +143,13 @@ def one_round(tree: str, store: str, folder: str = "") -> tuple[int, float]:
         return 1, float(out[-1])
     if scan[0] == "scan-fields":
         args = ["-c", SCAN_ROUND, *([scan[2]] if scan[2] else [])]
+    elif scan[0] == "real":
+        args = ["-c", REAL_ROUND, scan[2]]
     else:
         args = ["-c", ROUND, store]
     out = subprocess.run([sys.executable, *args], cwd=tree, env=env,
                          capture_output=True, text=True, check=True).stdout.split()
-    if scan[0] == "scan-fields":
+    if scan[0] in ("scan-fields", "real"):
         return int(out[-2]), float(out[-1])
     from benchmarks.bench_commit import COMMITS
     return COMMITS, float(out[-1])
@@ -155,7 +176,7 @@ def main(argv: list[str]) -> int:
             for tree in ((old, new) if k % 2 == 0 else (new, old)):
                 ops, seconds = one_round(tree, store, folders[tree])
                 times[tree].append(seconds)
-    unit = ("records" if store.startswith("scan-fields") else
+    unit = ("records" if store.startswith(("scan-fields", "real=")) else
             "searches" if store.startswith("query=") else "commits")
     for tree, ts in times.items():
         each = (f", {statistics.median(ts) * 1e6:.1f} us each"

@@ -43,6 +43,10 @@ typedef struct {
     PyTypeObject *database_type;
     PyTypeObject *record_type;      /* base Record type                   */
     PyTypeObject *record_class;     /* class instantiated (pydb.Record)   */
+    int record_atomic;              /* 1: record_class adds no __dict__
+                                       and no slot, so its instances can
+                                       be in no reference cycle and are
+                                       not tracked (record_new_from)    */
     PyTypeObject *iter_type;        /* RecordIterator                     */
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
     int field_fast;                 /* 1: field_new() may build Fields

@@ -24,6 +24,11 @@ typedef struct {
     PyObject *table;   /* CODEC_CHARMAP: the 256-character decoding
                           table (a reference; interned, so immortal, on
                           a free-threaded build); else NULL            */
+    PyObject *seen;    /* capsule owning `seen_at`: a reference, or
+                          NULL (a free-threaded build keeps none)      */
+    struct seen_slot *seen_at;  /* the Fields of short values lately
+                          made with this codec (_pydb_record.c, "Fields
+                          seen"), borrowed from `seen`                 */
 } record_codec;
 
 /* Resolve the codec named `encoding` (str) into *out, which holds no
@@ -47,6 +52,9 @@ PyObject *record_new_from(module_state *st, PyObject *encoding,
  * serves this module's Field type), after record_clear() when `clear`. */
 PyObject *record_test_codec(module_state *st, PyObject *rec);
 PyObject *record_test_free_list(module_state *st, int clear);
+/* ... and the slot of the table of Fields seen that a field (tag, value
+ * bytes) takes, or None for a value too long to be kept. */
+PyObject *record_test_seen_slot(unsigned long tag, PyObject *value);
 
 /* ------------------------------------------------ the field converter
  *

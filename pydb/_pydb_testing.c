@@ -655,6 +655,15 @@ static PyObject *field_free_list(PyObject *m, PyObject *args)
     return record_test_free_list(PyModule_GetState(m), clear);
 }
 
+static PyObject *fields_seen_slot(PyObject *m, PyObject *args)
+{
+    unsigned long tag;
+    PyObject *value;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "kS", &tag, &value)) return NULL;
+    return record_test_seen_slot(tag, value);
+}
+
 /* ------------------------------------------------------------- the door */
 
 /* index garbage (issue 11, helper "idx"): defined at the end of the file */
@@ -723,6 +732,11 @@ static PyMethodDef testing_functions[] = {
      "field_free_list($module, clear=False, /)\n--\n\n(Fields kept for reuse, whether the "
      "list serves this module's Field type); with clear, after the module's "
      "clear of the list (record_clear), as at the interpreter's exit."},
+    {"fields_seen_slot", fields_seen_slot, METH_VARARGS,
+     "fields_seen_slot($module, tag, value, /)\n--\n\nThe slot of a "
+     "codec's table of Fields seen that a field (tag, value bytes) takes "
+     "(0..1023), or None for a value of more than 16 bytes, which is not "
+     "kept."},
     {"index_collect", (PyCFunction)index_collect, METH_VARARGS,
      "index_collect(db, index, budget, idle=True, offer=False, /)\n--\n\n"
      "One call of the native index's collect(ctx, db, {budget, idle, 0 ms, "

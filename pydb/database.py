@@ -75,7 +75,9 @@ class Record(_pydb.Record):
     empty if absent); ``rec.raw(tag)`` the same as bytes; ``rec.get(tag)``
     the first value or a default; ``tag in rec``; ``len(rec)`` the number
     of fields.  Values are decoded when accessed, with the database's
-    encoding and error handler.
+    encoding and error handler.  Records of one handle may share the same
+    ``Field`` object for an equal short value (16 bytes or less; a Field
+    is immutable).
     """
 
     __slots__ = ()

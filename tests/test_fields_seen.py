@@ -1,0 +1,195 @@
+"""The Fields a database's codec keeps for short values
+(pydb/_pydb_record.c, "Fields seen"): Record.fields hands out again the
+Field it made for a (tag, value) of at most 16 bytes seen twice in a row
+at that value's slot, instead of decoding the value again; and records
+are not tracked by the cycle collector when their class can hold no
+cycle (record_class_atomic)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pydb
+from pydb import _pydb
+
+from conftest import build_db
+
+
+def _fields(db):
+    """Every record's fields, read once (tuples of Field, kept)."""
+    return [rec.fields for rec in db]
+
+
+@pytest.mark.sanitize_address
+def test_a_short_value_seen_twice_is_one_field_from_then_on(tmp_path):
+    """Three records with the same fields: the first record's Fields are
+    new, the second's are admitted to the table, the third gets the
+    second's (the same objects) for values of up to 16 bytes, under
+    UTF-8 a non-ASCII one too; a 17-byte value is never shared."""
+    fields = [(40, b"en"), (41, b"x" * 16), (42, b"x" * 17), (43, b"caf\xc3\xa9"),
+              (44, b""), (45, b"\x00")]
+    base = build_db(tmp_path / "s", "isis-packed", [fields] * 3)
+    with pydb.open(base) as db:
+        one, two, three = _fields(db)
+    assert [(f.tag, f.raw) for f in three] == fields
+    assert [f.value for f in three] == ["en", "x" * 16, "x" * 17, "café", "", "\x00"]
+    assert [a is b for a, b in zip(one, two, strict=True)] == [False] * 6
+    shared = [a is b for a, b in zip(two, three, strict=True)]
+    assert shared == [True, True, False, True, True, True]
+
+
+@pytest.mark.sanitize_address
+def test_the_tag_and_every_byte_and_the_length_tell_values_apart(tmp_path):
+    """Values alike but for one byte, their length (trailing NULs) or
+    their tag, each read many times: every Field is that field's.  The
+    lengths 0 to 16 cover each way the key takes the bytes in (one to
+    three bytes, four to seven, eight to sixteen)."""
+    fields = []
+    for n in range(0, 17):
+        base_value = bytes(range(65, 65 + n))
+        fields.append((10, base_value))
+        fields.append((11, base_value))                  # another tag
+        fields.append((10, base_value + b"\x00"))        # one byte longer
+        if n:
+            for i in range(n):                           # each byte changed
+                fields.append((10, base_value[:i] + b"!" + base_value[i + 1:]))
+    base = build_db(tmp_path / "k", "isis-packed", [fields] * 4)
+    with pydb.open(base) as db:
+        for rec in _fields(db):
+            assert [(f.tag, f.raw) for f in rec] == fields
+            assert [f.value for f in rec] == [v.decode() for _, v in fields]
+
+
+def _same_slot(groups):
+    """The first two (tag, value) of one group of `groups` (iterables of
+    (tag, value)) that take the same slot of the table
+    (_testing.fields_seen_slot)."""
+    for group in groups:
+        seen = {}
+        for tag, value in group:
+            slot = _pydb._testing.fields_seen_slot(tag, value)
+            if slot in seen:
+                return seen[slot], (tag, value)
+            seen[slot] = (tag, value)
+    raise AssertionError("no two candidates of a group share a slot")
+
+
+def test_a_slot_held_by_another_tag_or_length_is_a_miss(tmp_path):
+    """A field whose slot holds a Field of the same bytes under another
+    tag, or of a value whose two words are the same but whose length is
+    not (one byte repeated: "aaaa" and "aaaaa" load the same words), gets
+    a Field of its own."""
+    tags = _same_slot([[(t, b"value") for t in range(1, 65536)]])
+    runs = _same_slot([(t, bytes([c]) * n) for n in lengths]
+                      for t in range(1, 1000) for c in range(32, 127)
+                      for lengths in (range(4, 8), range(8, 17)))
+    assert tags[0][1] == tags[1][1] and tags[0][0] != tags[1][0]
+    assert runs[0][0] == runs[1][0] and runs[0][1][0] == runs[1][1][0]
+    assert len(runs[0][1]) != len(runs[1][1])
+    assert _pydb._testing.fields_seen_slot(1, b"x" * 17) is None
+    for first, second in (tags, runs):
+        base = build_db(tmp_path / f"c{first[0]}-{len(first[1])}", "isis-packed",
+                        [[first], [first], [first], [second], [second], [second]])
+        with pydb.open(base) as db:
+            got = [rec.fields[0] for rec in db]
+        assert [(f.tag, f.raw) for f in got] == [first] * 3 + [second] * 3
+        assert got[2] is got[1] and got[5] is got[4] and got[4] is not got[1]
+
+
+def test_more_values_than_slots_read_back_whole(tmp_path):
+    """5,000 distinct short values, then the same again in another order,
+    three times over: slots are taken over again and again (1,024 slots)
+    and every Field still has its own tag, value and bytes."""
+    values = [(1 + i % 7, f"v{i}".encode()) for i in range(5000)]
+    records = [values[i:i + 50] for i in range(0, 5000, 50)]
+    records += [list(reversed(r)) for r in reversed(records)]
+    base = build_db(tmp_path / "m", "isis-packed", records * 3)
+    with pydb.open(base) as db:
+        got = [[(f.tag, f.raw, f.value) for f in rec] for rec in _fields(db)]
+    assert got == [[(t, v, v.decode()) for t, v in r] for r in records * 3]
+
+
+def test_fields_are_shared_only_under_the_same_codec(tmp_path):
+    """One file read through three handles at once: UTF-8 with
+    surrogateescape, Latin-1, and UTF-8 strict.  Each decodes every value
+    its own way on every read, and the strict handle raises for the bad
+    bytes each time (a value that failed to decode is never kept)."""
+    fields = [(24, b"caf\xc3\xa9"), (99, b"\xff\xfe")]
+    base = build_db(tmp_path / "c", "isis-packed", [fields] * 4)
+    with pydb.open(base) as utf8, pydb.open(base, encoding="latin-1") as latin1, \
+            pydb.open(base, errors="strict") as strict:
+        for _ in range(3):
+            for a, b in zip(_fields(utf8), _fields(latin1), strict=True):
+                assert [f.value for f in a] == ["café", "\udcff\udcfe"]
+                assert [f.value for f in b] == ["cafÃ©", "ÿþ"]
+            for mfn in range(1, 5):
+                assert strict[mfn][24] == ["café"]
+                with pytest.raises(UnicodeDecodeError):
+                    _ = strict[mfn].fields
+
+
+def test_records_outlive_their_database_and_its_table(tmp_path):
+    """A record holds its codec's table: after the database is closed and
+    gone, its records' fields still read, shared as before."""
+    base = build_db(tmp_path / "o", "isis-packed", [[(5, b"same"), (6, b"\xe9t\xe9")]] * 3)
+    with pydb.open(base, encoding="latin-1") as db:
+        recs = list(db)
+    del db
+    gc.collect()
+    got = [rec.fields for rec in recs]
+    assert [[(f.tag, f.value, f.raw) for f in r] for r in got] == \
+        [[(5, "same", b"same"), (6, "été", b"\xe9t\xe9")]] * 3
+    assert got[2][0] is got[1][0] and got[2][1] is got[1][1]
+
+
+values = st.binary(min_size=0, max_size=20).map(lambda b: bytes(x % 4 + 0x61 if x < 200 else x
+                                                                 for x in b))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.lists(st.tuples(st.integers(1, 5), values), min_size=0,
+                                 max_size=12), min_size=1, max_size=30),
+       encoding=st.sampled_from(["utf-8", "latin-1", "cp850", "cp1252"]))
+def test_fields_read_back_as_written_model(tmp_path_factory, records, encoding):
+    """Records of short values from a small alphabet (so that values and
+    slots repeat) and some high bytes, under four codecs: three reads of
+    every record give the written tags and bytes, and each value is its
+    bytes decoded by Python's codec with the handle's error handler."""
+    base = build_db(tmp_path_factory.mktemp("h") / "h", "isis-packed", records)
+    errors = "replace" if encoding == "cp1252" else "surrogateescape"
+    want = [[(t, v, v.decode(encoding, errors)) for t, v in r] for r in records]
+    with pydb.open(base, encoding=encoding, errors=errors) as db:
+        for _ in range(3):
+            assert [[(f.tag, f.raw, f.value) for f in rec] for rec in _fields(db)] == want
+
+
+def test_records_are_untracked_unless_their_class_can_hold_a_cycle(tmp_path):
+    """pydb.Record adds no __dict__ and no slot: its instances are not
+    tracked by the cycle collector.  A record class with a __dict__
+    could be in a cycle: its instances are tracked, and a record that
+    refers to itself is collected."""
+    base = build_db(tmp_path / "g", "isis-packed", [[(1, b"a")]] * 2)
+
+    class WithDict(pydb.Record):
+        pass
+
+    with pydb.open(base) as db:
+        assert not gc.is_tracked(db[1])
+        _pydb._set_record_class(WithDict)
+        try:
+            rec = db[1]
+            assert type(rec) is WithDict and gc.is_tracked(rec)
+            rec.me = rec
+            gone = weakref.ref(rec)
+            del rec
+            gc.collect()
+            assert gone() is None
+        finally:
+            _pydb._set_record_class(pydb.Record)
+        assert type(db[2]) is pydb.Record and not gc.is_tracked(db[2])
