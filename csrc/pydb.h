@@ -415,6 +415,12 @@ typedef struct pydb_snapshot pydb_snapshot;   /* opaque */
  * PYDB_ELOCKED (the reader table is full of live readers), PYDB_ENOMEM,
  * PYDB_EINVAL (db NULL), and those of pydb_refresh() without a header. */
 int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err);
+/* pydb_snapshot_take() after pydb_refresh(), with one re-read of the
+ * control record in either mode (a take without a header re-reads it
+ * anyway): the start of a scan, which must see the commits of programs
+ * that do not know the header.  Returns and errors: pydb_snapshot_take's. */
+int pydb_snapshot_take_fresh(pydb_snapshot **out, pydb_db *db,
+                             pydb_error *err);
 /* Release the snapshot and its reader-table slot (NULL: nothing). */
 void pydb_snapshot_release(pydb_snapshot *snap);
 

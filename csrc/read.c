@@ -1130,7 +1130,10 @@ int pydb_list_mfns(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
 
 /* ------------------------------------------------------------ snapshots */
 
-int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
+/* pydb_snapshot_take(), after pydb__refresh() when `fresh`: one refresh
+ * in either mode (without a usable header the take refreshes anyway). */
+static int snapshot_take(pydb_snapshot **out, pydb_db *db, int fresh,
+                         pydb_error *err)
 {
     pydb_snapshot *s;
     pydb_shm *shm;
@@ -1144,6 +1147,7 @@ int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
                           "no memory for a snapshot");
     s->db = db;
     s->slot = -1;
+    if (fresh) pydb__refresh(db);
     shm = header_of(db);
     if (shm) {
         rc = pydb__shm_pin(&s->slot, &s->st, shm, err);
@@ -1167,9 +1171,23 @@ int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
         /* registered, but the header holds no state: files mode, still
          * registered so that the index keeps its files */
     }
-    state_fresh(&s->st, db);
+    if (fresh)
+        pydb__state_now(&s->st, db);
+    else
+        state_fresh(&s->st, db);
     *out = s;
     return PYDB_OK;
+}
+
+int pydb_snapshot_take(pydb_snapshot **out, pydb_db *db, pydb_error *err)
+{
+    return snapshot_take(out, db, 0, err);
+}
+
+int pydb_snapshot_take_fresh(pydb_snapshot **out, pydb_db *db,
+                             pydb_error *err)
+{
+    return snapshot_take(out, db, 1, err);
 }
 
 void pydb_snapshot_release(pydb_snapshot *snap)

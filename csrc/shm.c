@@ -210,12 +210,20 @@ void pydb__shm_revalidate(pydb_shm *s)
     __atomic_store_n(&s->valid, m && layout_ok(m), __ATOMIC_RELEASE);
 }
 
+/* The mode the header file takes: the master file's (0644 if it cannot
+ * be read). */
+static mode_t mode_of(const char *mst_path)
+{
+    struct stat ms;
+    return stat(mst_path, &ms) == 0 ? ms.st_mode & 0666 : 0644;
+}
+
 int pydb__shm_open(pydb_shm **out, const char *path, const char *mst_path,
                    int create, pydb_error *err)
 {
     pydb_shm *s;
-    struct stat ms, st;
-    mode_t mode = 0644;
+    struct stat st;
+    mode_t mode;
 
     *out = NULL;
     s = calloc(1, sizeof *s);
@@ -223,7 +231,10 @@ int pydb__shm_open(pydb_shm **out, const char *path, const char *mst_path,
         return PYDB_ERROR(err, PYDB_ENOMEM, path, -1,
                           "no memory for the commit header");
     snprintf(s->path, sizeof s->path, "%s", path);
-    if (stat(mst_path, &ms) == 0) mode = ms.st_mode & 0666;
+    /* the master file's mode, needed only to create or lay out the file:
+     * a reader of a database without a header tries the open at each
+     * refresh, and a stat costs as much again */
+    mode = create ? mode_of(mst_path) : 0644;
     s->fd = pydb__vfs->open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0),
                             (int)mode);
     if (s->fd < 0) goto unusable;   /* missing, read-only media, permissions */
@@ -232,6 +243,7 @@ int pydb__shm_open(pydb_shm **out, const char *path, const char *mst_path,
      * master file's mode (open() applied the umask): every process that
      * may read the database must be able to register in it. */
     if (fstat(s->fd, &st) == 0 && st.st_size == 0) {
+        if (!create) mode = mode_of(mst_path);
         if (fchmod(s->fd, mode) != 0 || write_layout(s->fd) != 0) {
             init_lock(s->fd, F_UNLCK);
             goto unusable;

@@ -794,8 +794,9 @@ static int iter_fill(module_state *st, IterObject *it)
         if (!snap) {
             /* The start of an iteration re-reads the control record
              * (commits of programs that do not know the header). */
-            if (next <= 1) (void)pydb_refresh(self->db, NULL);
-            if (pydb_snapshot_take(&tmp, self->db, &e) == PYDB_OK)
+            if ((next <= 1 ? pydb_snapshot_take_fresh(&tmp, self->db, &e)
+                           : pydb_snapshot_take(&tmp, self->db, &e)) ==
+                PYDB_OK)
                 snap = tmp;
         }
         if (snap) {

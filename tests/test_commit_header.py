@@ -18,6 +18,8 @@ import pytest
 
 import pydb
 
+from conftest import build_db
+
 HEAD, SLOTS, SLOT = 4096, 960, 64
 SHM_SIZE = HEAD + SLOTS * SLOT
 
@@ -82,6 +84,42 @@ def test_commits_of_a_writer_that_did_not_publish_are_seen_while_another_holds_t
         assert snap.commit == latest(shm)
 
 
+def _append_as_another_program(base, n):
+    """n records appended to the database at `base` as a program that
+    does not know the header (WinISIS, CISIS) appends them: the files
+    written in place, the header left as it was.  The bytes are those
+    pydb writes for the same appends to a copy."""
+    other = base.parent / (base.name + "-other")
+    for ext in (".mst", ".xrf"):
+        shutil.copy(str(base) + ext, str(other) + ext)
+    with pydb.open(other, readonly=False) as w:
+        for i in range(n):
+            w.append([(1, f"appended {i + 1}")])
+    for ext in (".mst", ".xrf"):
+        with open(str(base) + ext, "r+b") as f:
+            f.write(open(str(other) + ext, "rb").read())
+
+
+@pytest.mark.parametrize("header", [False, True], ids=["files", "header"])
+def test_an_iteration_from_the_start_sees_what_another_program_appended(tmp_path, header):
+    """A handle that read the database, then another program appends 10
+    records: an iteration from MFN 1 re-reads the control record and
+    yields all 30, with no header (files mode) and with a header the
+    other program did not update (the control record says more, no pydb
+    writer is applying a commit: the header is not trusted)."""
+    base = tmp_path / "db"
+    if header:
+        make(base)
+    else:
+        build_db(base, "isis-packed", [[(1, f"record {i + 1}".encode())] for i in range(20)])
+    assert os.path.exists(str(base) + ".shm") == header
+    with pydb.open(base) as r:
+        assert [rec.mfn for rec in r] == list(range(1, 21))
+        _append_as_another_program(base, 10)
+        assert [rec.mfn for rec in r] == list(range(1, 31))
+        assert r[30].fields[0].value == "appended 10"
+
+
 def test_header_damaged_after_a_writer_opened_is_rebuilt_by_its_next_commit(tmp_path):
     base = tmp_path / "db"
     shm = make(base)
@@ -139,6 +177,23 @@ def test_reader_table_full_of_garbage_is_swept_by_the_writer(tmp_path):
         f.seek(HEAD)
         table = f.read(SLOTS * SLOT)
     assert table == bytes(SLOTS * SLOT)              # all free again, zeroed
+
+
+def test_an_empty_header_a_reader_finds_is_laid_out_with_the_master_files_mode(tmp_path):
+    """An empty header file (its creator stopped before laying it out) is
+    laid out by the first handle that opens it, a reader too, and given
+    the master file's mode, so that every process that may read the
+    database can register in it."""
+    base = tmp_path / "db"
+    shm = make(base)
+    os.chmod(str(base) + ".mst", 0o640)
+    os.remove(shm)
+    open(shm, "wb").close()
+    os.chmod(shm, 0o600)
+    with pydb.open(base) as r, r.snapshot() as snap:
+        assert snap.max_mfn == 20
+    assert os.stat(shm).st_mode & 0o777 == 0o640
+    assert os.path.getsize(shm) == SHM_SIZE and open(shm, "rb").read(8) == b"PYDBSHM1"
 
 
 def test_header_is_never_shortened_and_gets_the_master_files_mode(tmp_path):
