@@ -1171,10 +1171,8 @@ static int snapshot_take(pydb_snapshot **out, pydb_db *db, int fresh,
         /* registered, but the header holds no state: files mode, still
          * registered so that the index keeps its files */
     }
-    if (fresh)
-        pydb__state_now(&s->st, db);
-    else
-        state_fresh(&s->st, db);
+    if (!fresh) pydb__refresh(db);   /* files mode: the state as of now */
+    pydb__state_now(&s->st, db);
     *out = s;
     return PYDB_OK;
 }

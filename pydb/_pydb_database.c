@@ -794,10 +794,12 @@ static int iter_fill(module_state *st, IterObject *it)
         if (!snap) {
             /* The start of an iteration re-reads the control record
              * (commits of programs that do not know the header). */
-            if ((next <= 1 ? pydb_snapshot_take_fresh(&tmp, self->db, &e)
-                           : pydb_snapshot_take(&tmp, self->db, &e)) ==
-                PYDB_OK)
-                snap = tmp;
+            int trc;
+            if (next <= 1)
+                trc = pydb_snapshot_take_fresh(&tmp, self->db, &e);
+            else
+                trc = pydb_snapshot_take(&tmp, self->db, &e);
+            if (trc == PYDB_OK) snap = tmp;
         }
         if (snap) {
             pydb_snapshot_info_get(&si, snap);

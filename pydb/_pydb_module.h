@@ -43,10 +43,9 @@ typedef struct {
     PyTypeObject *database_type;
     PyTypeObject *record_type;      /* base Record type                   */
     PyTypeObject *record_class;     /* class instantiated (pydb.Record)   */
-    int record_atomic;              /* 1: record_class adds no __dict__
-                                       and no slot, so its instances can
-                                       be in no reference cycle and are
-                                       not tracked (record_new_from)    */
+    int record_untracked;           /* 1: instances of record_class are
+                                       not tracked by the collector
+                                       (_set_record_class)               */
     PyTypeObject *iter_type;        /* RecordIterator                     */
     PyTypeObject *field_type;       /* structseq Field(tag, value) + raw  */
     int field_fast;                 /* 1: field_new() may build Fields

@@ -78,17 +78,20 @@ static PyObject *charmap_answer(module_state *st, PyObject *encoding)
  * direct-mapped table of SEEN_SLOTS slots, and Record.fields hands the
  * same Field out again instead of decoding the value and allocating a
  * str, a Field and, for a non-ASCII value, a bytes (docs/architecture.md,
- * "Data flow: from pread to a Python object").  A slot admits a value on its second sighting in a row
- * (`next` remembers the first): a value seen once, most of a catalogue's
- * long tail, costs a hash and a 24-byte write, and its Field still dies
- * with its record and is reused at once from the free list (holding every
- * new Field made a scan of the default database 27% slower: the Field it
- * evicted was cold when freed).
+ * "Data flow: from pread to a Python object").  A slot admits a value on
+ * its second sighting in a row (`next` remembers the first): a value seen
+ * once, most of a catalogue's long tail, costs a hash and a 24-byte
+ * write, and its Field still dies with its record and is reused at once
+ * from the free list (holding every new Field made a scan of the default
+ * database 27% slower: the Field it evicted was cold when freed).
  *
  * The table belongs to the codec a database resolved when it was opened
  * (codec_resolve), so a Field is only shared between records decoded with
- * the same codec and error handler; each Record holds a reference, so the
- * table outlives its database while a record of it does.  It holds at
+ * the same codec and error handler, whose decoding of given bytes is
+ * taken to be always the same (Python's codecs and error handlers are; a
+ * handler registered again under the same name would not be seen by
+ * Fields made before); each Record holds a reference, so the table
+ * outlives its database while a record of it does.  It holds at
  * most SEEN_SLOTS Fields of at most SEEN_MAX bytes and 56 KiB of slots:
  * about 250 KiB.  The GIL guards it; a free-threaded build keeps none. */
 #define SEEN_BITS 10
@@ -250,7 +253,7 @@ PyObject *record_new_from(module_state *st, PyObject *encoding,
         pydb_record_free(rec);
         return NULL;
     }
-    if (st->record_atomic) PyObject_GC_UnTrack(r);
+    if (st->record_untracked) PyObject_GC_UnTrack(r);
     r->rec = rec;
     r->encoding = Py_NewRef(encoding);
     r->errors = Py_NewRef(errors);
@@ -792,7 +795,10 @@ static PyGetSetDef record_getset[] = {
      "Record length in bytes, abs(MFRL), padding included (int).", NULL},
     {"fields", (getter)record_fields, NULL,
      "All fields in stored order: tuple of Field(tag, value); each Field "
-     "also has .raw (bytes).", NULL},
+     "also has .raw (bytes).  Records of one handle may share one Field "
+     "for an equal value of 16 bytes or less.  Raises FieldDecodeError (a "
+     "UnicodeDecodeError) for a value the encoding cannot decode with the "
+     "handle's error handler.", NULL},
     {"tags", (getter)record_tags, NULL,
      "Tags of the fields in stored order (tuple of int).", NULL},
     {"encoding", (getter)record_get_encoding, NULL,
@@ -834,38 +840,55 @@ static PyStructSequence_Desc field_desc = {
     field_fields, 2};
 
 
-/* Whether the instances of st->record_class are tracked by the collector
- * and can be in no reference cycle (then they are untracked): a Record holds only str, its codec's table and capsule, and its
- * pydb_record, and a subclass that adds no __dict__ and no slot (pydb.
- * Record's __slots__ = ()) holds nothing more.  Such a record is not
- * tracked by the collector, as CPython leaves a tuple of atomic items
- * untracked: a scan that keeps its records no longer has each collection
- * walk all of them (13% of list(db) on the lilacs sample). */
-static int record_class_atomic(module_state *st)
+/* Whether instances of `tp`, a subclass of Record that the collector
+ * tracks, hold nothing but what a Record holds: strings, its codec's
+ * table and capsule, its pydb_record, and its class.  A subclass that
+ * adds a __dict__ or a slot may hold anything. */
+static int record_class_atomic(module_state *st, PyTypeObject *tp)
 {
-    PyTypeObject *tp = st->record_class;
     return PyType_IS_GC(tp) && tp->tp_dictoffset == 0 &&
            tp->tp_basicsize == st->record_type->tp_basicsize;
 }
 
-static PyObject *mod_set_record_class(PyObject *m, PyObject *cls)
+/* _set_record_class(cls, untracked=False): the class of the records read
+ * from now on; with `untracked`, they are not tracked by the collector,
+ * as CPython leaves a tuple of atomic items untracked, so that a scan
+ * that keeps its records no longer has each collection walk all of them
+ * (13% of list(db) on the lilacs sample).  Only for a class that adds no
+ * __dict__ and no slot and lives as long as the module (pydb.Record):
+ * the one cycle such a record can be in runs through its class (a record
+ * stored as an attribute of the class), and that keeps it no longer than
+ * a module global would. */
+static PyObject *mod_set_record_class(PyObject *m, PyObject *args)
 {
     module_state *st = PyModule_GetState(m);
+    PyObject *cls;
+    int untracked = 0;
+    if (!PyArg_ParseTuple(args, "O|p:_set_record_class", &cls, &untracked))
+        return NULL;
     if (!PyType_Check(cls) ||
         !PyType_IsSubtype((PyTypeObject *)cls, st->record_type)) {
         PyErr_SetString(PyExc_TypeError, "expected a subclass of Record");
         return NULL;
     }
+    if (untracked && !record_class_atomic(st, (PyTypeObject *)cls)) {
+        PyErr_SetString(PyExc_ValueError, "only a class that adds no "
+                        "__dict__ and no slot may have untracked records");
+        return NULL;
+    }
     Py_XSETREF(st->record_class, (PyTypeObject *)Py_NewRef(cls));
-    st->record_atomic = record_class_atomic(st);
+    st->record_untracked = untracked;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef record_functions[] = {
-    {"_set_record_class", mod_set_record_class, METH_O,
-     "_set_record_class(cls, /)\n--\n\nMake the binding create instances "
-     "of `cls`, a subclass of Record (pydb.Record), for the records it "
-     "reads."},
+    {"_set_record_class", mod_set_record_class, METH_VARARGS,
+     "_set_record_class(cls, untracked=False, /)\n--\n\nMake the binding "
+     "create instances of `cls`, a subclass of Record (pydb.Record), for "
+     "the records it reads; with `untracked`, instances the cycle "
+     "collector does not track (ValueError for a class that adds a "
+     "__dict__ or a slot; only for a class that lives as long as the "
+     "module)."},
     {NULL}};
 
 /* ------------------------------------------------ the field converter */
@@ -1086,14 +1109,14 @@ PyObject *record_test_codec(module_state *st, PyObject *rec)
     return Py_BuildValue("sO", names[c->kind], c->ascii_same ? Py_True : Py_False);
 }
 
-PyObject *record_test_seen_slot(unsigned long tag, PyObject *value)
+PyObject *record_test_seen_slot(unsigned int tag, PyObject *value)
 {
     struct seen_key k;
     pydb_field f;
-    f.tag = (uint32_t)tag;
+    if (PyBytes_GET_SIZE(value) > SEEN_MAX) Py_RETURN_NONE;
+    f.tag = tag;
     f.len = (uint32_t)PyBytes_GET_SIZE(value);
     f.value = (const uint8_t *)PyBytes_AS_STRING(value);
-    if (f.len > SEEN_MAX) Py_RETURN_NONE;
     return PyLong_FromUnsignedLong(seen_key_of(&f, &k));
 }
 
@@ -1116,7 +1139,7 @@ int record_exec(PyObject *m, module_state *st)
         (PyTypeObject *)PyType_FromModuleAndSpec(m, &record_spec, NULL);
     if (!st->record_type) return -1;
     st->record_class = (PyTypeObject *)Py_NewRef(st->record_type);
-    st->record_atomic = record_class_atomic(st);
+    st->record_untracked = 0;
     st->field_type = PyStructSequence_NewType(&field_desc);
     if (!st->field_type) return -1;
     st->field_fast = field_shape_known(st);

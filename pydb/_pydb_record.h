@@ -54,7 +54,7 @@ PyObject *record_test_codec(module_state *st, PyObject *rec);
 PyObject *record_test_free_list(module_state *st, int clear);
 /* ... and the slot of the table of Fields seen that a field (tag, value
  * bytes) takes, or None for a value too long to be kept. */
-PyObject *record_test_seen_slot(unsigned long tag, PyObject *value);
+PyObject *record_test_seen_slot(unsigned int tag, PyObject *value);
 
 /* ------------------------------------------------ the field converter
  *

@@ -657,10 +657,14 @@ static PyObject *field_free_list(PyObject *m, PyObject *args)
 
 static PyObject *fields_seen_slot(PyObject *m, PyObject *args)
 {
-    unsigned long tag;
+    unsigned int tag;
     PyObject *value;
     (void)m;
-    if (!PyArg_ParseTuple(args, "kS", &tag, &value)) return NULL;
+    if (!PyArg_ParseTuple(args, "IS", &tag, &value)) return NULL;
+    if (tag < 1 || tag > 65535) {
+        PyErr_SetString(PyExc_ValueError, "a tag is in 1..65535");
+        return NULL;
+    }
     return record_test_seen_slot(tag, value);
 }
 

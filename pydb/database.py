@@ -114,7 +114,9 @@ class Record(_pydb.Record):
     __hash__ = None  # type: ignore[assignment]
 
 
-_pydb._set_record_class(Record)
+# Records are not tracked by the cycle collector: Record adds no __dict__
+# and no slot, and the class lives as long as the module.
+_pydb._set_record_class(Record, True)
 
 
 class Database(_pydb.Database):

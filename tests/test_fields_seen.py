@@ -8,6 +8,8 @@ cycle (record_class_atomic)."""
 from __future__ import annotations
 
 import gc
+import sys
+import sysconfig
 import weakref
 
 import pytest
@@ -18,6 +20,10 @@ import pydb
 from pydb import _pydb
 
 from conftest import build_db
+
+#: A free-threaded build keeps no table: values read back the same, and
+#: no Field is shared.
+SHARES = not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 
 def _fields(db):
@@ -40,7 +46,7 @@ def test_a_short_value_seen_twice_is_one_field_from_then_on(tmp_path):
     assert [f.value for f in three] == ["en", "x" * 16, "x" * 17, "café", "", "\x00"]
     assert [a is b for a, b in zip(one, two, strict=True)] == [False] * 6
     shared = [a is b for a, b in zip(two, three, strict=True)]
-    assert shared == [True, True, False, True, True, True]
+    assert shared == [SHARES, SHARES, False, SHARES, SHARES, SHARES]
 
 
 @pytest.mark.sanitize_address
@@ -79,6 +85,7 @@ def _same_slot(groups):
     raise AssertionError("no two candidates of a group share a slot")
 
 
+@pytest.mark.sanitize_address
 def test_a_slot_held_by_another_tag_or_length_is_a_miss(tmp_path):
     """A field whose slot holds a Field of the same bytes under another
     tag, or of a value whose two words are the same but whose length is
@@ -98,7 +105,7 @@ def test_a_slot_held_by_another_tag_or_length_is_a_miss(tmp_path):
         with pydb.open(base) as db:
             got = [rec.fields[0] for rec in db]
         assert [(f.tag, f.raw) for f in got] == [first] * 3 + [second] * 3
-        assert got[2] is got[1] and got[5] is got[4] and got[4] is not got[1]
+        assert (got[2] is got[1], got[5] is got[4], got[4] is got[1]) == (SHARES, SHARES, False)
 
 
 def test_more_values_than_slots_read_back_whole(tmp_path):
@@ -133,9 +140,12 @@ def test_fields_are_shared_only_under_the_same_codec(tmp_path):
                     _ = strict[mfn].fields
 
 
+@pytest.mark.sanitize_address
 def test_records_outlive_their_database_and_its_table(tmp_path):
     """A record holds its codec's table: after the database is closed and
-    gone, its records' fields still read, shared as before."""
+    gone, its records' fields still read, shared as before.  When the last
+    record goes, the table goes and gives back the Fields it held: a
+    shared Field then has exactly one reference fewer."""
     base = build_db(tmp_path / "o", "isis-packed", [[(5, b"same"), (6, b"\xe9t\xe9")]] * 3)
     with pydb.open(base, encoding="latin-1") as db:
         recs = list(db)
@@ -144,7 +154,14 @@ def test_records_outlive_their_database_and_its_table(tmp_path):
     got = [rec.fields for rec in recs]
     assert [[(f.tag, f.value, f.raw) for f in r] for r in got] == \
         [[(5, "same", b"same"), (6, "été", b"\xe9t\xe9")]] * 3
-    assert got[2][0] is got[1][0] and got[2][1] is got[1][1]
+    assert (got[2][0] is got[1][0], got[2][1] is got[1][1]) == (SHARES, SHARES)
+    kept = got[2][1]
+    del got
+    held = sys.getrefcount(kept)
+    del recs
+    gc.collect()
+    assert sys.getrefcount(kept) == held - SHARES   # the table's reference
+    assert (kept.tag, kept.value, kept.raw) == (6, "été", b"\xe9t\xe9")
 
 
 values = st.binary(min_size=0, max_size=20).map(lambda b: bytes(x % 4 + 0x61 if x < 200 else x
@@ -169,27 +186,48 @@ def test_fields_read_back_as_written_model(tmp_path_factory, records, encoding):
             assert [[(f.tag, f.raw, f.value) for f in rec] for rec in _fields(db)] == want
 
 
-def test_records_are_untracked_unless_their_class_can_hold_a_cycle(tmp_path):
-    """pydb.Record adds no __dict__ and no slot: its instances are not
-    tracked by the cycle collector.  A record class with a __dict__
-    could be in a cycle: its instances are tracked, and a record that
-    refers to itself is collected."""
+def test_records_are_untracked_only_where_the_module_says_so(tmp_path):
+    """pydb.Record's instances are not tracked by the cycle collector
+    (pydb/database.py asks for it: the class adds no __dict__ and no slot
+    and lives as long as the module).  Another record class keeps its
+    instances tracked, and a record in a cycle through it is collected:
+    through a __dict__, a slot, or the class itself (a record stored as
+    an attribute of its class).  Untracked instances of a class that adds
+    a __dict__ or a slot are refused."""
     base = build_db(tmp_path / "g", "isis-packed", [[(1, b"a")]] * 2)
 
-    class WithDict(pydb.Record):
-        pass
+    def record_class(adds):
+        """A new subclass of pydb.Record, referred to by nothing else."""
+        return type("K", (pydb.Record,), {"dict": {}, "slot": {"__slots__": ("x",)},
+                                          "nothing": {"__slots__": ()}}[adds])
+
+    def through_dict(rec):
+        rec.me = rec
+
+    def through_slot(rec):
+        rec.x = rec
+
+    def through_class(rec):
+        type(rec).keep = rec
 
     with pydb.open(base) as db:
-        assert not gc.is_tracked(db[1])
-        _pydb._set_record_class(WithDict)
+        assert type(db[1]) is pydb.Record and not gc.is_tracked(db[1])
+        for adds in ("dict", "slot"):
+            with pytest.raises(ValueError, match="adds no __dict__ and no slot"):
+                _pydb._set_record_class(record_class(adds), True)
         try:
-            rec = db[1]
-            assert type(rec) is WithDict and gc.is_tracked(rec)
-            rec.me = rec
-            gone = weakref.ref(rec)
-            del rec
-            gc.collect()
-            assert gone() is None
+            for adds, cycle in (("dict", through_dict), ("slot", through_slot),
+                                ("nothing", through_class)):
+                cls = record_class(adds)
+                _pydb._set_record_class(cls)
+                rec = db[1]
+                assert type(rec) is cls and gc.is_tracked(rec)
+                cycle(rec)
+                gone = weakref.ref(cls)   # the record is its last holder
+                del rec, cls
+                _pydb._set_record_class(pydb.Record, True)
+                gc.collect()
+                assert gone() is None, adds
         finally:
-            _pydb._set_record_class(pydb.Record)
+            _pydb._set_record_class(pydb.Record, True)
         assert type(db[2]) is pydb.Record and not gc.is_tracked(db[2])
