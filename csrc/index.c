@@ -301,6 +301,10 @@ int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err)
     if (n <= p->cap) return PYDB_OK;
     if (!p->v && cache_take(p, n)) return PYDB_OK;
     size_t cap = p->cap ? p->cap : 64;
+    /* doubling stays below 2n, whose bytes must not wrap */
+    if (n > SIZE_MAX / 2 / sizeof *p->v)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "no memory for %zu postings", n);
     while (cap < n) cap *= 2;
     pydb_posting *v = realloc(p->v, cap * sizeof *v);
     if (!v)

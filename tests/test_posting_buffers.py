@@ -71,6 +71,20 @@ def test_a_list_gets_the_smallest_kept_buffer_with_room():
 
 @pytest.mark.sanitize_address
 @pytest.mark.sanitize_thread
+@pytest.mark.parametrize("n", [2**59, 2**62, 2**63 + 1, 2**64 - 1])
+def test_a_list_too_large_to_address_is_refused(n):
+    """Room for more postings than half the address space holds (16
+    bytes each) is refused with MemoryError before any allocation: the
+    doubling of the room from 64 would wrap (2**63 + 1 postings: past
+    2**64, an endless loop) or its byte count would (2**62: 2**66 bytes,
+    a small buffer the list then overruns)."""
+    with pytest.raises(MemoryError):
+        _pydb._testing.postings_reserve(n)
+    assert _pydb._testing.postings_reserve(3000) == 4096   # still usable
+
+
+@pytest.mark.sanitize_address
+@pytest.mark.sanitize_thread
 def test_searches_answer_alike_with_kept_buffers(frequent):
     """The same searches, one after the other in one thread (buffers
     kept) and each in a new thread (none kept yet): the same answers."""
