@@ -1399,13 +1399,19 @@ void pydb__refresh(pydb_db *db)
 
     attach_header(db);
 
-    /* Sizes first: an update of existing records grows the files
-     * without changing NXTMFN.  What they are now (never lower than what
-     * fstat said) bounds what the control record may announce. */
-    pydb__refresh_sizes(db);
     cur = pydb__next_mfn(db);
     fs = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);   /* files read */
     if ((fs & 1) || peek_control(db, &v) != 0) return;
+    /* The sizes (never lower than what fstat said) bound what the control
+     * record may announce.  A writer grows the files before it writes the
+     * control record that names their bytes, so sizes taken after it was
+     * read cover what it says: fstat only when it announces more than the
+     * handle knows (an update of existing records grows the master file
+     * without changing NXTMFN, but moves NXTMFB/NXTMFP). */
+    if (pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
+        (int64_t)pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK >
+            pydb__fsize(&db->xrf))
+        pydb__refresh_sizes(db);
     update_stale(db, &v, fs);
     /* With a usable header the view follows published states only (the
      * control record may announce a commit still being applied). */

@@ -120,6 +120,43 @@ def test_an_iteration_from_the_start_sees_what_another_program_appended(tmp_path
         assert r[30].fields[0].value == "appended 10"
 
 
+def _update_as_another_program(base, values):
+    """Records updated in the database at `base` as a program that does
+    not know the header updates them: each new version appended to the
+    master file, its XRF entry pointed at it, NXTMFN as it was and
+    NXTMFB/NXTMFP moved past it.  `values`: {MFN: value of field 1}."""
+    other = base.parent / (base.name + "-other")
+    for ext in (".mst", ".xrf"):
+        shutil.copy(str(base) + ext, str(other) + ext)
+    with pydb.open(other, readonly=False) as w:
+        for mfn, value in values.items():
+            w.update(mfn, [(1, value)])
+    for ext in (".mst", ".xrf"):
+        with open(str(base) + ext, "r+b") as f:
+            f.write(open(str(other) + ext, "rb").read())
+
+
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+def test_an_iteration_sees_what_another_program_updated(tmp_path, io):
+    """A handle that read the database (no header), then another program
+    updates three records: the master file grows and the control
+    record's end moves, NXTMFN does not.  An iteration from MFN 1 yields
+    the new versions (the handle takes the files' sizes again because
+    the control record announces more than it knew; had it kept the old
+    end, it would follow each new version back to the old one)."""
+    base = tmp_path / "db"
+    build_db(base, "isis-packed", [[(1, f"record {i + 1}".encode())] for i in range(20)])
+    new = {2: "updated 2", 7: "updated 7, " + "a longer value " * 80, 20: "updated 20"}
+    with pydb.open(base, io=io) as r:
+        assert [rec.fields[0].value for rec in r] == [f"record {m}" for m in range(1, 21)]
+        size = os.path.getsize(str(base) + ".mst")
+        _update_as_another_program(base, new)
+        assert os.path.getsize(str(base) + ".mst") > size
+        assert [rec.fields[0].value for rec in r] == \
+            [new.get(m, f"record {m}") for m in range(1, 21)]
+        assert r.max_mfn == 20
+
+
 def test_header_damaged_after_a_writer_opened_is_rebuilt_by_its_next_commit(tmp_path):
     base = tmp_path / "db"
     shm = make(base)
