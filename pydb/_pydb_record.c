@@ -77,8 +77,9 @@ static PyObject *charmap_answer(module_state *st, PyObject *encoding)
  * immutable, so each codec keeps Fields of such values in a
  * direct-mapped table of SEEN_SLOTS slots, and Record.fields hands the
  * same Field out again instead of decoding the value and allocating a
- * str, a Field and, for a non-ASCII value, a bytes (docs/architecture.md,
- * "Data flow: from pread to a Python object").  A slot admits a value on
+ * str, a Field and, for a value that is not its bytes (value_is_raw), a
+ * bytes (docs/architecture.md, "Data flow: from pread to a Python
+ * object").  A slot admits a value on
  * its second sighting in a row (`next` remembers the first): a value seen
  * once, most of a catalogue's long tail, costs a hash and a 24-byte
  * write, and its Field still dies with its record and is reused at once
@@ -341,13 +342,15 @@ static int decoder_init(decoder *d, RecordObject *self)
     return d->errors && d->encoding ? 0 : -1;
 }
 
-/* Whether a decoded value can stand for its stored bytes: an ASCII str
- * of the same characters (any codec, any error handler).  The test costs
- * a read of the bytes; the bytes object it spares costs an allocation
- * and a copy (a fifth of Record.fields on the default database). */
+/* Whether a decoded value can stand for its stored bytes: a str of
+ * one-byte characters (ASCII, or up to U+00FF) whose codes are the bytes
+ * (any codec, any error handler: every Latin-1 value, a cp1252 value
+ * whose letters are Latin-1's).  The test costs a read of the bytes; the
+ * bytes object it spares costs an allocation and a copy (a fifth of
+ * Record.fields on the default database). */
 static int value_is_raw(PyObject *value, const pydb_field *f)
 {
-    return PyUnicode_IS_COMPACT_ASCII(value) &&
+    return PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND &&
            PyUnicode_GET_LENGTH(value) == (Py_ssize_t)f->len &&
            memcmp(PyUnicode_DATA(value), f->value, f->len) == 0;
 }
@@ -431,9 +434,10 @@ static PyTypeObject *field_free_type;   /* the main interpreter's Field */
 
 /* A Field (tag, value, raw), taking the three references (any NULL:
  * an exception is set; the others are released and NULL returned).
- * `lazy`: no raw is given (raw NULL, no exception): the value is an
- * ASCII str equal to the stored bytes, which Field.raw builds when asked
- * (field_raw; only where field_lazy holds).
+ * `lazy`: no raw is given (raw NULL, no exception): the value is a str
+ * of one-byte characters whose codes are the stored bytes (value_is_raw),
+ * which Field.raw builds when asked (field_raw; only where field_lazy
+ * holds).
  * PyStructSequence_New() looks up two sizes in the type's dict on every
  * call (CPython 3.11-3.13: a fifth of Record.fields).  A structseq is a
  * tuple whose hidden fields follow the visible ones, ob_size counting
@@ -475,7 +479,8 @@ fail:
 }
 
 /* Field.raw (new reference): the hidden item, or for a Field made
- * without it (field_new's `lazy`) the bytes of its ASCII value. */
+ * without it (field_new's `lazy`) the codes of its value's one-byte
+ * characters (value_is_raw). */
 static PyObject *field_raw(PyObject *self, void *closure)
 {
     PyTupleObject *t = (PyTupleObject *)self;
