@@ -389,6 +389,16 @@ static PyObject *decode(RecordObject *self, const decoder *d,
         if (v && same) *same = 1;
         return v;
     }
+    if (d->c->kind == CODEC_LATIN1 && d->c->ascii_same && f->len > 1) {
+        /* Latin-1 decodes byte b to U+00b, and these bytes are not all
+         * ASCII (above): a str of one-byte characters past U+007F, its
+         * bytes as they are (what PyUnicode_DecodeLatin1 makes, without
+         * its scan for the largest character) */
+        v = PyUnicode_New((Py_ssize_t)f->len, 255);
+        if (v) memcpy(PyUnicode_DATA(v), s, f->len);
+        if (v && same) *same = 1;
+        return v;
+    }
     switch (d->c->kind) {
     case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;
     case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, d->errors); break;
