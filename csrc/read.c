@@ -1246,18 +1246,14 @@ int pydb_snapshot_list_mfns(int32_t *mfns, size_t cap, size_t *n,
 /* -------------------------------------------------------------- refresh */
 
 /* Read the control record of the file into *c: 0, or -1 if it does not
- * read back the same twice (a concurrent write) or CTLMFN is not 0.  In
- * mmap mode through the mapping (the same page cache page pread copies
- * from, and no system call: two of the five a refresh made), else with
- * pread (O_DIRECT mode too: 20 bytes need no trip to the disk). */
+ * read back the same twice (a concurrent write) or CTLMFN is not 0. */
 static int peek_control(pydb_db *db, pydb_ctl *c)
 {
     uint8_t a[20], b[20];
-    int io = db->io == PYDB_IO_MMAP ? PYDB_IO_MMAP : PYDB_IO_PREAD;
-    if (pydb__file_read(&db->mst, io, a, sizeof a, 0, "control record",
-                        NULL) != PYDB_OK ||
-        pydb__file_read(&db->mst, io, b, sizeof b, 0, "control record",
-                        NULL) != PYDB_OK ||
+    if (pydb__file_read(&db->mst, PYDB_IO_PREAD, a, sizeof a, 0,
+                        "control record", NULL) != PYDB_OK ||
+        pydb__file_read(&db->mst, PYDB_IO_PREAD, b, sizeof b, 0,
+                        "control record", NULL) != PYDB_OK ||
         memcmp(a, b, sizeof a) != 0 || pydb__u32(a) != 0)
         return -1;
     pydb__ctl_decode(c, a);
