@@ -390,10 +390,11 @@ static PyObject *decode(RecordObject *self, const decoder *d,
         return v;
     }
     if (d->c->kind == CODEC_LATIN1 && d->c->ascii_same && f->len > 1) {
-        /* Latin-1 decodes byte b to U+00b, and these bytes are not all
-         * ASCII (above): a str of one-byte characters past U+007F, its
-         * bytes as they are (what PyUnicode_DecodeLatin1 makes, without
-         * its scan for the largest character) */
+        /* Latin-1 decodes each byte to the character of the same code,
+         * and these bytes are not all ASCII (above): a str of one-byte
+         * characters, some past U+007F, its bytes as they are (what
+         * PyUnicode_DecodeLatin1 makes, without its scan for the
+         * largest character) */
         v = PyUnicode_New((Py_ssize_t)f->len, 255);
         if (v) memcpy(PyUnicode_DATA(v), s, f->len);
         if (v && same) *same = 1;

@@ -58,8 +58,9 @@ def test_record_access(db_path):
 
 def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
     """Field.raw is the stored bytes under any codec and error handler.
-    A Field whose value is an ASCII str equal to them builds raw when
-    asked; where decoding changed them into other ASCII (backslashreplace,
+    A Field whose value is a str of one-byte characters whose codes are
+    the bytes (ASCII anywhere, any Latin-1 value) builds raw when asked;
+    where decoding changed them into other characters (backslashreplace,
     ignore, a handler that maps a byte to one ASCII character) the Field
     keeps its bytes.  Pickling, copying and writing the Fields back keep
     them too."""
@@ -88,6 +89,29 @@ def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
                 mfn = w.append(fields)           # Fields: their stored bytes
                 assert w[mfn].raw(10) == [b"plain ASCII"]
                 assert [f.raw for f in w[mfn].fields] == stored, (enc, errors)
+
+
+def test_a_field_holds_raw_bytes_only_where_its_value_is_not_them(tmp_path):
+    """The hidden raw item (what gc.get_referents shows of a Field) is
+    left out where the value's one-byte characters are the stored bytes:
+    ASCII values, every Latin-1 value, a cp1252 value whose characters
+    are Latin-1's; it is kept for a UTF-8 value past ASCII, a cp1252 value
+    with the euro sign (U+20AC, two bytes a character) and an escaped
+    byte (a surrogate).  Field.raw is the stored bytes either way."""
+    import gc
+    stored = [b"plain ASCII", b"caf\xe9 au lait", b"\xe9t\xe9 \x80", b"caf\xc3\xa9"]
+    base = tmp_path / "held"
+    with pydb.create(base, "isis-packed") as db:
+        db.append([(10 + i, v) for i, v in enumerate(stored)])
+    want = {"latin-1": [False, False, False, False],
+            "cp1252": [False, False, True, False],
+            "utf-8": [False, True, True, True]}
+    for enc, held in want.items():
+        with pydb.open(base, encoding=enc) as db:
+            fields = db[1].fields
+            assert [f.raw for f in fields] == stored, enc
+            assert [any(isinstance(x, bytes) for x in gc.get_referents(f))
+                    for f in fields] == held, enc
 
 
 def test_values_with_one_byte_past_ascii_anywhere(tmp_path):
