@@ -136,14 +136,15 @@ def _update_as_another_program(base, values):
             f.write(open(str(other) + ext, "rb").read())
 
 
-@pytest.mark.parametrize("io", ["mmap", "pread"])
+@pytest.mark.parametrize("io", ["mmap", "pread", "direct"])
 def test_an_iteration_sees_what_another_program_updated(tmp_path, io):
     """A handle that read the database (no header), then another program
     updates three records: the master file grows and the control
     record's end moves, NXTMFN does not.  An iteration from MFN 1 yields
     the new versions (the handle takes the files' sizes again because
     the control record announces more than it knew; had it kept the old
-    end, it would follow each new version back to the old one)."""
+    end, it would follow each new version back to the old one).  In
+    each of the three I/O modes."""
     base = tmp_path / "db"
     build_db(base, "isis-packed", [[(1, f"record {i + 1}".encode())] for i in range(20)])
     new = {2: "updated 2", 7: "updated 7, " + "a longer value " * 80, 20: "updated 20"}
