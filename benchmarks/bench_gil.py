@@ -11,6 +11,12 @@ disk.  Every read decodes the record's fields, as an application does:
 pydb ``db[mfn].fields``; the peers split their stored bytes into
 (tag, value) pairs.
 
+A control, ``python``, reads the same records split the peers' way out
+of a dict, with no store and no system call: its figures are what the
+GIL itself leaves to pure Python on this machine (switching between
+threads costs something; a busy machine, more), the ceiling for any
+reader that keeps the GIL.
+
 Each test stores its figure in ``extra_info``: ``fraction_of_solo``
 (median rate beside the busy thread / median rate alone, 0.5 is the
 GIL's limit for two runnable threads) and ``threads_8_over_1`` (records
@@ -42,11 +48,18 @@ def _split(value: bytes):
 
 
 class _Reader:
-    """read(mfn) -> decoded fields, for pydb in one I/O mode or a peer."""
+    """read(mfn) -> decoded fields, for pydb in one I/O mode, a peer, or
+    ``python``: the peers' splitting of records kept in a dict, no store
+    at all -- what a pure-Python read gets beside a busy thread and from 8
+    threads on this machine, the GIL's own limit, for comparison."""
 
     def __init__(self, name, bench_db, records, folder):
         self.name = name
         self.engine = None
+        if name == "python":
+            kept = dict(records)
+            self.read = lambda m: _split(kept[m])
+            return
         if name.startswith("pydb"):
             self.db = pydb.open(bench_db, io="pread" if name.endswith("pread") else "mmap")
             self.read = lambda m: self.db[m].fields
@@ -62,11 +75,11 @@ class _Reader:
     def close(self):
         if self.engine is not None:
             self.engine.close()
-        else:
+        elif self.name != "python":
             self.db.close()
 
 
-@pytest.fixture(scope="module", params=["pydb", "pydb-pread", "sqlite3", "lmdb"])
+@pytest.fixture(scope="module", params=["pydb", "pydb-pread", "sqlite3", "lmdb", "python"])
 def reader(request, bench_db, tmp_path_factory):
     records = None if request.param.startswith("pydb") else request.getfixturevalue("records")
     r = _Reader(request.param, bench_db, records, tmp_path_factory.mktemp(request.param))
