@@ -1386,6 +1386,16 @@ static void attach_header(pydb_db *db)
                          __ATOMIC_RELEASE);
 }
 
+/* Whether the records and XRF entries control record *c announces lie
+ * within the files' sizes as the handle knows them. */
+static int ctl_within_sizes(const pydb_db *db, const pydb_ctl *c)
+{
+    return pydb__ctl_end(c->next_block, c->next_pos) <=
+               pydb__fsize(&db->mst) &&
+           pydb__xrf_blocks(c->next_mfn) * PYDB_BLOCK <=
+               pydb__fsize(&db->xrf);
+}
+
 void pydb__refresh(pydb_db *db)
 {
     pydb_ctl v;
@@ -1404,10 +1414,7 @@ void pydb__refresh(pydb_db *db)
      * read cover what it says: fstat only when it announces more than the
      * handle knows (an update of existing records grows the master file
      * without changing NXTMFN, but moves NXTMFB/NXTMFP). */
-    if (pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
-        (int64_t)pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK >
-            pydb__fsize(&db->xrf))
-        pydb__refresh_sizes(db);
+    if (!ctl_within_sizes(db, &v)) pydb__refresh_sizes(db);
     update_stale(db, &v, fs);
     /* With a usable header the view follows published states only (the
      * control record may announce a commit still being applied). */
@@ -1415,9 +1422,7 @@ void pydb__refresh(pydb_db *db)
         pydb_state st;
         if (pydb__state_header(&st, db) == 0) return;
     }
-    if (v.next_mfn < cur || !pydb__ctl_sane(&v) ||
-        pydb__ctl_end(v.next_block, v.next_pos) > pydb__fsize(&db->mst) ||
-        pydb__xrf_blocks(v.next_mfn) * PYDB_BLOCK > pydb__fsize(&db->xrf))
+    if (v.next_mfn < cur || !pydb__ctl_sane(&v) || !ctl_within_sizes(db, &v))
         return;
     /* The control record is written last: the XRF entry of the highest
      * MFN it announces must be there already, else it is torn. */

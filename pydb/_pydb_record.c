@@ -79,12 +79,12 @@ static PyObject *charmap_answer(module_state *st, PyObject *encoding)
  * same Field out again instead of decoding the value and allocating a
  * str, a Field and, for a value that is not its bytes (value_is_raw), a
  * bytes (docs/architecture.md, "Data flow: from pread to a Python
- * object").  A slot admits a value on
- * its second sighting in a row (`next` remembers the first): a value seen
- * once, most of a catalogue's long tail, costs a hash and a 24-byte
- * write, and its Field still dies with its record and is reused at once
- * from the free list (holding every new Field made a scan of the default
- * database 27% slower: the Field it evicted was cold when freed).
+ * object").  A slot admits a value on its second sighting in a row
+ * (`next` remembers the first): a value seen once, most of a catalogue's
+ * long tail, costs a hash and a 24-byte write, and its Field still dies
+ * with its record and is reused at once from the free list (holding
+ * every new Field made a scan of the default database 27% slower: the
+ * Field it evicted was cold when freed).
  *
  * The table belongs to the codec a database resolved when it was opened
  * (codec_resolve), so a Field is only shared between records decoded with
@@ -382,23 +382,18 @@ static PyObject *decode(RecordObject *self, const decoder *d,
 {
     const char *s = (const char *)f->value;
     PyObject *v;
-    if (d->c->ascii_same && f->len > 1 &&
-        all_ascii(f->value, f->len)) {
-        v = PyUnicode_New((Py_ssize_t)f->len, 127);
-        if (v) memcpy(PyUnicode_DATA(v), s, f->len);
-        if (v && same) *same = 1;
-        return v;
-    }
-    if (d->c->kind == CODEC_LATIN1 && d->c->ascii_same && f->len > 1) {
-        /* Latin-1 decodes each byte to the character of the same code,
-         * and these bytes are not all ASCII (above): a str of one-byte
-         * characters, some past U+007F, its bytes as they are (what
-         * PyUnicode_DecodeLatin1 makes, without its scan for the
-         * largest character) */
-        v = PyUnicode_New((Py_ssize_t)f->len, 255);
-        if (v) memcpy(PyUnicode_DATA(v), s, f->len);
-        if (v && same) *same = 1;
-        return v;
+    if (d->c->ascii_same && f->len > 1) {
+        /* ASCII bytes decode to themselves (see above), and under Latin-1
+         * every byte decodes to the character of the same code: a str of
+         * one-byte characters that are the bytes, ASCII or not (what the
+         * codec makes, without its scan for the largest character) */
+        int ascii = all_ascii(f->value, f->len);
+        if (ascii || d->c->kind == CODEC_LATIN1) {
+            v = PyUnicode_New((Py_ssize_t)f->len, ascii ? 127 : 255);
+            if (v) memcpy(PyUnicode_DATA(v), s, f->len);
+            if (v && same) *same = 1;
+            return v;
+        }
     }
     switch (d->c->kind) {
     case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;

@@ -84,20 +84,25 @@ def test_commits_of_a_writer_that_did_not_publish_are_seen_while_another_holds_t
         assert snap.commit == latest(shm)
 
 
-def _append_as_another_program(base, n):
-    """n records appended to the database at `base` as a program that
-    does not know the header (WinISIS, CISIS) appends them: the files
-    written in place, the header left as it was.  The bytes are those
-    pydb writes for the same appends to a copy."""
+def _write_as_another_program(base, write):
+    """write(w) done to the database at `base` as a program that does not
+    know the header (WinISIS, CISIS) writes: the files changed in place,
+    the header left as it was.  The bytes are those pydb writes for the
+    same changes to a copy (w: a writer open on the copy)."""
     other = base.parent / (base.name + "-other")
     for ext in (".mst", ".xrf"):
         shutil.copy(str(base) + ext, str(other) + ext)
     with pydb.open(other, readonly=False) as w:
-        for i in range(n):
-            w.append([(1, f"appended {i + 1}")])
+        write(w)
     for ext in (".mst", ".xrf"):
         with open(str(base) + ext, "r+b") as f:
             f.write(open(str(other) + ext, "rb").read())
+
+
+def _append_as_another_program(base, n):
+    """n records appended to the database at `base` by another program."""
+    _write_as_another_program(
+        base, lambda w: [w.append([(1, f"appended {i + 1}")]) for i in range(n)])
 
 
 @pytest.mark.parametrize("header", [False, True], ids=["files", "header"])
@@ -121,19 +126,12 @@ def test_an_iteration_from_the_start_sees_what_another_program_appended(tmp_path
 
 
 def _update_as_another_program(base, values):
-    """Records updated in the database at `base` as a program that does
-    not know the header updates them: each new version appended to the
-    master file, its XRF entry pointed at it, NXTMFN as it was and
-    NXTMFB/NXTMFP moved past it.  `values`: {MFN: value of field 1}."""
-    other = base.parent / (base.name + "-other")
-    for ext in (".mst", ".xrf"):
-        shutil.copy(str(base) + ext, str(other) + ext)
-    with pydb.open(other, readonly=False) as w:
-        for mfn, value in values.items():
-            w.update(mfn, [(1, value)])
-    for ext in (".mst", ".xrf"):
-        with open(str(base) + ext, "r+b") as f:
-            f.write(open(str(other) + ext, "rb").read())
+    """Records updated in the database at `base` by another program: each
+    new version appended to the master file, its XRF entry pointed at it,
+    NXTMFN as it was and NXTMFB/NXTMFP moved past it.  `values`: {MFN:
+    value of field 1}."""
+    _write_as_another_program(
+        base, lambda w: [w.update(mfn, [(1, value)]) for mfn, value in values.items()])
 
 
 @pytest.mark.parametrize("io", ["mmap", "pread", "direct"])
