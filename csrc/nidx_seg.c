@@ -345,6 +345,26 @@ int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
     }
 }
 
+/* decode_list's step for each posting parsed, (m, tag, occ, cnt): it
+ * goes to ov[*nlive] when ov (room for the list reserved), and counts
+ * live when its MFN is wanted (kept) and not dead. */
+static inline __attribute__((always_inline)) void
+put_posting(pydb_posting *ov, uint64_t *nlive, int kept, nidx_dead_fn dead,
+            const void *dead_ctx, uint64_t m, uint64_t tag, uint64_t occ,
+            uint64_t cnt)
+{
+    int take = kept;
+    if (dead) take &= !dead(dead_ctx, (int32_t)m);
+    if (ov) {
+        pydb_posting *v = &ov[*nlive];
+        v->mfn = (int32_t)m;
+        v->tag = (uint32_t)tag;
+        v->occ = (uint32_t)occ;
+        v->cnt = (uint32_t)cnt;
+    }
+    *nlive += (uint64_t)take;
+}
+
 /* The decoder of pydb__nseg_decode, _decode_in and _get_varints: the
  * list of count postings at p[plen], led by its skip table when `skips`
  * (nidx_seg.h); damage is PYDB_ECORRUPT naming path and off0 + its offset
@@ -371,8 +391,15 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
     pydb_posting *ov = NULL;   /* out->v + out->n: where the next one goes */
     int kept = 1;              /* whether MFN m is wanted */
     int rest_passed = 0;       /* the blocks after the last read: passed */
+    pydb_mfn_bits kb;          /* *keep, where the postings written cannot
+                                  alias it (its int32_t lo would reload
+                                  after each posting's store) */
 #define AT(q) (off0 < 0 ? -1 : off0 + (int64_t)((q) - start))
     *live = 0;
+    if (keep) {
+        kb = *keep;
+        keep = &kb;
+    }
     /* a posting takes 4 varints, at least 4 bytes: room for all of them
      * at once (the count is checked against the bytes first) */
     if (count > plen / 4)
@@ -436,7 +463,30 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
         }
         while (n < bend) {
             uint64_t dm, a, b, c;
-            int take;
+            /* The commonest posting first, in a loop of its own: four
+             * one-byte varints whose MFN delta is not 0, so TAG, OCC and
+             * CNT are absolute, under 128, and the posting is above the
+             * one before; only the MFN's bound is left to check (one out
+             * of it goes to the general path below, which says so). */
+            const uint64_t room = (uint64_t)(e - p) / 4;
+            const uint8_t *const run = p, *const stop =
+                p + 4 * (bend - n < room ? bend - n : room);
+            while (p < stop) {
+                const uint32_t u = pydb__u32(p);
+                if ((u & 0x80808080u) || !(u & 0xffu) ||
+                    m + (u & 0xffu) > INT32_MAX)
+                    break;
+                m += u & 0xffu;
+                tag = (u >> 8) & 0xffu;
+                occ = (u >> 16) & 0xffu;
+                cnt = u >> 24;
+                p += 4;
+                if (keep) kept = pydb__mfn_bits_has(keep, (int32_t)m);
+                put_posting(ov, &nlive, kept, dead, dead_ctx, m, tag, occ,
+                            cnt);
+            }
+            n += (uint64_t)(p - run) / 4;
+            if (n == bend) break;
             if (e - p >= 4 && !(pydb__u32(p) & 0x80808080u)) {
                 dm = p[0];   /* four one-byte varints: most postings */
                 a = p[1];
@@ -481,16 +531,7 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
                 return PYDB_CORRUPT(err, path, AT(p),
                                     "posting out of range or not ascending");
             n++;
-            take = kept;
-            if (dead) take &= !dead(dead_ctx, (int32_t)m);
-            if (ov) {   /* room for count postings: reserved above */
-                pydb_posting *v = &ov[nlive];
-                v->mfn = (int32_t)m;
-                v->tag = (uint32_t)tag;
-                v->occ = (uint32_t)occ;
-                v->cnt = (uint32_t)cnt;
-            }
-            nlive += (uint64_t)take;
+            put_posting(ov, &nlive, kept, dead, dead_ctx, m, tag, occ, cnt);
         }
         if (k + 1 < nblk && (p != p0 + noff || m != nm || tag != nt ||
                              occ != no || cnt != nc))

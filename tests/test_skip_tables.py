@@ -300,3 +300,26 @@ def test_a_delta_that_wraps_past_2_64_is_corruption(copy):
             ix.close()
         assert ei.value.filename == str(seg)
         assert ei.value.reason == "posting out of range or not ascending"
+
+
+def test_a_one_byte_delta_past_the_largest_mfn_is_corruption(copy):
+    """A posting of four one-byte varints (the decoder's fast case) whose
+    MFN delta takes the MFN past 2^31 - 1 (2^31 - 10 + 20) is a
+    CorruptionError at the end of that posting, not a negative MFN."""
+    base, seg, data, _, _ = copy
+    v = sm.varint
+    bad = v(2**31 - 10) + v(24) + v(1) + v(2) + bytes([20, 24, 1, 2])
+    s = sm.read_segment(data)
+    s.terms = [(k, 2 if k == b"ALPHA" else c, bad if k == b"ALPHA" else b)
+               for k, c, b in s.terms]
+    written = sm.write_segment(s)
+    seg.write_bytes(written)
+    ix = _pydb._open_native_index(str(base))
+    try:
+        with pytest.raises(pydb.CorruptionError) as ei:
+            ix.postings(b"ALPHA")
+    finally:
+        ix.close()
+    assert ei.value.filename == str(seg)
+    assert ei.value.offset == written.index(bad) + len(bad)
+    assert ei.value.reason == "posting out of range or not ascending"
