@@ -315,6 +315,66 @@ int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err)
     return PYDB_OK;
 }
 
+int pydb__mfns_reserve(pydb_mfns *m, size_t n, pydb_error *err)
+{
+    if (n <= m->cap) return PYDB_OK;
+    size_t cap = m->cap ? m->cap : 64;
+    if (n > SIZE_MAX / 2 / sizeof *m->v)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for %zu MFNs",
+                          n);
+    while (cap < n) cap *= 2;
+    int32_t *v = realloc(m->v, cap * sizeof *v);
+    if (!v)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for %zu MFNs",
+                          cap);
+    m->v = v;
+    m->cap = cap;
+    return PYDB_OK;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int pydb__mfns_distinct(int32_t *v, size_t *n, pydb_error *err)
+{
+    int32_t lo, hi;
+    size_t o = 0, words;
+    uint64_t *bits;
+
+    if (*n < 2) return PYDB_OK;
+    lo = hi = v[0];
+    for (size_t i = 1; i < *n; i++) {
+        if (v[i] < lo) lo = v[i];
+        if (v[i] > hi) hi = v[i];
+    }
+    words = ((size_t)((int64_t)hi - lo) >> 6) + 1;
+    if (words > *n) {
+        qsort(v, *n, sizeof *v, cmp_i32);
+        for (size_t i = 0; i < *n; i++)
+            if (!o || v[o - 1] != v[i]) v[o++] = v[i];
+        *n = o;
+        return PYDB_OK;
+    }
+    bits = calloc(words, sizeof *bits);
+    if (!bits)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                          "no memory for a %zu-word MFN bitmap", words);
+    for (size_t i = 0; i < *n; i++) {
+        uint32_t d = (uint32_t)((int64_t)v[i] - lo);
+        bits[d >> 6] |= (uint64_t)1 << (d & 63);
+    }
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t b = bits[w]; b; b &= b - 1)
+            v[o++] = (int32_t)((int64_t)lo + (int64_t)(w << 6) +
+                               __builtin_ctzll(b));
+    free(bits);
+    *n = o;
+    return PYDB_OK;
+}
+
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,
                         pydb_error *err)
 {
@@ -369,7 +429,8 @@ int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err)
     static const pydb_index_ops ops = {"borrowed", borrowed_terms,
                                        borrowed_postings, borrowed_key,
                                        borrowed_close, NULL, NULL,
-                                       borrowed_resident, NULL, NULL};
+                                       borrowed_resident, NULL, NULL,
+                                       NULL};
     borrowed *b = calloc(1, sizeof *b);
     if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     b->base = *ix;

@@ -49,6 +49,12 @@ static inline int pydb__mfn_bits_any(const pydb_mfn_bits *b, int64_t lo,
     return (b->w[wz] & mz) != 0;
 }
 
+/* MFNs (search_eval.c's MFN-level values; an index's mfns op). */
+typedef struct pydb_mfns {
+    int32_t *v;
+    size_t n, cap;
+} pydb_mfns;
+
 /* Starts of sorted runs in a pydb_postings (pydb__postings_merge_runs);
  * v always has room for one more entry than n. */
 typedef struct pydb_runs {
@@ -97,6 +103,13 @@ typedef struct pydb_index_ops {
      * section 7). */
     int (*count)(pydb_index *ix, const uint8_t *key, size_t len,
                  uint64_t *n, pydb_error *err);
+    /* Optional: the MFNs of key's postings (only those in *in when in is
+     * given), appended to out ascending and distinct, without the
+     * postings themselves; NULL: the caller asks postings and takes
+     * their MFNs.  A search that needs only the records a term is in
+     * (search_eval.c, section 6) asks it. */
+    int (*mfns)(pydb_mfns *out, pydb_index *ix, const uint8_t *key,
+                size_t len, const pydb_mfn_bits *in, pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {
@@ -160,6 +173,16 @@ int pydb__postings_merge_runs(pydb_postings *l, size_t *runs, size_t nruns,
 /* Make room for n postings in *p (capacity doubles; PYDB_ENOMEM on
  * failure, *p unchanged). */
 int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err);
+
+/* Make room for n MFNs in *m (as pydb__postings_reserve; m->v is the
+ * caller's to free()). */
+int pydb__mfns_reserve(pydb_mfns *m, size_t n, pydb_error *err);
+
+/* v[*n] (any order, duplicates allowed) made ascending and distinct, in
+ * place: a bitmap over [min, max] when the range is at most 64 MFNs per
+ * element (bitmap words <= elements), else a sort.  PYDB_ENOMEM: v
+ * unchanged. */
+int pydb__mfns_distinct(int32_t *v, size_t *n, pydb_error *err);
 
 /* Append one posting to *p, growing it (PYDB_ENOMEM on failure). */
 int pydb__postings_push(pydb_postings *p, const pydb_posting *v,

@@ -413,6 +413,39 @@ cleanup:
     return rc;
 }
 
+/* The records of key's live postings in ss (only those in *keep when
+ * given), appended to out ascending and distinct: each segment's are
+ * one sorted run, and several go through pydb__mfns_distinct. */
+static int mfns_in(pydb_mfns *out, nidx_segset *ss, const uint8_t *key,
+                   size_t len, const pydb_mfn_bits *keep, pydb_error *err)
+{
+    size_t start = out->n, parts = 0, n;
+    int rc = PYDB_OK;
+    nidx_cursor c;
+
+    memset(&c, 0, sizeof c);
+    for (size_t i = 0; i < ss->n; i++) {
+        uint64_t live;
+        size_t before = out->n;
+        dead_in d = {ss, i};
+        c.s = ss->v[i];
+        if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
+        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
+        if ((rc = pydb__nowait_spend(c.count)) ||
+            (rc = pydb__nseg_mfns_in(out, &c,
+                                     ss->newer_tombs[i] ? dead_after : NULL,
+                                     &d, keep, &live, err)))
+            goto cleanup;
+        parts += out->n > before;
+    }
+    n = out->n - start;
+    if (parts > 1 && !(rc = pydb__mfns_distinct(out->v + start, &n, err)))
+        out->n = start + n;
+cleanup:
+    free(c.key);
+    return rc;
+}
+
 /* The postings of key in every segment of ss, dead ones included. */
 static int count_in(uint64_t *n, nidx_segset *ss, const uint8_t *key,
                     size_t len, pydb_error *err)
@@ -520,6 +553,12 @@ static int view_postings_in_set(pydb_postings *out, pydb_index *ix,
     return postings_in(out, ((nidx_view *)ix)->ss, key, len, in, NULL, err);
 }
 
+static int view_mfns(pydb_mfns *out, pydb_index *ix, const uint8_t *key,
+                     size_t len, const pydb_mfn_bits *in, pydb_error *err)
+{
+    return mfns_in(out, ((nidx_view *)ix)->ss, key, len, in, err);
+}
+
 static int view_count(pydb_index *ix, const uint8_t *key, size_t len,
                       uint64_t *n, pydb_error *err)
 {
@@ -552,7 +591,8 @@ static int view_resident(const pydb_index *ix)
 static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_key, view_close, NULL,
                                         view_prefix_postings, view_resident,
-                                        view_postings_in_set, view_count};
+                                        view_postings_in_set, view_count,
+                                        view_mfns};
 
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
@@ -582,7 +622,7 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
                                         nidx_key, nidx_close, nidx_pin, NULL,
-                                        NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {

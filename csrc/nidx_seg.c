@@ -345,16 +345,19 @@ int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
     }
 }
 
-/* decode_list's step for each posting parsed, (m, tag, occ, cnt): it
- * goes to ov[*nlive] when ov (room for the list reserved), and counts
- * live when its MFN is wanted (kept) and not dead. */
+/* decode_list's step for each posting parsed, (m, tag, occ, cnt), the
+ * first of its MFN when `first`: it goes to ov[*nlive] when ov (room for
+ * the list reserved), or only its MFN to om[*nlive], once per MFN, when
+ * om; and it counts live when its MFN is wanted (kept) and not dead. */
 static inline __attribute__((always_inline)) void
-put_posting(pydb_posting *ov, uint64_t *nlive, int kept, nidx_dead_fn dead,
-            const void *dead_ctx, uint64_t m, uint64_t tag, uint64_t occ,
-            uint64_t cnt)
+put_posting(pydb_posting *ov, int32_t *om, uint64_t *nlive, int kept,
+            int first, nidx_dead_fn dead, const void *dead_ctx, uint64_t m,
+            uint64_t tag, uint64_t occ, uint64_t cnt)
 {
     int take = kept;
+    if (om && !first) return;
     if (dead) take &= !dead(dead_ctx, (int32_t)m);
+    if (om) om[*nlive] = (int32_t)m;
     if (ov) {
         pydb_posting *v = &ov[*nlive];
         v->mfn = (int32_t)m;
@@ -365,9 +368,10 @@ put_posting(pydb_posting *ov, uint64_t *nlive, int kept, nidx_dead_fn dead,
     *nlive += (uint64_t)take;
 }
 
-/* The decoder of pydb__nseg_decode, _decode_in and _get_varints: the
- * list of count postings at p[plen], led by its skip table when `skips`
- * (nidx_seg.h); damage is PYDB_ECORRUPT naming path and off0 + its offset
+/* The decoder of pydb__nseg_decode, _decode_in, _mfns_in and
+ * _get_varints: the list of count postings at p[plen], led by its skip
+ * table when `skips` (nidx_seg.h), into out, or only their MFNs into
+ * mout (one of the two, or neither: count them); damage is PYDB_ECORRUPT naming path and off0 + its offset
  * in p (off0 < 0: -1).  keep (NULL: every MFN) is the set of MFNs whose
  * postings are wanted: a block of the skip table whose MFNs lie outside
  * it is passed unread, and so is the rest of the list once no MFN it
@@ -377,7 +381,8 @@ put_posting(pydb_posting *ov, uint64_t *nlive, int kept, nidx_dead_fn dead,
  * A block read must end where the table says, at the posting it says.
  * Inlined into each caller, so that the plain decoder tests no set. */
 static inline __attribute__((always_inline)) int
-decode_list(pydb_postings *out, const char *path, const uint8_t *p,
+decode_list(pydb_postings *out, pydb_mfns *mout, const char *path,
+            const uint8_t *p,
             uint64_t plen, uint64_t count, int skips, int64_t off0,
             nidx_dead_fn dead, const void *dead_ctx,
             const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
@@ -389,6 +394,7 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
      * posting before it, the last of this block */
     uint64_t noff = 0, nm = 0, nt = 0, no = 0, nc = 0;
     pydb_posting *ov = NULL;   /* out->v + out->n: where the next one goes */
+    int32_t *om = NULL;        /* mout->v + mout->n: where the next MFN goes */
     int kept = 1;              /* whether MFN m is wanted */
     int rest_passed = 0;       /* the blocks after the last read: passed */
     pydb_mfn_bits kb;          /* *keep, where the postings written cannot
@@ -420,6 +426,11 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
         int rc = pydb__postings_reserve(out, out->n + (size_t)count, err);
         if (rc) return rc;
         ov = out->v + out->n;
+    }
+    if (mout) {
+        int rc = pydb__mfns_reserve(mout, mout->n + (size_t)count, err);
+        if (rc) return rc;
+        om = mout->v + mout->n;
     }
     for (uint64_t k = 0; k < nblk; k++) {
         const uint64_t bend = k + 1 < nblk ? (k + 1) * NIDX_SKIP : count;
@@ -482,8 +493,8 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
                 cnt = u >> 24;
                 p += 4;
                 if (keep) kept = pydb__mfn_bits_has(keep, (int32_t)m);
-                put_posting(ov, &nlive, kept, dead, dead_ctx, m, tag, occ,
-                            cnt);
+                put_posting(ov, om, &nlive, kept, 1, dead, dead_ctx, m, tag,
+                            occ, cnt);
             }
             n += (uint64_t)(p - run) / 4;
             if (n == bend) break;
@@ -531,7 +542,8 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
                 return PYDB_CORRUPT(err, path, AT(p),
                                     "posting out of range or not ascending");
             n++;
-            put_posting(ov, &nlive, kept, dead, dead_ctx, m, tag, occ, cnt);
+            put_posting(ov, om, &nlive, kept, dm != 0, dead, dead_ctx, m,
+                        tag, occ, cnt);
         }
         if (k + 1 < nblk && (p != p0 + noff || m != nm || tag != nt ||
                              occ != no || cnt != nc))
@@ -547,21 +559,22 @@ decode_list(pydb_postings *out, const char *path, const uint8_t *p,
                             "dictionary's %llu", (unsigned long long)count);
     *live = nlive;
     if (out) out->n += (size_t)nlive;
+    if (mout) mout->n += (size_t)nlive;
     return PYDB_OK;
 #undef AT
 }
 
 /* decode_list for the entry at the cursor. */
 static inline __attribute__((always_inline)) int
-decode(pydb_postings *out, const nidx_cursor *cur, nidx_dead_fn dead,
-       const void *dead_ctx, const pydb_mfn_bits *keep, uint64_t *live,
-       pydb_error *err)
+decode(pydb_postings *out, pydb_mfns *mout, const nidx_cursor *cur,
+       nidx_dead_fn dead, const void *dead_ctx, const pydb_mfn_bits *keep,
+       uint64_t *live, pydb_error *err)
 {
     const nidx_seg *s = cur->s;
     PYDB_ASSERT(cur->valid && cur->pstart >= NIDX_SEG_HDR &&
                 cur->plen <= s->dict_off &&
                 cur->pstart <= s->dict_off - cur->plen);
-    return decode_list(out, s->path, s->map + cur->pstart, cur->plen,
+    return decode_list(out, mout, s->path, s->map + cur->pstart, cur->plen,
                        cur->count, s->version >= NIDX_SEG_VERSION,
                        (int64_t)cur->pstart, dead, dead_ctx, keep, live, err);
 }
@@ -571,23 +584,43 @@ int pydb__nseg_get_varints(pydb_postings *out, const uint8_t *p, size_t len,
                            pydb_error *err)
 {
     uint64_t live;
-    return decode_list(out, path, p, len, count, 0, off, NULL, NULL, NULL,
-                       &live, err);
+    return decode_list(out, NULL, path, p, len, count, 0, off, NULL, NULL,
+                       NULL, &live, err);
+}
+
+/* decode for the entry at the cursor, each case inlined apart: with no
+ * set to test and no dead() to ask (one segment, or none newer), its
+ * loop holds fewer values; out or mout (the other NULL) a constant in
+ * each caller. */
+static inline __attribute__((always_inline)) int
+decode_cases(pydb_postings *out, pydb_mfns *mout, const nidx_cursor *cur,
+             nidx_dead_fn dead, const void *dead_ctx,
+             const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
+{
+    if (keep && dead)
+        return decode(out, mout, cur, dead, dead_ctx, keep, live, err);
+    if (keep) return decode(out, mout, cur, NULL, NULL, keep, live, err);
+    if (dead) return decode(out, mout, cur, dead, dead_ctx, NULL, live, err);
+    return decode(out, mout, cur, NULL, NULL, NULL, live, err);
 }
 
 /* Decode the posting list at the cursor's entry, keeping the postings
- * of the MFNs in keep when given (nidx_seg.h).  Each case of the decoder
- * inlined apart: with no set to test and no dead() to ask (one segment,
- * or none newer), its loop holds fewer values. */
+ * of the MFNs in keep when given (nidx_seg.h). */
 int pydb__nseg_decode_in(pydb_postings *out, const nidx_cursor *cur,
                          nidx_dead_fn dead, const void *dead_ctx,
                          const pydb_mfn_bits *keep, uint64_t *live,
                          pydb_error *err)
 {
-    if (keep && dead) return decode(out, cur, dead, dead_ctx, keep, live, err);
-    if (keep) return decode(out, cur, NULL, NULL, keep, live, err);
-    if (dead) return decode(out, cur, dead, dead_ctx, NULL, live, err);
-    return decode(out, cur, NULL, NULL, NULL, live, err);
+    return decode_cases(out, NULL, cur, dead, dead_ctx, keep, live, err);
+}
+
+/* The same for the MFNs of the list alone (nidx_seg.h). */
+int pydb__nseg_mfns_in(pydb_mfns *out, const nidx_cursor *cur,
+                       nidx_dead_fn dead, const void *dead_ctx,
+                       const pydb_mfn_bits *keep, uint64_t *live,
+                       pydb_error *err)
+{
+    return decode_cases(NULL, out, cur, dead, dead_ctx, keep, live, err);
 }
 
 int pydb__nseg_decode(pydb_postings *out, const nidx_cursor *cur,

@@ -155,6 +155,14 @@ int pydb__nseg_decode_in(pydb_postings *out, const nidx_cursor *cur,
                          nidx_dead_fn dead, const void *dead_ctx,
                          const pydb_mfn_bits *keep, uint64_t *live,
                          pydb_error *err);
+/* The same for the records alone: the MFN of each record the list has
+ * live postings of (in *keep when given) appended to out once,
+ * ascending, and *live their number; the postings are parsed and checked
+ * as pydb__nseg_decode_in checks them, but not stored. */
+int pydb__nseg_mfns_in(pydb_mfns *out, const nidx_cursor *cur,
+                       nidx_dead_fn dead, const void *dead_ctx,
+                       const pydb_mfn_bits *keep, uint64_t *live,
+                       pydb_error *err);
 
 /* Writing a segment: begin with the number of terms, one call per term
  * in key order, finish with the tombstones. */

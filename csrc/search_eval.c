@@ -81,10 +81,7 @@ static int cmp_u32(const void *a, const void *b)
 typedef pydb_postings plist;
 
 /* A sorted, distinct MFN array: an MFN-level value (section 6). */
-typedef struct mset {
-    int32_t *v;
-    size_t n;
-} mset;
+typedef pydb_mfns mset;
 
 /* Compare postings on their first `level` fields (1 MFN, 2 +TAG, 3 +OCC,
  * 4 +CNT). */
@@ -651,52 +648,6 @@ static int has_positional(const node *n)
     return 0;
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* v[*n] (any order, duplicates allowed) made ascending and distinct, in
- * place: a bitmap over [min, max] when the range is at most 64 MFNs per
- * element (bitmap words <= elements), else a sort. */
-static int mfns_distinct(int32_t *v, size_t *n, pydb_error *err)
-{
-    int32_t lo, hi;
-    size_t o = 0, words;
-    uint64_t *bits;
-
-    if (*n < 2) return PYDB_OK;
-    lo = hi = v[0];
-    for (size_t i = 1; i < *n; i++) {
-        if (v[i] < lo) lo = v[i];
-        if (v[i] > hi) hi = v[i];
-    }
-    words = ((size_t)((int64_t)hi - lo) >> 6) + 1;
-    if (words > *n) {
-        qsort(v, *n, sizeof *v, cmp_i32);
-        for (size_t i = 0; i < *n; i++)
-            if (!o || v[o - 1] != v[i]) v[o++] = v[i];
-        *n = o;
-        return PYDB_OK;
-    }
-    bits = calloc(words, sizeof *bits);
-    if (!bits)
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                          "no memory for a %zu-word MFN bitmap", words);
-    for (size_t i = 0; i < *n; i++) {
-        uint32_t d = (uint32_t)((int64_t)v[i] - lo);
-        bits[d >> 6] |= (uint64_t)1 << (d & 63);
-    }
-    for (size_t w = 0; w < words; w++)
-        for (uint64_t b = bits[w]; b; b &= b - 1)
-            v[o++] = (int32_t)((int64_t)lo + (int64_t)(w << 6) +
-                               __builtin_ctzll(b));
-    free(bits);
-    *n = o;
-    return PYDB_OK;
-}
-
 /* The MFN set of one term node (within *in when in is given). */
 static int mset_term(mset *out, const node *t, eval_ctx *c,
                      const pydb_mfn_bits *in)
@@ -704,11 +655,17 @@ static int mset_term(mset *out, const node *t, eval_ctx *c,
     plist l = {0};
     pydb_runs runs = {0};
     size_t o = 0;
-    int rc = term_runs(&l, &runs, t, c, in);
+    int rc;
 
     memset(out, 0, sizeof *out);
-    if (rc) goto cleanup;
-    out->v = malloc((l.n ? l.n : 1) * sizeof *out->v);
+    if (!t->trunc && !t->tags && c->ix->ops->mfns) {
+        /* the index reads the records of the term without its postings */
+        rc = c->ix->ops->mfns(out, c->ix, t->key, t->key_len, in, c->err);
+        goto cleanup;
+    }
+    if ((rc = term_runs(&l, &runs, t, c, in))) goto cleanup;
+    out->cap = l.n ? l.n : 1;
+    out->v = malloc(out->cap * sizeof *out->v);
     if (!out->v) {
         rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1,
                         "no memory for %zu MFNs", l.n);
@@ -718,7 +675,7 @@ static int mset_term(mset *out, const node *t, eval_ctx *c,
     for (size_t i = 0; i < l.n; i++)
         if (!o || out->v[o - 1] != l.v[i].mfn) out->v[o++] = l.v[i].mfn;
     out->n = o;
-    if (runs.n > 1) rc = mfns_distinct(out->v, &out->n, c->err);
+    if (runs.n > 1) rc = pydb__mfns_distinct(out->v, &out->n, c->err);
 cleanup:
     pydb_postings_free(&l);
     free(runs.v);
@@ -773,6 +730,7 @@ static int mset_or(mset *out, const node *n, eval_ctx *c,
                 break;
             }
             out->v = grown;
+            out->cap = out->n + part.n;
             memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
             out->n += part.n;
         }
@@ -780,7 +738,7 @@ static int mset_or(mset *out, const node *n, eval_ctx *c,
         part.v = NULL;
     }
     free(part.v);
-    if (!rc) rc = mfns_distinct(out->v, &out->n, c->err);
+    if (!rc) rc = pydb__mfns_distinct(out->v, &out->n, c->err);
     if (rc) {
         free(out->v);
         memset(out, 0, sizeof *out);

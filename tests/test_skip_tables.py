@@ -199,8 +199,9 @@ def test_a_passed_block_is_not_read_and_a_read_one_is_checked(copy, block, insid
     one before it: searches for the records of the rare words outside the
     block pass it and answer (block 12, the last, which no entry ends, is
     passed once no record after block 11 is wanted); one for a word whose
-    record is inside it, and reading the whole list, are a CorruptionError
-    naming the segment and the posting's offset."""
+    record is inside it (by '$', and by '*', which reads the MFNs alone),
+    COMMON alone, and reading the whole list, are a CorruptionError naming
+    the segment and the posting's offset."""
     base, seg, data, at, common = copy
     lst = sm.list_bytes(common)
     table_len, body = sm.read_varint(lst, 0)
@@ -213,7 +214,8 @@ def test_a_passed_block_is_not_read_and_a_read_one_is_checked(copy, block, insid
     for w, mfns in words.items():
         if not set(mfns) & held:
             assert _answer(base, f"COMMON $ {w.upper()}") == mfns, w
-    for expr in (f"COMMON $ {inside}", None):
+    # positional, record-level (the decoder's MFNs alone), the whole list
+    for expr in (f"COMMON $ {inside}", f"COMMON * {inside}", "COMMON", None):
         e = _corruption(base, expr)
         assert e.filename == str(seg) and e.offset == first + 4
         assert e.reason == "posting out of range or not ascending"
@@ -288,27 +290,13 @@ def test_a_delta_that_wraps_past_2_64_is_corruption(copy):
     v = sm.varint
     for bad in (v(5) + v(24) + v(1) + v(2) + v(2**64 - 2) + v(24) + v(1) + v(2),
                 v(5) + v(24) + v(1) + v(2) + v(0) + v(2**64 - 21) + v(1) + v(1)):
-        s = sm.read_segment(data)
-        s.terms = [(k, 2 if k == b"ALPHA" else c, bad if k == b"ALPHA" else b)
-                   for k, c, b in s.terms]
-        seg.write_bytes(sm.write_segment(s))
-        ix = _pydb._open_native_index(str(base))
-        try:
-            with pytest.raises(pydb.CorruptionError) as ei:
-                ix.postings(b"ALPHA")
-        finally:
-            ix.close()
-        assert ei.value.filename == str(seg)
-        assert ei.value.reason == "posting out of range or not ascending"
+        e, _ = _alpha_two_postings_corruption(base, seg, data, bad)
+        assert e.reason == "posting out of range or not ascending"
 
 
-def test_a_one_byte_delta_past_the_largest_mfn_is_corruption(copy):
-    """A posting of four one-byte varints (the decoder's fast case) whose
-    MFN delta takes the MFN past 2^31 - 1 (2^31 - 10 + 20) is a
-    CorruptionError at the end of that posting, not a negative MFN."""
-    base, seg, data, _, _ = copy
-    v = sm.varint
-    bad = v(2**31 - 10) + v(24) + v(1) + v(2) + bytes([20, 24, 1, 2])
+def _alpha_two_postings_corruption(base, seg, data, bad):
+    """ALPHA's list replaced by `bad`, two postings: the CorruptionError
+    reading it raises (naming the segment), and the segment's bytes."""
     s = sm.read_segment(data)
     s.terms = [(k, 2 if k == b"ALPHA" else c, bad if k == b"ALPHA" else b)
                for k, c, b in s.terms]
@@ -321,5 +309,16 @@ def test_a_one_byte_delta_past_the_largest_mfn_is_corruption(copy):
     finally:
         ix.close()
     assert ei.value.filename == str(seg)
-    assert ei.value.offset == written.index(bad) + len(bad)
-    assert ei.value.reason == "posting out of range or not ascending"
+    return ei.value, written
+
+
+def test_a_one_byte_delta_past_the_largest_mfn_is_corruption(copy):
+    """A posting of four one-byte varints (the decoder's fast case) whose
+    MFN delta takes the MFN past 2^31 - 1 (2^31 - 10 + 20) is a
+    CorruptionError at the end of that posting, not a negative MFN."""
+    base, seg, data, _, _ = copy
+    v = sm.varint
+    bad = v(2**31 - 10) + v(24) + v(1) + v(2) + bytes([20, 24, 1, 2])
+    e, written = _alpha_two_postings_corruption(base, seg, data, bad)
+    assert e.offset == written.index(bad) + len(bad)
+    assert e.reason == "posting out of range or not ascending"
