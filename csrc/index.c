@@ -296,39 +296,46 @@ void pydb__postings_normalize(pydb_posting *v, size_t *n, size_t from)
     *n = o;
 }
 
+/* Grow the array *v of *cap items of `size` bytes to room for n > *cap
+ * (capacity doubles from 64); `what` names the items in the error.
+ * PYDB_ENOMEM leaves it unchanged. */
+static int grow(void **v, size_t *cap, size_t n, size_t size,
+                const char *what, pydb_error *err)
+{
+    size_t c = *cap ? *cap : 64;
+    void *nv;
+    /* doubling stays below 2n, whose bytes must not wrap */
+    if (n > SIZE_MAX / 2 / size)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for %zu %s",
+                          n, what);
+    while (c < n) c *= 2;
+    if (!(nv = realloc(*v, c * size)))
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for %zu %s",
+                          c, what);
+    *v = nv;
+    *cap = c;
+    return PYDB_OK;
+}
+
 int pydb__postings_reserve(pydb_postings *p, size_t n, pydb_error *err)
 {
+    void *v = p->v;
+    int rc;
     if (n <= p->cap) return PYDB_OK;
     if (!p->v && cache_take(p, n)) return PYDB_OK;
-    size_t cap = p->cap ? p->cap : 64;
-    /* doubling stays below 2n, whose bytes must not wrap */
-    if (n > SIZE_MAX / 2 / sizeof *p->v)
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                          "no memory for %zu postings", n);
-    while (cap < n) cap *= 2;
-    pydb_posting *v = realloc(p->v, cap * sizeof *v);
-    if (!v)
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
-                          "no memory for %zu postings", cap);
+    if ((rc = grow(&v, &p->cap, n, sizeof *p->v, "postings", err)))
+        return rc;
     p->v = v;
-    p->cap = cap;
     return PYDB_OK;
 }
 
 int pydb__mfns_reserve(pydb_mfns *m, size_t n, pydb_error *err)
 {
+    void *v = m->v;
+    int rc;
     if (n <= m->cap) return PYDB_OK;
-    size_t cap = m->cap ? m->cap : 64;
-    if (n > SIZE_MAX / 2 / sizeof *m->v)
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for %zu MFNs",
-                          n);
-    while (cap < n) cap *= 2;
-    int32_t *v = realloc(m->v, cap * sizeof *v);
-    if (!v)
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for %zu MFNs",
-                          cap);
+    if ((rc = grow(&v, &m->cap, n, sizeof *m->v, "MFNs", err))) return rc;
     m->v = v;
-    m->cap = cap;
     return PYDB_OK;
 }
 

@@ -178,6 +178,13 @@ int pydb__nidx_decode_live(pydb_postings *out, const nidx_segset *ss,
     return pydb__nidx_decode_live_in(out, ss, i, c, NULL, live, err);
 }
 
+/* Who says whether segment i's postings of an MFN are dead: nobody
+ * when no newer segment has tombstones. */
+static nidx_dead_fn dead_fn(const nidx_segset *ss, size_t i)
+{
+    return ss->newer_tombs[i] ? dead_after : NULL;
+}
+
 int pydb__nidx_decode_live_in(pydb_postings *out, const nidx_segset *ss,
                               size_t i, const nidx_cursor *c,
                               const pydb_mfn_bits *keep, uint64_t *live,
@@ -185,9 +192,7 @@ int pydb__nidx_decode_live_in(pydb_postings *out, const nidx_segset *ss,
 {
     dead_in d = {ss, i};
     PYDB_ASSERT(i < ss->n && c->s == ss->v[i]);
-    return pydb__nseg_decode_in(out, c,
-                                ss->newer_tombs[i] ? dead_after : NULL, &d,
-                                keep, live, err);
+    return pydb__nseg_decode_in(out, c, dead_fn(ss, i), &d, keep, live, err);
 }
 
 /* <base>.pdx for a database path ("x/cds", "x/cds.mst", "x/CDS.XRF"; the
@@ -425,16 +430,15 @@ static int mfns_in(pydb_mfns *out, nidx_segset *ss, const uint8_t *key,
 
     memset(&c, 0, sizeof c);
     for (size_t i = 0; i < ss->n; i++) {
-        uint64_t live;
+        uint64_t live;   /* a view reports no dead postings it met */
         size_t before = out->n;
         dead_in d = {ss, i};
         c.s = ss->v[i];
         if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
         if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
         if ((rc = pydb__nowait_spend(c.count)) ||
-            (rc = pydb__nseg_mfns_in(out, &c,
-                                     ss->newer_tombs[i] ? dead_after : NULL,
-                                     &d, keep, &live, err)))
+            (rc = pydb__nseg_mfns_in(out, &c, dead_fn(ss, i), &d, keep, &live,
+                                     err)))
             goto cleanup;
         parts += out->n > before;
     }

@@ -371,8 +371,9 @@ put_posting(pydb_posting *ov, int32_t *om, uint64_t *nlive, int kept,
 /* The decoder of pydb__nseg_decode, _decode_in, _mfns_in and
  * _get_varints: the list of count postings at p[plen], led by its skip
  * table when `skips` (nidx_seg.h), into out, or only their MFNs into
- * mout (one of the two, or neither: count them); damage is PYDB_ECORRUPT naming path and off0 + its offset
- * in p (off0 < 0: -1).  keep (NULL: every MFN) is the set of MFNs whose
+ * mout (one of the two, or neither: count them); damage is
+ * PYDB_ECORRUPT naming path and off0 + its offset in p (off0 < 0: -1).
+ * keep (NULL: every MFN) is the set of MFNs whose
  * postings are wanted: a block of the skip table whose MFNs lie outside
  * it is passed unread, and so is the rest of the list once no MFN it
  * may hold is wanted; the postings of the blocks read are parsed and
@@ -382,8 +383,8 @@ put_posting(pydb_posting *ov, int32_t *om, uint64_t *nlive, int kept,
  * Inlined into each caller, so that the plain decoder tests no set. */
 static inline __attribute__((always_inline)) int
 decode_list(pydb_postings *out, pydb_mfns *mout, const char *path,
-            const uint8_t *p,
-            uint64_t plen, uint64_t count, int skips, int64_t off0,
+            const uint8_t *p, uint64_t plen, uint64_t count, int skips,
+            int64_t off0,
             nidx_dead_fn dead, const void *dead_ctx,
             const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
 {

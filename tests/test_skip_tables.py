@@ -212,8 +212,9 @@ def test_a_passed_block_is_not_read_and_a_read_one_is_checked(copy, block, insid
     assert all(c < 0x80 for c in data[first:first + 4])   # one byte each
     seg.write_bytes(_patched(data, first, b"\0\0\0\0"))
     for w, mfns in words.items():
-        if not set(mfns) & held:
+        if not set(mfns) & held:   # by positions, and by records alone
             assert _answer(base, f"COMMON $ {w.upper()}") == mfns, w
+            assert _answer(base, f"COMMON * {w.upper()}") == mfns, w
     # positional, record-level (the decoder's MFNs alone), the whole list
     for expr in (f"COMMON $ {inside}", f"COMMON * {inside}", "COMMON", None):
         e = _corruption(base, expr)
