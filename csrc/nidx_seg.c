@@ -373,19 +373,18 @@ put_posting(pydb_posting *ov, int32_t *om, uint64_t *nlive, int kept,
  * table when `skips` (nidx_seg.h), into out, or only their MFNs into
  * mout (one of the two, or neither: count them); damage is
  * PYDB_ECORRUPT naming path and off0 + its offset in p (off0 < 0: -1).
- * keep (NULL: every MFN) is the set of MFNs whose
- * postings are wanted: a block of the skip table whose MFNs lie outside
- * it is passed unread, and so is the rest of the list once no MFN it
- * may hold is wanted; the postings of the blocks read are parsed and
- * checked, those of unwanted MFNs not counted live nor kept (they are
- * written past out->n, then overwritten: no branch on wanted or not).
- * A block read must end where the table says, at the posting it says.
- * Inlined into each caller, so that the plain decoder tests no set. */
+ * keep (NULL: every MFN) is the set of MFNs whose postings are wanted: a
+ * block of the skip table whose MFNs lie outside it is passed unread,
+ * and so is the rest of the list once no MFN it may hold is wanted; the
+ * postings of the blocks read are parsed and checked, those of unwanted
+ * MFNs not counted live nor kept (they are written past out->n, then
+ * overwritten: no branch on wanted or not).  A block read must end where
+ * the table says, at the posting it says.  Inlined into each caller, so
+ * that the plain decoder tests no set. */
 static inline __attribute__((always_inline)) int
 decode_list(pydb_postings *out, pydb_mfns *mout, const char *path,
             const uint8_t *p, uint64_t plen, uint64_t count, int skips,
-            int64_t off0,
-            nidx_dead_fn dead, const void *dead_ctx,
+            int64_t off0, nidx_dead_fn dead, const void *dead_ctx,
             const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
 {
     const uint8_t *start = p, *e = p + plen, *sp = NULL, *se = NULL, *p0;

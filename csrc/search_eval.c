@@ -663,14 +663,9 @@ static int mset_term(mset *out, const node *t, eval_ctx *c,
         rc = c->ix->ops->mfns(out, c->ix, t->key, t->key_len, in, c->err);
         goto cleanup;
     }
-    if ((rc = term_runs(&l, &runs, t, c, in))) goto cleanup;
-    out->cap = l.n ? l.n : 1;
-    out->v = malloc(out->cap * sizeof *out->v);
-    if (!out->v) {
-        rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1,
-                        "no memory for %zu MFNs", l.n);
+    if ((rc = term_runs(&l, &runs, t, c, in)) ||
+        (rc = pydb__mfns_reserve(out, l.n, c->err)))
         goto cleanup;
-    }
     /* each run is sorted: its repeats are neighbours */
     for (size_t i = 0; i < l.n; i++)
         if (!o || out->v[o - 1] != l.v[i].mfn) out->v[o++] = l.v[i].mfn;
@@ -720,20 +715,11 @@ static int mset_or(mset *out, const node *n, eval_ctx *c,
 
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < n->nitems; i++) {
-        int32_t *grown;
-        if ((rc = mset_eval(&part, n->items[i].node, c, in))) break;
-        if (part.n) {
-            grown = realloc(out->v, (out->n + part.n) * sizeof *grown);
-            if (!grown) {
-                rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1,
-                                "no memory for %zu MFNs", out->n + part.n);
-                break;
-            }
-            out->v = grown;
-            out->cap = out->n + part.n;
-            memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
-            out->n += part.n;
-        }
+        if ((rc = mset_eval(&part, n->items[i].node, c, in)) ||
+            (rc = pydb__mfns_reserve(out, out->n + part.n, c->err)))
+            break;
+        if (part.n) memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
+        out->n += part.n;
         free(part.v);
         part.v = NULL;
     }
