@@ -404,15 +404,13 @@ int pydb__files_sync(pydb_db *db, pydb_error *err)
             pydb__same_file(xfd, db->xrf.path) &&
             (g2 = pydb__header_gen(db)) == g1) {
             uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_RELAXED);
-            struct stat ms, xs;
+            int64_t ms, xs;
             /* the header's state of the new files first, their sizes
              * after it: they hold at least what the state announces */
             int have = pydb__shm_state(&st, pydb__db_shm(db)) == 0 &&
                        st.file_gen == g1;
-            if (fstat(mfd, &ms) == 0 && (int64_t)ms.st_size > msize)
-                msize = (int64_t)ms.st_size;
-            if (fstat(xfd, &xs) == 0 && (int64_t)xs.st_size > xsize)
-                xsize = (int64_t)xs.st_size;
+            if (pydb__fd_size(mfd, &ms) == 0 && ms > msize) msize = ms;
+            if (pydb__fd_size(xfd, &xs) == 0 && xs > xsize) xsize = xs;
             __atomic_store_n(&db->fseq, s | 1, __ATOMIC_RELEASE);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
             /* the pair retired PYDB_RETIRED_GENS switches ago: no read
@@ -1262,21 +1260,22 @@ static int peek_control(pydb_db *db, pydb_ctl *c)
 
 int pydb__refresh_sizes(pydb_db *db)
 {
-    struct stat ms, xs;
+    int64_t ms, xs;
     int grew = 0;
     /* no switch of the file pair meanwhile: sizes of the files the handle
      * no longer reads must never raise the new ones' */
     pthread_mutex_lock(&db->smutex);
-    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0) {
+    if (pydb__fd_size(db->mst.fd, &ms) != 0 ||
+        pydb__fd_size(db->xrf.fd, &xs) != 0) {
         pthread_mutex_unlock(&db->smutex);
         return 0;
     }
-    if ((int64_t)xs.st_size > pydb__fsize(&db->xrf)) {
-        pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
+    if (xs > pydb__fsize(&db->xrf)) {
+        pydb__fsize_raise(&db->xrf, xs);
         grew = 1;
     }
-    if ((int64_t)ms.st_size > pydb__fsize(&db->mst)) {
-        pydb__fsize_raise(&db->mst, (int64_t)ms.st_size);
+    if (ms > pydb__fsize(&db->mst)) {
+        pydb__fsize_raise(&db->mst, ms);
         grew = 1;
     }
     pthread_mutex_unlock(&db->smutex);

@@ -275,12 +275,12 @@ static void txn_free(pydb_txn *t)
  * in line with them. */
 static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
 {
-    struct stat ms, xs;
     pydb_ctl c;
-    int64_t end;
+    int64_t end, msize, xsize;
     ssize_t got;
 
-    if (fstat(db->mst.fd, &ms) != 0 || fstat(db->xrf.fd, &xs) != 0)
+    if (pydb__fd_size(db->mst.fd, &msize) != 0 ||
+        pydb__fd_size(db->xrf.fd, &xsize) != 0)
         return PYDB_OSERROR(err, errno, db->mst.path, -1, "cannot stat: %s",
                             strerror(errno));
     got = pydb__vfs->pread(db->mst.fd, ctl, PYDB_CTL_SIZE, 0);
@@ -293,15 +293,15 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
     pydb__ctl_decode(&c, ctl);
     end = pydb__ctl_end(c.next_block, c.next_pos);
     if (c.ctlmfn != 0 || !pydb__ctl_sane(&c) || end < PYDB_CTL_SIZE ||
-        end > (int64_t)ms.st_size ||
-        pydb__xrf_blocks(c.next_mfn) * PYDB_BLOCK > (int64_t)xs.st_size ||
+        end > msize ||
+        pydb__xrf_blocks(c.next_mfn) * PYDB_BLOCK > xsize ||
         c.mstxl != db->mstxl)
         return PYDB_CORRUPT(err, db->mst.path, 0,
                             "control record: NXTMFN %d, NXTMFB/NXTMFP %d/%d "
                             "do not fit the files (%lld and %lld bytes)",
                             (int)c.next_mfn, (int)c.next_block,
-                            (int)c.next_pos, (long long)ms.st_size,
-                            (long long)xs.st_size);
+                            (int)c.next_pos, (long long)msize,
+                            (long long)xsize);
     if (c.next_mfn < pydb__next_mfn(db))
         return PYDB_CORRUPT(err, db->mst.path, 4,
                             "control record: NXTMFN went back from %d to %d "
@@ -309,8 +309,8 @@ static int load_state(pydb_db *db, uint8_t ctl[PYDB_CTL_SIZE], pydb_error *err)
                             (int)pydb__next_mfn(db), (int)c.next_mfn);
     /* the true sizes: a writer's cut past the end (clear_past_end) may
      * have lowered the .mst's since this handle last looked */
-    pydb__fsize_set(&db->mst, (int64_t)ms.st_size);
-    pydb__fsize_raise(&db->xrf, (int64_t)xs.st_size);
+    pydb__fsize_set(&db->mst, msize);
+    pydb__fsize_raise(&db->xrf, xsize);
     pydb__view_set_writer(db, c.next_mfn, c.next_block, c.next_pos,
                           c.reccnt);
     return pydb__header_sync(db, &c, err);
@@ -1111,7 +1111,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (rc) goto done;
 
     /* The log, then the commit point. */
-    rc = pydb__wal_append(db, &log, sync, &log_at, &log_sync_failed, err);
+    rc = pydb__wal_append(db, &log, sync, keep, &log_at,
+                          &log_sync_failed, err);
     if (rc) {
         if (log_sync_failed) {
             set_fatal(db, PYDB__FATAL_SYNC);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 
 #define MAX_PATH_LEN 4096
@@ -267,11 +268,44 @@ int pydb__fsync_if_present(const char *path, int *absent, pydb_error *err)
     return fsync_path(path, 1, absent, err);
 }
 
+/* statx of `fd` (path "") or of `path` for `mask` alone: never the
+ * times unless asked (util.h, pydb__fd_size).  0 or -1 with errno; where
+ * the kernel has no statx (before Linux 4.11), fstat/stat fill the same
+ * fields. */
+static int stat_only(int fd, const char *path, unsigned mask, struct statx *sx)
+{
+    struct stat st;
+    int rc;
+
+    if (statx(path ? AT_FDCWD : fd, path ? path : "", path ? 0 : AT_EMPTY_PATH,
+              mask, sx) == 0)
+        return 0;
+    if (errno != ENOSYS) return -1;
+    rc = path ? stat(path, &st) : fstat(fd, &st);
+    if (rc != 0) return -1;
+    memset(sx, 0, sizeof *sx);
+    sx->stx_size = (uint64_t)st.st_size;
+    sx->stx_ino = (uint64_t)st.st_ino;
+    sx->stx_dev_major = major(st.st_dev);
+    sx->stx_dev_minor = minor(st.st_dev);
+    return 0;
+}
+
 int pydb__same_file(int fd, const char *path)
 {
-    struct stat a, b;
-    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
+    struct statx a, b;
+    return stat_only(fd, NULL, STATX_INO, &a) == 0 &&
+           stat_only(-1, path, STATX_INO, &b) == 0 &&
+           a.stx_dev_major == b.stx_dev_major &&
+           a.stx_dev_minor == b.stx_dev_minor && a.stx_ino == b.stx_ino;
+}
+
+int pydb__fd_size(int fd, int64_t *size)
+{
+    struct statx sx;
+    if (stat_only(fd, NULL, STATX_SIZE, &sx) != 0) return -1;
+    *size = (int64_t)sx.stx_size;
+    return 0;
 }
 
 int pydb__fsync_parent(const char *path, pydb_error *err)

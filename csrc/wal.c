@@ -646,21 +646,42 @@ static int wal_reset(const pydb_wal_files *w, int64_t size, pydb_error *err)
     return PYDB_OK;
 }
 
-/* The log's length in *size, and whether it may hold a commit that is
- * not in the files: 0 (empty, or every byte applied in this boot: the
- * header's applied length), 1 (it may), or a negative PYDB error. */
+/* Whether the log `fd` of `size` bytes holds something written after
+ * its first `applied` bytes: 1 when the bytes there are not the zeros of
+ * a grown file's tail (wal.h) -- the start of a frame, whole or torn --
+ * or cannot be read, or the file is shorter; 0 when it ends there or
+ * zeros follow.  A frame is written from its start, and its header's
+ * first bytes are never zeros, so a header's worth of bytes tells. */
+static int wal_written_at(int fd, uint64_t applied, int64_t size)
+{
+    uint8_t h[PYDB_WAL_HEAD];
+    uint64_t left;
+    size_t n;
+
+    if (size < 0 || applied > (uint64_t)size) return 1;
+    left = (uint64_t)size - applied;
+    if (left == 0) return 0;
+    n = left < sizeof h ? (size_t)left : sizeof h;
+    if (pydb__vfs->pread(fd, h, n, (off_t)applied) != (ssize_t)n) return 1;
+    for (size_t i = 0; i < n; i++)
+        if (h[i]) return 1;
+    return 0;
+}
+
+/* The log's length in *size (its file's, a grown tail of zeros
+ * included), and whether it may hold a commit that is not in the files:
+ * 0 (empty, or every frame applied in this boot: nothing written after
+ * the header's applied length), 1 (it may), or a negative PYDB error. */
 static int wal_pending(const pydb_wal_files *w, int64_t *size,
                        pydb_error *err)
 {
-    struct stat st;
     uint64_t applied;
-    if (fstat(w->wal_fd, &st) != 0)
+    if (pydb__fd_size(w->wal_fd, size) != 0)
         return PYDB_OSERROR(err, errno, w->wal_path, -1, "cannot stat: %s",
                             strerror(errno));
-    *size = (int64_t)st.st_size;
-    if (st.st_size == 0) return 0;
-    return !(pydb__shm_log_applied(w->shm, &applied) &&
-             applied == (uint64_t)st.st_size);
+    if (*size == 0) return 0;
+    if (!pydb__shm_log_applied(w->shm, &applied)) return 1;
+    return wal_written_at(w->wal_fd, applied, *size);
 }
 
 /* Whether the files a replay wrote are still those their paths name:
@@ -1070,9 +1091,13 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
         applied == (uint64_t)st.st_size)
         return PYDB_OK;   /* every commit in it is in the files */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
+    if (wfd < 0) goto cleanup;   /* cannot write: skip */
+    if (!swap && pydb__shm_log_applied(shm, &applied) &&
+        !wal_written_at(wfd, applied, (int64_t)st.st_size))
+        goto cleanup;   /* zeros past the applied frames (wal.h) */
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
-    if (wfd < 0 || mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
+    if (mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
     if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
     {
         pydb_wal_files w = {wfd, mfd, xfd, wal, mst, xrf, shm, NULL};
@@ -1103,13 +1128,13 @@ pydb_wal_files pydb__wal_files(pydb_db *db)
 
 void pydb__wal_close(pydb_db *db)
 {
-    struct stat st;
+    int64_t size;
     if (db->wal_fd < 0) return;
     /* a last checkpoint of a log that holds commits (best effort: what
      * it leaves, the next writer's open does), so that a closed database
      * is whole in its .mst/.xrf */
     if (__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == 0 &&
-        fstat(db->wal_fd, &st) == 0 && st.st_size > 0 &&
+        pydb__fd_size(db->wal_fd, &size) == 0 && size > 0 &&
         pydb__wal_lock(db, -1, 0, NULL) == PYDB_OK) {
         pydb_wal_files w = pydb__wal_files(db);
         int failed = 0;
@@ -1122,20 +1147,42 @@ void pydb__wal_close(pydb_db *db)
 
 /* ------------------------------------------------------------- commit */
 
-int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync,
+/* Zeros in `fd` from `end` to the next multiple of PYDB_WAL_GROW (wal.h).
+ * 0 or an errno value. */
+static int wal_grow(int fd, int64_t end)
+{
+    int64_t grown = (end + PYDB_WAL_GROW - 1) / PYDB_WAL_GROW * PYDB_WAL_GROW;
+    uint8_t *zeros;
+    int e;
+
+    if (grown == end) return 0;
+    zeros = calloc(1, (size_t)(grown - end));
+    if (!zeros) return ENOMEM;
+    e = -pydb__write_full(fd, zeros, (size_t)(grown - end), end);
+    free(zeros);
+    return e;
+}
+
+int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
                      int64_t *at, int *sync_failed, pydb_error *err)
 {
-    struct stat st;
+    uint64_t applied;
+    int64_t size, end;
     int e;
 
     PYDB_ASSERT(db->wal_fd >= 0 && log->n >= PYDB_WAL_HEAD + PYDB_WAL_TAIL);
     PYDB_ASSERT(memcmp(log->p, WAL_MAGIC, 8) == 0 &&
                 memcmp(log->p + log->n - PYDB_WAL_TAIL, WAL_END, 8) == 0);
-    if (fstat(db->wal_fd, &st) != 0)
+    if (pydb__fd_size(db->wal_fd, &size) != 0)
         return PYDB_OSERROR(err, errno, db->wal_path, -1, "cannot stat: %s",
                             strerror(errno));
-    *at = (int64_t)st.st_size;
+    /* after the frames: zeros of a grown tail may follow them (wal.h) */
+    *at = size;
+    if (pydb__shm_log_applied(db->shm, &applied) && applied < (uint64_t)size)
+        *at = (int64_t)applied;
+    end = *at + (int64_t)log->n;
     e = -pydb__write_full(db->wal_fd, log->p, log->n, *at);
+    if (!e && keep && end > size) e = wal_grow(db->wal_fd, end);
     if (e) {
         int rc = PYDB_OSERROR(err, e, db->wal_path, *at,
                               "writing the write-ahead log failed: %s",

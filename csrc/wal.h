@@ -23,6 +23,20 @@
  * trailer and its CRC all agree; the first frame that is not (a crash
  * before that commit point) ends the log, and recovery drops it.
  *
+ * The file may be longer than its frames: past the last one it holds
+ * zeros, which end the log as a torn frame does.  A commit that keeps
+ * its frame (below) and finds no room for it writes zeros after it up
+ * to the next multiple of PYDB_WAL_GROW, with the frame and before its
+ * fdatasync, so that the commits after it overwrite bytes already in
+ * the file and their fdatasync has no file size to write (on ext4 that
+ * is a journal commit saved: 5,300 against 7,500-9,000 simulated
+ * commits/s here).  Nothing else is ever written past the frames but
+ * the next frame, and emptying the log truncates it to 0 bytes, so no
+ * older frame can lie past the zeros.  Within a boot, the commit header
+ * (shm.h) holds the applied length: the log holds a frame not yet
+ * applied exactly when its bytes at that length are not zeros (wal.c,
+ * wal_written_at).
+ *
  * Checkpoints (SQLite's WAL mode has the same shape).  A sync=True
  * commit fdatasyncs its frame -- the one fsync of the commit -- then
  * writes the bytes to the .mst/.xrf without syncing them and leaves the
@@ -78,6 +92,9 @@
  * file an XRF can address (MSTXL 6: 2^26 blocks of 512 bytes), more than
  * the largest XRF (2^31 MFNs).  An entry that does is damage. */
 #define PYDB_WAL_MAX_END ((uint64_t)1 << 35)
+/* A frame kept for a checkpoint that would end past the file's end
+ * grows the file to a multiple of this (bytes; zeros after the frame). */
+#define PYDB_WAL_GROW (64 << 10)
 /* A commit that leaves the log longer than this checkpoints (bytes). */
 #define PYDB_WAL_CHECKPOINT (4 << 20)
 /* ... and so does one after which this handle's commits since the last
@@ -139,13 +156,17 @@ pydb_wal_files pydb__wal_files(pydb_db *db);
 int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err);
 void pydb__wal_unlock(pydb_db *db);
 
-/* Append a sealed frame at the end of the log (its offset in *at) and,
- * with sync, fdatasync it: when this returns 0 the commit is durable
- * (the commit point).  A failed write truncates the log back to *at
- * (best effort: recovery drops a torn frame) and leaves the files
- * untouched; a failed fdatasync sets *sync_failed: the log may or may
- * not be durable. */
-int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync,
+/* Append a sealed frame after the log's last frame (its offset in *at:
+ * the applied length where the commit header has one, else the file's
+ * size) and, with sync, fdatasync it: when this returns 0 the commit is
+ * durable (the commit point).  `keep`: the frame stays for a checkpoint
+ * (txn.c), so a file without room for it grows by zeros to a multiple
+ * of PYDB_WAL_GROW.  A failed write truncates the log back to *at (best
+ * effort: recovery drops a torn frame) and leaves the files untouched; a
+ * failed fdatasync sets *sync_failed: the log may or may not be
+ * durable.  The caller holds the writer lock and has recovered (nothing
+ * past the applied length). */
+int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
                      int64_t *at, int *sync_failed, pydb_error *err);
 
 /* The name under which whole file `path` goes into the log `wal_path`:

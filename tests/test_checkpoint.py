@@ -76,6 +76,17 @@ def _wal(base) -> int:
     return os.path.getsize(f"{base}.wal")
 
 
+def _frames(base) -> int:
+    """The length of the log's frames (csrc/wal.h), from its start; only
+    zeros (a grown tail) may follow them."""
+    data = open(f"{base}.wal", "rb").read()
+    pos = 0
+    while data[pos:pos + 8] == b"PYDBWAL1":
+        pos += 40 + struct.unpack_from("<Q", data, pos + 16)[0] + 16
+    assert not data[pos:].strip(b"\0"), (pos, len(data))
+    return pos
+
+
 def test_a_durable_commit_fsyncs_only_its_log(tmp_path):
     """sync=True: the frame is written and fdatasync'ed (the commit point),
     then the .mst/.xrf are written without an fsync; the frame stays."""
@@ -106,16 +117,18 @@ def test_a_durable_commit_fsyncs_only_its_log(tmp_path):
 
 
 def test_the_log_keeps_commits_until_a_checkpoint(tmp_path):
-    """Frames pile up; another handle sees every commit at once; closing
-    the writer checkpoints (the log is emptied); the commit that takes
-    the log past 4 MiB checkpoints."""
+    """Frames pile up, in a file grown by zeros to a multiple of 64 KiB
+    (csrc/wal.h); another handle sees every commit at once; closing the
+    writer checkpoints (the log is emptied); the commit that takes the
+    log past 4 MiB checkpoints."""
     base = tmp_path / "db"
     _make(base)
     with open_db(base, gc="none") as db, pydb.open(base) as reader:
         sizes = []
         for v in range(5):
             db.update(1, content(1, 100 + v, 40))
-            sizes.append(_wal(base))
+            sizes.append(_frames(base))
+            assert _wal(base) == 65536
             assert reader[1].raw(1) == [b"1:%d" % (100 + v)]
         assert sizes == sorted(sizes) and len(set(sizes)) == 5, sizes
     assert _wal(base) == 0
@@ -125,7 +138,8 @@ def test_the_log_keeps_commits_until_a_checkpoint(tmp_path):
             with db.transaction() as tx:          # about 210 KB a frame
                 for _ in range(7):
                     tx.append([(2, b"x" * 30_000)])
-            seen.append(_wal(base))
+            seen.append(_frames(base))
+            assert _wal(base) % 65536 == 0 and _wal(base) - seen[-1] < 65536
         peak = max(seen)
         # the commit that took the log past 4 MiB checkpointed: empty
         assert peak < 4 << 20 <= peak + 220_000, seen
@@ -668,7 +682,7 @@ def test_a_bulk_commit_writes_its_records_once(tmp_path):
             shutil.copy(f"{base0}{ext}", d / f"db{ext}")
         with open_db(d / "db", gc="none") as db, pydb.open(d / "db") as reader:
             db.update(3, content(3, 99, 40))    # a frame kept in the log
-            before = _wal(d / "db")
+            before = _frames(d / "db")
             _pydb._testing.fail_io(n, errno.EIO)
             try:
                 _bulk(db)
@@ -676,7 +690,7 @@ def test_a_bulk_commit_writes_its_records_once(tmp_path):
                 pass
             got = _fired(n)
             if n == -1:
-                assert 0 < _wal(d / "db") - before < 8192, (before, _wal(d / "db"))
+                assert 0 < _frames(d / "db") - before < 8192, (before, _frames(d / "db"))
                 assert oracle.matches(reader)[0], oracle.matches(reader)[1]
         if n == -1:
             check_files(d / "db")
@@ -788,6 +802,58 @@ def test_a_bulk_commit_among_kept_frames_survives_a_power_cut(tmp_path):
         assert want.matches(db)[0], want.matches(db)[1]
         assert db.check().ok
     check_files(base)
+
+
+def test_a_commit_killed_at_each_operation_in_a_grown_log(tmp_path):
+    """A kept frame lands inside the file, in the zeros a commit before
+    it grew the log by (csrc/wal.h): past the applied length, not at the
+    file's end.  A writer killed before each operation of such a commit
+    (fail_io with crash): a read-only open finds the frame in the zeros
+    and replays it exactly when the kill came after its write (a kill
+    keeps the page cache) -- the log is then emptied; without it nothing
+    is written and the log keeps the first frame and its zeros.  The
+    commit is whole or absent, and the database checks."""
+    base0 = tmp_path / "p"
+    oracle0 = _make(base0)
+    oracle0.apply([("U", 3, 99, 40)])
+    total = None
+    n = 0
+    while total is None or n < total:
+        n += 1
+        d = tmp_path / ("count" if total is None else f"c{n}")
+        d.mkdir()
+        for ext in (".mst", ".xrf"):
+            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                db = open_db(d / "db", gc="none")
+                db.update(3, content(3, 99, 40))   # grows the log
+                _pydb._testing.fail_io(-1 if total is None else n, crash=True)
+                db.update(4, content(4, 99, 40))
+                if total is None:
+                    with open(d / "count.txt", "w") as f:
+                        f.write(str(_pydb._testing.io_count()))
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if total is None:
+            total, n = int((d / "count.txt").read_text()), 0
+            continue
+        assert os.WEXITSTATUS(status) == 137, (n, status)
+        assert _wal(d / "db") == 65536 and _frames(d / "db") > 0, n
+        want = oracle0.copy()
+        if n > 1:                       # op 1 writes the frame
+            want.apply([("U", 4, 99, 40)])
+        with pydb.open(d / "db") as ro:
+            assert want.matches(ro)[0], (n, want.matches(ro)[1])
+            assert ro.check().ok, n
+        assert _wal(d / "db") == (0 if n > 1 else 65536), n
+        with open_db(d / "db", gc="none") as db:
+            assert want.matches(db)[0] and db.check().ok, n
+        check_files(d / "db")
+        shutil.rmtree(d)
+    assert total >= 4
 
 
 def test_a_bulk_commit_killed_at_each_operation(tmp_path):

@@ -21,6 +21,13 @@ the sources and on the built module, not on behaviour.
     --defined-only``; everything else is hidden by -fvisibility=hidden).
 (c) The core (csrc/) never includes Python.h.
 (d) The file-level link graph of the core has no cycle (tools/linkgraph.py).
+(e) The commit path asks no file's times: no ``fstat``/``stat``/``lstat``
+    in csrc/txn.c, nor in the functions of csrc/wal.c and csrc/read.c that
+    run at every commit or refresh (they use ``pydb__fd_size`` /
+    ``pydb__same_file``, which ``statx`` the size or inode alone).  On
+    Linux 6.13 and later a stat that reports times makes the next write
+    change its modification time, and the log's fdatasync writes it too
+    (csrc/util.h).
 """
 
 from __future__ import annotations
@@ -273,3 +280,36 @@ def test_core_link_graph_has_no_cycle():
                        capture_output=True, text=True, timeout=600)
     assert p.returncode in (0, 1), p.stdout + p.stderr
     assert p.returncode == 0 and p.stdout.splitlines()[-1] == "no cycle", p.stdout
+
+
+#: (file, functions of it on the commit or refresh path; None: all)
+TIMELESS = [("txn.c", None),
+            ("wal.c", ["wal_pending", "wal_written_at", "pydb__wal_append",
+                       "pydb__wal_close", "wal_files_current"]),
+            ("read.c", ["pydb__refresh_sizes"])]
+STAT_CALL = re.compile(r"\b(f|l)?stat(at)?\s*\(")
+
+
+def c_function_body(text: str, name: str) -> str:
+    """The body of C function `name` (its definition at a line start) in
+    `text`, from its opening brace to the matching one."""
+    m = re.search(r"^[A-Za-z_][^;{}]*\b" + re.escape(name) + r"\s*\([^;{]*\)\s*\{",
+                  text, re.M)
+    assert m, name
+    depth, i = 0, m.end() - 1
+    while True:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[m.end():i]
+        i += 1
+
+
+def test_the_commit_path_asks_no_file_times():
+    for name, funcs in TIMELESS:
+        text = blank_comments_and_strings((CSRC / name).read_text(encoding="utf-8"))
+        bodies = [text] if funcs is None else [c_function_body(text, f) for f in funcs]
+        for body in bodies:
+            assert not STAT_CALL.search(body), (name, STAT_CALL.search(body).group(0))
+    # the checker finds what it forbids
+    assert STAT_CALL.search("if (fstat(fd, &st) != 0)") and STAT_CALL.search("stat(p, &b)")
+    assert not STAT_CALL.search("statx(fd, \"\", 0, STATX_SIZE, &sx)")

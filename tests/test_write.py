@@ -384,7 +384,9 @@ def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
     good_xrf = open(f"{base}.xrf", "rb").read()
     # Capture a complete log: fail the first write to the .mst after it.
     with pydb.open(base, readonly=False) as db:
-        pydb._pydb._testing.fail_io(3, 5)               # wal pwrite, wal fdatasync, mst pwrite
+        # the frame, zeros after it to 64 KiB (csrc/wal.h), the log's
+        # fdatasync, then the .mst's pwrite fails
+        pydb._pydb._testing.fail_io(4, 5)
         try:
             with pytest.raises(pydb.DiskError):
                 with db.transaction() as tx:
@@ -394,17 +396,20 @@ def test_recovery_replays_complete_log_and_drops_torn(tmp_path):
         finally:
             pydb._pydb._testing.fail_io(0)
         # closed before its next transaction, which would replay the log
-    wal = open(f"{base}.wal", "rb").read()
+    grown = open(f"{base}.wal", "rb").read()
+    wal = grown[:40 + struct.unpack_from("<Q", grown, 16)[0] + 16]   # the frame
     assert wal[:8] == b"PYDBWAL1" and len(wal) > 100
+    assert len(grown) == 65536 and not grown[len(wal):].strip(b"\0")
     assert open(f"{base}.mst", "rb").read() == good_mst  # nothing applied
     with pydb.open(base) as db:                          # read-only open recovers
         assert db[3].raw(1) == [b"recovered"] and db[51].raw(1) == [b"new one"]
     assert os.path.getsize(f"{base}.wal") == 0
     check_files(base, "isis-packed", 0, 51)
     recovered = open(f"{base}.mst", "rb").read(), open(f"{base}.xrf", "rb").read()
-    # A torn log (every proper prefix) is dropped and changes nothing.
+    # A torn log (every proper prefix, at the file's end or followed by
+    # a grown log's zeros) is dropped and changes nothing.
     for cut in sorted({1, 8, 39, 40, 100, len(wal) // 2, len(wal) - 17, len(wal) - 1}):
-        open(f"{base}.wal", "wb").write(wal[:cut])
+        open(f"{base}.wal", "wb").write(wal[:cut] + bytes(cut % 2 * (65536 - cut)))
         with pydb.open(base, readonly=False) as db:
             assert db[3].raw(1) == [b"recovered"]
         assert (open(f"{base}.mst", "rb").read(), open(f"{base}.xrf", "rb").read()) == recovered
