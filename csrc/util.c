@@ -268,43 +268,62 @@ int pydb__fsync_if_present(const char *path, int *absent, pydb_error *err)
     return fsync_path(path, 1, absent, err);
 }
 
-/* statx of `fd` (path "") or of `path` for `mask` alone: never the
- * times unless asked (util.h, pydb__fd_size).  0 or -1 with errno; where
- * the kernel has no statx (before Linux 4.11), fstat/stat fill the same
- * fields. */
-static int stat_only(int fd, const char *path, unsigned mask, struct statx *sx)
+/* What pydb__same_file and pydb__fd_size read of a file. */
+typedef struct file_facts {
+    uint64_t size, ino, dev_major, dev_minor;
+} file_facts;
+
+/* The size, inode and device of `fd` (path NULL) or of `path` in *f, by
+ * a statx that asks for `mask` alone: never the times (util.h,
+ * pydb__fd_size).  0 or -1 with errno.  Where there is no statx (a C
+ * library without it, or a kernel before Linux 4.11: ENOSYS), fstat/stat
+ * fill the same fields. */
+static int facts_of(int fd, const char *path, unsigned mask, file_facts *f)
 {
     struct stat st;
     int rc;
-
+#ifdef STATX_SIZE
+    struct statx sx;
     if (statx(path ? AT_FDCWD : fd, path ? path : "", path ? 0 : AT_EMPTY_PATH,
-              mask, sx) == 0)
+              mask, &sx) == 0) {
+        f->size = sx.stx_size;
+        f->ino = sx.stx_ino;
+        f->dev_major = sx.stx_dev_major;
+        f->dev_minor = sx.stx_dev_minor;
         return 0;
+    }
     if (errno != ENOSYS) return -1;
+#else
+    (void)mask;
+#endif
     rc = path ? stat(path, &st) : fstat(fd, &st);
     if (rc != 0) return -1;
-    memset(sx, 0, sizeof *sx);
-    sx->stx_size = (uint64_t)st.st_size;
-    sx->stx_ino = (uint64_t)st.st_ino;
-    sx->stx_dev_major = major(st.st_dev);
-    sx->stx_dev_minor = minor(st.st_dev);
+    f->size = (uint64_t)st.st_size;
+    f->ino = (uint64_t)st.st_ino;
+    f->dev_major = major(st.st_dev);
+    f->dev_minor = minor(st.st_dev);
     return 0;
 }
 
+#ifndef STATX_SIZE
+#define STATX_SIZE 0
+#define STATX_INO 0
+#endif
+
 int pydb__same_file(int fd, const char *path)
 {
-    struct statx a, b;
-    return stat_only(fd, NULL, STATX_INO, &a) == 0 &&
-           stat_only(-1, path, STATX_INO, &b) == 0 &&
-           a.stx_dev_major == b.stx_dev_major &&
-           a.stx_dev_minor == b.stx_dev_minor && a.stx_ino == b.stx_ino;
+    file_facts a, b;
+    return facts_of(fd, NULL, STATX_INO, &a) == 0 &&
+           facts_of(-1, path, STATX_INO, &b) == 0 &&
+           a.dev_major == b.dev_major && a.dev_minor == b.dev_minor &&
+           a.ino == b.ino;
 }
 
 int pydb__fd_size(int fd, int64_t *size)
 {
-    struct statx sx;
-    if (stat_only(fd, NULL, STATX_SIZE, &sx) != 0) return -1;
-    *size = (int64_t)sx.stx_size;
+    file_facts f;
+    if (facts_of(fd, NULL, STATX_SIZE, &f) != 0) return -1;
+    *size = (int64_t)f.size;
     return 0;
 }
 
