@@ -804,66 +804,12 @@ def test_a_bulk_commit_among_kept_frames_survives_a_power_cut(tmp_path):
     check_files(base)
 
 
-def test_a_commit_killed_at_each_operation_in_a_grown_log(tmp_path):
-    """A kept frame lands inside the file, in the zeros a commit before
-    it grew the log by (csrc/wal.h): past the applied length, not at the
-    file's end.  A writer killed before each operation of such a commit
-    (fail_io with crash): a read-only open finds the frame in the zeros
-    and replays it exactly when the kill came after its write (a kill
-    keeps the page cache) -- the log is then emptied; without it nothing
-    is written and the log keeps the first frame and its zeros.  The
-    commit is whole or absent, and the database checks."""
-    base0 = tmp_path / "p"
-    oracle0 = _make(base0)
-    oracle0.apply([("U", 3, 99, 40)])
-    total = None
-    n = 0
-    while total is None or n < total:
-        n += 1
-        d = tmp_path / ("count" if total is None else f"c{n}")
-        d.mkdir()
-        for ext in (".mst", ".xrf"):
-            shutil.copy(f"{base0}{ext}", d / f"db{ext}")
-        pid = os.fork()
-        if pid == 0:
-            try:
-                db = open_db(d / "db", gc="none")
-                db.update(3, content(3, 99, 40))   # grows the log
-                _pydb._testing.fail_io(-1 if total is None else n, crash=True)
-                db.update(4, content(4, 99, 40))
-                if total is None:
-                    with open(d / "count.txt", "w") as f:
-                        f.write(str(_pydb._testing.io_count()))
-            finally:
-                os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        if total is None:
-            total, n = int((d / "count.txt").read_text()), 0
-            continue
-        assert os.WEXITSTATUS(status) == 137, (n, status)
-        assert _wal(d / "db") == 65536 and _frames(d / "db") > 0, n
-        want = oracle0.copy()
-        if n > 1:                       # op 1 writes the frame
-            want.apply([("U", 4, 99, 40)])
-        with pydb.open(d / "db") as ro:
-            assert want.matches(ro)[0], (n, want.matches(ro)[1])
-            assert ro.check().ok, n
-        assert _wal(d / "db") == (0 if n > 1 else 65536), n
-        with open_db(d / "db", gc="none") as db:
-            assert want.matches(db)[0] and db.check().ok, n
-        check_files(d / "db")
-        shutil.rmtree(d)
-    assert total >= 4
-
-
-def test_a_bulk_commit_killed_at_each_operation(tmp_path):
-    """A writer killed before each operation of a direct commit (fail_io
-    with crash: _exit at that operation): after reopening the transaction
-    is there whole exactly when the kill came after its commit point, and
-    the database checks -- records written before the commit point lie
-    past the committed end, where readers, check() and other ISIS
-    programs do not look, until a writer's open (or the next
-    transaction's begin) clears them: no XRF entry reaches them."""
+def _killed_at_each_operation(tmp_path, work):
+    """Yield (n, folder, oracle) for each operation n of work(db): a
+    forked writer on a copy of a 20-record database, after a first
+    commit (MFN 3 updated: the log holds a frame), runs work(db) with
+    fail_io(n, crash=True), so it exits before its n-th operation (137);
+    a first pass counts them.  The folder is removed after each step."""
     base0 = tmp_path / "p"
     oracle0 = _make(base0)
     oracle0.apply([("U", 3, 99, 40)])
@@ -883,7 +829,7 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
                 db = open_db(d / "db", gc="none")
                 db.update(3, content(3, 99, 40))
                 _pydb._testing.fail_io(-1 if total is None else n, crash=True)
-                _bulk(db)
+                work(db)
                 os.write(w, b"%d" % _pydb._testing.io_count())
             finally:
                 os._exit(0)
@@ -895,12 +841,52 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
             total, n = int(got), 0
             continue
         assert os.WEXITSTATUS(status) == 137, (n, status)
+        yield n, d, oracle0.copy()
+        shutil.rmtree(d)
+
+
+def test_a_commit_killed_at_each_operation_in_a_grown_log(tmp_path):
+    """A kept frame lands inside the file, in the zeros a commit before
+    it grew the log by (csrc/wal.h): past the applied length, not at the
+    file's end.  A writer killed before each operation of such a commit
+    (fail_io with crash): a read-only open finds the frame in the zeros
+    and replays it exactly when the kill came after its write (a kill
+    keeps the page cache) -- the log is then emptied; without it nothing
+    is written and the log keeps the first frame and its zeros.  The
+    commit is whole or absent, and the database checks."""
+    cuts = 0
+    for n, d, want in _killed_at_each_operation(
+            tmp_path, lambda db: db.update(4, content(4, 99, 40))):
+        cuts += 1
+        assert _wal(d / "db") == 65536 and _frames(d / "db") > 0, n
+        if n > 1:                       # op 1 writes the frame
+            want.apply([("U", 4, 99, 40)])
+        with pydb.open(d / "db") as ro:
+            assert want.matches(ro)[0], (n, want.matches(ro)[1])
+            assert ro.check().ok, n
+        assert _wal(d / "db") == (0 if n > 1 else 65536), n
+        with open_db(d / "db", gc="none") as db:
+            assert want.matches(db)[0] and db.check().ok, n
+        check_files(d / "db")
+    assert cuts >= 4
+
+
+def test_a_bulk_commit_killed_at_each_operation(tmp_path):
+    """A writer killed before each operation of a direct commit (fail_io
+    with crash: _exit at that operation): after reopening the transaction
+    is there whole exactly when the kill came after its commit point, and
+    the database checks -- records written before the commit point lie
+    past the committed end, where readers, check() and other ISIS
+    programs do not look, until a writer's open (or the next
+    transaction's begin) clears them: no XRF entry reaches them."""
+    cuts = 0
+    for n, d, want in _killed_at_each_operation(tmp_path, _bulk):
+        cuts += 1
         if n in (2, 3):   # the records written, the frame not: past the end
             assert os.path.getsize(d / "db.mst") > 1_200_000, n
         with open_db(d / "db", gc="none") as db:
             check_files(d / "db")      # the writer's open cleared them
             cut = n in (2, 3)
-            want = oracle0.copy()
             if db.max_mfn == 60:
                 want.apply(BULK)
             assert want.matches(db)[0], (n, want.matches(db)[1])
@@ -917,8 +903,7 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
             assert info["registered"] and info["commit"] > 0, (n, cut, info)
             assert info["mst_size"] == os.path.getsize(d / "db.mst"), (n, info)
         check_files(d / "db")
-        shutil.rmtree(d)
-    assert total >= 6
+    assert cuts >= 6
 
 
 def test_an_open_during_a_dying_bulk_commit_keeps_it(tmp_path):
