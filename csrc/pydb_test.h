@@ -38,6 +38,12 @@ void pydb__test_set_read_delay(unsigned usec);
  * the previous limit.  Not thread-safe; tests only. */
 size_t pydb__test_set_nowait_postings(size_t n);
 
+/* With `unknown` set, this process cannot tell the kernel's boot (as
+ * where /proc hides boot_id): its commit headers keep no log length
+ * (shm.h, pydb__shm_log_usable), so its commits empty the log as in
+ * files mode.  Returns the previous setting.  Tests only. */
+int pydb__test_set_boot_unknown(int unknown);
+
 /* A native index segment of at most `n` bytes goes inline into the
  * MANIFEST (default 4096; 0: never).  Returns the previous limit.  Not
  * thread-safe; tests only. */

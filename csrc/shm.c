@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #endif
 #include "shm.h"
+#include "pydb_test.h"
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
@@ -54,6 +55,7 @@
 #define OFF_WAKE 424      /* u32 futex: bumped at each writer-lock release */
 #define OFF_WAITERS 428   /* u32: writers sleeping on OFF_WAKE */
 #define OFF_GC_FIRST 432  /* i32: pid of a collector step waiting (0: none) */
+#define OFF_LOG_FIRST 436  /* u32: the id of the log's first frame */
 #define OFF_LOG_APPLIED 440 /* u64: bytes of the log applied (this boot) */
 #define OFF_BOOT 448      /* the boot of OFF_LOG_APPLIED: 36 characters */
 #define BOOT_LEN 36
@@ -905,30 +907,41 @@ static const char *boot(void)
     return boot_id;
 }
 
-int pydb__shm_log_usable(pydb_shm *s)
+static int boot_unknown;   /* pydb__test_set_boot_unknown */
+
+int pydb__test_set_boot_unknown(int unknown)
 {
-    return s && pydb__shm_valid(s) && boot()[0] != 0;
+    int old = boot_unknown;
+    boot_unknown = unknown;
+    return old;
 }
 
-int pydb__shm_log_applied(pydb_shm *s, uint64_t *len)
+int pydb__shm_log_usable(pydb_shm *s)
+{
+    return s && pydb__shm_valid(s) && !boot_unknown && boot()[0] != 0;
+}
+
+int pydb__shm_log_applied(pydb_shm *s, uint64_t *len, uint32_t *first)
 {
     char mine[BOOT_LEN];
     if (!pydb__shm_log_usable(s)) return 0;
     *len = __atomic_load_n(u64_at(s, OFF_LOG_APPLIED), __ATOMIC_ACQUIRE);
+    *first = __atomic_load_n(u32_at(s, OFF_LOG_FIRST), __ATOMIC_RELAXED);
     for (int i = 0; i < BOOT_LEN; i++)
         mine[i] = (char)__atomic_load_n(map_of(s) + OFF_BOOT + i, __ATOMIC_RELAXED);
     return memcmp(mine, boot(), BOOT_LEN) == 0;
 }
 
-void pydb__shm_log_set(pydb_shm *s, uint64_t len)
+void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first)
 {
     const char *b;
     if (!pydb__shm_log_usable(s)) return;
     b = boot();
-    /* the length is 0 while the boot changes: never a length of another
-     * boot under this one's name */
+    /* the length is 0 while the boot and the first frame change: never
+     * a length of another boot or log under this one's name */
     __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), 0, __ATOMIC_RELEASE);
     for (int i = 0; i < BOOT_LEN; i++)
         __atomic_store_n(map_of(s) + OFF_BOOT + i, (uint8_t)b[i], __ATOMIC_RELAXED);
+    __atomic_store_n(u32_at(s, OFF_LOG_FIRST), first, __ATOMIC_RELAXED);
     __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), len, __ATOMIC_RELEASE);
 }

@@ -49,13 +49,15 @@
  *          (pydb__shm_writer_wait)      428 u32 writers waiting on it
  *   432    i32 pid of a collector step waiting for the writer lock, which
  *          other writers let go first (pydb__shm_writer_claim; 0: none)
+ *   436    u32 the id of the log's first frame (its header's CRC: wal.h)
+ *          when [440] is not 0: the log that length is of
  *   440    u64 the log's applied length: bytes of <base>.wal, whole
  *          commits from its start, that writers of this boot have applied
  *          to the files (pydb__shm_log_applied); valid only while [448]
  *          names the running kernel's boot
  *   448    the boot that [440] belongs to: /proc/sys/kernel/random/boot_id
  *          (36 characters, 0 before: none)
- *   436..439, 484..4095 0
+ *   484..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -252,19 +254,22 @@ void pydb__shm_writer_unclaim(pydb_shm *s, int32_t pid);
 int32_t pydb__shm_writer_claimed(pydb_shm *s);
 
 /* The log's applied length (wal.c: a sync=True commit leaves its log
- * in place until a checkpoint).  Within one boot the page cache holds
- * every write a process made, even one killed since, so a log whose
- * length is the applied length needs no replay; after a reboot (a power
- * cut) nothing is known and the whole log is replayed.
- * pydb__shm_log_applied(): 1 and *len when the header is valid and the
- * value belongs to this boot; 0 otherwise (also when the boot cannot be
- * told: no /proc).  pydb__shm_log_set(), with the writer lock held:
- * store len for this boot (set 0 before the log is truncated, so that a
- * writer that dies between the two leaves no length a new log could
- * match by chance).  pydb__shm_log_usable(): 1 when the value can be
- * kept (valid header, boot known).  No-ops / 0 on NULL. */
-int pydb__shm_log_applied(pydb_shm *s, uint64_t *len);
-void pydb__shm_log_set(pydb_shm *s, uint64_t len);
+ * in place until a checkpoint) and the id of the log's first frame.
+ * Within one boot the page cache holds every write a process made, even
+ * one killed since, so a log that starts with that frame and holds
+ * nothing past that length but zeros needs no replay (wal.h); after a
+ * reboot (a power cut) nothing is known and the whole log is replayed.
+ * The first frame's id tells a log some process without a usable header
+ * emptied and wrote again (it cannot set these) from the one the length
+ * is of.  pydb__shm_log_applied(): 1 and *len, *first when the header
+ * is valid and the values belong to this boot; 0 otherwise (also when
+ * the boot cannot be told: no /proc).  pydb__shm_log_set(), with the
+ * writer lock held: store them for this boot (len 0, first 0 before the
+ * log is truncated, so that a writer that dies between the two leaves
+ * no length a new log could match).  pydb__shm_log_usable(): 1 when the
+ * values can be kept (valid header, boot known).  No-ops / 0 on NULL. */
+int pydb__shm_log_applied(pydb_shm *s, uint64_t *len, uint32_t *first);
+void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first);
 int pydb__shm_log_usable(pydb_shm *s);
 
 #endif

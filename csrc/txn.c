@@ -894,7 +894,7 @@ static int write_region(pydb_txn *t, const uint8_t *region, int sync,
                             "write failed: %s", strerror(e));
     if (sync && pydb__vfs->fdatasync(db->mst.fd) != 0) {
         e = errno;
-        pydb__shm_log_set(pydb__db_shm(db), 0);
+        pydb__shm_log_set(pydb__db_shm(db), 0, 0);
         set_fatal(db, PYDB__FATAL_SYNC);
         return PYDB_OSERROR(err, e, db->mst.path, -1,
                             "fdatasync failed: %s", strerror(e));
@@ -1228,7 +1228,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     PYDB_ASSERT(logged && applied);   /* reset only after the apply */
     if (keep) {
         int64_t end = log_at + (int64_t)log.n;
-        pydb__shm_log_set(pydb__db_shm(db), (uint64_t)end);
+        pydb__wal_mark_applied(db, log_at, &log);
         for (size_t i = 0; i < t->nfiles; i++)
             db->logged_files += (size_t)t->files[i].in_place;
         if (end >= PYDB_WAL_CHECKPOINT ||

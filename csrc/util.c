@@ -276,23 +276,25 @@ typedef struct file_facts {
 /* The size, inode and device of `fd` (path NULL) or of `path` in *f, by
  * a statx that asks for `mask` alone: never the times (util.h,
  * pydb__fd_size).  0 or -1 with errno.  Where there is no statx (a C
- * library without it, or a kernel before Linux 4.11: ENOSYS), fstat/stat
- * fill the same fields. */
+ * library without it, or a kernel before Linux 4.11: ENOSYS), or it
+ * does not give all of `mask`, fstat/stat fill the same fields. */
 static int facts_of(int fd, const char *path, unsigned mask, file_facts *f)
 {
     struct stat st;
     int rc;
 #ifdef STATX_SIZE
     struct statx sx;
-    if (statx(path ? AT_FDCWD : fd, path ? path : "", path ? 0 : AT_EMPTY_PATH,
-              mask, &sx) == 0) {
+    rc = statx(path ? AT_FDCWD : fd, path ? path : "", path ? 0 : AT_EMPTY_PATH,
+               mask, &sx);
+    if (rc == 0 && (sx.stx_mask & mask) == mask) {
         f->size = sx.stx_size;
         f->ino = sx.stx_ino;
         f->dev_major = sx.stx_dev_major;
         f->dev_minor = sx.stx_dev_minor;
         return 0;
     }
-    if (errno != ENOSYS) return -1;
+    if (rc != 0 && errno != ENOSYS) return -1;
+    /* no statx, or it gave less than asked: fstat/stat give it all */
 #else
     (void)mask;
 #endif
@@ -305,16 +307,19 @@ static int facts_of(int fd, const char *path, unsigned mask, file_facts *f)
     return 0;
 }
 
-#ifndef STATX_SIZE
-#define STATX_SIZE 0
-#define STATX_INO 0
+#ifdef STATX_SIZE
+#define PYDB_STATX_SIZE STATX_SIZE
+#define PYDB_STATX_INO STATX_INO
+#else
+#define PYDB_STATX_SIZE 0u
+#define PYDB_STATX_INO 0u
 #endif
 
 int pydb__same_file(int fd, const char *path)
 {
     file_facts a, b;
-    return facts_of(fd, NULL, STATX_INO, &a) == 0 &&
-           facts_of(-1, path, STATX_INO, &b) == 0 &&
+    return facts_of(fd, NULL, PYDB_STATX_INO, &a) == 0 &&
+           facts_of(-1, path, PYDB_STATX_INO, &b) == 0 &&
            a.dev_major == b.dev_major && a.dev_minor == b.dev_minor &&
            a.ino == b.ino;
 }
@@ -322,7 +327,7 @@ int pydb__same_file(int fd, const char *path)
 int pydb__fd_size(int fd, int64_t *size)
 {
     file_facts f;
-    if (facts_of(fd, NULL, STATX_SIZE, &f) != 0) return -1;
+    if (facts_of(fd, NULL, PYDB_STATX_SIZE, &f) != 0) return -1;
     *size = (int64_t)f.size;
     return 0;
 }

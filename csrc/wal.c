@@ -635,7 +635,7 @@ cleanup:
  * its own. */
 static int wal_reset(const pydb_wal_files *w, int64_t size, pydb_error *err)
 {
-    pydb__shm_log_set(w->shm, 0);
+    pydb__shm_log_set(w->shm, 0, 0);
     if (size > 0 && pydb__vfs->ftruncate(w->wal_fd, 0) != 0)
         return PYDB_OSERROR(err, errno, w->wal_path, -1,
                             "ftruncate failed: %s", strerror(errno));
@@ -646,19 +646,28 @@ static int wal_reset(const pydb_wal_files *w, int64_t size, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Whether the log `fd` of `size` bytes holds something written after
- * its first `applied` bytes: 1 when the bytes there are not the zeros of
- * a grown file's tail (wal.h) -- the start of a frame, whole or torn --
- * or cannot be read, or the file is shorter; 0 when it ends there or
- * zeros follow.  A frame is written from its start, and its header's
- * first bytes are never zeros, so a header's worth of bytes tells. */
-static int wal_written_at(int fd, uint64_t applied, int64_t size)
+/* Whether the log `fd` of `size` bytes may hold a frame not applied,
+ * given the header's applied length and first frame's id
+ * (pydb__shm_log_applied): 1 when the file is shorter than that length,
+ * when the frame at its start is not the one the header names (a
+ * process without a usable header emptied the log and wrote its own),
+ * when the bytes at that length are not the zeros of a grown tail
+ * (wal.h: the start of a frame, whole or torn), or when they cannot be
+ * read; 0 when the log is the header's and ends there or zeros follow.
+ * A frame is written from its start, and its header's first bytes are
+ * never zeros, so a header's worth of bytes tells. */
+static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
+                         int64_t size)
 {
     uint8_t h[PYDB_WAL_HEAD];
     uint64_t left;
     size_t n;
 
     if (size < 0 || applied > (uint64_t)size) return 1;
+    if (applied > 0 &&
+        (pydb__vfs->pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
+         pydb__wal_frame_id(h) != first))
+        return 1;
     left = (uint64_t)size - applied;
     if (left == 0) return 0;
     n = left < sizeof h ? (size_t)left : sizeof h;
@@ -670,18 +679,20 @@ static int wal_written_at(int fd, uint64_t applied, int64_t size)
 
 /* The log's length in *size (its file's, a grown tail of zeros
  * included), and whether it may hold a commit that is not in the files:
- * 0 (empty, or every frame applied in this boot: nothing written after
- * the header's applied length), 1 (it may), or a negative PYDB error. */
+ * 0 (empty, or every frame applied in this boot: the header's log, and
+ * nothing written after its applied length), 1 (it may), or a negative
+ * PYDB error. */
 static int wal_pending(const pydb_wal_files *w, int64_t *size,
                        pydb_error *err)
 {
     uint64_t applied;
+    uint32_t first;
     if (pydb__fd_size(w->wal_fd, size) != 0)
         return PYDB_OSERROR(err, errno, w->wal_path, -1, "cannot stat: %s",
                             strerror(errno));
     if (*size == 0) return 0;
-    if (!pydb__shm_log_applied(w->shm, &applied)) return 1;
-    return wal_written_at(w->wal_fd, applied, *size);
+    if (!pydb__shm_log_applied(w->shm, &applied, &first)) return 1;
+    return wal_unapplied(w->wal_fd, applied, first, *size);
 }
 
 /* Whether the files a replay wrote are still those their paths name:
@@ -811,7 +822,7 @@ int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
                      (rc = wal_sync_whole(w, size, fsync_failed, err)) != PYDB_OK)) {
         /* the page cache may have dropped what it failed to write: the
          * next recovery replays the whole log (writes it again) */
-        pydb__shm_log_set(w->shm, 0);
+        pydb__shm_log_set(w->shm, 0, 0);
         return rc;
     }
     return wal_reset(w, size, err);
@@ -1079,22 +1090,20 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
                                pydb_error *err)
 {
     char wal[1100];
-    struct stat st;
     int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
     int swap = pydb__swap_pending(mst);
     uint64_t applied;
+    uint32_t first;
+    int64_t size;
 
-    if (pydb__find_file(wal, sizeof wal, base, "wal") != 0 ||
-        stat(wal, &st) != 0 || (st.st_size == 0 && !swap))
-        return PYDB_OK;   /* no log, or an empty one: nothing to do */
-    if (!swap && pydb__shm_log_applied(shm, &applied) &&
-        applied == (uint64_t)st.st_size)
-        return PYDB_OK;   /* every commit in it is in the files */
+    if (pydb__find_file(wal, sizeof wal, base, "wal") != 0)
+        return PYDB_OK;   /* no log: nothing to do */
+    /* no log, or one that cannot be written: skip */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
-    if (wfd < 0) goto cleanup;   /* cannot write: skip */
-    if (!swap && pydb__shm_log_applied(shm, &applied) &&
-        !wal_written_at(wfd, applied, (int64_t)st.st_size))
-        goto cleanup;   /* zeros past the applied frames (wal.h) */
+    if (wfd < 0 || pydb__fd_size(wfd, &size) != 0) goto cleanup;
+    if (!swap && (size == 0 || (pydb__shm_log_applied(shm, &applied, &first) &&
+                                !wal_unapplied(wfd, applied, first, size))))
+        goto cleanup;   /* every commit in it is in the files */
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
     if (mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
@@ -1147,27 +1156,31 @@ void pydb__wal_close(pydb_db *db)
 
 /* ------------------------------------------------------------- commit */
 
-/* Zeros in `fd` from `end` to the next multiple of PYDB_WAL_GROW (wal.h).
- * 0 or an errno value. */
-static int wal_grow(int fd, int64_t end)
+/* Zeros in `fd` from `end` to the next multiple of PYDB_WAL_GROW (wal.h),
+ * best effort: they only spare later commits' fdatasyncs a new file size,
+ * so a write that fails (a full disk) or no memory leaves the file as it
+ * is, or longer by zeros. */
+static void wal_grow(int fd, int64_t end)
 {
     int64_t grown = (end + PYDB_WAL_GROW - 1) / PYDB_WAL_GROW * PYDB_WAL_GROW;
     uint8_t *zeros;
-    int e;
 
-    if (grown == end) return 0;
-    zeros = calloc(1, (size_t)(grown - end));
-    if (!zeros) return ENOMEM;
-    e = -pydb__write_full(fd, zeros, (size_t)(grown - end), end);
+    if (grown == end || !(zeros = calloc(1, (size_t)(grown - end)))) return;
+    (void)pydb__write_full(fd, zeros, (size_t)(grown - end), end);
     free(zeros);
-    return e;
+}
+
+uint32_t pydb__wal_frame_id(const uint8_t *frame)
+{
+    return pydb__u32(frame + 32);
 }
 
 int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
                      int64_t *at, int *sync_failed, pydb_error *err)
 {
     uint64_t applied;
-    int64_t size, end;
+    uint32_t first;
+    int64_t size;
     int e;
 
     PYDB_ASSERT(db->wal_fd >= 0 && log->n >= PYDB_WAL_HEAD + PYDB_WAL_TAIL);
@@ -1178,20 +1191,21 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
                             strerror(errno));
     /* after the frames: zeros of a grown tail may follow them (wal.h) */
     *at = size;
-    if (pydb__shm_log_applied(db->shm, &applied) && applied < (uint64_t)size)
+    if (pydb__shm_log_applied(db->shm, &applied, &first) &&
+        applied < (uint64_t)size)
         *at = (int64_t)applied;
-    end = *at + (int64_t)log->n;
     e = -pydb__write_full(db->wal_fd, log->p, log->n, *at);
-    if (!e && keep && end > size) e = wal_grow(db->wal_fd, end);
     if (e) {
         int rc = PYDB_OSERROR(err, e, db->wal_path, *at,
                               "writing the write-ahead log failed: %s",
                               strerror(e));
-        /* best effort: a torn frame left at the end is dropped by the
-         * next recovery (the applied length no longer matches) */
+        /* best effort: a torn frame left there is dropped by the next
+         * recovery, which finds its bytes past the applied length */
         pydb__vfs->ftruncate(db->wal_fd, *at);
         return rc;
     }
+    if (keep && *at + (int64_t)log->n > size)
+        wal_grow(db->wal_fd, *at + (int64_t)log->n);
     if (sync && pydb__vfs->fdatasync(db->wal_fd) != 0) {
         e = errno;
         *sync_failed = 1;
@@ -1202,8 +1216,16 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
     return PYDB_OK;
 }
 
+void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log)
+{
+    uint64_t applied;
+    uint32_t first = pydb__wal_frame_id(log->p);
+    if (at > 0 && !pydb__shm_log_applied(db->shm, &applied, &first)) return;
+    pydb__shm_log_set(db->shm, (uint64_t)at + log->n, first);
+}
+
 void pydb__wal_discard(pydb_db *db)
 {
-    pydb__shm_log_set(db->shm, 0);
+    pydb__shm_log_set(db->shm, 0, 0);
     pydb__vfs->ftruncate(db->wal_fd, 0);
 }

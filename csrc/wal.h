@@ -26,16 +26,20 @@
  * The file may be longer than its frames: past the last one it holds
  * zeros, which end the log as a torn frame does.  A commit that keeps
  * its frame (below) and finds no room for it writes zeros after it up
- * to the next multiple of PYDB_WAL_GROW, with the frame and before its
- * fdatasync, so that the commits after it overwrite bytes already in
- * the file and their fdatasync has no file size to write (on ext4 that
- * is a journal commit saved: 5,300 against 7,500-9,000 simulated
- * commits/s here).  Nothing else is ever written past the frames but
- * the next frame, and emptying the log truncates it to 0 bytes, so no
- * older frame can lie past the zeros.  Within a boot, the commit header
- * (shm.h) holds the applied length: the log holds a frame not yet
- * applied exactly when its bytes at that length are not zeros (wal.c,
- * wal_written_at).
+ * to the next multiple of PYDB_WAL_GROW, after the frame and before its
+ * fdatasync (best effort: a full disk leaves the file shorter), so that
+ * the commits after it overwrite bytes already in the file and their
+ * fdatasync has no file size to write (on ext4 that is a journal commit
+ * saved: 5,300 against 7,500-9,000 simulated commits/s here).  Past the
+ * frames a writer writes only zeros or its next frame -- a frame whose
+ * commit failed is truncated away, and what a failed truncation leaves
+ * is torn (a frame is written whole before it can fail) -- and emptying
+ * the log truncates it to 0 bytes, so no older frame lies past the
+ * zeros.  Within a boot, the commit header (shm.h) holds the applied
+ * length and the id of the log's first frame (its header CRC): the log
+ * holds a frame not yet applied when it starts with another frame (a
+ * process without a usable header wrote it) or its bytes at that length
+ * are not zeros (wal.c, wal_unapplied).
  *
  * Checkpoints (SQLite's WAL mode has the same shape).  A sync=True
  * commit fdatasyncs its frame -- the one fsync of the commit -- then
@@ -55,7 +59,7 @@
  * copy of each whole file the log names (writeback of all of them
  * started first) and then each of their folders once, then empties the
  * log and fdatasyncs that.
- * Recovery replays the whole log unless the header says every byte of
+ * Recovery replays the whole log unless the header says every frame of
  * it was applied in this boot (after a power cut, a reboot, nothing is
  * known).  Replay writes each byte once, with the value of the last
  * commit that wrote it (wal.c, wal_final_image), the .mst/.xrf in log
@@ -161,13 +165,21 @@ void pydb__wal_unlock(pydb_db *db);
  * size) and, with sync, fdatasync it: when this returns 0 the commit is
  * durable (the commit point).  `keep`: the frame stays for a checkpoint
  * (txn.c), so a file without room for it grows by zeros to a multiple
- * of PYDB_WAL_GROW.  A failed write truncates the log back to *at (best
- * effort: recovery drops a torn frame) and leaves the files untouched; a
- * failed fdatasync sets *sync_failed: the log may or may not be
- * durable.  The caller holds the writer lock and has recovered (nothing
- * past the applied length). */
+ * of PYDB_WAL_GROW (best effort).  A failed write of the frame
+ * truncates the log back to *at (best effort: recovery drops a torn
+ * frame) and leaves the files untouched; a failed fdatasync sets
+ * *sync_failed: the log may or may not be durable.  The caller holds
+ * the writer lock and has recovered (nothing past the applied length). */
 int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
                      int64_t *at, int *sync_failed, pydb_error *err);
+/* After the kept frame `log` appended at `at` was applied: the commit
+ * header's applied length becomes its end, and the log's first frame id
+ * this frame's when it is the first (shm.h).  No-op without a usable
+ * header. */
+void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log);
+/* The id of the sealed frame at `frame`: its header's CRC (bytes 32..35),
+ * which differs between frames as their commit sequences do. */
+uint32_t pydb__wal_frame_id(const uint8_t *frame);
 
 /* The name under which whole file `path` goes into the log `wal_path`:
  * its path relative to the log's folder, both resolved (realpath; the
@@ -187,8 +199,8 @@ int pydb__wal_file_name(char *out, size_t cap, const char *wal_path,
 void pydb__wal_discard(pydb_db *db);
 
 /* With the writer lock held: replay the log if it may hold a commit not
- * in the files (the header's applied length does not match it), then
- * empty it durably; else nothing.  A torn last frame is dropped.  A
+ * in the files (the header does not vouch for it: wal.c, wal_pending),
+ * then empty it durably; else nothing.  A torn last frame is dropped.  A
  * failed fsync sets *fsync_failed.  0 or a PYDB error. */
 int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
                       pydb_error *err);

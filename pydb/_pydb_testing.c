@@ -17,6 +17,8 @@
  *   set_read_delay(usec)             make every core pread sleep first
  *   set_nowait_postings(n)           postings a search reads with the GIL
  *                                    held before it releases it
+ *   set_boot_unknown(flag)           the process cannot tell the boot:
+ *                                    its headers keep no log length
  *   set_inline_max(n)                the largest native index segment
  *                                    that goes inline into the MANIFEST
  *   commit_hook(db, path)            install a commit hook that writes a
@@ -78,6 +80,14 @@ static PyObject *mod_test_inline_max(PyObject *m, PyObject *arg)
     (void)m;
     if (n == (size_t)-1 && PyErr_Occurred()) return NULL;
     return PyLong_FromSize_t(pydb__test_set_inline_max(n));
+}
+
+static PyObject *mod_test_boot_unknown(PyObject *m, PyObject *arg)
+{
+    int unknown = PyObject_IsTrue(arg);
+    (void)m;
+    if (unknown < 0) return NULL;
+    return PyBool_FromLong(pydb__test_set_boot_unknown(unknown));
 }
 
 static PyObject *mod_test_read_delay(PyObject *m, PyObject *arg)
@@ -697,6 +707,11 @@ static PyMethodDef testing_functions[] = {
     {"set_read_delay", mod_test_read_delay, METH_O,
      "set_read_delay(usec, /)\n--\n\nMake every pread of the core sleep "
      "`usec` microseconds first (0 turns it off).  Process-wide."},
+    {"set_boot_unknown", mod_test_boot_unknown, METH_O,
+     "set_boot_unknown(flag, /)\n--\n\nWith flag true, this process cannot "
+     "tell the kernel's boot (as where /proc hides boot_id): its commit "
+     "headers keep no log length, so its commits empty the log as in files "
+     "mode.  Returns the previous setting.  Process-wide."},
     {"set_inline_max", mod_test_inline_max, METH_O,
      "set_inline_max(n, /)\n--\n\nA native index segment of at most `n` "
      "bytes goes inline into the MANIFEST (default 4096; 0: never, every "

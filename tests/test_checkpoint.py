@@ -804,6 +804,41 @@ def test_a_bulk_commit_among_kept_frames_survives_a_power_cut(tmp_path):
     check_files(base)
 
 
+def test_a_writer_that_keeps_no_log_length_cannot_hide_its_frame(tmp_path):
+    """A process whose commit header keeps no log length (it cannot tell
+    the kernel's boot: set_boot_unknown; files mode behaves alike) empties
+    the log after each commit and cannot change the header's applied
+    length, which another process's kept frame set.  Killed after its
+    commit point, it leaves its own frame at the log's start, with zeros
+    where that stale length points; the next writer must still replay
+    it: the header names the log by its first frame, now another
+    (csrc/wal.h).  (A review found the commit lost this way.)"""
+    base = tmp_path / "db"
+    _make(base, n=5)
+    _killed_writer(base, [[("U", 1, 100, 40)]])   # a kept frame: the length
+    stale = _frames(base)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _pydb._testing.set_boot_unknown(True)
+            db = open_db(base, gc="none")          # replays, empties the log
+            # the frame, its fdatasync (the commit point), then the .mst: die
+            _pydb._testing.fail_io(3, crash=True)
+            db.update(2, [(1, b"2:A"), (2, b"\0" * 3000), (3, b"end")])
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 137, status
+    log = open(f"{base}.wal", "rb").read()
+    assert log[:8] == b"PYDBWAL1" and _frames(base) > stale + 40
+    assert log[stale:stale + 40] == bytes(40)     # what the stale length sees
+    with open_db(base, gc="none") as db:
+        assert db[2].raw(1) == [b"2:A"] and db[2].raw(3) == [b"end"]
+        assert db[1].raw(1) == [b"1:100"]
+        assert db.check().ok
+    check_files(base)
+
+
 def _killed_at_each_operation(tmp_path, work):
     """Yield (n, folder, oracle) for each operation n of work(db): a
     forked writer on a copy of a 20-record database, after a first

@@ -23,7 +23,7 @@ the sources and on the built module, not on behaviour.
 (d) The file-level link graph of the core has no cycle (tools/linkgraph.py).
 (e) The commit path asks no file's times: no ``fstat``/``stat``/``lstat``
     in csrc/txn.c, nor in the functions of csrc/wal.c and csrc/read.c that
-    run at every commit or refresh (they use ``pydb__fd_size`` /
+    run at every commit, read-only open or refresh (they use ``pydb__fd_size`` /
     ``pydb__same_file``, which ``statx`` the size or inode alone).  On
     Linux 6.13 and later a stat that reports times makes the next write
     change its modification time, and the log's fdatasync writes it too
@@ -284,8 +284,9 @@ def test_core_link_graph_has_no_cycle():
 
 #: (file, functions of it on the commit or refresh path; None: all)
 TIMELESS = [("txn.c", None),
-            ("wal.c", ["wal_pending", "wal_written_at", "pydb__wal_append",
-                       "pydb__wal_close", "wal_files_current"]),
+            ("wal.c", ["wal_pending", "wal_unapplied", "pydb__wal_append",
+                       "pydb__wal_mark_applied", "pydb__wal_close",
+                       "wal_files_current", "pydb__wal_recover_readonly"]),
             ("read.c", ["pydb__refresh_sizes"])]
 STAT_CALL = re.compile(r"\b(f|l)?stat(at)?\s*\(")
 
