@@ -49,7 +49,7 @@
  *          (pydb__shm_writer_wait)      428 u32 writers waiting on it
  *   432    i32 pid of a collector step waiting for the writer lock, which
  *          other writers let go first (pydb__shm_writer_claim; 0: none)
- *   436    u32 the id of the log's first frame (its header's CRC: wal.h)
+ *   436    u32 the id of the log's first frame (its trailer's CRC: wal.h)
  *          when [440] is not 0: the log that length is of
  *   440    u64 the log's applied length: bytes of <base>.wal, whole
  *          commits from its start, that writers of this boot have applied

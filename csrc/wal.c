@@ -647,8 +647,8 @@ static int wal_reset(const pydb_wal_files *w, int64_t size, pydb_error *err)
 }
 
 /* Whether the log `fd` of `size` bytes may hold a frame not applied,
- * given the header's applied length and first frame's id
- * (pydb__shm_log_applied): 1 when the file is shorter than that length,
+ * given the header's applied length and first frame's id (its trailer's
+ * CRC: pydb__shm_log_applied): 1 when the file is shorter than that length,
  * when the frame at its start is not the one the header names (a
  * process without a usable header emptied the log and wrote its own),
  * when the bytes at that length are not the zeros of a grown tail
@@ -664,10 +664,18 @@ static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
     size_t n;
 
     if (size < 0 || applied > (uint64_t)size) return 1;
-    if (applied > 0 &&
-        (pydb__vfs->pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
-         pydb__wal_frame_id(h) != first))
-        return 1;
+    if (applied > 0) {   /* the first frame's trailer CRC: its id */
+        uint8_t id[4];
+        uint64_t body;
+        if (pydb__vfs->pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
+            memcmp(h, WAL_MAGIC, 8) != 0)
+            return 1;
+        body = pydb__u64(h + 16);
+        if (body > applied || PYDB_WAL_HEAD + body + PYDB_WAL_TAIL > applied ||
+            pydb__vfs->pread(fd, id, 4, (off_t)(PYDB_WAL_HEAD + body + 8)) != 4 ||
+            pydb__u32(id) != first)
+            return 1;
+    }
     left = (uint64_t)size - applied;
     if (left == 0) return 0;
     n = left < sizeof h ? (size_t)left : sizeof h;
@@ -1170,11 +1178,6 @@ static void wal_grow(int fd, int64_t end)
     free(zeros);
 }
 
-uint32_t pydb__wal_frame_id(const uint8_t *frame)
-{
-    return pydb__u32(frame + 32);
-}
-
 int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
                      int64_t *at, int *sync_failed, pydb_error *err)
 {
@@ -1219,7 +1222,8 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
 void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log)
 {
     uint64_t applied;
-    uint32_t first = pydb__wal_frame_id(log->p);
+    /* the frame's id: its trailer's CRC of header and body (wal.h) */
+    uint32_t first = pydb__u32(log->p + log->n - PYDB_WAL_TAIL + 8);
     if (at > 0 && !pydb__shm_log_applied(db->shm, &applied, &first)) return;
     pydb__shm_log_set(db->shm, (uint64_t)at + log->n, first);
 }

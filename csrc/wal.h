@@ -36,7 +36,8 @@
  * is torn (a frame is written whole before it can fail) -- and emptying
  * the log truncates it to 0 bytes, so no older frame lies past the
  * zeros.  Within a boot, the commit header (shm.h) holds the applied
- * length and the id of the log's first frame (its header CRC): the log
+ * length and the id of the log's first frame (its trailer's CRC, of
+ * header and body: two commits' frames differ there): the log
  * holds a frame not yet applied when it starts with another frame (a
  * process without a usable header wrote it) or its bytes at that length
  * are not zeros (wal.c, wal_unapplied).
@@ -177,9 +178,6 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
  * this frame's when it is the first (shm.h).  No-op without a usable
  * header. */
 void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log);
-/* The id of the sealed frame at `frame`: its header's CRC (bytes 32..35),
- * which differs between frames as their commit sequences do. */
-uint32_t pydb__wal_frame_id(const uint8_t *frame);
 
 /* The name under which whole file `path` goes into the log `wal_path`:
  * its path relative to the log's folder, both resolved (realpath; the

@@ -811,8 +811,9 @@ def test_a_writer_that_keeps_no_log_length_cannot_hide_its_frame(tmp_path):
     length, which another process's kept frame set.  Killed after its
     commit point, it leaves its own frame at the log's start, with zeros
     where that stale length points; the next writer must still replay
-    it: the header names the log by its first frame, now another
-    (csrc/wal.h).  (A review found the commit lost this way.)"""
+    it: the header names the log by its first frame's id, the CRC of its
+    header and body (csrc/wal.h).  (A review found the commit lost this
+    way.)"""
     base = tmp_path / "db"
     _make(base, n=5)
     _killed_writer(base, [[("U", 1, 100, 40)]])   # a kept frame: the length
