@@ -792,7 +792,7 @@ def test_a_failed_file_operation_during_collection(tmp_path, eno):
         T.fail_io(0)
     db.close()
     assert total >= 4
-    failed_before_commit = 0
+    failed_before_commit = silent = 0
     for n in range(1, total + 1):
         db = fresh()
         T.fail_io(n, eno)
@@ -806,8 +806,13 @@ def test_a_failed_file_operation_during_collection(tmp_path, eno):
             T.fail_io(0)
         # (an ftruncate too: the log is emptied by the checkpoint before
         # the removal, whose failure fails the step; sync=True commits
-        # leave their frames in the log, csrc/wal.h)
-        assert raised is not None and raised.errno == eno, (n, fired)
+        # leave their frames in the log, csrc/wal.h).  Only the zeros the
+        # step's frame grows the log by may fail silently (best effort).
+        if raised is None:
+            assert fired == "pwrite", (n, fired)
+            silent += 1
+        else:
+            assert raised.errno == eno, (n, fired)
         assert answers(db) == want
         g = garbage(db)
         if g["segments"] == g_before["segments"]:
@@ -826,4 +831,4 @@ def test_a_failed_file_operation_during_collection(tmp_path, eno):
             g = garbage(db)
             assert (g["segments"], g["dead_postings"], g["unused_files"]) == (1, 0, 0)
             assert answers(db) == want
-    assert failed_before_commit >= 2
+    assert failed_before_commit >= 2 and silent == 1, (failed_before_commit, silent)

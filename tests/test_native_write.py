@@ -426,8 +426,10 @@ def test_fault_at_every_operation_of_an_indexed_commit(tmp_path, request, kind):
             fired = _pydb._testing.io_fired()
             _pydb._testing.fail_io(0)
         kinds[fired.split()[0]] = kinds.get(fired.split()[0], 0) + 1
-        if raised is None:       # emptying the log after the commit: ignored
-            assert fired.split()[0] == "ftruncate" and db.max_mfn == 2, (n, fired)
+        if raised is None:
+            # emptying the log after the commit, or the zeros its frame
+            # grows the log by (csrc/wal.h: best effort): ignored
+            assert fired.split()[0] in ("ftruncate", "pwrite") and db.max_mfn == 2, (n, fired)
         durable = db.max_mfn == 2 or db.readonly or _is_readonly(db) or (
             raised is not None and raised.committed is not False)
         db.close()
