@@ -924,12 +924,17 @@ int pydb__shm_log_usable(pydb_shm *s)
 int pydb__shm_log_applied(pydb_shm *s, uint64_t *len, uint32_t *first)
 {
     char mine[BOOT_LEN];
+    uint64_t l;
+    uint32_t f;
     if (!pydb__shm_log_usable(s)) return 0;
-    *len = __atomic_load_n(u64_at(s, OFF_LOG_APPLIED), __ATOMIC_ACQUIRE);
-    *first = __atomic_load_n(u32_at(s, OFF_LOG_FIRST), __ATOMIC_RELAXED);
+    l = __atomic_load_n(u64_at(s, OFF_LOG_APPLIED), __ATOMIC_ACQUIRE);
+    f = __atomic_load_n(u32_at(s, OFF_LOG_FIRST), __ATOMIC_RELAXED);
     for (int i = 0; i < BOOT_LEN; i++)
         mine[i] = (char)__atomic_load_n(map_of(s) + OFF_BOOT + i, __ATOMIC_RELAXED);
-    return memcmp(mine, boot(), BOOT_LEN) == 0;
+    if (memcmp(mine, boot(), BOOT_LEN) != 0) return 0;
+    *len = l;
+    *first = f;
+    return 1;
 }
 
 void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first)
@@ -938,7 +943,10 @@ void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first)
     if (!pydb__shm_log_usable(s)) return;
     b = boot();
     /* the length is 0 while the boot and the first frame change: never
-     * a length of another boot or log under this one's name */
+     * a length of another boot or log under this one's name (for lock
+     * holders; a look without the writer lock -- a read-only open's --
+     * may see a mixed set on a weakly ordered CPU, and looks again under
+     * the lock before it acts: wal.c) */
     __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), 0, __ATOMIC_RELEASE);
     for (int i = 0; i < BOOT_LEN; i++)
         __atomic_store_n(map_of(s) + OFF_BOOT + i, (uint8_t)b[i], __ATOMIC_RELAXED);

@@ -284,8 +284,8 @@ static int facts_of(int fd, const char *path, unsigned mask, file_facts *f)
     int rc;
 #ifdef STATX_SIZE
     struct statx sx;
-    rc = statx(path ? AT_FDCWD : fd, path ? path : "", path ? 0 : AT_EMPTY_PATH,
-               mask, &sx);
+    rc = statx(path ? AT_FDCWD : fd, path ? path : "",
+               path ? 0 : AT_EMPTY_PATH, mask, &sx);
     if (rc == 0 && (sx.stx_mask & mask) == mask) {
         f->size = sx.stx_size;
         f->ino = sx.stx_ino;

@@ -672,7 +672,8 @@ static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
             return 1;
         body = pydb__u64(h + 16);
         if (body > applied || PYDB_WAL_HEAD + body + PYDB_WAL_TAIL > applied ||
-            pydb__vfs->pread(fd, id, 4, (off_t)(PYDB_WAL_HEAD + body + 8)) != 4 ||
+            pydb__vfs->pread(fd, id, 4,
+                             (off_t)(PYDB_WAL_HEAD + body + 8)) != 4 ||
             pydb__u32(id) != first)
             return 1;
     }
@@ -1106,7 +1107,7 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
 
     if (pydb__find_file(wal, sizeof wal, base, "wal") != 0)
         return PYDB_OK;   /* no log: nothing to do */
-    /* no log, or one that cannot be written: skip */
+    /* a log that cannot be opened for writing (gone since): skip */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
     if (wfd < 0 || pydb__fd_size(wfd, &size) != 0) goto cleanup;
     if (!swap && (size == 0 || (pydb__shm_log_applied(shm, &applied, &first) &&
@@ -1222,9 +1223,11 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
 void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log)
 {
     uint64_t applied;
-    /* the frame's id: its trailer's CRC of header and body (wal.h) */
-    uint32_t first = pydb__u32(log->p + log->n - PYDB_WAL_TAIL + 8);
-    if (at > 0 && !pydb__shm_log_applied(db->shm, &applied, &first)) return;
+    uint32_t first;
+    if (at == 0)   /* the first frame: its id, its trailer's CRC (wal.h) */
+        first = pydb__u32(log->p + log->n - PYDB_WAL_TAIL + 8);
+    else if (!pydb__shm_log_applied(db->shm, &applied, &first))
+        return;    /* (no usable header: nothing to keep) */
     pydb__shm_log_set(db->shm, (uint64_t)at + log->n, first);
 }
 

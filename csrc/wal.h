@@ -32,15 +32,15 @@
  * fdatasync has no file size to write (on ext4 that is a journal commit
  * saved: 5,300 against 7,500-9,000 simulated commits/s here).  Past the
  * frames a writer writes only zeros or its next frame -- a frame whose
- * commit failed is truncated away, and what a failed truncation leaves
- * is torn (a frame is written whole before it can fail) -- and emptying
- * the log truncates it to 0 bytes, so no older frame lies past the
- * zeros.  Within a boot, the commit header (shm.h) holds the applied
- * length and the id of the log's first frame (its trailer's CRC, of
- * header and body: two commits' frames differ there): the log
- * holds a frame not yet applied when it starts with another frame (a
- * process without a usable header wrote it) or its bytes at that length
- * are not zeros (wal.c, wal_unapplied).
+ * write failed is truncated away, and what a failed truncation leaves
+ * is a partial frame -- and emptying the log truncates it to 0 bytes,
+ * so no older frame lies past the zeros.  Within a boot, the commit
+ * header (shm.h) holds the applied length and the id of the log's first
+ * frame (its trailer's CRC, of header and body: two commits' frames
+ * differ there but for a CRC collision, 2^-32): the log holds a frame
+ * not yet applied when it starts with another frame (a process without
+ * a usable header wrote it) or its bytes at that length are not zeros
+ * (wal.c, wal_unapplied).
  *
  * Checkpoints (SQLite's WAL mode has the same shape).  A sync=True
  * commit fdatasyncs its frame -- the one fsync of the commit -- then

@@ -804,20 +804,33 @@ def test_a_bulk_commit_among_kept_frames_survives_a_power_cut(tmp_path):
     check_files(base)
 
 
-def test_a_writer_that_keeps_no_log_length_cannot_hide_its_frame(tmp_path):
+#: (the kept frame's update, the other process's update): its frame with
+#: zeros where the stale length points; a frame whose 40-byte header is
+#: the kept one's (same commit sequence, entry count and body length)
+HIDDEN_FRAMES = {
+    "zeros": (("U", 1, 100, 40), [(1, b"2:A"), (2, b"\0" * 3000), (3, b"end")]),
+    "same-header": (("U", 1, 100, 468), content(2, 200, 40)),
+}
+
+
+@pytest.mark.parametrize("case", list(HIDDEN_FRAMES))
+def test_a_writer_that_keeps_no_log_length_cannot_hide_its_frame(tmp_path, case):
     """A process whose commit header keeps no log length (it cannot tell
     the kernel's boot: set_boot_unknown; files mode behaves alike) empties
     the log after each commit and cannot change the header's applied
     length, which another process's kept frame set.  Killed after its
-    commit point, it leaves its own frame at the log's start, with zeros
-    where that stale length points; the next writer must still replay
-    it: the header names the log by its first frame's id, the CRC of its
-    header and body (csrc/wal.h).  (A review found the commit lost this
-    way.)"""
+    commit point, it leaves its own frame at the log's start: with zeros
+    where that stale length points, or with the same header as the kept
+    frame had.  The next writer must still replay it: the header names
+    the log by its first frame's id, the CRC of its header and body
+    (csrc/wal.h).  (Two reviews found the commit lost: without the id,
+    and with the header's CRC as the id.)"""
+    kept, update = HIDDEN_FRAMES[case]
     base = tmp_path / "db"
     _make(base, n=5)
-    _killed_writer(base, [[("U", 1, 100, 40)]])   # a kept frame: the length
+    _killed_writer(base, [[kept]])               # a kept frame: the length
     stale = _frames(base)
+    head = open(f"{base}.wal", "rb").read(40)
     pid = os.fork()
     if pid == 0:
         try:
@@ -825,16 +838,20 @@ def test_a_writer_that_keeps_no_log_length_cannot_hide_its_frame(tmp_path):
             db = open_db(base, gc="none")          # replays, empties the log
             # the frame, its fdatasync (the commit point), then the .mst: die
             _pydb._testing.fail_io(3, crash=True)
-            db.update(2, [(1, b"2:A"), (2, b"\0" * 3000), (3, b"end")])
+            db.update(2, update)
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 137, status
     log = open(f"{base}.wal", "rb").read()
-    assert log[:8] == b"PYDBWAL1" and _frames(base) > stale + 40
-    assert log[stale:stale + 40] == bytes(40)     # what the stale length sees
+    assert log[:8] == b"PYDBWAL1"
+    if case == "zeros":
+        assert _frames(base) > stale + 40
+        assert log[stale:stale + 40] == bytes(40)     # what the stale length sees
+    else:
+        assert log[:40] == head and _frames(base) == stale
     with open_db(base, gc="none") as db:
-        assert db[2].raw(1) == [b"2:A"] and db[2].raw(3) == [b"end"]
+        assert [f.raw for f in db[2].fields] == [v for _, v in update]
         assert db[1].raw(1) == [b"1:100"]
         assert db.check().ok
     check_files(base)
