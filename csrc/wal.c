@@ -26,6 +26,9 @@
 #define WAL_MAGIC "PYDBWAL1"
 #define WAL_END "PYDBEND1"
 #define WAL_MAX_BODY ((uint64_t)1 << 40)  /* sanity bound on a log length */
+/* Where a frame's trailer keeps its CRC-32C of header and body, which is
+ * also the frame's id (wal.h): bytes from the trailer's start. */
+#define WAL_TAIL_CRC 8
 
 /* ------------------------------------------------------- building images */
 
@@ -73,7 +76,8 @@ int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq)
     tl = pydb__buf_grow(log, PYDB_WAL_TAIL);
     if (!tl) return -1;
     memcpy(tl, WAL_END, 8);
-    pydb__put32(tl + 8, pydb__crc32c(0, log->p, (size_t)(PYDB_WAL_HEAD + body)));
+    pydb__put32(tl + WAL_TAIL_CRC,
+                pydb__crc32c(0, log->p, (size_t)(PYDB_WAL_HEAD + body)));
     pydb__put32(tl + 12, 0);
     return 0;
 }
@@ -98,7 +102,8 @@ static size_t frame_len(const uint8_t *buf, size_t pos, size_t len)
         return 0;
     t = h + PYDB_WAL_HEAD + body;
     if (memcmp(t, WAL_END, 8) != 0 ||
-        pydb__crc32c(0, h, (size_t)(PYDB_WAL_HEAD + body)) != pydb__u32(t + 8))
+        pydb__crc32c(0, h, (size_t)(PYDB_WAL_HEAD + body)) !=
+            pydb__u32(t + WAL_TAIL_CRC))
         return 0;
     return (size_t)(PYDB_WAL_HEAD + body + PYDB_WAL_TAIL);
 }
@@ -672,8 +677,8 @@ static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
             return 1;
         body = pydb__u64(h + 16);
         if (body > applied || PYDB_WAL_HEAD + body + PYDB_WAL_TAIL > applied ||
-            pydb__vfs->pread(fd, id, 4,
-                             (off_t)(PYDB_WAL_HEAD + body + 8)) != 4 ||
+            pydb__vfs->pread(fd, id, 4, (off_t)(PYDB_WAL_HEAD + body +
+                                                WAL_TAIL_CRC)) != 4 ||
             pydb__u32(id) != first)
             return 1;
     }
@@ -1101,18 +1106,19 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
     char wal[1100];
     int wfd = -1, mfd = -1, xfd = -1, rc = PYDB_OK, failed = 0;
     int swap = pydb__swap_pending(mst);
-    uint64_t applied;
-    uint32_t first;
-    int64_t size;
 
     if (pydb__find_file(wal, sizeof wal, base, "wal") != 0)
         return PYDB_OK;   /* no log: nothing to do */
     /* a log that cannot be opened for writing (gone since): skip */
     wfd = pydb__vfs->open(wal, O_RDWR, 0);
-    if (wfd < 0 || pydb__fd_size(wfd, &size) != 0) goto cleanup;
-    if (!swap && (size == 0 || (pydb__shm_log_applied(shm, &applied, &first) &&
-                                !wal_unapplied(wfd, applied, first, size))))
-        goto cleanup;   /* every commit in it is in the files */
+    if (wfd < 0) goto cleanup;
+    {
+        pydb_wal_files w = {wfd, -1, -1, wal, mst, xrf, shm, NULL};
+        int64_t size;
+        int pending = wal_pending(&w, &size, NULL);
+        if (pending < 0 || (!swap && pending == 0))
+            goto cleanup;   /* no size, or every commit is in the files */
+    }
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
     if (mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
@@ -1225,7 +1231,7 @@ void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log)
     uint64_t applied;
     uint32_t first;
     if (at == 0)   /* the first frame: its id, its trailer's CRC (wal.h) */
-        first = pydb__u32(log->p + log->n - PYDB_WAL_TAIL + 8);
+        first = pydb__u32(log->p + log->n - PYDB_WAL_TAIL + WAL_TAIL_CRC);
     else if (!pydb__shm_log_applied(db->shm, &applied, &first))
         return;    /* (no usable header: nothing to keep) */
     pydb__shm_log_set(db->shm, (uint64_t)at + log->n, first);
