@@ -49,6 +49,26 @@ static inline int pydb__mfn_bits_any(const pydb_mfn_bits *b, int64_t lo,
     return (b->w[wz] & mz) != 0;
 }
 
+/* Bit i of the result: 1 if base + i is in b (0 <= i < 64): the set's
+ * bits for 64 MFNs from base, which a dense posting list ANDs with its
+ * own bitmap a word at a time (nidx_seg.c). */
+static inline uint64_t pydb__mfn_bits_word(const pydb_mfn_bits *b,
+                                           int64_t base)
+{
+    int64_t d = base - b->lo;
+    int64_t top = (int64_t)b->nwords * 64;
+    size_t wi;
+    unsigned sh;
+    uint64_t r;
+    if (d <= -64 || d >= top) return 0;
+    if (d < 0) return b->w[0] << (unsigned)-d;
+    wi = (size_t)d >> 6;
+    sh = (unsigned)(d & 63);
+    r = b->w[wi] >> sh;
+    if (sh && wi + 1 < b->nwords) r |= b->w[wi + 1] << (64 - sh);
+    return r;
+}
+
 /* MFNs (search_eval.c's MFN-level values; an index's mfns op). */
 typedef struct pydb_mfns {
     int32_t *v;

@@ -92,10 +92,10 @@ static int seg_check(nidx_seg *s, const char *path, pydb_error *err)
         return PYDB_CORRUPT(err, path, 0, "not a pydb index segment (magic "
                             "or block size)");
     s->version = pydb__u32(m + 8);
-    if (s->version != NIDX_SEG_VERSION &&
-        s->version != NIDX_SEG_VERSION_NO_SKIP)
+    if (s->version < NIDX_SEG_VERSION_NO_SKIP ||
+        s->version > NIDX_SEG_VERSION)
         return PYDB_CORRUPT(err, path, 8, "index segment format version %u, "
-                            "this pydb reads versions %d and %d (rebuild "
+                            "this pydb reads versions %d to %d (rebuild "
                             "the index)", (unsigned)s->version,
                             NIDX_SEG_VERSION_NO_SKIP, NIDX_SEG_VERSION);
     if ((uint64_t)pydb__crc32c(0, m, s->size - 8) !=
@@ -564,19 +564,386 @@ decode_list(pydb_postings *out, pydb_mfns *mout, const char *path,
 #undef AT
 }
 
-/* decode_list for the entry at the cursor. */
+/* The postings of one record of a dense list (nidx_seg.h) at p[len]:
+ * MFN m, stored from ov[*nlive] (ov NULL: not stored), *nlive moving on
+ * by them when take; *n counts them.  NULL when they are damaged (none
+ * in len bytes, out of range, not ascending, or not len bytes). */
+static __attribute__((noinline)) const uint8_t *
+dense_record(const uint8_t *p, uint64_t len, int32_t m, pydb_posting *ov,
+             uint64_t *nlive, int take, uint64_t *n)
+{
+    const uint8_t *e = p + len;
+    uint64_t tag = 0, occ = 0, cnt = 0, k = 0;
+    while (p < e) {
+        uint64_t a, b, c;
+        if (e - p >= 3 && !((p[0] | p[1] | p[2]) & 0x80)) {
+            a = p[0];   /* three one-byte varints: most postings */
+            b = p[1];
+            c = p[2];
+            p += 3;
+        } else if (rd_varint(&p, e, &a) || rd_varint(&p, e, &b) ||
+                   rd_varint(&p, e, &c)) {
+            return NULL;
+        }
+        if (k == 0) {
+            tag = a;
+            occ = b;
+            cnt = c;
+        } else if (a) {
+            tag += a;
+            occ = b;
+            cnt = c;
+        } else if (b) {
+            occ += b;
+            cnt = c;
+        } else if (c) {
+            cnt += c;
+        } else {
+            return NULL;   /* a repeat */
+        }
+        if (tag > UINT32_MAX || occ > UINT32_MAX || cnt > UINT32_MAX)
+            return NULL;   /* (a sum that wraps comes back > 2^32 - 1
+                              only if a part is: each is checked) */
+        if (take) {
+            if (ov) {
+                pydb_posting *v = &ov[*nlive];
+                v->mfn = m;
+                v->tag = (uint32_t)tag;
+                v->occ = (uint32_t)occ;
+                v->cnt = (uint32_t)cnt;
+            }
+            (*nlive)++;
+        }
+        k++;
+    }
+    *n += k;
+    return k ? p : NULL;
+}
+
+/* Where record r of a dense list starts (*qo) and its length (*len),
+ * walked from record qr at *qo through records of 255 bytes or more
+ * (their length byte 255, their length a varint before their bytes);
+ * records end by oe.  1 when they are damaged, else 0. */
+static __attribute__((noinline)) int
+dense_walk(const uint8_t *recs, uint64_t oe, const uint8_t *lens,
+           uint64_t qr, uint64_t r, uint64_t *qo, uint64_t *len)
+{
+    uint64_t o = *qo;
+    for (uint64_t i = qr; i <= r; i++) {
+        uint64_t l = lens[i];
+        if (o > oe) return 1;
+        if (l == 255) {
+            const uint8_t *p = recs + o;
+            if (rd_varint(&p, recs + oe, &l) || l < 255) return 1;
+            o = (uint64_t)(p - recs);
+        }
+        if (l > oe - o) return 1;
+        if (i == r) *len = l;
+        else o += l;
+    }
+    *qo = o;
+    return 0;
+}
+
+/* The MFNs base + i of the bits i of x into om[n...], those dead()
+ * (NULL: none) kills overwritten: the new n. */
+static inline __attribute__((always_inline)) uint64_t
+dense_mfns(int32_t *om, uint64_t n, uint64_t x, int64_t base,
+           nidx_dead_fn dead, const void *dead_ctx)
+{
+    if (!dead) {
+        for (; x; x &= x - 1)
+            om[n++] = (int32_t)(base + __builtin_ctzll(x));
+        return n;
+    }
+    for (; x; x &= x - 1) {
+        const int32_t m = (int32_t)(base + __builtin_ctzll(x));
+        om[n] = m;
+        n += !dead(dead_ctx, m);
+    }
+    return n;
+}
+
+/* Set bits of x (the POPCNT instruction where the build may use it). */
+static inline __attribute__((always_inline)) unsigned
+popcount64(uint64_t x)
+{
+#if defined(__POPCNT__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
+/* The sum of the n bytes at p, eight at a time; *big: 1 if one is 255
+ * (a record's length of 255 bytes or more). */
+static inline __attribute__((always_inline)) uint64_t
+lens_sum(const uint8_t *p, uint64_t n, int *big)
+{
+    const uint64_t ones = 0x0101010101010101ull, lanes = 0x00ff00ff00ff00ffull;
+    uint64_t sum = 0, ff = 0;
+    for (; n >= 8; n -= 8, p += 8) {
+        const uint64_t v = pydb__u64(p), nv = ~v;
+        /* bytes 255: bytes of ~v that are 0 */
+        ff |= (nv - ones) & v & (ones << 7);
+        /* four 16-bit lanes of two bytes each, then their sum */
+        sum += (((v & lanes) + ((v >> 8) & lanes)) *
+                0x0001000100010001ull) >> 48;
+    }
+    for (; n > 0; n--, p++) {
+        sum += *p;
+        ff |= *p == 255;
+    }
+    *big = ff != 0;
+    return sum;
+}
+
+/* The parts of a dense list (nidx_seg.h) that reading its records
+ * needs. */
+typedef struct dense_list {
+    const uint8_t *lens, *recs;
+    uint64_t nrec;
+    pydb_posting *ov;        /* where postings go (NULL: counted only) */
+    nidx_dead_fn dead;       /* NULL: none dead */
+    const void *dead_ctx;
+} dense_list;
+
+/* Why dense_word failed */
+enum { DW_OK, DW_RANGE, DW_POSTING };
+
+/* The records of the bits of x (a subset of w, the word of MFNs base +
+ * i; its records from rank rk at offset ob, ending by oe) read into
+ * d->ov[*nlive...] (the live ones: dead() kills none), *nlive and *seen
+ * (postings read) counted on; *end: where the last one read ends.  The
+ * records before each, from the last one read, are passed by their
+ * lengths.  DW_OK, or DW_RANGE / DW_POSTING with *bad the offset in
+ * the records of the damaged record. */
+static int dense_word(const dense_list *d, uint64_t w, uint64_t x,
+                      int64_t base, uint64_t ob, uint64_t oe, uint64_t rk,
+                      uint64_t *nlive, uint64_t *seen, uint64_t *end,
+                      uint64_t *bad)
+{
+    const uint8_t *const lens = d->lens, *const recs = d->recs;
+    pydb_posting *const ov = d->ov;
+    uint64_t qo = ob, qr = rk, nl = *nlive, sn = *seen;
+    unsigned qb = 0;   /* qo: the record of rank qr, bit qb of the word */
+    int why = DW_OK;
+
+    while (x) {
+        const unsigned t = (unsigned)__builtin_ctzll(x);
+        const int32_t m = (int32_t)(base + t);
+        const int take = !d->dead || !d->dead(d->dead_ctx, m);
+        const uint64_t o0 = qo;
+        /* its rank; the records between, bits qb .. t - 1, passed by
+         * their lengths (each under 255, or big) */
+        const uint64_t r = qr + popcount64(w & (((uint64_t)1 << t) - 1) &
+                                           ~(((uint64_t)1 << qb) - 1));
+        uint64_t len, between;
+        int big;
+        *bad = o0;
+        if (r >= d->nrec) {
+            why = DW_RANGE;
+            break;
+        }
+        between = lens_sum(lens + qr, r - qr, &big);
+        len = lens[r];
+        qo += between;
+        if (big || len == 255) {
+            uint64_t wo = o0, wl = 0;
+            if (dense_walk(recs, oe, lens, qr, r, &wo, &wl)) {
+                why = DW_RANGE;
+                break;
+            }
+            qo = wo;
+            len = wl;
+        } else if (between > oe - o0 || len > oe - qo) {
+            why = DW_RANGE;
+            break;
+        }
+        if (len == 3 && !((recs[qo] | recs[qo + 1] | recs[qo + 2]) & 0x80)) {
+            /* one posting of three one-byte varints: most records */
+            if (ov) {
+                pydb_posting *v = &ov[nl];
+                v->mfn = m;
+                v->tag = recs[qo];
+                v->occ = recs[qo + 1];
+                v->cnt = recs[qo + 2];
+            }
+            nl += (uint64_t)take;
+            sn++;
+        } else {
+            uint64_t l2 = nl, s2 = sn;
+            if (!dense_record(recs + qo, len, m, ov, &l2, take, &s2)) {
+                *bad = qo;
+                why = DW_POSTING;
+                break;
+            }
+            nl = l2;
+            sn = s2;
+        }
+        qo += len;
+        qr = r + 1;
+        qb = t + 1;
+        x &= x - 1;
+    }
+    *nlive = nl;
+    *seen = sn;
+    *end = qo;
+    return why;
+}
+
+/* A dense list (nidx_seg.h) at p[plen], after its form byte: into out
+ * (its postings) or mout (its records' MFNs), as decode_list.  The
+ * bitmap is read a word at a time, ANDed with keep's bits when keep is
+ * given; the records of the bits left are read (dense_word).  mout: the
+ * records are not read (the bitmap says which they are).  Every record
+ * read is checked; a whole read (no keep, out) also checks that the
+ * directory, the lengths and the records agree throughout and that the
+ * postings are the dictionary's count. */
+static __attribute__((noinline)) int
+decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
+             const uint8_t *p, uint64_t plen, uint64_t count, int64_t off0,
+             nidx_dead_fn dead, const void *dead_ctx,
+             const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
+{
+    const uint8_t *start = p, *e = p + plen, *words, *offs, *ranks;
+    uint64_t lo, nwords, rlen, nlive = 0, seen = 0, k0 = 0, k1;
+    uint64_t rank = 0, at = 0;   /* a whole read: where the next record is */
+    const int whole = !keep && out;
+    dense_list d = {NULL, NULL, 0, NULL, dead, dead_ctx};
+    int32_t *om = NULL;
+#define AT(q) (off0 < 0 ? -1 : off0 + (int64_t)((q) - start))
+    *live = 0;
+    if (rd_varint(&p, e, &lo) || rd_varint(&p, e, &nwords) ||
+        rd_varint(&p, e, &d.nrec) || lo < 1 || lo > INT32_MAX ||
+        nwords < 1 || nwords - 1 > ((uint64_t)INT32_MAX - lo) / 64 ||
+        nwords > (uint64_t)(e - p) / 16 || d.nrec > 64 * nwords ||
+        d.nrec > count || d.nrec > (uint64_t)(e - p) - 16 * nwords)
+        return PYDB_CORRUPT(err, path, AT(start),
+                            "dense list's MFN range out of range");
+    words = p;
+    offs = words + 8 * nwords;
+    ranks = offs + 4 * (nwords + 1);
+    d.lens = ranks + 4 * nwords;
+    d.recs = d.lens + d.nrec;
+    if (d.recs > e)
+        return PYDB_CORRUPT(err, path, AT(words),
+                            "dense list's bitmap past its end");
+    rlen = (uint64_t)(e - d.recs);
+    if (!(pydb__u64(words) & 1) || !pydb__u64(words + 8 * (nwords - 1)) ||
+        pydb__u32(offs) != 0 || pydb__u32(offs + 4 * nwords) != rlen ||
+        pydb__u32(ranks) != 0 ||
+        pydb__u32(ranks + 4 * (nwords - 1)) +
+                (uint64_t)popcount64(pydb__u64(words + 8 * (nwords - 1))) !=
+            d.nrec)
+        return PYDB_CORRUPT(err, path, AT(words),
+                            "dense list's bitmap or directory disagrees "
+                            "with its bounds");
+    if (out) {
+        int rc = pydb__postings_reserve(out, out->n + (size_t)count, err);
+        if (rc) return rc;
+        d.ov = out->v + out->n;
+    }
+    if (mout) {
+        int rc = pydb__mfns_reserve(mout, mout->n + (size_t)count, err);
+        if (rc) return rc;
+        om = mout->v + mout->n;
+    }
+    k1 = nwords;
+    if (keep) {   /* only the words that keep's range meets */
+        int64_t a = (int64_t)keep->lo - (int64_t)lo;
+        int64_t z = a + (int64_t)keep->nwords * 64 - 1;
+        if (z < 0 || a > (int64_t)(64 * nwords - 1)) {
+            k1 = 0;
+        } else {
+            k0 = a > 0 ? (uint64_t)a / 64 : 0;
+            k1 = (uint64_t)z / 64 + 1 < nwords ? (uint64_t)z / 64 + 1
+                                                : nwords;
+        }
+    }
+    for (uint64_t k = k0; k < k1; k++) {
+        const uint64_t w = pydb__u64(words + 8 * k);
+        const int64_t base = (int64_t)lo + 64 * (int64_t)k;
+        const uint64_t x = keep ? w & pydb__mfn_bits_word(keep, base) : w;
+        uint64_t ob, oe, rk, bad;
+        int why;
+        if (om) {   /* the records' MFNs: the bitmap says them */
+            nlive = dense_mfns(om, nlive, x, base, dead, dead_ctx);
+            continue;
+        }
+        ob = pydb__u32(offs + 4 * k);
+        oe = pydb__u32(offs + 4 * (k + 1));
+        rk = pydb__u32(ranks + 4 * k);
+        if (whole && (ob != at || rk != rank))
+            return PYDB_CORRUPT(err, path,
+                                ob != at ? AT(offs + 4 * k) : AT(ranks + 4 * k),
+                                "dense list's directory disagrees with "
+                                "its records");
+        if (!x) continue;
+        if (ob > oe || oe > rlen || rk >= d.nrec)
+            return PYDB_CORRUPT(err, path, AT(offs + 4 * k),
+                                "dense list's directory out of range");
+        why = dense_word(&d, w, x, base, ob, oe, rk, &nlive, &seen, &at,
+                         &bad);
+        if (why == DW_RANGE)
+            return PYDB_CORRUPT(err, path, AT(d.recs + bad),
+                                "dense list's record out of range");
+        if (why == DW_POSTING)
+            return PYDB_CORRUPT(err, path, AT(d.recs + bad),
+                                "posting out of range or not ascending");
+        rank = rk + popcount64(w);   /* (a whole read: all of them read) */
+        if (whole && at != oe)
+            return PYDB_CORRUPT(err, path, AT(d.recs + at),
+                                "dense list's records disagree with its "
+                                "directory");
+    }
+    if (whole && (seen != count || rank != d.nrec))
+        return PYDB_CORRUPT(err, path, AT(start),
+                            "posting list holds %llu postings, dictionary "
+                            "says %llu", (unsigned long long)seen,
+                            (unsigned long long)count);
+    *live = nlive;
+    if (out) out->n += (size_t)nlive;
+    if (mout) mout->n += (size_t)nlive;
+    return PYDB_OK;
+#undef AT
+}
+
+/* decode_list or decode_dense for the entry at the cursor, by the
+ * segment's version and the list's form. */
 static inline __attribute__((always_inline)) int
 decode(pydb_postings *out, pydb_mfns *mout, const nidx_cursor *cur,
        nidx_dead_fn dead, const void *dead_ctx, const pydb_mfn_bits *keep,
        uint64_t *live, pydb_error *err)
 {
     const nidx_seg *s = cur->s;
+    const uint8_t *p = s->map + cur->pstart;
+    uint64_t plen = cur->plen;
+    int64_t off = (int64_t)cur->pstart;
     PYDB_ASSERT(cur->valid && cur->pstart >= NIDX_SEG_HDR &&
                 cur->plen <= s->dict_off &&
                 cur->pstart <= s->dict_off - cur->plen);
-    return decode_list(out, mout, s->path, s->map + cur->pstart, cur->plen,
-                       cur->count, s->version >= NIDX_SEG_VERSION,
-                       (int64_t)cur->pstart, dead, dead_ctx, keep, live, err);
+    if (s->version >= NIDX_SEG_VERSION && cur->count > NIDX_SKIP) {
+        /* (the cursor checked plen >= count > 0) */
+        uint8_t form = p[0];
+        if (form == NIDX_FORM_DENSE)
+            return decode_dense(out, mout, s->path, p + 1, plen - 1,
+                                cur->count, off + 1, dead, dead_ctx, keep,
+                                live, err);
+        if (form != NIDX_FORM_SKIP)
+            return PYDB_CORRUPT(err, s->path, off,
+                                "posting list of unknown form %u",
+                                (unsigned)form);
+        p++;
+        plen--;
+        off++;
+    }
+    return decode_list(out, mout, s->path, p, plen, cur->count,
+                       s->version >= NIDX_SEG_VERSION_SKIP, off, dead,
+                       dead_ctx, keep, live, err);
 }
 
 int pydb__nseg_get_varints(pydb_postings *out, const uint8_t *p, size_t len,
@@ -718,9 +1085,92 @@ void pydb__nseg_put_varints(pydb_buf *out, const pydb_posting *v, size_t n)
     put_varints_after(out, v, n, NULL);
 }
 
+/* The postings v[n] of one record of a dense list (nidx_seg.h) into
+ * out: the first one's TAG, OCC, CNT, then each by the delta rule. */
+static void put_record(pydb_buf *out, const pydb_posting *v, size_t n)
+{
+    pydb__nseg_put_varint(out, v[0].tag);
+    pydb__nseg_put_varint(out, v[0].occ);
+    pydb__nseg_put_varint(out, v[0].cnt);
+    for (size_t i = 1; i < n; i++) {
+        const pydb_posting *q = &v[i], *b = &v[i - 1];
+        PYDB_ASSERT(q->mfn == b->mfn && pydb__posting_cmp(b, q) < 0);
+        if (q->tag != b->tag) {
+            pydb__nseg_put_varint(out, q->tag - b->tag);
+            pydb__nseg_put_varint(out, q->occ);
+            pydb__nseg_put_varint(out, q->cnt);
+        } else if (q->occ != b->occ) {
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, q->occ - b->occ);
+            pydb__nseg_put_varint(out, q->cnt);
+        } else {
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, 0);
+            pydb__nseg_put_varint(out, q->cnt - b->cnt);
+        }
+    }
+}
+
+/* v[n] (n > NIDX_SKIP) in the dense form, after its form byte, appended
+ * to out, when its records are dense enough for it (bitmap words <=
+ * records / 4) and their bytes fit the u32 directory: 1; else 0 with
+ * nothing appended. */
+static int put_dense(pydb_buf *out, const pydb_posting *v, size_t n)
+{
+    const size_t at = out->n;
+    const int32_t lo = v[0].mfn;
+    const uint64_t nwords = ((uint64_t)(v[n - 1].mfn - lo) >> 6) + 1;
+    uint64_t nrec = 1, next = 0, r = 0;
+    size_t words, offs, ranks, lens, recs;
+    pydb_buf rec = {0};
+
+    for (size_t i = 1; i < n; i++) nrec += v[i].mfn != v[i - 1].mfn;
+    if (nwords * 4 > nrec) return 0;
+    pydb__nseg_put_varint(out, NIDX_FORM_DENSE);
+    pydb__nseg_put_varint(out, (uint64_t)lo);
+    pydb__nseg_put_varint(out, nwords);
+    pydb__nseg_put_varint(out, nrec);
+    words = out->n;
+    offs = words + 8 * (size_t)nwords;
+    ranks = offs + 4 * ((size_t)nwords + 1);
+    lens = ranks + 4 * (size_t)nwords;
+    recs = lens + (size_t)nrec;
+    if (!pydb__buf_grow(out, recs - words)) goto cleanup;   /* oom */
+    memset(out->p + words, 0, recs - words);
+    for (size_t i = 0, j; i < n; i = j, r++) {
+        const uint64_t d = (uint64_t)(v[i].mfn - lo), k = d >> 6;
+        uint8_t *w;
+        for (j = i + 1; j < n && v[j].mfn == v[i].mfn; j++) {}
+        if (out->n - recs > UINT32_MAX) break;   /* too long: not dense */
+        for (; next <= k; next++) {   /* words up to this one start here */
+            pydb__put32(out->p + offs + 4 * next, (uint32_t)(out->n - recs));
+            pydb__put32(out->p + ranks + 4 * next, (uint32_t)r);
+        }
+        w = out->p + words + 8 * k;
+        pydb__put64(w, pydb__u64(w) | (uint64_t)1 << (d & 63));
+        rec.n = 0;
+        put_record(&rec, v + i, j - i);
+        if (rec.oom) goto cleanup;
+        out->p[lens + r] = (uint8_t)(rec.n < 255 ? rec.n : 255);
+        if (rec.n >= 255) pydb__nseg_put_varint(out, rec.n);
+        pydb__buf_put(out, rec.p, rec.n);
+        if (out->oom) goto cleanup;
+    }
+    if (out->n - recs > UINT32_MAX) {
+        out->n = at;
+        free(rec.p);
+        return 0;
+    }
+    pydb__put32(out->p + offs + 4 * nwords, (uint32_t)(out->n - recs));
+cleanup:
+    if (rec.oom) out->oom = 1;
+    free(rec.p);
+    return 1;
+}
+
 void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n)
 {
-    size_t at = out->n, plen, hl, boff = 0;
+    size_t at, plen, hl, boff = 0;
     uint8_t head[10];
     pydb_buf tab = {0};
     int32_t pm = 0;
@@ -728,6 +1178,9 @@ void pydb__nseg_put_postings(pydb_buf *out, const pydb_posting *v, size_t n)
         pydb__nseg_put_varints(out, v, n);
         return;
     }
+    if (put_dense(out, v, n)) return;
+    pydb__nseg_put_varint(out, NIDX_FORM_SKIP);
+    at = out->n;
     /* block by block, each block's entry as it starts: where, and the
      * posting before it */
     for (size_t i = 0; i < n; i += NIDX_SKIP) {

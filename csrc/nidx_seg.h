@@ -25,6 +25,33 @@
  *       entry's; the first: from 0), TAG, OCC, CNT.  The postings are
  *       the same bytes as without the table.  A segment of version 2
  *       (before skip tables) has no table; it is read as ever.
+ *       Version 4: a list of more than NIDX_SKIP postings starts with a
+ *       form byte: NIDX_FORM_SKIP, then the list as version 3 has it
+ *       (table and postings), or NIDX_FORM_DENSE, for a list whose
+ *       records are dense in its MFN range (bitmap words <= records /
+ *       4: at most 16 MFNs of the range per record), then:
+ *         varints lo (the first MFN), nwords (>= 1; the range is lo ..
+ *         lo + 64 * nwords - 1, within 1 .. 2^31 - 1), nrec (records);
+ *         nwords u64 words: bit i of word k set for each record lo +
+ *         64k + i (bit 0 of word 0 set: lo is a record; the last word
+ *         not 0);
+ *         nwords + 1 u32 offsets: where, in the records below, word k's
+ *         first record starts (the next record's start for a word with
+ *         none; the last entry: the records' length);
+ *         nwords u32 ranks: the records before word k's first;
+ *         nrec bytes: each record's length in bytes, or 255 for 255 or
+ *         more (its length then a varint before its bytes);
+ *         the records in MFN order: its postings (at least one,
+ *         ascending by TAG, OCC, CNT), the first as three varints TAG,
+ *         OCC, CNT, each next as three varints by the delta rule above
+ *         without the MFN (TAG delta, OCC, CNT; or 0, OCC delta, CNT; or
+ *         0, 0, CNT delta).
+ *       A search reads such a list a word at a time: the words ANDed
+ *       with the records it wants, the MFNs of a record-level search
+ *       from the bits alone, the postings of a record found from its
+ *       word's entries and the lengths before it (Roaring bitmaps keep
+ *       dense sets so: Lemire et al., "Better bitmap performance with
+ *       Roaring bitmaps", 2016).
  *   dictionary: blocks of 32 terms; a block starts with the u64 offset of
  *       its first term's postings, then per term: varint shared prefix
  *       length with the previous key of the block (0 for the first),
@@ -50,12 +77,17 @@
 #include <stdatomic.h>
 #include "index_int.h"
 
-/* Format version of the segments.  3: lists of more than NIDX_SKIP
- * postings lead with a skip table; 2: none has one (read, not written);
- * 1 (an ad-hoc 64-bit checksum, not CRC-32C) and any other are
+/* Format version of the segments.  4: lists of more than NIDX_SKIP
+ * postings lead with their form (a skip table, or dense); 3: such lists
+ * lead with a skip table (read, not written); 2: none has one (read, not
+ * written); 1 (an ad-hoc 64-bit checksum, not CRC-32C) and any other are
  * PYDB_ECORRUPT saying so: rebuild the index. */
-#define NIDX_SEG_VERSION 3
+#define NIDX_SEG_VERSION 4
+#define NIDX_SEG_VERSION_SKIP 3
 #define NIDX_SEG_VERSION_NO_SKIP 2
+/* The forms of a version-4 list of more than NIDX_SKIP postings */
+#define NIDX_FORM_SKIP 0
+#define NIDX_FORM_DENSE 1
 /* Postings per block of a skip table */
 #define NIDX_SKIP 128
 #define NIDX_SEG_MAGIC "PYDBSEG1"
@@ -158,7 +190,8 @@ int pydb__nseg_decode_in(pydb_postings *out, const nidx_cursor *cur,
 /* The same for the records alone: the MFN of each record the list has
  * live postings of (in *keep when given) appended to out once,
  * ascending, and *live their number; the postings are parsed and checked
- * as pydb__nseg_decode_in checks them, but not stored. */
+ * as pydb__nseg_decode_in checks them, but not stored (a dense list's
+ * records are not read: its bitmap says which they are). */
 int pydb__nseg_mfns_in(pydb_mfns *out, const nidx_cursor *cur,
                        nidx_dead_fn dead, const void *dead_ctx,
                        const pydb_mfn_bits *keep, uint64_t *live,

@@ -61,6 +61,13 @@
  *    decoder's one-load path for four one-byte varints and no sortedness
  *    pass over a native index's lists: `THE $ ALIC` 123 -> 57 us, `THE
  *    . . . ALIC` 121 -> 56 us, `THE * ALIC` 105 -> 50 us.
+ *    A chain whose operands are all terms first finds the records all
+ *    but the commonest hold from their MFNs alone (mset_term: a dense
+ *    list's bitmap, nidx_seg.h, gives them without reading a posting),
+ *    then reads the commonest one's postings of those records, then the
+ *    others' postings of the records it has (terms_common).  With dense
+ *    lists (segment format 4): `THE $ ALIC` 67 -> 55 us, `THE * ALIC`
+ *    48 -> 26 us.
  *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
@@ -545,6 +552,45 @@ static int rarest_order(size_t *ord, const node *n, eval_ctx *c)
  * (those of all, where each step had its bitmap; a superset of them
  * otherwise, which is as right), so that combining them in their own
  * order walks fewer postings of records not in all. */
+static int mset_term(mset *out, const node *t, eval_ctx *c,
+                     const pydb_mfn_bits *in);
+static void mset_combine(mset *a, const mset *b, int op);
+
+/* The MFNs all operands of n but the last in the order ord hold (n as
+ * eval_rarest_first's, its operands terms), within *in when given:
+ * their MFN sets intersected rarest first, each read restricted to the
+ * MFNs of those before (as mset_eval's chains of '*'). */
+static int terms_common(mset *out, const node *n, const size_t *ord,
+                        eval_ctx *c, const pydb_mfn_bits *in)
+{
+    mset rhs = {0};
+    pydb_mfn_bits sub;
+    uint64_t *w = NULL;
+    int rc = mset_term(out, n->items[ord[0]].node, c, in);
+
+    for (size_t j = 1; !rc && j + 1 < n->nitems && out->n; j++) {
+        if ((rc = bits_of_mset(&w, &sub, out, c->err))) break;
+        rc = mset_term(&rhs, n->items[ord[j]].node, c, w ? &sub : in);
+        free(w);
+        if (!rc) mset_combine(out, &rhs, OP_AND);
+        free(rhs.v);
+        rhs.v = NULL;
+    }
+    if (rc) {
+        free(out->v);
+        memset(out, 0, sizeof *out);
+    }
+    return rc;
+}
+
+/* 1 if every operand of n is a term. */
+static int all_terms(const node *n)
+{
+    for (size_t i = 0; i < n->nitems; i++)
+        if (n->items[i].node->kind != N_TERM) return 0;
+    return 1;
+}
+
 static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
                              const pydb_mfn_bits *in)
 {
@@ -553,11 +599,32 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
     plist val[RAREST_MAX], acc = {0}, res = {0};
     pydb_mfn_bits sub;
     const pydb_mfn_bits *within = in;
+    mset common = {0};
     int rc;
 
     memset(out, 0, sizeof *out);
     memset(val, 0, sizeof val);
     if ((rc = rarest_order(ord, n, c))) goto cleanup;
+    if (all_terms(n)) {
+        /* terms: the records all but the commonest hold, from their MFNs
+         * alone (a dense list's bitmap: docs/architecture.md); the
+         * commonest one's postings of those records, and then the
+         * others' postings of the records it has */
+        const size_t last = ord[k - 1];
+        if ((rc = terms_common(&common, n, ord, c, in)) || common.n == 0 ||
+            (rc = bits_of_mset(&w, &sub, &common, c->err)) ||
+            (rc = eval(&val[last], n->items[last].node, c, w ? &sub : in)) ||
+            val[last].n == 0)
+            goto cleanup;
+        free(w);
+        if ((rc = bits_of_postings(&w, &sub, &val[last], c->err)))
+            goto cleanup;
+        for (size_t i = 0; i < k; i++)
+            if (i != last &&
+                (rc = eval(&val[i], n->items[i].node, c, w ? &sub : in)))
+                goto cleanup;
+        goto combine;
+    }
     for (size_t j = 0; j < k; j++) {
         size_t i = ord[j];
         if ((rc = eval(&val[i], n->items[i].node, c, within))) goto cleanup;
@@ -568,6 +635,7 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
     }
     for (size_t j = 0; w && j + 1 < k; j++)   /* w, sub: the last one's */
         pl_restrict(val[ord[j]].v, &val[ord[j]].n, &sub);
+combine:
     acc = val[0];
     memset(&val[0], 0, sizeof val[0]);
     for (size_t i = 1; i < k; i++) {
@@ -585,6 +653,7 @@ cleanup:
     for (size_t i = 0; i < k; i++) pydb_postings_free(&val[i]);
     pydb_postings_free(&acc);
     pydb_postings_free(&res);
+    free(common.v);
     free(w);
     return rc;
 }

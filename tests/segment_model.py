@@ -1,9 +1,11 @@
 """A reference of the native index's segment layout (csrc/nidx_seg.h),
 written apart from the C encoder: it reads a segment file into its terms'
-posting lists and writes one back, byte for byte, in format version 3
-(lists of more than 128 postings led by a skip table) or 2 (no skip
-tables: what pydb before skip tables wrote).  Tests compare the files the
-core writes with it and forge old or damaged segments with it."""
+posting lists and writes one back, byte for byte, in format version 4
+(lists of more than 128 postings led by their form: a skip table, or
+dense: a bitmap of their records), 3 (such lists led by a skip table) or
+2 (no skip tables: what pydb before skip tables wrote).  Tests compare the
+files the core writes with it and forge old or damaged segments with
+it."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ MAGIC = b"PYDBSEG1"
 HEADER = 64
 BLOCK_TERMS = 32   # dictionary terms per block
 SKIP = 128         # postings per block of a skip table
+FORM_SKIP, FORM_DENSE = 0, 1   # the forms of a version-4 list of > SKIP
 
 
 def varint(v: int) -> bytes:
@@ -68,8 +71,73 @@ def skip_entries(postings) -> list[tuple[int, tuple]]:
     return [(starts[i], tuple(postings[i - 1])) for i in range(SKIP, len(postings), SKIP)]
 
 
-def list_bytes(postings, version: int = 3) -> bytes:
-    """A posting list as a segment of `version` holds it."""
+def record_bytes(postings) -> bytes:
+    """The postings of one record as a dense list holds them: the first's
+    TAG, OCC, CNT, then each by the delta rule without the MFN."""
+    (_, t0, o0, c0), out = postings[0], bytearray()
+    out += varint(t0) + varint(o0) + varint(c0)
+    for (_, pt, po, pc), (_, t, o, c) in zip(postings, postings[1:], strict=False):
+        if t != pt:
+            out += varint(t - pt) + varint(o) + varint(c)
+        elif o != po:
+            out += varint(0) + varint(o - po) + varint(c)
+        else:
+            out += varint(0) * 2 + varint(c - pc)
+    return bytes(out)
+
+
+def records(postings) -> list[tuple[int, list]]:
+    """[(mfn, its postings)] in MFN order."""
+    out: list[tuple[int, list]] = []
+    for p in postings:
+        if out and out[-1][0] == p[0]:
+            out[-1][1].append(tuple(p))
+        else:
+            out.append((p[0], [tuple(p)]))
+    return out
+
+
+def is_dense(postings) -> bool:
+    """Whether a list of more than SKIP postings takes the dense form:
+    bitmap words at most a quarter of its records."""
+    nwords = ((postings[-1][0] - postings[0][0]) >> 6) + 1
+    return nwords * 4 <= len(records(postings))
+
+
+def dense_bytes(postings) -> bytes:
+    """The dense form after its form byte: lo, words, records; the words,
+    the byte offset and the rank of each word's first record, each
+    record's length (255: 255 or more, given again as a varint before its
+    bytes), the records."""
+    lo = postings[0][0]
+    nwords = ((postings[-1][0] - lo) >> 6) + 1
+    words, offs, ranks = [0] * nwords, [], []
+    lens, body = bytearray(), bytearray()
+    for r, (m, ps) in enumerate(records(postings)):
+        k = (m - lo) >> 6
+        while len(offs) <= k:
+            offs.append(len(body))
+            ranks.append(r)
+        words[k] |= 1 << ((m - lo) & 63)
+        rb = record_bytes(ps)
+        lens.append(min(len(rb), 255))
+        body += (varint(len(rb)) if len(rb) >= 255 else b"") + rb
+    offs.append(len(body))
+    return (varint(lo) + varint(nwords) + varint(len(lens))
+            + struct.pack(f"<{nwords}Q", *words) + struct.pack(f"<{nwords + 1}I", *offs)
+            + struct.pack(f"<{nwords}I", *ranks) + bytes(lens) + bytes(body))
+
+
+def list_bytes(postings, version: int = 4, form: int | None = None) -> bytes:
+    """A posting list as a segment of `version` holds it; a version-4
+    list of more than SKIP postings in `form` (None: the one the writer
+    picks)."""
+    if version >= 4 and len(postings) > SKIP:
+        if form is None:
+            form = FORM_DENSE if is_dense(postings) else FORM_SKIP
+        if form == FORM_DENSE:
+            return bytes([FORM_DENSE]) + dense_bytes(postings)
+        return bytes([FORM_SKIP]) + list_bytes(postings, 3)
     body, _ = posting_bytes(postings)
     entries = skip_entries(postings) if version >= 3 else []
     if not entries:
@@ -81,9 +149,46 @@ def list_bytes(postings, version: int = 3) -> bytes:
     return varint(len(table)) + bytes(table) + body
 
 
+def decode_dense(b: bytes) -> list[tuple]:
+    """The postings of a dense list's bytes after its form byte."""
+    lo, i = read_varint(b, 0)
+    nwords, i = read_varint(b, i)
+    nrec, i = read_varint(b, i)
+    words = struct.unpack_from(f"<{nwords}Q", b, i)
+    i += 8 * nwords + 4 * (nwords + 1) + 4 * nwords
+    lens, i = b[i:i + nrec], i + nrec
+    mfns = [lo + 64 * k + bit for k, w in enumerate(words) for bit in range(64) if w >> bit & 1]
+    out = []
+    for m, n in zip(mfns, lens, strict=True):
+        if n == 255:
+            n, i = read_varint(b, i)
+        end, first = i + n, True
+        t = o = c = 0
+        while i < end:
+            a, i = read_varint(b, i)
+            bb, i = read_varint(b, i)
+            cc, i = read_varint(b, i)
+            if first:
+                t, o, c, first = a, bb, cc, False
+            elif a:
+                t, o, c = t + a, bb, cc
+            elif bb:
+                o, c = o + bb, cc
+            else:
+                c += cc
+            out.append((m, t, o, c))
+    return out
+
+
 def decode_list(b: bytes, count: int, version: int) -> list[tuple]:
     """The postings of list bytes b (the skip table, if any, passed)."""
     i = 0
+    if version >= 4 and count > SKIP:
+        if b[0] == FORM_DENSE:
+            out = decode_dense(b[1:])
+            assert len(out) == count
+            return out
+        return decode_list(b[1:], count, 3)
     if version >= 3 and count > SKIP:
         n, i = read_varint(b, 0)
         i += n
@@ -172,8 +277,8 @@ def write_segment(seg: Segment) -> bytes:
 
 
 def as_version(data: bytes, version: int) -> bytes:
-    """The segment file `data` rewritten in `version` (2: skip tables
-    left out)."""
+    """The segment file `data` rewritten in `version` (3: no dense lists;
+    2: no skip tables either)."""
     seg = read_segment(data)
     terms = [(k, c, list_bytes(decode_list(lst, c, seg.version), version))
              for k, c, lst in seg.terms]

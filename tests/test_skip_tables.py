@@ -1,10 +1,15 @@
-"""Skip tables of the native index's long posting lists (csrc/nidx_seg.h,
-segment format version 3): a list of more than 128 postings is led by a
-table that says where each block of 128 postings starts and which posting
-ends the block before, so that a search wanting the postings of a few
-records passes the blocks that cannot hold them (search_eval.c restricts
-each operand of '*', (G), (F) and the proximity operators to the records
-of the rarer ones).
+"""Skip tables of the native index's long posting lists (csrc/nidx_seg.h):
+a list of more than 128 postings whose records are sparse in its MFN
+range is led by a table that says where each block of 128 postings
+starts and which posting ends the block before, so that a search wanting
+the postings of a few records passes the blocks that cannot hold them
+(search_eval.c restricts each operand of '*', (G), (F) and the proximity
+operators to the records of the rarer ones).  Segment format 4 writes
+such a list after a form byte, and a dense one as a bitmap
+(tests/test_dense_lists.py); format 3, which this pydb reads, wrote
+every long list with a table.  The records here are dense, so the tests
+of the tables read the segment rewritten in format 3, and a format-4
+segment forged with its lists in the table form.
 
 The segment files are compared byte for byte with tests/segment_model.py,
 written apart from the C encoder; the answers of searches that pass
@@ -70,19 +75,26 @@ def _segment(base) -> Path:
 
 
 def test_long_lists_lead_with_their_skip_tables(indexed):
-    """Every list of the built segment is what the reference writes for
-    its postings: COMMON's 1,540 postings behind a table of 12 entries,
-    some blocks starting inside a record's postings; the rare words' lists
-    without one.  The whole file is the reference's, byte for byte."""
+    """Every list of the built segment (format 4) is what the reference
+    writes for its postings, the whole file byte for byte; these long
+    lists are dense.  Rewritten in format 3: COMMON's 1,540 postings
+    behind a table of 12 entries, some blocks starting inside a record's
+    postings; the rare words' lists without one."""
     base, ix = indexed
-    data = _segment(base).read_bytes()
+    built = _segment(base).read_bytes()
+    assert sm.read_segment(built).version == 4
+    assert sm.write_segment(sm.read_segment(built)) == built
+    for k, c, b in sm.read_segment(built).terms:
+        assert b == sm.list_bytes([tuple(p) for p in ix.postings(k)]), k
+        assert c <= 128 or b[0] == sm.FORM_DENSE, k
+    data = sm.as_version(built, 3)
     seg = sm.read_segment(data)
     assert seg.version == 3
     assert sm.write_segment(seg) == data
     terms = {k: (c, b) for k, c, b in seg.terms}
     common = [tuple(p) for p in ix.postings(b"COMMON")]
     assert len(common) == terms[b"COMMON"][0] == 1540
-    assert terms[b"COMMON"][1] == sm.list_bytes(common)
+    assert terms[b"COMMON"][1] == sm.list_bytes(common, 3)
     entries = sm.skip_entries(common)
     assert len(entries) == (1540 - 1) // 128 == 12
     assert [e[1] for e in entries] == [common[128 * k - 1] for k in range(1, 13)]
@@ -90,10 +102,10 @@ def test_long_lists_lead_with_their_skip_tables(indexed):
     assert any(common[128 * k][0] == common[128 * k - 1][0] for k in range(1, 13))
     for k, c, b in seg.terms:
         postings = [tuple(p) for p in ix.postings(k)]
-        assert b == sm.list_bytes(postings), k
+        assert b == sm.list_bytes(postings, 3), k
         if c <= 128:   # a short list: its postings alone
             assert b == sm.posting_bytes(postings)[0], k
-    assert terms[b"ALPHA"][1] == sm.list_bytes([(1, 24, 1, 2), (2, 24, 1, 2)])
+    assert terms[b"ALPHA"][1] == sm.list_bytes([(1, 24, 1, 2), (2, 24, 1, 2)], 3)
     for w, n in SIZES.items():   # tables of 0, 1, 1 and 2 entries
         assert terms[w.upper().encode()][0] == n
         entries = sm.skip_entries([tuple(p) for p in ix.postings(w.upper().encode())])
@@ -161,12 +173,14 @@ def _patched(data: bytes, at: int, new: bytes) -> bytes:
 
 @pytest.fixture
 def copy(tmp_path):
-    """A fresh database like `indexed`'s, its segment file, its bytes, the
-    file offset of COMMON's list and COMMON's postings."""
+    """A fresh database like `indexed`'s, its segment file rewritten in
+    format 3 (every long list led by its skip table), its bytes, the file
+    offset of COMMON's list and COMMON's postings."""
     base = build_db(tmp_path / "c", "isis-packed", _records())
     pydb.build_index(str(base), fst="24 4 v24", progress=False)
     seg = _segment(base)
-    data = seg.read_bytes()
+    data = sm.as_version(seg.read_bytes(), 3)
+    seg.write_bytes(data)
     at = sm.HEADER
     for key, count, lst in sm.read_segment(data).terms:
         if key == b"COMMON":
@@ -203,7 +217,7 @@ def test_a_passed_block_is_not_read_and_a_read_one_is_checked(copy, block, insid
     COMMON alone, and reading the whole list, are a CorruptionError naming
     the segment and the posting's offset."""
     base, seg, data, at, common = copy
-    lst = sm.list_bytes(common)
+    lst = sm.list_bytes(common, 3)
     table_len, body = sm.read_varint(lst, 0)
     first = at + body + table_len + sm.skip_entries(common)[block - 1][0]
     held = {p[0] for p in common[128 * block:128 * (block + 1)]}
@@ -243,7 +257,7 @@ def test_a_damaged_skip_table_is_corruption(copy, entry, field, value, reason, w
             vals[field] = value
         table += b"".join(sm.varint(v) for v in vals)
         prev_off, prev_mfn = off, m
-    old = sm.list_bytes(common)
+    old = sm.list_bytes(common, 3)
     new = sm.varint(len(table)) + bytes(table) + sm.posting_bytes(common)[0]
     seg_ = sm.read_segment(data)
     seg_.terms = [(k, c, new if k == b"COMMON" else b) for k, c, b in seg_.terms]
@@ -260,10 +274,10 @@ def test_a_damaged_skip_table_is_corruption(copy, entry, field, value, reason, w
         assert at <= e.offset < at + len(new)
 
 
-def test_a_segment_of_version_2_is_read_and_one_of_version_4_refused(copy):
+def test_a_segment_of_version_2_is_read_and_one_of_version_5_refused(copy):
     """The segment written again without skip tables, as pydb before them
     wrote it (version 2), gives every list and answer as before; version
-    4 is refused, naming the versions this pydb reads."""
+    5 is refused, naming the versions this pydb reads."""
     base, seg, data, at, common = copy
     before = {expr: _answer(base, expr) for expr in EXPRS}
     old = sm.as_version(data, 2)
@@ -275,12 +289,35 @@ def test_a_segment_of_version_2_is_read_and_one_of_version_4_refused(copy):
     finally:
         ix.close()
     assert {expr: _answer(base, expr) for expr in EXPRS} == before
-    seg.write_bytes(_patched(data, 8, struct.pack("<I", 4)))
+    seg.write_bytes(_patched(data, 8, struct.pack("<I", 5)))
     with pytest.raises(pydb.CorruptionError) as ei:
         _pydb._open_native_index(str(base))
     assert ei.value.filename == str(seg) and ei.value.offset == 8
-    assert ei.value.reason == ("index segment format version 4, this pydb reads versions "
-                               "2 and 3 (rebuild the index)")
+    assert ei.value.reason == ("index segment format version 5, this pydb reads versions "
+                               "2 to 4 (rebuild the index)")
+
+
+def test_a_version_4_list_in_the_table_form_is_read(copy):
+    """A format-4 segment whose long lists are all in the table form (a
+    form byte, then the list as format 3 has it: what the writer gives a
+    list whose records are sparse) gives every list and answer as the
+    format-3 one."""
+    base, seg, data, _, common = copy
+    before = {expr: _answer(base, expr) for expr in EXPRS}
+    s = sm.read_segment(data)
+    s.version = 4
+    s.terms = [(k, c, sm.list_bytes(sm.decode_list(b, c, 3), 4, sm.FORM_SKIP))
+               for k, c, b in s.terms]
+    forged = sm.write_segment(s)
+    assert [b[0] for k, c, b in sm.read_segment(forged).terms if c > 128] == \
+        [sm.FORM_SKIP] * 5   # COMMON, OTHER, SIZEB, SIZEC, SIZED
+    seg.write_bytes(forged)
+    ix = _pydb._open_native_index(str(base))
+    try:
+        assert [tuple(p) for p in ix.postings(b"COMMON")] == common
+    finally:
+        ix.close()
+    assert {expr: _answer(base, expr) for expr in EXPRS} == before
 
 
 def test_a_delta_that_wraps_past_2_64_is_corruption(copy):
