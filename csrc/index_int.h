@@ -130,6 +130,16 @@ typedef struct pydb_index_ops {
      * (search_eval.c, section 6) asks it. */
     int (*mfns)(pydb_mfns *out, pydb_index *ix, const uint8_t *key,
                 size_t len, const pydb_mfn_bits *in, pydb_error *err);
+    /* Optional: the records of key's live postings (only those in *in
+     * when given) as a bitmap, *w (calloc'ed, the caller's to free) and b
+     * describing it, built from bits the index keeps (a native index's
+     * dense lists) without reading postings; *w NULL and no error when
+     * it keeps none for key, or they would make a bitmap too sparse (the
+     * caller asks mfns).  NULL: never.  A chain of terms (search_eval.c,
+     * section 7) asks it for its rarest operand. */
+    int (*mfn_bits)(uint64_t **w, pydb_mfn_bits *b, pydb_index *ix,
+                    const uint8_t *key, size_t len, const pydb_mfn_bits *in,
+                    pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {

@@ -563,6 +563,113 @@ static int view_mfns(pydb_mfns *out, pydb_index *ix, const uint8_t *key,
     return mfns_in(out, ((nidx_view *)ix)->ss, key, len, in, err);
 }
 
+/* Where segment i holds key: its list (a copy of the cursor's), and
+ * for a list not dense, its MFNs' run [from, to) in mfn_bits_in's list. */
+typedef struct key_part {
+    nidx_cursor c;
+    int dense;
+    size_t from, to;
+} key_part;
+
+/* The records of key's live postings in ss (only those in *in when
+ * given) as a bitmap (index_int.h, mfn_bits): the segments oldest first,
+ * each clearing the bits of the records its tombstones supersede, then
+ * adding its own: a dense list's words, another list's MFNs. */
+static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, nidx_segset *ss,
+                       const uint8_t *key, size_t len,
+                       const pydb_mfn_bits *in, pydb_error *err)
+{
+    key_part *part = calloc(ss->n ? ss->n : 1, sizeof *part);
+    pydb_mfns mfns = {0};
+    nidx_cursor c;
+    int64_t lo = INT64_MAX, hi = -1;
+    uint64_t total = 0;
+    size_t words;
+    int rc = PYDB_OK, any_dense = 0;
+
+    *w = NULL;
+    memset(&c, 0, sizeof c);
+    if (!part) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    for (size_t i = 0; i < ss->n; i++) {
+        uint64_t l, nw, live;
+        c.s = ss->v[i];
+        if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
+        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
+        part[i].c = c;
+        part[i].c.key = NULL;   /* (the key stays c's) */
+        total += c.count;
+        if ((rc = pydb__nseg_dense_bits(&c, &part[i].dense, &l, &nw, NULL,
+                                        0, 0, err)))
+            goto cleanup;
+        if (part[i].dense) {
+            any_dense = 1;
+            if ((rc = pydb__nowait_spend(nw))) goto cleanup;
+            if ((int64_t)l < lo) lo = (int64_t)l;
+            if ((int64_t)(l + 64 * nw - 1) > hi) hi = (int64_t)(l + 64 * nw - 1);
+            continue;
+        }
+        part[i].from = mfns.n;
+        if ((rc = pydb__nowait_spend(c.count)) ||
+            (rc = pydb__nseg_mfns_in(&mfns, &c, NULL, NULL, NULL, &live,
+                                     err)))
+            goto cleanup;
+        part[i].to = mfns.n;
+        for (size_t k = part[i].from; k < part[i].to; k++) {
+            if (mfns.v[k] < lo) lo = mfns.v[k];
+            if (mfns.v[k] > hi) hi = mfns.v[k];
+        }
+    }
+    words = any_dense ? (size_t)((hi - lo) >> 6) + 1 : 0;
+    if (!any_dense || words > 4 * total + 1024) goto cleanup;
+    if (!(*w = calloc(words, sizeof **w))) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                        "no memory for a %zu-word MFN bitmap", words);
+        goto cleanup;
+    }
+    for (size_t i = 0; i < ss->n; i++) {
+        const nidx_seg *s = ss->v[i];
+        uint64_t l, nw;
+        int dense;
+        for (uint32_t t = 0; i > 0 && t < s->ntomb; t++) {
+            int64_t d = (int64_t)pydb__nseg_tomb(s, t) - lo;
+            if (d >= 0 && d <= hi - lo)
+                (*w)[d >> 6] &= ~((uint64_t)1 << (d & 63));
+        }
+        if (!part[i].c.s) continue;
+        if (part[i].dense) {
+            if ((rc = pydb__nseg_dense_bits(&part[i].c, &dense, &l, &nw, *w,
+                                            lo, words, err)))
+                goto cleanup;
+            continue;
+        }
+        for (size_t k = part[i].from; k < part[i].to; k++) {
+            int64_t d = (int64_t)mfns.v[k] - lo;
+            (*w)[d >> 6] |= (uint64_t)1 << (d & 63);
+        }
+    }
+    for (size_t k = 0; in && k < words; k++)
+        (*w)[k] &= pydb__mfn_bits_word(in, lo + 64 * (int64_t)k);
+    b->w = *w;
+    b->lo = (int32_t)lo;
+    b->nwords = words;
+cleanup:
+    if (rc) {
+        free(*w);
+        *w = NULL;
+    }
+    free(part);
+    free(mfns.v);
+    free(c.key);
+    return rc;
+}
+
+static int view_mfn_bits(uint64_t **w, pydb_mfn_bits *b, pydb_index *ix,
+                         const uint8_t *key, size_t len,
+                         const pydb_mfn_bits *in, pydb_error *err)
+{
+    return mfn_bits_in(w, b, ((nidx_view *)ix)->ss, key, len, in, err);
+}
+
 static int view_count(pydb_index *ix, const uint8_t *key, size_t len,
                       uint64_t *n, pydb_error *err)
 {
@@ -596,7 +703,7 @@ static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_key, view_close, NULL,
                                         view_prefix_postings, view_resident,
                                         view_postings_in_set, view_count,
-                                        view_mfns};
+                                        view_mfns, view_mfn_bits};
 
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
@@ -626,7 +733,7 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
                                         nidx_key, nidx_close, nidx_pin, NULL,
-                                        NULL, NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL, NULL};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {

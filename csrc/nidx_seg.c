@@ -795,6 +795,52 @@ static int dense_word(const dense_list *d, uint64_t w, uint64_t x,
     return why;
 }
 
+/* A dense list's header and parts (nidx_seg.h). */
+typedef struct dense_hdr {
+    uint64_t lo, nwords, nrec, rlen;
+    const uint8_t *words, *offs, *ranks, *lens, *recs;
+} dense_hdr;
+
+/* Read and check the header of the dense list at p[plen] (after its form
+ * byte; count postings, at off0 in path) into h. */
+static int dense_header(dense_hdr *h, const uint8_t *p, uint64_t plen,
+                        uint64_t count, const char *path, int64_t off0,
+                        pydb_error *err)
+{
+    const uint8_t *start = p, *e = p + plen;
+#define AT(q) (off0 < 0 ? -1 : off0 + (int64_t)((q) - start))
+    if (rd_varint(&p, e, &h->lo) || rd_varint(&p, e, &h->nwords) ||
+        rd_varint(&p, e, &h->nrec) || h->lo < 1 || h->lo > INT32_MAX ||
+        h->nwords < 1 || h->nwords - 1 > ((uint64_t)INT32_MAX - h->lo) / 64 ||
+        h->nwords > (uint64_t)(e - p) / 16 || h->nrec > 64 * h->nwords ||
+        h->nrec > count || h->nrec > (uint64_t)(e - p) - 16 * h->nwords)
+        return PYDB_CORRUPT(err, path, AT(start),
+                            "dense list's MFN range out of range");
+    h->words = p;
+    h->offs = h->words + 8 * h->nwords;
+    h->ranks = h->offs + 4 * (h->nwords + 1);
+    h->lens = h->ranks + 4 * h->nwords;
+    h->recs = h->lens + h->nrec;
+    if (h->recs > e)
+        return PYDB_CORRUPT(err, path, AT(h->words),
+                            "dense list's bitmap past its end");
+    h->rlen = (uint64_t)(e - h->recs);
+    if (!(pydb__u64(h->words) & 1) ||
+        !pydb__u64(h->words + 8 * (h->nwords - 1)) ||
+        pydb__u32(h->offs) != 0 ||
+        pydb__u32(h->offs + 4 * h->nwords) != h->rlen ||
+        pydb__u32(h->ranks) != 0 ||
+        pydb__u32(h->ranks + 4 * (h->nwords - 1)) +
+                (uint64_t)popcount64(
+                    pydb__u64(h->words + 8 * (h->nwords - 1))) !=
+            h->nrec)
+        return PYDB_CORRUPT(err, path, AT(h->words),
+                            "dense list's bitmap or directory disagrees "
+                            "with its bounds");
+    return PYDB_OK;
+#undef AT
+}
+
 /* A dense list (nidx_seg.h) at p[plen], after its form byte: into out
  * (its postings) or mout (its records' MFNs), as decode_list.  The
  * bitmap is read a word at a time, ANDed with keep's bits when keep is
@@ -809,47 +855,34 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
              nidx_dead_fn dead, const void *dead_ctx,
              const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
 {
-    const uint8_t *start = p, *e = p + plen, *words, *offs, *ranks;
+    const uint8_t *start = p, *words, *offs, *ranks;
     uint64_t lo, nwords, rlen, nlive = 0, seen = 0, k0 = 0, k1;
     uint64_t rank = 0, at = 0;   /* a whole read: where the next record is */
     const int whole = !keep && out;
     dense_list d = {NULL, NULL, 0, NULL, dead, dead_ctx};
+    dense_hdr h;
     int32_t *om = NULL;
+    int rc;
 #define AT(q) (off0 < 0 ? -1 : off0 + (int64_t)((q) - start))
     *live = 0;
-    if (rd_varint(&p, e, &lo) || rd_varint(&p, e, &nwords) ||
-        rd_varint(&p, e, &d.nrec) || lo < 1 || lo > INT32_MAX ||
-        nwords < 1 || nwords - 1 > ((uint64_t)INT32_MAX - lo) / 64 ||
-        nwords > (uint64_t)(e - p) / 16 || d.nrec > 64 * nwords ||
-        d.nrec > count || d.nrec > (uint64_t)(e - p) - 16 * nwords)
-        return PYDB_CORRUPT(err, path, AT(start),
-                            "dense list's MFN range out of range");
-    words = p;
-    offs = words + 8 * nwords;
-    ranks = offs + 4 * (nwords + 1);
-    d.lens = ranks + 4 * nwords;
-    d.recs = d.lens + d.nrec;
-    if (d.recs > e)
-        return PYDB_CORRUPT(err, path, AT(words),
-                            "dense list's bitmap past its end");
-    rlen = (uint64_t)(e - d.recs);
-    if (!(pydb__u64(words) & 1) || !pydb__u64(words + 8 * (nwords - 1)) ||
-        pydb__u32(offs) != 0 || pydb__u32(offs + 4 * nwords) != rlen ||
-        pydb__u32(ranks) != 0 ||
-        pydb__u32(ranks + 4 * (nwords - 1)) +
-                (uint64_t)popcount64(pydb__u64(words + 8 * (nwords - 1))) !=
-            d.nrec)
-        return PYDB_CORRUPT(err, path, AT(words),
-                            "dense list's bitmap or directory disagrees "
-                            "with its bounds");
+    if ((rc = dense_header(&h, p, plen, count, path, off0, err))) return rc;
+    lo = h.lo;
+    nwords = h.nwords;
+    rlen = h.rlen;
+    words = h.words;
+    offs = h.offs;
+    ranks = h.ranks;
+    d.lens = h.lens;
+    d.recs = h.recs;
+    d.nrec = h.nrec;
     if (out) {
-        int rc = pydb__postings_reserve(out, out->n + (size_t)count, err);
-        if (rc) return rc;
+        if ((rc = pydb__postings_reserve(out, out->n + (size_t)count, err)))
+            return rc;
         d.ov = out->v + out->n;
     }
     if (mout) {
-        int rc = pydb__mfns_reserve(mout, mout->n + (size_t)count, err);
-        if (rc) return rc;
+        if ((rc = pydb__mfns_reserve(mout, mout->n + (size_t)count, err)))
+            return rc;
         om = mout->v + mout->n;
     }
     k1 = nwords;
@@ -910,6 +943,39 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
     if (mout) mout->n += (size_t)nlive;
     return PYDB_OK;
 #undef AT
+}
+
+int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
+                          uint64_t *nwords, uint64_t *w, int64_t wlo,
+                          size_t nw, pydb_error *err)
+{
+    const nidx_seg *s = cur->s;
+    const uint8_t *p = s->map + cur->pstart;
+    dense_hdr h;
+    uint64_t sh, ws;
+    int rc;
+
+    PYDB_ASSERT(cur->valid && cur->pstart <= s->dict_off - cur->plen);
+    *dense = s->version >= NIDX_SEG_VERSION && cur->count > NIDX_SKIP &&
+             p[0] == NIDX_FORM_DENSE;
+    if (!*dense) return PYDB_OK;
+    if ((rc = dense_header(&h, p + 1, cur->plen - 1, cur->count, s->path,
+                           (int64_t)cur->pstart + 1, err)))
+        return rc;
+    *lo = h.lo;
+    *nwords = h.nwords;
+    if (!w) return PYDB_OK;
+    /* word k of the list: MFNs from lo + 64k, bit sh of w's word ws + k */
+    PYDB_ASSERT((int64_t)h.lo >= wlo &&
+                ((uint64_t)((int64_t)h.lo - wlo) >> 6) + h.nwords <= nw);
+    sh = (uint64_t)((int64_t)h.lo - wlo) & 63;
+    ws = (uint64_t)((int64_t)h.lo - wlo) >> 6;
+    for (uint64_t k = 0; k < h.nwords; k++) {
+        const uint64_t v = pydb__u64(h.words + 8 * k);
+        w[ws + k] |= v << sh;
+        if (sh && ws + k + 1 < nw) w[ws + k + 1] |= v >> (64 - sh);
+    }
+    return PYDB_OK;
 }
 
 /* decode_list or decode_dense for the entry at the cursor, by the

@@ -197,6 +197,16 @@ int pydb__nseg_mfns_in(pydb_mfns *out, const nidx_cursor *cur,
                        const pydb_mfn_bits *keep, uint64_t *live,
                        pydb_error *err);
 
+/* The records of the list at the cursor as bits, where the list is
+ * dense: *dense 1, its MFNs lo .. lo + 64 * nwords - 1 in *lo and
+ * *nwords (its header checked: PYDB_ECORRUPT), and, when w is given (a
+ * bitmap of the MFNs from wlo, nw words, that covers them), its bits
+ * ORed into w; *dense 0 and nothing done for a list of another form.
+ * No record is read; dead postings are the caller's business. */
+int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
+                          uint64_t *nwords, uint64_t *w, int64_t wlo,
+                          size_t nw, pydb_error *err);
+
 /* Writing a segment: begin with the number of terms, one call per term
  * in key order, finish with the tombstones. */
 typedef struct nidx_seg_enc {

@@ -554,32 +554,38 @@ static int rarest_order(size_t *ord, const node *n, eval_ctx *c)
  * order walks fewer postings of records not in all. */
 static int mset_term(mset *out, const node *t, eval_ctx *c,
                      const pydb_mfn_bits *in);
-static void mset_combine(mset *a, const mset *b, int op);
 
-/* The MFNs all operands of n but the last in the order ord hold (n as
- * eval_rarest_first's, its operands terms), within *in when given:
- * their MFN sets intersected rarest first, each read restricted to the
- * MFNs of those before (as mset_eval's chains of '*'). */
-static int terms_common(mset *out, const node *n, const size_t *ord,
-                        eval_ctx *c, const pydb_mfn_bits *in)
+/* 1 if the bitmap b holds no MFN. */
+static int bits_empty(const pydb_mfn_bits *b)
 {
-    mset rhs = {0};
-    pydb_mfn_bits sub;
-    uint64_t *w = NULL;
-    int rc = mset_term(out, n->items[ord[0]].node, c, in);
+    for (size_t k = 0; k < b->nwords; k++)
+        if (b->w[k]) return 0;
+    return 1;
+}
 
-    for (size_t j = 1; !rc && j + 1 < n->nitems && out->n; j++) {
-        if ((rc = bits_of_mset(&w, &sub, out, c->err))) break;
-        rc = mset_term(&rhs, n->items[ord[j]].node, c, w ? &sub : in);
-        free(w);
-        if (!rc) mset_combine(out, &rhs, OP_AND);
-        free(rhs.v);
-        rhs.v = NULL;
+/* The records of term t (within *in when given) as a restriction: *w
+ * and b as bits_alloc gives them (*w NULL: too sparse for one), *empty 1
+ * when there are none.  From the bits the index keeps (its mfn_bits op:
+ * a native index's dense lists) where it has them, else from the
+ * term's MFNs. */
+static int term_bits(uint64_t **w, pydb_mfn_bits *b, int *empty,
+                     const node *t, eval_ctx *c, const pydb_mfn_bits *in)
+{
+    mset m = {0};
+    int rc;
+
+    *w = NULL;
+    if (!t->trunc && !t->tags && c->ix->ops->mfn_bits) {
+        rc = c->ix->ops->mfn_bits(w, b, c->ix, t->key, t->key_len, in, c->err);
+        if (rc || *w) {
+            *empty = !rc && bits_empty(b);
+            return rc;
+        }
     }
-    if (rc) {
-        free(out->v);
-        memset(out, 0, sizeof *out);
-    }
+    if ((rc = mset_term(&m, t, c, in))) return rc;
+    *empty = m.n == 0;
+    if (m.n) rc = bits_of_mset(w, b, &m, c->err);
+    free(m.v);
     return rc;
 }
 
@@ -599,21 +605,36 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
     plist val[RAREST_MAX], acc = {0}, res = {0};
     pydb_mfn_bits sub;
     const pydb_mfn_bits *within = in;
-    mset common = {0};
     int rc;
 
     memset(out, 0, sizeof *out);
     memset(val, 0, sizeof val);
     if ((rc = rarest_order(ord, n, c))) goto cleanup;
     if (all_terms(n)) {
-        /* terms: the records all but the commonest hold, from their MFNs
-         * alone (a dense list's bitmap: docs/architecture.md); the
-         * commonest one's postings of those records, and then the
-         * others' postings of the records it has */
+        /* terms: the records all but the commonest hold, from their bits
+         * or MFNs alone (a dense list's bitmap: nidx_seg.h), rarest
+         * first, each within those before; the commonest one's postings
+         * of those records, then the others' postings of the records it
+         * has */
         const size_t last = ord[k - 1];
-        if ((rc = terms_common(&common, n, ord, c, in)) || common.n == 0 ||
-            (rc = bits_of_mset(&w, &sub, &common, c->err)) ||
-            (rc = eval(&val[last], n->items[last].node, c, w ? &sub : in)) ||
+        for (size_t j = 0; j + 1 < k; j++) {
+            uint64_t *w2;
+            pydb_mfn_bits sub2;
+            int empty;
+            rc = term_bits(&w2, &sub2, &empty, n->items[ord[j]].node, c,
+                           within);
+            if (rc || empty) {
+                free(w2);
+                goto cleanup;   /* (empty: so is the chain) */
+            }
+            if (w2) {   /* (none: too sparse, the restriction stays) */
+                free(w);
+                w = w2;
+                sub = sub2;
+                within = &sub;
+            }
+        }
+        if ((rc = eval(&val[last], n->items[last].node, c, within)) ||
             val[last].n == 0)
             goto cleanup;
         free(w);
@@ -653,7 +674,6 @@ cleanup:
     for (size_t i = 0; i < k; i++) pydb_postings_free(&val[i]);
     pydb_postings_free(&acc);
     pydb_postings_free(&res);
-    free(common.v);
     free(w);
     return rc;
 }
@@ -808,16 +828,40 @@ static int mset_eval(mset *out, const node *n, eval_ctx *c,
     mset acc = {0}, rhs = {0};
     pydb_mfn_bits sub;
     uint64_t *w = NULL;
-    size_t ord[RAREST_MAX];
-    int rc, rarest;
+    size_t ord[RAREST_MAX], first = 1;
+    int rc = PYDB_OK, rarest;
 
     if (n->kind == N_TERM) return mset_term(out, n, c, in);
     if (n->items[1].op == OP_OR) return mset_or(out, n, c, in);
     /* a chain of '*' alone: in any order, so rarest first (section 7) */
     rarest = rarest_first_fits(n, c, 1);
     if (rarest && (rc = rarest_order(ord, n, c))) return rc;
-    rc = mset_eval(&acc, n->items[rarest ? ord[0] : 0].node, c, in);
-    for (size_t i = 1; !rc && i < n->nitems; i++) {
+    if (rarest && n->items[ord[0]].node->kind == N_TERM) {
+        /* the rarest term's records as bits (term_bits), the next
+         * operand within them, and what it holds of them */
+        int empty;
+        memset(out, 0, sizeof *out);
+        if ((rc = term_bits(&w, &sub, &empty, n->items[ord[0]].node, c, in)) ||
+            empty) {
+            free(w);
+            return rc;
+        }
+        if (w) {
+            size_t o = 0;
+            rc = mset_eval(&acc, n->items[ord[1]].node, c, &sub);
+            for (size_t i = 0; !rc && i < acc.n; i++) {
+                acc.v[o] = acc.v[i];
+                o += (size_t)pydb__mfn_bits_has(&sub, acc.v[i]);
+            }
+            if (!rc) acc.n = o;
+            first = 2;
+            free(w);
+            w = NULL;
+        }
+    }
+    if (first == 1)
+        rc = mset_eval(&acc, n->items[rarest ? ord[0] : 0].node, c, in);
+    for (size_t i = first; !rc && i < n->nitems; i++) {
         size_t k = rarest ? ord[i] : i;
         if (acc.n == 0) break;   /* an empty AND / NOT stays empty */
         /* only the records of acc matter to acc * rhs and acc ^ rhs */
