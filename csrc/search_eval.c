@@ -61,13 +61,14 @@
  *    decoder's one-load path for four one-byte varints and no sortedness
  *    pass over a native index's lists: `THE $ ALIC` 123 -> 57 us, `THE
  *    . . . ALIC` 121 -> 56 us, `THE * ALIC` 105 -> 50 us.
- *    A chain whose operands are all terms first finds the records all
- *    but the commonest hold from their MFNs alone (mset_term: a dense
- *    list's bitmap, nidx_seg.h, gives them without reading a posting),
- *    then reads the commonest one's postings of those records, then the
- *    others' postings of the records it has (terms_common).  With dense
- *    lists (segment format 4): `THE $ ALIC` 67 -> 55 us, `THE * ALIC`
- *    48 -> 26 us.
+ *    A chain whose operands are all terms first narrows the records with
+ *    the bits of all but its commonest term, rarest first (term_bits:
+ *    the index's own bits, a native index's dense lists, nidx_seg.h, or
+ *    the term's MFNs), then reads the commonest one's postings of those
+ *    records, then the others' postings of the records it has; a chain
+ *    of '*' on MFN sets evaluates its next operand within the rarest
+ *    term's bits (mset_eval).  With dense lists (segment format 4) and
+ *    bits: `THE $ ALIC` 67 -> 44 us, `THE * ALIC` 48 -> 12 us.
  *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
