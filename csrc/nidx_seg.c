@@ -564,13 +564,14 @@ decode_list(pydb_postings *out, pydb_mfns *mout, const char *path,
 #undef AT
 }
 
-/* The postings of one record of a dense list (nidx_seg.h) at p[len]:
- * MFN m, stored from ov[*nlive] (ov NULL: not stored), *nlive moving on
- * by them when take; *n counts them.  NULL when they are damaged (none
- * in len bytes, out of range, not ascending, or not len bytes). */
-static __attribute__((noinline)) const uint8_t *
+/* The postings of one record of a dense list (nidx_seg.h) at p[len],
+ * MFN m: stored from ov (NULL: not stored), room of them at most (what
+ * is left of the dictionary's count).  Returns how many; 0 when they
+ * are damaged (none in len bytes, out of range, not ascending, not len
+ * bytes, or more than room). */
+static __attribute__((noinline)) uint64_t
 dense_record(const uint8_t *p, uint64_t len, int32_t m, pydb_posting *ov,
-             uint64_t *nlive, int take, uint64_t *n)
+             uint64_t room)
 {
     const uint8_t *e = p + len;
     uint64_t tag = 0, occ = 0, cnt = 0, k = 0;
@@ -583,7 +584,7 @@ dense_record(const uint8_t *p, uint64_t len, int32_t m, pydb_posting *ov,
             p += 3;
         } else if (rd_varint(&p, e, &a) || rd_varint(&p, e, &b) ||
                    rd_varint(&p, e, &c)) {
-            return NULL;
+            return 0;
         }
         if (k == 0) {
             tag = a;
@@ -599,25 +600,21 @@ dense_record(const uint8_t *p, uint64_t len, int32_t m, pydb_posting *ov,
         } else if (c) {
             cnt += c;
         } else {
-            return NULL;   /* a repeat */
+            return 0;   /* a repeat */
         }
-        if (tag > UINT32_MAX || occ > UINT32_MAX || cnt > UINT32_MAX)
-            return NULL;   /* (a sum that wraps comes back > 2^32 - 1
-                              only if a part is: each is checked) */
-        if (take) {
-            if (ov) {
-                pydb_posting *v = &ov[*nlive];
-                v->mfn = m;
-                v->tag = (uint32_t)tag;
-                v->occ = (uint32_t)occ;
-                v->cnt = (uint32_t)cnt;
-            }
-            (*nlive)++;
+        if (tag > UINT32_MAX || occ > UINT32_MAX || cnt > UINT32_MAX ||
+            k >= room)
+            return 0;   /* (a sum that wraps comes back > 2^32 - 1 only
+                           if a part is: each is checked) */
+        if (ov) {
+            ov[k].mfn = m;
+            ov[k].tag = (uint32_t)tag;
+            ov[k].occ = (uint32_t)occ;
+            ov[k].cnt = (uint32_t)cnt;
         }
         k++;
     }
-    *n += k;
-    return k ? p : NULL;
+    return k;
 }
 
 /* Where record r of a dense list starts (*qo) and its length (*len),
@@ -664,11 +661,26 @@ dense_mfns(int32_t *om, uint64_t n, uint64_t x, int64_t base,
     return n;
 }
 
-/* Set bits of x (the POPCNT instruction where the build may use it). */
+/* The functions that count bits a word at a time are built twice on
+ * x86-64 with glibc, with and without the POPCNT instruction, the one
+ * the processor has chosen when the library loads (GCC's target_clones,
+ * an ifunc); elsewhere once, counting as popcount64's fallback does. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
+#define POPCNT_CLONED 1
+#endif
+#endif
+#ifndef POPCNT_CLONES
+#define POPCNT_CLONES
+#endif
+
+/* Set bits of x: the POPCNT instruction in a POPCNT_CLONES function's
+ * clone for it (a library call in the other), else shifts and adds. */
 static inline __attribute__((always_inline)) unsigned
 popcount64(uint64_t x)
 {
-#if defined(__POPCNT__)
+#if defined(__POPCNT__) || defined(POPCNT_CLONED)
     return (unsigned)__builtin_popcountll(x);
 #else
     x -= (x >> 1) & 0x5555555555555555ull;
@@ -705,7 +717,7 @@ lens_sum(const uint8_t *p, uint64_t n, int *big)
  * needs. */
 typedef struct dense_list {
     const uint8_t *lens, *recs;
-    uint64_t nrec;
+    uint64_t nrec, count;    /* count: the dictionary's (room reserved) */
     pydb_posting *ov;        /* where postings go (NULL: counted only) */
     nidx_dead_fn dead;       /* NULL: none dead */
     const void *dead_ctx;
@@ -721,10 +733,10 @@ enum { DW_OK, DW_RANGE, DW_POSTING };
  * records before each, from the last one read, are passed by their
  * lengths.  DW_OK, or DW_RANGE / DW_POSTING with *bad the offset in
  * the records of the damaged record. */
-static int dense_word(const dense_list *d, uint64_t w, uint64_t x,
-                      int64_t base, uint64_t ob, uint64_t oe, uint64_t rk,
-                      uint64_t *nlive, uint64_t *seen, uint64_t *end,
-                      uint64_t *bad)
+static __attribute__((noinline)) POPCNT_CLONES int
+dense_word(const dense_list *d, uint64_t w, uint64_t x, int64_t base,
+           uint64_t ob, uint64_t oe, uint64_t rk, uint64_t *nlive,
+           uint64_t *seen, uint64_t *end, uint64_t *bad)
 {
     const uint8_t *const lens = d->lens, *const recs = d->recs;
     pydb_posting *const ov = d->ov;
@@ -737,18 +749,19 @@ static int dense_word(const dense_list *d, uint64_t w, uint64_t x,
         const int32_t m = (int32_t)(base + t);
         const int take = !d->dead || !d->dead(d->dead_ctx, m);
         const uint64_t o0 = qo;
-        /* its rank; the records between, bits qb .. t - 1, passed by
-         * their lengths (each under 255, or big) */
-        const uint64_t r = qr + popcount64(w & (((uint64_t)1 << t) - 1) &
-                                           ~(((uint64_t)1 << qb) - 1));
-        uint64_t len, between;
-        int big;
+        /* the records between, bits qb .. t - 1 (none in a whole
+         * read): passed by their lengths (each under 255, or big) */
+        const uint64_t skipped = w & (((uint64_t)1 << t) - 1) &
+                                 ~(((uint64_t)1 << qb) - 1);
+        uint64_t r = qr, len, between = 0;
+        int big = 0;
+        if (skipped) r += popcount64(skipped);
         *bad = o0;
         if (r >= d->nrec) {
             why = DW_RANGE;
             break;
         }
-        between = lens_sum(lens + qr, r - qr, &big);
+        if (skipped) between = lens_sum(lens + qr, r - qr, &big);
         len = lens[r];
         qo += between;
         if (big || len == 255) {
@@ -763,6 +776,11 @@ static int dense_word(const dense_list *d, uint64_t w, uint64_t x,
             why = DW_RANGE;
             break;
         }
+        if (sn >= d->count) {   /* more postings than the dictionary's */
+            *bad = qo;
+            why = DW_POSTING;
+            break;
+        }
         if (len == 3 && !((recs[qo] | recs[qo + 1] | recs[qo + 2]) & 0x80)) {
             /* one posting of three one-byte varints: most records */
             if (ov) {
@@ -775,14 +793,16 @@ static int dense_word(const dense_list *d, uint64_t w, uint64_t x,
             nl += (uint64_t)take;
             sn++;
         } else {
-            uint64_t l2 = nl, s2 = sn;
-            if (!dense_record(recs + qo, len, m, ov, &l2, take, &s2)) {
+            const uint64_t got = dense_record(recs + qo, len, m,
+                                              ov && take ? ov + nl : NULL,
+                                              d->count - sn);
+            if (!got) {
                 *bad = qo;
                 why = DW_POSTING;
                 break;
             }
-            nl = l2;
-            sn = s2;
+            nl += take ? got : 0;
+            sn += got;
         }
         qo += len;
         qr = r + 1;
@@ -825,6 +845,14 @@ static int dense_header(dense_hdr *h, const uint8_t *p, uint64_t plen,
         return PYDB_CORRUPT(err, path, AT(h->words),
                             "dense list's bitmap past its end");
     h->rlen = (uint64_t)(e - h->recs);
+    {   /* no bit of the last word for an MFN past 2^31 - 1 */
+        const uint64_t top = h->lo + 64 * (h->nwords - 1);
+        if (top + 63 > INT32_MAX &&
+            pydb__u64(h->words + 8 * (h->nwords - 1)) >>
+                (unsigned)(INT32_MAX - top + 1))
+            return PYDB_CORRUPT(err, path, AT(h->words),
+                                "dense list's MFN range out of range");
+    }
     if (!(pydb__u64(h->words) & 1) ||
         !pydb__u64(h->words + 8 * (h->nwords - 1)) ||
         pydb__u32(h->offs) != 0 ||
@@ -841,15 +869,139 @@ static int dense_header(dense_hdr *h, const uint8_t *p, uint64_t plen,
 #undef AT
 }
 
-/* A dense list (nidx_seg.h) at p[plen], after its form byte: into out
- * (its postings) or mout (its records' MFNs), as decode_list.  The
- * bitmap is read a word at a time, ANDed with keep's bits when keep is
- * given; the records of the bits left are read (dense_word).  mout: the
- * records are not read (the bitmap says which they are).  Every record
- * read is checked; a whole read (no keep, out) also checks that the
- * directory, the lengths and the records agree throughout and that the
- * postings are the dictionary's count. */
+/* Why dense_whole failed, and where (*bad: a file offset's part within
+ * the list's parts, as named) */
+enum { DH_OK, DH_OFFS, DH_RANKS, DH_RANGE, DH_POSTING, DH_WORD_END,
+       DH_COUNT };
+
+/* A whole read of the dense list h (its records one after the other,
+ * every one checked with the directory, the lengths and the bytes):
+ * the live postings (dead() kills none) into ov[0...] (NULL: counted
+ * only), *nlive of them, *seen postings read.  DH_OK, or why it failed
+ * with *bad: the word (DH_OFFS, DH_RANKS), the records' offset
+ * (DH_RANGE, DH_POSTING, DH_WORD_END). */
+/* One record of a whole read that is not of the commonest form (see
+ * dense_whole): its length from the lengths (a varint before it when
+ * 255), checked against the word's end oe, its postings read (into ov
+ * unless NULL; room of them at most).  Returns where the record ends and
+ * how many postings it has (got 0: damaged, why and at say so). */
+typedef struct whole_step {
+    uint64_t qo, got, at;
+    int why;
+} whole_step;
+
+static __attribute__((noinline)) whole_step
+dense_whole_record(const dense_hdr *h, uint64_t r, uint64_t qo, uint64_t oe,
+                   int32_t m, pydb_posting *ov, uint64_t room)
+{
+    whole_step st = {qo, 0, qo, DH_OK};
+    uint64_t len = r < h->nrec ? h->lens[r] : UINT64_MAX;
+    if (len == 255) {   /* a long one: its length as a varint */
+        const uint8_t *p = h->recs + qo;
+        if (rd_varint(&p, h->recs + oe, &len) || len < 255) len = UINT64_MAX;
+        st.qo = qo = (uint64_t)(p - h->recs);
+    }
+    if (qo > oe || len > oe - qo) {
+        st.why = DH_RANGE;
+        return st;
+    }
+    if (!(st.got = dense_record(h->recs + qo, len, m, ov, room))) {
+        st.at = qo;
+        st.why = DH_POSTING;
+        return st;
+    }
+    st.qo = qo + len;
+    return st;
+}
+
 static __attribute__((noinline)) int
+dense_whole(const dense_hdr *h, uint64_t count, pydb_posting *ov,
+            nidx_dead_fn dead, const void *dead_ctx, uint64_t *nlive,
+            uint64_t *seen, uint64_t *bad)
+{
+    const uint8_t *const lens = h->lens, *const recs = h->recs;
+    const uint64_t nrec = h->nrec;
+    uint64_t qo = 0, r = 0, nl = 0, sn = 0, k, at = 0;
+    int why = DH_OK;
+
+    for (k = 0; k < h->nwords && why == DH_OK; k++) {
+        const int64_t base = (int64_t)h->lo + 64 * (int64_t)k;
+        const uint64_t oe = pydb__u32(h->offs + 4 * (k + 1));
+        if (pydb__u32(h->offs + 4 * k) != qo) {
+            why = DH_OFFS;
+            break;
+        }
+        if (pydb__u32(h->ranks + 4 * k) != r) {
+            why = DH_RANKS;
+            break;
+        }
+        if (oe > h->rlen) {
+            at = qo;
+            why = DH_RANGE;
+            break;
+        }
+        uint64_t w = pydb__u64(h->words + 8 * k);
+        while (w) {
+            int32_t m;
+            int take;
+            whole_step st;
+            /* the commonest records, in a loop of their own (no call in
+             * it: its values stay in registers): one posting each, three
+             * one-byte varints (TAG, OCC, CNT) */
+            for (; w; w &= w - 1) {
+                m = (int32_t)(base + __builtin_ctzll(w));
+                take = !dead || !dead(dead_ctx, m);
+                if (r >= nrec || lens[r] != 3 || qo + 3 > oe || sn >= count ||
+                    ((recs[qo] | recs[qo + 1] | recs[qo + 2]) & 0x80))
+                    break;
+                if (ov && take) {
+                    pydb_posting *v = &ov[nl];
+                    v->mfn = m;
+                    v->tag = recs[qo];
+                    v->occ = recs[qo + 1];
+                    v->cnt = recs[qo + 2];
+                }
+                nl += (uint64_t)take;
+                sn++;
+                qo += 3;
+                r++;
+            }
+            if (!w) break;
+            st = dense_whole_record(h, r, qo, oe, m,
+                                    ov && take ? ov + nl : NULL, count - sn);
+            if (!st.got) {
+                at = st.at;
+                why = st.why;
+                break;
+            }
+            nl += take ? st.got : 0;
+            sn += st.got;
+            qo = st.qo;
+            r++;
+            w &= w - 1;
+        }
+        if (why != DH_OK) break;
+        if (why == DH_OK && qo != oe) {
+            at = qo;
+            why = DH_WORD_END;
+        }
+    }
+    if (why == DH_OK && r != nrec) why = DH_COUNT;
+    *bad = why == DH_OFFS || why == DH_RANKS ? k : at;
+    *nlive = nl;
+    *seen = sn;
+    return why;
+}
+
+/* A dense list (nidx_seg.h) at p[plen], after its form byte: into out
+ * (its postings) or mout (its records' MFNs), as decode_list.  Without
+ * keep, its postings are read whole (dense_whole, which checks that the
+ * directory, the lengths and the records agree throughout), and must be
+ * the dictionary's count.  With keep, the bitmap is read a word at a
+ * time, ANDed with keep's bits, and the records of the bits left are
+ * read and checked (dense_word).  mout: the records are not read (the
+ * bitmap says which they are). */
+static __attribute__((noinline)) POPCNT_CLONES int
 decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
              const uint8_t *p, uint64_t plen, uint64_t count, int64_t off0,
              nidx_dead_fn dead, const void *dead_ctx,
@@ -857,9 +1009,7 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
 {
     const uint8_t *start = p, *words, *offs, *ranks;
     uint64_t lo, nwords, rlen, nlive = 0, seen = 0, k0 = 0, k1;
-    uint64_t rank = 0, at = 0;   /* a whole read: where the next record is */
-    const int whole = !keep && out;
-    dense_list d = {NULL, NULL, 0, NULL, dead, dead_ctx};
+    dense_list d = {NULL, NULL, 0, count, NULL, dead, dead_ctx};
     dense_hdr h;
     int32_t *om = NULL;
     int rc;
@@ -885,6 +1035,41 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
             return rc;
         om = mout->v + mout->n;
     }
+    if (!keep && !om) {   /* a whole read */
+        uint64_t bad;
+        switch (dense_whole(&h, count, d.ov, dead, dead_ctx, &nlive, &seen,
+                            &bad)) {
+        case DH_OFFS:
+            return PYDB_CORRUPT(err, path, AT(offs + 4 * bad),
+                                "dense list's directory disagrees with "
+                                "its records");
+        case DH_RANKS:
+            return PYDB_CORRUPT(err, path, AT(ranks + 4 * bad),
+                                "dense list's directory disagrees with "
+                                "its records");
+        case DH_RANGE:
+            return PYDB_CORRUPT(err, path, AT(d.recs + bad),
+                                "dense list's record out of range");
+        case DH_POSTING:
+            return PYDB_CORRUPT(err, path, AT(d.recs + bad),
+                                "posting out of range or not ascending");
+        case DH_WORD_END:
+            return PYDB_CORRUPT(err, path, AT(d.recs + bad),
+                                "dense list's records disagree with its "
+                                "directory");
+        case DH_COUNT:
+            return PYDB_CORRUPT(err, path, AT(start),
+                                "dense list's bitmap holds another number "
+                                "of records than it says");
+        }
+        if (seen != count)
+            return PYDB_CORRUPT(err, path, AT(start),
+                                "posting list holds %llu postings, "
+                                "dictionary says %llu",
+                                (unsigned long long)seen,
+                                (unsigned long long)count);
+        goto done;
+    }
     k1 = nwords;
     if (keep) {   /* only the words that keep's range meets */
         int64_t a = (int64_t)keep->lo - (int64_t)lo;
@@ -901,25 +1086,30 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
         const uint64_t w = pydb__u64(words + 8 * k);
         const int64_t base = (int64_t)lo + 64 * (int64_t)k;
         const uint64_t x = keep ? w & pydb__mfn_bits_word(keep, base) : w;
-        uint64_t ob, oe, rk, bad;
+        const uint64_t rk = pydb__u32(ranks + 4 * k);
+        const uint64_t rn = k + 1 < nwords ? pydb__u32(ranks + 4 * (k + 1))
+                                           : d.nrec;
+        uint64_t ob, oe, bad, end, after, len;
         int why;
+        /* the word's records are the ranks rk .. rn - 1: as many as its
+         * bits (so no more MFNs than the dictionary's count, and a bit
+         * lost or added shows in every word read, wanted records or
+         * not) */
+        if (rk + popcount64(w) != rn || rn > d.nrec)
+            return PYDB_CORRUPT(err, path, AT(ranks + 4 * k),
+                                "dense list's directory disagrees with "
+                                "its bitmap");
+        if (!x) continue;
         if (om) {   /* the records' MFNs: the bitmap says them */
             nlive = dense_mfns(om, nlive, x, base, dead, dead_ctx);
             continue;
         }
         ob = pydb__u32(offs + 4 * k);
         oe = pydb__u32(offs + 4 * (k + 1));
-        rk = pydb__u32(ranks + 4 * k);
-        if (whole && (ob != at || rk != rank))
-            return PYDB_CORRUPT(err, path,
-                                ob != at ? AT(offs + 4 * k) : AT(ranks + 4 * k),
-                                "dense list's directory disagrees with "
-                                "its records");
-        if (!x) continue;
-        if (ob > oe || oe > rlen || rk >= d.nrec)
+        if (ob > oe || oe > rlen)
             return PYDB_CORRUPT(err, path, AT(offs + 4 * k),
                                 "dense list's directory out of range");
-        why = dense_word(&d, w, x, base, ob, oe, rk, &nlive, &seen, &at,
+        why = dense_word(&d, w, x, base, ob, oe, rk, &nlive, &seen, &end,
                          &bad);
         if (why == DW_RANGE)
             return PYDB_CORRUPT(err, path, AT(d.recs + bad),
@@ -927,17 +1117,28 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
         if (why == DW_POSTING)
             return PYDB_CORRUPT(err, path, AT(d.recs + bad),
                                 "posting out of range or not ascending");
-        rank = rk + popcount64(w);   /* (a whole read: all of them read) */
-        if (whole && at != oe)
-            return PYDB_CORRUPT(err, path, AT(d.recs + at),
+        /* the records after the last one read end where the word's do */
+        after = rk + popcount64(w & (~(uint64_t)0 >>
+                                     (unsigned)__builtin_clzll(x)));
+        if (after < rn) {
+            int big;
+            const uint64_t rest = lens_sum(d.lens + after, rn - after, &big);
+            if (!big) {
+                end += rest;
+            } else if (dense_walk(d.recs, oe, d.lens, after, rn - 1, &end,
+                                  &len)) {
+                return PYDB_CORRUPT(err, path, AT(d.recs + end),
+                                    "dense list's record out of range");
+            } else {
+                end += len;
+            }
+        }
+        if (end != oe)
+            return PYDB_CORRUPT(err, path, AT(d.recs + end),
                                 "dense list's records disagree with its "
                                 "directory");
     }
-    if (whole && (seen != count || rank != d.nrec))
-        return PYDB_CORRUPT(err, path, AT(start),
-                            "posting list holds %llu postings, dictionary "
-                            "says %llu", (unsigned long long)seen,
-                            (unsigned long long)count);
+done:
     *live = nlive;
     if (out) out->n += (size_t)nlive;
     if (mout) mout->n += (size_t)nlive;
