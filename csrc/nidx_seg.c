@@ -914,7 +914,7 @@ dense_whole_record(const dense_hdr *h, uint64_t r, uint64_t qo, uint64_t oe,
     return st;
 }
 
-static __attribute__((noinline)) int
+static __attribute__((noinline)) POPCNT_CLONES int
 dense_whole(const dense_hdr *h, uint64_t count, pydb_posting *ov,
             nidx_dead_fn dead, const void *dead_ctx, uint64_t *nlive,
             uint64_t *seen, uint64_t *bad)
@@ -945,28 +945,33 @@ dense_whole(const dense_hdr *h, uint64_t count, pydb_posting *ov,
             int32_t m;
             int take;
             whole_step st;
-            /* the commonest records, in a loop of their own (no call in
-             * it: its values stay in registers): one posting each, three
-             * one-byte varints (TAG, OCC, CNT) */
-            for (; w; w &= w - 1) {
+            /* the commonest records, with none dead, in a loop of their
+             * own (no call in it: its values stay in registers), while
+             * the word's records fit the count and bytes left: one
+             * posting each, three one-byte varints (TAG, OCC, CNT) */
+            const uint64_t nb = popcount64(w);   /* records left */
+            const int room = !dead && r + nb <= nrec && sn + nb <= count &&
+                             qo <= oe && oe - qo >= 3 * nb;
+            for (; w && room; w &= w - 1) {
                 m = (int32_t)(base + __builtin_ctzll(w));
-                take = !dead || !dead(dead_ctx, m);
-                if (r >= nrec || lens[r] != 3 || qo + 3 > oe || sn >= count ||
+                if (lens[r] != 3 ||
                     ((recs[qo] | recs[qo + 1] | recs[qo + 2]) & 0x80))
                     break;
-                if (ov && take) {
+                if (ov) {
                     pydb_posting *v = &ov[nl];
                     v->mfn = m;
                     v->tag = recs[qo];
                     v->occ = recs[qo + 1];
                     v->cnt = recs[qo + 2];
                 }
-                nl += (uint64_t)take;
+                nl++;
                 sn++;
                 qo += 3;
                 r++;
             }
             if (!w) break;
+            m = (int32_t)(base + __builtin_ctzll(w));
+            take = !dead || !dead(dead_ctx, m);
             st = dense_whole_record(h, r, qo, oe, m,
                                     ov && take ? ov + nl : NULL, count - sn);
             if (!st.got) {
