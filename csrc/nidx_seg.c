@@ -368,6 +368,26 @@ put_posting(pydb_posting *ov, int32_t *om, uint64_t *nlive, int kept,
     *nlive += (uint64_t)take;
 }
 
+/* TAG, OCC and CNT of a posting after one of the same record, whose
+ * varints are a, b, c (the delta rule, nidx_seg.h): a TAG delta, or an
+ * OCC delta, or a CNT delta; the fields after the one that moves are
+ * absolute. */
+static inline __attribute__((always_inline)) void
+same_record(uint64_t *tag, uint64_t *occ, uint64_t *cnt, uint64_t a,
+            uint64_t b, uint64_t c)
+{
+    if (a) {
+        *tag += a;
+        *occ = b;
+        *cnt = c;
+    } else if (b) {
+        *occ += b;
+        *cnt = c;
+    } else {
+        *cnt += c;
+    }
+}
+
 /* The decoder of pydb__nseg_decode, _decode_in, _mfns_in and
  * _get_varints: the list of count postings at p[plen], led by its skip
  * table when `skips` (nidx_seg.h), into out, or only their MFNs into
@@ -526,15 +546,8 @@ decode_list(pydb_postings *out, pydb_mfns *mout, const char *path,
                 tag = a;
                 occ = b;
                 cnt = c;
-            } else if (a) {
-                tag += a;
-                occ = b;
-                cnt = c;
-            } else if (b) {
-                occ += b;
-                cnt = c;
             } else {
-                cnt += c;
+                same_record(&tag, &occ, &cnt, a, b, c);
             }
             if (m < 1 || m > INT32_MAX || tag > UINT32_MAX ||
                 occ > UINT32_MAX || cnt > UINT32_MAX ||
@@ -590,17 +603,10 @@ dense_record(const uint8_t *p, uint64_t len, int32_t m, pydb_posting *ov,
             tag = a;
             occ = b;
             cnt = c;
-        } else if (a) {
-            tag += a;
-            occ = b;
-            cnt = c;
-        } else if (b) {
-            occ += b;
-            cnt = c;
-        } else if (c) {
-            cnt += c;
-        } else {
+        } else if (!(a | b | c)) {
             return 0;   /* a repeat */
+        } else {
+            same_record(&tag, &occ, &cnt, a, b, c);
         }
         if (tag > UINT32_MAX || occ > UINT32_MAX || cnt > UINT32_MAX ||
             k >= room)
@@ -664,8 +670,19 @@ dense_mfns(int32_t *om, uint64_t n, uint64_t x, int64_t base,
 /* The functions that count bits a word at a time are built twice on
  * x86-64 with glibc, with and without the POPCNT instruction, the one
  * the processor has chosen when the library loads (GCC's target_clones,
- * an ifunc); elsewhere once, counting as popcount64's fallback does. */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+ * an ifunc); elsewhere once, counting as popcount64's fallback does.
+ * Not under ThreadSanitizer, whose runtime is not up yet when the ifunc
+ * resolvers run (the program dies at load with SIGSEGV). */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define POPCNT_NO_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define POPCNT_NO_CLONES 1
+#endif
+#if defined(__x86_64__) && defined(__GLIBC__) && \
+    defined(__has_attribute) && !defined(POPCNT_NO_CLONES)
 #if __has_attribute(target_clones)
 #define POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
 #define POPCNT_CLONED 1
@@ -711,6 +728,17 @@ lens_sum(const uint8_t *p, uint64_t n, int *big)
     }
     *big = ff != 0;
     return sum;
+}
+
+/* The posting of MFN m that a record of three one-byte varints q[3]
+ * (TAG, OCC, CNT) holds, into *v: the commonest record. */
+static inline __attribute__((always_inline)) void
+put_short(pydb_posting *v, int32_t m, const uint8_t *q)
+{
+    v->mfn = m;
+    v->tag = q[0];
+    v->occ = q[1];
+    v->cnt = q[2];
 }
 
 /* The parts of a dense list (nidx_seg.h) that reading its records
@@ -783,13 +811,7 @@ dense_word(const dense_list *d, uint64_t w, uint64_t x, int64_t base,
         }
         if (len == 3 && !((recs[qo] | recs[qo + 1] | recs[qo + 2]) & 0x80)) {
             /* one posting of three one-byte varints: most records */
-            if (ov) {
-                pydb_posting *v = &ov[nl];
-                v->mfn = m;
-                v->tag = recs[qo];
-                v->occ = recs[qo + 1];
-                v->cnt = recs[qo + 2];
-            }
+            if (ov) put_short(&ov[nl], m, recs + qo);
             nl += (uint64_t)take;
             sn++;
         } else {
@@ -957,13 +979,7 @@ dense_whole(const dense_hdr *h, uint64_t count, pydb_posting *ov,
                 if (lens[r] != 3 ||
                     ((recs[qo] | recs[qo + 1] | recs[qo + 2]) & 0x80))
                     break;
-                if (ov) {
-                    pydb_posting *v = &ov[nl];
-                    v->mfn = m;
-                    v->tag = recs[qo];
-                    v->occ = recs[qo + 1];
-                    v->cnt = recs[qo + 2];
-                }
+                if (ov) put_short(&ov[nl], m, recs + qo);
                 nl++;
                 sn++;
                 qo += 3;

@@ -71,6 +71,17 @@ def skip_entries(postings) -> list[tuple[int, tuple]]:
     return [(starts[i], tuple(postings[i - 1])) for i in range(SKIP, len(postings), SKIP)]
 
 
+def same_record(last: tuple, a: int, b: int, c: int) -> tuple:
+    """(TAG, OCC, CNT) of a posting after `last` of the same record, whose
+    varints are a, b, c: a TAG delta, or an OCC delta, or a CNT delta."""
+    t, o, cnt = last
+    if a:
+        return t + a, b, c
+    if b:
+        return t, o + b, c
+    return t, o, cnt + c
+
+
 def record_bytes(postings) -> bytes:
     """The postings of one record as a dense list holds them: the first's
     TAG, OCC, CNT, then each by the delta rule without the MFN."""
@@ -168,14 +179,8 @@ def decode_dense(b: bytes) -> list[tuple]:
             a, i = read_varint(b, i)
             bb, i = read_varint(b, i)
             cc, i = read_varint(b, i)
-            if first:
-                t, o, c, first = a, bb, cc, False
-            elif a:
-                t, o, c = t + a, bb, cc
-            elif bb:
-                o, c = o + bb, cc
-            else:
-                c += cc
+            t, o, c = (a, bb, cc) if first else same_record((t, o, c), a, bb, cc)
+            first = False
             out.append((m, t, o, c))
     return out
 
@@ -200,12 +205,8 @@ def decode_list(b: bytes, count: int, version: int) -> list[tuple]:
         cc, i = read_varint(b, i)
         if dm:
             m, t, o, c = m + dm, a, bb, cc
-        elif a:
-            t, o, c = t + a, bb, cc
-        elif bb:
-            o, c = o + bb, cc
         else:
-            c += cc
+            t, o, c = same_record((t, o, c), a, bb, cc)
         out.append((m, t, o, c))
     assert len(out) == count
     return out

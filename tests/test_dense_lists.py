@@ -15,10 +15,10 @@ reason wherever a read meets the damage."""
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
 import pytest
 import segment_model as sm
+from test_skip_tables import _answer, _corruption, _patched, _segment
 
 import pydb
 from pydb import _pydb
@@ -57,11 +57,6 @@ def _records():
             fields.append((24, b"half common"))
         out.append(fields)
     return out
-
-
-def _segment(base) -> Path:
-    (seg,) = Path(f"{base}.pdx").glob("seg-*.pds")
-    return seg
 
 
 @pytest.fixture(scope="module")
@@ -174,14 +169,6 @@ def _layout(lst: bytes) -> dict:
             "lens": list(lst[lens:recs]), "recs": recs, "starts": starts}
 
 
-def _patched(data: bytes, at: int, new: bytes) -> bytes:
-    """data with bytes at `at` replaced and the checksum made right."""
-    b = bytearray(data)
-    b[at:at + len(new)] = new
-    struct.pack_into("<Q", b, len(b) - 8, sm.crc32c(bytes(b[:-8])))
-    return bytes(b)
-
-
 @pytest.fixture
 def copy(tmp_path):
     """A fresh database like `indexed`'s, its segment file and bytes, the
@@ -196,24 +183,6 @@ def copy(tmp_path):
             return base, seg, data, at, lst, sm.decode_list(lst, count, 4)
         at += len(lst)
     raise AssertionError("no COMMON")
-
-
-def _corruption(base, expr):
-    ix = _pydb._open_native_index(str(base))
-    try:
-        with pytest.raises(pydb.CorruptionError) as ei:
-            search(ix, expr) if expr else ix.postings(b"COMMON")
-        return ei.value
-    finally:
-        ix.close()
-
-
-def _answer(base, expr):
-    ix = _pydb._open_native_index(str(base))
-    try:
-        return list(search(ix, expr))
-    finally:
-        ix.close()
 
 
 def test_a_damaged_record_is_found_where_it_is_read(copy):
