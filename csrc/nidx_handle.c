@@ -591,7 +591,7 @@ static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, nidx_segset *ss,
     memset(&c, 0, sizeof c);
     if (!part) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     for (size_t i = 0; i < ss->n; i++) {
-        uint64_t l, nw, live;
+        uint64_t l, nw;
         c.s = ss->v[i];
         if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
         if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
@@ -606,12 +606,16 @@ static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, nidx_segset *ss,
             if ((rc = pydb__nowait_spend(nw))) goto cleanup;
             if ((int64_t)l < lo) lo = (int64_t)l;
             if ((int64_t)(l + 64 * nw - 1) > hi) hi = (int64_t)(l + 64 * nw - 1);
-            continue;
         }
+    }
+    if (!any_dense) goto cleanup;   /* no bits: the caller asks mfns */
+    for (size_t i = 0; i < ss->n; i++) {   /* the other lists' MFNs */
+        uint64_t live;
+        if (!part[i].c.s || part[i].dense) continue;
         part[i].from = mfns.n;
-        if ((rc = pydb__nowait_spend(c.count)) ||
-            (rc = pydb__nseg_mfns_in(&mfns, &c, NULL, NULL, NULL, &live,
-                                     err)))
+        if ((rc = pydb__nowait_spend(part[i].c.count)) ||
+            (rc = pydb__nseg_mfns_in(&mfns, &part[i].c, NULL, NULL, NULL,
+                                     &live, err)))
             goto cleanup;
         part[i].to = mfns.n;
         for (size_t k = part[i].from; k < part[i].to; k++) {
@@ -619,8 +623,8 @@ static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, nidx_segset *ss,
             if (mfns.v[k] > hi) hi = mfns.v[k];
         }
     }
-    words = any_dense ? (size_t)((hi - lo) >> 6) + 1 : 0;
-    if (!any_dense || words > 4 * total + 1024) goto cleanup;
+    words = (size_t)((hi - lo) >> 6) + 1;
+    if (words > 4 * total + 1024) goto cleanup;
     if (!(*w = calloc(words, sizeof **w))) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
                         "no memory for a %zu-word MFN bitmap", words);

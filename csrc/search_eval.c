@@ -67,8 +67,10 @@
  *    the term's MFNs), then reads the commonest one's postings of those
  *    records, then the others' postings of the records it has; a chain
  *    of '*' on MFN sets evaluates its next operand within the rarest
- *    term's bits (mset_eval).  With dense lists (segment format 4) and
- *    bits: `THE $ ALIC` 67 -> 44 us, `THE * ALIC` 48 -> 12 us.
+ *    term's bits (mset_eval), and a chain of '+' of terms ORs their bits
+ *    a word at a time (mset_or_terms).  With dense lists (segment format
+ *    4) and bits: `THE $ ALIC` 72 -> 51 us, `THE * ALIC` 47 -> 13 us,
+ *    `THE + ALIC` 81 -> 28 us (docs/architecture.md, "Dense lists").
  *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
@@ -796,13 +798,104 @@ static void mset_combine(mset *a, const mset *b, int op)
 static int mset_eval(mset *out, const node *n, eval_ctx *c,
                      const pydb_mfn_bits *in);
 
-/* A chain of '+': the operands' MFNs side by side, then one reduction. */
+/* A chain of '+' whose operands are all terms (no truncation, no
+ * qualifier): the bits of those the index keeps bits for (its mfn_bits
+ * op) and the MFNs of the others, ORed a word at a time over the range
+ * of all, then read out; with no bits at all, the MFNs merged as
+ * mset_or merges them.  *done 0 (nothing done) for other chains. */
+static int mset_or_terms(mset *out, int *done, const node *n, eval_ctx *c,
+                         const pydb_mfn_bits *in)
+{
+    uint64_t *w[RAREST_MAX] = {NULL}, *acc = NULL;
+    pydb_mfn_bits b[RAREST_MAX];
+    mset part[RAREST_MAX];
+    int64_t lo = INT64_MAX, hi = -1;
+    size_t k = n->nitems, words, total = 0;
+    int rc = PYDB_OK, any = 0;
+
+    *done = 0;
+    if (!c->ix->ops->mfn_bits || k > RAREST_MAX || !all_terms(n)) return rc;
+    for (size_t i = 0; i < k; i++)
+        if (n->items[i].node->trunc || n->items[i].node->tags) return rc;
+    memset(part, 0, sizeof part);
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < k; i++) {
+        const node *t = n->items[i].node;
+        rc = c->ix->ops->mfn_bits(&w[i], &b[i], c->ix, t->key, t->key_len, in,
+                                  c->err);
+        if (!rc && !w[i]) rc = mset_term(&part[i], t, c, in);
+        if (rc) goto cleanup;
+        if (w[i]) {
+            any = 1;
+            if (b[i].lo < lo) lo = b[i].lo;
+            if (b[i].lo + 64 * (int64_t)b[i].nwords - 1 > hi)
+                hi = b[i].lo + 64 * (int64_t)b[i].nwords - 1;
+        } else if (part[i].n) {
+            total += part[i].n;
+            if (part[i].v[0] < lo) lo = part[i].v[0];
+            if (part[i].v[part[i].n - 1] > hi) hi = part[i].v[part[i].n - 1];
+        }
+    }
+    if (!any) {   /* the MFNs side by side, then one reduction */
+        if ((rc = pydb__mfns_reserve(out, total ? total : 1, c->err)))
+            goto cleanup;
+        for (size_t i = 0; i < k; i++) {
+            if (part[i].n)
+                memcpy(out->v + out->n, part[i].v,
+                       part[i].n * sizeof *part[i].v);
+            out->n += part[i].n;
+        }
+        rc = pydb__mfns_distinct(out->v, &out->n, c->err);
+        goto cleanup;
+    }
+    words = (size_t)((hi - lo) >> 6) + 1;
+    if (!(acc = calloc(words, sizeof *acc))) {
+        rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1,
+                        "no memory for a %zu-word MFN bitmap", words);
+        goto cleanup;
+    }
+    for (size_t i = 0; i < k; i++) {
+        if (w[i]) {   /* the words b[i] meets */
+            const size_t from = (size_t)((b[i].lo - lo) >> 6);
+            for (size_t x = from; x < words && x <= from + b[i].nwords; x++)
+                acc[x] |= pydb__mfn_bits_word(&b[i], lo + 64 * (int64_t)x);
+            continue;
+        }
+        for (size_t j = 0; j < part[i].n; j++) {
+            const uint64_t d = (uint64_t)((int64_t)part[i].v[j] - lo);
+            acc[d >> 6] |= (uint64_t)1 << (d & 63);
+        }
+    }
+    for (size_t x = 0; x < words; x++) {
+        if (!acc[x]) continue;
+        if ((rc = pydb__mfns_reserve(out, out->n + 64, c->err))) break;
+        for (uint64_t v = acc[x]; v; v &= v - 1)
+            out->v[out->n++] = (int32_t)(lo + 64 * (int64_t)x +
+                                         __builtin_ctzll(v));
+    }
+cleanup:
+    for (size_t i = 0; i < k; i++) {
+        free(w[i]);
+        free(part[i].v);
+    }
+    free(acc);
+    if (rc) {
+        free(out->v);
+        memset(out, 0, sizeof *out);
+    }
+    *done = !rc;
+    return rc;
+}
+
+/* A chain of '+': the operands' MFNs side by side, then one reduction
+ * (a chain of terms: mset_or_terms). */
 static int mset_or(mset *out, const node *n, eval_ctx *c,
                    const pydb_mfn_bits *in)
 {
     mset part = {0};
-    int rc = PYDB_OK;
+    int done, rc = mset_or_terms(out, &done, n, c, in);
 
+    if (rc || done) return rc;
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < n->nitems; i++) {
         if ((rc = mset_eval(&part, n->items[i].node, c, in)) ||
