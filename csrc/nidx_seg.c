@@ -672,7 +672,8 @@ dense_mfns(int32_t *om, uint64_t n, uint64_t x, int64_t base,
  * the processor has chosen when the library loads (GCC's target_clones,
  * an ifunc); elsewhere once, counting as popcount64's fallback does.
  * Not under ThreadSanitizer, whose runtime is not up yet when the ifunc
- * resolvers run (the program dies at load with SIGSEGV). */
+ * resolvers run (the program dies at load with SIGSEGV), nor with clang,
+ * which refuses target_clones beside noinline (the fuzzing builds). */
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define POPCNT_NO_CLONES 1
@@ -681,8 +682,9 @@ dense_mfns(int32_t *om, uint64_t n, uint64_t x, int64_t base,
 #if defined(__SANITIZE_THREAD__)
 #define POPCNT_NO_CLONES 1
 #endif
-#if defined(__x86_64__) && defined(__GLIBC__) && \
-    defined(__has_attribute) && !defined(POPCNT_NO_CLONES)
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && \
+    !defined(__clang__) && defined(__has_attribute) && \
+    !defined(POPCNT_NO_CLONES)
 #if __has_attribute(target_clones)
 #define POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
 #define POPCNT_CLONED 1
