@@ -69,6 +69,20 @@ static inline uint64_t pydb__mfn_bits_word(const pydb_mfn_bits *b,
     return r;
 }
 
+/* OR the 64 bits of v into the bitmap w of nw words, bit j of v at bit
+ * `at` + j of w (bits past the end dropped): a word of one bitmap ORed
+ * into another whose range starts `at` bits before it (the union of
+ * terms' records, search_eval.c; a dense list's bits, nidx_handle.c). */
+static inline void pydb__bits_or_word(uint64_t *w, size_t nw, uint64_t at,
+                                      uint64_t v)
+{
+    const size_t wi = (size_t)(at >> 6);
+    const unsigned sh = (unsigned)(at & 63);
+    if (wi >= nw) return;
+    w[wi] |= v << sh;
+    if (sh && wi + 1 < nw) w[wi + 1] |= v >> (64 - sh);
+}
+
 /* MFNs (search_eval.c's MFN-level values; an index's mfns op). */
 typedef struct pydb_mfns {
     int32_t *v;
@@ -131,15 +145,18 @@ typedef struct pydb_index_ops {
     int (*mfns)(pydb_mfns *out, pydb_index *ix, const uint8_t *key,
                 size_t len, const pydb_mfn_bits *in, pydb_error *err);
     /* Optional: the records of key's live postings (only those in *in
-     * when given) as a bitmap, *w (calloc'ed, the caller's to free) and b
-     * describing it, built from bits the index keeps (a native index's
-     * dense lists) without reading postings; *w NULL and no error when
-     * it keeps none for key, or they would make a bitmap too sparse (the
-     * caller asks mfns).  NULL: never.  A chain of terms (search_eval.c,
-     * section 7) asks it for its rarest operand. */
-    int (*mfn_bits)(uint64_t **w, pydb_mfn_bits *b, pydb_index *ix,
-                    const uint8_t *key, size_t len, const pydb_mfn_bits *in,
-                    pydb_error *err);
+     * when given) in whichever of two forms the index reads cheaper: a
+     * bitmap, *w (calloc'ed, the caller's to free) and b describing it,
+     * built from bits the index keeps (a native index's dense lists)
+     * without reading postings; or, where it keeps none for key or they
+     * would make a bitmap too sparse, *w NULL and the MFNs appended to
+     * *m ascending and distinct, as mfns gives them.  NULL: never bits
+     * (the caller asks mfns).  A chain of terms (search_eval.c, section
+     * 7) asks it for all but its commonest operand, a chain of '+' for
+     * every term. */
+    int (*mfn_bits)(uint64_t **w, pydb_mfn_bits *b, pydb_mfns *m,
+                    pydb_index *ix, const uint8_t *key, size_t len,
+                    const pydb_mfn_bits *in, pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {

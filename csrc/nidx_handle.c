@@ -418,35 +418,83 @@ cleanup:
     return rc;
 }
 
-/* The records of key's live postings in ss (only those in *keep when
- * given), appended to out ascending and distinct: each segment's are
- * one sorted run, and several go through pydb__mfns_distinct. */
-static int mfns_in(pydb_mfns *out, nidx_segset *ss, const uint8_t *key,
-                   size_t len, const pydb_mfn_bits *keep, pydb_error *err)
+/* Where segment i of a set holds a key: its list (a copy of the
+ * cursor's; c.s NULL where it holds none), for a dense list its bits
+ * (pydb__nseg_dense_bits), for another its MFNs' run [from, to) in
+ * mfn_bits_in's array. */
+typedef struct key_part {
+    nidx_cursor c;
+    int dense;
+    uint64_t lo, nwords;
+    const uint8_t *words;
+    size_t from, to;
+} key_part;
+
+/* Key's list in each segment of ss: *out (calloc'ed, ss->n parts, the
+ * caller's to free), *total the postings of all, dead ones included. */
+static int key_parts(key_part **out, uint64_t *total, nidx_segset *ss,
+                     const uint8_t *key, size_t len, pydb_error *err)
+{
+    key_part *part = calloc(ss->n ? ss->n : 1, sizeof *part);
+    nidx_cursor c;
+    int rc = PYDB_OK;
+
+    *out = NULL;
+    *total = 0;
+    if (!part) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    memset(&c, 0, sizeof c);
+    for (size_t i = 0; i < ss->n; i++) {
+        c.s = ss->v[i];
+        if ((rc = pydb__ncur_seek(&c, key, len, err))) break;
+        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
+        part[i].c = c;
+        part[i].c.key = NULL;   /* (the key is c's, freed below) */
+        *total += c.count;
+    }
+    free(c.key);
+    if (rc) free(part);
+    else *out = part;
+    return rc;
+}
+
+/* The records of the live postings of the lists in part (key_parts; only
+ * those in *keep when given), appended to out ascending and distinct:
+ * each segment's are one sorted run, and several go through
+ * pydb__mfns_distinct. */
+static int parts_mfns(pydb_mfns *out, nidx_segset *ss, const key_part *part,
+                      const pydb_mfn_bits *keep, pydb_error *err)
 {
     size_t start = out->n, parts = 0, n;
     int rc = PYDB_OK;
-    nidx_cursor c;
 
-    memset(&c, 0, sizeof c);
     for (size_t i = 0; i < ss->n; i++) {
         uint64_t live;   /* a view reports no dead postings it met */
         size_t before = out->n;
         dead_in d = {ss, i};
-        c.s = ss->v[i];
-        if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
-        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
-        if ((rc = pydb__nowait_spend(c.count)) ||
-            (rc = pydb__nseg_mfns_in(out, &c, dead_fn(ss, i), &d, keep, &live,
-                                     err)))
-            goto cleanup;
+        if (!part[i].c.s) continue;
+        if ((rc = pydb__nowait_spend(part[i].c.count)) ||
+            (rc = pydb__nseg_mfns_in(out, &part[i].c, dead_fn(ss, i), &d,
+                                     keep, &live, err)))
+            return rc;
         parts += out->n > before;
     }
     n = out->n - start;
     if (parts > 1 && !(rc = pydb__mfns_distinct(out->v + start, &n, err)))
         out->n = start + n;
-cleanup:
-    free(c.key);
+    return rc;
+}
+
+/* The records of key's live postings in ss (only those in *keep when
+ * given), appended to out ascending and distinct (parts_mfns). */
+static int mfns_in(pydb_mfns *out, nidx_segset *ss, const uint8_t *key,
+                   size_t len, const pydb_mfn_bits *keep, pydb_error *err)
+{
+    key_part *part;
+    uint64_t total;
+    int rc = key_parts(&part, &total, ss, key, len, err);
+    if (rc) return rc;
+    rc = parts_mfns(out, ss, part, keep, err);
+    free(part);
     return rc;
 }
 
@@ -563,68 +611,57 @@ static int view_mfns(pydb_mfns *out, pydb_index *ix, const uint8_t *key,
     return mfns_in(out, ((nidx_view *)ix)->ss, key, len, in, err);
 }
 
-/* Where segment i holds key: its list (a copy of the cursor's), and
- * for a list not dense, its MFNs' run [from, to) in mfn_bits_in's list. */
-typedef struct key_part {
-    nidx_cursor c;
-    int dense;
-    size_t from, to;
-} key_part;
-
 /* The records of key's live postings in ss (only those in *in when
  * given) as a bitmap (index_int.h, mfn_bits): the segments oldest first,
  * each clearing the bits of the records its tombstones supersede, then
- * adding its own: a dense list's words, another list's MFNs. */
-static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, nidx_segset *ss,
-                       const uint8_t *key, size_t len,
+ * adding its own: a dense list's words, another list's MFNs.  Where no
+ * list is dense, or the bitmap would be too sparse, the MFNs into *m
+ * (parts_mfns) and *w NULL. */
+static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, pydb_mfns *m,
+                       nidx_segset *ss, const uint8_t *key, size_t len,
                        const pydb_mfn_bits *in, pydb_error *err)
 {
-    key_part *part = calloc(ss->n ? ss->n : 1, sizeof *part);
-    pydb_mfns mfns = {0};
-    nidx_cursor c;
+    key_part *part;
+    pydb_mfns other = {0};   /* the MFNs of the lists not dense */
     int64_t lo = INT64_MAX, hi = -1;
-    uint64_t total = 0;
+    uint64_t total;
     size_t words;
-    int rc = PYDB_OK, any_dense = 0;
+    int rc, any_dense = 0;
 
     *w = NULL;
-    memset(&c, 0, sizeof c);
-    if (!part) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+    if ((rc = key_parts(&part, &total, ss, key, len, err))) return rc;
     for (size_t i = 0; i < ss->n; i++) {
-        uint64_t l, nw;
-        c.s = ss->v[i];
-        if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
-        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
-        part[i].c = c;
-        part[i].c.key = NULL;   /* (the key stays c's) */
-        total += c.count;
-        if ((rc = pydb__nseg_dense_bits(&c, &part[i].dense, &l, &nw, NULL,
-                                        0, 0, err)))
+        key_part *p = &part[i];
+        if (!p->c.s) continue;
+        if ((rc = pydb__nseg_dense_bits(&p->c, &p->dense, &p->lo, &p->nwords,
+                                        &p->words, err)))
             goto cleanup;
-        if (part[i].dense) {
+        if (p->dense) {
             any_dense = 1;
-            if ((rc = pydb__nowait_spend(nw))) goto cleanup;
-            if ((int64_t)l < lo) lo = (int64_t)l;
-            if ((int64_t)(l + 64 * nw - 1) > hi) hi = (int64_t)(l + 64 * nw - 1);
+            if ((rc = pydb__nowait_spend(p->nwords))) goto cleanup;
+            if ((int64_t)p->lo < lo) lo = (int64_t)p->lo;
+            if ((int64_t)(p->lo + 64 * p->nwords - 1) > hi)
+                hi = (int64_t)(p->lo + 64 * p->nwords - 1);
         }
     }
-    if (!any_dense) goto cleanup;   /* no bits: the caller asks mfns */
+    if (!any_dense) goto mfns;
     for (size_t i = 0; i < ss->n; i++) {   /* the other lists' MFNs */
+        key_part *p = &part[i];
         uint64_t live;
-        if (!part[i].c.s || part[i].dense) continue;
-        part[i].from = mfns.n;
-        if ((rc = pydb__nowait_spend(part[i].c.count)) ||
-            (rc = pydb__nseg_mfns_in(&mfns, &part[i].c, NULL, NULL, NULL,
-                                     &live, err)))
+        if (!p->c.s || p->dense) continue;
+        p->from = other.n;
+        if ((rc = pydb__nowait_spend(p->c.count)) ||
+            (rc = pydb__nseg_mfns_in(&other, &p->c, NULL, NULL, NULL, &live,
+                                     err)))
             goto cleanup;
-        part[i].to = mfns.n;
-        for (size_t k = part[i].from; k < part[i].to; k++) {
-            if (mfns.v[k] < lo) lo = mfns.v[k];
-            if (mfns.v[k] > hi) hi = mfns.v[k];
+        p->to = other.n;
+        for (size_t k = p->from; k < p->to; k++) {
+            if (other.v[k] < lo) lo = other.v[k];
+            if (other.v[k] > hi) hi = other.v[k];
         }
     }
     words = (size_t)((hi - lo) >> 6) + 1;
-    if (words > 4 * total + 1024) goto cleanup;
+    if (words > 4 * total + 1024) goto mfns;
     if (!(*w = calloc(words, sizeof **w))) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
                         "no memory for a %zu-word MFN bitmap", words);
@@ -632,22 +669,18 @@ static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, nidx_segset *ss,
     }
     for (size_t i = 0; i < ss->n; i++) {
         const nidx_seg *s = ss->v[i];
-        uint64_t l, nw;
-        int dense;
+        const key_part *p = &part[i];
         for (uint32_t t = 0; i > 0 && t < s->ntomb; t++) {
             int64_t d = (int64_t)pydb__nseg_tomb(s, t) - lo;
             if (d >= 0 && d <= hi - lo)
                 (*w)[d >> 6] &= ~((uint64_t)1 << (d & 63));
         }
-        if (!part[i].c.s) continue;
-        if (part[i].dense) {
-            if ((rc = pydb__nseg_dense_bits(&part[i].c, &dense, &l, &nw, *w,
-                                            lo, words, err)))
-                goto cleanup;
-            continue;
-        }
-        for (size_t k = part[i].from; k < part[i].to; k++) {
-            int64_t d = (int64_t)mfns.v[k] - lo;
+        for (uint64_t k = 0; p->dense && k < p->nwords; k++)
+            pydb__bits_or_word(*w, words,
+                               (uint64_t)((int64_t)p->lo - lo) + 64 * k,
+                               pydb__u64(p->words + 8 * k));
+        for (size_t k = p->from; k < p->to; k++) {
+            int64_t d = (int64_t)other.v[k] - lo;
             (*w)[d >> 6] |= (uint64_t)1 << (d & 63);
         }
     }
@@ -656,22 +689,24 @@ static int mfn_bits_in(uint64_t **w, pydb_mfn_bits *b, nidx_segset *ss,
     b->w = *w;
     b->lo = (int32_t)lo;
     b->nwords = words;
+    goto cleanup;
+mfns:
+    rc = parts_mfns(m, ss, part, in, err);
 cleanup:
     if (rc) {
         free(*w);
         *w = NULL;
     }
     free(part);
-    free(mfns.v);
-    free(c.key);
+    free(other.v);
     return rc;
 }
 
-static int view_mfn_bits(uint64_t **w, pydb_mfn_bits *b, pydb_index *ix,
-                         const uint8_t *key, size_t len,
+static int view_mfn_bits(uint64_t **w, pydb_mfn_bits *b, pydb_mfns *m,
+                         pydb_index *ix, const uint8_t *key, size_t len,
                          const pydb_mfn_bits *in, pydb_error *err)
 {
-    return mfn_bits_in(w, b, ((nidx_view *)ix)->ss, key, len, in, err);
+    return mfn_bits_in(w, b, m, ((nidx_view *)ix)->ss, key, len, in, err);
 }
 
 static int view_count(pydb_index *ix, const uint8_t *key, size_t len,

@@ -1170,13 +1170,12 @@ done:
 }
 
 int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
-                          uint64_t *nwords, uint64_t *w, int64_t wlo,
-                          size_t nw, pydb_error *err)
+                          uint64_t *nwords, const uint8_t **words,
+                          pydb_error *err)
 {
     const nidx_seg *s = cur->s;
     const uint8_t *p = s->map + cur->pstart;
     dense_hdr h;
-    uint64_t sh, ws;
     int rc;
 
     PYDB_ASSERT(cur->valid && cur->pstart <= s->dict_off - cur->plen);
@@ -1188,17 +1187,7 @@ int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
         return rc;
     *lo = h.lo;
     *nwords = h.nwords;
-    if (!w) return PYDB_OK;
-    /* word k of the list: MFNs from lo + 64k, bit sh of w's word ws + k */
-    PYDB_ASSERT((int64_t)h.lo >= wlo &&
-                ((uint64_t)((int64_t)h.lo - wlo) >> 6) + h.nwords <= nw);
-    sh = (uint64_t)((int64_t)h.lo - wlo) & 63;
-    ws = (uint64_t)((int64_t)h.lo - wlo) >> 6;
-    for (uint64_t k = 0; k < h.nwords; k++) {
-        const uint64_t v = pydb__u64(h.words + 8 * k);
-        w[ws + k] |= v << sh;
-        if (sh && ws + k + 1 < nw) w[ws + k + 1] |= v >> (64 - sh);
-    }
+    *words = h.words;
     return PYDB_OK;
 }
 

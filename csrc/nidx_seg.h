@@ -199,13 +199,13 @@ int pydb__nseg_mfns_in(pydb_mfns *out, const nidx_cursor *cur,
 
 /* The records of the list at the cursor as bits, where the list is
  * dense: *dense 1, its MFNs lo .. lo + 64 * nwords - 1 in *lo and
- * *nwords (its header checked: PYDB_ECORRUPT), and, when w is given (a
- * bitmap of the MFNs from wlo, nw words, that covers them), its bits
- * ORed into w; *dense 0 and nothing done for a list of another form.
- * No record is read; dead postings are the caller's business. */
+ * *nwords, and *words its bitmap in the segment (nwords 64-bit
+ * little-endian words: pydb__u64), its header checked (PYDB_ECORRUPT);
+ * *dense 0 and nothing else set for a list of another form.  No record
+ * is read; dead postings are the caller's business. */
 int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
-                          uint64_t *nwords, uint64_t *w, int64_t wlo,
-                          size_t nw, pydb_error *err);
+                          uint64_t *nwords, const uint8_t **words,
+                          pydb_error *err);
 
 /* Writing a segment: begin with the number of terms, one call per term
  * in key order, finish with the tombstones. */

@@ -566,30 +566,43 @@ static int bits_empty(const pydb_mfn_bits *b)
     return 1;
 }
 
+/* The records of term t (within *in when given) in the form the index
+ * reads cheaper (its mfn_bits op, index_int.h: a native index's dense
+ * lists as bits): *w and b, or *w NULL and its MFNs in *m; MFNs alone
+ * from an index that keeps no bits, or for a truncated or qualified
+ * term (mset_term).  Nothing to free on error. */
+static int term_records(uint64_t **w, pydb_mfn_bits *b, mset *m,
+                        const node *t, eval_ctx *c, const pydb_mfn_bits *in)
+{
+    int rc;
+    *w = NULL;
+    memset(m, 0, sizeof *m);
+    if (t->trunc || t->tags || !c->ix->ops->mfn_bits)
+        return mset_term(m, t, c, in);
+    rc = c->ix->ops->mfn_bits(w, b, m, c->ix, t->key, t->key_len, in,
+                              c->err);
+    if (rc) {
+        free(m->v);
+        memset(m, 0, sizeof *m);
+    }
+    return rc;
+}
+
 /* The records of term t (within *in when given) as a restriction: *w
- * and b as bits_alloc gives them (*w NULL: too sparse for one), *empty 1
- * when there are none.  From the bits the index keeps (its mfn_bits op:
- * a native index's dense lists) where it has them, else from the
- * term's MFNs. */
-static int term_bits(uint64_t **w, pydb_mfn_bits *b, int *empty,
+ * and b as bits_alloc gives them, from term_records' bits or MFNs (*w
+ * NULL: too sparse for a bitmap; its MFNs are then in *m, the caller's
+ * to free in any case); *empty 1 when there are none. */
+static int term_bits(uint64_t **w, pydb_mfn_bits *b, mset *m, int *empty,
                      const node *t, eval_ctx *c, const pydb_mfn_bits *in)
 {
-    mset m = {0};
-    int rc;
-
-    *w = NULL;
-    if (!t->trunc && !t->tags && c->ix->ops->mfn_bits) {
-        rc = c->ix->ops->mfn_bits(w, b, c->ix, t->key, t->key_len, in, c->err);
-        if (rc || *w) {
-            *empty = !rc && bits_empty(b);
-            return rc;
-        }
+    int rc = term_records(w, b, m, t, c, in);
+    if (rc) return rc;
+    if (*w) {
+        *empty = bits_empty(b);
+        return PYDB_OK;
     }
-    if ((rc = mset_term(&m, t, c, in))) return rc;
-    *empty = m.n == 0;
-    if (m.n) rc = bits_of_mset(w, b, &m, c->err);
-    free(m.v);
-    return rc;
+    *empty = m->n == 0;
+    return m->n ? bits_of_mset(w, b, m, c->err) : PYDB_OK;
 }
 
 /* 1 if every operand of n is a term. */
@@ -623,9 +636,11 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
         for (size_t j = 0; j + 1 < k; j++) {
             uint64_t *w2;
             pydb_mfn_bits sub2;
+            mset m;
             int empty;
-            rc = term_bits(&w2, &sub2, &empty, n->items[ord[j]].node, c,
+            rc = term_bits(&w2, &sub2, &m, &empty, n->items[ord[j]].node, c,
                            within);
+            free(m.v);
             if (rc || empty) {
                 free(w2);
                 goto cleanup;   /* (empty: so is the chain) */
@@ -798,116 +813,100 @@ static void mset_combine(mset *a, const mset *b, int op)
 static int mset_eval(mset *out, const node *n, eval_ctx *c,
                      const pydb_mfn_bits *in);
 
-/* A chain of '+' whose operands are all terms (no truncation, no
- * qualifier): the bits of those the index keeps bits for (its mfn_bits
- * op) and the MFNs of the others, ORed a word at a time over the range
- * of all, then read out; with no bits at all, the MFNs merged as
- * mset_or merges them.  *done 0 (nothing done) for other chains. */
-static int mset_or_terms(mset *out, int *done, const node *n, eval_ctx *c,
-                         const pydb_mfn_bits *in)
+/* The MFNs of the bitmap (w, lo, words) appended to out (ascending). */
+static int mset_add_bits(mset *out, const uint64_t *w, int64_t lo,
+                         size_t words, pydb_error *err)
 {
-    uint64_t *w[RAREST_MAX] = {NULL}, *acc = NULL;
-    pydb_mfn_bits b[RAREST_MAX];
-    mset part[RAREST_MAX];
-    int64_t lo = INT64_MAX, hi = -1;
-    size_t k = n->nitems, words, total = 0;
-    int rc = PYDB_OK, any = 0;
+    for (size_t x = 0; x < words; x++) {
+        int rc;
+        if (!w[x]) continue;
+        if ((rc = pydb__mfns_reserve(out, out->n + 64, err))) return rc;
+        for (uint64_t v = w[x]; v; v &= v - 1)
+            out->v[out->n++] = (int32_t)(lo + 64 * (int64_t)x +
+                                         __builtin_ctzll(v));
+    }
+    return PYDB_OK;
+}
 
-    *done = 0;
-    if (!c->ix->ops->mfn_bits || k > RAREST_MAX || !all_terms(n)) return rc;
-    for (size_t i = 0; i < k; i++)
-        if (n->items[i].node->trunc || n->items[i].node->tags) return rc;
-    memset(part, 0, sizeof part);
+/* A chain of '+': the union of its operands' records.  A term's come in
+ * the form the index reads cheaper (term_records: bits or MFNs),
+ * anything else's as MFNs.  The MFNs side by side are reduced once
+ * (pydb__mfns_distinct); where an operand gave bits, they are set in one
+ * bitmap of the range of all, into which the bits are ORed a word at a
+ * time (or, were that bitmap too sparse, the bits' MFNs join the
+ * others). */
+static int mset_or(mset *out, const node *n, eval_ctx *c,
+                   const pydb_mfn_bits *in)
+{
+    const size_t k = n->nitems;
+    uint64_t **w = calloc(k, sizeof *w), *acc = NULL;
+    pydb_mfn_bits *b = calloc(k, sizeof *b);
+    mset part = {0};
+    int64_t lo = INT64_MAX, hi = -1;
+    size_t words, bit_words = 0;
+    int rc = PYDB_OK;
+
     memset(out, 0, sizeof *out);
+    if (!w || !b) {
+        rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1, "no memory");
+        goto cleanup;
+    }
     for (size_t i = 0; i < k; i++) {
         const node *t = n->items[i].node;
-        rc = c->ix->ops->mfn_bits(&w[i], &b[i], c->ix, t->key, t->key_len, in,
-                                  c->err);
-        if (!rc && !w[i]) rc = mset_term(&part[i], t, c, in);
+        rc = t->kind == N_TERM ? term_records(&w[i], &b[i], &part, t, c, in)
+                               : mset_eval(&part, t, c, in);
         if (rc) goto cleanup;
         if (w[i]) {
-            any = 1;
+            bit_words += b[i].nwords;
             if (b[i].lo < lo) lo = b[i].lo;
             if (b[i].lo + 64 * (int64_t)b[i].nwords - 1 > hi)
                 hi = b[i].lo + 64 * (int64_t)b[i].nwords - 1;
-        } else if (part[i].n) {
-            total += part[i].n;
-            if (part[i].v[0] < lo) lo = part[i].v[0];
-            if (part[i].v[part[i].n - 1] > hi) hi = part[i].v[part[i].n - 1];
+        } else if (part.n) {
+            if ((rc = pydb__mfns_reserve(out, out->n + part.n, c->err)))
+                goto cleanup;
+            memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
+            out->n += part.n;
+            if (part.v[0] < lo) lo = part.v[0];
+            if (part.v[part.n - 1] > hi) hi = part.v[part.n - 1];
         }
+        free(part.v);
+        memset(&part, 0, sizeof part);
     }
-    if (!any) {   /* the MFNs side by side, then one reduction */
-        if ((rc = pydb__mfns_reserve(out, total ? total : 1, c->err)))
-            goto cleanup;
-        for (size_t i = 0; i < k; i++) {
-            if (part[i].n)
-                memcpy(out->v + out->n, part[i].v,
-                       part[i].n * sizeof *part[i].v);
-            out->n += part[i].n;
-        }
+    if (!bit_words) {
         rc = pydb__mfns_distinct(out->v, &out->n, c->err);
         goto cleanup;
     }
     words = (size_t)((hi - lo) >> 6) + 1;
+    if (words > 4 * out->n + bit_words + 1024) {   /* too sparse */
+        for (size_t i = 0; i < k; i++)
+            if (w[i] && (rc = mset_add_bits(out, w[i], b[i].lo, b[i].nwords,
+                                            c->err)))
+                goto cleanup;
+        rc = pydb__mfns_distinct(out->v, &out->n, c->err);
+        goto cleanup;
+    }
     if (!(acc = calloc(words, sizeof *acc))) {
         rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1,
                         "no memory for a %zu-word MFN bitmap", words);
         goto cleanup;
     }
-    for (size_t i = 0; i < k; i++) {
-        if (w[i]) {   /* the words b[i] meets */
-            const size_t from = (size_t)((b[i].lo - lo) >> 6);
-            for (size_t x = from; x < words && x <= from + b[i].nwords; x++)
-                acc[x] |= pydb__mfn_bits_word(&b[i], lo + 64 * (int64_t)x);
-            continue;
-        }
-        for (size_t j = 0; j < part[i].n; j++) {
-            const uint64_t d = (uint64_t)((int64_t)part[i].v[j] - lo);
-            acc[d >> 6] |= (uint64_t)1 << (d & 63);
-        }
+    for (size_t j = 0; j < out->n; j++) {
+        const uint64_t d = (uint64_t)((int64_t)out->v[j] - lo);
+        acc[d >> 6] |= (uint64_t)1 << (d & 63);
     }
-    for (size_t x = 0; x < words; x++) {
-        if (!acc[x]) continue;
-        if ((rc = pydb__mfns_reserve(out, out->n + 64, c->err))) break;
-        for (uint64_t v = acc[x]; v; v &= v - 1)
-            out->v[out->n++] = (int32_t)(lo + 64 * (int64_t)x +
-                                         __builtin_ctzll(v));
-    }
+    for (size_t i = 0; i < k; i++)
+        for (size_t x = 0; w[i] && x < b[i].nwords; x++)
+            pydb__bits_or_word(acc, words,
+                               (uint64_t)(b[i].lo - lo) + 64 * (uint64_t)x,
+                               w[i][x]);
+    out->n = 0;
+    rc = mset_add_bits(out, acc, lo, words, c->err);
 cleanup:
-    for (size_t i = 0; i < k; i++) {
-        free(w[i]);
-        free(part[i].v);
-    }
-    free(acc);
-    if (rc) {
-        free(out->v);
-        memset(out, 0, sizeof *out);
-    }
-    *done = !rc;
-    return rc;
-}
-
-/* A chain of '+': the operands' MFNs side by side, then one reduction
- * (a chain of terms: mset_or_terms). */
-static int mset_or(mset *out, const node *n, eval_ctx *c,
-                   const pydb_mfn_bits *in)
-{
-    mset part = {0};
-    int done, rc = mset_or_terms(out, &done, n, c, in);
-
-    if (rc || done) return rc;
-    memset(out, 0, sizeof *out);
-    for (size_t i = 0; i < n->nitems; i++) {
-        if ((rc = mset_eval(&part, n->items[i].node, c, in)) ||
-            (rc = pydb__mfns_reserve(out, out->n + part.n, c->err)))
-            break;
-        if (part.n) memcpy(out->v + out->n, part.v, part.n * sizeof *part.v);
-        out->n += part.n;
-        free(part.v);
-        part.v = NULL;
-    }
+    for (size_t i = 0; w && i < k; i++) free(w[i]);
+    free(w);
+    free(b);
     free(part.v);
-    if (!rc) rc = pydb__mfns_distinct(out->v, &out->n, c->err);
+    free(acc);
     if (rc) {
         free(out->v);
         memset(out, 0, sizeof *out);
@@ -923,7 +922,7 @@ static int mset_eval(mset *out, const node *n, eval_ctx *c,
     pydb_mfn_bits sub;
     uint64_t *w = NULL;
     size_t ord[RAREST_MAX], first = 1;
-    int rc = PYDB_OK, rarest;
+    int rc = PYDB_OK, rarest, have = 0;
 
     if (n->kind == N_TERM) return mset_term(out, n, c, in);
     if (n->items[1].op == OP_OR) return mset_or(out, n, c, in);
@@ -933,15 +932,22 @@ static int mset_eval(mset *out, const node *n, eval_ctx *c,
     if (rarest && n->items[ord[0]].node->kind == N_TERM) {
         /* the rarest term's records as bits (term_bits), the next
          * operand within them, and what it holds of them */
+        mset m;
         int empty;
         memset(out, 0, sizeof *out);
-        if ((rc = term_bits(&w, &sub, &empty, n->items[ord[0]].node, c, in)) ||
+        if ((rc = term_bits(&w, &sub, &m, &empty, n->items[ord[0]].node, c,
+                            in)) ||
             empty) {
             free(w);
+            free(m.v);
             return rc;
         }
-        if (w) {
+        if (!w) {   /* too sparse for bits: its MFNs, to combine */
+            acc = m;
+            have = 1;
+        } else {
             size_t o = 0;
+            free(m.v);
             rc = mset_eval(&acc, n->items[ord[1]].node, c, &sub);
             for (size_t i = 0; !rc && i < acc.n; i++) {
                 acc.v[o] = acc.v[i];
@@ -953,7 +959,7 @@ static int mset_eval(mset *out, const node *n, eval_ctx *c,
             w = NULL;
         }
     }
-    if (first == 1)
+    if (first == 1 && !have)
         rc = mset_eval(&acc, n->items[rarest ? ord[0] : 0].node, c, in);
     for (size_t i = first; !rc && i < n->nitems; i++) {
         size_t k = rarest ? ord[i] : i;

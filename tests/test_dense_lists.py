@@ -99,13 +99,16 @@ EXPRS = [f"{a} {op} {b}" for a, b in [("COMMON", "RARE"), ("HALF", "COMMON"),
          for op in ("*", "$", ".", ". .", "(G)", "(F)", "^", "+")] + [
     "COMMON", "HALF", "LONG", "SPARSE", "COMMON $ RARE $ HALF", "(COMMON + LONG) $ RARE",
     "COMMON * HALF * SPARSE", "LONG $ LONG", "HAL$ * SPARSE", "COMMON/(24) * RARE",
-    "HALF (F) COMMON (F) SPARSE"]
+    "HALF (F) COMMON (F) SPARSE",
+    # chains of '+' mixing terms (bits or MFNs) with other operands
+    "COMMON + HAL$", "SPARSE + (RARE * HALF)", "RARE + SPARSE + LONG + COMMON",
+    "COMMON/(24) + RARE", "(COMMON $ RARE) + SPARSE + RARE", "HALF * (SPARSE + RARE)"]
 
 
-def _same_answers(ix):
+def _same_answers(ix, exprs=EXPRS):
     table = {k: [tuple(p) for p in ix.postings(k)] for k, _ in ix.terms(b"")}
     mem = _pydb._memory_index(table)
-    for expr in EXPRS:
+    for expr in exprs:
         assert list(search(ix, expr)) == list(search(mem, expr)), expr
 
 
@@ -139,6 +142,26 @@ def test_dense_lists_under_newer_segments(tmp_path):
         _same_answers(ix)
         assert list(search(ix, "COMMON $ RARE")) == [5, 65, 77, 128, 129, 1000, 2699]
         assert 77 not in list(search(ix, "LONG")) and 1000 in list(search(ix, "LONG"))
+    finally:
+        ix.close()
+
+
+def test_an_or_over_a_range_too_wide_for_one_bitmap(tmp_path):
+    """A word of one record 70,000 MFNs on beside dense lists: a chain of
+    '+' whose union would be a bitmap too sparse takes the dense lists'
+    records as MFNs instead (search_eval.c, mset_or), and a '*' chain's
+    rarest operand too sparse for bits combines as MFNs (mset_eval)."""
+    far = 70_000
+    records = _records() + [None] * (far - RECORDS - 1) + [[(24, b"far rare common")]]
+    base = build_db(tmp_path / "w", "isis-packed", records)
+    pydb.build_index(str(base), fst="24 4 v24", progress=False)
+    ix = _pydb._open_native_index(str(base))
+    try:
+        _same_answers(ix, ["COMMON + FAR", "FAR + HALF + SPARSE", "RARE + FAR",
+                           "(COMMON * FAR) + HALF", "FAR * COMMON", "RARE * COMMON"])
+        assert list(search(ix, "FAR + SPARSE"))[-2:] == [RECORDS, far]
+        assert len(search(ix, "FAR + COMMON")) == RECORDS + 1
+        assert list(search(ix, "RARE * COMMON")) == [5, 64, 65, 128, 129, 1000, 2699, far]
     finally:
         ix.close()
 
