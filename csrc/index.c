@@ -437,7 +437,7 @@ int pydb__index_borrow(pydb_index **view, pydb_index *ix, pydb_error *err)
                                        borrowed_postings, borrowed_key,
                                        borrowed_close, NULL, NULL,
                                        borrowed_resident, NULL, NULL,
-                                       NULL, NULL};
+                                       NULL, NULL, NULL};
     borrowed *b = calloc(1, sizeof *b);
     if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     b->base = *ix;

@@ -69,6 +69,26 @@ static inline uint64_t pydb__mfn_bits_word(const pydb_mfn_bits *b,
     return r;
 }
 
+/* The least MFN >= from in b, or INT64_MAX if none: a reader of
+ * another bitmap a word at a time passes the words where b wants none
+ * (nidx_seg.c). */
+static inline int64_t pydb__mfn_bits_next(const pydb_mfn_bits *b,
+                                          int64_t from)
+{
+    int64_t d = from - b->lo;
+    size_t wi;
+    uint64_t v;
+    if (d < 0) d = 0;
+    wi = (size_t)d >> 6;
+    if (wi >= b->nwords) return INT64_MAX;
+    v = b->w[wi] & (~(uint64_t)0 << (d & 63));
+    while (!v) {
+        if (++wi >= b->nwords) return INT64_MAX;
+        v = b->w[wi];
+    }
+    return b->lo + 64 * (int64_t)wi + __builtin_ctzll(v);
+}
+
 /* OR the 64 bits of v into the bitmap w of nw words, bit j of v at bit
  * `at` + j of w (bits past the end dropped): a word of one bitmap ORed
  * into another whose range starts `at` bits before it (the union of
@@ -81,6 +101,50 @@ static inline void pydb__bits_or_word(uint64_t *w, size_t nw, uint64_t at,
     if (wi >= nw) return;
     w[wi] |= v << sh;
     if (sh && wi + 1 < nw) w[wi + 1] |= v >> (64 - sh);
+}
+
+/* The functions that count bits a word at a time are built twice on
+ * x86-64 with glibc, with and without the POPCNT instruction, the one
+ * the processor has chosen when the library loads (GCC's target_clones,
+ * an ifunc); elsewhere once, counting as pydb__popcount64's fallback
+ * does.
+ * Not under ThreadSanitizer, whose runtime is not up yet when the ifunc
+ * resolvers run (the program dies at load with SIGSEGV), nor with clang,
+ * which refuses target_clones beside noinline (the fuzzing builds). */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PYDB_POPCNT_NO_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define PYDB_POPCNT_NO_CLONES 1
+#endif
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && \
+    !defined(__clang__) && defined(__has_attribute) && \
+    !defined(PYDB_POPCNT_NO_CLONES)
+#if __has_attribute(target_clones)
+#define PYDB_POPCNT_CLONES \
+    __attribute__((target_clones("popcnt", "default")))
+#define PYDB_POPCNT_CLONED 1
+#endif
+#endif
+#ifndef PYDB_POPCNT_CLONES
+#define PYDB_POPCNT_CLONES
+#endif
+
+/* Set bits of x: the POPCNT instruction in a PYDB_POPCNT_CLONES function's
+ * clone for it (a library call in the other), else shifts and adds. */
+static inline __attribute__((always_inline)) unsigned
+pydb__popcount64(uint64_t x)
+{
+#if defined(__POPCNT__) || defined(PYDB_POPCNT_CLONED)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
 }
 
 /* MFNs (search_eval.c's MFN-level values; an index's mfns op). */
@@ -157,6 +221,17 @@ typedef struct pydb_index_ops {
     int (*mfn_bits)(uint64_t **w, pydb_mfn_bits *b, pydb_mfns *m,
                     pydb_index *ix, const uint8_t *key, size_t len,
                     const pydb_mfn_bits *in, pydb_error *err);
+    /* Optional: the TAGs of key's postings in each record of *in, as a
+     * mask (bit pydb__nseg_tag_bit(TAG), nidx_seg.h, set for each TAG;
+     * dead postings' TAGs may be set too): m[i] |= the mask of in's i-th
+     * record (rank[k]: in's records before its word k; m as many bytes
+     * as in has records, 0 where key has none), *known 1; *known 0 where
+     * the index keeps no masks for key (m then of no use).  NULL: never.
+     * A chain of (G), (F) and proximity (search_eval.c, section 7) asks
+     * it to pass records whose terms share no TAG. */
+    int (*tag_masks)(uint8_t *m, int *known, pydb_index *ix,
+                     const uint8_t *key, size_t len, const pydb_mfn_bits *in,
+                     const uint32_t *rank, pydb_error *err);
 } pydb_index_ops;
 
 struct pydb_index {

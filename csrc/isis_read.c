@@ -675,4 +675,4 @@ void pydb__isis_close(pydb_index *base)
 const pydb_index_ops pydb__isis_ops = {"isis", isis_terms, isis_postings,
                                         isis_key, pydb__isis_close, NULL,
                                         NULL, NULL, NULL, NULL,
-                                        NULL, NULL};
+                                        NULL, NULL, NULL};

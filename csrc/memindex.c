@@ -113,7 +113,7 @@ static int mem_resident(const pydb_index *ix)
 
 static const pydb_index_ops mem_ops = {
     "memory", mem_terms, mem_postings, mem_key, mem_close, NULL, NULL,
-    mem_resident, NULL, NULL, NULL, NULL};
+    mem_resident, NULL, NULL, NULL, NULL, NULL};
 
 int pydb_memindex_new(pydb_index **out, int caps, pydb_error *err)
 {

@@ -709,6 +709,65 @@ static int view_mfn_bits(uint64_t **w, pydb_mfn_bits *b, pydb_mfns *m,
     return mfn_bits_in(w, b, m, ((nidx_view *)ix)->ss, key, len, in, err);
 }
 
+/* The TAG masks of the short list at the cursor (no more than NIDX_SKIP
+ * postings: a newer segment's, which keeps no masks) for the records of
+ * *in, from its postings there (index_int.h, tag_masks). */
+static int short_tag_masks(uint8_t *m, const nidx_cursor *c,
+                           const pydb_mfn_bits *in, const uint32_t *rank,
+                           pydb_error *err)
+{
+    pydb_postings v = {0};
+    uint64_t live;
+    int rc = pydb__nseg_decode_in(&v, c, NULL, NULL, in, &live, err);
+    for (size_t i = 0; !rc && i < v.n; i++) {
+        const uint64_t d = (uint64_t)((int64_t)v.v[i].mfn - in->lo);
+        const uint64_t r = rank[d >> 6] +
+                           pydb__popcount64(in->w[d >> 6] &
+                                            (((uint64_t)1 << (d & 63)) - 1));
+        m[r] |= (uint8_t)(1u << pydb__nseg_tag_bit(v.v[i].tag));
+    }
+    pydb_postings_free(&v);
+    return rc;
+}
+
+/* The TAG masks of key's lists in ss for the records of *in
+ * (index_int.h, tag_masks): each segment's ORed in, a dense list's from
+ * its masks, a short one's from its postings; unknown where a segment
+ * has a long list that keeps none (segment format 4, or a list not
+ * dense). */
+static int tag_masks_in(uint8_t *m, int *known, nidx_segset *ss,
+                        const uint8_t *key, size_t len,
+                        const pydb_mfn_bits *in, const uint32_t *rank,
+                        pydb_error *err)
+{
+    key_part *part;
+    uint64_t total;
+    int rc = key_parts(&part, &total, ss, key, len, err);
+
+    *known = 1;
+    for (size_t i = 0; !rc && *known && i < ss->n; i++) {
+        const nidx_cursor *c = &part[i].c;
+        if (!c->s) continue;
+        if (c->count <= NIDX_SKIP) {
+            if (!(rc = pydb__nowait_spend(c->count)))
+                rc = short_tag_masks(m, c, in, rank, err);
+        } else if (!(rc = pydb__nowait_spend(in->nwords))) {
+            rc = pydb__nseg_tag_masks(c, in, rank, m, known, err);
+        }
+    }
+    free(part);
+    return rc;
+}
+
+static int view_tag_masks(uint8_t *m, int *known, pydb_index *ix,
+                          const uint8_t *key, size_t len,
+                          const pydb_mfn_bits *in, const uint32_t *rank,
+                          pydb_error *err)
+{
+    return tag_masks_in(m, known, ((nidx_view *)ix)->ss, key, len, in, rank,
+                        err);
+}
+
 static int view_count(pydb_index *ix, const uint8_t *key, size_t len,
                       uint64_t *n, pydb_error *err)
 {
@@ -742,7 +801,8 @@ static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_key, view_close, NULL,
                                         view_prefix_postings, view_resident,
                                         view_postings_in_set, view_count,
-                                        view_mfns, view_mfn_bits};
+                                        view_mfns, view_mfn_bits,
+                                        view_tag_masks};
 
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
@@ -772,7 +832,7 @@ static int nidx_pin(pydb_index *ix, pydb_index **out, pydb_error *err)
 
 static const pydb_index_ops nidx_ops = {"native", nidx_terms, nidx_postings,
                                         nidx_key, nidx_close, nidx_pin, NULL,
-                                        NULL, NULL, NULL, NULL, NULL};
+                                        NULL, NULL, NULL, NULL, NULL, NULL};
 
 int pydb__nidx_is_native(const pydb_index *ix)
 {

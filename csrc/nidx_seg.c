@@ -667,48 +667,6 @@ dense_mfns(int32_t *om, uint64_t n, uint64_t x, int64_t base,
     return n;
 }
 
-/* The functions that count bits a word at a time are built twice on
- * x86-64 with glibc, with and without the POPCNT instruction, the one
- * the processor has chosen when the library loads (GCC's target_clones,
- * an ifunc); elsewhere once, counting as popcount64's fallback does.
- * Not under ThreadSanitizer, whose runtime is not up yet when the ifunc
- * resolvers run (the program dies at load with SIGSEGV), nor with clang,
- * which refuses target_clones beside noinline (the fuzzing builds). */
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define POPCNT_NO_CLONES 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define POPCNT_NO_CLONES 1
-#endif
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && \
-    !defined(__clang__) && defined(__has_attribute) && \
-    !defined(POPCNT_NO_CLONES)
-#if __has_attribute(target_clones)
-#define POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
-#define POPCNT_CLONED 1
-#endif
-#endif
-#ifndef POPCNT_CLONES
-#define POPCNT_CLONES
-#endif
-
-/* Set bits of x: the POPCNT instruction in a POPCNT_CLONES function's
- * clone for it (a library call in the other), else shifts and adds. */
-static inline __attribute__((always_inline)) unsigned
-popcount64(uint64_t x)
-{
-#if defined(__POPCNT__) || defined(POPCNT_CLONED)
-    return (unsigned)__builtin_popcountll(x);
-#else
-    x -= (x >> 1) & 0x5555555555555555ull;
-    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-    return (unsigned)((x * 0x0101010101010101ull) >> 56);
-#endif
-}
-
 /* The sum of the n bytes at p, eight at a time; *big: 1 if one is 255
  * (a record's length of 255 bytes or more). */
 static inline __attribute__((always_inline)) uint64_t
@@ -763,7 +721,7 @@ enum { DW_OK, DW_RANGE, DW_POSTING };
  * records before each, from the last one read, are passed by their
  * lengths.  DW_OK, or DW_RANGE / DW_POSTING with *bad the offset in
  * the records of the damaged record. */
-static __attribute__((noinline)) POPCNT_CLONES int
+static __attribute__((noinline)) PYDB_POPCNT_CLONES int
 dense_word(const dense_list *d, uint64_t w, uint64_t x, int64_t base,
            uint64_t ob, uint64_t oe, uint64_t rk, uint64_t *nlive,
            uint64_t *seen, uint64_t *end, uint64_t *bad)
@@ -785,7 +743,7 @@ dense_word(const dense_list *d, uint64_t w, uint64_t x, int64_t base,
                                  ~(((uint64_t)1 << qb) - 1);
         uint64_t r = qr, len, between = 0;
         int big = 0;
-        if (skipped) r += popcount64(skipped);
+        if (skipped) r += pydb__popcount64(skipped);
         *bad = o0;
         if (r >= d->nrec) {
             why = DW_RANGE;
@@ -843,28 +801,33 @@ dense_word(const dense_list *d, uint64_t w, uint64_t x, int64_t base,
 typedef struct dense_hdr {
     uint64_t lo, nwords, nrec, rlen;
     const uint8_t *words, *offs, *ranks, *lens, *recs;
+    const uint8_t *masks;   /* the records' TAG masks; NULL: version 4 */
 } dense_hdr;
 
 /* Read and check the header of the dense list at p[plen] (after its form
- * byte; count postings, at off0 in path) into h. */
+ * byte; count postings, at off0 in path; `masks`: of a segment of version
+ * 5, which keeps the records' TAG masks) into h. */
 static int dense_header(dense_hdr *h, const uint8_t *p, uint64_t plen,
-                        uint64_t count, const char *path, int64_t off0,
-                        pydb_error *err)
+                        uint64_t count, int masks, const char *path,
+                        int64_t off0, pydb_error *err)
 {
     const uint8_t *start = p, *e = p + plen;
+    const uint64_t per_rec = masks ? 2 : 1;   /* its length, its mask */
 #define AT(q) (off0 < 0 ? -1 : off0 + (int64_t)((q) - start))
     if (rd_varint(&p, e, &h->lo) || rd_varint(&p, e, &h->nwords) ||
         rd_varint(&p, e, &h->nrec) || h->lo < 1 || h->lo > INT32_MAX ||
         h->nwords < 1 || h->nwords - 1 > ((uint64_t)INT32_MAX - h->lo) / 64 ||
         h->nwords > (uint64_t)(e - p) / 16 || h->nrec > 64 * h->nwords ||
-        h->nrec > count || h->nrec > (uint64_t)(e - p) - 16 * h->nwords)
+        h->nrec > count ||
+        h->nrec > ((uint64_t)(e - p) - 16 * h->nwords) / per_rec)
         return PYDB_CORRUPT(err, path, AT(start),
                             "dense list's MFN range out of range");
     h->words = p;
     h->offs = h->words + 8 * h->nwords;
     h->ranks = h->offs + 4 * (h->nwords + 1);
     h->lens = h->ranks + 4 * h->nwords;
-    h->recs = h->lens + h->nrec;
+    h->masks = masks ? h->lens + h->nrec : NULL;
+    h->recs = h->lens + per_rec * h->nrec;
     if (h->recs > e)
         return PYDB_CORRUPT(err, path, AT(h->words),
                             "dense list's bitmap past its end");
@@ -883,7 +846,7 @@ static int dense_header(dense_hdr *h, const uint8_t *p, uint64_t plen,
         pydb__u32(h->offs + 4 * h->nwords) != h->rlen ||
         pydb__u32(h->ranks) != 0 ||
         pydb__u32(h->ranks + 4 * (h->nwords - 1)) +
-                (uint64_t)popcount64(
+                (uint64_t)pydb__popcount64(
                     pydb__u64(h->words + 8 * (h->nwords - 1))) !=
             h->nrec)
         return PYDB_CORRUPT(err, path, AT(h->words),
@@ -938,7 +901,7 @@ dense_whole_record(const dense_hdr *h, uint64_t r, uint64_t qo, uint64_t oe,
     return st;
 }
 
-static __attribute__((noinline)) POPCNT_CLONES int
+static __attribute__((noinline)) PYDB_POPCNT_CLONES int
 dense_whole(const dense_hdr *h, uint64_t count, pydb_posting *ov,
             nidx_dead_fn dead, const void *dead_ctx, uint64_t *nlive,
             uint64_t *seen, uint64_t *bad)
@@ -973,7 +936,7 @@ dense_whole(const dense_hdr *h, uint64_t count, pydb_posting *ov,
              * own (no call in it: its values stay in registers), while
              * the word's records fit the count and bytes left: one
              * posting each, three one-byte varints (TAG, OCC, CNT) */
-            const uint64_t nb = popcount64(w);   /* records left */
+            const uint64_t nb = pydb__popcount64(w);   /* records left */
             const int room = !dead && r + nb <= nrec && sn + nb <= count &&
                              qo <= oe && oe - qo >= 3 * nb;
             for (; w && room; w &= w - 1) {
@@ -1024,10 +987,10 @@ dense_whole(const dense_hdr *h, uint64_t count, pydb_posting *ov,
  * time, ANDed with keep's bits, and the records of the bits left are
  * read and checked (dense_word).  mout: the records are not read (the
  * bitmap says which they are). */
-static __attribute__((noinline)) POPCNT_CLONES int
+static __attribute__((noinline)) PYDB_POPCNT_CLONES int
 decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
-             const uint8_t *p, uint64_t plen, uint64_t count, int64_t off0,
-             nidx_dead_fn dead, const void *dead_ctx,
+             const uint8_t *p, uint64_t plen, uint64_t count, int masks,
+             int64_t off0, nidx_dead_fn dead, const void *dead_ctx,
              const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
 {
     const uint8_t *start = p, *words, *offs, *ranks;
@@ -1038,7 +1001,8 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
     int rc;
 #define AT(q) (off0 < 0 ? -1 : off0 + (int64_t)((q) - start))
     *live = 0;
-    if ((rc = dense_header(&h, p, plen, count, path, off0, err))) return rc;
+    if ((rc = dense_header(&h, p, plen, count, masks, path, off0, err)))
+        return rc;
     lo = h.lo;
     nwords = h.nwords;
     rlen = h.rlen;
@@ -1106,19 +1070,26 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
         }
     }
     for (uint64_t k = k0; k < k1; k++) {
-        const uint64_t w = pydb__u64(words + 8 * k);
         const int64_t base = (int64_t)lo + 64 * (int64_t)k;
-        const uint64_t x = keep ? w & pydb__mfn_bits_word(keep, base) : w;
-        const uint64_t rk = pydb__u32(ranks + 4 * k);
-        const uint64_t rn = k + 1 < nwords ? pydb__u32(ranks + 4 * (k + 1))
-                                           : d.nrec;
-        uint64_t ob, oe, bad, end, after, len;
+        const uint64_t want = keep ? pydb__mfn_bits_word(keep, base)
+                                   : ~(uint64_t)0;
+        uint64_t w, x, rk, rn, ob, oe, bad, end, after, len;
         int why;
+        if (!want) {   /* no record wanted: on to the word of the next */
+            const int64_t nx = pydb__mfn_bits_next(keep, base + 64);
+            if (nx == INT64_MAX) break;
+            k = (uint64_t)(nx - (int64_t)lo) / 64 - 1;   /* (k++ next) */
+            continue;
+        }
+        w = pydb__u64(words + 8 * k);
+        x = w & want;
+        rk = pydb__u32(ranks + 4 * k);
+        rn = k + 1 < nwords ? pydb__u32(ranks + 4 * (k + 1)) : d.nrec;
         /* the word's records are the ranks rk .. rn - 1: as many as its
          * bits (so no more MFNs than the dictionary's count, and a bit
-         * lost or added shows in every word read, wanted records or
-         * not) */
-        if (rk + popcount64(w) != rn || rn > d.nrec)
+         * lost or added shows in every word where a record is wanted,
+         * wanted records or not) */
+        if (rk + pydb__popcount64(w) != rn || rn > d.nrec)
             return PYDB_CORRUPT(err, path, AT(ranks + 4 * k),
                                 "dense list's directory disagrees with "
                                 "its bitmap");
@@ -1141,7 +1112,7 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
             return PYDB_CORRUPT(err, path, AT(d.recs + bad),
                                 "posting out of range or not ascending");
         /* the records after the last one read end where the word's do */
-        after = rk + popcount64(w & (~(uint64_t)0 >>
+        after = rk + pydb__popcount64(w & (~(uint64_t)0 >>
                                      (unsigned)__builtin_clzll(x)));
         if (after < rn) {
             int big;
@@ -1169,6 +1140,23 @@ done:
 #undef AT
 }
 
+/* The word of the dense list h whose records by rank are not as many as
+ * its bits (ranks[k] + its bits != ranks[k + 1], or nrec after the
+ * last), or h->nwords if none: a bit lost or added, or a damaged rank. */
+static __attribute__((noinline)) PYDB_POPCNT_CLONES uint64_t
+dense_ranks_off(const dense_hdr *h)
+{
+    uint64_t k, rk = pydb__u32(h->ranks);
+    for (k = 0; k < h->nwords; k++) {
+        const uint64_t next = k + 1 < h->nwords
+                                  ? pydb__u32(h->ranks + 4 * (k + 1))
+                                  : h->nrec;
+        if (rk + pydb__popcount64(pydb__u64(h->words + 8 * k)) != next) break;
+        rk = next;
+    }
+    return k;
+}
+
 int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
                           uint64_t *nwords, const uint8_t **words,
                           pydb_error *err)
@@ -1176,18 +1164,99 @@ int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
     const nidx_seg *s = cur->s;
     const uint8_t *p = s->map + cur->pstart;
     dense_hdr h;
+    uint64_t k;
     int rc;
 
     PYDB_ASSERT(cur->valid && cur->pstart <= s->dict_off - cur->plen);
-    *dense = s->version >= NIDX_SEG_VERSION && cur->count > NIDX_SKIP &&
-             p[0] == NIDX_FORM_DENSE;
+    *dense = s->version >= NIDX_SEG_VERSION_DENSE &&
+             cur->count > NIDX_SKIP && p[0] == NIDX_FORM_DENSE;
     if (!*dense) return PYDB_OK;
-    if ((rc = dense_header(&h, p + 1, cur->plen - 1, cur->count, s->path,
+    if ((rc = dense_header(&h, p + 1, cur->plen - 1, cur->count,
+                           s->version >= NIDX_SEG_VERSION, s->path,
                            (int64_t)cur->pstart + 1, err)))
         return rc;
+    /* every word's bits and ranks agree (a bit lost or added shows) */
+    k = dense_ranks_off(&h);
+    if (k < h.nwords)
+        return PYDB_CORRUPT(err, s->path,
+                            (int64_t)cur->pstart + 1 +
+                                (int64_t)(h.ranks + 4 * k - (p + 1)),
+                            "dense list's directory disagrees with its "
+                            "bitmap");
     *lo = h.lo;
     *nwords = h.nwords;
     *words = h.words;
+    return PYDB_OK;
+}
+
+/* pydb__nseg_tag_masks for the dense list h: in's records in order from
+ * its word j0 (rank[j0] of them before it), each looked up in h, each
+ * word of h met checked with its rank and the next.  The word whose
+ * ranks disagree with its bits, or h->nwords if none. */
+static __attribute__((noinline)) PYDB_POPCNT_CLONES uint64_t
+dense_tag_masks(const dense_hdr *h, const pydb_mfn_bits *in, size_t j0,
+                const uint32_t *rank, uint8_t *m)
+{
+    const int64_t lo = (int64_t)h->lo, top = lo + 64 * (int64_t)h->nwords;
+    uint64_t ir = rank[j0], kc = UINT64_MAX, lw = 0, rk = 0;
+    for (size_t j = j0; j < in->nwords; j++) {
+        const int64_t base = (int64_t)in->lo + 64 * (int64_t)j;
+        if (base >= top) break;
+        for (uint64_t v = in->w[j]; v; v &= v - 1, ir++) {
+            const int64_t mfn = base + __builtin_ctzll(v);
+            uint64_t d, k, b;
+            if (mfn < lo) continue;
+            if (mfn >= top) break;
+            d = (uint64_t)(mfn - lo);
+            k = d >> 6;
+            b = d & 63;
+            if (k != kc) {   /* a word of h met: its ranks checked */
+                const uint64_t next = k + 1 < h->nwords
+                                          ? pydb__u32(h->ranks + 4 * (k + 1))
+                                          : h->nrec;
+                lw = pydb__u64(h->words + 8 * k);
+                rk = pydb__u32(h->ranks + 4 * k);
+                if (rk + pydb__popcount64(lw) != next || next > h->nrec)
+                    return k;
+                kc = k;
+            }
+            if ((lw >> b) & 1)
+                m[ir] |= h->masks[rk + pydb__popcount64(
+                                           lw & (((uint64_t)1 << b) - 1))];
+        }
+    }
+    return h->nwords;
+}
+
+int pydb__nseg_tag_masks(const nidx_cursor *cur, const pydb_mfn_bits *in,
+                         const uint32_t *rank, uint8_t *m, int *known,
+                         pydb_error *err)
+{
+    const nidx_seg *s = cur->s;
+    const uint8_t *p = s->map + cur->pstart;
+    const int64_t off0 = (int64_t)cur->pstart + 1;
+    uint64_t k;
+    size_t j0 = 0;
+    dense_hdr h;
+    int rc;
+
+    PYDB_ASSERT(cur->valid && cur->pstart <= s->dict_off - cur->plen);
+    *known = s->version >= NIDX_SEG_VERSION && cur->count > NIDX_SKIP &&
+             p[0] == NIDX_FORM_DENSE;
+    if (!*known) return PYDB_OK;
+    if ((rc = dense_header(&h, p + 1, cur->plen - 1, cur->count, 1, s->path,
+                           off0, err)))
+        return rc;
+    /* in's first word that may hold one of h's records */
+    if ((int64_t)h.lo > (int64_t)in->lo + 63)
+        j0 = (size_t)(((int64_t)h.lo - (int64_t)in->lo) >> 6);
+    if (j0 >= in->nwords) return PYDB_OK;
+    k = dense_tag_masks(&h, in, j0, rank, m);
+    if (k < h.nwords)
+        return PYDB_CORRUPT(err, s->path,
+                            off0 + (int64_t)(h.ranks + 4 * k - (p + 1)),
+                            "dense list's directory disagrees with its "
+                            "bitmap");
     return PYDB_OK;
 }
 
@@ -1205,13 +1274,13 @@ decode(pydb_postings *out, pydb_mfns *mout, const nidx_cursor *cur,
     PYDB_ASSERT(cur->valid && cur->pstart >= NIDX_SEG_HDR &&
                 cur->plen <= s->dict_off &&
                 cur->pstart <= s->dict_off - cur->plen);
-    if (s->version >= NIDX_SEG_VERSION && cur->count > NIDX_SKIP) {
+    if (s->version >= NIDX_SEG_VERSION_DENSE && cur->count > NIDX_SKIP) {
         /* (the cursor checked plen >= count > 0) */
         uint8_t form = p[0];
         if (form == NIDX_FORM_DENSE)
             return decode_dense(out, mout, s->path, p + 1, plen - 1,
-                                cur->count, off + 1, dead, dead_ctx, keep,
-                                live, err);
+                                cur->count, s->version >= NIDX_SEG_VERSION,
+                                off + 1, dead, dead_ctx, keep, live, err);
         if (form != NIDX_FORM_SKIP)
             return PYDB_CORRUPT(err, s->path, off,
                                 "posting list of unknown form %u",
@@ -1400,7 +1469,7 @@ static int put_dense(pydb_buf *out, const pydb_posting *v, size_t n)
     const int32_t lo = v[0].mfn;
     const uint64_t nwords = ((uint64_t)(v[n - 1].mfn - lo) >> 6) + 1;
     uint64_t nrec = 1, next = 0, r = 0;
-    size_t words, offs, ranks, lens, recs;
+    size_t words, offs, ranks, lens, masks, recs;
     pydb_buf rec = {0};
 
     for (size_t i = 1; i < n; i++) nrec += v[i].mfn != v[i - 1].mfn;
@@ -1413,7 +1482,8 @@ static int put_dense(pydb_buf *out, const pydb_posting *v, size_t n)
     offs = words + 8 * (size_t)nwords;
     ranks = offs + 4 * ((size_t)nwords + 1);
     lens = ranks + 4 * (size_t)nwords;
-    recs = lens + (size_t)nrec;
+    masks = lens + (size_t)nrec;
+    recs = masks + (size_t)nrec;
     if (!pydb__buf_grow(out, recs - words)) goto cleanup;   /* oom */
     memset(out->p + words, 0, recs - words);
     for (size_t i = 0, j; i < n; i = j, r++) {
@@ -1431,6 +1501,8 @@ static int put_dense(pydb_buf *out, const pydb_posting *v, size_t n)
         put_record(&rec, v + i, j - i);
         if (rec.oom) goto cleanup;
         out->p[lens + r] = (uint8_t)(rec.n < 255 ? rec.n : 255);
+        for (size_t x = i; x < j; x++)
+            out->p[masks + r] |= (uint8_t)(1u << pydb__nseg_tag_bit(v[x].tag));
         if (rec.n >= 255) pydb__nseg_put_varint(out, rec.n);
         pydb__buf_put(out, rec.p, rec.n);
         if (out->oom) goto cleanup;

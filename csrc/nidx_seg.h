@@ -41,6 +41,9 @@
  *         nwords u32 ranks: the records before word k's first;
  *         nrec bytes: each record's length in bytes, or 255 for 255 or
  *         more (its length then a varint before its bytes);
+ *         version 5: nrec bytes, each record's TAG mask: bit
+ *         pydb__nseg_tag_bit(TAG) set for the TAG of each of its
+ *         postings;
  *         the records in MFN order: its postings (at least one,
  *         ascending by TAG, OCC, CNT), the first as three varints TAG,
  *         OCC, CNT, each next as three varints by the delta rule above
@@ -51,7 +54,11 @@
  *       from the bits alone, the postings of a record found from its
  *       word's entries and the lengths before it (Roaring bitmaps keep
  *       dense sets so: Lemire et al., "Better bitmap performance with
- *       Roaring bitmaps", 2016).
+ *       Roaring bitmaps", 2016).  A chain of (G), (F) and proximity
+ *       holds a record only where its terms share a TAG, so it passes
+ *       the records whose TAG masks share no bit without reading them
+ *       (pydb__nseg_tag_masks).  A mask is data, as a posting's TAG is:
+ *       the checksum guards it; a reader checks only where it lies.
  *   dictionary: blocks of 32 terms; a block starts with the u64 offset of
  *       its first term's postings, then per term: varint shared prefix
  *       length with the previous key of the block (0 for the first),
@@ -77,15 +84,26 @@
 #include <stdatomic.h>
 #include "index_int.h"
 
-/* Format version of the segments.  4: lists of more than NIDX_SKIP
- * postings lead with their form (a skip table, or dense); 3: such lists
- * lead with a skip table (read, not written); 2: none has one (read, not
+/* Format version of the segments.  5: a dense list keeps each record's
+ * TAG mask; 4: lists of more than NIDX_SKIP postings lead with their
+ * form (a skip table, or dense; read, not written); 3: such lists lead
+ * with a skip table (read, not written); 2: none has one (read, not
  * written); 1 (an ad-hoc 64-bit checksum, not CRC-32C) and any other are
  * PYDB_ECORRUPT saying so: rebuild the index. */
-#define NIDX_SEG_VERSION 4
+#define NIDX_SEG_VERSION 5
+#define NIDX_SEG_VERSION_DENSE 4
 #define NIDX_SEG_VERSION_SKIP 3
 #define NIDX_SEG_VERSION_NO_SKIP 2
-/* The forms of a version-4 list of more than NIDX_SKIP postings */
+/* The bit of a TAG in a record's TAG mask (segment format 5): the top
+ * three bits of the TAG times 2^32 / phi (Knuth's multiplicative hash),
+ * so that the tags of one database, often a few apart, spread over the
+ * eight bits. */
+static inline unsigned pydb__nseg_tag_bit(uint32_t tag)
+{
+    return (unsigned)((tag * 0x9E3779B1u) >> 29);
+}
+
+/* The forms of a list of more than NIDX_SKIP postings (version >= 4) */
 #define NIDX_FORM_SKIP 0
 #define NIDX_FORM_DENSE 1
 /* Postings per block of a skip table */
@@ -206,6 +224,16 @@ int pydb__nseg_mfns_in(pydb_mfns *out, const nidx_cursor *cur,
 int pydb__nseg_dense_bits(const nidx_cursor *cur, int *dense, uint64_t *lo,
                           uint64_t *nwords, const uint8_t **words,
                           pydb_error *err);
+
+/* The TAG masks of the list at the cursor for the records in *in, where
+ * the list is dense and keeps them (segment format 5): *known 1, and
+ * for each record of both, in's i-th (rank[k]: the records of in before
+ * its word k), m[i] |= its mask; *known 0 and nothing done for a list of
+ * another form or version.  The directory's ranks of every word met are
+ * checked (PYDB_ECORRUPT); no record is read. */
+int pydb__nseg_tag_masks(const nidx_cursor *cur, const pydb_mfn_bits *in,
+                         const uint32_t *rank, uint8_t *m, int *known,
+                         pydb_error *err);
 
 /* Writing a segment: begin with the number of terms, one call per term
  * in key order, finish with the tombstones. */

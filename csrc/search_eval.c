@@ -67,10 +67,15 @@
  *    the term's MFNs), then reads the commonest one's postings of those
  *    records, then the others' postings of the records it has; a chain
  *    of '*' on MFN sets evaluates its next operand within the rarest
- *    term's bits (mset_eval), and a chain of '+' of terms ORs their bits
- *    a word at a time (mset_or_terms).  With dense lists (segment format
- *    4) and bits: `THE $ ALIC` 72 -> 51 us, `THE * ALIC` 47 -> 13 us,
- *    `THE + ALIC` 81 -> 28 us (docs/architecture.md, "Dense lists").
+ *    term's bits (mset_eval), and a chain of '+' ORs its terms' bits a
+ *    word at a time (mset_or).  With dense lists (segment format 4) and
+ *    bits: `THE $ ALIC` 72 -> 51 us, `THE * ALIC` 47 -> 13 us, `THE +
+ *    ALIC` 81 -> 28 us (docs/architecture.md, "Dense lists").  A chain
+ *    of (G), (F) and proximity alone holds a record only where its terms
+ *    share a TAG (section 3), so it ANDs the commonest term's bits too
+ *    and then passes the records whose terms' TAG masks (segment format
+ *    5) share no bit (narrow_by_tags): of the 1,165 records THE and
+ *    ALIC share, 10 are left to read; `THE $ ALIC` 51 -> 28 us.
  *
  * Depends on: search_parse.c (pydb__search_parse), index_int.h (the
  * index interface, postings), the database (pydb_xrf reads for
@@ -529,10 +534,10 @@ static int operand_cost(uint64_t *cost, const node *t, eval_ctx *c)
 }
 
 /* The operands of n (at most RAREST_MAX) rarest first into ord: by
- * operand_cost, ties in their order. */
-static int rarest_order(size_t *ord, const node *n, eval_ctx *c)
+ * operand_cost (cost[i]: operand i's), ties in their order. */
+static int rarest_order(size_t *ord, uint64_t *cost, const node *n,
+                        eval_ctx *c)
 {
-    uint64_t cost[RAREST_MAX];
     for (size_t i = 0; i < n->nitems; i++) {   /* insertion: stable */
         size_t j = i;
         int rc = operand_cost(&cost[i], n->items[i].node, c);
@@ -605,6 +610,87 @@ static int term_bits(uint64_t **w, pydb_mfn_bits *b, mset *m, int *empty,
     return m->n ? bits_of_mset(w, b, m, c->err) : PYDB_OK;
 }
 
+/* A chain narrows its records by the terms' TAG masks (narrow_by_tags)
+ * when two of its terms have more postings than this: a native index
+ * keeps masks for the dense form of lists of more than 128 postings
+ * (nidx_seg.h), and masks of one term alone clear nothing. */
+#define TAGS_MIN 128
+
+/* 1 if every operator of chain n is (G), (F) or proximity. */
+static int all_positional(const node *n)
+{
+    for (size_t i = 1; i < n->nitems; i++)
+        if (n->items[i].op < OP_G) return 0;
+    return 1;
+}
+
+/* Section 3: (G), (F) and proximity keep only postings of TAGs both
+ * sides have, so a chain of them whose operands are terms holds a record
+ * only where one TAG is every term's there.  The records of the bitmap
+ * (w, *b) where the terms' TAG masks (the index's tag_masks op) share no
+ * bit are cleared from w, term by term, each term's masks read for the
+ * records left; *b is then cut to the words from the first record left
+ * to the last.  A truncated term (several keys), or one whose masks the
+ * index does not keep, clears nothing. */
+static __attribute__((noinline)) PYDB_POPCNT_CLONES int
+narrow_by_tags(uint64_t *w, pydb_mfn_bits *b, const node *n, eval_ctx *c)
+{
+    uint32_t *rank = malloc(b->nwords * sizeof *rank);
+    uint8_t *acc = NULL, *m = NULL;
+    size_t total = 0, lo = 0, hi;
+    int rc = PYDB_OK, first = 1;
+
+    if (!rank) goto oom;
+    for (size_t x = 0; x < b->nwords; x++) total += pydb__popcount64(w[x]);
+    if (!(acc = malloc(total ? total : 1)) || !(m = malloc(total ? total : 1)))
+        goto oom;
+    for (size_t j = 0; j < n->nitems && total; j++) {
+        const node *t = n->items[j].node;
+        size_t r = 0, kept = 0;
+        int known;
+        if (t->trunc) continue;
+        for (size_t x = 0, sum = 0; x < b->nwords; x++) {
+            rank[x] = (uint32_t)sum;
+            sum += pydb__popcount64(w[x]);
+        }
+        memset(m, 0, total);
+        if ((rc = c->ix->ops->tag_masks(m, &known, c->ix, t->key, t->key_len,
+                                        b, rank, c->err)))
+            goto cleanup;
+        if (!known) continue;
+        if (first) {   /* the first term's masks are acc */
+            uint8_t *swap = acc;
+            acc = m;
+            m = swap;
+            first = 0;
+            continue;
+        }
+        /* acc[kept]: the masks ANDed so far of the records left */
+        for (size_t x = 0; x < b->nwords; x++)
+            for (uint64_t v = w[x]; v; v &= v - 1, r++) {
+                const uint8_t a = acc[r] & m[r];
+                if (a) acc[kept++] = a;
+                else w[x] &= ~(v & -v);
+            }
+        total = kept;
+    }
+    /* the words from the first record left to the last (one at least) */
+    hi = b->nwords - 1;
+    while (lo < hi && !w[lo]) lo++;
+    while (hi > lo && !w[hi]) hi--;
+    b->w = w + lo;
+    b->lo = (int32_t)(b->lo + 64 * (int64_t)lo);
+    b->nwords = hi - lo + 1;
+    goto cleanup;
+oom:
+    rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1, "no memory for TAG masks");
+cleanup:
+    free(rank);
+    free(acc);
+    free(m);
+    return rc;
+}
+
 /* 1 if every operand of n is a term. */
 static int all_terms(const node *n)
 {
@@ -617,6 +703,7 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
                              const pydb_mfn_bits *in)
 {
     size_t k = n->nitems, ord[RAREST_MAX];
+    uint64_t cost[RAREST_MAX];
     uint64_t *w = NULL;
     plist val[RAREST_MAX], acc = {0}, res = {0};
     pydb_mfn_bits sub;
@@ -625,7 +712,7 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
 
     memset(out, 0, sizeof *out);
     memset(val, 0, sizeof val);
-    if ((rc = rarest_order(ord, n, c))) goto cleanup;
+    if ((rc = rarest_order(ord, cost, n, c))) goto cleanup;
     if (all_terms(n)) {
         /* terms: the records all but the commonest hold, from their bits
          * or MFNs alone (a dense list's bitmap: nidx_seg.h), rarest
@@ -633,7 +720,12 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
          * of those records, then the others' postings of the records it
          * has */
         const size_t last = ord[k - 1];
-        for (size_t j = 0; j + 1 < k; j++) {
+        /* a chain of (G), (F) and proximity of two terms or more with
+         * lists that may keep TAG masks: the commonest one's bits too,
+         * then the records whose terms share no TAG passed */
+        const int tags = c->ix->ops->tag_masks && all_positional(n) &&
+                         cost[ord[k - 2]] > TAGS_MIN;
+        for (size_t j = 0; j + 1 < k + (size_t)tags; j++) {
             uint64_t *w2;
             pydb_mfn_bits sub2;
             mset m;
@@ -652,6 +744,8 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
                 within = &sub;
             }
         }
+        if (w && tags && (rc = narrow_by_tags(w, &sub, n, c)))
+            goto cleanup;
         if ((rc = eval(&val[last], n->items[last].node, c, within)) ||
             val[last].n == 0)
             goto cleanup;
@@ -922,13 +1016,14 @@ static int mset_eval(mset *out, const node *n, eval_ctx *c,
     pydb_mfn_bits sub;
     uint64_t *w = NULL;
     size_t ord[RAREST_MAX], first = 1;
+    uint64_t cost[RAREST_MAX];
     int rc = PYDB_OK, rarest, have = 0;
 
     if (n->kind == N_TERM) return mset_term(out, n, c, in);
     if (n->items[1].op == OP_OR) return mset_or(out, n, c, in);
     /* a chain of '*' alone: in any order, so rarest first (section 7) */
     rarest = rarest_first_fits(n, c, 1);
-    if (rarest && (rc = rarest_order(ord, n, c))) return rc;
+    if (rarest && (rc = rarest_order(ord, cost, n, c))) return rc;
     if (rarest && n->items[ord[0]].node->kind == N_TERM) {
         /* the rarest term's records as bits (term_bits), the next
          * operand within them, and what it holds of them */

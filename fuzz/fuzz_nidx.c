@@ -164,6 +164,10 @@ static void read_index(pydb_index *ix)
         search(ix, "A$ + B$ * C$", 12);
         search(ix, "A$ (G) B$ . C$ $ D$", 19);
         search(ix, "A$ ^ Z$", 7);
+        /* chains of terms of the big seed's dense lists: their bits,
+         * TAG masks and restricted reads */
+        search(ix, "SURVEY . WATER", 14);
+        search(ix, "WATER (G) SOIL $ SURVEY", 23);
     }
     terms_free(&t);
 }

@@ -1,9 +1,10 @@
 """A reference of the native index's segment layout (csrc/nidx_seg.h),
 written apart from the C encoder: it reads a segment file into its terms'
-posting lists and writes one back, byte for byte, in format version 4
-(lists of more than 128 postings led by their form: a skip table, or
-dense: a bitmap of their records), 3 (such lists led by a skip table) or
-2 (no skip tables: what pydb before skip tables wrote).  Tests compare the
+posting lists and writes one back, byte for byte, in format version 5
+(a dense list keeps each record's TAG mask), 4 (lists of more than 128
+postings led by their form: a skip table, or dense: a bitmap of their
+records), 3 (such lists led by a skip table) or 2 (no skip tables: what
+pydb before skip tables wrote).  Tests compare the
 files the core writes with it and forge old or damaged segments with
 it."""
 
@@ -19,6 +20,21 @@ HEADER = 64
 BLOCK_TERMS = 32   # dictionary terms per block
 SKIP = 128         # postings per block of a skip table
 FORM_SKIP, FORM_DENSE = 0, 1   # the forms of a version-4 list of > SKIP
+VERSION = 5                    # what the core writes
+
+
+def tag_bit(tag: int) -> int:
+    """The bit of a TAG in a record's TAG mask (version 5): the top three
+    bits of TAG * 0x9E3779B1 modulo 2**32."""
+    return (tag * 0x9E3779B1 & 0xFFFFFFFF) >> 29
+
+
+def tag_mask(postings) -> int:
+    """A record's TAG mask: the bits of its postings' TAGs."""
+    m = 0
+    for p in postings:
+        m |= 1 << tag_bit(p[1])
+    return m
 
 
 def varint(v: int) -> bytes:
@@ -115,15 +131,15 @@ def is_dense(postings) -> bool:
     return nwords * 4 <= len(records(postings))
 
 
-def dense_bytes(postings) -> bytes:
+def dense_bytes(postings, version: int = VERSION) -> bytes:
     """The dense form after its form byte: lo, words, records; the words,
     the byte offset and the rank of each word's first record, each
     record's length (255: 255 or more, given again as a varint before its
-    bytes), the records."""
+    bytes), from version 5 each record's TAG mask, the records."""
     lo = postings[0][0]
     nwords = ((postings[-1][0] - lo) >> 6) + 1
     words, offs, ranks = [0] * nwords, [], []
-    lens, body = bytearray(), bytearray()
+    lens, masks, body = bytearray(), bytearray(), bytearray()
     for r, (m, ps) in enumerate(records(postings)):
         k = (m - lo) >> 6
         while len(offs) <= k:
@@ -132,22 +148,24 @@ def dense_bytes(postings) -> bytes:
         words[k] |= 1 << ((m - lo) & 63)
         rb = record_bytes(ps)
         lens.append(min(len(rb), 255))
+        masks.append(tag_mask(ps))
         body += (varint(len(rb)) if len(rb) >= 255 else b"") + rb
     offs.append(len(body))
     return (varint(lo) + varint(nwords) + varint(len(lens))
             + struct.pack(f"<{nwords}Q", *words) + struct.pack(f"<{nwords + 1}I", *offs)
-            + struct.pack(f"<{nwords}I", *ranks) + bytes(lens) + bytes(body))
+            + struct.pack(f"<{nwords}I", *ranks) + bytes(lens)
+            + (bytes(masks) if version >= 5 else b"") + bytes(body))
 
 
-def list_bytes(postings, version: int = 4, form: int | None = None) -> bytes:
-    """A posting list as a segment of `version` holds it; a version-4
-    list of more than SKIP postings in `form` (None: the one the writer
-    picks)."""
+def list_bytes(postings, version: int = VERSION, form: int | None = None) -> bytes:
+    """A posting list as a segment of `version` holds it; a list of more
+    than SKIP postings of version 4 or later in `form` (None: the one the
+    writer picks)."""
     if version >= 4 and len(postings) > SKIP:
         if form is None:
             form = FORM_DENSE if is_dense(postings) else FORM_SKIP
         if form == FORM_DENSE:
-            return bytes([FORM_DENSE]) + dense_bytes(postings)
+            return bytes([FORM_DENSE]) + dense_bytes(postings, version)
         return bytes([FORM_SKIP]) + list_bytes(postings, 3)
     body, _ = posting_bytes(postings)
     entries = skip_entries(postings) if version >= 3 else []
@@ -160,14 +178,17 @@ def list_bytes(postings, version: int = 4, form: int | None = None) -> bytes:
     return varint(len(table)) + bytes(table) + body
 
 
-def decode_dense(b: bytes) -> list[tuple]:
-    """The postings of a dense list's bytes after its form byte."""
+def decode_dense(b: bytes, version: int = VERSION) -> list[tuple]:
+    """The postings of a dense list's bytes after its form byte (the TAG
+    masks of version 5 passed)."""
     lo, i = read_varint(b, 0)
     nwords, i = read_varint(b, i)
     nrec, i = read_varint(b, i)
     words = struct.unpack_from(f"<{nwords}Q", b, i)
     i += 8 * nwords + 4 * (nwords + 1) + 4 * nwords
     lens, i = b[i:i + nrec], i + nrec
+    if version >= 5:
+        i += nrec
     mfns = [lo + 64 * k + bit for k, w in enumerate(words) for bit in range(64) if w >> bit & 1]
     out = []
     for m, n in zip(mfns, lens, strict=True):
@@ -190,7 +211,7 @@ def decode_list(b: bytes, count: int, version: int) -> list[tuple]:
     i = 0
     if version >= 4 and count > SKIP:
         if b[0] == FORM_DENSE:
-            out = decode_dense(b[1:])
+            out = decode_dense(b[1:], version)
             assert len(out) == count
             return out
         return decode_list(b[1:], count, 3)
@@ -278,8 +299,8 @@ def write_segment(seg: Segment) -> bytes:
 
 
 def as_version(data: bytes, version: int) -> bytes:
-    """The segment file `data` rewritten in `version` (3: no dense lists;
-    2: no skip tables either)."""
+    """The segment file `data` rewritten in `version` (4: dense lists
+    without TAG masks; 3: no dense lists; 2: no skip tables either)."""
     seg = read_segment(data)
     terms = [(k, c, list_bytes(decode_list(lst, c, seg.version), version))
              for k, c, lst in seg.terms]

@@ -31,7 +31,8 @@ ONES = (1 << 64) - 1
 
 
 def _forged(tmp_path, terms):
-    """A native index whose one segment holds `terms` [(key, count, list
+    """A native index whose one segment, of format 4 (dense lists without
+    TAG masks, as _dense writes them), holds `terms` [(key, count, list
     bytes)], and the segment's path."""
     base = build_db(tmp_path / "f", "isis-packed", [[(24, b"common")] for _ in range(200)])
     pydb.build_index(str(base), fst="24 4 v24", progress=False)
@@ -49,7 +50,7 @@ def _dense(lo, words, offs, ranks, lens, body) -> bytes:
 
 
 #: a short list, for chains with a second operand
-OTHER = (b"OTHER", 20, sm.list_bytes([(m, 24, 1, 1) for m in range(1, 60, 3)]))
+OTHER = (b"OTHER", 20, sm.list_bytes([(m, 24, 1, 1) for m in range(1, 60, 3)], 4))
 
 
 def _raises(ix, seg, read):
@@ -113,9 +114,9 @@ def test_a_list_at_the_top_of_the_mfn_range_is_read(tmp_path):
     """Records up to 2^31 - 1 itself, written by the reference: read whole
     and searched as they are."""
     postings = [(m, 24, 1, 1) for m in range(TOP - 199, TOP + 1)]
-    ix, seg = _forged(tmp_path, [(b"X", 200, sm.list_bytes(postings))])
+    ix, seg = _forged(tmp_path, [(b"X", 200, sm.list_bytes(postings, 4))])
     try:
-        assert sm.list_bytes(postings)[0] == sm.FORM_DENSE
+        assert sm.list_bytes(postings, 4)[0] == sm.FORM_DENSE
         assert [tuple(p) for p in ix.postings(b"X")] == postings
         assert list(search(ix, "X")) == [p[0] for p in postings]
     finally:

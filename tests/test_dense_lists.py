@@ -76,12 +76,12 @@ def test_dense_lists_are_the_references_bytes(indexed):
     base, ix = indexed
     data = _segment(base).read_bytes()
     seg = sm.read_segment(data)
-    assert seg.version == 4 and sm.write_segment(seg) == data
+    assert seg.version == 5 and sm.write_segment(seg) == data
     forms = {}
     for k, c, b in seg.terms:
         postings = [tuple(p) for p in ix.postings(k)]
         assert len(postings) == c and b == sm.list_bytes(postings), k
-        assert sm.decode_list(b, c, 4) == postings, k
+        assert sm.decode_list(b, c, 5) == postings, k
         forms[k] = b[0] if c > 128 else None
     assert forms == {b"COMMON": sm.FORM_DENSE, b"HALF": sm.FORM_DENSE,
                      b"LONG": sm.FORM_DENSE, b"SPARSE": sm.FORM_SKIP, b"RARE": None}
@@ -166,11 +166,142 @@ def test_an_or_over_a_range_too_wide_for_one_bitmap(tmp_path):
         ix.close()
 
 
+# ---- TAG masks (format 5) ----------------------------------------------
+
+TAGGED = 2000
+TAG_FST = "24 4 v24\n26 4 v26\n70 4 v70"
+
+
+def _tagged_records():
+    """ALPHA in every title (24) and in field 26 of every seventh record;
+    BETA after ALPHA in every fifth title and in field 70 of every even
+    record; DELTA in every field 70, GAMMA in the other titles.  So
+    ALPHA and BETA share most records but a TAG only in every fifth."""
+    out = []
+    for m in range(1, TAGGED + 1):
+        fields = [(24, b"alpha beta" if m % 5 == 0 else b"alpha gamma")]
+        if m % 7 == 0:
+            fields.append((26, b"alpha"))
+        fields.append((70, b"beta delta" if m % 2 == 0 else b"delta"))
+        out.append(fields)
+    return out
+
+
+TAG_EXPRS = ["ALPHA $ BETA", "ALPHA . BETA", "ALPHA (G) BETA", "ALPHA (F) BETA",
+             "ALPHA (G) DELTA", "BETA (G) DELTA", "BETA $ DELTA", "ALPHA $ BETA $ GAMMA",
+             "ALPHA (G) BETA (G) DELTA", "ALPHA/(24) $ BETA", "ALPHA/(26) (G) BETA",
+             "ALPHA . . BETA . DELTA", "(ALPHA + DELTA) $ BETA", "ALPHA * BETA",
+             "GAMMA (G) ALPHA (G) BETA"]
+
+
+@pytest.fixture
+def tagged(tmp_path):
+    base = build_db(tmp_path / "t", "isis-packed", _tagged_records())
+    pydb.build_index(str(base), fst=TAG_FST, progress=False)
+    return base
+
+
+def test_tag_masks_are_the_references_bytes_and_answer_as_the_lists_do(tagged):
+    """The built segment (format 5) is the reference's byte for byte, a
+    dense list's TAG masks included; chains of (G), (F) and proximity,
+    which pass the records whose terms' masks share no bit, answer as an
+    in-memory index of the same postings."""
+    data = _segment(tagged).read_bytes()
+    seg = sm.read_segment(data)
+    assert seg.version == 5 and sm.write_segment(seg) == data
+    terms = {k: (c, b) for k, c, b in seg.terms}
+    assert {k for k, (c, b) in terms.items() if c > 128 and b[0] == sm.FORM_DENSE} == \
+        {b"ALPHA", b"BETA", b"DELTA", b"GAMMA"}
+    lay = _layout(terms[b"ALPHA"][1])
+    masks = terms[b"ALPHA"][1][lay["masks"]:lay["recs"]]
+    assert masks[6] == 1 << sm.tag_bit(24) | 1 << sm.tag_bit(26)   # MFN 7
+    assert masks[0] == 1 << sm.tag_bit(24) == 0x40
+    ix = _pydb._open_native_index(str(tagged))
+    try:
+        _same_answers(ix, TAG_EXPRS)
+        assert list(search(ix, "ALPHA $ BETA")) == list(range(5, TAGGED + 1, 5))
+        assert list(search(ix, "ALPHA (G) DELTA")) == []
+        assert len(search(ix, "ALPHA * BETA")) == TAGGED // 2 + TAGGED // 10
+    finally:
+        ix.close()
+
+
+def test_tag_masks_under_newer_segments_and_in_format_4(tagged):
+    """Records changed after the build (newer segments, their tombstones
+    killing the base's postings) and the base rewritten in format 4 (no
+    masks: nothing passed by them) answer as the lists do."""
+    with pydb.open(tagged, readonly=False) as db:
+        for mfn, fields in [(3, [(24, b"alpha beta")]), (10, [(70, b"delta")]),
+                            (14, [(24, b"gamma"), (70, b"alpha beta")])]:
+            with db.transaction() as tx:
+                tx.update(mfn, fields)
+    ix = _pydb._open_native_index(str(tagged))
+    try:
+        assert len(manifest_segments(f"{tagged}.pdx")) > 1
+        _same_answers(ix, TAG_EXPRS)
+        got = list(search(ix, "ALPHA $ BETA"))
+        assert got[:4] == [3, 5, 14, 15] and 10 not in got
+    finally:
+        ix.close()
+    base = build_db(tagged.parent / "v4", "isis-packed", _tagged_records())
+    pydb.build_index(str(base), fst=TAG_FST, progress=False)
+    seg = _segment(base)
+    seg.write_bytes(sm.as_version(seg.read_bytes(), 4))
+    ix = _pydb._open_native_index(str(base))
+    try:
+        _same_answers(ix, TAG_EXPRS)
+    finally:
+        ix.close()
+
+
+def test_a_chain_passes_records_by_their_masks(tagged):
+    """The masks are consulted: record 5's ALPHA mask cleared (the
+    checksum made right, as a forger would) drops it from ALPHA $ BETA
+    unread, and masks with every bit set change no answer.  (A mask is
+    data, as a posting's TAG is: only the checksum can tell it is
+    wrong.)"""
+    seg = _segment(tagged)
+    data = seg.read_bytes()
+    at = sm.HEADER
+    for key, _, lst in sm.read_segment(data).terms:
+        if key == b"ALPHA":
+            break
+        at += len(lst)
+    lay = _layout(lst)
+    before = {e: _answer(tagged, e) for e in TAG_EXPRS}
+    seg.write_bytes(_patched(data, at + lay["masks"] + 4, b"\0"))
+    assert _answer(tagged, "ALPHA $ BETA")[:2] == [10, 15]
+    seg.write_bytes(_patched(data, at + lay["masks"], b"\xff" * (lay["recs"] - lay["masks"])))
+    assert {e: _answer(tagged, e) for e in TAG_EXPRS} == before
+
+
+def test_a_lost_bit_under_tag_masks(tagged):
+    """MFN 1000's bit of ALPHA cleared: a chain that reads ALPHA's bits
+    and masks meets the word and raises, as every read of it does."""
+    seg = _segment(tagged)
+    data = seg.read_bytes()
+    at = sm.HEADER
+    for key, _, lst in sm.read_segment(data).terms:
+        if key == b"ALPHA":
+            break
+        at += len(lst)
+    lay = _layout(lst)
+    d = 1000 - lay["lo"]
+    off = lay["words"] + 8 * (d >> 6)
+    (w,) = struct.unpack_from("<Q", lst, off)
+    seg.write_bytes(_patched(data, at + off, struct.pack("<Q", w & ~(1 << (d & 63)))))
+    for expr in ("ALPHA $ BETA", "ALPHA (G) DELTA", "BETA . ALPHA"):
+        e = _corruption(tagged, expr)
+        assert (e.filename, e.reason) == (str(seg),
+                                          "dense list's directory disagrees with its bitmap")
+        assert e.offset == at + lay["ranks"] + 4 * (d >> 6)
+
+
 # ---- damage -------------------------------------------------------------
 
 def _layout(lst: bytes) -> dict:
     """Offsets (within the list, its form byte at 0) of a dense list's
-    parts, and its records' lengths and starts."""
+    parts (format 5), and its records' lengths and starts."""
     lo, i = sm.read_varint(lst, 1)
     nwords, i = sm.read_varint(lst, i)
     nrec, i = sm.read_varint(lst, i)
@@ -178,9 +309,10 @@ def _layout(lst: bytes) -> dict:
     offs = words + 8 * nwords
     ranks = offs + 4 * (nwords + 1)
     lens = ranks + 4 * nwords
-    recs = lens + nrec
+    masks = lens + nrec
+    recs = masks + nrec
     starts, at = [], recs
-    for n in lst[lens:recs]:
+    for n in lst[lens:masks]:
         if n == 255:
             n, after = sm.read_varint(lst, at)
             starts.append(at)
@@ -189,7 +321,7 @@ def _layout(lst: bytes) -> dict:
             starts.append(at)
             at += n
     return {"lo": lo, "nwords": nwords, "words": words, "offs": offs, "ranks": ranks,
-            "lens": list(lst[lens:recs]), "recs": recs, "starts": starts}
+            "lens": list(lst[lens:masks]), "masks": masks, "recs": recs, "starts": starts}
 
 
 @pytest.fixture
@@ -203,7 +335,7 @@ def copy(tmp_path):
     at = sm.HEADER
     for key, count, lst in sm.read_segment(data).terms:
         if key == b"COMMON":
-            return base, seg, data, at, lst, sm.decode_list(lst, count, 4)
+            return base, seg, data, at, lst, sm.decode_list(lst, count, 5)
         at += len(lst)
     raise AssertionError("no COMMON")
 

@@ -82,7 +82,7 @@ def test_long_lists_lead_with_their_skip_tables(indexed):
     postings; the rare words' lists without one."""
     base, ix = indexed
     built = _segment(base).read_bytes()
-    assert sm.read_segment(built).version == 4
+    assert sm.read_segment(built).version == 5
     assert sm.write_segment(sm.read_segment(built)) == built
     for k, c, b in sm.read_segment(built).terms:
         assert b == sm.list_bytes([tuple(p) for p in ix.postings(k)]), k
@@ -274,10 +274,10 @@ def test_a_damaged_skip_table_is_corruption(copy, entry, field, value, reason, w
         assert at <= e.offset < at + len(new)
 
 
-def test_a_segment_of_version_2_is_read_and_one_of_version_5_refused(copy):
+def test_a_segment_of_version_2_is_read_and_one_of_version_6_refused(copy):
     """The segment written again without skip tables, as pydb before them
     wrote it (version 2), gives every list and answer as before; version
-    5 is refused, naming the versions this pydb reads."""
+    6 is refused, naming the versions this pydb reads."""
     base, seg, data, at, common = copy
     before = {expr: _answer(base, expr) for expr in EXPRS}
     old = sm.as_version(data, 2)
@@ -289,12 +289,12 @@ def test_a_segment_of_version_2_is_read_and_one_of_version_5_refused(copy):
     finally:
         ix.close()
     assert {expr: _answer(base, expr) for expr in EXPRS} == before
-    seg.write_bytes(_patched(data, 8, struct.pack("<I", 5)))
+    seg.write_bytes(_patched(data, 8, struct.pack("<I", 6)))
     with pytest.raises(pydb.CorruptionError) as ei:
         _pydb._open_native_index(str(base))
     assert ei.value.filename == str(seg) and ei.value.offset == 8
-    assert ei.value.reason == ("index segment format version 5, this pydb reads versions "
-                               "2 to 4 (rebuild the index)")
+    assert ei.value.reason == ("index segment format version 6, this pydb reads versions "
+                               "2 to 5 (rebuild the index)")
 
 
 def test_a_version_4_list_in_the_table_form_is_read(copy):
