@@ -994,7 +994,7 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
              const pydb_mfn_bits *keep, uint64_t *live, pydb_error *err)
 {
     const uint8_t *start = p, *words, *offs, *ranks;
-    uint64_t lo, nwords, rlen, nlive = 0, seen = 0, k0 = 0, k1;
+    uint64_t lo, nwords, rlen, nlive = 0, seen = 0, k0 = 0, k1, read_to = 0;
     dense_list d = {NULL, NULL, 0, count, NULL, dead, dead_ctx};
     dense_hdr h;
     int32_t *om = NULL;
@@ -1086,13 +1086,15 @@ decode_dense(pydb_postings *out, pydb_mfns *mout, const char *path,
         rk = pydb__u32(ranks + 4 * k);
         rn = k + 1 < nwords ? pydb__u32(ranks + 4 * (k + 1)) : d.nrec;
         /* the word's records are the ranks rk .. rn - 1: as many as its
-         * bits (so no more MFNs than the dictionary's count, and a bit
-         * lost or added shows in every word where a record is wanted,
-         * wanted records or not) */
-        if (rk + pydb__popcount64(w) != rn || rn > d.nrec)
+         * bits, and after the last word read's (so the words read hold
+         * no more records than nrec, nor MFNs than the dictionary's
+         * count, words passed or not; and a bit lost or added shows in
+         * every word where a record is wanted, wanted records or not) */
+        if (rk + pydb__popcount64(w) != rn || rn > d.nrec || rk < read_to)
             return PYDB_CORRUPT(err, path, AT(ranks + 4 * k),
                                 "dense list's directory disagrees with "
                                 "its bitmap");
+        read_to = rn;
         if (!x) continue;
         if (om) {   /* the records' MFNs: the bitmap says them */
             nlive = dense_mfns(om, nlive, x, base, dead, dead_ctx);

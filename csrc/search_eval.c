@@ -629,15 +629,15 @@ static int all_positional(const node *n)
  * only where one TAG is every term's there.  The records of the bitmap
  * (w, *b) where the terms' TAG masks (the index's tag_masks op) share no
  * bit are cleared from w, term by term, each term's masks read for the
- * records left; *b is then cut to the words from the first record left
- * to the last.  A truncated term (several keys), or one whose masks the
+ * records left.  A truncated term (several keys), or one whose masks the
  * index does not keep, clears nothing. */
 static __attribute__((noinline)) PYDB_POPCNT_CLONES int
-narrow_by_tags(uint64_t *w, pydb_mfn_bits *b, const node *n, eval_ctx *c)
+narrow_by_tags(uint64_t *w, const pydb_mfn_bits *b, const node *n,
+               eval_ctx *c)
 {
     uint32_t *rank = malloc(b->nwords * sizeof *rank);
     uint8_t *acc = NULL, *m = NULL;
-    size_t total = 0, lo = 0, hi;
+    size_t total = 0;
     int rc = PYDB_OK, first = 1;
 
     if (!rank) goto oom;
@@ -674,13 +674,6 @@ narrow_by_tags(uint64_t *w, pydb_mfn_bits *b, const node *n, eval_ctx *c)
             }
         total = kept;
     }
-    /* the words from the first record left to the last (one at least) */
-    hi = b->nwords - 1;
-    while (lo < hi && !w[lo]) lo++;
-    while (hi > lo && !w[hi]) hi--;
-    b->w = w + lo;
-    b->lo = (int32_t)(b->lo + 64 * (int64_t)lo);
-    b->nwords = hi - lo + 1;
     goto cleanup;
 oom:
     rc = PYDB_ERROR(c->err, PYDB_ENOMEM, "", -1, "no memory for TAG masks");
@@ -689,6 +682,18 @@ cleanup:
     free(acc);
     free(m);
     return rc;
+}
+
+/* b cut to its words from its first MFN to its last (one word at
+ * least): a read within it passes fewer words. */
+static void bits_trim(pydb_mfn_bits *b)
+{
+    size_t lo = 0, hi = b->nwords - 1;
+    while (lo < hi && !b->w[lo]) lo++;
+    while (hi > lo && !b->w[hi]) hi--;
+    b->w += lo;
+    b->lo = (int32_t)(b->lo + 64 * (int64_t)lo);
+    b->nwords = hi - lo + 1;
 }
 
 /* 1 if every operand of n is a term. */
@@ -744,8 +749,10 @@ static int eval_rarest_first(plist *out, const node *n, eval_ctx *c,
                 within = &sub;
             }
         }
-        if (w && tags && (rc = narrow_by_tags(w, &sub, n, c)))
-            goto cleanup;
+        if (w && tags) {
+            if ((rc = narrow_by_tags(w, &sub, n, c))) goto cleanup;
+            bits_trim(&sub);
+        }
         if ((rc = eval(&val[last], n->items[last].node, c, within)) ||
             val[last].n == 0)
             goto cleanup;

@@ -166,3 +166,19 @@ def test_a_lost_bit_of_a_middle_word(copy, expr):  # noqa: F811
     e = _corruption(base, expr)
     assert (e.filename, e.reason) == (str(seg), "dense list's directory disagrees with its bitmap")
     assert e.offset == at + lay["ranks"] + 4 * (d >> 6)
+
+
+def test_words_passed_by_a_restricted_read_hide_no_records(tmp_path):
+    """A restricted read passes the words where no record is wanted; the
+    ranks of the words it reads must still rise, so that their bits hold
+    no more records than the list (review of 083ad7b: a directory of
+    ranks 0, 64, 0, 64, ... let BIG's words, read every other one, give
+    more MFNs than the dictionary's count, written past their buffer)."""
+    a = [(m, 24, 1, 1) for m in range(1, 641) if ((m - 1) >> 6) % 2 == 0]
+    big = _dense(1, [ONES] * 10, [0] * 11, [0, 64] * 5, [3] * 128, b"")
+    ix, seg = _forged(tmp_path, [(b"A", len(a), sm.list_bytes(a, 4)), (b"BIG", 129, big)])
+    try:
+        e = _raises(ix, seg, lambda: search(ix, "A ^ BIG"))
+        assert e.reason == "dense list's directory disagrees with its bitmap"
+    finally:
+        ix.close()
