@@ -131,6 +131,8 @@ typedef struct nidx_seg {
                                 one read from a file or a MANIFEST      */
     const uint8_t *tomb;     /* ntomb i32, little-endian */
     uint64_t gen;
+    uint64_t serial;         /* this open segment's, unique in the process
+                                (pydb__ncur_seek's memo) */
     pydb_residency res;      /* which pages of map are in the page cache */
 } nidx_seg;
 
@@ -184,7 +186,9 @@ typedef struct nidx_cursor {
 int pydb__ncur_block(nidx_cursor *c, uint64_t b, pydb_error *err);
 /* Decode the next entry into the cursor (valid = 0 at the end). */
 int pydb__ncur_next(nidx_cursor *c, pydb_error *err);
-/* Position at the first key >= target (valid = 0: none). */
+/* Position at the first key >= target (valid = 0: none).  The thread's
+ * last seeks are remembered, and the same seek in the same segment again
+ * costs a copy of the cursor. */
 int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
                     pydb_error *err);
 

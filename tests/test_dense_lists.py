@@ -297,6 +297,41 @@ def test_a_lost_bit_under_tag_masks(tagged):
         assert e.offset == at + lay["ranks"] + 4 * (d >> 6)
 
 
+def test_remembered_seeks_are_the_segments_own(tmp_path):
+    """A thread remembers its last seeks by segment (nidx_seg.c: a serial
+    no other open segment has): the same keys sought in newer segments,
+    and in an index built again at the same path after the first was
+    closed (its segments' memory likely reused), answer from their own
+    dictionaries."""
+    base = tmp_path / "s"
+    for shift in range(3):
+        records = [[(24, b"alpha beta" if (m + shift) % 3 == 0 else b"alpha delta beta")]
+                   for m in range(1, 301)]
+        build_db(base, "isis-packed", records)
+        pydb.build_index(str(base), fst="24 4 v24", progress=False)
+        with pydb.open(base, readonly=False) as db:
+            with db.transaction() as tx:
+                tx.update(1, [(24, b"alpha beta gamma")])
+        ix = _pydb._open_native_index(str(base))
+        try:
+            want = [m for m in range(1, 301) if m == 1 or (m + shift) % 3 == 0]
+            for _ in range(2):
+                assert list(search(ix, "ALPHA $ BETA")) == want
+                assert list(search(ix, "ALPHA $ $ BETA")) == sorted(set(range(1, 301)) -
+                                                                    set(want))
+                assert list(search(ix, "GAMMA")) == [1]
+            _same_answers(ix, ["ALPHA $ BETA", "ALPHA . BETA", "ALPHA * GAMMA", "DELTA"])
+        finally:
+            ix.close()
+        for f in tmp_path.iterdir():
+            if f.is_dir():
+                for g in f.iterdir():
+                    g.unlink()
+                f.rmdir()
+            else:
+                f.unlink()
+
+
 # ---- damage -------------------------------------------------------------
 
 def _layout(lst: bytes) -> dict:
