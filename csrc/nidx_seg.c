@@ -381,9 +381,9 @@ static int memo_recall(seek_memos *ms, nidx_cursor *c, const uint8_t *t,
         uint8_t *key = c->key;
         size_t kcap = c->kcap, idx = c->idx;
         if (m->serial != c->s->serial || m->tlen != tl ||
-            memcmp(m->target, t, tl) != 0)
+            (tl && memcmp(m->target, t, tl) != 0))
             continue;
-        if (m->c.klen > kcap) {
+        if (!key || m->c.klen > kcap) {   /* (a key even when empty) */
             if (!(key = realloc(key, SEEK_KEY))) return 0;
             kcap = SEEK_KEY;
         }
@@ -405,11 +405,11 @@ static void memo_note(seek_memos *ms, const nidx_cursor *c,
     seek_memo *m = &ms->e[ms->next++ % SEEK_MEMO];
     m->serial = c->s->serial;
     m->tlen = tl;
-    memcpy(m->target, t, tl);
+    if (tl) memcpy(m->target, t, tl);   /* (t NULL for an empty key) */
     m->c = *c;
     m->c.key = NULL;
-    if (c->valid) memcpy(m->key, c->key, c->klen);
-    else m->c.klen = 0;   /* (no key: none past the last) */
+    if (!c->valid) m->c.klen = 0;   /* (no key: none past the last) */
+    else if (c->klen) memcpy(m->key, c->key, c->klen);
 }
 
 int pydb__ncur_seek(nidx_cursor *c, const uint8_t *t, size_t tl,
