@@ -254,19 +254,26 @@ def test_tag_masks_under_newer_segments_and_in_format_4(tagged):
         ix.close()
 
 
+def _alpha(base):
+    """The segment of base, its bytes, the file offset of ALPHA's list
+    and the list's bytes."""
+    seg = _segment(base)
+    data = seg.read_bytes()
+    at = sm.HEADER
+    for key, _, lst in sm.read_segment(data).terms:
+        if key == b"ALPHA":
+            return seg, data, at, lst
+        at += len(lst)
+    raise AssertionError("no ALPHA")
+
+
 def test_a_chain_passes_records_by_their_masks(tagged):
     """The masks are consulted: record 5's ALPHA mask cleared (the
     checksum made right, as a forger would) drops it from ALPHA $ BETA
     unread, and masks with every bit set change no answer.  (A mask is
     data, as a posting's TAG is: only the checksum can tell it is
     wrong.)"""
-    seg = _segment(tagged)
-    data = seg.read_bytes()
-    at = sm.HEADER
-    for key, _, lst in sm.read_segment(data).terms:
-        if key == b"ALPHA":
-            break
-        at += len(lst)
+    seg, data, at, lst = _alpha(tagged)
     lay = _layout(lst)
     before = {e: _answer(tagged, e) for e in TAG_EXPRS}
     seg.write_bytes(_patched(data, at + lay["masks"] + 4, b"\0"))
@@ -278,13 +285,7 @@ def test_a_chain_passes_records_by_their_masks(tagged):
 def test_a_lost_bit_under_tag_masks(tagged):
     """MFN 1000's bit of ALPHA cleared: a chain that reads ALPHA's bits
     and masks meets the word and raises, as every read of it does."""
-    seg = _segment(tagged)
-    data = seg.read_bytes()
-    at = sm.HEADER
-    for key, _, lst in sm.read_segment(data).terms:
-        if key == b"ALPHA":
-            break
-        at += len(lst)
+    seg, data, at, lst = _alpha(tagged)
     lay = _layout(lst)
     d = 1000 - lay["lo"]
     off = lay["words"] + 8 * (d >> 6)
