@@ -377,47 +377,6 @@ static int nidx_terms(pydb_index *ix, const uint8_t *prefix,
     return rc;
 }
 
-/* The live postings of key in ss, or only those of the MFNs in *keep
- * when keep is given. */
-static int postings_in(pydb_postings *out, nidx_segset *ss,
-                       const uint8_t *key, size_t len,
-                       const pydb_mfn_bits *keep, uint64_t *skipped,
-                       pydb_error *err)
-{
-    size_t *runs = NULL, parts = 0;
-    int rc = PYDB_OK;
-    nidx_cursor c;
-
-    /* Each segment's live postings of the key are one sorted run; the
-     * runs are merged (pydb__postings_merge_runs), not sorted again. */
-    memset(&c, 0, sizeof c);
-    runs = malloc((ss->n + 1) * sizeof *runs);
-    if (!runs) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, NULL, -1,
-                        "no memory for %zu posting runs", ss->n);
-        goto cleanup;
-    }
-    for (size_t i = 0; i < ss->n; i++) {
-        uint64_t live;
-        size_t start = out->n;
-        c.s = ss->v[i];
-        if ((rc = pydb__ncur_seek(&c, key, len, err))) goto cleanup;
-        if (!c.valid || pydb__keycmp(c.key, c.klen, key, len) != 0) continue;
-        if ((rc = pydb__nowait_spend(c.count)) ||
-            (rc = pydb__nidx_decode_live_in(out, ss, i, &c, keep, &live,
-                                            err)))
-            goto cleanup;
-        if (out->n > start) runs[parts++] = start;
-        /* dead postings left out (with keep: a lower bound, unknown) */
-        if (skipped && !keep) *skipped += c.count - live;
-    }
-    if (parts > 1) rc = pydb__postings_merge_runs(out, runs, parts, err);
-cleanup:
-    free(runs);
-    free(c.key);
-    return rc;
-}
-
 /* Where segment i of a set holds a key: its list (a copy of the
  * cursor's; c.s NULL where it holds none), for a dense list its bits
  * (pydb__nseg_dense_bits), for another its MFNs' run [from, to) in
@@ -454,6 +413,47 @@ static int key_parts(key_part **out, uint64_t *total, nidx_segset *ss,
     free(c.key);
     if (rc) free(part);
     else *out = part;
+    return rc;
+}
+
+/* The live postings of key in ss, or only those of the MFNs in *keep
+ * when keep is given. */
+static int postings_in(pydb_postings *out, nidx_segset *ss,
+                       const uint8_t *key, size_t len,
+                       const pydb_mfn_bits *keep, uint64_t *skipped,
+                       pydb_error *err)
+{
+    key_part *part = NULL;
+    size_t *runs = NULL, parts = 0;
+    uint64_t total;
+    int rc;
+
+    /* Each segment's live postings of the key are one sorted run; the
+     * runs are merged (pydb__postings_merge_runs), not sorted again. */
+    if ((rc = key_parts(&part, &total, ss, key, len, err))) return rc;
+    runs = malloc((ss->n + 1) * sizeof *runs);
+    if (!runs) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, NULL, -1,
+                        "no memory for %zu posting runs", ss->n);
+        goto cleanup;
+    }
+    for (size_t i = 0; i < ss->n; i++) {
+        const nidx_cursor *c = &part[i].c;
+        uint64_t live;
+        size_t start = out->n;
+        if (!c->s) continue;
+        if ((rc = pydb__nowait_spend(c->count)) ||
+            (rc = pydb__nidx_decode_live_in(out, ss, i, c, keep, &live,
+                                            err)))
+            goto cleanup;
+        if (out->n > start) runs[parts++] = start;
+        /* dead postings left out (with keep: a lower bound, unknown) */
+        if (skipped && !keep) *skipped += c->count - live;
+    }
+    if (parts > 1) rc = pydb__postings_merge_runs(out, runs, parts, err);
+cleanup:
+    free(runs);
+    free(part);
     return rc;
 }
 
@@ -502,18 +502,9 @@ static int mfns_in(pydb_mfns *out, nidx_segset *ss, const uint8_t *key,
 static int count_in(uint64_t *n, nidx_segset *ss, const uint8_t *key,
                     size_t len, pydb_error *err)
 {
-    nidx_cursor c;
-    int rc = PYDB_OK;
-
-    memset(&c, 0, sizeof c);
-    *n = 0;
-    for (size_t i = 0; i < ss->n; i++) {
-        c.s = ss->v[i];
-        if ((rc = pydb__ncur_seek(&c, key, len, err))) break;
-        if (c.valid && pydb__keycmp(c.key, c.klen, key, len) == 0)
-            *n += c.count;
-    }
-    free(c.key);
+    key_part *part;
+    int rc = key_parts(&part, n, ss, key, len, err);
+    free(part);
     return rc;
 }
 

@@ -991,10 +991,8 @@ static int mset_or(mset *out, const node *n, eval_ctx *c,
                         "no memory for a %zu-word MFN bitmap", words);
         goto cleanup;
     }
-    for (size_t j = 0; j < out->n; j++) {
-        const uint64_t d = (uint64_t)((int64_t)out->v[j] - lo);
-        acc[d >> 6] |= (uint64_t)1 << (d & 63);
-    }
+    for (size_t j = 0; j < out->n; j++)
+        bits_set(acc, (int32_t)lo, out->v[j]);
     for (size_t i = 0; i < k; i++)
         for (size_t x = 0; w[i] && x < b[i].nwords; x++)
             pydb__bits_or_word(acc, words,
