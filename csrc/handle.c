@@ -312,6 +312,9 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     for (int i = 0; i < PYDB_RETIRED_GENS * 4; i++) db->retired[i] = -1;
     db->retired_at = 0;
     pthread_cond_init(&db->wcond, NULL);
+    pthread_mutex_init(&db->gmutex, NULL);
+    pthread_cond_init(&db->gcond, NULL);
+    db->gpid = getpid();
     /* The commit header (NULL: files mode; docs/architecture.md,
      * "Committed state"), first: recovery may finish a compaction's swap
      * and publish the new files' state in it. */
@@ -395,6 +398,8 @@ void pydb_close(pydb_db *db)
     pthread_mutex_destroy(&db->vmutex);
     pthread_mutex_destroy(&db->wmutex);
     pthread_cond_destroy(&db->wcond);
+    pthread_mutex_destroy(&db->gmutex);
+    pthread_cond_destroy(&db->gcond);
     free(db);
 }
 

@@ -639,6 +639,26 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err);
 /* Discard the transaction and free t (NULL: nothing). */
 void pydb_txn_abort(pydb_txn *t);
 
+/* One change committed in its own transaction -- as far as the caller can
+ * tell: pydb_write_one() calls of other threads on the same handle that
+ * wait meanwhile share one transaction, and so one fdatasync (group
+ * commit, csrc/group.c).  op is one of: */
+#define PYDB_WRITE_APPEND 0    /* append fields[nfields]; *mfn receives
+                                  the new MFN                              */
+#define PYDB_WRITE_UPDATE 1    /* pydb_txn_update(*mfn, fields[nfields])  */
+#define PYDB_WRITE_DELETE 2    /* pydb_txn_delete(*mfn); fields ignored   */
+#define PYDB_WRITE_UNDELETE 3  /* pydb_txn_undelete(*mfn); fields ignored */
+/* Waits up to timeout_ms (0 or less: no wait) for its turn and the writer
+ * lock.  Returns when the change is committed (durable unless
+ * PYDB_OPEN_NOSYNC), or with the error of its change or of the commit
+ * (err->committed as for pydb_txn_commit(); other requests' failures are
+ * not this one's).  fields must stay valid until it returns.  Errors:
+ * those of pydb_txn_begin(), of the change (pydb_txn_append(),
+ * pydb_txn_update(), ...) and of pydb_txn_commit(); PYDB_EINVAL (op). */
+int pydb_write_one(int32_t *mfn, pydb_db *db, int op,
+                   const pydb_field *fields, uint32_t nfields, int timeout_ms,
+                   pydb_error *err);
+
 /* One record change of a transaction, as the commit hook sees it
  * (pointers valid during the hook call). */
 typedef struct pydb_change {

@@ -223,6 +223,13 @@ struct pydb_db {
     int gc_waiting;          /* collector steps waiting for wbusy: other
                                 waiters stand back (txn.c, "Locks")       */
     uint64_t commit_seq;     /* commits written to the log by this handle  */
+    /* ---- group commit (group.c), under gmutex ---- */
+    pthread_mutex_t gmutex;
+    pthread_cond_t gcond;
+    struct pydb__wreq *ghead, *gtail; /* pydb_write_one() requests, FIFO  */
+    int gleader;             /* a thread is committing a group             */
+    pid_t gpid;              /* the process the queue belongs to (a fork()ed
+                                child empties the one it inherited)       */
     /* ---- committed state (shm.c; read.c) ---- */
     struct pydb_shm *shm;    /* commit header <base>.shm, or NULL (files
                                 mode: the state comes from the control

@@ -61,6 +61,13 @@ void pydb__test_fail_io(long n, int eno, int short_write);
 long pydb__test_io_count(void);        /* operations counted so far      */
 const char *pydb__test_io_fired(void); /* name of the failed op, or NULL  */
 
+/* ---- group commit (group.c) ---- */
+
+/* *queued: pydb_write_one() requests waiting in db's queue (not yet taken
+ * into a group); *leading: 1 while a group is being committed.  Tests
+ * only (they wait for a known queue before they let a group go). */
+void pydb__test_group_state(pydb_db *db, int *queued, int *leading);
+
 /* ---- checksum (util.c) ---- */
 
 /* pydb__crc32c() (util.h) as the core computes it, or with `portable`

@@ -495,9 +495,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     gc = gc && timeout_ms > 0;   /* one try: nobody needs to stand back */
     db->gc_waiting += gc;
     while (db->wbusy || (!gc && db->gc_waiting)) {
-        struct timespec ts;
-        int64_t left = deadline - pydb__now_ms();
-        if (left <= 0) {
+        if (deadline - pydb__now_ms() <= 0) {
             if (gc) {
                 db->gc_waiting--;
                 pthread_cond_broadcast(&db->wcond);   /* stand back no more */
@@ -507,14 +505,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
                               "another thread holds the writer lock of this "
                               "handle (waited %d ms)", timeout_ms);
         }
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&db->wcond, &db->wmutex, &ts);
+        pydb__cond_wait_until(&db->wcond, &db->wmutex, deadline);
     }
     db->gc_waiting -= gc;
     /* Again now that it is this thread's turn: a transaction that failed

@@ -15,6 +15,7 @@
 #include "pydb.h"
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 
 /* ---- assertions ----
  * PYDB_ASSERT(cond): with PYDB_DEBUG defined, a failed condition prints
@@ -82,6 +83,10 @@ uint32_t pydb__crc32c(uint32_t crc, const void *p, size_t n);
 /* ---- time ---- */
 /* Milliseconds of CLOCK_MONOTONIC (for deadlines). */
 int64_t pydb__now_ms(void);
+/* pthread_cond_timedwait() until `deadline` (ms of pydb__now_ms()), with
+ * mutex held; returns at once (ETIMEDOUT) when it has passed. */
+int pydb__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mutex,
+                          int64_t deadline);
 
 /* ---- file helpers (all through pydb__vfs) ---- */
 

@@ -22,7 +22,11 @@
  *   set_inline_max(n)                the largest native index segment
  *                                    that goes inline into the MANIFEST
  *   commit_hook(db, path)            install a commit hook that writes a
- *   hook_counts()                    file in each transaction (+ counters)
+ *   hook_counts()                    file in each transaction (+ counters;
+ *                                    it refuses a record with a field of
+ *                                    tag 9999)
+ *   group_state(db)                  (queued, leading) of db's group
+ *                                    commit queue
  * Others drive internals directly, without a database or a writer:
  *   native_hook(index, action, changes)  the native index's commit hook
  *   postings_reserve(n)                  a list's room, from a kept buffer
@@ -120,6 +124,10 @@ typedef struct {
 
 static test_hook_ctx the_test_hook;   /* tests only */
 
+/* A transaction with a record that has a field of this tag fails in
+ * prepare (PYDB_ETOOBIG): a commit hook that refuses one record. */
+#define TEST_HOOK_REFUSED_TAG 9999
+
 static int test_hook_prepare(void *ctx, pydb_txn *t, const pydb_change *c,
                              size_t n, pydb_error *err)
 {
@@ -128,6 +136,15 @@ static int test_hook_prepare(void *ctx, pydb_txn *t, const pydb_change *c,
     char *buf = malloc(cap);
     int rc;
     if (!buf) return pydb_error_set(err, PYDB_ENOMEM, "", -1, "no memory");
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; c[i].after && j < c[i].nafter; j++)
+            if (c[i].after[j].tag == TEST_HOOK_REFUSED_TAG) {
+                free(buf);
+                return pydb_error_set(err, PYDB_ETOOBIG, "", -1,
+                                      "the test hook refuses MFN %d: it "
+                                      "has a field with tag %d",
+                                      (int)c[i].mfn, TEST_HOOK_REFUSED_TAG);
+            }
     for (size_t i = 0; i < n; i++)
         len += (size_t)snprintf(buf + len, cap - len, "%d %d %d %d\n",
                                 (int)c[i].mfn,
@@ -175,6 +192,18 @@ static PyObject *mod_test_commit_hook(PyObject *m, PyObject *args)
     rc = pydb_set_commit_hook(((DatabaseObject *)dbo)->db, &hook, &e);
     if (rc) return set_error(st, rc, &e);
     Py_RETURN_NONE;
+}
+
+static PyObject *mod_test_group_state(PyObject *m, PyObject *args)
+{
+    PIN_SCOPE;
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo;
+    int queued, leading;
+    if (!PyArg_ParseTuple(args, "O!", st->database_type, &dbo)) return NULL;
+    if (database_check_open(st, (DatabaseObject *)dbo) < 0) return NULL;
+    pydb__test_group_state(((DatabaseObject *)dbo)->db, &queued, &leading);
+    return Py_BuildValue("(ii)", queued, leading);
 }
 
 static PyObject *mod_test_hook_counts(PyObject *m, PyObject *unused)
@@ -727,6 +756,9 @@ static PyMethodDef testing_functions[] = {
     {"hook_counts", mod_test_hook_counts, METH_NOARGS,
      "hook_counts()\n--\n\n(prepared, published, aborted) of the "
      "commit_hook() hook."},
+    {"group_state", mod_test_group_state, METH_VARARGS,
+     "group_state(db, /)\n--\n\n(queued, leading): requests waiting in "
+     "db's group commit queue, and 1 while a group is being committed."},
     {"native_hook", (PyCFunction)native_hook, METH_VARARGS, native_hook_doc},
     {"postings_reserve", postings_reserve, METH_O,
      "postings_reserve(n, /)\n--\n\nReserve room for `n` postings in a new "

@@ -389,14 +389,13 @@ static PyType_Spec txn_spec = {
 
 /* ------------------------------------------- one change, one commit */
 
-enum { WRITE_APPEND, WRITE_UPDATE, WRITE_DELETE, WRITE_UNDELETE };
-
-/* _write_one(db, op, mfn, fields, timeout) -> MFN.  Begin, change and
- * commit in one region with the GIL released, so the writer lock is never
- * held while this thread waits for the GIL: with many Python threads
- * writing, a transaction begun in one call and committed in the next
- * keeps the lock through a GIL hand-off (up to a switch interval, 5 ms,
- * per commit), and every other writer waits that long too. */
+/* _write_one(db, op, mfn, fields, timeout) -> MFN.  pydb_write_one()
+ * with the GIL released from the wait to the end of the commit, so the
+ * writer lock is never held while this thread waits for the GIL (with
+ * many Python threads writing, a transaction begun in one call and
+ * committed in the next keeps the lock through a GIL hand-off, up to a
+ * switch interval, 5 ms, per commit); the calls of other threads waiting
+ * meanwhile share the commit (group commit, csrc/group.c). */
 static PyObject *mod_write_one(PyObject *m, PyObject *args)
 {
     PIN_SCOPE;
@@ -404,7 +403,6 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
     PyObject *dbo, *mfno, *fields, *timeout;
     DatabaseObject *db;
     fieldbuf b = FIELDBUF_INIT;
-    pydb_txn *t = NULL;
     pydb_error e;
     int op, ms, rc;
     int32_t mfn = 0;
@@ -413,13 +411,13 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
                           &fields, &timeout))
         return NULL;
     db = (DatabaseObject *)dbo;
-    if (op < WRITE_APPEND || op > WRITE_UNDELETE) {
+    if (op < PYDB_WRITE_APPEND || op > PYDB_WRITE_UNDELETE) {
         PyErr_SetString(PyExc_ValueError, "op must be 0..3");
         return NULL;
     }
     if (timeout_ms_of(timeout, &ms) < 0) return NULL;
-    if (op != WRITE_APPEND && parse_mfn(st, mfno, &mfn) < 0) return NULL;
-    if ((op == WRITE_APPEND || op == WRITE_UPDATE) &&
+    if (op != PYDB_WRITE_APPEND && parse_mfn(st, mfno, &mfn) < 0) return NULL;
+    if ((op == PYDB_WRITE_APPEND || op == PYDB_WRITE_UPDATE) &&
         db_fields(st, db, fields, &b) < 0)
         return NULL;
     /* last: nothing may run Python code between it and the core calls */
@@ -429,24 +427,7 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
     }
     memset(&e, 0, sizeof e);
     UNLOCKED(&db->guard, NULL, {
-        rc = pydb_txn_begin(&t, db->db, ms, &e);
-        if (rc == PYDB_OK) {
-            switch (op) {
-            case WRITE_APPEND:
-                rc = pydb_txn_append(&mfn, t, b.v, (uint32_t)b.n, &e);
-                break;
-            case WRITE_UPDATE:
-                rc = pydb_txn_update(t, mfn, b.v, (uint32_t)b.n, &e);
-                break;
-            case WRITE_DELETE:
-                rc = pydb_txn_delete(t, mfn, &e);
-                break;
-            default:
-                rc = pydb_txn_undelete(t, mfn, &e);
-            }
-            if (rc) pydb_txn_abort(t);
-            else rc = pydb_txn_commit(t, &e);
-        }
+        rc = pydb_write_one(&mfn, db->db, op, b.v, (uint32_t)b.n, ms, &e);
     });
     fields_free(&b);
     if (rc) return commit_error(st, rc, &e);

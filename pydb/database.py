@@ -490,6 +490,13 @@ class Database(_pydb.Database):
     def append(self, fields: Fields) -> int:
         """Add one record and commit: ``tx.append`` in its own transaction.
 
+        Calls of other threads on this Database that wait meanwhile share
+        that transaction and its fsync (group commit, docs/architecture.md
+        "Group commit"); each caller still gets its own MFN, its own
+        error and its own timeout, and its record is durable (sync=True)
+        when the call returns.  The same holds for :meth:`update`,
+        :meth:`delete` and :meth:`undelete`.
+
         Args:
             fields: iterable of ``(tag, value)`` pairs (tag: int 1..65535;
                 value: str, encoded with the database's encoding, or bytes),
@@ -505,6 +512,8 @@ class Database(_pydb.Database):
                 :meth:`transaction` and ``Transaction.commit``; the
                 exception's ``committed`` (:class:`Error`) says whether the
                 record was committed anyway (True: do not append it again).
+                LockTimeoutError at once when this thread holds an open
+                transaction of this Database (the call would wait for it).
         """
         return _pydb._write_one(self, 0, None, fields, self._lock_timeout)
 

@@ -53,12 +53,23 @@ def test_rows_of_a_report(tmp_path, capsys):
     assert (adj.pydb, adj.peer, adj.verdict, adj.met) == (
         "200 us (1.00x)", "tantivy 200 us", "no difference proven", "yes")
     assert rows["bulk load, one durable transaction"].met == "not run"
+    comt = "benchmarks/bench_commit.py::test_durable_commits_threads"
     idx = table.rows(table.Run({"benchmarks": [
         _bench("benchmarks/bench_commit.py::test_durable_commits[pydb-index]", [0.1] * 3),
         _bench("benchmarks/bench_commit.py::test_durable_commits[sqlite3-fts5]", [0.2] * 3),
-    ]}))[-1]
+    ]}))[-2]
     assert (idx.pydb, idx.peer, idx.met) == (
         "2,000 commits/s (2.00x)", "SQLite FTS5 1,000 commits/s", "-")
+    # 800 commits: pydb 0.04 s, SQLite 0.2 s, py-lmdb 0.1 s (the best peer)
+    thr = table.rows(table.Run({"benchmarks": [
+        _bench(f"{comt}[pydb-threads]", [0.04] * 3),
+        _bench(f"{comt}[sqlite3-threads]", [0.2] * 3),
+        _bench(f"{comt}[lmdb-threads]", [0.1] * 3),
+    ]}))[-1]
+    assert thr.figure == ("durable single-record commits from 8 threads of one process "
+                          "(group commit)")
+    assert (thr.pydb, thr.peer, thr.met) == (
+        "20,000 commits/s (2.50x)", "py-lmdb 8,000 commits/s", "-")
     path = tmp_path / "b.json"
     path.write_text(json.dumps(_report()))
     assert table.main([str(path)]) == 0

@@ -1,4 +1,5 @@
-"""The pure-C snapshot stress program (tests/c/stress_snapshot.c).
+"""The pure-C stress programs: snapshots (tests/c/stress_snapshot.c) and
+group commit (tests/c/group_commit.c).
 
 One writer commits a known schedule of appends, updates, deletions and
 undeletions while plain readers and snapshot readers check every record
@@ -19,6 +20,11 @@ the writing handle's collector thread and the readers' cooperative
 steps); in the thread variant a "gc driver" thread also takes statistics,
 collects and switches the policy off and on (the thread stopped, joined
 and started again) while the others work.
+
+The group commit program (tests/c/group_commit.c, target
+``group-commit``) runs the same two ways: threads that commit single
+changes through pydb_write_one() on one handle, so that their calls share
+transactions, each change read back and checked.
 
 The runs last a few seconds each: they show correctness under
 concurrency, not speed (benchmarks/ measure that).
@@ -43,25 +49,27 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 TSAN_REPORT = ("WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer")
 
 
-def _build(root: Path, sanitize: str = "") -> Path:
-    """csrc/ and the program copied under root, built with make."""
+def _build(root: Path, sanitize: str = "", target: str = "stress-snapshot") -> Path:
+    """csrc/ and the programs copied under root, `target` built with make."""
     make = shutil.which("make")
     cc = shutil.which("gcc") if sanitize else (shutil.which("cc") or shutil.which("gcc"))
     if not make or not cc:
         pytest.skip("make or a C compiler not found")
-    ignore = shutil.ignore_patterns("*.o", "*.a", "*.d", "pydb-crashtest", "stress-snapshot")
+    ignore = shutil.ignore_patterns("*.o", "*.a", "*.d", "pydb-crashtest", "stress-snapshot",
+                                    "group-commit")
     shutil.copytree(REPO / "csrc", root / "csrc", ignore=ignore)
     (root / "tests" / "c").mkdir(parents=True)
-    shutil.copy2(REPO / "tests" / "c" / "stress_snapshot.c", root / "tests" / "c")
+    for name in ("stress_snapshot.c", "group_commit.c"):
+        shutil.copy2(REPO / "tests" / "c" / name, root / "tests" / "c")
     env = dict(os.environ, CC=cc)
     env.pop("PYDB_SANITIZE", None)
     env.pop("PYDB_DEBUG", None)
-    args = [make, "-s", "-j2", "-C", str(root / "csrc"), "stress-snapshot"]
+    args = [make, "-s", "-j2", "-C", str(root / "csrc"), target]
     if sanitize:
         args += [f"PYDB_SANITIZE={sanitize}", "PYDB_DEBUG=1"]
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, f"build failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    return root / "csrc" / "stress-snapshot"
+    return root / "csrc" / target
 
 
 def _run(exe: Path, work: Path, *args: str, env: dict | None = None):
@@ -120,6 +128,28 @@ def test_stress_usage(plain_exe, tmp_path):
     assert p.returncode == 2 and "usage: stress_snapshot" in p.stderr
 
 
+# ------------------------------------------------------ group commit
+
+@pytest.fixture(scope="module")
+def group_exe(tmp_path_factory) -> Path:
+    return _build(tmp_path_factory.mktemp("group"), target="group-commit")
+
+
+def _assert_group_clean(p, out: str, records: int):
+    assert p.returncode == 0, out[-4000:]
+    assert "MISMATCH" not in out
+    assert out.strip().splitlines()[-1] == f"ok records={records}", out[-4000:]
+
+
+@pytest.mark.parametrize("sync", [(), ("--sync",)], ids=["nosync", "sync"])
+def test_group_commit_threads(group_exe, tmp_path, sync):
+    """tests/c/group_commit.c: 8 threads commit appends, updates,
+    deletions, undeletions and a failing update through pydb_write_one
+    on one handle, each checked when read back and at the end."""
+    p, out = _run(group_exe, tmp_path / "db", "--threads", "8", "--each", "150", *sync)
+    _assert_group_clean(p, out, 1200)
+
+
 # ------------------------------------------------------------------- TSan
 
 def _tsan_runtime():
@@ -138,6 +168,23 @@ def tsan_exe(tmp_path_factory) -> Path:
         pytest.skip("already inside a sanitizer run")
     _tsan_runtime()
     return _build(tmp_path_factory.mktemp("stress-tsan"), "thread")
+
+
+@pytest.fixture(scope="module")
+def tsan_group_exe(tmp_path_factory) -> Path:
+    if SANITIZER:
+        pytest.skip("already inside a sanitizer run")
+    _tsan_runtime()
+    return _build(tmp_path_factory.mktemp("group-tsan"), "thread", "group-commit")
+
+
+@pytest.mark.sanitizers
+def test_group_commit_tsan(tsan_group_exe, tmp_path):
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1")
+    p, out = _run(tsan_group_exe, tmp_path / "db", "--threads", "8", "--each", "60", env=env)
+    reports = [line for line in out.splitlines() if any(r in line for r in TSAN_REPORT)]
+    assert not reports, out[-6000:]
+    _assert_group_clean(p, out, 480)
 
 
 @pytest.mark.sanitizers

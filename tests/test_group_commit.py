@@ -1,0 +1,338 @@
+"""Group commit (csrc/group.c): ``append``/``update``/``delete``/
+``undelete`` calls of several threads on one Database that wait for the
+writer lock meanwhile share one transaction, and so one fdatasync.
+
+Each caller must still see what it would alone: its own MFN, its own
+error, its own timeout, and its change durable when the call returns
+(killed writer processes included).  The tests that need a known group
+hold the writer lock with an explicit transaction, let a leader and its
+followers queue (``_testing.group_state``), and then let the lock go; the
+test commit hook (``_testing.commit_hook``) writes each transaction's
+MFNs to a file and counts the transactions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import pydb
+from pydb import _pydb
+
+T = _pydb._testing
+
+
+def _wait_for(what, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.005)
+
+
+class _Call(threading.Thread):
+    """fn() in a thread; .result or .error afterwards."""
+
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn, self.result, self.error = fn, None, None
+
+    def run(self):
+        try:
+            self.result = self.fn()
+        except BaseException as e:  # handed to the test
+            self.error = e
+
+
+def _write(db, op: int, mfn, fields, timeout: float):
+    """Database.append/update/... with a timeout of its own: the public
+    methods take the handle's lock_timeout, and a test of per-caller
+    timeouts needs callers with different ones on one handle."""
+    return _pydb._write_one(db, op, mfn, fields, timeout)
+
+
+def _queue_behind_a_held_lock(db, leader_fn, follower_fns):
+    """Hold the writer lock; start leader_fn (it becomes the leader and
+    waits for the lock), then follower_fns one by one (each queued before
+    the next starts, so the queue's order is theirs).  Returns the open
+    transaction and the started calls."""
+    tx = db.transaction()
+    leader = _Call(leader_fn)
+    leader.start()
+    _wait_for(lambda: T.group_state(db) == (0, 1))
+    calls = []
+    for i, fn in enumerate(follower_fns):
+        c = _Call(fn)
+        c.start()
+        _wait_for(lambda n=i + 1: T.group_state(db)[0] == n)
+        calls.append(c)
+    return tx, leader, calls
+
+
+def _commits(db) -> int:
+    return db.stat()["header"]["commit"]
+
+
+def test_threads_appending_get_every_record_once(tmp_path):
+    """8 threads x 40 durable appends: MFNs 1..320 each handed out once,
+    and each holds what its caller wrote (read back here and by a new
+    handle)."""
+    got: dict[int, tuple[int, int]] = {}
+    lock = threading.Lock()
+    with pydb.create(tmp_path / "db", sync=True) as db:
+
+        def writer(t):
+            for i in range(40):
+                mfn = db.append([(1, str(t)), (2, str(i)), (3, "x" * (t * 37 + i))])
+                with lock:
+                    assert mfn not in got
+                    got[mfn] = (t, i)
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert sorted(got) == list(range(1, 321))
+        assert _commits(db) <= 320
+    with pydb.open(tmp_path / "db") as db:
+        assert db.max_mfn == 320
+        for mfn, (t, i) in got.items():
+            assert db[mfn].raw(1) == [str(t).encode()]
+            assert db[mfn].raw(2) == [str(i).encode()]
+            assert db[mfn].raw(3) == [b"x" * (t * 37 + i)]
+        assert db.check().ok
+
+
+def test_waiting_writes_share_one_transaction(tmp_path):
+    """A leader waiting for the lock commits alone; the six calls queued
+    behind it then commit in one transaction, in queue order."""
+    side = tmp_path / "side.txt"
+    with pydb.create(tmp_path / "db", sync=True) as db:
+        T.commit_hook(db, str(side))
+        before = _commits(db)
+        tx, leader, calls = _queue_behind_a_held_lock(
+            db, lambda: db.append([(1, "leader")]),
+            [lambda i=i: db.append([(1, f"f{i}")]) for i in range(6)])
+        tx.abort()
+        for c in [leader, *calls]:
+            c.join(20)
+            assert c.error is None, c.error
+        assert leader.result == 1
+        assert [c.result for c in calls] == [2, 3, 4, 5, 6, 7]
+        assert [db[m].raw(1) for m in range(1, 8)] == [
+            [b"leader"], *[[f"f{i}".encode()] for i in range(6)]]
+        assert T.hook_counts()[0] == 2
+        assert _commits(db) - before == 2
+        # the second transaction's summary: all six appends
+        assert side.read_text() == "".join(f"{m} -1 1 0\n" for m in range(2, 8))
+
+
+def test_a_change_that_fails_fails_alone(tmp_path):
+    """In a group, an update of a missing MFN and a deletion past NXTMFN
+    raise NotFoundError for their callers; the others commit together."""
+    with pydb.create(tmp_path / "db", sync=True) as db:
+        db.append([(1, "one")])
+        T.commit_hook(db, str(tmp_path / "side.txt"))
+        tx, leader, calls = _queue_behind_a_held_lock(
+            db, lambda: db.update(1, [(1, "one, again")]),
+            [lambda: db.append([(1, "a")]),
+             lambda: db.update(5000, [(1, "nowhere")]),
+             lambda: db.append([(1, "b")]),
+             lambda: db.delete(6000),
+             lambda: db.delete(1)])
+        tx.abort()
+        for c in [leader, *calls]:
+            c.join(20)
+        assert leader.error is None and calls[0].error is None
+        assert isinstance(calls[1].error, pydb.NotFoundError)
+        assert isinstance(calls[3].error, pydb.NotFoundError)
+        assert calls[1].error.committed is False
+        assert (calls[0].result, calls[2].result) == (2, 3)
+        assert calls[4].error is None
+        assert T.hook_counts()[0] == 2
+        assert db.max_mfn == 3 and db[1].deleted and db[1].raw(1) == [b"one, again"]
+        assert (db[2].raw(1), db[3].raw(1)) == ([b"a"], [b"b"])
+
+
+def test_a_refused_commit_is_tried_again_for_each_change_alone(tmp_path):
+    """The commit hook refuses one record of a group (before the commit
+    point: nothing committed): each other change is committed alone, and
+    only the refused one's caller gets the error."""
+    with pydb.create(tmp_path / "db", sync=True) as db:
+        T.commit_hook(db, str(tmp_path / "side.txt"))
+        tx, leader, calls = _queue_behind_a_held_lock(
+            db, lambda: db.append([(1, "leader")]),
+            [lambda: db.append([(1, "a")]),
+             lambda: db.append([(9999, "refused")]),
+             lambda: db.append([(1, "b")])])
+        tx.abort()
+        for c in [leader, *calls]:
+            c.join(20)
+        assert leader.error is None and leader.result == 1
+        assert isinstance(calls[1].error, pydb.RecordTooLargeError)
+        assert "test hook refuses" in str(calls[1].error)
+        assert calls[1].error.committed is False
+        assert calls[0].error is None and calls[2].error is None
+        assert sorted([calls[0].result, calls[2].result]) == [2, 3]
+        # the leader, the refused group, then the two alone (and the
+        # refused one alone again, refused again)
+        assert T.hook_counts()[0] == 3
+        assert db.max_mfn == 3
+        assert {db[calls[0].result].raw(1)[0], db[calls[2].result].raw(1)[0]} == {b"a", b"b"}
+
+
+def _group_with_failing_io(db, n: int, errno: int):
+    """A leader commits alone; then a group of appends a, b, c whose
+    leader (a) makes the n-th file operation of its own thread fail (the
+    group's I/O is its leader's).  Returns (leader, [a, b, c]) joined."""
+    def first():
+        T.fail_io(n, errno)
+        return db.append([(1, "a")])
+
+    try:
+        tx, leader, calls = _queue_behind_a_held_lock(
+            db, lambda: db.append([(1, "leader")]),
+            [first, lambda: db.append([(1, "b")]), lambda: db.append([(1, "c")])])
+        tx.abort()
+        for c in [leader, *calls]:
+            c.join(20)
+        assert T.io_fired() == ("pwrite", "fdatasync")[n - 1]
+    finally:
+        T.fail_io(0)
+    return leader, calls
+
+
+def test_a_group_whose_log_write_fails_is_committed_alone(tmp_path):
+    """ENOSPC on the group's log write (before the commit point, the
+    handle still writes): each change is tried again alone, and all
+    commit."""
+    with pydb.create(tmp_path / "db", sync=True) as db:
+        before = _commits(db)
+        leader, calls = _group_with_failing_io(db, 1, 28)
+        assert [c.error for c in [leader, *calls]] == [None] * 4
+        assert [c.result for c in [leader, *calls]] == [1, 2, 3, 4]
+        assert _commits(db) - before == 4   # the leader, then three alone
+        assert [db[m].raw(1) for m in range(1, 5)] == [[b"leader"], [b"a"], [b"b"], [b"c"]]
+
+
+def test_a_failed_group_fsync_is_every_members_outcome(tmp_path):
+    """EIO on the group's log fdatasync: whether it is committed is
+    unknown, for every member alike, and the handle turns read-only;
+    after reopening, the group is there whole or not at all."""
+    base = tmp_path / "db"
+    with pydb.create(base, sync=True) as db:
+        leader, calls = _group_with_failing_io(db, 2, 5)
+        assert leader.error is None and leader.result == 1
+        for c in calls:
+            assert isinstance(c.error, pydb.DiskError), c.error
+            assert c.error.committed is None
+        with pytest.raises(pydb.ReadOnlyError):
+            db.append([(1, "after")])
+    with pydb.open(base, readonly=False) as db:
+        assert db.max_mfn in (1, 4)
+        assert [db[m].raw(1) for m in range(2, db.max_mfn + 1)] in ([], [[b"a"], [b"b"], [b"c"]])
+
+
+def test_a_queued_call_keeps_its_own_timeout(tmp_path):
+    """A call queued behind a leader that waits for the lock gives up
+    after its own timeout, and writes nothing."""
+    with pydb.create(tmp_path / "db", sync=True) as db:
+        tx, leader, calls = _queue_behind_a_held_lock(
+            db, lambda: _write(db, 0, None, [(1, "leader")], 30.0),
+            [lambda: _write(db, 0, None, [(1, "impatient")], 0.3)])
+        calls[0].join(20)
+        assert isinstance(calls[0].error, pydb.LockTimeoutError)
+        assert calls[0].error.committed is False
+        assert T.group_state(db) == (0, 1)
+        tx.abort()
+        leader.join(20)
+        assert leader.result == 1 and db.max_mfn == 1
+
+
+def test_a_group_that_times_out_keeps_the_members_that_can_wait(tmp_path):
+    """The leader times out after 1 s; the next group (a 1.6 s and a 30 s
+    caller) waits until its earliest deadline, fails that caller alone,
+    and puts the other back; it commits once the lock is free."""
+    with pydb.create(tmp_path / "db", sync=True) as db:
+        tx, leader, calls = _queue_behind_a_held_lock(
+            db, lambda: _write(db, 0, None, [(1, "leader")], 1.0),
+            [lambda: _write(db, 0, None, [(1, "short")], 1.6),
+             lambda: _write(db, 0, None, [(1, "long")], 30.0)])
+        leader.join(20)
+        calls[0].join(20)
+        assert isinstance(leader.error, pydb.LockTimeoutError)
+        assert isinstance(calls[0].error, pydb.LockTimeoutError)
+        assert calls[1].is_alive()
+        tx.abort()
+        calls[1].join(20)
+        assert calls[1].error is None and calls[1].result == 1
+        assert db.max_mfn == 1 and db[1].raw(1) == [b"long"]
+
+
+def test_a_thread_in_its_own_transaction_is_refused_at_once(tmp_path):
+    """db.append from the thread that holds db's transaction would wait
+    for itself: it fails at once, and the transaction goes on."""
+    with pydb.create(tmp_path / "db", sync=False, lock_timeout=30) as db:
+        t0 = time.monotonic()
+        with db.transaction() as tx:
+            with pytest.raises(pydb.LockTimeoutError, match="this thread"):
+                db.append([(1, "inner")])
+            tx.append([(1, "outer")])
+        assert time.monotonic() - t0 < 10
+        assert db.max_mfn == 1 and db[1].raw(1) == [b"outer"]
+        assert T.group_state(db) == (0, 0)
+
+
+_KILLED_WRITER = r"""
+import sys, threading, pydb
+db = pydb.open(sys.argv[1], readonly=False, sync=True)
+out = threading.Lock()
+def writer(t):
+    for i in range(100000):
+        mfn = db.append([(1, str(t)), (2, str(i))])
+        with out:
+            sys.stdout.write(f"{mfn} {t} {i}\n")
+            sys.stdout.flush()
+for t in range(8):
+    threading.Thread(target=writer, args=(t,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("acked", [50, 400])
+def test_killed_group_writers_lose_no_acknowledged_record(tmp_path, acked):
+    """8 threads of another process append durably until it is killed
+    (SIGKILL) after `acked` acknowledgements: every acknowledged record is
+    there with its content after recovery, and MFNs are gapless."""
+    base = tmp_path / "db"
+    pydb.create(base, sync=True).close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(base)],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    seen = {}
+    try:
+        for line in p.stdout:
+            mfn, t, i = map(int, line.split())
+            seen[mfn] = (t, i)
+            if len(seen) >= acked:
+                break
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+    assert len(seen) >= acked
+    with pydb.open(base, readonly=False) as db:
+        assert db.max_mfn >= max(seen)
+        for mfn, (t, i) in seen.items():
+            assert db[mfn].raw(1) == [str(t).encode()]
+            assert db[mfn].raw(2) == [str(i).encode()]
+        for mfn in range(1, db.max_mfn + 1):
+            assert not db[mfn].deleted
+        assert db.check().ok
