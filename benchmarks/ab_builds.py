@@ -8,7 +8,9 @@ verdict.
 OLD_TREE and NEW_TREE are checkouts with the extension built in place
 (``git worktree add /tmp/old <commit>``, then ``python setup.py
 build_ext --inplace`` there); STORE is a key of bench_commit.STORES
-(default ``pydb-index``) or ``scan-fields`` (every record of the default
+or THREAD_STORES (default ``pydb-index``; a tree without THREAD_STORES
+can be given the newer bench_commit.py for ``pydb-threads``) or
+``scan-fields`` (every record of the default
 database read with ``rec.fields``, as bench_reads.py's test_scan_fields,
 after one untimed scan) or ``scan-fields=PATH`` (the same on the master
 file at PATH, without .mst, opened with ``encoding="auto"``: a real
@@ -54,8 +56,11 @@ with pydb.open(unesb.default_database()) as db:
         if len(recs) == bc.COMMITS:
             break
 folder = Path(tempfile.mkdtemp())
+threaded = getattr(bc, "THREAD_STORES", {})
+stores = {**bc.STORES, **threaded}
 t0 = time.perf_counter()
-assert bc.STORES[sys.argv[1]](folder, recs) == bc.COMMITS
+assert stores[sys.argv[1]](folder, recs) == (
+    bc.THREAD_COMMITS if sys.argv[1] in threaded else bc.COMMITS)
 print(time.perf_counter() - t0)
 shutil.rmtree(folder)
 """
@@ -132,7 +137,7 @@ print(1, best)
 
 def one_round(tree: str, store: str, folder: str = "") -> tuple[int, float]:
     """(operations, seconds) of one round of `store` in a new process in
-    `tree`: COMMITS commits, the records a scan read, or one search (in
+    `tree`: COMMITS commits (THREAD_COMMITS), the records a scan read, or one search (in
     the tree's index in `folder`)."""
     env = dict(os.environ, PYTHONPATH=tree)
     scan = store.partition("=")
@@ -151,8 +156,8 @@ def one_round(tree: str, store: str, folder: str = "") -> tuple[int, float]:
                          capture_output=True, text=True, check=True).stdout.split()
     if scan[0] in ("scan-fields", "real"):
         return int(out[-2]), float(out[-1])
-    from benchmarks.bench_commit import COMMITS
-    return COMMITS, float(out[-1])
+    from benchmarks.bench_commit import COMMITS, THREAD_COMMITS, THREAD_STORES
+    return (THREAD_COMMITS if store in THREAD_STORES else COMMITS), float(out[-1])
 
 
 def main(argv: list[str]) -> int:

@@ -13,6 +13,15 @@ commits' segments as FTS5's automerge does in its commits).  pydb's
 close is a checkpoint (the .mst/.xrf fdatasync'ed, the log emptied;
 csrc/wal.h), so its cost is in the figure.  Rate = COMMITS / time.
 
+The ``-threads`` stores commit THREAD_COMMITS records from THREADS
+threads of one process, one record per transaction, durably: pydb's
+threads share one Database, whose waiting ``append`` calls share a
+transaction and its fsync (group commit, csrc/group.c); SQLite's share one
+connection (WAL, ``synchronous=FULL``) under a lock, the way a threaded
+service serialises its writers on one connection (a connection per
+thread fares worse: the loser of the write lock sleeps in SQLite's busy
+handler); py-lmdb's share one environment (its writer mutex).
+
 Run: ``python -m pytest benchmarks/bench_commit.py --benchmark-only``
 (py-lmdb: ``pip install '.[lmdb]'``); compare the medians.  Or
 ``python -m benchmarks.bench_commit [ROUNDS]``: the stores take turns,
@@ -26,6 +35,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+import threading
 
 import pytest
 
@@ -35,6 +45,8 @@ from pydb import unesb
 from .peers import in_new_folders, serialize, take_turns
 
 COMMITS = 200
+THREADS = 8
+THREAD_COMMITS = 800   # THREADS x 100: record j is recs[j % COMMITS]
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +113,81 @@ def commit_lmdb(folder, recs) -> int:
         env.close()
 
 
+def in_threads(commit_one, recs) -> None:
+    """THREADS threads; thread t calls commit_one(j, fields, data) for
+    every j < THREAD_COMMITS with j % THREADS == t (record j is recs[j %
+    COMMITS]); the first exception is raised here."""
+    errors: list[BaseException] = []
+
+    def work(t):
+        try:
+            for j in range(t, THREAD_COMMITS, THREADS):
+                fields, data = recs[j % len(recs)]
+                commit_one(j, fields, data)
+        except BaseException as e:  # raised again below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+
+
+def commit_pydb_threads(folder, recs) -> int:
+    db = pydb.create(folder / "c", sync=True, gc="none")
+    try:
+        in_threads(lambda j, fields, data: db.append(fields), recs)
+        return db.max_mfn
+    finally:
+        db.close()
+
+
+def commit_sqlite_threads(folder, recs) -> int:
+    con = sqlite3.connect(os.fspath(folder / "c.sqlite"), isolation_level=None,
+                          check_same_thread=False)
+    lock = threading.Lock()
+    try:
+        con.execute("pragma journal_mode=wal")
+        con.execute("pragma synchronous=full")
+        con.execute("create table rec (mfn integer primary key, data blob)")
+
+        def one(j, fields, data):
+            with lock:
+                con.execute("begin")
+                con.execute("insert into rec values (?, ?)", (j + 1, data))
+                con.execute("commit")
+
+        in_threads(one, recs)
+        return con.execute("select count(*) from rec").fetchone()[0]
+    finally:
+        con.close()
+
+
+def commit_lmdb_threads(folder, recs) -> int:
+    import lmdb
+    env = lmdb.open(os.fspath(folder), map_size=1 << 30, sync=True)
+    try:
+        def one(j, fields, data):
+            with env.begin(write=True) as txn:
+                txn.put((j + 1).to_bytes(4, "big"), data)
+
+        in_threads(one, recs)
+        return env.stat()["entries"]
+    finally:
+        env.close()
+
+
 STORES = {"pydb": commit_pydb, "sqlite3": commit_sqlite, "lmdb": commit_lmdb,
           "pydb-index": commit_pydb_index, "sqlite3-fts5": commit_sqlite_fts5}
+THREAD_STORES = {"pydb-threads": commit_pydb_threads,
+                 "sqlite3-threads": commit_sqlite_threads,
+                 "lmdb-threads": commit_lmdb_threads}
 #: (pydb's store, the peer it is compared with) in main()
 PAIRS = [("pydb", "sqlite3"), ("pydb", "lmdb"), ("pydb-index", "sqlite3-fts5")]
+THREAD_PAIRS = [("pydb-threads", "sqlite3-threads"), ("pydb-threads", "lmdb-threads")]
 
 
 @pytest.mark.parametrize("store", list(STORES))
@@ -115,14 +198,22 @@ def test_durable_commits(benchmark, tmp_path, recs, store):
     assert n == len(recs) == COMMITS
 
 
+@pytest.mark.parametrize("store", list(THREAD_STORES))
+def test_durable_commits_threads(benchmark, tmp_path, recs, store):
+    if store.startswith("lmdb"):
+        pytest.importorskip("lmdb", reason="py-lmdb not installed (pip install 'pydb[lmdb]')")
+    n = in_new_folders(benchmark, THREAD_STORES[store], tmp_path, (recs,), 7)
+    assert n == THREAD_COMMITS
+
+
 def main(argv: list[str]) -> int:
     """Alternate the stores ROUNDS times; print rates and verdicts."""
     rounds = int(argv[0]) if argv else 15
-    stores = dict(STORES)
+    stores, thread_stores = dict(STORES), dict(THREAD_STORES)
     try:
         import lmdb  # noqa: F401
     except ImportError:
-        del stores["lmdb"]
+        del stores["lmdb"], thread_stores["lmdb-threads"]
     recs = []
     with pydb.open(unesb.default_database()) as db:
         for r in db:
@@ -130,6 +221,7 @@ def main(argv: list[str]) -> int:
             if len(recs) == COMMITS:
                 break
     take_turns(stores, PAIRS, rounds, (recs,), COMMITS, "commits/s")
+    take_turns(thread_stores, THREAD_PAIRS, rounds, (recs,), THREAD_COMMITS, "commits/s")
     return 0
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from pydb import ministat
 
-from .bench_commit import COMMITS  # records committed per round
+from .bench_commit import COMMITS, THREAD_COMMITS, THREADS  # records committed per round
 
 
 @dataclass(frozen=True)
@@ -171,6 +171,7 @@ def rows(run: Run) -> list[Row]:
     thr = "benchmarks/bench_gil.py::test_reads_by_key_threads"
     scan = "benchmarks/bench_reads.py::test_scan_fields"
     com = "benchmarks/bench_commit.py::test_durable_commits"
+    comt = "benchmarks/bench_commit.py::test_durable_commits_threads"
     q = "benchmarks/bench_index.py::test_query_"
     load = "benchmarks/bench_load.py::test_bulk_load"
     marc = "benchmarks/bench_marc.py::test_marc_parse"
@@ -207,6 +208,11 @@ def rows(run: Run) -> list[Row]:
         timed_pair(run, "durable commits with a word index", f"{com}[pydb-index]",
                    [("SQLite FTS5", f"{com}[sqlite3-fts5]")], "(no target)", None,
                    rate=lambda s: COMMITS / s, unit="commits/s"),
+        timed_pair(run, f"durable single-record commits from {THREADS} threads of one "
+                   "process (group commit)", f"{comt}[pydb-threads]",
+                   [("SQLite WAL FULL", f"{comt}[sqlite3-threads]"),
+                    ("py-lmdb", f"{comt}[lmdb-threads]")], "(no target)", None,
+                   rate=lambda s: THREAD_COMMITS / s, unit="commits/s"),
     ]
 
 
