@@ -77,7 +77,9 @@
  * whole) and the step lock of every collector (it waits for the steps in
  * flight, which are bounded: the child never inherits a writer lock or a
  * file a vanished step was in the middle of); the child handler marks
- * each collector's thread as gone and initialises its locks again.  The child starts a thread of its own lazily, at its
+ * each collector's thread as gone and initialises its locks again, and
+ * its handle's writer locks and group commit queue
+ * (pydb__writer_locks_init: no thread of the parent waits there).  The child starts a thread of its own lazily, at its
  * first commit (pydb__gc_notify), if the policy wants one; the parent's
  * thread is unaffected.
  *
@@ -252,6 +254,7 @@ static void atfork_child(void)
     pthread_mutex_init(&gc_list_mutex, NULL);
     for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_unlock(&g->db->smutex);
+        pydb__writer_locks_init(g->db);
         locks_init(g);
         g->thread_on = 0;
         g->stop = 0;

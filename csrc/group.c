@@ -22,10 +22,12 @@
  *     leaves the transaction as it was (txn.c's add_version changes
  *     nothing before its last check): that request gets its error, the
  *     others go on.  A commit that fails before the commit point
- *     (PYDB_COMMIT_NO: a commit hook refused one record's keys, say) is
- *     tried again for each request alone, so one bad change never fails
- *     another's -- unless it made the handle read-only (a failed fsync):
- *     any such outcome, and every other one (committed, durable but not
+ *     (PYDB_COMMIT_NO: a commit hook refused one record's keys, say)
+ *     puts every member back at the head of the queue, each marked to be
+ *     committed in a group of its own, so that one bad change never
+ *     fails another's and each waits there with its own timeout --
+ *     unless the failure made the handle read-only (a failed fsync):
+ *     that outcome, and every other one (committed, durable but not
  *     applied, unknown), is every member's, with err->committed saying
  *     which.
  *   - Timeouts stay each caller's: a queued request whose deadline passes
@@ -33,7 +35,20 @@
  *     leader waits for the writer lock until the earliest deadline of its
  *     group, and if that passes, the requests whose deadline has passed
  *     fail with PYDB_ELOCKED and the others go back to the head of the
- *     queue, in order, for the next leader.
+ *     queue, in order, for the next leader.  A member of a group whose
+ *     commit is under way waits for it (one fsync, a hook's prepare),
+ *     its deadline passed or not.
+ *
+ * Who owns what.  gmutex guards the queue (ghead, gtail, gleader) and
+ * each request's next, state and alone: only a thread holding it links,
+ * unlinks or moves a request between QUEUED, TAKEN and DONE.  A request
+ * lives on its caller's stack, so it must be out of the queue and out of
+ * every group before its caller returns: the caller returns only once it
+ * saw DONE under gmutex, or after it unlinked itself while QUEUED.  While
+ * a request is TAKEN, the leader alone writes its mfn, rc, err and
+ * outcome (without gmutex; the caller reads them after DONE); the caller
+ * wrote op, fields, deadline and the MFN to change before it queued it,
+ * and nobody writes them after.
  *
  * What a caller sees is as if its change were committed alone: it is
  * atomic, durable when the call returns (sync=True), and its MFN is
@@ -45,25 +60,33 @@
  */
 #include "pydb_int.h"
 #include "pydb_test.h"
-#include <errno.h>
+#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #define GROUP_MAX 128               /* requests per transaction            */
 #define GROUP_BYTES (1 << 20)       /* field bytes per transaction (the
                                        first request is taken whatever
                                        its size)                           */
 
-enum { QUEUED, TAKEN, DONE };
+enum { QUEUED, TAKEN, DONE };       /* pydb__wreq.state                    */
+enum { SETTLED, AGAIN, ALONE };     /* pydb__wreq.outcome: rc/err are the
+                                       answer; queue it again; again, in a
+                                       group of its own                    */
 
 struct pydb__wreq {
+    /* under gmutex */
     struct pydb__wreq *next;
+    int state;
+    int alone;               /* commit it in a group of its own            */
+    /* the caller's, set before it is queued */
     int op;                  /* PYDB_WRITE_*                               */
-    int32_t mfn;             /* in: the MFN changed; out: the MFN appended */
     const pydb_field *fields;
     uint32_t nfields;
+    int timeout_ms;
     int64_t deadline;        /* pydb__now_ms() until which it may wait     */
-    int state;               /* QUEUED, TAKEN (in a group), DONE           */
+    /* in: the MFN changed; written by the leader while TAKEN */
+    int32_t mfn;             /* out: the MFN appended                      */
+    int outcome;
     int rc;
     pydb_error err;
 };
@@ -73,6 +96,64 @@ static size_t field_bytes(const struct pydb__wreq *r)
     size_t n = 0;
     for (uint32_t i = 0; i < r->nfields; i++) n += r->fields[i].len;
     return n;
+}
+
+static void settle(struct pydb__wreq *r, int rc, const pydb_error *err)
+{
+    r->outcome = SETTLED;
+    r->rc = rc;
+    if (rc) r->err = *err;
+}
+
+/* r timed out in the queue: other calls of this handle went first. */
+static int queue_timeout(struct pydb__wreq *r, const pydb_db *db)
+{
+    return PYDB_ERROR(&r->err, PYDB_ELOCKED, db->mst.path, -1,
+                      "the writer lock was not free within %d ms (calls of "
+                      "other threads of this handle went first)",
+                      r->timeout_ms);
+}
+
+/* r's group did not get the writer lock before r's deadline: the error of
+ * the group's pydb_txn_begin() (who held it, which file), with r's own
+ * timeout. */
+static int group_timeout(struct pydb__wreq *r, const pydb_error *err)
+{
+    r->err = *err;
+    snprintf(r->err.message, sizeof r->err.message,
+             "%.400s; this call's timeout: %d ms", err->message,
+             r->timeout_ms);
+    return PYDB_ELOCKED;
+}
+
+/* Begin the group's transaction, waiting until its earliest deadline.
+ * On PYDB_ELOCKED the members whose own deadline has passed are settled
+ * with it and the others go AGAIN; on another error all are settled. */
+static int begin_group(pydb_txn **t, pydb_db *db, struct pydb__wreq **g,
+                       size_t n)
+{
+    pydb_error err;
+    int64_t first = g[0]->deadline, now;
+    size_t i;
+    int rc;
+
+    for (i = 1; i < n; i++)
+        if (g[i]->deadline < first) first = g[i]->deadline;
+    memset(&err, 0, sizeof err);
+    rc = pydb_txn_begin(t, db, (int)(first - pydb__now_ms()), &err);
+    if (rc == PYDB_ELOCKED) {
+        now = pydb__now_ms();
+        for (i = 0; i < n; i++) {
+            g[i]->outcome = AGAIN;
+            if (g[i]->deadline <= now) {
+                g[i]->outcome = SETTLED;
+                g[i]->rc = group_timeout(g[i], &err);
+            }
+        }
+    } else if (rc) {
+        for (i = 0; i < n; i++) settle(g[i], rc, &err);
+    }
+    return rc;
 }
 
 /* Apply one request's change to the open transaction. */
@@ -86,129 +167,87 @@ static int apply(pydb_txn *t, struct pydb__wreq *r, pydb_error *err)
     case PYDB_WRITE_DELETE:
         return pydb_txn_delete(t, r->mfn, err);
     default:
+        PYDB_ASSERT(r->op == PYDB_WRITE_UNDELETE);
         return pydb_txn_undelete(t, r->mfn, err);
     }
 }
 
-static void finish(struct pydb__wreq *r, int rc, const pydb_error *err)
-{
-    r->rc = rc;
-    if (rc) r->err = *err;
-}
-
-/* Commit request r alone (the retry after a group's commit failed before
- * its commit point). */
-static void commit_alone(pydb_db *db, struct pydb__wreq *r)
+/* Commit the group g[0..n) in one transaction and set each member's
+ * outcome. */
+static void commit_group(pydb_db *db, struct pydb__wreq **g, size_t n)
 {
     pydb_txn *t = NULL;
     pydb_error err;
-    int rc;
-    memset(&err, 0, sizeof err);
-    rc = pydb_txn_begin(&t, db, (int)(r->deadline - pydb__now_ms()), &err);
-    if (rc) goto done;
-    rc = apply(t, r, &err);
-    if (rc) pydb_txn_abort(t);
-    else rc = pydb_txn_commit(t, &err);
-done:
-    finish(r, rc, &err);
-}
-
-/* Commit the group g[0..n) in one transaction; every request gets its
- * outcome (DONE is set by the caller), except those put back (*back: the
- * first of them; they stay linked by next, in order). */
-static void commit_group(pydb_db *db, struct pydb__wreq **g, size_t n,
-                         struct pydb__wreq **back)
-{
-    pydb_txn *t = NULL;
-    pydb_error err;
-    int64_t first = g[0]->deadline, now;
     size_t i, applied = 0;
     int rc;
 
-    *back = NULL;
-    memset(&err, 0, sizeof err);
-    for (i = 1; i < n; i++)
-        if (g[i]->deadline < first) first = g[i]->deadline;
-    rc = pydb_txn_begin(&t, db, (int)(first - pydb__now_ms()), &err);
-    if (rc == PYDB_ELOCKED) {
-        /* the earliest deadline passed: those whose own passed fail, the
-         * others wait on for the next leader */
-        struct pydb__wreq **tail = back;
-        now = pydb__now_ms();
-        for (i = 0; i < n; i++) {
-            if (g[i]->deadline <= now) {
-                finish(g[i], rc, &err);
-            } else {
-                g[i]->state = QUEUED;
-                *tail = g[i];
-                tail = &g[i]->next;
-            }
-        }
-        *tail = NULL;
-        return;
-    }
-    if (rc) {
-        for (i = 0; i < n; i++) finish(g[i], rc, &err);
-        return;
-    }
+    if (begin_group(&t, db, g, n)) return;
     for (i = 0; i < n; i++) {
         pydb_error own;
         memset(&own, 0, sizeof own);
-        g[i]->rc = apply(t, g[i], &own);
-        if (g[i]->rc) g[i]->err = own;
-        else applied++;
+        settle(g[i], apply(t, g[i], &own), &own);
+        applied += !g[i]->rc;
     }
     if (!applied) {
         pydb_txn_abort(t);
         return;
     }
+    memset(&err, 0, sizeof err);
     rc = pydb_txn_commit(t, &err);
     if (rc && err.committed == PYDB_COMMIT_NO && applied > 1 &&
-        !__atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE)) {
+        !pydb__txn_read_only(db)) {
         /* Nothing was committed, and the handle still writes: one change
-         * may be what failed it */
-        for (i = 0; i < n; i++)
-            if (!g[i]->rc) commit_alone(db, g[i]);
+         * may be what failed it.  Each member again, alone (its own
+         * change's error too: it may have depended on the others). */
+        for (i = 0; i < n; i++) g[i]->outcome = ALONE;
         return;
     }
     for (i = 0; i < n; i++)
-        if (!g[i]->rc) finish(g[i], rc, &err);
+        if (!g[i]->rc) settle(g[i], rc, &err);
 }
 
-/* Lead: take a group from the head of the queue (r is its first), commit
- * it, and hand out the outcomes.  Called and returns with gmutex held. */
+/* Lead: take a group from the head of the queue (the caller's request
+ * is its first), commit it, hand out the outcomes, and put back at the
+ * head, in order, the members that go again.  Called and returns with
+ * gmutex held. */
 static void lead(pydb_db *db)
 {
-    struct pydb__wreq *g[GROUP_MAX], *back, *r;
+    struct pydb__wreq *g[GROUP_MAX], *back = NULL, *last = NULL, *r;
     size_t n = 0, bytes = 0;
 
     db->gleader = 1;
-    while (db->ghead && n < GROUP_MAX) {
-        r = db->ghead;
+    while ((r = db->ghead) && n < GROUP_MAX) {
         bytes += field_bytes(r);
-        if (n && bytes > GROUP_BYTES) break;
+        if (n && (r->alone || g[0]->alone || bytes > GROUP_BYTES)) break;
         db->ghead = r->next;
         r->state = TAKEN;
         g[n++] = r;
     }
     if (!db->ghead) db->gtail = NULL;
     pthread_mutex_unlock(&db->gmutex);
-    commit_group(db, g, n, &back);
+    commit_group(db, g, n);
     pthread_mutex_lock(&db->gmutex);
-    for (size_t i = 0; i < n; i++)
-        if (g[i]->state == TAKEN) g[i]->state = DONE;
-    if (back) {   /* to the head, in their order */
-        r = back;
-        while (r->next) r = r->next;
-        r->next = db->ghead;
-        if (!db->ghead) db->gtail = r;
+    for (size_t i = 0; i < n; i++) {
+        if (g[i]->outcome == SETTLED) {
+            g[i]->state = DONE;
+            continue;
+        }
+        g[i]->state = QUEUED;
+        g[i]->alone = g[i]->outcome == ALONE;
+        if (last) last->next = g[i];
+        else back = g[i];
+        last = g[i];
+    }
+    if (back) {
+        last->next = db->ghead;
+        if (!db->ghead) db->gtail = last;
         db->ghead = back;
     }
     db->gleader = 0;
     pthread_cond_broadcast(&db->gcond);
 }
 
-/* Unlink r, still QUEUED, from the queue. */
+/* Unlink r, QUEUED, from the queue. */
 static void unqueue(pydb_db *db, struct pydb__wreq *r)
 {
     struct pydb__wreq **p = &db->ghead, *prev = NULL;
@@ -216,21 +255,10 @@ static void unqueue(pydb_db *db, struct pydb__wreq *r)
         prev = *p;
         p = &(*p)->next;
     }
+    PYDB_ASSERT(*p == r);
     if (!*p) return;
     *p = r->next;
     if (db->gtail == r) db->gtail = prev;
-}
-
-/* This thread's own transaction is open on db (its group would wait for
- * it for ever). */
-static int own_txn_open(pydb_db *db)
-{
-    int own;
-    pthread_mutex_lock(&db->wmutex);
-    own = db->wbusy && db->wbusy_pid == getpid() &&
-          pthread_equal(db->wowner, pthread_self());
-    pthread_mutex_unlock(&db->wmutex);
-    return own;
 }
 
 int pydb_write_one(int32_t *mfn, pydb_db *db, int op,
@@ -238,7 +266,6 @@ int pydb_write_one(int32_t *mfn, pydb_db *db, int op,
                    pydb_error *err)
 {
     struct pydb__wreq r;
-    int rc;
 
     if (op < PYDB_WRITE_APPEND || op > PYDB_WRITE_UNDELETE)
         return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
@@ -246,7 +273,7 @@ int pydb_write_one(int32_t *mfn, pydb_db *db, int op,
     if (!(db->flags & PYDB_OPEN_WRITE))
         return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
                           "the database was opened read-only");
-    if (own_txn_open(db))
+    if (pydb__txn_mine_open(db))
         return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
                           "this thread already has a transaction open on "
                           "this handle");
@@ -256,41 +283,31 @@ int pydb_write_one(int32_t *mfn, pydb_db *db, int op,
     r.fields = fields;
     r.nfields = op == PYDB_WRITE_APPEND || op == PYDB_WRITE_UPDATE ? nfields
                                                                   : 0;
-    r.deadline = pydb__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    r.timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+    r.deadline = pydb__now_ms() + r.timeout_ms;
     r.state = QUEUED;
 
     pthread_mutex_lock(&db->gmutex);
-    if (db->gpid != getpid()) {
-        /* a fork()ed child: its parent's queued threads are not here */
-        db->ghead = db->gtail = NULL;
-        db->gleader = 0;
-        db->gpid = getpid();
-    }
     if (db->gtail) db->gtail->next = &r;
     else db->ghead = &r;
     db->gtail = &r;
-    for (;;) {
-        if (r.state == DONE) break;
+    while (r.state != DONE) {
         if (r.state == QUEUED && !db->gleader && db->ghead == &r) {
             lead(db);
-            continue;
-        }
-        if (r.state == QUEUED && pydb__now_ms() >= r.deadline) {
+        } else if (r.state == QUEUED && pydb__now_ms() >= r.deadline) {
             unqueue(db, &r);
-            pthread_mutex_unlock(&db->gmutex);
-            return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
-                              "another thread holds the writer lock of "
-                              "this handle (waited %d ms)", timeout_ms);
-        }
-        if (r.state == QUEUED)
+            r.rc = queue_timeout(&r, db);
+            break;
+        } else if (r.state == QUEUED) {
             pydb__cond_wait_until(&db->gcond, &db->gmutex, r.deadline);
-        else pthread_cond_wait(&db->gcond, &db->gmutex);
+        } else {
+            pthread_cond_wait(&db->gcond, &db->gmutex);
+        }
     }
     pthread_mutex_unlock(&db->gmutex);
-    rc = r.rc;
-    if (rc) *err = r.err;
+    if (r.rc) *err = r.err;
     else if (op == PYDB_WRITE_APPEND) *mfn = r.mfn;
-    return rc;
+    return r.rc;
 }
 
 void pydb__test_group_state(pydb_db *db, int *queued, int *leading)

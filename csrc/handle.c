@@ -307,14 +307,10 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     db->wal_fd = -1;
     pthread_mutex_init(&db->mutex, NULL);
     pthread_mutex_init(&db->vmutex, NULL);
-    pthread_mutex_init(&db->wmutex, NULL);
     pthread_mutex_init(&db->smutex, NULL);
     for (int i = 0; i < PYDB_RETIRED_GENS * 4; i++) db->retired[i] = -1;
     db->retired_at = 0;
-    pthread_cond_init(&db->wcond, NULL);
-    pthread_mutex_init(&db->gmutex, NULL);
-    pthread_cond_init(&db->gcond, NULL);
-    db->gpid = getpid();
+    pydb__writer_locks_init(db);
     /* The commit header (NULL: files mode; docs/architecture.md,
      * "Committed state"), first: recovery may finish a compaction's swap
      * and publish the new files' state in it. */

@@ -649,7 +649,8 @@ void pydb_txn_abort(pydb_txn *t);
 #define PYDB_WRITE_DELETE 2    /* pydb_txn_delete(*mfn); fields ignored   */
 #define PYDB_WRITE_UNDELETE 3  /* pydb_txn_undelete(*mfn); fields ignored */
 /* Waits up to timeout_ms (0 or less: no wait) for its turn and the writer
- * lock.  Returns when the change is committed (durable unless
+ * lock (once in a group whose commit is under way, for that commit).
+ * Returns when the change is committed (durable unless
  * PYDB_OPEN_NOSYNC), or with the error of its change or of the commit
  * (err->committed as for pydb_txn_commit(); other requests' failures are
  * not this one's).  fields must stay valid until it returns.  Errors:

@@ -225,11 +225,9 @@ struct pydb_db {
     uint64_t commit_seq;     /* commits written to the log by this handle  */
     /* ---- group commit (group.c), under gmutex ---- */
     pthread_mutex_t gmutex;
-    pthread_cond_t gcond;
+    pthread_cond_t gcond;    /* CLOCK_MONOTONIC                            */
     struct pydb__wreq *ghead, *gtail; /* pydb_write_one() requests, FIFO  */
     int gleader;             /* a thread is committing a group             */
-    pid_t gpid;              /* the process the queue belongs to (a fork()ed
-                                child empties the one it inherited)       */
     /* ---- committed state (shm.c; read.c) ---- */
     struct pydb_shm *shm;    /* commit header <base>.shm, or NULL (files
                                 mode: the state comes from the control
@@ -513,6 +511,19 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
  * error (the step then fails; nothing was changed; a failed fsync of the
  * .mst/.xrf makes the handle read-only). */
 int pydb__txn_settle(pydb_txn *t, pydb_error *err);
+/* 1 if the calling thread has a transaction open on db (it would wait
+ * for itself for the writer lock).  Takes wmutex. */
+int pydb__txn_mine_open(pydb_db *db);
+/* 1 if a failed fsync made the handle read-only until it is reopened
+ * (PYDB__FATAL_SYNC): its transactions are refused. */
+int pydb__txn_read_only(const pydb_db *db);
+/* The handle's writer locks and queues made anew (wmutex/wcond, the
+ * group commit's gmutex/gcond; conditions on CLOCK_MONOTONIC, as
+ * pydb__cond_wait_until waits) and emptied: at open, and in a fork()ed
+ * child, where a lock another thread held at the fork would stay held
+ * and no waiter of the parent exists (gc.c's atfork handler). */
+void pydb__writer_locks_init(pydb_db *db);
+
 /* With the writer lock held, at a writer's open: bytes past the master
  * file's committed end that no record reaches (a commit killed before
  * its commit point wrote them) are cleared, as a transaction's begin

@@ -127,6 +127,42 @@ static int is_read_only(const pydb_db *db)
     return __atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == PYDB__FATAL_SYNC;
 }
 
+int pydb__txn_read_only(const pydb_db *db)
+{
+    return is_read_only(db);
+}
+
+void pydb__writer_locks_init(pydb_db *db)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&db->wmutex, NULL);
+    pthread_cond_init(&db->wcond, &ca);
+    pthread_mutex_init(&db->gmutex, NULL);
+    pthread_cond_init(&db->gcond, &ca);
+    pthread_condattr_destroy(&ca);
+    db->gc_waiting = 0;   /* (wbusy: txn_begin clears a parent's) */
+    db->ghead = db->gtail = NULL;
+    db->gleader = 0;
+}
+
+/* With wmutex held: this thread began the open transaction. */
+static int mine_open(const pydb_db *db)
+{
+    return db->wbusy && db->wbusy_pid == getpid() &&
+           pthread_equal(db->wowner, pthread_self());
+}
+
+int pydb__txn_mine_open(pydb_db *db)
+{
+    int mine;
+    pthread_mutex_lock(&db->wmutex);
+    mine = mine_open(db);
+    pthread_mutex_unlock(&db->wmutex);
+    return mine;
+}
+
 /* The error of a transaction refused on a handle set_fatal() made
  * read-only. */
 static int fatal_error(const pydb_db *db, pydb_error *err)
@@ -486,7 +522,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
      * parent's threads was open at the fork; those threads are not here
      * and never end it. */
     if (db->wbusy && db->wbusy_pid != getpid()) db->wbusy = 0;
-    if (db->wbusy && pthread_equal(db->wowner, pthread_self())) {
+    if (mine_open(db)) {
         pthread_mutex_unlock(&db->wmutex);
         return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
                           "this thread already has a transaction open on "

@@ -203,15 +203,9 @@ int pydb__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mutex,
                           int64_t deadline)
 {
     struct timespec ts;
-    int64_t left = deadline - pydb__now_ms();
-    if (left <= 0) return ETIMEDOUT;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += left / 1000;
-    ts.tv_nsec += (left % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    if (deadline <= pydb__now_ms()) return ETIMEDOUT;
+    ts.tv_sec = (time_t)(deadline / 1000);
+    ts.tv_nsec = (long)(deadline % 1000) * 1000000;
     return pthread_cond_timedwait(cond, mutex, &ts);
 }
 

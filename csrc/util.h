@@ -84,7 +84,10 @@ uint32_t pydb__crc32c(uint32_t crc, const void *p, size_t n);
 /* Milliseconds of CLOCK_MONOTONIC (for deadlines). */
 int64_t pydb__now_ms(void);
 /* pthread_cond_timedwait() until `deadline` (ms of pydb__now_ms()), with
- * mutex held; returns at once (ETIMEDOUT) when it has passed. */
+ * mutex held, on a condition made with CLOCK_MONOTONIC
+ * (pthread_condattr_setclock), so that a step of the wall clock neither
+ * stretches nor cuts the wait; returns at once (ETIMEDOUT) when the
+ * deadline has passed. */
 int pydb__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mutex,
                           int64_t deadline);
 
