@@ -266,17 +266,14 @@ int pydb_write_one(int32_t *mfn, pydb_db *db, int op,
                    pydb_error *err)
 {
     struct pydb__wreq r;
+    int rc;
 
     if (op < PYDB_WRITE_APPEND || op > PYDB_WRITE_UNDELETE)
         return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
                           "pydb_write_one: op %d is not a PYDB_WRITE_*", op);
-    if (!(db->flags & PYDB_OPEN_WRITE))
-        return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
-                          "the database was opened read-only");
-    if (pydb__txn_mine_open(db))
-        return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
-                          "this thread already has a transaction open on "
-                          "this handle");
+    /* (a read-only handle: the group's pydb_txn_begin says so to each) */
+    rc = pydb__txn_mine_open(db, err);
+    if (rc) return rc;
     memset(&r, 0, sizeof r);
     r.op = op;
     r.mfn = op == PYDB_WRITE_APPEND ? 0 : *mfn;

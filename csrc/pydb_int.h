@@ -511,9 +511,10 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
  * error (the step then fails; nothing was changed; a failed fsync of the
  * .mst/.xrf makes the handle read-only). */
 int pydb__txn_settle(pydb_txn *t, pydb_error *err);
-/* 1 if the calling thread has a transaction open on db (it would wait
- * for itself for the writer lock).  Takes wmutex. */
-int pydb__txn_mine_open(pydb_db *db);
+/* PYDB_ELOCKED if the calling thread has a transaction open on db (it
+ * would wait for itself for the writer lock), as pydb_txn_begin() says;
+ * else PYDB_OK.  Takes wmutex. */
+int pydb__txn_mine_open(pydb_db *db, pydb_error *err);
 /* 1 if a failed fsync made the handle read-only until it is reopened
  * (PYDB__FATAL_SYNC): its transactions are refused. */
 int pydb__txn_read_only(const pydb_db *db);

@@ -122,14 +122,9 @@ static void set_fatal(pydb_db *db, int kind)
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
-static int is_read_only(const pydb_db *db)
-{
-    return __atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == PYDB__FATAL_SYNC;
-}
-
 int pydb__txn_read_only(const pydb_db *db)
 {
-    return is_read_only(db);
+    return __atomic_load_n(&db->fatal, __ATOMIC_ACQUIRE) == PYDB__FATAL_SYNC;
 }
 
 void pydb__writer_locks_init(pydb_db *db)
@@ -147,20 +142,25 @@ void pydb__writer_locks_init(pydb_db *db)
     db->gleader = 0;
 }
 
-/* With wmutex held: this thread began the open transaction. */
-static int mine_open(const pydb_db *db)
+/* With wmutex held: PYDB_ELOCKED if this thread began the open
+ * transaction (it would wait for itself), else PYDB_OK. */
+static int mine_open(const pydb_db *db, pydb_error *err)
 {
-    return db->wbusy && db->wbusy_pid == getpid() &&
-           pthread_equal(db->wowner, pthread_self());
+    if (!db->wbusy || db->wbusy_pid != getpid() ||
+        !pthread_equal(db->wowner, pthread_self()))
+        return PYDB_OK;
+    return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
+                      "this thread already has a transaction open on this "
+                      "handle");
 }
 
-int pydb__txn_mine_open(pydb_db *db)
+int pydb__txn_mine_open(pydb_db *db, pydb_error *err)
 {
-    int mine;
+    int rc;
     pthread_mutex_lock(&db->wmutex);
-    mine = mine_open(db);
+    rc = mine_open(db, err);
     pthread_mutex_unlock(&db->wmutex);
-    return mine;
+    return rc;
 }
 
 /* The error of a transaction refused on a handle set_fatal() made
@@ -516,17 +516,16 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     if (!(db->flags & PYDB_OPEN_WRITE))
         return PYDB_ERROR(err, PYDB_EREADONLY, db->mst.path, -1,
                           "the database was opened read-only");
-    if (is_read_only(db)) return fatal_error(db, err);
+    if (pydb__txn_read_only(db)) return fatal_error(db, err);
     pthread_mutex_lock(&db->wmutex);
     /* A fork()ed child: a transaction (or a collector step) of its
      * parent's threads was open at the fork; those threads are not here
      * and never end it. */
     if (db->wbusy && db->wbusy_pid != getpid()) db->wbusy = 0;
-    if (mine_open(db)) {
+    rc = mine_open(db, err);
+    if (rc) {
         pthread_mutex_unlock(&db->wmutex);
-        return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
-                          "this thread already has a transaction open on "
-                          "this handle");
+        return rc;
     }
     gc = gc && timeout_ms > 0;   /* one try: nobody needs to stand back */
     db->gc_waiting += gc;
@@ -548,7 +547,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
      * while this one waited (a collector step waits a little) may have
      * made the handle read-only, and its log must then be replayed by a
      * reopen, not by this handle. */
-    if (is_read_only(db)) {
+    if (pydb__txn_read_only(db)) {
         wake_writers(db);   /* the next waiter sees it too */
         pthread_mutex_unlock(&db->wmutex);
         return fatal_error(db, err);
@@ -1283,7 +1282,7 @@ done:
     if (rc && region && !logged && !log_sync_failed)
         clear_past_end(t, mst_size);
     if (rc && err)
-        commit_outcome(err, logged, log_sync_failed, is_read_only(db));
+        commit_outcome(err, logged, log_sync_failed, pydb__txn_read_only(db));
     /* cleared once published; a commit whose apply failed leaves it, so
      * that readers keep the header's latest state rather than the files
      * half-applied (the replay that finishes the commit clears it) */
