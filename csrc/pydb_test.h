@@ -59,6 +59,7 @@ size_t pydb__test_set_inline_max(size_t n);
  * switch; tests only. */
 void pydb__test_fail_io(long n, int eno, int short_write);
 long pydb__test_io_count(void);        /* operations counted so far      */
+long pydb__test_io_syncs(void);        /* fsyncs + fdatasyncs among them */
 const char *pydb__test_io_fired(void); /* name of the failed op, or NULL  */
 
 /* ---- group commit (group.c) ---- */

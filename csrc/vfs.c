@@ -215,6 +215,7 @@ static long fault_at;        /* fail the fault_at-th operation (1-based)  */
 static int fault_errno;
 static int fault_short;      /* short write at fault_at, error after it   */
 static long fault_count;     /* operations counted                        */
+static long fault_syncs;     /* fsyncs and fdatasyncs among them          */
 static int fault_was_short;  /* the fault_at-th operation wrote short     */
 static int fault_crash;      /* _exit(137) instead of failing (crash point) */
 static int fault_sticky;     /* every operation from fault_at on fails (a
@@ -261,9 +262,14 @@ static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
     if (fault_hit("pwrite")) return -1;
     return pwrite(fd, buf, n, off);
 }
-static int faulty_fsync(int fd) { return fault_hit("fsync") ? -1 : fsync(fd); }
+static int faulty_fsync(int fd)
+{
+    if (fault_mine()) __atomic_add_fetch(&fault_syncs, 1, __ATOMIC_RELAXED);
+    return fault_hit("fsync") ? -1 : fsync(fd);
+}
 static int faulty_fdatasync(int fd)
 {
+    if (fault_mine()) __atomic_add_fetch(&fault_syncs, 1, __ATOMIC_RELAXED);
     return fault_hit("fdatasync") ? -1 : fdatasync(fd);
 }
 static int faulty_ftruncate(int fd, off_t len)
@@ -296,6 +302,7 @@ void pydb__test_fail_io(long n, int eno, int short_write)
     fault_crash = short_write == 2;
     fault_sticky = short_write == 3;
     fault_count = 0;
+    fault_syncs = 0;
     fault_fired = NULL;
     fault_was_short = 0;
     fault_thread = pthread_self();
@@ -305,6 +312,11 @@ void pydb__test_fail_io(long n, int eno, int short_write)
 long pydb__test_io_count(void)
 {
     return __atomic_load_n(&fault_count, __ATOMIC_RELAXED);
+}
+
+long pydb__test_io_syncs(void)
+{
+    return __atomic_load_n(&fault_syncs, __ATOMIC_RELAXED);
 }
 
 const char *pydb__test_io_fired(void) { return fault_fired; }

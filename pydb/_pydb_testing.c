@@ -12,6 +12,7 @@
  *                                    not counted, e.g. a collector)
  *                                    fail; crash=True calls _exit(137)
  *   io_count(), io_fired()           what fail_io() counted / fired
+ *   io_syncs()                       fsyncs + fdatasyncs it counted
  *   crc32c(data, offset, portable, seed)  the core's CRC-32C (or its
  *                                    table form), continued from seed
  *   set_read_delay(usec)             make every core pread sleep first
@@ -67,6 +68,13 @@ static PyObject *mod_test_io_count(PyObject *m, PyObject *unused)
     (void)m;
     (void)unused;
     return PyLong_FromLong(pydb__test_io_count());
+}
+
+static PyObject *mod_test_io_syncs(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyLong_FromLong(pydb__test_io_syncs());
 }
 
 static PyObject *mod_test_io_fired(PyObject *m, PyObject *unused)
@@ -731,6 +739,9 @@ static PyMethodDef testing_functions[] = {
      "the bytes before)."},
     {"io_count", mod_test_io_count, METH_NOARGS,
      "io_count()\n--\n\nWrite-side operations counted since fail_io()."},
+    {"io_syncs", mod_test_io_syncs, METH_NOARGS,
+     "io_syncs()\n--\n\nfsync and fdatasync calls among the operations "
+     "counted since fail_io()."},
     {"io_fired", mod_test_io_fired, METH_NOARGS,
      "io_fired()\n--\n\nThe operation that was made to fail, or None."},
     {"set_read_delay", mod_test_read_delay, METH_O,
