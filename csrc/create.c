@@ -38,10 +38,12 @@ int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
     o.flags |= PYDB_OPEN_WRITE | PYDB_OPEN_LAYOUT(layout);
     rc = pydb_builder_open(&b, path, layout, mstxl, err);
     if (rc) return rc;
-    rc = pydb_builder_finish(b, !(o.flags & PYDB_OPEN_NOSYNC), err);
+    /* synced in both modes: with sync=False a power cut after the first
+     * commits must not find the files themselves missing or empty */
+    rc = pydb_builder_finish(b, 1, err);
     pydb_builder_free(b);  /* removes the files if not finished */
     if (rc) return rc;
-    if (!(o.flags & PYDB_OPEN_NOSYNC)) {
+    {
         char mst[1100];
         pydb__path_ext(mst, sizeof mst, path, "mst");
         rc = pydb__fsync_parent(mst, err);

@@ -434,7 +434,7 @@ static void collect_after(pydb_nidx_builder *b)
     pydb_error e;
     if (pydb_txn_begin(&t, b->db, 0, &e) != PYDB_OK) return;
     if (pydb__txn_settle(t, &e) == PYDB_OK)
-        pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL);
+        pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL, 1);
     pydb_txn_abort(t);
 }
 
@@ -450,7 +450,9 @@ static uint64_t above_every_generation(pydb_nidx_builder *b)
     char manifest[1100];
     pydb_state st;
     struct pydb_shm *s = pydb__db_shm(b->db);
-    uint64_t top = pydb__nidx_collect(b->dir, s, NULL), g;
+    /* (unnamed files only where every frame is synced: else
+     * collect_after, past a checkpoint) */
+    uint64_t top = pydb__nidx_collect(b->dir, s, NULL, pydb__synced(b->db)), g;
     snprintf(manifest, sizeof manifest, "%s/MANIFEST", b->dir);
     g = pydb__nman_head_generation(manifest);
     if (g != NIDX_GEN_UNKNOWN && g > top) top = g;

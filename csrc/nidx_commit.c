@@ -112,7 +112,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     char path[1100];
     nidx_segset *ss = NULL;
     const nidx_cfg *cfg;
-    int rc = PYDB_OK, written = 0, sync, logged;
+    int rc = PYDB_OK, written = 0, logged;
 
     memset(&a, 0, sizeof a);
     a.err = err;
@@ -189,13 +189,12 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
         atomic_fetch_add(&ss->refs, 1);
         gen++;
     }
-    /* Durable as the commit's records are: not with sync=False (the test
-     * double drives prepare without a transaction: synced).  A segment
-     * under PYDB_WAL_DIRECT bytes of a commit that keeps its frame goes
-     * into the frame as well, and is synced by the log's fdatasync now
-     * and by a checkpoint later (pydb__txn_log_file); a larger one, or
-     * any in files mode, is fsync'ed here with its folder. */
-    sync = !t || pydb__synced(pydb__txn_db(t));
+    /* A segment under PYDB_WAL_DIRECT bytes of a commit that keeps its
+     * frame goes into the frame as well, and a replay writes it again
+     * (pydb__txn_log_file; a checkpoint syncs it); a larger one, or any
+     * in files mode, is fsync'ed here with its folder -- also with
+     * sync=False, whose frame may reach the disk before it (txn.c,
+     * "Commits without fsync"). */
     logged = t && !x->put_file && segb.n < PYDB_WAL_DIRECT &&
              pydb__txn_keeps_frame(t);
     /* A small segment goes into the MANIFEST itself: no file to create,
@@ -210,8 +209,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     for (int tries = 0;; tries++, gen++) {
         pydb__nseg_path(path, sizeof path, x->dir, gen);
         written = 1;   /* from here on, a failure removes the file */
-        rc = pydb__write_file(path, segb.p, segb.n, 1, sync && !logged, NULL,
-                              err);
+        rc = pydb__write_file(path, segb.p, segb.n, 1, !logged, NULL, err);
         if (rc == PYDB_OK) break;
         if (err->sys_errno != EEXIST || tries >= 64) {
             written = err->sys_errno != EEXIST;   /* not ours: stays */
@@ -221,7 +219,7 @@ static int hook_prepare(void *ctx, pydb_txn *t, const pydb_change *ch,
     if (logged) {
         if ((rc = pydb__txn_log_file(t, path, segb.p, segb.n, err)))
             goto cleanup;
-    } else if (sync && (rc = pydb__fsync_dir(x->dir, err))) {
+    } else if ((rc = pydb__fsync_dir(x->dir, err))) {
         goto cleanup;
     }
     if ((rc = pydb__nseg_open(&x->pending, path, gen, err))) goto cleanup;

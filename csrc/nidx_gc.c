@@ -70,9 +70,8 @@
  *      next report (x->offer_dropped);
  *   5. remove: under the writer lock (a prepare's new file is unnamed
  *      until its commit), after a checkpoint (the .mst/.xrf synced, the
- *      log emptied durably: pydb__txn_settle; with sync=False, first and without the lock, the records,
- *      the MANIFEST and the segments it names: index_durable), segment
- *      files no set and no synced MANIFEST names, once no registered
+ *      log emptied durably: pydb__txn_settle, in both sync modes),
+ *      segment files no set and no synced MANIFEST names, once no registered
  *      reader reads an older commit (pydb__nidx_may_remove) or, for the
  *      files in x->drops, once none reads a commit older than the one
  *      that unnamed them; and temporaries of dead processes (merges, and
@@ -95,7 +94,7 @@
  * (a rename and an fsync of a merged file, the log) is one unit too; an
  * offer is none.  A call does at most `budget` of them (at least one).
  *
- * Depends on: nidx_handle.h (sets, refresh, install, collect_n),
+ * Depends on: nidx_handle.h (sets, refresh, install, collect),
  * nidx_seg.h (cursors, decoding, the encoder), nidx_manifest.h,
  * transactions (pydb.h, pydb_int.h), gc.h (pydb__gc_met), shm.h.
  */
@@ -273,25 +272,30 @@ int pydb__nidx_may_remove(struct pydb_shm *shm)
     return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
 }
 
-uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
-                            const nidx_segset *ss)
-{
-    return pydb__nidx_collect_n(dir, shm, ss, NULL, NULL);
-}
+static uint64_t collect(const char *dir, struct pydb_shm *shm,
+                        const nidx_segset *ss, int unnamed, int64_t *files,
+                        int64_t *bytes, int (*may_go)(void *ctx, uint64_t gen),
+                        void *ctx);
 
-uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
-                              const nidx_segset *ss, int64_t *files,
-                              int64_t *bytes)
+uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
+                            const nidx_segset *ss, int unnamed)
 {
-    return pydb__nidx_collect_if(dir, shm, ss, NULL, 0, files, bytes, NULL, NULL);
+    return collect(dir, shm, ss, unnamed, NULL, NULL, NULL, NULL);
 }
 
 uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
-                               const nidx_segset *ss, const uint64_t *keep,
-                               size_t nkeep, int64_t *files,
+                               const nidx_segset *ss, int64_t *files,
                                int64_t *bytes,
                                int (*may_go)(void *ctx, uint64_t gen),
                                void *ctx)
+{
+    return collect(dir, shm, ss, 1, files, bytes, may_go, ctx);
+}
+
+static uint64_t collect(const char *dir, struct pydb_shm *shm,
+                        const nidx_segset *ss, int unnamed, int64_t *files,
+                        int64_t *bytes, int (*may_go)(void *ctx, uint64_t gen),
+                        void *ctx)
 {
     char manifest[1100];
     uint64_t top = 0;
@@ -300,7 +304,7 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
     pydb_error e;
     DIR *d;
     struct dirent *de;
-    int remove = pydb__nidx_may_remove(shm), named;
+    int remove = unnamed && pydb__nidx_may_remove(shm), named;
 
     memset(&m, 0, sizeof m);
     snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
@@ -327,8 +331,8 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
             used = ss->v[i]->gen == g && !ss->v[i]->inl;
         for (size_t i = 0; i < m.nsegs && !used; i++)
             used = m.segs[i].gen == g && !m.segs[i].inl;
-        for (size_t i = 0; i < nkeep && !used; i++) used = keep[i] == g;
-        if (!used && (remove || (named && may_go && may_go(ctx, g)))) {
+        if (!used && (remove ||
+                      (unnamed && named && may_go && may_go(ctx, g)))) {
             pydb__nseg_path(path, sizeof path, dir, g);
             if (stat(path, &sb) == 0 && unlink(path) == 0) {
                 if (files) (*files)++;
@@ -623,14 +627,16 @@ static int merge_key(nidx_merge *g, pydb_error *err)
     return kway_advance(g->ord, &g->nord, k, err);
 }
 
-/* Write the merged bytes to the temporary file and (with `sync`: db's
- * commits are fsync'ed) fsync it.  On failure the file is removed. */
-static int merge_file(nidx_merge *g, nidx *x, int sync, pydb_error *err)
+/* Write the merged bytes to the temporary file and fsync it (in both
+ * sync modes: the MANIFEST that will name it may reach the disk through
+ * a frame synced later; txn.c, "Commits without fsync").  On failure the
+ * file is removed. */
+static int merge_file(nidx_merge *g, nidx *x, pydb_error *err)
 {
     int rc;
     snprintf(g->tmp, sizeof g->tmp, "%s/merge-%d-%lu.tmp", x->dir,
              (int)getpid(), (unsigned long)atomic_fetch_add(&merge_seq, 1));
-    rc = pydb__write_file(g->tmp, g->out.p, g->out.n, 1, sync, NULL, err);
+    rc = pydb__write_file(g->tmp, g->out.p, g->out.n, 1, 1, NULL, err);
     if (rc) {
         unlink(g->tmp);
         g->tmp[0] = '\0';
@@ -645,7 +651,7 @@ static int merge_file(nidx_merge *g, nidx *x, int sync, pydb_error *err)
 /* The merge is complete: finish the bytes; a small segment stays in
  * memory to go inline into the MANIFEST (merge_commit), a larger one is
  * written (merge_file). */
-static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
+static int merge_write(nidx_merge *g, nidx *x, pydb_error *err)
 {
     int rc;
     if ((rc = pydb__nseg_enc_finish(&g->enc, g->tombs, g->ntombs, err)))
@@ -654,7 +660,7 @@ static int merge_write(nidx_merge *g, nidx *x, int sync, pydb_error *err)
         g->written = 1;   /* (in g->out) */
         return PYDB_OK;
     }
-    return merge_file(g, x, sync, err);
+    return merge_file(g, x, err);
 }
 
 /* A new set: cur->v[0..p), mseg (whose reference it takes), then
@@ -713,7 +719,9 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         merge_drop(slot);
         goto cleanup;
     }
-    top = pydb__nidx_collect_n(x->dir, pydb__nidx_header(x), cur, NULL, NULL);
+    /* (unnamed files only where every frame is synced: else step 5) */
+    top = pydb__nidx_collect(x->dir, pydb__nidx_header(x), cur,
+                             pydb__synced(db));
     gen = top > cur_gen ? top : cur_gen;
     for (size_t i = 0; i < cur->n; i++)
         if (cur->v[i]->gen > gen) gen = cur->v[i]->gen;
@@ -726,7 +734,7 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
             goto cleanup;
         goto named;
     }
-    if (!g->tmp[0] && (rc = merge_file(g, x, pydb__synced(db), err)))
+    if (!g->tmp[0] && (rc = merge_file(g, x, err)))
         goto cleanup;
     pydb__nseg_path(path, sizeof path, x->dir, gen);
     if (pydb__vfs->rename(g->tmp, path) != 0) {
@@ -735,8 +743,7 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         goto cleanup;
     }
     g->tmp[0] = '\0';   /* now an unnamed seg-G.pds until the commit */
-    if (pydb__synced(db) && (rc = pydb__fsync_dir(x->dir, err)))
-        goto cleanup;
+    if ((rc = pydb__fsync_dir(x->dir, err))) goto cleanup;
     if ((rc = pydb__nseg_open(&mseg, path, gen, err))) goto cleanup;
 named:
     merged_nupd(mseg, g);
@@ -1019,67 +1026,13 @@ static int removable(nidx *x)
     return 0;
 }
 
-/* Before step 5, with sync=False (commits are not fsync'ed), and without
- * the writer lock: make the records and the index as the MANIFEST on
- * disk now describes it (M1) durable -- the .mst and .xrf
- * (pydb__db_datasync), M1 itself (the inode it was read from, with its
- * inline segments; with sync=False a commit renames a new MANIFEST in,
- * so M1's inode is never written again), every segment file M1 names,
- * the directory -- and give the generations of those files in *named
- * (malloc'ed; NULL with sync=True, where each segment was
- * fsync'ed when it was written or, a small one that went into its
- * commit's frame, by the checkpoint step 5 makes first:
- * pydb__txn_settle).  Step 5 then removes only files M1 does not name
- * either: a name, once gone from a MANIFEST, never comes back (names
- * only grow), so no MANIFEST a power cut may leave -- M1, or a later
- * one -- needs a removed file.  Outside the lock, so that commits never
- * wait for these fsyncs (a checkpoint, as SQLite's WAL mode makes). */
-static int index_durable(nidx *x, pydb_db *db, uint64_t **named,
-                         size_t *nnamed, pydb_error *err)
-{
-    nidx_manifest m;
-    uint8_t *data = NULL;
-    uint64_t *gens = NULL;
-    char path[1100];
-    int rc;
-
-    *named = NULL;
-    *nnamed = 0;
-    memset(&m, 0, sizeof m);
-    if (pydb__synced(db)) return PYDB_OK;
-    /* the records first: M1's postings are of commits they hold */
-    if ((rc = pydb__db_datasync(db, err)) ||
-        (rc = pydb__nman_read(&m, &data, x->manifest, 1, err)))
-        goto cleanup;
-    for (size_t i = 0; i < m.nsegs && rc == PYDB_OK; i++) {
-        if (m.segs[i].inl) continue;   /* in M1 itself */
-        pydb__nseg_path(path, sizeof path, x->dir, m.segs[i].gen);
-        rc = pydb__fsync_file(path, err);
-    }
-    if (rc == PYDB_OK) rc = pydb__fsync_dir(x->dir, err);
-    if (rc) goto cleanup;
-    if (m.nsegs && !(gens = malloc(m.nsegs * sizeof *gens))) {
-        rc = PYDB_ERROR(err, PYDB_ENOMEM, x->manifest, -1, "no memory");
-        goto cleanup;
-    }
-    for (size_t i = 0; i < m.nsegs; i++)
-        if (!m.segs[i].inl) gens[(*nnamed)++] = m.segs[i].gen;
-    *named = gens;
-cleanup:
-    free(m.segs);
-    free(data);
-    return rc;
-}
-
 /* Step 5: remove unnamed files that no reader pins (none is behind, or
- * the commit that unnamed the file is not newer than any reader's) and
- * that keep[nkeep] (index_durable's M1) does not name, after a
- * checkpoint (pydb__txn_settle: the log emptied durably -- a power cut
+ * the commit that unnamed the file is not newer than any reader's),
+ * after a checkpoint (pydb__txn_settle: the log emptied durably -- a power cut
  * must not bring back an applied commit's log, whose replay would put
  * back a MANIFEST naming removed files).  *removed: files removed; *busy: the writer lock was
  * taken. */
 static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
-                         const uint64_t *keep, size_t nkeep,
                          int64_t *removed, int *busy, pydb_error *err)
 {
     pydb_txn *t = NULL;
@@ -1099,7 +1052,7 @@ static int remove_unused(nidx *x, pydb_db *db, int lock_ms,
     if (rc == PYDB_OK) {
         drop_ctx d = {x, oldest_reader(x)};
         cur = current(x, &g);
-        pydb__nidx_collect_if(x->dir, pydb__nidx_header(x), cur, keep, nkeep,
+        pydb__nidx_collect_if(x->dir, pydb__nidx_header(x), cur,
                               removed, NULL, drop_may_go, &d);
         pydb__nsegset_unref(cur);
         drops_prune(x);
@@ -1120,7 +1073,7 @@ static int merge_run(nidx *x, pydb_db *db, nidx_merge **slot, int cap,
     while (!(*slot)->written && *units < cap) {
         nidx_merge *m = *slot;
         rc = m->nord > 0 ? merge_key(m, err)
-                         : merge_write(m, x, pydb__synced(db), err);
+                         : merge_write(m, x, err);
         (*units)++;
         if (rc) {
             merge_drop(slot);   /* the index is as it was */
@@ -1187,11 +1140,7 @@ int pydb__nidx_gc_collect(void *ctx, pydb_db *db, const pydb_gc_step *how,
     later = offer && !((uint64_t)ubytes >= NIDX_UNUSED_MIN &&
                        (uint64_t)ubytes * NIDX_PIN_SHARE > live);
     if (unused && !later && removable(x)) {
-        uint64_t *keep;
-        size_t nkeep;
-        if ((rc = index_durable(x, db, &keep, &nkeep, err))) goto cleanup;
-        rc = remove_unused(x, db, lock_ms, keep, nkeep, &removed, &busy, err);
-        free(keep);
+        rc = remove_unused(x, db, lock_ms, &removed, &busy, err);
         if (rc) goto cleanup;
         rep->segments += removed;
         units += (int)(removed < budget ? removed : budget);

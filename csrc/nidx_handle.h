@@ -188,26 +188,25 @@ int pydb__nidx_install(nidx *x, nidx_segset *ns, uint64_t gen);
  * create it), or NULL (files mode). */
 struct pydb_shm *pydb__nidx_header(nidx *x);
 
-/* Remove the segment files of dir that neither ss (may be NULL) nor the
- * MANIFEST on disk names, if no reader registered in the commit header
- * shm (NULL: files mode) reads an older commit than the latest; with the
- * writer lock held.  Best effort.  Returns the highest generation of a
- * segment file left in dir or of the MANIFEST (0: none), the floor of a
- * new segment's generation. */
+/* With the writer lock held: the highest generation of a segment file
+ * in dir or of the MANIFEST on disk (0: none), the floor of a new
+ * segment's generation.  Removes the temporary files of merges
+ * (merge-PID-N.tmp) whose process is gone, and with `unnamed` the
+ * segment files that neither ss (may be NULL) nor the MANIFEST on disk
+ * names, if no reader registered in the commit header shm (NULL: files
+ * mode) reads an older commit than the latest.  `unnamed` only when no
+ * frame of the log that a power cut may keep names them: after a
+ * checkpoint, or with every frame synced (sync=True) -- a sync=False
+ * log's synced prefix may end at an older MANIFEST (txn.c, "Commits
+ * without fsync").  Best effort. */
 uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
-                            const nidx_segset *ss);
-/* The same, counting the files removed and their bytes into *files and
- * *bytes (either may be NULL).  Also removes the temporary files of
- * merges (merge-PID-N.tmp) whose process is gone. */
-uint64_t pydb__nidx_collect_n(const char *dir, struct pydb_shm *shm,
-                              const nidx_segset *ss, int64_t *files,
-                              int64_t *bytes);
-/* The same, where the files keep[nkeep] (generations) stay too, and a
- * file the rule above keeps may still go when may_go(ctx, generation)
- * says so (NULL: none may). */
+                            const nidx_segset *ss, int unnamed);
+/* The same with `unnamed`, counting the files removed and their bytes
+ * into *files and *bytes (either may be NULL), where a file the rule
+ * above keeps may still go when may_go(ctx, generation) says so (NULL:
+ * none may). */
 uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
-                               const nidx_segset *ss, const uint64_t *keep,
-                               size_t nkeep, int64_t *files,
+                               const nidx_segset *ss, int64_t *files,
                                int64_t *bytes,
                                int (*may_go)(void *ctx, uint64_t gen),
                                void *ctx);

@@ -174,7 +174,11 @@ typedef struct pydb_options {
 } pydb_options;
 /* pydb_options.flags: */
 #define PYDB_OPEN_WRITE 0x1      /* open for transactions (group 5)        */
-#define PYDB_OPEN_NOSYNC 0x2     /* commits do not fsync (sync=False)      */
+#define PYDB_OPEN_NOSYNC 0x2     /* sync=False: a commit fsyncs its log
+                                    frame only when it writes in place a
+                                    unit no synced frame holds (txn.c,
+                                    "Commits without fsync"); a power cut
+                                    loses recent commits, never damages */
 /* Layout to assume when the files hold no record to detect it from (an
  * empty database): PYDB_OPEN_LAYOUT(PYDB_LAYOUT_FFI_PACKED) | ...        */
 #define PYDB_OPEN_LAYOUT(layout) ((((layout) & 3) + 1) << 8)
@@ -619,10 +623,12 @@ int pydb_txn_undelete(pydb_txn *t, int32_t mfn, pydb_error *err);
  * NULL with len > 0), PYDB_ENOMEM. */
 int pydb_txn_put_file(pydb_txn *t, const char *path, const void *data,
                       size_t len, pydb_error *err);
-/* Make the transaction durable (sync unless PYDB_OPEN_NOSYNC: one
- * fdatasync, of its log frame -- two for 1 MiB of records or more, which
- * go straight into the .mst and are synced first (a direct commit,
- * wal.h); the .mst/.xrf are synced at checkpoints) and visible; frees t
+/* Make the transaction durable (one fdatasync, of its log frame -- two
+ * for 1 MiB of records or more, which go straight into the .mst and are
+ * synced first (a direct commit, wal.h); the .mst/.xrf are synced at
+ * checkpoints; with PYDB_OPEN_NOSYNC the frame is synced only when the
+ * commit writes in place a unit no synced frame holds, and the commit
+ * is durable with the next synced frame or checkpoint) and visible; frees t
  * whatever the outcome.  Errors: PYDB_EIO (errno in sys_errno) when a
  * write or fsync fails: a failure before the log is durable leaves the
  * database as it was (and the transaction is not committed); any failed

@@ -186,6 +186,10 @@ int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
  * descheduled across several switches is rare; 4 pairs cost 16 fds. */
 #define PYDB_RETIRED_GENS 4
 
+/* Whole files (a native index's MANIFEST, a hook's files) whose durable
+ * copies in the log a handle remembers for sync=False commits (txn.c). */
+#define PYDB_IMG_FILES 8
+
 struct pydb_db {
     pydb_file mst, xrf;
     int io, lock;
@@ -211,6 +215,16 @@ struct pydb_db {
     char wal_path[1100];
     size_t logged_files;     /* files this handle's commits logged in place
                                 since its last checkpoint (txn.c)        */
+    /* sync=False (txn.c, "Commits without fsync"): the units -- the
+     * control record, XRF blocks (a bitmap), whole files -- of which a
+     * frame this handle fdatasync'ed holds a whole copy, in the log whose
+     * first frame has the id img_first (0: none known) */
+    uint32_t img_first;
+    int img_ctl;
+    uint8_t *img_xrf;
+    size_t img_xrf_bytes;
+    char *img_files[PYDB_IMG_FILES];
+    size_t img_nfiles;
     char log_pending[600];   /* read-only handle: why the log's committed
                                 transaction could not be applied at open
                                 ("" when there was none or it was)       */
@@ -260,8 +274,13 @@ struct pydb_db {
     struct pydb_compact *compact; /* the compaction job (compact.c)      */
 };
 
-/* 1 if commits on db are fsync'ed (not PYDB_OPEN_NOSYNC): the one test
- * for every fsync the core makes on behalf of a commit or a collection. */
+/* 1 if every commit on db fdatasyncs its log frame (not
+ * PYDB_OPEN_NOSYNC).  With sync=False a commit's frame is synced only
+ * when the commit would otherwise write in place a unit of which the log
+ * holds no synced copy (txn.c, "Commits without fsync"); every other
+ * fsync of the core (direct regions, large segments, merges,
+ * checkpoints, recovery, creation) is made in both modes, so that a
+ * power cut never leaves a damaged database. */
 static inline int pydb__synced(const pydb_db *db)
 {
     return !(db->flags & PYDB_OPEN_NOSYNC);
@@ -478,10 +497,10 @@ void pydb__txn_set_index_gen(pydb_txn *t, uint64_t gen);
 /* The handle a transaction writes to. */
 pydb_db *pydb__txn_db(const pydb_txn *t);
 /* In a commit hook's prepare: 1 if this commit keeps its frame in the
- * log until a checkpoint (sync=True with a usable commit header: wal.h),
- * so a whole file the log holds is synced only there; 0 if the commit
- * syncs what it writes (sync=True in files mode) or nothing (sync=False)
- * and empties the log.  Decided once per commit, before prepare. */
+ * log until a checkpoint (a usable commit header, either sync mode:
+ * wal.h), so a whole file the log holds is synced only there; 0 if the
+ * commit syncs what it writes and empties the log (files mode).  Decided
+ * once per commit, before prepare. */
 int pydb__txn_keeps_frame(const pydb_txn *t);
 /* Put whole file `path` (len bytes of data, copied) in the transaction's
  * log frame, as pydb_txn_put_file() does, for a file the caller has
@@ -504,8 +523,8 @@ int pydb__txn_begin_gc(pydb_txn **out, pydb_db *db, int timeout_ms,
  * outside the log (a compaction's swap, the removal of index segments):
  * a checkpoint (pydb__wal_checkpoint), whatever sync says -- the .mst
  * and .xrf synced, the log emptied durably.  Applied commits left in the
- * log (sync=True keeps them until a checkpoint; sync=False's truncation
- * is not synced) must not come back after a power cut: recovery would
+ * log (kept until a checkpoint; files mode's truncation is not
+ * synced) must not come back after a power cut: recovery would
  * replay them over the changed files (records and XRF blocks at offsets
  * of the old files, a MANIFEST naming removed segments).  0 or a PYDB
  * error (the step then fails; nothing was changed; a failed fsync of the
@@ -532,14 +551,8 @@ void pydb__writer_locks_init(pydb_db *db);
  * zero fill there.  Best effort: a failure is left to the next
  * transaction. */
 void pydb__txn_tidy_tail(pydb_db *db);
-/* With sync=False (commits not fsync'ed): fdatasync the handle's .mst
- * and .xrf, so that every commit made so far survives an OS crash, as
- * SQLite's synchronous=NORMAL syncs at its checkpoints (the native
- * index's step 5, nidx_gc.c index_durable).  No lock needed (a file
- * switch meanwhile: the old files' fds stay open, PYDB_RETIRED_GENS).
- * With sync=True the files are durable already: nothing to do.  0 or
- * PYDB_EIO with the errno. */
-int pydb__db_datasync(pydb_db *db, pydb_error *err);
+/* Forget the units a handle's synced frames held (txn.c; at close). */
+void pydb__txn_img_free(pydb_db *db);
 
 /* ---- the reader (read.c) ---- */
 

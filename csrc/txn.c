@@ -39,21 +39,24 @@
  * of a commit that writes PYDB_WAL_DIRECT bytes or more, which goes
  * straight into the .mst past the committed end and is fdatasync'ed
  * first (the frame keeps its first block); the log is
- * fdatasync'ed (not with PYDB_OPEN_NOSYNC) -- this is the commit point;
+ * fdatasync'ed (with PYDB_OPEN_NOSYNC only when the commit writes in
+ * place a unit no synced frame holds: "Commits without fsync" below)
+ * -- this is the commit point;
  * (3) the bytes are written to the .mst, the .xrf (inside the handle's
  * sequence lock), the control record last, and whole files (not those
  * the hook wrote itself and logged for replay only: pydb__txn_log_file)
  * into their spare whose name is swapped in when the frame stays in the
  * log (pydb__swap_file: no file created or removed), else by write-temp
- * + rename (+ fsync with sync); (4) with sync=True and a usable commit
- * header the frame stays in the log, the header records the log's
- * length as applied, and the .mst/.xrf and whole files are synced only
- * at a checkpoint (wal.h: the log past PYDB_WAL_CHECKPOINT bytes or
- * PYDB_WAL_CHECKPOINT_FILES segments, a collection step, a writer's
- * close) -- one fsync per commit; otherwise (sync=False, files mode)
- * the log is truncated to zero, with sync=True after an fdatasync of the
- * .mst/.xrf.  (3) starts
- * only once the frame is durable, and replay writes each byte with its
+ * + rename + fsync; (4) with a usable commit header the frame stays in
+ * the log, the header records the log's length as applied, and the
+ * .mst/.xrf and whole files are synced only at a checkpoint (wal.h: the
+ * log past PYDB_WAL_CHECKPOINT bytes or PYDB_WAL_CHECKPOINT_FILES
+ * segments, a collection step, a writer's close) -- one fsync per
+ * commit, or (sync=False) a few per checkpoint; otherwise (files mode,
+ * where sync=False commits sync as sync=True ones) the log is truncated
+ * to zero after an fdatasync of the .mst/.xrf.  (3) starts only once
+ * the frame is durable (or, with sync=False, behind synced copies of
+ * every unit it writes in place), and replay writes each byte with its
  * last value, so replaying applied commits is harmless.
  *
  * Recovery (wal.c; run by handle.c at open with PYDB_OPEN_WRITE and by
@@ -476,7 +479,7 @@ static int recover_newest(pydb_db *db, int *failed, pydb_error *err)
     int finished, rc;
     pydb_wal_files w;
     rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
-                            pydb__synced(db), &finished, err);
+                            1, &finished, err);
     if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
     if (rc) return rc;
     w = pydb__wal_files(db);
@@ -612,20 +615,6 @@ int pydb__txn_settle(pydb_txn *t, pydb_error *err)
     return checkpoint(t->db, err);
 }
 
-int pydb__db_datasync(pydb_db *db, pydb_error *err)
-{
-    int fd;
-    if (pydb__synced(db)) return PYDB_OK;
-    fd = __atomic_load_n(&db->mst.fd, __ATOMIC_ACQUIRE);
-    if (pydb__vfs->fdatasync(fd) != 0)
-        return PYDB_OSERROR(err, errno, db->mst.path, -1,
-                            "fdatasync failed: %s", strerror(errno));
-    fd = __atomic_load_n(&db->xrf.fd, __ATOMIC_ACQUIRE);
-    if (pydb__vfs->fdatasync(fd) != 0)
-        return PYDB_OSERROR(err, errno, db->xrf.path, -1,
-                            "fdatasync failed: %s", strerror(errno));
-    return PYDB_OK;
-}
 
 /* Add an op writing a new version of `mfn` with these fields/status. */
 static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
@@ -903,12 +892,14 @@ static void fill_region(uint8_t *d, const pydb_txn *t)
 
 /* A direct commit (wal.h, PYDB_WAL_DIRECT): write the region, already
  * laid out in `region`, past the committed end -- readers never look
- * there before the control record moves -- and with sync fdatasync it,
- * before the frame that makes it committed.  A failed fdatasync makes
+ * there before the control record moves -- and fdatasync it, before the
+ * frame that makes it committed (also with sync=False: the frame may
+ * reach the disk before the region, through a later commit's fsync or
+ * the OS's writeback, and a replay would then point the XRF at it).  A failed fdatasync makes
  * the handle read-only (the page cache may have dropped earlier commits'
  * bytes too: the header stops vouching for the log, so that the next
  * recovery writes them again).  Nothing is committed on failure. */
-static int write_region(pydb_txn *t, const uint8_t *region, int sync,
+static int write_region(pydb_txn *t, const uint8_t *region,
                         pydb_error *err)
 {
     pydb_db *db = t->db;
@@ -918,7 +909,7 @@ static int write_region(pydb_txn *t, const uint8_t *region, int sync,
     if (e)
         return PYDB_OSERROR(err, e, db->mst.path, t->start,
                             "write failed: %s", strerror(e));
-    if (sync && pydb__vfs->fdatasync(db->mst.fd) != 0) {
+    if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
         e = errno;
         pydb__shm_log_set(pydb__db_shm(db), 0, 0);
         set_fatal(db, PYDB__FATAL_SYNC);
@@ -1052,6 +1043,118 @@ cleanup:
     return rc;
 }
 
+/* ------------------------------------------- commits without fsync
+ *
+ * With sync=False (PYDB_OPEN_NOSYNC) a commit's frame stays in the log as
+ * with sync=True, but is not fdatasync'ed -- unless the commit would
+ * write in place a unit of which no synced frame of this log holds a
+ * whole copy.  The units are the control record, each XRF block (frames
+ * hold whole blocks) and each whole file (a MANIFEST); record bytes go
+ * past the committed end, where nothing points before the control record
+ * and the XRF say so.  After a power cut the log is a synced prefix plus
+ * whatever the OS wrote of the rest: recovery replays its complete
+ * frames, at least up to the last fdatasync, and writes every unit they
+ * hold with its last value (wal.c, wal_final_image).  Any unit written in
+ * place since the last checkpoint is among them -- its first write in
+ * place came after a synced frame that holds it -- so the files end as
+ * after one commit, with no byte of a lost commit left: a whole prefix,
+ * never a damaged database (SQLite's synchronous=NORMAL in WAL mode
+ * syncs its log only at checkpoints; pydb writes in place at once, for
+ * readers and other ISIS programs, so it needs these few syncs: one for
+ * the first commit after a checkpoint, then one per XRF block first
+ * written -- appends fill a block's 127 entries before the next).
+ *
+ * A handle remembers what its own synced frames held (a process' other
+ * handles and other processes sync for themselves: a frame it did not
+ * sync is not counted, which only costs a sync), for the log whose first
+ * frame has the id in the commit header (wal.h): a checkpoint, a
+ * replay or another process empties the log, the next first frame has
+ * another id, and the memory is dropped.  All of it runs with the writer
+ * lock held. */
+
+static void img_reset(pydb_db *db, uint32_t first)
+{
+    if (db->img_xrf) memset(db->img_xrf, 0, db->img_xrf_bytes);
+    for (size_t i = 0; i < db->img_nfiles; i++) free(db->img_files[i]);
+    db->img_nfiles = 0;
+    db->img_ctl = 0;
+    db->img_first = first;
+}
+
+void pydb__txn_img_free(pydb_db *db)
+{
+    img_reset(db, 0);
+    free(db->img_xrf);
+    db->img_xrf = NULL;
+    db->img_xrf_bytes = 0;
+}
+
+static int img_has_file(const pydb_db *db, const char *name)
+{
+    for (size_t i = 0; i < db->img_nfiles; i++)
+        if (strcmp(db->img_files[i], name) == 0) return 1;
+    return 0;
+}
+
+/* 1 if synced frames of the log as it is now hold every unit that the
+ * commit writes in place (its frame then needs no fdatasync). */
+static int img_holds(const pydb_db *db, const pydb_txn *t, const xblock *xb,
+                     size_t nxb)
+{
+    uint64_t len;
+    uint32_t first;
+    if (!pydb__shm_log_applied(pydb__db_shm(db), &len, &first) || len == 0 ||
+        first != db->img_first || !db->img_ctl)
+        return 0;
+    for (size_t i = 0; i < nxb; i++) {
+        uint64_t bi = (uint64_t)xb[i].index;
+        if (bi / 8 >= db->img_xrf_bytes ||
+            !(db->img_xrf[bi / 8] & (1u << (bi % 8))))
+            return 0;
+    }
+    for (size_t i = 0; i < t->nfiles; i++)
+        if (!t->files[i].in_place && !img_has_file(db, t->files[i].name))
+            return 0;
+    return 1;
+}
+
+/* After a commit whose frame was fdatasync'ed, applied and marked in the
+ * header: remember the units it holds.  What does not fit (no memory,
+ * more than PYDB_IMG_FILES files) is left out: a later commit syncs. */
+static void img_add(pydb_db *db, const pydb_txn *t, const xblock *xb,
+                    size_t nxb)
+{
+    uint64_t len;
+    uint32_t first;
+    if (!pydb__shm_log_applied(pydb__db_shm(db), &len, &first) || len == 0) {
+        img_reset(db, 0);
+        return;
+    }
+    if (first != db->img_first) img_reset(db, first);
+    db->img_ctl = 1;
+    for (size_t i = 0; i < nxb; i++) {
+        uint64_t bi = (uint64_t)xb[i].index;
+        if (bi / 8 >= db->img_xrf_bytes) {
+            size_t n = db->img_xrf_bytes ? db->img_xrf_bytes : 64;
+            uint8_t *p;
+            while (n <= bi / 8) n *= 2;
+            p = realloc(db->img_xrf, n);
+            if (!p) continue;
+            memset(p + db->img_xrf_bytes, 0, n - db->img_xrf_bytes);
+            db->img_xrf = p;
+            db->img_xrf_bytes = n;
+        }
+        db->img_xrf[bi / 8] |= (uint8_t)(1u << (bi % 8));
+    }
+    for (size_t i = 0; i < t->nfiles; i++) {
+        if (t->files[i].in_place || img_has_file(db, t->files[i].name) ||
+            db->img_nfiles >= PYDB_IMG_FILES)
+            continue;
+        db->img_files[db->img_nfiles] = strdup(t->files[i].name);
+        if (db->img_files[db->img_nfiles]) db->img_nfiles++;
+    }
+}
+
 /* A failed commit's outcome into err->committed, and into its message
  * when the transaction is committed anyway (the caller must not retry). */
 static void commit_outcome(pydb_error *err, int logged, int log_sync_failed,
@@ -1081,7 +1184,6 @@ static void commit_outcome(pydb_error *err, int logged, int log_sync_failed,
 int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
-    int sync = pydb__synced(db);
     pydb_change *changes = NULL;
     pydb_buf log = {0};
     xblock *xb = NULL;
@@ -1092,9 +1194,13 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     int fsync_failed = 0;   /* an fsync of the apply failed (also set by
                                pydb__replace_file()) */
     int log_sync_failed = 0, logged = 0, applied = 0;
-    /* sync=True with a usable header: the frame stays in the log, the
-     * .mst/.xrf are synced at checkpoints (wal.h) */
-    int keep = t->keep = sync && pydb__shm_log_usable(pydb__db_shm(db));
+    /* With a usable header the frame stays in the log, and the .mst/.xrf
+     * are synced at checkpoints (wal.h).  Without one the log is emptied
+     * after each commit, so nothing would order the files' writes: the
+     * commit syncs as with sync=True. */
+    int keep = t->keep = pydb__shm_log_usable(pydb__db_shm(db));
+    int sync = pydb__synced(db) || !keep;
+    int frame_sync = 1;   /* this commit fdatasyncs its frame */
     int64_t log_at = 0;
     uint8_t *region = NULL;   /* a direct commit's region (wal.h) */
     int64_t mst_size = pydb__fsize(&db->mst);   /* true: load_state's */
@@ -1130,14 +1236,15 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
             goto done;
         }
         fill_region(region, t);
-        rc = write_region(t, region, sync, err);
+        rc = write_region(t, region, err);
         if (rc) goto done;
     }
     rc = build_log(&log, t, region, &xb, &nxb, &mst_end, ctl, err);
     if (rc) goto done;
+    if (!sync) frame_sync = !img_holds(db, t, xb, nxb);
 
     /* The log, then the commit point. */
-    rc = pydb__wal_append(db, &log, sync, keep, &log_at,
+    rc = pydb__wal_append(db, &log, frame_sync, keep, &log_at,
                           &log_sync_failed, err);
     if (rc) {
         if (log_sync_failed) {
@@ -1153,7 +1260,9 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 
     /* Apply.  Record bytes first (unreachable until the XRF says so;
      * a direct commit's are there already). */
-    PYDB_ASSERT(logged);   /* durable before a committed byte changes */
+    /* logged before a committed byte changes: durable, or (sync=False)
+     * behind synced copies of every unit written in place */
+    PYDB_ASSERT(logged);
     if (!region && mst_end > t->start) {
         /* the first entry is the MST region */
         const uint8_t *p = log.p + PYDB_WAL_HEAD + PYDB_WAL_ENTRY;
@@ -1190,7 +1299,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     s = __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);   /* even */
     PYDB_ASSERT((s & 1) == 0);
 
-    if (sync && !keep) {
+    if (!keep) {   /* (sync is set: see keep) */
         if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
             e = errno;
             rc = PYDB_OSERROR(err, e, db->mst.path, -1,
@@ -1211,15 +1320,13 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         /* kept in the log (synced at a checkpoint, replayed after a
          * power cut): into the spare, whose name is swapped in -- no
          * file created or removed per commit; else a new file renamed
-         * in (synced now with sync; with sync=False the rename keeps a
-         * MANIFEST a power cut leaves whole or empty, never an older
-         * one naming segments a collection removed) */
+         * in, synced */
         if (keep)
             rc = pydb__swap_file(t->files[i].path, t->files[i].data,
                                  t->files[i].len, err);
         else
             rc = pydb__replace_file(t->files[i].path, NULL, t->files[i].data,
-                                    t->files[i].len, sync, &fsync_failed,
+                                    t->files[i].len, 1, &fsync_failed,
                                     err);
         if (rc) goto apply_failed;
     }
@@ -1255,6 +1362,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     if (keep) {
         int64_t end = log_at + (int64_t)log.n;
         pydb__wal_mark_applied(db, log_at, &log);
+        if (!sync && frame_sync) img_add(db, t, xb, nxb);
         for (size_t i = 0; i < t->nfiles; i++)
             db->logged_files += (size_t)t->files[i].in_place;
         if (end >= PYDB_WAL_CHECKPOINT ||

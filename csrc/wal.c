@@ -1076,7 +1076,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
                             "cannot open the write-ahead log: %s",
                             strerror(errno));
     /* A new log's name must survive a power loss like its content. */
-    if (!existed && pydb__synced(db) &&
+    if (!existed &&
         (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)
         return rc;
     /* Recover now if no writer is active; else the next transaction will
@@ -1091,9 +1091,8 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
     }
     if (rc == PYDB_OK) {
         int finished;
-        rc = pydb__swap_recover(db->mst.path, db->xrf.path, db->shm,
-                                pydb__synced(db), &finished,
-                                err);
+        rc = pydb__swap_recover(db->mst.path, db->xrf.path, db->shm, 1,
+                                &finished, err);
     }
     pydb__wal_unlock(db);
     return rc;

@@ -67,10 +67,14 @@
  * order, fdatasyncs both, then puts the whole files in place
  * (pydb__replace_file, unsynced) and syncs them as a checkpoint does --
  * so replaying commits already applied is
- * harmless, and readers never see an older value come back.  Commits
- * with sync=False, and any commit without a usable header (files mode),
- * empty the log after each commit as before (sync=True: after an
- * fdatasync of the .mst and .xrf).
+ * harmless, and readers never see an older value come back.  A
+ * sync=False commit keeps its frame too, unsynced unless it writes in
+ * place a unit that no synced frame of the log holds (txn.c, "Commits
+ * without fsync"): a power cut keeps a prefix of the frames that holds
+ * every unit written in place since the checkpoint, and the replay
+ * leaves the files as after one commit.  A commit without a usable
+ * header (files mode) syncs its frame and, after the apply, the .mst
+ * and .xrf, and empties the log (whatever sync says).
  *
  * The writer lock is an open-file-description lock (F_OFD_SETLK) on the
  * whole log file: one writer per database across handles and processes.
@@ -189,8 +193,8 @@ void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log);
 int pydb__wal_file_name(char *out, size_t cap, const char *wal_path,
                         const char *path);
 
-/* Empty the log after its commit was applied to the files (sync=False,
- * files mode).  Best effort, not synced: if it fails, or a power cut
+/* Empty the log after its commit was applied to the files and synced
+ * (files mode).  Best effort, not synced: if it fails, or a power cut
  * undoes it, the log still holds applied commits, which the next
  * transaction or open replays harmlessly -- as long as only commits
  * changed the files since: hence the checkpoint before other changes. */

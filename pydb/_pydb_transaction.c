@@ -350,7 +350,8 @@ static PyMethodDef txn_methods[] = {
      "NotFoundError."},
     {"commit", (PyCFunction)txn_commit, METH_NOARGS,
      "commit($self, /)\n--\n\nMake every change of the transaction durable "
-     "(unless the database was opened with sync=False) and visible, "
+     "(with sync=False: durable at the next synced commit or checkpoint, "
+     "see pydb.open) and visible, "
      "atomically.  Raises DiskError (an OSError: errno, filename) if a "
      "write or fsync fails; after a failed fsync the Database is read-only "
      "(ReadOnlyError) until reopened.  The exception's `committed` says "

@@ -799,14 +799,20 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             fsync per commit; the .mst/.xrf are synced at checkpoints --
             the log past 4 MiB, a collection step, the writer's close --
             and recovery replays the log since the last one): it
-            survives kill -9, an OS crash and power loss.  With False no
-            fsync is done: a commit that returned survives the process
-            being killed (kill -9, a crash of Python), because the
-            operating system already holds the writes, but an OS crash or
-            power loss may lose any commit of the last few seconds (the
-            kernel's writeback delay, ``vm.dirty_expire_centisecs``) and
-            may leave the .mst/.xrf inconsistent (records or XRF blocks
-            written partly), which recovery cannot repair.
+            survives kill -9, an OS crash and power loss.  With False
+            (as SQLite's ``synchronous=NORMAL`` in WAL mode) a commit
+            fsyncs its frame only when it is the first since a checkpoint
+            or writes an XRF block (127 MFNs) or index MANIFEST that no
+            synced frame of the log holds -- about one commit in 127 of a
+            run of appends: a commit that returned survives the process
+            being killed (kill -9, a crash of Python), and an OS crash or
+            power loss may lose the commits since the last fsync, never
+            more, and never leaves a damaged database: recovery replays
+            the log's synced frames, which hold every XRF block, control
+            record and MANIFEST written in place since the last
+            checkpoint (csrc/txn.c, "Commits without fsync").  Where the
+            commit header cannot be used (read-only folder, no /proc)
+            every commit syncs as with True.
         lock_timeout: seconds a write waits for the writer lock held by
             another thread or process (float, default 10).
         gc: the garbage collection policy (see :attr:`Database.gc_policy`):

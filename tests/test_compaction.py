@@ -513,9 +513,11 @@ def copy_with_log(base, dst, log: bytes):
 
 
 def test_collection_makes_the_emptied_log_durable_first(tmp_path):
-    """A sync=False commit empties its log with an ftruncate it does not
-    sync (as does a checkpoint whose fdatasync fails), so after a power cut the log
-    of the last commit can be back although that commit is in the files.
+    """A commit without a usable commit header (files mode; here a process
+    that cannot tell the boot) empties its log with an ftruncate it does
+    not sync (as does a checkpoint whose fdatasync fails), so after a
+    power cut the log of the last commit can be back although that commit
+    is in the files.
     Replaying it there is harmless; replaying it over files a compaction
     rewrote since puts its records and XRF blocks at their old offsets
     (found by the power-loss tier, docs/reliability.md §2.2 a2: "the record
@@ -528,26 +530,30 @@ def test_collection_makes_the_emptied_log_durable_first(tmp_path):
     truncation would have done (in the page cache only)."""
     base, _, _ = make_db(tmp_path, n=60)
     wal = f"{base}.wal"
-    # (sync=False: a sync=True commit leaves its frame in the log until a
-    # checkpoint, wal.h)
-    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
-        testing.fail_io(-1)
-        try:
-            db.update(2, content(2, 50, 5))
-            ops = testing.io_count()
-        finally:
-            testing.fail_io(0)
-        testing.fail_io(ops, errno.EIO)   # the last operation of the same commit
-        try:
-            db.update(2, content(2, 51, 5))
-            assert testing.io_fired() == "ftruncate"
-        finally:
-            testing.fail_io(0)
-        with open(wal, "rb") as f:
-            applied_log = f.read()
-        assert applied_log
-        os.truncate(wal, 0)
-        want = dump(db)
+    # (files mode: with a usable header a commit leaves its frame in the
+    # log until a checkpoint, wal.h)
+    testing.set_boot_unknown(True)
+    try:
+        with pydb.open(base, readonly=False, sync=False, gc="none") as db:
+            testing.fail_io(-1)
+            try:
+                db.update(2, content(2, 50, 5))
+                ops = testing.io_count()
+            finally:
+                testing.fail_io(0)
+            testing.fail_io(ops, errno.EIO)   # the last operation of the same commit
+            try:
+                db.update(2, content(2, 51, 5))
+                assert testing.io_fired() == "ftruncate"
+            finally:
+                testing.fail_io(0)
+            with open(wal, "rb") as f:
+                applied_log = f.read()
+            assert applied_log
+            os.truncate(wal, 0)
+            want = dump(db)
+    finally:
+        testing.set_boot_unknown(False)
     # a cut before any collection: the applied log is replayed harmlessly
     with pydb.open(copy_with_log(base, tmp_path / "cut0", applied_log), readonly=False,
                    gc="none") as db:

@@ -485,21 +485,21 @@ def _operations(tmp_path, prepare, work) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["file", "inline"])
-def test_sync_false_commits_never_fsync_collections_checkpoint(tmp_path, request, kind):
-    """With ``sync=False`` a commit fsyncs nothing (docs/reliability.md,
-    "Committed means returned"): not the records, the log, the native
-    index's new segment or its directory; nor does a merge of segments
-    and its commit.  A collection step that replaces or removes files
-    syncs first, as SQLite's synchronous=NORMAL syncs at its checkpoints,
-    so that an OS crash loses recent commits but not the files a
-    collection replaced: a compaction fsyncs its new files, the swap
-    marker and the folder around its renames and makes the emptied log
-    durable before them; the removal of merged segments follows a
-    checkpoint: without the writer lock the .mst, the .xrf, the MANIFEST,
-    the segments it names and the folder, then under it the emptied
-    log.  Kind "file": every segment a file; "inline": the small segments
-    of these commits and merges are inline in the MANIFEST, and the
-    checkpoint has no segment file to sync."""
+def test_sync_false_commits_fsync_nothing_collections_checkpoint(tmp_path, request, kind):
+    """With ``sync=False`` a commit whose units a synced frame of the log
+    holds already fsyncs nothing (csrc/txn.c, "Commits without fsync"):
+    not the records, the log, the native index's new segment or its
+    directory; its MANIFEST is written into the spare and swapped in, as
+    with sync=True.  A merge writes its segment file and syncs it and
+    its folder before the commit that names it (a later synced frame
+    could make that commit durable before the file); the merge's commit
+    syncs nothing.  The removal of merged segments follows a checkpoint:
+    the .mst, the .xrf, the MANIFEST, the segments the log names, the
+    folder, then the emptied log.  A compaction fsyncs its new files,
+    the swap marker and the folder around its renames and makes the
+    emptied log durable before them.  Kind "file": every segment a file;
+    "inline": the small segments of these commits and merges are inline
+    in the MANIFEST, and the checkpoint has no segment file to sync."""
     if kind == "file":
         request.getfixturevalue("segment_files")
     def prepare(db):
@@ -517,30 +517,36 @@ def test_sync_false_commits_never_fsync_collections_checkpoint(tmp_path, request
     def collect(db):
         db.collect()
 
-    # the .mst and .xrf, the MANIFEST, a segment file (kind "file"), the
-    # folder; the emptied log
-    checkpoint = ["fdatasync"] * 2 + ["fsync"] * (2 + (kind == "file")) + ["fdatasync"]
+    # the .mst and .xrf, the MANIFEST, the 4 commits' segment files (kind
+    # "file"), the folder; the emptied log
+    files = 4 if kind == "file" else 0
+    checkpoint = ["fdatasync"] * 2 + ["fsync"] * (2 + files) + ["ftruncate", "fdatasync"]
     (tmp_path / "commit").mkdir()
     names = _operations(tmp_path / "commit", prepare, commit)
-    # the MANIFEST renamed in (not swapped: its old inode is never
-    # rewritten, so a power cut cannot bring back an older one)
-    assert {"pwrite", "rename"} <= set(names) and "exchange" not in names, names
-    assert not {"fsync", "fdatasync"} & set(names), names
-    # one merge of the 5 segments, its commit, the checkpoint, the removal
+    assert not {"fsync", "fdatasync", "rename"} & set(names), names
+    assert names[-1] == "exchange" and set(names[:-1]) == {"pwrite", "ftruncate"}, names
+    # one merge of the 4 segments (a file synced first, kind "file"), its
+    # commit, the checkpoint before the removal
     (tmp_path / "merge").mkdir()
     names = _operations(tmp_path / "merge", prepare, collect)
-    k = names.index("fdatasync")
-    assert {"pwrite", "rename"} <= set(names[:k]), names
-    assert not {"fsync", "fdatasync"} & set(names[:k]), names
+    k = names.index("exchange") + 1
+    merged = ["pwrite", "fsync", "rename", "fsync"] if kind == "file" else []
+    assert names[:len(merged)] == merged, names
+    assert set(names[len(merged):k]) == {"pwrite", "ftruncate", "exchange"}, names
     assert names[k:] == checkpoint, names
-    # the same, and a compaction of the master file between them
+    # the same, and a compaction of the master file after them
     (tmp_path / "compact").mkdir()
     names = _operations(tmp_path / "compact", garbage, collect)
     swap = next(i for i in range(len(names)) if names[i:i + 2] == ["rename", "rename"])
     assert names[swap - 5:swap + 4] == ["fsync", "fsync", "pwrite", "fsync", "fsync",
                                         "rename", "rename", "fsync", "unlink"], names
-    assert "fdatasync" in names[:swap - 5], names      # the emptied log
-    assert names[swap + 4:] == checkpoint, names
+    k = names.index("exchange") + 1
+    assert names[k:k + 2] == ["ftruncate", "ftruncate"], names   # the compaction's files
+    # (the checkpoint syncs the 8 commits' segment files, kind "file")
+    checkpoint = ["fdatasync"] * 2 + ["fsync"] * (2 + 2 * files) + ["ftruncate", "fdatasync"]
+    cp = next(i for i in range(k, swap) if names[i:i + len(checkpoint)] == checkpoint)
+    assert "fdatasync" not in names[:cp], names
+    assert names[swap + 4:] == ["fdatasync"], names       # the emptied log, again
 
 
 def _is_readonly(db) -> bool:
