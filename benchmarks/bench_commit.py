@@ -22,6 +22,12 @@ service serialises its writers on one connection (a connection per
 thread fares worse: the loser of the write lock sleeps in SQLite's busy
 handler); py-lmdb's share one environment (its writer mutex).
 
+The ``-normal`` pair commits the same records with the guarantee of
+SQLite's WAL mode with ``synchronous=NORMAL``: a power cut may lose
+recent commits and never damages the database (pydb ``sync=False``,
+which fsyncs a commit's frame only when it writes a block in place that
+no synced frame holds: csrc/txn.c, "Commits without fsync").
+
 Run: ``python -m pytest benchmarks/bench_commit.py --benchmark-only``
 (py-lmdb: ``pip install '.[lmdb]'``); compare the medians.  Or
 ``python -m benchmarks.bench_commit [ROUNDS]``: the stores take turns,
@@ -61,8 +67,8 @@ def recs(bench_db):
     return out
 
 
-def commit_pydb(folder, recs, fst=None, gc="none") -> int:
-    db = pydb.create(folder / "c", sync=True, gc=gc, fst=fst)
+def commit_pydb(folder, recs, fst=None, gc="none", sync=True) -> int:
+    db = pydb.create(folder / "c", sync=sync, gc=gc, fst=fst)
     try:
         for fields, _ in recs:
             db.append(fields)
@@ -77,11 +83,17 @@ def commit_pydb_index(folder, recs) -> int:
     return commit_pydb(folder, recs, fst=unesb.FST, gc="background")
 
 
-def commit_sqlite(folder, recs, fts5=False) -> int:
+def commit_pydb_normal(folder, recs) -> int:
+    # sync=False: fsyncs only to keep a power cut harmless (csrc/txn.c,
+    # "Commits without fsync"), as SQLite's synchronous=NORMAL
+    return commit_pydb(folder, recs, sync=False)
+
+
+def commit_sqlite(folder, recs, fts5=False, synchronous="full") -> int:
     con = sqlite3.connect(os.fspath(folder / "c.sqlite"), isolation_level=None)
     try:
         con.execute("pragma journal_mode=wal")
-        con.execute("pragma synchronous=full")
+        con.execute(f"pragma synchronous={synchronous}")
         con.execute("create table rec (mfn integer primary key, data blob)")
         if fts5:
             con.execute("create virtual table words using fts5(body)")
@@ -99,6 +111,10 @@ def commit_sqlite(folder, recs, fts5=False) -> int:
 
 def commit_sqlite_fts5(folder, recs) -> int:
     return commit_sqlite(folder, recs, fts5=True)
+
+
+def commit_sqlite_normal(folder, recs) -> int:
+    return commit_sqlite(folder, recs, synchronous="normal")
 
 
 def commit_lmdb(folder, recs) -> int:
@@ -181,12 +197,14 @@ def commit_lmdb_threads(folder, recs) -> int:
 
 
 STORES = {"pydb": commit_pydb, "sqlite3": commit_sqlite, "lmdb": commit_lmdb,
-          "pydb-index": commit_pydb_index, "sqlite3-fts5": commit_sqlite_fts5}
+          "pydb-index": commit_pydb_index, "sqlite3-fts5": commit_sqlite_fts5,
+          "pydb-normal": commit_pydb_normal, "sqlite3-normal": commit_sqlite_normal}
 THREAD_STORES = {"pydb-threads": commit_pydb_threads,
                  "sqlite3-threads": commit_sqlite_threads,
                  "lmdb-threads": commit_lmdb_threads}
 #: (pydb's store, the peer it is compared with) in main()
-PAIRS = [("pydb", "sqlite3"), ("pydb", "lmdb"), ("pydb-index", "sqlite3-fts5")]
+PAIRS = [("pydb", "sqlite3"), ("pydb", "lmdb"), ("pydb-index", "sqlite3-fts5"),
+         ("pydb-normal", "sqlite3-normal")]
 THREAD_PAIRS = [("pydb-threads", "sqlite3-threads"), ("pydb-threads", "lmdb-threads")]
 
 

@@ -208,6 +208,10 @@ def rows(run: Run) -> list[Row]:
         timed_pair(run, "durable commits with a word index", f"{com}[pydb-index]",
                    [("SQLite FTS5", f"{com}[sqlite3-fts5]")], "(no target)", None,
                    rate=lambda s: COMMITS / s, unit="commits/s"),
+        timed_pair(run, "single-record commits, sync=False (power cut: recent commits "
+                   "lost, never damage)", f"{com}[pydb-normal]",
+                   [("SQLite WAL NORMAL", f"{com}[sqlite3-normal]")], "(no target)", None,
+                   rate=lambda s: COMMITS / s, unit="commits/s"),
         timed_pair(run, f"durable single-record commits from {THREADS} threads of one "
                    "process (group commit)", f"{comt}[pydb-threads]",
                    [("SQLite WAL FULL", f"{comt}[sqlite3-threads]"),

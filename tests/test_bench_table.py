@@ -57,9 +57,17 @@ def test_rows_of_a_report(tmp_path, capsys):
     idx = table.rows(table.Run({"benchmarks": [
         _bench("benchmarks/bench_commit.py::test_durable_commits[pydb-index]", [0.1] * 3),
         _bench("benchmarks/bench_commit.py::test_durable_commits[sqlite3-fts5]", [0.2] * 3),
-    ]}))[-2]
+    ]}))[-3]
     assert (idx.pydb, idx.peer, idx.met) == (
         "2,000 commits/s (2.00x)", "SQLite FTS5 1,000 commits/s", "-")
+    # 200 commits with sync=False: pydb 0.01 s, SQLite NORMAL 0.02 s
+    normal = table.rows(table.Run({"benchmarks": [
+        _bench("benchmarks/bench_commit.py::test_durable_commits[pydb-normal]", [0.01] * 3),
+        _bench("benchmarks/bench_commit.py::test_durable_commits[sqlite3-normal]", [0.02] * 3),
+    ]}))[-2]
+    assert normal.figure.startswith("single-record commits, sync=False")
+    assert (normal.pydb, normal.peer, normal.met) == (
+        "20,000 commits/s (2.00x)", "SQLite WAL NORMAL 10,000 commits/s", "-")
     # 800 commits: pydb 0.04 s, SQLite 0.2 s, py-lmdb 0.1 s (the best peer)
     thr = table.rows(table.Run({"benchmarks": [
         _bench(f"{comt}[pydb-threads]", [0.04] * 3),
