@@ -432,33 +432,38 @@ static void collect_after(pydb_nidx_builder *b)
 {
     pydb_txn *t;
     pydb_error e;
+    uint64_t top;
     if (pydb_txn_begin(&t, b->db, 0, &e) != PYDB_OK) return;
     if (pydb__txn_settle(t, &e) == PYDB_OK)
-        pydb__nidx_collect(b->dir, pydb__db_shm(b->db), NULL, 1);
+        (void)pydb__nidx_collect(&top, b->dir, pydb__db_shm(b->db), NULL,
+                                 NULL, &e);
     pydb_txn_abort(t);
 }
 
-/* The first generation above every one in use, under the writer lock:
- * segment files (pydb__nidx_collect, which also removes unused ones),
+/* In *gen, the first generation above every one in use, under the
+ * writer lock in transaction t: segment files (pydb__nidx_collect, which
+ * also removes unused ones, after an fdatasync of the log),
  * the MANIFEST's head even when the rest of it is damaged, and the
  * generation the committed state carries -- an index whose segments are
  * inline has files for few of its generations, and a rebuild that took
  * a lower one would look older than the index it replaces to every
  * handle (nidx_manifest.h: generations only grow). */
-static uint64_t above_every_generation(pydb_nidx_builder *b)
+static int above_every_generation(uint64_t *gen, pydb_nidx_builder *b,
+                                  pydb_txn *t, pydb_error *err)
 {
     char manifest[1100];
     pydb_state st;
     struct pydb_shm *s = pydb__db_shm(b->db);
-    /* (unnamed files only where every frame is synced: else
-     * collect_after, past a checkpoint) */
-    uint64_t top = pydb__nidx_collect(b->dir, s, NULL, pydb__synced(b->db)), g;
+    uint64_t top, g;
+    int rc = pydb__nidx_collect(&top, b->dir, s, NULL, t, err);
+    if (rc) return rc;
     snprintf(manifest, sizeof manifest, "%s/MANIFEST", b->dir);
     g = pydb__nman_head_generation(manifest);
     if (g != NIDX_GEN_UNKNOWN && g > top) top = g;
     if (s && pydb__shm_state(&st, s) == 0 && st.index_gen > top)
         top = st.index_gen;
-    return top + 1;
+    *gen = top + 1;
+    return PYDB_OK;
 }
 
 /* The rest of the scan, the segment of S0, and its commit with the
@@ -516,7 +521,7 @@ static int finish_scan(pydb_nidx_builder *b, int may_rescan, int *again,
      * on disk after this commit (pydb__nidx_collect) */
     pydb_snapshot_release(b->snap);
     b->snap = NULL;
-    gen = above_every_generation(b);
+    if ((rc = above_every_generation(&gen, b, t, err))) goto cleanup;
     gens[0] = gen;
     if (c.n) gens[ngens++] = gen + 1;
     written = 1;

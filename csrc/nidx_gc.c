@@ -272,15 +272,17 @@ int pydb__nidx_may_remove(struct pydb_shm *shm)
     return pydb__shm_oldest(shm, NULL) == pydb__shm_latest(shm);
 }
 
-static uint64_t collect(const char *dir, struct pydb_shm *shm,
-                        const nidx_segset *ss, int unnamed, int64_t *files,
-                        int64_t *bytes, int (*may_go)(void *ctx, uint64_t gen),
-                        void *ctx);
+static int collect(uint64_t *top_out, const char *dir, struct pydb_shm *shm,
+                   const nidx_segset *ss, pydb_txn *sync_first,
+                   int64_t *files, int64_t *bytes,
+                   int (*may_go)(void *ctx, uint64_t gen), void *ctx,
+                   pydb_error *err);
 
-uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
-                            const nidx_segset *ss, int unnamed)
+int pydb__nidx_collect(uint64_t *top, const char *dir, struct pydb_shm *shm,
+                       const nidx_segset *ss, pydb_txn *sync_first,
+                       pydb_error *err)
 {
-    return collect(dir, shm, ss, unnamed, NULL, NULL, NULL, NULL);
+    return collect(top, dir, shm, ss, sync_first, NULL, NULL, NULL, NULL, err);
 }
 
 uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
@@ -289,13 +291,16 @@ uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
                                int (*may_go)(void *ctx, uint64_t gen),
                                void *ctx)
 {
-    return collect(dir, shm, ss, 1, files, bytes, may_go, ctx);
+    uint64_t top = 0;
+    (void)collect(&top, dir, shm, ss, NULL, files, bytes, may_go, ctx, NULL);
+    return top;
 }
 
-static uint64_t collect(const char *dir, struct pydb_shm *shm,
-                        const nidx_segset *ss, int unnamed, int64_t *files,
-                        int64_t *bytes, int (*may_go)(void *ctx, uint64_t gen),
-                        void *ctx)
+static int collect(uint64_t *top_out, const char *dir, struct pydb_shm *shm,
+                   const nidx_segset *ss, pydb_txn *sync_first,
+                   int64_t *files, int64_t *bytes,
+                   int (*may_go)(void *ctx, uint64_t gen), void *ctx,
+                   pydb_error *err)
 {
     char manifest[1100];
     uint64_t top = 0;
@@ -304,7 +309,7 @@ static uint64_t collect(const char *dir, struct pydb_shm *shm,
     pydb_error e;
     DIR *d;
     struct dirent *de;
-    int remove = unnamed && pydb__nidx_may_remove(shm), named;
+    int remove = pydb__nidx_may_remove(shm), named, rc = PYDB_OK;
 
     memset(&m, 0, sizeof m);
     snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
@@ -331,8 +336,13 @@ static uint64_t collect(const char *dir, struct pydb_shm *shm,
             used = ss->v[i]->gen == g && !ss->v[i]->inl;
         for (size_t i = 0; i < m.nsegs && !used; i++)
             used = m.segs[i].gen == g && !m.segs[i].inl;
-        if (!used && (remove ||
-                      (unnamed && named && may_go && may_go(ctx, g)))) {
+        if (!used && (remove || (named && may_go && may_go(ctx, g)))) {
+            /* before the first removal, every frame of the log durable
+             * (pydb__txn_log_durable) */
+            if (sync_first) {
+                if ((rc = pydb__txn_log_durable(sync_first, err))) break;
+                sync_first = NULL;
+            }
             pydb__nseg_path(path, sizeof path, dir, g);
             if (stat(path, &sb) == 0 && unlink(path) == 0) {
                 if (files) (*files)++;
@@ -348,7 +358,8 @@ static uint64_t collect(const char *dir, struct pydb_shm *shm,
     if (m.gen > top) top = m.gen;
     free(m.segs);
     free(data);
-    return top;
+    *top_out = top;
+    return rc;
 }
 
 /* ---- the k-way merge of a set's dictionaries (also for garbage()) ---- */
@@ -719,9 +730,11 @@ static int merge_commit(nidx *x, pydb_db *db, nidx_merge **slot,
         merge_drop(slot);
         goto cleanup;
     }
-    /* (unnamed files only where every frame is synced: else step 5) */
-    top = pydb__nidx_collect(x->dir, pydb__nidx_header(x), cur,
-                             pydb__synced(db));
+    /* unnamed files go only once every frame of the log is durable: a
+     * sync=False frame (of any handle) may be what unnamed them */
+    if ((rc = pydb__nidx_collect(&top, x->dir, pydb__nidx_header(x), cur, t,
+                                 err)))
+        goto cleanup;
     gen = top > cur_gen ? top : cur_gen;
     for (size_t i = 0; i < cur->n; i++)
         if (cur->v[i]->gen > gen) gen = cur->v[i]->gen;

@@ -188,23 +188,26 @@ int pydb__nidx_install(nidx *x, nidx_segset *ns, uint64_t gen);
  * create it), or NULL (files mode). */
 struct pydb_shm *pydb__nidx_header(nidx *x);
 
-/* With the writer lock held: the highest generation of a segment file
- * in dir or of the MANIFEST on disk (0: none), the floor of a new
- * segment's generation.  Removes the temporary files of merges
- * (merge-PID-N.tmp) whose process is gone, and with `unnamed` the
- * segment files that neither ss (may be NULL) nor the MANIFEST on disk
- * names, if no reader registered in the commit header shm (NULL: files
- * mode) reads an older commit than the latest.  `unnamed` only when no
- * frame of the log that a power cut may keep names them: after a
- * checkpoint, or with every frame synced (sync=True) -- a sync=False
- * log's synced prefix may end at an older MANIFEST (txn.c, "Commits
- * without fsync").  Best effort. */
-uint64_t pydb__nidx_collect(const char *dir, struct pydb_shm *shm,
-                            const nidx_segset *ss, int unnamed);
-/* The same with `unnamed`, counting the files removed and their bytes
- * into *files and *bytes (either may be NULL), where a file the rule
- * above keeps may still go when may_go(ctx, generation) says so (NULL:
- * none may). */
+/* With the writer lock held: *top gets the highest generation of a
+ * segment file in dir or of the MANIFEST on disk (0: none), the floor of
+ * a new segment's generation.  Removes the temporary files of merges
+ * (merge-PID-N.tmp) whose process is gone, and the segment files that
+ * neither ss (may be NULL) nor the MANIFEST on disk names, if no reader
+ * registered in the commit header shm (NULL: files mode) reads an older
+ * commit than the latest.  A frame of the log that a power cut may keep
+ * must not name a removed file: call it after a checkpoint (sync_first
+ * NULL), or in the transaction sync_first, which fdatasyncs the log
+ * before the first removal (pydb__txn_log_durable: a log with sync=False
+ * frames may come back from a power cut as a prefix ending at an older
+ * MANIFEST; txn.c, "Commits without fsync").  0, or the error of that
+ * fdatasync (nothing more is removed).  Otherwise best effort. */
+int pydb__nidx_collect(uint64_t *top, const char *dir, struct pydb_shm *shm,
+                       const nidx_segset *ss, struct pydb_txn *sync_first,
+                       pydb_error *err);
+/* The same after a checkpoint, returning the top generation, counting
+ * the files removed and their bytes into *files and *bytes (either may be
+ * NULL), where a file the rule above keeps may still go when may_go(ctx,
+ * generation) says so (NULL: none may). */
 uint64_t pydb__nidx_collect_if(const char *dir, struct pydb_shm *shm,
                                const nidx_segset *ss, int64_t *files,
                                int64_t *bytes,

@@ -551,6 +551,17 @@ void pydb__writer_locks_init(pydb_db *db);
  * zero fill there.  Best effort: a failure is left to the next
  * transaction. */
 void pydb__txn_tidy_tail(pydb_db *db);
+/* In a transaction: fdatasync the log, so that every frame in it is
+ * durable and no power cut can bring back an older MANIFEST than its
+ * last frame's -- which a sync=False frame, synced by nobody, could
+ * otherwise leave to a replay ("Commits without fsync").  Before segment
+ * files that the MANIFEST on disk no longer names are removed outside a
+ * checkpoint (pydb__nidx_collect, for a merge's commit and an index
+ * build).  0, or PYDB_EIO
+ * when the fdatasync failed: nothing may be removed, the header stops
+ * vouching for the log and the handle turns read-only, as after any
+ * failed fsync. */
+int pydb__txn_log_durable(pydb_txn *t, pydb_error *err);
 /* Forget the units a handle's synced frames held (txn.c; at close). */
 void pydb__txn_img_free(pydb_db *db);
 

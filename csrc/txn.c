@@ -830,6 +830,19 @@ int pydb__txn_log_file(pydb_txn *t, const char *path, const void *data,
     return add_file(t, path, data, len, 1, err);
 }
 
+int pydb__txn_log_durable(pydb_txn *t, pydb_error *err)
+{
+    pydb_db *db = t->db;
+    int e;
+    if (pydb__vfs->fdatasync(db->wal_fd) == 0) return PYDB_OK;
+    e = errno;
+    pydb__shm_log_set(pydb__db_shm(db), 0, 0);
+    set_fatal(db, PYDB__FATAL_SYNC);
+    return PYDB_OSERROR(err, e, db->wal_path, -1,
+                        "fdatasync of the write-ahead log failed: %s",
+                        strerror(e));
+}
+
 int pydb__txn_keeps_frame(const pydb_txn *t)
 {
     return t->keep;

@@ -704,7 +704,14 @@ static int wal_pending(const pydb_wal_files *w, int64_t *size,
     if (pydb__fd_size(w->wal_fd, size) != 0)
         return PYDB_OSERROR(err, errno, w->wal_path, -1, "cannot stat: %s",
                             strerror(errno));
-    if (*size == 0) return 0;
+    if (*size == 0) {
+        /* emptied by a process without a usable header (files mode),
+         * which cannot change the header: forget the header's log, of
+         * which sync=False handles remember synced frames (txn.c) */
+        if (pydb__shm_log_applied(w->shm, &applied, &first) && applied)
+            pydb__shm_log_set(w->shm, 0, 0);
+        return 0;
+    }
     if (!pydb__shm_log_applied(w->shm, &applied, &first)) return 1;
     return wal_unapplied(w->wal_fd, applied, first, *size);
 }

@@ -493,7 +493,10 @@ def test_sync_false_commits_fsync_nothing_collections_checkpoint(tmp_path, reque
     with sync=True.  A merge writes its segment file and syncs it and
     its folder before the commit that names it (a later synced frame
     could make that commit durable before the file); the merge's commit
-    syncs nothing.  The removal of merged segments follows a checkpoint:
+    syncs nothing -- it would sync the log before it removed a segment
+    file the MANIFEST no longer names (another handle's unsynced frame
+    may have unnamed it), and there is none here.  The
+    removal of merged segments follows a checkpoint:
     the .mst, the .xrf, the MANIFEST, the segments the log names, the
     folder, then the emptied log.  A compaction fsyncs its new files,
     the swap marker and the folder around its renames and makes the
@@ -526,7 +529,8 @@ def test_sync_false_commits_fsync_nothing_collections_checkpoint(tmp_path, reque
     assert not {"fsync", "fdatasync", "rename"} & set(names), names
     assert names[-1] == "exchange" and set(names[:-1]) == {"pwrite", "ftruncate"}, names
     # one merge of the 4 segments (a file synced first, kind "file"), its
-    # commit, the checkpoint before the removal
+    # commit (no segment file unnamed yet: no sync of the log), the
+    # checkpoint before the removal
     (tmp_path / "merge").mkdir()
     names = _operations(tmp_path / "merge", prepare, collect)
     k = names.index("exchange") + 1

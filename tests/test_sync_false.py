@@ -212,3 +212,148 @@ def test_a_power_cut_leaves_a_whole_prefix(tmp_path, seed, in_place):
         shutil.rmtree(d)
         cuts += 1
     assert cuts >= 2
+
+
+def test_a_new_log_of_another_process_makes_a_handle_sync_again(tmp_path):
+    """The handle remembers block 2 from a log that another process
+    emptied (a checkpoint at its close) and began again with a frame of
+    its own: the log's first frame has another id, and the handle's next
+    write of block 2 syncs."""
+    base = tmp_path / "db"
+    _make(base, n=300)
+    with open_db(base, sync=False, gc="none") as db:
+        assert _synced(lambda: db.update(1, [(1, b"a")])) == 1      # control record, block 0
+        assert _synced(lambda: db.update(300, [(1, b"a")])) == 1    # block 2
+        assert _synced(lambda: db.update(299, [(1, b"a")])) == 0
+        pid = os.fork()
+        if pid == 0:
+            try:
+                other = open_db(base, sync=False, gc="none")
+                other.close()                        # the log emptied
+                other = open_db(base, sync=False, gc="none")
+                other.update(2, [(1, b"other")])     # a new log's first frame
+                os.kill(os.getpid(), signal.SIGKILL)
+            finally:
+                os._exit(3)
+        os.waitpid(pid, 0)
+        assert _wal(base) > 0
+        assert _synced(lambda: db.update(298, [(1, b"b")])) == 1
+        assert db.check().ok
+
+
+def test_a_log_emptied_without_the_header_makes_a_handle_sync_again(tmp_path):
+    """A process that keeps no log length in the header (it cannot tell
+    the boot; files mode alike) commits and empties the log durably,
+    leaving the header's length and first frame as they were.  The next
+    transaction sees the empty log and clears them: the handle's next
+    commit syncs, and a power cut after it (the control record and the
+    XRF block written in place, the record lost, the log as that process
+    left it) leaves a sound database."""
+    base = tmp_path / "db"
+    _make(base, n=300)
+    db = open_db(base, sync=False, gc="none")
+    assert _synced(lambda: db.update(1, [(1, b"a")])) == 1
+    assert _synced(lambda: db.update(2, [(1, b"b")])) == 0
+    pid = os.fork()
+    if pid == 0:
+        try:
+            T.set_boot_unknown(True)
+            with open_db(base, sync=True, gc="none") as other:
+                other.update(250, [(1, b"other")])
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert _wal(base) == 0
+    saved = (tmp_path / "db.mst").read_bytes()
+    assert _synced(lambda: db.update(3, [(1, b"c" * 200)])) == 1
+    mst, xrf = (tmp_path / "db.mst").read_bytes(), (tmp_path / "db.xrf").read_bytes()
+    log = (tmp_path / "db.wal").read_bytes()
+    db.close()
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "db.mst").write_bytes(mst[:64] + saved[64:] + b"\0" * (len(mst) - len(saved)))
+    (cut / "db.xrf").write_bytes(xrf)
+    (cut / "db.wal").write_bytes(log)             # synced: all of it
+    with open_db(cut / "db", gc="none") as c:
+        assert c.check().ok
+        assert c[3].fields[0].raw == b"c" * 200 and c[250].fields[0].raw == b"other"
+
+
+def test_a_new_whole_file_syncs(tmp_path):
+    """A commit hook's file (pydb_txn_put_file) is a unit of its own: the
+    first commit that writes it syncs, though the control record and the
+    XRF block are held already."""
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-packed", sync=False, gc="none") as db:
+        assert [_synced(lambda: db.append([(1, b"x")])) for _ in range(2)] == [1, 0]
+        T.commit_hook(db, str(tmp_path / "side.txt"))
+        assert [_synced(lambda: db.append([(1, b"y")])) for _ in range(3)] == [1, 0, 0]
+        assert (tmp_path / "side.txt").exists()
+
+
+def _segments(root) -> set[str]:
+    return {p.name for p in root.rglob("seg-*")}
+
+
+def test_a_merge_syncs_the_log_before_it_removes_segments(tmp_path, segment_files):
+    """Handle B (sync=False) merges the index's segments; its merge's
+    commit is not synced (the MANIFEST is held), nor are its appends.
+    Handle A (sync=True) then merges: its commit removes the segments the
+    MANIFEST no longer names -- only after an fdatasync of the log, which
+    makes B's frames durable.  A killed just before that fdatasync has
+    removed nothing; a power cut there (the log cut where B last synced,
+    no header) leaves a database that opens and whose index agrees."""
+    def setup(root):
+        root.mkdir()
+        base = root / "db"
+        with create_indexed(base, "isis-packed", sync=True, gc="none") as db:
+            for m in range(1, 6):
+                db.append(content(m, 1, 40))
+        b = open_db(base, sync=False, gc="none")
+        b.update(1, content(1, 2, 40))               # synced: the log's first frame
+        synced_len = _frames(base)
+        T.index_collect(b, b.index._h, 100)          # B's merge; its commit unsynced
+        for m in range(6, 11):
+            b.append(content(m, 1, 40))
+        return base, open_db(base, sync=True, gc="none"), b, synced_len
+
+    def a_step(a, n) -> str:
+        """A's merge step in a child, its n-th operation failing (crash:
+        exiting just before it); the operation's name."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                T.fail_io(n, crash=crash)
+                try:
+                    T.index_collect(a, a.index._h, 100, False, True)
+                except pydb.Error:
+                    pass
+                os.write(w, (T.io_fired() or "-").split()[0].encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        got = os.read(r, 100).decode()
+        os.close(r)
+        return got
+
+    crash = False
+    for n in range(1, 40):
+        base, a, b, _ = setup(tmp_path / f"n{n}")
+        if a_step(a, n) in ("fdatasync", "-"):
+            break
+    else:
+        raise AssertionError("A's step made no fdatasync")
+    crash = True
+    root = tmp_path / "cut"
+    base, a, b, synced_len = setup(root)
+    before = _segments(root)
+    a_step(a, n)                                     # dies just before it
+    assert _segments(root) == before
+    shutil.copytree(root, tmp_path / "after", ignore=shutil.ignore_patterns("*.shm"))
+    with open(tmp_path / "after" / "db.wal", "r+b") as f:
+        f.truncate(synced_len)
+    with open_db(tmp_path / "after" / "db", gc="none") as db:
+        assert db.check().ok
+        index_agrees(db)
