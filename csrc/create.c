@@ -15,6 +15,7 @@ int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
 {
     pydb_builder *b = NULL;
     pydb_options o;
+    char mst[1100];
     int rc;
 
     *out = NULL;
@@ -43,11 +44,8 @@ int pydb_create(pydb_db **out, const char *path, int layout, int mstxl,
     rc = pydb_builder_finish(b, 1, err);
     pydb_builder_free(b);  /* removes the files if not finished */
     if (rc) return rc;
-    {
-        char mst[1100];
-        pydb__path_ext(mst, sizeof mst, path, "mst");
-        rc = pydb__fsync_parent(mst, err);
-        if (rc) return rc;
-    }
+    pydb__path_ext(mst, sizeof mst, path, "mst");
+    rc = pydb__fsync_parent(mst, err);
+    if (rc) return rc;
     return pydb_open(out, path, &o, err);
 }

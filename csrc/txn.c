@@ -166,6 +166,21 @@ int pydb__txn_mine_open(pydb_db *db, pydb_error *err)
     return rc;
 }
 
+/* fdatasync `fd` (of file `path`) for the commit protocol.  On failure
+ * the handle turns read-only and the header stops vouching for the log
+ * (the page cache may have dropped earlier commits' bytes too: the next
+ * recovery writes them all again).  0, or PYDB_EIO with "<what> failed". */
+static int datasync_or_fatal(pydb_db *db, int fd, const char *path,
+                             const char *what, pydb_error *err)
+{
+    int e;
+    if (pydb__vfs->fdatasync(fd) == 0) return PYDB_OK;
+    e = errno;
+    pydb__shm_log_set(pydb__db_shm(db), 0, 0);
+    set_fatal(db, PYDB__FATAL_SYNC);
+    return PYDB_OSERROR(err, e, path, -1, "%s failed: %s", what, strerror(e));
+}
+
 /* The error of a transaction refused on a handle set_fatal() made
  * read-only. */
 static int fatal_error(const pydb_db *db, pydb_error *err)
@@ -479,7 +494,7 @@ static int recover_newest(pydb_db *db, int *failed, pydb_error *err)
     int finished, rc;
     pydb_wal_files w;
     rc = pydb__swap_recover(db->mst.path, db->xrf.path, pydb__db_shm(db),
-                            1, &finished, err);
+                            &finished, err);
     if (rc == PYDB_OK) rc = pydb__files_sync(db, err);
     if (rc) return rc;
     w = pydb__wal_files(db);
@@ -614,7 +629,6 @@ int pydb__txn_settle(pydb_txn *t, pydb_error *err)
 {
     return checkpoint(t->db, err);
 }
-
 
 /* Add an op writing a new version of `mfn` with these fields/status. */
 static int add_version(pydb_txn *t, int32_t mfn, const pydb_field *fields,
@@ -832,15 +846,8 @@ int pydb__txn_log_file(pydb_txn *t, const char *path, const void *data,
 
 int pydb__txn_log_durable(pydb_txn *t, pydb_error *err)
 {
-    pydb_db *db = t->db;
-    int e;
-    if (pydb__vfs->fdatasync(db->wal_fd) == 0) return PYDB_OK;
-    e = errno;
-    pydb__shm_log_set(pydb__db_shm(db), 0, 0);
-    set_fatal(db, PYDB__FATAL_SYNC);
-    return PYDB_OSERROR(err, e, db->wal_path, -1,
-                        "fdatasync of the write-ahead log failed: %s",
-                        strerror(e));
+    return datasync_or_fatal(t->db, t->db->wal_fd, t->db->wal_path,
+                             "fdatasync of the write-ahead log", err);
 }
 
 int pydb__txn_keeps_frame(const pydb_txn *t)
@@ -908,10 +915,9 @@ static void fill_region(uint8_t *d, const pydb_txn *t)
  * there before the control record moves -- and fdatasync it, before the
  * frame that makes it committed (also with sync=False: the frame may
  * reach the disk before the region, through a later commit's fsync or
- * the OS's writeback, and a replay would then point the XRF at it).  A failed fdatasync makes
- * the handle read-only (the page cache may have dropped earlier commits'
- * bytes too: the header stops vouching for the log, so that the next
- * recovery writes them again).  Nothing is committed on failure. */
+ * the OS's writeback, and a replay would then point the XRF at it).  A
+ * failed fdatasync makes the handle read-only (datasync_or_fatal).
+ * Nothing is committed on failure. */
 static int write_region(pydb_txn *t, const uint8_t *region,
                         pydb_error *err)
 {
@@ -922,14 +928,7 @@ static int write_region(pydb_txn *t, const uint8_t *region,
     if (e)
         return PYDB_OSERROR(err, e, db->mst.path, t->start,
                             "write failed: %s", strerror(e));
-    if (pydb__vfs->fdatasync(db->mst.fd) != 0) {
-        e = errno;
-        pydb__shm_log_set(pydb__db_shm(db), 0, 0);
-        set_fatal(db, PYDB__FATAL_SYNC);
-        return PYDB_OSERROR(err, e, db->mst.path, -1,
-                            "fdatasync failed: %s", strerror(e));
-    }
-    return PYDB_OK;
+    return datasync_or_fatal(db, db->mst.fd, db->mst.path, "fdatasync", err);
 }
 
 /* Build the log image of the transaction: MST region, XRF blocks,

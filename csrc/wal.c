@@ -901,8 +901,7 @@ static void remove_unlocked(const char *path)
 }
 
 int pydb__swap_recover(const char *mst, const char *xrf,
-                       struct pydb_shm *shm, int sync, int *finished,
-                       pydb_error *err)
+                       struct pydb_shm *shm, int *finished, pydb_error *err)
 {
     char nm[1200], nx[1200], mk[1200];
     struct stat st, ms, xs;
@@ -931,10 +930,8 @@ int pydb__swap_recover(const char *mst, const char *xrf,
         return PYDB_OSERROR(err, errno, mst, -1, "cannot finish a "
                             "compaction's swap: rename of %s: %s", nm,
                             strerror(errno));
-    if (sync) {
-        rc = pydb__fsync_parent(mst, err);
-        if (rc) return rc;
-    }
+    rc = pydb__fsync_parent(mst, err);   /* (in both sync modes) */
+    if (rc) return rc;
     /* A header that does not describe the new files yet gets their state
      * as the next generation (readers of the old pair switch). */
     fd = pydb__vfs->open(mst, O_RDONLY, 0);
@@ -1098,7 +1095,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
     }
     if (rc == PYDB_OK) {
         int finished;
-        rc = pydb__swap_recover(db->mst.path, db->xrf.path, db->shm, 1,
+        rc = pydb__swap_recover(db->mst.path, db->xrf.path, db->shm,
                                 &finished, err);
     }
     pydb__wal_unlock(db);
@@ -1137,7 +1134,7 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
         /* a dead compaction's swap: finish it (the header, if there is
          * one, gets the new files' state) */
         int finished;
-        rc = pydb__swap_recover(mst, xrf, shm, 1, &finished, err);
+        rc = pydb__swap_recover(mst, xrf, shm, &finished, err);
     }
 cleanup:
     if (wfd >= 0) pydb__vfs->close(wfd);  /* releases the OFD lock */

@@ -244,7 +244,6 @@ void pydb__swap_publish(struct pydb_shm *shm, const uint8_t *ctl,
  * header does not describe them yet) and remove the marker (*finished =
  * 1); without a marker, remove a dead job's new files. */
 int pydb__swap_recover(const char *mst, const char *xrf,
-                       struct pydb_shm *shm, int sync, int *finished,
-                       pydb_error *err);
+                       struct pydb_shm *shm, int *finished, pydb_error *err);
 
 #endif
