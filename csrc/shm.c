@@ -58,6 +58,8 @@
 #define OFF_LOG_FIRST 436  /* u32: the id of the log's first frame */
 #define OFF_LOG_APPLIED 440 /* u64: bytes of the log applied (this boot) */
 #define OFF_BOOT 448      /* the boot of OFF_LOG_APPLIED: 36 characters */
+#define OFF_LOG_SYNCED 488 /* u64: first id << 32 | bytes of that log
+                              fdatasync'ed (pydb__shm_log_synced)   */
 #define BOOT_LEN 36
 
 /* reader slot fields */
@@ -183,6 +185,21 @@ static int init_lock(int fd, int type)
     fl.l_len = 1;
     while (fcntl(fd, F_OFD_SETLKW, &fl) != 0)
         if (errno != EINTR) return errno;
+    return 0;
+}
+
+/* The sync lock (pydb__shm_sync_lock): an OFD lock on byte 1. */
+int pydb__shm_sync_lock(pydb_shm *s, int lock)
+{
+    struct flock fl;
+    if (!s || s->fd < 0) return -1;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = (short)(lock ? F_WRLCK : F_UNLCK);
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 1;
+    fl.l_len = 1;
+    while (fcntl(s->fd, F_OFD_SETLKW, &fl) != 0)
+        if (errno != EINTR) return -1;
     return 0;
 }
 
@@ -925,10 +942,17 @@ int pydb__shm_log_applied(pydb_shm *s, uint64_t *len, uint32_t *first)
 {
     char mine[BOOT_LEN];
     uint64_t l;
-    uint32_t f;
+    uint32_t f, f2;
     if (!pydb__shm_log_usable(s)) return 0;
-    l = __atomic_load_n(u64_at(s, OFF_LOG_APPLIED), __ATOMIC_ACQUIRE);
-    f = __atomic_load_n(u32_at(s, OFF_LOG_FIRST), __ATOMIC_RELAXED);
+    /* first, length, first: pydb__shm_log_set() stores the length 0,
+     * then the first id, then the length (each a release), so a length
+     * read between two equal ids is of that log, or 0 (a look without
+     * the writer lock: read-only opens, pydb__shm_log_synced's users) */
+    do {
+        f = __atomic_load_n(u32_at(s, OFF_LOG_FIRST), __ATOMIC_ACQUIRE);
+        l = __atomic_load_n(u64_at(s, OFF_LOG_APPLIED), __ATOMIC_ACQUIRE);
+        f2 = __atomic_load_n(u32_at(s, OFF_LOG_FIRST), __ATOMIC_ACQUIRE);
+    } while (f != f2);
     for (int i = 0; i < BOOT_LEN; i++)
         mine[i] = (char)__atomic_load_n(map_of(s) + OFF_BOOT + i, __ATOMIC_RELAXED);
     if (memcmp(mine, boot(), BOOT_LEN) != 0) return 0;
@@ -940,16 +964,40 @@ int pydb__shm_log_applied(pydb_shm *s, uint64_t *len, uint32_t *first)
 void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first)
 {
     const char *b;
+    uint64_t synced;
     if (!pydb__shm_log_usable(s)) return;
     b = boot();
     /* the length is 0 while the boot and the first frame change: never
-     * a length of another boot or log under this one's name (for lock
-     * holders; a look without the writer lock -- a read-only open's --
-     * may see a mixed set on a weakly ordered CPU, and looks again under
-     * the lock before it acts: wal.c) */
+     * a length of another boot or log under this one's name */
     __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), 0, __ATOMIC_RELEASE);
     for (int i = 0; i < BOOT_LEN; i++)
         __atomic_store_n(map_of(s) + OFF_BOOT + i, (uint8_t)b[i], __ATOMIC_RELAXED);
-    __atomic_store_n(u32_at(s, OFF_LOG_FIRST), first, __ATOMIC_RELAXED);
+    __atomic_store_n(u32_at(s, OFF_LOG_FIRST), first, __ATOMIC_RELEASE);
+    /* the synced mark of another log goes (it could only cost a sync:
+     * pydb__shm_log_synced compares ids) */
+    synced = __atomic_load_n(u64_at(s, OFF_LOG_SYNCED), __ATOMIC_RELAXED);
+    if ((uint32_t)(synced >> 32) != first || first == 0)
+        __atomic_store_n(u64_at(s, OFF_LOG_SYNCED), 0, __ATOMIC_RELAXED);
     __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), len, __ATOMIC_RELEASE);
+}
+
+int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end)
+{
+    uint64_t m;
+    if (!pydb__shm_log_usable(s) || first == 0) return 0;
+    m = __atomic_load_n(u64_at(s, OFF_LOG_SYNCED), __ATOMIC_ACQUIRE);
+    return (uint32_t)(m >> 32) == first && (m & 0xffffffffu) >= end;
+}
+
+void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len)
+{
+    uint64_t old, want = (uint64_t)first << 32 | len;
+    if (!pydb__shm_log_usable(s) || first == 0 || len > 0xffffffffu) return;
+    old = __atomic_load_n(u64_at(s, OFF_LOG_SYNCED), __ATOMIC_RELAXED);
+    do {
+        if ((uint32_t)(old >> 32) == first && (old & 0xffffffffu) >= len)
+            return;   /* a later sync said more */
+    } while (!__atomic_compare_exchange_n(u64_at(s, OFF_LOG_SYNCED), &old,
+                                          want, 1, __ATOMIC_RELEASE,
+                                          __ATOMIC_RELAXED));
 }

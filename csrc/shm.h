@@ -57,7 +57,11 @@
  *          names the running kernel's boot
  *   448    the boot that [440] belongs to: /proc/sys/kernel/random/boot_id
  *          (36 characters, 0 before: none)
- *   484..4095 0
+ *   484    u32 0
+ *   488    u64 the log's synced mark: the id of a log's first frame << 32
+ *          | how many bytes of that log from its start an fdatasync
+ *          covered (pydb__shm_log_synced; 0: none)
+ *   496..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -271,5 +275,24 @@ int32_t pydb__shm_writer_claimed(pydb_shm *s);
 int pydb__shm_log_applied(pydb_shm *s, uint64_t *len, uint32_t *first);
 void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first);
 int pydb__shm_log_usable(pydb_shm *s);
+
+/* The log's synced mark (txn.c, "One fsync for many commits"): a commit
+ * that defers its fsync past the writer lock asks whether another's
+ * fdatasync already covered its frame.  pydb__shm_log_synced(): 1 if an
+ * fdatasync of this boot covered bytes [0, end) of the log whose first
+ * frame has id `first`.  pydb__shm_log_synced_to(): after an fdatasync
+ * that covered [0, len) of that log, raise the mark (lock-free; a mark
+ * of another log is replaced; lengths past 4 GiB are not kept).
+ * pydb__shm_log_set() drops a mark of another log.  No-ops / 0 without
+ * a usable header. */
+int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end);
+/* The sync lock: held (`lock` 1) by a commit while it fdatasyncs the log
+ * for its frame, so that commits that wait for it find their frames
+ * covered instead of each making its own (an OFD lock on byte 1 of the
+ * file; the kernel lets it go when its process dies).  0, or -1 when it
+ * could not be taken (no file: go on without it).  A fork()ed child
+ * shares its parent's lock: it only costs a sync. */
+int pydb__shm_sync_lock(pydb_shm *s, int lock);
+void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len);
 
 #endif

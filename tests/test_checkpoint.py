@@ -88,18 +88,23 @@ def _frames(base) -> int:
 
 
 def test_a_durable_commit_fsyncs_only_its_log(tmp_path):
-    """sync=True: the frame is written and fdatasync'ed (the commit point),
-    then the .mst/.xrf are written without an fsync; the frame stays."""
+    """sync=True: the frame is written and fdatasync'ed, then the .mst/.xrf
+    are written without an fsync; the frame stays.  The first commit of
+    a log fdatasyncs its frame before it writes in place (the commit
+    point); a later one whose blocks that synced frame holds writes in
+    place first and fdatasyncs the log after the writer lock is let go
+    (csrc/txn.c, "One fsync for many commits")."""
     base0 = tmp_path / "p"
     _make(base0)
 
-    def one(n):
-        d = tmp_path / f"c{n}"
+    def one(first, n):
+        d = tmp_path / f"c{first}{n}"
         d.mkdir()
         for ext in (".mst", ".xrf"):
             shutil.copy(f"{base0}{ext}", d / f"db{ext}")
         with open_db(d / "db", gc="none") as db:
-            db.update(3, content(3, 99, 40))   # a first commit: the log is used
+            if not first:
+                db.update(3, content(3, 99, 40))   # the log's first commit
             _pydb._testing.fail_io(n, errno.EIO)
             try:
                 db.update(4, content(4, 99, 40))
@@ -107,13 +112,16 @@ def test_a_durable_commit_fsyncs_only_its_log(tmp_path):
                 pass
             got = _fired(n)
             if n == -1:
-                assert _wal(d / "db") > 0          # two frames, kept
+                assert _wal(d / "db") > 0          # its frame, kept
         return got
 
-    names = _ops_of(one)
-    assert names[:2] == ["pwrite", "fdatasync"], names     # the frame, the commit point
-    assert names.count("fdatasync") == 1 and "fsync" not in names, names
-    assert set(names[2:]) == {"pwrite"}, names              # records, XRF, control record
+    # the frame, the zeros the new log grows by, the commit point; then
+    # the records, the XRF block, the control record
+    names = _ops_of(lambda n: one(True, n))
+    assert names == ["pwrite", "pwrite", "fdatasync"] + ["pwrite"] * 3, names
+    names = _ops_of(lambda n: one(False, n))
+    # the frame, records, XRF block, control record; then the fdatasync
+    assert names == ["pwrite"] * 4 + ["fdatasync"], names
 
 
 def test_the_log_keeps_commits_until_a_checkpoint(tmp_path):
@@ -699,10 +707,11 @@ def test_a_bulk_commit_writes_its_records_once(tmp_path):
         return got
 
     names = _ops_of(one)
-    # the records, their fdatasync, the frame, the commit point, then the
-    # XRF blocks and the control record
-    assert names[:4] == ["pwrite", "fdatasync", "pwrite", "fdatasync"], names
-    assert set(names[4:]) == {"pwrite"} and "fsync" not in names, names
+    # the records and their fdatasync, the frame, the XRF blocks and the
+    # control record (the frame before synced them: "One fsync for many
+    # commits", csrc/txn.c), then the log's fdatasync
+    assert names[:3] == ["pwrite", "fdatasync", "pwrite"], names
+    assert set(names[3:-1]) == {"pwrite"} and names[-1] == "fdatasync", names
 
 
 @pytest.mark.parametrize("mode", [(errno.EIO, False), (errno.ENOSPC, True)],
@@ -905,23 +914,28 @@ def test_a_commit_killed_at_each_operation_in_a_grown_log(tmp_path):
     (fail_io with crash): a read-only open finds the frame in the zeros
     and replays it exactly when the kill came after its write (a kill
     keeps the page cache) -- the log is then emptied; without it nothing
-    is written and the log keeps the first frame and its zeros.  The
-    commit is whole or absent, and the database checks."""
+    is written and the log keeps the first frame and its zeros.  Killed
+    at its last operation, the fdatasync made after the writer lock is
+    let go (csrc/txn.c, "One fsync for many commits"), the commit is
+    applied and in the header: the log keeps both frames.  The commit is
+    whole or absent, and the database checks."""
     cuts = 0
+    last = None
     for n, d, want in _killed_at_each_operation(
             tmp_path, lambda db: db.update(4, content(4, 99, 40))):
         cuts += 1
+        last = n
         assert _wal(d / "db") == 65536 and _frames(d / "db") > 0, n
         if n > 1:                       # op 1 writes the frame
             want.apply([("U", 4, 99, 40)])
         with pydb.open(d / "db") as ro:
             assert want.matches(ro)[0], (n, want.matches(ro)[1])
             assert ro.check().ok, n
-        assert _wal(d / "db") == (0 if n > 1 else 65536), n
+        assert _wal(d / "db") == (0 if 1 < n < 5 else 65536), n
         with open_db(d / "db", gc="none") as db:
             assert want.matches(db)[0] and db.check().ok, n
         check_files(d / "db")
-    assert cuts >= 4
+    assert cuts == last == 5
 
 
 def test_a_bulk_commit_killed_at_each_operation(tmp_path):

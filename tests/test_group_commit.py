@@ -187,10 +187,11 @@ def test_a_refused_commit_is_tried_again_for_each_change_alone(tmp_path):
         assert (db[2].raw(1), db[3].raw(1)) == ([b"a"], [b"b"])
 
 
-def _group_with_failing_io(db, n: int, errno: int):
+def _group_with_failing_io(db, n: int, errno: int, op: str):
     """A leader commits alone; then a group of appends a, b, c whose
     leader (a) makes the n-th file operation of its own thread fail (the
-    group's I/O is its leader's).  Returns (leader, [a, b, c]) joined."""
+    group's I/O is its leader's), which must be `op`.  Returns (leader,
+    [a, b, c]) joined."""
     def first():
         T.fail_io(n, errno)
         return db.append([(1, "a")])
@@ -202,7 +203,7 @@ def _group_with_failing_io(db, n: int, errno: int):
         tx.abort()
         for c in [leader, *calls]:
             c.join(20)
-        assert T.io_fired() == ("pwrite", "fdatasync")[n - 1]
+        assert T.io_fired() == op
     finally:
         T.fail_io(0)
     return leader, calls
@@ -214,7 +215,7 @@ def test_a_group_whose_log_write_fails_is_committed_alone(tmp_path):
     commit."""
     with pydb.create(tmp_path / "db", sync=True) as db:
         before = _commits(db)
-        leader, calls = _group_with_failing_io(db, 1, 28)
+        leader, calls = _group_with_failing_io(db, 1, 28, "pwrite")
         assert [c.error for c in [leader, *calls]] == [None] * 4
         assert [c.result for c in [leader, *calls]] == [1, 2, 3, 4]
         assert _commits(db) - before == 4   # the leader, then three alone
@@ -222,12 +223,16 @@ def test_a_group_whose_log_write_fails_is_committed_alone(tmp_path):
 
 
 def test_a_failed_group_fsync_is_every_members_outcome(tmp_path):
-    """EIO on the group's log fdatasync: whether it is committed is
-    unknown, for every member alike, and the handle turns read-only;
-    after reopening, the group is there whole or not at all."""
+    """EIO on the group's log fdatasync (its fifth operation, after the
+    frame, the records, the XRF block and the control record: the
+    leader's commit synced the blocks, so the group's syncs after the
+    writer lock, csrc/txn.c "One fsync for many commits"): whether it is
+    committed is unknown, for every member alike, and the handle turns
+    read-only; after reopening, the group is there whole or not at
+    all."""
     base = tmp_path / "db"
     with pydb.create(base, sync=True) as db:
-        leader, calls = _group_with_failing_io(db, 2, 5)
+        leader, calls = _group_with_failing_io(db, 5, 5, "fdatasync")
         assert leader.error is None and leader.result == 1
         for c in calls:
             assert isinstance(c.error, pydb.DiskError), c.error
