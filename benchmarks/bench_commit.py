@@ -22,6 +22,13 @@ service serialises its writers on one connection (a connection per
 thread fares worse: the loser of the write lock sleeps in SQLite's busy
 handler); py-lmdb's share one environment (its writer mutex).
 
+The ``-procs`` stores commit the same THREAD_COMMITS records from PROCS
+processes (forked; each opens the store itself), one record per durable
+transaction: pydb's handles of several processes share fsyncs through the
+log's synced mark (csrc/txn.c, "One fsync for many commits"); SQLite's
+connections (WAL, ``synchronous=FULL``, a busy timeout) and py-lmdb's
+environments wait for the writer lock, one fsync each.
+
 The ``-normal`` pair commits the same records with the guarantee of
 SQLite's WAL mode with ``synchronous=NORMAL``: a power cut may lose
 recent commits and never damages the database (pydb ``sync=False``,
@@ -53,6 +60,7 @@ from .peers import in_new_folders, serialize, take_turns
 COMMITS = 200
 THREADS = 8
 THREAD_COMMITS = 800   # THREADS x 100: record j is recs[j % COMMITS]
+PROCS = 4
 
 
 @pytest.fixture(scope="module")
@@ -196,16 +204,100 @@ def commit_lmdb_threads(folder, recs) -> int:
         env.close()
 
 
+def in_processes(work) -> None:
+    """PROCS forked processes; process p calls work(p, js), js the
+    record numbers j < THREAD_COMMITS with j % PROCS == p; an exception
+    or a child that does not exit 0 raises RuntimeError here."""
+    pids = []
+    for p in range(PROCS):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                work(p, range(p, THREAD_COMMITS, PROCS))
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    bad = [st for st in (os.waitpid(pid, 0)[1] for pid in pids) if st != 0]
+    if bad:
+        raise RuntimeError(f"{len(bad)} of {PROCS} writer processes failed: {bad}")
+
+
+def commit_pydb_procs(folder, recs) -> int:
+    pydb.create(folder / "c", sync=True, gc="none").close()
+
+    def work(p, js):
+        with pydb.open(folder / "c", readonly=False, sync=True, gc="none") as db:
+            for j in js:
+                db.append(recs[j % len(recs)][0])
+
+    in_processes(work)
+    with pydb.open(folder / "c") as db:
+        return db.max_mfn
+
+
+def commit_sqlite_procs(folder, recs) -> int:
+    path = os.fspath(folder / "c.sqlite")
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("pragma journal_mode=wal")
+    con.execute("create table rec (mfn integer primary key, data blob)")
+    con.close()
+
+    def work(p, js):
+        con = sqlite3.connect(path, isolation_level=None, timeout=60)
+        try:
+            con.execute("pragma synchronous=full")
+            for j in js:
+                con.execute("begin immediate")
+                con.execute("insert into rec values (?, ?)", (j + 1, recs[j % len(recs)][1]))
+                con.execute("commit")
+        finally:
+            con.close()
+
+    in_processes(work)
+    con = sqlite3.connect(path)
+    try:
+        return con.execute("select count(*) from rec").fetchone()[0]
+    finally:
+        con.close()
+
+
+def commit_lmdb_procs(folder, recs) -> int:
+    import lmdb
+
+    def work(p, js):
+        env = lmdb.open(os.fspath(folder), map_size=1 << 30, sync=True)
+        try:
+            for j in js:
+                with env.begin(write=True) as txn:
+                    txn.put((j + 1).to_bytes(4, "big"), recs[j % len(recs)][1])
+        finally:
+            env.close()
+
+    lmdb.open(os.fspath(folder), map_size=1 << 30).close()
+    in_processes(work)
+    env = lmdb.open(os.fspath(folder), map_size=1 << 30)
+    try:
+        return env.stat()["entries"]
+    finally:
+        env.close()
+
+
 STORES = {"pydb": commit_pydb, "sqlite3": commit_sqlite, "lmdb": commit_lmdb,
           "pydb-index": commit_pydb_index, "sqlite3-fts5": commit_sqlite_fts5,
           "pydb-normal": commit_pydb_normal, "sqlite3-normal": commit_sqlite_normal}
 THREAD_STORES = {"pydb-threads": commit_pydb_threads,
                  "sqlite3-threads": commit_sqlite_threads,
-                 "lmdb-threads": commit_lmdb_threads}
+                 "lmdb-threads": commit_lmdb_threads,
+                 "pydb-procs": commit_pydb_procs,
+                 "sqlite3-procs": commit_sqlite_procs,
+                 "lmdb-procs": commit_lmdb_procs}
 #: (pydb's store, the peer it is compared with) in main()
 PAIRS = [("pydb", "sqlite3"), ("pydb", "lmdb"), ("pydb-index", "sqlite3-fts5"),
          ("pydb-normal", "sqlite3-normal")]
-THREAD_PAIRS = [("pydb-threads", "sqlite3-threads"), ("pydb-threads", "lmdb-threads")]
+THREAD_PAIRS = [("pydb-threads", "sqlite3-threads"), ("pydb-threads", "lmdb-threads"),
+                ("pydb-procs", "sqlite3-procs"), ("pydb-procs", "lmdb-procs")]
 
 
 @pytest.mark.parametrize("store", list(STORES))
@@ -231,7 +323,7 @@ def main(argv: list[str]) -> int:
     try:
         import lmdb  # noqa: F401
     except ImportError:
-        del stores["lmdb"], thread_stores["lmdb-threads"]
+        del stores["lmdb"], thread_stores["lmdb-threads"], thread_stores["lmdb-procs"]
     recs = []
     with pydb.open(unesb.default_database()) as db:
         for r in db:

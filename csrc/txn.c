@@ -1178,9 +1178,11 @@ static void img_add(pydb_db *db, const pydb_txn *t, const xblock *xb,
  * writer lock go, and only then waits until an fdatasync covers its
  * frame (log_durable_to): the next writer writes its frame meanwhile,
  * and one fdatasync covers every frame in the log when it starts.  The
- * header keeps the log's synced mark (shm.h): a commit whose frame ends
- * below it returns at once; others fdatasync the log and raise the mark
- * to the applied length they read before -- PostgreSQL's XLogFlush,
+ * header keeps the log's synced mark (shm.h), which every fdatasync of a
+ * frame raises: a commit whose frame ends below it returns at once;
+ * others take the sync lock (a commit that waited for it finds its
+ * frame covered, most often), fdatasync the log and raise the mark to
+ * the applied length they read before -- PostgreSQL's XLogFlush,
  * which flushes what is written and lets the backends whose records lie
  * below the flushed point return (src/backend/access/transam/xlog.c).
  * Commits that write a unit in place with no synced copy (the first
@@ -1444,10 +1446,12 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         int64_t end = log_at + (int64_t)log.n;
         uint64_t len;
         pydb__wal_mark_applied(db, log_at, &log);
-        if (frame_sync) img_add(db, t, xb, nxb);
-        if (defer && pydb__shm_log_applied(pydb__db_shm(db), &len,
-                                           &log_first))
+        if (pydb__shm_log_applied(pydb__db_shm(db), &len, &log_first))
             frame_end = (uint64_t)end;
+        if (frame_sync) {   /* its fdatasync covered the log up to it */
+            img_add(db, t, xb, nxb);
+            pydb__shm_log_synced_to(pydb__db_shm(db), log_first, frame_end);
+        }
         for (size_t i = 0; i < t->nfiles; i++)
             db->logged_files += (size_t)t->files[i].in_place;
         if ((end >= PYDB_WAL_CHECKPOINT ||
