@@ -1,0 +1,154 @@
+"""One fsync for many commits (csrc/txn.c, "One fsync for many commits").
+
+A ``sync=True`` commit whose blocks synced frames of the log already hold
+writes its frame, applies and publishes it, lets the writer lock go, and
+then returns once an fdatasync covers its frame: the commit header keeps
+the log's synced mark, and a sync lock (an OFD lock on byte 1 of the
+``.shm`` file) makes the commits that wait behind one fdatasync find
+their frames covered.  So writers of several processes share fsyncs.
+
+The tests fork writers: two commits of two processes that wait behind a
+held sync lock return on one fdatasync, and are visible meanwhile; many
+writers of several processes make at most one fsync per commit, and every
+acknowledged commit is there.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import struct
+import time
+
+import pytest
+
+import pydb
+from pydb import _pydb
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+
+T = _pydb._testing
+
+
+def _fork(fn, *args) -> int:
+    """Run fn(*args) in a forked child that exits 0 on success, 1 on an
+    exception (printed)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn(*args)
+            code = 0
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _synced_append(db, fields) -> tuple[int, int]:
+    """(MFN, fsyncs + fdatasyncs this thread made) of db.append(fields)."""
+    T.fail_io(-1)
+    try:
+        mfn = db.append(fields)
+        return mfn, T.io_syncs()
+    finally:
+        T.fail_io(0)
+
+
+def _sync_lock(f, lock: bool) -> None:
+    """Take or let go the sync lock of the open .shm file f: an OFD lock
+    on byte 1, as csrc/shm.c takes it (struct flock: type, whence,
+    start, length, pid)."""
+    kind = fcntl.F_WRLCK if lock else fcntl.F_UNLCK
+    fcntl.fcntl(f, fcntl.F_OFD_SETLKW, struct.pack("hhqqii", kind, os.SEEK_SET, 1, 1, 0, 0))
+
+
+def _wait_for(cond, what: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_two_processes_waiting_behind_the_sync_lock_share_one_fsync(tmp_path):
+    """Each of two writer processes commits once (its frame synced with
+    the writer lock held: the blocks are new to it), then, while this
+    test holds the sync lock, once more: both second commits write their
+    frames, are visible to a reader at once, and wait.  Released, one of
+    them fdatasyncs the log up to both frames and the other finds its
+    frame covered: two commits, one fsync."""
+    base = tmp_path / "db"
+    pydb.create(base, sync=True, gc="none").close()
+    go = [os.pipe() for _ in range(2)]
+    out = [tmp_path / f"w{i}.json" for i in range(2)]
+
+    def writer(i):
+        with pydb.open(base, readonly=False, sync=True, gc="none") as db:
+            first = _synced_append(db, [(1, f"first {i}")])
+            (tmp_path / f"ready{i}").touch()
+            os.read(go[i][0], 1)
+            second = _synced_append(db, [(1, f"second {i}")])
+            out[i].write_text(json.dumps([first, second]))
+
+    pids = [_fork(writer, i) for i in range(2)]
+    _wait_for(lambda: all((tmp_path / f"ready{i}").exists() for i in range(2)),
+              "the first commits")
+    with open(f"{base}.shm", "r+b") as shm, pydb.open(base) as reader:
+        _sync_lock(shm, True)
+        try:
+            for i in range(2):
+                os.write(go[i][1], b"g")
+            # published before they are durable: a reader sees both
+            _wait_for(lambda: reader.max_mfn == 4, "the second commits")
+            time.sleep(0.2)
+            assert not any(p.exists() for p in out)   # both still wait
+        finally:
+            _sync_lock(shm, False)
+    for pid in pids:
+        assert os.waitpid(pid, 0)[1] == 0
+    got = [json.loads(p.read_text()) for p in out]
+    assert sorted(g[0][0] for g in got) == [1, 2]
+    assert [g[0][1] for g in got] == [1, 1]      # each synced its first
+    assert sorted(g[1][0] for g in got) == [3, 4]
+    assert sorted(g[1][1] for g in got) == [0, 1], got   # one fsync for two
+    with pydb.open(base) as db:
+        assert sorted(db[m].raw(1)[0] for m in range(1, 5)) == [
+            b"first 0", b"first 1", b"second 0", b"second 1"]
+        assert db.check().ok
+
+
+def test_writers_of_several_processes_commit_with_at_most_one_fsync_each(tmp_path):
+    """Four processes append 60 records each, durably, at once: every
+    acknowledged MFN holds its record, no MFN twice, each append made at
+    most one fsync (its frame's, with the lock or after it; fewer when
+    another's covered it), and the database checks."""
+    base = tmp_path / "db"
+    pydb.create(base, sync=True, gc="none").close()
+    procs, each = 4, 60
+
+    def writer(i):
+        got = []
+        with pydb.open(base, readonly=False, sync=True, gc="none") as db:
+            for k in range(each):
+                got.append(_synced_append(db, [(1, f"{i}.{k}"), (2, "x" * (k * 7 + 1))]))
+        (tmp_path / f"w{i}.json").write_text(json.dumps(got))
+
+    pids = [_fork(writer, i) for i in range(procs)]
+    for pid in pids:
+        assert os.waitpid(pid, 0)[1] == 0
+    acked = {}
+    syncs = []
+    for i in range(procs):
+        for k, (mfn, n) in enumerate(json.loads((tmp_path / f"w{i}.json").read_text())):
+            assert mfn not in acked
+            acked[mfn] = (f"{i}.{k}".encode(), b"x" * (k * 7 + 1))
+            syncs.append(n)
+    assert sorted(acked) == list(range(1, procs * each + 1))
+    assert max(syncs) == 1 and 4 <= sum(syncs) <= procs * each, syncs
+    with pydb.open(base) as db:
+        for mfn, (a, b) in acked.items():
+            assert db[mfn].raw(1) == [a] and db[mfn].raw(2) == [b]
+        assert db.check().ok
