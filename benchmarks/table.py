@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 from pydb import ministat
 
-from .bench_commit import COMMITS, THREAD_COMMITS, THREADS  # records committed per round
+from .bench_commit import (  # records committed per round
+    COMMITS,
+    PROCS,
+    THREAD_COMMITS,
+    THREADS,
+)
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,11 @@ def rows(run: Run) -> list[Row]:
                    "process (group commit)", f"{comt}[pydb-threads]",
                    [("SQLite WAL FULL", f"{comt}[sqlite3-threads]"),
                     ("py-lmdb", f"{comt}[lmdb-threads]")], "(no target)", None,
+                   rate=lambda s: THREAD_COMMITS / s, unit="commits/s"),
+        timed_pair(run, f"durable single-record commits from {PROCS} processes (one "
+                   "fsync for many)", f"{comt}[pydb-procs]",
+                   [("SQLite WAL FULL", f"{comt}[sqlite3-procs]"),
+                    ("py-lmdb", f"{comt}[lmdb-procs]")], "(no target)", None,
                    rate=lambda s: THREAD_COMMITS / s, unit="commits/s"),
     ]
 

@@ -57,14 +57,14 @@ def test_rows_of_a_report(tmp_path, capsys):
     idx = table.rows(table.Run({"benchmarks": [
         _bench("benchmarks/bench_commit.py::test_durable_commits[pydb-index]", [0.1] * 3),
         _bench("benchmarks/bench_commit.py::test_durable_commits[sqlite3-fts5]", [0.2] * 3),
-    ]}))[-3]
+    ]}))[-4]
     assert (idx.pydb, idx.peer, idx.met) == (
         "2,000 commits/s (2.00x)", "SQLite FTS5 1,000 commits/s", "-")
     # 200 commits with sync=False: pydb 0.01 s, SQLite NORMAL 0.02 s
     normal = table.rows(table.Run({"benchmarks": [
         _bench("benchmarks/bench_commit.py::test_durable_commits[pydb-normal]", [0.01] * 3),
         _bench("benchmarks/bench_commit.py::test_durable_commits[sqlite3-normal]", [0.02] * 3),
-    ]}))[-2]
+    ]}))[-3]
     assert normal.figure.startswith("single-record commits, sync=False")
     assert (normal.pydb, normal.peer, normal.met) == (
         "20,000 commits/s (2.00x)", "SQLite WAL NORMAL 10,000 commits/s", "-")
@@ -73,11 +73,20 @@ def test_rows_of_a_report(tmp_path, capsys):
         _bench(f"{comt}[pydb-threads]", [0.04] * 3),
         _bench(f"{comt}[sqlite3-threads]", [0.2] * 3),
         _bench(f"{comt}[lmdb-threads]", [0.1] * 3),
-    ]}))[-1]
+    ]}))[-2]
     assert thr.figure == ("durable single-record commits from 8 threads of one process "
                           "(group commit)")
     assert (thr.pydb, thr.peer, thr.met) == (
         "20,000 commits/s (2.50x)", "py-lmdb 8,000 commits/s", "-")
+    # 800 commits from 4 processes: pydb 0.08 s, SQLite 0.2 s (the best
+    # peer), py-lmdb not run
+    procs = table.rows(table.Run({"benchmarks": [
+        _bench(f"{comt}[pydb-procs]", [0.08] * 3),
+        _bench(f"{comt}[sqlite3-procs]", [0.2] * 3),
+    ]}))[-1]
+    assert procs.figure == "durable single-record commits from 4 processes (one fsync for many)"
+    assert (procs.pydb, procs.peer, procs.met) == (
+        "10,000 commits/s (2.50x)", "SQLite WAL FULL 4,000 commits/s", "-")
     path = tmp_path / "b.json"
     path.write_text(json.dumps(_report()))
     assert table.main([str(path)]) == 0
