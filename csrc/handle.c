@@ -396,6 +396,7 @@ void pydb_close(pydb_db *db)
     pthread_cond_destroy(&db->wcond);
     pthread_mutex_destroy(&db->gmutex);
     pthread_cond_destroy(&db->gcond);
+    pthread_mutex_destroy(&db->lsmutex);
     pydb__txn_img_free(db);
     free(db);
 }

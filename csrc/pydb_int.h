@@ -237,6 +237,10 @@ struct pydb_db {
     int gc_waiting;          /* collector steps waiting for wbusy: other
                                 waiters stand back (txn.c, "Locks")       */
     uint64_t commit_seq;     /* commits written to the log by this handle  */
+    pthread_mutex_t lsmutex; /* held around each fdatasync of a frame and
+                                the set_fatal of its failure (txn.c,
+                                log_sync): no thread of the handle sees a
+                                sync succeed after another's failed      */
     /* ---- group commit (group.c), under gmutex ---- */
     pthread_mutex_t gmutex;
     pthread_cond_t gcond;    /* CLOCK_MONOTONIC                            */
@@ -538,7 +542,7 @@ int pydb__txn_mine_open(pydb_db *db, pydb_error *err);
  * (PYDB__FATAL_SYNC): its transactions are refused. */
 int pydb__txn_read_only(const pydb_db *db);
 /* The handle's writer locks and queues made anew (wmutex/wcond, the
- * group commit's gmutex/gcond; conditions on CLOCK_MONOTONIC, as
+ * group commit's gmutex/gcond, lsmutex; conditions on CLOCK_MONOTONIC, as
  * pydb__cond_wait_until waits) and emptied: at open, and in a fork()ed
  * child, where a lock another thread held at the fork would stay held
  * and no waiter of the parent exists (gc.c's atfork handler). */

@@ -60,6 +60,7 @@
 #define OFF_BOOT 448      /* the boot of OFF_LOG_APPLIED: 36 characters */
 #define OFF_LOG_SYNCED 488 /* u64: first id << 32 | bytes of that log
                               fdatasync'ed (pydb__shm_log_synced)   */
+#define OFF_SYNC_HOLDER 496 /* i32: pid holding the sync lock (0: none) */
 #define BOOT_LEN 36
 
 /* reader slot fields */
@@ -185,21 +186,6 @@ static int init_lock(int fd, int type)
     fl.l_len = 1;
     while (fcntl(fd, F_OFD_SETLKW, &fl) != 0)
         if (errno != EINTR) return errno;
-    return 0;
-}
-
-/* The sync lock (pydb__shm_sync_lock): an OFD lock on byte 1. */
-int pydb__shm_sync_lock(pydb_shm *s, int lock)
-{
-    struct flock fl;
-    if (!s || s->fd < 0) return -1;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = (short)(lock ? F_WRLCK : F_UNLCK);
-    fl.l_whence = SEEK_SET;
-    fl.l_start = 1;
-    fl.l_len = 1;
-    while (fcntl(s->fd, F_OFD_SETLKW, &fl) != 0)
-        if (errno != EINTR) return -1;
     return 0;
 }
 
@@ -983,8 +969,11 @@ void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first)
 
 int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end)
 {
-    uint64_t m;
-    if (!pydb__shm_log_usable(s) || first == 0) return 0;
+    uint64_t m, len;
+    uint32_t now;
+    /* the header's log, of this boot */
+    if (first == 0 || !pydb__shm_log_applied(s, &len, &now) || now != first)
+        return 0;
     m = __atomic_load_n(u64_at(s, OFF_LOG_SYNCED), __ATOMIC_ACQUIRE);
     return (uint32_t)(m >> 32) == first && (m & 0xffffffffu) >= end;
 }
@@ -1000,4 +989,31 @@ void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len)
     } while (!__atomic_compare_exchange_n(u64_at(s, OFF_LOG_SYNCED), &old,
                                           want, 1, __ATOMIC_RELEASE,
                                           __ATOMIC_RELAXED));
+}
+
+/* The sync lock: an OFD lock on byte 1, tried without waiting; its
+ * holder's pid at OFF_SYNC_HOLDER, so that waiters know a dead one. */
+int pydb__shm_sync_lock(pydb_shm *s, int lock)
+{
+    struct flock fl;
+    int32_t pid = (int32_t)getpid(), holder;
+    if (!s || s->fd < 0) return -1;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = (short)(lock ? F_WRLCK : F_UNLCK);
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 1;
+    fl.l_len = 1;
+    if (!lock && map_of(s))   /* (only the holder's pid is cleared) */
+        __atomic_compare_exchange_n(i32_at(s, OFF_SYNC_HOLDER), &pid, 0, 0,
+                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    while (fcntl(s->fd, F_OFD_SETLK, &fl) != 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EACCES) return -1;
+        holder = map_of(s) ? __atomic_load_n(i32_at(s, OFF_SYNC_HOLDER),
+                                             __ATOMIC_ACQUIRE) : 0;
+        return holder > 0 && process_gone(holder, 0) ? 2 : 1;
+    }
+    if (lock && map_of(s))
+        __atomic_store_n(i32_at(s, OFF_SYNC_HOLDER), pid, __ATOMIC_RELEASE);
+    return 0;
 }

@@ -61,7 +61,9 @@
  *   488    u64 the log's synced mark: the id of a log's first frame << 32
  *          | how many bytes of that log from its start an fdatasync
  *          covered (pydb__shm_log_synced; 0: none)
- *   496..4095 0
+ *   496    i32 pid of the sync lock's holder (0: none; txn.c, "One fsync
+ *          for many commits")
+ *   500..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -289,9 +291,12 @@ int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end);
 /* The sync lock: held (`lock` 1) by a commit while it fdatasyncs the log
  * for its frame, so that commits that wait for it find their frames
  * covered instead of each making its own (an OFD lock on byte 1 of the
- * file; the kernel lets it go when its process dies).  0, or -1 when it
- * could not be taken (no file: go on without it).  A fork()ed child
- * shares its parent's lock: it only costs a sync. */
+ * file; the holder's pid in the header).  Tried once: 0 taken (or,
+ * `lock` 0, let go), 1 held by another, 2 held by a process that is
+ * gone, -1 not possible (no file).  A waiter polls, and syncs without it
+ * when the holder is gone or after a bound (txn.c): the lock belongs to
+ * the open file description, so a fork()ed child that keeps the file
+ * open keeps a dead parent's lock, and a stopped holder keeps it too. */
 int pydb__shm_sync_lock(pydb_shm *s, int lock);
 void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len);
 

@@ -139,6 +139,7 @@ void pydb__writer_locks_init(pydb_db *db)
     pthread_cond_init(&db->wcond, &ca);
     pthread_mutex_init(&db->gmutex, NULL);
     pthread_cond_init(&db->gcond, &ca);
+    pthread_mutex_init(&db->lsmutex, NULL);
     pthread_condattr_destroy(&ca);
     db->gc_waiting = 0;   /* (wbusy: txn_begin clears a parent's) */
     db->ghead = db->gtail = NULL;
@@ -1198,39 +1199,111 @@ static void img_add(pydb_db *db, const pydb_txn *t, const xblock *xb,
  *
  * What a caller sees: its commit is durable when the call returns, as
  * before; a failed fdatasync makes the handle read-only and the outcome
- * unknown (the commit is applied, but the log may have lost it).  Other
+ * unknown (the commit is applied, but the log may have lost it).  Since
+ * the frame is counted in the header's length by then, the failing
+ * thread takes the writer lock again to make the header stop vouching
+ * for the log (unvouch_log: the reopen replays it, rather than append
+ * behind a frame the disk may lack), and every fdatasync of a frame
+ * runs under the handle's lsmutex with the failure's set_fatal, so that
+ * another thread of the handle, whose own fdatasync of the same open
+ * file would succeed (Linux reports a writeback error once per open file
+ * description), fails its commit too (log_sync).  Other
  * readers may see the commit during that fsync, before it is durable; a
  * power cut then loses it like any commit whose call had not returned,
  * and a later commit -- one that read it, say -- lies after it in the
  * log, so it cannot be durable without it. */
 
+/* fdatasync the log for a frame -- a commit point, or a deferred
+ * commit's -- under lsmutex together with the set_fatal of a failure:
+ * Linux reports a writeback error once per open file description, so a
+ * thread of this handle whose sync follows another's failed one would
+ * see success for a log that may have lost an earlier frame; it is told
+ * of the failure instead.  PYDB_OK, or PYDB_EIO (the handle is then
+ * read-only). */
+static int log_sync(pydb_db *db, pydb_error *err)
+{
+    int e, rc = PYDB_OK;
+    pthread_mutex_lock(&db->lsmutex);
+    if (pydb__txn_read_only(db)) {
+        rc = PYDB_OSERROR(err, EIO, db->wal_path, -1, "an earlier fsync of "
+                          "this handle failed: the write-ahead log may "
+                          "have lost a frame");
+    } else if (pydb__vfs->fdatasync(db->wal_fd) != 0) {
+        e = errno;
+        set_fatal(db, PYDB__FATAL_SYNC);
+        rc = PYDB_OSERROR(err, e, db->wal_path, -1,
+                          "fdatasync of the write-ahead log failed: %s",
+                          strerror(e));
+    }
+    pthread_mutex_unlock(&db->lsmutex);
+    return rc;
+}
+
+#define UNVOUCH_WAIT_MS 10000
+
+/* After a failed fdatasync of a frame that is applied and counted in the
+ * header's length (a deferred commit's): take the writer lock again and
+ * make the header stop vouching for the log (datasync_or_fatal's
+ * reason), so that the next writer or open replays the log from its
+ * start instead of appending behind a frame the disk may not hold.
+ * Waits up to UNVOUCH_WAIT_MS for the lock; without it the header stays
+ * as after a failed fsync of a process that died. */
+static void unvouch_log(pydb_db *db)
+{
+    int64_t deadline = pydb__now_ms() + UNVOUCH_WAIT_MS;
+    pydb_error scratch;
+    pthread_mutex_lock(&db->wmutex);
+    while (db->wbusy && deadline - pydb__now_ms() > 0)
+        pydb__cond_wait_until(&db->wcond, &db->wmutex, deadline);
+    if (db->wbusy) {
+        pthread_mutex_unlock(&db->wmutex);
+        return;
+    }
+    db->wbusy = 1;
+    db->wbusy_pid = getpid();
+    db->wowner = pthread_self();
+    pthread_mutex_unlock(&db->wmutex);
+    if (pydb__wal_lock(db, deadline, 0, &scratch) == PYDB_OK)
+        pydb__shm_log_set(pydb__db_shm(db), 0, 0);
+    release_writer(db);
+}
+
+/* How long a deferred commit polls the sync lock before it syncs without
+ * it (its holder may be stopped; one that died is seen at once: shm.h),
+ * in microseconds: longer than any fdatasync it waits for. */
+#define SYNC_LOCK_WAIT_US 1000000
+
 /* Return once an fdatasync covered bytes [0, end) of the log whose first
  * frame has id `first` (0: unknown; then this call syncs).  Without the
- * writer lock.  PYDB_OK, or PYDB_EIO (the handle is then read-only). */
+ * writer lock.  PYDB_OK, or PYDB_EIO (the handle is then read-only and
+ * the header no longer vouches for the log). */
 static int log_durable_to(pydb_db *db, uint32_t first, uint64_t end,
                           pydb_error *err)
 {
     pydb_shm *shm = pydb__db_shm(db);
     uint64_t len = 0;
     uint32_t now = 0;
-    int e;
-    int locked, rc = PYDB_OK;
-    if (pydb__shm_log_synced(shm, first, end)) return PYDB_OK;
-    locked = pydb__shm_sync_lock(shm, 1) == 0;
-    if (locked && pydb__shm_log_synced(shm, first, end)) goto cleanup;
+    unsigned nap = 20, waited = 0;
+    int locked = 0, rc = PYDB_OK;
+    for (;;) {
+        int got;
+        if (pydb__shm_log_synced(shm, first, end)) goto cleanup;
+        if (locked) break;
+        got = pydb__shm_sync_lock(shm, 1);
+        locked = got == 0;
+        if (locked) continue;   /* look once more, then sync */
+        if (got != 1 || waited >= SYNC_LOCK_WAIT_US) break;
+        usleep(nap);
+        waited += nap;
+        nap = nap < 1000 ? nap * 2 : nap;
+    }
     /* what this fdatasync covers: the frames applied before it starts */
     if (!pydb__shm_log_applied(shm, &len, &now)) len = 0;
-    if (pydb__vfs->fdatasync(db->wal_fd) != 0) {
-        e = errno;
-        set_fatal(db, PYDB__FATAL_SYNC);
-        rc = PYDB_OSERROR(err, e, db->wal_path, -1,
-                          "fdatasync of the write-ahead log failed: %s",
-                          strerror(e));
-        goto cleanup;
-    }
-    if (len) pydb__shm_log_synced_to(shm, now, len);
+    rc = log_sync(db, err);
+    if (rc == PYDB_OK && len) pydb__shm_log_synced_to(shm, now, len);
 cleanup:
     if (locked) pydb__shm_sync_lock(shm, 0);
+    if (rc) unvouch_log(db);
     return rc;
 }
 
@@ -1327,8 +1400,10 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     defer = sync && !frame_sync;   /* (keep: a sync=True handle's) */
 
     /* The log, then the commit point. */
-    rc = pydb__wal_append(db, &log, frame_sync, keep, &log_at,
-                          &log_sync_failed, err);
+    rc = pydb__wal_append(db, &log, 0, keep, &log_at, &log_sync_failed,
+                          err);
+    if (rc == PYDB_OK && frame_sync && (rc = log_sync(db, err)) != PYDB_OK)
+        log_sync_failed = 1;
     if (rc) {
         if (log_sync_failed) {
             set_fatal(db, PYDB__FATAL_SYNC);
@@ -1454,10 +1529,10 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         }
         for (size_t i = 0; i < t->nfiles; i++)
             db->logged_files += (size_t)t->files[i].in_place;
-        if ((end >= PYDB_WAL_CHECKPOINT ||
-             db->logged_files >= PYDB_WAL_CHECKPOINT_FILES) &&
-            checkpoint(db, NULL) == PYDB_OK)
-            defer = 0;   /* the files are synced and the log empty */
+        if (end >= PYDB_WAL_CHECKPOINT ||
+            db->logged_files >= PYDB_WAL_CHECKPOINT_FILES)
+            (void)checkpoint(db, NULL);   /* (a deferred commit then
+                                             syncs the emptied log) */
     } else if (log_at > 0) {
         (void)checkpoint(db, NULL);
     } else {
@@ -1468,8 +1543,9 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 
 apply_failed:
     if (defer) {   /* its frame waits for an fdatasync: now, locked */
+        pydb_error scratch;   /* (err says why the apply failed) */
         defer = 0;
-        if (pydb__vfs->fdatasync(db->wal_fd) != 0) {
+        if (log_sync(db, &scratch) != PYDB_OK) {
             logged = 0;   /* the outcome is unknown (commit_outcome) */
             log_sync_failed = fsync_failed = 1;
         }

@@ -83,6 +83,7 @@ def test_two_processes_waiting_behind_the_sync_lock_share_one_fsync(tmp_path):
     base = tmp_path / "db"
     pydb.create(base, sync=True, gc="none").close()
     go = [os.pipe() for _ in range(2)]
+    close = [os.pipe() for _ in range(2)]
     out = [tmp_path / f"w{i}.json" for i in range(2)]
 
     def writer(i):
@@ -92,6 +93,9 @@ def test_two_processes_waiting_behind_the_sync_lock_share_one_fsync(tmp_path):
             os.read(go[i][0], 1)
             second = _synced_append(db, [(1, f"second {i}")])
             out[i].write_text(json.dumps([first, second]))
+            # closing checkpoints, which empties the log and drops the
+            # mark: not before the other writer has returned too
+            os.read(close[i][0], 1)
 
     pids = [_fork(writer, i) for i in range(2)]
     _wait_for(lambda: all((tmp_path / f"ready{i}").exists() for i in range(2)),
@@ -107,6 +111,9 @@ def test_two_processes_waiting_behind_the_sync_lock_share_one_fsync(tmp_path):
             assert not any(p.exists() for p in out)   # both still wait
         finally:
             _sync_lock(shm, False)
+    _wait_for(lambda: all(p.exists() for p in out), "the second commits to return")
+    for i in range(2):
+        os.write(close[i][1], b"c")
     for pid in pids:
         assert os.waitpid(pid, 0)[1] == 0
     got = [json.loads(p.read_text()) for p in out]
@@ -196,3 +203,137 @@ def test_handles_in_threads_share_fsyncs(tmp_path):
         for mfn, value in got.items():
             assert db[mfn].raw(1) == [value]
         assert db.check().ok
+
+
+def _frames_at(path) -> list[tuple[int, int]]:
+    """(offset, length) of each frame of the log at `path` (csrc/wal.h)."""
+    data = open(path, "rb").read()
+    pos, out = 0, []
+    while data[pos:pos + 8] == b"PYDBWAL1":
+        n = 40 + struct.unpack_from("<Q", data, pos + 16)[0] + 16
+        out.append((pos, n))
+        pos += n
+    return out
+
+
+def test_a_failed_deferred_fsync_makes_the_reopen_replay_the_log(tmp_path):
+    """The deferred fdatasync of a published commit fails (EIO): unknown
+    outcome, and the header stops vouching for the log, so the reopen the
+    error asks for replays it (and empties it) instead of appending
+    behind a frame the disk may lack.  A power cut after a later
+    acknowledged commit -- the failed frame's bytes lost, the .mst/.xrf as
+    last synced, no header -- keeps that commit."""
+    import errno
+
+    base = tmp_path / "db"
+    pydb.create(base, sync=True, gc="none").close()
+    db = pydb.open(base, readonly=False, sync=True, gc="none")
+    db.append([(1, "a")])                  # synced with the lock held
+    T.fail_io(5, errno.EIO)                # the frame, records, XRF, control record, then
+    try:
+        with pytest.raises(pydb.DiskError) as e:
+            db.append([(1, "b")])
+        assert T.io_fired() == "fdatasync" and e.value.committed is None
+    finally:
+        T.fail_io(0)
+    failed = _frames_at(f"{base}.wal")[1]
+    db.close()
+    db = pydb.open(base, readonly=False, sync=True, gc="none")
+    assert _frames_at(f"{base}.wal") == []     # replayed, the files synced
+    disk = {ext: open(f"{base}{ext}", "rb").read() for ext in (".mst", ".xrf")}
+    assert db.append([(1, "c")]) == 3
+    wal = bytearray(open(f"{base}.wal", "rb").read())
+    assert _frames_at(f"{base}.wal")[0][0] == 0 and failed[0] > 0
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "db.wal").write_bytes(bytes(wal))
+    for ext, data in disk.items():
+        (cut / f"db{ext}").write_bytes(data)
+    db.close()
+    with pydb.open(cut / "db") as r:
+        assert [r[m].raw(1) for m in range(1, r.max_mfn + 1)] == [[b"a"], [b"b"], [b"c"]]
+        assert r.check().ok
+
+
+def test_a_failed_deferred_fsync_fails_a_commit_of_another_thread(tmp_path):
+    """While thread 1's commit waits (published) for its deferred
+    fdatasync -- this test holds the sync lock -- the main thread begins a
+    transaction on the same handle; thread 1's fdatasync then fails.  The
+    main thread's commit must not be acknowledged (Linux tells a writeback
+    error to one fsync of an open file description only: its own
+    fdatasync would succeed behind a lost frame): DiskError, outcome
+    unknown; the handle is read-only."""
+    import errno
+    import threading
+
+    base = tmp_path / "db"
+    db = pydb.create(base, sync=True, gc="none")
+    db.append([(1, "a")])
+    res = {}
+
+    def t1():
+        T.fail_io(5, errno.EIO)
+        try:
+            db.append([(1, "b")])
+            res["t1"] = "ok"
+        except pydb.DiskError as e:
+            res["t1"] = (e.committed, T.io_fired())
+        finally:
+            T.fail_io(0)
+
+    with open(f"{base}.shm", "r+b") as shm:
+        _sync_lock(shm, True)
+        th = threading.Thread(target=t1)
+        try:
+            th.start()
+            _wait_for(lambda: db.max_mfn == 2, "thread 1's commit")
+            tx = db.transaction()
+            tx.append([(1, "c")])
+        finally:
+            _sync_lock(shm, False)
+            th.join()
+    assert res["t1"] == (None, "fdatasync")
+    with pytest.raises(pydb.DiskError) as e:
+        tx.commit()
+    assert e.value.committed is None and "earlier fsync" in str(e.value)
+    with pytest.raises(pydb.ReadOnlyError):
+        db.append([(1, "d")])
+    db.close()
+
+
+def test_a_sync_lock_left_by_a_dead_writer_does_not_stall_commits(tmp_path):
+    """A writer is killed inside its deferred fdatasync while a child it
+    forked keeps the .shm file open, and with it the sync lock (an OFD
+    lock belongs to the open file description): another process's
+    deferred commits see the holder gone and sync alone, at once."""
+    import signal
+
+    base = tmp_path / "db"
+    pydb.create(base, sync=True, gc="none").close()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            db = pydb.open(base, readonly=False, sync=True, gc="none")
+            db.append([(1, "a")])
+            child = os.fork()
+            if child == 0:                  # an idle child
+                time.sleep(60)
+                os._exit(0)
+            os.write(w, b"%16d" % child)
+            T.fail_io(5, crash=True)        # dies at its deferred fdatasync
+            db.append([(1, "b")])
+        finally:
+            os._exit(3)
+    child = int(os.read(r, 16))
+    assert os.WEXITSTATUS(os.waitpid(pid, 0)[1]) == 137   # (fail_io's crash)
+    try:
+        with pydb.open(base, readonly=False, sync=True, gc="none") as db:
+            db.append([(1, "c")])             # synced with the writer lock
+            t0 = time.monotonic()
+            for k in range(5):                # deferred: past the sync lock
+                db.append([(1, f"d{k}")])
+            assert time.monotonic() - t0 < 0.5
+            assert db.max_mfn == 8
+    finally:
+        os.kill(child, signal.SIGKILL)    # (not ours to reap: the writer's)
