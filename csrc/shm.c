@@ -60,7 +60,10 @@
 #define OFF_BOOT 448      /* the boot of OFF_LOG_APPLIED: 36 characters */
 #define OFF_LOG_SYNCED 488 /* u64: first id << 32 | bytes of that log
                               fdatasync'ed (pydb__shm_log_synced)   */
-#define OFF_SYNC_HOLDER 496 /* i32: pid holding the sync lock (0: none) */
+#define OFF_SYNC_HOLDER 496 /* i32: pid holding the sync lock (0: none;
+                               -1: stale, do not wait)               */
+#define OFF_LOG_SUSPECT 500 /* u32: id of a log an fdatasync failed on */
+#define OFF_SYNC_START 504 /* u64: the holder's start time           */
 #define BOOT_LEN 36
 
 /* reader slot fields */
@@ -967,12 +970,29 @@ void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first)
     __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), len, __ATOMIC_RELEASE);
 }
 
+int pydb__shm_log_suspect(pydb_shm *s)
+{
+    uint64_t len;
+    uint32_t now;
+    return pydb__shm_log_applied(s, &len, &now) && now != 0 &&
+           __atomic_load_n(u32_at(s, OFF_LOG_SUSPECT), __ATOMIC_ACQUIRE) == now;
+}
+
+void pydb__shm_log_suspect_set(pydb_shm *s)
+{
+    uint64_t len;
+    uint32_t now;
+    if (pydb__shm_log_applied(s, &len, &now) && now != 0)
+        __atomic_store_n(u32_at(s, OFF_LOG_SUSPECT), now, __ATOMIC_RELEASE);
+}
+
 int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end)
 {
     uint64_t m, len;
     uint32_t now;
-    /* the header's log, of this boot */
-    if (first == 0 || !pydb__shm_log_applied(s, &len, &now) || now != first)
+    /* the header's log, of this boot, and no fdatasync failed on it */
+    if (first == 0 || !pydb__shm_log_applied(s, &len, &now) || now != first ||
+        __atomic_load_n(u32_at(s, OFF_LOG_SUSPECT), __ATOMIC_ACQUIRE) == now)
         return 0;
     m = __atomic_load_n(u64_at(s, OFF_LOG_SYNCED), __ATOMIC_ACQUIRE);
     return (uint32_t)(m >> 32) == first && (m & 0xffffffffu) >= end;
@@ -992,12 +1012,15 @@ void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len)
 }
 
 /* The sync lock: an OFD lock on byte 1, tried without waiting; its
- * holder's pid at OFF_SYNC_HOLDER, so that waiters know a dead one. */
+ * holder's pid and start time at OFF_SYNC_HOLDER / OFF_SYNC_START, so
+ * that waiters know a dead one (a pid reused is told by its start). */
 int pydb__shm_sync_lock(pydb_shm *s, int lock)
 {
     struct flock fl;
-    int32_t pid = (int32_t)getpid(), holder;
+    int32_t pid, holder;
+    uint64_t start;
     if (!s || s->fd < 0) return -1;
+    me(&pid, &start);
     memset(&fl, 0, sizeof fl);
     fl.l_type = (short)(lock ? F_WRLCK : F_UNLCK);
     fl.l_whence = SEEK_SET;
@@ -1009,11 +1032,25 @@ int pydb__shm_sync_lock(pydb_shm *s, int lock)
     while (fcntl(s->fd, F_OFD_SETLK, &fl) != 0) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EACCES) return -1;
-        holder = map_of(s) ? __atomic_load_n(i32_at(s, OFF_SYNC_HOLDER),
-                                             __ATOMIC_ACQUIRE) : 0;
-        return holder > 0 && process_gone(holder, 0) ? 2 : 1;
+        if (!map_of(s)) return 1;
+        holder = __atomic_load_n(i32_at(s, OFF_SYNC_HOLDER), __ATOMIC_ACQUIRE);
+        start = __atomic_load_n(u64_at(s, OFF_SYNC_START), __ATOMIC_RELAXED);
+        return holder == -1 || (holder > 0 && process_gone(holder, start))
+                   ? 2 : 1;
     }
-    if (lock && map_of(s))
+    if (lock && map_of(s)) {
+        __atomic_store_n(u64_at(s, OFF_SYNC_START), start, __ATOMIC_RELAXED);
         __atomic_store_n(i32_at(s, OFF_SYNC_HOLDER), pid, __ATOMIC_RELEASE);
+    }
     return 0;
+}
+
+void pydb__shm_sync_lock_stale(pydb_shm *s)
+{
+    int32_t holder;
+    if (!s || !map_of(s)) return;
+    holder = __atomic_load_n(i32_at(s, OFF_SYNC_HOLDER), __ATOMIC_ACQUIRE);
+    if (holder > 0)
+        __atomic_compare_exchange_n(i32_at(s, OFF_SYNC_HOLDER), &holder, -1,
+                                    0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }

@@ -61,9 +61,12 @@
  *   488    u64 the log's synced mark: the id of a log's first frame << 32
  *          | how many bytes of that log from its start an fdatasync
  *          covered (pydb__shm_log_synced; 0: none)
- *   496    i32 pid of the sync lock's holder (0: none; txn.c, "One fsync
- *          for many commits")
- *   500..4095 0
+ *   496    i32 pid of the sync lock's holder (0: none; -1: a holder that
+ *          kept it too long, not waited for; txn.c, "One fsync for many
+ *          commits")     500 u32 the id of a log an fdatasync of its
+ *          frames failed on (0: none): the log must be replayed
+ *   504    u64 the sync lock holder's start time (as a reader slot's)
+ *   512..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -282,22 +285,35 @@ int pydb__shm_log_usable(pydb_shm *s);
  * that defers its fsync past the writer lock asks whether another's
  * fdatasync already covered its frame.  pydb__shm_log_synced(): 1 if an
  * fdatasync of this boot covered bytes [0, end) of the log whose first
- * frame has id `first`.  pydb__shm_log_synced_to(): after an fdatasync
- * that covered [0, len) of that log, raise the mark (lock-free; a mark
- * of another log is replaced; lengths past 4 GiB are not kept).
- * pydb__shm_log_set() drops a mark of another log.  No-ops / 0 without
- * a usable header. */
+ * frame has id `first`, the header's log, on which no fdatasync failed.
+ * pydb__shm_log_synced_to(): after an fdatasync that covered [0, len) of
+ * that log, raise the mark (lock-free; a mark of another log is
+ * replaced; lengths past 4 GiB are not kept).  pydb__shm_log_set() drops
+ * a mark of another log.  No-ops / 0 without a usable header. */
 int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end);
+void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len);
+
+/* A failed fdatasync of the log's frames: pydb__shm_log_suspect_set()
+ * names the header's log suspect (lock-free, at once: the header counts
+ * frames in its length that the disk may lack); pydb__shm_log_suspect():
+ * 1 while the header's log is the one named.  Recovery then replays it
+ * (wal.c, wal_pending), which gives a new log; a commit whose own
+ * fdatasync succeeds behind it is not acknowledged (txn.c, log_sync). */
+int pydb__shm_log_suspect(pydb_shm *s);
+void pydb__shm_log_suspect_set(pydb_shm *s);
+
 /* The sync lock: held (`lock` 1) by a commit while it fdatasyncs the log
  * for its frame, so that commits that wait for it find their frames
  * covered instead of each making its own (an OFD lock on byte 1 of the
- * file; the holder's pid in the header).  Tried once: 0 taken (or,
- * `lock` 0, let go), 1 held by another, 2 held by a process that is
- * gone, -1 not possible (no file).  A waiter polls, and syncs without it
- * when the holder is gone or after a bound (txn.c): the lock belongs to
- * the open file description, so a fork()ed child that keeps the file
- * open keeps a dead parent's lock, and a stopped holder keeps it too. */
+ * file; the holder's pid and start time in the header).  Tried once: 0
+ * taken (or, `lock` 0, let go), 1 held by another, 2 held by a process
+ * that is gone or was found stale, -1 not possible (no file).  A waiter
+ * polls, and syncs without it when the holder is gone or after a bound,
+ * after which pydb__shm_sync_lock_stale() tells later waiters not to
+ * wait for that holder (the lock belongs to the open file description:
+ * a fork()ed child that keeps the file open keeps a dead parent's lock,
+ * and a stopped holder keeps it too). */
 int pydb__shm_sync_lock(pydb_shm *s, int lock);
-void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len);
+void pydb__shm_sync_lock_stale(pydb_shm *s);
 
 #endif

@@ -1200,13 +1200,13 @@ static void img_add(pydb_db *db, const pydb_txn *t, const xblock *xb,
  * What a caller sees: its commit is durable when the call returns, as
  * before; a failed fdatasync makes the handle read-only and the outcome
  * unknown (the commit is applied, but the log may have lost it).  Since
- * the frame is counted in the header's length by then, the failing
- * thread takes the writer lock again to make the header stop vouching
- * for the log (unvouch_log: the reopen replays it, rather than append
- * behind a frame the disk may lack), and every fdatasync of a frame
- * runs under the handle's lsmutex with the failure's set_fatal, so that
- * another thread of the handle, whose own fdatasync of the same open
- * file would succeed (Linux reports a writeback error once per open file
+ * the frame is counted in the header's length by then, a failed
+ * fdatasync names the log suspect in the header (recovery replays it,
+ * rather than append behind a frame the disk may lack), and every
+ * fdatasync of a frame runs under the handle's lsmutex with the
+ * failure's set_fatal and looks at that name after it succeeds, so that
+ * another thread of the handle or another process, whose own fdatasync
+ * would succeed (Linux reports a writeback error once per open file
  * description), fails its commit too (log_sync).  Other
  * readers may see the commit during that fsync, before it is durable; a
  * power cut then loses it like any commit whose call had not returned,
@@ -1218,10 +1218,14 @@ static void img_add(pydb_db *db, const pydb_txn *t, const xblock *xb,
  * Linux reports a writeback error once per open file description, so a
  * thread of this handle whose sync follows another's failed one would
  * see success for a log that may have lost an earlier frame; it is told
- * of the failure instead.  PYDB_OK, or PYDB_EIO (the handle is then
- * read-only). */
+ * of the failure instead.  A failure names the header's log suspect at
+ * once (shm.h), so that recovery replays it and a process that opened
+ * the log after the error, whose own fdatasync succeeds, does not
+ * acknowledge a frame behind a lost one either.  PYDB_OK, or PYDB_EIO
+ * (after a failure of its own the handle is read-only). */
 static int log_sync(pydb_db *db, pydb_error *err)
 {
+    pydb_shm *shm = pydb__db_shm(db);
     int e, rc = PYDB_OK;
     pthread_mutex_lock(&db->lsmutex);
     if (pydb__txn_read_only(db)) {
@@ -1230,53 +1234,29 @@ static int log_sync(pydb_db *db, pydb_error *err)
                           "have lost a frame");
     } else if (pydb__vfs->fdatasync(db->wal_fd) != 0) {
         e = errno;
+        pydb__shm_log_suspect_set(shm);
         set_fatal(db, PYDB__FATAL_SYNC);
         rc = PYDB_OSERROR(err, e, db->wal_path, -1,
                           "fdatasync of the write-ahead log failed: %s",
                           strerror(e));
+    } else if (pydb__shm_log_suspect(shm)) {
+        rc = PYDB_OSERROR(err, EIO, db->wal_path, -1, "an fdatasync of this "
+                          "write-ahead log failed in another handle or "
+                          "process: it may have lost a frame");
     }
     pthread_mutex_unlock(&db->lsmutex);
     return rc;
 }
 
-#define UNVOUCH_WAIT_MS 10000
-
-/* After a failed fdatasync of a frame that is applied and counted in the
- * header's length (a deferred commit's): take the writer lock again and
- * make the header stop vouching for the log (datasync_or_fatal's
- * reason), so that the next writer or open replays the log from its
- * start instead of appending behind a frame the disk may not hold.
- * Waits up to UNVOUCH_WAIT_MS for the lock; without it the header stays
- * as after a failed fsync of a process that died. */
-static void unvouch_log(pydb_db *db)
-{
-    int64_t deadline = pydb__now_ms() + UNVOUCH_WAIT_MS;
-    pydb_error scratch;
-    pthread_mutex_lock(&db->wmutex);
-    while (db->wbusy && deadline - pydb__now_ms() > 0)
-        pydb__cond_wait_until(&db->wcond, &db->wmutex, deadline);
-    if (db->wbusy) {
-        pthread_mutex_unlock(&db->wmutex);
-        return;
-    }
-    db->wbusy = 1;
-    db->wbusy_pid = getpid();
-    db->wowner = pthread_self();
-    pthread_mutex_unlock(&db->wmutex);
-    if (pydb__wal_lock(db, deadline, 0, &scratch) == PYDB_OK)
-        pydb__shm_log_set(pydb__db_shm(db), 0, 0);
-    release_writer(db);
-}
-
 /* How long a deferred commit polls the sync lock before it syncs without
- * it (its holder may be stopped; one that died is seen at once: shm.h),
- * in microseconds: longer than any fdatasync it waits for. */
+ * it and marks the holder stale (a stopped holder, or one slower than
+ * that; one that died is seen at once: shm.h), in microseconds of sleep
+ * asked for (the time taken is longer). */
 #define SYNC_LOCK_WAIT_US 1000000
 
 /* Return once an fdatasync covered bytes [0, end) of the log whose first
  * frame has id `first` (0: unknown; then this call syncs).  Without the
- * writer lock.  PYDB_OK, or PYDB_EIO (the handle is then read-only and
- * the header no longer vouches for the log). */
+ * writer lock.  PYDB_OK, or PYDB_EIO (log_sync's). */
 static int log_durable_to(pydb_db *db, uint32_t first, uint64_t end,
                           pydb_error *err)
 {
@@ -1292,7 +1272,11 @@ static int log_durable_to(pydb_db *db, uint32_t first, uint64_t end,
         got = pydb__shm_sync_lock(shm, 1);
         locked = got == 0;
         if (locked) continue;   /* look once more, then sync */
-        if (got != 1 || waited >= SYNC_LOCK_WAIT_US) break;
+        if (got != 1) break;
+        if (waited >= SYNC_LOCK_WAIT_US) {
+            pydb__shm_sync_lock_stale(shm);
+            break;
+        }
         usleep(nap);
         waited += nap;
         nap = nap < 1000 ? nap * 2 : nap;
@@ -1303,7 +1287,6 @@ static int log_durable_to(pydb_db *db, uint32_t first, uint64_t end,
     if (rc == PYDB_OK && len) pydb__shm_log_synced_to(shm, now, len);
 cleanup:
     if (locked) pydb__shm_sync_lock(shm, 0);
-    if (rc) unvouch_log(db);
     return rc;
 }
 

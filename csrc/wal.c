@@ -713,6 +713,9 @@ static int wal_pending(const pydb_wal_files *w, int64_t *size,
         return 0;
     }
     if (!pydb__shm_log_applied(w->shm, &applied, &first)) return 1;
+    /* an fdatasync of its frames failed: the disk may lack one the
+     * length counts (txn.c, log_sync): replay it from the page cache */
+    if (pydb__shm_log_suspect(w->shm)) return 1;
     return wal_unapplied(w->wal_fd, applied, first, *size);
 }
 

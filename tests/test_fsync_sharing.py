@@ -337,3 +337,95 @@ def test_a_sync_lock_left_by_a_dead_writer_does_not_stall_commits(tmp_path):
             assert db.max_mfn == 8
     finally:
         os.kill(child, signal.SIGKILL)    # (not ours to reap: the writer's)
+
+
+def test_a_failed_deferred_fsync_fails_another_handles_commit_and_forces_a_replay(tmp_path):
+    """Handle A's deferred fdatasync fails while handle F, which holds the
+    writer lock (its transaction began while A's commit waited, this test
+    holding the sync lock), commits next: F's own fdatasync succeeds (the
+    failure was A's), but the header names the log suspect at A's
+    failure, so F's commit is not acknowledged (DiskError, outcome
+    unknown).  A handle opened afterwards replays the log (the disk may
+    lack A's frame), and a power cut after its next commit keeps it."""
+    import errno
+    import threading
+
+    base = tmp_path / "db"
+    pydb.create(base, sync=True, gc="none").close()
+    a = pydb.open(base, readonly=False, sync=True, gc="none")
+    f = pydb.open(base, readonly=False, sync=True, gc="none")
+    a.append([(1, "a")])
+    res = {}
+
+    def t1():
+        T.fail_io(5, errno.EIO)
+        try:
+            a.append([(1, "b")])
+            res["a"] = "ok"
+        except pydb.DiskError as e:
+            res["a"] = (e.committed, T.io_fired())
+        finally:
+            T.fail_io(0)
+
+    with open(f"{base}.shm", "r+b") as shm:
+        _sync_lock(shm, True)
+        th = threading.Thread(target=t1)
+        try:
+            th.start()
+            _wait_for(lambda: a.max_mfn == 2, "A's commit published")
+            tx = f.transaction()                 # F takes the writer lock
+            tx.append([(1, "f")])
+        finally:
+            _sync_lock(shm, False)
+            th.join()
+    assert res["a"] == (None, "fdatasync")
+    with pytest.raises(pydb.DiskError) as e:
+        tx.commit()
+    assert e.value.committed is None and "another handle or process" in str(e.value)
+    f.close()
+    a.close()
+    with pydb.open(base, readonly=False, sync=True, gc="none") as db:
+        assert _frames_at(f"{base}.wal") == []   # replayed, the files synced
+        disk = {ext: open(f"{base}{ext}", "rb").read() for ext in (".mst", ".xrf")}
+        mfn = db.append([(1, "c")])
+        cut = tmp_path / "cut"
+        cut.mkdir()
+        (cut / "db.wal").write_bytes(open(f"{base}.wal", "rb").read())
+        for ext, data in disk.items():
+            (cut / f"db{ext}").write_bytes(data)
+    with pydb.open(cut / "db") as r:
+        assert r.max_mfn == mfn and r[mfn].raw(1) == [b"c"]
+        assert r.check().ok
+
+
+def test_a_stale_sync_lock_holder_is_waited_for_once(tmp_path):
+    """The sync lock held by a holder that never lets it go while its pid
+    lives (a stopped process; here this test, the pid in the header set to
+    1): the first deferred commit polls about a second, then syncs alone
+    and marks the holder stale; later ones do not wait.  A holder whose
+    pid is gone is not waited for at all."""
+    import mmap
+
+    base = tmp_path / "db"
+    pydb.create(base, sync=True, gc="none").close()
+    with pydb.open(base, readonly=False, sync=True, gc="none") as db:
+        db.append([(1, "a")])                    # synced with the writer lock
+        with open(f"{base}.shm", "r+b") as shm:
+            _sync_lock(shm, True)
+            m = mmap.mmap(shm.fileno(), 4096)
+            try:
+                struct.pack_into("<iIQ", m, 496, 1, 0, 0)   # holder: pid 1, start unknown
+                times = []
+                for k in range(3):
+                    t0 = time.monotonic()
+                    db.append([(1, f"d{k}")])
+                    times.append(time.monotonic() - t0)
+                assert times[0] > 0.9 and max(times[1:]) < 0.5, times
+                struct.pack_into("<i", m, 496, 2 ** 31 - 1)  # a pid that is gone
+                t0 = time.monotonic()
+                db.append([(1, "e")])
+                assert time.monotonic() - t0 < 0.5
+            finally:
+                m.close()
+                _sync_lock(shm, False)
+        assert db.max_mfn == 5
