@@ -255,6 +255,44 @@ def test_a_failed_deferred_fsync_makes_the_reopen_replay_the_log(tmp_path):
         assert r.check().ok
 
 
+def _fail_deferred_sync_beside(a, f) -> tuple:
+    """Handle `a` appends "b" with its deferred fdatasync (its fifth
+    operation) failing with EIO, in a thread, while this test holds the
+    sync lock; once "b" is published, handle `f` (`a` itself, or another)
+    begins a transaction and appends "c"; then the lock is let go, and
+    the transaction is committed, which must fail.  Returns (a's
+    (committed, failed operation), the DiskError of f's commit)."""
+    import errno
+    import threading
+
+    res = {}
+
+    def t1():
+        T.fail_io(5, errno.EIO)
+        try:
+            a.append([(1, "b")])
+            res["a"] = "ok"
+        except pydb.DiskError as e:
+            res["a"] = (e.committed, T.io_fired())
+        finally:
+            T.fail_io(0)
+
+    with open(a.path + ".shm", "r+b") as shm:
+        _sync_lock(shm, True)
+        th = threading.Thread(target=t1)
+        try:
+            th.start()
+            _wait_for(lambda: a.max_mfn == 2, "the commit of b published")
+            tx = f.transaction()
+            tx.append([(1, "c")])
+        finally:
+            _sync_lock(shm, False)
+            th.join()
+    with pytest.raises(pydb.DiskError) as e:
+        tx.commit()
+    return res["a"], e.value
+
+
 def test_a_failed_deferred_fsync_fails_a_commit_of_another_thread(tmp_path):
     """While thread 1's commit waits (published) for its deferred
     fdatasync -- this test holds the sync lock -- the main thread begins a
@@ -263,39 +301,12 @@ def test_a_failed_deferred_fsync_fails_a_commit_of_another_thread(tmp_path):
     error to one fsync of an open file description only: its own
     fdatasync would succeed behind a lost frame): DiskError, outcome
     unknown; the handle is read-only."""
-    import errno
-    import threading
-
     base = tmp_path / "db"
     db = pydb.create(base, sync=True, gc="none")
     db.append([(1, "a")])
-    res = {}
-
-    def t1():
-        T.fail_io(5, errno.EIO)
-        try:
-            db.append([(1, "b")])
-            res["t1"] = "ok"
-        except pydb.DiskError as e:
-            res["t1"] = (e.committed, T.io_fired())
-        finally:
-            T.fail_io(0)
-
-    with open(f"{base}.shm", "r+b") as shm:
-        _sync_lock(shm, True)
-        th = threading.Thread(target=t1)
-        try:
-            th.start()
-            _wait_for(lambda: db.max_mfn == 2, "thread 1's commit")
-            tx = db.transaction()
-            tx.append([(1, "c")])
-        finally:
-            _sync_lock(shm, False)
-            th.join()
-    assert res["t1"] == (None, "fdatasync")
-    with pytest.raises(pydb.DiskError) as e:
-        tx.commit()
-    assert e.value.committed is None and "earlier fsync" in str(e.value)
+    failed, error = _fail_deferred_sync_beside(db, db)
+    assert failed == (None, "fdatasync")
+    assert error.committed is None and "earlier fsync" in str(error)
     with pytest.raises(pydb.ReadOnlyError):
         db.append([(1, "d")])
     db.close()
@@ -347,41 +358,14 @@ def test_a_failed_deferred_fsync_fails_another_handles_commit_and_forces_a_repla
     failure, so F's commit is not acknowledged (DiskError, outcome
     unknown).  A handle opened afterwards replays the log (the disk may
     lack A's frame), and a power cut after its next commit keeps it."""
-    import errno
-    import threading
-
     base = tmp_path / "db"
     pydb.create(base, sync=True, gc="none").close()
     a = pydb.open(base, readonly=False, sync=True, gc="none")
     f = pydb.open(base, readonly=False, sync=True, gc="none")
     a.append([(1, "a")])
-    res = {}
-
-    def t1():
-        T.fail_io(5, errno.EIO)
-        try:
-            a.append([(1, "b")])
-            res["a"] = "ok"
-        except pydb.DiskError as e:
-            res["a"] = (e.committed, T.io_fired())
-        finally:
-            T.fail_io(0)
-
-    with open(f"{base}.shm", "r+b") as shm:
-        _sync_lock(shm, True)
-        th = threading.Thread(target=t1)
-        try:
-            th.start()
-            _wait_for(lambda: a.max_mfn == 2, "A's commit published")
-            tx = f.transaction()                 # F takes the writer lock
-            tx.append([(1, "f")])
-        finally:
-            _sync_lock(shm, False)
-            th.join()
-    assert res["a"] == (None, "fdatasync")
-    with pytest.raises(pydb.DiskError) as e:
-        tx.commit()
-    assert e.value.committed is None and "another handle or process" in str(e.value)
+    failed, error = _fail_deferred_sync_beside(a, f)
+    assert failed == (None, "fdatasync")
+    assert error.committed is None and "another handle or process" in str(error)
     f.close()
     a.close()
     with pydb.open(base, readonly=False, sync=True, gc="none") as db:
