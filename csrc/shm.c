@@ -64,6 +64,8 @@
                                -1: stale, do not wait)               */
 #define OFF_LOG_SUSPECT 500 /* u32: id of a log an fdatasync failed on */
 #define OFF_SYNC_START 504 /* u64: the holder's start time           */
+#define OFF_SYNC_WAKE 512  /* u32 futex: bumped when a log sync ends  */
+                           /* 516 u32: commits sleeping on it         */
 #define BOOT_LEN 36
 
 /* reader slot fields */
@@ -819,14 +821,16 @@ int32_t pydb__shm_lease_holder(pydb_shm *s)
 
 /* ------------------------------------------ waiting for the writer lock */
 
-uint32_t pydb__shm_writer_ticket(pydb_shm *s)
+/* A wake word at `word` and its count of sleepers at `word` + 4 (the
+ * writer lock's, the sync lock's): ticket, wait and wake. */
+static uint32_t ticket_at(pydb_shm *s, size_t word)
 {
     if (!s || !pydb__shm_valid(s)) return 0;
-    __atomic_add_fetch(u32_at(s, OFF_WAITERS), 1, __ATOMIC_SEQ_CST);
-    return __atomic_load_n(u32_at(s, OFF_WAKE), __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(u32_at(s, word + 4), 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(u32_at(s, word), __ATOMIC_SEQ_CST);
 }
 
-void pydb__shm_writer_wait(pydb_shm *s, uint32_t ticket, unsigned us)
+static void wait_at(pydb_shm *s, size_t word, uint32_t ticket, unsigned us)
 {
     struct timespec ts;
     if (!s || !pydb__shm_valid(s)) {
@@ -834,24 +838,33 @@ void pydb__shm_writer_wait(pydb_shm *s, uint32_t ticket, unsigned us)
         return;
     }
     if (us == 0) {
-        __atomic_sub_fetch(u32_at(s, OFF_WAITERS), 1, __ATOMIC_SEQ_CST);
+        __atomic_sub_fetch(u32_at(s, word + 4), 1, __ATOMIC_SEQ_CST);
         return;
     }
     ts.tv_sec = us / 1000000;
     ts.tv_nsec = (long)(us % 1000000) * 1000;
     /* not FUTEX_PRIVATE_FLAG: the word is shared with other processes;
      * EAGAIN (the word moved), ETIMEDOUT and EINTR all end the wait */
-    (void)syscall(SYS_futex, u32_at(s, OFF_WAKE), FUTEX_WAIT, ticket, &ts,
-                  NULL, 0);
-    __atomic_sub_fetch(u32_at(s, OFF_WAITERS), 1, __ATOMIC_SEQ_CST);
+    (void)syscall(SYS_futex, u32_at(s, word), FUTEX_WAIT, ticket, &ts, NULL,
+                  0);
+    __atomic_sub_fetch(u32_at(s, word + 4), 1, __ATOMIC_SEQ_CST);
 }
 
-/* Bump the wake word and wake `n` sleepers. */
-static void wake(pydb_shm *s, int n)
+/* Bump the wake word at `word` and wake `n` sleepers. */
+static void wake_at(pydb_shm *s, size_t word, int n)
 {
-    __atomic_add_fetch(u32_at(s, OFF_WAKE), 1, __ATOMIC_SEQ_CST);
-    (void)syscall(SYS_futex, u32_at(s, OFF_WAKE), FUTEX_WAKE, n, NULL, NULL,
-                  0);
+    __atomic_add_fetch(u32_at(s, word), 1, __ATOMIC_SEQ_CST);
+    (void)syscall(SYS_futex, u32_at(s, word), FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+uint32_t pydb__shm_writer_ticket(pydb_shm *s)
+{
+    return ticket_at(s, OFF_WAKE);
+}
+
+void pydb__shm_writer_wait(pydb_shm *s, uint32_t ticket, unsigned us)
+{
+    wait_at(s, OFF_WAKE, ticket, us);
 }
 
 void pydb__shm_writer_released(pydb_shm *s)
@@ -861,9 +874,9 @@ void pydb__shm_writer_released(pydb_shm *s)
      * goes first, the others go back to sleep); a count left by a waiter
      * that was killed only costs a wake-up */
     if (__atomic_load_n(i32_at(s, OFF_GC_FIRST), __ATOMIC_SEQ_CST) != 0)
-        wake(s, INT_MAX);
+        wake_at(s, OFF_WAKE, INT_MAX);
     else if (__atomic_load_n(u32_at(s, OFF_WAITERS), __ATOMIC_SEQ_CST) != 0)
-        wake(s, 1);
+        wake_at(s, OFF_WAKE, 1);
     else
         __atomic_add_fetch(u32_at(s, OFF_WAKE), 1, __ATOMIC_SEQ_CST);
 }
@@ -881,7 +894,7 @@ void pydb__shm_writer_unclaim(pydb_shm *s, int32_t pid)
     if (!s || !pydb__shm_valid(s)) return;
     if (__atomic_compare_exchange_n(i32_at(s, OFF_GC_FIRST), &pid, 0, 0,
                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        wake(s, INT_MAX);   /* those standing back go on */
+        wake_at(s, OFF_WAKE, INT_MAX);   /* those standing back go on */
 }
 
 int32_t pydb__shm_writer_claimed(pydb_shm *s)
@@ -1053,4 +1066,23 @@ void pydb__shm_sync_lock_stale(pydb_shm *s)
     if (holder > 0)
         __atomic_compare_exchange_n(i32_at(s, OFF_SYNC_HOLDER), &holder, -1,
                                     0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+uint32_t pydb__shm_sync_ticket(pydb_shm *s)
+{
+    return ticket_at(s, OFF_SYNC_WAKE);
+}
+
+void pydb__shm_sync_wait(pydb_shm *s, uint32_t ticket, unsigned us)
+{
+    wait_at(s, OFF_SYNC_WAKE, ticket, us);
+}
+
+void pydb__shm_sync_done(pydb_shm *s)
+{
+    if (!s || !pydb__shm_valid(s)) return;
+    if (__atomic_load_n(u32_at(s, OFF_SYNC_WAKE + 4), __ATOMIC_SEQ_CST) != 0)
+        wake_at(s, OFF_SYNC_WAKE, INT_MAX);
+    else
+        __atomic_add_fetch(u32_at(s, OFF_SYNC_WAKE), 1, __ATOMIC_SEQ_CST);
 }

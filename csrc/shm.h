@@ -66,7 +66,10 @@
  *          commits")     500 u32 the id of a log an fdatasync of its
  *          frames failed on (0: none): the log must be replayed
  *   504    u64 the sync lock holder's start time (as a reader slot's)
- *   512..4095 0
+ *   512    u32 the sync wake word: bumped each time a log sync ends, a
+ *          futex that commits waiting for one sleep on
+ *          (pydb__shm_sync_wait)     516 u32 commits sleeping on it
+ *   520..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -315,5 +318,14 @@ void pydb__shm_log_suspect_set(pydb_shm *s);
  * and a stopped holder keeps it too). */
 int pydb__shm_sync_lock(pydb_shm *s, int lock);
 void pydb__shm_sync_lock_stale(pydb_shm *s);
+/* Waiting for a log sync, as for the writer lock (above): a commit that
+ * waits counts itself and takes the wake word (ticket) before it looks at
+ * the mark and the lock, then sleeps until pydb__shm_sync_done() -- after
+ * each fdatasync of the log that may have raised the mark or let the
+ * lock go -- bumps the word, or `us` microseconds pass (`us` 0: it only
+ * stops counting itself).  Without a valid header: a plain sleep. */
+uint32_t pydb__shm_sync_ticket(pydb_shm *s);
+void pydb__shm_sync_wait(pydb_shm *s, uint32_t ticket, unsigned us);
+void pydb__shm_sync_done(pydb_shm *s);
 
 #endif

@@ -1248,11 +1248,13 @@ static int log_sync(pydb_db *db, pydb_error *err)
     return rc;
 }
 
-/* How long a deferred commit polls the sync lock before it syncs without
- * it and marks the holder stale (a stopped holder, or one slower than
- * that; one that died is seen at once: shm.h), in microseconds of sleep
- * asked for (the time taken is longer). */
+/* How long a deferred commit waits for the sync lock before it syncs
+ * without it and marks the holder stale (a stopped holder, or one slower
+ * than that; one that died is seen at once: shm.h), in microseconds of
+ * sleep asked for, in naps that a sync's end cuts short (shm.h,
+ * pydb__shm_sync_wait). */
 #define SYNC_LOCK_WAIT_US 1000000
+#define SYNC_NAP_US 1000
 
 /* Return once an fdatasync covered bytes [0, end) of the log whose first
  * frame has id `first` (0: unknown; then this call syncs).  Without the
@@ -1263,30 +1265,39 @@ static int log_durable_to(pydb_db *db, uint32_t first, uint64_t end,
     pydb_shm *shm = pydb__db_shm(db);
     uint64_t len = 0;
     uint32_t now = 0;
-    unsigned nap = 20, waited = 0;
+    unsigned waited = 0;
     int locked = 0, rc = PYDB_OK;
     for (;;) {
-        int got;
-        if (pydb__shm_log_synced(shm, first, end)) goto cleanup;
-        if (locked) break;
-        got = pydb__shm_sync_lock(shm, 1);
-        locked = got == 0;
-        if (locked) continue;   /* look once more, then sync */
-        if (got != 1) break;
-        if (waited >= SYNC_LOCK_WAIT_US) {
-            pydb__shm_sync_lock_stale(shm);
+        /* counted as waiting before the looks: a sync that ends after
+         * them wakes this commit, or moves the word it sleeps on */
+        uint32_t ticket = pydb__shm_sync_ticket(shm);
+        int got = -1;
+        if (pydb__shm_log_synced(shm, first, end)) {
+            pydb__shm_sync_wait(shm, ticket, 0);
+            goto cleanup;
+        }
+        if (!locked) {
+            got = pydb__shm_sync_lock(shm, 1);
+            locked = got == 0;
+        }
+        if (locked || got != 1 || waited >= SYNC_LOCK_WAIT_US) {
+            pydb__shm_sync_wait(shm, ticket, 0);
+            if (locked && got == 0) continue;   /* look once more */
+            if (!locked && got == 1) pydb__shm_sync_lock_stale(shm);
             break;
         }
-        usleep(nap);
-        waited += nap;
-        nap = nap < 1000 ? nap * 2 : nap;
+        pydb__shm_sync_wait(shm, ticket, SYNC_NAP_US);
+        waited += SYNC_NAP_US;
     }
     /* what this fdatasync covers: the frames applied before it starts */
     if (!pydb__shm_log_applied(shm, &len, &now)) len = 0;
     rc = log_sync(db, err);
     if (rc == PYDB_OK && len) pydb__shm_log_synced_to(shm, now, len);
 cleanup:
-    if (locked) pydb__shm_sync_lock(shm, 0);
+    if (locked) {
+        pydb__shm_sync_lock(shm, 0);
+        pydb__shm_sync_done(shm);   /* the mark moved, the lock is free */
+    }
     return rc;
 }
 
@@ -1509,6 +1520,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         if (frame_sync) {   /* its fdatasync covered the log up to it */
             img_add(db, t, xb, nxb);
             pydb__shm_log_synced_to(pydb__db_shm(db), log_first, frame_end);
+            pydb__shm_sync_done(pydb__db_shm(db));
         }
         for (size_t i = 0; i < t->nfiles; i++)
             db->logged_files += (size_t)t->files[i].in_place;
