@@ -562,9 +562,9 @@ void pydb__txn_tidy_tail(pydb_db *db);
  * files that the MANIFEST on disk no longer names are removed outside a
  * checkpoint (pydb__nidx_collect, for a merge's commit and an index
  * build).  0, or PYDB_EIO
- * when the fdatasync failed: nothing may be removed, the header stops
- * vouching for the log and the handle turns read-only, as after any
- * failed fsync. */
+ * when the fdatasync failed: nothing may be removed, the log is named
+ * suspect (recovery replays it) and the handle turns read-only, as after
+ * any failed fdatasync of the log (txn.c, log_sync). */
 int pydb__txn_log_durable(pydb_txn *t, pydb_error *err);
 /* Forget the units a handle's synced frames held (txn.c; at close). */
 void pydb__txn_img_free(pydb_db *db);

@@ -845,12 +845,6 @@ int pydb__txn_log_file(pydb_txn *t, const char *path, const void *data,
     return add_file(t, path, data, len, 1, err);
 }
 
-int pydb__txn_log_durable(pydb_txn *t, pydb_error *err)
-{
-    return datasync_or_fatal(t->db, t->db->wal_fd, t->db->wal_path,
-                             "fdatasync of the write-ahead log", err);
-}
-
 int pydb__txn_keeps_frame(const pydb_txn *t)
 {
     return t->keep;
@@ -1248,6 +1242,11 @@ static int log_sync(pydb_db *db, pydb_error *err)
     return rc;
 }
 
+int pydb__txn_log_durable(pydb_txn *t, pydb_error *err)
+{
+    return log_sync(t->db, err);
+}
+
 /* How long a deferred commit waits for the sync lock before it syncs
  * without it and marks the holder stale (a stopped holder, or one slower
  * than that; one that died is seen at once: shm.h), in microseconds of
@@ -1394,8 +1393,7 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     defer = sync && !frame_sync;   /* (keep: a sync=True handle's) */
 
     /* The log, then the commit point. */
-    rc = pydb__wal_append(db, &log, 0, keep, &log_at, &log_sync_failed,
-                          err);
+    rc = pydb__wal_append(db, &log, keep, &log_at, err);
     if (rc == PYDB_OK && frame_sync && (rc = log_sync(db, err)) != PYDB_OK)
         log_sync_failed = 1;
     if (rc) {

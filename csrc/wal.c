@@ -1191,8 +1191,8 @@ static void wal_grow(int fd, int64_t end)
     free(zeros);
 }
 
-int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
-                     int64_t *at, int *sync_failed, pydb_error *err)
+int pydb__wal_append(pydb_db *db, const pydb_buf *log, int keep, int64_t *at,
+                     pydb_error *err)
 {
     uint64_t applied;
     uint32_t first;
@@ -1222,13 +1222,6 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
     }
     if (keep && *at + (int64_t)log->n > size)
         wal_grow(db->wal_fd, *at + (int64_t)log->n);
-    if (sync && pydb__vfs->fdatasync(db->wal_fd) != 0) {
-        e = errno;
-        *sync_failed = 1;
-        return PYDB_OSERROR(err, e, db->wal_path, -1,
-                            "fdatasync of the write-ahead log failed: %s",
-                            strerror(e));
-    }
     return PYDB_OK;
 }
 

@@ -167,16 +167,15 @@ void pydb__wal_unlock(pydb_db *db);
 
 /* Append a sealed frame after the log's last frame (its offset in *at:
  * the applied length where the commit header has one, else the file's
- * size) and, with sync, fdatasync it: when this returns 0 the commit is
- * durable (the commit point).  `keep`: the frame stays for a checkpoint
+ * size), unsynced: the caller fdatasyncs it (txn.c, log_sync) where that
+ * is its commit point.  `keep`: the frame stays for a checkpoint
  * (txn.c), so a file without room for it grows by zeros to a multiple
  * of PYDB_WAL_GROW (best effort).  A failed write of the frame
  * truncates the log back to *at (best effort: recovery drops a torn
- * frame) and leaves the files untouched; a failed fdatasync sets
- * *sync_failed: the log may or may not be durable.  The caller holds
- * the writer lock and has recovered (nothing past the applied length). */
-int pydb__wal_append(pydb_db *db, const pydb_buf *log, int sync, int keep,
-                     int64_t *at, int *sync_failed, pydb_error *err);
+ * frame) and leaves the files untouched.  The caller holds the writer
+ * lock and has recovered (nothing past the applied length). */
+int pydb__wal_append(pydb_db *db, const pydb_buf *log, int keep, int64_t *at,
+                     pydb_error *err);
 /* After the kept frame `log` appended at `at` was applied: the commit
  * header's applied length becomes its end, and the log's first frame id
  * this frame's when it is the first (shm.h).  No-op without a usable
