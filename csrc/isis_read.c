@@ -467,6 +467,24 @@ static int cursor_load(cursor *c, int32_t leaf, pydb_error *err)
 }
 
 /* Position c at the first key >= lo (blank-padded order). */
+/* The cursor moved to the leaf that follows its own (c->done at the
+ * last).  PYDB_OK, or an error: a next leaf outside the file's leaves
+ * (corruption), cursor_load()'s. */
+static int cursor_next_leaf(cursor *c, pydb_error *err)
+{
+    const tree *tr = c->tr;
+    int32_t leaf = leaf_next(c->buf);
+    if (leaf == 0) {
+        c->done = 1;
+        return PYDB_OK;
+    }
+    if (leaf < 0 || leaf > tr->fmax)
+        return PYDB_CORRUPT(err, tr->lf->f.path, leaf_off(tr, c->leaf) + 8,
+                            "leaf %d: next leaf %d outside 1..FMAXPOS",
+                            (int)c->leaf, (int)leaf);
+    return cursor_load(c, leaf, err);
+}
+
 int pydb__isis_cursor_init(cursor *c, const tree *tr, const uint8_t *lo,
                            size_t lolen, pydb_error *err)
 {
@@ -491,25 +509,14 @@ int pydb__isis_cursor_init(cursor *c, const tree *tr, const uint8_t *lo,
     free(nbuf);
     if (rc) return rc;
     rc = cursor_load(c, leaf, err);
-    if (rc) return rc;
-    for (;;) {
+    while (rc == PYDB_OK && !c->done) {
         while (c->j < c->ock &&
                kcmp(leaf_key(tr, c->buf, c->j), (size_t)tr->le, lo, lolen) < 0)
             c->j++;
         if (c->j < c->ock) break;
-        leaf = leaf_next(c->buf);
-        if (leaf == 0) {
-            c->done = 1;
-            break;
-        }
-        if (leaf < 0 || leaf > tr->fmax)
-            return PYDB_CORRUPT(err, tr->lf->f.path, leaf_off(tr, c->leaf) + 8,
-                                "leaf %d: next leaf %d outside 1..FMAXPOS",
-                                (int)c->leaf, (int)leaf);
-        rc = cursor_load(c, leaf, err);
-        if (rc) return rc;
+        rc = cursor_next_leaf(c, err);
     }
-    return PYDB_OK;
+    return rc;
 }
 
 /* The entry under the cursor (NULL at the end), moving on to the next
@@ -519,17 +526,7 @@ int pydb__isis_cursor_peek(cursor *c, const uint8_t **entry, pydb_error *err)
     const tree *tr = c->tr;
     *entry = NULL;
     while (!c->done && c->j >= c->ock) {
-        int32_t leaf = leaf_next(c->buf);
-        int rc;
-        if (leaf == 0) {
-            c->done = 1;
-            break;
-        }
-        if (leaf < 0 || leaf > tr->fmax)
-            return PYDB_CORRUPT(err, tr->lf->f.path, leaf_off(tr, c->leaf) + 8,
-                                "leaf %d: next leaf %d outside 1..FMAXPOS",
-                                (int)c->leaf, (int)leaf);
-        rc = cursor_load(c, leaf, err);
+        int rc = cursor_next_leaf(c, err);
         if (rc) return rc;
     }
     if (c->done) return PYDB_OK;
