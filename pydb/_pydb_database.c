@@ -228,30 +228,60 @@ static PyObject *database_close(DatabaseObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *database_read(DatabaseObject *self, PyObject *arg)
+/* 0 if `db` is open, and `snap` too where reads go through it; else -1
+ * with ClosedError set (see database_check_open()). */
+static int reads_check_open_(module_state *st, DatabaseObject *db,
+                             SnapshotObject *snap, guard_pins *pins)
+{
+    if (snap) return snapshot_check_open_(st, snap, pins);
+    return database_check_open_(st, db, pins);
+}
+#define reads_check_open(st, db, snap) reads_check_open_(st, db, snap, PINS_)
+
+/* The module state, found from the snapshot where reads go through one:
+ * a snapshot's database is NULL once the collector cleared it
+ * (snapshot_clear), which its open check then reports. */
+static module_state *reads_state(DatabaseObject *db, SnapshotObject *snap)
+{
+    return state_of_type(snap ? Py_TYPE(snap) : Py_TYPE(db));
+}
+
+PyObject *records_read(DatabaseObject *db, SnapshotObject *snap,
+                       PyObject *arg)
 {
     PIN_SCOPE;
-    module_state *st = state_of_type(Py_TYPE(self));
+    module_state *st = reads_state(db, snap);
+    handle_guard *guard = snap ? &snap->guard : &db->guard;
     pydb_record *rec = NULL;
     pydb_error e;
     int32_t mfn;
     int rc;
 
-    /* database_check_open() comes last: nothing may run Python code between it and
-     * the core call (a __index__ could close the database). */
-    if (!st || parse_mfn(st, arg, &mfn) < 0 || database_check_open(st, self) < 0)
+    /* the open check comes last: nothing may run Python code between it
+     * and the core call (a __index__ could close the database) */
+    if (!st || parse_mfn(st, arg, &mfn) < 0 ||
+        reads_check_open(st, db, snap) < 0)
         return NULL;
-    /* Cache hit: read with the GIL held (it cannot wait for the disk).
-     * Otherwise release the GIL and read. */
-    rc = pydb_read_nowait(&rec, self->db, mfn, &e);
+    /* A cache hit (of a record unchanged since the snapshot) is read with
+     * the GIL held: it cannot wait for the disk.  Otherwise release the
+     * GIL and read. */
+    rc = snap ? pydb_snapshot_read_nowait(&rec, snap->snap, mfn, &e)
+              : pydb_read_nowait(&rec, db->db, mfn, &e);
     if (rc == PYDB_EWOULDBLOCK)
-        UNLOCKED(&self->guard, NULL, rc = pydb_read(&rec, self->db, mfn, &e));
+        UNLOCKED(guard, NULL,
+                 rc = snap ? pydb_snapshot_read(&rec, snap->snap, mfn, &e)
+                           : pydb_read(&rec, db->db, mfn, &e));
     if (rc) {
         pydb_record_free(rec);
         return set_error(st, rc, &e);
     }
-    return record_new_from(st, self->encoding, self->errors, self->mst_path,
-                           &self->codec, rec);
+    return record_new_from(st, db->encoding, db->errors, db->mst_path,
+                           &db->codec, rec);
+}
+
+static PyObject *database_read(DatabaseObject *self, PyObject *arg)
+{
+    return records_read(self, NULL, arg);
 }
 
 static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
@@ -276,15 +306,17 @@ static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
                            &self->codec, rec);
 }
 
-static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
+PyObject *records_read_many(DatabaseObject *db, SnapshotObject *snap,
+                            PyObject *arg)
 {
     PIN_SCOPE;
-    module_state *st = state_of_type(Py_TYPE(self));
+    module_state *st = reads_state(db, snap);
+    handle_guard *guard = snap ? &snap->guard : &db->guard;
     PyObject *list = NULL;
     int32_t *mfns = NULL;
     pydb_record **recs = NULL;
     pydb_error e;
-    Py_ssize_t n = 0, i, done = 0;
+    Py_ssize_t n = 0, i;
     int rc = PYDB_OK;
 
     if (!st) return NULL;
@@ -295,15 +327,16 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
         PyErr_NoMemory();
         goto cleanup;
     }
-    if (database_check_open(st, self) < 0) goto cleanup;
-    /* One committed state for the batch: a snapshot taken for it (each
-     * read on its own should the reader table be full). */
-    UNLOCKED(&self->guard, NULL, {
+    if (reads_check_open(st, db, snap) < 0) goto cleanup;
+    /* One committed state for the batch: the snapshot's, else one taken
+     * for it (each read on its own should the reader table be full). */
+    UNLOCKED(guard, NULL, {
         pydb_snapshot *tmp = NULL;
-        if (pydb_snapshot_take(&tmp, self->db, &e) != PYDB_OK) tmp = NULL;
-        for (done = 0; done < n; done++) {
-            rc = tmp ? pydb_snapshot_read(&recs[done], tmp, mfns[done], &e)
-                     : pydb_read(&recs[done], self->db, mfns[done], &e);
+        const pydb_snapshot *at = snap ? snap->snap : NULL;
+        if (!at && pydb_snapshot_take(&tmp, db->db, &e) == PYDB_OK) at = tmp;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            rc = at ? pydb_snapshot_read(&recs[k], at, mfns[k], &e)
+                    : pydb_read(&recs[k], db->db, mfns[k], &e);
             if (rc) break;
         }
         pydb_snapshot_release(tmp);
@@ -315,8 +348,8 @@ static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
     list = PyList_New(n);
     if (!list) goto cleanup;
     for (i = 0; i < n; i++) {
-        PyObject *r = record_new_from(st, self->encoding, self->errors,
-                                      self->mst_path, &self->codec, recs[i]);
+        PyObject *r = record_new_from(st, db->encoding, db->errors,
+                                      db->mst_path, &db->codec, recs[i]);
         recs[i] = NULL;
         if (!r) {
             Py_CLEAR(list);
@@ -330,6 +363,11 @@ cleanup:
     PyMem_Free(recs);
     PyMem_Free(mfns);
     return list;
+}
+
+static PyObject *database_read_many(DatabaseObject *self, PyObject *arg)
+{
+    return records_read_many(self, NULL, arg);
 }
 
 int32_t *mfns_from_seq(module_state *st, PyObject *arg, Py_ssize_t *n)
@@ -760,15 +798,7 @@ static int iter_traverse(IterObject *it, visitproc visit, void *arg)
     return 0;
 }
 
-/* 0 if the database (and the snapshot read through) is open, else -1
- * with ClosedError set. */
-static int iter_check_open_(module_state *st, IterObject *it,
-                            guard_pins *pins)
-{
-    if (it->snap) return snapshot_check_open_(st, it->snap, pins);
-    return database_check_open_(st, it->db, pins);
-}
-#define iter_check_open(st, it) iter_check_open_(st, it, PINS_)
+#define iter_check_open(st, it) reads_check_open(st, (it)->db, (it)->snap)
 
 /* Read the next batch with one GIL release: through the iterator's
  * snapshot if it has one, else through a snapshot of the latest commit

@@ -52,12 +52,21 @@ int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn);
  *   mfns_from_seq    a PyMem array of the MFNs of an iterable (parse_mfn
  *                    each); NULL + exception
  *   records_iter_new the RecordIterator over `db`, or over the snapshot
- *                    `snap` of it when not NULL */
+ *                    `snap` of it when not NULL
+ *   records_read     read(): the Record of the MFN `arg`, as of `snap`
+ *                    when not NULL, else of the latest commit
+ *   records_read_many read_many(): the list of the Records of the MFNs
+ *                    of the iterable `arg`, all as of one commit (`snap`'s,
+ *                    or a snapshot taken for the call) */
 PyObject *xrf_entry_dict(const pydb_xrf_entry *x);
 PyObject *counts_dict(const pydb_counts *c);
 int32_t *mfns_from_seq(module_state *st, PyObject *arg, Py_ssize_t *n);
 PyObject *records_iter_new(DatabaseObject *db, struct SnapshotObject *snap,
                            int32_t start, int include_deleted,
                            int skip_damaged);
+PyObject *records_read(DatabaseObject *db, struct SnapshotObject *snap,
+                       PyObject *arg);
+PyObject *records_read_many(DatabaseObject *db, struct SnapshotObject *snap,
+                            PyObject *arg);
 
 #endif

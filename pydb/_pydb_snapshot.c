@@ -317,78 +317,12 @@ static PyObject *snapshot_close(SnapshotObject *s, PyObject *unused)
 
 static PyObject *snapshot_read(SnapshotObject *s, PyObject *arg)
 {
-    PIN_SCOPE;
-    module_state *st = state_of_type(Py_TYPE(s));
-    pydb_record *rec = NULL;
-    pydb_error e;
-    int32_t mfn;
-    int rc;
-
-    if (!st || parse_mfn(st, arg, &mfn) < 0 || snapshot_check_open(st, s) < 0)
-        return NULL;
-    /* Cache hit of a record unchanged since the snapshot: read with the
-     * GIL held (as Database.read); otherwise release it and read. */
-    rc = pydb_snapshot_read_nowait(&rec, s->snap, mfn, &e);
-    if (rc == PYDB_EWOULDBLOCK)
-        UNLOCKED(&s->guard, NULL,
-                 rc = pydb_snapshot_read(&rec, s->snap, mfn, &e));
-    if (rc) {
-        pydb_record_free(rec);
-        return set_error(st, rc, &e);
-    }
-    return record_new_from(st, s->db->encoding, s->db->errors,
-                           s->db->mst_path, &s->db->codec, rec);
+    return records_read(s->db, s, arg);
 }
 
 static PyObject *snapshot_read_many(SnapshotObject *s, PyObject *arg)
 {
-    PIN_SCOPE;
-    module_state *st = state_of_type(Py_TYPE(s));
-    PyObject *list = NULL;
-    int32_t *mfns;
-    pydb_record **recs = NULL;
-    pydb_error e;
-    Py_ssize_t n = 0, i;
-    int rc = PYDB_OK;
-
-    if (!st) return NULL;
-    mfns = mfns_from_seq(st, arg, &n);
-    if (!mfns) return NULL;
-    recs = PyMem_Calloc((size_t)(n ? n : 1), sizeof *recs);
-    if (!recs) {
-        PyErr_NoMemory();
-        goto cleanup;
-    }
-    if (snapshot_check_open(st, s) < 0) goto cleanup;
-    UNLOCKED(&s->guard, NULL, {
-        for (Py_ssize_t k = 0; k < n; k++) {
-            rc = pydb_snapshot_read(&recs[k], s->snap, mfns[k], &e);
-            if (rc) break;
-        }
-    });
-    if (rc) {
-        set_error(st, rc, &e);
-        goto cleanup;
-    }
-    list = PyList_New(n);
-    if (!list) goto cleanup;
-    for (i = 0; i < n; i++) {
-        PyObject *r = record_new_from(st, s->db->encoding, s->db->errors,
-                                      s->db->mst_path, &s->db->codec,
-                                      recs[i]);
-        recs[i] = NULL;
-        if (!r) {
-            Py_CLEAR(list);
-            goto cleanup;
-        }
-        PyList_SET_ITEM(list, i, r);
-    }
-cleanup:
-    if (recs)
-        for (i = 0; i < n; i++) pydb_record_free(recs[i]);
-    PyMem_Free(recs);
-    PyMem_Free(mfns);
-    return list;
+    return records_read_many(s->db, s, arg);
 }
 
 static PyObject *snapshot_xrf(SnapshotObject *s, PyObject *arg)
