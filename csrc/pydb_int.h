@@ -241,6 +241,9 @@ struct pydb_db {
                                 the set_fatal of its failure (txn.c,
                                 log_sync): no thread of the handle sees a
                                 sync succeed after another's failed      */
+    int fence_fd;            /* <base>.shm again, for the sync fence of a
+                                writer (wal.c), or -1; under lsmutex     */
+    pid_t fence_pid;         /* the process that opened fence_fd         */
     /* ---- group commit (group.c), under gmutex ---- */
     pthread_mutex_t gmutex;
     pthread_cond_t gcond;    /* CLOCK_MONOTONIC                            */

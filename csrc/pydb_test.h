@@ -61,6 +61,10 @@ void pydb__test_fail_io(long n, int eno, int short_write);
 long pydb__test_io_count(void);        /* operations counted so far      */
 long pydb__test_io_syncs(void);        /* fsyncs + fdatasyncs among them */
 const char *pydb__test_io_fired(void); /* name of the failed op, or NULL  */
+/* The operation fail_io fails sleeps `usec` microseconds before it returns
+ * its error (after io_fired names it): a failure that another thread or
+ * process may race.  Reset by pydb__test_fail_io().  Tests only. */
+void pydb__test_fault_pause(unsigned usec);
 
 /* ---- group commit (group.c) ---- */
 

@@ -1215,20 +1215,29 @@ static void img_add(pydb_db *db, const pydb_txn *t, const xblock *xb,
  * of the failure instead.  A failure names the header's log suspect at
  * once (shm.h), so that recovery replays it and a process that opened
  * the log after the error, whose own fdatasync succeeds, does not
- * acknowledge a frame behind a lost one either.  PYDB_OK, or PYDB_EIO
- * (after a failure of its own the handle is read-only). */
+ * acknowledge a frame behind a lost one either; the sync fence (wal.c)
+ * holds a handle that opens the log meanwhile until the failure is
+ * named.  PYDB_OK, or PYDB_EIO (after a failure of its own the handle is
+ * read-only). */
 static int log_sync(pydb_db *db, pydb_error *err)
 {
     pydb_shm *shm = pydb__db_shm(db);
-    int e, rc = PYDB_OK;
+    int e = 0, rc = PYDB_OK;
     pthread_mutex_lock(&db->lsmutex);
     if (pydb__txn_read_only(db)) {
         rc = PYDB_OSERROR(err, EIO, db->wal_path, -1, "an earlier fsync of "
                           "this handle failed: the write-ahead log may "
                           "have lost a frame");
-    } else if (pydb__vfs->fdatasync(db->wal_fd) != 0) {
+        goto cleanup;
+    }
+    /* the fence stays up until a failure is named (wal.c, "sync fence") */
+    pydb__wal_fence_hold(db);
+    if (pydb__vfs->fdatasync(db->wal_fd) != 0) {
         e = errno;
         pydb__shm_log_suspect_set(shm);
+    }
+    pydb__wal_fence_release(db);
+    if (e) {
         set_fatal(db, PYDB__FATAL_SYNC);
         rc = PYDB_OSERROR(err, e, db->wal_path, -1,
                           "fdatasync of the write-ahead log failed: %s",
@@ -1238,6 +1247,7 @@ static int log_sync(pydb_db *db, pydb_error *err)
                           "write-ahead log failed in another handle or "
                           "process: it may have lost a frame");
     }
+cleanup:
     pthread_mutex_unlock(&db->lsmutex);
     return rc;
 }

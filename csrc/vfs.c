@@ -220,7 +220,8 @@ static int fault_was_short;  /* the fault_at-th operation wrote short     */
 static int fault_crash;      /* _exit(137) instead of failing (crash point) */
 static int fault_sticky;     /* every operation from fault_at on fails (a
                                 full disk) */
-static const char *fault_fired;
+static const char *fault_fired; /* atomic: read by other threads     */
+static unsigned fault_pause_usec; /* the failing operation sleeps first */
 static pthread_t fault_thread; /* only its operations count: a collector
                                   thread's I/O must not move the count */
 
@@ -236,8 +237,11 @@ static int fault_hit(const char *name)
     if (!fault_mine()) return 0;
     n = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
     if (fault_at > 0 && (n == fault_at || (fault_sticky && n > fault_at))) {
+        const char *none = NULL;
         if (fault_crash) _exit(137);
-        if (!fault_fired) fault_fired = name;
+        __atomic_compare_exchange_n(&fault_fired, &none, name, 0,
+                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+        if (fault_pause_usec) usleep(fault_pause_usec);
         errno = fault_errno;
         return 1;
     }
@@ -255,7 +259,9 @@ static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
     if (fault_crash && fault_at > 0 && next == fault_at) _exit(137);
     if (fault_short && fault_at > 0 && next == fault_at && n > 1) {
         __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
-        if (!fault_fired) fault_fired = "pwrite (short)";
+        const char *none = NULL;
+        __atomic_compare_exchange_n(&fault_fired, &none, "pwrite (short)", 0,
+                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
         fault_was_short = 1;
         return pwrite(fd, buf, n / 2, off);
     }
@@ -303,7 +309,8 @@ void pydb__test_fail_io(long n, int eno, int short_write)
     fault_sticky = short_write == 3;
     fault_count = 0;
     fault_syncs = 0;
-    fault_fired = NULL;
+    __atomic_store_n(&fault_fired, NULL, __ATOMIC_RELEASE);
+    fault_pause_usec = 0;
     fault_was_short = 0;
     fault_thread = pthread_self();
     pydb__vfs = n == 0 ? &pydb__vfs_posix : &vfs_faulty;
@@ -319,4 +326,9 @@ long pydb__test_io_syncs(void)
     return __atomic_load_n(&fault_syncs, __ATOMIC_RELAXED);
 }
 
-const char *pydb__test_io_fired(void) { return fault_fired; }
+const char *pydb__test_io_fired(void)
+{
+    return __atomic_load_n(&fault_fired, __ATOMIC_ACQUIRE);
+}
+
+void pydb__test_fault_pause(unsigned usec) { fault_pause_usec = usec; }

@@ -981,6 +981,87 @@ static int lock_failed(pydb_db *db, pydb_error *err)
                         "fcntl(F_OFD_SETLK) failed: %s", strerror(errno));
 }
 
+/* ---------------------------------------------------------- sync fence
+ *
+ * Linux reports a writeback error of a file to the next fdatasync of each
+ * open file description that was open when it happened, and to one of a
+ * description opened later only while no fdatasync has reported it yet
+ * (errseq_sample(), mm/filemap.c).  A handle that opens the log just
+ * after another's fdatasync saw an error, before that handle named the
+ * log suspect in the commit header (txn.c, log_sync), would see its own
+ * fdatasync succeed and acknowledge a commit that lies behind the lost
+ * frame.  The fence closes that window: every fdatasync of a frame holds
+ * a shared OFD lock on byte FENCE_BYTE of the header file from before the
+ * call until its failure, if any, is named (fence_hold / fence_release),
+ * and a writer that opened the log takes the exclusive lock once and
+ * drops it (fence_pass): by then every fdatasync that was in flight when
+ * it opened has ended and named its failure.
+ *
+ * The lock is on a description of the header file of the handle's own
+ * (fence_fd), opened again in a fork()ed child: the copies of an fd share
+ * their description and so its OFD locks.  The lock is tried, with naps,
+ * for at most FENCE_WAIT_US (a process stopped inside its fdatasync must
+ * not stall every open), and the fence is skipped where the description
+ * cannot be had: best effort, as before it there was none.  A process
+ * killed between its failed fdatasync and the naming leaves the failure
+ * unnamed: the fence does not cover that. */
+#define FENCE_BYTE 2
+#define FENCE_WAIT_US 1000000
+
+/* The handle's description of the header file for the fence (opened on
+ * first use in each process), or -1: no header, or it cannot be opened.
+ * Under lsmutex. */
+static int fence_fd(pydb_db *db)
+{
+    pid_t me = getpid();
+    if (!pydb__db_shm(db)) return -1;
+    if (db->fence_fd >= 0 && db->fence_pid == me) return db->fence_fd;
+    if (db->fence_fd >= 0) pydb__vfs->close(db->fence_fd);   /* the parent's */
+    db->fence_fd = pydb__vfs->open(db->shm_path, O_RDWR, 0);
+    db->fence_pid = me;
+    return db->fence_fd;
+}
+
+/* Lock type `type` (F_RDLCK, F_WRLCK, F_UNLCK) on the fence byte, tried
+ * for at most FENCE_WAIT_US.  0, or -1 (not had: busy so long, or an
+ * error). */
+static int fence_lock(pydb_db *db, int type)
+{
+    struct flock fl;
+    unsigned nap = 100, waited = 0;
+    int fd = fence_fd(db);
+    if (fd < 0) return -1;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = (short)type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = FENCE_BYTE;
+    fl.l_len = 1;
+    while (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+        if (errno == EINTR) continue;
+        if ((errno != EAGAIN && errno != EACCES) || waited >= FENCE_WAIT_US)
+            return -1;
+        usleep(nap);
+        waited += nap;
+        if (nap < 5000) nap *= 2;
+    }
+    return 0;
+}
+
+void pydb__wal_fence_hold(pydb_db *db) { (void)fence_lock(db, F_RDLCK); }
+
+void pydb__wal_fence_release(pydb_db *db)
+{
+    if (db->fence_fd >= 0 && db->fence_pid == getpid())
+        (void)fence_lock(db, F_UNLCK);
+}
+
+void pydb__wal_fence_pass(pydb_db *db)
+{
+    pthread_mutex_lock(&db->lsmutex);
+    if (fence_lock(db, F_WRLCK) == 0) (void)fence_lock(db, F_UNLCK);
+    pthread_mutex_unlock(&db->lsmutex);
+}
+
 /* How long a writer stands back for a collector step of another process
  * that waits for the lock (its own wait is shorter:
  * PYDB_GC_LOCK_WAIT_MS, shm.h). */
@@ -1032,6 +1113,7 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
         pydb__vfs->close(db->wal_fd);
         db->wal_fd = fd;
         db->wal_pid = me;
+        pydb__wal_fence_pass(db);   /* a new description of the log */
     }
     gc = gc && deadline >= 0;
     if (gc) pydb__shm_writer_claim(db->shm, me);
@@ -1082,6 +1164,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
         return PYDB_OSERROR(err, errno, db->wal_path, -1,
                             "cannot open the write-ahead log: %s",
                             strerror(errno));
+    pydb__wal_fence_pass(db);
     /* A new log's name must survive a power loss like its content. */
     if (!existed &&
         (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)
@@ -1173,6 +1256,8 @@ void pydb__wal_close(pydb_db *db)
     }
     pydb__vfs->close(db->wal_fd);
     db->wal_fd = -1;
+    if (db->fence_fd >= 0) pydb__vfs->close(db->fence_fd);
+    db->fence_fd = -1;
 }
 
 /* ------------------------------------------------------------- commit */

@@ -165,6 +165,15 @@ pydb_wal_files pydb__wal_files(pydb_db *db);
 int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err);
 void pydb__wal_unlock(pydb_db *db);
 
+/* The sync fence (wal.c): fence_hold around each fdatasync of a frame,
+ * until its failure, if any, is named in the commit header (txn.c,
+ * log_sync), fence_release after; fence_pass by a writer that opened
+ * the log (returns once every fdatasync in flight has ended).  Under the
+ * handle's lsmutex; best effort (see wal.c). */
+void pydb__wal_fence_hold(pydb_db *db);
+void pydb__wal_fence_release(pydb_db *db);
+void pydb__wal_fence_pass(pydb_db *db);
+
 /* Append a sealed frame after the log's last frame (its offset in *at:
  * the applied length where the commit header has one, else the file's
  * size), unsynced: the caller fdatasyncs it (txn.c, log_sync) where that

@@ -10,7 +10,8 @@
  *   fail_io(n, errno, short, crash)  make the n-th write-side file operation
  *                                    of the calling thread (other threads:
  *                                    not counted, e.g. a collector)
- *                                    fail; crash=True calls _exit(137)
+ *                                    fail; crash=True calls _exit(137);
+ *                                    pause=usec: it sleeps before failing
  *   io_count(), io_fired()           what fail_io() counted / fired
  *   io_syncs()                       fsyncs + fdatasyncs it counted
  *   crc32c(data, offset, portable, seed)  the core's CRC-32C (or its
@@ -52,14 +53,17 @@
 
 static PyObject *mod_test_fail_io(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"n", "errno", "short", "crash", "sticky", NULL};
+    static char *kwlist[] = {"n", "errno", "short", "crash", "sticky",
+                             "pause", NULL};
     long n;
     int eno = EIO, shortw = 0, crash = 0, sticky = 0;
+    unsigned int pause = 0;
     (void)m;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ippp", kwlist, &n, &eno,
-                                     &shortw, &crash, &sticky))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ipppI", kwlist, &n, &eno,
+                                     &shortw, &crash, &sticky, &pause))
         return NULL;
     pydb__test_fail_io(n, eno, crash ? 2 : sticky ? 3 : shortw);
+    pydb__test_fault_pause(pause);
     Py_RETURN_NONE;
 }
 
@@ -724,14 +728,17 @@ static PyObject *index_garbage(PyObject *m, PyObject *args);
 static PyMethodDef testing_functions[] = {
     {"fail_io", (PyCFunction)(void (*)(void))mod_test_fail_io,
      METH_VARARGS | METH_KEYWORDS,
-     "fail_io(n, errno=5, short=False, crash=False, sticky=False)\n--\n\n"
+     "fail_io(n, errno=5, short=False, crash=False, sticky=False, "
+     "pause=0)\n--\n\n"
      "Make the n-th write-side file operation of the core (pwrite, fsync, "
      "fdatasync, ftruncate, rename, unlink, exchange) fail with `errno`; with "
      "`short`, the n-th pwrite writes half and the next operation fails; "
      "with `crash`, the process exits with status 137 just before the n-th "
      "operation (a crash point); with `sticky`, every operation from the "
-     "n-th on fails (a full disk).  errno defaults to EIO.  n=0 turns it "
-     "off, n<0 only counts.  Process-wide."},
+     "n-th on fails (a full disk); with `pause` (microseconds), the failing "
+     "operation sleeps that long, once io_fired() names it, before it "
+     "returns.  errno defaults to EIO.  n=0 turns it off, n<0 only counts.  "
+     "Process-wide."},
     {"crc32c", mod_test_crc32c, METH_VARARGS,
      "crc32c(data, offset=0, portable=False, seed=0, /)\n--\n\nCRC-32C "
      "of data[offset:] as the core computes it (with `portable`, by its "
