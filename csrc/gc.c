@@ -90,6 +90,7 @@
 #include "gc.h"
 #include "compact.h"
 #include "shm.h"
+#include "wal.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -248,13 +249,16 @@ static void atfork_parent(void)
 
 /* The child: no collector thread survived; locks another thread held at
  * the fork would stay held forever, so every one is made anew (the
- * smutexes were held by this thread: released). */
+ * smutexes were held by this thread: released); and each handle takes
+ * descriptions of its log and its fence of its own (pydb__wal_forked), or
+ * a parent killed with the writer lock would leave it held by the child. */
 static void atfork_child(void)
 {
     pthread_mutex_init(&gc_list_mutex, NULL);
     for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_unlock(&g->db->smutex);
         pydb__writer_locks_init(g->db);
+        pydb__wal_forked(g->db);
         locks_init(g);
         g->thread_on = 0;
         g->stop = 0;

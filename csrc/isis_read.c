@@ -466,7 +466,6 @@ static int cursor_load(cursor *c, int32_t leaf, pydb_error *err)
     return pydb__isis_read_leaf(c->tr, leaf, c->buf, &c->ock, err);
 }
 
-/* Position c at the first key >= lo (blank-padded order). */
 /* The cursor moved to the leaf that follows its own (c->done at the
  * last).  PYDB_OK, or an error: a next leaf outside the file's leaves
  * (corruption), cursor_load()'s. */
@@ -485,6 +484,7 @@ static int cursor_next_leaf(cursor *c, pydb_error *err)
     return cursor_load(c, leaf, err);
 }
 
+/* Position c at the first key >= lo (blank-padded order). */
 int pydb__isis_cursor_init(cursor *c, const tree *tr, const uint8_t *lo,
                            size_t lolen, pydb_error *err)
 {

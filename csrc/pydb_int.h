@@ -241,9 +241,13 @@ struct pydb_db {
                                 the set_fatal of its failure (txn.c,
                                 log_sync): no thread of the handle sees a
                                 sync succeed after another's failed      */
-    int fence_fd;            /* <base>.shm again, for the sync fence of a
-                                writer (wal.c), or -1; under lsmutex     */
-    pid_t fence_pid;         /* the process that opened fence_fd         */
+    /* the sync fence of a writer (wal.c), under lsmutex (pydb__wal_close
+     * and pydb__wal_forked: no other thread runs) */
+    int fence_fd;            /* <base>.shm again, or -1                    */
+    pid_t fence_pid;         /* the process that opened (or could not
+                                open) fence_fd; 0: none yet              */
+    int fence_due;           /* the description of the log is new: it has
+                                yet to pass the fence                    */
     /* ---- group commit (group.c), under gmutex ---- */
     pthread_mutex_t gmutex;
     pthread_cond_t gcond;    /* CLOCK_MONOTONIC                            */

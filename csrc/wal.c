@@ -993,29 +993,33 @@ static int lock_failed(pydb_db *db, pydb_error *err)
  * frame.  The fence closes that window: every fdatasync of a frame holds
  * a shared OFD lock on byte FENCE_BYTE of the header file from before the
  * call until its failure, if any, is named (fence_hold / fence_release),
- * and a writer that opened the log takes the exclusive lock once and
- * drops it (fence_pass): by then every fdatasync that was in flight when
- * it opened has ended and named its failure.
+ * and a writer whose description of the log is new (opened, or taken in
+ * a fork()ed child: pydb__wal_forked) takes the exclusive lock once and
+ * drops it (fence_pass) before its first commit: by then every fdatasync
+ * that was in flight has ended and named its failure.
  *
  * The lock is on a description of the header file of the handle's own
- * (fence_fd), opened again in a fork()ed child: the copies of an fd share
- * their description and so its OFD locks.  The lock is tried, with naps,
- * for at most FENCE_WAIT_US (a process stopped inside its fdatasync must
- * not stall every open), and the fence is skipped where the description
- * cannot be had: best effort, as before it there was none.  A process
- * killed between its failed fdatasync and the naming leaves the failure
- * unnamed: the fence does not cover that. */
+ * (fence_fd), which a fork()ed child drops and opens anew: an OFD lock
+ * is its description's, and a child that kept its parent's would keep
+ * the fence held after the parent died.  Best effort, so that no process
+ * can stall the others: the pass waits at most FENCE_WAIT_US (a process
+ * stopped inside its fdatasync), a hold FENCE_HOLD_WAIT_US (the exclusive
+ * lock is held for two system calls), and the fence is skipped where its
+ * description cannot be opened.  A process killed between its failed
+ * fdatasync and the naming leaves the failure unnamed: the fence does not
+ * cover that. */
 #define FENCE_BYTE 2
 #define FENCE_WAIT_US 1000000
+#define FENCE_HOLD_WAIT_US 2000
 
-/* The handle's description of the header file for the fence (opened on
- * first use in each process), or -1: no header, or it cannot be opened.
- * Under lsmutex. */
+/* The handle's description of the header file for the fence, opened on
+ * first use in each process; -1: no header, or it could not be opened
+ * (not tried again in this process).  Under lsmutex. */
 static int fence_fd(pydb_db *db)
 {
     pid_t me = getpid();
     if (!pydb__db_shm(db)) return -1;
-    if (db->fence_fd >= 0 && db->fence_pid == me) return db->fence_fd;
+    if (db->fence_pid == me) return db->fence_fd;
     if (db->fence_fd >= 0) pydb__vfs->close(db->fence_fd);   /* the parent's */
     db->fence_fd = pydb__vfs->open(db->shm_path, O_RDWR, 0);
     db->fence_pid = me;
@@ -1023,9 +1027,9 @@ static int fence_fd(pydb_db *db)
 }
 
 /* Lock type `type` (F_RDLCK, F_WRLCK, F_UNLCK) on the fence byte, tried
- * for at most FENCE_WAIT_US.  0, or -1 (not had: busy so long, or an
- * error). */
-static int fence_lock(pydb_db *db, int type)
+ * for at most `wait_us`.  0, or -1 (not had: busy so long, or an error).
+ * Under lsmutex. */
+static int fence_lock(pydb_db *db, int type, unsigned wait_us)
 {
     struct flock fl;
     unsigned nap = 100, waited = 0;
@@ -1038,7 +1042,7 @@ static int fence_lock(pydb_db *db, int type)
     fl.l_len = 1;
     while (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
         if (errno == EINTR) continue;
-        if ((errno != EAGAIN && errno != EACCES) || waited >= FENCE_WAIT_US)
+        if ((errno != EAGAIN && errno != EACCES) || waited >= wait_us)
             return -1;
         usleep(nap);
         waited += nap;
@@ -1047,19 +1051,51 @@ static int fence_lock(pydb_db *db, int type)
     return 0;
 }
 
-void pydb__wal_fence_hold(pydb_db *db) { (void)fence_lock(db, F_RDLCK); }
+void pydb__wal_fence_hold(pydb_db *db)
+{
+    (void)fence_lock(db, F_RDLCK, FENCE_HOLD_WAIT_US);
+}
 
 void pydb__wal_fence_release(pydb_db *db)
 {
     if (db->fence_fd >= 0 && db->fence_pid == getpid())
-        (void)fence_lock(db, F_UNLCK);
+        (void)fence_lock(db, F_UNLCK, 0);
 }
 
-void pydb__wal_fence_pass(pydb_db *db)
+/* Marks the handle's description of the log new: it has yet to pass. */
+static void fence_due(pydb_db *db)
 {
     pthread_mutex_lock(&db->lsmutex);
-    if (fence_lock(db, F_WRLCK) == 0) (void)fence_lock(db, F_UNLCK);
+    db->fence_due = 1;
     pthread_mutex_unlock(&db->lsmutex);
+}
+
+void pydb__wal_fence_pass(pydb_db *db, unsigned wait_us)
+{
+    pthread_mutex_lock(&db->lsmutex);
+    if (db->fence_due) {
+        int got = fence_lock(db, F_WRLCK, wait_us);
+        if (got == 0) (void)fence_lock(db, F_UNLCK, 0);
+        /* passed, or waited for as long as it may: not again */
+        if (got == 0 || wait_us > 0) db->fence_due = 0;
+    }
+    pthread_mutex_unlock(&db->lsmutex);
+}
+
+void pydb__wal_forked(pydb_db *db)
+{
+    if (db->wal_fd >= 0 && db->wal_pid != getpid()) {
+        int fd = pydb__vfs->open(db->wal_path, O_RDWR, 0);
+        /* the same fd number, now a description of this process's own:
+         * if none can be opened, pydb__wal_lock() tries again */
+        if (fd >= 0 && dup3(fd, db->wal_fd, O_CLOEXEC) >= 0) {
+            db->wal_pid = getpid();
+            db->fence_due = 1;
+        }
+        if (fd >= 0) pydb__vfs->close(fd);
+    }
+    if (db->fence_fd >= 0) pydb__vfs->close(db->fence_fd);
+    db->fence_fd = -1;
 }
 
 /* How long a writer stands back for a collector step of another process
@@ -1113,7 +1149,18 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
         pydb__vfs->close(db->wal_fd);
         db->wal_fd = fd;
         db->wal_pid = me;
-        pydb__wal_fence_pass(db);   /* a new description of the log */
+        fence_due(db);
+    }
+    /* a new description of the log passes the fence first, within the
+     * caller's time (one try for a caller that does not wait) */
+    if (deadline < 0) {
+        pydb__wal_fence_pass(db, 0);
+    } else {
+        int64_t left_ms = deadline - pydb__now_ms();
+        pydb__wal_fence_pass(db, left_ms <= 0 ? 0
+                                 : left_ms >= FENCE_WAIT_US / 1000
+                                     ? FENCE_WAIT_US
+                                     : (unsigned)left_ms * 1000);
     }
     gc = gc && deadline >= 0;
     if (gc) pydb__shm_writer_claim(db->shm, me);
@@ -1164,7 +1211,8 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
         return PYDB_OSERROR(err, errno, db->wal_path, -1,
                             "cannot open the write-ahead log: %s",
                             strerror(errno));
-    pydb__wal_fence_pass(db);
+    fence_due(db);
+    pydb__wal_fence_pass(db, FENCE_WAIT_US);
     /* A new log's name must survive a power loss like its content. */
     if (!existed &&
         (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)

@@ -165,14 +165,20 @@ pydb_wal_files pydb__wal_files(pydb_db *db);
 int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err);
 void pydb__wal_unlock(pydb_db *db);
 
-/* The sync fence (wal.c): fence_hold around each fdatasync of a frame,
- * until its failure, if any, is named in the commit header (txn.c,
- * log_sync), fence_release after; fence_pass by a writer that opened
- * the log (returns once every fdatasync in flight has ended).  Under the
- * handle's lsmutex; best effort (see wal.c). */
+/* The sync fence (wal.c, "sync fence"): pydb__wal_fence_hold before each
+ * fdatasync of a frame and pydb__wal_fence_release once its failure, if
+ * any, is named in the commit header (txn.c, log_sync), both with the
+ * handle's lsmutex held; pydb__wal_fence_pass (which takes lsmutex
+ * itself: not with it held) lets a new description of the log pass,
+ * waiting at most `wait_us` for the fdatasyncs in flight; nothing when
+ * the description passed already.  pydb__wal_forked: in a fork()ed child
+ * (gc.c), the handle takes descriptions of the log and of the fence of
+ * its own, so that a parent that dies leaves none of its locks held by
+ * the child.  Best effort: none fails. */
 void pydb__wal_fence_hold(pydb_db *db);
 void pydb__wal_fence_release(pydb_db *db);
-void pydb__wal_fence_pass(pydb_db *db);
+void pydb__wal_fence_pass(pydb_db *db, unsigned wait_us);
+void pydb__wal_forked(pydb_db *db);
 
 /* Append a sealed frame after the log's last frame (its offset in *at:
  * the applied length where the commit header has one, else the file's

@@ -7,7 +7,8 @@
  *
  * Some of these hooks change process-wide state of the core and are
  * dangerous outside a test process:
- *   fail_io(n, errno, short, crash)  make the n-th write-side file operation
+ *   fail_io(n, errno, short, crash, sticky, pause)
+ *                                    make the n-th write-side file operation
  *                                    of the calling thread (other threads:
  *                                    not counted, e.g. a collector)
  *                                    fail; crash=True calls _exit(137);
@@ -57,13 +58,17 @@ static PyObject *mod_test_fail_io(PyObject *m, PyObject *args, PyObject *kw)
                              "pause", NULL};
     long n;
     int eno = EIO, shortw = 0, crash = 0, sticky = 0;
-    unsigned int pause = 0;
+    int pause = 0;
     (void)m;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ipppI", kwlist, &n, &eno,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "l|ipppi", kwlist, &n, &eno,
                                      &shortw, &crash, &sticky, &pause))
         return NULL;
+    if (pause < 0) {
+        PyErr_SetString(PyExc_ValueError, "pause must be >= 0");
+        return NULL;
+    }
     pydb__test_fail_io(n, eno, crash ? 2 : sticky ? 3 : shortw);
-    pydb__test_fault_pause(pause);
+    pydb__test_fault_pause((unsigned)pause);
     Py_RETURN_NONE;
 }
 
