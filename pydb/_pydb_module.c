@@ -35,6 +35,24 @@ static pthread_mutex_t binding_mutex = PTHREAD_MUTEX_INITIALIZER;
 void binding_lock(void) { pthread_mutex_lock(&binding_mutex); }
 void binding_unlock(void) { pthread_mutex_unlock(&binding_mutex); }
 
+atomic_uint guard_fork_gen;
+
+/* The child of a fork(): only the forking thread runs on, so the binding
+ * lock another thread held stays held unless made anew, and the
+ * operations other threads had in flight are gone (guard_adopt). */
+static void forked_child(void)
+{
+    pthread_mutex_init(&binding_mutex, NULL);
+    atomic_fetch_add(&guard_fork_gen, 1);
+}
+
+static pthread_once_t forked_once = PTHREAD_ONCE_INIT;
+
+static void forked_install(void)
+{
+    pthread_atfork(NULL, NULL, forked_child);
+}
+
 #ifdef Py_GIL_DISABLED
 static _Thread_local guard_pins *pins_top;   /* innermost pinned scope */
 
@@ -70,6 +88,20 @@ void guard_init(handle_guard *g)
 {
     for (int i = 0; i < GUARD_SLOTS; i++) atomic_store(&g->active[i].n, 0);
     atomic_store(&g->closing, 0);
+    atomic_store(&g->gen, atomic_load(&guard_fork_gen));
+}
+
+/* Counts of an older fork generation (guard_current) zeroed, once. */
+void guard_adopt(handle_guard *g)
+{
+    unsigned now;
+    binding_lock();
+    now = atomic_load(&guard_fork_gen);
+    if (atomic_load(&g->gen) != now) {
+        for (int i = 0; i < GUARD_SLOTS; i++) atomic_store(&g->active[i].n, 0);
+        atomic_store_explicit(&g->gen, now, memory_order_release);
+    }
+    binding_unlock();
 }
 
 /* Each slot is changed only by its threads, each change seq_cst; a pin
@@ -92,6 +124,7 @@ int guard_pin(guard_pins *pins, handle_guard *g)
         if (pins->g[i] == g) return atomic_load(&g->closing) ? -1 : 0;
     if (pins->n == PINS_MAX) Py_FatalError("pydb: more than PINS_MAX pins");
     k = guard_slot_();
+    guard_current(g);
     atomic_fetch_add(&g->active[k].n, 1);
     if (atomic_load(&g->closing)) {
         atomic_fetch_sub(&g->active[k].n, 1);
@@ -118,6 +151,7 @@ void guard_wait_idle(handle_guard *g)
 #ifdef Py_GIL_DISABLED
     own = own_pins(g);
 #endif
+    guard_current(g);
     Py_BEGIN_ALLOW_THREADS
     while (guard_active(g) > own) usleep(50);
     Py_END_ALLOW_THREADS
@@ -225,6 +259,7 @@ static int module_exec(PyObject *m)
         if (!st->name) goto fail;                                       \
     } while (0)
 
+    pthread_once(&forked_once, forked_install);
     if (record_exec(m, st) < 0 || database_exec(m, st) < 0 ||
         index_exec(m, st) < 0 || check_exec(m, st) < 0 ||
         search_exec(m, st) < 0 || transaction_exec(m, st) < 0 ||

@@ -123,10 +123,29 @@ typedef struct {
         char line_[GUARD_LINE];
     } active[GUARD_SLOTS];
     union {
-        atomic_int closing; /* close() has begun: no new operation   */
+        struct {
+            atomic_int closing; /* close() has begun: no new operation */
+            atomic_uint gen;    /* the fork generation the counts are of
+                                   (guard_current)                      */
+        };
         char line_[GUARD_LINE];
     };
 } handle_guard;
+
+/* The process's fork generation: 0, one more in each fork()ed child
+ * (_pydb_module.c).  The operations another thread had in flight at the
+ * fork do not exist in the child, and it must not wait for them: a
+ * guard whose counts are of an older generation is zeroed before its
+ * first use in the child (guard_adopt, under the binding lock). */
+extern atomic_uint guard_fork_gen;
+void guard_adopt(handle_guard *g);
+
+static inline void guard_current(handle_guard *g)
+{
+    if (atomic_load_explicit(&g->gen, memory_order_acquire) !=
+        atomic_load_explicit(&guard_fork_gen, memory_order_relaxed))
+        guard_adopt(g);
+}
 
 /* The calling thread's slot of every guard (fixed for the thread). */
 #ifdef Py_GIL_DISABLED
@@ -209,8 +228,14 @@ void guard_wait_idle(handle_guard *g);
 static inline void guard_enter_(handle_guard *a, handle_guard *b)
 {
     int k = guard_slot_();
-    if (a) atomic_fetch_add(&a->active[k].n, 1);
-    if (b) atomic_fetch_add(&b->active[k].n, 1);
+    if (a) {
+        guard_current(a);
+        atomic_fetch_add(&a->active[k].n, 1);
+    }
+    if (b) {
+        guard_current(b);
+        atomic_fetch_add(&b->active[k].n, 1);
+    }
 }
 
 static inline void guard_leave_(handle_guard *a, handle_guard *b)

@@ -515,3 +515,55 @@ def test_lease_of_an_unreaped_collector_is_taken_over(tmp_path):
     finally:
         zombie.kill()
         zombie.wait()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_close_in_a_child_forked_while_a_thread_reads(tmp_path):
+    """A thread reads a batch with the GIL released (each pread slowed to
+    20 ms) when the main thread forks.  The child has no such thread, but
+    it inherited the database's count of operations in flight: its
+    close() waited for that read forever.  The counts of the parent's
+    operations are dropped in the child (_pydb_module.c, guard_adopt), so
+    the child closes the database at once; the parent's read and close
+    go on as before."""
+    import threading
+    import warnings
+
+    from pydb import _pydb
+
+    base = tmp_path / "db"
+    with pydb.create(base) as db, db.transaction() as tx:
+        for k in range(40):
+            tx.append([(1, f"r{k}")])
+    db = pydb.open(base, io="pread")
+    got = {}
+    _pydb._testing.set_read_delay(20_000)
+    try:
+        th = threading.Thread(target=lambda: got.update(n=len(db.read_many(range(1, 41)))))
+        th.start()
+        time.sleep(0.2)                         # the batch is in flight
+        with warnings.catch_warnings():         # fork() with threads (3.12+)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                db.close()
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        th.join()
+    finally:
+        _pydb._testing.set_read_delay(0)
+    assert done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert got == {"n": 40}
+    db.close()
