@@ -255,6 +255,23 @@ def test_a_failed_deferred_fsync_makes_the_reopen_replay_the_log(tmp_path):
         assert r.check().ok
 
 
+def _append_b_failing_its_sync(db, res: dict, pause: float = 0.0) -> None:
+    """db.append([(1, "b")]) with its fifth write-side operation, the
+    deferred fdatasync, failing with EIO after `pause` seconds (fail_io
+    counts this thread's operations); res["b"]: "acknowledged", or
+    (DiskError.committed, the operation that failed)."""
+    import errno
+
+    T.fail_io(5, errno.EIO, pause=int(pause * 1e6))
+    try:
+        db.append([(1, "b")])
+        res["b"] = "acknowledged"
+    except pydb.DiskError as e:
+        res["b"] = (e.committed, T.io_fired())
+    finally:
+        T.fail_io(0)
+
+
 def _fail_deferred_sync_beside(a, f) -> tuple:
     """Handle `a` appends "b" with its deferred fdatasync (its fifth
     operation) failing with EIO, in a thread, while this test holds the
@@ -262,24 +279,12 @@ def _fail_deferred_sync_beside(a, f) -> tuple:
     begins a transaction and appends "c"; then the lock is let go, and
     the transaction is committed, which must fail.  Returns (a's
     (committed, failed operation), the DiskError of f's commit)."""
-    import errno
     import threading
 
     res = {}
-
-    def t1():
-        T.fail_io(5, errno.EIO)
-        try:
-            a.append([(1, "b")])
-            res["a"] = "ok"
-        except pydb.DiskError as e:
-            res["a"] = (e.committed, T.io_fired())
-        finally:
-            T.fail_io(0)
-
     with open(a.path + ".shm", "r+b") as shm:
         _sync_lock(shm, True)
-        th = threading.Thread(target=t1)
+        th = threading.Thread(target=_append_b_failing_its_sync, args=(a, res))
         try:
             th.start()
             _wait_for(lambda: a.max_mfn == 2, "the commit of b published")
@@ -290,7 +295,7 @@ def _fail_deferred_sync_beside(a, f) -> tuple:
             th.join()
     with pytest.raises(pydb.DiskError) as e:
         tx.commit()
-    return res["a"], e.value
+    return res["b"], e.value
 
 
 def test_a_failed_deferred_fsync_fails_a_commit_of_another_thread(tmp_path):
@@ -447,7 +452,6 @@ def test_a_writer_opening_during_a_failing_fsync_waits_for_the_failure(tmp_path)
     its open until the failure is named (then its recovery replays the
     suspect log), so its commit is acknowledged only after that.  Without
     the fence it is acknowledged within the 0.5 s."""
-    import errno
     import threading
 
     base = tmp_path / "db"
@@ -458,18 +462,7 @@ def test_a_writer_opening_during_a_failing_fsync_waits_for_the_failure(tmp_path)
     report_r, report = os.pipe()
     pid = _fork(_writer_on_cue, base, cue, report)
     res = {}
-
-    def fail_b():
-        T.fail_io(5, errno.EIO, pause=int(pause * 1e6))   # the deferred fdatasync
-        try:
-            db.append([(1, "b")])
-            res["b"] = "acknowledged"
-        except pydb.DiskError as e:
-            res["b"] = (e.committed, T.io_fired())
-        finally:
-            T.fail_io(0)
-
-    th = threading.Thread(target=fail_b)
+    th = threading.Thread(target=_append_b_failing_its_sync, args=(db, res, pause))
     th.start()
     try:
         _wait_for(lambda: T.io_fired() == "fdatasync", "the failing fdatasync")
