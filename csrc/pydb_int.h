@@ -246,8 +246,8 @@ struct pydb_db {
     int fence_fd;            /* <base>.shm again, or -1                    */
     pid_t fence_pid;         /* the process that opened (or could not
                                 open) fence_fd; 0: none yet              */
-    int fence_due;           /* the description of the log is new: it has
-                                yet to pass the fence                    */
+    int fence_due;           /* atomic: the description of the log is new:
+                                it has yet to pass the fence             */
     /* ---- group commit (group.c), under gmutex ---- */
     pthread_mutex_t gmutex;
     pthread_cond_t gcond;    /* CLOCK_MONOTONIC                            */

@@ -983,12 +983,20 @@ void pydb__shm_log_set(pydb_shm *s, uint64_t len, uint32_t first)
     __atomic_store_n(u64_at(s, OFF_LOG_APPLIED), len, __ATOMIC_RELEASE);
 }
 
+/* Whether the log whose first frame has id `first` (the header's) is
+ * named suspect. */
+static int suspect_is(pydb_shm *s, uint32_t first)
+{
+    return __atomic_load_n(u32_at(s, OFF_LOG_SUSPECT), __ATOMIC_ACQUIRE) ==
+           first;
+}
+
 int pydb__shm_log_suspect(pydb_shm *s)
 {
     uint64_t len;
     uint32_t now;
     return pydb__shm_log_applied(s, &len, &now) && now != 0 &&
-           __atomic_load_n(u32_at(s, OFF_LOG_SUSPECT), __ATOMIC_ACQUIRE) == now;
+           suspect_is(s, now);
 }
 
 void pydb__shm_log_suspect_set(pydb_shm *s)
@@ -1005,7 +1013,7 @@ int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end)
     uint32_t now;
     /* the header's log, of this boot, and no fdatasync failed on it */
     if (first == 0 || !pydb__shm_log_applied(s, &len, &now) || now != first ||
-        __atomic_load_n(u32_at(s, OFF_LOG_SUSPECT), __ATOMIC_ACQUIRE) == now)
+        suspect_is(s, now))
         return 0;
     m = __atomic_load_n(u64_at(s, OFF_LOG_SYNCED), __ATOMIC_ACQUIRE);
     return (uint32_t)(m >> 32) == first && (m & 0xffffffffu) >= end;

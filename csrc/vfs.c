@@ -230,17 +230,23 @@ static int fault_mine(void)
     return pthread_equal(pthread_self(), fault_thread);
 }
 
+/* The first operation that failed (or wrote short) is `name`. */
+static void fired(const char *name)
+{
+    const char *none = NULL;
+    __atomic_compare_exchange_n(&fault_fired, &none, name, 0,
+                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
 /* 1 if this operation must fail (errno set). */
 static int fault_hit(const char *name)
 {
-    const char *none = NULL;
     long n;
     if (!fault_mine()) return 0;
     n = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
     if (fault_at > 0 && (n == fault_at || (fault_sticky && n > fault_at))) {
         if (fault_crash) _exit(137);
-        __atomic_compare_exchange_n(&fault_fired, &none, name, 0,
-                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+        fired(name);
         if (fault_pause_usec) usleep(fault_pause_usec);
         errno = fault_errno;
         return 1;
@@ -254,14 +260,12 @@ static int fault_hit(const char *name)
 
 static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-    const char *none = NULL;
     long next = __atomic_load_n(&fault_count, __ATOMIC_RELAXED) + 1;
     if (!fault_mine()) return pwrite(fd, buf, n, off);
     if (fault_crash && fault_at > 0 && next == fault_at) _exit(137);
     if (fault_short && fault_at > 0 && next == fault_at && n > 1) {
         __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
-        __atomic_compare_exchange_n(&fault_fired, &none, "pwrite (short)", 0,
-                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+        fired("pwrite (short)");
         fault_was_short = 1;
         return pwrite(fd, buf, n / 2, off);
     }

@@ -1065,35 +1065,53 @@ void pydb__wal_fence_release(pydb_db *db)
 /* Marks the handle's description of the log new: it has yet to pass. */
 static void fence_due(pydb_db *db)
 {
+    __atomic_store_n(&db->fence_due, 1, __ATOMIC_RELEASE);
+}
+
+/* A new description of the log passes the fence (nothing for one that
+ * passed): waits for the fdatasyncs in flight until `deadline` (ms of
+ * pydb__now_ms(); < 0: one try), FENCE_WAIT_US at most.  A pass that
+ * waited its time counts as done: best effort. */
+static void fence_pass(pydb_db *db, int64_t deadline)
+{
+    unsigned wait_us = 0;
+    int got;
+    if (!__atomic_load_n(&db->fence_due, __ATOMIC_ACQUIRE)) return;
+    if (deadline >= 0) {
+        int64_t left_ms = deadline - pydb__now_ms();
+        if (left_ms >= FENCE_WAIT_US / 1000) wait_us = FENCE_WAIT_US;
+        else if (left_ms > 0) wait_us = (unsigned)left_ms * 1000;
+    }
     pthread_mutex_lock(&db->lsmutex);
-    db->fence_due = 1;
+    got = fence_lock(db, F_WRLCK, wait_us);
+    if (got == 0) (void)fence_lock(db, F_UNLCK, 0);
+    if (got == 0 || wait_us > 0)
+        __atomic_store_n(&db->fence_due, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&db->lsmutex);
 }
 
-void pydb__wal_fence_pass(pydb_db *db, unsigned wait_us)
+/* A description of the log of this process's own in place of the one at
+ * db->wal_fd (a fork()ed child's copy of its parent's, which shares the
+ * parent's OFD locks: closing the copy leaves them alone, the parent
+ * still has its fd), under the same fd number; it has yet to pass the
+ * fence.  0, or -1 with errno set (nothing changed). */
+static int log_own(pydb_db *db)
 {
-    pthread_mutex_lock(&db->lsmutex);
-    if (db->fence_due) {
-        int got = fence_lock(db, F_WRLCK, wait_us);
-        if (got == 0) (void)fence_lock(db, F_UNLCK, 0);
-        /* passed, or waited for as long as it may: not again */
-        if (got == 0 || wait_us > 0) db->fence_due = 0;
+    int fd = pydb__vfs->open(db->wal_path, O_RDWR, 0), rc = -1;
+    if (fd < 0) return -1;
+    if (dup3(fd, db->wal_fd, O_CLOEXEC) >= 0) {
+        db->wal_pid = getpid();
+        fence_due(db);
+        rc = 0;
     }
-    pthread_mutex_unlock(&db->lsmutex);
+    pydb__vfs->close(fd);
+    return rc;
 }
 
 void pydb__wal_forked(pydb_db *db)
 {
-    if (db->wal_fd >= 0 && db->wal_pid != getpid()) {
-        int fd = pydb__vfs->open(db->wal_path, O_RDWR, 0);
-        /* the same fd number, now a description of this process's own:
-         * if none can be opened, pydb__wal_lock() tries again */
-        if (fd >= 0 && dup3(fd, db->wal_fd, O_CLOEXEC) >= 0) {
-            db->wal_pid = getpid();
-            db->fence_due = 1;
-        }
-        if (fd >= 0) pydb__vfs->close(fd);
-    }
+    /* if no description can be had now, pydb__wal_lock() tries again */
+    if (db->wal_fd >= 0 && db->wal_pid != getpid()) (void)log_own(db);
     if (db->fence_fd >= 0) pydb__vfs->close(db->fence_fd);
     db->fence_fd = -1;
 }
@@ -1136,32 +1154,14 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
     int64_t since = -1;
     pid_t me = getpid();
     int rc;
-    if (db->wal_pid != me) {
-        /* a fork()ed child: the fd's open file description is the
-         * parent's, and so is any OFD lock on it; a lock of its own needs
-         * a description of its own (closing the copy leaves the parent's
-         * lock alone: the parent still has its fd) */
-        int fd = pydb__vfs->open(db->wal_path, O_RDWR, 0);
-        if (fd < 0)
-            return PYDB_OSERROR(err, errno, db->wal_path, -1,
-                                "cannot open the write-ahead log: %s",
-                                strerror(errno));
-        pydb__vfs->close(db->wal_fd);
-        db->wal_fd = fd;
-        db->wal_pid = me;
-        fence_due(db);
-    }
-    /* a new description of the log passes the fence first, within the
-     * caller's time (one try for a caller that does not wait) */
-    if (deadline < 0) {
-        pydb__wal_fence_pass(db, 0);
-    } else {
-        int64_t left_ms = deadline - pydb__now_ms();
-        pydb__wal_fence_pass(db, left_ms <= 0 ? 0
-                                 : left_ms >= FENCE_WAIT_US / 1000
-                                     ? FENCE_WAIT_US
-                                     : (unsigned)left_ms * 1000);
-    }
+    /* a fork()ed child whose atfork handler could not give it a
+     * description of the log of its own (pydb__wal_forked): a lock of
+     * its own needs one */
+    if (db->wal_pid != me && log_own(db) != 0)
+        return PYDB_OSERROR(err, errno, db->wal_path, -1,
+                            "cannot open the write-ahead log: %s",
+                            strerror(errno));
+    fence_pass(db, deadline);   /* within the caller's time */
     gc = gc && deadline >= 0;
     if (gc) pydb__shm_writer_claim(db->shm, me);
     for (;;) {
@@ -1212,7 +1212,7 @@ int pydb__wal_open(pydb_db *db, const char *base, pydb_error *err)
                             "cannot open the write-ahead log: %s",
                             strerror(errno));
     fence_due(db);
-    pydb__wal_fence_pass(db, FENCE_WAIT_US);
+    fence_pass(db, pydb__now_ms() + FENCE_WAIT_US / 1000);
     /* A new log's name must survive a power loss like its content. */
     if (!existed &&
         (rc = pydb__fsync_parent(db->wal_path, err)) != PYDB_OK)

@@ -168,16 +168,13 @@ void pydb__wal_unlock(pydb_db *db);
 /* The sync fence (wal.c, "sync fence"): pydb__wal_fence_hold before each
  * fdatasync of a frame and pydb__wal_fence_release once its failure, if
  * any, is named in the commit header (txn.c, log_sync), both with the
- * handle's lsmutex held; pydb__wal_fence_pass (which takes lsmutex
- * itself: not with it held) lets a new description of the log pass,
- * waiting at most `wait_us` for the fdatasyncs in flight; nothing when
- * the description passed already.  pydb__wal_forked: in a fork()ed child
- * (gc.c), the handle takes descriptions of the log and of the fence of
- * its own, so that a parent that dies leaves none of its locks held by
- * the child.  Best effort: none fails. */
+ * handle's lsmutex held (a new description of the log passes the fence
+ * in pydb__wal_open and pydb__wal_lock).  pydb__wal_forked: in a fork()ed
+ * child (gc.c), the handle takes descriptions of the log and of the
+ * fence of its own, so that a parent that dies leaves none of its locks
+ * held by the child.  Best effort: none fails. */
 void pydb__wal_fence_hold(pydb_db *db);
 void pydb__wal_fence_release(pydb_db *db);
-void pydb__wal_fence_pass(pydb_db *db, unsigned wait_us);
 void pydb__wal_forked(pydb_db *db);
 
 /* Append a sealed frame after the log's last frame (its offset in *at:
