@@ -74,12 +74,13 @@
  *
  * fork().  Only the forking thread survives in the child.  The
  * pthread_atfork() prepare handler takes `gc_list_mutex` (the list
- * whole) and the step lock of every collector (it waits for the steps in
+ * whole), the step lock of every collector (it waits for the steps in
  * flight, which are bounded: the child never inherits a writer lock or a
- * file a vanished step was in the middle of); the child handler marks
- * each collector's thread as gone and initialises its locks again, and
- * its handle's writer locks and group commit queue
- * (pydb__writer_locks_init: no thread of the parent waits there).  The child starts a thread of its own lazily, at its
+ * file a vanished step was in the middle of) and each handle's smutex and
+ * vmutex; the child handler marks each collector's thread as gone and
+ * initialises its locks again, and its handle's writer locks and group
+ * commit queue (pydb__writer_locks_init: no thread of the parent waits
+ * there) and read mutex (PYDB_LOCK_MUTEX).  The child starts a thread of its own lazily, at its
  * first commit (pydb__gc_notify), if the policy wants one; the parent's
  * thread is unaffected.
  *
@@ -225,22 +226,27 @@ static void locks_destroy(pydb_gc *g)
 /* ------------------------------------------------------------ fork */
 
 /* Before fork(): the list whole, no step of any collector in flight
- * (each step lock taken: a step is bounded), and no handle switching to
- * a compaction's new file pair (each handle's smutex, taken after the
- * step locks as a compaction's step takes it), so that the child never
- * inherits a handle whose writer lock, job or file switch a vanished
- * thread was in the middle of. */
+ * (each step lock taken: a step is bounded), no handle switching to a
+ * compaction's new file pair (each handle's smutex, taken after the
+ * step locks as a compaction's step takes it) and none setting its view
+ * (vmutex, taken under smutex by a switch and alone by a refresh: its
+ * seqlock is never left odd), so that the child never inherits a handle
+ * whose writer lock, job, file switch or view a vanished thread was in
+ * the middle of. */
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&gc_list_mutex);
     for (pydb_gc *g = gc_list; g; g = g->next) pthread_mutex_lock(&g->step);
-    for (pydb_gc *g = gc_list; g; g = g->next)
+    for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_lock(&g->db->smutex);
+        pthread_mutex_lock(&g->db->vmutex);
+    }
 }
 
 static void atfork_parent(void)
 {
     for (pydb_gc *g = gc_list; g; g = g->next) {
+        pthread_mutex_unlock(&g->db->vmutex);
         pthread_mutex_unlock(&g->db->smutex);
         pthread_mutex_unlock(&g->step);
     }
@@ -249,14 +255,18 @@ static void atfork_parent(void)
 
 /* The child: no collector thread survived; locks another thread held at
  * the fork would stay held forever, so every one is made anew (the
- * smutexes were held by this thread: released); and each handle takes
+ * smutexes and vmutexes were held by this thread: released; the mutex
+ * of PYDB_LOCK_MUTEX reads, which a read of another thread may have
+ * held across a pread, made anew: it guards no state); and each handle takes
  * descriptions of its log and its fence of its own (pydb__wal_forked), or
  * a parent killed with the writer lock would leave it held by the child. */
 static void atfork_child(void)
 {
     pthread_mutex_init(&gc_list_mutex, NULL);
     for (pydb_gc *g = gc_list; g; g = g->next) {
+        pthread_mutex_unlock(&g->db->vmutex);
         pthread_mutex_unlock(&g->db->smutex);
+        pthread_mutex_init(&g->db->mutex, NULL);
         pydb__writer_locks_init(g->db);
         pydb__wal_forked(g->db);
         locks_init(g);

@@ -567,3 +567,56 @@ def test_close_in_a_child_forked_while_a_thread_reads(tmp_path):
     assert done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert got == {"n": 40}
     db.close()
+
+
+def test_read_in_a_child_forked_while_a_thread_holds_the_read_mutex(tmp_path):
+    """With ``lock="mutex"`` every record read holds the handle's mutex.
+    A thread of the parent is inside such a read (each pread slowed to
+    20 ms) when the main thread forks: the child inherited the mutex
+    held by a thread it does not have, and its first read waited for it
+    forever.  The collector's atfork child handler makes the mutex anew
+    (csrc/gc.c), so the child reads and closes; the parent's reads go
+    on."""
+    import threading
+    import warnings
+
+    from pydb import _pydb
+
+    base = tmp_path / "db"
+    with pydb.create(base) as db, db.transaction() as tx:
+        for k in range(40):
+            tx.append([(1, f"r{k}")])
+    db = pydb.open(base, io="pread", lock="mutex")
+    got = {}
+    _pydb._testing.set_read_delay(20_000)
+    try:
+        th = threading.Thread(
+            target=lambda: got.update(v=[db[m].fields[0].value for m in range(1, 41)]))
+        th.start()
+        time.sleep(0.2)                         # a read holds the mutex
+        with warnings.catch_warnings():         # fork() with threads (3.12+)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _pydb._testing.set_read_delay(0)
+                code = 0 if db[7].fields[0].value == "r6" else 2
+                db.close()
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        th.join()
+    finally:
+        _pydb._testing.set_read_delay(0)
+    assert done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert got == {"v": [f"r{k}" for k in range(40)]}
+    db.close()
