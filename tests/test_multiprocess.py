@@ -517,6 +517,55 @@ def test_lease_of_an_unreaped_collector_is_taken_over(tmp_path):
         zombie.wait()
 
 
+def _fork_while_reading(read, child) -> int | None:
+    """Run `read()` in a thread with each pread slowed to 20 ms, fork
+    while it is in flight and run `child()` in the child (its return is
+    the child's exit code; an exception exits 1).  The child's exit
+    code, or None when it had not ended after 10 s (it is killed); the
+    thread is joined."""
+    import threading
+    import warnings
+
+    from pydb import _pydb
+
+    _pydb._testing.set_read_delay(20_000)
+    try:
+        th = threading.Thread(target=read)
+        th.start()
+        time.sleep(0.2)                         # the read is in flight
+        with warnings.catch_warnings():         # fork() with threads (3.12+)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _pydb._testing.set_read_delay(0)
+                code = child()
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        th.join()
+    finally:
+        _pydb._testing.set_read_delay(0)
+    return os.WEXITSTATUS(status) if done and os.WIFEXITED(status) else None
+
+
+def _forty_records(tmp_path):
+    base = tmp_path / "db"
+    with pydb.create(base) as db, db.transaction() as tx:
+        for k in range(40):
+            tx.append([(1, f"r{k}")])
+    return base
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_close_in_a_child_forked_while_a_thread_reads(tmp_path):
     """A thread reads a batch with the GIL released (each pread slowed to
@@ -526,49 +575,20 @@ def test_close_in_a_child_forked_while_a_thread_reads(tmp_path):
     operations are dropped in the child (_pydb_module.c, guard_adopt), so
     the child closes the database at once; the parent's read and close
     go on as before."""
-    import threading
-    import warnings
-
-    from pydb import _pydb
-
-    base = tmp_path / "db"
-    with pydb.create(base) as db, db.transaction() as tx:
-        for k in range(40):
-            tx.append([(1, f"r{k}")])
-    db = pydb.open(base, io="pread")
+    db = pydb.open(_forty_records(tmp_path), io="pread")
     got = {}
-    _pydb._testing.set_read_delay(20_000)
-    try:
-        th = threading.Thread(target=lambda: got.update(n=len(db.read_many(range(1, 41)))))
-        th.start()
-        time.sleep(0.2)                         # the batch is in flight
-        with warnings.catch_warnings():         # fork() with threads (3.12+)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                db.close()
-                code = 0
-            finally:
-                os._exit(code)
-        deadline = time.monotonic() + 10
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        if not done:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        th.join()
-    finally:
-        _pydb._testing.set_read_delay(0)
-    assert done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+    def child():
+        db.close()
+        return 0
+
+    code = _fork_while_reading(lambda: got.update(n=len(db.read_many(range(1, 41)))), child)
+    assert code == 0
     assert got == {"n": 40}
     db.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_read_in_a_child_forked_while_a_thread_holds_the_read_mutex(tmp_path):
     """With ``lock="mutex"`` every record read holds the handle's mutex.
     A thread of the parent is inside such a read (each pread slowed to
@@ -577,46 +597,16 @@ def test_read_in_a_child_forked_while_a_thread_holds_the_read_mutex(tmp_path):
     forever.  The collector's atfork child handler makes the mutex anew
     (csrc/gc.c), so the child reads and closes; the parent's reads go
     on."""
-    import threading
-    import warnings
-
-    from pydb import _pydb
-
-    base = tmp_path / "db"
-    with pydb.create(base) as db, db.transaction() as tx:
-        for k in range(40):
-            tx.append([(1, f"r{k}")])
-    db = pydb.open(base, io="pread", lock="mutex")
+    db = pydb.open(_forty_records(tmp_path), io="pread", lock="mutex")
     got = {}
-    _pydb._testing.set_read_delay(20_000)
-    try:
-        th = threading.Thread(
-            target=lambda: got.update(v=[db[m].fields[0].value for m in range(1, 41)]))
-        th.start()
-        time.sleep(0.2)                         # a read holds the mutex
-        with warnings.catch_warnings():         # fork() with threads (3.12+)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                _pydb._testing.set_read_delay(0)
-                code = 0 if db[7].fields[0].value == "r6" else 2
-                db.close()
-            finally:
-                os._exit(code)
-        deadline = time.monotonic() + 10
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        if not done:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        th.join()
-    finally:
-        _pydb._testing.set_read_delay(0)
-    assert done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+    def child():
+        value = db[7].fields[0].value
+        db.close()
+        return 0 if value == "r6" else 2
+
+    code = _fork_while_reading(
+        lambda: got.update(v=[db[m].fields[0].value for m in range(1, 41)]), child)
+    assert code == 0
     assert got == {"v": [f"r{k}" for k in range(40)]}
     db.close()
