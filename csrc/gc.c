@@ -80,7 +80,8 @@
  * vmutex; the child handler marks each collector's thread as gone and
  * initialises its locks again, and its handle's writer locks and group
  * commit queue (pydb__writer_locks_init: no thread of the parent waits
- * there) and read mutex (PYDB_LOCK_MUTEX).  The child starts a thread of its own lazily, at its
+ * there) and read mutex (PYDB_LOCK_MUTEX).  The index handles' mutexes
+ * are taken last and released first (pydb__nidx_fork_prepare).  The child starts a thread of its own lazily, at its
  * first commit (pydb__gc_notify), if the policy wants one; the parent's
  * thread is unaffected.
  *
@@ -90,6 +91,7 @@
 #define _GNU_SOURCE
 #include "gc.h"
 #include "compact.h"
+#include "nidx_handle.h"
 #include "shm.h"
 #include "wal.h"
 #include <errno.h>
@@ -241,10 +243,12 @@ static void atfork_prepare(void)
         pthread_mutex_lock(&g->db->smutex);
         pthread_mutex_lock(&g->db->vmutex);
     }
+    pydb__nidx_fork_prepare();
 }
 
 static void atfork_parent(void)
 {
+    pydb__nidx_fork_done();
     for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_unlock(&g->db->vmutex);
         pthread_mutex_unlock(&g->db->smutex);
@@ -262,6 +266,7 @@ static void atfork_parent(void)
  * a parent killed with the writer lock would leave it held by the child. */
 static void atfork_child(void)
 {
+    pydb__nidx_fork_done();
     pthread_mutex_init(&gc_list_mutex, NULL);
     for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_unlock(&g->db->vmutex);
@@ -280,6 +285,11 @@ static void atfork_child(void)
 static void atfork_install(void)
 {
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+void pydb__gc_fork_install(void)
+{
+    pthread_once(&gc_atfork_once, atfork_install);
 }
 
 /* ------------------------------------------------------------ record */
@@ -597,7 +607,7 @@ int pydb__gc_open(pydb_db *db, pydb_error *err)
     int asked = (db->flags >> PYDB_OPEN_GC_SHIFT) & 7;
 
     if (asked >= 1 && asked <= 4) policy = asked - 1;
-    pthread_once(&gc_atfork_once, atfork_install);
+    pydb__gc_fork_install();
     g = calloc(1, sizeof *g);
     if (!g) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     g->db = db;

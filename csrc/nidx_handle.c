@@ -532,9 +532,47 @@ static int nidx_key(pydb_index *ix, const uint8_t *term, size_t len,
     return rc;
 }
 
+/* ------------------------------------------------------------ fork */
+
+static pthread_mutex_t fork_list_mutex = PTHREAD_MUTEX_INITIALIZER;
+static nidx *fork_list;   /* every open handle (fork_next, fork_prev) */
+
+static void fork_list_add(nidx *x)
+{
+    pthread_mutex_lock(&fork_list_mutex);
+    x->fork_next = fork_list;
+    if (fork_list) fork_list->fork_prev = x;
+    fork_list = x;
+    pthread_mutex_unlock(&fork_list_mutex);
+}
+
+static void fork_list_remove(nidx *x)
+{
+    pthread_mutex_lock(&fork_list_mutex);
+    if (x->fork_prev) x->fork_prev->fork_next = x->fork_next;
+    else if (fork_list == x) fork_list = x->fork_next;
+    if (x->fork_next) x->fork_next->fork_prev = x->fork_prev;
+    x->fork_next = x->fork_prev = NULL;
+    pthread_mutex_unlock(&fork_list_mutex);
+}
+
+void pydb__nidx_fork_prepare(void)
+{
+    pthread_mutex_lock(&fork_list_mutex);
+    for (nidx *x = fork_list; x; x = x->fork_next) pthread_mutex_lock(&x->mu);
+}
+
+void pydb__nidx_fork_done(void)
+{
+    for (nidx *x = fork_list; x; x = x->fork_next)
+        pthread_mutex_unlock(&x->mu);
+    pthread_mutex_unlock(&fork_list_mutex);
+}
+
 static void nidx_close(pydb_index *ix)
 {
     nidx *x = (nidx *)ix;
+    fork_list_remove(x);
     /* A pending segment here belongs to a commit that failed once its log
      * may have been durable (pydb.h, pydb_commit_hook): recovery may name
      * it, so it stays; if it does not, the collector removes it (an
@@ -849,18 +887,22 @@ static void header_find(nidx *x, const char *db_path)
 
 /* The commit header, mapped on first use (readers never create it: a
  * database no writer of this version has opened yet has none until one
- * does), or NULL (files mode). */
+ * does), or NULL (files mode).  Opened without x->mu: the open may wait
+ * for another process laying the header out, and a thread that held mu
+ * meanwhile would leave it held in a fork()ed child; two threads that
+ * open it at once keep the first and close the other. */
 struct pydb_shm *pydb__nidx_header(nidx *x)
 {
-    pydb_shm *s = __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE);
+    pydb_shm *s = __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE), *none = NULL;
     pydb_error e;
     if (s || !x->shm_path[0]) return s;
-    pthread_mutex_lock(&x->mu);
-    if (!x->shm &&
-        pydb__shm_open(&s, x->shm_path, x->mst_path, 0, &e) == PYDB_OK && s)
-        __atomic_store_n(&x->shm, s, __ATOMIC_RELEASE);
-    s = x->shm;
-    pthread_mutex_unlock(&x->mu);
+    if (pydb__shm_open(&s, x->shm_path, x->mst_path, 0, &e) != PYDB_OK || !s)
+        return __atomic_load_n(&x->shm, __ATOMIC_ACQUIRE);
+    if (!__atomic_compare_exchange_n(&x->shm, &none, s, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        pydb__shm_close(s);
+        s = none;
+    }
     return s;
 }
 
@@ -1003,6 +1045,8 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
     pthread_mutex_init(&x->mu, NULL);
     pthread_mutex_init(&x->gc_mu, NULL);
     pthread_rwlock_init(&x->db_lock, NULL);
+    pydb__gc_fork_install();
+    fork_list_add(x);
     x->base.ops = &nidx_ops;
     x->base.kind = PYDB_INDEX_NATIVE;
     x->base.caps = PYDB_POSTING_TAG | PYDB_POSTING_OCC | PYDB_POSTING_CNT;

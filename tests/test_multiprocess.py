@@ -517,18 +517,18 @@ def test_lease_of_an_unreaped_collector_is_taken_over(tmp_path):
         zombie.wait()
 
 
-def _fork_while_reading(read, child) -> int | None:
-    """Run `read()` in a thread with each pread slowed to 20 ms, fork
-    while it is in flight and run `child()` in the child (its return is
-    the child's exit code; an exception exits 1).  The child's exit
-    code, or None when it had not ended after 10 s (it is killed); the
-    thread is joined."""
+def _fork_while_reading(read, child, delay_us: int = 20_000) -> int | None:
+    """Run `read()` in a thread with each pread slowed by `delay_us`
+    microseconds, fork while it is in flight (0.2 s later) and run
+    `child()` in the child (its return is the child's exit code; an
+    exception exits 1).  The child's exit code, or None when it had not
+    ended after 10 s (it is killed); the thread is joined."""
     import threading
     import warnings
 
     from pydb import _pydb
 
-    _pydb._testing.set_read_delay(20_000)
+    _pydb._testing.set_read_delay(delay_us)
     try:
         th = threading.Thread(target=read)
         th.start()
@@ -610,3 +610,51 @@ def test_read_in_a_child_forked_while_a_thread_holds_the_read_mutex(tmp_path):
     assert code == 0
     assert got == {"v": [f"r{k}" for k in range(40)]}
     db.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_search_in_a_child_forked_while_a_thread_opens_the_header(tmp_path):
+    """An index handle opened before the database had a commit header
+    maps the header at its first search after a writer laid it out.  The
+    open waits while another process holds the header's layout lock.  It
+    ran under the handle's mutex: a fork() meanwhile left the mutex held
+    in the child, whose first search waited for it forever.  The header
+    is now opened without the mutex (csrc/nidx_handle.c,
+    pydb__nidx_header), and the fork handlers take the index handles'
+    mutexes (pydb__nidx_fork_prepare), so the child searches; the
+    parent's search ends once the lock is released."""
+    from pydb.index import open_index
+    from pydb.native import build_index
+
+    base = _forty_records(tmp_path)
+    build_index(base, "1 4 v1")
+    shm = tmp_path / "db.shm"
+    shm.unlink()
+    ix = open_index(base)                           # no header: files mode
+    pydb.open(base, readonly=False).close()         # a writer lays it out
+    # (the holder's POSIX lock conflicts with the header's OFD lock)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(shm)!r}, os.O_RDWR)\n"
+         f"fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)\n"
+         "print('held', flush=True)\n"
+         "time.sleep(1.5)\n"],
+        stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        got = {}
+
+        def child():
+            n = len(ix.search("R"))
+            ix.close()
+            return 0 if n == 40 else 2
+
+        code = _fork_while_reading(lambda: got.update(n=len(ix.search("R"))), child,
+                                   delay_us=0)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 0
+    assert got == {"n": 40}
+    ix.close()
