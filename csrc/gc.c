@@ -73,15 +73,17 @@
  * wait for it (an explicit request).
  *
  * fork().  Only the forking thread survives in the child.  The
- * pthread_atfork() prepare handler takes `gc_list_mutex` (the list
+ * pthread_atfork() prepare handler (fork.h) takes `gc_list_mutex` (the list
  * whole), the step lock of every collector (it waits for the steps in
  * flight, which are bounded: the child never inherits a writer lock or a
  * file a vanished step was in the middle of) and each handle's smutex and
  * vmutex; the child handler marks each collector's thread as gone and
  * initialises its locks again, and its handle's writer locks and group
  * commit queue (pydb__writer_locks_init: no thread of the parent waits
- * there) and read mutex (PYDB_LOCK_MUTEX).  The index handles' mutexes
- * are taken last and released first (pydb__nidx_fork_prepare).  The child starts a thread of its own lazily, at its
+ * there) and read mutex (PYDB_LOCK_MUTEX).  These handlers are this
+ * module's part of fork.c's (rank 1: the index handles' part, whose
+ * mutexes are taken after these, runs after prepare and before the
+ * others).  The child starts a thread of its own lazily, at its
  * first commit (pydb__gc_notify), if the policy wants one; the parent's
  * thread is unaffected.
  *
@@ -91,7 +93,7 @@
 #define _GNU_SOURCE
 #include "gc.h"
 #include "compact.h"
-#include "nidx_handle.h"
+#include "fork.h"
 #include "shm.h"
 #include "wal.h"
 #include <errno.h>
@@ -148,7 +150,6 @@ struct pydb_gc {
 
 static pthread_mutex_t gc_list_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pydb_gc *gc_list;
-static pthread_once_t gc_atfork_once = PTHREAD_ONCE_INIT;
 
 static const char *const policy_names[] = {"none", "background",
                                            "cooperative", "combined"};
@@ -243,12 +244,10 @@ static void atfork_prepare(void)
         pthread_mutex_lock(&g->db->smutex);
         pthread_mutex_lock(&g->db->vmutex);
     }
-    pydb__nidx_fork_prepare();
 }
 
 static void atfork_parent(void)
 {
-    pydb__nidx_fork_done();
     for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_unlock(&g->db->vmutex);
         pthread_mutex_unlock(&g->db->smutex);
@@ -266,7 +265,6 @@ static void atfork_parent(void)
  * a parent killed with the writer lock would leave it held by the child. */
 static void atfork_child(void)
 {
-    pydb__nidx_fork_done();
     pthread_mutex_init(&gc_list_mutex, NULL);
     for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_unlock(&g->db->vmutex);
@@ -282,15 +280,9 @@ static void atfork_child(void)
     }
 }
 
-static void atfork_install(void)
-{
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-void pydb__gc_fork_install(void)
-{
-    pthread_once(&gc_atfork_once, atfork_install);
-}
+/* fork.h: rank 1, before the index handles' part */
+static const pydb_fork_part gc_fork = {1, atfork_prepare, atfork_parent,
+                                       atfork_child};
 
 /* ------------------------------------------------------------ record */
 
@@ -607,7 +599,7 @@ int pydb__gc_open(pydb_db *db, pydb_error *err)
     int asked = (db->flags >> PYDB_OPEN_GC_SHIFT) & 7;
 
     if (asked >= 1 && asked <= 4) policy = asked - 1;
-    pydb__gc_fork_install();
+    pydb__fork_join(&gc_fork);
     g = calloc(1, sizeof *g);
     if (!g) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     g->db = db;

@@ -28,9 +28,6 @@ typedef struct pydb_gc pydb_gc;
 int pydb__gc_open(pydb_db *db, pydb_error *err);
 /* At close, before the handle's files go: stops and joins the thread. */
 void pydb__gc_close(pydb_db *db);
-/* Installs the process's pthread_atfork handlers once (gc.c, "fork");
- * pydb__gc_open does, and an index handle opened without a database. */
-void pydb__gc_fork_install(void);
 /* pydb__gc_open installs the collector's listeners in db->gc_ops
  * (pydb_int.h: pydb__gc_notify, _met, _pause, _resume), through which
  * the layers below signal it. */

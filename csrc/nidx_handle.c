@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fork.h"
 #include "gc.h"
 #include "nidx_handle.h"
 #include "shm.h"
@@ -556,18 +557,24 @@ static void fork_list_remove(nidx *x)
     pthread_mutex_unlock(&fork_list_mutex);
 }
 
-void pydb__nidx_fork_prepare(void)
+/* fork.h, rank 2: every open handle's mu, which is held for pointer
+ * swaps only (never across a wait), so that no child inherits one held
+ * by a thread it does not have; released in the parent and the child. */
+static void fork_prepare(void)
 {
     pthread_mutex_lock(&fork_list_mutex);
     for (nidx *x = fork_list; x; x = x->fork_next) pthread_mutex_lock(&x->mu);
 }
 
-void pydb__nidx_fork_done(void)
+static void fork_done(void)
 {
     for (nidx *x = fork_list; x; x = x->fork_next)
         pthread_mutex_unlock(&x->mu);
     pthread_mutex_unlock(&fork_list_mutex);
 }
+
+static const pydb_fork_part nidx_fork = {2, fork_prepare, fork_done,
+                                         fork_done};
 
 static void nidx_close(pydb_index *ix)
 {
@@ -1045,7 +1052,7 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
     pthread_mutex_init(&x->mu, NULL);
     pthread_mutex_init(&x->gc_mu, NULL);
     pthread_rwlock_init(&x->db_lock, NULL);
-    pydb__gc_fork_install();
+    pydb__fork_join(&nidx_fork);
     fork_list_add(x);
     x->base.ops = &nidx_ops;
     x->base.kind = PYDB_INDEX_NATIVE;

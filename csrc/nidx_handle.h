@@ -169,15 +169,6 @@ typedef struct nidx {
     struct nidx *fork_next, *fork_prev; /* every open handle (fork)     */
 } nidx;
 
-/* The fork handlers' part for index handles (gc.c calls them from its
- * pthread_atfork handlers, after the collectors' and the databases'
- * locks): prepare takes every open handle's mu (held for pointer swaps
- * only, never across a wait), so that no child inherits one held by a
- * thread it does not have; done releases them, in the parent and in the
- * child. */
-void pydb__nidx_fork_prepare(void);
-void pydb__nidx_fork_done(void);
-
 /* <base>.pdx for a database path ("x/cds", "x/cds.mst", "x/CDS.XRF"). */
 int pydb__nidx_dir(char *out, size_t cap, const char *db_path,
                    pydb_error *err);
