@@ -257,18 +257,20 @@ static void atfork_parent(void)
 }
 
 /* The child: no collector thread survived; locks another thread held at
- * the fork would stay held forever, so every one is made anew (the
- * smutexes and vmutexes were held by this thread: released; the mutex
- * of PYDB_LOCK_MUTEX reads, which a read of another thread may have
- * held across a pread, made anew: it guards no state); and each handle takes
- * descriptions of its log and its fence of its own (pydb__wal_forked), or
- * a parent killed with the writer lock would leave it held by the child. */
+ * the fork would stay held forever, so every one is made anew (those
+ * the prepare handler took -- the list, the step locks, smutexes and
+ * vmutexes -- are this thread's: released, as ThreadSanitizer must see
+ * them go; the mutex of PYDB_LOCK_MUTEX reads, which a read of another
+ * thread may have held across a pread, made anew: it guards no state);
+ * and each handle takes descriptions of its log and its fence of its
+ * own (pydb__wal_forked), or a parent killed with the writer lock would
+ * leave it held by the child. */
 static void atfork_child(void)
 {
-    pthread_mutex_init(&gc_list_mutex, NULL);
     for (pydb_gc *g = gc_list; g; g = g->next) {
         pthread_mutex_unlock(&g->db->vmutex);
         pthread_mutex_unlock(&g->db->smutex);
+        pthread_mutex_unlock(&g->step);
         pthread_mutex_init(&g->db->mutex, NULL);
         pydb__writer_locks_init(g->db);
         pydb__wal_forked(g->db);
@@ -278,6 +280,7 @@ static void atfork_child(void)
         g->wake = 0;
         g->compacting = 0;
     }
+    pthread_mutex_unlock(&gc_list_mutex);
 }
 
 /* fork.h: rank 1, before the index handles' part */
