@@ -1007,16 +1007,30 @@ void pydb__shm_log_suspect_set(pydb_shm *s)
         __atomic_store_n(u32_at(s, OFF_LOG_SUSPECT), now, __ATOMIC_RELEASE);
 }
 
-int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end)
+/* The synced mark's length when the mark is of the header's log, of
+ * this boot, on which no fdatasync failed (that log's id in *now), else
+ * 0. */
+static uint64_t synced_len(pydb_shm *s, uint32_t *now)
 {
     uint64_t m, len;
-    uint32_t now;
-    /* the header's log, of this boot, and no fdatasync failed on it */
-    if (first == 0 || !pydb__shm_log_applied(s, &len, &now) || now != first ||
-        suspect_is(s, now))
+    if (!pydb__shm_log_applied(s, &len, now) || *now == 0 ||
+        suspect_is(s, *now))
         return 0;
     m = __atomic_load_n(u64_at(s, OFF_LOG_SYNCED), __ATOMIC_ACQUIRE);
-    return (uint32_t)(m >> 32) == first && (m & 0xffffffffu) >= end;
+    return (uint32_t)(m >> 32) == *now ? (m & 0xffffffffu) : 0;
+}
+
+int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end)
+{
+    uint32_t now = 0;
+    uint64_t len = synced_len(s, &now);
+    return first != 0 && now == first && len > 0 && len >= end;
+}
+
+uint64_t pydb__shm_log_synced_len(pydb_shm *s)
+{
+    uint32_t now;
+    return synced_len(s, &now);
 }
 
 void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len)

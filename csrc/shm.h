@@ -294,6 +294,11 @@ int pydb__shm_log_usable(pydb_shm *s);
  * replaced; lengths past 4 GiB are not kept).  pydb__shm_log_set() drops
  * a mark of another log.  No-ops / 0 without a usable header. */
 int pydb__shm_log_synced(pydb_shm *s, uint32_t first, uint64_t end);
+/* How many bytes of the header's log from its start an fdatasync of this
+ * boot covered, by the synced mark (0: none known, or no usable header);
+ * what a frame built now says it was written after (wal.h, header byte
+ * 36). */
+uint64_t pydb__shm_log_synced_len(pydb_shm *s);
 void pydb__shm_log_synced_to(pydb_shm *s, uint32_t first, uint64_t len);
 
 /* A failed fdatasync of the log's frames: pydb__shm_log_suspect_set()

@@ -1038,7 +1038,9 @@ static int build_log(pydb_buf *log, pydb_txn *t, const uint8_t *region,
         if (t->files[i].len) memcpy(d, t->files[i].data, t->files[i].len);
     }
     /* header and trailer */
-    if (pydb__wal_seal(log, count, ++db->commit_seq) != 0) goto nomem;
+    if (pydb__wal_seal(log, count, ++db->commit_seq,
+                       pydb__shm_log_synced_len(pydb__db_shm(db))) != 0)
+        goto nomem;
     *mst_end = padded;
     *xb_out = xb;
     *nxb_out = nxb;

@@ -29,6 +29,8 @@
 /* Where a frame's trailer keeps its CRC-32C of header and body, which is
  * also the frame's id (wal.h): bytes from the trailer's start. */
 #define WAL_TAIL_CRC 8
+/* Where a frame's header keeps its synced length (wal.h). */
+#define WAL_HEAD_SYNCED 36
 
 /* ------------------------------------------------------- building images */
 
@@ -60,7 +62,15 @@ uint8_t *pydb__wal_entry(pydb_buf *log, uint32_t kind, const char *name,
     return e + PYDB_WAL_ENTRY + nlen;
 }
 
-int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq)
+/* The trailer's CRC of the sealed frame log[0..n), of header and body. */
+static void frame_crc_set(pydb_buf *log)
+{
+    size_t end = log->n - PYDB_WAL_TAIL;
+    pydb__put32(log->p + end + WAL_TAIL_CRC, pydb__crc32c(0, log->p, end));
+}
+
+int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq,
+                   uint64_t synced)
 {
     uint8_t *h = log->p, *tl;
     uint64_t body = log->n - PYDB_WAL_HEAD;
@@ -72,13 +82,13 @@ int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq)
     pydb__put64(h + 16, body);
     pydb__put64(h + 24, seq);
     pydb__put32(h + 32, pydb__crc32c(0, h, 32));
-    pydb__put32(h + 36, 0);
+    pydb__put32(h + WAL_HEAD_SYNCED,
+                synced > 0xffffffffu ? 0 : (uint32_t)synced);
     tl = pydb__buf_grow(log, PYDB_WAL_TAIL);
     if (!tl) return -1;
     memcpy(tl, WAL_END, 8);
-    pydb__put32(tl + WAL_TAIL_CRC,
-                pydb__crc32c(0, log->p, (size_t)(PYDB_WAL_HEAD + body)));
     pydb__put32(tl + 12, 0);
+    frame_crc_set(log);
     return 0;
 }
 
@@ -108,12 +118,46 @@ static size_t frame_len(const uint8_t *buf, size_t pos, size_t len)
     return (size_t)(PYDB_WAL_HEAD + body + PYDB_WAL_TAIL);
 }
 
+/* The log's complete frames end at `valid`, before its `len` bytes do.
+ * A torn frame there is the end of the log (a crash before that commit
+ * point), but a damaged one is not: PYDB_CORRUPT when a complete frame
+ * further on says, by its synced length (wal.h), that an fdatasync had
+ * covered the log past `valid` before it was built, else PYDB_OK.
+ * Frames start at multiples of 8 bytes; each place is tried (the frame
+ * at `valid` may have lost its length), and a frame found is skipped
+ * whole.  A synced length past the frame's own offset is not believed
+ * (no fdatasync covers a frame not yet written). */
+static int damage_past(const uint8_t *buf, size_t valid, size_t len,
+                       const char *wal_path, pydb_error *err)
+{
+    size_t q = valid + 8, n;
+    while (q < len && len - q >= PYDB_WAL_HEAD + PYDB_WAL_TAIL) {
+        uint32_t synced;
+        if ((n = frame_len(buf, q, len)) == 0) {
+            q += 8;
+            continue;
+        }
+        synced = pydb__u32(buf + q + WAL_HEAD_SYNCED);
+        if (synced > valid && synced <= q)
+            return PYDB_CORRUPT(err, wal_path, (int64_t)valid,
+                                "the commit frame here is damaged: the "
+                                "complete frame at offset %zu was written "
+                                "after an fdatasync had made the log "
+                                "durable up to offset %u, so commits that "
+                                "were durable would be lost", q,
+                                (unsigned)synced);
+        q += n;
+    }
+    return PYDB_OK;
+}
+
 /* Read the whole log (`size` bytes) into *out (malloc'ed) and give in
  * *out_len the length of its complete frames from the start (a torn
  * frame and anything after it are left out: with sync, a frame is
- * written only after the one before it is durable).  Returns 1 when
- * there is at least one complete frame, 0 when there is none, or a
- * negative PYDB error. */
+ * written only after the one before it is durable), or fail with
+ * PYDB_CORRUPT when a frame after those shows that the one ending them
+ * was durable (damage_past).  Returns 1 when there is at least one
+ * complete frame, 0 when there is none, or a negative PYDB error. */
 static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
                     int64_t size, const char *wal_path, pydb_error *err)
 {
@@ -147,6 +191,13 @@ static int wal_load(uint8_t **out, size_t *out_len, int wal_fd,
         done += (size_t)got;
     }
     while ((n = frame_len(buf, valid, (size_t)size)) > 0) valid += n;
+    if (valid < (size_t)size) {
+        int rc = damage_past(buf, valid, (size_t)size, wal_path, err);
+        if (rc) {
+            free(buf);
+            return rc;
+        }
+    }
     if (valid == 0) {
         free(buf);
         return 0;
@@ -633,15 +684,35 @@ cleanup:
     return rc;
 }
 
-/* Empty the log durably: the applied length goes to 0 first (shm.h),
- * then the truncation (of a log that has a `size`), then its fdatasync.  A failure leaves the handle
- * writable: the files hold every commit (synced), so the log has nothing
- * to lose, and the next commit's frame replaces it with an fdatasync of
- * its own. */
+/* Empty the log (truncate it to 0 bytes) and tell the commit header so:
+ * its applied length is 0 while the file shrinks (never a length past
+ * the file's end).  When the truncation fails, the header's length and
+ * first frame are put back, so that the next frame is written after the
+ * frames still there and never over them (wal.h: no older frame lies
+ * past the zeros).  0, or -1 with errno. */
+static int log_empty(pydb_shm *shm, int wal_fd)
+{
+    uint64_t len = 0;
+    uint32_t first = 0;
+    int had = pydb__shm_log_applied(shm, &len, &first), e;
+    pydb__shm_log_set(shm, 0, 0);
+    if (pydb__vfs->ftruncate(wal_fd, 0) == 0) return 0;
+    e = errno;
+    if (had) pydb__shm_log_set(shm, len, first);
+    errno = e;
+    return -1;
+}
+
+/* Empty the log durably: the truncation (log_empty, of a log that has a
+ * `size`), then its fdatasync.  A failure leaves the handle writable:
+ * the files hold every commit (synced), so the log has nothing to lose,
+ * and the next commit's frame follows those still there with an
+ * fdatasync of its own. */
 static int wal_reset(const pydb_wal_files *w, int64_t size, pydb_error *err)
 {
-    pydb__shm_log_set(w->shm, 0, 0);
-    if (size > 0 && pydb__vfs->ftruncate(w->wal_fd, 0) != 0)
+    if (size == 0)
+        pydb__shm_log_set(w->shm, 0, 0);
+    else if (log_empty(w->shm, w->wal_fd) != 0)
         return PYDB_OSERROR(err, errno, w->wal_path, -1,
                             "ftruncate failed: %s", strerror(errno));
     if (pydb__vfs->fdatasync(w->wal_fd) != 0)
@@ -1324,7 +1395,7 @@ static void wal_grow(int fd, int64_t end)
     free(zeros);
 }
 
-int pydb__wal_append(pydb_db *db, const pydb_buf *log, int keep, int64_t *at,
+int pydb__wal_append(pydb_db *db, pydb_buf *log, int keep, int64_t *at,
                      pydb_error *err)
 {
     uint64_t applied;
@@ -1341,8 +1412,13 @@ int pydb__wal_append(pydb_db *db, const pydb_buf *log, int keep, int64_t *at,
     /* after the frames: zeros of a grown tail may follow them (wal.h) */
     *at = size;
     if (pydb__shm_log_applied(db->shm, &applied, &first) &&
-        applied < (uint64_t)size)
+        applied <= (uint64_t)size) {
         *at = (int64_t)applied;
+    } else if (pydb__u32(log->p + WAL_HEAD_SYNCED) != 0) {
+        /* not the header's log: its synced length says nothing here */
+        pydb__put32(log->p + WAL_HEAD_SYNCED, 0);
+        frame_crc_set(log);
+    }
     e = -pydb__write_full(db->wal_fd, log->p, log->n, *at);
     if (e) {
         int rc = PYDB_OSERROR(err, e, db->wal_path, *at,
@@ -1371,6 +1447,5 @@ void pydb__wal_mark_applied(pydb_db *db, int64_t at, const pydb_buf *log)
 
 void pydb__wal_discard(pydb_db *db)
 {
-    pydb__shm_log_set(db->shm, 0, 0);
-    pydb__vfs->ftruncate(db->wal_fd, 0);
+    (void)log_empty(db->shm, db->wal_fd);
 }

@@ -10,7 +10,11 @@
  *     0  "PYDBWAL1"        8  version (2; 1: a frame of the earlier
  *                             one-commit log, read alike)  12 entry count
  *     16 body length (u64) 24 commit sequence (u64)
- *     32 CRC-32C of bytes 0..31                 36  0
+ *     32 CRC-32C of bytes 0..31
+ *     36 u32 the synced length: how many bytes of this log from its start
+ *        an fdatasync had covered when the frame was built (0: none
+ *        known; the commit header's synced mark, shm.h; earlier frames
+ *        have 0 here)
  *   entries, each padded to 8 bytes
  *     0  kind (1 .mst, 2 .xrf, 3 whole file)    4  name length
  *     8  file offset (u64)  16 data length (u64)
@@ -21,7 +25,13 @@
  *
  * A frame is complete when the magic, version, header CRC, body length,
  * trailer and its CRC all agree; the first frame that is not (a crash
- * before that commit point) ends the log, and recovery drops it.
+ * before that commit point) ends the log, and recovery drops it --
+ * unless a complete frame after it says, by its synced length, that an
+ * fdatasync had covered the log past that frame's start before it was
+ * built: that frame was durable, so it is damaged, not torn, and the
+ * log is corrupt (wal.c, damage_past).  A torn frame can never be
+ * followed by such a frame: a synced length covers only frames written
+ * before it, applied, and synced.
  *
  * The file may be longer than its frames: past the last one it holds
  * zeros, which end the log as a torn frame does.  A commit that keeps
@@ -141,9 +151,11 @@ int pydb__wal_begin(pydb_buf *log);
  * to fill, or NULL (no memory).  *count is incremented. */
 uint8_t *pydb__wal_entry(pydb_buf *log, uint32_t kind, const char *name,
                          uint64_t off, uint64_t len, uint32_t *count);
-/* Write the header (count entries, commit sequence `seq`) and append the
- * trailer, both with their checksums.  0 or -1 (no memory). */
-int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq);
+/* Write the header (count entries, commit sequence `seq`, the synced
+ * length `synced`: pydb__shm_log_synced_len, 0 past 4 GiB) and append
+ * the trailer, both with their checksums.  0 or -1 (no memory). */
+int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq,
+                   uint64_t synced);
 
 /* ---- the log of an open writer handle ---- */
 
@@ -184,9 +196,12 @@ void pydb__wal_forked(pydb_db *db);
  * (txn.c), so a file without room for it grows by zeros to a multiple
  * of PYDB_WAL_GROW (best effort).  A failed write of the frame
  * truncates the log back to *at (best effort: recovery drops a torn
- * frame) and leaves the files untouched.  The caller holds the writer
+ * frame) and leaves the files untouched.  A frame that would not follow
+ * the commit header's log (a file shorter than its applied length: a
+ * process without a usable header emptied it) has its synced length
+ * cleared first: it is of another log.  The caller holds the writer
  * lock and has recovered (nothing past the applied length). */
-int pydb__wal_append(pydb_db *db, const pydb_buf *log, int keep, int64_t *at,
+int pydb__wal_append(pydb_db *db, pydb_buf *log, int keep, int64_t *at,
                      pydb_error *err);
 /* After the kept frame `log` appended at `at` was applied: the commit
  * header's applied length becomes its end, and the log's first frame id

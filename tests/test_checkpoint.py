@@ -1016,3 +1016,85 @@ def test_an_open_during_a_dying_bulk_commit_keeps_it(tmp_path):
         assert want.matches(db)[0], want.matches(db)[1]
         assert db.check().ok
     check_files(base)
+
+
+def _frame_spans(base) -> list[tuple[int, int, int]]:
+    """(offset, end, synced length) of each complete frame of the log
+    (csrc/wal.h: the synced length is the header's u32 at byte 36)."""
+    data = open(f"{base}.wal", "rb").read()
+    spans, pos = [], 0
+    while data[pos:pos + 8] == b"PYDBWAL1":
+        end = pos + 40 + struct.unpack_from("<Q", data, pos + 16)[0] + 16
+        spans.append((pos, end, struct.unpack_from("<I", data, pos + 36)[0]))
+        pos = end
+    return spans
+
+
+def _power_cut_after_killed_writer(tmp_path):
+    """_make's database, a writer that commits TXNS (sync=True, one frame
+    each) and is killed, then a power cut: the .mst and .xrf as at the
+    last checkpoint, no header.  The log's frame spans."""
+    base = tmp_path / "db"
+    _make(base)
+    saved = {ext: (tmp_path / f"db{ext}").read_bytes() for ext in (".mst", ".xrf")}
+    _killed_writer(base, TXNS)
+    for ext, data in saved.items():
+        (tmp_path / f"db{ext}").write_bytes(data)
+    os.unlink(f"{base}.shm")
+    return base, _frame_spans(base)
+
+
+def test_each_durable_frame_names_the_log_synced_before_it(tmp_path):
+    """One writer, sync=True: each commit's fdatasync covers its frame
+    before the next commit builds its own, so every frame but the first
+    says the log was synced up to where it starts (csrc/wal.h, byte 36)."""
+    _, spans = _power_cut_after_killed_writer(tmp_path)
+    assert len(spans) == len(TXNS)
+    assert [s for _, _, s in spans] == [0] + [end for _, end, _ in spans[:-1]]
+
+
+@pytest.mark.parametrize("which", [0, 11, 28])
+def test_a_damaged_durable_frame_is_corruption_not_a_torn_tail(tmp_path, which):
+    """One flipped bit in a frame that later frames say was durable (found
+    by a review: recovery took it for a torn tail and dropped it and
+    every commit after it, and the database opened without them).  The
+    open now raises CorruptionError naming the log and the frame's
+    offset, and leaves the log as it is; with the frame put back, the
+    same open replays every commit."""
+    base, spans = _power_cut_after_killed_writer(tmp_path)
+    wal = f"{base}.wal"
+    good = open(wal, "rb").read()
+    at = spans[which][0] + 60                  # inside the frame's body
+    bad = bytearray(good)
+    bad[at] ^= 0x10
+    open(wal, "wb").write(bytes(bad))
+    with pytest.raises(pydb.CorruptionError) as e:
+        open_db(base, gc="none")
+    assert e.value.filename == wal
+    assert e.value.offset == spans[which][0]
+    assert f"offset {spans[which + 1][0]}" in e.value.reason
+    assert open(wal, "rb").read() == bytes(bad)
+    open(wal, "wb").write(good)
+    want = _expected(Oracle({m: (False, m, 40) for m in range(1, 21)}))
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        assert db.check().ok
+
+
+def test_a_torn_frame_after_durable_ones_is_still_dropped(tmp_path):
+    """The last frame torn (its second half never written: zeros), after
+    29 durable ones: a crash before that commit point, not damage (no
+    frame after it says it was durable).  The open drops it and keeps the
+    29 commits before it."""
+    base, spans = _power_cut_after_killed_writer(tmp_path)
+    start, end, _ = spans[-1]
+    data = bytearray(open(f"{base}.wal", "rb").read())
+    half = (start + end) // 2
+    data[half:end] = bytes(end - half)
+    open(f"{base}.wal", "wb").write(bytes(data))
+    want = Oracle({m: (False, m, 40) for m in range(1, 21)})
+    for txn in TXNS[:-1]:
+        want.apply(txn)
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        assert db.check().ok
