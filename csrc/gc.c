@@ -81,9 +81,8 @@
  * initialises its locks again, and its handle's writer locks and group
  * commit queue (pydb__writer_locks_init: no thread of the parent waits
  * there) and read mutex (PYDB_LOCK_MUTEX).  These handlers are this
- * module's part of fork.c's (rank 1: the index handles' part, whose
- * mutexes are taken after these, runs after prepare and before the
- * others).  The child starts a thread of its own lazily, at its
+ * module's part of fork.c's, of rank 1: the index handles' part (rank 2,
+ * nidx_handle.c) takes its locks after these and releases them before.  The child starts a thread of its own lazily, at its
  * first commit (pydb__gc_notify), if the policy wants one; the parent's
  * thread is unaffected.
  *

@@ -557,19 +557,28 @@ static void fork_list_remove(nidx *x)
     pthread_mutex_unlock(&fork_list_mutex);
 }
 
-/* fork.h, rank 2: every open handle's mu, which is held for pointer
- * swaps only (never across a wait), so that no child inherits one held
- * by a thread it does not have; released in the parent and the child. */
+/* fork.h, rank 2: every open handle's mu, held for pointer swaps only
+ * (never across a wait), and its db_lock, which a reader holds to tell
+ * the attached database's collector of dead postings (a cooperative
+ * step: by then the collectors' part holds every step lock, and a
+ * reader only tries it), so that no child inherits either held by a
+ * thread it does not have (its detach would wait for the db_lock
+ * forever); released in the parent and the child. */
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&fork_list_mutex);
-    for (nidx *x = fork_list; x; x = x->fork_next) pthread_mutex_lock(&x->mu);
+    for (nidx *x = fork_list; x; x = x->fork_next) {
+        pthread_rwlock_wrlock(&x->db_lock);
+        pthread_mutex_lock(&x->mu);
+    }
 }
 
 static void fork_done(void)
 {
-    for (nidx *x = fork_list; x; x = x->fork_next)
+    for (nidx *x = fork_list; x; x = x->fork_next) {
         pthread_mutex_unlock(&x->mu);
+        pthread_rwlock_unlock(&x->db_lock);
+    }
     pthread_mutex_unlock(&fork_list_mutex);
 }
 

@@ -94,50 +94,56 @@ int pydb__wal_seal(pydb_buf *log, uint32_t count, uint64_t seq,
 
 /* ---------------------------------------------------------- log replay */
 
-/* The length of the complete, checksummed frame at buf[pos..len), or 0
- * when there is none there (a torn frame, or the end). */
-static size_t frame_len(const uint8_t *buf, size_t pos, size_t len)
+/* The length a frame at buf[pos..len) declares by a header that checks
+ * out (magic, version, header CRC; its body need not), or 0. */
+static size_t frame_declared(const uint8_t *buf, size_t pos, size_t len)
 {
-    const uint8_t *h = buf + pos, *t;
+    const uint8_t *h = buf + pos;
     uint32_t version;
     uint64_t body;
-
-    if (len - pos < PYDB_WAL_HEAD + PYDB_WAL_TAIL) return 0;
+    if (len - pos < PYDB_WAL_HEAD) return 0;
     version = pydb__u32(h + 8);
     if (memcmp(h, WAL_MAGIC, 8) != 0 || (version != 1 && version != 2) ||
         pydb__crc32c(0, h, 32) != pydb__u32(h + 32))
         return 0;
     body = pydb__u64(h + 16);
-    if (body % 8 != 0 || body > len - pos - PYDB_WAL_HEAD - PYDB_WAL_TAIL)
-        return 0;
-    t = h + PYDB_WAL_HEAD + body;
+    if (body % 8 != 0 || body > WAL_MAX_BODY) return 0;
+    return (size_t)(PYDB_WAL_HEAD + body + PYDB_WAL_TAIL);
+}
+
+/* The length of the complete, checksummed frame at buf[pos..len), or 0
+ * when there is none there (a torn frame, or the end). */
+static size_t frame_len(const uint8_t *buf, size_t pos, size_t len)
+{
+    size_t n = frame_declared(buf, pos, len);
+    const uint8_t *t;
+    if (n == 0 || n > len - pos) return 0;
+    t = buf + pos + n - PYDB_WAL_TAIL;
     if (memcmp(t, WAL_END, 8) != 0 ||
-        pydb__crc32c(0, h, (size_t)(PYDB_WAL_HEAD + body)) !=
+        pydb__crc32c(0, buf + pos, n - PYDB_WAL_TAIL) !=
             pydb__u32(t + WAL_TAIL_CRC))
         return 0;
-    return (size_t)(PYDB_WAL_HEAD + body + PYDB_WAL_TAIL);
+    return n;
 }
 
 /* The log's complete frames end at `valid`, before its `len` bytes do.
  * A torn frame there is the end of the log (a crash before that commit
  * point), but a damaged one is not: PYDB_CORRUPT when a complete frame
- * further on says, by its synced length (wal.h), that an fdatasync had
- * covered the log past `valid` before it was built, else PYDB_OK.
- * Frames start at multiples of 8 bytes; each place is tried (the frame
- * at `valid` may have lost its length), and a frame found is skipped
- * whole.  A synced length past the frame's own offset is not believed
- * (no fdatasync covers a frame not yet written). */
+ * after it says, by its synced length (wal.h), that an fdatasync had
+ * covered the log past `valid` before it was built, else PYDB_OK.  The
+ * frames looked at are those that follow the bad one where its header
+ * (which checks out) says it ends, each after the one before: never a
+ * place inside a frame's body, whose bytes are the caller's data and may
+ * hold anything, a frame's image included.  A bad frame whose header
+ * does not check out ends the log, damaged or torn. */
 static int damage_past(const uint8_t *buf, size_t valid, size_t len,
                        const char *wal_path, pydb_error *err)
 {
-    size_t q = valid + 8, n;
-    while (q < len && len - q >= PYDB_WAL_HEAD + PYDB_WAL_TAIL) {
-        uint32_t synced;
-        if ((n = frame_len(buf, q, len)) == 0) {
-            q += 8;
-            continue;
-        }
-        synced = pydb__u32(buf + q + WAL_HEAD_SYNCED);
+    size_t q = frame_declared(buf, valid, len), n;
+    if (q == 0 || q > len - valid) return PYDB_OK;
+    q += valid;
+    while (q < len && (n = frame_len(buf, q, len)) > 0) {
+        uint32_t synced = pydb__u32(buf + q + WAL_HEAD_SYNCED);
         if (synced > valid && synced <= q)
             return PYDB_CORRUPT(err, wal_path, (int64_t)valid,
                                 "the commit frame here is damaged: the "

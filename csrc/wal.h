@@ -26,12 +26,15 @@
  * A frame is complete when the magic, version, header CRC, body length,
  * trailer and its CRC all agree; the first frame that is not (a crash
  * before that commit point) ends the log, and recovery drops it --
- * unless a complete frame after it says, by its synced length, that an
- * fdatasync had covered the log past that frame's start before it was
- * built: that frame was durable, so it is damaged, not torn, and the
- * log is corrupt (wal.c, damage_past).  A torn frame can never be
- * followed by such a frame: a synced length covers only frames written
- * before it, applied, and synced.
+ * unless its header checks out and a complete frame after it (where
+ * its header says it ends, or after frames that follow from there) says,
+ * by its synced length, that an fdatasync had covered the log past that
+ * frame's start before it was built: that frame was durable, so it is
+ * damaged, not torn, and the log is corrupt (wal.c, damage_past).  A
+ * torn frame is never followed by such a frame: a synced length covers
+ * only frames written, applied and synced before it.  Bodies are never
+ * searched for frames (they hold the caller's data, which may hold a
+ * frame's image).
  *
  * The file may be longer than its frames: past the last one it holds
  * zeros, which end the log as a torn frame does.  A commit that keeps

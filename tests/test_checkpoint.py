@@ -1098,3 +1098,48 @@ def test_a_torn_frame_after_durable_ones_is_still_dropped(tmp_path):
     with open_db(base, gc="none") as db:
         assert want.matches(db)[0], want.matches(db)[1]
         assert db.check().ok
+
+
+def _frame_image(synced: int) -> bytes:
+    """A complete, empty log frame whose header says the log was synced up
+    to `synced` (csrc/wal.h)."""
+    head = bytearray(b"PYDBWAL1" + struct.pack("<IIQQ", 2, 0, 0, 1) + bytes(8))
+    struct.pack_into("<II", head, 32, crc32c(bytes(head[:32])), synced)
+    return bytes(head) + b"PYDBEND1" + struct.pack("<II", crc32c(bytes(head)), 0)
+
+
+def test_a_torn_frame_whose_record_holds_frame_images_is_still_dropped(tmp_path):
+    """A record whose field holds images of complete log frames (a copy of
+    a .wal file, say), at every offset modulo 8, and its commit's frame
+    torn by a power cut (its last 2 KiB zeros).  Recovery looked for
+    later frames at every 8 bytes past the torn one, found an image in
+    the record's bytes, believed its synced length and refused to open
+    the database (found by a review).  It now looks only where the torn
+    frame's header says it ends: the frame is dropped, the database opens
+    with the record before it."""
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-packed", sync=True, gc="none") as db:
+        db.append([(1, b"seed")])
+    saved = {ext: (tmp_path / f"db{ext}").read_bytes() for ext in (".mst", ".xrf")}
+    assert _wal(base) == 0
+    blob = b"".join(b"x" + _frame_image(8) for _ in range(8)) + b"y" * 3000
+    pid = os.fork()                            # its commit, then killed
+    if pid == 0:
+        try:
+            db = open_db(base, gc="none")
+            db.append([(1, b"doc"), (2, blob)])
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(3)
+    os.waitpid(pid, 0)
+    (_, end, _), = _frame_spans(base)
+    data = bytearray(open(f"{base}.wal", "rb").read())
+    data[end - 2048:end] = bytes(2048)
+    open(f"{base}.wal", "wb").write(bytes(data))
+    for ext, saved_data in saved.items():
+        (tmp_path / f"db{ext}").write_bytes(saved_data)
+    os.unlink(f"{base}.shm")
+    with open_db(base, gc="none") as db:
+        assert db.max_mfn == 1
+        assert db[1].fields[0].raw == b"seed"
+        assert db.check().ok

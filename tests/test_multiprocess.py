@@ -621,7 +621,7 @@ def test_search_in_a_child_forked_while_a_thread_opens_the_header(tmp_path):
     in the child, whose first search waited for it forever.  The header
     is now opened without the mutex (csrc/nidx_handle.c,
     pydb__nidx_header), and the fork handlers take the index handles'
-    mutexes (pydb__nidx_fork_prepare), so the child searches; the
+    mutexes (csrc/nidx_handle.c, fork_prepare), so the child searches; the
     parent's search ends once the lock is released."""
     from pydb.index import open_index
     from pydb.native import build_index
