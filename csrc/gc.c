@@ -72,22 +72,25 @@
  * to commit would have worked for nothing.  pydb_gc_collect() does not
  * wait for it (an explicit request).
  *
- * fork().  Only the forking thread survives in the child.  The
- * pthread_atfork() prepare handler (fork.h) takes `gc_list_mutex` (the list
- * whole), the step lock of every collector (it waits for the steps in
- * flight, which are bounded: the child never inherits a writer lock or a
- * file a vanished step was in the middle of) and each handle's smutex and
- * vmutex; the child handler marks each collector's thread as gone and
- * initialises its locks again, and its handle's writer locks and group
- * commit queue (pydb__writer_locks_init: no thread of the parent waits
- * there) and read mutex (PYDB_LOCK_MUTEX).  These handlers are this
- * module's part of fork.c's, of rank 1: the index handles' part (rank 2,
- * nidx_handle.c) takes its locks after these and releases them before.  The child starts a thread of its own lazily, at its
- * first commit (pydb__gc_notify), if the policy wants one; the parent's
- * thread is unaffected.
+ * fork().  Only the forking thread survives in the child.  This
+ * module's part of the pthread_atfork() handlers (fork.h, rank 1; the
+ * index handles' part, rank 2, takes its locks after these and releases
+ * them before) prepares by taking `gc_list_mutex` (the list whole), the
+ * step lock of every collector (it waits for the steps in flight, which
+ * are bounded: the child never inherits a writer lock or a file a
+ * vanished step was in the middle of) and each handle's smutex and
+ * vmutex.  The child releases those, marks each collector's thread as
+ * gone, makes the collector's other locks anew and its handle's writer
+ * locks and group commit queue (pydb__writer_locks_init: no thread of
+ * the parent waits there) and read mutex (PYDB_LOCK_MUTEX), and gives
+ * the handle descriptions of its log and fence of its own
+ * (pydb__wal_forked).  The child starts a thread of its own lazily, at
+ * its first commit (pydb__gc_notify), if the policy wants one; the
+ * parent's thread is unaffected.
  *
  * Depends on: pydb_int.h, shm.h (latest commit, oldest reader),
- * compact.h (the master file's job), the commit hook (pydb.h group 5).
+ * compact.h (the master file's job), wal.h (a forked child's log),
+ * fork.h (the fork handlers), the commit hook (pydb.h group 5).
  */
 #define _GNU_SOURCE
 #include "gc.h"

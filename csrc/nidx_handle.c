@@ -6,7 +6,8 @@
  *
  * Depends on: nidx_seg.h (segments, cursors), nidx_manifest.h (reading
  * the MANIFEST), the FST parser and stop words (nidx_int.h), shm.h (the
- * reader table, while the MANIFEST is read and its segments opened).
+ * reader table, while the MANIFEST is read and its segments opened),
+ * fork.h (the open handles' locks at a fork).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
