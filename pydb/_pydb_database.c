@@ -252,7 +252,7 @@ PyObject *records_read(DatabaseObject *db, SnapshotObject *snap,
     PIN_SCOPE;
     module_state *st = reads_state(db, snap);
     handle_guard *guard = snap ? &snap->guard : &db->guard;
-    pydb_record *rec = NULL;
+    pydb_record *rec = record_spare_take();
     pydb_error e;
     int32_t mfn;
     int rc;
@@ -260,8 +260,10 @@ PyObject *records_read(DatabaseObject *db, SnapshotObject *snap,
     /* the open check comes last: nothing may run Python code between it
      * and the core call (a __index__ could close the database) */
     if (!st || parse_mfn(st, arg, &mfn) < 0 ||
-        reads_check_open(st, db, snap) < 0)
+        reads_check_open(st, db, snap) < 0) {
+        record_spare_put(rec);
         return NULL;
+    }
     /* A cache hit (of a record unchanged since the snapshot) is read with
      * the GIL held: it cannot wait for the disk.  Otherwise release the
      * GIL and read. */
@@ -328,6 +330,8 @@ PyObject *records_read_many(DatabaseObject *db, SnapshotObject *snap,
         goto cleanup;
     }
     if (reads_check_open(st, db, snap) < 0) goto cleanup;
+    for (i = 0; i < n && (recs[i] = record_spare_take()); i++)
+        ;
     /* One committed state for the batch: the snapshot's, else one taken
      * for it (each read on its own should the reader table be full). */
     UNLOCKED(guard, NULL, {
@@ -814,12 +818,14 @@ static int iter_fill(module_state *st, IterObject *it)
     handle_guard *guard = it->snap ? &it->snap->guard : &self->guard;
     pydb_snapshot *tmp = NULL;
     pydb_snapshot_info si;
+    pydb_record *spare[BATCH];
     int32_t mfns[BATCH], next = it->next, end = 0;
     size_t n = 0;
     pydb_error e;
-    int rc = PYDB_OK, nrecs = 0;
+    int rc = PYDB_OK, nrecs = 0, nspare = 0, used = 0;
 
     if (iter_check_open(st, it) < 0) return -1;
+    while (nspare < BATCH && (spare[nspare] = record_spare_take())) nspare++;
     UNLOCKED(guard, NULL, {
         if (!snap) {
             /* The start of an iteration re-reads the control record
@@ -843,7 +849,7 @@ static int iter_fill(module_state *st, IterObject *it)
                                        next, it->include_deleted, &e);
             if (rc) break;
             for (size_t i = 0; i < n; i++) {
-                pydb_record *r = NULL;
+                pydb_record *r = used < nspare ? spare[used++] : NULL;
                 int rrc = snap ? pydb_snapshot_read(&r, snap, mfns[i], &e)
                                : pydb_read(&r, self->db, mfns[i], &e);
                 if (rrc == PYDB_OK) {
@@ -862,6 +868,7 @@ static int iter_fill(module_state *st, IterObject *it)
         }
         pydb_snapshot_release(tmp);
     });
+    while (used < nspare) record_spare_put(spare[used++]);
     it->nrecs = nrecs;
     it->pos = 0;
     it->next = next;

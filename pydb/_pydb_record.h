@@ -46,6 +46,13 @@ PyObject *record_new_from(module_state *st, PyObject *encoding,
                           PyObject *errors, PyObject *source,
                           const record_codec *codec, pydb_record *rec);
 
+/* A freed record block kept for reuse (a pydb_read() reuses and grows
+ * it), or NULL; and a block given back: kept for a later read where
+ * there is room and it is small, else pydb_record_free()d.  With the GIL
+ * held (_pydb_record.c, "Record memory"). */
+pydb_record *record_spare_take(void);
+void record_spare_put(pydb_record *r);
+
 /* Test hooks (pydb._pydb._testing, _pydb_testing.c): the decoder a
  * Record's values take, ("utf-8" | "latin-1" | "ascii" | "charmap" |
  * "other", ascii_same); and the Field free list, (Fields kept, whether it
@@ -55,6 +62,8 @@ PyObject *record_test_free_list(module_state *st, int clear);
 /* ... and the slot of the table of Fields seen that a field (tag, value
  * bytes) takes, or None for a value too long to be kept. */
 PyObject *record_test_seen_slot(unsigned int tag, PyObject *value);
+/* ... and the capacities (bytes) of the record blocks kept for reuse. */
+PyObject *record_test_spares(void);
 
 /* ------------------------------------------------ the field converter
  *

@@ -711,6 +711,13 @@ static PyObject *field_free_list(PyObject *m, PyObject *args)
     return record_test_free_list(PyModule_GetState(m), clear);
 }
 
+static PyObject *record_spares(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return record_test_spares();
+}
+
 static PyObject *fields_seen_slot(PyObject *m, PyObject *args)
 {
     unsigned int tag;
@@ -806,6 +813,9 @@ static PyMethodDef testing_functions[] = {
      "field_free_list($module, clear=False, /)\n--\n\n(Fields kept for reuse, whether the "
      "list serves this module's Field type); with clear, after the module's "
      "clear of the list (record_clear), as at the interpreter's exit."},
+    {"record_spares", record_spares, METH_NOARGS,
+     "record_spares($module, /)\n--\n\nThe capacities (bytes) of the freed "
+     "record blocks kept for the next reads."},
     {"fields_seen_slot", fields_seen_slot, METH_VARARGS,
      "fields_seen_slot($module, tag, value, /)\n--\n\nThe slot of a "
      "codec's table of Fields seen that a field (tag, value bytes) takes "

@@ -238,6 +238,65 @@ def test_freed_fields_freed_at_exit(tmp_path):
                             "True"]
 
 
+def test_record_blocks_kept_for_reuse(tmp_path):
+    """A freed Record's block is kept for the next read (_pydb_record.c,
+    "Record memory"): a scan leaves at most 256 kept, none over 4096
+    bytes; reads by key, by batch and by iteration through kept blocks
+    give the stored fields; a block grown past 4096 bytes, or more than
+    twice what its record used, is freed, not kept; the module's clear
+    frees the kept blocks and keeps none after (a free-threaded build
+    keeps none).  In a child process, under CPython's debug allocator."""
+    from pathlib import Path
+    base = generate(tmp_path, count=600)
+    with pydb.open(base, readonly=False) as db, db.transaction() as tx:
+        big = tx.append([(10, b"b" * 6000)])
+        mid = tx.append([(10, b"m" * 3000)])
+        small = tx.append([(10, b"s")])
+    code = ("import pydb\n"
+            "from pydb._pydb import _testing as t\n"
+            "def fields(recs): return [[(f.tag, f.value, f.raw) for f in r.fields] "
+            "for r in recs]\n"
+            f"with pydb.open({str(base)!r}) as db:\n"
+            "    n = len(db)\n"
+            "    want = fields(db)\n"
+            "    after_scan = t.record_spares()\n"
+            "    same = (fields(db) == want, fields(db.read_many(range(1, n + 1))) == want,\n"
+            "            fields(db[m] for m in range(1, n + 1)) == want)\n"
+            "    before = len(t.record_spares())\n"
+            f"    r = db[{big}]; del r\n"
+            "    after_big = t.record_spares()\n"
+            f"    r = db[{mid}]; del r\n"
+            "    after_mid = t.record_spares()\n"
+            f"    r = db[{small}]; small = [tuple(f) for f in r.fields]; del r\n"
+            "    after_small = t.record_spares()\n"
+            "    t.field_free_list(True)\n"
+            "    cleared = t.record_spares()\n"
+            "    again = fields(db) == want\n"
+            "print(repr((n, after_scan, same, before, after_big, after_mid, after_small,\n"
+            "            small, cleared, again, t.record_spares())))\n")
+    env = dict(os.environ, PYTHONMALLOC="debug",
+               PYTHONPATH=str(Path(pydb.__file__).parents[1]))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    (n, after_scan, same, before, after_big, after_mid, after_small, small, cleared,
+     again, end) = eval(proc.stdout)
+    assert n == 603 and same == (True, True, True) and again
+    assert small == [(10, "s")]
+    if not getattr(sys, "_is_gil_enabled", lambda: True)():
+        assert after_scan == after_big == after_mid == after_small == cleared == end == []
+        return
+    assert 1 <= len(after_scan) <= 256 and max(after_scan) <= 4096
+    # the 6000-byte record took a kept block and grew it: not kept again
+    assert len(after_big) == before - 1 and max(after_big) <= 4096
+    # the 3000-byte one took a block and went back on top, grown; the
+    # 1-byte record then took that block, and it went: more than twice
+    # what the record used
+    assert len(after_mid) == len(after_big) and 3000 < after_mid[-1] <= 4096
+    assert after_small == after_mid[:-1]
+    assert cleared == [] and end == []   # the clear frees them, none kept after
+
+
 def test_encodings(db_path):
     with pydb.open(db_path) as db:   # utf-8 with surrogateescape: lossless
         v = db[2][99][0]
