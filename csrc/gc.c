@@ -77,7 +77,9 @@
  * index handles' part, rank 2, takes its locks after these and releases
  * them before) prepares by taking `gc_list_mutex` (the list whole), the
  * step lock of every collector (it waits for the steps in flight, which
- * are bounded: the child never inherits a writer lock or a file a
+ * are bounded: a step waits for the writer lock a slice of
+ * GC_THREAD_LOCK_MS at most, and backoff() lets the step lock go
+ * between slices; the child never inherits a writer lock or a file a
  * vanished step was in the middle of) and each handle's smutex and
  * vmutex.  The child releases those, marks each collector's thread as
  * gone, makes the collector's other locks anew and its handle's writer
@@ -433,11 +435,17 @@ static int stop_requested(pydb_gc *g)
 
 /* A step that came back at once with more to do was most likely turned
  * away (the writer lock busy, another collector of the index in another
- * handle): pause a little rather than spin on it. */
+ * handle): pause a little rather than spin on it.  So was one that took
+ * a whole slice of the writer lock's wait: the pause lets whoever waits
+ * for the step lock (a fork()'s prepare handler, close(), a reader's
+ * step) have it, which a mutex does not promise (the loop would take it
+ * back at once, slice after slice). */
 static void backoff(int64_t started, int more)
 {
     struct timespec ts = {0, GC_BACKOFF_MS * 1000000L};
-    if (more && now_ns(CLOCK_MONOTONIC) - started < GC_QUICK_STEP_NS)
+    int64_t took = now_ns(CLOCK_MONOTONIC) - started;
+    if (more && (took < GC_QUICK_STEP_NS ||
+                 took >= (int64_t)GC_THREAD_LOCK_MS * 1000000))
         nanosleep(&ts, NULL);
 }
 
@@ -835,6 +843,11 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
         int64_t left = (deadline - t0) / 1000000;
         if (left < 0) left = 0;
+        /* the writer lock is waited for a slice at a time, as the thread
+         * waits, the step lock let go between slices: a fork() (whose
+         * prepare handler takes every step lock), a reader's step and
+         * close() wait for one slice, not for the whole timeout */
+        if (left > GC_THREAD_LOCK_MS) left = GC_THREAD_LOCK_MS;
         pthread_mutex_lock(&g->step);
         rc = step(g, GC_THREAD_BUDGET, 1, (int)left, 0, &more, &worked, &rep,
                   err);

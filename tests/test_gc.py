@@ -361,6 +361,47 @@ def test_none_collects_nothing(tmp_path):
         assert s["header"]["collections"] == 0
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_fork_while_collect_waits_for_the_writer_lock(tmp_path):
+    """A collect() waiting for the writer lock, which a transaction holds,
+    waits a slice (0.1 s) at a time and lets go of its step lock between
+    slices (gc.c, pydb_gc_collect): a fork() meanwhile, whose prepare
+    handler takes every step lock, waits for one slice, not for the rest
+    of collect()'s 5 s; collect() still raises LockTimeoutError at its
+    timeout."""
+    import threading
+    with indexed_db(tmp_path) as db:
+        got = []
+
+        def collect():
+            t = time.monotonic()
+            try:
+                db.collect(timeout=3)
+                got.append("collected")
+            except pydb.LockTimeoutError:
+                got.append(time.monotonic() - t)
+
+        tx = db.transaction()
+        try:
+            th = threading.Thread(target=collect)
+            th.start()
+            time.sleep(0.5)   # collect() is waiting for the writer lock
+            t = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            took = time.monotonic() - t
+            _, status = os.waitpid(pid, 0)
+            th.join()
+        finally:
+            tx.abort()
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert took < 1.0, took
+        assert len(got) == 1 and 2.9 < got[0] < 6
+        db.collect(timeout=30)
+        assert index_segments(db) == 1
+
+
 def test_collect_with_the_writer_lock_busy_times_out_without_spinning(tmp_path):
     """The index's merge must commit under the writer lock; while a
     transaction holds it, collect() keeps trying (pausing between quick
