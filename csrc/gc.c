@@ -77,9 +77,11 @@
  * index handles' part, rank 2, takes its locks after these and releases
  * them before) prepares by taking `gc_list_mutex` (the list whole), the
  * step lock of every collector (it waits for the steps in flight, which
- * are bounded: a step waits for the writer lock a slice of
- * GC_THREAD_LOCK_MS at most, and backoff() lets the step lock go
- * between slices; the child never inherits a writer lock or a file a
+ * are bounded: each of a step's waits for the writer lock -- up to
+ * four: the index's removal of unused files, its two merges' commits,
+ * the master file's swap -- lasts a slice of GC_THREAD_LOCK_MS at most,
+ * and backoff() lets the step lock go between steps; the child never
+ * inherits a writer lock or a file a
  * vanished step was in the middle of) and each handle's smutex and
  * vmutex.  The child releases those, marks each collector's thread as
  * gone, makes the collector's other locks anew and its handle's writer
@@ -844,9 +846,10 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
         int64_t left = (deadline - t0) / 1000000;
         if (left < 0) left = 0;
         /* the writer lock is waited for a slice at a time, as the thread
-         * waits, the step lock let go between slices: a fork() (whose
+         * waits, the step lock let go between steps: a fork() (whose
          * prepare handler takes every step lock), a reader's step and
-         * close() wait for one slice, not for the whole timeout */
+         * close() wait for one step's slices (at most four), not for the
+         * whole timeout */
         if (left > GC_THREAD_LOCK_MS) left = GC_THREAD_LOCK_MS;
         pthread_mutex_lock(&g->step);
         rc = step(g, GC_THREAD_BUDGET, 1, (int)left, 0, &more, &worked, &rep,

@@ -308,7 +308,8 @@ typedef struct pydb_record {
  * Read the version of record `mfn` of the latest committed state (group
  * 3b: never a version of a commit still being applied).  *rec may be NULL (a new
  * block is allocated) or a record from an earlier call, which is reused
- * (and grown if needed): a reading loop allocates once.  *rec belongs to
+ * (grown if needed, cut to size when it is more than twice what the
+ * record needs): a reading loop allocates once.  *rec belongs to
  * the caller: pydb_record_free() it (also after a failure, when it was
  * passed in non-NULL).  Logically deleted records are returned with
  * deleted = 1.  Errors: PYDB_ENOTFOUND (out of range, never created or

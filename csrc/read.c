@@ -826,11 +826,9 @@ static int read_in_gen(pydb_record **rec, pydb_xrf_entry *xe, pydb_db *db,
         if (rec) rc = read_in(rec, db, &cur, mfn, err, nowait);
         else rc = xrf_get(xe, db, &cur, mfn, err, 0);
         if (!files_moved(db, fs)) return rc;
-        if (nowait) {
-            if (rc == PYDB_OK) pydb_record_free(*rec);
-            if (rec) *rec = NULL;
-            return PYDB_EWOULDBLOCK;
-        }
+        /* the block read into stays the caller's (pydb_read_nowait):
+         * its blocking read reuses it */
+        if (nowait) return PYDB_EWOULDBLOCK;
         if (st->commit == 0 || st->commit == PYDB__STATE_FLOOR)
             return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
                               "the master file was replaced during the "

@@ -253,7 +253,10 @@ int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
     size_t need = pydb__round8(sizeof(pydb_record)) + pydb__round8(raw) +
                   nf * sizeof(pydb_field);
     pydb_record *r = *rec;
-    if (r && r->capacity >= need) return PYDB_OK;
+    /* a block passed in is reused as it is unless it is more than twice
+     * what this record needs: then it is cut to size, so that a record
+     * read into the block of a larger one does not hold its memory */
+    if (r && r->capacity >= need && r->capacity / 2 <= need) return PYDB_OK;
     r = realloc(r, need);
     if (!r)
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,

@@ -106,7 +106,9 @@ static inline pydb_field *pydb__record_fields(const pydb_record *r,
 {
     return (pydb_field *)(pydb__record_raw(r) + pydb__round8(raw));
 }
-/* Make *rec (NULL: a new one) hold `raw` record bytes and `nf` fields. */
+/* Make *rec (NULL: a new one) hold `raw` record bytes and `nf` fields:
+ * kept if it holds them in at most twice their size, else reallocated
+ * to their size (grown or cut). */
 int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
                          pydb_error *err);
 

@@ -252,11 +252,11 @@ void record_codec_clear(record_codec *c)
  * a size, so each of those reads went to malloc's bins and each free
  * back (a sixth of `for rec in db`, 30 ns a record, on the default
  * database).  A kept block is handed to the core's next read, which
- * reuses it and grows it if needed (pydb_read()).  Kept: at most
- * SPARE_MAX blocks of at most SPARE_BYTES, each at most twice what its
- * record used, so that a Record held by the application holds at most
- * twice its memory.  The GIL guards the list; a free-threaded build
- * keeps none. */
+ * reuses it, grows it if needed and cuts it to size if it is more than
+ * twice what the record needs (pydb_read()), so that a Record held by
+ * the application holds at most twice its memory.  Kept: at most
+ * SPARE_MAX blocks of at most SPARE_BYTES.  The GIL guards the list; a
+ * free-threaded build keeps none. */
 #ifndef Py_GIL_DISABLED
 #define SPARE_MAX 256
 #define SPARE_BYTES 4096
@@ -277,14 +277,10 @@ pydb_record *record_spare_take(void)
 void record_spare_put(pydb_record *r)
 {
 #ifndef Py_GIL_DISABLED
-    size_t used;
     if (r && record_spare_owner && record_nspare < SPARE_MAX &&
         r->capacity <= SPARE_BYTES) {
-        used = sizeof *r + r->mfrl + r->nfields * sizeof(pydb_field);
-        if (r->capacity <= 2 * used) {
-            record_spare[record_nspare++] = r;
-            return;
-        }
+        record_spare[record_nspare++] = r;
+        return;
     }
 #endif
     pydb_record_free(r);
