@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -183,7 +184,6 @@ def test_fields_in_a_subinterpreter(tmp_path):
     module in a subinterpreter, not that rule.)"""
     testcapi = pytest.importorskip("_testcapi")
     import pickle
-    from pathlib import Path
     base = generate(tmp_path, count=50)
     out = tmp_path / "sub.pickle"
     with pydb.open(base) as db:
@@ -201,6 +201,18 @@ def test_fields_in_a_subinterpreter(tmp_path):
             assert [[(f.tag, f.value, f.raw) for f in r.fields] for r in db] == want
 
 
+def _run_under_debug_malloc(code: str) -> str:
+    """Run `code` in a child Python under CPython's debug allocator (which
+    aborts on a block freed twice or written after its free); its stdout,
+    after checking that it exited cleanly with nothing on stderr."""
+    env = dict(os.environ, PYTHONMALLOC="debug",
+               PYTHONPATH=str(Path(pydb.__file__).parents[1]))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    return proc.stdout
+
+
 def test_freed_fields_freed_at_exit(tmp_path):
     """At the interpreter's exit the module frees the Fields it kept for
     reuse (_pydb_record.c, record_clear): the list, full after a scan
@@ -209,7 +221,6 @@ def test_freed_fields_freed_at_exit(tmp_path):
     process that filled the list exits cleanly under CPython's debug
     allocator, which aborts on a block freed twice or written after its
     free."""
-    from pathlib import Path
     base = generate(tmp_path, count=600)
     code = ("import pydb\n"
             "from pydb._pydb import _testing\n"
@@ -223,12 +234,7 @@ def test_freed_fields_freed_at_exit(tmp_path):
             "    after = _testing.field_free_list()\n"
             "    ok = again == [[(f.tag, f.value, f.raw) for f in r.fields] for r in db]\n"
             "print(n, full, cleared, after, ok)\n")
-    env = dict(os.environ, PYTHONMALLOC="debug",
-               PYTHONPATH=str(Path(pydb.__file__).parents[1]))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert (proc.returncode, proc.stderr) == (0, "")
-    n, rest = proc.stdout.split(" ", 1)
+    n, rest = _run_under_debug_malloc(code).split(" ", 1)
     assert int(n) > 2048   # more than the list keeps
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     full = (2048, True) if gil else (0, False)   # no list without the GIL
@@ -248,7 +254,6 @@ def test_record_blocks_kept_for_reuse(tmp_path):
     most twice its memory); the module's clear frees the kept blocks and
     keeps none after (a free-threaded build keeps none).  In a child
     process, under CPython's debug allocator."""
-    from pathlib import Path
     base = generate(tmp_path, count=600)
     with pydb.open(base, readonly=False) as db, db.transaction() as tx:
         big = tx.append([(10, b"b" * 6000)])
@@ -276,13 +281,8 @@ def test_record_blocks_kept_for_reuse(tmp_path):
             "    again = fields(db) == want\n"
             "print(repr((n, after_scan, same, before, after_big, after_mid, after_small,\n"
             "            small, cleared, again, t.record_spares())))\n")
-    env = dict(os.environ, PYTHONMALLOC="debug",
-               PYTHONPATH=str(Path(pydb.__file__).parents[1]))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert (proc.returncode, proc.stderr) == (0, "")
     (n, after_scan, same, before, after_big, after_mid, after_small, small, cleared,
-     again, end) = eval(proc.stdout)
+     again, end) = eval(_run_under_debug_malloc(code))
     assert n == 603 and same == (True, True, True) and again
     assert small == [(10, "s")]
     if not getattr(sys, "_is_gil_enabled", lambda: True)():
