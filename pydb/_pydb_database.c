@@ -252,10 +252,12 @@ PyObject *records_read(DatabaseObject *db, SnapshotObject *snap,
     PIN_SCOPE;
     module_state *st = reads_state(db, snap);
     handle_guard *guard = snap ? &snap->guard : &db->guard;
-    pydb_record *rec = record_spare_take();
+    pydb_record *rec = NULL;
     pydb_error e;
     int32_t mfn;
     int rc;
+
+    (void)record_spares_take(&rec, 1);
 
     /* the open check comes last: nothing may run Python code between it
      * and the core call (a __index__ could close the database) */
@@ -330,8 +332,7 @@ PyObject *records_read_many(DatabaseObject *db, SnapshotObject *snap,
         goto cleanup;
     }
     if (reads_check_open(st, db, snap) < 0) goto cleanup;
-    for (i = 0; i < n && (recs[i] = record_spare_take()); i++)
-        ;
+    (void)record_spares_take(recs, (size_t)n);
     /* One committed state for the batch: the snapshot's, else one taken
      * for it (each read on its own should the reader table be full). */
     UNLOCKED(guard, NULL, {
@@ -822,10 +823,11 @@ static int iter_fill(module_state *st, IterObject *it)
     int32_t mfns[BATCH], next = it->next, end = 0;
     size_t n = 0;
     pydb_error e;
-    int rc = PYDB_OK, nrecs = 0, nspare = 0, used = 0;
+    size_t nspare, used = 0;
+    int rc = PYDB_OK, nrecs = 0;
 
     if (iter_check_open(st, it) < 0) return -1;
-    while (nspare < BATCH && (spare[nspare] = record_spare_take())) nspare++;
+    nspare = record_spares_take(spare, BATCH);
     UNLOCKED(guard, NULL, {
         if (!snap) {
             /* The start of an iteration re-reads the control record

@@ -266,12 +266,16 @@ static module_state *record_spare_owner;   /* the main interpreter's
                                               module, until its clear */
 #endif
 
-pydb_record *record_spare_take(void)
+size_t record_spares_take(pydb_record **out, size_t n)
 {
+    size_t got = 0;
 #ifndef Py_GIL_DISABLED
-    if (record_nspare) return record_spare[--record_nspare];
+    while (got < n && record_nspare) out[got++] = record_spare[--record_nspare];
+#else
+    (void)out;
+    (void)n;
 #endif
-    return NULL;
+    return got;
 }
 
 void record_spare_put(pydb_record *r)

@@ -46,11 +46,12 @@ PyObject *record_new_from(module_state *st, PyObject *encoding,
                           PyObject *errors, PyObject *source,
                           const record_codec *codec, pydb_record *rec);
 
-/* A freed record block kept for reuse (a pydb_read() reuses and grows
- * it), or NULL; and a block given back: kept for a later read where
- * there is room and it is small, else pydb_record_free()d.  With the GIL
- * held (_pydb_record.c, "Record memory"). */
-pydb_record *record_spare_take(void);
+/* Up to n freed record blocks kept for reuse into out[0..) (a
+ * pydb_read() reuses, grows or cuts each), and how many; and a block
+ * given back: kept for a later read where there is room and it is at
+ * most 4 KiB, else pydb_record_free()d.  With the GIL held
+ * (_pydb_record.c, "Record memory"). */
+size_t record_spares_take(pydb_record **out, size_t n);
 void record_spare_put(pydb_record *r);
 
 /* Test hooks (pydb._pydb._testing, _pydb_testing.c): the decoder a
