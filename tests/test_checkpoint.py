@@ -203,6 +203,19 @@ def _expected(oracle: Oracle) -> Oracle:
     return o
 
 
+def _files(base) -> dict[str, bytes]:
+    """The .mst and .xrf of the database at `base`, by extension."""
+    return {ext: open(f"{base}{ext}", "rb").read() for ext in (".mst", ".xrf")}
+
+
+def _power_cut(base, saved: dict[str, bytes]) -> None:
+    """What a power cut leaves: the files in `saved` (_files) as they were
+    at the last checkpoint, and no commit header (a new boot)."""
+    for ext, data in saved.items():
+        open(f"{base}{ext}", "wb").write(data)
+    os.unlink(f"{base}.shm")
+
+
 @pytest.mark.parametrize("lost", ["none", "mst", "xrf", "both"])
 def test_replay_of_many_commits_after_a_power_cut(tmp_path, lost):
     """A writer commits 30 transactions and is killed.  A power cut loses
@@ -212,13 +225,11 @@ def test_replay_of_many_commits_after_a_power_cut(tmp_path, lost):
     there, the files check, the log is empty."""
     base = tmp_path / "db"
     want = _expected(_make(base))
-    saved = {ext: (tmp_path / f"db{ext}").read_bytes() for ext in (".mst", ".xrf")}
+    saved = _files(base)
     _killed_writer(base, TXNS)
     assert _wal(base) > 0
-    for ext in {"none": (), "mst": (".mst",), "xrf": (".xrf",),
-                "both": (".mst", ".xrf")}[lost]:
-        (tmp_path / f"db{ext}").write_bytes(saved[ext])
-    os.unlink(f"{base}.shm")
+    _power_cut(base, {ext: saved[ext] for ext in {
+        "none": (), "mst": (".mst",), "xrf": (".xrf",), "both": (".mst", ".xrf")}[lost]})
     with open_db(base, gc="none") as db:
         assert want.matches(db)[0], want.matches(db)[1]
         assert db.check().ok
@@ -1036,11 +1047,9 @@ def _power_cut_after_killed_writer(tmp_path):
     last checkpoint, no header.  The log's frame spans."""
     base = tmp_path / "db"
     _make(base)
-    saved = {ext: (tmp_path / f"db{ext}").read_bytes() for ext in (".mst", ".xrf")}
+    saved = _files(base)
     _killed_writer(base, TXNS)
-    for ext, data in saved.items():
-        (tmp_path / f"db{ext}").write_bytes(data)
-    os.unlink(f"{base}.shm")
+    _power_cut(base, saved)
     return base, _frame_spans(base)
 
 
@@ -1120,7 +1129,7 @@ def test_a_torn_frame_whose_record_holds_frame_images_is_still_dropped(tmp_path)
     base = tmp_path / "db"
     with pydb.create(base, "isis-packed", sync=True, gc="none") as db:
         db.append([(1, b"seed")])
-    saved = {ext: (tmp_path / f"db{ext}").read_bytes() for ext in (".mst", ".xrf")}
+    saved = _files(base)
     assert _wal(base) == 0
     blob = b"".join(b"x" + _frame_image(8) for _ in range(8)) + b"y" * 3000
     pid = os.fork()                            # its commit, then killed
@@ -1136,9 +1145,7 @@ def test_a_torn_frame_whose_record_holds_frame_images_is_still_dropped(tmp_path)
     data = bytearray(open(f"{base}.wal", "rb").read())
     data[end - 2048:end] = bytes(2048)
     open(f"{base}.wal", "wb").write(bytes(data))
-    for ext, saved_data in saved.items():
-        (tmp_path / f"db{ext}").write_bytes(saved_data)
-    os.unlink(f"{base}.shm")
+    _power_cut(base, saved)
     with open_db(base, gc="none") as db:
         assert db.max_mfn == 1
         assert db[1].fields[0].raw == b"seed"
