@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -369,7 +370,6 @@ def test_fork_while_collect_waits_for_the_writer_lock(tmp_path):
     handler takes every step lock, waits for one slice, not for the rest
     of collect()'s 5 s; collect() still raises LockTimeoutError at its
     timeout."""
-    import threading
     with indexed_db(tmp_path) as db:
         got = []
 
