@@ -125,6 +125,31 @@ def test_an_iteration_from_the_start_sees_what_another_program_appended(tmp_path
         assert r[30].fields[0].value == "appended 10"
 
 
+def test_an_iteration_without_a_header_ends_where_its_last_take_ended(tmp_path):
+    """Without a header every snapshot an iteration takes re-reads the
+    control record (system calls): the batch that reaches the end of the
+    state its take saw is the last, so records another program appends
+    after that batch was read are not yielded (the next iteration
+    yields them).  With a header (a pydb writer) the next batch takes
+    the latest commit, which costs no system call, and yields them."""
+    base = tmp_path / "db"
+    build_db(base, "isis-packed", [[(1, f"record {i + 1}".encode())] for i in range(20)])
+    with pydb.open(base) as r:
+        it = iter(r)
+        assert next(it).mfn == 1                  # the batch: MFNs 1..20
+        _append_as_another_program(base, 10)
+        assert [rec.mfn for rec in it] == list(range(2, 21))
+        assert [rec.mfn for rec in r] == list(range(1, 31))
+    header = tmp_path / "header"
+    make(header)
+    with pydb.open(header) as r, pydb.open(header, readonly=False) as w:
+        it = iter(r)
+        assert next(it).mfn == 1
+        for i in range(10):
+            w.append([(1, f"later {i}")])
+        assert [rec.mfn for rec in it] == list(range(2, 31))
+
+
 def _update_as_another_program(base, values):
     """Records updated in the database at `base` by another program: each
     new version appended to the master file, its XRF entry pointed at it,
