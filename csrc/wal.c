@@ -728,16 +728,39 @@ static int wal_reset(const pydb_wal_files *w, int64_t size, pydb_error *err)
     return PYDB_OK;
 }
 
+/* Whether the first `len` bytes of the log `fd` hold a whole first
+ * frame whose id (its trailer's CRC) is `first`. */
+static int first_frame_is(int fd, uint32_t first, uint64_t len)
+{
+    uint8_t h[PYDB_WAL_HEAD], id[4];
+    uint64_t body;
+    if (pydb__vfs->pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
+        memcmp(h, WAL_MAGIC, 8) != 0)
+        return 0;
+    body = pydb__u64(h + 16);
+    return body <= len && PYDB_WAL_HEAD + body + PYDB_WAL_TAIL <= len &&
+           pydb__vfs->pread(fd, id, 4, (off_t)(PYDB_WAL_HEAD + body +
+                                               WAL_TAIL_CRC)) == 4 &&
+           pydb__u32(id) == first;
+}
+
 /* Whether the log `fd` of `size` bytes may hold a frame not applied,
  * given the header's applied length and first frame's id (its trailer's
- * CRC: pydb__shm_log_applied): 1 when the file is shorter than that length,
- * when the frame at its start is not the one the header names (a
- * process without a usable header emptied the log and wrote its own),
- * when the bytes at that length are not the zeros of a grown tail
- * (wal.h: the start of a frame, whole or torn), or when they cannot be
- * read; 0 when the log is the header's and ends there or zeros follow.
- * A frame is written from its start, and its header's first bytes are
- * never zeros, so a header's worth of bytes tells. */
+ * CRC: pydb__shm_log_applied): 1 when the frame at its start is not the
+ * one the header names (a process without a usable header emptied the
+ * log and wrote its own), when the bytes at that length are not the
+ * zeros of a grown tail (wal.h: the start of a frame, whole or torn),
+ * or when they cannot be read; 0 when the log is the header's and ends
+ * there or zeros follow.  A frame is written from its start, and its
+ * header's first bytes are never zeros, so a header's worth of bytes
+ * tells.  2 when the log is the header's but shorter than that length
+ * (cut short: damage, or a program that truncated it): every frame it
+ * still holds was applied in this boot, and frames applied after them
+ * are gone, so that a replay would write the older values of those
+ * frames over the newer ones in the files -- acknowledged commits
+ * undone, and XRF entries the lost frames wrote left pointing past the
+ * control record's end.  1 for a file shorter than that length whose
+ * first frame is not whole, or not the header's. */
 static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
                          int64_t size)
 {
@@ -745,20 +768,10 @@ static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
     uint64_t left;
     size_t n;
 
-    if (size < 0 || applied > (uint64_t)size) return 1;
-    if (applied > 0) {   /* the first frame's trailer CRC: its id */
-        uint8_t id[4];
-        uint64_t body;
-        if (pydb__vfs->pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
-            memcmp(h, WAL_MAGIC, 8) != 0)
-            return 1;
-        body = pydb__u64(h + 16);
-        if (body > applied || PYDB_WAL_HEAD + body + PYDB_WAL_TAIL > applied ||
-            pydb__vfs->pread(fd, id, 4, (off_t)(PYDB_WAL_HEAD + body +
-                                                WAL_TAIL_CRC)) != 4 ||
-            pydb__u32(id) != first)
-            return 1;
-    }
+    if (size < 0) return 1;
+    if (applied > (uint64_t)size)
+        return first_frame_is(fd, first, (uint64_t)size) ? 2 : 1;
+    if (applied > 0 && !first_frame_is(fd, first, applied)) return 1;
     left = (uint64_t)size - applied;
     if (left == 0) return 0;
     n = left < sizeof h ? (size_t)left : sizeof h;
@@ -771,13 +784,15 @@ static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
 /* The log's length in *size (its file's, a grown tail of zeros
  * included), and whether it may hold a commit that is not in the files:
  * 0 (empty, or every frame applied in this boot: the header's log, and
- * nothing written after its applied length), 1 (it may), or a negative
- * PYDB error. */
+ * nothing written after its applied length), 1 (it may), 2 (every frame
+ * it holds was applied in this boot, and frames applied after them are
+ * lost: wal_unapplied), or a negative PYDB error. */
 static int wal_pending(const pydb_wal_files *w, int64_t *size,
                        pydb_error *err)
 {
     uint64_t applied;
     uint32_t first;
+    int rc;
     if (pydb__fd_size(w->wal_fd, size) != 0)
         return PYDB_OSERROR(err, errno, w->wal_path, -1, "cannot stat: %s",
                             strerror(errno));
@@ -790,10 +805,10 @@ static int wal_pending(const pydb_wal_files *w, int64_t *size,
         return 0;
     }
     if (!pydb__shm_log_applied(w->shm, &applied, &first)) return 1;
+    rc = wal_unapplied(w->wal_fd, applied, first, *size);
     /* an fdatasync of its frames failed: the disk may lack one the
      * length counts (txn.c, log_sync): replay it from the page cache */
-    if (pydb__shm_log_suspect(w->shm)) return 1;
-    return wal_unapplied(w->wal_fd, applied, first, *size);
+    return rc == 0 && pydb__shm_log_suspect(w->shm) ? 1 : rc;
 }
 
 /* Whether the files a replay wrote are still those their paths name:
@@ -880,15 +895,6 @@ static int wal_replay(const pydb_wal_files *w, int64_t size,
     return wal_reset(w, size, err);
 }
 
-int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
-                      pydb_error *err)
-{
-    int64_t size;
-    int rc = wal_pending(w, &size, err);
-    if (rc <= 0) return rc;
-    return wal_replay(w, size, fsync_failed, err);
-}
-
 /* A checkpoint of commits that kept their frames: fsync the whole files
  * the log's `size` bytes name (sync_whole_files). */
 static int wal_sync_whole(const pydb_wal_files *w, int64_t size,
@@ -907,6 +913,35 @@ static int wal_sync_whole(const pydb_wal_files *w, int64_t size,
     return rc;
 }
 
+/* A checkpoint of a log whose frames are all applied (wal_pending: 0 or
+ * 2, `lost` for 2): fsync the .mst/.xrf and the whole files the log's
+ * `size` bytes name, then empty it. */
+static int wal_sync_applied(const pydb_wal_files *w, int64_t size, int lost,
+                            int *fsync_failed, pydb_error *err)
+{
+    int rc;
+    if (size > 0 && ((rc = wal_sync_files(w, fsync_failed, err)) != PYDB_OK ||
+                     (rc = wal_sync_whole(w, size, fsync_failed, err)) != PYDB_OK)) {
+        /* the page cache may have dropped what it failed to write: the
+         * next recovery replays the whole log (writes it again) -- not a
+         * log that lost frames applied after those it holds, whose
+         * replay would undo them */
+        if (!lost) pydb__shm_log_set(w->shm, 0, 0);
+        return rc;
+    }
+    return wal_reset(w, size, err);
+}
+
+int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
+                      pydb_error *err)
+{
+    int64_t size;
+    int rc = wal_pending(w, &size, err);
+    if (rc <= 0) return rc;
+    if (rc == 2) return wal_sync_applied(w, size, 1, fsync_failed, err);
+    return wal_replay(w, size, fsync_failed, err);
+}
+
 int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
                          pydb_error *err)
 {
@@ -919,14 +954,7 @@ int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
     rc = wal_pending(w, &size, err);
     if (rc < 0) return rc;
     if (rc == 1) return wal_replay(w, size, fsync_failed, err);
-    if (size > 0 && ((rc = wal_sync_files(w, fsync_failed, err)) != PYDB_OK ||
-                     (rc = wal_sync_whole(w, size, fsync_failed, err)) != PYDB_OK)) {
-        /* the page cache may have dropped what it failed to write: the
-         * next recovery replays the whole log (writes it again) */
-        pydb__shm_log_set(w->shm, 0, 0);
-        return rc;
-    }
-    return wal_reset(w, size, err);
+    return wal_sync_applied(w, size, rc == 2, fsync_failed, err);
 }
 
 /* ------------------------------------- a compaction's swap (compact.c) */
@@ -1330,8 +1358,9 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
         pydb_wal_files w = {wfd, -1, -1, wal, mst, xrf, shm, NULL};
         int64_t size;
         int pending = wal_pending(&w, &size, NULL);
-        if (pending < 0 || (!swap && pending == 0))
-            goto cleanup;   /* no size, or every commit is in the files */
+        if (pending < 0 || (!swap && pending != 1))
+            goto cleanup;   /* no size, or every commit is in the files
+                               (2: a writer's checkpoint empties it) */
     }
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);

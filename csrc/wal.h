@@ -75,7 +75,11 @@
  * log and fdatasyncs that.
  * Recovery replays the whole log unless the header says every frame of
  * it was applied in this boot (after a power cut, a reboot, nothing is
- * known).  Replay writes each byte once, with the value of the last
+ * known); a log shorter than the header's applied length that starts
+ * with the header's first frame lost frames applied after those it
+ * holds, so it is not replayed either (that would undo them): a
+ * writer's recovery syncs the files and empties it (wal.c,
+ * wal_unapplied).  Replay writes each byte once, with the value of the last
  * commit that wrote it (wal.c, wal_final_image), the .mst/.xrf in log
  * order, fdatasyncs both, then puts the whole files in place
  * (pydb__replace_file, unsynced) and syncs them as a checkpoint does --

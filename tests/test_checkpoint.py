@@ -1053,6 +1053,40 @@ def _power_cut_after_killed_writer(tmp_path):
     return base, _frame_spans(base)
 
 
+@pytest.mark.parametrize("cut", ["first frame", "frame boundary", "mid-frame", "last bytes"])
+def test_a_log_cut_short_in_the_boot_undoes_no_commit(tmp_path, cut):
+    """A writer commits TXNS and is killed; its log is then cut short
+    (damage, or a program that truncated it) while the header still says,
+    for this boot, that a longer log was applied.  Every frame left was
+    applied and the files hold the lost ones too: no open replays the
+    rest over them (which undid acknowledged commits and left XRF entries
+    pointing past the control record's end).  A read-only open leaves
+    the log as it is; a writer's open syncs the files and empties it, so
+    its next frame starts the log and a new boot replays that frame."""
+    base = tmp_path / "db"
+    want = _expected(_make(base))
+    _killed_writer(base, TXNS)
+    spans = _frame_spans(base)
+    assert len(spans) == len(TXNS)
+    at = {"first frame": spans[0][1], "frame boundary": spans[10][1],
+          "mid-frame": (spans[14][0] + spans[14][1]) // 2,
+          "last bytes": spans[-1][1] - 5}[cut]
+    os.truncate(f"{base}.wal", at)
+    with pydb.open(base) as ro:
+        assert want.matches(ro)[0], want.matches(ro)[1]
+        assert ro.check().ok
+    assert _wal(base) == at
+    more = [[("A", want.max_mfn + 1, 1, 5)]]
+    _killed_writer(base, [], more=more)            # its open: the checkpoint
+    want.apply(more[0])
+    assert [(o, e) for o, e, _ in _frame_spans(base)] == [(0, _frames(base))]
+    os.unlink(f"{base}.shm")                       # a new boot: replayed
+    with open_db(base, gc="none") as db:
+        assert want.matches(db)[0], want.matches(db)[1]
+        assert db.check().ok
+    check_files(base)
+
+
 def test_each_durable_frame_names_the_log_synced_before_it(tmp_path):
     """One writer, sync=True: each commit's fdatasync covers its frame
     before the next commit builds its own, so every frame but the first
