@@ -984,7 +984,8 @@ static nidx_seg *shared_seg(nidx_seg *const *ix, size_t n, uint64_t gen)
  * segments of share[nshare].  Registered in the reader table meanwhile,
  * so that no commit removes a file it names before it is open.  A
  * segment that vanished anyway (files mode) makes it read the MANIFEST
- * again, a few times. */
+ * again, a few times; one still missing then is damage (PYDB_ECORRUPT,
+ * naming the MANIFEST), not a database that does not exist. */
 static int load_set(nidx_segset **out, nidx_manifest *m, uint8_t **data,
                     nidx *x, nidx_segset *const *share, size_t nshare,
                     pydb_error *err)
@@ -993,6 +994,7 @@ static int load_set(nidx_segset **out, nidx_manifest *m, uint8_t **data,
     nidx_seg **ix;
     size_t nix;
     int rc, tries = 0, slot, vanished;
+    char path[1100];
 
     *out = NULL;
     *data = NULL;
@@ -1019,7 +1021,6 @@ again:
                                              ms->inl, ms->len, err)))
                 goto cleanup;
         } else if (!sg) {
-            char path[1100];
             pydb__nseg_path(path, sizeof path, x->dir, ms->gen);
             if ((rc = pydb__nseg_open(&sg, path, ms->gen, err))) {
                 vanished = err->sys_errno == ENOENT;
@@ -1044,6 +1045,9 @@ cleanup:
     *data = NULL;
     if (vanished && ++tries < 5)
         goto again;   /* a segment merged away between read and open */
+    if (vanished)
+        rc = PYDB_ERROR(err, PYDB_ECORRUPT, x->manifest, -1,
+                        "names the segment %s, which is missing", path);
     free(ix);
     return rc;
 }

@@ -219,6 +219,12 @@ def test_missing_and_damaged_files(isis_data, cds, tmp_path):
     open(seg, "wb").write(data[:40])
     with pytest.raises(pydb.CorruptionError):
         pydb.open_index(cds)
+    # a segment the MANIFEST names, missing: damage, not a missing database
+    os.unlink(seg)
+    with pytest.raises(pydb.CorruptionError) as ei:
+        pydb.open_index(cds)
+    assert ei.value.filename == os.path.join(cds + ".pdx", "MANIFEST")
+    assert ei.value.reason == f"names the segment {seg}, which is missing"
     open(seg, "wb").write(data)
     pydb.open_index(cds).close()
     # damaged manifest
