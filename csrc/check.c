@@ -48,7 +48,17 @@
  *   4. sequential scan  the versions reached in step 3, sorted by offset,
  *                        must not overlap; the gaps between them are
  *                        scanned for leaders that parse as records of a
- *                        valid MFN: versions nothing reaches (orphans).
+ *                        valid MFN: versions nothing reaches (orphans);
+ *   5. native index     (pydb_check_ex only, after the walk) the index
+ *                        as of a commit: every key and its postings read
+ *                        through the index's reader, which checks the
+ *                        checksums and the order of keys; each key's
+ *                        postings strictly ascending, no more than its
+ *                        count, of MFNs active in that commit (a commit
+ *                        changes a record's postings with the record:
+ *                        deleted records have none).  Not checked: that
+ *                        the keys are those the FST makes of the records
+ *                        (a rebuild, `pydb index`, makes them anew).
  * Not checked yet: the write-ahead log (<base>.wal, format in wal.h).  A
  * step between 1 and 2 would check the log's header/checksums and that
  * every record it would replay lies inside the files (add its kinds to
@@ -72,7 +82,10 @@
  * record reads, because it must go on past the first fault.
  */
 #include "pydb_int.h"
+#include "nidx_handle.h"
 #include "shm.h"
+#include <errno.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +112,8 @@ static const struct {
     [PYDB_CHECK_BACK_POINTER] = {"back-pointer", PYDB_CHECK_ERROR},
     [PYDB_CHECK_OVERLAP] = {"overlap", PYDB_CHECK_ERROR},
     [PYDB_CHECK_IO] = {"io", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_INDEX] = {"index", PYDB_CHECK_ERROR},
+    [PYDB_CHECK_INDEX_POSTING] = {"index-posting", PYDB_CHECK_ERROR},
     [PYDB_CHECK_MFRL_PADDING] = {"mfrl-padding", PYDB_CHECK_WARNING},
     [PYDB_CHECK_PLACEMENT] = {"placement", PYDB_CHECK_WARNING},
     [PYDB_CHECK_STATUS_MISMATCH] = {"status-mismatch", PYDB_CHECK_WARNING},
@@ -1003,10 +1018,201 @@ int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
     return rc;
 }
 
+/* ------------------------------------------------ 5. the native index */
+
+typedef struct {
+    ck *c;
+    pydb_index *view;
+    const char *dir;          /* <base>.pdx, where posting faults are     */
+    const uint8_t *active;    /* a bit per MFN active in the commit       */
+    int32_t next_mfn;         /* the commit's NXTMFN                      */
+    pydb_postings p;
+    int failed;               /* a read failed: reported, walk stopped    */
+} index_walk;
+
+/* A key as text for a message: its bytes, those outside printable ASCII
+ * as \xNN, at most 60 of them. */
+static const char *key_text(char *out, size_t cap, const uint8_t *key,
+                            size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && i < 60 && o + 5 < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o,
+                              key[i] >= 32 && key[i] < 127 && key[i] != '\\'
+                                  ? "%c" : "\\x%02x", key[i]);
+    if (o < cap) out[o] = 0;
+    return out;
+}
+
+static int report_index_error(ck *c, const pydb_error *e)
+{
+    return report(c, PYDB_CHECK_INDEX, 0, e->path[0] ? e->path : "",
+                  e->offset, "%s", e->message);
+}
+
+/* pydb_term_fn: the postings of one key, checked. */
+static int index_key(void *ctx, const uint8_t *key, size_t len,
+                     uint64_t count)
+{
+    index_walk *w = ctx;
+    ck *c = w->c;
+    pydb_error e;
+    char text[320];
+    const pydb_posting *v;
+
+    w->p.n = 0;
+    if (pydb_index_postings(&w->p, w->view, key, len, &e) != PYDB_OK) {
+        w->failed = 1;
+        report_index_error(c, &e);
+        return 1;
+    }
+    c->sum->index_keys++;
+    c->sum->index_postings += (int64_t)w->p.n;
+    v = w->p.v;
+    if (w->p.n > count &&
+        report(c, PYDB_CHECK_INDEX_POSTING, 0, w->dir, -1,
+               "key \"%s\": %zu postings, its count says %llu",
+               key_text(text, sizeof text, key, len), w->p.n,
+               (unsigned long long)count))
+        return 1;
+    for (size_t i = 0; i < w->p.n; i++) {
+        int32_t m = v[i].mfn;
+        if (i > 0 && (v[i - 1].mfn > m ||
+                      (v[i - 1].mfn == m &&
+                       (v[i - 1].tag > v[i].tag ||
+                        (v[i - 1].tag == v[i].tag &&
+                         (v[i - 1].occ > v[i].occ ||
+                          (v[i - 1].occ == v[i].occ &&
+                           v[i - 1].cnt >= v[i].cnt))))))) {
+            if (report(c, PYDB_CHECK_INDEX_POSTING, m, w->dir, -1,
+                       "key \"%s\": posting %zu (MFN %d, TAG %u, OCC %u, "
+                       "CNT %u) not after the one before it",
+                       key_text(text, sizeof text, key, len), i + 1,
+                       (int)m, v[i].tag, v[i].occ, v[i].cnt))
+                return 1;
+        } else if (m < 1 || m >= w->next_mfn ||
+                   !(w->active[m / 8] & (1u << (m % 8)))) {
+            if (report(c, PYDB_CHECK_INDEX_POSTING, m, w->dir, -1,
+                       "key \"%s\": a posting of MFN %d, which has no "
+                       "active record in the commit checked (NXTMFN %d)",
+                       key_text(text, sizeof text, key, len), (int)m,
+                       (int)w->next_mfn))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* A bit per MFN below snap's NXTMFN, set where its record is active
+ * (*out: free it), or a negative PYDB error. */
+static int active_bits(uint8_t **out, const pydb_snapshot *snap,
+                       int32_t next_mfn, pydb_error *err)
+{
+    int32_t mfns[1024], from = 1, next;
+    size_t n;
+    uint8_t *bits = calloc((size_t)next_mfn / 8 + 1, 1);
+    int rc = PYDB_OK;
+    if (!bits)
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the check");
+    while (from < next_mfn) {
+        rc = pydb_snapshot_list_mfns(mfns, 1024, &n, &next, snap, from, 0,
+                                     err);
+        if (rc) break;
+        for (size_t i = 0; i < n; i++)
+            if (mfns[i] >= 1 && mfns[i] < next_mfn)
+                bits[mfns[i] / 8] |= (uint8_t)(1u << (mfns[i] % 8));
+        if (next <= from) break;
+        from = next;
+    }
+    if (rc) {
+        free(bits);
+        bits = NULL;
+    }
+    *out = bits;
+    return rc;
+}
+
+/* Step 5 for db (the summary and callback of c).  A database without a
+ * native index is no fault; one whose index cannot be read, or whose
+ * records cannot be listed, is reported, and the step ends.  The view
+ * is that of a snapshot taken just before it is asked for; a commit in
+ * between moves the index past it (PYDB_EWOULDBLOCK), and the step
+ * tries again, up to 20 times, 10 ms apart.  If no commit came in all
+ * that time, the index is not the one the commit header names (a
+ * folder copied from another database, a MANIFEST put back): reported;
+ * if commits kept coming, the index is left unchecked (index_checked
+ * stays 0). */
+static void check_index(ck *c, pydb_db *db)
+{
+    pydb_index *ix = NULL;
+    pydb_snapshot *snap = NULL;
+    uint8_t *bits = NULL;
+    pydb_snapshot_info si;
+    uint64_t first_commit = 0;
+    index_walk w;
+    pydb_error e;
+    char dir[1100];
+    int rc;
+
+    memset(&w, 0, sizeof w);
+    rc = pydb_native_index_open(&ix, db->mst.path, &e);
+    if (rc == PYDB_EIO && e.sys_errno == ENOENT) return;   /* none */
+    if (rc) {
+        report_index_error(c, &e);
+        return;
+    }
+    for (int tries = 0;; tries++) {
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        rc = pydb_snapshot_take(&snap, db, &e);
+        if (rc) break;
+        pydb_snapshot_info_get(&si, snap);
+        if (tries == 0) first_commit = si.commit;
+        rc = pydb_snapshot_index(&w.view, snap, ix, &e);
+        if (rc != PYDB_EWOULDBLOCK || tries == 20) break;
+        pydb_snapshot_release(snap);
+        snap = NULL;
+        nanosleep(&nap, NULL);
+    }
+    if (rc == PYDB_EWOULDBLOCK) {
+        if (si.commit == first_commit)
+            report(c, PYDB_CHECK_INDEX, 0, e.path, -1,
+                   "not the index of the latest commit (%llu): its "
+                   "MANIFEST is of another generation than the commit "
+                   "header names, and no commit came for 200 ms",
+                   (unsigned long long)si.commit);
+        goto cleanup;
+    }
+    if (rc) {
+        report_index_error(c, &e);
+        goto cleanup;
+    }
+    w.c = c;
+    w.next_mfn = si.next_mfn;
+    w.dir = pydb__nidx_dir(dir, sizeof dir, db->mst.path, &e) == PYDB_OK
+                ? dir : db->mst.path;
+    if ((rc = active_bits(&bits, snap, si.next_mfn, &e))) {
+        report(c, PYDB_CHECK_IO, 0, e.path, e.offset,
+               "listing the records for the index: %s", e.message);
+        goto cleanup;
+    }
+    w.active = bits;
+    rc = pydb_index_terms(w.view, NULL, 0, NULL, 0, index_key, &w, &e);
+    if (rc && !w.failed) report_index_error(c, &e);
+    else if (!rc && !w.failed && !c->stop) c->sum->index_checked = 1;
+cleanup:
+    pydb_postings_free(&w.p);
+    free(bits);
+    pydb_index_close(w.view);
+    pydb_snapshot_release(snap);
+    pydb_index_close(ix);
+}
+
 int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
                   const pydb_check_options *opt, pydb_error *err)
 {
+    pydb_check_options none = {0};
     pydb_snapshot *snap = NULL;
+    ck c;
     int rc;
 
     memset(out, 0, sizeof *out);
@@ -1015,12 +1221,18 @@ int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
     if (rc) return rc;
     rc = pydb_snapshot_check(out, snap, opt, err);
     pydb_snapshot_release(snap);
+    if (rc) return rc;
     /* The walk met every back version: a reader that meets garbage, as
      * Firebird's validation does under its cooperative policy.  Told
      * after the walk (a compaction during it would mix two files'
      * offsets in its tables): a full pass, so a sweep (gc.c). */
-    if (rc == PYDB_OK) pydb__gc_swept(db);
-    return rc;
+    pydb__gc_swept(db);
+    memset(&c, 0, sizeof c);
+    c.opt = opt ? opt : &none;
+    c.sum = out;
+    c.stop = out->stopped;
+    check_index(&c, db);
+    return PYDB_OK;
 }
 
 int pydb_check(pydb_check_summary *out, pydb_db *db, pydb_check_fn fn,

@@ -1147,6 +1147,13 @@ enum pydb_check_kind {
                                     another MFN's chain                    */
     PYDB_CHECK_OVERLAP,          /* two reachable versions share bytes      */
     PYDB_CHECK_IO,               /* a read failed (EIO, ...)                */
+    PYDB_CHECK_INDEX,            /* the native index cannot be read: a
+                                    damaged or missing file (the reader's
+                                    file, offset and reason)               */
+    PYDB_CHECK_INDEX_POSTING,    /* a key's postings out of order or
+                                    repeated, more than its count, or of an
+                                    MFN with no active record in the commit
+                                    checked                                */
     /* warnings */
     PYDB_CHECK_MFRL_PADDING,     /* MFRL odd / not a multiple of 2^MSTXL    */
     PYDB_CHECK_PLACEMENT,        /* start not aligned, or leader splits a
@@ -1196,6 +1203,9 @@ typedef struct pydb_check_summary {
     int64_t orphans;       /* versions found only by the sequential scan   */
     int64_t orphan_bytes;  /* their MFRL total                             */
     int scanned;           /* 1 if the sequential scan ran to the end      */
+    int index_checked;     /* 1 if a native index was read to its end      */
+    int64_t index_keys;    /* its keys read                                */
+    int64_t index_postings;/* its postings read                            */
     int stopped;           /* 1 if the callback stopped the walk           */
 } pydb_check_summary;
 
@@ -1230,7 +1240,11 @@ int pydb_check_kind_severity(int kind);
  * left or a step is turned away (the writer lock busy), the database
  * taken as idle (Firebird's validation and sweep collect garbage under
  * its cooperative policy; the walk read every record, so the collection
- * costs it the same order of work again).
+ * costs it the same order of work again).  Then, where the database has
+ * a native index, that index as of the latest commit (a snapshot taken
+ * then): every key and its postings read (PYDB_CHECK_INDEX,
+ * PYDB_CHECK_INDEX_POSTING); memory: a bit per MFN and the postings of
+ * one key at a time.  pydb_snapshot_check() does not check the index.
  */
 int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
                   const pydb_check_options *opt, pydb_error *err);

@@ -235,7 +235,7 @@ static PyObject *checkrun_result(CheckRunObject *self, PyObject *unused)
         Py_DECREF(v);
     }
     summary = Py_BuildValue(
-        "{s:L,s:L,s:i,s:L,s:L,s:L,s:L,s:O,s:O,s:O}",
+        "{s:L,s:L,s:i,s:L,s:L,s:L,s:L,s:O,s:O,s:L,s:L,s:O,s:O}",
         "errors", (long long)self->sum.errors,
         "warnings", (long long)self->sum.warnings,
         "mfns", (int)self->sum.mfns,
@@ -244,6 +244,9 @@ static PyObject *checkrun_result(CheckRunObject *self, PyObject *unused)
         "orphans", (long long)self->sum.orphans,
         "orphan_bytes", (long long)self->sum.orphan_bytes,
         "scanned", self->sum.scanned ? Py_True : Py_False,
+        "index_checked", self->sum.index_checked ? Py_True : Py_False,
+        "index_keys", (long long)self->sum.index_keys,
+        "index_postings", (long long)self->sum.index_postings,
         "truncated", (self->nomem || (Py_ssize_t)self->n <
                       (Py_ssize_t)(self->sum.errors + self->sum.warnings))
                          ? Py_True : Py_False,

@@ -4,7 +4,14 @@ In the spirit of Firebird's ``gfix -v -f``: the C core (csrc/check.c)
 walks the control record, every XRF block and entry, every record version
 reachable from the XRF and every back-pointer chain, then scans the master
 file sequentially for versions nothing reaches; it reports *every* fault
-with its location instead of stopping at the first.  It checks one
+with its location instead of stopping at the first.  ``db.check()`` then
+reads the native index, where the database has one, as of the latest
+commit: every key and its postings through the index's reader (which
+checks each file's checksum and the order of the keys), each key's
+postings strictly ascending and of records active in that commit.  It
+does not compare the keys with those the FST makes of the records
+(``pydb index DB`` builds them anew), and ``snapshot.check()`` checks the
+records only.  It checks one
 committed state: ``db.check()`` the latest commit when it starts (a
 snapshot it takes itself), ``snapshot.check()`` the commit of that
 snapshot; versions that writers in this or other processes commit
@@ -40,6 +47,14 @@ back-pointer       error     MFBWB/MFBWP malformed, not strictly earlier in
                              the file (a cycle), or into another MFN's chain
 overlap            error     two reachable versions share bytes
 io                 error     a read failed (the message has the reason)
+index              error     the native index cannot be read: a damaged or
+                             missing file (its path, the byte offset and
+                             the reason), or a MANIFEST of another
+                             generation than the latest commit names
+index-posting      error     a key's postings out of order or repeated,
+                             more of them than the key's count, or of an
+                             MFN that has no active record in the commit
+                             checked (file: the index folder ``.pdx``)
 mfrl-padding       warning   MFRL odd, or not a multiple of 2^MSTXL
                              (pyisis-written files)
 placement          warning   record not on the 2-byte (2^MSTXL) boundary, or
@@ -92,7 +107,8 @@ class Problem:
         kind: kind name (a key of :data:`KINDS`, or ``"open"``).
         severity: ``"error"`` or ``"warning"``.
         mfn: 1-based MFN concerned, or 0 when the fault is not a record's.
-        file: path of the file where the fault is (the .mst or the .xrf).
+        file: path of the file where the fault is (the .mst, the .xrf, a
+            file of the native index or its folder).
         offset: byte offset of the fault in `file`, or -1.
         message: human-readable reason, with the values found.
     """
@@ -127,7 +143,10 @@ class CheckReport:
         stats: dict of walk totals: ``mfns`` (XRF entries walked),
             ``versions`` (current versions checked), ``back_versions``,
             ``orphans`` and ``orphan_bytes`` (bytes), ``scanned`` (the
-            sequential scan ran to the end).
+            sequential scan ran to the end), ``index_checked`` (a native
+            index was read to its end: False without one, after a fault
+            that stopped its walk, or when commits kept moving it for
+            200 ms), ``index_keys`` and ``index_postings`` (read).
         path: the database checked.
 
     Iterating yields the problems; ``len(report)`` is their number.
@@ -174,6 +193,10 @@ class CheckReport:
                      f"{s.get('back_versions', 0)} back versions, "
                      f"{s.get('orphans', 0)} orphan versions "
                      f"({s.get('orphan_bytes', 0)} bytes)")
+        if s.get("index_keys") or s.get("index_checked"):
+            lines.append(f"native index: {s['index_keys']} keys, "
+                         f"{s['index_postings']} postings read"
+                         + ("" if s["index_checked"] else " (stopped before its end)"))
         lines.append("OK" if self.ok else "DAMAGED")
         return "\n".join(lines)
 

@@ -719,10 +719,12 @@ class Database(_pydb.Database):
         """Validate the database: walk the control record, every XRF entry,
         every reachable record version and back-pointer chain, and scan the
         master file for unreachable versions (docs/isis-formats.md §2-3;
-        docs/reliability.md §2.1).  Faults in the files are reported, never
-        raised.  The walk reads one committed state, the latest when it
-        starts (the C core takes a snapshot for it): commits made
-        meanwhile by other handles or processes are followed back, not
+        docs/reliability.md §2.1); then read the native index, if there is
+        one, as of the latest commit (every key and posting: checksums,
+        order, postings only of active records).  Faults in the files are
+        reported, never raised.  The walk reads one committed state, the
+        latest when it starts (the C core takes a snapshot for it): commits
+        made meanwhile by other handles or processes are followed back, not
         reported, so a sound database is judged sound while they write.
         :meth:`pydb.Snapshot.check` validates a given snapshot's commit.
 

@@ -253,7 +253,8 @@ class Snapshot(_pydb.Snapshot):
         :meth:`pydb.Database.check` over the control-record values, XRF
         entries and record versions of that commit (versions written by
         later commits are followed back, not reported), so a sound
-        database is judged sound while writers commit.
+        database is judged sound while writers commit.  The native index
+        is not read (``db.check()`` reads it as of the latest commit).
 
         Args:
             max_problems: keep at most this many problems (>= 0).

@@ -890,3 +890,117 @@ def test_check_of_a_closed_snapshot(tmp_path):
         snap.check()
     with pytest.raises(TypeError):
         _pydb.CheckRun(object())
+
+
+# --------------------------------------------------------- the native index
+
+WORDS = ["red apple", "green pear", "red pear"]
+
+
+def _indexed(tmp_path, name="ix", n=30):
+    """A database of n records (field 1 cycling through WORDS) with a
+    native index of its words (FST 1 4 v1: APPLE, GREEN, PEAR, RED)."""
+    base = tmp_path / name
+    with pydb.create(base, fst="1 4 v1\n", gc="none") as db, db.transaction() as tx:
+        for m in range(n):
+            tx.append([(1, WORDS[m % 3])])
+    return base
+
+
+def test_check_reads_the_native_index(tmp_path):
+    """A sound index: every key and posting read (4 keys; 2 words in each
+    of 30 records), no fault; a database without an index has none read."""
+    rep = run_check(_indexed(tmp_path))
+    assert rep.problems == [] and rep.ok
+    assert (rep.stats["index_checked"], rep.stats["index_keys"],
+            rep.stats["index_postings"]) == (True, 4, 60)
+    assert rep.summary().splitlines()[-2:] == ["native index: 4 keys, 60 postings read", "OK"]
+    rep = run_check(_seeded(tmp_path, n=5))
+    assert rep.ok and (rep.stats["index_checked"], rep.stats["index_keys"]) == (False, 0)
+
+
+def _segment(base) -> Path:
+    segs = sorted(Path(f"{base}.pdx").glob("seg-*.pds"))
+    assert segs, "the index keeps its segments inline"
+    return segs[-1]
+
+
+def test_check_reports_a_damaged_or_missing_index_file(tmp_path):
+    """A flipped byte in a segment file, the file removed, a MANIFEST cut
+    short: each one `index` error naming the file (and the offset the
+    reader gives), where the check said OK before; the records are
+    still walked."""
+    base = _indexed(tmp_path, n=3000)      # large enough for a segment file
+    seg = _segment(base)
+    good = seg.read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x20
+    seg.write_bytes(bytes(bad))
+    rep = run_check(base)
+    assert rep.counts == {"index": 1} and not rep.ok
+    p = rep.problems[0]
+    assert (p.kind, p.mfn, p.file) == ("index", 0, str(seg))
+    assert p.offset >= 0 and "checksum" in p.message
+    assert rep.stats["mfns"] == 3000 and not rep.stats["index_checked"]
+    seg.unlink()
+    rep = run_check(base)
+    manifest = str(Path(f"{base}.pdx") / "MANIFEST")
+    assert [(p.kind, p.file, p.message) for p in rep.problems] == [
+        ("index", manifest, f"names the segment {seg}, which is missing")]
+    seg.write_bytes(good)
+    assert run_check(base).ok
+    text = Path(manifest).read_bytes()
+    Path(manifest).write_bytes(text[:-3])
+    rep = run_check(base)
+    assert [(p.kind, p.file) for p in rep.problems] == [("index", manifest)]
+    p = subprocess.run([sys.executable, "-m", "pydb", "check", str(base)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "index" in p.stdout
+
+
+def test_check_reports_postings_of_records_that_are_not_active(tmp_path):
+    """Postings the records do not back: a record deleted by a program
+    that does not keep the index (WinISIS, CISIS: the files changed, the
+    index not), and the index folder of a larger database copied in
+    without its commit header (MFNs past the last one)."""
+    from test_commit_header import _write_as_another_program
+    base = _indexed(tmp_path)
+    _write_as_another_program(base, lambda w: w.delete(4))   # "red apple"
+    rep = run_check(base)
+    assert [(p.kind, p.mfn, p.file, p.message) for p in rep.problems] == [
+        ("index-posting", 4, f"{base}.pdx", f'key "{key}": a posting of MFN 4, which '
+         "has no active record in the commit checked (NXTMFN 31)")
+        for key in ("APPLE", "RED")]
+    assert rep.stats["index_checked"]
+    small = _indexed(tmp_path, "small", n=10)
+    large = _indexed(tmp_path, "large")
+    with pydb.open(large, readonly=False, gc="none") as w:
+        w.append([(1, WORDS[0])])           # one commit more: MFN 31
+    shutil.rmtree(f"{small}.pdx")
+    shutil.copytree(f"{large}.pdx", f"{small}.pdx")
+    rep = run_check(small)
+    # the commit header names another MANIFEST generation: the index is
+    # not the latest commit's
+    assert [(p.kind, p.file) for p in rep.problems] == [
+        ("index", str(Path(f"{small}.pdx") / "MANIFEST"))]
+    assert "not the index of the latest commit" in rep.problems[0].message
+    Path(f"{small}.shm").unlink()           # files mode: no generation to match
+    rep = run_check(small)
+    assert rep.counts == {"index-posting": 42}   # MFNs 11..31, two words each
+    assert sorted({p.mfn for p in rep.problems}) == list(range(11, 32))
+
+
+def test_check_of_the_index_beside_a_writer_process(tmp_path):
+    """Checks while another process commits appends, updates, deletions
+    and undeletions, each with its postings: the index read as of one
+    commit is sound every time."""
+    base = _indexed(tmp_path, n=300)
+    writer = _WriterProcess(base, tmp_path)
+    try:
+        with pydb.open(base) as db:
+            reps = [db.check() for _ in range(10)]
+    finally:
+        commits = writer.stop()
+    assert commits >= 2
+    assert [r.problems for r in reps] == [[]] * 10
+    assert sum(r.stats["index_checked"] for r in reps) >= 8
