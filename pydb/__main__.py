@@ -491,8 +491,9 @@ def _cmd_index(args) -> int:
     return 0
 
 
-def _stat_text(path: str, s: dict) -> str:
-    """The report of ``pydb stat`` (gstat-like sections) from db.stat()."""
+def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
+    """The report of ``pydb stat`` (gstat-like sections) from db.stat();
+    `index_note`: what "Present" says when it has no index figures."""
     h, r, v, g, m, ix = (s["header"], s["records"], s["versions"], s["garbage"],
                          s["master_file"], s["index"])
     last = h["last_collection"]
@@ -531,7 +532,7 @@ def _stat_text(path: str, s: dict) -> str:
             ("Fill", f"{100 * m['fill']:.1f}%")]),
     ]
     if ix is None:
-        rows.append(("Native index", [("Present", "no")]))
+        rows.append(("Native index", [("Present", index_note)]))
     else:
         rows.append(("Native index", [
             ("Segments", ix["segments"]), ("Terms", ix["terms"]),
@@ -550,16 +551,23 @@ def _cmd_stat(args) -> int:
     """A writable handle with the policy none when the files allow it (the
     native index reports its figures only to a writer; nothing is
     collected), else a read-only one (no index figures)."""
+    why: Exception | None = None
     try:
         db = open_db(args.db, readonly=False, gc="none")
-    except (PermissionError, Error):
+    except (PermissionError, Error) as e:
+        why = e
         db = open_db(args.db)
     with db:
         s = db.stat()
+        note = "no"
+        if os.path.isdir(f"{db.path}.pdx"):
+            note = (f"yes, unreadable ({why}); pydb index {args.db} rebuilds it"
+                    if isinstance(why, CorruptionError)
+                    else "yes (its figures come with a writable handle)")
     if args.json:
         print(json.dumps(s, indent=1))
     else:
-        sys.stdout.write(_stat_text(args.db, s))
+        sys.stdout.write(_stat_text(args.db, s, note))
     return 0
 
 

@@ -406,6 +406,25 @@ def test_cli_stat_text_and_json(tmp_path):
     assert "    Back versions           2\n" in out
     p = run_cli("stat", str(tmp_path / "missing"))
     assert p.returncode == 1 and "pydb:" in p.stderr
+    assert "    Present                 no\n" in out
+
+
+def test_cli_stat_names_an_index_it_cannot_read(tmp_path):
+    """A native index whose MANIFEST names a segment file that is gone:
+    the writable open fails, the figures come from a read-only handle,
+    and "Present" says the index is there but unreadable, and why (it
+    said "no")."""
+    base = tmp_path / "x"
+    with pydb.create(str(base), fst="1 4 v1\n", gc="none") as db, db.transaction() as tx:
+        for i in range(3000):
+            tx.append([(1, f"word{i % 7} text")])
+    seg = sorted(Path(f"{base}.pdx").glob("seg-*.pds"))[-1]
+    seg.unlink()
+    p = run_cli("stat", str(base))
+    assert p.returncode == 0, p.stderr
+    manifest = Path(f"{base}.pdx") / "MANIFEST"
+    assert (f"    Present                 yes, unreadable ({manifest}: names the "
+            f"segment {seg}, which is missing); pydb index {base} rebuilds it\n") in p.stdout
 
 
 # ------------------------------------------------------------ real data
