@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _pydb
 from .paths import PathArg
-from .search import SearchResult, search
+from .search import SearchResult, retry_fitted, search
 
 if TYPE_CHECKING:  # for annotations only; database imports this module
     from .database import Database
@@ -228,7 +228,8 @@ class Index:
     # -- keys ----------------------------------------------------------
     def _bytes(self, value: KeyLike) -> bytes:
         if isinstance(value, str):
-            return value.encode(self.encoding, self.errors)
+            return retry_fitted(lambda v: v.encode(self.encoding, self.errors),
+                                value, self.encoding)
         if isinstance(value, (bytes, bytearray, memoryview)):
             return bytes(value)
         raise TypeError(f"a key is str or bytes, not {type(value).__name__}")
@@ -244,7 +245,9 @@ class Index:
 
         Raises :class:`~pydb.ClosedError` once closed, TypeError when
         `term` is neither str nor bytes, UnicodeEncodeError when a str
-        does not encode with the index's encoding and error handler.
+        does not encode with the index's encoding and error handler, even
+        with each character the encoding lacks in lower case
+        (:func:`pydb.search.fit_case`).
         """
         return self._h.key(self._bytes(term))
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .database import Database, Record
     from .snapshot import Snapshot
 
-__all__ = ["SearchResult", "search"]
+__all__ = ["SearchResult", "search", "fit_case"]
 
 
 class SearchResult(Sequence):
@@ -153,6 +153,41 @@ class SearchResult(Sequence):
             yield from recs
 
 
+def fit_case(text: str, encoding: str) -> str:
+    """`text` with each character that `encoding` cannot hold replaced by
+    its lower-case form where that one fits (else kept as it is).  Keys
+    fold case (docs/isis-formats.md §5.3), and code page 437, which DOS
+    CDS/ISIS databases use, has ï, é, á and most other accented small
+    letters but not their capitals: a search for ``NAÏVE`` then looks up
+    the key ``naïve`` makes.  Used by the searches and the key lookups
+    only after `text` failed to encode (the common case costs nothing)."""
+    out = []
+    for ch in text:
+        try:
+            ch.encode(encoding)
+        except UnicodeEncodeError:
+            low = ch.lower()
+            try:
+                low.encode(encoding)
+                ch = low
+            except UnicodeEncodeError:
+                pass
+        out.append(ch)
+    return "".join(out)
+
+
+def retry_fitted(run, expr: str, encoding: str):
+    """run(expr); where `expr` does not encode, run(fit_case(expr,
+    encoding)) if that differs, else the UnicodeEncodeError again."""
+    try:
+        return run(expr)
+    except UnicodeEncodeError:
+        fitted = fit_case(expr, encoding)
+        if fitted == expr:
+            raise
+    return run(fitted)
+
+
 def search(index, expr: str, db: Database | None = None, *, encoding: str | None = None,
            errors: str | None = None) -> SearchResult:
     """Evaluate the search expression `expr` against `index`.
@@ -186,8 +221,11 @@ def search(index, expr: str, db: Database | None = None, *, encoding: str | None
             (ISIS LIND, docs/isis-formats.md §4.7).
         ClosedError: the index or the database is closed.
         CorruptionError, DiskError: reading the index or the XRF failed.
-        UnicodeEncodeError: `expr` cannot be encoded in `db`'s encoding.
+        UnicodeEncodeError: `expr` cannot be encoded in `db`'s encoding,
+            even with each character it lacks in lower case (fit_case).
         LookupError: `encoding` or `errors` is unknown.
         TypeError: `index` is not an Index, `db` not a Database.
     """
-    return SearchResult(expr, _pydb._search(index, expr, db, encoding, errors), db)
+    enc = getattr(db, "encoding", None) or encoding or "utf-8"   # (a bad db: TypeError)
+    return SearchResult(expr, retry_fitted(
+        lambda e: _pydb._search(index, e, db, encoding, errors), expr, enc), db)

@@ -31,7 +31,7 @@ from .check import CheckReport
 from .check import check as _check
 from .errors import ClosedError, CorruptionError, NotFoundError, UnsupportedError
 from .index import Index, KeyLike, Posting, Term
-from .search import SearchResult
+from .search import SearchResult, retry_fitted
 
 if TYPE_CHECKING:  # pragma: no cover  (database imports this module)
     from .database import Database, Record
@@ -239,12 +239,15 @@ class Snapshot(_pydb.Snapshot):
                 expression needs TAG/OCC the index lacks (ISIS LIND).
             SearchSyntaxError: the expression does not parse (``reason``,
                 ``position``: 0-based character offset).
-            UnicodeEncodeError: `expr` does not fit the database's encoding.
+            UnicodeEncodeError: `expr` does not fit the database's encoding,
+                even with each character it lacks in lower case
+                (:func:`pydb.search.fit_case`).
             CorruptionError, DiskError: reading the index or the XRF.
             ClosedError: the snapshot is closed.
         """
         view = self._index()
-        return SearchResult(expr, self._search(view.handle, expr), self)
+        return SearchResult(expr, retry_fitted(
+            lambda e: self._search(view.handle, e), expr, self.database.encoding), self)
 
     # -- validation ----------------------------------------------------
     def check(self, *, max_problems: int = 1000,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import pydb
 from pydb import _pydb
 from pydb.errors import ClosedError, SearchSyntaxError, UnsupportedError
-from pydb.search import SearchResult, search
+from pydb.search import SearchResult, fit_case, search
 
 from conftest import hypothesis_examples
 
@@ -460,6 +460,27 @@ def test_expression_encoding(tmp_path):
         with pytest.raises(UnicodeEncodeError):
             search(ix, "\u4e2d", db)
     assert s(ix, "CAFÉ") == [2]
+
+
+def test_capitals_a_code_page_lacks_are_looked_up_in_lower_case(tmp_path):
+    """Code page 437 (DOS CDS/ISIS) holds ï and é but not Ï and É: NAÏVE
+    and CAFÉ, which keys fold anyway, find what naïve and café find, in
+    searches, key lookups and a snapshot's search; a character with no
+    form in the code page is still a UnicodeEncodeError."""
+    base = tmp_path / "dos"
+    with pydb.create(base, encoding="cp437", fst="1 4 v1\n", gc="none") as db:
+        db.append([(1, "naïve café")])
+        db.append([(1, "other")])
+    with pydb.open(base, encoding="cp437") as db:
+        assert [list(db.search(q)) for q in ("NAÏVE", "naïve", "Naïve", "CAFÉ * NAÏVE")] \
+            == [[1]] * 4
+        assert db.index.key("NAÏVE") == db.index.key("naïve") == b"NAIVE"
+        assert db.index.postings("CAFÉ") == db.index.postings("café") != []
+        with db.snapshot() as snap:
+            assert list(snap.search("NAÏVE")) == [1]
+        with pytest.raises(UnicodeEncodeError):
+            db.search("NAÏVE \u4e2d")
+    assert fit_case("NAÏVE \u4e2d", "cp437") == "NAïVE \u4e2d"
 
 
 # -------------------------------------------------- real data: the CDS sample
