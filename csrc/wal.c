@@ -744,23 +744,33 @@ static int first_frame_is(int fd, uint32_t first, uint64_t len)
            pydb__u32(id) == first;
 }
 
-/* Whether the log `fd` of `size` bytes may hold a frame not applied,
- * given the header's applied length and first frame's id (its trailer's
- * CRC: pydb__shm_log_applied): 1 when the frame at its start is not the
- * one the header names (a process without a usable header emptied the
- * log and wrote its own), when the bytes at that length are not the
- * zeros of a grown tail (wal.h: the start of a frame, whole or torn),
- * or when they cannot be read; 0 when the log is the header's and ends
- * there or zeros follow.  A frame is written from its start, and its
- * header's first bytes are never zeros, so a header's worth of bytes
- * tells.  2 when the log is the header's but shorter than that length
- * (cut short: damage, or a program that truncated it): every frame it
- * still holds was applied in this boot, and frames applied after them
- * are gone, so that a replay would write the older values of those
- * frames over the newer ones in the files -- acknowledged commits
- * undone, and XRF entries the lost frames wrote left pointing past the
- * control record's end.  1 for a file shorter than that length whose
- * first frame is not whole, or not the header's. */
+/* What the log holds against the files (wal_unapplied, wal_pending). */
+enum {
+    LOG_APPLIED = 0,    /* nothing, or only frames applied in this boot  */
+    LOG_PENDING = 1,    /* maybe a frame not applied: replay it          */
+    LOG_CUT_SHORT = 2   /* frames applied in this boot, and frames applied
+                           after them lost: sync the files, replay none  */
+};
+
+/* What the log `fd` of `size` bytes holds, given the header's applied
+ * length and first frame's id (its trailer's CRC: pydb__shm_log_applied).
+ *   LOG_APPLIED: the log is the header's and ends at that length, or
+ *     zeros follow it.  A frame is written from its start, and its
+ *     header's first bytes are never zeros, so a header's worth of bytes
+ *     tells.
+ *   LOG_CUT_SHORT: the log is the header's (its first frame is whole and
+ *     the one the header names) but shorter than that length: damage, or
+ *     a program that truncated it.  Every frame it still holds was
+ *     applied in this boot and the frames applied after them are gone,
+ *     so a replay would write the older values of its frames over the
+ *     newer ones in the files -- acknowledged commits undone, and XRF
+ *     entries the lost frames wrote left pointing past the control
+ *     record's end.
+ *   LOG_PENDING: anything else -- its first frame is not the header's (a
+ *     process without a usable header emptied the log and wrote its
+ *     own), or not whole in a log shorter than that length; the bytes at
+ *     that length are not zeros (the start of a frame, whole or torn:
+ *     wal.h); or they cannot be read. */
 static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
                          int64_t size)
 {
@@ -768,25 +778,25 @@ static int wal_unapplied(int fd, uint64_t applied, uint32_t first,
     uint64_t left;
     size_t n;
 
-    if (size < 0) return 1;
+    if (size < 0) return LOG_PENDING;
     if (applied > (uint64_t)size)
-        return first_frame_is(fd, first, (uint64_t)size) ? 2 : 1;
-    if (applied > 0 && !first_frame_is(fd, first, applied)) return 1;
+        return first_frame_is(fd, first, (uint64_t)size) ? LOG_CUT_SHORT
+                                                         : LOG_PENDING;
+    if (applied > 0 && !first_frame_is(fd, first, applied)) return LOG_PENDING;
     left = (uint64_t)size - applied;
-    if (left == 0) return 0;
+    if (left == 0) return LOG_APPLIED;
     n = left < sizeof h ? (size_t)left : sizeof h;
-    if (pydb__vfs->pread(fd, h, n, (off_t)applied) != (ssize_t)n) return 1;
+    if (pydb__vfs->pread(fd, h, n, (off_t)applied) != (ssize_t)n)
+        return LOG_PENDING;
     for (size_t i = 0; i < n; i++)
-        if (h[i]) return 1;
-    return 0;
+        if (h[i]) return LOG_PENDING;
+    return LOG_APPLIED;
 }
 
 /* The log's length in *size (its file's, a grown tail of zeros
- * included), and whether it may hold a commit that is not in the files:
- * 0 (empty, or every frame applied in this boot: the header's log, and
- * nothing written after its applied length), 1 (it may), 2 (every frame
- * it holds was applied in this boot, and frames applied after them are
- * lost: wal_unapplied), or a negative PYDB error. */
+ * included), and what it holds (wal_unapplied; LOG_APPLIED also when it
+ * is empty, LOG_PENDING when the header knows no log of this boot), or
+ * a negative PYDB error. */
 static int wal_pending(const pydb_wal_files *w, int64_t *size,
                        pydb_error *err)
 {
@@ -802,13 +812,14 @@ static int wal_pending(const pydb_wal_files *w, int64_t *size,
          * which sync=False handles remember synced frames (txn.c) */
         if (pydb__shm_log_applied(w->shm, &applied, &first) && applied)
             pydb__shm_log_set(w->shm, 0, 0);
-        return 0;
+        return LOG_APPLIED;
     }
-    if (!pydb__shm_log_applied(w->shm, &applied, &first)) return 1;
+    if (!pydb__shm_log_applied(w->shm, &applied, &first)) return LOG_PENDING;
     rc = wal_unapplied(w->wal_fd, applied, first, *size);
     /* an fdatasync of its frames failed: the disk may lack one the
      * length counts (txn.c, log_sync): replay it from the page cache */
-    return rc == 0 && pydb__shm_log_suspect(w->shm) ? 1 : rc;
+    return rc == LOG_APPLIED && pydb__shm_log_suspect(w->shm) ? LOG_PENDING
+                                                            : rc;
 }
 
 /* Whether the files a replay wrote are still those their paths name:
@@ -913,9 +924,9 @@ static int wal_sync_whole(const pydb_wal_files *w, int64_t size,
     return rc;
 }
 
-/* A checkpoint of a log whose frames are all applied (wal_pending: 0 or
- * 2, `lost` for 2): fsync the .mst/.xrf and the whole files the log's
- * `size` bytes name, then empty it. */
+/* A checkpoint of a log whose frames are all applied (wal_pending:
+ * LOG_APPLIED, or LOG_CUT_SHORT: `lost`): fsync the .mst/.xrf and the
+ * whole files the log's `size` bytes name, then empty it. */
 static int wal_sync_applied(const pydb_wal_files *w, int64_t size, int lost,
                             int *fsync_failed, pydb_error *err)
 {
@@ -937,8 +948,13 @@ int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
 {
     int64_t size;
     int rc = wal_pending(w, &size, err);
-    if (rc <= 0) return rc;
-    if (rc == 2) return wal_sync_applied(w, size, 1, fsync_failed, err);
+    if (rc < 0 || rc == LOG_APPLIED) return rc;
+    if (rc == LOG_CUT_SHORT)
+        /* the log is of the newest pair (a compaction empties it before
+         * its swap): a handle still on the old one leaves it alone */
+        return wal_files_current(w)
+                   ? wal_sync_applied(w, size, 1, fsync_failed, err)
+                   : PYDB_OK;
     return wal_replay(w, size, fsync_failed, err);
 }
 
@@ -953,8 +969,8 @@ int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
     if (!wal_files_current(w)) return PYDB_OK;
     rc = wal_pending(w, &size, err);
     if (rc < 0) return rc;
-    if (rc == 1) return wal_replay(w, size, fsync_failed, err);
-    return wal_sync_applied(w, size, rc == 2, fsync_failed, err);
+    if (rc == LOG_PENDING) return wal_replay(w, size, fsync_failed, err);
+    return wal_sync_applied(w, size, rc == LOG_CUT_SHORT, fsync_failed, err);
 }
 
 /* ------------------------------------- a compaction's swap (compact.c) */
@@ -1358,9 +1374,12 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
         pydb_wal_files w = {wfd, -1, -1, wal, mst, xrf, shm, NULL};
         int64_t size;
         int pending = wal_pending(&w, &size, NULL);
-        if (pending < 0 || (!swap && pending != 1))
-            goto cleanup;   /* no size, or every commit is in the files
-                               (2: a writer's checkpoint empties it) */
+        /* no size, or every commit is in the (synced) files; a log cut
+         * short is checkpointed here too: its commits are in the files
+         * unsynced, and a power cut before a writer comes would leave
+         * them to a replay of the frames before the cut */
+        if (pending < 0 || (!swap && pending == LOG_APPLIED))
+            goto cleanup;
     }
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);

@@ -235,8 +235,10 @@ void pydb__wal_discard(pydb_db *db);
 
 /* With the writer lock held: replay the log if it may hold a commit not
  * in the files (the header does not vouch for it: wal.c, wal_pending),
- * then empty it durably; else nothing.  A torn last frame is dropped.  A
- * failed fsync sets *fsync_failed.  0 or a PYDB error. */
+ * then empty it durably; sync the files and empty the log, replaying
+ * nothing, if it was cut short after its frames were applied in this
+ * boot (wal.c, wal_unapplied); else nothing.  A torn last frame is
+ * dropped.  A failed fsync sets *fsync_failed.  0 or a PYDB error. */
 int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
                       pydb_error *err);
 
@@ -253,9 +255,10 @@ int pydb__wal_recover(const pydb_wal_files *w, int *fsync_failed,
 int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
                          pydb_error *err);
 
-/* A read-only open replays a log that may hold commits not in the files
- * (the header `shm`, or NULL, says) if it can write the files (mst/xrf:
- * the paths pydb_open() found) and no writer holds the lock. */
+/* A read-only open recovers (pydb__wal_recover) a log that may hold
+ * commits not in the files, or was cut short after its frames were
+ * applied (the header `shm`, or NULL, says), if it can write the files
+ * (mst/xrf: the paths pydb_open() found) and no writer holds the lock. */
 int pydb__wal_recover_readonly(const char *base, const char *mst,
                                const char *xrf, struct pydb_shm *shm,
                                pydb_error *err);
