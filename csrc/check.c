@@ -1020,14 +1020,36 @@ int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
 
 /* ------------------------------------------------ 5. the native index */
 
+/* A snapshot's view of the index is asked for right after the snapshot
+ * is taken; a commit in between moves the index past it, and the step
+ * takes both again, up to VIEW_TRIES times, VIEW_NAP_MS apart. */
+#define VIEW_TRIES 20
+#define VIEW_NAP_MS 10
+
+/* The faults of a first pass without a commit header (check_index),
+ * each a hash of its key and kind with its MFN, sorted; at most
+ * SEEN_FAULTS (past it the second pass reports all it finds). */
+#define SEEN_FAULTS 4096
+
+typedef struct {
+    uint64_t key;
+    int32_t mfn;
+} fault_id;
+
 typedef struct {
     ck *c;
     pydb_index *view;
     const char *dir;          /* <base>.pdx, where posting faults are     */
     const uint8_t *active;    /* a bit per MFN active in the commit       */
     int32_t next_mfn;         /* the commit's NXTMFN                      */
+    int dry;                  /* note faults in `seen`, report none       */
+    fault_id *seen;           /* the first pass's faults (dry: noted;
+                                 else: only these are reported), or NULL */
+    size_t nseen;
+    int64_t faults;           /* found in this pass                       */
     pydb_postings p;
-    int failed;               /* a read failed: reported, walk stopped    */
+    int rc;                   /* a read failed: its error, walk stopped   */
+    pydb_error e;
 } index_walk;
 
 /* A key as text for a message: its bytes, those outside printable ASCII
@@ -1044,10 +1066,70 @@ static const char *key_text(char *out, size_t cap, const uint8_t *key,
     return out;
 }
 
+/* Whether posting b sorts strictly after posting a (MFN, TAG, OCC, CNT). */
+static int posting_after(const pydb_posting *a, const pydb_posting *b)
+{
+    if (a->mfn != b->mfn) return b->mfn > a->mfn;
+    if (a->tag != b->tag) return b->tag > a->tag;
+    if (a->occ != b->occ) return b->occ > a->occ;
+    return b->cnt > a->cnt;
+}
+
+/* Whether error rc of the index is a fault of its files (reported), not
+ * of the machine (no memory: returned to the caller). */
+static int index_fault(int rc)
+{
+    return rc == PYDB_ECORRUPT || rc == PYDB_EIO || rc == PYDB_EFST;
+}
+
 static int report_index_error(ck *c, const pydb_error *e)
 {
     return report(c, PYDB_CHECK_INDEX, 0, e->path[0] ? e->path : "",
                   e->offset, "%s", e->message);
+}
+
+static int fault_cmp(const void *a, const void *b)
+{
+    const fault_id *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->mfn > y->mfn) - (x->mfn < y->mfn);
+}
+
+/* The id of a fault: FNV-1a of its key and kind, and its MFN. */
+static fault_id fault_of(const uint8_t *key, size_t len, int kind,
+                         int32_t mfn)
+{
+    fault_id f = {0xcbf29ce484222325ULL ^ (uint64_t)kind, mfn};
+    for (size_t i = 0; i < len; i++)
+        f.key = (f.key ^ key[i]) * 0x100000001b3ULL;
+    return f;
+}
+
+/* One fault (kind 0: count, 1: order, 2: not active) of a key's
+ * postings: noted in a dry pass, else reported unless a first pass
+ * (w->seen) did not find it too.  Nonzero: stop the walk. */
+static int posting_fault(index_walk *w, const uint8_t *key, size_t len,
+                         int kind, int32_t mfn, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static int posting_fault(index_walk *w, const uint8_t *key, size_t len,
+                         int kind, int32_t mfn, const char *fmt, ...)
+{
+    fault_id f = fault_of(key, len, kind, mfn);
+    char msg[480];
+    va_list ap;
+    w->faults++;
+    if (w->dry) {
+        if (w->seen && w->nseen < SEEN_FAULTS) w->seen[w->nseen++] = f;
+        return 0;
+    }
+    if (w->seen && w->nseen < SEEN_FAULTS &&
+        !bsearch(&f, w->seen, w->nseen, sizeof f, fault_cmp))
+        return 0;   /* a commit in progress during the first pass */
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return report(w->c, PYDB_CHECK_INDEX_POSTING, mfn, w->dir, -1, "%s", msg);
 }
 
 /* pydb_term_fn: the postings of one key, checked. */
@@ -1055,48 +1137,38 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
                      uint64_t count)
 {
     index_walk *w = ctx;
-    ck *c = w->c;
-    pydb_error e;
     char text[320];
     const pydb_posting *v;
 
     w->p.n = 0;
-    if (pydb_index_postings(&w->p, w->view, key, len, &e) != PYDB_OK) {
-        w->failed = 1;
-        report_index_error(c, &e);
-        return 1;
-    }
-    c->sum->index_keys++;
-    c->sum->index_postings += (int64_t)w->p.n;
+    w->rc = pydb_index_postings(&w->p, w->view, key, len, &w->e);
+    if (w->rc) return 1;
+    w->c->sum->index_keys++;
+    w->c->sum->index_postings += (int64_t)w->p.n;
     v = w->p.v;
     if (w->p.n > count &&
-        report(c, PYDB_CHECK_INDEX_POSTING, 0, w->dir, -1,
-               "key \"%s\": %zu postings, its count says %llu",
-               key_text(text, sizeof text, key, len), w->p.n,
-               (unsigned long long)count))
+        posting_fault(w, key, len, 0, 0,
+                      "key \"%s\": %zu postings, its count says %llu",
+                      key_text(text, sizeof text, key, len), w->p.n,
+                      (unsigned long long)count))
         return 1;
     for (size_t i = 0; i < w->p.n; i++) {
         int32_t m = v[i].mfn;
-        if (i > 0 && (v[i - 1].mfn > m ||
-                      (v[i - 1].mfn == m &&
-                       (v[i - 1].tag > v[i].tag ||
-                        (v[i - 1].tag == v[i].tag &&
-                         (v[i - 1].occ > v[i].occ ||
-                          (v[i - 1].occ == v[i].occ &&
-                           v[i - 1].cnt >= v[i].cnt))))))) {
-            if (report(c, PYDB_CHECK_INDEX_POSTING, m, w->dir, -1,
-                       "key \"%s\": posting %zu (MFN %d, TAG %u, OCC %u, "
-                       "CNT %u) not after the one before it",
-                       key_text(text, sizeof text, key, len), i + 1,
-                       (int)m, v[i].tag, v[i].occ, v[i].cnt))
+        if (i > 0 && !posting_after(&v[i - 1], &v[i])) {
+            if (posting_fault(w, key, len, 1, m,
+                              "key \"%s\": posting %zu (MFN %d, TAG %u, "
+                              "OCC %u, CNT %u) not after the one before it",
+                              key_text(text, sizeof text, key, len), i + 1,
+                              (int)m, v[i].tag, v[i].occ, v[i].cnt))
                 return 1;
         } else if (m < 1 || m >= w->next_mfn ||
                    !(w->active[m / 8] & (1u << (m % 8)))) {
-            if (report(c, PYDB_CHECK_INDEX_POSTING, m, w->dir, -1,
-                       "key \"%s\": a posting of MFN %d, which has no "
-                       "active record in the commit checked (NXTMFN %d)",
-                       key_text(text, sizeof text, key, len), (int)m,
-                       (int)w->next_mfn))
+            if (posting_fault(w, key, len, 2, m,
+                              "key \"%s\": a posting of MFN %d, which "
+                              "has no active record in the commit checked "
+                              "(NXTMFN %d)",
+                              key_text(text, sizeof text, key, len), (int)m,
+                              (int)w->next_mfn))
                 return 1;
         }
     }
@@ -1104,7 +1176,7 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
 }
 
 /* A bit per MFN below snap's NXTMFN, set where its record is active
- * (*out: free it), or a negative PYDB error. */
+ * (*out: free it), or a PYDB error. */
 static int active_bits(uint8_t **out, const pydb_snapshot *snap,
                        int32_t next_mfn, pydb_error *err)
 {
@@ -1112,6 +1184,7 @@ static int active_bits(uint8_t **out, const pydb_snapshot *snap,
     size_t n;
     uint8_t *bits = calloc((size_t)next_mfn / 8 + 1, 1);
     int rc = PYDB_OK;
+    *out = NULL;
     if (!bits)
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the check");
     while (from < next_mfn) {
@@ -1124,87 +1197,168 @@ static int active_bits(uint8_t **out, const pydb_snapshot *snap,
         if (next <= from) break;
         from = next;
     }
-    if (rc) {
-        free(bits);
-        bits = NULL;
-    }
-    *out = bits;
+    if (rc) free(bits);
+    else *out = bits;
     return rc;
 }
 
-/* Step 5 for db (the summary and callback of c).  A database without a
- * native index is no fault; one whose index cannot be read, or whose
- * records cannot be listed, is reported, and the step ends.  The view
- * is that of a snapshot taken just before it is asked for; a commit in
- * between moves the index past it (PYDB_EWOULDBLOCK), and the step
- * tries again, up to 20 times, 10 ms apart.  If no commit came in all
- * that time, the index is not the one the commit header names (a
- * folder copied from another database, a MANIFEST put back): reported;
- * if commits kept coming, the index is left unchecked (index_checked
- * stays 0). */
-static void check_index(ck *c, pydb_db *db)
+/* A snapshot and its view of ix (*snap, w->view), taken again while a
+ * commit comes between the two (module comment above).  PYDB_OK; or
+ * PYDB_EWOULDBLOCK with *moved set when commits kept coming (else the
+ * index never matched an unchanged commit); or another PYDB error. */
+static int index_view(pydb_snapshot **snap, index_walk *w, pydb_db *db,
+                      pydb_index *ix, int *moved, pydb_error *err)
 {
-    pydb_index *ix = NULL;
-    pydb_snapshot *snap = NULL;
-    uint8_t *bits = NULL;
     pydb_snapshot_info si;
-    uint64_t first_commit = 0;
-    index_walk w;
-    pydb_error e;
-    char dir[1100];
+    uint64_t first = 0;
     int rc;
-
-    memset(&w, 0, sizeof w);
-    rc = pydb_native_index_open(&ix, db->mst.path, &e);
-    if (rc == PYDB_EIO && e.sys_errno == ENOENT) return;   /* none */
-    if (rc) {
-        report_index_error(c, &e);
-        return;
-    }
     for (int tries = 0;; tries++) {
-        struct timespec nap = {0, 10 * 1000 * 1000};
-        rc = pydb_snapshot_take(&snap, db, &e);
-        if (rc) break;
-        pydb_snapshot_info_get(&si, snap);
-        if (tries == 0) first_commit = si.commit;
-        rc = pydb_snapshot_index(&w.view, snap, ix, &e);
-        if (rc != PYDB_EWOULDBLOCK || tries == 20) break;
-        pydb_snapshot_release(snap);
-        snap = NULL;
+        struct timespec nap = {0, VIEW_NAP_MS * 1000 * 1000};
+        rc = pydb_snapshot_take(snap, db, err);
+        if (rc) return rc;
+        pydb_snapshot_info_get(&si, *snap);
+        if (tries == 0) first = si.commit;
+        rc = pydb_snapshot_index(&w->view, *snap, ix, err);
+        if (rc != PYDB_EWOULDBLOCK || tries == VIEW_TRIES) break;
+        pydb_snapshot_release(*snap);
+        *snap = NULL;
         nanosleep(&nap, NULL);
     }
+    *moved = rc == PYDB_EWOULDBLOCK && si.commit != first;
+    return rc;
+}
+
+/* One walk of the index as of a snapshot: a dry one notes its posting
+ * faults in seen[] (*nseen of them, at most SEEN_FAULTS) and reports
+ * none; with seen (not dry) only faults noted there are reported; *faults
+ * gets how many this walk found.  0, or a PYDB error that is no fault of
+ * the files. */
+static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int dry,
+                      fault_id *seen, size_t *nseen, int64_t *faults,
+                      pydb_error *err)
+{
+    pydb_snapshot *snap = NULL;
+    pydb_snapshot_info si;
+    uint8_t *bits = NULL;
+    index_walk w;
+    char dir[1024];           /* as nidx.dir */
+    int moved = 0, rc;
+
+    memset(&w, 0, sizeof w);
+    w.c = c;
+    w.dry = dry;
+    w.seen = seen;
+    w.nseen = dry ? 0 : *nseen;
+    rc = index_view(&snap, &w, db, ix, &moved, &w.e);
     if (rc == PYDB_EWOULDBLOCK) {
-        if (si.commit == first_commit)
-            report(c, PYDB_CHECK_INDEX, 0, e.path, -1,
-                   "not the index of the latest commit (%llu): its "
-                   "MANIFEST is of another generation than the commit "
-                   "header names, and no commit came for 200 ms",
-                   (unsigned long long)si.commit);
+        if (!moved)
+            report(c, PYDB_CHECK_INDEX, 0, w.e.path, -1,
+                   "not the index of the latest commit: its MANIFEST is of "
+                   "another generation than the commit header names, and "
+                   "no commit came for %d ms", VIEW_TRIES * VIEW_NAP_MS);
+        rc = PYDB_OK;   /* commits kept coming: left unchecked */
         goto cleanup;
     }
     if (rc) {
-        report_index_error(c, &e);
+        if (index_fault(rc)) {
+            report_index_error(c, &w.e);
+            rc = PYDB_OK;
+        }
         goto cleanup;
     }
-    w.c = c;
+    pydb_snapshot_info_get(&si, snap);
     w.next_mfn = si.next_mfn;
-    w.dir = pydb__nidx_dir(dir, sizeof dir, db->mst.path, &e) == PYDB_OK
+    w.dir = pydb__nidx_dir(dir, sizeof dir, db->mst.path, &w.e) == PYDB_OK
                 ? dir : db->mst.path;
-    if ((rc = active_bits(&bits, snap, si.next_mfn, &e))) {
-        report(c, PYDB_CHECK_IO, 0, e.path, e.offset,
-               "listing the records for the index: %s", e.message);
+    rc = active_bits(&bits, snap, si.next_mfn, &w.e);
+    if (rc) {
+        if (index_fault(rc)) {
+            report(c, PYDB_CHECK_IO, 0, w.e.path, w.e.offset,
+                   "listing the records for the index: %s", w.e.message);
+            rc = PYDB_OK;
+        }
         goto cleanup;
     }
     w.active = bits;
-    rc = pydb_index_terms(w.view, NULL, 0, NULL, 0, index_key, &w, &e);
-    if (rc && !w.failed) report_index_error(c, &e);
-    else if (!rc && !w.failed && !c->stop) c->sum->index_checked = 1;
+    c->sum->index_keys = c->sum->index_postings = 0;
+    rc = pydb_index_terms(w.view, NULL, 0, NULL, 0, index_key, &w, &w.e);
+    if (w.rc) rc = w.rc;   /* a postings read failed */
+    if (rc) {
+        if (index_fault(rc)) {
+            report_index_error(c, &w.e);
+            rc = PYDB_OK;
+        }
+        goto cleanup;
+    }
+    if (!c->stop) c->sum->index_checked = 1;
 cleanup:
+    *faults = w.faults;
+    if (dry) *nseen = w.nseen;
+    if (rc && err) *err = w.e;
     pydb_postings_free(&w.p);
     free(bits);
     pydb_index_close(w.view);
     pydb_snapshot_release(snap);
+    return rc;
+}
+
+/* Step 5 for db (the summary and callback of c).  A database without a
+ * native index is no fault -- unless the latest commit names an index
+ * generation (its MANIFEST is gone).  With a commit header the view is
+ * that commit's.  Without one (files mode) no generation ties the index
+ * to the control record, which a writer updates (and syncs) before it
+ * puts the index's MANIFEST in place: a first pass only notes the faults
+ * of the postings, and where it finds some, a second pass after a pause
+ * reports those it finds again (a commit in progress then is another
+ * commit, with other records).  0, or a PYDB error that is no fault of
+ * the files (no memory, the reader table full). */
+static int check_index(ck *c, pydb_db *db, pydb_error *err)
+{
+    pydb_index *ix = NULL;
+    pydb_snapshot *snap = NULL;
+    pydb_snapshot_info si;
+    fault_id *seen = NULL;
+    size_t nseen = 0;
+    pydb_error e;
+    int64_t faults = 0, errors;
+    int rc;
+
+    if ((rc = pydb_snapshot_take(&snap, db, err))) return rc;
+    pydb_snapshot_info_get(&si, snap);
+    pydb_snapshot_release(snap);
+    rc = pydb_native_index_open(&ix, db->mst.path, &e);
+    if (rc == PYDB_EIO && e.sys_errno == ENOENT) {
+        if (si.index_gen != 0)
+            report(c, PYDB_CHECK_INDEX, 0, e.path, -1,
+                   "missing, while the latest commit (%llu) names index "
+                   "generation %llu: %s", (unsigned long long)si.commit,
+                   (unsigned long long)si.index_gen, e.message);
+        return PYDB_OK;
+    }
+    if (rc) {
+        if (!index_fault(rc)) {
+            if (err) *err = e;
+            return rc;
+        }
+        report_index_error(c, &e);
+        return PYDB_OK;
+    }
+    if (si.commit == 0 && !(seen = malloc(SEEN_FAULTS * sizeof *seen))) {
+        pydb_index_close(ix);
+        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the check");
+    }
+    errors = c->sum->errors;
+    rc = index_pass(c, db, ix, seen != NULL, seen, &nseen, &faults, err);
+    if (rc == PYDB_OK && seen && faults > 0 && c->sum->errors == errors) {
+        struct timespec nap = {0, 50 * 1000 * 1000};
+        qsort(seen, nseen, sizeof *seen, fault_cmp);
+        nanosleep(&nap, NULL);
+        rc = index_pass(c, db, ix, 0, faults > SEEN_FAULTS ? NULL : seen,
+                        &nseen, &faults, err);
+    }
+    free(seen);
     pydb_index_close(ix);
+    return rc;
 }
 
 int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
@@ -1227,12 +1381,11 @@ int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
      * after the walk (a compaction during it would mix two files'
      * offsets in its tables): a full pass, so a sweep (gc.c). */
     pydb__gc_swept(db);
+    if (out->stopped) return PYDB_OK;   /* the callback had enough */
     memset(&c, 0, sizeof c);
     c.opt = opt ? opt : &none;
     c.sum = out;
-    c.stop = out->stopped;
-    check_index(&c, db);
-    return PYDB_OK;
+    return check_index(&c, db, err);
 }
 
 int pydb_check(pydb_check_summary *out, pydb_db *db, pydb_check_fn fn,

@@ -8,10 +8,13 @@ with its location instead of stopping at the first.  ``db.check()`` then
 reads the native index, where the database has one, as of the latest
 commit: every key and its postings through the index's reader (which
 checks each file's checksum and the order of the keys), each key's
-postings strictly ascending and of records active in that commit.  It
-does not compare the keys with those the FST makes of the records
-(``pydb index DB`` builds them anew), and ``snapshot.check()`` checks the
-records only.  It checks one
+postings strictly ascending and of records active in that commit.
+Without a commit header (files mode) no generation ties the index to the
+control record, so a fault of the postings is reported only when a
+second walk, 50 ms later, finds it again (a writer's commit in progress
+then is another one).  The check does not compare the keys with those
+the FST makes of the records (``pydb index DB`` builds them anew), and
+``snapshot.check()`` checks the records only.  It checks one
 committed state: ``db.check()`` the latest commit when it starts (a
 snapshot it takes itself), ``snapshot.check()`` the commit of that
 snapshot; versions that writers in this or other processes commit
