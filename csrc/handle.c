@@ -305,6 +305,7 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
     db->lock = lock;
     db->flags = opt ? opt->flags : 0;
     db->wal_fd = -1;
+    db->index_gen_seen = UINT64_MAX;
     db->fence_fd = -1;
     pthread_mutex_init(&db->mutex, NULL);
     pthread_mutex_init(&db->vmutex, NULL);

@@ -86,6 +86,9 @@ extern "C" {
 #define PYDB_EREADONLY     (-30710) /* write on a read-only handle (opened
                                        read-only, or after a failed fsync) */
 #define PYDB_ELOCKED       (-30711) /* writer lock not obtained in time     */
+#define PYDB_ENEWINDEX     (-30712) /* pydb_txn_begin: a native index was
+                                       built since the caller last looked
+                                       (pydb_index_gen_seen), none attached */
 
 typedef struct pydb_error {
     int code;            /* PYDB_E* */
@@ -1080,6 +1083,21 @@ int pydb_native_index_open(pydb_index **out, const char *db_path,
  * pydb_close(db).  Errors: PYDB_EINVAL (ix is not a native index, or db
  * is in a transaction). */
 int pydb_native_index_attach(pydb_index *ix, pydb_db *db, pydb_error *err);
+
+/* The native index generation the latest commit published (its
+ * MANIFEST's), or 0: none, or no usable commit header (files mode).  No
+ * I/O. */
+uint64_t pydb_index_gen(pydb_db *db);
+/* The caller looked for db's native index as of generation `gen` (read
+ * with pydb_index_gen() before it looked) and attached what it found
+ * (pydb_native_index_attach), or found none.  From then on, while no
+ * index is attached, pydb_txn_begin() fails with PYDB_ENEWINDEX, before
+ * anything is written, once a later commit names a newer generation (a
+ * build by another handle or process): the caller attaches the new index
+ * (or says none is there) and begins again, so that no commit of this
+ * handle leaves the index behind its records.  A handle whose caller
+ * never calls this is not checked. */
+void pydb_index_gen_seen(pydb_db *db, uint64_t gen);
 
 /* A read-only view of `ix` as of the snapshot's commit: for a native
  * index opened on the snapshot's database, the segment list of the

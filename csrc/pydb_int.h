@@ -262,6 +262,10 @@ struct pydb_db {
                                 (another program wrote them): files mode */
     char shm_path[1100];
     pydb_commit_hook hook;   /* hook.prepare == NULL: none                 */
+    uint64_t index_gen_seen; /* atomic: the index generation as of which
+                                the caller last looked for a native index
+                                (pydb_index_gen_seen); UINT64_MAX: never
+                                said, not checked (txn.c, txn_begin)     */
     struct pydb_gc *gc;      /* the collector (gc.c); NULL until open ends */
     const struct pydb_gc_ops *gc_ops; /* its listeners (below), set at open */
     /* ---- master file generation (read.c; docs/compaction.md) ---- */

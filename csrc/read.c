@@ -1184,6 +1184,18 @@ int pydb_snapshot_take_fresh(pydb_snapshot **out, pydb_db *db,
     return snapshot_take(out, db, 1, err);
 }
 
+uint64_t pydb_index_gen(pydb_db *db)
+{
+    pydb_shm *s = db ? pydb__db_shm(db) : NULL;
+    pydb_state st;
+    return s && pydb__shm_state(&st, s) == 0 ? st.index_gen : 0;
+}
+
+void pydb_index_gen_seen(pydb_db *db, uint64_t gen)
+{
+    if (db) __atomic_store_n(&db->index_gen_seen, gen, __ATOMIC_RELEASE);
+}
+
 void pydb_snapshot_release(pydb_snapshot *snap)
 {
     if (!snap) return;

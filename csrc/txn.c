@@ -590,6 +590,23 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
         __atomic_store_n(&db->fatal, 0, __ATOMIC_RELEASE);
         if (db->hook.publish) db->hook.publish(db->hook.ctx, NULL);
     }
+    /* A native index built since the caller last looked, while this
+     * handle has none attached: its commits would leave the index behind
+     * the records (pydb_index_gen_seen).  Not a collector's step: it
+     * changes no record's postings. */
+    if (!gc && !db->hook.prepare) {
+        uint64_t seen = __atomic_load_n(&db->index_gen_seen, __ATOMIC_ACQUIRE);
+        uint64_t now = pydb_index_gen(db);
+        if (seen != UINT64_MAX && now > seen) {
+            rc = PYDB_ERROR(err, PYDB_ENEWINDEX, db->mst.path, -1,
+                            "a native index (generation %llu) was built "
+                            "since this handle looked for one (generation "
+                            "%llu) and none is attached: attach it, then "
+                            "begin again", (unsigned long long)now,
+                            (unsigned long long)seen);
+            goto fail;
+        }
+    }
     t = calloc(1, sizeof *t);
     if (!t) {
         rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");

@@ -855,6 +855,47 @@ static PyObject *open_native(PyObject *m, PyObject *arg)
     return index_open_path(PyModule_GetState(m), arg, pydb_native_index_open);
 }
 
+PyDoc_STRVAR(index_gen_doc,
+"_index_gen(db, /)\n--\n\n"
+"The native index generation the latest commit of the Database `db`\n"
+"published (int; 0: none, or no usable commit header): pydb_index_gen.\n"
+"Raises ClosedError.");
+
+static PyObject *index_gen(PyObject *m, PyObject *arg)
+{
+    PIN_SCOPE;
+    module_state *st = PyModule_GetState(m);
+    DatabaseObject *db;
+    if (!PyObject_TypeCheck(arg, st->database_type)) {
+        PyErr_SetString(PyExc_TypeError, "_index_gen(db): a Database");
+        return NULL;
+    }
+    db = (DatabaseObject *)arg;
+    if (database_check_open(st, db) < 0) return NULL;
+    return PyLong_FromUnsignedLongLong(pydb_index_gen(db->db));
+}
+
+PyDoc_STRVAR(index_gen_seen_doc,
+"_index_gen_seen(db, gen, /)\n--\n\n"
+"The caller looked for the native index of the writable Database `db` as\n"
+"of generation `gen` (_index_gen before it looked) and attached what it\n"
+"found: from now on, while none is attached, a transaction's begin asks\n"
+"db._attach_built_index() once a later commit names a newer generation\n"
+"(pydb_index_gen_seen).  Raises ClosedError.");
+
+static PyObject *index_gen_seen(PyObject *m, PyObject *args)
+{
+    PIN_SCOPE;
+    module_state *st = PyModule_GetState(m);
+    PyObject *dbo;
+    unsigned long long gen;
+    if (!PyArg_ParseTuple(args, "O!K", st->database_type, &dbo, &gen))
+        return NULL;
+    if (database_check_open(st, (DatabaseObject *)dbo) < 0) return NULL;
+    pydb_index_gen_seen(((DatabaseObject *)dbo)->db, (uint64_t)gen);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(attach_native_doc,
 "_attach_native_index(db, index, /)\n--\n\n"
 "Make every commit on the writable Database `db` update the native Index\n"
@@ -1021,6 +1062,9 @@ static PyMethodDef index_functions[] = {
      METH_VARARGS | METH_KEYWORDS, index_build_doc},
     {"_attach_native_index", (PyCFunction)attach_native, METH_VARARGS,
      attach_native_doc},
+    {"_index_gen", (PyCFunction)index_gen, METH_O, index_gen_doc},
+    {"_index_gen_seen", (PyCFunction)index_gen_seen, METH_VARARGS,
+     index_gen_seen_doc},
     {"_native_index_stored", (PyCFunction)native_stored, METH_O,
      native_stored_doc},
     {"_snapshot_index", (PyCFunction)snapshot_index, METH_VARARGS,

@@ -55,6 +55,23 @@ static int timeout_ms_of(PyObject *obj, int *ms)
     return 0;
 }
 
+/* After PYDB_ENEWINDEX (a native index was built since the Database
+ * looked for one): let it attach that index (Database._attach_built_index,
+ * pydb/database.py) before the caller begins again.  0, or -1 and an
+ * exception. */
+static int follow_new_index(DatabaseObject *db)
+{
+    PyObject *r = PyObject_CallMethod((PyObject *)db, "_attach_built_index",
+                                      NULL);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* How many times a begin follows a newly built index before it gives up
+ * (each follow attaches what the latest commit names). */
+#define NEW_INDEX_TRIES 3
+
 /* _txn_begin(db, timeout=None) -> Transaction */
 static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
 {
@@ -74,8 +91,13 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
         return NULL;
     /* Another thread's open transaction: pydb_txn_begin() waits for it
      * (up to the timeout); this thread's own: it fails at once. */
-    memset(&e, 0, sizeof e);
-    UNLOCKED(&db->guard, NULL, rc = pydb_txn_begin(&t, db->db, ms, &e));
+    for (int tries = 0;; tries++) {
+        memset(&e, 0, sizeof e);
+        UNLOCKED(&db->guard, NULL, rc = pydb_txn_begin(&t, db->db, ms, &e));
+        if (rc != PYDB_ENEWINDEX || tries == NEW_INDEX_TRIES) break;
+        if (follow_new_index(db) < 0 || database_check_open(st, db) < 0)
+            return NULL;
+    }
     if (rc) return set_error(st, rc, &e);
     if (db->txn || database_check_open(st, db) < 0) {  /* raced while unlocked */
         pydb_txn_abort(t);
@@ -426,10 +448,18 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
         fields_free(&b);
         return NULL;
     }
-    memset(&e, 0, sizeof e);
-    UNLOCKED(&db->guard, NULL, {
-        rc = pydb_write_one(&mfn, db->db, op, b.v, (uint32_t)b.n, ms, &e);
-    });
+    for (int tries = 0;; tries++) {
+        memset(&e, 0, sizeof e);
+        UNLOCKED(&db->guard, NULL, {
+            rc = pydb_write_one(&mfn, db->db, op, b.v, (uint32_t)b.n, ms, &e);
+        });
+        if (rc != PYDB_ENEWINDEX || tries == NEW_INDEX_TRIES) break;
+        /* nothing was written (the begin refused): attach, go again */
+        if (follow_new_index(db) < 0 || database_check_open(st, db) < 0) {
+            fields_free(&b);
+            return NULL;
+        }
+    }
     fields_free(&b);
     if (rc) return commit_error(st, rc, &e);
     return PyLong_FromLong(mfn);

@@ -198,16 +198,32 @@ class Database(_pydb.Database):
         if not self._readonly:
             # A writable handle attaches the native index now, so that
             # every commit (also before the first use of .index) updates
-            # it in the same transaction.
+            # it in the same transaction; one built later by another
+            # handle or process is attached by _attach_built_index.
             try:
-                ix = self._open_native_index()
-                if ix is not None:
-                    _pydb._attach_native_index(self, ix._h)
+                self._attach_built_index()
             except BaseException:
                 super().close()
                 raise
-            self._index = ix
-            self._index_known = ix is not None
+
+    def _attach_built_index(self) -> None:
+        """Attach the native index of this writable handle's database, if
+        there is one and none is attached, and tell the C core as of which
+        index generation it looked (the generation read first, so that an
+        index built meanwhile is looked for again): a transaction's begin
+        calls this again, before anything is written, when a later commit
+        names a newer generation (pydb_index_gen_seen, csrc/pydb.h), so
+        that an index built by another handle or process after this one
+        opened is kept up to date by its commits too."""
+        with self._index_lock:
+            gen = _pydb._index_gen(self)
+            attached = self._index is not None and self._index.kind == "native"
+            if not attached:
+                ix = self._open_native_index()
+                if ix is not None:
+                    _pydb._attach_native_index(self, ix._h)
+                    self._index, self._index_known = ix, True
+            _pydb._index_gen_seen(self, gen)
 
     # -- encoding detection (pydb/encoding.py) ------------------------------
     def _detect_encoding(self, path: PathArg, errors: str) -> None:
@@ -283,7 +299,9 @@ class Database(_pydb.Database):
         else the CDS/ISIS inverted file that came with the database
         (classic or LIND, docs/isis-formats.md §4; see ``db.index.info``).
 
-        A writable Database attaches its native index when it is opened:
+        A writable Database attaches its native index when it is opened
+        (one built later by another handle or process, at its next
+        commit):
         every commit (:meth:`transaction`, :meth:`append`, :meth:`update`,
         :meth:`delete`, :meth:`undelete`) writes the index change in the
         same transaction (a new segment whose tombstones hide the

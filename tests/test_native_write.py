@@ -12,6 +12,7 @@ import random
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -361,6 +362,60 @@ def _writer_and_searching_readers(db, searched, n_commits, seed, min_searches=0)
     for q in QUERIES:
         assert list(searched.search(q)) == states[-1][q]
     return sum(searches)
+
+
+_BUILDER = """
+import sys, pydb
+pydb.build_index(sys.argv[1], fst="1 4 v1\\n", progress=False)
+"""
+
+
+@pytest.mark.parametrize("builder", ["handle", "process"])
+def test_a_writer_opened_before_a_build_keeps_the_new_index(tmp_path, builder):
+    """A writable handle opened when the database had no index, then a
+    build by another handle or process: the handle's next commits (one
+    record at a time, and a transaction) update the new index in the same
+    transaction -- before, they left it behind the records (a deleted
+    record still found, new ones not), and check() reported it."""
+    base = tmp_path / "late"
+    with pydb.create(base, gc="none") as db, db.transaction() as tx:
+        for i in range(10):
+            tx.append([(1, f"common word{i}")])
+    with pydb.open(base, readonly=False, gc="none") as w:
+        assert w.index is None or w.index.kind != "native"
+        if builder == "handle":
+            pydb.build_index(base, fst="1 4 v1\n", progress=False)
+        else:
+            import subprocess
+            import sys
+            subprocess.run([sys.executable, "-c", _BUILDER, str(base)], check=True,
+                           env=dict(os.environ, PYTHONPATH=str(Path(pydb.__file__).parents[1])))
+        assert w.append([(1, "common fresh")]) == 11
+        w.delete(3)
+        with w.transaction() as tx:
+            tx.update(5, [(1, "common renamed")])
+        assert w.index.kind == "native"
+        assert mfns(w.search("FRESH")) == [11]
+        assert mfns(w.search("RENAMED")) == [5]
+        assert mfns(w.search("COMMON")) == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11]
+        assert w.check().ok
+    with pydb.open(base) as r:
+        assert mfns(r.search("COMMON")) == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11]
+
+
+def test_an_index_removed_after_a_build_stops_no_commit(tmp_path):
+    """The index folder removed after a build (the latest commit still
+    names its generation): a writer opened then commits without an index,
+    as before; a new build is attached from its next commit."""
+    base = tmp_path / "gone"
+    with pydb.create(base, fst="1 4 v1\n", gc="none") as db:
+        db.append([(1, "first")])
+    shutil.rmtree(f"{base}.pdx")
+    with pydb.open(base, readonly=False, gc="none") as w:
+        assert w.append([(1, "second")]) == 2
+        pydb.build_index(base, fst="1 4 v1\n", progress=False)
+        assert w.append([(1, "third")]) == 3
+        assert mfns(w.search("THIRD")) == [3] and mfns(w.search("FIRST")) == [1]
 
 
 @pytest.mark.sanitize_thread
