@@ -65,6 +65,8 @@ const char *pydb_strerror(int code)
     case PYDB_EFST: return "field select table error";
     case PYDB_EREADONLY: return "database is read-only";
     case PYDB_ELOCKED: return "database is locked by another writer";
+    case PYDB_ENEWINDEX:
+        return "a native index was built since this handle looked for one";
     default: return "unknown error";
     }
 }

@@ -589,6 +589,8 @@ typedef struct pydb_txn pydb_txn;   /* opaque */
  * their outcome.  Errors: PYDB_ELOCKED (lock not obtained in time, or
  * this thread already has a transaction open on db), PYDB_EREADONLY
  * (read-only handle, or one made read-only by a failed fsync),
+ * PYDB_ENEWINDEX (a native index was built since the caller last looked
+ * and none is attached: pydb_index_gen_seen; nothing written),
  * PYDB_ECORRUPT, PYDB_EIO, PYDB_ENOMEM. */
 int pydb_txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms,
                    pydb_error *err);
@@ -1096,7 +1098,11 @@ uint64_t pydb_index_gen(pydb_db *db);
  * build by another handle or process): the caller attaches the new index
  * (or says none is there) and begins again, so that no commit of this
  * handle leaves the index behind its records.  A handle whose caller
- * never calls this is not checked. */
+ * never calls this is not checked, nor one without a usable commit
+ * header (files mode: pydb_index_gen() is 0), nor a build whose
+ * generation does not pass the one seen (a header rebuilt from the
+ * files names generation 0, and a build into an emptied index folder
+ * starts again at 1). */
 void pydb_index_gen_seen(pydb_db *db, uint64_t gen);
 
 /* A read-only view of `ix` as of the snapshot's commit: for a native

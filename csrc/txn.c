@@ -529,7 +529,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
 {
     pydb_txn *t = NULL;
     int64_t deadline = pydb__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-    int rc, failed = 0;
+    int rc, failed = 0, collector = gc;
 
     *out = NULL;
     if (!(db->flags & PYDB_OPEN_WRITE))
@@ -594,10 +594,10 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
      * handle has none attached: its commits would leave the index behind
      * the records (pydb_index_gen_seen).  Not a collector's step: it
      * changes no record's postings. */
-    if (!gc && !db->hook.prepare) {
+    if (!collector && !db->hook.prepare) {
         uint64_t seen = __atomic_load_n(&db->index_gen_seen, __ATOMIC_ACQUIRE);
-        uint64_t now = pydb_index_gen(db);
-        if (seen != UINT64_MAX && now > seen) {
+        uint64_t now = seen == UINT64_MAX ? 0 : pydb_index_gen(db);
+        if (now > seen) {
             rc = PYDB_ERROR(err, PYDB_ENEWINDEX, db->mst.path, -1,
                             "a native index (generation %llu) was built "
                             "since this handle looked for one (generation "

@@ -191,6 +191,10 @@ static PyObject *raise_with(PyObject *exc, PyObject *args)
  *   PYDB_EWOULDBLOCK   SystemError: pydb_read_nowait()'s "not cached" is
  *                      handled by its caller (Database.read() retries with
  *                      the GIL released); reaching here is a binding bug
+ *   PYDB_ENEWINDEX     handled by the transaction's begin (the Database
+ *                      attaches the index built meanwhile and begins
+ *                      again: _pydb_transaction.c); after its tries,
+ *                      pydb.Error as below
  *   anything else      pydb.Error("pydb error <rc>: message")
  */
 PyObject *set_error(module_state *st, int rc, const pydb_error *e)

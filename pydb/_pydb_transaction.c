@@ -443,7 +443,8 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
     if ((op == PYDB_WRITE_APPEND || op == PYDB_WRITE_UPDATE) &&
         db_fields(st, db, fields, &b) < 0)
         return NULL;
-    /* last: nothing may run Python code between it and the core calls */
+    /* last: nothing may run Python code between it and the core calls
+     * (but follow_new_index, after which it is checked again) */
     if (database_check_open(st, db) < 0) {
         fields_free(&b);
         return NULL;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +28,7 @@ from .errors import (
     DatabaseNotFoundError,
     DiskError,
     EncodingDetectionWarning,
+    LockTimeoutError,
     NotFoundError,
     PendingLogWarning,
     UnsupportedError,
@@ -191,6 +193,8 @@ class Database(_pydb.Database):
         self._index_lock = threading.Lock()
         self._index: Index | None = None
         self._index_known = False   # _index is the answer (None: no index)
+        self._index_attached = False   # commits update a native index
+        self._retired: list[Index] = []   # indexes _index served before
         # The pydb.Snapshot objects taken of this handle, so that close()
         # closes their index views before the index (the C handle
         # releases the snapshots themselves).
@@ -214,16 +218,46 @@ class Database(_pydb.Database):
         calls this again, before anything is written, when a later commit
         names a newer generation (pydb_index_gen_seen, csrc/pydb.h), so
         that an index built by another handle or process after this one
-        opened is kept up to date by its commits too."""
+        opened is kept up to date by its commits too.  The native Index
+        :attr:`index` opened meanwhile (not attached) is the one attached;
+        an index it served before (the ISIS file) is closed with the
+        handle.  Another thread of this handle inside a transaction's
+        begin makes the attach wait (up to ``lock_timeout``).
+
+        Raises CorruptionError (the index is damaged), LockTimeoutError."""
         with self._index_lock:
             gen = _pydb._index_gen(self)
-            attached = self._index is not None and self._index.kind == "native"
-            if not attached:
-                ix = self._open_native_index()
+            if not self._index_attached:
+                cached = self._index
+                ix = (cached if cached is not None and not cached.closed
+                      and cached.kind == "native" else self._open_native_index())
                 if ix is not None:
-                    _pydb._attach_native_index(self, ix._h)
-                    self._index, self._index_known = ix, True
+                    self._attach_waiting(ix)
+                    if ix is not cached:
+                        if cached is not None:
+                            self._retired.append(cached)
+                        self._index, self._index_known = ix, True
+                    self._index_attached = True
             _pydb._index_gen_seen(self, gen)
+
+    def _attach_waiting(self, ix: Index) -> None:
+        """_pydb._attach_native_index, tried again while another thread of
+        this handle is inside a transaction (the core refuses to change the
+        commit hook then), for up to ``lock_timeout`` seconds."""
+        deadline = time.monotonic() + self._lock_timeout
+        while True:
+            try:
+                _pydb._attach_native_index(self, ix._h)
+                return
+            except ValueError as e:
+                if "transaction" not in str(e):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise LockTimeoutError(errno.EAGAIN, "a native index was built "
+                                           "meanwhile and another thread's transaction "
+                                           f"kept it from being attached: {e}",
+                                           str(self.path)) from e
+            time.sleep(0.001)
 
     # -- encoding detection (pydb/encoding.py) ------------------------------
     def _detect_encoding(self, path: PathArg, errors: str) -> None:
@@ -455,6 +489,8 @@ class Database(_pydb.Database):
                 ix = self._index
                 if ix is not None:
                     ix.close()
+                for old in self._retired:
+                    old.close()
         super().close()
 
     # -- writing -------------------------------------------------------
@@ -500,6 +536,9 @@ class Database(_pydb.Database):
                 lock for `timeout` seconds (or this Database already has an
                 open transaction).
             DiskError: recovery of a crashed writer's log failed.
+            CorruptionError: a native index built by another handle or
+                process since this one opened is damaged (file, offset,
+                reason); this handle's commits would leave it behind.
             ClosedError: the database is closed.
         """
         return _pydb._txn_begin(self, self._lock_timeout if timeout is None

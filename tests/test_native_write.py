@@ -403,6 +403,82 @@ def test_a_writer_opened_before_a_build_keeps_the_new_index(tmp_path, builder):
         assert mfns(r.search("COMMON")) == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11]
 
 
+def _unindexed(base, n=10):
+    with pydb.create(base, gc="none") as db, db.transaction() as tx:
+        for i in range(n):
+            tx.append([(1, f"common word{i}")])
+
+
+def test_a_writer_that_searched_after_a_build_attaches_that_index(tmp_path):
+    """The build, then a search on the writer (its .index opens the
+    native index without attaching it), then writes: the index that
+    search opened is attached and updated; a cached index closed by the
+    caller is replaced, and writes go on (they raised ClosedError)."""
+    base = tmp_path / "s"
+    _unindexed(base)
+    with pydb.open(base, readonly=False, gc="none") as w:
+        pydb.build_index(base, fst="1 4 v1\n", progress=False)
+        assert mfns(w.search("COMMON")) == list(range(1, 11))
+        cached = w.index
+        assert w.append([(1, "common fresh")]) == 11
+        assert w.index is cached and mfns(w.search("FRESH")) == [11]
+    other = tmp_path / "c"
+    _unindexed(other)
+    with pydb.open(other, readonly=False, gc="none") as w:
+        pydb.build_index(other, fst="1 4 v1\n", progress=False)
+        w.index.close()
+        w.delete(2)
+        assert not w.index.closed and mfns(w.search("COMMON")) == [1] + list(range(3, 11))
+
+
+def test_a_collection_step_is_not_held_up_by_a_new_index(tmp_path):
+    """A collection with no time to wait (timeout 0) on a writer that has
+    not attached an index built meanwhile: the collector's step is no
+    commit of records and goes on (it raised pydb error -30712)."""
+    base = tmp_path / "g"
+    _unindexed(base)
+    with pydb.open(base, readonly=False, gc="none") as w:
+        w.update(1, [(1, "common again")])
+        pydb.build_index(base, fst="1 4 v1\n", progress=False)
+        w.collect(timeout=0)
+        assert w.append([(1, "common later")]) == 11
+        assert mfns(w.search("LATER")) == [11]
+
+
+def test_threads_writing_through_a_build_keep_the_index(tmp_path):
+    """Four threads append through one writable handle while another
+    process builds the index: every record appended after the build is
+    found (the threads that meet the new index attach it in turn, one of
+    them waiting while another is inside a begin)."""
+    import subprocess
+    import sys
+    base = tmp_path / "t"
+    _unindexed(base)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    with pydb.open(base, readonly=False, gc="none", sync=False) as w:
+        def write(k):
+            try:
+                while not stop.is_set():
+                    w.append([(1, f"common thread{'abcd'[k]}")])
+            except BaseException as e:      # reported below
+                errors.append(e)
+        ts = [threading.Thread(target=write, args=(k,)) for k in range(4)]
+        for t in ts:
+            t.start()
+        try:
+            subprocess.run([sys.executable, "-c", _BUILDER, str(base)], check=True,
+                           env=dict(os.environ, PYTHONPATH=str(Path(pydb.__file__).parents[1])))
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            for t in ts:
+                t.join()
+        assert errors == []
+        assert w.check().ok
+        assert mfns(w.search("COMMON")) == list(range(1, w.max_mfn + 1))
+
+
 def test_an_index_removed_after_a_build_stops_no_commit(tmp_path):
     """The index folder removed after a build (the latest commit still
     names its generation): a writer opened then commits without an index,
