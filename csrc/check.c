@@ -82,6 +82,7 @@
  * record reads, because it must go on past the first fault.
  */
 #include "pydb_int.h"
+#include "index_int.h"
 #include "nidx_handle.h"
 #include "shm.h"
 #include <errno.h>
@@ -1052,27 +1053,12 @@ typedef struct {
     pydb_error e;
 } index_walk;
 
-/* A key as text for a message: its bytes, those outside printable ASCII
- * as \xNN, at most 60 of them. */
-static const char *key_text(char *out, size_t cap, const uint8_t *key,
-                            size_t len)
+/* A key as text for a message (pydb__quote_bytes, at most 60 bytes). */
+static const char *key_quoted(char *out, size_t cap, const uint8_t *key,
+                              size_t len)
 {
-    size_t o = 0;
-    for (size_t i = 0; i < len && i < 60 && o + 5 < cap; i++)
-        o += (size_t)snprintf(out + o, cap - o,
-                              key[i] >= 32 && key[i] < 127 && key[i] != '\\'
-                                  ? "%c" : "\\x%02x", key[i]);
-    if (o < cap) out[o] = 0;
+    pydb__quote_bytes(out, cap, key, len, 60);
     return out;
-}
-
-/* Whether posting b sorts strictly after posting a (MFN, TAG, OCC, CNT). */
-static int posting_after(const pydb_posting *a, const pydb_posting *b)
-{
-    if (a->mfn != b->mfn) return b->mfn > a->mfn;
-    if (a->tag != b->tag) return b->tag > a->tag;
-    if (a->occ != b->occ) return b->occ > a->occ;
-    return b->cnt > a->cnt;
 }
 
 /* Whether error rc of the index is a fault of its files (reported), not
@@ -1149,16 +1135,16 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
     if (w->p.n > count &&
         posting_fault(w, key, len, 0, 0,
                       "key \"%s\": %zu postings, its count says %llu",
-                      key_text(text, sizeof text, key, len), w->p.n,
+                      key_quoted(text, sizeof text, key, len), w->p.n,
                       (unsigned long long)count))
         return 1;
     for (size_t i = 0; i < w->p.n; i++) {
         int32_t m = v[i].mfn;
-        if (i > 0 && !posting_after(&v[i - 1], &v[i])) {
+        if (i > 0 && pydb__posting_cmp(&v[i - 1], &v[i]) >= 0) {
             if (posting_fault(w, key, len, 1, m,
                               "key \"%s\": posting %zu (MFN %d, TAG %u, "
                               "OCC %u, CNT %u) not after the one before it",
-                              key_text(text, sizeof text, key, len), i + 1,
+                              key_quoted(text, sizeof text, key, len), i + 1,
                               (int)m, v[i].tag, v[i].occ, v[i].cnt))
                 return 1;
         } else if (m < 1 || m >= w->next_mfn ||
@@ -1167,7 +1153,7 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
                               "key \"%s\": a posting of MFN %d, which "
                               "has no active record in the commit checked "
                               "(NXTMFN %d)",
-                              key_text(text, sizeof text, key, len), (int)m,
+                              key_quoted(text, sizeof text, key, len), (int)m,
                               (int)w->next_mfn))
                 return 1;
         }
@@ -1228,14 +1214,17 @@ static int index_view(pydb_snapshot **snap, index_walk *w, pydb_db *db,
     return rc;
 }
 
-/* One walk of the index as of a snapshot: a dry one notes its posting
- * faults in seen[] (*nseen of them, at most SEEN_FAULTS) and reports
- * none; with seen (not dry) only faults noted there are reported; *faults
- * gets how many this walk found.  0, or a PYDB error that is no fault of
- * the files. */
-static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int dry,
+/* One walk of the index as of a snapshot.  The first (`first`) is dry
+ * where the snapshot names no index generation (files mode, or a header
+ * that never named one: nothing ties the index to the control record,
+ * check_index): it notes its posting faults in seen[] (*nseen of them,
+ * at most SEEN_FAULTS), reports none and sets *dry; else it reports
+ * them.  A second walk reports only the faults noted in seen[] (all of
+ * them with seen NULL).  *faults gets how many this walk found.  0, or
+ * a PYDB error that is no fault of the files. */
+static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int first,
                       fault_id *seen, size_t *nseen, int64_t *faults,
-                      pydb_error *err)
+                      int *dry, pydb_error *err)
 {
     pydb_snapshot *snap = NULL;
     pydb_snapshot_info si;
@@ -1246,9 +1235,6 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int dry,
 
     memset(&w, 0, sizeof w);
     w.c = c;
-    w.dry = dry;
-    w.seen = seen;
-    w.nseen = dry ? 0 : *nseen;
     rc = index_view(&snap, &w, db, ix, &moved, &w.e);
     if (rc == PYDB_EWOULDBLOCK) {
         if (!moved)
@@ -1267,6 +1253,9 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int dry,
         goto cleanup;
     }
     pydb_snapshot_info_get(&si, snap);
+    w.dry = first && si.index_gen == 0;
+    w.seen = w.dry || !first ? seen : NULL;
+    w.nseen = w.dry ? 0 : *nseen;
     w.next_mfn = si.next_mfn;
     w.dir = pydb__nidx_dir(dir, sizeof dir, db->mst.path, &w.e) == PYDB_OK
                 ? dir : db->mst.path;
@@ -1293,7 +1282,8 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int dry,
     if (!c->stop) c->sum->index_checked = 1;
 cleanup:
     *faults = w.faults;
-    if (dry) *nseen = w.nseen;
+    *dry = w.dry;
+    if (w.dry) *nseen = w.nseen;
     if (rc && err) *err = w.e;
     pydb_postings_free(&w.p);
     free(bits);
@@ -1304,35 +1294,31 @@ cleanup:
 
 /* Step 5 for db (the summary and callback of c).  A database without a
  * native index is no fault -- unless the latest commit names an index
- * generation (its MANIFEST is gone).  With a commit header the view is
- * that commit's.  Without one (files mode) no generation ties the index
- * to the control record, which a writer updates (and syncs) before it
- * puts the index's MANIFEST in place: a first pass only notes the faults
- * of the postings, and where it finds some, a second pass after a pause
- * reports those it finds again (a commit in progress then is another
- * commit, with other records).  0, or a PYDB error that is no fault of
- * the files (no memory, the reader table full). */
+ * generation (its MANIFEST is gone).  With a generation the view is that
+ * commit's.  Without one (files mode, or a header that never named one)
+ * nothing ties the index to the control record, which a writer updates
+ * (and syncs) before it puts the index's MANIFEST in place: a first pass
+ * only notes the faults of the postings, and where it finds some, a
+ * second pass after a pause reports those it finds again (a commit in
+ * progress then is another commit, with other records).  0, or a PYDB
+ * error that is no fault of the files (no memory, the reader table
+ * full). */
 static int check_index(ck *c, pydb_db *db, pydb_error *err)
 {
     pydb_index *ix = NULL;
-    pydb_snapshot *snap = NULL;
-    pydb_snapshot_info si;
-    fault_id *seen = NULL;
+    fault_id *seen;
     size_t nseen = 0;
     pydb_error e;
+    uint64_t gen = pydb_index_gen(db);
     int64_t faults = 0, errors;
-    int rc;
+    int rc, dry = 0;
 
-    if ((rc = pydb_snapshot_take(&snap, db, err))) return rc;
-    pydb_snapshot_info_get(&si, snap);
-    pydb_snapshot_release(snap);
     rc = pydb_native_index_open(&ix, db->mst.path, &e);
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) {
-        if (si.index_gen != 0)
+        if (gen != 0)
             report(c, PYDB_CHECK_INDEX, 0, e.path, -1,
-                   "missing, while the latest commit (%llu) names index "
-                   "generation %llu: %s", (unsigned long long)si.commit,
-                   (unsigned long long)si.index_gen, e.message);
+                   "missing, while the latest commit names index "
+                   "generation %llu: %s", (unsigned long long)gen, e.message);
         return PYDB_OK;
     }
     if (rc) {
@@ -1343,18 +1329,18 @@ static int check_index(ck *c, pydb_db *db, pydb_error *err)
         report_index_error(c, &e);
         return PYDB_OK;
     }
-    if (si.commit == 0 && !(seen = malloc(SEEN_FAULTS * sizeof *seen))) {
+    if (!(seen = malloc(SEEN_FAULTS * sizeof *seen))) {
         pydb_index_close(ix);
         return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the check");
     }
     errors = c->sum->errors;
-    rc = index_pass(c, db, ix, seen != NULL, seen, &nseen, &faults, err);
-    if (rc == PYDB_OK && seen && faults > 0 && c->sum->errors == errors) {
+    rc = index_pass(c, db, ix, 1, seen, &nseen, &faults, &dry, err);
+    if (rc == PYDB_OK && dry && faults > 0 && c->sum->errors == errors) {
         struct timespec nap = {0, 50 * 1000 * 1000};
         qsort(seen, nseen, sizeof *seen, fault_cmp);
         nanosleep(&nap, NULL);
         rc = index_pass(c, db, ix, 0, faults > SEEN_FAULTS ? NULL : seen,
-                        &nseen, &faults, err);
+                        &nseen, &faults, &dry, err);
     }
     free(seen);
     pydb_index_close(ix);

@@ -147,33 +147,6 @@ static int expect_char(parser *p, int c, const char *what)
     return 0;
 }
 
-/* The bytes text[from, to) into out (cap bytes, NUL-terminated) as
- * printable ASCII: bytes outside 0x20..0x7e as \xNN, and "..." instead
- * of what follows the first `max` bytes (error messages must be valid
- * UTF-8: the binding decodes them). */
-static void quote_bytes(char *out, size_t cap, const char *text, int from,
-                        int to, int max)
-{
-    size_t o = 0;
-    int i;
-    for (i = from; i < to && i - from < max; i++) {
-        unsigned char b = (unsigned char)text[i];
-        if (b >= 0x20 && b < 0x7f) {
-            if (o + 2 > cap) break;
-            out[o++] = (char)b;
-        } else {
-            if (o + 5 > cap) break;
-            snprintf(out + o, cap - o, "\\x%02x", b);
-            o += 4;
-        }
-    }
-    if (i < to && o + 4 <= cap) {
-        memcpy(out + o, "...", 3);
-        o += 3;
-    }
-    out[o] = 0;
-}
-
 /* Literal delimited by q at pos (pos at the opening q) into *s, pos after
  * the closing q.  A literal must close on its line: one that does not
  * (an unconditional 'abc or `abc, a conditional "abc, a repeatable |abc)
@@ -187,7 +160,8 @@ static int read_lit(parser *p, int q, span *s)
                            (size_t)(p->end - open - 1));
     if (!c) {
         char lit[96], msg[192];
-        quote_bytes(lit, sizeof lit, p->f->text, open, p->end, 40);
+        pydb__quote_bytes(lit, sizeof lit, (const uint8_t *)p->f->text + open,
+                          (size_t)(p->end - open), 40);
         snprintf(msg, sizeof msg,
                  "unterminated %s literal %s (no closing %c on the line)",
                  q == '"' ? "conditional" : q == '|' ? "repeatable"

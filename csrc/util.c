@@ -126,6 +126,27 @@ void pydb__buf_free(pydb_buf *b)
     b->n = b->cap = 0;
 }
 
+void pydb__quote_bytes(char *out, size_t cap, const uint8_t *p, size_t n,
+                       size_t max)
+{
+    size_t o = 0, i;
+    for (i = 0; i < n && i < max; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f) {
+            if (o + 2 > cap) break;
+            out[o++] = (char)p[i];
+        } else {
+            if (o + 5 > cap) break;
+            snprintf(out + o, cap - o, "\\x%02x", p[i]);
+            o += 4;
+        }
+    }
+    if (i < n && o + 4 <= cap) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o] = 0;
+}
+
 /* ------------------------------------------------------------ CRC-32C */
 
 static uint32_t crc_table[256];

@@ -75,6 +75,13 @@ uint8_t *pydb__buf_grow(pydb_buf *b, size_t more);
 void pydb__buf_put(pydb_buf *b, const void *p, size_t n);
 void pydb__buf_free(pydb_buf *b);
 
+/* The n bytes at p into out (cap bytes, NUL-terminated) as printable
+ * ASCII for an error message: bytes outside 0x20..0x7e as \xNN, and
+ * "..." instead of what follows the first `max` bytes (messages must be
+ * valid UTF-8: the binding decodes them). */
+void pydb__quote_bytes(char *out, size_t cap, const uint8_t *p, size_t n,
+                       size_t max);
+
 /* ---- checksum ----
  * CRC-32C (Castagnoli, reflected, as in iSCSI/ext4): start with crc 0;
  * pass the result back in to continue over more bytes. */
