@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import _pydb
+from .encoding import detect_encoding
 from .errors import CorruptionError
 from .fst import fst_text, read_text
 from .index import KEY_MODES, KEY_TABLES, Index, key_table
@@ -104,34 +105,18 @@ def _table_of(stored: dict[str, Any]) -> str:
     return "dos" if upper[0x82] == ord("E") else "ascii"
 
 
-#: Records :func:`build_index` reads to tell UTF-8 data from 8-bit data.
-SNIFF_RECORDS = 2000
-
-
 def _sniff_keys(db_path: PathArg) -> str:
-    """The key table for a database whose index says nothing: ``"unicode"``
-    when, in its first :data:`SNIFF_RECORDS` records, the fields with
-    non-ASCII bytes that are valid UTF-8 are at least as many as those that
-    are not (8-bit text is hardly ever valid UTF-8; no such field at all:
-    pydb writes str values as UTF-8), else ``"dos"`` (8-bit CDS/ISIS
-    data)."""
-    valid = invalid = 0
+    """The key table for a database whose index says nothing: the one
+    :func:`pydb.index.key_table` gives for the encoding that
+    ``pydb.open(path, encoding="auto")`` detects
+    (:func:`pydb.encoding.detect_encoding`): ``"unicode"`` for UTF-8 (or
+    no byte >= 0x80 at all: pydb writes str values as UTF-8), ``"ansi"``
+    for Latin-1/cp1252 (WinISIS and ABCD for Windows), else ``"dos"``."""
     db = _pydb.Database(os.fspath(db_path))     # read-only, no lock
     try:
-        for n, rec in enumerate(db.records(skip_damaged=True)):
-            if n >= SNIFF_RECORDS:
-                break
-            for f in rec.fields:
-                raw = f.raw
-                if not raw.isascii():
-                    try:
-                        raw.decode("utf-8")
-                        valid += 1
-                    except UnicodeDecodeError:
-                        invalid += 1
+        return key_table(detect_encoding(db).encoding)
     finally:
         db.close()
-    return "unicode" if valid >= invalid else "dos"
 
 
 def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable[Any] | None = None,
@@ -168,9 +153,12 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             table it implies (:func:`pydb.index.key_table`: UTF-8 ->
             ``"unicode"``, Latin-1/cp1252 -> ``"ansi"``, else ``"dos"``).
             All three None: the tables of the index being replaced, kept
-            byte for byte; without one, ``"unicode"`` when most fields
-            with non-ASCII bytes in the first 2,000 records are valid UTF-8
-            (or there are none), else ``"dos"``.
+            byte for byte; without one, the table of the encoding that
+            ``pydb.open(path, encoding="auto")`` detects
+            (:func:`pydb.encoding.detect_encoding`: a sample of the
+            records and ABCD's .def files): UTF-8 (or no byte >= 0x80)
+            ``"unicode"``, Latin-1/cp1252 ``"ansi"``, a DOS code page
+            ``"dos"``.
         key_mode: a name of :data:`pydb.index.KEY_MODES`
             (docs/isis-formats.md §5.3): ``"cisis"`` (the keys CISIS
             makes) or ``"unicode"`` (pydb's rules); None: as the index

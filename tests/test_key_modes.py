@@ -144,6 +144,33 @@ def test_marc_defaults_stored_and_kept(tmp_path):
     assert pydb.native.stored_settings(base)["mode"] == "unicode"
 
 
+def test_a_latin1_catalogue_rebuilt_without_settings_folds_its_accents(tmp_path):
+    """No encoding given and no native index to take the tables from: the
+    table of the detected encoding (Latin-1 for ABCD's Windows marc, as
+    `pydb info` says), so an accented heading is upper-cased and folded
+    as in ABCD's shipped index and found spelt either way.  (The DOS
+    table left `JUçARA` and `POSSíVEL`: 160 keys with lower-case accented
+    letters, found by no search.)"""
+    src = need(MARC)
+    base = copy_db(src, tmp_path, ("mst", "xrf", "fst", "stw", "cnt", "n01", "n02",
+                                   "l01", "l02", "ifp"))
+    with pydb.open(src) as db:
+        shipped = {s: list(db.search(f'"{s}"')) for s in
+                   ("AU_GRACIO, JUCARA DA COSTA", "POSSIVEL")}
+    assert shipped == {"AU_GRACIO, JUCARA DA COSTA": [230], "POSSIVEL": [2]}
+    pydb.build_index(base, progress=False)
+    st = pydb.native.stored_settings(base)
+    assert st["upper"][0xE7] == ord("C") and st["upper"][0xED] == ord("I")
+    with pydb.open(base, encoding="latin-1") as db:
+        assert list(db.search('"AU_GRACIO, JUÇARA DA COSTA"')) == [230]
+        assert list(db.search('"AU_GRACIO, JUCARA DA COSTA"')) == [230]
+        assert list(db.search("POSSÍVEL")) == [2]
+        assert list(db.search("POSSIVEL")) == [2]
+        lower_accented = [t.key for t in db.index.terms()
+                          if any(0xE0 <= b <= 0xFE for b in t.key.encode("latin-1"))]
+    assert lower_accented == []
+
+
 def test_cisis_key_length_comes_from_the_cnt(tmp_path):
     """Without the shipped .cnt there is no key length to take: 0."""
     src = need(MARC)
