@@ -107,6 +107,9 @@ struct pydb_nidx_builder {
     size_t nruns, cap_runs;
     char merged[1100];        /* the merged runs' segment, until renamed */
     char dir[1024];
+    int skip_damaged;         /* opt->skip_damaged                        */
+    pydb_nidx_damaged *damaged;   /* the records left out (note_damaged) */
+    size_t ndamaged, cap_damaged;
 };
 
 static atomic_ulong temp_seq;   /* names of temporary files */
@@ -211,7 +214,44 @@ void pydb_nidx_builder_free(pydb_nidx_builder *b)
     pydb__nacc_free(&b->a);
     pydb_record_free(b->rec);
     pydb__fst_scratch_free(&b->scratch);
+    free(b->damaged);
     free(b);
+}
+
+/* A read of `mfn` failed with rc: with skip_damaged, a damaged record
+ * (PYDB_ECORRUPT) is noted with its error and left out (PYDB_OK), up to
+ * PYDB_NIDX_DAMAGED_MAX of them; else, or past that, rc (err as the read
+ * set it). */
+static int note_damaged(pydb_nidx_builder *b, int32_t mfn, int rc,
+                        pydb_error *err)
+{
+    if (rc != PYDB_ECORRUPT || !b->skip_damaged ||
+        b->ndamaged == PYDB_NIDX_DAMAGED_MAX)
+        return rc;
+    if (b->ndamaged == b->cap_damaged) {
+        size_t cap = b->cap_damaged ? b->cap_damaged * 2 : 16;
+        pydb_nidx_damaged *v = realloc(b->damaged, cap * sizeof *v);
+        if (!v)
+            return PYDB_ERROR(err, PYDB_ENOMEM, b->dir, -1, "no memory");
+        b->damaged = v;
+        b->cap_damaged = cap;
+    }
+    b->damaged[b->ndamaged].mfn = mfn;
+    b->damaged[b->ndamaged++].error = *err;
+    return PYDB_OK;
+}
+
+static int damaged_cmp(const void *x, const void *y)
+{
+    const pydb_nidx_damaged *a = x, *b = y;
+    return (a->mfn > b->mfn) - (a->mfn < b->mfn);
+}
+
+const pydb_nidx_damaged *pydb_nidx_builder_damaged(const pydb_nidx_builder *b,
+                                                   size_t *n)
+{
+    *n = b->ndamaged;
+    return b->damaged;
 }
 
 /* S0: the latest commit, registered, which the scan reads from MFN 1. */
@@ -240,6 +280,7 @@ int pydb_nidx_builder_open(pydb_nidx_builder **out, const char *db_path,
     b->fst = fst;
     b->a.err = err;
     b->budget = opt && opt->memory ? opt->memory : PYDB_NIDX_MEMORY_DEFAULT;
+    b->skip_damaged = opt && opt->skip_damaged;
     if ((rc = pydb__nidx_dir(b->dir, sizeof b->dir, db_path, err))) goto fail;
     remove_dead_temps(b->dir);
     if ((rc = pydb_open(&b->db, db_path, &o, err))) goto fail;
@@ -315,7 +356,10 @@ int pydb_nidx_builder_step(int64_t *done, int64_t *total, int *more,
     for (int32_t k = 0; k < max && b->next <= b->max; k++, b->next++) {
         rc = pydb_snapshot_read(&b->rec, b->snap, b->next, err);
         if (rc == PYDB_ENOTFOUND) continue;
-        if (rc) return rc;
+        if (rc) {
+            if ((rc = note_damaged(b, b->next, rc, err))) return rc;
+            continue;
+        }
         b->done++;
         if (b->rec->deleted || b->rec->status) continue;
         rc = pydb__fst_keys(b->fst, &b->rules, &b->sw, b->next,
@@ -399,7 +443,10 @@ static int index_changes(changed *c, pydb_buf *segb, pydb_nidx_builder *b,
     for (size_t i = 0; i < c->n; i++) {
         rc = pydb__read_in(&b->rec, b->db, &s1, c->v[i], err);
         if (rc == PYDB_ENOTFOUND) continue;
-        if (rc) goto cleanup;
+        if (rc) {
+            if ((rc = note_damaged(b, c->v[i], rc, err))) goto cleanup;
+            continue;
+        }
         if (b->rec->deleted || b->rec->status) continue;
         if ((rc = pydb__fst_keys(b->fst, &b->rules, &b->sw, c->v[i],
                                  b->rec->fields, b->rec->nfields,
@@ -584,6 +631,7 @@ static int rescan(pydb_nidx_builder *b, pydb_error *err)
     pydb__nacc_free(&b->a);
     pydb_snapshot_release(b->snap);
     b->snap = NULL;
+    b->ndamaged = 0;
     return take_s0(b, err);
 }
 
@@ -592,10 +640,21 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err)
     int rc, again;
     for (int left = BUILD_RESCANS;; left--) {
         again = 0;
-        if ((rc = finish_scan(b, left > 0, &again, err)) || !again)
-            return rc;
+        if ((rc = finish_scan(b, left > 0, &again, err)) || !again) break;
         if ((rc = rescan(b, err))) return rc;
     }
+    if (rc == PYDB_OK && b->ndamaged > 1) {
+        /* by MFN, one each (a record met by the scan and again among
+         * the changes since is told once) */
+        size_t n = 1;
+        qsort(b->damaged, b->ndamaged, sizeof *b->damaged, damaged_cmp);
+        for (size_t i = 1; i < b->ndamaged; i++) {
+            if (b->damaged[i].mfn == b->damaged[n - 1].mfn) n--;
+            b->damaged[n++] = b->damaged[i];
+        }
+        b->ndamaged = n;
+    }
+    return rc;
 }
 
 int pydb_native_index_build(const char *db_path, const pydb_fst *fst,

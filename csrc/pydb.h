@@ -987,7 +987,22 @@ typedef struct pydb_nidx_options {
     size_t memory;          /* bulk build: bytes of keys and postings held
                                before a sorted run is spilled to the index
                                directory; 0 = PYDB_NIDX_MEMORY_DEFAULT    */
+    int skip_damaged;       /* bulk build: 1 leaves a record that cannot
+                               be read (PYDB_ECORRUPT) out of the index,
+                               noted (pydb_nidx_builder_damaged), instead
+                               of failing; past PYDB_NIDX_DAMAGED_MAX
+                               such records the build fails as without */
 } pydb_nidx_options;
+
+/* A record a build with skip_damaged left out: its MFN and the error of
+ * its read (file, byte offset, reason). */
+typedef struct pydb_nidx_damaged {
+    int32_t mfn;
+    pydb_error error;
+} pydb_nidx_damaged;
+
+/* At most this many damaged records are left out of one build. */
+#define PYDB_NIDX_DAMAGED_MAX 10000
 
 /* The bulk build's default memory budget (64 MiB).  The build holds at
  * most about this much of keys and postings (counted with what sorting
@@ -1008,7 +1023,9 @@ typedef int (*pydb_progress_fn)(void *ctx, int64_t done, int64_t total);
 /* Build (or rebuild) the native index of the database `db_path` from
  * `fst`: files in the directory <base>.pdx beside the .mst.  Active
  * records only (logically deleted ones are skipped); a damaged record
- * fails the build (PYDB_ECORRUPT naming it) rather than leaving it out.
+ * fails the build (PYDB_ECORRUPT naming it) rather than leaving it out,
+ * unless opt->skip_damaged (which records were left out, only the steps
+ * below tell: pydb_nidx_builder_damaged).
  * The new index replaces the old one atomically, as a commit: under the
  * writer lock (waiting up to 10 s for it), through the write-ahead log,
  * with the records committed while the build read included; handles
@@ -1045,6 +1062,11 @@ int pydb_nidx_builder_finish(pydb_nidx_builder *b, pydb_error *err);
 /* Free the builder (NULL: nothing); an unfinished build leaves the old
  * index as it was. */
 void pydb_nidx_builder_free(pydb_nidx_builder *b);
+/* The records a finished build with opt->skip_damaged left out, *n of
+ * them, ascending by MFN, one per MFN (valid until the builder is
+ * freed). */
+const pydb_nidx_damaged *pydb_nidx_builder_damaged(const pydb_nidx_builder *b,
+                                                   size_t *n);
 
 /* The settings a native index was built with, read from its MANIFEST: a
  * rebuild keeps them unless told otherwise (pydb.build_index, `python -m

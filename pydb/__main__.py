@@ -479,15 +479,28 @@ def _cmd_index(args) -> int:
             marks.append((time.perf_counter(), done))
             if tick:
                 tick(done, total)
+        left_out: list[tuple[int, CorruptionError]] = []
         t0 = time.perf_counter()
-        n = build_index(args.db, fst=args.fst, stw=args.stw, progress=progress,
-                        encoding=args.encoding, max_key=args.max_key,
-                        key_mode=args.key_mode)
+        try:
+            n = build_index(args.db, fst=args.fst, stw=args.stw, progress=progress,
+                            encoding=args.encoding, max_key=args.max_key,
+                            key_mode=args.key_mode,
+                            on_damaged=(lambda mfn, e: left_out.append((mfn, e)))
+                            if args.skip_damaged else None)
+        except CorruptionError as e:
+            print(f"pydb index: {e}\n(the old index stays; --skip-damaged leaves damaged "
+                  "records out of the index)", file=sys.stderr)
+            return 1
         dt = time.perf_counter() - t0
+    for mfn, damage in left_out:
+        print(f"pydb index: MFN {mfn} left out of the index: {damage}", file=sys.stderr)
     read_s = (marks[-1][0] - t0) if marks else dt
     rate = f", {n / read_s:,.0f} MFNs/s" if read_s > 0 else ""
     print(f"indexed {n} MFNs in {dt:.2f} s (reading records and making keys "
           f"{read_s:.2f} s{rate}; writing and committing the index {dt - read_s:.2f} s)")
+    if left_out:
+        print(f"{len(left_out)} damaged record{'s' if len(left_out) > 1 else ''} left out "
+              f"of the index (pydb check {args.db} reports the damage)")
     return 0
 
 
@@ -883,8 +896,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stw", metavar="FILE", help="stop-word file (default: the database's "
                    ".stw, else the stop words of the index being rebuilt)")
     p.add_argument("--encoding", default=None, metavar="NAME",
-                   help="utf-8 folds keys by Unicode rules; else 8-bit ISIS tables "
-                   "(default: as the index being rebuilt; 8-bit for a new one)")
+                   help="the database's codec, which picks the key table: utf-8 folds "
+                   "keys by Unicode rules, latin-1/cp1252 by the ANSI table, others by "
+                   "the DOS table (default: as the index being rebuilt, else the "
+                   "encoding detected from the records, as 'pydb info' shows it)")
     p.add_argument("--max-key", type=int, default=None, metavar="N",
                    help="cut keys to this many bytes (30: classic ISIS); 0 = no limit "
                    "(default: as the index being rebuilt; else in the cisis mode the "
@@ -894,6 +909,10 @@ def parser() -> argparse.ArgumentParser:
                    "Windows, key length of the shipped .cnt); unicode: pydb's rules "
                    "(default: as the index being rebuilt; cisis for a database with a "
                    "shipped .cnt or an .fst, else unicode)")
+    p.add_argument("--skip-damaged", action="store_true",
+                   help="leave records that cannot be read out of the index, each named "
+                   "on stderr (default: the first one fails the build and the old index "
+                   "stays)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (as --no-progress)")
     _progress_args(p)
     p.set_defaults(func=_cmd_index)

@@ -172,7 +172,8 @@ def _index_build(db_path: _Path, fst: str | bytes, progress: Any = None,
                  utf8: bool = False, max_key: int = 0, stw: bytes | None = None,
                  tables: bool = True, batch: int = 8192, keys: int = 0,
                  upper: bytes | None = None, word: bytes | None = None,
-                 memory: int = 0, mode: int = 0) -> int: ...
+                 memory: int = 0, mode: int = 0,
+                 skip_damaged: bool = False) -> Any: ...
 def _open_native_index(db_path: _Path, /) -> Index: ...
 # Attach a native Index to a writable Database as its commit hook: every
 # commit updates it in the same transaction; the Database then holds the

@@ -737,7 +737,7 @@ static PyObject *fst_parse(PyObject *m, PyObject *args, PyObject *kw)
 PyDoc_STRVAR(index_build_doc,
 "_index_build(db_path, fst, progress=None, utf8=False, max_key=0,\n"
 "             stw=None, tables=True, batch=8192, keys=0, upper=None,\n"
-"             word=None, memory=0, mode=0)\n--\n\n"
+"             word=None, memory=0, mode=0, skip_damaged=False)\n--\n\n"
 "Build the native index of the database at db_path (str) from FST text\n"
 "`fst` into <base>.pdx/.  Keys are made by Unicode folding when utf8,\n"
 "else by the built-in table `keys` (0 DOS, 1 ANSI, 2 ASCII), whose\n"
@@ -747,19 +747,43 @@ PyDoc_STRVAR(index_build_doc,
 "(records read so far, max MFN).  `memory`: bytes of keys and postings\n"
 "held before a sorted run is spilled (0: PYDB_NIDX_MEMORY_DEFAULT).\n"
 "`mode`: the key mode (0 unicode, 1 cisis; enum pydb_keymode).\n"
-"Returns the number of records read.\n"
+"`skip_damaged`: a record that cannot be read is left out, not raised.\n"
+"Returns the number of records read; with skip_damaged, (that number,\n"
+"[(mfn, filename, offset, reason) of each record left out]).\n"
 "Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError,\n"
 "ValueError (unknown `keys`, a table not of 256 bytes, memory < 0).");
+
+/* _index_build's answer with skip_damaged: (done, [(mfn, filename,
+ * offset, reason) of each record the build left out]). */
+static PyObject *build_result(int64_t done, const pydb_nidx_builder *b)
+{
+    size_t n;
+    const pydb_nidx_damaged *d = pydb_nidx_builder_damaged(b, &n);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const pydb_error *e = &d[i].error;
+        PyObject *t = Py_BuildValue("(izLs)", (int)d[i].mfn,
+                                    e->path[0] ? e->path : NULL,
+                                    (long long)e->offset, e->message);
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return Py_BuildValue("(LN)", (long long)done, list);
+}
 
 static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"db_path", "fst", "progress", "utf8", "max_key",
                              "stw", "tables", "batch", "keys", "upper",
-                             "word", "memory", "mode", NULL};
+                             "word", "memory", "mode", "skip_damaged", NULL};
     module_state *st = PyModule_GetState(m);
     PyObject *path_obj = NULL, *progress = Py_None, *res = NULL;
     Py_buffer text, stw = {0}, upper = {0}, word = {0};
-    int utf8 = 0, tables = 1, keys = 0, mode = 0, rc, more = 1;
+    int utf8 = 0, tables = 1, keys = 0, mode = 0, skip = 0, rc, more = 1;
     Py_ssize_t max_key = 0, batch = 8192, memory = 0;
     pydb_fst *f = NULL;
     pydb_nidx_builder *b = NULL;
@@ -768,11 +792,11 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     int64_t done = 0, total = 0;
     const char *cpath;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*ni", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&s*|Opnz*pniz*z*nip", kwlist,
                                      PyUnicode_FSConverter, &path_obj, &text,
                                      &progress, &utf8, &max_key, &stw,
                                      &tables, &batch, &keys, &upper, &word,
-                                     &memory, &mode))
+                                     &memory, &mode, &skip))
         return NULL;
     if (memory < 0) {
         PyErr_SetString(PyExc_ValueError, "memory must be >= 0 (bytes)");
@@ -795,6 +819,7 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
     opt.max_key = max_key > 0 ? (size_t)max_key : 0;
     opt.tables = tables;
     opt.memory = (size_t)memory;
+    opt.skip_damaged = skip;
     if (stw.obj) {
         opt.stw = stw.buf;
         opt.stw_len = (size_t)stw.len;
@@ -832,7 +857,7 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
         set_error(st, rc, &e);
         goto cleanup;
     }
-    res = PyLong_FromLongLong((long long)done);
+    res = skip ? build_result(done, b) : PyLong_FromLongLong((long long)done);
 cleanup:
     if (b) UNLOCKED(NULL, NULL, pydb_nidx_builder_free(b));
     pydb_fst_free(f);

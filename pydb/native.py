@@ -125,7 +125,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
                 utf8: bool | None = None, encoding: str | None = None,
                 max_key: int | None = None, tables: bool = True,
                 keys: str | None = None, memory: int | None = None,
-                key_mode: str | None = None) -> int:
+                key_mode: str | None = None,
+                on_damaged: Callable[[int, CorruptionError], object] | None = None) -> int:
     """Build (or rebuild) the native index of the database at `db_path`.
 
     Args:
@@ -178,6 +179,15 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             (``PYDB_NIDX_MEMORY_DEFAULT`` of pydb.h).  The build's peak
             memory is about this plus 64 KiB per run merged at the end,
             whatever the size of the database.
+        on_damaged: None (default): a record that cannot be read fails
+            the build, and the old index stays.  A callable: such a
+            record is left out of the index instead, and once the new
+            index is in place ``on_damaged(mfn, error)`` is called for
+            each (ascending 1-based MFN, the
+            :class:`~pydb.CorruptionError` its read raised, naming file,
+            byte offset and reason); `db.check()` tells what is damaged.
+            At most 10,000 records are left out (PYDB_NIDX_DAMAGED_MAX):
+            past that the build fails as without.
 
     Returns:
         The number of MFNs read (int).  The new index replaces the old one
@@ -191,7 +201,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         FileNotFoundError: `fst` is None and the database has no ``.fst``.
         FSTError: the FST does not parse (``line``, ``reason``).
         DatabaseNotFoundError: the database's .mst or .xrf is missing.
-        CorruptionError: a record cannot be read (file, byte offset, reason).
+        CorruptionError: a record cannot be read (file, byte offset,
+            reason), and `on_damaged` is None.
         DiskError: writing the index failed (the old index stays).
         LockTimeoutError: another writer held the lock for 10 s.
         ReadOnlyError: the database cannot be opened for writing.
@@ -263,11 +274,18 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
     elif callable(progress):
         callback = progress
     try:
-        return _pydb._index_build(os.fspath(db_path), text, callback,
-                                  utf8=keys == "unicode", max_key=max_key, stw=stw_bytes,
-                                  tables=tables, keys=KEY_TABLES[keys], upper=upper,
-                                  word=word, memory=memory or 0,
-                                  mode=KEY_MODES[key_mode])
+        got = _pydb._index_build(os.fspath(db_path), text, callback,
+                                 utf8=keys == "unicode", max_key=max_key, stw=stw_bytes,
+                                 tables=tables, keys=KEY_TABLES[keys], upper=upper,
+                                 word=word, memory=memory or 0,
+                                 mode=KEY_MODES[key_mode],
+                                 skip_damaged=on_damaged is not None)
     finally:
         if bar is not None:
             bar.close()
+    if on_damaged is None:
+        return int(got)
+    n, damaged = got
+    for mfn, filename, offset, reason in damaged:
+        on_damaged(mfn, CorruptionError(filename, offset, reason))
+    return int(n)

@@ -5,6 +5,8 @@ files, and the commit hook driven without a writer."""
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -500,6 +502,43 @@ def test_every_database_with_an_fst_indexes(isis_data, tmp_path):
             assert all_terms(ix), fst
         done += 1
     assert done == 17
+
+
+def test_a_build_that_skips_damaged_records_names_them(isis_data, tmp_path):
+    """ABCD odds: MFN 49's XRF entry points at another MFN's record.  With
+    on_damaged the build leaves that record out, tells it (MFN, file,
+    offset, reason) after the new index is in place and indexes the other
+    records as the build over the undamaged ones does; `pydb index
+    --skip-damaged` names it on stderr and exits 0.  Without, the build
+    fails, the CLI says how to skip, and the old index stays."""
+    src = isis_data / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds"
+    if not Path(f"{src}.mst").exists():
+        pytest.skip("odds not present")
+    base = str(copy_db(src, tmp_path / "a", ("fst",)))
+    with pytest.raises(pydb.CorruptionError):
+        pydb.build_index(base)
+    assert not os.path.exists(base + ".pdx/MANIFEST")
+    told = []
+    n = pydb.build_index(base, on_damaged=lambda mfn, e: told.append((mfn, e)))
+    assert n == 87
+    [(mfn, e)] = told
+    assert (mfn, os.path.basename(e.filename), e.offset) == (49, "odds.mst", 28976)
+    assert "has MFN 2019440690, but the XRF entry of MFN 49 points there" in e.reason
+    with pydb.open(base) as db:
+        mfns = {p.mfn for t in db.index.terms() for p in db.index.postings(t.key)}
+        report = db.check()
+    assert 49 not in mfns and {48, 50, 87} <= mfns
+    assert (report.stats["index_keys"], report.stats["index_postings"]) == (428, 1763)
+    assert [p.kind for p in report.problems if p.kind.startswith("index")] == []
+    rc = subprocess.run([sys.executable, "-m", "pydb", "index", "--no-progress",
+                         "--skip-damaged", base], capture_output=True, text=True)
+    assert rc.returncode == 0, rc.stderr
+    assert "pydb index: MFN 49 left out of the index: " in rc.stderr
+    assert "1 damaged record left out of the index" in rc.stdout
+    rc = subprocess.run([sys.executable, "-m", "pydb", "index", "--no-progress", base],
+                        capture_output=True, text=True)
+    assert rc.returncode == 1
+    assert "--skip-damaged leaves damaged records out" in rc.stderr
 
 
 try:
