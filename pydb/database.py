@@ -434,8 +434,9 @@ class Database(_pydb.Database):
                 without TAG/OCC (ISIS LIND).
             SearchSyntaxError: the expression does not parse (``reason``,
                 ``position``: 0-based character offset).
-            UnicodeEncodeError: `expr` has characters the database's
-                encoding cannot represent (such a term cannot be a key).
+            TermEncodeError: `expr` has characters the database's
+                encoding cannot represent, even in lower case (such a term
+                cannot be a key); a UnicodeEncodeError.
             CorruptionError: damaged index files.
             ClosedError: the database is closed.
         """

@@ -246,6 +246,33 @@ class FieldDecodeError(Error, UnicodeDecodeError):
                 f"offset {self.start} of the value: {self.reason}")
 
 
+class TermEncodeError(Error, UnicodeEncodeError):
+    """A search expression or a key (str) with a character that the
+    database's encoding cannot hold, even in lower case
+    (:func:`pydb.search.fit_case`): no key of its index can contain it,
+    and either the text is mistyped or the database was opened with
+    another encoding than its records use (``pydb.open(path,
+    encoding="auto")`` detects it).  Also a :class:`UnicodeEncodeError`,
+    so code that caught the codec's error still does; that error is its
+    ``__cause__``.
+
+    Attributes: those of UnicodeEncodeError: ``encoding``, ``object``
+    (the expression or key as given), ``start`` / ``end`` (0-based
+    character offsets of what does not encode), ``reason``.
+    """
+
+    def __reduce__(self):
+        return (type(self), (self.encoding, self.object, self.start, self.end,
+                             self.reason))
+
+    def __str__(self):
+        bad = self.object[self.start:self.end]
+        return (f"{self.object!r}: {bad!r} (character {self.start}) cannot be written "
+                f"in the database's encoding {self.encoding!r}, so no key holds it; "
+                "if the records use another encoding, open the database with it "
+                "(encoding='auto' detects it)")
+
+
 class EncodingDetectionWarning(UserWarning):
     """``pydb.open(..., encoding="auto")`` chose an encoding, but some of
     the sampled field values do not decode cleanly in it (a UTF-8 database

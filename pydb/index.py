@@ -244,10 +244,10 @@ class Index:
         not look at the keys the index holds (:meth:`postings` does).
 
         Raises :class:`~pydb.ClosedError` once closed, TypeError when
-        `term` is neither str nor bytes, UnicodeEncodeError when a str
-        does not encode with the index's encoding and error handler, even
-        with each character the encoding lacks in lower case
-        (:func:`pydb.search.fit_case`).
+        `term` is neither str nor bytes, :class:`~pydb.TermEncodeError` (a
+        UnicodeEncodeError) when a str does not encode with the index's
+        encoding and error handler, even with each character the encoding
+        lacks in lower case (:func:`pydb.search.fit_case`).
         """
         return self._h.key(self._bytes(term))
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, overload
 
 from . import _pydb
-from .errors import NotFoundError
+from .errors import NotFoundError, TermEncodeError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .database import Database, Record
@@ -178,14 +178,20 @@ def fit_case(text: str, encoding: str) -> str:
 
 def retry_fitted(run, expr: str, encoding: str):
     """run(expr); where `expr` does not encode, run(fit_case(expr,
-    encoding)) if that differs, else the UnicodeEncodeError again."""
+    encoding)) if that differs; where that does not encode either,
+    :class:`~pydb.errors.TermEncodeError` (`expr`, the first character
+    that does not encode)."""
     try:
         return run(expr)
-    except UnicodeEncodeError:
-        fitted = fit_case(expr, encoding)
-        if fitted == expr:
-            raise
-    return run(fitted)
+    except UnicodeEncodeError as e:
+        fitted, first = fit_case(expr, encoding), e
+    try:
+        if fitted != expr:
+            return run(fitted)
+    except UnicodeEncodeError as e:
+        first = e
+    raise TermEncodeError(encoding, expr, first.start, first.end,
+                          first.reason) from first
 
 
 def search(index, expr: str, db: Database | None = None, *, encoding: str | None = None,
@@ -221,8 +227,9 @@ def search(index, expr: str, db: Database | None = None, *, encoding: str | None
             (ISIS LIND, docs/isis-formats.md §4.7).
         ClosedError: the index or the database is closed.
         CorruptionError, DiskError: reading the index or the XRF failed.
-        UnicodeEncodeError: `expr` cannot be encoded in `db`'s encoding,
-            even with each character it lacks in lower case (fit_case).
+        TermEncodeError: `expr` cannot be encoded in `db`'s encoding,
+            even with each character it lacks in lower case (fit_case);
+            a UnicodeEncodeError.
         LookupError: `encoding` or `errors` is unknown.
         TypeError: `index` is not an Index, `db` not a Database.
     """

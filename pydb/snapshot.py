@@ -239,9 +239,9 @@ class Snapshot(_pydb.Snapshot):
                 expression needs TAG/OCC the index lacks (ISIS LIND).
             SearchSyntaxError: the expression does not parse (``reason``,
                 ``position``: 0-based character offset).
-            UnicodeEncodeError: `expr` does not fit the database's encoding,
+            TermEncodeError: `expr` does not fit the database's encoding,
                 even with each character it lacks in lower case
-                (:func:`pydb.search.fit_case`).
+                (:func:`pydb.search.fit_case`); a UnicodeEncodeError.
             CorruptionError, DiskError: reading the index or the XRF.
             ClosedError: the snapshot is closed.
         """

@@ -478,8 +478,19 @@ def test_capitals_a_code_page_lacks_are_looked_up_in_lower_case(tmp_path):
         assert db.index.postings("CAFÉ") == db.index.postings("café") != []
         with db.snapshot() as snap:
             assert list(snap.search("NAÏVE")) == [1]
-        with pytest.raises(UnicodeEncodeError):
-            db.search("NAÏVE \u4e2d")
+        # a TermEncodeError (a pydb.Error and a UnicodeEncodeError) naming
+        # the expression as given, the character and the encoding
+        for call in (lambda: db.search("NAÏVE \u4e2d"),
+                     lambda: db.index.postings("NAÏVE \u4e2d"),
+                     lambda: db.snapshot().search("NAÏVE \u4e2d")):
+            with pytest.raises(pydb.TermEncodeError) as ei:
+                call()
+            e = ei.value
+            assert isinstance(e, UnicodeEncodeError) and isinstance(e, pydb.Error)
+            assert (e.encoding, e.object, e.start, e.end) == ("cp437", "NAÏVE \u4e2d", 6, 7)
+            assert str(e).startswith("'NAÏVE \u4e2d': '\u4e2d' (character 6) cannot be "
+                                     "written in the database's encoding 'cp437'")
+            assert isinstance(e.__cause__, UnicodeEncodeError)
     assert fit_case("NAÏVE \u4e2d", "cp437") == "NAïVE \u4e2d"
 
 
