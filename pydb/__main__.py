@@ -197,9 +197,16 @@ def _open_with_index(args):
     db = open_db(args.db, encoding=args.encoding)
     if db.index is None:
         db.close()
-        print(f"pydb {args.command}: {args.db}: the database has no inverted index (no "
-              f"native index, no CDS/ISIS inverted file); build one with: pydb index "
-              f"{args.db} --fst FILE", file=sys.stderr)
+        parts = [os.path.basename(p) for p in
+                 (find_sidecar(args.db, ext) for ext in ("n01", "l01", "ifp")) if p]
+        why = (f"its CDS/ISIS inverted file ({', '.join(parts)}) has no control file "
+               "(.cnt), without which it cannot be read" if parts and
+               find_sidecar(args.db, "cnt") is None
+               else "no native index, no CDS/ISIS inverted file")
+        fst = "" if find_sidecar(args.db, "fst") else " --fst FILE"
+        print(f"pydb {args.command}: {args.db}: the database has no inverted index to "
+              f"search ({why}); build a native one with: pydb index {args.db}{fst}",
+              file=sys.stderr)
         return None
     return db
 
@@ -230,8 +237,14 @@ def _cmd_postings(args) -> int:
     if db is None:
         return 1
     with db:
-        for p in db.postings(args.key, raw=args.raw):
+        postings = db.postings(args.key, raw=args.raw)
+        for p in postings:
             out.write(f"{p.mfn}\t{p.tag}\t{p.occ}\t{p.cnt}\n")
+        if not postings:
+            form = args.key if args.raw else db.index.key(args.key).decode(
+                db.encoding, "replace")
+            print(f"pydb postings: no key {form!r} in the index (pydb terms {args.db} "
+                  "PREFIX lists the keys)", file=sys.stderr)
     return 0
 
 
@@ -350,6 +363,9 @@ def _cmd_import(args) -> int:
     if args.resume:
         print(f"pydb import: resuming {_resume_point(checkpoint, args.src, before)}",
               file=sys.stderr)
+    elif before:
+        print(f"pydb import: {args.db} exists (MFNs up to {before}): appending the "
+              "records after them", file=sys.stderr)
     show = _show_progress(args)
     try:
         if fmt == "jsonl":
@@ -744,7 +760,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_terms)
     p = command("postings", "postings of one key: MFN TAG OCC CNT, tab separated",
                 epilog="MFN: record; TAG: field; OCC: occurrence of the field (from 1); "
-                       "CNT: word position in the occurrence (from 1).")
+                       "CNT: word position in the occurrence (from 1).  A key the index "
+                       "lacks prints nothing, a note on stderr, and exits 0.")
     _db_arg(p)
     p.add_argument("key", metavar="KEY", help="the key (upper-cased to key form unless --raw)")
     p.add_argument("--raw", action="store_true",

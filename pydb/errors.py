@@ -92,7 +92,13 @@ class DatabaseNotFoundError(DiskError, FileNotFoundError):
 class UnsupportedError(Error, OSError):
     """A valid request or file that pydb does not support, such as a
     big-endian master file or ``io="direct"`` on a file system that refuses
-    O_DIRECT (``errno`` is then EINVAL)."""
+    O_DIRECT (``errno`` is then EINVAL; 0 where no system call failed, and
+    the message then has no ``[Errno 0]``)."""
+
+    def __str__(self):
+        if self.errno != 0 or self.strerror is None:
+            return super().__str__()
+        return f"{self.filename}: {self.strerror}" if self.filename else self.strerror
 
 
 class RecordTooLargeError(Error, ValueError):

@@ -222,6 +222,7 @@ def test_ctrl_c_during_import_says_what_was_committed_and_resume_adds_the_rest(t
     # batches 1 and 2 (10 records each) committed; the third was rolled back
     assert r.returncode == 130
     assert r.stderr.splitlines() == [
+        f"pydb import: {db} exists (MFNs up to 2): appending the records after them",
         f"pydb import: interrupted; 20 records committed to {db} in this run (MFNs "
         "3..22); run the same command with --resume to import the rest"]
     assert _fields(db) == old + want[:20]
@@ -618,6 +619,11 @@ def test_cli_terms_and_postings(capsys):
     assert capsys.readouterr().out == "WATER YIELD\t1\n"
     assert cli_main(["postings", need(BIBL), "7875"]) == 0
     assert capsys.readouterr().out == "5\t991\t1\t3\n"
+    assert cli_main(["postings", base, "waterz"]) == 0      # no such key: a note
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == (
+        f"pydb postings: no key 'WATERZ' in the index (pydb terms {base} PREFIX lists "
+        "the keys)\n")
     assert cli_main(["terms", need("bireme__isis2json/fixtures/cds/cds")]) == 1
     assert "no inverted index" in capsys.readouterr().err
 
@@ -752,8 +758,17 @@ def test_one_record_and_the_missing_index_hint(isis_data, capsys):
     plain = need("bireme__isis2json/fixtures/cds/cds")
     assert cli_main(["search", plain, "X"]) == 1
     assert capsys.readouterr().err == (
-        f"pydb search: {plain}: the database has no inverted index (no native index, no "
-        f"CDS/ISIS inverted file); build one with: pydb index {plain} --fst FILE\n")
+        f"pydb search: {plain}: the database has no inverted index to search (no native "
+        f"index, no CDS/ISIS inverted file); build a native one with: pydb index {plain} "
+        "--fst FILE\n")
+    # pyisis db/cds: .n01/.l01/.ifp without the .cnt, and an .fst
+    nocnt = need("scieloorg__pyisis/db/cds")
+    assert cli_main(["search", nocnt, "WATER"]) == 1
+    assert capsys.readouterr().err == (
+        f"pydb search: {nocnt}: the database has no inverted index to search (its "
+        "CDS/ISIS inverted file (cds.n01, cds.l01, cds.ifp) has no control file (.cnt), "
+        "without which it cannot be read); build a native one with: pydb index "
+        f"{nocnt}\n")
 
 
 def test_index_names_the_fst_option(tmp_path, capsys):

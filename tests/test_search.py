@@ -300,6 +300,8 @@ def test_lind_caps_refuse_positional_operators(caps, expr, what):
     with pytest.raises(UnsupportedError) as ei:
         search(ix, expr)
     assert what in str(ei.value) and "docs/isis-formats.md §4.7" in str(ei.value)
+    # no system call failed: errno 0, and no "[Errno 0]" before the message
+    assert ei.value.errno == 0 and str(ei.value) == ei.value.strerror
 
 
 def test_lind_caps_boolean_and_missing_occ():
