@@ -564,7 +564,8 @@ static void fork_list_remove(nidx *x)
  * step: by then the collectors' part holds every step lock, and a
  * reader only tries it), so that no child inherits either held by a
  * thread it does not have (its detach would wait for the db_lock
- * forever); released in the parent and the child. */
+ * forever); released in the parent, released or made anew in the
+ * child. */
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&fork_list_mutex);
@@ -574,7 +575,7 @@ static void fork_prepare(void)
     }
 }
 
-static void fork_done(void)
+static void fork_parent(void)
 {
     for (nidx *x = fork_list; x; x = x->fork_next) {
         pthread_mutex_unlock(&x->mu);
@@ -583,8 +584,22 @@ static void fork_done(void)
     pthread_mutex_unlock(&fork_list_mutex);
 }
 
-static const pydb_fork_part nidx_fork = {2, fork_prepare, fork_done,
-                                         fork_done};
+/* The child's db_lock is made anew, not unlocked: glibc tells a
+ * writer's unlock from a reader's by the thread id of the writer, which
+ * the child's one thread does not have, so an unlock there left the lock
+ * write-locked and the child's close (its detach) and searches that
+ * tell of dead postings waited forever. */
+static void fork_child(void)
+{
+    for (nidx *x = fork_list; x; x = x->fork_next) {
+        pthread_mutex_unlock(&x->mu);
+        pthread_rwlock_init(&x->db_lock, NULL);
+    }
+    pthread_mutex_unlock(&fork_list_mutex);
+}
+
+static const pydb_fork_part nidx_fork = {2, fork_prepare, fork_parent,
+                                         fork_child};
 
 static void nidx_close(pydb_index *ix)
 {

@@ -658,3 +658,61 @@ def test_search_in_a_child_forked_while_a_thread_opens_the_header(tmp_path):
     assert code == 0
     assert got == {"n": 40}
     ix.close()
+
+
+def _in_forked_child(child) -> int | None:
+    """Fork; run `child()` in the child (its return is the exit code; an
+    exception exits 1).  The exit code, or None when the child had not
+    ended after 10 s (it is killed)."""
+    import warnings
+    with warnings.catch_warnings():             # fork() with threads (3.12+)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = child()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    if not done:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status) if done and os.WIFEXITED(status) else None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.parametrize("gc", ["none", "background"])
+def test_a_child_forked_from_a_writer_with_an_index_searches_and_closes(tmp_path, gc):
+    """The pre-fork worker model (gunicorn --preload, multiprocessing's
+    fork): a writable handle with a native index, forked with no thread
+    inside pydb.  The fork handlers write-lock each index handle's
+    db_lock and the child unlocked it, which glibc took for a reader's
+    unlock (it tells a writer's by the thread id that locked it, which
+    the child's thread does not have): the lock stayed held, and the
+    child's close() (detaching the index) and a search that tells of
+    dead postings waited forever (found by a review).  The child's lock
+    is made anew (csrc/nidx_handle.c, fork_child)."""
+    base = tmp_path / "db"
+    db = pydb.create(base, fst="24 4 v24\n", gc=gc)
+    db.append([(24, "HELLO")])
+    db.update(1, [(24, "HELLO WORLD")])     # a dead posting to tell of
+
+    def child():
+        if list(db.search("HELLO")) != [1] or list(db.search("WORLD")) != [1]:
+            return 2
+        db.append([(24, "CHILD")])
+        db.close()
+        return 0
+
+    assert _in_forked_child(child) == 0
+    # the parent goes on with its handle: the child's record is there
+    assert list(db.search("CHILD")) == [2]
+    db.append([(24, "PARENT")])
+    assert list(db.search("PARENT")) == [3]
+    db.close()
