@@ -231,6 +231,7 @@ struct pydb_db {
     pthread_mutex_t wmutex;  /* guards wbusy / wowner                      */
     pthread_cond_t wcond;
     int wbusy;               /* a transaction is open                      */
+    int wbusy_gc;            /* ... and it is a collector step             */
     pthread_t wowner;        /* thread that began it                       */
     pid_t wbusy_pid;         /* process that set wbusy (a fork()ed child
                                 clears a wbusy it inherited)              */

@@ -522,7 +522,8 @@ class Database(_pydb.Database):
 
         Args:
             timeout: seconds to wait for the writer lock (float; default:
-                the ``lock_timeout`` given to :func:`open`).
+                the ``lock_timeout`` given to :func:`open`; 0: one try;
+                a step of this handle's collector is waited for anyway).
 
         Returns:
             A :class:`Transaction` (methods ``append(fields) -> MFN``,
@@ -874,7 +875,10 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             commit header cannot be used (read-only folder, no /proc)
             every commit syncs as with True.
         lock_timeout: seconds a write waits for the writer lock held by
-            another thread or process (float, default 10).
+            another thread or process (float, default 10; 0: one try).
+            A step of the handle's own garbage collector, which holds
+            the lock briefly (a bounded step), is waited for whatever
+            the timeout.
         gc: the garbage collection policy (see :attr:`Database.gc_policy`):
             ``"background"`` (default: a collector thread of the handle,
             woken by commits), ``"cooperative"`` (readers that meet

@@ -564,3 +564,30 @@ def test_one_process_collects_at_a_time(tmp_path):
             if p.poll() is None:
                 p.communicate("\n", timeout=30)
         db.close()
+
+
+def test_a_transaction_with_no_timeout_is_not_refused_for_its_own_collector(tmp_path):
+    """One thread of the program, timeout=0 (a try), and the handle's own
+    background collector busy with the garbage the updates make: no begin
+    fails.  It used to wait for nothing that held or was about to take
+    the writer lock, the collector's bounded steps included, and 7% of
+    the transactions failed with "another thread holds the writer lock"
+    (found by a review); it now waits for its own collector whatever its
+    timeout (csrc/txn.c, "Locks")."""
+    import random
+    rng = random.Random(3)
+    db = pydb.create(tmp_path / "db", fst="24 4 v24\n", gc="background")
+    with db.transaction() as tx:
+        for _ in range(300):
+            tx.append([(24, "A"), (70, "x" * 200)])
+    done = 0
+    t_end = time.monotonic() + 3
+    while time.monotonic() < t_end:
+        with db.transaction(timeout=0) as tx:       # raises LockTimeoutError if refused
+            for m in rng.sample(range(1, 301), 5):
+                tx.update(m, [(24, f"B{done}"), (70, "y" * 200)])
+        done += 1
+        time.sleep(0.002)
+    collections = db.stat()["header"]["collections"]
+    db.close()
+    assert done > 100 and collections > 0, (done, collections)
