@@ -196,6 +196,15 @@ static int fatal_error(const pydb_db *db, pydb_error *err)
                       "committed transaction)");
 }
 
+/* Whether a failed write to the log says it cannot grow (no space, the
+ * file size limit, the quota) rather than that the disk failed. */
+static int log_cannot_grow(const pydb_error *e)
+{
+    return e->code == PYDB_EIO &&
+           (e->sys_errno == ENOSPC || e->sys_errno == EFBIG ||
+            e->sys_errno == EDQUOT);
+}
+
 /* A checkpoint with the writer lock held (wal.h); a failed fsync makes
  * the handle read-only. */
 static int checkpoint(pydb_db *db, pydb_error *err)
@@ -1432,13 +1441,26 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         rc = write_region(t, region, err);
         if (rc) goto done;
     }
-    rc = build_log(&log, t, region, &xb, &nxb, &mst_end, ctl, err);
-    if (rc) goto done;
-    if (keep) frame_sync = !img_holds(db, t, xb, nxb);
-    defer = sync && !frame_sync;   /* (keep: a sync=True handle's) */
-
-    /* The log, then the commit point. */
-    rc = pydb__wal_append(db, &log, keep, &log_at, err);
+    /* The log, then the commit point.  A log that cannot grow (a full
+     * disk, a file size limit) while it holds commits since the last
+     * checkpoint is emptied by one, and the frame, made again for the
+     * empty log, tried once more: else every commit would fail until a
+     * collection or a reopen checkpointed. */
+    for (int tries = 0;; tries++) {
+        pydb_error scratch;
+        rc = build_log(&log, t, region, &xb, &nxb, &mst_end, ctl, err);
+        if (rc) goto done;
+        if (keep) frame_sync = !img_holds(db, t, xb, nxb);
+        defer = sync && !frame_sync;   /* (keep: a sync=True handle's) */
+        rc = pydb__wal_append(db, &log, keep, &log_at, err);
+        if (rc == PYDB_OK || tries > 0 || !keep || log_at == 0 ||
+            !log_cannot_grow(err) || checkpoint(db, &scratch) != PYDB_OK)
+            break;
+        pydb__buf_free(&log);
+        free(xb);
+        xb = NULL;
+        nxb = 0;
+    }
     if (rc == PYDB_OK && frame_sync && (rc = log_sync(db, err)) != PYDB_OK)
         log_sync_failed = 1;
     if (rc) {
