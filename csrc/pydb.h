@@ -1438,9 +1438,18 @@ typedef struct pydb_stat {
     pydb_index_stat index;
 } pydb_stat;
 
-/* Fill *out (pydb_stat above).  Errors: PYDB_ECORRUPT (with the file and
- * offset), PYDB_EIO, PYDB_ENOMEM, PYDB_ELOCKED (the reader table full). */
+/* Fill *out (pydb_stat above): the index figures are those of the
+ * attached native index, else of the database's native index opened for
+ * them (a read-only handle's too).  Errors: PYDB_ECORRUPT (with the file
+ * and offset; the index's files too), PYDB_EIO, PYDB_ENOMEM, PYDB_ELOCKED
+ * (the reader table full). */
 int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err);
+/* The same; flags PYDB_STAT_NO_INDEX: no index figures (index.present 0,
+ * the index's files not read: a report of a database whose index is
+ * damaged). */
+#define PYDB_STAT_NO_INDEX 1
+int pydb_stat_get_ex(pydb_stat *out, pydb_db *db, int flags,
+                     pydb_error *err);
 
 /* ======================================================================
  * 10. ISO 2709 (csrc/iso2709.c; docs/isis-formats.md §7)

@@ -27,10 +27,12 @@
  * file pair's generation moves) makes it start again.
  *
  * Depends on: pydb_int.h, shm.h, gc.h (the collector's record and the
- * step lock around the index's garbage()), read.c (snapshot, XRF scan),
+ * step lock around the index's garbage()), nidx_handle.h (the figures
+ * of an index no hook serves), read.c (snapshot, XRF scan),
  * record.c (leaders), vfs.c (reads).
  */
 #include "gc.h"
+#include "nidx_handle.h"
 #include "shm.h"
 #include <errno.h>
 #include <sched.h>
@@ -93,10 +95,29 @@ static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
     return 0;
 }
 
+/* The figures of a native index no hook of this handle serves (a
+ * read-only handle, or a writer that attached none): the index opened
+ * for them and closed.  No index: none (present 0). */
+static int unattached_index(pydb_index_stat *out, pydb_db *db,
+                            pydb_error *err)
+{
+    pydb_index *ix = NULL;
+    pydb_error e;
+    int rc = pydb_native_index_open(&ix, db->mst.path, &e);
+    if (rc == PYDB_EIO && e.sys_errno == ENOENT) return PYDB_OK;
+    if (rc) {
+        if (err) *err = e;
+        return rc;
+    }
+    rc = pydb__nidx_gc_garbage(ix, db, out, err);
+    pydb_index_close(ix);
+    return rc;
+}
+
 /* One attempt of pydb_stat_get(); *gen_moved set when the handle's file
  * pair changed during it (a compaction of another handle or process
  * replaced the files): the figures are then mixed and it is done again. */
-static int stat_once(pydb_stat *out, pydb_db *db, int *gen_moved,
+static int stat_once(pydb_stat *out, pydb_db *db, int flags, int *gen_moved,
                      pydb_error *err)
 {
     pydb_shm *shm = pydb__db_shm(db);
@@ -166,9 +187,11 @@ static int stat_once(pydb_stat *out, pydb_db *db, int *gen_moved,
     }
     if (rc) goto cleanup;
     hook = db->hook;
-    if (hook.prepare && hook.garbage) {
+    if (hook.prepare && hook.garbage && !(flags & PYDB_STAT_NO_INDEX)) {
         out->index.present = 1;
         rc = hook.garbage(hook.ctx, db, &out->index, err);
+    } else if (!(flags & PYDB_STAT_NO_INDEX)) {
+        rc = unattached_index(&out->index, db, err);
     }
 cleanup:
     pydb__gc_resume(db);
@@ -178,10 +201,16 @@ cleanup:
 
 int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err)
 {
+    return pydb_stat_get_ex(out, db, 0, err);
+}
+
+int pydb_stat_get_ex(pydb_stat *out, pydb_db *db, int flags,
+                     pydb_error *err)
+{
     struct timespec pause = {0, 2000000};
     int moved = 0, rc = PYDB_OK;
     for (int attempt = 0; attempt < STAT_ATTEMPTS; attempt++) {
-        rc = stat_once(out, db, &moved, err);
+        rc = stat_once(out, db, flags, &moved, err);
         if (rc || !moved) return rc;
         /* the pause first: a compaction of another handle that ends
          * between the switch and the next snapshot makes that attempt

@@ -1445,7 +1445,10 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
      * disk, a file size limit) while it holds commits since the last
      * checkpoint is emptied by one, and the frame, made again for the
      * empty log, tried once more: else every commit would fail until a
-     * collection or a reopen checkpointed. */
+     * collection or a reopen checkpointed.  Not for a collector's step
+     * (wbusy_gc: this thread's own hold): its failure is recorded and
+     * the step tried again later, and a checkpoint whose fsync fails
+     * would make the application's handle read-only for it. */
     for (int tries = 0;; tries++) {
         pydb_error scratch;
         rc = build_log(&log, t, region, &xb, &nxb, &mst_end, ctl, err);
@@ -1454,7 +1457,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         defer = sync && !frame_sync;   /* (keep: a sync=True handle's) */
         rc = pydb__wal_append(db, &log, keep, &log_at, err);
         if (rc == PYDB_OK || tries > 0 || !keep || log_at == 0 ||
-            !log_cannot_grow(err) || checkpoint(db, &scratch) != PYDB_OK)
+            db->wbusy_gc || !log_cannot_grow(err) ||
+            checkpoint(db, &scratch) != PYDB_OK)
             break;
         pydb__buf_free(&log);
         free(xb);

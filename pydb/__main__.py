@@ -577,22 +577,19 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
 
 
 def _cmd_stat(args) -> int:
-    """A writable handle with the policy none when the files allow it (the
-    native index reports its figures only to a writer; nothing is
-    collected), else a read-only one (no index figures)."""
-    why: Exception | None = None
-    try:
-        db = open_db(args.db, readonly=False, gc="none")
-    except (PermissionError, Error) as e:
-        why = e
-        db = open_db(args.db)
-    with db:
-        s = db.stat()
-        note = "no"
-        if os.path.isdir(f"{db.path}.pdx"):
-            note = (f"yes, unreadable ({why}); pydb index {args.db} rebuilds it"
-                    if isinstance(why, CorruptionError)
-                    else "yes (its figures come with a writable handle)")
+    """A read-only handle: a report changes no file (no recovery, no
+    collection).  A native index whose files cannot be read is named,
+    with why, and the other figures are shown."""
+    with open_db(args.db) as db:
+        try:
+            s = db.stat()
+            note = "yes" if s["index"] is not None else "no"
+        except CorruptionError as e:
+            pdx = os.path.join(f"{db.path}.pdx", "")
+            if not (e.filename or "").startswith(pdx):
+                raise
+            s = db.stat(index=False)
+            note = f"yes, unreadable ({e}); pydb index {args.db} rebuilds it"
     if args.json:
         print(json.dumps(s, indent=1))
     else:

@@ -652,21 +652,26 @@ static PyObject *database_collect(DatabaseObject *self, PyObject *args,
     return gc_report_dict(&r);
 }
 
-static PyObject *database_stat(DatabaseObject *self, PyObject *unused)
+static PyObject *database_stat(DatabaseObject *self, PyObject *args,
+                               PyObject *kw)
 {
     PIN_SCOPE;
+    static char *kwlist[] = {"index", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
     pydb_stat *s;
     pydb_error e;
     PyObject *last = NULL, *last_time = NULL, *last_error = NULL;
     PyObject *oldest = NULL, *index = NULL, *collector = NULL, *res = NULL;
-    int rc;
-    (void)unused;
+    int rc, with_index = 1;
 
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p", kwlist, &with_index))
+        return NULL;
     if (!st || database_check_open(st, self) < 0) return NULL;
     s = PyMem_Malloc(sizeof *s);
     if (!s) return PyErr_NoMemory();
-    UNLOCKED(&self->guard, NULL, rc = pydb_stat_get(s, self->db, &e));
+    UNLOCKED(&self->guard, NULL,
+             rc = pydb_stat_get_ex(s, self->db,
+                                   with_index ? 0 : PYDB_STAT_NO_INDEX, &e));
     if (rc) {
         PyMem_Free(s);
         return set_error(st, rc, &e);
@@ -1049,9 +1054,10 @@ static PyMethodDef database_methods[] = {
      "collect($self, /, timeout=10.0)\n--\n\nCollect all collectable "
      "garbage now, on the calling thread (GIL released); see "
      "pydb.Database.collect."},
-    {"stat", (PyCFunction)database_stat, METH_NOARGS,
-     "stat($self, /)\n--\n\nThe figures of the latest commit (GIL "
-     "released); see pydb.Database.stat."},
+    {"stat", (PyCFunction)(void (*)(void))database_stat,
+     METH_VARARGS | METH_KEYWORDS,
+     "stat($self, /, *, index=True)\n--\n\nThe figures of the latest "
+     "commit (GIL released); see pydb.Database.stat."},
     {NULL}};
 
 static PyGetSetDef database_getset[] = {

@@ -713,13 +713,20 @@ class Database(_pydb.Database):
         report: dict[str, int] = super().collect(timeout)
         return report
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self, *, index: bool = True) -> dict[str, Any]:
         """Statistics of the latest commit, in the spirit of Firebird's
         gstat (``python -m pydb stat DB`` prints them).  Exact: one pass
         over the XRF, the leaders of every version reachable through the
         back pointers, and the native index's segments, as of a snapshot
         of the latest commit (writers go on meanwhile; the GIL is
-        released).
+        released).  The index figures are those of the index attached to
+        this handle, else of the database's native index read for them
+        (a read-only handle's too).
+
+        Args:
+            index: False leaves the native index out (``index`` None, its
+                files not read): the figures of a database whose index
+                is damaged.
 
         Returns:
             A dict of dicts (sizes in bytes, versions as counts)::
@@ -755,7 +762,8 @@ class Database(_pydb.Database):
                 master_file: size (bytes of the .mst as of the commit),
                     live_bytes (bytes of the records' current versions),
                     fill (live_bytes / size, float 0..1)
-                index: None without a native index, else segments (a
+                index: None without a native index (or with
+                    ``index=False``), else segments (a
                     file each, or inline in the MANIFEST: small ones),
                     terms, postings (stored, live and dead), dead_postings,
                     tombstones, bytes (of the live segments), files
@@ -763,14 +771,15 @@ class Database(_pydb.Database):
                     unused_bytes
 
         Raises:
-            CorruptionError: a damaged XRF entry, leader or back pointer
-                (file, byte offset, reason).
+            CorruptionError: a damaged XRF entry, leader or back pointer,
+                or a damaged file of the native index (file, byte offset,
+                reason).
             DiskError: an I/O error.
             LockTimeoutError: every reader-table slot is held by a live
                 process (no snapshot could be taken).
             ClosedError: the database is closed.
         """
-        figures: dict[str, Any] = super().stat()
+        figures: dict[str, Any] = super().stat(index=index)
         return figures
 
     def check(self, *, max_problems: int = 1000,
