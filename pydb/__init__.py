@@ -56,7 +56,8 @@ from .subfields import Subfields, parse_subfields
 
 # Encoding detection: pydb.open(path, encoding="auto").
 from .encoding import EncodingDetection, detect_encoding  # isort: skip
-from .errors import EncodingDetectionWarning, FieldDecodeError, TermEncodeError  # isort: skip
+from .errors import (EncodingDetectionWarning, FieldDecodeError,  # isort: skip
+                     FieldEncodeError, TermEncodeError)
 
 __version__ = "0.1.0"
 
@@ -75,5 +76,5 @@ __all__ = [
     "to_pymarc", "from_pymarc", "append_pymarc",
     "to_arrow", "from_arrow", "export_parquet", "import_parquet",
     "detect_encoding", "EncodingDetection", "EncodingDetectionWarning", "FieldDecodeError",
-    "TermEncodeError",
+    "TermEncodeError", "FieldEncodeError",
 ]

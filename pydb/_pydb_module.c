@@ -290,6 +290,7 @@ static int module_exec(PyObject *m)
     GET_EXC(LockTimeoutError);
     GET_EXC(DatabaseExistsError);
     GET_EXC(FieldDecodeError);
+    GET_EXC(FieldEncodeError);
     Py_DECREF(errors);
     return 0;
 fail:
@@ -305,7 +306,8 @@ fail:
     X(Error) X(CorruptionError) X(NotFoundError) X(DiskError)           \
     X(DatabaseNotFoundError) X(UnsupportedError) X(RecordTooLargeError) \
     X(ClosedError) X(SearchSyntaxError) X(FSTError) X(ReadOnlyError)    \
-    X(LockTimeoutError) X(DatabaseExistsError) X(FieldDecodeError)
+    X(LockTimeoutError) X(DatabaseExistsError) X(FieldDecodeError)     \
+    X(FieldEncodeError)
 
 static int module_traverse(PyObject *m, visitproc visit, void *arg)
 {

@@ -67,7 +67,8 @@ typedef struct {
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
         *LockTimeoutError, *DatabaseExistsError,
-        *FieldDecodeError;  /* a value that does not decode (record.c) */
+        *FieldDecodeError,  /* a value that does not decode (record.c) */
+        *FieldEncodeError;  /* a str value that does not encode (ditto) */
 } module_state;
 
 extern struct PyModuleDef pydb_module;

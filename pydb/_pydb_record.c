@@ -989,13 +989,59 @@ nomem:
     return -1;
 }
 
-/* Value -> bytes (new reference), by the rule in _pydb_record.h. */
-static PyObject *value_bytes(PyObject *v, Py_ssize_t i, const char *encoding,
+/* The UnicodeEncodeError now set by the encoding of field i (1-based
+ * i + 1, tag t), raised again as FieldEncodeError (a pydb.Error and a
+ * UnicodeEncodeError) naming the field, the tag and the database's
+ * encoding; the codec's error is its __cause__.  Other exceptions pass
+ * through.  NULL. */
+static PyObject *encode_failed(module_state *st, Py_ssize_t i,
+                               unsigned long t, const char *encoding)
+{
+    PyObject *type, *exc, *tb, *obj = NULL, *reason = NULL, *err = NULL;
+    Py_ssize_t start, end;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
+    PyErr_Fetch(&type, &exc, &tb);   /* PyErr_GetRaisedException: 3.12 */
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb) PyException_SetTraceback(exc, tb);
+    obj = PyUnicodeEncodeError_GetObject(exc);
+    reason = obj ? PyUnicodeEncodeError_GetReason(exc) : NULL;
+    if (!reason || PyUnicodeEncodeError_GetStart(exc, &start) < 0 ||
+        PyUnicodeEncodeError_GetEnd(exc, &end) < 0)
+        goto done;
+    /* the database's name for the codec ("cp850", not "charmap") */
+    err = PyObject_CallFunction(st->FieldEncodeError, "sOnnOnk", encoding,
+                                obj, start, end, reason, i + 1, t);
+    if (err) {
+        PyException_SetCause(err, Py_NewRef(exc));
+        PyException_SetContext(err, Py_NewRef(exc));
+        PyErr_SetObject((PyObject *)Py_TYPE(err), err);
+    }
+done:
+    if (!err && !PyErr_Occurred()) {   /* raise the codec's own error */
+        PyErr_Restore(type, exc, tb);
+        type = exc = tb = NULL;
+    }
+    Py_XDECREF(err);
+    Py_XDECREF(reason);
+    Py_XDECREF(obj);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    return NULL;
+}
+
+/* Value -> bytes (new reference), by the rule in _pydb_record.h; a str
+ * that does not encode: FieldEncodeError (encode_failed, tag t). */
+static PyObject *value_bytes(module_state *st, PyObject *v, Py_ssize_t i,
+                             unsigned long t, const char *encoding,
                              const char *errors)
 {
     if (PyBytes_Check(v)) return Py_NewRef(v);
     if (PyUnicode_Check(v)) {
-        if (encoding) return PyUnicode_AsEncodedString(v, encoding, errors);
+        if (encoding) {
+            PyObject *b = PyUnicode_AsEncodedString(v, encoding, errors);
+            return b ? b : encode_failed(st, i, t, encoding);
+        }
         PyErr_Format(PyExc_TypeError, "field %zd: a value is bytes here "
                      "(stored as given, no encoding), not str", i + 1);
         return NULL;
@@ -1069,7 +1115,7 @@ int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
             tag = PySequence_Fast_GET_ITEM(item, 0);  /* tuple or list */
             val = PySequence_Fast_GET_ITEM(item, 1);
         }
-        if (!PyLong_Check(tag)) {
+        if (!PyLong_Check(tag) || PyBool_Check(tag)) {
             PyErr_Format(PyExc_TypeError, "field %zd: a tag is an int, not "
                          "%.100s", i + 1, Py_TYPE(tag)->tp_name);
             goto done;
@@ -1086,7 +1132,7 @@ int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
          * before anything can run Python code, and hold it (a Field's
          * raw is held already). */
         if (!held) held = Py_NewRef(val);
-        bytes = value_bytes(val, i, encoding, errors);
+        bytes = value_bytes(st, val, i, t, encoding, errors);
         Py_CLEAR(held);
         if (!bytes) goto done;
         b->keep[b->nkeep++] = bytes;

@@ -567,6 +567,15 @@ class Database(_pydb.Database):
         Raises:
             RecordTooLargeError: above the layout's limit (ISIS: 32767
                 bytes per record; the FFI layouts allow more).
+            TypeError, ValueError: a field that is not a (tag, value)
+                pair, a tag that is not an int (a bool is refused) or not
+                in 1..65535, a value of another type; the message names
+                the field (1-based).  Nothing is written.
+            FieldEncodeError: a str value has a character the database's
+                encoding cannot hold (field, tag, position; a
+                UnicodeEncodeError).  Nothing is written.  (The same for
+                :meth:`update` and a transaction's ``append`` and
+                ``update``.)
             ReadOnlyError, LockTimeoutError, DiskError: as for
                 :meth:`transaction` and ``Transaction.commit``; the
                 exception's ``committed`` (:class:`Error`) says whether the

@@ -252,6 +252,37 @@ class FieldDecodeError(Error, UnicodeDecodeError):
                 f"offset {self.start} of the value: {self.reason}")
 
 
+class FieldEncodeError(Error, UnicodeEncodeError):
+    """A str field value with a character the database's encoding cannot
+    hold (``errors="strict"``), raised where records are written
+    (``append``, ``update``, a transaction's, ``create(records=...)``).
+    Also a :class:`UnicodeEncodeError`, so code that caught the codec's
+    error still does; that error is its ``__cause__``.  Nothing of the
+    record is written.
+
+    Attributes: ``field`` (int, the 1-based position of the field in the
+    record's fields), ``tag`` (int), and those of UnicodeEncodeError:
+    ``encoding`` (the database's), ``object`` (the value), ``start`` /
+    ``end`` (0-based character offsets of what does not encode),
+    ``reason``.
+    """
+
+    def __init__(self, encoding, object, start, end, reason, field, tag):
+        UnicodeEncodeError.__init__(self, encoding, object, start, end, reason)
+        self.field = field
+        self.tag = tag
+
+    def __reduce__(self):
+        return (type(self), (self.encoding, self.object, self.start, self.end,
+                             self.reason, self.field, self.tag))
+
+    def __str__(self):
+        bad = self.object[self.start:self.end]
+        return (f"field {self.field} (tag {self.tag}): {bad!r} (character {self.start} "
+                f"of the value) cannot be written in the database's encoding "
+                f"{self.encoding!r}: {self.reason}")
+
+
 class TermEncodeError(Error, UnicodeEncodeError):
     """A search expression or a key (str) with a character that the
     database's encoding cannot hold, even in lower case

@@ -257,9 +257,23 @@ def test_fields_arguments(tmp_path):
         for bad, exc in [([(0, b"x")], ValueError), ([(65536, b"x")], ValueError),
                          ([("1", b"x")], TypeError), ([(1, 5)], TypeError),
                          ([(1, b"x", 2)], ValueError), ("abc", TypeError),
-                         ([5], TypeError), (5, TypeError)]:
+                         ([5], TypeError), (5, TypeError), ([(True, b"x")], TypeError)]:
             with pytest.raises(exc):
                 db.append(bad)
+        # a character cp850 lacks: FieldEncodeError naming field and tag,
+        # a pydb.Error and UnicodeEncodeError; nothing written
+        for call in (lambda: db.append([(1, "ok"), (24, "snow \u2603 man")]),
+                     lambda: db.update(1, [(1, "ok"), (24, "snow \u2603 man")])):
+            with pytest.raises(pydb.FieldEncodeError) as ei:
+                call()
+            e = ei.value
+            assert isinstance(e, UnicodeEncodeError) and isinstance(e, pydb.Error)
+            assert (e.field, e.tag, e.encoding, e.object, e.start, e.end) == (
+                2, 24, "cp850", "snow \u2603 man", 5, 6)
+            assert str(e) == ("field 2 (tag 24): '\u2603' (character 5 of the value) "
+                              "cannot be written in the database's encoding 'cp850': "
+                              "character maps to <undefined>")
+        assert db[1].raw(1) == [b"Andr\x82"]
         with pytest.raises(pydb.NotFoundError):
             db.update(99, [(1, b"x")])
         with pytest.raises(pydb.NotFoundError):
