@@ -698,7 +698,10 @@ class Database(_pydb.Database):
 
         Args:
             timeout: seconds (float >= 0, default 10) the collection may
-                take, waits for the writer lock included.
+                take, waits for the writer lock included; looked at
+                between steps, so the step under way at the deadline
+                ends first (a step is bounded in work, not in time: a
+                review measured 0.63 s for 0.5).
 
         Returns:
             What was collected, a dict of ints: ``versions`` (back
