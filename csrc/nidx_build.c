@@ -237,7 +237,13 @@ static int note_damaged(pydb_nidx_builder *b, int32_t mfn, int rc,
         b->cap_damaged = cap;
     }
     b->damaged[b->ndamaged].mfn = mfn;
-    b->damaged[b->ndamaged++].error = *err;
+    if (err) {
+        b->damaged[b->ndamaged].error = *err;
+    } else {   /* the caller wants no detail: the code, at least */
+        memset(&b->damaged[b->ndamaged].error, 0, sizeof *err);
+        b->damaged[b->ndamaged].error.code = rc;
+    }
+    b->ndamaged++;
     return PYDB_OK;
 }
 

@@ -77,14 +77,16 @@
  * step (pydb__txn_begin_gc) goes first: while it waits for either lock,
  * other waiters stand back (in this handle: gc_waiting; across
  * processes: the header's priority word, wal.c) -- for at most the
- * step's own short wait.  A transaction waits for its handle's own
- * collector (a step holding the lock, or about to take it) whatever its
- * timeout: a step is bounded, and the timeout is about other writers
- * (with timeout 0, 7% of begins beside a busy collector failed, "another
- * thread holds the writer lock", in a program with one thread).  Without that, commits that follow each other
+ * step's own short wait.  Without that, commits that follow each other
  * without a pause (16 clients, say) take the lock at every release, the
  * step times out again and again, and garbage piles up (segments: each
- * commit adds one, and every lookup visits them all).
+ * commit adds one, and every lookup visits them all).  And a transaction
+ * waits for its handle's own collector (a step holding the lock, or
+ * about to take it) whatever its timeout: a step is bounded, and the
+ * timeout is about other writers (with timeout 0, 7% of begins beside a
+ * busy collector failed, "another thread holds the writer lock", in a
+ * program with one thread).  That wait counts against the timeout: the
+ * lock of other processes is then tried once.
  *
  * Failures.  Every write, fsync, truncate and rename goes through the vfs
  * table.  A failure before the commit point leaves the files as they were
@@ -1382,6 +1384,7 @@ static void commit_outcome(pydb_error *err, int logged, int log_sync_failed,
 
 int pydb_txn_commit(pydb_txn *t, pydb_error *err)
 {
+    pydb_error local;   /* err NULL: the commit still reads its errors */
     pydb_db *db = t->db;
     pydb_change *changes = NULL;
     pydb_buf log = {0};
@@ -1409,6 +1412,10 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     pydb_ctl newctl;
     uint64_t s;
 
+    if (!err) {
+        memset(&local, 0, sizeof local);
+        err = &local;
+    }
     if (t->nops == 0 && t->nfiles == 0) goto done;  /* nothing to write */
     if (db->hook.prepare && t->nops) {
         changes = calloc(t->nops, sizeof *changes);
@@ -1451,15 +1458,22 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
      * would make the application's handle read-only for it. */
     for (int tries = 0;; tries++) {
         pydb_error scratch;
+        int crc;
         rc = build_log(&log, t, region, &xb, &nxb, &mst_end, ctl, err);
         if (rc) goto done;
         if (keep) frame_sync = !img_holds(db, t, xb, nxb);
         defer = sync && !frame_sync;   /* (keep: a sync=True handle's) */
         rc = pydb__wal_append(db, &log, keep, &log_at, err);
         if (rc == PYDB_OK || tries > 0 || !keep || log_at == 0 ||
-            db->wbusy_gc || !log_cannot_grow(err) ||
-            checkpoint(db, &scratch) != PYDB_OK)
+            db->wbusy_gc || !log_cannot_grow(err))
             break;
+        if ((crc = checkpoint(db, &scratch)) != PYDB_OK) {
+            /* its error, not the log's: a failed fsync made the handle
+             * read-only, and the caller must be told why */
+            rc = crc;
+            *err = scratch;
+            break;
+        }
         pydb__buf_free(&log);
         free(xb);
         xb = NULL;

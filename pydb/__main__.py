@@ -24,7 +24,7 @@ from . import crashtest, gctest, ministat
 from .arrow import export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
-from .errors import CorruptionError, Error, SearchSyntaxError
+from .errors import CorruptionError, DiskError, Error, SearchSyntaxError
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .index import KEY_MODES
 from .native import _stored_or_none, build_index
@@ -577,14 +577,16 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
 
 
 def _cmd_stat(args) -> int:
-    """A read-only handle: a report changes no file (no recovery, no
-    collection).  A native index whose files cannot be read is named,
-    with why, and the other figures are shown."""
+    """A read-only handle: a report starts no collection and no
+    transaction (the open still finishes a commit a writer left in the
+    log, as every open does).  A native index whose files cannot be read
+    (damaged, or unreadable: EACCES, EIO) is named, with why, and the
+    other figures are shown."""
     with open_db(args.db) as db:
         try:
             s = db.stat()
             note = "yes" if s["index"] is not None else "no"
-        except CorruptionError as e:
+        except (CorruptionError, DiskError) as e:
             pdx = os.path.join(f"{db.path}.pdx", "")
             if not (e.filename or "").startswith(pdx):
                 raise

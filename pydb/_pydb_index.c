@@ -749,23 +749,35 @@ PyDoc_STRVAR(index_build_doc,
 "`mode`: the key mode (0 unicode, 1 cisis; enum pydb_keymode).\n"
 "`skip_damaged`: a record that cannot be read is left out, not raised.\n"
 "Returns the number of records read; with skip_damaged, (that number,\n"
-"[(mfn, filename, offset, reason) of each record left out]).\n"
+"[(mfn, CorruptionError) of each record left out]).\n"
 "Raises FSTError, CorruptionError, DiskError, DatabaseNotFoundError,\n"
 "ValueError (unknown `keys`, a table not of 256 bytes, memory < 0).");
 
-/* _index_build's answer with skip_damaged: (done, [(mfn, filename,
- * offset, reason) of each record the build left out]). */
-static PyObject *build_result(int64_t done, const pydb_nidx_builder *b)
+/* The exception set_error() would raise for e, as an object (new
+ * reference; NULL and an exception where even that fails). */
+static PyObject *error_object(module_state *st, const pydb_error *e)
+{
+    PyObject *type, *value, *tb;
+    set_error(st, e->code, e);
+    PyErr_Fetch(&type, &value, &tb);   /* PyErr_GetRaisedException: 3.12 */
+    PyErr_NormalizeException(&type, &value, &tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+/* _index_build's answer with skip_damaged: (done, [(mfn, the
+ * CorruptionError of its read) of each record the build left out]). */
+static PyObject *build_result(module_state *st, int64_t done,
+                              const pydb_nidx_builder *b)
 {
     size_t n;
     const pydb_nidx_damaged *d = pydb_nidx_builder_damaged(b, &n);
     PyObject *list = PyList_New((Py_ssize_t)n);
     if (!list) return NULL;
     for (size_t i = 0; i < n; i++) {
-        const pydb_error *e = &d[i].error;
-        PyObject *t = Py_BuildValue("(izLs)", (int)d[i].mfn,
-                                    e->path[0] ? e->path : NULL,
-                                    (long long)e->offset, e->message);
+        PyObject *exc = error_object(st, &d[i].error);
+        PyObject *t = exc ? Py_BuildValue("(iN)", (int)d[i].mfn, exc) : NULL;
         if (!t) {
             Py_DECREF(list);
             return NULL;
@@ -857,7 +869,8 @@ static PyObject *index_build(PyObject *m, PyObject *args, PyObject *kw)
         set_error(st, rc, &e);
         goto cleanup;
     }
-    res = skip ? build_result(done, b) : PyLong_FromLongLong((long long)done);
+    res = skip ? build_result(st, done, b)
+               : PyLong_FromLongLong((long long)done);
 cleanup:
     if (b) UNLOCKED(NULL, NULL, pydb_nidx_builder_free(b));
     pydb_fst_free(f);

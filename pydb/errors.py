@@ -254,8 +254,10 @@ class FieldDecodeError(Error, UnicodeDecodeError):
 
 class FieldEncodeError(Error, UnicodeEncodeError):
     """A str field value with a character the database's encoding cannot
-    hold (``errors="strict"``), raised where records are written
-    (``append``, ``update``, a transaction's, ``create(records=...)``).
+    hold under its error handler (``"surrogateescape"``, the default,
+    and ``"strict"`` alike: a character outside the code page is not a
+    surrogate), raised where records are written (``append``,
+    ``update``, a transaction's).
     Also a :class:`UnicodeEncodeError`, so code that caught the codec's
     error still does; that error is its ``__cause__``.  Nothing of the
     record is written.

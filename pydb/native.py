@@ -109,9 +109,10 @@ def _sniff_keys(db_path: PathArg) -> str:
     """The key table for a database whose index says nothing: the one
     :func:`pydb.index.key_table` gives for the encoding that
     ``pydb.open(path, encoding="auto")`` detects
-    (:func:`pydb.encoding.detect_encoding`): ``"unicode"`` for UTF-8 (or
-    no byte >= 0x80 at all: pydb writes str values as UTF-8), ``"ansi"``
-    for Latin-1/cp1252 (WinISIS and ABCD for Windows), else ``"dos"``."""
+    (:func:`pydb.encoding.detect_encoding`: with no byte >= 0x80, ABCD's
+    .def files, else UTF-8, as pydb writes str values): ``"unicode"`` for
+    UTF-8, ``"ansi"`` for Latin-1/cp1252 (WinISIS and ABCD for Windows),
+    else ``"dos"``."""
     db = _pydb.Database(os.fspath(db_path))     # read-only, no lock
     try:
         return key_table(detect_encoding(db).encoding)
@@ -157,9 +158,9 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             byte for byte; without one, the table of the encoding that
             ``pydb.open(path, encoding="auto")`` detects
             (:func:`pydb.encoding.detect_encoding`: a sample of the
-            records and ABCD's .def files): UTF-8 (or no byte >= 0x80)
-            ``"unicode"``, Latin-1/cp1252 ``"ansi"``, a DOS code page
-            ``"dos"``.
+            records and ABCD's .def files, which decide where no byte is
+            >= 0x80, else UTF-8): UTF-8 ``"unicode"``, Latin-1/cp1252
+            ``"ansi"``, a DOS code page ``"dos"``.
         key_mode: a name of :data:`pydb.index.KEY_MODES`
             (docs/isis-formats.md §5.3): ``"cisis"`` (the keys CISIS
             makes) or ``"unicode"`` (pydb's rules); None: as the index
@@ -286,6 +287,6 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
     if on_damaged is None:
         return int(got)
     n, damaged = got
-    for mfn, filename, offset, reason in damaged:
-        on_damaged(mfn, CorruptionError(filename, offset, reason))
+    for mfn, error in damaged:
+        on_damaged(mfn, error)
     return int(n)

@@ -30,7 +30,7 @@ from test_native_index import _checksum as crc32c
 import pydb
 from pydb import _pydb
 
-from conftest import REPO, SANITIZER, hypothesis_examples
+from conftest import DATA, REPO, SANITIZER, hypothesis_examples
 from writer_model import (
     Oracle,
     check_files,
@@ -1242,3 +1242,37 @@ def test_a_log_that_cannot_grow_is_emptied_by_a_checkpoint(tmp_path):
                        capture_output=True, text=True, timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["0 []", "250 True True"]
+
+
+def test_the_c_api_without_error_detail(tmp_path):
+    """tests/c/null_err_main.c (the core alone, no Python): a commit
+    passed err NULL whose log cannot grow checkpoints and commits (all
+    200 under RLIMIT_FSIZE), and a build with skip_damaged and err NULL
+    leaves ABCD odds' damaged record out; both read their own errors and
+    crashed on the NULL (found by a review)."""
+    import shutil as sh
+    cc = sh.which("cc") or sh.which("gcc")
+    if not cc or not sys.platform.startswith("linux"):
+        pytest.skip("no C compiler")
+    exe = tmp_path / "null_err_main"
+    srcs = sorted(str(p) for p in (REPO / "csrc").glob("*.c"))
+    san = (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-g"]
+           if SANITIZER == "address" else [])
+    p = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", *san, "-I",
+                        str(REPO / "csrc"), str(REPO / "tests" / "c" / "null_err_main.c"),
+                        *srcs, "-o", str(exe), "-pthread"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = subprocess.run([str(exe), "commit", str(tmp_path / "db")], capture_output=True,
+                       text=True, timeout=300)
+    assert (r.returncode, r.stdout) == (0, "committed 200 of 200\n"), r.stderr
+    odds = DATA / "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data"
+    if not (odds / "odds.mst").exists():
+        pytest.skip(f"ABCD odds not found under {DATA} (the commit half passed)")
+    for ext in ("mst", "xrf", "fst"):
+        shutil.copy(odds / f"odds.{ext}", tmp_path / f"odds.{ext}")
+    r = subprocess.run([str(exe), "build", str(tmp_path / "odds"), str(tmp_path / "odds.fst")],
+                       capture_output=True, text=True, timeout=300)
+    assert (r.returncode, r.stdout) == (0, "build rc 0\n"), r.stderr
+    with pydb.open(tmp_path / "odds") as db:
+        assert 49 not in {p.mfn for t in db.index.terms() for p in db.index.postings(t.key)}

@@ -432,6 +432,14 @@ def test_cli_stat_names_an_index_it_cannot_read(tmp_path):
     manifest = Path(f"{base}.pdx") / "MANIFEST"
     assert (f"    Present                 yes, unreadable ({manifest}: names the "
             f"segment {seg}, which is missing); pydb index {base} rebuilds it\n") in p.stdout
+    # a MANIFEST that cannot be read at all (a DiskError, as EACCES or EIO
+    # would be): named too, the other figures shown
+    manifest.unlink()
+    manifest.mkdir()
+    p = run_cli("stat", str(base))
+    assert p.returncode == 0, p.stderr
+    assert "    Active                  3000\n" in p.stdout
+    assert f"    Present                 yes, unreadable ([Errno 21] " in p.stdout
 
 
 # ------------------------------------------------------------ real data

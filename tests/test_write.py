@@ -262,6 +262,7 @@ def test_fields_arguments(tmp_path):
                 db.append(bad)
         # a character cp850 lacks: FieldEncodeError naming field and tag,
         # a pydb.Error and UnicodeEncodeError; nothing written
+        n = db.max_mfn
         for call in (lambda: db.append([(1, "ok"), (24, "snow \u2603 man")]),
                      lambda: db.update(1, [(1, "ok"), (24, "snow \u2603 man")])):
             with pytest.raises(pydb.FieldEncodeError) as ei:
@@ -273,7 +274,7 @@ def test_fields_arguments(tmp_path):
             assert str(e) == ("field 2 (tag 24): '\u2603' (character 5 of the value) "
                               "cannot be written in the database's encoding 'cp850': "
                               "character maps to <undefined>")
-        assert db[1].raw(1) == [b"Andr\x82"]
+        assert db[1].raw(1) == [b"Andr\x82"] and db.max_mfn == n
         with pytest.raises(pydb.NotFoundError):
             db.update(99, [(1, b"x")])
         with pytest.raises(pydb.NotFoundError):
@@ -655,8 +656,9 @@ def test_commit_hook_and_whole_file_in_the_log(tmp_path):
             tx.delete(2)
         assert side.read_text() == "1 -1 2 0\n2 -1 1 0\n1 2 1 0\n2 1 -1 1\n"
         assert pydb._pydb._testing.hook_counts() == (1, 1, 0)
-        # a failed log write: hook aborted, file unchanged
-        pydb._pydb._testing.fail_io(1, 28)
+        # a failed log write (EIO: ENOSPC there is cured by a checkpoint,
+        # csrc/txn.c log_cannot_grow): hook aborted, file unchanged
+        pydb._pydb._testing.fail_io(1, 5)
         try:
             with pytest.raises(pydb.DiskError):
                 db.update(1, [(1, b"never")])
