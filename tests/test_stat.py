@@ -439,7 +439,7 @@ def test_cli_stat_names_an_index_it_cannot_read(tmp_path):
     p = run_cli("stat", str(base))
     assert p.returncode == 0, p.stderr
     assert "    Active                  3000\n" in p.stdout
-    assert f"    Present                 yes, unreadable ([Errno 21] " in p.stdout
+    assert "    Present                 yes, unreadable ([Errno 21] " in p.stdout
 
 
 # ------------------------------------------------------------ real data
