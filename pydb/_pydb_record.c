@@ -12,6 +12,7 @@
  */
 #include "_pydb_record.h"
 #include <structmember.h>
+#include <stdarg.h>
 
 /* Tags below this share their int (tag_int): the three-digit tags of
  * CDS/ISIS and MARC databases. */
@@ -324,35 +325,45 @@ static void record_dealloc(RecordObject *self)
     Py_DECREF(tp);
 }
 
-/* The UnicodeDecodeError now set, raised again as FieldDecodeError (a
- * pydb.Error and a UnicodeDecodeError) that names the master file, the
- * MFN, the tag and the 1-based occurrence of field `f`; the codec's
- * error is its __cause__.  Other exceptions pass through.  NULL. */
-static PyObject *decode_failed(RecordObject *self, const pydb_field *f)
+/* The codec's error now set -- a UnicodeDecodeError (`decoding`) or a
+ * UnicodeEncodeError -- raised again as `kind`, called with (encoding,
+ * object, start, end, reason) and the items of the tuple Py_BuildValue
+ * makes of `fmt` and the rest: a pydb error that is also the codec's
+ * class (FieldDecodeError, FieldEncodeError), the codec's error its
+ * __cause__.  `encoding` is the database's name for the codec ("cp850",
+ * not the codec's "charmap").  Other exceptions pass through.  NULL. */
+static PyObject *codec_error_as(PyObject *kind, int decoding,
+                                const char *encoding, const char *fmt, ...)
 {
-    module_state *st = state_of_type(Py_TYPE(self));
-    PyObject *type, *exc, *tb, *obj = NULL, *reason = NULL;
-    PyObject *err = NULL;
+    PyObject *type, *exc, *tb, *obj = NULL, *reason = NULL, *err = NULL;
+    PyObject *head = NULL, *extra = NULL, *args = NULL;
     Py_ssize_t start, end;
-    uint32_t occ = 1;
-    if (!st || !PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+    int bad;
+    va_list ap;
+    if (!PyErr_ExceptionMatches(decoding ? PyExc_UnicodeDecodeError
+                                         : PyExc_UnicodeEncodeError))
         return NULL;
     PyErr_Fetch(&type, &exc, &tb);   /* PyErr_GetRaisedException: 3.12 */
     PyErr_NormalizeException(&type, &exc, &tb);
     if (tb) PyException_SetTraceback(exc, tb);
-    for (const pydb_field *g = self->rec->fields; g < f; g++)
-        if (g->tag == f->tag) occ++;
-    obj = PyUnicodeDecodeError_GetObject(exc);
-    reason = obj ? PyUnicodeDecodeError_GetReason(exc) : NULL;
-    if (!reason || PyUnicodeDecodeError_GetStart(exc, &start) < 0 ||
-        PyUnicodeDecodeError_GetEnd(exc, &end) < 0)
-        goto done;
-    /* the database's name for the codec ("cp1252", not "charmap") */
-    err = PyObject_CallFunction(st->FieldDecodeError, "OOnnOOlkI",
-                                self->encoding, obj,
-                                start, end, reason, self->source,
-                                (long)self->rec->mfn,
-                                (unsigned long)f->tag, (unsigned int)occ);
+    obj = decoding ? PyUnicodeDecodeError_GetObject(exc)
+                   : PyUnicodeEncodeError_GetObject(exc);
+    reason = !obj ? NULL
+             : decoding ? PyUnicodeDecodeError_GetReason(exc)
+                        : PyUnicodeEncodeError_GetReason(exc);
+    bad = !reason ||
+          (decoding ? PyUnicodeDecodeError_GetStart(exc, &start)
+                    : PyUnicodeEncodeError_GetStart(exc, &start)) < 0 ||
+          (decoding ? PyUnicodeDecodeError_GetEnd(exc, &end)
+                    : PyUnicodeEncodeError_GetEnd(exc, &end)) < 0;
+    if (bad) goto done;
+    va_start(ap, fmt);
+    extra = Py_VaBuildValue(fmt, ap);
+    va_end(ap);
+    head = extra ? Py_BuildValue("(sOnnO)", encoding, obj, start, end, reason)
+                 : NULL;
+    args = head ? PySequence_Concat(head, extra) : NULL;
+    err = args ? PyObject_Call(kind, args, NULL) : NULL;
     if (err) {
         PyException_SetCause(err, Py_NewRef(exc));
         PyException_SetContext(err, Py_NewRef(exc));
@@ -363,6 +374,9 @@ done:
         PyErr_Restore(type, exc, tb);
         type = exc = tb = NULL;
     }
+    Py_XDECREF(args);
+    Py_XDECREF(head);
+    Py_XDECREF(extra);
     Py_XDECREF(err);
     Py_XDECREF(reason);
     Py_XDECREF(obj);
@@ -370,6 +384,23 @@ done:
     Py_XDECREF(exc);
     Py_XDECREF(tb);
     return NULL;
+}
+
+/* The UnicodeDecodeError now set, raised again as FieldDecodeError (a
+ * pydb.Error and a UnicodeDecodeError) that names the master file, the
+ * MFN, the tag and the 1-based occurrence of field `f` (codec_error_as).
+ * NULL. */
+static PyObject *decode_failed(RecordObject *self, const char *encoding,
+                               const pydb_field *f)
+{
+    module_state *st = state_of_type(Py_TYPE(self));
+    uint32_t occ = 1;
+    if (!st) return NULL;
+    for (const pydb_field *g = self->rec->fields; g < f; g++)
+        if (g->tag == f->tag) occ++;
+    return codec_error_as(st->FieldDecodeError, 1, encoding, "(OlkI)",
+                          self->source, (long)self->rec->mfn,
+                          (unsigned long)f->tag, (unsigned int)occ);
 }
 
 /* How a record's values decode, taken once per call of fields, rec[tag]
@@ -450,7 +481,7 @@ static PyObject *decode(RecordObject *self, const decoder *d,
         break;
     default: v = PyUnicode_Decode(s, f->len, d->encoding, d->errors);
     }
-    if (!v) return decode_failed(self, f);
+    if (!v) return decode_failed(self, d->encoding, f);
     if (same) *same = value_is_raw(v, f);
     return v;
 }
@@ -991,43 +1022,13 @@ nomem:
 
 /* The UnicodeEncodeError now set by the encoding of field i (1-based
  * i + 1, tag t), raised again as FieldEncodeError (a pydb.Error and a
- * UnicodeEncodeError) naming the field, the tag and the database's
- * encoding; the codec's error is its __cause__.  Other exceptions pass
- * through.  NULL. */
+ * UnicodeEncodeError) naming the field and the tag (codec_error_as).
+ * NULL. */
 static PyObject *encode_failed(module_state *st, Py_ssize_t i,
                                unsigned long t, const char *encoding)
 {
-    PyObject *type, *exc, *tb, *obj = NULL, *reason = NULL, *err = NULL;
-    Py_ssize_t start, end;
-    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
-    PyErr_Fetch(&type, &exc, &tb);   /* PyErr_GetRaisedException: 3.12 */
-    PyErr_NormalizeException(&type, &exc, &tb);
-    if (tb) PyException_SetTraceback(exc, tb);
-    obj = PyUnicodeEncodeError_GetObject(exc);
-    reason = obj ? PyUnicodeEncodeError_GetReason(exc) : NULL;
-    if (!reason || PyUnicodeEncodeError_GetStart(exc, &start) < 0 ||
-        PyUnicodeEncodeError_GetEnd(exc, &end) < 0)
-        goto done;
-    /* the database's name for the codec ("cp850", not "charmap") */
-    err = PyObject_CallFunction(st->FieldEncodeError, "sOnnOnk", encoding,
-                                obj, start, end, reason, i + 1, t);
-    if (err) {
-        PyException_SetCause(err, Py_NewRef(exc));
-        PyException_SetContext(err, Py_NewRef(exc));
-        PyErr_SetObject((PyObject *)Py_TYPE(err), err);
-    }
-done:
-    if (!err && !PyErr_Occurred()) {   /* raise the codec's own error */
-        PyErr_Restore(type, exc, tb);
-        type = exc = tb = NULL;
-    }
-    Py_XDECREF(err);
-    Py_XDECREF(reason);
-    Py_XDECREF(obj);
-    Py_XDECREF(type);
-    Py_XDECREF(exc);
-    Py_XDECREF(tb);
-    return NULL;
+    return codec_error_as(st->FieldEncodeError, 0, encoding, "(nk)", i + 1,
+                          t);
 }
 
 /* Value -> bytes (new reference), by the rule in _pydb_record.h; a str

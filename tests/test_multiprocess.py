@@ -524,38 +524,23 @@ def _fork_while_reading(read, child, delay_us: int = 20_000) -> int | None:
     exception exits 1).  The child's exit code, or None when it had not
     ended after 10 s (it is killed); the thread is joined."""
     import threading
-    import warnings
 
     from pydb import _pydb
+
+    def undelayed_child():
+        _pydb._testing.set_read_delay(0)
+        return child()
 
     _pydb._testing.set_read_delay(delay_us)
     try:
         th = threading.Thread(target=read)
         th.start()
         time.sleep(0.2)                         # the read is in flight
-        with warnings.catch_warnings():         # fork() with threads (3.12+)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                _pydb._testing.set_read_delay(0)
-                code = child()
-            finally:
-                os._exit(code)
-        deadline = time.monotonic() + 10
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        if not done:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        code = _in_forked_child(undelayed_child)
         th.join()
     finally:
         _pydb._testing.set_read_delay(0)
-    return os.WEXITSTATUS(status) if done and os.WIFEXITED(status) else None
+    return code
 
 
 def _forty_records(tmp_path):
