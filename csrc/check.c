@@ -1048,8 +1048,6 @@ typedef struct {
                                  else: only these are reported), or NULL */
     size_t nseen;
     int64_t faults;           /* found in this pass                       */
-    pydb_postings p;
-    int rc;                   /* a read failed: its error, walk stopped   */
     pydb_error e;
 } index_walk;
 
@@ -1118,27 +1116,23 @@ static int posting_fault(index_walk *w, const uint8_t *key, size_t len,
     return report(w->c, PYDB_CHECK_INDEX_POSTING, mfn, w->dir, -1, "%s", msg);
 }
 
-/* pydb_term_fn: the postings of one key, checked. */
+/* pydb__key_postings_fn: the postings of one key, checked. */
 static int index_key(void *ctx, const uint8_t *key, size_t len,
-                     uint64_t count)
+                     uint64_t count, const pydb_postings *p)
 {
     index_walk *w = ctx;
     char text[320];
-    const pydb_posting *v;
+    const pydb_posting *v = p->v;
 
-    w->p.n = 0;
-    w->rc = pydb_index_postings(&w->p, w->view, key, len, &w->e);
-    if (w->rc) return 1;
     w->c->sum->index_keys++;
-    w->c->sum->index_postings += (int64_t)w->p.n;
-    v = w->p.v;
-    if (w->p.n > count &&
+    w->c->sum->index_postings += (int64_t)p->n;
+    if (p->n > count &&
         posting_fault(w, key, len, 0, 0,
                       "key \"%s\": %zu postings, its count says %llu",
-                      key_quoted(text, sizeof text, key, len), w->p.n,
+                      key_quoted(text, sizeof text, key, len), p->n,
                       (unsigned long long)count))
         return 1;
-    for (size_t i = 0; i < w->p.n; i++) {
+    for (size_t i = 0; i < p->n; i++) {
         int32_t m = v[i].mfn;
         if (i > 0 && pydb__posting_cmp(&v[i - 1], &v[i]) >= 0) {
             if (posting_fault(w, key, len, 1, m,
@@ -1270,8 +1264,7 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int first,
     }
     w.active = bits;
     c->sum->index_keys = c->sum->index_postings = 0;
-    rc = pydb_index_terms(w.view, NULL, 0, NULL, 0, index_key, &w, &w.e);
-    if (w.rc) rc = w.rc;   /* a postings read failed */
+    rc = pydb__nidx_view_walk(w.view, index_key, &w, &w.e);
     if (rc) {
         if (index_fault(rc)) {
             report_index_error(c, &w.e);
@@ -1285,7 +1278,6 @@ cleanup:
     *dry = w.dry;
     if (w.dry) *nseen = w.nseen;
     if (rc && err) *err = w.e;
-    pydb_postings_free(&w.p);
     free(bits);
     pydb_index_close(w.view);
     pydb_snapshot_release(snap);

@@ -865,6 +865,59 @@ static const pydb_index_ops view_ops = {"native", view_terms, view_postings,
                                         view_mfns, view_mfn_bits,
                                         view_tag_masks};
 
+/* pydb__nidx_view_walk's state: the postings of the key terms_in() is
+ * on gather in sink, as one run per segment that holds some. */
+typedef struct view_walk {
+    pydb__key_postings_fn fn;
+    void *ctx;
+    postings_sink sink;
+    int rc;                 /* a merge failed: its error in *err */
+    pydb_error *err;
+} view_walk;
+
+/* pydb_term_fn of the walk: the key's runs merged, handed to the
+ * caller's fn, then dropped for the next key. */
+static int walk_key(void *ctx, const uint8_t *key, size_t len,
+                    uint64_t count)
+{
+    view_walk *w = ctx;
+    int stop;
+    if (w->sink.runs->n > 1 &&
+        (w->rc = pydb__postings_merge_runs(w->sink.out, w->sink.runs->v,
+                                           w->sink.runs->n, w->err)))
+        return 1;
+    stop = w->fn(w->ctx, key, len, count, w->sink.out);
+    w->sink.out->n = 0;
+    w->sink.runs->n = 0;
+    return stop;
+}
+
+int pydb__nidx_view_walk(pydb_index *view, pydb__key_postings_fn fn,
+                         void *ctx, pydb_error *err)
+{
+    nidx_view *v = (nidx_view *)view;
+    pydb_postings out = {0};
+    pydb_runs runs = {0};
+    view_walk w;
+    int rc;
+
+    if (!view || view->ops != &view_ops)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
+                          "not a pinned view of a native index");
+    memset(&w, 0, sizeof w);
+    w.fn = fn;
+    w.ctx = ctx;
+    w.sink.out = &out;
+    w.sink.runs = &runs;
+    w.err = err;
+    rc = terms_in(v->dir, v->ss, NULL, 0, NULL, 0, walk_key, &w, &w.sink,
+                  NULL, err);
+    if (rc == PYDB_OK) rc = w.rc;
+    pydb_postings_free(&out);
+    free(runs.v);
+    return rc;
+}
+
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
                      pydb_error *err)
