@@ -691,9 +691,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in tools:
         try:
             return tools[argv[0]](argv[1:])
+        except BrokenPipeError:
+            return 0
         except KeyboardInterrupt:
             print(f"pydb {argv[0]}: interrupted", file=sys.stderr)
             return 130
+        except (Error, OSError, ValueError, LookupError, RuntimeError) as e:
+            print(f"pydb {argv[0]}: {e}", file=sys.stderr)
+            return 1
     args = parser().parse_args(argv)
     _ascii_locale_to_utf8()
     try:

@@ -89,7 +89,7 @@ from typing import Any, Protocol
 
 from . import ministat
 from .database import open as open_db
-from .errors import UnsupportedError
+from .errors import Error, UnsupportedError
 from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
 
 __all__ = ["Settings", "RowSource", "XrfRows", "PrefixRows", "open_row_index",
@@ -648,6 +648,8 @@ def plot(samples: list[dict], path, title: str = "") -> None:
 
 def _csv(value: str, allowed, what, ap):
     items = [v for v in value.split(",") if v]
+    if not items:
+        ap.error(f"no {what} given ({', '.join(allowed)})")
     for v in items:
         if v not in allowed:
             ap.error(f"unknown {what} {v!r} ({', '.join(allowed)})")
@@ -666,14 +668,17 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="8,2,1,4", help="thread counts (default 8,2,1,4)")
     ap.add_argument("--cache", default="warm,cold,direct",
                     help="cache modes, comma-separated: warm, cold, direct (default all)")
-    ap.add_argument("--lock", default="none,mutex",
-                    help="lock modes, comma-separated: none, mutex (default both)")
+    ap.add_argument("--lock", default=None,
+                    help="lock modes, comma-separated: none, mutex (default both; "
+                         "--quick: none)")
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions of every cell, the samples of the verdicts (default 5)")
-    ap.add_argument("--min-time", type=float, default=0.2,
-                    help="warm passes repeat the list until this many seconds (default 0.2)")
-    ap.add_argument("--max-time", type=float, default=1.0,
-                    help="a pass is cut off after this many seconds (default 1.0)")
+    ap.add_argument("--min-time", type=float, default=None,
+                    help="warm passes repeat the list until this many seconds (default "
+                         "0.2; --quick: 0.05)")
+    ap.add_argument("--max-time", type=float, default=None,
+                    help="a pass is cut off after this many seconds (default 1.0; "
+                         "--quick: 0.25)")
     ap.add_argument("--io", default="mmap", choices=["mmap", "pread"],
                     help="I/O for warm and cold passes (default mmap)")
     ap.add_argument("--py-read", default="batch,record,busy",
@@ -688,8 +693,8 @@ def main(argv=None) -> int:
                          "again under this interpreter, a free-threaded python3.13t "
                          "(docs/free-threaded.md; build the binding for it first)")
     ap.add_argument("--quick", action="store_true",
-                    help="short passes, lock none only, 3 repetitions unless --reps is "
-                         "given (under a minute)")
+                    help="short passes, lock none only, 3 repetitions, each unless its "
+                         "own option is given (under a minute)")
     ap.add_argument("--json", metavar="FILE", help="write every sample to FILE as JSON")
     ap.add_argument("--plot", metavar="FILE.png", default=None,
                     help="chart rows/s against threads, one panel per mode (needs "
@@ -705,15 +710,22 @@ def main(argv=None) -> int:
     except ValueError:
         ap.error("--threads takes up to 16 thread counts of 1..1024, separated by commas")
     caches = _csv(args.cache, CACHES, "cache mode", ap)
-    locks = _csv(args.lock, LOCKS, "lock mode", ap)
     py_reads = _csv(args.py_read, PY_READS, "Python read", ap)
-    reps, min_time, max_time = args.reps, args.min_time, args.max_time
-    if args.quick:
-        min_time, max_time, locks = 0.05, 0.25, ["none"]
-    if reps is None:
-        reps = 3 if args.quick else 5
+    # --quick's settings stand for the options not given
+    quick = args.quick
+    locks = _csv(args.lock if args.lock is not None else "none" if quick else "none,mutex",
+                 LOCKS, "lock mode", ap)
+    reps = args.reps if args.reps is not None else 3 if quick else 5
+    min_time = args.min_time if args.min_time is not None else 0.05 if quick else 0.2
+    max_time = args.max_time if args.max_time is not None else 0.25 if quick else 1.0
     if reps < 1 or max_time <= 0 or min_time < 0:
         ap.error("--reps must be >= 1, --max-time > 0, --min-time >= 0")
+    if min_time > max_time:
+        ap.error(f"--min-time ({min_time:g} s) must not exceed --max-time ({max_time:g} s): "
+                 "a pass is cut at --max-time")
+    if args.python_ft and not (os.path.isfile(args.python_ft)
+                               and os.access(args.python_ft, os.X_OK)):
+        ap.error(f"--python-ft {args.python_ft}: no such executable")
     if args.no_plot:
         args.plot = None
     elif args.plot:
@@ -731,13 +743,24 @@ def main(argv=None) -> int:
             print("building the default database (synthetic unesb, 58,880 records) "
                   "on first use...", file=sys.stderr)
         db_path = os.fspath(default_database())
-    with open_db(db_path) as db:
-        index = open_row_index(db)
-        indexed = index is not None
-        source: RowSource = PrefixRows(args.prefix, index) if indexed else XrfRows()
-        header, mfns = source.rows(db)
-        n_records, max_mfn = len(db), db.max_mfn
-        seq_rows = len(db.mfns(deleted=True))
+    try:
+        with open_db(db_path) as db:
+            index = open_row_index(db)
+            indexed = index is not None
+            source: RowSource = PrefixRows(args.prefix, index) if indexed else XrfRows()
+            header, mfns = source.rows(db)
+            n_records, max_mfn = len(db), db.max_mfn
+            seq_rows = len(db.mfns(deleted=True))
+            if args.db is None:     # a cache a user or a crash cut short
+                rep = db.check(max_problems=1)
+                if not rep.ok:
+                    raise Error(str(rep.problems[0]))
+    except Error as e:
+        if args.db is not None:
+            raise
+        folder = os.path.dirname(db_path)
+        raise Error(f"the cached default database is damaged ({e}); remove {folder} and "
+                    "run again: it is built anew") from e
     if not mfns:
         what = f"no postings under the prefix {args.prefix!r}" if indexed else "no records"
         print(f"crashtest: {what} to read in {db_path}", file=sys.stderr)
@@ -1010,9 +1033,17 @@ def summary(samples: list[dict], confidence: float = 95.0) -> str:
             "no thread scaling measured"
         if vs:
             text += "; " + " and ".join(vs)
+        if cache == "cold" and items:
+            # the cache is dropped once a pass, and T threads read the same list
+            text += (" (no measure of disk overlap: the page cache is dropped once a "
+                     "pass and the threads read the same records, so all but the first "
+                     "read of each find it cached; the O_DIRECT figures are)")
         out.append(text)
     reps = max((x["rep"] for x in samples), default=0) + 1
     para = "Does multithreading pay off? " + ". ".join(out) + "."
+    if "python-busy" in impls:
+        para += (" Python busy's gain is the readers' share of the GIL growing against "
+                 "the CPU-bound thread's, not more work done.")
     if undecided:
         para += (f" \"No gain proven\" means the difference is within the noise of {reps} "
                  "repetitions per cell; more repetitions (--reps) narrow the interval.")

@@ -278,6 +278,17 @@ def test_summary_says_where_threads_pay_off():
         "means the difference is within the noise of 3 repetitions per cell; more\n"
         "repetitions (--reps) narrow the interval.")
     assert crashtest.summary([]) == ""
+    # cold: said to be no measure of disk overlap; busy: a share of the GIL
+    cold = (mk("c", "cold", 1, [10, 11, 9]) + mk("c", "cold", 8, [90, 91, 89])
+            + mk("python-busy", "cold", 1, [5, 6, 4]) + mk("python-busy", "cold", 8, [15, 16, 14]))
+    text = " ".join(crashtest.summary(cold).split())
+    assert ("After dropping the page cache (cold): 8 threads against 1 give C 9.00x (pays "
+            "off), Python busy 3.00x (pays off); Python busy reads at 0.50x of C's speed "
+            "with 1 thread and 0.17x with 8 (no measure of disk overlap: the page cache is "
+            "dropped once a pass and the threads read the same records, so all but the "
+            "first read of each find it cached; the O_DIRECT figures are). Python busy's "
+            "gain is the readers' share of the GIL growing against the CPU-bound "
+            "thread's, not more work done.") in text
 
 
 def test_command_line(small_db, tmp_path):
@@ -538,3 +549,29 @@ def test_busy_mode_has_only_its_own_target(capsys):
         "Python busy vs Python per-record, 1 thread, warm (0.5 is the GIL's share)",
         "C, 8 threads vs 1 thread, O_DIRECT", "Python batch vs C, 8 threads, O_DIRECT",
         "Python record vs C, 8 threads, O_DIRECT"]
+
+
+def test_command_line_errors_and_explicit_options_under_quick(small_db, tmp_path):
+    """A database that cannot be opened is one line on stderr and status
+    1 (it was a traceback); an empty --cache, --min-time over --max-time
+    and a --python-ft that is no executable are usage errors (2), said
+    before anything runs; under --quick an option given is kept (--lock
+    and the times were overridden without a word).  Found by a review."""
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pydb", "crashtest", *map(str, args)],
+                              capture_output=True, text=True, timeout=120)
+    r = run(tmp_path / "missing")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("pydb crashtest: [Errno 2] no master file (.mst)")
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+    for args, msg in ((["--cache", ","], "no cache mode given"),
+                      (["--min-time", "2", "--max-time", "1"], "must not exceed --max-time"),
+                      (["--python-ft", tmp_path / "nope"], "no such executable")):
+        r = run(small_db, *args)
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+    r = run(small_db, "--quick", "--cache", "warm", "--threads", "1", "--py-read", "batch",
+            "--lock", "mutex", "--max-time", "0.5", "--reps", "1", "--no-plot")
+    assert r.returncode == 0, r.stderr
+    assert "(running cache warm, lock mutex: C, then Python batch; 1 repetitions...)" \
+        in r.stderr
+    assert "every pass stops at 0.5 s (--max-time)" in " ".join(r.stdout.split())
