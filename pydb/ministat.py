@@ -457,16 +457,29 @@ def read_values(lines: Iterable[str], column: int = 1, delimiters: str = " \t",
     value; lines that are blank, lack that column, or whose fields up to it
     start with ``#`` (a comment) are skipped.
 
-    Raises ValueError naming the line for a field that is not a number."""
+    A value is what C's strtod() reads whole, hexadecimal (``0x10``)
+    included; one that is not finite (nan, inf) is refused, as no
+    statistic of it means anything (FreeBSD ministat takes it and prints
+    nan or a broken plot).
+
+    Raises ValueError naming the line for a field that is not a finite
+    number."""
     out = []
     for lineno, line in enumerate(lines, 1):
         fields = [f for f in _split(line.rstrip("\r\n"), delimiters) if f]
         if len(fields) < column or any(f.startswith("#") for f in fields[:column]):
             continue
+        field = fields[column - 1]
         try:
-            x = float(fields[column - 1])
-        except ValueError:
+            if field.lstrip("+-")[:2].lower() == "0x":    # strtod's, not fromhex's "abc"
+                x = float.fromhex(field)
+            else:
+                x = float(field)
+        except (ValueError, OverflowError):
             raise ValueError(f"Invalid data on line {lineno} in {name}") from None
+        if not math.isfinite(x):
+            raise ValueError(f"Invalid data on line {lineno} in {name}: {field} is not a "
+                             "finite number")
         out.append(x)
     return out
 
@@ -620,7 +633,8 @@ def main(argv=None) -> int:
     [-q] [-s] [-w width] [--exact] FILE...`` (``-`` or no file: standard
     input).  ``--exact`` computes Student's t (and then takes any -c level
     between 0 and 100) instead of FreeBSD's table.
-    Returns 0, or 2 for bad input (as ministat)."""
+    Returns 0, 1 for a file that cannot be opened, or 2 for bad input
+    (as ministat)."""
     ap = argparse.ArgumentParser(
         prog="pydb ministat",
         description="Statistics of one number per line, and Student's t comparison "
@@ -657,6 +671,9 @@ def main(argv=None) -> int:
         ap.error("-C takes a column number >= 1")
     if args.width < 2:
         ap.error("-w takes a width >= 2")
+    if args.delimiters == "":
+        print("ministat: Can't use empty delimiter string", file=sys.stderr)
+        return 2
     files = args.files or ["-"]
     if len(files) > MAX_DATASETS:
         ap.error(f"at most {MAX_DATASETS} files")
@@ -668,7 +685,10 @@ def main(argv=None) -> int:
             else:
                 with open(name, encoding="utf-8", errors="replace") as f:
                     vals = read_values(f, args.column, args.delimiters, name)
-        except (OSError, ValueError) as e:
+        except OSError as e:    # FreeBSD: err(1, "Cannot open %s")
+            print(f"ministat: Cannot open {name}: {e.strerror}", file=sys.stderr)
+            return 1
+        except ValueError as e:
             print(f"ministat: {e}", file=sys.stderr)
             return 2
         if len(vals) < 3:

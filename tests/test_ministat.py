@@ -355,6 +355,11 @@ def test_read_values():
     assert ministat.read_values(["1,2", "3,4"], column=2, delimiters=",") == [2, 4]
     with pytest.raises(ValueError, match="line 2"):
         ministat.read_values(["1", "abc"])
+    # strtod's hexadecimal; nan and inf refused (they crashed the plot)
+    assert ministat.read_values(["0x10", "0x1.8p1", "-0x2"]) == [16.0, 3.0, -2.0]
+    for bad in ("nan", "inf", "-Infinity"):
+        with pytest.raises(ValueError, match=f"line 2 in <input>: {bad} is not a finite"):
+            ministat.read_values(["1", bad, "3"])
 
 
 # run this checkout's pydb from another working directory
@@ -395,3 +400,11 @@ def test_command_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pydb", "ministat", "-c", "100", "--exact",
                         "iguana"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
     assert r.returncode == 2 and "between 0 and 100" in r.stderr
+    # FreeBSD's: a file that cannot be opened 1, an empty delimiter 2
+    r = subprocess.run([sys.executable, "-m", "pydb", "ministat", "missing"], cwd=tmp_path,
+                       env=ENV, capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (1, "ministat: Cannot open missing: No such file or "
+                                           "directory\n")
+    r = subprocess.run([sys.executable, "-m", "pydb", "ministat", "-d", "", "iguana"],
+                       cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (2, "ministat: Can't use empty delimiter string\n")
