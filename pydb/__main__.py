@@ -521,13 +521,13 @@ def _cmd_index(args) -> int:
 
 
 def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
-    """The report of ``pydb stat`` (gstat-like sections) from db.stat();
-    `index_note`: what "Present" says when it has no index figures."""
+    """The report of ``pydb stat`` (gstat-like sections) from db.stat() of
+    the read-only handle it opens: the database's figures, not that
+    handle's own (its policy, collections and pending flag say nothing
+    of the writers: --json has them); `index_note`: what "Present" says
+    when it has no index figures."""
     h, r, v, g, m, ix = (s["header"], s["records"], s["versions"], s["garbage"],
                          s["master_file"], s["index"])
-    last = h["last_collection"]
-    when = "never" if last is None else time.strftime(
-        "%Y-%m-%d %H:%M:%S", time.localtime(last))
     oldest = "-" if h["oldest_reader_commit"] is None else h["oldest_reader_commit"]
     rows: list[tuple[str, list[tuple[str, object]]]] = [
         ("Database header", [
@@ -535,13 +535,7 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
             ("Oldest reader commit", oldest),
             ("Behind (commits)", h["behind"]),
             ("Registered readers", h["readers"]),
-            ("GC policy", h["gc_policy"]),
             ("Master file generation", h["file_generation"]),
-            ("Collections", h["collections"]),
-            ("Last collection", when),
-            ("Last collected", ", ".join(f"{k} {n}" for k, n in h["last"].items())),
-            ("Last error", h["last_error"] or "-"),
-            ("Collector pending", "yes" if h["pending"] else "no"),
             ("Collecting process", h["collector_pid"] or "-")]),
         ("Records", [
             ("Active", r["active"]), ("Logically deleted", r["deleted"]),
