@@ -467,14 +467,18 @@ def _median(v):
     return statistics.median(v) if v else None
 
 
-def _passes(rows: float, per_pass: int | None) -> str:
-    """" (N passes over M rows)" for a count of rows read, or ""."""
+def _passes(rows: float, per_pass: int | None, seconds: float, max_time: float) -> str:
+    """" (N passes over M rows)" for a count of rows read in `seconds`,
+    with ": cut at --max-time" where those took `max_time` (a part of a
+    pass is also the threads' passes ending apart, or the median of an
+    even number of runs), or ""."""
     if not per_pass:
         return ""
     n = rows / per_pass
     whole = abs(n - round(n)) < 1e-9
-    return (f" ({n:.0f} pass{'' if round(n) == 1 else 'es'} over {per_pass} rows)" if whole
-            else f" ({n:.2f} passes over {per_pass} rows: cut at --max-time)")
+    cut = ": cut at --max-time" if seconds >= 0.95 * max_time else ""
+    return (f" ({n:.0f} pass{'' if round(n) == 1 else 'es'} over {per_pass} rows{cut})"
+            if whole else f" ({n:.2f} passes over {per_pass} rows{cut})")
 
 
 def format_block(samples: list[dict], impl: str, s: Settings, header: Sequence[str],
@@ -492,14 +496,16 @@ def format_block(samples: list[dict], impl: str, s: Settings, header: Sequence[s
         med = statistics.median(x["rows_per_sec"] for x in seq)
         rows = statistics.median(x["rows"] for x in seq)
         lines.append(f"sequential read {rows:.0f} rows in {rows / med:.3f} seconds "
-                     f"{med:.0f} rows per sec{_passes(rows, seq_rows)}")
+                     f"{med:.0f} rows per sec"
+                     f"{_passes(rows, seq_rows, rows / med, s.max_time)}")
     for t in s.threads:
         r = _median(_values(samples, impl, "threads", t))
         if r is not None:
             rows = statistics.median(x["rows"] for x in samples if x["impl"] == impl
                                      and x["phase"] == "threads" and x["threads"] == t)
-            lines.append(f"{_threads(t)}  {r:.0f} rows per sec, {rows:.0f} rows"
-                         f"{_passes(rows, list_rows * t if list_rows else None)}")
+            passes = _passes(rows, list_rows * t if list_rows else None, rows / r,
+                             s.max_time)
+            lines.append(f"{_threads(t)}  {r:.0f} rows per sec, {rows:.0f} rows{passes}")
     return "\n".join(lines)
 
 
