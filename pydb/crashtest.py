@@ -818,7 +818,11 @@ def main(argv=None) -> int:
             print()
             print(format_table(samples, s, impls))
             sys.stdout.flush()
-    _print_targets(everything, impls)
+    if args.db is None and args.io == "mmap" and args.prefix == "Z":
+        _print_targets(everything, impls)
+    elif everything:
+        print("\n-- docs/design.md §9 targets: not judged (they are for the default "
+              "database, --io mmap and --prefix Z)")
     if everything:
         print()
         print(summary(everything))
