@@ -586,8 +586,9 @@ typedef struct pydb_txn pydb_txn;   /* opaque */
 /* Begin a transaction on `db`; waits up to timeout_ms (0 or less: no
  * wait) for the writer lock held by another thread or process -- a step
  * of db's own collector, which holds it briefly, is waited for whatever
- * the timeout -- and runs recovery if a crashed writer left a log.  *out is freed by pydb_txn_commit() or pydb_txn_abort(), whatever
- * their outcome.  Errors: PYDB_ELOCKED (lock not obtained in time, or
+ * the timeout -- and runs recovery if a crashed writer left a log.  *out
+ * is freed by pydb_txn_commit() or pydb_txn_abort(), whatever their
+ * outcome.  Errors: PYDB_ELOCKED (lock not obtained in time, or
  * this thread already has a transaction open on db), PYDB_EREADONLY
  * (read-only handle, or one made read-only by a failed fsync),
  * PYDB_ENEWINDEX (a native index was built since the caller last looked

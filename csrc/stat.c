@@ -187,10 +187,11 @@ static int stat_once(pydb_stat *out, pydb_db *db, int flags, int *gen_moved,
     }
     if (rc) goto cleanup;
     hook = db->hook;
-    if (hook.prepare && hook.garbage && !(flags & PYDB_STAT_NO_INDEX)) {
+    if (flags & PYDB_STAT_NO_INDEX) goto cleanup;
+    if (hook.prepare && hook.garbage) {
         out->index.present = 1;
         rc = hook.garbage(hook.ctx, db, &out->index, err);
-    } else if (!(flags & PYDB_STAT_NO_INDEX)) {
+    } else {
         rc = unattached_index(&out->index, db, err);
     }
 cleanup:

@@ -17,6 +17,7 @@ import os
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -683,27 +684,31 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     tools = {"crashtest": crashtest.main, "ministat": ministat.main, "gctest": gctest.main}
     if argv and argv[0] in tools:
-        try:
-            return tools[argv[0]](argv[1:])
-        except BrokenPipeError:
-            return 0
-        except KeyboardInterrupt:
-            print(f"pydb {argv[0]}: interrupted", file=sys.stderr)
-            return 130
-        except (Error, OSError, ValueError, LookupError, RuntimeError) as e:
-            print(f"pydb {argv[0]}: {e}", file=sys.stderr)
-            return 1
+        # a tool's RuntimeError is its C program failing (crashtest)
+        return _run(argv[0], f"pydb {argv[0]}", lambda: tools[argv[0]](argv[1:]),
+                    RuntimeError)
     args = parser().parse_args(argv)
     _ascii_locale_to_utf8()
+    return _run(args.command, "pydb", lambda: args.func(args))
+
+
+def _run(command: str, prefix: str, call: Callable[[], int],
+         *more: type[BaseException]) -> int:
+    """call() as `command` of main(): its status; a closed stdout
+    (`pydb dump DB | head`: the reader had enough) 0, Ctrl-C 130 with a
+    line, a pydb error, OSError, ValueError or LookupError (or one of
+    `more`) one line after `prefix` and 1."""
+    failures: tuple[type[BaseException], ...] = (Error, OSError, ValueError, LookupError,
+                                                 *more)
     try:
-        return args.func(args)
-    except BrokenPipeError:     # `pydb dump DB | head`: the reader had enough
+        return call()
+    except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
-        print(f"pydb {args.command}: interrupted", file=sys.stderr)
+        print(f"pydb {command}: interrupted", file=sys.stderr)
         return 130
-    except (Error, OSError, ValueError, LookupError) as e:
-        print(f"pydb: {e}", file=sys.stderr)
+    except failures as e:
+        print(f"{prefix}: {e}", file=sys.stderr)
         return 1
 
 
