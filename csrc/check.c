@@ -669,10 +669,10 @@ static void check_xrf_entry(ck *c, int32_t mfn, int32_t raw, int64_t where)
         return;                   /* never created / physically gone */
     off = e.offset;
     if (off < PYDB_CTL_SIZE) {
+        char why[80];
         report(c, PYDB_CHECK_XRF_POINTER, mfn, db->xrf.path, where,
-               "XRF entry of MFN %d (value %d) points at offset %lld, "
-               "inside the control record", (int)mfn, (int)raw,
-               (long long)off);
+               "XRF entry of MFN %d (value %d) %s", (int)mfn, (int)raw,
+               pydb__xrf_low_reason(why, sizeof why, off));
         return;
     }
     if (c->published && off >= c->end &&

@@ -71,11 +71,13 @@ static int xrf_decode(pydb_xrf_entry *e, const pydb_db *db, int32_t raw,
         return PYDB_OK;
     }
     PYDB_ASSERT((e->state == PYDB_XRF_LDELETED) == (raw < 0));
-    if (e->offset < PYDB_CTL_SIZE)
+    if (e->offset < PYDB_CTL_SIZE) {
+        char why[80];
         return PYDB_CORRUPT(err, db->xrf.path, where,
-                            "XRF entry of MFN %d (value %d) points at "
-                            "offset %lld, inside the control record",
-                            (int)mfn, (int)raw, (long long)e->offset);
+                            "XRF entry of MFN %d (value %d) %s", (int)mfn,
+                            (int)raw,
+                            pydb__xrf_low_reason(why, sizeof why, e->offset));
+    }
     /* what a reader may follow: a record start inside the master file */
     PYDB_ASSERT((e->offset & ((1 << db->mstxl) - 1)) == 0);
     return PYDB_OK;

@@ -7,6 +7,7 @@
  * or writes a file.
  */
 #include "pydb_int.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,17 @@ int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl)
     }
 #endif
     return raw;
+}
+
+const char *pydb__xrf_low_reason(char *out, size_t n, int64_t offset)
+{
+    if (offset < 0)
+        snprintf(out, n, "names block 0 (the master file's blocks count "
+                 "from 1)");
+    else
+        snprintf(out, n, "points at offset %lld, inside the control record",
+                 (long long)offset);
+    return out;
 }
 
 /* ------------------------------------------------- encoding, placement */

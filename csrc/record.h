@@ -165,6 +165,18 @@ static inline int64_t pydb__xrf_blocks(int64_t next_mfn)
  * `offset` (a record start, so a multiple of 2^MSTXL) with PYDB_FLAG_NEW/PENDING. */
 int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl);
 
+/* Why an XRF entry's offset below PYDB_CTL_SIZE cannot be followed, for
+ * a damage message: "points at offset N, inside the control record", or
+ * for a value naming block 0 (blocks count from 1, so its offset is
+ * negative) "names block 0 (the master file's blocks count from 1)".
+ * Writes at most n bytes (n >= 1) into out and returns it. */
+/* Why an XRF entry whose offset is below PYDB_CTL_SIZE cannot be
+ * followed, for a damage message: "points at offset N, inside the
+ * control record", or, for a value naming block 0 (blocks count from 1,
+ * so its offset is negative), "names block 0 ...".  Written into out (n
+ * bytes, 80 are enough), which is returned. */
+const char *pydb__xrf_low_reason(char *out, size_t n, int64_t offset);
+
 /* Decode a stored XRF value (docs/isis-formats.md §3.2) without checking
  * it against the files: raw, state, flags and the byte offset it names.  UNUSED (0)
  * and PDELETED (-2048, or a negated pointer to offset 0) get offset -1;

@@ -367,6 +367,23 @@ def test_fault_xrf_into_control_record(built):
     assert len(errors(rep)) == 1
 
 
+def test_fault_xrf_into_block_zero(built):
+    """A value naming block 0 (blocks count from 1) is said to be so, not
+    an offset before the file's start: by check() and by a read."""
+    layout, g, base, mst, xrf = built
+    slot = 4 + (41 - 1) * 4                      # MFN 41 in block 1
+    patch(xrf, slot, struct.pack("<i", 64))      # block 0, low bits 64
+    rep = run_check(base)
+    assert errors(rep) == [("xrf-pointer", 41, xrf.name, slot)]
+    [p] = [p for p in rep if p.severity == "error"]
+    assert p.message == ("XRF entry of MFN 41 (value 64) names block 0 (the "
+                         "master file's blocks count from 1)")
+    with pydb.open(base) as db, pytest.raises(pydb.CorruptionError) as e:
+        db[41]
+    assert (e.value.filename, e.value.offset) == (str(xrf), slot)
+    assert "MFN 41 (value 64) names block 0 (the master file's blocks" in str(e.value)
+
+
 def test_fault_xrf_beyond_next_mfn(built):
     layout, g, base, mst, xrf = built
     slot = 1024 + 4 + (N + 5 - 255) * 4        # MFN 305, block 3
