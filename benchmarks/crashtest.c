@@ -73,11 +73,20 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Report e ("pydb-crashtest: open: No such file or directory: ...": the
+ * system's word for an I/O error that has an errno, else the core's) and
+ * exit with status 2. */
 static void die(const char *what, const pydb_error *e)
 {
-    fprintf(stderr, "pydb-crashtest: %s: %s: %s (file %s, offset %lld)\n",
-            what, pydb_strerror(e->code), e->message, e->path,
-            (long long)e->offset);
+    const char *kind = e->code == PYDB_EIO && e->sys_errno
+                           ? strerror(e->sys_errno) : pydb_strerror(e->code);
+    fprintf(stderr, "pydb-crashtest: %s: %s: %s", what, kind, e->message);
+    if (e->path[0] && e->offset >= 0)
+        fprintf(stderr, " (file %s, offset %lld)", e->path,
+                (long long)e->offset);
+    else if (e->path[0])
+        fprintf(stderr, " (file %s)", e->path);
+    fputc('\n', stderr);
     exit(2);
 }
 

@@ -1,6 +1,7 @@
 """The crashtest: the C program, its Python twin and the command line,
 on small generated databases (speed is measured in benchmarks, not here)."""
 
+import errno
 import json
 import os
 import re
@@ -93,6 +94,18 @@ def test_c_program_reads_a_given_list(small_db, tmp_path):
     r = subprocess.run([binary, "--list", str(lst), str(small_db)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "lists no MFNs" in r.stderr
+
+
+def test_c_program_names_a_missing_database_as_the_system_does(tmp_path):
+    """An open that fails for an errno says the system's word for it, not
+    the core's "input/output error", and no offset of -1."""
+    r = subprocess.run([str(crashtest.crashtest_binary()), str(tmp_path / "none")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    base = tmp_path / "none"
+    assert r.stderr in (f"pydb-crashtest: open: {os.strerror(errno.ENOENT)}: no master file "
+                        f"(.mst) for database {base} (file {base}.{ext})\n"
+                        for ext in ("mst", "MST"))
 
 
 def test_python_reads_per_record_and_in_batches_alike(small_db):
