@@ -447,10 +447,10 @@ int main(int argc, char **argv)
     if (c.json || c.prefix) {
         /* header already printed (or none in JSON) */
     } else if (c.list_path) {
-        printf("%zu postings max mfn %d\n", n, (int)maxmfn);
+        printf("%zu rows max mfn %d\n", n, (int)maxmfn);
     } else {
         printf("%zu records (from the XRF; no index phase)\n", n);
-        printf("%zu postings max mfn %d\n", n, (int)maxmfn);
+        printf("%zu rows max mfn %d\n", n, (int)maxmfn);
     }
     for (int rep = 0; rep < c.reps; rep++) {
         long long rows = 0;

@@ -136,7 +136,7 @@ class XrfRows:
     def rows(self, db) -> tuple[list[str], list[int]]:
         mfns = db.mfns()
         return ([f"{len(mfns)} records (from the XRF; no index phase)",
-                 f"{len(mfns)} postings max mfn {db.max_mfn}"], mfns)
+                 f"{len(mfns)} rows max mfn {db.max_mfn}"], mfns)
 
 
 class PrefixRows:

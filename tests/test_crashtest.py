@@ -68,7 +68,7 @@ def test_c_program_text_output(small_db):
     out = subprocess.run([str(crashtest.crashtest_binary()), "--threads", "2,1", str(small_db)],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == "500 records (from the XRF; no index phase)"
-    assert out[1] == "500 postings max mfn 500"
+    assert out[1] == "500 rows max mfn 500"
     assert out[2].startswith("sequential read 500 rows in ")
     assert out[2].endswith(" rows per sec")
     assert out[3].startswith("2 threads  ") and out[4].startswith("1 threads  ")
@@ -327,7 +327,7 @@ def test_command_line(small_db, tmp_path, capsys):
                      r"\(\d+ pass(es)? over 500 rows\)\n2 threads  \d+ rows per sec, \d+ rows "
                      r"\((\d+ pass(es)?|[0-9.]+ passes) over 1000 rows(: cut at --max-time)?\)",
                      text)
-    assert "500 records (from the XRF; no index phase)\n500 postings max mfn 500" in text
+    assert "500 records (from the XRF; no index phase)\n500 rows max mfn 500" in text
     table = text.split("-- C vs Python, cache warm, lock none")[1].splitlines()
     assert table[1].split()[:3] == ["C", "rows/s", "Python"]
     assert [line.split()[0] for line in table[2:5]] == ["sequential", "2", "1"]
@@ -452,7 +452,7 @@ def test_real_database_lilacs(isis_data):
     with pydb.open(base) as db:
         header, mfns = crashtest.XrfRows().rows(db)
     assert header == ["3225 records (from the XRF; no index phase)",
-                      "3225 postings max mfn 3225"]
+                      "3225 rows max mfn 3225"]
     s = settings(base, threads=[2], reps=1)
     for py_read in crashtest.PY_READS:
         s.py_read = py_read
