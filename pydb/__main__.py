@@ -22,6 +22,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from . import crashtest, gctest, ministat
+from ._cli import exit_table
 from .arrow import export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
@@ -639,12 +640,6 @@ def _fill(text: str) -> str:
     return text if "\n" in text else textwrap.fill(text, 79)
 
 
-def _exit_table() -> str:
-    return "exit status:\n" + "".join(
-        textwrap.fill(what, 79, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7) + "\n"
-        for code, what in EXIT_STATUSES)
-
-
 ENCODING_HELP = ("character set of the database's field values, a Python codec name "
                  "(utf-8, cp850, cp1252, latin-1, ...; default utf-8)")
 KEYS_TOO = "; keys and search expressions are read in it too"
@@ -721,12 +716,13 @@ def parser() -> argparse.ArgumentParser:
                     "(master files .mst/.xrf, inverted index, ISO 2709).  Also run as "
                     "python -m pydb.  Progress bars go to stderr, only when it is a "
                     "terminal (--progress / --no-progress where a command has one)."),
-        epilog=_exit_table() + "\nEach command has its own help: pydb COMMAND --help")
+        epilog=exit_table(EXIT_STATUSES) + "\nEach command has its own help: pydb COMMAND --help")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, help, description=None, epilog=None):
         return sub.add_parser(name, help=help, description=_fill(description or help),
-                              epilog=(_fill(epilog) + "\n\n" if epilog else "") + _exit_table(),
+                              epilog=((_fill(epilog) + "\n\n" if epilog else "")
+                                      + exit_table(EXIT_STATUSES)),
                               formatter_class=_HelpFormatter)
 
     sub.add_parser("crashtest", help="C vs Python threaded read benchmark (crashtest --help)")

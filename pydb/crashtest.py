@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import ministat
+from ._cli import exit_table
 from .database import open as open_db
 from .errors import Error, UnsupportedError
 from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
@@ -664,6 +665,16 @@ def _csv(value: str, allowed, what, ap):
     return items
 
 
+#: Exit statuses of ``pydb crashtest`` (its --help shows them).
+EXIT_STATUSES = (
+    (0, "done, whether or not the design card's targets were met (the report says)"),
+    (1, "failed, the reason on stderr (a pydb or OS error, the C program failing, "
+        "nothing to read)"),
+    (2, "bad usage (unknown option, bad value)"),
+    (130, "interrupted by Ctrl-C (SIGINT), after one line saying so"),
+)
+
+
 def main(argv=None) -> int:
     """``python -m pydb crashtest [DB] [options]``: run both programs in
     each requested mode and print the original-style blocks, the
@@ -671,7 +682,10 @@ def main(argv=None) -> int:
     sample (``--json``) and a chart (``--plot``).  Returns the exit
     status."""
     ap = argparse.ArgumentParser(prog="pydb crashtest",
-                                 description=__doc__.split("\n\n")[0])
+                                 description=textwrap.fill(" ".join(
+                                     __doc__.split("\n\n")[0].split()), 79),
+                                 epilog=exit_table(EXIT_STATUSES),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("db", nargs="?", help="database (default: the built-in synthetic unesb)")
     ap.add_argument("--threads", default="8,2,1,4", help="thread counts (default 8,2,1,4)")
     ap.add_argument("--cache", default="warm,cold,direct",

@@ -51,6 +51,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import traceback
@@ -60,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ministat
+from ._cli import exit_table
 from .database import Database
 from .database import open as open_db
 from .errors import Error
@@ -1026,12 +1028,25 @@ def _default_ready() -> bool:
     return (default_cache_dir() / f"unesb-v{GENERATOR_VERSION}-x1" / "complete").exists()
 
 
+#: Exit statuses of ``pydb gctest`` (its --help shows them).
+EXIT_STATUSES = (
+    (0, "done: every series' check found no error and every client's answers were right"),
+    (1, "a check found errors, a client got a wrong answer, or the test could not run "
+        "(the reason on stderr)"),
+    (2, "bad usage (unknown option, bad value)"),
+    (130, "interrupted by Ctrl-C (SIGINT), after one line saying so"),
+)
+
+
 def parse_args(argv=None) -> tuple[argparse.Namespace, Settings]:
     """The command line of ``python -m pydb gctest`` as (arguments,
     Settings); the database stays None when not given.  Exits with
     status 2 on bad usage (argparse)."""
     ap = argparse.ArgumentParser(prog="pydb gctest",
-                                 description=__doc__.split("\n\n")[0])
+                                 description=textwrap.fill(" ".join(
+                                     __doc__.split("\n\n")[0].split()), 79),
+                                 epilog=exit_table(EXIT_STATUSES),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("db", nargs="?", help="database (default: the built-in synthetic unesb); "
                     "it is copied, never written")
     ap.add_argument("--clients", type=int, default=16, help="clients (default 16)")

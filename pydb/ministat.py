@@ -66,9 +66,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from ._cli import exit_table
 
 __all__ = ["CONFIDENCES", "NSTUDENT", "STUDENT_TABLE", "Stats", "Verdict", "summarize",
            "compare", "student_t", "student_t_table", "t_cdf", "betainc", "read_values",
@@ -628,6 +631,16 @@ def render(datasets: Sequence[Sequence[float]], names: Sequence[str],
     return "\n".join(out) + "\n"
 
 
+#: Exit statuses of ``pydb ministat`` (FreeBSD ministat's; --help shows them).
+EXIT_STATUSES = (
+    (0, "done"),
+    (1, "a file cannot be opened"),
+    (2, "bad usage, or bad input: a value that is not a number, fewer than 3 values "
+        "in a file, an empty -d"),
+    (130, "interrupted by Ctrl-C (SIGINT), after one line saying so"),
+)
+
+
 def main(argv=None) -> int:
     """``python -m pydb ministat [-c C] [-C column] [-d delimiters] [-n]
     [-q] [-s] [-w width] [--exact] FILE...`` (``-`` or no file: standard
@@ -637,8 +650,10 @@ def main(argv=None) -> int:
     (as ministat)."""
     ap = argparse.ArgumentParser(
         prog="pydb ministat",
-        description="Statistics of one number per line, and Student's t comparison "
-                    "of each file against the first (FreeBSD ministat).")
+        description=textwrap.fill("Statistics of one number per line, and Student's t "
+                                  "comparison of each file against the first (FreeBSD "
+                                  "ministat).", 79),
+        epilog=exit_table(EXIT_STATUSES), formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-c", dest="confidence", default="95",
                     help="confidence level: 80, 90, 95, 98, 99 or 99.5 (default 95)")
     ap.add_argument("-C", dest="column", type=int, default=1,

@@ -12,6 +12,7 @@ from the reader's module keep that module's sanitizer markers.
 """
 
 import fcntl
+import importlib
 import json
 import os
 import pty
@@ -21,6 +22,7 @@ import struct
 import subprocess
 import sys
 import termios
+import textwrap
 import time
 from pathlib import Path
 
@@ -730,6 +732,20 @@ def test_every_argument_has_help_naming_its_default():
         "character set of the database's field values, a Python codec name (utf-8, cp850, "
         "cp1252, latin-1, ...) or auto; default: auto, detected from the records and ABCD's "
         "configuration files"}
+
+
+@pytest.mark.parametrize("tool", ["crashtest", "ministat", "gctest"])
+def test_each_tool_help_ends_with_its_exit_statuses(tool):
+    """The tools parse their own arguments; their help ends with their own
+    table (ministat's 1 is a file that cannot be opened, as FreeBSD's)."""
+    r = run(tool, "--help")
+    text = r.stdout.decode()
+    statuses = importlib.import_module(f"pydb.{tool}").EXIT_STATUSES
+    assert r.returncode == 0 and [c for c, _ in statuses] == [0, 1, 2, 130]
+    assert text.endswith("\n\nexit status:\n" + "".join(
+        textwrap.fill(what, 79, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+        + "\n" for code, what in statuses))
+    assert max(len(line) for line in text.splitlines()) <= 79
 
 
 def test_top_level_help():
