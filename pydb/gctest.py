@@ -160,8 +160,18 @@ def client_word(client: int) -> str:
 # ---------------------------------------------------------------- the database
 
 def _source_files(source: str) -> tuple[str, str, int]:
-    with open_db(source) as db:
+    """The master file and XRF of `source` and its active records, after a
+    check (read-only: the source is never written).  Raises ValueError
+    naming the first error where the check finds one: the series run on
+    copies in a temporary folder, whose files an error found later would
+    name."""
+    with open_db(source, readonly=True) as db:
         info = db.info()
+        report = db.check()
+        if not report.ok:
+            first = next(p for p in report.problems if p.severity == "error")
+            raise ValueError(f"{source} is damaged, and gctest needs a sound database: "
+                             f"{first} (pydb check {source} lists every problem)")
         return info["mst_path"], info["xrf_path"], len(db)
 
 
@@ -173,9 +183,9 @@ def prepare_template(source, folder) -> Path:
     settings where it has a readable index.  The source is never written.
     Returns the base path of the copy.
 
-    Raises ValueError when the database already holds words of the
-    script (:data:`WORD_PREFIX`) or has too few records (checked by
-    :func:`hot_records`)."""
+    Raises ValueError when the database is damaged (its check finds an
+    error), already holds words of the script (:data:`WORD_PREFIX`) or
+    has too few records (checked by :func:`hot_records`)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     base = folder / "gc"

@@ -115,6 +115,28 @@ def test_template_has_an_index_with_the_work_field(template):
     assert gctest.WORK_FST in template.with_suffix(".fst").read_bytes()
 
 
+def test_a_damaged_source_is_named_not_its_copy(tiny, tmp_path, capsys):
+    """A damaged database is refused before it is copied, naming its own
+    file (an error met in the copy would name a temporary file, gone
+    when the command ends); the source is not written."""
+    bad = tmp_path / "bad"
+    for ext in (".mst", ".xrf", ".fst"):
+        (tmp_path / f"bad{ext}").write_bytes(tiny.with_suffix(ext).read_bytes())
+    with pydb.open(bad) as db:
+        off = db[15].offset
+    with open(bad.with_suffix(".mst"), "r+b") as f:
+        f.seek(off)
+        f.write(b"\xff" * 4)                         # the leader's MFN: -1
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert gctest.main([str(bad), "--quick"]) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (f"gctest: {bad} is damaged, and gctest needs a sound database: error: "
+                   f"mfn-mismatch MFN 15: {bad}.mst at byte {off}: the record of MFN 15 at "
+                   f"offset {off} carries MFN -1 in its leader (pydb check {bad} lists every "
+                   "problem)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_hot_records(template):
     with pydb.open(template) as db:
         hot = gctest.hot_records(db, 3, 4)
