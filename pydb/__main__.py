@@ -19,6 +19,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 from . import crashtest, gctest, ministat
@@ -907,9 +908,11 @@ def parser() -> argparse.ArgumentParser:
                        "keys (and that phase's rate), and the time spent writing and "
                        "committing the index.")
     _db_arg(p)
-    p.add_argument("--fst", metavar="FILE", help="FST file (default: the database's .fst, "
+    p.add_argument("--fst", metavar="FILE", type=Path,
+                   help="FST file (default: the database's .fst, "
                    "else the FST of the index being rebuilt)")
-    p.add_argument("--stw", metavar="FILE", help="stop-word file (default: the database's "
+    p.add_argument("--stw", metavar="FILE", type=Path,
+                   help="stop-word file (default: the database's "
                    ".stw, else the stop words of the index being rebuilt)")
     p.add_argument("--encoding", default=None, metavar="NAME",
                    help="the database's codec, which picks the key table: utf-8 folds "

@@ -131,17 +131,30 @@ class FieldRule:
         return f"{self.id} {self.technique} {self.format}"
 
 
+#: A str ending so names a file, which must exist (no FST line or stop
+#: word ends so): a mistyped path is not taken for one line of text.
+FILE_SUFFIXES = (".fst", ".stw")
+
+
+def _names_file(source: str | bytes | os.PathLike) -> bool:
+    """Whether `source` is a path (see :func:`read_text`)."""
+    if isinstance(source, os.PathLike):
+        return True
+    return isinstance(source, str) and "\n" not in source and (
+        os.path.isfile(source) or source.lower().endswith(FILE_SUFFIXES))
+
+
 def read_text(source: str | bytes | os.PathLike) -> bytes:
     """FST (or stop-word) text as bytes: read from the file at `source` if
-    it is os.PathLike or a str without a newline that names a file; else
+    it is os.PathLike, or a str without a newline that names a file or
+    ends with ``.fst`` or ``.stw`` (:data:`FILE_SUFFIXES`, any case); else
     `source` itself (bytes as given, a str encoded as UTF-8).
 
-    Raises OSError when that file cannot be read."""
+    Raises OSError (FileNotFoundError for a missing file) when that file
+    cannot be read."""
     if isinstance(source, bytes):
         return source
-    if isinstance(source, os.PathLike) or (isinstance(source, str)
-                                           and "\n" not in source
-                                           and os.path.isfile(source)):
+    if _names_file(source):
         with open(source, "rb") as f:
             return f.read()
     return str(source).encode("utf-8")
@@ -160,8 +173,7 @@ def fst_text(rules: str | bytes | os.PathLike[str] | Iterable[FieldRule | FSTRul
     """
     if isinstance(rules, (str, bytes, os.PathLike)):
         text = read_text(rules)
-        name = os.fspath(rules) if not isinstance(rules, bytes) and \
-            "\n" not in str(rules) and os.path.isfile(rules) else None
+        name = os.fspath(rules) if _names_file(rules) else None
     else:
         text = "\n".join(r.to_line() for r in rules).encode("utf-8")
         name = None

@@ -133,14 +133,17 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
     Args:
         db_path: base name or ``.mst``/``.xrf`` file of the database (str,
             bytes or os.PathLike).
-        fst: FST text, a path to an FST file, or an iterable of
+        fst: FST text, a path to an FST file (os.PathLike, or a str that
+            names a file or ends with ``.fst``: a missing one is
+            FileNotFoundError, :func:`pydb.fst.read_text`), or an iterable of
             :class:`pydb.fst.FieldRule`; None uses the database's own
             ``<base>.fst``, else the FST of the index being replaced
             (FileNotFoundError if there is neither).
         progress: False (default) shows nothing; True shows a tqdm progress
             bar (records) on stderr, wherever stderr goes; a callable is
             called as ``progress(done, total)`` between batches.
-        stw: stop words (text, bytes or a path); None uses ``<base>.stw``
+        stw: stop words (text, bytes or a path, as for `fst`: a str ending
+            with ``.stw`` is a path); None uses ``<base>.stw``
             when present (docs/isis-formats.md §5.4), else those of the
             index being replaced.  (An index whose MANIFEST is damaged
             has no settings to keep: the rebuild repairs it.)

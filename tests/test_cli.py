@@ -11,6 +11,7 @@ tools (tests/test_crashtest.py, tests/test_ministat.py).  Tests moved here
 from the reader's module keep that module's sanitizer markers.
 """
 
+import errno
 import fcntl
 import importlib
 import json
@@ -33,6 +34,7 @@ from pydb import _pydb
 from pydb.__main__ import main
 from pydb.__main__ import main as cli_main
 from pydb.index import Index
+from pydb.native import stored_settings
 
 from conftest import REPO, all_terms, copy_db, data_path, need, offset_of
 from conftest import build_varied as build
@@ -665,6 +667,22 @@ def test_cli_index(isis_data, tmp_path):
                         "--quiet", "--fst", os.path.join(str(tmp_path), "cds.fst")],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 1 and "pydb:" in r.stderr
+
+
+def test_index_refuses_a_missing_fst_or_stw_file(isis_data, tmp_path, capsys):
+    """--fst/--stw FILE are files: a mistyped name fails and names the
+    file; the index and its stored stop words stay (a missing name was
+    taken for one stop word, "nofile.stw", before)."""
+    base = str(copy_db(isis_data / CDS_SAMPLE, tmp_path, ("fst", "stw")))
+    assert cli_main(["index", base, "--quiet"]) == 0
+    capsys.readouterr()
+    stw = stored_settings(base)["stw"]
+    for opt in ("--stw", "--fst"):
+        assert cli_main(["index", base, "--quiet", opt, "nofile" + opt[1:].replace("-", ".")]) == 1
+        assert capsys.readouterr().err == (f"pydb: [Errno {errno.ENOENT}] No such file or "
+                                           f"directory: 'nofile.{opt[2:]}'\n")
+    assert stored_settings(base)["stw"] == stw and b"THE" in stw
+    assert len(all_terms(_pydb._open_native_index(base))) == 1309
 
 
 # ------------------------------------------------------------------- search

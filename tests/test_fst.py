@@ -406,3 +406,18 @@ def test_runaway_format_output_is_capped():
     with pytest.raises(pydb.RecordTooLargeError) as ei:
         _pydb._testing.fst_keys(fst, [(1, b"a")], mfn=3)
     assert "record 3" in str(ei.value)
+
+
+def test_a_missing_fst_or_stw_file_is_not_taken_for_text(tmp_path):
+    """A str naming a .fst or .stw file (any case) is a path even where the
+    file is missing: FileNotFoundError, not one line of FST text (an
+    FSTError about the first column) or one stop word."""
+    for name in ("nofile.fst", "NOFILE.STW", str(tmp_path / "x.Fst")):
+        with pytest.raises(FileNotFoundError):
+            pydb.fst.read_text(name)
+    with pytest.raises(FileNotFoundError):
+        pydb.parse_fst("nofile.fst")
+    (tmp_path / "a.fst").write_bytes(b"24 0 v24\n")
+    assert pydb.fst.read_text(str(tmp_path / "a.fst")) == b"24 0 v24\n"
+    assert pydb.fst.read_text("24 0 v24") == b"24 0 v24"
+    assert pydb.fst.read_text("THE\nAND.fst") == b"THE\nAND.fst"   # text: has a newline
