@@ -24,7 +24,7 @@ from typing import Any
 
 from . import crashtest, gctest, ministat
 from ._cli import exit_table
-from .arrow import export_parquet, import_parquet
+from .arrow import COMPRESSIONS, export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .errors import CorruptionError, DiskError, Error, SearchSyntaxError
@@ -39,7 +39,9 @@ EXIT_STATUSES = (
     (0, "done (check: no error found)"),
     (1, "failed, the reason on stderr (import/export: some records skipped and "
         "listed; check: errors found; search: bad expression)"),
-    (2, "bad usage (unknown option, bad value); check: the database cannot be opened"),
+    (2, "bad usage (unknown option, missing argument, a value out of range or of the "
+        "wrong kind: a negative count, an unknown encoding); check: the database cannot "
+        "be opened"),
     (130, "interrupted by Ctrl-C (SIGINT), after one line saying what was done"),
 )
 
@@ -279,9 +281,6 @@ def _cmd_check(args) -> int:
     """Exit status: 0 no error (warnings allowed unless --strict), 1 any
     error (or any warning with --strict), 2 the database cannot be opened
     (missing file, I/O error, unsupported) or bad usage."""
-    if args.max_problems < 0:
-        print("pydb check: --max-problems must be >= 0", file=sys.stderr)
-        return 2
     try:
         db = open_db(args.db)
     except CorruptionError as e:
@@ -641,6 +640,37 @@ def _fill(text: str) -> str:
     return text if "\n" in text else textwrap.fill(text, 79)
 
 
+def _int_from(lowest: int, highest: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int from `lowest` (to `highest`); anything else
+    is bad usage (exit status 2), as an unknown option is."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < lowest or (highest is not None and value > highest):
+            raise argparse.ArgumentTypeError(
+                f"{value} is not in {lowest}..{highest}" if highest is not None
+                else f"{value} is less than {lowest}")
+        return value
+    return parse
+
+
+def _codec(text: str) -> str:
+    """An argparse type: a Python codec name."""
+    try:
+        codecs.lookup(text)
+    except LookupError:
+        raise argparse.ArgumentTypeError(f"unknown encoding: {text}") from None
+    return text
+
+
+def _codec_or_auto(text: str) -> str:
+    """An argparse type: a Python codec name or ``auto`` (detected when the
+    database is opened, :func:`pydb.open`)."""
+    return text if text == "auto" else _codec(text)
+
+
 ENCODING_HELP = ("character set of the database's field values, a Python codec name "
                  "(utf-8, cp850, cp1252, latin-1, ...; default utf-8)")
 KEYS_TOO = "; keys and search expressions are read in it too"
@@ -655,8 +685,9 @@ def _db_arg(p, what="the database: its base name or its .mst/.xrf file"):
     p.add_argument("db", metavar="DB", help=what)
 
 
-def _encoding_arg(p, text=ENCODING_HELP, default="utf-8"):
-    p.add_argument("--encoding", default=default, metavar="NAME", help=text)
+def _encoding_arg(p, text=ENCODING_HELP, default="utf-8", auto=True):
+    p.add_argument("--encoding", default=default, metavar="NAME",
+                   type=_codec_or_auto if auto else _codec, help=text)
 
 
 def _progress_args(p):
@@ -754,7 +785,7 @@ def parser() -> argparse.ArgumentParser:
                         "every key)")
     p.add_argument("--start", default=None, metavar="KEY",
                    help="first key, inclusive (default: the first key)")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
+    p.add_argument("--limit", type=_int_from(0), default=None, metavar="N",
                    help="at most N keys (default: no limit)")
     _encoding_arg(p, READ_ENCODING_HELP + KEYS_TOO, default="auto")
     p.set_defaults(func=_cmd_terms)
@@ -786,7 +817,7 @@ def parser() -> argparse.ArgumentParser:
                 "--strict), 1 errors found, 2 cannot open the database or bad usage.")
     _db_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    p.add_argument("--max-problems", type=int, default=1000, metavar="N",
+    p.add_argument("--max-problems", type=_int_from(0), default=1000, metavar="N",
                    help="print at most N problems (all are counted; default 1000)")
     p.add_argument("--strict", action="store_true", help="warnings also make the exit status 1")
     p.add_argument("--errors-only", action="store_true", help="print only errors (text output)")
@@ -811,23 +842,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", default="isis-packed",
                    choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"],
                    help="record leader layout of a new database (WinISIS writes isis-packed)")
-    p.add_argument("--mstxl", type=int, default=0, metavar="N",
+    p.add_argument("--mstxl", type=_int_from(0, 6), default=0, metavar="N",
                    help="MSTXL alignment shift 0..6 of a new database (records start on "
                         "2**N bytes)")
     _encoding_arg(p, "character set of the input file, a Python codec name (default utf-8; "
                   "Parquet: the one its export recorded): ISO lengths counted in "
                   "characters; JSON Lines strings turned back into bytes with it",
-                  default=None)
-    p.add_argument("--db-encoding", default=None, metavar="NAME",
+                  default=None, auto=False)
+    p.add_argument("--db-encoding", default=None, metavar="NAME", type=_codec,
                    help="ISO input: transcode values from --encoding to this "
                         "character set (default: store the file's bytes)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="skip bad records and report them (exit status 1), or stop at "
                         "the first")
-    p.add_argument("--mfn-tag", type=int, default=None, metavar="TAG",
+    p.add_argument("--mfn-tag", type=_int_from(1), default=None, metavar="TAG",
                    help="tag of the field that carries each record's MFN (export --mfn-tag; "
                         "default: none, records are numbered in file order)")
-    p.add_argument("--max-gap", type=int, default=1_000_000, metavar="N",
+    p.add_argument("--max-gap", type=_int_from(0), default=1_000_000, metavar="N",
                    help="new database: a record whose MFN lies more than this beyond "
                         "the previous one is an error (default 1000000)")
     # Parquet (pydb.arrow; docs/parquet.md)
@@ -853,7 +884,7 @@ def parser() -> argparse.ArgumentParser:
                    help="CRLF line ends (WinISIS)")
     g.add_argument("--lf", dest="line_ending", action="store_const", const="\n",
                    help="LF line ends (default for the isis flavour)")
-    p.add_argument("--line-width", type=int, default=None, metavar="N",
+    p.add_argument("--line-width", type=_int_from(0), default=None, metavar="N",
                    help="bytes per line, line ends not counted (default 80 for isis, "
                         "none for marc; 80 writes MARC as J-ISIS does; 0: no lines)")
     _encoding_arg(p, ENCODING_HELP + ".  JSON Lines: values that do not decode are "
@@ -861,7 +892,7 @@ def parser() -> argparse.ArgumentParser:
                   "when --encoding utf-8 is given", default=None)
     p.add_argument("--deleted", action="store_true",
                    help="also export logically deleted records (status d)")
-    p.add_argument("--mfn-tag", type=int, default=None, metavar="TAG",
+    p.add_argument("--mfn-tag", type=_int_from(1), default=None, metavar="TAG",
                    help="carry each MFN in a first field of this tag (default: none)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="a record that cannot be read or written: skip (leave it out, "
@@ -875,12 +906,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--subfields", choices=["list", "map"], default=None,
                    help="Parquet: add the ^x subfield split of each value as a list of "
                         "(code, value) or a map of first occurrences (default: none)")
-    p.add_argument("--batch-records", type=int, default=16384, metavar="N",
+    p.add_argument("--batch-records", type=_int_from(1), default=16384, metavar="N",
                    help="Parquet: records per row group and in memory (default 16384)")
-    p.add_argument("--partition-records", type=int, default=None, metavar="N",
+    p.add_argument("--partition-records", type=_int_from(1), default=None, metavar="N",
                    help="Parquet: DST is a directory of part-NNNNN.parquet files of N "
                         "records each (default: one file)")
-    p.add_argument("--compression", default="zstd",
+    p.add_argument("--compression", default="zstd", type=str.lower, choices=COMPRESSIONS,
                    help="Parquet codec: zstd, snappy, gzip, lz4, brotli or none")
     _progress_args(p)
     p.set_defaults(func=_cmd_export)
@@ -888,11 +919,11 @@ def parser() -> argparse.ArgumentParser:
                 "index")
     p.add_argument("dir", metavar="DIR", help="folder to write DIR/unesb.mst, .xrf, .fst and "
                    ".pdx into (created if missing; the files must not exist)")
-    p.add_argument("--scale", type=int, default=1, metavar="N",
+    p.add_argument("--scale", type=_int_from(1), default=1, metavar="N",
                    help="size factor: 58,880 x N records")
     p.add_argument("--seed", type=int, default=1, metavar="S",
                    help="random seed; the same scale and seed give identical files")
-    p.add_argument("--count", type=int, default=None, metavar="N",
+    p.add_argument("--count", type=_int_from(1), default=None, metavar="N",
                    help="number of records, overriding 58,880 x scale")
     p.add_argument("--no-index", action="store_true",
                    help="skip the native index (build it later: pydb index DIR/unesb)")
@@ -914,12 +945,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stw", metavar="FILE", type=Path,
                    help="stop-word file (default: the database's "
                    ".stw, else the stop words of the index being rebuilt)")
-    p.add_argument("--encoding", default=None, metavar="NAME",
+    p.add_argument("--encoding", default=None, metavar="NAME", type=_codec,
                    help="the database's codec, which picks the key table: utf-8 folds "
                    "keys by Unicode rules, latin-1/cp1252 by the ANSI table, others by "
                    "the DOS table (default: as the index being rebuilt, else the "
                    "encoding detected from the records, as 'pydb info' shows it)")
-    p.add_argument("--max-key", type=int, default=None, metavar="N",
+    p.add_argument("--max-key", type=_int_from(0), default=None, metavar="N",
                    help="cut keys to this many bytes (30: classic ISIS); 0 = no limit "
                    "(default: as the index being rebuilt; else in the cisis mode the "
                    "key length of the shipped .cnt, 0 otherwise)")

@@ -173,7 +173,8 @@ def fst_text(rules: str | bytes | os.PathLike[str] | Iterable[FieldRule | FSTRul
     """
     if isinstance(rules, (str, bytes, os.PathLike)):
         text = read_text(rules)
-        name = os.fspath(rules) if _names_file(rules) else None
+        name = (os.fspath(rules) if not isinstance(rules, bytes) and _names_file(rules)
+                else None)
     else:
         text = "\n".join(r.to_line() for r in rules).encode("utf-8")
         name = None

@@ -120,8 +120,6 @@ def test_import_stop_one_line_no_database(isis_data, tmp_path):
 @pytest.mark.parametrize("args", [
     ["import", "{missing}", "{tmp}/x"],
     ["export", "{tmp}/nodb", "{tmp}/out.iso"],
-    ["import", "{iso}", "{tmp}/y", "--encoding", "no-such-codec"],
-    ["import", "{iso}", "{tmp}/z", "--mstxl", "9"],
 ])
 def test_errors_are_one_line(tmp_path, args):
     (tmp_path / "a.iso").write_bytes(
@@ -132,6 +130,40 @@ def test_errors_are_one_line(tmp_path, args):
     err = r.stderr.decode().splitlines()
     assert r.returncode == 1 and len(err) == 1 and err[0].startswith("pydb: "), r.stderr
     assert not (tmp_path / "z.mst").exists()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["import", "{iso}", "{tmp}/y", "--encoding", "no-such-codec"],
+     "argument --encoding: unknown encoding: no-such-codec"),
+    (["import", "{iso}", "{tmp}/y", "--encoding", "auto"], "unknown encoding: auto"),
+    (["import", "{iso}", "{tmp}/z", "--mstxl", "9"], "argument --mstxl: 9 is not in 0..6"),
+    (["import", "{iso}", "{tmp}/z", "--max-gap", "-1"], "argument --max-gap: -1 is less than 0"),
+    (["import", "{iso}", "{tmp}/z", "--mfn-tag", "x"],
+     "argument --mfn-tag: not a whole number: 'x'"),
+    (["export", "{tmp}/exists", "{tmp}/o.parquet", "--compression", "foo"],
+     "argument --compression: invalid choice: 'foo'"),
+    (["export", "{tmp}/exists", "{tmp}/o.parquet", "--batch-records", "0"], "0 is less than 1"),
+    (["export", "{tmp}/exists", "{tmp}/o.iso", "--line-width", "-3"], "-3 is less than 0"),
+    (["export", "{tmp}/exists", "{tmp}/o.iso", "--mfn-tag", "0"], "0 is less than 1"),
+    (["gen-unesb", "{tmp}/g", "--scale", "0"], "argument --scale: 0 is less than 1"),
+    (["gen-unesb", "{tmp}/g", "--count", "-5"], "argument --count: -5 is less than 1"),
+    (["info", "{tmp}/exists", "--encoding", "nope"], "unknown encoding: nope"),
+    (["terms", "{tmp}/exists", "--limit", "-1"], "argument --limit: -1 is less than 0"),
+    (["index", "{tmp}/exists", "--max-key", "-1"], "argument --max-key: -1 is less than 0"),
+    (["check", "{tmp}/exists", "--max-problems", "-2"], "-2 is less than 0"),
+])
+def test_a_bad_value_is_bad_usage(tmp_path, args, says):
+    """Exit status 2, as for an unknown option (pydb --help's table), and
+    nothing written: a value out of range or of the wrong kind."""
+    (tmp_path / "a.iso").write_bytes(
+        b"000330000000000290004500001000200000#x##\n")
+    assert main(["import", str(tmp_path / "a.iso"), str(tmp_path / "exists")]) == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    fmt = dict(tmp=tmp_path, iso=tmp_path / "a.iso")
+    r = run(*[a.format(**fmt) for a in args])
+    err = r.stderr.decode()
+    assert r.returncode == 2 and f"pydb {args[0]}: error: " in err and says in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_import_appends_to_an_existing_database(tmp_path):
@@ -577,7 +609,9 @@ def test_cli_cannot_open_and_usage(tmp_path, capsys):
     assert cli_main(["check", str(tmp_path / "nothing")]) == 2
     assert "cannot open" in capsys.readouterr().err
     base = build(tmp_path, "isis-packed", n=3)
-    assert cli_main(["check", str(base), "--max-problems", "-1"]) == 2
+    with pytest.raises(SystemExit) as e:         # argparse: a bad value
+        cli_main(["check", str(base), "--max-problems", "-1"])
+    assert e.value.code == 2
     p = cli()          # argparse: missing DB
     assert p.returncode == 2
 
