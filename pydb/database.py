@@ -8,8 +8,11 @@ is a :class:`pydb.index.Index`, its :meth:`Database.snapshot` a
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import errno
 import os
+import shutil
 import threading
 import time
 import warnings
@@ -33,7 +36,7 @@ from .errors import (
     PendingLogWarning,
     UnsupportedError,
 )
-from .fst import fst_text
+from .fst import fst_text, read_text
 from .index import KEY_MODES, Index, KeyLike, Posting, Term, open_index
 from .marc import to_pymarc as _to_pymarc
 from .native import build_index
@@ -985,12 +988,18 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         DatabaseExistsError: ``path.mst`` or ``path.xrf`` exists already
             (nothing is overwritten).
         ValueError: unknown layout, mstxl outside 0..6 (one message per
-            bad argument), ``encoding="auto"``, an unknown `key_mode`, or a
-            path whose base name is empty.
+            bad argument), ``encoding="auto"``, an unknown `key_mode`, a
+            `max_key` that is not an int >= 0, or a path whose base name
+            is empty.
         TypeError: mstxl is not an int.
         DiskError: the files cannot be written.
-        FSTError: `fst` does not parse (the database files are created
-            but no index is).
+        FSTError: `fst` does not parse.
+        OSError: an `fst` or `stw` path cannot be read.
+        LookupError: `encoding` is not a codec Python knows.
+
+        A create that fails leaves no file behind: its arguments are
+        checked before the files are made, and a later failure (writing
+        the index) removes the files it made.
     """
     if gc not in GC_POLICIES:
         raise ValueError(f"gc must be one of {', '.join(GC_POLICIES)}, not {gc!r}")
@@ -1008,10 +1017,38 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
     existing = existing_file(p)
     if existing is not None:
         raise DatabaseExistsError(errno.EEXIST, "the database exists already", existing)
-    text = None if fst is None else fst_text(fst)   # FSTError before any file is made
+    if isinstance(max_key, bool) or not isinstance(max_key, int) or max_key < 0:
+        raise ValueError(f"max_key must be an int >= 0 (0: no limit), not {max_key!r}")
+    codecs.lookup(encoding)                         # LookupError, and the next two
+    text = None if fst is None else fst_text(fst)   # FSTError, OSError
+    stw_text = None if stw is None else read_text(stw)
+    folder = os.path.dirname(p) or "."
+    before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
     flags = _pydb._create(p, layout, mstxl, sync)
-    if text is not None:
-        build_index(p, text, progress=False, stw=stw, encoding=encoding,
-                    max_key=max_key, key_mode=key_mode)
-    return Database(p, readonly=False, encoding=encoding, errors=errors, io=io,
-                    sync=sync, lock_timeout=lock_timeout, gc=gc, _flags=flags)
+    try:
+        if text is not None:
+            build_index(p, text, progress=False, stw=stw_text, encoding=encoding,
+                        max_key=max_key, key_mode=key_mode)
+        return Database(p, readonly=False, encoding=encoding, errors=errors, io=io,
+                        sync=sync, lock_timeout=lock_timeout, gc=gc, _flags=flags)
+    except BaseException:
+        _remove_created(p, before)
+        raise
+
+
+def _remove_created(base: str, before: set[str]) -> None:
+    """Undo a :func:`create` that failed after it made the files: remove
+    the files and folders of the database `base` (``base.*``: the master
+    file, the XRF, the log, the header, the index) that its folder did not
+    hold before (`before`: the folder's names then).  Best effort: what
+    cannot be removed stays."""
+    folder, name = os.path.split(base)
+    for entry in os.listdir(folder or "."):
+        if entry in before or not entry.startswith(name + "."):
+            continue
+        path = os.path.join(folder, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)

@@ -212,7 +212,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         ReadOnlyError: the database cannot be opened for writing.
         OSError: an `fst` or `stw` path cannot be read.
         ValueError: `keys` is not a name of :data:`~pydb.index.KEY_TABLES`,
-            or `key_mode` not one of :data:`~pydb.index.KEY_MODES`.
+            `key_mode` not one of :data:`~pydb.index.KEY_MODES`, or
+            `max_key` not an int >= 0.
         LookupError: `encoding` is not a codec Python knows.
         ImportError: ``progress=True`` and tqdm is not installed.
         ValueError: `memory` is negative.
@@ -256,6 +257,9 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             keys = _sniff_keys(db_path)
     if keys not in KEY_TABLES:
         raise ValueError(f"keys must be one of {', '.join(KEY_TABLES)}, not {keys!r}")
+    if max_key is not None and (isinstance(max_key, bool) or not isinstance(max_key, int)
+                                or max_key < 0):
+        raise ValueError(f"max_key must be an int >= 0 (0: no limit), not {max_key!r}")
     if max_key is None:
         if stored is not None:
             max_key = stored["max_key"]

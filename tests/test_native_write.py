@@ -156,6 +156,33 @@ def test_create_with_field_rules_and_fst_errors(tmp_path):
     assert not os.path.exists(tmp_path / "bad.mst")
 
 
+def test_a_failed_create_leaves_no_file(tmp_path, monkeypatch):
+    """Bad arguments are found before any file is made; a failure after
+    (writing the index) removes the files the create made, and nothing
+    else: a retry is not refused as 'the database exists already'."""
+    (tmp_path / "keep.txt").write_text("mine")
+    (tmp_path / "x.notes").write_text("mine too")      # the base's name, made before
+    bad = [(LookupError, dict(encoding="no-such-codec")),
+           (FileNotFoundError, dict(fst="1 0 v1", stw="missing.stw")),
+           (FileNotFoundError, dict(fst="missing.fst")),
+           (ValueError, dict(fst="1 0 v1", max_key=-1))]
+    for kind, kw in bad:
+        with pytest.raises(kind):
+            pydb.create(tmp_path / "x", **kw)
+        assert sorted(os.listdir(tmp_path)) == ["keep.txt", "x.notes"], kw
+
+    def fail(*args, **kw):
+        raise pydb.DiskError(28, "No space left on device", "x.pdx")
+    monkeypatch.setattr(pydb.database, "build_index", fail)
+    with pytest.raises(pydb.DiskError):
+        pydb.create(tmp_path / "x", fst="1 0 v1")
+    assert sorted(os.listdir(tmp_path)) == ["keep.txt", "x.notes"]
+    monkeypatch.undo()
+    with pydb.create(tmp_path / "x", fst="1 0 v1", stw=b"THE\n") as db:
+        db.append([(1, "the one")])
+        assert [t.key for t in db.terms()] == ["THE ONE"]
+
+
 def test_create_without_fst_has_no_index(tmp_path):
     with pydb.create(tmp_path / "plain") as db:
         db.append([(1, "x")])
