@@ -135,7 +135,9 @@ static void report(const config *c, const char *phase, int threads,
     fflush(stdout);
 }
 
-static void usage(void)
+/* The usage text: on stdout with status 0 when asked for (--help), else
+ * on stderr with status 2 (bad usage). */
+static void usage_to(FILE *out, int status)
 {
     fputs("usage: pydb-crashtest [--threads 8,2,1,4] [--cache warm|cold|direct]\n"
           "                      [--lock none|mutex] [--io pread|mmap]\n"
@@ -149,9 +151,16 @@ static void usage(void)
           "--list FILE: read the MFNs in FILE (one per line).\n"
           "Neither: read the XRF's active records.\n"
           "--snapshot: read through one snapshot per thread.\n"
-          "--snapshot-cost N: time N snapshot take+release rounds only.\n",
-          stderr);
-    exit(2);
+          "--snapshot-cost N: time N snapshot take+release rounds only.\n"
+          "Exit status: 0 done; 2 bad usage, or a read or open failed (the\n"
+          "reason on stderr).\n",
+          out);
+    exit(status);
+}
+
+static void usage(void)
+{
+    usage_to(stderr, 2);
 }
 
 /* Read the MFN list of --list: decimal MFNs 1..maxmfn, one per line. */
@@ -208,6 +217,7 @@ static void parse(config *c, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage_to(stdout, 0);
         if (!strcmp(a, "--json")) { c->json = 1; continue; }
         if (!strcmp(a, "--snapshot")) { c->snapshot = 1; continue; }
         if (a[0] != '-') { c->db_path = a; continue; }

@@ -8,18 +8,19 @@ the GIL whenever it may touch the disk, with atomic, durable transactions
 
 Modules, bottom up (each imports only modules above it in this list):
 :mod:`pydb.errors` (exceptions), :mod:`pydb.paths` (base names and the
-files of a database), :mod:`pydb.subfields`, :mod:`pydb.iso2709` and
-:mod:`pydb.jsonl` (exchange formats), :mod:`pydb.fst` (field select
-tables), :mod:`pydb.search` (search language), :mod:`pydb.index`
-(:class:`~pydb.index.Index`), :mod:`pydb.native` (building the native
-index), :mod:`pydb.check` (validator), :mod:`pydb.snapshot`
-(:class:`Snapshot`: one commit pinned), :mod:`pydb.database`
-(:class:`Database`), :mod:`pydb.exchange` (import/export between a
-database and ISO 2709 or JSON Lines files), :mod:`pydb.marc` (MARC
-records to and from pymarc), :mod:`pydb.arrow` (Arrow and Parquet, with
-the optional pyarrow), then the tools
-(:mod:`pydb.unesb`, :mod:`pydb.ministat`, :mod:`pydb.crashtest`) and the
-command line (:mod:`pydb.__main__`).
+files of a database), :mod:`pydb.subfields`, :mod:`pydb.iso2709`,
+:mod:`pydb.jsonl` and :mod:`pydb.marc` (exchange formats; MARC records
+to and from pymarc), :mod:`pydb.encoding` (detecting a database's
+character set), :mod:`pydb.fst` (field select tables), :mod:`pydb.search`
+(search language), :mod:`pydb.index` (:class:`~pydb.index.Index`),
+:mod:`pydb.native` (building the native index), :mod:`pydb.check`
+(validator), :mod:`pydb.snapshot` (:class:`Snapshot`: one commit
+pinned), :mod:`pydb.database` (:class:`Database`), :mod:`pydb.exchange`
+(import/export between a database and ISO 2709 or JSON Lines files),
+:mod:`pydb.arrow` (Arrow and Parquet, with the optional pyarrow), then
+the tools (:mod:`pydb.unesb`, :mod:`pydb.ministat`, :mod:`pydb.crashtest`,
+:mod:`pydb.gctest`) and the command line (:mod:`pydb.__main__`, with
+``pydb._cli``, the help text its parsers and the tools' share).
 """
 
 # First: a source checkout must run its own build of the C extension

@@ -669,7 +669,8 @@ class Database(_pydb.Database):
           and every 200 ms (commits of other processes, idleness: after
           0.5 s without a commit it collects everything collectable);
         - ``"cooperative"``: a reader (a read, an iteration, a search)
-          that meets garbage does one small step itself (16 units) when no
+          that meets garbage does one small step itself (256 units, about
+          a millisecond or less) when no
           other step runs; it never waits;
         - ``"combined"``: both; a reader that finds a step running wakes
           the thread.

@@ -22,8 +22,9 @@ what :func:`pydb.import_iso` makes of a MARC file, and what
   ``(tag, bytes)`` fields to give :meth:`pydb.Database.append` (or
   ``Transaction.append``): ``db.append(pydb.from_pymarc(rec))``.
 
-pymarc is optional: ``pip install 'pydb[marc]'``.  Without it these two
-functions raise :class:`ImportError`; the rest of pydb does not need it.
+pymarc is optional: ``pip install 'pydb[marc]'``.  Without it
+:func:`to_pymarc`, :func:`from_pymarc` and :func:`append_pymarc` (given a
+record) raise :class:`ImportError`; the rest of pydb does not need it.
 """
 
 from __future__ import annotations

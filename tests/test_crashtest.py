@@ -96,6 +96,19 @@ def test_c_program_reads_a_given_list(small_db, tmp_path):
     assert r.returncode == 2 and "lists no MFNs" in r.stderr
 
 
+def test_c_program_help_is_not_an_error():
+    """--help prints the usage on stdout with status 0; bad usage prints it
+    on stderr with status 2."""
+    binary = str(crashtest.crashtest_binary())
+    r = subprocess.run([binary, "--help"], capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.startswith("usage: pydb-crashtest [--threads 8,2,1,4]")
+    assert r.stdout.endswith("Exit status: 0 done; 2 bad usage, or a read or open failed "
+                             "(the\nreason on stderr).\n")
+    r = subprocess.run([binary, "--threads", "0", "db"], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (2, "") and r.stderr.startswith("usage: ")
+
+
 def test_c_program_names_a_missing_database_as_the_system_does(tmp_path):
     """An open that fails for an errno says the system's word for it, not
     the core's "input/output error", and no offset of -1."""
