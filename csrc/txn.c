@@ -418,25 +418,45 @@ static void clear_past_end(pydb_txn *t, int64_t size)
  * MFNs); past it the tail is left alone, as for a crossing record. */
 #define TAIL_XRF_MAX ((int64_t)64 << 20)
 
+/* The error of a write that would take MFN `mfn` (at or past NXTMFN
+ * `next_mfn`) whose XRF entry, at byte `where`, holds `raw` (not 0):
+ * another program's writer died after it wrote the entry and before it
+ * rewrote the control record (pydb's own are replayed from the log), and
+ * the write would overwrite the entry, or cut the record it names off the
+ * end of the master file. */
+static int lagging_ctl_error(pydb_db *db, int32_t mfn, int32_t raw,
+                             int32_t next_mfn, int64_t where,
+                             pydb_error *err)
+{
+    return PYDB_CORRUPT(err, db->xrf.path, where,
+                        "the XRF has an entry for MFN %d (value %d), at or "
+                        "past the control record's NXTMFN %d: the control "
+                        "record lags the XRF (a writer died before it "
+                        "rewrote it?); pydb writes nothing here, which "
+                        "would overwrite that entry or cut its record off "
+                        "(pydb check lists them)", (int)mfn, (int)raw,
+                        (int)next_mfn);
+}
+
 /* Whether a record the XRF of MFNs 1..next_mfn-1 reaches lies at `end`
  * or past it, or crosses it (*found = 1): the one with the highest
  * offset, whose leader is read (a leader that cannot be read counts as
  * crossing: its bytes are left alone).  MFNs from NXTMFN on have no
- * entry: a commit that wrote some and died is replayed by the recovery
- * that comes first.  An XRF of more than TAIL_XRF_MAX bytes counts as
- * reaching, unread (time bounded for a hostile NXTMFN too). */
+ * entry: a commit of pydb's that wrote some and died is replayed by the
+ * recovery that comes first, and an entry another program left there is
+ * PYDB_ECORRUPT (lagging_ctl_error): the bytes past the end are its
+ * record's.  An XRF of more than TAIL_XRF_MAX bytes counts as reaching,
+ * unread (time bounded for a hostile NXTMFN too). */
 static int xrf_reaches(int *found, pydb_db *db, int32_t next_mfn, int64_t end,
                        pydb_error *err)
 {
     uint8_t buf[PYDB_BLOCK];
-    int64_t have = pydb__fsize(&db->xrf) / PYDB_BLOCK;
-    int64_t nb = pydb__xrf_blocks(next_mfn);
+    int64_t nb = pydb__fsize(&db->xrf) / PYDB_BLOCK;
     int64_t last = -1;
     int32_t last_mfn = 0;
     pydb_leader l;
     pydb_error ignored;
 
-    if (nb > have) nb = have;
     if (nb * PYDB_BLOCK > TAIL_XRF_MAX) {
         *found = 1;
         return PYDB_OK;
@@ -447,9 +467,13 @@ static int xrf_reaches(int *found, pydb_db *db, int32_t next_mfn, int64_t end,
         if (rc) return rc;
         for (int i = 0; i < PYDB_XRF_PER_BLOCK; i++) {
             int64_t mfn = b * PYDB_XRF_PER_BLOCK + i + 1;
+            int32_t raw = (int32_t)pydb__u32(buf + 4 + 4 * i);
             pydb_xrf_entry e;
-            if (mfn >= next_mfn) break;
-            pydb__xrf_unpack(&e, (int32_t)pydb__u32(buf + 4 + 4 * i),
+            if (mfn >= next_mfn && raw != 0)
+                return lagging_ctl_error(db, (int32_t)mfn, raw, next_mfn,
+                                         b * PYDB_BLOCK + 4 + 4 * i, err);
+            if (mfn >= next_mfn) continue;
+            pydb__xrf_unpack(&e, raw,
                              db->mstxl);
             if (e.offset > last) {   /* -1 for unused, deleted for good */
                 last = e.offset;
@@ -476,7 +500,7 @@ static int check_tail(pydb_txn *t, pydb_error *err)
     pydb_db *db = t->db;
     int64_t off = t->start, size = pydb__fsize(&db->mst);  /* load_state's */
     uint8_t buf[PYDB_BLOCK];
-    int dirty, found, rc;
+    int dirty, found = 0, rc;
 
     dirty = size - off > ((int64_t)1 << 20);
     while (!dirty && off < size) {
@@ -1044,17 +1068,31 @@ static int build_log(pydb_buf *log, pydb_txn *t, const uint8_t *region,
          * (XRFPOS + zero entries) when a transaction skips none: appends are
          * consecutive, so every new block holds an op -- except when no op
          * lands in it, which cannot happen (MFNs are dense). */
-        for (size_t i = 0; i < t->nops; i++) {
-            int64_t bi = (t->ops[i].mfn - 1) / PYDB_XRF_PER_BLOCK;
-            size_t lo = 0, hi = nxb;
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (xb[mid].index < bi) lo = mid + 1;
-                else hi = mid;
+        /* a new MFN's entry is 0 in the file (lagging_ctl_error): all are
+         * looked at before any is set (an MFN may have several ops) */
+        for (int pass = 0; pass < 2; pass++) {
+            for (size_t i = 0; i < t->nops; i++) {
+                int64_t bi = (t->ops[i].mfn - 1) / PYDB_XRF_PER_BLOCK;
+                size_t lo = 0, hi = nxb;
+                uint8_t *slot;
+                while (lo < hi) {
+                    size_t mid = (lo + hi) / 2;
+                    if (xb[mid].index < bi) lo = mid + 1;
+                    else hi = mid;
+                }
+                slot = xb[lo].data + 4 +
+                       ((t->ops[i].mfn - 1) % PYDB_XRF_PER_BLOCK) * 4;
+                if (pass == 1) {
+                    pydb__put32(slot, (uint32_t)t->ops[i].xrf_raw);
+                } else if (t->ops[i].mfn >= t->first_new &&
+                           pydb__u32(slot) != 0) {
+                    rc = lagging_ctl_error(
+                        db, t->ops[i].mfn, (int32_t)pydb__u32(slot),
+                        t->first_new, bi * PYDB_BLOCK + (slot - xb[lo].data),
+                        err);
+                    goto cleanup;
+                }
             }
-            pydb__put32(xb[lo].data + 4 +
-                            ((t->ops[i].mfn - 1) % PYDB_XRF_PER_BLOCK) * 4,
-                        (uint32_t)t->ops[i].xrf_raw);
         }
         for (size_t i = 0; i < nxb;) {
             size_t j = i + 1;

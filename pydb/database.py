@@ -59,6 +59,10 @@ Transaction = _pydb.Transaction
 #: The default I/O mode, chosen by measurement (see benchmarks/).
 DEFAULT_IO = "mmap"
 
+#: The longest wait for the writer lock, seconds (24 days: the core waits
+#: in milliseconds, an int): ``lock_timeout`` and ``timeout`` arguments.
+MAX_LOCK_TIMEOUT = 86400.0 * 24
+
 Field = _pydb.Field
 
 #: What Database.append/update and Transaction methods take as a record.
@@ -169,8 +173,9 @@ class Database(_pydb.Database):
             flags |= _pydb.OPEN_WRITE
             if not sync:
                 flags |= _pydb.OPEN_NOSYNC
-        if lock_timeout is None or not lock_timeout >= 0:
-            raise ValueError("lock_timeout must be a number of seconds >= 0")
+        if lock_timeout is None or not 0 <= lock_timeout <= MAX_LOCK_TIMEOUT:
+            raise ValueError(f"lock_timeout must be a number of seconds from 0 to "
+                             f"{MAX_LOCK_TIMEOUT:.0f} (24 days), not {lock_timeout!r}")
         auto = encoding == "auto"
         super().__init__(path, encoding="utf-8" if auto else encoding, errors=errors,
                          io=io, lock=lock, flags=flags, gc=gc)
@@ -900,7 +905,8 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             commit header cannot be used (read-only folder, no /proc)
             every commit syncs as with True.
         lock_timeout: seconds a write waits for the writer lock held by
-            another thread or process (float, default 10; 0: one try).
+            another thread or process (float, default 10; 0: one try; at
+            most :data:`MAX_LOCK_TIMEOUT`, 24 days).
             A step of the handle's own garbage collector, which holds
             the lock briefly (a bounded step), is waited for whatever
             the timeout.
@@ -922,8 +928,8 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             system refuses O_DIRECT.
         DiskError: another operating-system error (e.g. the folder is not
             writable with ``readonly=False``, or recovery failed).
-        ValueError, LookupError: a bad `io`/`lock`/`gc` or unknown
-            `encoding`.
+        ValueError, LookupError: a bad `io`/`lock`/`gc`/`lock_timeout`
+            or unknown `encoding`.
         MemoryError: the collector thread could not be started.
 
     Warns:

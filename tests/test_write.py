@@ -752,6 +752,61 @@ def test_an_end_inside_the_last_record_is_never_written_over(tmp_path):
     assert os.path.getsize(f"{base}.mst") > size    # appended after the file's end
 
 
+@pytest.mark.parametrize("end", ["lags", "kept"])
+@pytest.mark.parametrize("write", ["append", "transaction", "update"])
+def test_a_control_record_that_lags_the_xrf_stops_writes(tmp_path, end, write):
+    """Another program's writer died after it wrote MFNs 10..20 and their
+    XRF entries, before it rewrote the control record (NXTMFN 10; the end
+    NXTMFB/NXTMFP at MFN 10's start, or kept at the true end).  A write
+    that would take a new MFN or write past the cut end is refused with
+    CorruptionError naming the first such entry, and nothing is written
+    (an update where the end is kept goes after the true end): before, the bytes past the end were cut off (the
+    records of MFNs 10..20 lost) and each append took over the next
+    entry (found by a review)."""
+    base = tmp_path / "db"
+    with pydb.create(base, "isis-aligned", sync=False) as db:
+        with db.transaction() as t:
+            for i in range(1, 21):
+                t.append(sample(i))
+        off10 = db[10].offset
+    with open(f"{base}.mst", "r+b") as f:
+        f.seek(4)
+        f.write(struct.pack("<i", 10))
+    if end == "lags":
+        _set_end(base, off10)
+    _shm_gone(base)
+    mst, xrf = open(f"{base}.mst", "rb").read(), open(f"{base}.xrf", "rb").read()
+    if (write, end) == ("update", "kept"):
+        # no new MFN and nothing past the end to cut: the update is
+        # written after the true end, and MFNs 10..20 keep everything
+        with pydb.open(base, readonly=False) as db:
+            db.update(3, sample(21))
+        with open(f"{base}.mst", "r+b") as f:
+            f.seek(4)
+            f.write(struct.pack("<i", 21))
+        _shm_gone(base)
+        with pydb.open(base) as db:
+            assert raw_fields(db[3]) == sample(21)
+            assert [raw_fields(db[m]) for m in range(10, 21)] == [
+                sample(m) for m in range(10, 21)]
+        return
+    with pydb.open(base, readonly=False) as db:
+        assert len(db) == 9 and raw_fields(db[9]) == sample(9)   # reads go on
+        with pytest.raises(pydb.CorruptionError) as e:
+            if write == "append":
+                db.append(sample(21))
+            elif write == "update":
+                db.update(3, sample(21))
+            else:
+                with db.transaction() as t:
+                    t.append(sample(21))
+        assert (e.value.filename, e.value.offset) == (f"{base}.xrf", 4 + 9 * 4)
+        assert "the XRF has an entry for MFN 10 (value " in str(e.value)
+        assert "at or past the control record's NXTMFN 10: the control record lags" in str(e.value)
+    assert open(f"{base}.mst", "rb").read() == mst
+    assert open(f"{base}.xrf", "rb").read() == xrf
+
+
 @pytest.mark.parametrize("junk", [300, 3 << 20])
 @pytest.mark.parametrize("when", ["open", "begin"])
 def test_bytes_no_record_reaches_past_the_end_are_cleared(tmp_path, junk, when):
