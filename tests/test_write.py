@@ -342,6 +342,18 @@ def test_readonly_and_lock_timeout_across_handles(tmp_path):
     w2.close()
 
 
+def test_open_refuses_a_lock_timeout_no_write_takes(tmp_path):
+    """lock_timeout is checked at open against what a write takes (0 to
+    24 days): infinity opened, then every write raised ValueError."""
+    base = tmp_path / "db"
+    pydb.create(base).close()
+    for bad in (float("inf"), float("nan"), -1.0, pydb.database.MAX_LOCK_TIMEOUT + 1):
+        with pytest.raises(ValueError, match="lock_timeout must be a number of seconds"):
+            pydb.open(base, readonly=False, lock_timeout=bad)
+    with pydb.open(base, readonly=False, lock_timeout=pydb.database.MAX_LOCK_TIMEOUT) as db:
+        assert db.append(sample(1)) == 1
+
+
 def test_lock_across_processes(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, sync=False) as db:
@@ -760,9 +772,9 @@ def test_a_control_record_that_lags_the_xrf_stops_writes(tmp_path, end, write):
     NXTMFB/NXTMFP at MFN 10's start, or kept at the true end).  A write
     that would take a new MFN or write past the cut end is refused with
     CorruptionError naming the first such entry, and nothing is written
-    (an update where the end is kept goes after the true end): before, the bytes past the end were cut off (the
-    records of MFNs 10..20 lost) and each append took over the next
-    entry (found by a review)."""
+    (an update where the end is kept goes after the true end).  Before,
+    the bytes past the end were cut off (the records of MFNs 10..20
+    lost) and each append took over the next entry (found by a review)."""
     base = tmp_path / "db"
     with pydb.create(base, "isis-aligned", sync=False) as db:
         with db.transaction() as t:
