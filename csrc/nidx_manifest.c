@@ -213,7 +213,7 @@ int pydb__nman_parse(nidx_manifest *m, const uint8_t *d, size_t n,
         if ((const uint8_t *)end >= e || *end != '\n' || errno)
             BAD("bad text length");
         p = (const uint8_t *)end + 1;
-        if (v > (unsigned long long)(e - p) - 1) BAD("text passes the end");
+        if (v >= (unsigned long long)(e - p)) BAD("text passes the end");
         if (t) {
             m->stw = p;
             m->stw_len = (size_t)v;

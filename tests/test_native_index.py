@@ -332,6 +332,34 @@ def test_a_manifest_of_format_2_is_read_and_cannot_hold_inline_segments(cds):
     assert "segment header" in ei.value.reason
 
 
+@pytest.mark.sanitize_address
+@pytest.mark.parametrize("cut", [False, True])
+@pytest.mark.parametrize("extra", [0, 1, 14, 10**11])
+def test_a_manifest_text_length_past_its_end_is_corruption(cds, cut, extra):
+    """A stop-word length that reaches the end line or passes it, with
+    the checksum forged right, is "text passes the end" -- also where the
+    MANIFEST ends right after the "stw N" line (`cut`: no text, no
+    segment), which read past the buffer (a crash under a large length,
+    found by a review) -- for a search and a check; a rebuild repairs it."""
+    man = Path(cds + ".pdx", "MANIFEST")
+    text = man.read_bytes()
+    at = text.index(b"\nstw ") + 5
+    line_end = text.index(b"\n", at)
+    if cut:
+        forged = text[:at] + b"%d\n" % extra + text[-13:]
+    else:
+        left = len(text) - 13 - (line_end + 1)          # bytes after "stw N\n"
+        forged = text[:at] + b"%d" % (left + extra) + text[line_end:]
+    man.write_bytes(_reseal(forged))
+    with pytest.raises(pydb.CorruptionError) as ei:
+        pydb.open_index(cds)
+    assert ei.value.filename == str(man) and ei.value.reason == "manifest: text passes the end"
+    with pydb.open(cds) as db:
+        assert not db.check().ok
+    pydb.build_index(cds, progress=False, max_key=30)    # the repair
+    assert len(pydb.open_index(cds).search("WATER")) > 0
+
+
 def test_the_core_checksum_is_crc32c_at_every_length_and_alignment():
     """The core's CRC-32C (the CPU's CRC32 instruction where it has one,
     else a table) equals the reference above and its own table form, for
