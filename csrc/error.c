@@ -67,6 +67,7 @@ const char *pydb_strerror(int code)
     case PYDB_ELOCKED: return "database is locked by another writer";
     case PYDB_ENEWINDEX:
         return "a native index was built since this handle looked for one";
+    case PYDB_ECLOSED: return "the handle is being closed";
     default: return "unknown error";
     }
 }

@@ -381,6 +381,18 @@ cleanup:
     return rc;
 }
 
+void pydb_close_begin(pydb_db *db)
+{
+    if (!db) return;
+    __atomic_store_n(&db->closing, 1, __ATOMIC_RELEASE);
+    /* the waiters of this process for another thread's transaction wake
+     * at once; a wait for another process's lock naps at most 20 ms
+     * (pydb__wal_lock) */
+    pthread_mutex_lock(&db->wmutex);
+    pthread_cond_broadcast(&db->wcond);
+    pthread_mutex_unlock(&db->wmutex);
+}
+
 void pydb_close(pydb_db *db)
 {
     if (!db) return;

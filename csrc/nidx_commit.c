@@ -306,6 +306,13 @@ done:
     pending_base_done(x, 1);   /* the MANIFEST on disk has the merge */
 }
 
+void pydb__nidx_forget_pending(nidx *x)
+{
+    if (x->pending) pydb__nseg_unref(x->pending);   /* the file stays */
+    x->pending = NULL;
+    pending_base_done(x, 0);
+}
+
 static void hook_abort(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;

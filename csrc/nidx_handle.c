@@ -594,6 +594,10 @@ static void fork_child(void)
     for (nidx *x = fork_list; x; x = x->fork_next) {
         pthread_mutex_unlock(&x->mu);
         pthread_rwlock_init(&x->db_lock, NULL);
+        /* a commit of a parent's thread between its prepare and its
+         * publish: the parent ends it; left here, it made every commit
+         * of the child "still pending" */
+        pydb__nidx_forget_pending(x);
     }
     pthread_mutex_unlock(&fork_list_mutex);
 }

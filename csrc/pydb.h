@@ -89,6 +89,8 @@ extern "C" {
 #define PYDB_ENEWINDEX     (-30712) /* pydb_txn_begin: a native index was
                                        built since the caller last looked
                                        (pydb_index_gen_seen), none attached */
+#define PYDB_ECLOSED       (-30713) /* a wait for the writer lock ended by
+                                       pydb_close_begin()                   */
 
 typedef struct pydb_error {
     int code;            /* PYDB_E* */
@@ -207,6 +209,14 @@ int pydb_open(pydb_db **out, const char *path, const pydb_options *opt,
 /* Close the handle and free it (NULL: nothing).  No other call on it may
  * run or follow. */
 void pydb_close(pydb_db *db);
+/* Start closing db, for a caller whose other threads may be waiting for
+ * the writer lock (held by another thread's open transaction, another
+ * handle or another process), which pydb_close() must not race: every
+ * such wait ends within 20 ms with PYDB_ECLOSED, and so does every later
+ * begin (pydb_txn_begin, pydb_write_one, a collection's step); reads are
+ * unaffected.  Any thread may call it, more than once.  Then wait for
+ * the calls in flight to return, and pydb_close(). */
+void pydb_close_begin(pydb_db *db);
 
 /* Re-read the control record and the file sizes.  With a usable commit
  * header (group 3b) every read already sees the latest published commit;

@@ -237,6 +237,7 @@ struct pydb_db {
                                 clears a wbusy it inherited)              */
     int gc_waiting;          /* collector steps waiting for wbusy: other
                                 waiters stand back (txn.c, "Locks")       */
+    int closing;             /* pydb_close_begin() was called (atomic)    */
     uint64_t commit_seq;     /* commits written to the log by this handle  */
     pthread_mutex_t lsmutex; /* held around each fdatasync of a frame and
                                 the set_fatal of its failure (txn.c,
@@ -553,6 +554,9 @@ int pydb__txn_mine_open(pydb_db *db, pydb_error *err);
 /* 1 if a failed fsync made the handle read-only until it is reopened
  * (PYDB__FATAL_SYNC): its transactions are refused. */
 int pydb__txn_read_only(const pydb_db *db);
+/* PYDB_ECLOSED once pydb_close_begin() was called on db, else PYDB_OK:
+ * looked at by every wait for the writer lock (txn.c, wal.c). */
+int pydb__closing_error(pydb_db *db, pydb_error *err);
 /* The handle's writer locks and queues made anew (wmutex/wcond, the
  * group commit's gmutex/gcond, lsmutex; conditions on CLOCK_MONOTONIC, as
  * pydb__cond_wait_until waits) and emptied: at open, and in a fork()ed

@@ -566,6 +566,14 @@ void pydb__txn_tidy_tail(pydb_db *db)
  * again this often (a step's end wakes it at once). */
 #define OWN_GC_SLICE_MS 50
 
+int pydb__closing_error(pydb_db *db, pydb_error *err)
+{
+    if (!__atomic_load_n(&db->closing, __ATOMIC_ACQUIRE)) return PYDB_OK;
+    return PYDB_ERROR(err, PYDB_ECLOSED, db->mst.path, -1,
+                      "the database is being closed (no write begins, and "
+                      "a write waiting for the writer lock gave up)");
+}
+
 /* pydb_txn_begin(); `gc`: a collector step, which goes first. */
 static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
                      pydb_error *err)
@@ -591,7 +599,8 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
     }
     gc = gc && timeout_ms > 0;   /* one try: nobody needs to stand back */
     db->gc_waiting += gc;
-    while (db->wbusy || (!gc && db->gc_waiting)) {
+    while ((rc = pydb__closing_error(db, err)) == PYDB_OK &&
+           (db->wbusy || (!gc && db->gc_waiting))) {
         /* the handle's own collector: waited for ("Locks" above) */
         if (!collector && (db->wbusy ? db->wbusy_gc : 1)) {
             int64_t slice = pydb__now_ms() + OWN_GC_SLICE_MS;
@@ -612,6 +621,11 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
         pydb__cond_wait_until(&db->wcond, &db->wmutex, deadline);
     }
     db->gc_waiting -= gc;
+    if (rc) {   /* closing: the next waiter sees it too */
+        if (gc) pthread_cond_broadcast(&db->wcond);
+        pthread_mutex_unlock(&db->wmutex);
+        return rc;
+    }
     /* Again now that it is this thread's turn: a transaction that failed
      * while this one waited (a collector step waits a little) may have
      * made the handle read-only, and its log must then be replayed by a

@@ -1294,6 +1294,8 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
             rc = PYDB_OK;
         } else if (go && (rc = lock_failed(db, err)) != 0) {
             /* rc set */
+        } else if ((rc = pydb__closing_error(db, err)) != 0) {
+            /* rc set: the handle is being closed */
         } else if (deadline < 0 || pydb__now_ms() >= deadline) {
             rc = PYDB_ERROR(err, PYDB_ELOCKED, db->wal_path, -1,
                             "another process (or handle) holds the writer "

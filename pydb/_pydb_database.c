@@ -34,6 +34,7 @@ static void db_close_handle(DatabaseObject *self)
     pydb_db *db = self->db;
     /* closed, or another close (perhaps another thread's) waits */
     if (!db || atomic_exchange(&self->guard.closing, 1)) return;
+    pydb_close_begin(db);   /* a write waiting for the writer lock gives up */
     guard_wait_idle(&self->guard);
     transaction_abort_open(self);
     snapshots_release_all(self);   /* pydb.h: before pydb_close() */

@@ -238,6 +238,9 @@ PyObject *set_error(module_state *st, int rc, const pydb_error *e)
     case PYDB_ELOCKED:
         return raise_with(st->LockTimeoutError,
                           Py_BuildValue("(isz)", EAGAIN, e->message, path));
+    case PYDB_ECLOSED:
+        PyErr_SetString(st->ClosedError, e->message);
+        return NULL;
     case PYDB_ETOOBIG:
         PyErr_SetString(st->RecordTooLargeError, e->message);
         return NULL;

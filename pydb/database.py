@@ -59,6 +59,22 @@ Transaction = _pydb.Transaction
 #: The default I/O mode, chosen by measurement (see benchmarks/).
 DEFAULT_IO = "mmap"
 
+# The open handles of this process, for _after_fork_in_child.
+_HANDLES: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A fork()ed child makes each handle's ``_index_lock`` anew: another
+    thread of the parent may have held it at the fork (taking a snapshot,
+    opening the index), and no thread of the child would ever release it
+    (``snapshot()``, ``.index`` and ``close()`` hung; the core's own locks
+    are made anew by its pthread_atfork handlers)."""
+    for db in list(_HANDLES):
+        db._index_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 #: The longest wait for the writer lock, seconds (24 days: the core waits
 #: in milliseconds, an int): ``lock_timeout`` and ``timeout`` arguments.
 MAX_LOCK_TIMEOUT = 86400.0 * 24
@@ -199,6 +215,7 @@ class Database(_pydb.Database):
         self._lock_timeout = float(lock_timeout)
         self._errors = errors
         self._index_lock = threading.Lock()
+        _HANDLES.add(self)
         self._index: Index | None = None
         self._index_known = False   # _index is the answer (None: no index)
         self._index_attached = False   # commits update a native index

@@ -10,6 +10,7 @@ readers are done, and every assertion is on exact values."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -17,6 +18,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -700,4 +702,79 @@ def test_a_child_forked_from_a_writer_with_an_index_searches_and_closes(tmp_path
     assert list(db.search("CHILD")) == [2]
     db.append([(24, "PARENT")])
     assert list(db.search("PARENT")) == [3]
+    db.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_child_forked_while_a_thread_holds_the_index_lock_snapshots_and_closes(tmp_path):
+    """Another thread of the parent held the handle's Python-level index
+    lock at the fork (taking a snapshot, opening the index): no thread of
+    the child would ever release it, and the child's snapshot() and
+    close() hung (5 of 20 forks in a review's run).  The child makes the
+    lock anew (pydb.database, _after_fork_in_child)."""
+    base = tmp_path / "db"
+    with pydb.create(base, fst="24 4 v24\n") as w:
+        w.append([(24, "HELLO")])
+    db = pydb.open(base)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with db._index_lock:
+            held.set()
+            release.wait(30)
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+
+    def child():
+        with db.snapshot() as snap:
+            if list(snap.search("HELLO")) != [1]:
+                return 2
+        db.close()
+        return 0
+    try:
+        assert _in_forked_child(child) == 0
+    finally:
+        release.set()
+        t.join()
+    db.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_child_forked_during_a_commit_with_an_index_commits(tmp_path):
+    """A parent's thread forked between its commit's index prepare and its
+    publish (here: its log write paused, then failed): the child's handle
+    kept the prepared change as pending and refused every commit of its
+    own ("a prepared index change is still pending", 2 of 40 forks in a
+    review's run).  The child forgets it (csrc/nidx_handle.c, fork_child):
+    its append, after the parent's failed commit lets the lock go,
+    commits and is found."""
+    T = pydb._pydb._testing
+    base = tmp_path / "db"
+    db = pydb.create(base, fst="24 4 v24\n", gc="none")
+    db.append([(24, "HELLO")])
+    got: list[BaseException] = []
+
+    def parent_commit():
+        T.fail_io(1, errno.EIO, pause=1_000_000)     # this thread's log write
+        try:
+            db.append([(24, "PARENT")])
+        except BaseException as e:     # noqa: BLE001 -- looked at below
+            got.append(e)
+        finally:
+            T.fail_io(0)
+    t = threading.Thread(target=parent_commit)
+    t.start()
+    time.sleep(0.3)                                    # inside the pause
+
+    def child():
+        mfn = db.append([(24, "CHILD")])
+        ok = list(db.search("CHILD")) == [mfn]
+        db.close()
+        return 0 if ok else 2
+    assert _in_forked_child(child) == 0
+    t.join()
+    assert len(got) == 1 and isinstance(got[0], pydb.DiskError)
+    assert list(db.search("CHILD")) == [2] and list(db.search("PARENT")) == []
+    assert db.check().ok
     db.close()

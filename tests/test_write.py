@@ -378,6 +378,58 @@ def test_lock_across_processes(tmp_path):
 
 
 @pytest.mark.sanitize_thread
+@pytest.mark.parametrize("holder", ["thread", "process"])
+@pytest.mark.parametrize("write", ["append", "transaction"])
+def test_close_ends_the_writes_waiting_for_the_lock(tmp_path, holder, write):
+    """close() while a thread waits for the writer lock -- held by an open
+    transaction of this handle (`thread`) or by another process -- ends
+    that wait with ClosedError at once, and the close returns: it waited
+    for lock_timeout (forever with a long one) before (found by a review)."""
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        db.append([(1, b"a")])
+    p = None
+    if holder == "process":
+        code = ("import pydb,sys,time\n"
+                "db=pydb.open(sys.argv[1],readonly=False)\n"
+                "tx=db.transaction(); tx.append([(1,b'child')]); print('locked',flush=True)\n"
+                "sys.stdin.readline(); tx.commit()\n")
+        p = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE,
+                             stdin=subprocess.PIPE, text=True,
+                             cwd=os.path.dirname(os.path.dirname(__file__)))
+        assert p.stdout.readline().strip() == "locked"
+    db = pydb.open(base, readonly=False, lock_timeout=600)
+    if holder == "thread":
+        tx = db.transaction()
+        tx.append([(1, b"open")])
+    got: list[BaseException] = []
+
+    def waiter():
+        try:
+            if write == "append":
+                db.append([(1, b"waits")])
+            else:
+                db.transaction().abort()
+        except BaseException as e:    # noqa: BLE001 -- the test looks at it
+            got.append(e)
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)                                   # it waits for the lock
+    t0 = time.monotonic()
+    db.close()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - t0 < 5
+    assert len(got) == 1 and isinstance(got[0], pydb.ClosedError), got
+    assert "the database is being closed" in str(got[0])
+    if p is not None:
+        p.stdin.write("\n")
+        p.stdin.close()
+        assert p.wait(10) == 0
+    with pydb.open(base) as db:                       # nothing of this handle's
+        assert [r.raw(1) for r in db] == [[b"a"]] + ([[b"child"]] if p else [])
+
+
+@pytest.mark.sanitize_thread
 def test_other_handle_sees_later_commits(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, sync=False) as db:
