@@ -33,15 +33,23 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _pydb
 from .database import LAYOUTS, Database, Record
 from .database import open as open_db
-from .errors import CorruptionError, ImportResumeError, IsoRecordError, RecordTooLargeError
+from .errors import (
+    CorruptionError,
+    DatabaseNotFoundError,
+    ImportResumeError,
+    IsoRecordError,
+    RecordTooLargeError,
+)
 from .iso2709 import (
     LEADER_POSITIONS,
     LEADER_TAG,
@@ -120,13 +128,29 @@ def _atomic_target(handle: Database, path: Source) -> Iterator[Source]:
         if os.path.exists(target) and os.path.samefile(target, own):
             raise ValueError(f"{target} is a file of the database being exported; "
                              "choose another target")
+    if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+        yield target   # a device, a FIFO: written as it is, never replaced
+        return
     tmp = f"{target}.part{os.getpid()}"
     try:
-        yield tmp
+        try:
+            yield tmp
+        except (IsoRecordError, OSError) as e:
+            _name_target([e], tmp, target)
+            raise
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _name_target(errors: Iterable[BaseException], tmp: str, target: str) -> None:
+    """Errors that name the temporary file `tmp` of :func:`_atomic_target`
+    name its `target` instead: the file the caller asked for (tmp is
+    gone when the export ends)."""
+    for e in errors:
+        if getattr(e, "filename", None) == tmp:
+            e.filename = target  # type: ignore[attr-defined]
 
 
 def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
@@ -205,6 +229,8 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
             w = write(target, recs, flavour, line_ending=line_ending, line_width=line_width,
                       mfn_tag=mfn_tag, on_error=on_error, marc_utf8=is_utf8(encoding),
                       leader_tag=leader_tag, indicators=indicators)
+            if isinstance(target, str):   # _atomic_target's file for a path
+                _name_target(w.errors, target, os.fsdecode(path))  # type: ignore[arg-type]
         report.records = w.records
         report.errors.extend(w.errors)
         return report
@@ -295,6 +321,10 @@ class _Checkpoint:
         records done) and `max_mfn`; written beside and renamed into place."""
         tmp = self.path + ".tmp"
         body = "new" if new else f"{number} {max_mfn}"
+        folder = os.path.dirname(self.path) or "."
+        if not os.path.isdir(folder):   # named as create() names it
+            raise DatabaseNotFoundError(errno.ENOENT, "cannot create: no such folder",
+                                        folder)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(f"{self.MAGIC}\n{self.source}\n{body}\n")
             f.flush()

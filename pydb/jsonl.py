@@ -72,7 +72,9 @@ def read_jsonl(source: Source, *, encoding: str = "utf-8", on_error: str = "skip
         number, ``offset`` = byte offset of the line, ``mfn`` (1-based, or
         None) and ``deleted`` from the object, ``leader`` empty, fields as
         ``(tag, bytes)``).  Blank lines are skipped.  A line that is not
-        such an object is an :class:`~pydb.IsoRecordError`.
+        such an object (``deleted`` other than true, false or null; JSON
+        nested too deeply for the parser) is an
+        :class:`~pydb.IsoRecordError`.
 
     Raises:
         IsoRecordError: with ``on_error="stop"``.
@@ -109,9 +111,15 @@ def read_jsonl(source: Source, *, encoding: str = "utf-8", on_error: str = "skip
                         raise ValueError(f"field {tag}: value {value!r} is neither a "
                                          "string nor {\"base64\": ...}")
                     fields.append((tag, value))
-                rec = IsoRecord(number, here, b"", fields, mfn, bool(obj.get("deleted")))
-            except (ValueError, UnicodeError, TypeError) as e:
-                err = IsoRecordError(name, number, here, f"line {number}: {e}")
+                deleted = obj.get("deleted")
+                if deleted not in (None, True, False) or isinstance(deleted, int) and \
+                        not isinstance(deleted, bool):
+                    raise ValueError(f"deleted {deleted!r} is not true, false or null")
+                rec = IsoRecord(number, here, b"", fields, mfn, bool(deleted))
+            except (ValueError, UnicodeError, TypeError, RecursionError) as e:
+                why = ("JSON nested too deeply to be a record"
+                       if isinstance(e, RecursionError) else e)
+                err = IsoRecordError(name, number, here, f"line {number}: {why}")
                 if on_error == "stop":
                     raise err from None
                 if errors is not None:

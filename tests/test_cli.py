@@ -19,11 +19,13 @@ import os
 import pty
 import re
 import signal
+import stat
 import struct
 import subprocess
 import sys
 import termios
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -164,6 +166,61 @@ def test_a_bad_value_is_bad_usage(tmp_path, args, says):
     err = r.stderr.decode()
     assert r.returncode == 2 and f"pydb {args[0]}: error: " in err and says in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_export_names_its_target_and_writes_a_fifo_in_place(tmp_path, capsys):
+    """A record the format cannot hold is named in the target the user
+    gave, not in the temporary file the export writes first; a target
+    that is not a regular file (a FIFO, a device) is written as it is,
+    never replaced by a regular file (as root, --force turned /dev/full
+    into one: a review)."""
+    base = tmp_path / "big"
+    with pydb.create(base, "ffi-packed") as db:
+        db.append([(10, "ok")])
+        db.append([(10, "x" * 100_000)])               # past ISO's 99,999 bytes
+    out = tmp_path / "o.iso"
+    assert main(["export", str(base), str(out)]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"pydb: skipped: {out}: record 2, MFN 2: record needs 100042 bytes; ISO 2709 "
+        "record lengths have 5 digits (at most 99999)")
+    assert main(["export", str(base), str(out), "--force", "--on-error", "stop"]) == 1
+    assert capsys.readouterr().err.startswith(f"pydb: {out}: record 2, MFN 2: ")
+    assert sorted(p.name for p in tmp_path.iterdir() if "part" in p.name) == []
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert main(["export", str(base), str(fifo), "--force"]) == 1
+    reader.join(10)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert got and got[0].endswith(b"##\n") and b"ok" in got[0]
+
+
+def test_import_of_bad_json_lines_and_into_a_missing_folder(tmp_path, capsys):
+    """JSON nested too deeply is a bad line, not a RecursionError's
+    traceback; "deleted" must be true, false or null ("false", a
+    non-empty string, was taken as true); a missing folder is named."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("[" * 100_000 + "\n"
+                   '{"mfn":1,"deleted":"false","fields":[[10,"a"]]}\n'
+                   '{"mfn":2,"deleted":false,"fields":[[10,"b"]]}\n'
+                   '{"mfn":3,"deleted":1,"fields":[[10,"c"]]}\n'
+                   '{"mfn":4,"deleted":null,"fields":[[10,"d"]]}\n')
+    assert main(["import", str(src), str(tmp_path / "nofolder" / "db")]) == 1
+    assert capsys.readouterr().err == (f"pydb: [Errno 2] cannot create: no such folder: "
+                                       f"'{tmp_path / 'nofolder'}'\n")
+    assert main(["import", str(src), str(tmp_path / "db")]) == 1
+    assert capsys.readouterr().err.splitlines()[:3] == [
+        f"pydb: skipped: {src}: record 1, byte 0: line 1: JSON nested too deeply to be a "
+        "record",
+        f"pydb: skipped: {src}: record 2, byte 100001: line 2: deleted 'false' is not true, "
+        "false or null",
+        f"pydb: skipped: {src}: record 4, byte 100095: line 4: deleted 1 is not true, false "
+        "or null"]
+    with pydb.open(tmp_path / "db") as db:
+        assert [(r.mfn, r.deleted, r[10]) for r in db.records(deleted=True)] == [
+            (2, False, ["b"]), (4, False, ["d"])]
 
 
 def test_import_appends_to_an_existing_database(tmp_path):
