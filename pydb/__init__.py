@@ -8,10 +8,11 @@ the GIL whenever it may touch the disk, with atomic, durable transactions
 
 Modules, bottom up (each imports only modules above it in this list):
 :mod:`pydb.errors` (exceptions), :mod:`pydb.paths` (base names and the
-files of a database), :mod:`pydb.subfields`, :mod:`pydb.iso2709`,
-:mod:`pydb.jsonl` and :mod:`pydb.marc` (exchange formats; MARC records
-to and from pymarc), :mod:`pydb.encoding` (detecting a database's
-character set), :mod:`pydb.fst` (field select tables), :mod:`pydb.search`
+files of a database), :mod:`pydb.subfields`, :mod:`pydb.encoding`
+(a database's character set: detecting it, refusing codecs that cannot
+be one), :mod:`pydb.iso2709`, :mod:`pydb.jsonl` and :mod:`pydb.marc`
+(exchange formats; MARC records to and from pymarc), :mod:`pydb.fst`
+(field select tables), :mod:`pydb.search`
 (search language), :mod:`pydb.index` (:class:`~pydb.index.Index`),
 :mod:`pydb.native` (building the native index), :mod:`pydb.check`
 (validator), :mod:`pydb.snapshot` (:class:`Snapshot`: one commit

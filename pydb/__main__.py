@@ -855,7 +855,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="skip bad records and report them (exit status 1), or stop at "
                         "the first")
-    p.add_argument("--mfn-tag", type=_int_from(1), default=None, metavar="TAG",
+    p.add_argument("--mfn-tag", type=_int_from(0, 99999), default=None, metavar="TAG",
                    help="tag of the field that carries each record's MFN (export --mfn-tag; "
                         "default: none, records are numbered in file order)")
     p.add_argument("--max-gap", type=_int_from(0), default=1_000_000, metavar="N",
@@ -892,7 +892,7 @@ def parser() -> argparse.ArgumentParser:
                   "when --encoding utf-8 is given", default=None)
     p.add_argument("--deleted", action="store_true",
                    help="also export logically deleted records (status d)")
-    p.add_argument("--mfn-tag", type=_int_from(1), default=None, metavar="TAG",
+    p.add_argument("--mfn-tag", type=_int_from(0, 99999), default=None, metavar="TAG",
                    help="carry each MFN in a first field of this tag (default: none)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="a record that cannot be read or written: skip (leave it out, "

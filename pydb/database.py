@@ -23,7 +23,7 @@ from typing import Any
 from . import _pydb
 from .check import CheckReport
 from .check import check as _check
-from .encoding import EncodingDetection, conflict, detect_encoding
+from .encoding import EncodingDetection, check_record_codec, conflict, detect_encoding
 from .errors import (
     ClosedError,
     CorruptionError,
@@ -193,6 +193,8 @@ class Database(_pydb.Database):
             raise ValueError(f"lock_timeout must be a number of seconds from 0 to "
                              f"{MAX_LOCK_TIMEOUT:.0f} (24 days), not {lock_timeout!r}")
         auto = encoding == "auto"
+        if not auto:
+            check_record_codec(encoding, errors)
         super().__init__(path, encoding="utf-8" if auto else encoding, errors=errors,
                          io=io, lock=lock, flags=flags, gc=gc)
         self._encoding_detection: EncodingDetection | None = None
@@ -945,8 +947,10 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             system refuses O_DIRECT.
         DiskError: another operating-system error (e.g. the folder is not
             writable with ``readonly=False``, or recovery failed).
-        ValueError, LookupError: a bad `io`/`lock`/`gc`/`lock_timeout`
-            or unknown `encoding`.
+        ValueError, LookupError: a bad `io`/`lock`/`gc`/`lock_timeout`,
+            or an `encoding` Python does not know or that cannot be the
+            records' (not a text encoding, or refusing `errors`:
+            :func:`pydb.encoding.check_record_codec`).
         MemoryError: the collector thread could not be started.
 
     Warns:

@@ -71,8 +71,8 @@ from typing import Any
 
 from .errors import CorruptionError, NotFoundError
 
-__all__ = ["EncodingDetection", "detect_encoding", "charmap_decoding", "SAMPLE_FIRST",
-           "SAMPLE_SPREAD"]
+__all__ = ["EncodingDetection", "detect_encoding", "charmap_decoding", "check_record_codec",
+           "SAMPLE_FIRST", "SAMPLE_SPREAD"]
 
 #: Records sampled from the start (MFN 1..SAMPLE_FIRST) ...
 SAMPLE_FIRST = 256
@@ -89,6 +89,33 @@ _CANDIDATES = ("latin-1", "cp850", "cp852")
 _IMPLAUSIBLE = frozenset("ªºµðÐþÞƒı")
 # Problems kept in EncodingDetection.problems (all are counted).
 _MAX_PROBLEMS = 20
+
+
+def check_record_codec(encoding: str, errors: str = "strict", *,
+                       ascii_structure: bool = False) -> None:
+    """Refuse a codec that cannot be a database's or an exchange file's
+    character set: one Python does not know, one that is not a text
+    encoding (``rot13``, ``hex``, ``base64``), one that cannot encode
+    ``A`` and decode it back under `errors` (``idna`` and ``punycode``
+    refuse ``surrogateescape``); with `ascii_structure` (ISO 2709, whose
+    leader and directory are ASCII digits) also one that does not read
+    ASCII as itself (UTF-16, EBCDIC).
+
+    Raises LookupError naming the codec (what an unknown one raises
+    anyway), before anything is opened."""
+    try:
+        ok = "A".encode(encoding, errors).decode(encoding, errors) == "A"
+        if ascii_structure:
+            ok = ok and b"0123456789 #".decode(encoding, errors) == "0123456789 #"
+    except (UnicodeError, ValueError) as e:
+        raise LookupError(f"{encoding} cannot be the character set of records "
+                          f"(with errors={errors!r}: {e})") from None
+    if not ok and ascii_structure:
+        raise LookupError(f"{encoding} does not read ASCII as itself: ISO 2709's leader "
+                          "and directory are ASCII digits")
+    if not ok:
+        raise LookupError(f"{encoding} does not decode what it encodes: it cannot be the "
+                          "character set of records")
 
 
 def charmap_decoding(encoding: str) -> tuple[str, bool] | None:

@@ -62,6 +62,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from . import _pydb
+from .encoding import check_record_codec
 from .errors import CorruptionError, IsoRecordError
 from .paths import Source, is_path, opened, source_name
 
@@ -219,7 +220,10 @@ class IsoReader:
         if subfields not in ("isis", "raw"):
             raise ValueError(f"subfields must be 'isis' or 'raw', not {subfields!r}")
         check_on_error(on_error)
-        "".encode(encoding)  # LookupError now for an unknown codec
+        check_record_codec(encoding, ascii_structure=True)   # LookupError now
+        if mfn_tag is not None and (isinstance(mfn_tag, bool) or not isinstance(mfn_tag, int)
+                                    or not 0 <= mfn_tag <= 99999):
+            raise ValueError(f"mfn_tag must be None or a tag 0..99999, not {mfn_tag!r}")
         self.flavour = flavour
         self.encoding = encoding
         self.on_error = on_error
@@ -760,7 +764,10 @@ def read(source: Source, flavour: str = "auto", *, encoding: str = "utf-8",
         OSError: the file cannot be opened.
         IsoRecordError: with ``on_error="stop"``, the first bad record
             (during iteration).
-        ValueError, LookupError: a bad argument or unknown encoding.
+        ValueError, LookupError: a bad argument (`mfn_tag` not None or
+            0..99999), an unknown encoding, or one that does not read
+            ASCII as itself (UTF-16, EBCDIC: the leader and directory are
+            ASCII digits).
     """
     return IsoReader(source, flavour, encoding, on_error, subfields, mfn_tag)
 

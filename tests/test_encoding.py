@@ -543,3 +543,34 @@ def test_cli_defaults_to_auto(isis_data, capsys):
     assert [w.category for w in caught] == [pydb.EncodingDetectionWarning]
     assert f"{'encoding':>20}: utf-8 (field values are decoded with it; --encoding); auto: " \
         in capsys.readouterr().out
+
+
+def test_a_codec_that_cannot_be_the_records_is_refused_at_open(tmp_path):
+    """A codec that is not a text encoding (rot13, hex), or refuses the
+    error handler (idna under surrogateescape), is a LookupError at
+    open(), not at the first read (a review found raw LookupError and
+    UnicodeError there); one that reads ASCII otherwise (UTF-16, EBCDIC)
+    is fine for a database but not for an ISO 2709 file, whose leader and
+    directory are ASCII digits (UnicodeDecodeError during the read)."""
+    base = tmp_path / "db"
+    with pydb.create(base) as db:
+        db.append([(1, b"A\x00")])
+    for name, says in [("rot13", "'rot13' is not a text encoding"),
+                       ("hex", "'hex' is not a text encoding"),
+                       ("idna", "idna cannot be the character set of records (with "
+                                "errors='surrogateescape'"),
+                       ("no-such-codec", "unknown encoding: no-such-codec")]:
+        with pytest.raises(LookupError) as e:
+            pydb.open(base, encoding=name)
+        assert says in str(e.value), name
+    with pydb.open(base, encoding="utf-16-le") as db:
+        assert db[1][1] == ["A"]
+    iso = tmp_path / "a.iso"
+    iso.write_bytes(b"000330000000000290004500001000200000#x##\n")
+    for name in ("utf-16", "cp037"):
+        with pytest.raises(LookupError, match=f"{name} (does not read ASCII|cannot be)"):
+            pydb.iso2709.read(iso, encoding=name)
+    assert [r.fields for r in pydb.iso2709.read(iso, encoding="cp850")] == [[(1, b"x")]]
+    for bad in (-1, "1", 1.5, True, 100_000):
+        with pytest.raises(ValueError, match="mfn_tag must be None or a tag 0..99999"):
+            pydb.iso2709.read(iso, mfn_tag=bad)
