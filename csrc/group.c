@@ -109,20 +109,15 @@ static void settle(struct pydb__wreq *r, int rc, const pydb_error *err)
 static int queue_timeout(struct pydb__wreq *r, const pydb_db *db)
 {
     return PYDB_ERROR(&r->err, PYDB_ELOCKED, db->mst.path, -1,
-                      "the writer lock was not free within %d ms (calls of "
-                      "other threads of this handle went first)",
-                      r->timeout_ms);
+                      "the writer lock was not free in time (calls of "
+                      "other threads of this handle went first)");
 }
 
 /* r's group did not get the writer lock before r's deadline: the error of
- * the group's pydb_txn_begin() (who held it, which file), with r's own
- * timeout. */
+ * the group's pydb_txn_begin() (who held it, which file). */
 static int group_timeout(struct pydb__wreq *r, const pydb_error *err)
 {
     r->err = *err;
-    snprintf(r->err.message, sizeof r->err.message,
-             "%.400s; this call's timeout: %d ms", err->message,
-             r->timeout_ms);
     return PYDB_ELOCKED;
 }
 

@@ -616,7 +616,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
             pthread_mutex_unlock(&db->wmutex);
             return PYDB_ERROR(err, PYDB_ELOCKED, db->mst.path, -1,
                               "another thread holds the writer lock of this "
-                              "handle (waited %d ms)", timeout_ms);
+                              "handle");
         }
         pydb__cond_wait_until(&db->wcond, &db->wmutex, deadline);
     }

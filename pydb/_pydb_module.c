@@ -277,6 +277,17 @@ static int module_exec(PyObject *m)
     if (PyModule_AddIntConstant(m, "OPEN_WRITE", PYDB_OPEN_WRITE) < 0 ||
         PyModule_AddIntConstant(m, "OPEN_NOSYNC", PYDB_OPEN_NOSYNC) < 0)
         return -1;
+    {   /* the main thread, which runs Python's signal handlers */
+        PyObject *th = PyImport_ImportModule("threading");
+        PyObject *main = th ? PyObject_CallMethod(th, "main_thread", NULL)
+                            : NULL;
+        PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+        st->main_thread = ident ? PyLong_AsUnsignedLong(ident) : 0;
+        Py_XDECREF(ident);
+        Py_XDECREF(main);
+        Py_XDECREF(th);
+        if (PyErr_Occurred()) return -1;
+    }
     errors = PyImport_ImportModule("pydb.errors");
     if (!errors) return -1;
     GET_EXC(Error);

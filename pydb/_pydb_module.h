@@ -63,6 +63,10 @@ typedef struct {
     PyTypeObject *checkrun_type;
     PyTypeObject *txn_type;         /* Transaction                        */
     PyTypeObject *snapshot_type;    /* Snapshot                           */
+    unsigned long main_thread;      /* threading.main_thread().ident at
+                                       exec: the thread whose waits for
+                                       the writer lock are made in slices
+                                       (_pydb_transaction.c)             */
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,

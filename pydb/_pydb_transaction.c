@@ -14,7 +14,9 @@
 #include "_pydb_transaction.h"
 #include "_pydb_record.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     PyObject_HEAD
@@ -55,6 +57,72 @@ static int timeout_ms_of(PyObject *obj, int *ms)
     return 0;
 }
 
+/* ------------------------------------------------ waits in slices
+ *
+ * A write waits for the writer lock (another thread's transaction, another
+ * process) with the GIL released, where Python runs no signal handler: a
+ * Ctrl-C or SIGTERM waited for the whole timeout (10 s by default).  So
+ * in the main thread, the one that runs the handlers, the wait is made in
+ * slices of LOCK_SLICE_MS (other threads wait in one piece: a call of the
+ * group commit keeps its place in the queue): a slice that ends with
+ * PYDB_ELOCKED at its end is followed, with the GIL, by
+ * PyErr_CheckSignals() (a handler's exception ends the wait) and the
+ * next slice, until the caller's timeout.  LOCK_SLICE_MS is longer than
+ * a writer stands back for another process's collector (GC_FIRST_MS,
+ * csrc/wal.c: 250 ms), so each slice gets its tries.  An ELOCKED before
+ * its slice's end (this thread's own open transaction) is the answer. */
+#define LOCK_SLICE_MS 500
+
+typedef struct {
+    int64_t end;       /* the caller's deadline, ms (monotonic) */
+    int64_t slice_end; /* the current slice's */
+    int total;         /* the caller's timeout, ms */
+    int sliced;        /* the main thread's wait */
+} lock_wait;
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void lock_wait_start(lock_wait *w, module_state *st, int ms)
+{
+    w->total = ms;
+    w->end = monotonic_ms() + ms;
+    w->slice_end = 0;
+    w->sliced = PyThread_get_thread_ident() == st->main_thread;
+}
+
+/* The timeout to give the core's next call (ms). */
+static int lock_wait_slice(lock_wait *w)
+{
+    int64_t now = monotonic_ms(), left = w->end - now;
+    int ms = left < 0 ? 0 : left > LOCK_SLICE_MS && w->sliced ? LOCK_SLICE_MS
+                                                             : (int)left;
+    w->slice_end = now + ms;
+    return ms;
+}
+
+/* After a call that answered rc: 1 to call again (a slice ran out and
+ * the caller's time did not; signal handlers ran), 0 when rc is the
+ * answer (a timeout's message then names the caller's whole wait), -1
+ * when a handler raised (the exception is set).  With the GIL. */
+static int lock_wait_again(lock_wait *w, int rc, pydb_error *e)
+{
+    int64_t now = monotonic_ms();
+    if (rc != PYDB_ELOCKED || now < w->slice_end) return 0;
+    if (now >= w->end) {
+        size_t n = strlen(e->message);
+        if (w->total > 0 && n + 32 < sizeof e->message)
+            snprintf(e->message + n, sizeof e->message - n,
+                     " (waited %d ms)", w->total);
+        return 0;
+    }
+    return PyErr_CheckSignals() < 0 ? -1 : 1;
+}
+
 /* After PYDB_ENEWINDEX (a native index was built since the Database
  * looked for one): let it attach that index (Database._attach_built_index,
  * pydb/database.py) before the caller begins again.  0, or -1 and an
@@ -82,6 +150,7 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
     TxnObject *tx;
     pydb_txn *t = NULL;
     pydb_error e;
+    lock_wait w;
     int ms, rc;
 
     if (!PyArg_ParseTuple(args, "O!|O", st->database_type, &dbo, &timeout))
@@ -90,13 +159,20 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
     if (timeout_ms_of(timeout, &ms) < 0 || database_check_open(st, db) < 0)
         return NULL;
     /* Another thread's open transaction: pydb_txn_begin() waits for it
-     * (up to the timeout); this thread's own: it fails at once. */
-    for (int tries = 0;; tries++) {
+     * (up to the timeout, in slices); this thread's own: it fails at
+     * once. */
+    lock_wait_start(&w, st, ms);
+    for (int tries = 0;;) {
+        int slice = lock_wait_slice(&w), again;
         memset(&e, 0, sizeof e);
-        UNLOCKED(&db->guard, NULL, rc = pydb_txn_begin(&t, db->db, ms, &e));
-        if (rc != PYDB_ENEWINDEX || tries == NEW_INDEX_TRIES) break;
-        if (follow_new_index(db) < 0 || database_check_open(st, db) < 0)
-            return NULL;
+        UNLOCKED(&db->guard, NULL,
+                 rc = pydb_txn_begin(&t, db->db, slice, &e));
+        again = lock_wait_again(&w, rc, &e);
+        if (again < 0) return NULL;
+        if (!again && (rc != PYDB_ENEWINDEX || tries++ == NEW_INDEX_TRIES))
+            break;
+        if (!again && follow_new_index(db) < 0) return NULL;
+        if (database_check_open(st, db) < 0) return NULL;
     }
     if (rc) return set_error(st, rc, &e);
     if (db->txn || database_check_open(st, db) < 0) {  /* raced while unlocked */
@@ -427,6 +503,7 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
     DatabaseObject *db;
     fieldbuf b = FIELDBUF_INIT;
     pydb_error e;
+    lock_wait w;
     int op, ms, rc;
     int32_t mfn = 0;
 
@@ -449,14 +526,21 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
         fields_free(&b);
         return NULL;
     }
-    for (int tries = 0;; tries++) {
+    lock_wait_start(&w, st, ms);
+    for (int tries = 0;;) {
+        int slice = lock_wait_slice(&w), again;
         memset(&e, 0, sizeof e);
         UNLOCKED(&db->guard, NULL, {
-            rc = pydb_write_one(&mfn, db->db, op, b.v, (uint32_t)b.n, ms, &e);
+            rc = pydb_write_one(&mfn, db->db, op, b.v, (uint32_t)b.n, slice,
+                                &e);
         });
-        if (rc != PYDB_ENEWINDEX || tries == NEW_INDEX_TRIES) break;
-        /* nothing was written (the begin refused): attach, go again */
-        if (follow_new_index(db) < 0 || database_check_open(st, db) < 0) {
+        /* nothing was written: a slice ran out (the lock), or the begin
+         * refused (PYDB_ENEWINDEX: attach, go again) */
+        again = lock_wait_again(&w, rc, &e);
+        if (!again && (rc != PYDB_ENEWINDEX || tries++ == NEW_INDEX_TRIES))
+            break;
+        if (again < 0 || (!again && follow_new_index(db) < 0) ||
+            database_check_open(st, db) < 0) {
             fields_free(&b);
             return NULL;
         }

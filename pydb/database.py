@@ -925,7 +925,10 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             every commit syncs as with True.
         lock_timeout: seconds a write waits for the writer lock held by
             another thread or process (float, default 10; 0: one try; at
-            most :data:`MAX_LOCK_TIMEOUT`, 24 days).
+            most :data:`MAX_LOCK_TIMEOUT`, 24 days).  In the main thread
+            a signal handler (Ctrl-C's KeyboardInterrupt) runs within
+            0.5 s of its signal and its exception ends the wait;
+            :meth:`Database.close` ends every wait with ClosedError.
             A step of the handle's own garbage collector, which holds
             the lock briefly (a bounded step), is waited for whatever
             the timeout.

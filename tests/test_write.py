@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -427,6 +428,53 @@ def test_close_ends_the_writes_waiting_for_the_lock(tmp_path, holder, write):
         assert p.wait(10) == 0
     with pydb.open(base) as db:                       # nothing of this handle's
         assert [r.raw(1) for r in db] == [[b"a"]] + ([[b"child"]] if p else [])
+
+
+class _Signalled(Exception):
+    pass
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("write", ["append", "transaction"])
+def test_a_signal_ends_a_wait_for_the_writer_lock(tmp_path, write):
+    """A signal's Python handler runs while a write waits for the lock
+    another process holds -- the wait is made in slices of 0.5 s
+    (_pydb_transaction.c) -- and its exception ends the wait: before, the
+    handler (Ctrl-C's KeyboardInterrupt, a service's SIGTERM) ran only
+    when the whole lock_timeout had passed (found by a review)."""
+    base = tmp_path / "db"
+    pydb.create(base).close()
+    code = ("import pydb,sys\n"
+            "db=pydb.open(sys.argv[1],readonly=False)\n"
+            "tx=db.transaction(); print('locked',flush=True); sys.stdin.readline()\n")
+    p = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE,
+                         stdin=subprocess.PIPE, text=True,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert p.stdout.readline().strip() == "locked"
+
+    def handler(signum, frame):
+        raise _Signalled()
+    old = signal.signal(signal.SIGUSR1, handler)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        with pydb.open(base, readonly=False, lock_timeout=30) as db:
+            t0 = time.monotonic()
+            timer.start()
+            with pytest.raises(_Signalled):
+                if write == "append":
+                    db.append([(1, b"x")])
+                else:
+                    db.transaction()
+            assert time.monotonic() - t0 < 3
+            with pytest.raises(pydb.LockTimeoutError) as e:   # the lock is still held
+                db.transaction(timeout=0.6)
+            assert "holds the writer lock of this database (waited 600 ms)" in str(e.value)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, old)
+        p.stdin.write("\n")
+        p.stdin.close()
+        p.wait(10)
 
 
 @pytest.mark.sanitize_thread
