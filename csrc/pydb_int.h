@@ -286,6 +286,10 @@ struct pydb_db {
                                 may still use them; closed when the ring
                                 comes round or at close (smutex)         */
     int retired_at;
+    int64_t follow_at;       /* atomic: pydb__now_ms() of the last look of
+                                a reader without a header at its files
+                                (read.c, unfollowed_check)              */
+    int unfollowed;          /* atomic: that look found them replaced     */
     size_t mst_region, xrf_region; /* bytes the mappings reserve (mmap
                                 mode; constant while the handle is open) */
     struct pydb_compact *compact; /* the compaction job (compact.c)      */

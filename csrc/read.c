@@ -199,9 +199,49 @@ static int switch_files(pydb_db *db, const pydb_state *st, uint64_t fs,
     return pydb__files_sync(db, err);
 }
 
+/* A reader with no commit header (it could not open <base>.shm for
+ * writing: permissions, read-only media) cannot follow a compaction,
+ * which replaces the files by renames and publishes the new pair's
+ * generation only there: it would go on reading the old, unlinked files
+ * for good (found by a review).  So such a handle looks, at most every
+ * FOLLOW_CHECK_MS, whether the path of its master file still names the
+ * file it reads; once it names another, every read fails saying so (open
+ * the database again).  A stat per look; none on the handle's other
+ * reads. */
+#define FOLLOW_CHECK_MS 100
+
+static int unfollowed_check(pydb_db *db, pydb_error *err)
+{
+    struct stat a, b;
+    int64_t now;
+    if (!__atomic_load_n(&db->unfollowed, __ATOMIC_ACQUIRE)) {
+        now = pydb__now_ms();
+        if (now - __atomic_load_n(&db->follow_at, __ATOMIC_RELAXED) <
+            FOLLOW_CHECK_MS)
+            return PYDB_OK;
+        __atomic_store_n(&db->follow_at, now, __ATOMIC_RELAXED);
+        if (fstat(__atomic_load_n(&db->mst.fd, __ATOMIC_ACQUIRE), &a) != 0 ||
+            stat(db->mst.path, &b) != 0 ||
+            (a.st_dev == b.st_dev && a.st_ino == b.st_ino))
+            return PYDB_OK;   /* the same (or nothing there to follow) */
+        __atomic_store_n(&db->unfollowed, 1, __ATOMIC_RELEASE);
+    }
+    return PYDB_ERROR(err, PYDB_EUNSUPPORTED, db->mst.path, -1,
+                      "the master file was replaced (a writer's compaction) "
+                      "and this handle cannot follow it: it has no commit "
+                      "header (%s could not be opened for writing: "
+                      "permissions? read-only media?); open the database "
+                      "again", db->shm_path[0] ? db->shm_path : "the .shm");
+}
+
 static int files_begin(uint64_t *fs, pydb_db *db, int nowait,
                        pydb_error *err)
 {
+    if (!(db->flags & PYDB_OPEN_WRITE) &&
+        !__atomic_load_n(&db->gen_word, __ATOMIC_ACQUIRE)) {
+        int rc = unfollowed_check(db, err);
+        if (rc) return rc;
+    }
     for (int synced = 0;; synced = 1) {
         uint64_t s = __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
         const uint64_t *w = __atomic_load_n(&db->gen_word, __ATOMIC_RELAXED);

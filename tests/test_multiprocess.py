@@ -778,3 +778,61 @@ def test_a_child_forked_during_a_commit_with_an_index_commits(tmp_path):
     assert list(db.search("CHILD")) == [2] and list(db.search("PARENT")) == []
     assert db.check().ok
     db.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.geteuid() != 0,
+                    reason="needs fork() and root (to read as another user)")
+def test_a_reader_without_the_commit_header_is_told_of_a_compaction(tmp_path):
+    """A reader that cannot open <base>.shm for writing (another user; the
+    files are 0644) has no commit header: it cannot follow a compaction,
+    which replaces the files by renames and publishes the new pair only
+    there.  It went on reading the old, unlinked files for good, while
+    search answered from the current index (found by a review); now its
+    next read fails, naming the replaced master file, and a new handle
+    reads the current records."""
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(dir="/tmp")   # tmp_path's parents are 0700
+    try:
+        os.chmod(folder, 0o755)
+        base = os.path.join(folder, "db")
+        with pydb.create(base) as db:
+            with db.transaction() as t:
+                for i in range(300):
+                    t.append([(24, f"record {i} " * 20)])
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                   # the other user's reader
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                reader = pydb.open(base)
+                code = 2 if reader[1][24] != ["record 0 " * 20] else code
+                os.write(ready_w, b"r")
+                os.read(go_r, 1)
+                time.sleep(0.15)                       # past the 100 ms between looks
+                try:
+                    reader[1]
+                except pydb.UnsupportedError as e:
+                    code = 0 if ("the master file was replaced" in str(e)
+                                 and e.filename == f"{base}.mst") else 3
+            finally:
+                os._exit(code)
+        assert os.read(ready_r, 1) == b"r"
+        with pydb.open(base, readonly=False) as w:
+            for k in range(3):                         # garbage, then a compaction
+                with w.transaction() as t:
+                    for m in range(1, 301):
+                        t.update(m, [(24, f"new {k} {m}")])
+            w.collect(timeout=60)
+            w.update(1, [(24, "newest")])
+            assert w.stat()["header"]["file_generation"] >= 1
+        os.write(go_w, b"g")
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        with pydb.open(base) as db:
+            assert db[1][24] == ["newest"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
