@@ -1448,13 +1448,19 @@ typedef struct pydb_stat {
     int64_t mst_size;          /* bytes of the .mst                        */
     int64_t live_bytes;        /* bytes of the versions of the latest state */
     pydb_index_stat index;
+    /* damage: records whose version chain could not be walked (a leader
+     * or back pointer that is damage); their versions from the damaged
+     * one on are not counted.  first_damage: the first one's error. */
+    int64_t damaged;
+    pydb_error first_damage;
 } pydb_stat;
 
 /* Fill *out (pydb_stat above): the index figures are those of the
  * attached native index, else of the database's native index opened for
- * them (a read-only handle's too).  Errors: PYDB_ECORRUPT (with the file
- * and offset; the index's files too), PYDB_EIO, PYDB_ENOMEM, PYDB_ELOCKED
- * (the reader table full). */
+ * them (a read-only handle's too).  A damaged record is counted
+ * (out->damaged, out->first_damage), not an error.  Errors: PYDB_ECORRUPT
+ * (the XRF, or the index's files, with the file and offset), PYDB_EIO,
+ * PYDB_ENOMEM, PYDB_ELOCKED (the reader table full). */
 int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err);
 /* The same; flags PYDB_STAT_NO_INDEX: no index figures (index.present 0,
  * the index's files not read: a report of a database whose index is

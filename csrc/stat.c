@@ -50,6 +50,18 @@ typedef struct walk {
     pydb_error *err;
 } walk;
 
+/* The walk met a damaged record (w->rc PYDB_ECORRUPT, *w->err its
+ * error): counted, the first one's error kept, and the walk goes on. */
+static int damaged(walk *w)
+{
+    if (w->out->damaged++ == 0) {
+        if (w->err) w->out->first_damage = *w->err;
+        else w->out->first_damage.code = PYDB_ECORRUPT;
+    }
+    w->rc = PYDB_OK;
+    return 0;
+}
+
 static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 {
     walk *w = ctx;
@@ -64,6 +76,7 @@ static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
      * the offset of the version that superseded the one at `off` */
     for (off = e->offset;; newer = off, off = back) {
         w->rc = pydb__leader_read(&l, w->db, mfn, off, w->mst_size, w->err);
+        if (w->rc == PYDB_ECORRUPT) return damaged(w);
         if (w->rc) return 1;
         chain++;
         o->versions++;
@@ -88,7 +101,7 @@ static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
                                  "%lld does not point before the version "
                                  "at %lld", (int)mfn, (long long)back,
                                  (long long)off);
-            return 1;
+            return damaged(w);
         }
     }
     if (chain > o->longest_chain) o->longest_chain = chain;

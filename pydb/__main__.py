@@ -38,7 +38,8 @@ from .unesb import generate
 EXIT_STATUSES = (
     (0, "done (check: no error found)"),
     (1, "failed, the reason on stderr (import/export: some records skipped and "
-        "listed; check: errors found; search: bad expression)"),
+        "listed; check: errors found; stat: damaged records, counted; search: bad "
+        "expression)"),
     (2, "bad usage (unknown option, missing argument, a value out of range or of the "
         "wrong kind: a negative count, an unknown encoding); check: the database cannot "
         "be opened"),
@@ -541,7 +542,7 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
             ("Collecting process", h["collector_pid"] or "-")]),
         ("Records", [
             ("Active", r["active"]), ("Logically deleted", r["deleted"]),
-            ("Next MFN", r["next_mfn"])]),
+            ("Next MFN", r["next_mfn"]), ("Damaged", r["damaged"])]),
         ("Versions", [
             ("Versions", v["versions"]), ("Back versions", v["back_versions"]),
             ("Longest chain", v["longest_chain"]),
@@ -577,7 +578,8 @@ def _cmd_stat(args) -> int:
     transaction (the open still finishes a commit a writer left in the
     log, as every open does).  A native index whose files cannot be read
     (damaged, or unreadable: EACCES, EIO) is named, with why, and the
-    other figures are shown."""
+    other figures are shown.  Damaged records are counted, the first
+    named on stderr: exit status 1."""
     with open_db(args.db) as db:
         try:
             s = db.stat()
@@ -592,7 +594,12 @@ def _cmd_stat(args) -> int:
         print(json.dumps(s, indent=1))
     else:
         sys.stdout.write(_stat_text(args.db, s, note))
-    return 0
+    damaged = s["records"]["damaged"]
+    if damaged:
+        print(f"pydb stat: {damaged} damaged record(s), not counted from the damage on; "
+              f"the first: {s['records']['first_damage']} (pydb check {args.db} lists "
+              "them)", file=sys.stderr)
+    return 1 if damaged else 0
 
 
 SEARCH_HELP = """\

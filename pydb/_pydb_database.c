@@ -663,6 +663,7 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *args,
     pydb_error e;
     PyObject *last = NULL, *last_time = NULL, *last_error = NULL;
     PyObject *oldest = NULL, *index = NULL, *collector = NULL, *res = NULL;
+    PyObject *first_damage = NULL;
     int rc, with_index = 1;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p", kwlist, &with_index))
@@ -700,11 +701,21 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *args,
         index = Py_NewRef(Py_None);
     collector = s->collector_pid ? PyLong_FromLong(s->collector_pid)
                                  : Py_NewRef(Py_None);
-    if (!last || !last_time || !last_error || !oldest || !index || !collector)
+    /* as a CorruptionError's text says it: "FILE at byte N: reason" */
+    first_damage =
+        !s->damaged ? Py_NewRef(Py_None)
+        : s->first_damage.offset >= 0
+            ? PyUnicode_FromFormat("%s at byte %lld: %s", s->first_damage.path,
+                                   (long long)s->first_damage.offset,
+                                   s->first_damage.message)
+            : PyUnicode_FromFormat("%s: %s", s->first_damage.path,
+                                   s->first_damage.message);
+    if (!last || !last_time || !last_error || !oldest || !index ||
+        !collector || !first_damage)
         goto cleanup;
     res = Py_BuildValue(
         "{s:{s:K,s:O,s:K,s:i,s:s,s:K,s:K,s:O,s:O,s:O,s:O,s:O},"
-        "s:{s:L,s:L,s:i},"
+        "s:{s:L,s:L,s:i,s:L,s:O},"
         "s:{s:L,s:L,s:L,s:d},"
         "s:{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L},"
         "s:{s:L,s:L,s:d},"
@@ -726,6 +737,8 @@ static PyObject *database_stat(DatabaseObject *self, PyObject *args,
         "active", (long long)s->active,
         "deleted", (long long)s->deleted,
         "next_mfn", (int)s->next_mfn,
+        "damaged", (long long)s->damaged,
+        "first_damage", first_damage,
         "versions",
         "versions", (long long)s->versions,
         "back_versions", (long long)s->back_versions,
@@ -756,6 +769,7 @@ cleanup:
     Py_XDECREF(oldest);
     Py_XDECREF(index);
     Py_XDECREF(collector);
+    Py_XDECREF(first_damage);
     PyMem_Free(s);
     return res;
 }

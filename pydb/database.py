@@ -789,7 +789,11 @@ class Database(_pydb.Database):
                     policy none never settles), collector_pid (the process
                     whose collector holds the database's lease -- one
                     process collects at a time -- or None)
-                records: active, deleted (logically deleted), next_mfn
+                records: active, deleted (logically deleted), next_mfn,
+                    damaged (records whose version chain cannot be
+                    walked: a damaged leader or back pointer; their
+                    versions from the damaged one on are not counted),
+                    first_damage (the first one's error as text, or None)
                 versions: versions (stored versions reachable from the
                     XRF), back_versions, longest_chain (versions of the
                     record with the most), average_size (bytes, float)

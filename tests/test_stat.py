@@ -104,7 +104,7 @@ def py_stat(base: Path, layout: str, pinned_from: int | None = None) -> dict:
 def assert_matches(s: dict, p: dict) -> None:
     """stat() figures against py_stat()'s."""
     assert s["records"] == {"active": p["active"], "deleted": p["deleted"],
-                            "next_mfn": p["next_mfn"]}
+                            "next_mfn": p["next_mfn"], "damaged": 0, "first_damage": None}
     v = s["versions"]
     assert v["versions"] == p["versions"]
     assert v["back_versions"] == p["back"]
@@ -128,7 +128,7 @@ SHAPE = {
     "header": {"commit", "oldest_reader_commit", "behind", "readers", "gc_policy",
                "file_generation", "collections", "last_collection", "last",
                "last_error", "pending", "collector_pid"},
-    "records": {"active", "deleted", "next_mfn"},
+    "records": {"active", "deleted", "next_mfn", "damaged", "first_damage"},
     "versions": {"versions", "back_versions", "longest_chain", "average_size"},
     "garbage": {"versions", "bytes", "postings", "segment_files", "pinned_versions",
                 "pinned_bytes", "collectable_versions", "collectable_bytes"},
@@ -152,7 +152,8 @@ def test_shape_of_an_empty_database(tmp_path):
     for k, keys in SHAPE.items():
         assert set(s[k]) == keys, k
     assert s["index"] is None
-    assert s["records"] == {"active": 0, "deleted": 0, "next_mfn": 1}
+    assert s["records"] == {"active": 0, "deleted": 0, "next_mfn": 1, "damaged": 0,
+                            "first_damage": None}
     assert s["versions"] == {"versions": 0, "back_versions": 0, "longest_chain": 0,
                              "average_size": 0.0}
     h = s["header"]
@@ -181,7 +182,8 @@ def test_exact_figures_after_updates_and_deletes(tmp_path, layout):
         p = py_stat(base, layout)
         assert_matches(s, p)
         # by construction
-        assert s["records"] == {"active": 9, "deleted": 1, "next_mfn": 11}
+        assert s["records"] == {"active": 9, "deleted": 1, "next_mfn": 11, "damaged": 0,
+                                "first_damage": None}
         assert s["versions"]["longest_chain"] == 5
         assert s["garbage"]["pinned_versions"] == 0
         assert s["header"]["readers"] == 0
@@ -414,6 +416,39 @@ def test_cli_stat_text_and_json(tmp_path):
     p = run_cli("stat", str(tmp_path / "missing"))
     assert p.returncode == 1 and "pydb:" in p.stderr
     assert "    Present                 no\n" in out
+
+
+def test_stat_counts_a_damaged_record_and_goes_on(tmp_path, capsys):
+    """A record whose leader is damaged (its MFN overwritten) is counted as
+    damaged, the first one's error kept, and the walk goes on: the other
+    records' versions are counted (one damaged record made stat() fail as
+    a whole: a review).  pydb stat shows the figures and exits 1 naming
+    it."""
+    from pydb.__main__ import main
+    base = tmp_path / "d"
+    with pydb.create(str(base), gc="none", sync=False) as db:
+        for i in range(1, 6):
+            db.append(fields(i))
+        db.update(4, fields(14))
+        whole = db.stat()
+        off = db[3].offset
+    with open(f"{base}.mst", "r+b") as f:
+        f.seek(off)
+        f.write(b"\xff\xff\xff\x7f")                  # MFN 2147483647
+    with pydb.open(str(base)) as db:
+        r = db.stat()
+    assert r["records"]["damaged"] == 1 and whole["records"]["damaged"] == 0
+    assert whole["records"]["first_damage"] is None
+    assert r["records"]["first_damage"] == (
+        f"{base}.mst at byte {off}: the record at offset {off} has MFN 2147483647, but "
+        "the XRF entry of MFN 3 points there")
+    assert r["versions"]["versions"] == whole["versions"]["versions"] - 1
+    assert r["versions"]["back_versions"] == whole["versions"]["back_versions"] == 1
+    assert main(["stat", str(base)]) == 1
+    out, err = capsys.readouterr()
+    assert "    Damaged                 1\n" in out and "    Back versions           1\n" in out
+    assert err == (f"pydb stat: 1 damaged record(s), not counted from the damage on; the "
+                   f"first: {r['records']['first_damage']} (pydb check {base} lists them)\n")
 
 
 def test_cli_stat_names_an_index_it_cannot_read(tmp_path):
