@@ -858,6 +858,9 @@ class Database(_pydb.Database):
         Raises:
             ClosedError: the database is closed.
             ValueError: `max_problems` < 0.
+            LockTimeoutError: the commit header's reader table is full
+                (the check pins the commit it reads, as a snapshot does;
+                every process's live snapshots count).
             MemoryError: the work buffers cannot be allocated.
         """
         return _check(self, max_problems=max_problems, progress=progress)
