@@ -378,6 +378,22 @@ def test_lock_across_processes(tmp_path):
     assert p.stdout.readline().strip() == "done" and p.wait() == 0
 
 
+def _lock_holder(base, append: bytes | None) -> subprocess.Popen:
+    """A process holding the writer lock of `base`: an open transaction
+    (appending `append` if not None), committed when a line is written to
+    its stdin."""
+    code = ("import pydb,sys\n"
+            "db=pydb.open(sys.argv[1],readonly=False)\n"
+            "tx=db.transaction()\n"
+            f"{'' if append is None else f'tx.append([(1,{append!r})])'}\n"
+            "print('locked',flush=True); sys.stdin.readline(); tx.commit()\n")
+    p = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE,
+                         stdin=subprocess.PIPE, text=True,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
 @pytest.mark.sanitize_thread
 @pytest.mark.parametrize("holder", ["thread", "process"])
 @pytest.mark.parametrize("write", ["append", "transaction"])
@@ -389,16 +405,7 @@ def test_close_ends_the_writes_waiting_for_the_lock(tmp_path, holder, write):
     base = tmp_path / "db"
     with pydb.create(base, sync=False) as db:
         db.append([(1, b"a")])
-    p = None
-    if holder == "process":
-        code = ("import pydb,sys,time\n"
-                "db=pydb.open(sys.argv[1],readonly=False)\n"
-                "tx=db.transaction(); tx.append([(1,b'child')]); print('locked',flush=True)\n"
-                "sys.stdin.readline(); tx.commit()\n")
-        p = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE,
-                             stdin=subprocess.PIPE, text=True,
-                             cwd=os.path.dirname(os.path.dirname(__file__)))
-        assert p.stdout.readline().strip() == "locked"
+    p = _lock_holder(base, b"child") if holder == "process" else None
     db = pydb.open(base, readonly=False, lock_timeout=600)
     if holder == "thread":
         tx = db.transaction()
@@ -444,13 +451,7 @@ def test_a_signal_ends_a_wait_for_the_writer_lock(tmp_path, write):
     when the whole lock_timeout had passed (found by a review)."""
     base = tmp_path / "db"
     pydb.create(base).close()
-    code = ("import pydb,sys\n"
-            "db=pydb.open(sys.argv[1],readonly=False)\n"
-            "tx=db.transaction(); print('locked',flush=True); sys.stdin.readline()\n")
-    p = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE,
-                         stdin=subprocess.PIPE, text=True,
-                         cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert p.stdout.readline().strip() == "locked"
+    p = _lock_holder(base, None)
 
     def handler(signum, frame):
         raise _Signalled()
