@@ -123,6 +123,13 @@
 #define GC_LEASE_STALE_DS 50   /* a lease holder silent this long (5 s,
                                   deciseconds) is replaced                */
 
+/* A step that did not get the writer lock (held, or the handle closing):
+ * not a failure to record, the next step tries again. */
+static int lock_refusal(int rc)
+{
+    return rc == PYDB_ELOCKED || rc == PYDB_ECLOSED;
+}
+
 struct pydb_gc {
     pydb_db *db;
     int writable;             /* only writable handles collect            */
@@ -506,7 +513,7 @@ static int thread_collect(pydb_gc *g)
         if (rc) {
             /* ELOCKED: the writer was busy; try at the next wake-up.  Any
              * other failure is kept as the last error. */
-            if (rc != PYDB_ELOCKED) record(g, rc, NULL, &err);
+            if (!lock_refusal(rc)) record(g, rc, NULL, &err);
             return 0;
         }
     }
@@ -743,7 +750,7 @@ static int coop_step(pydb_db *db, int swept)
     rc = step(g, GC_COOP_BUDGET, idle, 0, 0, &more, &worked, &rep, &err);
     pthread_mutex_unlock(&g->step);
     if (rc) {
-        if (rc != PYDB_ELOCKED) record(g, rc, NULL, &err);
+        if (!lock_refusal(rc)) record(g, rc, NULL, &err);
         return 0;
     }
     /* readers drive it, so it may never reach its end (nobody meets the
@@ -864,7 +871,7 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
         }
     }
     if (rc) {
-        if (rc != PYDB_ELOCKED) record(g, rc, NULL, err);
+        if (!lock_refusal(rc)) record(g, rc, NULL, err);
         *out = rep;
         return rc;
     }

@@ -212,7 +212,9 @@ void pydb_close(pydb_db *db);
 /* Start closing db, for a caller whose other threads may be waiting for
  * the writer lock (held by another thread's open transaction, another
  * handle or another process), which pydb_close() must not race: every
- * such wait ends within 20 ms with PYDB_ECLOSED, and so does every later
+ * such wait ends with PYDB_ECLOSED (at once for another thread's
+ * transaction; within 20 ms for another process's lock, or a second
+ * where a log's fence is being passed), and so does every later
  * begin (pydb_txn_begin, pydb_write_one, a collection's step); reads are
  * unaffected.  Any thread may call it, more than once.  Then wait for
  * the calls in flight to return, and pydb_close(). */
@@ -599,7 +601,8 @@ typedef struct pydb_txn pydb_txn;   /* opaque */
  * the timeout -- and runs recovery if a crashed writer left a log.  *out
  * is freed by pydb_txn_commit() or pydb_txn_abort(), whatever their
  * outcome.  Errors: PYDB_ELOCKED (lock not obtained in time, or
- * this thread already has a transaction open on db), PYDB_EREADONLY
+ * this thread already has a transaction open on db), PYDB_ECLOSED
+ * (pydb_close_begin() was called), PYDB_EREADONLY
  * (read-only handle, or one made read-only by a failed fsync),
  * PYDB_ENEWINDEX (a native index was built since the caller last looked
  * and none is attached: pydb_index_gen_seen; nothing written),
@@ -1389,7 +1392,8 @@ typedef struct pydb_gc_report {
  * with the file, sys_errno ENOSPC and the reason); the garbage stays
  * counted.
  * Errors also: PYDB_EREADONLY (a read-only handle), PYDB_ELOCKED (the
- * writer lock was busy for the whole of `timeout_ms`). */
+ * writer lock was busy for the whole of `timeout_ms`), PYDB_ECLOSED
+ * (pydb_close_begin() was called). */
 int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
                     pydb_error *err);
 

@@ -165,11 +165,6 @@ static inline int64_t pydb__xrf_blocks(int64_t next_mfn)
  * `offset` (a record start, so a multiple of 2^MSTXL) with PYDB_FLAG_NEW/PENDING. */
 int32_t pydb__xrf_encode(int64_t offset, int flags, int mstxl);
 
-/* Why an XRF entry's offset below PYDB_CTL_SIZE cannot be followed, for
- * a damage message: "points at offset N, inside the control record", or
- * for a value naming block 0 (blocks count from 1, so its offset is
- * negative) "names block 0 (the master file's blocks count from 1)".
- * Writes at most n bytes (n >= 1) into out and returns it. */
 /* Why an XRF entry whose offset is below PYDB_CTL_SIZE cannot be
  * followed, for a damage message: "points at offset N, inside the
  * control record", or, for a value naming block 0 (blocks count from 1,

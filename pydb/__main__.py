@@ -27,6 +27,7 @@ from ._cli import exit_table
 from .arrow import COMPRESSIONS, export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
+from .encoding import check_record_codec
 from .errors import CorruptionError, DiskError, Error, SearchSyntaxError
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .index import KEY_MODES
@@ -664,11 +665,12 @@ def _int_from(lowest: int, highest: int | None = None) -> Callable[[str], int]:
 
 
 def _codec(text: str) -> str:
-    """An argparse type: a Python codec name."""
+    """An argparse type: a Python codec name that can be records'
+    (:func:`pydb.encoding.check_record_codec`: not rot13, hex, ...)."""
     try:
-        codecs.lookup(text)
-    except LookupError:
-        raise argparse.ArgumentTypeError(f"unknown encoding: {text}") from None
+        check_record_codec(text, "surrogateescape")
+    except LookupError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 

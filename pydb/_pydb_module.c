@@ -187,6 +187,7 @@ static PyObject *raise_with(PyObject *exc, PyObject *args)
  *   PYDB_EFST          FSTError(path, line, message)
  *   PYDB_EREADONLY     ReadOnlyError(message)
  *   PYDB_ELOCKED       LockTimeoutError(EAGAIN, message, path)
+ *   PYDB_ECLOSED       ClosedError(message): a wait ended by close()
  *   PYDB_ETOOBIG       RecordTooLargeError(message)      (ValueError)
  *   PYDB_EWOULDBLOCK   SystemError: pydb_read_nowait()'s "not cached" is
  *                      handled by its caller (Database.read() retries with

@@ -550,7 +550,20 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
     return PyLong_FromLong(mfn);
 }
 
+/* _forked(): in a fork()ed child, its one thread is the main thread (the
+ * one whose lock waits are sliced): pydb.database's at-fork hook. */
+static PyObject *mod_forked(PyObject *m, PyObject *unused)
+{
+    module_state *st = PyModule_GetState(m);
+    (void)unused;
+    st->main_thread = PyThread_get_thread_ident();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef transaction_functions[] = {
+    {"_forked", mod_forked, METH_NOARGS,
+     "_forked()\n--\n\nIn a fork()ed child: this thread is the main thread "
+     "now (its waits for the writer lock are made in slices)."},
     {"_txn_begin", mod_txn_begin, METH_VARARGS,
      "_txn_begin(db, timeout=None, /)\n--\n\nBegin a write transaction on "
      "`db`, waiting up to `timeout` seconds (default 10) for the writer "

@@ -66,7 +66,6 @@ Python threads cannot add throughput to warm reads, only overlap waits.
 
 from __future__ import annotations
 
-import argparse
 import array
 import contextlib
 import errno
@@ -88,7 +87,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import ministat
-from ._cli import exit_table
+from ._cli import tool_parser
 from .database import open as open_db
 from .errors import Error, UnsupportedError
 from .unesb import GENERATOR_VERSION, default_cache_dir, default_database
@@ -681,11 +680,7 @@ def main(argv=None) -> int:
     comparison tables with ministat verdicts, and optionally write every
     sample (``--json``) and a chart (``--plot``).  Returns the exit
     status."""
-    ap = argparse.ArgumentParser(prog="pydb crashtest",
-                                 description=textwrap.fill(" ".join(
-                                     __doc__.split("\n\n")[0].split()), 79),
-                                 epilog=exit_table(EXIT_STATUSES),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = tool_parser("pydb crashtest", __doc__.split("\n\n")[0], EXIT_STATUSES)
     ap.add_argument("db", nargs="?", help="database (default: the built-in synthetic unesb)")
     ap.add_argument("--threads", default="8,2,1,4", help="thread counts (default 8,2,1,4)")
     ap.add_argument("--cache", default="warm,cold,direct",

@@ -8,7 +8,6 @@ is a :class:`pydb.index.Index`, its :meth:`Database.snapshot` a
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import errno
 import os
@@ -39,7 +38,7 @@ from .errors import (
 from .fst import fst_text, read_text
 from .index import KEY_MODES, Index, KeyLike, Posting, Term, open_index
 from .marc import to_pymarc as _to_pymarc
-from .native import build_index
+from .native import build_index, check_max_key
 from .paths import PathArg, base_name, existing_file, has_native_index, new_base_name
 from .search import SearchResult
 from .snapshot import Snapshot, version_chain
@@ -63,12 +62,39 @@ DEFAULT_IO = "mmap"
 _HANDLES: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
+IO_MODES = ("pread", "mmap", "direct")
+LOCK_MODES = ("none", "mutex")
+
+
+def _check_handle_args(encoding: str, errors: str, io: str, lock: str,
+                       lock_timeout: float, gc: str) -> None:
+    """The arguments :func:`open` and :func:`create` share, checked before
+    anything is opened or made (`encoding` "auto" is :func:`open`'s).
+
+    Raises ValueError (a bad `io`, `lock`, `gc` or `lock_timeout`) or
+    LookupError (:func:`pydb.encoding.check_record_codec`)."""
+    if io not in IO_MODES:
+        raise ValueError(f"io must be 'pread', 'mmap' or 'direct', not {io!r}")
+    if lock not in LOCK_MODES:
+        raise ValueError(f"lock must be 'none' or 'mutex', not {lock!r}")
+    if gc not in GC_POLICIES:
+        raise ValueError(f"gc must be one of {', '.join(GC_POLICIES)}, not {gc!r}")
+    if lock_timeout is None or not 0 <= lock_timeout <= MAX_LOCK_TIMEOUT:
+        raise ValueError(f"lock_timeout must be a number of seconds from 0 to "
+                         f"{MAX_LOCK_TIMEOUT:.0f} (24 days), not {lock_timeout!r}")
+    if encoding != "auto":
+        check_record_codec(encoding, errors)
+
+
 def _after_fork_in_child() -> None:
     """A fork()ed child makes each handle's ``_index_lock`` anew: another
     thread of the parent may have held it at the fork (taking a snapshot,
     opening the index), and no thread of the child would ever release it
     (``snapshot()``, ``.index`` and ``close()`` hung; the core's own locks
-    are made anew by its pthread_atfork handlers)."""
+    are made anew by its pthread_atfork handlers).  Its one thread is the
+    main thread now, whose waits for the writer lock the binding slices
+    (signal handlers run between slices)."""
+    _pydb._forked()
     for db in list(_HANDLES):
         db._index_lock = threading.Lock()
 
@@ -189,12 +215,8 @@ class Database(_pydb.Database):
             flags |= _pydb.OPEN_WRITE
             if not sync:
                 flags |= _pydb.OPEN_NOSYNC
-        if lock_timeout is None or not 0 <= lock_timeout <= MAX_LOCK_TIMEOUT:
-            raise ValueError(f"lock_timeout must be a number of seconds from 0 to "
-                             f"{MAX_LOCK_TIMEOUT:.0f} (24 days), not {lock_timeout!r}")
+        _check_handle_args(encoding, errors, io, lock, lock_timeout, gc)
         auto = encoding == "auto"
-        if not auto:
-            check_record_codec(encoding, errors)
         super().__init__(path, encoding="utf-8" if auto else encoding, errors=errors,
                          io=io, lock=lock, flags=flags, gc=gc)
         self._encoding_detection: EncodingDetection | None = None
@@ -279,6 +301,8 @@ class Database(_pydb.Database):
             except ValueError as e:
                 if "transaction" not in str(e):
                     raise
+                if self.__dict__.get("_closing"):
+                    raise ClosedError("the database is being closed") from e
                 if time.monotonic() >= deadline:
                     raise LockTimeoutError(errno.EAGAIN, "a native index was built "
                                            "meanwhile and another thread's transaction "
@@ -509,6 +533,7 @@ class Database(_pydb.Database):
         """Close the database, its snapshots and its inverted index
         (idempotent).  Waits for reads in flight in other threads; later
         calls raise :class:`~pydb.ClosedError`."""
+        self._closing = True   # an attach spinning under the lock gives up
         lock = self.__dict__.get("_index_lock")
         if lock is not None:
             with lock:
@@ -1039,10 +1064,9 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         checked before the files are made, and a later failure (writing
         the index) removes the files it made.
     """
-    if gc not in GC_POLICIES:
-        raise ValueError(f"gc must be one of {', '.join(GC_POLICIES)}, not {gc!r}")
     if encoding == "auto":
         raise ValueError('encoding="auto" needs data: give a new database its encoding')
+    _check_handle_args(encoding, errors, io, "none", lock_timeout, gc)
     if key_mode not in KEY_MODES:
         raise ValueError(f"key_mode must be one of {', '.join(KEY_MODES)}, not {key_mode!r}")
     if layout not in LAYOUTS:
@@ -1055,9 +1079,7 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
     existing = existing_file(p)
     if existing is not None:
         raise DatabaseExistsError(errno.EEXIST, "the database exists already", existing)
-    if isinstance(max_key, bool) or not isinstance(max_key, int) or max_key < 0:
-        raise ValueError(f"max_key must be an int >= 0 (0: no limit), not {max_key!r}")
-    codecs.lookup(encoding)                         # LookupError, and the next two
+    check_max_key(max_key)
     text = None if fst is None else fst_text(fst)   # FSTError, OSError
     stw_text = None if stw is None else read_text(stw)
     folder = os.path.dirname(p) or "."
@@ -1074,17 +1096,22 @@ def create(path: PathArg, layout: str = "isis-packed", mstxl: int = 0, *,
         raise
 
 
+#: What :func:`create` makes beside `base`: master file, XRF, log, commit
+#: header, native index folder.
+_CREATED = (".mst", ".xrf", ".wal", ".shm", ".pdx")
+
+
 def _remove_created(base: str, before: set[str]) -> None:
     """Undo a :func:`create` that failed after it made the files: remove
-    the files and folders of the database `base` (``base.*``: the master
-    file, the XRF, the log, the header, the index) that its folder did not
-    hold before (`before`: the folder's names then).  Best effort: what
+    those of :data:`_CREATED` that its folder did not hold before
+    (`before`: the folder's names then) -- never another name, which may
+    be another database's (``x.v2.mst`` beside ``x``).  Best effort: what
     cannot be removed stays."""
     folder, name = os.path.split(base)
-    for entry in os.listdir(folder or "."):
-        if entry in before or not entry.startswith(name + "."):
-            continue
+    for entry in (name + ext for ext in _CREATED):
         path = os.path.join(folder, entry)
+        if entry in before or not os.path.lexists(path):
+            continue
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
         else:

@@ -51,7 +51,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import traceback
@@ -61,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ministat
-from ._cli import exit_table
+from ._cli import tool_parser
 from .database import Database
 from .database import open as open_db
 from .errors import Error
@@ -169,7 +168,9 @@ def _source_files(source: str) -> tuple[str, str, int]:
         info = db.info()
         report = db.check()
         if not report.ok:
-            first = next(p for p in report.problems if p.severity == "error")
+            # the first error, unless the kept problems are all warnings
+            first = next((p for p in report.problems if p.severity == "error"),
+                         f"{report.errors} errors")
             raise ValueError(f"{source} is damaged, and gctest needs a sound database: "
                              f"{first} (pydb check {source} lists every problem)")
         return info["mst_path"], info["xrf_path"], len(db)
@@ -1052,11 +1053,7 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Settings]:
     """The command line of ``python -m pydb gctest`` as (arguments,
     Settings); the database stays None when not given.  Exits with
     status 2 on bad usage (argparse)."""
-    ap = argparse.ArgumentParser(prog="pydb gctest",
-                                 description=textwrap.fill(" ".join(
-                                     __doc__.split("\n\n")[0].split()), 79),
-                                 epilog=exit_table(EXIT_STATUSES),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = tool_parser("pydb gctest", __doc__.split("\n\n")[0], EXIT_STATUSES)
     ap.add_argument("db", nargs="?", help="database (default: the built-in synthetic unesb); "
                     "it is copied, never written")
     ap.add_argument("--clients", type=int, default=16, help="clients (default 16)")

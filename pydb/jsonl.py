@@ -112,8 +112,7 @@ def read_jsonl(source: Source, *, encoding: str = "utf-8", on_error: str = "skip
                                          "string nor {\"base64\": ...}")
                     fields.append((tag, value))
                 deleted = obj.get("deleted")
-                if deleted not in (None, True, False) or isinstance(deleted, int) and \
-                        not isinstance(deleted, bool):
+                if deleted is not None and not isinstance(deleted, bool):
                     raise ValueError(f"deleted {deleted!r} is not true, false or null")
                 rec = IsoRecord(number, here, b"", fields, mfn, bool(deleted))
             except (ValueError, UnicodeError, TypeError, RecursionError) as e:

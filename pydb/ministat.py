@@ -63,15 +63,13 @@ difference proven at C% confidence".
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
-import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ._cli import exit_table
+from ._cli import tool_parser
 
 __all__ = ["CONFIDENCES", "NSTUDENT", "STUDENT_TABLE", "Stats", "Verdict", "summarize",
            "compare", "student_t", "student_t_table", "t_cdf", "betainc", "read_values",
@@ -648,12 +646,9 @@ def main(argv=None) -> int:
     between 0 and 100) instead of FreeBSD's table.
     Returns 0, 1 for a file that cannot be opened, or 2 for bad input
     (as ministat)."""
-    ap = argparse.ArgumentParser(
-        prog="pydb ministat",
-        description=textwrap.fill("Statistics of one number per line, and Student's t "
-                                  "comparison of each file against the first (FreeBSD "
-                                  "ministat).", 79),
-        epilog=exit_table(EXIT_STATUSES), formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = tool_parser("pydb ministat", "Statistics of one number per line, and Student's t "
+                     "comparison of each file against the first (FreeBSD ministat).",
+                     EXIT_STATUSES)
     ap.add_argument("-c", dest="confidence", default="95",
                     help="confidence level: 80, 90, 95, 98, 99 or 99.5 (default 95)")
     ap.add_argument("-C", dest="column", type=int, default=1,

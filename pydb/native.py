@@ -37,6 +37,13 @@ from .paths import PathArg, base_name, find_sidecar
 __all__ = ["build_index", "stored_settings", "default_key_mode", "shipped_key_length"]
 
 
+def check_max_key(max_key: Any) -> None:
+    """Raise ValueError unless `max_key` (a key length, bytes) is an int
+    >= 0 (0: no limit)."""
+    if isinstance(max_key, bool) or not isinstance(max_key, int) or max_key < 0:
+        raise ValueError(f"max_key must be an int >= 0 (0: no limit), not {max_key!r}")
+
+
 def stored_settings(db_path: PathArg) -> dict[str, Any] | None:
     """The settings the native index of the database at `db_path` was
     built with (read from its MANIFEST), which a rebuild keeps unless told
@@ -257,9 +264,8 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
             keys = _sniff_keys(db_path)
     if keys not in KEY_TABLES:
         raise ValueError(f"keys must be one of {', '.join(KEY_TABLES)}, not {keys!r}")
-    if max_key is not None and (isinstance(max_key, bool) or not isinstance(max_key, int)
-                                or max_key < 0):
-        raise ValueError(f"max_key must be an int >= 0 (0: no limit), not {max_key!r}")
+    if max_key is not None:
+        check_max_key(max_key)
     if max_key is None:
         if stored is not None:
             max_key = stored["max_key"]

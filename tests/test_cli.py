@@ -150,6 +150,7 @@ def test_errors_are_one_line(tmp_path, args):
     (["gen-unesb", "{tmp}/g", "--scale", "0"], "argument --scale: 0 is less than 1"),
     (["gen-unesb", "{tmp}/g", "--count", "-5"], "argument --count: -5 is less than 1"),
     (["info", "{tmp}/exists", "--encoding", "nope"], "unknown encoding: nope"),
+    (["info", "{tmp}/exists", "--encoding", "rot13"], "'rot13' is not a text encoding"),
     (["terms", "{tmp}/exists", "--limit", "-1"], "argument --limit: -1 is less than 0"),
     (["index", "{tmp}/exists", "--max-key", "-1"], "argument --max-key: -1 is less than 0"),
     (["check", "{tmp}/exists", "--max-problems", "-2"], "-2 is less than 0"),
@@ -206,18 +207,21 @@ def test_import_of_bad_json_lines_and_into_a_missing_folder(tmp_path, capsys):
                    '{"mfn":1,"deleted":"false","fields":[[10,"a"]]}\n'
                    '{"mfn":2,"deleted":false,"fields":[[10,"b"]]}\n'
                    '{"mfn":3,"deleted":1,"fields":[[10,"c"]]}\n'
-                   '{"mfn":4,"deleted":null,"fields":[[10,"d"]]}\n')
+                   '{"mfn":4,"deleted":null,"fields":[[10,"d"]]}\n'
+                   '{"mfn":5,"deleted":1.0,"fields":[[10,"e"]]}\n')
     assert main(["import", str(src), str(tmp_path / "nofolder" / "db")]) == 1
     assert capsys.readouterr().err == (f"pydb: [Errno 2] cannot create: no such folder: "
                                        f"'{tmp_path / 'nofolder'}'\n")
     assert main(["import", str(src), str(tmp_path / "db")]) == 1
-    assert capsys.readouterr().err.splitlines()[:3] == [
+    assert capsys.readouterr().err.splitlines()[:4] == [
         f"pydb: skipped: {src}: record 1, byte 0: line 1: JSON nested too deeply to be a "
         "record",
         f"pydb: skipped: {src}: record 2, byte 100001: line 2: deleted 'false' is not true, "
         "false or null",
         f"pydb: skipped: {src}: record 4, byte 100095: line 4: deleted 1 is not true, false "
-        "or null"]
+        "or null",
+        f"pydb: skipped: {src}: record 6, byte 100182: line 6: deleted 1.0 is not true, "
+        "false or null"]
     with pydb.open(tmp_path / "db") as db:
         assert [(r.mfn, r.deleted, r[10]) for r in db.records(deleted=True)] == [
             (2, False, ["b"]), (4, False, ["d"])]

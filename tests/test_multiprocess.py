@@ -763,9 +763,13 @@ def test_a_child_forked_during_a_commit_with_an_index_commits(tmp_path):
             got.append(e)
         finally:
             T.fail_io(0)
+    T.fail_io(0)                                       # nothing fired yet
     t = threading.Thread(target=parent_commit)
     t.start()
-    time.sleep(0.3)                                    # inside the pause
+    deadline = time.monotonic() + 10
+    while T.io_fired() is None:                        # inside the pause
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
     def child():
         mfn = db.append([(24, "CHILD")])

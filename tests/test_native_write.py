@@ -163,6 +163,9 @@ def test_a_failed_create_leaves_no_file(tmp_path, monkeypatch):
     (tmp_path / "keep.txt").write_text("mine")
     (tmp_path / "x.notes").write_text("mine too")      # the base's name, made before
     bad = [(LookupError, dict(encoding="no-such-codec")),
+           (LookupError, dict(encoding="rot13")),
+           (ValueError, dict(io="bogus")),
+           (ValueError, dict(lock_timeout=-1)),
            (FileNotFoundError, dict(fst="1 0 v1", stw="missing.stw")),
            (FileNotFoundError, dict(fst="missing.fst")),
            (ValueError, dict(fst="1 0 v1", max_key=-1))]
@@ -172,11 +175,18 @@ def test_a_failed_create_leaves_no_file(tmp_path, monkeypatch):
         assert sorted(os.listdir(tmp_path)) == ["keep.txt", "x.notes"], kw
 
     def fail(*args, **kw):
+        # meanwhile another process makes a database whose name starts
+        # like this one's: it is not this create's to remove (a review)
+        with pydb.create(tmp_path / "x.v2", gc="none") as other:
+            other.append([(1, "keep me")])
         raise pydb.DiskError(28, "No space left on device", "x.pdx")
     monkeypatch.setattr(pydb.database, "build_index", fail)
     with pytest.raises(pydb.DiskError):
         pydb.create(tmp_path / "x", fst="1 0 v1")
-    assert sorted(os.listdir(tmp_path)) == ["keep.txt", "x.notes"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "keep.txt", "x.notes", "x.v2.mst", "x.v2.shm", "x.v2.wal", "x.v2.xrf"]
+    with pydb.open(tmp_path / "x.v2") as other:
+        assert other[1][1] == ["keep me"]
     monkeypatch.undo()
     with pydb.create(tmp_path / "x", fst="1 0 v1", stw=b"THE\n") as db:
         db.append([(1, "the one")])
