@@ -306,19 +306,6 @@ done:
     pending_base_done(x, 1);   /* the MANIFEST on disk has the merge */
 }
 
-void pydb__nidx_forget_pending(nidx *x)
-{
-    /* The parent's thread changes these outside x->mu: the fork may have
-     * come between an unref and its pointer's reset, so the child drops
-     * its references without releasing them (a segment and a set leaked
-     * at most, per fork), and the offer, whatever state it was in, is
-     * offered again. */
-    x->pending = NULL;
-    x->pending_base = NULL;
-    x->pending_merge = NULL;
-    x->offer_taken = 0;
-}
-
 static void hook_abort(void *ctx, pydb_txn *t)
 {
     nidx *x = ctx;

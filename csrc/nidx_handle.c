@@ -595,9 +595,17 @@ static void fork_child(void)
         pthread_mutex_unlock(&x->mu);
         pthread_rwlock_init(&x->db_lock, NULL);
         /* a commit of a parent's thread between its prepare and its
-         * publish: the parent ends it; left here, it made every commit
-         * of the child "still pending" */
-        pydb__nidx_forget_pending(x);
+         * publish (the commit hook's state, nidx_commit.c): the parent
+         * ends it; left here, it made every commit of the child "still
+         * pending".  The parent's thread changes these outside x->mu, so
+         * the fork may have come between an unref and its pointer's
+         * reset: the child drops its references without releasing them
+         * (a segment and a set leaked at most, per fork), and the offer,
+         * whatever state it was in, is offered again. */
+        x->pending = NULL;
+        x->pending_base = NULL;
+        x->pending_merge = NULL;
+        x->offer_taken = 0;
     }
     pthread_mutex_unlock(&fork_list_mutex);
 }

@@ -265,13 +265,6 @@ int pydb__nidx_offer_apply(nidx_segset **out, struct nidx_merge **taken,
 /* After that commit: published (the merge freed, its dead postings for
  * the collector's next report) or not (offered again). */
 void pydb__nidx_offer_done(nidx *x, struct nidx_merge *m, int published);
-/* In a fork()ed child (fork_child; the child's one thread): forget the
- * commit a parent's thread had prepared and not yet published -- its
- * segment (the file stays: the parent commits or drops it), the set and
- * offered merge it took (offered again), their references left unreleased
- * -- so that the child's own commits are not refused as "still pending"
- * (nidx_commit.c). */
-void pydb__nidx_forget_pending(nidx *x);
 
 /* pydb__nidx_set_at: the MANIFEST on disk is newer than the generation
  * asked for, and the handle holds neither (not an error code). */

@@ -559,8 +559,15 @@ int pydb__txn_mine_open(pydb_db *db, pydb_error *err);
  * (PYDB__FATAL_SYNC): its transactions are refused. */
 int pydb__txn_read_only(const pydb_db *db);
 /* PYDB_ECLOSED once pydb_close_begin() was called on db, else PYDB_OK:
- * looked at by every wait for the writer lock (txn.c, wal.c). */
-int pydb__closing_error(pydb_db *db, pydb_error *err);
+ * looked at by every wait for the writer lock (txn.c, wal.c; here, so
+ * that neither links to the other for it). */
+static inline int pydb__closing_error(pydb_db *db, pydb_error *err)
+{
+    if (!__atomic_load_n(&db->closing, __ATOMIC_ACQUIRE)) return PYDB_OK;
+    return PYDB_ERROR(err, PYDB_ECLOSED, db->mst.path, -1,
+                      "the database is being closed (no write begins, and "
+                      "a write waiting for the writer lock gave up)");
+}
 /* The handle's writer locks and queues made anew (wmutex/wcond, the
  * group commit's gmutex/gcond, lsmutex; conditions on CLOCK_MONOTONIC, as
  * pydb__cond_wait_until waits) and emptied: at open, and in a fork()ed

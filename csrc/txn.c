@@ -566,13 +566,6 @@ void pydb__txn_tidy_tail(pydb_db *db)
  * again this often (a step's end wakes it at once). */
 #define OWN_GC_SLICE_MS 50
 
-int pydb__closing_error(pydb_db *db, pydb_error *err)
-{
-    if (!__atomic_load_n(&db->closing, __ATOMIC_ACQUIRE)) return PYDB_OK;
-    return PYDB_ERROR(err, PYDB_ECLOSED, db->mst.path, -1,
-                      "the database is being closed (no write begins, and "
-                      "a write waiting for the writer lock gave up)");
-}
 
 /* pydb_txn_begin(); `gc`: a collector step, which goes first. */
 static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
