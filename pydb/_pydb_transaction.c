@@ -456,7 +456,10 @@ static PyMethodDef txn_methods[] = {
      "what the failure left: False (nothing; a retry is safe), True (the "
      "transaction IS committed: the log holds it, and the handle's next "
      "transaction, or the next open, applies it; do not retry), None (the "
-     "log's fsync failed: reopen to see)."},
+     "log's fsync failed: reopen to see).  A signal handler's exception "
+     "(Ctrl-C's KeyboardInterrupt) raised while commit() runs comes once "
+     "the commit has ended, which it does not undo: `active` is False "
+     "if it committed."},
     {"abort", (PyCFunction)txn_abort, METH_NOARGS,
      "abort($self, /)\n--\n\nDiscard the transaction (nothing was written). "
      " Idempotent."},
