@@ -204,11 +204,15 @@ static int switch_files(pydb_db *db, const pydb_state *st, uint64_t fs,
  * which replaces the files by renames and publishes the new pair's
  * generation only there: it would go on reading the old, unlinked files
  * for good (found by a review).  So such a handle looks, at most every
- * FOLLOW_CHECK_MS, whether the path of its master file still names the
- * file it reads; once it names another, every read fails saying so (open
- * the database again).  A stat per look; none on the handle's other
- * reads. */
+ * FOLLOW_CHECK_MS, for a header again (a writer may have made it since
+ * the handle opened: attach_header, and the header's generation leads
+ * the reads to the new files) and else whether the path of its master
+ * file still names the file it reads; once it names another, every read
+ * fails saying so (open the database again).  An open and a stat per
+ * look; nothing on the handle's other reads. */
 #define FOLLOW_CHECK_MS 100
+
+static void attach_header(pydb_db *db);
 
 static int unfollowed_check(pydb_db *db, pydb_error *err)
 {
@@ -220,6 +224,9 @@ static int unfollowed_check(pydb_db *db, pydb_error *err)
             FOLLOW_CHECK_MS)
             return PYDB_OK;
         __atomic_store_n(&db->follow_at, now, __ATOMIC_RELAXED);
+        attach_header(db);
+        if (__atomic_load_n(&db->gen_word, __ATOMIC_ACQUIRE))
+            return PYDB_OK;   /* followed through the header from now on */
         if (fstat(__atomic_load_n(&db->mst.fd, __ATOMIC_ACQUIRE), &a) != 0 ||
             stat(db->mst.path, &b) != 0 ||
             (a.st_dev == b.st_dev && a.st_ino == b.st_ino))
