@@ -82,7 +82,6 @@ struct pydb__wreq {
     int op;                  /* PYDB_WRITE_*                               */
     const pydb_field *fields;
     uint32_t nfields;
-    int timeout_ms;
     int64_t deadline;        /* pydb__now_ms() until which it may wait     */
     /* in: the MFN changed; written by the leader while TAKEN */
     int32_t mfn;             /* out: the MFN appended                      */
@@ -275,8 +274,7 @@ int pydb_write_one(int32_t *mfn, pydb_db *db, int op,
     r.fields = fields;
     r.nfields = op == PYDB_WRITE_APPEND || op == PYDB_WRITE_UPDATE ? nfields
                                                                   : 0;
-    r.timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
-    r.deadline = pydb__now_ms() + r.timeout_ms;
+    r.deadline = pydb__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     r.state = QUEUED;
 
     pthread_mutex_lock(&db->gmutex);
