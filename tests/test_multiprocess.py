@@ -784,6 +784,20 @@ def test_a_child_forked_during_a_commit_with_an_index_commits(tmp_path):
     db.close()
 
 
+def _compact_then_update(base) -> None:
+    """A writer of the 300 records below: three rounds of updates (every
+    record gets back versions: garbage), a collection that compacts (the
+    files are replaced), then MFN 1 updated to "newest"."""
+    with pydb.open(base, readonly=False) as w:
+        for k in range(3):
+            with w.transaction() as t:
+                for m in range(1, 301):
+                    t.update(m, [(24, f"new {k} {m}")])
+        w.collect(timeout=60)
+        w.update(1, [(24, "newest")])
+        assert w.stat()["header"]["file_generation"] >= 1
+
+
 @pytest.mark.skipif(not hasattr(os, "fork") or os.geteuid() != 0,
                     reason="needs fork() and root (to read as another user)")
 def test_a_reader_without_the_commit_header_is_told_of_a_compaction(tmp_path):
@@ -825,14 +839,7 @@ def test_a_reader_without_the_commit_header_is_told_of_a_compaction(tmp_path):
             finally:
                 os._exit(code)
         assert os.read(ready_r, 1) == b"r"
-        with pydb.open(base, readonly=False) as w:
-            for k in range(3):                         # garbage, then a compaction
-                with w.transaction() as t:
-                    for m in range(1, 301):
-                        t.update(m, [(24, f"new {k} {m}")])
-            w.collect(timeout=60)
-            w.update(1, [(24, "newest")])
-            assert w.stat()["header"]["file_generation"] >= 1
+        _compact_then_update(base)
         os.write(go_w, b"g")
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
@@ -856,14 +863,7 @@ def test_a_reader_opened_before_the_header_follows_a_compaction(tmp_path):
     os.unlink(f"{base}.shm")
     reader = pydb.open(base)
     assert reader[1][24] == ["record 0 " * 20]
-    with pydb.open(base, readonly=False) as w:            # makes the header
-        for k in range(3):
-            with w.transaction() as t:
-                for m in range(1, 301):
-                    t.update(m, [(24, f"new {k} {m}")])
-        w.collect(timeout=60)
-        w.update(1, [(24, "newest")])
-        assert w.stat()["header"]["file_generation"] >= 1
+    _compact_then_update(base)                             # makes the header
     time.sleep(0.15)                                      # past the 100 ms between looks
     assert reader[1][24] == ["newest"] and reader[300][24] == ["new 2 300"]
     reader.close()
