@@ -1392,8 +1392,10 @@ typedef struct pydb_gc_report {
  * with the file, sys_errno ENOSPC and the reason); the garbage stays
  * counted.
  * Errors also: PYDB_EREADONLY (a read-only handle), PYDB_ELOCKED (the
- * writer lock was busy for the whole of `timeout_ms`), PYDB_ECLOSED
- * (pydb_close_begin() was called). */
+ * writer lock was busy, or the collection did not finish, within
+ * `timeout_ms`: *out says what the steps done collected, and a later
+ * call goes on from there), PYDB_ECLOSED (pydb_close_begin() was
+ * called). */
 int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
                     pydb_error *err);
 

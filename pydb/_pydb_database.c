@@ -635,8 +635,9 @@ static PyObject *database_collect(DatabaseObject *self, PyObject *args,
     static char *kwlist[] = {"timeout", NULL};
     module_state *st = state_of_type(Py_TYPE(self));
     double timeout = 10.0;
-    pydb_gc_report r;
+    pydb_gc_report r, sum;
     pydb_error e;
+    lock_wait w;
     int rc, ms;
 
     if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "|d", kwlist, &timeout))
@@ -648,9 +649,28 @@ static PyObject *database_collect(DatabaseObject *self, PyObject *args,
     }
     ms = timeout * 1000.0 > (double)INT_MAX ? INT_MAX : (int)(timeout * 1000.0);
     if (database_check_open(st, self) < 0) return NULL;
-    UNLOCKED(&self->guard, NULL, rc = pydb_gc_collect(&r, self->db, ms, &e));
+    /* in slices in the main thread (lock_wait): a signal's handler runs
+     * between them; each slice's work adds to the report */
+    memset(&sum, 0, sizeof sum);
+    lock_wait_start(&w, st, ms);
+    for (;;) {
+        int slice = lock_wait_slice(&w), again;
+        memset(&e, 0, sizeof e);
+        UNLOCKED(&self->guard, NULL,
+                 rc = pydb_gc_collect(&r, self->db, slice, &e));
+        sum.versions += r.versions;
+        sum.bytes += r.bytes;
+        sum.postings += r.postings;
+        sum.segments += r.segments;
+        sum.compactions += r.compactions;
+        sum.pinned = r.pinned;
+        again = lock_wait_again(&w, rc, &e);
+        if (again < 0) return NULL;
+        if (!again) break;
+        if (database_check_open(st, self) < 0) return NULL;
+    }
     if (rc) return set_error(st, rc, &e);
-    return gc_report_dict(&r);
+    return gc_report_dict(&sum);
 }
 
 static PyObject *database_stat(DatabaseObject *self, PyObject *args,

@@ -10,6 +10,9 @@
 #include "_pydb_module.h"
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The base chain first: our types and the Python classes built on them
@@ -253,6 +256,47 @@ PyObject *set_error(module_state *st, int rc, const pydb_error *e)
         PyErr_Format(st->Error, "pydb error %d: %s", rc, e->message);
         return NULL;
     }
+}
+
+/* ------------------------------------------------ waits in slices
+ * (_pydb_module.h) */
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void lock_wait_start(lock_wait *w, module_state *st, int ms)
+{
+    w->total = ms;
+    w->end = monotonic_ms() + ms;
+    w->slice_end = 0;
+    w->sliced = PyThread_get_thread_ident() == st->main_thread;
+}
+
+int lock_wait_slice(lock_wait *w)
+{
+    int64_t now = monotonic_ms(), left = w->end - now;
+    int ms = left < 0 ? 0 : left > LOCK_SLICE_MS && w->sliced ? LOCK_SLICE_MS
+                                                             : (int)left;
+    w->slice_end = now + ms;
+    return ms;
+}
+
+int lock_wait_again(lock_wait *w, int rc, pydb_error *e)
+{
+    int64_t now = monotonic_ms();
+    if (rc != PYDB_ELOCKED || now < w->slice_end) return 0;
+    if (now >= w->end) {
+        size_t n = strlen(e->message);
+        if (w->total > 0 && n + 32 < sizeof e->message)
+            snprintf(e->message + n, sizeof e->message - n,
+                     " (waited %d ms)", w->total);
+        return 0;
+    }
+    return PyErr_CheckSignals() < 0 ? -1 : 1;
 }
 
 /* ------------------------------------------------------------- module */

@@ -6,7 +6,8 @@
  * Python object plus the module file.
  *
  *   _pydb_module.c       module state, init (PEP 489), exception classes,
- *                        set_error(): core return code -> exception
+ *                        set_error(): core return code -> exception;
+ *                        lock_wait: waits in slices (signals run)
  *   _pydb_database.c     Database and its RecordIterator; _create()
  *   _pydb_record.c       Record, Field; fields_add(): Python fields ->
  *                        pydb_field (the one field converter)
@@ -66,7 +67,7 @@ typedef struct {
     unsigned long main_thread;      /* threading.main_thread().ident at
                                        exec: the thread whose waits for
                                        the writer lock are made in slices
-                                       (_pydb_transaction.c)             */
+                                       (lock_wait)                       */
     PyObject *Error, *CorruptionError, *NotFoundError, *DiskError,
         *DatabaseNotFoundError, *UnsupportedError, *RecordTooLargeError,
         *ClosedError, *SearchSyntaxError, *FSTError, *ReadOnlyError,
@@ -85,6 +86,41 @@ module_state *state_of_type(PyTypeObject *tp);
  * The only place where core return codes become exceptions (see the table
  * in _pydb_module.c). */
 PyObject *set_error(module_state *st, int rc, const pydb_error *e);
+
+/* ------------------------------------------------ waits in slices
+ *
+ * A call that waits in the core with the GIL released (the writer lock:
+ * another thread's transaction, another process; a collection's steps)
+ * runs no Python signal handler meanwhile: a Ctrl-C or SIGTERM waited for
+ * the whole timeout (10 s by default).  So in the main thread, the one
+ * that runs the handlers, the wait is made in slices of LOCK_SLICE_MS
+ * (other threads wait in one piece: a call of the group commit keeps its
+ * place in the queue): a slice that ends with PYDB_ELOCKED at its end is
+ * followed, with the GIL, by PyErr_CheckSignals() (a handler's exception
+ * ends the wait) and the next slice, until the caller's timeout.
+ * LOCK_SLICE_MS is longer than a writer stands back for another process's
+ * collector (GC_FIRST_MS, csrc/wal.c: 250 ms), so each slice gets its
+ * tries.  An ELOCKED before its slice's end (this thread's own open
+ * transaction) is the answer.  Used by _pydb_transaction.c (writes) and
+ * Database.collect (_pydb_database.c). */
+#define LOCK_SLICE_MS 500
+
+typedef struct {
+    int64_t end;       /* the caller's deadline, ms (monotonic) */
+    int64_t slice_end; /* the current slice's */
+    int total;         /* the caller's timeout, ms */
+    int sliced;        /* the main thread's wait */
+} lock_wait;
+
+/* Begin a wait of at most `ms` milliseconds (the caller's timeout). */
+void lock_wait_start(lock_wait *w, module_state *st, int ms);
+/* The timeout to give the core's next call (ms). */
+int lock_wait_slice(lock_wait *w);
+/* After a call that answered rc: 1 to call again (a slice ran out and
+ * the caller's time did not; signal handlers ran), 0 when rc is the
+ * answer (a timeout's message then names the caller's whole wait), -1
+ * when a handler raised (the exception is set).  With the GIL. */
+int lock_wait_again(lock_wait *w, int rc, pydb_error *e);
 
 /* ------------------------------------------- search results (_pydb_search.c) */
 

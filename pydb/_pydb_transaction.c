@@ -14,9 +14,7 @@
 #include "_pydb_transaction.h"
 #include "_pydb_record.h"
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     PyObject_HEAD
@@ -55,72 +53,6 @@ static int timeout_ms_of(PyObject *obj, int *ms)
     }
     *ms = (int)ceil(s * 1000.0);
     return 0;
-}
-
-/* ------------------------------------------------ waits in slices
- *
- * A write waits for the writer lock (another thread's transaction, another
- * process) with the GIL released, where Python runs no signal handler: a
- * Ctrl-C or SIGTERM waited for the whole timeout (10 s by default).  So
- * in the main thread, the one that runs the handlers, the wait is made in
- * slices of LOCK_SLICE_MS (other threads wait in one piece: a call of the
- * group commit keeps its place in the queue): a slice that ends with
- * PYDB_ELOCKED at its end is followed, with the GIL, by
- * PyErr_CheckSignals() (a handler's exception ends the wait) and the
- * next slice, until the caller's timeout.  LOCK_SLICE_MS is longer than
- * a writer stands back for another process's collector (GC_FIRST_MS,
- * csrc/wal.c: 250 ms), so each slice gets its tries.  An ELOCKED before
- * its slice's end (this thread's own open transaction) is the answer. */
-#define LOCK_SLICE_MS 500
-
-typedef struct {
-    int64_t end;       /* the caller's deadline, ms (monotonic) */
-    int64_t slice_end; /* the current slice's */
-    int total;         /* the caller's timeout, ms */
-    int sliced;        /* the main thread's wait */
-} lock_wait;
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void lock_wait_start(lock_wait *w, module_state *st, int ms)
-{
-    w->total = ms;
-    w->end = monotonic_ms() + ms;
-    w->slice_end = 0;
-    w->sliced = PyThread_get_thread_ident() == st->main_thread;
-}
-
-/* The timeout to give the core's next call (ms). */
-static int lock_wait_slice(lock_wait *w)
-{
-    int64_t now = monotonic_ms(), left = w->end - now;
-    int ms = left < 0 ? 0 : left > LOCK_SLICE_MS && w->sliced ? LOCK_SLICE_MS
-                                                             : (int)left;
-    w->slice_end = now + ms;
-    return ms;
-}
-
-/* After a call that answered rc: 1 to call again (a slice ran out and
- * the caller's time did not; signal handlers ran), 0 when rc is the
- * answer (a timeout's message then names the caller's whole wait), -1
- * when a handler raised (the exception is set).  With the GIL. */
-static int lock_wait_again(lock_wait *w, int rc, pydb_error *e)
-{
-    int64_t now = monotonic_ms();
-    if (rc != PYDB_ELOCKED || now < w->slice_end) return 0;
-    if (now >= w->end) {
-        size_t n = strlen(e->message);
-        if (w->total > 0 && n + 32 < sizeof e->message)
-            snprintf(e->message + n, sizeof e->message - n,
-                     " (waited %d ms)", w->total);
-        return 0;
-    }
-    return PyErr_CheckSignals() < 0 ? -1 : 1;
 }
 
 /* After PYDB_ENEWINDEX (a native index was built since the Database

@@ -754,7 +754,10 @@ class Database(_pydb.Database):
                 take, waits for the writer lock included; looked at
                 between steps, so the step under way at the deadline
                 ends first (a step is bounded in work, not in time: a
-                review measured 0.63 s for 0.5).
+                review measured 0.63 s for 0.5).  In the main thread a
+                signal handler (Ctrl-C's KeyboardInterrupt) runs between
+                steps, within about 0.5 s of its signal, and its
+                exception ends the collection: the steps done stay done.
 
         Returns:
             What was collected, a dict of ints: ``versions`` (back
@@ -767,7 +770,8 @@ class Database(_pydb.Database):
         Raises:
             ReadOnlyError: the handle was opened read-only.
             LockTimeoutError: the writer lock stayed busy, or the
-                collection did not finish, within `timeout`.
+                collection did not finish, within `timeout` (the message
+                says "(waited N ms)"); the steps done stay done.
             DiskError: a collection step failed (ENOSPC during a merge or
                 a compaction: the database is left as it was before that
                 step, the garbage stays counted, and the message is kept

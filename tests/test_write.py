@@ -381,9 +381,10 @@ def test_lock_across_processes(tmp_path):
 def _lock_holder(base, append: bytes | None) -> subprocess.Popen:
     """A process holding the writer lock of `base`: an open transaction
     (appending `append` if not None), committed when a line is written to
-    its stdin."""
+    its stdin.  It collects no garbage (gc="none"): what the test made
+    stays for the test's own collect()."""
     code = ("import pydb,sys\n"
-            "db=pydb.open(sys.argv[1],readonly=False)\n"
+            "db=pydb.open(sys.argv[1],readonly=False,gc='none')\n"
             "tx=db.transaction()\n"
             f"{'' if append is None else f'tx.append([(1,{append!r})])'}\n"
             "print('locked',flush=True); sys.stdin.readline(); tx.commit()\n")
@@ -448,15 +449,18 @@ class _Signalled(Exception):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize("write", ["append", "transaction"])
+@pytest.mark.parametrize("write", ["append", "transaction", "collect"])
 def test_a_signal_ends_a_wait_for_the_writer_lock(tmp_path, write):
-    """A signal's Python handler runs while a write waits for the lock
-    another process holds -- the wait is made in slices of 0.5 s
-    (_pydb_transaction.c) -- and its exception ends the wait: before, the
-    handler (Ctrl-C's KeyboardInterrupt, a service's SIGTERM) ran only
-    when the whole lock_timeout had passed (found by a review)."""
+    """A signal's Python handler runs while a write or a collection waits
+    for the lock another process holds -- the wait is made in slices of
+    0.5 s (lock_wait, _pydb_module.c) -- and its exception ends the wait:
+    before, the handler (Ctrl-C's KeyboardInterrupt, a service's SIGTERM)
+    ran only when the whole lock_timeout (a collection: its timeout) had
+    passed (found by a review)."""
     base = tmp_path / "db"
-    pydb.create(base).close()
+    with pydb.create(base, gc="none") as db:        # no collector of its own
+        db.append([(1, b"a")])
+        db.update(1, [(1, b"b")])                    # garbage: a back version
     p = _lock_holder(base, None)
 
     def handler(signum, frame):
@@ -470,12 +474,19 @@ def test_a_signal_ends_a_wait_for_the_writer_lock(tmp_path, write):
             with pytest.raises(_Signalled):
                 if write == "append":
                     db.append([(1, b"x")])
-                else:
+                elif write == "transaction":
                     db.transaction()
+                else:
+                    db.collect(timeout=30)
             assert time.monotonic() - t0 < 3
             with pytest.raises(pydb.LockTimeoutError) as e:   # the lock is still held
-                db.transaction(timeout=0.6)
-            assert "holds the writer lock of this database (waited 600 ms)" in str(e.value)
+                if write == "collect":
+                    db.collect(timeout=0.6)
+                else:
+                    db.transaction(timeout=0.6)
+            assert ("the collection did not finish in the time given (waited 600 ms)"
+                    if write == "collect" else
+                    "holds the writer lock of this database (waited 600 ms)") in str(e.value)
     finally:
         timer.cancel()
         signal.signal(signal.SIGUSR1, old)
