@@ -354,8 +354,18 @@ int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
 int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
                  pydb_error *err);
 
-/* Free a record from pydb_read*() (NULL: nothing). */
+/* Free a record from pydb_read*() or pydb_record_make() (NULL: nothing). */
 void pydb_record_free(pydb_record *rec);
+
+/* A new record block (*out, the caller's: pydb_record_free() it) as
+ * pydb_read() would return it: the header of `head` (mfn, status,
+ * deleted, flags, offset, back_offset, mfrl, locked; its fields,
+ * nfields, data_len and capacity are not read) and a copy of the `n`
+ * fields `fields` (tags, lengths, value bytes) in their order.  For a
+ * record rebuilt from its parts (the binding's unpickling).  Errors:
+ * PYDB_ENOMEM. */
+int pydb_record_make(pydb_record **out, const pydb_record *head,
+                     const pydb_field *fields, uint32_t n, pydb_error *err);
 
 /* Counts of XRF states over MFN 1..max, from pydb_count(). */
 typedef struct pydb_counts {

@@ -279,3 +279,39 @@ int pydb__record_reserve(pydb_record **rec, size_t raw, size_t nf,
 }
 
 void pydb_record_free(pydb_record *rec) { free(rec); }
+
+int pydb_record_make(pydb_record **out, const pydb_record *head,
+                     const pydb_field *fields, uint32_t n, pydb_error *err)
+{
+    pydb_record *r = NULL;
+    pydb_field *f;
+    uint8_t *p;
+    size_t data = 0, cap;
+    int rc;
+
+    for (uint32_t i = 0; i < n; i++) {
+        if (fields[i].len > SIZE_MAX / 2 - data)
+            return PYDB_ERROR(err, PYDB_ENOMEM, "", -1,
+                              "no memory for a record of %u fields", n);
+        data += fields[i].len;
+    }
+    rc = pydb__record_reserve(&r, data, n, err);
+    if (rc) return rc;
+    cap = r->capacity;
+    *r = *head;
+    r->capacity = cap;
+    p = pydb__record_raw(r);
+    f = pydb__record_fields(r, data);
+    for (uint32_t i = 0; i < n; i++) {
+        if (fields[i].len) memcpy(p, fields[i].value, fields[i].len);
+        f[i].tag = fields[i].tag;
+        f[i].len = fields[i].len;
+        f[i].value = p;
+        p += fields[i].len;
+    }
+    r->fields = f;
+    r->nfields = n;
+    r->data_len = data;
+    *out = r;
+    return PYDB_OK;
+}

@@ -207,7 +207,10 @@ static void seen_note(struct seen_slot *s, const struct seen_key *k,
     Py_XDECREF(old);   /* a Field: its dealloc runs no Python code */
 }
 
-int codec_resolve(module_state *st, PyObject *encoding, record_codec *out)
+/* codec_resolve() without the table of Fields seen (out->seen NULL): the
+ * codec of a record rebuilt on its own (record_rebuild). */
+static int codec_lookup(module_state *st, PyObject *encoding,
+                        record_codec *out)
 {
     const char *name = PyUnicode_AsUTF8(encoding);
     PyObject *got;
@@ -229,6 +232,12 @@ int codec_resolve(module_state *st, PyObject *encoding, record_codec *out)
             shared_str(&out->table);
         }
     }
+    return 0;
+}
+
+int codec_resolve(module_state *st, PyObject *encoding, record_codec *out)
+{
+    if (codec_lookup(st, encoding, out) < 0) return -1;
     if (seen_new(out) < 0) {
         record_codec_clear(out);
         return -1;
@@ -893,7 +902,42 @@ static PyGetSetDef record_getset[] = {
      "Encoding used to decode values (str).", NULL},
     {NULL}};
 
+/* Record.__reduce__: (_pydb._record_rebuild, (mfn, status, deleted,
+ * flags, offset, back_offset, mfrl, locked, encoding, errors, source,
+ * ((tag, stored bytes), ...))), so that a record pickles (to a worker
+ * process of multiprocessing, say) and copies as the version read: its
+ * header and its stored bytes, decoded again where it is unpickled. */
+static PyObject *record_reduce(RecordObject *self, PyObject *unused)
+{
+    const pydb_record *r = self->rec;
+    PyObject *mod, *fn = NULL, *fields = NULL, *out = NULL;
+    (void)unused;
+    mod = PyType_GetModuleByDef(Py_TYPE(self), &pydb_module); /* borrowed */
+    if (!mod) return NULL;
+    fn = PyObject_GetAttrString(mod, "_record_rebuild");
+    fields = fn ? PyTuple_New(r->nfields) : NULL;
+    if (!fields) goto cleanup;
+    for (uint32_t i = 0; i < r->nfields; i++) {
+        PyObject *item = Py_BuildValue("(Iy#)", (unsigned)r->fields[i].tag,
+                                       (const char *)r->fields[i].value,
+                                       (Py_ssize_t)r->fields[i].len);
+        if (!item) goto cleanup;
+        PyTuple_SET_ITEM(fields, i, item);
+    }
+    out = Py_BuildValue("(O(iiiiLLIiOOOO))", fn, (int)r->mfn, r->status,
+                        r->deleted, r->flags, (long long)r->offset,
+                        (long long)r->back_offset, (unsigned)r->mfrl,
+                        r->locked, self->encoding, self->errors,
+                        self->source, fields);
+cleanup:
+    Py_XDECREF(fn);
+    Py_XDECREF(fields);
+    return out;
+}
+
 static PyMethodDef record_methods[] = {
+    {"__reduce__", (PyCFunction)record_reduce, METH_NOARGS,
+     "Pickle support: the record's header and stored bytes."},
     {"raw", (PyCFunction)record_raw, METH_O,
      "raw($self, tag, /)\n--\n\nValues of the fields with `tag` as bytes, "
      "in occurrence order (list of bytes; empty if none)."},
@@ -969,7 +1013,88 @@ static PyObject *mod_set_record_class(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _record_rebuild(mfn, status, deleted, flags, offset, back_offset, mfrl,
+ * locked, encoding, errors, source, fields): the Record that
+ * Record.__reduce__ took apart (record_reduce), an instance of the
+ * record class.  TypeError / ValueError for parts that are not such. */
+static PyObject *mod_record_rebuild(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    pydb_record head, *rec = NULL;
+    pydb_field *f = NULL;
+    record_codec codec = {0};
+    PyObject *encoding, *errors, *source, *fields, *out = NULL;
+    long long offset, back;
+    unsigned int mfrl;
+    int mfn, status, deleted, flags, locked, rc;
+    Py_ssize_t n;
+    pydb_error e;
+
+    memset(&head, 0, sizeof head);
+    if (!PyArg_ParseTuple(args, "iiiiLLIiUUUO!:_record_rebuild", &mfn,
+                          &status, &deleted, &flags, &offset, &back, &mfrl,
+                          &locked, &encoding, &errors, &source, &PyTuple_Type,
+                          &fields))
+        return NULL;
+    n = PyTuple_GET_SIZE(fields);
+    if (n > (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "too many fields");
+        return NULL;
+    }
+    f = PyMem_Calloc(n ? (size_t)n : 1, sizeof *f);
+    if (!f) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(fields, i);
+        unsigned long tag;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyLong_Check(PyTuple_GET_ITEM(item, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(item, 1)) ||
+            PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1)) > (Py_ssize_t)UINT32_MAX) {
+            PyErr_SetString(PyExc_TypeError, "a record's fields are (tag, "
+                            "bytes) pairs");
+            goto cleanup;
+        }
+        tag = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(item, 0));
+        if (tag == (unsigned long)-1 && PyErr_Occurred()) goto cleanup;
+        if (tag > 65535) {
+            PyErr_SetString(PyExc_ValueError, "a tag is 0..65535");
+            goto cleanup;
+        }
+        f[i].tag = (uint32_t)tag;
+        f[i].len = (uint32_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1));
+        f[i].value = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(item, 1));
+    }
+    head.mfn = mfn;
+    head.status = status;
+    head.deleted = deleted;
+    head.flags = flags;
+    head.offset = offset;
+    head.back_offset = back;
+    head.mfrl = mfrl;
+    head.locked = locked;
+    if (codec_lookup(st, encoding, &codec) < 0) goto cleanup;
+    if (codec.kind == CODEC_OTHER &&
+        !PyCodec_KnownEncoding(PyUnicode_AsUTF8(encoding))) {
+        PyErr_Format(PyExc_LookupError, "unknown encoding: %U", encoding);
+        goto cleanup;
+    }
+    rc = pydb_record_make(&rec, &head, f, (uint32_t)n, &e);
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    out = record_new_from(st, encoding, errors, source, &codec, rec);
+cleanup:
+    record_codec_clear(&codec);
+    PyMem_Free(f);
+    return out;
+}
+
 static PyMethodDef record_functions[] = {
+    {"_record_rebuild", mod_record_rebuild, METH_VARARGS,
+     "_record_rebuild(mfn, status, deleted, flags, offset, back_offset, "
+     "mfrl, locked, encoding, errors, source, fields, /)\n--\n\nThe "
+     "Record that Record.__reduce__ took apart (unpickling)."},
     {"_set_record_class", mod_set_record_class, METH_VARARGS,
      "_set_record_class(cls, untracked=False, /)\n--\n\nMake the binding "
      "create instances of `cls`, a subclass of Record (pydb.Record), for "

@@ -129,6 +129,11 @@ class Record(_pydb.Record):
     encoding and error handler.  Records of one handle may share the same
     ``Field`` object for an equal short value (16 bytes or less; a Field
     is immutable).
+
+    A record pickles (``pickle``, ``copy``; a worker process of
+    ``multiprocessing`` gets it as an argument or returns it) with its
+    header and its stored bytes, and comes back as it was read, decoded
+    with the same encoding and error handler.
     """
 
     __slots__ = ()

@@ -15,6 +15,8 @@ import pydb
 from pydb import parse_subfields
 from pydb.unesb import generate
 
+from conftest import SAMPLE, need
+
 
 def test_error_tree():
     assert issubclass(pydb.CorruptionError, pydb.Error)
@@ -55,6 +57,72 @@ def test_record_access(db_path):
         assert pickle.loads(pickle.dumps(f)).raw == b"Smith, J."
         tag, value = f
         assert (tag, value) == (70, "Smith, J.") and f[-1] == "Smith, J."
+
+
+def _read_as(r):
+    """Everything a Record says of itself."""
+    return (r.mfn, r.deleted, r.status, r.locked, r.new, r.pending, r.offset,
+            r.back_offset, r.mfrl, r.encoding, r.tags,
+            [(f.tag, f.value, f.raw) for f in r.fields])
+
+
+def test_records_of_a_real_master_file_pickle_and_copy_as_read():
+    """Every record of the lilacs sample (Latin-1, written by CISIS)
+    comes back from pickle, copy and deepcopy as it was read: header,
+    tags, values and stored bytes (Record.__reduce__; before, TypeError:
+    cannot pickle 'Record' object, so no record could go to a worker
+    process)."""
+    with pydb.open(need(SAMPLE + "lilacs"), encoding="auto") as db:
+        n = 0
+        for rec in db:
+            for back in (pickle.loads(pickle.dumps(rec, protocol)) for protocol in (2, 5)):
+                assert type(back) is pydb.Record and back == rec
+                assert _read_as(back) == _read_as(rec)
+            n += 1
+        assert n == 3225 and db.encoding == "latin-1"
+        rec = db[1]
+        assert _read_as(copy.copy(rec)) == _read_as(copy.deepcopy(rec)) == _read_as(rec)
+
+
+def test_deleted_records_and_back_versions_pickle(tmp_path):
+    with pydb.create(tmp_path / "db", gc="none") as db:
+        m = db.append([(10, "Ação"), (20, "x" * 30000)])
+        db.update(m, [(10, "new"), (30, "")])
+        db.delete(m)
+        versions = db.versions(m)
+        deleted = next(iter(db.records(deleted=True)))
+    assert [v.deleted for v in versions] == [True, False, False]
+    assert versions[1].back_offset == versions[2].offset
+    assert deleted.deleted and deleted.mfn == m
+    for rec in versions + [deleted]:
+        back = pickle.loads(pickle.dumps(rec))
+        assert _read_as(back) == _read_as(rec)
+    assert pickle.loads(pickle.dumps(versions[2]))[20] == ["x" * 30000]
+
+
+def test_records_go_to_worker_processes(db_path):
+    """multiprocessing's workers (spawned: nothing inherited) take
+    records as arguments and give them back as results."""
+    import multiprocessing
+    from operator import methodcaller
+    with pydb.open(db_path) as db:
+        records = list(db)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        assert pool.map(methodcaller("to_dict"), records) == [r.to_dict() for r in records]
+        assert pool.map(copy.copy, records) == records
+
+
+def test_record_parts_that_are_not_a_record():
+    rebuild = pydb._pydb._record_rebuild
+    head = (1, 0, 0, 0, 64, -1, 100, 0, "utf-8", "strict", "x.mst")
+    assert rebuild(*head, ((1, b"a"), (65535, b""))).fields == ((1, "a"), (65535, ""))
+    for fields, kind in ((((1, "a"),), TypeError), (((1,),), TypeError),
+                         (((70000, b"a"),), ValueError), (((-1, b"a"),), OverflowError),
+                         ([(1, b"a")], TypeError)):
+        with pytest.raises(kind):
+            rebuild(*head, fields)
+    with pytest.raises(LookupError):
+        rebuild(*head[:8], "no-such-codec", "strict", "x.mst", ())
 
 
 def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):
