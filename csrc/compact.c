@@ -22,7 +22,8 @@
  * more than 4 x budget, the lock is released and they are copied without
  * it from the newer state, and the next step tries again.  No registered
  * reader may be behind the latest commit at the swap (a snapshot of an
- * older commit would need the old files: the job waits).  Then: the
+ * older commit would need the old files): the swap waits for such
+ * readers a bounded time (drain_readers), else the job waits.  Then: the
  * control record (the old one's bytes, MFTYPE, MSTXL, RECCNT... kept,
  * with the new NXTMFN/NXTMFB/NXTMFP) and the XRF are written, the
  * log checkpointed (pydb__txn_settle: the old files synced, the log
@@ -64,6 +65,8 @@ typedef struct pydb_compact pydb_compact;
 
 #define CATCHUP_FACTOR 4   /* MFNs caught up under the lock: 4 x budget */
 #define GARBAGE_SHARE 4    /* without idle: garbage >= live / 4 */
+#define DRAIN_MAX_MS 1000  /* the longest wait for readers at a swap      */
+#define DRAIN_GAP 10       /* after a wait that failed: none for 10 x it  */
 
 struct pydb_compact {
     pydb_state S;          /* the state being copied                     */
@@ -73,7 +76,7 @@ struct pydb_compact {
     int32_t *xrf;          /* XRF value per MFN - 1 (0: not yet)         */
     uint32_t *len;         /* bytes of the copy per MFN - 1 (0: none)    */
     size_t cap;
-    int64_t dead_v, dead_b; /* copies made dead by a catch-up            */
+    int64_t dead_b;        /* bytes of copies made dead by a catch-up    */
     uint64_t gen;          /* file generation the job copies             */
     int forward;           /* the .xrf was replaced: keep the .mst's new
                               file for recovery whatever happens        */
@@ -96,6 +99,29 @@ void pydb__compact_garbage(pydb_db *db, int64_t *versions, int64_t *bytes)
     pydb__shm_garbage(shm, versions, bytes);
 }
 
+/* Whether registered readers pin the garbage: one reads a commit behind
+ * the latest, and the oldest such commit has been the oldest for
+ * DRAIN_MAX_MS or more (an old snapshot: Firebird's stuck OIT).  Younger
+ * readers do not: the swap waits for them to leave (drain_readers).
+ * Without that, readers whose snapshots overlapped (each short, always
+ * one behind a writer that commits on) kept every compaction from
+ * starting, and the master file grew without bound (found by a review:
+ * 51.6 MB in 8.7 s for a database of one record). */
+static int readers_pin(pydb_db *db, pydb_shm *shm)
+{
+    uint64_t oldest = pydb__shm_oldest(shm, NULL);
+    int64_t now = pydb__now_ms();
+    if (oldest == pydb__shm_latest(shm)) {
+        db->compact_readers.oldest = 0;
+        return 0;
+    }
+    if (oldest != db->compact_readers.oldest) {
+        db->compact_readers.oldest = oldest;
+        db->compact_readers.oldest_ms = now;
+    }
+    return now - db->compact_readers.oldest_ms >= DRAIN_MAX_MS;
+}
+
 int pydb__compact_wanted(pydb_db *db, int idle)
 {
     pydb_shm *shm = pydb__db_shm(db);
@@ -107,8 +133,7 @@ int pydb__compact_wanted(pydb_db *db, int idle)
     if (db->compact) return 1;   /* a job in progress goes on */
     pydb__compact_garbage(db, &v, &b);
     if (v <= 0) return 0;
-    /* an old snapshot or reader pins the garbage (Firebird's OIT) */
-    if (pydb__shm_oldest(shm, NULL) != pydb__shm_latest(shm)) return 0;
+    if (readers_pin(db, shm)) return 0;
     if (idle) return 1;
     if (pydb__shm_state(&st, shm) != 0) return 0;
     /* b * GARBAGE_SHARE >= the live bytes (the records' bytes - b), that
@@ -295,7 +320,6 @@ static int copy_mfn(pydb_db *db, pydb_compact *j, const pydb_state *st,
             at += (int64_t)n;
             left -= (int64_t)n;
         }
-        j->dead_v++;
         j->dead_b += j->len[mfn - 1];
         j->len[mfn - 1] = 0;
     }
@@ -523,8 +547,12 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
         if (tries >= 3) return rc;   /* the marker stays */
     pydb__swap_publish(shm, ctl, mst_size, xrf_size);
     j->swapped = 1;
-    /* copies a catch-up left dead in the new file are its garbage */
-    pydb__shm_garbage_add(shm, j->dead_v, j->dead_b);
+    /* copies a catch-up left dead in the new file are its garbage: their
+     * bytes, no version (no reader ever sees them, and a compaction is
+     * started for versions: the next one reclaims them; counted as
+     * versions, they were reported as pinned with no reader, and an idle
+     * collector compacted the whole file again for them) */
+    pydb__shm_garbage_add(shm, 0, j->dead_b);
     /* readers opening the files wait while the marker exists: retried
      * (one that stays is removed by the next recovery: the header then
      * describes the files already) */
@@ -541,6 +569,49 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
     return rc;
 }
 
+/* Whether a swap may be tried now: no registered reader is behind the
+ * latest commit, or one is and a wait for it is due (drain_readers): the
+ * last wait that failed is DRAIN_GAP times its length back, and the
+ * oldest reader is not the one it left (a long snapshot: it pins the
+ * garbage until it ends).  Looked at before the writer lock is taken. */
+static int swap_due(pydb_db *db, pydb_shm *shm)
+{
+    uint64_t oldest = pydb__shm_oldest(shm, NULL);
+    return oldest == pydb__shm_latest(shm) ||
+           (pydb__now_ms() >= db->compact_readers.drain_after &&
+            oldest != db->compact_readers.drain_oldest);
+}
+
+/* Wait, the writer lock held (no commit comes meanwhile, and a reader
+ * that registers now reads commit c), for the registered readers behind
+ * commit c to leave: 1 when none is left.  Writers wait too, so the wait
+ * is bounded: the handle's drain_ms (the step's lock_ms first), doubled
+ * after a wait that failed, up to DRAIN_MAX_MS, and halved after one
+ * that did not; after a failure swap_due() holds the next one back for
+ * DRAIN_GAP times its length.  Writers so lose at most a tenth of their
+ * time to it. */
+static int drain_readers(pydb_db *db, pydb_shm *shm, uint64_t c, int lock_ms)
+{
+    int64_t end;
+    int *ms = &db->compact_readers.drain_ms;
+    uint64_t oldest;
+    if (pydb__shm_oldest(shm, NULL) == c) return 1;
+    if (*ms < lock_ms || *ms <= 0) *ms = lock_ms > 0 ? lock_ms : 1;
+    end = pydb__now_ms() + *ms;
+    while ((oldest = pydb__shm_oldest(shm, NULL)) != c) {
+        if (pydb__now_ms() >= end) {
+            db->compact_readers.drain_after =
+                pydb__now_ms() + (int64_t)*ms * DRAIN_GAP;
+            db->compact_readers.drain_oldest = oldest;
+            *ms = *ms * 2 > DRAIN_MAX_MS ? DRAIN_MAX_MS : *ms * 2;
+            return 0;
+        }
+        usleep(1000);
+    }
+    *ms /= 2;
+    return 1;
+}
+
 /* The last step: catch up and swap under the writer lock. */
 static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
                      int *more, pydb_gc_report *rep, pydb_error *err)
@@ -551,6 +622,7 @@ static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
     pydb_error e2;
     int rc, over = 0;
 
+    if (!swap_due(db, shm)) return PYDB_OK;   /* kept: see below */
     rc = pydb__txn_begin_gc(&t, db, lock_ms > 0 ? lock_ms : 0, &e2);
     if (rc == PYDB_ELOCKED) {
         *more = 1;   /* a commit holds the lock: next step */
@@ -568,7 +640,7 @@ static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
         job_free(db, 1);
         return PYDB_OK;
     }
-    if (pydb__shm_oldest(shm, NULL) != T.commit) {
+    if (!drain_readers(db, shm, T.commit, lock_ms)) {
         /* a reader of an older commit: the job waits for it, kept in the
          * handle; more = 0 so that the collector does not spin on it
          * (compact_wanted() says yes while a job is kept: the next

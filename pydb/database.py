@@ -751,8 +751,11 @@ class Database(_pydb.Database):
         """Collect all garbage that is collectable now, on the calling
         thread (the GIL released), whatever the policy; the collector
         thread, if any, goes on and the two never work at the same time.
-        Garbage a registered reader (a snapshot, in any process) can still
-        see stays and is reported as ``pinned``.
+        While a registered reader (a snapshot, in any process) reads a
+        commit behind the latest, the master file's garbage stays and is
+        reported as ``pinned``: the last step, holding the writer lock,
+        waits a bounded time (under a second) for such readers to finish
+        (docs/compaction.md).
 
         Args:
             timeout: seconds (float >= 0, default 10) the collection may
@@ -770,7 +773,11 @@ class Database(_pydb.Database):
             bytes reclaimed), ``postings`` (dead postings dropped from the
             native index), ``segments`` (segment files removed),
             ``compactions`` (master files replaced), ``pinned`` (garbage
-            versions left because a reader still sees them).
+            versions left because a registered reader, in any process,
+            was behind the latest commit: the master file is replaced
+            whole, so such a reader holds back all of it, where
+            :meth:`stat` counts, version by version, what a reader can
+            still see).
 
         Raises:
             ReadOnlyError: the handle was opened read-only.
