@@ -48,6 +48,7 @@ import os
 import platform
 import queue
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -400,7 +401,7 @@ class _Threads:
             t.join()
         return _results(out)
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
         pass
 
 
@@ -415,7 +416,10 @@ def _results(out: list) -> list[dict]:
 def _process_main(path: str, policy: str, c: int, hot: list[int], all_hot: list[int],
                   span: int, commands, results, barrier) -> None:
     """A client process: its own handle, its Client, commands from the
-    parent (("run", round, iterations, others, parallel) or None to stop)."""
+    parent (("run", round, iterations, others, parallel) or None to stop).
+    Ctrl-C is the parent's: it kills the clients (_Processes.close), where
+    each one's KeyboardInterrupt printed its traceback (a review)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         db = open_for(path, policy)
         client = Client(c, hot, all_hot, span)
@@ -464,7 +468,7 @@ class _Processes:
         try:
             self._collect(n)
         except BaseException:
-            self.close()
+            self.close(at_once=True)
             raise
 
     def _collect(self, n: int) -> list[dict]:
@@ -498,17 +502,35 @@ class _Processes:
         res = self._collect(len(self.procs))
         return sorted(res, key=lambda r: r["client"])
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
+        """Stop the clients: each ends after its run, or (`at_once`: an
+        interrupt, a failure) is killed, as kill -9 would; pydb loses no
+        commit to that."""
         for q in self.commands:
             try:
                 q.put(None)
             except (OSError, ValueError):
                 pass
         for p in self.procs:
+            if at_once:
+                p.kill()
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
                 p.join()
+
+
+def _uninterrupted(fn: Callable[[], Any]) -> None:
+    """fn() with Ctrl-C ignored (in the main thread): a second Ctrl-C
+    during the removal of the temporary folder left it half removed."""
+    if threading.current_thread() is not threading.main_thread():
+        fn()
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        fn()
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 # ---------------------------------------------------------------- a series
@@ -607,8 +629,10 @@ def run_series(template: Path, folder, s: Settings, policy: str, series: str,
                     runs += got
                     log(f"  {policy} parallel round {rnd + 1}: max "
                         f"{max(r['seconds'] for r in got):.3f} s")
-        finally:
-            clients.close()
+        except BaseException:
+            clients.close(at_once=True)
+            raise
+        clients.close()
         wall = max(r["end"] for r in runs) - min(r["start"] for r in runs)
         if policy in ("background", "combined") and "pending" in before["header"]:
             # the collector thread says when it is done: no guessing
@@ -660,7 +684,7 @@ def run_gctest(s: Settings, workdir=None,
                                           policy, series, log))
     finally:
         if tmp is not None:
-            tmp.cleanup()
+            _uninterrupted(tmp.cleanup)
     out = {"db": os.fspath(s.db), "records": n_records, "max_mfn": max_mfn,
            "settings": asdict(s),
            "machine": {"cpus": os.cpu_count(), "python": sys.version,

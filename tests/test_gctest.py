@@ -394,6 +394,44 @@ def test_processes(tiny, tmp_path):
     assert bg["stat_after"]["garbage"]["versions"] == 0
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_with_client_processes_is_one_line(tiny, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group) while client processes
+    run: exit 130 after the one line, no traceback of a client, no
+    temporary folder left.  Before, each client printed its
+    KeyboardInterrupt's traceback, and the parent waited for the clients
+    to end their runs (a review)."""
+    import signal
+    import subprocess
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=os.fspath(tmp))
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys; "
+         "signal.signal(signal.SIGINT, signal.default_int_handler); "
+         "from pydb.__main__ import main; sys.exit(main())",
+         "gctest", os.fspath(tiny), "--clients", "3", "--runs", "3", "--iterations", "200",
+         "--policy", "none", "--processes"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        lines = []
+        for line in p.stderr:                      # the clients are at work
+            lines.append(line)
+            if "serial run 1" in line:
+                break
+        os.killpg(p.pid, signal.SIGINT)
+        err = "".join(lines) + p.stderr.read()
+        assert p.wait(60) == 130, err
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "pydb gctest: interrupted"
+    assert list(tmp.iterdir()) == []
+
+
 def test_main_writes_json_and_plot(tiny, tmp_path, capsys):
     js, png = tmp_path / "gc.json", tmp_path / "gc.png"
     argv = [os.fspath(tiny), "--clients", "2", "--runs", "2", "--iterations", "3",
