@@ -589,14 +589,16 @@ static int swap_due(pydb_db *db, pydb_shm *shm)
  * after a wait that failed, up to DRAIN_MAX_MS, and halved after one
  * that did not; after a failure swap_due() holds the next one back for
  * DRAIN_GAP times its length.  Writers so lose at most a tenth of their
- * time to it. */
+ * time to waits that fail.  A step with lock_ms 0 (a cooperating
+ * reader's, which never waits) makes none. */
 static int drain_readers(pydb_db *db, pydb_shm *shm, uint64_t c, int lock_ms)
 {
     int64_t end;
     int *ms = &db->compact_readers.drain_ms;
     uint64_t oldest;
     if (pydb__shm_oldest(shm, NULL) == c) return 1;
-    if (*ms < lock_ms || *ms <= 0) *ms = lock_ms > 0 ? lock_ms : 1;
+    if (lock_ms <= 0) return 0;   /* a reader's step never waits (gc.c) */
+    if (*ms < lock_ms) *ms = lock_ms;
     end = pydb__now_ms() + *ms;
     while ((oldest = pydb__shm_oldest(shm, NULL)) != c) {
         if (pydb__now_ms() >= end) {
