@@ -485,9 +485,13 @@ class Database(_pydb.Database):
             lazily.
 
         Raises:
-            UnsupportedError: the database has no inverted index, or the
+            UnsupportedError: the database has no inverted index, the
                 expression uses (G)/(F)/proximity/qualifiers on an index
-                without TAG/OCC (ISIS LIND).
+                without TAG/OCC (ISIS LIND), or it has a term past ASCII
+                and the native index's keys are UTF-8 while this handle's
+                encoding is single-byte, or the other way round (the
+                database opened with another encoding than the index was
+                built with: such a term could match no key).
             SearchSyntaxError: the expression does not parse (``reason``,
                 ``position``: 0-based character offset).
             TermEncodeError: `expr` has characters the database's

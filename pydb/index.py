@@ -20,11 +20,13 @@ aligned; CISIS LIND ``.ly1/.ly2/.iyp``), without rebuilding;
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _pydb
+from .errors import UnsupportedError
 from .paths import PathArg
 from .search import SearchResult, retry_fitted, search
 
@@ -115,13 +117,16 @@ class Index:
     """
 
     def __init__(self, handle: _pydb.Index, *, encoding: str = "utf-8",
-                 errors: str = "surrogateescape") -> None:
+                 errors: str = "surrogateescape", keys_utf8: bool | None = None) -> None:
         """Wrap a low-level handle (``pydb._pydb.Index``); normally made by
         :func:`open_index`, :meth:`open_isis` or :attr:`pydb.Database.index`.
-        The Index owns the handle: :meth:`close` closes it."""
+        The Index owns the handle: :meth:`close` closes it.  `keys_utf8`:
+        whether its keys are UTF-8 (True) or single-byte (False), as a
+        native index's MANIFEST says; None: not known."""
         self._h = handle
         self.encoding = encoding
         self.errors = errors
+        self._keys_utf8 = keys_utf8
 
     @classmethod
     def open_isis(cls, path: PathArg, *, encoding: str = "utf-8",
@@ -381,9 +386,33 @@ class Index:
             SearchSyntaxError: the expression does not parse (``position``).
             UnsupportedError: (G), (F), proximity or a qualifier on an index
                 whose postings carry no TAG/OCC (ISIS LIND).
+            UnsupportedError: a term with a character past ASCII, for a
+                native index whose keys are UTF-8 searched with a
+                single-byte encoding, or the other way round (such a term
+                can match no key: the database was opened with another
+                encoding than the index was built with).
             ClosedError, CorruptionError, DiskError: as for :meth:`postings`.
         """
+        self._check_key_encoding(expr, getattr(db, "encoding", None) or self.encoding)
         return search(self._h, expr, db, encoding=self.encoding, errors=self.errors)
+
+    def _check_key_encoding(self, expr: str, encoding: str) -> None:
+        """UnsupportedError where `expr`, encoded with `encoding`, cannot
+        match a key of this index: it has a character past ASCII, and the
+        index's keys are UTF-8 while `encoding` is not, or the other way
+        round.  Such a search found nothing, silently (a review: lilacs,
+        a Latin-1 database, opened with the default encoding)."""
+        if self._keys_utf8 is None or expr.isascii():
+            return
+        utf8 = codecs.lookup(encoding).name == "utf-8"
+        if utf8 == self._keys_utf8:
+            return
+        raise UnsupportedError(
+            errno.EINVAL,
+            f"the index's keys are {'UTF-8' if self._keys_utf8 else 'single-byte'} but the "
+            f"search expression is encoded with {encoding}: a term past ASCII could match "
+            f"no key (open the database with encoding='auto' or the encoding the index was "
+            f"built with)")
 
     # -- life cycle ----------------------------------------------------
     def close(self) -> None:
@@ -424,5 +453,11 @@ def open_index(db_path: PathArg, encoding: str = "utf-8", *,
             reason).
         DiskError: another operating-system error.
     """
-    return Index(_pydb._open_native_index(os.fsdecode(db_path)), encoding=encoding,
-                 errors=errors)
+    handle = _pydb._open_native_index(os.fsdecode(db_path))
+    try:
+        stored = _pydb._native_index_stored(os.fsdecode(db_path))
+    except BaseException:
+        handle.close()
+        raise
+    return Index(handle, encoding=encoding, errors=errors,
+                 keys_utf8=None if stored is None else stored["utf8"])

@@ -811,3 +811,45 @@ def test_keys_from_terms_are_searchable_and_keys_are_str_or_bytes(isis_data):
             db.postings(5)
         with pytest.raises(TypeError):
             list(db.terms(5))
+
+
+def test_a_term_past_ascii_in_another_encoding_than_the_keys_is_refused(tmp_path):
+    """A native index built in one encoding, searched through a handle of
+    the other kind (single-byte keys, UTF-8 handle, or the other way
+    round): a term past ASCII raises UnsupportedError naming the cause;
+    before, it silently matched nothing (a review).  ASCII terms and the
+    right encoding answer as before."""
+    for enc, other in (("latin-1", "utf-8"), ("utf-8", "cp1252")):
+        base = tmp_path / enc
+        with pydb.create(base, encoding=enc, fst="1 4 v1\n") as db:
+            db.append([(1, "SAÚDE publica")])
+            db.append([(1, "saude NIÑOS")])
+        with pydb.open(base, encoding=enc) as db:
+            assert list(db.search("SAÚDE")) == [1, 2] and list(db.search("NIÑOS")) == [2]
+        with pydb.open(base, encoding=other) as db:
+            assert list(db.search("SAUDE + PUBLICA")) == [1, 2]
+            with pytest.raises(pydb.UnsupportedError, match=f"encoded with {other}"):
+                db.search("SAÚDE")
+        with pydb.open_index(base, encoding=other) as ix:
+            with pytest.raises(pydb.UnsupportedError, match="could match no key"):
+                ix.search("NIÑOS")
+
+
+def test_the_lilacs_sample_searched_with_its_detected_encoding(tmp_path):
+    """lilacs (Latin-1, written by CISIS) with a native index: accented
+    terms find their records with encoding="auto", and are refused with
+    the default UTF-8 (they found nothing, silently)."""
+    import shutil
+
+    from conftest import SAMPLE, need
+    src = need(SAMPLE + "lilacs")
+    for ext in ("mst", "xrf"):
+        shutil.copy(f"{src}.{ext}", tmp_path)
+    base = tmp_path / "lilacs"
+    pydb.build_index(base, fst="12 4 v12\n")
+    with pydb.open(base, encoding="auto") as db:
+        assert db.encoding == "latin-1"
+        assert (len(db.search("SAÚDE")), len(db.search("NIÑOS"))) == (62, 38)
+    with pydb.open(base) as db:
+        with pytest.raises(pydb.UnsupportedError):
+            db.search("SAÚDE")
