@@ -189,7 +189,8 @@ class Snapshot(_pydb.Snapshot):
                                        "opened when the snapshot was taken", self.path)
             base = db.index
             ix = Index(view, encoding=base.encoding if base else db.encoding,
-                       errors=base.errors if base else "surrogateescape")
+                       errors=base.errors if base else "surrogateescape",
+                       keys_utf8=base._keys_utf8 if base else None)
             self._ix = ix
         if self.closed:
             self._index_view()              # raises ClosedError
@@ -235,8 +236,10 @@ class Snapshot(_pydb.Snapshot):
             versions current at the commit).
 
         Raises:
-            UnsupportedError: the database has no inverted index, or the
-                expression needs TAG/OCC the index lacks (ISIS LIND).
+            UnsupportedError: the database has no inverted index, the
+                expression needs TAG/OCC the index lacks (ISIS LIND), or
+                it has a term past ASCII in another encoding than the
+                index's keys (:meth:`pydb.Database.search`).
             SearchSyntaxError: the expression does not parse (``reason``,
                 ``position``: 0-based character offset).
             TermEncodeError: `expr` does not fit the database's encoding,
@@ -246,6 +249,7 @@ class Snapshot(_pydb.Snapshot):
             ClosedError: the snapshot is closed.
         """
         view = self._index()
+        view._check_key_encoding(expr, self.database.encoding)
         return SearchResult(expr, retry_fitted(
             lambda e: self._search(view.handle, e), expr, self.database.encoding), self)
 

@@ -830,6 +830,8 @@ def test_a_term_past_ascii_in_another_encoding_than_the_keys_is_refused(tmp_path
             assert list(db.search("SAUDE + PUBLICA")) == [1, 2]
             with pytest.raises(pydb.UnsupportedError, match=f"encoded with {other}"):
                 db.search("SAÚDE")
+            with db.snapshot() as snap, pytest.raises(pydb.UnsupportedError):
+                snap.search("SAÚDE")
         with pydb.open_index(base, encoding=other) as ix:
             with pytest.raises(pydb.UnsupportedError, match="could match no key"):
                 ix.search("NIÑOS")
