@@ -184,10 +184,11 @@ int pydb__isis_read_leaf(const tree *tr, int32_t r, uint8_t *buf, int *ock,
                          pydb_error *err);
 
 /* The classic posting list starting at IFP (block, word), §4.5, appended
- * to out (NULL: only checked). */
+ * to out (NULL: only checked).  `from`: the file whose entry gave the
+ * address (a leaf file), named when the address is outside the IFP. */
 int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
-                            int32_t word, pydb_postings *out,
-                            pydb_error *err);
+                            int32_t word, const char *from,
+                            pydb_postings *out, pydb_error *err);
 /* The LIND list reference of leaf entry e, §4.7. */
 void pydb__isis_lind_entry(const isis_index *ix, const tree *tr,
                            const uint8_t *e, lind_ref *r);

@@ -235,7 +235,8 @@ static int check_lists(const isis_index *ix, const tree *tr, int w,
             rc = pydb__isis_lind_postings(ix, &r, w, ix->nxtmfn, &p, err);
         } else {
             rc = pydb__isis_ifp_postings(ix, i32(e + tr->info1),
-                                         i32(e + tr->info2), &p, err);
+                                         i32(e + tr->info2), tr->lf->f.path,
+                                         &p, err);
         }
         if (!rc && p.n && p.v[p.n - 1].mfn > *max_mfn)
             *max_mfn = p.v[p.n - 1].mfn;

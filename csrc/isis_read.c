@@ -184,9 +184,14 @@ static int ifp_check_block(const isis_index *ix, int32_t block, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Read and check a segment header at (block, word). */
+/* Read and check a segment header at (block, word), an address that
+ * file `from` holds at byte `from_off` (-1: not known): a leaf entry's,
+ * or the previous segment header's NXTB/NXTP.  An address outside the
+ * IFP is that file's fault, and named so (it was blamed on the IFP, at
+ * the offset the address would have, past the IFP's end). */
 static int ifp_header(const isis_index *ix, int32_t block, int32_t word,
-                      int32_t h[5], pydb_error *err)
+                      const char *from, int64_t from_off, int32_t h[5],
+                      pydb_error *err)
 {
     const ixfile *f = &ix->files[F_IFP];
     uint8_t b[20];
@@ -194,7 +199,7 @@ static int ifp_header(const isis_index *ix, int32_t block, int32_t word,
     int rc;
     if (block < 1 || word < 0 || word > IFP_WORDS - 5 ||
         (int64_t)block > f->f.size / IFP_BLOCK)
-        return PYDB_CORRUPT(err, f->f.path, block >= 1 ? off : -1,
+        return PYDB_CORRUPT(err, from, from_off,
                             "posting list address %d/%d outside the IFP "
                             "(%lld blocks)", (int)block, (int)word,
                             (long long)(f->f.size / IFP_BLOCK));
@@ -220,15 +225,15 @@ static int ifp_header(const isis_index *ix, int32_t block, int32_t word,
 
 /* Append the classic posting list at (block, word) to out (§4.5). */
 int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
-                            int32_t word, pydb_postings *out,
-                            pydb_error *err)
+                            int32_t word, const char *from,
+                            pydb_postings *out, pydb_error *err)
 {
     const ixfile *f = &ix->files[F_IFP];
     int32_t h[5];
     int64_t total, got = 0, segs = 0;
     size_t first = out->n;
     uint8_t buf[IFP_WORDS * 4];
-    int rc = ifp_header(ix, block, word, h, err);
+    int rc = ifp_header(ix, block, word, from, -1, h, err);
     if (rc) return rc;
     total = h[2];
     for (;;) {
@@ -285,9 +290,12 @@ int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
             return PYDB_CORRUPT(err, f->f.path, ifp_addr(block, word),
                                 "IFP segment chain longer than the file "
                                 "can hold: a cycle");
-        block = h[0];
-        word = h[1];
-        rc = ifp_header(ix, block, word, h, err);
+        {
+            int64_t at = ifp_addr(block, word);   /* NXTB, NXTP */
+            block = h[0];
+            word = h[1];
+            rc = ifp_header(ix, block, word, f->f.path, at, h, err);
+        }
         if (rc) return rc;
     }
     if (got != total)
@@ -425,7 +433,8 @@ static int entry_count(const isis_index *ix, const tree *tr,
     } else {
         int32_t h[5];
         int rc = ifp_header(ix, i32(e + tr->le + tr->pad),
-                            i32(e + tr->le + tr->pad + 4), h, err);
+                            i32(e + tr->le + tr->pad + 4), tr->lf->f.path, -1,
+                            h, err);
         if (rc) return rc;
         *count = (uint64_t)h[2];
         return PYDB_OK;
@@ -442,7 +451,8 @@ static int entry_postings(const isis_index *ix, const tree *tr,
         return pydb__isis_lind_postings(ix, &r, ix->mfn_bytes, 0, out, err);
     }
     return pydb__isis_ifp_postings(ix, i32(e + tr->le + tr->pad),
-                                   i32(e + tr->le + tr->pad + 4), out, err);
+                                   i32(e + tr->le + tr->pad + 4),
+                                   tr->lf->f.path, out, err);
 }
 
 /* ------------------------------------------------------------- cursor */

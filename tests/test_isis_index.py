@@ -609,3 +609,22 @@ if given is not None:
         except AssertionError:
             pass   # damage that leaves a consistent but different index
         shutil.rmtree(d)
+
+
+def test_a_leaf_address_outside_the_ifp_is_the_leaf_files_fault(tmp_path):
+    """One byte of a posting address in the pyisis cds sample's .l02
+    (offset 22206) set to 0xFF: the error names the .l02, which holds the
+    bad address, not the .ifp at byte 66,890,244 of a 47,104-byte file
+    (a review)."""
+    src = need(SAMPLE)
+    for name in os.listdir(os.path.dirname(src)):
+        if name.startswith("cds."):
+            shutil.copy(os.path.join(os.path.dirname(src), name), tmp_path)
+    patch_file(tmp_path / "cds.l02", 22206, b"\xff")
+    with pydb.open(tmp_path / "cds", encoding="cp850") as db:
+        with pytest.raises(pydb.CorruptionError) as e:
+            for t in db.index.terms(""):
+                db.postings(t.key)
+    assert os.path.basename(e.value.filename) == "cds.l02"
+    assert "posting list address 86/16711680 outside the IFP (92 blocks)" in str(e.value)
+    assert os.path.getsize(tmp_path / "cds.ifp") == 47104
