@@ -128,10 +128,12 @@ int lock_wait_again(lock_wait *w, int rc, pydb_error *e);
  * _search() and Snapshot._search() return (pydb/search.py reads them
  * into an array('i'), making no Python int per hit). */
 PyObject *mfn_bytes(const int32_t *mfns, size_t n);
-/* Byte offset `off` in the encoded expression -> character offset, for
- * SearchSyntaxError positions. */
-Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
-                              const char *encoding);
+/* A PYDB_ESYNTAX error of the core (byte offsets into `encoded`, the
+ * expression as encoded with `encoding`) in characters: its offset, and
+ * each "at position N" of its message (csrc/search_parse.c names the
+ * '(' a missing ')' would close so), for SearchSyntaxError. */
+void search_error_in_chars(pydb_error *e, PyObject *encoded,
+                           const char *encoding);
 
 /* ------------------------------------------------------- handle guard */
 

@@ -21,8 +21,9 @@ PyObject *mfn_bytes(const int32_t *mfns, size_t n)
                                      (Py_ssize_t)(n * sizeof *mfns));
 }
 
-Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
-                              const char *encoding)
+/* Byte offset `off` in `encoded` -> character offset (-1 stays -1). */
+static Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
+                                     const char *encoding)
 {
     Py_ssize_t n = PyBytes_GET_SIZE(encoded), len;
     PyObject *prefix;
@@ -37,6 +38,33 @@ Py_ssize_t search_char_offset(PyObject *encoded, int64_t off,
     len = PyUnicode_GET_LENGTH(prefix);
     Py_DECREF(prefix);
     return len;
+}
+
+void search_error_in_chars(pydb_error *e, PyObject *encoded,
+                           const char *encoding)
+{
+    static const char key[] = "at position ";
+    const size_t klen = sizeof key - 1;
+    char out[sizeof e->message];
+    const char *p = e->message;
+    size_t o = 0;
+
+    e->offset = search_char_offset(encoded, e->offset, encoding);
+    while (*p && o + 1 < sizeof out) {
+        if (strncmp(p, key, klen) == 0 && p[klen] >= '0' && p[klen] <= '9') {
+            char *end;
+            long long n = strtoll(p + klen, &end, 10);
+            int w = snprintf(out + o, sizeof out - o, "%s%zd", key,
+                             search_char_offset(encoded, n, encoding));
+            if (w < 0 || (size_t)w >= sizeof out - o) break;
+            o += (size_t)w;
+            p = end;
+            continue;
+        }
+        out[o++] = *p++;
+    }
+    out[o] = '\0';
+    memcpy(e->message, out, o + 1);
 }
 
 PyDoc_STRVAR(search_doc,
@@ -119,8 +147,7 @@ static PyObject *mod_search(PyObject *m, PyObject *args, PyObject *kw)
                  rc = pydb_search(&mfns, &n, ix->ix, db ? db->db : NULL,
                                   text, text_len, &e));
     if (rc) {
-        if (rc == PYDB_ESYNTAX)
-            e.offset = search_char_offset(encoded, e.offset, encoding);
+        if (rc == PYDB_ESYNTAX) search_error_in_chars(&e, encoded, encoding);
         set_error(st, rc, &e);
         goto cleanup;
     }

@@ -545,8 +545,7 @@ static PyObject *snapshot_search(SnapshotObject *s, PyObject *args)
                  rc = pydb_snapshot_search(&mfns, &n, view->ix, s->snap,
                                            text, text_len, &e));
     if (rc) {
-        if (rc == PYDB_ESYNTAX)
-            e.offset = search_char_offset(encoded, e.offset, encoding);
+        if (rc == PYDB_ESYNTAX) search_error_in_chars(&e, encoded, encoding);
         set_error(st, rc, &e);
         goto cleanup;
     }

@@ -253,6 +253,8 @@ def test_qualifiers(ix, expr, expected):
     ("APPLE AND", 9, "expected a term or '('"),
     ("APPLE (G)", 9, "expected a term or '('"),
     ("caf\u00e9 caf\u00e9", 5, "expected an operator but found term"),  # characters, not bytes
+    # the '(' named in characters too (it was its UTF-8 byte offset, 9; a review)
+    ("\u00e9\u00e9\u00e9 + (AA BB", 10, "closing the '(' at position 6 but found term 'BB'"),
 ])
 def test_syntax_errors(ix, expr, position, reason):
     with pytest.raises(SearchSyntaxError) as ei:
