@@ -65,7 +65,6 @@ typedef struct pydb_compact pydb_compact;
 
 #define CATCHUP_FACTOR 4   /* MFNs caught up under the lock: 4 x budget */
 #define GARBAGE_SHARE 4    /* without idle: garbage >= live / 4 */
-#define DRAIN_MAX_MS 1000  /* the longest wait for readers at a swap      */
 #define DRAIN_GAP 10       /* after a wait that failed: none for 10 x it  */
 
 struct pydb_compact {
@@ -99,27 +98,22 @@ void pydb__compact_garbage(pydb_db *db, int64_t *versions, int64_t *bytes)
     pydb__shm_garbage(shm, versions, bytes);
 }
 
-/* Whether registered readers pin the garbage: one reads a commit behind
- * the latest, and the oldest such commit has been the oldest for
- * DRAIN_MAX_MS or more (an old snapshot: Firebird's stuck OIT).  Younger
- * readers do not: the swap waits for them to leave (drain_readers).
- * Without that, readers whose snapshots overlapped (each short, always
- * one behind a writer that commits on) kept every compaction from
- * starting, and the master file grew without bound (found by a review:
- * 51.6 MB in 8.7 s for a database of one record). */
-static int readers_pin(pydb_db *db, pydb_shm *shm)
+/* Whether registered readers pin the garbage: one that reads a commit
+ * behind the latest registered PYDB_COMPACT_DRAIN_MAX_MS or more ago
+ * (the reader table keeps when each registered; an old snapshot:
+ * Firebird's stuck OIT).  Younger readers do not: the swap waits for
+ * them to leave (drain_readers).  Without that, readers whose snapshots
+ * overlapped (each short, always one behind a writer that commits on)
+ * kept every compaction from starting, and the master file grew without
+ * bound (found by a review: 51.6 MB in 8.7 s for a database of one
+ * record).  (A first version timed a reader from the collector's first
+ * look at it: a long snapshot, first seen, started a job that copied
+ * the whole file to wait beside it; the code review found it.) */
+static int readers_pin(pydb_shm *shm)
 {
-    uint64_t oldest = pydb__shm_oldest(shm, NULL);
-    int64_t now = pydb__now_ms();
-    if (oldest == pydb__shm_latest(shm)) {
-        db->compact_readers.oldest = 0;
-        return 0;
-    }
-    if (oldest != db->compact_readers.oldest) {
-        db->compact_readers.oldest = oldest;
-        db->compact_readers.oldest_ms = now;
-    }
-    return now - db->compact_readers.oldest_ms >= DRAIN_MAX_MS;
+    int64_t since = pydb__shm_behind_since(shm);
+    return since != INT64_MAX &&
+           pydb__now_ms() - since >= PYDB_COMPACT_DRAIN_MAX_MS;
 }
 
 int pydb__compact_wanted(pydb_db *db, int idle)
@@ -133,7 +127,7 @@ int pydb__compact_wanted(pydb_db *db, int idle)
     if (db->compact) return 1;   /* a job in progress goes on */
     pydb__compact_garbage(db, &v, &b);
     if (v <= 0) return 0;
-    if (readers_pin(db, shm)) return 0;
+    if (readers_pin(shm)) return 0;
     if (idle) return 1;
     if (pydb__shm_state(&st, shm) != 0) return 0;
     /* b * GARBAGE_SHARE >= the live bytes (the records' bytes - b), that
@@ -585,27 +579,33 @@ static int swap_due(pydb_db *db, pydb_shm *shm)
 /* Wait, the writer lock held (no commit comes meanwhile, and a reader
  * that registers now reads commit c), for the registered readers behind
  * commit c to leave: 1 when none is left.  Writers wait too, so the wait
- * is bounded: the handle's drain_ms (the step's lock_ms first), doubled
- * after a wait that failed, up to DRAIN_MAX_MS, and halved after one
- * that did not; after a failure swap_due() holds the next one back for
- * DRAIN_GAP times its length.  Writers so lose at most a tenth of their
- * time to waits that fail.  A step with lock_ms 0 (a cooperating
- * reader's, which never waits) makes none. */
-static int drain_readers(pydb_db *db, pydb_shm *shm, uint64_t c, int lock_ms)
+ * is bounded: the handle's learned drain_ms (the step's lock_ms first),
+ * doubled after a wait that failed, up to PYDB_COMPACT_DRAIN_MAX_MS, and
+ * halved after one that did not, never more than the step's `cap` (the
+ * collector thread's: the most; collect()'s: its time left; a
+ * cooperating reader's, which never waits: 0, no wait); after a failure
+ * swap_due() holds the next one back for DRAIN_GAP times its length.
+ * Writers so lose at most a tenth of their time to waits that fail. */
+static int drain_readers(pydb_db *db, pydb_shm *shm, uint64_t c, int lock_ms,
+                         int cap)
 {
     int64_t end;
-    int *ms = &db->compact_readers.drain_ms;
+    int *ms = &db->compact_readers.drain_ms, wait;
     uint64_t oldest;
     if (pydb__shm_oldest(shm, NULL) == c) return 1;
-    if (lock_ms <= 0) return 0;   /* a reader's step never waits (gc.c) */
+    if (cap <= 0) return 0;
     if (*ms < lock_ms) *ms = lock_ms;
-    end = pydb__now_ms() + *ms;
+    if (*ms < 1) *ms = 1;
+    wait = *ms < cap ? *ms : cap;
+    end = pydb__now_ms() + wait;
     while ((oldest = pydb__shm_oldest(shm, NULL)) != c) {
         if (pydb__now_ms() >= end) {
             db->compact_readers.drain_after =
-                pydb__now_ms() + (int64_t)*ms * DRAIN_GAP;
+                pydb__now_ms() + (int64_t)wait * DRAIN_GAP;
             db->compact_readers.drain_oldest = oldest;
-            *ms = *ms * 2 > DRAIN_MAX_MS ? DRAIN_MAX_MS : *ms * 2;
+            if (wait == *ms)   /* a shorter wait says nothing of this one */
+                *ms = *ms * 2 > PYDB_COMPACT_DRAIN_MAX_MS
+                          ? PYDB_COMPACT_DRAIN_MAX_MS : *ms * 2;
             return 0;
         }
         usleep(1000);
@@ -616,7 +616,8 @@ static int drain_readers(pydb_db *db, pydb_shm *shm, uint64_t c, int lock_ms)
 
 /* The last step: catch up and swap under the writer lock. */
 static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
-                     int *more, pydb_gc_report *rep, pydb_error *err)
+                     int drain_ms, int *more, pydb_gc_report *rep,
+                     pydb_error *err)
 {
     pydb_shm *shm = pydb__db_shm(db);
     pydb_txn *t = NULL;
@@ -642,7 +643,7 @@ static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
         job_free(db, 1);
         return PYDB_OK;
     }
-    if (!drain_readers(db, shm, T.commit, lock_ms)) {
+    if (!drain_readers(db, shm, T.commit, lock_ms, drain_ms)) {
         /* a reader of an older commit: the job waits for it, kept in the
          * handle; more = 0 so that the collector does not spin on it
          * (compact_wanted() says yes while a job is kept: the next
@@ -665,8 +666,8 @@ static int swap_step(pydb_db *db, pydb_compact *j, int budget, int lock_ms,
     return rc;
 }
 
-int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int *more,
-                       pydb_gc_report *rep, pydb_error *err)
+int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int drain_ms,
+                       int *more, pydb_gc_report *rep, pydb_error *err)
 {
     pydb_compact *j;
     int rc, n;
@@ -691,7 +692,7 @@ int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int *more,
         *more = 1;
         return PYDB_OK;
     }
-    rc = swap_step(db, j, budget, lock_ms, more, rep, err);
+    rc = swap_step(db, j, budget, lock_ms, drain_ms, more, rep, err);
     if (rc) goto failed;
     /* done (the files replaced, or the job dropped), or kept waiting */
     if (db->compact && db->compact->swapped) job_free(db, 0);
@@ -718,7 +719,8 @@ int pydb__test_compact(pydb_db *db, int budget, int64_t out[3],
     memset(&rep, 0, sizeof rep);
     pydb__gc_pause(db);   /* never beside a step of the collector */
     while (more && pydb__now_ms() < deadline) {
-        rc = pydb__compact_step(db, budget, 1000, &more, &rep, err);
+        rc = pydb__compact_step(db, budget, 1000, PYDB_COMPACT_DRAIN_MAX_MS,
+                                &more, &rep, err);
         if (rc) break;
         if (more && !db->compact) break;
         if (more && db->compact && db->compact->next >= db->compact->S.next_mfn)

@@ -20,13 +20,18 @@ void pydb__compact_garbage(pydb_db *db, int64_t *versions, int64_t *bytes);
  * pydb_gc_collect) lowers the threshold to any garbage at all. */
 int pydb__compact_wanted(pydb_db *db, int idle);
 
+/* The longest a swap waits for readers behind the latest commit (ms). */
+#define PYDB_COMPACT_DRAIN_MAX_MS 1000
+
 /* One bounded step of the job (at most `budget` records copied; the
  * last step replaces the files under the writer lock, waiting for it at
- * most `lock_ms`).  *more: the job is not finished.  *rep gets what was
+ * most `lock_ms`, and then, the lock held, for readers behind the latest
+ * commit at most `drain_ms`: 0 for none, PYDB_COMPACT_DRAIN_MAX_MS at
+ * most).  *more: the job is not finished.  *rep gets what was
  * reclaimed when the files were replaced.  A failure abandons the job
  * (its new files removed) and leaves the database as it was. */
-int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int *more,
-                       pydb_gc_report *rep, pydb_error *err);
+int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int drain_ms,
+                       int *more, pydb_gc_report *rep, pydb_error *err);
 
 /* Abandon a job in progress (close, policy none): removes its files. */
 void pydb__compact_abort(pydb_db *db);

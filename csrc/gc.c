@@ -155,6 +155,11 @@ struct pydb_gc {
     uint64_t collections;
     double last_time;         /* Unix time, 0: none                       */
     pydb_gc_report last;
+    pydb_gc_report carried;   /* what pydb_gc_collect() calls that did not
+                                 complete (out of time, or failed)
+                                 collected: part of the next complete
+                                 one's record (the binding collects in
+                                 slices of one call each)               */
     char last_error[256];
     /* the global list (fork) */
     struct pydb_gc *next, *prev;
@@ -360,7 +365,7 @@ static void observe_commit(pydb_gc *g)
  * there was work (the index had more, or a master-file job ran); *rep
  * gets what the step reclaimed (added). */
 static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
-                     int offer, int *more, int *worked, pydb_gc_report *rep,
+                     int drain_ms, int offer, int *more, int *worked, pydb_gc_report *rep,
                      pydb_error *err)
 {
     pydb_db *db = g->db;
@@ -386,7 +391,7 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
     memset(&r, 0, sizeof r);
     g->compacting = 1;
     *worked = 1;
-    rc = pydb__compact_step(db, budget, lock_ms, &cmore, &r, err);
+    rc = pydb__compact_step(db, budget, lock_ms, drain_ms, &cmore, &r, err);
     g->compacting = rc == PYDB_OK && cmore;
     if (rc) return rc;
     report_add(rep, &r);
@@ -396,13 +401,15 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
 
 /* step_jobs() marked as running on this thread (the step lock held): its
  * commits are the collector's own (gc_notify). */
-static int step(pydb_gc *g, int budget, int idle, int lock_ms, int offer,
-                int *more, int *worked, pydb_gc_report *rep, pydb_error *err)
+static int step(pydb_gc *g, int budget, int idle, int lock_ms, int drain_ms,
+                int offer, int *more, int *worked, pydb_gc_report *rep,
+                pydb_error *err)
 {
     int rc;
     __atomic_store_n(&g->stepper, pthread_self(), __ATOMIC_RELAXED);
     __atomic_store_n(&g->stepping, 1, __ATOMIC_RELEASE);
-    rc = step_jobs(g, budget, idle, lock_ms, offer, more, worked, rep, err);
+    rc = step_jobs(g, budget, idle, lock_ms, drain_ms, offer, more, worked,
+                   rep, err);
     __atomic_store_n(&g->stepping, 0, __ATOMIC_RELEASE);
     return rc;
 }
@@ -506,8 +513,9 @@ static int thread_collect(pydb_gc *g)
         memset(&err, 0, sizeof err);
         /* while commits go on, a small merge rides on the next commit
          * (nidx_gc.c, offer): no commit, and no fsync, of its own */
-        rc = step(g, GC_THREAD_BUDGET, idle, GC_THREAD_LOCK_MS, !idle, &more,
-                  &worked, &rep, &err);
+        rc = step(g, GC_THREAD_BUDGET, idle, GC_THREAD_LOCK_MS,
+                  PYDB_COMPACT_DRAIN_MAX_MS, !idle, &more, &worked, &rep,
+                  &err);
         pthread_mutex_unlock(&g->step);
         if (rc == PYDB_OK) backoff(t0, more);
         if (rc) {
@@ -747,7 +755,7 @@ static int coop_step(pydb_db *db, int swept)
     memset(&rep, 0, sizeof rep);
     memset(&err, 0, sizeof err);
     idle = swept || is_idle(g);
-    rc = step(g, GC_COOP_BUDGET, idle, 0, 0, &more, &worked, &rep, &err);
+    rc = step(g, GC_COOP_BUDGET, idle, 0, 0, 0, &more, &worked, &rep, &err);
     pthread_mutex_unlock(&g->step);
     if (rc) {
         if (!lock_refusal(rc)) record(g, rc, NULL, &err);
@@ -849,8 +857,11 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
     observe_commit(g);
     while (more) {
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
-        int64_t left = (deadline - t0) / 1000000;
+        int64_t left = (deadline - t0) / 1000000, drain;
         if (left < 0) left = 0;
+        /* a wait for readers at a swap: within the caller's time */
+        drain = left < PYDB_COMPACT_DRAIN_MAX_MS ? left
+                                                 : PYDB_COMPACT_DRAIN_MAX_MS;
         /* the writer lock is waited for a slice at a time, as the thread
          * waits, the step lock let go between steps: a fork() (whose
          * prepare handler takes every step lock), a reader's step and
@@ -858,8 +869,8 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
          * whole timeout */
         if (left > GC_THREAD_LOCK_MS) left = GC_THREAD_LOCK_MS;
         pthread_mutex_lock(&g->step);
-        rc = step(g, GC_THREAD_BUDGET, 1, (int)left, 0, &more, &worked, &rep,
-                  err);
+        rc = step(g, GC_THREAD_BUDGET, 1, (int)left, (int)drain, 0, &more,
+                  &worked, &rep, err);
         pthread_mutex_unlock(&g->step);
         if (rc) break;
         backoff(t0, more);
@@ -874,11 +885,21 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
     }
     if (rc) {
         if (!lock_refusal(rc)) record(g, rc, NULL, err);
+        pthread_mutex_lock(&g->mu);
+        report_add(&g->carried, &rep);
+        pthread_mutex_unlock(&g->mu);
         *out = rep;
         return rc;
     }
     rep.pinned = left_pinned(g);
-    record(g, PYDB_OK, &rep, NULL);
+    {
+        pydb_gc_report whole = rep;
+        pthread_mutex_lock(&g->mu);
+        report_add(&whole, &g->carried);
+        memset(&g->carried, 0, sizeof g->carried);
+        pthread_mutex_unlock(&g->mu);
+        record(g, PYDB_OK, &whole, NULL);
+    }
     maybe_settle(g, 1);
     *out = rep;
     return PYDB_OK;

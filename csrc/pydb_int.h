@@ -295,10 +295,6 @@ struct pydb_db {
     struct pydb_compact *compact; /* the compaction job (compact.c)      */
     struct {                 /* compaction and readers (compact.c: under
                                 the collector's step lock)               */
-        uint64_t oldest;     /* the oldest registered reader's commit
-                                behind the latest at the last look (0:
-                                none was behind)                         */
-        int64_t oldest_ms;   /* since when it is (pydb__now_ms())         */
         int drain_ms;        /* the next wait for readers at a swap (0:
                                 none yet: the step's lock_ms)            */
         int64_t drain_after; /* none before this (pydb__now_ms())         */

@@ -73,6 +73,7 @@
 #define R_START 8
 #define R_COMMIT 16       /* commit + 1; 0 while the reader registers */
 #define R_END 24          /* mst_end of that commit's state (0: unknown) */
+#define R_SINCE 32        /* pydb__now_ms() at registration (0: unknown) */
 
 struct pydb_shm {
     int fd;
@@ -128,6 +129,11 @@ static uint64_t *slot_commit(const pydb_shm *s, int i)
 static uint64_t *slot_end(const pydb_shm *s, int i)
 {
     return u64_at(s, PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT + R_END);
+}
+
+static uint64_t *slot_since(const pydb_shm *s, int i)
+{
+    return u64_at(s, PYDB_SHM_HEAD + (size_t)i * PYDB_SHM_SLOT + R_SINCE);
 }
 
 /* ---------------------------------------------------------------- layout */
@@ -571,6 +577,7 @@ static void slot_clear(pydb_shm *s, int i, int32_t pid)
         return;   /* someone else cleared or claimed it */
     __atomic_store_n(slot_commit(s, i), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_end(s, i), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_since(s, i), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_start(s, i), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_pid(s, i), 0, __ATOMIC_RELEASE);
 }
@@ -622,6 +629,8 @@ int pydb__shm_pin(int *slot, pydb_state *st, pydb_shm *s, pydb_error *err)
                           "snapshots of this database",
                           PYDB_SHM_READERS);
     commit = slot_commit(s, i);
+    __atomic_store_n(slot_since(s, i), (uint64_t)pydb__now_ms(),
+                     __ATOMIC_RELAXED);
     for (int tries = 0;; tries++) {
         c = pydb__shm_latest(s);
         /* the commit a writer will see, then confirm it is still the
@@ -654,6 +663,7 @@ void pydb__shm_unpin(pydb_shm *s, int slot)
     if (__atomic_load_n(slot_pid(s, slot), __ATOMIC_ACQUIRE) != pid) return;
     __atomic_store_n(slot_commit(s, slot), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_end(s, slot), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(slot_since(s, slot), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_start(s, slot), 0, __ATOMIC_RELAXED);
     __atomic_store_n(slot_pid(s, slot), 0, __ATOMIC_RELEASE);
 }
@@ -710,6 +720,27 @@ int64_t pydb__shm_oldest_end(pydb_shm *s)
         if ((int64_t)e < end) end = (int64_t)e;
     }
     return end;
+}
+
+int64_t pydb__shm_behind_since(pydb_shm *s)
+{
+    int64_t since = INT64_MAX;
+    uint64_t latest;
+
+    if (!pydb__shm_valid(s)) return INT64_MAX;
+    (void)pydb__shm_oldest(s, NULL);   /* frees the slots of dead readers */
+    latest = pydb__shm_latest(s);
+    for (int i = 0; i < PYDB_SHM_READERS; i++) {
+        int32_t pid = __atomic_load_n(slot_pid(s, i), __ATOMIC_ACQUIRE);
+        uint64_t c, t;
+        if (pid <= 0) continue;
+        c = __atomic_load_n(slot_commit(s, i), __ATOMIC_ACQUIRE);
+        if (c == 0 || c - 1 >= latest) continue;   /* not behind */
+        t = __atomic_load_n(slot_since(s, i), __ATOMIC_ACQUIRE);
+        if (t == 0) return 0;   /* unknown: an older pydb's slot */
+        if ((int64_t)t < since) since = (int64_t)t;
+    }
+    return since;
 }
 
 void pydb__shm_sweep(pydb_shm *s)

@@ -80,7 +80,10 @@
  *              registers)
  *           24 i64 that commit's end of records (mst_end; 0 until it is
  *              stored): what statistics call pinned (stat.c)
- *           32..63 0
+ *           32 u64 when it registered: pydb__now_ms(), CLOCK_MONOTONIC
+ *              (0: unknown; a pydb before 2026-12-06 left it 0):
+ *              how long an old reader has been reading (compact.c)
+ *           40..63 0
  *
  * A reader copies the latest state without a lock: it loads `latest`,
  * copies slot latest % 2, and keeps the copy if the slot's commit field
@@ -194,6 +197,12 @@ void pydb__shm_unpin(pydb_shm *s, int slot);
  * way (kill(pid, 0) and the start time).  *readers (or NULL) gets the
  * number of live registered readers. */
 uint64_t pydb__shm_oldest(pydb_shm *s, int *readers);
+/* The earliest pydb__now_ms() (CLOCK_MONOTONIC, one clock for every
+ * process) at which a live registered reader that reads a commit behind
+ * the latest registered: how long the oldest such reader has been
+ * reading.  INT64_MAX: none is behind; 0: one's time is unknown (a slot
+ * of a pydb that did not store it). */
+int64_t pydb__shm_behind_since(pydb_shm *s);
 /* The smallest end of records (mst_end) of a live registered reader:
  * versions a commit wrote at or after it are invisible to that reader,
  * so the versions they superseded are pinned.  INT64_MAX: no registered

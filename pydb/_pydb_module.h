@@ -130,8 +130,9 @@ int lock_wait_again(lock_wait *w, int rc, pydb_error *e);
 PyObject *mfn_bytes(const int32_t *mfns, size_t n);
 /* A PYDB_ESYNTAX error of the core (byte offsets into `encoded`, the
  * expression as encoded with `encoding`) in characters: its offset, and
- * each "at position N" of its message (csrc/search_parse.c names the
- * '(' a missing ')' would close so), for SearchSyntaxError. */
+ * the first "at position N" of its message (csrc/search_parse.c names
+ * the '(' a missing ')' would close so, before it quotes the token it
+ * found, whose text is the user's), for SearchSyntaxError. */
 void search_error_in_chars(pydb_error *e, PyObject *encoded,
                            const char *encoding);
 

@@ -956,9 +956,13 @@ static PyType_Slot record_slots[] = {
     {Py_tp_doc, "A record version read from a master file (see pydb.Record)."},
     {0, NULL}};
 
+/* No instances made by Python (Record() or Record.__new__): a Record
+ * always owns a pydb_record, which every method reads (one made without
+ * it crashed them, and pickling it, found by a code review). */
 static PyType_Spec record_spec = {
     "pydb._pydb.Record", sizeof(RecordObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE |
+        Py_TPFLAGS_DISALLOW_INSTANTIATION,
     record_slots};
 
 static PyStructSequence_Field field_fields[] = {

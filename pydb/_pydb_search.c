@@ -48,10 +48,12 @@ void search_error_in_chars(pydb_error *e, PyObject *encoded,
     char out[sizeof e->message];
     const char *p = e->message;
     size_t o = 0;
+    int done = 0;
 
     e->offset = search_char_offset(encoded, e->offset, encoding);
     while (*p && o + 1 < sizeof out) {
-        if (strncmp(p, key, klen) == 0 && p[klen] >= '0' && p[klen] <= '9') {
+        if (!done && strncmp(p, key, klen) == 0 && p[klen] >= '0' &&
+            p[klen] <= '9') {
             char *end;
             long long n = strtoll(p + klen, &end, 10);
             int w = snprintf(out + o, sizeof out - o, "%s%zd", key,
@@ -59,6 +61,7 @@ void search_error_in_chars(pydb_error *e, PyObject *encoded,
             if (w < 0 || (size_t)w >= sizeof out - o) break;
             o += (size_t)w;
             p = end;
+            done = 1;   /* the core's; a later one is the user's text */
             continue;
         }
         out[o++] = *p++;

@@ -757,9 +757,10 @@ class Database(_pydb.Database):
         thread, if any, goes on and the two never work at the same time.
         While a registered reader (a snapshot, in any process) reads a
         commit behind the latest, the master file's garbage stays and is
-        reported as ``pinned``: the last step, holding the writer lock,
-        waits a bounded time (under a second) for such readers to finish
-        (docs/compaction.md).
+        reported as ``pinned``: a reader that registered a second or more
+        ago pins it; for younger ones the last step, holding the writer
+        lock, waits a bounded time (a second at most, within `timeout`)
+        for them to finish (docs/compaction.md).
 
         Args:
             timeout: seconds (float >= 0, default 10) the collection may

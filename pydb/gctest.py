@@ -419,7 +419,8 @@ def _process_main(path: str, policy: str, c: int, hot: list[int], all_hot: list[
     parent (("run", round, iterations, others, parallel) or None to stop).
     Ctrl-C is the parent's: it kills the clients (_Processes.close), where
     each one's KeyboardInterrupt printed its traceback (a review)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # drops one pending since
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # _sigint_held
     try:
         db = open_for(path, policy)
         client = Client(c, hot, all_hot, span)
@@ -463,13 +464,20 @@ class _Processes:
                                   args=(os.fspath(path), policy, c, hot[c], all_hot, span,
                                         self.commands[c], self.results, self.barrier))
                       for c in range(n)]
-        for p in self.procs:
-            p.start()
         try:
+            # started with SIGINT blocked, which a spawned child keeps from
+            # its first instruction until _process_main ignores it: a
+            # Ctrl-C during a client's start-up printed its traceback
+            # (the code review); this process takes it once they started
+            _sigint_held(self._start)
             self._collect(n)
         except BaseException:
             self.close(at_once=True)
             raise
+
+    def _start(self) -> None:
+        for p in self.procs:
+            p.start()
 
     def _collect(self, n: int) -> list[dict]:
         out: list[Any] = [None] * len(self.procs)
@@ -512,12 +520,24 @@ class _Processes:
             except (OSError, ValueError):
                 pass
         for p in self.procs:
+            if p.pid is None:
+                continue   # never started
             if at_once:
                 p.kill()
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
                 p.join()
+
+
+def _sigint_held(fn: Callable[[], Any]) -> None:
+    """fn() with SIGINT blocked in this thread (children it starts inherit
+    the mask); a Ctrl-C meanwhile is delivered when fn returns."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        fn()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _uninterrupted(fn: Callable[[], Any]) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import codecs
 import errno
 import os
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -98,6 +99,10 @@ class Posting(NamedTuple):
     occ: int
     cnt: int
 
+
+
+#: the stored bytes 0x80..0xFF of a value read under surrogateescape
+_SURROGATES = re.compile("[\udc80-\udcff]")
 
 class Index:
     """An open inverted index: ordered keys with posting counts, and the
@@ -401,8 +406,13 @@ class Index:
         match a key of this index: it has a character past ASCII, and the
         index's keys are UTF-8 while `encoding` is not, or the other way
         round.  Such a search found nothing, silently (a review: lilacs,
-        a Latin-1 database, opened with the default encoding)."""
-        if self._keys_utf8 is None or expr.isascii():
+        a Latin-1 database, opened with the default encoding).  Lone
+        surrogates U+DC80..U+DCFF do not count: under surrogateescape, the
+        handlers' default, they are stored bytes as read (a value of the
+        database searched as it was read matches).  The key kind is the
+        one the index had when it was opened: after a rebuild in another
+        encoding, open the database again."""
+        if self._keys_utf8 is None or _SURROGATES.sub("", expr).isascii():
             return
         utf8 = codecs.lookup(encoding).name == "utf-8"
         if utf8 == self._keys_utf8:

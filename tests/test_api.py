@@ -112,6 +112,16 @@ def test_records_go_to_worker_processes(db_path):
         assert pool.map(copy.copy, records) == records
 
 
+def test_records_are_made_only_by_reading():
+    """Record() and Record.__new__ are refused: a Record always owns the
+    record it read (one made empty crashed its methods and pickle)."""
+    for cls in (pydb.Record, pydb._pydb.Record):
+        with pytest.raises(TypeError):
+            cls()
+        with pytest.raises(TypeError):
+            cls.__new__(cls)
+
+
 def test_record_parts_that_are_not_a_record():
     rebuild = pydb._pydb._record_rebuild
     head = (1, 0, 0, 0, 64, -1, 100, 0, "utf-8", "strict", "x.mst")

@@ -255,6 +255,9 @@ def test_qualifiers(ix, expr, expected):
     ("caf\u00e9 caf\u00e9", 5, "expected an operator but found term"),  # characters, not bytes
     # the '(' named in characters too (it was its UTF-8 byte offset, 9; a review)
     ("\u00e9\u00e9\u00e9 + (AA BB", 10, "closing the '(' at position 6 but found term 'BB'"),
+    # ...and only that one: the term it quotes is the user's text (the code review)
+    ('\u00e7\u00e7\u00e7 + (AA "at position 8"', 10,
+     "at position 6 but found term '\"at position 8\"'"),
 ])
 def test_syntax_errors(ix, expr, position, reason):
     with pytest.raises(SearchSyntaxError) as ei:
@@ -854,6 +857,11 @@ def test_the_lilacs_sample_searched_with_its_detected_encoding(tmp_path):
     with pydb.open(base, encoding="auto") as db:
         assert db.encoding == "latin-1"
         assert (len(db.search("SAÚDE")), len(db.search("NIÑOS"))) == (62, 38)
+        assert "SAÚDE".encode("latin-1") == b"SA\xdaDE"
     with pydb.open(base) as db:
         with pytest.raises(pydb.UnsupportedError):
             db.search("SAÚDE")
+        # a value read with the default UTF-8 under surrogateescape holds
+        # its bytes past ASCII as lone surrogates: searched as read, it
+        # matches as before (the code review)
+        assert len(db.search("SA\udcdaDE")) == 62
