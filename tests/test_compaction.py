@@ -318,6 +318,29 @@ def test_an_old_snapshot_starts_no_copy_of_the_master_file(tmp_path):
         assert (got["versions"], got["compactions"], got["pinned"]) == (2000, 1, 0)
 
 
+def test_a_wait_for_readers_keeps_within_collects_timeout(tmp_path):
+    """The swap's wait for a young reader behind it grows after each wait
+    that failed (0.1 s, 0.2 s, then 0.4 s), but collect(timeout) waits
+    within its timeout: collect(0.05) took 0.8 s, the writer lock held,
+    before (the code review)."""
+    with pydb.create(tmp_path / "w", gc="none") as db:
+        db.append([(1, "a" * 100)])
+
+        def collect_beside_own_snapshot(timeout):
+            with db.snapshot() as s:
+                s[1]
+                db.update(1, [(1, "b" * 100)])
+                t0 = time.monotonic()
+                got = db.collect(timeout=timeout)
+                return time.monotonic() - t0, got["pinned"]
+        for gap in (1.05, 2.05):                   # waits that fail: 0.1 s, 0.2 s
+            took, pinned = collect_beside_own_snapshot(5)
+            assert took >= 0.09 and pinned >= 1
+            time.sleep(gap)                        # past the pause after each
+        took, pinned = collect_beside_own_snapshot(0.05)
+        assert took < 0.25 and pinned == 3
+
+
 def _overlapping_reader(base, delay, seconds, q):
     try:
         db = pydb.open(base)
