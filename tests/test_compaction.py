@@ -205,8 +205,17 @@ def valid(r) -> int:
     return ver
 
 
-def reader_proc(base, io, use_snap, seconds, q):
+def _in_child(q, work) -> None:
+    """work() in a child process, its result sent to the test as ("ok",
+    result), or its failure as ("error", repr)."""
     try:
+        q.put(("ok", work()))
+    except BaseException as e:   # pragma: no cover - reported to the test
+        q.put(("error", repr(e)))
+
+
+def reader_proc(base, io, use_snap, seconds, q):
+    def work() -> int:
         db = pydb.open(base, io=io)
         seen: dict[int, int] = {}
         end = time.time() + seconds
@@ -227,9 +236,8 @@ def reader_proc(base, io, use_snap, seconds, q):
                     seen[m] = v
             n += 1
         db.close()
-        q.put(("ok", n))
-    except BaseException as e:   # pragma: no cover - reported to the test
-        q.put(("error", repr(e)))
+        return n
+    _in_child(q, work)
 
 
 def test_readers_in_other_processes_during_compactions(tmp_path):
@@ -342,7 +350,7 @@ def test_a_wait_for_readers_keeps_within_collects_timeout(tmp_path):
 
 
 def _overlapping_reader(base, delay, seconds, q):
-    try:
+    def work() -> int:
         db = pydb.open(base)
         time.sleep(delay)
         end = time.time() + seconds
@@ -353,9 +361,8 @@ def _overlapping_reader(base, delay, seconds, q):
                 time.sleep(0.3)
             n += 1
         db.close()
-        q.put(("ok", n))
-    except BaseException as e:   # pragma: no cover - reported to the test
-        q.put(("error", repr(e)))
+        return n
+    _in_child(q, work)
 
 
 def test_overlapping_short_snapshots_do_not_stop_compactions(tmp_path):
@@ -388,6 +395,10 @@ def test_overlapping_short_snapshots_do_not_stop_compactions(tmp_path):
             p.kill()
             p.join(10)
     assert gen >= 2
+    errors = []
+    while not q.empty():                              # a reader reports only a failure
+        errors.append(q.get(timeout=1))
+    assert errors == []
 
 
 @pytest.mark.sanitize_thread
