@@ -290,7 +290,9 @@ def test_fst_number_of_a_format_that_wrote_nothing(tmp_path):
 def test_isis_posting_list_at_block_int32_min(tmp_path):
     """fuzz_isis_index found (fuzz/ci): a leaf entry naming IFP block
     -2^31 overflowed `block - 1` (undefined behaviour) before the address
-    was checked.  Opening the index now names the .ifp and the address."""
+    was checked.  Opening the index now names the leaf file that holds
+    the address (the .ifp, where it would point past the end, before)
+    and the address."""
     with pydb.create(tmp_path / "db") as db:
         db.append([(24, "Apple")])
         db.append([(24, "Banana")])
@@ -302,7 +304,7 @@ def test_isis_posting_list_at_block_int32_min(tmp_path):
         with pytest.raises(pydb.CorruptionError) as ei:
             _ = db.index
     e = ei.value
-    assert e.filename == str(tmp_path / "db.ifp")
+    assert e.filename == str(tmp_path / "db.l01")
     assert e.reason == "posting list address -2147483648/2 outside the IFP (1 blocks)"
 
 
