@@ -80,7 +80,8 @@
  * are bounded: each of a step's waits for the writer lock -- up to
  * four: the index's removal of unused files, its two merges' commits,
  * the master file's swap -- lasts a slice of GC_THREAD_LOCK_MS at most,
- * and backoff() lets the step lock go between steps; the child never
+ * the swap's wait for readers behind it PYDB_COMPACT_DRAIN_MAX_MS at
+ * most, and backoff() lets the step lock go between steps; the child never
  * inherits a writer lock or a file a vanished step was in the middle
  * of) and each handle's smutex and vmutex.  The child releases those, marks each collector's thread as
  * gone, makes the collector's other locks anew and its handle's writer
