@@ -366,8 +366,8 @@ static void observe_commit(pydb_gc *g)
  * there was work (the index had more, or a master-file job ran); *rep
  * gets what the step reclaimed (added). */
 static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
-                     int drain_ms, int offer, int *more, int *worked, pydb_gc_report *rep,
-                     pydb_error *err)
+                     int drain_ms, int offer, int *more, int *worked,
+                     pydb_gc_report *rep, pydb_error *err)
 {
     pydb_db *db = g->db;
     pydb_gc_report r;

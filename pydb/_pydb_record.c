@@ -1048,25 +1048,25 @@ static PyObject *mod_record_rebuild(PyObject *m, PyObject *args)
     f = PyMem_Calloc(n ? (size_t)n : 1, sizeof *f);
     if (!f) return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(fields, i);
+        PyObject *item = PyTuple_GET_ITEM(fields, i), *tag_o, *raw;
         unsigned long tag;
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
-            !PyLong_Check(PyTuple_GET_ITEM(item, 0)) ||
-            !PyBytes_Check(PyTuple_GET_ITEM(item, 1)) ||
-            PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1)) > (Py_ssize_t)UINT32_MAX) {
+            !PyLong_Check(tag_o = PyTuple_GET_ITEM(item, 0)) ||
+            !PyBytes_Check(raw = PyTuple_GET_ITEM(item, 1)) ||
+            PyBytes_GET_SIZE(raw) > (Py_ssize_t)UINT32_MAX) {
             PyErr_SetString(PyExc_TypeError, "a record's fields are (tag, "
                             "bytes) pairs");
             goto cleanup;
         }
-        tag = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(item, 0));
+        tag = PyLong_AsUnsignedLong(tag_o);
         if (tag == (unsigned long)-1 && PyErr_Occurred()) goto cleanup;
         if (tag > 65535) {
             PyErr_SetString(PyExc_ValueError, "a tag is 0..65535");
             goto cleanup;
         }
         f[i].tag = (uint32_t)tag;
-        f[i].len = (uint32_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1));
-        f[i].value = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(item, 1));
+        f[i].len = (uint32_t)PyBytes_GET_SIZE(raw);
+        f[i].value = (const uint8_t *)PyBytes_AS_STRING(raw);
     }
     head.mfn = mfn;
     head.status = status;

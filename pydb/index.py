@@ -100,9 +100,9 @@ class Posting(NamedTuple):
     cnt: int
 
 
-
 #: the stored bytes 0x80..0xFF of a value read under surrogateescape
 _SURROGATES = re.compile("[\udc80-\udcff]")
+
 
 class Index:
     """An open inverted index: ordered keys with posting counts, and the
@@ -412,7 +412,8 @@ class Index:
         database searched as it was read matches).  The key kind is the
         one the index had when it was opened: after a rebuild in another
         encoding, open the database again."""
-        if self._keys_utf8 is None or _SURROGATES.sub("", expr).isascii():
+        if (self._keys_utf8 is None or expr.isascii()
+                or _SURROGATES.sub("", expr).isascii()):
             return
         utf8 = codecs.lookup(encoding).name == "utf-8"
         if utf8 == self._keys_utf8:
