@@ -1184,6 +1184,39 @@ static PyObject *value_bytes(module_state *st, PyObject *v, Py_ssize_t i,
     return NULL;
 }
 
+/* A dict {tag: value, or a list or tuple of values} (the shape of
+ * Record.to_dict()) as a list of (tag, value) pairs: the tags in the
+ * dict's order, each tag's values in theirs (new reference, or NULL and
+ * an exception).  Tags and values are checked by fields_add() as for
+ * any pair. */
+static PyObject *pairs_of_dict(PyObject *d)
+{
+    PyObject *items = PyDict_Items(d), *out = NULL;
+    if (!items) return NULL;
+    out = PyList_New(0);
+    if (!out) goto cleanup;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        PyObject *tag = PyTuple_GET_ITEM(kv, 0);
+        PyObject *vals = PyTuple_GET_ITEM(kv, 1);
+        int many = PyList_Check(vals) || PyTuple_Check(vals);
+        Py_ssize_t n = many ? PySequence_Fast_GET_SIZE(vals) : 1;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *v = many ? PySequence_Fast_GET_ITEM(vals, j) : vals;
+            PyObject *pair = PyTuple_Pack(2, tag, v);
+            int rc = pair ? PyList_Append(out, pair) : -1;
+            Py_XDECREF(pair);
+            if (rc < 0) {
+                Py_CLEAR(out);
+                goto cleanup;
+            }
+        }
+    }
+cleanup:
+    Py_DECREF(items);
+    return out;
+}
+
 int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
                const char *encoding, const char *errors)
 {
@@ -1203,8 +1236,14 @@ int fields_add(module_state *st, fieldbuf *b, PyObject *fields,
         Py_DECREF(src);
         return -1;
     }
+    if (PyDict_Check(src)) {
+        PyObject *pairs = pairs_of_dict(src);
+        Py_DECREF(src);
+        if (!pairs) return -1;
+        src = pairs;
+    }
     seq = PySequence_Fast(src, "fields must be an iterable of (tag, value) "
-                               "pairs or a Record");
+                               "pairs, a dict or a Record");
     Py_DECREF(src);
     if (!seq) return -1;
     n = PySequence_Fast_GET_SIZE(seq);

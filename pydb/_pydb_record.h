@@ -70,8 +70,9 @@ PyObject *record_test_spares(void);
  *
  * The rule, the same for every caller (it is the writer's):
  *   - `fields` is an iterable of (tag, value) pairs (tuple or list of two,
- *     or a Field of a Record), or a Record (its fields, stored bytes); not
- *     a str or bytes;
+ *     or a Field of a Record), a dict {tag: value or list/tuple of values}
+ *     (Record.to_dict(): tags in the dict's order, each tag's values in
+ *     theirs), or a Record (its fields, stored bytes); not a str or bytes;
  *   - a tag is an int in 1..65535: TypeError for a non-int, ValueError
  *     outside the range;
  *   - a value is bytes, bytearray or memoryview (taken as it is), or str,

@@ -360,7 +360,8 @@ static PyMethodDef txn_methods[] = {
      "append($self, fields, /)\n--\n\nAdd a new record; returns its MFN "
      "(int, 1-based: NXTMFN, docs/isis-formats.md §2.4).  `fields` is an "
      "iterable of (tag, value) pairs (tag: int 1..65535; value: str, "
-     "encoded with the database's encoding, or bytes) or a Record.\n\n"
+     "encoded with the database's encoding, or bytes), a dict {tag: value "
+     "or list of values} (Record.to_dict()) or a Record.\n\n"
      "Raises RecordTooLargeError above the layout's limit (ISIS: 32767 "
      "bytes; use an FFI layout), ValueError/TypeError for bad fields, "
      "ClosedError after commit/abort."},

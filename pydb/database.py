@@ -108,7 +108,10 @@ MAX_LOCK_TIMEOUT = 86400.0 * 24
 Field = _pydb.Field
 
 #: What Database.append/update and Transaction methods take as a record.
-Fields = Iterable[tuple[int, str | bytes]] | _pydb.Record
+_Value = str | bytes
+Fields = (Iterable[tuple[int, _Value]]
+          | dict[int, _Value | list[_Value] | tuple[_Value, ...]]
+          | _pydb.Record)
 
 
 class Record(_pydb.Record):
@@ -620,7 +623,10 @@ class Database(_pydb.Database):
         Args:
             fields: iterable of ``(tag, value)`` pairs (tag: int 1..65535;
                 value: str, encoded with the database's encoding, or bytes),
-                or a :class:`Record` (its fields are copied as stored).
+                a dict ``{tag: value or list of values}`` (the shape of
+                :meth:`Record.to_dict`; tags in the dict's order, each
+                tag's values in theirs), or a :class:`Record` (its fields
+                are copied as stored).
 
         Returns:
             The new record's MFN (int, 1-based).

@@ -283,6 +283,31 @@ def test_fields_arguments(tmp_path):
         assert db.max_mfn == 3
 
 
+def test_fields_as_a_dict_of_tag_to_values(tmp_path):
+    """A dict {tag: value or list/tuple of values}, the shape of
+    Record.to_dict(), is a record: tags in the dict's order, each tag's
+    values in theirs; Record.to_dict() of what was read writes it again."""
+    with pydb.create(tmp_path / "db", encoding="cp850", sync=False) as db:
+        m = db.append({24: "Andr\u00e9", 70: ["Smith, J.", b"Doe, A."], 10: ("a", "b")})
+        assert raw_fields(db[m]) == [(24, b"Andr\x82"), (70, b"Smith, J."),
+                                     (70, b"Doe, A."), (10, b"a"), (10, b"b")]
+        copy = db.append(db[m].to_dict())
+        assert raw_fields(db[copy]) == raw_fields(db[m])
+        with db.transaction() as tx:
+            tx.update(copy, {5: ["x"], 6: []})
+            third = tx.append({})
+        assert raw_fields(db[copy]) == [(5, b"x")] and len(db[third]) == 0
+        n = db.max_mfn
+        for bad, exc, msg in [({0: "x"}, ValueError, "field 1: tag 0 is outside"),
+                              ({"1": "x"}, TypeError, "field 1: a tag is an int"),
+                              ({1: ["x", None]}, TypeError, "field 2: a field value"),
+                              ({1: "ok", 24: "\u2603"}, pydb.FieldEncodeError,
+                               "field 2 (tag 24)")]:
+            with pytest.raises(exc, match=re.escape(msg)):
+                db.append(bad)
+        assert db.max_mfn == n
+
+
 @pytest.mark.sanitize_address
 def test_transaction_abort_and_states(tmp_path):
     with pydb.create(tmp_path / "db", sync=False) as db:
