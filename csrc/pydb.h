@@ -495,6 +495,32 @@ int pydb_snapshot_list_mfns(int32_t *mfns, size_t cap, size_t *n,
                             int32_t from, int include_deleted,
                             pydb_error *err);
 
+/* What pydb_snapshot_list() found for one MFN, for
+ * pydb_snapshot_read_listed(): the MFN, and where the snapshot's version
+ * of it lies as the listing resolved it.  The other members are the
+ * core's; a caller only reads `mfn`. */
+typedef struct pydb_listed {
+    int32_t mfn;
+    int state;         /* PYDB_XRF_ACTIVE or PYDB_XRF_LDELETED            */
+    int flags;         /* PYDB_FLAG_* of the entry                         */
+    int64_t offset;    /* the version's offset, or -1: read it by MFN      */
+    uint64_t files;    /* the file pair the offset is in                   */
+} pydb_listed;
+
+/* pydb_snapshot_list_mfns(), each MFN with its XRF entry as the listing
+ * read and resolved it, so that pydb_snapshot_read_listed() need not read
+ * the entry again (an iteration reads each XRF entry once). */
+int pydb_snapshot_list(pydb_listed *out, size_t cap, size_t *n,
+                       int32_t *next, const pydb_snapshot *snap,
+                       int32_t from, int include_deleted, pydb_error *err);
+/* pydb_snapshot_read() of l->mfn, l from pydb_snapshot_list() of the same
+ * snapshot: the version at the listed offset, or, where the files were
+ * switched (a compaction) since the listing or during the read, or the
+ * listing left the version to the read (offset -1), pydb_snapshot_read()
+ * itself.  Same results, errors and *rec rules as pydb_snapshot_read(). */
+int pydb_snapshot_read_listed(pydb_record **rec, const pydb_snapshot *snap,
+                              const pydb_listed *l, pydb_error *err);
+
 /* ======================================================================
  * 4. Bulk builder: a new database, records appended in MFN order
  *

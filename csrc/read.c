@@ -1300,6 +1300,81 @@ int pydb_snapshot_list_mfns(int32_t *mfns, size_t cap, size_t *n,
                    include_deleted, err);
 }
 
+struct listed_ctx {
+    pydb_listed *out;
+    size_t cap, n;
+    int include_deleted;
+    int64_t mst_end;    /* of the state the scan resolves in */
+};
+
+static int listed_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
+{
+    struct listed_ctx *c = ctx;
+    pydb_listed *l;
+    if (e->state != PYDB_XRF_ACTIVE &&
+        !(c->include_deleted && e->state == PYDB_XRF_LDELETED))
+        return 0;
+    l = &c->out[c->n++];
+    l->mfn = mfn;
+    l->state = e->state;
+    l->flags = e->flags;
+    /* the scan resolves leniently: a version past the state's end is one
+     * whose chain it could not follow, which the read reports */
+    l->offset = e->offset < c->mst_end ? e->offset : -1;
+    return c->n == c->cap;
+}
+
+int pydb_snapshot_list(pydb_listed *out, size_t cap, size_t *n,
+                       int32_t *next, const pydb_snapshot *snap,
+                       int32_t from, int include_deleted, pydb_error *err)
+{
+    struct listed_ctx c = {out, cap, 0, include_deleted, 0};
+    pydb_db *db = snap->db;
+    pydb_state cur;
+    uint64_t fs;
+    int64_t blocks = (int64_t)(cap / PYDB_XRF_PER_BLOCK) + 2;
+    int rc;
+
+    *n = 0;
+    *next = snap->st.next_mfn;
+    if (cap == 0) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "cap is 0");
+    /* the state and file pair the scan resolves in (pydb__xrf_scan takes
+     * the same) */
+    rc = scan_state(&cur, &fs, db, &snap->st, 0, err);
+    if (rc) return rc;
+    c.mst_end = cur.mst_end;
+    rc = pydb__xrf_scan(db, &snap->st, from, listed_visit, &c, next,
+                        blocks < SCAN_BLOCKS ? blocks : SCAN_BLOCKS, err);
+    *n = c.n;
+    /* a pair switched since (here or during the scan) is not fs:
+     * pydb_snapshot_read_listed() then reads by MFN */
+    for (size_t i = 0; i < c.n; i++) out[i].files = fs;
+    return rc;
+}
+
+int pydb_snapshot_read_listed(pydb_record **rec, const pydb_snapshot *snap,
+                              const pydb_listed *l, pydb_error *err)
+{
+    pydb_db *db = snap->db;
+    uint64_t fs;
+    int rc;
+
+    if (l->offset < 0) return pydb_snapshot_read(rec, snap, l->mfn, err);
+    rc = files_begin(&fs, db, 0, err);
+    if (rc) return rc;
+    if (fs != l->files) return pydb_snapshot_read(rec, snap, l->mfn, err);
+    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_lock(&db->mutex);
+    rc = read_version(rec, db, l->mfn, l->offset, err, 0);
+    if (db->lock == PYDB_LOCK_MUTEX) pthread_mutex_unlock(&db->mutex);
+    /* switched during the read: it may have read the new files at an
+     * offset of the old */
+    if (files_moved(db, fs)) return pydb_snapshot_read(rec, snap, l->mfn, err);
+    if (rc) return rc;
+    (*rec)->deleted = l->state == PYDB_XRF_LDELETED;
+    (*rec)->flags = l->flags;
+    return PYDB_OK;
+}
+
 /* -------------------------------------------------------------- refresh */
 
 /* Read the control record of the file into *c: 0, or -1 if it does not

@@ -860,6 +860,7 @@ static int iter_fill(module_state *st, IterObject *it)
     pydb_snapshot *tmp = NULL;
     pydb_snapshot_info si;
     pydb_record *spare[BATCH];
+    pydb_listed listed[BATCH];
     int32_t mfns[BATCH], next = it->next, end = 0;
     size_t n = 0;
     pydb_error e;
@@ -885,15 +886,19 @@ static int iter_fill(module_state *st, IterObject *it)
         }
         while (nrecs == 0 &&
                next < (snap ? end : pydb_max_mfn(self->db) + 1)) {
-            rc = snap ? pydb_snapshot_list_mfns(mfns, BATCH, &n, &next, snap,
-                                                next, it->include_deleted, &e)
+            /* through a snapshot, each XRF entry is read once: the
+             * listing's (pydb_snapshot_read_listed) */
+            rc = snap ? pydb_snapshot_list(listed, BATCH, &n, &next, snap,
+                                           next, it->include_deleted, &e)
                       : pydb_list_mfns(mfns, BATCH, &n, &next, self->db,
                                        next, it->include_deleted, &e);
             if (rc) break;
             for (size_t i = 0; i < n; i++) {
                 pydb_record *r = used < nspare ? spare[used++] : NULL;
-                int rrc = snap ? pydb_snapshot_read(&r, snap, mfns[i], &e)
-                               : pydb_read(&r, self->db, mfns[i], &e);
+                int32_t mfn = snap ? listed[i].mfn : mfns[i];
+                int rrc = snap ? pydb_snapshot_read_listed(&r, snap,
+                                                           &listed[i], &e)
+                               : pydb_read(&r, self->db, mfn, &e);
                 if (rrc == PYDB_OK) {
                     it->recs[nrecs++] = r;
                     continue;
@@ -903,7 +908,7 @@ static int iter_fill(module_state *st, IterObject *it)
                     (rrc == PYDB_ECORRUPT && it->skip_damaged))
                     continue;
                 rc = rrc;
-                next = mfns[i] + 1;   /* resume after the damaged one */
+                next = mfn + 1;   /* resume after the damaged one */
                 break;
             }
             if (rc) break;

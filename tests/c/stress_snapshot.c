@@ -30,9 +30,10 @@
  * A snapshot reads the marker (content K: it holds commit K of the
  * schedule) and then checks NXTMFN, the counts and every MFN against the
  * state of commit K, twice, with commits going on in between (its view
- * must not move); every 8th also runs the validator on it
- * (pydb_snapshot_check: no fault, and the figures of commit K while the
- * writer goes on).  A plain reader reads the marker (K1), an MFN m, the
+ * must not move), the second time also through its listing
+ * (pydb_snapshot_list, pydb_snapshot_read_listed); every 8th also runs
+ * the validator on it (pydb_snapshot_check: no fault, and the figures of
+ * commit K while the writer goes on).  A plain reader reads the marker (K1), an MFN m, the
  * marker again (K2): m's touches lie between those of commits K1 and K2.
  *
  * Threads share one writing handle in the thread variant (plain and
@@ -365,6 +366,46 @@ static void check_snapshot(reader *r, const pydb_snapshot *s, long k,
                  active, deleted);
 }
 
+/* Every MFN of the snapshot through its listing (pydb_snapshot_list,
+ * deleted records included, a few per call) and
+ * pydb_snapshot_read_listed(): MFNs 1..N in order, each as commit k left
+ * it, while the collector may switch the files under the reads. */
+static void check_listed(reader *r, const pydb_snapshot *s, long k,
+                         pydb_record **rec)
+{
+    pydb_listed l[40];
+    pydb_error e;
+    long n = mfns_after(k), want = 1;
+    int32_t next = 1;
+    size_t got = 1;
+    int rc;
+
+    while (next <= n && got > 0) {
+        rc = pydb_snapshot_list(l, 40, &got, &next, s, next, 1, &e);
+        if (rc) {
+            failed(r, "snapshot list", want, &e);
+            return;
+        }
+        for (size_t i = 0; i < got; i++, want++) {
+            if (l[i].mfn != want) {
+                mismatch(r, "snapshot of commit %ld: listed MFN %d where "
+                         "%ld was due", k, (int)l[i].mfn, want);
+                return;
+            }
+            rc = pydb_snapshot_read_listed(rec, s, &l[i], &e);
+            if (rc) {
+                failed(r, "listed read", want, &e);
+                continue;
+            }
+            r->reads++;
+            compare(r, *rec, want, k, "listed");
+        }
+    }
+    if (want != n + 1)
+        mismatch(r, "snapshot of commit %ld: %ld MFNs listed, expected %ld",
+                 k, want - 1, n);
+}
+
 /* The commit a snapshot holds: the content of its marker, or -1. */
 static long snapshot_commit(reader *r, const pydb_snapshot *s,
                             pydb_record **rec)
@@ -434,8 +475,10 @@ static void snapshot_round(reader *r, pydb_record **rec)
         if (again != k)
             mismatch(r, "snapshot of commit %ld: the marker now says %ld",
                      k, again);
-        else
+        else {
             check_snapshot(r, s, k, rec);
+            check_listed(r, s, k, rec);
+        }
     }
     pydb_snapshot_release(s);
 }
