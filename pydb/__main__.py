@@ -457,7 +457,10 @@ def _cmd_export(args) -> int:
     if args.flavour == "parquet" or (args.flavour is None and (
             _format_of(args.dst, None) == "parquet" or args.partition_records)):
         return _export_parquet(args)
-    with open_db(args.db, encoding=args.encoding or "utf-8") as db:
+    # ISO: the leader's UTF-8 flag follows the encoding, detected unless
+    # given (export_iso); JSON Lines decodes by --encoding, else UTF-8
+    enc = args.encoding or ("utf-8" if fmt == "jsonl" else "auto")
+    with open_db(args.db, encoding=enc) as db:
         total = len(db.mfns(deleted=args.deleted))
         with _progress(total, "rec", "export", _show_progress(args)) as tick:
             if fmt == "jsonl":
@@ -897,8 +900,9 @@ def parser() -> argparse.ArgumentParser:
                    help="bytes per line, line ends not counted (default 80 for isis, "
                         "none for marc; 80 writes MARC as J-ISIS does; 0: no lines)")
     _encoding_arg(p, ENCODING_HELP + ".  JSON Lines: values that do not decode are "
-                  "written as base64; MARC: leader position 9 says UTF-8 ('a') only "
-                  "when --encoding utf-8 is given", default=None)
+                  "written as base64 (default utf-8); ISO: default auto (detected), and "
+                  "for MARC leader position 9 says UTF-8 ('a') when it is utf-8",
+                  default=None)
     p.add_argument("--deleted", action="store_true",
                    help="also export logically deleted records (status d)")
     p.add_argument("--mfn-tag", type=_int_from(0, 99999), default=None, metavar="TAG",

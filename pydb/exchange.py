@@ -104,12 +104,12 @@ def _db_records(db: Snapshot, deleted: bool, on_error: str, report: Report,
             yield r
 
 
-def _open_db(db: Database | PathArg) -> tuple[Database, bool]:
+def _open_db(db: Database | PathArg, encoding: str = "utf-8") -> tuple[Database, bool]:
     """(`db` as an open Database, whether this call opened it and must
-    close it): a path is opened read-only."""
+    close it): a path is opened read-only, with `encoding`."""
     if isinstance(db, Database):
         return db, False
-    return open_db(db), True
+    return open_db(db, encoding=encoding), True
 
 
 @contextlib.contextmanager
@@ -177,10 +177,12 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
         deleted: also export logically deleted records (status ``d``).
         mfn_tag: carry each record's MFN in a first field of this tag, so
             that :func:`import_iso` with the same `mfn_tag` keeps MFNs.
-        encoding: the database's character set, if known; only recorded
-            in the MARC leader (position 9 ``a`` for UTF-8) of records
-            without a leader field for position 9.  Field bytes are
-            written unchanged either way.
+        encoding: the database's character set; only recorded in the
+            MARC leader (position 9 ``a`` for UTF-8) of records without a
+            leader field for position 9, as :meth:`pydb.Record.to_pymarc`
+            does.  Default: the encoding of `db` (a path is opened with
+            ``encoding="auto"``: detected).  Field bytes are written
+            unchanged either way.
         on_error: ``"skip"`` (default): a record that cannot be read
             (:class:`~pydb.CorruptionError`) or written
             (:class:`~pydb.IsoRecordError`) is left out and listed in the
@@ -221,13 +223,16 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
     meanwhile by other threads or processes are not in it.
     """
     check_on_error(on_error)
-    handle, close = _open_db(db)
+    if encoding == "auto":
+        encoding = None
+    handle, close = _open_db(db, "auto" if encoding is None else encoding)
     try:
         report = Report()
+        utf8 = is_utf8(handle.encoding if encoding is None else encoding)
         with handle.snapshot() as snap, _atomic_target(handle, path) as target:
             recs = _db_records(snap, deleted, on_error, report, progress)
             w = write(target, recs, flavour, line_ending=line_ending, line_width=line_width,
-                      mfn_tag=mfn_tag, on_error=on_error, marc_utf8=is_utf8(encoding),
+                      mfn_tag=mfn_tag, on_error=on_error, marc_utf8=utf8,
                       leader_tag=leader_tag, indicators=indicators)
             if isinstance(target, str):   # _atomic_target's file for a path
                 _name_target(w.errors, target, os.fsdecode(path))  # type: ignore[arg-type]

@@ -620,7 +620,7 @@ def test_adversarial_files_stay_linear(name):
 def test_marc_leader(isis_data, tmp_path):
     src = data_path("bireme__isis2json/fixtures/cds/cds")      # UTF-8 data
     pydb.export_iso(src, tmp_path / "a.mrc", "marc", encoding="utf-8", deleted=True)
-    pydb.export_iso(src, tmp_path / "b.mrc", "marc")
+    pydb.export_iso(src, tmp_path / "b.mrc", "marc", encoding="cp850")
     a = list(iso2709.read(tmp_path / "a.mrc", subfields="raw"))
     b = list(iso2709.read(tmp_path / "b.mrc", subfields="raw"))
     assert len(a) == len(b) == 150

@@ -101,11 +101,12 @@ def test_leader_tag_none_and_own_fields(isis_data, tmp_path):
     with pydb.open(tmp_path / "n") as db:
         assert not set(db[1].tags) & set(LEADER_TAGS)
         assert db[1].tags[0] == 1
-    # exported without leader fields, the record gets the default leader;
-    # its values do begin with indicators, which "present" declares
+    # exported without leader fields, the record gets the default leader
+    # (position 9 "a": the database, all ASCII, reads as UTF-8); its
+    # values do begin with indicators, which "present" declares
     out = io.BytesIO()
     pydb.export_iso(tmp_path / "n", out, "marc", indicators="present")
-    assert out.getvalue()[5:24] == b"n    2200241   4500"
+    assert out.getvalue()[5:24] == b"n   a2200241   4500"
     assert out.getvalue()[24:] == src.read_bytes()[24:]
     # another base: fields 1005..1019
     pydb.import_iso(src, tmp_path / "k", leader_tag=1000)
@@ -184,7 +185,8 @@ def test_isis_records_as_marc_tell_the_truth(isis_data, tmp_path):
         rep = pydb.export_iso(src, out, "marc", indicators=mode)
         assert rep.records == 150 and rep.errors == []
         recs = list(iso2709.read(out))
-        assert {r.leader[5:12] for r in recs} == {b"n    " + count + b"2"}
+        # the fixture's values are UTF-8 (detected): position 9 "a"
+        assert {r.leader[5:12] for r in recs} == {b"n   a" + count + b"2"}
         want = first if mode != "add" else [
             (t, v if t < 10 else b"  " + v) for t, v in first]
         assert recs[0].fields == want
@@ -258,23 +260,25 @@ def test_cli_line_width(isis_data, tmp_path):
 @pytest.mark.parametrize("name", ["rda/data/rda", "unimarc/data/unimarc"])
 def test_abcd_leader_fields_exported(isis_data, name):
     """ABCD keeps the leader in 3005-3019; every exported leader says what
-    the record's fields say (a missing position blank)."""
+    the record's fields say (a missing position blank, but position 9 "a"
+    in a UTF-8 database)."""
     src = data_path(ABCD + name)
     out = io.BytesIO()
     rep = pydb.export_iso(src, out, "marc")
     recs = list(iso2709.read(io.BytesIO(out.getvalue()), subfields="raw"))
-    with pydb.open(src) as db:
+    with pydb.open(src, encoding="auto") as db:
         assert rep.errors == [] and len(recs) == len(db)
         for rec, iso in zip(db, recs, strict=True):
             for p in (5, 6, 7, 8, 9, 17, 18, 19):
                 v = rec.raw(3000 + p)
-                want = b" " if not v or v[0] == b"#" else v[0]
+                blank = b"a" if p == 9 and db.encoding == "utf-8" else b" "
+                want = blank if not v or v[0] == b"#" else v[0]
                 assert iso.leader[p:p + 1] == want
             assert iso.leader[10:12] == b"22"
             assert iso.fields == [(f.tag, f.raw.replace(b"^", b"\x1f")) for f in rec.fields
                                   if f.tag not in LEADER_TAGS]
     if name.startswith("rda"):
-        assert recs[0].leader == b"01146nam0 22003137 04500"
+        assert recs[0].leader == b"01146nam0a22003137 04500"
 
 
 def test_abcd_marc_database_bad_leader_fields(isis_data):
@@ -468,3 +472,28 @@ def test_random_leaders_travel_in_fields(chars, fields):
     for p in (5, 6, 7, 8, 9, 17, 18, 19):
         assert rec.leader[p] == leader[p]
     assert iso2709.leader_fields(rec.leader) == stored[:8]
+
+
+def test_export_marc_leader_says_utf8_for_a_utf8_database(isis_data, tmp_path, capsys):
+    """Leader position 9 of a MARC export follows the database's encoding
+    (detected when not given), as Record.to_pymarc() does: ABCD's rda
+    sample is UTF-8 and has no leader field for position 9 ("Nicolò",
+    "E♭ major" were read as MARC-8 before); a cp850 database gets a blank."""
+    rda = data_path(ABCD + "rda/data/rda")
+    out = tmp_path / "rda.mrc"
+    assert main(["export", "--flavour", "marc", "--no-progress", str(rda), str(out)]) == 0
+    records = list(iso2709.read(out))
+    assert len(records) == 1148 and {r.leader[9:10] for r in records} == {b"a"}
+    with pydb.open(rda, encoding="auto") as db:
+        assert db.encoding == "utf-8"
+        pydb.export_iso(db, tmp_path / "api.mrc", "marc")
+        assert (tmp_path / "api.mrc").read_bytes() == out.read_bytes()
+        assert {r.to_pymarc().leader[9] for r in db} == {"a"}
+    pydb.export_iso(rda, tmp_path / "path.mrc", "marc")    # a path: detected
+    assert (tmp_path / "path.mrc").read_bytes() == out.read_bytes()
+    with pydb.create(tmp_path / "dos", encoding="cp850") as db:
+        db.append([(245, "^aCaf\u00e9")])
+        pydb.export_iso(db, tmp_path / "dos.mrc", "marc")
+        pydb.export_iso(db, tmp_path / "said.mrc", "marc", encoding="utf-8")
+    assert [r.leader[9:10] for r in iso2709.read(tmp_path / "dos.mrc")] == [b" "]
+    assert [r.leader[9:10] for r in iso2709.read(tmp_path / "said.mrc")] == [b"a"]
