@@ -11,8 +11,9 @@
  * <mst>-compact / <xrf>-compact, each record's version visible in S,
  * with MFBWB/MFBWP 0 (no back versions), its leader STATUS, its XRF
  * flags and the sign of its XRF pointer (logically deleted records stay
- * logically deleted); never-used and physically deleted entries keep
- * their XRF values.  Placement follows the writer's rules (record.c:
+ * logically deleted); a record whose XRF says "update pending" keeps one
+ * back version, the one an ISIS inverted file reflects (copy_mfn);
+ * never-used and physically deleted entries keep their XRF values.  Placement follows the writer's rules (record.c:
  * pydb__place, pydb__record_size/encode), as txn.c and build.c do.
  *
  * Swap phase (the last step), under the writer lock (pydb_txn_begin:
@@ -83,6 +84,7 @@ struct pydb_compact {
     pid_t pid;             /* the process that runs it (a fork()ed child
                               leaves its parent's job alone)            */
     pydb_record *rec;
+    pydb_record *inv;      /* the inverted version of a pending record  */
     uint8_t *buf;
     size_t bufcap;
     char nm[1200], nx[1200], mk[1200];
@@ -152,6 +154,7 @@ static void job_free(pydb_db *db, int remove)
     if (j->fd_mst >= 0) pydb__vfs->close(j->fd_mst);
     if (j->fd_xrf >= 0) pydb__vfs->close(j->fd_xrf);
     pydb_record_free(j->rec);
+    pydb_record_free(j->inv);
     free(j->xrf);
     free(j->len);
     free(j->buf);
@@ -282,40 +285,132 @@ static int grow(pydb_compact *j, int32_t mfn, pydb_error *err)
     return PYDB_OK;
 }
 
-/* Copy the version of `mfn` that st sees into the new files. */
+/* Write version r of `mfn` at the next free place of the new .mst, with
+ * back pointer `back` (-1: none); *at gets its offset, *mfrl its
+ * length. */
+static int write_version(pydb_db *db, pydb_compact *j, int32_t mfn,
+                         const pydb_record *r, int64_t back, int64_t *at,
+                         int64_t *mfrl, pydb_error *err)
+{
+    int64_t start, capacity, gap;
+    int rc;
+
+    rc = pydb__record_size(mfrl, db->layout, db->mstxl, mfn, r->fields,
+                           r->nfields, db->mst.path, err);
+    if (rc) return rc;
+    start = pydb__place(db->layout, db->mstxl, j->pos);
+    capacity = ((int64_t)1 << (20 + db->mstxl)) * PYDB_BLOCK;
+    if (start + *mfrl > capacity - PYDB_BLOCK)
+        return PYDB_ERROR(err, PYDB_ETOOBIG, j->nm, start,
+                          "the compacted master file would pass the "
+                          "MSTXL %d limit", db->mstxl);
+    gap = start - j->pos;
+    if ((size_t)(gap + *mfrl) > j->bufcap) {
+        size_t nc = (size_t)(gap + *mfrl) * 2;
+        uint8_t *b = realloc(j->buf, nc);
+        if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
+        j->buf = b;
+        j->bufcap = nc;
+    }
+    memset(j->buf, 0, (size_t)gap);
+    pydb__record_encode(j->buf + gap, db->layout, *mfrl, mfn, r->fields,
+                        r->nfields, back, r->status);
+    rc = -pydb__write_full(j->fd_mst, j->buf, (size_t)(gap + *mfrl), j->pos);
+    if (rc)
+        return PYDB_OSERROR(err, rc, j->nm, j->pos, "write failed: %s",
+                            strerror(rc));
+    j->pos = start + *mfrl;
+    *at = start;
+    return PYDB_OK;
+}
+
+/* The version of `mfn` an ISIS inverted file reflects when its XRF says
+ * "update pending": the oldest of the chain from `back` (ISIS clears the
+ * back pointer of the version it inverts, and points every later
+ * version's back at it, docs/isis-formats.md §2.4; pydb's updates chain
+ * each to the one they replace), read into j->inv.  0 and *found 0 where
+ * the chain cannot be followed (its versions are then dropped, as any
+ * garbage). */
+static int inverted_version(pydb_db *db, pydb_compact *j, int32_t mfn,
+                            int64_t back, int *found, pydb_error *err)
+{
+    pydb_error ignored;
+    pydb_leader l;
+    int64_t at = back;
+
+    *found = 0;
+    for (;;) {
+        int64_t prev;
+        if (pydb__leader_read(&l, db, mfn, at, -1, &ignored)) return 0;
+        prev = l.mfbwb > 0 ? (int64_t)(l.mfbwb - 1) * PYDB_BLOCK + l.mfbwp
+                           : -1;
+        if (prev < 0) break;
+        if (prev >= at) return 0;   /* not back: a damaged chain */
+        at = prev;
+    }
+    if (pydb_read_at(&j->inv, db, mfn, at, &ignored)) return 0;
+    (void)err;
+    *found = 1;
+    return PYDB_OK;
+}
+
+/* Zero the copy of `mfn` made before (its version and, before it, the
+ * inverted version kept with it: j->len bytes from the first): dead
+ * space in the new file, which nobody reads yet, so that it reads as
+ * fill, not as versions nothing reaches (check's orphans). */
+static int zero_copy(pydb_db *db, pydb_compact *j, int32_t mfn,
+                     pydb_error *err)
+{
+    static const uint8_t zeros[PYDB_BLOCK];
+    const pydb_geom *g = &pydb__geom[db->layout];
+    uint8_t head[64];
+    pydb_xrf_entry old;
+    pydb_leader l;
+    int64_t left = j->len[mfn - 1], at;
+
+    pydb__xrf_unpack(&old, j->xrf[mfn - 1], db->mstxl);
+    at = old.offset;
+    if (at >= PYDB_CTL_SIZE &&
+        pread(j->fd_mst, head, (size_t)g->leader, at) == g->leader) {
+        pydb__leader_decode(&l, g, head);
+        if (l.mfbwb > 0)   /* an inverted version kept: the copy's start */
+            at = (int64_t)(l.mfbwb - 1) * PYDB_BLOCK + l.mfbwp;
+    }
+    while (at >= PYDB_CTL_SIZE && left > 0) {
+        size_t n = left > PYDB_BLOCK ? PYDB_BLOCK : (size_t)left;
+        int rc = -pydb__write_full(j->fd_mst, zeros, n, at);
+        if (rc)
+            return PYDB_OSERROR(err, rc, j->nm, at, "write failed: %s",
+                                strerror(rc));
+        at += (int64_t)n;
+        left -= (int64_t)n;
+    }
+    j->dead_b += j->len[mfn - 1];
+    j->len[mfn - 1] = 0;
+    return PYDB_OK;
+}
+
+/* Copy the version of `mfn` that st sees into the new files; for a
+ * record whose XRF says "update pending", the version the ISIS inverted
+ * file reflects too, just before it and named by its back pointer, so
+ * that ISIS's inverted-file update can still remove that version's keys
+ * (without it, a compaction left every pending record with no back
+ * version: WinISIS's own pending records included; found by a review
+ * with the WinISIS sample). */
 static int copy_mfn(pydb_db *db, pydb_compact *j, const pydb_state *st,
                     int32_t mfn, pydb_error *err)
 {
-    const pydb_geom *g = &pydb__geom[db->layout];
     pydb_xrf_entry e;
-    pydb_record *r;
-    int64_t mfrl, start, capacity, gap;
-    int rc;
+    int64_t first = -1, back = -1, at, mfrl;
+    int rc, kept = 0;
 
     rc = grow(j, mfn, err);
     if (rc) return rc;
     rc = pydb__xrf_get_in(&e, db, st, mfn, err);
     if (rc) return rc;
-    if (j->len[mfn - 1]) {
-        /* copied before, changed since: its copy is dead space in the new
-         * file.  Nobody reads the new file yet: zero it, so that it reads
-         * as fill, not as a version nothing reaches (check's orphans). */
-        static const uint8_t zeros[PYDB_BLOCK];
-        pydb_xrf_entry old;
-        int64_t left = j->len[mfn - 1], at;
-        pydb__xrf_unpack(&old, j->xrf[mfn - 1], db->mstxl);
-        at = old.offset;
-        while (at >= PYDB_CTL_SIZE && left > 0) {
-            size_t n = left > PYDB_BLOCK ? PYDB_BLOCK : (size_t)left;
-            rc = -pydb__write_full(j->fd_mst, zeros, n, at);
-            if (rc)
-                return PYDB_OSERROR(err, rc, j->nm, at, "write failed: %s",
-                                    strerror(rc));
-            at += (int64_t)n;
-            left -= (int64_t)n;
-        }
-        j->dead_b += j->len[mfn - 1];
-        j->len[mfn - 1] = 0;
+    if (j->len[mfn - 1]) {   /* copied before, changed since */
+        rc = zero_copy(db, j, mfn, err);
+        if (rc) return rc;
     }
     if (e.state != PYDB_XRF_ACTIVE && e.state != PYDB_XRF_LDELETED) {
         j->xrf[mfn - 1] = e.raw;   /* never used / physically deleted */
@@ -323,36 +418,21 @@ static int copy_mfn(pydb_db *db, pydb_compact *j, const pydb_state *st,
     }
     rc = pydb__read_in(&j->rec, db, st, mfn, err);
     if (rc) return rc;
-    r = j->rec;
-    rc = pydb__record_size(&mfrl, db->layout, db->mstxl, mfn, r->fields,
-                           r->nfields, db->mst.path, err);
-    if (rc) return rc;
-    start = pydb__place(db->layout, db->mstxl, j->pos);
-    capacity = ((int64_t)1 << (20 + db->mstxl)) * PYDB_BLOCK;
-    if (start + mfrl > capacity - PYDB_BLOCK)
-        return PYDB_ERROR(err, PYDB_ETOOBIG, j->nm, start,
-                          "the compacted master file would pass the "
-                          "MSTXL %d limit", db->mstxl);
-    gap = start - j->pos;
-    if ((size_t)(gap + mfrl) > j->bufcap) {
-        size_t nc = (size_t)(gap + mfrl) * 2;
-        uint8_t *b = realloc(j->buf, nc);
-        if (!b) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
-        j->buf = b;
-        j->bufcap = nc;
+    if ((e.flags & PYDB_FLAG_PENDING) && j->rec->back_offset >= 0) {
+        rc = inverted_version(db, j, mfn, j->rec->back_offset, &kept, err);
+        if (rc) return rc;
     }
-    memset(j->buf, 0, (size_t)gap);
-    pydb__record_encode(j->buf + gap, db->layout, mfrl, mfn, r->fields,
-                        r->nfields, -1, r->status);
-    (void)g;
-    rc = -pydb__write_full(j->fd_mst, j->buf, (size_t)(gap + mfrl), j->pos);
-    if (rc)
-        return PYDB_OSERROR(err, rc, j->nm, j->pos, "write failed: %s",
-                            strerror(rc));
-    j->pos = start + mfrl;
-    j->xrf[mfn - 1] = pydb__xrf_encode(start, e.flags, db->mstxl);
+    if (kept) {
+        rc = write_version(db, j, mfn, j->inv, -1, &back, &mfrl, err);
+        if (rc) return rc;
+        first = back;
+    }
+    rc = write_version(db, j, mfn, j->rec, back, &at, &mfrl, err);
+    if (rc) return rc;
+    if (first < 0) first = at;
+    j->xrf[mfn - 1] = pydb__xrf_encode(at, e.flags, db->mstxl);
     if (e.state == PYDB_XRF_LDELETED) j->xrf[mfn - 1] = -j->xrf[mfn - 1];
-    j->len[mfn - 1] = (uint32_t)mfrl;
+    j->len[mfn - 1] = (uint32_t)(at + mfrl - first);
     return PYDB_OK;
 }
 

@@ -14,7 +14,10 @@
  *   - versions: every version reachable from the XRF entry of an active
  *     or logically deleted record through the back pointers; the first
  *     of each chain is the record's current version (live bytes), the
- *     others are back versions, which are all garbage (superseded);
+ *     others are back versions, which are all garbage (superseded),
+ *     except the first version of the chain of a record whose XRF says
+ *     "update pending" (the one an ISIS inverted file reflects, which a
+ *     compaction keeps: compact.c);
  *   - a back version v whose next-newer version lies at offset q is
  *     pinned iff q >= pydb__shm_oldest_end() (a registered reader's state
  *     ends before q, so that reader still reads v);
@@ -94,6 +97,16 @@ static int visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
         }
         back = l.mfbwb > 0 ? (int64_t)(l.mfbwb - 1) * PYDB_BLOCK + l.mfbwp
                            : -1;
+        if (back < 0 && newer >= 0 && (e->flags & PYDB_FLAG_PENDING)) {
+            /* the version an ISIS inverted file reflects: kept (compact.c
+             * copy_mfn), a back version but no garbage */
+            o->garbage_versions--;
+            o->garbage_bytes -= l.mfrl;
+            if (newer >= w->oldest_end) {
+                o->pinned_versions--;
+                o->pinned_bytes -= l.mfrl;
+            }
+        }
         if (back < 0) break;
         if (back >= off) {
             w->rc = PYDB_CORRUPT(w->err, w->db->mst.path, off,

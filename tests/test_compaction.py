@@ -813,3 +813,68 @@ def test_a_handle_on_a_replaced_pair_leaves_the_log_at_close(tmp_path):
     with pydb.open(base) as r:
         assert [f.raw for f in r[mfn].fields] == [b"CREC"]
         assert r.check().ok
+
+
+# ------------------------------------------- ISIS's "update pending" records
+
+def _winisis_copy(tmp_path):
+    """A copy of the WinISIS sample BIBL (cp850): MFN 5 is "update
+    pending", its back pointer at the version BIBL.IFP reflects."""
+    from conftest import data_path
+    src = data_path("cpan__Biblio-Isis-0.24/data/winisis")
+    if not src.is_dir():
+        pytest.skip(f"real data not found: {src} (set PYDB_TEST_DATA)")
+    dst = tmp_path / "winisis"
+    shutil.copytree(src, dst)
+    for p in dst.iterdir():
+        p.chmod(0o644)
+    return dst / "BIBL"
+
+
+def _chain(db, mfn):
+    return [tuple((f.tag, f.raw) for f in v.fields) for v in db.versions(mfn)]
+
+
+@pytest.mark.parametrize("catch_up", [False, True])
+def test_a_pending_record_keeps_the_version_its_isis_index_reflects(tmp_path, catch_up):
+    """A compaction keeps, for a record whose XRF says "update pending",
+    the version the ISIS inverted file reflects (the oldest of its chain:
+    ISIS clears the back pointer of the version it inverts), named by the
+    back pointer of the current one, so that ISIS's inverted-file update
+    can still remove its keys.  Before, every pending record was left with
+    no back version, WinISIS's own untouched MFN 5 included (a review).
+    Records pydb made (flag "new") and active ones with no pending flag
+    keep none."""
+    base = _winisis_copy(tmp_path)
+    with pydb.open(base, readonly=False, encoding="cp850", gc="none") as db:
+        five = _chain(db, 5)
+        two = _chain(db, 2)
+        assert len(five) == 2 and db[5].pending and len(two) == 1
+        db.update(2, [(24, "first")])             # pending now: chain of 2
+        db.update(2, [(24, "second")])            # chain of 3
+        new = db.append([(24, "made here")])
+        db.update(new, [(24, "made here, changed")])
+        db.delete(1)
+        if catch_up:
+            with db.transaction() as tx:          # more than one step copies
+                for _ in range(600):
+                    tx.append([(24, "filler")])
+            with pytest.raises(pydb.LockTimeoutError):
+                db.collect(0)                     # one step: MFNs 1..256 copied
+            db.update(5, [(24, "changed after its copy")])  # copied again
+        got = db.collect()
+        assert got["compactions"] == 1
+        if catch_up:
+            assert _chain(db, 5) == [((24, b"changed after its copy"),), five[1]]
+        else:
+            assert _chain(db, 5) == five          # untouched: as WinISIS left it
+        assert _chain(db, 2) == [((24, b"second"),), two[0]]
+        assert db[2].pending and db[5].pending
+        assert _chain(db, new) == [((24, b"made here, changed"),)]
+        assert [v.back_offset for v in db.versions(5)][1:] == [None]
+        # kept versions are back versions, not garbage: nothing to collect
+        garbage = db.stat(index=False)["garbage"]
+        assert (garbage["versions"], garbage["bytes"]) == (0, 0)
+        assert db.collect()["compactions"] == 0
+        rep = db.check()
+        assert rep.ok and rep.warnings == 0, rep.problems

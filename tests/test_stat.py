@@ -52,8 +52,10 @@ def xrf_offset(raw: int, mstxl: int) -> int | None:
 def py_stat(base: Path, layout: str, pinned_from: int | None = None) -> dict:
     """What stat() must say about the files at `base`, counted in Python:
     records active/deleted, versions, back versions, longest chain, the
-    bytes (MFRL) of all versions, of the back versions and of the current
-    ones; with `pinned_from` (the oldest reader's end of records) the back
+    bytes (MFRL) of all versions, of the garbage (the back versions, but
+    the first of the chain of an "update pending" record: the version an
+    ISIS inverted file reflects) and of the current ones; with
+    `pinned_from` (the oldest reader's end of records) the garbage
     versions whose next-newer version lies at or after it."""
     mst = Path(f"{base}.mst").read_bytes()
     xrf = Path(f"{base}.xrf").read_bytes()
@@ -61,7 +63,7 @@ def py_stat(base: Path, layout: str, pinned_from: int | None = None) -> dict:
     next_mfn = i32(mst, 4)
     mstxl = u16(mst, 14) >> 8
     out = dict(active=0, deleted=0, next_mfn=next_mfn, versions=0, back=0,
-               longest=0, version_bytes=0, garbage_bytes=0, live_bytes=0,
+               longest=0, version_bytes=0, garbage=0, garbage_bytes=0, live_bytes=0,
                pinned=0, pinned_bytes=0, size=len(mst))
 
     def leader(off: int, mfn: int) -> tuple[int, int]:
@@ -79,6 +81,7 @@ def py_stat(base: Path, layout: str, pinned_from: int | None = None) -> dict:
         if off is None:
             continue
         out["deleted" if raw < 0 else "active"] += 1
+        pending = abs(raw) & (0x200 >> mstxl)
         chain, newer = 0, None
         while True:
             mfrl, back = leader(off, mfn)
@@ -87,8 +90,11 @@ def py_stat(base: Path, layout: str, pinned_from: int | None = None) -> dict:
             out["version_bytes"] += mfrl
             if newer is None:
                 out["live_bytes"] += mfrl
+            elif back < 0 and pending:
+                out["back"] += 1        # kept for the ISIS inverted file
             else:
                 out["back"] += 1
+                out["garbage"] += 1
                 out["garbage_bytes"] += mfrl
                 if pinned_from is not None and newer >= pinned_from:
                     out["pinned"] += 1
@@ -112,11 +118,11 @@ def assert_matches(s: dict, p: dict) -> None:
     if p["versions"]:
         assert v["average_size"] == pytest.approx(p["version_bytes"] / p["versions"])
     g = s["garbage"]
-    assert g["versions"] == p["back"]
+    assert g["versions"] == p["garbage"]
     assert g["bytes"] == p["garbage_bytes"]
     assert g["pinned_versions"] == p["pinned"]
     assert g["pinned_bytes"] == p["pinned_bytes"]
-    assert g["collectable_versions"] == p["back"] - p["pinned"]
+    assert g["collectable_versions"] == p["garbage"] - p["pinned"]
     assert g["collectable_bytes"] == p["garbage_bytes"] - p["pinned_bytes"]
     m = s["master_file"]
     assert m["live_bytes"] == p["live_bytes"]
@@ -481,7 +487,9 @@ def test_cli_stat_names_an_index_it_cannot_read(tmp_path):
 
 
 REAL = [
-    # (base path under the data folder, back versions, deleted records)
+    # (base path under the data folder, back versions, deleted records);
+    # every back version of these is the one version an ISIS inverted
+    # file reflects of an "update pending" record: no garbage
     ("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/unimarc/data/unimarc", 4, 0),
     ("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/servers/data/servers", 4, 6),
     ("cpan__Biblio-Isis-0.24/data/winisis/BIBL", 1, 1),
@@ -500,7 +508,8 @@ def test_real_databases(tmp_path, isis_data, rel, back, deleted):
         s = db.stat()
     p = py_stat(base, layout)
     assert_matches(s, p)
-    assert s["garbage"]["versions"] == back
+    assert s["versions"]["back_versions"] == back
+    assert s["garbage"]["versions"] == 0
     assert s["records"]["deleted"] == deleted
     assert s["garbage"]["pinned_versions"] == 0
 
