@@ -26,11 +26,19 @@ typedef struct {
                             with or without the GIL                      */
 } TxnObject;
 
+/* Claim the handle's open transaction `t` for its abort: 1 if this call
+ * took it out of self->txn, so that of a close() and a Transaction's
+ * dealloc running at once (free-threaded) only one aborts it. */
+static int txn_claim(DatabaseObject *self, pydb_txn *t)
+{
+    return __atomic_compare_exchange_n(&self->txn, &t, NULL, 0,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 void transaction_abort_open(DatabaseObject *self)
 {
-    pydb_txn *t = self->txn;
-    if (!t) return;
-    self->txn = NULL;
+    pydb_txn *t = __atomic_load_n(&self->txn, __ATOMIC_ACQUIRE);
+    if (!t || !txn_claim(self, t)) return;
     pydb_txn_abort(t);   /* frees memory and releases the locks: quick */
 }
 
@@ -332,13 +340,19 @@ static PyObject *txn_get_active(TxnObject *self, void *c)
     return PyBool_FromLong(self->txn && self->db->txn == self->txn);
 }
 
+/* A Transaction dropped open (neither committed nor aborted: an
+ * exception left its `with`-less scope) is aborted here, whatever other
+ * threads do with the handle meanwhile: the abort only frees it and
+ * releases the writer locks, as abort() does.  (It was aborted only when
+ * nothing was in flight on the handle; with other threads reading, the
+ * writer lock stayed held until close(), for every thread, handle and
+ * process: found by a review.)  A close() aborting it at the same time
+ * does not abort it twice (txn_claim). */
 static void txn_dealloc(TxnObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    if (self->txn && self->db && self->db->txn == self->txn &&
-        guard_active(&self->db->guard) == 0) {   /* a hint: nothing in
-                                                       flight just now */
+    if (self->txn && self->db && txn_claim(self->db, self->txn)) {
         pydb_txn *t = self->txn;
         txn_end(self, 2);
         pydb_txn_abort(t);
@@ -488,18 +502,36 @@ static PyObject *mod_write_one(PyObject *m, PyObject *args)
 
 /* _forked(): in a fork()ed child, its one thread is the main thread (the
  * one whose lock waits are sliced): pydb.database's at-fork hook. */
-static PyObject *mod_forked(PyObject *m, PyObject *unused)
+/* _forked(handles): in a fork()ed child, this thread is the main thread
+ * now, and a transaction another thread of the parent had open on one of
+ * `handles` (an iterable of Database) is forgotten, not aborted: its
+ * threads are not in the child, and its abort would release the writer
+ * lock the parent holds on the log's shared file description.  Before,
+ * the child's handle kept pointing at it, and every transaction() of
+ * the child raised "this Database already has an open transaction"
+ * (found by a review). */
+static PyObject *mod_forked(PyObject *m, PyObject *handles)
 {
     module_state *st = PyModule_GetState(m);
-    (void)unused;
+    PyObject *seq = PySequence_Fast(handles, "_forked() takes the handles");
+    if (!seq) return NULL;
     st->main_thread = PyThread_get_thread_ident();
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(seq, i);
+        if (PyObject_TypeCheck(h, st->database_type))
+            __atomic_store_n(&((DatabaseObject *)h)->txn, NULL,
+                             __ATOMIC_RELEASE);
+    }
+    Py_DECREF(seq);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef transaction_functions[] = {
-    {"_forked", mod_forked, METH_NOARGS,
-     "_forked()\n--\n\nIn a fork()ed child: this thread is the main thread "
-     "now (its waits for the writer lock are made in slices)."},
+    {"_forked", mod_forked, METH_O,
+     "_forked(handles, /)\n--\n\nIn a fork()ed child: this thread is the "
+     "main thread now (its waits for the writer lock are made in slices), "
+     "and a transaction of the parent's threads open on one of `handles` "
+     "(Database objects) is forgotten."},
     {"_txn_begin", mod_txn_begin, METH_VARARGS,
      "_txn_begin(db, timeout=None, /)\n--\n\nBegin a write transaction on "
      "`db`, waiting up to `timeout` seconds (default 10) for the writer "

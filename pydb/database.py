@@ -93,9 +93,12 @@ def _after_fork_in_child() -> None:
     (``snapshot()``, ``.index`` and ``close()`` hung; the core's own locks
     are made anew by its pthread_atfork handlers).  Its one thread is the
     main thread now, whose waits for the writer lock the binding slices
-    (signal handlers run between slices)."""
-    _pydb._forked()
-    for db in list(_HANDLES):
+    (signal handlers run between slices).  A transaction another thread
+    of the parent had open on a handle is forgotten there: the child can
+    begin its own."""
+    handles = list(_HANDLES)
+    _pydb._forked(handles)
+    for db in handles:
         db._index_lock = threading.Lock()
 
 

@@ -918,3 +918,53 @@ def test_snapshots_taken_and_closed_while_database_closes(gen_db):
     and each thread ends with ClosedError or finishes."""
     for attempt in range(5):
         _snapshots_against_close(gen_db, 0.005 * (attempt + 1))
+
+
+def test_a_transaction_dropped_while_threads_read_releases_the_writer_lock(tmp_path):
+    """A Transaction left neither committed nor aborted (an exception
+    leaves the handler that began it) is aborted when it is freed, while
+    other threads read through the same handle: the same thread, another
+    thread and another handle write at once after it.  Before, it was
+    aborted only when nothing was in flight on the handle, and the writer
+    lock stayed held until close() (found by a review)."""
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        with db.transaction() as tx:
+            for i in range(2000):
+                tx.append([(24, f"record {i}")])
+    db = pydb.open(base, readonly=False, sync=False, lock_timeout=2)
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            db.read_many(range(1, 2001))
+
+    readers = [threading.Thread(target=reader) for _ in range(4)]
+    for t in readers:
+        t.start()
+    try:
+        time.sleep(0.05)
+
+        def handle_request():
+            tx = db.transaction()
+            tx.append([(24, "never committed")])
+            raise ValueError("the request failed")
+
+        for _ in range(5):
+            with pytest.raises(ValueError):
+                handle_request()
+        assert db.append([(24, "same thread")]) == 2001
+        out = []
+        t = threading.Thread(target=lambda: out.append(db.append([(24, "other thread")])))
+        t.start()
+        t.join()
+        assert out == [2002]
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    with pydb.open(base, readonly=False, sync=False, lock_timeout=2) as other:
+        assert other.append([(24, "other handle")]) == 2003
+    assert [db[m].raw(24) for m in (2001, 2002, 2003)] == [
+        [b"same thread"], [b"other thread"], [b"other handle"]]
+    db.close()
