@@ -361,13 +361,15 @@ static void observe_commit(pydb_gc *g)
     }
 }
 
-/* One bounded step, the step lock held: the index's job first, then the
- * master file's.  *more: either has more to do now; *worked set when
+/* One bounded step, the step lock held: the index's job first (`idle`:
+ * no commit comes, merge what can be merged), then the master file's
+ * (`mst`: its own idle flag, or -1: the index's job only).  *more:
+ * either has more to do now; *worked set when
  * there was work (the index had more, or a master-file job ran); *rep
  * gets what the step reclaimed (added). */
 static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
-                     int drain_ms, int offer, int *more, int *worked,
-                     pydb_gc_report *rep, pydb_error *err)
+                     int drain_ms, int offer, int mst, int *more,
+                     int *worked, pydb_gc_report *rep, pydb_error *err)
 {
     pydb_db *db = g->db;
     pydb_gc_report r;
@@ -388,7 +390,8 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
     }
     /* the master file's job does not wait for the index's: a merge of
      * the base may be under way for long while commits go on */
-    if (!g->compacting && !pydb__compact_wanted(db, idle)) return PYDB_OK;
+    if (mst < 0 || (!g->compacting && !pydb__compact_wanted(db, mst)))
+        return PYDB_OK;
     memset(&r, 0, sizeof r);
     g->compacting = 1;
     *worked = 1;
@@ -403,14 +406,14 @@ static int step_jobs(pydb_gc *g, int budget, int idle, int lock_ms,
 /* step_jobs() marked as running on this thread (the step lock held): its
  * commits are the collector's own (gc_notify). */
 static int step(pydb_gc *g, int budget, int idle, int lock_ms, int drain_ms,
-                int offer, int *more, int *worked, pydb_gc_report *rep,
-                pydb_error *err)
+                int offer, int mst, int *more, int *worked,
+                pydb_gc_report *rep, pydb_error *err)
 {
     int rc;
     __atomic_store_n(&g->stepper, pthread_self(), __ATOMIC_RELAXED);
     __atomic_store_n(&g->stepping, 1, __ATOMIC_RELEASE);
-    rc = step_jobs(g, budget, idle, lock_ms, drain_ms, offer, more, worked,
-                   rep, err);
+    rc = step_jobs(g, budget, idle, lock_ms, drain_ms, offer, mst, more,
+                   worked, rep, err);
     __atomic_store_n(&g->stepping, 0, __ATOMIC_RELEASE);
     return rc;
 }
@@ -515,8 +518,8 @@ static int thread_collect(pydb_gc *g)
         /* while commits go on, a small merge rides on the next commit
          * (nidx_gc.c, offer): no commit, and no fsync, of its own */
         rc = step(g, GC_THREAD_BUDGET, idle, GC_THREAD_LOCK_MS,
-                  PYDB_COMPACT_DRAIN_MAX_MS, !idle, &more, &worked, &rep,
-                  &err);
+                  PYDB_COMPACT_DRAIN_MAX_MS, !idle, idle, &more, &worked,
+                  &rep, &err);
         pthread_mutex_unlock(&g->step);
         if (rc == PYDB_OK) backoff(t0, more);
         if (rc) {
@@ -756,7 +759,8 @@ static int coop_step(pydb_db *db, int swept)
     memset(&rep, 0, sizeof rep);
     memset(&err, 0, sizeof err);
     idle = swept || is_idle(g);
-    rc = step(g, GC_COOP_BUDGET, idle, 0, 0, 0, &more, &worked, &rep, &err);
+    rc = step(g, GC_COOP_BUDGET, idle, 0, 0, 0, idle, &more, &worked, &rep,
+              &err);
     pthread_mutex_unlock(&g->step);
     if (rc) {
         if (!lock_refusal(rc)) record(g, rc, NULL, &err);
@@ -840,13 +844,33 @@ int pydb_gc_get_policy(const pydb_db *db)
     return db->gc ? get_policy(db->gc) : PYDB_GC_NONE;
 }
 
+/* Whether the master file's garbage of commits up to `start` is
+ * collected: no job under way, and the last compaction replaced a commit
+ * at least as new (its catch-up copied the latest versions). */
+static int mst_collected(pydb_gc *g, pydb_shm *shm, uint64_t start)
+{
+    pydb_state after;
+    uint64_t from;
+    return shm && !g->compacting &&
+           pydb__shm_swap_get(shm, &from, &after) == 0 && from >= start;
+}
+
 int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
                     pydb_error *err)
 {
+    uint64_t commit = 0;
+    return pydb_gc_collect_since(out, db, timeout_ms, &commit, err);
+}
+
+int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
+                          uint64_t *commit, pydb_error *err)
+{
     pydb_gc *g = db->gc;
     pydb_gc_report rep;
+    pydb_shm *shm;
+    uint64_t start;
     int64_t deadline;
-    int more = 1, worked = 0, rc = PYDB_OK;
+    int more = 1, worked = 0, idle, rc = PYDB_OK;
 
     memset(out, 0, sizeof *out);
     if (!(db->flags & PYDB_OPEN_WRITE) || !g)
@@ -856,6 +880,16 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
     deadline = now_ns(CLOCK_MONOTONIC) + (int64_t)timeout_ms * 1000000;
     memset(&rep, 0, sizeof rep);
     observe_commit(g);
+    /* the commit whose garbage this call collects: a compaction that
+     * replaced a commit at least as new has collected it (its catch-up
+     * copied the latest versions), and what writers commit meanwhile is
+     * left to the next collection.  (Without that bound, a writer that
+     * committed now and then kept the call compacting the whole file
+     * again for each new back version until its timeout: found by a
+     * review.) */
+    shm = pydb__db_shm(db);
+    if (*commit == 0 && shm) *commit = pydb__shm_latest(shm);
+    start = *commit;
     while (more) {
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
         int64_t left = (deadline - t0) / 1000000, drain;
@@ -869,9 +903,14 @@ int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
          * close() wait for one step's slices (at most four), not for the
          * whole timeout */
         if (left > GC_THREAD_LOCK_MS) left = GC_THREAD_LOCK_MS;
+        /* the index's job as when idle while no commit came since the
+         * start; after one, what is due (with commits going on, "merge
+         * all" would chase each commit's new segment) */
+        idle = !shm || pydb__shm_latest(shm) == start;
         pthread_mutex_lock(&g->step);
-        rc = step(g, GC_THREAD_BUDGET, 1, (int)left, (int)drain, 0, &more,
-                  &worked, &rep, err);
+        rc = step(g, GC_THREAD_BUDGET, idle, (int)left, (int)drain, 0,
+                  mst_collected(g, shm, start) ? -1 : 1, &more, &worked,
+                  &rep, err);
         pthread_mutex_unlock(&g->step);
         if (rc) break;
         backoff(t0, more);

@@ -1420,7 +1420,9 @@ typedef struct pydb_gc_report {
     int64_t pinned;          /* garbage left because a reader pins it      */
 } pydb_gc_report;
 
-/* Collect everything collectable now, in bounded steps, on the calling
+/* Collect everything collectable now (the garbage of the commits up to
+ * the latest when it is called; the master file's by a compaction that
+ * replaces a commit at least as new), in bounded steps, on the calling
  * thread (whatever the policy; the collector thread, if any, keeps
  * running and the two never work at once).  *out: what was collected.
  * A step that fails (ENOSPC during a merge or a compaction) leaves the
@@ -1434,6 +1436,14 @@ typedef struct pydb_gc_report {
  * called). */
 int pydb_gc_collect(pydb_gc_report *out, pydb_db *db, int timeout_ms,
                     pydb_error *err);
+/* pydb_gc_collect() as one collection made of several calls (a caller
+ * that waits in slices): *commit 0 on the first call, which sets it to
+ * the latest commit, whose garbage the collection collects (what is
+ * committed meanwhile is left to the next collection, so that writers
+ * that go on committing do not keep it going); pass it back to the
+ * following calls. */
+int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
+                          uint64_t *commit, pydb_error *err);
 
 /* Native index figures (pydb_stat.index; the hook's garbage()). */
 typedef struct pydb_index_stat {

@@ -638,6 +638,7 @@ static PyObject *database_collect(DatabaseObject *self, PyObject *args,
     pydb_gc_report r, sum;
     pydb_error e;
     lock_wait w;
+    uint64_t since = 0;   /* the slices are one collection */
     int rc, ms;
 
     if (!st || !PyArg_ParseTupleAndKeywords(args, kw, "|d", kwlist, &timeout))
@@ -657,7 +658,8 @@ static PyObject *database_collect(DatabaseObject *self, PyObject *args,
         int slice = lock_wait_slice(&w), again;
         memset(&e, 0, sizeof e);
         UNLOCKED(&self->guard, NULL,
-                 rc = pydb_gc_collect(&r, self->db, slice, &e));
+                 rc = pydb_gc_collect_since(&r, self->db, slice, &since,
+                                            &e));
         sum.versions += r.versions;
         sum.bytes += r.bytes;
         sum.postings += r.postings;

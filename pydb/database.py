@@ -769,7 +769,12 @@ class Database(_pydb.Database):
         reported as ``pinned``: a reader that registered a second or more
         ago pins it; for younger ones the last step, holding the writer
         lock, waits a bounded time (a second at most, within `timeout`)
-        for them to finish (docs/compaction.md).
+        for them to finish (docs/compaction.md).  "Now" is the latest
+        commit when the call begins: garbage that other threads or
+        processes commit meanwhile is left to the next collection (a
+        compaction that replaces a commit at least as new has collected
+        the master file's; the index merges only what is due once a
+        commit came), so that writers going on do not keep it going.
 
         Args:
             timeout: seconds (float >= 0, default 10) the collection may

@@ -591,3 +591,42 @@ def test_a_transaction_with_no_timeout_is_not_refused_for_its_own_collector(tmp_
     collections = db.stat()["header"]["collections"]
     db.close()
     assert done > 100 and collections > 0, (done, collections)
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_collect_ends_while_a_writer_commits(tmp_path, indexed):
+    """collect() collects the garbage of the commits up to its call and
+    returns, while another thread commits now and then: one compaction,
+    the back versions made before it reclaimed, no timeout.  Before, each
+    new back version (and, with an index, each commit's new segment) made
+    it start again, a whole compaction per commit, until its timeout
+    raised LockTimeoutError and the report was lost (found by a review)."""
+    base = tmp_path / "db"
+    with pydb.create(base, gc="none", sync=False,
+                     fst="24 0 v24\n" if indexed else None) as db:
+        with db.transaction() as tx:
+            for i in range(2000):
+                tx.append([(24, f"record {i}")])
+        for i in range(600):
+            db.update(1 + i % 2000, [(24, f"changed {i}")])
+    db = pydb.open(base, readonly=False, gc="none", sync=False)
+    stop = threading.Event()
+
+    def writer():
+        n = 0
+        while not stop.is_set():
+            db.update(1900 + n % 10, [(24, f"writer {n}")])
+            n += 1
+            time.sleep(0.05)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(0.2)
+        got = db.collect(timeout=20)
+    finally:
+        stop.set()
+        t.join()
+    assert got["compactions"] == 1 and got["versions"] >= 600
+    assert db.check().ok
+    db.close()
