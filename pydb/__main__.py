@@ -17,7 +17,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -184,10 +184,31 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _past_damage(recs, damaged: list) -> Iterator:
+    """The records of the iterator `recs`; a damaged one (CorruptionError:
+    file, offset, reason) is told on stderr, added to `damaged` and left
+    out, and the iteration goes on after it (Database.records())."""
+    it = iter(recs)
+    while True:
+        try:
+            rec = next(it)
+        except StopIteration:
+            return
+        except CorruptionError as e:
+            print(f"pydb dump: left out: {e}", file=sys.stderr)
+            damaged.append(e)
+            continue
+        yield rec
+
+
 def _cmd_dump(args) -> int:
+    """Exit status: 0, or 1 when a damaged record was left out (every
+    other record is printed) or a listed MFN does not read."""
     out = sys.stdout
+    damaged: list[CorruptionError] = []
     with open_db(args.db, encoding=args.encoding) as db:
-        recs = db.read_many(args.mfn) if args.mfn else db.records(deleted=args.deleted)
+        recs = (db.read_many(args.mfn) if args.mfn
+                else _past_damage(db.records(deleted=args.deleted), damaged))
         total = len(args.mfn) if args.mfn else len(db.mfns(deleted=args.deleted))
         # by default a bar only when the text goes elsewhere than the terminal
         with _progress(total, "rec", "dump", _show_progress(
@@ -196,6 +217,10 @@ def _cmd_dump(args) -> int:
                 _write_record(out, rec, 6, True)
                 if tick:
                     tick(1)
+    if damaged:
+        print(f"pydb dump: {_plural(len(damaged), 'damaged record')} left out "
+              f"(pydb check {args.db} reports the damage)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1077,7 +1077,9 @@ static PyMethodDef database_methods[] = {
      "`skip_damaged`, damaged records are left out instead of raising."
      "\n\nRaises (while iterating): CorruptionError for a damaged record "
      "(after yielding the records before it) unless skip_damaged; "
-     "DiskError; ClosedError once the database is closed."},
+     "iterating on goes on after it (as `pydb dump` does, naming each "
+     "damaged record).  DiskError; ClosedError once the database is "
+     "closed."},
     {"snapshot", (PyCFunction)database_snapshot, METH_NOARGS,
      "snapshot($self, /)\n--\n\nA Snapshot pinned to the latest published "
      "commit (Snapshot(db), without an index view): reads through it "
