@@ -88,6 +88,7 @@ struct pydb_compact {
     uint8_t *buf;
     size_t bufcap;
     char nm[1200], nx[1200], mk[1200];
+    char tm[1200], tx[1200];   /* the files replaced (links followed)   */
 };
 
 /* ------------------------------------------------------------ counting */
@@ -223,8 +224,8 @@ static int job_start(pydb_db *db, int *started, pydb_error *err)
     j = calloc(1, sizeof *j);
     if (!j) return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory");
     j->fd_mst = j->fd_xrf = -1;
-    if (pydb__swap_names(j->nm, j->nx, j->mk, sizeof j->nm, db->mst.path,
-                         db->xrf.path) != 0) {
+    if (pydb__swap_names(j->nm, j->nx, j->mk, j->tm, j->tx, sizeof j->nm,
+                         db->mst.path, db->xrf.path) != 0) {
         free(j);
         return PYDB_ERROR(err, PYDB_EINVAL, db->mst.path, -1,
                           "the path is too long for a compaction");
@@ -601,8 +602,8 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
     j->fd_mst = j->fd_xrf = -1;
     rc = marker_create(j, err);
     if (rc) return rc;
-    if (pydb__vfs->rename(j->nx, db->xrf.path) != 0) {
-        rc = PYDB_OSERROR(err, errno, db->xrf.path, -1,
+    if (pydb__vfs->rename(j->nx, j->tx) != 0) {
+        rc = PYDB_OSERROR(err, errno, j->tx, -1,
                           "rename of %s failed: %s", j->nx, strerror(errno));
         unlink(j->mk);   /* nothing replaced: no swap to finish */
         return rc;
@@ -610,14 +611,13 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
     /* The .xrf is the new one now: only forward from here (recovery
      * finishes it from the marker if this process dies). */
     j->forward = 1;
-    for (tries = 0; pydb__vfs->rename(j->nm, db->mst.path) != 0; tries++)
+    for (tries = 0; pydb__vfs->rename(j->nm, j->tm) != 0; tries++)
         if (tries >= 3)
-            return PYDB_OSERROR(err, errno, db->mst.path, -1,
+            return PYDB_OSERROR(err, errno, j->tm, -1,
                                 "rename of %s failed (the swap marker %s "
                                 "stays: reopening finishes it): %s", j->nm,
                                 j->mk, strerror(errno));
-    for (tries = 0; (rc = pydb__fsync_parent(db->mst.path, err)) != 0;
-         tries++)
+    for (tries = 0; (rc = pydb__fsync_parent(j->tm, err)) != 0; tries++)
         if (tries >= 3) return rc;   /* the marker stays */
     pydb__swap_publish(shm, ctl, mst_size, xrf_size);
     j->swapped = 1;

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -130,4 +131,16 @@ void pydb__wal_path(char *out, size_t sz, const char *base, const char *mst)
 void pydb__shm_path(char *out, size_t sz, const char *base, const char *mst)
 {
     sidecar_path(out, sz, base, mst, "shm", "SHM");
+}
+
+int pydb__link_target(char *out, size_t cap, const char *path)
+{
+    struct stat st;
+    char *real = NULL;
+    int n;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        real = realpath(path, NULL);
+    n = snprintf(out, cap, "%s", real ? real : path);
+    free(real);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
 }

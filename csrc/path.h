@@ -18,6 +18,14 @@
 void pydb__path_split(char *dir, size_t dirsz, const char **name,
                       const char *path);
 
+/* `path` itself, or, where it is a symbolic link, the file its links
+ * lead to (realpath): the file a compaction replaces.  Renamed onto the
+ * link, the new file would replace the link, and the database behind it
+ * (another folder's, or another program's path to it) would keep the
+ * old files (found by a review).  0, or -1 when it does not fit in
+ * `cap` bytes. */
+int pydb__link_target(char *out, size_t cap, const char *path);
+
 /* out = "<base>.<ext>" (truncated to sz). */
 void pydb__path_ext(char *out, size_t sz, const char *base, const char *ext);
 

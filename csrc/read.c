@@ -321,9 +321,12 @@ static int replaced_error(pydb_db *db, const pydb_state *st, uint64_t gen,
 
 int pydb__swap_pending(const char *mst)
 {
-    char mk[PATH_MAX];
+    char tm[PATH_MAX], mk[PATH_MAX];
     struct stat st;
-    return (size_t)snprintf(mk, sizeof mk, "%s%s", mst, PYDB_SWAP_SUFFIX) <
+    /* the marker lies beside the file a swap replaces (a link's target:
+     * wal.c, pydb__swap_names) */
+    return pydb__link_target(tm, sizeof tm, mst) == 0 &&
+           (size_t)snprintf(mk, sizeof mk, "%s%s", tm, PYDB_SWAP_SUFFIX) <
                sizeof mk &&
            stat(mk, &st) == 0;
 }

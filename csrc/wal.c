@@ -975,14 +975,18 @@ int pydb__wal_checkpoint(const pydb_wal_files *w, int *fsync_failed,
 
 /* ------------------------------------- a compaction's swap (compact.c) */
 
-int pydb__swap_names(char *new_mst, char *new_xrf, char *marker, size_t cap,
+int pydb__swap_names(char *new_mst, char *new_xrf, char *marker,
+                     char *tgt_mst, char *tgt_xrf, size_t cap,
                      const char *mst, const char *xrf)
 {
-    if ((size_t)snprintf(new_mst, cap, "%s%s", mst, PYDB_COMPACT_SUFFIX) >=
-            cap ||
-        (size_t)snprintf(new_xrf, cap, "%s%s", xrf, PYDB_COMPACT_SUFFIX) >=
-            cap ||
-        (size_t)snprintf(marker, cap, "%s%s", mst, PYDB_SWAP_SUFFIX) >= cap)
+    if (pydb__link_target(tgt_mst, cap, mst) != 0 ||
+        pydb__link_target(tgt_xrf, cap, xrf) != 0 ||
+        (size_t)snprintf(new_mst, cap, "%s%s", tgt_mst,
+                         PYDB_COMPACT_SUFFIX) >= cap ||
+        (size_t)snprintf(new_xrf, cap, "%s%s", tgt_xrf,
+                         PYDB_COMPACT_SUFFIX) >= cap ||
+        (size_t)snprintf(marker, cap, "%s%s", tgt_mst, PYDB_SWAP_SUFFIX) >=
+            cap)
         return -1;
     return 0;
 }
@@ -1027,7 +1031,7 @@ static void remove_unlocked(const char *path)
 int pydb__swap_recover(const char *mst, const char *xrf,
                        struct pydb_shm *shm, int *finished, pydb_error *err)
 {
-    char nm[1200], nx[1200], mk[1200];
+    char nm[1200], nx[1200], mk[1200], tm[1200], tx[1200];
     struct stat st, ms, xs;
     uint8_t ctl[PYDB_CTL_SIZE];
     pydb_state cur;
@@ -1035,8 +1039,10 @@ int pydb__swap_recover(const char *mst, const char *xrf,
     int fd, rc = PYDB_OK;
 
     *finished = 0;
-    if (pydb__swap_names(nm, nx, mk, sizeof nm, mst, xrf) != 0)
+    if (pydb__swap_names(nm, nx, mk, tm, tx, sizeof nm, mst, xrf) != 0)
         return PYDB_OK;
+    mst = tm;   /* the files the swap replaces (a link's target) */
+    xrf = tx;
     if (stat(mk, &st) != 0) {
         /* no intent: a dead job's leftovers (a live job, of any handle,
          * holds an OFD lock on its files) */

@@ -265,9 +265,11 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
 
 /* ---- a compaction's swap (compact.c; docs/compaction.md) ---- */
 
-/* The compaction's new files and its swap marker beside mst/xrf: 0, or
- * -1 when a name does not fit in cap bytes. */
-int pydb__swap_names(char *new_mst, char *new_xrf, char *marker, size_t cap,
+/* The files a compaction of mst/xrf replaces (tgt_*: each path, or the
+ * file its symbolic links lead to), and its new files and swap marker
+ * beside those: 0, or -1 when a name does not fit in cap bytes. */
+int pydb__swap_names(char *new_mst, char *new_xrf, char *marker,
+                     char *tgt_mst, char *tgt_xrf, size_t cap,
                      const char *mst, const char *xrf);
 /* With the writer lock held: publish the state of new files (their
  * control record `ctl` and sizes) as the next file generation, with the

@@ -878,3 +878,31 @@ def test_a_pending_record_keeps_the_version_its_isis_index_reflects(tmp_path, ca
         assert db.collect()["compactions"] == 0
         rep = db.check()
         assert rep.ok and rep.warnings == 0, rep.problems
+
+
+def test_a_compaction_replaces_the_files_symbolic_links_lead_to(tmp_path):
+    """A database whose .mst and .xrf are symbolic links (to another
+    folder): a compaction replaces the files the links lead to, and the
+    links stay links, so both paths read the same database after it.
+    Before, the new files were renamed over the links, and the folder the
+    links led to kept the old files (review of real data)."""
+    real, links = tmp_path / "real", tmp_path / "links"
+    real.mkdir()
+    links.mkdir()
+    base = real / "db"
+    with pydb.create(base, gc="none") as db:
+        for i in range(50):
+            db.append([(24, f"record {i}")])
+    for ext in ("mst", "xrf"):
+        (links / f"db.{ext}").symlink_to(real / f"db.{ext}")
+    with pydb.open(links / "db", readonly=False, gc="none") as db:
+        for m in range(1, 51, 2):
+            db.update(m, [(24, f"changed {m}")])
+        assert db.collect()["compactions"] == 1
+        db.append([(24, "after the compaction")])
+    assert (links / "db.mst").is_symlink() and (links / "db.xrf").is_symlink()
+    assert leftovers(links / "db") == [] and leftovers(base) == []
+    with pydb.open(links / "db") as a, pydb.open(base) as b:
+        assert dump(a) == dump(b) and a.max_mfn == 51
+        assert a[1].raw(24) == [b"changed 1"] and len(a.versions(1)) == 1
+        assert b.check().ok
