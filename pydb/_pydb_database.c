@@ -32,8 +32,8 @@ int database_check_open_(module_state *st, DatabaseObject *self,
 static void db_close_handle(DatabaseObject *self)
 {
     pydb_db *db = self->db;
-    /* closed, or another close (perhaps another thread's) waits */
-    if (!db || atomic_exchange(&self->guard.closing, 1)) return;
+    /* closed, or another close (perhaps another thread's) runs: ended */
+    if (!db || !guard_close_begin(&self->guard)) return;
     pydb_close_begin(db);   /* a write waiting for the writer lock gives up */
     guard_wait_idle(&self->guard);
     transaction_abort_open(self);
@@ -46,6 +46,7 @@ static void db_close_handle(DatabaseObject *self)
         index_release_hooked(self->hooked_index);
         Py_CLEAR(self->hooked_index);
     }
+    guard_closed(&self->guard);
 }
 
 /* ------------------------------------------------------ Database methods */
@@ -133,8 +134,11 @@ static int database_init(DatabaseObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     self->db = db;
-    /* open again: only `closing` is reset, the slots are left as close()
-     * left them (another thread's pin may be backing off) */
+    /* open again: only `closing` (and what close() noted) is reset, the
+     * slots are left as close() left them (another thread's pin may be
+     * backing off) */
+    atomic_store(&self->guard.closed, 0);
+    atomic_store(&self->guard.closer, 0);
     atomic_store(&self->guard.closing, 0);
     Py_XSETREF(self->encoding, PyUnicode_FromString(encoding));
     Py_XSETREF(self->errors, PyUnicode_FromString(errors));

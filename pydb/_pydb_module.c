@@ -91,7 +91,31 @@ void guard_init(handle_guard *g)
 {
     for (int i = 0; i < GUARD_SLOTS; i++) atomic_store(&g->active[i].n, 0);
     atomic_store(&g->closing, 0);
+    atomic_store(&g->closed, 0);
+    atomic_store(&g->closer, 0);
     atomic_store(&g->gen, atomic_load(&guard_fork_gen));
+}
+
+int guard_close_begin(handle_guard *g)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (!atomic_exchange(&g->closing, 1)) {
+        atomic_store(&g->closer, me);
+        return 1;
+    }
+    /* a second close(): returns when the handle is closed (a caller may
+     * then move or remove its files), not while the first one still
+     * waits for the collector's step (found by a review) */
+    if (atomic_load(&g->closer) == me) return 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (!atomic_load(&g->closed)) usleep(200);
+    Py_END_ALLOW_THREADS
+    return 0;
+}
+
+void guard_closed(handle_guard *g)
+{
+    atomic_store(&g->closed, 1);
 }
 
 /* Counts of an older fork generation (guard_current) zeroed, once. */

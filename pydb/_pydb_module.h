@@ -171,6 +171,8 @@ typedef struct {
             atomic_int closing; /* close() has begun: no new operation */
             atomic_uint gen;    /* the fork generation the counts are of
                                    (guard_current)                      */
+            atomic_int closed;  /* that close() has ended               */
+            atomic_ulong closer; /* the thread whose close() runs        */
         };
         char line_[GUARD_LINE];
     };
@@ -200,6 +202,13 @@ static inline int guard_slot_(void) { return 0; }
 
 /* A new guard: open, nothing in flight. */
 void guard_init(handle_guard *g);
+
+/* close() of the handle `g` guards: 1 if this call is to close it (the
+ * first), else 0 once the first close() has ended (closed()), waiting
+ * for it with the GIL released, or at once when that close() is this
+ * thread's own (a finalizer it ran). */
+int guard_close_begin(handle_guard *g);
+void guard_closed(handle_guard *g);
 
 /* Operations in flight and pins on `g`, all threads: a sum of slots read
  * one by one, not a snapshot.  Read after `closing` is set (as close()

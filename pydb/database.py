@@ -546,8 +546,9 @@ class Database(_pydb.Database):
 
     def close(self) -> None:
         """Close the database, its snapshots and its inverted index
-        (idempotent).  Waits for reads in flight in other threads; later
-        calls raise :class:`~pydb.ClosedError`."""
+        (idempotent).  Waits for reads in flight in other threads, and a
+        close() while another thread's runs returns when that one has
+        closed the files; later calls raise :class:`~pydb.ClosedError`."""
         self._closing = True   # an attach spinning under the lock gives up
         lock = self.__dict__.get("_index_lock")
         if lock is not None:

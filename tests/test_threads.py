@@ -19,6 +19,7 @@ so that a regression crashes that test only.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import itertools
 import os
@@ -968,3 +969,37 @@ def test_a_transaction_dropped_while_threads_read_releases_the_writer_lock(tmp_p
     assert [db[m].raw(24) for m in (2001, 2002, 2003)] == [
         [b"same thread"], [b"other thread"], [b"other handle"]]
     db.close()
+
+
+def test_a_second_close_returns_when_the_handle_is_closed(tmp_path):
+    """Two threads close a handle while a third reads through it: the
+    second close() returns when the files are closed, not at once while
+    the first still waits for the read in flight (a caller may move or
+    remove the files after it: found by a review, with a collection in
+    flight)."""
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        with db.transaction() as tx:
+            for i in range(20000):
+                tx.append([(24, f"record {i}"), (70, "z" * 200)])
+    db = pydb.open(base, io="pread")
+
+    def open_fds():
+        return [f for f in Path("/proc/self/fd").iterdir()
+                if os.path.realpath(f).startswith(str(tmp_path))]
+
+    def reader():
+        with contextlib.suppress(pydb.ClosedError):
+            while True:
+                db.read_many(range(1, 20001))
+
+    r = threading.Thread(target=reader)
+    r.start()
+    time.sleep(0.1)
+    first = threading.Thread(target=db.close)
+    first.start()
+    time.sleep(0.005)
+    db.close()
+    assert db.closed and open_fds() == []
+    first.join()
+    r.join()
