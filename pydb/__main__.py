@@ -17,6 +17,7 @@ import os
 import sys
 import textwrap
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -513,6 +514,10 @@ def _cmd_index(args) -> int:
     """Build the index; report the records read, the time and the rate of
     the reading phase (first to last progress report), apart from the
     time taken to write and commit the index."""
+    if existing_file(base_name(args.db)) is None:
+        print(f"pydb index: {args.db}: no database there (no .mst or .xrf file)",
+              file=sys.stderr)
+        return 1
     stored = _stored_or_none(args.db)
     if (args.fst is None and find_sidecar(args.db, "fst") is None
             and (stored is None or not stored["fst"])):
@@ -753,7 +758,25 @@ def main(argv: list[str] | None = None) -> int:
                     RuntimeError)
     args = parser().parse_args(argv)
     _ascii_locale_to_utf8()
-    return _run(args.command, "pydb", lambda: args.func(args))
+    with _warnings_as_lines():
+        return _run(args.command, "pydb", lambda: args.func(args))
+
+
+@contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Warnings (EncodingDetectionWarning, ...) shown as one line each,
+    ``pydb: warning: MESSAGE``, not with the file and source line of
+    pydb's code that warned."""
+    saved = warnings.formatwarning
+
+    def one_line(message, category, filename, lineno, line=None):
+        return f"pydb: warning: {message}\n"
+
+    warnings.formatwarning = one_line   # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        warnings.formatwarning = saved
 
 
 def _run(command: str, prefix: str, call: Callable[[], int],

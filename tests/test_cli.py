@@ -761,7 +761,11 @@ def test_cli_index(isis_data, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pydb", "index", str(tmp_path / "none"),
                         "--quiet", "--fst", os.path.join(str(tmp_path), "cds.fst")],
                        capture_output=True, text=True, env=env)
-    assert r.returncode == 1 and "pydb:" in r.stderr
+    assert r.returncode == 1
+    assert r.stderr == f"pydb index: {tmp_path / 'none'}: no database there (no .mst or .xrf file)\n"
+    r = subprocess.run([sys.executable, "-m", "pydb", "index", str(tmp_path / "none"),
+                        "--quiet"], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "no database there" in r.stderr   # not "no .fst file"
 
 
 def test_index_refuses_a_missing_fst_or_stw_file(isis_data, tmp_path, capsys):
@@ -1005,3 +1009,14 @@ def test_dump_goes_on_past_a_damaged_record(isis_data):
         f"pydb dump: left out: {base}.mst at byte 28976: the record at offset 28976 has "
         "MFN 2019440690, but the XRF entry of MFN 49 points there",
         f"pydb dump: 1 damaged record left out (pydb check {base} reports the damage)"]
+
+
+def test_a_warning_is_one_line(isis_data):
+    """A warning of the library (here EncodingDetectionWarning: pyisis's
+    mixEncodings fixture mixes UTF-8 and cp850 values) is one line on
+    stderr, not the file and source line of pydb's code that warned."""
+    base = need("scieloorg__pyisis/pyisis/pyisis/tests/fixtures/mixEncodings")
+    p = run("info", base, text=True)
+    assert p.returncode == 0
+    assert p.stderr.startswith(f"pydb: warning: {base}.mst: encoding=\"auto\" chose cp850")
+    assert len(p.stderr.splitlines()) == 1 and "__main__.py" not in p.stderr
