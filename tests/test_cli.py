@@ -762,7 +762,8 @@ def test_cli_index(isis_data, tmp_path):
                         "--quiet", "--fst", os.path.join(str(tmp_path), "cds.fst")],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 1
-    assert r.stderr == f"pydb index: {tmp_path / 'none'}: no database there (no .mst or .xrf file)\n"
+    assert r.stderr == (f"pydb index: {tmp_path / 'none'}: no database there "
+                        "(no .mst or .xrf file)\n")
     r = subprocess.run([sys.executable, "-m", "pydb", "index", str(tmp_path / "none"),
                         "--quiet"], capture_output=True, text=True, env=env)
     assert r.returncode == 1 and "no database there" in r.stderr   # not "no .fst file"
