@@ -1021,3 +1021,17 @@ def test_a_warning_is_one_line(isis_data):
     assert p.returncode == 0
     assert p.stderr.startswith(f"pydb: warning: {base}.mst: encoding=\"auto\" chose cp850")
     assert len(p.stderr.splitlines()) == 1 and "__main__.py" not in p.stderr
+
+
+def test_info_says_a_classic_index_is_behind(isis_data, tmp_path):
+    """`info` tells when the XRF flags records the CDS/ISIS inverted file
+    has not taken in (pydb never updates one): the WinISIS sample BIBL
+    has one pending record, and a record pydb changes adds one."""
+    src = need("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
+    base = copy_db(src, tmp_path / "BIBL", ("cnt", "n01", "n02", "l01", "l02", "ifp"))
+    p = run("info", base, "--encoding", "cp850", text=True)
+    assert "index behind by: 1 record the XRF flags new or changed" in p.stdout
+    with pydb.open(base, readonly=False, encoding="cp850", gc="none") as db:
+        db.update(2, [(24, "changed")])
+    p = run("info", base, "--encoding", "cp850", text=True)
+    assert "index behind by: 2 records the XRF flags new or changed" in p.stdout
