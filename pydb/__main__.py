@@ -159,16 +159,18 @@ def _cmd_info(args) -> int:
             where = (f"{base_name(args.db)}.pdx" if index.kind == "native"
                      else "CDS/ISIS inverted file")
             rows.append(("index", f"{index.kind} ({where})"))
-            changed = counts.get("new", 0) + counts.get("pending", 0)
+            # the XRF flags: records this inverted file does not reflect
+            # (pydb never updates a CDS/ISIS inverted file); "new" on every
+            # record is what a CISIS load leaves, inverted or not
+            new = counts.get("new", 0)
+            changed = counts.get("pending", 0) + (
+                new if new < counts["active"] + counts["logically_deleted"] else 0)
             if index.kind != "native" and changed:
-                # the XRF flags: records this inverted file does not reflect
-                # (pydb never updates a CDS/ISIS inverted file)
                 rows.append(("index behind by", f"{_plural(changed, 'record')} the XRF "
                              "flags new or changed since the inverted file took them in "
-                             "(pydb's writes too; CISIS loads leave every record "
-                             "flagged new): searches may miss or misplace them; invert "
-                             "with the ISIS tools, or build a native index: pydb index "
-                             f"{args.db}"))
+                             "(pydb's writes too): searches may miss or misplace them; "
+                             "invert with the ISIS tools, or build a native index: pydb "
+                             f"index {args.db}"))
             if stored is not None:
                 rules = ("UTF-8, Unicode case and accent folding" if stored["utf8"]
                          else "8-bit, ISIS upper-case tables")
