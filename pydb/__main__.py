@@ -442,7 +442,23 @@ def _cmd_import(args) -> int:
         print(f"pydb import: no record found in {args.src} ({size} bytes): not "
               f"{'JSON Lines' if fmt == 'jsonl' else 'ISO 2709'}?", file=sys.stderr)
         return 1
-    return _report(rep, "imported")
+    status = _report(rep, "imported")
+    if before is None and rep.records == 0 and rep.errors and not args.resume:
+        _remove_empty_db(args.db)
+    return status
+
+
+def _remove_empty_db(db: str) -> None:
+    """Remove the database an import made and put no record into (every
+    record of the file failed): no empty .mst/.xrf is left behind."""
+    base = base_name(db)
+    if _max_mfn_or_none(db) != 0:
+        return
+    for ext in ("mst", "xrf", "wal", "shm"):
+        path = find_sidecar(base, ext)
+        if path is not None:
+            os.remove(path)
+    print(f"pydb import: nothing imported: {db} was not created", file=sys.stderr)
 
 
 def _no_pyarrow() -> bool:

@@ -119,6 +119,23 @@ def test_import_stop_one_line_no_database(isis_data, tmp_path):
     assert not (tmp_path / "bad.mst").exists() and not (tmp_path / "bad.xrf").exists()
 
 
+def test_an_import_that_imports_nothing_leaves_no_database(isis_data, tmp_path):
+    """Every record of the file failed (an FST given as an ISO file): the
+    new database it made is removed, not left empty (review of real
+    data); an existing database it appended to stays."""
+    fst = need(CDS_SAMPLE) + ".fst"
+    r = run("import", fst, tmp_path / "x2", text=True)
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-2:] == [
+        "imported 0 record(s), 1 skipped",
+        f"pydb import: nothing imported: {tmp_path / 'x2'} was not created"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    pydb.create(tmp_path / "kept").close()
+    r = run("import", fst, tmp_path / "kept", text=True)
+    assert r.returncode == 1 and "was not created" not in r.stderr
+    assert (tmp_path / "kept.mst").exists() and (tmp_path / "kept.xrf").exists()
+
+
 @pytest.mark.parametrize("args", [
     ["import", "{missing}", "{tmp}/x"],
     ["export", "{tmp}/nodb", "{tmp}/out.iso"],
