@@ -399,8 +399,14 @@ def detect_encoding(db: Any) -> EncodingDetection:
         defined = all(_cp1252_defined(raw) for _m, _t, _o, raw in invalid)
         if c1 and defined:
             name = "cp1252"
-    reason += (f"; an 8-bit code page: {best} reads the most bytes >= 0x80 as letters "
-               "in words")
+    tied = [c for c in _CANDIDATES if scores[c] == scores[best]]
+    if len(tied) > 1:
+        reason += (f"; an 8-bit code page: {' and '.join(tied)} read as many bytes "
+                   f">= 0x80 as letters in words ({scores[best]}); {best}, the first of "
+                   f"{', '.join(_CANDIDATES)}, is taken (give the encoding to choose)")
+    else:
+        reason += (f"; an 8-bit code page: {best} reads the most bytes >= 0x80 as "
+                   "letters in words")
     if name == "cp1252":
         reason += f" ({c1} bytes 0x80-0x9F: windows-1252 punctuation or letters)"
     elif best == "latin-1":
