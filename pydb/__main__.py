@@ -857,7 +857,7 @@ def parser() -> argparse.ArgumentParser:
                 epilog="Under an ASCII locale (LC_ALL=C or POSIX) the text is written as "
                        "UTF-8.")
     _db_arg(p)
-    p.add_argument("mfn", metavar="MFN", nargs="*", type=int,
+    p.add_argument("mfn", metavar="MFN", nargs="*", type=_int_from(1, 2**31 - 1),
                    help="MFNs of the records to print (default: every active record)")
     _encoding_arg(p, READ_ENCODING_HELP, default="auto")
     p.add_argument("--deleted", action="store_true", help="include logically deleted records")

@@ -171,6 +171,7 @@ def test_errors_are_one_line(tmp_path, args):
     (["terms", "{tmp}/exists", "--limit", "-1"], "argument --limit: -1 is less than 0"),
     (["index", "{tmp}/exists", "--max-key", "-1"], "argument --max-key: -1 is less than 0"),
     (["check", "{tmp}/exists", "--max-problems", "-2"], "-2 is less than 0"),
+    (["dump", "{tmp}/exists", "1", "0"], "argument MFN: 0 is not in 1..2147483647"),
 ])
 def test_a_bad_value_is_bad_usage(tmp_path, args, says):
     """Exit status 2, as for an unknown option (pydb --help's table), and
