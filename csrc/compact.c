@@ -329,28 +329,30 @@ static int write_version(pydb_db *db, pydb_compact *j, int32_t mfn,
  * "update pending": the oldest of the chain from `back` (ISIS clears the
  * back pointer of the version it inverts, and points every later
  * version's back at it, docs/isis-formats.md §2.4; pydb's updates chain
- * each to the one they replace), read into j->inv.  0 and *found 0 where
- * the chain cannot be followed (its versions are then dropped, as any
- * garbage). */
+ * each to the one they replace), read into j->inv, *found 1.  A chain
+ * that cannot be followed (damaged) keeps none: *found 0 and PYDB_OK (its
+ * versions are dropped, as any garbage).  Other errors (PYDB_EIO,
+ * PYDB_ENOMEM) fail the step, which leaves the database as it was. */
 static int inverted_version(pydb_db *db, pydb_compact *j, int32_t mfn,
                             int64_t back, int *found, pydb_error *err)
 {
-    pydb_error ignored;
     pydb_leader l;
     int64_t at = back;
+    int rc;
 
     *found = 0;
     for (;;) {
         int64_t prev;
-        if (pydb__leader_read(&l, db, mfn, at, -1, &ignored)) return 0;
+        rc = pydb__leader_read(&l, db, mfn, at, -1, err);
+        if (rc) return rc == PYDB_ECORRUPT ? PYDB_OK : rc;
         prev = l.mfbwb > 0 ? (int64_t)(l.mfbwb - 1) * PYDB_BLOCK + l.mfbwp
                            : -1;
         if (prev < 0) break;
-        if (prev >= at) return 0;   /* not back: a damaged chain */
+        if (prev >= at) return PYDB_OK;   /* not back: a damaged chain */
         at = prev;
     }
-    if (pydb_read_at(&j->inv, db, mfn, at, &ignored)) return 0;
-    (void)err;
+    rc = pydb_read_at(&j->inv, db, mfn, at, err);
+    if (rc) return rc == PYDB_ECORRUPT ? PYDB_OK : rc;
     *found = 1;
     return PYDB_OK;
 }
