@@ -1135,12 +1135,26 @@ struct list_ctx {
     int include_deleted;
 };
 
+/* Whether a listing takes an entry: an active record, or a logically
+ * deleted one with `include_deleted`. */
+static int listed(const pydb_xrf_entry *e, int include_deleted)
+{
+    return e->state == PYDB_XRF_ACTIVE ||
+           (include_deleted && e->state == PYDB_XRF_LDELETED);
+}
+
+/* XRF blocks a listing of `cap` entries reads at a time: no more than
+ * they can fill. */
+static int64_t list_blocks(size_t cap)
+{
+    int64_t blocks = (int64_t)(cap / PYDB_XRF_PER_BLOCK) + 2;
+    return blocks < SCAN_BLOCKS ? blocks : SCAN_BLOCKS;
+}
+
 static int list_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 {
     struct list_ctx *c = ctx;
-    if (e->state == PYDB_XRF_ACTIVE ||
-        (c->include_deleted && e->state == PYDB_XRF_LDELETED))
-        c->mfns[c->n++] = mfn;
+    if (listed(e, c->include_deleted)) c->mfns[c->n++] = mfn;
     return c->n == c->cap;
 }
 
@@ -1153,10 +1167,8 @@ static int list_in(int32_t *mfns, size_t cap, size_t *n, int32_t *next,
     *n = 0;
     *next = st->next_mfn;
     if (cap == 0) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "cap is 0");
-    /* Read no more XRF blocks at a time than `cap` entries can fill. */
-    int64_t blocks = (int64_t)(cap / PYDB_XRF_PER_BLOCK) + 2;
     rc = pydb__xrf_scan(db, st, from, list_visit, &c, next,
-                        blocks < SCAN_BLOCKS ? blocks : SCAN_BLOCKS, err);
+                        list_blocks(cap), err);
     *n = c.n;
     return rc;
 }
@@ -1314,9 +1326,7 @@ static int listed_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
 {
     struct listed_ctx *c = ctx;
     pydb_listed *l;
-    if (e->state != PYDB_XRF_ACTIVE &&
-        !(c->include_deleted && e->state == PYDB_XRF_LDELETED))
-        return 0;
+    if (!listed(e, c->include_deleted)) return 0;
     l = &c->out[c->n++];
     l->mfn = mfn;
     l->state = e->state;
@@ -1335,7 +1345,6 @@ int pydb_snapshot_list(pydb_listed *out, size_t cap, size_t *n,
     pydb_db *db = snap->db;
     pydb_state cur;
     uint64_t fs;
-    int64_t blocks = (int64_t)(cap / PYDB_XRF_PER_BLOCK) + 2;
     int rc;
 
     *n = 0;
@@ -1347,7 +1356,7 @@ int pydb_snapshot_list(pydb_listed *out, size_t cap, size_t *n,
     if (rc) return rc;
     c.mst_end = cur.mst_end;
     rc = pydb__xrf_scan(db, &snap->st, from, listed_visit, &c, next,
-                        blocks < SCAN_BLOCKS ? blocks : SCAN_BLOCKS, err);
+                        list_blocks(cap), err);
     *n = c.n;
     /* a pair switched since (here or during the scan) is not fs:
      * pydb_snapshot_read_listed() then reads by MFN */
