@@ -56,9 +56,10 @@
  *                        postings strictly ascending, no more than its
  *                        count, of MFNs active in that commit (a commit
  *                        changes a record's postings with the record:
- *                        deleted records have none).  Not checked: that
- *                        the keys are those the FST makes of the records
- *                        (a rebuild, `pydb index`, makes them anew).
+ *                        deleted records have none); then each active
+ *                        record's postings against the keys the index's
+ *                        FST gives of it (index_records: records another
+ *                        program wrote; `pydb index` makes them anew).
  * Not checked yet: the write-ahead log (<base>.wal, format in wal.h).  A
  * step between 1 and 2 would check the log's header/checksums and that
  * every record it would replay lies inside the files (add its kinds to
@@ -1048,6 +1049,9 @@ typedef struct {
                                  else: only these are reported), or NULL */
     size_t nseen;
     int64_t faults;           /* found in this pass                       */
+    uint64_t *sums;           /* per MFN below next_mfn: the sum of its
+                                 postings' hashes in the index (key_hash) */
+    uint32_t *counts;         /* per MFN: its postings in the index       */
     pydb_error e;
 } index_walk;
 
@@ -1116,6 +1120,21 @@ static int posting_fault(index_walk *w, const uint8_t *key, size_t len,
     return report(w->c, PYDB_CHECK_INDEX_POSTING, mfn, w->dir, -1, "%s", msg);
 }
 
+/* A hash of one posting of a key (FNV-1a of the key, then its TAG, OCC
+ * and CNT, finished by splitmix64's mixer): a record's postings in the
+ * index and the keys its FST gives are compared by the sum of these
+ * (index_records). */
+static uint64_t key_hash(const uint8_t *key, size_t len,
+                         const pydb_posting *p)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ key[i]) * 0x100000001b3ULL;
+    h ^= ((uint64_t)p->tag << 40) ^ ((uint64_t)p->occ << 20) ^ p->cnt;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    return h ^ (h >> 31);
+}
+
 /* pydb__key_postings_fn: the postings of one key, checked. */
 static int index_key(void *ctx, const uint8_t *key, size_t len,
                      uint64_t count, const pydb_postings *p)
@@ -1141,8 +1160,11 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
                               key_quoted(text, sizeof text, key, len), i + 1,
                               (int)m, v[i].tag, v[i].occ, v[i].cnt))
                 return 1;
-        } else if (m < 1 || m >= w->next_mfn ||
-                   !(w->active[m / 8] & (1u << (m % 8)))) {
+        } else if (m >= 1 && m < w->next_mfn &&
+                   (w->active[m / 8] & (1u << (m % 8)))) {
+            w->sums[m] += key_hash(key, len, &v[i]);
+            w->counts[m]++;
+        } else {
             if (posting_fault(w, key, len, 2, m,
                               "key \"%s\": a posting of MFN %d, which "
                               "has no active record in the commit checked "
@@ -1153,6 +1175,103 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
         }
     }
     return 0;
+}
+
+/* The distinct keys one record's FST gives, as key_hash values. */
+typedef struct {
+    uint64_t *v;
+    size_t n, cap;
+    pydb_error *err;
+} record_keys;
+
+/* pydb_key_fn: note one key of a record (record_keys). */
+static int record_key(void *ctx, const uint8_t *key, size_t len,
+                      const pydb_posting *p)
+{
+    record_keys *k = ctx;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 256;
+        uint64_t *v = realloc(k->v, cap * sizeof *v);
+        if (!v)
+            return PYDB_ERROR(k->err, PYDB_ENOMEM, "", -1,
+                              "no memory for the check");
+        k->v = v;
+        k->cap = cap;
+    }
+    k->v[k->n++] = key_hash(key, len, p);
+    return PYDB_OK;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether each active record's postings in the index are the keys the
+ * index's FST gives of it (w->sums, w->counts: the walk's), compared by
+ * the count and the sum of their hashes (key_hash; the index holds a
+ * key's posting once, so a record's repeated keys count once).  A record
+ * another program added or changed (WinISIS, CISIS, an older pydb: they
+ * do not know pydb's index) has no postings or its old ones, which a
+ * search then misses or finds: reported with how to mend it.  A record
+ * that cannot be read is skipped (its step reported it).  Nonzero: stop
+ * (the caller's callback had enough); PYDB_ENOMEM in w->e as -1. */
+static int index_records(index_walk *w, const pydb_snapshot *snap)
+{
+    pydb_record *rec = NULL;
+    pydb_fst_scratch s;
+    record_keys k = {NULL, 0, 0, &w->e};
+    int stop = 0, rc;
+
+    memset(&s, 0, sizeof s);
+    for (int32_t m = 1; m < w->next_mfn && !stop; m++) {
+        uint64_t sum = 0;
+        size_t n = 0;
+        if (!(w->active[m / 8] & (1u << (m % 8)))) continue;
+        rc = pydb_snapshot_read(&rec, snap, m, &w->e);
+        if (rc == PYDB_ENOMEM) {
+            stop = -1;
+            break;
+        }
+        if (rc) continue;
+        k.n = 0;
+        if (!rec->deleted && !rec->status) {
+            rc = pydb__nidx_view_keys(w->view, m, rec->fields, rec->nfields,
+                                      &s, record_key, &k, &w->e);
+            if (rc == PYDB_ENOMEM) {
+                stop = -1;
+                break;
+            }
+            if (rc) {
+                stop = posting_fault(w, (const uint8_t *)"", 0, 3, m,
+                                     "MFN %d: the index's FST fails on "
+                                     "its record: %s", (int)m,
+                                     w->e.message);
+                continue;
+            }
+        }
+        qsort(k.v, k.n, sizeof *k.v, u64_cmp);
+        for (size_t i = 0; i < k.n; i++)
+            if (i == 0 || k.v[i] != k.v[i - 1]) {
+                sum += k.v[i];
+                n++;
+            }
+        if (sum != w->sums[m] || n != w->counts[m])
+            stop = posting_fault(w, (const uint8_t *)"", 0, 3, m,
+                                 "MFN %d: the index holds %u postings of "
+                                 "it, its record gives %zu keys by the "
+                                 "index's FST%s: the record changed without "
+                                 "the index (another program wrote the "
+                                 "master file?), and searches go by its "
+                                 "old keys; rebuild the index (python -m "
+                                 "pydb index)", (int)m, w->counts[m], n,
+                                 n == w->counts[m] ? " (other keys)" : "");
+    }
+    pydb_record_free(rec);
+    pydb__fst_scratch_free(&s);
+    free(k.v);
+    return stop;
 }
 
 /* A bit per MFN below snap's NXTMFN, set where its record is active
@@ -1263,6 +1382,12 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int first,
         goto cleanup;
     }
     w.active = bits;
+    w.sums = calloc((size_t)si.next_mfn + 1, sizeof *w.sums);
+    w.counts = calloc((size_t)si.next_mfn + 1, sizeof *w.counts);
+    if (!w.sums || !w.counts) {
+        rc = PYDB_ERROR(&w.e, PYDB_ENOMEM, "", -1, "no memory for the check");
+        goto cleanup;
+    }
     c->sum->index_keys = c->sum->index_postings = 0;
     rc = pydb__nidx_view_walk(w.view, index_key, &w, &w.e);
     if (rc) {
@@ -1272,6 +1397,11 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int first,
         }
         goto cleanup;
     }
+    if (c->stop) goto cleanup;
+    if (index_records(&w, snap) < 0) {
+        rc = PYDB_ENOMEM;
+        goto cleanup;
+    }
     if (!c->stop) c->sum->index_checked = 1;
 cleanup:
     *faults = w.faults;
@@ -1279,6 +1409,8 @@ cleanup:
     if (w.dry) *nseen = w.nseen;
     if (rc && err) *err = w.e;
     free(bits);
+    free(w.sums);
+    free(w.counts);
     pydb_index_close(w.view);
     pydb_snapshot_release(snap);
     return rc;

@@ -930,6 +930,20 @@ int pydb__nidx_view_walk(pydb_index *view, pydb__key_postings_fn fn,
     return rc;
 }
 
+int pydb__nidx_view_keys(pydb_index *view, int32_t mfn,
+                         const pydb_field *fields, uint32_t n,
+                         pydb_fst_scratch *s, pydb_key_fn fn, void *ctx,
+                         pydb_error *err)
+{
+    const nidx_cfg *cfg;
+    if (!view || view->ops != &view_ops)
+        return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
+                          "not a pinned view of a native index");
+    cfg = ((nidx_view *)view)->ss->cfg;
+    return pydb__fst_keys(cfg->fst, &cfg->rules, &cfg->sw, mfn, fields, n, s,
+                          fn, ctx, err);
+}
+
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
                      pydb_error *err)

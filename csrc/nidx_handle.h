@@ -251,6 +251,15 @@ typedef int (*pydb__key_postings_fn)(void *ctx, const uint8_t *key,
                                      const pydb_postings *p);
 int pydb__nidx_view_walk(pydb_index *view, pydb__key_postings_fn fn,
                          void *ctx, pydb_error *err);
+/* The keys of record `mfn` (fields[n]) by the FST, key rules and stop
+ * words of a pinned view (pydb_snapshot_index): fn gets each key and its
+ * posting, as a commit adds them (pydb__fst_keys; s: its scratch).
+ * PYDB_EINVAL for an index that is not such a view; pydb__fst_keys'
+ * errors. */
+int pydb__nidx_view_keys(pydb_index *view, int32_t mfn,
+                         const pydb_field *fields, uint32_t n,
+                         pydb_fst_scratch *s, pydb_key_fn fn, void *ctx,
+                         pydb_error *err);
 void pydb__nidx_gc_free(nidx *x);
 /* A commit's prepare (the writer lock held): if a merge is offered and
  * its run is still in ss in a row, *out is ss with the run replaced by

@@ -1250,7 +1250,8 @@ enum pydb_check_kind {
     PYDB_CHECK_INDEX_POSTING,    /* a key's postings out of order or
                                     repeated, more than its count, or of an
                                     MFN with no active record in the commit
-                                    checked                                */
+                                    checked; or a record's postings not the
+                                    keys the index's FST gives of it       */
     /* warnings */
     PYDB_CHECK_MFRL_PADDING,     /* MFRL odd / not a multiple of 2^MSTXL    */
     PYDB_CHECK_PLACEMENT,        /* start not aligned, or leader splits a
@@ -1340,8 +1341,9 @@ int pydb_check_kind_severity(int kind);
  * costs it the same order of work again).  Then, where the database has
  * a native index, that index as of the latest commit (a snapshot taken
  * then): every key and its postings read (PYDB_CHECK_INDEX,
- * PYDB_CHECK_INDEX_POSTING); memory: a bit per MFN and the postings of
- * one key at a time.  pydb_snapshot_check() does not check the index.
+ * PYDB_CHECK_INDEX_POSTING), then each active record's keys by the
+ * index's FST compared with its postings; memory: 13 bytes per MFN, the
+ * postings of one key and the keys of one record at a time.  pydb_snapshot_check() does not check the index.
  */
 int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
                   const pydb_check_options *opt, pydb_error *err);

@@ -12,8 +12,11 @@ postings strictly ascending and of records active in that commit.
 Without a commit header (files mode) no generation ties the index to the
 control record, so a fault of the postings is reported only when a
 second walk, 50 ms later, finds it again (a writer's commit in progress
-then is another one).  The check does not compare the keys with those
-the FST makes of the records (``pydb index DB`` builds them anew), and
+then is another one).  Then each active record's postings are compared
+with the keys the index's FST gives of it (their number and a sum of
+their hashes): a record another program added or changed (WinISIS and
+CISIS do not know pydb's index) is an ``index-posting`` error, which
+``pydb index DB`` mends by building the index anew.
 ``snapshot.check()`` checks the records only.  It checks one
 committed state: ``db.check()`` the latest commit when it starts (a
 snapshot it takes itself), ``snapshot.check()`` the commit of that
@@ -57,7 +60,10 @@ index              error     the native index cannot be read: a damaged or
 index-posting      error     a key's postings out of order or repeated,
                              more of them than the key's count, or of an
                              MFN that has no active record in the commit
-                             checked (file: the index folder ``.pdx``)
+                             checked; or a record's postings not the keys
+                             the index's FST gives of it (a record another
+                             program wrote) (file: the index folder
+                             ``.pdx``)
 mfrl-padding       warning   MFRL odd, or not a multiple of 2^MSTXL
                              (pyisis-written files)
 placement          warning   record not on the 2-byte (2^MSTXL) boundary, or

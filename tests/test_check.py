@@ -1035,6 +1035,46 @@ def test_check_reports_postings_of_records_that_are_not_active(tmp_path):
     assert sorted({p.mfn for p in rep.problems}) == list(range(11, 32))
 
 
+def test_check_reports_records_another_program_wrote_past_the_index(tmp_path):
+    """Records another program added or changed (WinISIS, CISIS: the
+    master file written, pydb's index not): searches miss them, and the
+    check compares each record's postings with the keys the index's FST
+    gives of it, so it names each of them (it said OK).  A rebuild
+    (`pydb index`) mends it."""
+    from test_commit_header import _write_as_another_program
+    base = _indexed(tmp_path)
+
+    def write(w):
+        w.update(2, [(1, "yellow plum")])       # was "green pear"
+        w.update(5, [(1, "pear green")])        # same keys, other positions
+        w.append([(1, "green apple")])          # MFN 31
+        w.append([(1, "blue plum")])            # MFN 32
+    _write_as_another_program(base, write)
+    with pydb.open(base) as db:
+        assert len(db.search("PLUM")) == 0 and len(db) == 32
+    rep = run_check(base)
+    fix = ("the record changed without the index (another program wrote the master "
+           "file?), and searches go by its old keys; rebuild the index (python -m "
+           "pydb index)")
+    assert [(p.kind, p.mfn, p.file, p.message) for p in rep.problems] == [
+        ("index-posting", 2, f"{base}.pdx", "MFN 2: the index holds 2 postings of it, its "
+         f"record gives 2 keys by the index's FST (other keys): {fix}"),
+        ("index-posting", 5, f"{base}.pdx", "MFN 5: the index holds 2 postings of it, its "
+         f"record gives 2 keys by the index's FST (other keys): {fix}"),
+        ("index-posting", 31, f"{base}.pdx", "MFN 31: the index holds 0 postings of it, "
+         f"its record gives 2 keys by the index's FST: {fix}"),
+        ("index-posting", 32, f"{base}.pdx", "MFN 32: the index holds 0 postings of it, "
+         f"its record gives 2 keys by the index's FST: {fix}")]
+    assert not rep.ok and rep.stats["index_checked"]
+    p = subprocess.run([sys.executable, "-m", "pydb", "index", str(base)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rep = run_check(base)
+    assert rep.ok and rep.problems == []
+    with pydb.open(base) as db:
+        assert sorted(db.search("PLUM")) == [2, 32]
+
+
 def test_check_of_the_index_beside_a_writer_process(tmp_path):
     """Checks while another process commits appends, updates, deletions
     and undeletions, each with its postings: the index read as of one
