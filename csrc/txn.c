@@ -1539,11 +1539,16 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
     pydb__shm_applying(pydb__db_shm(db), 1);
 
     /* Apply.  Record bytes first (unreachable until the XRF says so;
-     * a direct commit's are there already). */
+     * a direct commit's are there already).  A transaction of whole files
+     * only (an index build or merge) changes no byte of the master file:
+     * neither the zero fill past the end of records nor an unchanged
+     * control record is written (the file's mtime stays, which backup
+     * tools and the librarian see; a replay of the frame writes the same
+     * bytes). */
     /* logged before a committed byte changes: durable, or (sync=False)
      * behind synced copies of every unit written in place */
     PYDB_ASSERT(logged);
-    if (!region && mst_end > t->start) {
+    if (t->nops && !region && mst_end > t->start) {
         /* the first entry is the MST region */
         const uint8_t *p = log.p + PYDB_WAL_HEAD + PYDB_WAL_ENTRY;
         e = -pydb__write_full(db->mst.fd, p, (size_t)(mst_end - t->start),
@@ -1568,7 +1573,8 @@ int pydb_txn_commit(pydb_txn *t, pydb_error *err)
         }
         pydb__fsize_raise(&db->xrf, (xb[i].index + 1) * PYDB_BLOCK);
     }
-    e = -pydb__write_full(db->mst.fd, ctl, PYDB_CTL_SIZE, 0);
+    e = t->nops || memcmp(ctl, t->ctl, PYDB_CTL_SIZE) != 0
+            ? -pydb__write_full(db->mst.fd, ctl, PYDB_CTL_SIZE, 0) : 0;
     if (e) {
         __atomic_add_fetch(&db->seq, 1, __ATOMIC_RELEASE);
         rc = PYDB_OSERROR(err, e, db->mst.path, 0, "write failed: %s",

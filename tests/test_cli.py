@@ -787,6 +787,29 @@ def test_cli_index(isis_data, tmp_path):
     assert r.returncode == 1 and "no database there" in r.stderr   # not "no .fst file"
 
 
+def test_index_leaves_the_master_file_as_it_was(isis_data, tmp_path):
+    """`pydb index` on a CDS/ISIS database, then a rebuild and a
+    collection that merges the index: commits of the index alone, which
+    change no record, write no byte of the .mst or .xrf (they rewrote the
+    control record and the zero fill past the last record: same bytes, a
+    new mtime, which backup tools copy again)."""
+    base = str(copy_db(isis_data / CDS_SAMPLE, tmp_path, ("fst", "stw")))
+    files = [base + ".mst", base + ".xrf"]
+    before = [Path(f).read_bytes() for f in files]
+    for f in files:
+        os.utime(f, ns=(10**18, 10**18))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-m", "pydb", "index", base, "--quiet"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+    with pydb.open(base, readonly=False) as db:
+        assert len(db.search("WATER")) > 0
+        db.collect()
+    assert [os.stat(f).st_mtime_ns for f in files] == [10**18, 10**18]
+    assert [Path(f).read_bytes() for f in files] == before
+
+
 def test_index_refuses_a_missing_fst_or_stw_file(isis_data, tmp_path, capsys):
     """--fst/--stw FILE are files: a mistyped name fails and names the
     file; the index and its stored stop words stay (a missing name was
