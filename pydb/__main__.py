@@ -369,6 +369,28 @@ def _max_mfn_or_none(db: str) -> int | None:
         return None
 
 
+def _layout_kept(args) -> tuple[str, int]:
+    """The layout and MSTXL a new database gets from `args` (defaults:
+    isis-packed, 0).  Where `args.db` exists, a --layout or --mstxl that
+    differs from its own is told on stderr: the records are appended in
+    the database's layout."""
+    layout = args.layout or "isis-packed"
+    mstxl = 0 if args.mstxl is None else args.mstxl
+    if (args.layout is None and args.mstxl is None) or existing_file(base_name(args.db)) is None:
+        return layout, mstxl
+    try:
+        with open_db(args.db) as handle:
+            have = (handle.layout, handle.info()["mstxl"])
+    except (Error, OSError):
+        return layout, mstxl      # the import reports why it cannot open it
+    asked = (args.layout or have[0], have[1] if args.mstxl is None else args.mstxl)
+    if asked != have:
+        print(f"pydb: warning: {args.db} exists with layout {have[0]}, MSTXL {have[1]}: "
+              "the records are appended in that layout (--layout and --mstxl are for "
+              "a new database)", file=sys.stderr)
+    return layout, mstxl
+
+
 def _resume_point(checkpoint: str, src: str, max_mfn: int | None) -> str:
     """What a resumed import will skip, in words.  Raises what the import
     would (ImportResumeError, CorruptionError) before anything is done."""
@@ -408,18 +430,19 @@ def _cmd_import(args) -> int:
     elif before:
         print(f"pydb import: {args.db} exists (MFNs up to {before}): appending the "
               "records after them", file=sys.stderr)
+    layout, mstxl = _layout_kept(args)
     show = _show_progress(args)
     try:
         if fmt == "jsonl":
             with _progress(None, "rec", "import", show) as tick:
-                rep = import_jsonl(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
+                rep = import_jsonl(args.src, args.db, layout=layout, mstxl=mstxl,
                                    encoding=args.encoding or "utf-8", on_error=args.on_error,
                                    progress=tick, max_gap=args.max_gap,
                                    checkpoint=checkpoint)
         else:
             with _progress(size, "B", "import", show) as tick:
                 rep = import_iso(args.src, args.db, flavour=args.flavour or "auto",
-                                 layout=args.layout, mstxl=args.mstxl,
+                                 layout=layout, mstxl=mstxl,
                                  encoding=args.encoding or "utf-8",
                                  db_encoding=args.db_encoding,
                                  on_error=args.on_error, mfn_tag=args.mfn_tag,
@@ -478,8 +501,9 @@ def _import_parquet(args) -> int:
         return 1
     if _no_pyarrow():
         return 1
+    layout, mstxl = _layout_kept(args)
     with _progress(None, "rec", "import", _show_progress(args)) as tick:
-        rep = import_parquet(args.src, args.db, layout=args.layout, mstxl=args.mstxl,
+        rep = import_parquet(args.src, args.db, layout=layout, mstxl=mstxl,
                              encoding=args.encoding, on_error=args.on_error,
                              progress=tick, max_gap=args.max_gap, sort=args.sort)
     return _report(rep, "imported")
@@ -927,12 +951,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl", "parquet"],
                    default=None, help="input format (default: auto-detected ISO 2709; .jsonl "
                    "files: JSON Lines; .parquet files and directories: Parquet)")
-    p.add_argument("--layout", default="isis-packed",
+    p.add_argument("--layout", default=None,
                    choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"],
-                   help="record leader layout of a new database (WinISIS writes isis-packed)")
-    p.add_argument("--mstxl", type=_int_from(0, 6), default=0, metavar="N",
+                   help="record leader layout of a new database (default isis-packed, as "
+                        "WinISIS writes; an existing database keeps its own)")
+    p.add_argument("--mstxl", type=_int_from(0, 6), default=None, metavar="N",
                    help="MSTXL alignment shift 0..6 of a new database (records start on "
-                        "2**N bytes)")
+                        "2**N bytes; default 0)")
     _encoding_arg(p, "character set of the input file, a Python codec name (default utf-8; "
                   "Parquet: the one its export recorded): ISO lengths counted in "
                   "characters; JSON Lines strings turned back into bytes with it",

@@ -252,6 +252,26 @@ def test_import_appends_to_an_existing_database(tmp_path):
     assert r.returncode == 0, r.stderr
     with pydb.open(tmp_path / "d") as db:
         assert db.max_mfn == 2 and db[1].raw(1) == db[2].raw(1) == [b"x"]
+    # --layout/--mstxl make a new database; an existing one keeps its own,
+    # and a request for another one is told (it was ignored silently)
+    r = run("import", tmp_path / "a.iso", tmp_path / "d", "--layout", "isis-packed")
+    assert r.returncode == 0 and b"warning" not in r.stderr
+    r = run("import", tmp_path / "a.iso", tmp_path / "d", "--layout", "ffi-aligned",
+            "--mstxl", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines() == [
+        f"pydb import: {tmp_path / 'd'} exists (MFNs up to 3): appending the records "
+        "after them",
+        f"pydb: warning: {tmp_path / 'd'} exists with layout isis-packed, MSTXL 0: the "
+        "records are appended in that layout (--layout and --mstxl are for a new database)",
+        "imported 1 record(s), 1 repaired, 0 skipped"]
+    with pydb.open(tmp_path / "d") as db:
+        assert db.max_mfn == 4 and db.layout == "isis-packed"
+    r = run("import", tmp_path / "a.iso", tmp_path / "n", "--layout", "ffi-aligned",
+            "--mstxl", "2")
+    assert r.returncode == 0, r.stderr
+    with pydb.open(tmp_path / "n") as db:
+        assert (db.layout, db.info()["mstxl"], db[1].raw(1)) == ("ffi-aligned", 2, [b"x"])
 
 
 # ------------------------------------------- interrupted imports, --resume
