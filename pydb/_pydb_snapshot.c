@@ -139,9 +139,15 @@ void snapshots_release_all(DatabaseObject *db)
         binding_unlock();
         if (!s) break;
         snapshot_unlink(s);
-        s->guard.closing = 1;
-        guard_wait_idle(&s->guard);
-        snapshot_release_once(s);
+        /* a close() of the snapshot in flight: waited for; else this is
+         * its close (a re-entrant one of this thread's: what is left) */
+        if (guard_close_begin(&s->guard)) {
+            guard_wait_idle(&s->guard);
+            snapshot_release_once(s);
+            guard_closed(&s->guard);
+        } else {
+            snapshot_release_once(s);
+        }
         Py_DECREF(s);
     }
 }
@@ -300,10 +306,12 @@ static int snapshot_traverse(SnapshotObject *s, visitproc visit, void *arg)
 
 void snapshot_close_handle(SnapshotObject *s)
 {
-    /* released, or another close (perhaps another thread's) waits */
-    if (atomic_exchange(&s->guard.closing, 1)) return;
+    /* a second close (perhaps another thread's) returns once the first
+     * released the snapshot and its reader-table slot (guard_close_begin) */
+    if (!guard_close_begin(&s->guard)) return;
     guard_wait_idle(&s->guard);
     snapshot_release_once(s);
+    guard_closed(&s->guard);
 }
 
 static PyObject *snapshot_close(SnapshotObject *s, PyObject *unused)

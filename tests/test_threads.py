@@ -1003,3 +1003,34 @@ def test_a_second_close_returns_when_the_handle_is_closed(tmp_path):
     assert db.closed and open_fds() == []
     first.join()
     r.join()
+
+
+def test_a_second_close_of_a_snapshot_returns_when_it_is_released(tmp_path):
+    """Two threads close a snapshot while a third reads through it: the
+    second close() returns when the snapshot has left the reader table
+    (what a compaction waits for), not at once while the first still
+    waits for the read in flight (as the Database's close() does)."""
+    base = tmp_path / "db"
+    with pydb.create(base, sync=False) as db:
+        with db.transaction() as tx:
+            for i in range(20000):
+                tx.append([(24, f"record {i}"), (70, "z" * 200)])
+    with pydb.open(base, io="pread") as db:
+        for _ in range(3):
+            snap = db.snapshot()
+
+            def reader():
+                with contextlib.suppress(pydb.ClosedError):
+                    while True:
+                        snap.read_many(range(1, 20001))
+
+            r = threading.Thread(target=reader)
+            r.start()
+            time.sleep(0.1)
+            first = threading.Thread(target=snap.close)
+            first.start()
+            time.sleep(0.005)
+            snap.close()
+            assert snap.closed and db.stat()["header"]["readers"] == 0
+            first.join()
+            r.join()
