@@ -1019,12 +1019,12 @@ def test_a_second_close_of_a_snapshot_returns_when_it_is_released(tmp_path):
         for _ in range(3):
             snap = db.snapshot()
 
-            def reader():
+            def reader(snap):
                 with contextlib.suppress(pydb.ClosedError):
                     while True:
                         snap.read_many(range(1, 20001))
 
-            r = threading.Thread(target=reader)
+            r = threading.Thread(target=reader, args=(snap,))
             r.start()
             time.sleep(0.1)
             first = threading.Thread(target=snap.close)
