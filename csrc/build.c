@@ -162,10 +162,32 @@ int pydb_builder_delete_last(pydb_builder *b, pydb_error *err)
     return PYDB_OK;
 }
 
+int pydb__xrf_write_all(int fd, const char *path, const int32_t *raw,
+                        int64_t n, pydb_error *err)
+{
+    uint8_t blk[PYDB_BLOCK];
+    int64_t nblocks = pydb__xrf_blocks(n + 1);
+    if (nblocks == 0) nblocks = 1;
+    for (int64_t bi = 0; bi < nblocks; bi++) {
+        memset(blk, 0, sizeof blk);
+        pydb__put32(blk, (uint32_t)(bi == nblocks - 1 ? -(bi + 1) : bi + 1));
+        for (int s = 0; s < PYDB_XRF_PER_BLOCK; s++) {
+            int64_t m = bi * PYDB_XRF_PER_BLOCK + s;
+            if (m < n) pydb__put32(blk + 4 + 4 * s, (uint32_t)raw[m]);
+        }
+        if (pydb__vfs->pwrite(fd, blk, sizeof blk, bi * PYDB_BLOCK) !=
+            (ssize_t)sizeof blk)
+            return PYDB_OSERROR(err, errno, path, bi * PYDB_BLOCK,
+                                "write failed: %s", strerror(errno));
+    }
+    return PYDB_OK;
+}
+
 int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err)
 {
-    uint8_t ctl[PYDB_CTL_SIZE], blk[PYDB_BLOCK];
-    int64_t end = b->pos, padded, nblocks, bi;
+    uint8_t ctl[PYDB_CTL_SIZE];
+    int64_t end = b->pos, padded;
+    int rc;
     static const uint8_t zeros[PYDB_BLOCK];
 
     memset(ctl, 0, sizeof ctl);
@@ -181,20 +203,9 @@ int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err)
     if (pydb__vfs->pwrite(b->fd_mst, ctl, sizeof ctl, 0) != sizeof ctl)
         return PYDB_OSERROR(err, errno, b->mst_path, 0, "write failed: %s",
                             strerror(errno));
-    nblocks = pydb__xrf_blocks((int64_t)b->n + 1);
-    if (nblocks == 0) nblocks = 1;
-    for (bi = 0; bi < nblocks; bi++) {
-        memset(blk, 0, sizeof blk);
-        pydb__put32(blk, (uint32_t)(bi == nblocks - 1 ? -(bi + 1) : bi + 1));
-        for (int s = 0; s < PYDB_XRF_PER_BLOCK; s++) {
-            size_t m = (size_t)bi * PYDB_XRF_PER_BLOCK + (size_t)s;
-            if (m < b->n) pydb__put32(blk + 4 + 4 * s, (uint32_t)b->offsets_xrf[m]);
-        }
-        if (pydb__vfs->pwrite(b->fd_xrf, blk, sizeof blk, bi * PYDB_BLOCK) !=
-            (ssize_t)sizeof blk)
-            return PYDB_OSERROR(err, errno, b->xrf_path, bi * PYDB_BLOCK,
-                                "write failed: %s", strerror(errno));
-    }
+    rc = pydb__xrf_write_all(b->fd_xrf, b->xrf_path, b->offsets_xrf,
+                             (int64_t)b->n, err);
+    if (rc) return rc;
     if (sync) {
         if (pydb__vfs->fsync(b->fd_mst) != 0)
             return PYDB_OSERROR(err, errno, b->mst_path, -1,

@@ -844,28 +844,15 @@ static int plausible(ck *c, int64_t q, int64_t limit, int64_t *mfrl,
     const pydb_geom *g = c->g;
     const uint8_t *h = peek(c, q, g->leader);
     pydb_leader l;
-    int64_t base, m, i;
     if (!h) return 0;
     pydb__leader_decode(&l, g, h);
     *mfn = l.mfn;
-    if (*mfn < 1 || *mfn > c->next_mfn) return 0;
-    m = l.mfrl;
-    base = l.base;
-    if (m < g->leader || m > c->max_mfrl || q + m > limit) return 0;
-    if (base != g->leader + l.nvf * g->entry || base > m) return 0;
-    if (l.status > 1 || l.mfbwb < 0 || l.mfbwp >= PYDB_BLOCK)
-        return 0;
-    if (base <= CHUNK) {
-        const uint8_t *d = peek(c, q, base);
-        if (!d) return 0;
-        for (i = 0; i < l.nvf; i++) {
-            const uint8_t *e = d + g->leader + i * g->entry;
-            int64_t pos, len;
-            pydb__dir_entry(g, e, &pos, &len);
-            if (pos + len > m - base) return 0;
-        }
+    if (!pydb__leader_plausible(&l, g, c->next_mfn, q, limit)) return 0;
+    if (l.base <= CHUNK) {
+        const uint8_t *d = peek(c, q, l.base);
+        if (!d || !pydb__dir_plausible(&l, g, d)) return 0;
     }
-    *mfrl = m;
+    *mfrl = l.mfrl;
     return 1;
 }
 

@@ -569,6 +569,48 @@ int pydb_builder_finish(pydb_builder *b, int sync, pydb_error *err);
  * files are removed. */
 void pydb_builder_free(pydb_builder *b);
 
+/* What pydb_mkxrf() found and wrote. */
+typedef struct pydb_mkxrf_report {
+    int layout;              /* enum pydb_layout, given or detected         */
+    int mstxl;               /* the control record's                        */
+    int32_t next_mfn;        /* the control record's NXTMFN: the XRF has
+                                entries for MFN 1..next_mfn-1              */
+    int64_t end;             /* where the scan ended (bytes): the end of
+                                records the control record names, or the
+                                file's end where that is short of it      */
+    int64_t versions;        /* record versions found (every version of
+                                an MFN counts)                             */
+    int64_t version_bytes;   /* bytes in them                               */
+    int32_t active, deleted; /* MFNs whose XRF entry names a version: of
+                                STATUS 0, of STATUS 1 (pointer negated)   */
+    int32_t pending;         /* of them, with the "update pending" flag    */
+    int32_t missing;         /* MFNs below NXTMFN with no version found:
+                                "physically deleted"                       */
+} pydb_mkxrf_report;
+
+/*
+ * Write a new cross-reference file `xrf_path` (created; an existing file
+ * is PYDB_EIO with sys_errno EEXIST) for the master file `mst_path`, from
+ * a sequential scan of its record versions: CISIS mkxrf's method (BIREME
+ * `mkxrf.c`, for a master file whose XRF is lost or damaged;
+ * docs/isis-formats.md §3).  The scan reads from the end of the control
+ * record to the end of records it names (NXTMFB/NXTMFP), at each 2-byte
+ * (2^MSTXL) step taking a version whose leader and directory are
+ * plausible (an MFN below NXTMFN, MFRL, BASE, NVF, STATUS and every field
+ * inside the record) and going on after it.  An MFN's entry names its last
+ * version in file order, negated for STATUS 1, flagged "update pending"
+ * where that version has a back pointer (CDS/ISIS clears it when it
+ * inverts the record); an MFN with none is physically deleted.  `layout`:
+ * enum pydb_layout, or -1 to take the one under which the first 4 MiB
+ * hold the most bytes of versions.  The master file is only read;
+ * xrf_path is fsynced.  *out is filled on success.  Errors: PYDB_EIO,
+ * PYDB_ECORRUPT (an unusable control record: NXTMFN, NXTMFB/NXTMFP, MSTXL
+ * out of range), PYDB_EINVAL (a layout out of range), PYDB_ENOMEM.
+ * Thread-safe: no state.
+ */
+int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
+               const char *xrf_path, int layout, pydb_error *err);
+
 /* The MFRL in bytes (even, a multiple of 2^MSTXL) that a record with
  * fields[nfields] takes in `layout` with shift `mstxl`
  * (docs/isis-formats.md §2.2-2.3), into *mfrl: the check that

@@ -19,7 +19,8 @@
  *   wal.c/h    the write-ahead log: image, append, replay, reset, lock
  *   handle.c   pydb_open/pydb_close: recovery (wal), control record,
  *              layout detection (read), accessors
- *   build.c    the bulk builder of a new database
+ *   build.c    the bulk builder of a new database; whole XRF files
+ *   mkxrf.c    a new XRF from a scan of a master file (CISIS mkxrf)
  *   txn.c      transactions: begin, changes, commit, abort, commit hook
  *   create.c   pydb_create (build + open)
  *   check.c    the validator (reads the files itself)
@@ -466,6 +467,15 @@ void pydb__refresh(pydb_db *db);
 /* Raise the cached file sizes to what fstat says now (they never shrink);
  * 1 if one grew, else 0. */
 int pydb__refresh_sizes(pydb_db *db);
+
+/* ---- whole XRF files (build.c) ---- */
+
+/* Write the XRF of MFN 1..n, their stored values raw[n] (0 for none),
+ * to fd from offset 0: blocks of 127 entries, XRFPOS the block number,
+ * negated on the last (docs/isis-formats.md §3), at least one block.
+ * 0 or PYDB_EIO (path and offset in err). */
+int pydb__xrf_write_all(int fd, const char *path, const int32_t *raw,
+                        int64_t n, pydb_error *err);
 
 /* ---- publishing the committed state (read.c; the writer lock held) ---- */
 

@@ -180,6 +180,29 @@ void pydb__leader_decode(pydb_leader *l, const pydb_geom *g,
     l->status = pydb__u16(p + g->off_status);
 }
 
+int pydb__leader_plausible(const pydb_leader *l, const pydb_geom *g,
+                           int32_t max_mfn, int64_t off, int64_t limit)
+{
+    int64_t m = l->mfrl;
+    if (l->mfn < 1 || l->mfn > max_mfn) return 0;
+    if (m < g->leader || m > (g->ffi ? PYDB_MAX_FFI_MFRL : 32767) ||
+        off + m > limit)
+        return 0;
+    if (l->base != g->leader + l->nvf * g->entry || l->base > m) return 0;
+    return l->status <= 1 && l->mfbwb >= 0 && l->mfbwp < PYDB_BLOCK;
+}
+
+int pydb__dir_plausible(const pydb_leader *l, const pydb_geom *g,
+                        const uint8_t *p)
+{
+    for (int64_t i = 0; i < l->nvf; i++) {
+        int64_t pos, len;
+        pydb__dir_entry(g, p + g->leader + i * g->entry, &pos, &len);
+        if (pos + len > l->mfrl - l->base) return 0;
+    }
+    return 1;
+}
+
 int pydb__leader_check(const pydb_leader *l, const pydb_geom *g,
                        int32_t mfn, int64_t off, int64_t mst_size,
                        const char *path, pydb_error *err)

@@ -69,6 +69,20 @@ int pydb__leader_check(const pydb_leader *l, const pydb_geom *g,
                        int32_t mfn, int64_t off, int64_t mst_size,
                        const char *path, pydb_error *err);
 
+/* Whether a decoded leader, found at `off` with no XRF entry naming it
+ * (a scan of the master file), could start a record version that ends by
+ * `limit`: MFN 1..max_mfn, MFRL from the leader's size to the layout's
+ * largest (32767, or PYDB_MAX_FFI_MFRL with FFI), BASE the leader plus
+ * NVF directory entries and inside MFRL, STATUS 0 or 1, MFBWB >= 0 and
+ * MFBWP < 512.  The validator's orphan scan and pydb_mkxrf() use it,
+ * then pydb__dir_plausible(). */
+int pydb__leader_plausible(const pydb_leader *l, const pydb_geom *g,
+                           int32_t max_mfn, int64_t off, int64_t limit);
+/* Whether each of the l->nvf directory entries of a plausible leader (the
+ * record's first l->base bytes at p) lies inside the record's data. */
+int pydb__dir_plausible(const pydb_leader *l, const pydb_geom *g,
+                        const uint8_t *p);
+
 /* Fill rec (reserved for l->mfrl bytes and l->nvf fields, its raw bytes
  * read) from a checked leader: the field array (each directory entry
  * checked against the record's data), MFN, offsets, status, lock.  The

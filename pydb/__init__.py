@@ -8,7 +8,8 @@ the GIL whenever it may touch the disk, with atomic, durable transactions
 
 Modules, bottom up (each imports only modules above it in this list):
 :mod:`pydb.errors` (exceptions), :mod:`pydb.paths` (base names and the
-files of a database), :mod:`pydb.subfields`, :mod:`pydb.encoding`
+files of a database), :mod:`pydb.mkxrf` (a new XRF from a scan of the
+master file), :mod:`pydb.subfields`, :mod:`pydb.encoding`
 (a database's character set: detecting it, refusing codecs that cannot
 be one), :mod:`pydb.iso2709`, :mod:`pydb.jsonl` and :mod:`pydb.marc`
 (exchange formats; MARC records to and from pymarc), :mod:`pydb.fst`
@@ -52,6 +53,7 @@ from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
 from .fst import FieldRule, FSTRule, parse_fst
 from .index import open_index
 from .marc import append_pymarc, from_pymarc, to_pymarc
+from .mkxrf import rebuild_xrf
 from .native import build_index
 from .snapshot import Snapshot
 from .subfields import Subfields, parse_subfields
@@ -73,7 +75,7 @@ __all__ = [
     "FSTError", "DatabaseExistsError", "IsoRecordError", "PendingLogWarning",
     "ImportResumeError",
     "__version__",
-    "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index",
+    "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index", "rebuild_xrf",
     "export_iso", "import_iso", "export_jsonl", "import_jsonl",
     "to_pymarc", "from_pymarc", "append_pymarc",
     "to_arrow", "from_arrow", "export_parquet", "import_parquet",

@@ -32,6 +32,7 @@ from .encoding import check_record_codec
 from .errors import CorruptionError, DiskError, Error, SearchSyntaxError
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .index import KEY_MODES
+from .mkxrf import rebuild_xrf
 from .native import _stored_or_none, build_index
 from .paths import base_name, existing_file, find_sidecar
 from .unesb import generate
@@ -659,6 +660,21 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
     return "\n".join(out) + "\n"
 
 
+def _cmd_mkxrf(args) -> int:
+    """A new XRF from a scan of the master file (pydb.rebuild_xrf), and
+    what the scan found."""
+    rep = rebuild_xrf(args.db, layout=args.layout, replace=args.replace)
+    kept = f" (the old one is now {rep['backup']})" if rep["backup"] else ""
+    print(f"wrote {rep['xrf']}{kept}")
+    print(f"layout {rep['layout']}, MSTXL {rep['mstxl']}, NXTMFN {rep['next_mfn']}: "
+          f"{rep['versions']} record versions ({rep['version_bytes']} bytes) in the "
+          f"{rep['end']} bytes up to the end of records")
+    print(f"MFNs: {rep['active']} active, {rep['deleted']} logically deleted, "
+          f"{rep['missing']} physically deleted (no version found); "
+          f"{rep['pending']} flagged update pending")
+    return 0
+
+
 def _cmd_stat(args) -> int:
     """A read-only handle: a report starts no collection and no
     transaction (the open still finishes a commit a writer left in the
@@ -1048,6 +1064,20 @@ def parser() -> argparse.ArgumentParser:
     _db_arg(p)
     p.add_argument("--json", action="store_true", help="the dict of Database.stat() as JSON")
     p.set_defaults(func=_cmd_stat)
+    p = command("mkxrf", "write the cross-reference file (.xrf) anew from a scan of the "
+                "master file, as CISIS mkxrf does (a lost or damaged XRF)",
+                epilog="Run it on a database no program has open.  Each MFN gets its last "
+                "version in the master file; versions past the end of records the control "
+                "record names are not taken.")
+    _db_arg(p)
+    p.add_argument("--layout", default=None,
+                   choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"],
+                   help="record leader layout (default: the one the master file's "
+                   "records fit)")
+    p.add_argument("--replace", action="store_true",
+                   help="where an XRF exists, keep it as <xrf>.bak and put the new one "
+                   "in its place (default: refuse)")
+    p.set_defaults(func=_cmd_mkxrf)
     p = command("index", "build (or rebuild) the native inverted index, beside writers too",
                 epilog="Ends with the MFNs read, the time spent reading records and making "
                        "keys (and that phase's rate), and the time spent writing and "

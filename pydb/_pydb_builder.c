@@ -1,7 +1,8 @@
 /*
  * _pydb_builder.c - the bulk builder (pydb_builder, csrc/build.c) for
  * Python: _build(), which pydb.iso2709 and the tests use to write a new
- * database in one pass, without the write-ahead log.
+ * database in one pass, without the write-ahead log; and _mkxrf(), a new
+ * XRF from a scan of a master file (csrc/mkxrf.c; pydb.rebuild_xrf).
  *
  * Records are converted by fields_add() (_pydb_record.c) in batches of
  * BUILD_BATCH with the GIL held, then written with it released; the batch
@@ -158,7 +159,52 @@ fail_py:
     return NULL;
 }
 
+/* _mkxrf(mst_path, xrf_path, layout): pydb_mkxrf(), its report as a
+ * dict. */
+static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
+{
+    module_state *st = PyModule_GetState(m);
+    PyObject *pm = NULL, *px = NULL, *out = NULL;
+    const char *layout_name;
+    int layout = -1, rc;
+    pydb_mkxrf_report r;
+    pydb_error e;
+
+    if (!PyArg_ParseTuple(args, "O&O&z", PyUnicode_FSConverter, &pm,
+                          PyUnicode_FSConverter, &px, &layout_name))
+        goto cleanup;
+    if (layout_name && (layout = pydb_layout_from_name(layout_name)) < 0) {
+        PyErr_Format(PyExc_ValueError, "layout must be isis-packed, "
+                     "isis-aligned, ffi-packed or ffi-aligned, not '%s'",
+                     layout_name);
+        goto cleanup;
+    }
+    memset(&e, 0, sizeof e);
+    UNLOCKED(NULL, NULL,
+             rc = pydb_mkxrf(&r, PyBytes_AS_STRING(pm), PyBytes_AS_STRING(px),
+                             layout, &e));
+    if (rc) {
+        set_error(st, rc, &e);
+        goto cleanup;
+    }
+    out = Py_BuildValue(
+        "{sssisisLsLsLsisisisi}", "layout", pydb_layout_name(r.layout),
+        "mstxl", r.mstxl, "next_mfn", (int)r.next_mfn, "end",
+        (long long)r.end, "versions", (long long)r.versions, "version_bytes",
+        (long long)r.version_bytes, "active", (int)r.active, "deleted",
+        (int)r.deleted, "pending", (int)r.pending, "missing", (int)r.missing);
+cleanup:
+    Py_XDECREF(pm);
+    Py_XDECREF(px);
+    return out;
+}
+
 static PyMethodDef builder_functions[] = {
+    {"_mkxrf", mod_mkxrf, METH_VARARGS,
+     "_mkxrf(mst_path, xrf_path, layout, /)\n--\n\nWrite a new XRF file "
+     "xrf_path (created) for the master file mst_path from a scan of its "
+     "record versions; layout a LAYOUTS name or None (detected).  Returns "
+     "the report as a dict.  Use pydb.rebuild_xrf()."},
     {"_build", mod_build, METH_VARARGS,
      "_build(path, layout, mstxl, records, sync, deleted=None, /)\n--\n\n"
      "Write a new database from an iterable of records, each a sequence of "
