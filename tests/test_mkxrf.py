@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pydb
-from pydb import _pydb
 
 from conftest import DATA, REPO, all_master_files, build_varied, hypothesis_examples
 
@@ -90,7 +89,7 @@ def test_every_real_master_file_gets_its_xrf_back(mst, tmp_path):
     rep = pydb.rebuild_xrf(tmp_path / "t")
     want, got = entries(base), entries(tmp_path / "t")
     assert len(got) == len(want) == rep["next_mfn"] - 1
-    diff = {m: (a, b) for m, (a, b) in enumerate(zip(want, got), 1) if a != b}
+    diff = {m: (a, b) for m, (a, b) in enumerate(zip(want, got, strict=True), 1) if a != b}
     assert diff == DIFFERENT.get(rel, {})
     states = [s for s, _, _ in got]
     assert (rep["active"], rep["deleted"], rep["missing"]) == (
