@@ -891,7 +891,7 @@ def test_every_argument_has_help_naming_its_default():
     own = {"crashtest", "ministat", "gctest"}        # parse their own arguments
     assert sorted(commands) == sorted(own | {
         "info", "dump", "terms", "postings", "search", "check", "import", "export",
-        "gen-unesb", "stat", "index"})
+        "gen-unesb", "stat", "index", "mkxrf"})
     for name, p in commands.items():
         if name in own:
             continue
