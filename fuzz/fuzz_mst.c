@@ -9,8 +9,12 @@
  * size picks pread or mmap reads.  The database is opened read-only;
  * every MFN is read (and every byte of every field touched), the MFNs
  * listed and counted, a snapshot read, the validator and the statistics
- * run.  Errors are fine when they name themselves (code and message);
- * crashes, leaks, hangs and reads out of bounds are findings.
+ * run.  Then the XRF is made again from the master file alone
+ * (pydb_mkxrf, csrc/mkxrf.c: the layout detected, or one chosen by bits
+ * 1-2 of the size), its counts checked against NXTMFN, and that database
+ * opened and read as well.  Errors are fine when they name themselves
+ * (code and message); crashes, leaks, hangs and reads out of bounds are
+ * findings.
  *
  * Depends on: pydb.h.
  */
@@ -86,6 +90,38 @@ static void read_all(pydb_db *db)
     pydb_record_free(rec);
 }
 
+/* The master file part[0] as mk.mst, its XRF made by pydb_mkxrf(), then
+ * opened read-only and read.  The report's MFNs add up to NXTMFN - 1. */
+static void remake_xrf(const fuzz_part *mst, size_t size,
+                       const pydb_options *opt)
+{
+    static const char *const mk[] = {"mk.mst"};
+    pydb_mkxrf_report r;
+    pydb_db *db = NULL;
+    pydb_error err;
+    char mpath[512], xpath[512], base[512];
+    int layout = (size & 8) ? -1 : (int)((size >> 1) & 3), rc;
+
+    if (mst->n == 0) return;
+    fuzz_write_parts(mk, mst, 1);
+    fuzz_path(mpath, sizeof mpath, "mk.mst");
+    fuzz_path(xpath, sizeof xpath, "mk.xrf");
+    fuzz_path(base, sizeof base, "mk");
+    memset(&err, 0, sizeof err);
+    rc = pydb_mkxrf(&r, mpath, xpath, layout, &err);
+    fuzz_expect(rc, &err);
+    if (rc != PYDB_OK) return;
+    if (r.active < 0 || r.deleted < 0 || r.missing < 0 ||
+        (int64_t)r.active + r.deleted + r.missing != (int64_t)r.next_mfn - 1 ||
+        r.pending > r.active + r.deleted || r.versions < r.active + r.deleted)
+        abort();
+    rc = pydb_open(&db, base, opt, &err);
+    fuzz_expect(rc, &err);
+    if (rc != PYDB_OK) return;
+    read_all(db);
+    pydb_close(db);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_part part[4];
@@ -107,6 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_expect(rc, &err);
     if (rc != PYDB_OK) {
         if (db != NULL) abort();
+        remake_xrf(&part[0], size, &opt);
         return 0;
     }
     read_all(db);
@@ -115,5 +152,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = pydb_stat_get(&st, db, &err);
     fuzz_expect(rc, &err);
     pydb_close(db);
+    remake_xrf(&part[0], size, &opt);
     return 0;
 }
