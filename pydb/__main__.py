@@ -29,7 +29,7 @@ from .arrow import COMPRESSIONS, export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import open as open_db
 from .encoding import check_record_codec
-from .errors import CorruptionError, DiskError, Error, SearchSyntaxError
+from .errors import CorruptionError, DatabaseNotFoundError, DiskError, Error, SearchSyntaxError
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .index import KEY_MODES
 from .mkxrf import rebuild_xrf
@@ -318,12 +318,38 @@ def _cmd_search(args) -> int:
     return 0
 
 
+#: Kinds of check problems that making the XRF again mends, and those a
+#: rebuild of the native index mends.
+_XRF_KINDS = {"xrf-block", "xrf-pointer", "xrf-beyond-end", "mfn-mismatch"}
+_INDEX_KINDS = {"index", "index-posting"}
+
+
+def _repair_hints(db: str, kinds) -> list[str]:
+    """What mends the problems of `kinds` (check's), as lines to print."""
+    out = []
+    if _XRF_KINDS & set(kinds):
+        out.append(f"hint: the XRF can be made again from the master file, each MFN "
+                   f"given its last whole version: pydb mkxrf {db} --replace (the old "
+                   "XRF is kept as .bak)")
+    if _INDEX_KINDS & set(kinds):
+        out.append(f"hint: pydb index {db} builds the native index anew")
+    return out
+
+
 def _cmd_check(args) -> int:
     """Exit status: 0 no error (warnings allowed unless --strict), 1 any
     error (or any warning with --strict), 2 the database cannot be opened
-    (missing file, I/O error, unsupported) or bad usage."""
+    (missing file, I/O error, unsupported) or bad usage.  The text report
+    ends with what mends the damage found, where pydb has a tool for it
+    (pydb mkxrf, pydb index)."""
     try:
         db = open_db(args.db)
+    except DatabaseNotFoundError as e:
+        print(f"pydb check: cannot open {args.db}: {e}", file=sys.stderr)
+        if existing_file(base_name(args.db)) and find_sidecar(args.db, "xrf") is None:
+            print(f"hint: the master file has no XRF; pydb mkxrf {args.db} makes one "
+                  "from it", file=sys.stderr)
+        return 2
     except CorruptionError as e:
         # Damage that stops the open is a finding, not a usage error.
         prob = Problem("open", "error", 0, e.filename or args.db,
@@ -355,6 +381,8 @@ def _cmd_check(args) -> int:
             out.write(f"... {report.errors + report.warnings - len(report.problems)} "
                       f"more (raise --max-problems)\n")
         out.write(report.summary() + "\n")
+        for line in _repair_hints(args.db, report.counts):
+            out.write(line + "\n")
     return 1 if failed else 0
 
 

@@ -269,3 +269,41 @@ def test_cli(isis_data, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == (f"wrote {tmp_path / 'CDS.std.xrf'} (the old one "
                                         f"is now {tmp_path / 'CDS.std.xrf.bak'})")
+
+
+def test_check_points_at_mkxrf_and_mkxrf_mends_abcd_odds(isis_data, tmp_path):
+    """`pydb check` on a master file without an XRF (exit 2) and on ABCD's
+    odds (MFN 49's XRF entry points at bytes that are no record: exit 1)
+    says that `pydb mkxrf` makes the XRF again; after it odds has no
+    error: MFN 49 reads its last whole version, and every other MFN what
+    it read before."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pydb", *map(str, args)],
+                              capture_output=True, text=True, env=env, timeout=120)
+    shutil.copy(isis_data / CISIS / "CDS.std.mst", tmp_path / "CDS.std.mst")
+    r = run("check", tmp_path / "CDS.std")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == (f"hint: the master file has no XRF; pydb mkxrf "
+                                         f"{tmp_path / 'CDS.std'} makes one from it")
+    odds = "ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/odds/data/odds"
+    for ext in ("mst", "xrf"):
+        shutil.copy(isis_data / f"{odds}.{ext}", tmp_path / f"odds.{ext}")
+    base = tmp_path / "odds"
+    with pydb.open(base) as db:
+        before = {m: [(f.tag, f.raw) for f in db[m].fields] for m in range(1, 88) if m != 49}
+        with pytest.raises(pydb.CorruptionError):
+            db[49]
+    r = run("check", base)
+    assert r.returncode == 1 and "mfn-mismatch" in r.stdout
+    assert r.stdout.splitlines()[-1] == (
+        f"hint: the XRF can be made again from the master file, each MFN given its last "
+        f"whole version: pydb mkxrf {base} --replace (the old XRF is kept as .bak)")
+    assert run("mkxrf", base, "--replace").returncode == 0
+    r = run("check", base)
+    assert r.returncode == 0 and "hint" not in r.stdout
+    with pydb.open(base) as db:
+        assert {m: [(f.tag, f.raw) for f in db[m].fields]
+                for m in range(1, 88) if m != 49} == before
+        assert db[49].offset == 22866 and db[49].raw(510) == [b"FRANCESE IANES, Gabriela"]
