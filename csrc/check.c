@@ -1164,28 +1164,13 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
     return 0;
 }
 
-/* The distinct keys one record's FST gives, as key_hash values. */
-typedef struct {
-    uint64_t *v;
-    size_t n, cap;
-    pydb_error *err;
-} record_keys;
-
-/* pydb_key_fn: note one key of a record (record_keys). */
+/* pydb_key_fn: note one key of a record, its key_hash appended to the
+ * pydb_buf ctx (its oom flag set when that fails). */
 static int record_key(void *ctx, const uint8_t *key, size_t len,
                       const pydb_posting *p)
 {
-    record_keys *k = ctx;
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 256;
-        uint64_t *v = realloc(k->v, cap * sizeof *v);
-        if (!v)
-            return PYDB_ERROR(k->err, PYDB_ENOMEM, "", -1,
-                              "no memory for the check");
-        k->v = v;
-        k->cap = cap;
-    }
-    k->v[k->n++] = key_hash(key, len, p);
+    uint64_t h = key_hash(key, len, p);
+    pydb__buf_put(ctx, &h, sizeof h);
     return PYDB_OK;
 }
 
@@ -1208,13 +1193,13 @@ static int index_records(index_walk *w, const pydb_snapshot *snap)
 {
     pydb_record *rec = NULL;
     pydb_fst_scratch s;
-    record_keys k = {NULL, 0, 0, &w->e};
+    pydb_buf k = {0};         /* the record's keys, as key_hash values */
     int stop = 0, rc;
 
     memset(&s, 0, sizeof s);
     for (int32_t m = 1; m < w->next_mfn && !stop; m++) {
-        uint64_t sum = 0;
-        size_t n = 0;
+        uint64_t sum = 0, *v;
+        size_t n = 0, nk;
         if (!(w->active[m / 8] & (1u << (m % 8)))) continue;
         rc = pydb_snapshot_read(&rec, snap, m, &w->e);
         if (rc == PYDB_ENOMEM) {
@@ -1226,7 +1211,7 @@ static int index_records(index_walk *w, const pydb_snapshot *snap)
         if (!rec->deleted && !rec->status) {
             rc = pydb__nidx_view_keys(w->view, m, rec->fields, rec->nfields,
                                       &s, record_key, &k, &w->e);
-            if (rc == PYDB_ENOMEM) {
+            if (rc == PYDB_ENOMEM || k.oom) {
                 stop = -1;
                 break;
             }
@@ -1238,10 +1223,12 @@ static int index_records(index_walk *w, const pydb_snapshot *snap)
                 continue;
             }
         }
-        qsort(k.v, k.n, sizeof *k.v, u64_cmp);
-        for (size_t i = 0; i < k.n; i++)
-            if (i == 0 || k.v[i] != k.v[i - 1]) {
-                sum += k.v[i];
+        v = (uint64_t *)k.p;
+        nk = k.n / sizeof *v;
+        if (nk) qsort(v, nk, sizeof *v, u64_cmp);
+        for (size_t i = 0; i < nk; i++)
+            if (i == 0 || v[i] != v[i - 1]) {
+                sum += v[i];
                 n++;
             }
         if (sum != w->sums[m] || n != w->counts[m])
@@ -1257,7 +1244,9 @@ static int index_records(index_walk *w, const pydb_snapshot *snap)
     }
     pydb_record_free(rec);
     pydb__fst_scratch_free(&s);
-    free(k.v);
+    if (stop < 0 && k.oom)
+        PYDB_ERROR(&w->e, PYDB_ENOMEM, "", -1, "no memory for the check");
+    pydb__buf_free(&k);
     return stop;
 }
 
