@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -795,3 +796,73 @@ def test_cisis_and_pydb_write_in_turn(tmp_path, gc):
         db.append([(24, b"appended after mxcp")])
     n = assert_same_records(tmp_path / "r", "isis-aligned")
     assert (n["active"], n["deleted"], n["physical"]) == (65, 0, 9)
+
+
+# ------------------------------------------------------------------ mkxrf
+
+def _without_pending(raw: bytes) -> list[int]:
+    """The stored values of an MSTXL 0 XRF, the "update pending" bit
+    (0x200 of the low 11 bits, docs/isis-formats.md §3.2) cleared."""
+    out = []
+    for (v,) in struct.iter_unpack("<i", raw):
+        a = abs(v) & ~0x200 if v != -2048 else 2048
+        out.append(-a if v < 0 else a)
+    return out
+
+
+def _aligned_masters(tmp: Path) -> list[Path]:
+    """The isis-aligned MSTXL 0 master files of the data folder (the one
+    layout the CISIS build reads), CISIS's CDS.std.mst among them (its
+    XRF made in `tmp` to read it), less those with an odd MFRL (pyisis
+    wrote them, its next record on the even byte after): CISIS mkxrf goes
+    on at the odd byte, and finds no record until an odd gap."""
+    out = []
+    for mst in sorted(q for q in DATA.rglob("*") if q.suffix.lower() == ".mst"):
+        base = mst.with_name(mst.name[:-4])
+        if not any(mst.with_name(mst.name[:-4] + e).exists() for e in (".xrf", ".XRF")):
+            shutil.copyfile(mst, tmp / mst.name)
+            pydb.rebuild_xrf(tmp / mst.name)
+            base = tmp / mst.name[:-4]
+        with pydb.open(base) as db:
+            if (db.layout, db.info()["mstxl"]) != ("isis-aligned", 0):
+                continue
+            if "mfrl-padding" not in db.check().counts:
+                out.append(mst)
+    return out
+
+
+def test_mkxrf_writes_the_xrf_cisis_mkxrf_writes(tmp_path):
+    """CISIS mkxrf (the aligned ISIS build) and pydb.rebuild_xrf on the
+    same master files: CISIS's CDS.std.mst (shipped without an XRF), the
+    other aligned MSTXL 0 masters of the data folder, and a database pydb
+    wrote with updates and deletions.  The XRFs are the same, byte for
+    byte, but for the "update pending" flag, which pydb sets where the
+    version has a back pointer and CISIS mkxrf never sets."""
+    tool("mkxrf")
+    if not DATA.is_dir():
+        pytest.skip(f"real data not found at {DATA}")
+    cases = _aligned_masters(tmp_path)
+    written = tmp_path / "w"
+    with pydb.create(written, layout="isis-aligned", gc="none") as db:
+        for i in range(300):
+            db.append([(24, f"record {i} " * (1 + i % 9)), (70, b"A, B.")])
+        for m in range(1, 300, 11):
+            db.update(m, [(24, f"changed {m}")])
+        db.delete(7)
+        db.delete(8)
+    cases.append(Path(f"{written}.mst"))
+    assert any(p.name == "CDS.std.mst" for p in cases) and len(cases) >= 8
+    for i, mst in enumerate(cases):
+        folder = tmp_path / f"c{i}"
+        folder.mkdir()
+        shutil.copyfile(mst, folder / "c.mst")
+        shutil.copyfile(mst, folder / "p.mst")
+        r = subprocess.run([str(tool("mkxrf")), "c"], cwd=folder, env=ENV, input=b"ok\n",
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0 and b"end of mkxrf" in r.stdout, (mst, r.stdout[-300:])
+        rep = pydb.rebuild_xrf(folder / "p")
+        theirs = (folder / "c.xrf").read_bytes()
+        mine = (folder / "p.xrf").read_bytes()
+        assert _without_pending(mine) == _without_pending(theirs), mst
+        if mst.name == "CDS.std.mst":
+            assert mine == theirs and rep["active"] == 150
