@@ -136,7 +136,7 @@ int pydb_builder_skip(pydb_builder *b, pydb_error *err)
     if (grow_xrf(b, err)) return PYDB_ENOMEM;
     /* block -1, offset 0: the value WinISIS leaves for an MFN that is not
      * in the master file (docs/isis-formats.md §2.4, §3.2). */
-    b->offsets_xrf[b->n++] = -2048 >> b->mstxl;
+    b->offsets_xrf[b->n++] = -(2048 >> b->mstxl);
     return PYDB_OK;
 }
 

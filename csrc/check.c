@@ -1115,8 +1115,12 @@ static uint64_t key_hash(const uint8_t *key, size_t len,
                          const pydb_posting *p)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
+    const uint32_t f[3] = {p->tag, p->occ, p->cnt};
     for (size_t i = 0; i < len; i++) h = (h ^ key[i]) * 0x100000001b3ULL;
-    h ^= ((uint64_t)p->tag << 40) ^ ((uint64_t)p->occ << 20) ^ p->cnt;
+    for (int i = 0; i < 3; i++) {   /* each field mixed in on its own */
+        h = (h ^ f[i]) * 0xbf58476d1ce4e5b9ULL;
+        h ^= h >> 31;
+    }
     h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
     h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
     return h ^ (h >> 31);
@@ -1164,89 +1168,129 @@ static int index_key(void *ctx, const uint8_t *key, size_t len,
     return 0;
 }
 
-/* pydb_key_fn: note one key of a record, its key_hash appended to the
- * pydb_buf ctx (its oom flag set when that fails). */
+/* One posting a record's FST gives: its key_hash and the MFN it is for
+ * (its own, except under a technique of 1000 and up, whose output names
+ * the MFN: docs/isis-formats.md §5.2). */
+typedef struct {
+    uint64_t h;
+    int64_t mfn;
+} given_key;
+
+/* pydb_key_fn: note one posting of a record, appended to the pydb_buf
+ * ctx (its oom flag set when that fails). */
 static int record_key(void *ctx, const uint8_t *key, size_t len,
                       const pydb_posting *p)
 {
-    uint64_t h = key_hash(key, len, p);
-    pydb__buf_put(ctx, &h, sizeof h);
+    given_key g = {key_hash(key, len, p), p->mfn};
+    pydb__buf_put(ctx, &g, sizeof g);
     return PYDB_OK;
 }
 
-static int u64_cmp(const void *a, const void *b)
+static int given_cmp(const void *a, const void *b)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    const given_key *x = a, *y = b;
+    if (x->mfn != y->mfn) return x->mfn < y->mfn ? -1 : 1;
+    return (x->h > y->h) - (x->h < y->h);
 }
 
-/* Whether each active record's postings in the index are the keys the
- * index's FST gives of it (w->sums, w->counts: the walk's), compared by
- * the count and the sum of their hashes (key_hash; the index holds a
- * key's posting once, so a record's repeated keys count once).  A record
- * another program added or changed (WinISIS, CISIS, an older pydb: they
- * do not know pydb's index) has no postings or its old ones, which a
- * search then misses or finds: reported with how to mend it.  A record
- * that cannot be read is skipped (its step reported it).  Nonzero: stop
- * (the caller's callback had enough); PYDB_ENOMEM in w->e as -1. */
-static int index_records(index_walk *w, const pydb_snapshot *snap)
+/* The keys the index's FST gives of each active record, as a count and a
+ * sum of key_hash per MFN (want_sums, want_counts; the index holds a
+ * posting once, so a record's repeated keys count once).  *other set
+ * where one is for another MFN (techniques 1000 and up).  A record that
+ * cannot be read is skipped (its step reported it); one the FST fails on
+ * is reported.  Nonzero: stop (the caller's callback had enough);
+ * PYDB_ENOMEM in w->e as -1. */
+static int records_keys(index_walk *w, const pydb_snapshot *snap,
+                        uint64_t *want_sums, uint32_t *want_counts,
+                        int *other)
 {
     pydb_record *rec = NULL;
     pydb_fst_scratch s;
-    pydb_buf k = {0};         /* the record's keys, as key_hash values */
+    pydb_buf k = {0};         /* the record's postings (given_key) */
     int stop = 0, rc;
 
     memset(&s, 0, sizeof s);
     for (int32_t m = 1; m < w->next_mfn && !stop; m++) {
-        uint64_t sum = 0, *v;
-        size_t n = 0, nk;
+        given_key *v;
+        size_t nk;
         if (!(w->active[m / 8] & (1u << (m % 8)))) continue;
         rc = pydb_snapshot_read(&rec, snap, m, &w->e);
         if (rc == PYDB_ENOMEM) {
             stop = -1;
             break;
         }
-        if (rc) continue;
+        if (rc || rec->deleted || rec->status) continue;
         k.n = 0;
-        if (!rec->deleted && !rec->status) {
-            rc = pydb__nidx_view_keys(w->view, m, rec->fields, rec->nfields,
-                                      &s, record_key, &k, &w->e);
-            if (rc == PYDB_ENOMEM || k.oom) {
-                stop = -1;
-                break;
-            }
-            if (rc) {
-                stop = posting_fault(w, (const uint8_t *)"", 0, 3, m,
-                                     "MFN %d: the index's FST fails on "
-                                     "its record: %s", (int)m,
-                                     w->e.message);
-                continue;
-            }
+        rc = pydb__nidx_view_keys(w->view, m, rec->fields, rec->nfields, &s,
+                                  record_key, &k, &w->e);
+        if (rc == PYDB_ENOMEM || k.oom) {
+            stop = -1;
+            break;
         }
-        v = (uint64_t *)k.p;
-        nk = k.n / sizeof *v;
-        if (nk) qsort(v, nk, sizeof *v, u64_cmp);
-        for (size_t i = 0; i < nk; i++)
-            if (i == 0 || v[i] != v[i - 1]) {
-                sum += v[i];
-                n++;
-            }
-        if (sum != w->sums[m] || n != w->counts[m])
+        if (rc) {
             stop = posting_fault(w, (const uint8_t *)"", 0, 3, m,
-                                 "MFN %d: the index holds %u postings of "
-                                 "it, its record gives %zu keys by the "
-                                 "index's FST%s: the record changed without "
-                                 "the index (another program wrote the "
-                                 "master file?), and searches go by its "
-                                 "old keys; rebuild the index (python -m "
-                                 "pydb index)", (int)m, w->counts[m], n,
-                                 n == w->counts[m] ? " (other keys)" : "");
+                                 "MFN %d: the index's FST fails on its "
+                                 "record: %s", (int)m, w->e.message);
+            continue;
+        }
+        v = (given_key *)k.p;
+        nk = k.n / sizeof *v;
+        if (nk) qsort(v, nk, sizeof *v, given_cmp);
+        for (size_t i = 0; i < nk; i++) {
+            if (i > 0 && !given_cmp(&v[i], &v[i - 1])) continue;
+            if (v[i].mfn != m) *other = 1;
+            if (v[i].mfn < 1 || v[i].mfn >= w->next_mfn) continue;
+            want_sums[v[i].mfn] += v[i].h;
+            want_counts[v[i].mfn]++;
+        }
     }
     pydb_record_free(rec);
     pydb__fst_scratch_free(&s);
     if (stop < 0 && k.oom)
         PYDB_ERROR(&w->e, PYDB_ENOMEM, "", -1, "no memory for the check");
     pydb__buf_free(&k);
+    return stop;
+}
+
+/* Whether each active record's postings in the index (w->sums,
+ * w->counts: the walk's) are the keys the index's FST gives of it,
+ * compared by their count and the sum of their hashes (key_hash).  A
+ * record another program added or changed (WinISIS, CISIS, an older
+ * pydb: they do not know pydb's index) has no postings or its old ones,
+ * which a search then misses or finds: reported with how to mend it.
+ * Not compared where the FST gives a record postings for other MFNs
+ * (techniques 1000 and up: postings of one MFN from several records,
+ * which the index holds once).  Nonzero: stop; PYDB_ENOMEM in w->e as
+ * -1. */
+static int index_records(index_walk *w, const pydb_snapshot *snap)
+{
+    uint64_t *sums = calloc((size_t)w->next_mfn + 1, sizeof *sums);
+    uint32_t *counts = calloc((size_t)w->next_mfn + 1, sizeof *counts);
+    int other = 0, stop;
+
+    if (!sums || !counts) {
+        PYDB_ERROR(&w->e, PYDB_ENOMEM, "", -1, "no memory for the check");
+        stop = -1;
+        goto cleanup;
+    }
+    stop = records_keys(w, snap, sums, counts, &other);
+    for (int32_t m = 1; m < w->next_mfn && !stop && !other; m++) {
+        if (!(w->active[m / 8] & (1u << (m % 8)))) continue;
+        if (sums[m] == w->sums[m] && counts[m] == w->counts[m]) continue;
+        stop = posting_fault(w, (const uint8_t *)"", 0, 3, m,
+                             "MFN %d: the index holds %u postings of it, "
+                             "its record gives %u keys by the index's "
+                             "FST%s: the record changed without the index "
+                             "(another program wrote the master file?), "
+                             "and searches go by its old keys; rebuild the "
+                             "index (python -m pydb index)", (int)m,
+                             w->counts[m], counts[m],
+                             counts[m] == w->counts[m] ? " (other keys)"
+                                                       : "");
+    }
+cleanup:
+    free(sums);
+    free(counts);
     return stop;
 }
 

@@ -575,9 +575,13 @@ typedef struct pydb_mkxrf_report {
     int mstxl;               /* the control record's                        */
     int32_t next_mfn;        /* the control record's NXTMFN: the XRF has
                                 entries for MFN 1..next_mfn-1              */
-    int64_t end;             /* where the scan ended (bytes): the end of
-                                records the control record names, or the
-                                file's end where that is short of it      */
+    int64_t ctl_end;         /* the end of records the control record
+                                names (NXTMFB/NXTMFP), bytes              */
+    int64_t end;             /* where the scan ended: ctl_end, or the
+                                file's end where the file is shorter      */
+    int64_t past_end;        /* versions found after `end` (an append
+                                never committed, or a writer that left the
+                                control record behind): not taken         */
     int64_t versions;        /* record versions found (every version of
                                 an MFN counts)                             */
     int64_t version_bytes;   /* bytes in them                               */
@@ -589,27 +593,36 @@ typedef struct pydb_mkxrf_report {
 } pydb_mkxrf_report;
 
 /*
- * Write a new cross-reference file `xrf_path` (created; an existing file
- * is PYDB_EIO with sys_errno EEXIST) for the master file `mst_path`, from
- * a sequential scan of its record versions: CISIS mkxrf's method (BIREME
- * `mkxrf.c`, for a master file whose XRF is lost or damaged;
- * docs/isis-formats.md §3).  The scan reads from the end of the control
+ * Make the cross-reference file `xrf_path` anew for the master file
+ * `mst_path`, from a sequential scan of its record versions: CISIS
+ * mkxrf's method (BIREME `mkxrf.c`, for a master file whose XRF is lost
+ * or damaged; docs/isis-formats.md §3.3).  An existing xrf_path is
+ * renamed to `bak_path` (NULL: refused, PYDB_EIO with sys_errno EEXIST;
+ * so is an existing bak_path); the new file, written as
+ * "<xrf_path>.mkxrf" and fsynced, takes its name (its mode is the old
+ * XRF's, else the master file's).  Nobody else may use the database
+ * meanwhile: the pydb writer lock is taken (PYDB_ELOCKED when a writer
+ * holds it), a log with commits to apply is PYDB_EUNSUPPORTED, and where
+ * the system has file leases (Linux, local files) an XRF that this or
+ * another process has open -- a pydb handle, WinISIS -- is PYDB_ELOCKED.  The scan reads from the end of the control
  * record to the end of records it names (NXTMFB/NXTMFP), at each 2-byte
  * (2^MSTXL) step taking a version whose leader and directory are
  * plausible (an MFN below NXTMFN, MFRL, BASE, NVF, STATUS and every field
  * inside the record) and going on after it.  An MFN's entry names its last
  * version in file order, negated for STATUS 1, flagged "update pending"
  * where that version has a back pointer (CDS/ISIS clears it when it
- * inverts the record); an MFN with none is physically deleted.  `layout`:
- * enum pydb_layout, or -1 to take the one under which the first 4 MiB
- * hold the most bytes of versions.  The master file is only read;
- * xrf_path is fsynced.  *out is filled on success.  Errors: PYDB_EIO,
- * PYDB_ECORRUPT (an unusable control record: NXTMFN, NXTMFB/NXTMFP, MSTXL
- * out of range), PYDB_EINVAL (a layout out of range), PYDB_ENOMEM.
+ * inverts the record); an MFN with none is physically deleted; the "new"
+ * flag is not known and not set.  `layout`: enum pydb_layout, or -1 to
+ * take the one under which the first 4 MiB hold the most bytes of
+ * versions.  The master file is only read.  *out is filled on success.
+ * Errors also: PYDB_EIO, PYDB_ECORRUPT (an unusable control record:
+ * NXTMFN, NXTMFB/NXTMFP, MSTXL out of range), PYDB_EINVAL (a layout out
+ * of range; a master file that is not a regular file), PYDB_ENOMEM.
  * Thread-safe: no state.
  */
 int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
-               const char *xrf_path, int layout, pydb_error *err);
+               const char *xrf_path, const char *bak_path, int layout,
+               pydb_error *err);
 
 /* The MFRL in bytes (even, a multiple of 2^MSTXL) that a record with
  * fields[nfields] takes in `layout` with shift `mstxl`

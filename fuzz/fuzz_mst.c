@@ -22,6 +22,7 @@
 #include "pydb.h"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_READS 20000     /* MFNs read per input: about 80 KiB of XRF */
 
@@ -108,7 +109,8 @@ static void remake_xrf(const fuzz_part *mst, size_t size,
     fuzz_path(xpath, sizeof xpath, "mk.xrf");
     fuzz_path(base, sizeof base, "mk");
     memset(&err, 0, sizeof err);
-    rc = pydb_mkxrf(&r, mpath, xpath, layout, &err);
+    unlink(xpath);
+    rc = pydb_mkxrf(&r, mpath, xpath, NULL, layout, &err);
     fuzz_expect(rc, &err);
     if (rc != PYDB_OK) return;
     if (r.active < 0 || r.deleted < 0 || r.missing < 0 ||

@@ -700,6 +700,16 @@ def _cmd_mkxrf(args) -> int:
     print(f"MFNs: {rep['active']} active, {rep['deleted']} logically deleted, "
           f"{rep['missing']} physically deleted (no version found); "
           f"{rep['pending']} flagged update pending")
+    if rep["end"] < rep["ctl_end"]:
+        print(f"pydb: warning: the master file has {rep['end']} bytes, its control record "
+              f"says the records end at byte {rep['ctl_end']}: the records after the cut "
+              "are lost, and pydb will not open the database until the control record "
+              "is mended", file=sys.stderr)
+    if rep["past_end"]:
+        print(f"pydb: warning: {rep['past_end']} record version(s) lie after the end of "
+              "records the control record names (an append never committed, or a "
+              "program that did not update the control record): not taken",
+              file=sys.stderr)
     return 0
 
 

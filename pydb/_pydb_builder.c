@@ -159,20 +159,21 @@ fail_py:
     return NULL;
 }
 
-/* _mkxrf(mst_path, xrf_path, layout): pydb_mkxrf(), its report as a
- * dict. */
+/* _mkxrf(mst_path, xrf_path, bak_path, layout): pydb_mkxrf(), its
+ * report as a dict. */
 static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
 {
     module_state *st = PyModule_GetState(m);
-    PyObject *pm = NULL, *px = NULL, *out = NULL;
+    PyObject *pm = NULL, *px = NULL, *pb = NULL, *bak = NULL, *out = NULL;
     const char *layout_name;
     int layout = -1, rc;
     pydb_mkxrf_report r;
     pydb_error e;
 
-    if (!PyArg_ParseTuple(args, "O&O&z", PyUnicode_FSConverter, &pm,
-                          PyUnicode_FSConverter, &px, &layout_name))
+    if (!PyArg_ParseTuple(args, "O&O&Oz", PyUnicode_FSConverter, &pm,
+                          PyUnicode_FSConverter, &px, &bak, &layout_name))
         goto cleanup;
+    if (bak != Py_None && !PyUnicode_FSConverter(bak, &pb)) goto cleanup;
     if (layout_name && (layout = pydb_layout_from_name(layout_name)) < 0) {
         PyErr_Format(PyExc_ValueError, "layout must be isis-packed, "
                      "isis-aligned, ffi-packed or ffi-aligned, not '%s'",
@@ -182,29 +183,33 @@ static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
     memset(&e, 0, sizeof e);
     UNLOCKED(NULL, NULL,
              rc = pydb_mkxrf(&r, PyBytes_AS_STRING(pm), PyBytes_AS_STRING(px),
-                             layout, &e));
+                             pb ? PyBytes_AS_STRING(pb) : NULL, layout, &e));
     if (rc) {
         set_error(st, rc, &e);
         goto cleanup;
     }
     out = Py_BuildValue(
-        "{sssisisLsLsLsisisisi}", "layout", pydb_layout_name(r.layout),
-        "mstxl", r.mstxl, "next_mfn", (int)r.next_mfn, "end",
-        (long long)r.end, "versions", (long long)r.versions, "version_bytes",
-        (long long)r.version_bytes, "active", (int)r.active, "deleted",
-        (int)r.deleted, "pending", (int)r.pending, "missing", (int)r.missing);
+        "{sssisisLsLsLsLsLsisisisi}", "layout", pydb_layout_name(r.layout),
+        "mstxl", r.mstxl, "next_mfn", (int)r.next_mfn, "ctl_end",
+        (long long)r.ctl_end, "end", (long long)r.end, "past_end",
+        (long long)r.past_end, "versions", (long long)r.versions,
+        "version_bytes", (long long)r.version_bytes, "active", (int)r.active,
+        "deleted", (int)r.deleted, "pending", (int)r.pending, "missing",
+        (int)r.missing);
 cleanup:
     Py_XDECREF(pm);
     Py_XDECREF(px);
+    Py_XDECREF(pb);
     return out;
 }
 
 static PyMethodDef builder_functions[] = {
     {"_mkxrf", mod_mkxrf, METH_VARARGS,
-     "_mkxrf(mst_path, xrf_path, layout, /)\n--\n\nWrite a new XRF file "
-     "xrf_path (created) for the master file mst_path from a scan of its "
-     "record versions; layout a LAYOUTS name or None (detected).  Returns "
-     "the report as a dict.  Use pydb.rebuild_xrf()."},
+     "_mkxrf(mst_path, xrf_path, bak_path, layout, /)\n--\n\nMake the XRF "
+     "xrf_path anew for the master file mst_path from a scan of its record "
+     "versions, an existing one renamed to bak_path (None: refused); "
+     "layout a LAYOUTS name or None (detected).  Returns the report as a "
+     "dict.  Use pydb.rebuild_xrf()."},
     {"_build", mod_build, METH_VARARGS,
      "_build(path, layout, mstxl, records, sync, deleted=None, /)\n--\n\n"
      "Write a new database from an iterable of records, each a sequence of "

@@ -11,34 +11,30 @@ clears the back pointer when it inverts a record), and an MFN below
 NXTMFN with no version is physically deleted.  Formats:
 docs/isis-formats.md §2 (master file) and §3 (XRF).
 
-Run it on a database that no program has open: the master file is only
-read, and the new XRF is written beside the old one, then renamed into
-place (the old one kept as ``<xrf>.bak``).  A version written past the
-end of records the control record names (an append that was never
-committed, or a writer such as pyisis that left the control record
-behind) is not taken, as CISIS ``mkxrf`` takes none.
+The master file is only read; the new XRF is written beside the old one,
+then renamed into place (the old one kept as ``<xrf>.bak``).  Nobody else
+may use the database meanwhile: the pydb writer lock is held, and where
+the system has file leases (Linux, local files) an XRF that any process
+has open (a pydb handle, WinISIS) makes it refuse.  A version written
+past the end of records the control record names (an append that was
+never committed, or a writer such as pyisis that left the control record
+behind) is not taken, as CISIS ``mkxrf`` takes none; the report counts
+them.  The "new" flag (never inverted) cannot be known and is not set:
+an ISIS inverted file is brought up to date by a full inversion (WinISIS
+"Invert", CISIS ``ifload``), not an update.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from typing import Any
 
 from . import _pydb
-from .errors import DatabaseExistsError, DatabaseNotFoundError, UnsupportedError
+from .errors import DatabaseExistsError, DatabaseNotFoundError
 from .paths import PathArg, base_name, find_sidecar
 
 __all__ = ["rebuild_xrf"]
-
-
-def _sync_folder(path: str) -> None:
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def rebuild_xrf(path: PathArg, *, layout: str | None = None,
@@ -58,8 +54,11 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         A dict: ``xrf`` (the path written), ``backup`` (the old XRF's new
         path, or None), ``layout``, ``mstxl``, ``next_mfn`` (the control
         record's NXTMFN: the XRF has entries for MFN 1..next_mfn-1),
-        ``end`` (bytes scanned up to), ``versions`` and ``version_bytes``
-        (record versions found, every version of an MFN counted),
+        ``ctl_end`` (bytes: the end of records the control record
+        names), ``end`` (bytes scanned up to: ctl_end, or the file's size
+        where the file is shorter), ``past_end`` (versions found after
+        ``end``, not taken), ``versions`` and ``version_bytes`` (record
+        versions found before ``end``, every version of an MFN counted),
         ``active`` and ``deleted`` (MFNs whose entry names a version of
         STATUS 0 / 1), ``pending`` (of them, flagged "update pending"),
         ``missing`` (MFNs with no version: physically deleted).
@@ -68,13 +67,17 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         DatabaseNotFoundError: no master file at `path`.
         DatabaseExistsError: an XRF exists and `replace` is False, or
             ``<xrf>.bak`` exists already (move it away first).
-        UnsupportedError: ``<base>.wal`` holds commits (a pydb writer has
+        LockTimeoutError: a pydb writer holds the writer lock, or (where
+            the system has file leases) this or another process has the
+            XRF open: close the database first.
+        UnsupportedError: ``<base>.wal`` holds commits (a pydb handle has
             the database open, or one died before its recovery ran: open
-            the database once to apply them).
+            the database once, close it, then try again).
         CorruptionError: the control record is unusable (NXTMFN,
             NXTMFB/NXTMFP or MSTXL out of range for the file).
-        ValueError: an unknown `layout`.
-        DiskError: a read or write failed (nothing was replaced).
+        ValueError: an unknown `layout`, or a master file that is not a
+            regular file.
+        DiskError: a read or write failed (the old XRF stays in place).
     """
     base = base_name(path)
 
@@ -85,38 +88,15 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
     mst = beside("mst")
     if mst is None:
         raise DatabaseNotFoundError(errno.ENOENT, "no master file", base + ".mst")
-    wal = base + ".wal"
-    if os.path.exists(wal) and os.path.getsize(wal) > 0:
-        raise UnsupportedError(0, "the write-ahead log holds commits: a pydb writer has "
-                               "the database open, or one died before recovery; open it "
-                               "once (recovery applies them), close it, then rebuild the "
-                               "XRF", wal)
     old = beside("xrf")
     if old is not None and not replace:
         raise DatabaseExistsError(errno.EEXIST, "the database has an XRF: replace=True "
                                   "(pydb mkxrf --replace) keeps it as .bak and writes a "
                                   "new one", old)
     backup = old + ".bak" if old is not None else None
-    if backup is not None and os.path.exists(backup):
+    if backup is not None and os.path.lexists(backup):
         raise DatabaseExistsError(errno.EEXIST, "a backup of an earlier XRF is in the way: "
                                   "move it away first", backup)
     target = old or os.path.splitext(mst)[0] + (".XRF" if mst.endswith(".MST") else ".xrf")
-    tmp = target + ".mkxrf"
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(tmp)          # left by a run that was killed
-    report = _pydb._mkxrf(mst, tmp, layout)
-    moved = False
-    try:
-        if old is not None and backup is not None:
-            os.replace(old, backup)
-            moved = True
-        os.replace(tmp, target)
-    except BaseException:       # the old XRF back where it was
-        with contextlib.suppress(OSError):
-            if moved and old is not None and backup is not None:
-                os.replace(backup, old)
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-    _sync_folder(target)
+    report = _pydb._mkxrf(mst, target, backup, layout)
     return {"xrf": target, "backup": backup, **report}

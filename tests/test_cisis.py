@@ -814,8 +814,9 @@ def _aligned_masters(tmp: Path) -> list[Path]:
     """The isis-aligned MSTXL 0 master files of the data folder (the one
     layout the CISIS build reads), CISIS's CDS.std.mst among them (its
     XRF made in `tmp` to read it), less those with an odd MFRL (pyisis
-    wrote them, its next record on the even byte after): CISIS mkxrf goes
-    on at the odd byte, and finds no record until an odd gap."""
+    wrote them): CISIS mkxrf goes on at the odd byte after such a record
+    and steps two bytes at a time, so where pyisis put the next record on
+    the even byte it finds none after it (pydb steps one byte)."""
     out = []
     for mst in sorted(q for q in DATA.rglob("*") if q.suffix.lower() == ".mst"):
         base = mst.with_name(mst.name[:-4])
@@ -824,9 +825,8 @@ def _aligned_masters(tmp: Path) -> list[Path]:
             pydb.rebuild_xrf(tmp / mst.name)
             base = tmp / mst.name[:-4]
         with pydb.open(base) as db:
-            if (db.layout, db.info()["mstxl"]) != ("isis-aligned", 0):
-                continue
-            if "mfrl-padding" not in db.check().counts:
+            if ((db.layout, db.info()["mstxl"]) == ("isis-aligned", 0)
+                    and "mfrl-padding" not in db.check().counts):
                 out.append(mst)
     return out
 
