@@ -24,12 +24,13 @@
  * the "update pending" flag: CDS/ISIS clears the back pointer when it
  * inverts a record, so one that keeps it may be missing from an ISIS
  * inverted file.  An MFN below NXTMFN with no version is physically
- * deleted (-2048 >> MSTXL, as build.c writes a gap).  What CISIS mkxrf
- * does differently: it asks for "ok" on the terminal, writes over the
- * old XRF, and takes the layout it was compiled for; this takes a layout
- * or detects it (the one under which the first DETECT bytes hold the most
- * bytes of versions: the four leaders differ in size, so one fits), and
- * writes a new file that the caller renames into place.
+ * deleted (-(2048 >> MSTXL), as build.c writes a gap).  What CISIS mkxrf
+ * does differently: it asks for "ok" on the terminal, takes the layout it
+ * was compiled for, and keeps no copy; this takes a layout or detects it
+ * (the one under which the first DETECT bytes hold the most bytes of
+ * versions: the four leaders differ in size, so one fits), copies the old
+ * XRF first, and has the database to itself meanwhile (take_database).
+ * Like CISIS it writes the new XRF into the old file.
  *
  * Safety: every read is bounded by the file's size and the window; the
  * arrays are bounded by NXTMFN, which must be below the file's size in
@@ -140,27 +141,6 @@ static int walk(scan *s, const pydb_geom *g, int mstxl, int32_t next_mfn,
     return rc ? rc : s->failed ? PYDB_EIO : PYDB_OK;
 }
 
-/* Write raw[n] as the new XRF file at path (created with `mode`,
- * fsynced; removed again on failure). */
-static int write_xrf(const char *path, const int32_t *raw, int64_t n,
-                     mode_t mode, pydb_error *err)
-{
-    int fd = pydb__vfs->open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                             (int)mode);
-    int rc;
-    if (fd < 0)
-        return PYDB_OSERROR(err, errno, path, -1, "cannot create: %s",
-                            strerror(errno));
-    (void)fchmod(fd, mode);   /* the umask may have taken bits off */
-    rc = pydb__xrf_write_all(fd, path, raw, n, err);
-    if (rc == PYDB_OK && pydb__vfs->fsync(fd) != 0)
-        rc = PYDB_OSERROR(err, errno, path, -1, "fsync failed: %s",
-                          strerror(errno));
-    pydb__vfs->close(fd);
-    if (rc) unlink(path);
-    return rc;
-}
-
 /* The layout under which the first DETECT bytes before `end` hold the
  * most bytes of versions (the first of a tie).  0..3, or a negative
  * PYDB error (a read). */
@@ -181,44 +161,56 @@ static int detect_layout(scan *s, int mstxl, int32_t next_mfn, int64_t end)
     return layout;
 }
 
-/* Nobody else may use the database while its XRF is replaced: the pydb
- * writer lock (an open-file-description lock on the whole of <base>.wal,
- * as wal.c takes it) keeps out pydb commits, collections and another
- * mkxrf; a write lease on the XRF (fcntl F_SETLEASE, Linux) is refused
- * while any process has the file open -- a pydb handle holds its XRF open
- * while it lives, and so do WinISIS and CISIS while they use it.  The
- * lease is only a probe (taken, then given back at once: held, another
- * process's open would wait for it, then open the old file); its break
- * signal is set to SIGURG, which a process ignores by default, should an
- * open come in between.  Where leases are not available (NFS, a file of
- * another owner without CAP_LEASE) only the lock guards.  *wal_fd gets
- * the locked log's descriptor (-1: there is no log to lock).  0,
- * PYDB_ELOCKED, or PYDB_EUNSUPPORTED (the log holds commits to apply).
- * No log is made where there is none (no pydb writer ever opened the
- * database, or its folder is read-only). */
-static int keep_others_out(int *wal_fd, const char *mst_path,
-                           const char *xrf_path, pydb_error *err)
+/* An open-file-description lock on the whole of fd (wal.c's writer
+ * lock is one on the log): 0, or -1 with errno (EAGAIN: held). */
+static int ofd_lock(int fd)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* The database to itself (docs: pydb.h, pydb_mkxrf).  The pydb writer
+ * lock (the log's, as wal.c takes it) keeps out pydb commits and
+ * collections; a lock on the XRF keeps out another mkxrf; a write lease
+ * on the XRF (fcntl F_SETLEASE, Linux) is refused while any process has
+ * it open -- a pydb handle holds its XRF open while it lives, and so do
+ * WinISIS and CISIS -- and, held, makes every open of it wait until it is
+ * given back (its break signal is SIGURG, which a process ignores by
+ * default).  So the new XRF is written into the old file, not renamed
+ * over it: an open that waited gets the file with its new content.
+ * *wal_fd and *xrf_fd get the descriptors (-1: none); *created is set
+ * when the XRF was made here (there was none).  `force`: go on where no
+ * lease or writer lock can be had (another owner's files, NFS) -- the
+ * caller vouches that nobody has the database open.  0, PYDB_ELOCKED
+ * (held), PYDB_EUNSUPPORTED (a log with commits to apply; no lease or
+ * lock to be had without `force`), PYDB_EIO. */
+static int take_database(int *wal_fd, int *xrf_fd, int *created,
+                         const char *mst_path, const char *xrf_path,
+                         mode_t mode, int force, pydb_error *err)
 {
     char base[1100], wal[1100];
-    struct flock fl;
     struct stat st;
     int fd;
 
-    *wal_fd = -1;
+    *wal_fd = *xrf_fd = -1;
+    *created = 0;
     pydb__strip_ext(base, sizeof base, mst_path);
     pydb__wal_path(wal, sizeof wal, base, mst_path);
     fd = pydb__vfs->open(wal, O_RDWR | O_CLOEXEC, 0);
-    if (fd >= 0) {
-        memset(&fl, 0, sizeof fl);
-        fl.l_type = F_WRLCK;
-        fl.l_whence = SEEK_SET;
-        if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
-            pydb__vfs->close(fd);
-            return PYDB_ERROR(err, PYDB_ELOCKED, wal, -1,
-                              "a pydb writer is committing to this database: "
-                              "close it first");
-        }
+    if (fd < 0 && errno != ENOENT && !force)
+        return PYDB_ERROR(err, PYDB_EUNSUPPORTED, wal, -1,
+                          "cannot take the pydb writer lock (%s): make sure "
+                          "no program has the database open, then run with "
+                          "force", strerror(errno));
+    if (fd >= 0) {   /* (no log: no pydb writer ever opened it) */
         *wal_fd = fd;
+        if (ofd_lock(fd) != 0)
+            return PYDB_ERROR(err, PYDB_ELOCKED, wal, -1,
+                              "a pydb writer is committing to this "
+                              "database: close it first");
         if (fstat(fd, &st) == 0 && st.st_size > 0)
             return PYDB_ERROR(err, PYDB_EUNSUPPORTED, wal, -1,
                               "the write-ahead log holds commits (a pydb "
@@ -226,33 +218,104 @@ static int keep_others_out(int *wal_fd, const char *mst_path,
                               "before recovery): open the database once, "
                               "close it, then make the XRF again");
     }
-    fd = pydb__vfs->open(xrf_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-    if (fd < 0) return PYDB_OK;   /* none yet, or unreadable: the rename says */
-    if (fcntl(fd, F_SETSIG, SIGURG) == 0 &&
-        fcntl(fd, F_SETLEASE, F_WRLCK) != 0 && errno == EAGAIN) {
-        pydb__vfs->close(fd);
-        return PYDB_ERROR(err, PYDB_ELOCKED, xrf_path, -1,
-                          "the database is open (this or another process "
-                          "has its XRF open): close it first");
+    fd = pydb__vfs->open(xrf_path, O_RDWR | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd < 0 && errno == ENOENT) {
+        fd = pydb__vfs->open(xrf_path, O_RDWR | O_CREAT | O_EXCL | O_NONBLOCK |
+                                           O_CLOEXEC, (int)mode);
+        *created = fd >= 0;
     }
-    (void)fcntl(fd, F_SETLEASE, F_UNLCK);
-    pydb__vfs->close(fd);
+    if (fd < 0)
+        return errno == EWOULDBLOCK || errno == EEXIST
+                   ? PYDB_ERROR(err, PYDB_ELOCKED, xrf_path, -1,
+                                "the database is open (another process "
+                                "holds its XRF): close it first")
+                   : PYDB_OSERROR(err, errno, xrf_path, -1,
+                                  "cannot open: %s", strerror(errno));
+    *xrf_fd = fd;
+    if (*created) (void)fchmod(fd, mode);   /* the umask's bits too */
+    if (ofd_lock(fd) != 0)
+        return PYDB_ERROR(err, PYDB_ELOCKED, xrf_path, -1,
+                          "another mkxrf is at work on this database");
+    if (fcntl(fd, F_SETSIG, SIGURG) != 0 ||
+        fcntl(fd, F_SETLEASE, F_WRLCK) != 0) {
+        if (errno == EAGAIN)
+            return PYDB_ERROR(err, PYDB_ELOCKED, xrf_path, -1,
+                              "the database is open (this or another "
+                              "process has its XRF open): close it first");
+        if (!force)
+            return PYDB_ERROR(err, PYDB_EUNSUPPORTED, xrf_path, -1,
+                              "cannot tell whether another process has the "
+                              "database open (no file lease: %s): make sure "
+                              "none has, then run with force",
+                              strerror(errno));
+    }
+    return PYDB_OK;
+}
+
+/* Copy the n bytes of fd to a new file bak_path (created, never over
+ * another; fsynced).  0 or PYDB_EIO. */
+static int keep_copy(int fd, int64_t n, const char *path,
+                     const char *bak_path, uint8_t *buf, size_t cap,
+                     pydb_error *err)
+{
+    int out = pydb__vfs->open(bak_path, O_WRONLY | O_CREAT | O_EXCL |
+                                            O_CLOEXEC, 0644);
+    struct stat st;
+    int rc = PYDB_OK;
+    if (out < 0)
+        return PYDB_OSERROR(err, errno, bak_path, -1, "cannot create: %s",
+                            strerror(errno));
+    if (fstat(fd, &st) == 0) (void)fchmod(out, st.st_mode & 07777);
+    for (int64_t off = 0; off < n && rc == PYDB_OK;) {
+        size_t len = n - off < (int64_t)cap ? (size_t)(n - off) : cap;
+        ssize_t got = pydb__vfs->pread(fd, buf, len, off);
+        int e;
+        if (got <= 0) {
+            rc = PYDB_OSERROR(err, got < 0 ? errno : EIO, path, off,
+                              "read failed: %s",
+                              got < 0 ? strerror(errno) : "short read");
+        } else if ((e = -pydb__write_full(out, buf, (size_t)got, off)) != 0) {
+            rc = PYDB_OSERROR(err, e, bak_path, off, "write failed: %s",
+                              strerror(e));
+        }
+        off += got > 0 ? got : 0;
+    }
+    if (rc == PYDB_OK && pydb__vfs->fsync(out) != 0)
+        rc = PYDB_OSERROR(err, errno, bak_path, -1, "fsync failed: %s",
+                          strerror(errno));
+    pydb__vfs->close(out);
+    if (rc) unlink(bak_path);
+    return rc ? rc : pydb__fsync_parent(bak_path, err);
+}
+
+/* raw[n] written over the XRF at fd from offset 0, the file cut to its
+ * blocks, fsynced.  0 or PYDB_EIO. */
+static int write_xrf(int fd, const char *path, const int32_t *raw,
+                     int64_t n, pydb_error *err)
+{
+    int64_t blocks = pydb__xrf_blocks(n + 1);
+    int rc = pydb__xrf_write_all(fd, path, raw, n, err);
+    if (rc) return rc;
+    if (pydb__vfs->ftruncate(fd, (blocks ? blocks : 1) * PYDB_BLOCK) != 0)
+        return PYDB_OSERROR(err, errno, path, -1, "ftruncate failed: %s",
+                            strerror(errno));
+    if (pydb__vfs->fsync(fd) != 0)
+        return PYDB_OSERROR(err, errno, path, -1, "fsync failed: %s",
+                            strerror(errno));
     return PYDB_OK;
 }
 
 int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
                const char *xrf_path, const char *bak_path, int layout,
-               pydb_error *err)
+               int force, pydb_error *err)
 {
     uint8_t ctlb[PYDB_CTL_SIZE];
-    char tmp[1100], dir[1100];
-    const char *name;
     pydb_ctl c;
     scan s;
     struct stat sb, xs;
     int32_t *raw = NULL;
     int64_t end, nmax, at = PYDB_CTL_SIZE, versions = 0, bytes = 0;
-    int wal_fd = -1, have_xrf, rc = PYDB_OK;
+    int wal_fd = -1, xrf_fd = -1, created = 0, leased = 0, rc = PYDB_OK;
     ssize_t got;
 
     memset(out, 0, sizeof *out);
@@ -263,13 +326,6 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     if (layout < -1 || layout > 3)
         return PYDB_ERROR(err, PYDB_EINVAL, mst_path, -1, "bad layout %d",
                           layout);
-    have_xrf = lstat(xrf_path, &xs) == 0;
-    if (have_xrf && !bak_path)
-        return PYDB_OSERROR(err, EEXIST, xrf_path, -1, "the database has an "
-                            "XRF (give a name to keep it under)");
-    if (bak_path && lstat(bak_path, &xs) == 0)
-        return PYDB_OSERROR(err, EEXIST, bak_path, -1, "in the way of the "
-                            "old XRF: move it away first");
     /* O_NONBLOCK: a FIFO does not wait for a writer (and is refused) */
     s.fd = pydb__vfs->open(mst_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
     if (s.fd < 0)
@@ -286,7 +342,6 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
         goto cleanup;
     }
     s.size = (int64_t)sb.st_size;
-    if ((rc = keep_others_out(&wal_fd, mst_path, xrf_path, err))) goto cleanup;
     got = pydb__vfs->pread(s.fd, ctlb, sizeof ctlb, 0);
     if (got < 0) {
         rc = PYDB_OSERROR(err, errno, mst_path, 0, "read failed: %s",
@@ -322,6 +377,25 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
         rc = PYDB_ERROR(err, PYDB_ENOMEM, mst_path, -1, "no memory");
         goto cleanup;
     }
+    rc = take_database(&wal_fd, &xrf_fd, &created, mst_path, xrf_path,
+                       sb.st_mode & 0666, force, err);
+    leased = xrf_fd >= 0;
+    if (rc) goto cleanup;
+    if (!created && !bak_path) {
+        rc = PYDB_OSERROR(err, EEXIST, xrf_path, -1, "the database has an "
+                          "XRF (give a name to keep it under)");
+        goto cleanup;
+    }
+    if (!created) {   /* the old XRF kept, as it is, before a byte changes */
+        if (fstat(xrf_fd, &xs) != 0) {
+            rc = PYDB_OSERROR(err, errno, xrf_path, -1, "cannot stat: %s",
+                              strerror(errno));
+            goto cleanup;
+        }
+        rc = keep_copy(xrf_fd, (int64_t)xs.st_size, xrf_path, bak_path,
+                       s.win, WINDOW, err);
+        if (rc) goto cleanup;
+    }
     if (layout < 0 && (layout = detect_layout(&s, c.mstxl, c.next_mfn,
                                               end)) < 0) {
         rc = layout;
@@ -350,32 +424,13 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
         else out->active++;
         if (e.flags & PYDB_FLAG_PENDING) out->pending++;
     }
-    /* the new file beside the old one, then the names swapped: the old
-     * XRF kept under bak_path; a failure leaves it where it was */
-    snprintf(tmp, sizeof tmp, "%s.mkxrf", xrf_path);
-    unlink(tmp);   /* left by a run that was killed */
-    rc = write_xrf(tmp, raw, (int64_t)c.next_mfn - 1,
-                   (have_xrf && stat(xrf_path, &xs) == 0 ? xs.st_mode
-                                                          : sb.st_mode) & 0666,
-                   err);
-    if (rc) goto cleanup;
-    if (have_xrf && rename(xrf_path, bak_path) != 0) {
-        rc = PYDB_OSERROR(err, errno, xrf_path, -1, "cannot rename to %s: %s",
-                          bak_path, strerror(errno));
-        unlink(tmp);
-        goto cleanup;
-    }
-    if (rename(tmp, xrf_path) != 0) {
-        rc = PYDB_OSERROR(err, errno, tmp, -1, "cannot rename to %s: %s",
-                          xrf_path, strerror(errno));
-        if (have_xrf) (void)rename(bak_path, xrf_path);
-        unlink(tmp);
-        goto cleanup;
-    }
-    pydb__path_split(dir, sizeof dir, &name, xrf_path);
-    rc = pydb__fsync_dir(dir, err);
+    rc = write_xrf(xrf_fd, xrf_path, raw, (int64_t)c.next_mfn - 1, err);
+    if (rc == PYDB_OK && created) rc = pydb__fsync_parent(xrf_path, err);
 cleanup:
-    if (wal_fd >= 0) pydb__vfs->close(wal_fd);   /* the lock goes with it */
+    if (leased) (void)fcntl(xrf_fd, F_SETLEASE, F_UNLCK);
+    if (xrf_fd >= 0) pydb__vfs->close(xrf_fd);   /* its lock goes with it */
+    if (rc && created) unlink(xrf_path);          /* no half-made XRF */
+    if (wal_fd >= 0) pydb__vfs->close(wal_fd);
     if (s.fd >= 0) pydb__vfs->close(s.fd);
     free(s.win);
     free(raw);

@@ -596,15 +596,19 @@ typedef struct pydb_mkxrf_report {
  * Make the cross-reference file `xrf_path` anew for the master file
  * `mst_path`, from a sequential scan of its record versions: CISIS
  * mkxrf's method (BIREME `mkxrf.c`, for a master file whose XRF is lost
- * or damaged; docs/isis-formats.md §3.3).  An existing xrf_path is
- * renamed to `bak_path` (NULL: refused, PYDB_EIO with sys_errno EEXIST;
- * so is an existing bak_path); the new file, written as
- * "<xrf_path>.mkxrf" and fsynced, takes its name (its mode is the old
- * XRF's, else the master file's).  Nobody else may use the database
- * meanwhile: the pydb writer lock is taken (PYDB_ELOCKED when a writer
- * holds it), a log with commits to apply is PYDB_EUNSUPPORTED, and where
- * the system has file leases (Linux, local files) an XRF that this or
- * another process has open -- a pydb handle, WinISIS -- is PYDB_ELOCKED.  The scan reads from the end of the control
+ * or damaged; docs/isis-formats.md §3.3).  An existing xrf_path is first
+ * copied to `bak_path` (created, fsynced; NULL: refused, PYDB_EIO with
+ * sys_errno EEXIST; so is an existing bak_path), then written over in
+ * place and fsynced; a missing one is created (the master file's mode).
+ * The database is had to itself meanwhile: the pydb writer lock
+ * (PYDB_ELOCKED when a writer holds it; a log with commits to apply is
+ * PYDB_EUNSUPPORTED), a lock on the XRF (another mkxrf: PYDB_ELOCKED),
+ * and a write lease on it (Linux): PYDB_ELOCKED while this or another
+ * process has the XRF open -- a pydb handle, WinISIS -- and, held, opens
+ * of it wait until the new XRF is in.  Where the lease or the writer
+ * lock cannot be had (another owner's files, NFS) it is
+ * PYDB_EUNSUPPORTED unless `force` (the caller vouches that nobody has
+ * the database open).  The scan reads from the end of the control
  * record to the end of records it names (NXTMFB/NXTMFP), at each 2-byte
  * (2^MSTXL) step taking a version whose leader and directory are
  * plausible (an MFN below NXTMFN, MFRL, BASE, NVF, STATUS and every field
@@ -622,7 +626,7 @@ typedef struct pydb_mkxrf_report {
  */
 int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
                const char *xrf_path, const char *bak_path, int layout,
-               pydb_error *err);
+               int force, pydb_error *err);
 
 /* The MFRL in bytes (even, a multiple of 2^MSTXL) that a record with
  * fields[nfields] takes in `layout` with shift `mstxl`

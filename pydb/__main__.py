@@ -691,8 +691,8 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
 def _cmd_mkxrf(args) -> int:
     """A new XRF from a scan of the master file (pydb.rebuild_xrf), and
     what the scan found."""
-    rep = rebuild_xrf(args.db, layout=args.layout, replace=args.replace)
-    kept = f" (the old one is now {rep['backup']})" if rep["backup"] else ""
+    rep = rebuild_xrf(args.db, layout=args.layout, replace=args.replace, force=args.force)
+    kept = f" (a copy of the old one: {rep['backup']})" if rep["backup"] else ""
     print(f"wrote {rep['xrf']}{kept}")
     print(f"layout {rep['layout']}, MSTXL {rep['mstxl']}, NXTMFN {rep['next_mfn']}: "
           f"{rep['versions']} record versions ({rep['version_bytes']} bytes) in the "
@@ -1113,8 +1113,12 @@ def parser() -> argparse.ArgumentParser:
                    help="record leader layout (default: the one the master file's "
                    "records fit)")
     p.add_argument("--replace", action="store_true",
-                   help="where an XRF exists, keep it as <xrf>.bak and put the new one "
-                   "in its place (default: refuse)")
+                   help="where an XRF exists, keep a copy as <xrf>.bak and write the new "
+                   "one over it (default: refuse)")
+    p.add_argument("--force", action="store_true",
+                   help="go on where pydb cannot tell whether the database is open "
+                   "(another owner's files, a network file system): you make sure "
+                   "no program has it open (default: refuse)")
     p.set_defaults(func=_cmd_mkxrf)
     p = command("index", "build (or rebuild) the native inverted index, beside writers too",
                 epilog="Ends with the MFNs read, the time spent reading records and making "

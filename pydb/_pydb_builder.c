@@ -159,19 +159,20 @@ fail_py:
     return NULL;
 }
 
-/* _mkxrf(mst_path, xrf_path, bak_path, layout): pydb_mkxrf(), its
- * report as a dict. */
+/* _mkxrf(mst_path, xrf_path, bak_path, layout, force): pydb_mkxrf(),
+ * its report as a dict. */
 static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
 {
     module_state *st = PyModule_GetState(m);
     PyObject *pm = NULL, *px = NULL, *pb = NULL, *bak = NULL, *out = NULL;
-    const char *layout_name;
-    int layout = -1, rc;
+    const char *layout_name, *cm, *cx, *cb;
+    int layout = -1, force, rc;
     pydb_mkxrf_report r;
     pydb_error e;
 
-    if (!PyArg_ParseTuple(args, "O&O&Oz", PyUnicode_FSConverter, &pm,
-                          PyUnicode_FSConverter, &px, &bak, &layout_name))
+    if (!PyArg_ParseTuple(args, "O&O&Ozp", PyUnicode_FSConverter, &pm,
+                          PyUnicode_FSConverter, &px, &bak, &layout_name,
+                          &force))
         goto cleanup;
     if (bak != Py_None && !PyUnicode_FSConverter(bak, &pb)) goto cleanup;
     if (layout_name && (layout = pydb_layout_from_name(layout_name)) < 0) {
@@ -181,9 +182,10 @@ static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
         goto cleanup;
     }
     memset(&e, 0, sizeof e);
-    UNLOCKED(NULL, NULL,
-             rc = pydb_mkxrf(&r, PyBytes_AS_STRING(pm), PyBytes_AS_STRING(px),
-                             pb ? PyBytes_AS_STRING(pb) : NULL, layout, &e));
+    cm = PyBytes_AS_STRING(pm);
+    cx = PyBytes_AS_STRING(px);
+    cb = pb ? PyBytes_AS_STRING(pb) : NULL;
+    UNLOCKED(NULL, NULL, rc = pydb_mkxrf(&r, cm, cx, cb, layout, force, &e));
     if (rc) {
         set_error(st, rc, &e);
         goto cleanup;
@@ -205,11 +207,12 @@ cleanup:
 
 static PyMethodDef builder_functions[] = {
     {"_mkxrf", mod_mkxrf, METH_VARARGS,
-     "_mkxrf(mst_path, xrf_path, bak_path, layout, /)\n--\n\nMake the XRF "
-     "xrf_path anew for the master file mst_path from a scan of its record "
-     "versions, an existing one renamed to bak_path (None: refused); "
-     "layout a LAYOUTS name or None (detected).  Returns the report as a "
-     "dict.  Use pydb.rebuild_xrf()."},
+     "_mkxrf(mst_path, xrf_path, bak_path, layout, force, /)\n--\n\nMake "
+     "the XRF xrf_path anew for the master file mst_path from a scan of "
+     "its record versions, an existing one first copied to bak_path (None: "
+     "refused); layout a LAYOUTS name or None (detected); force: go on "
+     "where no file lease or writer lock can be had.  Returns the report "
+     "as a dict.  Use pydb.rebuild_xrf()."},
     {"_build", mod_build, METH_VARARGS,
      "_build(path, layout, mstxl, records, sync, deleted=None, /)\n--\n\n"
      "Write a new database from an iterable of records, each a sequence of "

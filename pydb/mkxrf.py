@@ -11,11 +11,13 @@ clears the back pointer when it inverts a record), and an MFN below
 NXTMFN with no version is physically deleted.  Formats:
 docs/isis-formats.md §2 (master file) and §3 (XRF).
 
-The master file is only read; the new XRF is written beside the old one,
-then renamed into place (the old one kept as ``<xrf>.bak``).  Nobody else
-may use the database meanwhile: the pydb writer lock is held, and where
-the system has file leases (Linux, local files) an XRF that any process
-has open (a pydb handle, WinISIS) makes it refuse.  A version written
+The master file is only read; the old XRF is copied to ``<xrf>.bak``,
+then written over with the new one.  The database is had to itself
+meanwhile: the pydb writer lock and a lock on the XRF are held, and a
+file lease (Linux) refuses while any process has the XRF open (a pydb
+handle, WinISIS) and makes opens of it wait until the new XRF is in.
+Where no lease or writer lock can be had (another owner's files, NFS) it
+refuses unless told ``force=True``.  A version written
 past the end of records the control record names (an append that was
 never committed, or a writer such as pyisis that left the control record
 behind) is not taken, as CISIS ``mkxrf`` takes none; the report counts
@@ -38,7 +40,7 @@ __all__ = ["rebuild_xrf"]
 
 
 def rebuild_xrf(path: PathArg, *, layout: str | None = None,
-                replace: bool = False) -> dict[str, Any]:
+                replace: bool = False, force: bool = False) -> dict[str, Any]:
     """Write the XRF of the database at `path` anew from its master file.
 
     Args:
@@ -47,8 +49,11 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         layout: the record leader layout, one of :data:`pydb.LAYOUTS`;
             None (the default) takes the one under which the first 4 MiB
             of the master file hold the most bytes of record versions.
-        replace: where an XRF exists, rename it to ``<xrf>.bak`` and put
-            the new one in its place; False refuses.
+        replace: where an XRF exists, copy it to ``<xrf>.bak`` and write
+            the new one over it; False refuses.
+        force: go on where no file lease or writer lock can be had
+            (another owner's files, a network file system): the caller
+            vouches that no program has the database open.
 
     Returns:
         A dict: ``xrf`` (the path written), ``backup`` (the old XRF's new
@@ -67,17 +72,19 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         DatabaseNotFoundError: no master file at `path`.
         DatabaseExistsError: an XRF exists and `replace` is False, or
             ``<xrf>.bak`` exists already (move it away first).
-        LockTimeoutError: a pydb writer holds the writer lock, or (where
-            the system has file leases) this or another process has the
-            XRF open: close the database first.
+        LockTimeoutError: a pydb writer holds the writer lock, another
+            rebuild_xrf is at work, or this or another process has the XRF
+            open: close the database first.
         UnsupportedError: ``<base>.wal`` holds commits (a pydb handle has
             the database open, or one died before its recovery ran: open
-            the database once, close it, then try again).
+            the database once, close it, then try again); or no file lease
+            or writer lock can be had and `force` is False.
         CorruptionError: the control record is unusable (NXTMFN,
             NXTMFB/NXTMFP or MSTXL out of range for the file).
         ValueError: an unknown `layout`, or a master file that is not a
             regular file.
-        DiskError: a read or write failed (the old XRF stays in place).
+        DiskError: a read or write failed: before the old XRF was copied
+            it is as it was; after, ``<xrf>.bak`` holds it (run again).
     """
     base = base_name(path)
 
@@ -98,5 +105,5 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         raise DatabaseExistsError(errno.EEXIST, "a backup of an earlier XRF is in the way: "
                                   "move it away first", backup)
     target = old or os.path.splitext(mst)[0] + (".XRF" if mst.endswith(".MST") else ".xrf")
-    report = _pydb._mkxrf(mst, target, backup, layout)
+    report = _pydb._mkxrf(mst, target, backup, layout, force)
     return {"xrf": target, "backup": backup, **report}
