@@ -33,8 +33,8 @@
  * Like CISIS it writes the new XRF into the old file.
  *
  * Safety: every read is bounded by the file's size and the window; the
- * arrays are bounded by NXTMFN, which must be below the file's size in
- * bytes (or 2^20).  The master file is opened read-only.
+ * arrays are bounded by NXTMFN, which must be at most a sixteenth of the
+ * file's size in bytes (or 2^20).  The master file is opened read-only.
  *
  * Depends on: record.c (control record, leaders, XRF values), build.c
  * (pydb__xrf_write_all), vfs.c, error.c.
