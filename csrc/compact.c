@@ -169,14 +169,6 @@ void pydb__compact_abort(pydb_db *db)
         job_free(db, db->compact->pid == getpid());
 }
 
-static int ofd_trylock(int fd)
-{
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    return fcntl(fd, F_OFD_SETLK, &fl);
-}
 
 /* Create (or take over from a dead job) the new file `path`, locked so
  * that one job at a time writes it: 1 with *fd, 0 when a live job of
@@ -188,7 +180,7 @@ static int new_file(int *fd, const char *path, int mode, pydb_error *err)
         if (*fd < 0)
             return PYDB_OSERROR(err, errno, path, -1, "cannot create: %s",
                                 strerror(errno));
-        if (ofd_trylock(*fd) != 0) {
+        if (pydb__ofd_lock(*fd, F_WRLCK) != 0) {
             pydb__vfs->close(*fd);
             *fd = -1;
             return 0;   /* another job is running */

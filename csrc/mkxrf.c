@@ -40,7 +40,7 @@
  * (pydb__xrf_write_all), vfs.c, error.c.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE   /* F_OFD_SETLK, F_SETLEASE, F_SETSIG */
+#define _GNU_SOURCE   /* F_SETLEASE, F_SETSIG */
 #endif
 #include "pydb_int.h"
 #include <errno.h>
@@ -161,17 +161,6 @@ static int detect_layout(scan *s, int mstxl, int32_t next_mfn, int64_t end)
     return layout;
 }
 
-/* An open-file-description lock on the whole of fd (wal.c's writer
- * lock is one on the log): 0, or -1 with errno (EAGAIN: held). */
-static int ofd_lock(int fd)
-{
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    return fcntl(fd, F_OFD_SETLK, &fl);
-}
-
 /* The database to itself (docs: pydb.h, pydb_mkxrf).  The pydb writer
  * lock (the log's, as wal.c takes it) keeps out pydb commits and
  * collections; a lock on the XRF keeps out another mkxrf; a write lease
@@ -207,7 +196,7 @@ static int take_database(int *wal_fd, int *xrf_fd, int *created,
                           "force", strerror(errno));
     if (fd >= 0) {   /* (no log: no pydb writer ever opened it) */
         *wal_fd = fd;
-        if (ofd_lock(fd) != 0)
+        if (pydb__ofd_lock(fd, F_WRLCK) != 0)
             return PYDB_ERROR(err, PYDB_ELOCKED, wal, -1,
                               "a pydb writer is committing to this "
                               "database: close it first");
@@ -233,7 +222,7 @@ static int take_database(int *wal_fd, int *xrf_fd, int *created,
                                   "cannot open: %s", strerror(errno));
     *xrf_fd = fd;
     if (*created) (void)fchmod(fd, mode);   /* the umask's bits too */
-    if (ofd_lock(fd) != 0)
+    if (pydb__ofd_lock(fd, F_WRLCK) != 0)
         return PYDB_ERROR(err, PYDB_ELOCKED, xrf_path, -1,
                           "another mkxrf is at work on this database");
     if (fcntl(fd, F_SETSIG, SIGURG) != 0 ||

@@ -501,3 +501,12 @@ int pydb__swap_file(const char *path, const void *data, size_t len,
                             strerror(errno));
     return PYDB_OK;
 }
+
+int pydb__ofd_lock(int fd, int type)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = (short)type;
+    fl.l_whence = SEEK_SET;
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}

@@ -112,6 +112,11 @@ int pydb__write_full(int fd, const void *buf, size_t n, int64_t off);
 int pydb__fsync_dir(const char *dir, pydb_error *err);
 /* The same for the directory that holds `path` (a file name). */
 int pydb__fsync_parent(const char *path, pydb_error *err);
+/* An open-file-description lock of `type` (F_WRLCK, F_UNLCK) on the
+ * whole of fd, not waiting (F_OFD_SETLK): pydb's writer lock on the log
+ * (wal.c), the compaction job's lock (compact.c), mkxrf's on the XRF.
+ * 0, or -1 with errno (EAGAIN or EACCES: another description holds it). */
+int pydb__ofd_lock(int fd, int type);
 /* fsync the file at path (opened read-only for it): PYDB_EIO with the
  * errno when it cannot be opened or the fsync fails. */
 int pydb__fsync_file(const char *path, pydb_error *err);

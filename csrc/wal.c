@@ -1088,16 +1088,6 @@ int pydb__swap_recover(const char *mst, const char *xrf,
 
 /* ------------------------------------------------------------- locking */
 
-static int ofd_lock(int fd, int type)
-{
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = (short)type;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = 0;
-    fl.l_len = 0;
-    return fcntl(fd, F_OFD_SETLK, &fl);
-}
 
 /* The errors of a try of the writer lock that failed (errno set): 0 when
  * it is only taken by another handle or process. */
@@ -1296,7 +1286,7 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
          * this writer, or moves the word it sleeps on */
         uint32_t ticket = pydb__shm_writer_ticket(db->shm);
         int go = gc || !stand_back(db, me, deadline >= 0, &since);
-        if (go && ofd_lock(db->wal_fd, F_WRLCK) == 0) {
+        if (go && pydb__ofd_lock(db->wal_fd, F_WRLCK) == 0) {
             rc = PYDB_OK;
         } else if (go && (rc = lock_failed(db, err)) != 0) {
             /* rc set */
@@ -1320,7 +1310,7 @@ int pydb__wal_lock(pydb_db *db, int64_t deadline, int gc, pydb_error *err)
 
 void pydb__wal_unlock(pydb_db *db)
 {
-    ofd_lock(db->wal_fd, F_UNLCK);
+    pydb__ofd_lock(db->wal_fd, F_UNLCK);
     pydb__shm_writer_released(db->shm);
 }
 
@@ -1392,7 +1382,7 @@ int pydb__wal_recover_readonly(const char *base, const char *mst,
     mfd = pydb__vfs->open(mst, O_RDWR, 0);
     xfd = pydb__vfs->open(xrf, O_RDWR, 0);
     if (mfd < 0 || xfd < 0) goto cleanup;  /* cannot write: skip */
-    if (ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
+    if (pydb__ofd_lock(wfd, F_WRLCK) != 0) goto cleanup;  /* writer busy */
     {
         pydb_wal_files w = {wfd, mfd, xfd, wal, mst, xrf, shm, NULL};
         rc = pydb__wal_recover(&w, &failed, err);

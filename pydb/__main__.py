@@ -27,6 +27,7 @@ from . import crashtest, gctest, ministat
 from ._cli import exit_table
 from .arrow import COMPRESSIONS, export_parquet, import_parquet
 from .check import CheckReport, Problem
+from .database import LAYOUTS
 from .database import open as open_db
 from .encoding import check_record_codec
 from .errors import CorruptionError, DatabaseNotFoundError, DiskError, Error, SearchSyntaxError
@@ -1005,8 +1006,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flavour", choices=["auto", "isis", "marc", "jsonl", "parquet"],
                    default=None, help="input format (default: auto-detected ISO 2709; .jsonl "
                    "files: JSON Lines; .parquet files and directories: Parquet)")
-    p.add_argument("--layout", default=None,
-                   choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"],
+    p.add_argument("--layout", default=None, choices=LAYOUTS,
                    help="record leader layout of a new database (default isis-packed, as "
                         "WinISIS writes; an existing database keeps its own)")
     p.add_argument("--mstxl", type=_int_from(0, 6), default=None, metavar="N",
@@ -1108,8 +1108,7 @@ def parser() -> argparse.ArgumentParser:
                 "version in the master file; versions past the end of records the control "
                 "record names are not taken.")
     _db_arg(p)
-    p.add_argument("--layout", default=None,
-                   choices=["isis-packed", "isis-aligned", "ffi-packed", "ffi-aligned"],
+    p.add_argument("--layout", default=None, choices=LAYOUTS,
                    help="record leader layout (default: the one the master file's "
                    "records fit)")
     p.add_argument("--replace", action="store_true",
