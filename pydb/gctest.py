@@ -528,13 +528,6 @@ class _Processes:
             if p.is_alive():
                 p.kill()
                 p.join()
-        if at_once:
-            # the queues' feeder threads are not joined at exit: a
-            # Ctrl-C left one waiting for ever on 3.13t, and the process
-            # with it (found in the free-threaded tier); what they still
-            # hold is for clients that are gone
-            for q in [*self.commands, self.results]:
-                q.cancel_join_thread()
 
 
 def _sigint_held(fn: Callable[[], Any]) -> None:
