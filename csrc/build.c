@@ -134,7 +134,7 @@ int pydb_builder_skip(pydb_builder *b, pydb_error *err)
     if (b->finished)
         return PYDB_ERROR(err, PYDB_EINVAL, b->mst_path, -1, "finished");
     if (grow_xrf(b, err)) return PYDB_ENOMEM;
-    /* block -1, offset 0: the value WinISIS leaves for an MFN that is not
+    /* offset 0, negated: the value WinISIS leaves for an MFN that is not
      * in the master file (docs/isis-formats.md §2.4, §3.2). */
     b->offsets_xrf[b->n++] = -(2048 >> b->mstxl);
     return PYDB_OK;

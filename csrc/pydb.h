@@ -273,7 +273,7 @@ enum pydb_xrf_state {
     PYDB_XRF_UNUSED = 0,     /* value 0: never created                     */
     PYDB_XRF_ACTIVE = 1,     /* positive pointer                           */
     PYDB_XRF_LDELETED = 2,   /* negated pointer: logically deleted         */
-    PYDB_XRF_PDELETED = 3    /* -2048 (block -1, offset 0): physically gone */
+    PYDB_XRF_PDELETED = 3    /* offset 0 negated: physically gone */
 };
 
 typedef struct pydb_xrf_entry {

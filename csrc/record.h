@@ -188,7 +188,9 @@ const char *pydb__xrf_low_reason(char *out, size_t n, int64_t offset);
 
 /* Decode a stored XRF value (docs/isis-formats.md §3.2) without checking
  * it against the files: raw, state, flags and the byte offset it names.  UNUSED (0)
- * and PDELETED (-2048, or a negated pointer to offset 0) get offset -1;
+ * and PDELETED (a negated pointer to offset 0, whatever its flags: block
+ * 1, position 0, as CISIS recxref tests it; -2048 with MSTXL 0,
+ * -(2048 >> MSTXL) in general) get offset -1;
  * for the others the caller checks the offset: below PYDB_CTL_SIZE (which
  * covers a block number < 1) or past the master file is damage. */
 static inline void pydb__xrf_unpack(pydb_xrf_entry *e, int32_t raw,
@@ -207,7 +209,9 @@ static inline void pydb__xrf_unpack(pydb_xrf_entry *e, int32_t raw,
         e->state = PYDB_XRF_UNUSED;
         return;
     }
-    if (raw < 0 && (off == 0 || raw == -2048)) {
+    /* not raw == -2048 alone: with MSTXL >= 1 that is a logically
+     * deleted record at offset 512 (MSTXL 1) or further */
+    if (raw < 0 && off == 0) {
         e->state = PYDB_XRF_PDELETED;
         return;
     }

@@ -27,7 +27,7 @@ def test_gaps_and_deleted(tmp_path, layout, mstxl):
     assert n == 7
     xrf = (tmp_path / "g.xrf").read_bytes()
     raw = struct.unpack_from("<7i", xrf, 4)
-    assert raw[1] == raw[2] == raw[5] == -2048 >> mstxl      # block -1, offset 0
+    assert raw[1] == raw[2] == raw[5] == -2048 >> mstxl      # offset 0, negated
     assert raw[0] > 0 and raw[4] > 0 and raw[3] < 0 and raw[6] < 0
     mst = (tmp_path / "g.mst").read_bytes()
     with pydb.open(tmp_path / "g", io="pread") as db:

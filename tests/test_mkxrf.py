@@ -152,6 +152,42 @@ def test_a_pydb_database_with_updates_and_deletions(tmp_path, layout, mstxl):
     assert rep["versions"] == 300 + 43 + 3 + 1 + 1
 
 
+@pytest.mark.parametrize("mstxl", [1, 2, 3])
+def test_minus_2048_is_a_deleted_record_when_mstxl_is_not_0(tmp_path, mstxl):
+    """With MSTXL k >= 1 the stored value -2048 names block 2^k at position
+    0, a logically deleted record at byte 512 * (2^k - 1) without flags
+    (docs/isis-formats.md §3.2; CISIS recxref takes only block 1, position
+    0, as physically deleted): what the scan writes for a record deleted
+    and compacted there.  Read as physically deleted, the record was lost
+    (NotFoundError; the next compaction dropped its bytes)."""
+    at = 512 * ((1 << mstxl) - 1)
+    base = tmp_path / "db"
+    with pydb.create(base, layout="isis-packed", mstxl=mstxl, gc="none") as db:
+        # leader 18 + one directory entry 6 bytes: MFN 2 starts at `at`
+        db.append([(24, "a" * (at - 64 - 24))])
+        assert db[db.append([(24, "keep me")])].offset == at
+        db.delete(2)
+        db.collect()   # the deleted version moves back to `at`, no back pointer
+        assert db.xrf_entry(2)["offset"] == at
+    xrf = str(base) + ".xrf"
+    with open(xrf, "r+b") as f:
+        f.seek(4 + 4)
+        f.write(struct.pack("<i", -2048))
+    for rebuild in (False, True):
+        if rebuild:
+            rep = pydb.rebuild_xrf(base, replace=True)
+            assert (rep["active"], rep["deleted"], rep["missing"]) == (1, 1, 0)
+            assert struct.unpack_from("<i", Path(xrf).read_bytes(), 8)[0] == -2048
+        with pydb.open(base, readonly=False, gc="none") as db:
+            assert db.xrf_entry(2) == {"raw": -2048, "state": "logically deleted",
+                                       "offset": at, "new": False, "pending": False}
+            assert (db[2].deleted, db[2][24]) == (True, ["keep me"])
+            assert db.check().ok
+    with pydb.open(base, readonly=False, gc="none") as db:
+        db.undelete(2)
+        assert db[2][24] == ["keep me"] and not db[2].deleted
+
+
 def test_refusals_leave_the_files_as_they_were(tmp_path):
     """An XRF exists (no replace), a .bak is in the way, a pydb log holds
     commits, no master file, an unknown layout: each refused, nothing
