@@ -277,16 +277,19 @@ static inline int files_moved(const pydb_db *db, uint64_t fs)
 /* *st made readable through the handle's files of generation `gen`: a
  * header state of an older generation is the commit the last compaction
  * replaced, which reads on in the state that compaction published (the
- * same records, in the new files).  0, or -1 if it cannot be. */
+ * same records, in the new files).  A state of the files mode (commit 0)
+ * names no commit to translate: through other files than its own it
+ * would take their records for its own (a snapshot taken without a
+ * header holds no slot, so nothing stopped the compaction that replaced
+ * them).  0, or -1 if it cannot be. */
 static int state_in(pydb_state *out, pydb_db *db, const pydb_state *st,
                     uint64_t gen)
 {
     uint64_t from;
     pydb_state after;
     *out = *st;
-    if (st->commit == 0 || st->commit == PYDB__STATE_FLOOR ||
-        st->file_gen == gen)
-        return 0;
+    if (st->commit == PYDB__STATE_FLOOR || st->file_gen == gen) return 0;
+    if (st->commit == 0) return -1;
     if (pydb__shm_swap_get(pydb__db_shm(db), &from, &after) == 0 &&
         from == st->commit && after.file_gen == gen) {
         *out = after;
@@ -305,6 +308,16 @@ static int replaced_error(pydb_db *db, const pydb_state *st, uint64_t gen,
     char last[160] = "no compaction record";
     uint64_t from;
     pydb_state after;
+    if (st->commit == 0)
+        return PYDB_ERROR(err, PYDB_EIO, db->mst.path, -1,
+                          "the master file this snapshot was taken of "
+                          "(generation %llu) was replaced by a compaction "
+                          "(generation %llu now): the snapshot was taken "
+                          "without a usable commit header (files mode, "
+                          "not registered), so nothing kept its records; "
+                          "take a new snapshot",
+                          (unsigned long long)st->file_gen,
+                          (unsigned long long)gen);
     if (pydb__shm_swap_get(pydb__db_shm(db), &from, &after) == 0)
         snprintf(last, sizeof last, "the last compaction replaced commit "
                  "%llu with commit %llu of generation %llu",
@@ -999,6 +1012,7 @@ static int scan_state(pydb_state *cur, uint64_t *fs, pydb_db *db,
         if (moved && (st->commit == 0 || st->commit == PYDB__STATE_FLOOR))
             break;
         if (state_in(cur, db, st, *fs >> 1) == 0) return PYDB_OK;
+        if (st->commit == 0) return replaced_error(db, st, *fs >> 1, err);
         if (st->file_gen <= *fs >> 1) break;
         rc = pydb__files_sync(db, err);
         if (rc) return rc;

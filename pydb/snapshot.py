@@ -15,9 +15,14 @@ is removed before it is released.  Release it with :meth:`Snapshot.close`
 or a ``with`` block; one that is garbage-collected is released too, and
 the slot of a process that dies is cleared by the next writer.
 
-Without a usable header (read-only media, a damaged file, files written
-by another program since) a snapshot reads the committed state from the
-control record and holds no slot (``info()["registered"]`` is False).
+Without a usable header (no pydb writer has opened the database yet,
+read-only media, a damaged file, files written by another program since)
+a snapshot reads the committed state from the control record and holds
+no slot (``info()["registered"]`` is False).  It still keeps its records
+while other processes commit (their new versions go after its end of
+records), but nothing stops a writer's compaction: once one has replaced
+the files, its reads raise :class:`~pydb.DiskError` saying so (take a new
+snapshot) rather than answer from the new files.
 """
 
 from __future__ import annotations

@@ -290,3 +290,47 @@ def test_copy_of_a_database_without_its_header_reads_in_files_mode(tmp_path):
         with db.snapshot() as snap:
             assert snap.commit == 0 and not snap.info()["registered"]
             assert [r.mfn for r in snap] == list(range(1, 21))
+
+
+_WRITE_AND_COMPACT = """
+import sys, pydb
+with pydb.open(sys.argv[1], readonly=False, gc="none") as db:
+    db.update(7, [(1, "changed")])
+    if sys.argv[2] == "collect":
+        assert db.collect()["compactions"] == 1
+    db.append([(1, "new")])
+"""
+
+
+@pytest.mark.parametrize("collect", ["collect", "no"])
+def test_a_snapshot_without_a_header_is_never_read_in_files_it_was_not_taken_of(tmp_path, collect):
+    """A snapshot taken where no header exists yet (a database only
+    other programs wrote) holds no slot, so a writer of another process
+    that creates the header may compact the files under it.  Its reads
+    then raise, naming why, instead of answering from the new files
+    (they answered the changed record's new value).  Without a
+    compaction the snapshot keeps its records (back pointers)."""
+    import subprocess
+    import sys
+    base = tmp_path / "db"
+    make(base)
+    for ext in ("shm", "wal"):
+        if os.path.exists(f"{base}.{ext}"):
+            os.remove(f"{base}.{ext}")
+    with pydb.open(base) as db, db.snapshot() as snap:
+        assert snap.commit == 0 and not snap.info()["registered"]
+        assert snap[7][1] == ["record 7"]
+        subprocess.run([sys.executable, "-c", _WRITE_AND_COMPACT, str(base), collect],
+                       check=True, timeout=120)
+        assert os.path.exists(f"{base}.shm")
+        if collect == "no":
+            assert snap[7][1] == ["record 7"] and len(snap) == 20
+            assert [r[1] for r in snap] == [[f"record {i}"] for i in range(1, 21)]
+        else:
+            for read in (lambda: snap[7], lambda: list(snap), lambda: snap.mfns()):
+                with pytest.raises(pydb.DiskError, match="replaced by a compaction.*"
+                                   "without a usable commit header.*take a new snapshot"):
+                    read()
+        assert db[7][1] == ["changed"] and db.max_mfn == 21
+        with db.snapshot() as again:
+            assert again[7][1] == ["changed"] and len(again) == 21
