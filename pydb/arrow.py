@@ -94,6 +94,7 @@ from .exchange import (
     _check_max_gap,
     _db_records,
     _open_db,
+    _refuse_own_file,
     _store,
 )
 from .iso2709 import Report, check_on_error
@@ -481,7 +482,8 @@ def export_parquet(db: Database | PathArg, path: PathArg, *, rows: str = "fields
         DatabaseNotFoundError: `db` is a path with no database.
         ClosedError: `db` is a closed Database.
         OSError: writing failed.
-        ValueError: `path` is one of the database's own files, an existing
+        ValueError: `path` is one of the database's own files
+            (:func:`pydb.paths.own_file`), an existing
             directory that is not an earlier partitioned export, or a bad
             argument (`rows`, `subfields`, counts, `on_error`,
             `compression`).
@@ -515,6 +517,7 @@ def export_parquet(db: Database | PathArg, path: PathArg, *, rows: str = "fields
                                              batch_records, on_error, report, progress):
                             w.write_batch(b, row_group_size=b.num_rows)
                 return report
+            _refuse_own_file(handle, os.fsdecode(path))
             _write_parts(pq, snap, sch, os.path.normpath(os.fsdecode(path)), kw, rows,
                          subfields, enc, deleted, batch_records, partition_records,
                          on_error, report, progress)

@@ -63,7 +63,7 @@ from .iso2709 import (
     write,
 )
 from .jsonl import encode_line, read_jsonl
-from .paths import PathArg, Source, base_name, existing_file, is_path, opened, source_name
+from .paths import PathArg, Source, base_name, existing_file, is_path, opened, own_file, source_name
 from .snapshot import Snapshot
 
 __all__ = ["export_iso", "import_iso", "export_jsonl", "import_jsonl",
@@ -112,22 +112,31 @@ def _open_db(db: Database | PathArg, encoding: str = "utf-8") -> tuple[Database,
     return open_db(db, encoding=encoding), True
 
 
+def _refuse_own_file(handle: Database, target: str) -> None:
+    """Raise ValueError where the export target `target` is one of the
+    database's own files (:func:`~pydb.paths.own_file`, or its master
+    file pair by another name: a link)."""
+    info = handle.info()
+    if own_file(target, info["mst_path"]) or any(
+            os.path.exists(target) and os.path.samefile(target, own)
+            for own in (info["mst_path"], info["xrf_path"])):
+        raise ValueError(f"{target} is a file of the database being exported; "
+                         "choose another target")
+
+
 @contextlib.contextmanager
 def _atomic_target(handle: Database, path: Source) -> Iterator[Source]:
     """Yield what to write to instead of `path`: for a path, a temporary
     file beside it that replaces `path` only when the export succeeds (a
     failed export leaves no partial file and an existing `path` intact);
     a file object is yielded as it is.  A path that is one of the
-    database's own files is refused before anything is written."""
+    database's own files is refused before anything is written
+    (:func:`_refuse_own_file`)."""
     if not is_path(path):
         yield path
         return
     target = os.fsdecode(path)
-    info = handle.info()
-    for own in (info["mst_path"], info["xrf_path"]):
-        if os.path.exists(target) and os.path.samefile(target, own):
-            raise ValueError(f"{target} is a file of the database being exported; "
-                             "choose another target")
+    _refuse_own_file(handle, target)
     if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
         yield target   # a device, a FIFO: written as it is, never replaced
         return
@@ -212,7 +221,9 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
         DatabaseNotFoundError: `db` is a path with no database.
         ClosedError: `db` is a closed Database.
         OSError: reading the database or writing the file failed.
-        ValueError: `path` is one of the database's own files, or a bad
+        ValueError: `path` is one of the database's own files
+            (:func:`pydb.paths.own_file`: its master file pair, log,
+            header, native or ISIS index, FST...), or a bad
             `flavour`, `line_ending`, `line_width`, `leader_tag`,
             `indicators` or `on_error`.
 
@@ -701,7 +712,9 @@ def export_jsonl(db: Database | PathArg, path: Source, *, deleted: bool = False,
         DatabaseNotFoundError: `db` is a path with no database.
         ClosedError: `db` is a closed Database.
         OSError: reading or writing failed.
-        ValueError: `path` is one of the database's own files, or a bad
+        ValueError: `path` is one of the database's own files
+            (:func:`pydb.paths.own_file`: its master file pair, log,
+            header, native or ISIS index, FST...), or a bad
             `on_error`.
         LookupError: unknown `encoding`.
 

@@ -24,7 +24,8 @@ from typing import IO, TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:  # typing.TypeIs is 3.13+; only mypy reads it here
     from typing_extensions import TypeIs
 
-__all__ = ["PathArg", "Source", "DB_EXTENSIONS", "is_path", "base_name",
+__all__ = ["PathArg", "Source", "DB_EXTENSIONS", "OWN_EXTENSIONS", "own_file",
+           "is_path", "base_name",
            "existing_file", "new_base_name", "find_sidecar", "has_native_index",
            "source_name", "opened"]
 
@@ -37,6 +38,43 @@ Source = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]", IO[bytes]]
 #: The extensions of the two files that make a database (lower case; any
 #: letter case matches).
 DB_EXTENSIONS = (".mst", ".xrf")
+
+
+#: What follows ``<base>.`` in the names of a database's own files (any
+#: letter case): the master file pair, pydb's log, commit header and native
+#: index (``.pdx``, a folder; compaction's ``.mst-compact``/``.mst-swap``
+#: and mkxrf's ``.xrf.bak`` start the same), the ISIS inverted file
+#: (docs/isis-formats.md §4) and the definitions beside it.
+OWN_EXTENSIONS = frozenset((
+    "mst", "xrf", "wal", "shm", "pdx",
+    "cnt", "ifp", "n01", "n02", "l01", "l02",
+    "fst", "stw", "fdt", "pft", "fmt", "par", "any"))
+
+
+def own_file(target: PathArg, mst_path: str) -> bool:
+    """Whether `target` names (whether it exists or not) one of the files
+    of the database whose master file is `mst_path`: a file beside it
+    named ``<base>.<ext>`` with an ext of :data:`OWN_EXTENSIONS` (also
+    followed by ``-`` and more, compaction's files), ``<base>.xrf.bak``
+    (mkxrf's copy), or anything inside its ``<base>.pdx`` folder.
+    Letter case is not told apart (ISIS files from DOS and Windows are
+    found in any case).  An export written there would destroy the
+    database or be taken for part of it."""
+    folder, mst_name = os.path.split(os.path.abspath(mst_path))
+    base = os.path.splitext(mst_name)[0].lower()
+    path = os.path.abspath(os.fsdecode(target))
+    while True:
+        parent, name = os.path.split(path)
+        if parent == path:
+            return False
+        same = (parent == folder or (os.path.isdir(parent) and os.path.isdir(folder)
+                                     and os.path.samefile(parent, folder)))
+        low = name.lower()
+        if same and low.startswith(base + "."):
+            rest = low[len(base) + 1:]
+            if rest == "xrf.bak" or rest.split("-", 1)[0] in OWN_EXTENSIONS:
+                return True
+        path = parent
 
 
 def is_path(obj: object) -> TypeIs[PathArg]:

@@ -352,6 +352,24 @@ def test_streaming_holds_one_batch(small):
     assert rows > 20000 and 0 < peak < size / 10
 
 
+def test_the_databases_own_files_are_refused(small):
+    """Neither one file nor a partitioned directory goes over one of the
+    database's files (a directory small.pdx would be its native index)."""
+    files = [Path(f"{small}.pdx", "MANIFEST"), Path(f"{small}.wal"), Path(f"{small}.ifp")]
+
+    def contents():
+        return [p.read_bytes() if p.exists() else None for p in files]
+
+    kept = contents()
+    for target, kw in ((f"{small}.pdx", {"partition_records": 10}),
+                       (f"{small}.wal", {}), (f"{small}.ifp", {"partition_records": 10})):
+        with pytest.raises(ValueError, match="is a file of the database"):
+            arrow.export_parquet(small, target, **kw)
+    assert contents() == kept and kept[0] and kept[2] is None
+    with pydb.open(small) as db:
+        assert len(db.search("A$")) > 0
+
+
 def test_partitioned_directory(small, tmp_path):
     out = tmp_path / "parts"
     rep = arrow.export_parquet(small, out, partition_records=1000, batch_records=300)

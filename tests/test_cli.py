@@ -541,17 +541,42 @@ def _small_db(tmp_path):
     return base
 
 
-@pytest.mark.parametrize("own", [".mst", ".xrf"])
+@pytest.mark.parametrize("own", [".mst", ".xrf", ".shm", ".wal", ".pdx/MANIFEST", ".pdx",
+                                 ".CNT", ".ifp", ".n01", ".fst", ".stw", ".xrf.bak",
+                                 ".mst-compact"])
 def test_export_refuses_the_databases_own_files(tmp_path, capsys, own):
+    """Every file of the database is refused, --force or not, existing
+    or not (a new <base>.wal would be taken for a damaged log): the master
+    file pair, pydb's log, header and native index, the ISIS inverted
+    file and definitions, mkxrf's and compaction's files."""
     base = _small_db(tmp_path)
-    before = open(base + own, "rb").read()
+    target = base + own
+
+    def content():
+        return open(target, "rb").read() if os.path.isfile(target) else os.path.exists(target)
+
+    before = content()
     for extra in ([], ["--force"]):
-        assert main(["export", base, base + own, *extra]) == 1
-        assert open(base + own, "rb").read() == before
-    err = capsys.readouterr().err
-    assert "exists (use --force" in err and "is a file of the database" in err
+        assert main(["export", base, target, *extra]) == 1
+        assert content() == before
+    assert "is a file of the database" in capsys.readouterr().err
     with pydb.open(base) as db:
         assert [r[24] for r in db] == [["A title"], ["Another"]]
+        with pytest.raises(ValueError, match="is a file of the database"):
+            pydb.export_iso(db, target)
+    assert content() == before
+
+
+def test_export_beside_the_database_under_its_base_name(tmp_path):
+    """What is not one of its files may share the base name: small.iso,
+    small.jsonl, small.mst.iso, small.pdx.iso in another folder."""
+    base = _small_db(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    for target in (base + ".iso", base + ".mst.iso", base + ".jsonl",
+                   str(other / "small.pdx"), str(other / "small.mst")):
+        assert main(["export", base, target]) == 0
+        assert os.path.getsize(target) > 0
 
 
 def test_export_replaces_only_with_force_and_never_leaves_partial_files(tmp_path, capsys):
