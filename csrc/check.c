@@ -999,12 +999,14 @@ int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
     for (int pass = 0; pass < 3; pass++) {
         pydb_state cur;
         uint64_t fs;
-        rc = pydb__state_files(&cur, &fs, snap->db, &snap->st, err);
+        rc = pydb__snapshot_files_kept(
+            pydb__state_files(&cur, &fs, snap->db, &snap->st, err), snap,
+            err);
         if (rc) return rc;
         rc = check_once(out, snap->db, &cur, opt, err);
         if (rc || !pydb__files_moved(snap->db, fs)) break;
     }
-    return rc;
+    return pydb__snapshot_files_kept(rc, snap, err);
 }
 
 /* ------------------------------------------------ 5. the native index */

@@ -418,6 +418,19 @@ struct pydb_snapshot {
     int slot;            /* reader-table slot, or -1 (not registered)    */
 };
 
+/* `rc`, the result of a read as of snapshot `snap`, or where `snap` is
+ * of the files mode (commit 0) and the handle no longer reads the files
+ * it was taken of, an error saying so (PYDB_EIO; read.c).  Such a
+ * snapshot names no commit a compaction's swap record could carry to the
+ * new files, and an unregistered one does not stop the compaction: read
+ * through the new files it would take their records for its own.
+ * Generations only grow and a read that saw the files switch under it
+ * failed already, so the same generation after the read means the read
+ * was of the snapshot's files.  PYDB_EWOULDBLOCK passes (the blocking
+ * read checks). */
+int pydb__snapshot_files_kept(int rc, const pydb_snapshot *snap,
+                              pydb_error *err);
+
 /* The handle's commit header, or NULL (files mode); a reader handle may
  * attach one later (read.c), so it is loaded atomically. */
 static inline struct pydb_shm *pydb__db_shm(const pydb_db *db)

@@ -278,18 +278,17 @@ static inline int files_moved(const pydb_db *db, uint64_t fs)
  * header state of an older generation is the commit the last compaction
  * replaced, which reads on in the state that compaction published (the
  * same records, in the new files).  A state of the files mode (commit 0)
- * names no commit to translate: through other files than its own it
- * would take their records for its own (a snapshot taken without a
- * header holds no slot, so nothing stopped the compaction that replaced
- * them).  0, or -1 if it cannot be. */
+ * reads in whatever files the handle has (a snapshot's: see
+ * pydb__snapshot_files_kept).  0, or -1 if it cannot be. */
 static int state_in(pydb_state *out, pydb_db *db, const pydb_state *st,
                     uint64_t gen)
 {
     uint64_t from;
     pydb_state after;
     *out = *st;
-    if (st->commit == PYDB__STATE_FLOOR || st->file_gen == gen) return 0;
-    if (st->commit == 0) return -1;
+    if (st->commit == 0 || st->commit == PYDB__STATE_FLOOR ||
+        st->file_gen == gen)
+        return 0;
     if (pydb__shm_swap_get(pydb__db_shm(db), &from, &after) == 0 &&
         from == st->commit && after.file_gen == gen) {
         *out = after;
@@ -1012,7 +1011,6 @@ static int scan_state(pydb_state *cur, uint64_t *fs, pydb_db *db,
         if (moved && (st->commit == 0 || st->commit == PYDB__STATE_FLOOR))
             break;
         if (state_in(cur, db, st, *fs >> 1) == 0) return PYDB_OK;
-        if (st->commit == 0) return replaced_error(db, st, *fs >> 1, err);
         if (st->file_gen <= *fs >> 1) break;
         rc = pydb__files_sync(db, err);
         if (rc) return rc;
@@ -1293,10 +1291,21 @@ void pydb_snapshot_info_get(pydb_snapshot_info *o, const pydb_snapshot *snap)
     o->registered = snap->slot >= 0;
 }
 
+int pydb__snapshot_files_kept(int rc, const pydb_snapshot *snap,
+                              pydb_error *err)
+{
+    uint64_t gen;
+    if (snap->st.commit != 0 || rc == PYDB_EWOULDBLOCK) return rc;
+    gen = pydb__files_gen(snap->db);
+    if (gen == snap->st.file_gen) return rc;
+    return replaced_error(snap->db, &snap->st, gen, err);
+}
+
 int pydb_snapshot_read(pydb_record **rec, const pydb_snapshot *snap,
                        int32_t mfn, pydb_error *err)
 {
-    return read_in_gen(rec, NULL, snap->db, &snap->st, mfn, err, 0);
+    return pydb__snapshot_files_kept(
+        read_in_gen(rec, NULL, snap->db, &snap->st, mfn, err, 0), snap, err);
 }
 
 int pydb_snapshot_read_nowait(pydb_record **rec, const pydb_snapshot *snap,
@@ -1304,20 +1313,24 @@ int pydb_snapshot_read_nowait(pydb_record **rec, const pydb_snapshot *snap,
 {
     if (snap->db->io == PYDB_IO_DIRECT) return PYDB_EWOULDBLOCK;
     pydb__nowait_begin();
-    return nowait_done(rec, read_in_gen(rec, NULL, snap->db, &snap->st, mfn,
-                                        err, 1));
+    return pydb__snapshot_files_kept(
+        nowait_done(rec, read_in_gen(rec, NULL, snap->db, &snap->st, mfn,
+                                     err, 1)),
+        snap, err);
 }
 
 int pydb_snapshot_xrf_get(pydb_xrf_entry *out, const pydb_snapshot *snap,
                           int32_t mfn, pydb_error *err)
 {
-    return read_in_gen(NULL, out, snap->db, &snap->st, mfn, err, 0);
+    return pydb__snapshot_files_kept(
+        read_in_gen(NULL, out, snap->db, &snap->st, mfn, err, 0), snap, err);
 }
 
 int pydb_snapshot_count(pydb_counts *out, const pydb_snapshot *snap,
                         pydb_error *err)
 {
-    return count_in(out, snap->db, &snap->st, err);
+    return pydb__snapshot_files_kept(count_in(out, snap->db, &snap->st, err),
+                                     snap, err);
 }
 
 int pydb_snapshot_list_mfns(int32_t *mfns, size_t cap, size_t *n,
@@ -1325,8 +1338,10 @@ int pydb_snapshot_list_mfns(int32_t *mfns, size_t cap, size_t *n,
                             int32_t from, int include_deleted,
                             pydb_error *err)
 {
-    return list_in(mfns, cap, n, next, snap->db, &snap->st, from,
-                   include_deleted, err);
+    return pydb__snapshot_files_kept(
+        list_in(mfns, cap, n, next, snap->db, &snap->st, from,
+                include_deleted, err),
+        snap, err);
 }
 
 struct listed_ctx {
@@ -1375,7 +1390,7 @@ int pydb_snapshot_list(pydb_listed *out, size_t cap, size_t *n,
     /* a pair switched since (here or during the scan) is not fs:
      * pydb_snapshot_read_listed() then reads by MFN */
     for (size_t i = 0; i < c.n; i++) out[i].files = fs;
-    return rc;
+    return pydb__snapshot_files_kept(rc, snap, err);
 }
 
 int pydb_snapshot_read_listed(pydb_record **rec, const pydb_snapshot *snap,
@@ -1395,6 +1410,7 @@ int pydb_snapshot_read_listed(pydb_record **rec, const pydb_snapshot *snap,
     /* switched during the read: it may have read the new files at an
      * offset of the old */
     if (files_moved(db, fs)) return pydb_snapshot_read(rec, snap, l->mfn, err);
+    rc = pydb__snapshot_files_kept(rc, snap, err);
     if (rc) return rc;
     (*rec)->deleted = l->state == PYDB_XRF_LDELETED;
     (*rec)->flags = l->flags;

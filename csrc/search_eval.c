@@ -1266,6 +1266,20 @@ int pydb_search_nowait(int32_t **mfns, size_t *n, pydb_index *ix,
     return search_nowait(mfns, n, ix, NULL, db, expr, len, err);
 }
 
+/* rc of a search as of snap, or the error of a snapshot whose files are
+ * gone (pydb__snapshot_files_kept), the MFNs then freed. */
+static int snapshot_result(int rc, int32_t **mfns, size_t *n,
+                           const pydb_snapshot *snap, pydb_error *err)
+{
+    int kept = pydb__snapshot_files_kept(rc, snap, err);
+    if (kept != rc) {
+        free(*mfns);
+        *mfns = NULL;
+        *n = 0;
+    }
+    return kept;
+}
+
 int pydb_snapshot_search(int32_t **mfns, size_t *n, pydb_index *view,
                          const pydb_snapshot *snap, const char *expr,
                          size_t len, pydb_error *err)
@@ -1276,7 +1290,9 @@ int pydb_snapshot_search(int32_t **mfns, size_t *n, pydb_index *view,
         return PYDB_ERROR(err, PYDB_EINVAL, "", -1,
                           "pydb_snapshot_search: no snapshot");
     }
-    return search_run(mfns, n, view, NULL, snap, expr, len, 0, err);
+    return snapshot_result(
+        search_run(mfns, n, view, NULL, snap, expr, len, 0, err), mfns, n,
+        snap, err);
 }
 
 int pydb_snapshot_search_nowait(int32_t **mfns, size_t *n, pydb_index *view,
@@ -1285,5 +1301,7 @@ int pydb_snapshot_search_nowait(int32_t **mfns, size_t *n, pydb_index *view,
 {
     if (!snap) return pydb_snapshot_search(mfns, n, view, snap, expr, len,
                                            err);
-    return search_nowait(mfns, n, view, snap, NULL, expr, len, err);
+    return snapshot_result(
+        search_nowait(mfns, n, view, snap, NULL, expr, len, err), mfns, n,
+        snap, err);
 }

@@ -327,7 +327,8 @@ def test_a_snapshot_without_a_header_is_never_read_in_files_it_was_not_taken_of(
             assert snap[7][1] == ["record 7"] and len(snap) == 20
             assert [r[1] for r in snap] == [[f"record {i}"] for i in range(1, 21)]
         else:
-            for read in (lambda: snap[7], lambda: list(snap), lambda: snap.mfns()):
+            for read in (lambda: snap[7], lambda: list(snap), lambda: snap.mfns(),
+                         lambda: len(snap), lambda: snap.check(), lambda: snap.versions(7)):
                 with pytest.raises(pydb.DiskError, match="replaced by a compaction.*"
                                    "without a usable commit header.*take a new snapshot"):
                     read()
