@@ -33,6 +33,7 @@ from .encoding import check_record_codec
 from .errors import CorruptionError, DatabaseNotFoundError, DiskError, Error, SearchSyntaxError
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .index import KEY_MODES
+from .iso2709 import MIN_LINE
 from .mkxrf import rebuild_xrf
 from .native import _stored_or_none, build_index
 from .paths import base_name, existing_file, find_sidecar
@@ -788,6 +789,15 @@ def _fill(text: str) -> str:
     return text if "\n" in text else textwrap.fill(text, 79)
 
 
+def _line_width(text: str) -> int:
+    """An argparse type: 0 or an int of at least iso2709.MIN_LINE."""
+    value = _int_from(0)(text)
+    if 0 < value < MIN_LINE:
+        raise argparse.ArgumentTypeError(
+            f"{value} is neither 0 nor at least {MIN_LINE} (a line holds the leader)")
+    return value
+
+
 def _int_from(lowest: int, highest: int | None = None) -> Callable[[str], int]:
     """An argparse type: an int from `lowest` (to `highest`); anything else
     is bad usage (exit status 2), as an unknown option is."""
@@ -1051,9 +1061,10 @@ def parser() -> argparse.ArgumentParser:
                    help="CRLF line ends (WinISIS)")
     g.add_argument("--lf", dest="line_ending", action="store_const", const="\n",
                    help="LF line ends (default for the isis flavour)")
-    p.add_argument("--line-width", type=_int_from(0), default=None, metavar="N",
-                   help="bytes per line, line ends not counted (default 80 for isis, "
-                        "none for marc; 80 writes MARC as J-ISIS does; 0: no lines)")
+    p.add_argument("--line-width", type=_line_width, default=None, metavar="N",
+                   help="bytes per line, line ends not counted, 0 or at least 24 (the "
+                        "leader) (default 80 for isis, none for marc; 80 writes MARC as "
+                        "J-ISIS does; 0: no lines)")
     _encoding_arg(p, ENCODING_HELP + ".  JSON Lines: values that do not decode are "
                   "written as base64 (default utf-8); ISO: default auto (detected), and "
                   "for MARC leader position 9 says UTF-8 ('a') when it is utf-8",

@@ -68,7 +68,7 @@ from .paths import Source, is_path, opened, source_name
 
 __all__ = ["read", "write", "IsoRecord", "IsoReader", "Report", "FLAVOURS",
            "check_on_error", "is_utf8", "LEADER_POSITIONS", "LEADER_TAG", "INDICATORS",
-           "is_marc_leader", "leader_fields", "check_leader_tag"]
+           "is_marc_leader", "leader_fields", "check_leader_tag", "MIN_LINE"]
 
 #: Flavours understood by :func:`read` and :func:`write`.
 FLAVOURS = ("isis", "marc")
@@ -77,6 +77,9 @@ _RT = {"isis": 0x23, "marc": 0x1D}
 _EOL = b"\r\n"
 _SEP = b"\r\n\x1a\x00"          # skipped between records (CR, LF, DOS EOF, NUL)
 _LINE = 80
+#: The narrowest line :func:`write` writes: the 24-byte leader, which a
+#: reader (pydb's, CISIS's) takes from the start of a record's first line.
+MIN_LINE = 24
 _MIN_RECORD = 26                  # leader 24 + FT + RT (a record with no field)
 # A plausible start of the next record, for resynchronisation after a bad
 # one: 5 digits, 15 printable characters, the 4-digit entry map.
@@ -973,9 +976,9 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
         line_ending: ``"\\n"`` (default for ``isis``, and for ``marc`` with a
             `line_width`) or ``"\\r\\n"`` (WinISIS); ``""`` for none (default
             for ``marc``).
-        line_width: bytes per line, line ends not counted (default 80 for
-            ``isis``; None or 0: a record is one line, the default for
-            ``marc``).  J-ISIS and other CDS/ISIS tools write MARC in lines
+        line_width: bytes per line, line ends not counted, at least
+            :data:`MIN_LINE` (24, the leader) (default 80 for ``isis``;
+            None or 0: a record is one line, the default for ``marc``).  J-ISIS and other CDS/ISIS tools write MARC in lines
             of 80; :func:`read` recognises lines of 80 bytes (other widths
             are read by its terminator scan, listed as a repair).
         encoding: codec for str values.
@@ -1035,8 +1038,10 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
         raise ValueError(f"indicators must be 'auto', 'add' or 'present', not {indicators!r}")
     check_leader_tag(leader_tag)
     if line_width is not None and (isinstance(line_width, bool) or not isinstance(line_width, int)
-                                   or line_width < 0):
-        raise ValueError(f"line_width must be None or an int >= 0, not {line_width!r}")
+                                   or line_width < 0 or 0 < line_width < MIN_LINE):
+        raise ValueError(f"line_width must be None, 0 or an int >= {MIN_LINE} (a line holds "
+                         f"the {MIN_LINE}-byte leader, where a reader finds the record's "
+                         f"length), not {line_width!r}")
     utf8 = is_utf8(encoding) if marc_utf8 is None else marc_utf8
     if line_ending is None:
         line_ending = "\n" if flavour == "isis" or line_width else ""

@@ -163,6 +163,8 @@ def test_errors_are_one_line(tmp_path, args):
      "argument --compression: invalid choice: 'foo'"),
     (["export", "{tmp}/exists", "{tmp}/o.parquet", "--batch-records", "0"], "0 is less than 1"),
     (["export", "{tmp}/exists", "{tmp}/o.iso", "--line-width", "-3"], "-3 is less than 0"),
+    (["export", "{tmp}/exists", "{tmp}/o.iso", "--line-width", "23"],
+     "23 is neither 0 nor at least 24"),
     (["export", "{tmp}/exists", "{tmp}/o.iso", "--mfn-tag", "-1"], "-1 is not in 0..99999"),
     (["gen-unesb", "{tmp}/g", "--scale", "0"], "argument --scale: 0 is less than 1"),
     (["gen-unesb", "{tmp}/g", "--count", "-5"], "argument --count: -5 is less than 1"),

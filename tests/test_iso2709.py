@@ -914,3 +914,23 @@ def test_encode_errors_of_odd_values_and_pairs():
         .endswith(b"x##")
     with pytest.raises(TypeError, match="encoding"):
         iso2709._encode_record([(1, "x")], "isis", None, False, None, None)
+
+
+@pytest.mark.parametrize("flavour", ["isis", "marc"])
+@pytest.mark.parametrize("width", [24, 25, 40, 79, 81, 200])
+def test_every_line_width_written_reads_back(tmp_path, flavour, width):
+    """Lines of any width from 24 (the leader) up read back whole: 80 as
+    lines, the others through the terminator scan.  Narrower lines are
+    refused (the leader would be cut: each record was lost)."""
+    recs = [[(24, f"title {i} " + "x" * (i * 13 % 170)), (70, "Author, A.")]
+            for i in range(1, 40)]
+    out = tmp_path / "w.iso"
+    iso2709.write(out, recs, flavour, line_width=width)
+    lines = out.read_bytes().split(b"\n")
+    assert max(len(x) for x in lines) == width
+    got = iso2709.read(out)
+    assert [[(t, v.decode()) for t, v in r.fields] for r in got] == recs
+    assert got.errors == []
+    for narrow in (1, 10, 23):
+        with pytest.raises(ValueError, match="an int >= 24"):
+            iso2709.write(tmp_path / "n.iso", recs, flavour, line_width=narrow)

@@ -240,7 +240,7 @@ def test_line_width_80_reads_back(isis_data, tmp_path):
     crlf = io.BytesIO()
     pydb.export_iso(base, crlf, "marc", line_width=80, line_ending="\r\n")
     assert crlf.getvalue() == data.replace(b"\n", b"\r\n")
-    for bad in (-1, 1.5, True):
+    for bad in (-1, 1.5, True, 1, 23):
         with pytest.raises(ValueError, match="line_width must be"):
             pydb.export_iso(base, io.BytesIO(), "marc", line_width=bad)
 
