@@ -978,9 +978,10 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
             for ``marc``).
         line_width: bytes per line, line ends not counted, at least
             :data:`MIN_LINE` (24, the leader) (default 80 for ``isis``;
-            None or 0: a record is one line, the default for ``marc``).  J-ISIS and other CDS/ISIS tools write MARC in lines
-            of 80; :func:`read` recognises lines of 80 bytes (other widths
-            are read by its terminator scan, listed as a repair).
+            None or 0: a record is one line, the default for ``marc``).
+            J-ISIS and other CDS/ISIS tools write MARC in lines of 80;
+            :func:`read` recognises lines of 80 bytes (other widths are
+            read by its terminator scan, listed as a repair).
         encoding: codec for str values.
         mfn_tag: when set, each record that has an MFN gets a first field
             of this tag holding the MFN in decimal (see :func:`read`).
