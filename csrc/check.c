@@ -92,6 +92,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CHUNK (64 * 1024)            /* scan / XRF read unit (bytes)      */
 #define XRF_CHUNK_BLOCKS (CHUNK / PYDB_BLOCK)
@@ -234,13 +235,29 @@ static void progress(ck *c, int64_t units, int force)
 }
 
 /* Read through the handle; a failure becomes an IO problem (reads are
- * bounds-checked by the callers, so this is a real I/O error). */
+ * bounds-checked by the callers against the sizes the handle knows, so
+ * this is a real I/O error).  A file now shorter than the bytes asked
+ * for shrank after the handle learnt its size (another program truncated
+ * it): every later read past its end would fail alike (the orphan scan
+ * once per byte), so that is reported once and the check stops. */
 static int ck_read(ck *c, const pydb_file *f, void *buf, size_t n,
                    int64_t off, int32_t mfn, const char *what)
 {
     pydb_error e;
+    struct stat sb;
     int rc = pydb__file_read(f, c->db->io, buf, n, off, what, &e);
     if (rc == PYDB_OK) return 0;
+    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &sb) == 0 &&
+        (int64_t)sb.st_size < off + (int64_t)n) {
+        report(c, PYDB_CHECK_IO, mfn, f->path, off,
+               "reading %s: the file is %lld bytes now, short of the %zu "
+               "bytes at offset %lld: it shrank after the database was "
+               "opened (another program truncated it?); the check stops "
+               "here (open the database again and check it)", what,
+               (long long)sb.st_size, n, (long long)off);
+        c->stop = 1;
+        return -1;
+    }
     report(c, PYDB_CHECK_IO, mfn, f->path, off, "reading %s: %s", what,
            e.message);
     return -1;

@@ -138,8 +138,11 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                               "reading %s: %s", what, strerror((int)-got));
         else if (got < end - start)
             rc = PYDB_CORRUPT(err, f->path, off,
-                              "%s: file ended at %lld bytes (it shrank "
-                              "after open?)", what, (long long)(start + got));
+                              "%s: %zu bytes wanted, the file ends %lld "
+                              "bytes into them (it shrank after open?)",
+                              what, n,
+                              (long long)(start + got > off
+                                              ? start + got - off : 0));
         else
             memcpy(buf, bounce + (off - start), n);
         free(bounce);
@@ -151,8 +154,9 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
                             what, strerror((int)-got));
     if ((size_t)got < n)
         return PYDB_CORRUPT(err, f->path, off,
-                            "%s: file ended at %lld bytes (it shrank after "
-                            "open?)", what, (long long)(off + got));
+                            "%s: %zu bytes wanted, the file ends %lld bytes "
+                            "into them (it shrank after open?)", what, n,
+                            (long long)got);
     return PYDB_OK;
 }
 

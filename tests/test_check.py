@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
@@ -1178,3 +1179,23 @@ def test_check_of_the_index_without_a_header_beside_a_writer(tmp_path):
     # past the control record it read: see pydb.check)
     assert [str(q) for r in reps for q in r.problems if q.kind.startswith("index")] == []
     assert any(r.stats["index_checked"] for r in reps)
+
+
+@pytest.mark.parametrize("io", ["pread", "mmap"])
+def test_a_master_file_cut_after_open_is_one_problem(tmp_path, io):
+    """A master file another program truncated after the handle opened it:
+    the check says so once and stops.  It reported an I/O error for each
+    MFN past the cut and then one for each byte of the orphan scan (1.9
+    million on a 1 MB file)."""
+    base = tmp_path / "db"
+    with pydb.create(base) as db, db.transaction() as tx:
+        for i in range(400):
+            tx.append([(24, f"record {i} " * 20)])
+    with pydb.open(base, io=io) as db:
+        os.truncate(f"{base}.mst", 20_000)
+        rep = db.check()
+        io_errors = [p for p in rep.problems if p.kind == "io"]
+        assert len(io_errors) == 1 and rep.counts["io"] == 1
+        assert "the file is 20000 bytes now" in io_errors[0].message
+        assert "shrank after the database was opened" in io_errors[0].message
+        assert rep.errors <= 4 and not rep.stats["scanned"]
