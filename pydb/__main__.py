@@ -115,12 +115,12 @@ def _report(rep, what, verbose_errors=5):
     return 1 if rep.errors else 0
 
 
-def _write_record(out, rec, mfn_digits, mark_deleted):
-    """A record as text: "!ID MFN" (zero-padded to `mfn_digits`, plus
-    " (deleted)" for a logically deleted record with `mark_deleted`), then
-    one "!vTAG!value" line per field."""
+def _write_record(out, rec, mark_deleted):
+    """A record as text, as CISIS i2id writes it: "!ID MFN" (seven digits,
+    zero-padded, plus " (deleted)" for a logically deleted record with
+    `mark_deleted`), then one "!vTAG!value" line per field."""
     flag = " (deleted)" if mark_deleted and rec.deleted else ""
-    out.write(f"!ID {rec.mfn:0{mfn_digits}d}{flag}\n")
+    out.write(f"!ID {rec.mfn:07d}{flag}\n")
     for f in rec.fields:
         out.write(f"!v{f.tag:03d}!{f.value}\n")
 
@@ -230,7 +230,7 @@ def _cmd_dump(args) -> int:
         with _progress(total, "rec", "dump", _show_progress(
                 args, sys.stderr.isatty() and not out.isatty())) as tick:
             for rec in recs:
-                _write_record(out, rec, 6, True)
+                _write_record(out, rec, True)
                 if tick:
                     tick(1)
     if damaged:
@@ -313,7 +313,7 @@ def _cmd_search(args) -> int:
         out.write(f"{_plural(len(result), 'record')}\n")
         if args.dump:
             for rec in result.records():
-                _write_record(out, rec, 7, False)
+                _write_record(out, rec, False)
         else:
             for mfn in result:
                 out.write(f"{mfn}\n")

@@ -95,7 +95,7 @@ def test_mfns_and_deleted_through_the_cli(isis_data, tmp_path):
         assert [(x.mfn, x.deleted, x.fields) for x in a.records(deleted=True)] == \
             [(x.mfn, x.deleted, x.fields) for x in b.records(deleted=True)]
     r = run("dump", tmp_path / "b", "--deleted", "--encoding", "cp850")
-    assert r.returncode == 0 and b"!ID 000003 (deleted)" in r.stdout
+    assert r.returncode == 0 and b"!ID 0000003 (deleted)" in r.stdout
 
 
 def test_import_skip_reports_and_exits_1(isis_data, tmp_path):
@@ -491,7 +491,7 @@ def test_no_progress_bar_off_a_terminal(isis_data, tmp_path):
     assert r.returncode == 0 and r.stderr == b"exported 150 record(s), 0 skipped\n"
     r = run("dump", data_path(CDS))
     assert r.returncode == 0 and r.stderr == b""
-    assert r.stdout.count(b"!ID ") == 150 and r.stdout.startswith(b"!ID 000001\n!v044!")
+    assert r.stdout.count(b"!ID ") == 150 and r.stdout.startswith(b"!ID 0000001\n!v044!")
 
 
 def test_progress_bar_on_a_terminal(isis_data, tmp_path):
@@ -638,7 +638,7 @@ def test_cli(db_path):
 
     r = run("dump", str(db_path), "1")
     assert r.returncode == 0
-    assert r.stdout.splitlines()[:3] == ["!ID 000001", "!v024!A title", "!v070!Smith, J."]
+    assert r.stdout.splitlines()[:3] == ["!ID 0000001", "!v024!A title", "!v070!Smith, J."]
     r = run("info", str(db_path))
     assert r.returncode == 0 and "isis-aligned" in r.stdout and "active: 2" in r.stdout
     r = run("info", str(db_path) + "-missing")
