@@ -130,6 +130,14 @@ static inline int64_t leaf_off(const tree *tr, int32_t r)
     return ((int64_t)r - 1) * (int64_t)tr->lrec;
 }
 
+/* The byte offset in the leaf file of e, a pointer into buf, which holds
+ * leaf r. */
+static inline int64_t leaf_entry_off(const tree *tr, int32_t r,
+                                     const uint8_t *buf, const uint8_t *e)
+{
+    return leaf_off(tr, r) + (int64_t)(e - buf);
+}
+
 static inline const uint8_t *node_key(const tree *tr, const uint8_t *buf,
                                       int j)
 {
@@ -185,9 +193,10 @@ int pydb__isis_read_leaf(const tree *tr, int32_t r, uint8_t *buf, int *ock,
 
 /* The classic posting list starting at IFP (block, word), §4.5, appended
  * to out (NULL: only checked).  `from`: the file whose entry gave the
- * address (a leaf file), named when the address is outside the IFP. */
+ * address (a leaf file), and `from_off` the address's byte offset there
+ * (-1: not known), named when the address is outside the IFP. */
 int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
-                            int32_t word, const char *from,
+                            int32_t word, const char *from, int64_t from_off,
                             pydb_postings *out, pydb_error *err);
 /* The LIND list reference of leaf entry e, §4.7. */
 void pydb__isis_lind_entry(const isis_index *ix, const tree *tr,

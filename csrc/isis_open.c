@@ -234,9 +234,10 @@ static int check_lists(const isis_index *ix, const tree *tr, int w,
             pydb__isis_lind_entry(ix, tr, e, &r);
             rc = pydb__isis_lind_postings(ix, &r, w, ix->nxtmfn, &p, err);
         } else {
-            rc = pydb__isis_ifp_postings(ix, i32(e + tr->info1),
-                                         i32(e + tr->info2), tr->lf->f.path,
-                                         &p, err);
+            rc = pydb__isis_ifp_postings(
+                ix, i32(e + tr->info1), i32(e + tr->info2), tr->lf->f.path,
+                leaf_entry_off(tr, c.leaf, c.buf, e) + (int64_t)tr->info1,
+                &p, err);
         }
         if (!rc && p.n && p.v[p.n - 1].mfn > *max_mfn)
             *max_mfn = p.v[p.n - 1].mfn;

@@ -225,7 +225,7 @@ static int ifp_header(const isis_index *ix, int32_t block, int32_t word,
 
 /* Append the classic posting list at (block, word) to out (§4.5). */
 int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
-                            int32_t word, const char *from,
+                            int32_t word, const char *from, int64_t from_off,
                             pydb_postings *out, pydb_error *err)
 {
     const ixfile *f = &ix->files[F_IFP];
@@ -233,7 +233,7 @@ int pydb__isis_ifp_postings(const isis_index *ix, int32_t block,
     int64_t total, got = 0, segs = 0;
     size_t first = out->n;
     uint8_t buf[IFP_WORDS * 4];
-    int rc = ifp_header(ix, block, word, from, -1, h, err);
+    int rc = ifp_header(ix, block, word, from, from_off, h, err);
     if (rc) return rc;
     total = h[2];
     for (;;) {
@@ -418,31 +418,34 @@ beyond:
                         (long long)size);
 }
 
-/* Posting count of leaf entry e (classic: IFPTOTP; LIND: INFO2). */
+/* Posting count of leaf entry e, at byte `at` of the leaf file
+ * (classic: IFPTOTP; LIND: INFO2). */
 static int entry_count(const isis_index *ix, const tree *tr,
-                       const uint8_t *e, uint64_t *count, pydb_error *err)
+                       const uint8_t *e, int64_t at, uint64_t *count,
+                       pydb_error *err)
 {
     if (ix->lind) {
         lind_ref r;
         pydb__isis_lind_entry(ix, tr, e, &r);
         if (r.n < 0)
-            return PYDB_CORRUPT(err, tr->lf->f.path, -1,
+            return PYDB_CORRUPT(err, tr->lf->f.path, at,
                                 "LIND leaf entry with %d postings", (int)r.n);
         *count = (uint64_t)r.n;
         return PYDB_OK;
     } else {
         int32_t h[5];
         int rc = ifp_header(ix, i32(e + tr->le + tr->pad),
-                            i32(e + tr->le + tr->pad + 4), tr->lf->f.path, -1,
-                            h, err);
+                            i32(e + tr->le + tr->pad + 4), tr->lf->f.path,
+                            at + tr->le + tr->pad, h, err);
         if (rc) return rc;
         *count = (uint64_t)h[2];
         return PYDB_OK;
     }
 }
 
+/* The postings of leaf entry e, at byte `at` of the leaf file. */
 static int entry_postings(const isis_index *ix, const tree *tr,
-                          const uint8_t *e, pydb_postings *out,
+                          const uint8_t *e, int64_t at, pydb_postings *out,
                           pydb_error *err)
 {
     if (ix->lind) {
@@ -452,7 +455,8 @@ static int entry_postings(const isis_index *ix, const tree *tr,
     }
     return pydb__isis_ifp_postings(ix, i32(e + tr->le + tr->pad),
                                    i32(e + tr->le + tr->pad + 4),
-                                   tr->lf->f.path, out, err);
+                                   tr->lf->f.path, at + tr->le + tr->pad,
+                                   out, err);
 }
 
 /* ------------------------------------------------------------- cursor */
@@ -616,7 +620,10 @@ static int isis_terms(pydb_index *base, const uint8_t *prefix,
         pydb__isis_cursor_advance(&c[pick]);
         if (!starts_with(e[pick], len[pick], prefix, prefix_len))
             continue;   /* below the prefix (only when keys hold blanks) */
-        rc = entry_count(ix, &ix->tr[pick], e[pick], &count, err);
+        rc = entry_count(ix, &ix->tr[pick], e[pick],
+                         leaf_entry_off(&ix->tr[pick], c[pick].leaf,
+                                        c[pick].buf, e[pick]),
+                         &count, err);
         if (rc) goto cleanup;
         if (fn(ctx, e[pick], len[pick], count)) break;
     }
@@ -653,7 +660,8 @@ static int isis_postings(pydb_postings *out, pydb_index *base,
         const uint8_t *e = leaf_key(tr, lbuf, j);
         int d = kcmp(e, (size_t)tr->le, key, len);
         if (d == 0) {
-            rc = entry_postings(ix, tr, e, out, err);
+            rc = entry_postings(ix, tr, e, leaf_entry_off(tr, leaf, lbuf, e),
+                                out, err);
             break;
         }
         if (d > 0) break;

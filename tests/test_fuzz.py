@@ -306,6 +306,8 @@ def test_isis_posting_list_at_block_int32_min(tmp_path):
     e = ei.value
     assert e.filename == str(tmp_path / "db.l01")
     assert e.reason == "posting list address -2147483648/2 outside the IFP (1 blocks)"
+    leaf = (tmp_path / "db.l01").read_bytes()
+    assert struct.unpack_from("<ii", leaf, e.offset) == (-2 ** 31, 2)   # where it is
 
 
 def test_native_keys_out_of_order(tmp_path):

@@ -627,4 +627,5 @@ def test_a_leaf_address_outside_the_ifp_is_the_leaf_files_fault(tmp_path):
                 db.postings(t.key)
     assert os.path.basename(e.value.filename) == "cds.l02"
     assert "posting list address 86/16711680 outside the IFP (92 blocks)" in str(e.value)
+    assert e.value.offset == 22200   # the address (block, then word) in the .l02
     assert os.path.getsize(tmp_path / "cds.ifp") == 47104
