@@ -944,6 +944,22 @@ int pydb__nidx_view_keys(pydb_index *view, int32_t mfn,
                           fn, ctx, err);
 }
 
+int pydb__nidx_view_elsewhere(pydb_index *view, uint32_t tag)
+{
+    const pydb_fst *fst;
+    if (!view || view->ops != &view_ops) return 0;
+    fst = ((nidx_view *)view)->ss->cfg->fst;
+    for (size_t i = 0; i < pydb_fst_count(fst); i++) {
+        uint32_t id;
+        int tech, line;
+        const char *fmt;
+        size_t fmt_len;
+        pydb_fst_rule(&id, &tech, &fmt, &fmt_len, &line, fst, i);
+        if (id == tag && tech >= 1000) return 1;
+    }
+    return 0;
+}
+
 /* A view of x serving ss (the reference is taken over, also on error). */
 static int view_make(pydb_index **out, nidx *x, nidx_segset *ss,
                      pydb_error *err)

@@ -260,6 +260,11 @@ int pydb__nidx_view_keys(pydb_index *view, int32_t mfn,
                          const pydb_field *fields, uint32_t n,
                          pydb_fst_scratch *s, pydb_key_fn fn, void *ctx,
                          pydb_error *err);
+/* Whether the FST of `view` (a pinned view) has a line of ID `tag` whose
+ * technique is 1000 or more: postings of that TAG may be for any MFN, a
+ * record that does not exist or is deleted included, as in a CISIS
+ * inverted file (docs/isis-formats.md §5.2).  0 for anything else. */
+int pydb__nidx_view_elsewhere(pydb_index *view, uint32_t tag);
 void pydb__nidx_gc_free(nidx *x);
 /* A commit's prepare (the writer lock held): if a merge is offered and
  * its run is still in ss in a row, *out is ss with the run replaced by

@@ -1099,6 +1099,22 @@ def test_an_fst_that_posts_to_other_mfns_is_not_a_fault(tmp_path):
     assert [(p.kind, p.mfn) for p in run_check(plain).problems] == [("index-posting", 2)]
 
 
+def test_postings_for_a_record_that_does_not_exist_are_no_fault(tmp_path):
+    """A line of technique 1000 and up may name an MFN no record has (yet)
+    or a deleted one: CISIS posts there too, and a database pydb alone
+    wrote checks clean (it reported an index-posting error: a review)."""
+    base = tmp_path / "db"
+    with pydb.create(base, fst="24 1000 '/'v1'/'v24/\n70 0 v70\n", gc="none") as db:
+        db.append([(1, "1"), (24, "ALPHA")])
+        db.append([(1, "5"), (24, "BETA")])    # MFN 5: no record
+        db.append([(1, "1"), (24, "GAMMA")])
+        assert db.search("BETA") == [5] and db.search("GAMMA") == [1]
+        db.delete(2)
+        rep = db.check()
+        assert rep.ok and rep.problems == [], rep.summary()
+    assert run_check(base).ok
+
+
 def test_check_of_the_index_beside_a_writer_process(tmp_path):
     """Checks while another process commits appends, updates, deletions
     and undeletions, each with its postings: the index read as of one
