@@ -170,7 +170,10 @@ class Snapshot(_pydb.Snapshot):
     def versions(self, mfn: int) -> list[Record]:
         """The version of `mfn` current at the commit followed by its back
         versions, newest first (MFBWB/MFBWP, docs/isis-formats.md §2.4);
-        versions written after the commit are not included.
+        versions written after the commit are not included.  The back
+        versions are history, not part of the commit: garbage the
+        collector may take (docs/design.md §6) while the snapshot lives,
+        so a later call may return fewer of them; the current one stays.
 
         Raises :class:`~pydb.NotFoundError` if there was no such record at
         the commit, :class:`~pydb.CorruptionError` if a back pointer does
