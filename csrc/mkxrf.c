@@ -32,9 +32,17 @@
  * XRF first, and has the database to itself meanwhile (take_database).
  * Like CISIS it writes the new XRF into the old file.
  *
+ * A master file cut short (its control record names an end of records
+ * past the file's end: a copy broken off, a disk full) keeps that end,
+ * and pydb refuses to open it; with `mend` the control record then gets
+ * the end of the last whole version found (CISIS does this with another
+ * tool, ctlmfn).
+ *
  * Safety: every read is bounded by the file's size and the window; the
  * arrays are bounded by NXTMFN, which must be at most a sixteenth of the
- * file's size in bytes (or 2^20).  The master file is opened read-only.
+ * file's size in bytes (or 2^20).  The master file is opened read-only,
+ * and for `mend` written at its control record only (and grown by zeros
+ * to a 2^MSTXL boundary).
  *
  * Depends on: record.c (control record, leaders, XRF values), build.c
  * (pydb__xrf_write_all), vfs.c, error.c.
@@ -63,6 +71,7 @@ typedef struct scan {
     uint8_t *win;                 /* bytes [win_off, win_off + win_len)    */
     int64_t win_off, win_len;
     int failed;                   /* a read failed: err is set             */
+    int64_t taken_end;            /* the end of the last version taken     */
     pydb_error *err;
 } scan;
 
@@ -130,6 +139,7 @@ static int walk(scan *s, const pydb_geom *g, int mstxl, int32_t next_mfn,
                 }
                 raw[l.mfn - 1] = pydb__xrf_encode(q, flags, mstxl);
                 if (l.status == 1) raw[l.mfn - 1] = -raw[l.mfn - 1];
+                s->taken_end = q + l.mfrl;
             }
             q += (l.mfrl + align - 1) / align * align;   /* (a multiple) */
         } else {
@@ -294,9 +304,36 @@ static int write_xrf(int fd, const char *path, const int32_t *raw,
     return PYDB_OK;
 }
 
+/* The control record ctlb (PYDB_CTL_SIZE bytes, as read) written back to
+ * the master file mst_path of `size` bytes with NXTMFB/NXTMFP of `end`,
+ * the file first grown with zeros to `end` where it is shorter (an end
+ * rounded up to 2^MSTXL past a cut), then fsynced. */
+static int mend_control(const char *mst_path, uint8_t *ctlb, int32_t next_mfn,
+                        int64_t end, int64_t size, pydb_error *err)
+{
+    int fd = pydb__vfs->open(mst_path, O_RDWR | O_CLOEXEC, 0);
+    int rc = PYDB_OK;
+    if (fd < 0)
+        return PYDB_OSERROR(err, errno, mst_path, -1, "cannot open for "
+                            "writing: %s", strerror(errno));
+    pydb__ctl_set_next(ctlb, next_mfn, end);
+    if (end > size && pydb__vfs->ftruncate(fd, (off_t)end) != 0)
+        rc = PYDB_OSERROR(err, errno, mst_path, size, "cannot grow to %lld "
+                          "bytes: %s", (long long)end, strerror(errno));
+    else if (pydb__vfs->pwrite(fd, ctlb, PYDB_CTL_SIZE, 0) != PYDB_CTL_SIZE)
+        rc = PYDB_OSERROR(err, errno ? errno : EIO, mst_path, 0,
+                          "cannot write the control record: %s",
+                          strerror(errno ? errno : EIO));
+    else if (pydb__vfs->fsync(fd) != 0)
+        rc = PYDB_OSERROR(err, errno, mst_path, -1, "fsync failed: %s",
+                          strerror(errno));
+    pydb__vfs->close(fd);
+    return rc;
+}
+
 int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
                const char *xrf_path, const char *bak_path, int layout,
-               int force, pydb_error *err)
+               int force, int mend, pydb_error *err)
 {
     uint8_t ctlb[PYDB_CTL_SIZE];
     pydb_ctl c;
@@ -310,6 +347,7 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     memset(out, 0, sizeof *out);
     memset(&s, 0, sizeof s);
     s.fd = -1;
+    s.taken_end = PYDB_CTL_SIZE;
     s.path = mst_path;
     s.err = err;
     if (layout < -1 || layout > 3)
@@ -415,6 +453,15 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     }
     rc = write_xrf(xrf_fd, xrf_path, raw, (int64_t)c.next_mfn - 1, err);
     if (rc == PYDB_OK && created) rc = pydb__fsync_parent(xrf_path, err);
+    /* a master file cut short: the records end where its last whole
+     * version ends (on a 2^MSTXL boundary), after the new XRF is in (a
+     * failure between leaves a run to do again, as before it) */
+    if (rc == PYDB_OK && mend && out->ctl_end > s.size) {
+        int64_t align = (int64_t)1 << c.mstxl;
+        int64_t at_end = (s.taken_end + align - 1) / align * align;
+        rc = mend_control(mst_path, ctlb, c.next_mfn, at_end, s.size, err);
+        if (rc == PYDB_OK) out->mended_end = at_end;
+    }
 cleanup:
     if (leased) (void)fcntl(xrf_fd, F_SETLEASE, F_UNLCK);
     if (xrf_fd >= 0) pydb__vfs->close(xrf_fd);   /* its lock goes with it */

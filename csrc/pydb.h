@@ -590,6 +590,9 @@ typedef struct pydb_mkxrf_report {
     int32_t pending;         /* of them, with the "update pending" flag    */
     int32_t missing;         /* MFNs below NXTMFN with no version found:
                                 "physically deleted"                       */
+    int64_t mended_end;      /* with `mend`: the end of records written
+                                into the control record of a master file
+                                shorter than ctl_end; else 0               */
 } pydb_mkxrf_report;
 
 /*
@@ -618,7 +621,12 @@ typedef struct pydb_mkxrf_report {
  * inverts the record); an MFN with none is physically deleted; the "new"
  * flag is not known and not set.  `layout`: enum pydb_layout, or -1 to
  * take the one under which the first 4 MiB hold the most bytes of
- * versions.  The master file is only read.  *out is filled on success.
+ * versions.  The master file is only read, but with `mend`: where it is
+ * shorter than the end of records its control record names (cut short),
+ * NXTMFB/NXTMFP are set to the end of the last whole version found
+ * (rounded up to 2^MSTXL, the file grown by zeros to it), after the XRF,
+ * and fsynced: pydb opens the database again (CISIS ctlmfn mends it
+ * so); out->mended_end.  *out is filled on success.
  * Errors also: PYDB_EIO, PYDB_ECORRUPT (an unusable control record:
  * NXTMFN, NXTMFB/NXTMFP, MSTXL out of range), PYDB_EINVAL (a layout out
  * of range; a master file that is not a regular file), PYDB_ENOMEM.
@@ -626,7 +634,7 @@ typedef struct pydb_mkxrf_report {
  */
 int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
                const char *xrf_path, const char *bak_path, int layout,
-               int force, pydb_error *err);
+               int force, int mend, pydb_error *err);
 
 /* The MFRL in bytes (even, a multiple of 2^MSTXL) that a record with
  * fields[nfields] takes in `layout` with shift `mstxl`

@@ -110,7 +110,7 @@ static void remake_xrf(const fuzz_part *mst, size_t size,
     fuzz_path(base, sizeof base, "mk");
     memset(&err, 0, sizeof err);
     unlink(xpath);
-    rc = pydb_mkxrf(&r, mpath, xpath, NULL, layout, 1, &err);
+    rc = pydb_mkxrf(&r, mpath, xpath, NULL, layout, 1, 1, &err);
     fuzz_expect(rc, &err);
     if (rc != PYDB_OK) return;
     if (r.active < 0 || r.deleted < 0 || r.missing < 0 ||

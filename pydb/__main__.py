@@ -344,6 +344,7 @@ def _cmd_check(args) -> int:
     (missing file, I/O error, unsupported) or bad usage.  The text report
     ends with what mends the damage found, where pydb has a tool for it
     (pydb mkxrf, pydb index)."""
+    hints: list[str] = []
     try:
         db = open_db(args.db)
     except DatabaseNotFoundError as e:
@@ -358,6 +359,13 @@ def _cmd_check(args) -> int:
                        e.offset if e.offset is not None else -1, e.reason)
         report = CheckReport(args.db, [prob], {"open": 1},
                              {"errors": 1, "warnings": 0, "truncated": False})
+        if "say the records end at byte" in (e.reason or ""):   # handle.c: cut short
+            hints.append(f"hint: the master file is shorter than its control record "
+                         f"says: pydb mkxrf {args.db} --replace --mend-control makes "
+                         "the records up to the cut readable again")
+        elif "NXTMFN" in (e.reason or "") and (e.filename or "").lower().endswith(".xrf"):
+            hints.append(f"hint: the XRF is cut short: pydb mkxrf {args.db} --replace "
+                         "makes it again from the master file")
     except (Error, OSError) as e:
         print(f"pydb check: cannot open {args.db}: {e}", file=sys.stderr)
         return 2
@@ -383,7 +391,7 @@ def _cmd_check(args) -> int:
             out.write(f"... {report.errors + report.warnings - len(report.problems)} "
                       f"more (raise --max-problems)\n")
         out.write(report.summary() + "\n")
-        for line in _repair_hints(args.db, report.counts):
+        for line in _repair_hints(args.db, report.counts) + hints:
             out.write(line + "\n")
     return 1 if failed else 0
 
@@ -693,7 +701,8 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
 def _cmd_mkxrf(args) -> int:
     """A new XRF from a scan of the master file (pydb.rebuild_xrf), and
     what the scan found."""
-    rep = rebuild_xrf(args.db, layout=args.layout, replace=args.replace, force=args.force)
+    rep = rebuild_xrf(args.db, layout=args.layout, replace=args.replace, force=args.force,
+                      mend_control=args.mend_control)
     kept = f" (a copy of the old one: {rep['backup']})" if rep["backup"] else ""
     print(f"wrote {rep['xrf']}{kept}")
     print(f"layout {rep['layout']}, MSTXL {rep['mstxl']}, NXTMFN {rep['next_mfn']}: "
@@ -702,11 +711,16 @@ def _cmd_mkxrf(args) -> int:
     print(f"MFNs: {rep['active']} active, {rep['deleted']} logically deleted, "
           f"{rep['missing']} physically deleted (no version found); "
           f"{rep['pending']} flagged update pending")
-    if rep["end"] < rep["ctl_end"]:
+    if rep["mended_end"]:
+        print(f"pydb: warning: the master file has {rep['end']} bytes, its control record "
+              f"said the records end at byte {rep['ctl_end']}: the records after the cut "
+              f"are lost; the control record now says they end at byte "
+              f"{rep['mended_end']}, after the last whole version", file=sys.stderr)
+    elif rep["end"] < rep["ctl_end"]:
         print(f"pydb: warning: the master file has {rep['end']} bytes, its control record "
               f"says the records end at byte {rep['ctl_end']}: the records after the cut "
               "are lost, and pydb will not open the database until the control record "
-              "is mended", file=sys.stderr)
+              f"is mended (pydb mkxrf {args.db} --replace --mend-control)", file=sys.stderr)
     if rep["past_end"]:
         print(f"pydb: warning: {rep['past_end']} record version(s) lie after the end of "
               "records the control record names (an append never committed, or a "
@@ -1129,6 +1143,11 @@ def parser() -> argparse.ArgumentParser:
                    help="go on where pydb cannot tell whether the database is open "
                    "(another owner's files, a network file system): you make sure "
                    "no program has it open (default: refuse)")
+    p.add_argument("--mend-control", action="store_true",
+                   help="where the master file is shorter than its control record says "
+                   "(cut short), set the end of records in the control record to the end "
+                   "of the last whole version (default: leave it, and pydb does not open "
+                   "the database)")
     p.set_defaults(func=_cmd_mkxrf)
     p = command("index", "build (or rebuild) the native inverted index, beside writers too",
                 epilog="Ends with the MFNs read, the time spent reading records and making "

@@ -159,20 +159,20 @@ fail_py:
     return NULL;
 }
 
-/* _mkxrf(mst_path, xrf_path, bak_path, layout, force): pydb_mkxrf(),
+/* _mkxrf(mst_path, xrf_path, bak_path, layout, force, mend): pydb_mkxrf(),
  * its report as a dict. */
 static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
 {
     module_state *st = PyModule_GetState(m);
     PyObject *pm = NULL, *px = NULL, *pb = NULL, *bak = NULL, *out = NULL;
     const char *layout_name, *cm, *cx, *cb;
-    int layout = -1, force, rc;
+    int layout = -1, force, mend, rc;
     pydb_mkxrf_report r;
     pydb_error e;
 
-    if (!PyArg_ParseTuple(args, "O&O&Ozp", PyUnicode_FSConverter, &pm,
+    if (!PyArg_ParseTuple(args, "O&O&Ozpp", PyUnicode_FSConverter, &pm,
                           PyUnicode_FSConverter, &px, &bak, &layout_name,
-                          &force))
+                          &force, &mend))
         goto cleanup;
     if (bak != Py_None && !PyUnicode_FSConverter(bak, &pb)) goto cleanup;
     if (layout_name && (layout = pydb_layout_from_name(layout_name)) < 0) {
@@ -185,19 +185,20 @@ static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
     cm = PyBytes_AS_STRING(pm);
     cx = PyBytes_AS_STRING(px);
     cb = pb ? PyBytes_AS_STRING(pb) : NULL;
-    UNLOCKED(NULL, NULL, rc = pydb_mkxrf(&r, cm, cx, cb, layout, force, &e));
+    UNLOCKED(NULL, NULL,
+             rc = pydb_mkxrf(&r, cm, cx, cb, layout, force, mend, &e));
     if (rc) {
         set_error(st, rc, &e);
         goto cleanup;
     }
     out = Py_BuildValue(
-        "{sssisisLsLsLsLsLsisisisi}", "layout", pydb_layout_name(r.layout),
+        "{sssisisLsLsLsLsLsisisisisL}", "layout", pydb_layout_name(r.layout),
         "mstxl", r.mstxl, "next_mfn", (int)r.next_mfn, "ctl_end",
         (long long)r.ctl_end, "end", (long long)r.end, "past_end",
         (long long)r.past_end, "versions", (long long)r.versions,
         "version_bytes", (long long)r.version_bytes, "active", (int)r.active,
         "deleted", (int)r.deleted, "pending", (int)r.pending, "missing",
-        (int)r.missing);
+        (int)r.missing, "mended_end", (long long)r.mended_end);
 cleanup:
     Py_XDECREF(pm);
     Py_XDECREF(px);
@@ -207,12 +208,13 @@ cleanup:
 
 static PyMethodDef builder_functions[] = {
     {"_mkxrf", mod_mkxrf, METH_VARARGS,
-     "_mkxrf(mst_path, xrf_path, bak_path, layout, force, /)\n--\n\nMake "
-     "the XRF xrf_path anew for the master file mst_path from a scan of "
-     "its record versions, an existing one first copied to bak_path (None: "
-     "refused); layout a LAYOUTS name or None (detected); force: go on "
-     "where no file lease or writer lock can be had.  Returns the report "
-     "as a dict.  Use pydb.rebuild_xrf()."},
+     "_mkxrf(mst_path, xrf_path, bak_path, layout, force, mend, /)\n--\n\n"
+     "Make the XRF xrf_path anew for the master file mst_path from a scan "
+     "of its record versions, an existing one first copied to bak_path "
+     "(None: refused); layout a LAYOUTS name or None (detected); force: go "
+     "on where no file lease or writer lock can be had; mend: give a master "
+     "file cut short the end of its last whole version.  Returns the "
+     "report as a dict.  Use pydb.rebuild_xrf()."},
     {"_build", mod_build, METH_VARARGS,
      "_build(path, layout, mstxl, records, sync, deleted=None, /)\n--\n\n"
      "Write a new database from an iterable of records, each a sequence of "

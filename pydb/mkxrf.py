@@ -11,8 +11,8 @@ clears the back pointer when it inverts a record), and an MFN below
 NXTMFN with no version is physically deleted.  Formats:
 docs/isis-formats.md §2 (master file) and §3 (XRF).
 
-The master file is only read; the old XRF is copied to ``<xrf>.bak``,
-then written over with the new one.  The database is had to itself
+The master file is only read (but for ``mend_control``); the old XRF is
+copied to ``<xrf>.bak``, then written over with the new one.  The database is had to itself
 meanwhile: the pydb writer lock and a lock on the XRF are held, and a
 file lease (Linux) refuses while any process has the XRF open (a pydb
 handle, WinISIS) and makes opens of it wait until the new XRF is in.
@@ -24,6 +24,12 @@ behind) is not taken, as CISIS ``mkxrf`` takes none; the report counts
 them.  The "new" flag (never inverted) cannot be known and is not set:
 an ISIS inverted file is brought up to date by a full inversion (WinISIS
 "Invert", CISIS ``ifload``), not an update.
+
+A master file cut short (a copy broken off, a full disk) keeps a control
+record whose end of records lies past the file's end, and pydb refuses
+to open it; ``mend_control=True`` then also sets that end to the end of
+the last whole version found, as CISIS ``ctlmfn`` mends it.  The records
+after the cut are lost either way.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ __all__ = ["rebuild_xrf"]
 
 
 def rebuild_xrf(path: PathArg, *, layout: str | None = None,
-                replace: bool = False, force: bool = False) -> dict[str, Any]:
+                replace: bool = False, force: bool = False,
+                mend_control: bool = False) -> dict[str, Any]:
     """Write the XRF of the database at `path` anew from its master file.
 
     Args:
@@ -54,6 +61,12 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         force: go on where no file lease or writer lock can be had
             (another owner's files, a network file system): the caller
             vouches that no program has the database open.
+        mend_control: where the master file is shorter than the end of
+            records its control record names, write into the control
+            record (NXTMFB/NXTMFP) the end of the last whole version
+            found, rounded up to 2^MSTXL bytes (the file grown by zeros to
+            it), after the new XRF; nothing else of the master file
+            changes.  The old end stays in the report (``ctl_end``).
 
     Returns:
         A dict: ``xrf`` (the path written), ``backup`` (the old XRF's new
@@ -66,7 +79,9 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         versions found before ``end``, every version of an MFN counted),
         ``active`` and ``deleted`` (MFNs whose entry names a version of
         STATUS 0 / 1), ``pending`` (of them, flagged "update pending"),
-        ``missing`` (MFNs with no version: physically deleted).
+        ``missing`` (MFNs with no version: physically deleted),
+        ``mended_end`` (bytes: the end of records `mend_control` wrote,
+        or 0 where the control record was left as it was).
 
     Raises:
         DatabaseNotFoundError: no master file at `path`.
@@ -105,5 +120,5 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         raise DatabaseExistsError(errno.EEXIST, "a backup of an earlier XRF is in the way: "
                                   "move it away first", backup)
     target = old or os.path.splitext(mst)[0] + (".XRF" if mst.endswith(".MST") else ".xrf")
-    report = _pydb._mkxrf(mst, target, backup, layout, force)
+    report = _pydb._mkxrf(mst, target, backup, layout, force, mend_control)
     return {"xrf": target, "backup": backup, **report}

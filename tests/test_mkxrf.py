@@ -26,6 +26,7 @@ from conftest import DATA, REPO, all_master_files, build_varied, hypothesis_exam
 pytestmark = pytest.mark.sanitize_address
 
 CISIS = "bireme__cisis/tests/"
+PYISIS_SAMPLE = "scieloorg__pyisis/pyisis/pyisis/sample/"
 
 
 def entries(base, pending: bool = True) -> list[tuple]:
@@ -55,7 +56,7 @@ def test_the_cisis_master_file_without_an_xrf(isis_data, tmp_path):
                    "layout": "isis-aligned", "mstxl": 0, "next_mfn": 151,
                    "ctl_end": 62784, "end": 62784, "past_end": 0, "versions": 150,
                    "version_bytes": 62708, "active": 150, "deleted": 0, "pending": 0,
-                   "missing": 0}
+                   "missing": 0, "mended_end": 0}
     assert records(tmp_path / "CDS.std") == records(isis_data / CISIS / "CDS")
     with pydb.open(tmp_path / "CDS.std") as db:
         assert db.layout == "isis-aligned" and db.check().ok
@@ -250,9 +251,48 @@ def test_a_damaged_control_record_or_a_short_file(tmp_path):
     assert (rep["end"], rep["ctl_end"]) == (len(data) // 2, (nxtmfb - 1) * 512 + nxtmfp - 1)
     assert 100 < rep["active"] < 200
     assert rep["active"] + rep["missing"] == 300 and rep["deleted"] == 0
-    assert rep["versions"] == rep["active"]
+    assert rep["versions"] == rep["active"] and rep["mended_end"] == 0
     with pytest.raises(pydb.CorruptionError, match="truncated"):
         pydb.open(base)
+
+
+@pytest.mark.parametrize("layout,mstxl", [("isis-packed", 0), ("isis-aligned", 0),
+                                          ("ffi-aligned", 2), ("ffi-packed", 3)])
+def test_a_master_file_cut_short_is_mended_up_to_its_last_whole_version(tmp_path, layout,
+                                                                        mstxl):
+    """mend_control (--mend-control): the control record of a master file
+    cut in the middle of a record gets the end of the last whole version
+    before the cut, rounded up to 2^MSTXL (the file grown by zeros to it);
+    the database then opens, every MFN before the cut reads as written,
+    checks clean, and takes new records after the last whole one."""
+    base = build_varied(tmp_path, layout, n=300, mstxl=mstxl)
+    want = {mfn: fields for mfn, _, fields in records(base)}
+    mst = Path(f"{base}.mst")
+    data = mst.read_bytes()
+    cut = len(data) // 2 + 5
+    mst.write_bytes(data[:cut])
+    rep = pydb.rebuild_xrf(base, replace=True, mend_control=True)
+    now = mst.read_bytes()    # only the control record changed (and zeros to the end)
+    assert now[64:cut] == data[64:cut] and now[cut:] == bytes(max(0, len(now) - cut))
+    ends = []
+    with pydb.open(base, readonly=False, gc="none") as db:
+        kept = db.mfns()
+        assert len(kept) == rep["active"] and 100 < len(kept) < 200
+        for m in kept:
+            assert [(f.tag, f.raw) for f in db[m].fields] == want[m]
+            ends.append(db[m].offset + db[m].mfrl)
+        assert db.max_mfn == 300 and db.check().ok
+        assert max(ends) <= rep["mended_end"] < max(ends) + (1 << mstxl)
+        assert rep["mended_end"] <= cut + (1 << mstxl)
+        assert rep["mended_end"] % (1 << mstxl) == 0
+        assert db.append([(24, "after the cut")]) == 301
+        assert db[301].offset >= rep["mended_end"]
+    assert (rep["end"], rep["ctl_end"] > cut) == (cut, True)
+    with pydb.open(base) as db:
+        assert db.check().ok
+    Path(f"{base}.xrf.bak").unlink()
+    again = pydb.rebuild_xrf(base, replace=True, mend_control=True)
+    assert again["mended_end"] == 0 and again["active"] == len(kept) + 1
 
 
 @settings(max_examples=hypothesis_examples(60), deadline=None,
@@ -311,6 +351,38 @@ def test_cli(isis_data, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == (f"wrote {tmp_path / 'CDS.std.xrf'} (a copy of the "
                                         f"old one: {tmp_path / 'CDS.std.xrf.bak'})")
+
+
+def test_cli_a_master_file_cut_short(isis_data, tmp_path):
+    """pyisis's cds sample cut at byte 16,716 (inside MFN 44): `pydb check`
+    cannot open it and says what mends it; `pydb mkxrf --replace` warns
+    that the control record is left; with --mend-control it is mended, and
+    the 43 records before the cut check clean."""
+    for ext in ("mst", "xrf"):
+        shutil.copy(isis_data / PYISIS_SAMPLE / f"cds.{ext}", tmp_path / f"cds.{ext}")
+    os.truncate(tmp_path / "cds.mst", 16716)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    base = tmp_path / "cds"
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pydb", *map(str, args)],
+                              capture_output=True, text=True, env=env, timeout=60)
+    r = run("check", base)
+    assert r.returncode == 1 and "say the records end at byte 63224" in r.stdout
+    assert f"pydb mkxrf {base} --replace --mend-control" in r.stdout
+    r = run("mkxrf", base, "--replace")
+    assert r.returncode == 0 and "--mend-control" in r.stderr
+    Path(f"{base}.xrf.bak").unlink()
+    r = run("mkxrf", base, "--replace", "--mend-control")
+    assert r.returncode == 0, r.stderr
+    assert "MFNs: 43 active, 0 logically deleted, 107 physically deleted" in r.stdout
+    assert ("its control record said the records end at byte 63224: the records after "
+            "the cut are lost; the control record now says they end at byte 16492, "
+            "after the last whole version") in r.stderr
+    r = run("check", base)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout
+    with pydb.open(base) as db:
+        assert db.mfns() == list(range(1, 44)) and db.max_mfn == 150
 
 
 def test_check_points_at_mkxrf_and_mkxrf_mends_abcd_odds(isis_data, tmp_path):
