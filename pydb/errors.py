@@ -80,9 +80,22 @@ class NotFoundError(Error, KeyError):
         return str(self.args[0]) if self.args else "record not found"
 
 
+def _os_error_str(e: OSError) -> str:
+    """str() of an OSError of pydb's: OSError's, but without "[Errno 0]"
+    where no system call failed (errno 0)."""
+    if e.errno != 0 or e.strerror is None:
+        return OSError.__str__(e)
+    return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+
+
 class DiskError(Error, OSError):
     """An operating-system call failed (``errno``, ``strerror``,
-    ``filename`` as for :class:`OSError`)."""
+    ``filename`` as for :class:`OSError`), or a read found its files
+    replaced under it (a compaction: ``errno`` 0, and the message then has
+    no ``[Errno 0]``)."""
+
+    def __str__(self):
+        return _os_error_str(self)
 
 
 class DatabaseNotFoundError(DiskError, FileNotFoundError):
@@ -96,9 +109,7 @@ class UnsupportedError(Error, OSError):
     the message then has no ``[Errno 0]``)."""
 
     def __str__(self):
-        if self.errno != 0 or self.strerror is None:
-            return super().__str__()
-        return f"{self.filename}: {self.strerror}" if self.filename else self.strerror
+        return _os_error_str(self)
 
 
 class RecordTooLargeError(Error, ValueError):

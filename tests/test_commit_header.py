@@ -330,8 +330,10 @@ def test_a_snapshot_without_a_header_is_never_read_in_files_it_was_not_taken_of(
             for read in (lambda: snap[7], lambda: list(snap), lambda: snap.mfns(),
                          lambda: len(snap), lambda: snap.check(), lambda: snap.versions(7)):
                 with pytest.raises(pydb.DiskError, match="replaced by a compaction.*"
-                                   "without a usable commit header.*take a new snapshot"):
+                                   "without a usable commit header.*take a new snapshot") as e:
                     read()
+                # no system call failed: errno 0, and no "[Errno 0]" before the message
+                assert e.value.errno == 0 and str(e.value).startswith(f"{base}.mst: ")
         assert db[7][1] == ["changed"] and db.max_mfn == 21
         with db.snapshot() as again:
             assert again[7][1] == ["changed"] and len(again) == 21
