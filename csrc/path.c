@@ -95,6 +95,22 @@ void pydb__path_ext(char *out, size_t sz, const char *base, const char *ext)
     snprintf(out, sz, "%s.%s", base, ext);
 }
 
+/* The error for `what` of database `base` not found as a regular file
+ * at `path`: something else there (a directory, a FIFO) is named so. */
+static int not_found(const char *path, const char *what, const char *base,
+                     pydb_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0)
+        return PYDB_OSERROR(err, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path,
+                            -1, "the %s of database %s is %s, not a file",
+                            what, base,
+                            S_ISDIR(st.st_mode) ? "a directory"
+                                                : "not a regular file");
+    return PYDB_OSERROR(err, ENOENT, path, -1, "no %s for database %s", what,
+                        base);
+}
+
 int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
                    char *xrf, size_t xrfsz, const char *path,
                    pydb_error *err)
@@ -104,12 +120,9 @@ int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
                           "empty or too long database path");
     pydb__strip_ext(base, basesz, path);
     if (pydb__find_file(mst, mstsz, base, "mst") != 0)
-        return PYDB_OSERROR(err, ENOENT, mst, -1,
-                            "no master file (.mst) for database %s", base);
+        return not_found(mst, "master file (.mst)", base, err);
     if (pydb__find_file(xrf, xrfsz, base, "xrf") != 0)
-        return PYDB_OSERROR(err, ENOENT, xrf, -1,
-                            "no cross-reference file (.xrf) for database %s",
-                            base);
+        return not_found(xrf, "cross-reference file (.xrf)", base, err);
     return PYDB_OK;
 }
 

@@ -1017,7 +1017,9 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
         UnsupportedError: big-endian files; ``io="direct"`` where the file
             system refuses O_DIRECT.
         DiskError: another operating-system error (e.g. the folder is not
-            writable with ``readonly=False``, or recovery failed).
+            writable with ``readonly=False``, or recovery failed), or the
+            .mst or .xrf is a directory (errno EISDIR) or another file
+            that is not a regular file (EINVAL).
         ValueError, LookupError: a bad `io`/`lock`/`gc`/`lock_timeout`,
             or an `encoding` Python does not know or that cannot be the
             records' (not a text encoding, or refusing `errors`:

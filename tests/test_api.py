@@ -509,3 +509,22 @@ def test_create_refuses_a_database_whose_files_differ_in_case(tmp_path):
     (tmp_path / "Cds.xrf").rename(tmp_path / "Cds.Xrf")
     with pytest.raises(pydb.DatabaseExistsError):
         pydb.create(tmp_path / "cds")
+
+
+def test_a_directory_where_the_master_file_should_be_is_named_so(tmp_path):
+    """A folder named x.mst (or x.xrf) is not taken for a missing file:
+    the error says what is there (it said "no master file")."""
+    (tmp_path / "x.mst").mkdir()
+    with pytest.raises(pydb.DiskError) as e:
+        pydb.open(tmp_path / "x")
+    assert e.value.errno == errno.EISDIR and e.value.filename == str(tmp_path / "x.mst")
+    assert "the master file (.mst) of database" in str(e.value)
+    assert "is a directory" in str(e.value)
+    assert not isinstance(e.value, pydb.DatabaseNotFoundError)
+    (tmp_path / "y.mst").write_bytes(b"")
+    os.mkfifo(tmp_path / "y.xrf")
+    with pytest.raises(pydb.DiskError, match="is not a regular file") as e:
+        pydb.open(tmp_path / "y")
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(pydb.DatabaseNotFoundError):
+        pydb.open(tmp_path / "z")
