@@ -149,7 +149,10 @@ def _cmd_info(args) -> int:
                  ("io", f"{info['io']} (lock {info['lock']})"),
                  ("commit", f"{commit} (commit sequence; 0: never written by pydb)")]
         if damaged is not None:
-            rows.append(("index", f"unreadable ({damaged}); pydb index {args.db} rebuilds "
+            # the core's error, without the hint the native index's open adds
+            cause = damaged.__cause__
+            shown = cause if isinstance(cause, CorruptionError) else damaged
+            rows.append(("index", f"unreadable ({shown}); pydb index {args.db} rebuilds "
                          "a native one"))
         elif index is None:
             rows.append(("index", f"none (build one: pydb index {args.db} --fst FILE)"))

@@ -368,11 +368,17 @@ class Database(_pydb.Database):
     def _open_native_index(self) -> Index | None:
         """The native pydb index of this database (``<base>.pdx``, built
         by :func:`pydb.build_index` or :func:`create` with an FST), or
-        None.  Raises CorruptionError for a damaged manifest or segment."""
+        None.  Raises CorruptionError for a damaged manifest or segment,
+        its reason ending with how to build the index anew."""
         base = self._native_base()
         if base is None:
             return None
-        return open_index(base, self.encoding, errors=self._errors)
+        try:
+            return open_index(base, self.encoding, errors=self._errors)
+        except CorruptionError as e:
+            raise CorruptionError(e.filename, e.offset,
+                                  f"{e.reason} (the native index can be built anew from the "
+                                  f"records: python -m pydb index {base})") from e
 
     def _open_isis_index(self) -> Index | None:
         """The CDS/ISIS inverted file shipped with the database (.cnt +

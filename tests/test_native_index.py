@@ -750,3 +750,22 @@ def test_chain_of_operators_keeps_its_order(cds):
                        ("GAMMA $ $ ALPHA . BETA", [1]), ("BETA * ALPHA * GAMMA * WATER", []),
                        ("BETA (F) ALPHA (F) GAMMA", [1, 2])]:
         assert list(search(ix, expr)) == want, expr
+
+
+def test_a_damaged_manifest_says_how_to_build_the_index_anew(tmp_path):
+    """The open of a writable handle and a search meet a damaged MANIFEST:
+    the error names the file and offset, and ends with the command that
+    builds the index anew (only the validator said it)."""
+    base = tmp_path / "d"
+    with pydb.create(base, fst="24 4 v24\n") as db:
+        db.append([(24, "hello world")])
+    with open(base.with_suffix(".pdx") / "MANIFEST", "r+b") as f:
+        f.write(b"XXXX")
+    hint = f"(the native index can be built anew from the records: python -m pydb index {base})"
+    with pytest.raises(pydb.CorruptionError) as e:
+        pydb.open(base, readonly=False)
+    assert e.value.filename == str(base.with_suffix(".pdx") / "MANIFEST")
+    assert e.value.offset == 0 and e.value.reason.endswith(hint)
+    with pydb.open(base) as db, pytest.raises(pydb.CorruptionError) as e:
+        db.search("HELLO")
+    assert e.value.reason == "manifest: bad magic line " + hint
