@@ -41,22 +41,24 @@ DB_EXTENSIONS = (".mst", ".xrf")
 
 
 #: What follows ``<base>.`` in the names of a database's own files (any
-#: letter case): the master file pair, pydb's log, commit header and native
-#: index (``.pdx``, a folder; compaction's ``.mst-compact``/``.mst-swap``
-#: and mkxrf's ``.xrf.bak`` start the same), the ISIS inverted file
-#: (docs/isis-formats.md §4) and the definitions beside it.
+#: letter case): the master file pair, pydb's log, commit header, native
+#: index (``.pdx``, a folder), the resume file of ``pydb import`` and the
+#: files compaction and mkxrf make beside the pair, the ISIS inverted file
+#: (classic and LIND, docs/isis-formats.md §4) with its link files, and the
+#: definitions beside it.
 OWN_EXTENSIONS = frozenset((
-    "mst", "xrf", "wal", "shm", "pdx",
-    "cnt", "ifp", "n01", "n02", "l01", "l02",
+    "mst", "xrf", "wal", "shm", "pdx", "resume",
+    "mst-compact", "xrf-compact", "mst-swap", "xrf.bak",
+    "cnt", "ifp", "n01", "n02", "l01", "l02", "iyp", "iy0", "ly1", "ly2",
+    "ln1", "ln2", "lk1", "lk2",
     "fst", "stw", "fdt", "pft", "fmt", "par", "any"))
 
 
 def own_file(target: PathArg, mst_path: str) -> bool:
     """Whether `target` names (whether it exists or not) one of the files
     of the database whose master file is `mst_path`: a file beside it
-    named ``<base>.<ext>`` with an ext of :data:`OWN_EXTENSIONS` (also
-    followed by ``-`` and more, compaction's files), ``<base>.xrf.bak``
-    (mkxrf's copy), or anything inside its ``<base>.pdx`` folder.
+    named ``<base>.<ext>`` with an ext of :data:`OWN_EXTENSIONS`, or
+    anything inside its ``<base>.pdx`` folder.
     Letter case is not told apart (ISIS files from DOS and Windows are
     found in any case).  An export written there would destroy the
     database or be taken for part of it."""
@@ -70,10 +72,8 @@ def own_file(target: PathArg, mst_path: str) -> bool:
         same = (parent == folder or (os.path.isdir(parent) and os.path.isdir(folder)
                                      and os.path.samefile(parent, folder)))
         low = name.lower()
-        if same and low.startswith(base + "."):
-            rest = low[len(base) + 1:]
-            if rest == "xrf.bak" or rest.split("-", 1)[0] in OWN_EXTENSIONS:
-                return True
+        if same and low.startswith(base + ".") and low[len(base) + 1:] in OWN_EXTENSIONS:
+            return True
         path = parent
 
 

@@ -545,7 +545,7 @@ def _small_db(tmp_path):
 
 @pytest.mark.parametrize("own", [".mst", ".xrf", ".shm", ".wal", ".pdx/MANIFEST", ".pdx",
                                  ".CNT", ".ifp", ".n01", ".fst", ".stw", ".xrf.bak",
-                                 ".mst-compact"])
+                                 ".mst-compact", ".iyp", ".LY1", ".ln2", ".resume"])
 def test_export_refuses_the_databases_own_files(tmp_path, capsys, own):
     """Every file of the database is refused, --force or not, existing
     or not (a new <base>.wal would be taken for a damaged log): the master
@@ -575,8 +575,9 @@ def test_export_beside_the_database_under_its_base_name(tmp_path):
     base = _small_db(tmp_path)
     other = tmp_path / "other"
     other.mkdir()
-    for target in (base + ".iso", base + ".mst.iso", base + ".jsonl",
-                   str(other / "small.pdx"), str(other / "small.mst")):
+    for target in (base + ".iso", base + ".mst.iso", base + ".jsonl", base + ".mst-2024.iso",
+                   base + ".fst-notes.jsonl", str(other / "small.pdx"),
+                   str(other / "small.mst")):
         assert main(["export", base, target]) == 0
         assert os.path.getsize(target) > 0
 
