@@ -305,28 +305,43 @@ static int write_xrf(int fd, const char *path, const int32_t *raw,
 }
 
 /* The control record ctlb (PYDB_CTL_SIZE bytes, as read) written back to
- * the master file mst_path of `size` bytes with NXTMFB/NXTMFP of `end`,
- * the file first grown with zeros to `end` where it is shorter (an end
- * rounded up to 2^MSTXL past a cut), then fsynced. */
+ * the master file mst_path with NXTMFB/NXTMFP of `end`, the file first
+ * grown with zeros to `end` where it is shorter now (an end rounded up to
+ * 2^MSTXL past a cut; never cut), then fsynced. */
 static int mend_control(const char *mst_path, uint8_t *ctlb, int32_t next_mfn,
-                        int64_t end, int64_t size, pydb_error *err)
+                        int64_t end, pydb_error *err)
 {
     int fd = pydb__vfs->open(mst_path, O_RDWR | O_CLOEXEC, 0);
+    struct stat st;
+    ssize_t put;
     int rc = PYDB_OK;
     if (fd < 0)
         return PYDB_OSERROR(err, errno, mst_path, -1, "cannot open for "
                             "writing: %s", strerror(errno));
     pydb__ctl_set_next(ctlb, next_mfn, end);
-    if (end > size && pydb__vfs->ftruncate(fd, (off_t)end) != 0)
-        rc = PYDB_OSERROR(err, errno, mst_path, size, "cannot grow to %lld "
-                          "bytes: %s", (long long)end, strerror(errno));
-    else if (pydb__vfs->pwrite(fd, ctlb, PYDB_CTL_SIZE, 0) != PYDB_CTL_SIZE)
-        rc = PYDB_OSERROR(err, errno ? errno : EIO, mst_path, 0,
-                          "cannot write the control record: %s",
-                          strerror(errno ? errno : EIO));
-    else if (pydb__vfs->fsync(fd) != 0)
+    if (fstat(fd, &st) != 0) {
+        rc = PYDB_OSERROR(err, errno, mst_path, -1, "cannot stat: %s",
+                          strerror(errno));
+        goto cleanup;
+    }
+    if (end > (int64_t)st.st_size &&
+        pydb__vfs->ftruncate(fd, (off_t)end) != 0) {
+        rc = PYDB_OSERROR(err, errno, mst_path, (int64_t)st.st_size,
+                          "cannot grow to %lld bytes: %s", (long long)end,
+                          strerror(errno));
+        goto cleanup;
+    }
+    put = pydb__vfs->pwrite(fd, ctlb, PYDB_CTL_SIZE, 0);
+    if (put != PYDB_CTL_SIZE) {
+        int e = put < 0 ? errno : EIO;   /* a short write sets none */
+        rc = PYDB_OSERROR(err, e, mst_path, 0, "cannot write the control "
+                          "record: %s", strerror(e));
+        goto cleanup;
+    }
+    if (pydb__vfs->fsync(fd) != 0)
         rc = PYDB_OSERROR(err, errno, mst_path, -1, "fsync failed: %s",
                           strerror(errno));
+cleanup:
     pydb__vfs->close(fd);
     return rc;
 }
@@ -413,16 +428,6 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
                           "XRF (give a name to keep it under)");
         goto cleanup;
     }
-    if (!created) {   /* the old XRF kept, as it is, before a byte changes */
-        if (fstat(xrf_fd, &xs) != 0) {
-            rc = PYDB_OSERROR(err, errno, xrf_path, -1, "cannot stat: %s",
-                              strerror(errno));
-            goto cleanup;
-        }
-        rc = keep_copy(xrf_fd, (int64_t)xs.st_size, xrf_path, bak_path,
-                       s.win, WINDOW, err);
-        if (rc) goto cleanup;
-    }
     if (layout < 0 && (layout = detect_layout(&s, c.mstxl, c.next_mfn,
                                               end)) < 0) {
         rc = layout;
@@ -451,6 +456,28 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
         else out->active++;
         if (e.flags & PYDB_FLAG_PENDING) out->pending++;
     }
+    if (mend && out->ctl_end > s.size && versions == 0) {
+        /* the end would go back to the control record, and the next
+         * append over what the scan did not recognise */
+        rc = PYDB_CORRUPT(err, mst_path, PYDB_CTL_SIZE,
+                          "no whole record version of the %s layout before "
+                          "the cut at byte %lld: the control record is not "
+                          "mended, and nothing is written (another layout?)",
+                          pydb_layout_name(layout), (long long)s.size);
+        goto cleanup;
+    }
+    /* the old XRF kept, as it is, before a byte changes (the buffer is
+     * free: the scan is over) */
+    if (!created) {
+        if (fstat(xrf_fd, &xs) != 0) {
+            rc = PYDB_OSERROR(err, errno, xrf_path, -1, "cannot stat: %s",
+                              strerror(errno));
+            goto cleanup;
+        }
+        rc = keep_copy(xrf_fd, (int64_t)xs.st_size, xrf_path, bak_path,
+                       s.win, WINDOW, err);
+        if (rc) goto cleanup;
+    }
     rc = write_xrf(xrf_fd, xrf_path, raw, (int64_t)c.next_mfn - 1, err);
     if (rc == PYDB_OK && created) rc = pydb__fsync_parent(xrf_path, err);
     /* a master file cut short: the records end where its last whole
@@ -459,7 +486,7 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     if (rc == PYDB_OK && mend && out->ctl_end > s.size) {
         int64_t align = (int64_t)1 << c.mstxl;
         int64_t at_end = (s.taken_end + align - 1) / align * align;
-        rc = mend_control(mst_path, ctlb, c.next_mfn, at_end, s.size, err);
+        rc = mend_control(mst_path, ctlb, c.next_mfn, at_end, err);
         if (rc == PYDB_OK) out->mended_end = at_end;
     }
 cleanup:

@@ -626,7 +626,9 @@ typedef struct pydb_mkxrf_report {
  * NXTMFB/NXTMFP are set to the end of the last whole version found
  * (rounded up to 2^MSTXL, the file grown by zeros to it), after the XRF,
  * and fsynced: pydb opens the database again (CISIS ctlmfn mends it
- * so); out->mended_end.  *out is filled on success.
+ * so); out->mended_end.  A scan that found no whole version there (a
+ * wrong layout) is PYDB_ECORRUPT for `mend`, before anything is written.
+ * *out is filled on success.
  * Errors also: PYDB_EIO, PYDB_ECORRUPT (an unusable control record:
  * NXTMFN, NXTMFB/NXTMFP, MSTXL out of range), PYDB_EINVAL (a layout out
  * of range; a master file that is not a regular file), PYDB_ENOMEM.

@@ -362,13 +362,15 @@ def _cmd_check(args) -> int:
                        e.offset if e.offset is not None else -1, e.reason)
         report = CheckReport(args.db, [prob], {"open": 1},
                              {"errors": 1, "warnings": 0, "truncated": False})
+        bak = (find_sidecar(args.db, "xrf") or "") + ".bak"
+        first = f"move {bak} away, then " if os.path.lexists(bak) else ""
         if "say the records end at byte" in (e.reason or ""):   # handle.c: cut short
             hints.append(f"hint: the master file is shorter than its control record "
-                         f"says: pydb mkxrf {args.db} --replace --mend-control makes "
-                         "the records up to the cut readable again")
+                         f"says: {first}pydb mkxrf {args.db} --replace --mend-control "
+                         "makes the records up to the cut readable again")
         elif "NXTMFN" in (e.reason or "") and (e.filename or "").lower().endswith(".xrf"):
-            hints.append(f"hint: the XRF is cut short: pydb mkxrf {args.db} --replace "
-                         "makes it again from the master file")
+            hints.append(f"hint: the XRF is cut short: {first}pydb mkxrf {args.db} "
+                         "--replace makes it again from the master file")
     except (Error, OSError) as e:
         print(f"pydb check: cannot open {args.db}: {e}", file=sys.stderr)
         return 2
@@ -720,10 +722,12 @@ def _cmd_mkxrf(args) -> int:
               f"are lost; the control record now says they end at byte "
               f"{rep['mended_end']}, after the last whole version", file=sys.stderr)
     elif rep["end"] < rep["ctl_end"]:
+        first = f"move {rep['backup']} away, then " if rep["backup"] else ""
         print(f"pydb: warning: the master file has {rep['end']} bytes, its control record "
               f"says the records end at byte {rep['ctl_end']}: the records after the cut "
               "are lost, and pydb will not open the database until the control record "
-              f"is mended (pydb mkxrf {args.db} --replace --mend-control)", file=sys.stderr)
+              f"is mended ({first}pydb mkxrf {args.db} --replace --mend-control)",
+              file=sys.stderr)
     if rep["past_end"]:
         print(f"pydb: warning: {rep['past_end']} record version(s) lie after the end of "
               "records the control record names (an append never committed, or a "

@@ -95,7 +95,9 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
             the database once, close it, then try again); or no file lease
             or writer lock can be had and `force` is False.
         CorruptionError: the control record is unusable (NXTMFN,
-            NXTMFB/NXTMFP or MSTXL out of range for the file).
+            NXTMFB/NXTMFP or MSTXL out of range for the file); or, with
+            `mend_control`, the scan found no whole record version before
+            the cut (another `layout`?): nothing is written.
         ValueError: an unknown `layout`, or a master file that is not a
             regular file.
         DiskError: a read or write failed: before the old XRF was copied

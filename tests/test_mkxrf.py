@@ -295,6 +295,36 @@ def test_a_master_file_cut_short_is_mended_up_to_its_last_whole_version(tmp_path
     assert again["mended_end"] == 0 and again["active"] == len(kept) + 1
 
 
+def test_mend_control_refuses_where_the_scan_finds_no_version(tmp_path):
+    """A wrong layout (or a cut before the first whole record) finds no
+    version: mending would put the end of records at the control record,
+    and the next append over the records.  Refused, nothing written: the
+    XRF as it was, no .bak, the control record as it was."""
+    base = tmp_path / "db"
+    with pydb.create(base, layout="ffi-aligned", gc="none") as db, db.transaction() as tx:
+        for i in range(300):
+            tx.append([(24, f"record {i} " * 5)])
+    with pydb.open(base) as db:
+        end = db[300].offset + db[300].mfrl
+    mst = Path(f"{base}.mst")
+    os.truncate(mst, end - 10)    # inside the last record
+    before = mst.read_bytes(), Path(f"{base}.xrf").read_bytes()
+    with pytest.raises(pydb.CorruptionError, match="no whole record version of the "
+                       "isis-packed layout before the cut") as e:
+        pydb.rebuild_xrf(base, layout="isis-packed", replace=True, mend_control=True)
+    assert e.value.filename == str(mst)
+    assert (mst.read_bytes(), Path(f"{base}.xrf").read_bytes()) == before
+    assert not Path(f"{base}.xrf.bak").exists()
+    rep = pydb.rebuild_xrf(base, replace=True, mend_control=True)
+    assert (rep["layout"], rep["active"], rep["missing"]) == ("ffi-aligned", 299, 1)
+    assert rep["mended_end"] == db_end_of(base, 299)
+
+
+def db_end_of(base, mfn):
+    with pydb.open(base) as db:
+        return db[mfn].offset + db[mfn].mfrl
+
+
 @settings(max_examples=hypothesis_examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 2**20), st.binary(min_size=1, max_size=24)),
@@ -371,7 +401,11 @@ def test_cli_a_master_file_cut_short(isis_data, tmp_path):
     assert r.returncode == 1 and "say the records end at byte 63224" in r.stdout
     assert f"pydb mkxrf {base} --replace --mend-control" in r.stdout
     r = run("mkxrf", base, "--replace")
-    assert r.returncode == 0 and "--mend-control" in r.stderr
+    assert r.returncode == 0 and "is mended (move " in r.stderr
+    assert f"{base}.xrf.bak away, then pydb mkxrf {base} --replace --mend-control" in r.stderr
+    r = run("check", base)
+    assert f"hint: the master file is shorter than its control record says: move " \
+           f"{base}.xrf.bak away, then pydb mkxrf {base} --replace --mend-control" in r.stdout
     Path(f"{base}.xrf.bak").unlink()
     r = run("mkxrf", base, "--replace", "--mend-control")
     assert r.returncode == 0, r.stderr
