@@ -234,32 +234,42 @@ static void progress(ck *c, int64_t units, int force)
     }
 }
 
+/* Whether file f now ends before the n bytes at `off` the check read:
+ * it shrank after the handle learnt its size (another program truncated
+ * it).  Then that is reported, once, and the whole check stops (the
+ * index's comparison too): every later read past the end would fail
+ * alike (the orphan scan once per byte) or, through a mapping, read the
+ * zeros of the last page. */
+static int shrank(ck *c, const pydb_file *f, int64_t off, size_t n,
+                  int32_t mfn, const char *what)
+{
+    struct stat sb;
+    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &sb) != 0 ||
+        (int64_t)sb.st_size >= off + (int64_t)n)
+        return 0;
+    report(c, PYDB_CHECK_IO, mfn, f->path, off,
+           "reading %s: the file is %lld bytes now, short of the %zu bytes "
+           "at offset %lld: it shrank after the database was opened "
+           "(another program truncated it?); the check stops here (open "
+           "the database again and check it)", what, (long long)sb.st_size,
+           n, (long long)off);
+    c->stop = 1;
+    c->sum->stopped = 1;
+    return 1;
+}
+
 /* Read through the handle; a failure becomes an IO problem (reads are
  * bounds-checked by the callers against the sizes the handle knows, so
- * this is a real I/O error).  A file now shorter than the bytes asked
- * for shrank after the handle learnt its size (another program truncated
- * it): every later read past its end would fail alike (the orphan scan
- * once per byte), so that is reported once and the check stops. */
+ * this is a real I/O error, or a file that shrank). */
 static int ck_read(ck *c, const pydb_file *f, void *buf, size_t n,
                    int64_t off, int32_t mfn, const char *what)
 {
     pydb_error e;
-    struct stat sb;
     int rc = pydb__file_read(f, c->db->io, buf, n, off, what, &e);
     if (rc == PYDB_OK) return 0;
-    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &sb) == 0 &&
-        (int64_t)sb.st_size < off + (int64_t)n) {
-        report(c, PYDB_CHECK_IO, mfn, f->path, off,
-               "reading %s: the file is %lld bytes now, short of the %zu "
-               "bytes at offset %lld: it shrank after the database was "
-               "opened (another program truncated it?); the check stops "
-               "here (open the database again and check it)", what,
-               (long long)sb.st_size, n, (long long)off);
-        c->stop = 1;
-        return -1;
-    }
-    report(c, PYDB_CHECK_IO, mfn, f->path, off, "reading %s: %s", what,
-           e.message);
+    if (!shrank(c, f, off, n, mfn, what))
+        report(c, PYDB_CHECK_IO, mfn, f->path, off, "reading %s: %s", what,
+               e.message);
     return -1;
 }
 
@@ -368,9 +378,11 @@ static int check_version(ck *c, int32_t mfn, int64_t off, int xrf_state,
     pydb__leader_decode(&l, g, h);  /* record.c; every field checked below */
     got = l.mfn;
     if (got != mfn) {
-        report(c, PYDB_CHECK_MFN_MISMATCH, mfn, path, off,
-               "the %s of MFN %d at offset %lld carries MFN %d in its "
-               "leader", what, (int)mfn, (long long)off, (int)got);
+        /* (a mapping reads zeros past a cut: no leader of any MFN) */
+        if (!shrank(c, &c->db->mst, off, (size_t)g->leader, mfn, "leader"))
+            report(c, PYDB_CHECK_MFN_MISMATCH, mfn, path, off,
+                   "the %s of MFN %d at offset %lld carries MFN %d in its "
+                   "leader", what, (int)mfn, (long long)off, (int)got);
         return -1;
     }
     mfrl = l.mfrl;
@@ -1523,10 +1535,23 @@ int pydb_check_ex(pydb_check_summary *out, pydb_db *db,
 
     memset(out, 0, sizeof *out);
     if (!db) return PYDB_ERROR(err, PYDB_EINVAL, "", -1, "no database");
-    rc = pydb_snapshot_take(&snap, db, err);
-    if (rc) return rc;
-    rc = pydb_snapshot_check(out, snap, opt, err);
-    pydb_snapshot_release(snap);
+    for (int tries = 0;; tries++) {
+        uint64_t gen;
+        int files_mode;
+        rc = pydb_snapshot_take(&snap, db, err);
+        if (rc) return rc;
+        files_mode = snap->st.commit == 0;
+        gen = snap->st.file_gen;
+        rc = pydb_snapshot_check(out, snap, opt, err);
+        pydb_snapshot_release(snap);
+        /* the check's own snapshot of the files mode fails once a
+         * compaction replaced its files (pydb__snapshot_files_kept): a
+         * new one, the walk again (its problems so far were reported) */
+        if (!(rc == PYDB_EIO && files_mode && tries < 2 &&
+              pydb__files_gen(db) != gen))
+            break;
+        memset(out, 0, sizeof *out);
+    }
     if (rc) return rc;
     /* The walk met every back version: a reader that meets garbage, as
      * Firebird's validation does under its cooperative policy.  Told

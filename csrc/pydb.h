@@ -1373,7 +1373,8 @@ typedef struct pydb_check_summary {
     int index_checked;     /* 1 if a native index was read to its end      */
     int64_t index_keys;    /* its keys read                                */
     int64_t index_postings;/* its postings read                            */
-    int stopped;           /* 1 if the callback stopped the walk           */
+    int stopped;           /* 1 if the walk stopped: the callback asked,
+                              or a file shrank under it (an io problem)  */
 } pydb_check_summary;
 
 typedef struct pydb_check_options {

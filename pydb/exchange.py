@@ -182,7 +182,8 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
         line_width: bytes per line (line ends not counted): default 80
             for ``"isis"``, none (one record after another) for
             ``"marc"``; 80 writes MARC as J-ISIS does, with ``"\\n"`` line
-            ends unless `line_ending` says otherwise; 0: no lines.
+            ends unless `line_ending` says otherwise; 0: no lines; else at
+            least 24 (:data:`pydb.iso2709.MIN_LINE`, the leader).
         deleted: also export logically deleted records (status ``d``).
         mfn_tag: carry each record's MFN in a first field of this tag, so
             that :func:`import_iso` with the same `mfn_tag` keeps MFNs.

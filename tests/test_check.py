@@ -1200,18 +1200,21 @@ def test_check_of_the_index_without_a_header_beside_a_writer(tmp_path):
 @pytest.mark.parametrize("io", ["pread", "mmap"])
 def test_a_master_file_cut_after_open_is_one_problem(tmp_path, io):
     """A master file another program truncated after the handle opened it:
-    the check says so once and stops.  It reported an I/O error for each
-    MFN past the cut and then one for each byte of the orphan scan (1.9
-    million on a 1 MB file)."""
+    the check says so once and stops, the native index's comparison too.
+    It reported an I/O error for each MFN past the cut and then one for
+    each byte of the orphan scan (1.9 million on a 1 MB file); the index
+    comparison then blamed the records the walk read as changed behind
+    the index (314 errors); through a mapping, the zeros of the last page
+    were MFN mismatches first (a review)."""
     base = tmp_path / "db"
-    with pydb.create(base) as db, db.transaction() as tx:
+    with pydb.create(base, fst="24 0 v24\n") as db, db.transaction() as tx:
         for i in range(400):
             tx.append([(24, f"record {i} " * 20)])
     with pydb.open(base, io=io) as db:
         os.truncate(f"{base}.mst", 20_000)
         rep = db.check()
-        io_errors = [p for p in rep.problems if p.kind == "io"]
-        assert len(io_errors) == 1 and rep.counts["io"] == 1
-        assert "the file is 20000 bytes now" in io_errors[0].message
-        assert "shrank after the database was opened" in io_errors[0].message
-        assert rep.errors <= 4 and not rep.stats["scanned"]
+        assert [p.kind for p in rep.problems] == ["io"] and rep.counts == {"io": 1}
+        assert "the file is 20000 bytes now" in rep.problems[0].message
+        assert "shrank after the database was opened" in rep.problems[0].message
+        assert rep.errors == 1 and not rep.stats["scanned"]
+        assert not rep.stats["index_checked"]
