@@ -196,8 +196,10 @@ static int parse_field(parser *p)
     int n = new_node(p, N_FIELD), v;
     if (n < 0) return -1;
     p->pos++;   /* v */
-    if (read_int(p, &v) < 0 || v > 65535)
+    if (read_int(p, &v) < 0)
         return perr(p, "field selector: tag number expected after 'v'");
+    if (v > 65535)
+        return perr(p, "field selector: tag above 65535 (a tag is 16 bits)");
     p->f->nodes[n].tag = (uint32_t)v;
     if (peekc(p) == '^' && p->pos + 1 < p->end) {
         p->f->nodes[n].sub = (uint8_t)tolower(

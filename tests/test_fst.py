@@ -208,6 +208,7 @@ def test_format_language_subset():
     (b"1 0\n", 1, "format expected"),
     (b"1 0 v\n", 1, "'v'"),
     (b"1 0 s(v1)\n", 1, "'s'"),
+    (b"1 0 v1\n2 0 v999999\n", 2, "tag above 65535"),
     (b"1 0 v1\n2 0 ((v1))\n", 2, "cannot be nested"),
     (b"1 0 " + b"if p(v1) then " * 40 + b"v1" + b" fi" * 40, 1, "nested too deeply"),
     (b"1 0 if " + b"not " * 100 + b"p(v1) then v1 fi", 1, "nested too deeply"),
