@@ -161,6 +161,11 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
  * pages known resident (resident.c); O_DIRECT never. */
 int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
                            int64_t off, const char *what, pydb_error *err);
+/* PYDB_OK where the file f still holds the n bytes at off, else the
+ * corruption error of a file cut short after open (by another program;
+ * `what` names the thing read).  For an error path: one fstat. */
+int pydb__file_still_holds(const pydb_file *f, size_t n, int64_t off,
+                           const char *what, pydb_error *err);
 
 /*
  * The handle.  Readers and the writer share it:

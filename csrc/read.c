@@ -818,6 +818,12 @@ static int read_version(pydb_record **rec, pydb_db *db, int32_t mfn,
     pydb__leader_decode(&l, g, head);
     mst_size = mst_size_to(db, off + l.mfrl);
     rc = pydb__leader_check(&l, g, mfn, off, mst_size, path, err);
+    /* a mapping reads zeros past a cut inside its last page: no leader
+     * of any MFN, but the cut is what to tell */
+    if (rc && db->io == PYDB_IO_MMAP &&
+        pydb__file_still_holds(&db->mst, (size_t)g->leader, off, "record",
+                               err) != PYDB_OK)
+        return PYDB_ECORRUPT;
     if (rc) return rc;
     mfrl = (size_t)l.mfrl;
     rc = pydb__record_reserve(rec, mfrl, (size_t)l.nvf, err);

@@ -75,6 +75,26 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t n, int64_t off)
 /* A copy out of f's mapping; a file cut short under the mapping (by
  * another program: the size the handle knows is older) is corruption,
  * not a signal (mapguard.c). */
+static int cut_error(const pydb_file *f, size_t n, int64_t off,
+                     const char *what, int64_t size, pydb_error *err)
+{
+    return PYDB_CORRUPT(err, f->path, off,
+                        "%s: %zu bytes at offset %lld lie past the end of "
+                        "the file (%lld bytes now): it was cut short after "
+                        "open, by another program?", what, n, (long long)off,
+                        (long long)size);
+}
+
+int pydb__file_still_holds(const pydb_file *f, size_t n, int64_t off,
+                           const char *what, pydb_error *err)
+{
+    struct stat st;
+    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &st) != 0 ||
+        (int64_t)st.st_size >= off + (int64_t)n)
+        return PYDB_OK;
+    return cut_error(f, n, off, what, (int64_t)st.st_size, err);
+}
+
 static int map_read(const pydb_file *f, void *buf, size_t n, int64_t off,
                     const char *what, pydb_error *err)
 {
@@ -82,11 +102,7 @@ static int map_read(const pydb_file *f, void *buf, size_t n, int64_t off,
     if (pydb__map_copy(buf, f->map + off, n) == 0) return PYDB_OK;
     if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &st) != 0)
         st.st_size = -1;
-    return PYDB_CORRUPT(err, f->path, off,
-                        "%s: %zu bytes at offset %lld lie past the end of "
-                        "the file (%lld bytes now): it was cut short after "
-                        "open, by another program?", what, n, (long long)off,
-                        (long long)st.st_size);
+    return cut_error(f, n, off, what, (int64_t)st.st_size, err);
 }
 
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,

@@ -1102,3 +1102,24 @@ if given is not None:
             if out.open_error is None and isinstance(out.bulk["iter"], list):
                 for m, fields in out.bulk["iter"]:
                     assert out.reads.get(m, fields) == fields
+
+
+def test_mmap_reads_a_cut_inside_the_last_page_as_a_cut(tmp_path):
+    """A master file cut inside a page while mapped: the mapping reads the
+    rest of that page as zeros, not SIGBUS, so the first record past the
+    cut showed a leader of MFN 0 ("has MFN 0, but the XRF entry of MFN
+    N points there"); it is told as the cut it is (a review)."""
+    base = tmp_path / "db"
+    with pydb.create(base) as db, db.transaction() as tx:
+        for i in range(400):
+            tx.append([(24, f"record {i} " * 20)])
+    with pydb.open(base, io="mmap") as db:
+        offsets = {m: db.xrf_entry(m)["offset"] for m in db.mfns()}
+        os.truncate(f"{base}.mst", 17_500)   # inside the page 16,384-20,479
+        first = min(m for m, off in offsets.items() if off >= 17_500)
+        assert offsets[first] + 512 <= 20_480   # its head (a 512-byte copy) too
+        with pytest.raises(pydb.CorruptionError) as e:
+            [r.mfn for r in db]
+        assert e.value.offset == offsets[first]
+        assert "past the end of the file (17500 bytes now)" in e.value.reason
+        assert db[first - 2].mfn == first - 2
