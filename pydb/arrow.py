@@ -675,7 +675,9 @@ def _parts(pa: Any, data: Any, name: str) -> list[tuple[str, Any]]:
     pq = _parquet()
     files = _parquet_files(data)
     if not files:
-        raise IsoRecordError(name, None, -1, "no *.parquet file in the directory")
+        raise IsoRecordError(name, None, -1, "no *.parquet file in the directory (a "
+                             "directory is read as a Parquet dataset; ISO 2709 and JSON "
+                             "Lines sources are files)")
     out = []
     for f in files:
         try:

@@ -1124,3 +1124,17 @@ def test_info_says_a_classic_index_is_behind(isis_data, tmp_path):
         db.update(2, [(24, "changed")])
     p = run("info", base, "--encoding", "cp850", text=True)
     assert "index behind by: 2 records the XRF flags new or changed" in p.stdout
+
+
+def test_import_of_a_directory_says_it_is_read_as_parquet(tmp_path, capsys):
+    """A directory is a Parquet dataset to `pydb import`: one named like an
+    ISO file holds no *.parquet file, and the message says why it was read
+    so."""
+    pytest.importorskip("pyarrow")
+    src = tmp_path / "d.iso"
+    src.mkdir()
+    assert main(["import", str(src), str(tmp_path / "db")]) == 1
+    err = capsys.readouterr().err
+    assert "no *.parquet file in the directory (a directory is read as a Parquet " \
+           "dataset; ISO 2709 and JSON Lines sources are files)" in err
+    assert not (tmp_path / "db.mst").exists()
