@@ -92,7 +92,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define CHUNK (64 * 1024)            /* scan / XRF read unit (bytes)      */
 #define XRF_CHUNK_BLOCKS (CHUNK / PYDB_BLOCK)
@@ -243,16 +242,14 @@ static void progress(ck *c, int64_t units, int force)
 static int shrank(ck *c, const pydb_file *f, int64_t off, size_t n,
                   int32_t mfn, const char *what)
 {
-    struct stat sb;
-    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &sb) != 0 ||
-        (int64_t)sb.st_size >= off + (int64_t)n)
-        return 0;
+    int64_t size = pydb__file_size_now(f);
+    if (size < 0 || size >= off + (int64_t)n) return 0;
     report(c, PYDB_CHECK_IO, mfn, f->path, off,
            "reading %s: the file is %lld bytes now, short of the %zu bytes "
            "at offset %lld: it shrank after the database was opened "
            "(another program truncated it?); the check stops here (open "
-           "the database again and check it)", what, (long long)sb.st_size,
-           n, (long long)off);
+           "the database again and check it)", what, (long long)size, n,
+           (long long)off);
     c->stop = 1;
     c->sum->stopped = 1;
     return 1;

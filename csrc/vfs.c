@@ -85,24 +85,27 @@ static int cut_error(const pydb_file *f, size_t n, int64_t off,
                         (long long)size);
 }
 
+int64_t pydb__file_size_now(const pydb_file *f)
+{
+    struct stat st;
+    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &st) != 0)
+        return -1;
+    return (int64_t)st.st_size;
+}
+
 int pydb__file_still_holds(const pydb_file *f, size_t n, int64_t off,
                            const char *what, pydb_error *err)
 {
-    struct stat st;
-    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &st) != 0 ||
-        (int64_t)st.st_size >= off + (int64_t)n)
-        return PYDB_OK;
-    return cut_error(f, n, off, what, (int64_t)st.st_size, err);
+    int64_t size = pydb__file_size_now(f);
+    if (size < 0 || size >= off + (int64_t)n) return PYDB_OK;
+    return cut_error(f, n, off, what, size, err);
 }
 
 static int map_read(const pydb_file *f, void *buf, size_t n, int64_t off,
                     const char *what, pydb_error *err)
 {
-    struct stat st;
     if (pydb__map_copy(buf, f->map + off, n) == 0) return PYDB_OK;
-    if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &st) != 0)
-        st.st_size = -1;
-    return cut_error(f, n, off, what, (int64_t)st.st_size, err);
+    return cut_error(f, n, off, what, pydb__file_size_now(f), err);
 }
 
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
