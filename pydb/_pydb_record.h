@@ -26,7 +26,7 @@ typedef struct {
                           a free-threaded build); else NULL            */
     PyObject *seen;    /* capsule owning `seen_at`: a reference, or
                           NULL (a free-threaded build keeps none)      */
-    struct seen_slot *seen_at;  /* the Fields of short values lately
+    struct seen_table *seen_at; /* the Fields of short values lately
                           made with this codec (_pydb_record.c, "Fields
                           seen"), borrowed from `seen`                 */
 } record_codec;

@@ -108,6 +108,29 @@ def test_a_slot_held_by_another_tag_or_length_is_a_miss(tmp_path):
         assert (got[2] is got[1], got[5] is got[4], got[4] is got[1]) == (SHARES, SHARES, False)
 
 
+@pytest.mark.sanitize_address
+def test_a_tag_whose_values_do_not_repeat_is_looked_up_again_only_now_and_then(tmp_path):
+    """200 records whose author (70) is new each time, then 300 whose
+    author is always the same, each with the same language (40).  The
+    author's tag stops being looked up after the run of new values: the
+    same author is read as Fields of its own for a while (with every tag
+    looked up, all but the first two would be one Field), until a
+    look-up now and then finds that its values repeat and it is shared
+    again.  The language is shared throughout, and every value reads
+    back as written."""
+    records = [[(70, f"Name{i}".encode()), (40, b"en")] for i in range(200)]
+    records += [[(70, b"Same, A."), (40, b"en")]] * 300
+    base = build_db(tmp_path / "t", "isis-packed", records)
+    with pydb.open(base) as db:
+        got = _fields(db)
+    assert [[(f.tag, f.raw) for f in rec] for rec in got] == records
+    language = {id(rec[1]) for rec in got[2:]}
+    same = [rec[0] for rec in got[200:]]
+    assert len(language) == (1 if SHARES else 498)
+    assert len({id(f) for f in same[:100]}) > 10
+    assert len({id(f) for f in same[-100:]}) == (1 if SHARES else 100)
+
+
 def test_more_values_than_slots_read_back_whole(tmp_path):
     """5,000 distinct short values, then the same again in another order,
     three times over: slots are taken over again and again (1,024 slots)
