@@ -351,17 +351,65 @@ void record_spare_put(pydb_record *r)
     pydb_record_free(r);
 }
 
+/* Freed Records kept for the next record_new_from(), as field_free keeps
+ * Fields: a scan lets each Record go as it takes the next, and the
+ * allocator's call, its zeroing and the collector's bookkeeping each way
+ * were a tenth of `for rec in db` on the default database.  Only the
+ * records of the main interpreter's record class while that class is
+ * untracked (record_free_type: pydb.Record, set by mod_set_record_class()
+ * while the module holds the class) go on the list, so that every kept
+ * Record has the class's size and is made again as tp_alloc would,
+ * untracked.  A kept Record holds no reference (record_dealloc dropped
+ * them), its class's included.  The GIL guards it; a free-threaded build
+ * keeps none. */
+#ifndef Py_GIL_DISABLED
+#define RECORD_FREE_MAX 256
+static PyObject *record_free[RECORD_FREE_MAX];
+static int record_nfree;
+static PyTypeObject *record_free_type;
+#endif
+
+/* The list's Records freed, and the list set to keep those of st's
+ * record class where it may (see there). */
+static void record_free_reset(module_state *st)
+{
+#ifndef Py_GIL_DISABLED
+    while (record_nfree) PyObject_GC_Del(record_free[--record_nfree]);
+    record_free_type = NULL;
+    if (st && st->record_untracked &&
+        PyInterpreterState_Get() == PyInterpreterState_Main())
+        record_free_type = st->record_class;
+#else
+    (void)st;
+#endif
+}
+
+/* A Record of st's record class as tp_alloc makes it (its items to be
+ * set), untracked where the class is: from the list where it has one.
+ * NULL and an exception. */
+static RecordObject *record_alloc(module_state *st)
+{
+    PyObject *r;
+#ifndef Py_GIL_DISABLED
+    if (record_nfree && st->record_class == record_free_type) {
+        r = record_free[--record_nfree];
+        return (RecordObject *)PyObject_Init(r, st->record_class);
+    }
+#endif
+    r = st->record_class->tp_alloc(st->record_class, 0);
+    if (r && st->record_untracked) PyObject_GC_UnTrack(r);
+    return (RecordObject *)r;
+}
+
 PyObject *record_new_from(module_state *st, PyObject *encoding,
                           PyObject *errors, PyObject *source,
                           const record_codec *codec, pydb_record *rec)
 {
-    RecordObject *r;
-    r = (RecordObject *)st->record_class->tp_alloc(st->record_class, 0);
+    RecordObject *r = record_alloc(st);
     if (!r) {
         pydb_record_free(rec);
         return NULL;
     }
-    if (st->record_untracked) PyObject_GC_UnTrack(r);
     r->rec = rec;
     r->encoding = Py_NewRef(encoding);
     r->errors = Py_NewRef(errors);
@@ -381,7 +429,13 @@ static void record_dealloc(RecordObject *self)
     Py_XDECREF(self->source);
     Py_XDECREF(self->codec.table);
     Py_XDECREF(self->codec.seen);
-    tp->tp_free((PyObject *)self);
+#ifndef Py_GIL_DISABLED
+    if (tp == record_free_type && record_nfree < RECORD_FREE_MAX) {
+        PyObject_GC_UnTrack(self);   /* subtype_dealloc tracked it again */
+        record_free[record_nfree++] = (PyObject *)self;
+    } else
+#endif
+        tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -1066,6 +1120,7 @@ static PyObject *mod_set_record_class(PyObject *m, PyObject *args)
     }
     Py_XSETREF(st->record_class, (PyTypeObject *)Py_NewRef(cls));
     st->record_untracked = untracked;
+    record_free_reset(st);
     Py_RETURN_NONE;
 }
 
@@ -1419,6 +1474,8 @@ void record_clear(module_state *st)
         while (record_nspare) pydb_record_free(record_spare[--record_nspare]);
         record_spare_owner = NULL;
     }
+    if (record_free_type && st->record_class == record_free_type)
+        record_free_reset(NULL);
 #else
     (void)st;
 #endif

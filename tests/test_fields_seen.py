@@ -267,3 +267,32 @@ def test_records_are_untracked_only_where_the_module_says_so(tmp_path):
         finally:
             _pydb._set_record_class(pydb.Record, True)
         assert type(db[2]) is pydb.Record and not gc.is_tracked(db[2])
+
+
+@pytest.mark.sanitize_address
+def test_records_let_go_are_made_again_of_the_class_of_the_moment(tmp_path):
+    """Records of pydb.Record that a scan lets go are kept and made again
+    for the next reads (_pydb_record.c, record_free): each read gives its
+    own record's MFN and fields, untracked; after the record class changes
+    to one whose records are tracked, every record read is of that class
+    and tracked, and after it changes back, of pydb.Record and untracked
+    again; a record kept by the caller stays whole meanwhile."""
+    records = [[(1, f"v{i}".encode()), (2, b"x" * (i % 40))] for i in range(600)]
+    base = build_db(tmp_path / "f", "isis-packed", records)
+
+    class Tracked(pydb.Record):
+        __slots__ = ()
+
+    with pydb.open(base) as db:
+        kept = db[7]
+        try:
+            for cls, untracked in ((pydb.Record, True), (Tracked, False), (pydb.Record, True)):
+                _pydb._set_record_class(cls, untracked)
+                for _ in range(2):
+                    for mfn, rec in enumerate(db, 1):
+                        assert type(rec) is cls and gc.is_tracked(rec) is not untracked
+                        assert rec.mfn == mfn
+                        assert [(f.tag, f.raw) for f in rec.fields] == records[mfn - 1]
+        finally:
+            _pydb._set_record_class(pydb.Record, True)
+        assert (kept.mfn, [(f.tag, f.raw) for f in kept.fields]) == (7, records[6])
