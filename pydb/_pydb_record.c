@@ -518,19 +518,31 @@ static PyObject *decode_failed(RecordObject *self, const char *encoding,
 }
 
 /* How a record's values decode, taken once per call of fields, rec[tag]
- * or get() (decoder_init) and used for each field (decode). */
+ * or get() (decoder_init) and used for each field (decode).  The names
+ * are looked up only for a value that goes through the codec
+ * (decoder_names): most values of most catalogues do not. */
 typedef struct {
     const record_codec *c;  /* the record's */
-    const char *encoding;   /* for CODEC_OTHER */
+    RecordObject *self;
+    const char *encoding;   /* for CODEC_OTHER; NULL: not looked up yet */
     const char *errors;
 } decoder;
 
-static int decoder_init(decoder *d, RecordObject *self)
+static void decoder_init(decoder *d, RecordObject *self)
 {
-    d->errors = PyUnicode_AsUTF8(self->errors);
-    d->encoding = PyUnicode_AsUTF8(self->encoding);
     d->c = &self->codec;
-    return d->errors && d->encoding ? 0 : -1;
+    d->self = self;
+    d->encoding = d->errors = NULL;
+}
+
+/* d's encoding and error handler as C strings.  0, or -1 and an
+ * exception. */
+static int decoder_names(decoder *d)
+{
+    if (d->errors) return 0;
+    d->encoding = PyUnicode_AsUTF8(d->self->encoding);
+    d->errors = d->encoding ? PyUnicode_AsUTF8(d->self->errors) : NULL;
+    return d->errors ? 0 : -1;
 }
 
 /* Whether a decoded value can stand for its stored bytes: a str of
@@ -568,7 +580,7 @@ static int all_ascii(const uint8_t *s, size_t n)
  * and is its bytes without comparing them: a tenth of a scan with
  * rec.fields.  One byte goes through the codec, which shares CPython's
  * one-character strings. */
-static PyObject *decode(RecordObject *self, const decoder *d,
+static PyObject *decode(RecordObject *self, decoder *d,
                         const pydb_field *f, int *same)
 {
     const char *s = (const char *)f->value;
@@ -586,6 +598,7 @@ static PyObject *decode(RecordObject *self, const decoder *d,
             return v;
         }
     }
+    if (decoder_names(d) < 0) return NULL;
     switch (d->c->kind) {
     case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;
     case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, d->errors); break;
@@ -795,7 +808,7 @@ static int field_shape_known(module_state *st)
  * codec's table holds for the same tag and bytes (Fields seen), else a
  * new one, which the table notes (seen_note). */
 static PyObject *field_of(module_state *st, RecordObject *self,
-                          const decoder *d, const pydb_field *fl)
+                          decoder *d, const pydb_field *fl)
 {
     struct seen_key k;
     struct seen_slot *s;
@@ -820,7 +833,8 @@ static PyObject *record_fields(RecordObject *self, void *closure)
     decoder d;
     PyObject *t;
     (void)closure;
-    if (!st || decoder_init(&d, self) < 0) return NULL;
+    if (!st) return NULL;
+    decoder_init(&d, self);
     t = PyTuple_New(r->nfields);
     if (!t) return NULL;
     for (uint32_t i = 0; i < r->nfields; i++) {
@@ -857,7 +871,7 @@ static PyObject *record_values(RecordObject *self, unsigned long tag, int raw)
     pydb_record *r = self->rec;
     decoder d;
     PyObject *list;
-    if (!raw && decoder_init(&d, self) < 0) return NULL;
+    decoder_init(&d, self);
     list = PyList_New(0);
     if (!list) return NULL;
     for (uint32_t i = 0; i < r->nfields; i++) {
@@ -903,7 +917,7 @@ static PyObject *record_get(RecordObject *self, PyObject *const *args,
     for (uint32_t i = 0; i < r->nfields; i++) {
         decoder d;
         if (r->fields[i].tag != tag) continue;
-        if (decoder_init(&d, self) < 0) return NULL;
+        decoder_init(&d, self);
         return decode(self, &d, &r->fields[i], NULL);
     }
     return Py_NewRef(nargs == 2 ? args[1] : Py_None);
