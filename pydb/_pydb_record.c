@@ -94,8 +94,8 @@ static PyObject *charmap_answer(module_state *st, PyObject *encoding)
  * handler registered again under the same name would not be seen by
  * Fields made before); each Record holds a reference, so the table
  * outlives its database while a record of it does.  It holds at
- * most SEEN_SLOTS Fields of at most SEEN_MAX bytes and 56 KiB of slots:
- * about 250 KiB.  The GIL guards it; a free-threaded build keeps none.
+ * most SEEN_SLOTS Fields of at most SEEN_MAX bytes, 56 KiB of slots and
+ * 2 KiB of scores (below): about 250 KiB.  The GIL guards it; a free-threaded build keeps none.
  *
  * A tag whose short values do not come again (an identifier, a page
  * range, a name) only pays for its lookups, and even a hit hardly pays
@@ -106,13 +106,15 @@ static PyObject *charmap_answer(module_state *st, PyObject *encoding)
  * So the table keeps a score per tag (`worth`, tags taken modulo
  * SEEN_TAGS), up SEEN_HIT on each hit and down SEEN_MISS on each miss:
  * it stays above 0 where more than two thirds of the tag's lookups hit.
- * At 0 the tag's fields are not looked up; every SEEN_IDLE-th of them
- * is, with the score set to SEEN_PROBE, so that a tag whose values
- * begin to repeat is looked up again.  On the default database the
- * language (40) and the notes (50, "Incl. bibl.") are looked up, the
- * authors (70), the collation (30) and the keywords (69) are not: its
- * scan with rec.fields took 11% less time
- * (benchmarks/ab_builds.py scan-fields, 15 rounds: -11.4% +/- 5.9%),
+ * At 0 the tag's short fields are not looked up; the SEEN_IDLE-th of
+ * them is, with the score set to SEEN_PROBE, so that a tag whose values
+ * begin to repeat is looked up again (one whose values never repeat: 3
+ * lookups in every 66 of its short fields).  On the default database
+ * the language (40) and the notes (50, "Incl. bibl.") are looked up,
+ * the authors (70), the collation (30) and the keywords (69) are not:
+ * its scan with rec.fields went from 1.73M to 1.91M records/s (medians;
+ * benchmarks/ab_builds.py scan-fields, 15 rounds, ministat on the
+ * rounds' times: -11.4% +/- 5.9%),
  * the lilacs, lilacs30 and rda master files no difference proven, read
  * with their records let go or kept (scan-fields=PATH, real=PATH). */
 #define SEEN_BITS 10
@@ -352,16 +354,18 @@ void record_spare_put(pydb_record *r)
 }
 
 /* Freed Records kept for the next record_new_from(), as field_free keeps
- * Fields: a scan lets each Record go as it takes the next, and the
- * allocator's call, its zeroing and the collector's bookkeeping each way
- * were a tenth of `for rec in db` on the default database.  Only the
- * records of the main interpreter's record class while that class is
- * untracked (record_free_type: pydb.Record, set by mod_set_record_class()
- * while the module holds the class) go on the list, so that every kept
- * Record has the class's size and is made again as tp_alloc would,
- * untracked.  A kept Record holds no reference (record_dealloc dropped
- * them), its class's included.  The GIL guards it; a free-threaded build
- * keeps none. */
+ * Fields: a scan lets each Record go as it takes the next, and each went
+ * through the allocator, its zeroing and the collector's bookkeeping
+ * (ab_builds scan-fields 15: time -2.4% +/- 1.9% with the list).  Only
+ * the records of the main interpreter's record class while that class
+ * is untracked and has no finalizer (record_free_type: pydb.Record, set
+ * by mod_set_record_class() while the module holds the class) go on the
+ * list, so that every kept Record has the class's size and is made again
+ * as tp_alloc would, untracked (a finalizer would not run for a Record
+ * made again: the collector marks an object it finalized in its header,
+ * which PyObject_Init leaves).  A kept Record holds no reference
+ * (record_dealloc dropped them), its class's included.  The GIL guards
+ * it; a free-threaded build keeps none. */
 #ifndef Py_GIL_DISABLED
 #define RECORD_FREE_MAX 256
 static PyObject *record_free[RECORD_FREE_MAX];
@@ -369,18 +373,18 @@ static int record_nfree;
 static PyTypeObject *record_free_type;
 #endif
 
-/* The list's Records freed, and the list set to keep those of st's
- * record class where it may (see there). */
-static void record_free_reset(module_state *st)
+/* The list's Records freed, and the list set to keep those of class
+ * `keep` (NULL: none) where it may (see there).  Nothing outside the
+ * main interpreter, whose list it is not. */
+static void record_free_reset(PyTypeObject *keep)
 {
 #ifndef Py_GIL_DISABLED
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) return;
     while (record_nfree) PyObject_GC_Del(record_free[--record_nfree]);
-    record_free_type = NULL;
-    if (st && st->record_untracked &&
-        PyInterpreterState_Get() == PyInterpreterState_Main())
-        record_free_type = st->record_class;
+    record_free_type =
+        keep && !keep->tp_finalize && !keep->tp_del ? keep : NULL;
 #else
-    (void)st;
+    (void)keep;
 #endif
 }
 
@@ -431,7 +435,10 @@ static void record_dealloc(RecordObject *self)
     Py_XDECREF(self->codec.seen);
 #ifndef Py_GIL_DISABLED
     if (tp == record_free_type && record_nfree < RECORD_FREE_MAX) {
-        PyObject_GC_UnTrack(self);   /* subtype_dealloc tracked it again */
+        /* subtype_dealloc untracked it (and tracks it again only for a
+         * base the collector knows, which Record is not): kept untracked
+         * whatever the class */
+        PyObject_GC_UnTrack(self);
         record_free[record_nfree++] = (PyObject *)self;
     } else
 #endif
@@ -1132,9 +1139,10 @@ static PyObject *mod_set_record_class(PyObject *m, PyObject *args)
                         "__dict__ and no slot may have untracked records");
         return NULL;
     }
+    /* the kept Records freed while their class is surely alive */
+    record_free_reset(untracked ? (PyTypeObject *)cls : NULL);
     Py_XSETREF(st->record_class, (PyTypeObject *)Py_NewRef(cls));
     st->record_untracked = untracked;
-    record_free_reset(st);
     Py_RETURN_NONE;
 }
 
@@ -1527,6 +1535,19 @@ PyObject *record_test_free_list(module_state *st, int clear)
                          field_free_type && field_free_type == st->field_type
                              ? Py_True : Py_False);
 #else
+    return Py_BuildValue("iO", 0, Py_False);
+#endif
+}
+
+PyObject *record_test_records_kept(module_state *st)
+{
+#ifndef Py_GIL_DISABLED
+    return Py_BuildValue("iO", record_nfree,
+                         record_free_type &&
+                                 record_free_type == st->record_class
+                             ? Py_True : Py_False);
+#else
+    (void)st;
     return Py_BuildValue("iO", 0, Py_False);
 #endif
 }

@@ -60,6 +60,9 @@ void record_spare_put(pydb_record *r);
  * serves this module's Field type), after record_clear() when `clear`. */
 PyObject *record_test_codec(module_state *st, PyObject *rec);
 PyObject *record_test_free_list(module_state *st, int clear);
+/* ... and the Record free list, (Records kept, whether it serves st's
+ * record class of the moment). */
+PyObject *record_test_records_kept(module_state *st);
 /* ... and the slot of the table of Fields seen that a field (tag, value
  * bytes) takes, or None for a value too long to be kept. */
 PyObject *record_test_seen_slot(unsigned int tag, PyObject *value);

@@ -711,6 +711,12 @@ static PyObject *field_free_list(PyObject *m, PyObject *args)
     return record_test_free_list(PyModule_GetState(m), clear);
 }
 
+static PyObject *records_kept(PyObject *m, PyObject *unused)
+{
+    (void)unused;
+    return record_test_records_kept(PyModule_GetState(m));
+}
+
 static PyObject *record_spares(PyObject *m, PyObject *unused)
 {
     (void)m;
@@ -813,6 +819,9 @@ static PyMethodDef testing_functions[] = {
      "field_free_list($module, clear=False, /)\n--\n\n(Fields kept for reuse, whether the "
      "list serves this module's Field type); with clear, after the module's "
      "clear of the list (record_clear), as at the interpreter's exit."},
+    {"records_kept", records_kept, METH_NOARGS,
+     "records_kept($module, /)\n--\n\n(Records kept for reuse, whether "
+     "the list serves the module's record class of the moment)."},
     {"record_spares", record_spares, METH_NOARGS,
      "record_spares($module, /)\n--\n\nThe capacities (bytes) of the freed "
      "record blocks kept for the next reads."},

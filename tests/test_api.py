@@ -260,7 +260,9 @@ def test_fields_in_a_subinterpreter(tmp_path):
     the main interpreter reads, before and after.  (Only the main
     interpreter's freed Fields are kept for reuse, _pydb_record.c; on
     3.11 every interpreter shares one allocator, so this checks the
-    module in a subinterpreter, not that rule.)"""
+    module in a subinterpreter, not that rule.)  The main interpreter's
+    kept Records (_pydb_record.c, record_free) are left alone by the
+    subinterpreter's import of pydb.Record."""
     testcapi = pytest.importorskip("_testcapi")
     import pickle
     base = generate(tmp_path, count=50)
@@ -273,9 +275,18 @@ def test_fields_in_a_subinterpreter(tmp_path):
             "    for _ in range(20):\n"
             "        got = [[(f.tag, f.value, f.raw) for f in r.fields] for r in db]\n"
             f"open({str(out)!r}, 'wb').write(pickle.dumps(got))\n")
+    kept = pydb._pydb._testing.records_kept   # the main interpreter's Records
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     for _ in range(3):
+        with pydb.open(base) as db:
+            batch = list(db)
+        del batch
+        before = kept()
         assert testcapi.run_in_subinterp(code) == 0
         assert pickle.loads(out.read_bytes()) == want
+        # the subinterpreter's import set its own record class: the main
+        # interpreter's kept Records stay kept, for its class
+        assert kept() == before and before[1] is gil and (before[0] >= 50) is gil
         with pydb.open(base) as db:
             assert [[(f.tag, f.value, f.raw) for f in r.fields] for r in db] == want
 

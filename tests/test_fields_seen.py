@@ -271,14 +271,16 @@ def test_records_are_untracked_only_where_the_module_says_so(tmp_path):
 
 @pytest.mark.sanitize_address
 def test_records_let_go_are_made_again_of_the_class_of_the_moment(tmp_path):
-    """Records of pydb.Record that a scan lets go are kept and made again
-    for the next reads (_pydb_record.c, record_free): each read gives its
-    own record's MFN and fields, untracked; after the record class changes
-    to one whose records are tracked, every record read is of that class
-    and tracked, and after it changes back, of pydb.Record and untracked
-    again; a record kept by the caller stays whole meanwhile."""
+    """Records of pydb.Record that a scan lets go are kept (at most 256)
+    and made again for the next reads (_pydb_record.c, record_free): each
+    read gives its own record's MFN and fields, untracked.  A change of
+    the record class frees the kept Records: for a class whose records
+    are tracked none is kept, and every record read is of that class and
+    tracked; after the change back, pydb.Record's are kept again.  A
+    record kept by the caller stays whole meanwhile."""
     records = [[(1, f"v{i}".encode()), (2, b"x" * (i % 40))] for i in range(600)]
     base = build_db(tmp_path / "f", "isis-packed", records)
+    kept_list = _pydb._testing.records_kept
 
     class Tracked(pydb.Record):
         __slots__ = ()
@@ -288,11 +290,40 @@ def test_records_let_go_are_made_again_of_the_class_of_the_moment(tmp_path):
         try:
             for cls, untracked in ((pydb.Record, True), (Tracked, False), (pydb.Record, True)):
                 _pydb._set_record_class(cls, untracked)
+                assert kept_list() == (0, untracked and SHARES)
                 for _ in range(2):
-                    for mfn, rec in enumerate(db, 1):
+                    batch = list(db)   # 600 records alive at once, then let go
+                    for mfn, rec in enumerate(batch, 1):
                         assert type(rec) is cls and gc.is_tracked(rec) is not untracked
                         assert rec.mfn == mfn
                         assert [(f.tag, f.raw) for f in rec.fields] == records[mfn - 1]
+                    del batch, rec
+                    assert kept_list() == ((256, True) if untracked and SHARES else (0, False))
         finally:
             _pydb._set_record_class(pydb.Record, True)
         assert (kept.mfn, [(f.tag, f.raw) for f in kept.fields]) == (7, records[6])
+
+
+def test_a_record_class_with_a_finalizer_has_it_called_for_every_record(tmp_path):
+    """A record class that adds no slot but a __del__ may be untracked;
+    its records are not kept for reuse (the collector would take a
+    record made again for one already finalized and skip its __del__):
+    the finalizer runs once for each of 1,000 records read."""
+    base = build_db(tmp_path / "d", "isis-packed", [[(1, b"a")]] * 1000)
+    finalized = []
+
+    class Finalized(pydb.Record):
+        __slots__ = ()
+
+        def __del__(self):
+            finalized.append(self.mfn)
+
+    with pydb.open(base) as db:
+        try:
+            _pydb._set_record_class(Finalized, True)
+            assert _pydb._testing.records_kept() == (0, False)
+            for _ in range(2):
+                assert sum(1 for _rec in db) == 1000
+        finally:
+            _pydb._set_record_class(pydb.Record, True)
+    assert sorted(finalized) == sorted(list(range(1, 1001)) * 2)
