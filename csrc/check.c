@@ -242,8 +242,8 @@ static void progress(ck *c, int64_t units, int force)
 static int shrank(ck *c, const pydb_file *f, int64_t off, size_t n,
                   int32_t mfn, const char *what)
 {
-    int64_t size = pydb__file_size_now(f);
-    if (size < 0 || size >= off + (int64_t)n) return 0;
+    int64_t size = pydb__file_short_of(f, n, off);
+    if (size < 0) return 0;
     report(c, PYDB_CHECK_IO, mfn, f->path, off,
            "reading %s: the file is %lld bytes now, short of the %zu bytes "
            "at offset %lld: it shrank after the database was opened "

@@ -161,9 +161,10 @@ int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
  * pages known resident (resident.c); O_DIRECT never. */
 int pydb__file_read_nowait(const pydb_file *f, int io, void *buf, size_t n,
                            int64_t off, const char *what, pydb_error *err);
-/* The size of file f now (fstat of its fd), or -1 where fstat fails:
- * for error paths, which ask whether another program cut the file. */
-int64_t pydb__file_size_now(const pydb_file *f);
+/* The size of file f now (fstat of its fd) where it no longer holds the
+ * n bytes at off (another program cut it), else -1 (also where fstat
+ * fails).  For error paths: one fstat. */
+int64_t pydb__file_short_of(const pydb_file *f, size_t n, int64_t off);
 /* PYDB_OK where the file f still holds the n bytes at off, else the
  * corruption error of a file cut short after open (by another program;
  * `what` names the thing read).  For an error path: one fstat. */

@@ -72,9 +72,8 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t n, int64_t off)
     return (ssize_t)done;
 }
 
-/* A copy out of f's mapping; a file cut short under the mapping (by
- * another program: the size the handle knows is older) is corruption,
- * not a signal (mapguard.c). */
+/* The error of n bytes at off that lie past the end of file f, `size`
+ * bytes now: cut short after open. */
 static int cut_error(const pydb_file *f, size_t n, int64_t off,
                      const char *what, int64_t size, pydb_error *err)
 {
@@ -85,7 +84,8 @@ static int cut_error(const pydb_file *f, size_t n, int64_t off,
                         (long long)size);
 }
 
-int64_t pydb__file_size_now(const pydb_file *f)
+/* The size of file f now (fstat of its fd), or -1 where fstat fails. */
+static int64_t file_size_now(const pydb_file *f)
 {
     struct stat st;
     if (fstat(__atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), &st) != 0)
@@ -93,19 +93,27 @@ int64_t pydb__file_size_now(const pydb_file *f)
     return (int64_t)st.st_size;
 }
 
+int64_t pydb__file_short_of(const pydb_file *f, size_t n, int64_t off)
+{
+    int64_t size = file_size_now(f);
+    return size >= 0 && size < off + (int64_t)n ? size : -1;
+}
+
 int pydb__file_still_holds(const pydb_file *f, size_t n, int64_t off,
                            const char *what, pydb_error *err)
 {
-    int64_t size = pydb__file_size_now(f);
-    if (size < 0 || size >= off + (int64_t)n) return PYDB_OK;
-    return cut_error(f, n, off, what, size, err);
+    int64_t size = pydb__file_short_of(f, n, off);
+    return size < 0 ? PYDB_OK : cut_error(f, n, off, what, size, err);
 }
 
+/* A copy out of f's mapping; a file cut short under the mapping (by
+ * another program: the size the handle knows is older) is corruption,
+ * not a signal (mapguard.c). */
 static int map_read(const pydb_file *f, void *buf, size_t n, int64_t off,
                     const char *what, pydb_error *err)
 {
     if (pydb__map_copy(buf, f->map + off, n) == 0) return PYDB_OK;
-    return cut_error(f, n, off, what, pydb__file_size_now(f), err);
+    return cut_error(f, n, off, what, file_size_now(f), err);
 }
 
 int pydb__file_read(const pydb_file *f, int io, void *buf, size_t n,
