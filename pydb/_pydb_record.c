@@ -95,7 +95,8 @@ static PyObject *charmap_answer(module_state *st, PyObject *encoding)
  * Fields made before); each Record holds a reference, so the table
  * outlives its database while a record of it does.  It holds at
  * most SEEN_SLOTS Fields of at most SEEN_MAX bytes, 56 KiB of slots and
- * 2 KiB of scores (below): about 250 KiB.  The GIL guards it; a free-threaded build keeps none.
+ * 2 KiB of scores (below): about 250 KiB.  The GIL guards it; a
+ * free-threaded build keeps none.
  *
  * A tag whose short values do not come again (an identifier, a page
  * range, a name) only pays for its lookups, and even a hit hardly pays
@@ -114,9 +115,9 @@ static PyObject *charmap_answer(module_state *st, PyObject *encoding)
  * the authors (70), the collation (30) and the keywords (69) are not:
  * its scan with rec.fields went from 1.73M to 1.91M records/s (medians;
  * benchmarks/ab_builds.py scan-fields, 15 rounds, ministat on the
- * rounds' times: -11.4% +/- 5.9%),
- * the lilacs, lilacs30 and rda master files no difference proven, read
- * with their records let go or kept (scan-fields=PATH, real=PATH). */
+ * rounds' times: -11.4% +/- 5.9%), the lilacs, lilacs30 and rda master
+ * files no difference proven, read with their records let go or kept
+ * (scan-fields=PATH, real=PATH). */
 #define SEEN_BITS 10
 #define SEEN_SLOTS (1u << SEEN_BITS)
 #define SEEN_MAX 16      /* value bytes: two 64-bit words */
@@ -530,7 +531,6 @@ static PyObject *decode_failed(RecordObject *self, const char *encoding,
  * (decoder_names): most values of most catalogues do not. */
 typedef struct {
     const record_codec *c;  /* the record's */
-    RecordObject *self;
     const char *encoding;   /* for CODEC_OTHER; NULL: not looked up yet */
     const char *errors;
 } decoder;
@@ -538,17 +538,16 @@ typedef struct {
 static void decoder_init(decoder *d, RecordObject *self)
 {
     d->c = &self->codec;
-    d->self = self;
     d->encoding = d->errors = NULL;
 }
 
-/* d's encoding and error handler as C strings.  0, or -1 and an
- * exception. */
-static int decoder_names(decoder *d)
+/* d's encoding and error handler, those of record `self`, as C strings.
+ * 0, or -1 and an exception. */
+static int decoder_names(decoder *d, RecordObject *self)
 {
     if (d->errors) return 0;
-    d->encoding = PyUnicode_AsUTF8(d->self->encoding);
-    d->errors = d->encoding ? PyUnicode_AsUTF8(d->self->errors) : NULL;
+    d->encoding = PyUnicode_AsUTF8(self->encoding);
+    d->errors = d->encoding ? PyUnicode_AsUTF8(self->errors) : NULL;
     return d->errors ? 0 : -1;
 }
 
@@ -605,7 +604,7 @@ static PyObject *decode(RecordObject *self, decoder *d,
             return v;
         }
     }
-    if (decoder_names(d) < 0) return NULL;
+    if (decoder_names(d, self) < 0) return NULL;
     switch (d->c->kind) {
     case CODEC_UTF8: v = PyUnicode_DecodeUTF8(s, f->len, d->errors); break;
     case CODEC_LATIN1: v = PyUnicode_DecodeLatin1(s, f->len, d->errors); break;
