@@ -360,8 +360,9 @@ void record_spare_put(pydb_record *r)
  * (ab_builds scan-fields 15: time -2.4% +/- 1.9% with the list).  Only
  * the records of the main interpreter's record class while that class
  * is untracked and has no finalizer (record_free_type: pydb.Record, set
- * by mod_set_record_class() while the module holds the class) go on the
- * list, so that every kept Record has the class's size and is made again
+ * by mod_set_record_class() while the module holds the class; the
+ * finalizer looked at again as each Record is let go, since a __del__
+ * may be given to the class later) go on the list, so that every kept Record has the class's size and is made again
  * as tp_alloc would, untracked (a finalizer would not run for a Record
  * made again: the collector marks an object it finalized in its header,
  * which PyObject_Init leaves).  A kept Record holds no reference
@@ -435,7 +436,8 @@ static void record_dealloc(RecordObject *self)
     Py_XDECREF(self->codec.table);
     Py_XDECREF(self->codec.seen);
 #ifndef Py_GIL_DISABLED
-    if (tp == record_free_type && record_nfree < RECORD_FREE_MAX) {
+    if (tp == record_free_type && record_nfree < RECORD_FREE_MAX &&
+        !tp->tp_finalize && !tp->tp_del) {
         /* subtype_dealloc untracked it (and tracks it again only for a
          * base the collector knows, which Record is not): kept untracked
          * whatever the class */
@@ -1105,10 +1107,22 @@ static PyStructSequence_Desc field_desc = {
 /* Whether instances of `tp`, a subclass of Record that the collector
  * tracks, hold nothing but what a Record holds: strings, its codec's
  * table and capsule, its pydb_record, and its class.  A subclass that
- * adds a __dict__ or a slot may hold anything. */
+ * adds a __dict__ or a slot may hold anything.  __weakref__ counts as a
+ * slot: from CPython 3.12 it (like __dict__ from 3.11) may be kept
+ * before the object, its flag set and the size unchanged (a review: on
+ * 3.13, __slots__ = ("__weakref__",) passed the size test alone). */
 static int record_class_atomic(module_state *st, PyTypeObject *tp)
 {
+    unsigned long managed = 0;
+#ifdef Py_TPFLAGS_MANAGED_DICT
+    managed |= Py_TPFLAGS_MANAGED_DICT;
+#endif
+#ifdef Py_TPFLAGS_MANAGED_WEAKREF
+    managed |= Py_TPFLAGS_MANAGED_WEAKREF;
+#endif
     return PyType_IS_GC(tp) && tp->tp_dictoffset == 0 &&
+           tp->tp_weaklistoffset == st->record_type->tp_weaklistoffset &&
+           !(tp->tp_flags & managed) &&
            tp->tp_basicsize == st->record_type->tp_basicsize;
 }
 
@@ -1148,16 +1162,18 @@ static PyObject *mod_set_record_class(PyObject *m, PyObject *args)
 /* _record_rebuild(mfn, status, deleted, flags, offset, back_offset, mfrl,
  * locked, encoding, errors, source, fields): the Record that
  * Record.__reduce__ took apart (record_reduce), an instance of the
- * record class.  TypeError / ValueError for parts that are not such. */
+ * record class.  TypeError / ValueError for parts that are not such,
+ * LookupError for an encoding or error handler Python does not know. */
 static PyObject *mod_record_rebuild(PyObject *m, PyObject *args)
 {
     module_state *st = PyModule_GetState(m);
     pydb_record head, *rec = NULL;
     pydb_field *f = NULL;
     record_codec codec = {0};
-    PyObject *encoding, *errors, *source, *fields, *out = NULL;
+    PyObject *encoding, *errors, *source, *fields, *handler, *out = NULL;
     long long offset, back;
     unsigned int mfrl;
+    const char *name;
     int mfn, status, deleted, flags, locked, rc;
     Py_ssize_t n;
     pydb_error e;
@@ -1204,6 +1220,9 @@ static PyObject *mod_record_rebuild(PyObject *m, PyObject *args)
     head.back_offset = back;
     head.mfrl = mfrl;
     head.locked = locked;
+    name = PyUnicode_AsUTF8(errors);   /* NULL would mean "strict" */
+    if (!name || !(handler = PyCodec_LookupError(name))) goto cleanup;
+    Py_DECREF(handler);
     if (codec_lookup(st, encoding, &codec) < 0) goto cleanup;
     if (codec.kind == CODEC_OTHER &&
         !PyCodec_KnownEncoding(PyUnicode_AsUTF8(encoding))) {

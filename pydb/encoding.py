@@ -102,7 +102,10 @@ def check_record_codec(encoding: str, errors: str = "strict", *,
     ASCII as itself (UTF-16, EBCDIC).
 
     Raises LookupError naming the codec (what an unknown one raises
-    anyway), before anything is opened."""
+    anyway) or the error handler `errors` Python does not know (which
+    would otherwise fail only at the first value that needs it), before
+    anything is opened."""
+    codecs.lookup_error(errors)
     try:
         ok = "A".encode(encoding, errors).decode(encoding, errors) == "A"
         if ascii_structure:

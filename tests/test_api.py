@@ -133,6 +133,10 @@ def test_record_parts_that_are_not_a_record():
             rebuild(*head, fields)
     with pytest.raises(LookupError):
         rebuild(*head[:8], "no-such-codec", "strict", "x.mst", ())
+    with pytest.raises(LookupError, match="unknown error handler name 'no-such-handler'"):
+        rebuild(*head[:9], "no-such-handler", "x.mst", ())
+    with pytest.raises(UnicodeEncodeError):
+        rebuild(*head[:9], "\udc80", "x.mst", ())   # not "strict" by default
 
 
 def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):

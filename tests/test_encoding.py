@@ -572,6 +572,10 @@ def test_a_codec_that_cannot_be_the_records_is_refused_at_open(tmp_path):
         assert says in str(e.value), name
     with pydb.open(base, encoding="utf-16-le") as db:
         assert db[1][1] == ["A"]
+    # an error handler Python does not know: refused at open (it was
+    # accepted, then every value past the codec failed with it)
+    with pytest.raises(LookupError, match="unknown error handler name 'no-such-handler'"):
+        pydb.open(base, errors="no-such-handler")
     iso = tmp_path / "a.iso"
     iso.write_bytes(b"000330000000000290004500001000200000#x##\n")
     for name in ("utf-16", "cp037"):

@@ -232,6 +232,7 @@ def test_records_are_untracked_only_where_the_module_says_so(tmp_path):
     def record_class(adds):
         """A new subclass of pydb.Record, referred to by nothing else."""
         return type("K", (pydb.Record,), {"dict": {}, "slot": {"__slots__": ("x",)},
+                                          "weakref": {"__slots__": ("__weakref__",)},
                                           "nothing": {"__slots__": ()}}[adds])
 
     def through_dict(rec, held):
@@ -245,7 +246,7 @@ def test_records_are_untracked_only_where_the_module_says_so(tmp_path):
 
     with pydb.open(base) as db:
         assert type(db[1]) is pydb.Record and not gc.is_tracked(db[1])
-        for adds in ("dict", "slot"):
+        for adds in ("dict", "slot", "weakref"):
             with pytest.raises(ValueError, match="adds no __dict__ and no slot"):
                 _pydb._set_record_class(record_class(adds), True)
         try:
@@ -322,6 +323,32 @@ def test_a_record_class_with_a_finalizer_has_it_called_for_every_record(tmp_path
         try:
             _pydb._set_record_class(Finalized, True)
             assert _pydb._testing.records_kept() == (0, False)
+            for _ in range(2):
+                assert sum(1 for _rec in db) == 1000
+        finally:
+            _pydb._set_record_class(pydb.Record, True)
+    assert sorted(finalized) == sorted(list(range(1, 1001)) * 2)
+
+
+def test_a_finalizer_given_to_the_record_class_later_is_called_for_every_record(tmp_path):
+    """A __del__ given to a record class after it was set (its records
+    kept for reuse until then) is called for every record let go from
+    then on: each is freed, not kept (the list was decided when the
+    class was set, and a record made again for one already finalized
+    would not have its __del__ called)."""
+    base = build_db(tmp_path / "d", "isis-packed", [[(1, b"a")]] * 1000)
+    finalized = []
+
+    class Later(pydb.Record):
+        __slots__ = ()
+
+    with pydb.open(base) as db:
+        try:
+            _pydb._set_record_class(Later, True)
+            batch = list(db)   # 1,000 records alive at once, then let go
+            del batch
+            assert _pydb._testing.records_kept() == ((256, True) if SHARES else (0, False))
+            Later.__del__ = lambda self: finalized.append(self.mfn)
             for _ in range(2):
                 assert sum(1 for _rec in db) == 1000
         finally:
