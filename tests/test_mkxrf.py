@@ -383,6 +383,37 @@ def test_cli(isis_data, tmp_path):
                                         f"old one: {tmp_path / 'CDS.std.xrf.bak'})")
 
 
+def test_cli_an_xrf_cut_short(isis_data, tmp_path):
+    """pyisis's cds sample with its XRF cut to one block of the two NXTMFN
+    151 needs: `pydb check` cannot open it, names the XRF and its size,
+    and says what mends it (the hint is chosen by the core's message,
+    csrc/handle.c, so this pins the two together); `pydb mkxrf --replace`
+    makes the XRF again and the database checks clean, its 150 records
+    as before."""
+    for ext in ("mst", "xrf"):
+        shutil.copy(isis_data / PYISIS_SAMPLE / f"cds.{ext}", tmp_path / f"cds.{ext}")
+    with pydb.open(tmp_path / "cds") as db:
+        want = [(r.mfn, r.fields) for r in db]
+    os.truncate(tmp_path / "cds.xrf", 512)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    base = tmp_path / "cds"
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pydb", *map(str, args)],
+                              capture_output=True, text=True, env=env, timeout=60)
+    r = run("check", base)
+    assert r.returncode == 1
+    assert "the XRF has 512 bytes, but NXTMFN 151 needs 1024 (truncated?)" in r.stdout
+    assert r.stdout.splitlines()[-1] == (f"hint: the XRF is cut short: pydb mkxrf {base} "
+                                         "--replace makes it again from the master file")
+    r = run("mkxrf", base, "--replace")
+    assert r.returncode == 0, r.stderr
+    r = run("check", base)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout
+    with pydb.open(base) as db:
+        assert [(r.mfn, r.fields) for r in db] == want
+
+
 def test_cli_a_master_file_cut_short(isis_data, tmp_path):
     """pyisis's cds sample cut at byte 16,716 (inside MFN 44): `pydb check`
     cannot open it and says what mends it; `pydb mkxrf --replace` warns
