@@ -897,7 +897,8 @@ static void scan_gap(ck *c, int64_t a, int64_t b)
                    "neither from the XRF nor by a back pointer%s",
                    (long long)m, (int)mfn, (long long)q,
                    q >= c->end ? " (past the committed end: an append "
-                                 "that was never committed)"
+                                 "that was never committed, or a version "
+                                 "another program left there)"
                                : " (garbage left by an update)");
             q = (q + m + c->align - 1) / c->align * c->align;
         } else {

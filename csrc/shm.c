@@ -66,6 +66,8 @@
 #define OFF_SYNC_START 504 /* u64: the holder's start time           */
 #define OFF_SYNC_WAKE 512  /* u32 futex: bumped when a log sync ends  */
                            /* 516 u32: commits sleeping on it         */
+#define OFF_DIRECT_END 520 /* i64: a direct commit's end of records + 1 */
+#define OFF_DIRECT_GEN 528 /* u64: the master file generation of it    */
 #define BOOT_LEN 36
 
 /* reader slot fields */
@@ -804,6 +806,28 @@ uint64_t pydb__shm_applying_commit(pydb_shm *s)
 {
     if (!pydb__shm_valid(s)) return 0;
     return __atomic_load_n(u64_at(s, OFF_APPLYING), __ATOMIC_ACQUIRE);
+}
+
+/* ---------------------------------------------- the direct-commit mark */
+
+void pydb__shm_direct_mark(pydb_shm *s, int64_t end, uint64_t gen)
+{
+    if (!pydb__shm_valid(s)) return;
+    if (end >= 0)
+        __atomic_store_n(u64_at(s, OFF_DIRECT_GEN), gen, __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_DIRECT_END),
+                     end >= 0 ? (uint64_t)end + 1 : 0, __ATOMIC_RELEASE);
+}
+
+int64_t pydb__shm_direct_at(pydb_shm *s, uint64_t gen)
+{
+    uint64_t v;
+    if (!pydb__shm_valid(s)) return -1;
+    v = __atomic_load_n(u64_at(s, OFF_DIRECT_END), __ATOMIC_ACQUIRE);
+    if (v == 0 || v > (uint64_t)INT64_MAX ||
+        __atomic_load_n(u64_at(s, OFF_DIRECT_GEN), __ATOMIC_RELAXED) != gen)
+        return -1;
+    return (int64_t)(v - 1);
 }
 
 /* ------------------------------------------------- the collector lease */

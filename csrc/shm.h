@@ -69,7 +69,11 @@
  *   512    u32 the sync wake word: bumped each time a log sync ends, a
  *          futex that commits waiting for one sleep on
  *          (pydb__shm_sync_wait)     516 u32 commits sleeping on it
- *   520..4095 0
+ *   520    i64 the direct-commit mark: the end of records (mst_end) past
+ *          which a direct commit (wal.h) writes its records before its
+ *          commit point, plus 1 (0: none; pydb__shm_direct_mark)
+ *   528    u64 the master file generation that end is of
+ *   536..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -183,6 +187,21 @@ void pydb__shm_applying(pydb_shm *s, int on);
  * replay that could not publish: the next writer's open or transaction
  * publishes). */
 uint64_t pydb__shm_applying_commit(pydb_shm *s);
+
+/* The direct-commit mark (offset 520): a writer holding the writer lock
+ * sets it to the offset `end` of master file generation `gen` (end >= 0)
+ * where a direct commit writes its records past the committed end (that
+ * end, or the end of the file after another program's bytes) before it
+ * writes them, and clears it (end < 0) once that commit is published or
+ * its records cleared.  A commit killed in between leaves its records
+ * with the mark naming where they start, so that the next transaction
+ * clears them as pydb's own; bytes past the end without the mark are
+ * another program's (WinISIS leaves older versions there), which pydb
+ * never writes over (txn.c, check_tail).  No-op on an invalid file. */
+void pydb__shm_direct_mark(pydb_shm *s, int64_t end, uint64_t gen);
+/* The offset the mark names for generation `gen`; -1 for none, a mark
+ * of another generation, or an invalid file. */
+int64_t pydb__shm_direct_at(pydb_shm *s, uint64_t gen);
 
 /* Register a reader at the latest commit (LMDB's registration loop);
  * *slot gets the claimed slot, *st the state of that commit (st->commit

@@ -396,27 +396,27 @@ static int64_t region_end(const pydb_txn *t)
 /* Make the .mst past the committed end (t->start) what pydb leaves
  * there: the zero fill of the last block up to `size` and nothing after
  * -- after a direct commit failed before its commit point (`size`: the
- * file's size before it), or when check_tail() finds bytes no XRF entry
- * reaches (`size`: the block boundary after the end).  Best effort: bytes
- * it cannot clear are found and cleared again by the next transaction. */
-static void clear_past_end(pydb_txn *t, int64_t size)
+ * file's size before it), or when check_tail() finds a killed direct
+ * commit's records there (`size`: the block boundary after the end).
+ * Best effort: bytes
+ * it cannot clear are found and cleared again by the next transaction
+ * (the direct-commit mark, which names them as pydb's, is left): 0 when
+ * cleared, -1 when not. */
+static int clear_past_end(pydb_txn *t, int64_t size)
 {
     static const uint8_t zeros[PYDB_BLOCK];
     pydb_db *db = t->db;
     int64_t at = t->start;
     if (size < at) size = at;
-    if (pydb__vfs->ftruncate(db->mst.fd, size) != 0) return;
+    if (pydb__vfs->ftruncate(db->mst.fd, size) != 0) return -1;
     pydb__fsize_set(&db->mst, size);
     while (at < size) {
         size_t n = (size_t)(size - at < PYDB_BLOCK ? size - at : PYDB_BLOCK);
-        if (pydb__write_full(db->mst.fd, zeros, n, at) != 0) return;
+        if (pydb__write_full(db->mst.fd, zeros, n, at) != 0) return -1;
         at += (int64_t)n;
     }
+    return 0;
 }
-
-/* The most XRF bytes check_tail() reads to tell its two cases apart (16 Mi
- * MFNs); past it the tail is left alone, as for a crossing record. */
-#define TAIL_XRF_MAX ((int64_t)64 << 20)
 
 /* The error of a write that would take MFN `mfn` (at or past NXTMFN
  * `next_mfn`) whose XRF entry, at byte `where`, holds `raw` (not 0):
@@ -438,69 +438,59 @@ static int lagging_ctl_error(pydb_db *db, int32_t mfn, int32_t raw,
                         (int)next_mfn);
 }
 
-/* Whether a record the XRF of MFNs 1..next_mfn-1 reaches lies at `end`
- * or past it, or crosses it (*found = 1): the one with the highest
- * offset, whose leader is read (a leader that cannot be read counts as
- * crossing: its bytes are left alone).  MFNs from NXTMFN on have no
- * entry: a commit of pydb's that wrote some and died is replayed by the
- * recovery that comes first, and an entry another program left there is
- * PYDB_ECORRUPT (lagging_ctl_error): the bytes past the end are its
- * record's.  An XRF of more than TAIL_XRF_MAX bytes counts as reaching,
- * unread (time bounded for a hostile NXTMFN too). */
-static int xrf_reaches(int *found, pydb_db *db, int32_t next_mfn, int64_t end,
-                       pydb_error *err)
+/* PYDB_ECORRUPT (lagging_ctl_error) if the XRF has an entry for an MFN at
+ * or past NXTMFN `next_mfn`: another program's writer died after it wrote
+ * the entry and before it rewrote the control record (pydb's own are
+ * replayed from the log before this), and the bytes past the end may be
+ * that entry's record.  Only the blocks from NXTMFN's on are read, at
+ * most TAIL_XRF_MAX bytes of them (a replayed log may leave a sparse XRF
+ * of hundreds of GB: docs/fuzzing.md, wal-sparse-xrf-2e39). */
+#define TAIL_XRF_MAX ((int64_t)1 << 20)
+static int xrf_lagging(pydb_db *db, int32_t next_mfn, pydb_error *err)
 {
     uint8_t buf[PYDB_BLOCK];
+    int64_t first = (next_mfn - 1) / PYDB_XRF_PER_BLOCK;
     int64_t nb = pydb__fsize(&db->xrf) / PYDB_BLOCK;
-    int64_t last = -1;
-    int32_t last_mfn = 0;
-    pydb_leader l;
-    pydb_error ignored;
 
-    if (nb * PYDB_BLOCK > TAIL_XRF_MAX) {
-        *found = 1;
-        return PYDB_OK;
-    }
-    for (int64_t b = 0; b < nb; b++) {
+    if (nb > first + TAIL_XRF_MAX / PYDB_BLOCK)
+        nb = first + TAIL_XRF_MAX / PYDB_BLOCK;
+    for (int64_t b = first; b < nb; b++) {
         int rc = pydb__file_read(&db->xrf, PYDB_IO_PREAD, buf, PYDB_BLOCK,
                                  b * PYDB_BLOCK, "XRF block", err);
         if (rc) return rc;
         for (int i = 0; i < PYDB_XRF_PER_BLOCK; i++) {
             int64_t mfn = b * PYDB_XRF_PER_BLOCK + i + 1;
             int32_t raw = (int32_t)pydb__u32(buf + 4 + 4 * i);
-            pydb_xrf_entry e;
             if (mfn >= next_mfn && raw != 0)
                 return lagging_ctl_error(db, (int32_t)mfn, raw, next_mfn,
                                          b * PYDB_BLOCK + 4 + 4 * i, err);
-            if (mfn >= next_mfn) continue;
-            pydb__xrf_unpack(&e, raw,
-                             db->mstxl);
-            if (e.offset > last) {   /* -1 for unused, deleted for good */
-                last = e.offset;
-                last_mfn = (int32_t)mfn;
-            }
         }
     }
-    *found = last >= end ||
-             (last >= 0 &&
-              (pydb__leader_read(&l, db, last_mfn, last, -1, &ignored) != 0 ||
-               last + l.mfrl > end));
     return PYDB_OK;
 }
 
 /* The bytes after NXTMFB/NXTMFP should be the zero fill of the last block
  * (docs/isis-formats.md §2.1).  Other bytes there (or more than 1 MiB of
- * file) are either a record some writer placed across its own end (pyisis
- * stores an end inside its last record): never write over such bytes,
- * start after the end of the file instead; or, when no XRF entry reaches
- * them, what a commit killed before its commit point left (a direct
- * commit writes its records first: wal.h): cleared. */
+ * file) are pydb's own only where the direct-commit mark (shm.h) names
+ * where they start: the records of a direct commit killed before its
+ * commit point, cleared (zero fill to the block boundary and the file cut
+ * there, or, where that commit itself started after the end of the file,
+ * the file cut where it started).  Any others are another program's --
+ * a record some writer placed across its own end (pyisis stores an end
+ * inside its last record), versions WinISIS left past it -- and are never
+ * written over: the transaction starts after the end of the file (a
+ * review: a writer's open cut 18 versions off a WinISIS master file, the
+ * only copies of four physically deleted records).  An XRF entry at or
+ * past NXTMFN is PYDB_ECORRUPT either way (xrf_lagging). */
 static int check_tail(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
+    pydb_shm *shm = pydb__db_shm(db);
+    uint64_t gen = pydb__files_gen(db);
     int64_t off = t->start, size = pydb__fsize(&db->mst);  /* load_state's */
+    int64_t mark;
     uint8_t buf[PYDB_BLOCK];
-    int dirty, found = 0, rc;
+    int dirty, rc;
 
     dirty = size - off > ((int64_t)1 << 20);
     while (!dirty && off < size) {
@@ -513,12 +503,21 @@ static int check_tail(pydb_txn *t, pydb_error *err)
         off += (int64_t)n;
     }
     if (!dirty) return PYDB_OK;
-    rc = xrf_reaches(&found, db, t->next_mfn, t->start, err);
+    rc = xrf_lagging(db, t->next_mfn, err);
     if (rc) return rc;
-    if (found)
-        t->start = t->pos = size;
-    else
-        clear_past_end(t, region_end(t));
+    mark = pydb__shm_direct_at(shm, gen);
+    if (mark == t->start) {
+        if (clear_past_end(t, region_end(t)) == 0)
+            pydb__shm_direct_mark(shm, -1, 0);
+        return PYDB_OK;
+    }
+    if (mark > t->start && mark < size &&
+        pydb__vfs->ftruncate(db->mst.fd, mark) == 0) {
+        pydb__fsize_set(&db->mst, mark);
+        pydb__shm_direct_mark(shm, -1, 0);
+        size = mark;
+    }
+    t->start = t->pos = size;
     return PYDB_OK;
 }
 
@@ -993,8 +992,11 @@ static int write_region(pydb_txn *t, const uint8_t *region,
 {
     pydb_db *db = t->db;
     int64_t end = region_end(t);
-    int e = -pydb__write_full(db->mst.fd, region, (size_t)(end - t->start),
-                              t->start);
+    int e;
+    /* the records about to lie past the end are pydb's (check_tail) */
+    pydb__shm_direct_mark(pydb__db_shm(db), t->start, pydb__files_gen(db));
+    e = -pydb__write_full(db->mst.fd, region, (size_t)(end - t->start),
+                          t->start);
     if (e)
         return PYDB_OSERROR(err, e, db->mst.path, t->start,
                             "write failed: %s", strerror(e));
@@ -1689,8 +1691,11 @@ apply_failed:
     set_fatal(db, fsync_failed ? PYDB__FATAL_SYNC : PYDB__FATAL_APPLY);
     hooked = 0;
 done:
-    if (rc && region && !logged && !log_sync_failed)
-        clear_past_end(t, mst_size);
+    /* the mark's work is done once the commit is logged (recovery
+     * finishes it) or its records are cleared; else the next begin's */
+    if (region && (logged || (rc && !log_sync_failed &&
+                              clear_past_end(t, mst_size) == 0)))
+        pydb__shm_direct_mark(pydb__db_shm(db), -1, 0);
     if (rc && err)
         commit_outcome(err, logged, log_sync_failed, pydb__txn_read_only(db));
     /* cleared once published; a commit whose apply failed leaves it, so

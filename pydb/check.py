@@ -82,8 +82,9 @@ control-end        warning   a record ends past NXTMFB/NXTMFP but before the
 control-flags      warning   MFTYPE not 0/1, or the CISIS lock words set
 orphan             warning   a version reached neither from the XRF nor by a
                              back pointer: garbage that the ISIS update
-                             technique leaves behind (§2.4), or an append
-                             past the committed end that never committed
+                             technique leaves behind (§2.4), or past the
+                             committed end an append that never committed
+                             or a version another program left there
 limit              warning   more than 4 Mi versions: overlap and orphan
                              checks skipped
 =================  ========  ==============================================

@@ -596,9 +596,8 @@ def test_a_replay_gives_every_byte_its_last_value(tmp_path_factory, frames):
     every entry in log order gives: each byte ends with the value of the
     last entry that writes it.  (The entries lie inside the files, past
     their first block; whether the damaged records still read does not
-    matter here.)  The .mst entries end before the records' end: the
-    writer's open clears what lies past it when no XRF entry reaches it
-    (check_tail, csrc/txn.c), which is not the replay's doing."""
+    matter here.)  The .mst entries end before the records' end: what
+    lies past it is check_tail's (csrc/txn.c), not the replay's."""
     base = tmp_path_factory.mktemp("replay") / "db"
     _make(base, n=400)
     with pydb.open(base) as db:
@@ -894,15 +893,23 @@ def test_a_writer_that_keeps_no_log_length_cannot_hide_its_frame(tmp_path, case)
     check_files(base)
 
 
-def _killed_at_each_operation(tmp_path, work):
+def _killed_at_each_operation(tmp_path, work, tail=b""):
     """Yield (n, folder, oracle) for each operation n of work(db): a
     forked writer on a copy of a 20-record database, after a first
     commit (MFN 3 updated: the log holds a frame), runs work(db) with
     fail_io(n, crash=True), so it exits before its n-th operation (137);
-    a first pass counts them.  The folder is removed after each step."""
+    a first pass counts them.  The folder is removed after each step.
+    `tail`: bytes written past the committed end first, as another
+    program leaves them."""
     base0 = tmp_path / "p"
     oracle0 = _make(base0)
     oracle0.apply([("U", 3, 99, 40)])
+    if tail:
+        with pydb.open(base0) as db:
+            end = _records_end(db)
+        with open(f"{base0}.mst", "r+b") as f:
+            f.seek(end)
+            f.write(tail)
     total = None
     n = 0
     while total is None or n < total:
@@ -973,7 +980,8 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
     the database checks -- records written before the commit point lie
     past the committed end, where readers, check() and other ISIS
     programs do not look, until a writer's open (or the next
-    transaction's begin) clears them: no XRF entry reaches them."""
+    transaction's begin) clears them: the direct-commit mark (shm.h)
+    names them as pydb's."""
     cuts = 0
     for n, d, want in _killed_at_each_operation(tmp_path, _bulk):
         cuts += 1
@@ -998,6 +1006,48 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
             assert info["registered"] and info["commit"] > 0, (n, cut, info)
             assert info["mst_size"] == os.path.getsize(d / "db.mst"), (n, info)
         check_files(d / "db")
+    assert cuts >= 6
+
+
+def _records_end(db) -> int:
+    """The committed end of records (NXTMFB/NXTMFP), in bytes."""
+    info = db.info()
+    return (info["next_block"] - 1) * 512 + info["next_pos"] - 1
+
+
+def test_a_bulk_commit_killed_past_another_programs_bytes(tmp_path):
+    """Bytes another program left past the committed end (no pydb commit
+    marked them: shm.h, the direct-commit mark) are never written over: a
+    direct commit starts after the end of the file, and one killed before
+    each of its operations leaves, after the next writer's open, those
+    bytes exactly as they were and the file cut where its own records
+    began (before the mark, the writer's open cleared them: a WinISIS
+    master file lost the only copies of four records)."""
+    tail = bytes(range(1, 256)) * 20          # 5,100 bytes, no record
+    cuts = 0
+    at = None
+    for n, d, want in _killed_at_each_operation(tmp_path, _bulk, tail):
+        cuts += 1
+        if n in (2, 3):   # the records written, the frame not: past the end
+            assert os.path.getsize(d / "db.mst") > 1_200_000, n
+        with open_db(d / "db", gc="none") as db:
+            mst = (d / "db.mst").read_bytes()
+            # where the bytes were put (the end of the 20 records), as
+            # they were put: the writer's first commit (MFN 3) went after
+            at = mst.find(tail) if at is None else at
+            assert at > 0 and mst[at:at + len(tail)] == tail, n
+            if db.max_mfn != 60:      # not committed: its records cut
+                assert len(mst) < _records_end(db) + 512, n
+            else:
+                want.apply(BULK)
+            assert want.matches(db)[0], (n, want.matches(db)[1])
+            assert db.check().ok, n
+            assert (db.max_mfn == 60) == (n > 3), n
+            db.append(content(want.max_mfn + 1, 1, 3))
+            want.apply([("A", want.max_mfn + 1, 1, 3)])
+        with pydb.open(d / "db") as ro:
+            assert want.matches(ro)[0] and ro.check().ok, n
+        check_files(d / "db")          # the bytes now lie before the end
     assert cuts >= 6
 
 

@@ -966,32 +966,72 @@ def test_a_control_record_that_lags_the_xrf_stops_writes(tmp_path, end, write):
 
 @pytest.mark.parametrize("junk", [300, 3 << 20])
 @pytest.mark.parametrize("when", ["open", "begin"])
-def test_bytes_no_record_reaches_past_the_end_are_cleared(tmp_path, junk, when):
-    """Bytes past the committed end that no XRF entry reaches (a commit
-    killed after writing its records, before its commit point) are
-    cleared by a writer's open, or by the next transaction's begin when
-    they appear while the writer is open: the transaction writes at the
-    end, the file is zero-filled after it, and is not longer than its
-    last block."""
+def test_bytes_another_program_left_past_the_end_are_never_written_over(
+        tmp_path, junk, when):
+    """Bytes past the committed end that no pydb commit marked as its own
+    (shm.h, the direct-commit mark) -- another program's, as WinISIS
+    leaves older versions there -- are left as they are: a writer's open
+    changes no byte of the master file, and a transaction (also one that
+    begins after the bytes appeared while the writer was open) writes
+    after the end of the file.  Each later transaction writes at the new
+    end: the file grows by the records only.  (Before, such bytes were
+    cleared: taken for a pydb commit killed before its commit point.)"""
     base = tmp_path / "db"
     with pydb.create(base, "isis-aligned", sync=False) as db:
         for i in range(1, 4):
             db.append(sample(i))
     mst, _, _, nxtmfb, nxtmfp, _ = read_ctl(base)
     end = (nxtmfb - 1) * 512 + nxtmfp - 1
+    spoilt = bytes(range(1, 256)) * (junk // 255 + 1)
 
     def spoil():
         with open(f"{base}.mst", "r+b") as f:
             f.seek(end)
-            f.write(bytes(range(1, 256)) * (junk // 255 + 1))
+            f.write(spoilt)
 
     if when == "open":
         spoil()
+        before = open(f"{base}.mst", "rb").read()
     with pydb.open(base, readonly=False) as db:
-        if when == "begin":
+        if when == "open":
+            assert open(f"{base}.mst", "rb").read() == before
+        else:
             spoil()
+        size = os.path.getsize(f"{base}.mst")
         assert db.append(sample(4)) == 4
-        assert [raw_fields(r) for r in db] == [sample(i) for i in range(1, 5)]
-    check_files(base, "isis-aligned", 0, 4)
-    mst, _, _, nxtmfb, nxtmfp, _ = read_ctl(base)
+        assert db.append(sample(5)) == 5
+        assert [raw_fields(r) for r in db] == [sample(i) for i in range(1, 6)]
+        assert size <= db.versions(4)[0].offset < size + 512   # after the file, placed
+        assert db.check().ok
+    mst = open(f"{base}.mst", "rb").read()
+    assert mst[end:end + len(spoilt)] == spoilt
+    check_files(base, "isis-aligned", 0, 5)
+    _, _, _, nxtmfb, nxtmfp, _ = read_ctl(base)
     assert len(mst) == -(-((nxtmfb - 1) * 512 + nxtmfp - 1) // 512) * 512
+
+
+def test_a_winisis_master_file_opened_for_writing_keeps_its_bytes(isis_data, tmp_path):
+    """isis2json's WinISIS cds sample holds 18 versions (5,600 bytes)
+    past its control record's end, among them the only copies of MFN 23's
+    older versions and of the physically deleted MFNs 152-154: a writer's
+    open, with or without the collector, changes no byte of the master
+    file or the XRF, and an append goes after the end of the file, the
+    150 records reading as before."""
+    src = isis_data / "bireme__isis2json" / "fixtures" / "cds" / "winisis-cds"
+    for ext in ("mst", "xrf"):
+        shutil.copy(f"{src}.{ext}", tmp_path / f"cds.{ext}")
+    base = tmp_path / "cds"
+    files = {ext: (tmp_path / f"cds.{ext}").read_bytes() for ext in ("mst", "xrf")}
+    assert len(files["mst"]) == 68608
+    with pydb.open(base) as db:
+        want = [(r.mfn, raw_fields(r)) for r in db]
+    for gc in ("none", "combined"):
+        pydb.open(base, readonly=False, gc=gc).close()
+        for ext in ("mst", "xrf"):
+            assert (tmp_path / f"cds.{ext}").read_bytes() == files[ext], (gc, ext)
+    with pydb.open(base, readonly=False, gc="none") as db:
+        mfn = db.append(sample(1))
+        assert 68608 <= db.versions(mfn)[0].offset < 68608 + 512
+        assert [(r.mfn, raw_fields(r)) for r in db if r.mfn != mfn] == want
+    mst = (tmp_path / "cds.mst").read_bytes()
+    assert mst[:68608][64:] == files["mst"][64:]     # all but the control record
