@@ -122,9 +122,16 @@ static void snapshot_release_once(SnapshotObject *s)
     snapshot_unlink(s);
     pydb_snapshot_release(p);
     if (view) {
+        /* an exception may be on its way (a dealloc during unwinding: a
+         * temporary snapshot left by a raise): kept aside, else the call
+         * would see it set and the raise would be lost (SystemError, or a
+         * NULL exception later: a crash, found by a review) */
+        PyObject *type, *value, *tb;   /* PyErr_GetRaisedException: 3.12 */
+        PyErr_Fetch(&type, &value, &tb);
         r = PyObject_CallMethod(view, "close", NULL);
         if (r) Py_DECREF(r);
         else PyErr_WriteUnraisable(view);
+        PyErr_Restore(type, value, tb);
         Py_DECREF(view);
     }
 }

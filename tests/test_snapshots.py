@@ -21,7 +21,7 @@ import pytest
 import pydb
 from pydb import _pydb
 
-from conftest import need
+from conftest import REPO, need
 from snapshot_model import (
     SHM_MAGIC,
     SHM_SIZE,
@@ -694,3 +694,48 @@ def test_read_only_directory(tmp_path, with_header):
         assert sorted(f.name for f in d.iterdir()) == files
     finally:
         d.chmod(stat.S_IRWXU)
+
+
+def test_an_exception_through_a_temporary_snapshot_with_an_index_stays_itself(tmp_path):
+    """A snapshot of a database with a native index that is let go while
+    an exception unwinds (``for rec in db.snapshot(): raise ...``) closes
+    its index view without losing that exception: the caller gets its
+    ValueError, and a damaged record's CorruptionError, with nothing
+    printed as ignored.  Before, the view's close() was called with the
+    exception set: "SystemError: error return without exception set"
+    for the ValueError, and a crash (SIGSEGV) for the CorruptionError
+    (found by a review)."""
+    import subprocess
+    import sys
+    import textwrap
+    base = tmp_path / "db"
+    with pydb.create(base, fst="1 0 v1\n") as db:
+        with db.transaction() as tx:
+            for i in range(1, 11):
+                tx.append([(1, f"v{i}")])
+    script = textwrap.dedent(f"""
+        import struct, pydb
+        base = {str(base)!r}
+        def stop():
+            for rec in pydb.open(base).snapshot():
+                if rec.mfn == 3:
+                    raise ValueError("stop here")
+        try:
+            stop()
+        except ValueError as e:
+            print("ValueError", e)
+        # MFN 6's XRF entry made MFN 5's: the record read has the wrong MFN
+        with open(base + ".xrf", "r+b") as f:
+            f.seek(4 + 4 * 4)
+            entry = f.read(4)
+            f.write(entry)
+        try:
+            for rec in pydb.open(base).snapshot().records():
+                pass
+        except pydb.CorruptionError as e:
+            print("CorruptionError", e.filename.endswith(".mst"))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "ValueError stop here\nCorruptionError True\n", "")
