@@ -591,9 +591,6 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
     pydb__shm_garbage(shm, &gv, &gb);
     rc = finish_files(db, j, T, ctl, &mst_size, &xrf_size, err);
     if (rc) return rc;
-    pydb__vfs->close(j->fd_mst);
-    pydb__vfs->close(j->fd_xrf);
-    j->fd_mst = j->fd_xrf = -1;
     rc = marker_create(j, err);
     if (rc) return rc;
     if (pydb__vfs->rename(j->nx, j->tx) != 0) {
@@ -613,6 +610,15 @@ static int swap(pydb_db *db, pydb_compact *j, const pydb_state *T,
                                 j->mk, strerror(errno));
     for (tries = 0; (rc = pydb__fsync_parent(j->tm, err)) != 0; tries++)
         if (tries >= 3) return rc;   /* the marker stays */
+    /* The new files' locks go only now, their names gone: while they are
+     * held, another handle's job_start() cannot take the names, empty the
+     * files and have them renamed half-written over the database's (a
+     * review: the locks were let go before the marker, and two processes
+     * compacting at once left an empty XRF and a control record of
+     * zeros). */
+    pydb__vfs->close(j->fd_mst);
+    pydb__vfs->close(j->fd_xrf);
+    j->fd_mst = j->fd_xrf = -1;
     pydb__swap_publish(shm, ctl, mst_size, xrf_size);
     j->swapped = 1;
     /* copies a catch-up left dead in the new file are its garbage: their
