@@ -673,7 +673,7 @@ def test_two_processes_compacting_at_once(tmp_path):
     base = tmp_path / "db"
     with pydb.create(base, fst="1 0 v1\n", sync=False) as db:
         with db.transaction() as tx:
-            for m in range(1, 401):
+            for _ in range(400):
                 tx.append([(1, "init"), (2, "x" * 300)])
     ctx = multiprocessing.get_context("fork")
     outs = [tmp_path / f"p{i}.json" for i in range(2)]
