@@ -1017,6 +1017,24 @@ PyObject *records_iter_new(DatabaseObject *self, SnapshotObject *snap,
     return (PyObject *)it;
 }
 
+int mfn_start(PyObject *start, int32_t *out)
+{
+    int over = 0;
+    long long v = 1;
+    if (start) {
+        if (!PyLong_Check(start)) {
+            PyErr_Format(PyExc_TypeError, "start must be an int, not %.100s",
+                         Py_TYPE(start)->tp_name);
+            return -1;
+        }
+        v = PyLong_AsLongLongAndOverflow(start, &over);
+        if (v == -1 && PyErr_Occurred()) return -1;
+    }
+    *out = over > 0 || (!over && v > INT32_MAX) ? INT32_MAX
+           : over < 0 || v < 1 ? 1 : (int32_t)v;
+    return 0;
+}
+
 static PyObject *database_iter(DatabaseObject *self)
 {
     return records_iter_new(self, NULL, 1, 0, 0);
@@ -1026,11 +1044,14 @@ static PyObject *database_records(DatabaseObject *self, PyObject *args,
                                   PyObject *kw)
 {
     static char *kwlist[] = {"start", "deleted", "skip_damaged", NULL};
-    int start = 1, deleted = 0, skip = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ipp", kwlist, &start,
-                                     &deleted, &skip))
+    PyObject *start = NULL;
+    int32_t from;
+    int deleted = 0, skip = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$Opp", kwlist, &start,
+                                     &deleted, &skip) ||
+        mfn_start(start, &from) < 0)
         return NULL;
-    return records_iter_new(self, NULL, start, deleted, skip);
+    return records_iter_new(self, NULL, from, deleted, skip);
 }
 
 static PyMethodDef database_methods[] = {
@@ -1074,7 +1095,8 @@ static PyMethodDef database_methods[] = {
     {"records", (PyCFunction)(void (*)(void))database_records,
      METH_VARARGS | METH_KEYWORDS,
      "records($self, /, *, start=1, deleted=False, skip_damaged=False)\n--\n"
-     "\nAn iterator of the records (Record) from MFN `start` (1-based) in "
+     "\nAn iterator of the records (Record) from MFN `start` (1-based; "
+     "below 1 counts as 1, past the largest MFN nothing is found) in "
      "MFN order: the active ones, and the logically deleted ones too if "
      "`deleted`; 256 records are read per GIL release, each batch as of one "
      "commit (the latest when the batch starts).  With "

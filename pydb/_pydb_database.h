@@ -53,6 +53,7 @@ int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn);
  *                    each); NULL + exception
  *   records_iter_new the RecordIterator over `db`, or over the snapshot
  *                    `snap` of it when not NULL
+ *   mfn_start        a listing's start argument as an MFN
  *   records_read     read(): the Record of the MFN `arg`, as of `snap`
  *                    when not NULL, else of the latest commit
  *   records_read_many read_many(): the list of the Records of the MFNs
@@ -64,6 +65,11 @@ int32_t *mfns_from_seq(module_state *st, PyObject *arg, Py_ssize_t *n);
 PyObject *records_iter_new(DatabaseObject *db, struct SnapshotObject *snap,
                            int32_t start, int include_deleted,
                            int skip_damaged);
+/* *out = a listing's `start` argument (any int; NULL: not given, 1) as
+ * the first MFN to look at: below 1 is 1, above the largest MFN the
+ * largest (a listing that finds nothing; it raised OverflowError past
+ * 2^31).  0, or -1 and TypeError for what is not an int. */
+int mfn_start(PyObject *start, int32_t *out);
 PyObject *records_read(DatabaseObject *db, struct SnapshotObject *snap,
                        PyObject *arg);
 PyObject *records_read_many(DatabaseObject *db, struct SnapshotObject *snap,

@@ -458,11 +458,14 @@ cleanup:
 static PyObject *snapshot_mfns(SnapshotObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"deleted", "start", NULL};
-    int include_deleted = 0, start = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pi", kwlist,
-                                     &include_deleted, &start))
+    PyObject *start = NULL;
+    int32_t from;
+    int include_deleted = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pO", kwlist,
+                                     &include_deleted, &start) ||
+        mfn_start(start, &from) < 0)
         return NULL;
-    return mfn_list(NULL, s, include_deleted, start);
+    return mfn_list(NULL, s, include_deleted, from);
 }
 
 /* The RecordIterator through `s` (records_iter_new checks it is open). */
@@ -487,11 +490,14 @@ static PyObject *snapshot_records(SnapshotObject *s, PyObject *args,
                                   PyObject *kw)
 {
     static char *kwlist[] = {"start", "deleted", "skip_damaged", NULL};
-    int start = 1, deleted = 0, skip = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$ipp", kwlist, &start,
-                                     &deleted, &skip))
+    PyObject *start = NULL;
+    int32_t from;
+    int deleted = 0, skip = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$Opp", kwlist, &start,
+                                     &deleted, &skip) ||
+        mfn_start(start, &from) < 0)
         return NULL;
-    return snapshot_records_from(s, start, deleted, skip);
+    return snapshot_records_from(s, from, deleted, skip);
 }
 
 static PyObject *snapshot_info(SnapshotObject *s, PyObject *unused)

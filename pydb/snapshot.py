@@ -154,7 +154,8 @@ class Snapshot(_pydb.Snapshot):
 
     def records(self, *, start: int = 1, deleted: bool = False,
                 skip_damaged: bool = False) -> _pydb.RecordIterator:
-        """The records as of the commit from MFN `start` (1-based), in MFN
+        """The records as of the commit from MFN `start` (1-based; below
+        1 counts as 1, past the largest MFN nothing is found), in MFN
         order: the active ones, and the logically deleted ones too if
         `deleted`; 256 records per GIL release.  With `skip_damaged`,
         damaged records are left out instead of raising.

@@ -97,6 +97,16 @@ def test_snapshot_sees_its_commit_while_the_handle_sees_the_latest(db):
     assert snap.mfns() == list(range(1, 41))
     assert snap.mfns(start=39) == [39, 40]
     assert [r.mfn for r in snap.records(start=38)] == [38, 39, 40]
+    # any int: below 1 is 1, past the largest MFN nothing (2**40 raised
+    # OverflowError, as the parser took a C int)
+    for start, want in ((0, 40), (-5, 40), (2**31, 0), (2**40, 0), (-2**70, 40),
+                        (2**70, 0), (True, 40)):
+        assert len(list(snap.records(start=start))) == want, start
+        assert len(list(db.records(start=start))) == (len(db) if want else 0), start
+        assert len(snap.mfns(start=start)) == want, start
+    for bad in (1.5, "1", None):
+        with pytest.raises(TypeError, match="start must be an int"):
+            snap.records(start=bad)
     assert [r.mfn for r in snap] == list(range(1, 41))
     assert [fields(r) for r in snap.read_many([3, 1])] == [
         content(3, 0, (3 * 37) % 400), content(1, 0, 37)]
