@@ -29,7 +29,7 @@ from .arrow import COMPRESSIONS, export_parquet, import_parquet
 from .check import CheckReport, Problem
 from .database import LAYOUTS
 from .database import open as open_db
-from .encoding import check_record_codec
+from .encoding import check_record_codec, detect_encoding
 from .errors import CorruptionError, DatabaseNotFoundError, DiskError, Error, SearchSyntaxError
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .index import KEY_MODES
@@ -553,10 +553,37 @@ def _import_parquet(args) -> int:
     return _report(rep, "imported")
 
 
+def _note_other_encoding(args, db) -> None:
+    """Without --encoding, JSON Lines and Parquet decode values as UTF-8
+    (a default import gives the same bytes back); where the database's
+    values look to be in another encoding, say on stderr what became of
+    them and how to have them as text (a new user's review: a WinISIS
+    catalogue's accented values came out as base64, silently)."""
+    if args.encoding is not None:
+        return
+    det = detect_encoding(db)
+    if det.encoding == "utf-8" or not det.utf8_invalid:
+        return
+    kept = "base64" if _export_format(args) == "jsonl" else "the raw column's bytes"
+    print(f"pydb export: note: {args.db}'s values look {det.encoding} ({det.reason}); "
+          f"those not valid UTF-8 are written as {kept}. --encoding {det.encoding} "
+          "writes them as text (import that file with the same --encoding to get the "
+          "same bytes back)", file=sys.stderr)
+
+
+def _export_format(args) -> str:
+    """The format `pydb export` writes: jsonl, parquet or iso."""
+    if args.flavour == "parquet" or (args.flavour is None and (
+            _format_of(args.dst, None) == "parquet" or args.partition_records)):
+        return "parquet"
+    return "jsonl" if (args.flavour or _format_of(args.dst, None)) == "jsonl" else "iso"
+
+
 def _export_parquet(args) -> int:
     if _no_pyarrow():
         return 1
     with open_db(args.db, encoding=args.encoding or "utf-8") as db:
+        _note_other_encoding(args, db)
         total = len(db.mfns(deleted=args.deleted))
         t0 = time.perf_counter()
         with _progress(total, "rec", "export", _show_progress(args)) as tick:
@@ -572,12 +599,11 @@ def _export_parquet(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    fmt = args.flavour or ("jsonl" if _format_of(args.dst, None) == "jsonl" else "isis")
+    fmt = _export_format(args)
     if os.path.exists(args.dst) and not args.force:
         print(f"pydb: {args.dst} exists (use --force to replace it)", file=sys.stderr)
         return 1
-    if args.flavour == "parquet" or (args.flavour is None and (
-            _format_of(args.dst, None) == "parquet" or args.partition_records)):
+    if fmt == "parquet":
         return _export_parquet(args)
     # ISO: the leader's UTF-8 flag follows the encoding, detected unless
     # given (export_iso); JSON Lines decodes by --encoding, else UTF-8
@@ -586,11 +612,13 @@ def _cmd_export(args) -> int:
         total = len(db.mfns(deleted=args.deleted))
         with _progress(total, "rec", "export", _show_progress(args)) as tick:
             if fmt == "jsonl":
+                _note_other_encoding(args, db)
                 rep = export_jsonl(db, args.dst, deleted=args.deleted,
                                    encoding=args.encoding or "utf-8",
                                    on_error=args.on_error, progress=tick)
             else:
-                rep = export_iso(db, args.dst, fmt, line_ending=args.line_ending,
+                rep = export_iso(db, args.dst, args.flavour or "isis",
+                                 line_ending=args.line_ending,
                                  line_width=args.line_width,
                                  deleted=args.deleted, mfn_tag=args.mfn_tag,
                                  encoding=args.encoding, on_error=args.on_error,
@@ -1086,9 +1114,13 @@ def parser() -> argparse.ArgumentParser:
                    help="bytes per line, line ends not counted, 0 or at least 24 (the "
                         "leader) (default 80 for isis, none for marc; 80 writes MARC as "
                         "J-ISIS does; 0: no lines)")
-    _encoding_arg(p, ENCODING_HELP + ".  JSON Lines: values that do not decode are "
-                  "written as base64 (default utf-8); ISO: default auto (detected), and "
-                  "for MARC leader position 9 says UTF-8 ('a') when it is utf-8",
+    _encoding_arg(p, "character set of the database's field values, a Python codec name "
+                  "(utf-8, cp850, cp1252, latin-1, ...). JSON Lines and Parquet: values "
+                  "are decoded with it (default utf-8, so that a default import gives the "
+                  "same bytes back; a note says when the values look to be in another), "
+                  "and those that do not decode are written as base64 (JSON Lines) or in "
+                  "the raw column (Parquet); ISO: default auto (detected), and for MARC "
+                  "leader position 9 says UTF-8 ('a') when it is utf-8",
                   default=None)
     p.add_argument("--deleted", action="store_true",
                    help="also export logically deleted records (status d)")

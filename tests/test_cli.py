@@ -14,6 +14,7 @@ from the reader's module keep that module's sanitizer markers.
 import errno
 import fcntl
 import importlib
+import importlib.util
 import json
 import os
 import pty
@@ -83,6 +84,32 @@ def test_export_crlf_marc_jsonl_and_import_back(isis_data, tmp_path, capsys):
             if extra[:2] == ["--layout", "ffi-aligned"]:
                 assert db.layout == "ffi-aligned" and db.info()["mstxl"] == 3
     assert "imported 150 record(s), 0 skipped" in capsys.readouterr().err
+
+
+def test_export_says_when_the_values_look_to_be_in_another_encoding(isis_data, tmp_path,
+                                                                    capsys):
+    """CISIS's CDS sample is cp850: a JSON Lines or Parquet export without
+    --encoding decodes as UTF-8 (a default import gives the same bytes
+    back), writes its 56 accented values as base64, and says so, naming
+    the encoding to give; with --encoding cp850 they are text and no note
+    is printed; a UTF-8 database gets no note."""
+    src = str(data_path(CDS))
+    assert main(["export", src, str(tmp_path / "c.jsonl")]) == 0
+    err = capsys.readouterr().err
+    assert (f"pydb export: note: {src}'s values look cp850 (" in err
+            and "written as base64. --encoding cp850 writes them as text" in err)
+    assert (tmp_path / "c.jsonl").read_text().count('"base64"') == 56
+    assert main(["export", src, str(tmp_path / "d.jsonl"), "--encoding", "cp850"]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert '"base64"' not in (tmp_path / "d.jsonl").read_text(encoding="utf-8")
+    if importlib.util.find_spec("pyarrow"):
+        assert main(["export", src, str(tmp_path / "c.parquet")]) == 0
+        assert "written as the raw column's bytes. --encoding cp850" in capsys.readouterr().err
+    base = tmp_path / "u"
+    with pydb.create(base) as db:
+        db.append([(1, "Ação")])
+    assert main(["export", str(base), str(tmp_path / "u.jsonl")]) == 0
+    assert "note" not in capsys.readouterr().err
 
 
 def test_mfns_and_deleted_through_the_cli(isis_data, tmp_path):
