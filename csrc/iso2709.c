@@ -248,6 +248,16 @@ static void put_digits(uint8_t *p, uint64_t v, int width)
     }
 }
 
+/* A MARC control field (tags 001-009, no implementation part): no
+ * indicators and no subfields, so a '^' in its value is a character,
+ * written as it is (a review: a MARC file's "001 abc^def" came back as
+ * "abc" 0x1F "def"). */
+static int control_field(const pydb_iso_wfield *f)
+{
+    return f->nimpl == 0 && f->tag[0] == '0' && f->tag[1] == '0' &&
+           f->tag[2] >= '1' && f->tag[2] <= '9';
+}
+
 int pydb_iso_encode(uint8_t *out, size_t *len, const pydb_iso_wfield *f,
                     size_t n, int flavour, int caret, const uint8_t mid[7],
                     const uint8_t tail[3], pydb_error *err)
@@ -302,7 +312,7 @@ int pydb_iso_encode(uint8_t *out, size_t *len, const pydb_iso_wfield *f,
     /* the data area */
     for (size_t i = 0; i < n; i++) {
         if (f[i].len) memcpy(p, f[i].value, f[i].len);
-        if (flavour == PYDB_ISO_MARC && caret)
+        if (flavour == PYDB_ISO_MARC && caret && !control_field(&f[i]))
             for (size_t k = 0; k < f[i].len; k++)
                 if (p[k] == '^') p[k] = 0x1F;
         p += f[i].len;

@@ -12,13 +12,17 @@ ISO 2709 (ANSI Z39.2) is how CDS/ISIS databases travel between systems
   0x1D, subfield delimiter 0x1F, indicator count and identifier length 2,
   no line breaks.  Converting to ISIS storage, 0x1F becomes ``^`` and the
   indicators stay the first two characters of the value (IsisMarc / ABCD
-  practice); writing does the reverse.  Export then import is therefore
-  lossless in both flavours for any field value, except that the MARC
-  flavour cannot carry the bytes 0x1D-0x1F inside a value (such a record
-  is reported, not written).  A MARC record's leader travels in fields
-  3005-3009 and 3017-3019 (ABCD's convention, :func:`leader_fields`;
-  ``leader_tag`` of :func:`write`); records without them (CDS/ISIS data)
-  are written with indicator count 0 unless ``indicators`` says otherwise.
+  practice); writing does the reverse, except in control fields (tags
+  1-9), which have no subfields: their ``^`` is written as it is.  Export
+  then import is therefore lossless in both flavours for any field value,
+  except that the MARC flavour cannot carry the bytes 0x1D-0x1F inside a
+  value (such a record is reported, not written).  A MARC file read and
+  written again keeps its bytes unless a data field holds a literal
+  ``^``, which comes back as 0x1F (``subfields="raw"`` keeps it).  A
+  MARC record's leader travels in fields 3005-3009 and 3017-3019 (ABCD's
+  convention, :func:`leader_fields`; ``leader_tag`` of :func:`write`);
+  records without them (CDS/ISIS data) are written with indicator count 0
+  unless ``indicators`` says otherwise.
 
 Reading is tolerant (§7.4): line breaks between records are skipped,
 wrapping is detected per record, a record whose byte at the computed end is

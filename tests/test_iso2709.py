@@ -836,6 +836,31 @@ def test_encode_marc_subfields_and_leader():
     assert raw.endswith(b"\x1e10\x1faT\x1e^\x1eq\x1e\x1d") and b"LDR0002" in raw
 
 
+def test_marc_control_fields_keep_their_caret(tmp_path):
+    """A '^' in a MARC control field (001-009: no subfields) is a
+    character: written as it is, so a MARC file whose 001 and 008 hold
+    one comes back byte for byte through a database; in a data field it
+    is ISIS's subfield sign, written as 0x1F (a new user's review: 001
+    "abc^def" came back as "abc" 0x1F "def").  Tag 1001 (an
+    implementation part) is no control field."""
+    lead = b"00000cam a2200000 i 4500"
+    got = iso2709._encode_record([(1, b"abc^def"), (8, b"^"), (245, b"10^aE = mc^2"),
+                                  (1001, b"x^y")], "marc", None, True, lead, "utf-8")
+    data = got[got.index(b"\x1e") + 1:]
+    assert data == (b"abc^def\x1e" b"^\x1e" b"10\x1faE = mc\x1f2\x1e" b"x\x1fy\x1e\x1d")
+    src = tmp_path / "c.mrc"
+    src.write_bytes(iso2709._encode_record([(1, b"ocm^1"), (5, b"2026^12"),
+                                            (245, b"10\x1faTitle")], "marc", None, False,
+                                           lead, "utf-8", "raw"))
+    rep = pydb.import_iso(src, tmp_path / "db")
+    assert rep.records == 1
+    with pydb.open(tmp_path / "db") as db:
+        assert [(f.tag, f.raw) for f in db[1].fields if f.tag < 3000] == [
+            (1, b"ocm^1"), (5, b"2026^12"), (245, b"10^aTitle")]
+        pydb.export_iso(db, tmp_path / "back.mrc", "marc")
+    assert (tmp_path / "back.mrc").read_bytes() == src.read_bytes()
+
+
 @pytest.mark.parametrize("fields, flavour, subfields, message", [
     ([(100000, b"x")], "isis", "isis", "tag 100000 is outside 0..99999"),
     ([(-1, b"x")], "isis", "isis", "tag -1 is outside 0..99999"),
