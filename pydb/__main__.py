@@ -600,6 +600,10 @@ def _export_parquet(args) -> int:
 
 def _cmd_export(args) -> int:
     fmt = _export_format(args)
+    if fmt != "parquet" and os.path.isdir(args.dst):
+        # (--force cannot replace it: "Is a directory", a new user's review)
+        print(f"pydb: {args.dst} is a directory: name the file to write", file=sys.stderr)
+        return 1
     if os.path.exists(args.dst) and not args.force:
         print(f"pydb: {args.dst} exists (use --force to replace it)", file=sys.stderr)
         return 1

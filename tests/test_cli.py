@@ -112,6 +112,21 @@ def test_export_says_when_the_values_look_to_be_in_another_encoding(isis_data, t
     assert "note" not in capsys.readouterr().err
 
 
+def test_export_into_a_directory_says_so(tmp_path, capsys):
+    """An ISO or JSON Lines export whose target is a directory says so,
+    with or without --force (it said "exists (use --force to replace
+    it)", and with --force "[Errno 21] Is a directory")."""
+    base = tmp_path / "db"
+    with pydb.create(base) as db:
+        db.append([(1, "a")])
+    (tmp_path / "out").mkdir()
+    for extra in ([], ["--force"], ["--flavour", "jsonl", "--force"]):
+        assert main(["export", str(base), str(tmp_path / "out"), *extra]) == 1
+        assert capsys.readouterr().err == (f"pydb: {tmp_path / 'out'} is a directory: "
+                                           "name the file to write\n")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_mfns_and_deleted_through_the_cli(isis_data, tmp_path):
     src = data_path("cpan__Biblio-Isis-0.24/data/winisis/BIBL")
     r = run("export", src, tmp_path / "b.iso", "--deleted", "--mfn-tag", "9000")
