@@ -213,7 +213,7 @@ class Database(_pydb.Database):
     other CDS/ISIS programs do.
     """
 
-    def __init__(self, path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
+    def __init__(self, path: PathArg, *, readonly: bool = True, encoding: str | None = None,
                  errors: str = "surrogateescape", io: str = DEFAULT_IO,
                  lock: str = "none", sync: bool = True,
                  lock_timeout: float = 10.0, gc: str = "background",
@@ -226,6 +226,9 @@ class Database(_pydb.Database):
             flags |= _pydb.OPEN_WRITE
             if not sync:
                 flags |= _pydb.OPEN_NOSYNC
+        defaulted = encoding is None
+        if encoding is None:
+            encoding = "utf-8"
         _check_handle_args(encoding, errors, io, lock, lock_timeout, gc)
         auto = encoding == "auto"
         super().__init__(path, encoding="utf-8" if auto else encoding, errors=errors,
@@ -239,6 +242,8 @@ class Database(_pydb.Database):
                 raise
         self._readonly = not (flags & _pydb.OPEN_WRITE)
         self._sync = not (flags & _pydb.OPEN_NOSYNC)
+        if defaulted and not self._readonly:
+            self._warn_if_not_utf8(path)
         pending = self.info()["log_pending"]
         if pending:
             warnings.warn(
@@ -322,6 +327,22 @@ class Database(_pydb.Database):
             time.sleep(0.001)
 
     # -- encoding detection (pydb/encoding.py) ------------------------------
+    def _warn_if_not_utf8(self, path: PathArg) -> None:
+        """A writable handle of the default encoding (UTF-8): warn
+        (EncodingDetectionWarning) when the database's values look to be
+        in another, as a str written through it would then be UTF-8
+        among them (a new user's review: "Müller" appended to a cp850
+        catalogue read back as "M├╝ller", and check() said OK)."""
+        det = detect_encoding(self)
+        if det.encoding == "utf-8" or not det.utf8_invalid:
+            return
+        warnings.warn(
+            f"{os.fsdecode(path)}: the values look {det.encoding} ({det.reason}), "
+            f"but this handle encodes str values as UTF-8, the default: a str "
+            f"written through it would be UTF-8 among them. Open with "
+            f"encoding='auto' or encoding={det.encoding!r} (bytes are written as "
+            f"given either way).", EncodingDetectionWarning, stacklevel=4)
+
     def _detect_encoding(self, path: PathArg, errors: str) -> None:
         """encoding="auto": detect, set the codec, warn (rule 5 of
         pydb.encoding) when sampled values do not decode cleanly or the
@@ -933,7 +954,7 @@ class Database(_pydb.Database):
         return _check(self, max_problems=max_problems, progress=progress)
 
 
-def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
+def open(path: PathArg, *, readonly: bool = True, encoding: str | None = None,
          errors: str = "surrogateescape", io: str = DEFAULT_IO,
          lock: str = "none", sync: bool = True,
          lock_timeout: float = 10.0, gc: str = "background") -> Database:
@@ -960,8 +981,12 @@ def open(path: PathArg, *, readonly: bool = True, encoding: str = "utf-8",
             ``"cp852"``), kept in :attr:`Database.encoding` with the
             evidence in :attr:`Database.encoding_detection`, and warned
             about (:class:`EncodingDetectionWarning`) when sampled values
-            do not decode cleanly in it.  The default stays ``"utf-8"``,
-            not ``"auto"`` (the command line's default): code written
+            do not decode cleanly in it.  The default (None) is
+            ``"utf-8"``, not ``"auto"`` (the command line's default), and
+            a handle opened for writing with it samples the records as
+            ``"auto"`` does and warns (:class:`EncodingDetectionWarning`)
+            when they look to be in another encoding, since a str it
+            writes would be UTF-8 among them: code written
             for earlier versions relies on it -- a str written by
             ``append``/``update`` is encoded with the database's codec,
             and surrogateescape'd values re-encode to the stored bytes

@@ -416,7 +416,9 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
 
     problem = _problem_sink(filename, on_error, report)
 
-    with open_db(base, readonly=False, sync=sync) as db:
+    # (the records are written as bytes: the handle's codec is not used,
+    # named so that the open does not sample the records for its warning)
+    with open_db(base, readonly=False, sync=sync, encoding="utf-8") as db:
         last_mfn = db.max_mfn
         if checkpoint is not None:
             if marks is not None:

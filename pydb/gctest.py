@@ -260,7 +260,8 @@ def hot_records(db: Database, clients: int, per_client: int) -> list[list[int]]:
 def open_for(path, policy: str) -> Database:
     """The database at `path` opened for writing without fsync (see the
     module docstring) under the collection `policy`."""
-    db = open_db(path, readonly=False, sync=False, lock_timeout=120.0, gc=policy)
+    db = open_db(path, readonly=False, sync=False, lock_timeout=120.0, gc=policy,
+                 encoding="utf-8")   # its copy: no warning about the source's values
     if db.gc_policy != policy:
         db.close()
         raise RuntimeError(f"opened with gc={policy!r}, the handle says {db.gc_policy!r}")

@@ -436,7 +436,7 @@ def test_not_found_and_bad_arguments(db_path):
     for kw in ({"io": "async"}, {"lock": "spin"}):
         with pytest.raises(ValueError):
             pydb.open(db_path, **kw)
-    with pydb.open(db_path, readonly=False) as db:   # writing is supported now
+    with pydb.open(db_path, readonly=False, encoding="utf-8") as db:   # writing is supported
         assert not db.readonly and db.sync
     with pydb.open(db_path) as db:
         assert db.readonly

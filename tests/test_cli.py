@@ -893,7 +893,7 @@ def test_index_leaves_the_master_file_as_it_was(isis_data, tmp_path):
         r = subprocess.run([sys.executable, "-m", "pydb", "index", base, "--quiet"],
                            capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == 0, r.stderr
-    with pydb.open(base, readonly=False) as db:
+    with pydb.open(base, readonly=False, encoding="cp850") as db:
         assert len(db.search("WATER")) > 0
         db.collect()
     assert [os.stat(f).st_mtime_ns for f in files] == [10**18, 10**18]

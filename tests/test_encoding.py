@@ -585,3 +585,34 @@ def test_a_codec_that_cannot_be_the_records_is_refused_at_open(tmp_path):
     for bad in (-1, "1", 1.5, True, 100_000):
         with pytest.raises(ValueError, match="mfn_tag must be None or a tag 0..99999"):
             pydb.iso2709.read(iso, mfn_tag=bad)
+
+
+def test_a_writable_handle_of_the_default_encoding_warns_where_values_are_not_utf8(
+        isis_data, tmp_path):
+    """A database opened for writing with the default encoding (UTF-8)
+    whose values look to be in another (isis2json's WinISIS cds sample,
+    cp850) warns that a str written through it would be UTF-8 among them,
+    naming the encoding to give; an explicit encoding, a read-only open
+    and a UTF-8 database do not (a new user's review: "Müller" appended
+    to a cp850 catalogue read back as "M├╝ller", check() said OK)."""
+    import shutil
+    for ext in ("mst", "xrf"):
+        shutil.copy(data_path(I2J + f"cds/winisis-cds.{ext}"), tmp_path / f"c.{ext}")
+    base = tmp_path / "c"
+    with pytest.warns(pydb.EncodingDetectionWarning) as caught:
+        pydb.open(base, readonly=False).close()
+    message = str(caught[0].message)
+    assert message.startswith(f"{base}: the values look cp850 (")
+    assert "a str written through it would be UTF-8 among them. Open with " \
+           "encoding='auto' or encoding='cp850'" in message
+    assert caught[0].filename == __file__
+    utf8 = tmp_path / "u"
+    pydb.create(utf8).close()
+    with pydb.open(utf8, readonly=False) as db:
+        db.append([(1, "Müller")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kw in ({"readonly": False, "encoding": "cp850"},
+                   {"readonly": False, "encoding": "utf-8"}, {}):
+            pydb.open(base, **kw).close()
+        pydb.open(utf8, readonly=False).close()

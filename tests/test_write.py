@@ -654,7 +654,7 @@ def test_every_real_database_updated(tmp_path, isis_data, mst):
                          pdel=c["physically_deleted"])
     if not before:   # an empty database (SOURCES.md: layout "empty")
         assert facts["nxt"] == 1
-        with pydb.open(base, readonly=False, sync=False) as db:
+        with pydb.open(base, readonly=False, sync=False, encoding="latin-1") as db:
             assert db.append([(1, b"first")]) == 1
             with db.transaction() as tx:
                 assert tx.append([(1, b"second")]) == 2
@@ -678,8 +678,9 @@ def test_every_real_database_updated(tmp_path, isis_data, mst):
     a = active[0]
     b = active[len(active) // 2] if len(active) > 1 else facts["nxt"]  # else: the new one
     changed = expected[a][1] + [(999, b"changed by pydb \xe9")]
-    # gc="none": the collector would compact away the version chain read below
-    with pydb.open(base, readonly=False, sync=False, gc="none") as db:
+    # gc="none": the collector would compact away the version chain read
+    # below; bytes are written, so any codec (named: no sampling, no warning)
+    with pydb.open(base, readonly=False, sync=False, gc="none", encoding="latin-1") as db:
         with db.transaction() as tx:
             new = tx.append(appended)
             tx.update(a, changed)
@@ -1026,10 +1027,10 @@ def test_a_winisis_master_file_opened_for_writing_keeps_its_bytes(isis_data, tmp
     with pydb.open(base) as db:
         want = [(r.mfn, raw_fields(r)) for r in db]
     for gc in ("none", "combined"):
-        pydb.open(base, readonly=False, gc=gc).close()
+        pydb.open(base, readonly=False, gc=gc, encoding="cp850").close()
         for ext in ("mst", "xrf"):
             assert (tmp_path / f"cds.{ext}").read_bytes() == files[ext], (gc, ext)
-    with pydb.open(base, readonly=False, gc="none") as db:
+    with pydb.open(base, readonly=False, gc="none", encoding="cp850") as db:
         mfn = db.append(sample(1))
         assert 68608 <= db.versions(mfn)[0].offset < 68608 + 512
         assert [(r.mfn, raw_fields(r)) for r in db if r.mfn != mfn] == want
