@@ -155,7 +155,7 @@ def _cmd_info(args) -> int:
             rows.append(("index", f"unreadable ({shown}); pydb index {args.db} rebuilds "
                          "a native one"))
         elif index is None:
-            rows.append(("index", f"none (build one: pydb index {args.db} --fst FILE)"))
+            rows.append(("index", _no_index_hint(args.db)))
         else:
             keys = postings = 0
             for term in index.terms():
@@ -339,6 +339,22 @@ def _repair_hints(db: str, kinds) -> list[str]:
     if _INDEX_KINDS & set(kinds):
         out.append(f"hint: pydb index {db} builds the native index anew")
     return out
+
+
+def _no_index_hint(db: str) -> str:
+    """pydb info's index row for a database without a readable index:
+    the command that builds one (no --fst where an FST lies beside the
+    database, as pydb index takes it), and CDS/ISIS inverted-file parts
+    that are there without the .cnt the reader needs (a new user's
+    review: both went unsaid)."""
+    fst = find_sidecar(db, "fst")
+    how = (f"pydb index {db} builds one from {fst}" if fst
+           else f"build one: pydb index {db} --fst FILE")
+    parts = [ext for ext in ("ifp", "n01", "l01") if find_sidecar(db, ext)]
+    if parts and not find_sidecar(db, "cnt"):
+        how += (f"; the CDS/ISIS inverted file beside it ({', '.join('.' + p for p in parts)}) "
+                "has no .cnt and is not read")
+    return f"none ({how})"
 
 
 def _cmd_check(args) -> int:

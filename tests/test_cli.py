@@ -1090,6 +1090,14 @@ def test_info_shows_encoding_io_commit_and_index(isis_data, tmp_path, capsys):
     assert cli_main(["info", plain]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"               index: none (build one: pydb index {plain} --fst FILE)")
+    # an FST beside it (pydb index takes it), inverted-file parts without
+    # their .cnt: both said
+    for ext in ("fst", "ifp", "n01"):
+        Path(f"{plain}.{ext}").write_bytes(b"24 0 v24\n" if ext == "fst" else b"")
+    assert cli_main(["info", plain]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"               index: none (pydb index {plain} builds one from {plain}.fst; the "
+        "CDS/ISIS inverted file beside it (.ifp, .n01) has no .cnt and is not read)")
 
 
 def test_no_carriage_returns_off_a_terminal(tmp_path, capfd):
