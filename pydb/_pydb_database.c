@@ -1040,17 +1040,24 @@ static PyObject *database_iter(DatabaseObject *self)
     return records_iter_new(self, NULL, 1, 0, 0);
 }
 
-static PyObject *database_records(DatabaseObject *self, PyObject *args,
-                                  PyObject *kw)
+int records_args(PyObject *args, PyObject *kw, int32_t *from, int *deleted,
+                 int *skip)
 {
     static char *kwlist[] = {"start", "deleted", "skip_damaged", NULL};
     PyObject *start = NULL;
-    int32_t from;
-    int deleted = 0, skip = 0;
+    *deleted = *skip = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$Opp", kwlist, &start,
-                                     &deleted, &skip) ||
-        mfn_start(start, &from) < 0)
-        return NULL;
+                                     deleted, skip))
+        return -1;
+    return mfn_start(start, from);
+}
+
+static PyObject *database_records(DatabaseObject *self, PyObject *args,
+                                  PyObject *kw)
+{
+    int32_t from;
+    int deleted, skip;
+    if (records_args(args, kw, &from, &deleted, &skip) < 0) return NULL;
     return records_iter_new(self, NULL, from, deleted, skip);
 }
 

@@ -54,6 +54,7 @@ int parse_mfn(module_state *st, PyObject *arg, int32_t *mfn);
  *   records_iter_new the RecordIterator over `db`, or over the snapshot
  *                    `snap` of it when not NULL
  *   mfn_start        a listing's start argument as an MFN
+ *   records_args     records()'s arguments
  *   records_read     read(): the Record of the MFN `arg`, as of `snap`
  *                    when not NULL, else of the latest commit
  *   records_read_many read_many(): the list of the Records of the MFNs
@@ -70,6 +71,11 @@ PyObject *records_iter_new(DatabaseObject *db, struct SnapshotObject *snap,
  * largest (a listing that finds nothing; it raised OverflowError past
  * 2^31).  0, or -1 and TypeError for what is not an int. */
 int mfn_start(PyObject *start, int32_t *out);
+/* records()'s arguments (start=1, deleted=False, skip_damaged=False,
+ * keywords only) into *from, *deleted, *skip: 0, or -1 and an exception
+ * (Database.records and Snapshot.records). */
+int records_args(PyObject *args, PyObject *kw, int32_t *from, int *deleted,
+                 int *skip);
 PyObject *records_read(DatabaseObject *db, struct SnapshotObject *snap,
                        PyObject *arg);
 PyObject *records_read_many(DatabaseObject *db, struct SnapshotObject *snap,

@@ -489,14 +489,9 @@ static PyObject *snapshot_iter(SnapshotObject *s)
 static PyObject *snapshot_records(SnapshotObject *s, PyObject *args,
                                   PyObject *kw)
 {
-    static char *kwlist[] = {"start", "deleted", "skip_damaged", NULL};
-    PyObject *start = NULL;
     int32_t from;
-    int deleted = 0, skip = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$Opp", kwlist, &start,
-                                     &deleted, &skip) ||
-        mfn_start(start, &from) < 0)
-        return NULL;
+    int deleted, skip;
+    if (records_args(args, kw, &from, &deleted, &skip) < 0) return NULL;
     return snapshot_records_from(s, from, deleted, skip);
 }
 

@@ -990,14 +990,7 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
         with open_db(d / "db", gc="none") as db:
             check_files(d / "db")      # the writer's open cleared them
             cut = n in (2, 3)
-            if db.max_mfn == 60:
-                want.apply(BULK)
-            assert want.matches(db)[0], (n, want.matches(db)[1])
-            assert db.check().ok, n
-            # present once its frame is written (a kill keeps the page cache)
-            assert (db.max_mfn == 60) == (n > 3), n
-            db.append(content(want.max_mfn + 1, 1, 3))
-            want.apply([("A", want.max_mfn + 1, 1, 3)])
+            _after_a_killed_bulk_commit(db, want, n)
         with pydb.open(d / "db") as ro:
             assert want.matches(ro)[0] and ro.check().ok, n
             # the sizes the commit published are the files' (a stale,
@@ -1007,6 +1000,20 @@ def test_a_bulk_commit_killed_at_each_operation(tmp_path):
             assert info["mst_size"] == os.path.getsize(d / "db.mst"), (n, info)
         check_files(d / "db")
     assert cuts >= 6
+
+
+def _after_a_killed_bulk_commit(db, want, n) -> None:
+    """The writer's handle `db` after a bulk commit
+    killed before its operation `n`: the records are the oracle's, with
+    the bulk once its frame is written (a kill keeps the page cache), the
+    database checks, a record appends."""
+    if db.max_mfn == 60:
+        want.apply(BULK)
+    assert want.matches(db)[0], (n, want.matches(db)[1])
+    assert db.check().ok, n
+    assert (db.max_mfn == 60) == (n > 3), n
+    db.append(content(want.max_mfn + 1, 1, 3))
+    want.apply([("A", want.max_mfn + 1, 1, 3)])
 
 
 def _records_end(db) -> int:
@@ -1038,13 +1045,7 @@ def test_a_bulk_commit_killed_past_another_programs_bytes(tmp_path):
             assert at > 0 and mst[at:at + len(tail)] == tail, n
             if db.max_mfn != 60:      # not committed: its records cut
                 assert len(mst) < _records_end(db) + 512, n
-            else:
-                want.apply(BULK)
-            assert want.matches(db)[0], (n, want.matches(db)[1])
-            assert db.check().ok, n
-            assert (db.max_mfn == 60) == (n > 3), n
-            db.append(content(want.max_mfn + 1, 1, 3))
-            want.apply([("A", want.max_mfn + 1, 1, 3)])
+            _after_a_killed_bulk_commit(db, want, n)
         with pydb.open(d / "db") as ro:
             assert want.matches(ro)[0] and ro.check().ok, n
         check_files(d / "db")          # the bytes now lie before the end

@@ -383,6 +383,14 @@ def test_cli(isis_data, tmp_path):
                                         f"old one: {tmp_path / 'CDS.std.xrf.bak'})")
 
 
+def _pydb_cli(*args):
+    """`python -m pydb ARGS...` in a subprocess: its CompletedProcess
+    (text)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "pydb", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
 def test_cli_an_xrf_cut_short(isis_data, tmp_path):
     """pyisis's cds sample with its XRF cut to one block of the two NXTMFN
     151 needs: `pydb check` cannot open it, names the XRF and its size,
@@ -395,12 +403,8 @@ def test_cli_an_xrf_cut_short(isis_data, tmp_path):
     with pydb.open(tmp_path / "cds") as db:
         want = [(r.mfn, r.fields) for r in db]
     os.truncate(tmp_path / "cds.xrf", 512)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     base = tmp_path / "cds"
-
-    def run(*args):
-        return subprocess.run([sys.executable, "-m", "pydb", *map(str, args)],
-                              capture_output=True, text=True, env=env, timeout=60)
+    run = _pydb_cli
     r = run("check", base)
     assert r.returncode == 1
     assert "the XRF has 512 bytes, but NXTMFN 151 needs 1024 (truncated?)" in r.stdout
@@ -422,12 +426,8 @@ def test_cli_a_master_file_cut_short(isis_data, tmp_path):
     for ext in ("mst", "xrf"):
         shutil.copy(isis_data / PYISIS_SAMPLE / f"cds.{ext}", tmp_path / f"cds.{ext}")
     os.truncate(tmp_path / "cds.mst", 16716)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     base = tmp_path / "cds"
-
-    def run(*args):
-        return subprocess.run([sys.executable, "-m", "pydb", *map(str, args)],
-                              capture_output=True, text=True, env=env, timeout=60)
+    run = _pydb_cli
     r = run("check", base)
     assert r.returncode == 1 and "say the records end at byte 63224" in r.stdout
     assert f"pydb mkxrf {base} --replace --mend-control" in r.stdout
