@@ -510,7 +510,9 @@ class Database(_pydb.Database):
         (docs/isis-formats.md §6): ``+`` OR, ``*`` AND, ``^`` AND NOT, ``(G)``
         same field, ``(F)`` same occurrence, ``.``/``$`` proximity, ``$``
         right truncation, ``/(tag,...)`` qualifier, parentheses, quoted
-        terms.  See :mod:`pydb.search` for the exact semantics.
+        terms (``"A + B"`` is one term; a ``"`` inside one is written
+        twice: ``'"5"" FLOPPY"'`` finds the key ``5" FLOPPY``).  See
+        :mod:`pydb.search` for the exact semantics.
 
         Returns:
             A :class:`pydb.search.SearchResult`: the sorted MFNs (1-based)
