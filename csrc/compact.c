@@ -172,18 +172,26 @@ void pydb__compact_abort(pydb_db *db)
 
 /* Create (or take over from a dead job) the new file `path`, locked so
  * that one job at a time writes it: 1 with *fd, 0 when a live job of
- * another handle or process holds it, or a PYDB error. */
-static int new_file(int *fd, const char *path, int mode, pydb_error *err)
+ * another handle or process holds it, or when the swap marker `mk`
+ * stands (a job that died in its swap: recovery renames its files, which
+ * must not be emptied), or a PYDB error. */
+static int new_file(int *fd, const char *path, const char *mk, int mode,
+                    pydb_error *err)
 {
+    struct stat st;
     for (int tries = 0; tries < 4; tries++) {
         *fd = pydb__vfs->open(path, O_RDWR | O_CREAT, mode);
         if (*fd < 0)
             return PYDB_OSERROR(err, errno, path, -1, "cannot create: %s",
                                 strerror(errno));
-        if (pydb__ofd_lock(*fd, F_WRLCK) != 0) {
+        if (pydb__ofd_lock(*fd, F_WRLCK) != 0 || stat(mk, &st) == 0) {
+            /* another job is running; or one died after its marker (a
+             * review: looked at before the lock only, a job killed in
+             * between left files this one emptied, and recovery renamed
+             * them over the database) */
             pydb__vfs->close(*fd);
             *fd = -1;
-            return 0;   /* another job is running */
+            return 0;
         }
         if (pydb__same_file(*fd, path)) {
             /* a dead job's leftover or a new file: start empty */
@@ -237,8 +245,8 @@ static int job_start(pydb_db *db, int *started, pydb_error *err)
     j->pos = PYDB_CTL_SIZE;
     /* the new files get the master file's permissions */
     mode = fstat(db->mst.fd, &st) == 0 ? (int)(st.st_mode & 07777) : 0644;
-    rc = new_file(&j->fd_mst, j->nm, mode, err);
-    if (rc == 1) rc = new_file(&j->fd_xrf, j->nx, mode, err);
+    rc = new_file(&j->fd_mst, j->nm, j->mk, mode, err);
+    if (rc == 1) rc = new_file(&j->fd_xrf, j->nx, j->mk, mode, err);
     if (rc != 1) {
         if (j->fd_mst >= 0) {
             unlink(j->nm);   /* before the close: the lock is still held */

@@ -1661,11 +1661,11 @@ int pydb_iso_reserved(const uint8_t *value, size_t len);
  * (PYDB_ISO_ISIS: '#' and '#'; PYDB_ISO_MARC: 0x1E and 0x1D).  With
  * PYDB_ISO_MARC and `caret`, each '^' in a value is written as the
  * subfield delimiter 0x1F, except in control fields (tags 001-009 without
- * an implementation part), which have no subfields.  The record's length (bytes) goes to *len; it
- * is written to `out` (*len bytes of room) unless out is NULL (the
- * length only).  Errors: PYDB_EINVAL when the record cannot be
- * represented (a field or the data area needs lengths of more than 9
- * digits; the record is longer than 99,999 bytes). */
+ * an implementation part), which have no subfields.  The record's length
+ * (bytes) goes to *len; it is written to `out` (*len bytes of room)
+ * unless out is NULL (the length only).  Errors: PYDB_EINVAL when the
+ * record cannot be represented (a field or the data area needs lengths
+ * of more than 9 digits; the record is longer than 99,999 bytes). */
 int pydb_iso_encode(uint8_t *out, size_t *len, const pydb_iso_wfield *f,
                     size_t n, int flavour, int caret, const uint8_t mid[7],
                     const uint8_t tail[3], pydb_error *err);

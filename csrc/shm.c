@@ -66,8 +66,10 @@
 #define OFF_SYNC_START 504 /* u64: the holder's start time           */
 #define OFF_SYNC_WAKE 512  /* u32 futex: bumped when a log sync ends  */
                            /* 516 u32: commits sleeping on it         */
-#define OFF_DIRECT_END 520 /* i64: a direct commit's end of records + 1 */
-#define OFF_DIRECT_GEN 528 /* u64: the master file generation of it    */
+#define OFF_DIRECT_AT 520  /* i64: a direct commit's records' start + 1 */
+#define OFF_DIRECT_GEN 528 /* u64: the master file generation then     */
+#define OFF_DIRECT_END 536 /* i64: the committed end of records then    */
+#define OFF_DIRECT_NXT 544 /* i32: NXTMFN then                          */
 #define BOOT_LEN 36
 
 /* reader slot fields */
@@ -810,24 +812,41 @@ uint64_t pydb__shm_applying_commit(pydb_shm *s)
 
 /* ---------------------------------------------- the direct-commit mark */
 
-void pydb__shm_direct_mark(pydb_shm *s, int64_t end, uint64_t gen)
+void pydb__shm_direct_set(pydb_shm *s, const pydb_direct_mark *m)
 {
+    uint8_t *map;
     if (!pydb__shm_valid(s)) return;
-    if (end >= 0)
-        __atomic_store_n(u64_at(s, OFF_DIRECT_GEN), gen, __ATOMIC_RELAXED);
-    __atomic_store_n(u64_at(s, OFF_DIRECT_END),
-                     end >= 0 ? (uint64_t)end + 1 : 0, __ATOMIC_RELEASE);
+    __atomic_store_n(u64_at(s, OFF_DIRECT_GEN), m->gen, __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_DIRECT_END), (uint64_t)m->end,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(i32_at(s, OFF_DIRECT_NXT), m->next_mfn,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(u64_at(s, OFF_DIRECT_AT), (uint64_t)m->start + 1,
+                     __ATOMIC_RELEASE);
+    /* best effort: without it a power cut may keep the records, not the
+     * mark, and they stay as another program's would (never cut) */
+    map = map_of(s);
+    if (map) (void)msync(map, PYDB_SHM_HEAD, MS_SYNC);
 }
 
-int64_t pydb__shm_direct_at(pydb_shm *s, uint64_t gen)
+void pydb__shm_direct_clear(pydb_shm *s)
 {
-    uint64_t v;
-    if (!pydb__shm_valid(s)) return -1;
-    v = __atomic_load_n(u64_at(s, OFF_DIRECT_END), __ATOMIC_ACQUIRE);
-    if (v == 0 || v > (uint64_t)INT64_MAX ||
-        __atomic_load_n(u64_at(s, OFF_DIRECT_GEN), __ATOMIC_RELAXED) != gen)
-        return -1;
-    return (int64_t)(v - 1);
+    if (!pydb__shm_valid(s)) return;
+    __atomic_store_n(u64_at(s, OFF_DIRECT_AT), 0, __ATOMIC_RELEASE);
+}
+
+int pydb__shm_direct_get(pydb_shm *s, pydb_direct_mark *m)
+{
+    uint64_t at;
+    if (!pydb__shm_valid(s)) return 0;
+    at = __atomic_load_n(u64_at(s, OFF_DIRECT_AT), __ATOMIC_ACQUIRE);
+    if (at == 0 || at > (uint64_t)INT64_MAX) return 0;
+    m->start = (int64_t)(at - 1);
+    m->gen = __atomic_load_n(u64_at(s, OFF_DIRECT_GEN), __ATOMIC_RELAXED);
+    m->end = (int64_t)__atomic_load_n(u64_at(s, OFF_DIRECT_END),
+                                      __ATOMIC_RELAXED);
+    m->next_mfn = __atomic_load_n(i32_at(s, OFF_DIRECT_NXT), __ATOMIC_RELAXED);
+    return 1;
 }
 
 /* ------------------------------------------------- the collector lease */

@@ -69,11 +69,12 @@
  *   512    u32 the sync wake word: bumped each time a log sync ends, a
  *          futex that commits waiting for one sleep on
  *          (pydb__shm_sync_wait)     516 u32 commits sleeping on it
- *   520    i64 the direct-commit mark: the end of records (mst_end) past
- *          which a direct commit (wal.h) writes its records before its
- *          commit point, plus 1 (0: none; pydb__shm_direct_mark)
- *   528    u64 the master file generation that end is of
- *   536..4095 0
+ *   520    the direct-commit mark (pydb__shm_direct_set): i64 where a
+ *          direct commit (wal.h) writes its records before its commit
+ *          point, plus 1 (0: none); 528 u64 the master file generation,
+ *          536 i64 the committed end of records and 544 i32 NXTMFN of
+ *          the state it started from; 548 u32 0
+ *   552..4095 0
  *   4096   reader slots, 64 bytes each:
  *            0 i32 pid (0: free; negative: being freed by process -pid)
  *            4 u32 0
@@ -188,20 +189,28 @@ void pydb__shm_applying(pydb_shm *s, int on);
  * publishes). */
 uint64_t pydb__shm_applying_commit(pydb_shm *s);
 
-/* The direct-commit mark (offset 520): a writer holding the writer lock
- * sets it to the offset `end` of master file generation `gen` (end >= 0)
- * where a direct commit writes its records past the committed end (that
- * end, or the end of the file after another program's bytes) before it
- * writes them, and clears it (end < 0) once that commit is published or
- * its records cleared.  A commit killed in between leaves its records
+/* The direct-commit mark (offset 520): where a direct commit writes its
+ * records past the committed end (that end, or the end of the file after
+ * another program's bytes), and the state it started from.  A writer
+ * holding the writer lock sets it before it writes them, synced to the
+ * disk with the header's page (msync) so that it outlives the records,
+ * which are fdatasync'ed; and clears it once that commit is logged or its
+ * records are put back.  A commit killed in between leaves its records
  * with the mark naming where they start, so that the next transaction
- * clears them as pydb's own; bytes past the end without the mark are
- * another program's (WinISIS leaves older versions there), which pydb
- * never writes over (txn.c, check_tail).  No-op on an invalid file. */
-void pydb__shm_direct_mark(pydb_shm *s, int64_t end, uint64_t gen);
-/* The offset the mark names for generation `gen`; -1 for none, a mark
- * of another generation, or an invalid file. */
-int64_t pydb__shm_direct_at(pydb_shm *s, uint64_t gen);
+ * clears them as pydb's own -- only while the files still hold the state
+ * it names; bytes past the end without such a mark are another program's
+ * (WinISIS leaves older versions there), which pydb never writes over
+ * (txn.c, check_tail).  No-ops, and no mark, on an invalid file. */
+typedef struct pydb_direct_mark {
+    int64_t start;      /* the records' first byte in the .mst         */
+    int64_t end;        /* the committed end of records then           */
+    int32_t next_mfn;   /* NXTMFN then                                 */
+    uint64_t gen;       /* the master file generation then             */
+} pydb_direct_mark;
+void pydb__shm_direct_set(pydb_shm *s, const pydb_direct_mark *m);
+void pydb__shm_direct_clear(pydb_shm *s);
+/* 1 with *m when a mark is set, else 0. */
+int pydb__shm_direct_get(pydb_shm *s, pydb_direct_mark *m);
 
 /* Register a reader at the latest commit (LMDB's registration loop);
  * *slot gets the claimed slot, *st the state of that commit (st->commit

@@ -242,7 +242,10 @@ typedef struct put_file {
 struct pydb_txn {
     pydb_db *db;
     uint8_t ctl[PYDB_CTL_SIZE];   /* control record at begin            */
-    int64_t start;                /* committed end of the .mst          */
+    int64_t start;                /* committed end of the .mst (or the
+                                     file's end past another program's
+                                     bytes: check_tail)                 */
+    int64_t end0;                 /* the committed end at begin         */
     int64_t pos;                  /* next free byte after this txn      */
     int32_t next_mfn;
     int32_t first_new;            /* NXTMFN at begin: appends from here   */
@@ -398,10 +401,9 @@ static int64_t region_end(const pydb_txn *t)
  * -- after a direct commit failed before its commit point (`size`: the
  * file's size before it), or when check_tail() finds a killed direct
  * commit's records there (`size`: the block boundary after the end).
- * Best effort: bytes
- * it cannot clear are found and cleared again by the next transaction
- * (the direct-commit mark, which names them as pydb's, is left): 0 when
- * cleared, -1 when not. */
+ * Best effort: bytes it cannot clear are found and cleared again by the
+ * next transaction (the direct-commit mark, which names them as pydb's,
+ * is left): 0 when cleared, -1 when not. */
 static int clear_past_end(pydb_txn *t, int64_t size)
 {
     static const uint8_t zeros[PYDB_BLOCK];
@@ -438,6 +440,9 @@ static int lagging_ctl_error(pydb_db *db, int32_t mfn, int32_t raw,
                         (int)next_mfn);
 }
 
+/* The most XRF bytes xrf_lagging() reads. */
+#define TAIL_XRF_MAX ((int64_t)1 << 20)
+
 /* PYDB_ECORRUPT (lagging_ctl_error) if the XRF has an entry for an MFN at
  * or past NXTMFN `next_mfn`: another program's writer died after it wrote
  * the entry and before it rewrote the control record (pydb's own are
@@ -445,7 +450,6 @@ static int lagging_ctl_error(pydb_db *db, int32_t mfn, int32_t raw,
  * that entry's record.  Only the blocks from NXTMFN's on are read, at
  * most TAIL_XRF_MAX bytes of them (a replayed log may leave a sparse XRF
  * of hundreds of GB: docs/fuzzing.md, wal-sparse-xrf-2e39). */
-#define TAIL_XRF_MAX ((int64_t)1 << 20)
 static int xrf_lagging(pydb_db *db, int32_t next_mfn, pydb_error *err)
 {
     uint8_t buf[PYDB_BLOCK];
@@ -472,26 +476,33 @@ static int xrf_lagging(pydb_db *db, int32_t next_mfn, pydb_error *err)
 /* The bytes after NXTMFB/NXTMFP should be the zero fill of the last block
  * (docs/isis-formats.md §2.1).  Other bytes there (or more than 1 MiB of
  * file) are pydb's own only where the direct-commit mark (shm.h) names
- * where they start: the records of a direct commit killed before its
- * commit point, cleared (zero fill to the block boundary and the file cut
- * there, or, where that commit itself started after the end of the file,
- * the file cut where it started).  Any others are another program's --
- * a record some writer placed across its own end (pyisis stores an end
- * inside its last record), versions WinISIS left past it -- and are never
- * written over: the transaction starts after the end of the file (a
- * review: a writer's open cut 18 versions off a WinISIS master file, the
- * only copies of four physically deleted records).  An XRF entry at or
- * past NXTMFN is PYDB_ECORRUPT either way (xrf_lagging). */
+ * where they start and the state they were written past -- this end,
+ * NXTMFN and master file generation: the records of a direct commit
+ * killed before its commit point, cleared (zero fill to the block
+ * boundary and the file cut there, or, where that commit started after
+ * the end of the file, the file cut where it started).  Any others are
+ * another program's -- a record some writer placed across its own end
+ * (pyisis stores an end inside its last record), versions WinISIS left
+ * past it -- and are never written over: the transaction starts after
+ * the end of the file (a review: a writer's open cut 18 versions off a
+ * WinISIS master file, the only copies of four physically deleted
+ * records).  A mark that names another state is stale and cleared (the
+ * writer lock is held: no direct commit is under way).  An XRF entry at
+ * or past NXTMFN is PYDB_ECORRUPT either way (xrf_lagging). */
 static int check_tail(pydb_txn *t, pydb_error *err)
 {
     pydb_db *db = t->db;
     pydb_shm *shm = pydb__db_shm(db);
-    uint64_t gen = pydb__files_gen(db);
+    pydb_direct_mark m;
     int64_t off = t->start, size = pydb__fsize(&db->mst);  /* load_state's */
-    int64_t mark;
     uint8_t buf[PYDB_BLOCK];
-    int dirty, rc;
+    int dirty, marked, ours, rc;
 
+    marked = pydb__shm_direct_get(shm, &m);
+    ours = marked && m.end == t->start && m.next_mfn == t->next_mfn &&
+           m.gen == pydb__files_gen(db) && m.start >= t->start &&
+           m.start <= size;
+    if (marked && !ours) pydb__shm_direct_clear(shm);
     dirty = size - off > ((int64_t)1 << 20);
     while (!dirty && off < size) {
         size_t n = (size_t)(size - off < PYDB_BLOCK ? size - off : PYDB_BLOCK);
@@ -502,20 +513,21 @@ static int check_tail(pydb_txn *t, pydb_error *err)
             if (buf[i]) dirty = 1;
         off += (int64_t)n;
     }
-    if (!dirty) return PYDB_OK;
-    rc = xrf_lagging(db, t->next_mfn, err);
-    if (rc) return rc;
-    mark = pydb__shm_direct_at(shm, gen);
-    if (mark == t->start) {
-        if (clear_past_end(t, region_end(t)) == 0)
-            pydb__shm_direct_mark(shm, -1, 0);
+    if (!dirty) {
+        if (ours) pydb__shm_direct_clear(shm);
         return PYDB_OK;
     }
-    if (mark > t->start && mark < size &&
-        pydb__vfs->ftruncate(db->mst.fd, mark) == 0) {
-        pydb__fsize_set(&db->mst, mark);
-        pydb__shm_direct_mark(shm, -1, 0);
-        size = mark;
+    rc = xrf_lagging(db, t->next_mfn, err);
+    if (rc) return rc;
+    if (ours && m.start == t->start) {
+        if (clear_past_end(t, region_end(t)) == 0)
+            pydb__shm_direct_clear(shm);
+        return PYDB_OK;
+    }
+    if (ours && pydb__vfs->ftruncate(db->mst.fd, m.start) == 0) {
+        pydb__fsize_set(&db->mst, m.start);
+        pydb__shm_direct_clear(shm);
+        size = m.start;
     }
     t->start = t->pos = size;
     return PYDB_OK;
@@ -557,7 +569,7 @@ void pydb__txn_tidy_tail(pydb_db *db)
     if (load_state(db, t.ctl, &ignored) != PYDB_OK) return;
     pydb__ctl_decode(&c, t.ctl);
     t.next_mfn = c.next_mfn;
-    t.start = t.pos = pydb__ctl_end(c.next_block, c.next_pos);
+    t.start = t.pos = t.end0 = pydb__ctl_end(c.next_block, c.next_pos);
     (void)check_tail(&t, &ignored);
 }
 
@@ -676,7 +688,7 @@ static int txn_begin(pydb_txn **out, pydb_db *db, int timeout_ms, int gc,
         pydb_ctl c;
         pydb__ctl_decode(&c, t->ctl);
         t->next_mfn = t->first_new = c.next_mfn;
-        t->start = t->pos = pydb__ctl_end(c.next_block, c.next_pos);
+        t->start = t->pos = t->end0 = pydb__ctl_end(c.next_block, c.next_pos);
     }
     rc = check_tail(t, err);
     if (rc) goto fail;
@@ -992,9 +1004,14 @@ static int write_region(pydb_txn *t, const uint8_t *region,
 {
     pydb_db *db = t->db;
     int64_t end = region_end(t);
+    pydb_direct_mark m;
     int e;
     /* the records about to lie past the end are pydb's (check_tail) */
-    pydb__shm_direct_mark(pydb__db_shm(db), t->start, pydb__files_gen(db));
+    m.start = t->start;
+    m.end = t->end0;
+    m.next_mfn = t->first_new;
+    m.gen = pydb__files_gen(db);
+    pydb__shm_direct_set(pydb__db_shm(db), &m);
     e = -pydb__write_full(db->mst.fd, region, (size_t)(end - t->start),
                           t->start);
     if (e)
@@ -1691,11 +1708,14 @@ apply_failed:
     set_fatal(db, fsync_failed ? PYDB__FATAL_SYNC : PYDB__FATAL_APPLY);
     hooked = 0;
 done:
-    /* the mark's work is done once the commit is logged (recovery
-     * finishes it) or its records are cleared; else the next begin's */
-    if (region && (logged || (rc && !log_sync_failed &&
-                              clear_past_end(t, mst_size) == 0)))
-        pydb__shm_direct_mark(pydb__db_shm(db), -1, 0);
+    if (region) {
+        /* the mark's work is done once the commit is logged (recovery
+         * finishes it) or its records are cleared; else the next begin's */
+        int cleared = 0;
+        if (rc && !logged && !log_sync_failed)
+            cleared = clear_past_end(t, mst_size) == 0;
+        if (logged || cleared) pydb__shm_direct_clear(pydb__db_shm(db));
+    }
     if (rc && err)
         commit_outcome(err, logged, log_sync_failed, pydb__txn_read_only(db));
     /* cleared once published; a commit whose apply failed leaves it, so

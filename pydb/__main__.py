@@ -630,9 +630,10 @@ def _cmd_export(args) -> int:
     enc = args.encoding or ("utf-8" if fmt == "jsonl" else "auto")
     with open_db(args.db, encoding=enc) as db:
         total = len(db.mfns(deleted=args.deleted))
+        if fmt == "jsonl":
+            _note_other_encoding(args, db)   # before the progress bar
         with _progress(total, "rec", "export", _show_progress(args)) as tick:
             if fmt == "jsonl":
-                _note_other_encoding(args, db)
                 rep = export_jsonl(db, args.dst, deleted=args.deleted,
                                    encoding=args.encoding or "utf-8",
                                    on_error=args.on_error, progress=tick)

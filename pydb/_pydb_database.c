@@ -1022,12 +1022,16 @@ int mfn_start(PyObject *start, int32_t *out)
     int over = 0;
     long long v = 1;
     if (start) {
-        if (!PyLong_Check(start)) {
-            PyErr_Format(PyExc_TypeError, "start must be an int, not %.100s",
-                         Py_TYPE(start)->tp_name);
+        /* any integer type (__index__: numpy's too), as "i" took them */
+        PyObject *i = PyIndex_Check(start) ? PyNumber_Index(start) : NULL;
+        if (!i) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "start must be an int, not "
+                             "%.100s", Py_TYPE(start)->tp_name);
             return -1;
         }
-        v = PyLong_AsLongLongAndOverflow(start, &over);
+        v = PyLong_AsLongLongAndOverflow(i, &over);
+        Py_DECREF(i);
         if (v == -1 && PyErr_Occurred()) return -1;
     }
     *out = over > 0 || (!over && v > INT32_MAX) ? INT32_MAX

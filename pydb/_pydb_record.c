@@ -357,17 +357,17 @@ void record_spare_put(pydb_record *r)
 /* Freed Records kept for the next record_new_from(), as field_free keeps
  * Fields: a scan lets each Record go as it takes the next, and each went
  * through the allocator, its zeroing and the collector's bookkeeping
- * (ab_builds scan-fields 15: time -2.4% +/- 1.9% with the list).  Only
- * the records of the main interpreter's record class while that class
- * is untracked and has no finalizer (record_free_type: pydb.Record, set
- * by mod_set_record_class() while the module holds the class; the
- * finalizer looked at again as each Record is let go, since a __del__
- * may be given to the class later) go on the list, so that every kept Record has the class's size and is made again
- * as tp_alloc would, untracked (a finalizer would not run for a Record
- * made again: the collector marks an object it finalized in its header,
- * which PyObject_Init leaves).  A kept Record holds no reference
- * (record_dealloc dropped them), its class's included.  The GIL guards
- * it; a free-threaded build keeps none. */
+ * (ab_builds scan-fields 15: time -2.4% +/- 1.9% with the list).  Only the
+ * records of the main interpreter's record class while that class is
+ * untracked and has no finalizer (record_free_type: pydb.Record, set by
+ * mod_set_record_class() while the module holds the class; the finalizer
+ * looked at again as each Record is let go, since a __del__ may be given to
+ * the class later) go on the list, so that every kept Record has the
+ * class's size and is made again as tp_alloc would, untracked (a finalizer
+ * would not run for a Record made again: the collector marks an object it
+ * finalized in its header, which PyObject_Init leaves).  A kept Record
+ * holds no reference (record_dealloc dropped them), its class's included.
+ * The GIL guards it; a free-threaded build keeps none. */
 #ifndef Py_GIL_DISABLED
 #define RECORD_FREE_MAX 256
 static PyObject *record_free[RECORD_FREE_MAX];
@@ -1174,6 +1174,7 @@ static PyObject *mod_record_rebuild(PyObject *m, PyObject *args)
     long long offset, back;
     unsigned int mfrl;
     const char *name;
+    Py_ssize_t name_len;
     int mfn, status, deleted, flags, locked, rc;
     Py_ssize_t n;
     pydb_error e;
@@ -1220,7 +1221,13 @@ static PyObject *mod_record_rebuild(PyObject *m, PyObject *args)
     head.back_offset = back;
     head.mfrl = mfrl;
     head.locked = locked;
-    name = PyUnicode_AsUTF8(errors);   /* NULL would mean "strict" */
+    /* NULL would mean "strict"; a NUL inside names another handler */
+    name = PyUnicode_AsUTF8AndSize(errors, &name_len);
+    if (name && strlen(name) != (size_t)name_len) {
+        PyErr_SetString(PyExc_ValueError, "embedded null character in "
+                        "errors");
+        goto cleanup;
+    }
     if (!name || !(handler = PyCodec_LookupError(name))) goto cleanup;
     Py_DECREF(handler);
     if (codec_lookup(st, encoding, &codec) < 0) goto cleanup;

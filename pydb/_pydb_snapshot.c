@@ -131,8 +131,8 @@ static void snapshot_release_once(SnapshotObject *s)
         r = PyObject_CallMethod(view, "close", NULL);
         if (r) Py_DECREF(r);
         else PyErr_WriteUnraisable(view);
+        Py_DECREF(view);   /* (its dealloc, too, before the restore) */
         PyErr_Restore(type, value, tb);
-        Py_DECREF(view);
     }
 }
 

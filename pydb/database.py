@@ -234,16 +234,16 @@ class Database(_pydb.Database):
         super().__init__(path, encoding="utf-8" if auto else encoding, errors=errors,
                          io=io, lock=lock, flags=flags, gc=gc)
         self._encoding_detection: EncodingDetection | None = None
-        if auto:
-            try:
-                self._detect_encoding(path, errors)
-            except BaseException:
-                super().close()
-                raise
         self._readonly = not (flags & _pydb.OPEN_WRITE)
         self._sync = not (flags & _pydb.OPEN_NOSYNC)
-        if defaulted and not self._readonly:
-            self._warn_if_not_utf8(path)
+        try:
+            if auto:
+                self._detect_encoding(path, errors)
+            elif defaulted and not self._readonly:
+                self._warn_if_not_utf8(path)
+        except BaseException:   # (a warning made an error too)
+            super().close()
+            raise
         pending = self.info()["log_pending"]
         if pending:
             warnings.warn(

@@ -137,6 +137,8 @@ def test_record_parts_that_are_not_a_record():
         rebuild(*head[:9], "no-such-handler", "x.mst", ())
     with pytest.raises(UnicodeEncodeError):
         rebuild(*head[:9], "\udc80", "x.mst", ())   # not "strict" by default
+    with pytest.raises(ValueError, match="embedded null character"):
+        rebuild(*head[:9], "strict\0x", "x.mst", ())  # not "strict" either
 
 
 def test_field_raw_is_the_stored_bytes_whatever_the_decoding(tmp_path):

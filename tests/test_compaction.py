@@ -683,6 +683,9 @@ def test_two_processes_compacting_at_once(tmp_path):
         p.start()
     for p in procs:
         p.join(120)
+        if p.exitcode is None:   # (hung: not left behind)
+            p.kill()
+            p.join()
         assert p.exitcode == 0
     results = [json.loads(o.read_text()) for o in outs]
     assert [r.get("error") for r in results] == [None, None]

@@ -107,6 +107,12 @@ def test_snapshot_sees_its_commit_while_the_handle_sees_the_latest(db):
     for bad in (1.5, "1", None):
         with pytest.raises(TypeError, match="start must be an int"):
             snap.records(start=bad)
+
+    class Index:   # an integer type of another library (numpy.int64...)
+        def __index__(self):
+            return 39
+    assert [r.mfn for r in snap.records(start=Index())] == [39, 40]
+    assert snap.mfns(start=Index()) == [39, 40]
     assert [r.mfn for r in snap] == list(range(1, 41))
     assert [fields(r) for r in snap.read_many([3, 1])] == [
         content(3, 0, (3 * 37) % 400), content(1, 0, 37)]

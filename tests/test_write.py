@@ -1011,6 +1011,35 @@ def test_bytes_another_program_left_past_the_end_are_never_written_over(
     assert len(mst) == -(-((nxtmfb - 1) * 512 + nxtmfp - 1) // 512) * 512
 
 
+def test_a_stale_direct_commit_mark_cuts_no_bytes_of_another_program(isis_data, tmp_path):
+    """The commit header's direct-commit mark (csrc/shm.h, offset 520)
+    names where a killed direct commit's records start and the state it
+    started from (end of records, NXTMFN, master file generation).  A
+    mark left from another state -- here one naming byte 64,562, inside
+    the WinISIS sample's 5,600 bytes past its end, for another end and
+    NXTMFN -- is stale: a writer's open and an append cut none of those
+    bytes, and the mark is cleared.  (A review: the mark named only the
+    byte and the generation; a mark left by a logged commit cut 4,046
+    bytes of WinISIS versions from files copied over the database.)"""
+    src = isis_data / "bireme__isis2json" / "fixtures" / "cds" / "winisis-cds"
+    for ext in ("mst", "xrf"):
+        shutil.copy(f"{src}.{ext}", tmp_path / f"cds.{ext}")
+    base = tmp_path / "cds"
+    mst = (tmp_path / "cds.mst").read_bytes()
+    pydb.open(base, readonly=False, encoding="cp850").close()     # makes the header
+    with open(f"{base}.shm", "r+b") as f:
+        f.seek(520)
+        f.write(struct.pack("<qQqi", 64562 + 1, 0, 64562, 200))
+    pydb.open(base, readonly=False, encoding="cp850").close()
+    assert (tmp_path / "cds.mst").read_bytes() == mst
+    with open(f"{base}.shm", "rb") as f:
+        f.seek(520)
+        assert f.read(8) == bytes(8)                              # cleared
+    with pydb.open(base, readonly=False, encoding="cp850", gc="none") as db:
+        db.append(sample(1))
+    assert (tmp_path / "cds.mst").read_bytes()[64:68608] == mst[64:]
+
+
 def test_a_winisis_master_file_opened_for_writing_keeps_its_bytes(isis_data, tmp_path):
     """isis2json's WinISIS cds sample holds 18 versions (5,600 bytes)
     past its control record's end, among them the only copies of MFN 23's
