@@ -115,7 +115,7 @@ def test_biblio_isis_reads_real_database_after_pydb_update(tmp_path, mst):
     shutil.copy2(mst, tmp_path / mst.name)
     shutil.copy2(xrf, tmp_path / xrf.name)
     base = tmp_path / mst.stem
-    with pydb.open(base, readonly=False, sync=False) as db:
+    with pydb.open(base, readonly=False, sync=False, encoding="utf-8") as db:  # as read
         first = db.mfns()[0]
         db.update(first, list(db[first].fields) + [(999, b"pydb")])
         db.delete(db.mfns()[-1])

@@ -253,7 +253,7 @@ def test_build_index_then_open_writable(isis_data, tmp_path):
         plants = mfns(db.search("PLANTS"))
     assert water == [4, 5, 10, 11, 12, 13, 14, 16, 22, 23, 24, 42, 51, 56]
     pydb.build_index(base, progress=False, max_key=30)
-    with pydb.open(base, readonly=False) as db:
+    with pydb.open(base, readonly=False, encoding="cp850") as db:
         assert db.index.kind == "native"
         assert mfns(db.search("WATER")) == water
         assert mfns(db.search("PLANTS")) == plants
