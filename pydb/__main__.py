@@ -578,7 +578,7 @@ def _note_other_encoding(args, db) -> None:
     if args.encoding is not None:
         return
     det = detect_encoding(db)
-    if det.encoding == "utf-8" or not det.utf8_invalid:
+    if not det.not_utf8():
         return
     kept = "base64" if _export_format(args) == "jsonl" else "the raw column's bytes"
     print(f"pydb export: note: {args.db}'s values look {det.encoding} ({det.reason}); "

@@ -334,7 +334,7 @@ class Database(_pydb.Database):
         among them (a new user's review: "Müller" appended to a cp850
         catalogue read back as "M├╝ller", and check() said OK)."""
         det = detect_encoding(self)
-        if det.encoding == "utf-8" or not det.utf8_invalid:
+        if not det.not_utf8():
             return
         warnings.warn(
             f"{os.fsdecode(path)}: the values look {det.encoding} ({det.reason}), "

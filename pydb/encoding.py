@@ -210,6 +210,12 @@ class EncodingDetection:
     problems: tuple[tuple[int, int, int, int], ...] = ()
     problem_count: int = 0
 
+    def not_utf8(self) -> bool:
+        """True when the records look to be in another encoding than
+        UTF-8: one was chosen and some sampled values are not valid
+        UTF-8 (what a str written as UTF-8 would then be mixed with)."""
+        return self.encoding != "utf-8" and self.utf8_invalid > 0
+
     def summary(self) -> str:
         """One line: the encoding, the reason and the counts (str)."""
         parts = [f"{self.encoding}: {self.reason}",
