@@ -184,11 +184,21 @@ static int new_file(int *fd, const char *path, const char *mk, int mode,
         if (*fd < 0)
             return PYDB_OSERROR(err, errno, path, -1, "cannot create: %s",
                                 strerror(errno));
-        if (pydb__ofd_lock(*fd, F_WRLCK) != 0 || stat(mk, &st) == 0) {
-            /* another job is running; or one died after its marker (a
-             * review: looked at before the lock only, a job killed in
-             * between left files this one emptied, and recovery renamed
-             * them over the database) */
+        if (pydb__ofd_lock(*fd, F_WRLCK) != 0) {
+            pydb__vfs->close(*fd);
+            *fd = -1;
+            return 0;   /* another job is running */
+        }
+        if (stat(mk, &st) == 0) {
+            /* a job died after its marker (a review: looked at before the
+             * lock only, a job killed in between left files this one
+             * emptied, and recovery renamed them over the database); an
+             * empty file here is the one this open made after that job's
+             * rename (its own has a control record at least), which
+             * recovery would rename too: removed, the lock still held */
+            if (fstat(*fd, &st) == 0 && st.st_size == 0 &&
+                pydb__same_file(*fd, path))
+                unlink(path);
             pydb__vfs->close(*fd);
             *fd = -1;
             return 0;
