@@ -167,7 +167,11 @@ class FSTError(Error, ValueError):
         self.reason = reason
 
     def __str__(self):
-        return f"{self.filename or '<fst>'}, line {self.line}: {self.reason}"
+        # the parser's reasons name the line (and column) themselves
+        where = self.filename or "<fst>"
+        if str(self.reason).startswith(f"FST line {self.line},"):
+            return f"{where}: {self.reason}"
+        return f"{where}, line {self.line}: {self.reason}"
 
 
 class IsoRecordError(Error, ValueError):

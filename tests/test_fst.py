@@ -257,7 +257,10 @@ def test_unterminated_literal_names_line_and_column(text, line, column, reason):
         parse_fst(text)
     assert ei.value.line == line
     assert ei.value.reason == f"FST line {line}, column {column}: {reason}"
-    assert str(ei.value) == f"<fst>, line {line}: FST line {line}, column {column}: {reason}"
+    # the line named once (it was "<fst>, line 2: FST line 2, column ...")
+    assert str(ei.value) == f"<fst>: FST line {line}, column {column}: {reason}"
+    assert str(pydb.FSTError("a.fst", 3, "no such function")) == \
+        "a.fst, line 3: no such function"
     with pytest.raises(pydb.FSTError):           # the same through the key extractor
         _pydb._testing.fst_keys(text, REC1)
 
