@@ -249,6 +249,7 @@ def export_iso(db: Database | PathArg, path: Source, flavour: str = "isis", *,
             if isinstance(target, str):   # _atomic_target's file for a path
                 _name_target(w.errors, target, os.fsdecode(path))  # type: ignore[arg-type]
         report.records = w.records
+        report.deleted = w.deleted
         report.errors.extend(w.errors)
         return report
     finally:

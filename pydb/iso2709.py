@@ -1078,6 +1078,7 @@ def write(target: Source, records: Iterable[Any], flavour: str = "isis", *,
                 continue
             out.write(_wrap(data, line_width, eol))
             report.records += 1
+            report.deleted += bool(deleted)
             if progress:
                 progress(1)
     return report
@@ -1089,17 +1090,19 @@ class Report:
     Attributes: ``records`` (int, records written), ``errors`` (list of
     :class:`~pydb.IsoRecordError` or :class:`~pydb.CorruptionError`, one per
     record left out), ``repaired`` (int, records read with a tolerated
-    defect), ``max_mfn`` (int, highest MFN of the new database; imports
-    only), ``deleted`` (int, records stored or written logically deleted).
+    defect), ``max_mfn`` (int, highest MFN of the database imported into;
+    None for an export or a write, which make no database), ``deleted``
+    (int, records stored or written logically deleted).
     """
 
     def __init__(self) -> None:
         self.records = 0
         self.errors: list[IsoRecordError | CorruptionError] = []
         self.repaired = 0
-        self.max_mfn = 0
+        self.max_mfn: int | None = None
         self.deleted = 0
 
     def __repr__(self):
+        mfn = "" if self.max_mfn is None else f" max_mfn={self.max_mfn}"
         return (f"<Report records={self.records} errors={len(self.errors)} "
-                f"repaired={self.repaired} max_mfn={self.max_mfn}>")
+                f"repaired={self.repaired} deleted={self.deleted}{mfn}>")

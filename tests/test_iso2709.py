@@ -959,3 +959,25 @@ def test_every_line_width_written_reads_back(tmp_path, flavour, width):
     for narrow in (1, 10, 23):
         with pytest.raises(ValueError, match="an int >= 24"):
             iso2709.write(tmp_path / "n.iso", recs, flavour, line_width=narrow)
+
+
+def test_report_says_max_mfn_for_imports_only(tmp_path):
+    """An export's or a write's Report has no max_mfn (None, left out of
+    its repr: it said max_mfn=0 for a database of two records) and counts
+    the logically deleted records it wrote (export_iso and write said 0);
+    an import's names the highest MFN of the database it made."""
+    base = tmp_path / "r"
+    with pydb.create(base) as db:
+        db.append([(1, b"x")])
+        db.append([(1, b"y")])
+        db.delete(2)
+    out = pydb.export_iso(base, tmp_path / "r.iso", deleted=True)
+    assert (out.records, out.deleted, out.max_mfn) == (2, 1, None)
+    assert repr(out) == "<Report records=2 errors=0 repaired=0 deleted=1>"
+    assert pydb.export_jsonl(base, tmp_path / "r.jsonl").max_mfn is None
+    assert pydb.export_jsonl(base, tmp_path / "r2.jsonl", deleted=True).deleted == 1
+    w = iso2709.write(tmp_path / "w.iso", pydb.iso2709.read(tmp_path / "r.iso"))
+    assert (w.records, w.deleted, w.max_mfn) == (2, 1, None)
+    got = pydb.import_iso(tmp_path / "r.iso", tmp_path / "n")
+    assert (got.records, got.deleted, got.max_mfn) == (2, 1, 2)
+    assert repr(got) == "<Report records=2 errors=0 repaired=0 deleted=1 max_mfn=2>"
