@@ -30,7 +30,14 @@ from .check import CheckReport, Problem
 from .database import LAYOUTS
 from .database import open as open_db
 from .encoding import check_record_codec, detect_encoding
-from .errors import CorruptionError, DatabaseNotFoundError, DiskError, Error, SearchSyntaxError
+from .errors import (
+    CorruptionError,
+    DatabaseNotFoundError,
+    DiskError,
+    Error,
+    NotFoundError,
+    SearchSyntaxError,
+)
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
 from .index import KEY_MODES
 from .iso2709 import MIN_LINE
@@ -220,13 +227,28 @@ def _past_damage(recs, damaged: list) -> Iterator:
         yield rec
 
 
+def _listed(db, mfns: list[int], failed: list) -> Iterator:
+    """The records of `mfns`, in the order given; one that does not read
+    (outside the database, physically deleted, damaged) is told on stderr,
+    added to `failed` and left out, and the others are still given (one
+    bad MFN of a list printed none of them)."""
+    for mfn in mfns:
+        try:
+            rec = db[mfn]
+        except (CorruptionError, NotFoundError) as e:
+            print(f"pydb dump: left out: {e}", file=sys.stderr)
+            failed.append(e)
+            continue
+        yield rec
+
+
 def _cmd_dump(args) -> int:
-    """Exit status: 0, or 1 when a damaged record was left out (every
-    other record is printed) or a listed MFN does not read."""
+    """Exit status: 0, or 1 when a damaged record or a listed MFN that
+    does not read was left out (every other record is printed)."""
     out = sys.stdout
-    damaged: list[CorruptionError] = []
+    damaged: list[CorruptionError | NotFoundError] = []
     with open_db(args.db, encoding=args.encoding) as db:
-        recs = (db.read_many(args.mfn) if args.mfn
+        recs = (_listed(db, args.mfn, damaged) if args.mfn
                 else _past_damage(db.records(deleted=args.deleted), damaged))
         total = len(args.mfn) if args.mfn else len(db.mfns(deleted=args.deleted))
         # by default a bar only when the text goes elsewhere than the terminal
@@ -236,6 +258,10 @@ def _cmd_dump(args) -> int:
                 _write_record(out, rec, True)
                 if tick:
                     tick(1)
+    if damaged and args.mfn:
+        print(f"pydb dump: {_plural(len(damaged), 'listed MFN')} of {len(args.mfn)} "
+              "left out", file=sys.stderr)
+        return 1
     if damaged:
         print(f"pydb dump: {_plural(len(damaged), 'damaged record')} left out "
               f"(pydb check {args.db} reports the damage)", file=sys.stderr)
@@ -524,6 +550,8 @@ def _cmd_import(args) -> int:
     if rep.records == 0 and not rep.errors and size > 0 and not args.resume:
         print(f"pydb import: no record found in {args.src} ({size} bytes): not "
               f"{'JSON Lines' if fmt == 'jsonl' else 'ISO 2709'}?", file=sys.stderr)
+        if before is None:
+            _remove_empty_db(args.db)
         return 1
     status = _report(rep, "imported")
     if before is None and rep.records == 0 and rep.errors and not args.resume:
@@ -533,7 +561,8 @@ def _cmd_import(args) -> int:
 
 def _remove_empty_db(db: str) -> None:
     """Remove the database an import made and put no record into (every
-    record of the file failed): no empty .mst/.xrf is left behind."""
+    record of the file failed, or the file held none): no empty .mst/.xrf
+    is left behind, for the next import to append to."""
     base = base_name(db)
     if _max_mfn_or_none(db) != 0:
         return

@@ -636,10 +636,25 @@ def test_export_replaces_only_with_force_and_never_leaves_partial_files(tmp_path
 
 
 def test_import_of_a_file_without_records_fails(tmp_path, capsys):
-    src = tmp_path / "nul.iso"
-    src.write_bytes(b"\0\0\0")
-    assert main(["import", str(src), str(tmp_path / "x")]) == 1
+    """A file with no record in it fails, and leaves no new database
+    behind (it left an empty .mst/.xrf, which the next import appended
+    to: a librarian's trial); an existing one is left as it was."""
+    for i, data in enumerate([b"\0\0\0", b"\n\n\n", b"\0" * 5000]):
+        src = tmp_path / f"nul{i}.iso"
+        src.write_bytes(data)
+        assert main(["import", str(src), str(tmp_path / f"x{i}")]) == 1
+        err = capsys.readouterr().err
+        assert "no record found in" in err
+        assert f"nothing imported: {tmp_path / f'x{i}'} was not created" in err
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(f"x{i}.")]
+    base = _small_db(tmp_path)
+    def files():   # the records' files (the commit header's counters move)
+        return {p.name: p.read_bytes() for p in tmp_path.glob("small.*")
+                if p.suffix in (".mst", ".xrf")}
+    before = files()
+    assert main(["import", str(tmp_path / "nul1.iso"), base]) == 1
     assert "no record found in" in capsys.readouterr().err
+    assert files() == before and len(before) == 2
 
 
 def test_import_refuses_huge_mfn_gap_and_tag_0(tmp_path):
@@ -1149,6 +1164,28 @@ def test_dump_goes_on_past_a_damaged_record(isis_data):
         f"pydb dump: left out: {base}.mst at byte 28976: the record at offset 28976 has "
         "MFN 2019440690, but the XRF entry of MFN 49 points there",
         f"pydb dump: 1 damaged record left out (pydb check {base} reports the damage)"]
+
+
+def test_dump_of_listed_mfns_goes_on_past_one_that_does_not_read(isis_data):
+    """`dump DB MFN...` prints every listed record that reads, in the
+    order given, and names each that does not (damaged, physically
+    deleted, outside the database) on stderr, exit status 1: one bad
+    MFN printed none of them before (a librarian's trial)."""
+    base = need(ODDS)
+    p = run("dump", base, 50, 49, 48, 999, text=True)
+    ids = [int(line[4:]) for line in p.stdout.splitlines() if line.startswith("!ID ")]
+    assert (p.returncode, ids) == (1, [50, 48])
+    assert p.stderr.splitlines() == [
+        f"pydb dump: left out: {base}.mst at byte 28976: the record at offset 28976 has "
+        "MFN 2019440690, but the XRF entry of MFN 49 points there",
+        "pydb dump: left out: MFN 999 is outside 1..87",
+        "pydb dump: 2 listed MFNs of 4 left out"]
+    p = run("dump", need("bireme__isis2json/fixtures/cds/winisis-cds"), 22, 23, 24, text=True)
+    ids = [int(line[4:]) for line in p.stdout.splitlines() if line.startswith("!ID ")]
+    assert (p.returncode, ids) == (1, [22, 24])
+    assert "pydb dump: left out: MFN 23 is physically deleted" in p.stderr
+    p = run("dump", base, 48, 50, text=True)
+    assert (p.returncode, p.stderr, p.stdout.count("!ID ")) == (0, "", 2)
 
 
 def test_a_warning_is_one_line(isis_data):
