@@ -148,16 +148,20 @@ def read_text(source: str | bytes | os.PathLike) -> bytes:
     """FST (or stop-word) text as bytes: read from the file at `source` if
     it is os.PathLike, or a str without a newline that names a file or
     ends with ``.fst`` or ``.stw`` (:data:`FILE_SUFFIXES`, any case); else
-    `source` itself (bytes as given, a str encoded as UTF-8).
+    `source` itself (bytes as given, a str encoded as UTF-8).  A UTF-8
+    byte-order mark at the start (Notepad's "save as UTF-8") is dropped:
+    it belongs to no rule, and the first line did not parse with it.
 
     Raises OSError (FileNotFoundError for a missing file) when that file
     cannot be read."""
     if isinstance(source, bytes):
-        return source
-    if _names_file(source):
+        text = source
+    elif _names_file(source):
         with open(source, "rb") as f:
-            return f.read()
-    return str(source).encode("utf-8")
+            text = f.read()
+    else:
+        text = str(source).encode("utf-8")
+    return text[3:] if text.startswith(b"\xef\xbb\xbf") else text
 
 
 def fst_text(rules: str | bytes | os.PathLike[str] | Iterable[FieldRule | FSTRule]) -> bytes:

@@ -79,6 +79,7 @@ FLAVOURS = ("isis", "marc")
 _FT = {"isis": 0x23, "marc": 0x1E}
 _RT = {"isis": 0x23, "marc": 0x1D}
 _EOL = b"\r\n"
+UTF8_BOM = b"\xef\xbb\xbf"   # skipped at the start of a file
 _SEP = b"\r\n\x1a\x00"          # skipped between records (CR, LF, DOS EOF, NUL)
 _LINE = 80
 #: The narrowest line :func:`write` writes: the 24-byte leader, which a
@@ -285,7 +286,10 @@ class IsoReader:
     # -- the walk over the file ------------------------------------------
     def _records(self) -> Generator[IsoRecord, None, None]:
         buf, n = self._buf, len(self._buf)
-        pos, number = 0, 0
+        # a UTF-8 byte-order mark (an editor's "save as UTF-8") is not part
+        # of the first record: skipped, and named among its repairs
+        bom = buf[:3] == UTF8_BOM
+        pos, number = (3 if bom else 0), 0
         try:
             while True:
                 while pos < n and buf[pos] in _SEP:
@@ -303,6 +307,9 @@ class IsoReader:
                     pos = self._resync(buf, pos)
                     continue
                 pos = end
+                if bom and number == 1:
+                    rec.repairs = ("a UTF-8 byte-order mark before it skipped",
+                                   *rec.repairs)
                 if self.mfn_tag is not None:
                     try:
                         self._take_mfn(rec)

@@ -425,3 +425,21 @@ def test_a_missing_fst_or_stw_file_is_not_taken_for_text(tmp_path):
     assert pydb.fst.read_text(str(tmp_path / "a.fst")) == b"24 0 v24\n"
     assert pydb.fst.read_text("24 0 v24") == b"24 0 v24"
     assert pydb.fst.read_text("THE\nAND.fst") == b"THE\nAND.fst"   # text: has a newline
+
+
+def test_a_utf8_byte_order_mark_before_the_fst_is_dropped(tmp_path):
+    """An FST saved "as UTF-8" by Notepad starts with a byte-order mark,
+    which belongs to no rule: read from a file, as bytes or as a str, it
+    parses as without it (it was "FST line 1, column 1: rule must start
+    with a numeric ID", the mark never named: a librarian's trial)."""
+    text = b"24 4 v24\n70 0 (v70/)\n"
+    want = parse_fst(text)
+    path = tmp_path / "bom.fst"
+    path.write_bytes(b"\xef\xbb\xbf" + text)
+    assert parse_fst(path) == parse_fst(str(path)) == want
+    assert parse_fst(b"\xef\xbb\xbf" + text) == want
+    assert parse_fst("\ufeff" + text.decode()) == want
+    assert fst_text(path) == text
+    # the mark is dropped once, at the start only
+    with pytest.raises(pydb.FSTError, match="FST line 2, column 1"):
+        parse_fst(b"24 4 v24\n\xef\xbb\xbf70 0 v70\n")

@@ -981,3 +981,23 @@ def test_report_says_max_mfn_for_imports_only(tmp_path):
     got = pydb.import_iso(tmp_path / "r.iso", tmp_path / "n")
     assert (got.records, got.deleted, got.max_mfn) == (2, 1, 2)
     assert repr(got) == "<Report records=2 errors=0 repaired=0 deleted=1 max_mfn=2>"
+
+
+def test_a_utf8_byte_order_mark_before_the_first_record_is_skipped(isis_data, tmp_path):
+    """pyisis's sample cds.iso with a UTF-8 byte-order mark in front (an
+    editor's "save as UTF-8") reads as without it, the mark named among
+    the first record's repairs (the first record was an error, "record
+    length b'\\xef\\xbb\\xbf00' is not 5 digits", and every MFN after it
+    moved down by one: a librarian's trial)."""
+    plain = data_path("scieloorg__pyisis/pyisis/pyisis/sample/cds.iso").read_bytes()
+    src = tmp_path / "bom.iso"
+    src.write_bytes(b"\xef\xbb\xbf" + plain)
+    want = [r.fields for r in iso2709.read(io.BytesIO(plain))]
+    with iso2709.read(src, on_error="stop") as r:
+        got = list(r)
+    assert [x.fields for x in got] == want and len(want) == 156
+    assert got[0].repairs == ("a UTF-8 byte-order mark before it skipped",)
+    assert not any(x.repairs for x in got[1:])
+    assert (r.count, r.repaired, r.errors) == (156, 1, [])
+    rep = pydb.import_iso(src, tmp_path / "db")
+    assert (rep.records, rep.repaired, rep.max_mfn, rep.errors) == (156, 1, 156, [])
