@@ -198,7 +198,8 @@ int pydb__nidx_decode_live_in(pydb_postings *out, const nidx_segset *ss,
 }
 
 /* <base>.pdx for a database path ("x/cds", "x/cds.mst", "x/CDS.XRF"; the
- * extensions pydb__strip_ext() knows, as pydb_open() takes them). */
+ * base as pydb_open() takes it, pydb__db_base), the folder as it exists
+ * in any letter case, else with ".pdx". */
 int pydb__nidx_dir(char *out, size_t cap, const char *db_path,
                    pydb_error *err)
 {
@@ -206,14 +207,13 @@ int pydb__nidx_dir(char *out, size_t cap, const char *db_path,
     size_t l = strlen(db_path);
 
     if (l < sizeof base) {
-        pydb__strip_ext(base, sizeof base, db_path);  /* as pydb_open() */
+        pydb__db_base(base, sizeof base, db_path);
         l = strlen(base);
     }
     if (l == 0 || l + 5 >= cap || l >= sizeof base)
         return PYDB_ERROR(err, PYDB_EINVAL, db_path, -1,
                           "database path too long or empty");
-    memcpy(out, base, l);
-    memcpy(out + l, ".pdx", 5);
+    pydb__find_dir(out, cap, base, "pdx");   /* else out = <base>.pdx */
     return PYDB_OK;
 }
 

@@ -39,8 +39,10 @@ void pydb__path_split(char *dir, size_t dirsz, const char **name,
     }
 }
 
-int pydb__find_file(char *out, size_t outsz, const char *base,
-                    const char *ext)
+/* pydb__find_file() for an entry of the file type `kind` (S_IFREG,
+ * S_IFDIR). */
+static int find_entry(char *out, size_t outsz, const char *base,
+                      const char *ext, mode_t kind)
 {
     char want[1024], dir[1024];
     const char *name;
@@ -51,12 +53,12 @@ int pydb__find_file(char *out, size_t outsz, const char *base,
     size_t i;
 
     snprintf(out, outsz, "%s.%s", base, ext);
-    if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+    if (stat(out, &st) == 0 && (st.st_mode & S_IFMT) == kind) return 0;
     for (i = 0; ext[i] && i < sizeof upper - 1; i++)
         upper[i] = (char)toupper((unsigned char)ext[i]);
     upper[i] = 0;
     snprintf(out, outsz, "%s.%s", base, upper);
-    if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+    if (stat(out, &st) == 0 && (st.st_mode & S_IFMT) == kind) return 0;
 
     pydb__path_split(dir, sizeof dir, &name, base);
     snprintf(want, sizeof want, "%s.%s", name, ext);
@@ -65,7 +67,7 @@ int pydb__find_file(char *out, size_t outsz, const char *base,
     while ((de = readdir(d)) != NULL) {
         if (strcasecmp(de->d_name, want) == 0) {
             snprintf(out, outsz, "%s%s", name != base ? dir : "", de->d_name);
-            if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (stat(out, &st) == 0 && (st.st_mode & S_IFMT) == kind) {
                 closedir(d);
                 return 0;
             }
@@ -74,6 +76,32 @@ int pydb__find_file(char *out, size_t outsz, const char *base,
     closedir(d);
     snprintf(out, outsz, "%s.%s", base, ext);
     return -ENOENT;
+}
+
+int pydb__find_file(char *out, size_t outsz, const char *base,
+                    const char *ext)
+{
+    return find_entry(out, outsz, base, ext, S_IFREG);
+}
+
+int pydb__find_dir(char *out, size_t outsz, const char *base,
+                   const char *ext)
+{
+    return find_entry(out, outsz, base, ext, S_IFDIR);
+}
+
+void pydb__db_base(char *base, size_t sz, const char *path)
+{
+    char mst[1400];
+    size_t n;
+
+    pydb__strip_ext(base, sz, path);
+    if (pydb__find_file(mst, sizeof mst, base, "mst") != 0) return;
+    n = strlen(mst);   /* "<folder as given><name as stored>.mst" */
+    if (n > 4 && n - 4 < sz) {
+        memcpy(base, mst, n - 4);
+        base[n - 4] = '\0';
+    }
 }
 
 void pydb__strip_ext(char *base, size_t sz, const char *path)
@@ -118,7 +146,7 @@ int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
     if (!path || !*path || strlen(path) >= basesz)
         return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
                           "empty or too long database path");
-    pydb__strip_ext(base, basesz, path);
+    pydb__db_base(base, basesz, path);
     if (pydb__find_file(mst, mstsz, base, "mst") != 0)
         return not_found(mst, "master file (.mst)", base, err);
     if (pydb__find_file(xrf, xrfsz, base, "xrf") != 0)
@@ -126,13 +154,15 @@ int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
     return PYDB_OK;
 }
 
-/* <base>.<ext>, the extension upper-cased when the .mst's is. */
+/* <base>.<ext> as it exists in any letter case (pydb__find_file), else
+ * with the extension upper-cased when the .mst's is. */
 static void sidecar_path(char *out, size_t sz, const char *base,
                          const char *mst, const char *lower,
                          const char *upper)
 {
     const char *dot = strrchr(mst, '.');
     int up = dot && strcmp(dot, ".MST") == 0;
+    if (pydb__find_file(out, sz, base, lower) == 0) return;
     pydb__path_ext(out, sz, base, up ? upper : lower);
 }
 

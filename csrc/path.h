@@ -40,19 +40,34 @@ void pydb__strip_ext(char *base, size_t sz, const char *path);
 int pydb__find_file(char *out, size_t outsz, const char *base,
                     const char *ext);
 
+/* pydb__find_file() for a directory (a native index's <base>.pdx). */
+int pydb__find_dir(char *out, size_t outsz, const char *base,
+                   const char *ext);
+
+/* The base name of the database named by `path` ("x/cds", "x/CDS.MST",
+ * ...) as its master file names it: `path` without a known extension,
+ * its last component then spelled as the .mst found in any letter case
+ * ("x/CDS" -> "x/cds" for x/cds.mst), so that every spelling of one
+ * database names the same log, commit header and index (two did not:
+ * two writers, each holding its own lock, lost commits); the path
+ * without its extension where no master file is found.  Truncated to
+ * sz. */
+void pydb__db_base(char *base, size_t sz, const char *path);
+
 /* The files of the database named by `path` ("x/cds", "x/CDS.MST", ...):
- * base = path without its extension, mst and xrf = the master and
+ * base = pydb__db_base(path), mst and xrf = the master and
  * cross-reference files found (any case).  0, PYDB_EINVAL (empty or too
  * long path) or PYDB_EIO with ENOENT (a file is missing). */
 int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
                    char *xrf, size_t xrfsz, const char *path,
                    pydb_error *err);
 
-/* The write-ahead log of database `base` whose master file is `mst`: the
- * extension follows the case of the master file's (BIBL.MST: BIBL.WAL). */
+/* The write-ahead log of database `base` whose master file is `mst`: one
+ * that exists in any letter case, else the extension following the case
+ * of the master file's (BIBL.MST: BIBL.WAL). */
 void pydb__wal_path(char *out, size_t sz, const char *base, const char *mst);
-/* The commit header beside the master file: <base>.shm, with the case of
- * the .mst's extension (as pydb__wal_path). */
+/* The commit header beside the master file: <base>.shm, found or named
+ * as pydb__wal_path() does. */
 void pydb__shm_path(char *out, size_t sz, const char *base, const char *mst);
 
 #endif

@@ -43,7 +43,7 @@ from .index import KEY_MODES
 from .iso2709 import MIN_LINE
 from .mkxrf import rebuild_xrf
 from .native import _stored_or_none, build_index
-from .paths import base_name, existing_file, find_sidecar
+from .paths import base_name, existing_file, find_sidecar, native_index_dir
 from .unesb import generate
 
 #: Exit statuses of every command (``pydb --help`` and README.rst show them).
@@ -169,7 +169,7 @@ def _cmd_info(args) -> int:
                 keys += 1
                 postings += term.count
             stored = _stored_or_none(args.db) if index.kind == "native" else None
-            where = (f"{base_name(args.db)}.pdx" if index.kind == "native"
+            where = (native_index_dir(db.info()["mst_path"]) if index.kind == "native"
                      else "CDS/ISIS inverted file")
             rows.append(("index", f"{index.kind} ({where})"))
             # the XRF flags: records this inverted file does not reflect
@@ -826,7 +826,7 @@ def _cmd_stat(args) -> int:
             s = db.stat()
             note = "yes" if s["index"] is not None else "no"
         except (CorruptionError, DiskError) as e:
-            pdx = os.path.join(f"{db.path}.pdx", "")
+            pdx = os.path.join(native_index_dir(db.info()["mst_path"]), "")
             if not (e.filename or "").startswith(pdx):
                 raise
             s = db.stat(index=False)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # typing.TypeIs is 3.13+; only mypy reads it here
 __all__ = ["PathArg", "Source", "DB_EXTENSIONS", "OWN_EXTENSIONS", "own_file",
            "is_path", "base_name",
            "existing_file", "new_base_name", "find_sidecar", "has_native_index",
+           "native_index_dir",
            "source_name", "opened"]
 
 #: A path as pydb accepts it.
@@ -147,10 +148,22 @@ def find_sidecar(db_path: PathArg, ext: str) -> str | None:
     return None
 
 
+def native_index_dir(db_path: PathArg) -> str:
+    """The folder of the native index of the database at `db_path` (its
+    base name or a ``.mst``/``.xrf`` file): ``<base>.pdx`` as it exists
+    in any letter case, as the core finds it (csrc/nidx_handle.c,
+    ``pydb__nidx_dir``), else ``<base>.pdx``."""
+    pdx = base_name(db_path) + ".pdx"
+    if os.path.isdir(pdx):
+        return pdx
+    found = find_sidecar(db_path, "pdx")
+    return found if found is not None and os.path.isdir(found) else pdx
+
+
 def has_native_index(base: str) -> bool:
-    """True if ``<base>.pdx/MANIFEST`` exists: the database with base name
-    `base` has a native pydb index."""
-    return os.path.isfile(os.path.join(base + ".pdx", "MANIFEST"))
+    """True if the database with base name `base` has a native pydb index:
+    a ``MANIFEST`` in its :func:`native_index_dir`."""
+    return os.path.isfile(os.path.join(native_index_dir(base), "MANIFEST"))
 
 
 def source_name(source: Any) -> str | None:

@@ -867,3 +867,73 @@ def test_a_reader_opened_before_the_header_follows_a_compaction(tmp_path):
     time.sleep(0.15)                                      # past the 100 ms between looks
     assert reader[1][24] == ["newest"] and reader[300][24] == ["new 2 300"]
     reader.close()
+
+
+# ------------------------------------------- one database, many spellings
+
+CASE_APPENDER = """
+import sys, pydb
+with pydb.open(sys.argv[1], readonly=False) as db:
+    for i in range(int(sys.argv[3])):
+        db.append([(24, sys.argv[2] + str(i))])
+"""
+
+
+def test_every_spelling_of_a_database_names_one_lock_log_header_and_index(tmp_path):
+    """The master file is found in any letter case, and so, since
+    csrc/path.c's pydb__db_base, are the files beside it: opened as "cds"
+    and as "CDS" (files cds.*) one database has one writer lock, one log,
+    one commit header and one index.  Before, each spelling had its own
+    .wal and .shm: two handles both held "the" writer lock, the second
+    commit found the XRF past its control record, and two processes
+    appending 500 records each kept 497 to 580 of the 1,000 acknowledged,
+    with check() OK (a service developer's trial)."""
+    d = tmp_path / "db"
+    d.mkdir()
+    pydb.create(d / "cds", fst="24 4 v24").close()
+    a = pydb.open(d / "cds", readonly=False, lock_timeout=0.2, gc="none")
+    b = pydb.open(d / "CDS.MST", readonly=False, lock_timeout=0.2, gc="none")
+    try:
+        with a.transaction() as t:
+            with pytest.raises(pydb.LockTimeoutError):
+                b.transaction()
+            t.append([(24, "from a")])
+        assert b[1][24] == ["from a"] and list(b.search("FROM")) == [1]
+        b.append([(24, "from b")])
+        assert list(a.search("FROM")) == [1, 2]
+    finally:
+        a.close()
+        b.close()
+    assert sorted(p.name for p in d.iterdir()) == [
+        "cds.mst", "cds.pdx", "cds.shm", "cds.wal", "cds.xrf"]
+    procs = [subprocess.Popen([sys.executable, "-c", CASE_APPENDER, str(d / name), tag, "200"],
+                              env=ENV) for name, tag in (("cds", "x"), ("CDS", "y"))]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    with pydb.open(d / "Cds") as db:
+        values = [r[24][0] for r in db]
+        assert len(values) == 402
+        assert sorted(v for v in values if v[0] in "xy") == sorted(
+            [f"x{i}" for i in range(200)] + [f"y{i}" for i in range(200)])
+        assert len(db.search("X$")) == 200 and db.check().ok
+    assert sorted(p.name for p in d.iterdir()) == [
+        "cds.mst", "cds.pdx", "cds.shm", "cds.wal", "cds.xrf"]
+
+
+def test_a_log_header_and_index_named_in_another_case_are_found(tmp_path):
+    """A log, commit header and index folder named after another spelling
+    of the database (as pydb made them before the files beside a master
+    file were named after it: CDS.wal for cds.mst opened as "CDS") are
+    used whatever spelling opens it: the index still answers and no
+    second log or header is made beside them."""
+    d = tmp_path / "db"
+    d.mkdir()
+    with pydb.create(d / "cds", fst="24 4 v24") as db:
+        db.append([(24, "first")])
+    for ext in ("pdx", "wal", "shm"):
+        os.rename(d / f"cds.{ext}", d / f"CDS.{ext}")
+    for n, spelling in enumerate(("cds", "CDS", "Cds.MST"), 1):
+        with pydb.open(d / spelling, readonly=False, gc="none") as db:
+            db.append([(24, f"by {n}")])
+            assert len(db.search("BY")) == n
+    assert sorted(p.name for p in d.iterdir()) == [
+        "CDS.pdx", "CDS.shm", "CDS.wal", "cds.mst", "cds.xrf"]
