@@ -534,6 +534,7 @@ class Database(_pydb.Database):
                 cannot be a key); a UnicodeEncodeError.
             CorruptionError: damaged index files.
             ClosedError: the database is closed.
+            TypeError: `expr` is not a str.
         """
         return self._require_index().search(expr, self)
 

@@ -397,6 +397,7 @@ class Index:
                 can match no key: the database was opened with another
                 encoding than the index was built with).
             ClosedError, CorruptionError, DiskError: as for :meth:`postings`.
+            TypeError: `expr` is not a str.
         """
         self._check_key_encoding(expr, getattr(db, "encoding", None) or self.encoding)
         return search(self._h, expr, db, encoding=self.encoding, errors=self.errors)
@@ -411,7 +412,10 @@ class Index:
         handlers' default, they are stored bytes as read (a value of the
         database searched as it was read matches).  The key kind is the
         one the index had when it was opened: after a rebuild in another
-        encoding, open the database again."""
+        encoding, open the database again.  TypeError where `expr` is not
+        a str (every search's first check)."""
+        if not isinstance(expr, str):
+            raise TypeError(f"a search expression is a str, not {type(expr).__name__}")
         if (self._keys_utf8 is None or expr.isascii()
                 or _SURROGATES.sub("", expr).isascii()):
             return

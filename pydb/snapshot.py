@@ -256,6 +256,7 @@ class Snapshot(_pydb.Snapshot):
                 (:func:`pydb.search.fit_case`); a UnicodeEncodeError.
             CorruptionError, DiskError: reading the index or the XRF.
             ClosedError: the snapshot is closed.
+            TypeError: `expr` is not a str.
         """
         view = self._index()
         view._check_key_encoding(expr, self.database.encoding)

@@ -865,3 +865,18 @@ def test_the_lilacs_sample_searched_with_its_detected_encoding(tmp_path):
         # its bytes past ASCII as lone surrogates: searched as read, it
         # matches as before (the code review)
         assert len(db.search("SA\udcdaDE")) == 62
+
+
+def test_a_search_expression_that_is_not_a_str_is_a_type_error(tmp_path):
+    """db.search(5), a snapshot's and an Index's search of a non-str are
+    TypeError naming the type (5 and None were AttributeError from
+    inside the key-encoding check: a service developer's trial)."""
+    with pydb.create(tmp_path / "x", fst="24 4 v24\n") as db:
+        db.append([(24, "a")])
+        with db.snapshot() as snap:
+            for search in (db.search, snap.search, db.index.search):
+                for bad, name in ((5, "int"), (None, "NoneType"), (b"A", "bytes")):
+                    with pytest.raises(TypeError, match=f"a search expression is a str, "
+                                                        f"not {name}"):
+                        search(bad)
+                assert list(search("A")) == [1]
