@@ -63,6 +63,12 @@ _HANDLES: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
 IO_MODES = ("pread", "mmap", "direct")
+
+#: Seconds a handle trusts its finding that the database has no inverted
+#: index before it looks again (:attr:`Database.index`): an index another
+#: process builds is found within this time, and a loop that asks costs
+#: at most one look at the folder per interval.
+NO_INDEX_RECHECK = 1.0
 LOCK_MODES = ("none", "mutex")
 
 
@@ -257,7 +263,10 @@ class Database(_pydb.Database):
         self._index_lock = threading.Lock()
         _HANDLES.add(self)
         self._index: Index | None = None
-        self._index_known = False   # _index is the answer (None: no index)
+        self._index_known = False   # _index is the answer (an Index)
+        # when the answer "no index" was last found (time.monotonic()):
+        # trusted for NO_INDEX_RECHECK seconds, then looked for again
+        self._no_index_at: float | None = None
         self._index_attached = False   # commits update a native index
         self._retired: list[Index] = []   # indexes _index served before
         # The pydb.Snapshot objects taken of this handle, so that close()
@@ -415,7 +424,10 @@ class Database(_pydb.Database):
     def index(self) -> Index | None:
         """The inverted index of this database (an :class:`~pydb.index.Index`),
         opened on first use and kept until :meth:`close`; None if the
-        database has none.
+        database has none.  That answer stands for :data:`NO_INDEX_RECHECK`
+        seconds (1.0): a handle asked before another handle or process
+        built an index (``pydb index``, :func:`pydb.build_index`) finds it
+        at its first call after them (it answered None until closed).
 
         Precedence: the native pydb index (the directory ``<base>.pdx``,
         made by :func:`pydb.build_index` or ``pydb.create(..., fst=...)``),
@@ -455,13 +467,19 @@ class Database(_pydb.Database):
         with self._index_lock:
             if self.closed:
                 raise ClosedError("the database is closed")
-            if not self._index_known:
-                ix = self._open_native_index()
-                if ix is None:
-                    ix = self._open_isis_index()
-                self._index = ix
-                self._index_known = True
-            return self._index
+            if self._index_known:
+                return self._index
+            now = time.monotonic()
+            if self._no_index_at is not None and now - self._no_index_at < NO_INDEX_RECHECK:
+                return None
+            ix = self._open_native_index()
+            if ix is None:
+                ix = self._open_isis_index()
+            if ix is None:
+                self._no_index_at = now
+                return None
+            self._index, self._index_known = ix, True
+            return ix
 
     def _require_index(self) -> Index:
         ix = self.index

@@ -769,3 +769,29 @@ def test_a_damaged_manifest_says_how_to_build_the_index_anew(tmp_path):
     with pydb.open(base) as db, pytest.raises(pydb.CorruptionError) as e:
         db.search("HELLO")
     assert e.value.reason == "manifest: bad magic line " + hint
+
+
+def test_an_index_built_by_another_process_is_found_by_an_open_handle(tmp_path, monkeypatch):
+    """A read-only handle that found no index finds the one another
+    process builds later, once pydb.database.NO_INDEX_RECHECK seconds
+    have passed since it looked (it kept answering "no inverted index"
+    until closed: a service developer's trial); within that time the
+    answer stands (no look at the folder per call)."""
+    from pydb import database
+    base = tmp_path / "x"
+    with pydb.create(base) as db:
+        db.append([(24, "later found")])
+    (tmp_path / "x.fst").write_text("24 4 v24\n")
+    monkeypatch.setattr(database, "NO_INDEX_RECHECK", 3600.0)
+    with pydb.open(base) as db:
+        assert db.index is None
+        with pytest.raises(pydb.UnsupportedError, match="no inverted index"):
+            db.search("LATER")
+        env = dict(os.environ, PYTHONPATH=str(Path(pydb.__file__).parents[1]))
+        subprocess.run([sys.executable, "-m", "pydb", "index", str(base)],
+                       env=env, check=True, capture_output=True, timeout=120)
+        assert db.index is None           # within the interval: the answer stands
+        monkeypatch.setattr(database, "NO_INDEX_RECHECK", 0.0)
+        assert db.index is not None and list(db.search("LATER")) == [1]
+        monkeypatch.setattr(database, "NO_INDEX_RECHECK", 3600.0)
+        assert list(db.search("LATER")) == [1]   # an index found is kept
