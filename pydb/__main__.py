@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import errno
 import importlib
 import json
 import os
@@ -240,6 +241,12 @@ def _listed(db, mfns: list[int], failed: list) -> Iterator:
             failed.append(e)
             continue
         yield rec
+
+
+#: errno values of a file or folder that cannot be written (read-only
+#: media, permissions): told as such by the commands that write beside a
+#: database.
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def _cmd_dump(args) -> int:
@@ -547,6 +554,12 @@ def _cmd_import(args) -> int:
                     f"nothing committed in this run; --resume goes on from {checkpoint}")
         print(f"pydb import: interrupted; {what}", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno not in _NOT_WRITABLE:
+            raise
+        print(f"pydb import: cannot write {args.db}: the import writes the database and "
+              f"its resume file {checkpoint} in that folder ({e})", file=sys.stderr)
+        return 1
     if rep.records == 0 and not rep.errors and size > 0 and not args.resume:
         print(f"pydb import: no record found in {args.src} ({size} bytes): not "
               f"{'JSON Lines' if fmt == 'jsonl' else 'ISO 2709'}?", file=sys.stderr)
@@ -717,6 +730,13 @@ def _cmd_index(args) -> int:
         except CorruptionError as e:
             print(f"pydb index: {e}\n(the old index stays; --skip-damaged leaves damaged "
                   "records out of the index)", file=sys.stderr)
+            return 1
+        except OSError as e:
+            if e.errno not in _NOT_WRITABLE:
+                raise
+            print(f"pydb index: cannot build the index of {args.db}: the build writes "
+                  f"{native_index_dir(args.db)} beside the database and takes its writer "
+                  f"lock, which opens the master file for writing ({e})", file=sys.stderr)
             return 1
         dt = time.perf_counter() - t0
     for mfn, damage in left_out:

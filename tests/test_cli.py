@@ -1225,3 +1225,39 @@ def test_import_of_a_directory_says_it_is_read_as_parquet(tmp_path, capsys):
     assert "no *.parquet file in the directory (a directory is read as a Parquet " \
            "dataset; ISO 2709 and JSON Lines sources are files)" in err
     assert not (tmp_path / "db.mst").exists()
+
+
+def test_index_and_import_on_read_only_media_say_what_they_write(tmp_path, capsys,
+                                                                monkeypatch):
+    """On read-only media `pydb index` and `pydb import` say what they
+    write beside the database (a librarian's trial: "cannot open:
+    Read-only file system: 'cds.mst'" for an index build, and a
+    '.resume.tmp' the help says a new database does not have).  The
+    media are simulated: the calls raise what the kernel's EROFS gives
+    (root ignores permission bits, and a test cannot mount)."""
+    import errno as errno_
+
+    import pydb.__main__ as cli
+    base = _small_db(tmp_path)
+
+    def read_only(path, *a, **k):
+        raise OSError(errno_.EROFS, "Read-only file system", f"{path}.mst")
+    monkeypatch.setattr(cli, "build_index", read_only)
+    monkeypatch.setattr(cli, "import_iso", read_only)
+    (tmp_path / "x.fst").write_text("24 4 v24\n")
+    assert main(["index", base, "--fst", str(tmp_path / "x.fst")]) == 1
+    err = capsys.readouterr().err
+    assert f"pydb index: cannot build the index of {base}: the build writes {base}.pdx " \
+           "beside the database and takes its writer lock, which opens the master file " \
+           "for writing ([Errno 30] Read-only file system" in err
+    iso = tmp_path / "a.iso"
+    pydb.iso2709.write(iso, [[(1, b"x")]])
+    assert main(["import", str(iso), str(tmp_path / "new")]) == 1
+    assert f"pydb import: cannot write {tmp_path / 'new'}: the import writes the database " \
+           f"and its resume file {tmp_path / 'new'}.resume in that folder" in \
+           capsys.readouterr().err
+    # another errno is not dressed up as read-only media
+    monkeypatch.setattr(cli, "import_iso", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(errno_.ENOSPC, "No space left on device")))
+    assert main(["import", str(iso), str(tmp_path / "new2")]) == 1
+    assert capsys.readouterr().err.strip() == "pydb: [Errno 28] No space left on device"
