@@ -213,7 +213,7 @@ int pydb__nidx_dir(char *out, size_t cap, const char *db_path,
     if (l == 0 || l + 5 >= cap || l >= sizeof base)
         return PYDB_ERROR(err, PYDB_EINVAL, db_path, -1,
                           "database path too long or empty");
-    pydb__find_dir(out, cap, base, "pdx");   /* else out = <base>.pdx */
+    pydb__find_own(out, cap, base, "pdx", 1);   /* else out = <base>.pdx */
     return PYDB_OK;
 }
 

@@ -39,10 +39,31 @@ void pydb__path_split(char *dir, size_t dirsz, const char **name,
     }
 }
 
+/* The entries of base's folder named "<name of base>.<ext>" in any
+ * letter case, counted up to 2 (-1: the folder cannot be read). */
+static int count_any_case(const char *base, const char *ext)
+{
+    char want[1024], dir[1024];
+    const char *name;
+    DIR *d;
+    struct dirent *de;
+    int n = 0;
+
+    pydb__path_split(dir, sizeof dir, &name, base);
+    snprintf(want, sizeof want, "%s.%s", name, ext);
+    d = opendir(dir);
+    if (!d) return -1;
+    while (n < 2 && (de = readdir(d)) != NULL)
+        if (strcasecmp(de->d_name, want) == 0) n++;
+    closedir(d);
+    return n;
+}
+
 /* pydb__find_file() for an entry of the file type `kind` (S_IFREG,
- * S_IFDIR). */
+ * S_IFDIR); with `any_name` 0 only the name as given is tried, with the
+ * extension as given and upper-cased. */
 static int find_entry(char *out, size_t outsz, const char *base,
-                      const char *ext, mode_t kind)
+                      const char *ext, mode_t kind, int any_name)
 {
     char want[1024], dir[1024];
     const char *name;
@@ -59,6 +80,8 @@ static int find_entry(char *out, size_t outsz, const char *base,
     upper[i] = 0;
     snprintf(out, outsz, "%s.%s", base, upper);
     if (stat(out, &st) == 0 && (st.st_mode & S_IFMT) == kind) return 0;
+    snprintf(out, outsz, "%s.%s", base, ext);
+    if (!any_name) return -ENOENT;
 
     pydb__path_split(dir, sizeof dir, &name, base);
     snprintf(want, sizeof want, "%s.%s", name, ext);
@@ -81,13 +104,18 @@ static int find_entry(char *out, size_t outsz, const char *base,
 int pydb__find_file(char *out, size_t outsz, const char *base,
                     const char *ext)
 {
-    return find_entry(out, outsz, base, ext, S_IFREG);
+    return find_entry(out, outsz, base, ext, S_IFREG, 1);
 }
 
-int pydb__find_dir(char *out, size_t outsz, const char *base,
-                   const char *ext)
+int pydb__find_own(char *out, size_t outsz, const char *base,
+                   const char *ext, int dir)
 {
-    return find_entry(out, outsz, base, ext, S_IFDIR);
+    mode_t kind = dir ? S_IFDIR : S_IFREG;
+    if (find_entry(out, outsz, base, ext, kind, 0) == 0) return 0;
+    /* a name in another case is this database's only where no other
+     * master file answers to it ("cds.mst" beside "CDS.MST": two) */
+    if (count_any_case(base, "mst") != 1) return -ENOENT;
+    return find_entry(out, outsz, base, ext, kind, 1);
 }
 
 void pydb__db_base(char *base, size_t sz, const char *path)
@@ -154,7 +182,7 @@ int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
     return PYDB_OK;
 }
 
-/* <base>.<ext> as it exists in any letter case (pydb__find_file), else
+/* <base>.<ext> as it exists in any letter case (pydb__find_own), else
  * with the extension upper-cased when the .mst's is. */
 static void sidecar_path(char *out, size_t sz, const char *base,
                          const char *mst, const char *lower,
@@ -162,7 +190,7 @@ static void sidecar_path(char *out, size_t sz, const char *base,
 {
     const char *dot = strrchr(mst, '.');
     int up = dot && strcmp(dot, ".MST") == 0;
-    if (pydb__find_file(out, sz, base, lower) == 0) return;
+    if (pydb__find_own(out, sz, base, lower, 0) == 0) return;
     pydb__path_ext(out, sz, base, up ? upper : lower);
 }
 

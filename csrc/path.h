@@ -40,9 +40,14 @@ void pydb__strip_ext(char *base, size_t sz, const char *path);
 int pydb__find_file(char *out, size_t outsz, const char *base,
                     const char *ext);
 
-/* pydb__find_file() for a directory (a native index's <base>.pdx). */
-int pydb__find_dir(char *out, size_t outsz, const char *base,
-                   const char *ext);
+/* A file (`dir` 0) or folder (`dir` 1) of pydb's beside the master file
+ * of database `base` (its .wal, .shm, .pdx), found as pydb__find_file()
+ * finds one, a name in another letter case only where no other master
+ * file in the folder answers to it in any case ("cds.mst" beside
+ * "CDS.MST" are two databases, each with its own files).  0 or -ENOENT
+ * (out = base.ext). */
+int pydb__find_own(char *out, size_t outsz, const char *base,
+                   const char *ext, int dir);
 
 /* The base name of the database named by `path` ("x/cds", "x/CDS.MST",
  * ...) as its master file names it: `path` without a known extension,

@@ -151,13 +151,24 @@ def find_sidecar(db_path: PathArg, ext: str) -> str | None:
 def native_index_dir(db_path: PathArg) -> str:
     """The folder of the native index of the database at `db_path` (its
     base name or a ``.mst``/``.xrf`` file): ``<base>.pdx`` as it exists
-    in any letter case, as the core finds it (csrc/nidx_handle.c,
-    ``pydb__nidx_dir``), else ``<base>.pdx``."""
+    in any letter case, as the core finds it (csrc/path.c,
+    ``pydb__find_own``: another case only where one master file answers
+    to the name), else ``<base>.pdx``."""
     pdx = base_name(db_path) + ".pdx"
     if os.path.isdir(pdx):
         return pdx
     found = find_sidecar(db_path, "pdx")
-    return found if found is not None and os.path.isdir(found) else pdx
+    if found is None or not os.path.isdir(found):
+        return pdx
+    # a folder in another case is this database's only where no other
+    # master file answers to its name ("cds.mst" beside "CDS.MST": two)
+    folder, name = os.path.split(base_name(db_path))
+    want = (name + ".mst").lower()
+    try:
+        masters = [e for e in os.listdir(folder or ".") if e.lower() == want]
+    except OSError:
+        return pdx
+    return found if len(masters) == 1 else pdx
 
 
 def has_native_index(base: str) -> bool:

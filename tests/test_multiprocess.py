@@ -937,3 +937,33 @@ def test_a_log_header_and_index_named_in_another_case_are_found(tmp_path):
             assert len(db.search("BY")) == n
     assert sorted(p.name for p in d.iterdir()) == [
         "CDS.pdx", "CDS.shm", "CDS.wal", "cds.mst", "cds.xrf"]
+
+
+def test_two_databases_whose_names_differ_in_case_keep_their_own_files(tmp_path):
+    """"cds.mst" and "CDS.MST" in one folder are two databases: a file of
+    pydb's named for one (CDS.WAL, CDS.SHM, CDS.pdx) is not taken for the
+    other's when that one has none yet, so each keeps its own lock, log,
+    header and index (csrc/path.c, pydb__find_own)."""
+    d = tmp_path / "db"
+    d.mkdir()
+    with pydb.create(d / "big", fst="24 4 v24") as db:
+        db.append([(24, "upper case")])
+    for ext in ("mst", "xrf", "wal", "shm", "pdx"):
+        os.rename(d / f"big.{ext}", d / f"CDS.{ext.upper() if ext != 'pdx' else ext}")
+    with pydb.create(d / "small"):     # no index, and no log yet
+        pass
+    for ext in ("mst", "xrf"):
+        os.rename(d / f"small.{ext}", d / f"cds.{ext}")
+    for leftover in d.glob("small.*"):
+        leftover.unlink()
+    names = sorted(p.name for p in d.iterdir())
+    with pydb.open(d / "cds", readonly=False, gc="none", lock_timeout=0.2) as low, \
+            pydb.open(d / "CDS", readonly=False, gc="none", lock_timeout=0.2) as up:
+        with low.transaction() as t:
+            t.append([(24, "lower case")])
+            up.append([(24, "upper again")])   # the other database's lock
+        assert low.index is None and list(up.search("UPPER")) == [1, 2]
+        assert [r[24] for r in low] == [["lower case"]]
+        assert [r[24] for r in up] == [["upper case"], ["upper again"]]
+    made = sorted(set(p.name for p in d.iterdir()) - set(names))
+    assert set(made) <= {"cds.wal", "cds.shm"} and "cds.wal" in made
