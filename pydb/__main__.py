@@ -266,8 +266,10 @@ def _cmd_dump(args) -> int:
                 if tick:
                     tick(1)
     if damaged and args.mfn:
+        hint = (f" (pydb check {args.db} reports the damage)"
+                if any(isinstance(e, CorruptionError) for e in damaged) else "")
         print(f"pydb dump: {_plural(len(damaged), 'listed MFN')} of {len(args.mfn)} "
-              "left out", file=sys.stderr)
+              f"left out{hint}", file=sys.stderr)
         return 1
     if damaged:
         print(f"pydb dump: {_plural(len(damaged), 'damaged record')} left out "
@@ -560,9 +562,11 @@ def _cmd_import(args) -> int:
         print(f"pydb import: cannot write {args.db}: the import writes the database and "
               f"its resume file {checkpoint} in that folder ({e})", file=sys.stderr)
         return 1
-    if rep.records == 0 and not rep.errors and size > 0 and not args.resume:
-        print(f"pydb import: no record found in {args.src} ({size} bytes): not "
-              f"{'JSON Lines' if fmt == 'jsonl' else 'ISO 2709'}?", file=sys.stderr)
+    if rep.records == 0 and not rep.errors and not args.resume:
+        kind = "JSON Lines" if fmt == "jsonl" else "ISO 2709"
+        print(f"pydb import: no record found in {args.src} " +
+              ("(an empty file)" if size == 0 else f"({size} bytes): not {kind}?"),
+              file=sys.stderr)
         if before is None:
             _remove_empty_db(args.db)
         return 1

@@ -659,9 +659,9 @@ static PyTypeObject *field_free_type;   /* the main interpreter's Field */
  * its to collect: cachegrind counted 9% fewer instructions and 7% fewer
  * L1 data misses on ten scans of the lilacs sample that keep every
  * Field to the scan's end (docs/architecture.md, "Data flow").  Such a
- * block is freed with PyObject_Free() (field_memory_free), as is that
- * of a Field CPython made (Field(...) in Python), the same block less
- * the collector's count.  0: Fields are made and freed through the
+ * block is freed with PyObject_Free() (field_memory_free); a Field
+ * Python made was counted, and goes back through the collector
+ * (field_dealloc).  0: Fields are made and freed through the
  * collector's functions (field_presize_of() found another header). */
 static size_t field_presize;
 static size_t field_size;               /* bytes from the object on */
@@ -783,9 +783,10 @@ cleanup:
 }
 #endif
 
-/* Free the memory of Field `self` of type `tp` (its references dropped
- * already): PyObject_Free() for the main interpreter's where field_new()
- * allocates them (field_presize), else the collector's function. */
+/* Free the memory of Field `self` of type `tp` that field_new() made or
+ * the free list kept (its references dropped already): PyObject_Free()
+ * for the main interpreter's where field_new() allocates them
+ * (field_presize), else the collector's function. */
 static void field_memory_free(PyObject *self, PyTypeObject *tp)
 {
 #ifndef Py_GIL_DISABLED
@@ -807,15 +808,23 @@ static void field_dealloc(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyTupleObject *t = (PyTupleObject *)self;
+    /* tracked: a Field Python made (Field(...), unpickling, __replace__:
+     * structseq_new), which the collector counted and tracked when it was
+     * allocated; it goes back through the collector, which takes it off
+     * its count (freed as field_new()'s are, it stayed counted: 10,000
+     * such Fields added 10,002 to it, a review found) */
+    int by_python = PyObject_GC_IsTracked(self);
     PyObject_GC_UnTrack(self);
     Py_XDECREF(t->ob_item[0]);
     Py_XDECREF(t->ob_item[1]);
     Py_XDECREF(t->ob_item[2]);
+    if (by_python)
+        PyObject_GC_Del(self);
 #ifndef Py_GIL_DISABLED
-    if (tp == field_free_type && field_nfree < FIELD_FREE_MAX)
+    else if (tp == field_free_type && field_nfree < FIELD_FREE_MAX)
         field_free[field_nfree++] = t;
-    else
 #endif
+    else
         field_memory_free(self, tp);
     Py_DECREF(tp);
 }
@@ -856,26 +865,36 @@ static int field_shape_known(module_state *st)
 #ifndef Py_GIL_DISABLED
 /* The bytes CPython keeps before each object of the Field type `tp`, as
  * sys.getsizeof() counts them beyond __sizeof__() (the collector's
- * header), where they are the two words field_new() can write as an
- * untracked object's header; else 0 (no exception: Fields are then made
- * through the collector's functions). */
-static size_t field_presize_of(PyTypeObject *tp)
+ * header), into *presize where they are the two words field_new() can
+ * write as an untracked object's header, else 0 (Fields are then made
+ * through the collector's functions).  0, or -1 and an exception. */
+static int field_presize_of(PyTypeObject *tp, size_t *presize)
 {
-    PyObject *getsizeof = PySys_GetObject("getsizeof");   /* borrowed */
-    PyObject *probe = PyStructSequence_New(tp);
-    PyObject *all = NULL, *own = NULL;
-    Py_ssize_t pre = -1;
-    if (probe && getsizeof) {
-        all = PyObject_CallOneArg(getsizeof, probe);
-        own = all ? PyObject_CallMethod(probe, "__sizeof__", NULL) : NULL;
+    PyObject *getsizeof = NULL, *probe = NULL, *all = NULL, *own = NULL;
+    Py_ssize_t pre;
+    int rc = -1;
+    *presize = 0;
+    getsizeof = Py_XNewRef(PySys_GetObject("getsizeof"));   /* borrowed */
+    if (!getsizeof) {
+        rc = 0;   /* no sys.getsizeof (an embedder's sys): made as before */
+        goto cleanup;
     }
-    if (all && own && PyLong_Check(all) && PyLong_Check(own))
-        pre = PyLong_AsSsize_t(all) - PyLong_AsSsize_t(own);
-    Py_XDECREF(all);
+    probe = PyStructSequence_New(tp);   /* items NULL: dealloc skips them */
+    if (!probe) goto cleanup;
+    all = PyObject_CallOneArg(getsizeof, probe);
+    if (!all) goto cleanup;
+    own = PyObject_CallMethod(probe, "__sizeof__", NULL);
+    if (!own) goto cleanup;
+    pre = PyLong_AsSsize_t(all) - PyLong_AsSsize_t(own);
+    if (PyErr_Occurred()) goto cleanup;
+    if (pre == (Py_ssize_t)(2 * sizeof(void *))) *presize = (size_t)pre;
+    rc = 0;
+cleanup:
     Py_XDECREF(own);
-    Py_XDECREF(probe);   /* its items are NULL: dealloc skips them */
-    PyErr_Clear();
-    return pre == (Py_ssize_t)(2 * sizeof(void *)) ? (size_t)pre : 0;
+    Py_XDECREF(all);
+    Py_XDECREF(probe);
+    Py_XDECREF(getsizeof);
+    return rc;
 }
 #endif
 
@@ -1683,7 +1702,7 @@ int record_exec(PyObject *m, module_state *st)
             field_size = (size + sizeof(void *) - 1) &
                          ~(sizeof(void *) - 1);
             field_free_type = tp;
-            field_presize = field_presize_of(tp);
+            if (field_presize_of(tp, &field_presize) < 0) return -1;
         }
 #endif
     }

@@ -150,19 +150,23 @@ def find_sidecar(db_path: PathArg, ext: str) -> str | None:
 
 def native_index_dir(db_path: PathArg) -> str:
     """The folder of the native index of the database at `db_path` (its
-    base name or a ``.mst``/``.xrf`` file): ``<base>.pdx`` as it exists
-    in any letter case, as the core finds it (csrc/path.c,
-    ``pydb__find_own``: another case only where one master file answers
-    to the name), else ``<base>.pdx``."""
-    pdx = base_name(db_path) + ".pdx"
-    if os.path.isdir(pdx):
-        return pdx
+    base name or a ``.mst``/``.xrf`` file), found as the core finds it
+    (csrc/path.c, ``pydb__find_own``): ``<base>.pdx``, ``<base>.PDX``,
+    then the name in any letter case where only one master file in the
+    folder answers to it; else ``<base>.pdx``.
+
+    Raises TypeError if `db_path` is not str, bytes or os.PathLike."""
+    base = base_name(db_path)
+    for pdx in (base + ".pdx", base + ".PDX"):
+        if os.path.isdir(pdx):
+            return pdx
+    pdx = base + ".pdx"
     found = find_sidecar(db_path, "pdx")
     if found is None or not os.path.isdir(found):
         return pdx
     # a folder in another case is this database's only where no other
     # master file answers to its name ("cds.mst" beside "CDS.MST": two)
-    folder, name = os.path.split(base_name(db_path))
+    folder, name = os.path.split(base)
     want = (name + ".mst").lower()
     try:
         masters = [e for e in os.listdir(folder or ".") if e.lower() == want]
