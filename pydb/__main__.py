@@ -44,7 +44,7 @@ from .index import KEY_MODES
 from .iso2709 import MIN_LINE
 from .mkxrf import rebuild_xrf
 from .native import _stored_or_none, build_index
-from .paths import base_name, existing_file, find_sidecar, native_index_dir
+from .paths import base_name, db_base, existing_file, find_sidecar, native_index_dir
 from .unesb import generate
 
 #: Exit statuses of every command (``pydb --help`` and README.rst show them).
@@ -507,7 +507,7 @@ def _cmd_import(args) -> int:
     fmt = "jsonl" if args.flavour == "jsonl" or (
         args.flavour is None and _format_of(args.src, None) == "jsonl") else "iso"
     size = os.path.getsize(args.src)
-    checkpoint = base_name(args.db) + ".resume"
+    checkpoint = db_base(args.db) + ".resume"   # one for every spelling
     if os.path.exists(checkpoint) and not args.resume:
         print(f"pydb import: {checkpoint} exists: an earlier import into {args.db} did not "
               f"finish (interrupted, killed, or stopped at an error); run again with --resume "

@@ -63,7 +63,17 @@ from .iso2709 import (
     write,
 )
 from .jsonl import encode_line, read_jsonl
-from .paths import PathArg, Source, base_name, existing_file, is_path, opened, own_file, source_name
+from .paths import (
+    PathArg,
+    Source,
+    base_name,
+    db_base,
+    existing_file,
+    is_path,
+    opened,
+    own_file,
+    source_name,
+)
 from .snapshot import Snapshot
 
 __all__ = ["export_iso", "import_iso", "export_jsonl", "import_jsonl",
@@ -376,7 +386,7 @@ def _store(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: in
     """Append the records to the database at `db_path` if it exists
     (:func:`_append`), else build it from them (:func:`_load`); with a
     `checkpoint`, resume where it says and keep it up to date."""
-    base = base_name(db_path)
+    base = db_base(db_path)
     state = checkpoint.read() if checkpoint else None
     if state is not None and state[0]:
         # an interrupted build of a new database: its files are half-written

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # typing.TypeIs is 3.13+; only mypy reads it here
     from typing_extensions import TypeIs
 
 __all__ = ["PathArg", "Source", "DB_EXTENSIONS", "OWN_EXTENSIONS", "own_file",
-           "is_path", "base_name",
+           "is_path", "base_name", "db_base",
            "existing_file", "new_base_name", "find_sidecar", "has_native_index",
            "native_index_dir",
            "source_name", "opened"]
@@ -94,6 +94,31 @@ def base_name(path: PathArg) -> str:
     p = os.fsdecode(path)
     root, ext = os.path.splitext(p)
     return root if ext.lower() in DB_EXTENSIONS else p
+
+
+def db_base(path: PathArg) -> str:
+    """The base name of the database at `path` as its master file names
+    it: :func:`base_name`, its last component spelled as the ``.mst``
+    found in any letter case (``"data/CDS"`` -> ``"data/cds"`` for
+    ``data/cds.mst``), as the core does (csrc/path.c,
+    ``pydb__db_base``); the base as given where no master file is found.
+    Names made from it (an import's resume file) are then the same for
+    every spelling of the database.
+
+    Raises TypeError if `path` is not str, bytes or os.PathLike."""
+    base = base_name(path)
+    if any(os.path.isfile(base + ext) for ext in (".mst", ".MST")):
+        return base
+    folder, name = os.path.split(base)
+    want = (name + ".mst").lower()
+    try:
+        entries = os.listdir(folder or ".")   # directory order, as readdir
+    except OSError:
+        return base
+    for entry in entries:
+        if entry.lower() == want and os.path.isfile(os.path.join(folder, entry)):
+            return os.path.join(folder, entry[:-4])
+    return base
 
 
 def existing_file(base: str) -> str | None:

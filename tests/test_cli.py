@@ -475,6 +475,27 @@ def test_resume_after_a_kill(tmp_path, k, when, committed):
     assert _fields(db) == want
 
 
+def test_resume_under_another_spelling_of_the_database(tmp_path):
+    """The resume file is named after the database as its master file
+    names it (paths.db_base): an import into "d" killed after its second
+    commit is resumed as "D" (and refused there without --resume), and
+    the import into "D" did not append every record again beside the
+    ones committed (a review: 72,000 records twice)."""
+    src, want = _source(tmp_path)
+    db = tmp_path / "d"
+    pydb.create(db).close()
+    r = _interrupted(tmp_path, 2, "SIGKILL", "after", str(src), str(db))
+    assert r.returncode == -9 and _fields(db) == want[:10]
+    r = run("import", src, tmp_path / "D")
+    assert r.returncode == 1 and f"{db}.resume exists".encode() in r.stderr
+    r = run("import", src, tmp_path / "D.MST", "--resume")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines()[-1] == "imported 25 record(s), 0 skipped"
+    assert _fields(db) == want and not (tmp_path / "d.resume").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.lower().startswith("d.")) == [
+        "d.mst", "d.shm", "d.wal", "d.xrf"]
+
+
 def test_interrupted_new_database(tmp_path):
     src, want = _source(tmp_path)
     # Ctrl-C: the bulk builder removes its files, nothing to resume
