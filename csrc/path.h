@@ -55,8 +55,9 @@ int pydb__find_own(char *out, size_t outsz, const char *base,
  * ("x/CDS" -> "x/cds" for x/cds.mst), so that every spelling of one
  * database names the same log, commit header and index (two did not:
  * two writers, each holding its own lock, lost commits); the path
- * without its extension where no master file is found.  Truncated to
- * sz. */
+ * without its extension where no master file is found.  A master file
+ * reached through a symbolic link keeps the link's folder and name (a
+ * known gap: docs/isis-formats.md §1).  Truncated to sz. */
 void pydb__db_base(char *base, size_t sz, const char *path);
 
 /* The files of the database named by `path` ("x/cds", "x/CDS.MST", ...):
