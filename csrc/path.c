@@ -59,17 +59,13 @@ static int count_any_case(const char *base, const char *ext)
     return n;
 }
 
-/* pydb__find_file() for an entry of the file type `kind` (S_IFREG,
- * S_IFDIR); with `any_name` 0 only the name as given is tried, with the
- * extension as given and upper-cased. */
-static int find_entry(char *out, size_t outsz, const char *base,
-                      const char *ext, mode_t kind, int any_name)
+/* <base>.<ext> as given, then with the extension upper-cased, as an
+ * entry of the file type `kind` (S_IFREG, S_IFDIR) into out.  0 or
+ * -ENOENT (out = base.ext). */
+static int find_exact(char *out, size_t outsz, const char *base,
+                      const char *ext, mode_t kind)
 {
-    char want[1024], dir[1024];
-    const char *name;
     struct stat st;
-    DIR *d;
-    struct dirent *de;
     char upper[8];
     size_t i;
 
@@ -81,22 +77,35 @@ static int find_entry(char *out, size_t outsz, const char *base,
     snprintf(out, outsz, "%s.%s", base, upper);
     if (stat(out, &st) == 0 && (st.st_mode & S_IFMT) == kind) return 0;
     snprintf(out, outsz, "%s.%s", base, ext);
-    if (!any_name) return -ENOENT;
+    return -ENOENT;
+}
+
+/* The entry of base's folder named "<name of base>.<ext>" in any letter
+ * case and of the file type `kind`, into out.  0 or -ENOENT (out =
+ * base.ext). */
+static int find_any_case(char *out, size_t outsz, const char *base,
+                         const char *ext, mode_t kind)
+{
+    char want[1024], dir[1024];
+    const char *name;
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
 
     pydb__path_split(dir, sizeof dir, &name, base);
     snprintf(want, sizeof want, "%s.%s", name, ext);
     d = opendir(dir);
-    if (!d) return -ENOENT;
-    while ((de = readdir(d)) != NULL) {
-        if (strcasecmp(de->d_name, want) == 0) {
+    if (d) {
+        while ((de = readdir(d)) != NULL) {
+            if (strcasecmp(de->d_name, want) != 0) continue;
             snprintf(out, outsz, "%s%s", name != base ? dir : "", de->d_name);
             if (stat(out, &st) == 0 && (st.st_mode & S_IFMT) == kind) {
                 closedir(d);
                 return 0;
             }
         }
+        closedir(d);
     }
-    closedir(d);
     snprintf(out, outsz, "%s.%s", base, ext);
     return -ENOENT;
 }
@@ -104,32 +113,43 @@ static int find_entry(char *out, size_t outsz, const char *base,
 int pydb__find_file(char *out, size_t outsz, const char *base,
                     const char *ext)
 {
-    return find_entry(out, outsz, base, ext, S_IFREG, 1);
+    if (find_exact(out, outsz, base, ext, S_IFREG) == 0) return 0;
+    return find_any_case(out, outsz, base, ext, S_IFREG);
 }
 
 int pydb__find_own(char *out, size_t outsz, const char *base,
                    const char *ext, int dir)
 {
     mode_t kind = dir ? S_IFDIR : S_IFREG;
-    if (find_entry(out, outsz, base, ext, kind, 0) == 0) return 0;
+    if (find_exact(out, outsz, base, ext, kind) == 0) return 0;
     /* a name in another case is this database's only where no other
      * master file answers to it ("cds.mst" beside "CDS.MST": two) */
     if (count_any_case(base, "mst") != 1) return -ENOENT;
-    return find_entry(out, outsz, base, ext, kind, 1);
+    return find_any_case(out, outsz, base, ext, kind);
 }
 
-void pydb__db_base(char *base, size_t sz, const char *path)
+/* base = `path` without a known extension, spelled as its master file
+ * found in any case (pydb__db_base), whose path goes into mst.  0, or
+ * -ENOENT (no master file: base as stripped). */
+static int base_and_mst(char *base, size_t sz, char *mst, size_t mstsz,
+                        const char *path)
 {
-    char mst[1400];
     size_t n;
 
     pydb__strip_ext(base, sz, path);
-    if (pydb__find_file(mst, sizeof mst, base, "mst") != 0) return;
+    if (pydb__find_file(mst, mstsz, base, "mst") != 0) return -ENOENT;
     n = strlen(mst);   /* "<folder as given><name as stored>.mst" */
     if (n > 4 && n - 4 < sz) {
         memcpy(base, mst, n - 4);
         base[n - 4] = '\0';
     }
+    return 0;
+}
+
+void pydb__db_base(char *base, size_t sz, const char *path)
+{
+    char mst[1400];
+    (void)base_and_mst(base, sz, mst, sizeof mst, path);
 }
 
 void pydb__strip_ext(char *base, size_t sz, const char *path)
@@ -174,8 +194,7 @@ int pydb__db_paths(char *base, size_t basesz, char *mst, size_t mstsz,
     if (!path || !*path || strlen(path) >= basesz)
         return PYDB_ERROR(err, PYDB_EINVAL, path ? path : "", -1,
                           "empty or too long database path");
-    pydb__db_base(base, basesz, path);
-    if (pydb__find_file(mst, mstsz, base, "mst") != 0)
+    if (base_and_mst(base, basesz, mst, mstsz, path) != 0)
         return not_found(mst, "master file (.mst)", base, err);
     if (pydb__find_file(xrf, xrfsz, base, "xrf") != 0)
         return not_found(xrf, "cross-reference file (.xrf)", base, err);

@@ -63,13 +63,13 @@ _HANDLES: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
 IO_MODES = ("pread", "mmap", "direct")
+LOCK_MODES = ("none", "mutex")
 
 #: Seconds a handle trusts its finding that the database has no inverted
 #: index before it looks again (:attr:`Database.index`): an index another
 #: process builds is found within this time, and a loop that asks costs
 #: at most one look at the folder per interval.
 NO_INDEX_RECHECK = 1.0
-LOCK_MODES = ("none", "mutex")
 
 
 def _check_handle_args(encoding: str, errors: str, io: str, lock: str,

@@ -96,6 +96,19 @@ def base_name(path: PathArg) -> str:
     return root if ext.lower() in DB_EXTENSIONS else p
 
 
+def _any_case(base: str, ext: str) -> list[str]:
+    """The paths in the folder of `base` named ``<name of base>.<ext>`` in
+    any letter case, in directory order (as the core's readdir sees
+    them); [] where the folder cannot be read."""
+    folder, name = os.path.split(base)
+    want = f"{name}.{ext}".lower()
+    try:
+        entries = os.listdir(folder or ".")
+    except OSError:
+        return []
+    return [os.path.join(folder, e) for e in entries if e.lower() == want]
+
+
 def db_base(path: PathArg) -> str:
     """The base name of the database at `path` as its master file names
     it: :func:`base_name`, its last component spelled as the ``.mst``
@@ -109,16 +122,8 @@ def db_base(path: PathArg) -> str:
     base = base_name(path)
     if any(os.path.isfile(base + ext) for ext in (".mst", ".MST")):
         return base
-    folder, name = os.path.split(base)
-    want = (name + ".mst").lower()
-    try:
-        entries = os.listdir(folder or ".")   # directory order, as readdir
-    except OSError:
-        return base
-    for entry in entries:
-        if entry.lower() == want and os.path.isfile(os.path.join(folder, entry)):
-            return os.path.join(folder, entry[:-4])
-    return base
+    masters = [p for p in _any_case(base, "mst") if os.path.isfile(p)]
+    return masters[0][:-4] if masters else base
 
 
 def existing_file(base: str) -> str | None:
@@ -185,19 +190,13 @@ def native_index_dir(db_path: PathArg) -> str:
     for pdx in (base + ".pdx", base + ".PDX"):
         if os.path.isdir(pdx):
             return pdx
-    pdx = base + ".pdx"
-    found = find_sidecar(db_path, "pdx")
-    if found is None or not os.path.isdir(found):
-        return pdx
     # a folder in another case is this database's only where no other
     # master file answers to its name ("cds.mst" beside "CDS.MST": two)
-    folder, name = os.path.split(base)
-    want = (name + ".mst").lower()
-    try:
-        masters = [e for e in os.listdir(folder or ".") if e.lower() == want]
-    except OSError:
-        return pdx
-    return found if len(masters) == 1 else pdx
+    if len(_any_case(base, "mst")) == 1:
+        for pdx in _any_case(base, "pdx"):
+            if os.path.isdir(pdx):
+                return pdx
+    return base + ".pdx"
 
 
 def has_native_index(base: str) -> bool:
