@@ -87,7 +87,10 @@
 #include "nidx_handle.h"
 #include "shm.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1046,13 +1049,32 @@ int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
 
 /* The faults of a first pass without a commit header (check_index),
  * each a hash of its key and kind with its MFN, sorted; at most
- * SEEN_FAULTS (past it the second pass reports all it finds). */
+ * SEEN_FAULTS (past it the last pass reports all it finds). */
 #define SEEN_FAULTS 4096
+
+/* How long (ms) check_index goes on looking again at faults of the
+ * postings a writer's commits may explain, first after FIRST_NAP_MS. */
+#define CONFIRM_MS 2000
+#define FIRST_NAP_MS 50
+
+/* What a walk of the index does with the faults of the postings it
+ * finds (check_index): note them (first pass), mark which of the noted
+ * it finds again, or report them. */
+typedef enum { PASS_NOTE, PASS_AGAIN, PASS_REPORT } pass_mode;
 
 typedef struct {
     uint64_t key;
     int32_t mfn;
 } fault_id;
+
+/* The faults a first pass noted (ids, n of them, sorted by fault_cmp
+ * before a later pass looks them up) and found[i], which a PASS_AGAIN
+ * sets where it finds ids[i] again; SEEN_FAULTS of each. */
+typedef struct {
+    fault_id *ids;
+    uint8_t *found;
+    size_t n;
+} fault_set;
 
 typedef struct {
     ck *c;
@@ -1064,6 +1086,8 @@ typedef struct {
     fault_id *seen;           /* the first pass's faults (dry: noted;
                                  else: only these are reported), or NULL */
     size_t nseen;
+    uint8_t *found;           /* PASS_AGAIN: found[i] set where seen[i] is
+                                 found again (nothing reported), or NULL */
     int64_t faults;           /* found in this pass                       */
     uint64_t *sums;           /* per MFN below next_mfn: the sum of its
                                  postings' hashes in the index (key_hash) */
@@ -1127,8 +1151,13 @@ static int posting_fault(index_walk *w, const uint8_t *key, size_t len,
         if (w->seen && w->nseen < SEEN_FAULTS) w->seen[w->nseen++] = f;
         return 0;
     }
-    if (w->seen && w->nseen < SEEN_FAULTS &&
-        !bsearch(&f, w->seen, w->nseen, sizeof f, fault_cmp))
+    if (w->found) {
+        const fault_id *at = bsearch(&f, w->seen, w->nseen, sizeof f,
+                                     fault_cmp);
+        if (at) w->found[at - w->seen] = 1;
+        return 0;
+    }
+    if (w->seen && !bsearch(&f, w->seen, w->nseen, sizeof f, fault_cmp))
         return 0;   /* a commit in progress during the first pass */
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -1379,17 +1408,18 @@ static int index_view(pydb_snapshot **snap, index_walk *w, pydb_db *db,
     return rc;
 }
 
-/* One walk of the index as of a snapshot.  The first (`first`) is dry
- * where the snapshot names no index generation (files mode, or a header
- * that never named one: nothing ties the index to the control record,
- * check_index): it notes its posting faults in seen[] (*nseen of them,
- * at most SEEN_FAULTS), reports none and sets *dry; else it reports
- * them.  A second walk reports only the faults noted in seen[] (all of
- * them with seen NULL).  *faults gets how many this walk found.  0, or
- * a PYDB error that is no fault of the files. */
-static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int first,
-                      fault_id *seen, size_t *nseen, int64_t *faults,
-                      int *dry, pydb_error *err)
+/* One walk of the index as of a snapshot.  Where the snapshot names an
+ * index generation, or seen is NULL, it reports every fault it finds.
+ * Else (files mode, or a header that never named one: nothing ties the
+ * index to the control record, check_index) by `mode`: PASS_NOTE notes
+ * its posting faults in seen (at most SEEN_FAULTS), reports none and
+ * sets *dry; PASS_AGAIN sets seen->found[i] where it finds seen->ids[i]
+ * again, reports none; PASS_REPORT reports only the faults in seen.
+ * *faults gets how many this walk found.  0, or a PYDB error that is no
+ * fault of the files. */
+static int index_pass(ck *c, pydb_db *db, pydb_index *ix, pass_mode mode,
+                      fault_set *seen, int64_t *faults, int *dry,
+                      pydb_error *err)
 {
     pydb_snapshot *snap = NULL;
     pydb_snapshot_info si;
@@ -1418,9 +1448,12 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int first,
         goto cleanup;
     }
     pydb_snapshot_info_get(&si, snap);
-    w.dry = first && si.index_gen == 0;
-    w.seen = w.dry || !first ? seen : NULL;
-    w.nseen = w.dry ? 0 : *nseen;
+    if (seen && si.index_gen == 0) {
+        w.dry = mode == PASS_NOTE;
+        w.seen = seen->ids;
+        w.nseen = w.dry ? 0 : seen->n;
+        w.found = mode == PASS_AGAIN ? seen->found : NULL;
+    }
     w.next_mfn = si.next_mfn;
     w.dir = pydb__nidx_dir(dir, sizeof dir, db->mst.path, &w.e) == PYDB_OK
                 ? dir : db->mst.path;
@@ -1458,7 +1491,7 @@ static int index_pass(ck *c, pydb_db *db, pydb_index *ix, int first,
 cleanup:
     *faults = w.faults;
     *dry = w.dry;
-    if (w.dry) *nseen = w.nseen;
+    if (w.dry) seen->n = w.nseen;
     if (rc && err) *err = w.e;
     free(bits);
     free(w.sums);
@@ -1468,22 +1501,125 @@ cleanup:
     return rc;
 }
 
+/* Whether another handle or process holds the writer lock of db (on its
+ * .wal: a transaction, maybe a commit in progress), looked at until it
+ * does not or until `deadline` (pydb__now_ms()).  0: nobody holds it
+ * (or the database has no log: no pydb writer ever opened it). */
+static int writer_busy(pydb_db *db, int64_t deadline)
+{
+    char base[1100], wal[1100];
+    struct timespec nap = {0, 200 * 1000};
+    int busy, fd;
+    pydb__db_base(base, sizeof base, db->mst.path);
+    pydb__wal_path(wal, sizeof wal, base, db->mst.path);
+    fd = pydb__vfs->open(wal, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    while ((busy = pydb__ofd_held(fd)) && pydb__now_ms() < deadline)
+        nanosleep(&nap, NULL);
+    close(fd);
+    return busy;
+}
+
+/* What a commit changes of the files a walk of the index reads: the
+ * master file, the XRF and the index's MANIFEST (each replaced by a
+ * rename, or written: inode, size, times). */
+typedef struct {
+    struct stat st[3];
+    int ok[3];
+} files_stamp;
+
+static void stamp_files(files_stamp *out, const pydb_db *db)
+{
+    char manifest[1100], dir[1024];
+    pydb_error e;
+    const char *paths[3];
+    paths[0] = db->mst.path;
+    paths[1] = db->xrf.path;
+    if (pydb__nidx_dir(dir, sizeof dir, db->mst.path, &e) != PYDB_OK)
+        dir[0] = 0;
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
+    paths[2] = manifest;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < 3; i++)
+        out->ok[i] = stat(paths[i], &out->st[i]) == 0;
+}
+
+static int same_files(const files_stamp *a, const files_stamp *b)
+{
+    for (int i = 0; i < 3; i++) {
+        const struct stat *x = &a->st[i], *y = &b->st[i];
+        if (a->ok[i] != b->ok[i]) return 0;
+        if (a->ok[i] &&
+            (x->st_ino != y->st_ino || x->st_size != y->st_size ||
+             x->st_mtim.tv_sec != y->st_mtim.tv_sec ||
+             x->st_mtim.tv_nsec != y->st_mtim.tv_nsec ||
+             x->st_ctim.tv_sec != y->st_ctim.tv_sec ||
+             x->st_ctim.tv_nsec != y->st_ctim.tv_nsec))
+            return 0;
+    }
+    return 1;
+}
+
+/* The faults a first pass noted without a commit header, looked at
+ * again: each pass waits a pause (doubling from FIRST_NAP_MS) and for no
+ * writer to hold the lock, keeps the faults it finds again, and stops
+ * when none is left (they were commits in progress: nothing reported)
+ * or when it ran with no writer at work and no commit during it (the
+ * files' stamps unchanged); then a last pass reports them (everything
+ * it finds where the first found more than SEEN_FAULTS).  After
+ * CONFIRM_MS the last pass comes whatever the writers do (one that
+ * holds its transaction open so long is not committing).  0, or a PYDB
+ * error that is no fault of the files. */
+static int confirm_faults(ck *c, pydb_db *db, pydb_index *ix,
+                          fault_set *seen, int all, pydb_error *err)
+{
+    int64_t deadline = pydb__now_ms() + CONFIRM_MS, faults = 0;
+    long nap_ms = FIRST_NAP_MS;
+    int dry = 0, rc;
+
+    qsort(seen->ids, seen->n, sizeof *seen->ids, fault_cmp);
+    for (;;) {
+        files_stamp before, after;
+        int64_t left = deadline - pydb__now_ms();
+        struct timespec nap;
+        int busy;
+        size_t kept = 0;
+        if (nap_ms > left) nap_ms = left > 0 ? (long)left : 0;
+        nap.tv_sec = nap_ms / 1000;
+        nap.tv_nsec = (nap_ms % 1000) * 1000 * 1000;
+        nanosleep(&nap, NULL);
+        busy = writer_busy(db, deadline);
+        if (pydb__now_ms() >= deadline) break;
+        stamp_files(&before, db);
+        memset(seen->found, 0, seen->n);
+        rc = index_pass(c, db, ix, PASS_AGAIN, seen, &faults, &dry, err);
+        if (rc) return rc;
+        stamp_files(&after, db);
+        for (size_t i = 0; i < seen->n; i++)
+            if (seen->found[i]) seen->ids[kept++] = seen->ids[i];
+        seen->n = kept;
+        if (kept == 0) return PYDB_OK;   /* commits in progress */
+        if (!busy && same_files(&before, &after)) break;
+        nap_ms *= 2;
+    }
+    return index_pass(c, db, ix, PASS_REPORT, all ? NULL : seen, &faults,
+                      &dry, err);
+}
+
 /* Step 5 for db (the summary and callback of c).  A database without a
  * native index is no fault -- unless the latest commit names an index
  * generation (its MANIFEST is gone).  With a generation the view is that
  * commit's.  Without one (files mode, or a header that never named one)
  * nothing ties the index to the control record, which a writer updates
  * (and syncs) before it puts the index's MANIFEST in place: a first pass
- * only notes the faults of the postings, and where it finds some, a
- * second pass after a pause reports those it finds again (a commit in
- * progress then is another commit, with other records).  0, or a PYDB
- * error that is no fault of the files (no memory, the reader table
- * full). */
+ * only notes the faults of the postings, and where it finds some,
+ * confirm_faults reports those that stay while no commit is in progress.
+ * 0, or a PYDB error that is no fault of the files (no memory, the
+ * reader table full). */
 static int check_index(ck *c, pydb_db *db, pydb_error *err)
 {
     pydb_index *ix = NULL;
-    fault_id *seen;
-    size_t nseen = 0;
+    fault_set seen = {0};
     pydb_error e;
     uint64_t gen = pydb_index_gen(db);
     int64_t faults = 0, errors;
@@ -1505,20 +1641,19 @@ static int check_index(ck *c, pydb_db *db, pydb_error *err)
         report_index_error(c, &e);
         return PYDB_OK;
     }
-    if (!(seen = malloc(SEEN_FAULTS * sizeof *seen))) {
-        pydb_index_close(ix);
-        return PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the check");
+    seen.ids = malloc(SEEN_FAULTS * sizeof *seen.ids);
+    seen.found = malloc(SEEN_FAULTS);
+    if (!seen.ids || !seen.found) {
+        rc = PYDB_ERROR(err, PYDB_ENOMEM, "", -1, "no memory for the check");
+        goto cleanup;
     }
     errors = c->sum->errors;
-    rc = index_pass(c, db, ix, 1, seen, &nseen, &faults, &dry, err);
-    if (rc == PYDB_OK && dry && faults > 0 && c->sum->errors == errors) {
-        struct timespec nap = {0, 50 * 1000 * 1000};
-        qsort(seen, nseen, sizeof *seen, fault_cmp);
-        nanosleep(&nap, NULL);
-        rc = index_pass(c, db, ix, 0, faults > SEEN_FAULTS ? NULL : seen,
-                        &nseen, &faults, &dry, err);
-    }
-    free(seen);
+    rc = index_pass(c, db, ix, PASS_NOTE, &seen, &faults, &dry, err);
+    if (rc == PYDB_OK && dry && faults > 0 && c->sum->errors == errors)
+        rc = confirm_faults(c, db, ix, &seen, faults > SEEN_FAULTS, err);
+cleanup:
+    free(seen.ids);
+    free(seen.found);
     pydb_index_close(ix);
     return rc;
 }

@@ -510,3 +510,13 @@ int pydb__ofd_lock(int fd, int type)
     fl.l_whence = SEEK_SET;
     return fcntl(fd, F_OFD_SETLK, &fl);
 }
+
+int pydb__ofd_held(int fd)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return 0;
+    return fl.l_type != F_UNLCK;
+}

@@ -117,6 +117,10 @@ int pydb__fsync_parent(const char *path, pydb_error *err);
  * (wal.c), the compaction job's lock (compact.c), mkxrf's on the XRF.
  * 0, or -1 with errno (EAGAIN or EACCES: another description holds it). */
 int pydb__ofd_lock(int fd, int type);
+/* Whether a lock of another open file description (pydb__ofd_lock: a
+ * writer's, another handle's or process's) covers any of fd: 1 or 0 (0
+ * too where the kernel cannot say). */
+int pydb__ofd_held(int fd);
 /* fsync the file at path (opened read-only for it): PYDB_EIO with the
  * errno when it cannot be opened or the fsync fails. */
 int pydb__fsync_file(const char *path, pydb_error *err);

@@ -10,9 +10,11 @@ commit: every key and its postings through the index's reader (which
 checks each file's checksum and the order of the keys), each key's
 postings strictly ascending and of records active in that commit.
 Without a commit header (files mode) no generation ties the index to the
-control record, so a fault of the postings is reported only when a
-second walk, 50 ms later, finds it again (a writer's commit in progress
-then is another one).  Then each active record's postings are compared
+control record, so a fault of the postings is reported only when later
+walks find it again, the last of them while no writer held the writer
+lock and no file changed (a writer's commit in progress between its
+control record and its index's MANIFEST is then done); such a check
+takes up to 2 seconds longer.  Then each active record's postings are compared
 with the keys the index's FST gives of it (their number and a sum of
 their hashes): a record another program added or changed (WinISIS and
 CISIS do not know pydb's index) is an ``index-posting`` error, which
