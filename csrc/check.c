@@ -85,6 +85,7 @@
 #include "pydb_int.h"
 #include "index_int.h"
 #include "nidx_handle.h"
+#include "nidx_manifest.h"
 #include "shm.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -1056,6 +1057,7 @@ int pydb_snapshot_check(pydb_check_summary *out, const pydb_snapshot *snap,
  * postings a writer's commits may explain, first after FIRST_NAP_MS. */
 #define CONFIRM_MS 2000
 #define FIRST_NAP_MS 50
+#define POLL_US 200
 
 /* What a walk of the index does with the faults of the postings it
  * finds (check_index): note them (first pass), mark which of the noted
@@ -1501,109 +1503,96 @@ cleanup:
     return rc;
 }
 
-/* Whether another handle or process holds the writer lock of db (on its
- * .wal: a transaction, maybe a commit in progress), looked at until it
- * does not or until `deadline` (pydb__now_ms()).  0: nobody holds it
- * (or the database has no log: no pydb writer ever opened it). */
-static int writer_busy(pydb_db *db, int64_t deadline)
+/* A writer's commit in files mode: its frame is in the log (<base>.wal
+ * not empty) from before it writes the master file and the XRF until
+ * after it puts the index's MANIFEST in place, and it holds the writer
+ * lock (an OFD lock on the whole log) throughout.  Whether one is in
+ * progress now, as the log open at wal_fd (-1: none, no pydb writer
+ * ever opened the database) shows: the size first, then the lock (a
+ * log left by a writer that died is no commit in progress).  A
+ * transaction of this handle that is not committing has an empty log. */
+static int commit_in_progress(int wal_fd)
 {
-    char base[1100], wal[1100];
-    struct timespec nap = {0, 200 * 1000};
-    int busy, fd;
-    pydb__db_base(base, sizeof base, db->mst.path);
-    pydb__wal_path(wal, sizeof wal, base, db->mst.path);
-    fd = pydb__vfs->open(wal, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    while ((busy = pydb__ofd_held(fd)) && pydb__now_ms() < deadline)
-        nanosleep(&nap, NULL);
-    close(fd);
-    return busy;
+    struct stat st;
+    if (wal_fd < 0 || fstat(wal_fd, &st) != 0 || st.st_size == 0) return 0;
+    return pydb__ofd_held(wal_fd);
 }
 
-/* What a commit changes of the files a walk of the index reads: the
- * master file, the XRF and the index's MANIFEST (each replaced by a
- * rename, or written: inode, size, times). */
+/* What a commit changes of the files a walk of the index reads, beside
+ * the records: the generation the index's MANIFEST announces (each
+ * commit that changes postings writes the next) and the inodes of the
+ * master file and the XRF (a compaction swaps new ones in). */
 typedef struct {
-    struct stat st[3];
-    int ok[3];
-} files_stamp;
+    uint64_t gen;
+    ino_t mst, xrf;
+} index_stamp;
 
-static void stamp_files(files_stamp *out, const pydb_db *db)
+static void stamp_index(index_stamp *out, const pydb_db *db,
+                        const char *manifest)
 {
-    char manifest[1100], dir[1024];
-    pydb_error e;
-    const char *paths[3];
-    paths[0] = db->mst.path;
-    paths[1] = db->xrf.path;
-    if (pydb__nidx_dir(dir, sizeof dir, db->mst.path, &e) != PYDB_OK)
-        dir[0] = 0;
-    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
-    paths[2] = manifest;
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < 3; i++)
-        out->ok[i] = stat(paths[i], &out->st[i]) == 0;
-}
-
-static int same_files(const files_stamp *a, const files_stamp *b)
-{
-    for (int i = 0; i < 3; i++) {
-        const struct stat *x = &a->st[i], *y = &b->st[i];
-        if (a->ok[i] != b->ok[i]) return 0;
-        if (a->ok[i] &&
-            (x->st_ino != y->st_ino || x->st_size != y->st_size ||
-             x->st_mtim.tv_sec != y->st_mtim.tv_sec ||
-             x->st_mtim.tv_nsec != y->st_mtim.tv_nsec ||
-             x->st_ctim.tv_sec != y->st_ctim.tv_sec ||
-             x->st_ctim.tv_nsec != y->st_ctim.tv_nsec))
-            return 0;
-    }
-    return 1;
+    struct stat st;
+    out->gen = pydb__nman_head_generation(manifest);
+    out->mst = stat(db->mst.path, &st) == 0 ? st.st_ino : 0;
+    out->xrf = stat(db->xrf.path, &st) == 0 ? st.st_ino : 0;
 }
 
 /* The faults a first pass noted without a commit header, looked at
- * again: each pass waits a pause (doubling from FIRST_NAP_MS) and for no
- * writer to hold the lock, keeps the faults it finds again, and stops
- * when none is left (they were commits in progress: nothing reported)
- * or when it ran with no writer at work and no commit during it (the
- * files' stamps unchanged); then a last pass reports them (everything
- * it finds where the first found more than SEEN_FAULTS).  After
- * CONFIRM_MS the last pass comes whatever the writers do (one that
- * holds its transaction open so long is not committing).  0, or a PYDB
- * error that is no fault of the files. */
-static int confirm_faults(ck *c, pydb_db *db, pydb_index *ix,
+ * again (all: the first found more than SEEN_FAULTS of them).  Each
+ * pass waits a pause (doubling from FIRST_NAP_MS), then until no commit
+ * is in progress (polled every POLL_US), and keeps the noted faults it
+ * finds again; none left (and, with all, no fault at all): they were
+ * commits in progress, nothing is reported.  A pass with no commit in
+ * progress before and after it and no commit during it (the stamps) is
+ * quiet: a last pass reports the faults kept (with all, every fault it
+ * finds).  Without a quiet pass within CONFIRM_MS (commits kept coming)
+ * the index is left unchecked, as index_view leaves it.  wal_fd: the
+ * log, as commit_in_progress.  0, or a PYDB error that is no fault of
+ * the files. */
+static int confirm_faults(ck *c, pydb_db *db, pydb_index *ix, int wal_fd,
                           fault_set *seen, int all, pydb_error *err)
 {
+    char dir[1024], manifest[1100];
     int64_t deadline = pydb__now_ms() + CONFIRM_MS, faults = 0;
     long nap_ms = FIRST_NAP_MS;
     int dry = 0, rc;
 
+    if (pydb__nidx_dir(dir, sizeof dir, db->mst.path, err) != PYDB_OK)
+        return PYDB_EINVAL;
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
     qsort(seen->ids, seen->n, sizeof *seen->ids, fault_cmp);
     for (;;) {
-        files_stamp before, after;
-        int64_t left = deadline - pydb__now_ms();
-        struct timespec nap;
-        int busy;
+        struct timespec nap, poll = {0, POLL_US * 1000};
+        index_stamp before, after;
         size_t kept = 0;
-        if (nap_ms > left) nap_ms = left > 0 ? (long)left : 0;
-        nap.tv_sec = nap_ms / 1000;
-        nap.tv_nsec = (nap_ms % 1000) * 1000 * 1000;
-        nanosleep(&nap, NULL);
-        busy = writer_busy(db, deadline);
+        if (nap_ms > deadline - pydb__now_ms())
+            nap_ms = (long)(deadline - pydb__now_ms());
+        if (nap_ms > 0) {
+            nap.tv_sec = nap_ms / 1000;
+            nap.tv_nsec = (nap_ms % 1000) * 1000 * 1000;
+            nanosleep(&nap, NULL);
+        }
+        while (commit_in_progress(wal_fd) && pydb__now_ms() < deadline)
+            nanosleep(&poll, NULL);
         if (pydb__now_ms() >= deadline) break;
-        stamp_files(&before, db);
+        stamp_index(&before, db, manifest);
         memset(seen->found, 0, seen->n);
         rc = index_pass(c, db, ix, PASS_AGAIN, seen, &faults, &dry, err);
         if (rc) return rc;
-        stamp_files(&after, db);
+        stamp_index(&after, db, manifest);
         for (size_t i = 0; i < seen->n; i++)
             if (seen->found[i]) seen->ids[kept++] = seen->ids[i];
         seen->n = kept;
-        if (kept == 0) return PYDB_OK;   /* commits in progress */
-        if (!busy && same_files(&before, &after)) break;
+        if (kept == 0 && (!all || faults == 0))
+            return PYDB_OK;   /* commits in progress */
+        if (!commit_in_progress(wal_fd) && before.gen == after.gen &&
+            before.gen != NIDX_GEN_UNKNOWN && before.mst == after.mst &&
+            before.xrf == after.xrf)
+            return index_pass(c, db, ix, PASS_REPORT, all ? NULL : seen,
+                              &faults, &dry, err);
         nap_ms *= 2;
     }
-    return index_pass(c, db, ix, PASS_REPORT, all ? NULL : seen, &faults,
-                      &dry, err);
+    c->sum->index_checked = 0;   /* commits kept coming: left unchecked */
+    return PYDB_OK;
 }
 
 /* Step 5 for db (the summary and callback of c).  A database without a
@@ -1623,7 +1612,7 @@ static int check_index(ck *c, pydb_db *db, pydb_error *err)
     pydb_error e;
     uint64_t gen = pydb_index_gen(db);
     int64_t faults = 0, errors;
-    int rc, dry = 0;
+    int rc, dry = 0, wal_fd = -1;
 
     rc = pydb_native_index_open(&ix, db->mst.path, &e);
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) {
@@ -1649,9 +1638,16 @@ static int check_index(ck *c, pydb_db *db, pydb_error *err)
     }
     errors = c->sum->errors;
     rc = index_pass(c, db, ix, PASS_NOTE, &seen, &faults, &dry, err);
-    if (rc == PYDB_OK && dry && faults > 0 && c->sum->errors == errors)
-        rc = confirm_faults(c, db, ix, &seen, faults > SEEN_FAULTS, err);
+    if (rc == PYDB_OK && dry && faults > 0 && c->sum->errors == errors) {
+        char base[1024], wal[1100];
+        pydb__db_base(base, sizeof base, db->mst.path);
+        pydb__wal_path(wal, sizeof wal, base, db->mst.path);
+        wal_fd = pydb__vfs->open(wal, O_RDONLY | O_CLOEXEC, 0);
+        rc = confirm_faults(c, db, ix, wal_fd, &seen, faults > SEEN_FAULTS,
+                            err);
+    }
 cleanup:
+    if (wal_fd >= 0) pydb__vfs->close(wal_fd);
     free(seen.ids);
     free(seen.found);
     pydb_index_close(ix);

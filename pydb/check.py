@@ -11,11 +11,12 @@ checks each file's checksum and the order of the keys), each key's
 postings strictly ascending and of records active in that commit.
 Without a commit header (files mode) no generation ties the index to the
 control record, so a fault of the postings is reported only when later
-walks find it again, the last of them while no writer held the writer
-lock and no file changed (a writer's commit in progress between its
-control record and its index's MANIFEST is then done); such a check
-takes up to 2 seconds longer.  Then each active record's postings are compared
-with the keys the index's FST gives of it (their number and a sum of
+walks find it again, one of them with no writer's commit in progress
+before, during or after it (a commit is in progress from its records
+to its index's MANIFEST); such a check takes up to 2 seconds and two
+walks longer.  Where commits keep coming for 2 seconds, the index is
+left unchecked (``stats["index_checked"]`` false).  Then each active
+record's postings are compared with the keys the index's FST gives of it (their number and a sum of
 their hashes): a record another program added or changed (WinISIS and
 CISIS do not know pydb's index) is an ``index-posting`` error, which
 ``pydb index DB`` mends by building the index anew.
@@ -158,7 +159,7 @@ class CheckReport:
             sequential scan ran to the end), ``index_checked`` (a native
             index was read to its end: False without one, after a fault
             that stopped its walk, or when commits kept moving it for
-            200 ms), ``index_keys`` and ``index_postings`` (read).
+            200 ms, without a commit header for 2 s), ``index_keys`` and ``index_postings`` (read).
         path: the database checked.
 
     Iterating yields the problems; ``len(report)`` is their number.
@@ -208,7 +209,9 @@ class CheckReport:
         if s.get("index_keys") or s.get("index_checked"):
             lines.append(f"native index: {s['index_keys']} keys, "
                          f"{s['index_postings']} postings read"
-                         + ("" if s["index_checked"] else " (stopped before its end)"))
+                         + ("" if s["index_checked"] else
+                            " (not checked to its end: a fault stopped it, "
+                            "or commits kept coming)"))
         lines.append("OK" if self.ok else "DAMAGED")
         return "\n".join(lines)
 
