@@ -105,9 +105,10 @@ static int has_version(const pydb_xrf_entry *e)
  * past st->mst_end names a version a later commit wrote; the version st
  * saw is found along the back pointers, and the entry's state follows
  * its STATUS.  `where`: the entry's offset in the XRF (messages).  With
- * `lenient` (scans, which never read records otherwise), a version whose
- * leader does not decode leaves the entry as stored: the read of that
- * record reports the damage. */
+ * `lenient` (scans, which never read records otherwise), a pointer past
+ * the end of the master file or a version whose leader does not decode
+ * leaves the entry as stored: the read of that record reports the
+ * damage (one damaged entry stopped every listing: exports, stat). */
 static int resolve(pydb_xrf_entry *e, pydb_db *db, const pydb_state *st,
                    int32_t mfn, int64_t where, int lenient, pydb_error *err)
 {
@@ -115,12 +116,14 @@ static int resolve(pydb_xrf_entry *e, pydb_db *db, const pydb_state *st,
     int status, rc;
 
     if (!has_version(e) || e->offset < st->mst_end) return PYDB_OK;
-    if (e->offset >= mst_size_to(db, e->offset + 1))
+    if (e->offset >= mst_size_to(db, e->offset + 1)) {
+        if (lenient) return PYDB_OK;
         return PYDB_CORRUPT(err, db->xrf.path, where,
                             "XRF entry of MFN %d (value %d) points at "
                             "offset %lld, past the end of %s (%lld bytes)",
                             (int)mfn, (int)e->raw, (long long)e->offset,
                             db->mst.path, (long long)pydb__fsize(&db->mst));
+    }
     rc = pydb__version_visible(&vis, &status, db, st, mfn, e->offset, err);
     if (rc == PYDB_ECORRUPT && lenient) return PYDB_OK;
     if (rc) return rc;

@@ -1187,6 +1187,43 @@ def test_dump_goes_on_past_a_damaged_record(isis_data):
         f"pydb dump: 1 damaged record left out (pydb check {base} reports the damage)"]
 
 
+def test_an_xrf_entry_past_the_end_stops_no_listing(tmp_path):
+    """One XRF entry pointing past the end of the master file (MFN 5 of
+    6 here) is one damaged record: `export` writes the 5 others and
+    names it (exit 1, as for any record skipped), `dump` leaves it out,
+    `stat` counts it, iteration yields the records before it and then
+    raises.  Before, listing the MFNs raised at it and `export`, `dump`
+    and `stat` printed nothing but the error (an operator's trial)."""
+    base = tmp_path / "db"
+    with pydb.create(base) as db:
+        for i in range(6):
+            db.append([(24, f"title {i + 1}")])
+    with open(f"{base}.xrf", "r+b") as f:
+        f.seek(4 + 4 * 4)
+        f.write(struct.pack("<i", 0x7FFFFFFF))
+    why = (f"{base}.xrf at byte 20: XRF entry of MFN 5 (value 2147483647) points at "
+           f"offset 536870399, past the end of {base}.mst")
+    p = run("export", base, tmp_path / "out.iso", text=True)
+    assert p.returncode == 1
+    assert p.stderr.splitlines()[0].startswith(f"pydb: skipped: {why}")
+    assert p.stderr.splitlines()[-1] == "exported 5 record(s), 1 skipped"
+    assert [r.fields for r in pydb.iso2709.read(tmp_path / "out.iso")] == [
+        [(24, f"title {m}".encode())] for m in (1, 2, 3, 4, 6)]
+    p = run("dump", base, text=True)
+    ids = [int(line[4:]) for line in p.stdout.splitlines() if line.startswith("!ID ")]
+    assert (p.returncode, ids) == (1, [1, 2, 3, 4, 6])
+    assert p.stderr.splitlines()[0].startswith(f"pydb dump: left out: {why}")
+    p = run("stat", base, text=True)
+    assert "1 damaged record(s)" in p.stderr
+    with pydb.open(base) as db:
+        assert list(db.mfns()) == [1, 2, 3, 4, 5, 6]
+        got = []
+        with pytest.raises(pydb.CorruptionError, match="XRF entry of MFN 5"):
+            for rec in db:
+                got.append(rec.mfn)
+        assert got == [1, 2, 3, 4]
+
+
 def test_dump_of_listed_mfns_goes_on_past_one_that_does_not_read(isis_data):
     """`dump DB MFN...` prints every listed record that reads, in the
     order given, and names each that does not (damaged, physically

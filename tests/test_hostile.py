@@ -782,12 +782,24 @@ def test_xrfpos_first_block(src, tmp_path):
     _expect_open_error(src, src.write(tmp_path, xrf=xrf), (".xrf",), range(0, 1))
 
 
-def test_xrf_entry_one_past_end_at_open(src, tmp_path):
-    """XRF damage inside the records that layout detection reads."""
+def test_xrf_entry_one_past_end_among_the_first_records(src, tmp_path):
+    """XRF damage inside the records that layout detection reads (MFN 3
+    past the end of the master file): the layout comes from the others,
+    the database opens, db[3] is a CorruptionError naming the entry, and
+    every other record reads as before, as for the same damage further
+    on (test_record_damage).  The open failed: one damaged entry made
+    every record unreadable."""
     xrf = bytearray(src.xrf)
     i32(xrf, xrf_slot(3), xrf_encode(len(src.mst) + 512, src.mstxl))
-    _expect_open_error(src, src.write(tmp_path, xrf=xrf), (".xrf",),
-                       range(xrf_slot(3), xrf_slot(3) + 1))
+    base = src.write(tmp_path, xrf=xrf)
+    sizes = {".mst": len(src.mst), ".xrf": len(xrf)}
+    for io, out in exercise_all(base, src.max_mfn, {2, 3, 4, src.last}).items():
+        assert out.open_error is None, f"[io={io}] open failed: {out.open_error!r}"
+        check_error(out.reads[3], (".xrf",), sizes)
+        assert out.reads[3].offset in _slot_range(3), repr(out.reads[3])
+        for m, want in src.content.items():
+            if m in out.reads and m != 3:
+                assert out.reads[m] == want, f"[io={io}] MFN {m}: {out.reads[m]!r}"
 
 
 # Control record (docs/isis-formats.md §2.1).
