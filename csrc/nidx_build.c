@@ -697,8 +697,10 @@ void pydb_nidx_stored_free(pydb_nidx_stored *s)
     memset(s, 0, sizeof *s);
 }
 
-int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
-                             pydb_error *err)
+/* pydb_native_index_stored() and _spare(): *out from the index's file
+ * `name` (MANIFEST, or its spare). */
+static int stored_from(pydb_nidx_stored *out, const char *db_path,
+                       const char *name, pydb_error *err)
 {
     char dir[1024], path[1100];
     uint8_t *data = NULL;
@@ -708,7 +710,7 @@ int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
     memset(out, 0, sizeof *out);
     memset(&m, 0, sizeof m);
     if ((rc = pydb__nidx_dir(dir, sizeof dir, db_path, err))) return rc;
-    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     if ((rc = pydb__nman_read(&m, &data, path, 0, err))) return rc;
     out->utf8 = m.rules.utf8;
     out->max_key = m.rules.max_key;
@@ -731,4 +733,16 @@ cleanup:
     free(m.segs);
     free(data);
     return rc;
+}
+
+int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
+                             pydb_error *err)
+{
+    return stored_from(out, db_path, "MANIFEST", err);
+}
+
+int pydb_native_index_stored_spare(pydb_nidx_stored *out,
+                                   const char *db_path, pydb_error *err)
+{
+    return stored_from(out, db_path, "MANIFEST.pydb-next", err);
 }

@@ -1208,6 +1208,13 @@ typedef struct pydb_nidx_stored {
  * too long path), PYDB_ENOMEM. */
 int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
                              pydb_error *err);
+/* The same from the MANIFEST's spare (MANIFEST.pydb-next: the MANIFEST
+ * of an earlier commit, which commits swap in by renames), for a
+ * rebuild when the MANIFEST is damaged: the FST and settings of the
+ * index up to that commit (a rebuild with other settings since then
+ * may have left the earlier ones there).  The same errors. */
+int pydb_native_index_stored_spare(pydb_nidx_stored *out,
+                                   const char *db_path, pydb_error *err);
 void pydb_nidx_stored_free(pydb_nidx_stored *s);
 
 /* Open the native index of `db_path`.  *out: pydb_index_close().

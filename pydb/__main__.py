@@ -709,7 +709,9 @@ def _cmd_index(args) -> int:
         print(f"pydb index: {args.db}: no database there (no .mst or .xrf file)",
               file=sys.stderr)
         return 1
-    stored = _stored_or_none(args.db)
+    with warnings.catch_warnings():   # (build_index says it, once)
+        warnings.simplefilter("ignore")
+        stored = _stored_or_none(args.db)
     if (args.fst is None and find_sidecar(args.db, "fst") is None
             and (stored is None or not stored["fst"])):
         print(f"pydb index: {args.db}: the database has no .fst file and no index to take "

@@ -996,26 +996,31 @@ static PyObject *attach_native(PyObject *m, PyObject *args)
 }
 
 PyDoc_STRVAR(native_stored_doc,
-"_native_index_stored(db_path, /)\n--\n\n"
+"_native_index_stored(db_path, spare=False, /)\n--\n\n"
 "The settings the native index <base>.pdx of the database at db_path\n"
-"was built with (its MANIFEST): a dict {'utf8': bool, 'max_key': int\n"
+"was built with (its MANIFEST; with spare, the MANIFEST's spare\n"
+"MANIFEST.pydb-next, an earlier commit's): a dict {'utf8': bool, 'max_key': int\n"
 "(bytes, 0 = no limit), 'mode': str ('cisis' or 'unicode'), 'upper', 'word': bytes of 256 (case table and\n"
 "word characters), 'fst': bytes (FST text), 'stw': bytes (stop\n"
 "words, b'' for none)}, or None when the database has no native index.\n"
 "Raises CorruptionError for a damaged MANIFEST, DiskError.");
 
-static PyObject *native_stored(PyObject *m, PyObject *arg)
+static PyObject *native_stored(PyObject *m, PyObject *args)
 {
     module_state *st = PyModule_GetState(m);
     PyObject *bytes = NULL;
     pydb_nidx_stored s;
     pydb_error e;
-    int rc;
+    int rc, spare = 0;
 
     const char *cpath;
-    if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&|p:_native_index_stored",
+                          PyUnicode_FSConverter, &bytes, &spare))
+        return NULL;
     cpath = PyBytes_AS_STRING(bytes);
-    UNLOCKED(NULL, NULL, rc = pydb_native_index_stored(&s, cpath, &e));
+    UNLOCKED(NULL, NULL,
+             rc = spare ? pydb_native_index_stored_spare(&s, cpath, &e)
+                        : pydb_native_index_stored(&s, cpath, &e));
     Py_DECREF(bytes);
     if (rc == PYDB_EIO && e.sys_errno == ENOENT) Py_RETURN_NONE;
     if (rc) return set_error(st, rc, &e);
@@ -1103,7 +1108,7 @@ static PyMethodDef index_functions[] = {
     {"_index_gen", (PyCFunction)index_gen, METH_O, index_gen_doc},
     {"_index_gen_seen", (PyCFunction)index_gen_seen, METH_VARARGS,
      index_gen_seen_doc},
-    {"_native_index_stored", (PyCFunction)native_stored, METH_O,
+    {"_native_index_stored", (PyCFunction)native_stored, METH_VARARGS,
      native_stored_doc},
     {"_snapshot_index", (PyCFunction)snapshot_index, METH_VARARGS,
      snapshot_index_doc},

@@ -24,6 +24,7 @@ and :class:`pydb.index.Index`.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -65,12 +66,25 @@ def stored_settings(db_path: PathArg) -> dict[str, Any] | None:
 
 
 def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
-    """stored_settings(), or None when the MANIFEST is damaged: a rebuild
-    is how a damaged index is repaired, so it goes on without them."""
+    """stored_settings(); where the MANIFEST is damaged, those of its spare
+    ``MANIFEST.pydb-next`` (the MANIFEST of an earlier commit, which
+    commits swap in by renames), with a UserWarning that says so; None
+    where that is damaged or missing too.  A rebuild is how a damaged
+    index is repaired, so it goes on with what it finds: the FST of an
+    index made with ``create(fst=...)`` lives nowhere else."""
     try:
         return stored_settings(db_path)
-    except CorruptionError:
+    except CorruptionError as e:
+        damaged = e
+    try:
+        spare = _pydb._native_index_stored(os.fspath(db_path), True)
+    except (CorruptionError, OSError):
         return None
+    if spare is not None:
+        warnings.warn(f"{damaged}; the FST and settings of the index are taken from its "
+                      "spare MANIFEST.pydb-next (an earlier commit's)", UserWarning,
+                      stacklevel=2)
+    return spare
 
 
 def shipped_key_length(db_path: PathArg) -> int | None:

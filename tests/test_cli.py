@@ -1187,6 +1187,40 @@ def test_dump_goes_on_past_a_damaged_record(isis_data):
         f"pydb dump: 1 damaged record left out (pydb check {base} reports the damage)"]
 
 
+def test_index_rebuilds_a_damaged_manifest_with_the_fst_of_its_spare(tmp_path):
+    """An index made with create(fst=...) keeps its FST in its MANIFEST
+    only; with the MANIFEST damaged, `pydb index` (which the search's
+    error names as the repair) takes the FST and settings from the spare
+    MANIFEST.pydb-next and says so; it stopped with "no .fst file and no
+    index to take the FST from", and writes stayed refused (an
+    operator's trial).  With the spare damaged too, it asks for --fst."""
+    base = tmp_path / "db"
+    with pydb.create(base, fst="24 4 v24\n") as db:
+        for i in range(3):
+            db.append([(24, f"water pump {i}")])
+    pdx = Path(f"{base}.pdx")
+    assert (pdx / "MANIFEST.pydb-next").exists()
+    (pdx / "MANIFEST").write_bytes(b"")
+    p = run("search", base, "PUMP", text=True)
+    assert p.returncode == 1 and "python -m pydb index" in p.stderr
+    p = run("index", base, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == (f"pydb: warning: {pdx}/MANIFEST at byte 0: manifest: bad magic line; the "
+                        "FST and settings of the index are taken from its spare "
+                        "MANIFEST.pydb-next (an earlier commit's)\n")
+    with pydb.open(base, readonly=False) as db:
+        assert list(db.search("PUMP")) == [1, 2, 3]
+        assert pydb.native.stored_settings(base)["fst"] == b"24 4 v24\n"
+        db.append([(24, "blue pump")])
+        assert db.check().ok
+    for name in ("MANIFEST", "MANIFEST.pydb-next"):
+        (pdx / name).write_bytes(b"")
+    p = run("index", base, text=True)
+    assert p.returncode == 1
+    assert p.stderr == (f"pydb index: {base}: the database has no .fst file and no index to "
+                        "take the FST from; give one with --fst FILE\n")
+
+
 def test_an_xrf_entry_past_the_end_stops_no_listing(tmp_path):
     """One XRF entry pointing past the end of the master file (MFN 5 of
     6 here) is one damaged record: `export` writes the 5 others and
