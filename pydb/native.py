@@ -81,9 +81,9 @@ def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
     except (CorruptionError, OSError):
         return None
     if spare is not None:
-        warnings.warn(f"{damaged}; the FST and settings of the index are taken from its "
-                      "spare MANIFEST.pydb-next (an earlier commit's)", UserWarning,
-                      stacklevel=2)
+        warnings.warn(f"{damaged}; the settings stored with the index (FST, stop words, "
+                      "key tables) are read from its spare MANIFEST.pydb-next (an earlier "
+                      "commit's)", UserWarning, stacklevel=2)
     return spare
 
 
@@ -238,6 +238,10 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
         LookupError: `encoding` is not a codec Python knows.
         ImportError: ``progress=True`` and tqdm is not installed.
         ValueError: `memory` is negative.
+
+    Warns:
+        UserWarning: the index's MANIFEST is damaged and the settings
+            stored with it are read from its spare ``MANIFEST.pydb-next``.
     """
     if memory is not None and memory < 0:
         raise ValueError(f"memory must be >= 0 bytes, not {memory}")

@@ -1206,8 +1206,8 @@ def test_index_rebuilds_a_damaged_manifest_with_the_fst_of_its_spare(tmp_path):
     p = run("index", base, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stderr == (f"pydb: warning: {pdx}/MANIFEST at byte 0: manifest: bad magic line; the "
-                        "FST and settings of the index are taken from its spare "
-                        "MANIFEST.pydb-next (an earlier commit's)\n")
+                        "settings stored with the index (FST, stop words, key tables) are "
+                        "read from its spare MANIFEST.pydb-next (an earlier commit's)\n")
     with pydb.open(base, readonly=False) as db:
         assert list(db.search("PUMP")) == [1, 2, 3]
         assert pydb.native.stored_settings(base)["fst"] == b"24 4 v24\n"
