@@ -36,7 +36,10 @@
  * past the file's end: a copy broken off, a disk full) keeps that end,
  * and pydb refuses to open it; with `mend` the control record then gets
  * the end of the last whole version found (CISIS does this with another
- * tool, ctlmfn).
+ * tool, ctlmfn).  Versions after the end of records the control record
+ * names are not taken (an append never committed), but with `mend`
+ * (NXTMFB/NXTMFP damaged, or a writer that left them behind: the XRF
+ * points at those versions) they are, and the end goes after them.
  *
  * Safety: every read is bounded by the file's size and the window; the
  * arrays are bounded by NXTMFN, which must be at most a sixteenth of the
@@ -357,6 +360,7 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     int32_t *raw = NULL;
     int64_t end, nmax, at = PYDB_CTL_SIZE, versions = 0, bytes = 0;
     int wal_fd = -1, xrf_fd = -1, created = 0, leased = 0, rc = PYDB_OK;
+    int taken_past = 0;
     ssize_t got;
 
     memset(out, 0, sizeof *out);
@@ -444,9 +448,22 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     out->end = end;
     out->versions = versions;
     out->version_bytes = bytes;
-    /* versions past the end of records: not taken, but told */
-    rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &at, s.size,
-              NULL, &out->past_end, &bytes);
+    /* versions past the end of records: not taken, but told; with
+     * `mend` taken (a control record whose end lies before the versions:
+     * damaged, or not updated by the program that wrote them) */
+    if (mend && out->ctl_end <= s.size) {
+        rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &at, s.size,
+                  raw, &out->past_end, &bytes);
+        taken_past = out->past_end > 0;
+        if (taken_past) {
+            out->versions += out->past_end;
+            out->version_bytes += bytes;
+            out->end = s.size;
+        }
+    } else {
+        rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &at, s.size,
+                  NULL, &out->past_end, &bytes);
+    }
     if (rc) goto cleanup;
     for (int32_t m = 0; m < c.next_mfn - 1; m++) {
         pydb_xrf_entry e;
@@ -483,7 +500,8 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     /* a master file cut short: the records end where its last whole
      * version ends (on a 2^MSTXL boundary), after the new XRF is in (a
      * failure between leaves a run to do again, as before it) */
-    if (rc == PYDB_OK && mend && out->ctl_end > s.size) {
+    if (rc == PYDB_OK && mend &&
+        (out->ctl_end > s.size || taken_past)) {
         int64_t align = (int64_t)1 << c.mstxl;
         int64_t at_end = (s.taken_end + align - 1) / align * align;
         rc = mend_control(mst_path, ctlb, c.next_mfn, at_end, err);

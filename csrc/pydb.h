@@ -579,9 +579,11 @@ typedef struct pydb_mkxrf_report {
                                 names (NXTMFB/NXTMFP), bytes              */
     int64_t end;             /* where the scan ended: ctl_end, or the
                                 file's end where the file is shorter      */
-    int64_t past_end;        /* versions found after `end` (an append
-                                never committed, or a writer that left the
-                                control record behind): not taken         */
+    int64_t past_end;        /* versions found after the end of records
+                                the control record names (an append never
+                                committed, or a writer that left the
+                                control record behind): not taken, but
+                                with `mend` taken (mended_end)            */
     int64_t versions;        /* record versions found (every version of
                                 an MFN counts)                             */
     int64_t version_bytes;   /* bytes in them                               */
@@ -592,7 +594,8 @@ typedef struct pydb_mkxrf_report {
                                 "physically deleted"                       */
     int64_t mended_end;      /* with `mend`: the end of records written
                                 into the control record of a master file
-                                shorter than ctl_end; else 0               */
+                                shorter than ctl_end, or after the
+                                versions past it; else 0                   */
 } pydb_mkxrf_report;
 
 /*
@@ -626,7 +629,9 @@ typedef struct pydb_mkxrf_report {
  * NXTMFB/NXTMFP are set to the end of the last whole version found
  * (rounded up to 2^MSTXL, the file grown by zeros to it), after the XRF,
  * and fsynced: pydb opens the database again (CISIS ctlmfn mends it
- * so); out->mended_end.  A scan that found no whole version there (a
+ * so); out->mended_end.  With `mend`, versions after the end of records
+ * are taken too (the scan goes to the file's end, out->end) and the end
+ * of records set after the last of them (a damaged NXTMFB/NXTMFP).  A scan that found no whole version there (a
  * wrong layout) is PYDB_ECORRUPT for `mend`, before anything is written.
  * *out is filled on success.
  * Errors also: PYDB_EIO, PYDB_ECORRUPT (an unusable control record:

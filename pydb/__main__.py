@@ -364,14 +364,28 @@ _XRF_KINDS = {"xrf-block", "xrf-pointer", "xrf-beyond-end", "mfn-mismatch"}
 _INDEX_KINDS = {"index", "index-posting"}
 
 
-def _repair_hints(db: str, kinds) -> list[str]:
-    """What mends the problems of `kinds` (check's), as lines to print."""
+def _repair_hints(db: str, report: CheckReport) -> list[str]:
+    """What mends the problems of `report` (check's), as lines to print."""
     out = []
-    if _XRF_KINDS & set(kinds):
+    kinds = set(report.counts)
+    past = any(p.kind == "xrf-pointer" and "past the committed end" in p.message
+               for p in report.problems)
+    if past:
+        # a damaged NXTMFB/NXTMFP: mkxrf without --mend-control scans up to
+        # it and drops every version after it (an operator's trial)
+        out.append(f"hint: XRF entries point at versions after the end of records the "
+                   f"control record names (NXTMFB/NXTMFP); where that end is what is "
+                   f"damaged, pydb mkxrf {db} --replace --mend-control takes them and "
+                   f"sets the end after them, while --replace alone leaves them out "
+                   f"(the old XRF is kept as .bak)")
+    elif _XRF_KINDS & kinds:
         out.append(f"hint: the XRF can be made again from the master file, each MFN "
                    f"given its last whole version: pydb mkxrf {db} --replace (the old "
                    "XRF is kept as .bak)")
-    if _INDEX_KINDS & set(kinds):
+    if _INDEX_KINDS & kinds and past:   # (the index may be of the versions after it)
+        out.append(f"hint: then pydb check {db} again; where it still reports faults of "
+                   f"the index, pydb index {db} builds it anew")
+    elif _INDEX_KINDS & kinds:
         out.append(f"hint: pydb index {db} builds the native index anew")
     return out
 
@@ -447,7 +461,7 @@ def _cmd_check(args) -> int:
             out.write(f"... {report.errors + report.warnings - len(report.problems)} "
                       f"more (raise --max-problems)\n")
         out.write(report.summary() + "\n")
-        for line in _repair_hints(args.db, report.counts) + hints:
+        for line in _repair_hints(args.db, report) + hints:
             out.write(line + "\n")
     return 1 if failed else 0
 
@@ -820,7 +834,12 @@ def _cmd_mkxrf(args) -> int:
     print(f"MFNs: {rep['active']} active, {rep['deleted']} logically deleted, "
           f"{rep['missing']} physically deleted (no version found); "
           f"{rep['pending']} flagged update pending")
-    if rep["mended_end"]:
+    if rep["mended_end"] and rep["past_end"]:
+        print(f"pydb: warning: the control record said the records end at byte "
+              f"{rep['ctl_end']}, and {rep['past_end']} record version(s) lie after it: "
+              f"taken; the control record now says the records end at byte "
+              f"{rep['mended_end']}, after the last whole version", file=sys.stderr)
+    elif rep["mended_end"]:
         print(f"pydb: warning: the master file has {rep['end']} bytes, its control record "
               f"said the records end at byte {rep['ctl_end']}: the records after the cut "
               f"are lost; the control record now says they end at byte "
@@ -832,10 +851,11 @@ def _cmd_mkxrf(args) -> int:
               "are lost, and pydb will not open the database until the control record "
               f"is mended ({first}pydb mkxrf {args.db} --replace --mend-control)",
               file=sys.stderr)
-    if rep["past_end"]:
+    if rep["past_end"] and not rep["mended_end"]:
         print(f"pydb: warning: {rep['past_end']} record version(s) lie after the end of "
               "records the control record names (an append never committed, or a "
-              "program that did not update the control record): not taken",
+              "program that did not update the control record): not taken; "
+              f"pydb mkxrf {args.db} --replace --mend-control takes them",
               file=sys.stderr)
     return 0
 
@@ -1259,10 +1279,11 @@ def parser() -> argparse.ArgumentParser:
                    "(another owner's files, a network file system): you make sure "
                    "no program has it open (default: refuse)")
     p.add_argument("--mend-control", action="store_true",
-                   help="where the master file is shorter than its control record says "
-                   "(cut short), set the end of records in the control record to the end "
-                   "of the last whole version (default: leave it, and pydb does not open "
-                   "the database)")
+                   help="set the end of records in the control record to the end of the "
+                   "last whole version: where the master file is shorter than its control "
+                   "record says (cut short; default: leave it, and pydb does not open the "
+                   "database), or where versions lie after that end (a damaged "
+                   "NXTMFB/NXTMFP: they are taken; default: not taken)")
     p.set_defaults(func=_cmd_mkxrf)
     p = command("index", "build (or rebuild) the native inverted index, beside writers too",
                 epilog="Ends with the MFNs read, the time spent reading records and making "

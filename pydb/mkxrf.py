@@ -66,7 +66,11 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
             record (NXTMFB/NXTMFP) the end of the last whole version
             found, rounded up to 2^MSTXL bytes (the file grown by zeros to
             it), after the new XRF; nothing else of the master file
-            changes.  The old end stays in the report (``ctl_end``).
+            changes.  Where versions lie after that end (NXTMFB/NXTMFP
+            damaged, or left behind by the program that wrote them), the
+            scan goes on to the file's end and takes them, and the end is
+            set after the last.  The old end stays in the report
+            (``ctl_end``).
 
     Returns:
         A dict: ``xrf`` (the path written), ``backup`` (the old XRF's new
@@ -74,9 +78,11 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         record's NXTMFN: the XRF has entries for MFN 1..next_mfn-1),
         ``ctl_end`` (bytes: the end of records the control record
         names), ``end`` (bytes scanned up to: ctl_end, or the file's size
-        where the file is shorter), ``past_end`` (versions found after
-        ``end``, not taken), ``versions`` and ``version_bytes`` (record
-        versions found before ``end``, every version of an MFN counted),
+        where the file is shorter; the file's size where `mend_control`
+        took versions after ctl_end), ``past_end`` (versions found after
+        ctl_end: not taken, or taken by `mend_control`), ``versions`` and
+        ``version_bytes`` (record versions taken, every version of an
+        MFN counted),
         ``active`` and ``deleted`` (MFNs whose entry names a version of
         STATUS 0 / 1), ``pending`` (of them, flagged "update pending"),
         ``missing`` (MFNs with no version: physically deleted),

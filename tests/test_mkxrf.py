@@ -295,6 +295,43 @@ def test_a_master_file_cut_short_is_mended_up_to_its_last_whole_version(tmp_path
     assert again["mended_end"] == 0 and again["active"] == len(kept) + 1
 
 
+def test_a_damaged_end_of_records_is_mended_with_the_versions_after_it(tmp_path):
+    """NXTMFB damaged to a block before the records' end: the XRF points
+    past it at the newest versions.  `pydb check` reports it and points at
+    --mend-control, which takes the versions after that end and puts the
+    end after them: the master file is as it was before the damage, every
+    record reads its newest version, the check is clean.  mkxrf --replace
+    alone (the hint before) made every MFN its first version or none
+    (an operator's trial)."""
+    base = tmp_path / "db"
+    with pydb.create(base, fst="24 4 v24\n", gc="none") as db:
+        for i in range(20):
+            db.append([(24, f"first {i}")])
+        for i in range(200):
+            db.update(i % 20 + 1, [(24, f"newest {i}")])
+    want = {m: [(24, f"newest {i}".encode())] for i in range(180, 200) for m in [i % 20 + 1]}
+    good = Path(f"{base}.mst").read_bytes()
+    with open(f"{base}.mst", "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack("<i", 2))          # NXTMFB: block 2
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "pydb", "check", str(base)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert "past the committed end" in p.stdout
+    assert (f"pydb mkxrf {base} --replace --mend-control takes them and sets the end after "
+            "them, while --replace alone leaves them out") in p.stdout
+    p = subprocess.run([sys.executable, "-m", "pydb", "mkxrf", str(base), "--replace",
+                        "--mend-control"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "record version(s) lie after it: taken" in p.stderr
+    assert Path(f"{base}.mst").read_bytes() == good
+    with pydb.open(base) as db:
+        assert {m: [(f.tag, f.raw) for f in db[m].fields] for m in db.mfns()} == want
+        assert db.check().ok
+
+
 def test_mend_control_refuses_where_the_scan_finds_no_version(tmp_path):
     """A wrong layout (or a cut before the first whole record) finds no
     version: mending would put the end of records at the control record,
@@ -542,7 +579,8 @@ def test_what_the_scan_did_not_take_is_told(isis_data, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stderr == ("pydb: warning: 1 record version(s) lie after the end of records "
                         "the control record names (an append never committed, or a "
-                        "program that did not update the control record): not taken\n")
+                        "program that did not update the control record): not taken; "
+                        f"pydb mkxrf {tmp_path / 't'} --replace --mend-control takes them\n")
     assert stat.S_IMODE(os.stat(tmp_path / "t.xrf").st_mode) == 0o444
     os.mkfifo(tmp_path / "f.mst")
     with pytest.raises(ValueError, match="not a regular file"):
