@@ -854,7 +854,8 @@ def _cmd_mkxrf(args) -> int:
     if rep["past_end"] and not rep["mended_end"]:
         print(f"pydb: warning: {rep['past_end']} record version(s) lie after the end of "
               "records the control record names (an append never committed, or a "
-              "program that did not update the control record): not taken; "
+              "program that did not update the control record): not taken; where "
+              "that end is what is damaged (pydb check reports XRF entries past it), "
               f"pydb mkxrf {args.db} --replace --mend-control takes them",
               file=sys.stderr)
     return 0

@@ -580,7 +580,9 @@ def test_what_the_scan_did_not_take_is_told(isis_data, tmp_path):
     assert r.stderr == ("pydb: warning: 1 record version(s) lie after the end of records "
                         "the control record names (an append never committed, or a "
                         "program that did not update the control record): not taken; "
-                        f"pydb mkxrf {tmp_path / 't'} --replace --mend-control takes them\n")
+                        "where that end is what is damaged (pydb check reports XRF entries "
+                        f"past it), pydb mkxrf {tmp_path / 't'} --replace --mend-control "
+                        "takes them\n")
     assert stat.S_IMODE(os.stat(tmp_path / "t.xrf").st_mode) == 0o444
     os.mkfifo(tmp_path / "f.mst")
     with pytest.raises(ValueError, match="not a regular file"):
