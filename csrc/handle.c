@@ -130,6 +130,8 @@ static int detect_visit(void *ctx, int32_t mfn, const pydb_xrf_entry *e)
     struct detect_ctx *c = ctx;
     if (e->state != PYDB_XRF_ACTIVE && e->state != PYDB_XRF_LDELETED)
         return 0;
+    if (e->offset >= pydb__fsize(&c->db->mst))
+        return 0;   /* damage the read of that record reports */
     if (c->tried == 0) {
         c->first_offset = e->offset;
         c->first_mfn = mfn;
@@ -153,8 +155,8 @@ static int detect_layout(pydb_db *db, pydb_error *err)
     /* An empty database: the layout given when it was opened, if any. */
     db->layout = (db->flags >> 8) & 7 ? ((db->flags >> 8) & 7) - 1
                                       : PYDB_LAYOUT_ISIS_PACKED;
-    /* The entries as stored, checked against the file's end: following
-     * a version chain needs the layout this detects. */
+    /* The entries as stored (following a version chain needs the
+     * layout this detects); those past the file's end are skipped. */
     memset(&st, 0, sizeof st);
     st.next_mfn = db->next_mfn;
     st.mst_end = pydb__fsize(&db->mst);

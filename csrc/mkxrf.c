@@ -37,9 +37,10 @@
  * and pydb refuses to open it; with `mend` the control record then gets
  * the end of the last whole version found (CISIS does this with another
  * tool, ctlmfn).  Versions after the end of records the control record
- * names are not taken (an append never committed), but with `mend`
- * (NXTMFB/NXTMFP damaged, or a writer that left them behind: the XRF
- * points at those versions) they are, and the end goes after them.
+ * names are not taken (an append never committed, or versions WinISIS
+ * left there), but with `mend` those the old XRF points at are
+ * (NXTMFB/NXTMFP damaged to an earlier block), and the end goes after
+ * the last of them.
  *
  * Safety: every read is bounded by the file's size and the window; the
  * arrays are bounded by NXTMFN, which must be at most a sixteenth of the
@@ -75,6 +76,9 @@ typedef struct scan {
     int64_t win_off, win_len;
     int failed;                   /* a read failed: err is set             */
     int64_t taken_end;            /* the end of the last version taken     */
+    const int32_t *only;          /* non-NULL: a version is taken only where
+                                     only[mfn - 1] (an old XRF value) points
+                                     at it                                */
     pydb_error *err;
 } scan;
 
@@ -105,12 +109,22 @@ static const uint8_t *peek(scan *s, int64_t off, int64_t n)
     return s->win;
 }
 
+/* Whether the XRF value `raw` names a version at offset q. */
+static int points_at(int32_t raw, int64_t q, int mstxl)
+{
+    pydb_xrf_entry e;
+    pydb__xrf_unpack(&e, raw, mstxl);
+    return (e.state == PYDB_XRF_ACTIVE || e.state == PYDB_XRF_LDELETED) &&
+           e.offset == q;
+}
+
 /* Walk the versions of layout g that start in [*at, end): their bytes
  * into *bytes and their count into *versions; with raw (an entry per MFN
  * below next_mfn), each version's XRF value stored at its MFN (the last
- * one in file order stays).  *at gets where the walk stopped.  0, or
- * PYDB_EIO (a read), or PYDB_ETOOBIG (an offset the XRF of this MSTXL
- * cannot name). */
+ * one in file order stays) -- with s->only, only the versions an old
+ * entry points at, and only they are counted.  *at gets where the walk
+ * stopped.  0, or PYDB_EIO (a read), or PYDB_ETOOBIG (an offset the XRF
+ * of this MSTXL cannot name). */
 static int walk(scan *s, const pydb_geom *g, int mstxl, int32_t next_mfn,
                 int64_t *at, int64_t end, int32_t *raw, int64_t *versions,
                 int64_t *bytes)
@@ -128,7 +142,8 @@ static int walk(scan *s, const pydb_geom *g, int mstxl, int32_t next_mfn,
         pydb__leader_decode(&l, g, h);
         /* (BASE is below 2^20: 65535 directory entries of 12 bytes) */
         if (pydb__leader_plausible(&l, g, next_mfn - 1, q, s->size) &&
-            (d = peek(s, q, l.base)) && pydb__dir_plausible(&l, g, d)) {
+            (d = peek(s, q, l.base)) && pydb__dir_plausible(&l, g, d) &&
+            !(s->only && !points_at(s->only[l.mfn - 1], q, mstxl))) {
             (*versions)++;
             *bytes += l.mfrl;
             if (raw) {
@@ -349,6 +364,35 @@ cleanup:
     return rc;
 }
 
+/* The values of the XRF open at fd for MFN 1..next_mfn-1 (*out: free
+ * it), 0 where the file is shorter: what the old XRF pointed at.  0, or
+ * PYDB_EIO, PYDB_ENOMEM. */
+static int old_entries(int32_t **out, int fd, const char *path,
+                       int32_t next_mfn, pydb_error *err)
+{
+    uint8_t blk[PYDB_BLOCK];
+    int32_t n = next_mfn > 1 ? next_mfn - 1 : 0;
+    int32_t *v = calloc((size_t)n + 1, sizeof *v);
+    *out = NULL;
+    if (!v) return PYDB_ERROR(err, PYDB_ENOMEM, path, -1, "no memory");
+    for (int32_t b = 0; (int64_t)b * PYDB_XRF_PER_BLOCK < n; b++) {
+        ssize_t got = pydb__vfs->pread(fd, blk, sizeof blk,
+                                       (off_t)b * PYDB_BLOCK);
+        if (got < 0) {
+            free(v);
+            return PYDB_OSERROR(err, errno, path, (int64_t)b * PYDB_BLOCK,
+                                "read failed: %s", strerror(errno));
+        }
+        if (got < (ssize_t)sizeof blk) break;   /* shorter: 0 from here */
+        for (int k = 0; k < PYDB_XRF_PER_BLOCK; k++) {
+            int64_t m = (int64_t)b * PYDB_XRF_PER_BLOCK + k;
+            if (m < n) v[m] = (int32_t)pydb__u32(blk + 4 + 4 * k);
+        }
+    }
+    *out = v;
+    return PYDB_OK;
+}
+
 int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
                const char *xrf_path, const char *bak_path, int layout,
                int force, int mend, pydb_error *err)
@@ -361,6 +405,7 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     int64_t end, nmax, at = PYDB_CTL_SIZE, versions = 0, bytes = 0;
     int wal_fd = -1, xrf_fd = -1, created = 0, leased = 0, rc = PYDB_OK;
     int taken_past = 0;
+    int32_t *old = NULL;
     ssize_t got;
 
     memset(out, 0, sizeof *out);
@@ -451,15 +496,24 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
     /* versions past the end of records: not taken, but told; with
      * `mend` taken (a control record whose end lies before the versions:
      * damaged, or not updated by the program that wrote them) */
-    if (mend && out->ctl_end <= s.size) {
+    if (mend && out->ctl_end <= s.size && !created) {
+        int64_t skipped = 0, q = at;
+        rc = old_entries(&old, xrf_fd, xrf_path, c.next_mfn, err);
+        if (rc) goto cleanup;
+        s.only = old;
         rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &at, s.size,
-                  raw, &out->past_end, &bytes);
-        taken_past = out->past_end > 0;
+                  raw, &out->past_end_taken, &bytes);
+        s.only = NULL;
+        taken_past = out->past_end_taken > 0;
         if (taken_past) {
-            out->versions += out->past_end;
+            out->versions += out->past_end_taken;
             out->version_bytes += bytes;
             out->end = s.size;
         }
+        if (rc == PYDB_OK)   /* what no old entry names: told, not taken */
+            rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &q,
+                      s.size, NULL, &skipped, &bytes);
+        out->past_end = skipped - out->past_end_taken;
     } else {
         rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &at, s.size,
                   NULL, &out->past_end, &bytes);
@@ -515,6 +569,7 @@ cleanup:
     if (s.fd >= 0) pydb__vfs->close(s.fd);
     free(s.win);
     free(raw);
+    free(old);
     if (rc) memset(out, 0, sizeof *out);
     return rc;
 }

@@ -610,7 +610,16 @@ static int finish_scan(pydb_nidx_builder *b, int may_rescan, int *again,
     written = 0;
     rc = pydb_txn_commit(t, err);
     t = NULL;
-    if (rc == PYDB_OK) collect_after(b);
+    if (rc == PYDB_OK) {
+        /* the MANIFEST's spare holds the index this one replaced, maybe
+         * of other settings: gone, so that a rebuild after damage never
+         * takes them (pydb_native_index_stored_spare); the next commit
+         * makes it again */
+        char spare[1200];
+        snprintf(spare, sizeof spare, "%s.pydb-next", manifest);
+        (void)unlink(spare);
+        collect_after(b);
+    }
 cleanup:
     if (t) pydb_txn_abort(t);
     if (rc && written) {

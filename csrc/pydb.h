@@ -578,12 +578,14 @@ typedef struct pydb_mkxrf_report {
     int64_t ctl_end;         /* the end of records the control record
                                 names (NXTMFB/NXTMFP), bytes              */
     int64_t end;             /* where the scan ended: ctl_end, or the
-                                file's end where the file is shorter      */
+                                file's end where the file is shorter or
+                                past_end_taken > 0                        */
     int64_t past_end;        /* versions found after the end of records
                                 the control record names (an append never
                                 committed, or a writer that left the
-                                control record behind): not taken, but
-                                with `mend` taken (mended_end)            */
+                                control record behind): not taken         */
+    int64_t past_end_taken;  /* with `mend`: versions after that end the
+                                old XRF points at, taken (mended_end)     */
     int64_t versions;        /* record versions found (every version of
                                 an MFN counts)                             */
     int64_t version_bytes;   /* bytes in them                               */
@@ -629,9 +631,10 @@ typedef struct pydb_mkxrf_report {
  * NXTMFB/NXTMFP are set to the end of the last whole version found
  * (rounded up to 2^MSTXL, the file grown by zeros to it), after the XRF,
  * and fsynced: pydb opens the database again (CISIS ctlmfn mends it
- * so); out->mended_end.  With `mend`, versions after the end of records
- * are taken too (the scan goes to the file's end, out->end) and the end
- * of records set after the last of them (a damaged NXTMFB/NXTMFP).  A scan that found no whole version there (a
+ * so); out->mended_end.  With `mend`, the versions after the end of
+ * records that the old XRF points at are taken too (a damaged
+ * NXTMFB/NXTMFP; out->end is then the file's size) and the end of
+ * records set after the last of them.  A scan that found no whole version there (a
  * wrong layout) is PYDB_ECORRUPT for `mend`, before anything is written.
  * *out is filled on success.
  * Errors also: PYDB_EIO, PYDB_ECORRUPT (an unusable control record:
@@ -1215,9 +1218,9 @@ int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
                              pydb_error *err);
 /* The same from the MANIFEST's spare (MANIFEST.pydb-next: the MANIFEST
  * of an earlier commit, which commits swap in by renames), for a
- * rebuild when the MANIFEST is damaged: the FST and settings of the
- * index up to that commit (a rebuild with other settings since then
- * may have left the earlier ones there).  The same errors. */
+ * rebuild when the MANIFEST is damaged: the settings of the same index
+ * (a rebuild removes the spare, which held the index it replaced).
+ * The same errors. */
 int pydb_native_index_stored_spare(pydb_nidx_stored *out,
                                    const char *db_path, pydb_error *err);
 void pydb_nidx_stored_free(pydb_nidx_stored *s);

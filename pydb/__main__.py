@@ -368,7 +368,8 @@ def _repair_hints(db: str, report: CheckReport) -> list[str]:
     """What mends the problems of `report` (check's), as lines to print."""
     out = []
     kinds = set(report.counts)
-    past = any(p.kind == "xrf-pointer" and "past the committed end" in p.message
+    past = any(p.kind == "xrf-pointer" and
+               "(NXTMFB/NXTMFP): the next append overwrites" in p.message
                for p in report.problems)
     if past:
         # a damaged NXTMFB/NXTMFP: mkxrf without --mend-control scans up to
@@ -834,11 +835,11 @@ def _cmd_mkxrf(args) -> int:
     print(f"MFNs: {rep['active']} active, {rep['deleted']} logically deleted, "
           f"{rep['missing']} physically deleted (no version found); "
           f"{rep['pending']} flagged update pending")
-    if rep["mended_end"] and rep["past_end"]:
+    if rep["mended_end"] and rep["past_end_taken"]:
         print(f"pydb: warning: the control record said the records end at byte "
-              f"{rep['ctl_end']}, and {rep['past_end']} record version(s) lie after it: "
-              f"taken; the control record now says the records end at byte "
-              f"{rep['mended_end']}, after the last whole version", file=sys.stderr)
+              f"{rep['ctl_end']}, and the XRF pointed at {rep['past_end_taken']} record "
+              f"version(s) after it: taken; the control record now says the records end "
+              f"at byte {rep['mended_end']}, after the last of them", file=sys.stderr)
     elif rep["mended_end"]:
         print(f"pydb: warning: the master file has {rep['end']} bytes, its control record "
               f"said the records end at byte {rep['ctl_end']}: the records after the cut "
@@ -851,12 +852,14 @@ def _cmd_mkxrf(args) -> int:
               "are lost, and pydb will not open the database until the control record "
               f"is mended ({first}pydb mkxrf {args.db} --replace --mend-control)",
               file=sys.stderr)
-    if rep["past_end"] and not rep["mended_end"]:
+    if rep["past_end"]:
+        more = ("" if args.mend_control else
+                "; where that end is what is damaged (pydb check reports XRF entries "
+                f"past it), pydb mkxrf {args.db} --replace --mend-control takes those the "
+                "old XRF points at")
         print(f"pydb: warning: {rep['past_end']} record version(s) lie after the end of "
               "records the control record names (an append never committed, or a "
-              "program that did not update the control record): not taken; where "
-              "that end is what is damaged (pydb check reports XRF entries past it), "
-              f"pydb mkxrf {args.db} --replace --mend-control takes them",
+              f"program that did not update the control record): not taken{more}",
               file=sys.stderr)
     return 0
 

@@ -192,10 +192,12 @@ static PyObject *mod_mkxrf(PyObject *m, PyObject *args)
         goto cleanup;
     }
     out = Py_BuildValue(
-        "{sssisisLsLsLsLsLsisisisisL}", "layout", pydb_layout_name(r.layout),
-        "mstxl", r.mstxl, "next_mfn", (int)r.next_mfn, "ctl_end",
-        (long long)r.ctl_end, "end", (long long)r.end, "past_end",
-        (long long)r.past_end, "versions", (long long)r.versions,
+        "{sssisisLsLsLsLsLsLsisisisisL}", "layout",
+        pydb_layout_name(r.layout), "mstxl", r.mstxl, "next_mfn",
+        (int)r.next_mfn, "ctl_end", (long long)r.ctl_end, "end",
+        (long long)r.end, "past_end", (long long)r.past_end,
+        "past_end_taken", (long long)r.past_end_taken, "versions",
+        (long long)r.versions,
         "version_bytes", (long long)r.version_bytes, "active", (int)r.active,
         "deleted", (int)r.deleted, "pending", (int)r.pending, "missing",
         (int)r.missing, "mended_end", (long long)r.mended_end);

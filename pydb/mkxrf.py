@@ -66,11 +66,11 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
             record (NXTMFB/NXTMFP) the end of the last whole version
             found, rounded up to 2^MSTXL bytes (the file grown by zeros to
             it), after the new XRF; nothing else of the master file
-            changes.  Where versions lie after that end (NXTMFB/NXTMFP
-            damaged, or left behind by the program that wrote them), the
-            scan goes on to the file's end and takes them, and the end is
-            set after the last.  The old end stays in the report
-            (``ctl_end``).
+            changes.  Where the old XRF points at versions after that
+            end (NXTMFB/NXTMFP damaged to an earlier block), those
+            versions are taken and the end is set after the last of them;
+            versions no old entry names stay out.  The old end stays in
+            the report (``ctl_end``).
 
     Returns:
         A dict: ``xrf`` (the path written), ``backup`` (the old XRF's new
@@ -80,7 +80,8 @@ def rebuild_xrf(path: PathArg, *, layout: str | None = None,
         names), ``end`` (bytes scanned up to: ctl_end, or the file's size
         where the file is shorter; the file's size where `mend_control`
         took versions after ctl_end), ``past_end`` (versions found after
-        ctl_end: not taken, or taken by `mend_control`), ``versions`` and
+        ctl_end, not taken), ``past_end_taken`` (with `mend_control`: those
+        after ctl_end the old XRF pointed at, taken), ``versions`` and
         ``version_bytes`` (record versions taken, every version of an
         MFN counted),
         ``active`` and ``deleted`` (MFNs whose entry names a version of

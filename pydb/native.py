@@ -83,7 +83,7 @@ def _stored_or_none(db_path: PathArg) -> dict[str, Any] | None:
     if spare is not None:
         warnings.warn(f"{damaged}; the settings stored with the index (FST, stop words, "
                       "key tables) are read from its spare MANIFEST.pydb-next (an earlier "
-                      "commit's)", UserWarning, stacklevel=2)
+                      "commit's)", UserWarning, stacklevel=3)
     return spare
 
 

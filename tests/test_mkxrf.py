@@ -54,9 +54,9 @@ def test_the_cisis_master_file_without_an_xrf(isis_data, tmp_path):
     rep = pydb.rebuild_xrf(tmp_path / "CDS.std.mst")
     assert rep == {"xrf": str(tmp_path / "CDS.std.xrf"), "backup": None,
                    "layout": "isis-aligned", "mstxl": 0, "next_mfn": 151,
-                   "ctl_end": 62784, "end": 62784, "past_end": 0, "versions": 150,
-                   "version_bytes": 62708, "active": 150, "deleted": 0, "pending": 0,
-                   "missing": 0, "mended_end": 0}
+                   "ctl_end": 62784, "end": 62784, "past_end": 0, "past_end_taken": 0,
+                   "versions": 150, "version_bytes": 62708, "active": 150, "deleted": 0,
+                   "pending": 0, "missing": 0, "mended_end": 0}
     assert records(tmp_path / "CDS.std") == records(isis_data / CISIS / "CDS")
     with pydb.open(tmp_path / "CDS.std") as db:
         assert db.layout == "isis-aligned" and db.check().ok
@@ -325,11 +325,31 @@ def test_a_damaged_end_of_records_is_mended_with_the_versions_after_it(tmp_path)
                         "--mend-control"], env=env, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr
-    assert "record version(s) lie after it: taken" in p.stderr
+    assert "the XRF pointed at 20 record version(s) after it: taken" in p.stderr
     assert Path(f"{base}.mst").read_bytes() == good
     with pydb.open(base) as db:
         assert {m: [(f.tag, f.raw) for f in db[m].fields] for m in db.mfns()} == want
         assert db.check().ok
+
+
+def test_mend_control_leaves_out_versions_no_old_entry_names(isis_data, tmp_path):
+    """WinISIS's cds (isis2json fixture) holds 18 versions after the end of
+    records its control record names, which its XRF does not point at
+    (old versions, maybe of physically deleted records).  --mend-control
+    leaves them out, as --replace does: the same XRF as the one WinISIS
+    wrote, the control record untouched.  A review found them taken (MFNs
+    23 and 152-154 came back logically deleted, others moved to the
+    copies after the end)."""
+    rel = "bireme__isis2json/fixtures/cds/winisis-cds"
+    for ext in ("mst", "xrf"):
+        shutil.copy(isis_data / f"{rel}.{ext}", tmp_path / f"c.{ext}")
+    mst = (tmp_path / "c.mst").read_bytes()
+    xrf = (tmp_path / "c.xrf").read_bytes()
+    rep = pydb.rebuild_xrf(tmp_path / "c", replace=True, mend_control=True)
+    assert (rep["past_end"], rep["past_end_taken"], rep["mended_end"]) == (18, 0, 0)
+    assert rep["end"] == rep["ctl_end"] == 62476
+    assert (tmp_path / "c.mst").read_bytes() == mst
+    assert (tmp_path / "c.xrf").read_bytes() == xrf
 
 
 def test_mend_control_refuses_where_the_scan_finds_no_version(tmp_path):
@@ -582,7 +602,7 @@ def test_what_the_scan_did_not_take_is_told(isis_data, tmp_path):
                         "program that did not update the control record): not taken; "
                         "where that end is what is damaged (pydb check reports XRF entries "
                         f"past it), pydb mkxrf {tmp_path / 't'} --replace --mend-control "
-                        "takes them\n")
+                        "takes those the old XRF points at\n")
     assert stat.S_IMODE(os.stat(tmp_path / "t.xrf").st_mode) == 0o444
     os.mkfifo(tmp_path / "f.mst")
     with pytest.raises(ValueError, match="not a regular file"):
