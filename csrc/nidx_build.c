@@ -479,17 +479,25 @@ static int write_segment(const char *dir, uint64_t gen, const pydb_buf *seg,
  * registered reader may need them (else the next writer will), after a
  * checkpoint (pydb__txn_settle), as the collector does: the log may hold
  * commits' small segments (pydb__txn_log_file), which a replay after a
- * power cut would write back as orphans.  Best effort: a busy lock
- * leaves them to that writer. */
+ * power cut would write back as orphans.  And the MANIFEST's spare,
+ * which holds the index this one replaced, maybe of other settings, so
+ * that a rebuild after damage never takes them back
+ * (pydb_native_index_stored_spare); the next commit makes it again.
+ * Both under the writer lock: a writer's commit writes into the spare
+ * and swaps it in.  Best effort: a busy lock leaves them. */
 static void collect_after(pydb_nidx_builder *b)
 {
+    char spare[1200];
     pydb_txn *t;
     pydb_error e;
     uint64_t top;
     if (pydb_txn_begin(&t, b->db, 0, &e) != PYDB_OK) return;
-    if (pydb__txn_settle(t, &e) == PYDB_OK)
+    if (pydb__txn_settle(t, &e) == PYDB_OK) {
         (void)pydb__nidx_collect(&top, b->dir, pydb__db_shm(b->db), NULL,
                                  NULL, &e);
+        snprintf(spare, sizeof spare, "%s/MANIFEST.pydb-next", b->dir);
+        (void)unlink(spare);
+    }
     pydb_txn_abort(t);
 }
 
@@ -610,16 +618,7 @@ static int finish_scan(pydb_nidx_builder *b, int may_rescan, int *again,
     written = 0;
     rc = pydb_txn_commit(t, err);
     t = NULL;
-    if (rc == PYDB_OK) {
-        /* the MANIFEST's spare holds the index this one replaced, maybe
-         * of other settings: gone, so that a rebuild after damage never
-         * takes them (pydb_native_index_stored_spare); the next commit
-         * makes it again */
-        char spare[1200];
-        snprintf(spare, sizeof spare, "%s.pydb-next", manifest);
-        (void)unlink(spare);
-        collect_after(b);
-    }
+    if (rc == PYDB_OK) collect_after(b);
 cleanup:
     if (t) pydb_txn_abort(t);
     if (rc && written) {

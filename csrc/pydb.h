@@ -1219,8 +1219,9 @@ int pydb_native_index_stored(pydb_nidx_stored *out, const char *db_path,
 /* The same from the MANIFEST's spare (MANIFEST.pydb-next: the MANIFEST
  * of an earlier commit, which commits swap in by renames), for a
  * rebuild when the MANIFEST is damaged: the settings of the same index
- * (a rebuild removes the spare, which held the index it replaced).
- * The same errors. */
+ * (a rebuild removes the spare, which held the index it replaced,
+ * unless another writer held the lock right after its commit).  The
+ * same errors. */
 int pydb_native_index_stored_spare(pydb_nidx_stored *out,
                                    const char *db_path, pydb_error *err);
 void pydb_nidx_stored_free(pydb_nidx_stored *s);

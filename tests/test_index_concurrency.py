@@ -516,16 +516,19 @@ def test_rebuild_with_another_fst_reaches_an_attached_writer(tmp_path):
 
 
 def test_rebuild_repairs_a_damaged_manifest(tmp_path):
-    """A damaged MANIFEST has no settings to keep: the rebuild goes on with
-    the FST it is given (or the database's .fst) and repairs the index;
-    without either the index command names --fst."""
+    """A damaged MANIFEST, and its spare too, have no settings to keep (a
+    spare alone: test_cli's test_index_rebuilds_a_damaged_manifest_...):
+    the rebuild goes on with the FST it is given (or the database's .fst)
+    and repairs the index; without either the index command names
+    --fst."""
     base = tmp_path / "dmg"
     with pydb.create(base, fst=FST) as db:
         db.append([(1, "alpha beta")])
-    manifest = Path(f"{base}.pdx/MANIFEST")
-    data = bytearray(manifest.read_bytes())
-    data[len(data) // 2] ^= 0x20
-    manifest.write_bytes(bytes(data))
+    for name in ("MANIFEST", "MANIFEST.pydb-next"):
+        manifest = Path(f"{base}.pdx/{name}")
+        data = bytearray(manifest.read_bytes())
+        data[len(data) // 2] ^= 0x20
+        manifest.write_bytes(bytes(data))
     with pytest.raises(pydb.CorruptionError):
         _pydb._native_index_stored(str(base))
     env = dict(os.environ, PYTHONPATH=str(REPO))
