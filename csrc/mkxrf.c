@@ -78,7 +78,9 @@ typedef struct scan {
     int64_t taken_end;            /* the end of the last version taken     */
     const int32_t *only;          /* non-NULL: a version is taken only where
                                      only[mfn - 1] (an old XRF value) points
-                                     at it                                */
+                                     at it; the others are counted in
+                                     left_out                             */
+    int64_t left_out;
     pydb_error *err;
 } scan;
 
@@ -138,12 +140,15 @@ static int walk(scan *s, const pydb_geom *g, int mstxl, int32_t next_mfn,
     while (q + g->leader <= end) {
         const uint8_t *h = peek(s, q, g->leader), *d = NULL;
         pydb_leader l;
+        int version;
         if (!h) break;
         pydb__leader_decode(&l, g, h);
         /* (BASE is below 2^20: 65535 directory entries of 12 bytes) */
-        if (pydb__leader_plausible(&l, g, next_mfn - 1, q, s->size) &&
-            (d = peek(s, q, l.base)) && pydb__dir_plausible(&l, g, d) &&
-            !(s->only && !points_at(s->only[l.mfn - 1], q, mstxl))) {
+        version = pydb__leader_plausible(&l, g, next_mfn - 1, q, s->size) &&
+                  (d = peek(s, q, l.base)) && pydb__dir_plausible(&l, g, d);
+        if (version && s->only && !points_at(s->only[l.mfn - 1], q, mstxl)) {
+            s->left_out++;   /* a version, but no old entry's */
+        } else if (version) {
             (*versions)++;
             *bytes += l.mfrl;
             if (raw) {
@@ -159,10 +164,9 @@ static int walk(scan *s, const pydb_geom *g, int mstxl, int32_t next_mfn,
                 if (l.status == 1) raw[l.mfn - 1] = -raw[l.mfn - 1];
                 s->taken_end = q + l.mfrl;
             }
-            q += (l.mfrl + align - 1) / align * align;   /* (a multiple) */
-        } else {
-            q += align;
         }
+        /* after a version, its aligned MFRL (a multiple); else a step */
+        q += version ? (l.mfrl + align - 1) / align * align : align;
         if (s->failed) break;
     }
     *at = q;
@@ -497,23 +501,18 @@ int pydb_mkxrf(pydb_mkxrf_report *out, const char *mst_path,
      * `mend` taken (a control record whose end lies before the versions:
      * damaged, or not updated by the program that wrote them) */
     if (mend && out->ctl_end <= s.size && !created) {
-        int64_t skipped = 0, q = at;
         rc = old_entries(&old, xrf_fd, xrf_path, c.next_mfn, err);
         if (rc) goto cleanup;
-        s.only = old;
+        s.only = old;   /* what no old entry names: told, not taken */
         rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &at, s.size,
                   raw, &out->past_end_taken, &bytes);
-        s.only = NULL;
+        out->past_end = s.left_out;
         taken_past = out->past_end_taken > 0;
         if (taken_past) {
             out->versions += out->past_end_taken;
             out->version_bytes += bytes;
             out->end = s.size;
         }
-        if (rc == PYDB_OK)   /* what no old entry names: told, not taken */
-            rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &q,
-                      s.size, NULL, &skipped, &bytes);
-        out->past_end = skipped - out->past_end_taken;
     } else {
         rc = walk(&s, &pydb__geom[layout], c.mstxl, c.next_mfn, &at, s.size,
                   NULL, &out->past_end, &bytes);
