@@ -16,8 +16,8 @@ before, during or after it (a commit is in progress from its records
 to its index's MANIFEST); such a check takes up to 2 seconds and two
 walks longer.  Where commits keep coming for 2 seconds, the index is
 left unchecked (``stats["index_checked"]`` false).  Then each active
-record's postings are compared with the keys the index's FST gives of it (their number and a sum of
-their hashes): a record another program added or changed (WinISIS and
+record's postings are compared with the keys the index's FST gives of
+it (their number and a sum of their hashes): a record another program added or changed (WinISIS and
 CISIS do not know pydb's index) is an ``index-posting`` error, which
 ``pydb index DB`` mends by building the index anew.
 ``snapshot.check()`` checks the records only.  It checks one
@@ -159,7 +159,8 @@ class CheckReport:
             sequential scan ran to the end), ``index_checked`` (a native
             index was read to its end: False without one, after a fault
             that stopped its walk, or when commits kept moving it for
-            200 ms, without a commit header for 2 s), ``index_keys`` and ``index_postings`` (read).
+            200 ms, without a commit header for 2 s), ``index_keys``
+            and ``index_postings`` (read).
         path: the database checked.
 
     Iterating yields the problems; ``len(report)`` is their number.
