@@ -149,12 +149,16 @@ struct seen_table {
     uint8_t idle[SEEN_TAGS];   /* its fields not looked up since */
 };
 
+#ifndef Py_GIL_DISABLED
+/* The capsule's destructor: the table's Fields and its memory (only a
+ * build with the GIL makes tables, seen_new). */
 static void seen_free(PyObject *capsule)
 {
     struct seen_table *t = PyCapsule_GetPointer(capsule, SEEN_CAPSULE);
     for (size_t i = 0; t && i < SEEN_SLOTS; i++) Py_XDECREF(t->slot[i].field);
     PyMem_Free(t);
 }
+#endif
 
 /* A new, empty table into c->seen / c->seen_at.  0, or -1 and an
  * exception.  Nothing on a free-threaded build. */
