@@ -10,10 +10,10 @@
  *    Blanks (space, tab, CR, LF) separate tokens.
  *      +  *  ^  ( )         OR, AND, AND NOT, parentheses
  *      (G) (F)               same field, same occurrence (G/F either case)
- *      AND OR WITH           the words, upper case only, as whole tokens:
- *      AND NOT               AND = *, OR = +, WITH = (F), AND NOT = ^
- *                            (docs/isis-formats.md §6.2 note); a bare
- *                            NOT is a term
+ *      AND OR WITH           the words, in any case (and, And: CISIS
+ *      AND NOT               cib71.c), as whole tokens: AND = *, OR = +,
+ *                            WITH = (F), AND NOT = ^ (docs/isis-formats.md
+ *                            §6.2 note); a bare NOT is a term
  *      .  $                  proximity: a token made only of '.' (or only
  *                            of '$') and surrounded by blanks; its length
  *                            adds to n, and consecutive tokens add up, so
@@ -26,8 +26,11 @@
  *      TERM                  any other run of bytes up to a blank, one of
  *                            ( ) + * ^ ", or a qualifier; a term made only
  *                            of '.'/'$' is a proximity token instead
- *      TERM$  "..."$         right truncation: every key starting with the
- *                            key form of TERM (a range scan, no cap)
+ *      TERM$  "...$" "..."$  right truncation: every key starting with the
+ *                            key form of TERM (a range scan, no cap); a
+ *                            '$' that ends a quoted term truncates it, as
+ *                            in CISIS (cib72.c), so a key ending in '$'
+ *                            cannot be searched whole
  *      /(t1,t2,...)          field qualifier, directly after a term, blanks
  *                            allowed before '/' and inside; tags 1..65535
  *    Unquoted terms that start with '#' (CISIS references to earlier
@@ -187,10 +190,17 @@ static int syntax(parser *p, size_t pos, const char *fmt, ...)
     return PYDB_ERROR(p->err, PYDB_ESYNTAX, "", (int64_t)pos, "%s", msg);
 }
 
-/* A whole unquoted word equal to `w` at [i, i+n)? */
+/* A whole unquoted word equal to `w` (upper case) at [i, i+n), in any
+ * case, as CISIS's gettoken compares the operator words (cib71.c)? */
 static int word_is(const parser *p, size_t i, size_t n, const char *w)
 {
-    return strlen(w) == n && memcmp(p->s + i, w, n) == 0;
+    if (strlen(w) != n) return 0;
+    for (size_t k = 0; k < n; k++) {
+        uint8_t c = p->s[i + k];
+        if (c >= 'a' && c <= 'z') c = (uint8_t)(c - 'a' + 'A');
+        if (c != (uint8_t)w[k]) return 0;
+    }
+    return 1;
 }
 
 /* Read the next token into p->tok. */
@@ -252,6 +262,15 @@ static int lex(parser *p)
         t->quoted = 1;
         t->text = s + i + 1;
         t->text_len = j - i - 1;
+        if (t->text[t->text_len - 1] == '$') {
+            /* "TERM$": truncation, as CISIS reads a '$' that ends the
+             * term inside its quotes (cib72.c b7_run); the only way to
+             * truncate a key that holds blanks there */
+            t->trunc = 1;
+            if (--t->text_len == 0)
+                return syntax(p, i, "empty quoted term: expected a key "
+                              "before the '$'%s%s", "", "");
+        }
         j++;
         if (j < n && s[j] == '$') {
             t->trunc = 1;

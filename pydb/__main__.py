@@ -905,10 +905,12 @@ the loosest binding to the strongest:
               dots, written between blanks: A . . B)
   A $ B       same occurrence, exactly n words apart (n = number of $)
   TERM$       right truncation: every key that starts with TERM
+              (quoted: "TWO WO$" or "TWO WO"$)
   TERM/(24,70)  only postings from fields with these tags
   "TWO WORDS" a quoted term (blanks, operators or a leading # inside)
   ( ... )     grouping
-Terms are brought into key form (upper case, the index's rules).
+Terms are brought into key form (upper case, the index's rules); the
+operator words AND, OR, AND NOT, WITH in any case (and, or), as in CISIS.
 
 Output: a line "N records" (records, not postings), then the MFNs one per
 line, or with --dump the records as text.

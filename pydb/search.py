@@ -15,10 +15,13 @@ highest precedence first:
 ==============  ===========================================================
 
 Parentheses group; ``"..."`` quotes a term containing blanks, operators or
-parentheses; ``ROOT$`` (or ``"..."$``) is right truncation, the OR of every
-key that starts with ROOT (no cap); ``term/(t1,t2)`` keeps the postings of
-the term whose TAG (FST line ID) is listed (only directly after a term).
-The words AND, OR, NOT, WITH are operators only in upper case.
+parentheses; ``ROOT$`` (or ``"...$"``, ``"..."$``) is right truncation, the
+OR of every key that starts with ROOT (no cap; a ``$`` that ends a quoted
+term truncates it, as in CISIS, so a key that ends in ``$`` cannot be
+searched whole); ``term/(t1,t2)`` keeps the postings of the term whose TAG
+(FST line ID) is listed (only directly after a term).  The words AND, OR,
+AND NOT, WITH are operators in any case (``and``, ``And``: CISIS's
+cib71.c); a bare NOT is a term.
 
 Each operator yields postings, not just MFNs, so positional operators
 nest: ``A + B`` keeps both lists, ``A * B`` the postings of A and B in the

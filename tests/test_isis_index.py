@@ -300,6 +300,26 @@ def test_sample_cds_hand_checked_keys():
         assert len("PLANT TRANSPIRATION") > db.index.info["le1"]
 
 
+def test_sample_cds_quoted_truncation_and_operator_words():
+    """CDS/ISIS searches as a WinISIS user types them, on the pyisis CDS
+    sample's own inverted file: a '$' before the closing quote truncates
+    a key that holds blanks (CISIS cib72.c; the AGRIS help's
+    "TI=ARICA (south$"), and the operator words work in lower case
+    (CISIS cib71.c gettoken)."""
+    with pydb.open(need(SAMPLE), encoding="cp850") as db:
+        assert list(db.search('"MAGALHAES, A$"')) == [1]
+        plant_tr = sorted({p[0] for p in db.postings("PLANT TRANSPIRATION")})
+        assert plant_tr == [1, 4, 5, 8, 19, 23]
+        assert list(db.search('"plant trans$"')) == plant_tr
+        assert list(db.search('"PLANT TR$"/(69)')) == plant_tr
+        assert list(db.search('"PLANT TR"$')) == plant_tr
+        assert list(db.search("water and plant$")) == [4, 5, 10, 11, 12, 13, 14, 16,
+                                                       22, 23, 24]
+        assert list(db.search("WATER * PLANT$")) == list(db.search("water and plant$"))
+        assert list(db.search("water and not plant$")) == [42, 51, 56]
+        assert list(db.search("water Or soil")) == list(db.search("WATER + SOIL"))
+
+
 def test_lind_postings_against_records():
     """LIND lists (§4.7) carry MFNs only: the MFN sets of author keys equal
     the records whose v70 holds the name, for 3-byte (LIND) and 4-byte

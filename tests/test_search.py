@@ -118,6 +118,14 @@ def s(ix, expr, db=None):
     ("APPLE WITH BANANA", [1, 2, 5, 8]),
     ("NOT", [9]),                                # a bare NOT is a term
     ("APPLE AND NOT NOT", [1, 2, 3, 4, 5, 6, 8]),
+    # the words in any case, as CISIS's gettoken reads them (cib71.c)
+    ("apple and banana", [1, 2, 3, 4, 5, 8]),
+    ("APPLE Or BANANA", [1, 2, 3, 4, 5, 6, 7, 8]),
+    ("apple and not banana", [6]),
+    ("APPLE And Not BANANA", [6]),
+    ("apple with banana", [1, 2, 5, 8]),
+    ("not", [9]),
+    ("apple and not not", [1, 2, 3, 4, 5, 6, 8]),
 ])
 def test_operators(ix, expr, expected):
     assert s(ix, expr) == expected
@@ -169,6 +177,13 @@ def test_quoted_terms(ix, expr, expected):
     ("AP$", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]),    # AP, APPLE, APPLE PIE, APRICOT
     ("APP$", [1, 2, 3, 4, 5, 6, 7, 8]),         # APPLE, APPLE PIE
     ('"APPLE "$', [7]),
+    # a '$' before the closing quote truncates, as in CISIS (cib72.c)
+    ('"APPLE P$"', [7]),
+    ('"apple p$"', [7]),
+    ('"APPLE $"', [7]),
+    ('"APPLE P$"$', [7]),
+    ('"A+$"', [10]),
+    ('"APPLE PIE$" + CHERRY', [1, 2, 6, 7, 9, 10]),
     ("APR$", [3, 9, 10]),
     ("APRICOTS$", []),
     ("Q$", []),
@@ -234,6 +249,7 @@ def test_qualifiers(ix, expr, expected):
     ('"APPLE', 0, "unterminated quoted term"),
     ('APPLE + "', 8, "unterminated quoted term"),
     ('""', 0, "empty quoted term"),
+    ('"$"', 0, "empty quoted term"),
     ('"APPLE"X', 7, "after a quoted term"),
     ("APPLE .BANANA", 6, "expected an operator but found term '.BANANA'"),
     ("APPLE . $ BANANA", 8, "'.' or of '$', not both"),
