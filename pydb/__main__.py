@@ -36,6 +36,7 @@ from .errors import (
     DatabaseNotFoundError,
     DiskError,
     Error,
+    IsoRecordError,
     NotFoundError,
     SearchSyntaxError,
 )
@@ -571,6 +572,12 @@ def _cmd_import(args) -> int:
                     f"nothing committed in this run; --resume goes on from {checkpoint}")
         print(f"pydb import: interrupted; {what}", file=sys.stderr)
         return 130
+    except IsoRecordError as e:
+        if not os.path.exists(checkpoint):
+            raise
+        print(f"pydb import: {e}\n(run it again with --resume and the options that mend "
+              f"it to import the rest: {checkpoint} says where it stopped)", file=sys.stderr)
+        return 1
     except OSError as e:
         if e.errno not in _NOT_WRITABLE:
             raise

@@ -948,7 +948,9 @@ def import_parquet(source: PathArg, db_path: PathArg, *, layout: str = "isis-pac
             pydb cannot import: a file that is not Parquet, a schema
             without the needed columns or with wrong types, files of two
             layouts, rows out of MFN order without `sort` (each names the
-            file and, for rows, the row).
+            file and, for rows, the row); and a value that would mix
+            encodings with an existing database's, as for
+            :func:`pydb.import_iso`.
         FileNotFoundError: `source` does not exist.
         OSError: a file cannot be read.
         DiskError: creating or writing the database failed (a new

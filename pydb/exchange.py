@@ -43,6 +43,7 @@ from typing import Any
 from . import _pydb
 from .database import LAYOUTS, Database, Record
 from .database import open as open_db
+from .encoding import detect_encoding
 from .errors import (
     CorruptionError,
     DatabaseNotFoundError,
@@ -411,6 +412,46 @@ def _store(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: in
 APPEND_BATCH = 1000
 
 
+def _encoding_guard(db: Database) -> Callable[[list[tuple[Any, bytes]]], str | None]:
+    """The check :func:`_append` makes of each record's field bytes
+    before they join the existing database `db`: a function of the
+    fields that returns why they would mix two encodings, else None.
+    The database's encoding is what :func:`pydb.encoding.detect_encoding`
+    finds in its sample: where its values past ASCII are UTF-8, a value
+    that is not valid UTF-8 is refused; where they are an 8-bit code
+    page, a value past ASCII that is valid UTF-8 (multi-byte sequences,
+    which no code page's text makes in practice) is.  Stored, either
+    would read garbled beside the others (or make the next ``auto``
+    open take the other encoding for the whole database).  A database
+    with no value past ASCII in its sample is no evidence: nothing is
+    refused."""
+    det = detect_encoding(db)
+    if not det.non_ascii:
+        return lambda fields: None
+    utf8_db = det.encoding == "utf-8"
+    seen = (f"the database's values are {det.encoding} ({det.utf8_valid} of the "
+            f"{det.non_ascii} sampled values past ASCII are valid UTF-8)")
+    fix = (f"give the file's encoding and db_encoding='{det.encoding}' to transcode "
+           f"(pydb import: --encoding {'CODEC' if utf8_db else 'utf-8'} "
+           f"--db-encoding {det.encoding})")
+
+    def mixes(fields: list[tuple[Any, bytes]]) -> str | None:
+        for tag, value in fields:
+            if not isinstance(value, bytes | bytearray) or value.isascii():
+                continue
+            try:
+                value.decode("utf-8")
+                valid = True
+            except UnicodeDecodeError:
+                valid = False
+            if valid != utf8_db:
+                what = "valid UTF-8" if valid else "not valid UTF-8"
+                return (f"field {tag}: its bytes are {what}, while {seen}: stored as "
+                        f"they are, they would read garbled; {fix}")
+        return None
+    return mixes
+
+
 def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
             report: Report, filename: str | None, batch: int | None = None,
             checkpoint: _Checkpoint | None = None,
@@ -431,6 +472,8 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
     # named so that the open does not sample the records for its warning)
     with open_db(base, readonly=False, sync=sync, encoding="utf-8") as db:
         last_mfn = db.max_mfn
+        first_mfn = last_mfn + 1
+        mixes = _encoding_guard(db)
         if checkpoint is not None:
             if marks is not None:
                 checkpoint.skip = checkpoint.resume_point(marks, last_mfn)
@@ -446,6 +489,16 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
                     if where[0] <= skip:
                         continue
                     number = where[0]
+                    mixed = mixes(fields)
+                    if mixed is not None:
+                        # the file's encoding, not this record: the import
+                        # stops, this batch rolled back
+                        done = report.records - n
+                        kept = (f"{done} record(s) of this import committed before, MFNs "
+                                f"{first_mfn}..{first_mfn + done - 1}" if done else
+                                "no record of this import committed")
+                        raise IsoRecordError(filename, where[0], where[1],
+                                             f"{mixed} (the import stops: {kept})", mfn)
                     try:
                         last_mfn = tx.append(fields)
                     except (ValueError, TypeError, RecordTooLargeError) as e:
@@ -630,7 +683,16 @@ def import_iso(source: Source, db_path: PathArg, *, flavour: str = "auto",
         ``repaired``, ``max_mfn``, ``deleted``).
 
     Raises:
-        IsoRecordError: with ``on_error="stop"``.
+        IsoRecordError: with ``on_error="stop"``; and, whatever
+            `on_error`, appending to an existing database, for the first
+            record with a value that would mix encodings with the
+            database's: not valid UTF-8 where the values past ASCII of the
+            database's sample are UTF-8, or valid UTF-8 (past ASCII) where
+            they are an 8-bit code page (:func:`pydb.encoding.detect_encoding`)
+            -- wrong `encoding`/`db_encoding` for the file, not a fault
+            of the record.  The batch in progress is rolled back; the
+            message says which records of the import were committed
+            before (with a `checkpoint`, a resume goes on from there).
         DiskError: creating or writing the database failed (partial files
             of a new database are removed).
         ReadOnlyError, LockTimeoutError, CorruptionError: appending to an
@@ -776,7 +838,9 @@ def import_jsonl(source: Source, db_path: PathArg, *, layout: str = "isis-packed
         ``max_mfn``, ``deleted``).
 
     Raises:
-        IsoRecordError: with ``on_error="stop"``.
+        IsoRecordError: with ``on_error="stop"``; and a value that would
+            mix encodings with an existing database's, as for
+            :func:`import_iso`.
         DiskError: creating or writing the database failed.
         ReadOnlyError, LockTimeoutError: appending to an existing database.
         OSError: the JSON Lines file cannot be read.

@@ -320,6 +320,30 @@ def test_import_appends_to_an_existing_database(tmp_path):
 
 # ------------------------------------------- interrupted imports, --resume
 
+def test_import_that_would_mix_encodings_stops_and_resumes_with_the_right_options(
+        isis_data, tmp_path, capsys):
+    """An append whose values are in another encoding than the database's
+    stops at the first such record, says why and how to go on; --resume
+    with the file's encoding and --db-encoding imports the rest."""
+    iso, db = str(data_path(CDS + ".iso")), str(tmp_path / "u")
+    assert main(["import", iso, db, "--encoding", "cp850", "--db-encoding", "utf-8",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["import", iso, db, "--no-progress"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[1].startswith(f"pydb import: {iso}: record 7, byte 2675: field 70: its bytes "
+                             "are not valid UTF-8, while the database's values are utf-8")
+    assert err[1].endswith("(the import stops: no record of this import committed)")
+    assert err[2] == (f"(run it again with --resume and the options that mend it to import "
+                      f"the rest: {db}.resume says where it stopped)")
+    assert main(["import", iso, db, "--no-progress", "--resume", "--encoding", "cp850",
+                 "--db-encoding", "utf-8"]) == 0
+    assert "imported 150 record(s), 0 skipped" in capsys.readouterr().err
+    with pydb.open(db, encoding="auto") as d:
+        assert d.encoding == "utf-8" and d.max_mfn == 300
+        assert d[157].get(70) == "Slav\u00edk, B."
+
+
 #: A child that runs the command line with APPEND_BATCH records per commit
 #: and, at the K-th checkpoint mark (written before each commit), sends
 #: itself SIGNAL: before writing the mark (WHEN "before": the batch before

@@ -307,6 +307,60 @@ def test_import_into_existing_database_errors(tmp_path):
         assert db.max_mfn == 4 and db[4].raw(5) == [b"a"]
 
 
+def test_import_into_existing_database_keeps_one_encoding(isis_data, tmp_path):
+    """CISIS's CDS.iso (cp850) appended to a database whose values are
+    UTF-8 without transcoding: the first value past ASCII (record 7,
+    MFN 7's author Slavik with an i acute) stops the import -- stored, it
+    read garbled, and the next ``auto`` open took cp850 for the whole
+    database, a librarian's trial found.  The batches before it stay
+    committed and the message says so; with the file's encoding and
+    db_encoding the same file goes in.  The other way round (UTF-8 into
+    cp850) too, JSON Lines too; a database of ASCII only takes either."""
+    iso = data_path("bireme__cisis/tests/CDS.iso")
+    base = tmp_path / "u"
+    pydb.import_iso(iso, base, encoding="cp850", db_encoding="utf-8")
+    old = exchange.APPEND_BATCH
+    exchange.APPEND_BATCH = 2
+    try:
+        with pytest.raises(pydb.IsoRecordError) as exc:
+            pydb.import_iso(iso, base)          # on_error="skip": stops all the same
+    finally:
+        exchange.APPEND_BATCH = old
+    assert exc.value.number == 7
+    assert "field 70: its bytes are not valid UTF-8, while the database's values are " \
+        "utf-8 (56 of the 56 sampled values past ASCII are valid UTF-8)" in exc.value.reason
+    assert "--encoding CODEC --db-encoding utf-8" in exc.value.reason
+    assert "6 record(s) of this import committed before, MFNs 151..156" in exc.value.reason
+    with pydb.open(base) as db:
+        assert db.max_mfn == 156
+    rep = pydb.import_iso(iso, base, encoding="cp850", db_encoding="utf-8")
+    assert (rep.records, rep.errors) == (150, [])
+    with pydb.open(base, encoding="auto") as db:
+        assert db.encoding == "utf-8"
+        assert db[7].get(70) == db[163].get(70) == "Slav\u00edk, B."
+
+    dos = tmp_path / "d"
+    pydb.import_iso(iso, dos)                   # cp850 bytes as they are
+    with pytest.raises(pydb.IsoRecordError) as exc:
+        pydb.import_iso(iso, dos, encoding="cp850", db_encoding="utf-8")
+    assert exc.value.number == 7 and "its bytes are valid UTF-8, while the database's " \
+        "values are cp850" in exc.value.reason
+    assert "no record of this import committed" in exc.value.reason
+    (tmp_path / "j.jsonl").write_text(json.dumps({"fields": [[70, "Slav\u00edk"]]}) + "\n",
+                                      encoding="utf-8")
+    with pytest.raises(pydb.IsoRecordError):
+        pydb.import_jsonl(tmp_path / "j.jsonl", dos)
+    rep = pydb.import_jsonl(tmp_path / "j.jsonl", dos, encoding="cp850")
+    with pydb.open(dos, encoding="cp850") as db:
+        assert rep.records == 1 and db[db.max_mfn].get(70) == "Slav\u00edk"
+        assert db.max_mfn == 151
+
+    plain = tmp_path / "a"
+    with pydb.create(plain) as db:
+        db.append([(1, b"ascii only")])
+    assert pydb.import_iso(iso, plain).records == 150
+
+
 def test_import_into_database_with_native_index(tmp_path):
     """The appended records are in the attached native index as soon as
     the import returns."""
