@@ -1074,6 +1074,25 @@ def _run(command: str, prefix: str, call: Callable[[], int],
         return 1
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: options may stand among its positional
+    arguments (``pydb dump DB --deleted 3``, ``pydb terms DB --limit 2
+    WAT``), as argparse's intermixed parsing allows; a plain parse would
+    take the optional MFNs or prefix as given empty at the first option
+    and refuse what follows it."""
+
+    _intermixed = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixed:   # (parse_known_intermixed_args calls this)
+            return super().parse_known_args(args, namespace)
+        self._intermixed = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixed = False
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of every command but crashtest, ministat and
     gctest (which parse their own arguments)."""
@@ -1084,7 +1103,8 @@ def parser() -> argparse.ArgumentParser:
                     "python -m pydb.  Progress bars go to stderr, only when it is a "
                     "terminal (--progress / --no-progress where a command has one)."),
         epilog=exit_table(EXIT_STATUSES) + "\nEach command has its own help: pydb COMMAND --help")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                            parser_class=_CommandParser)
 
     def command(name, help, description=None, epilog=None):
         return sub.add_parser(name, help=help, description=_fill(description or help),

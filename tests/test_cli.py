@@ -1180,6 +1180,22 @@ def test_no_carriage_returns_off_a_terminal(tmp_path, capfd):
     assert capfd.readouterr() == ("", "")
 
 
+def test_options_among_the_positional_arguments(isis_data, capsys):
+    """An option between the database and the MFNs or the prefix (a
+    librarian's trial: "unrecognized arguments: 3", exit 2) is taken as
+    where it is written last."""
+    db = str(data_path(CDS_SAMPLE))
+    for args in (["dump", db, "--encoding", "cp850", "3"],
+                 ["dump", db, "--no-progress", "3"], ["dump", db, "3", "--deleted"]):
+        assert main(args) == 0, args
+        out = capsys.readouterr().out
+        assert out.splitlines()[0] == "!ID 0000003", args
+    assert main(["terms", db, "--limit", "2", "WAT"]) == 0
+    assert capsys.readouterr().out == "WATER\t15\nWATER BALANCE\t6\n"
+    assert main(["search", db, "--dump", "WATER"]) == 0
+    assert capsys.readouterr().out.startswith("14 records\n!ID 0000004\n")
+
+
 def test_dump_and_search_under_the_posix_locale(isis_data):
     """LC_ALL=POSIX without UTF-8 mode: stdout is ASCII; non-ASCII text is
     written as UTF-8 instead of stopping at an 'ascii' codec error."""
