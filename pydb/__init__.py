@@ -47,6 +47,7 @@ from .errors import (
     ReadOnlyError,
     RecordTooLargeError,
     SearchSyntaxError,
+    StaleIndexWarning,
     UnsupportedError,
 )
 from .exchange import export_iso, export_jsonl, import_iso, import_jsonl
@@ -73,6 +74,7 @@ __all__ = [
     "DatabaseNotFoundError", "UnsupportedError", "RecordTooLargeError",
     "ClosedError", "ReadOnlyError", "LockTimeoutError", "SearchSyntaxError",
     "FSTError", "DatabaseExistsError", "IsoRecordError", "PendingLogWarning",
+    "StaleIndexWarning",
     "ImportResumeError",
     "__version__",
     "FieldRule", "FSTRule", "parse_fst", "build_index", "open_index", "rebuild_xrf",

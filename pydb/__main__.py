@@ -28,7 +28,7 @@ from . import crashtest, gctest, ministat
 from ._cli import exit_table
 from .arrow import COMPRESSIONS, export_parquet, import_parquet
 from .check import CheckReport, Problem
-from .database import LAYOUTS
+from .database import LAYOUTS, isis_index_behind
 from .database import open as open_db
 from .encoding import check_record_codec, detect_encoding
 from .errors import (
@@ -175,11 +175,8 @@ def _cmd_info(args) -> int:
                      else "CDS/ISIS inverted file")
             rows.append(("index", f"{index.kind} ({where})"))
             # the XRF flags: records this inverted file does not reflect
-            # (pydb never updates a CDS/ISIS inverted file); "new" on every
-            # record is what a CISIS load leaves, inverted or not
-            new = counts.get("new", 0)
-            changed = counts.get("pending", 0) + (
-                new if new < counts["active"] + counts["logically_deleted"] else 0)
+            # (pydb never updates a CDS/ISIS inverted file)
+            changed = isis_index_behind(counts)
             if index.kind != "native" and changed:
                 rows.append(("index behind by", f"{_plural(changed, 'record')} the XRF "
                              "flags new or changed since the inverted file took them in "

@@ -33,6 +33,7 @@ from .errors import (
     LockTimeoutError,
     NotFoundError,
     PendingLogWarning,
+    StaleIndexWarning,
     UnsupportedError,
 )
 from .fst import fst_text, read_text
@@ -187,6 +188,17 @@ class Record(_pydb.Record):
 _pydb._set_record_class(Record, True)
 
 
+def isis_index_behind(counts: dict[str, int]) -> int:
+    """How many records a CDS/ISIS inverted file does not reflect, from
+    :meth:`Database.counts` (the XRF flags, docs/isis-formats.md §3.2):
+    those pending an update of the inverted file, and those flagged new
+    -- unless every record is, which is what a CISIS load leaves whether
+    it was inverted or not."""
+    new = counts.get("new", 0)
+    return counts.get("pending", 0) + (
+        new if new < counts["active"] + counts["logically_deleted"] else 0)
+
+
 class Database(_pydb.Database):
     """An open CDS/ISIS database (master file + cross-reference file).
 
@@ -267,6 +279,10 @@ class Database(_pydb.Database):
         # when the answer "no index" was last found (time.monotonic()):
         # trusted for NO_INDEX_RECHECK seconds, then looked for again
         self._no_index_at: float | None = None
+        # the XRF's (mtime_ns, size) and the end of records when a search
+        # last counted how far a CDS/ISIS inverted file is behind
+        # (_warn_if_stale)
+        self._stale_checked: tuple[int, ...] | None = None
         self._index_attached = False   # commits update a native index
         self._retired: list[Index] = []   # indexes _index served before
         # The pydb.Snapshot objects taken of this handle, so that close()
@@ -537,6 +553,14 @@ class Database(_pydb.Database):
             of the active records that match; ``.records()`` reads them
             lazily.
 
+        Warns:
+            StaleIndexWarning: the index is the CDS/ISIS inverted file that
+                came with the database, and the XRF flags records as new or
+                changed since it was inverted (pydb never updates it): the
+                result misses them or finds them by their old keys.  Once
+                per change of the database (its end of records or its XRF
+                file), the count in the message.
+
         Raises:
             UnsupportedError: the database has no inverted index, the
                 expression uses (G)/(F)/proximity/qualifiers on an index
@@ -554,7 +578,37 @@ class Database(_pydb.Database):
             ClosedError: the database is closed.
             TypeError: `expr` is not a str.
         """
-        return self._require_index().search(expr, self)
+        ix = self._require_index()
+        if ix.kind != "native":
+            self._warn_if_stale()
+        return ix.search(expr, self)
+
+    def _warn_if_stale(self) -> None:
+        """Warn (StaleIndexWarning, naming the database and the count) when
+        records were added or changed since its CDS/ISIS inverted file was
+        made (isis_index_behind); counted again only when the control
+        record's end of records or the XRF file changed since the last
+        count (a commit, or another program's write or inversion: one stat
+        a search)."""
+        info = self.info()
+        try:
+            st = os.stat(info["xrf_path"])
+        except OSError:
+            return
+        stamp = (st.st_mtime_ns, st.st_size, info["next_mfn"], info["next_block"],
+                 info["next_pos"])
+        if stamp == self._stale_checked:
+            return
+        self._stale_checked = stamp
+        behind = isis_index_behind(self.counts())
+        if behind:
+            base = os.fsdecode(self.path)
+            warnings.warn(
+                f"{base}: its CDS/ISIS inverted file is behind the master file: "
+                f"{behind} record(s) the XRF flags new or changed since it was inverted "
+                "(pydb's writes too) are missed or found by their old keys; invert with "
+                f"the ISIS tools, or build a native index: pydb index {base}",
+                StaleIndexWarning, stacklevel=3)
 
     def snapshot(self) -> Snapshot:
         """Pin the latest published commit for many reads: a

@@ -205,6 +205,16 @@ class IsoRecordError(Error, ValueError):
         return f"{self.filename or '<stream>'}: {', '.join(where) or 'record'}: {self.reason}"
 
 
+class StaleIndexWarning(UserWarning):
+    """A search of a CDS/ISIS inverted file (the ``.cnt``/``.n0x``/``.l0x``
+    /``.ifp`` files that came with the database) that is behind its master
+    file: records the XRF flags as new or changed since the file was
+    inverted (by WinISIS, CISIS, or pydb, which never updates such a file)
+    are missed, or found by their old keys.  Invert with the ISIS tools,
+    or build a native index (``pydb index DB``), which commits keep up to
+    date."""
+
+
 class PendingLogWarning(UserWarning):
     """A read-only :func:`pydb.open` could not apply the write-ahead log
     (a committed transaction whose application to the master file failed,

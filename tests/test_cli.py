@@ -1205,7 +1205,14 @@ def test_dump_and_search_under_the_posix_locale(isis_data):
                  ["search", need(BIBL), "HAYNAL", "--dump", "--encoding", "cp850"]):
         r = subprocess.run([sys.executable, "-m", "pydb", *args], cwd=REPO,
                            capture_output=True, env=env, timeout=60)
-        assert r.returncode == 0 and r.stderr == b"", r.stderr
+        # the sample's inverted file misses MFN 5 (StaleIndexWarning)
+        said = [] if args[0] == "dump" else [
+            f"pydb: warning: {need(BIBL)}: its CDS/ISIS inverted file is behind the master "
+            "file: 1 record(s) the XRF flags new or changed since it was inverted"]
+        assert r.returncode == 0, r.stderr
+        lines = r.stderr.decode().splitlines()
+        assert len(lines) == len(said), r.stderr
+        assert [line[:len(s)] for line, s in zip(lines, said, strict=True)] == said
         assert "^fby André E. Haynal^g".encode() in r.stdout
         assert "!v700!^aHaynal^bAndré\n".encode() in r.stdout
 

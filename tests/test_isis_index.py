@@ -21,6 +21,7 @@ import re
 import shutil
 import struct
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,38 @@ def test_sample_cds_quoted_truncation_and_operator_words():
         assert list(db.search("WATER * PLANT$")) == list(db.search("water and plant$"))
         assert list(db.search("water and not plant$")) == [42, 51, 56]
         assert list(db.search("water Or soil")) == list(db.search("WATER + SOIL"))
+
+
+def test_search_of_an_inverted_file_behind_its_master_file_warns(tmp_path):
+    """ABCD's servers sample: its XRF flags 48 records new or changed
+    since the inverted file was made, and a search of it said nothing (a
+    librarian's trial: 'SPA$' found 4 of 18).  It warns, naming the count,
+    once per change of the database; pydb's own append is counted the
+    same.  The pyisis CDS sample (every record flagged new, as a CISIS
+    load leaves them, inverted or not) does not warn."""
+    servers = Path(need("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/servers/data/servers"))
+    with pydb.open(servers) as db, pytest.warns(pydb.StaleIndexWarning) as got:
+        assert list(db.search("SPA$")) == [2, 11, 12, 45]
+    assert len(got) == 1
+    assert str(got[0].message) == (
+        f"{servers}: its CDS/ISIS inverted file is behind the master file: 48 record(s) "
+        "the XRF flags new or changed since it was inverted (pydb's writes too) are missed "
+        f"or found by their old keys; invert with the ISIS tools, or build a native index: "
+        f"pydb index {servers}")
+    with pydb.open(need(SAMPLE), encoding="cp850") as db, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(db.search("WATER")) == 14
+    for ext in (".mst", ".xrf", ".cnt", ".n01", ".n02", ".l01", ".l02", ".ifp"):
+        shutil.copy(str(servers) + ext, tmp_path / ("servers" + ext))
+    with pydb.open(tmp_path / "servers", readonly=False, encoding="cp850") as db, \
+            warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert list(db.search("SPA$")) == [2, 11, 12, 45]
+        assert list(db.search("SPA$")) == [2, 11, 12, 45]     # unchanged: said once
+        db.append([(1, "SPAIN AGAIN")])
+        assert list(db.search("SPA$")) == [2, 11, 12, 45]     # the new one is missed
+    assert [re.search(r"\d+ record", str(w.message))[0] for w in got] == [
+        "48 record", "49 record"]
 
 
 def test_lind_postings_against_records():
