@@ -36,11 +36,13 @@ from .errors import (
     DatabaseNotFoundError,
     DiskError,
     Error,
+    FSTError,
     IsoRecordError,
     NotFoundError,
     SearchSyntaxError,
 )
 from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
+from .fst import parse_fst
 from .index import KEY_MODES
 from .iso2709 import MIN_LINE
 from .mkxrf import rebuild_xrf
@@ -287,9 +289,8 @@ def _open_with_index(args):
                "(.cnt), without which it cannot be read" if parts and
                find_sidecar(args.db, "cnt") is None
                else "no native index, no CDS/ISIS inverted file")
-        fst = "" if find_sidecar(args.db, "fst") else " --fst FILE"
         print(f"pydb {args.command}: {args.db}: the database has no inverted index to "
-              f"search ({why}); build a native one with: pydb index {args.db}{fst}",
+              f"search ({why}); build a native one with: {_build_command(args.db)}",
               file=sys.stderr)
         return None
     return db
@@ -389,6 +390,29 @@ def _repair_hints(db: str, report: CheckReport) -> list[str]:
     return out
 
 
+def _fst_fault(fst: str) -> str | None:
+    """Why the FST file `fst` cannot build an index (its FSTError or
+    OSError as text), or None when it parses."""
+    try:
+        parse_fst(fst)
+    except (FSTError, OSError) as e:
+        return str(e)
+    return None
+
+
+def _build_command(db: str) -> str:
+    """The pydb index command that builds a native index of `db`: with
+    --fst FILE unless an FST beside the database parses (one that does
+    not is named, with why: the command without --fst would fail on it,
+    as on ABCD's rda sample, a librarian's trial found)."""
+    fst = find_sidecar(db, "fst")
+    fault = _fst_fault(fst) if fst else None
+    if fst and fault is None:
+        return f"pydb index {db}"
+    why = f" ({fst} beside it does not parse: {fault})" if fst else ""
+    return f"pydb index {db} --fst FILE{why}"
+
+
 def _no_index_hint(db: str) -> str:
     """pydb info's index row for a database without a readable index:
     the command that builds one (no --fst where an FST lies beside the
@@ -396,8 +420,8 @@ def _no_index_hint(db: str) -> str:
     that are there without the .cnt the reader needs (a new user's
     review: both went unsaid)."""
     fst = find_sidecar(db, "fst")
-    how = (f"pydb index {db} builds one from {fst}" if fst
-           else f"build one: pydb index {db} --fst FILE")
+    how = (f"pydb index {db} builds one from {fst}" if fst and _fst_fault(fst) is None
+           else f"build one: {_build_command(db)}")
     parts = [ext for ext in ("ifp", "n01", "l01") if find_sidecar(db, ext)]
     if parts and not find_sidecar(db, "cnt"):
         how += (f"; the CDS/ISIS inverted file beside it ({', '.join('.' + p for p in parts)}) "

@@ -19,6 +19,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import signal
 import stat
 import struct
@@ -1158,6 +1159,23 @@ def test_info_shows_encoding_io_commit_and_index(isis_data, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"               index: none (pydb index {plain} builds one from {plain}.fst; the "
         "CDS/ISIS inverted file beside it (.ifp, .n01) has no .cnt and is not read)")
+    # an FST beside it that does not parse (ABCD's rda: line 2 opens a
+    # conditional literal it never closes): the command names --fst and
+    # why, in info and search (both suggested a command that failed)
+    rda = need("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/rda/data/rda")
+    for ext in ("mst", "xrf", "fst"):
+        shutil.copy(f"{rda}.{ext}", tmp_path / f"rda.{ext}")
+    copy = str(tmp_path / "rda")
+    why = (f"pydb index {copy} --fst FILE ({copy}.fst beside it does not parse: {copy}.fst: "
+           "FST line 2, column 14: unterminated conditional literal \"v50^a,|.|v50^b, (no "
+           "closing \" on the line))")
+    assert cli_main(["info", copy]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        f"               index: none (build one: {why})"
+    assert cli_main(["search", copy, "X"]) == 1
+    assert capsys.readouterr().err == (
+        f"pydb search: {copy}: the database has no inverted index to search (no native index, "
+        f"no CDS/ISIS inverted file); build a native one with: {why}\n")
 
 
 def test_no_carriage_returns_off_a_terminal(tmp_path, capfd):
