@@ -337,7 +337,7 @@ class IsoReader:
             if tag == self.mfn_tag:
                 if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 2**31:
                     raise self._error(rec.number, rec.offset,
-                                      f"MFN field {self.mfn_tag} holds {_show(value[:20])}, "
+                                      f"MFN field {self.mfn_tag} holds {_show(value, 20)}, "
                                       "not an MFN (1..2147483647)")
                 rec.mfn = int(value)
                 del rec.fields[i]
@@ -734,8 +734,13 @@ def _chars(x) -> str:
     return x if isinstance(x, str) else bytes(x).decode("latin-1")
 
 
-def _show(x) -> str:
-    return repr(x if isinstance(x, str) else bytes(x).decode("latin-1"))
+def _show(x, limit: int | None = None) -> str:
+    """`x` (str or bytes, bytes as Latin-1) as a quoted text for a message;
+    past `limit` characters cut, with "..." and its whole length."""
+    text = x if isinstance(x, str) else bytes(x).decode("latin-1")
+    if limit is not None and len(text) > limit:
+        return f"{text[:limit]!r}... ({len(text)} characters)"
+    return repr(text)
 
 
 def _multibyte(encoding: str) -> bool:
@@ -893,7 +898,7 @@ def _take_leader(fields, leader_tag: int) -> tuple[dict[int, bytes], list]:
             raise ValueError(f"leader field {leader_tag + p} occurs more than once (it "
                              f"holds leader position {p})")
         if len(v) != 1 or not 0x20 <= v[0] <= 0x7E:
-            raise ValueError(f"leader field {leader_tag + p} holds {_show(v[:20])}, not the "
+            raise ValueError(f"leader field {leader_tag + p} holds {_show(v, 20)}, not the "
                              f"one ASCII character of leader position {p}")
         got[p] = b" " if v == b"#" else v
     return got, rest

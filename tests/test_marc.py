@@ -282,13 +282,14 @@ def test_abcd_leader_fields_exported(isis_data, name):
 
 
 def test_abcd_marc_database_bad_leader_fields(isis_data):
-    """ABCD's sample `marc` database holds a 36-character 3008 (a
+    """ABCD's sample `marc` database holds a 38-character 3008 (a
     misplaced 008) in each record: no record has a leader to write."""
     src = data_path(ABCD + "marc/data/marc")
     rep = pydb.export_iso(src, io.BytesIO(), "marc")
     assert rep.records == 0 and len(rep.errors) == 298
     assert str(rep.errors[0]).endswith(
-        "record 1, MFN 1: leader field 3008 holds '0741s1987###########', not the one "
+        "record 1, MFN 1: leader field 3008 holds '0741s1987###########'... (38 "
+        "characters), not the one "
         "ASCII character of leader position 8")
     rep = pydb.export_iso(src, io.BytesIO(), "marc", leader_tag=None, indicators="present")
     assert rep.records == 298 and rep.errors == []
