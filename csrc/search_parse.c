@@ -59,7 +59,9 @@
  * 4. Capabilities.  (G) and qualifiers need TAG in the postings; (F) TAG
  *    and OCC; proximity TAG, OCC and CNT.  On an index without them (ISIS
  *    LIND, docs/isis-formats.md §4.7, where CISIS compiles these
- *    operators out) they fail with PYDB_EUNSUPPORTED naming the operator and its position.
+ *    operators out) they fail with PYDB_EUNSUPPORTED naming the first such
+ *    operator and its position, once the whole expression has parsed: a
+ *    syntax error anywhere in it is reported instead.
  *
  *
  * Depends on: search_int.h, index_int.h (pydb_index_key, capabilities).
@@ -97,6 +99,8 @@ typedef struct parser {
     int depth;
     struct node *nodes;    /* every node allocated, for freeing            */
     pydb_error *err;
+    int unsupported;       /* need_caps found an operator the index lacks */
+    pydb_error first_unsupported;   /* ... the first one's error        */
 } parser;
 
 static int is_blank(uint8_t c)
@@ -401,17 +405,23 @@ static const char *kind_name(int kind)
 }
 
 /* The operator at `pos` needs posting fields `need`. */
+/* Note the first operator the index cannot evaluate (`what` at `pos`
+ * needs the posting fields `need`): reported once the whole expression
+ * parsed (pydb__search_parse), so that a syntax error after it, the
+ * expression's own fault, is the one reported.  Always PYDB_OK. */
 static int need_caps(parser *p, int need, size_t pos, const char *what)
 {
     static const char *const field[] = {"TAG", "OCC", "CNT"};
     int missing = need & ~p->caps;
-    if (!missing) return PYDB_OK;
+    if (!missing || p->unsupported) return PYDB_OK;
     const char *f = missing & PYDB_POSTING_TAG ? field[0]
                   : missing & PYDB_POSTING_OCC ? field[1] : field[2];
-    return PYDB_ERROR(p->err, PYDB_EUNSUPPORTED, "", (int64_t)pos,
-                      "%s at byte offset %zu needs the %s of each posting, which "
-                      "this %s index does not record (docs/isis-formats.md §4.7)",
-                      what, pos, f, kind_name(pydb_index_kind(p->ix)));
+    p->unsupported = 1;
+    (void)PYDB_ERROR(&p->first_unsupported, PYDB_EUNSUPPORTED, "", (int64_t)pos,
+                     "%s at byte offset %zu needs the %s of each posting, which "
+                     "this %s index does not record (docs/isis-formats.md §4.7)",
+                     what, pos, f, kind_name(pydb_index_kind(p->ix)));
+    return PYDB_OK;
 }
 
 static int parse_expr(parser *p, node **out);
@@ -633,6 +643,10 @@ int pydb__search_parse(node **root, node **nodes, pydb_index *ix,
                     : p.tok.kind == T_QUAL
                     ? "found a %s that does not follow a term%s"
                     : "expected an operator but found %s%s", found, "");
+    }
+    if (!rc && p.unsupported) {
+        if (err) *err = p.first_unsupported;
+        rc = PYDB_EUNSUPPORTED;
     }
     /* the whole expression parsed: whole terms are looked up as stored
      * when the index holds them so (this reads the index) */

@@ -325,6 +325,22 @@ def test_lind_caps_refuse_positional_operators(caps, expr, what):
     assert ei.value.errno == 0 and str(ei.value) == ei.value.strerror
 
 
+@pytest.mark.parametrize("expr, position", [
+    ("APPLE/(abc)", 7),                 # the qualifier's tag
+    ("APPLE (G) BANANA)", 16),          # a ')' after the operator
+    ("APPLE (F) BANANA +", 18),
+    ("APPLE . BANANA BANANA", 15),
+])
+def test_lind_caps_a_syntax_error_is_reported_first(expr, position):
+    """On an index that cannot evaluate an operator, a syntax error
+    anywhere in the expression is what is reported (the unsupported
+    operator came first: a librarian's trial, on a LIND index)."""
+    ix = _pydb._memory_index(TABLE, caps="")
+    with pytest.raises(SearchSyntaxError) as ei:
+        search(ix, expr)
+    assert ei.value.position == position
+
+
 def test_lind_caps_boolean_and_missing_occ():
     ix = _pydb._memory_index(TABLE, caps="")
     assert ix.caps == {"tag": False, "occ": False, "cnt": False}
