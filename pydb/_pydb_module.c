@@ -99,6 +99,7 @@ void guard_init(handle_guard *g)
 int guard_close_begin(handle_guard *g)
 {
     unsigned long me = PyThread_get_thread_ident();
+    guard_current(g);   /* a close in flight at a fork: not this child's */
     if (!atomic_exchange(&g->closing, 1)) {
         atomic_store(&g->closer, me);
         return 1;
@@ -118,7 +119,11 @@ void guard_closed(handle_guard *g)
     atomic_store(&g->closed, 1);
 }
 
-/* Counts of an older fork generation (guard_current) zeroed, once. */
+/* Counts of an older fork generation (guard_current) zeroed, once; and
+ * a close() another thread had begun and not ended at the fork (that
+ * thread does not exist in the child, which waited for it for ever, a
+ * service developer's trial found) forgotten: the child's close() does
+ * it (what it had done, releasing the handle, happens once). */
 void guard_adopt(handle_guard *g)
 {
     unsigned now;
@@ -126,6 +131,11 @@ void guard_adopt(handle_guard *g)
     now = atomic_load(&guard_fork_gen);
     if (atomic_load(&g->gen) != now) {
         for (int i = 0; i < GUARD_SLOTS; i++) atomic_store(&g->active[i].n, 0);
+        if (atomic_load(&g->closing) && !atomic_load(&g->closed) &&
+            atomic_load(&g->closer) != PyThread_get_thread_ident()) {
+            atomic_store(&g->closer, 0);
+            atomic_store(&g->closing, 0);
+        }
         atomic_store_explicit(&g->gen, now, memory_order_release);
     }
     binding_unlock();
