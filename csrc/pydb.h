@@ -354,6 +354,13 @@ int pydb_read_nowait(pydb_record **rec, pydb_db *db, int32_t mfn,
 int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
                  pydb_error *err);
 
+/* The handle's file sequence: it changes when the handle moves to the
+ * files a compaction put in place, where the offsets of versions read
+ * before name other bytes.  Taken before and after reads that follow
+ * such offsets (pydb_read_at of a back pointer): unchanged, they read
+ * one master file.  No I/O. */
+uint64_t pydb_files_sequence(const pydb_db *db);
+
 /* Free a record from pydb_read*() or pydb_record_make() (NULL: nothing). */
 void pydb_record_free(pydb_record *rec);
 

@@ -1005,6 +1005,11 @@ int pydb_read_at(pydb_record **rec, pydb_db *db, int32_t mfn, int64_t offset,
     return rc;
 }
 
+uint64_t pydb_files_sequence(const pydb_db *db)
+{
+    return __atomic_load_n(&db->fseq, __ATOMIC_ACQUIRE);
+}
+
 /* ------------------------------------------------------------ XRF scans */
 
 /* The state a scan reads in after files_begin: st translated to the

@@ -315,6 +315,16 @@ static PyObject *database_read_at(DatabaseObject *self, PyObject *args)
                            &self->codec, rec);
 }
 
+static PyObject *database_files_sequence(DatabaseObject *self,
+                                         PyObject *unused)
+{
+    PIN_SCOPE;
+    module_state *st = state_of_type(Py_TYPE(self));
+    (void)unused;
+    if (!st || database_check_open(st, self) < 0) return NULL;
+    return PyLong_FromUnsignedLongLong(pydb_files_sequence(self->db));
+}
+
 PyObject *records_read_many(DatabaseObject *db, SnapshotObject *snap,
                             PyObject *arg)
 {
@@ -1085,6 +1095,9 @@ static PyMethodDef database_methods[] = {
     {"_read_at", (PyCFunction)database_read_at, METH_VARARGS,
      "_read_at($self, mfn, offset, /)\n--\n\nThe version of `mfn` stored at "
      "byte `offset` of the .mst."},
+    {"_files_sequence", (PyCFunction)database_files_sequence, METH_NOARGS,
+     "_files_sequence($self, /)\n--\n\nThe handle's file sequence (int): "
+     "changed when it moved to the files a compaction put in place."},
     {"read_many", (PyCFunction)database_read_many, METH_O,
      "read_many($self, mfns, /)\n--\n\nThe records of an iterable of MFNs "
      "(ints, 1-based), in the order given, as a list of Record, read with "

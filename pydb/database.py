@@ -816,11 +816,15 @@ class Database(_pydb.Database):
         """The current version of `mfn` followed by its back versions
         (newest first), following MFBWB/MFBWP (docs/isis-formats.md §2.4).
 
+        The versions are one master file's: a walk during which a
+        compaction replaced the files is begun again (the back versions
+        are garbage it may have taken: a later call may return fewer).
+
         Raises :class:`~pydb.NotFoundError` if there is no such record and
         :class:`~pydb.CorruptionError` if a back pointer does not point
         strictly backwards in the file (which also rules out cycles).
         """
-        return version_chain(self, self[mfn])
+        return version_chain(self, lambda: self[mfn])
 
     # -- garbage (docs/architecture.md, "Garbage") ---------------------
     @property

@@ -44,23 +44,46 @@ if TYPE_CHECKING:  # pragma: no cover  (database imports this module)
 __all__ = ["Snapshot", "version_chain"]
 
 
-def version_chain(db: _pydb.Database, current: _pydb.Record) -> list[Any]:
-    """`current` followed by its back versions (newest first), read from
-    `db` by following MFBWB/MFBWP (docs/isis-formats.md §2.4).  Raises
-    :class:`~pydb.CorruptionError` if a back pointer does not point
-    strictly backwards in the file (which also rules out cycles)."""
-    out: list[Any] = [current]
-    mfn = current.mfn
-    while current.back_offset is not None:
-        back = current.back_offset
-        if back >= current.offset:
-            raise CorruptionError(
-                db.info()["mst_path"], current.offset,
-                f"record of MFN {mfn}: back pointer to offset {back} does "
-                f"not point before the version at {current.offset} (cycle?)")
-        current = db._read_at(mfn, back)
-        out.append(current)
-    return out
+#: Walks of a version chain begun again when a compaction moved the
+#: handle to new files during one (version_chain).
+CHAIN_TRIES = 8
+
+
+def version_chain(db: _pydb.Database, read_current: Callable[[], Any]) -> list[Any]:
+    """The version `read_current()` gives followed by its back versions
+    (newest first), read from `db` by following MFBWB/MFBWP
+    (docs/isis-formats.md §2.4), all from one master file: a walk during
+    which a compaction moved the handle to new files (the back pointers
+    read before name other bytes there: a review found a false
+    CorruptionError, and a version of the same MFN could be taken for a
+    back version) is begun again, and after :data:`CHAIN_TRIES` such
+    walks only the current version is returned (its back versions are
+    garbage a compaction may take).  Raises :class:`~pydb.CorruptionError`
+    if a back pointer does not point strictly backwards in the file
+    (which also rules out cycles) or a version is damaged, and what
+    `read_current` raises."""
+    for _ in range(CHAIN_TRIES):
+        seq = db._files_sequence()
+        current = read_current()
+        out: list[Any] = [current]
+        mfn = current.mfn
+        try:
+            while current.back_offset is not None:
+                back = current.back_offset
+                if back >= current.offset:
+                    raise CorruptionError(
+                        db.info()["mst_path"], current.offset,
+                        f"record of MFN {mfn}: back pointer to offset {back} does "
+                        f"not point before the version at {current.offset} (cycle?)")
+                current = db._read_at(mfn, back)
+                out.append(current)
+        except CorruptionError:
+            if db._files_sequence() == seq:
+                raise
+            continue
+        if db._files_sequence() == seq:
+            return out
+    return [read_current()]
 
 
 class Snapshot(_pydb.Snapshot):
@@ -181,7 +204,7 @@ class Snapshot(_pydb.Snapshot):
         not point strictly backwards in the file, and
         :class:`~pydb.ClosedError`.
         """
-        return version_chain(self.database, self[mfn])
+        return version_chain(self.database, lambda: self[mfn])
 
     # -- the inverted index as of the commit ----------------------------
     def _index(self) -> Index:
