@@ -41,7 +41,14 @@ from .errors import (
     NotFoundError,
     SearchSyntaxError,
 )
-from .exchange import _Checkpoint, export_iso, export_jsonl, import_iso, import_jsonl
+from .exchange import (
+    _Checkpoint,
+    _record_digest,
+    export_iso,
+    export_jsonl,
+    import_iso,
+    import_jsonl,
+)
 from .fst import parse_fst
 from .index import KEY_MODES
 from .iso2709 import MIN_LINE
@@ -523,14 +530,15 @@ def _layout_kept(args) -> tuple[str, int]:
     return layout, mstxl
 
 
-def _resume_point(checkpoint: str, src: str, max_mfn: int | None) -> str:
+def _resume_point(checkpoint: str, src: str, db: str, max_mfn: int | None) -> str:
     """What a resumed import will skip, in words.  Raises what the import
     would (ImportResumeError, CorruptionError) before anything is done."""
     cp = _Checkpoint(checkpoint, src)
     state = cp.read()
     if state is None or state[0] or max_mfn is None:
         return "from the first record (the new database is built again)"
-    done = cp.resume_point(state[1], max_mfn)
+    with open_db(db) as handle:
+        done = cp.resume_point(state[1], max_mfn, lambda m: _record_digest(handle, m))
     return f"after source record {done} (the records up to it are in the database)"
 
 
@@ -557,7 +565,7 @@ def _cmd_import(args) -> int:
         return 1
     before = _max_mfn_or_none(args.db)
     if args.resume:
-        print(f"pydb import: resuming {_resume_point(checkpoint, args.src, before)}",
+        print(f"pydb import: resuming {_resume_point(checkpoint, args.src, args.db, before)}",
               file=sys.stderr)
     elif before:
         print(f"pydb import: {args.db} exists (MFNs up to {before}): appending the "

@@ -49,6 +49,7 @@ from .errors import (
     DatabaseNotFoundError,
     ImportResumeError,
     IsoRecordError,
+    NotFoundError,
     RecordTooLargeError,
 )
 from .iso2709 import (
@@ -292,13 +293,19 @@ class _Checkpoint:
     its name: a resume from another file is refused), then either ``new`` (a new database is
     being built: the bulk builder commits nothing until its end, so a kill
     leaves half-written files that a resume removes and builds again) or
-    lines ``NUMBER MAX_MFN``, one written before each commit of an append:
-    after the commit, the source records 1..NUMBER are done and the
-    database's highest MFN is MAX_MFN.  After a crash or kill the last
-    line whose MAX_MFN the database has names the last commit that
-    happened (a line written before a commit that did not happen has a
-    higher MFN).  A last line without its newline (killed while writing
-    it) is ignored.  The file is removed when the import completes."""
+    lines ``NUMBER MAX_MFN DIGEST``, one written before each commit of an
+    append: after the commit, the source records 1..NUMBER are done, the
+    database's highest MFN is MAX_MFN and its record has the fields whose
+    digest is DIGEST (:func:`_fields_digest`; ``-`` when the import has
+    appended none yet; older files have no DIGEST).  After a crash or kill
+    the last line whose MAX_MFN the database has names the last commit
+    that happened (a line written before a commit that did not happen has
+    a higher MFN) -- if the record there is the one the import wrote:
+    another writer's appends can bring the highest MFN to the same number
+    (a service developer's trial: the resume then skipped a batch that
+    never committed).  A last line without its newline (killed while
+    writing it) is ignored.  The file is removed when the import
+    completes."""
 
     MAGIC = "pydb-import-checkpoint 1"
 
@@ -318,8 +325,9 @@ class _Checkpoint:
         self.source = f"source {size} {digest} {os.path.basename(name)}"
         self.skip = 0          # source records already committed (resume)
 
-    def read(self) -> tuple[bool, list[tuple[int, int]]] | None:
-        """(new, [(number, max_mfn), ...]) from the file, None if absent.
+    def read(self) -> tuple[bool, list[tuple[int, int, str]]] | None:
+        """(new, [(number, max_mfn, digest), ...]) from the file, None if
+        absent (digest ``-`` where the line has none).
         Raises CorruptionError (a malformed file: its line) or
         ImportResumeError (a checkpoint of another source file)."""
         try:
@@ -339,17 +347,22 @@ class _Checkpoint:
         marks = []
         for no, line in enumerate(lines[2:], 3):
             parts = line.split()
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            if len(parts) == 2:
+                parts.append("-")
+            if len(parts) != 3 or not all(p.isdigit() for p in parts[:2]):
                 raise CorruptionError(self.path, sum(len(x) + 1 for x in lines[:no - 1]),
-                                      f"line {no}: expected 'NUMBER MAX_MFN', got {line!r}")
-            marks.append((int(parts[0]), int(parts[1])))
+                                      f"line {no}: expected 'NUMBER MAX_MFN DIGEST', got "
+                                      f"{line!r}")
+            marks.append((int(parts[0]), int(parts[1]), parts[2]))
         return False, marks
 
-    def start(self, new: bool, number: int = 0, max_mfn: int = 0) -> None:
+    def start(self, new: bool, number: int = 0, max_mfn: int = 0,
+              digest: str = "-") -> None:
         """A fresh file: a new database, or an append at `number` (source
-        records done) and `max_mfn`; written beside and renamed into place."""
+        records done), `max_mfn` and its record's `digest`; written beside
+        and renamed into place."""
         tmp = self.path + ".tmp"
-        body = "new" if new else f"{number} {max_mfn}"
+        body = "new" if new else f"{number} {max_mfn} {digest}"
         folder = os.path.dirname(self.path) or "."
         if not os.path.isdir(folder):   # named as create() names it
             raise DatabaseNotFoundError(errno.ENOENT, "cannot create: no such folder",
@@ -360,18 +373,29 @@ class _Checkpoint:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    def mark(self, number: int, max_mfn: int) -> None:
-        """Before a commit: source records 1..`number` done, highest MFN `max_mfn`."""
+    def mark(self, number: int, max_mfn: int, digest: str) -> None:
+        """Before a commit: source records 1..`number` done, highest MFN
+        `max_mfn`, whose record's fields have `digest` (``-``: unknown)."""
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(f"{number} {max_mfn}\n")
+            f.write(f"{number} {max_mfn} {digest}\n")
             f.flush()
             os.fsync(f.fileno())
 
-    def resume_point(self, marks: list[tuple[int, int]], max_mfn: int) -> int:
-        """The source records the commits that happened have done."""
-        for number, mfn in reversed(marks):
-            if mfn == max_mfn:
-                return number
+    def resume_point(self, marks: list[tuple[int, int, str]], max_mfn: int,
+                     digest_of: Callable[[int], str | None]) -> int:
+        """The source records the commits that happened have done:
+        `digest_of(mfn)` gives the digest of the database's record `mfn`
+        (None: none there)."""
+        for number, mfn, digest in reversed(marks):
+            if mfn != max_mfn:
+                continue
+            if digest != "-" and digest_of(mfn) != digest:
+                raise ImportResumeError(
+                    self.path, f"the database's highest MFN is {max_mfn}, as a commit of "
+                    "the interrupted import would have left it, but its record is not the "
+                    "one that commit wrote: another program appended since; cannot tell "
+                    "which records are in it")
+            return number
         raise ImportResumeError(self.path, f"the database's highest MFN is {max_mfn}, which "
                                 "no commit of the interrupted import left: the database "
                                 "changed since; cannot tell which records are in it")
@@ -379,6 +403,26 @@ class _Checkpoint:
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+
+
+def _fields_digest(fields: Iterable[tuple[Any, bytes]]) -> str:
+    """A short digest (16 hex digits of SHA-1) of a record's fields as
+    stored, (tag, value bytes) in order: what an import's checkpoint
+    notes of the last record of each batch (_Checkpoint)."""
+    h = hashlib.sha1()
+    for tag, value in fields:
+        h.update(b"%d\x1e" % int(tag) + bytes(value) + b"\x1d")
+    return h.hexdigest()[:16]
+
+
+def _record_digest(db: Database, mfn: int) -> str | None:
+    """_fields_digest of the database's record `mfn` (logically deleted
+    too), or None when it has none."""
+    try:
+        rec = db[mfn]
+    except (NotFoundError, CorruptionError):
+        return None
+    return _fields_digest((f.tag, f.raw) for f in rec.fields)
 
 
 def _store(records: Iterator[Incoming], db_path: PathArg, layout: str, mstxl: int,
@@ -455,7 +499,7 @@ def _encoding_guard(db: Database) -> Callable[[list[tuple[Any, bytes]]], str | N
 def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
             report: Report, filename: str | None, batch: int | None = None,
             checkpoint: _Checkpoint | None = None,
-            marks: list[tuple[int, int]] | None = None) -> Report:
+            marks: list[tuple[int, int, str]] | None = None) -> Report:
     """Append (mfn, deleted, fields, where) tuples to the existing database
     `base` through the transactional writer, `batch` records per
     transaction: the records take the MFNs after the database's highest
@@ -476,8 +520,10 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
         mixes = _encoding_guard(db)
         if checkpoint is not None:
             if marks is not None:
-                checkpoint.skip = checkpoint.resume_point(marks, last_mfn)
-            checkpoint.start(False, checkpoint.skip, last_mfn)
+                checkpoint.skip = checkpoint.resume_point(
+                    marks, last_mfn, lambda m: _record_digest(db, m))
+            last_digest = _record_digest(db, last_mfn) or "-"
+            checkpoint.start(False, checkpoint.skip, last_mfn, last_digest)
         number = skip = checkpoint.skip if checkpoint is not None else 0
         it = iter(records)
         more = True
@@ -504,6 +550,8 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
                     except (ValueError, TypeError, RecordTooLargeError) as e:
                         problem(where, str(e), mfn)
                         continue
+                    if checkpoint is not None:
+                        last_digest = _fields_digest(fields)
                     if deleted:
                         tx.delete(last_mfn)
                         report.deleted += 1
@@ -513,7 +561,7 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
                         more = True
                         break
                 if checkpoint is not None:
-                    checkpoint.mark(number, last_mfn)
+                    checkpoint.mark(number, last_mfn, last_digest)
         report.max_mfn = db.max_mfn
     if checkpoint is not None:
         checkpoint.remove()
