@@ -15,12 +15,15 @@
 #include "_pydb_record.h"
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     PyObject_HEAD
     DatabaseObject *db;  /* strong reference                           */
     pydb_txn *txn;       /* NULL once committed, aborted or closed      */
     int done;            /* 1 committed, 2 aborted                      */
+    pid_t pid;           /* the process that began it (a fork()ed child
+                            does not inherit it: mod_forked)             */
     atomic_int busy;     /* a call is in progress (claimed by txn_check(),
                             cleared by that call): one thread at a time,
                             with or without the GIL                      */
@@ -130,6 +133,7 @@ static PyObject *mod_txn_begin(PyObject *m, PyObject *args)
     tx->db = (DatabaseObject *)Py_NewRef(db);
     tx->txn = t;
     tx->done = 0;
+    tx->pid = getpid();
     tx->busy = 0;
     db->txn = t;
     PyObject_GC_Track(tx);
@@ -149,6 +153,10 @@ static int txn_check_(module_state *st, TxnObject *self, guard_pins *pins)
         PyErr_SetString(st->ClosedError,
                         self->done == 1 ? "the transaction is committed"
                         : self->done == 2 ? "the transaction is aborted"
+                        : self->pid != getpid()
+                        ? "the transaction is the parent process's: a "
+                          "fork()ed child does not inherit it (the parent "
+                          "commits or aborts it)"
                         : "the transaction was ended by closing the "
                           "database");
         atomic_store(&self->busy, 0);

@@ -615,6 +615,33 @@ def test_close_in_a_child_forked_while_a_thread_closes_a_snapshot(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_the_parent_s_transaction_in_a_forked_child_says_so(tmp_path):
+    """A forked child that uses the transaction its parent has open is
+    told that it is the parent's (it was told the database was closed, a
+    service developer's trial found); the parent commits it."""
+    db = pydb.open(_forty_records(tmp_path), readonly=False)
+    tx = db.transaction()
+    tx.append([(1, "parent")])
+
+    def child():
+        for call in (lambda: tx.append([(1, "child")]), tx.commit):
+            try:
+                call()
+            except pydb.ClosedError as e:
+                if str(e) != ("the transaction is the parent process's: a fork()ed child "
+                              "does not inherit it (the parent commits or aborts it)"):
+                    return 2
+            else:
+                return 3
+        return 0
+
+    assert _in_forked_child(child) == 0
+    tx.commit()
+    assert db[41].raw(1) == [b"parent"] and db.max_mfn == 41
+    db.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_read_in_a_child_forked_while_a_thread_holds_the_read_mutex(tmp_path):
     """With ``lock="mutex"`` every record read holds the handle's mutex.
     A thread of the parent is inside such a read (each pread slowed to
