@@ -858,6 +858,27 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
     return "\n".join(out) + "\n"
 
 
+def _cmd_collect(args) -> int:
+    """Database.collect() on a writable handle (no collector thread of its
+    own), and what it collected in words (or --json)."""
+    if args.timeout < 0:
+        raise ValueError(f"--timeout must be >= 0, not {args.timeout}")
+    # the values are not read: named so that the open samples none
+    with open_db(args.db, readonly=False, gc="none", encoding="utf-8") as db:
+        rep = db.collect(timeout=args.timeout)
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"collected {_plural(rep['versions'], 'back version')} ({rep['bytes']} bytes of "
+          f"the master file, {_plural(rep['compactions'], 'compaction')}), "
+          f"{_plural(rep['postings'], 'dead posting')} and "
+          f"{_plural(rep['segments'], 'segment file')} of the native index")
+    if rep["pinned"]:
+        print(f"{_plural(rep['pinned'], 'garbage version')} left: a snapshot of another "
+              "process still reads an older commit (pydb stat names the oldest)")
+    return 0
+
+
 def _cmd_mkxrf(args) -> int:
     """A new XRF from a scan of the master file (pydb.rebuild_xrf), and
     what the scan found."""
@@ -1324,6 +1345,20 @@ def parser() -> argparse.ArgumentParser:
     _db_arg(p)
     p.add_argument("--json", action="store_true", help="the dict of Database.stat() as JSON")
     p.set_defaults(func=_cmd_stat)
+    p = command("collect", "collect the garbage collectable now: back versions (the master "
+                "file compacted), dead postings and unused files of the native index "
+                "(Database.collect; gfix -sweep)",
+                epilog="Beside readers and writers of other processes.  Garbage that a "
+                "snapshot of another process still sees stays, counted as pinned.  Back "
+                "versions that programs other than pydb left (WinISIS, CISIS) are not "
+                "counted as garbage and stay.")
+    _db_arg(p)
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="the longest the collection may take, waits for the writer lock "
+                        "included")
+    p.add_argument("--json", action="store_true", help="the dict of Database.collect() as "
+                   "JSON")
+    p.set_defaults(func=_cmd_collect)
     p = command("mkxrf", "write the cross-reference file (.xrf) anew from a scan of the "
                 "master file, as CISIS mkxrf does (a lost or damaged XRF)",
                 epilog="Run it on a database no program has open.  Each MFN gets its last "

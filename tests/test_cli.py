@@ -598,6 +598,43 @@ def test_resume_refused_where_another_writer_reached_a_marked_mfn(tmp_path):
     assert (tmp_path / "d.resume").exists()
 
 
+def test_collect_reclaims_garbage_and_names_what_a_snapshot_pins(tmp_path, capsys):
+    """pydb collect: the back versions of 3 x 50 updates and the index's
+    dead postings go; garbage an older snapshot reads stays, said so."""
+    base = str(tmp_path / "db")
+    with pydb.create(base, fst="1 4 v1\n", gc="none") as db:
+        for i in range(1, 51):
+            db.append([(1, f"word{i} common")])
+        for k in range(3):
+            for m in range(1, 51):
+                db.update(m, [(1, f"word{m} other{k}")])
+    assert main(["collect", base]) == 0
+    assert capsys.readouterr().out == (
+        "collected 150 back versions (5632 bytes of the master file, 1 compaction), "
+        "300 dead postings and 1 segment file of the native index\n")
+    with pydb.open(base) as db:
+        g = db.stat()["garbage"]
+        assert (g["versions"], g["postings"]) == (0, 0)
+        assert list(db.search("OTHER")) == list(range(1, 51))
+    assert main(["collect", base, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "versions": 0, "bytes": 0, "postings": 0, "segments": 0, "compactions": 0,
+        "pinned": 0}
+    with pydb.open(base, readonly=False, gc="none") as db, db.snapshot() as snap:
+        time.sleep(1.1)                      # an old reader: it pins
+        db.update(1, [(1, "word1 again")])
+        assert main(["collect", base]) == 0
+        out = capsys.readouterr().out.splitlines()
+        # (the index's merge leaves the snapshot's segments in place)
+        assert out == ["collected 0 back versions (0 bytes of the master file, 0 "
+                       "compactions), 2 dead postings and 0 segment files of the native "
+                       "index", "1 garbage version left: a snapshot of another process "
+                       "still reads an older commit (pydb stat names the oldest)"]
+        assert snap[1].raw(1) == [b"word1 other2"]
+    assert main(["collect", base, "--timeout", "-1"]) == 1
+    assert capsys.readouterr().err == "pydb: --timeout must be >= 0, not -1.0\n"
+
+
 def test_no_progress_bar_off_a_terminal(isis_data, tmp_path):
     r = run("export", data_path(CDS), tmp_path / "c.iso")
     assert r.returncode == 0 and r.stderr == b"exported 150 record(s), 0 skipped\n"
