@@ -129,7 +129,7 @@ int pydb__compact_wanted(pydb_db *db, int idle)
         return 0;
     if (db->compact) return 1;   /* a job in progress goes on */
     pydb__compact_garbage(db, &v, &b);
-    if (v <= 0) return 0;
+    if (v <= 0 && !(idle && db->compact_dead)) return 0;
     if (readers_pin(shm)) return 0;
     if (idle) return 1;
     if (pydb__shm_state(&st, shm) != 0) return 0;
@@ -140,6 +140,32 @@ int pydb__compact_wanted(pydb_db *db, int idle)
     total = st.mst_end > PYDB_CTL_SIZE ? st.mst_end - PYDB_CTL_SIZE : 0;
     return b >= total / (GARBAGE_SHARE + 1) +
                 (total % (GARBAGE_SHARE + 1) != 0);
+}
+
+int pydb__compact_dead_space(pydb_db *db)
+{
+    pydb_shm *shm = pydb__db_shm(db);
+    pydb_stat s;
+    pydb_error e;
+    int64_t total, kept, dead, align = db->mstxl ? (int64_t)1 << db->mstxl : 2;
+
+    if (!(db->flags & PYDB_OPEN_WRITE) || !shm || !pydb__shm_valid(shm))
+        return 0;
+    if (pydb_stat_get_ex(&s, db, PYDB_STAT_NO_INDEX, &e) != PYDB_OK ||
+        s.damaged)
+        return 0;
+    total = s.mst_size - PYDB_CTL_SIZE;
+    kept = s.version_bytes - s.garbage_bytes;   /* what a job copies */
+    if (total <= 0 || kept < 0) return 0;
+    /* less the padding a job writes too (pydb__place: each version
+     * aligned, a leader moved to the next block), at most: so that a
+     * master file of small aligned versions is not compacted again at
+     * each call for the gaps it keeps */
+    dead = total - kept -
+           (s.versions - s.garbage_versions) * (align - 1) -
+           (total / PYDB_BLOCK + 1) * (pydb__geom[db->layout].leader + align);
+    return dead > 0 && dead >= total / (GARBAGE_SHARE + 1) +
+                                (total % (GARBAGE_SHARE + 1) != 0);
 }
 
 /* ------------------------------------------------------------ the job */
@@ -778,6 +804,7 @@ int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int drain_ms,
     if (!db->compact) {
         int started;
         if (!pydb__compact_wanted(db, 1)) return PYDB_OK;
+        db->compact_dead = 0;   /* wanted once (pydb_gc_collect) */
         rc = job_start(db, &started, err);
         if (rc || !started) return rc;
     }

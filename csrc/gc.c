@@ -888,7 +888,19 @@ int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
      * again for each new back version until its timeout: found by a
      * review.) */
     shm = pydb__db_shm(db);
-    if (*commit == 0 && shm) *commit = pydb__shm_latest(shm);
+    if (*commit == 0 && shm) {
+        int64_t v, b;
+        *commit = pydb__shm_latest(shm);
+        /* dead space other programs left, which no counter names: this
+         * call compacts for it (a walk; docs/compaction.md, "When") */
+        pydb__compact_garbage(db, &v, &b);
+        if (v <= 0 && !db->compact) {
+            int dead = pydb__compact_dead_space(db);
+            pthread_mutex_lock(&g->step);
+            db->compact_dead = dead;
+            pthread_mutex_unlock(&g->step);
+        }
+    }
     start = *commit;
     while (more) {
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
@@ -923,6 +935,9 @@ int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
             break;
         }
     }
+    pthread_mutex_lock(&g->step);
+    db->compact_dead = 0;   /* this call's: not the thread's */
+    pthread_mutex_unlock(&g->step);
     if (rc) {
         if (!lock_refusal(rc)) record(g, rc, NULL, err);
         pthread_mutex_lock(&g->mu);

@@ -869,8 +869,8 @@ def _cmd_collect(args) -> int:
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
-    print(f"collected {_plural(rep['versions'], 'back version')} ({rep['bytes']} bytes of "
-          f"the master file, {_plural(rep['compactions'], 'compaction')}), "
+    print(f"collected {_plural(rep['versions'], 'back version')} and {rep['bytes']} bytes "
+          f"of the master file ({_plural(rep['compactions'], 'compaction')}), "
           f"{_plural(rep['postings'], 'dead posting')} and "
           f"{_plural(rep['segments'], 'segment file')} of the native index")
     if rep["pinned"]:
@@ -1349,9 +1349,11 @@ def parser() -> argparse.ArgumentParser:
                 "file compacted), dead postings and unused files of the native index "
                 "(Database.collect; gfix -sweep)",
                 epilog="Beside readers and writers of other processes.  Garbage that a "
-                "snapshot of another process still sees stays, counted as pinned.  Back "
-                "versions that programs other than pydb left (WinISIS, CISIS) are not "
-                "counted as garbage and stay.")
+                "snapshot of another process still sees stays, counted as pinned.  The "
+                "dead space that other programs' updates left (WinISIS, CISIS: versions no "
+                "XRF entry reaches), which no pydb writer counted, is found by a walk of "
+                "the master file and compacted when it is a fifth of it or more; a "
+                "record's version that a CDS/ISIS inverted file still reflects is kept.")
     _db_arg(p)
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="the longest the collection may take, waits for the writer lock "

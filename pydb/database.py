@@ -882,6 +882,14 @@ class Database(_pydb.Database):
         compaction that replaces a commit at least as new has collected
         the master file's; the index merges only what is due once a
         commit came), so that writers going on do not keep it going.
+        Where pydb's writers counted no garbage, the call walks the
+        master file (every current version's leader) for dead space that
+        other programs left -- WinISIS and CISIS append each update and
+        leave the old version, which no XRF entry may reach any more --
+        and compacts when it is a fifth of the records' bytes or more
+        (padding the compaction would write again not counted), keeping
+        the version a CDS/ISIS inverted file reflects of a record
+        "update pending" (docs/compaction.md, "When").
 
         Args:
             timeout: seconds (float >= 0, default 10) the collection may

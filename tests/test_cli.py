@@ -610,7 +610,7 @@ def test_collect_reclaims_garbage_and_names_what_a_snapshot_pins(tmp_path, capsy
                 db.update(m, [(1, f"word{m} other{k}")])
     assert main(["collect", base]) == 0
     assert capsys.readouterr().out == (
-        "collected 150 back versions (5632 bytes of the master file, 1 compaction), "
+        "collected 150 back versions and 5632 bytes of the master file (1 compaction), "
         "300 dead postings and 1 segment file of the native index\n")
     with pydb.open(base) as db:
         g = db.stat()["garbage"]
@@ -626,7 +626,7 @@ def test_collect_reclaims_garbage_and_names_what_a_snapshot_pins(tmp_path, capsy
         assert main(["collect", base]) == 0
         out = capsys.readouterr().out.splitlines()
         # (the index's merge leaves the snapshot's segments in place)
-        assert out == ["collected 0 back versions (0 bytes of the master file, 0 "
+        assert out == ["collected 0 back versions and 0 bytes of the master file (0 "
                        "compactions), 2 dead postings and 0 segment files of the native "
                        "index", "1 garbage version left: a snapshot of another process "
                        "still reads an older commit (pydb stat names the oldest)"]
