@@ -615,6 +615,29 @@ def test_close_in_a_child_forked_while_a_thread_closes_a_snapshot(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_an_index_closed_in_a_forked_child_stays_closed(tmp_path):
+    """The child's own Index.close() is not taken for a close the parent
+    had in flight (a review of the fix above: guard_adopt, run within the
+    close, undid it, and the index went on answering)."""
+    with pydb.create(tmp_path / "ix", fst="1 4 v1\n") as db:
+        db.append([(1, "water")])
+    db = pydb.open(tmp_path / "ix", readonly=False)
+    ix = db.index
+
+    def child():
+        ix.close()
+        try:
+            ix.search("WATER", db)
+        except pydb.ClosedError:
+            return 0 if ix.closed else 2
+        return 3
+
+    assert _in_forked_child(child) == 0
+    assert list(db.search("WATER")) == [1]
+    db.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_the_parent_s_transaction_in_a_forked_child_says_so(tmp_path):
     """A forked child that uses the transaction its parent has open is
     told that it is the parent's (it was told the database was closed, a
