@@ -404,7 +404,6 @@ static const char *kind_name(int kind)
     }
 }
 
-/* The operator at `pos` needs posting fields `need`. */
 /* Note the first operator the index cannot evaluate (`what` at `pos`
  * needs the posting fields `need`): reported once the whole expression
  * parsed (pydb__search_parse), so that a syntax error after it, the

@@ -14,6 +14,7 @@ import codecs
 import errno
 import importlib
 import json
+import math
 import os
 import sys
 import textwrap
@@ -36,7 +37,6 @@ from .errors import (
     DatabaseNotFoundError,
     DiskError,
     Error,
-    FSTError,
     IsoRecordError,
     NotFoundError,
     SearchSyntaxError,
@@ -49,11 +49,10 @@ from .exchange import (
     import_iso,
     import_jsonl,
 )
-from .fst import parse_fst
 from .index import KEY_MODES
 from .iso2709 import MIN_LINE
 from .mkxrf import rebuild_xrf
-from .native import _stored_or_none, build_index
+from .native import _stored_or_none, build_index, fst_fault, index_command
 from .paths import base_name, db_base, existing_file, find_sidecar, native_index_dir
 from .unesb import generate
 
@@ -190,8 +189,8 @@ def _cmd_info(args) -> int:
                 rows.append(("index behind by", f"{_plural(changed, 'record')} the XRF "
                              "flags new or changed since the inverted file took them in "
                              "(pydb's writes too): searches may miss or misplace them; "
-                             "invert with the ISIS tools, or build a native index: pydb "
-                             f"index {args.db}"))
+                             "invert with the ISIS tools, or build a native index: "
+                             f"{index_command(args.db)}"))
             if stored is not None:
                 rules = ("UTF-8, Unicode case and accent folding" if stored["utf8"]
                          else "8-bit, ISIS upper-case tables")
@@ -297,7 +296,7 @@ def _open_with_index(args):
                find_sidecar(args.db, "cnt") is None
                else "no native index, no CDS/ISIS inverted file")
         print(f"pydb {args.command}: {args.db}: the database has no inverted index to "
-              f"search ({why}); build a native one with: {_build_command(args.db)}",
+              f"search ({why}); build a native one with: {index_command(args.db)}",
               file=sys.stderr)
         return None
     return db
@@ -397,29 +396,6 @@ def _repair_hints(db: str, report: CheckReport) -> list[str]:
     return out
 
 
-def _fst_fault(fst: str) -> str | None:
-    """Why the FST file `fst` cannot build an index (its FSTError or
-    OSError as text), or None when it parses."""
-    try:
-        parse_fst(fst)
-    except (FSTError, OSError) as e:
-        return str(e)
-    return None
-
-
-def _build_command(db: str) -> str:
-    """The pydb index command that builds a native index of `db`: with
-    --fst FILE unless an FST beside the database parses (one that does
-    not is named, with why: the command without --fst would fail on it,
-    as on ABCD's rda sample, a librarian's trial found)."""
-    fst = find_sidecar(db, "fst")
-    fault = _fst_fault(fst) if fst else None
-    if fst and fault is None:
-        return f"pydb index {db}"
-    why = f" ({fst} beside it does not parse: {fault})" if fst else ""
-    return f"pydb index {db} --fst FILE{why}"
-
-
 def _no_index_hint(db: str) -> str:
     """pydb info's index row for a database without a readable index:
     the command that builds one (no --fst where an FST lies beside the
@@ -427,8 +403,8 @@ def _no_index_hint(db: str) -> str:
     that are there without the .cnt the reader needs (a new user's
     review: both went unsaid)."""
     fst = find_sidecar(db, "fst")
-    how = (f"pydb index {db} builds one from {fst}" if fst and _fst_fault(fst) is None
-           else f"build one: {_build_command(db)}")
+    how = (f"pydb index {db} builds one from {fst}" if fst and fst_fault(fst) is None
+           else f"build one: {index_command(db)}")
     parts = [ext for ext in ("ifp", "n01", "l01") if find_sidecar(db, ext)]
     if parts and not find_sidecar(db, "cnt"):
         how += (f"; the CDS/ISIS inverted file beside it ({', '.join('.' + p for p in parts)}) "
@@ -861,8 +837,6 @@ def _stat_text(path: str, s: dict, index_note: str = "no") -> str:
 def _cmd_collect(args) -> int:
     """Database.collect() on a writable handle (no collector thread of its
     own), and what it collected in words (or --json)."""
-    if args.timeout < 0:
-        raise ValueError(f"--timeout must be >= 0, not {args.timeout}")
     # the values are not read: named so that the open samples none
     with open_db(args.db, readonly=False, gc="none", encoding="utf-8") as db:
         rep = db.collect(timeout=args.timeout)
@@ -1020,6 +994,18 @@ def _int_from(lowest: int, highest: int | None = None) -> Callable[[str], int]:
                 else f"{value} is less than {lowest}")
         return value
     return parse
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0; anything else is
+    bad usage (exit status 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds >= 0")
+    return value
 
 
 def _codec(text: str) -> str:
@@ -1355,7 +1341,7 @@ def parser() -> argparse.ArgumentParser:
                 "the master file and compacted when it is a fifth of it or more; a "
                 "record's version that a CDS/ISIS inverted file still reflects is kept.")
     _db_arg(p)
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=_seconds, default=60.0, metavar="SECONDS",
                    help="the longest the collection may take, waits for the writer lock "
                         "included")
     p.add_argument("--json", action="store_true", help="the dict of Database.collect() as "

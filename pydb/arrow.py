@@ -982,7 +982,8 @@ def _import(data: Any, db_path: PathArg, *, layout: str, mstxl: int,
                 progress(1)
             yield rec
 
-    _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap)
+    _store(records(), db_path, layout, mstxl, sync, on_error, report, name, max_gap,
+           declared=encoding, iso=False)
     report.errors.sort(key=lambda e: (getattr(e, "filename", "") or "",
                                       getattr(e, "number", None) or 0))
     return report

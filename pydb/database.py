@@ -39,7 +39,7 @@ from .errors import (
 from .fst import fst_text, read_text
 from .index import KEY_MODES, Index, KeyLike, Posting, Term, open_index
 from .marc import to_pymarc as _to_pymarc
-from .native import build_index, check_max_key
+from .native import build_index, check_max_key, index_command
 from .paths import PathArg, base_name, existing_file, has_native_index, new_base_name
 from .search import SearchResult
 from .snapshot import Snapshot, version_chain
@@ -607,7 +607,7 @@ class Database(_pydb.Database):
                 f"{base}: its CDS/ISIS inverted file is behind the master file: "
                 f"{behind} record(s) the XRF flags new or changed since it was inverted "
                 "(pydb's writes too) are missed or found by their old keys; invert with "
-                f"the ISIS tools, or build a native index: pydb index {base}",
+                f"the ISIS tools, or build a native index: {index_command(base)}",
                 StaleIndexWarning, stacklevel=3)
 
     def snapshot(self) -> Snapshot:

@@ -30,8 +30,8 @@ from typing import Any
 
 from . import _pydb
 from .encoding import detect_encoding
-from .errors import CorruptionError
-from .fst import fst_text, read_text
+from .errors import CorruptionError, FSTError
+from .fst import fst_text, parse_fst, read_text
 from .index import KEY_MODES, KEY_TABLES, Index, key_table
 from .paths import PathArg, base_name, find_sidecar
 
@@ -321,3 +321,26 @@ def build_index(db_path: PathArg, fst: str | bytes | os.PathLike[str] | Iterable
     for mfn, error in damaged:
         on_damaged(mfn, error)
     return int(n)
+
+
+def fst_fault(fst: str) -> str | None:
+    """Why the FST file `fst` cannot build an index (its FSTError or
+    OSError as text), or None when it parses."""
+    try:
+        parse_fst(fst)
+    except (FSTError, OSError) as e:
+        return str(e)
+    return None
+
+
+def index_command(db: str) -> str:
+    """The pydb index command that builds a native index of `db`: with
+    --fst FILE unless an FST beside the database parses (one that does
+    not is named, with why: the command without --fst would fail on it,
+    as on ABCD's rda sample, a librarian's trial found)."""
+    fst = find_sidecar(db, "fst")
+    fault = fst_fault(fst) if fst else None
+    if fst and fault is None:
+        return f"pydb index {db}"
+    why = f" ({fst} beside it does not parse: {fault})" if fst else ""
+    return f"pydb index {db} --fst FILE{why}"

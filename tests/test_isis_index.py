@@ -351,6 +351,17 @@ def test_search_of_an_inverted_file_behind_its_master_file_warns(tmp_path):
         assert list(db.search("SPA$")) == [2, 11, 12, 45]     # the new one is missed
     assert [re.search(r"\d+ record", str(w.message))[0] for w in got] == [
         "48 record", "49 record"]
+    # ABCD's rda (1 record behind): its FST does not parse, and the advice
+    # says so (it named 'pydb index', which fails on it: a review)
+    rda = Path(need("ABCD-DEVCOM__ABCD2/www/bases-examples_Windows/rda/data/rda"))
+    shutil.copytree(rda.parent, tmp_path / "rda")
+    copy = tmp_path / "rda" / "rda"
+    with pydb.open(copy) as db, pytest.warns(pydb.StaleIndexWarning) as got:
+        db.search("A$")
+    assert str(got[0].message).endswith(
+        f"build a native index: pydb index {copy} --fst FILE ({copy}.fst "
+        f"beside it does not parse: {copy}.fst: FST line 2, column 14: "
+        "unterminated conditional literal \"v50^a,|.|v50^b, (no closing \" on the line))")
 
 
 def test_lind_postings_against_records():

@@ -327,8 +327,9 @@ def test_import_into_existing_database_keeps_one_encoding(isis_data, tmp_path):
     finally:
         exchange.APPEND_BATCH = old
     assert exc.value.number == 7
-    assert "field 70: its bytes are not valid UTF-8, while the database's values are " \
-        "utf-8 (56 of the 56 sampled values past ASCII are valid UTF-8)" in exc.value.reason
+    assert "field 70: its bytes are not valid UTF-8, as are 1 of the 1 values past ASCII " \
+        "this import brought, while the database's values are utf-8 (56 of the 56 " \
+        "sampled values past ASCII are valid UTF-8)" in exc.value.reason
     assert "--encoding CODEC --db-encoding utf-8" in exc.value.reason
     assert "6 record(s) of this import committed before, MFNs 151..156" in exc.value.reason
     with pydb.open(base) as db:
@@ -343,13 +344,17 @@ def test_import_into_existing_database_keeps_one_encoding(isis_data, tmp_path):
     pydb.import_iso(iso, dos)                   # cp850 bytes as they are
     with pytest.raises(pydb.IsoRecordError) as exc:
         pydb.import_iso(iso, dos, encoding="cp850", db_encoding="utf-8")
-    assert exc.value.number == 7 and "its bytes are valid UTF-8, while the database's " \
-        "values are cp850" in exc.value.reason
+    assert exc.value.number == 7 and "its bytes are valid UTF-8, as are 56 of the 56 " \
+        "values past ASCII this import brought, while the database's values are " \
+        "cp850" in exc.value.reason
     assert "no record of this import committed" in exc.value.reason
     (tmp_path / "j.jsonl").write_text(json.dumps({"fields": [[70, "Slav\u00edk"]]}) + "\n",
                                       encoding="utf-8")
-    with pytest.raises(pydb.IsoRecordError):
+    with pytest.raises(pydb.IsoRecordError) as exc:
         pydb.import_jsonl(tmp_path / "j.jsonl", dos)
+    assert exc.value.reason.endswith(     # JSON text: encoding decides (a review)
+        "give encoding='cp850', in which the values are then stored (pydb import: "
+        "--encoding cp850) (the import stops: no record of this import committed)")
     rep = pydb.import_jsonl(tmp_path / "j.jsonl", dos, encoding="cp850")
     with pydb.open(dos, encoding="cp850") as db:
         assert rep.records == 1 and db[db.max_mfn].get(70) == "Slav\u00edk"
@@ -359,6 +364,33 @@ def test_import_into_existing_database_keeps_one_encoding(isis_data, tmp_path):
     with pydb.create(plain) as db:
         db.append([(1, b"ascii only")])
     assert pydb.import_iso(iso, plain).records == 150
+
+
+def test_import_keeps_odd_values_among_agreeing_ones(tmp_path):
+    """What a review of the encoding check found it refused: one value
+    cut inside a UTF-8 character among valid UTF-8 ones (a length limit
+    of a legacy export) goes in as it is; a cp1252 file declared cp1252
+    into a cp1252 database goes in whole, its "\u00d3\u00bb" (bytes D3
+    BB, valid UTF-8 by chance) too."""
+    utf8 = tmp_path / "u"
+    with pydb.create(utf8) as db:
+        db.append([(1, "caf\u00e9 cr\u00e8me".encode())])
+    recs = [[(1, "na\u00efve".encode())], [(1, "caf\u00e9".encode()[:-1])],
+            [(1, "\u00e9t\u00e9".encode())]]
+    iso2709.write(tmp_path / "u.iso", recs)
+    rep = pydb.import_iso(tmp_path / "u.iso", utf8)
+    assert (rep.records, rep.errors) == (3, [])
+    with pydb.open(utf8) as db:
+        assert db[3].raw(1) == [b"caf\xc3"]
+    latin = tmp_path / "w"
+    with pydb.create(latin) as db:
+        db.append([(1, "ACCI\u00d3N a\u00f1o".encode("cp1252"))])
+    iso2709.write(tmp_path / "w.iso", [[(1, "LLEG\u00d3\u00bb".encode("cp1252"))],
+                                       [(1, "ma\u00f1ana".encode("cp1252"))]])
+    rep = pydb.import_iso(tmp_path / "w.iso", latin, encoding="cp1252")
+    assert (rep.records, rep.errors) == (2, [])
+    with pydb.open(latin, encoding="cp1252") as db:
+        assert db[2][1] == ["LLEG\u00d3\u00bb"]
 
 
 def test_import_into_database_with_native_index(tmp_path):
