@@ -146,6 +146,7 @@ int pydb__compact_dead_space(pydb_db *db)
 {
     pydb_shm *shm = pydb__db_shm(db);
     pydb_stat s;
+    pydb_state st;
     pydb_error e;
     int64_t total, kept, dead, align = db->mstxl ? (int64_t)1 << db->mstxl : 2;
 
@@ -154,7 +155,12 @@ int pydb__compact_dead_space(pydb_db *db)
     if (pydb_stat_get_ex(&s, db, PYDB_STAT_NO_INDEX, &e) != PYDB_OK ||
         s.damaged)
         return 0;
-    total = s.mst_size - PYDB_CTL_SIZE;
+    /* up to the end of records, not the file's last block: the rest of
+     * that block is no garbage (a compaction writes it again; counted,
+     * a database of a few small records was compacted at every call, a
+     * review found) */
+    pydb__state_now(&st, db);
+    total = (st.mst_end < s.mst_size ? st.mst_end : s.mst_size) - PYDB_CTL_SIZE;
     kept = s.version_bytes - s.garbage_bytes;   /* what a job copies */
     if (total <= 0 || kept < 0) return 0;
     /* less the padding a job writes too (pydb__place: each version
@@ -164,8 +170,9 @@ int pydb__compact_dead_space(pydb_db *db)
     dead = total - kept -
            (s.versions - s.garbage_versions) * (align - 1) -
            (total / PYDB_BLOCK + 1) * (pydb__geom[db->layout].leader + align);
-    return dead > 0 && dead >= total / (GARBAGE_SHARE + 1) +
-                                (total % (GARBAGE_SHARE + 1) != 0);
+    /* a block at least, and the writers' share */
+    return dead >= PYDB_BLOCK && dead >= total / (GARBAGE_SHARE + 1) +
+                                         (total % (GARBAGE_SHARE + 1) != 0);
 }
 
 /* ------------------------------------------------------------ the job */

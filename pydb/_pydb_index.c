@@ -73,7 +73,9 @@ static PyObject *index_open_path(module_state *st, PyObject *path,
 static void index_close_after_wait(IndexObject *self)
 {
     pydb_index *ix = NULL;
+    guard_current(&self->guard);   /* a parent's close is not this one */
     self->guard.closing = 1;
+    atomic_store(&self->guard.closer, PyThread_get_thread_ident());
     guard_wait_idle(&self->guard);
     /* A commit hook of an open database: the writer may still use the
      * pydb_index; the database frees it once closed.  The index's own
@@ -86,11 +88,14 @@ static void index_close_after_wait(IndexObject *self)
     }
     binding_unlock();
     if (ix) pydb_index_close(ix);
+    guard_closed(&self->guard);
 }
 
 static void index_close_handle(IndexObject *self)
 {
-    /* closed, or another close (perhaps another thread's) waits */
+    /* closed, or another close (perhaps another thread's) waits; a
+     * close of the parent's in flight at a fork is forgotten first */
+    guard_current(&self->guard);
     if (atomic_exchange(&self->guard.closing, 1)) return;
     index_close_after_wait(self);
 }

@@ -120,23 +120,24 @@ void guard_closed(handle_guard *g)
 }
 
 /* Counts of an older fork generation (guard_current) zeroed, once; and
- * a close() another thread had begun through guard_close_begin and not
- * ended at the fork (that thread does not exist in the child, which
- * waited for it for ever, a service developer's trial found) forgotten:
- * the child's close() does it (what it had done, releasing the handle,
- * happens once).  A close that names no closer (an Index's, which sets
- * `closing` itself and may be the child's own, adopting here) is kept
- * (a review found an Index's close in the child undone). */
+ * a close() another thread had begun and not ended at the fork (that
+ * thread does not exist in the child, which waited for it for ever, a
+ * service developer's trial found) forgotten: the child's close() does
+ * it (what it had done, releasing the handle, happens once).  A close
+ * names its thread (`closer`, set right after `closing`: a fork between
+ * the two leaves none, a close of the parent's too); every close adopts
+ * first (guard_close_begin, the Index's), so the child's own close is
+ * never one of an older generation (a review found an Index's close in
+ * the child undone when it was), and a close that ended is `closed`. */
 void guard_adopt(handle_guard *g)
 {
     unsigned now;
     binding_lock();
     now = atomic_load(&guard_fork_gen);
     if (atomic_load(&g->gen) != now) {
-        unsigned long closer = atomic_load(&g->closer);
         for (int i = 0; i < GUARD_SLOTS; i++) atomic_store(&g->active[i].n, 0);
-        if (atomic_load(&g->closing) && !atomic_load(&g->closed) && closer &&
-            closer != PyThread_get_thread_ident()) {
+        if (atomic_load(&g->closing) && !atomic_load(&g->closed) &&
+            atomic_load(&g->closer) != PyThread_get_thread_ident()) {
             atomic_store(&g->closer, 0);
             atomic_store(&g->closing, 0);
         }

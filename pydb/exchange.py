@@ -466,12 +466,14 @@ class _EncodingGuard:
     is what :func:`pydb.encoding.detect_encoding` finds in its sample:
     UTF-8, or an 8-bit code page.  A value past ASCII agrees when it is
     valid UTF-8 in a UTF-8 database, not valid UTF-8 in an 8-bit one.
-    Where more of the import's values past ASCII disagree than agree (the
-    file read with another encoding than its own: cp850 bytes appended to
-    a UTF-8 database read garbled, and made the next ``auto`` open take
-    cp850 for all of it, a librarian's trial found), :meth:`verdict` says
-    why and the import stops; a few odd values among agreeing ones (a
-    character cut by a length limit) go in as they are.  Nothing is
+    Where more of the import's values past ASCII disagree than agree, or
+    of a batch's, :data:`_BATCH_DISAGREE` or more (the file, or a part
+    of it, read with another encoding than its own: cp850 bytes appended
+    to a UTF-8 database read garbled, and made the next ``auto`` open
+    take cp850 for all of it, a librarian's trial found), :meth:`verdict`
+    says why and the import stops before the batch commits; a few odd
+    values among agreeing ones (a character cut by a length limit) go in
+    as they are.  Nothing is
     checked where the sample has no value past ASCII, nor where the
     database is 8-bit and the caller declared a single-byte `declared`
     encoding for the values (an 8-bit value may be valid UTF-8 by
@@ -485,7 +487,9 @@ class _EncodingGuard:
         self.utf8_db = det.encoding == "utf-8"
         self.active = bool(det.non_ascii) and (
             self.utf8_db or declared is None or not _single_byte(declared))
-        self.agree = self.disagree = 0
+        self.agree = self.disagree = 0            # the import's
+        self.batch_agree = self.batch_disagree = 0
+        # the batch's first disagreeing value: (where, mfn, tag, valid)
         self.first: tuple[tuple[int, int], int | None, Any, bool] | None = None
         self.seen = (f"the database's values are {det.encoding} ({det.utf8_valid} of the "
                      f"{det.non_ascii} sampled values past ASCII are valid UTF-8)")
@@ -512,28 +516,52 @@ class _EncodingGuard:
                 valid = False
             if valid == self.utf8_db:
                 self.agree += 1
+                self.batch_agree += 1
                 continue
             self.disagree += 1
+            self.batch_disagree += 1
             if self.first is None:
                 self.first = (where, mfn, tag, valid)
 
     def verdict(self) -> tuple[tuple[int, int], int | None, str] | None:
-        """None while the values agree (by majority); else the first
-        disagreeing record's (number, offset), its MFN and the reason."""
-        if self.first is None or self.disagree <= self.agree:
+        """At a batch's end: None while the values agree (by majority of
+        the import's, and of the batch's where it has many that do not),
+        the next batch counted anew; else the batch's first disagreeing
+        record's (number, offset), its MFN and the reason."""
+        first, self.first = self.first, None
+        bd, ba = self.batch_disagree, self.batch_agree
+        self.batch_agree = self.batch_disagree = 0
+        if first is None:
             return None
-        where, mfn, tag, valid = self.first
+        if self.disagree > self.agree:
+            share = (f"{self.disagree} of the {self.agree + self.disagree} values past "
+                     "ASCII this import brought")
+        elif bd >= _BATCH_DISAGREE and bd > ba:
+            share = f"{bd} of the {ba + bd} values past ASCII of this batch of records"
+        else:
+            return None
+        where, mfn, tag, valid = first
         what = "valid UTF-8" if valid else "not valid UTF-8"
         return where, mfn, (
-            f"field {tag}: its bytes are {what}, as are {self.disagree} of the "
-            f"{self.agree + self.disagree} values past ASCII this import brought, while "
-            f"{self.seen}: stored as they are, they would read garbled; {self.fix}")
+            f"field {tag}: its bytes are {what}, as are {share}, while {self.seen}: "
+            f"stored as they are, they would read garbled; {self.fix}")
+
+
+#: Values past ASCII of one batch in another encoding than the database's
+#: that stop an import where they are the batch's majority, though the
+#: import's agree by majority (_EncodingGuard).
+_BATCH_DISAGREE = 10
 
 
 def _single_byte(codec: str) -> bool:
-    """Whether `codec` writes each character as one byte (a code page)."""
+    """Whether `codec` reads each byte as one character (a code page:
+    cp850, cp1252, cp1251, koi8-r, ...; not UTF-8, UTF-16 or a CJK
+    multi-byte one), judged by how it reads every byte and the two bytes
+    of UTF-8's "\u00e9" (a review found cp1251 taken for multi-byte when
+    this asked how it writes "\u00e9", which it cannot)."""
     try:
-        return len("\u00e9".encode(codec)) == 1
+        return (len(bytes(range(256)).decode(codec, "replace")) == 256 and
+                len(b"\xc3\xa9".decode(codec, "replace")) == 2)
     except (UnicodeError, LookupError):
         return False
 

@@ -391,6 +391,51 @@ def test_import_keeps_odd_values_among_agreeing_ones(tmp_path):
     assert (rep.records, rep.errors) == (2, [])
     with pydb.open(latin, encoding="cp1252") as db:
         assert db[2][1] == ["LLEG\u00d3\u00bb"]
+    # cp1251 too, which cannot write "\u00e9" (taken for multi-byte: a review)
+    cyr = tmp_path / "c"
+    with pydb.create(cyr) as db:
+        db.append([(1, "\u0441\u043b\u043e\u0432\u043e".encode("cp1251"))])
+    words = ["\u0422\u0456", "\u0412\u0456", "\u0420\u0456"]      # bytes valid UTF-8
+    iso2709.write(tmp_path / "c.iso", [[(1, w.encode("cp1251"))] for w in words])
+    assert pydb.import_iso(tmp_path / "c.iso", cyr, encoding="cp1251").records == 3
+
+
+def test_import_stop_names_a_record_of_the_batch_it_stops(tmp_path):
+    """The stop names the first odd record of the batch that did not
+    commit (it named one a batch before had committed: a review), and a
+    batch mostly in another encoding stops the import though the import's
+    values agree by majority."""
+    base = tmp_path / "u"
+    with pydb.create(base) as db:
+        db.append([(1, "caf\u00e9".encode())])
+    vals = ["\u00e9".encode(), "\u00e9".encode("cp850"), "\u00e0".encode("cp850"),
+            "\u00fc".encode("cp850")]
+    iso2709.write(tmp_path / "a.iso", [[(1, v)] for v in vals])
+    old = exchange.APPEND_BATCH
+    exchange.APPEND_BATCH = 2
+    try:
+        with pytest.raises(pydb.IsoRecordError) as exc:
+            pydb.import_iso(tmp_path / "a.iso", base)
+        assert exc.value.number == 3
+        assert "as are 3 of the 4 values past ASCII this import brought" in exc.value.reason
+        assert "2 record(s) of this import committed before, MFNs 2..3" in exc.value.reason
+        exchange.APPEND_BATCH = 20
+        base = tmp_path / "v"
+        with pydb.create(base) as db:
+            db.append([(1, "caf\u00e9".encode())])
+        good = [f"caf\u00e9 {i}" for i in range(20)]
+        bad = [f"na\u00efve {i}" for i in range(12)]
+        iso2709.write(tmp_path / "b.iso", [[(1, v.encode())] for v in good] +
+                      [[(1, v.encode("cp850"))] for v in bad] +
+                      [[(1, b"ascii")] for _ in range(8)])
+        with pytest.raises(pydb.IsoRecordError) as exc:
+            pydb.import_iso(tmp_path / "b.iso", base)
+        assert exc.value.number == 21
+        assert "as are 12 of the 12 values past ASCII of this batch of records" \
+            in exc.value.reason
+        assert "20 record(s) of this import committed before, MFNs 2..21" in exc.value.reason
+    finally:
+        exchange.APPEND_BATCH = old
 
 
 def test_import_into_database_with_native_index(tmp_path):
