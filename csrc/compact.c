@@ -65,7 +65,6 @@
 typedef struct pydb_compact pydb_compact;
 
 #define CATCHUP_FACTOR 4   /* MFNs caught up under the lock: 4 x budget */
-#define GARBAGE_SHARE 4    /* without idle: garbage >= live / 4 */
 #define DRAIN_GAP 10       /* after a wait that failed: none for 10 x it  */
 
 struct pydb_compact {
@@ -133,46 +132,14 @@ int pydb__compact_wanted(pydb_db *db, int idle)
     if (readers_pin(shm)) return 0;
     if (idle) return 1;
     if (pydb__shm_state(&st, shm) != 0) return 0;
-    /* b * GARBAGE_SHARE >= the live bytes (the records' bytes - b), that
-     * is b >= the records' bytes / (GARBAGE_SHARE + 1), rounded up:
+    /* b * PYDB_COMPACT_GARBAGE_SHARE >= the live bytes (the records'
+     * bytes - b), that is b >= the records' bytes /
+     * (PYDB_COMPACT_GARBAGE_SHARE + 1), rounded up:
      * written so that no header value can overflow it */
     if (b <= 0) return 0;
     total = st.mst_end > PYDB_CTL_SIZE ? st.mst_end - PYDB_CTL_SIZE : 0;
-    return b >= total / (GARBAGE_SHARE + 1) +
-                (total % (GARBAGE_SHARE + 1) != 0);
-}
-
-int pydb__compact_dead_space(pydb_db *db)
-{
-    pydb_shm *shm = pydb__db_shm(db);
-    pydb_stat s;
-    pydb_state st;
-    pydb_error e;
-    int64_t total, kept, dead, align = db->mstxl ? (int64_t)1 << db->mstxl : 2;
-
-    if (!(db->flags & PYDB_OPEN_WRITE) || !shm || !pydb__shm_valid(shm))
-        return 0;
-    if (pydb_stat_get_ex(&s, db, PYDB_STAT_NO_INDEX, &e) != PYDB_OK ||
-        s.damaged)
-        return 0;
-    /* up to the end of records, not the file's last block: the rest of
-     * that block is no garbage (a compaction writes it again; counted,
-     * a database of a few small records was compacted at every call, a
-     * review found) */
-    pydb__state_now(&st, db);
-    total = (st.mst_end < s.mst_size ? st.mst_end : s.mst_size) - PYDB_CTL_SIZE;
-    kept = s.version_bytes - s.garbage_bytes;   /* what a job copies */
-    if (total <= 0 || kept < 0) return 0;
-    /* less the padding a job writes too (pydb__place: each version
-     * aligned, a leader moved to the next block), at most: so that a
-     * master file of small aligned versions is not compacted again at
-     * each call for the gaps it keeps */
-    dead = total - kept -
-           (s.versions - s.garbage_versions) * (align - 1) -
-           (total / PYDB_BLOCK + 1) * (pydb__geom[db->layout].leader + align);
-    /* a block at least, and the writers' share */
-    return dead >= PYDB_BLOCK && dead >= total / (GARBAGE_SHARE + 1) +
-                                         (total % (GARBAGE_SHARE + 1) != 0);
+    return b >= total / (PYDB_COMPACT_GARBAGE_SHARE + 1) +
+                (total % (PYDB_COMPACT_GARBAGE_SHARE + 1) != 0);
 }
 
 /* ------------------------------------------------------------ the job */
@@ -811,7 +778,7 @@ int pydb__compact_step(pydb_db *db, int budget, int lock_ms, int drain_ms,
     if (!db->compact) {
         int started;
         if (!pydb__compact_wanted(db, 1)) return PYDB_OK;
-        db->compact_dead = 0;   /* wanted once (pydb_gc_collect) */
+        db->compact_dead = 0;   /* wanted once (pydb_gc_find_dead_space) */
         rc = job_start(db, &started, err);
         if (rc || !started) return rc;
     }

@@ -21,14 +21,10 @@ void pydb__compact_garbage(pydb_db *db, int64_t *versions, int64_t *bytes);
  * threshold to any garbage at all. */
 int pydb__compact_wanted(pydb_db *db, int idle);
 
-/* Whether the master file holds dead space that no writer counted -- the
- * bytes of no version the XRF reaches and back versions that are
- * garbage, as WinISIS and CISIS leave them (their updates append a new
- * version and publish nothing) -- of a fifth or more of its records'
- * bytes, the share at which writers' garbage starts a compaction.  One
- * walk of the statistics (stat.c: every current version's leader); 0
- * for a read-only handle, files mode, damage, or a walk that fails. */
-int pydb__compact_dead_space(pydb_db *db);
+/* Without idle, a compaction starts where the garbage is a share of the
+ * live bytes: garbage * SHARE >= live (and stat.c's dead space, for
+ * pydb_gc_find_dead_space, the same share). */
+#define PYDB_COMPACT_GARBAGE_SHARE 4
 
 /* The longest a swap waits for readers behind the latest commit (ms). */
 #define PYDB_COMPACT_DRAIN_MAX_MS 1000

@@ -888,19 +888,7 @@ int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
      * again for each new back version until its timeout: found by a
      * review.) */
     shm = pydb__db_shm(db);
-    if (*commit == 0 && shm) {
-        int64_t v, b;
-        *commit = pydb__shm_latest(shm);
-        /* dead space other programs left, which no counter names: this
-         * call compacts for it (a walk; docs/compaction.md, "When") */
-        pydb__compact_garbage(db, &v, &b);
-        if (v <= 0 && !db->compact) {
-            int dead = pydb__compact_dead_space(db);
-            pthread_mutex_lock(&g->step);
-            db->compact_dead = dead;
-            pthread_mutex_unlock(&g->step);
-        }
-    }
+    if (*commit == 0 && shm) *commit = pydb__shm_latest(shm);
     start = *commit;
     while (more) {
         int64_t t0 = now_ns(CLOCK_MONOTONIC);
@@ -935,9 +923,6 @@ int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
             break;
         }
     }
-    pthread_mutex_lock(&g->step);
-    db->compact_dead = 0;   /* this call's: not the thread's */
-    pthread_mutex_unlock(&g->step);
     if (rc) {
         if (!lock_refusal(rc)) record(g, rc, NULL, err);
         pthread_mutex_lock(&g->mu);
@@ -946,6 +931,7 @@ int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
         *out = rep;
         return rc;
     }
+    pydb__gc_want_dead(db, 0);   /* a complete collection: done with it */
     rep.pinned = left_pinned(g);
     {
         pydb_gc_report whole = rep;
@@ -958,6 +944,15 @@ int pydb_gc_collect_since(pydb_gc_report *out, pydb_db *db, int timeout_ms,
     maybe_settle(g, 1);
     *out = rep;
     return PYDB_OK;
+}
+
+void pydb__gc_want_dead(pydb_db *db, int dead)
+{
+    pydb_gc *g = db->gc;
+    if (!g) return;
+    pthread_mutex_lock(&g->step);
+    db->compact_dead = dead;
+    pthread_mutex_unlock(&g->step);
 }
 
 /* ------------------------------------------------------------ stat.c */

@@ -40,4 +40,9 @@ void pydb__gc_record_get(const pydb_db *db, uint64_t *collections,
                          double *last_time, pydb_gc_report *last,
                          char *last_error, size_t cap, int *pending);
 
+/* Set db->compact_dead (under the step lock; stat.c's
+ * pydb_gc_find_dead_space): a compaction is wanted for dead space no
+ * writer counted, until one starts or a pydb_gc_collect_since completes. */
+void pydb__gc_want_dead(pydb_db *db, int dead);
+
 #endif /* PYDB_GC_H */

@@ -1616,6 +1616,18 @@ int pydb_stat_get(pydb_stat *out, pydb_db *db, pydb_error *err);
 int pydb_stat_get_ex(pydb_stat *out, pydb_db *db, int flags,
                      pydb_error *err);
 
+/* Before a collection (pydb_gc_collect_since with *commit 0): whether
+ * the master file holds dead space no writer counted -- versions no XRF
+ * entry reaches and back versions that are garbage, as WinISIS and
+ * CISIS leave them (their updates append and publish nothing) -- of a
+ * fifth of its records' bytes or more (and a block at least), padding a
+ * compaction writes again not counted; where it does, the collection
+ * that follows compacts for it (docs/compaction.md, "When").  Only where
+ * the writers' counters say no garbage.  One walk of the statistics
+ * (every reachable version's leader).  1 or 0; 0 for a read-only handle,
+ * files mode, damage or a walk that fails. */
+int pydb_gc_find_dead_space(pydb_db *db);
+
 /* ======================================================================
  * 10. ISO 2709 (csrc/iso2709.c; docs/isis-formats.md §7)
  *

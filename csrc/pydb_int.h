@@ -303,11 +303,11 @@ struct pydb_db {
     size_t mst_region, xrf_region; /* bytes the mappings reserve (mmap
                                 mode; constant while the handle is open) */
     struct pydb_compact *compact; /* the compaction job (compact.c)      */
-    int compact_dead;        /* pydb_gc_collect found dead space the
-                                counters do not name (other programs'
-                                versions, pydb__compact_dead_space): a
-                                compaction is wanted once (under the
-                                collector's step lock)                   */
+    int compact_dead;        /* pydb_gc_find_dead_space found dead space
+                                the counters do not name (other
+                                programs' versions): a compaction is
+                                wanted once (under the collector's step
+                                lock, pydb__gc_want_dead)                */
     struct {                 /* compaction and readers (compact.c: under
                                 the collector's step lock)               */
         int drain_ms;        /* the next wait for readers at a swap (0:

@@ -30,10 +30,12 @@
  * file pair's generation moves) makes it start again.
  *
  * Depends on: pydb_int.h, shm.h, gc.h (the collector's record and the
- * step lock around the index's garbage()), nidx_handle.h (the figures
+ * step lock around the index's garbage(); the dead-space wish),
+ * compact.h (the writers' counters, the garbage share), nidx_handle.h (the figures
  * of an index no hook serves), read.c (snapshot, XRF scan),
  * record.c (leaders), vfs.c (reads).
  */
+#include "compact.h"
 #include "gc.h"
 #include "nidx_handle.h"
 #include "shm.h"
@@ -249,4 +251,56 @@ int pydb_stat_get_ex(pydb_stat *out, pydb_db *db, int flags,
                            __LINE__, "the master file was replaced by "
                            "compactions %d times during the statistics (try "
                            "again)", STAT_ATTEMPTS);
+}
+
+/* ------------------------------------------------- dead space (gc.c) */
+
+/* Whether the dead space the statistics show is worth a compaction
+ * (pydb_gc_find_dead_space; not written in compact.c, which the walk's
+ * layer above gc.c must not be called from). */
+static int dead_space(pydb_db *db)
+{
+    pydb_stat s;
+    pydb_state st;
+    pydb_error e;
+    int64_t total, kept, dead, align = db->mstxl ? (int64_t)1 << db->mstxl : 2;
+
+    if (pydb_stat_get_ex(&s, db, PYDB_STAT_NO_INDEX, &e) != PYDB_OK ||
+        s.damaged)
+        return 0;
+    /* up to the end of records, not the file's last block: the rest of
+     * that block is no garbage (a compaction writes it again; counted,
+     * a database of a few small records was compacted at every call, a
+     * review found) */
+    pydb__state_now(&st, db);
+    total = (st.mst_end < s.mst_size ? st.mst_end : s.mst_size) -
+            PYDB_CTL_SIZE;
+    kept = s.version_bytes - s.garbage_bytes;   /* what a job copies */
+    if (total <= 0 || kept < 0) return 0;
+    /* less the padding a job writes too (pydb__place: each version
+     * aligned, a leader moved to the next block), at most: so that a
+     * master file of small aligned versions is not compacted again at
+     * each call for the gaps it keeps */
+    dead = total - kept - (s.versions - s.garbage_versions) * (align - 1) -
+           (total / PYDB_BLOCK + 1) * (pydb__geom[db->layout].leader + align);
+    /* a block at least, and the writers' share */
+    return dead >= PYDB_BLOCK &&
+           dead >= total / (PYDB_COMPACT_GARBAGE_SHARE + 1) +
+                       (total % (PYDB_COMPACT_GARBAGE_SHARE + 1) != 0);
+}
+
+int pydb_gc_find_dead_space(pydb_db *db)
+{
+    pydb_shm *shm = pydb__db_shm(db);
+    int64_t v, b;
+    int dead;
+
+    if (!(db->flags & PYDB_OPEN_WRITE) || !db->gc || !shm ||
+        !pydb__shm_valid(shm))
+        return 0;
+    pydb__compact_garbage(db, &v, &b);
+    if (v > 0 || db->compact) return 0;   /* the counters' collection */
+    dead = dead_space(db);
+    pydb__gc_want_dead(db, dead);
+    return dead;
 }

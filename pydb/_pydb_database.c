@@ -667,6 +667,9 @@ static PyObject *database_collect(DatabaseObject *self, PyObject *args,
     /* in slices in the main thread (lock_wait): a signal's handler runs
      * between them; each slice's work adds to the report */
     memset(&sum, 0, sizeof sum);
+    /* dead space other programs left, which no counter names: this call
+     * compacts for it (one walk) */
+    UNLOCKED(&self->guard, NULL, (void)pydb_gc_find_dead_space(self->db));
     lock_wait_start(&w, st, ms);
     for (;;) {
         int slice = lock_wait_slice(&w), again;
