@@ -299,7 +299,9 @@ int pydb_gc_find_dead_space(pydb_db *db)
         !pydb__shm_valid(shm))
         return 0;
     pydb__compact_garbage(db, &v, &b);
-    if (v > 0 || db->compact) return 0;   /* the counters' collection */
+    /* the counters' collection (a job in progress, db->compact, is the
+     * collector's to read, under its step lock: it goes on anyway) */
+    if (v > 0) return 0;
     dead = dead_space(db);
     pydb__gc_want_dead(db, dead);
     return dead;
