@@ -601,6 +601,7 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
             last_digest = _record_digest(db, last_mfn) or "-"
             checkpoint.start(False, checkpoint.skip, last_mfn, last_digest)
         number = skip = checkpoint.skip if checkpoint is not None else 0
+        last_fields = None   # the batch's last record appended (its digest: the mark's)
         it = iter(records)
         more = True
         while more:
@@ -617,8 +618,7 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
                         problem(where, str(e), mfn)
                         continue
                     guard.see(fields, where, mfn)
-                    if checkpoint is not None:
-                        last_digest = _fields_digest(fields)
+                    last_fields = fields
                     if deleted:
                         tx.delete(last_mfn)
                         report.deleted += 1
@@ -638,6 +638,9 @@ def _append(records: Iterator[Incoming], base: str, sync: bool, on_error: str,
                     raise IsoRecordError(filename, stop[0][0], stop[0][1],
                                          f"{stop[2]} (the import stops: {kept})", stop[1])
                 if checkpoint is not None:
+                    if last_fields is not None:   # one digest a batch, not a record
+                        last_digest = _fields_digest(last_fields)
+                        last_fields = None
                     checkpoint.mark(number, last_mfn, last_digest)
         report.max_mfn = db.max_mfn
     if checkpoint is not None:
